@@ -1,0 +1,32 @@
+"""adapterfusion: bottleneck adapters and AdapterFusion on any HuggingFace encoder.
+
+    import adapterfusion as af
+    model = af.wrap(AutoModel.from_pretrained(af.default_encoder_path()))
+    model.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=16))
+"""
+__version__ = "0.1.0"
+
+from adapterfusion.adapters import AdapterConfig, BottleneckAdapter
+from adapterfusion.defaults import default_encoder_path
+from adapterfusion.errors import (
+    AdapterFusionError,
+    ConfigError,
+    DefaultModelMissingError,
+    IncompatibleModelError,
+    NameNotFoundError,
+    SerializationError,
+    UnsupportedArchitectureError,
+)
+from adapterfusion.fusion import FusionConfig, FusionLayer
+from adapterfusion.heads import ClassificationHead, HeadConfig, MultipleChoiceHead, RegressionHead
+from adapterfusion.injection.architectures import ARCHITECTURES
+from adapterfusion.model import AdaptedModel, AdaptedModelOutput, wrap
+from adapterfusion.parameters import ParameterReport
+
+__all__ = [
+    "ARCHITECTURES", "AdaptedModel", "AdaptedModelOutput", "AdapterConfig", "AdapterFusionError",
+    "BottleneckAdapter", "ClassificationHead", "ConfigError", "DefaultModelMissingError", "FusionConfig",
+    "FusionLayer", "HeadConfig", "IncompatibleModelError", "MultipleChoiceHead", "NameNotFoundError",
+    "ParameterReport", "RegressionHead", "SerializationError", "UnsupportedArchitectureError",
+    "default_encoder_path", "wrap",
+]

@@ -1,0 +1,36 @@
+"""Small checks shared by configs and the model so every message reads the same way."""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from adapterfusion.errors import ConfigError
+
+_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def check_name(name: object, what: str) -> str:
+    """Names become module keys and folder names, so they must be plain identifiers."""
+    if not isinstance(name, str) or not _NAME_PATTERN.match(name):
+        raise ConfigError(
+            f"invalid {what} name {name!r}: use letters, digits, '_' or '-' only "
+            "(it becomes a module key and a file name)"
+        )
+    return name
+
+
+def check_choice(value: object, allowed: Iterable[object], field: str) -> None:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ConfigError(f"{field}={value!r} is not allowed; choose one of {', '.join(map(repr, allowed))}")
+
+
+def check_positive(value: object, field: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{field}={value!r} must be a positive number")
+
+
+def reject_unknown_keys(data: dict, known: Iterable[str], what: str) -> None:
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown} in {what}; known keys are {sorted(known)}")

@@ -1,0 +1,81 @@
+"""The bottleneck adapter module: down-projection, non-linearity, up-projection, internal skip.
+
+`delta(x)` is the up-projection output z (what AdapterFusion mixes); `combine(z, residual)` adds the skip
+connection and the optional new LayerNorm after it. The site that holds the adapter supplies x and the
+residual (see injection/site.py), because where they come from is a property of the placement.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from adapterfusion.adapters.activations import make_activation
+from adapterfusion.adapters.config import AdapterConfig
+
+
+class BottleneckAdapter(nn.Module):
+    """d -> m -> d with near-identity initialisation (Houlsby §2.1): 2md + d + m parameters."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        bottleneck_size: int,
+        config: AdapterConfig,
+        pretrained_layer_norm: nn.LayerNorm | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.hidden_size = hidden_size
+        self.bottleneck_size = bottleneck_size
+        self.ln_before = nn.LayerNorm(hidden_size) if config.ln_before else None
+        self.down = nn.Linear(hidden_size, bottleneck_size)
+        self.activation = make_activation(config.non_linearity)
+        self.up = nn.Linear(bottleneck_size, hidden_size)
+        self.ln_after = nn.LayerNorm(hidden_size) if config.ln_after else None
+        # Houlsby trains the layer norms per task: a private copy keeps the shared encoder untouched.
+        self.layer_norm = (
+            copy.deepcopy(pretrained_layer_norm)
+            if config.train_layer_norm and pretrained_layer_norm is not None
+            else None
+        )
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Near-identity: small weights and zero biases make delta(x) ~ 0, so the adapted encoder starts
+        where the pretrained one is (Houlsby §3.6: too large an init fails to train)."""
+        std = self.config.init_std
+        if self.config.init == "houlsby":
+            for linear in (self.down, self.up):
+                nn.init.trunc_normal_(linear.weight, std=std, a=-2 * std, b=2 * std)
+        elif self.config.init == "bert":
+            for linear in (self.down, self.up):
+                nn.init.normal_(linear.weight, std=0.02)
+        else:  # zero_up: exact identity at start
+            nn.init.kaiming_uniform_(self.down.weight, a=5**0.5)
+            nn.init.zeros_(self.up.weight)
+        nn.init.zeros_(self.down.bias)
+        nn.init.zeros_(self.up.bias)
+
+    def delta(self, x: torch.Tensor) -> torch.Tensor:
+        """The bottleneck's contribution z = scaling * up(act(down(x))), before any skip connection."""
+        if self.ln_before is not None:
+            x = self.ln_before(x)
+        z = self.up(self.activation(self.down(x)))
+        return z * self.config.scaling if self.config.scaling != 1.0 else z
+
+    def combine(self, z: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """Skip connection and optional new LayerNorm after it, in the order residual_before_ln says."""
+        if self.config.residual_before_ln is False:
+            out = self.ln_after(z) if self.ln_after is not None else z
+            return out + residual
+        out = z + residual
+        return self.ln_after(out) if self.ln_after is not None else out
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.combine(self.delta(x), residual)
+
+    def extra_repr(self) -> str:
+        return f"d={self.hidden_size}, m={self.bottleneck_size}, act={self.config.non_linearity}"

@@ -1,0 +1,178 @@
+"""AdapterConfig: the knobs of one bottleneck adapter, covering the placement search space of the
+AdapterFusion appendix (Fig. 5 left), with the two presets the papers settle on."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Union
+
+from adapterfusion._validation import check_choice, check_positive, reject_unknown_keys
+from adapterfusion.adapters.activations import ACTIVATION_NAMES
+from adapterfusion.errors import ConfigError
+
+POSITIONS = ("attention", "output")
+"""'attention': after the multi-head attention sub-layer ("bottom"); 'output': after the feed-forward block ("top")."""
+
+INITS = ("houlsby", "bert", "zero_up")
+CONFIG_FORMAT_VERSION = 1
+
+ReductionFactor = Union[float, Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """One bottleneck adapter d -> m -> d with an internal skip connection, m = d // reduction_factor.
+
+    Site options (applied where the adapter sits, with h the sub-layer output after its projection, r the
+    sub-layer's residual input and LN the pretrained LayerNorm of that sub-layer):
+      - original_ln_before: feed the adapter LN(h + r) instead of h.
+      - residual_before_ln: the adapter's skip connection carries h (True), h + r ("post_add"), or its own input (False).
+      - original_ln_after: finish with LN(adapter_output + r), as the unadapted sub-layer would.
+    ln_before / ln_after add newly trained LayerNorms inside the adapter. train_layer_norm gives the adapter
+    its own trainable copy of the site's pretrained LayerNorm (Houlsby §2.1 trains layer norms per task),
+    so training one task never changes the encoder shared by the others.
+    """
+
+    reduction_factor: ReductionFactor = 16.0
+    non_linearity: str = "relu"
+    positions: tuple[str, ...] = ("output",)
+    original_ln_before: bool = True
+    original_ln_after: bool = True
+    residual_before_ln: Union[bool, str] = True
+    ln_before: bool = False
+    ln_after: bool = False
+    scaling: float = 1.0
+    init: str = "houlsby"
+    init_std: float = 1e-2
+    train_layer_norm: bool = False
+    leave_out: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        rf = self.reduction_factor
+        if isinstance(rf, Mapping):
+            if "default" not in rf:
+                raise ConfigError(
+                    f"per-layer reduction_factor {dict(rf)!r} needs a 'default' entry, e.g. {{'default': 16, '11': 8}}"
+                )
+            normalised = {}
+            for key, value in rf.items():
+                key = str(key)
+                if key != "default" and not key.isdigit():
+                    raise ConfigError(f"reduction_factor key {key!r} must be 'default' or a layer index like '3'")
+                check_positive(value, f"reduction_factor[{key!r}]")
+                normalised[key] = float(value)
+            object.__setattr__(self, "reduction_factor", normalised)
+        else:
+            check_positive(rf, "reduction_factor")
+            object.__setattr__(self, "reduction_factor", float(rf))
+        check_choice(self.non_linearity, ACTIVATION_NAMES, "non_linearity")
+        positions = tuple(self.positions) if not isinstance(self.positions, str) else (self.positions,)
+        if not positions:
+            raise ConfigError("positions is empty; use ('output',), ('attention',) or ('attention', 'output')")
+        for position in positions:
+            check_choice(position, POSITIONS, "positions")
+        if len(set(positions)) != len(positions):
+            raise ConfigError(f"positions {positions!r} lists a position twice")
+        object.__setattr__(self, "positions", tuple(p for p in POSITIONS if p in positions))
+        if not (isinstance(self.residual_before_ln, bool) or self.residual_before_ln == "post_add"):
+            raise ConfigError(f"residual_before_ln={self.residual_before_ln!r}; choose True, False or 'post_add'")
+        for flag in ("original_ln_before", "original_ln_after", "ln_before", "ln_after", "train_layer_norm"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"{flag}={getattr(self, flag)!r} must be true or false")
+        if isinstance(self.scaling, bool) or not isinstance(self.scaling, (int, float)):
+            raise ConfigError(f"scaling={self.scaling!r} must be a number")
+        check_choice(self.init, INITS, "init")
+        check_positive(self.init_std, "init_std")
+        leave_out = tuple(self.leave_out)
+        for layer in leave_out:
+            if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+                raise ConfigError(f"leave_out entry {layer!r} must be a non-negative layer index")
+        object.__setattr__(self, "leave_out", tuple(sorted(set(leave_out))))
+
+    # ---- presets -------------------------------------------------------------------------------------
+    @classmethod
+    def pfeiffer(cls, reduction_factor: ReductionFactor = 16.0, **overrides: Any) -> "AdapterConfig":
+        """ST-A (AdapterFusion Fig. 5 right): one adapter after the feed-forward block, pretrained LayerNorm
+        before and after, no new LayerNorm."""
+        return cls(reduction_factor=reduction_factor, **overrides)
+
+    @classmethod
+    def houlsby(cls, reduction_factor: ReductionFactor = 16.0, **overrides: Any) -> "AdapterConfig":
+        """ST-A Houlsby: adapters after attention and after the feed-forward block, on the sub-layer output
+        before the residual add; the layer norms are trained per task."""
+        settings = dict(
+            reduction_factor=reduction_factor,
+            non_linearity="swish",
+            positions=("attention", "output"),
+            original_ln_before=False,
+            original_ln_after=True,
+            residual_before_ln=True,
+            train_layer_norm=True,
+        )
+        settings.update(overrides)
+        return cls(**settings)
+
+    @classmethod
+    def from_name(cls, name: str, **overrides: Any) -> "AdapterConfig":
+        presets = {"pfeiffer": cls.pfeiffer, "seq_bn": cls.pfeiffer, "houlsby": cls.houlsby, "double_seq_bn": cls.houlsby}
+        try:
+            return presets[name.lower()](**overrides)
+        except KeyError:
+            raise ConfigError(f"unknown adapter preset {name!r}; choose one of {', '.join(presets)}") from None
+
+    # ---- derived values ------------------------------------------------------------------------------
+    def reduction_factor_for(self, layer: int) -> float:
+        rf = self.reduction_factor
+        if isinstance(rf, dict):
+            return rf.get(str(layer), rf["default"])
+        return rf
+
+    def bottleneck_size(self, hidden_size: int, layer: int) -> int:
+        size = int(hidden_size // self.reduction_factor_for(layer))
+        if size < 1:
+            raise ConfigError(
+                f"reduction_factor {self.reduction_factor_for(layer)} leaves no bottleneck for hidden size "
+                f"{hidden_size} (layer {layer}); use a reduction factor of at most {hidden_size}"
+            )
+        return size
+
+    def site_options(self) -> tuple:
+        """What every adapter fused at one site must agree on: they share the site's pre/post processing."""
+        return (self.positions, self.original_ln_before, self.original_ln_after, self.residual_before_ln)
+
+    # ---- serialisation -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["positions"] = list(self.positions)
+        data["leave_out"] = list(self.leave_out)
+        data["format_version"] = CONFIG_FORMAT_VERSION
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "AdapterConfig":
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"adapter config must be a JSON object, got {type(data).__name__}")
+        data = dict(data)
+        version = data.pop("format_version", CONFIG_FORMAT_VERSION)
+        if version != CONFIG_FORMAT_VERSION:
+            raise ConfigError(f"adapter config format_version {version!r} is not supported (expected {CONFIG_FORMAT_VERSION})")
+        reject_unknown_keys(data, [f.name for f in dataclasses.fields(cls)], "adapter config")
+        for key in ("positions", "leave_out"):
+            if key in data:
+                if not isinstance(data[key], (list, tuple)):
+                    raise ConfigError(f"adapter config {key}={data[key]!r} must be a list")
+                data[key] = tuple(data[key])
+        return cls(**data)
+
+
+def resolve_adapter_config(config: "AdapterConfig | str | Mapping[str, Any] | None") -> AdapterConfig:
+    """Accept a config object, a preset name or a dict, as users write all three."""
+    if config is None:
+        return AdapterConfig.pfeiffer()
+    if isinstance(config, AdapterConfig):
+        return config
+    if isinstance(config, str):
+        return AdapterConfig.from_name(config)
+    if isinstance(config, Mapping):
+        return AdapterConfig.from_dict(config)
+    raise ConfigError(f"adapter config must be an AdapterConfig, a preset name or a dict, got {type(config).__name__}")

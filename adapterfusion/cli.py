@@ -1,0 +1,2 @@
+def main() -> None:
+    raise SystemExit("adapterfusion CLI: not implemented yet")

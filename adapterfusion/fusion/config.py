@@ -1,0 +1,109 @@
+"""FusionConfig: the knobs of one AdapterFusion layer (Pfeiffer et al. 2021, §3.2)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from adapterfusion._validation import check_positive, reject_unknown_keys
+from adapterfusion.errors import ConfigError
+
+CONFIG_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    """Query Q, key K and value V per layer; V starts at identity plus noise of norm ~value_init_noise and is
+    pulled back towards identity by `regularization_weight * ||V - I||^2` in the training loss.
+
+    temperature: divide scores by T(step) = max(T0 * (1 - step / temperature_steps), 1), a pure function of
+    the training step that the trainer sets with `model.set_fusion_step(step)`.
+    score_dropout: dropout on the attention scores before the softmax (AdapterHub applies the encoder's
+    attention dropout there; the paper is silent, so it is off by default).
+    """
+
+    query: bool = True
+    key: bool = True
+    value: bool = True
+    query_before_ln: bool = False
+    residual_before: bool = False
+    value_before_softmax: bool = True
+    value_init_noise: float = 1e-6
+    regularization: bool = True
+    regularization_weight: float = 0.01
+    temperature: bool = False
+    temperature_start: float = 50.0
+    temperature_steps: int = 1000
+    score_dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        for flag in ("query", "key", "value", "query_before_ln", "residual_before", "value_before_softmax",
+                     "regularization", "temperature"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"fusion {flag}={getattr(self, flag)!r} must be true or false")
+        if isinstance(self.value_init_noise, bool) or not isinstance(self.value_init_noise, (int, float)) \
+                or self.value_init_noise < 0:
+            raise ConfigError(f"value_init_noise={self.value_init_noise!r} must be a number >= 0")
+        if isinstance(self.regularization_weight, bool) or not isinstance(self.regularization_weight, (int, float)) \
+                or self.regularization_weight < 0:
+            raise ConfigError(f"regularization_weight={self.regularization_weight!r} must be a number >= 0")
+        check_positive(self.temperature_start, "temperature_start")
+        if isinstance(self.temperature_steps, bool) or not isinstance(self.temperature_steps, int) \
+                or self.temperature_steps < 1:
+            raise ConfigError(f"temperature_steps={self.temperature_steps!r} must be an integer >= 1")
+        if isinstance(self.score_dropout, bool) or not isinstance(self.score_dropout, (int, float)) \
+                or not 0 <= self.score_dropout < 1:
+            raise ConfigError(f"score_dropout={self.score_dropout!r} must be in [0, 1)")
+
+    @classmethod
+    def dynamic(cls, **overrides: Any) -> "FusionConfig":
+        """The paper's AdapterFusion: learned Q, K and V, V regularised towards identity."""
+        return cls(**overrides)
+
+    @classmethod
+    def static(cls, **overrides: Any) -> "FusionConfig":
+        """Q and K only: a convex combination of the adapters' outputs, no value projection."""
+        settings: dict[str, Any] = dict(value=False, regularization=False)
+        settings.update(overrides)
+        return cls(**settings)
+
+    @classmethod
+    def from_name(cls, name: str, **overrides: Any) -> "FusionConfig":
+        presets = {"dynamic": cls.dynamic, "static": cls.static}
+        try:
+            return presets[name.lower()](**overrides)
+        except KeyError:
+            raise ConfigError(f"unknown fusion preset {name!r}; choose one of {', '.join(presets)}") from None
+
+    def temperature_at(self, step: int) -> float:
+        if not self.temperature:
+            return 1.0
+        return max(self.temperature_start * (1.0 - step / self.temperature_steps), 1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["format_version"] = CONFIG_FORMAT_VERSION
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FusionConfig":
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"fusion config must be a JSON object, got {type(data).__name__}")
+        data = dict(data)
+        version = data.pop("format_version", CONFIG_FORMAT_VERSION)
+        if version != CONFIG_FORMAT_VERSION:
+            raise ConfigError(f"fusion config format_version {version!r} is not supported (expected {CONFIG_FORMAT_VERSION})")
+        reject_unknown_keys(data, [f.name for f in dataclasses.fields(cls)], "fusion config")
+        return cls(**data)
+
+
+def resolve_fusion_config(config: "FusionConfig | str | Mapping[str, Any] | None") -> FusionConfig:
+    if config is None:
+        return FusionConfig.dynamic()
+    if isinstance(config, FusionConfig):
+        return config
+    if isinstance(config, str):
+        return FusionConfig.from_name(config)
+    if isinstance(config, Mapping):
+        return FusionConfig.from_dict(config)
+    raise ConfigError(f"fusion config must be a FusionConfig, a preset name or a dict, got {type(config).__name__}")

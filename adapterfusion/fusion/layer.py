@@ -1,0 +1,196 @@
+"""AdapterFusion at one insertion site (Pfeiffer et al. 2021, §3.2), in two implementations.
+
+With h the query (the sub-layer output), z_n the contribution of adapter n (its up-projection output) and
+r the site's residual:
+    s_n = softmax_n( (Q h)·(K z_n) / T )        z'_n = V z_n        o = sum_n s_n z'_n + r
+
+`fuse_reference` computes this literally: N adapter outputs, N key and N value projections.
+`fuse_fast` gives the same numbers without cost growing like N·d²:
+  * all N down-projections run as one matmul into the concatenated bottleneck space (size M = sum of m_n);
+  * z_n = U_n a_n + c_n is linear in the bottleneck activation a_n, so the score needs only
+    (Qᵀ K b)·h for the M + N basis vectors b (columns of U and the biases c_n); K's bias adds the same
+    constant to every score and cancels in the softmax;
+  * V is linear and the s_n sum to one, so sum_n s_n V z_n = V sum_n s_n z_n, applied once, and again
+    folded into the basis.
+Nothing of shape [batch, seq, N, d] is ever built; per token the cost is about 3·M·d.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from adapterfusion.adapters.bottleneck import BottleneckAdapter
+from adapterfusion.fusion.config import FusionConfig
+
+
+class FusionLayer(nn.Module):
+    """Q, K, V of one site. Q and K start random (std 0.02, as BERT's init); V at identity plus tiny noise
+    so that fusion starts as a plain average of the adapters' outputs."""
+
+    def __init__(self, hidden_size: int, config: FusionConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.hidden_size = hidden_size
+        self.query = nn.Linear(hidden_size, hidden_size) if config.query else None
+        self.key = nn.Linear(hidden_size, hidden_size) if config.key else None
+        self.value = nn.Linear(hidden_size, hidden_size) if config.value else None
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        for linear in (self.query, self.key):
+            if linear is not None:
+                nn.init.normal_(linear.weight, std=0.02)
+                nn.init.zeros_(linear.bias)
+        if self.value is not None:
+            eye = torch.eye(self.hidden_size, dtype=self.value.weight.dtype)
+            self.value.weight.copy_(eye + torch.randn_like(eye) * self.config.value_init_noise)
+            nn.init.zeros_(self.value.bias)
+
+    def regularization(self) -> torch.Tensor:
+        """weight * ||V - I||²_F: keeps V near identity (§3.2); part of the loss of the step it is computed in."""
+        if self.value is None or not self.config.regularization:
+            return self._zero()
+        eye = torch.eye(self.hidden_size, device=self.value.weight.device, dtype=self.value.weight.dtype)
+        return self.config.regularization_weight * (self.value.weight - eye).pow(2).sum()
+
+    def _zero(self) -> torch.Tensor:
+        first = next(self.parameters(), None)
+        return torch.zeros((), device=first.device if first is not None else None)
+
+    def extra_repr(self) -> str:
+        parts = [name for name in ("query", "key", "value") if getattr(self.config, name)]
+        return f"d={self.hidden_size}, learns={'+'.join(parts) or 'nothing'}"
+
+
+def _normalise_scores(
+    scores: torch.Tensor, temperature: float, keep: torch.Tensor | None, dropout: float, training: bool
+) -> torch.Tensor:
+    """Shared by both paths so that masking, dropout and temperature can never drift apart."""
+    if dropout > 0:
+        scores = F.dropout(scores, dropout, training)
+    if temperature != 1.0:
+        scores = scores / temperature
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+def fuse_reference(
+    layer: FusionLayer,
+    adapters: Sequence[BottleneckAdapter],
+    x: torch.Tensor,
+    query: torch.Tensor,
+    residual: torch.Tensor,
+    temperature: float = 1.0,
+    keep: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's equations, literally. Returns (output, attention probabilities [..., N])."""
+    config = layer.config
+    z = [adapter.delta(x) for adapter in adapters]
+    q = layer.query(query) if layer.query is not None else query
+    keys = [layer.key(z_n) if layer.key is not None else z_n for z_n in z]
+    scores = torch.stack([(q * k_n).sum(dim=-1) for k_n in keys], dim=-1)
+    probs = _normalise_scores(scores, temperature, keep, config.score_dropout, layer.training)
+    values = [z_n + residual for z_n in z] if config.residual_before else z
+    if layer.value is not None and config.value_before_softmax:
+        values = [layer.value(v_n) for v_n in values]
+    mixed = sum(probs[..., n : n + 1] * v_n for n, v_n in enumerate(values))
+    if layer.value is not None and not config.value_before_softmax:
+        mixed = layer.value(mixed)
+    if not config.residual_before:
+        mixed = mixed + residual
+    return mixed, probs
+
+
+def fuse_fast(
+    layer: FusionLayer,
+    adapters: Sequence[BottleneckAdapter],
+    x: torch.Tensor,
+    query: torch.Tensor,
+    residual: torch.Tensor,
+    temperature: float = 1.0,
+    keep: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Same result as `fuse_reference`, computed in the concatenated bottleneck space."""
+    config = layer.config
+    sizes = [adapter.bottleneck_size for adapter in adapters]
+    total = sum(sizes)
+
+    activations = _bottleneck_activations(adapters, x)  # [..., M]
+    # z-space basis: row j < M is column j of the stacked up-projections, row M + n is adapter n's bias,
+    # so z_n = sum_j coef_j basis_j with coef = (a_n on n's segment, 1 on row M + n).
+    basis = torch.cat(
+        [torch.cat([a.up.weight * a.config.scaling for a in adapters], dim=1).t(),
+         torch.stack([a.up.bias * a.config.scaling for a in adapters])],
+        dim=0,
+    )  # [M + N, d]
+
+    score_weight, score_bias = basis, None
+    if layer.key is not None:
+        score_weight = score_weight @ layer.key.weight.t()
+    if layer.query is not None:
+        score_bias = score_weight @ layer.query.bias
+        score_weight = score_weight @ layer.query.weight
+    projected = F.linear(query, score_weight, score_bias)  # [..., M + N]
+    scores = _segment_sum(activations * projected[..., :total], sizes) + projected[..., total:]
+    probs = _normalise_scores(scores, temperature, keep, config.score_dropout, layer.training)
+
+    coefficients = torch.cat([activations * _segment_expand(probs, sizes), probs], dim=-1)
+    if layer.value is not None:
+        out = F.linear(coefficients, layer.value.weight @ basis.t(), layer.value.bias)
+        if config.residual_before:
+            out = out + F.linear(residual, layer.value.weight)
+    else:
+        out = coefficients @ basis
+        if config.residual_before:
+            out = out + residual
+    if not config.residual_before:
+        out = out + residual
+    return out, probs
+
+
+def _bottleneck_activations(adapters: Sequence[BottleneckAdapter], x: torch.Tensor) -> torch.Tensor:
+    """act(down(x)) of all adapters as one matmul. A new LayerNorm before an adapter is folded into its
+    down-projection: D(γ ⊙ x̂ + β) + e = (D diag γ) x̂ + (D β + e), with x̂ normalised once."""
+    uses_ln = {adapter.ln_before is not None for adapter in adapters}
+    if len(uses_ln) > 1:  # a rare mix: no shared input, so run each down-projection on its own
+        pre = torch.cat([adapter.down(adapter.ln_before(x) if adapter.ln_before is not None else x)
+                         for adapter in adapters], dim=-1)
+    elif uses_ln == {True}:
+        norms = [adapter.ln_before for adapter in adapters]
+        eps = {norm.eps for norm in norms}
+        if len(eps) > 1:
+            pre = torch.cat([adapter.down(adapter.ln_before(x)) for adapter in adapters], dim=-1)
+        else:
+            normalised = F.layer_norm(x, (x.shape[-1],), eps=eps.pop())
+            weight = torch.cat([a.down.weight * a.ln_before.weight for a in adapters], dim=0)
+            bias = torch.cat([a.down.bias + a.down.weight @ a.ln_before.bias for a in adapters], dim=0)
+            pre = F.linear(normalised, weight, bias)
+    else:
+        weight = torch.cat([adapter.down.weight for adapter in adapters], dim=0)
+        bias = torch.cat([adapter.down.bias for adapter in adapters], dim=0)
+        pre = F.linear(x, weight, bias)
+    kinds = {type(adapter.activation) for adapter in adapters}
+    if len(kinds) == 1:
+        return adapters[0].activation(pre)
+    pieces = pre.split([adapter.bottleneck_size for adapter in adapters], dim=-1)
+    return torch.cat([adapter.activation(piece) for adapter, piece in zip(adapters, pieces)], dim=-1)
+
+
+def _segment_sum(values: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """Sum each adapter's segment of the last dimension: [..., M] -> [..., N]."""
+    if len(set(sizes)) == 1:
+        return values.unflatten(-1, (len(sizes), sizes[0])).sum(dim=-1)
+    return torch.stack([piece.sum(dim=-1) for piece in values.split(list(sizes), dim=-1)], dim=-1)
+
+
+def _segment_expand(weights: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """Repeat adapter n's weight over its segment: [..., N] -> [..., M]."""
+    if len(set(sizes)) == 1:
+        return weights.unsqueeze(-1).expand(*weights.shape, sizes[0]).flatten(-2)
+    repeats = torch.tensor(list(sizes), device=weights.device)
+    return weights.repeat_interleave(repeats, dim=-1)

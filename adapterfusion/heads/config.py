@@ -1,0 +1,104 @@
+"""Prediction-head configs: what a head predicts and its shape, independent of any encoder."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+from adapterfusion._validation import check_choice, reject_unknown_keys
+from adapterfusion.errors import ConfigError
+
+POOLINGS = ("cls", "mean")
+HEAD_ACTIVATIONS = ("tanh", "relu", "gelu", "swish")
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """Shared fields: `layers` linear layers on the pooled representation (AdapterHub's default: 2, tanh)."""
+
+    kind: ClassVar[str] = "base"
+    num_labels: int = 2
+    layers: int = 2
+    activation: str = "tanh"
+    dropout: float = 0.1
+    pooling: str = "cls"
+    labels: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 1:
+            raise ConfigError(f"num_labels={self.num_labels!r} must be an integer >= 1")
+        if isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1:
+            raise ConfigError(f"layers={self.layers!r} must be an integer >= 1")
+        check_choice(self.activation, HEAD_ACTIVATIONS, "head activation")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ConfigError(f"head dropout={self.dropout!r} must be in [0, 1)")
+        check_choice(self.pooling, POOLINGS, "pooling")
+        if self.labels is not None:
+            labels = tuple(self.labels)
+            if len(labels) != self.output_size or not all(isinstance(label, str) for label in labels):
+                raise ConfigError(
+                    f"labels {list(labels)!r} must be {self.output_size} strings, one per output of this head"
+                )
+            object.__setattr__(self, "labels", labels)
+
+    @property
+    def output_size(self) -> int:
+        return self.num_labels
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["kind"] = self.kind
+        if self.labels is not None:
+            data["labels"] = list(self.labels)
+        return data
+
+
+@dataclass(frozen=True)
+class ClassificationHead(HeadConfig):
+    """Single text or text pair -> one of num_labels classes; cross-entropy loss."""
+
+    kind: ClassVar[str] = "classification"
+
+
+@dataclass(frozen=True)
+class RegressionHead(HeadConfig):
+    """One real value per input; mean-squared-error loss."""
+
+    kind: ClassVar[str] = "regression"
+    num_labels: int = 1
+
+
+@dataclass(frozen=True)
+class MultipleChoiceHead(HeadConfig):
+    """Inputs of shape [batch, num_choices, seq], each (context, choice) pair scored with one logit;
+    cross-entropy over the choices. num_labels is the number of choices (informational: any count works)."""
+
+    kind: ClassVar[str] = "multiple_choice"
+
+    @property
+    def output_size(self) -> int:
+        return 1
+
+    def __post_init__(self) -> None:
+        if self.labels is not None:
+            raise ConfigError("MultipleChoiceHead takes no labels: its outputs are the choices of each example")
+        super().__post_init__()
+
+
+HEAD_KINDS: dict[str, type[HeadConfig]] = {
+    cls.kind: cls for cls in (ClassificationHead, RegressionHead, MultipleChoiceHead)
+}
+
+
+def head_config_from_dict(data: Mapping[str, Any]) -> HeadConfig:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"head config must be a JSON object, got {type(data).__name__}")
+    data = dict(data)
+    kind = data.pop("kind", None)
+    if kind not in HEAD_KINDS:
+        raise ConfigError(f"head kind {kind!r} is unknown; choose one of {', '.join(HEAD_KINDS)}")
+    cls = HEAD_KINDS[kind]
+    reject_unknown_keys(data, [f.name for f in dataclasses.fields(cls)], f"{kind} head config")
+    if data.get("labels") is not None:
+        data["labels"] = tuple(data["labels"])
+    return cls(**data)

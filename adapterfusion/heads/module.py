@@ -1,0 +1,45 @@
+"""PredictionHead: the trainable layers on top of the encoder for one task."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from adapterfusion.heads.config import HeadConfig
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
+
+
+class PredictionHead(nn.Module):
+    """[dropout -> linear -> activation] x (layers - 1) -> dropout -> linear, on the pooled encoder output."""
+
+    def __init__(self, config: HeadConfig, hidden_size: int) -> None:
+        super().__init__()
+        self.config = config
+        self.hidden_size = hidden_size
+        blocks: list[nn.Module] = []
+        for _ in range(config.layers - 1):
+            blocks += [nn.Dropout(config.dropout), nn.Linear(hidden_size, hidden_size), _ACTIVATIONS[config.activation]()]
+        blocks += [nn.Dropout(config.dropout), nn.Linear(hidden_size, config.output_size)]
+        self.layers = nn.Sequential(*blocks)
+
+    def pool(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if self.config.pooling == "cls" or attention_mask is None:
+            return hidden_states[:, 0]
+        mask = attention_mask.unsqueeze(-1).to(hidden_states.dtype)
+        return (hidden_states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, num_choices: int | None = None
+    ) -> torch.Tensor:
+        logits = self.layers(self.pool(hidden_states, attention_mask))
+        if self.config.kind == "multiple_choice":
+            return logits.view(-1, num_choices)
+        if self.config.kind == "regression":
+            return logits.squeeze(-1)
+        return logits
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.config.kind == "regression":
+            return F.mse_loss(logits, labels.to(logits.dtype))
+        return F.cross_entropy(logits, labels.long())

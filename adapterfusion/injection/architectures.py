@@ -1,0 +1,108 @@
+"""Where adapters go, per architecture: module paths only, never copied forward code.
+
+Each encoder layer has two insertion sites, 'attention' (after multi-head attention, "bottom") and
+'output' (after the feed-forward block, "top"). A site is one of three kinds:
+
+  POST_LN_OUTPUT  a BERT-style output module `forward(hidden_states, input_tensor)` computing
+                  LayerNorm(dropout(dense(hidden_states)) + input_tensor). Its sub-modules are called by
+                  name; this is exactly the site of the Pfeiffer and Houlsby adapters.
+  PRE_RESIDUAL    a sub-layer whose output (or output[0]) goes into `LayerNorm(output + input)` computed by
+                  its parent block (DistilBERT, MPNet's attention). The wrapped module's first input is the
+                  residual; `layer_norm` names the parent's LayerNorm, relative to the layer.
+  PRE_NORM        a sub-layer of a pre-LayerNorm block whose output is added to the residual stream by the
+                  parent (ModernBERT). There is no LayerNorm after the sub-layer, so the LayerNorm options of
+                  AdapterConfig have nothing to act on there and are ignored.
+
+To support another encoder, add a row to ARCHITECTURES keyed by its `config.model_type`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from torch import nn
+
+from adapterfusion.errors import UnsupportedArchitectureError
+
+
+class SiteKind(str, Enum):
+    POST_LN_OUTPUT = "post_ln_output"
+    PRE_RESIDUAL = "pre_residual"
+    PRE_NORM = "pre_norm"
+
+
+@dataclass(frozen=True)
+class SiteSpec:
+    kind: SiteKind
+    path: str  # relative to one encoder layer
+    layer_norm: str | None = None  # PRE_RESIDUAL only: the parent's LayerNorm, relative to the layer
+    dense: str = "dense"  # POST_LN_OUTPUT only: sub-module names inside the output module
+    dropout: str = "dropout"
+    norm: str = "LayerNorm"
+
+
+@dataclass(frozen=True)
+class ArchitectureSpec:
+    layers: str  # path from the HF base model to the ModuleList of encoder layers
+    attention: SiteSpec
+    output: SiteSpec
+
+    def site(self, position: str) -> SiteSpec:
+        return self.attention if position == "attention" else self.output
+
+
+_BERT_LIKE = ArchitectureSpec(
+    layers="encoder.layer",
+    attention=SiteSpec(SiteKind.POST_LN_OUTPUT, "attention.output"),
+    output=SiteSpec(SiteKind.POST_LN_OUTPUT, "output"),
+)
+
+ARCHITECTURES: dict[str, ArchitectureSpec] = {
+    "bert": _BERT_LIKE,
+    "roberta": _BERT_LIKE,
+    "xlm-roberta": _BERT_LIKE,
+    "camembert": _BERT_LIKE,
+    "electra": _BERT_LIKE,
+    "data2vec-text": _BERT_LIKE,
+    "ernie": _BERT_LIKE,
+    "deberta": _BERT_LIKE,
+    "deberta-v2": _BERT_LIKE,
+    "mpnet": ArchitectureSpec(
+        layers="encoder.layer",
+        # MPNet applies dropout between the attention output and its LayerNorm in the parent module, so in
+        # training mode that dropout falls on the adapted output; in eval mode the site is exact.
+        attention=SiteSpec(SiteKind.PRE_RESIDUAL, "attention.attn", layer_norm="attention.LayerNorm"),
+        output=SiteSpec(SiteKind.POST_LN_OUTPUT, "output"),
+    ),
+    "distilbert": ArchitectureSpec(
+        layers="transformer.layer",
+        attention=SiteSpec(SiteKind.PRE_RESIDUAL, "attention", layer_norm="sa_layer_norm"),
+        output=SiteSpec(SiteKind.PRE_RESIDUAL, "ffn", layer_norm="output_layer_norm"),
+    ),
+    "modernbert": ArchitectureSpec(
+        layers="layers",
+        attention=SiteSpec(SiteKind.PRE_NORM, "attn"),
+        output=SiteSpec(SiteKind.PRE_NORM, "mlp"),
+    ),
+}
+
+
+def architecture_for(model: nn.Module) -> ArchitectureSpec:
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in ARCHITECTURES:
+        raise UnsupportedArchitectureError(
+            f"no adapter sites are known for model_type {model_type!r}. Supported: {', '.join(sorted(ARCHITECTURES))}. "
+            "To add one, extend adapterfusion/injection/architectures.py::ARCHITECTURES with the module paths of "
+            "its layers and of the attention-output and feed-forward-output sub-modules."
+        )
+    return ARCHITECTURES[model_type]
+
+
+def get_submodule(root: nn.Module, path: str) -> nn.Module:
+    try:
+        return root.get_submodule(path)
+    except AttributeError as error:
+        raise UnsupportedArchitectureError(
+            f"{type(root).__name__} has no sub-module {path!r} ({error}); this transformers version lays the "
+            "model out differently from adapterfusion/injection/architectures.py::ARCHITECTURES"
+        ) from None

@@ -1,0 +1,166 @@
+"""AdapterSite: the visible wrapper that replaces one insertion site of an encoder layer.
+
+It holds the original module as `base_layer` plus `adapters` and `fusions` ModuleDicts keyed by name, so
+adapters show in `print(model)`, state-dict keys are deterministic, base weights are untouched, and
+`unwrap()` gives the original module back. With nothing active it calls `base_layer` unchanged.
+
+The flow through an active site (h: sub-layer output after its projection, r: residual input, LN: the
+sub-layer's pretrained LayerNorm):
+    x        = LN(h + r) if original_ln_before else h           # adapter input (and fusion query)
+    residual = h | h + r | x       (residual_before_ln = True | 'post_add' | False)
+    out      = adapter(x, residual)   or   fusion(query, adapters(x), residual)
+    out      = LN(out + r) if original_ln_after                 # as the unadapted sub-layer ends
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from adapterfusion.adapters.bottleneck import BottleneckAdapter
+from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.errors import ConfigError
+from adapterfusion.fusion.layer import FusionLayer, fuse_fast, fuse_reference
+from adapterfusion.injection.architectures import SiteKind, SiteSpec
+
+FUSION_IMPLEMENTATIONS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
+    "fast": fuse_fast,
+    "reference": fuse_reference,
+}
+
+
+class AdapterSite(nn.Module):
+    def __init__(
+        self,
+        base_layer: nn.Module,
+        spec: SiteSpec,
+        layer_index: int,
+        position: str,
+        parent_layer_norm: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        self.base_layer = base_layer
+        self.adapters = nn.ModuleDict()
+        self.fusions = nn.ModuleDict()
+        self.spec = spec
+        self.layer_index = layer_index
+        self.position = position
+        # The parent block owns this LayerNorm; registering it here would duplicate it in state_dict().
+        self.__dict__["_parent_layer_norm"] = parent_layer_norm
+        self.active_adapter: str | None = None
+        self.active_fusion: tuple[str, tuple[str, ...]] | None = None
+        self.skipped = False
+        self.fusion_implementation = "fast"
+        self.fusion_step = 0
+        self.fusion_keep: dict[str, torch.Tensor] = {}
+        self.recorder: dict[tuple[int, str], torch.Tensor] | None = None
+
+    # ---- what the site offers ------------------------------------------------------------------------
+    @property
+    def pretrained_layer_norm(self) -> nn.Module | None:
+        if self.spec.kind is SiteKind.POST_LN_OUTPUT:
+            return getattr(self.base_layer, self.spec.norm)
+        return self.__dict__["_parent_layer_norm"]
+
+    def check_supports(self, config: AdapterConfig, name: str) -> None:
+        """Refuse, before any weight is created, placements this kind of site cannot express."""
+        if self.spec.kind is SiteKind.PRE_RESIDUAL:
+            if not config.original_ln_after:
+                raise ConfigError(
+                    f"adapter {name!r}: original_ln_after=False is impossible at {self.spec.path!r} of this "
+                    "architecture, whose block applies its LayerNorm after the sub-layer itself; keep "
+                    "original_ln_after=True"
+                )
+            if config.train_layer_norm:
+                raise ConfigError(
+                    f"adapter {name!r}: train_layer_norm=True is not supported at {self.spec.path!r} of this "
+                    "architecture (the block applies the shared LayerNorm itself); pass train_layer_norm=False"
+                )
+
+    def add_adapter(self, name: str, config: AdapterConfig, hidden_size: int) -> BottleneckAdapter:
+        adapter = BottleneckAdapter(
+            hidden_size,
+            config.bottleneck_size(hidden_size, self.layer_index),
+            config,
+            pretrained_layer_norm=self.pretrained_layer_norm if self.spec.kind is SiteKind.POST_LN_OUTPUT else None,
+        )
+        reference = next(self.base_layer.parameters(), None)
+        if reference is not None:
+            adapter.to(device=reference.device, dtype=reference.dtype)
+        self.adapters[name] = adapter
+        return adapter
+
+    def add_fusion(self, name: str, fusion: FusionLayer) -> None:
+        reference = next(self.base_layer.parameters(), None)
+        if reference is not None:
+            fusion.to(device=reference.device, dtype=reference.dtype)
+        self.fusions[name] = fusion
+
+    def unwrap(self) -> nn.Module:
+        return self.base_layer
+
+    @property
+    def is_active(self) -> bool:
+        return not self.skipped and (self.active_adapter is not None or self.active_fusion is not None)
+
+    # ---- forward -------------------------------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.is_active:
+            return self.base_layer(*args, **kwargs)
+        if self.spec.kind is SiteKind.POST_LN_OUTPUT:
+            hidden_states = args[0] if args else kwargs["hidden_states"]
+            input_tensor = args[1] if len(args) > 1 else kwargs["input_tensor"]
+            dense = getattr(self.base_layer, self.spec.dense)
+            dropout = getattr(self.base_layer, self.spec.dropout)
+            return self._adapt(dropout(dense(hidden_states)), input_tensor, apply_final_ln=True)
+        output = self.base_layer(*args, **kwargs)
+        hidden = output[0] if isinstance(output, tuple) else output
+        residual_input = None
+        if self.spec.kind is SiteKind.PRE_RESIDUAL:
+            residual_input = args[0] if args else next(iter(kwargs.values()))
+        adapted = self._adapt(hidden, residual_input, apply_final_ln=False)
+        return (adapted, *output[1:]) if isinstance(output, tuple) else adapted
+
+    def _adapt(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
+        fusion_name = self.active_fusion[0] if self.active_fusion is not None else None
+        names = self.active_fusion[1] if self.active_fusion is not None else (self.active_adapter,)
+        adapters = [self.adapters[name] for name in names]
+        config = adapters[0].config
+        layer_norm = self.pretrained_layer_norm
+        if fusion_name is None and adapters[0].layer_norm is not None:
+            layer_norm = adapters[0].layer_norm
+
+        if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to place
+            x = residual = h
+            normalised = h
+        else:
+            normalised = layer_norm(h + r) if config.original_ln_before else None
+            x = normalised if config.original_ln_before else h
+            if config.residual_before_ln is True:
+                residual = h
+            elif config.residual_before_ln == "post_add":
+                residual = h + r
+            else:
+                residual = x
+
+        if fusion_name is None:
+            out = adapters[0](x, residual)
+        else:
+            fusion = self.fusions[fusion_name]
+            query = h if fusion.config.query_before_ln else x
+            fuse = FUSION_IMPLEMENTATIONS[self.fusion_implementation]
+            out, probs = fuse(
+                fusion, adapters, x, query, residual,
+                temperature=fusion.config.temperature_at(self.fusion_step),
+                keep=self.fusion_keep.get(fusion_name),
+            )
+            if self.recorder is not None:
+                self.recorder[(self.layer_index, self.position)] = probs
+
+        if apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM:
+            out = layer_norm(out + r)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"layer={self.layer_index}, position={self.position}, kind={self.spec.kind.value}"

@@ -1,0 +1,1 @@
+"""File formats and durable writes."""

@@ -1,0 +1,527 @@
+"""AdaptedModel: a HuggingFace encoder with adapter sites injected, plus named heads.
+
+`wrap(model)` replaces each insertion site with an AdapterSite (injection/site.py); adapters and fusion
+layers live inside those sites, heads live here. Which adapter, fusion and head run is set explicitly
+with `activate`; which parameters train is set with the `train_*` methods.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import torch
+from torch import nn
+from transformers.utils import ModelOutput
+
+from adapterfusion._validation import check_choice, check_name
+from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
+from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
+from adapterfusion.fusion.config import FusionConfig, resolve_fusion_config
+from adapterfusion.fusion.layer import FusionLayer
+from adapterfusion.heads.config import HeadConfig, head_config_from_dict
+from adapterfusion.heads.module import PredictionHead
+from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
+from adapterfusion.injection.site import FUSION_IMPLEMENTATIONS, AdapterSite
+from adapterfusion.io.pieces import EncoderFingerprint, read_piece_config, read_piece_weights, save_piece
+from adapterfusion.parameters import ParameterReport, build_parameter_report
+
+
+@dataclass
+class AdaptedModelOutput(ModelOutput):
+    """loss = task_loss + fusion_regularization while a fusion with a trainable V is trained.
+    fusion_attentions[layer]: [batch, seq, N] softmax weights of the 'output' site (else 'attention' site),
+    None for layers without fusion; every site's weights are in fusion_attentions_by_site[(layer, position)]."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    last_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    task_loss: torch.Tensor | None = None
+    fusion_regularization: torch.Tensor | None = None
+    fusion_attentions: tuple[torch.Tensor | None, ...] | None = None
+    fusion_attentions_by_site: dict[tuple[int, str], torch.Tensor] | None = None
+
+
+class AdaptedModel(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.architecture: ArchitectureSpec = architecture_for(model)
+        config = model.config
+        self.hidden_size = int(config.hidden_size)
+        layers = get_submodule(model.base_model, self.architecture.layers)
+        self.num_layers = len(layers)
+        self.fingerprint = EncoderFingerprint(
+            model_type=config.model_type, hidden_size=self.hidden_size, num_layers=self.num_layers,
+            name_or_path=str(getattr(config, "_name_or_path", "") or ""),
+        )
+        self.sites: list[AdapterSite] = []
+        for index, layer in enumerate(layers):
+            for position in ("attention", "output"):
+                self.sites.append(self._inject(layer, index, position))
+        self.heads = nn.ModuleDict()
+        self.adapter_configs: dict[str, AdapterConfig] = {}
+        self.fusion_setups: dict[str, tuple[FusionConfig, tuple[str, ...]]] = {}
+        self.active_adapter: str | None = None
+        self.active_fusion: str | None = None
+        self.active_head: str | None = None
+        self.skip_layers: tuple[int, ...] = ()
+
+    def _inject(self, layer: nn.Module, index: int, position: str) -> AdapterSite:
+        spec = self.architecture.site(position)
+        parent_path, _, attribute = spec.path.rpartition(".")
+        parent = get_submodule(layer, parent_path) if parent_path else layer
+        base = getattr(parent, attribute)
+        layer_norm = get_submodule(layer, spec.layer_norm) if spec.layer_norm else None
+        site = AdapterSite(base, spec, index, position, parent_layer_norm=layer_norm)
+        setattr(parent, attribute, site)
+        return site
+
+    def unload(self) -> nn.Module:
+        """Put every original sub-module back and return the plain HuggingFace model."""
+        layers = get_submodule(self.model.base_model, self.architecture.layers)
+        for site in self.sites:
+            parent_path, _, attribute = site.spec.path.rpartition(".")
+            layer = layers[site.layer_index]
+            parent = get_submodule(layer, parent_path) if parent_path else layer
+            setattr(parent, attribute, site.unwrap())
+        self.sites = []
+        return self.model
+
+    # ---- bookkeeping ---------------------------------------------------------------------------------
+    @property
+    def adapter_names(self) -> list[str]:
+        return list(self.adapter_configs)
+
+    @property
+    def fusion_names(self) -> list[str]:
+        return list(self.fusion_setups)
+
+    @property
+    def head_names(self) -> list[str]:
+        return list(self.heads)
+
+    def _require(self, kind: str, name: str, known: Iterable[str]) -> None:
+        known = list(known)
+        if name not in known:
+            raise NameNotFoundError(
+                f"no {kind} named {name!r} is loaded; loaded {kind}s: {known or 'none'}. "
+                f"Add it with add_{kind}() or load it with load_{kind}()"
+            )
+
+    def sites_with_adapter(self, name: str) -> list[AdapterSite]:
+        return [site for site in self.sites if name in site.adapters]
+
+    def sites_with_fusion(self, name: str) -> list[AdapterSite]:
+        return [site for site in self.sites if name in site.fusions]
+
+    def adapter_parameters(self, name: str) -> list[nn.Parameter]:
+        return [p for site in self.sites_with_adapter(name) for p in site.adapters[name].parameters()]
+
+    def fusion_parameters(self, name: str) -> list[nn.Parameter]:
+        return [p for site in self.sites_with_fusion(name) for p in site.fusions[name].parameters()]
+
+    def encoder_parameters(self) -> list[nn.Parameter]:
+        """The pretrained weights: everything in the HF model that is not an adapter or a fusion layer."""
+        added = {id(p) for site in self.sites for module in (site.adapters, site.fusions) for p in module.parameters()}
+        return [p for p in self.model.parameters() if id(p) not in added]
+
+    # ---- adding pieces -------------------------------------------------------------------------------
+    def add_adapter(
+        self, name: str, config: AdapterConfig | str | Mapping[str, Any] | None = None, overwrite: bool = False
+    ) -> AdapterConfig:
+        check_name(name, "adapter")
+        config = resolve_adapter_config(config)
+        if name in self.adapter_configs:
+            if not overwrite:
+                raise ConfigError(f"an adapter named {name!r} already exists; delete_adapter({name!r}) or pass overwrite=True")
+            self.delete_adapter(name)
+        self._check_layers(config, name)
+        targets = [s for s in self.sites if s.position in config.positions and s.layer_index not in config.leave_out]
+        for site in targets:
+            site.check_supports(config, name)
+        for site in targets:
+            site.add_adapter(name, config, self.hidden_size)
+        self.adapter_configs[name] = config
+        return config
+
+    def _check_layers(self, config: AdapterConfig, name: str) -> None:
+        out_of_range = [layer for layer in config.leave_out if layer >= self.num_layers]
+        if isinstance(config.reduction_factor, dict):
+            out_of_range += [int(k) for k in config.reduction_factor if k != "default" and int(k) >= self.num_layers]
+        if out_of_range:
+            raise ConfigError(
+                f"adapter {name!r} names layer(s) {sorted(set(out_of_range))} but this encoder has layers "
+                f"0..{self.num_layers - 1}"
+            )
+
+    def delete_adapter(self, name: str) -> None:
+        self._require("adapter", name, self.adapter_configs)
+        users = [fusion for fusion, (_, names) in self.fusion_setups.items() if name in names]
+        if users:
+            raise ConfigError(f"adapter {name!r} is used by fusion(s) {users}; delete those fusions first")
+        for site in self.sites_with_adapter(name):
+            del site.adapters[name]
+        del self.adapter_configs[name]
+        if self.active_adapter == name:
+            self.activate(head=self.active_head)
+
+    def add_head(self, name: str, config: HeadConfig, overwrite: bool = False) -> PredictionHead:
+        check_name(name, "head")
+        if not isinstance(config, HeadConfig):
+            raise ConfigError(
+                f"head {name!r}: expected a head config such as af.ClassificationHead(num_labels=2), got {type(config).__name__}"
+            )
+        if name in self.heads and not overwrite:
+            raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
+        head = PredictionHead(config, self.hidden_size)
+        reference = next(self.model.parameters())
+        head.to(device=reference.device, dtype=reference.dtype)
+        self.heads[name] = head
+        return head
+
+    def delete_head(self, name: str) -> None:
+        self._require("head", name, self.heads)
+        del self.heads[name]
+        if self.active_head == name:
+            self.active_head = None
+
+    def add_fusion(
+        self, name: str, adapters: Sequence[str], config: FusionConfig | str | Mapping[str, Any] | None = None,
+        overwrite: bool = False,
+    ) -> FusionConfig:
+        check_name(name, "fusion")
+        config = resolve_fusion_config(config)
+        adapters = tuple(adapters) if not isinstance(adapters, str) else (adapters,)
+        if not adapters:
+            raise ConfigError(f"fusion {name!r} needs at least one adapter")
+        if len(set(adapters)) != len(adapters):
+            raise ConfigError(f"fusion {name!r} lists an adapter twice: {list(adapters)}")
+        for adapter in adapters:
+            self._require("adapter", adapter, self.adapter_configs)
+        placements = {adapter: self.adapter_configs[adapter].site_options() for adapter in adapters}
+        if len(set(placements.values())) > 1:
+            detail = "; ".join(
+                f"{a}: positions={p[0]}, original_ln_before={p[1]}, original_ln_after={p[2]}, residual_before_ln={p[3]}"
+                for a, p in placements.items()
+            )
+            raise ConfigError(
+                f"fusion {name!r} mixes adapters with different placements ({detail}); fused adapters share "
+                "one site, so give them the same positions and LayerNorm/residual options"
+            )
+        if name in self.fusion_setups:
+            if not overwrite:
+                raise ConfigError(f"a fusion named {name!r} already exists; delete_fusion({name!r}) or pass overwrite=True")
+            self.delete_fusion(name)
+        targets = []
+        for site in self.sites:
+            present = [a for a in adapters if a in site.adapters]
+            if present and len(present) != len(adapters):
+                missing = sorted(set(adapters) - set(present))
+                raise ConfigError(
+                    f"fusion {name!r}: layer {site.layer_index} ({site.position}) has no adapter {missing}, "
+                    "but has the others; fuse adapters with the same leave_out layers"
+                )
+            if present:
+                targets.append(site)
+        for site in targets:
+            site.add_fusion(name, FusionLayer(self.hidden_size, config))
+        self.fusion_setups[name] = (config, adapters)
+        return config
+
+    def delete_fusion(self, name: str) -> None:
+        self._require("fusion", name, self.fusion_setups)
+        for site in self.sites_with_fusion(name):
+            del site.fusions[name]
+            site.fusion_keep.pop(name, None)
+        del self.fusion_setups[name]
+        if self.active_fusion == name:
+            self.activate(head=self.active_head)
+
+    # ---- activation and training selection -----------------------------------------------------------
+    def activate(
+        self, adapter: str | None = None, fusion: str | None = None, head: str | None = None,
+        skip_layers: Iterable[int] = (),
+    ) -> None:
+        """Choose what runs: one adapter or one fusion (or neither: the bare encoder), and a head or none.
+        skip_layers: layers whose sites run as the bare encoder (AdapterDrop)."""
+        if adapter is not None and fusion is not None:
+            raise ConfigError("activate() takes an adapter or a fusion, not both (a fusion already runs its adapters)")
+        if adapter is not None:
+            self._require("adapter", adapter, self.adapter_configs)
+        if fusion is not None:
+            self._require("fusion", fusion, self.fusion_setups)
+        if head is not None:
+            self._require("head", head, self.heads)
+        skip = tuple(sorted(set(skip_layers)))
+        bad = [layer for layer in skip if isinstance(layer, bool) or not isinstance(layer, int)
+               or not 0 <= layer < self.num_layers]
+        if bad:
+            raise ConfigError(f"skip_layers {bad} are not layer indices of this encoder (0..{self.num_layers - 1})")
+        fused = self.fusion_setups[fusion][1] if fusion is not None else None
+        for site in self.sites:
+            site.active_adapter = adapter if adapter is not None and adapter in site.adapters else None
+            site.active_fusion = (fusion, fused) if fusion is not None and fusion in site.fusions else None
+            site.skipped = site.layer_index in skip
+        self.active_adapter, self.active_fusion, self.active_head, self.skip_layers = adapter, fusion, head, skip
+
+    def _set_trainable(self, parameters: Iterable[nn.Parameter]) -> None:
+        for parameter in self.parameters():
+            parameter.requires_grad_(False)
+        for parameter in parameters:
+            parameter.requires_grad_(True)
+
+    def _default_head(self, explicit: str | None, *candidates: str | None) -> str | None:
+        if explicit is not None:
+            return explicit
+        return next((c for c in candidates if c is not None and c in self.heads), None)
+
+    def train_adapter(self, name: str, head: str | None = None, train_encoder: bool = False) -> None:
+        """Freeze everything but adapter `name` (with its own LayerNorm copies, for Houlsby) and its head.
+        The head defaults to the one named like the adapter, else the active head.
+        train_encoder=True also trains the encoder (MT-A, Stickland & Murray 2019)."""
+        self._require("adapter", name, self.adapter_configs)
+        head = self._default_head(head, name, self.active_head)
+        self.activate(adapter=name, head=head, skip_layers=self.skip_layers)
+        trainable = self.adapter_parameters(name) + (self.encoder_parameters() if train_encoder else [])
+        self._set_trainable(trainable + (list(self.heads[head].parameters()) if head else []))
+
+    def train_fusion(self, name: str, head: str | None = None) -> None:
+        """Freeze the encoder and all adapters; train the fusion's Q/K/V and the head (explicit, else the one
+        named like the fusion, else the active head)."""
+        self._require("fusion", name, self.fusion_setups)
+        head = self._default_head(head, name, self.active_head)
+        self.activate(fusion=name, head=head, skip_layers=self.skip_layers)
+        self._set_trainable(self.fusion_parameters(name) + (list(self.heads[head].parameters()) if head else []))
+
+    def train_head(self, name: str, train_encoder: bool = False) -> None:
+        """The 'Head' baseline (frozen encoder) or, with train_encoder=True, full fine-tuning. Keeps the active
+        adapter or fusion running but frozen."""
+        self._require("head", name, self.heads)
+        self.activate(adapter=self.active_adapter, fusion=self.active_fusion, head=name, skip_layers=self.skip_layers)
+        self._set_trainable(list(self.heads[name].parameters()) + (self.encoder_parameters() if train_encoder else []))
+
+    # ---- fusion controls -----------------------------------------------------------------------------
+    def set_fusion_implementation(self, implementation: str) -> None:
+        """'fast' (default) or 'reference' (the paper's equations computed literally, for checking)."""
+        check_choice(implementation, FUSION_IMPLEMENTATIONS, "fusion implementation")
+        for site in self.sites:
+            site.fusion_implementation = implementation
+
+    def set_fusion_step(self, step: int) -> None:
+        """The training step that drives the fusion softmax temperature schedule, if one is configured."""
+        for site in self.sites:
+            site.fusion_step = int(step)
+
+    def set_fusion_mask(self, fusion: str, keep: Sequence[str] | None) -> None:
+        """Fuse only the adapters in `keep` (others get zero attention), or all of them with keep=None."""
+        self._require("fusion", fusion, self.fusion_setups)
+        names = self.fusion_setups[fusion][1]
+        for site in self.sites_with_fusion(fusion):
+            site.fusion_keep.pop(fusion, None)
+        if keep is None:
+            return
+        keep = list(keep)
+        unknown = [k for k in keep if k not in names]
+        if unknown or not keep:
+            raise ConfigError(f"keep={keep} must be a non-empty subset of fusion {fusion!r}'s adapters {list(names)}")
+        for site in self.sites_with_fusion(fusion):
+            param = next(site.fusions[fusion].parameters(), None)
+            device = param.device if param is not None else None
+            site.fusion_keep[fusion] = torch.tensor([n in keep for n in names], dtype=torch.bool, device=device)
+
+    def fusion_regularization(self, name: str | None = None) -> torch.Tensor:
+        """Sum over layers of weight * ||V - I||² for fusion `name` (default: the active fusion)."""
+        name = name if name is not None else self.active_fusion
+        reference = next(self.model.parameters())
+        total = torch.zeros((), device=reference.device, dtype=reference.dtype)
+        if name is None:
+            return total
+        self._require("fusion", name, self.fusion_setups)
+        for site in self.sites_with_fusion(name):
+            total = total + site.fusions[name].regularization()
+        return total
+
+    # ---- forward -------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _recording(self, enabled: bool) -> Iterator[dict[tuple[int, str], torch.Tensor] | None]:
+        recorder: dict[tuple[int, str], torch.Tensor] | None = {} if enabled else None
+        for site in self.sites:
+            site.recorder = recorder
+        try:
+            yield recorder
+        finally:
+            for site in self.sites:
+                site.recorder = None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_fusion_attentions: bool = False,
+        **encoder_inputs: Any,
+    ) -> AdaptedModelOutput:
+        head = self.heads[self.active_head] if self.active_head is not None else None
+        inputs = {k: v for k, v in dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask).items()
+                  if v is not None}
+        num_choices = None
+        if head is not None and head.config.kind == "multiple_choice":
+            num_choices = _flatten_choices(inputs)
+        with self._recording(output_fusion_attentions) as recorder:
+            encoder = self.model.base_model if head is not None else self.model
+            encoded = encoder(**inputs)
+        output = AdaptedModelOutput(
+            last_hidden_state=getattr(encoded, "last_hidden_state", None),
+            hidden_states=getattr(encoded, "hidden_states", None),
+            attentions=getattr(encoded, "attentions", None),
+        )
+        if head is None and getattr(encoded, "logits", None) is not None:
+            output.logits = encoded.logits
+        if head is not None:
+            output.logits = head(encoded.last_hidden_state, inputs.get("attention_mask"), num_choices)
+            if labels is not None:
+                output.task_loss = head.loss(output.logits, labels)
+                output.loss = output.task_loss
+                if self.training and self._fusion_value_trains():
+                    output.fusion_regularization = self.fusion_regularization()
+                    output.loss = output.loss + output.fusion_regularization
+        if recorder is not None:
+            output.fusion_attentions_by_site = dict(recorder)
+            output.fusion_attentions = tuple(
+                recorder.get((layer, "output"), recorder.get((layer, "attention"))) for layer in range(self.num_layers)
+            )
+        return output
+
+    def _fusion_value_trains(self) -> bool:
+        if self.active_fusion is None:
+            return False
+        return any(site.fusions[self.active_fusion].value is not None
+                   and site.fusions[self.active_fusion].value.weight.requires_grad
+                   for site in self.sites_with_fusion(self.active_fusion))
+
+    # ---- save / load ---------------------------------------------------------------------------------
+    def save_adapter(self, name: str, directory: str | Path) -> Path:
+        self._require("adapter", name, self.adapter_configs)
+        tensors = {f"layer.{site.layer_index}.{site.position}.{key}": value
+                   for site in self.sites_with_adapter(name) for key, value in site.adapters[name].state_dict().items()}
+        return save_piece(directory, "adapter", name, self.adapter_configs[name].to_dict(), tensors, self.fingerprint)
+
+    def load_adapter(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
+        """Load an adapter saved by save_adapter; returns its name (the saved one unless `name` is given)."""
+        document = read_piece_config(directory, "adapter")
+        self.fingerprint.check_compatible(document["base_model"], Path(directory))
+        name = name or document["name"]
+        config = AdapterConfig.from_dict(document["config"])
+        tensors = read_piece_weights(directory, "adapter")
+        self.add_adapter(name, config, overwrite=overwrite)
+        try:
+            self._load_site_tensors(tensors, {s: s.adapters[name] for s in self.sites_with_adapter(name)}, directory)
+        except SerializationError:
+            self.delete_adapter(name)
+            raise
+        return name
+
+    def save_fusion(self, name: str, directory: str | Path) -> Path:
+        self._require("fusion", name, self.fusion_setups)
+        config, adapters = self.fusion_setups[name]
+        tensors = {f"layer.{site.layer_index}.{site.position}.{key}": value
+                   for site in self.sites_with_fusion(name) for key, value in site.fusions[name].state_dict().items()}
+        return save_piece(directory, "fusion", name, config.to_dict(), tensors, self.fingerprint,
+                          extra={"adapters": list(adapters)})
+
+    def load_fusion(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
+        """Load a fusion saved by save_fusion; the adapters it fuses must be loaded first."""
+        document = read_piece_config(directory, "fusion")
+        self.fingerprint.check_compatible(document["base_model"], Path(directory))
+        adapters = document.get("adapters")
+        if not isinstance(adapters, list) or not adapters:
+            raise SerializationError(f"{directory}: fusion config has no 'adapters' list")
+        missing = [a for a in adapters if a not in self.adapter_configs]
+        if missing:
+            raise NameNotFoundError(
+                f"fusion in {directory} fuses adapters {adapters}, of which {missing} are not loaded; "
+                "load_adapter() each of them first"
+            )
+        name = name or document["name"]
+        config = FusionConfig.from_dict(document["config"])
+        tensors = read_piece_weights(directory, "fusion")
+        self.add_fusion(name, adapters, config, overwrite=overwrite)
+        try:
+            self._load_site_tensors(tensors, {s: s.fusions[name] for s in self.sites_with_fusion(name)}, directory)
+        except SerializationError:
+            self.delete_fusion(name)
+            raise
+        return name
+
+    def save_head(self, name: str, directory: str | Path) -> Path:
+        self._require("head", name, self.heads)
+        head = self.heads[name]
+        return save_piece(directory, "head", name, head.config.to_dict(), head.state_dict(), self.fingerprint)
+
+    def load_head(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
+        document = read_piece_config(directory, "head")
+        # A head reads only the final hidden states: the layer count need not match.
+        self.fingerprint.check_compatible(document["base_model"], Path(directory), check_layers=False)
+        name = name or document["name"]
+        config = head_config_from_dict(document["config"])
+        tensors = read_piece_weights(directory, "head")
+        head = self.add_head(name, config, overwrite=overwrite)
+        try:
+            _load_state(head, tensors, directory)
+        except SerializationError:
+            del self.heads[name]
+            raise
+        return name
+
+    def _load_site_tensors(self, tensors: dict[str, torch.Tensor], modules: dict[AdapterSite, nn.Module],
+                           directory: str | Path) -> None:
+        expected = {f"layer.{s.layer_index}.{s.position}." for s in modules}
+        stray = sorted({k.rsplit(".", 2)[0] for k in tensors if not any(k.startswith(p) for p in expected)})
+        if stray:
+            raise SerializationError(f"{directory}: weights for sites this encoder's config does not place ({stray[:5]})")
+        for site, module in modules.items():
+            prefix = f"layer.{site.layer_index}.{site.position}."
+            _load_state(module, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}, directory)
+
+    # ---- reporting -----------------------------------------------------------------------------------
+    def parameter_report(self) -> ParameterReport:
+        return build_parameter_report(self)
+
+
+def _load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str | Path) -> None:
+    own = module.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
+    if missing or unexpected or wrong:
+        detail = "; ".join(part for part in (
+            f"missing {missing[:5]}" if missing else "",
+            f"unexpected {unexpected[:5]}" if unexpected else "",
+            "wrong shapes " + ", ".join(f"{k}: saved {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:5])
+            if wrong else "",
+        ) if part)
+        raise SerializationError(f"{source}: weights do not match the saved config ({detail})")
+    module.load_state_dict(state)
+
+
+def _flatten_choices(inputs: dict[str, torch.Tensor]) -> int:
+    """[batch, choices, seq] -> [batch * choices, seq] for every per-token input; returns the choice count."""
+    input_ids = inputs.get("input_ids")
+    if input_ids is None or input_ids.dim() != 3:
+        raise ConfigError(
+            "the active head is a MultipleChoiceHead: pass input_ids of shape [batch, num_choices, seq], "
+            f"got {None if input_ids is None else tuple(input_ids.shape)}"
+        )
+    for key in ("input_ids", "attention_mask", "token_type_ids", "position_ids"):
+        if key in inputs and inputs[key].dim() == 3:
+            inputs[key] = inputs[key].flatten(0, 1)
+    return input_ids.shape[1]
+
+
+def wrap(model: nn.Module) -> AdaptedModel:
+    """Inject adapter sites into a HuggingFace encoder (AutoModel or a *For* task model)."""
+    return AdaptedModel(model)
