@@ -36,7 +36,8 @@ class FusionLayer(nn.Module):
         self.hidden_size = hidden_size
         self.query = nn.Linear(hidden_size, hidden_size) if config.query else None
         self.key = nn.Linear(hidden_size, hidden_size) if config.key else None
-        self.value = nn.Linear(hidden_size, hidden_size) if config.value else None
+        # z'_n = z_n^T V (§3.2): a plain matrix, no bias, as in the paper and AdapterHub.
+        self.value = nn.Linear(hidden_size, hidden_size, bias=False) if config.value else None
         self.reset_parameters()
 
     @torch.no_grad()
@@ -48,7 +49,6 @@ class FusionLayer(nn.Module):
         if self.value is not None:
             eye = torch.eye(self.hidden_size, dtype=self.value.weight.dtype)
             self.value.weight.copy_(eye + torch.randn_like(eye) * self.config.value_init_noise)
-            nn.init.zeros_(self.value.bias)
 
     def regularization(self) -> torch.Tensor:
         """weight * ||V - I||²_F: keeps V near identity (§3.2); part of the loss of the step it is computed in."""
