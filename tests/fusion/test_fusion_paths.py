@@ -112,7 +112,7 @@ def test_reference_is_the_papers_equation() -> None:
         q = layer.query.weight @ query + layer.query.bias
         scores = torch.tensor([float(q @ (layer.key.weight @ z_n + layer.key.bias)) for z_n in z])
         s = torch.exp(scores - scores.max()) / torch.exp(scores - scores.max()).sum()
-        expected = sum(s[n] * (layer.value.weight @ z[n] + layer.value.bias) for n in range(3)) + residual
+        expected = sum(s[n] * (layer.value.weight @ z[n]) for n in range(3)) + residual
     torch.testing.assert_close(probs, s, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
 
