@@ -1,0 +1,144 @@
+"""Tokenise a loaded task for a model: single texts, text pairs, or one (context, choice) pair per choice.
+
+Multiple choice: every example becomes `num_choices` pairs, so its input_ids are [num_choices, seq].
+WinoGrande-style blanks follow the WinoGrande authors' RoBERTa baseline: the first segment is the sentence up to
+the blank, the second is the option followed by the rest of the sentence ("Ian volunteered ... because",
+"Dennis despised eating intestine.").
+
+Encoding runs through `Dataset.map(batched=True)`, so `datasets` caches it next to the data's Arrow files.
+Truncation is counted per example (an MC example counts once if any of its choices was cut).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from adapterfusion.tasks import fields
+from adapterfusion.tasks.checks import LABEL_COLUMN
+from adapterfusion.tasks.collator import TaskCollator
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.registry import resolve_task
+from adapterfusion.tasks.spec import TaskSpec
+
+__all__ = ["EncodedTask", "TaskCollator", "TruncationReport", "encode_task", "effective_max_length", "segments"]
+
+TRUNCATED_COLUMN = "truncated"
+_HUGE_MODEL_MAX = 1_000_000  # tokenizers without a limit report ~1e30 as model_max_length
+
+
+@dataclass(frozen=True)
+class TruncationReport:
+    """How many examples per split lost tokens to `max_length` (so a report can flag a too-short limit)."""
+
+    task: str
+    max_length: int
+    truncated: Mapping[str, int]
+    totals: Mapping[str, int]
+
+    def describe(self) -> str:
+        parts = [f"{role} {self.truncated[role]}/{self.totals[role]}" for role in self.totals]
+        return f"{self.task}: truncated to {self.max_length} tokens: " + ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "max_length": self.max_length,
+                "truncated": dict(self.truncated), "totals": dict(self.totals)}
+
+
+class EncodedTask(NamedTuple):
+    """What `encode_task` returns; unpacks as `encoded, truncation = encode_task(...)`."""
+
+    splits: Any  # datasets.DatasetDict
+    truncation: TruncationReport
+
+
+def _fill_blank(context: str, option: str, blank: str) -> tuple[str, str]:
+    """(sentence up to the blank, option + rest of the sentence), as in the WinoGrande baseline."""
+    cut = context.index(blank)
+    return context[:cut].strip(), f"{option} {context[cut + len(blank):].strip()}".strip()
+
+
+def segments(batch: Mapping[str, list], spec: TaskSpec) -> tuple[list[str], list[str] | None]:
+    """The tokenizer's first and second segments, flattened; MC rows contribute num_choices entries each."""
+    if spec.kind == "single":
+        return fields.text_columns(batch, spec)[0], None
+    if spec.kind == "pair":
+        first, second = fields.text_columns(batch, spec)
+        return first, second
+    firsts, seconds = [], []
+    for context, choices in zip(fields.contexts(batch, spec), fields.choice_lists(batch, spec)):
+        for choice in choices:
+            a, b = _fill_blank(context, choice, spec.blank) if spec.blank else (context, choice)
+            firsts.append(a)
+            seconds.append(b)
+    return firsts, seconds
+
+
+def _tokenize(tokenizer, first: list[str], second: list[str] | None, max_length: int) -> tuple[dict, list[bool]]:
+    """Tokenise without truncation to learn true lengths, then re-tokenise only the too-long inputs, truncated."""
+    encoded = dict(tokenizer(first, second, truncation=False, verbose=False))
+    too_long = [i for i, ids in enumerate(encoded["input_ids"]) if len(ids) > max_length]
+    if too_long:
+        cut = tokenizer([first[i] for i in too_long], [second[i] for i in too_long] if second else None,
+                        truncation=True, max_length=max_length)
+        for key, values in encoded.items():
+            for j, i in enumerate(too_long):
+                values[i] = cut[key][j]
+    flags = [False] * len(first)
+    for i in too_long:
+        flags[i] = True
+    return encoded, flags
+
+
+def _encode_batch(batch: Mapping[str, list], spec: TaskSpec, tokenizer, max_length: int) -> dict[str, list]:
+    first, second = segments(batch, spec)
+    encoded, flags = _tokenize(tokenizer, first, second, max_length)
+    group = spec.num_choices if spec.is_multiple_choice else 1
+    if group == 1:
+        return {**encoded, TRUNCATED_COLUMN: flags}
+    grouped = {key: [values[i:i + group] for i in range(0, len(values), group)] for key, values in encoded.items()}
+    grouped[TRUNCATED_COLUMN] = [any(flags[i:i + group]) for i in range(0, len(flags), group)]
+    return grouped
+
+
+def effective_max_length(spec: TaskSpec, tokenizer, max_length: int | None = None) -> int:
+    """The requested (or task default) max length, capped at what the tokenizer's model accepts."""
+    wanted = spec.max_length if max_length is None else max_length
+    if not isinstance(wanted, int) or wanted < 8:
+        raise TaskError(f"task {spec.name!r}: max_length={wanted!r} must be an integer >= 8.")
+    model_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(model_max, int) and 0 < model_max < _HUGE_MODEL_MAX:
+        return min(wanted, model_max)
+    return wanted
+
+
+def encode_task(task: str | TaskSpec, data, tokenizer, max_length: int | None = None,
+                num_proc: int | None = None) -> EncodedTask:
+    """Tokenise every split of `data` (a DatasetDict from `load_task_data`, or one Dataset) for `task`.
+
+    Each split keeps only input_ids, attention_mask, token_type_ids (if the tokenizer makes them) and "label".
+    """
+    import datasets
+
+    spec = resolve_task(task)
+    length = effective_max_length(spec, tokenizer, max_length)
+    splits = data if isinstance(data, datasets.DatasetDict) else datasets.DatasetDict({"data": data})
+    encoded, truncated, totals = {}, {}, {}
+    for role, dataset in splits.items():
+        if LABEL_COLUMN not in dataset.column_names:
+            raise TaskError(
+                f"task {spec.name!r}, split {role!r}: no {LABEL_COLUMN!r} column; load the data with "
+                "load_task_data so labels are checked and converted to ids."
+            )
+        drop = [c for c in dataset.column_names if c != LABEL_COLUMN]
+        mapped = dataset.map(
+            _encode_batch, batched=True, remove_columns=drop, num_proc=num_proc,
+            fn_kwargs={"spec": spec, "tokenizer": tokenizer, "max_length": length},
+            desc=f"{spec.name}/{role}: tokenising",
+        )
+        truncated[role] = int(sum(mapped[TRUNCATED_COLUMN]))
+        totals[role] = len(mapped)
+        encoded[role] = mapped.remove_columns(TRUNCATED_COLUMN)
+    report = TruncationReport(task=spec.name, max_length=length, truncated=truncated, totals=totals)
+    result = datasets.DatasetDict(encoded) if isinstance(data, datasets.DatasetDict) else encoded["data"]
+    return EncodedTask(result, report)

@@ -1,0 +1,67 @@
+"""Find and read a task's split files: `<data_dir>/<task>/<split>.jsonl.gz` (or .jsonl/.json/.csv, gzip'd or not).
+
+Files are read with the `datasets` json/csv builders so they get Arrow cache files, which is what lets
+`Dataset.map` cache tokenisation between runs.
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+from adapterfusion.tasks.errors import TaskError
+
+EXTENSIONS = (".jsonl.gz", ".jsonl", ".json.gz", ".json", ".csv.gz", ".csv")
+
+
+def find_split_file(task_dir: Path, stems: list[str]) -> Path | None:
+    """The one file in `task_dir` named `<stem><ext>` for the first stem that has any; None if none has."""
+    for stem in stems:
+        hits = [task_dir / f"{stem}{ext}" for ext in EXTENSIONS if (task_dir / f"{stem}{ext}").is_file()]
+        if len(hits) > 1:
+            raise TaskError(
+                f"{task_dir}: several files for split {stem!r}: {[h.name for h in hits]}; keep only one."
+            )
+        if hits:
+            return hits[0]
+    return None
+
+
+def _builder(path: Path) -> str:
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith((".jsonl", ".json")):
+        return "json"
+    if name.endswith(".csv"):
+        return "csv"
+    raise TaskError(f"{path}: unsupported data file type; use one of {list(EXTENSIONS)}.")
+
+
+def _is_empty(path: Path) -> bool:
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        return not handle.read(4096).strip()
+
+
+def read_data_file(path: str | Path, cache_dir: str | None = None):
+    """Read one split file into a `datasets.Dataset`, turning parser failures into a TaskError naming the file."""
+    import datasets
+
+    path = Path(path)
+    if not path.is_file():
+        raise TaskError(f"data file {str(path)!r} does not exist; check the path or the task's data_files.")
+    builder = _builder(path)
+    try:
+        empty = _is_empty(path)
+    except (OSError, EOFError) as err:
+        raise TaskError(f"data file {str(path)!r} cannot be read ({err}); is it a valid (gzip) file?") from err
+    if empty:
+        raise TaskError(f"data file {str(path)!r} is empty; it must hold at least one example.")
+    try:
+        dataset = datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir)
+    except Exception as err:  # the builders raise many types; all mean "this file does not parse"
+        raise TaskError(
+            f"data file {str(path)!r} could not be parsed as {builder.upper()} ({type(err).__name__}: {err}); "
+            "JSON files need one object per line (or a list of objects), CSV files a header row."
+        ) from err
+    if len(dataset) == 0:
+        raise TaskError(f"data file {str(path)!r} has no rows; it must hold at least one example.")
+    return dataset

@@ -1,0 +1,89 @@
+"""Task metrics in plain numpy: accuracy, binary F1, and Pearson/Spearman for score-valued analyses.
+
+`compute_metrics` accepts predicted ids or logits ([n, num_labels], arg-maxed), so it plugs into a training loop
+or the HF Trainer's EvalPrediction unchanged.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.registry import resolve_task
+from adapterfusion.tasks.spec import TaskSpec
+
+
+def _as_ids(predictions, labels) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted ids (logits are arg-maxed over the last axis) and labels, both 1-D and of equal length."""
+    preds = np.asarray(predictions)
+    if preds.ndim == 2:
+        preds = preds.argmax(axis=-1)
+    gold = np.asarray(labels).reshape(-1)
+    preds = preds.reshape(-1)
+    if preds.shape != gold.shape:
+        raise TaskError(f"{preds.shape[0]} predictions but {gold.shape[0]} labels; they must match one to one.")
+    if gold.size == 0:
+        raise TaskError("no predictions to score; the evaluation split is empty.")
+    return preds, gold
+
+
+def accuracy(predictions, labels) -> float:
+    """Fraction of predictions equal to the label."""
+    preds, gold = _as_ids(predictions, labels)
+    return float(np.mean(preds == gold))
+
+
+def f1(predictions, labels, positive: int = 1) -> float:
+    """Binary F1 of class `positive` (GLUE's MRPC/QQP F1); 0.0 when it is never predicted nor present."""
+    preds, gold = _as_ids(predictions, labels)
+    tp = np.sum((preds == positive) & (gold == positive))
+    predicted, actual = np.sum(preds == positive), np.sum(gold == positive)
+    return float(2 * tp / (predicted + actual)) if predicted + actual else 0.0
+
+
+def pearson(x, y) -> float:
+    """Pearson correlation; nan when either input is constant."""
+    x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+    if x.shape != y.shape or x.size < 2:
+        raise TaskError(f"pearson needs two equal-length inputs of 2+ values, got {x.size} and {y.size}.")
+    xc, yc = x - x.mean(), y - y.mean()
+    denom = np.sqrt(np.sum(xc * xc) * np.sum(yc * yc))
+    return float(np.sum(xc * yc) / denom) if denom else float("nan")
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks with ties given their average rank (as Spearman's rho requires)."""
+    order = np.argsort(values, kind="mergesort")
+    sorted_vals = values[order]
+    ranks = np.empty(len(values), dtype=np.float64)
+    starts = np.flatnonzero(np.r_[True, sorted_vals[1:] != sorted_vals[:-1]])
+    ends = np.r_[starts[1:], len(values)]
+    for start, end in zip(starts, ends):
+        ranks[order[start:end]] = (start + end + 1) / 2.0
+    return ranks
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation (Pearson of average ranks)."""
+    x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+    return pearson(_ranks(x), _ranks(y))
+
+
+_METRICS: dict[str, Callable[[TaskSpec, np.ndarray, np.ndarray], float]] = {
+    "accuracy": lambda spec, p, g: accuracy(p, g),
+    "f1": lambda spec, p, g: f1(p, g, positive=spec.positive_label),
+}
+
+
+def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, float]:
+    """The task's metrics (e.g. {"accuracy": .., "f1": ..} for MRPC), from predicted ids or logits."""
+    spec = resolve_task(task)
+    preds, gold = _as_ids(predictions, labels)
+    bad = gold[(gold < 0) | (gold >= spec.num_labels)]
+    if bad.size:
+        raise TaskError(
+            f"task {spec.name!r}: label {int(bad[0])} is outside 0..{spec.num_labels - 1}; pass label ids, "
+            "not raw labels."
+        )
+    return {name: _METRICS[name](spec, preds, gold) for name in spec.metrics}

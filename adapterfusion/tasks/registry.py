@@ -1,0 +1,106 @@
+"""The task registry: look tasks up by name, and let users add their own from code or a JSON/YAML file.
+
+Built-in tasks are registered on import; a user task registered under an existing name needs overwrite=True
+so that a typo cannot silently replace "rte".
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from adapterfusion.tasks.builtin import BUILTIN_TASKS
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.spec import TaskSpec, suggest
+
+__all__ = ["TaskSpec", "get_task", "list_tasks", "register_task", "task_from_dict", "load_task_file",
+           "resolve_task"]
+
+_REGISTRY: dict[str, TaskSpec] = {}
+
+
+def register_task(spec: TaskSpec, overwrite: bool = False) -> TaskSpec:
+    """Add `spec` under `spec.name`; refuses to replace an existing task unless overwrite=True."""
+    if not isinstance(spec, TaskSpec):
+        raise TaskError(f"register_task expects a TaskSpec, got {type(spec).__name__}; use task_from_dict first.")
+    if spec.name in _REGISTRY and not overwrite:
+        raise TaskError(
+            f"task {spec.name!r} is already registered; pass overwrite=True to replace it, or choose another name."
+        )
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def get_task(name: str) -> TaskSpec:
+    """The registered spec called `name`; a typo gets the list of known tasks and the closest match."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        known = list_tasks()
+        raise TaskError(f"unknown task {name!r}.{suggest(str(name), known)} Known tasks: {', '.join(known)}.") from None
+
+
+def list_tasks() -> list[str]:
+    """Names of all registered tasks, sorted."""
+    return sorted(_REGISTRY)
+
+
+def resolve_task(task: str | TaskSpec) -> TaskSpec:
+    """Accept either a registered name or a spec, so every API takes both."""
+    return task if isinstance(task, TaskSpec) else get_task(task)
+
+
+def task_from_dict(data: Mapping[str, Any], base_dir: str | Path | None = None) -> TaskSpec:
+    """Build a spec from a dict; relative `data_files` paths are resolved against `base_dir`."""
+    spec = TaskSpec.from_dict(data)
+    if base_dir is None or not spec.data_files:
+        return spec
+    base = Path(base_dir)
+    files = {role: str(path if Path(path).is_absolute() else base / path) for role, path in spec.data_files}
+    return TaskSpec.from_dict({**spec.to_dict(), "data_files": files})
+
+
+def load_task_file(path: str | Path, register: bool = True, overwrite: bool = False) -> TaskSpec:
+    """Read a task description (.json, or .yaml/.yml when pyyaml is installed) and optionally register it.
+
+    Relative data file paths inside it are taken relative to the description file, so a task folder can move.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TaskError(f"task description file {str(path)!r} does not exist.")
+    text = path.read_text(encoding="utf-8")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            data = json.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            data = _parse_yaml(text, path)
+        else:
+            raise TaskError(f"task description file {str(path)!r} must end in .json, .yaml or .yml.")
+    except (json.JSONDecodeError, ValueError) as err:
+        if isinstance(err, TaskError):
+            raise
+        raise TaskError(f"task description file {str(path)!r} is not valid {suffix[1:].upper()}: {err}") from err
+    try:
+        spec = task_from_dict(data, base_dir=path.parent)
+    except TaskError as err:
+        raise TaskError(f"{path}: {err}") from err
+    return register_task(spec, overwrite=overwrite) if register else spec
+
+
+def _parse_yaml(text: str, path: Path) -> Any:
+    try:
+        import yaml
+    except ImportError:
+        raise TaskError(
+            f"{path} is YAML but pyyaml is not installed; `pip install pyyaml` or write the description as JSON."
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise TaskError(f"task description file {str(path)!r} is not valid YAML: {err}") from err
+
+
+for _spec in BUILTIN_TASKS:
+    register_task(_spec)

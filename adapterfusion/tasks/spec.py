@@ -1,0 +1,240 @@
+"""`TaskSpec`: everything the library needs to know about a task to load, check, encode and score it.
+
+A spec describes data by the field names of its Hub dataset, so one description serves the Hub copy,
+a local copy laid out like it, and a user's own CSV/JSONL files.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterfusion.tasks.errors import TaskError
+
+SPEC_FORMAT_VERSION = 1
+KINDS = ("single", "pair", "multiple_choice")
+ROLES = ("train", "validation", "test")
+METRIC_NAMES = ("accuracy", "f1")
+# Raw label values that mean "no gold label" (GLUE/SuperGLUE test sets use -1, WinoGrande/HellaSwag "").
+UNLABELLED_VALUES = frozenset({"", "-1", "None"})
+_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def suggest(value: str, known: list[str] | tuple[str, ...]) -> str:
+    """A ' Did you mean ...?' hint for a misspelt name, or '' when nothing is close."""
+    close = difflib.get_close_matches(value, list(known), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A classification or multiple-choice task, described by its data's field names.
+
+    text_fields: the text for "single" (1 field) and "pair" (2 fields); for "multiple_choice" the context
+        fields, joined with a space (e.g. SocialIQA's context and question).
+    choice_fields: multiple choice only; either one field holding a list of choices (dotted paths reach into
+        dicts, e.g. "choices.text") or one field per choice (e.g. "answerA", "answerB", "answerC").
+    blank: multiple choice only; a placeholder in the context that a choice fills (WinoGrande's "_").
+    label_values: the raw label value for each label id, in id order (e.g. ("1", "2") or ("A", ..., "E"));
+        empty means the raw labels already are the ids 0..n-1.
+    train_split / validation_split / test_split: the split names on the Hub and file stems locally
+        (None: the task has no such split, e.g. IMDb has no validation set).
+    hub_splits: the roles whose Hub split has gold labels; other roles are never loaded from the Hub.
+    drop_unlabelled: drop rows without a gold label (SNLI's -1) instead of rejecting the file.
+    data_files: role -> path of a user's own file (CSV, JSON, JSONL, optionally gzip'd).
+    """
+
+    name: str
+    kind: str
+    text_fields: tuple[str, ...]
+    label_names: tuple[str, ...] = ()
+    label_field: str = "label"
+    label_values: tuple[Any, ...] = ()
+    num_choices: int | None = None
+    choice_fields: tuple[str, ...] = ()
+    blank: str | None = None
+    metrics: tuple[str, ...] = ("accuracy",)
+    positive_label: int = 1
+    max_length: int = 128
+    train_split: str | None = "train"
+    validation_split: str | None = "validation"
+    test_split: str | None = None
+    hub_path: str | None = None
+    hub_config: str | None = None
+    hub_revision: str | None = None
+    hub_splits: tuple[str, ...] = ("train", "validation")
+    drop_unlabelled: bool = False
+    data_files: tuple[tuple[str, str], ...] = ()
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        self._coerce_containers()
+        if self.kind == "multiple_choice" and not self.label_names and self.num_choices:
+            object.__setattr__(self, "label_names", tuple(str(i) for i in range(self.num_choices)))
+        self._check_identity()
+        self._check_fields()
+        self._check_labels()
+        self._check_splits()
+        self._check_metrics()
+
+    # -- validation -------------------------------------------------------------------------------
+
+    def _fail(self, message: str) -> TaskError:
+        return TaskError(f"task {self.name!r}: {message}")
+
+    def _coerce_containers(self) -> None:
+        """Accept lists (from JSON/YAML) and a dict for data_files, store tuples so the spec is hashable."""
+        for name in ("text_fields", "label_names", "label_values", "choice_fields", "metrics", "hub_splits"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                value = (value,)
+            object.__setattr__(self, name, tuple(value))
+        files = self.data_files
+        pairs = files.items() if isinstance(files, Mapping) else files
+        object.__setattr__(self, "data_files", tuple((str(role), str(path)) for role, path in pairs))
+
+    def _check_identity(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_PATTERN.match(self.name):
+            raise TaskError(
+                f"task name {self.name!r} is invalid: use letters, digits, '_', '-' or '.', starting with a "
+                "letter or digit (it names the task's data folder)."
+            )
+        if self.kind not in KINDS:
+            raise self._fail(f"kind {self.kind!r} is unknown; use one of {KINDS}.{suggest(str(self.kind), KINDS)}")
+        if not isinstance(self.max_length, int) or self.max_length < 8:
+            raise self._fail(f"max_length={self.max_length!r} must be an integer >= 8 (tokens per input).")
+
+    def _check_fields(self) -> None:
+        expected = {"single": "exactly 1", "pair": "exactly 2", "multiple_choice": "at least 1"}[self.kind]
+        n_text = len(self.text_fields)
+        if (self.kind == "single" and n_text != 1) or (self.kind == "pair" and n_text != 2) or n_text < 1:
+            raise self._fail(
+                f"a {self.kind!r} task needs {expected} text field(s), got text_fields={list(self.text_fields)}."
+            )
+        names = [*self.text_fields, *self.choice_fields, self.label_field]
+        if not all(isinstance(n, str) and n for n in names):
+            raise self._fail(f"field names must be non-empty strings, got {names}.")
+        if self.kind != "multiple_choice":
+            if self.choice_fields or self.blank is not None or self.num_choices is not None:
+                raise self._fail(
+                    "choice_fields, blank and num_choices are for kind='multiple_choice' only; remove them or "
+                    "set kind='multiple_choice'."
+                )
+            return
+        n_choices = len(self.label_names)
+        if self.num_choices is not None and self.num_choices != n_choices:
+            raise self._fail(
+                f"num_choices={self.num_choices} but {n_choices} label_names {list(self.label_names)} were "
+                "given; they must agree (one label per choice)."
+            )
+        object.__setattr__(self, "num_choices", n_choices)
+        if len(self.choice_fields) not in (1, n_choices):
+            raise self._fail(
+                f"choice_fields={list(self.choice_fields)} must be one list-valued field or one field per "
+                f"choice ({n_choices})."
+            )
+        if self.blank is not None and (not isinstance(self.blank, str) or not self.blank):
+            raise self._fail(f"blank={self.blank!r} must be a non-empty placeholder string such as '_'.")
+
+    def _check_labels(self) -> None:
+        if len(self.label_names) < 2 or len(set(self.label_names)) != len(self.label_names):
+            raise self._fail(
+                f"label_names={list(self.label_names)} must hold at least 2 distinct names "
+                "(for multiple choice, one per choice, or give num_choices)."
+            )
+        if self.label_values:
+            if len(self.label_values) != len(self.label_names):
+                raise self._fail(
+                    f"label_values={list(self.label_values)} must give one raw value per label name "
+                    f"{list(self.label_names)}."
+                )
+            keys = [str(v) for v in self.label_values]
+            if len(set(keys)) != len(keys) or UNLABELLED_VALUES & set(keys):
+                raise self._fail(
+                    f"label_values={list(self.label_values)} must be distinct and must not use "
+                    f"{sorted(UNLABELLED_VALUES)}, which mean 'no gold label'."
+                )
+
+    def _check_splits(self) -> None:
+        names = [self.train_split, self.validation_split, self.test_split]
+        if all(n is None for n in names):
+            raise self._fail("train_split, validation_split and test_split are all None; name at least one.")
+        for roles, what in ((self.hub_splits, "hub_splits"), (tuple(r for r, _ in self.data_files), "data_files")):
+            bad = [r for r in roles if r not in ROLES]
+            if bad:
+                raise self._fail(f"{what} uses unknown split role(s) {bad}; use {list(ROLES)}.")
+
+    def _check_metrics(self) -> None:
+        for metric in self.metrics:
+            if metric not in METRIC_NAMES:
+                raise self._fail(
+                    f"metric {metric!r} is unknown; use {list(METRIC_NAMES)}.{suggest(str(metric), METRIC_NAMES)}"
+                )
+        if "f1" in self.metrics and (self.kind == "multiple_choice" or len(self.label_names) != 2):
+            raise self._fail("metric 'f1' is binary F1; it needs a 2-class single/pair task. Remove 'f1'.")
+        if not 0 <= self.positive_label < len(self.label_names):
+            raise self._fail(
+                f"positive_label={self.positive_label} is not a label id 0..{len(self.label_names) - 1}."
+            )
+
+    # -- derived views ----------------------------------------------------------------------------
+
+    @property
+    def num_labels(self) -> int:
+        """Classifier outputs: classes for single/pair, choices for multiple choice."""
+        return len(self.label_names)
+
+    @property
+    def is_multiple_choice(self) -> bool:
+        return self.kind == "multiple_choice"
+
+    def split_name(self, role: str) -> str | None:
+        """The dataset's own name for a split role ("validation" -> "validation_matched" for MNLI)."""
+        if role not in ROLES:
+            raise self._fail(f"split role {role!r} is unknown; use {list(ROLES)}.")
+        return {"train": self.train_split, "validation": self.validation_split, "test": self.test_split}[role]
+
+    def label_lookup(self) -> dict[str, int]:
+        """Raw label (as a string, so 1, "1" from a CSV and "1" from JSON agree) -> label id."""
+        values = self.label_values or tuple(range(len(self.label_names)))
+        return {str(v): i for i, v in enumerate(values)}
+
+    # -- serialisation ----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with a format version; `TaskSpec.from_dict` reads it back."""
+        out: dict[str, Any] = {"format_version": SPEC_FORMAT_VERSION}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "data_files":
+                value = dict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskSpec:
+        """Build a spec from a plain dict (e.g. parsed JSON/YAML), rejecting unknown keys by name."""
+        if not isinstance(data, Mapping):
+            raise TaskError(f"a task description must be a mapping of field -> value, got {type(data).__name__}.")
+        data = dict(data)
+        version = data.pop("format_version", SPEC_FORMAT_VERSION)
+        label = data.get("name", "<unnamed>")
+        if version != SPEC_FORMAT_VERSION:
+            raise TaskError(
+                f"task {label!r}: format_version={version!r} is not supported; this library reads version "
+                f"{SPEC_FORMAT_VERSION}."
+            )
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = [k for k in data if k not in known]
+        if unknown:
+            hints = "".join(suggest(str(k), known) for k in unknown)
+            raise TaskError(f"task {label!r}: unknown key(s) {unknown}.{hints} Known keys: {known}.")
+        missing = [k for k in ("name", "kind", "text_fields") if k not in data]
+        if missing:
+            raise TaskError(f"task {label!r}: required key(s) {missing} are missing.")
+        return cls(**data)

@@ -1,0 +1,74 @@
+"""TaskSpec validation and serialisation."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapterfusion.tasks import TaskError, TaskSpec, get_task, list_tasks
+
+PAIR = dict(name="toy", kind="pair", text_fields=("a", "b"), label_names=("no", "yes"))
+
+
+def test_roundtrip_every_builtin_through_json():
+    for name in list_tasks():
+        spec = get_task(name)
+        again = TaskSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+        assert again == spec
+        assert spec.to_dict()["format_version"] == 1
+
+
+def test_lists_and_dict_are_coerced_to_hashable_tuples():
+    spec = TaskSpec(**{**PAIR, "text_fields": ["a", "b"], "data_files": {"train": "t.csv"}})
+    assert spec.text_fields == ("a", "b") and spec.data_files == (("train", "t.csv"),)
+    hash(spec)
+
+
+def test_label_lookup_matches_strings_and_ints():
+    spec = get_task("winogrande")
+    assert spec.label_lookup() == {"1": 0, "2": 1}
+    assert get_task("rte").label_lookup() == {"0": 0, "1": 1}
+
+
+def test_multiple_choice_num_choices_derived_from_names_or_names_from_count():
+    assert get_task("commonsense_qa").num_choices == 5
+    spec = TaskSpec(name="mc", kind="multiple_choice", text_fields=("q",), choice_fields=("opts",), num_choices=3)
+    assert spec.label_names == ("0", "1", "2") and spec.num_labels == 3
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"name": "bad name!"}, "task name 'bad name!' is invalid"),
+        ({"kind": "pairs"}, "Did you mean 'pair'"),
+        ({"text_fields": ("a",)}, "needs exactly 2 text field(s)"),
+        ({"label_names": ("only",)}, "at least 2 distinct names"),
+        ({"label_values": ("x",)}, "one raw value per label name"),
+        ({"label_values": ("-1", "1")}, "must not use"),
+        ({"metrics": ("acuracy",)}, "Did you mean 'accuracy'"),
+        ({"metrics": ("f1",), "label_names": ("a", "b", "c")}, "binary F1"),
+        ({"positive_label": 5}, "positive_label=5"),
+        ({"max_length": 2}, "max_length=2"),
+        ({"choice_fields": ("x",)}, "multiple_choice' only"),
+        ({"train_split": None, "validation_split": None}, "all None"),
+        ({"hub_splits": ("dev",)}, "unknown split role(s) ['dev']"),
+    ],
+)
+def test_invalid_specs_name_the_problem(changes, message):
+    with pytest.raises(TaskError) as info:
+        TaskSpec(**{**PAIR, **changes})
+    assert message in str(info.value)
+
+
+def test_multiple_choice_choice_fields_must_match_count():
+    with pytest.raises(TaskError, match="one list-valued field or one field per choice"):
+        TaskSpec(name="mc", kind="multiple_choice", text_fields=("q",), choice_fields=("a", "b"), num_choices=3)
+
+
+def test_from_dict_rejects_unknown_and_missing_keys():
+    with pytest.raises(TaskError, match="Did you mean 'text_fields'"):
+        TaskSpec.from_dict({**PAIR, "text_field": ["a", "b"]})
+    with pytest.raises(TaskError, match=r"required key\(s\) \['kind'\]"):
+        TaskSpec.from_dict({"name": "x", "text_fields": ["a"]})
+    with pytest.raises(TaskError, match="format_version=9"):
+        TaskSpec.from_dict({**PAIR, "format_version": 9})
