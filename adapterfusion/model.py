@@ -49,6 +49,7 @@ class AdaptedModel(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
+        self.training = model.training  # wrapping an eval-mode encoder gives an eval-mode model
         self.architecture: ArchitectureSpec = architecture_for(model)
         config = model.config
         self.hidden_size = int(config.hidden_size)
@@ -133,20 +134,28 @@ class AdaptedModel(nn.Module):
     def add_adapter(
         self, name: str, config: AdapterConfig | str | Mapping[str, Any] | None = None, overwrite: bool = False
     ) -> AdapterConfig:
-        check_name(name, "adapter")
         config = resolve_adapter_config(config)
-        if name in self.adapter_configs:
-            if not overwrite:
-                raise ConfigError(f"an adapter named {name!r} already exists; delete_adapter({name!r}) or pass overwrite=True")
-            self.delete_adapter(name)
+        self._attach_adapter(name, config, self._build_adapter(name, config), overwrite)
+        return config
+
+    def _build_adapter(self, name: str, config: AdapterConfig) -> dict[AdapterSite, nn.Module]:
+        """Check the placement and build the adapter's modules, without touching the model yet."""
+        check_name(name, "adapter")
         self._check_layers(config, name)
         targets = [s for s in self.sites if s.position in config.positions and s.layer_index not in config.leave_out]
         for site in targets:
             site.check_supports(config, name)
-        for site in targets:
-            site.add_adapter(name, config, self.hidden_size)
+        return {site: site.build_adapter(config, self.hidden_size) for site in targets}
+
+    def _attach_adapter(self, name: str, config: AdapterConfig, modules: dict[AdapterSite, nn.Module],
+                        overwrite: bool) -> None:
+        if name in self.adapter_configs:
+            if not overwrite:
+                raise ConfigError(f"an adapter named {name!r} already exists; delete_adapter({name!r}) or pass overwrite=True")
+            self.delete_adapter(name)
+        for site, module in modules.items():
+            site.adapters[name] = module
         self.adapter_configs[name] = config
-        return config
 
     def _check_layers(self, config: AdapterConfig, name: str) -> None:
         out_of_range = [layer for layer in config.leave_out if layer >= self.num_layers]
@@ -179,7 +188,7 @@ class AdaptedModel(nn.Module):
             raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
         head = PredictionHead(config, self.hidden_size)
         reference = next(self.model.parameters())
-        head.to(device=reference.device, dtype=reference.dtype)
+        head.to(device=reference.device, dtype=reference.dtype).train(self.training)
         self.heads[name] = head
         return head
 
@@ -193,9 +202,14 @@ class AdaptedModel(nn.Module):
         self, name: str, adapters: Sequence[str], config: FusionConfig | str | Mapping[str, Any] | None = None,
         overwrite: bool = False,
     ) -> FusionConfig:
-        check_name(name, "fusion")
         config = resolve_fusion_config(config)
         adapters = tuple(adapters) if not isinstance(adapters, str) else (adapters,)
+        self._attach_fusion(name, config, adapters, self._build_fusion(name, adapters, config), overwrite)
+        return config
+
+    def _build_fusion(self, name: str, adapters: tuple[str, ...], config: FusionConfig) -> dict[AdapterSite, nn.Module]:
+        """Check the fused adapters agree on placement and build one FusionLayer per site they share."""
+        check_name(name, "fusion")
         if not adapters:
             raise ConfigError(f"fusion {name!r} needs at least one adapter")
         if len(set(adapters)) != len(adapters):
@@ -212,11 +226,7 @@ class AdaptedModel(nn.Module):
                 f"fusion {name!r} mixes adapters with different placements ({detail}); fused adapters share "
                 "one site, so give them the same positions and LayerNorm/residual options"
             )
-        if name in self.fusion_setups:
-            if not overwrite:
-                raise ConfigError(f"a fusion named {name!r} already exists; delete_fusion({name!r}) or pass overwrite=True")
-            self.delete_fusion(name)
-        targets = []
+        modules = {}
         for site in self.sites:
             present = [a for a in adapters if a in site.adapters]
             if present and len(present) != len(adapters):
@@ -226,11 +236,18 @@ class AdaptedModel(nn.Module):
                     "but has the others; fuse adapters with the same leave_out layers"
                 )
             if present:
-                targets.append(site)
-        for site in targets:
-            site.add_fusion(name, FusionLayer(self.hidden_size, config))
+                modules[site] = site.match_base(FusionLayer(self.hidden_size, config))
+        return modules
+
+    def _attach_fusion(self, name: str, config: FusionConfig, adapters: tuple[str, ...],
+                       modules: dict[AdapterSite, nn.Module], overwrite: bool) -> None:
+        if name in self.fusion_setups:
+            if not overwrite:
+                raise ConfigError(f"a fusion named {name!r} already exists; delete_fusion({name!r}) or pass overwrite=True")
+            self.delete_fusion(name)
+        for site, module in modules.items():
+            site.fusions[name] = module
         self.fusion_setups[name] = (config, adapters)
-        return config
 
     def delete_fusion(self, name: str) -> None:
         self._require("fusion", name, self.fusion_setups)
@@ -417,12 +434,9 @@ class AdaptedModel(nn.Module):
         name = name or document["name"]
         config = AdapterConfig.from_dict(document["config"])
         tensors = read_piece_weights(directory, "adapter")
-        self.add_adapter(name, config, overwrite=overwrite)
-        try:
-            self._load_site_tensors(tensors, {s: s.adapters[name] for s in self.sites_with_adapter(name)}, directory)
-        except SerializationError:
-            self.delete_adapter(name)
-            raise
+        modules = self._build_adapter(name, config)
+        self._load_site_tensors(tensors, modules, directory)  # checked before anything is replaced
+        self._attach_adapter(name, config, modules, overwrite)
         return name
 
     def save_fusion(self, name: str, directory: str | Path) -> Path:
@@ -449,12 +463,9 @@ class AdaptedModel(nn.Module):
         name = name or document["name"]
         config = FusionConfig.from_dict(document["config"])
         tensors = read_piece_weights(directory, "fusion")
-        self.add_fusion(name, adapters, config, overwrite=overwrite)
-        try:
-            self._load_site_tensors(tensors, {s: s.fusions[name] for s in self.sites_with_fusion(name)}, directory)
-        except SerializationError:
-            self.delete_fusion(name)
-            raise
+        modules = self._build_fusion(name, tuple(adapters), config)
+        self._load_site_tensors(tensors, modules, directory)
+        self._attach_fusion(name, config, tuple(adapters), modules, overwrite)
         return name
 
     def save_head(self, name: str, directory: str | Path) -> Path:
@@ -469,15 +480,15 @@ class AdaptedModel(nn.Module):
         name = name or document["name"]
         config = head_config_from_dict(document["config"])
         tensors = read_piece_weights(directory, "head")
-        head = self.add_head(name, config, overwrite=overwrite)
-        try:
-            _load_state(head, tensors, directory)
-        except SerializationError:
-            del self.heads[name]
-            raise
+        if name in self.heads and not overwrite:
+            raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
+        head = PredictionHead(config, self.hidden_size)
+        _load_state(head, tensors, directory)
+        reference = next(self.model.parameters())
+        self.heads[name] = head.to(device=reference.device, dtype=reference.dtype).train(self.training)
         return name
 
-    def _load_site_tensors(self, tensors: dict[str, torch.Tensor], modules: dict[AdapterSite, nn.Module],
+    def _load_site_tensors(self, tensors: dict[str, torch.Tensor], modules: Mapping[AdapterSite, nn.Module],
                            directory: str | Path) -> None:
         expected = {f"layer.{s.layer_index}.{s.position}." for s in modules}
         stray = sorted({k.rsplit(".", 2)[0] for k in tensors if not any(k.startswith(p) for p in expected)})

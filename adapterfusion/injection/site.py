@@ -78,24 +78,22 @@ class AdapterSite(nn.Module):
                     "architecture (the block applies the shared LayerNorm itself); pass train_layer_norm=False"
                 )
 
-    def add_adapter(self, name: str, config: AdapterConfig, hidden_size: int) -> BottleneckAdapter:
+    def build_adapter(self, config: AdapterConfig, hidden_size: int) -> BottleneckAdapter:
+        """A new adapter for this site, on the base layer's device and dtype; not attached yet, so a caller
+        can fill and check it before it replaces anything."""
         adapter = BottleneckAdapter(
             hidden_size,
             config.bottleneck_size(hidden_size, self.layer_index),
             config,
             pretrained_layer_norm=self.pretrained_layer_norm if self.spec.kind is SiteKind.POST_LN_OUTPUT else None,
         )
-        reference = next(self.base_layer.parameters(), None)
-        if reference is not None:
-            adapter.to(device=reference.device, dtype=reference.dtype)
-        self.adapters[name] = adapter
-        return adapter
+        return self.match_base(adapter)
 
-    def add_fusion(self, name: str, fusion: FusionLayer) -> None:
+    def match_base(self, module: nn.Module) -> nn.Module:
         reference = next(self.base_layer.parameters(), None)
         if reference is not None:
-            fusion.to(device=reference.device, dtype=reference.dtype)
-        self.fusions[name] = fusion
+            module.to(device=reference.device, dtype=reference.dtype)
+        return module.train(self.training)
 
     def unwrap(self) -> nn.Module:
         return self.base_layer

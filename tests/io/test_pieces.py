@@ -1,0 +1,237 @@
+"""Saving and loading adapters, heads and fusions: exact round trips, the recorded encoder fingerprint,
+clear errors for incompatible encoders and damaged files, and atomic writes."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+import adapterfusion as af
+from adapterfusion.io import atomic
+from conftest import randomise, tiny_encoder, tiny_inputs
+
+PRESETS = {
+    "pfeiffer": af.AdapterConfig.pfeiffer(reduction_factor=4),
+    "houlsby": af.AdapterConfig.houlsby(reduction_factor=4),
+}
+
+
+def _with_adapter(name: str = "a", preset: str = "pfeiffer", **encoder_overrides) -> af.AdaptedModel:
+    model = af.wrap(tiny_encoder("bert", **encoder_overrides))
+    model.add_adapter(name, PRESETS[preset])
+    for site in model.sites_with_adapter(name):
+        randomise(site.adapters[name], std=0.2)
+    return model
+
+
+def _output(model: af.AdaptedModel) -> torch.Tensor:
+    model.eval()  # a new head starts in training mode: its dropout would make outputs random
+    with torch.no_grad():
+        out = model(**tiny_inputs())
+    return out.logits if out.logits is not None else out.last_hidden_state
+
+
+def _site_names(model: af.AdaptedModel) -> set[str]:
+    return {name for site in model.sites for name in (*site.adapters, *site.fusions)}
+
+
+# ---- round trips ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_adapter_round_trip(tmp_path, preset):
+    source = _with_adapter("a", preset)
+    source.activate(adapter="a")
+    source.save_adapter("a", tmp_path / "a")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["adapter.safetensors", "adapter_config.json"]
+
+    document = json.loads((tmp_path / "a" / "adapter_config.json").read_text())
+    assert document["library_version"] == af.__version__
+    assert document["name"] == "a"
+    assert document["base_model"]["model_type"] == "bert"
+    assert document["base_model"]["hidden_size"] == 32
+    assert document["base_model"]["num_layers"] == 2
+    assert af.AdapterConfig.from_dict(document["config"]) == PRESETS[preset]
+
+    target = af.wrap(tiny_encoder("bert"))
+    assert target.load_adapter(tmp_path / "a") == "a"
+    target.activate(adapter="a")
+    assert torch.equal(_output(target), _output(source))
+    assert target.load_adapter(tmp_path / "a", name="copy") == "copy"
+    target.activate(adapter="copy")
+    assert torch.equal(_output(target), _output(source))
+
+
+def test_head_and_fusion_round_trip(tmp_path):
+    source = _with_adapter("a")
+    source.add_adapter("b", PRESETS["pfeiffer"])
+    for site in source.sites_with_adapter("b"):
+        randomise(site.adapters["b"], std=0.2)
+    source.add_fusion("f", ["a", "b"])
+    for site in source.sites_with_fusion("f"):
+        randomise(site.fusions["f"], std=0.2)
+    source.add_head("h", af.ClassificationHead(num_labels=3))
+    randomise(source.heads["h"], std=0.2)
+    source.activate(fusion="f", head="h")
+    for kind, name in (("adapter", "a"), ("adapter", "b"), ("fusion", "f"), ("head", "h")):
+        getattr(source, f"save_{kind}")(name, tmp_path / name)
+    fusion_document = json.loads((tmp_path / "f" / "fusion_config.json").read_text())
+    assert fusion_document["adapters"] == ["a", "b"]
+    assert (tmp_path / "h" / "head.safetensors").is_file()
+
+    target = af.wrap(tiny_encoder("bert"))
+    for name in ("a", "b"):
+        target.load_adapter(tmp_path / name)
+    assert target.load_fusion(tmp_path / "f") == "f"
+    assert target.load_head(tmp_path / "h") == "h"
+    target.activate(fusion="f", head="h")
+    assert torch.equal(_output(target), _output(source))
+    assert target.heads["h"].config == source.heads["h"].config
+
+
+# ---- incompatible encoders ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("model_type", "overrides", "field"),
+    [
+        ("bert", {"hidden_size": 48}, "hidden_size"),
+        ("bert", {"num_hidden_layers": 3}, "num_layers"),
+        ("roberta", {}, "model_type"),
+    ],
+)
+def test_incompatible_encoder_is_named(tmp_path, model_type, overrides, field):
+    source = _with_adapter("a")
+    source.save_adapter("a", tmp_path / "a")
+    target = af.wrap(tiny_encoder(model_type, **overrides))
+    with pytest.raises(af.IncompatibleModelError, match=field):
+        target.load_adapter(tmp_path / "a")
+    assert target.adapter_names == [] and _site_names(target) == set()
+
+
+def test_head_ignores_layer_count_but_not_hidden_size(tmp_path):
+    source = af.wrap(tiny_encoder("bert"))
+    source.add_head("h", af.RegressionHead())
+    source.save_head("h", tmp_path / "h")
+    af.wrap(tiny_encoder("bert", num_hidden_layers=3)).load_head(tmp_path / "h")
+    wider = af.wrap(tiny_encoder("bert", hidden_size=48))
+    with pytest.raises(af.IncompatibleModelError, match="hidden_size"):
+        wider.load_head(tmp_path / "h")
+    assert wider.head_names == []
+
+
+# ---- damaged files ------------------------------------------------------------------------------------
+def test_truncated_weights(tmp_path):
+    _with_adapter("a").save_adapter("a", tmp_path / "a")
+    weights = tmp_path / "a" / "adapter.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    target = af.wrap(tiny_encoder("bert"))
+    with pytest.raises(af.SerializationError, match="adapter.safetensors"):
+        target.load_adapter(tmp_path / "a")
+    assert target.adapter_names == [] and _site_names(target) == set()
+
+
+def test_corrupt_json(tmp_path):
+    _with_adapter("a").save_adapter("a", tmp_path / "a")
+    config = tmp_path / "a" / "adapter_config.json"
+    config.write_text(config.read_text()[:40])
+    target = af.wrap(tiny_encoder("bert"))
+    with pytest.raises(af.SerializationError, match="JSON"):
+        target.load_adapter(tmp_path / "a")
+    assert target.adapter_names == [] and _site_names(target) == set()
+
+
+def test_weights_that_do_not_fit_the_config_leave_nothing_behind(tmp_path):
+    """Valid files that disagree (rf 4 weights, rf 8 config) fail after the adapter was created: it must go."""
+    _with_adapter("a").save_adapter("a", tmp_path / "a")
+    config = tmp_path / "a" / "adapter_config.json"
+    document = json.loads(config.read_text())
+    document["config"]["reduction_factor"] = 8.0
+    config.write_text(json.dumps(document))
+    target = af.wrap(tiny_encoder("bert"))
+    with pytest.raises(af.SerializationError, match="wrong shapes"):
+        target.load_adapter(tmp_path / "a")
+    assert target.adapter_names == [] and _site_names(target) == set()
+
+
+def test_missing_folder_and_wrong_kind(tmp_path):
+    target = af.wrap(tiny_encoder("bert"))
+    with pytest.raises(af.SerializationError, match="not a directory"):
+        target.load_adapter(tmp_path / "nowhere")
+    source = af.wrap(tiny_encoder("bert"))
+    source.add_head("h", af.ClassificationHead())
+    source.save_head("h", tmp_path / "h")
+    with pytest.raises(af.SerializationError, match="adapter_config.json is missing"):
+        target.load_adapter(tmp_path / "h")
+
+
+def test_fusion_before_its_adapters(tmp_path):
+    source = _with_adapter("a")
+    source.add_adapter("b", PRESETS["pfeiffer"])
+    source.add_adapter("c", PRESETS["pfeiffer"])
+    source.add_fusion("f", ["a", "b", "c"])
+    source.save_adapter("b", tmp_path / "b")
+    source.save_fusion("f", tmp_path / "f")
+    target = af.wrap(tiny_encoder("bert"))
+    target.load_adapter(tmp_path / "b")
+    with pytest.raises(af.NameNotFoundError, match=r"\['a', 'c'\] are not loaded"):
+        target.load_fusion(tmp_path / "f")
+    assert target.fusion_names == [] and _site_names(target) == {"b"}
+
+
+# ---- atomic writes ------------------------------------------------------------------------------------
+def test_atomic_write_leaves_no_temp_file(tmp_path):
+    path = tmp_path / "sub" / "file.bin"
+    atomic.atomic_write_bytes(path, b"first")
+    atomic.atomic_write_bytes(path, b"second")
+    assert path.read_bytes() == b"second"
+    assert [p.name for p in path.parent.iterdir()] == ["file.bin"]
+    atomic.atomic_write_json(tmp_path / "x.json", {"b": 1, "a": [1, 2]})
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": [1, 2], "b": 1}
+
+
+def test_failed_write_keeps_the_old_content(tmp_path, monkeypatch):
+    path = tmp_path / "file.bin"
+    atomic.atomic_write_bytes(path, b"old content")
+
+    def crash(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        atomic.atomic_write_bytes(path, b"new content that never lands")
+    monkeypatch.undo()
+    assert path.read_bytes() == b"old content"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
+
+
+def test_failed_save_keeps_the_previous_adapter(tmp_path, monkeypatch):
+    first = _with_adapter("a")
+    first.save_adapter("a", tmp_path / "a")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
+    second = _with_adapter("a")
+    for site in second.sites_with_adapter("a"):
+        randomise(site.adapters["a"], std=0.5)
+
+    def crash(src, dst):
+        raise OSError("power cut")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="power cut"):
+        second.save_adapter("a", tmp_path / "a")
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()} == before
+
+
+def test_failed_overwrite_keeps_the_existing_adapter(tmp_path):
+    _with_adapter("a").save_adapter("a", tmp_path / "a")
+    config = tmp_path / "a" / "adapter_config.json"
+    document = json.loads(config.read_text())
+    document["config"]["reduction_factor"] = 8.0
+    config.write_text(json.dumps(document))
+    target = _with_adapter("a")
+    target.activate(adapter="a")
+    expected = _output(target)
+    with pytest.raises(af.SerializationError):
+        target.load_adapter(tmp_path / "a", overwrite=True)
+    assert target.adapter_names == ["a"]
+    target.activate(adapter="a")
+    assert torch.equal(_output(target), expected)

@@ -1,0 +1,145 @@
+"""AdapterHub's run_train_test invariant: after a few AdamW steps at a high learning rate the trained piece
+changed and everything else (other adapters, fusions, the whole base model) is bit-identical."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import adapterfusion as af
+from conftest import HIDDEN, randomise, tiny_encoder, tiny_inputs
+
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def _setup(adapter_preset: str = "pfeiffer", dropout: bool = True) -> af.AdaptedModel:
+    model = af.wrap(tiny_encoder("bert", **({} if dropout else NO_DROPOUT)))
+    model.add_adapter("a", af.AdapterConfig.from_name(adapter_preset, reduction_factor=4))
+    model.add_adapter("b", af.AdapterConfig.from_name(adapter_preset, reduction_factor=4))
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("h", af.ClassificationHead(num_labels=2, dropout=0.1 if dropout else 0.0))
+    return model
+
+
+def _snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {key: value.detach().clone() for key, value in model.state_dict().items()}
+
+
+def _train(model: af.AdaptedModel, steps: int = 5, lr: float = 1e-2) -> list[float]:
+    """AdamW over *all* parameters, as a careless trainer would: freezing must do the work."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    inputs = tiny_inputs(batch=4, seq=6)
+    labels = torch.tensor([0, 1, 1, 0])
+    model.train()
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = model(**inputs, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _changed(before: dict[str, torch.Tensor], model: torch.nn.Module) -> set[str]:
+    after = model.state_dict()
+    assert after.keys() == before.keys()
+    return {key for key in before if not torch.equal(before[key], after[key])}
+
+
+def _owned_by(key: str, *pieces: str) -> bool:
+    return any(piece in key for piece in pieces)
+
+
+def test_train_adapter_changes_only_that_adapter_and_the_head():
+    model = _setup()
+    before = _snapshot(model)
+    model.train_adapter("a", head="h")
+    _train(model)
+    changed = _changed(before, model)
+    trained = {k for k in before if _owned_by(k, ".adapters.a.", "heads.h.")}
+    assert changed == trained
+    assert all(".adapters.a." in k for k in trained if not k.startswith("heads."))
+    assert any(".adapters.a.down." in k for k in changed) and any(".adapters.a.up." in k for k in changed)
+
+
+def test_train_fusion_changes_only_fusion_and_head():
+    model = _setup()
+    before = _snapshot(model)
+    model.train_fusion("f", head="h")
+    _train(model)
+    changed = _changed(before, model)
+    # K's bias adds the same constant to every score and cancels in the softmax: its gradient is zero.
+    cancelling = {k for k in before if k.endswith(".fusions.f.key.bias")}
+    assert changed == {k for k in before if _owned_by(k, ".fusions.f.", "heads.h.")} - cancelling
+    for part in ("query", "key", "value"):
+        assert any(f".fusions.f.{part}.weight" in k for k in changed)
+
+
+def test_houlsby_trains_its_layer_norm_copies_not_the_encoders():
+    model = _setup("houlsby")
+    before = _snapshot(model)
+    model.train_adapter("a", head="h")
+    _train(model)
+    changed = _changed(before, model)
+    assert changed == {k for k in before if _owned_by(k, ".adapters.a.", "heads.h.")}
+    copies = {k for k in changed if ".adapters.a.layer_norm." in k}
+    assert len(copies) == 2 * 2 * 2  # (weight, bias) x 2 positions x 2 layers
+    encoder_norms = [k for k in before if "LayerNorm" in k and ".adapters." not in k]
+    assert encoder_norms and not set(encoder_norms) & changed
+
+
+def test_train_encoder_changes_the_encoder_but_not_other_adapters():
+    model = _setup()
+    before = _snapshot(model)
+    model.train_adapter("a", head="h", train_encoder=True)
+    _train(model)
+    changed = _changed(before, model)
+    assert not {k for k in changed if _owned_by(k, ".adapters.b.", ".fusions.")}
+    for key in ("model.embeddings.word_embeddings.weight", "model.encoder.layer.0.output.base_layer.dense.weight",
+                "model.encoder.layer.1.attention.output.base_layer.LayerNorm.weight"):
+        assert key in changed
+    assert any(".adapters.a." in k for k in changed) and any(k.startswith("heads.h.") for k in changed)
+
+
+def test_value_gradient_includes_the_regulariser():
+    model = _setup(dropout=False)
+    model.train_fusion("f", head="h")
+    with torch.no_grad():
+        for site in model.sites_with_fusion("f"):
+            randomise(site.fusions["f"].query, std=0.2)
+            randomise(site.fusions["f"].key, std=0.2)
+            site.fusions["f"].value.weight.add_(torch.randn(HIDDEN, HIDDEN) * 0.1)
+    values = [p for n, p in model.named_parameters() if n.endswith("fusions.f.value.weight")]
+    inputs, labels = tiny_inputs(), torch.tensor([1, 0])
+    model.train()
+
+    out = model(**inputs, labels=labels)
+    total = torch.autograd.grad(out.loss, values)
+    out = model(**inputs, labels=labels)
+    task = torch.autograd.grad(out.task_loss, values)
+    for value, g_total, g_task in zip(values, total, task):
+        expected = g_task + 0.02 * (value.detach() - torch.eye(HIDDEN))
+        torch.testing.assert_close(g_total, expected, rtol=1e-5, atol=1e-7)
+        assert (0.02 * (value.detach() - torch.eye(HIDDEN))).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("setup", ["adapter", "fusion"])
+def test_loss_falls_on_a_learnable_task(setup):
+    model = _setup(dropout=False)
+    if setup == "adapter":
+        model.train_adapter("a", head="h")
+    else:
+        model.train_fusion("f", head="h")
+    generator = torch.Generator().manual_seed(3)
+    input_ids = torch.randint(5, 100, (16, 6), generator=generator)
+    labels = (input_ids[:, 1] >= 52).long()  # a property of one token: learnable from the CLS position
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    losses = []
+    for _ in range(20):
+        optimizer.zero_grad()
+        loss = model(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], losses
