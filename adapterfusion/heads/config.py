@@ -95,10 +95,12 @@ def head_config_from_dict(data: Mapping[str, Any]) -> HeadConfig:
         raise ConfigError(f"head config must be a JSON object, got {type(data).__name__}")
     data = dict(data)
     kind = data.pop("kind", None)
-    if kind not in HEAD_KINDS:
+    if not isinstance(kind, str) or kind not in HEAD_KINDS:
         raise ConfigError(f"head kind {kind!r} is unknown; choose one of {', '.join(HEAD_KINDS)}")
     cls = HEAD_KINDS[kind]
     reject_unknown_keys(data, [f.name for f in dataclasses.fields(cls)], f"{kind} head config")
     if data.get("labels") is not None:
+        if not isinstance(data["labels"], (list, tuple)):
+            raise ConfigError(f"head labels={data['labels']!r} must be a list of label names")
         data["labels"] = tuple(data["labels"])
     return cls(**data)

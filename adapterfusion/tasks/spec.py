@@ -21,6 +21,14 @@ METRIC_NAMES = ("accuracy", "f1")
 # Raw label values that mean "no gold label" (GLUE/SuperGLUE test sets use -1, WinoGrande/HellaSwag "").
 UNLABELLED_VALUES = frozenset({"", "-1", "None"})
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_OPTIONAL_TEXT = (str, type(None))
+# The scalar fields and the types a JSON description may give them (bool is not accepted as an int).
+_SCALAR_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "kind": (str,), "label_field": (str,), "num_choices": (int, type(None)),
+    "blank": _OPTIONAL_TEXT, "positive_label": (int,), "max_length": (int,), "train_split": _OPTIONAL_TEXT,
+    "validation_split": _OPTIONAL_TEXT, "test_split": _OPTIONAL_TEXT, "hub_path": _OPTIONAL_TEXT,
+    "hub_config": _OPTIONAL_TEXT, "hub_revision": _OPTIONAL_TEXT, "drop_unlabelled": (bool,), "description": (str,),
+}
 
 
 def suggest(value: str, known: list[str] | tuple[str, ...]) -> str:
@@ -71,6 +79,7 @@ class TaskSpec:
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        self._check_scalar_types()
         self._coerce_containers()
         if self.kind == "multiple_choice" and not self.label_names and self.num_choices:
             object.__setattr__(self, "label_names", tuple(str(i) for i in range(self.num_choices)))
@@ -85,15 +94,29 @@ class TaskSpec:
     def _fail(self, message: str) -> TaskError:
         return TaskError(f"task {self.name!r}: {message}")
 
+    def _check_scalar_types(self) -> None:
+        for name, types in _SCALAR_TYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+                raise TaskError(f"task {self.name!r}: {name}={value!r} must be {wanted}.")
+
     def _coerce_containers(self) -> None:
         """Accept lists (from JSON/YAML) and a dict for data_files, store tuples so the spec is hashable."""
         for name in ("text_fields", "label_names", "label_values", "choice_fields", "metrics", "hub_splits"):
             value = getattr(self, name)
             if isinstance(value, str):
                 value = (value,)
+            if not isinstance(value, (list, tuple)):
+                raise self._fail(f"{name}={value!r} must be a list of strings.")
             object.__setattr__(self, name, tuple(value))
         files = self.data_files
-        pairs = files.items() if isinstance(files, Mapping) else files
+        if isinstance(files, Mapping):
+            pairs = files.items()
+        elif isinstance(files, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in files):
+            pairs = files
+        else:
+            raise self._fail(f"data_files={files!r} must map split roles to files, e.g. {{'train': 'train.csv'}}.")
         object.__setattr__(self, "data_files", tuple((str(role), str(path)) for role, path in pairs))
 
     def _check_identity(self) -> None:
