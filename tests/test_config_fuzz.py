@@ -2,6 +2,8 @@
 TypeError/KeyError from inside."""
 from __future__ import annotations
 
+import os
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,6 +11,10 @@ import adapterfusion as af
 import adapterfusion.tasks
 from adapterfusion.heads import head_config_from_dict
 from adapterfusion.tasks import TaskSpec
+
+# Deterministic in CI (a red build must be reproducible); FUZZ_EXAMPLES=5000 explores further locally.
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
+fuzz = settings(max_examples=EXAMPLES, deadline=None, derandomize="FUZZ_EXAMPLES" not in os.environ)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 600) | st.floats(allow_nan=True) | st.text(max_size=8),
@@ -39,27 +45,27 @@ def _loads_or_refuses(loader, data) -> None:
         pass
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz
 @given(st.one_of(json_values, _mutations(af.AdapterConfig.houlsby().to_dict()),
                  _mutations(af.AdapterConfig.pfeiffer(reduction_factor={"default": 16, "2": 8}).to_dict())))
 def test_adapter_config_loader(data) -> None:
     _loads_or_refuses(af.AdapterConfig.from_dict, data)
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz
 @given(st.one_of(json_values, _mutations(af.FusionConfig.dynamic(temperature=True).to_dict())))
 def test_fusion_config_loader(data) -> None:
     _loads_or_refuses(af.FusionConfig.from_dict, data)
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz
 @given(st.one_of(json_values, _mutations(af.ClassificationHead(num_labels=2, labels=("a", "b")).to_dict()),
                  _mutations(af.MultipleChoiceHead().to_dict())))
 def test_head_config_loader(data) -> None:
     _loads_or_refuses(head_config_from_dict, data)
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz
 @given(st.one_of(json_values, _mutations(af.tasks.get_task("rte").to_dict()),
                  _mutations(af.tasks.get_task("commonsense_qa").to_dict())))
 def test_task_spec_loader(data) -> None:

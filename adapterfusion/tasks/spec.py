@@ -107,8 +107,9 @@ class TaskSpec:
             value = getattr(self, name)
             if isinstance(value, str):
                 value = (value,)
-            if not isinstance(value, (list, tuple)):
-                raise self._fail(f"{name}={value!r} must be a list of strings.")
+            allowed = (str, int) if name == "label_values" else (str,)
+            if not isinstance(value, (list, tuple)) or not all(isinstance(item, allowed) for item in value):
+                raise self._fail(f"{name}={value!r} must be a list of {'strings or integers' if len(allowed) > 1 else 'strings'}.")
             object.__setattr__(self, name, tuple(value))
         files = self.data_files
         if isinstance(files, Mapping):
