@@ -24,6 +24,7 @@ from adapterfusion.heads.config import HeadConfig, head_config_from_dict
 from adapterfusion.heads.module import PredictionHead
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.site import FUSION_IMPLEMENTATIONS, AdapterSite
+from adapterfusion.interop.adapterhub import is_adapterhub_dir, load_adapterhub
 from adapterfusion.io.pieces import EncoderFingerprint, read_piece_config, read_piece_weights, save_piece
 from adapterfusion.parameters import ParameterReport, build_parameter_report
 
@@ -429,13 +430,20 @@ class AdaptedModel(nn.Module):
 
     def load_adapter(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
         """Load an adapter saved by save_adapter; returns its name (the saved one unless `name` is given)."""
+        if is_adapterhub_dir(directory, "adapter"):  # saved by AdapterHub's `adapters`: see interop/
+            return load_adapterhub(self, "adapter", directory, name, overwrite)
         document = read_piece_config(directory, "adapter")
         self.fingerprint.check_compatible(document["base_model"], Path(directory))
-        name = name or document["name"]
         config = AdapterConfig.from_dict(document["config"])
-        tensors = read_piece_weights(directory, "adapter")
+        return self.install_adapter(name or document["name"], config, read_piece_weights(directory, "adapter"),
+                                    directory, overwrite)
+
+    def install_adapter(self, name: str, config: AdapterConfig, tensors: Mapping[str, torch.Tensor],
+                        source: str | Path, overwrite: bool = False) -> str:
+        """Add adapter `name` with weights keyed `layer.<i>.<position>.<param>`; the weights are checked on
+        modules built on the side, so a bad file never replaces or half-adds anything."""
         modules = self._build_adapter(name, config)
-        self._load_site_tensors(tensors, modules, directory)  # checked before anything is replaced
+        self._load_site_tensors(tensors, modules, source)
         self._attach_adapter(name, config, modules, overwrite)
         return name
 
@@ -449,22 +457,28 @@ class AdaptedModel(nn.Module):
 
     def load_fusion(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
         """Load a fusion saved by save_fusion; the adapters it fuses must be loaded first."""
+        if is_adapterhub_dir(directory, "fusion"):  # saved by AdapterHub's `adapters`: see interop/
+            return load_adapterhub(self, "fusion", directory, name, overwrite)
         document = read_piece_config(directory, "fusion")
         self.fingerprint.check_compatible(document["base_model"], Path(directory))
         adapters = document.get("adapters")
         if not isinstance(adapters, list) or not adapters:
             raise SerializationError(f"{directory}: fusion config has no 'adapters' list")
+        config = FusionConfig.from_dict(document["config"])
+        return self.install_fusion(name or document["name"], tuple(adapters), config,
+                                   read_piece_weights(directory, "fusion"), directory, overwrite)
+
+    def install_fusion(self, name: str, adapters: Sequence[str], config: FusionConfig,
+                       tensors: Mapping[str, torch.Tensor], source: str | Path, overwrite: bool = False) -> str:
+        """Add fusion `name` over loaded `adapters` with weights keyed `layer.<i>.<position>.<param>`."""
         missing = [a for a in adapters if a not in self.adapter_configs]
         if missing:
             raise NameNotFoundError(
-                f"fusion in {directory} fuses adapters {adapters}, of which {missing} are not loaded; "
+                f"the fusion in {source} fuses adapters {list(adapters)}, of which {missing} are not loaded; "
                 "load_adapter() each of them first"
             )
-        name = name or document["name"]
-        config = FusionConfig.from_dict(document["config"])
-        tensors = read_piece_weights(directory, "fusion")
         modules = self._build_fusion(name, tuple(adapters), config)
-        self._load_site_tensors(tensors, modules, directory)
+        self._load_site_tensors(tensors, modules, source)
         self._attach_fusion(name, config, tuple(adapters), modules, overwrite)
         return name
 
@@ -474,16 +488,23 @@ class AdaptedModel(nn.Module):
         return save_piece(directory, "head", name, head.config.to_dict(), head.state_dict(), self.fingerprint)
 
     def load_head(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
+        if is_adapterhub_dir(directory, "head"):  # saved by AdapterHub's `adapters`: see interop/
+            return load_adapterhub(self, "head", directory, name, overwrite)
         document = read_piece_config(directory, "head")
         # A head reads only the final hidden states: the layer count need not match.
         self.fingerprint.check_compatible(document["base_model"], Path(directory), check_layers=False)
-        name = name or document["name"]
         config = head_config_from_dict(document["config"])
-        tensors = read_piece_weights(directory, "head")
+        return self.install_head(name or document["name"], config, read_piece_weights(directory, "head"),
+                                 directory, overwrite)
+
+    def install_head(self, name: str, config: HeadConfig, tensors: Mapping[str, torch.Tensor],
+                     source: str | Path, overwrite: bool = False) -> str:
+        """Add head `name` with the given state dict, checked before anything is replaced."""
+        check_name(name, "head")
         if name in self.heads and not overwrite:
             raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
         head = PredictionHead(config, self.hidden_size)
-        _load_state(head, tensors, directory)
+        _load_state(head, dict(tensors), source)
         reference = next(self.model.parameters())
         self.heads[name] = head.to(device=reference.device, dtype=reference.dtype).train(self.training)
         return name

@@ -21,7 +21,7 @@ from torch import nn
 from adapterfusion.adapters.bottleneck import BottleneckAdapter
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
-from adapterfusion.fusion.layer import FusionLayer, fuse_fast, fuse_reference
+from adapterfusion.fusion.layer import fuse_fast, fuse_reference
 from adapterfusion.injection.architectures import SiteKind, SiteSpec
 
 FUSION_IMPLEMENTATIONS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {

@@ -1,0 +1,262 @@
+"""Translate AdapterHub `adapters` 1.3.0 configs to ours and back (semantics: docs/adapterhub.md).
+
+Every AdapterHub option either maps onto a field with the same eval-mode forward, or is refused with a
+ConfigError that names it; nothing is silently approximated. Options that only act in training (adapter
+dropout, stochastic depth, init schemes) are dropped on import and listed in docs/adapterhub.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.errors import ConfigError
+from adapterfusion.fusion.config import FusionConfig
+from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleChoiceHead, RegressionHead
+
+# `BnConfig` of adapters 1.3.0 with its defaults: the full key set `save_adapter` writes.
+BN_DEFAULTS: dict[str, Any] = {
+    "adapter_residual_before_ln": False, "cross_adapter": False, "dropout": 0.0, "factorized_phm_W": True,
+    "factorized_phm_rule": False, "hypercomplex_nonlinearity": "glorot-uniform", "init_weights": "bert",
+    "init_weights_seed": None, "inv_adapter": None, "inv_adapter_reduction_factor": None, "is_parallel": False,
+    "learn_phm": True, "leave_out": [], "ln_after": False, "ln_before": False, "mh_adapter": False,
+    "non_linearity": "relu", "original_ln_after": True, "original_ln_before": False, "output_adapter": True,
+    "phm_bias": True, "phm_c_init": "normal", "phm_dim": 4, "phm_init_range": 0.0001, "phm_layer": False,
+    "phm_rank": 1, "reduction_factor": 16, "residual_before_ln": True, "scaling": 1.0, "shared_W_phm": False,
+    "shared_phm_rule": True, "stochastic_depth": 0.0, "use_gating": False,
+}
+# Options whose non-default value changes the forward in a way we cannot express.
+_REFUSED = {
+    "use_gating": "a learned sigmoid gate on the adapter output",
+    "phm_layer": "PHM (hypercomplex) down/up projections",
+    "is_parallel": "a parallel adapter (added to the sub-layer input instead of stacked on its output)",
+    "cross_adapter": "cross-attention adapters",
+    "inv_adapter": "invertible embedding adapters",
+}
+# Only act while training (dropout, DropPath) or at initialisation; the loaded weights make them moot.
+_TRAINING_ONLY = {"dropout", "stochastic_depth", "init_weights", "init_weights_seed"}
+# PHM knobs matter only with phm_layer=True, which is refused.
+_PHM_KNOBS = {"factorized_phm_W", "factorized_phm_rule", "hypercomplex_nonlinearity", "learn_phm", "phm_bias",
+              "phm_c_init", "phm_dim", "phm_init_range", "phm_rank", "shared_W_phm", "shared_phm_rule",
+              "inv_adapter_reduction_factor"}
+
+# adapters resolves names with transformers' get_activation(name.lower()), except "leakyrelu".
+_NON_LINEARITY_IN = {"relu": "relu", "tanh": "tanh", "gelu": "gelu", "gelu_python": "gelu", "swish": "swish",
+                     "silu": "silu", "leakyrelu": "leaky_relu"}
+_NON_LINEARITY_OUT = {"leaky_relu": "leakyrelu"}
+_INIT_IN = {"bert": "bert", "houlsby": "houlsby", "mam_adapter": "zero_up"}
+_INIT_OUT = {ours: theirs for theirs, ours in _INIT_IN.items()}
+_HEAD_ACTIVATION_IN = {"tanh": "tanh", "relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
+
+FUSION_DEFAULTS: dict[str, Any] = {
+    "key": True, "query": True, "value": False, "query_before_ln": False, "regularization": False,
+    "residual_before": False, "temperature": False, "value_before_softmax": True, "value_initialized": False,
+    "dropout_prob": None,
+}
+# BertFusion hard-codes its temperature: T starts at 50 and drops by 50/1000 per forward call, down to 1.
+_T_START, _T_STEPS = 50.0, 1000
+_REGULARIZATION_WEIGHT = 0.01
+
+
+def _is_off(value: Any) -> bool:
+    return value is None or value is False or value == 0 or value == [] or value == {}
+
+
+# ---- adapters ----------------------------------------------------------------------------------------
+def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
+    """Our AdapterConfig for a `BnConfig` dict (the "config" object of adapter_config.json)."""
+    architecture = config.get("architecture")
+    if architecture not in (None, "bottleneck"):
+        raise ConfigError(
+            f"AdapterHub adapter architecture={architecture!r} is not supported; only bottleneck adapters "
+            "(seq_bn/pfeiffer, double_seq_bn/houlsby and their variants) can be imported"
+        )
+    known = set(BN_DEFAULTS) | {"architecture"}
+    unknown = sorted(k for k in config if k not in known and not _is_off(config[k]))
+    if unknown:
+        raise ConfigError(f"AdapterHub adapter option(s) {unknown} are unknown to this importer; cannot import")
+    c = {**BN_DEFAULTS, **config}
+    for option, what in _REFUSED.items():
+        if not _is_off(c[option]):
+            raise ConfigError(f"AdapterHub option {option}={c[option]!r} ({what}) is not supported; cannot import")
+    if isinstance(c["scaling"], str):
+        raise ConfigError(
+            f"AdapterHub option scaling={c['scaling']!r} (a learned scaling parameter) is not supported; "
+            "only a constant scaling can be imported"
+        )
+    positions = tuple(p for p, flag in (("attention", "mh_adapter"), ("output", "output_adapter")) if c[flag])
+    if not positions:
+        raise ConfigError("AdapterHub adapter has mh_adapter=False and output_adapter=False: it sits nowhere")
+    name = c["non_linearity"]
+    non_linearity = _NON_LINEARITY_IN.get(name.lower()) if isinstance(name, str) else None
+    if non_linearity is None:
+        raise ConfigError(
+            f"AdapterHub non_linearity={name!r} is not supported; importable: {', '.join(_NON_LINEARITY_IN)}"
+        )
+    original_ln_before, ln_after = bool(c["original_ln_before"]), bool(c["ln_after"])
+    residual = False if c["residual_before_ln"] is None else c["residual_before_ln"]
+    if residual not in (True, False, "post_add"):
+        raise ConfigError(f"AdapterHub residual_before_ln={residual!r} is not supported (True, False, 'post_add')")
+    if residual == "post_add" and not original_ln_before:
+        raise ConfigError(
+            "AdapterHub residual_before_ln='post_add' with original_ln_before=False cannot run in adapters "
+            "itself (the residual is never set); cannot import"
+        )
+    # Ours applies ln_after after the skip connection iff residual_before_ln is not False; adapters has a
+    # separate flag for that order. Without original_ln_before the residual is h for True and False alike,
+    # so the two can be swapped to get the order; otherwise the combination has no equivalent.
+    adapter_residual_first = bool(c["adapter_residual_before_ln"])
+    if ln_after and adapter_residual_first != (residual is not False):
+        if not original_ln_before and residual in (True, False):
+            residual = adapter_residual_first
+        else:
+            raise ConfigError(
+                f"AdapterHub adapter_residual_before_ln={adapter_residual_first} with residual_before_ln={residual!r}, "
+                "ln_after=True and original_ln_before=True is not supported: adapterfusion ties the order of the "
+                "skip connection and ln_after to residual_before_ln (see docs/adapterhub.md)"
+            )
+    reduction_factor = c["reduction_factor"]
+    if isinstance(reduction_factor, Mapping):
+        reduction_factor = {str(k): v for k, v in reduction_factor.items()}
+    return AdapterConfig(
+        reduction_factor=reduction_factor,
+        non_linearity=non_linearity,
+        positions=positions,
+        original_ln_before=original_ln_before,
+        original_ln_after=bool(c["original_ln_after"]),
+        residual_before_ln=residual,
+        ln_before=bool(c["ln_before"]),
+        ln_after=ln_after,
+        scaling=float(c["scaling"]),
+        init=_INIT_IN.get(c["init_weights"], "bert"),
+        train_layer_norm=False,  # adapters never trains a private copy of the pretrained LayerNorm
+        leave_out=tuple(c["leave_out"] or ()),
+    )
+
+
+def adapter_config_to_adapterhub(config: AdapterConfig) -> dict[str, Any]:
+    """The full `BnConfig` dict adapters 1.3.0 writes, with the same eval-mode forward as `config`."""
+    if config.residual_before_ln == "post_add" and not config.original_ln_before:
+        raise ConfigError(
+            "residual_before_ln='post_add' with original_ln_before=False cannot be exported: adapters 1.3.0 "
+            "fails on that combination"
+        )
+    reduction_factor = config.reduction_factor
+    return {
+        **BN_DEFAULTS,
+        "adapter_residual_before_ln": config.residual_before_ln is not False,
+        "init_weights": _INIT_OUT[config.init],
+        "leave_out": list(config.leave_out),
+        "ln_after": config.ln_after,
+        "ln_before": config.ln_before,
+        "mh_adapter": "attention" in config.positions,
+        "non_linearity": _NON_LINEARITY_OUT.get(config.non_linearity, config.non_linearity),
+        "original_ln_after": config.original_ln_after,
+        "original_ln_before": config.original_ln_before,
+        "output_adapter": "output" in config.positions,
+        "reduction_factor": dict(reduction_factor) if isinstance(reduction_factor, dict) else reduction_factor,
+        "residual_before_ln": config.residual_before_ln,
+        "scaling": config.scaling,
+    }
+
+
+# ---- fusion ------------------------------------------------------------------------------------------
+def fusion_config_from_adapterhub(config: Mapping[str, Any], attention_dropout: float = 0.0) -> FusionConfig:
+    """Our FusionConfig for an AdapterFusion config dict. `attention_dropout` is the encoder's
+    attention_probs_dropout_prob, which adapters uses for the score dropout when dropout_prob is unset or 0."""
+    unknown = sorted(k for k in config if k not in FUSION_DEFAULTS and not _is_off(config[k]))
+    if unknown:
+        raise ConfigError(f"AdapterHub fusion option(s) {unknown} are unknown to this importer; cannot import")
+    c = {**FUSION_DEFAULTS, **config}
+    return FusionConfig(
+        query=bool(c["query"]),
+        key=bool(c["key"]),
+        value=bool(c["value"]),
+        query_before_ln=bool(c["query_before_ln"]),
+        residual_before=bool(c["residual_before"]),
+        value_before_softmax=bool(c["value_before_softmax"]),
+        regularization=bool(c["regularization"]),
+        regularization_weight=_REGULARIZATION_WEIGHT,
+        temperature=bool(c["temperature"]),
+        temperature_start=_T_START,
+        temperature_steps=_T_STEPS,
+        score_dropout=float(c["dropout_prob"] or attention_dropout or 0.0),
+    )
+
+
+def fusion_config_to_adapterhub(config: FusionConfig) -> dict[str, Any]:
+    if config.temperature and (config.temperature_start != _T_START or config.temperature_steps != _T_STEPS):
+        raise ConfigError(
+            f"fusion temperature_start={config.temperature_start}, temperature_steps={config.temperature_steps} "
+            f"cannot be exported: adapters hard-codes {_T_START:g} and {_T_STEPS}"
+        )
+    if config.value and config.regularization and config.regularization_weight != _REGULARIZATION_WEIGHT:
+        raise ConfigError(
+            f"fusion regularization_weight={config.regularization_weight} cannot be exported: adapters hard-codes "
+            f"{_REGULARIZATION_WEIGHT}"
+        )
+    return {
+        "dropout_prob": config.score_dropout or None,  # None: adapters falls back to the attention dropout
+        "key": config.key,
+        "query": config.query,
+        "query_before_ln": config.query_before_ln,
+        "regularization": config.regularization,
+        "residual_before": config.residual_before,
+        "temperature": config.temperature,
+        "value": config.value,
+        "value_before_softmax": config.value_before_softmax,
+        "value_initialized": config.value,
+    }
+
+
+# ---- heads -------------------------------------------------------------------------------------------
+def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: float) -> HeadConfig:
+    """Our head config for head_config.json's "config". `default_dropout`: what adapters uses when
+    dropout_prob is None (the encoder's classifier_dropout, else hidden_dropout_prob)."""
+    head_type = config.get("head_type")
+    if head_type not in ("classification", "multiple_choice"):
+        raise ConfigError(
+            f"AdapterHub head_type={head_type!r} is not supported; importable: 'classification' (num_labels=1 "
+            "becomes a RegressionHead) and 'multiple_choice'"
+        )
+    if config.get("use_pooler"):
+        raise ConfigError("AdapterHub head option use_pooler=True is not supported: our heads read token 0 directly")
+    if config.get("bias", True) is False:
+        raise ConfigError("AdapterHub head option bias=False is not supported: our output layer has a bias")
+    layers = int(config.get("layers", 2))
+    activation = config.get("activation_function") or "tanh"
+    if layers > 1 and activation.lower() not in _HEAD_ACTIVATION_IN:
+        raise ConfigError(
+            f"AdapterHub head activation_function={activation!r} is not supported; "
+            f"importable: {', '.join(_HEAD_ACTIVATION_IN)}"
+        )
+    dropout = config.get("dropout_prob")
+    settings: dict[str, Any] = dict(
+        layers=layers,
+        activation=_HEAD_ACTIVATION_IN.get(activation.lower(), "tanh"),
+        dropout=float(default_dropout if dropout is None else dropout),
+    )
+    if head_type == "multiple_choice":
+        return MultipleChoiceHead(num_labels=int(config.get("num_choices", 2)), **settings)
+    num_labels = int(config.get("num_labels", 2))
+    labels = _labels(config.get("label2id"), num_labels)
+    if num_labels == 1:
+        return RegressionHead(**settings)
+    return ClassificationHead(num_labels=num_labels, labels=labels, **settings)
+
+
+def _labels(label2id: Any, num_labels: int) -> tuple[str, ...] | None:
+    if not isinstance(label2id, Mapping) or sorted(label2id.values()) != list(range(num_labels)) or num_labels < 2:
+        return None
+    return tuple(label for label, _ in sorted(label2id.items(), key=lambda item: item[1]))
+
+
+def head_config_to_adapterhub(config: HeadConfig) -> dict[str, Any]:
+    if config.pooling != "cls":
+        raise ConfigError(f"head pooling={config.pooling!r} cannot be exported: AdapterHub heads pool token 0")
+    common = {"activation_function": config.activation, "dropout_prob": config.dropout, "layers": config.layers,
+              "use_pooler": False}
+    if config.kind == "multiple_choice":
+        return {**common, "head_type": "multiple_choice", "num_choices": config.num_labels, "label2id": None}
+    labels = config.labels or tuple(f"LABEL_{i}" for i in range(config.num_labels))
+    return {**common, "bias": True, "head_type": "classification", "num_labels": config.num_labels,
+            "label2id": {label: i for i, label in enumerate(labels)}}

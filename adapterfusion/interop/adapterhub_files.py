@@ -1,0 +1,114 @@
+"""The files AdapterHub's `adapters` library writes for one adapter, fusion or head: recognising a folder,
+reading its JSON and weights safely, and writing them back.
+
+Legacy `.bin` weights are pickles; they are read only with `torch.load(..., weights_only=True)`, which refuses
+any object that is not a tensor or a plain container, so loading a downloaded folder can never run code.
+"""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors_bytes
+from safetensors.torch import save as save_safetensors_bytes
+
+from adapterfusion.errors import SerializationError
+from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
+from adapterfusion.io.pieces import PIECE_FORMAT
+
+ADAPTERHUB_VERSION = "adapters.1.3.0"
+"""The `version` written on export: the release whose formats docs/adapterhub.md describes."""
+
+# kind -> (config file, safetensors weights, legacy pickle weights), as adapters 1.3.0 names them.
+FILES: dict[str, tuple[str, str, str]] = {
+    "adapter": ("adapter_config.json", "adapter.safetensors", "pytorch_adapter.bin"),
+    "fusion": ("adapter_fusion_config.json", "model_adapter_fusion.safetensors", "pytorch_model_adapter_fusion.bin"),
+    "head": ("head_config.json", "model_head.safetensors", "pytorch_model_head.bin"),
+}
+
+
+def is_adapterhub_dir(directory: str | Path, kind: str) -> bool:
+    """True if `directory` holds an AdapterHub `kind` rather than one saved by adapterfusion.
+
+    adapter_config.json and head_config.json have the same names in both formats; ours carry
+    "format": "adapterfusion", AdapterHub's a "config" object and usually a "version" like "adapters.1.3.0".
+    """
+    path = Path(directory) / FILES[kind][0]
+    if not path.is_file():
+        return False
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return False  # let our own reader report the broken file
+    if not isinstance(document, dict) or document.get("format") == PIECE_FORMAT:
+        return False
+    version = str(document.get("version", ""))
+    return version.startswith(("adapters.", "adapter-transformers")) or isinstance(document.get("config"), dict)
+
+
+def read_document(directory: Path, kind: str) -> dict[str, Any]:
+    path = directory / FILES[kind][0]
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SerializationError(f"{path} is not valid JSON ({error}); the file is corrupt or truncated") from None
+    if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
+        raise SerializationError(f"{path} has no 'config' object; it is not an AdapterHub {kind} config")
+    return document
+
+
+def read_weights(directory: Path, kind: str) -> dict[str, torch.Tensor]:
+    """The safetensors file if present, else the `.bin`, loaded with weights_only=True (never full unpickling)."""
+    _, safe_name, bin_name = FILES[kind]
+    safe_path, bin_path = directory / safe_name, directory / bin_name
+    if safe_path.is_file():
+        try:
+            return load_safetensors_bytes(safe_path.read_bytes())
+        except (SafetensorError, ValueError, RuntimeError) as error:
+            raise SerializationError(f"{safe_path} is not a readable safetensors file ({error})") from None
+    if not bin_path.is_file():
+        raise SerializationError(f"{directory} has neither {safe_name} nor {bin_name}; the {kind} weights are missing")
+    return read_bin(bin_path)
+
+
+def read_bin(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise SerializationError(
+            f"{path} was refused as unsafe: torch.load(weights_only=True) found objects other than tensors "
+            f"({' '.join(str(error).split())[:300]}). Only load files from sources you trust, and prefer .safetensors"
+        ) from None
+    except Exception as error:  # torch raises many types for a damaged archive
+        raise SerializationError(
+            f"{path} could not be read with torch.load(weights_only=True) and was refused as unsafe or corrupt "
+            f"({type(error).__name__}: {' '.join(str(error).split())[:300]})"
+        ) from None
+    if not isinstance(state, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise SerializationError(f"{path} does not hold a state dict of named tensors")
+    return dict(state)
+
+
+def write_piece(
+    directory: str | Path, kind: str, document: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],
+    use_safetensors: bool = True,
+) -> Path:
+    """Weights first, config last, both atomically, under the names adapters 1.3.0 reads."""
+    directory = Path(directory)
+    config_name, safe_name, bin_name = FILES[kind]
+    payload = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
+    if use_safetensors:
+        atomic_write_bytes(directory / safe_name, save_safetensors_bytes(payload, metadata={"format": "pt"}))
+    else:
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        atomic_write_bytes(directory / bin_name, buffer.getvalue())
+    atomic_write_json(directory / config_name, dict(document))
+    return directory

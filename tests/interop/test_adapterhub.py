@@ -1,0 +1,367 @@
+"""AdapterHub interop: parity with outputs recorded by `adapters` 1.3.0 (tests/fixtures/adapterhub/), safe loading
+of legacy .bin files, refusal of unsupported options, and export -> import round trips."""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel
+
+import adapterfusion as af
+from adapterfusion.interop import export_adapterhub, is_adapterhub_dir
+from adapterfusion.interop.adapterhub_config import (
+    adapter_config_from_adapterhub,
+    adapter_config_to_adapterhub,
+    fusion_config_from_adapterhub,
+    fusion_config_to_adapterhub,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_adapterhub_fixtures.py"
+KINDS = ("bert", "roberta")
+ADAPTERS = ("pf", "pf_relu", "pf3", "hb", "hb_pre")
+FUSIONS = {"dynamic": ("pf", "pf_relu", "pf3"), "static": ("pf_relu", "pf3")}
+BIN = {"adapter": "pytorch_adapter.bin", "fusion": "pytorch_model_adapter_fusion.bin", "head": "pytorch_model_head.bin"}
+SAFE = {"adapter": "adapter.safetensors", "fusion": "model_adapter_fusion.safetensors", "head": "model_head.safetensors"}
+
+
+@functools.lru_cache(maxsize=None)
+def recorded(kind: str) -> dict[str, torch.Tensor]:
+    return load_file(str(FIXTURES / kind / "outputs.safetensors"))
+
+
+def fresh_model(kind: str) -> af.AdaptedModel:
+    model = af.wrap(AutoModel.from_pretrained(FIXTURES / kind / "base_model"))
+    return model.eval()
+
+
+def only(directory: Path, piece: str, fmt: str, tmp_path: Path) -> Path:
+    """A copy of a fixture folder holding only the .bin or only the .safetensors weights."""
+    target = tmp_path / f"{directory.name}-{fmt}"
+    shutil.copytree(directory, target)
+    (target / (SAFE if fmt == "bin" else BIN)[piece]).unlink(missing_ok=True)
+    assert (target / (BIN if fmt == "bin" else SAFE)[piece]).is_file()
+    return target
+
+
+def edited_copy(directory: Path, config_file: str, tmp_path: Path, config: dict | None = None, **top) -> Path:
+    """A copy of a fixture folder whose JSON has `config` entries and top-level keys replaced."""
+    target = tmp_path / directory.name
+    shutil.copytree(directory, target)
+    document = json.loads((target / config_file).read_text())
+    document["config"].update(config or {})
+    document.update(top)
+    (target / config_file).write_text(json.dumps(document))
+    return target
+
+
+def run(model: af.AdaptedModel, kind: str):
+    rec = recorded(kind)
+    with torch.no_grad():
+        return model(input_ids=rec["input_ids"], attention_mask=rec["attention_mask"], output_hidden_states=True,
+                     output_fusion_attentions=True)
+
+
+def assert_matches(output, kind: str, setup: str, rtol: float = 0.0) -> None:
+    rec = recorded(kind)
+    close = functools.partial(torch.testing.assert_close, atol=1e-5, rtol=rtol)
+    close(output.last_hidden_state, rec[f"{setup}.last_hidden_state"])
+    for i in (0, 1):
+        close(output.hidden_states[i], rec[f"{setup}.hidden_states.{i}"])
+    close(output.logits, rec[f"{setup}.logits"])
+    for layer in (0, 1):
+        key = f"{setup}.fusion_attention.layer{layer}.output_adapter"
+        if key in rec:
+            close(output.fusion_attentions_by_site[(layer, "output")], rec[key])
+
+
+# ---- parity with adapters 1.3.0 ----------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("adapter", ADAPTERS)
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_adapter_and_head_match_adapters(kind, adapter, fmt, tmp_path):
+    model = fresh_model(kind)
+    name = model.load_adapter(only(FIXTURES / kind / "adapters" / adapter, "adapter", fmt, tmp_path))
+    head = model.load_head(only(FIXTURES / kind / "heads" / "cls", "head", fmt, tmp_path))
+    assert (name, head) == (adapter, "cls")
+    model.activate(adapter=name, head=head)
+    # hb_pre has no LayerNorm after its adapters, so its hidden states reach ~30: compare relatively.
+    assert_matches(run(model, kind), kind, adapter, rtol=1e-5 if adapter == "hb_pre" else 0.0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fusion", FUSIONS)
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_fusion_matches_adapters(kind, fusion, fmt, tmp_path):
+    model = fresh_model(kind)
+    for adapter in ("pf", "pf_relu", "pf3"):
+        model.load_adapter(FIXTURES / kind / "adapters" / adapter)
+    name = model.load_fusion(only(FIXTURES / kind / "fusions" / fusion, "fusion", fmt, tmp_path))
+    assert model.fusion_setups[name][1] == FUSIONS[fusion]
+    model.load_head(FIXTURES / kind / "heads" / "cls")
+    for implementation in ("fast", "reference"):
+        model.set_fusion_implementation(implementation)
+        model.activate(fusion=name, head="cls")
+        assert_matches(run(model, kind), kind, f"fusion_{fusion}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bare_encoder_and_head_match_adapters(kind):
+    model = fresh_model(kind)
+    model.load_head(FIXTURES / kind / "heads" / "cls")
+    model.activate(head="cls")
+    assert_matches(run(model, kind), kind, "bare")
+
+
+def test_imported_configs_and_dropouts():
+    model = fresh_model("bert")
+    model.load_adapter(FIXTURES / "bert" / "adapters" / "hb")
+    assert model.adapter_configs["hb"].positions == ("attention", "output")
+    assert model.adapter_configs["hb"].non_linearity == "swish" and not model.adapter_configs["hb"].train_layer_norm
+    for adapter in ("pf", "pf_relu", "pf3"):
+        model.load_adapter(FIXTURES / "bert" / "adapters" / adapter)
+    config = model.fusion_setups[model.load_fusion(FIXTURES / "bert" / "fusions" / "dynamic")][0]
+    # dropout_prob None: adapters falls back to the encoder's attention dropout for the scores.
+    assert config.score_dropout == model.model.config.attention_probs_dropout_prob
+    head = model.heads[model.load_head(FIXTURES / "bert" / "heads" / "cls")].config
+    assert (head.kind, head.layers, head.activation, head.labels) == ("classification", 2, "tanh", ("LABEL_0", "LABEL_1"))
+    assert head.dropout == model.model.config.hidden_dropout_prob
+
+
+def test_ln_before_adapter_with_adapter_residual_order_is_refused():
+    """pf_ln: adapter_residual_before_ln=True with residual_before_ln=False and ln_after=True has no
+    AdapterConfig equivalent (see docs/adapterhub.md); refused rather than approximated."""
+    model = fresh_model("bert")
+    with pytest.raises(af.ConfigError, match="adapter_residual_before_ln"):
+        model.load_adapter(FIXTURES / "bert" / "adapters" / "pf_ln")
+    assert model.adapter_names == []
+
+
+# ---- fusion options the fixtures do not record, against the fixture script's independent reference ----------
+def _reference_module():
+    spec = importlib.util.spec_from_file_location("make_adapterhub_fixtures", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("options", [
+    {"residual_before": True},
+    {"temperature": True},
+    {"query_before_ln": True, "value_before_softmax": False},
+    {"residual_before": True, "value": False},
+])
+def test_fusion_options_match_reference_semantics(options, tmp_path):
+    """residual_before (adapters adds the residual to keys too) and the per-call temperature, checked against
+    ref_fusion of scripts/make_adapterhub_fixtures.py, which re-implements adapters' BertFusion."""
+    ref = _reference_module()
+    folder = edited_copy(FIXTURES / "bert" / "fusions" / "dynamic", "adapter_fusion_config.json", tmp_path, options)
+    document = json.loads((folder / "adapter_fusion_config.json").read_text())
+    weights = load_file(str(folder / SAFE["fusion"]))
+    if not document["config"]["value"]:
+        weights = {k: v for k, v in weights.items() if ".value." not in k}
+    (folder / BIN["fusion"]).unlink()
+    save_file(weights, str(folder / SAFE["fusion"]))
+
+    model = fresh_model("bert")
+    adapters = {}
+    for adapter in FUSIONS["dynamic"]:
+        model.load_adapter(FIXTURES / "bert" / "adapters" / adapter)
+        cfg = json.loads((FIXTURES / "bert" / "adapters" / adapter / "adapter_config.json").read_text())["config"]
+        adapters[adapter] = (cfg, load_file(str(FIXTURES / "bert" / "adapters" / adapter / SAFE["adapter"])))
+    name = model.load_fusion(folder)
+    model.activate(fusion=name)
+    torch.manual_seed(3)
+    h, x = torch.randn(2, 5, 32), torch.randn(2, 5, 32)
+    site = next(s for s in model.sites if s.layer_index == 1 and s.position == "output")
+    prefix = "bert.encoder.layer.1.output."
+
+    def strip(state, container):
+        return {k[len(prefix + container):]: v for k, v in state.items() if k.startswith(prefix + container)}
+
+    refs = [ref.RefAdapter(cfg, strip(state, f"adapters.{a}.")) for a, (cfg, state) in adapters.items()]
+    fusion_w = strip(weights, f"adapter_fusion_layer.{document['name']}.")
+    ln = site.pretrained_layer_norm
+    with torch.no_grad():
+        expected, probs = ref.ref_fusion(document["config"], fusion_w, refs, h, x, ln)
+        for implementation in ("fast", "reference"):
+            model.set_fusion_implementation(implementation)
+            site.recorder = {}
+            got = site._adapt(h, x, apply_final_ln=True)
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(site.recorder[(1, "output")], probs, atol=1e-6, rtol=1e-5)
+            site.recorder = None
+
+
+# ---- safety ------------------------------------------------------------------------------------------
+class _RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))  # unpickling would create the marker file
+
+
+@pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
+def test_malicious_bin_is_refused_without_running_code(writer, tmp_path):
+    folder = tmp_path / "evil"
+    shutil.copytree(FIXTURES / "bert" / "adapters" / "pf", folder)
+    (folder / SAFE["adapter"]).unlink()
+    marker = tmp_path / "pwned"
+    payload = {"bert.encoder.layer.0.output.adapters.pf.adapter_up.weight": _RunsCode(marker)}
+    with open(folder / BIN["adapter"], "wb") as handle:
+        torch.save(payload, handle) if writer == "torch.save" else pickle.dump(payload, handle)
+    assert not marker.exists()
+    model = fresh_model("bert")
+    with pytest.raises(af.SerializationError, match="unsafe"):
+        model.load_adapter(folder)
+    assert not marker.exists()
+    assert model.adapter_names == []
+
+
+# ---- unsupported options -----------------------------------------------------------------------------
+@pytest.mark.parametrize("option, value", [
+    ("use_gating", True), ("scaling", "learned"), ("scaling", "channel"), ("phm_layer", True),
+    ("is_parallel", True), ("non_linearity", "gelu_new"), ("architecture", "lora"), ("cross_adapter", True),
+    ("some_future_option", True),
+])
+def test_unsupported_adapter_options_are_refused(option, value, tmp_path):
+    folder = edited_copy(FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path, config={option: value})
+    model = fresh_model("bert")
+    with pytest.raises(af.ConfigError, match=option):
+        model.load_adapter(folder)
+    assert model.adapter_names == []
+
+
+@pytest.mark.parametrize("option, value", [("use_pooler", True), ("head_type", "tagging"), ("bias", False)])
+def test_unsupported_head_options_are_refused(option, value, tmp_path):
+    folder = edited_copy(FIXTURES / "bert" / "heads" / "cls", "head_config.json", tmp_path, config={option: value})
+    with pytest.raises(af.ConfigError, match=option):
+        fresh_model("bert").load_head(folder)
+
+
+def test_wrong_hidden_size_is_refused(tmp_path):
+    folder = edited_copy(FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path, hidden_size=64)
+    with pytest.raises(af.IncompatibleModelError, match="hidden_size"):
+        fresh_model("bert").load_adapter(folder)
+
+
+def test_keys_without_model_prefix_are_accepted(tmp_path):
+    """Saved from adapters.init(BertModel), keys have no 'bert.' prefix."""
+    folder = tmp_path / "hb"
+    shutil.copytree(FIXTURES / "bert" / "adapters" / "hb", folder)
+    state = load_file(str(folder / SAFE["adapter"]))
+    save_file({k[len("bert."):]: v for k, v in state.items()}, str(folder / SAFE["adapter"]))
+    model = fresh_model("bert")
+    model.load_head(FIXTURES / "bert" / "heads" / "cls")
+    model.activate(adapter=model.load_adapter(folder), head="cls")
+    assert_matches(run(model, "bert"), "bert", "hb")
+
+
+# ---- export ------------------------------------------------------------------------------------------
+def _ours_with_everything(kind: str) -> af.AdaptedModel:
+    model = fresh_model(kind)
+    for adapter in ADAPTERS:
+        model.load_adapter(FIXTURES / kind / "adapters" / adapter)
+    model.load_fusion(FIXTURES / kind / "fusions" / "dynamic", name="dyn")
+    model.load_head(FIXTURES / kind / "heads" / "cls")
+    # An adapter with new LayerNorms before and after (exported with adapters' duplicated LayerNorm keys).
+    model.add_adapter("lnb", af.AdapterConfig.pfeiffer(reduction_factor=4, ln_before=True, ln_after=True))
+    with torch.no_grad():
+        for p in model.adapter_parameters("lnb"):
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("use_safetensors", [True, False])
+def test_export_then_import_gives_identical_outputs(kind, use_safetensors, tmp_path):
+    source = _ours_with_everything(kind)
+    target = fresh_model(kind)
+    for adapter in (*ADAPTERS, "lnb"):
+        folder = export_adapterhub(source, "adapter", adapter, tmp_path / adapter, use_safetensors=use_safetensors)
+        assert is_adapterhub_dir(folder, "adapter")
+        assert target.load_adapter(folder) == adapter
+    assert target.load_fusion(export_adapterhub(source, "fusion", "dyn", tmp_path / "dyn", use_safetensors)) \
+        == "pf-pf_relu-pf3"
+    target.load_head(export_adapterhub(source, "head", "cls", tmp_path / "cls", use_safetensors))
+    document = json.loads((tmp_path / "dyn" / "adapter_fusion_config.json").read_text())
+    assert document["name"] == "pf,pf_relu,pf3" and document["version"].startswith("adapters.")
+    for setup in [dict(adapter=a) for a in (*ADAPTERS, "lnb")] + [dict(fusion="dyn")]:
+        source.activate(head="cls", **setup)
+        target.activate(head="cls", **(setup if "adapter" in setup else dict(fusion="pf-pf_relu-pf3")))
+        ours, theirs = run(source, kind), run(target, kind)
+        assert torch.equal(ours.logits, theirs.logits) and torch.equal(ours.last_hidden_state, theirs.last_hidden_state)
+
+
+def test_exported_files_use_adapterhub_names(tmp_path):
+    source = _ours_with_everything("bert")
+    export_adapterhub(source, "adapter", "lnb", tmp_path / "a")
+    state = load_file(str(tmp_path / "a" / SAFE["adapter"]))
+    names = {k.split(".adapters.lnb.")[1] for k in state if k.startswith("bert.encoder.layer.0.output.")}
+    assert names == {f"{m}.{p}" for m in ("adapter_norm_before", "adapter_down.0", "adapter_down.1", "adapter_up",
+                                          "adapter_norm_after") for p in ("weight", "bias")}
+    export_adapterhub(source, "head", "cls", tmp_path / "h", use_safetensors=False)
+    assert set(torch.load(tmp_path / "h" / BIN["head"], weights_only=True)) == {
+        f"heads.cls.{i}.{p}" for i in (1, 4) for p in ("weight", "bias")}
+
+
+@pytest.mark.parametrize("config", [
+    af.AdapterConfig.pfeiffer(reduction_factor=8, non_linearity="leaky_relu", ln_after=True),
+    af.AdapterConfig.houlsby(reduction_factor={"default": 4, "1": 2}, train_layer_norm=False, leave_out=(0,)),
+    af.AdapterConfig(residual_before_ln="post_add", original_ln_after=False, scaling=0.25, init="zero_up"),
+    af.AdapterConfig(residual_before_ln=False, ln_before=True, ln_after=True, init="bert"),
+])
+def test_adapter_config_round_trip(config):
+    assert adapter_config_from_adapterhub(adapter_config_to_adapterhub(config)) == config
+
+
+@pytest.mark.parametrize("config", [
+    af.FusionConfig.dynamic(score_dropout=0.1), af.FusionConfig.static(score_dropout=0.2),
+    af.FusionConfig.dynamic(temperature=True, residual_before=True, query_before_ln=True, value_before_softmax=False,
+                            score_dropout=0.1),
+])
+def test_fusion_config_round_trip(config):
+    assert fusion_config_from_adapterhub(fusion_config_to_adapterhub(config)) == config
+
+
+def test_export_refuses_what_adapterhub_cannot_hold():
+    model = fresh_model("bert")
+    model.add_adapter("h", af.AdapterConfig.houlsby())  # train_layer_norm=True: a private LayerNorm copy
+    with torch.no_grad():
+        model.sites_with_adapter("h")[0].adapters["h"].layer_norm.weight.add_(1.0)
+    with pytest.raises(af.ConfigError, match="train_layer_norm"):
+        export_adapterhub(model, "adapter", "h", "/nonexistent/never-written")
+    model.add_adapter("p", "pfeiffer")
+    model.add_fusion("f", ["p"], af.FusionConfig.dynamic(temperature=True, temperature_steps=10))
+    with pytest.raises(af.ConfigError, match="temperature_steps"):
+        export_adapterhub(model, "fusion", "f", "/nonexistent/never-written")
+
+
+def test_own_format_still_loads(tmp_path):
+    model = fresh_model("bert")
+    model.add_adapter("mine", "pfeiffer")
+    model.save_adapter("mine", tmp_path / "mine")
+    assert not is_adapterhub_dir(tmp_path / "mine", "adapter")
+    assert fresh_model("bert").load_adapter(tmp_path / "mine") == "mine"
+
+
+@pytest.mark.parametrize("config", [
+    af.RegressionHead(layers=1, dropout=0.2), af.MultipleChoiceHead(num_labels=4, activation="relu"),
+    af.ClassificationHead(num_labels=3, labels=("a", "b", "c"), layers=3, activation="gelu"),
+])
+def test_head_round_trip(config, tmp_path):
+    source = fresh_model("bert")
+    source.add_head("h", config)
+    target = fresh_model("bert")
+    target.load_head(export_adapterhub(source, "head", "h", tmp_path / "h"))
+    assert target.heads["h"].config == config
+    for p, q in zip(source.heads["h"].parameters(), target.heads["h"].parameters()):
+        assert torch.equal(p, q)
