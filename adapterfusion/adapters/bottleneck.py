@@ -67,8 +67,8 @@ class BottleneckAdapter(nn.Module):
         return z * self.config.scaling if self.config.scaling != 1.0 else z
 
     def combine(self, z: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        """Skip connection and optional new LayerNorm after it, in the order residual_before_ln says."""
-        if self.config.residual_before_ln is False:
+        """Skip connection and optional new LayerNorm, in the order the config says (`skip_first`)."""
+        if not self.config.skip_first:
             out = self.ln_after(z) if self.ln_after is not None else z
             return out + residual
         out = z + residual

@@ -28,7 +28,8 @@ class AdapterConfig:
       - original_ln_before: feed the adapter LN(h + r) instead of h.
       - residual_before_ln: the adapter's skip connection carries h (True), h + r ("post_add"), or its own input (False).
       - original_ln_after: finish with LN(adapter_output + r), as the unadapted sub-layer would.
-    ln_before / ln_after add newly trained LayerNorms inside the adapter. train_layer_norm gives the adapter
+    ln_before / ln_after add newly trained LayerNorms inside the adapter; skip_before_ln_after says whether the
+    skip connection is added before ln_after (None: before, unless residual_before_ln is False). train_layer_norm gives the adapter
     its own trainable copy of the site's pretrained LayerNorm (Houlsby §2.1 trains layer norms per task),
     so training one task never changes the encoder shared by the others.
     """
@@ -41,6 +42,7 @@ class AdapterConfig:
     residual_before_ln: Union[bool, str] = True
     ln_before: bool = False
     ln_after: bool = False
+    skip_before_ln_after: bool | None = None
     scaling: float = 1.0
     init: str = "houlsby"
     init_std: float = 1e-2
@@ -79,6 +81,8 @@ class AdapterConfig:
         for flag in ("original_ln_before", "original_ln_after", "ln_before", "ln_after", "train_layer_norm"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r} must be true or false")
+        if self.skip_before_ln_after is not None and not isinstance(self.skip_before_ln_after, bool):
+            raise ConfigError(f"skip_before_ln_after={self.skip_before_ln_after!r} must be true, false or null")
         if isinstance(self.scaling, bool) or not isinstance(self.scaling, (int, float)):
             raise ConfigError(f"scaling={self.scaling!r} must be a number")
         check_choice(self.init, INITS, "init")
@@ -135,6 +139,13 @@ class AdapterConfig:
                 f"{hidden_size} (layer {layer}); use a reduction factor of at most {hidden_size}"
             )
         return size
+
+    @property
+    def skip_first(self) -> bool:
+        """Whether the adapter adds its skip connection before its new LayerNorm (ln_after)."""
+        if self.skip_before_ln_after is not None:
+            return self.skip_before_ln_after
+        return self.residual_before_ln is not False
 
     def site_options(self) -> tuple:
         """What every adapter fused at one site must agree on: they share the site's pre/post processing."""

@@ -101,19 +101,10 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
             "AdapterHub residual_before_ln='post_add' with original_ln_before=False cannot run in adapters "
             "itself (the residual is never set); cannot import"
         )
-    # Ours applies ln_after after the skip connection iff residual_before_ln is not False; adapters has a
-    # separate flag for that order. Without original_ln_before the residual is h for True and False alike,
-    # so the two can be swapped to get the order; otherwise the combination has no equivalent.
-    adapter_residual_first = bool(c["adapter_residual_before_ln"])
-    if ln_after and adapter_residual_first != (residual is not False):
-        if not original_ln_before and residual in (True, False):
-            residual = adapter_residual_first
-        else:
-            raise ConfigError(
-                f"AdapterHub adapter_residual_before_ln={adapter_residual_first} with residual_before_ln={residual!r}, "
-                "ln_after=True and original_ln_before=True is not supported: adapterfusion ties the order of the "
-                "skip connection and ln_after to residual_before_ln (see docs/adapterhub.md)"
-            )
+    # adapters orders the skip connection and ln_after with its own flag; ours derives the order from
+    # residual_before_ln unless skip_before_ln_after says otherwise, so set that only where they differ.
+    skip_first = bool(c["adapter_residual_before_ln"])
+    skip_before_ln_after = None if skip_first == (residual is not False) else skip_first
     reduction_factor = c["reduction_factor"]
     if isinstance(reduction_factor, Mapping):
         reduction_factor = {str(k): v for k, v in reduction_factor.items()}
@@ -126,6 +117,7 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
         residual_before_ln=residual,
         ln_before=bool(c["ln_before"]),
         ln_after=ln_after,
+        skip_before_ln_after=skip_before_ln_after,
         scaling=float(c["scaling"]),
         init=_INIT_IN.get(c["init_weights"], "bert"),
         train_layer_norm=False,  # adapters never trains a private copy of the pretrained LayerNorm
@@ -143,7 +135,7 @@ def adapter_config_to_adapterhub(config: AdapterConfig) -> dict[str, Any]:
     reduction_factor = config.reduction_factor
     return {
         **BN_DEFAULTS,
-        "adapter_residual_before_ln": config.residual_before_ln is not False,
+        "adapter_residual_before_ln": config.skip_first,
         "init_weights": _INIT_OUT[config.init],
         "leave_out": list(config.leave_out),
         "ln_after": config.ln_after,

@@ -135,13 +135,14 @@ def test_imported_configs_and_dropouts():
     assert head.dropout == model.model.config.hidden_dropout_prob
 
 
-def test_ln_before_adapter_with_adapter_residual_order_is_refused():
-    """pf_ln: adapter_residual_before_ln=True with residual_before_ln=False and ln_after=True has no
-    AdapterConfig equivalent (see docs/adapterhub.md); refused rather than approximated."""
+def test_adapter_with_its_own_skip_order_matches_adapters(tmp_path):
+    """pf_ln: new LayerNorms before and after, residual after the pretrained LayerNorm, skip connection added
+    before ln_after (adapter_residual_before_ln=True): imported via skip_before_ln_after. Only a .bin exists."""
     model = fresh_model("bert")
-    with pytest.raises(af.ConfigError, match="adapter_residual_before_ln"):
-        model.load_adapter(FIXTURES / "bert" / "adapters" / "pf_ln")
-    assert model.adapter_names == []
+    name = model.load_adapter(FIXTURES / "bert" / "adapters" / "pf_ln")
+    assert model.adapter_configs[name].skip_before_ln_after is True
+    model.activate(adapter=name, head=model.load_head(FIXTURES / "bert" / "heads" / "cls"))
+    assert_matches(run(model, "bert"), "bert", "pf_ln")
 
 
 # ---- fusion options the fixtures do not record, against the fixture script's independent reference ----------
