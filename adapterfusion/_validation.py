@@ -1,7 +1,9 @@
 """Small checks shared by configs and the model so every message reads the same way."""
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Iterable
 
 from adapterfusion.errors import ConfigError
@@ -34,3 +36,16 @@ def reject_unknown_keys(data: dict, known: Iterable[str], what: str) -> None:
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ConfigError(f"unknown key(s) {unknown} in {what}; known keys are {sorted(known)}")
+
+
+def versioned_fields(data: object, cls: type, version: int, what: str) -> dict:
+    """The keyword arguments of dataclass `cls` from a JSON object written with format_version `version`:
+    a clear error for a non-object, another format version or an unknown key."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{what} must be a JSON object, got {type(data).__name__}")
+    fields = dict(data)
+    found = fields.pop("format_version", version)
+    if found != version:
+        raise ConfigError(f"{what} format_version {found!r} is not supported (expected {version})")
+    reject_unknown_keys(fields, [f.name for f in dataclasses.fields(cls)], what)
+    return fields

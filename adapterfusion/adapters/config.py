@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
-from adapterfusion._validation import check_choice, check_positive, reject_unknown_keys
+from adapterfusion._validation import check_choice, check_positive, versioned_fields
 from adapterfusion.adapters.activations import ACTIVATION_NAMES
 from adapterfusion.errors import ConfigError
 
@@ -161,13 +161,7 @@ class AdapterConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "AdapterConfig":
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"adapter config must be a JSON object, got {type(data).__name__}")
-        data = dict(data)
-        version = data.pop("format_version", CONFIG_FORMAT_VERSION)
-        if version != CONFIG_FORMAT_VERSION:
-            raise ConfigError(f"adapter config format_version {version!r} is not supported (expected {CONFIG_FORMAT_VERSION})")
-        reject_unknown_keys(data, [f.name for f in dataclasses.fields(cls)], "adapter config")
+        data = versioned_fields(data, cls, CONFIG_FORMAT_VERSION, "adapter config")
         for key in ("positions", "leave_out"):
             if key in data:
                 if not isinstance(data[key], (list, tuple)):

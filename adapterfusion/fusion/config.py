@@ -5,7 +5,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from adapterfusion._validation import check_positive, reject_unknown_keys
+from adapterfusion._validation import check_positive, versioned_fields
 from adapterfusion.errors import ConfigError
 
 CONFIG_FORMAT_VERSION = 1
@@ -87,14 +87,7 @@ class FusionConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FusionConfig":
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"fusion config must be a JSON object, got {type(data).__name__}")
-        data = dict(data)
-        version = data.pop("format_version", CONFIG_FORMAT_VERSION)
-        if version != CONFIG_FORMAT_VERSION:
-            raise ConfigError(f"fusion config format_version {version!r} is not supported (expected {CONFIG_FORMAT_VERSION})")
-        reject_unknown_keys(data, [f.name for f in dataclasses.fields(cls)], "fusion config")
-        return cls(**data)
+        return cls(**versioned_fields(data, cls, CONFIG_FORMAT_VERSION, "fusion config"))
 
 
 def resolve_fusion_config(config: "FusionConfig | str | Mapping[str, Any] | None") -> FusionConfig:

@@ -1,0 +1,196 @@
+"""`train(task, setup, seed)`: one run of one setup on one task, from encoder folder to saved pieces.
+
+The run folder `<output_dir>/<task>/<setup>/seed-<seed>/` holds config.json (written first, so a failed run
+still says what it was), metrics.json (written last), and the trained pieces: adapter/, fusion/, head/ (each
+saved with the model's save_*), or encoder/ (save_pretrained of the unwrapped encoder, with the tokenizer) for
+setups that change encoder weights. Trainer checkpoints live in checkpoints/ and are removed after a
+successful run unless TrainingConfig.keep_checkpoints is set.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.tasks.encoding import encode_task
+from adapterfusion.tasks.loading import load_task_data
+from adapterfusion.tasks.registry import resolve_task
+from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.training.config import TrainingConfig
+from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.setups import SetupContext, get_setup
+from adapterfusion.training.store import AdapterStore, encoder_key
+from adapterfusion.training.trainer import fit
+
+RUN_FORMAT_VERSION = 1
+
+
+@dataclass
+class RunResult:
+    """What one run produced; `metrics` are the best checkpoint's dev metrics (e.g. {"accuracy": 0.71, ...})."""
+
+    task: str
+    setup: str
+    seed: int
+    run_dir: Path
+    metrics: dict[str, float]
+    epoch_metrics: list[dict[str, float]]
+    train_seconds: float
+    wall_seconds: float
+    pieces: dict[str, Path] = field(default_factory=dict)
+    store_path: Path | None = None
+    model: Any = field(default=None, repr=False)  # the trained AdaptedModel (best checkpoint), for inspection
+
+    @property
+    def config_path(self) -> Path:
+        return self.run_dir / "config.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.run_dir / "metrics.json"
+
+
+def run_dir_for(output_dir: str | os.PathLike, task: str, setup: str, seed: int) -> Path:
+    return Path(output_dir) / task / setup / f"seed-{int(seed)}"
+
+
+def _git_sha() -> str | None:
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                                capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def train(
+    task: str | TaskSpec,
+    setup: str,
+    seed: int = 42,
+    encoder: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    output_dir: str | os.PathLike = "runs",
+    store: AdapterStore | str | os.PathLike | None = None,
+    training_config: TrainingConfig | Mapping[str, Any] | None = None,
+    setup_options: Mapping[str, Any] | None = None,
+    max_examples: int | Mapping[str, int] | None = None,
+) -> RunResult:
+    """Train `setup` (see adapterfusion.training.setups) on `task` with `seed`.
+
+    encoder: a HuggingFace encoder folder or Hub id (default: the shipped MiniLM). training_config: a
+    TrainingConfig, or a dict of overrides of the setup's paper defaults (TrainingConfig.for_setup).
+    store: where stage-1 adapters go (st-a, st-a-houlsby runs are added to it) and where fusion-st-a reads them.
+    """
+    import transformers
+    from transformers import AutoModel, AutoTokenizer
+
+    import adapterfusion as af
+
+    wall_start = time.perf_counter()
+    spec = resolve_task(task)
+    recipe = get_setup(setup)
+    options = recipe.resolve_options(setup_options)
+    if isinstance(training_config, TrainingConfig):
+        config = training_config.replace(seed=seed)
+    else:
+        config = TrainingConfig.for_setup(setup, **{**dict(training_config or {}), "seed": seed})
+    encoder = str(encoder if encoder is not None else af.default_encoder_path())
+    store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
+    run_dir = run_dir_for(output_dir, spec.name, setup, seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    transformers.set_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(encoder)
+    data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
+    if "validation" not in data:
+        raise TrainingError(f"task {spec.name!r} loaded no validation split; early stopping needs one")
+    encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
+    model = af.wrap(AutoModel.from_pretrained(encoder))
+    context = SetupContext(task=spec, options=options, seed=seed, encoder=encoder, store=store)
+    plan = recipe.prepare(model, context)
+
+    run_config = {
+        "format_version": RUN_FORMAT_VERSION, "task": spec.name, "task_spec": spec.to_dict(), "setup": setup,
+        "setup_options": _jsonable(options), "seed": seed, "encoder": encoder, "encoder_key": encoder_key(encoder),
+        "training": config.to_dict(), "data": info.to_dict(), "truncation": truncation.to_dict(),
+        "library_version": af.__version__, "transformers_version": transformers.__version__,
+        "git_sha": _git_sha(), "plan_notes": plan.notes,
+    }
+    atomic_write_json(run_dir / "config.json", run_config)
+
+    trainer, outcome = fit(model, spec, encoded["train"], encoded["validation"], tokenizer, config,
+                           run_dir / "checkpoints")
+    del trainer
+    report = model.parameter_report()
+    pieces = _save_pieces(model, plan, tokenizer, run_dir)
+    metrics = {
+        "format_version": RUN_FORMAT_VERSION, "task": spec.name, "setup": setup, "seed": seed,
+        "metric_for_best": config.metric_for_best or spec.metrics[0],
+        "best": outcome.best_metrics, "epochs": outcome.epoch_metrics, "train_losses": outcome.train_losses,
+        "train_seconds": outcome.train_seconds, "global_step": outcome.global_step,
+        "stopped_early": outcome.stopped_early,
+        "parameters": {"trainable": sum(p.numel() for p in plan.trainable), "total": report.total,
+                       "encoder": report.encoder_total,
+                       "per_piece": [{"piece": r.piece, "kind": r.kind, "total": r.total, "trainable": r.trainable}
+                                     for r in report.rows]},
+        "pieces": {kind: str(path.relative_to(run_dir)) for kind, path in pieces.items()},
+    }
+    stored = None
+    if store is not None and recipe.stores_adapter:
+        stored = store.put(run_dir, overwrite=True)
+        metrics["store_path"] = str(stored)
+    if not config.keep_checkpoints:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    metrics["wall_seconds"] = time.perf_counter() - wall_start
+    atomic_write_json(run_dir / "metrics.json", metrics)
+    return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
+                     epoch_metrics=outcome.epoch_metrics, train_seconds=outcome.train_seconds,
+                     wall_seconds=metrics["wall_seconds"], pieces=pieces, store_path=stored, model=model)
+
+
+def _save_pieces(model, plan, tokenizer, run_dir: Path) -> dict[str, Path]:
+    """Adapters, fusion and head with the model's own save_*; a changed encoder with save_pretrained."""
+    pieces: dict[str, Path] = {}
+    if plan.fusion is not None:
+        pieces["fusion"] = model.save_fusion(plan.fusion, run_dir / "fusion")
+    elif plan.adapters:
+        pieces["adapter"] = model.save_adapter(plan.adapters[0], run_dir / "adapter")
+    pieces["head"] = model.save_head(plan.head, run_dir / "head")
+    if plan.save_encoder:
+        encoder_dir = run_dir / "encoder"
+        model.model.save_pretrained(encoder_dir, state_dict=plain_encoder_state(model))
+        tokenizer.save_pretrained(encoder_dir)
+        pieces["encoder"] = encoder_dir
+    return {kind: Path(path) for kind, path in pieces.items()}
+
+
+def plain_encoder_state(model) -> dict[str, Any]:
+    """The encoder's state dict under the unwrapped model's keys (what `model.unload()` would save), without
+    unloading: each site's `<site>.base_layer.` prefix becomes `<site>.`. Only for models without adapters."""
+    from adapterfusion.injection.site import AdapterSite
+
+    if model.adapter_names or model.fusion_names:
+        raise TrainingError("plain_encoder_state: the model holds adapters or fusions; save those with save_* instead")
+    prefixes = {f"{name}.base_layer.": f"{name}." for name, module in model.model.named_modules()
+                if isinstance(module, AdapterSite)}
+    state = {}
+    for key, value in model.model.state_dict().items():
+        prefix = next((p for p in prefixes if key.startswith(p)), None)
+        state[prefixes[prefix] + key[len(prefix):] if prefix else key] = value
+    return state
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)

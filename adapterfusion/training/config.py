@@ -1,0 +1,138 @@
+"""`TrainingConfig`: the optimisation knobs of one run, a frozen dataclass with a JSON round trip.
+
+Every setup starts from the paper's values (`TrainingConfig.for_setup`): AdamW with linear decay after a 10 %
+warm-up (Houlsby et al. 2019), early stopping on the task's first dev metric.
+
+| setup | lr | max epochs | source |
+|---|---:|---:|---|
+| st-a, st-a-houlsby | 1e-4 | 30 | AdapterFusion §4 / A.1 |
+| fusion-st-a | 5e-5 | 10 | AdapterFusion §4 |
+| full, top-k | 2e-5 | 3 | BERT's fine-tuning recipe (Devlin et al. 2019: 2-4 epochs); AdapterFusion's Full baseline |
+| layernorm-only | 1e-3 | 20 | our choice: a few thousand LayerNorm parameters need adapter-like or larger steps |
+| head | 1e-3 | 20 | our choice: a linear probe on a frozen encoder converges slowly at 1e-4 |
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from adapterfusion._validation import versioned_fields
+from adapterfusion.errors import ConfigError
+
+TRAINING_CONFIG_FORMAT_VERSION = 1
+REPORT_TARGETS = ("none", "tensorboard", "mlflow", "wandb", "all")
+
+_SETUP_DEFAULTS: dict[str, dict[str, Any]] = {
+    "head": dict(learning_rate=1e-3, epochs=20),
+    "full": dict(learning_rate=2e-5, epochs=3),
+    "top-k": dict(learning_rate=2e-5, epochs=3),
+    "layernorm-only": dict(learning_rate=1e-3, epochs=20),
+    "st-a": dict(learning_rate=1e-4, epochs=30),
+    "st-a-houlsby": dict(learning_rate=1e-4, epochs=30),
+    "fusion-st-a": dict(learning_rate=5e-5, epochs=10),
+}
+
+
+def _positive_int(value: Any, field: str, allow_none: bool = False, minimum: int = 1) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{field}={value!r} must be an integer >= {minimum}" + (" or None" if allow_none else ""))
+
+
+def _number(value: Any, field: str, low: float, high: float | None = None, low_open: bool = False) -> None:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
+    if not ok:
+        bound = f"{'>' if low_open else '>='} {low}" + (f" and <= {high}" if high is not None else "")
+        raise ConfigError(f"{field}={value!r} must be a number {bound}")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """One run's optimisation settings. `epochs` is the maximum: early stopping (`patience` evaluations without
+    improvement of `metric_for_best`, None = off) usually ends a run sooner. `max_steps` caps optimizer steps
+    (tests, demos). `metric_for_best` None means the task's first metric. `eval_batch_size` None = batch_size;
+    `max_length` None = the task's default. fp16/bf16 are passed to the HF Trainer unchanged."""
+
+    learning_rate: float = 1e-4
+    epochs: float = 30
+    batch_size: int = 32
+    eval_batch_size: int | None = None
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    patience: int | None = 3
+    max_steps: int | None = None
+    max_length: int | None = None
+    seed: int = 42
+    metric_for_best: str | None = None
+    grad_accumulation: int = 1
+    fp16: bool = False
+    bf16: bool = False
+    report_to: str = "none"
+    save_total_limit: int = 1
+    keep_checkpoints: bool = False
+    logging_steps: int = 50
+    dataloader_workers: int = 0
+
+    def __post_init__(self) -> None:
+        _number(self.learning_rate, "learning_rate", 0.0)
+        _number(self.epochs, "epochs", 0.0, low_open=True)
+        _positive_int(self.batch_size, "batch_size")
+        _positive_int(self.eval_batch_size, "eval_batch_size", allow_none=True)
+        _number(self.warmup_ratio, "warmup_ratio", 0.0, 0.99)
+        _number(self.weight_decay, "weight_decay", 0.0)
+        _number(self.adam_epsilon, "adam_epsilon", 0.0, low_open=True)
+        _number(self.max_grad_norm, "max_grad_norm", 0.0)
+        _positive_int(self.patience, "patience", allow_none=True)
+        _positive_int(self.max_steps, "max_steps", allow_none=True)
+        _positive_int(self.max_length, "max_length", allow_none=True, minimum=8)
+        _positive_int(self.seed, "seed", minimum=0)
+        if self.metric_for_best is not None and (not isinstance(self.metric_for_best, str) or not self.metric_for_best):
+            raise ConfigError(f"metric_for_best={self.metric_for_best!r} must be a metric name such as 'accuracy'")
+        _positive_int(self.grad_accumulation, "grad_accumulation")
+        for flag in ("fp16", "bf16", "keep_checkpoints"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"{flag}={getattr(self, flag)!r} must be true or false")
+        if self.fp16 and self.bf16:
+            raise ConfigError("fp16 and bf16 are both set; choose one mixed-precision mode")
+        if self.report_to not in REPORT_TARGETS:
+            raise ConfigError(f"report_to={self.report_to!r} is not allowed; choose one of {list(REPORT_TARGETS)}")
+        _positive_int(self.save_total_limit, "save_total_limit")
+        _positive_int(self.logging_steps, "logging_steps")
+        _positive_int(self.dataloader_workers, "dataloader_workers", minimum=0)
+
+    @classmethod
+    def for_setup(cls, setup: str, **overrides: Any) -> "TrainingConfig":
+        """The paper's defaults for a named setup (see the module docstring), with `overrides` applied; a setup
+        without a row (one a user registered) gets the class defaults, which are ST-A's."""
+        return cls(**{**_SETUP_DEFAULTS.get(setup, {}), **overrides})
+
+    def replace(self, **changes: Any) -> "TrainingConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format_version": TRAINING_CONFIG_FORMAT_VERSION, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrainingConfig":
+        return cls(**versioned_fields(data, cls, TRAINING_CONFIG_FORMAT_VERSION, "training config"))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> "TrainingConfig":
+        """Parse JSON text, or read it from a file path."""
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            text = Path(text_or_path).read_text(encoding="utf-8")
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"training config is not valid JSON: {err}") from err

@@ -1,0 +1,213 @@
+"""The named training setups of the papers: each prepares an AdaptedModel for one task and says what trains.
+
+A setup is a small function `prepare(model, context) -> SetupPlan`; it only calls the model's own API
+(add_adapter, add_head, train_adapter, ...) plus, for top-k and LayerNorm-only tuning, picks encoder
+parameters through the architecture table. Register another with `register_setup`.
+
+| name | trains | paper |
+|---|---|---|
+| head | classifier only, encoder frozen | AdapterFusion "Head" |
+| full | encoder + head | "Full" |
+| st-a | Pfeiffer adapter + head (option reduction_factor: 2/16/64, default 16) | "ST-A" |
+| st-a-houlsby | Houlsby adapters (+ their LayerNorm copies) + head (option reduction_factor) | "ST-A Houlsby" |
+| top-k | the top k encoder layers + head (option k, default 1) | Houlsby "variable fine-tuning" |
+| layernorm-only | every LayerNorm of the encoder + head | Houlsby §3.6 |
+| fusion-st-a | dynamic fusion of stored ST-A adapters + head (options sources, adapter_setup, adapter_seed) | "Fusion w/ ST-A" |
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.fusion.config import resolve_fusion_config
+from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleChoiceHead
+from adapterfusion.injection.architectures import architecture_for, get_submodule
+from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.training.errors import TrainingError
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+    from adapterfusion.training.store import AdapterStore
+
+
+@dataclass(frozen=True)
+class SetupContext:
+    """What a setup may use besides the model: the task, its resolved options, the seed, the adapter store."""
+
+    task: TaskSpec
+    options: Mapping[str, Any]
+    seed: int
+    encoder: str
+    store: "AdapterStore | None" = None
+
+
+@dataclass
+class SetupPlan:
+    """What a prepared model trains and which pieces the run saves: `adapters`, `fusion` and `head` with
+    model.save_*; `save_encoder` for setups that change encoder weights (saved with save_pretrained)."""
+
+    head: str
+    trainable: list[nn.Parameter]
+    adapters: tuple[str, ...] = ()
+    fusion: str | None = None
+    save_encoder: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    prepare: Callable[["AdaptedModel", SetupContext], SetupPlan]
+    options: Mapping[str, Any]  # option name -> default
+    description: str
+    stores_adapter: bool = False  # a run's adapter + head may go into an AdapterStore (stage 1)
+
+    def resolve_options(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
+        given = dict(given or {})
+        unknown = sorted(set(given) - set(self.options))
+        if unknown:
+            raise TrainingError(
+                f"setup {self.name!r} has no option(s) {unknown}; its options are {dict(self.options) or 'none'}"
+            )
+        return {**self.options, **given}
+
+
+SETUPS: dict[str, Setup] = {}
+
+
+def register_setup(setup: Setup, overwrite: bool = False) -> Setup:
+    if setup.name in SETUPS and not overwrite:
+        raise TrainingError(f"a setup named {setup.name!r} is registered; pass overwrite=True to replace it")
+    SETUPS[setup.name] = setup
+    return setup
+
+
+def get_setup(name: str) -> Setup:
+    if name not in SETUPS:
+        raise TrainingError(f"unknown setup {name!r}; known setups: {', '.join(SETUPS)}")
+    return SETUPS[name]
+
+
+def list_setups() -> list[str]:
+    return list(SETUPS)
+
+
+def head_config_for(task: TaskSpec) -> HeadConfig:
+    """ClassificationHead for single/pair tasks, MultipleChoiceHead for multiple choice; labels from the task."""
+    if task.is_multiple_choice:
+        return MultipleChoiceHead(num_labels=task.num_labels)
+    return ClassificationHead(num_labels=task.num_labels, labels=tuple(task.label_names))
+
+
+def piece_name(task: TaskSpec) -> str:
+    """Adapter/head name of a task: module keys allow letters, digits, '_' and '-' only."""
+    return task.name.replace(".", "_")
+
+
+def _add_head(model: "AdaptedModel", context: SetupContext) -> str:
+    name = piece_name(context.task)
+    model.add_head(name, head_config_for(context.task), overwrite=True)
+    return name
+
+
+def _encoder_layers(model: "AdaptedModel") -> nn.ModuleList:
+    return get_submodule(model.model.base_model, architecture_for(model.model).layers)
+
+
+def _check_reduction_factor(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise TrainingError(f"reduction_factor={value!r} must be a positive number (the paper uses 2, 16 or 64)")
+    return float(value)
+
+
+# ---- the setups ------------------------------------------------------------------------------------------
+def _head(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+    head = _add_head(model, context)
+    model.train_head(head)
+    return SetupPlan(head=head, trainable=list(model.heads[head].parameters()))
+
+
+def _full(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+    head = _add_head(model, context)
+    model.train_head(head, train_encoder=True)
+    return SetupPlan(head=head, trainable=model.encoder_parameters() + list(model.heads[head].parameters()),
+                     save_encoder=True)
+
+
+def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[["AdaptedModel", SetupContext], SetupPlan]:
+    def prepare(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+        head = _add_head(model, context)
+        config = preset(reduction_factor=_check_reduction_factor(context.options["reduction_factor"]))
+        model.add_adapter(head, config)
+        model.train_adapter(head, head=head)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        return SetupPlan(head=head, trainable=trainable, adapters=(head,))
+    return prepare
+
+
+def _top_k(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+    k = context.options["k"]
+    layers = _encoder_layers(model)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(layers):
+        raise TrainingError(f"top-k: k={k!r} must be an integer in 1..{len(layers)} (this encoder's layer count)")
+    head = _add_head(model, context)
+    model.train_head(head)
+    top = [p for layer in layers[len(layers) - k:] for p in layer.parameters()]
+    for parameter in top:
+        parameter.requires_grad_(True)
+    return SetupPlan(head=head, trainable=top + list(model.heads[head].parameters()), save_encoder=True)
+
+
+def _layernorm_only(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+    head = _add_head(model, context)
+    model.train_head(head)
+    norms = [p for module in model.model.modules() if isinstance(module, nn.LayerNorm) for p in module.parameters()]
+    if not norms:
+        raise TrainingError(f"layernorm-only: {type(model.model).__name__} has no torch.nn.LayerNorm modules to train")
+    for parameter in norms:
+        parameter.requires_grad_(True)
+    return SetupPlan(head=head, trainable=norms + list(model.heads[head].parameters()), save_encoder=True)
+
+
+def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+    """Stage 2: load the stored stage-1 adapters of `sources` (the target's own is always included), freeze
+    them and the encoder, and train a dynamic fusion plus a fresh head for the target task."""
+    if context.store is None:
+        raise TrainingError("fusion-st-a needs store=AdapterStore(...) holding the stage-1 adapters of its sources")
+    sources: Sequence[str] = context.options["sources"]
+    if isinstance(sources, str) or not isinstance(sources, Sequence):
+        raise TrainingError(f"fusion-st-a: sources={sources!r} must be a list of task names")
+    target = context.task.name
+    ordered = list(dict.fromkeys([*sources, target])) if target not in sources else list(dict.fromkeys(sources))
+    adapter_seed = context.options["adapter_seed"]
+    adapter_seed = context.seed if adapter_seed is None else adapter_seed
+    names = [context.store.load_into(model, task, context.options["adapter_setup"], adapter_seed,
+                                     encoder=context.encoder, name=task.replace(".", "_"))
+             for task in ordered]
+    head = _add_head(model, context)
+    fusion = f"fusion_{head}"
+    model.add_fusion(fusion, names, resolve_fusion_config(context.options["fusion_config"] or "dynamic"))
+    model.train_fusion(fusion, head=head)
+    return SetupPlan(head=head, trainable=model.fusion_parameters(fusion) + list(model.heads[head].parameters()),
+                     fusion=fusion, adapters=tuple(names),
+                     notes=[f"fused adapters {names} from the store ({context.options['adapter_setup']}, seed {adapter_seed})"])
+
+
+for _setup in (
+    Setup("head", _head, {}, "frozen encoder, train the classifier only"),
+    Setup("full", _full, {}, "fine-tune the whole encoder and the head"),
+    Setup("st-a", _adapter_setup(AdapterConfig.pfeiffer), {"reduction_factor": 16},
+          "single-task Pfeiffer adapter", stores_adapter=True),
+    Setup("st-a-houlsby", _adapter_setup(AdapterConfig.houlsby), {"reduction_factor": 16},
+          "single-task Houlsby adapters", stores_adapter=True),
+    Setup("top-k", _top_k, {"k": 1}, "fine-tune the top k encoder layers and the head"),
+    Setup("layernorm-only", _layernorm_only, {}, "train the encoder's LayerNorm parameters and the head"),
+    Setup("fusion-st-a", _fusion_st_a,
+          {"sources": (), "adapter_setup": "st-a", "adapter_seed": None, "fusion_config": None},
+          "AdapterFusion over stored ST-A adapters"),
+):
+    register_setup(_setup)

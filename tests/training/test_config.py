@@ -1,0 +1,27 @@
+import pytest
+
+from adapterfusion.errors import ConfigError
+from adapterfusion.training import TrainingConfig
+
+
+def test_round_trip_and_paper_defaults():
+    config = TrainingConfig.for_setup("fusion-st-a", max_steps=7)
+    assert (config.learning_rate, config.epochs, config.batch_size, config.warmup_ratio) == (5e-5, 10, 32, 0.1)
+    assert TrainingConfig.from_json(config.to_json()) == config
+    assert config.to_dict()["format_version"] == 1
+    assert TrainingConfig.for_setup("st-a").learning_rate == 1e-4
+    assert TrainingConfig.for_setup("full").learning_rate == 2e-5
+
+
+@pytest.mark.parametrize("bad", [dict(batch_size=0), dict(learning_rate=-1), dict(patience=0), dict(fp16=True, bf16=True),
+                                 dict(report_to="slack"), dict(warmup_ratio=1.5), dict(max_length=4)])
+def test_rejects_bad_values(bad):
+    with pytest.raises(ConfigError):
+        TrainingConfig(**bad)
+
+
+def test_rejects_unknown_keys_and_versions():
+    with pytest.raises(ConfigError, match="lr"):
+        TrainingConfig.from_dict({"lr": 1})
+    with pytest.raises(ConfigError, match="format_version"):
+        TrainingConfig.from_dict({"format_version": 99})

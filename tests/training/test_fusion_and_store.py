@@ -1,0 +1,140 @@
+"""Stage 2 reuses stored stage-1 adapters untouched; the fusion's V is regularised and never weight-decayed."""
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import TrainingArguments
+
+import adapterfusion as af
+from adapterfusion.training import (
+    AdaptedTrainer,
+    AdapterStore,
+    TrainingError,
+    fusion_value_parameters,
+    train,
+)
+from training_fixtures import data_dir, encoder_state, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+
+FAST = dict(max_steps=3, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
+SLICE = {"train": 48, "validation": 32}
+
+
+@pytest.fixture(scope="module")
+def stage_one(tmp_path_factory, tiny_encoder_dir, data_dir):
+    root = tmp_path_factory.mktemp("stage1")
+    store = AdapterStore(root / "store")
+    for task in ("rte", "sst2"):
+        train(task, "st-a", seed=1, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=root / "runs",
+              store=store, training_config=FAST, max_examples=SLICE)
+    return store
+
+
+def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
+    store = stage_one
+    rte = store.path(str(tiny_encoder_dir), "rte", "st-a", 1)
+    assert store.has(str(tiny_encoder_dir), "rte", "st-a", 1) and not store.has(str(tiny_encoder_dir), "rte", "st-a", 2)
+    assert rte.relative_to(store.root).parts[1:] == ("rte", "st-a", "seed-1")
+    assert (rte / "adapter" / "adapter.safetensors").is_file() and (rte / "head" / "head.safetensors").is_file()
+    before = {p: p.read_bytes() for p in rte.rglob("*") if p.is_file()}
+
+    model = fresh_model(tiny_encoder_dir)
+    model.add_adapter("cb", "pfeiffer")
+    model.add_head("cb", af.ClassificationHead(num_labels=3))
+    store.put_model(model, "cb", "cb", str(tiny_encoder_dir), "cb", "st-a", 1)
+    with pytest.raises(TrainingError, match="overwrite"):
+        store.put_model(model, "cb", "cb", str(tiny_encoder_dir), "cb", "st-a", 1)
+    assert {p: p.read_bytes() for p in rte.rglob("*") if p.is_file()} == before
+    assert not [p for p in store.root.rglob("*.tmp")]
+    assert store.load_into(fresh_model(tiny_encoder_dir), "cb", "st-a", 1, head=True) == "cb"
+    with pytest.raises(TrainingError, match="train it first"):
+        store.load_into(fresh_model(tiny_encoder_dir), "mnli", "st-a", 1)
+
+
+def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_dir, data_dir, tmp_path):
+    before = encoder_state(fresh_model(tiny_encoder_dir))
+    result = train("rte", "fusion-st-a", seed=1, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
+                   store=stage_one, training_config=FAST, max_examples=SLICE, setup_options={"sources": ["sst2"]})
+    model = result.model
+    assert model.fusion_setups["fusion_rte"][1] == ("sst2", "rte")  # the target's own adapter is fused too
+    after = encoder_state(model)
+    assert after.keys() == before.keys() and all(torch.equal(before[n], after[n]) for n in before)
+    for task in ("sst2", "rte"):
+        stored = load_file(str(stage_one.path(str(tiny_encoder_dir), task, "st-a", 1) / "adapter" / "adapter.safetensors"))
+        model.save_adapter(task, tmp_path / f"check-{task}")
+        now = load_file(str(tmp_path / f"check-{task}" / "adapter.safetensors"))
+        assert stored.keys() == now.keys() and all(torch.equal(stored[k], now[k]) for k in stored)
+    eye = torch.eye(model.hidden_size)
+    assert any(not torch.allclose(v, eye, atol=1e-4) for v in fusion_value_parameters(model))  # V trained
+    assert (result.run_dir / "fusion" / "fusion.safetensors").is_file()
+    metrics = json.loads(result.metrics_path.read_text())
+    assert metrics["parameters"]["trainable"] == sum(p.numel() for p in model.fusion_parameters("fusion_rte")) + \
+        sum(p.numel() for p in model.heads["rte"].parameters())
+
+    # The V-regulariser is part of the training loss of the same step.
+    model.train()
+    batch = {"input_ids": torch.randint(1000, 2000, (2, 9)), "attention_mask": torch.ones(2, 9, dtype=torch.long)}
+    out = model(**batch, labels=torch.tensor([0, 1]))
+    assert out.fusion_regularization > 0
+    torch.testing.assert_close(out.loss, out.task_loss + model.fusion_regularization("fusion_rte"))
+
+    # V, biases and LayerNorm weights get no weight decay in the optimizer the trainer builds.
+    trainer = AdaptedTrainer(model=model, args=TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[],
+                                                                 weight_decay=0.1))
+    groups = trainer.create_optimizer().param_groups
+    decay = {id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]}
+    no_decay = {id(p) for g in groups if g["weight_decay"] == 0 for p in g["params"]}
+    values = {id(p) for p in fusion_value_parameters(model)}
+    assert values and values <= no_decay and not values & decay
+    assert decay and all(p.ndim == 2 for g in groups if g["weight_decay"] > 0 for p in g["params"])
+    assert decay | no_decay == {id(p) for p in model.parameters() if p.requires_grad}
+
+
+def test_fusion_without_a_store_or_adapter_is_refused(tiny_encoder_dir, data_dir, tmp_path):
+    with pytest.raises(TrainingError, match="store"):
+        train("rte", "fusion-st-a", encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
+              training_config=FAST, max_examples=SLICE, setup_options={"sources": ["sst2"]})
+    with pytest.raises(TrainingError, match="train it first"):
+        train("rte", "fusion-st-a", seed=9, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
+              store=AdapterStore(tmp_path / "empty"), training_config=FAST, max_examples=SLICE,
+              setup_options={"sources": ["sst2"]})
+
+
+def test_non_finite_loss_stops_the_run(tiny_encoder_dir, tmp_path):
+    model = fresh_model(tiny_encoder_dir)
+    trainer = AdaptedTrainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to=[]))
+
+    def broken(**inputs):
+        return af.AdaptedModelOutput(loss=torch.tensor(float("nan")), task_loss=torch.tensor(float("nan")))
+
+    with pytest.raises(TrainingError, match="nan"):
+        trainer.compute_loss(broken, {"labels": torch.tensor([0])})
+
+
+def test_checkpoint_holds_and_restores_the_trained_pieces(tiny_encoder_dir, tmp_path):
+    model = fresh_model(tiny_encoder_dir)
+    model.add_adapter("rte", "pfeiffer")
+    model.add_head("rte", af.ClassificationHead(num_labels=2))
+    model.train_adapter("rte")
+    trainer = AdaptedTrainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to=[]))
+    trainer._save(str(tmp_path / "ckpt"))
+    saved = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    assert set(load_file(str(tmp_path / "ckpt" / "trainable.safetensors"))) == set(saved)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(1.0)
+    trainer._load_from_checkpoint(str(tmp_path / "ckpt"))
+    assert all(torch.equal(p, saved[n]) for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_fusion_step_callback_drives_the_temperature_step(tiny_encoder_dir):
+    from transformers import TrainerState
+
+    from adapterfusion.training import FusionStepCallback
+
+    model = fresh_model(tiny_encoder_dir)
+    state = TrainerState()
+    state.global_step = 17
+    FusionStepCallback(model).on_step_begin(None, state, None)
+    assert {site.fusion_step for site in model.sites} == {17}

@@ -1,0 +1,83 @@
+"""Every setup trains for a few steps, writes its run files, and changes only what it should."""
+import json
+
+import pytest
+import torch
+
+from adapterfusion.training import TrainingError, train
+
+from training_fixtures import data_dir, encoder_state, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+
+FAST = dict(max_steps=4, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
+SLICE = {"train": 64, "validation": 32}
+
+
+def _run(tmp_path, encoder, data_dir, setup, task="rte", options=None, **overrides):
+    return train(task, setup, seed=3, encoder=encoder, data_dir=data_dir, output_dir=tmp_path / "runs",
+                 training_config={**FAST, **overrides}, setup_options=options, max_examples=SLICE)
+
+
+def _changed(before, after):
+    return {n for n in before if not torch.equal(before[n], after[n])}
+
+
+@pytest.mark.parametrize("setup, options", [("head", None), ("full", None), ("st-a", {"reduction_factor": 2}),
+                                            ("st-a-houlsby", None), ("top-k", {"k": 1}), ("layernorm-only", None)])
+def test_setup_trains_only_its_parameters(tmp_path, tiny_encoder_dir, data_dir, setup, options):
+    before = encoder_state(fresh_model(tiny_encoder_dir))
+    result = _run(tmp_path, tiny_encoder_dir, data_dir, setup, options=options)
+
+    config = json.loads((result.run_dir / "config.json").read_text())
+    metrics = json.loads((result.run_dir / "metrics.json").read_text())
+    assert (config["setup"], config["task"], config["seed"], config["training"]["max_steps"]) == (setup, "rte", 3, 4)
+    assert config["data"]["splits"]["train"]["num_rows"] == 64
+    assert "accuracy" in metrics["best"] and metrics["epochs"] and metrics["train_seconds"] > 0
+    assert 0 < metrics["parameters"]["trainable"] < metrics["parameters"]["total"] or setup == "full"
+    assert (result.run_dir / "head" / "head.safetensors").is_file()
+    assert not (result.run_dir / "checkpoints").exists()
+
+    changed = _changed(before, encoder_state(result.model))
+    model = result.model
+    if setup in ("head", "st-a", "st-a-houlsby"):
+        assert changed == set()
+    elif setup == "full":
+        assert len(changed) > len(before) // 2
+    elif setup == "top-k":
+        assert changed and all(".layer.1." in n for n in changed)
+    elif setup == "layernorm-only":
+        norms = {n for n, m in model.model.named_modules() if isinstance(m, torch.nn.LayerNorm)}
+        assert changed and all(n.rsplit(".", 1)[0] in norms for n in changed)
+    if setup.startswith("st-a"):
+        assert (result.run_dir / "adapter" / "adapter.safetensors").is_file()
+        assert model.adapter_configs["rte"].reduction_factor == (2.0 if options else 16.0)
+    if setup in ("full", "top-k", "layernorm-only"):  # the saved encoder is the trained one
+        reloaded = fresh_model(result.run_dir / "encoder")
+        assert _changed(encoder_state(model), encoder_state(reloaded)) == set()
+
+
+def test_loss_falls_on_a_learnable_slice(tmp_path, tiny_encoder_dir, data_dir):
+    result = _run(tmp_path, tiny_encoder_dir, data_dir, "full", task="sst2", max_steps=40, learning_rate=5e-3,
+                  warmup_ratio=0.0)
+    losses = [entry["loss"] for entry in json.loads(result.metrics_path.read_text())["train_losses"]]
+    assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:4]) / 4, losses
+
+
+def test_early_stopping_stops_when_the_metric_cannot_improve(tmp_path, tiny_encoder_dir, data_dir):
+    result = _run(tmp_path, tiny_encoder_dir, data_dir, "head", learning_rate=0.0, max_steps=None, epochs=10,
+                  batch_size=32, patience=1)
+    metrics = json.loads(result.metrics_path.read_text())
+    assert metrics["stopped_early"] and metrics["global_step"] == 4  # 2 steps per epoch, stopped after epoch 2
+    assert len(metrics["epochs"]) == 2
+
+
+def test_multiple_choice_task_trains(tmp_path, tiny_encoder_dir, data_dir):
+    result = _run(tmp_path, tiny_encoder_dir, data_dir, "st-a", task="commonsense_qa", max_steps=2)
+    assert result.model.heads["commonsense_qa"].config.kind == "multiple_choice"
+    assert 0.0 <= result.metrics["accuracy"] <= 1.0
+
+
+def test_unknown_setup_and_option_are_refused(tmp_path, tiny_encoder_dir, data_dir):
+    with pytest.raises(TrainingError, match="known setups"):
+        _run(tmp_path, tiny_encoder_dir, data_dir, "lora")
+    with pytest.raises(TrainingError, match="reduction_factor"):
+        _run(tmp_path, tiny_encoder_dir, data_dir, "st-a", options={"rf": 2})
