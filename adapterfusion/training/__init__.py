@@ -1,5 +1,6 @@
-"""Training recipes: named setups (head, full, st-a, st-a-houlsby, top-k, layernorm-only, fusion-st-a) run with
-the HuggingFace Trainer, an AdapterStore that hands stage-1 adapters to stage 2, and `train()` for one run.
+"""Training recipes: named setups (head, full, st-a, st-a-houlsby, top-k, layernorm-only, fusion-st-a, fusion-mt-a)
+run with the HuggingFace Trainer, an AdapterStore that hands stage-1 adapters to stage 2, `train()` for one run,
+and `train_multitask()` for MT-A (all tasks in one run, annealed task sampling; see training/multitask.py).
 
     from adapterfusion.training import AdapterStore, train
     store = AdapterStore("adapters")
@@ -10,6 +11,8 @@ the HuggingFace Trainer, an AdapterStore that hands stage-1 adapters to stage 2,
 from adapterfusion.training.api import RunResult, run_dir_for, train
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.multitask import MultiTaskResult, train_multitask
+from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler, annealed_alpha, sampling_probabilities
 from adapterfusion.training.setups import (
     SETUPS,
     Setup,
@@ -24,7 +27,8 @@ from adapterfusion.training.store import AdapterStore, encoder_key
 from adapterfusion.training.trainer import AdaptedTrainer, FusionStepCallback, fusion_value_parameters, parameter_groups
 
 __all__ = [
-    "SETUPS", "AdaptedTrainer", "AdapterStore", "FusionStepCallback", "RunResult", "Setup", "SetupContext",
+    "SETUPS", "AdaptedTrainer", "AdapterStore", "AnnealedSchedule", "FusionStepCallback", "MultiTaskResult",
+    "RunResult", "TaskSampler", "annealed_alpha", "sampling_probabilities", "train_multitask", "Setup", "SetupContext",
     "SetupPlan", "TrainingConfig", "TrainingError", "encoder_key", "fusion_value_parameters", "get_setup",
     "head_config_for", "list_setups", "parameter_groups", "register_setup", "run_dir_for", "train",
 ]

@@ -6,7 +6,8 @@ warm-up (Houlsby et al. 2019), early stopping on the task's first dev metric.
 | setup | lr | max epochs | source |
 |---|---:|---:|---|
 | st-a, st-a-houlsby | 1e-4 | 30 | AdapterFusion §4 / A.1 |
-| fusion-st-a | 5e-5 | 10 | AdapterFusion §4 |
+| fusion-st-a, fusion-mt-a | 5e-5 | 10 | AdapterFusion §4 |
+| mt-a | 1e-4 | 30 | AdapterFusion §4 (MT-A fine-tunes the encoder with one adapter per task) |
 | full, top-k | 2e-5 | 3 | BERT's fine-tuning recipe (Devlin et al. 2019: 2-4 epochs); AdapterFusion's Full baseline |
 | layernorm-only | 1e-3 | 20 | our choice: a few thousand LayerNorm parameters need adapter-like or larger steps |
 | head | 1e-3 | 20 | our choice: a linear probe on a frozen encoder converges slowly at 1e-4 |
@@ -33,6 +34,8 @@ _SETUP_DEFAULTS: dict[str, dict[str, Any]] = {
     "st-a": dict(learning_rate=1e-4, epochs=30),
     "st-a-houlsby": dict(learning_rate=1e-4, epochs=30),
     "fusion-st-a": dict(learning_rate=5e-5, epochs=10),
+    "mt-a": dict(learning_rate=1e-4, epochs=30),
+    "fusion-mt-a": dict(learning_rate=5e-5, epochs=10),
 }
 
 

@@ -13,6 +13,8 @@ parameters through the architecture table. Register another with `register_setup
 | top-k | the top k encoder layers + head (option k, default 1) | Houlsby "variable fine-tuning" |
 | layernorm-only | every LayerNorm of the encoder + head | Houlsby §3.6 |
 | fusion-st-a | dynamic fusion of stored ST-A adapters + head (options sources, adapter_setup, adapter_seed) | "Fusion w/ ST-A" |
+| mt-a | encoder + one adapter and head per task, all tasks in one run: `train_multitask`, not `train` | "MT-A" |
+| fusion-mt-a | fusion-st-a over stored MT-A adapters, on the MT-A encoder (training/multitask.py) | "Fusion w/ MT-A" |
 """
 from __future__ import annotations
 

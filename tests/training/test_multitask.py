@@ -1,0 +1,180 @@
+"""MT-A: annealed task sampling, one joint run over several tasks, and Fusion w/ MT-A on top of it."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import adapterfusion as af
+from adapterfusion.training import (
+    AdapterStore,
+    TaskSampler,
+    TrainingError,
+    annealed_alpha,
+    sampling_probabilities,
+    train,
+    train_multitask,
+)
+from training_fixtures import data_dir, encoder_state, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+
+TASKS = ["sst2", "rte", "cb"]
+FAST = dict(max_steps=36, batch_size=8, max_length=48, learning_rate=5e-3, warmup_ratio=0.0, logging_steps=1,
+            patience=None)
+SLICE = {"train": 16, "validation": 16}
+
+
+# ---- sampling ------------------------------------------------------------------------------------------------
+def test_sampling_probabilities_proportional_uniform_and_normalised():
+    sizes = [100, 300, 600]
+    np.testing.assert_allclose(sampling_probabilities(sizes, 1.0), [0.1, 0.3, 0.6], rtol=1e-12)
+    np.testing.assert_allclose(sampling_probabilities(sizes, 0.0), [1 / 3] * 3, rtol=1e-12)
+    half = np.sqrt(sizes) / np.sqrt(sizes).sum()  # independent: N^0.5 / sum N^0.5
+    np.testing.assert_allclose(sampling_probabilities(sizes, 0.5), half, rtol=1e-12)
+    for alpha in (0.0, 0.2, 0.7, 1.0, 3.0):
+        assert sampling_probabilities([392702, 2490, 250], alpha).sum() == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(TrainingError, match="positive"):
+        sampling_probabilities([10, 0], 1.0)
+
+
+def test_annealed_alpha_endpoints_and_linearity():
+    assert annealed_alpha(0, 101) == 1.0
+    assert annealed_alpha(100, 101) == pytest.approx(0.2)
+    assert annealed_alpha(50, 101) == pytest.approx(0.6)
+    assert annealed_alpha(500, 101) == pytest.approx(0.2)  # past the plan: stays at the end value
+    assert annealed_alpha(0, 1) == 1.0
+    assert annealed_alpha(9, 10, start=0.5, end=0.0) == pytest.approx(0.0)
+    with pytest.raises(TrainingError, match="total_steps"):
+        annealed_alpha(0, 0)
+
+
+def test_seeded_sampler_matches_the_annealed_proportions():
+    sizes, total = [1000, 100, 10], 30000
+    first, second = TaskSampler(sizes, total, seed=5), TaskSampler(sizes, total, seed=5)
+    draws = np.array([first.draw(step) for step in range(total)])
+    assert [second.draw(step) for step in range(200)] == draws[:200].tolist()  # same seed, same order
+    assert first.counts == np.bincount(draws, minlength=3).tolist()
+    # Chi-square per tenth of the run against the expected counts sum_t p(alpha(t)) computed independently.
+    for part in np.array_split(np.arange(total), 10):
+        alphas = 1.0 - 0.8 * part / (total - 1)
+        weights = np.array(sizes, dtype=float)[None, :] ** alphas[:, None]
+        expected = (weights / weights.sum(axis=1, keepdims=True)).sum(axis=0)
+        observed = np.bincount(draws[part], minlength=3)
+        chi2 = ((observed - expected) ** 2 / expected).sum()
+        assert chi2 < 13.8, (observed, expected)  # df=2, p=0.001
+    early, late = np.bincount(draws[:3000], minlength=3), np.bincount(draws[-3000:], minlength=3)
+    assert early[2] < late[2] and early[0] > late[0]  # the small task gains share as alpha anneals
+
+
+# ---- a tiny MT-A run -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mt_a(tmp_path_factory, tiny_encoder_dir, data_dir):
+    root = tmp_path_factory.mktemp("mt-a")
+    store = AdapterStore(root / "store")
+    # An ST-A entry of a task outside the run: the MT-A run must not touch it.
+    outsider = fresh_model(tiny_encoder_dir)
+    outsider.add_adapter("mrpc", "pfeiffer")
+    outsider.add_head("mrpc", af.ClassificationHead(num_labels=2))
+    store.put_model(outsider, "mrpc", "mrpc", str(tiny_encoder_dir), "mrpc", "st-a", 7)
+    base_files = {p: p.read_bytes() for p in tiny_encoder_dir.rglob("*") if p.is_file()}
+    outsider_files = {p: p.read_bytes() for p in store.root.rglob("*") if p.is_file()}
+    initial = {}  # each piece's weights right after train_multitask created it
+    add_adapter, add_head = af.AdaptedModel.add_adapter, af.AdaptedModel.add_head
+
+    def recording_adapter(self, name, *args, **kwargs):
+        config = add_adapter(self, name, *args, **kwargs)
+        initial[("adapter", name)] = {k: v.detach().clone() for k, v in _adapter_state(self, name).items()}
+        return config
+
+    def recording_head(self, name, *args, **kwargs):
+        head = add_head(self, name, *args, **kwargs)
+        initial[("head", name)] = {k: v.detach().clone() for k, v in head.state_dict().items()}
+        return head
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(af.AdaptedModel, "add_adapter", recording_adapter)
+        patch.setattr(af.AdaptedModel, "add_head", recording_head)
+        result = train_multitask(TASKS, seed=7, encoder=tiny_encoder_dir, data_dir=data_dir,
+                                 output_dir=root / "runs", store=store, training_config=FAST, max_examples=SLICE,
+                                 reduction_factor=4)
+    return result, store, base_files, outsider_files, initial
+
+
+def _adapter_state(model, name):
+    return {f"{site.layer_index}.{site.position}.{k}": v for site in model.sites_with_adapter(name)
+            for k, v in site.adapters[name].state_dict().items()}
+
+
+def test_mt_a_run_trains_every_task_and_writes_its_files(mt_a, tiny_encoder_dir):
+    result, store, base_files, outsider_files, initial = mt_a
+    assert result.run_dir.parts[-3:] == ("mt-a", "mt-a", "seed-7")
+    config = json.loads(result.config_path.read_text())
+    metrics = json.loads(result.metrics_path.read_text())
+    assert config["tasks"] == TASKS and config["sizes"] == {"sst2": 16, "rte": 16, "cb": 16}
+    assert config["sampling"]["start"] == 1.0 and config["sampling"]["end"] == 0.2
+    assert config["sampling"]["steps_per_epoch"] == 6 and config["training"]["learning_rate"] == 5e-3
+    assert sum(metrics["task_counts"].values()) == 36 and all(n > 0 for n in metrics["task_counts"].values())
+    assert len(metrics["epochs"]) == 6 and set(metrics["best"]) == set(TASKS)
+    assert all(0.0 <= metrics["best"][t]["accuracy"] <= 1.0 for t in TASKS) and metrics["train_seconds"] > 0
+    assert result.mean_metric == pytest.approx(np.mean([result.metrics[t]["accuracy"] for t in TASKS]))
+
+    # Each task's training loss falls (tasks differ in loss scale, so compare a task with itself).
+    assert len(metrics["train_losses"]) == 36
+    per_task = {task: [e["loss"] for e in metrics["train_losses"] if e["task"] == task] for task in TASKS}
+    first = sum(np.mean(losses[:3]) for losses in per_task.values())
+    last = sum(np.mean(losses[-3:]) for losses in per_task.values())
+    assert last < 0.9 * first, per_task
+
+    # Every task's adapter and head moved away from its initialisation; the encoder changed too.
+    model, init = result.model, fresh_model(tiny_encoder_dir)
+    for task in TASKS:
+        adapter = _adapter_state(model, task)
+        assert adapter.keys() == initial[("adapter", task)].keys()
+        assert all(not torch.equal(v.cpu(), initial[("adapter", task)][k]) for k, v in adapter.items()), task
+        head = model.heads[task].state_dict()
+        assert all(not torch.equal(v.cpu(), initial[("head", task)][k]) for k, v in head.items()), task
+        saved = load_file(str(result.pieces[task]["head"] / "head.safetensors"))
+        assert all(torch.equal(saved[k], v.cpu()) for k, v in head.items())
+    before, after = encoder_state(init), encoder_state(model)
+    assert sum(not torch.equal(before[n], after[n]) for n in before) > len(before) // 2
+
+    # The saved encoder is the trained one; the base encoder folder and the outsider entry are untouched.
+    reloaded = fresh_model(result.encoder_dir)
+    assert all(torch.equal(after[n], v) for n, v in encoder_state(reloaded).items())
+    assert {p: p.read_bytes() for p in tiny_encoder_dir.rglob("*") if p.is_file()} == base_files
+    assert all(p.read_bytes() == data for p, data in outsider_files.items())
+    mt_entries = sorted(e["task"] for e in store.entries() if e["setup"] == "mt-a")
+    assert mt_entries == sorted(TASKS)
+    assert all(e["encoder_key"] == af.training.encoder_key(str(tiny_encoder_dir)) for e in store.entries())
+
+
+def test_fusion_mt_a_leaves_the_mt_a_adapters_and_encoder_bit_identical(mt_a, data_dir, tmp_path):
+    result, store = mt_a[0], mt_a[1]
+    before = encoder_state(fresh_model(result.encoder_dir))
+    fused = train("rte", "fusion-mt-a", seed=7, encoder=result.encoder_dir, data_dir=data_dir, output_dir=tmp_path,
+                  store=store, training_config=dict(FAST, max_steps=3), max_examples=SLICE,
+                  setup_options={"sources": ["sst2", "cb"]})
+    model = fused.model
+    assert model.fusion_setups["fusion_rte"][1] == ("sst2", "cb", "rte")
+    after = encoder_state(model)
+    assert after.keys() == before.keys() and all(torch.equal(before[n], after[n]) for n in before)
+    for task in ("sst2", "cb", "rte"):
+        trained = load_file(str(result.pieces[task]["adapter"] / "adapter.safetensors"))
+        model.save_adapter(task, tmp_path / f"check-{task}")
+        now = load_file(str(tmp_path / f"check-{task}" / "adapter.safetensors"))
+        assert trained.keys() == now.keys() and all(torch.equal(trained[k], now[k]) for k in trained)
+    assert (fused.run_dir / "fusion" / "fusion.safetensors").is_file()
+
+
+def test_fusion_mt_a_and_mt_a_refuse_misuse(mt_a, tiny_encoder_dir, data_dir, tmp_path):
+    result, store = mt_a[0], mt_a[1]
+    common = dict(seed=7, data_dir=data_dir, output_dir=tmp_path, store=store, training_config=dict(FAST, max_steps=1),
+                  max_examples=SLICE)
+    with pytest.raises(TrainingError, match="mt_a.json"):  # the plain encoder is not an MT-A encoder
+        train("rte", "fusion-mt-a", encoder=tiny_encoder_dir, **common)
+    with pytest.raises(TrainingError, match="not \\['mrpc'\\]"):
+        train("rte", "fusion-mt-a", encoder=result.encoder_dir, setup_options={"sources": ["mrpc"]}, **common)
+    with pytest.raises(TrainingError, match="train_multitask"):
+        train("rte", "mt-a", encoder=tiny_encoder_dir, **common)
+    with pytest.raises(TrainingError, match="twice"):
+        train_multitask(["rte", "rte"], encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path)
