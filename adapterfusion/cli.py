@@ -1,8 +1,11 @@
-"""Command-line entry point. A thin layer over the Python API."""
+"""Command-line entry point. A thin layer over the Python API: each subcommand parses its arguments, calls one
+function of adapterfusion / adapterfusion.experiments / adapterfusion.training, and prints what it returned.
+Our own errors print as one line and exit with status 2."""
 from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 
 import adapterfusion as af
 
@@ -17,16 +20,141 @@ def _info(_: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _list_tasks(_: argparse.Namespace) -> int:
+    from adapterfusion.tasks import get_task, list_tasks
+
+    rows = [(name, spec.kind, str(spec.num_labels), ", ".join(spec.metrics))
+            for name in list_tasks() for spec in [get_task(name)]]
+    _print_table(("task", "kind", "labels", "metrics"), rows)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from adapterfusion.experiments import run_experiment
+
+    summary = run_experiment(args.experiment, executor=args.executor, workers=args.workers, force=args.force,
+                             progress=not args.no_progress)
+    print(summary)
+    return 0 if summary.ok else 1
+
+
+def _status(args: argparse.Namespace) -> int:
+    from adapterfusion.experiments import ResultsStore
+
+    with ResultsStore(args.output_dir, readonly=True) as store:
+        meta, records = store.meta(), store.jobs()
+        counts = store.counts()
+    print(f"experiment {meta.get('name')!r} (spec {meta.get('spec_hash')}) in {args.output_dir}")
+    rows = []
+    for record in records:
+        best = (record.metrics or {}).get("best", {})
+        key = (record.metrics or {}).get("metric_for_best")
+        score = best.get(f"eval_{key}", best.get(key)) if key else None
+        note = (record.error or "").strip().splitlines()[-1:] if record.state in ("failed", "blocked") else []
+        rows.append((record.id, record.state, str(record.attempts),
+                     f"{record.seconds:.1f}s" if record.seconds is not None else "",
+                     f"{key}={score:.4f}" if isinstance(score, (int, float)) else "", note[0][:80] if note else ""))
+    _print_table(("job", "state", "attempts", "time", "dev metric", "note"), rows)
+    print(", ".join(f"{n} {state}" for state, n in counts.items() if n))
+    return 0
+
+
+def _training_overrides(args: argparse.Namespace) -> dict:
+    names = ("learning_rate", "epochs", "batch_size", "max_steps", "max_length", "patience")
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+
+def _print_result(result) -> None:
+    print(f"{result.task} / {result.setup} / seed {result.seed}: {result.metrics}")
+    print(f"run folder: {result.run_dir}" + (f"; stored as {result.store_path}" if result.store_path else ""))
+
+
+def _train_adapter(args: argparse.Namespace) -> int:
+    from adapterfusion.training import train
+
+    result = train(args.task, args.setup, seed=args.seed, encoder=args.encoder, data_dir=args.data_dir,
+                   output_dir=args.output_dir, store=args.store, training_config=_training_overrides(args),
+                   setup_options={"reduction_factor": args.reduction_factor}, max_examples=args.max_examples)
+    _print_result(result)
+    return 0
+
+
+def _fuse(args: argparse.Namespace) -> int:
+    from adapterfusion.training import train
+
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+    result = train(args.task, "fusion-st-a", seed=args.seed, encoder=args.encoder, data_dir=args.data_dir,
+                   output_dir=args.output_dir, store=args.store, training_config=_training_overrides(args),
+                   setup_options={"sources": sources, "adapter_setup": args.adapter_setup,
+                                  "adapter_seed": args.adapter_seed},
+                   max_examples=args.max_examples)
+    _print_result(result)
+    return 0
+
+
+def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+    for row in (header, tuple("-" * w for w in widths), *rows):
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, help="a registered task (see list-tasks)")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--encoder", default=None, help="encoder folder or Hub id (default: the shipped MiniLM)")
+    parser.add_argument("--data-dir", default=None, help="folder of task data (default: the Hub / demo data)")
+    parser.add_argument("--output-dir", default="runs", help="where the run folder goes (default: runs)")
+    parser.add_argument("--store", default="adapters", help="the AdapterStore folder (default: adapters)")
+    parser.add_argument("--max-examples", type=int, default=None, help="keep a seeded subset of each split")
+    for name, kind in (("learning-rate", float), ("epochs", float), ("batch-size", int), ("max-steps", int),
+                       ("max-length", int), ("patience", int)):
+        parser.add_argument(f"--{name}", type=kind, default=None, help="override the setup's paper default")
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adapterfusion", description="Adapters and AdapterFusion for HF encoders")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("info", help="version, default encoder and supported architectures").set_defaults(run=_info)
-    args = parser.parse_args(argv)
+    commands.add_parser("list-tasks", help="the registered tasks").set_defaults(run=_list_tasks)
+
+    run = commands.add_parser("run", help="run (or resume) an experiment file")
+    run.add_argument("experiment", help="experiment file (.yaml or .json)")
+    run.add_argument("--executor", choices=("inprocess", "process"), default="inprocess")
+    run.add_argument("--workers", type=int, default=None, help="processes for --executor process (default: CPUs)")
+    run.add_argument("--force", action="store_true", help="reuse an output dir that holds another spec's results")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.set_defaults(run=_run)
+
+    status = commands.add_parser("status", help="the jobs of an experiment's output dir and their states")
+    status.add_argument("output_dir")
+    status.set_defaults(run=_status)
+
+    adapter = commands.add_parser("train-adapter", help="train one single-task adapter (st-a) and store it")
+    _add_training_arguments(adapter)
+    adapter.add_argument("--reduction-factor", type=float, default=16)
+    adapter.add_argument("--setup", choices=("st-a", "st-a-houlsby"), default="st-a")
+    adapter.set_defaults(run=_train_adapter)
+
+    fuse = commands.add_parser("fuse", help="train AdapterFusion over stored adapters for one target task")
+    _add_training_arguments(fuse)
+    fuse.add_argument("--sources", required=True, help="comma-separated source tasks (the target is always added)")
+    fuse.add_argument("--adapter-setup", choices=("st-a", "st-a-houlsby"), default="st-a")
+    fuse.add_argument("--adapter-seed", type=int, default=None, help="seed of the stored adapters (default: --seed)")
+    fuse.set_defaults(run=_fuse)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return args.run(args)
     except af.AdapterFusionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted at {datetime.now():%H:%M:%S}; run the same command again to resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,32 @@
+"""Experiments: one file of tasks × setups × seeds, planned into a job graph (stage-1 adapters before the fusions
+that need them), run resumably on an executor, with every job's state and metrics in a SQLite results store.
+
+    from adapterfusion.experiments import run_experiment
+    summary = run_experiment("examples/paper-small.yaml", executor="process", workers=2)
+"""
+from adapterfusion.experiments.errors import (
+    ExperimentError,
+    ExperimentSpecError,
+    OutputDirLockedError,
+    SpecMismatchError,
+)
+from adapterfusion.experiments.executors import (
+    EXECUTORS,
+    Executor,
+    InProcessExecutor,
+    JobPayload,
+    ProcessExecutor,
+    execute_job,
+    make_executor,
+)
+from adapterfusion.experiments.plan import Job, job_id, plan_jobs, topological_order
+from adapterfusion.experiments.runner import ExperimentSummary, run_experiment
+from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant, load_spec
+from adapterfusion.experiments.store import JobRecord, ResultsStore, RunnerLock
+
+__all__ = [
+    "EXECUTORS", "Executor", "ExperimentError", "ExperimentSpec", "ExperimentSpecError", "ExperimentSummary",
+    "InProcessExecutor", "Job", "JobPayload", "JobRecord", "OutputDirLockedError", "ProcessExecutor",
+    "ResultsStore", "RunnerLock", "SetupVariant", "SpecMismatchError", "execute_job", "job_id", "load_spec",
+    "make_executor", "plan_jobs", "run_experiment", "topological_order",
+]

@@ -1,0 +1,409 @@
+"""`ExperimentSpec`: an experiment file (YAML or JSON) read into a frozen, validated description of
+tasks × setup variants × seeds. Every mistake raises ExperimentSpecError naming its key path and the allowed values.
+
+    name: paper-small
+    encoder: null                  # a folder or Hub id; null = the shipped MiniLM
+    tasks: [rte, cb]
+    seeds: [1, 2, 3]
+    data_dir: ../shared/data       # relative paths are relative to this file
+    output_dir: results/paper-small
+    max_examples: {train: 2000, validation: 500}
+    training: {max_steps: 200}     # TrainingConfig overrides for every setup
+    setups:
+      - head
+      - {name: st-a, reduction_factors: [2, 16, 64], learning_rate: 1e-4}   # three variants: st-a-rf2, ...
+      - {name: fusion-st-a, adapter_reduction_factor: 16}                   # fuses the st-a-rf16 adapters
+    fusion:                        # target -> source tasks; default: every task of the experiment
+      rte: [cb, rte]
+
+A setup entry is a registered setup's name, or a mapping with `name` plus TrainingConfig fields and setup options
+(overrides for that setup only). Setups with a `reduction_factor` option (st-a, st-a-houlsby) get variant ids
+`<setup>-rf<R>`; `reduction_factors` expands one entry into one variant per value. A fusion setup fuses the adapters
+of one stage-1 variant (`adapter_setup`, `adapter_reduction_factor`; default st-a with rf 16), trained with the same
+seed, of the source tasks listed under `fusion`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapterfusion._validation import check_name
+from adapterfusion.errors import ConfigError
+from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.tasks.registry import list_tasks
+from adapterfusion.tasks.spec import ROLES, suggest
+from adapterfusion.training.config import TrainingConfig
+from adapterfusion.training.setups import get_setup, list_setups
+
+SPEC_FORMAT_VERSION = 1
+TOP_LEVEL_KEYS = ("name", "description", "encoder", "tasks", "setups", "seeds", "fusion", "data_dir", "output_dir",
+                  "max_examples", "training", "format_version")
+DEFAULT_SEEDS = (42,)
+DEFAULT_REDUCTION_FACTOR = 16
+# Per-run settings the experiment owns: the seed comes from `seeds`, the fusion's sources from `fusion`, and the
+# fused adapters' seed is the fusion run's own seed (so each seed is an independent replicate of both stages).
+_OWNED = {"seed": "seeds", "sources": "fusion", "adapter_seed": "seeds"}
+# MT-A (one multi-task run per seed, then fusion-mt-a on its encoder) needs its own job kind; plan.plan_jobs has the hook.
+NOT_YET_PLANNED = frozenset({"mt-a", "fusion-mt-a"})
+_TRAINING_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f.name != "seed")
+
+
+@dataclass(frozen=True)
+class SetupVariant:
+    """One column of the results: a registered setup with its options and TrainingConfig overrides.
+    `adapter_variant` (fusion setups only) is the id of the stage-1 variant whose adapters it fuses."""
+
+    id: str
+    setup: str
+    options: dict[str, Any] = field(default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)
+    adapter_variant: str | None = None
+
+    @property
+    def is_stage1(self) -> bool:
+        """Its runs put an adapter into an AdapterStore for fusions to use."""
+        return get_setup(self.setup).stores_adapter
+
+    @property
+    def is_fusion(self) -> bool:
+        return "sources" in get_setup(self.setup).options
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "setup": self.setup, "options": dict(self.options), "training": dict(self.training),
+                "adapter_variant": self.adapter_variant}
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """A validated experiment. `fusion` maps every task to the sources its fusion runs fuse (target included)
+    when the experiment has a fusion setup, else it is empty. `encoder` None means the shipped default."""
+
+    name: str
+    tasks: tuple[str, ...]
+    variants: tuple[SetupVariant, ...]
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    encoder: str | None = None
+    fusion: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    data_dir: str | None = None
+    output_dir: str = "outputs"
+    max_examples: int | dict[str, int] | None = None
+    description: str = ""
+    source: str | None = None  # the file it was read from, if any
+
+    def variant(self, variant_id: str) -> SetupVariant:
+        for variant in self.variants:
+            if variant.id == variant_id:
+                return variant
+        raise ExperimentSpecError(f"no setup variant {variant_id!r}; the experiment has {[v.id for v in self.variants]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format_version": SPEC_FORMAT_VERSION, "name": self.name, "description": self.description,
+                "encoder": self.encoder, "tasks": list(self.tasks), "seeds": list(self.seeds),
+                "variants": [v.to_dict() for v in self.variants],
+                "fusion": {t: list(s) for t, s in self.fusion.items()}, "data_dir": self.data_dir,
+                "output_dir": self.output_dir, "max_examples": self.max_examples}
+
+    def spec_hash(self) -> str:
+        """A digest of everything that decides results (not the output dir, the description or the file's path):
+        an output dir records it, and refuses a different experiment."""
+        data = {k: v for k, v in self.to_dict().items() if k not in ("output_dir", "description")}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, data: Any, base_dir: str | os.PathLike | None = None, source: str | None = None) -> "ExperimentSpec":
+        """Validate an experiment mapping; relative paths resolve against `base_dir` (default: the working dir)."""
+        return _parse(data, Path(base_dir) if base_dir is not None else Path.cwd(), source)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ExperimentSpec":
+        """Read a .yaml/.yml or .json experiment file."""
+        path = Path(path)
+        if not path.is_file():
+            raise ExperimentSpecError(f"experiment file {str(path)!r} does not exist")
+        text = path.read_text(encoding="utf-8")
+        if path.suffix.lower() == ".json":
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise ExperimentSpecError(f"{path} is not valid JSON: {err}") from err
+        else:
+            try:
+                import yaml
+            except ImportError as err:  # pragma: no cover - depends on the environment
+                raise ExperimentSpecError("reading YAML experiment files needs PyYAML: pip install 'adapterfusion[experiments]' "
+                                          "(or write the experiment as .json)") from err
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as err:
+                raise ExperimentSpecError(f"{path} is not valid YAML: {err}") from err
+        return _parse(data, path.resolve().parent, str(path.resolve()))
+
+
+def load_spec(spec_or_path: "ExperimentSpec | Mapping[str, Any] | str | os.PathLike") -> ExperimentSpec:
+    """An ExperimentSpec as is, a mapping validated, or a file path loaded."""
+    if isinstance(spec_or_path, ExperimentSpec):
+        return spec_or_path
+    if isinstance(spec_or_path, Mapping):
+        return ExperimentSpec.from_dict(spec_or_path)
+    return ExperimentSpec.load(spec_or_path)
+
+
+# ---- parsing -----------------------------------------------------------------------------------------------
+def _fail(path: str, message: str) -> ExperimentSpecError:
+    return ExperimentSpecError(f"{path}: {message}" if path else message)
+
+
+def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], path: str) -> None:
+    for key in data:
+        if key not in allowed:
+            where = f"{path}.{key}" if path else str(key)
+            hint = f" ({key!r} is set by {_OWNED[key]!r})" if key in _OWNED else suggest(str(key), list(allowed))
+            raise _fail(where, f"unknown key.{hint} Allowed keys: {', '.join(allowed)}")
+
+
+def _task_name(value: Any, path: str) -> str:
+    known = list_tasks()
+    if value not in known:
+        raise _fail(path, f"unknown task {value!r}.{suggest(str(value), known)} Known tasks: {', '.join(known)}")
+    return value
+
+
+def _string_list(value: Any, path: str) -> list[Any]:
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        raise _fail(path, f"must be a non-empty list, got {value!r}")
+    return list(value)
+
+
+def _no_duplicates(values: Sequence[Any], path: str) -> None:
+    for i, value in enumerate(values):
+        if value in values[:i]:
+            raise _fail(f"{path}[{i}]", f"duplicate {value!r} (also at {path}[{values.index(value)}])")
+
+
+def _resolve_path(value: Any, path: str, base_dir: Path) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _fail(path, f"must be a path (a string), got {value!r}")
+    resolved = Path(value).expanduser()
+    return str(resolved if resolved.is_absolute() else (base_dir / resolved).resolve())
+
+
+def _encoder(value: Any, base_dir: Path) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _fail("encoder", f"must be an encoder folder or a Hub id (a string), or null for the shipped one; got {value!r}")
+    local = Path(value).expanduser()
+    local = local if local.is_absolute() else base_dir / local
+    return str(local.resolve()) if local.exists() else value  # otherwise a Hub id
+
+
+def _seeds(value: Any) -> tuple[int, ...]:
+    seeds = [value] if isinstance(value, int) and not isinstance(value, bool) else _string_list(value, "seeds")
+    for i, seed in enumerate(seeds):
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise _fail(f"seeds[{i}]", f"seed {seed!r} must be an integer >= 0")
+    _no_duplicates(seeds, "seeds")
+    return tuple(seeds)
+
+
+def _max_examples(value: Any) -> int | dict[str, int] | None:
+    def count(v: Any, path: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise _fail(path, f"must be an integer >= 1, got {v!r}")
+        return v
+
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
+        return None if value is None else count(value, "max_examples")
+    if not isinstance(value, Mapping):
+        raise _fail("max_examples", f"must be an integer or a mapping of split role ({', '.join(ROLES)}) to integer; got {value!r}")
+    _reject_unknown(value, ROLES, "max_examples")
+    return {role: count(v, f"max_examples.{role}") for role, v in value.items()}
+
+
+def _training(overrides: Mapping[str, Any], setup: str, path: str) -> dict[str, Any]:
+    """Check each TrainingConfig override on its own (so the error names its key), then all together."""
+    for key, value in overrides.items():
+        try:
+            TrainingConfig.for_setup(setup, **{key: value})
+        except (ConfigError, TypeError) as err:
+            raise _fail(f"{path}.{key}" if path else key, str(err)) from None
+    try:
+        TrainingConfig.for_setup(setup, **overrides)
+    except (ConfigError, TypeError) as err:
+        raise _fail(path or "training", str(err)) from None
+    return dict(overrides)
+
+
+def _rf_label(value: float) -> str:
+    return f"rf{value:g}"
+
+
+def _positive_number(value: Any, path: str) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise _fail(path, f"must be a positive number (the paper uses 2, 16 or 64), got {value!r}")
+    return value
+
+
+def _setup_entries(raw: Any, global_training: dict[str, Any]) -> list[tuple[int, SetupVariant, Any]]:
+    """Each entry's variants (fusion variants still without adapter_variant) with their index and raw entry."""
+    setups = list_setups()
+    out: list[tuple[int, SetupVariant, Any]] = []
+    for i, entry in enumerate(_string_list(raw, "setups")):
+        path = f"setups[{i}]"
+        entry = {"name": entry} if isinstance(entry, str) else entry
+        if not isinstance(entry, Mapping):
+            raise _fail(path, f"must be a setup name or a mapping with 'name', got {entry!r}")
+        name = entry.get("name")
+        if name not in setups:
+            raise _fail(f"{path}.name", f"unknown setup {name!r}.{suggest(str(name), setups)} Known setups: {', '.join(setups)}")
+        if name in NOT_YET_PLANNED:
+            raise _fail(f"{path}.name", f"{name!r} trains all tasks in one run (training.multitask.train_multitask), "
+                                        "which the experiment runner does not plan yet; see plan.plan_jobs")
+        recipe = get_setup(name)
+        options = [o for o in recipe.options if o not in _OWNED]
+        has_rf = "reduction_factor" in recipe.options
+        fusion = "sources" in recipe.options
+        extra = ["name", "id"] + (["reduction_factors"] if has_rf else []) + (["adapter_reduction_factor"] if fusion else [])
+        _reject_unknown(entry, extra + options + list(_TRAINING_FIELDS), path)
+        given_options = {k: v for k, v in entry.items() if k in options}
+        training = {**global_training, **{k: v for k, v in entry.items() if k in _TRAINING_FIELDS}}
+        training = _training(training, name, path)
+        if "adapter_reduction_factor" in entry:
+            _positive_number(entry["adapter_reduction_factor"], f"{path}.adapter_reduction_factor")
+        if fusion and "adapter_setup" in given_options:
+            stage1 = [s for s in setups if get_setup(s).stores_adapter]
+            if given_options["adapter_setup"] not in stage1:
+                raise _fail(f"{path}.adapter_setup", f"{given_options['adapter_setup']!r} is not a stage-1 adapter setup; "
+                                                     f"choose one of {', '.join(stage1)}")
+        if has_rf:
+            if "reduction_factors" in entry and "reduction_factor" in entry:
+                raise _fail(f"{path}.reduction_factors", "give either reduction_factor or reduction_factors, not both")
+            factors = entry.get("reduction_factors", [entry.get("reduction_factor", recipe.options["reduction_factor"])])
+            factors = _string_list(factors, f"{path}.reduction_factors")
+            for j, rf in enumerate(factors):
+                _positive_number(rf, f"{path}.reduction_factors[{j}]")
+            _no_duplicates(factors, f"{path}.reduction_factors")
+            if "id" in entry and len(factors) > 1:
+                raise _fail(f"{path}.id", "an id names one variant; drop it or give one reduction factor")
+            for rf in factors:
+                variant_id = entry.get("id", f"{name}-{_rf_label(rf)}")
+                out.append((i, SetupVariant(variant_id, name, {**given_options, "reduction_factor": rf}, training), entry))
+        else:
+            out.append((i, SetupVariant(entry.get("id", name), name, given_options, training), entry))
+    for i, variant, _ in out:
+        try:
+            check_name(variant.id, "setup variant")
+        except ConfigError as err:
+            raise _fail(f"setups[{i}].id", str(err)) from None
+    ids = [variant.id for _, variant, _ in out]
+    for k, (i, variant, _) in enumerate(out):
+        if variant.id in ids[:k]:
+            first = out[ids.index(variant.id)][0]
+            raise _fail(f"setups[{i}]", f"duplicate setup variant {variant.id!r} (also from setups[{first}]); "
+                                        "give one of them an 'id'")
+    return out
+
+
+def _adapter_variant(i: int, variant: SetupVariant, entry: Mapping[str, Any], stage1: list[SetupVariant]) -> str:
+    """The stage-1 variant a fusion fuses: adapter_setup (default st-a) with adapter_reduction_factor (default: the
+    only one, else 16)."""
+    adapter_setup = variant.options.get("adapter_setup", get_setup(variant.setup).options["adapter_setup"])
+    candidates = [v for v in stage1 if v.setup == adapter_setup]
+    if not candidates:
+        raise _fail(f"setups[{i}]", f"{variant.setup} fuses {adapter_setup} adapters, but setups has no {adapter_setup} "
+                                    f"entry; add '- {adapter_setup}' to setups")
+    wanted = entry.get("adapter_reduction_factor")
+    if wanted is None and len(candidates) == 1:
+        return candidates[0].id
+    rf = DEFAULT_REDUCTION_FACTOR if wanted is None else wanted
+    for candidate in candidates:
+        if candidate.options.get("reduction_factor") == rf:
+            return candidate.id
+    have = [c.options.get("reduction_factor") for c in candidates]
+    raise _fail(f"setups[{i}].adapter_reduction_factor",
+                f"no {adapter_setup} variant with reduction factor {rf!r}; the experiment trains {have}: "
+                f"choose one, or add {rf!r} to that entry's reduction_factors")
+
+
+def _fusion(raw: Any, tasks: tuple[str, ...], has_fusion: bool) -> dict[str, tuple[str, ...]]:
+    if raw is not None and not has_fusion:
+        fusion_setups = [s for s in list_setups() if "sources" in get_setup(s).options]
+        raise _fail("fusion", f"given, but setups has no fusion setup; add one of {', '.join(fusion_setups)}")
+    if not has_fusion:
+        return {}
+    raw = {} if raw is None else raw
+    if not isinstance(raw, Mapping):
+        raise _fail("fusion", f"must map a target task to its source tasks, e.g. {{rte: [mnli, rte]}}; got {raw!r}")
+    for target in raw:
+        if target not in tasks:
+            raise _fail(f"fusion.{target}", f"{target!r} is not one of the experiment's tasks "
+                                            f"({', '.join(tasks)}).{suggest(str(target), list(tasks))}")
+    out: dict[str, tuple[str, ...]] = {}
+    for target in tasks:
+        path = f"fusion.{target}"
+        sources = raw.get(target, "all")
+        sources = list(tasks) if sources == "all" else _string_list(sources, path)
+        for j, source in enumerate(sources):
+            _task_name(source, f"{path}[{j}]")
+        _no_duplicates(sources, path)
+        out[target] = tuple(dict.fromkeys([*sources, target]))  # the target's own adapter is always fused
+    return out
+
+
+def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
+    if not isinstance(data, Mapping):
+        raise _fail("", f"an experiment file must hold a mapping of keys ({', '.join(TOP_LEVEL_KEYS)}), got {type(data).__name__}")
+    _reject_unknown(data, TOP_LEVEL_KEYS, "")
+    version = data.get("format_version", SPEC_FORMAT_VERSION)
+    if version != SPEC_FORMAT_VERSION:
+        raise _fail("format_version", f"{version!r} is not supported; this version reads {SPEC_FORMAT_VERSION}")
+    for key in ("name", "tasks", "setups"):
+        if key not in data:
+            raise _fail(key, "missing (required keys: name, tasks, setups)")
+    name = data["name"]
+    try:
+        check_name(name, "experiment")
+    except ConfigError as err:
+        raise _fail("name", str(err)) from None
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise _fail("description", f"must be text, got {description!r}")
+    tasks = _string_list(data["tasks"], "tasks")
+    for i, task in enumerate(tasks):
+        _task_name(task, f"tasks[{i}]")
+    _no_duplicates(tasks, "tasks")
+    tasks = tuple(tasks)
+    global_training = data.get("training") or {}
+    if not isinstance(global_training, Mapping):
+        raise _fail("training", f"must be a mapping of TrainingConfig fields, got {global_training!r}")
+    _reject_unknown(global_training, _TRAINING_FIELDS, "training")
+    _training(global_training, "st-a", "training")
+
+    entries = _setup_entries(data["setups"], dict(global_training))
+    stage1 = [variant for _, variant, _ in entries if variant.is_stage1]
+    variants = [dataclasses.replace(variant, adapter_variant=_adapter_variant(i, variant, entry, stage1))
+                if variant.is_fusion else variant for i, variant, entry in entries]
+    # A fusion's default id is its setup's name; name it after its adapters when it does not fuse st-a-rf16.
+    variants = [dataclasses.replace(v, id=f"{v.setup}-{v.adapter_variant}")
+                if v.is_fusion and "id" not in entry and v.adapter_variant != f"st-a-{_rf_label(DEFAULT_REDUCTION_FACTOR)}"
+                else v for v, (_, _, entry) in zip(variants, entries)]
+    ids = [v.id for v in variants]
+    if len(set(ids)) != len(ids):
+        dup = next(x for x in ids if ids.count(x) > 1)
+        raise _fail("setups", f"two fusion entries would both be called {dup!r}; give one of them an 'id'")
+    output_dir = _resolve_path(data.get("output_dir", f"outputs/{name}"), "output_dir", base_dir)
+    return ExperimentSpec(
+        name=name, description=description, tasks=tasks, variants=tuple(variants),
+        seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))), encoder=_encoder(data.get("encoder"), base_dir),
+        fusion=_fusion(data.get("fusion"), tasks, any(v.is_fusion for v in variants)),
+        data_dir=_resolve_path(data.get("data_dir"), "data_dir", base_dir), output_dir=output_dir,
+        max_examples=_max_examples(data.get("max_examples")), source=source,
+    )

@@ -1,0 +1,298 @@
+"""The results store of one experiment: a SQLite database `<output_dir>/experiment.db` (WAL mode) holding every
+job's state and metrics, and the lock that keeps a second runner off the same output dir.
+
+Jobs move queued -> running -> done | failed; a job whose dependency failed is `blocked` (with the reason). Every
+transition is one transaction, so a runner killed at any moment leaves each job in exactly one state; a job found
+`running` by the next runner was interrupted and is re-run from scratch. Only the runner's parent process writes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from adapterfusion.experiments.errors import ExperimentError, OutputDirLockedError, SpecMismatchError
+
+if TYPE_CHECKING:
+    from adapterfusion.experiments.plan import Job
+    from adapterfusion.experiments.spec import ExperimentSpec
+
+DB_FILE = "experiment.db"
+LOCK_FILE = "runner.lock"
+STORE_FORMAT_VERSION = 1
+STATES = ("queued", "running", "done", "failed", "blocked")
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    position INTEGER NOT NULL,
+    variant TEXT NOT NULL,
+    setup TEXT NOT NULL,
+    task TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    depends_on TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ({', '.join(repr(s) for s in STATES)})),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    started_at REAL,
+    finished_at REAL,
+    run_dir TEXT,
+    metrics TEXT,
+    error TEXT
+);
+"""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of the jobs table; `metrics` is the run's metrics.json content once done."""
+
+    id: str
+    position: int
+    variant: str
+    setup: str
+    task: str
+    seed: int
+    depends_on: tuple[str, ...]
+    config_hash: str
+    state: str
+    attempts: int
+    started_at: float | None
+    finished_at: float | None
+    run_dir: str | None
+    metrics: dict[str, Any] | None
+    error: str | None
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.started_at is None or self.finished_at is None else self.finished_at - self.started_at
+
+
+class ResultsStore:
+    """Job states and metrics of the experiment in `output_dir`. Open read-only for `status`."""
+
+    def __init__(self, output_dir: str | os.PathLike, readonly: bool = False) -> None:
+        self.output_dir = Path(output_dir)
+        self.path = self.output_dir / DB_FILE
+        if readonly:
+            if not self.path.is_file():
+                raise ExperimentError(f"{self.output_dir} holds no experiment results ({DB_FILE} is missing)")
+            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        else:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)  # explicit transactions
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        self._db.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "ResultsStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _transaction(self, sql: str, params: Iterable[Any] = ()) -> int:
+        """One statement in its own write transaction; returns how many rows it changed."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            count = self._db.execute(sql, tuple(params)).rowcount
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+        return count
+
+    # ---- experiment metadata ---------------------------------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        return {row["key"]: row["value"] for row in self._db.execute("SELECT key, value FROM meta")}
+
+    def bind(self, spec: "ExperimentSpec", jobs: list["Job"], force: bool = False) -> list[str]:
+        """Record `spec` as this output dir's experiment and add its jobs, in one transaction. An output dir of a
+        different spec is refused unless `force`; then jobs whose configuration changed go back to queued, and jobs
+        the new plan lacks are dropped from the table (their run dirs stay). Returns the ids of the reset jobs."""
+        meta = self.meta()
+        spec_hash = spec.spec_hash()
+        if meta.get("spec_hash") not in (None, spec_hash) and not force:
+            raise SpecMismatchError(
+                f"{self.output_dir} holds results of experiment {meta.get('name')!r} (spec {meta['spec_hash']}), "
+                f"not of this spec {spec.name!r} ({spec_hash}); choose another output_dir, or pass --force "
+                "(force=True) to reuse it: jobs whose settings changed are re-run, the others are kept")
+        now = time.time()
+        reset: list[str] = []
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            values = {"name": spec.name, "spec_hash": spec_hash, "spec": json.dumps(spec.to_dict(), sort_keys=True),
+                      "source": spec.source or "", "format_version": str(STORE_FORMAT_VERSION),
+                      "updated_at": str(now)}
+            if "created_at" not in meta:
+                values["created_at"] = str(now)
+            self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", values.items())
+            existing = {row["id"]: row["config_hash"] for row in self._db.execute("SELECT id, config_hash FROM jobs")}
+            for position, job in enumerate(jobs):
+                config_hash = job.config_hash(spec)
+                if job.id not in existing:
+                    self._db.execute(
+                        "INSERT INTO jobs (id, position, variant, setup, task, seed, depends_on, config_hash, state) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued')",
+                        (job.id, position, job.variant, job.setup, job.task, job.seed, json.dumps(job.depends_on),
+                         config_hash))
+                    continue
+                if existing[job.id] != config_hash:
+                    reset.append(job.id)
+                self._db.execute(
+                    "UPDATE jobs SET position = ?, depends_on = ?, config_hash = ?, "
+                    "state = CASE WHEN config_hash = ? THEN state ELSE 'queued' END, "
+                    "metrics = CASE WHEN config_hash = ? THEN metrics ELSE NULL END WHERE id = ?",
+                    (position, json.dumps(job.depends_on), config_hash, config_hash, config_hash, job.id))
+            planned = {job.id for job in jobs}
+            self._db.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in existing if i not in planned])
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return reset
+
+    # ---- jobs --------------------------------------------------------------------------------------------------
+    def jobs(self, ids: Iterable[str] | None = None) -> list[JobRecord]:
+        rows = self._db.execute("SELECT * FROM jobs ORDER BY position").fetchall()
+        wanted = None if ids is None else set(ids)
+        return [_record(row) for row in rows if wanted is None or row["id"] in wanted]
+
+    def job(self, job_id: str) -> JobRecord:
+        row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise ExperimentError(f"no job {job_id!r} in {self.path}")
+        return _record(row)
+
+    def states(self) -> dict[str, str]:
+        return {row["id"]: row["state"] for row in self._db.execute("SELECT id, state FROM jobs")}
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(STATES, 0)
+        for row in self._db.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):
+            counts[row["state"]] = row["n"]
+        return counts
+
+    def requeue_unfinished(self) -> list[str]:
+        """Jobs a killed runner left running, and failed or blocked jobs, go back to queued for this run."""
+        ids = [row["id"] for row in self._db.execute("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")]
+        self._transaction("UPDATE jobs SET state = 'queued' WHERE state IN ('running', 'failed', 'blocked')")
+        return ids
+
+    def mark_running(self, job_id: str, run_dir: str) -> None:
+        changed = self._transaction(
+            "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ?, finished_at = NULL, "
+            "run_dir = ?, metrics = NULL, error = NULL WHERE id = ? AND state = 'queued'", (time.time(), run_dir, job_id))
+        if changed != 1:
+            raise ExperimentError(f"job {job_id!r} is not queued; cannot start it")
+
+    def mark_done(self, job_id: str, metrics: dict[str, Any]) -> None:
+        self._finish(job_id, "done", json.dumps(metrics, sort_keys=True), None)
+
+    def mark_failed(self, job_id: str, error: str) -> None:
+        self._finish(job_id, "failed", None, error)
+
+    def mark_queued(self, job_id: str) -> None:
+        """An interrupted job (Ctrl-C) goes back to the queue."""
+        self._transaction("UPDATE jobs SET state = 'queued', finished_at = NULL WHERE id = ?", (job_id,))
+
+    def mark_blocked(self, job_id: str, reason: str) -> None:
+        self._transaction("UPDATE jobs SET state = 'blocked', error = ?, finished_at = ? WHERE id = ? AND state = 'queued'",
+                          (reason, time.time(), job_id))
+
+    def _finish(self, job_id: str, state: str, metrics: str | None, error: str | None) -> None:
+        changed = self._transaction(
+            "UPDATE jobs SET state = ?, finished_at = ?, metrics = ?, error = ? WHERE id = ? AND state = 'running'",
+            (state, time.time(), metrics, error, job_id))
+        if changed != 1:
+            raise ExperimentError(f"job {job_id!r} is not running; cannot mark it {state}")
+
+
+def _record(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        id=row["id"], position=row["position"], variant=row["variant"], setup=row["setup"], task=row["task"],
+        seed=row["seed"], depends_on=tuple(json.loads(row["depends_on"])), config_hash=row["config_hash"],
+        state=row["state"], attempts=row["attempts"], started_at=row["started_at"], finished_at=row["finished_at"],
+        run_dir=row["run_dir"], metrics=json.loads(row["metrics"]) if row["metrics"] else None, error=row["error"])
+
+
+# ---- the runner lock -------------------------------------------------------------------------------------------
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+class RunnerLock:
+    """An exclusive lock file `<output_dir>/runner.lock` holding the owner's pid and host. A lock whose pid is dead
+    (on this host) is stale and taken over; a live one refuses with OutputDirLockedError. Creation is atomic
+    (O_CREAT | O_EXCL), so two runners starting together cannot both win."""
+
+    def __init__(self, output_dir: str | os.PathLike) -> None:
+        self.path = Path(output_dir) / LOCK_FILE
+        self._held = False
+
+    def acquire(self) -> "RunnerLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._check_existing()
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}, handle)
+            self._held = True
+            return self
+        raise OutputDirLockedError(f"could not take the lock {self.path}; another runner keeps racing for it")
+
+    def _check_existing(self) -> None:
+        """Refuse if the owner lives; remove the lock if it is stale."""
+        try:
+            owner = json.loads(self.path.read_text(encoding="utf-8") or "{}")
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError):
+            owner = {}
+        pid, host = owner.get("pid"), owner.get("host")
+        if isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid):
+            try:
+                os.unlink(self.path)  # stale: its runner died without releasing it
+            except FileNotFoundError:
+                pass
+            return
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["started_at"])) if "started_at" in owner else "?"
+        raise OutputDirLockedError(
+            f"another runner (pid {pid} on {host}, since {since}) is using {self.path.parent}; wait for it to finish, "
+            f"or, if that process is gone, delete {self.path}")
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> "RunnerLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()

@@ -1,0 +1,20 @@
+"""Fixtures for the experiment runner: a tiny experiment over two real task slices on the tiny random BERT of
+tests/training/training_fixtures.py (imported from there), sized to run in seconds."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+from training_fixtures import DATA_DIR, data_dir, tiny_encoder_dir  # noqa: E402,F401 (pytest fixtures)
+
+FAST = dict(max_steps=2, batch_size=8, max_length=32, learning_rate=1e-2, logging_steps=1, patience=None)
+SLICE = {"train": 16, "validation": 16}
+
+
+def tiny_experiment(encoder: Path, output_dir: Path, seeds=(1,), **changes) -> dict:
+    """head + st-a + fusion-st-a on rte and sst2: with one seed, 6 jobs (2 stage-1 before 2 fusions)."""
+    return {"name": "tiny", "encoder": str(encoder), "tasks": ["rte", "sst2"], "seeds": list(seeds),
+            "setups": ["head", "st-a", "fusion-st-a"], "data_dir": str(DATA_DIR), "output_dir": str(output_dir),
+            "max_examples": SLICE, "training": FAST, **changes}
+

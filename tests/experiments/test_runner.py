@@ -1,0 +1,131 @@
+"""The runner end to end on real (tiny) training runs: every job done and recorded, a second run does nothing,
+a killed run resumes without redoing finished jobs, and an output dir is never shared by accident."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from adapterfusion.cli import main
+from adapterfusion.experiments import (
+    OutputDirLockedError,
+    ResultsStore,
+    RunnerLock,
+    SpecMismatchError,
+    run_experiment,
+)
+from adapterfusion.training import AdapterStore
+from experiment_fixtures import data_dir, tiny_encoder_dir, tiny_experiment  # noqa: F401 (pytest fixtures)
+
+
+def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir, capsys):
+    out = tmp_path / "out"
+    summary = run_experiment(tiny_experiment(tiny_encoder_dir, out), executor="process", workers=2, progress=False)
+    assert summary.ok and len(summary.ran) == 6 and summary.counts["done"] == 6, summary
+    with ResultsStore(out, readonly=True) as store:
+        records = store.jobs()
+    assert [r.state for r in records] == ["done"] * 6 and all(r.attempts == 1 for r in records)
+    for record in records:
+        assert record.metrics["best"] and (Path(record.run_dir) / "metrics.json").is_file()
+        assert "train(" in (Path(record.run_dir) / "job.log").read_text()
+    fusion = next(r for r in records if r.id == "fusion-st-a/rte/seed-1")
+    assert fusion.started_at >= max(r.finished_at for r in records if r.id.startswith("st-a-rf16/"))
+    assert AdapterStore(out / "adapters" / "st-a-rf16").has(str(tiny_encoder_dir), "sst2", "st-a", 1)
+
+    again = run_experiment(tiny_experiment(tiny_encoder_dir, out), progress=False)
+    assert again.ran == [] and len(again.skipped) == 6
+    with ResultsStore(out, readonly=True) as store:
+        assert [(r.id, r.finished_at, r.metrics) for r in store.jobs()] == [(r.id, r.finished_at, r.metrics) for r in records]
+
+    # Another experiment on this output dir is refused, by the API and by the CLI (exit code 2, no traceback).
+    with pytest.raises(SpecMismatchError, match="--force"):
+        run_experiment(tiny_experiment(tiny_encoder_dir, out, seeds=[1, 2]), progress=False)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, tasks=["rte"])))
+    capsys.readouterr()
+    assert main(["run", str(other), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err and "--force" in err
+
+    # A live runner's lock refuses a second runner; a dead runner's lock is taken over.
+    with RunnerLock(out):
+        with pytest.raises(OutputDirLockedError, match=f"pid {os.getpid()}"):
+            run_experiment(tiny_experiment(tiny_encoder_dir, out), progress=False)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (out / "runner.lock").write_text(json.dumps({"pid": int(dead.stdout), "host": os.uname().nodename, "started_at": 0}))
+    assert run_experiment(tiny_experiment(tiny_encoder_dir, out), progress=False).ran == []
+    assert not (out / "runner.lock").exists()
+
+    assert main(["status", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "fusion-st-a/sst2/seed-1  done" in table and "6 done" in table
+
+
+def _done(db: Path) -> dict[str, tuple]:
+    if not db.is_file():
+        return {}
+    with sqlite3.connect(db, timeout=30) as connection:
+        return {row[0]: row[1:] for row in connection.execute("SELECT id, finished_at, metrics FROM jobs WHERE state = 'done'")}
+
+
+def test_kill_9_mid_run_then_resume_redoes_only_unfinished_jobs(tmp_path, tiny_encoder_dir, data_dir):
+    out = tmp_path / "out"
+    experiment = tmp_path / "exp.json"
+    experiment.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, setups=["st-a", "fusion-st-a"])))
+    child = subprocess.Popen([sys.executable, "-m", "adapterfusion.cli", "run", str(experiment), "--no-progress"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not _done(out / "experiment.db") and time.time() < deadline and child.poll() is None:
+        time.sleep(0.2)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    finished = _done(out / "experiment.db")
+    assert 1 <= len(finished) < 4, "the run should have been killed after its first job"
+    with ResultsStore(out, readonly=True) as store:
+        assert "running" in store.counts() and store.counts()["running"] == 1  # the job the kill interrupted
+
+    summary = run_experiment(experiment, progress=False)  # the dead runner's lock is stale
+    assert summary.ok and sorted(summary.skipped) == sorted(finished) and len(summary.ran) == 4 - len(finished)
+    after = _done(out / "experiment.db")
+    assert len(after) == 4 and all(after[i] == finished[i] for i in finished)  # finished jobs not re-run
+    with ResultsStore(out, readonly=True) as store:
+        attempts = {r.id: r.attempts for r in store.jobs()}
+    assert [attempts[i] for i in finished] == [1] * len(finished) and sorted(attempts.values())[-1] == 2
+
+
+class _ScriptedExecutor:
+    """Succeeds or fails jobs by id without training, to test the scheduling alone."""
+
+    capacity = 2
+
+    def __init__(self, fail: set[str]) -> None:
+        self.fail, self.submitted = fail, []
+
+    def submit(self, payload):
+        self.submitted.append(payload.job_id)
+        future = Future()
+        future.set_result({"ok": False, "error": "boom"} if payload.job_id in self.fail
+                          else {"ok": True, "metrics": {"best": {"eval_accuracy": 0.5}}})
+        return future
+
+    def shutdown(self):
+        pass
+
+
+def test_a_failed_job_blocks_only_its_dependents_and_is_retried_next_run(tmp_path, tiny_encoder_dir):
+    spec = tiny_experiment(tiny_encoder_dir, tmp_path / "out")
+    executor = _ScriptedExecutor(fail={"st-a-rf16/rte/seed-1"})
+    summary = run_experiment(spec, executor=executor, progress=False)
+    assert list(summary.failed) == ["st-a-rf16/rte/seed-1"]
+    assert sorted(summary.blocked) == ["fusion-st-a/rte/seed-1", "fusion-st-a/sst2/seed-1"]
+    assert "st-a-rf16/rte/seed-1 (failed)" in summary.blocked["fusion-st-a/rte/seed-1"]
+    assert sorted(summary.ran) == ["head/rte/seed-1", "head/sst2/seed-1", "st-a-rf16/sst2/seed-1"]
+    retry = _ScriptedExecutor(fail=set())
+    summary = run_experiment(spec, executor=retry, progress=False)
+    assert summary.ok and retry.submitted == ["st-a-rf16/rte/seed-1", "fusion-st-a/rte/seed-1", "fusion-st-a/sst2/seed-1"]
