@@ -164,15 +164,21 @@ def export_adapterhub(model: "AdaptedModel", kind: str, name: str, directory: st
     if kind != "head":
         _require_post_ln_sites(model)
     document, tensors = writers[kind](model, name)
-    hf_model = model.model
     document.update(
         hidden_size=model.hidden_size,
-        model_class=type(hf_model).__name__,
+        model_class=_adapter_model_class(model),
         model_name=model.fingerprint.name_or_path,
         model_type=model.fingerprint.model_type,
         version=ADAPTERHUB_VERSION,
     )
     return write_piece(directory, kind, document, tensors, use_safetensors)
+
+
+def _adapter_model_class(model: "AdaptedModel") -> str:
+    """adapters records the flex-head model class (BertModel -> BertAdapterModel); its load_head refuses
+    a head saved from any other class."""
+    base = type(model.model.base_model).__name__
+    return f"{base[:-len('Model')]}AdapterModel" if base.endswith("Model") else base
 
 
 def _site_key(model: "AdaptedModel", site: "AdapterSite", container: str, param: str) -> str:
