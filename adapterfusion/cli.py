@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime
+from pathlib import Path
 
 import adapterfusion as af
 
@@ -56,6 +57,37 @@ def _status(args: argparse.Namespace) -> int:
                      f"{key}={score:.4f}" if isinstance(score, (int, float)) else "", note[0][:80] if note else ""))
     _print_table(("job", "state", "attempts", "time", "dev metric", "note"), rows)
     print(", ".join(f"{n} {state}" for state, n in counts.items() if n))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from adapterfusion.experiments.report import REPORT_DIR, write_report
+
+    report = write_report(args.output_dir, figures=not args.no_figures)
+    for table_id in ("table1", "table2"):
+        table = report.table(table_id)
+        if table is not None:
+            print(table.markdown())
+    written = ["tables.md", "tables.json", *(f"{t.id}.csv" for t in report.tables), *(p.name for p in report.figures)]
+    print(f"report written to {Path(args.output_dir) / REPORT_DIR}: {', '.join(written)}")
+    for note in report.figure_notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _analyze_fusion(args: argparse.Namespace) -> int:
+    from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, load_fusion_activation
+
+    activation = load_fusion_activation(args.run_dir)
+    print(f"{activation.fusion}: mean softmax weight per layer and adapter over {activation.tokens} dev tokens"
+          + (f" (target {activation.info['task']}, seed {activation.info.get('seed')})" if "task" in activation.info else ""))
+    print(activation.table())
+    if not args.no_plot:
+        from adapterfusion.experiments.figures import plot_run_fusion_attention
+
+        source = Path(args.run_dir)
+        default = (source if source.is_dir() else source.parent) / Path(FUSION_ATTENTION_FILE).with_suffix(".png")
+        print(f"heatmap: {plot_run_fusion_attention(activation, args.output or default)}")
     return 0
 
 
@@ -129,6 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="the jobs of an experiment's output dir and their states")
     status.add_argument("output_dir")
     status.set_defaults(run=_status)
+
+    report = commands.add_parser("report", help="write an experiment's tables and figures to OUTDIR/report and print Tables 1-2")
+    report.add_argument("output_dir")
+    report.add_argument("--no-figures", action="store_true", help="tables only (no matplotlib needed)")
+    report.set_defaults(run=_report)
+
+    analyze = commands.add_parser("analyze-fusion", help="per-layer adapter activation of one fusion run (table + heatmap)")
+    analyze.add_argument("run_dir", help="a fusion run folder, or its fusion_attention.json")
+    analyze.add_argument("--output", default=None, help="heatmap PNG path (default: fusion_attention.png beside the JSON)")
+    analyze.add_argument("--no-plot", action="store_true", help="print the table only")
+    analyze.set_defaults(run=_analyze_fusion)
 
     adapter = commands.add_parser("train-adapter", help="train one single-task adapter (st-a) and store it")
     _add_training_arguments(adapter)

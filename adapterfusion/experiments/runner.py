@@ -3,13 +3,15 @@ executor, and record every state change in the output dir's results store.
 
 A job found `running` (its runner was killed) or `failed` is re-run from scratch: its run dir is removed first.
 A failed job does not stop independent jobs; the jobs that need it are marked `blocked` with the reason.
-`hooks` run at the end with (spec, results store): the place for reports and figures.
+`hooks` run at the end with (spec, results store); then the report (tables and figures) is written to
+`<output_dir>/report/` (experiments.report.write_report) unless report=False.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from typing import Any
 
 from adapterfusion.experiments.executors import Executor, JobPayload, make_executor, payload_options
 from adapterfusion.experiments.plan import Job, plan_jobs
+from adapterfusion.experiments.report import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
 from adapterfusion.experiments.store import ResultsStore, RunnerLock
 from adapterfusion.io.atomic import atomic_write_json
@@ -69,6 +72,7 @@ def run_experiment(
     force: bool = False,
     progress: bool = True,
     hooks: Sequence[Hook] = (),
+    report: bool = True,
 ) -> ExperimentSummary:
     """Run every unfinished job of the experiment; returns an ExperimentSummary.
 
@@ -95,6 +99,12 @@ def run_experiment(
         summary.counts = store.counts()
         for hook in hooks:
             hook(spec, store)
+        if report:
+            try:
+                write_report(out, store)
+            except Exception as err:  # noqa: BLE001 - the jobs are done and recorded; the report can be made later
+                warnings.warn(f"writing the report of {out} failed ({type(err).__name__}: {err}); "
+                              f"run `adapterfusion report {out}` once the cause is fixed", stacklevel=2)
     summary.wall_seconds = time.perf_counter() - start
     return summary
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
 from adapterfusion.tasks.registry import resolve_task
@@ -129,6 +130,10 @@ def train(
     del trainer
     report = model.parameter_report()
     pieces = _save_pieces(model, plan, tokenizer, run_dir)
+    if plan.fusion is not None:
+        pieces["fusion_attention"] = _save_fusion_attention(
+            model, plan, encoded["validation"], tokenizer, config, run_dir,
+            {"task": spec.name, "setup": setup, "seed": seed, "split": "validation"})
     metrics = {
         "format_version": RUN_FORMAT_VERSION, "task": spec.name, "setup": setup, "seed": seed,
         "metric_for_best": config.metric_for_best or spec.metrics[0],
@@ -168,6 +173,22 @@ def _save_pieces(model, plan, tokenizer, run_dir: Path) -> dict[str, Path]:
         tokenizer.save_pretrained(encoder_dir)
         pieces["encoder"] = encoder_dir
     return {kind: Path(path) for kind, path in pieces.items()}
+
+
+def _save_fusion_attention(model, plan, dev_set, tokenizer, config: TrainingConfig, run_dir: Path,
+                           info: dict[str, Any]) -> Path:
+    """The trained fusion's mean softmax weight per layer and adapter over the dev set's real tokens (Pfeiffer
+    Fig. 4/6), computed with the best checkpoint's weights; the report's heatmaps are drawn from this file."""
+    from torch.utils.data import DataLoader
+
+    from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, mean_fusion_attention
+
+    batches = DataLoader(dev_set, batch_size=config.eval_batch_size or config.batch_size,
+                         collate_fn=TaskCollator(tokenizer))
+    activation = mean_fusion_attention(model, plan.fusion, batches, head=plan.head)
+    path = run_dir / FUSION_ATTENTION_FILE
+    atomic_write_json(path, {**activation.to_dict(), **info})
+    return path
 
 
 def plain_encoder_state(model) -> dict[str, Any]:

@@ -1,0 +1,141 @@
+"""`mean_fusion_attention`: the average softmax weight a fusion gives each of its adapters, per layer, over a
+dataset's real tokens (Pfeiffer et al. 2021, Fig. 4 and 6: "average softmax activation of each adapter over the
+dev set"). Padding tokens are left out: their attention says nothing about the task.
+
+The result is a `FusionActivation` ([layers, N] numpy array plus names), saved by fusion runs as
+`<run_dir>/fusion_attention.json`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from adapterfusion.errors import ConfigError, SerializationError
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+FUSION_ATTENTION_FILE = "fusion_attention.json"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FusionActivation:
+    """values[i, j]: mean softmax weight of adapter `adapters[j]` at encoder layer `layers[i]`, averaged over
+    `tokens` real tokens. `info` holds context such as the target task, setup and seed of the run."""
+
+    fusion: str
+    adapters: tuple[str, ...]
+    layers: tuple[int, ...]
+    values: np.ndarray
+    tokens: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.values.shape != (len(self.layers), len(self.adapters)):
+            raise ConfigError(f"FusionActivation values have shape {self.values.shape}, expected "
+                              f"({len(self.layers)} layers, {len(self.adapters)} adapters)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format_version": FORMAT_VERSION, "fusion": self.fusion, "adapters": list(self.adapters),
+                "layers": list(self.layers), "values": self.values.tolist(), "tokens": self.tokens, **self.info}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FusionActivation":
+        try:
+            core = {"fusion": data["fusion"], "adapters": tuple(data["adapters"]), "layers": tuple(data["layers"]),
+                    "values": np.asarray(data["values"], dtype=np.float64).reshape(len(data["layers"]), len(data["adapters"])),
+                    "tokens": int(data["tokens"])}
+        except (KeyError, TypeError, ValueError) as err:
+            raise SerializationError(f"not a fusion activation record ({type(err).__name__}: {err})") from err
+        info = {k: v for k, v in data.items() if k not in core and k != "format_version"}
+        return cls(**core, info=info)
+
+    def table(self, digits: int = 3) -> str:
+        """A plain-text table: one row per layer (numbered from 1 = lowest), one column per adapter."""
+        header = ["layer", *self.adapters]
+        rows = [[str(layer + 1), *(f"{v:.{digits}f}" for v in row)] for layer, row in zip(self.layers, self.values)]
+        rows.append(["mean", *(f"{v:.{digits}f}" for v in self.values.mean(axis=0))])
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [header, *rows])
+
+
+def average_activations(activations: Sequence[FusionActivation]) -> FusionActivation:
+    """The plain mean over runs (e.g. seeds) of the same fusion layout; `tokens` is their total."""
+    if not activations:
+        raise ConfigError("average_activations needs at least one FusionActivation")
+    first = activations[0]
+    for other in activations[1:]:
+        if (other.adapters, other.layers) != (first.adapters, first.layers):
+            raise ConfigError(f"cannot average fusion activations over adapters {list(first.adapters)} and "
+                              f"{list(other.adapters)} (layers {list(first.layers)} / {list(other.layers)})")
+    values = np.mean([a.values for a in activations], axis=0)
+    info = {**first.info, "runs": len(activations)}
+    return FusionActivation(first.fusion, first.adapters, first.layers, values, sum(a.tokens for a in activations), info)
+
+
+def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
+    """Read a fusion_attention.json, or the one inside a run folder."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / FUSION_ATTENTION_FILE
+    if not path.is_file():
+        raise SerializationError(f"{path} does not exist; fusion runs (fusion-st-a, fusion-mt-a) write it after training")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise SerializationError(f"{path} is not valid JSON: {err}") from err
+    return FusionActivation.from_dict(data)
+
+
+def _token_mask(batch: Mapping[str, torch.Tensor], attention: torch.Tensor) -> torch.Tensor:
+    """[batch(*choices), seq] float mask of real tokens, matching the fusion attention's leading dims."""
+    mask = batch.get("attention_mask")
+    if mask is None:
+        return torch.ones(attention.shape[:2], device=attention.device, dtype=torch.long)
+    return mask.reshape(attention.shape[:2]).to(attention.device)  # multiple choice: [batch * choices, seq]
+
+
+@torch.no_grad()
+def mean_fusion_attention(model: "AdaptedModel", fusion_name: str, batches: Iterable[Mapping[str, torch.Tensor]],
+                          head: str | None = None) -> FusionActivation:
+    """Run `batches` (model inputs; labels are ignored) through the model with `fusion_name` active, in eval mode,
+    and average each layer's softmax weights over the real tokens (attention_mask == 1). The model's activation
+    and train/eval mode are restored afterwards."""
+    model._require("fusion", fusion_name, model.fusion_setups)
+    adapters = tuple(model.fusion_setups[fusion_name][1])
+    previous = (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers)
+    was_training = model.training
+    device = next(model.parameters()).device
+    sums: dict[int, torch.Tensor] = {}
+    tokens = 0
+    try:
+        model.activate(fusion=fusion_name, head=head if head is not None else previous[2], skip_layers=previous[3])
+        model.eval()
+        for batch in batches:
+            inputs = {k: v.to(device) for k, v in batch.items() if k != "labels" and isinstance(v, torch.Tensor)}
+            output = model(**inputs, output_fusion_attentions=True)
+            recorded = [(layer, a) for layer, a in enumerate(output.fusion_attentions) if a is not None]
+            if not recorded:
+                continue
+            mask = _token_mask(inputs, recorded[0][1]).double()
+            tokens += int(mask.sum().item())
+            for layer, attention in recorded:
+                weighted = (attention.double() * mask.unsqueeze(-1)).sum(dim=(0, 1))
+                sums[layer] = sums[layer] + weighted if layer in sums else weighted
+    finally:
+        model.activate(adapter=previous[0], fusion=previous[1], head=previous[2], skip_layers=previous[3])
+        model.train(was_training)
+    if not sums or tokens == 0:
+        raise ConfigError(f"mean_fusion_attention: no fusion attention was recorded for {fusion_name!r} "
+                          "(no batches, no real tokens, or every fusion layer skipped)")
+    layers = tuple(sorted(sums))
+    values = torch.stack([sums[layer] for layer in layers]).div(tokens).cpu().numpy()
+    return FusionActivation(fusion=fusion_name, adapters=adapters, layers=layers, values=values, tokens=tokens)

@@ -1,0 +1,189 @@
+"""The report's figures (matplotlib, Agg backend), drawn only from a Report's numbers:
+
+* Figure 3 of Pfeiffer et al.: per task, each setup's dev score minus Full's (grouped bars), when `full` ran;
+* Figures 4/6 there: per fusion variant, a grid of per-layer heatmaps of the mean softmax weight each target
+  task's fusion gives each adapter (rows = target task, columns = adapter), averaged over seeds, one color scale;
+* Houlsby et al.'s trade-off: mean dev score against trained parameters (log scale), when two or more of head,
+  adapters, top-k, LayerNorm-only and full fine-tuning ran.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from adapterfusion.analysis.fusion_attention import FusionActivation, average_activations  # noqa: E402
+
+if TYPE_CHECKING:
+    from adapterfusion.experiments.report import Report
+
+TRADEOFF_SETUPS = ("head", "layernorm-only", "top-k", "st-a", "st-a-houlsby", "full")
+DPI = 150
+
+
+def _save(figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(figure)
+    return path
+
+
+def _annotate(axis, grid: np.ndarray, vmax: float, fontsize: int) -> None:
+    """Write each finite value into its heatmap cell, dark on light cells and light on dark ones."""
+    for (r, c), value in np.ndenumerate(grid):
+        if np.isfinite(value):
+            axis.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=fontsize,
+                      color="black" if value > 0.6 * vmax else "white")
+
+
+def plot_delta_vs_full(report: "Report", path: str | os.PathLike) -> Path | None:
+    """Figure 3: per task, each variant's mean dev score minus Full's, in points; None when Full has no result."""
+    full = next((v["id"] for v in report.variants if v["setup"] == "full"), None)
+    base = report.task_means(full) if full else {}
+    if not base:
+        return None
+    variants = [v["id"] for v in report.variants if v["id"] != full and report.task_means(v["id"])]
+    tasks = [t for t in report.tasks if t in base]
+    if not variants or not tasks:
+        return None
+    width = 0.8 / len(variants)
+    x = np.arange(len(tasks))
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.9 * len(tasks) * max(1, len(variants)) ** 0.5 + 2), 4))
+    colors = plt.get_cmap("tab10")
+    for i, variant in enumerate(variants):
+        means = report.task_means(variant)
+        deltas = [means[t] - base[t] if t in means else np.nan for t in tasks]
+        axes.bar(x - 0.4 + width * (i + 0.5), deltas, width, label=variant, color=colors(i % 10))
+    axes.axhline(0, color="black", linewidth=0.8)
+    axes.set_xticks(x, tasks, rotation=30 if len(tasks) > 6 else 0, ha="right" if len(tasks) > 6 else "center")
+    axes.set_ylabel(f"dev score − {full} (points)")
+    axes.set_title(f"{report.name}: difference to full fine-tuning per task")
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend(fontsize=8, ncols=min(4, len(variants)), loc="best")
+    return _save(figure, Path(path))
+
+
+def plot_fusion_attention(by_target: Mapping[str, FusionActivation], path: str | os.PathLike,
+                          title: str = "fusion attention") -> Path:
+    """A grid with one heatmap per layer: rows = target tasks, columns = adapters, value = mean softmax weight
+    (annotated), one color scale over all panels. Adapters a target does not fuse are left blank."""
+    targets = list(by_target)
+    adapters = list(dict.fromkeys(a for act in by_target.values() for a in act.adapters))
+    layers = sorted({layer for act in by_target.values() for layer in act.layers})
+    grids = {layer: np.full((len(targets), len(adapters)), np.nan) for layer in layers}
+    for row, target in enumerate(targets):
+        act = by_target[target]
+        for i, layer in enumerate(act.layers):
+            for j, adapter in enumerate(act.adapters):
+                grids[layer][row, adapters.index(adapter)] = act.values[i, j]
+    finite = [v for g in grids.values() for v in g[np.isfinite(g)]]
+    vmax = max(max(finite, default=1.0), 1e-6)
+    ncols = min(len(layers), 4 if len(layers) > 6 else 3)
+    nrows = math.ceil(len(layers) / ncols)
+    cell = 0.55
+    panel_w, panel_h = max(2.2, cell * len(adapters) + 1.2), max(1.6, cell * len(targets) + 0.9)
+    figure, axes = plt.subplots(nrows, ncols, figsize=(panel_w * ncols + 1.2, panel_h * nrows + 0.6), squeeze=False)
+    fontsize = 8 if len(adapters) <= 8 else 6 if len(adapters) <= 12 else 5
+    image = None
+    for k, axis in enumerate(axes.flat):
+        if k >= len(layers):
+            axis.axis("off")
+            continue
+        grid = grids[layers[k]]
+        image = axis.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
+        _annotate(axis, grid, vmax, fontsize)
+        axis.set_title(f"layer {layers[k] + 1}", fontsize=9)
+        axis.set_xticks(range(len(adapters)), adapters, rotation=45, ha="right", fontsize=7)
+        axis.set_yticks(range(len(targets)), targets if k % ncols == 0 else [""] * len(targets), fontsize=7)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout(rect=(0, 0, 0.92, 0.97))
+    colorbar_axis = figure.add_axes((0.94, 0.15, 0.015, 0.7))
+    figure.colorbar(image, cax=colorbar_axis, label="mean softmax weight")
+    return _save(figure, Path(path))
+
+
+def plot_tradeoff(report: "Report", path: str | os.PathLike) -> Path | None:
+    """Houlsby's trade-off: mean dev score over the tasks every plotted variant finished against the median number
+    of trained parameters (log x), one line per setup; None with fewer than two such variants."""
+    points = [(v, statistics.median(report.parameters[v["id"]])) for v in report.variants
+              if v["setup"] in TRADEOFF_SETUPS and report.task_means(v["id"]) and report.parameters.get(v["id"])]
+    if len(points) < 2:
+        return None
+    common = set(report.tasks)
+    for variant, _ in points:
+        common &= set(report.task_means(variant["id"]))
+    if not common:
+        return None
+    figure, axes = plt.subplots(figsize=(6.5, 4.2))
+    for setup in TRADEOFF_SETUPS:
+        series = sorted((params, statistics.mean(report.task_means(v["id"])[t] for t in common), v["id"])
+                        for v, params in points if v["setup"] == setup)
+        if not series:
+            continue
+        xs, ys, labels = zip(*series)
+        axes.plot(xs, ys, marker="o", label=setup)
+        for x, y, label in series:
+            axes.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    axes.set_xscale("log")
+    axes.set_xlabel("trained parameters (log scale)")
+    axes.set_ylabel(f"mean dev score over {len(common)} task(s) (%)")
+    axes.set_title(f"{report.name}: accuracy vs trained parameters")
+    axes.grid(alpha=0.3, which="both")
+    axes.legend(fontsize=8)
+    return _save(figure, Path(path))
+
+
+def fusion_attention_by_target(report: "Report", variant: str) -> dict[str, FusionActivation]:
+    """The variant's per-target activations averaged over seeds, in the experiment's task order."""
+    runs = report.activations.get(variant, {})
+    return {task: average_activations(runs[task]) for task in report.tasks if runs.get(task)}
+
+
+def write_figures(report: "Report", directory: str | os.PathLike) -> list[Path]:
+    """Every figure the report's results allow, as PNGs in `directory`; added to report.figures / figure_notes."""
+    directory = Path(directory)
+    written: list[Path | None] = [plot_delta_vs_full(report, directory / "figure3_delta_vs_full.png")]
+    if written[-1] is None:
+        report.figure_notes.append("Figure 3 (delta vs Full) needs finished `full` runs.")
+    for variant in report.variants:
+        by_target = fusion_attention_by_target(report, variant["id"])
+        if by_target:
+            seeds = max(len(r) for r in report.activations[variant["id"]].values())
+            written.append(plot_fusion_attention(
+                by_target, directory / f"fusion_attention_{variant['id']}.png",
+                f"{report.name} · {variant['id']}: mean fusion attention on the dev set (rows: target task, "
+                f"columns: adapter; mean over up to {seeds} seed(s))"))
+    written.append(plot_tradeoff(report, directory / "tradeoff_parameters.png"))
+    if written[-1] is None:
+        report.figure_notes.append("The accuracy vs trained-parameters curve needs two or more of "
+                                   f"{', '.join(TRADEOFF_SETUPS)} with results on a common task.")
+    figures = [p for p in written if p is not None]
+    report.figures.extend(figures)
+    return figures
+
+
+def plot_run_fusion_attention(activation: FusionActivation, path: str | os.PathLike) -> Path:
+    """One fusion run's heatmap, rows = layers, columns = adapters (annotated), for `adapterfusion analyze-fusion`."""
+    values = activation.values
+    vmax = max(float(values.max()), 1e-6)
+    figure, axis = plt.subplots(figsize=(max(3.5, 0.7 * len(activation.adapters) + 2),
+                                         max(2.5, 0.4 * len(activation.layers) + 1.2)))
+    image = axis.imshow(values, cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
+    _annotate(axis, values, vmax, 8)
+    axis.set_xticks(range(len(activation.adapters)), activation.adapters, rotation=45, ha="right")
+    axis.set_yticks(range(len(activation.layers)), [f"layer {layer + 1}" for layer in activation.layers])
+    target = activation.info.get("task")
+    axis.set_title(f"{activation.fusion}{f' (target {target})' if target else ''}: mean fusion attention over "
+                   f"{activation.tokens} dev tokens", fontsize=9)
+    figure.colorbar(image, ax=axis, label="mean softmax weight")
+    return _save(figure, Path(path))
+

@@ -1,0 +1,327 @@
+"""The report of an experiment, made only from its results store and run folders (never from live models):
+
+* Table 1 — rows = tasks, columns = setup variants, cell = mean ± std over seeds of the dev metric in percent,
+  plus a mean row (Pfeiffer et al. Table 1);
+* Table 2 — each fusion variant against the variant whose adapters it fuses: per-task delta with ↗ (> +0.3),
+  ↘ (< −0.3) or →, and an "Improved k/n" row (Table 2 there);
+* Table 3 — adapter variants by reduction factor, when more than one ran (appendix Table 3);
+* figures (adapterfusion.experiments.figures) when matplotlib is installed.
+
+`write_report(output_dir)` writes `<output_dir>/report/`: tables.md, table1.csv (table2, table3), tables.json
+and the PNGs. Std is the sample standard deviation (n − 1); a cell with one seed has no ±.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, FusionActivation, load_fusion_activation
+from adapterfusion.errors import SerializationError
+from adapterfusion.experiments.store import ResultsStore
+from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
+
+REPORT_DIR = "report"
+TREND_THRESHOLD = 0.3  # percentage points (Pfeiffer et al. Table 2)
+MISSING = "–"
+CARVED_MARK = "†"
+
+
+def trend_arrow(delta: float) -> str:
+    """↗ above +0.3 points, ↘ below −0.3, → otherwise (the boundary itself is →). The delta is rounded to 1e-9
+    first, so 70.3 − 70.0 counts as exactly 0.3 despite float error."""
+    rounded = round(delta, 9)
+    return "↗" if rounded > TREND_THRESHOLD else "↘" if rounded < -TREND_THRESHOLD else "→"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: `value` (a mean in percent, or a delta in points), `std` over `n` seeds (None when n < 2),
+    and the text shown in Markdown and CSV."""
+
+    value: float | None
+    std: float | None = None
+    n: int = 0
+    text: str = MISSING
+
+
+@dataclass(frozen=True)
+class Table:
+    id: str
+    title: str
+    rows: tuple[str, ...]
+    columns: tuple[str, ...]
+    cells: dict[tuple[str, str], Cell]
+    row_marks: dict[str, str] = field(default_factory=dict)  # row -> footnote mark shown after its label
+    notes: tuple[str, ...] = ()
+
+    def cell(self, row: str, column: str) -> Cell:
+        return self.cells.get((row, column), Cell(None))
+
+    def markdown(self) -> str:
+        header = ["task", *self.columns]
+        lines = [f"### {self.title}", "", "| " + " | ".join(header) + " |",
+                 "|" + "|".join(["---"] + [":---:"] * len(self.columns)) + "|"]
+        for row in self.rows:
+            label = row + self.row_marks.get(row, "")
+            lines.append("| " + " | ".join([label, *(self.cell(row, c).text for c in self.columns)]) + " |")
+        if self.notes:
+            lines += ["", *self.notes]
+        return "\n".join(lines) + "\n"
+
+    def csv(self) -> str:
+        """Long format, one line per cell: row, column, value, std, n, text (the Markdown cell)."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["row", "column", "value", "std", "n", "text"])
+        for row in self.rows:
+            for column in self.columns:
+                cell = self.cell(row, column)
+                writer.writerow([row, column, "" if cell.value is None else repr(cell.value),
+                                 "" if cell.std is None else repr(cell.std), cell.n, cell.text])
+        return buffer.getvalue()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "rows": list(self.rows), "columns": list(self.columns),
+                "row_marks": dict(self.row_marks), "notes": list(self.notes),
+                "cells": [{"row": r, "column": c, "value": cell.value, "std": cell.std, "n": cell.n, "text": cell.text}
+                          for r in self.rows for c in self.columns for cell in [self.cell(r, c)]]}
+
+
+@dataclass
+class Report:
+    """Everything the tables and figures are made of. scores[variant][task] = [(seed, dev metric in percent)];
+    parameters[variant] = trained parameter counts of its runs; activations[variant][task] = one
+    FusionActivation per seed; carved[task] = how its missing splits were made."""
+
+    name: str
+    output_dir: Path
+    tasks: tuple[str, ...]
+    variants: tuple[dict[str, Any], ...]
+    scores: dict[str, dict[str, list[tuple[int, float]]]]
+    metrics: dict[str, str]
+    parameters: dict[str, list[int]]
+    activations: dict[str, dict[str, list[FusionActivation]]]
+    carved: dict[str, dict[str, Any]]
+    job_counts: dict[str, int]
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+    figure_notes: list[str] = field(default_factory=list)
+
+    def variant(self, variant_id: str) -> dict[str, Any]:
+        return next(v for v in self.variants if v["id"] == variant_id)
+
+    def table(self, table_id: str) -> Table | None:
+        return next((t for t in self.tables if t.id == table_id), None)
+
+    def task_means(self, variant_id: str) -> dict[str, float]:
+        """Mean over seeds per task, for the tasks this variant has results on."""
+        return {task: statistics.mean(v for _, v in runs)
+                for task, runs in self.scores.get(variant_id, {}).items() if runs}
+
+    def markdown(self) -> str:
+        done, total = self.job_counts.get("done", 0), sum(self.job_counts.values())
+        lines = [f"# Report: {self.name}", "",
+                 f"Made from {done} of {total} jobs done in `{self.output_dir}` (`adapterfusion report`).", ""]
+        lines += [table.markdown() for table in self.tables]
+        if self.carved:
+            lines.append("Splits:")
+            lines += [f"- {CARVED_MARK} {task}: {_describe_carve(info)}" for task, info in self.carved.items()]
+            lines.append("")
+        if self.figures or self.figure_notes:
+            lines += ["## Figures", ""]
+            lines += [f"![{p.stem}]({p.name})" for p in self.figures]
+            lines += [f"- {note}" for note in self.figure_notes]
+            lines.append("")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "output_dir": str(self.output_dir), "tasks": list(self.tasks),
+                "variants": list(self.variants), "metrics": self.metrics, "job_counts": self.job_counts,
+                "carved": self.carved, "tables": [t.to_dict() for t in self.tables],
+                "figures": [p.name for p in self.figures], "figure_notes": self.figure_notes,
+                "scores": {v: {t: [{"seed": s, "value": x} for s, x in runs] for t, runs in by_task.items()}
+                           for v, by_task in self.scores.items()}}
+
+
+# ---- reading the results -------------------------------------------------------------------------------------
+def _dev_score(metrics: dict[str, Any]) -> tuple[str, float] | None:
+    """(metric name, best-checkpoint dev value in percent) of a metrics.json record."""
+    key = metrics.get("metric_for_best")
+    best = metrics.get("best") or {}
+    value = best.get(key, best.get(f"eval_{key}")) if key else None
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return key, 100.0 * float(value)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = None) -> Report:
+    """Collect the done jobs' metrics and run folders of the experiment in `output_dir` and build its tables."""
+    output_dir = Path(output_dir)
+    own = store is None
+    store = ResultsStore(output_dir, readonly=True) if own else store
+    try:
+        meta, records, counts = store.meta(), store.jobs(), store.counts()
+    finally:
+        if own:
+            store.close()
+    spec = json.loads(meta["spec"]) if meta.get("spec") else {}
+    tasks = tuple(spec.get("tasks") or dict.fromkeys(r.task for r in records))
+    variants = tuple(spec.get("variants") or
+                     [{"id": v, "setup": s, "options": {}, "adapter_variant": None}
+                      for v, s in dict.fromkeys((r.variant, r.setup) for r in records)])
+    report = Report(name=meta.get("name", output_dir.name), output_dir=output_dir, tasks=tasks, variants=variants,
+                    scores={}, metrics={}, parameters={}, activations={}, carved={},
+                    job_counts={k: n for k, n in counts.items() if n})
+    for record in records:
+        if record.state != "done" or not record.metrics:
+            continue
+        score = _dev_score(record.metrics)
+        if score is not None:
+            report.metrics.setdefault(record.task, score[0])
+            report.scores.setdefault(record.variant, {}).setdefault(record.task, []).append((record.seed, score[1]))
+        trainable = (record.metrics.get("parameters") or {}).get("trainable")
+        if isinstance(trainable, int):
+            report.parameters.setdefault(record.variant, []).append(trainable)
+        run_dir = Path(record.run_dir) if record.run_dir else None
+        if run_dir is None:
+            continue
+        carve = ((_read_json(run_dir / "config.json") or {}).get("data") or {}).get("carve_out")
+        if carve and record.task not in report.carved:
+            report.carved[record.task] = carve
+        if (run_dir / FUSION_ATTENTION_FILE).is_file():
+            try:
+                activation = load_fusion_activation(run_dir / FUSION_ATTENTION_FILE)
+            except SerializationError:
+                continue
+            report.activations.setdefault(record.variant, {}).setdefault(record.task, []).append(activation)
+    report.tables = [t for t in (table1(report), table2(report), table3(report)) if t is not None]
+    return report
+
+
+def _describe_carve(carve: dict[str, Any]) -> str:
+    roles = " and ".join(carve.get("carved_roles") or ["validation"])
+    return (f"{roles} carved from its {carve.get('source_split')!r} split ({carve.get('source_size')} rows, "
+            f"validation fraction {carve.get('fraction')}, seeded by each run's seed); its dev numbers are on the "
+            "carved validation split, not the official dev set")
+
+
+# ---- the tables --------------------------------------------------------------------------------------------
+def _score_cell(runs: Sequence[tuple[int, float]]) -> Cell:
+    if not runs:
+        return Cell(None)
+    values = [v for _, v in runs]
+    mean = statistics.mean(values)
+    if len(values) == 1:
+        return Cell(mean, None, 1, f"{mean:.2f}")
+    std = statistics.stdev(values)  # sample std, n - 1
+    return Cell(mean, std, len(values), f"{mean:.2f} ± {std:.2f}")
+
+
+def _mean_cell(task_means: dict[str, float], tasks: Sequence[str]) -> Cell:
+    present = [task_means[t] for t in tasks if t in task_means]
+    if not present:
+        return Cell(None)
+    mean = statistics.mean(present)
+    partial = f" ({len(present)}/{len(tasks)} tasks)" if len(present) < len(tasks) else ""
+    return Cell(mean, None, len(present), f"{mean:.2f}{partial}")
+
+
+def _score_table(report: Report, table_id: str, title: str, columns: Sequence[str], notes: Sequence[str]) -> Table:
+    cells: dict[tuple[str, str], Cell] = {}
+    for column in columns:
+        by_task = report.scores.get(column, {})
+        for task in report.tasks:
+            cells[(task, column)] = _score_cell(by_task.get(task, []))
+        cells[("mean", column)] = _mean_cell(report.task_means(column), report.tasks)
+    marks = {task: CARVED_MARK for task in report.tasks if task in report.carved}
+    return Table(table_id, title, (*report.tasks, "mean"), tuple(columns), cells, marks, tuple(notes))
+
+
+def _score_notes(report: Report) -> list[str]:
+    names = sorted(set(report.metrics.values())) or ["metric"]
+    notes = [f"Dev-set {'/'.join(names)} in percent: mean ± sample standard deviation (n − 1) over seeds; a cell "
+             f"from one seed shows no ±. The mean row averages the per-task means. {MISSING} = no finished run."]
+    if report.carved:
+        notes.append(f"{CARVED_MARK} splits carved out of the available data (see Splits below).")
+    return notes
+
+
+def table1(report: Report) -> Table:
+    return _score_table(report, "table1", "Table 1: dev results per task and setup",
+                        [v["id"] for v in report.variants], _score_notes(report))
+
+
+def table2(report: Report) -> Table | None:
+    """Each fusion variant against the variant whose adapters it fuses; None without fusion variants."""
+    pairs = [(v["id"], v["adapter_variant"]) for v in report.variants if v.get("adapter_variant")]
+    if not pairs:
+        return None
+    columns = tuple(f"{fusion} vs {base}" for fusion, base in pairs)
+    cells: dict[tuple[str, str], Cell] = {}
+    for column, (fusion, base) in zip(columns, pairs):
+        ours, theirs = report.task_means(fusion), report.task_means(base)
+        improved = compared = 0
+        for task in report.tasks:
+            if task not in ours or task not in theirs:
+                cells[(task, column)] = Cell(None)
+                continue
+            delta = ours[task] - theirs[task]
+            arrow = trend_arrow(delta)
+            compared += 1
+            improved += arrow == "↗"
+            cells[(task, column)] = Cell(delta, None, 1, f"{delta:+.2f} {arrow}")
+        cells[("Improved", column)] = Cell(float(improved), None, compared, f"{improved}/{compared}" if compared else MISSING)
+    notes = [f"Difference of the per-task means in percentage points: ↗ > +{TREND_THRESHOLD}, ↘ < −{TREND_THRESHOLD}, "
+             f"→ otherwise. Improved k/n: tasks with ↗ among the n tasks both setups finished."]
+    marks = {task: CARVED_MARK for task in report.tasks if task in report.carved}
+    return Table("table2", "Table 2: fusion vs the adapters it fuses", (*report.tasks, "Improved"), columns, cells,
+                 marks, tuple(notes))
+
+
+def table3(report: Report) -> Table | None:
+    """Adapter variants side by side by reduction factor, for every setup that ran more than one; else None."""
+    by_setup: dict[str, list[tuple[float, str]]] = {}
+    for variant in report.variants:
+        rf = (variant.get("options") or {}).get("reduction_factor")
+        if isinstance(rf, (int, float)) and not variant.get("adapter_variant"):
+            by_setup.setdefault(variant["setup"], []).append((float(rf), variant["id"]))
+    columns = [vid for entries in by_setup.values() if len({rf for rf, _ in entries}) > 1 for _, vid in sorted(entries)]
+    if not columns:
+        return None
+    return _score_table(report, "table3", "Table 3: adapters by reduction factor", columns, _score_notes(report))
+
+
+# ---- writing -------------------------------------------------------------------------------------------------
+def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = None, figures: bool = True) -> Report:
+    """Build the report and write `<output_dir>/report/`: tables.md, one CSV per table, tables.json and, with
+    matplotlib installed, the figures. Returns the Report (its `figures` lists the PNGs written)."""
+    report = build_report(output_dir, store)
+    directory = Path(output_dir) / REPORT_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    if figures:
+        try:
+            from adapterfusion.experiments.figures import write_figures
+        except ImportError as err:
+            report.figure_notes.append(f"figures skipped: {err} (pip install 'adapterfusion[plots]')")
+        else:
+            write_figures(report, directory)
+    for table in report.tables:
+        atomic_write_text(directory / f"{table.id}.csv", table.csv())
+    atomic_write_json(directory / "tables.json", report.to_dict())
+    atomic_write_text(directory / "tables.md", report.markdown())
+    return report

@@ -1,0 +1,111 @@
+"""mean_fusion_attention: the per-layer mean softmax weight of each adapter over real tokens only, checked against
+a hand computation on a padded batch; its JSON round trip and the seed average."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import adapterfusion as af
+from adapterfusion.analysis import FusionActivation, average_activations, load_fusion_activation, mean_fusion_attention
+from adapterfusion.errors import ConfigError
+from conftest import tiny_encoder, tiny_inputs
+
+ADAPTERS = ["a", "b", "c"]
+
+
+@pytest.fixture
+def fused() -> af.AdaptedModel:
+    model = af.wrap(tiny_encoder("bert"))
+    for name in ADAPTERS:
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        _randomise(model.adapter_parameters(name))
+    model.add_head("h", af.ClassificationHead(num_labels=2, dropout=0.0))
+    model.add_fusion("f", ADAPTERS, af.FusionConfig.dynamic())
+    _randomise([p for p in model.fusion_parameters("f") if p.dim() == 2])  # non-uniform attention
+    model.activate(head="h")
+    return model
+
+
+@torch.no_grad()
+def _randomise(parameters, std: float = 0.3) -> None:
+    for parameter in parameters:
+        parameter.normal_(0.0, std)
+
+
+def _batches() -> list[dict[str, torch.Tensor]]:
+    first = tiny_inputs(batch=3, seq=8, seed=1)
+    first["attention_mask"][1, 5:] = 0  # 5 real tokens
+    first["attention_mask"][2, 2:] = 0  # 2 real tokens
+    second = tiny_inputs(batch=1, seq=6, seed=2)
+    second["labels"] = torch.tensor([1])  # ignored
+    return [first, second]
+
+
+def test_mean_counts_only_real_tokens(fused):
+    batches = _batches()
+    result = mean_fusion_attention(fused, "f", batches)
+
+    # Hand computation: record each batch's weights, then add up the real positions one example at a time.
+    fused.activate(fusion="f", head="h")
+    fused.eval()
+    sums, tokens = {}, 0
+    with torch.no_grad():
+        for batch in batches:
+            out = fused(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_fusion_attentions=True)
+            for b in range(batch["input_ids"].shape[0]):
+                real = [t for t in range(batch["input_ids"].shape[1]) if batch["attention_mask"][b, t] == 1]
+                tokens += len(real)
+                for layer, attention in enumerate(out.fusion_attentions):
+                    for t in real:
+                        sums[layer] = sums.get(layer, np.zeros(len(ADAPTERS))) + attention[b, t].double().numpy()
+    expected = np.stack([sums[layer] / tokens for layer in sorted(sums)])
+
+    assert result.adapters == tuple(ADAPTERS) and result.layers == (0, 1)
+    assert result.tokens == 8 + 5 + 2 + 6
+    np.testing.assert_allclose(result.values, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(result.values.sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_padding_does_not_count(fused):
+    batches = _batches()
+    base = mean_fusion_attention(fused, "f", batches)
+    changed = [dict(b) for b in batches]
+    ids = changed[0]["input_ids"].clone()
+    ids[1, 5:] = 7  # other padding tokens: same masks, so the same answer
+    ids[2, 2:] = 9
+    changed[0]["input_ids"] = ids
+    np.testing.assert_allclose(mean_fusion_attention(fused, "f", changed).values, base.values, rtol=1e-6)
+    unmasked = [{**b, "attention_mask": torch.ones_like(b["attention_mask"])} for b in batches]
+    assert not np.allclose(mean_fusion_attention(fused, "f", unmasked).values, base.values, atol=1e-6)
+
+
+def test_model_state_is_restored(fused):
+    fused.train()
+    mean_fusion_attention(fused, "f", _batches())
+    assert fused.training and fused.active_fusion is None and fused.active_head == "h"
+
+
+def test_unknown_fusion_and_empty_data_are_errors(fused):
+    with pytest.raises(af.AdapterFusionError, match="nope"):
+        mean_fusion_attention(fused, "nope", _batches())
+    with pytest.raises(ConfigError, match="no fusion attention"):
+        mean_fusion_attention(fused, "f", [])
+
+
+def test_json_round_trip_and_seed_average(tmp_path):
+    one = FusionActivation("f", ("a", "b"), (0, 1), np.array([[0.25, 0.75], [0.5, 0.5]]), 10, {"task": "rte", "seed": 1})
+    two = FusionActivation("f", ("a", "b"), (0, 1), np.array([[0.75, 0.25], [0.1, 0.9]]), 30, {"task": "rte", "seed": 2})
+    path = tmp_path / "fusion_attention.json"
+    path.write_text(json.dumps(one.to_dict()))
+    loaded = load_fusion_activation(tmp_path)
+    np.testing.assert_array_equal(loaded.values, one.values)
+    assert loaded.info == {"task": "rte", "seed": 1} and loaded.tokens == 10
+    mean = average_activations([one, two])
+    np.testing.assert_allclose(mean.values, [[0.5, 0.5], [0.3, 0.7]])
+    assert mean.tokens == 40
+    with pytest.raises(ConfigError, match="cannot average"):
+        average_activations([one, FusionActivation("f", ("b", "a"), (0, 1), one.values, 1)])
+    assert "mean" in one.table() and "0.750" in one.table()
