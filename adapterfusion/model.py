@@ -363,6 +363,20 @@ class AdaptedModel(nn.Module):
             total = total + site.fusions[name].regularization()
         return total
 
+    @contextlib.contextmanager
+    def inference_cache(self) -> Iterator[None]:
+        """Fold each fusion's weights once and reuse them for every forward inside the block (evaluation,
+        serving); saves about 3·(M + N)·d² per fusion layer and forward. Weights must not change inside:
+        it runs under torch.no_grad(), and the cache is dropped on exit."""
+        for site in self.sites:
+            site.folded_cache = {}
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            for site in self.sites:
+                site.folded_cache = None
+
     # ---- forward -------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _recording(self, enabled: bool) -> Iterator[dict[tuple[int, str], torch.Tensor] | None]:

@@ -66,8 +66,12 @@ def train(model: af.AdaptedModel, rows, tokenizer, steps: int, lr: float, label:
     model.eval()
 
 
-@torch.no_grad()
 def evaluate(model: af.AdaptedModel, rows, tokenizer, batch_size: int, with_attention: bool = False):
+    with model.inference_cache():  # no_grad, and each fusion's weights folded once for the whole dev set
+        return _evaluate_batches(model, rows, tokenizer, batch_size, with_attention)
+
+
+def _evaluate_batches(model: af.AdaptedModel, rows, tokenizer, batch_size: int, with_attention: bool):
     correct, attention_sum, tokens = 0, None, 0
     for batch in batches(rows, tokenizer, batch_size, shuffle=False, seed=0):
         out = model(**batch, output_fusion_attentions=with_attention)

@@ -103,6 +103,25 @@ def _token_mask(batch: Mapping[str, torch.Tensor], attention: torch.Tensor) -> t
     return mask.reshape(attention.shape[:2]).to(attention.device)  # multiple choice: [batch * choices, seq]
 
 
+def _accumulate(model: "AdaptedModel", batches: Iterable[Mapping[str, torch.Tensor]],
+                device: torch.device) -> tuple[dict[int, torch.Tensor], int]:
+    """Per layer, the sum over real tokens of the fusion softmax weights; and the number of real tokens."""
+    sums: dict[int, torch.Tensor] = {}
+    tokens = 0
+    for batch in batches:
+        inputs = {k: v.to(device) for k, v in batch.items() if k != "labels" and isinstance(v, torch.Tensor)}
+        output = model(**inputs, output_fusion_attentions=True)
+        recorded = [(layer, a) for layer, a in enumerate(output.fusion_attentions) if a is not None]
+        if not recorded:
+            continue
+        mask = _token_mask(inputs, recorded[0][1]).double()
+        tokens += int(mask.sum().item())
+        for layer, attention in recorded:
+            weighted = (attention.double() * mask.unsqueeze(-1)).sum(dim=(0, 1))
+            sums[layer] = sums[layer] + weighted if layer in sums else weighted
+    return sums, tokens
+
+
 @torch.no_grad()
 def mean_fusion_attention(model: "AdaptedModel", fusion_name: str, batches: Iterable[Mapping[str, torch.Tensor]],
                           head: str | None = None) -> FusionActivation:
@@ -114,22 +133,11 @@ def mean_fusion_attention(model: "AdaptedModel", fusion_name: str, batches: Iter
     previous = (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers)
     was_training = model.training
     device = next(model.parameters()).device
-    sums: dict[int, torch.Tensor] = {}
-    tokens = 0
     try:
         model.activate(fusion=fusion_name, head=head if head is not None else previous[2], skip_layers=previous[3])
         model.eval()
-        for batch in batches:
-            inputs = {k: v.to(device) for k, v in batch.items() if k != "labels" and isinstance(v, torch.Tensor)}
-            output = model(**inputs, output_fusion_attentions=True)
-            recorded = [(layer, a) for layer, a in enumerate(output.fusion_attentions) if a is not None]
-            if not recorded:
-                continue
-            mask = _token_mask(inputs, recorded[0][1]).double()
-            tokens += int(mask.sum().item())
-            for layer, attention in recorded:
-                weighted = (attention.double() * mask.unsqueeze(-1)).sum(dim=(0, 1))
-                sums[layer] = sums[layer] + weighted if layer in sums else weighted
+        with model.inference_cache():
+            sums, tokens = _accumulate(model, batches, device)
     finally:
         model.activate(adapter=previous[0], fusion=previous[1], head=previous[2], skip_layers=previous[3])
         model.train(was_training)

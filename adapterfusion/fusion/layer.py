@@ -16,7 +16,7 @@ Nothing of shape [batch, seq, N, d] is ever built; per token the cost is about 3
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -106,6 +106,35 @@ def fuse_reference(
     return mixed, probs
 
 
+class FoldedFusion(NamedTuple):
+    """The weight products `fuse_fast` needs, which depend on the weights only, not on the tokens."""
+
+    down: tuple[torch.Tensor, torch.Tensor, float | None] | None  # stacked (weight, bias, LN eps); None: per adapter
+    score_weight: torch.Tensor  # [M + N, d]: row j is Qᵀ K b_j for basis vector b_j
+    score_bias: torch.Tensor | None
+    out_weight: torch.Tensor  # [d, M + N]: V [U, C] (or [U, C] without V)
+
+
+def fold_fusion(layer: FusionLayer, adapters: Sequence[BottleneckAdapter]) -> FoldedFusion:
+    """Precompute the folded weights. Costs about 3 (M + N) d² once per call; `AdaptedModel.inference_cache()`
+    reuses the result across forwards while the weights cannot change."""
+    # z-space basis: row j < M is column j of the stacked up-projections, row M + n is adapter n's bias,
+    # so z_n = sum_j coef_j basis_j with coef = (a_n on n's segment, 1 on row M + n).
+    basis = torch.cat(
+        [torch.cat([a.up.weight * a.config.scaling for a in adapters], dim=1).t(),
+         torch.stack([a.up.bias * a.config.scaling for a in adapters])],
+        dim=0,
+    )  # [M + N, d]
+    score_weight, score_bias = basis, None
+    if layer.key is not None:
+        score_weight = score_weight @ layer.key.weight.t()
+    if layer.query is not None:
+        score_bias = score_weight @ layer.query.bias
+        score_weight = score_weight @ layer.query.weight
+    out_weight = layer.value.weight @ basis.t() if layer.value is not None else basis.t()
+    return FoldedFusion(_stacked_down(adapters), score_weight, score_bias, out_weight)
+
+
 def fuse_fast(
     layer: FusionLayer,
     adapters: Sequence[BottleneckAdapter],
@@ -114,66 +143,52 @@ def fuse_fast(
     residual: torch.Tensor,
     temperature: float = 1.0,
     keep: torch.Tensor | None = None,
+    folded: FoldedFusion | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same result as `fuse_reference`, computed in the concatenated bottleneck space."""
     config = layer.config
+    folded = folded if folded is not None else fold_fusion(layer, adapters)
     sizes = [adapter.bottleneck_size for adapter in adapters]
     total = sum(sizes)
 
-    activations = _bottleneck_activations(adapters, x)  # [..., M]
-    # z-space basis: row j < M is column j of the stacked up-projections, row M + n is adapter n's bias,
-    # so z_n = sum_j coef_j basis_j with coef = (a_n on n's segment, 1 on row M + n).
-    basis = torch.cat(
-        [torch.cat([a.up.weight * a.config.scaling for a in adapters], dim=1).t(),
-         torch.stack([a.up.bias * a.config.scaling for a in adapters])],
-        dim=0,
-    )  # [M + N, d]
-
-    score_weight, score_bias = basis, None
-    if layer.key is not None:
-        score_weight = score_weight @ layer.key.weight.t()
-    if layer.query is not None:
-        score_bias = score_weight @ layer.query.bias
-        score_weight = score_weight @ layer.query.weight
-    projected = F.linear(query, score_weight, score_bias)  # [..., M + N]
+    activations = _bottleneck_activations(adapters, x, folded.down)  # [..., M]
+    projected = F.linear(query, folded.score_weight, folded.score_bias)  # [..., M + N]
     scores = _segment_sum(activations * projected[..., :total], sizes) + projected[..., total:]
     probs = _normalise_scores(scores, temperature, keep, config.score_dropout, layer.training)
 
     coefficients = torch.cat([activations * _segment_expand(probs, sizes), probs], dim=-1)
-    if layer.value is not None:
-        out = F.linear(coefficients, layer.value.weight @ basis.t(), layer.value.bias)
-        if config.residual_before:
-            out = out + F.linear(residual, layer.value.weight)
-    else:
-        out = coefficients @ basis
-        if config.residual_before:
-            out = out + residual
-    if not config.residual_before:
-        out = out + residual
-    return out, probs
+    out = F.linear(coefficients, folded.out_weight)
+    if config.residual_before:  # V(sum_n s_n (z_n + r)) = V sum_n s_n z_n + V r
+        return out + (F.linear(residual, layer.value.weight) if layer.value is not None else residual), probs
+    return out + residual, probs
 
 
-def _bottleneck_activations(adapters: Sequence[BottleneckAdapter], x: torch.Tensor) -> torch.Tensor:
-    """act(down(x)) of all adapters as one matmul. A new LayerNorm before an adapter is folded into its
-    down-projection: D(γ ⊙ x̂ + β) + e = (D diag γ) x̂ + (D β + e), with x̂ normalised once."""
-    uses_ln = {adapter.ln_before is not None for adapter in adapters}
-    if len(uses_ln) > 1:  # a rare mix: no shared input, so run each down-projection on its own
+def _stacked_down(adapters: Sequence[BottleneckAdapter]) -> tuple[torch.Tensor, torch.Tensor, float | None] | None:
+    """All down-projections as one [M, d] matrix. A new LayerNorm before an adapter is folded in:
+    D(γ ⊙ x̂ + β) + e = (D diag γ) x̂ + (D β + e), with x̂ normalised once (eps returned). None when the
+    adapters cannot share one input (some with a LayerNorm before, some without, or different eps)."""
+    norms = [adapter.ln_before for adapter in adapters]
+    if all(norm is None for norm in norms):
+        return (torch.cat([a.down.weight for a in adapters], dim=0),
+                torch.cat([a.down.bias for a in adapters], dim=0), None)
+    if any(norm is None for norm in norms) or len({norm.eps for norm in norms}) > 1:
+        return None
+    weight = torch.cat([a.down.weight * a.ln_before.weight for a in adapters], dim=0)
+    bias = torch.cat([a.down.bias + a.down.weight @ a.ln_before.bias for a in adapters], dim=0)
+    return weight, bias, norms[0].eps
+
+
+def _bottleneck_activations(
+    adapters: Sequence[BottleneckAdapter], x: torch.Tensor,
+    down: tuple[torch.Tensor, torch.Tensor, float | None] | None,
+) -> torch.Tensor:
+    """act(down(x)) of all adapters, [..., M]: one matmul when the down-projections are stacked."""
+    if down is None:  # a rare mix: no shared input, so run each down-projection on its own
         pre = torch.cat([adapter.down(adapter.ln_before(x) if adapter.ln_before is not None else x)
                          for adapter in adapters], dim=-1)
-    elif uses_ln == {True}:
-        norms = [adapter.ln_before for adapter in adapters]
-        eps = {norm.eps for norm in norms}
-        if len(eps) > 1:
-            pre = torch.cat([adapter.down(adapter.ln_before(x)) for adapter in adapters], dim=-1)
-        else:
-            normalised = F.layer_norm(x, (x.shape[-1],), eps=eps.pop())
-            weight = torch.cat([a.down.weight * a.ln_before.weight for a in adapters], dim=0)
-            bias = torch.cat([a.down.bias + a.down.weight @ a.ln_before.bias for a in adapters], dim=0)
-            pre = F.linear(normalised, weight, bias)
     else:
-        weight = torch.cat([adapter.down.weight for adapter in adapters], dim=0)
-        bias = torch.cat([adapter.down.bias for adapter in adapters], dim=0)
-        pre = F.linear(x, weight, bias)
+        weight, bias, eps = down
+        pre = F.linear(F.layer_norm(x, (x.shape[-1],), eps=eps) if eps is not None else x, weight, bias)
     kinds = {type(adapter.activation) for adapter in adapters}
     if len(kinds) == 1:
         return adapters[0].activation(pre)

@@ -21,7 +21,7 @@ from torch import nn
 from adapterfusion.adapters.bottleneck import BottleneckAdapter
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
-from adapterfusion.fusion.layer import fuse_fast, fuse_reference
+from adapterfusion.fusion.layer import FoldedFusion, fold_fusion, fuse_fast, fuse_reference
 from adapterfusion.injection.architectures import SiteKind, SiteSpec
 
 FUSION_IMPLEMENTATIONS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
@@ -55,6 +55,8 @@ class AdapterSite(nn.Module):
         self.fusion_step = 0
         self.fusion_keep: dict[str, torch.Tensor] = {}
         self.recorder: dict[tuple[int, str], torch.Tensor] | None = None
+        # Folded fusion weights kept across forwards, only inside AdaptedModel.inference_cache().
+        self.folded_cache: dict[str, FoldedFusion] | None = None
 
     # ---- what the site offers ------------------------------------------------------------------------
     @property
@@ -147,12 +149,14 @@ class AdapterSite(nn.Module):
         else:
             fusion = self.fusions[fusion_name]
             query = h if fusion.config.query_before_ln else x
+            options = dict(temperature=fusion.config.temperature_at(self.fusion_step),
+                           keep=self.fusion_keep.get(fusion_name))
+            if self.fusion_implementation == "fast" and self.folded_cache is not None:
+                if fusion_name not in self.folded_cache:
+                    self.folded_cache[fusion_name] = fold_fusion(fusion, adapters)
+                options["folded"] = self.folded_cache[fusion_name]
             fuse = FUSION_IMPLEMENTATIONS[self.fusion_implementation]
-            out, probs = fuse(
-                fusion, adapters, x, query, residual,
-                temperature=fusion.config.temperature_at(self.fusion_step),
-                keep=self.fusion_keep.get(fusion_name),
-            )
+            out, probs = fuse(fusion, adapters, x, query, residual, **options)
             if self.recorder is not None:
                 self.recorder[(self.layer_index, self.position)] = probs
 

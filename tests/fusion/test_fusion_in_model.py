@@ -49,3 +49,26 @@ def test_fast_and_reference_agree_on_padded_batches(model_type: str, preset: str
             continue
         scale = ref_grad.abs().max().clamp(min=1e-3 * largest)
         assert (fast_grads[name] - ref_grad).abs().max() <= 1e-5 * scale, name
+
+
+def test_inference_cache_gives_the_same_outputs_and_is_dropped_on_exit() -> None:
+    model = af.wrap(tiny_encoder("bert")).eval()
+    for name in ("a", "b"):
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        for parameter in model.adapter_parameters(name):
+            torch.nn.init.normal_(parameter, std=0.3)
+    model.add_fusion("f", ["a", "b"], af.FusionConfig.dynamic(value_init_noise=0.1))
+    model.activate(fusion="f")
+    inputs = tiny_inputs()
+    with torch.no_grad():
+        expected = model(**inputs).last_hidden_state
+    with model.inference_cache():
+        first = model(**inputs).last_hidden_state
+        second = model(**inputs).last_hidden_state
+        assert all(site.folded_cache is not None for site in model.sites)
+        assert "f" in model.sites_with_fusion("f")[0].folded_cache
+    assert torch.equal(first, expected) and torch.equal(second, expected)
+    assert all(site.folded_cache is None for site in model.sites)
+    with torch.no_grad():  # weights changed after the block: the next forward sees them
+        model.fusion_parameters("f")[0].add_(1.0)
+        assert not torch.equal(model(**inputs).last_hidden_state, expected)
