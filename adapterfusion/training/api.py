@@ -32,8 +32,22 @@ from adapterfusion.training.trainer import fit
 RUN_FORMAT_VERSION = 1
 
 
+class RunFolder:
+    """The two files every run folder has; mixed into the result types (`run_dir` is theirs)."""
+
+    run_dir: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.run_dir / "config.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.run_dir / "metrics.json"
+
+
 @dataclass
-class RunResult:
+class RunResult(RunFolder):
     """What one run produced; `metrics` are the best checkpoint's dev metrics (e.g. {"accuracy": 0.71, ...})."""
 
     task: str
@@ -47,14 +61,6 @@ class RunResult:
     pieces: dict[str, Path] = field(default_factory=dict)
     store_path: Path | None = None
     model: Any = field(default=None, repr=False)  # the trained AdaptedModel (best checkpoint), for inspection
-
-    @property
-    def config_path(self) -> Path:
-        return self.run_dir / "config.json"
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.run_dir / "metrics.json"
 
 
 def run_dir_for(output_dir: str | os.PathLike, task: str, setup: str, seed: int) -> Path:

@@ -52,7 +52,14 @@ from adapterfusion.tasks.loading import load_task_data
 from adapterfusion.tasks.metrics import compute_metrics
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
-from adapterfusion.training.api import RUN_FORMAT_VERSION, _git_sha, _jsonable, plain_encoder_state, run_dir_for
+from adapterfusion.training.api import (
+    RUN_FORMAT_VERSION,
+    RunFolder,
+    _git_sha,
+    _jsonable,
+    plain_encoder_state,
+    run_dir_for,
+)
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
@@ -74,7 +81,7 @@ MARKER_FILE = "mt_a.json"
 
 
 @dataclass
-class MultiTaskResult:
+class MultiTaskResult(RunFolder):
     """What one MT-A run produced. `metrics[task]` are the best epoch's dev metrics of each task; `mean_metric`
     the mean over tasks of each task's metric_for_best at that epoch; `task_counts` how often each task was drawn."""
 
@@ -91,14 +98,6 @@ class MultiTaskResult:
     pieces: dict[str, dict[str, Path]] = field(default_factory=dict)
     store_paths: dict[str, Path] = field(default_factory=dict)
     model: Any = field(default=None, repr=False)  # the AdaptedModel at the best epoch
-
-    @property
-    def config_path(self) -> Path:
-        return self.run_dir / "config.json"
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.run_dir / "metrics.json"
 
 
 def _resolve_specs(tasks: Sequence[str | TaskSpec]) -> list[TaskSpec]:
