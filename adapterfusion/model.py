@@ -180,6 +180,10 @@ class AdaptedModel(nn.Module):
             self.activate(head=self.active_head)
 
     def add_head(self, name: str, config: HeadConfig, overwrite: bool = False) -> PredictionHead:
+        return self._attach_head(name, self._build_head(name, config, overwrite))
+
+    def _build_head(self, name: str, config: HeadConfig, overwrite: bool) -> PredictionHead:
+        """Check the name and config and build the head, without touching the model yet."""
         check_name(name, "head")
         if not isinstance(config, HeadConfig):
             raise ConfigError(
@@ -187,11 +191,13 @@ class AdaptedModel(nn.Module):
             )
         if name in self.heads and not overwrite:
             raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
-        head = PredictionHead(config, self.hidden_size)
+        return PredictionHead(config, self.hidden_size)
+
+    def _attach_head(self, name: str, head: PredictionHead) -> PredictionHead:
+        """Move the head to the encoder's device, dtype and train/eval mode, and register it."""
         reference = next(self.model.parameters())
-        head.to(device=reference.device, dtype=reference.dtype).train(self.training)
-        self.heads[name] = head
-        return head
+        self.heads[name] = head.to(device=reference.device, dtype=reference.dtype).train(self.training)
+        return self.heads[name]
 
     def delete_head(self, name: str) -> None:
         self._require("head", name, self.heads)
@@ -514,13 +520,9 @@ class AdaptedModel(nn.Module):
     def install_head(self, name: str, config: HeadConfig, tensors: Mapping[str, torch.Tensor],
                      source: str | Path, overwrite: bool = False) -> str:
         """Add head `name` with the given state dict, checked before anything is replaced."""
-        check_name(name, "head")
-        if name in self.heads and not overwrite:
-            raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
-        head = PredictionHead(config, self.hidden_size)
+        head = self._build_head(name, config, overwrite)
         _load_state(head, dict(tensors), source)
-        reference = next(self.model.parameters())
-        self.heads[name] = head.to(device=reference.device, dtype=reference.dtype).train(self.training)
+        self._attach_head(name, head)
         return name
 
     def _load_site_tensors(self, tensors: dict[str, torch.Tensor], modules: Mapping[AdapterSite, nn.Module],

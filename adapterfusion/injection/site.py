@@ -133,10 +133,8 @@ class AdapterSite(nn.Module):
 
         if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to place
             x = residual = h
-            normalised = h
         else:
-            normalised = layer_norm(h + r) if config.original_ln_before else None
-            x = normalised if config.original_ln_before else h
+            x = layer_norm(h + r) if config.original_ln_before else h
             if config.residual_before_ln is True:
                 residual = h
             elif config.residual_before_ln == "post_add":
