@@ -59,19 +59,21 @@ def job_id(variant: str, task: str, seed: int) -> str:
 
 
 def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> Job:
+    training = spec.job_training(variant, task)
     if not variant.is_fusion:
         return Job(job_id(variant.id, task, seed), variant.id, variant.setup, task, seed, dict(variant.options),
-                   dict(variant.training), store_variant=variant.id if variant.is_stage1 else None)
+                   training, store_variant=variant.id if variant.is_stage1 else None)
     adapter = spec.variant(variant.adapter_variant)
     sources = spec.fusion[task]
-    missing = [s for s in sources if s not in spec.tasks]
+    missing = [s for s in sources if s not in spec.tasks or not adapter.runs_on(s)]
     if missing:
+        them = "it" if len(missing) == 1 else "them"
         raise ExperimentSpecError(
             f"fusion.{task}: the fusion of {task!r} fuses {missing}, but the experiment trains no {adapter.id} adapter "
-            f"for {'it' if len(missing) == 1 else 'them'}; add {missing} to tasks, or drop {'it' if len(missing) == 1 else 'them'} "
+            f"for {them}; add {missing} to tasks (and to the {adapter.id} entry's tasks, if it has any), or drop {them} "
             f"from fusion.{task}")
     options = {**variant.options, "sources": list(sources), "adapter_setup": adapter.setup, "adapter_seed": seed}
-    return Job(job_id(variant.id, task, seed), variant.id, variant.setup, task, seed, options, dict(variant.training),
+    return Job(job_id(variant.id, task, seed), variant.id, variant.setup, task, seed, options, training,
                depends_on=tuple(job_id(adapter.id, s, seed) for s in sources), store_variant=adapter.id)
 
 
@@ -85,7 +87,8 @@ def plan_jobs(spec: ExperimentSpec) -> list[Job]:
     Job so executors call train_multitask instead of train."""
     rank = {v.id: (0 if v.is_stage1 else 2 if v.is_fusion else 1) for v in spec.variants}
     variants = sorted(spec.variants, key=lambda v: rank[v.id])
-    jobs = [_job(spec, variant, task, seed) for seed in spec.seeds for variant in variants for task in spec.tasks]
+    jobs = [_job(spec, variant, task, seed) for seed in spec.seeds for variant in variants for task in spec.tasks
+            if variant.runs_on(task)]
     return topological_order(jobs)
 
 

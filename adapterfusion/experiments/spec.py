@@ -9,8 +9,10 @@ tasks × setup variants × seeds. Every mistake raises ExperimentSpecError namin
     output_dir: results/paper-small
     max_examples: {train: 2000, validation: 500}
     training: {max_steps: 200}     # TrainingConfig overrides for every setup
+    task_training:                 # TrainingConfig overrides for every job on one task (applied last)
+      cb: {epochs: 10}
     setups:
-      - head
+      - {name: head, tasks: [rte]}                                          # head runs on rte only
       - {name: st-a, reduction_factors: [2, 16, 64], learning_rate: 1e-4}   # three variants: st-a-rf2, ...
       - {name: fusion-st-a, adapter_reduction_factor: 16}                   # fuses the st-a-rf16 adapters
     fusion:                        # target -> source tasks; default: every task of the experiment
@@ -20,7 +22,10 @@ A setup entry is a registered setup's name, or a mapping with `name` plus Traini
 (overrides for that setup only). Setups with a `reduction_factor` option (st-a, st-a-houlsby) get variant ids
 `<setup>-rf<R>`; `reduction_factors` expands one entry into one variant per value. A fusion setup fuses the adapters
 of one stage-1 variant (`adapter_setup`, `adapter_reduction_factor`; default st-a with rf 16), trained with the same
-seed, of the source tasks listed under `fusion`.
+seed, of the source tasks listed under `fusion`. A setup entry's `tasks` restricts it to some of the experiment's
+tasks (e.g. fusion runs only for the target tasks, while st-a trains an adapter on every source); without it a setup
+runs on every task. Training settings merge in this order, later winning: `training`, the setup entry,
+`task_training[<task>]`.
 """
 from __future__ import annotations
 
@@ -43,7 +48,7 @@ from adapterfusion.training.setups import get_setup, list_setups
 
 SPEC_FORMAT_VERSION = 1
 TOP_LEVEL_KEYS = ("name", "description", "encoder", "tasks", "setups", "seeds", "fusion", "data_dir", "output_dir",
-                  "max_examples", "training", "format_version")
+                  "max_examples", "training", "task_training", "format_version")
 DEFAULT_SEEDS = (42,)
 DEFAULT_REDUCTION_FACTOR = 16
 # Per-run settings the experiment owns: the seed comes from `seeds`, the fusion's sources from `fusion`, and the
@@ -57,13 +62,18 @@ _TRAINING_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f
 @dataclass(frozen=True)
 class SetupVariant:
     """One column of the results: a registered setup with its options and TrainingConfig overrides.
-    `adapter_variant` (fusion setups only) is the id of the stage-1 variant whose adapters it fuses."""
+    `adapter_variant` (fusion setups only) is the id of the stage-1 variant whose adapters it fuses; `tasks`, when
+    set, are the only tasks it runs on."""
 
     id: str
     setup: str
     options: dict[str, Any] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
     adapter_variant: str | None = None
+    tasks: tuple[str, ...] | None = None
+
+    def runs_on(self, task: str) -> bool:
+        return self.tasks is None or task in self.tasks
 
     @property
     def is_stage1(self) -> bool:
@@ -75,8 +85,11 @@ class SetupVariant:
         return "sources" in get_setup(self.setup).options
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "setup": self.setup, "options": dict(self.options), "training": dict(self.training),
-                "adapter_variant": self.adapter_variant}
+        out = {"id": self.id, "setup": self.setup, "options": dict(self.options), "training": dict(self.training),
+               "adapter_variant": self.adapter_variant}
+        if self.tasks is not None:  # only when set, so experiments without it keep their spec hash
+            out["tasks"] = list(self.tasks)
+        return out
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,11 @@ class ExperimentSpec:
     max_examples: int | dict[str, int] | None = None
     description: str = ""
     source: str | None = None  # the file it was read from, if any
+    task_training: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def job_training(self, variant: SetupVariant, task: str) -> dict[str, Any]:
+        """The TrainingConfig overrides of one (variant, task) job: the variant's, then the task's."""
+        return {**variant.training, **self.task_training.get(task, {})}
 
     def variant(self, variant_id: str) -> SetupVariant:
         for variant in self.variants:
@@ -107,7 +125,8 @@ class ExperimentSpec:
                 "encoder": self.encoder, "tasks": list(self.tasks), "seeds": list(self.seeds),
                 "variants": [v.to_dict() for v in self.variants],
                 "fusion": {t: list(s) for t, s in self.fusion.items()}, "data_dir": self.data_dir,
-                "output_dir": self.output_dir, "max_examples": self.max_examples}
+                "output_dir": self.output_dir, "max_examples": self.max_examples,
+                **({"task_training": self.task_training} if self.task_training else {})}
 
     def spec_hash(self) -> str:
         """A digest of everything that decides results (not the output dir, the description or the file's path):
@@ -252,7 +271,17 @@ def _positive_number(value: Any, path: str) -> float | int:
     return value
 
 
-def _setup_entries(raw: Any, global_training: dict[str, Any]) -> list[tuple[int, SetupVariant, Any]]:
+def _variant_tasks(value: Any, tasks: tuple[str, ...], path: str) -> tuple[str, ...]:
+    chosen = _string_list(value, path)
+    for j, task in enumerate(chosen):
+        if task not in tasks:
+            raise _fail(f"{path}[{j}]", f"{task!r} is not one of the experiment's tasks ({', '.join(tasks)})."
+                                        f"{suggest(str(task), list(tasks))}")
+    _no_duplicates(chosen, path)
+    return tuple(chosen)
+
+
+def _setup_entries(raw: Any, global_training: dict[str, Any], tasks: tuple[str, ...]) -> list[tuple[int, SetupVariant, Any]]:
     """Each entry's variants (fusion variants still without adapter_variant) with their index and raw entry."""
     setups = list_setups()
     out: list[tuple[int, SetupVariant, Any]] = []
@@ -271,11 +300,12 @@ def _setup_entries(raw: Any, global_training: dict[str, Any]) -> list[tuple[int,
         options = [o for o in recipe.options if o not in _OWNED]
         has_rf = "reduction_factor" in recipe.options
         fusion = "sources" in recipe.options
-        extra = ["name", "id"] + (["reduction_factors"] if has_rf else []) + (["adapter_reduction_factor"] if fusion else [])
+        extra = ["name", "id", "tasks"] + (["reduction_factors"] if has_rf else []) + (["adapter_reduction_factor"] if fusion else [])
         _reject_unknown(entry, extra + options + list(_TRAINING_FIELDS), path)
         given_options = {k: v for k, v in entry.items() if k in options}
         training = {**global_training, **{k: v for k, v in entry.items() if k in _TRAINING_FIELDS}}
         training = _training(training, name, path)
+        only = _variant_tasks(entry["tasks"], tasks, f"{path}.tasks") if "tasks" in entry else None
         if "adapter_reduction_factor" in entry:
             _positive_number(entry["adapter_reduction_factor"], f"{path}.adapter_reduction_factor")
         if fusion and "adapter_setup" in given_options:
@@ -295,9 +325,10 @@ def _setup_entries(raw: Any, global_training: dict[str, Any]) -> list[tuple[int,
                 raise _fail(f"{path}.id", "an id names one variant; drop it or give one reduction factor")
             for rf in factors:
                 variant_id = entry.get("id", f"{name}-{_rf_label(rf)}")
-                out.append((i, SetupVariant(variant_id, name, {**given_options, "reduction_factor": rf}, training), entry))
+                out.append((i, SetupVariant(variant_id, name, {**given_options, "reduction_factor": rf}, training,
+                                            tasks=only), entry))
         else:
-            out.append((i, SetupVariant(entry.get("id", name), name, given_options, training), entry))
+            out.append((i, SetupVariant(entry.get("id", name), name, given_options, training, tasks=only), entry))
     for i, variant, _ in out:
         try:
             check_name(variant.id, "setup variant")
@@ -358,6 +389,27 @@ def _fusion(raw: Any, tasks: tuple[str, ...], has_fusion: bool) -> dict[str, tup
     return out
 
 
+def _task_training(raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVariant]) -> dict[str, dict[str, Any]]:
+    """Per-task TrainingConfig overrides, each checked with every setup that runs on that task."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise _fail("task_training", f"must map a task to TrainingConfig overrides, e.g. {{cb: {{epochs: 10}}}}; got {raw!r}")
+    out: dict[str, dict[str, Any]] = {}
+    for task, overrides in raw.items():
+        path = f"task_training.{task}"
+        if task not in tasks:
+            raise _fail(path, f"{task!r} is not one of the experiment's tasks ({', '.join(tasks)}).{suggest(str(task), list(tasks))}")
+        if not isinstance(overrides, Mapping):
+            raise _fail(path, f"must be a mapping of TrainingConfig fields, got {overrides!r}")
+        _reject_unknown(overrides, _TRAINING_FIELDS, path)
+        for variant in variants:
+            if variant.runs_on(task):
+                _training({**variant.training, **overrides}, variant.setup, path)
+        out[str(task)] = dict(overrides)
+    return out
+
+
 def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     if not isinstance(data, Mapping):
         raise _fail("", f"an experiment file must hold a mapping of keys ({', '.join(TOP_LEVEL_KEYS)}), got {type(data).__name__}")
@@ -387,7 +439,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     _reject_unknown(global_training, _TRAINING_FIELDS, "training")
     _training(global_training, "st-a", "training")
 
-    entries = _setup_entries(data["setups"], dict(global_training))
+    entries = _setup_entries(data["setups"], dict(global_training), tasks)
     stage1 = [variant for _, variant, _ in entries if variant.is_stage1]
     variants = [dataclasses.replace(variant, adapter_variant=_adapter_variant(i, variant, entry, stage1))
                 if variant.is_fusion else variant for i, variant, entry in entries]
@@ -400,10 +452,11 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         dup = next(x for x in ids if ids.count(x) > 1)
         raise _fail("setups", f"two fusion entries would both be called {dup!r}; give one of them an 'id'")
     output_dir = _resolve_path(data.get("output_dir", f"outputs/{name}"), "output_dir", base_dir)
+    task_training = _task_training(data.get("task_training"), tasks, variants)
     return ExperimentSpec(
         name=name, description=description, tasks=tasks, variants=tuple(variants),
         seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))), encoder=_encoder(data.get("encoder"), base_dir),
         fusion=_fusion(data.get("fusion"), tasks, any(v.is_fusion for v in variants)),
         data_dir=_resolve_path(data.get("data_dir"), "data_dir", base_dir), output_dir=output_dir,
-        max_examples=_max_examples(data.get("max_examples")), source=source,
+        max_examples=_max_examples(data.get("max_examples")), source=source, task_training=task_training,
     )
