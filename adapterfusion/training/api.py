@@ -27,7 +27,7 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, encoder_key
-from adapterfusion.training.trainer import fit
+from adapterfusion.training.trainer import fit, is_main_process
 
 RUN_FORMAT_VERSION = 1
 
@@ -110,7 +110,9 @@ def train(
     encoder = str(encoder if encoder is not None else af.default_encoder_path())
     store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
     run_dir = run_dir_for(output_dir, spec.name, setup, seed)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    writes = is_main_process()  # under torchrun / accelerate launch only rank 0 writes the run folder and the store
+    if writes:
+        run_dir.mkdir(parents=True, exist_ok=True)
 
     transformers.set_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(encoder)
@@ -125,15 +127,21 @@ def train(
     run_config = {
         "format_version": RUN_FORMAT_VERSION, "task": spec.name, "task_spec": spec.to_dict(), "setup": setup,
         "setup_options": _jsonable(options), "seed": seed, "encoder": encoder, "encoder_key": encoder_key(encoder),
+        "store": str(store.root.resolve()) if store is not None else None,  # where a fusion's adapters are reloaded from
         "training": config.to_dict(), "data": info.to_dict(), "truncation": truncation.to_dict(),
         "library_version": af.__version__, "transformers_version": transformers.__version__,
         "git_sha": _git_sha(), "plan_notes": plan.notes,
     }
-    atomic_write_json(run_dir / "config.json", run_config)
+    if writes:
+        atomic_write_json(run_dir / "config.json", run_config)
 
     trainer, outcome = fit(model, spec, encoded["train"], encoded["validation"], tokenizer, config,
                            run_dir / "checkpoints")
     del trainer
+    if not writes:
+        return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
+                         epoch_metrics=outcome.epoch_metrics, train_seconds=outcome.train_seconds,
+                         wall_seconds=time.perf_counter() - wall_start, pieces={}, store_path=None, model=model)
     report = model.parameter_report()
     pieces = _save_pieces(model, plan, tokenizer, run_dir)
     if plan.fusion is not None:

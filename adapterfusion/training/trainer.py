@@ -142,9 +142,21 @@ class TrainingOutcome:
     stopped_early: bool
 
 
+def launched_distributed() -> bool:
+    """True under `torchrun` / `accelerate launch` with more than one process (they set WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def is_main_process() -> bool:
+    """False on the non-zero ranks of a distributed launch: they train in step with rank 0 but write no files."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) -> TrainingArguments:
     return TrainingArguments(
         output_dir=str(output_dir),
+        # Without CUDA, accelerate runs DDP (gloo) only when told it is on CPU; otherwise each rank trains alone.
+        use_cpu=launched_distributed() and not torch.cuda.is_available(),
         learning_rate=config.learning_rate,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps if config.max_steps is not None else -1,
