@@ -20,6 +20,7 @@ from adapterfusion.experiments.executors import (
     make_executor,
 )
 from adapterfusion.experiments.plan import Job, job_id, plan_jobs, topological_order
+from adapterfusion.experiments.ray_executor import RayExecutor  # imports ray only when built
 from adapterfusion.experiments.report import build_report, write_report
 from adapterfusion.experiments.runner import ExperimentSummary, run_experiment
 from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant, load_spec
@@ -27,7 +28,7 @@ from adapterfusion.experiments.store import JobRecord, ResultsStore, RunnerLock
 
 __all__ = [
     "EXECUTORS", "build_report", "write_report", "Executor", "ExperimentError", "ExperimentSpec", "ExperimentSpecError", "ExperimentSummary",
-    "InProcessExecutor", "Job", "JobPayload", "JobRecord", "OutputDirLockedError", "ProcessExecutor",
+    "InProcessExecutor", "Job", "JobPayload", "JobRecord", "OutputDirLockedError", "ProcessExecutor", "RayExecutor",
     "ResultsStore", "RunnerLock", "SetupVariant", "SpecMismatchError", "execute_job", "job_id", "load_spec",
     "make_executor", "plan_jobs", "run_experiment", "topological_order",
 ]
