@@ -1,4 +1,5 @@
 from adapterfusion.fusion.config import FusionConfig, resolve_fusion_config
 from adapterfusion.fusion.layer import FusionLayer, fuse_fast, fuse_reference
+from adapterfusion.fusion.subset import add_fusion_subset
 
-__all__ = ["FusionConfig", "FusionLayer", "fuse_fast", "fuse_reference", "resolve_fusion_config"]
+__all__ = ["FusionConfig", "FusionLayer", "add_fusion_subset", "fuse_fast", "fuse_reference", "resolve_fusion_config"]

@@ -1,0 +1,204 @@
+"""Pruning a trained fusion down to its most-activated adapters, and what that changes (Pfeiffer et al. 2021
+§8.2; Rücklé et al. 2021, AdapterDrop: most adapters of a fusion can be pruned with no loss).
+
+`select_adapters` ranks adapters by their mean fusion activation (over layers and real dev tokens) and keeps the
+top k, or the fewest whose share of the total activation reaches `mass`. `compare_pruned` builds the pruned
+fusion beside the full one (fusion/subset.py: the same Q/K/V, only the kept adapters run), evaluates both on the
+same batches and times them side by side. `prune_fusion` does all of it for a fusion run folder.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from adapterfusion.analysis.fusion_attention import mean_fusion_attention
+from adapterfusion.errors import ConfigError
+from adapterfusion.evaluation import load_run_split, predict, run_batches, score
+from adapterfusion.fusion.subset import add_fusion_subset
+from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.tasks.spec import TaskSpec
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+PRUNING_FILE = "pruning.json"
+
+
+@dataclass(frozen=True)
+class FusionFigures:
+    """One side of the comparison: a fusion, its adapters, its dev metrics and its eval forward time."""
+
+    fusion: str
+    adapters: tuple[str, ...]
+    metrics: dict[str, float]
+    ms_per_batch: float
+
+
+@dataclass(frozen=True)
+class PruningResult:
+    """Before (the trained fusion) and after (its pruned copy), on the same dev batches. `activation` is each
+    adapter's mean fusion weight, averaged over layers and dev tokens, in the fusion's order."""
+
+    criterion: str  # "keep=2" or "mass=0.9"
+    activation: dict[str, float]
+    metric: str
+    before: FusionFigures
+    after: FusionFigures
+    examples: int
+    timed_batches: int
+    repeats: int
+    run_dir: str | None = None
+    output: str | None = None
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        return self.after.adapters
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        return tuple(a for a in self.before.adapters if a not in self.after.adapters)
+
+    @property
+    def kept_share(self) -> float:
+        """The kept adapters' share of the total activation."""
+        return sum(self.activation[name] for name in self.kept) / sum(self.activation.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "kept": list(self.kept), "dropped": list(self.dropped),
+                "kept_share": self.kept_share}
+
+
+def check_criterion(keep: int | None, mass: float | None, count: int | None = None) -> None:
+    """Exactly one of keep (an integer in 1..count; count None: not yet known) and mass (a share in (0, 1])."""
+    if (keep is None) == (mass is None):
+        raise ConfigError("choose what to keep with exactly one of keep=K (the K most-activated adapters) and "
+                          f"mass=M (the fewest adapters holding share M of the activation); got keep={keep!r}, mass={mass!r}")
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise ConfigError(f"keep={keep!r} must be a positive integer: how many of the fusion's adapters to keep")
+    if keep is not None and count is not None and keep > count:
+        raise ConfigError(f"keep={keep!r}: the fusion has {count} adapters, so keep must be an integer in 1..{count}")
+    if mass is not None and (isinstance(mass, bool) or not isinstance(mass, (int, float)) or not 0 < mass <= 1):
+        raise ConfigError(f"mass={mass!r} must lie in (0, 1]: the share of the total fusion activation the kept "
+                          "adapters must reach, e.g. 0.9")
+
+
+def select_adapters(activation: Mapping[str, float], keep: int | None = None, mass: float | None = None
+                    ) -> tuple[str, ...]:
+    """The adapters to keep, in `activation`'s order: the `keep` most activated, or the fewest most activated
+    whose activation reaches `mass` of the total. Ties go to the adapter listed first."""
+    names = list(activation)
+    check_criterion(keep, mass, len(names))
+    ranked = sorted(names, key=lambda name: -activation[name])
+    if keep is not None:
+        chosen = set(ranked[:keep])
+    else:
+        target, running, chosen = mass * sum(activation.values()), 0.0, set()
+        for name in ranked:
+            chosen.add(name)
+            running += activation[name]
+            if running >= target - 1e-9:  # mass=1.0 must not fail on rounding
+                break
+    return tuple(name for name in names if name in chosen)
+
+
+def time_fusions(model: "AdaptedModel", fusions: Sequence[str], batches: Sequence[Mapping[str, torch.Tensor]],
+                 head: str | None, repeats: int = 3) -> dict[str, float]:
+    """Median milliseconds per batch of each fusion's eval forward. All in one process inside
+    `inference_cache()`, interleaved (each round times every fusion once, alternating the order), after one
+    untimed warm-up round, so load changes hit every fusion alike. Leaves the last timed fusion active."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats={repeats!r} must be a positive integer")
+    if not batches:
+        raise ConfigError("time_fusions: no batches to time (the split is empty, or timing_batches < 1)")
+    device = next(model.parameters()).device
+    inputs = [{k: v.to(device) for k, v in batch.items() if k != "labels"} for batch in batches]
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times: dict[str, list[float]] = {fusion: [] for fusion in fusions}
+    was_training = model.training
+    model.eval()
+    try:
+        with model.inference_cache():
+            for round_ in range(repeats + 1):
+                for fusion in (fusions if round_ % 2 else list(reversed(fusions))):
+                    model.activate(fusion=fusion, head=head)
+                    sync()
+                    start = time.perf_counter()
+                    for batch in inputs:
+                        model(**batch)
+                    sync()
+                    if round_:
+                        times[fusion].append((time.perf_counter() - start) * 1000 / len(inputs))
+    finally:
+        model.train(was_training)
+    return {fusion: statistics.median(values) for fusion, values in times.items()}
+
+
+def compare_pruned(model: "AdaptedModel", fusion: str, task: TaskSpec, batches: Sequence[Mapping[str, torch.Tensor]],
+                   keep: int | None = None, mass: float | None = None, head: str | None = None,
+                   pruned_name: str | None = None, metric: str | None = None, repeats: int = 3,
+                   timing_batches: int = 4) -> PruningResult:
+    """Prune fusion `fusion` of `model` by its activation on `batches` (labelled dev batches), add the pruned
+    fusion as `pruned_name` (default `<fusion>_pruned`), and evaluate and time both. The model's activation is
+    restored afterwards; the pruned fusion stays in the model."""
+    model._require("fusion", fusion, model.fusion_setups)
+    check_criterion(keep, mass, len(model.fusion_setups[fusion][1]))
+    pruned_name = pruned_name or f"{fusion}_pruned"
+    if pruned_name == fusion:
+        raise ConfigError(f"pruned_name={pruned_name!r} would replace the fusion being pruned; choose another name")
+    head = head if head is not None else model.active_head
+    previous = (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers)
+    activation = mean_fusion_attention(model, fusion, batches, head=head)
+    shares = {name: float(value) for name, value in zip(activation.adapters, activation.values.mean(axis=0))}
+    pruned = add_fusion_subset(model, fusion, select_adapters(shares, keep, mass), pruned_name, overwrite=True)
+    try:
+        metrics = {}
+        for name in (fusion, pruned):
+            model.activate(fusion=name, head=head)
+            metrics[name] = score(task, predict(model, batches))
+        timed = list(batches[:timing_batches])
+        ms = time_fusions(model, (fusion, pruned), timed, head, repeats)
+    finally:
+        model.activate(adapter=previous[0], fusion=previous[1], head=previous[2], skip_layers=previous[3])
+    figures = [FusionFigures(name, tuple(model.fusion_setups[name][1]), metrics[name], ms[name]) for name in (fusion, pruned)]
+    return PruningResult(criterion=f"keep={keep}" if keep is not None else f"mass={mass}", activation=shares,
+                         metric=metric or task.metrics[0], before=figures[0], after=figures[1],
+                         examples=sum(len(b["input_ids"]) for b in batches), timed_batches=len(timed), repeats=repeats)
+
+
+def prune_fusion(run_dir: str | os.PathLike, keep: int | None = None, mass: float | None = None,
+                 data_dir: str | os.PathLike | None = None, max_examples: int | None = None,
+                 batch_size: int | None = None, store: str | os.PathLike | None = None, device: str | None = None,
+                 repeats: int = 3, timing_batches: int = 4, output: str | os.PathLike | None = None) -> PruningResult:
+    """`compare_pruned` on a fusion run folder (fusion-st-a, fusion-mt-a) and its dev split as the run saw it
+    (or `data_dir` / a `max_examples` subset). `output`: a folder for the pruned fusion (fusion/), the run's
+    head (head/) and pruning.json; load it with load_adapter for each kept adapter, then load_fusion, load_head."""
+    from adapterfusion.training.rebuild import rebuild_run
+
+    check_criterion(keep, mass)
+    run_dir = Path(run_dir)
+    if output is not None and Path(output).resolve() == run_dir.resolve():
+        raise ConfigError(f"output={str(output)!r} is the run folder itself; the pruned fusion would replace the "
+                          "trained one there. Choose another folder")
+    run = rebuild_run(run_dir, store=store, device=device)
+    if run.fusion is None:
+        raise ConfigError(f"prune needs a fusion run (fusion-st-a or fusion-mt-a); {run_dir} is a {run.setup!r} run "
+                          f"of task {run.task.name!r}, which has no fusion to prune")
+    batches = run_batches(run, load_run_split(run, "validation", data_dir, max_examples), batch_size)
+    result = compare_pruned(run.model, run.fusion, run.task, batches, keep=keep, mass=mass, head=run.head,
+                            metric=run.config["training"].get("metric_for_best"), repeats=repeats,
+                            timing_batches=timing_batches)
+    result = dataclasses.replace(result, run_dir=str(run_dir), output=str(output) if output is not None else None)
+    if output is not None:
+        output = Path(output)
+        run.model.save_fusion(result.after.fusion, output / "fusion")
+        run.model.save_head(run.head, output / "head")
+        atomic_write_json(output / PRUNING_FILE, result.to_dict())
+    return result

@@ -1,0 +1,30 @@
+"""`add_fusion_subset`: a fusion over some of another fusion's adapters, with the same trained Q/K/V.
+
+A FusionLayer's Query, Key and Value are d×d maps shared by all the adapters of its site (fusion/layer.py), and
+the adapter list lives in the model's fusion setup, not in the layer; so nothing in Q/K/V belongs to one adapter,
+and a subset needs no retraining. Its output equals the full fusion with the other adapters masked out
+(`AdaptedModel.set_fusion_mask`), but only the kept adapters run: it costs what a fusion over fewer adapters costs.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from adapterfusion.errors import ConfigError
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+
+def add_fusion_subset(model: "AdaptedModel", source: str, adapters: Sequence[str], name: str,
+                      overwrite: bool = False) -> str:
+    """Add fusion `name` over `adapters` (a non-empty subset of fusion `source`'s, kept in `source`'s order)
+    with copies of `source`'s weights at every site; returns `name`."""
+    model._require("fusion", source, model.fusion_setups)
+    config, fused = model.fusion_setups[source]
+    wanted = [adapters] if isinstance(adapters, str) else list(adapters)
+    unknown = [a for a in wanted if a not in fused]
+    if unknown or not wanted:
+        raise ConfigError(f"a subset of fusion {source!r} must name some of its adapters {list(fused)}; got {wanted}")
+    kept = tuple(a for a in fused if a in wanted)
+    return model.install_fusion(name, kept, config, model.fusion_state_dict(source), f"fusion {source!r}", overwrite)

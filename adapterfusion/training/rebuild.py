@@ -1,0 +1,118 @@
+"""`rebuild_run(run_dir)`: the trained model of a finished `train()` run folder, back in memory.
+
+The run's setup is prepared again, exactly as training prepared it, on the run's encoder (its own encoder/
+folder when the setup changed encoder weights): that names and places every piece as training did and, for
+fusion setups, loads the same stage-1 adapters from the same AdapterStore. The fresh pieces are then replaced
+by the saved ones (adapter/, fusion/, head/), so no setup's layout is described twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.training.api import RUN_FORMAT_VERSION, RunFolder
+from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.setups import SetupContext, get_setup
+from adapterfusion.training.store import AdapterStore
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+
+@dataclass
+class RebuiltRun(RunFolder):
+    """A run folder's trained model with the run's activation (`activate()`), in eval mode."""
+
+    run_dir: Path
+    config: dict[str, Any]  # the run's config.json
+    task: TaskSpec
+    model: "AdaptedModel"
+    tokenizer: Any
+    head: str
+    adapter: str | None = None  # the trained adapter of st-a / st-a-houlsby
+    fusion: str | None = None  # the trained fusion of fusion-st-a / fusion-mt-a
+
+    @property
+    def setup(self) -> str:
+        return self.config["setup"]
+
+    @property
+    def seed(self) -> int:
+        return int(self.config["seed"])
+
+    def activate(self) -> None:
+        """What the run trained runs: its fusion, else its adapter, else the bare (or fine-tuned) encoder."""
+        self.model.activate(adapter=self.adapter, fusion=self.fusion, head=self.head)
+
+    def recorded_metrics(self) -> dict[str, Any]:
+        """The best checkpoint's dev metrics as the run's metrics.json recorded them."""
+        return dict(read_run_json(self.metrics_path).get("best", {}))
+
+
+def read_run_json(path: Path) -> dict[str, Any]:
+    """config.json or metrics.json of a run folder, with a message that says what is wrong."""
+    if not path.is_file():
+        what = "config.json: it is not a run folder written by train()" if path.name == "config.json" else \
+            "metrics.json: the run has not finished (or failed); train it again to completion"
+        raise TrainingError(f"{path.parent} has no {what}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise TrainingError(f"{path} is not valid JSON ({err}); the run folder is damaged") from None
+    if not isinstance(data, dict) or data.get("format_version") != RUN_FORMAT_VERSION:
+        raise TrainingError(f"{path} is not a run file of format_version {RUN_FORMAT_VERSION}")
+    return data
+
+
+def rebuild_run(run_dir: str | os.PathLike, store: AdapterStore | str | os.PathLike | None = None,
+                device: str | None = None) -> RebuiltRun:
+    """Load the trained model of `run_dir` (a `<output_dir>/<task>/<setup>/seed-<seed>/` folder).
+
+    store: the AdapterStore a fusion run's adapters come from; default the one its config.json records (runs
+    written before that was recorded need it given). device: default "cuda" when available, else "cpu".
+    """
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    import adapterfusion as af
+
+    run_dir = Path(run_dir)
+    config = read_run_json(run_dir / "config.json")
+    read_run_json(run_dir / "metrics.json")  # only finished runs have their best weights saved
+    if config["setup"] == "mt-a":
+        raise TrainingError(f"{run_dir} is an MT-A run (several tasks in one folder); rebuild the fusion-mt-a runs "
+                            "built on it, or load its tasks/<task>/adapter and head into its encoder/ by hand")
+    recipe = get_setup(config["setup"])
+    store = store if store is not None else config.get("store")
+    store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
+    encoder = run_dir / "encoder" if (run_dir / "encoder").is_dir() else Path(config["encoder"])
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(encoder)
+        model = af.wrap(AutoModel.from_pretrained(encoder))
+    except OSError as err:
+        raise TrainingError(f"cannot load the encoder of {run_dir} from {encoder} ({err})") from None
+
+    task = TaskSpec.from_dict(config["task_spec"])
+    context = SetupContext(task=task, options=recipe.resolve_options(config["setup_options"]), seed=int(config["seed"]),
+                           encoder=config["encoder"], store=store)
+    try:
+        plan = recipe.prepare(model, context)
+    except TrainingError as err:
+        hint = "" if store is not None else "; its config.json records no adapter store: pass store=... (CLI: --store)"
+        raise TrainingError(f"cannot rebuild {run_dir}: {err}{hint}") from None
+    if plan.fusion is not None:
+        model.load_fusion(run_dir / "fusion", name=plan.fusion, overwrite=True)
+    elif plan.adapters:
+        model.load_adapter(run_dir / "adapter", name=plan.adapters[0], overwrite=True)
+    model.load_head(run_dir / "head", name=plan.head, overwrite=True)
+    model.requires_grad_(False)
+    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
+    rebuilt = RebuiltRun(run_dir=run_dir, config=config, task=task, model=model, tokenizer=tokenizer, head=plan.head,
+                         adapter=plan.adapters[0] if plan.fusion is None and plan.adapters else None,
+                         fusion=plan.fusion)
+    rebuilt.activate()
+    return rebuilt

@@ -1,0 +1,152 @@
+"""Fusion pruning on tiny random models: which adapters are kept (top-k, activation mass), that the kept ones are the
+most activated in a fusion whose attention is known in closed form, that the pruned fusion's logits equal the full
+fusion with the dropped adapters masked out (literal reference path), that dropped adapters are really out of the
+computation, and the errors for bad criteria."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import adapterfusion as af
+from adapterfusion.analysis.pruning import compare_pruned, select_adapters, time_fusions
+from adapterfusion.evaluation import predict
+from adapterfusion.tasks import get_task
+from conftest import HIDDEN, randomise, tiny_encoder, tiny_inputs
+
+ADAPTERS = ("a", "b", "c")
+RTE = get_task("rte")
+
+
+def _fused_model() -> af.AdaptedModel:
+    model = af.wrap(tiny_encoder("bert"))
+    for name in ADAPTERS:
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+    model.add_fusion("f", ADAPTERS, af.FusionConfig.dynamic())
+    model.add_head("h", af.ClassificationHead(num_labels=2, dropout=0.0))
+    model.activate(head="h")
+    return model.eval()
+
+
+def _batches() -> list[dict[str, torch.Tensor]]:
+    batches = [tiny_inputs(batch=3, seq=8, seed=1), tiny_inputs(batch=2, seq=5, seed=2)]
+    for batch, labels in zip(batches, ([0, 1, 1], [1, 0])):
+        batch["labels"] = torch.tensor(labels)
+    return batches
+
+
+# ---- selection ------------------------------------------------------------------------------------------
+SHARES = {"a": 0.1, "b": 0.5, "c": 0.25, "d": 0.15}
+
+
+@pytest.mark.parametrize("keep, mass, expected", [
+    (1, None, ("b",)), (2, None, ("b", "c")), (3, None, ("b", "c", "d")), (4, None, ("a", "b", "c", "d")),
+    (None, 0.5, ("b",)), (None, 0.51, ("b", "c")), (None, 0.75, ("b", "c")), (None, 0.9, ("b", "c", "d")),
+    (None, 1.0, ("a", "b", "c", "d")),
+])
+def test_select_keeps_the_most_activated_in_fusion_order(keep, mass, expected):
+    assert select_adapters(SHARES, keep=keep, mass=mass) == expected
+
+
+def test_select_ties_go_to_the_adapter_listed_first():
+    assert select_adapters({"x": 0.25, "y": 0.25, "z": 0.5}, keep=2) == ("x", "z")
+
+
+@pytest.mark.parametrize("keep, mass, message", [
+    (5, None, r"keep=5: the fusion has 4 adapters, so keep must be an integer in 1..4"),
+    (0, None, r"keep=0 must be a positive integer"),
+    (True, None, r"keep=True must be a positive integer"),
+    (None, 0.0, r"mass=0.0 must lie in \(0, 1\]"),
+    (None, 1.5, r"mass=1.5 must lie in \(0, 1\]"),
+    (None, -0.2, r"mass=-0.2 must lie in \(0, 1\]"),
+    (None, math.nan, r"mass=nan must lie in \(0, 1\]"),
+    (None, None, "exactly one of keep=K"),
+    (2, 0.9, "exactly one of keep=K"),
+])
+def test_bad_criteria_are_refused(keep, mass, message):
+    with pytest.raises(af.ConfigError, match=message):
+        select_adapters(SHARES, keep=keep, mass=mass)
+
+
+# ---- on a model ---------------------------------------------------------------------------------------------
+@torch.no_grad()
+def _known_attention(model: af.AdaptedModel, logits: list[float]) -> None:
+    """Make every token's fusion scores equal `logits`: Q maps everything to its bias e, K is the identity, and
+    each adapter's output is the constant t_n e / |e|² (up-projection weights zero), so (Q q)·(K z_n) = t_n·scaling."""
+    e = torch.linspace(-1.0, 1.0, HIDDEN)
+    for site in model.sites_with_fusion("f"):
+        fusion = site.fusions["f"]
+        fusion.query.weight.zero_()
+        fusion.query.bias.copy_(e)
+        fusion.key.weight.copy_(torch.eye(HIDDEN))
+        fusion.key.bias.zero_()
+        for name, t in zip(ADAPTERS, logits):
+            site.adapters[name].up.weight.zero_()
+            site.adapters[name].up.bias.copy_(t * e / e.dot(e))
+
+
+def test_pruning_keeps_the_adapter_the_fusion_attends_to_most():
+    model = _fused_model()
+    logits = [0.0, 3.0, 1.5]  # b gets most attention, then c, then a
+    _known_attention(model, logits)
+    scaling = model.adapter_configs["a"].scaling
+    expected = torch.tensor(logits, dtype=torch.float64).mul(scaling).softmax(-1).numpy()
+
+    result = compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1)
+    np.testing.assert_allclose([result.activation[n] for n in ADAPTERS], expected, rtol=1e-5)
+    assert result.kept == ("b",) and result.dropped == ("a", "c")
+    assert result.before.adapters == ADAPTERS and result.after.fusion == "f_pruned"
+    assert model.fusion_setups["f_pruned"][1] == ("b",)
+    assert result.kept_share == pytest.approx(expected[1], rel=1e-5)
+
+    mass = float(expected[1] + expected[2] / 2)  # b alone is not enough, b + c is
+    assert compare_pruned(model, "f", RTE, _batches(), mass=mass, repeats=1).kept == ("b", "c")
+
+
+def test_pruned_logits_equal_the_masked_reference_and_skip_dropped_adapters():
+    model = _fused_model()
+    for name in ADAPTERS:
+        randomise(torch.nn.ModuleList(s.adapters[name] for s in model.sites_with_adapter(name)), std=0.3)
+    randomise(torch.nn.ModuleList(s.fusions["f"] for s in model.sites_with_fusion("f")), std=0.3)
+    batches = _batches()
+
+    result = compare_pruned(model, "f", RTE, batches, keep=2, head="h", repeats=1)
+    assert len(result.kept) == 2 and model.active_fusion is None and model.active_head == "h"  # activation restored
+    model.activate(fusion=result.after.fusion, head="h")
+    pruned = predict(model, batches)
+
+    model.set_fusion_implementation("reference")  # the paper's equations, literally, over all N adapters
+    model.set_fusion_mask("f", result.kept)
+    model.activate(fusion="f", head="h")
+    reference = predict(model, batches)
+    np.testing.assert_allclose(pruned.logits, reference.logits, rtol=1e-5, atol=1e-5)
+    assert result.after.metrics["loss"] == pytest.approx(reference.loss, abs=1e-5)
+
+    # A dropped adapter is out of the computation: poisoning its weights changes nothing.
+    model.set_fusion_implementation("fast")
+    with torch.no_grad():
+        for site in model.sites_with_adapter(result.dropped[0]):
+            for parameter in site.adapters[result.dropped[0]].parameters():
+                parameter.fill_(float("nan"))
+    model.activate(fusion=result.after.fusion, head="h")
+    np.testing.assert_array_equal(predict(model, batches).logits, pruned.logits)
+
+
+def test_compare_pruned_checks_keep_and_name_first():
+    model = _fused_model()
+    with pytest.raises(af.ConfigError, match="keep=4: the fusion has 3 adapters"):
+        compare_pruned(model, "f", RTE, _batches(), keep=4)
+    with pytest.raises(af.ConfigError, match="pruned_name='f' would replace the fusion being pruned"):
+        compare_pruned(model, "f", RTE, _batches(), keep=1, pruned_name="f")
+    assert model.fusion_names == ["f"]
+
+
+def test_time_fusions_reports_each_fusion():
+    model = _fused_model()
+    model.add_fusion("g", ["a"], af.FusionConfig.dynamic())
+    times = time_fusions(model, ("f", "g"), _batches(), head="h", repeats=2)
+    assert set(times) == {"f", "g"} and all(t > 0 for t in times.values())
+    with pytest.raises(af.ConfigError, match="repeats=0"):
+        time_fusions(model, ("f",), _batches(), head="h", repeats=0)

@@ -1,0 +1,144 @@
+"""Run folders back in memory: rebuild_run + evaluate_run reproduce every setup's metrics.json on the validation
+split, prune_fusion works on a fusion run (and refuses anything else), its saved piece loads back, and the
+`evaluate` / `prune` commands print and write what the API returns. Tiny random BERT, slices of the demo data."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import adapterfusion as af
+from adapterfusion.analysis.pruning import PRUNING_FILE, prune_fusion
+from adapterfusion.cli import main
+from adapterfusion.demo import demo_data_dir
+from adapterfusion.evaluation import evaluate_run, load_run_split, predict, run_batches
+from adapterfusion.training import AdapterStore, TrainingError, train
+from adapterfusion.training.rebuild import rebuild_run
+from training_fixtures import fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+
+FAST = dict(max_steps=3, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
+SLICE = {"train": 48, "validation": 40}  # 40 dev rows at batch 16: the last batch is a short one
+SETUPS = ("head", "full", "top-k", "st-a", "st-a-houlsby")  # layernorm-only reloads encoder/ as full and top-k do
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_encoder_dir):
+    """setup -> run folder: every single-task setup on RTE, and RTE's fusion over CB and SST-2 adapters."""
+    root = tmp_path_factory.mktemp("runs")
+    store = AdapterStore(root / "store")
+    common = dict(seed=1, encoder=tiny_encoder_dir, data_dir=demo_data_dir(), output_dir=root / "out",
+                  training_config=FAST, max_examples=SLICE)
+    for task in ("cb", "sst2"):
+        train(task, "st-a", store=store, **common)
+    folders = {setup: train("rte", setup, store=store, **common).run_dir for setup in SETUPS}
+    folders["fusion-st-a"] = train("rte", "fusion-st-a", store=store, setup_options={"sources": ["cb", "sst2"]},
+                                   **common).run_dir
+    return folders
+
+
+@pytest.mark.parametrize("setup", [*SETUPS, "fusion-st-a"])
+def test_evaluate_run_reproduces_the_runs_dev_metrics(runs, setup):
+    recorded = json.loads((runs[setup] / "metrics.json").read_text())["best"]
+    result = evaluate_run(runs[setup])
+    assert (result["task"], result["setup"], result["seed"], result["split"]) == ("rte", setup, 1, "validation")
+    assert result["examples"] == SLICE["validation"] and result["batch_size"] == FAST["batch_size"]
+    assert result["metrics"]["accuracy"] == recorded["accuracy"]
+    assert result["metrics"]["loss"] == pytest.approx(recorded["loss"], abs=1e-5)
+    assert result["recorded"] == {"accuracy": recorded["accuracy"], "loss": recorded["loss"]}
+
+
+def test_rebuilt_run_has_the_runs_activation(runs):
+    fusion = rebuild_run(runs["fusion-st-a"], device="cpu")
+    assert (fusion.fusion, fusion.head, fusion.adapter) == ("fusion_rte", "rte", None)
+    assert fusion.model.fusion_setups["fusion_rte"][1] == ("cb", "sst2", "rte")
+    assert fusion.model.active_fusion == "fusion_rte" and not fusion.model.training
+    adapter = rebuild_run(runs["st-a"], device="cpu")
+    assert (adapter.adapter, adapter.fusion, adapter.model.active_adapter) == ("rte", None, "rte")
+
+
+def test_evaluate_other_splits_and_subsets(runs):
+    result = evaluate_run(runs["st-a"], split="train", max_examples=20, batch_size=7)
+    assert (result["split"], result["examples"], result["batch_size"]) == ("train", 20, 7) and "recorded" not in result
+    with pytest.raises(af.ConfigError, match="no labelled 'test' split"):
+        evaluate_run(runs["st-a"], split="test")
+    with pytest.raises(af.ConfigError, match="split='dev' is not a split role"):
+        evaluate_run(runs["st-a"], split="dev")
+
+
+def test_fusion_run_without_a_recorded_store_needs_one(runs, tmp_path):
+    old = tmp_path / "old-run"
+    shutil.copytree(runs["fusion-st-a"], old)
+    config = json.loads((old / "config.json").read_text())
+    store = config.pop("store")  # as runs written before the store was recorded
+    (old / "config.json").write_text(json.dumps(config))
+    with pytest.raises(TrainingError, match="records no adapter store: pass store=.*--store"):
+        rebuild_run(old)
+    assert evaluate_run(old, store=store)["metrics"] == evaluate_run(runs["fusion-st-a"])["metrics"]
+
+
+def test_unfinished_run_is_refused(runs, tmp_path):
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(runs["st-a"], unfinished)
+    (unfinished / "metrics.json").unlink()
+    with pytest.raises(TrainingError, match="no metrics.json: the run has not finished"):
+        evaluate_run(unfinished)
+    with pytest.raises(TrainingError, match="no config.json: it is not a run folder"):
+        evaluate_run(tmp_path)
+
+
+def test_prune_fusion_run_and_load_the_saved_piece(runs, tmp_path, tiny_encoder_dir):
+    result = prune_fusion(runs["fusion-st-a"], keep=2, repeats=1, output=tmp_path / "pruned", device="cpu")
+    recorded = json.loads((runs["fusion-st-a"] / "metrics.json").read_text())["best"]
+    assert result.before.metrics["accuracy"] == recorded["accuracy"]
+    assert result.before.metrics["loss"] == pytest.approx(recorded["loss"], abs=1e-5)
+    assert len(result.kept) == 2 and len(result.dropped) == 1 and result.metric == "accuracy"
+    ranked = sorted(result.activation, key=result.activation.get, reverse=True)
+    assert set(result.kept) == set(ranked[:2])
+    assert result.before.ms_per_batch > 0 and result.after.ms_per_batch > 0
+    assert json.loads((tmp_path / "pruned" / PRUNING_FILE).read_text())["kept"] == list(result.kept)
+
+    # The saved pruned fusion + head, loaded into a fresh model with the kept adapters, gives the same numbers.
+    store = AdapterStore(json.loads((runs["fusion-st-a"] / "config.json").read_text())["store"])
+    model = fresh_model(tiny_encoder_dir).eval()
+    for task in result.kept:
+        store.load_into(model, task, "st-a", 1, encoder=str(tiny_encoder_dir))
+    model.activate(fusion=model.load_fusion(tmp_path / "pruned" / "fusion"),
+                   head=model.load_head(tmp_path / "pruned" / "head"))
+    run = rebuild_run(runs["fusion-st-a"], device="cpu")
+    loaded = predict(model, run_batches(run, load_run_split(run)))
+    assert loaded.loss == pytest.approx(result.after.metrics["loss"], abs=1e-6)
+    assert float(np.mean(loaded.logits.argmax(-1) == loaded.labels)) == result.after.metrics["accuracy"]
+
+
+def test_prune_refuses_bad_criteria_and_non_fusion_runs(runs):
+    with pytest.raises(af.ConfigError, match="keep=4: the fusion has 3 adapters"):
+        prune_fusion(runs["fusion-st-a"], keep=4)
+    with pytest.raises(af.ConfigError, match=r"mass=1.2 must lie in \(0, 1\]"):
+        prune_fusion(runs["fusion-st-a"], mass=1.2)
+    with pytest.raises(af.ConfigError, match="prune needs a fusion run .* is a 'st-a' run of task 'rte'"):
+        prune_fusion(runs["st-a"], keep=1)
+    with pytest.raises(af.ConfigError, match="is the run folder itself"):
+        prune_fusion(runs["fusion-st-a"], keep=1, output=runs["fusion-st-a"])
+
+
+def test_cli_evaluate_and_prune(runs, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    assert main(["evaluate", str(runs["fusion-st-a"]), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "rte / fusion-st-a / seed 1: validation split, 40 examples" in printed
+    assert "metrics.json (best dev)" in printed and "accuracy" in printed
+    written = json.loads(out.read_text())
+    assert written["metrics"]["accuracy"] == written["recorded"]["accuracy"] and written["examples"] == 40
+
+    assert main(["prune", str(runs["fusion-st-a"]), "--mass", "1.0", "--repeats", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "mean fusion activation per adapter" in printed and "(mass=1.0)" in printed
+    rows = {line.split()[0]: line.split() for line in printed.splitlines() if line.startswith(("before", "after"))}
+    assert rows["before"][1] == "3" and rows["after"][1] == "3" and rows["before"][2] == rows["after"][2]
+
+    assert main(["prune", str(runs["head"]), "--keep", "1"]) == 2
+    assert "prune needs a fusion run" in capsys.readouterr().err
+    assert main(["prune", str(runs["fusion-st-a"]), "--mass", "0"]) == 2
+    assert "mass=0.0 must lie in (0, 1]" in capsys.readouterr().err
