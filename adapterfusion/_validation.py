@@ -1,9 +1,11 @@
 """Small checks shared by configs and the model so every message reads the same way."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Iterable
 
 from adapterfusion.errors import ConfigError
@@ -49,3 +51,12 @@ def versioned_fields(data: object, cls: type, version: int, what: str) -> dict:
         raise ConfigError(f"{what} format_version {found!r} is not supported (expected {version})")
     reject_unknown_keys(fields, [f.name for f in dataclasses.fields(cls)], what)
     return fields
+
+
+@contextlib.contextmanager
+def naming_file(path: str | os.PathLike) -> Iterator[None]:
+    """A ConfigError raised inside names `path` first: a bad value read from a file is fixed in that file."""
+    try:
+        yield
+    except ConfigError as error:
+        raise type(error)(f"{path}: {error}") from None

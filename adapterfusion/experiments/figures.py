@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import io
 import math
 import os
 import statistics
@@ -22,6 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from adapterfusion.analysis.fusion_attention import FusionActivation, average_activations  # noqa: E402
+from adapterfusion.io.atomic import atomic_write_bytes  # noqa: E402
 
 if TYPE_CHECKING:
     from adapterfusion.experiments.report import Report
@@ -31,9 +33,11 @@ DPI = 150
 
 
 def _save(figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=DPI, bbox_inches="tight")
+    """Render to memory, then write atomically: a run killed while plotting leaves no truncated PNG."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=path.suffix.lstrip(".") or "png", dpi=DPI, bbox_inches="tight")
     plt.close(figure)
+    atomic_write_bytes(path, buffer.getvalue())
     return path
 
 

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Sequence
 
 from adapterfusion._validation import check_choice, reject_unknown_keys
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import ConfigError, IncompatibleModelError
 
 POOLINGS = ("cls", "mean")
 HEAD_ACTIVATIONS = ("tanh", "relu", "gelu", "swish")
@@ -104,3 +105,17 @@ def head_config_from_dict(data: Mapping[str, Any]) -> HeadConfig:
             raise ConfigError(f"head labels={data['labels']!r} must be a list of label names")
         data["labels"] = tuple(data["labels"])
     return cls(**data)
+
+
+def check_head_labels(config: HeadConfig, labels: Sequence[str] | None, source: str | Path) -> None:
+    """Refuse a head trained for another label set: its outputs would be read as the wrong classes. `labels` are the
+    names the caller will read the outputs as (e.g. a task's label_names, in id order); None checks nothing."""
+    if labels is None:
+        return
+    labels = tuple(labels)
+    if config.num_labels != len(labels) or (config.labels is not None and config.labels != labels):
+        saved = list(config.labels) if config.labels is not None else f"{config.num_labels} unnamed labels"
+        raise IncompatibleModelError(
+            f"{source}: the head was saved for labels {saved}, but {list(labels)} are expected (in this order); "
+            "load a head trained on this label set, or train a new one"
+        )

@@ -8,10 +8,12 @@ module path as our AdapterSite's, which is how keys are placed, for every BERT-s
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from adapterfusion._validation import naming_file
 from adapterfusion.errors import ConfigError, SerializationError, UnsupportedArchitectureError
 from adapterfusion.injection.architectures import SiteKind
 from adapterfusion.interop.adapterhub_config import (
@@ -24,6 +26,7 @@ from adapterfusion.interop.adapterhub_config import (
 )
 from adapterfusion.interop.adapterhub_files import (
     ADAPTERHUB_VERSION,
+    FILES,
     is_adapterhub_dir,
     read_document,
     read_weights,
@@ -43,14 +46,18 @@ _ADAPTER_PARAMS = {"adapter_up": "up", "adapter_norm_before": "ln_before", "adap
 
 # ---- loading -----------------------------------------------------------------------------------------
 def load_adapterhub(model: "AdaptedModel", kind: str, directory: str | Path, name: str | None = None,
-                    overwrite: bool = False) -> str:
-    """Load an AdapterHub adapter, fusion or head folder into `model`; returns the name it is loaded under."""
+                    overwrite: bool = False, labels: Sequence[str] | None = None) -> str:
+    """Load an AdapterHub adapter, fusion or head folder into `model`; returns the name it is loaded under. `labels`
+    (heads only) are the label names the head must have been trained for."""
     directory = Path(directory)
     document = read_document(directory, kind)
     saved = {key: document[key] for key in ("model_type", "hidden_size") if key in document}
     model.fingerprint.check_compatible(saved, directory, check_layers=False)
-    loader = {"adapter": _load_adapter, "fusion": _load_fusion, "head": _load_head}[kind]
-    return loader(model, directory, document, name, overwrite)
+    with naming_file(directory / FILES[kind][0]):
+        if kind == "head":
+            return _load_head(model, directory, document, name, overwrite, labels)
+        loader = {"adapter": _load_adapter, "fusion": _load_fusion}[kind]
+        return loader(model, directory, document, name, overwrite)
 
 
 def _load_adapter(model: "AdaptedModel", directory: Path, document: dict[str, Any], name: str | None,
@@ -103,7 +110,7 @@ def _load_fusion(model: "AdaptedModel", directory: Path, document: dict[str, Any
 
 
 def _load_head(model: "AdaptedModel", directory: Path, document: dict[str, Any], name: str | None,
-               overwrite: bool) -> str:
+               overwrite: bool, labels: Sequence[str] | None = None) -> str:
     saved_name = str(document.get("name", ""))
     hf_config = model.model.config
     default_dropout = getattr(hf_config, "classifier_dropout", None)
@@ -116,7 +123,8 @@ def _load_head(model: "AdaptedModel", directory: Path, document: dict[str, Any],
     if stray:
         raise SerializationError(f"{directory}: weights that are not head {saved_name!r}'s: {stray[:5]}")
     return model.install_head(name or saved_name, config,
-                              {f"layers.{k[len(prefix):]}": v for k, v in weights.items()}, directory, overwrite)
+                              {f"layers.{k[len(prefix):]}": v for k, v in weights.items()}, directory, overwrite,
+                              labels)
 
 
 def _require_post_ln_sites(model: "AdaptedModel") -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -82,7 +83,7 @@ def read_bin(path: Path) -> dict[str, torch.Tensor]:
     except pickle.UnpicklingError as error:
         raise SerializationError(
             f"{path} was refused as unsafe: torch.load(weights_only=True) found objects other than tensors "
-            f"({' '.join(str(error).split())[:300]}). Only load files from sources you trust, and prefer .safetensors"
+            f"({_refusal_reason(error)}). Only load files from sources you trust, and prefer .safetensors"
         ) from None
     except Exception as error:  # torch raises many types for a damaged archive
         raise SerializationError(
@@ -94,6 +95,14 @@ def read_bin(path: Path) -> dict[str, torch.Tensor]:
     ):
         raise SerializationError(f"{path} does not hold a state dict of named tensors")
     return dict(state)
+
+
+def _refusal_reason(error: Exception) -> str:
+    """torch's reason for refusing a pickle (e.g. "Unsupported global: GLOBAL builtins.open ..."), without its
+    advice to retry with weights_only=False, which would run the pickle's code."""
+    found = re.search(r"WeightsUnpickler error:\s*(.*?)\s*(?:Check the documentation|$)", str(error), re.S)
+    detail = " ".join((found.group(1) if found else str(error)).split())
+    return detail.split(". ")[0][:200]
 
 
 def write_piece(

@@ -4,15 +4,46 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+TEMP_SUFFIX = ".tmp"
+# `.<final name>.<8 random characters>.tmp`: the names tempfile.mkstemp/mkdtemp give with temp_prefix() and
+# TEMP_SUFFIX, here and for AdapterStore's entry folders; nothing else this library writes looks like that.
+_TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+
+
+def temp_prefix(path: Path) -> str:
+    """The prefix of a temp file or folder that will be renamed to `path`: hidden, and named after it."""
+    return f".{path.name}."
+
+
+def is_temp_name(name: str) -> bool:
+    return bool(_TEMP_NAME.match(name))
+
+
+def remove_stale_temp_files(root: str | os.PathLike) -> list[Path]:
+    """Delete the temp files and folders under `root` that writers killed mid-write (SIGKILL, power cut) left
+    behind; returns them. Only safe while nobody writes under `root`, e.g. while holding the runner lock."""
+    removed: list[Path] = []
+    for directory, folders, files in os.walk(root):
+        for name in [n for n in folders if is_temp_name(n)]:
+            shutil.rmtree(Path(directory, name), ignore_errors=True)
+            folders.remove(name)
+            removed.append(Path(directory, name))
+        for name in filter(is_temp_name, files):
+            Path(directory, name).unlink(missing_ok=True)
+            removed.append(Path(directory, name))
+    return removed
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(path), suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -15,6 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
+from adapterfusion._validation import check_name, naming_file
 from adapterfusion.errors import IncompatibleModelError, SerializationError
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
 
@@ -104,6 +105,8 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
     for key in ("name", "config", "base_model"):
         if key not in document:
             raise SerializationError(f"{path} lacks the {key!r} field; the file is incomplete")
+    with naming_file(path):  # the saved name becomes a module key, and may become a folder name
+        check_name(document["name"], f"saved {kind}")
     return document
 
 

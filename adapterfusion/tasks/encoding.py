@@ -10,6 +10,7 @@ Truncation is counted per example (an MC example counts once if any of its choic
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -25,6 +26,7 @@ __all__ = ["EncodedTask", "TaskCollator", "TruncationReport", "encode_task", "ef
 
 TRUNCATED_COLUMN = "truncated"
 _HUGE_MODEL_MAX = 1_000_000  # tokenizers without a limit report ~1e30 as model_max_length
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,10 @@ class TruncationReport:
     max_length: int
     truncated: Mapping[str, int]
     totals: Mapping[str, int]
+
+    @property
+    def any_truncated(self) -> bool:
+        return any(self.truncated.values())
 
     def describe(self) -> str:
         parts = [f"{role} {self.truncated[role]}/{self.totals[role]}" for role in self.totals]
@@ -140,5 +146,7 @@ def encode_task(task: str | TaskSpec, data, tokenizer, max_length: int | None = 
         totals[role] = len(mapped)
         encoded[role] = mapped.remove_columns(TRUNCATED_COLUMN)
     report = TruncationReport(task=spec.name, max_length=length, truncated=truncated, totals=totals)
+    if report.any_truncated:  # warned here, and recorded in each run's config.json by the training recipes
+        _log.warning("%s (examples cut / examples); raise max_length to keep more of the text", report.describe())
     result = datasets.DatasetDict(encoded) if isinstance(data, datasets.DatasetDict) else encoded["data"]
     return EncodedTask(result, report)

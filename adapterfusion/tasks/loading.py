@@ -152,7 +152,7 @@ def _local_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[
         if path is not None:
             raw[role] = _Raw(read_data_file(path, cache_dir), path.name.split(".")[0], str(path))
     if not raw:
-        wanted = sorted({s for r in ROLES for s in (spec.split_name(r), r) if s})
+        wanted = list(dict.fromkeys(s for r in ROLES for s in (spec.split_name(r), r) if s))  # train first
         raise TaskError(
             f"task {spec.name!r}: no split files in {str(task_dir)!r}; expected e.g. {wanted[0]}{EXTENSIONS[0]} "
             f"(split names {wanted}, extensions {list(EXTENSIONS)})."

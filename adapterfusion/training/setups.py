@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from adapterfusion._validation import check_name
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleChoiceHead
@@ -82,6 +83,7 @@ SETUPS: dict[str, Setup] = {}
 
 
 def register_setup(setup: Setup, overwrite: bool = False) -> Setup:
+    check_name(setup.name, "setup")  # it names run folders and store entries
     if setup.name in SETUPS and not overwrite:
         raise TrainingError(f"a setup named {setup.name!r} is registered; pass overwrite=True to replace it")
     SETUPS[setup.name] = setup

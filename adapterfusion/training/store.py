@@ -17,7 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion._validation import naming_file
+from adapterfusion.errors import SerializationError
+from adapterfusion.io.atomic import TEMP_SUFFIX, atomic_write_json, is_temp_name, temp_prefix
+from adapterfusion.io.paths import path_part
 from adapterfusion.training.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -33,7 +36,8 @@ def encoder_key(encoder: str | os.PathLike) -> str:
     text = str(encoder).rstrip("/\\")
     path = Path(text)
     parts = path.parts[-2:] if path.is_absolute() or path.exists() else tuple(text.split("/")[-2:])
-    return _UNSAFE.sub("_", "--".join(p for p in parts if p not in ("", "/"))) or "encoder"
+    key = _UNSAFE.sub("_", "--".join(p for p in parts if p not in ("", "/")))
+    return key if key.strip(".") else "encoder"  # '.' or '..' would be a way out of the store
 
 
 class AdapterStore:
@@ -41,8 +45,10 @@ class AdapterStore:
         self.root = Path(root)
 
     def path(self, encoder: str, task: str, setup: str, seed: int) -> Path:
-        """The entry's folder (whether or not it exists). `encoder` is a path or Hub id, or an encoder_key."""
-        return self.root / encoder_key(encoder) / task / setup / f"seed-{int(seed)}"
+        """The entry's folder (whether or not it exists). `encoder` is a path or Hub id, or an encoder_key. `task`
+        and `setup` may come from a run's config.json, so each must be one plain folder name."""
+        return (self.root / encoder_key(encoder) / path_part(task, "store entry task")
+                / path_part(setup, "store entry setup") / f"seed-{int(seed)}")
 
     def has(self, encoder: str, task: str, setup: str, seed: int) -> bool:
         return (self.path(encoder, task, setup, seed) / ENTRY_FILE).is_file()
@@ -57,7 +63,15 @@ class AdapterStore:
         config_file = run_dir / "config.json"
         if not config_file.is_file():
             raise TrainingError(f"{run_dir} has no config.json; put() takes the run folder that train() wrote")
-        run = json.loads(config_file.read_text(encoding="utf-8"))
+        try:
+            run = json.loads(config_file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise SerializationError(f"{config_file} is not valid JSON ({error}); it is corrupt or truncated") from None
+        absent = [key for key in ("encoder", "task", "setup", "seed") if not isinstance(run, dict) or key not in run]
+        if absent:
+            raise SerializationError(f"{config_file} lacks {absent}; put() takes the run folder that train() wrote")
+        with naming_file(config_file):  # its task and setup become folder names in the store
+            self.path(run["encoder"], run["task"], run["setup"], run["seed"])
         pieces = {kind: run_dir / kind for kind in ("adapter", "head")}
         missing = [str(p) for p in pieces.values() if not p.is_dir()]
         if missing:
@@ -81,13 +95,16 @@ class AdapterStore:
         if final.exists() and not overwrite:
             raise TrainingError(f"the store already holds {final}; pass overwrite=True to replace it")
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+        for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of this entry that was killed
+            if is_temp_name(stale.name):
+                shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(final), suffix=TEMP_SUFFIX, dir=final.parent))
         try:
             write(tmp)
             atomic_write_json(tmp / ENTRY_FILE, {"encoder": str(encoder), "encoder_key": encoder_key(encoder),
                                                  "task": task, "setup": setup, "seed": int(seed), "source": source})
             if final.exists():
-                old = final.with_name(f".{final.name}.old")
+                old = tmp.with_name(f"{temp_prefix(final)}{os.urandom(4).hex()}{TEMP_SUFFIX}")
                 os.replace(final, old)
                 os.replace(tmp, final)
                 shutil.rmtree(old, ignore_errors=True)
