@@ -190,19 +190,22 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     for record in records:
         if record.state != "done" or not record.metrics:
             continue
-        score = _dev_score(record.metrics)
-        if score is not None:
-            report.metrics.setdefault(record.task, score[0])
-            report.scores.setdefault(record.variant, {}).setdefault(record.task, []).append((record.seed, score[1]))
+        for task, metrics in record.task_metrics().items():  # a multi-task job scores each of its tasks
+            score = _dev_score(metrics)
+            if score is not None:
+                report.metrics.setdefault(task, score[0])
+                report.scores.setdefault(record.variant, {}).setdefault(task, []).append((record.seed, score[1]))
         trainable = (record.metrics.get("parameters") or {}).get("trainable")
         if isinstance(trainable, int):
             report.parameters.setdefault(record.variant, []).append(trainable)
         run_dir = Path(record.run_dir) if record.run_dir else None
         if run_dir is None:
             continue
-        carve = ((_read_json(run_dir / "config.json") or {}).get("data") or {}).get("carve_out")
-        if carve and record.task not in report.carved:
-            report.carved[record.task] = carve
+        data = (_read_json(run_dir / "config.json") or {}).get("data") or {}
+        for info in data if isinstance(data, list) else [data]:  # a multi-task run lists one per task
+            carve, task = info.get("carve_out"), info.get("task", record.task)
+            if carve and task not in report.carved:
+                report.carved[task] = carve
         if (run_dir / FUSION_ATTENTION_FILE).is_file():
             try:
                 activation = load_fusion_activation(run_dir / FUSION_ATTENTION_FILE)

@@ -15,6 +15,8 @@ tasks × setup variants × seeds. Every mistake raises ExperimentSpecError namin
       - {name: head, tasks: [rte]}                                          # head runs on rte only
       - {name: st-a, reduction_factors: [2, 16, 64], learning_rate: 1e-4}   # three variants: st-a-rf2, ...
       - {name: fusion-st-a, adapter_reduction_factor: 16}                   # fuses the st-a-rf16 adapters
+      - {name: mt-a, tasks: [rte, cb]}                                      # one MT-A run per seed on rte and cb
+      - fusion-mt-a                                                         # fuses that seed's MT-A adapters
     fusion:                        # target -> source tasks; default: every task of the experiment
       rte: [cb, rte]
 
@@ -26,6 +28,10 @@ seed, of the source tasks listed under `fusion`. A setup entry's `tasks` restric
 tasks (e.g. fusion runs only for the target tasks, while st-a trains an adapter on every source); without it a setup
 runs on every task. Training settings merge in this order, later winning: `training`, the setup entry,
 `task_training[<task>]`.
+
+`mt-a` trains all its tasks (the entry's `tasks`, default all) in one run per seed (option `reduction_factor`,
+default 16; `task_training` does not apply, as that run has no single task). `fusion-mt-a` fuses the adapters of
+the MT-A run of its seed on the encoder that run fine-tuned, so its `fusion` sources must be MT-A tasks.
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.tasks.registry import list_tasks
 from adapterfusion.tasks.spec import ROLES, suggest
 from adapterfusion.training.config import TrainingConfig
+from adapterfusion.training.multitask import MT_A
 from adapterfusion.training.setups import get_setup, list_setups
 
 SPEC_FORMAT_VERSION = 1
@@ -54,8 +61,10 @@ DEFAULT_REDUCTION_FACTOR = 16
 # Per-run settings the experiment owns: the seed comes from `seeds`, the fusion's sources from `fusion`, and the
 # fused adapters' seed is the fusion run's own seed (so each seed is an independent replicate of both stages).
 _OWNED = {"seed": "seeds", "sources": "fusion", "adapter_seed": "seeds"}
-# MT-A (one multi-task run per seed, then fusion-mt-a on its encoder) needs its own job kind; plan.plan_jobs has the hook.
-NOT_YET_PLANNED = frozenset({"mt-a", "fusion-mt-a"})
+# MT-A trains all its tasks in one run (train_multitask: one job per seed, plan.MULTITASK_KIND), with these options;
+# fusion-mt-a fuses that run's adapters on the encoder it fine-tuned.
+MULTITASK_OPTIONS = {MT_A: {"reduction_factor": DEFAULT_REDUCTION_FACTOR}}
+MULTITASK_FUSION = "fusion-mt-a"
 _TRAINING_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f.name != "seed")
 
 
@@ -84,6 +93,20 @@ class SetupVariant:
     def is_fusion(self) -> bool:
         return "sources" in get_setup(self.setup).options
 
+    @property
+    def is_multitask(self) -> bool:
+        """One run trains all its tasks (MT-A), so it is one job per seed, not one per task."""
+        return self.setup in MULTITASK_OPTIONS
+
+    @property
+    def fused_setup(self) -> str | None:
+        """The stage-1 setup whose adapters this fusion variant fuses (None if it is no fusion)."""
+        if not self.is_fusion:
+            return None
+        if self.setup == MULTITASK_FUSION:
+            return MT_A
+        return self.options.get("adapter_setup", get_setup(self.setup).options["adapter_setup"])
+
     def to_dict(self) -> dict[str, Any]:
         out = {"id": self.id, "setup": self.setup, "options": dict(self.options), "training": dict(self.training),
                "adapter_variant": self.adapter_variant}
@@ -111,7 +134,10 @@ class ExperimentSpec:
     task_training: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def job_training(self, variant: SetupVariant, task: str) -> dict[str, Any]:
-        """The TrainingConfig overrides of one (variant, task) job: the variant's, then the task's."""
+        """The TrainingConfig overrides of one (variant, task) job: the variant's, then the task's (not for a
+        multi-task variant, whose one run trains every task)."""
+        if variant.is_multitask:
+            return dict(variant.training)
         return {**variant.training, **self.task_training.get(task, {})}
 
     def variant(self, variant_id: str) -> SetupVariant:
@@ -293,12 +319,11 @@ def _setup_entries(raw: Any, global_training: dict[str, Any], tasks: tuple[str, 
         name = entry.get("name")
         if name not in setups:
             raise _fail(f"{path}.name", f"unknown setup {name!r}.{suggest(str(name), setups)} Known setups: {', '.join(setups)}")
-        if name in NOT_YET_PLANNED:
-            raise _fail(f"{path}.name", f"{name!r} trains all tasks in one run (training.multitask.train_multitask), "
-                                        "which the experiment runner does not plan yet; see plan.plan_jobs")
         recipe = get_setup(name)
-        options = [o for o in recipe.options if o not in _OWNED]
-        has_rf = "reduction_factor" in recipe.options
+        multitask = name in MULTITASK_OPTIONS
+        defaults = MULTITASK_OPTIONS[name] if multitask else recipe.options
+        options = [o for o in defaults if o not in _OWNED]
+        has_rf = "reduction_factor" in defaults and not multitask  # one multi-task run per seed: no rf variants
         fusion = "sources" in recipe.options
         extra = ["name", "id", "tasks"] + (["reduction_factors"] if has_rf else []) + (["adapter_reduction_factor"] if fusion else [])
         _reject_unknown(entry, extra + options + list(_TRAINING_FIELDS), path)
@@ -309,10 +334,14 @@ def _setup_entries(raw: Any, global_training: dict[str, Any], tasks: tuple[str, 
         if "adapter_reduction_factor" in entry:
             _positive_number(entry["adapter_reduction_factor"], f"{path}.adapter_reduction_factor")
         if fusion and "adapter_setup" in given_options:
-            stage1 = [s for s in setups if get_setup(s).stores_adapter]
+            stage1 = [s for s in setups if get_setup(s).stores_adapter and s not in MULTITASK_OPTIONS]
             if given_options["adapter_setup"] not in stage1:
-                raise _fail(f"{path}.adapter_setup", f"{given_options['adapter_setup']!r} is not a stage-1 adapter setup; "
-                                                     f"choose one of {', '.join(stage1)}")
+                multitask_setup = given_options["adapter_setup"] in MULTITASK_OPTIONS
+                hint = f" ({MULTITASK_FUSION} fuses {MT_A} adapters)" if multitask_setup else ""
+                raise _fail(f"{path}.adapter_setup", f"{given_options['adapter_setup']!r} is not a stage-1 adapter "
+                                                     f"setup of {name}{hint}; choose one of {', '.join(stage1)}")
+        if multitask and training.get("fp16"):
+            raise _fail(f"{path}.fp16", f"{name} trains without loss scaling, so fp16 would diverge; use bf16: true")
         if has_rf:
             if "reduction_factors" in entry and "reduction_factor" in entry:
                 raise _fail(f"{path}.reduction_factors", "give either reduction_factor or reduction_factors, not both")
@@ -327,6 +356,11 @@ def _setup_entries(raw: Any, global_training: dict[str, Any], tasks: tuple[str, 
                 variant_id = entry.get("id", f"{name}-{_rf_label(rf)}")
                 out.append((i, SetupVariant(variant_id, name, {**given_options, "reduction_factor": rf}, training,
                                             tasks=only), entry))
+        elif multitask:
+            rf = given_options.get("reduction_factor", defaults["reduction_factor"])
+            _positive_number(rf, f"{path}.reduction_factor")
+            out.append((i, SetupVariant(entry.get("id", name), name, {**defaults, **given_options}, training,
+                                        tasks=only), entry))
         else:
             out.append((i, SetupVariant(entry.get("id", name), name, given_options, training, tasks=only), entry))
     for i, variant, _ in out:
@@ -344,9 +378,9 @@ def _setup_entries(raw: Any, global_training: dict[str, Any], tasks: tuple[str, 
 
 
 def _adapter_variant(i: int, variant: SetupVariant, entry: Mapping[str, Any], stage1: list[SetupVariant]) -> str:
-    """The stage-1 variant a fusion fuses: adapter_setup (default st-a) with adapter_reduction_factor (default: the
-    only one, else 16)."""
-    adapter_setup = variant.options.get("adapter_setup", get_setup(variant.setup).options["adapter_setup"])
+    """The stage-1 variant a fusion fuses: its fused_setup (fusion-st-a: adapter_setup, default st-a) with
+    adapter_reduction_factor (default: the only one, else 16)."""
+    adapter_setup = variant.fused_setup
     candidates = [v for v in stage1 if v.setup == adapter_setup]
     if not candidates:
         raise _fail(f"setups[{i}]", f"{variant.setup} fuses {adapter_setup} adapters, but setups has no {adapter_setup} "
@@ -404,7 +438,7 @@ def _task_training(raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVar
             raise _fail(path, f"must be a mapping of TrainingConfig fields, got {overrides!r}")
         _reject_unknown(overrides, _TRAINING_FIELDS, path)
         for variant in variants:
-            if variant.runs_on(task):
+            if variant.runs_on(task) and not variant.is_multitask:
                 _training({**variant.training, **overrides}, variant.setup, path)
         out[str(task)] = dict(overrides)
     return out
@@ -443,9 +477,12 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     stage1 = [variant for _, variant, _ in entries if variant.is_stage1]
     variants = [dataclasses.replace(variant, adapter_variant=_adapter_variant(i, variant, entry, stage1))
                 if variant.is_fusion else variant for i, variant, entry in entries]
-    # A fusion's default id is its setup's name; name it after its adapters when it does not fuse st-a-rf16.
+    # A fusion's default id is its setup's name; name it after its adapters when it does not fuse st-a-rf16 (or,
+    # for fusion-mt-a, the variant called mt-a).
+    default_fused = {MULTITASK_FUSION: MT_A}
     variants = [dataclasses.replace(v, id=f"{v.setup}-{v.adapter_variant}")
-                if v.is_fusion and "id" not in entry and v.adapter_variant != f"st-a-{_rf_label(DEFAULT_REDUCTION_FACTOR)}"
+                if v.is_fusion and "id" not in entry
+                and v.adapter_variant != default_fused.get(v.setup, f"st-a-{_rf_label(DEFAULT_REDUCTION_FACTOR)}")
                 else v for v, (_, _, entry) in zip(variants, entries)]
     ids = [v.id for v in variants]
     if len(set(ids)) != len(ids):

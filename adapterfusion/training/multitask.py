@@ -62,6 +62,7 @@ from adapterfusion.training.api import (
 )
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.progress import RunProgress, write_progress
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
 from adapterfusion.training.setups import (
     Setup,
@@ -266,7 +267,11 @@ def train_multitask(
     step = 0
     start = time.perf_counter()
     progress = tqdm(total=total_steps, desc=f"mt-a ({len(specs)} tasks)", leave=False)
+    planned_epochs = math.ceil(total_steps / steps_per_epoch)
     for step in range(1, total_steps + 1):
+        if (step - 1) % steps_per_epoch == 0:  # an epoch begins: progress.json for live displays
+            write_progress(run_dir, RunProgress((step - 1) // steps_per_epoch + 1, planned_epochs, step - 1,
+                                                total_steps, "training", time.time()))
         expected += sampler.probabilities(step - 1)
         index = sampler.draw(step - 1)
         model.train()
@@ -295,6 +300,8 @@ def train_multitask(
             window = []
         if step % steps_per_epoch and step != total_steps:
             continue
+        write_progress(run_dir, RunProgress(math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps,
+                                            "evaluating", time.time()))
         scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, device, autocast)
         mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best)]))
         epochs.append({"epoch": step / steps_per_epoch, "step": step, "alpha": schedule.alpha(step - 1, total_steps),

@@ -1,7 +1,12 @@
-"""The job graph: stable ids, stage-1 adapters before the fusions that fuse them, same seed."""
+"""The job graph: stable ids, stage-1 adapters before the fusions that fuse them, same seed; MT-A once per seed."""
+from pathlib import Path
+
 import pytest
 
 from adapterfusion.experiments import ExperimentSpec, ExperimentSpecError, Job, plan_jobs, topological_order
+
+# Job hashes of a small st-a + fusion-st-a spec as the runner recorded them before jobs had a `kind`.
+HASHES = {"st-a-rf16/rte/seed-1": "56458f37c46a8161", "fusion-st-a/rte/seed-1": "3de7c76bb0b4bc8c"}
 
 
 def test_ids_order_and_dependencies():
@@ -74,3 +79,55 @@ def test_specs_without_the_new_keys_keep_their_hash():
     data = {"name": "x", "tasks": ["rte"], "setups": ["head"], "output_dir": "/tmp/x"}
     assert "task_training" not in ExperimentSpec.from_dict(data).to_dict()
     assert "tasks" not in ExperimentSpec.from_dict(data).to_dict()["variants"][0]
+
+
+def _multitask(**extra):
+    data = {"name": "x", "tasks": ["rte", "cb", "sick"], "seeds": [1, 2], "output_dir": "/tmp/x",
+            "setups": ["head", {"name": "mt-a", "tasks": ["rte", "cb"], "learning_rate": 3e-4},
+                       {"name": "fusion-mt-a", "tasks": ["rte"]}],
+            "fusion": {"rte": ["cb"]}, "task_training": {"rte": {"epochs": 4}}}
+    data.update(extra)
+    return ExperimentSpec.from_dict(data)
+
+
+def test_mt_a_is_one_job_per_seed_and_fusion_mt_a_runs_on_its_encoder():
+    spec = _multitask()
+    assert [v.id for v in spec.variants] == ["head", "mt-a", "fusion-mt-a"]
+    assert spec.variant("fusion-mt-a").adapter_variant == "mt-a"
+    jobs = plan_jobs(spec)
+    ids = [j.id for j in jobs]
+    assert ids == ["mt-a/all/seed-1", "head/rte/seed-1", "head/cb/seed-1", "head/sick/seed-1", "fusion-mt-a/rte/seed-1",
+                   "mt-a/all/seed-2", "head/rte/seed-2", "head/cb/seed-2", "head/sick/seed-2", "fusion-mt-a/rte/seed-2"]
+    by_id = {j.id: j for j in jobs}
+    mt = by_id["mt-a/all/seed-2"]
+    assert (mt.kind, mt.task, mt.setup, mt.store_variant, mt.depends_on) == ("multitask", "all", "mt-a", "mt-a", ())
+    assert mt.options == {"reduction_factor": 16, "tasks": ["rte", "cb"]}
+    assert mt.training == {"learning_rate": 3e-4}  # task_training is per task; the MT-A run has none of its own
+    assert mt.run_dir("/o") == Path("/o/runs/mt-a/mt-a/mt-a/seed-2")  # where train_multitask writes its run
+    fusion = by_id["fusion-mt-a/rte/seed-2"]
+    assert fusion.kind == "single" and fusion.depends_on == ("mt-a/all/seed-2",)
+    assert fusion.options == {"sources": ["cb", "rte"], "adapter_seed": 2}
+    assert fusion.store_variant == "mt-a" and fusion.training == {"epochs": 4}
+    assert fusion.encoder_dir("/o") == mt.run_dir("/o") / "encoder"
+    assert by_id["head/rte/seed-1"].kind == "single" and by_id["head/rte/seed-1"].encoder_dir("/o") is None
+    assert mt.config_hash(spec) != by_id["mt-a/all/seed-1"].config_hash(spec)
+    changed = {j.id: j for j in plan_jobs(_multitask(setups=[{"name": "mt-a", "reduction_factor": 2}, "fusion-mt-a"],
+                                                      fusion={"rte": ["cb", "sick"]}))}
+    assert changed["mt-a/all/seed-1"].options == {"reduction_factor": 2, "tasks": ["rte", "cb", "sick"]}
+    assert changed["mt-a/all/seed-1"].config_hash(spec) != by_id["mt-a/all/seed-1"].config_hash(spec)
+
+
+def test_fusion_mt_a_fuses_only_mt_a_tasks():
+    with pytest.raises(ExperimentSpecError, match=r"fusion\.rte: .*fuses \['sick'\].*no mt-a adapter.*mt-a entry's tasks"):
+        plan_jobs(_multitask(fusion={"rte": ["sick"]}))
+    with pytest.raises(ExperimentSpecError, match=r"fusion\.sick: .*fuses \['sick'\].*no mt-a adapter.*leave it out "
+                                                  r"of the fusion-mt-a entry's tasks"):
+        plan_jobs(_multitask(setups=[{"name": "mt-a", "tasks": ["rte", "cb"]}, "fusion-mt-a"],
+                             fusion={"rte": ["cb"], "cb": ["rte"]}))  # sick is a fusion target, not an MT-A task
+
+
+def test_single_task_jobs_keep_their_config_hash():
+    """The committed results (examples/results/*) were recorded under these hashes; a change would re-run them."""
+    spec = ExperimentSpec.from_dict({"name": "x", "tasks": ["rte"], "seeds": [1], "output_dir": "/tmp/x",
+                                     "setups": ["st-a", "fusion-st-a"], "training": {"max_steps": 2}})
+    assert {j.id: j.config_hash(spec) for j in plan_jobs(spec)} == HASHES

@@ -31,6 +31,12 @@ def spec(**changes):
     (dict(setups=[{"name": "st-a", "reduction_factors": [2, 64]}, "fusion-st-a"]), r"setups\[1\].adapter_reduction_factor: no st-a variant with reduction factor 16"),
     (dict(fusion={"mnli": ["rte"]}), r"fusion.mnli: 'mnli' is not one of the experiment's tasks"),
     (dict(setups=["head"], fusion={"rte": ["cb"]}), r"fusion: given, but setups has no fusion setup"),
+    (dict(setups=["head", "fusion-mt-a"]), r"setups\[1\]: fusion-mt-a fuses mt-a adapters, but setups has no mt-a entry; add '- mt-a'"),
+    (dict(setups=[{"name": "mt-a", "reduction_factors": [2, 16]}]), r"setups\[0\].reduction_factors: unknown key"),
+    (dict(setups=[{"name": "mt-a", "reduction_factor": 0}]), r"setups\[0\].reduction_factor: must be a positive"),
+    (dict(setups=[{"name": "mt-a", "fp16": True}]), r"setups\[0\].fp16: mt-a trains without loss scaling.*bf16"),
+    (dict(setups=["st-a", "mt-a", {"name": "fusion-st-a", "adapter_setup": "mt-a"}]),
+     r"setups\[2\].adapter_setup: 'mt-a' is not a stage-1 adapter setup of fusion-st-a \(fusion-mt-a fuses mt-a adapters\)"),
 ])
 def test_each_mistake_names_its_key(changes, match):
     with pytest.raises(ExperimentSpecError, match=match):
