@@ -7,8 +7,12 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import adapterfusion as af
+
+if TYPE_CHECKING:
+    from adapterfusion.experiments import Executor
 
 
 def _info(_: argparse.Namespace) -> int:
@@ -30,10 +34,26 @@ def _list_tasks(_: argparse.Namespace) -> int:
     return 0
 
 
+def _run_executor(args: argparse.Namespace) -> str | Executor:
+    """The executor name, or a RayExecutor built from the --ray-* options (which alone imply --executor ray)."""
+    ray_options = {"address": args.ray_address, "cpus_per_job": args.ray_cpus_per_job,
+                   "gpus_per_job": args.ray_gpus_per_job}
+    given = [f"--ray-{key.replace('_', '-')}" for key, value in ray_options.items() if value is not None]
+    executor = args.executor or ("ray" if given else "inprocess")
+    if executor != "ray":
+        if given:
+            raise af.ConfigError(f"{', '.join(given)} only apply to --executor ray, not --executor {executor}; "
+                                 "drop them or use --executor ray")
+        return executor
+    from adapterfusion.experiments.ray_executor import RayExecutor
+
+    return RayExecutor(args.workers, **{key: value for key, value in ray_options.items() if value is not None})
+
+
 def _run(args: argparse.Namespace) -> int:
     from adapterfusion.experiments import run_experiment
 
-    summary = run_experiment(args.experiment, executor=args.executor, workers=args.workers, force=args.force,
+    summary = run_experiment(args.experiment, executor=_run_executor(args), workers=args.workers, force=args.force,
                              progress=not args.no_progress)
     print(summary)
     return 0 if summary.ok else 1
@@ -41,6 +61,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from adapterfusion.experiments import ResultsStore
+    from adapterfusion.training.progress import read_progress
 
     with ResultsStore(args.output_dir, readonly=True) as store:
         meta, records = store.meta(), store.jobs()
@@ -48,13 +69,18 @@ def _status(args: argparse.Namespace) -> int:
     print(f"experiment {meta.get('name')!r} (spec {meta.get('spec_hash')}) in {args.output_dir}")
     rows = []
     for record in records:
-        best = (record.metrics or {}).get("best", {})
-        key = (record.metrics or {}).get("metric_for_best")
-        score = best.get(f"eval_{key}", best.get(key)) if key else None
+        scores = []
+        for task, metrics in record.task_metrics().items():  # one per task of a multi-task job
+            best, key = metrics.get("best") or {}, metrics.get("metric_for_best")
+            score = best.get(f"eval_{key}", best.get(key)) if key else None
+            if isinstance(score, (int, float)):
+                scores.append(f"{key}={score:.4f}" if task == record.task else f"{task} {key}={score:.4f}")
         note = (record.error or "").strip().splitlines()[-1:] if record.state in ("failed", "blocked") else []
+        progress = read_progress(record.run_dir) if record.state == "running" and record.run_dir else None
+        note = [progress.describe()] if progress is not None else note
         rows.append((record.id, record.state, str(record.attempts),
-                     f"{record.seconds:.1f}s" if record.seconds is not None else "",
-                     f"{key}={score:.4f}" if isinstance(score, (int, float)) else "", note[0][:80] if note else ""))
+                     f"{record.seconds:.1f}s" if record.seconds is not None else "", ", ".join(scores),
+                     note[0][:80] if note else ""))
     _print_table(("job", "state", "attempts", "time", "dev metric", "note"), rows)
     print(", ".join(f"{n} {state}" for state, n in counts.items() if n))
     return 0
@@ -91,6 +117,56 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate(args: argparse.Namespace) -> int:
+    from adapterfusion.evaluation import evaluate_run
+    from adapterfusion.io.atomic import atomic_write_json
+
+    result = evaluate_run(args.run_dir, split=args.split, data_dir=args.data_dir, max_examples=args.max_examples,
+                          batch_size=args.batch_size, store=args.store)
+    print(f"{result['task']} / {result['setup']} / seed {result['seed']}: {result['split']} split, "
+          f"{result['examples']} examples")
+    recorded = result.get("recorded")
+    header = ("metric", result["split"]) + (("metrics.json (best dev)",) if recorded is not None else ())
+    _print_table(header, [(name, f"{value:.4f}") + ((_number(recorded.get(name)),) if recorded is not None else ())
+                          for name, value in result["metrics"].items()])
+    if args.json:
+        atomic_write_json(args.json, result)
+        print(f"written to {args.json}")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from adapterfusion.analysis.pruning import prune_fusion
+    from adapterfusion.io.atomic import atomic_write_json
+
+    result = prune_fusion(args.run_dir, keep=args.keep, mass=args.mass, data_dir=args.data_dir,
+                          max_examples=args.max_examples, batch_size=args.batch_size, store=args.store,
+                          repeats=args.repeats, timing_batches=args.timing_batches, output=args.output)
+    print(f"{result.before.fusion}: mean fusion activation per adapter over {result.examples} dev examples "
+          f"({result.criterion})")
+    _print_table(("adapter", "activation", "kept"),
+                 [(name, f"{share:.3f}", "yes" if name in result.kept else "-") for name, share in result.activation.items()])
+    print()
+    extra = [k for k in result.before.metrics if k not in (result.metric, "loss")]
+    _print_table(("", "adapters", result.metric, *extra, "loss", "ms/batch"),
+                 [(label, str(len(side.adapters)), *(_number(side.metrics.get(k)) for k in (result.metric, *extra, "loss")),
+                   f"{side.ms_per_batch:.1f}")
+                  for label, side in (("before", result.before), ("after", result.after))])
+    print(f"kept {len(result.kept)} of {len(result.before.adapters)} adapters, {result.kept_share:.1%} of the activation; "
+          f"speed-up {result.before.ms_per_batch / result.after.ms_per_batch:.2f}x (eval forward, median of "
+          f"{result.repeats} interleaved repeats over {result.timed_batches} batches)")
+    if result.output:
+        print(f"pruned fusion {result.after.fusion!r} + head written to {result.output}")
+    if args.json:
+        atomic_write_json(args.json, result.to_dict())
+        print(f"written to {args.json}")
+    return 0
+
+
+def _number(value) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else ""
+
+
 def _training_overrides(args: argparse.Namespace) -> dict:
     names = ("learning_rate", "epochs", "batch_size", "max_steps", "max_length", "patience")
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
@@ -98,6 +174,10 @@ def _training_overrides(args: argparse.Namespace) -> dict:
 
 
 def _print_result(result) -> None:
+    from adapterfusion.training.trainer import is_main_process
+
+    if not is_main_process():  # the other ranks of a torchrun launch trained the same run; rank 0 reports it
+        return
     print(f"{result.task} / {result.setup} / seed {result.seed}: {result.metrics}")
     print(f"run folder: {result.run_dir}" + (f"; stored as {result.store_path}" if result.store_path else ""))
 
@@ -144,6 +224,17 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name}", type=kind, default=None, help="override the setup's paper default")
 
 
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="a run folder written by train(): <output_dir>/<task>/<setup>/seed-<seed>")
+    parser.add_argument("--data-dir", default=None, help="task data folder (default: the one the run used)")
+    parser.add_argument("--max-examples", type=int, default=None,
+                        help="a seeded subset of the split (default: the subset the run used, if any)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: the run's eval batch size")
+    parser.add_argument("--store", default=None,
+                        help="AdapterStore of a fusion run's adapters (default: the one its config.json records)")
+    parser.add_argument("--json", default=None, help="also write the result to this JSON file")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adapterfusion", description="Adapters and AdapterFusion for HF encoders")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -152,8 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run (or resume) an experiment file")
     run.add_argument("experiment", help="experiment file (.yaml or .json)")
-    run.add_argument("--executor", choices=("inprocess", "process"), default="inprocess")
-    run.add_argument("--workers", type=int, default=None, help="processes for --executor process (default: CPUs)")
+    run.add_argument("--executor", choices=("inprocess", "process", "ray"), default=None,
+                     help="where jobs run (default: inprocess, or ray when a --ray-* option is given)")
+    run.add_argument("--workers", type=int, default=None,
+                     help="jobs at once for --executor process (default: CPUs) or ray (default: what the cluster holds)")
+    run.add_argument("--ray-address", default=None,
+                     help="Ray cluster to use: auto or HOST:PORT (default: RAY_ADDRESS, else a local Ray instance)")
+    run.add_argument("--ray-cpus-per-job", type=float, default=None, help="CPUs each Ray task asks for (default: 1)")
+    run.add_argument("--ray-gpus-per-job", type=float, default=None, help="GPUs each Ray task asks for (default: 0)")
     run.add_argument("--force", action="store_true", help="reuse an output dir that holds another spec's results")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(run=_run)
@@ -172,6 +269,23 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--output", default=None, help="heatmap PNG path (default: fusion_attention.png beside the JSON)")
     analyze.add_argument("--no-plot", action="store_true", help="print the table only")
     analyze.set_defaults(run=_analyze_fusion)
+
+    evaluate = commands.add_parser("evaluate", help="score the trained model of a run folder on a split")
+    _add_run_arguments(evaluate)
+    evaluate.add_argument("--split", choices=("train", "validation", "test"), default="validation")
+    evaluate.set_defaults(run=_evaluate)
+
+    prune = commands.add_parser("prune", help="drop a fusion run's least-activated adapters; compare dev metric "
+                                              "and speed before/after")
+    _add_run_arguments(prune)
+    criterion = prune.add_mutually_exclusive_group(required=True)
+    criterion.add_argument("--keep", type=int, default=None, help="keep the K most-activated adapters")
+    criterion.add_argument("--mass", type=float, default=None,
+                           help="keep the fewest adapters whose share of the activation reaches M, in (0, 1]")
+    prune.add_argument("--repeats", type=int, default=3, help="timing rounds, median taken (default 3)")
+    prune.add_argument("--timing-batches", type=int, default=4, help="dev batches per timing round (default 4)")
+    prune.add_argument("--output", default=None, help="folder for the pruned fusion, its head and pruning.json")
+    prune.set_defaults(run=_prune)
 
     adapter = commands.add_parser("train-adapter", help="train one single-task adapter (st-a) and store it")
     _add_training_arguments(adapter)

@@ -15,17 +15,17 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-from adapterfusion._validation import check_choice, check_name
+from adapterfusion._validation import check_choice, check_name, naming_file
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, resolve_fusion_config
 from adapterfusion.fusion.layer import FusionLayer
-from adapterfusion.heads.config import HeadConfig, head_config_from_dict
+from adapterfusion.heads.config import HeadConfig, check_head_labels, head_config_from_dict
 from adapterfusion.heads.module import PredictionHead
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.site import FUSION_IMPLEMENTATIONS, AdapterSite
 from adapterfusion.interop.adapterhub import is_adapterhub_dir, load_adapterhub
-from adapterfusion.io.pieces import EncoderFingerprint, read_piece_config, read_piece_weights, save_piece
+from adapterfusion.io.pieces import EncoderFingerprint, config_path, read_piece_config, read_piece_weights, save_piece
 from adapterfusion.parameters import ParameterReport, build_parameter_report
 
 
@@ -454,7 +454,8 @@ class AdaptedModel(nn.Module):
             return load_adapterhub(self, "adapter", directory, name, overwrite)
         document = read_piece_config(directory, "adapter")
         self.fingerprint.check_compatible(document["base_model"], Path(directory))
-        config = AdapterConfig.from_dict(document["config"])
+        with naming_file(config_path(Path(directory), "adapter")):
+            config = AdapterConfig.from_dict(document["config"])
         return self.install_adapter(name or document["name"], config, read_piece_weights(directory, "adapter"),
                                     directory, overwrite)
 
@@ -467,11 +468,16 @@ class AdaptedModel(nn.Module):
         self._attach_adapter(name, config, modules, overwrite)
         return name
 
-    def save_fusion(self, name: str, directory: str | Path) -> Path:
+    def fusion_state_dict(self, name: str) -> dict[str, torch.Tensor]:
+        """Fusion `name`'s Q/K/V weights keyed `layer.<i>.<position>.<param>`: what save_fusion writes and
+        install_fusion reads."""
         self._require("fusion", name, self.fusion_setups)
+        return {f"layer.{site.layer_index}.{site.position}.{key}": value
+                for site in self.sites_with_fusion(name) for key, value in site.fusions[name].state_dict().items()}
+
+    def save_fusion(self, name: str, directory: str | Path) -> Path:
+        tensors = self.fusion_state_dict(name)
         config, adapters = self.fusion_setups[name]
-        tensors = {f"layer.{site.layer_index}.{site.position}.{key}": value
-                   for site in self.sites_with_fusion(name) for key, value in site.fusions[name].state_dict().items()}
         return save_piece(directory, "fusion", name, config.to_dict(), tensors, self.fingerprint,
                           extra={"adapters": list(adapters)})
 
@@ -484,7 +490,8 @@ class AdaptedModel(nn.Module):
         adapters = document.get("adapters")
         if not isinstance(adapters, list) or not adapters:
             raise SerializationError(f"{directory}: fusion config has no 'adapters' list")
-        config = FusionConfig.from_dict(document["config"])
+        with naming_file(config_path(Path(directory), "fusion")):
+            config = FusionConfig.from_dict(document["config"])
         return self.install_fusion(name or document["name"], tuple(adapters), config,
                                    read_piece_weights(directory, "fusion"), directory, overwrite)
 
@@ -507,19 +514,24 @@ class AdaptedModel(nn.Module):
         head = self.heads[name]
         return save_piece(directory, "head", name, head.config.to_dict(), head.state_dict(), self.fingerprint)
 
-    def load_head(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
+    def load_head(self, directory: str | Path, name: str | None = None, overwrite: bool = False,
+                  labels: Sequence[str] | None = None) -> str:
+        """Load a head saved by save_head (or AdapterHub); with `labels` (e.g. a task's label_names), a head saved for
+        another label set is refused."""
         if is_adapterhub_dir(directory, "head"):  # saved by AdapterHub's `adapters`: see interop/
-            return load_adapterhub(self, "head", directory, name, overwrite)
+            return load_adapterhub(self, "head", directory, name, overwrite, labels=labels)
         document = read_piece_config(directory, "head")
         # A head reads only the final hidden states: the layer count need not match.
         self.fingerprint.check_compatible(document["base_model"], Path(directory), check_layers=False)
-        config = head_config_from_dict(document["config"])
+        with naming_file(config_path(Path(directory), "head")):
+            config = head_config_from_dict(document["config"])
         return self.install_head(name or document["name"], config, read_piece_weights(directory, "head"),
-                                 directory, overwrite)
+                                 directory, overwrite, labels)
 
     def install_head(self, name: str, config: HeadConfig, tensors: Mapping[str, torch.Tensor],
-                     source: str | Path, overwrite: bool = False) -> str:
-        """Add head `name` with the given state dict, checked before anything is replaced."""
+                     source: str | Path, overwrite: bool = False, labels: Sequence[str] | None = None) -> str:
+        """Add head `name` with the given state dict, checked (and against `labels`) before anything is replaced."""
+        check_head_labels(config, labels, source)
         head = self._build_head(name, config, overwrite)
         _load_state(head, dict(tensors), source)
         self._attach_head(name, head)

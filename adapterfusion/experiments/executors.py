@@ -5,9 +5,10 @@ run dir (and, for stage 1, its own AdapterStore entry); the runner's parent proc
 |---|---|
 | inprocess | one at a time, in the runner's process (default; easiest to debug) |
 | process | a local pool of worker processes (`concurrent.futures.ProcessPoolExecutor`, spawn start method) |
+| ray | one Ray task per job on a Ray cluster (experiments/ray_executor.py; needs the `ray` extra) |
 
-Another executor (e.g. Ray: one Ray task per job) is a class with `capacity`, `submit` and `shutdown`, registered in
-EXECUTORS; `execute_job` is what its workers call.
+Another executor is a class with `capacity`, `submit` and `shutdown`, registered in EXECUTORS; `execute_job` is
+what its workers call.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.experiments.plan import MULTITASK_KIND, SINGLE_KIND
 
 JOB_LOG = "job.log"
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -33,7 +35,8 @@ _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 @dataclass(frozen=True)
 class JobPayload:
-    """Everything a worker needs to run one job with adapterfusion.training.train (plain, picklable values)."""
+    """Everything a worker needs to run one job (plain, picklable values): `kind` "single" runs
+    adapterfusion.training.train, "multitask" train_multitask with `options` as its keyword arguments."""
 
     job_id: str
     task: str
@@ -47,6 +50,7 @@ class JobPayload:
     training: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     max_examples: int | dict[str, int] | None = None
+    kind: str = SINGLE_KIND
 
 
 @contextlib.contextmanager
@@ -79,35 +83,60 @@ def capture_logs(log_file: Path) -> Iterator[None]:
         stream.close()
 
 
-def execute_job(payload: JobPayload) -> dict[str, Any]:
-    """Run one job; returns {"ok": True, "metrics": <metrics.json>} or {"ok": False, "error": <traceback text>}.
-    An Exception is reported, not raised (it would have to pickle across processes); Ctrl-C still propagates."""
+def _train_single(payload: JobPayload) -> Path:
+    """train() of the job's one task; returns the run dir it wrote."""
     from adapterfusion.training import AdapterStore, train
 
+    logging.getLogger(__name__).info("job %s: train(%r, %r, seed=%d) pid %d", payload.job_id, payload.task,
+                                     payload.setup, payload.seed, os.getpid())
+    result = train(payload.task, payload.setup, seed=payload.seed, encoder=payload.encoder,
+                   data_dir=payload.data_dir, output_dir=payload.output_dir,
+                   store=AdapterStore(payload.store_dir) if payload.store_dir else None,
+                   training_config=payload.training, setup_options=payload.options, max_examples=payload.max_examples)
+    return Path(result.run_dir)
+
+
+def _train_multitask(payload: JobPayload) -> Path:
+    """train_multitask() of all the job's tasks in one run; returns the run dir it wrote."""
+    from adapterfusion.training import train_multitask
+
+    options = dict(payload.options)
+    tasks = options.pop("tasks")
+    logging.getLogger(__name__).info("job %s: train_multitask(%r, seed=%d, %s) pid %d", payload.job_id, tasks,
+                                     payload.seed, options, os.getpid())
+    result = train_multitask(tasks, seed=payload.seed, encoder=payload.encoder, data_dir=payload.data_dir,
+                             output_dir=payload.output_dir, store=payload.store_dir, training_config=payload.training,
+                             max_examples=payload.max_examples, **options)
+    return Path(result.run_dir)
+
+
+JOB_KINDS: dict[str, Callable[[JobPayload], Path]] = {SINGLE_KIND: _train_single, MULTITASK_KIND: _train_multitask}
+
+
+def execute_job(payload: JobPayload) -> dict[str, Any]:
+    """Run one job; returns {"ok": True, "metrics": <metrics.json>} or {"ok": False, "error": <traceback text>}.
+    A multi-task run's metrics.json holds every task's dev metrics (`best[task]`, `metric_for_best[task]`).
+    An Exception is reported, not raised (it would have to pickle across processes); Ctrl-C still propagates."""
     run_dir = Path(payload.run_dir)
     log = logging.getLogger(__name__)
     with capture_logs(run_dir / JOB_LOG), warnings.catch_warnings():
         warnings.simplefilter("default")
-        log.info("job %s: train(%r, %r, seed=%d) pid %d", payload.job_id, payload.task, payload.setup, payload.seed,
-                 os.getpid())
         try:
-            result = train(payload.task, payload.setup, seed=payload.seed, encoder=payload.encoder,
-                           data_dir=payload.data_dir, output_dir=payload.output_dir,
-                           store=AdapterStore(payload.store_dir) if payload.store_dir else None,
-                           training_config=payload.training, setup_options=payload.options,
-                           max_examples=payload.max_examples)
-            if Path(result.run_dir).resolve() != run_dir.resolve():
-                raise RuntimeError(f"train() wrote {result.run_dir}, the plan expected {run_dir}")
-            metrics = json.loads(result.metrics_path.read_text(encoding="utf-8"))
-            log.info("job %s done: %s", payload.job_id, result.metrics)
+            if payload.kind not in JOB_KINDS:
+                raise ExperimentSpecError(f"job {payload.job_id}: unknown kind {payload.kind!r}; "
+                                          f"known: {', '.join(JOB_KINDS)}")
+            written = JOB_KINDS[payload.kind](payload)
+            if written.resolve() != run_dir.resolve():
+                raise RuntimeError(f"the {payload.kind} run wrote {written}, the plan expected {run_dir}")
+            metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+            log.info("job %s done: %s", payload.job_id, metrics.get("best"))
             return {"ok": True, "metrics": metrics}
         except Exception:  # noqa: BLE001 - reported to the runner, which records it and goes on
             error = traceback.format_exc()
             log.error("job %s failed:\n%s", payload.job_id, error)
             return {"ok": False, "error": error}
         finally:
-            result = None
-            gc.collect()
+            gc.collect()  # the run's model is gone with its result; free its memory before the next job
 
 
 class Executor(Protocol):
@@ -162,7 +191,14 @@ class ProcessExecutor:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-EXECUTORS: dict[str, Callable[[int | None], Executor]] = {"inprocess": InProcessExecutor, "process": ProcessExecutor}
+def _ray_executor(workers: int | None = None) -> Executor:
+    from adapterfusion.experiments.ray_executor import RayExecutor  # imports ray, an optional extra
+
+    return RayExecutor(workers)
+
+
+EXECUTORS: dict[str, Callable[[int | None], Executor]] = {"inprocess": InProcessExecutor, "process": ProcessExecutor,
+                                                         "ray": _ray_executor}
 
 
 def make_executor(name: str, workers: int | None = None) -> Executor:

@@ -4,6 +4,9 @@ jobs that fuse them, in a stable topological order.
 Job ids read `<variant>/<task>/seed-<seed>` (e.g. `st-a-rf16/rte/seed-1`). Each variant's runs go to
 `<output_dir>/runs/<variant>/...` and each stage-1 variant has its own AdapterStore `<output_dir>/adapters/<variant>`,
 so st-a with rf 2 and rf 16 never overwrite each other's stored adapters.
+
+A multi-task variant (mt-a) is one job per seed on all its tasks, `mt-a/all/seed-<seed>` of kind "multitask"
+(train_multitask instead of train); the fusion-mt-a jobs of that seed depend on it and run on the encoder it saved.
 """
 from __future__ import annotations
 
@@ -15,16 +18,23 @@ from typing import Any
 
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant
+from adapterfusion.io.paths import path_part
 from adapterfusion.training.api import run_dir_for
 
 RUNS_DIR = "runs"
 ADAPTERS_DIR = "adapters"
+SINGLE_KIND = "single"  # training.train: one task
+MULTITASK_KIND = "multitask"  # training.train_multitask: all the variant's tasks in one run
+ALL_TASKS = "all"  # the task part of a multi-task job's id
+MULTITASK_ENCODER_DIR = "encoder"  # where train_multitask saves the encoder it fine-tuned, inside its run dir
 
 
 @dataclass(frozen=True)
 class Job:
-    """One training run. `options` are the setup options passed to train() (a fusion's `sources` included);
-    `store_variant` names the AdapterStore it writes (stage 1) or reads (fusion)."""
+    """One training run. `options` are the setup options passed to train() (a fusion's `sources` included), or for
+    kind "multitask" the keyword arguments of train_multitask (`tasks` included); `store_variant` names the
+    AdapterStore it writes (stage 1) or reads (fusion); `encoder_run`, relative to the output dir, is the encoder
+    it runs on instead of the experiment's (fusion-mt-a: the MT-A run's fine-tuned encoder)."""
 
     id: str
     variant: str
@@ -35,23 +45,34 @@ class Job:
     training: dict[str, Any] = field(default_factory=dict)
     depends_on: tuple[str, ...] = ()
     store_variant: str | None = None
+    kind: str = SINGLE_KIND
+    encoder_run: str | None = None
 
     def config_hash(self, spec: ExperimentSpec) -> str:
         """Digest of everything that decides this job's result; a job whose hash changed is re-run."""
         data = {"setup": self.setup, "task": self.task, "seed": self.seed, "options": self.options,
                 "training": self.training, "depends_on": self.depends_on, "encoder": spec.encoder,
                 "data_dir": spec.data_dir, "max_examples": spec.max_examples}
+        if self.kind != SINGLE_KIND or self.encoder_run is not None:  # only then: older jobs keep their hashes
+            data.update(kind=self.kind, encoder_run=self.encoder_run)
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
 
     def variant_dir(self, output_dir: str | Path) -> Path:
-        """The output_dir passed to train() for this job."""
-        return Path(output_dir) / RUNS_DIR / self.variant
+        """The output_dir passed to train() for this job (the runner deletes run dirs in it, so it must stay inside)."""
+        return Path(output_dir) / RUNS_DIR / path_part(self.variant, "setup variant id")
 
     def run_dir(self, output_dir: str | Path) -> Path:
-        return run_dir_for(self.variant_dir(output_dir), self.task, self.setup, self.seed)
+        """Where train() (or train_multitask, which names its run dir after the setup) writes this job's run."""
+        task = self.setup if self.kind == MULTITASK_KIND else self.task
+        return run_dir_for(self.variant_dir(output_dir), task, self.setup, self.seed)
 
     def store_dir(self, output_dir: str | Path) -> Path | None:
-        return None if self.store_variant is None else Path(output_dir) / ADAPTERS_DIR / self.store_variant
+        if self.store_variant is None:
+            return None
+        return Path(output_dir) / ADAPTERS_DIR / path_part(self.store_variant, "setup variant id")
+
+    def encoder_dir(self, output_dir: str | Path) -> Path | None:
+        return None if self.encoder_run is None else Path(output_dir) / self.encoder_run
 
 
 def job_id(variant: str, task: str, seed: int) -> str:
@@ -60,6 +81,10 @@ def job_id(variant: str, task: str, seed: int) -> str:
 
 def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> Job:
     training = spec.job_training(variant, task)
+    if variant.is_multitask:
+        options = {**variant.options, "tasks": [t for t in spec.tasks if variant.runs_on(t)]}
+        return Job(job_id(variant.id, ALL_TASKS, seed), variant.id, variant.setup, ALL_TASKS, seed, options, training,
+                   store_variant=variant.id, kind=MULTITASK_KIND)
     if not variant.is_fusion:
         return Job(job_id(variant.id, task, seed), variant.id, variant.setup, task, seed, dict(variant.options),
                    training, store_variant=variant.id if variant.is_stage1 else None)
@@ -71,7 +96,15 @@ def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> J
         raise ExperimentSpecError(
             f"fusion.{task}: the fusion of {task!r} fuses {missing}, but the experiment trains no {adapter.id} adapter "
             f"for {them}; add {missing} to tasks (and to the {adapter.id} entry's tasks, if it has any), or drop {them} "
-            f"from fusion.{task}")
+            f"from fusion.{task}"
+            + (f" (its own adapter is always fused: to skip {task!r}, leave it out of the {variant.id} entry's tasks)"
+               if task in missing else ""))
+    if adapter.is_multitask:  # the MT-A run of this seed: its adapters, on the encoder it fine-tuned
+        multitask = _job(spec, adapter, ALL_TASKS, seed)
+        encoder_run = (multitask.run_dir(Path()) / MULTITASK_ENCODER_DIR).as_posix()
+        return Job(job_id(variant.id, task, seed), variant.id, variant.setup, task, seed,
+                   {**variant.options, "sources": list(sources), "adapter_seed": seed}, training,
+                   depends_on=(multitask.id,), store_variant=adapter.id, encoder_run=encoder_run)
     options = {**variant.options, "sources": list(sources), "adapter_setup": adapter.setup, "adapter_seed": seed}
     return Job(job_id(variant.id, task, seed), variant.id, variant.setup, task, seed, options, training,
                depends_on=tuple(job_id(adapter.id, s, seed) for s in sources), store_variant=adapter.id)
@@ -79,17 +112,17 @@ def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> J
 
 def plan_jobs(spec: ExperimentSpec) -> list[Job]:
     """Every job of the experiment in a topological order: seed by seed, stage-1 variants first, fusions last,
-    the other setups between, tasks in the experiment's order.
-
-    Hook for MT-A (training.multitask.train_multitask, not yet planned; spec.NOT_YET_PLANNED rejects it): one job
-    per seed on all tasks at once, id `mt-a/all/seed-<s>`, storing each task's adapter as setup "mt-a"; the
-    fusion-mt-a jobs of that seed depend on it and run on its encoder (`<run>/encoder`). It needs a `kind` field on
-    Job so executors call train_multitask instead of train."""
+    the other setups between, tasks in the experiment's order; a multi-task variant is one job per seed."""
     rank = {v.id: (0 if v.is_stage1 else 2 if v.is_fusion else 1) for v in spec.variants}
     variants = sorted(spec.variants, key=lambda v: rank[v.id])
-    jobs = [_job(spec, variant, task, seed) for seed in spec.seeds for variant in variants for task in spec.tasks
-            if variant.runs_on(task)]
+    jobs = [_job(spec, variant, task, seed) for seed in spec.seeds for variant in variants
+            for task in _job_tasks(spec, variant)]
     return topological_order(jobs)
+
+
+def _job_tasks(spec: ExperimentSpec, variant: SetupVariant) -> list[str]:
+    """The task part of each of the variant's job ids in one seed."""
+    return [ALL_TASKS] if variant.is_multitask else [t for t in spec.tasks if variant.runs_on(t)]
 
 
 def topological_order(jobs: list[Job]) -> list[Job]:

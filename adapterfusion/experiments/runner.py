@@ -3,6 +3,8 @@ executor, and record every state change in the output dir's results store.
 
 A job found `running` (its runner was killed) or `failed` is re-run from scratch: its run dir is removed first.
 A failed job does not stop independent jobs; the jobs that need it are marked `blocked` with the reason.
+The progress display shows jobs done / running / left, each running job's epoch (from the progress.json its
+training run rewrites, training/progress.py) and an ETA.
 `hooks` run at the end with (spec, results store); then the report (tables and figures) is written to
 `<output_dir>/report/` (experiments.report.write_report) unless report=False.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -23,9 +26,11 @@ from adapterfusion.experiments.plan import Job, plan_jobs
 from adapterfusion.experiments.report import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
 from adapterfusion.experiments.store import ResultsStore, RunnerLock
-from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.io.atomic import atomic_write_json, remove_stale_temp_files
+from adapterfusion.training.progress import read_progress
 
 SPEC_FILE = "experiment.json"
+POLL_SECONDS = 2.0  # how often the progress display re-reads the running jobs' epochs
 Hook = Callable[[ExperimentSpec, ResultsStore], None]
 
 
@@ -58,11 +63,12 @@ class ExperimentSummary:
 
 def job_payload(spec: ExperimentSpec, job: Job) -> JobPayload:
     out = Path(spec.output_dir)
-    store = job.store_dir(out)
+    store, encoder = job.store_dir(out), job.encoder_dir(out)
     return JobPayload(job_id=job.id, task=job.task, setup=job.setup, seed=job.seed, output_dir=str(job.variant_dir(out)),
-                      run_dir=str(job.run_dir(out)), encoder=spec.encoder, data_dir=spec.data_dir,
-                      store_dir=None if store is None else str(store), training=payload_options(job.training),
-                      options=payload_options(job.options), max_examples=spec.max_examples)
+                      run_dir=str(job.run_dir(out)), encoder=spec.encoder if encoder is None else str(encoder),
+                      data_dir=spec.data_dir, store_dir=None if store is None else str(store),
+                      training=payload_options(job.training), options=payload_options(job.options),
+                      max_examples=spec.max_examples, kind=job.kind)
 
 
 def run_experiment(
@@ -76,7 +82,8 @@ def run_experiment(
 ) -> ExperimentSummary:
     """Run every unfinished job of the experiment; returns an ExperimentSummary.
 
-    executor: "inprocess" (default), "process" (a local pool of `workers` processes), or an Executor object.
+    executor: "inprocess" (default), "process" (a local pool of `workers` processes), "ray" (RAY_ADDRESS or a local
+    Ray instance; build experiments.ray_executor.RayExecutor for an address or per-job CPUs/GPUs), or an Executor.
     force: reuse an output dir that holds a different spec's results (jobs whose settings changed are re-run).
     """
     spec = load_spec(spec_or_path)
@@ -87,6 +94,7 @@ def run_experiment(
     with RunnerLock(out), ResultsStore(out) as store:
         store.bind(spec, jobs, force=force)
         store.requeue_unfinished()
+        remove_stale_temp_files(out)  # half-written files of a runner killed mid-write; we hold the lock, none writes now
         atomic_write_json(out / SPEC_FILE, {**spec.to_dict(), "spec_hash": spec.spec_hash(), "source": spec.source})
         states = store.states()
         summary.skipped = [job.id for job in jobs if states[job.id] == "done"]
@@ -133,7 +141,7 @@ def _schedule(spec: ExperimentSpec, pending: list[Job], store: ResultsStore, poo
                 shutil.rmtree(run_dir, ignore_errors=True)  # a re-run starts from scratch
                 store.mark_running(job.id, str(run_dir))
                 states[job.id] = "running"
-                progress.started(job.id)
+                progress.started(job.id, run_dir)
                 try:
                     future = pool.submit(job_payload(spec, job))
                 except Exception as err:  # noqa: BLE001 - e.g. a broken process pool: the job fails, not the runner
@@ -170,37 +178,59 @@ def _outcome(future: Future) -> dict[str, Any]:
         return {"ok": False, "error": f"the worker running this job died: {type(err).__name__}: {err}"}
 
 
+def describe_running(job_id: str, run_dir: str | os.PathLike) -> str:
+    """A running job with its epoch when its run has written progress.json, e.g. "st-a-rf16/rte/seed-1 epoch 2/3"."""
+    progress = read_progress(run_dir)
+    return job_id if progress is None else f"{job_id} {progress.describe()}"
+
+
 class _Progress:
-    """A tqdm bar of jobs: done / running / left, failures, and tqdm's ETA."""
+    """A tqdm bar of jobs: done / running / left, failures, tqdm's ETA, and each running job's epoch. A ticker
+    thread re-reads the running runs' progress.json every POLL_SECONDS, so the epoch moves while a job trains in
+    this process (inprocess executor) or elsewhere (process pool, Ray)."""
 
     def __init__(self, total: int, done: int, name: str, enabled: bool = True) -> None:
         from tqdm.auto import tqdm
 
-        self.running: list[str] = []
+        self.running: dict[str, Path] = {}  # job id -> run dir
         self.counts = {"failed": 0, "blocked": 0}
         self.left = total - done
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
         self._bar = tqdm(total=total, initial=done, desc=name, unit="job", disable=not enabled, dynamic_ncols=True)
         self._show()
+        self._ticker = threading.Thread(target=self._tick, name="experiment-progress", daemon=True) if enabled else None
+        if self._ticker is not None:
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(POLL_SECONDS):
+            self._show()
 
     def _show(self) -> None:
-        postfix = {"running": len(self.running), "left": self.left}
-        postfix.update({k: v for k, v in self.counts.items() if v})
-        if self.running:
-            postfix["now"] = self.running[-1]
-        self._bar.set_postfix(postfix, refresh=True)
+        with self._lock:
+            postfix: dict[str, Any] = {"running": len(self.running), "left": self.left}
+            postfix.update({k: v for k, v in self.counts.items() if v})
+            if self.running:
+                postfix["now"] = ", ".join(describe_running(i, d) for i, d in self.running.items())
+            self._bar.set_postfix(postfix, refresh=True)
 
-    def started(self, job_id: str) -> None:
-        self.running.append(job_id)
+    def started(self, job_id: str, run_dir: Path) -> None:
+        with self._lock:
+            self.running[job_id] = run_dir
         self._show()
 
     def finished(self, job_id: str, state: str) -> None:
-        if job_id in self.running:
-            self.running.remove(job_id)
-        if state in self.counts:
-            self.counts[state] += 1
-        self.left -= 1
-        self._bar.update(1)
+        with self._lock:
+            self.running.pop(job_id, None)
+            if state in self.counts:
+                self.counts[state] += 1
+            self.left -= 1
+            self._bar.update(1)
         self._show()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
         self._bar.close()

@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.experiments.errors import ExperimentError, OutputDirLockedError, SpecMismatchError
+from adapterfusion.io.atomic import TEMP_SUFFIX, temp_prefix
 
 if TYPE_CHECKING:
     from adapterfusion.experiments.plan import Job
@@ -73,6 +75,18 @@ class JobRecord:
     @property
     def seconds(self) -> float | None:
         return None if self.started_at is None or self.finished_at is None else self.finished_at - self.started_at
+
+    def task_metrics(self) -> dict[str, dict[str, Any]]:
+        """Task -> a one-task metrics record (`metric_for_best`, `best`): the job's own metrics for a one-task job;
+        for a multi-task job (an MT-A metrics.json lists its `tasks`) one record per task, so tables have a cell
+        per task."""
+        if not self.metrics:
+            return {}
+        tasks = self.metrics.get("tasks")
+        if not isinstance(tasks, list):
+            return {self.task: self.metrics}
+        metric, best = self.metrics.get("metric_for_best") or {}, self.metrics.get("best") or {}
+        return {task: {"metric_for_best": metric.get(task), "best": best.get(task) or {}} for task in tasks}
 
 
 class ResultsStore:
@@ -251,16 +265,23 @@ class RunnerLock:
 
     def acquire(self) -> "RunnerLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                self._check_existing()
-                continue
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
+        # The lock appears with its content or not at all (a hard link of a finished temp file is atomic and fails
+        # if the lock exists), so a runner killed at any moment never leaves an empty lock nobody can judge.
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(self.path), suffix=TEMP_SUFFIX, dir=self.path.parent)
+        try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}, handle)
-            self._held = True
-            return self
+                json.dump(owner, handle)
+            for _ in range(3):
+                try:
+                    os.link(tmp, self.path)
+                except FileExistsError:
+                    self._check_existing()
+                    continue
+                self._held = True
+                return self
+        finally:
+            os.unlink(tmp)
         raise OutputDirLockedError(f"could not take the lock {self.path}; another runner keeps racing for it")
 
     def _check_existing(self) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.io.paths import path_part
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
@@ -64,7 +65,8 @@ class RunResult(RunFolder):
 
 
 def run_dir_for(output_dir: str | os.PathLike, task: str, setup: str, seed: int) -> Path:
-    return Path(output_dir) / task / setup / f"seed-{int(seed)}"
+    """`<output_dir>/<task>/<setup>/seed-<seed>`; task and setup must be plain names, so it stays inside output_dir."""
+    return Path(output_dir) / path_part(task, "task") / path_part(setup, "setup") / f"seed-{int(seed)}"
 
 
 def _git_sha() -> str | None:
@@ -136,7 +138,7 @@ def train(
         atomic_write_json(run_dir / "config.json", run_config)
 
     trainer, outcome = fit(model, spec, encoded["train"], encoded["validation"], tokenizer, config,
-                           run_dir / "checkpoints")
+                           run_dir / "checkpoints", progress_dir=run_dir)
     del trainer
     if not writes:
         return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,

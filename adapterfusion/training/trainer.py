@@ -20,15 +20,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback, TrainingArguments
 
+from adapterfusion.io.atomic import atomic_write_bytes
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.metrics import compute_metrics
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.progress import RunProgress, write_progress
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -65,6 +69,54 @@ class FusionStepCallback(TrainerCallback):
         self.model.set_fusion_step(state.global_step)
 
 
+class ProgressFileCallback(TrainerCallback):
+    """Writes the run's progress.json (training/progress.py) at each epoch's start and end, so a runner in another
+    process can show the running job's epoch."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def _write(self, state, epoch: int, phase: str) -> None:
+        if not state.is_world_process_zero:  # every rank of a distributed run is at the same place
+            return
+        write_progress(self.run_dir, RunProgress(epoch, max(1, int(state.num_train_epochs or 1)), state.global_step,
+                                                 state.max_steps, phase, time.time()))
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self._write(state, round(state.epoch or 0) + 1, "training")
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self._write(state, max(1, math.ceil((state.epoch or 0) - 1e-9)), "evaluating")  # max_steps may end it early
+
+
+def last_good_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
+    """The newest `checkpoint-<step>` in `checkpoint_dir` whose saved weights are all finite: where to go back to
+    after a NaN/inf loss (a checkpoint saved after the weights blew up is no good)."""
+    steps = [(int(p.name.rpartition("-")[2]), p) for p in Path(checkpoint_dir).glob("checkpoint-*")
+             if p.name.rpartition("-")[2].isdigit()]
+    for _, checkpoint in sorted(steps, reverse=True):
+        try:
+            tensors = load_file(str(checkpoint / TRAINABLE_FILE))
+        except (OSError, SafetensorError):
+            continue
+        if all(torch.isfinite(t).all() for t in tensors.values()):
+            return checkpoint
+    return None
+
+
+def non_finite_loss_message(loss: float, task_loss: float | None, state, args: TrainingArguments) -> str:
+    """Why the run stopped, where, the likely causes and what is left to go back to."""
+    epochs = "" if state.epoch is None else f"{state.epoch:.2f} epochs done; "
+    fp16 = " (fp16 is on: try bf16=True or fp16=False)" if args.fp16 else ""
+    good = last_good_checkpoint(args.output_dir)
+    kept = (f"The last good checkpoint is {good} and is kept" if good is not None else
+            f"No checkpoint was saved before this step (they are saved at the end of each epoch in {args.output_dir})")
+    return (f"training stopped: the loss became {loss} in training step {state.global_step + 1} ({epochs}task loss "
+            f"{task_loss}). "
+            f"Likely causes: learning_rate={args.learning_rate:g} too high, fp16 overflow{fp16}, or a bad batch. "
+            f"{kept}; no metrics.json or trained pieces were written for this run.")
+
+
 class AdaptedTrainer(Trainer):
     """transformers.Trainer for AdaptedModel (see the module docstring for what it changes)."""
 
@@ -74,11 +126,8 @@ class AdaptedTrainer(Trainer):
         if loss is None:
             raise TrainingError("the model returned no loss: the batch has no 'labels' or no head is active")
         if not torch.isfinite(loss.detach()).all():
-            raise TrainingError(
-                f"loss is {loss.item()} at step {self.state.global_step} (task loss "
-                f"{None if outputs.task_loss is None else outputs.task_loss.item()}); lower learning_rate, "
-                "turn fp16 off or check the data"
-            )
+            task_loss = None if outputs.task_loss is None else outputs.task_loss.item()
+            raise TrainingError(non_finite_loss_message(loss.item(), task_loss, self.state, self.args))
         return (loss, outputs) if return_outputs else loss
 
     def create_optimizer(self, model=None):
@@ -106,7 +155,8 @@ class AdaptedTrainer(Trainer):
             return
         os.makedirs(output_dir, exist_ok=True)
         tensors = {name: p.detach().cpu().contiguous() for name, p in self.model.named_parameters() if p.requires_grad}
-        save_file(tensors, os.path.join(output_dir, TRAINABLE_FILE), metadata={"format": "pt"})
+        weights = safetensors_bytes(tensors, metadata={"format": "pt"})
+        atomic_write_bytes(os.path.join(output_dir, TRAINABLE_FILE), weights)  # a kill never leaves half a checkpoint
         torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
 
     def _restore(self, checkpoint: str | os.PathLike) -> None:
@@ -196,10 +246,13 @@ def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
 
 
 def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
-        checkpoint_dir: Path) -> tuple[AdaptedTrainer, TrainingOutcome]:
-    """Train the model's trainable parameters; at the end the best checkpoint's weights are in the model."""
+        checkpoint_dir: Path, progress_dir: Path | None = None) -> tuple[AdaptedTrainer, TrainingOutcome]:
+    """Train the model's trainable parameters; at the end the best checkpoint's weights are in the model.
+    With `progress_dir`, its progress.json follows the epochs."""
     metric = resolve_metric(task, config)
     callbacks: list[TrainerCallback] = [FusionStepCallback(model)]
+    if progress_dir is not None:
+        callbacks.append(ProgressFileCallback(progress_dir))
     if config.patience is not None:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.patience))
     trainer = AdaptedTrainer(

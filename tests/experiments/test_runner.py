@@ -18,9 +18,15 @@ from adapterfusion.experiments import (
     ResultsStore,
     RunnerLock,
     SpecMismatchError,
+    load_spec,
+    plan_jobs,
     run_experiment,
 )
+from adapterfusion.experiments import runner
+from adapterfusion.experiments.report import build_report
+from adapterfusion.experiments.runner import describe_running
 from adapterfusion.training import AdapterStore
+from adapterfusion.training.progress import RunProgress, read_progress, write_progress
 from experiment_fixtures import data_dir, tiny_encoder_dir, tiny_experiment  # noqa: F401 (pytest fixtures)
 
 
@@ -71,7 +77,10 @@ def _done(db: Path) -> dict[str, tuple]:
     if not db.is_file():
         return {}
     with sqlite3.connect(db, timeout=30) as connection:
-        return {row[0]: row[1:] for row in connection.execute("SELECT id, finished_at, metrics FROM jobs WHERE state = 'done'")}
+        try:
+            return {row[0]: row[1:] for row in connection.execute("SELECT id, finished_at, metrics FROM jobs WHERE state = 'done'")}
+        except sqlite3.OperationalError:  # the runner has created the file but not yet its tables
+            return {}
 
 
 def test_kill_9_mid_run_then_resume_redoes_only_unfinished_jobs(tmp_path, tiny_encoder_dir, data_dir):
@@ -129,3 +138,77 @@ def test_a_failed_job_blocks_only_its_dependents_and_is_retried_next_run(tmp_pat
     retry = _ScriptedExecutor(fail=set())
     summary = run_experiment(spec, executor=retry, progress=False)
     assert summary.ok and retry.submitted == ["st-a-rf16/rte/seed-1", "fusion-st-a/rte/seed-1", "fusion-st-a/sst2/seed-1"]
+
+
+def test_mt_a_then_fusion_mt_a_end_to_end_reported_per_task_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir,
+                                                                                capsys):
+    out = tmp_path / "out"
+    experiment = tiny_experiment(tiny_encoder_dir, out, setups=["head", {"name": "mt-a", "max_steps": 6}, "fusion-mt-a"])
+    summary = run_experiment(experiment, progress=False)
+    assert summary.ok and summary.ran == ["mt-a/all/seed-1", "head/rte/seed-1", "head/sst2/seed-1",
+                                          "fusion-mt-a/rte/seed-1", "fusion-mt-a/sst2/seed-1"], summary
+    with ResultsStore(out, readonly=True) as store:
+        records = {r.id: r for r in store.jobs()}
+    mt = records["mt-a/all/seed-1"]
+    assert (mt.task, mt.setup) == ("all", "mt-a") and Path(mt.run_dir) == out / "runs/mt-a/mt-a/mt-a/seed-1"
+    per_task = mt.task_metrics()
+    assert sorted(per_task) == ["rte", "sst2"]
+    assert all(m["metric_for_best"] == "accuracy" and 0 <= m["best"]["accuracy"] <= 1 for m in per_task.values())
+    assert "train_multitask(['rte', 'sst2']" in (Path(mt.run_dir) / "job.log").read_text()
+    # 2 x 16 training examples, batch 8: 4 steps per epoch, so max_steps 6 plans 2 epochs.
+    assert read_progress(mt.run_dir).describe() == "epoch 2/2 eval"
+    for task in ("rte", "sst2"):
+        fusion = records[f"fusion-mt-a/{task}/seed-1"]
+        assert fusion.depends_on == ("mt-a/all/seed-1",) and fusion.started_at >= mt.finished_at
+        config = json.loads((Path(fusion.run_dir) / "config.json").read_text())
+        assert Path(config["encoder"]) == Path(mt.run_dir) / "encoder"  # fused on the encoder MT-A fine-tuned
+        assert AdapterStore(out / "adapters" / "mt-a").has(str(tiny_encoder_dir), task, "mt-a", 1)
+    assert read_progress(records["head/rte/seed-1"].run_dir).describe() == "epoch 1/1 eval"
+
+    report = build_report(out)
+    table1 = report.table("table1")
+    assert table1.columns == ("head", "mt-a", "fusion-mt-a")
+    for task in ("rte", "sst2"):
+        assert table1.cell(task, "mt-a").value == pytest.approx(100 * per_task[task]["best"]["accuracy"])
+        fused = records[f"fusion-mt-a/{task}/seed-1"].metrics
+        assert table1.cell(task, "fusion-mt-a").value == pytest.approx(100 * fused["best"]["accuracy"])
+    assert report.table("table2").columns == ("fusion-mt-a vs mt-a",)
+    assert "| rte | " in (out / "report" / "tables.md").read_text()
+
+    again = run_experiment(experiment, progress=False)
+    assert again.ran == [] and len(again.skipped) == 5
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "mt-a/all/seed-1" in table and "rte accuracy=" in table and "sst2 accuracy=" in table and "5 done" in table
+
+
+def test_the_progress_display_shows_each_running_jobs_epoch_as_it_moves(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    assert describe_running("st-a-rf16/rte/seed-1", run_dir) == "st-a-rf16/rte/seed-1"  # nothing written yet
+    monkeypatch.setattr(runner, "POLL_SECONDS", 0.02)
+    display = runner._Progress(total=3, done=1, name="x")
+    try:
+        display.started("st-a-rf16/rte/seed-1", run_dir)
+        write_progress(run_dir, RunProgress(epoch=2, epochs=3))
+        deadline = time.time() + 10
+        while "epoch 2/3" not in display._bar.postfix and time.time() < deadline:
+            time.sleep(0.02)
+        assert "now=st-a-rf16/rte/seed-1 epoch 2/3" in display._bar.postfix and "running=1" in display._bar.postfix
+        display.finished("st-a-rf16/rte/seed-1", "done")
+        assert "now" not in display._bar.postfix and "left=1" in display._bar.postfix
+    finally:
+        display.close()
+    assert not display._ticker.is_alive()
+
+
+def test_status_shows_a_running_jobs_epoch(tmp_path, tiny_encoder_dir, capsys):
+    spec = load_spec(tiny_experiment(tiny_encoder_dir, tmp_path / "out", setups=["head"], tasks=["rte"]))
+    jobs = plan_jobs(spec)
+    with ResultsStore(tmp_path / "out") as store:
+        store.bind(spec, jobs)
+        store.mark_running(jobs[0].id, str(tmp_path / "run"))
+    write_progress(tmp_path / "run", RunProgress(epoch=1, epochs=4, phase="evaluating"))
+    capsys.readouterr()
+    assert main(["status", str(tmp_path / "out")]) == 0
+    assert "head/rte/seed-1  running" in (out := capsys.readouterr().out) and "epoch 1/4 eval" in out
