@@ -251,8 +251,17 @@ def _score_table(report: Report, table_id: str, title: str, columns: Sequence[st
         for task in report.tasks:
             cells[(task, column)] = _score_cell(by_task.get(task, []))
         cells[("mean", column)] = _mean_cell(report.task_means(column), report.tasks)
+    rows: tuple[str, ...] = (*report.tasks, "mean")
+    # Columns that ran on different tasks (a setup entry's `tasks`) get a comparable mean over the tasks they share.
+    with_results = [column for column in columns if report.task_means(column)]
+    shared = [t for t in report.tasks if all(t in report.task_means(c) for c in with_results)]
+    if shared and any(len(report.task_means(c)) > len(shared) for c in with_results):
+        shared_row = f"mean ({', '.join(shared)})"
+        for column in columns:
+            cells[(shared_row, column)] = _mean_cell(report.task_means(column), shared)
+        rows = (*rows, shared_row)
     marks = {task: CARVED_MARK for task in report.tasks if task in report.carved}
-    return Table(table_id, title, (*report.tasks, "mean"), tuple(columns), cells, marks, tuple(notes))
+    return Table(table_id, title, rows, tuple(columns), cells, marks, tuple(notes))
 
 
 def _score_notes(report: Report) -> list[str]:

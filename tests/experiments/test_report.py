@@ -145,6 +145,13 @@ def test_missing_cells_and_partial_means(tmp_path):
     assert table.cell("cb", "full").text == MISSING and table.cell("cb", "full").value is None
     assert table.cell("rte", "head").text == f"{55.0:.2f}" and table.cell("rte", "head").std is None
     assert table.cell("mean", "full").text.endswith("(2/3 tasks)")
+    # Columns cover different tasks, so a comparable mean over the tasks all of them have is added.
+    assert table.rows[-1] == "mean (rte, mrpc)"
+    seeds_done = {("head", "rte"): 1}  # head/rte has only seed 1
+    for variant in ("head", "full", "st-a-rf16", "fusion-st-a"):
+        per_task = [statistics.mean(SCORES[(variant, t)][:seeds_done.get((variant, t), 3)]) * 100 for t in ("rte", "mrpc")]
+        assert table.cell("mean (rte, mrpc)", variant).value == pytest.approx(statistics.mean(per_task))
+    assert "mean (rte, mrpc)" not in build_report(_fake_experiment(tmp_path / "full")).table("table1").rows
 
 
 def test_table3_compares_reduction_factors(tmp_path):
