@@ -9,7 +9,7 @@ import pytest
 
 from adapterfusion.demo import DEMO_TASKS, demo_data_dir
 from adapterfusion.experiments.plan import job_id, plan_jobs
-from adapterfusion.experiments.spec import MULTITASK_FUSION, MULTITASK_OPTIONS, load_spec
+from adapterfusion.experiments.spec import load_spec
 from adapterfusion.tasks.loading import load_task_data
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,10 +39,11 @@ def test_the_example_validates_and_points_at_the_shipped_pack(spec) -> None:
     assert Path(spec.data_dir) == demo_data_dir()
     assert Path(spec.output_dir) == ROOT / "examples" / "results" / "paper-small"
     assert spec.tasks == TASKS == DEMO_TASKS
-    assert [v.id for v in spec.variants] == ["head", "full", "st-a-rf16", "fusion-st-a"]
+    assert [v.id for v in spec.variants] == ["head", "full", "st-a-rf16", "fusion-st-a", "mt-a", "fusion-mt-a"]
     assert spec.variant("st-a-rf16").options["reduction_factor"] == 16
     assert spec.variant("fusion-st-a").adapter_variant == "st-a-rf16"
-    assert not {v.setup for v in spec.variants} & {*MULTITASK_OPTIONS, MULTITASK_FUSION}  # its committed results have none
+    assert spec.variant("fusion-mt-a").adapter_variant == "mt-a"
+    assert spec.variant("fusion-mt-a").tasks == ("rte", "cb")
     assert len(spec.seeds) >= 2
     for target in ("rte", "cb"):
         assert set(spec.fusion[target]) == set(TASKS)
@@ -50,8 +51,8 @@ def test_the_example_validates_and_points_at_the_shipped_pack(spec) -> None:
 
 def test_the_example_plans_every_job_with_its_dependencies(spec) -> None:
     jobs = plan_jobs(spec)
-    # head, full, st-a for every task and seed, and one fusion per task and seed (the spec gives every task one).
-    assert len(jobs) == len(spec.seeds) * len(TASKS) * 4
+    # head, full, st-a and fusion-st-a for every task and seed; per seed one mt-a run and fusion-mt-a on rte and cb.
+    assert len(jobs) == len(spec.seeds) * (len(TASKS) * 4 + 1 + 2)
     ids = [job.id for job in jobs]
     assert len(set(ids)) == len(ids)
     position = {job_id_: i for i, job_id_ in enumerate(ids)}
@@ -63,7 +64,10 @@ def test_the_example_plans_every_job_with_its_dependencies(spec) -> None:
         assert all(position[dep] < position[job.id] for dep in job.depends_on)
         assert job.options["adapter_seed"] == job.seed
     for job in jobs:
-        if job.variant != "fusion-st-a":
+        if job.variant == "fusion-mt-a":
+            assert job.depends_on == (job_id("mt-a", "all", job.seed),)
+            assert position[job.depends_on[0]] < position[job.id]
+        elif job.variant != "fusion-st-a":
             assert job.depends_on == ()
 
 
