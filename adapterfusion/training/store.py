@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -116,9 +117,11 @@ class AdapterStore:
         return final
 
     def load_into(self, model: "AdaptedModel", task: str, setup: str, seed: int, encoder: str | None = None,
-                  name: str | None = None, head: bool = False, overwrite: bool = False) -> str:
+                  name: str | None = None, head: bool = False, overwrite: bool = False,
+                  labels: Sequence[str] | None = None) -> str:
         """Load the stored adapter (as `name`, default the task) and, with head=True, its head under the same name.
-        `encoder` defaults to the path the model was loaded from."""
+        `encoder` defaults to the path the model was loaded from; with `labels` (the task's label names) a head
+        saved for another label set is refused, as in AdaptedModel.load_head."""
         encoder = encoder if encoder is not None else model.fingerprint.name_or_path
         entry = self.path(encoder, task, setup, seed)
         if not (entry / ENTRY_FILE).is_file():
@@ -128,5 +131,5 @@ class AdapterStore:
             )
         loaded = model.load_adapter(entry / "adapter", name=name or task, overwrite=overwrite)
         if head:
-            model.load_head(entry / "head", name=loaded, overwrite=overwrite)
+            model.load_head(entry / "head", name=loaded, overwrite=overwrite, labels=labels)
         return loaded

@@ -7,6 +7,8 @@ from safetensors.torch import load_file
 from transformers import TrainingArguments
 
 import adapterfusion as af
+from adapterfusion.errors import IncompatibleModelError
+from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.training import (
     AdaptedTrainer,
     AdapterStore,
@@ -47,6 +49,11 @@ def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
     assert {p: p.read_bytes() for p in rte.rglob("*") if p.is_file()} == before
     assert not [p for p in store.root.rglob("*.tmp")]
     assert store.load_into(fresh_model(tiny_encoder_dir), "cb", "st-a", 1, head=True) == "cb"
+    rte_labels = resolve_task("rte").label_names
+    assert store.load_into(fresh_model(tiny_encoder_dir), "rte", "st-a", 1, head=True, labels=rte_labels) == "rte"
+    with pytest.raises(IncompatibleModelError, match="labels"):
+        store.load_into(fresh_model(tiny_encoder_dir), "rte", "st-a", 1, head=True,
+                        labels=("entailment", "neutral", "contradiction"))
     with pytest.raises(TrainingError, match="train it first"):
         store.load_into(fresh_model(tiny_encoder_dir), "mnli", "st-a", 1)
 
