@@ -172,7 +172,6 @@ def _training_overrides(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
-
 def _print_result(result) -> None:
     from adapterfusion.training.trainer import is_main_process
 

@@ -246,19 +246,20 @@ def _mean_cell(task_means: dict[str, float], tasks: Sequence[str]) -> Cell:
 
 def _score_table(report: Report, table_id: str, title: str, columns: Sequence[str], notes: Sequence[str]) -> Table:
     cells: dict[tuple[str, str], Cell] = {}
+    means = {column: report.task_means(column) for column in columns}
     for column in columns:
         by_task = report.scores.get(column, {})
         for task in report.tasks:
             cells[(task, column)] = _score_cell(by_task.get(task, []))
-        cells[("mean", column)] = _mean_cell(report.task_means(column), report.tasks)
+        cells[("mean", column)] = _mean_cell(means[column], report.tasks)
     rows: tuple[str, ...] = (*report.tasks, "mean")
     # Columns that ran on different tasks (a setup entry's `tasks`) get a comparable mean over the tasks they share.
-    with_results = [column for column in columns if report.task_means(column)]
-    shared = [t for t in report.tasks if all(t in report.task_means(c) for c in with_results)]
-    if shared and any(len(report.task_means(c)) > len(shared) for c in with_results):
+    with_results = [column for column in columns if means[column]]
+    shared = [t for t in report.tasks if all(t in means[c] for c in with_results)]
+    if shared and any(len(means[c]) > len(shared) for c in with_results):
         shared_row = f"mean ({', '.join(shared)})"
         for column in columns:
-            cells[(shared_row, column)] = _mean_cell(report.task_means(column), shared)
+            cells[(shared_row, column)] = _mean_cell(means[column], shared)
         rows = (*rows, shared_row)
     marks = {task: CARVED_MARK for task in report.tasks if task in report.carved}
     return Table(table_id, title, rows, tuple(columns), cells, marks, tuple(notes))
