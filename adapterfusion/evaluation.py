@@ -18,7 +18,7 @@ from adapterfusion.errors import ConfigError
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
-from adapterfusion.tasks.metrics import compute_metrics
+from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import ROLES, TaskSpec
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def predict(model: "AdaptedModel", batches: Iterable[Mapping[str, torch.Tensor]]
 
 def score(task: TaskSpec, predictions: Predictions) -> dict[str, float]:
     """The task's metrics of `predictions`, plus "loss"."""
-    metrics = compute_metrics(task, predictions.logits, predictions.labels)
+    metrics = dev_metrics(task, predictions.logits, predictions.labels)
     return {**metrics, "loss": predictions.loss} if predictions.loss is not None else metrics
 
 

@@ -45,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion._validation import check_name
-from adapterfusion.errors import ConfigError
+from adapterfusion.defaults import default_encoder_path
+from adapterfusion.errors import ConfigError, DefaultModelMissingError
+from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.tasks.registry import list_tasks
 from adapterfusion.tasks.spec import ROLES, suggest
@@ -63,7 +65,7 @@ DEFAULT_REDUCTION_FACTOR = 16
 _OWNED = {"seed": "seeds", "sources": "fusion", "adapter_seed": "seeds"}
 # MT-A trains all its tasks in one run (train_multitask: one job per seed, plan.MULTITASK_KIND), with these options;
 # fusion-mt-a fuses that run's adapters on the encoder it fine-tuned.
-MULTITASK_OPTIONS = {MT_A: {"reduction_factor": DEFAULT_REDUCTION_FACTOR}}
+MULTITASK_OPTIONS = {MT_A: {"reduction_factor": DEFAULT_REDUCTION_FACTOR, "pooling": None}}
 MULTITASK_FUSION = "fusion-mt-a"
 _TRAINING_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f.name != "seed")
 
@@ -321,7 +323,7 @@ def _setup_entries(raw: Any, global_training: dict[str, Any], tasks: tuple[str, 
             raise _fail(f"{path}.name", f"unknown setup {name!r}.{suggest(str(name), setups)} Known setups: {', '.join(setups)}")
         recipe = get_setup(name)
         multitask = name in MULTITASK_OPTIONS
-        defaults = MULTITASK_OPTIONS[name] if multitask else recipe.options
+        defaults = _setup_option_defaults(name)
         options = [o for o in defaults if o not in _OWNED]
         has_rf = "reduction_factor" in defaults and not multitask  # one multi-task run per seed: no rf variants
         fusion = "sources" in recipe.options
@@ -444,6 +446,32 @@ def _task_training(raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVar
     return out
 
 
+def _resolve_poolings(variants: Sequence[SetupVariant], entries: Sequence[tuple[int, SetupVariant, Any]],
+                      encoder: str | None) -> list[SetupVariant]:
+    """Every variant with a `pooling` option gets it spelled out (the entry's, else the encoder's own: mean for the
+    shipped MiniLM, see heads/pooling.py), so job hashes and the saved spec say which pooling each run used."""
+    if encoder is None:
+        try:
+            encoder = str(default_encoder_path())
+        except DefaultModelMissingError:
+            encoder = None
+    out = []
+    for variant, (i, _, _) in zip(variants, entries):
+        if "pooling" not in variant.options and "pooling" not in _setup_option_defaults(variant.setup):
+            out.append(variant)
+            continue
+        try:
+            pooling = resolve_pooling(variant.options.get("pooling"), encoder)
+        except ConfigError as err:
+            raise _fail(f"setups[{i}].pooling", str(err)) from None
+        out.append(dataclasses.replace(variant, options={**variant.options, "pooling": pooling}))
+    return out
+
+
+def _setup_option_defaults(setup: str) -> Mapping[str, Any]:
+    return MULTITASK_OPTIONS[setup] if setup in MULTITASK_OPTIONS else get_setup(setup).options
+
+
 def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     if not isinstance(data, Mapping):
         raise _fail("", f"an experiment file must hold a mapping of keys ({', '.join(TOP_LEVEL_KEYS)}), got {type(data).__name__}")
@@ -490,9 +518,11 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         raise _fail("setups", f"two fusion entries would both be called {dup!r}; give one of them an 'id'")
     output_dir = _resolve_path(data.get("output_dir", f"outputs/{name}"), "output_dir", base_dir)
     task_training = _task_training(data.get("task_training"), tasks, variants)
+    encoder = _encoder(data.get("encoder"), base_dir)
+    variants = _resolve_poolings(variants, entries, encoder)
     return ExperimentSpec(
         name=name, description=description, tasks=tasks, variants=tuple(variants),
-        seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))), encoder=_encoder(data.get("encoder"), base_dir),
+        seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))), encoder=encoder,
         fusion=_fusion(data.get("fusion"), tasks, any(v.is_fusion for v in variants)),
         data_dir=_resolve_path(data.get("data_dir"), "data_dir", base_dir), output_dir=output_dir,
         max_examples=_max_examples(data.get("max_examples")), source=source, task_training=task_training,

@@ -24,8 +24,10 @@ class PredictionHead(nn.Module):
         self.layers = nn.Sequential(*blocks)
 
     def pool(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        if self.config.pooling == "cls" or attention_mask is None:
+        if self.config.pooling == "cls":
             return hidden_states[:, 0]
+        if attention_mask is None:  # every position is a real token
+            return hidden_states.mean(dim=1)
         mask = attention_mask.unsqueeze(-1).to(hidden_states.dtype)
         return (hidden_states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 

@@ -76,6 +76,16 @@ _METRICS: dict[str, Callable[[TaskSpec, np.ndarray, np.ndarray], float]] = {
 }
 
 
+def top_prediction_share(predictions) -> float:
+    """Share of the predictions that go to the most often predicted id (class, or choice position for multiple
+    choice): 1.0 means a constant predictor, whatever its accuracy happens to be."""
+    preds = np.asarray(predictions)
+    preds = (preds.argmax(axis=-1) if preds.ndim == 2 else preds).reshape(-1)
+    if preds.size == 0:
+        raise TaskError("no predictions to summarise; the evaluation split is empty.")
+    return float(np.unique(preds, return_counts=True)[1].max() / preds.size)
+
+
 def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, float]:
     """The task's metrics (e.g. {"accuracy": .., "f1": ..} for MRPC), from predicted ids or logits."""
     spec = resolve_task(task)
@@ -87,3 +97,24 @@ def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, floa
             "not raw labels."
         )
     return {name: _METRICS[name](spec, preds, gold) for name in spec.metrics}
+
+
+TOP_PREDICTION_SHARE = "top_prediction_share"
+CONSTANT_PREDICTOR_SHARE = 1.0  # every dev prediction the same id: the run learnt nothing input-dependent
+
+
+def dev_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, float]:
+    """What training and evaluation record on a dev set: the task's metrics plus `top_prediction_share`, so a run
+    that collapsed to a constant predictor is visible next to its accuracy."""
+    return {**compute_metrics(task, predictions, labels), TOP_PREDICTION_SHARE: top_prediction_share(predictions)}
+
+
+def collapse_warning(metrics: dict[str, float], num_examples: int | None = None) -> str | None:
+    """A warning when the metrics say every dev prediction was the same class, else None."""
+    share = metrics.get(TOP_PREDICTION_SHARE)
+    if share is None or share < CONSTANT_PREDICTOR_SHARE:
+        return None
+    where = f" on all {num_examples} dev examples" if num_examples else ""
+    return (f"constant predictor: the model predicts the same class{where}, so its accuracy is the share of that "
+            "class and says nothing about the task; train longer, check the learning rate and the head's pooling "
+            "(docs/fidelity.md)")

@@ -10,7 +10,7 @@ and `train_multitask()` for MT-A (all tasks in one run, annealed task sampling; 
 """
 from adapterfusion.training.api import RunResult, run_dir_for, train
 from adapterfusion.training.config import TrainingConfig
-from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.multitask import MultiTaskResult, train_multitask
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler, annealed_alpha, sampling_probabilities
 from adapterfusion.training.setups import (
@@ -29,6 +29,6 @@ from adapterfusion.training.trainer import AdaptedTrainer, FusionStepCallback, f
 __all__ = [
     "SETUPS", "AdaptedTrainer", "AdapterStore", "AnnealedSchedule", "FusionStepCallback", "MultiTaskResult",
     "RunResult", "TaskSampler", "annealed_alpha", "sampling_probabilities", "train_multitask", "Setup", "SetupContext",
-    "SetupPlan", "TrainingConfig", "TrainingError", "encoder_key", "fusion_value_parameters", "get_setup",
+    "RunQualityWarning", "SetupPlan", "TrainingConfig", "TrainingError", "encoder_key", "fusion_value_parameters", "get_setup",
     "head_config_for", "list_setups", "parameter_groups", "register_setup", "run_dir_for", "train",
 ]

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +23,11 @@ from adapterfusion.io.paths import path_part
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
+from adapterfusion.tasks.metrics import collapse_warning
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.config import TrainingConfig
-from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, encoder_key
 from adapterfusion.training.trainer import fit, is_main_process
@@ -156,6 +158,7 @@ def train(
         "best": outcome.best_metrics, "epochs": outcome.epoch_metrics, "train_losses": outcome.train_losses,
         "train_seconds": outcome.train_seconds, "global_step": outcome.global_step,
         "stopped_early": outcome.stopped_early,
+        "warnings": run_warnings(outcome.best_metrics, len(encoded["validation"])),
         "parameters": {"trainable": sum(p.numel() for p in plan.trainable), "total": report.total,
                        "encoder": report.encoder_total,
                        "per_piece": [{"piece": r.piece, "kind": r.kind, "total": r.total, "trainable": r.trainable}
@@ -173,6 +176,14 @@ def train(
     return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
                      epoch_metrics=outcome.epoch_metrics, train_seconds=outcome.train_seconds,
                      wall_seconds=metrics["wall_seconds"], pieces=pieces, store_path=stored, model=model)
+
+
+def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> list[str]:
+    """What a user must know about a run's result (today: a constant predictor), also sent to the warnings module."""
+    found = [w for w in [collapse_warning(dict(best_metrics), num_dev_examples)] if w is not None]
+    for message in found:
+        warnings.warn(message, RunQualityWarning, stacklevel=3)
+    return found
 
 
 def _save_pieces(model, plan, tokenizer, run_dir: Path) -> dict[str, Path]:

@@ -45,11 +45,13 @@ import numpy as np
 import torch
 
 from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.errors import ConfigError
+from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
-from adapterfusion.tasks.metrics import compute_metrics
+from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.api import (
@@ -138,7 +140,7 @@ def _evaluate(model, names: list[str], specs: list[TaskSpec], dev_sets: list, co
                 labels.append(batch["labels"].cpu())
                 loss_sum += float(out.task_loss) * len(batch["labels"])
             gold = torch.cat(labels)
-            scores = compute_metrics(spec, torch.cat(logits).numpy(), gold.numpy())
+            scores = dev_metrics(spec, torch.cat(logits).numpy(), gold.numpy())
             results[spec.name] = {**scores, "loss": loss_sum / len(gold)}
     return results
 
@@ -178,10 +180,12 @@ def train_multitask(
     max_examples: int | Mapping[str, int] | None = None,
     reduction_factor: float = 16,
     schedule: AnnealedSchedule | None = None,
+    pooling: str | None = None,
 ) -> MultiTaskResult:
     """Train MT-A on `tasks` (see the module docstring). training_config: a TrainingConfig or overrides of
     TrainingConfig.for_setup("mt-a") (lr 1e-4); `epochs` counts MT-A epochs (sum of task sizes / batch size
-    steps); `metric_for_best`, if set, must be a metric of every task. max_examples applies to every task."""
+    steps); `metric_for_best`, if set, must be a metric of every task. max_examples applies to every task.
+    pooling: the heads' pooling (None: the encoder's own, see heads/pooling.py)."""
     import transformers
     from tqdm.auto import tqdm
     from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
@@ -201,6 +205,10 @@ def train_multitask(
     adapter_config = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
     schedule = schedule or AnnealedSchedule()
     encoder = str(encoder if encoder is not None else af.default_encoder_path())
+    try:
+        pooling = resolve_pooling(pooling, encoder)
+    except ConfigError as err:
+        raise TrainingError(str(err)) from None
     store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
     run_dir = run_dir_for(output_dir, MT_A, MT_A, seed)
     encoder_dir = run_dir / "encoder"
@@ -223,7 +231,7 @@ def train_multitask(
 
     model = af.wrap(AutoModel.from_pretrained(encoder))
     for name, spec in zip(names, specs):
-        model.add_head(name, head_config_for(spec))
+        model.add_head(name, head_config_for(spec, pooling))
         model.add_adapter(name, adapter_config)
     # One optimizer over the encoder and every task's adapter and head; a step's backward reaches only the
     # active task's pieces, and AdamW skips (and does not decay) parameters whose grad is None.
@@ -250,6 +258,7 @@ def train_multitask(
         "format_version": RUN_FORMAT_VERSION, "setup": MT_A, "tasks": [s.name for s in specs],
         "task_specs": [s.to_dict() for s in specs], "sizes": dict(zip([s.name for s in specs], sizes)),
         "seed": seed, "encoder": encoder, "encoder_key": encoder_key(encoder), "adapter": adapter_config.to_dict(),
+        "pooling": pooling,
         "sampling": {**schedule.to_dict(), "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
                      "epoch": "ceil(sum of task train sizes / (batch_size * grad_accumulation)) optimizer steps"},
         "metric_for_best": dict(zip([s.name for s in specs], metrics_for_best)),
@@ -403,5 +412,6 @@ def _mt_a_single(model, context: SetupContext) -> SetupPlan:
 
 register_setup(Setup(MT_A, _mt_a_single, {}, "multi-task adapters + jointly fine-tuned encoder (train_multitask)",
                      stores_adapter=True), overwrite=True)
-register_setup(Setup("fusion-mt-a", _fusion_mt_a, {"sources": (), "adapter_seed": None, "fusion_config": None},
+register_setup(Setup("fusion-mt-a", _fusion_mt_a,
+                     {"sources": (), "adapter_seed": None, "fusion_config": None, "pooling": None},
                      "AdapterFusion over MT-A adapters, on the MT-A encoder"), overwrite=True)

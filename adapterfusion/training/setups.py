@@ -27,7 +27,9 @@ from torch import nn
 from adapterfusion._validation import check_name
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.fusion.config import resolve_fusion_config
+from adapterfusion.errors import ConfigError
 from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleChoiceHead
+from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.injection.architectures import architecture_for, get_submodule
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.errors import TrainingError
@@ -100,11 +102,11 @@ def list_setups() -> list[str]:
     return list(SETUPS)
 
 
-def head_config_for(task: TaskSpec) -> HeadConfig:
+def head_config_for(task: TaskSpec, pooling: str = "cls") -> HeadConfig:
     """ClassificationHead for single/pair tasks, MultipleChoiceHead for multiple choice; labels from the task."""
     if task.is_multiple_choice:
-        return MultipleChoiceHead(num_labels=task.num_labels)
-    return ClassificationHead(num_labels=task.num_labels, labels=tuple(task.label_names))
+        return MultipleChoiceHead(num_labels=task.num_labels, pooling=pooling)
+    return ClassificationHead(num_labels=task.num_labels, labels=tuple(task.label_names), pooling=pooling)
 
 
 def piece_name(task: TaskSpec) -> str:
@@ -113,8 +115,14 @@ def piece_name(task: TaskSpec) -> str:
 
 
 def _add_head(model: "AdaptedModel", context: SetupContext) -> str:
+    """A fresh head for the task, pooling as the `pooling` option says (None: the encoder's own, see
+    heads/pooling.py)."""
     name = piece_name(context.task)
-    model.add_head(name, head_config_for(context.task), overwrite=True)
+    try:
+        pooling = resolve_pooling(context.options.get("pooling"), context.encoder)
+    except ConfigError as err:
+        raise TrainingError(str(err)) from None
+    model.add_head(name, head_config_for(context.task, pooling), overwrite=True)
     return name
 
 
@@ -202,16 +210,16 @@ def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
 
 
 for _setup in (
-    Setup("head", _head, {}, "frozen encoder, train the classifier only"),
-    Setup("full", _full, {}, "fine-tune the whole encoder and the head"),
-    Setup("st-a", _adapter_setup(AdapterConfig.pfeiffer), {"reduction_factor": 16},
+    Setup("head", _head, {"pooling": None}, "frozen encoder, train the classifier only"),
+    Setup("full", _full, {"pooling": None}, "fine-tune the whole encoder and the head"),
+    Setup("st-a", _adapter_setup(AdapterConfig.pfeiffer), {"reduction_factor": 16, "pooling": None},
           "single-task Pfeiffer adapter", stores_adapter=True),
-    Setup("st-a-houlsby", _adapter_setup(AdapterConfig.houlsby), {"reduction_factor": 16},
+    Setup("st-a-houlsby", _adapter_setup(AdapterConfig.houlsby), {"reduction_factor": 16, "pooling": None},
           "single-task Houlsby adapters", stores_adapter=True),
-    Setup("top-k", _top_k, {"k": 1}, "fine-tune the top k encoder layers and the head"),
-    Setup("layernorm-only", _layernorm_only, {}, "train the encoder's LayerNorm parameters and the head"),
+    Setup("top-k", _top_k, {"k": 1, "pooling": None}, "fine-tune the top k encoder layers and the head"),
+    Setup("layernorm-only", _layernorm_only, {"pooling": None}, "train the encoder's LayerNorm parameters and the head"),
     Setup("fusion-st-a", _fusion_st_a,
-          {"sources": (), "adapter_setup": "st-a", "adapter_seed": None, "fusion_config": None},
+          {"sources": (), "adapter_setup": "st-a", "adapter_seed": None, "fusion_config": None, "pooling": None},
           "AdapterFusion over stored ST-A adapters"),
 ):
     register_setup(_setup)

@@ -28,7 +28,7 @@ from transformers import EarlyStoppingCallback, Trainer, TrainerCallback, Traini
 
 from adapterfusion.io.atomic import atomic_write_bytes
 from adapterfusion.tasks.collator import TaskCollator
-from adapterfusion.tasks.metrics import compute_metrics
+from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
@@ -261,7 +261,7 @@ def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, toke
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         data_collator=TaskCollator(tokenizer),
-        compute_metrics=lambda prediction: compute_metrics(task, prediction.predictions, prediction.label_ids),
+        compute_metrics=lambda prediction: dev_metrics(task, prediction.predictions, prediction.label_ids),
         callbacks=callbacks,
     )
     start = time.perf_counter()

@@ -6,7 +6,8 @@ import pytest
 from adapterfusion.experiments import ExperimentSpec, ExperimentSpecError, Job, plan_jobs, topological_order
 
 # Job hashes of a small st-a + fusion-st-a spec as the runner recorded them before jobs had a `kind`.
-HASHES = {"st-a-rf16/rte/seed-1": "56458f37c46a8161", "fusion-st-a/rte/seed-1": "3de7c76bb0b4bc8c"}
+# Recorded when the head pooling became part of every job's options (the shipped MiniLM resolves to mean pooling).
+HASHES = {"st-a-rf16/rte/seed-1": "acfb9234625fc01a", "fusion-st-a/rte/seed-1": "3558cb645cf8c95a"}
 
 
 def test_ids_order_and_dependencies():
@@ -101,19 +102,19 @@ def test_mt_a_is_one_job_per_seed_and_fusion_mt_a_runs_on_its_encoder():
     by_id = {j.id: j for j in jobs}
     mt = by_id["mt-a/all/seed-2"]
     assert (mt.kind, mt.task, mt.setup, mt.store_variant, mt.depends_on) == ("multitask", "all", "mt-a", "mt-a", ())
-    assert mt.options == {"reduction_factor": 16, "tasks": ["rte", "cb"]}
+    assert mt.options == {"reduction_factor": 16, "pooling": "mean", "tasks": ["rte", "cb"]}  # the shipped MiniLM's
     assert mt.training == {"learning_rate": 3e-4}  # task_training is per task; the MT-A run has none of its own
     assert mt.run_dir("/o") == Path("/o/runs/mt-a/mt-a/mt-a/seed-2")  # where train_multitask writes its run
     fusion = by_id["fusion-mt-a/rte/seed-2"]
     assert fusion.kind == "single" and fusion.depends_on == ("mt-a/all/seed-2",)
-    assert fusion.options == {"sources": ["cb", "rte"], "adapter_seed": 2}
+    assert fusion.options == {"sources": ["cb", "rte"], "adapter_seed": 2, "pooling": "mean"}
     assert fusion.store_variant == "mt-a" and fusion.training == {"epochs": 4}
     assert fusion.encoder_dir("/o") == mt.run_dir("/o") / "encoder"
     assert by_id["head/rte/seed-1"].kind == "single" and by_id["head/rte/seed-1"].encoder_dir("/o") is None
     assert mt.config_hash(spec) != by_id["mt-a/all/seed-1"].config_hash(spec)
     changed = {j.id: j for j in plan_jobs(_multitask(setups=[{"name": "mt-a", "reduction_factor": 2}, "fusion-mt-a"],
                                                       fusion={"rte": ["cb", "sick"]}))}
-    assert changed["mt-a/all/seed-1"].options == {"reduction_factor": 2, "tasks": ["rte", "cb", "sick"]}
+    assert changed["mt-a/all/seed-1"].options == {"reduction_factor": 2, "pooling": "mean", "tasks": ["rte", "cb", "sick"]}
     assert changed["mt-a/all/seed-1"].config_hash(spec) != by_id["mt-a/all/seed-1"].config_hash(spec)
 
 
@@ -127,7 +128,22 @@ def test_fusion_mt_a_fuses_only_mt_a_tasks():
 
 
 def test_single_task_jobs_keep_their_config_hash():
-    """The committed results (examples/results/*) were recorded under these hashes; a change would re-run them."""
+    """Results on disk were recorded under these hashes; a change would re-run them, so it must be deliberate."""
     spec = ExperimentSpec.from_dict({"name": "x", "tasks": ["rte"], "seeds": [1], "output_dir": "/tmp/x",
                                      "setups": ["st-a", "fusion-st-a"], "training": {"max_steps": 2}})
     assert {j.id: j.config_hash(spec) for j in plan_jobs(spec)} == HASHES
+
+
+def test_pooling_is_spelled_out_and_part_of_the_job_hash():
+    """Unset pooling resolves to the encoder's own (mean for the shipped MiniLM), so an old run made with [CLS]
+    pooling is not mistaken for one made with mean pooling."""
+    def hashes(**entry):
+        spec = ExperimentSpec.from_dict({"name": "x", "tasks": ["rte"], "seeds": [1], "output_dir": "/tmp/x",
+                                         "setups": [{"name": "st-a", **entry}, {"name": "head", **entry}]})
+        assert all(v.options["pooling"] == entry.get("pooling", "mean") for v in spec.variants)
+        return {j.id: j.config_hash(spec) for j in plan_jobs(spec)}
+
+    assert hashes() == hashes(pooling="mean")
+    assert set(hashes().values()).isdisjoint(hashes(pooling="cls").values())
+    with pytest.raises(ExperimentSpecError, match=r"setups\[0\]\.pooling: pooling='max' is not supported"):
+        hashes(pooling="max")

@@ -46,7 +46,8 @@ def test_evaluate_run_reproduces_the_runs_dev_metrics(runs, setup):
     assert result["examples"] == SLICE["validation"] and result["batch_size"] == FAST["batch_size"]
     assert result["metrics"]["accuracy"] == recorded["accuracy"]
     assert result["metrics"]["loss"] == pytest.approx(recorded["loss"], abs=1e-5)
-    assert result["recorded"] == {"accuracy": recorded["accuracy"], "loss": recorded["loss"]}
+    assert result["metrics"]["top_prediction_share"] == recorded["top_prediction_share"]
+    assert result["recorded"] == {key: recorded[key] for key in ("accuracy", "loss", "top_prediction_share")}
 
 
 def test_rebuilt_run_has_the_runs_activation(runs):
