@@ -71,7 +71,22 @@ def run_dir_for(output_dir: str | os.PathLike, task: str, setup: str, seed: int)
     return Path(output_dir) / path_part(task, "task") / path_part(setup, "setup") / f"seed-{int(seed)}"
 
 
+def hardware_info() -> dict[str, Any]:
+    """Where a run ran, for its provenance: the accelerator (or CPU), thread and core counts, library versions."""
+    import platform
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "cuda": torch.version.cuda if cuda else None,
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
 def _git_sha() -> str | None:
+    """The commit of the library's checkout; ADAPTERFUSION_GIT_SHA when it runs from a copy without .git."""
+    if os.environ.get("ADAPTERFUSION_GIT_SHA"):
+        return os.environ["ADAPTERFUSION_GIT_SHA"]
     try:
         result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
                                 capture_output=True, text=True, timeout=5, check=False)
@@ -134,7 +149,7 @@ def train(
         "store": str(store.root.resolve()) if store is not None else None,  # where a fusion's adapters are reloaded from
         "training": config.to_dict(), "data": info.to_dict(), "truncation": truncation.to_dict(),
         "library_version": af.__version__, "transformers_version": transformers.__version__,
-        "git_sha": _git_sha(), "plan_notes": plan.notes,
+        "git_sha": _git_sha(), "hardware": hardware_info(), "plan_notes": plan.notes,
     }
     if writes:
         atomic_write_json(run_dir / "config.json", run_config)

@@ -58,6 +58,7 @@ from adapterfusion.training.api import (
     RUN_FORMAT_VERSION,
     RunFolder,
     _git_sha,
+    hardware_info,
     _jsonable,
     plain_encoder_state,
     run_dir_for,
@@ -265,6 +266,7 @@ def train_multitask(
         "selection": "best mean over tasks of each task's metric_for_best on its dev set",
         "training": config.to_dict(), "data": infos, "truncation": truncations,
         "library_version": af.__version__, "transformers_version": transformers.__version__, "git_sha": _git_sha(),
+        "hardware": hardware_info(),
     }
     atomic_write_json(run_dir / "config.json", _jsonable(run_config))
 
