@@ -90,7 +90,11 @@ def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> J
                    training, store_variant=variant.id if variant.is_stage1 else None)
     adapter = spec.variant(variant.adapter_variant)
     sources = spec.fusion[task]
-    missing = [s for s in sources if s not in spec.tasks or not adapter.runs_on(s)]
+    zoo = variant.options.get("zoo")
+    if zoo is not None:  # every source but the target from the zoo; the target's own adapter from this experiment
+        _check_zoo_sources(spec, [s for s in sources if s != task], zoo, f"fusion.{task}")
+    from_experiment = [task] if zoo is not None else list(sources)
+    missing = [s for s in from_experiment if s not in spec.tasks or not adapter.runs_on(s)]
     if missing:
         them = "it" if len(missing) == 1 else "them"
         raise ExperimentSpecError(
@@ -107,7 +111,21 @@ def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> J
                    depends_on=(multitask.id,), store_variant=adapter.id, encoder_run=encoder_run)
     options = {**variant.options, "sources": list(sources), "adapter_setup": adapter.setup, "adapter_seed": seed}
     return Job(job_id(variant.id, task, seed), variant.id, variant.setup, task, seed, options, training,
-               depends_on=tuple(job_id(adapter.id, s, seed) for s in sources), store_variant=adapter.id)
+               depends_on=tuple(job_id(adapter.id, s, seed) for s in from_experiment), store_variant=adapter.id)
+
+
+def _check_zoo_sources(spec: ExperimentSpec, sources: list[str], zoo: str, path: str) -> None:
+    """Each zoo source must have exactly one adapter in the zoo for the experiment's encoder."""
+    from adapterfusion.defaults import default_encoder_path
+    from adapterfusion.zoo import ZooError, resolve_zoo, zoo_seed
+
+    encoder = spec.encoder if spec.encoder is not None else str(default_encoder_path())
+    try:
+        store = resolve_zoo(zoo)
+        for source in sources:
+            zoo_seed(store, encoder, source)
+    except ZooError as err:
+        raise ExperimentSpecError(f"{path}: {err}") from None
 
 
 def plan_jobs(spec: ExperimentSpec) -> list[Job]:

@@ -56,13 +56,13 @@ from adapterfusion.training.multitask import MT_A
 from adapterfusion.training.setups import get_setup, list_setups
 
 SPEC_FORMAT_VERSION = 1
-TOP_LEVEL_KEYS = ("name", "description", "encoder", "tasks", "setups", "seeds", "fusion", "data_dir", "output_dir",
-                  "max_examples", "training", "task_training", "format_version")
+TOP_LEVEL_KEYS = ("name", "description", "encoder", "tasks", "setups", "seeds", "fusion", "zoo", "data_dir",
+                  "output_dir", "max_examples", "training", "task_training", "format_version")
 DEFAULT_SEEDS = (42,)
 DEFAULT_REDUCTION_FACTOR = 16
 # Per-run settings the experiment owns: the seed comes from `seeds`, the fusion's sources from `fusion`, and the
 # fused adapters' seed is the fusion run's own seed (so each seed is an independent replicate of both stages).
-_OWNED = {"seed": "seeds", "sources": "fusion", "adapter_seed": "seeds"}
+_OWNED = {"seed": "seeds", "sources": "fusion", "adapter_seed": "seeds", "zoo": "zoo"}
 # MT-A trains all its tasks in one run (train_multitask: one job per seed, plan.MULTITASK_KIND), with these options;
 # fusion-mt-a fuses that run's adapters on the encoder it fine-tuned.
 MULTITASK_OPTIONS = {MT_A: {"reduction_factor": DEFAULT_REDUCTION_FACTOR, "pooling": None}}
@@ -134,6 +134,7 @@ class ExperimentSpec:
     description: str = ""
     source: str | None = None  # the file it was read from, if any
     task_training: dict[str, dict[str, Any]] = field(default_factory=dict)
+    zoo: str | None = None  # 'shipped' or an AdapterStore folder: where fusions take every source but the target
 
     def job_training(self, variant: SetupVariant, task: str) -> dict[str, Any]:
         """The TrainingConfig overrides of one (variant, task) job: the variant's, then the task's (not for a
@@ -154,7 +155,8 @@ class ExperimentSpec:
                 "variants": [v.to_dict() for v in self.variants],
                 "fusion": {t: list(s) for t, s in self.fusion.items()}, "data_dir": self.data_dir,
                 "output_dir": self.output_dir, "max_examples": self.max_examples,
-                **({"task_training": self.task_training} if self.task_training else {})}
+                **({"task_training": self.task_training} if self.task_training else {}),
+                **({"zoo": self.zoo} if self.zoo is not None else {})}
 
     def spec_hash(self) -> str:
         """A digest of everything that decides results (not the output dir, the description or the file's path):
@@ -250,6 +252,22 @@ def _encoder(value: Any, base_dir: Path) -> str | None:
     local = Path(value).expanduser()
     local = local if local.is_absolute() else base_dir / local
     return str(local.resolve()) if local.exists() else value  # otherwise a Hub id
+
+
+def _zoo(value: Any, base_dir: Path) -> str | None:
+    """None, 'shipped' (the package's adapter zoo) or an AdapterStore folder (relative to the file)."""
+    from adapterfusion.zoo import SHIPPED
+
+    if value is None or value == SHIPPED:
+        return value
+    if not isinstance(value, str) or not value:
+        raise _fail("zoo", f"must be {SHIPPED!r} (the adapters shipped in the package) or an AdapterStore folder; got {value!r}")
+    folder = Path(value).expanduser()
+    folder = folder if folder.is_absolute() else (base_dir / folder).resolve()
+    if not folder.is_dir():
+        raise _fail("zoo", f"{str(folder)!r} is not a folder; give {SHIPPED!r} or the folder of an AdapterStore "
+                           "(e.g. <experiment output>/adapters/st-a-rf16)")
+    return str(folder)
 
 
 def _seeds(value: Any) -> tuple[int, ...]:
@@ -520,10 +538,16 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     task_training = _task_training(data.get("task_training"), tasks, variants)
     encoder = _encoder(data.get("encoder"), base_dir)
     variants = _resolve_poolings(variants, entries, encoder)
+    zoo = _zoo(data.get("zoo"), base_dir)
+    if zoo is not None:
+        if not any(v.setup == "fusion-st-a" for v in variants):
+            raise _fail("zoo", "given, but setups has no fusion-st-a entry to fuse the zoo's adapters")
+        variants = [dataclasses.replace(v, options={**v.options, "zoo": zoo}) if v.setup == "fusion-st-a" else v
+                    for v in variants]
     return ExperimentSpec(
         name=name, description=description, tasks=tasks, variants=tuple(variants),
         seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))), encoder=encoder,
         fusion=_fusion(data.get("fusion"), tasks, any(v.is_fusion for v in variants)),
         data_dir=_resolve_path(data.get("data_dir"), "data_dir", base_dir), output_dir=output_dir,
-        max_examples=_max_examples(data.get("max_examples")), source=source, task_training=task_training,
+        max_examples=_max_examples(data.get("max_examples")), source=source, task_training=task_training, zoo=zoo,
     )

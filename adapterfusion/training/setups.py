@@ -187,7 +187,9 @@ def _layernorm_only(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
 
 def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     """Stage 2: load the stored stage-1 adapters of `sources` (the target's own is always included), freeze
-    them and the encoder, and train a dynamic fusion plus a fresh head for the target task."""
+    them and the encoder, and train a dynamic fusion plus a fresh head for the target task. With option `zoo`
+    ('shipped' or an AdapterStore folder) every source but the target comes from that zoo; the target's own
+    adapter still comes from `store` with `adapter_seed`."""
     if context.store is None:
         raise TrainingError("fusion-st-a needs store=AdapterStore(...) holding the stage-1 adapters of its sources")
     sources: Sequence[str] = context.options["sources"]
@@ -197,16 +199,27 @@ def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     ordered = list(dict.fromkeys([*sources, target])) if target not in sources else list(dict.fromkeys(sources))
     adapter_seed = context.options["adapter_seed"]
     adapter_seed = context.seed if adapter_seed is None else adapter_seed
-    names = [context.store.load_into(model, task, context.options["adapter_setup"], adapter_seed,
-                                     encoder=context.encoder, name=task.replace(".", "_"))
-             for task in ordered]
+    zoo = context.options.get("zoo")
+    if zoo is not None:
+        from adapterfusion.zoo import ZOO_SETUP, resolve_zoo, zoo_seed  # zoo imports training.store: not at import time
+    names, notes = [], []
+    for task in ordered:
+        name = task.replace(".", "_")
+        if zoo is not None and task != target:  # a pretrained source: the zoo's one adapter for it
+            store = resolve_zoo(zoo)
+            seed = zoo_seed(store, context.encoder, task)
+            names.append(store.load_into(model, task, ZOO_SETUP, seed, encoder=context.encoder, name=name))
+            notes.append(f"{task}: zoo {zoo} ({ZOO_SETUP}, seed {seed})")
+        else:
+            names.append(context.store.load_into(model, task, context.options["adapter_setup"], adapter_seed,
+                                                 encoder=context.encoder, name=name))
+            notes.append(f"{task}: the run's store ({context.options['adapter_setup']}, seed {adapter_seed})")
     head = _add_head(model, context)
     fusion = f"fusion_{head}"
     model.add_fusion(fusion, names, resolve_fusion_config(context.options["fusion_config"] or "dynamic"))
     model.train_fusion(fusion, head=head)
     return SetupPlan(head=head, trainable=model.fusion_parameters(fusion) + list(model.heads[head].parameters()),
-                     fusion=fusion, adapters=tuple(names),
-                     notes=[f"fused adapters {names} from the store ({context.options['adapter_setup']}, seed {adapter_seed})"])
+                     fusion=fusion, adapters=tuple(names), notes=[f"fused adapters {names}", *notes])
 
 
 for _setup in (
@@ -219,7 +232,8 @@ for _setup in (
     Setup("top-k", _top_k, {"k": 1, "pooling": None}, "fine-tune the top k encoder layers and the head"),
     Setup("layernorm-only", _layernorm_only, {"pooling": None}, "train the encoder's LayerNorm parameters and the head"),
     Setup("fusion-st-a", _fusion_st_a,
-          {"sources": (), "adapter_setup": "st-a", "adapter_seed": None, "fusion_config": None, "pooling": None},
+          {"sources": (), "adapter_setup": "st-a", "adapter_seed": None, "fusion_config": None, "pooling": None,
+           "zoo": None},
           "AdapterFusion over stored ST-A adapters"),
 ):
     register_setup(_setup)

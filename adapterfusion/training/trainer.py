@@ -202,8 +202,33 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+LENGTH_COLUMN = "length"
+
+
+def _length_grouping(enabled: bool) -> dict[str, Any]:
+    """The TrainingArguments keywords for length-grouped batches: `train_sampling_strategy` since transformers 5.x,
+    `group_by_length` before."""
+    import inspect
+
+    parameters = inspect.signature(TrainingArguments).parameters
+    if not enabled:
+        return {}
+    if "train_sampling_strategy" in parameters:
+        return {"train_sampling_strategy": "group_by_length", "length_column_name": LENGTH_COLUMN}
+    return {"group_by_length": True, "length_column_name": LENGTH_COLUMN}
+
+
+def with_lengths(dataset):
+    """`dataset` with a length column (tokens of the longest sequence of each example, choices included)."""
+    def longest(ids) -> int:
+        return max(len(s) for s in ids) if ids and isinstance(ids[0], list) else len(ids)
+
+    return dataset.add_column(LENGTH_COLUMN, [longest(ids) for ids in dataset["input_ids"]])
+
+
 def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) -> TrainingArguments:
     return TrainingArguments(
+        **_length_grouping(config.group_by_length),
         output_dir=str(output_dir),
         # Without CUDA, accelerate runs DDP (gloo) only when told it is on CPU; otherwise each rank trains alone.
         use_cpu=launched_distributed() and not torch.cuda.is_available(),
@@ -255,6 +280,8 @@ def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, toke
         callbacks.append(ProgressFileCallback(progress_dir))
     if config.patience is not None:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.patience))
+    if config.group_by_length:
+        train_dataset = with_lengths(train_dataset)
     trainer = AdaptedTrainer(
         model=model,
         args=training_arguments(config, checkpoint_dir, metric),
