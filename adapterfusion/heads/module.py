@@ -34,7 +34,11 @@ class PredictionHead(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, num_choices: int | None = None
     ) -> torch.Tensor:
-        logits = self.layers(self.pool(hidden_states, attention_mask))
+        return self.from_pooled(self.pool(hidden_states, attention_mask), num_choices)
+
+    def from_pooled(self, pooled: torch.Tensor, num_choices: int | None = None) -> torch.Tensor:
+        """The head's output from already pooled features ([n, hidden]; multiple choice: n = batch x choices)."""
+        logits = self.layers(pooled)
         if self.config.kind == "multiple_choice":
             return logits.view(-1, num_choices)
         if self.config.kind == "regression":

@@ -154,8 +154,20 @@ def train(
     if writes:
         atomic_write_json(run_dir / "config.json", run_config)
 
-    trainer, outcome = fit(model, spec, encoded["train"], encoded["validation"], tokenizer, config,
-                           run_dir / "checkpoints", progress_dir=run_dir)
+    if plan.head_only and config.cache_features:  # the frozen encoder runs once, not once per epoch
+        import torch
+
+        from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
+
+        model.to("cuda" if torch.cuda.is_available() else "cpu")
+        cached = cached_head_training_set(model, plan.head, {r: encoded[r] for r in ("train", "validation")},
+                                          tokenizer, config.eval_batch_size or config.batch_size)
+        trainer, outcome = fit(HeadOnFeatures(model.heads[plan.head]), spec, cached["train"], cached["validation"],
+                               tokenizer, config, run_dir / "checkpoints", progress_dir=run_dir,
+                               collator=stack_features)
+    else:
+        trainer, outcome = fit(model, spec, encoded["train"], encoded["validation"], tokenizer, config,
+                               run_dir / "checkpoints", progress_dir=run_dir)
     del trainer
     if not writes:
         return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,

@@ -61,7 +61,8 @@ class TrainingConfig:
     (tests, demos). `metric_for_best` None means the task's first metric. `eval_batch_size` None = batch_size;
     `max_length` None = the task's default. fp16/bf16 are passed to the HF Trainer unchanged. `group_by_length`
     draws training batches of similar lengths (HF's LengthGroupedSampler, still shuffled), so dynamic padding pads
-    little: on CPU a step costs about its token count."""
+    little: on CPU a step costs about its token count. `cache_features`: where only the head trains (setup "head"),
+    run the frozen encoder once and train the head on the cached pooled features (training/feature_cache.py)."""
 
     learning_rate: float = 1e-4
     epochs: float = 30
@@ -85,6 +86,7 @@ class TrainingConfig:
     logging_steps: int = 50
     dataloader_workers: int = 0
     group_by_length: bool = False
+    cache_features: bool = True
 
     def __post_init__(self) -> None:
         _number(self.learning_rate, "learning_rate", 0.0)
@@ -102,7 +104,7 @@ class TrainingConfig:
         if self.metric_for_best is not None and (not isinstance(self.metric_for_best, str) or not self.metric_for_best):
             raise ConfigError(f"metric_for_best={self.metric_for_best!r} must be a metric name such as 'accuracy'")
         _positive_int(self.grad_accumulation, "grad_accumulation")
-        for flag in ("fp16", "bf16", "keep_checkpoints", "group_by_length"):
+        for flag in ("fp16", "bf16", "keep_checkpoints", "group_by_length", "cache_features"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r} must be true or false")
         if self.fp16 and self.bf16:

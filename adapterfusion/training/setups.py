@@ -61,6 +61,7 @@ class SetupPlan:
     fusion: str | None = None
     save_encoder: bool = False
     notes: list[str] = field(default_factory=list)
+    head_only: bool = False  # nothing below the head trains, so its input features can be computed once
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def _check_reduction_factor(value: Any) -> float:
 def _head(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
     model.train_head(head)
-    return SetupPlan(head=head, trainable=list(model.heads[head].parameters()))
+    return SetupPlan(head=head, trainable=list(model.heads[head].parameters()), head_only=True)
 
 
 def _full(model: "AdaptedModel", context: SetupContext) -> SetupPlan:

@@ -271,23 +271,25 @@ def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
 
 
 def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
-        checkpoint_dir: Path, progress_dir: Path | None = None) -> tuple[AdaptedTrainer, TrainingOutcome]:
+        checkpoint_dir: Path, progress_dir: Path | None = None, collator=None) -> tuple[AdaptedTrainer, TrainingOutcome]:
     """Train the model's trainable parameters; at the end the best checkpoint's weights are in the model.
-    With `progress_dir`, its progress.json follows the epochs."""
+    With `progress_dir`, its progress.json follows the epochs. `collator` defaults to TaskCollator(tokenizer)
+    (cached-feature training passes its own, and its datasets have no token lengths to group by)."""
     metric = resolve_metric(task, config)
     callbacks: list[TrainerCallback] = [FusionStepCallback(model)]
     if progress_dir is not None:
         callbacks.append(ProgressFileCallback(progress_dir))
     if config.patience is not None:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.patience))
-    if config.group_by_length:
+    grouped = config.group_by_length and collator is None
+    if grouped:
         train_dataset = with_lengths(train_dataset)
     trainer = AdaptedTrainer(
         model=model,
-        args=training_arguments(config, checkpoint_dir, metric),
+        args=training_arguments(config.replace(group_by_length=grouped), checkpoint_dir, metric),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        data_collator=TaskCollator(tokenizer),
+        data_collator=collator if collator is not None else TaskCollator(tokenizer),
         compute_metrics=lambda prediction: dev_metrics(task, prediction.predictions, prediction.label_ids),
         callbacks=callbacks,
     )
