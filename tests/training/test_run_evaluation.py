@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 import adapterfusion as af
 from adapterfusion.analysis.pruning import PRUNING_FILE, prune_fusion
@@ -16,6 +17,7 @@ from adapterfusion.demo import demo_data_dir
 from adapterfusion.evaluation import evaluate_run, load_run_split, predict, run_batches
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.rebuild import rebuild_run
+from tolerances import assert_close
 from training_fixtures import fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
 
 FAST = dict(max_steps=3, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
@@ -45,7 +47,7 @@ def test_evaluate_run_reproduces_the_runs_dev_metrics(runs, setup):
     assert (result["task"], result["setup"], result["seed"], result["split"]) == ("rte", setup, 1, "validation")
     assert result["examples"] == SLICE["validation"] and result["batch_size"] == FAST["batch_size"]
     assert result["metrics"]["accuracy"] == recorded["accuracy"]
-    assert result["metrics"]["loss"] == pytest.approx(recorded["loss"], abs=1e-5)
+    assert_close(result["metrics"]["loss"], recorded["loss"], dtype=torch.float32)
     assert result["recorded"] == {"accuracy": recorded["accuracy"], "loss": recorded["loss"]}
 
 
@@ -92,7 +94,7 @@ def test_prune_fusion_run_and_load_the_saved_piece(runs, tmp_path, tiny_encoder_
     result = prune_fusion(runs["fusion-st-a"], keep=2, repeats=1, output=tmp_path / "pruned", device="cpu")
     recorded = json.loads((runs["fusion-st-a"] / "metrics.json").read_text())["best"]
     assert result.before.metrics["accuracy"] == recorded["accuracy"]
-    assert result.before.metrics["loss"] == pytest.approx(recorded["loss"], abs=1e-5)
+    assert_close(result.before.metrics["loss"], recorded["loss"], dtype=torch.float32)
     assert len(result.kept) == 2 and len(result.dropped) == 1 and result.metric == "accuracy"
     ranked = sorted(result.activation, key=result.activation.get, reverse=True)
     assert set(result.kept) == set(ranked[:2])
@@ -108,7 +110,7 @@ def test_prune_fusion_run_and_load_the_saved_piece(runs, tmp_path, tiny_encoder_
                    head=model.load_head(tmp_path / "pruned" / "head"))
     run = rebuild_run(runs["fusion-st-a"], device="cpu")
     loaded = predict(model, run_batches(run, load_run_split(run)))
-    assert loaded.loss == pytest.approx(result.after.metrics["loss"], abs=1e-6)
+    assert_close(loaded.loss, result.after.metrics["loss"], dtype=torch.float32)
     assert float(np.mean(loaded.logits.argmax(-1) == loaded.labels)) == result.after.metrics["accuracy"]
 
 
