@@ -21,11 +21,11 @@ ADAPTERS = ("a", "b", "c")
 RTE = get_task("rte")
 
 
-def _fused_model() -> af.AdaptedModel:
+def _fused_model(names: tuple[str, ...] = ADAPTERS) -> af.AdaptedModel:
     model = af.wrap(tiny_encoder("bert").double())  # float64: the equalities below are exact up to rounding
-    for name in ADAPTERS:
+    for name in names:
         model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
-    model.add_fusion("f", ADAPTERS, af.FusionConfig.dynamic())
+    model.add_fusion("f", names, af.FusionConfig.dynamic())
     model.add_head("h", af.ClassificationHead(num_labels=2, dropout=0.0))
     model.activate(head="h")
     return model.eval()
@@ -55,6 +55,21 @@ def test_select_ties_go_to_the_adapter_listed_first():
     assert select_adapters({"x": 0.25, "y": 0.25, "z": 0.5}, keep=2) == ("x", "z")
 
 
+@pytest.mark.parametrize("keep, mass, expected", [(1, None, ("rte",)), (2, None, ("cb", "rte")),
+                                                  (None, 0.25, ("rte",)), (None, 0.5, ("cb", "rte"))])
+def test_select_ties_go_to_the_target_adapter_then_the_fusion_order(keep, mass, expected):
+    shares = {"cb": 0.25, "sst2": 0.25, "mnli": 0.25, "rte": 0.25}  # the target's own adapter is listed last
+    assert select_adapters(shares, keep=keep, mass=mass, target_adapter="rte") == expected
+
+
+def test_select_treats_activations_equal_up_to_rounding_as_tied():
+    # Means of float32 softmax weights: digits below 1e-6 are rounding noise and must not decide.
+    shares = {"cb": 1 / 3 + 4e-8, "sst2": 1 / 3 - 4e-8, "rte": 1 / 3}
+    assert select_adapters(shares, keep=1, target_adapter="rte") == ("rte",)
+    assert select_adapters(shares, keep=1) == ("cb",)
+    assert select_adapters({"cb": 0.3334, "rte": 0.3333, "x": 0.3333}, keep=1, target_adapter="rte") == ("cb",)
+
+
 @pytest.mark.parametrize("keep, mass, message", [
     (5, None, r"keep=5: the fusion has 4 adapters, so keep must be an integer in 1..4"),
     (0, None, r"keep=0 must be a positive integer"),
@@ -71,9 +86,14 @@ def test_bad_criteria_are_refused(keep, mass, message):
         select_adapters(SHARES, keep=keep, mass=mass)
 
 
+def test_target_adapter_must_be_in_the_fusion():
+    with pytest.raises(af.ConfigError, match=r"target_adapter='rte' is not one of the fusion's adapters \['a', "):
+        select_adapters(SHARES, keep=1, target_adapter="rte")
+
+
 # ---- on a model ---------------------------------------------------------------------------------------------
 @torch.no_grad()
-def _known_attention(model: af.AdaptedModel, logits: list[float]) -> None:
+def _known_attention(model: af.AdaptedModel, logits: list[float], names: tuple[str, ...] = ADAPTERS) -> None:
     """Make every token's fusion scores equal `logits`: Q maps everything to its bias e, K is the identity, and
     each adapter's output is the constant t_n e / |e|² (up-projection weights zero), so (Q q)·(K z_n) = t_n·scaling."""
     e = torch.linspace(-1.0, 1.0, HIDDEN, dtype=torch.float64)
@@ -83,7 +103,7 @@ def _known_attention(model: af.AdaptedModel, logits: list[float]) -> None:
         fusion.query.bias.copy_(e)
         fusion.key.weight.copy_(torch.eye(HIDDEN))
         fusion.key.bias.zero_()
-        for name, t in zip(ADAPTERS, logits):
+        for name, t in zip(names, logits):
             site.adapters[name].up.weight.zero_()
             site.adapters[name].up.bias.copy_(t * e / e.dot(e))
 
@@ -104,6 +124,17 @@ def test_pruning_keeps_the_adapter_the_fusion_attends_to_most():
 
     mass = float(expected[1] + expected[2] / 2)  # b alone is not enough, b + c is
     assert compare_pruned(model, "f", RTE, _batches(), mass=mass, repeats=1).kept == ("b", "c")
+
+
+def test_uniform_fusion_keeps_the_target_adapter():
+    """Equal scores give exactly equal activations: the target's own adapter (listed last) is kept."""
+    names = ("cb", "sst2", "rte")
+    model = _fused_model(names)
+    _known_attention(model, [0.7, 0.7, 0.7], names)
+    result = compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1, target_adapter="rte")
+    assert len(set(result.activation.values())) == 1
+    assert result.kept == ("rte",) and result.target_adapter == "rte"
+    assert compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1).kept == ("cb",)  # no target: fusion order
 
 
 def test_pruned_logits_equal_the_masked_reference_and_skip_dropped_adapters():

@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 import adapterfusion as af
 from adapterfusion.analysis.pruning import PRUNING_FILE, prune_fusion
@@ -112,6 +113,21 @@ def test_prune_fusion_run_and_load_the_saved_piece(runs, tmp_path, tiny_encoder_
     loaded = predict(model, run_batches(run, load_run_split(run)))
     assert_close(loaded.loss, result.after.metrics["loss"], dtype=torch.float32)
     assert float(np.mean(loaded.logits.argmax(-1) == loaded.labels)) == result.after.metrics["accuracy"]
+
+
+def test_prune_keeps_the_target_adapter_of_a_uniform_fusion(runs, tmp_path):
+    """With Q zeroed every score is 0, so all adapters tie exactly; rte, the target's own adapter, is listed last
+    in the fusion (cb, sst2, rte) and must still be the one kept."""
+    uniform = tmp_path / "uniform-run"
+    shutil.copytree(runs["fusion-st-a"], uniform)
+    weights_file = uniform / "fusion" / "fusion.safetensors"
+    weights = load_file(str(weights_file))
+    queries = [key for key in weights if ".query." in key]
+    assert queries
+    save_file({k: torch.zeros_like(v) if k in queries else v for k, v in weights.items()}, str(weights_file))
+    result = prune_fusion(uniform, keep=1, repeats=1, device="cpu")
+    assert result.before.adapters == ("cb", "sst2", "rte") and len(set(result.activation.values())) == 1
+    assert result.kept == ("rte",) and result.target_adapter == "rte"
 
 
 def test_prune_refuses_bad_criteria_and_non_fusion_runs(runs):
