@@ -2,7 +2,8 @@
 §8.2; Rücklé et al. 2021, AdapterDrop: most adapters of a fusion can be pruned with no loss).
 
 `select_adapters` ranks adapters by their mean fusion activation (over layers and real dev tokens) and keeps the
-top k, or the fewest whose share of the total activation reaches `mass`. `compare_pruned` builds the pruned
+top k, or the fewest whose share of the total activation reaches `mass`; ties (equal to TIE_DECIMALS decimals)
+go to the target task's own adapter, then to the adapter the fusion lists first. `compare_pruned` builds the pruned
 fusion beside the full one (fusion/subset.py: the same Q/K/V, only the kept adapters run), evaluates both on the
 same batches and times them side by side. `prune_fusion` does all of it for a fusion run folder.
 """
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 PRUNING_FILE = "pruning.json"
+# Activations are means of float32 softmax weights in [0, 1]: digits below 1e-6 are rounding, which must not
+# decide between adapters, so ranking compares them at 6 decimals.
+TIE_DECIMALS = 6
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,8 @@ class FusionFigures:
 @dataclass(frozen=True)
 class PruningResult:
     """Before (the trained fusion) and after (its pruned copy), on the same dev batches. `activation` is each
-    adapter's mean fusion weight, averaged over layers and dev tokens, in the fusion's order."""
+    adapter's mean fusion weight, averaged over layers and dev tokens, in the fusion's order; `target_adapter`
+    the adapter ranked first among equals (the target task's own), if any."""
 
     criterion: str  # "keep=2" or "mass=0.9"
     activation: dict[str, float]
@@ -57,6 +62,7 @@ class PruningResult:
     repeats: int
     run_dir: str | None = None
     output: str | None = None
+    target_adapter: str | None = None
 
     @property
     def kept(self) -> tuple[str, ...]:
@@ -90,13 +96,18 @@ def check_criterion(keep: int | None, mass: float | None, count: int | None = No
                           "adapters must reach, e.g. 0.9")
 
 
-def select_adapters(activation: Mapping[str, float], keep: int | None = None, mass: float | None = None
-                    ) -> tuple[str, ...]:
+def select_adapters(activation: Mapping[str, float], keep: int | None = None, mass: float | None = None,
+                    target_adapter: str | None = None) -> tuple[str, ...]:
     """The adapters to keep, in `activation`'s order: the `keep` most activated, or the fewest most activated
-    whose activation reaches `mass` of the total. Ties go to the adapter listed first."""
+    whose activation reaches `mass` of the total. Activations equal to TIE_DECIMALS decimals tie; a tie goes to
+    `target_adapter` (the target task's own adapter, which a near-uniform fusion must not lose to the order it
+    happens to be listed in), then to the adapter listed first."""
     names = list(activation)
     check_criterion(keep, mass, len(names))
-    ranked = sorted(names, key=lambda name: -activation[name])
+    if target_adapter is not None and target_adapter not in activation:
+        raise ConfigError(f"target_adapter={target_adapter!r} is not one of the fusion's adapters {names}: "
+                          "pass one of them, or None for no preference")
+    ranked = sorted(names, key=lambda name: (-round(activation[name], TIE_DECIMALS), name != target_adapter))
     if keep is not None:
         chosen = set(ranked[:keep])
     else:
@@ -144,10 +155,10 @@ def time_fusions(model: "AdaptedModel", fusions: Sequence[str], batches: Sequenc
 def compare_pruned(model: "AdaptedModel", fusion: str, task: TaskSpec, batches: Sequence[Mapping[str, torch.Tensor]],
                    keep: int | None = None, mass: float | None = None, head: str | None = None,
                    pruned_name: str | None = None, metric: str | None = None, repeats: int = 3,
-                   timing_batches: int = 4) -> PruningResult:
+                   timing_batches: int = 4, target_adapter: str | None = None) -> PruningResult:
     """Prune fusion `fusion` of `model` by its activation on `batches` (labelled dev batches), add the pruned
     fusion as `pruned_name` (default `<fusion>_pruned`), and evaluate and time both. The model's activation is
-    restored afterwards; the pruned fusion stays in the model."""
+    restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters)."""
     model._require("fusion", fusion, model.fusion_setups)
     check_criterion(keep, mass, len(model.fusion_setups[fusion][1]))
     pruned_name = pruned_name or f"{fusion}_pruned"
@@ -157,7 +168,8 @@ def compare_pruned(model: "AdaptedModel", fusion: str, task: TaskSpec, batches: 
     previous = (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers)
     activation = mean_fusion_attention(model, fusion, batches, head=head)
     shares = {name: float(value) for name, value in zip(activation.adapters, activation.values.mean(axis=0))}
-    pruned = add_fusion_subset(model, fusion, select_adapters(shares, keep, mass), pruned_name, overwrite=True)
+    pruned = add_fusion_subset(model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name,
+                               overwrite=True)
     try:
         metrics = {}
         for name in (fusion, pruned):
@@ -170,7 +182,8 @@ def compare_pruned(model: "AdaptedModel", fusion: str, task: TaskSpec, batches: 
     figures = [FusionFigures(name, tuple(model.fusion_setups[name][1]), metrics[name], ms[name]) for name in (fusion, pruned)]
     return PruningResult(criterion=f"keep={keep}" if keep is not None else f"mass={mass}", activation=shares,
                          metric=metric or task.metrics[0], before=figures[0], after=figures[1],
-                         examples=sum(len(b["input_ids"]) for b in batches), timed_batches=len(timed), repeats=repeats)
+                         examples=sum(len(b["input_ids"]) for b in batches), timed_batches=len(timed), repeats=repeats,
+                         target_adapter=target_adapter)
 
 
 def prune_fusion(run_dir: str | os.PathLike, keep: int | None = None, mass: float | None = None,
@@ -178,9 +191,11 @@ def prune_fusion(run_dir: str | os.PathLike, keep: int | None = None, mass: floa
                  batch_size: int | None = None, store: str | os.PathLike | None = None, device: str | None = None,
                  repeats: int = 3, timing_batches: int = 4, output: str | os.PathLike | None = None) -> PruningResult:
     """`compare_pruned` on a fusion run folder (fusion-st-a, fusion-mt-a) and its dev split as the run saw it
-    (or `data_dir` / a `max_examples` subset). `output`: a folder for the pruned fusion (fusion/), the run's
-    head (head/) and pruning.json; load it with load_adapter for each kept adapter, then load_fusion, load_head."""
+    (or `data_dir` / a `max_examples` subset). Ties go to the run's task's own adapter. `output`: a folder for the
+    pruned fusion (fusion/), the run's head (head/) and pruning.json; load it with load_adapter for each kept
+    adapter, then load_fusion, load_head."""
     from adapterfusion.training.rebuild import rebuild_run
+    from adapterfusion.training.setups import piece_name
 
     check_criterion(keep, mass)
     run_dir = Path(run_dir)
@@ -192,9 +207,11 @@ def prune_fusion(run_dir: str | os.PathLike, keep: int | None = None, mass: floa
         raise ConfigError(f"prune needs a fusion run (fusion-st-a or fusion-mt-a); {run_dir} is a {run.setup!r} run "
                           f"of task {run.task.name!r}, which has no fusion to prune")
     batches = run_batches(run, load_run_split(run, "validation", data_dir, max_examples), batch_size)
+    own = piece_name(run.task)
     result = compare_pruned(run.model, run.fusion, run.task, batches, keep=keep, mass=mass, head=run.head,
                             metric=run.config["training"].get("metric_for_best"), repeats=repeats,
-                            timing_batches=timing_batches)
+                            timing_batches=timing_batches,
+                            target_adapter=own if own in run.model.fusion_setups[run.fusion][1] else None)
     result = dataclasses.replace(result, run_dir=str(run_dir), output=str(output) if output is not None else None)
     if output is not None:
         output = Path(output)

@@ -2,7 +2,8 @@
 
 * Figure 3 of Pfeiffer et al.: per task, each setup's dev score minus Full's (grouped bars), when `full` ran;
 * Figures 4/6 there: per fusion variant, a grid of per-layer heatmaps of the mean softmax weight each target
-  task's fusion gives each adapter (rows = target task, columns = adapter), averaged over seeds, one color scale;
+  task's fusion gives each adapter (rows = target task, columns = adapter), averaged over seeds, on the fixed
+  colour scale [0, 1] (see ATTENTION_SCALE);
 * Houlsby et al.'s trade-off: mean dev score against trained parameters (log scale), when two or more of head,
   adapters, top-k, LayerNorm-only and full fine-tuning ran.
 """
@@ -21,6 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 
 from adapterfusion.analysis.fusion_attention import FusionActivation, average_activations  # noqa: E402
 from adapterfusion.io.atomic import atomic_write_bytes  # noqa: E402
@@ -30,6 +32,11 @@ if TYPE_CHECKING:
 
 TRADEOFF_SETUPS = ("head", "layernorm-only", "top-k", "st-a", "st-a-houlsby", "full")
 DPI = 150
+# Heatmap colour scale: the range of a softmax weight, not the data's. Stretched to the data, a near-uniform
+# fusion (every weight near 1/N) rendered as saturated as a decisive one; fixed, it reads dark and uniform, and
+# every panel and figure shares one scale. Not centred on 1/N: the rows of one grid may fuse different N.
+ATTENTION_SCALE = (0.0, 1.0)
+NOT_FUSED_NOTE = "hatched n/a: the adapter is not in that target's fusion"
 
 
 def _save(figure, path: Path) -> Path:
@@ -41,12 +48,16 @@ def _save(figure, path: Path) -> Path:
     return path
 
 
-def _annotate(axis, grid: np.ndarray, vmax: float, fontsize: int) -> None:
-    """Write each finite value into its heatmap cell, dark on light cells and light on dark ones."""
+def _annotate(axis, grid: np.ndarray, fontsize: int) -> None:
+    """Write each finite value into its heatmap cell, dark on light cells and light on dark ones; a NaN cell (an
+    adapter the target does not fuse) stays blank, hatched and labelled n/a, so it cannot pass for a zero."""
     for (r, c), value in np.ndenumerate(grid):
         if np.isfinite(value):
             axis.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=fontsize,
-                      color="black" if value > 0.6 * vmax else "white")
+                      color="black" if value > 0.6 * ATTENTION_SCALE[1] else "white")
+        else:
+            axis.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.75", linewidth=0))
+            axis.text(c, r, "n/a", ha="center", va="center", fontsize=fontsize, color="0.4")
 
 
 def plot_delta_vs_full(report: "Report", path: str | os.PathLike) -> Path | None:
@@ -79,7 +90,8 @@ def plot_delta_vs_full(report: "Report", path: str | os.PathLike) -> Path | None
 def plot_fusion_attention(by_target: Mapping[str, FusionActivation], path: str | os.PathLike,
                           title: str = "fusion attention") -> Path:
     """A grid with one heatmap per layer: rows = target tasks, columns = adapters, value = mean softmax weight
-    (annotated), one color scale over all panels. Adapters a target does not fuse are left blank."""
+    (annotated), on ATTENTION_SCALE. Adapters a target does not fuse are left blank, hatched, marked n/a and
+    explained in a caption."""
     targets = list(by_target)
     adapters = list(dict.fromkeys(a for act in by_target.values() for a in act.adapters))
     layers = sorted({layer for act in by_target.values() for layer in act.layers})
@@ -89,8 +101,6 @@ def plot_fusion_attention(by_target: Mapping[str, FusionActivation], path: str |
         for i, layer in enumerate(act.layers):
             for j, adapter in enumerate(act.adapters):
                 grids[layer][row, adapters.index(adapter)] = act.values[i, j]
-    finite = [v for g in grids.values() for v in g[np.isfinite(g)]]
-    vmax = max(max(finite, default=1.0), 1e-6)
     ncols = min(len(layers), 4 if len(layers) > 6 else 3)
     nrows = math.ceil(len(layers) / ncols)
     cell = 0.55
@@ -103,8 +113,9 @@ def plot_fusion_attention(by_target: Mapping[str, FusionActivation], path: str |
             axis.axis("off")
             continue
         grid = grids[layers[k]]
-        image = axis.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
-        _annotate(axis, grid, vmax, fontsize)
+        image = axis.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=ATTENTION_SCALE[0],
+                            vmax=ATTENTION_SCALE[1], aspect="auto")
+        _annotate(axis, grid, fontsize)
         axis.set_title(f"layer {layers[k] + 1}", fontsize=9)
         axis.set_xticks(range(len(adapters)), adapters, rotation=45, ha="right", fontsize=7)
         axis.set_yticks(range(len(targets)), targets if k % ncols == 0 else [""] * len(targets), fontsize=7)
@@ -112,6 +123,8 @@ def plot_fusion_attention(by_target: Mapping[str, FusionActivation], path: str |
     figure.tight_layout(rect=(0, 0, 0.92, 0.97))
     colorbar_axis = figure.add_axes((0.94, 0.15, 0.015, 0.7))
     figure.colorbar(image, cax=colorbar_axis, label="mean softmax weight")
+    if any(np.isnan(grid).any() for grid in grids.values()):
+        figure.text(0.46, 0.0, NOT_FUSED_NOTE, ha="center", va="top", fontsize=8)
     return _save(figure, Path(path))
 
 
@@ -178,11 +191,10 @@ def write_figures(report: "Report", directory: str | os.PathLike) -> list[Path]:
 def plot_run_fusion_attention(activation: FusionActivation, path: str | os.PathLike) -> Path:
     """One fusion run's heatmap, rows = layers, columns = adapters (annotated), for `adapterfusion analyze-fusion`."""
     values = activation.values
-    vmax = max(float(values.max()), 1e-6)
     figure, axis = plt.subplots(figsize=(max(3.5, 0.7 * len(activation.adapters) + 2),
                                          max(2.5, 0.4 * len(activation.layers) + 1.2)))
-    image = axis.imshow(values, cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
-    _annotate(axis, values, vmax, 8)
+    image = axis.imshow(values, cmap="viridis", vmin=ATTENTION_SCALE[0], vmax=ATTENTION_SCALE[1], aspect="auto")
+    _annotate(axis, values, 8)
     axis.set_xticks(range(len(activation.adapters)), activation.adapters, rotation=45, ha="right")
     axis.set_yticks(range(len(activation.layers)), [f"layer {layer + 1}" for layer in activation.layers])
     target = activation.info.get("task")

@@ -10,13 +10,14 @@ import torch.nn.functional as F
 from transformers import BertConfig, BertModel
 
 import adapterfusion as af
+from tolerances import assert_close
 
 
 def _tiny_bert() -> BertModel:
     torch.manual_seed(0)
     config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=32)
-    return BertModel(config).eval()
+    return BertModel(config).double().eval()  # float64: the layer and its hand-written equation must agree exactly
 
 
 def _randomise(model: af.AdaptedModel, name: str) -> None:
@@ -51,7 +52,7 @@ def test_pfeiffer_layer_matches_equation() -> None:
         z = F.linear(F.relu(F.linear(x, adapter.down.weight, adapter.down.bias)), adapter.up.weight, adapter.up.bias)
         expected = ln(h + z + attention_out)                        # residual h, pretrained LN after
         actual = model(input_ids=input_ids).last_hidden_state
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    assert_close(actual, expected)
 
 
 def test_houlsby_layer_matches_equation_with_its_own_layer_norms() -> None:
@@ -74,7 +75,7 @@ def test_houlsby_layer_matches_equation_with_its_own_layer_norms() -> None:
         expected = top.layer_norm(h2 + delta(top, h2) + attention_out)
         actual = model(input_ids=input_ids).last_hidden_state
     assert not torch.equal(bottom.layer_norm.weight, layer.attention.output.LayerNorm.weight)
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    assert_close(actual, expected)
 
 
 @pytest.mark.parametrize("preset", ["pfeiffer", "houlsby"])

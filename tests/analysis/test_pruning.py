@@ -15,16 +15,17 @@ from adapterfusion.analysis.pruning import compare_pruned, select_adapters, time
 from adapterfusion.evaluation import predict
 from adapterfusion.tasks import get_task
 from conftest import HIDDEN, randomise, tiny_encoder, tiny_inputs
+from tolerances import assert_close
 
 ADAPTERS = ("a", "b", "c")
 RTE = get_task("rte")
 
 
-def _fused_model() -> af.AdaptedModel:
-    model = af.wrap(tiny_encoder("bert"))
-    for name in ADAPTERS:
+def _fused_model(names: tuple[str, ...] = ADAPTERS) -> af.AdaptedModel:
+    model = af.wrap(tiny_encoder("bert").double())  # float64: the equalities below are exact up to rounding
+    for name in names:
         model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
-    model.add_fusion("f", ADAPTERS, af.FusionConfig.dynamic())
+    model.add_fusion("f", names, af.FusionConfig.dynamic())
     model.add_head("h", af.ClassificationHead(num_labels=2, dropout=0.0))
     model.activate(head="h")
     return model.eval()
@@ -54,6 +55,21 @@ def test_select_ties_go_to_the_adapter_listed_first():
     assert select_adapters({"x": 0.25, "y": 0.25, "z": 0.5}, keep=2) == ("x", "z")
 
 
+@pytest.mark.parametrize("keep, mass, expected", [(1, None, ("rte",)), (2, None, ("cb", "rte")),
+                                                  (None, 0.25, ("rte",)), (None, 0.5, ("cb", "rte"))])
+def test_select_ties_go_to_the_target_adapter_then_the_fusion_order(keep, mass, expected):
+    shares = {"cb": 0.25, "sst2": 0.25, "mnli": 0.25, "rte": 0.25}  # the target's own adapter is listed last
+    assert select_adapters(shares, keep=keep, mass=mass, target_adapter="rte") == expected
+
+
+def test_select_treats_activations_equal_up_to_rounding_as_tied():
+    # Means of float32 softmax weights: digits below 1e-6 are rounding noise and must not decide.
+    shares = {"cb": 1 / 3 + 4e-8, "sst2": 1 / 3 - 4e-8, "rte": 1 / 3}
+    assert select_adapters(shares, keep=1, target_adapter="rte") == ("rte",)
+    assert select_adapters(shares, keep=1) == ("cb",)
+    assert select_adapters({"cb": 0.3334, "rte": 0.3333, "x": 0.3333}, keep=1, target_adapter="rte") == ("cb",)
+
+
 @pytest.mark.parametrize("keep, mass, message", [
     (5, None, r"keep=5: the fusion has 4 adapters, so keep must be an integer in 1..4"),
     (0, None, r"keep=0 must be a positive integer"),
@@ -70,19 +86,24 @@ def test_bad_criteria_are_refused(keep, mass, message):
         select_adapters(SHARES, keep=keep, mass=mass)
 
 
+def test_target_adapter_must_be_in_the_fusion():
+    with pytest.raises(af.ConfigError, match=r"target_adapter='rte' is not one of the fusion's adapters \['a', "):
+        select_adapters(SHARES, keep=1, target_adapter="rte")
+
+
 # ---- on a model ---------------------------------------------------------------------------------------------
 @torch.no_grad()
-def _known_attention(model: af.AdaptedModel, logits: list[float]) -> None:
+def _known_attention(model: af.AdaptedModel, logits: list[float], names: tuple[str, ...] = ADAPTERS) -> None:
     """Make every token's fusion scores equal `logits`: Q maps everything to its bias e, K is the identity, and
     each adapter's output is the constant t_n e / |e|² (up-projection weights zero), so (Q q)·(K z_n) = t_n·scaling."""
-    e = torch.linspace(-1.0, 1.0, HIDDEN)
+    e = torch.linspace(-1.0, 1.0, HIDDEN, dtype=torch.float64)
     for site in model.sites_with_fusion("f"):
         fusion = site.fusions["f"]
         fusion.query.weight.zero_()
         fusion.query.bias.copy_(e)
         fusion.key.weight.copy_(torch.eye(HIDDEN))
         fusion.key.bias.zero_()
-        for name, t in zip(ADAPTERS, logits):
+        for name, t in zip(names, logits):
             site.adapters[name].up.weight.zero_()
             site.adapters[name].up.bias.copy_(t * e / e.dot(e))
 
@@ -95,14 +116,25 @@ def test_pruning_keeps_the_adapter_the_fusion_attends_to_most():
     expected = torch.tensor(logits, dtype=torch.float64).mul(scaling).softmax(-1).numpy()
 
     result = compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1)
-    np.testing.assert_allclose([result.activation[n] for n in ADAPTERS], expected, rtol=1e-5)
+    assert_close(np.array([result.activation[n] for n in ADAPTERS]), expected, dtype=torch.float64)
     assert result.kept == ("b",) and result.dropped == ("a", "c")
     assert result.before.adapters == ADAPTERS and result.after.fusion == "f_pruned"
     assert model.fusion_setups["f_pruned"][1] == ("b",)
-    assert result.kept_share == pytest.approx(expected[1], rel=1e-5)
+    assert_close(result.kept_share, float(expected[1]), dtype=torch.float64)
 
     mass = float(expected[1] + expected[2] / 2)  # b alone is not enough, b + c is
     assert compare_pruned(model, "f", RTE, _batches(), mass=mass, repeats=1).kept == ("b", "c")
+
+
+def test_uniform_fusion_keeps_the_target_adapter():
+    """Equal scores give exactly equal activations: the target's own adapter (listed last) is kept."""
+    names = ("cb", "sst2", "rte")
+    model = _fused_model(names)
+    _known_attention(model, [0.7, 0.7, 0.7], names)
+    result = compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1, target_adapter="rte")
+    assert len(set(result.activation.values())) == 1
+    assert result.kept == ("rte",) and result.target_adapter == "rte"
+    assert compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1).kept == ("cb",)  # no target: fusion order
 
 
 def test_pruned_logits_equal_the_masked_reference_and_skip_dropped_adapters():
@@ -121,8 +153,8 @@ def test_pruned_logits_equal_the_masked_reference_and_skip_dropped_adapters():
     model.set_fusion_mask("f", result.kept)
     model.activate(fusion="f", head="h")
     reference = predict(model, batches)
-    np.testing.assert_allclose(pruned.logits, reference.logits, rtol=1e-5, atol=1e-5)
-    assert result.after.metrics["loss"] == pytest.approx(reference.loss, abs=1e-5)
+    assert_close(pruned.logits, reference.logits, dtype=torch.float32)  # predict returns float32 logits
+    assert_close(result.after.metrics["loss"], reference.loss, dtype=torch.float64)
 
     # A dropped adapter is out of the computation: poisoning its weights changes nothing.
     model.set_fusion_implementation("fast")

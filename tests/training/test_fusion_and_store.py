@@ -16,6 +16,7 @@ from adapterfusion.training import (
     fusion_value_parameters,
     train,
 )
+from tolerances import assert_close
 from training_fixtures import data_dir, encoder_state, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
 
 FAST = dict(max_steps=3, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
@@ -83,7 +84,7 @@ def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_d
     batch = {"input_ids": torch.randint(1000, 2000, (2, 9)), "attention_mask": torch.ones(2, 9, dtype=torch.long)}
     out = model(**batch, labels=torch.tensor([0, 1]))
     assert out.fusion_regularization > 0
-    torch.testing.assert_close(out.loss, out.task_loss + model.fusion_regularization("fusion_rte"))
+    assert_close(out.loss, out.task_loss + model.fusion_regularization("fusion_rte"))
 
     # V, biases and LayerNorm weights get no weight decay in the optimizer the trainer builds.
     trainer = AdaptedTrainer(model=model, args=TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[],

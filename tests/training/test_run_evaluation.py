@@ -8,6 +8,8 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 import adapterfusion as af
 from adapterfusion.analysis.pruning import PRUNING_FILE, prune_fusion
@@ -16,6 +18,7 @@ from adapterfusion.demo import demo_data_dir
 from adapterfusion.evaluation import evaluate_run, load_run_split, predict, run_batches
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.rebuild import rebuild_run
+from tolerances import assert_close
 from training_fixtures import fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
 
 FAST = dict(max_steps=3, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
@@ -45,7 +48,7 @@ def test_evaluate_run_reproduces_the_runs_dev_metrics(runs, setup):
     assert (result["task"], result["setup"], result["seed"], result["split"]) == ("rte", setup, 1, "validation")
     assert result["examples"] == SLICE["validation"] and result["batch_size"] == FAST["batch_size"]
     assert result["metrics"]["accuracy"] == recorded["accuracy"]
-    assert result["metrics"]["loss"] == pytest.approx(recorded["loss"], abs=1e-5)
+    assert_close(result["metrics"]["loss"], recorded["loss"], dtype=torch.float32)
     assert result["metrics"]["top_prediction_share"] == recorded["top_prediction_share"]
     assert result["recorded"] == {key: recorded[key] for key in ("accuracy", "loss", "top_prediction_share")}
 
@@ -93,7 +96,7 @@ def test_prune_fusion_run_and_load_the_saved_piece(runs, tmp_path, tiny_encoder_
     result = prune_fusion(runs["fusion-st-a"], keep=2, repeats=1, output=tmp_path / "pruned", device="cpu")
     recorded = json.loads((runs["fusion-st-a"] / "metrics.json").read_text())["best"]
     assert result.before.metrics["accuracy"] == recorded["accuracy"]
-    assert result.before.metrics["loss"] == pytest.approx(recorded["loss"], abs=1e-5)
+    assert_close(result.before.metrics["loss"], recorded["loss"], dtype=torch.float32)
     assert len(result.kept) == 2 and len(result.dropped) == 1 and result.metric == "accuracy"
     ranked = sorted(result.activation, key=result.activation.get, reverse=True)
     assert set(result.kept) == set(ranked[:2])
@@ -109,8 +112,23 @@ def test_prune_fusion_run_and_load_the_saved_piece(runs, tmp_path, tiny_encoder_
                    head=model.load_head(tmp_path / "pruned" / "head"))
     run = rebuild_run(runs["fusion-st-a"], device="cpu")
     loaded = predict(model, run_batches(run, load_run_split(run)))
-    assert loaded.loss == pytest.approx(result.after.metrics["loss"], abs=1e-6)
+    assert_close(loaded.loss, result.after.metrics["loss"], dtype=torch.float32)
     assert float(np.mean(loaded.logits.argmax(-1) == loaded.labels)) == result.after.metrics["accuracy"]
+
+
+def test_prune_keeps_the_target_adapter_of_a_uniform_fusion(runs, tmp_path):
+    """With Q zeroed every score is 0, so all adapters tie exactly; rte, the target's own adapter, is listed last
+    in the fusion (cb, sst2, rte) and must still be the one kept."""
+    uniform = tmp_path / "uniform-run"
+    shutil.copytree(runs["fusion-st-a"], uniform)
+    weights_file = uniform / "fusion" / "fusion.safetensors"
+    weights = load_file(str(weights_file))
+    queries = [key for key in weights if ".query." in key]
+    assert queries
+    save_file({k: torch.zeros_like(v) if k in queries else v for k, v in weights.items()}, str(weights_file))
+    result = prune_fusion(uniform, keep=1, repeats=1, device="cpu")
+    assert result.before.adapters == ("cb", "sst2", "rte") and len(set(result.activation.values())) == 1
+    assert result.kept == ("rte",) and result.target_adapter == "rte"
 
 
 def test_prune_refuses_bad_criteria_and_non_fusion_runs(runs):
