@@ -47,6 +47,7 @@ from typing import Any
 from adapterfusion._validation import check_name
 from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.io.documents import read_document
 from adapterfusion.tasks.registry import list_tasks
 from adapterfusion.tasks.spec import ROLES, suggest
 from adapterfusion.training.config import TrainingConfig
@@ -167,26 +168,11 @@ class ExperimentSpec:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ExperimentSpec":
-        """Read a .yaml/.yml or .json experiment file."""
+        """Read a .yaml/.yml or .json experiment file (UTF-8; a key given twice in one mapping is an error)."""
         path = Path(path)
         if not path.is_file():
             raise ExperimentSpecError(f"experiment file {str(path)!r} does not exist")
-        text = path.read_text(encoding="utf-8")
-        if path.suffix.lower() == ".json":
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise ExperimentSpecError(f"{path} is not valid JSON: {err}") from err
-        else:
-            try:
-                import yaml
-            except ImportError as err:  # pragma: no cover - depends on the environment
-                raise ExperimentSpecError("reading YAML experiment files needs PyYAML: pip install 'adapterfusion[experiments]' "
-                                          "(or write the experiment as .json)") from err
-            try:
-                data = yaml.safe_load(text)
-            except yaml.YAMLError as err:
-                raise ExperimentSpecError(f"{path} is not valid YAML: {err}") from err
+        data = read_document(path, ExperimentSpecError)  # UTF-8, and a key given twice is refused
         return _parse(data, path.resolve().parent, str(path.resolve()))
 
 

@@ -262,6 +262,20 @@ def _experiment(**changes: Any) -> Callable[[Path], Action]:
     return prepare
 
 
+def _experiment_file(name: str, text: bytes | str) -> Callable[[Path], Action]:
+    """An experiment file written verbatim (YAML or JSON by its suffix; bytes for a file that is not UTF-8);
+    `{out}` in the text stands for the case's output dir."""
+    def prepare(folder: Path) -> Action:
+        path = folder / name
+        data = text if isinstance(text, bytes) else text.replace("{out}", str(folder / "out")).encode("utf-8")
+        path.write_bytes(data)
+        return lambda: _cli("run", str(path), "--no-progress")
+    return prepare
+
+
+_YAML_HEAD = "name: tiny\nencoder: some-org/some-encoder\ntasks: [rte, cb]\noutput_dir: {out}\n"
+
+
 def _owned_output_dir(folder: Path) -> Action:
     other = load_spec(_experiment_dict(folder, name="other", tasks=["rte"]))
     with ResultsStore(other.output_dir) as store:
@@ -383,6 +397,23 @@ CASES: tuple[BadInput, ...] = (
       ("training.learning_rate", "-1"), _experiment(training={"learning_rate": -1}), cli=True),
     B("output-dir-owned", "experiment files", "output_dir that holds another experiment's results",
       ExperimentError, ("holds results of experiment 'other'", "--force"), _owned_output_dir, cli=True),
+    B("duplicate-key-yaml", "experiment files", "the same key twice in one YAML mapping: {name: st-a, "
+      "learning_rate: 1.0e-4, learning_rate: 3.0e-4}", ExperimentSpecError,
+      ("line 6, column 41", "'learning_rate' is given twice", "first at line 6, column 18", "keep only one"),
+      _experiment_file("experiment.yaml", _YAML_HEAD + "setups:\n  - {name: st-a, learning_rate: 1.0e-4, "
+                                                       "learning_rate: 3.0e-4}\n"), cli=True),
+    B("duplicate-key-yaml-top", "experiment files", "top-level key 'setups' written twice (the first list would be "
+      "dropped)", ExperimentSpecError, ("line 6", "'setups' is given twice", "first at line 5"),
+      _experiment_file("experiment.yaml", _YAML_HEAD + "setups: [head, st-a]\nsetups: [full]\n"), cli=True),
+    B("duplicate-key-json", "experiment files", "the same key twice in one JSON object", ExperimentSpecError,
+      ("experiment.json, line 3", "'epochs' is given twice", "first at line 2"),
+      _experiment_file("experiment.json", '{"name": "tiny", "tasks": ["rte"], "output_dir": "{out}",\n'
+                                          ' "setups": [{"name": "head", "epochs": 2,\n'
+                                          '             "epochs": 3}]}\n'), cli=True),
+    B("not-utf8", "experiment files", "experiment file saved as Latin-1 (a 0xe9 byte in a comment)",
+      ExperimentSpecError, ("not UTF-8", "0xe9", "line 2, column 6", "save the file as UTF-8"),
+      _experiment_file("experiment.yaml", b"name: tiny\n# caf\xe9 au lait\ntasks: [rte]\nsetups: [head]\n"),
+      cli=True),
     # names that become paths
     B("variant-id-parent", "paths", "setup id '../../x' (it names runs/<id>/ and adapters/<id>/)",
       ExperimentSpecError, ("setups[0].id", "'../../x'"), _experiment(setups=[{"name": "head", "id": "../../x"}]),
