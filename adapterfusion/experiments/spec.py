@@ -50,7 +50,7 @@ from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.io.documents import read_document
 from adapterfusion.tasks.registry import list_tasks
 from adapterfusion.tasks.spec import ROLES, suggest
-from adapterfusion.training.config import TrainingConfig
+from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON, TrainingConfig
 from adapterfusion.training.multitask import MT_A
 from adapterfusion.training.setups import get_setup, list_setups
 
@@ -239,8 +239,8 @@ def _encoder(value: Any, base_dir: Path) -> str | None:
 def _seeds(value: Any) -> tuple[int, ...]:
     seeds = [value] if isinstance(value, int) and not isinstance(value, bool) else _string_list(value, "seeds")
     for i, seed in enumerate(seeds):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise _fail(f"seeds[{i}]", f"seed {seed!r} must be an integer >= 0")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise _fail(f"seeds[{i}]", f"seed {seed!r} must be an integer in 0..{MAX_SEED}{SEED_RANGE_REASON}")
     _no_duplicates(seeds, "seeds")
     return tuple(seeds)
 
