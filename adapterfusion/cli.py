@@ -120,7 +120,10 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from adapterfusion.evaluation import evaluate_run
     from adapterfusion.io.atomic import atomic_write_json
+    from adapterfusion.io.paths import check_writable_file
 
+    if args.json:
+        check_writable_file(args.json, "--json")  # before the evaluation, not after it
     result = evaluate_run(args.run_dir, split=args.split, data_dir=args.data_dir, max_examples=args.max_examples,
                           batch_size=args.batch_size, store=args.store)
     print(f"{result['task']} / {result['setup']} / seed {result['seed']}: {result['split']} split, "
@@ -138,7 +141,10 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _prune(args: argparse.Namespace) -> int:
     from adapterfusion.analysis.pruning import prune_fusion
     from adapterfusion.io.atomic import atomic_write_json
+    from adapterfusion.io.paths import check_writable_file
 
+    if args.json:
+        check_writable_file(args.json, "--json")  # before the pruning, not after it
     result = prune_fusion(args.run_dir, keep=args.keep, mass=args.mass, data_dir=args.data_dir,
                           max_examples=args.max_examples, batch_size=args.batch_size, store=args.store,
                           repeats=args.repeats, timing_batches=args.timing_batches, output=args.output)

@@ -18,6 +18,7 @@ from safetensors.torch import save as save_safetensors_bytes
 from adapterfusion._validation import check_name, naming_file
 from adapterfusion.errors import IncompatibleModelError, SerializationError
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
+from adapterfusion.io.paths import check_writable_folder
 
 PIECE_FORMAT = "adapterfusion"
 PIECE_FORMAT_VERSION = 1
@@ -67,7 +68,7 @@ def save_piece(
     """Weights first, config last: a directory with a config always has the weights that go with it."""
     from adapterfusion import __version__
 
-    directory = Path(directory)
+    directory = check_writable_folder(directory, f"save_{kind}: the {kind} folder")
     payload = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     atomic_write_bytes(weights_path(directory, kind), save_safetensors_bytes(payload, metadata={"format": "pt"}))
     document = {

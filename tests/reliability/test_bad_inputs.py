@@ -13,12 +13,14 @@ import hashlib
 import io
 import json
 import logging
+import os
 import shutil
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -283,6 +285,54 @@ def _owned_output_dir(folder: Path) -> Action:
     return _experiment()(folder)
 
 
+# ---- output paths ------------------------------------------------------------------------------------------
+def _a_file(folder: Path, name: str = "taken") -> Path:
+    path = folder / name
+    path.write_text("a file the user keeps\n")
+    return path
+
+
+@contextlib.contextmanager
+def _read_only(directory: Path):
+    """`directory` made read-only (mode 555). Root ignores permission bits, so for root os.access is made to answer
+    for paths inside it as the kernel answers another user: the check under test is the one that reads it."""
+    directory.chmod(0o555)
+    real_access = os.access
+
+    def access(path, mode, *args, **kwargs):
+        inside = Path(path).resolve().is_relative_to(directory.resolve())
+        return False if inside and mode & os.W_OK else real_access(path, mode, *args, **kwargs)
+
+    try:
+        with mock.patch("os.access", access) if os.geteuid() == 0 else contextlib.nullcontext():
+            yield
+    finally:
+        directory.chmod(0o755)
+
+
+def _output_dir_read_only(folder: Path) -> Action:
+    locked = folder / "locked"
+    locked.mkdir()
+    run = _experiment(output_dir=str(locked / "out"))(folder)
+
+    def action() -> Any:
+        with _read_only(locked):
+            return run()
+    return action
+
+
+def _prune_onto_file(folder: Path) -> Action:
+    target = _a_file(folder)
+    return lambda: _cli("prune", str(folder / "run"), "--keep", "1", "--output", str(target))
+
+
+def _save_onto_file(folder: Path) -> Action:
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", "pfeiffer")
+    target = _a_file(folder, "a")
+    return lambda: model.save_adapter("a", target)
+
+
 # ---- names that would become paths ---------------------------------------------------------------------------
 def _saved_name(name: str) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
@@ -423,6 +473,23 @@ CASES: tuple[BadInput, ...] = (
       ("seed=4294967296", "0..4294967295", "32-bit"),
       lambda folder: lambda: _cli("train-adapter", "--task", "rte", "--seed", str(2**32), "--output-dir",
                                   str(folder / "runs"), "--store", str(folder / "store")), cli=True),
+    # output paths
+    B("output-dir-is-file", "output paths", "experiment output_dir that is an existing file", af.ConfigError,
+      ("output_dir", "/taken'", "is a file, not a folder"),
+      lambda folder: _experiment(output_dir=str(_a_file(folder)))(folder), cli=True),
+    B("output-dir-under-file", "output paths", "experiment output_dir inside an existing file (<file>/out)",
+      af.ConfigError, ("output_dir", "cannot be created", "/taken' is a file"),
+      lambda folder: _experiment(output_dir=str(_a_file(folder) / "out"))(folder), cli=True),
+    B("output-dir-read-only", "output paths", "experiment output_dir in a read-only folder (mode 555)",
+      af.ConfigError, ("output_dir", "/locked/out'", "read-only for this user"), _output_dir_read_only, cli=True),
+    B("save-adapter-onto-file", "output paths", "save_adapter('a', <an existing file>)", af.ConfigError,
+      ("save_adapter", "/a'", "is a file, not a folder"), _save_onto_file),
+    B("prune-output-file", "output paths", "adapterfusion prune RUN --keep 1 --output <an existing file> (checked "
+      "before the run is loaded and evaluated)", af.ConfigError, ("output", "/taken'", "is a file, not a folder"),
+      _prune_onto_file, cli=True),
+    B("evaluate-json-folder", "output paths", "adapterfusion evaluate RUN --json <an existing folder> (checked before "
+      "the evaluation)", af.ConfigError, ("--json", "is a folder", "give a file path"),
+      lambda folder: lambda: _cli("evaluate", str(folder / "run"), "--json", str(folder)), cli=True),
     # names that become paths
     B("variant-id-parent", "paths", "setup id '../../x' (it names runs/<id>/ and adapters/<id>/)",
       ExperimentSpecError, ("setups[0].id", "'../../x'"), _experiment(setups=[{"name": "head", "id": "../../x"}]),
