@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion._validation import check_name
+from adapterfusion.encoders import check_encoder
 from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.io.documents import read_document
@@ -231,9 +232,11 @@ def _encoder(value: Any, base_dir: Path) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise _fail("encoder", f"must be an encoder folder or a Hub id (a string), or null for the shipped one; got {value!r}")
-    local = Path(value).expanduser()
-    local = local if local.is_absolute() else base_dir / local
-    return str(local.resolve()) if local.exists() else value  # otherwise a Hub id
+    try:
+        local = check_encoder(value, base_dir)  # a mistyped path or an empty folder is refused here, not per job
+    except ConfigError as err:
+        raise _fail("encoder", str(err)) from None
+    return str(local.resolve()) if local is not None else value  # otherwise a Hub id
 
 
 def _seeds(value: Any) -> tuple[int, ...]:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.encoders import check_encoder
 from adapterfusion.io.atomic import atomic_write_json
-from adapterfusion.io.paths import path_part
+from adapterfusion.io.paths import check_writable_folder, path_part
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
@@ -110,8 +111,9 @@ def train(
     else:
         config = TrainingConfig.for_setup(setup, **{**dict(training_config or {}), "seed": seed})
     encoder = str(encoder if encoder is not None else af.default_encoder_path())
+    check_encoder(encoder)
     store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
-    run_dir = run_dir_for(output_dir, spec.name, setup, seed)
+    run_dir = run_dir_for(check_writable_folder(output_dir, "output_dir"), spec.name, setup, seed)
     writes = is_main_process()  # under torchrun / accelerate launch only rank 0 writes the run folder and the store
     if writes:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -46,7 +46,9 @@ import numpy as np
 import torch
 
 from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.encoders import check_encoder
 from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
@@ -202,8 +204,9 @@ def train_multitask(
     adapter_config = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
     schedule = schedule or AnnealedSchedule()
     encoder = str(encoder if encoder is not None else af.default_encoder_path())
+    check_encoder(encoder)
     store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
-    run_dir = run_dir_for(output_dir, MT_A, MT_A, seed)
+    run_dir = run_dir_for(check_writable_folder(output_dir, "output_dir"), MT_A, MT_A, seed)
     encoder_dir = run_dir / "encoder"
     run_dir.mkdir(parents=True, exist_ok=True)
 

@@ -27,6 +27,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 import adapterfusion as af
+import adapterfusion.training
 from adapterfusion.cli import main as cli_main
 from adapterfusion.errors import AdapterFusionError
 from adapterfusion.experiments import ResultsStore
@@ -285,6 +286,23 @@ def _owned_output_dir(folder: Path) -> Action:
     return _experiment()(folder)
 
 
+# ---- encoders ------------------------------------------------------------------------------------------------
+def _empty_encoder_folder(folder: Path) -> Path:
+    empty = folder / "my-encoder"
+    empty.mkdir()
+    return empty
+
+
+def _encoder_under_existing_parent(folder: Path) -> Action:
+    (folder / "models").mkdir()
+    return _experiment(encoder="models/minilm-l6")(folder)  # relative to the experiment file's folder
+
+
+def _train_with_empty_encoder(folder: Path) -> Action:
+    empty = _empty_encoder_folder(folder)
+    return lambda: af.training.train("rte", "head", encoder=empty, output_dir=folder / "runs")
+
+
 # ---- output paths ------------------------------------------------------------------------------------------
 def _a_file(folder: Path, name: str = "taken") -> Path:
     path = folder / name
@@ -324,6 +342,11 @@ def _output_dir_read_only(folder: Path) -> Action:
 def _prune_onto_file(folder: Path) -> Action:
     target = _a_file(folder)
     return lambda: _cli("prune", str(folder / "run"), "--keep", "1", "--output", str(target))
+
+
+def _train_into_file(folder: Path) -> Action:
+    target = _a_file(folder)
+    return lambda: af.training.train("rte", "head", output_dir=target)
 
 
 def _save_onto_file(folder: Path) -> Action:
@@ -473,6 +496,21 @@ CASES: tuple[BadInput, ...] = (
       ("seed=4294967296", "0..4294967295", "32-bit"),
       lambda folder: lambda: _cli("train-adapter", "--task", "rte", "--seed", str(2**32), "--output-dir",
                                   str(folder / "runs"), "--store", str(folder / "store")), cli=True),
+    # encoders
+    B("encoder-folder-empty", "encoders", "experiment encoder: an existing but empty folder (was: 'install "
+      "sentencepiece', per job)", ExperimentSpecError, ("encoder", "/my-encoder'", "holds no config.json",
+                                                        "save_pretrained"),
+      lambda folder: _experiment(encoder=str(_empty_encoder_folder(folder)))(folder), cli=True),
+    B("encoder-path-missing", "encoders", "experiment encoder: ./models/minilm-l6, which does not exist (was sent to "
+      "the Hub: 47 s of retries per job offline)", ExperimentSpecError,
+      ("encoder", "'./models/minilm-l6' looks like a local path", "does not exist"),
+      _experiment(encoder="./models/minilm-l6"), cli=True),
+    B("encoder-path-parent-exists", "encoders", "experiment encoder: models/minilm-l6 where the folder models/ exists "
+      "but models/minilm-l6 does not", ExperimentSpecError,
+      ("encoder", "'models/minilm-l6' looks like a local path", "/models/minilm-l6' does not exist"),
+      _encoder_under_existing_parent, cli=True),
+    B("train-encoder-folder-empty", "encoders", "train('rte', 'head', encoder=<an empty folder>)", af.ConfigError,
+      ("/my-encoder'", "holds no config.json", "not a HuggingFace model folder"), _train_with_empty_encoder),
     # output paths
     B("output-dir-is-file", "output paths", "experiment output_dir that is an existing file", af.ConfigError,
       ("output_dir", "/taken'", "is a file, not a folder"),
@@ -482,6 +520,8 @@ CASES: tuple[BadInput, ...] = (
       lambda folder: _experiment(output_dir=str(_a_file(folder) / "out"))(folder), cli=True),
     B("output-dir-read-only", "output paths", "experiment output_dir in a read-only folder (mode 555)",
       af.ConfigError, ("output_dir", "/locked/out'", "read-only for this user"), _output_dir_read_only, cli=True),
+    B("train-output-dir-file", "output paths", "train('rte', 'head', output_dir=<an existing file>)", af.ConfigError,
+      ("output_dir", "/taken'", "is a file, not a folder"), _train_into_file),
     B("save-adapter-onto-file", "output paths", "save_adapter('a', <an existing file>)", af.ConfigError,
       ("save_adapter", "/a'", "is a file, not a folder"), _save_onto_file),
     B("prune-output-file", "output paths", "adapterfusion prune RUN --keep 1 --output <an existing file> (checked "
