@@ -39,6 +39,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -277,7 +278,8 @@ def _training(overrides: Mapping[str, Any], setup: str, path: str) -> dict[str, 
 
 
 def _rf_label(value: float) -> str:
-    return f"rf{value:g}"
+    """'rf16', 'rf0_5': a variant id is a module key and a folder name, so '.' (and '+' of 1e+20) become '_'."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"rf{value:g}")
 
 
 def _positive_number(value: Any, path: str) -> float | int:

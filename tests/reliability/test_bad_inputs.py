@@ -279,6 +279,16 @@ def _experiment_file(name: str, text: bytes | str) -> Callable[[Path], Action]:
 _YAML_HEAD = "name: tiny\nencoder: some-org/some-encoder\ntasks: [rte, cb]\noutput_dir: {out}\n"
 
 
+def _fractional_reduction_factor(folder: Path) -> Action:
+    path = folder / "experiment.yaml"
+    path.write_text(_YAML_HEAD.replace("{out}", str(folder / "out")) + "setups: [{name: st-a, reduction_factor: 0.5}]\n")
+
+    def action() -> str:
+        variant = load_spec(path).variants[0]
+        return f"variant id {variant.id} with reduction_factor {variant.options['reduction_factor']:g}"
+    return action
+
+
 def _owned_output_dir(folder: Path) -> Action:
     other = load_spec(_experiment_dict(folder, name="other", tasks=["rte"]))
     with ResultsStore(other.output_dir) as store:
@@ -490,6 +500,9 @@ CASES: tuple[BadInput, ...] = (
     B("epochs-inf", "experiment files", "training: {epochs: .inf} (YAML's infinity)", ExperimentSpecError,
       ("training.epochs", "epochs=inf", "finite number"),
       _experiment_file("experiment.yaml", _YAML_HEAD + "setups: [head]\ntraining: {epochs: .inf}\n"), cli=True),
+    B("reduction-factor-fraction", "experiment files", "setups: [{name: st-a, reduction_factor: 0.5}] (not an error: "
+      "it used to fail blaming a generated id 'st-a-rf0.5' the user never wrote)", None,
+      ("st-a-rf0_5", "reduction_factor 0.5"), _fractional_reduction_factor),
     B("seed-too-large", "experiment files", "seeds: [4294967296] (2**32)", ExperimentSpecError,
       ("seeds[0]", "4294967296", "0..4294967295", "32-bit"), _experiment(seeds=[2**32]), cli=True),
     B("cli-seed-too-large", "experiment files", "adapterfusion train-adapter --seed 4294967296", af.ConfigError,
