@@ -465,6 +465,13 @@ CASES: tuple[BadInput, ...] = (
     B("choices-wrong-count", "datasets", "multiple-choice row with 2 choices where the task has 3", TaskError,
       ("row 0", "expected 3 choices", "found 2"),
       _data(CHOICE, {"train.jsonl.gz": [{"q": "q?", "options": ["x", "y"], "label": 0}]})),
+    B("json-line-broken", "datasets", "train.jsonl whose line 6 lacks its closing brace", TaskError,
+      ("train.jsonl', line 6", "Expecting ',' delimiter", "JSON Lines"),
+      _data(PAIR, {"train.jsonl": "".join(json.dumps(row) + "\n" for row in _toy_rows(5))
+                   + '{"a": "x", "b": "y", "label": 1\n' + json.dumps(_toy_rows(1)[0]) + "\n"})),
+    B("label-float-row-5", "datasets", "row 5's label is 1.5 (Arrow then reads every label as a float: 0 -> 0.0)",
+      TaskError, ("train.jsonl.gz, row 5", "label 1.5", "not one of"),
+      _data(PAIR, {"train.jsonl.gz": _toy_rows(5) + [{"a": "x", "b": "y", "label": 1.5}] + _toy_rows(2)})),
     # experiment files
     B("unknown-task", "experiment files", "tasks: [rte, rtee]", ExperimentSpecError,
       ("tasks[1]", "unknown task 'rtee'", "Did you mean 'rte'"), _experiment(tasks=["rte", "rtee"]), cli=True),
