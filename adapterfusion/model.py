@@ -422,6 +422,7 @@ class AdaptedModel(nn.Module):
         if head is not None:
             output.logits = head(encoded.last_hidden_state, inputs.get("attention_mask"), num_choices)
             if labels is not None:
+                head.check_labels(labels, output.logits, self.active_head)
                 output.task_loss = head.loss(output.logits, labels)
                 output.loss = output.task_loss
                 if self.training and self._fusion_value_trains():

@@ -36,7 +36,7 @@ from adapterfusion.experiments.plan import plan_jobs
 from adapterfusion.experiments.spec import load_spec
 from adapterfusion.tasks import TaskError, TaskSpec, encode_task, load_task_data, load_task_file
 from adapterfusion.training import AdapterStore
-from conftest import tiny_encoder
+from conftest import tiny_encoder, tiny_inputs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub"
 PAIR = TaskSpec(name="toy", kind="pair", text_fields=("a", "b"), label_names=("no", "yes"))
@@ -296,6 +296,17 @@ def _owned_output_dir(folder: Path) -> Action:
     return _experiment()(folder)
 
 
+# ---- model calls ---------------------------------------------------------------------------------------------
+def _forward_with_labels(labels: list) -> Callable[[Path], Action]:
+    """A forward of a 2-label classification head with `labels` (checked before cross_entropy sees them)."""
+    def prepare(folder: Path) -> Action:
+        model = af.wrap(tiny_encoder("bert"))
+        model.add_head("rte", af.ClassificationHead(num_labels=2))
+        model.activate(head="rte")
+        return lambda: model(**tiny_inputs(batch=len(labels)), labels=torch.tensor(labels))
+    return prepare
+
+
 # ---- encoders ------------------------------------------------------------------------------------------------
 def _empty_encoder_folder(folder: Path) -> Path:
     empty = folder / "my-encoder"
@@ -516,6 +527,13 @@ CASES: tuple[BadInput, ...] = (
       ("seed=4294967296", "0..4294967295", "32-bit"),
       lambda folder: lambda: _cli("train-adapter", "--task", "rte", "--seed", str(2**32), "--output-dir",
                                   str(folder / "runs"), "--store", str(folder / "store")), cli=True),
+    # model calls
+    B("labels-out-of-range", "model calls", "forward of a num_labels=2 head with labels [0, 2] (was an IndexError from "
+      "cross_entropy, a device-side assert on CUDA)", af.ConfigError,
+      ("labels [2]", "head 'rte'", "num_labels=2", "0..1"), _forward_with_labels([0, 2])),
+    B("labels-fractional", "model calls", "forward of a classification head with float labels [0.0, 1.5] (was "
+      "silently truncated to 1)", af.ConfigError, ("labels [1.5]", "integers in 0..1"),
+      _forward_with_labels([0.0, 1.5])),
     # encoders
     B("encoder-folder-empty", "encoders", "experiment encoder: an existing but empty folder (was: 'install "
       "sentencepiece', per job)", ExperimentSpecError, ("encoder", "/my-encoder'", "holds no config.json",
