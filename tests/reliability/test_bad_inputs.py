@@ -37,6 +37,7 @@ from adapterfusion.experiments.spec import load_spec
 from adapterfusion.tasks import TaskError, TaskSpec, encode_task, load_task_data, load_task_file
 from adapterfusion.training import AdapterStore
 from conftest import tiny_encoder, tiny_inputs
+from test_cli import run_with_closed_stdout
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub"
 PAIR = TaskSpec(name="toy", kind="pair", text_fields=("a", "b"), label_names=("no", "yes"))
@@ -307,6 +308,15 @@ def _forward_with_labels(labels: list) -> Callable[[Path], Action]:
     return prepare
 
 
+def _stdout_closed(folder: Path) -> Action:
+    """Not an error: the command stops writing and exits with 128 + SIGPIPE, printing nothing (tests/test_cli.py
+    does the same for `status`)."""
+    def action() -> str:
+        result = run_with_closed_stdout("list-tasks")
+        return f"exit status {result.returncode}, stderr {result.stderr!r}"
+    return action
+
+
 # ---- encoders ------------------------------------------------------------------------------------------------
 def _empty_encoder_folder(folder: Path) -> Path:
     empty = folder / "my-encoder"
@@ -534,6 +544,9 @@ CASES: tuple[BadInput, ...] = (
     B("labels-fractional", "model calls", "forward of a classification head with float labels [0.0, 1.5] (was "
       "silently truncated to 1)", af.ConfigError, ("labels [1.5]", "integers in 0..1"),
       _forward_with_labels([0.0, 1.5])),
+    B("stdout-closed", "command line", "`adapterfusion list-tasks | head -1` (or `status | head`): the reader is "
+      "gone before the command writes (not an error: it was a BrokenPipeError traceback)", None,
+      ("exit status 141", "stderr ''"), _stdout_closed),
     # encoders
     B("encoder-folder-empty", "encoders", "experiment encoder: an existing but empty folder (was: 'install "
       "sentencepiece', per job)", ExperimentSpecError, ("encoder", "/my-encoder'", "holds no config.json",
