@@ -387,6 +387,29 @@ def _save_onto_file(folder: Path) -> Action:
     return lambda: model.save_adapter("a", target)
 
 
+def _disk_full_at_commit(folder: Path) -> Action:
+    """A job marked running, then its result recorded on a full disk (SQLite's max_page_count pinned to the file's
+    current size makes every new page fail as a full disk does). What was committed must come back unchanged."""
+    spec = load_spec(_experiment_dict(folder, tasks=["rte"], setups=["head"]))
+    job = plan_jobs(spec)[0].id
+    with ResultsStore(spec.output_dir) as store:
+        store.bind(spec, plan_jobs(spec))
+        store.mark_running(job, str(folder / "run"))
+        committed = store.jobs()
+
+    def action() -> Any:
+        try:
+            with ResultsStore(spec.output_dir) as store:
+                pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+                store._db.execute(f"PRAGMA max_page_count = {pages}")
+                return store.mark_done(job, {"best": {"accuracy": 0.5}, "log": "x" * 1_000_000})
+        finally:
+            with ResultsStore(spec.output_dir) as store:
+                if store.jobs() != committed:
+                    raise _ModelTouched(f"the store lost committed state: {committed} -> {store.jobs()}")
+    return action
+
+
 # ---- names that would become paths ---------------------------------------------------------------------------
 def _saved_name(name: str) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
@@ -581,6 +604,10 @@ CASES: tuple[BadInput, ...] = (
     B("evaluate-json-folder", "output paths", "adapterfusion evaluate RUN --json <an existing folder> (checked before "
       "the evaluation)", af.ConfigError, ("--json", "is a folder", "give a file path"),
       lambda folder: lambda: _cli("evaluate", str(folder / "run"), "--json", str(folder)), cli=True),
+    B("db-disk-full", "results store", "the disk fills up while a job's result is committed to experiment.db (was a "
+      "raw sqlite3.OperationalError)", ExperimentError,
+      ("experiment.db", "the disk is full", "rolled back", "intact", "run the same command again"),
+      _disk_full_at_commit),
     # names that become paths
     B("variant-id-parent", "paths", "setup id '../../x' (it names runs/<id>/ and adapters/<id>/)",
       ExperimentSpecError, ("setups[0].id", "'../../x'"), _experiment(setups=[{"name": "head", "id": "../../x"}]),
