@@ -193,7 +193,8 @@ def _train_adapter(args: argparse.Namespace) -> int:
 
     result = train(args.task, args.setup, seed=args.seed, encoder=args.encoder, data_dir=args.data_dir,
                    output_dir=args.output_dir, store=args.store, training_config=_training_overrides(args),
-                   setup_options={"reduction_factor": args.reduction_factor}, max_examples=args.max_examples)
+                   setup_options={"reduction_factor": args.reduction_factor}, max_examples=args.max_examples,
+                   overwrite=args.overwrite)
     _print_result(result)
     return 0
 
@@ -202,11 +203,14 @@ def _fuse(args: argparse.Namespace) -> int:
     from adapterfusion.training import train
 
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+    if not sources:
+        raise af.ConfigError(f"--sources {args.sources!r} names no source task; give comma-separated task names, "
+                             "e.g. --sources mnli,sst2 (the target's own adapter is always added)")
     result = train(args.task, "fusion-st-a", seed=args.seed, encoder=args.encoder, data_dir=args.data_dir,
                    output_dir=args.output_dir, store=args.store, training_config=_training_overrides(args),
                    setup_options={"sources": sources, "adapter_setup": args.adapter_setup,
                                   "adapter_seed": args.adapter_seed},
-                   max_examples=args.max_examples)
+                   max_examples=args.max_examples, overwrite=args.overwrite)
     _print_result(result)
     return 0
 
@@ -228,6 +232,8 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     for name, kind in (("learning-rate", float), ("epochs", float), ("batch-size", int), ("max-steps", int),
                        ("max-length", int), ("patience", int)):
         parser.add_argument(f"--{name}", type=kind, default=None, help="override the setup's paper default")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run folder and store entry of an earlier run of the same task/setup/seed")
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:

@@ -111,6 +111,18 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
     return document
 
 
+def check_finite(tensors: Mapping[str, torch.Tensor], source: str | Path) -> None:
+    """Refuse weights holding NaN or inf (saved from a run that diverged): loaded, they would turn every output
+    that passes through them into NaN, far from the file that caused it."""
+    for key, tensor in tensors.items():
+        if tensor.is_floating_point():
+            bad = int((~torch.isfinite(tensor)).sum())
+            if bad:
+                raise SerializationError(
+                    f"{source}: tensor {key!r} holds {bad} NaN or infinite value(s) of {tensor.numel()}; the piece "
+                    "was saved from a run that diverged. Retrain it (lower the learning rate) or load another")
+
+
 def read_piece_weights(directory: str | Path, kind: str) -> dict[str, torch.Tensor]:
     path = weights_path(Path(directory), kind)
     if not path.is_file():

@@ -202,6 +202,14 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def check_precision(config: TrainingConfig) -> None:
+    """fp16 trains in half precision with a loss scaler on CUDA; on a CPU the HF Trainer accepts the flag and the
+    run is not what was asked for, so it is refused here (bf16 runs on CPUs)."""
+    if config.fp16 and not torch.cuda.is_available():
+        raise TrainingError("fp16=True needs a CUDA GPU, and none is visible here (the run would be on the CPU); "
+                            "use bf16=True (CPUs run bfloat16) or no mixed precision")
+
+
 def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) -> TrainingArguments:
     return TrainingArguments(
         output_dir=str(output_dir),

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from unittest import mock
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoTokenizer
 
 import adapterfusion as af
@@ -410,6 +412,60 @@ def _disk_full_at_commit(folder: Path) -> Action:
     return action
 
 
+# ---- silent acceptances -------------------------------------------------------------------------------------
+def _fp16_on_cpu(folder: Path) -> Action:
+    def action() -> Any:
+        with mock.patch("torch.cuda.is_available", lambda: False):  # a CPU-only machine, wherever the tests run
+            return af.training.train("rte", "st-a", training_config={"fp16": True}, output_dir=folder / "runs")
+    return action
+
+
+def _earlier_run(*parts: str) -> Callable[[Path], Action]:
+    """A run folder `runs/<parts>` an earlier `train-adapter`/`fuse` left, then the same command again."""
+    def prepare(folder: Path) -> Action:
+        run = folder.joinpath("runs", *parts[:3])
+        run.mkdir(parents=True)
+        (run / "metrics.json").write_text('{"best": {"accuracy": 0.71}}\n')
+        command = ["fuse", "--sources", "cb"] if parts[1] == "fusion-st-a" else ["train-adapter"]
+        return lambda: _cli(*command, "--task", parts[0], "--seed", parts[2].removeprefix("seed-"),
+                            "--output-dir", str(folder / "runs"), "--store", str(folder / "store"))
+    return prepare
+
+
+def _earlier_store_entry(folder: Path) -> Action:
+    entry = AdapterStore(folder / "store").path(str(af.default_encoder_path()), "rte", "st-a", 42)
+    entry.mkdir(parents=True)
+    (entry / "entry.json").write_text('{"task": "rte"}\n')
+    return lambda: _cli("train-adapter", "--task", "rte", "--output-dir", str(folder / "runs"),
+                        "--store", str(folder / "store"))
+
+
+def _nan_weights(folder: Path) -> Action:
+    saved = _saved(folder)
+    tensors = load_file(saved / "adapter.safetensors")
+    tensors["layer.1.output.up.weight"][3, 0] = float("nan")
+    save_file(tensors, saved / "adapter.safetensors")
+    return _load(af.wrap(tiny_encoder("bert")), "adapter", saved)
+
+
+def _adapterhub_version(version: str) -> Callable[[Path], Action]:
+    def prepare(folder: Path) -> Action:
+        copy = folder / "pf"
+        shutil.copytree(FIXTURES / "bert" / "adapters" / "pf", copy)
+        _edit_json(copy / "adapter_config.json", lambda d: d.update(version=version))
+        model = af.wrap(AutoModel.from_pretrained(FIXTURES / "bert" / "base_model"))
+
+        def action() -> str:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                model.load_adapter(copy)
+            found = [str(w.message) for w in caught if issubclass(w.category, af.UnknownFormatVersionWarning)]
+            assert len(found) == 1 and model.adapter_names == ["pf"], (found, model.adapter_names)
+            return found[0]
+        return action
+    return prepare
+
+
 # ---- names that would become paths ---------------------------------------------------------------------------
 def _saved_name(name: str) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
@@ -608,6 +664,31 @@ CASES: tuple[BadInput, ...] = (
       "raw sqlite3.OperationalError)", ExperimentError,
       ("experiment.db", "the disk is full", "rolled back", "intact", "run the same command again"),
       _disk_full_at_commit),
+    # silent acceptances
+    B("fp16-on-cpu", "silent acceptances", "train(..., training_config={'fp16': True}) on a machine without CUDA (the "
+      "HF Trainer took it and trained in full precision on the CPU)", af.training.TrainingError,
+      ("fp16=True needs a CUDA GPU", "bf16=True"), _fp16_on_cpu),
+    B("fuse-sources-empty", "silent acceptances", "adapterfusion fuse --sources '' (fused the target's adapter alone)",
+      af.ConfigError, ("--sources ''", "names no source task", "--sources mnli,sst2"),
+      lambda folder: lambda: _cli("fuse", "--task", "rte", "--sources", "", "--output-dir", str(folder / "runs"),
+                                  "--store", str(folder / "store")), cli=True),
+    B("train-adapter-rerun", "silent acceptances", "adapterfusion train-adapter over the run folder of an earlier "
+      "run of the same task/setup/seed (was replaced without a word)", af.training.TrainingError,
+      ("rte/st-a seed 42 was trained before", "/runs/rte/st-a/seed-42 holds files", "--overwrite"),
+      _earlier_run("rte", "st-a", "seed-42"), cli=True),
+    B("train-adapter-rerun-store", "silent acceptances", "adapterfusion train-adapter when the store already holds "
+      "that task/setup/seed's adapter", af.training.TrainingError,
+      ("was trained before", "the store holds its adapter", "--overwrite"), _earlier_store_entry, cli=True),
+    B("fuse-rerun", "silent acceptances", "adapterfusion fuse over the run folder of an earlier fusion run",
+      af.training.TrainingError, ("rte/fusion-st-a seed 7 was trained before", "--overwrite"),
+      _earlier_run("rte", "fusion-st-a", "seed-7"), cli=True),
+    B("nan-weights", "silent acceptances", "adapter.safetensors with one NaN in layer 1's up-projection (every output "
+      "through it became NaN)", af.SerializationError,
+      ("/a: tensor 'layer.1.output.up.weight'", "1 NaN or infinite value(s) of 256", "diverged"), _nan_weights),
+    B("adapterhub-unknown-version", "silent acceptances", "AdapterHub adapter_config.json with version "
+      "'adapters.2.0.0' (not an error: loaded, with a warning)", None,
+      ("'adapters.2.0.0'", "checked with adapters.1.3.0", "compare the loaded model's outputs"),
+      _adapterhub_version("adapters.2.0.0")),
     # names that become paths
     B("variant-id-parent", "paths", "setup id '../../x' (it names runs/<id>/ and adapters/<id>/)",
       ExperimentSpecError, ("setups[0].id", "'../../x'"), _experiment(setups=[{"name": "head", "id": "../../x"}]),
