@@ -118,10 +118,10 @@ def train(
     check_encoder(encoder)
     store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
     run_dir = run_dir_for(check_writable_folder(output_dir, "output_dir"), spec.name, setup, seed)
-    if not overwrite:
+    writes = is_main_process()  # under torchrun / accelerate launch only rank 0 writes the run folder and the store
+    if not overwrite and writes:  # the other ranks would race rank 0's own first files
         entry = store.path(encoder, spec.name, setup, seed) if store is not None and recipe.stores_adapter else None
         _refuse_existing(run_dir, entry, f"{spec.name}/{setup} seed {seed}")
-    writes = is_main_process()  # under torchrun / accelerate launch only rank 0 writes the run folder and the store
     if writes:
         run_dir.mkdir(parents=True, exist_ok=True)
 
