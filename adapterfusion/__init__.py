@@ -15,6 +15,7 @@ from adapterfusion.errors import (
     IncompatibleModelError,
     NameNotFoundError,
     SerializationError,
+    UnknownFormatVersionWarning,
     UnsupportedArchitectureError,
 )
 from adapterfusion.fusion import FusionConfig, FusionLayer
@@ -27,6 +28,7 @@ __all__ = [
     "ARCHITECTURES", "AdaptedModel", "AdaptedModelOutput", "AdapterConfig", "AdapterFusionError",
     "BottleneckAdapter", "ClassificationHead", "ConfigError", "DefaultModelMissingError", "FusionConfig",
     "FusionLayer", "HeadConfig", "IncompatibleModelError", "MultipleChoiceHead", "NameNotFoundError",
-    "ParameterReport", "RegressionHead", "SerializationError", "UnsupportedArchitectureError",
+    "ParameterReport", "RegressionHead", "SerializationError", "UnknownFormatVersionWarning",
+    "UnsupportedArchitectureError",
     "default_encoder_path", "wrap",
 ]

@@ -4,6 +4,7 @@ Our own errors print as one line and exit with status 2."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -120,7 +121,10 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from adapterfusion.evaluation import evaluate_run
     from adapterfusion.io.atomic import atomic_write_json
+    from adapterfusion.io.paths import check_writable_file
 
+    if args.json:
+        check_writable_file(args.json, "--json")  # before the evaluation, not after it
     result = evaluate_run(args.run_dir, split=args.split, data_dir=args.data_dir, max_examples=args.max_examples,
                           batch_size=args.batch_size, store=args.store)
     print(f"{result['task']} / {result['setup']} / seed {result['seed']}: {result['split']} split, "
@@ -138,7 +142,10 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _prune(args: argparse.Namespace) -> int:
     from adapterfusion.analysis.pruning import prune_fusion
     from adapterfusion.io.atomic import atomic_write_json
+    from adapterfusion.io.paths import check_writable_file
 
+    if args.json:
+        check_writable_file(args.json, "--json")  # before the pruning, not after it
     result = prune_fusion(args.run_dir, keep=args.keep, mass=args.mass, data_dir=args.data_dir,
                           max_examples=args.max_examples, batch_size=args.batch_size, store=args.store,
                           repeats=args.repeats, timing_batches=args.timing_batches, output=args.output)
@@ -186,7 +193,8 @@ def _train_adapter(args: argparse.Namespace) -> int:
 
     result = train(args.task, args.setup, seed=args.seed, encoder=args.encoder, data_dir=args.data_dir,
                    output_dir=args.output_dir, store=args.store, training_config=_training_overrides(args),
-                   setup_options={"reduction_factor": args.reduction_factor}, max_examples=args.max_examples)
+                   setup_options={"reduction_factor": args.reduction_factor}, max_examples=args.max_examples,
+                   overwrite=args.overwrite)
     _print_result(result)
     return 0
 
@@ -195,11 +203,14 @@ def _fuse(args: argparse.Namespace) -> int:
     from adapterfusion.training import train
 
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+    if not sources:
+        raise af.ConfigError(f"--sources {args.sources!r} names no source task; give comma-separated task names, "
+                             "e.g. --sources mnli,sst2 (the target's own adapter is always added)")
     result = train(args.task, "fusion-st-a", seed=args.seed, encoder=args.encoder, data_dir=args.data_dir,
                    output_dir=args.output_dir, store=args.store, training_config=_training_overrides(args),
                    setup_options={"sources": sources, "adapter_setup": args.adapter_setup,
                                   "adapter_seed": args.adapter_seed},
-                   max_examples=args.max_examples)
+                   max_examples=args.max_examples, overwrite=args.overwrite)
     _print_result(result)
     return 0
 
@@ -221,6 +232,8 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     for name, kind in (("learning-rate", float), ("epochs", float), ("batch-size", int), ("max-steps", int),
                        ("max-length", int), ("patience", int)):
         parser.add_argument(f"--{name}", type=kind, default=None, help="override the setup's paper default")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run folder and store entry of an earlier run of the same task/setup/seed")
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -301,10 +314,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head`'s writer
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush into the closed pipe prints nothing either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stdout without a file descriptor (tests, notebooks)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a reader that went away (`status | head`) shows up here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except af.AdapterFusionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

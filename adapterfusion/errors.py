@@ -32,3 +32,8 @@ class NameNotFoundError(AdapterFusionError, LookupError):
 
 class DefaultModelMissingError(AdapterFusionError, RuntimeError):
     """The embedded default encoder package is not installed."""
+
+
+class UnknownFormatVersionWarning(UserWarning):
+    """A file was written by a version of another library whose format this one was not checked against; it is read
+    as the known format, which may misread it."""

@@ -25,7 +25,14 @@ from adapterfusion.heads.module import PredictionHead
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.site import FUSION_IMPLEMENTATIONS, AdapterSite
 from adapterfusion.interop.adapterhub import is_adapterhub_dir, load_adapterhub
-from adapterfusion.io.pieces import EncoderFingerprint, config_path, read_piece_config, read_piece_weights, save_piece
+from adapterfusion.io.pieces import (
+    EncoderFingerprint,
+    check_finite,
+    config_path,
+    read_piece_config,
+    read_piece_weights,
+    save_piece,
+)
 from adapterfusion.parameters import ParameterReport, build_parameter_report
 
 
@@ -422,6 +429,7 @@ class AdaptedModel(nn.Module):
         if head is not None:
             output.logits = head(encoded.last_hidden_state, inputs.get("attention_mask"), num_choices)
             if labels is not None:
+                head.check_labels(labels, output.logits, self.active_head)
                 output.task_loss = head.loss(output.logits, labels)
                 output.loss = output.task_loss
                 if self.training and self._fusion_value_trains():
@@ -463,6 +471,7 @@ class AdaptedModel(nn.Module):
                         source: str | Path, overwrite: bool = False) -> str:
         """Add adapter `name` with weights keyed `layer.<i>.<position>.<param>`; the weights are checked on
         modules built on the side, so a bad file never replaces or half-adds anything."""
+        check_finite(tensors, source)
         modules = self._build_adapter(name, config)
         self._load_site_tensors(tensors, modules, source)
         self._attach_adapter(name, config, modules, overwrite)
@@ -504,6 +513,7 @@ class AdaptedModel(nn.Module):
                 f"the fusion in {source} fuses adapters {list(adapters)}, of which {missing} are not loaded; "
                 "load_adapter() each of them first"
             )
+        check_finite(tensors, source)
         modules = self._build_fusion(name, tuple(adapters), config)
         self._load_site_tensors(tensors, modules, source)
         self._attach_fusion(name, config, tuple(adapters), modules, overwrite)
@@ -532,6 +542,7 @@ class AdaptedModel(nn.Module):
                      source: str | Path, overwrite: bool = False, labels: Sequence[str] | None = None) -> str:
         """Add head `name` with the given state dict, checked (and against `labels`) before anything is replaced."""
         check_head_labels(config, labels, source)
+        check_finite(tensors, source)
         head = self._build_head(name, config, overwrite)
         _load_state(head, dict(tensors), source)
         self._attach_head(name, head)

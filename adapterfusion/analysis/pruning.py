@@ -25,6 +25,7 @@ from adapterfusion.errors import ConfigError
 from adapterfusion.evaluation import load_run_split, predict, run_batches, score
 from adapterfusion.fusion.subset import add_fusion_subset
 from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.tasks.spec import TaskSpec
 
 if TYPE_CHECKING:
@@ -202,6 +203,8 @@ def prune_fusion(run_dir: str | os.PathLike, keep: int | None = None, mass: floa
     if output is not None and Path(output).resolve() == run_dir.resolve():
         raise ConfigError(f"output={str(output)!r} is the run folder itself; the pruned fusion would replace the "
                           "trained one there. Choose another folder")
+    if output is not None:
+        check_writable_folder(output, "output")
     run = rebuild_run(run_dir, store=store, device=device)
     if run.fusion is None:
         raise ConfigError(f"prune needs a fusion run (fusion-st-a or fusion-mt-a); {run_dir} is a {run.setup!r} run "

@@ -27,6 +27,7 @@ from adapterfusion.experiments.report import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
 from adapterfusion.experiments.store import ResultsStore, RunnerLock
 from adapterfusion.io.atomic import atomic_write_json, remove_stale_temp_files
+from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.training.progress import read_progress
 
 SPEC_FILE = "experiment.json"
@@ -88,7 +89,7 @@ def run_experiment(
     """
     spec = load_spec(spec_or_path)
     jobs = plan_jobs(spec)
-    out = Path(spec.output_dir)
+    out = check_writable_folder(spec.output_dir, "output_dir")
     start = time.perf_counter()
     summary = ExperimentSummary(spec.name, out)
     with RunnerLock(out), ResultsStore(out) as store:

@@ -39,6 +39,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,12 +47,14 @@ from typing import Any
 
 from adapterfusion._validation import check_name
 from adapterfusion.defaults import default_encoder_path
+from adapterfusion.encoders import check_encoder
 from adapterfusion.errors import ConfigError, DefaultModelMissingError
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.io.documents import read_document
 from adapterfusion.tasks.registry import list_tasks
 from adapterfusion.tasks.spec import ROLES, suggest
-from adapterfusion.training.config import TrainingConfig
+from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON, TrainingConfig
 from adapterfusion.training.multitask import MT_A
 from adapterfusion.training.setups import get_setup, list_setups
 
@@ -171,26 +174,11 @@ class ExperimentSpec:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ExperimentSpec":
-        """Read a .yaml/.yml or .json experiment file."""
+        """Read a .yaml/.yml or .json experiment file (UTF-8; a key given twice in one mapping is an error)."""
         path = Path(path)
         if not path.is_file():
             raise ExperimentSpecError(f"experiment file {str(path)!r} does not exist")
-        text = path.read_text(encoding="utf-8")
-        if path.suffix.lower() == ".json":
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise ExperimentSpecError(f"{path} is not valid JSON: {err}") from err
-        else:
-            try:
-                import yaml
-            except ImportError as err:  # pragma: no cover - depends on the environment
-                raise ExperimentSpecError("reading YAML experiment files needs PyYAML: pip install 'adapterfusion[experiments]' "
-                                          "(or write the experiment as .json)") from err
-            try:
-                data = yaml.safe_load(text)
-            except yaml.YAMLError as err:
-                raise ExperimentSpecError(f"{path} is not valid YAML: {err}") from err
+        data = read_document(path, ExperimentSpecError)  # UTF-8, and a key given twice is refused
         return _parse(data, path.resolve().parent, str(path.resolve()))
 
 
@@ -249,9 +237,11 @@ def _encoder(value: Any, base_dir: Path) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise _fail("encoder", f"must be an encoder folder or a Hub id (a string), or null for the shipped one; got {value!r}")
-    local = Path(value).expanduser()
-    local = local if local.is_absolute() else base_dir / local
-    return str(local.resolve()) if local.exists() else value  # otherwise a Hub id
+    try:
+        local = check_encoder(value, base_dir)  # a mistyped path or an empty folder is refused here, not per job
+    except ConfigError as err:
+        raise _fail("encoder", str(err)) from None
+    return str(local.resolve()) if local is not None else value  # otherwise a Hub id
 
 
 def _zoo(value: Any, base_dir: Path) -> str | None:
@@ -273,8 +263,8 @@ def _zoo(value: Any, base_dir: Path) -> str | None:
 def _seeds(value: Any) -> tuple[int, ...]:
     seeds = [value] if isinstance(value, int) and not isinstance(value, bool) else _string_list(value, "seeds")
     for i, seed in enumerate(seeds):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise _fail(f"seeds[{i}]", f"seed {seed!r} must be an integer >= 0")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise _fail(f"seeds[{i}]", f"seed {seed!r} must be an integer in 0..{MAX_SEED}{SEED_RANGE_REASON}")
     _no_duplicates(seeds, "seeds")
     return tuple(seeds)
 
@@ -308,7 +298,8 @@ def _training(overrides: Mapping[str, Any], setup: str, path: str) -> dict[str, 
 
 
 def _rf_label(value: float) -> str:
-    return f"rf{value:g}"
+    """'rf16', 'rf0_5': a variant id is a module key and a folder name, so '.' (and '+' of 1e+20) become '_'."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"rf{value:g}")
 
 
 def _positive_number(value: Any, path: str) -> float | int:

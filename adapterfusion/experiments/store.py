@@ -7,13 +7,14 @@ transition is one transaction, so a runner killed at any moment leaves each job 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,16 +117,31 @@ class ResultsStore:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _transaction(self, sql: str, params: Iterable[Any] = ()) -> int:
-        """One statement in its own write transaction; returns how many rows it changed."""
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write transaction, committed at the end or rolled back. A full disk (at a statement or at COMMIT)
+        becomes an ExperimentError: SQLite rolls the change back, so what was committed before is intact."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            count = self._db.execute(sql, tuple(params)).rowcount
-        except BaseException:
-            self._db.execute("ROLLBACK")
+            yield
+            self._db.execute("COMMIT")
+        except BaseException as error:
+            if self._db.in_transaction:
+                try:
+                    self._db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite already rolled it back
+            if isinstance(error, sqlite3.OperationalError) and _disk_full(error):
+                raise ExperimentError(
+                    f"could not record a change in {self.path}: the disk is full ({error}). The change was rolled "
+                    "back and everything recorded before it is intact; free some space and run the same command "
+                    "again to resume") from None
             raise
-        self._db.execute("COMMIT")
-        return count
+
+    def _transaction(self, sql: str, params: Iterable[Any] = ()) -> int:
+        """One statement in its own write transaction; returns how many rows it changed."""
+        with self._writing():
+            return self._db.execute(sql, tuple(params)).rowcount
 
     # ---- experiment metadata ---------------------------------------------------------------------------------
     def meta(self) -> dict[str, str]:
@@ -144,8 +160,7 @@ class ResultsStore:
                 "(force=True) to reuse it: jobs whose settings changed are re-run, the others are kept")
         now = time.time()
         reset: list[str] = []
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._writing():
             values = {"name": spec.name, "spec_hash": spec_hash, "spec": json.dumps(spec.to_dict(), sort_keys=True),
                       "source": spec.source or "", "format_version": str(STORE_FORMAT_VERSION),
                       "updated_at": str(now)}
@@ -171,10 +186,6 @@ class ResultsStore:
                     (position, json.dumps(job.depends_on), config_hash, config_hash, config_hash, job.id))
             planned = {job.id for job in jobs}
             self._db.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in existing if i not in planned])
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
         return reset
 
     # ---- jobs --------------------------------------------------------------------------------------------------
@@ -231,6 +242,10 @@ class ResultsStore:
             (state, time.time(), metrics, error, job_id))
         if changed != 1:
             raise ExperimentError(f"job {job_id!r} is not running; cannot mark it {state}")
+
+
+def _disk_full(error: sqlite3.OperationalError) -> bool:
+    return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(error)
 
 
 def _record(row: sqlite3.Row) -> JobRecord:

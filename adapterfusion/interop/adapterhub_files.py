@@ -10,6 +10,7 @@ import io
 import json
 import pickle
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -18,12 +19,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
-from adapterfusion.errors import SerializationError
+from adapterfusion.errors import SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
 from adapterfusion.io.pieces import PIECE_FORMAT
 
 ADAPTERHUB_VERSION = "adapters.1.3.0"
 """The `version` written on export: the release whose formats docs/adapterhub.md describes."""
+KNOWN_VERSIONS = re.compile(r"adapters\.1\.\d+\.\d+")
+"""The `version` strings read without a warning: adapters 1.x, whose formats 1.3.0 (checked) shares."""
 
 # kind -> (config file, safetensors weights, legacy pickle weights), as adapters 1.3.0 names them.
 FILES: dict[str, tuple[str, str, str]] = {
@@ -52,6 +55,19 @@ def is_adapterhub_dir(directory: str | Path, kind: str) -> bool:
     return version.startswith(("adapters.", "adapter-transformers")) or isinstance(document.get("config"), dict)
 
 
+def warn_unknown_version(document: Mapping[str, Any], path: Path) -> None:
+    """Warn when the writer's `version` is not one of KNOWN_VERSIONS (adapter-transformers, adapters 2.x, none):
+    the file is still read as adapters 1.3.0 writes it, which is right only if that format did not change."""
+    version = document.get("version")
+    if isinstance(version, str) and KNOWN_VERSIONS.fullmatch(version):
+        return
+    written = f"written by {version!r}" if version is not None else "without a 'version' field"
+    warnings.warn(
+        f"{path} was {written}, not by a version whose format this library was checked against (adapters 1.x, "
+        f"checked with {ADAPTERHUB_VERSION}); it is read as that format, so compare the loaded model's outputs "
+        "with the library that wrote it", UnknownFormatVersionWarning, stacklevel=4)
+
+
 def read_document(directory: Path, kind: str) -> dict[str, Any]:
     path = directory / FILES[kind][0]
     try:
@@ -60,6 +76,7 @@ def read_document(directory: Path, kind: str) -> dict[str, Any]:
         raise SerializationError(f"{path} is not valid JSON ({error}); the file is corrupt or truncated") from None
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         raise SerializationError(f"{path} has no 'config' object; it is not an AdapterHub {kind} config")
+    warn_unknown_version(document, path)
     return document
 
 

@@ -18,6 +18,7 @@ from safetensors.torch import save as save_safetensors_bytes
 from adapterfusion._validation import check_name, naming_file
 from adapterfusion.errors import IncompatibleModelError, SerializationError
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
+from adapterfusion.io.paths import check_writable_folder
 
 PIECE_FORMAT = "adapterfusion"
 PIECE_FORMAT_VERSION = 1
@@ -67,7 +68,7 @@ def save_piece(
     """Weights first, config last: a directory with a config always has the weights that go with it."""
     from adapterfusion import __version__
 
-    directory = Path(directory)
+    directory = check_writable_folder(directory, f"save_{kind}: the {kind} folder")
     payload = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     atomic_write_bytes(weights_path(directory, kind), save_safetensors_bytes(payload, metadata={"format": "pt"}))
     document = {
@@ -108,6 +109,18 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
     with naming_file(path):  # the saved name becomes a module key, and may become a folder name
         check_name(document["name"], f"saved {kind}")
     return document
+
+
+def check_finite(tensors: Mapping[str, torch.Tensor], source: str | Path) -> None:
+    """Refuse weights holding NaN or inf (saved from a run that diverged): loaded, they would turn every output
+    that passes through them into NaN, far from the file that caused it."""
+    for key, tensor in tensors.items():
+        if tensor.is_floating_point():
+            bad = int((~torch.isfinite(tensor)).sum())
+            if bad:
+                raise SerializationError(
+                    f"{source}: tensor {key!r} holds {bad} NaN or infinite value(s) of {tensor.numel()}; the piece "
+                    "was saved from a run that diverged. Retrain it (lower the learning rate) or load another")
 
 
 def read_piece_weights(directory: str | Path, kind: str) -> dict[str, torch.Tensor]:

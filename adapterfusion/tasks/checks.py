@@ -69,12 +69,21 @@ def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
             )
 
 
+def _label_key(raw: Any) -> str:
+    """A label as the task's lookup spells it. Arrow reads a JSON column holding one non-integer number as floats
+    throughout (1 becomes 1.0), so an integral float is the integer it was written as, and the row that is really
+    wrong (1.5) is the one reported."""
+    if isinstance(raw, float) and raw.is_integer():
+        return str(int(raw))
+    return str(raw)
+
+
 def _check_labels(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
     """Row indices without a gold label; raises on a label outside the task's label set."""
     lookup = spec.label_lookup()
     unlabelled = []
     for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
-        key = str(raw)
+        key = _label_key(raw)
         if raw is None or key in UNLABELLED_VALUES:
             unlabelled.append(offset + i)
         elif key not in lookup:
@@ -118,7 +127,7 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
 
 
 def _label_ids(batch, label_field: str, lookup: dict[str, int]) -> dict[str, list[int]]:
-    return {LABEL_COLUMN: [lookup[str(v)] for v in fields.field_values(batch, label_field)]}
+    return {LABEL_COLUMN: [lookup[_label_key(v)] for v in fields.field_values(batch, label_field)]}
 
 
 def _with_label_ids(spec: TaskSpec, dataset):

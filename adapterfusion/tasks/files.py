@@ -6,6 +6,7 @@ Files are read with the `datasets` json/csv builders so they get Arrow cache fil
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 from adapterfusion.tasks.errors import TaskError
@@ -35,10 +36,44 @@ def _builder(path: Path) -> str:
     raise TaskError(f"{path}: unsupported data file type; use one of {list(EXTENSIONS)}.")
 
 
+def _open(path: Path):
+    return (gzip.open if path.name.lower().endswith(".gz") else open)(path, "rb")
+
+
 def _is_empty(path: Path) -> bool:
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    with opener(path, "rb") as handle:
+    with _open(path) as handle:
         return not handle.read(4096).strip()
+
+
+def _json_problem(path: Path) -> str | None:
+    """Where a JSON data file first goes wrong ("line 6: Expecting ',' delimiter (column 31)"), found by reading it
+    ourselves: the `datasets` builder says only that generating the dataset failed."""
+    try:
+        with _open(path) as handle:
+            lines = handle.read().split(b"\n")
+    except (OSError, EOFError):
+        return None
+    for number, raw in enumerate(lines, 1):
+        try:
+            lines[number - 1] = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            return f"line {number}: not UTF-8 text ({err.reason} at column {err.start + 1})"
+    if "\n".join(lines).lstrip().startswith("["):  # one JSON list of objects, not JSON Lines
+        try:
+            json.loads("\n".join(lines))
+        except json.JSONDecodeError as err:
+            return f"line {err.lineno}: {err.msg} (column {err.colno})"
+        return None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            return f"line {number}: {err.msg} (column {err.colno})"
+        if not isinstance(row, dict):
+            return f"line {number}: a JSON {type(row).__name__}, not an object holding the example's fields"
+    return None
 
 
 def read_data_file(path: str | Path, cache_dir: str | None = None):
@@ -58,6 +93,10 @@ def read_data_file(path: str | Path, cache_dir: str | None = None):
     try:
         dataset = datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir)
     except Exception as err:  # the builders raise many types; all mean "this file does not parse"
+        problem = _json_problem(path) if builder == "json" else None
+        if problem is not None:
+            raise TaskError(f"data file {str(path)!r}, {problem}; each line must be one JSON object (JSON Lines), "
+                            "or the whole file one JSON list of objects.") from err
         raise TaskError(
             f"data file {str(path)!r} could not be parsed as {builder.upper()} ({type(err).__name__}: {err}); "
             "JSON files need one object per line (or a list of objects), CSV files a header row."

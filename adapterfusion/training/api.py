@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.encoders import check_encoder
 from adapterfusion.io.atomic import atomic_write_json
-from adapterfusion.io.paths import path_part
+from adapterfusion.io.paths import check_writable_folder, path_part
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
@@ -30,7 +31,7 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, encoder_key
-from adapterfusion.training.trainer import fit, is_main_process
+from adapterfusion.training.trainer import check_precision, fit, is_main_process
 
 RUN_FORMAT_VERSION = 1
 
@@ -106,12 +107,15 @@ def train(
     training_config: TrainingConfig | Mapping[str, Any] | None = None,
     setup_options: Mapping[str, Any] | None = None,
     max_examples: int | Mapping[str, int] | None = None,
+    overwrite: bool = True,
 ) -> RunResult:
     """Train `setup` (see adapterfusion.training.setups) on `task` with `seed`.
 
     encoder: a HuggingFace encoder folder or Hub id (default: the shipped MiniLM). training_config: a
     TrainingConfig, or a dict of overrides of the setup's paper defaults (TrainingConfig.for_setup).
     store: where stage-1 adapters go (st-a, st-a-houlsby runs are added to it) and where fusion-st-a reads them.
+    overwrite=False refuses, before any work, a run folder that already holds files or a store entry that exists
+    (the CLI's default; the experiment runner re-runs jobs on purpose and keeps the default True).
     """
     import transformers
     from transformers import AutoModel, AutoTokenizer
@@ -126,10 +130,15 @@ def train(
         config = training_config.replace(seed=seed)
     else:
         config = TrainingConfig.for_setup(setup, **{**dict(training_config or {}), "seed": seed})
+    check_precision(config)
     encoder = str(encoder if encoder is not None else af.default_encoder_path())
+    check_encoder(encoder)
     store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
-    run_dir = run_dir_for(output_dir, spec.name, setup, seed)
+    run_dir = run_dir_for(check_writable_folder(output_dir, "output_dir"), spec.name, setup, seed)
     writes = is_main_process()  # under torchrun / accelerate launch only rank 0 writes the run folder and the store
+    if not overwrite and writes:  # the other ranks would race rank 0's own first files
+        entry = store.path(encoder, spec.name, setup, seed) if store is not None and recipe.stores_adapter else None
+        _refuse_existing(run_dir, entry, f"{spec.name}/{setup} seed {seed}")
     if writes:
         run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -211,6 +220,16 @@ def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> li
     for message in found:
         warnings.warn(message, RunQualityWarning, stacklevel=3)
     return found
+
+
+def _refuse_existing(run_dir: Path, entry: Path | None, what: str) -> None:
+    """TrainingError if the run folder holds files or the store entry exists: a rerun would replace them."""
+    found = [f"the run folder {run_dir} holds files" if run_dir.is_dir() and any(run_dir.iterdir()) else "",
+             f"the store holds its adapter at {entry}" if entry is not None and entry.exists() else ""]
+    found = [part for part in found if part]
+    if found:
+        raise TrainingError(f"{what} was trained before: {' and '.join(found)}; pass overwrite=True (CLI: --overwrite) "
+                            "to replace them, or choose another output dir, store or seed")
 
 
 def _save_pieces(model, plan, tokenizer, run_dir: Path) -> dict[str, Path]:

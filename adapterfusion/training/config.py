@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,6 +26,8 @@ from adapterfusion.errors import ConfigError
 
 TRAINING_CONFIG_FORMAT_VERSION = 1
 REPORT_TARGETS = ("none", "tensorboard", "mlflow", "wandb", "all")
+MAX_SEED = 2**32 - 1
+SEED_RANGE_REASON = " (numpy's and torch's seeding, which transformers.set_seed calls, take 32-bit seeds)"
 
 _SETUP_DEFAULTS: dict[str, dict[str, Any]] = {
     "head": dict(learning_rate=1e-3, epochs=20),
@@ -39,19 +42,21 @@ _SETUP_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _positive_int(value: Any, field: str, allow_none: bool = False, minimum: int = 1) -> None:
+def _positive_int(value: Any, field: str, allow_none: bool = False, minimum: int = 1, maximum: int | None = None,
+                  why: str = "") -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{field}={value!r} must be an integer >= {minimum}" + (" or None" if allow_none else ""))
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+        raise ConfigError(f"{field}={value!r} must be an integer {bound}" + (" or None" if allow_none else "") + why)
 
 
 def _number(value: Any, field: str, low: float, high: float | None = None, low_open: bool = False) -> None:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
     ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
     if not ok:
         bound = f"{'>' if low_open else '>='} {low}" + (f" and <= {high}" if high is not None else "")
-        raise ConfigError(f"{field}={value!r} must be a number {bound}")
+        raise ConfigError(f"{field}={value!r} must be a finite number {bound}")
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,7 @@ class TrainingConfig:
         _positive_int(self.patience, "patience", allow_none=True)
         _positive_int(self.max_steps, "max_steps", allow_none=True)
         _positive_int(self.max_length, "max_length", allow_none=True, minimum=8)
-        _positive_int(self.seed, "seed", minimum=0)
+        _positive_int(self.seed, "seed", minimum=0, maximum=MAX_SEED, why=SEED_RANGE_REASON)
         if self.metric_for_best is not None and (not isinstance(self.metric_for_best, str) or not self.metric_for_best):
             raise ConfigError(f"metric_for_best={self.metric_for_best!r} must be a metric name such as 'accuracy'")
         _positive_int(self.grad_accumulation, "grad_accumulation")

@@ -2,7 +2,8 @@
 fine-tuned jointly with one Pfeiffer adapter and one head per task, and `fusion-mt-a` on top of the result.
 
 Each optimizer step draws ONE task with annealed size-proportional sampling (training/sampling.py:
-p_i ∝ N_i^alpha, alpha = 1.0 → 0.2 linearly over the planned steps), activates that task's adapter and head and
+p_i ∝ N_i^alpha, alpha = 1.0 → 0.2 linearly over the planned epochs, once per epoch as in Stickland &
+Murray; an early-stopped run ends above 0.2), activates that task's adapter and head and
 trains on a batch of that task. The HF Trainer cannot switch tasks per step, so this is a short hand-written
 loop over the existing pieces: TrainingConfig, AdamW with `parameter_groups` (no decay for biases/LayerNorm),
 linear warm-up/decay, NaN/inf loss → TrainingError. An "epoch" is ceil(sum_i N_i / (batch_size ·
@@ -45,9 +46,11 @@ import numpy as np
 import torch
 
 from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.encoders import check_encoder
 from adapterfusion.errors import ConfigError
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
@@ -206,12 +209,13 @@ def train_multitask(
     adapter_config = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
     schedule = schedule or AnnealedSchedule()
     encoder = str(encoder if encoder is not None else af.default_encoder_path())
+    check_encoder(encoder)
     try:
         pooling = resolve_pooling(pooling, encoder)
     except ConfigError as err:
         raise TrainingError(str(err)) from None
     store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
-    run_dir = run_dir_for(output_dir, MT_A, MT_A, seed)
+    run_dir = run_dir_for(check_writable_folder(output_dir, "output_dir"), MT_A, MT_A, seed)
     encoder_dir = run_dir / "encoder"
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -250,7 +254,8 @@ def train_multitask(
     optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.learning_rate,
                                   eps=config.adam_epsilon)
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps)
-    sampler = TaskSampler(sizes, total_steps, seed, schedule)
+    planned_epochs = math.ceil(total_steps / steps_per_epoch)
+    sampler = TaskSampler(sizes, steps_per_epoch, planned_epochs, seed, schedule)
     collator = TaskCollator(tokenizer)
     streams = [_batches(dataset, config.batch_size, collator, seed + i) for i, dataset in enumerate(train_sets)]
     eval_batch_size = config.eval_batch_size or config.batch_size
@@ -261,6 +266,7 @@ def train_multitask(
         "seed": seed, "encoder": encoder, "encoder_key": encoder_key(encoder), "adapter": adapter_config.to_dict(),
         "pooling": pooling,
         "sampling": {**schedule.to_dict(), "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
+                     "planned_epochs": planned_epochs,
                      "epoch": "ceil(sum of task train sizes / (batch_size * grad_accumulation)) optimizer steps"},
         "metric_for_best": dict(zip([s.name for s in specs], metrics_for_best)),
         "selection": "best mean over tasks of each task's metric_for_best on its dev set",
@@ -278,7 +284,6 @@ def train_multitask(
     step = 0
     start = time.perf_counter()
     progress = tqdm(total=total_steps, desc=f"mt-a ({len(specs)} tasks)", leave=False)
-    planned_epochs = math.ceil(total_steps / steps_per_epoch)
     for step in range(1, total_steps + 1):
         if (step - 1) % steps_per_epoch == 0:  # an epoch begins: progress.json for live displays
             write_progress(run_dir, RunProgress((step - 1) // steps_per_epoch + 1, planned_epochs, step - 1,
@@ -307,7 +312,7 @@ def train_multitask(
         progress.set_postfix(task=specs[index].name, loss=f"{step_loss:.4f}")
         if step % config.logging_steps == 0 or step == total_steps:
             losses.append({"step": step, "epoch": step / steps_per_epoch, "loss": sum(window) / len(window),
-                           "task": specs[index].name, "alpha": schedule.alpha(step - 1, total_steps)})
+                           "task": specs[index].name, "alpha": sampler.alpha(step - 1)})
             window = []
         if step % steps_per_epoch and step != total_steps:
             continue
@@ -315,7 +320,7 @@ def train_multitask(
                                             "evaluating", time.time()))
         scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, device, autocast)
         mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best)]))
-        epochs.append({"epoch": step / steps_per_epoch, "step": step, "alpha": schedule.alpha(step - 1, total_steps),
+        epochs.append({"epoch": step / steps_per_epoch, "step": step, "alpha": sampler.alpha(step - 1),
                        "mean": mean, "tasks": scores})
         if mean > best_mean:
             best_mean, best_epoch, bad_epochs = mean, len(epochs) - 1, 0

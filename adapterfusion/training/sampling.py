@@ -4,14 +4,15 @@ Stickland & Murray (2019, §4 "annealed sampling") draw task i with probability
 
     p_i(alpha) = N_i^alpha / sum_j N_j^alpha            (N_i = the task's number of training examples)
 
-so alpha = 1 samples in proportion to size, alpha = 0 uniformly. They lower alpha once per epoch,
-alpha = 1 - 0.8 * (e - 1) / (E - 1) for epoch e of E. We lower it once per optimizer step instead:
+so alpha = 1 samples in proportion to size, alpha = 0 uniformly, and lower alpha once per epoch:
 
-    alpha(step) = start - (start - end) * step / (total_steps - 1)    (step = 0 .. total_steps - 1)
+    alpha(e) = start - (start - end) * (e - 1) / (E - 1)      (epoch e = 1 .. E, E = the planned epochs)
 
-with start = 1.0 and end = 0.2 by default: 1.0 at the first step, 0.2 at the last planned step (a run that
-stops early never reaches 0.2). Large tasks dominate early; small tasks get more of the late steps, so the
-shared encoder does not forget them at the end of training.
+with start = 1.0 and end = 0.2 as in the paper (alpha = 1 - 0.8 (e - 1) / (E - 1)). A step's epoch is
+step // steps_per_epoch + 1, so alpha is constant within an epoch. As in the paper the schedule runs over the
+*planned* epochs: a run that early stopping ends at epoch e < E stops at alpha(e), above 0.2, and a run of a
+single planned epoch samples in proportion to size throughout. Large tasks dominate early; small tasks get more
+of the late epochs, so the shared encoder does not forget them at the end of training.
 """
 from __future__ import annotations
 
@@ -35,22 +36,32 @@ def sampling_probabilities(sizes: Sequence[int], alpha: float) -> np.ndarray:
     return weights / weights.sum()
 
 
-def annealed_alpha(step: int, total_steps: int, start: float = 1.0, end: float = 0.2) -> float:
-    """alpha(step) = start - (start - end) * step / (total_steps - 1): `start` at step 0, `end` at the last
-    step (total_steps - 1); a one-step run stays at `start`; steps past the end stay at `end`."""
-    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-        raise TrainingError(f"total_steps={total_steps!r} must be an integer >= 1")
+def annealed_alpha(epoch: int, epochs: int, start: float = 1.0, end: float = 0.2) -> float:
+    """alpha(e) = start - (start - end) * (e - 1) / (E - 1) for epoch e of E (1-based): `start` in the first
+    epoch, `end` in the last; a one-epoch plan stays at `start`; epochs past the plan stay at `end`."""
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise TrainingError(f"epochs={epochs!r} must be an integer >= 1 (the planned number of epochs)")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+        raise TrainingError(f"epoch={epoch!r} must be an integer >= 1 (epochs count from 1)")
+    if epochs == 1:
+        return float(start)
+    progress = min((epoch - 1) / (epochs - 1), 1.0)
+    return float(start - (start - end) * progress)
+
+
+def epoch_of(step: int, steps_per_epoch: int) -> int:
+    """The 1-based epoch that 0-based optimizer step `step` belongs to."""
+    if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
+        raise TrainingError(f"steps_per_epoch={steps_per_epoch!r} must be an integer >= 1")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise TrainingError(f"step={step!r} must be an integer >= 0")
-    if total_steps == 1:
-        return float(start)
-    progress = min(step / (total_steps - 1), 1.0)
-    return float(start - (start - end) * progress)
+    return step // steps_per_epoch + 1
 
 
 @dataclass(frozen=True)
 class AnnealedSchedule:
-    """The annealing knobs, recorded in an MT-A run's config.json."""
+    """The annealing knobs, recorded in an MT-A run's config.json. alpha is a function of the optimizer step
+    through its epoch (Stickland & Murray anneal per epoch)."""
 
     start: float = 1.0
     end: float = 0.2
@@ -61,29 +72,35 @@ class AnnealedSchedule:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
                 raise TrainingError(f"annealed sampling: {name}={value!r} must be a finite number")
 
-    def alpha(self, step: int, total_steps: int) -> float:
-        return annealed_alpha(step, total_steps, self.start, self.end)
+    def alpha(self, step: int, steps_per_epoch: int, epochs: int) -> float:
+        """alpha at 0-based optimizer `step` of a run planned as `epochs` epochs of `steps_per_epoch` steps."""
+        return annealed_alpha(epoch_of(step, steps_per_epoch), epochs, self.start, self.end)
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": "annealed", "start": self.start, "end": self.end,
-                "formula": "p_i ∝ N_i^alpha, alpha = start - (start - end) * step / (total_steps - 1)"}
+        return {"kind": "annealed", "per": "epoch", "start": self.start, "end": self.end,
+                "formula": "p_i ∝ N_i^alpha, alpha = start - (start - end) * (e - 1) / (E - 1), e = the step's "
+                           "epoch (1..E), E = the planned epochs (Stickland & Murray 2019)"}
 
 
 class TaskSampler:
     """Draws one task index per step from p(alpha(step)), with its own seeded generator (so the task order does
     not depend on how much randomness the model or the data loaders use) and counts what it drew."""
 
-    def __init__(self, sizes: Sequence[int], total_steps: int, seed: int,
+    def __init__(self, sizes: Sequence[int], steps_per_epoch: int, epochs: int, seed: int,
                  schedule: AnnealedSchedule | None = None) -> None:
         self.sizes = [int(n) for n in sizes]
         sampling_probabilities(self.sizes, 1.0)  # validates the sizes
-        self.total_steps = int(total_steps)
+        self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
         self.schedule = schedule or AnnealedSchedule()
+        self.schedule.alpha(0, steps_per_epoch, epochs)  # validates the plan
         self.generator = np.random.default_rng(seed)
         self.counts = [0] * len(self.sizes)
 
     def probabilities(self, step: int) -> np.ndarray:
-        return sampling_probabilities(self.sizes, self.schedule.alpha(step, self.total_steps))
+        return sampling_probabilities(self.sizes, self.alpha(step))
+
+    def alpha(self, step: int) -> float:
+        return self.schedule.alpha(step, self.steps_per_epoch, self.epochs)
 
     def draw(self, step: int) -> int:
         index = int(self.generator.choice(len(self.sizes), p=self.probabilities(step)))

@@ -226,6 +226,14 @@ def with_lengths(dataset):
     return dataset.add_column(LENGTH_COLUMN, [longest(ids) for ids in dataset["input_ids"]])
 
 
+def check_precision(config: TrainingConfig) -> None:
+    """fp16 trains in half precision with a loss scaler on CUDA; on a CPU the HF Trainer accepts the flag and the
+    run is not what was asked for, so it is refused here (bf16 runs on CPUs)."""
+    if config.fp16 and not torch.cuda.is_available():
+        raise TrainingError("fp16=True needs a CUDA GPU, and none is visible here (the run would be on the CPU); "
+                            "use bf16=True (CPUs run bfloat16) or no mixed precision")
+
+
 def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) -> TrainingArguments:
     return TrainingArguments(
         **_length_grouping(config.group_by_length),

@@ -74,3 +74,12 @@ def test_yaml_and_json_files_resolve_paths_against_the_file(tmp_path):
     (tmp_path / "bad.yaml").write_text("name: [\n")
     with pytest.raises(ExperimentSpecError, match="not valid YAML"):
         ExperimentSpec.load(tmp_path / "bad.yaml")
+
+
+def test_fractional_reduction_factors_get_valid_variant_ids():
+    # 'st-a-rf0.5' is no valid module key or folder name: the error used to blame an id the user never wrote
+    s = spec(setups=[{"name": "st-a", "reduction_factors": [0.5, 2.5, 16]},
+                     {"name": "fusion-st-a", "adapter_reduction_factor": 0.5}])
+    assert [v.id for v in s.variants] == ["st-a-rf0_5", "st-a-rf2_5", "st-a-rf16", "fusion-st-a-st-a-rf0_5"]
+    assert s.variant("st-a-rf0_5").options["reduction_factor"] == 0.5
+    assert {job.id for job in plan_jobs(s)} >= {"st-a-rf0_5/rte/seed-42", "fusion-st-a-st-a-rf0_5/cb/seed-42"}

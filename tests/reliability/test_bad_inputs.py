@@ -13,18 +13,23 @@ import hashlib
 import io
 import json
 import logging
+import os
 import shutil
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoTokenizer
 
 import adapterfusion as af
+import adapterfusion.training
 from adapterfusion.cli import main as cli_main
 from adapterfusion.errors import AdapterFusionError
 from adapterfusion.experiments import ResultsStore
@@ -33,7 +38,8 @@ from adapterfusion.experiments.plan import plan_jobs
 from adapterfusion.experiments.spec import load_spec
 from adapterfusion.tasks import TaskError, TaskSpec, encode_task, load_task_data, load_task_file
 from adapterfusion.training import AdapterStore
-from conftest import tiny_encoder
+from conftest import tiny_encoder, tiny_inputs
+from test_cli import run_with_closed_stdout
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub"
 PAIR = TaskSpec(name="toy", kind="pair", text_fields=("a", "b"), label_names=("no", "yes"))
@@ -262,11 +268,202 @@ def _experiment(**changes: Any) -> Callable[[Path], Action]:
     return prepare
 
 
+def _experiment_file(name: str, text: bytes | str) -> Callable[[Path], Action]:
+    """An experiment file written verbatim (YAML or JSON by its suffix; bytes for a file that is not UTF-8);
+    `{out}` in the text stands for the case's output dir."""
+    def prepare(folder: Path) -> Action:
+        path = folder / name
+        data = text if isinstance(text, bytes) else text.replace("{out}", str(folder / "out")).encode("utf-8")
+        path.write_bytes(data)
+        return lambda: _cli("run", str(path), "--no-progress")
+    return prepare
+
+
+_YAML_HEAD = "name: tiny\nencoder: some-org/some-encoder\ntasks: [rte, cb]\noutput_dir: {out}\n"
+
+
+def _fractional_reduction_factor(folder: Path) -> Action:
+    path = folder / "experiment.yaml"
+    path.write_text(_YAML_HEAD.replace("{out}", str(folder / "out")) + "setups: [{name: st-a, reduction_factor: 0.5}]\n")
+
+    def action() -> str:
+        variant = load_spec(path).variants[0]
+        return f"variant id {variant.id} with reduction_factor {variant.options['reduction_factor']:g}"
+    return action
+
+
 def _owned_output_dir(folder: Path) -> Action:
     other = load_spec(_experiment_dict(folder, name="other", tasks=["rte"]))
     with ResultsStore(other.output_dir) as store:
         store.bind(other, plan_jobs(other))
     return _experiment()(folder)
+
+
+# ---- model calls ---------------------------------------------------------------------------------------------
+def _forward_with_labels(labels: list) -> Callable[[Path], Action]:
+    """A forward of a 2-label classification head with `labels` (checked before cross_entropy sees them)."""
+    def prepare(folder: Path) -> Action:
+        model = af.wrap(tiny_encoder("bert"))
+        model.add_head("rte", af.ClassificationHead(num_labels=2))
+        model.activate(head="rte")
+        return lambda: model(**tiny_inputs(batch=len(labels)), labels=torch.tensor(labels))
+    return prepare
+
+
+def _stdout_closed(folder: Path) -> Action:
+    """Not an error: the command stops writing and exits with 128 + SIGPIPE, printing nothing (tests/test_cli.py
+    does the same for `status`)."""
+    def action() -> str:
+        result = run_with_closed_stdout("list-tasks")
+        return f"exit status {result.returncode}, stderr {result.stderr!r}"
+    return action
+
+
+# ---- encoders ------------------------------------------------------------------------------------------------
+def _empty_encoder_folder(folder: Path) -> Path:
+    empty = folder / "my-encoder"
+    empty.mkdir()
+    return empty
+
+
+def _encoder_under_existing_parent(folder: Path) -> Action:
+    (folder / "models").mkdir()
+    return _experiment(encoder="models/minilm-l6")(folder)  # relative to the experiment file's folder
+
+
+def _train_with_empty_encoder(folder: Path) -> Action:
+    empty = _empty_encoder_folder(folder)
+    return lambda: af.training.train("rte", "head", encoder=empty, output_dir=folder / "runs")
+
+
+# ---- output paths ------------------------------------------------------------------------------------------
+def _a_file(folder: Path, name: str = "taken") -> Path:
+    path = folder / name
+    path.write_text("a file the user keeps\n")
+    return path
+
+
+@contextlib.contextmanager
+def _read_only(directory: Path):
+    """`directory` made read-only (mode 555). Root ignores permission bits, so for root os.access is made to answer
+    for paths inside it as the kernel answers another user: the check under test is the one that reads it."""
+    directory.chmod(0o555)
+    real_access = os.access
+
+    def access(path, mode, *args, **kwargs):
+        inside = Path(path).resolve().is_relative_to(directory.resolve())
+        return False if inside and mode & os.W_OK else real_access(path, mode, *args, **kwargs)
+
+    try:
+        with mock.patch("os.access", access) if os.geteuid() == 0 else contextlib.nullcontext():
+            yield
+    finally:
+        directory.chmod(0o755)
+
+
+def _output_dir_read_only(folder: Path) -> Action:
+    locked = folder / "locked"
+    locked.mkdir()
+    run = _experiment(output_dir=str(locked / "out"))(folder)
+
+    def action() -> Any:
+        with _read_only(locked):
+            return run()
+    return action
+
+
+def _prune_onto_file(folder: Path) -> Action:
+    target = _a_file(folder)
+    return lambda: _cli("prune", str(folder / "run"), "--keep", "1", "--output", str(target))
+
+
+def _train_into_file(folder: Path) -> Action:
+    target = _a_file(folder)
+    return lambda: af.training.train("rte", "head", output_dir=target)
+
+
+def _save_onto_file(folder: Path) -> Action:
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", "pfeiffer")
+    target = _a_file(folder, "a")
+    return lambda: model.save_adapter("a", target)
+
+
+def _disk_full_at_commit(folder: Path) -> Action:
+    """A job marked running, then its result recorded on a full disk (SQLite's max_page_count pinned to the file's
+    current size makes every new page fail as a full disk does). What was committed must come back unchanged."""
+    spec = load_spec(_experiment_dict(folder, tasks=["rte"], setups=["head"]))
+    job = plan_jobs(spec)[0].id
+    with ResultsStore(spec.output_dir) as store:
+        store.bind(spec, plan_jobs(spec))
+        store.mark_running(job, str(folder / "run"))
+        committed = store.jobs()
+
+    def action() -> Any:
+        try:
+            with ResultsStore(spec.output_dir) as store:
+                pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+                store._db.execute(f"PRAGMA max_page_count = {pages}")
+                return store.mark_done(job, {"best": {"accuracy": 0.5}, "log": "x" * 1_000_000})
+        finally:
+            with ResultsStore(spec.output_dir) as store:
+                if store.jobs() != committed:
+                    raise _ModelTouched(f"the store lost committed state: {committed} -> {store.jobs()}")
+    return action
+
+
+# ---- silent acceptances -------------------------------------------------------------------------------------
+def _fp16_on_cpu(folder: Path) -> Action:
+    def action() -> Any:
+        with mock.patch("torch.cuda.is_available", lambda: False):  # a CPU-only machine, wherever the tests run
+            return af.training.train("rte", "st-a", training_config={"fp16": True}, output_dir=folder / "runs")
+    return action
+
+
+def _earlier_run(*parts: str) -> Callable[[Path], Action]:
+    """A run folder `runs/<parts>` an earlier `train-adapter`/`fuse` left, then the same command again."""
+    def prepare(folder: Path) -> Action:
+        run = folder.joinpath("runs", *parts[:3])
+        run.mkdir(parents=True)
+        (run / "metrics.json").write_text('{"best": {"accuracy": 0.71}}\n')
+        command = ["fuse", "--sources", "cb"] if parts[1] == "fusion-st-a" else ["train-adapter"]
+        return lambda: _cli(*command, "--task", parts[0], "--seed", parts[2].removeprefix("seed-"),
+                            "--output-dir", str(folder / "runs"), "--store", str(folder / "store"))
+    return prepare
+
+
+def _earlier_store_entry(folder: Path) -> Action:
+    entry = AdapterStore(folder / "store").path(str(af.default_encoder_path()), "rte", "st-a", 42)
+    entry.mkdir(parents=True)
+    (entry / "entry.json").write_text('{"task": "rte"}\n')
+    return lambda: _cli("train-adapter", "--task", "rte", "--output-dir", str(folder / "runs"),
+                        "--store", str(folder / "store"))
+
+
+def _nan_weights(folder: Path) -> Action:
+    saved = _saved(folder)
+    tensors = load_file(saved / "adapter.safetensors")
+    tensors["layer.1.output.up.weight"][3, 0] = float("nan")
+    save_file(tensors, saved / "adapter.safetensors")
+    return _load(af.wrap(tiny_encoder("bert")), "adapter", saved)
+
+
+def _adapterhub_version(version: str) -> Callable[[Path], Action]:
+    def prepare(folder: Path) -> Action:
+        copy = folder / "pf"
+        shutil.copytree(FIXTURES / "bert" / "adapters" / "pf", copy)
+        _edit_json(copy / "adapter_config.json", lambda d: d.update(version=version))
+        model = af.wrap(AutoModel.from_pretrained(FIXTURES / "bert" / "base_model"))
+
+        def action() -> str:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                model.load_adapter(copy)
+            found = [str(w.message) for w in caught if issubclass(w.category, af.UnknownFormatVersionWarning)]
+            assert len(found) == 1 and model.adapter_names == ["pf"], (found, model.adapter_names)
+            return found[0]
+        return action
+    return prepare
 
 
 # ---- names that would become paths ---------------------------------------------------------------------------
@@ -368,6 +565,13 @@ CASES: tuple[BadInput, ...] = (
     B("choices-wrong-count", "datasets", "multiple-choice row with 2 choices where the task has 3", TaskError,
       ("row 0", "expected 3 choices", "found 2"),
       _data(CHOICE, {"train.jsonl.gz": [{"q": "q?", "options": ["x", "y"], "label": 0}]})),
+    B("json-line-broken", "datasets", "train.jsonl whose line 6 lacks its closing brace", TaskError,
+      ("train.jsonl', line 6", "Expecting ',' delimiter", "JSON Lines"),
+      _data(PAIR, {"train.jsonl": "".join(json.dumps(row) + "\n" for row in _toy_rows(5))
+                   + '{"a": "x", "b": "y", "label": 1\n' + json.dumps(_toy_rows(1)[0]) + "\n"})),
+    B("label-float-row-5", "datasets", "row 5's label is 1.5 (Arrow then reads every label as a float: 0 -> 0.0)",
+      TaskError, ("train.jsonl.gz, row 5", "label 1.5", "not one of"),
+      _data(PAIR, {"train.jsonl.gz": _toy_rows(5) + [{"a": "x", "b": "y", "label": 1.5}] + _toy_rows(2)})),
     # experiment files
     B("unknown-task", "experiment files", "tasks: [rte, rtee]", ExperimentSpecError,
       ("tasks[1]", "unknown task 'rtee'", "Did you mean 'rte'"), _experiment(tasks=["rte", "rtee"]), cli=True),
@@ -383,6 +587,108 @@ CASES: tuple[BadInput, ...] = (
       ("training.learning_rate", "-1"), _experiment(training={"learning_rate": -1}), cli=True),
     B("output-dir-owned", "experiment files", "output_dir that holds another experiment's results",
       ExperimentError, ("holds results of experiment 'other'", "--force"), _owned_output_dir, cli=True),
+    B("duplicate-key-yaml", "experiment files", "the same key twice in one YAML mapping: {name: st-a, "
+      "learning_rate: 1.0e-4, learning_rate: 3.0e-4}", ExperimentSpecError,
+      ("line 6, column 41", "'learning_rate' is given twice", "first at line 6, column 18", "keep only one"),
+      _experiment_file("experiment.yaml", _YAML_HEAD + "setups:\n  - {name: st-a, learning_rate: 1.0e-4, "
+                                                       "learning_rate: 3.0e-4}\n"), cli=True),
+    B("duplicate-key-yaml-top", "experiment files", "top-level key 'setups' written twice (the first list would be "
+      "dropped)", ExperimentSpecError, ("line 6", "'setups' is given twice", "first at line 5"),
+      _experiment_file("experiment.yaml", _YAML_HEAD + "setups: [head, st-a]\nsetups: [full]\n"), cli=True),
+    B("duplicate-key-json", "experiment files", "the same key twice in one JSON object", ExperimentSpecError,
+      ("experiment.json, line 3", "'epochs' is given twice", "first at line 2"),
+      _experiment_file("experiment.json", '{"name": "tiny", "tasks": ["rte"], "output_dir": "{out}",\n'
+                                          ' "setups": [{"name": "head", "epochs": 2,\n'
+                                          '             "epochs": 3}]}\n'), cli=True),
+    B("not-utf8", "experiment files", "experiment file saved as Latin-1 (a 0xe9 byte in a comment)",
+      ExperimentSpecError, ("not UTF-8", "0xe9", "line 2, column 6", "save the file as UTF-8"),
+      _experiment_file("experiment.yaml", b"name: tiny\n# caf\xe9 au lait\ntasks: [rte]\nsetups: [head]\n"),
+      cli=True),
+    B("epochs-inf", "experiment files", "training: {epochs: .inf} (YAML's infinity)", ExperimentSpecError,
+      ("training.epochs", "epochs=inf", "finite number"),
+      _experiment_file("experiment.yaml", _YAML_HEAD + "setups: [head]\ntraining: {epochs: .inf}\n"), cli=True),
+    B("reduction-factor-fraction", "experiment files", "setups: [{name: st-a, reduction_factor: 0.5}] (not an error: "
+      "it used to fail blaming a generated id 'st-a-rf0.5' the user never wrote)", None,
+      ("st-a-rf0_5", "reduction_factor 0.5"), _fractional_reduction_factor),
+    B("seed-too-large", "experiment files", "seeds: [4294967296] (2**32)", ExperimentSpecError,
+      ("seeds[0]", "4294967296", "0..4294967295", "32-bit"), _experiment(seeds=[2**32]), cli=True),
+    B("cli-seed-too-large", "experiment files", "adapterfusion train-adapter --seed 4294967296", af.ConfigError,
+      ("seed=4294967296", "0..4294967295", "32-bit"),
+      lambda folder: lambda: _cli("train-adapter", "--task", "rte", "--seed", str(2**32), "--output-dir",
+                                  str(folder / "runs"), "--store", str(folder / "store")), cli=True),
+    # model calls
+    B("labels-out-of-range", "model calls", "forward of a num_labels=2 head with labels [0, 2] (was an IndexError from "
+      "cross_entropy, a device-side assert on CUDA)", af.ConfigError,
+      ("labels [2]", "head 'rte'", "num_labels=2", "0..1"), _forward_with_labels([0, 2])),
+    B("labels-fractional", "model calls", "forward of a classification head with float labels [0.0, 1.5] (was "
+      "silently truncated to 1)", af.ConfigError, ("labels [1.5]", "integers in 0..1"),
+      _forward_with_labels([0.0, 1.5])),
+    B("stdout-closed", "command line", "`adapterfusion list-tasks | head -1` (or `status | head`): the reader is "
+      "gone before the command writes (not an error: it was a BrokenPipeError traceback)", None,
+      ("exit status 141", "stderr ''"), _stdout_closed),
+    # encoders
+    B("encoder-folder-empty", "encoders", "experiment encoder: an existing but empty folder (was: 'install "
+      "sentencepiece', per job)", ExperimentSpecError, ("encoder", "/my-encoder'", "holds no config.json",
+                                                        "save_pretrained"),
+      lambda folder: _experiment(encoder=str(_empty_encoder_folder(folder)))(folder), cli=True),
+    B("encoder-path-missing", "encoders", "experiment encoder: ./models/minilm-l6, which does not exist (was sent to "
+      "the Hub: 47 s of retries per job offline)", ExperimentSpecError,
+      ("encoder", "'./models/minilm-l6' looks like a local path", "does not exist"),
+      _experiment(encoder="./models/minilm-l6"), cli=True),
+    B("encoder-path-parent-exists", "encoders", "experiment encoder: models/minilm-l6 where the folder models/ exists "
+      "but models/minilm-l6 does not", ExperimentSpecError,
+      ("encoder", "'models/minilm-l6' looks like a local path", "/models/minilm-l6' does not exist"),
+      _encoder_under_existing_parent, cli=True),
+    B("train-encoder-folder-empty", "encoders", "train('rte', 'head', encoder=<an empty folder>)", af.ConfigError,
+      ("/my-encoder'", "holds no config.json", "not a HuggingFace model folder"), _train_with_empty_encoder),
+    # output paths
+    B("output-dir-is-file", "output paths", "experiment output_dir that is an existing file", af.ConfigError,
+      ("output_dir", "/taken'", "is a file, not a folder"),
+      lambda folder: _experiment(output_dir=str(_a_file(folder)))(folder), cli=True),
+    B("output-dir-under-file", "output paths", "experiment output_dir inside an existing file (<file>/out)",
+      af.ConfigError, ("output_dir", "cannot be created", "/taken' is a file"),
+      lambda folder: _experiment(output_dir=str(_a_file(folder) / "out"))(folder), cli=True),
+    B("output-dir-read-only", "output paths", "experiment output_dir in a read-only folder (mode 555)",
+      af.ConfigError, ("output_dir", "/locked/out'", "read-only for this user"), _output_dir_read_only, cli=True),
+    B("train-output-dir-file", "output paths", "train('rte', 'head', output_dir=<an existing file>)", af.ConfigError,
+      ("output_dir", "/taken'", "is a file, not a folder"), _train_into_file),
+    B("save-adapter-onto-file", "output paths", "save_adapter('a', <an existing file>)", af.ConfigError,
+      ("save_adapter", "/a'", "is a file, not a folder"), _save_onto_file),
+    B("prune-output-file", "output paths", "adapterfusion prune RUN --keep 1 --output <an existing file> (checked "
+      "before the run is loaded and evaluated)", af.ConfigError, ("output", "/taken'", "is a file, not a folder"),
+      _prune_onto_file, cli=True),
+    B("evaluate-json-folder", "output paths", "adapterfusion evaluate RUN --json <an existing folder> (checked before "
+      "the evaluation)", af.ConfigError, ("--json", "is a folder", "give a file path"),
+      lambda folder: lambda: _cli("evaluate", str(folder / "run"), "--json", str(folder)), cli=True),
+    B("db-disk-full", "results store", "the disk fills up while a job's result is committed to experiment.db (was a "
+      "raw sqlite3.OperationalError)", ExperimentError,
+      ("experiment.db", "the disk is full", "rolled back", "intact", "run the same command again"),
+      _disk_full_at_commit),
+    # silent acceptances
+    B("fp16-on-cpu", "silent acceptances", "train(..., training_config={'fp16': True}) on a machine without CUDA (the "
+      "HF Trainer took it and trained in full precision on the CPU)", af.training.TrainingError,
+      ("fp16=True needs a CUDA GPU", "bf16=True"), _fp16_on_cpu),
+    B("fuse-sources-empty", "silent acceptances", "adapterfusion fuse --sources '' (fused the target's adapter alone)",
+      af.ConfigError, ("--sources ''", "names no source task", "--sources mnli,sst2"),
+      lambda folder: lambda: _cli("fuse", "--task", "rte", "--sources", "", "--output-dir", str(folder / "runs"),
+                                  "--store", str(folder / "store")), cli=True),
+    B("train-adapter-rerun", "silent acceptances", "adapterfusion train-adapter over the run folder of an earlier "
+      "run of the same task/setup/seed (was replaced without a word)", af.training.TrainingError,
+      ("rte/st-a seed 42 was trained before", "/runs/rte/st-a/seed-42 holds files", "--overwrite"),
+      _earlier_run("rte", "st-a", "seed-42"), cli=True),
+    B("train-adapter-rerun-store", "silent acceptances", "adapterfusion train-adapter when the store already holds "
+      "that task/setup/seed's adapter", af.training.TrainingError,
+      ("was trained before", "the store holds its adapter", "--overwrite"), _earlier_store_entry, cli=True),
+    B("fuse-rerun", "silent acceptances", "adapterfusion fuse over the run folder of an earlier fusion run",
+      af.training.TrainingError, ("rte/fusion-st-a seed 7 was trained before", "--overwrite"),
+      _earlier_run("rte", "fusion-st-a", "seed-7"), cli=True),
+    B("nan-weights", "silent acceptances", "adapter.safetensors with one NaN in layer 1's up-projection (every output "
+      "through it became NaN)", af.SerializationError,
+      ("/a: tensor 'layer.1.output.up.weight'", "1 NaN or infinite value(s) of 256", "diverged"), _nan_weights),
+    B("adapterhub-unknown-version", "silent acceptances", "AdapterHub adapter_config.json with version "
+      "'adapters.2.0.0' (not an error: loaded, with a warning)", None,
+      ("'adapters.2.0.0'", "checked with adapters.1.3.0", "compare the loaded model's outputs"),
+      _adapterhub_version("adapters.2.0.0")),
     # names that become paths
     B("variant-id-parent", "paths", "setup id '../../x' (it names runs/<id>/ and adapters/<id>/)",
       ExperimentSpecError, ("setups[0].id", "'../../x'"), _experiment(setups=[{"name": "head", "id": "../../x"}]),

@@ -1,6 +1,8 @@
 """Loading, checking, carving and subsampling task data, from the offline copy and from generated files."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -254,3 +256,15 @@ def test_carve_indices_cover_and_are_disjoint():
     assert np.array_equal(train, again[0]) and np.array_equal(val, again[1])
     with pytest.raises(TaskError, match="at least 2 are needed"):
         carve_indices(1, 0.2, 0)
+
+
+def test_integral_float_labels_are_the_integers_they_were_written_as(tmp_path):
+    # One 1.0 makes Arrow read the whole label column as floats (0 -> 0.0); each row still means its class.
+    task_dir = tmp_path / "toy"
+    task_dir.mkdir()
+    rows = [{"a": f"p {i}", "b": f"h {i}", "label": float(i % 2) if i == 3 else i % 2} for i in range(6)]
+    (task_dir / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (task_dir / "validation.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows[:2]))
+    spec = TaskSpec(name="toy", kind="pair", text_fields=("a", "b"), label_names=("no", "yes"))
+    splits, _ = load_task_data(spec, tmp_path, seed=1)
+    assert splits["train"]["label"] == [i % 2 for i in range(6)]

@@ -146,3 +146,22 @@ def test_fusion_step_callback_drives_the_temperature_step(tiny_encoder_dir):
     state.global_step = 17
     FusionStepCallback(model).on_step_begin(None, state, None)
     assert {site.fusion_step for site in model.sites} == {17}
+
+
+def test_train_adapter_rerun_needs_overwrite_and_then_replaces_the_run(tmp_path, tiny_encoder_dir, data_dir, capsys):
+    from adapterfusion.cli import main
+
+    argv = ["train-adapter", "--task", "rte", "--seed", "3", "--encoder", str(tiny_encoder_dir), "--data-dir",
+            str(data_dir), "--output-dir", str(tmp_path / "runs"), "--store", str(tmp_path / "store"),
+            "--max-steps", "1", "--batch-size", "8", "--max-examples", "16", "--max-length", "32"]
+    assert main(argv) == 0
+    run_dir = tmp_path / "runs" / "rte" / "st-a" / "seed-3"
+    first = {p.name: p.read_bytes() for p in run_dir.rglob("*.safetensors")}
+    capsys.readouterr()
+    assert main(argv) == 2  # refused before any work: the run and the store entry are untouched
+    assert "was trained before" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in run_dir.rglob("*.safetensors")} == first
+    assert main(argv + ["--overwrite", "--learning-rate", "0.5"]) == 0
+    assert json.loads((run_dir / "config.json").read_text())["training"]["learning_rate"] == 0.5
+    entry = AdapterStore(tmp_path / "store").path(str(tiny_encoder_dir), "rte", "st-a", 3)
+    assert json.loads((entry / "entry.json").read_text())["source"] == str(run_dir)

@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 import adapterfusion as af
 from adapterfusion.training import (
     AdapterStore,
+    AnnealedSchedule,
     TaskSampler,
     TrainingError,
     annealed_alpha,
@@ -37,31 +38,45 @@ def test_sampling_probabilities_proportional_uniform_and_normalised():
         sampling_probabilities([10, 0], 1.0)
 
 
-def test_annealed_alpha_endpoints_and_linearity():
-    assert annealed_alpha(0, 101) == 1.0
-    assert annealed_alpha(100, 101) == pytest.approx(0.2)
-    assert annealed_alpha(50, 101) == pytest.approx(0.6)
-    assert annealed_alpha(500, 101) == pytest.approx(0.2)  # past the plan: stays at the end value
-    assert annealed_alpha(0, 1) == 1.0
-    assert annealed_alpha(9, 10, start=0.5, end=0.0) == pytest.approx(0.0)
-    with pytest.raises(TrainingError, match="total_steps"):
-        annealed_alpha(0, 0)
+def test_annealed_alpha_follows_stickland_and_murray_per_epoch():
+    # alpha = 1 - 0.8 (e - 1) / (E - 1) for epoch e = 1..E (Stickland & Murray 2019, annealed sampling)
+    assert [annealed_alpha(e, 5) for e in range(1, 6)] == pytest.approx([1.0, 0.8, 0.6, 0.4, 0.2], abs=1e-12)
+    assert annealed_alpha(1, 101) == 1.0 and annealed_alpha(101, 101) == pytest.approx(0.2, abs=1e-12)
+    assert annealed_alpha(51, 101) == pytest.approx(0.6, abs=1e-12)
+    assert annealed_alpha(500, 101) == pytest.approx(0.2, abs=1e-12)  # past the plan: stays at the end value
+    assert annealed_alpha(1, 1) == 1.0  # a one-epoch plan samples in proportion to size
+    assert annealed_alpha(10, 10, start=0.5, end=0.0) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(TrainingError, match="epochs=0"):
+        annealed_alpha(1, 0)
+    with pytest.raises(TrainingError, match="epoch=0"):
+        annealed_alpha(0, 3)
+
+
+def test_schedule_is_constant_within_an_epoch_and_steps_through_the_planned_epochs():
+    schedule, steps_per_epoch, epochs = AnnealedSchedule(), 7, 3
+    alphas = [schedule.alpha(step, steps_per_epoch, epochs) for step in range(steps_per_epoch * epochs + 2)]
+    expected = [1.0] * 7 + [0.6] * 7 + [0.2] * 7 + [0.2] * 2  # steps past the plan stay at 0.2
+    np.testing.assert_allclose(alphas, expected, rtol=0, atol=1e-12)
+    sampler = TaskSampler([10, 20], steps_per_epoch, epochs, seed=0)
+    assert [sampler.alpha(step) for step in range(21)] == alphas[:21]
 
 
 def test_seeded_sampler_matches_the_annealed_proportions():
-    sizes, total = [1000, 100, 10], 30000
-    first, second = TaskSampler(sizes, total, seed=5), TaskSampler(sizes, total, seed=5)
+    sizes, steps_per_epoch, epochs = [1000, 100, 10], 3000, 10
+    total = steps_per_epoch * epochs
+    first = TaskSampler(sizes, steps_per_epoch, epochs, seed=5)
+    second = TaskSampler(sizes, steps_per_epoch, epochs, seed=5)
     draws = np.array([first.draw(step) for step in range(total)])
     assert [second.draw(step) for step in range(200)] == draws[:200].tolist()  # same seed, same order
     assert first.counts == np.bincount(draws, minlength=3).tolist()
-    # Chi-square per tenth of the run against the expected counts sum_t p(alpha(t)) computed independently.
-    for part in np.array_split(np.arange(total), 10):
-        alphas = 1.0 - 0.8 * part / (total - 1)
-        weights = np.array(sizes, dtype=float)[None, :] ** alphas[:, None]
-        expected = (weights / weights.sum(axis=1, keepdims=True)).sum(axis=0)
+    # Chi-square per epoch against the expected counts under p(alpha(e)) computed independently.
+    for epoch, part in enumerate(np.array_split(np.arange(total), epochs), start=1):
+        alpha = 1.0 - 0.8 * (epoch - 1) / (epochs - 1)
+        weights = np.array(sizes, dtype=float) ** alpha
+        expected = len(part) * weights / weights.sum()
         observed = np.bincount(draws[part], minlength=3)
         chi2 = ((observed - expected) ** 2 / expected).sum()
-        assert chi2 < 13.8, (observed, expected)  # df=2, p=0.001
+        assert chi2 < 13.8, (epoch, observed, expected)  # df=2, p=0.001
     early, late = np.bincount(draws[:3000], minlength=3), np.bincount(draws[-3000:], minlength=3)
     assert early[2] < late[2] and early[0] > late[0]  # the small task gains share as alpha anneals
 
@@ -113,6 +128,13 @@ def test_mt_a_run_trains_every_task_and_writes_its_files(mt_a, tiny_encoder_dir)
     assert config["tasks"] == TASKS and config["sizes"] == {"sst2": 16, "rte": 16, "cb": 16}
     assert config["sampling"]["start"] == 1.0 and config["sampling"]["end"] == 0.2
     assert config["sampling"]["steps_per_epoch"] == 6 and config["training"]["learning_rate"] == 5e-3
+    # alpha steps down once per epoch over the 6 planned epochs (36 steps of 6), reaching 0.2 in the last one
+    assert config["sampling"]["per"] == "epoch" and config["sampling"]["planned_epochs"] == 6
+    np.testing.assert_allclose([e["alpha"] for e in metrics["epochs"]], [1.0, 0.84, 0.68, 0.52, 0.36, 0.2],
+                               rtol=0, atol=1e-12)
+    for entry in metrics["train_losses"]:  # logged every step: the alpha of the step's epoch
+        epoch = (entry["step"] - 1) // 6
+        assert entry["alpha"] == pytest.approx(1.0 - 0.8 * epoch / 5, abs=1e-12), entry
     assert sum(metrics["task_counts"].values()) == 36 and all(n > 0 for n in metrics["task_counts"].values())
     assert len(metrics["epochs"]) == 6 and set(metrics["best"]) == set(TASKS)
     assert all(0.0 <= metrics["best"][t]["accuracy"] <= 1.0 for t in TASKS) and metrics["train_seconds"] > 0

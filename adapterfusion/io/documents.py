@@ -1,0 +1,139 @@
+"""Read a JSON or YAML document strictly: UTF-8 text only, and a key written twice in one mapping is an error
+naming the key and both lines. `json.loads` and `yaml.safe_load` keep the last value of a repeated key without a
+word, so a setting the user wrote (say a learning rate two lines up) would be dropped silently."""
+from __future__ import annotations
+
+import functools
+import json
+import json.decoder
+import json.scanner
+import os
+from pathlib import Path
+from typing import Any
+
+from adapterfusion.errors import ConfigError
+
+
+class _DuplicateKey(Exception):
+    """`key` repeated at `where` (a "line L, column C" text), first given at `first`."""
+
+    def __init__(self, key: object, where: str, first: str) -> None:
+        super().__init__(key)
+        self.key, self.where, self.first = key, where, first
+
+    def describe(self, path: str | os.PathLike) -> str:
+        return (f"{path}, {self.where}: key {self.key!r} is given twice in one mapping (first at {self.first}); "
+                "the last one would silently win, so keep only one of them")
+
+
+def _position(text: str, index: int) -> str:
+    line = text.count("\n", 0, index) + 1
+    column = index - text.rfind("\n", 0, index)
+    return f"line {line}, column {column}"
+
+
+def read_document(path: str | os.PathLike, error: type[ConfigError] = ConfigError) -> Any:
+    """The parsed content of a `.json` file (anything else is read as YAML); every problem raises `error` naming
+    the file and, where it has one, the line."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        where = _position(raw.decode("latin-1"), err.start)  # one character per byte, so the offsets agree
+        raise error(f"{path} is not UTF-8 text: byte {raw[err.start]:#04x} at {where} ({err.reason}); save the "
+                    "file as UTF-8") from None
+    try:
+        return _parse_json(text, path, error) if path.suffix.lower() == ".json" else _parse_yaml(text, path, error)
+    except _DuplicateKey as duplicate:
+        raise error(duplicate.describe(path)) from None
+
+
+# ---- JSON --------------------------------------------------------------------------------------------------
+_WHITESPACE = json.decoder.WHITESPACE.match
+
+
+class _StrictJSONDecoder(json.JSONDecoder):
+    """A JSONDecoder whose objects refuse a repeated key. object_pairs_hook alone sees the keys but not where they
+    are, so each object is parsed by the pure-Python scanner (the C one parses objects itself) with a scan function
+    that records where every value ends, which tells where the next key starts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parse_object = _parse_object
+        self.scan_once = json.scanner.py_make_scanner(self)
+
+
+def _parse_object(s_and_end: tuple[str, int], strict: bool, scan_once, object_hook, object_pairs_hook,
+                  memo: dict | None = None):
+    text, start = s_and_end
+    value_ends: list[int] = []
+
+    def scan_value(string: str, index: int):
+        value, end = scan_once(string, index)
+        value_ends.append(end)
+        return value, end
+
+    def key_start(i: int) -> int:
+        """Where the i-th key's opening quote is: after the '{' or after the ',' that ends the previous pair."""
+        index = _WHITESPACE(text, start if i == 0 else value_ends[i - 1]).end()
+        return index if i == 0 else _WHITESPACE(text, index + 1).end()
+
+    def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, str] = {}
+        for i, (key, _) in enumerate(pairs):
+            where = _position(text, key_start(i))
+            if key in seen:
+                raise _DuplicateKey(key, where, seen[key])
+            seen[key] = where
+        return dict(pairs)
+
+    return json.decoder.JSONObject(s_and_end, strict, scan_value, object_hook, unique_pairs, memo)
+
+
+def _parse_json(text: str, path: Path, error: type[ConfigError]) -> Any:
+    try:
+        return _StrictJSONDecoder().decode(text)
+    except json.JSONDecodeError as err:
+        raise error(f"{path} is not valid JSON: {err}") from None
+
+
+# ---- YAML --------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def _strict_yaml_loader() -> type:
+    """A yaml.SafeLoader whose mappings refuse a repeated key (merge keys `<<` excepted: an explicit key overrides
+    a merged one on purpose). Built on first use, as PyYAML is an optional dependency."""
+    import yaml
+
+    class StrictSafeLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, str] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.get(key)
+                    except TypeError:  # an unhashable key: SafeLoader reports it itself
+                        continue
+                    mark = key_node.start_mark
+                    where = f"line {mark.line + 1}, column {mark.column + 1}"
+                    if first is not None:
+                        raise _DuplicateKey(key, where, first)
+                    seen[key] = where
+            return super().construct_mapping(node, deep)
+
+    return StrictSafeLoader
+
+
+def _parse_yaml(text: str, path: Path, error: type[ConfigError]) -> Any:
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise error(f"reading {path} needs PyYAML: pip install 'adapterfusion[experiments]' (or write it as .json)"
+                    ) from None
+    try:
+        return yaml.load(text, Loader=_strict_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        raise error(f"{path} is not valid YAML: {err}") from None

@@ -1,0 +1,36 @@
+"""The command line as a shell uses it: a reader that stops early (`status | head`) ends it quietly."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from adapterfusion.cli import EXIT_BROKEN_PIPE
+from adapterfusion.experiments import ResultsStore
+from adapterfusion.experiments.plan import plan_jobs
+from adapterfusion.experiments.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_with_closed_stdout(*argv: str) -> subprocess.CompletedProcess:
+    """`adapterfusion ARGV` writing into a pipe whose reader is already gone (`| head` that has read enough): the
+    read end is closed before the command starts, so its first write fails, every time."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "adapterfusion.cli", *argv], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=300, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        os.close(write_end)
+
+
+def test_status_into_a_closed_pipe_exits_quietly(tmp_path):
+    spec = load_spec({"name": "tiny", "encoder": "some-org/some-encoder", "tasks": ["rte", "cb"],
+                      "setups": ["head", "st-a"], "output_dir": str(tmp_path / "out")})
+    with ResultsStore(spec.output_dir) as store:
+        store.bind(spec, plan_jobs(spec))
+    result = run_with_closed_stdout("status", spec.output_dir)
+    assert result.returncode == EXIT_BROKEN_PIPE and result.stderr == ""
