@@ -8,8 +8,8 @@ r the site's residual:
 `fuse_fast` gives the same numbers without cost growing like N·d²:
   * all N down-projections run as one matmul into the concatenated bottleneck space (size M = sum of m_n);
   * z_n = U_n a_n + c_n is linear in the bottleneck activation a_n, so the score needs only
-    (Qᵀ K b)·h for the M + N basis vectors b (columns of U and the biases c_n); K's bias adds the same
-    constant to every score and cancels in the softmax;
+    (Qᵀ K b)·h for the M + N basis vectors b (columns of U and the biases c_n), plus (Qᵀ b_K)·h for K's
+    bias b_K: the same for every adapter, but kept, since score dropout acts on each score before the softmax;
   * V is linear and the s_n sum to one, so sum_n s_n V z_n = V sum_n s_n z_n, applied once, and again
     folded into the basis.
 Nothing of shape [batch, seq, N, d] is ever built; per token the cost is about 3·M·d.
@@ -110,7 +110,7 @@ class FoldedFusion(NamedTuple):
     """The weight products `fuse_fast` needs, which depend on the weights only, not on the tokens."""
 
     down: tuple[torch.Tensor, torch.Tensor, float | None] | None  # stacked (weight, bias, LN eps); None: per adapter
-    score_weight: torch.Tensor  # [M + N, d]: row j is Qᵀ K b_j for basis vector b_j
+    score_weight: torch.Tensor  # [M + N (+ 1), d]: row j is Qᵀ K b_j for basis vector b_j; last: Qᵀ b_K
     score_bias: torch.Tensor | None
     out_weight: torch.Tensor  # [d, M + N]: V [U, C] (or [U, C] without V)
 
@@ -127,7 +127,9 @@ def fold_fusion(layer: FusionLayer, adapters: Sequence[BottleneckAdapter]) -> Fo
     )  # [M + N, d]
     score_weight, score_bias = basis, None
     if layer.key is not None:
-        score_weight = score_weight @ layer.key.weight.t()
+        # K's bias b_K adds q·b_K to every score; the softmax alone would cancel it, but score dropout acts on
+        # each score before the softmax, so it is kept as one more row (and b_K gets its gradient).
+        score_weight = torch.cat([score_weight @ layer.key.weight.t(), layer.key.bias[None]], dim=0)
     if layer.query is not None:
         score_bias = score_weight @ layer.query.bias
         score_weight = score_weight @ layer.query.weight
@@ -152,8 +154,10 @@ def fuse_fast(
     total = sum(sizes)
 
     activations = _bottleneck_activations(adapters, x, folded.down)  # [..., M]
-    projected = F.linear(query, folded.score_weight, folded.score_bias)  # [..., M + N]
-    scores = _segment_sum(activations * projected[..., :total], sizes) + projected[..., total:]
+    projected = F.linear(query, folded.score_weight, folded.score_bias)  # [..., M + N (+ 1)]
+    scores = _segment_sum(activations * projected[..., :total], sizes) + projected[..., total : total + len(sizes)]
+    if layer.key is not None:
+        scores = scores + projected[..., -1:]  # the key-bias term, the same for every adapter
     probs = _normalise_scores(scores, temperature, keep, config.score_dropout, layer.training)
 
     coefficients = torch.cat([activations * _segment_expand(probs, sizes), probs], dim=-1)

@@ -44,8 +44,8 @@ def test_fast_and_reference_agree_on_padded_batches(model_type: str, preset: str
         torch.testing.assert_close(fast_attention, ref_attention, rtol=1e-5, atol=1e-6)
     largest = max(g.abs().max() for g in ref_grads.values())
     for name, ref_grad in ref_grads.items():
-        if name not in fast_grads:  # the key bias: its true gradient is zero (the softmax cancels it)
-            assert name.endswith("key.bias") and ref_grad.abs().max() <= 1e-5 * largest
+        if name.endswith("key.bias"):  # its true gradient is zero (the softmax cancels it): rounding noise only
+            assert max(ref_grad.abs().max(), fast_grads[name].abs().max()) <= 1e-5 * largest
             continue
         scale = ref_grad.abs().max().clamp(min=1e-3 * largest)
         assert (fast_grads[name] - ref_grad).abs().max() <= 1e-5 * scale, name
