@@ -167,6 +167,25 @@ def fuse_fast(
     return out + residual, probs
 
 
+def mix_layer_norms_reference(norms: Sequence[nn.Module], probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """sum_n s_n LN_n(u), literally: how a fusion ends over adapters that each trained their own copy of the
+    site's LayerNorm (Houlsby). One adapter (s = 1) ends exactly as it does alone; equal copies give LN(u)."""
+    return sum(probs[..., n : n + 1] * norm(u) for n, norm in enumerate(norms))
+
+
+def mix_layer_norms_fast(norms: Sequence[nn.Module], probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The same, normalising u once: LN_n(u) = γ_n ⊙ û + β_n is affine in (γ_n, β_n) and the s_n sum to one,
+    so sum_n s_n LN_n(u) = (sum_n s_n γ_n) ⊙ û + sum_n s_n β_n."""
+    first = norms[0]
+    if not all(isinstance(norm, nn.LayerNorm) and norm.weight is not None and norm.bias is not None
+               and norm.eps == first.eps and norm.normalized_shape == first.normalized_shape for norm in norms):
+        return mix_layer_norms_reference(norms, probs, u)  # another LayerNorm class or mixed eps: no shortcut
+    normalised = F.layer_norm(u, first.normalized_shape, eps=first.eps)
+    weight = probs @ torch.stack([norm.weight for norm in norms])
+    bias = probs @ torch.stack([norm.bias for norm in norms])
+    return normalised * weight + bias
+
+
 def _stacked_down(adapters: Sequence[BottleneckAdapter]) -> tuple[torch.Tensor, torch.Tensor, float | None] | None:
     """All down-projections as one [M, d] matrix. A new LayerNorm before an adapter is folded in:
     D(γ ⊙ x̂ + β) + e = (D diag γ) x̂ + (D β + e), with x̂ normalised once (eps returned). None when the

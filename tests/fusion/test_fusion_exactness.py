@@ -1,11 +1,14 @@
-"""Fusion exactness in float64: fast == reference with score dropout on in training, and every trainable
-parameter gets a gradient (DDP with find_unused_parameters=False needs that)."""
+"""Fusion exactness in float64: a one-adapter fusion with V = I is the adapter alone (Houlsby's own LayerNorm
+copies included), fusion over Houlsby adapters against a hand-written site equation, fast == reference with
+score dropout on in training, and every trainable parameter gets a gradient (DDP with
+find_unused_parameters=False needs that)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import AutoModel
 
 import adapterfusion as af
@@ -18,12 +21,13 @@ TIGHT = dict(rtol=1e-10, atol=1e-10)
 
 
 def _adapted(preset: str, names: tuple[str, ...], fusion: FusionConfig, value_identity: bool = False,
-             model_type: str = "bert") -> af.AdaptedModel:
-    """A float64 tiny encoder with random adapters (their LayerNorm copies moved away from the pretrained
-    ones), random Q/K (biases included) and a fusion over `names`."""
-    model = af.wrap(tiny_encoder(model_type).double())
+             without_copy: tuple[str, ...] = ()) -> af.AdaptedModel:
+    """A float64 tiny BERT with random adapters (their LayerNorm copies moved away from the pretrained
+    ones; none for the adapters in `without_copy`), random Q/K (biases included) and a fusion over `names`."""
+    model = af.wrap(tiny_encoder("bert").double())
     for name in names:
-        model.add_adapter(name, af.AdapterConfig.from_name(preset, reduction_factor=4))
+        overrides = {"train_layer_norm": False} if name in without_copy else {}
+        model.add_adapter(name, af.AdapterConfig.from_name(preset, reduction_factor=4, **overrides))
         with torch.no_grad():
             for parameter in model.adapter_parameters(name):
                 parameter.add_(torch.randn_like(parameter) * 0.3)
@@ -40,6 +44,88 @@ def _adapted(preset: str, names: tuple[str, ...], fusion: FusionConfig, value_id
                 layer.value.weight.copy_(eye if value_identity else eye + torch.randn_like(eye) * 0.2)
     model.add_head("h", af.ClassificationHead(num_labels=3, dropout=0.0))
     return model.eval()
+
+
+@pytest.mark.parametrize("implementation", ["fast", "reference"])
+@pytest.mark.parametrize("preset", ["pfeiffer", "houlsby"])
+def test_one_adapter_fusion_with_identity_value_is_the_adapter_alone(preset: str, implementation: str) -> None:
+    model = _adapted(preset, ("a",), FusionConfig.dynamic(), value_identity=True)
+    if preset == "houlsby":
+        site = model.sites_with_adapter("a")[0]
+        assert not torch.equal(site.adapters["a"].layer_norm.weight, site.pretrained_layer_norm.weight)
+    inputs = tiny_inputs()
+    model.set_fusion_implementation(implementation)
+    with torch.no_grad():
+        model.activate(adapter="a")
+        alone = model(**inputs).last_hidden_state
+        model.activate(fusion="f")
+        fused = model(**inputs).last_hidden_state
+    torch.testing.assert_close(fused, alone, **TIGHT)
+
+
+@pytest.mark.parametrize("implementation", ["fast", "reference"])
+@pytest.mark.parametrize("without_copy", [(), ("b",)], ids=["all-copies", "b-without-copy"])
+def test_houlsby_fusion_is_the_site_equation_with_each_adapters_layer_norm(
+    implementation: str, without_copy: tuple[str, ...]
+) -> None:
+    """Written out by hand at one BERT output site: o = sum_n s_n V z_n + h, then sum_n s_n LN_n(o + r),
+    LN_n the adapter's own trained LayerNorm copy (the pretrained LayerNorm for an adapter without one): the
+    attention-weighted mix of the LayerNorms each adapter ends with when it runs alone."""
+    names = ("a", "b", "c")
+    model = _adapted("houlsby", names, FusionConfig.dynamic(), without_copy=without_copy)
+    site = model.sites[1]  # layer 0, 'output'
+    adapters = [site.adapters[n] for n in names]
+    ends = [a.layer_norm if a.layer_norm is not None else site.base_layer.LayerNorm for a in adapters]
+    assert [n for n, norm in zip(names, ends) if norm is site.base_layer.LayerNorm] == list(without_copy)
+    layer = site.fusions["f"]
+    base = site.base_layer
+    generator = torch.Generator().manual_seed(5)
+    hidden = torch.randn(2, 5, 64, dtype=torch.float64, generator=generator)
+    r = torch.randn(2, 5, 32, dtype=torch.float64, generator=generator)
+    model.activate(fusion="f")
+    model.set_fusion_implementation(implementation)
+    with torch.no_grad():
+        actual = site(hidden, r)
+        h = F.linear(hidden, base.dense.weight, base.dense.bias)
+        z = [F.linear(F.silu(F.linear(h, a.down.weight, a.down.bias)), a.up.weight, a.up.bias) for a in adapters]
+        q = F.linear(h, layer.query.weight, layer.query.bias)
+        scores = torch.stack([(q * F.linear(z_n, layer.key.weight, layer.key.bias)).sum(-1) for z_n in z], -1)
+        s = scores.softmax(-1)
+        o = sum(s[..., n, None] * F.linear(z[n], layer.value.weight) for n in range(3)) + h
+        norms = [F.layer_norm(o + r, (32,), norm.weight, norm.bias, norm.eps) for norm in ends]
+        expected = sum(s[..., n, None] * norms[n] for n in range(3))
+    torch.testing.assert_close(actual, expected, **TIGHT)
+
+
+def test_houlsby_fusion_fast_equals_reference_in_the_whole_model() -> None:
+    model = _adapted("houlsby", ("a", "b", "c"), FusionConfig.dynamic())
+    model.train_fusion("f", head="h")
+    model.eval()
+    inputs = tiny_inputs(batch=3, seq=9)
+    labels = torch.tensor([0, 2, 1])
+    results = {}
+    for implementation in ("reference", "fast"):
+        model.set_fusion_implementation(implementation)
+        model.zero_grad()
+        out = model(**inputs, labels=labels)
+        out.loss.backward()
+        results[implementation] = (out.last_hidden_state, {n: p.grad for n, p in model.named_parameters()
+                                                           if p.grad is not None})
+    (ref, ref_grads), (fast, fast_grads) = results["reference"], results["fast"]
+    torch.testing.assert_close(fast, ref, **TIGHT)
+    assert ref_grads.keys() == fast_grads.keys()
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(fast_grads[name], grad, **TIGHT, msg=name)
+
+
+def test_fusion_refuses_layer_norm_copies_before_the_adapters() -> None:
+    """With original_ln_before each adapter would see its own LN_n(h + r): no single input or query for a fusion."""
+    model = af.wrap(tiny_encoder("bert"))
+    for name in ("a", "b"):
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(train_layer_norm=True))
+    with pytest.raises(af.ConfigError, match="train_layer_norm"):
+        model.add_fusion("f", ["a", "b"])
+    assert "f" not in model.fusion_setups
 
 
 # ---- score dropout ------------------------------------------------------------------------------------------
