@@ -9,7 +9,8 @@ r the site's residual:
   * all N down-projections run as one matmul into the concatenated bottleneck space (size M = sum of m_n);
   * z_n = U_n a_n + c_n is linear in the bottleneck activation a_n, so the score needs only
     (Qᵀ K b)·h for the M + N basis vectors b (columns of U and the biases c_n), plus (Qᵀ b_K)·h for K's
-    bias b_K: the same for every adapter, but kept, since score dropout acts on each score before the softmax;
+    bias b_K: the same for every adapter, so the softmax cancels it, except that score dropout acts on single
+    scores first (without dropout it is added with weight 0, so b_K gets its true, zero, gradient);
   * V is linear and the s_n sum to one, so sum_n s_n V z_n = V sum_n s_n z_n, applied once, and again
     folded into the basis.
 Nothing of shape [batch, seq, N, d] is ever built; per token the cost is about 3·M·d.
@@ -128,7 +129,7 @@ def fold_fusion(layer: FusionLayer, adapters: Sequence[BottleneckAdapter]) -> Fo
     score_weight, score_bias = basis, None
     if layer.key is not None:
         # K's bias b_K adds q·b_K to every score; the softmax alone would cancel it, but score dropout acts on
-        # each score before the softmax, so it is kept as one more row (and b_K gets its gradient).
+        # each score before the softmax, so it is kept as one more row (and b_K always gets a gradient).
         score_weight = torch.cat([score_weight @ layer.key.weight.t(), layer.key.bias[None]], dim=0)
     if layer.query is not None:
         score_bias = score_weight @ layer.query.bias
@@ -156,8 +157,13 @@ def fuse_fast(
     activations = _bottleneck_activations(adapters, x, folded.down)  # [..., M]
     projected = F.linear(query, folded.score_weight, folded.score_bias)  # [..., M + N (+ 1)]
     scores = _segment_sum(activations * projected[..., :total], sizes) + projected[..., total : total + len(sizes)]
-    if layer.key is not None:
-        scores = scores + projected[..., -1:]  # the key-bias term, the same for every adapter
+    if layer.key is not None:  # the key-bias term, the same for every adapter
+        key_term = projected[..., -1:]
+        if not (layer.training and config.score_dropout > 0):
+            # Nothing acts on single scores, so the softmax cancels the term and its true gradient is zero:
+            # weight 0 gives key.bias exactly that (not rounding noise, which Adam would turn into drift).
+            key_term = key_term * 0
+        scores = scores + key_term
     probs = _normalise_scores(scores, temperature, keep, config.score_dropout, layer.training)
 
     coefficients = torch.cat([activations * _segment_expand(probs, sizes), probs], dim=-1)

@@ -210,3 +210,7 @@ def test_every_trainable_parameter_gets_a_gradient(preset: str, fusion: str, imp
     assert any(n.endswith("key.bias") for n in trainable)
     missing = sorted(n for n, p in model.named_parameters() if p.requires_grad and p.grad is None)
     assert not missing, f"trainable parameters without a gradient: {missing}"
+    if implementation == "fast" and config.score_dropout == 0:
+        # The softmax cancels the key-bias term: its true gradient, exactly zero, not noise that Adam would amplify.
+        key_biases = [p.grad for n, p in model.named_parameters() if n.endswith(".fusions.f.key.bias")]
+        assert key_biases and all(torch.equal(grad, torch.zeros_like(grad)) for grad in key_biases)
