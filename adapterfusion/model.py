@@ -249,6 +249,14 @@ class AdaptedModel(nn.Module):
                     f"fusion {name!r}: layer {site.layer_index} ({site.position}) has no adapter {missing}, "
                     "but has the others; fuse adapters with the same leave_out layers"
                 )
+            copies = [a for a in present if site.adapters[a].layer_norm is not None]
+            if copies and self.adapter_configs[copies[0]].original_ln_before:
+                raise ConfigError(
+                    f"fusion {name!r}: adapters {copies} apply their own LayerNorm copy (train_layer_norm=True) "
+                    "before the adapter (original_ln_before=True), so each would see a different input and the "
+                    "fusion would have no single query; fuse adapters with train_layer_norm=False or "
+                    "original_ln_before=False (as the Houlsby preset)"
+                )
             if present:
                 modules[site] = site.match_base(FusionLayer(self.hidden_size, config))
         return modules

@@ -8,8 +8,9 @@ r the site's residual:
 `fuse_fast` gives the same numbers without cost growing like N·d²:
   * all N down-projections run as one matmul into the concatenated bottleneck space (size M = sum of m_n);
   * z_n = U_n a_n + c_n is linear in the bottleneck activation a_n, so the score needs only
-    (Qᵀ K b)·h for the M + N basis vectors b (columns of U and the biases c_n); K's bias adds the same
-    constant to every score and cancels in the softmax;
+    (Qᵀ K b)·h for the M + N basis vectors b (columns of U and the biases c_n), plus (Qᵀ b_K)·h for K's
+    bias b_K: the same for every adapter, so the softmax cancels it, except that score dropout acts on single
+    scores first (without dropout it is added with weight 0, so b_K gets its true, zero, gradient);
   * V is linear and the s_n sum to one, so sum_n s_n V z_n = V sum_n s_n z_n, applied once, and again
     folded into the basis.
 Nothing of shape [batch, seq, N, d] is ever built; per token the cost is about 3·M·d.
@@ -110,7 +111,7 @@ class FoldedFusion(NamedTuple):
     """The weight products `fuse_fast` needs, which depend on the weights only, not on the tokens."""
 
     down: tuple[torch.Tensor, torch.Tensor, float | None] | None  # stacked (weight, bias, LN eps); None: per adapter
-    score_weight: torch.Tensor  # [M + N, d]: row j is Qᵀ K b_j for basis vector b_j
+    score_weight: torch.Tensor  # [M + N (+ 1), d]: row j is Qᵀ K b_j for basis vector b_j; last: Qᵀ b_K
     score_bias: torch.Tensor | None
     out_weight: torch.Tensor  # [d, M + N]: V [U, C] (or [U, C] without V)
 
@@ -127,7 +128,9 @@ def fold_fusion(layer: FusionLayer, adapters: Sequence[BottleneckAdapter]) -> Fo
     )  # [M + N, d]
     score_weight, score_bias = basis, None
     if layer.key is not None:
-        score_weight = score_weight @ layer.key.weight.t()
+        # K's bias b_K adds q·b_K to every score; the softmax alone would cancel it, but score dropout acts on
+        # each score before the softmax, so it is kept as one more row (and b_K always gets a gradient).
+        score_weight = torch.cat([score_weight @ layer.key.weight.t(), layer.key.bias[None]], dim=0)
     if layer.query is not None:
         score_bias = score_weight @ layer.query.bias
         score_weight = score_weight @ layer.query.weight
@@ -152,8 +155,15 @@ def fuse_fast(
     total = sum(sizes)
 
     activations = _bottleneck_activations(adapters, x, folded.down)  # [..., M]
-    projected = F.linear(query, folded.score_weight, folded.score_bias)  # [..., M + N]
-    scores = _segment_sum(activations * projected[..., :total], sizes) + projected[..., total:]
+    projected = F.linear(query, folded.score_weight, folded.score_bias)  # [..., M + N (+ 1)]
+    scores = _segment_sum(activations * projected[..., :total], sizes) + projected[..., total : total + len(sizes)]
+    if layer.key is not None:  # the key-bias term, the same for every adapter
+        key_term = projected[..., -1:]
+        if not (layer.training and config.score_dropout > 0):
+            # Nothing acts on single scores, so the softmax cancels the term and its true gradient is zero:
+            # weight 0 gives key.bias exactly that (not rounding noise, which Adam would turn into drift).
+            key_term = key_term * 0
+        scores = scores + key_term
     probs = _normalise_scores(scores, temperature, keep, config.score_dropout, layer.training)
 
     coefficients = torch.cat([activations * _segment_expand(probs, sizes), probs], dim=-1)
@@ -161,6 +171,25 @@ def fuse_fast(
     if config.residual_before:  # V(sum_n s_n (z_n + r)) = V sum_n s_n z_n + V r
         return out + (F.linear(residual, layer.value.weight) if layer.value is not None else residual), probs
     return out + residual, probs
+
+
+def mix_layer_norms_reference(norms: Sequence[nn.Module], probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """sum_n s_n LN_n(u), literally: how a fusion ends over adapters that each trained their own copy of the
+    site's LayerNorm (Houlsby). One adapter (s = 1) ends exactly as it does alone; equal copies give LN(u)."""
+    return sum(probs[..., n : n + 1] * norm(u) for n, norm in enumerate(norms))
+
+
+def mix_layer_norms_fast(norms: Sequence[nn.Module], probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The same, normalising u once: LN_n(u) = γ_n ⊙ û + β_n is affine in (γ_n, β_n) and the s_n sum to one,
+    so sum_n s_n LN_n(u) = (sum_n s_n γ_n) ⊙ û + sum_n s_n β_n."""
+    first = norms[0]
+    if not all(isinstance(norm, nn.LayerNorm) and norm.weight is not None and norm.bias is not None
+               and norm.eps == first.eps and norm.normalized_shape == first.normalized_shape for norm in norms):
+        return mix_layer_norms_reference(norms, probs, u)  # another LayerNorm class or mixed eps: no shortcut
+    normalised = F.layer_norm(u, first.normalized_shape, eps=first.eps)
+    weight = probs @ torch.stack([norm.weight for norm in norms])
+    bias = probs @ torch.stack([norm.bias for norm in norms])
+    return normalised * weight + bias
 
 
 def _stacked_down(adapters: Sequence[BottleneckAdapter]) -> tuple[torch.Tensor, torch.Tensor, float | None] | None:

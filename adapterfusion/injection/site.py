@@ -10,10 +10,12 @@ sub-layer's pretrained LayerNorm):
     residual = h | h + r | x       (residual_before_ln = True | 'post_add' | False)
     out      = adapter(x, residual)   or   fusion(query, adapters(x), residual)
     out      = LN(out + r) if original_ln_after                 # as the unadapted sub-layer ends
+An adapter with its own trained LayerNorm copy LN_n (Houlsby) uses it for LN; a fusion over such adapters ends
+with sum_n s_n LN_n(out + r), s the fusion attention (fusion/layer.py `mix_layer_norms_*`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -21,12 +23,28 @@ from torch import nn
 from adapterfusion.adapters.bottleneck import BottleneckAdapter
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
-from adapterfusion.fusion.layer import FoldedFusion, fold_fusion, fuse_fast, fuse_reference
+from adapterfusion.fusion.layer import (
+    FoldedFusion,
+    fold_fusion,
+    fuse_fast,
+    fuse_reference,
+    mix_layer_norms_fast,
+    mix_layer_norms_reference,
+)
 from adapterfusion.injection.architectures import SiteKind, SiteSpec
 
-FUSION_IMPLEMENTATIONS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
-    "fast": fuse_fast,
-    "reference": fuse_reference,
+
+class FusionImplementation(NamedTuple):
+    """One way to compute a fusion, literal or fast: `fuse` mixes the adapters' outputs; `mix_layer_norms` ends
+    the site when fused adapters carry their own LayerNorm copies (Houlsby)."""
+
+    fuse: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    mix_layer_norms: Callable[[Sequence[nn.Module], torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+FUSION_IMPLEMENTATIONS: dict[str, FusionImplementation] = {
+    "fast": FusionImplementation(fuse_fast, mix_layer_norms_fast),
+    "reference": FusionImplementation(fuse_reference, mix_layer_norms_reference),
 }
 
 
@@ -153,13 +171,18 @@ class AdapterSite(nn.Module):
                 if fusion_name not in self.folded_cache:
                     self.folded_cache[fusion_name] = fold_fusion(fusion, adapters)
                 options["folded"] = self.folded_cache[fusion_name]
-            fuse = FUSION_IMPLEMENTATIONS[self.fusion_implementation]
-            out, probs = fuse(fusion, adapters, x, query, residual, **options)
+            implementation = FUSION_IMPLEMENTATIONS[self.fusion_implementation]
+            out, probs = implementation.fuse(fusion, adapters, x, query, residual, **options)
             if self.recorder is not None:
                 self.recorder[(self.layer_index, self.position)] = probs
 
         if apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM:
-            out = layer_norm(out + r)
+            if fusion_name is not None and any(adapter.layer_norm is not None for adapter in adapters):
+                # Each adapter ends with its own trained LayerNorm copy when alone: mix them by attention.
+                norms = [adapter.layer_norm if adapter.layer_norm is not None else layer_norm for adapter in adapters]
+                out = implementation.mix_layer_norms(norms, probs, out + r)
+            else:
+                out = layer_norm(out + r)
         return out
 
     def extra_repr(self) -> str:
