@@ -53,6 +53,18 @@ class JobPayload:
     kind: str = SINGLE_KIND
 
 
+class _OncePerRecord(logging.Filter):
+    """Lets each record through once. The job's handler sits on the root logger and on library loggers that may
+    not propagate to it (transformers turns propagation off when first imported), so a record that does propagate
+    would otherwise be written twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "_job_log_filter", None) == id(self):
+            return False
+        setattr(record, "_job_log_filter", id(self))
+        return True
+
+
 @contextlib.contextmanager
 def capture_logs(log_file: Path) -> Iterator[None]:
     """Send the job's logging (root, transformers, warnings) and its stdout/stderr to its own file. The HF Trainer
@@ -63,6 +75,7 @@ def capture_logs(log_file: Path) -> Iterator[None]:
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter(_LOG_FORMAT))
     handler.setLevel(logging.INFO)
+    handler.addFilter(_OncePerRecord())
     loggers = [logging.getLogger(), logging.getLogger("transformers"), logging.getLogger("adapterfusion")]
     args_logger, own_logger = logging.getLogger("transformers.training_args"), logging.getLogger(__name__)
     saved_levels = args_logger.level, own_logger.level
