@@ -133,10 +133,14 @@ class ResultsStore:
 
     def bind(self, spec: "ExperimentSpec", jobs: list["Job"], force: bool = False) -> list[str]:
         """Record `spec` as this output dir's experiment and add its jobs, in one transaction. An output dir of a
-        different spec is refused unless `force`; then jobs whose configuration changed go back to queued, and jobs
-        the new plan lacks are dropped from the table (their run dirs stay). Returns the ids of the reset jobs."""
+        different spec is refused unless `force`; then jobs whose configuration changed go back to queued (a job's
+        configuration includes its dependencies', so a fusion goes back with the adapters it fuses), and jobs the
+        new plan lacks are dropped from the table (their run dirs stay). Returns the ids of the reset jobs."""
+        from adapterfusion.experiments.plan import config_hashes  # plan imports the training API; status needs none
+
         meta = self.meta()
         spec_hash = spec.spec_hash()
+        hashes = config_hashes(spec, jobs)
         if meta.get("spec_hash") not in (None, spec_hash) and not force:
             raise SpecMismatchError(
                 f"{self.output_dir} holds results of experiment {meta.get('name')!r} (spec {meta['spec_hash']}), "
@@ -152,9 +156,10 @@ class ResultsStore:
             if "created_at" not in meta:
                 values["created_at"] = str(now)
             self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", values.items())
-            existing = {row["id"]: row["config_hash"] for row in self._db.execute("SELECT id, config_hash FROM jobs")}
-            for position, job in enumerate(jobs):
-                config_hash = job.config_hash(spec)
+            existing = {row["id"]: row for row in
+                        self._db.execute("SELECT id, config_hash, state, started_at, finished_at FROM jobs")}
+            for position, job in enumerate(jobs):  # topologically ordered: a job's dependencies are decided first
+                config_hash = hashes[job.id]
                 if job.id not in existing:
                     self._db.execute(
                         "INSERT INTO jobs (id, position, variant, setup, task, seed, depends_on, config_hash, state) "
@@ -162,13 +167,14 @@ class ResultsStore:
                         (job.id, position, job.variant, job.setup, job.task, job.seed, json.dumps(job.depends_on),
                          config_hash))
                     continue
-                if existing[job.id] != config_hash:
+                keep = existing[job.id]["config_hash"] == config_hash or _upgradable(job, spec, existing, reset)
+                if not keep:
                     reset.append(job.id)
                 self._db.execute(
                     "UPDATE jobs SET position = ?, depends_on = ?, config_hash = ?, "
-                    "state = CASE WHEN config_hash = ? THEN state ELSE 'queued' END, "
-                    "metrics = CASE WHEN config_hash = ? THEN metrics ELSE NULL END WHERE id = ?",
-                    (position, json.dumps(job.depends_on), config_hash, config_hash, config_hash, job.id))
+                    "state = CASE WHEN ? THEN state ELSE 'queued' END, "
+                    "metrics = CASE WHEN ? THEN metrics ELSE NULL END WHERE id = ?",
+                    (position, json.dumps(job.depends_on), config_hash, keep, keep, job.id))
             planned = {job.id for job in jobs}
             self._db.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in existing if i not in planned])
             self._db.execute("COMMIT")
@@ -231,6 +237,18 @@ class ResultsStore:
             (state, time.time(), metrics, error, job_id))
         if changed != 1:
             raise ExperimentError(f"job {job_id!r} is not running; cannot mark it {state}")
+
+
+def _upgradable(job: "Job", spec: "ExperimentSpec", existing: dict[str, sqlite3.Row], reset: list[str]) -> bool:
+    """Whether a job recorded by an older runner, under the hash that named its dependencies by id only, may keep
+    its result: only when every dependency is done, kept by this bind, and finished before the job started (a
+    dependency re-run since means the job used its old output)."""
+    row = existing[job.id]
+    if not job.depends_on or row["config_hash"] != job.config_hash(spec) or row["started_at"] is None:
+        return False
+    deps = [existing.get(d) for d in job.depends_on]
+    return all(dep is not None and dep["id"] not in reset and dep["state"] == "done" and dep["finished_at"] is not None
+               and dep["finished_at"] <= row["started_at"] for dep in deps)
 
 
 def _record(row: sqlite3.Row) -> JobRecord:

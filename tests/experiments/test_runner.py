@@ -140,6 +140,36 @@ def test_a_failed_job_blocks_only_its_dependents_and_is_retried_next_run(tmp_pat
     assert summary.ok and retry.submitted == ["st-a-rf16/rte/seed-1", "fusion-st-a/rte/seed-1", "fusion-st-a/sst2/seed-1"]
 
 
+def test_force_after_changing_the_adapters_settings_re_runs_the_fusions_that_fuse_them(tmp_path, tiny_encoder_dir):
+    spec = tiny_experiment(tiny_encoder_dir, tmp_path / "out")
+    assert run_experiment(spec, executor=_ScriptedExecutor(fail=set()), progress=False).ok
+    changed = {**spec, "setups": ["head", {"name": "st-a", "learning_rate": 5e-3}, "fusion-st-a"]}
+    rerun = _ScriptedExecutor(fail=set())
+    assert run_experiment(changed, executor=rerun, force=True, progress=False).ok
+    assert rerun.submitted == ["st-a-rf16/rte/seed-1", "st-a-rf16/sst2/seed-1", "fusion-st-a/rte/seed-1",
+                               "fusion-st-a/sst2/seed-1"]  # the head jobs are kept
+
+
+def test_a_store_of_an_older_runner_keeps_only_the_fusions_whose_adapters_finished_before_them(tmp_path,
+                                                                                               tiny_encoder_dir):
+    """Older runners hashed a fusion job with its dependencies' ids only; such a record is upgraded in place when
+    its adapters finished before it started, and re-run when one of them was re-run since (the stale fusion)."""
+    spec = load_spec(tiny_experiment(tiny_encoder_dir, tmp_path / "out", setups=["st-a", "fusion-st-a"],
+                                     fusion={"rte": ["rte"], "sst2": ["rte", "sst2"]}))
+    jobs = plan_jobs(spec)
+    assert run_experiment(spec, executor=_ScriptedExecutor(fail=set()), progress=False).ok
+    with sqlite3.connect(tmp_path / "out" / "experiment.db") as db:  # as an older runner recorded them
+        for job in jobs:
+            db.execute("UPDATE jobs SET config_hash = ? WHERE id = ?", (job.config_hash(spec), job.id))
+        db.execute("UPDATE jobs SET finished_at = 1e12 WHERE id = 'st-a-rf16/sst2/seed-1'")  # re-run after the fusions
+    with ResultsStore(tmp_path / "out") as store:
+        assert store.bind(spec, jobs) == ["fusion-st-a/sst2/seed-1"]
+        states = store.states()
+    assert states["fusion-st-a/rte/seed-1"] == "done" and states["fusion-st-a/sst2/seed-1"] == "queued"
+    with ResultsStore(tmp_path / "out") as store:
+        assert store.bind(spec, jobs) == []  # upgraded: the next bind finds the current hashes
+
+
 def test_mt_a_then_fusion_mt_a_end_to_end_reported_per_task_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir,
                                                                                 capsys):
     out = tmp_path / "out"
