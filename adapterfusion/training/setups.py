@@ -51,7 +51,8 @@ class SetupContext:
 @dataclass
 class SetupPlan:
     """What a prepared model trains and which pieces the run saves: `adapters`, `fusion` and `head` with
-    model.save_*; `save_encoder` for setups that change encoder weights (saved with save_pretrained)."""
+    model.save_*; `save_encoder` for setups that change encoder weights (saved with save_pretrained);
+    `fused_adapters`: adapter name -> AdapterStore.adapter_record of each stored adapter a fusion loaded."""
 
     head: str
     trainable: list[nn.Parameter]
@@ -59,6 +60,7 @@ class SetupPlan:
     fusion: str | None = None
     save_encoder: bool = False
     notes: list[str] = field(default_factory=list)
+    fused_adapters: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -189,16 +191,19 @@ def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     ordered = list(dict.fromkeys([*sources, target])) if target not in sources else list(dict.fromkeys(sources))
     adapter_seed = context.options["adapter_seed"]
     adapter_seed = context.seed if adapter_seed is None else adapter_seed
-    names = [context.store.load_into(model, task, context.options["adapter_setup"], adapter_seed,
-                                     encoder=context.encoder, name=task.replace(".", "_"))
+    setup = context.options["adapter_setup"]
+    names = [context.store.load_into(model, task, setup, adapter_seed, encoder=context.encoder,
+                                     name=task.replace(".", "_"))
              for task in ordered]
+    fused = {name: context.store.adapter_record(context.encoder, task, setup, adapter_seed)
+             for name, task in zip(names, ordered)}
     head = _add_head(model, context)
     fusion = f"fusion_{head}"
     model.add_fusion(fusion, names, resolve_fusion_config(context.options["fusion_config"] or "dynamic"))
     model.train_fusion(fusion, head=head)
     return SetupPlan(head=head, trainable=model.fusion_parameters(fusion) + list(model.heads[head].parameters()),
-                     fusion=fusion, adapters=tuple(names),
-                     notes=[f"fused adapters {names} from the store ({context.options['adapter_setup']}, seed {adapter_seed})"])
+                     fusion=fusion, adapters=tuple(names), fused_adapters=fused,
+                     notes=[f"fused adapters {names} from the store ({setup}, seed {adapter_seed})"])
 
 
 for _setup in (

@@ -22,6 +22,7 @@ from adapterfusion._validation import naming_file
 from adapterfusion.errors import SerializationError
 from adapterfusion.io.atomic import TEMP_SUFFIX, atomic_write_json, is_temp_name, temp_prefix
 from adapterfusion.io.paths import path_part
+from adapterfusion.io.pieces import piece_digest
 from adapterfusion.training.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -53,6 +54,11 @@ class AdapterStore:
 
     def has(self, encoder: str, task: str, setup: str, seed: int) -> bool:
         return (self.path(encoder, task, setup, seed) / ENTRY_FILE).is_file()
+
+    def adapter_record(self, encoder: str, task: str, setup: str, seed: int) -> dict[str, str]:
+        """Which stored adapter this is, exactly: its entry folder and the sha256 of its files (piece_digest)."""
+        entry = self.path(encoder, task, setup, seed)
+        return {"entry": str(entry.resolve()), "sha256": piece_digest(entry / "adapter")}
 
     def entries(self) -> list[dict[str, Any]]:
         """Every complete entry's entry.json content."""
