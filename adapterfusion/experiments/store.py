@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion.experiments.errors import ExperimentError, OutputDirLockedError, SpecMismatchError
+from adapterfusion.experiments.errors import (
+    ExperimentError,
+    OutputDirLockedError,
+    ResultsStoreError,
+    SpecMismatchError,
+)
 from adapterfusion.io.atomic import TEMP_SUFFIX, temp_prefix
 
 if TYPE_CHECKING:
@@ -95,17 +100,63 @@ class ResultsStore:
     def __init__(self, output_dir: str | os.PathLike, readonly: bool = False) -> None:
         self.output_dir = Path(output_dir)
         self.path = self.output_dir / DB_FILE
-        if readonly:
-            if not self.path.is_file():
-                raise ExperimentError(f"{self.output_dir} holds no experiment results ({DB_FILE} is missing)")
-            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-        else:
+        if readonly and not self.path.is_file():
+            raise ExperimentError(f"{self.output_dir} holds no experiment results ({DB_FILE} is missing)")
+        if not readonly:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)  # explicit transactions
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
+        try:
+            self._db = self._connect_readonly() if readonly else sqlite3.connect(self.path, timeout=30,
+                                                                                 isolation_level=None)
+            self._check(readonly)  # before anything is written: a damaged or foreign file is refused, never reused
+            if not readonly:  # explicit transactions (isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(_SCHEMA)
+        except sqlite3.Error as err:
+            raise ResultsStoreError(self._damaged(f"SQLite: {err}", readonly)) from None
         self._db.row_factory = sqlite3.Row
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A read-only connection. A WAL database needs its -shm index beside it, which SQLite cannot create in a
+        read-only folder; with no -wal file the main file holds every committed change, so it is then read as
+        immutable instead."""
+        uri = self.path.resolve().as_uri()
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            db.close()
+            if os.access(self.output_dir, os.W_OK):
+                raise
+        wal = self.path.with_name(self.path.name + "-wal")
+        if wal.exists():
+            raise ResultsStoreError(
+                f"{self.path}: its last runner stopped before merging {wal.name} into it, and SQLite can read that "
+                f"file only in a folder it may write to, which {self.output_dir} is not; copy the folder (with "
+                f"{wal.name}) somewhere writable and run the command there")
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True)
+
+    def _check(self, readonly: bool) -> None:
+        """Refuse a damaged file, and one that is a SQLite database of something else."""
+        problems = [row[0] for row in self._db.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise ResultsStoreError(self._damaged("; ".join(problems[:3]), readonly))
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if {"meta", "jobs"} <= tables or (not tables and not readonly):
+            return
+        if not tables:
+            raise ResultsStoreError(f"{self.path} holds no results yet (a runner was stopped while creating it); "
+                                    f"`adapterfusion run` the experiment to fill it")
+        raise ResultsStoreError(f"{self.path} is a SQLite database of something else (tables {sorted(tables)}), not "
+                                f"an experiment's results; choose another output_dir, or move that file away")
+
+    def _damaged(self, detail: str, readonly: bool) -> str:
+        """The message for a results database that cannot be read."""
+        refused = "" if readonly else "; the runner leaves it as it is rather than start over on top of it"
+        return (f"{self.path} cannot be read as an experiment's results ({detail}){refused}. If it is damaged, move "
+                f"it aside (e.g. to {self.path.name}.damaged) and run the experiment again, which re-runs every job "
+                "(or restore the file from a backup)")
 
     def close(self) -> None:
         self._db.close()
