@@ -163,11 +163,7 @@ def _schedule(spec: ExperimentSpec, pending: list[Job], store: ResultsStore, poo
                     states[job.id] = "failed"
                     summary.failed[job.id] = outcome["error"]
                 progress.finished(job.id, states[job.id])
-    except BaseException:
-        for job in running.values():  # interrupted (Ctrl-C): unfinished jobs go back to the queue
-            store.mark_queued(job.id)
-        raise
-    finally:
+    finally:  # interrupted (Ctrl-C): unfinished jobs stay `running`, shown as interrupted, re-run by the next run
         progress.close()
 
 

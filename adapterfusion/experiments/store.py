@@ -3,13 +3,13 @@ job's state and metrics, and the lock that keeps a second runner off the same ou
 
 Jobs move queued -> running -> done | failed; a job whose dependency failed is `blocked` (with the reason). Every
 transition is one transaction, so a runner killed at any moment leaves each job in exactly one state; a job found
-`running` by the next runner was interrupted and is re-run from scratch. Only the runner's parent process writes.
+`running` by the next runner was interrupted (killed, or stopped with Ctrl-C) and is re-run from scratch; until
+then `status` shows it as interrupted (runner_gone). Only the runner's parent process writes.
 """
 from __future__ import annotations
 
 import json
 import os
-import socket
 import sqlite3
 import tempfile
 import time
@@ -24,6 +24,7 @@ from adapterfusion.experiments.errors import (
     ResultsStoreError,
     SpecMismatchError,
 )
+from adapterfusion.experiments.processes import GONE, ProcessRecord
 from adapterfusion.io.atomic import TEMP_SUFFIX, temp_prefix
 
 if TYPE_CHECKING:
@@ -255,6 +256,11 @@ class ResultsStore:
             counts[row["state"]] = row["n"]
         return counts
 
+    def runner_gone(self) -> bool:
+        """Whether no live runner holds this output dir, so that the jobs recorded `running` were interrupted (their
+        runner was killed, stopped with Ctrl-C, or the machine rebooted); a runner on another host counts as live."""
+        return RunnerLock(self.output_dir).holder() is None
+
     def requeue_unfinished(self) -> list[str]:
         """Jobs a killed runner left running, and failed or blocked jobs, go back to queued for this run."""
         ids = [row["id"] for row in self._db.execute("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")]
@@ -273,10 +279,6 @@ class ResultsStore:
 
     def mark_failed(self, job_id: str, error: str) -> None:
         self._finish(job_id, "failed", None, error)
-
-    def mark_queued(self, job_id: str) -> None:
-        """An interrupted job (Ctrl-C) goes back to the queue."""
-        self._transaction("UPDATE jobs SET state = 'queued', finished_at = NULL WHERE id = ?", (job_id,))
 
     def mark_blocked(self, job_id: str, reason: str) -> None:
         self._transaction("UPDATE jobs SET state = 'blocked', error = ?, finished_at = ? WHERE id = ? AND state = 'queued'",
@@ -311,22 +313,10 @@ def _record(row: sqlite3.Row) -> JobRecord:
 
 
 # ---- the runner lock -------------------------------------------------------------------------------------------
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
-
-
 class RunnerLock:
-    """An exclusive lock file `<output_dir>/runner.lock` holding the owner's pid and host. A lock whose pid is dead
-    (on this host) is stale and taken over; a live one refuses with OutputDirLockedError. Creation is atomic
-    (O_CREAT | O_EXCL), so two runners starting together cannot both win."""
+    """An exclusive lock file `<output_dir>/runner.lock` holding the owner's ProcessRecord (host, pid, boot, start
+    time). A lock whose process is gone (on this host) is stale and taken over; a live one refuses with
+    OutputDirLockedError. Creation is atomic (O_CREAT | O_EXCL), so two runners starting together cannot both win."""
 
     def __init__(self, output_dir: str | os.PathLike) -> None:
         self.path = Path(output_dir) / LOCK_FILE
@@ -334,7 +324,7 @@ class RunnerLock:
 
     def acquire(self) -> "RunnerLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
+        owner = {**ProcessRecord.current().to_dict(), "started_at": time.time()}
         # The lock appears with its content or not at all (a hard link of a finished temp file is atomic and fails
         # if the lock exists), so a runner killed at any moment never leaves an empty lock nobody can judge.
         fd, tmp = tempfile.mkstemp(prefix=temp_prefix(self.path), suffix=TEMP_SUFFIX, dir=self.path.parent)
@@ -353,16 +343,28 @@ class RunnerLock:
             os.unlink(tmp)
         raise OutputDirLockedError(f"could not take the lock {self.path}; another runner keeps racing for it")
 
-    def _check_existing(self) -> None:
-        """Refuse if the owner lives; remove the lock if it is stale."""
+    def _owner(self) -> dict[str, Any] | None:
+        """The lock's content; None if there is no lock, {} if it cannot be read."""
         try:
             owner = json.loads(self.path.read_text(encoding="utf-8") or "{}")
         except FileNotFoundError:
-            return
+            return None
         except (OSError, ValueError):
-            owner = {}
-        pid, host = owner.get("pid"), owner.get("host")
-        if isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid):
+            return {}
+        return owner if isinstance(owner, dict) else {}
+
+    def holder(self) -> ProcessRecord | None:
+        """The runner that holds the lock now: None if there is no lock or its process is gone."""
+        record = ProcessRecord.from_dict(self._owner())
+        return None if record is None or record.status() == GONE else record
+
+    def _check_existing(self) -> None:
+        """Refuse if the owner lives; remove the lock if it is stale."""
+        owner = self._owner()
+        if owner is None:
+            return
+        record = ProcessRecord.from_dict(owner)
+        if record is not None and record.status() == GONE:
             try:
                 os.unlink(self.path)  # stale: its runner died without releasing it
             except FileNotFoundError:
@@ -370,8 +372,8 @@ class RunnerLock:
             return
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["started_at"])) if "started_at" in owner else "?"
         raise OutputDirLockedError(
-            f"another runner (pid {pid} on {host}, since {since}) is using {self.path.parent}; wait for it to finish, "
-            f"or, if that process is gone, delete {self.path}")
+            f"another runner (pid {owner.get('pid')} on {owner.get('host')}, since {since}) is using {self.path.parent}; "
+            f"wait for it to finish, or, if that process is gone, delete {self.path}")
 
     def release(self) -> None:
         if self._held:
