@@ -23,25 +23,36 @@ def _boot_id() -> str | None:
         return None
 
 
-def _start_time(pid: int) -> int | None:
-    """The pid's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), None where unknown."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from field 3 (state) on, None where unknown (no /proc, or no such process)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-        return int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "(comm)" start at field 3
-    except (OSError, ValueError, IndexError):
+        return stat[stat.rindex(")") + 2:].split()  # after "(comm)", which may hold spaces
+    except (OSError, ValueError):
+        return None
+
+
+def _start_time(pid: int) -> int | None:
+    """The pid's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), None where unknown."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (ValueError, IndexError):
         return None
 
 
 def _pid_exists(pid: int) -> bool:
+    """A process with this pid runs; a zombie (ended, not yet reaped by its parent) does not count."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by another user
-        return True
+        pass
     except OSError:
         return False
-    return True
+    fields = _stat_fields(pid)
+    return not fields or fields[0] not in ("Z", "X")
 
 
 @dataclass(frozen=True)
@@ -84,9 +95,6 @@ class ProcessRecord:
         if self.start_time is not None and start_time is not None and start_time != self.start_time:
             return GONE
         return ALIVE
-
-    def is_current(self) -> bool:
-        return self == ProcessRecord.current()
 
     def __str__(self) -> str:
         return f"pid {self.pid} on {self.host}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from adapterfusion.experiments.errors import (
     SpecMismatchError,
 )
 from adapterfusion.experiments.processes import GONE, ProcessRecord
-from adapterfusion.io.atomic import TEMP_SUFFIX, temp_prefix
+from adapterfusion.io.atomic import create_temp_file
 
 if TYPE_CHECKING:
     from adapterfusion.experiments.plan import Job
@@ -327,7 +326,7 @@ class RunnerLock:
         owner = {**ProcessRecord.current().to_dict(), "started_at": time.time()}
         # The lock appears with its content or not at all (a hard link of a finished temp file is atomic and fails
         # if the lock exists), so a runner killed at any moment never leaves an empty lock nobody can judge.
-        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(self.path), suffix=TEMP_SUFFIX, dir=self.path.parent)
+        fd, tmp = create_temp_file(self.path)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(owner, handle)

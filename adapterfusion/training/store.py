@@ -13,14 +13,13 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion._validation import naming_file
 from adapterfusion.errors import SerializationError
-from adapterfusion.io.atomic import TEMP_SUFFIX, atomic_write_json, is_temp_name, temp_prefix
+from adapterfusion.io.atomic import atomic_write_json, create_temp_dir, is_temp_name, temp_path, temp_prefix
 from adapterfusion.io.paths import path_part
 from adapterfusion.io.pieces import piece_digest
 from adapterfusion.training.errors import TrainingError
@@ -105,13 +104,13 @@ class AdapterStore:
         for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of this entry that was killed
             if is_temp_name(stale.name):
                 shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(final), suffix=TEMP_SUFFIX, dir=final.parent))
+        tmp = create_temp_dir(final)
         try:
             write(tmp)
             atomic_write_json(tmp / ENTRY_FILE, {"encoder": str(encoder), "encoder_key": encoder_key(encoder),
                                                  "task": task, "setup": setup, "seed": int(seed), "source": source})
             if final.exists():
-                old = tmp.with_name(f"{temp_prefix(final)}{os.urandom(4).hex()}{TEMP_SUFFIX}")
+                old = temp_path(final)
                 os.replace(final, old)
                 os.replace(tmp, final)
                 shutil.rmtree(old, ignore_errors=True)
