@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -19,23 +18,10 @@ from adapterfusion.cli import main
 from adapterfusion.experiments import run_experiment
 from adapterfusion.experiments.executors import JOB_LOG, JobPayload, capture_logs, execute_job
 from adapterfusion.io.atomic import is_temp_name
-from experiment_fixtures import FAST, data_dir, tiny_encoder_dir, tiny_experiment  # noqa: F401 (pytest fixtures)
+from experiment_fixtures import FAST, DoneExecutor, data_dir, tiny_encoder_dir, tiny_experiment  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 
-
-class _Done:
-    """Finishes every job at once, without training."""
-
-    capacity = 1
-
-    def submit(self, payload):
-        future = Future()
-        future.set_result({"ok": True, "metrics": {"best": {"accuracy": 0.5}, "metric_for_best": "accuracy"}})
-        return future
-
-    def shutdown(self):
-        pass
 
 
 def test_each_log_line_reaches_job_log_once(tmp_path):
@@ -115,6 +101,6 @@ def test_process_pool_workers_die_with_a_killed_runner_and_the_next_runner_start
     capsys.readouterr()
     assert main(["status", str(out)]) == 0
     assert "2 interrupted" in capsys.readouterr().out
-    summary = run_experiment(experiment, executor=_Done(), progress=False, report=False)
+    summary = run_experiment(experiment, executor=DoneExecutor(), progress=False, report=False)
     assert summary.ok and sorted(summary.ran) == ["head/rte/seed-1", "head/sst2/seed-1"]
     assert not list((out / "writers").glob("*.journal")) and not [p for p in out.rglob("*") if is_temp_name(p.name)]

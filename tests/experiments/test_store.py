@@ -7,13 +7,13 @@ import os
 import sqlite3
 import subprocess
 import sys
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 from adapterfusion.cli import main
 from adapterfusion.experiments import ResultsStore, ResultsStoreError, load_spec, plan_jobs, run_experiment
+from experiment_fixtures import DoneExecutor
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = {"name": "tiny", "tasks": ["rte", "cb"], "setups": ["head"], "encoder": "some/hub-id",
@@ -21,22 +21,10 @@ EXPERIMENT = {"name": "tiny", "tasks": ["rte", "cb"], "setups": ["head"], "encod
 READ_ONLY_VIEW = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"'
 
 
-class _Done:
-    """Finishes every job at once with made-up metrics, to fill a results store without training."""
-
-    capacity = 1
-
-    def submit(self, payload):
-        future = Future()
-        future.set_result({"ok": True, "metrics": {"best": {"eval_accuracy": 0.5}, "metric_for_best": "accuracy"}})
-        return future
-
-    def shutdown(self):
-        pass
-
 
 def _results(folder: Path) -> Path:
-    summary = run_experiment({**EXPERIMENT, "output_dir": str(folder)}, executor=_Done(), progress=False, report=False)
+    summary = run_experiment({**EXPERIMENT, "output_dir": str(folder)}, executor=DoneExecutor(), progress=False,
+                             report=False)
     assert summary.ok
     return folder
 

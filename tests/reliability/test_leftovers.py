@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,9 @@ from adapterfusion.io.atomic import (
 from adapterfusion.training import AdapterStore
 
 from conftest import tiny_encoder
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from experiment_fixtures import DoneExecutor  # noqa: E402
 
 EXPERIMENT = {"name": "tiny", "tasks": ["rte"], "setups": ["head"], "encoder": "some/hub-id",
               "training": {"max_steps": 1}}
@@ -55,17 +57,6 @@ def test_the_sweep_removes_only_recorded_temp_files(tmp_path):
     assert all(p.exists() for p in (*foreign, not_temp, tmp_path / "done.json"))
 
 
-class _Done:
-    capacity = 1
-
-    def submit(self, payload):
-        future = Future()
-        future.set_result({"ok": True, "metrics": {"best": {"accuracy": 0.5}, "metric_for_best": "accuracy"}})
-        return future
-
-    def shutdown(self):
-        pass
-
 
 def _dead_writer(out: Path, leftovers: list[str]) -> list[Path]:
     """The journal of a writer killed mid-write (a dead pid) that had created `leftovers` under `out`."""
@@ -84,7 +75,8 @@ def test_the_runner_removes_only_the_temp_files_its_dead_writers_recorded(tmp_pa
     foreign = [_touch(tmp_path / name) for name in FOREIGN]
     leftovers = _dead_writer(Path("."), [".experiment.json.abcd1234.tmp", "report/.tables.md.zz_zz_zz.tmp",
                                          "adapters/v/enc/rte/st-a/.seed-1.q1w2e3r4.tmp"])
-    summary = run_experiment({**EXPERIMENT, "output_dir": "."}, executor=_Done(), progress=False, report=False)
+    summary = run_experiment({**EXPERIMENT, "output_dir": "."}, executor=DoneExecutor(), progress=False,
+                             report=False)
     assert summary.ok and not any(p.exists() for p in leftovers)
     assert all(p.exists() for p in foreign)
     assert not list(tmp_path.rglob("*.journal")) and not (tmp_path / "runner.lock").exists()
@@ -114,14 +106,16 @@ def test_a_live_writer_of_a_gone_runner_is_waited_for_and_then_refused(tmp_path,
         monkeypatch.setattr(writers, "ORPHAN_WAIT_SECONDS", 0.0)
         with pytest.raises(OutputDirLockedError, match=rf"pid {orphan.pid} on .* still write\(s\) into .*for a runner "
                                                        rf"that is gone.*`kill {orphan.pid}`"):
-            run_experiment({**EXPERIMENT, "output_dir": str(out)}, executor=_Done(), progress=False, report=False)
+            run_experiment({**EXPERIMENT, "output_dir": str(out)}, executor=DoneExecutor(), progress=False,
+                           report=False)
         assert leftover.exists() and not (out / "runner.lock").exists()
         assert not (out / "experiment.db").exists()  # refused before the results store was touched
     finally:
         orphan.kill()
         orphan.wait()
     assert leftover.exists() and len(list((out / "writers").glob("*.journal"))) == 1
-    assert run_experiment({**EXPERIMENT, "output_dir": str(out)}, executor=_Done(), progress=False, report=False).ok
+    assert run_experiment({**EXPERIMENT, "output_dir": str(out)}, executor=DoneExecutor(), progress=False,
+                          report=False).ok
     assert not leftover.exists() and not list((out / "writers").glob("*.journal"))
 
 
