@@ -67,6 +67,9 @@ def _status(args: argparse.Namespace) -> int:
     with ResultsStore(args.output_dir, readonly=True) as store:
         meta, records = store.meta(), store.jobs()
         counts = store.counts()
+        interrupted = store.runner_gone()  # then jobs recorded `running` are not running
+    if interrupted:
+        counts["interrupted"] = counts.pop("running")
     print(f"experiment {meta.get('name')!r} (spec {meta.get('spec_hash')}) in {args.output_dir}")
     rows = []
     for record in records:
@@ -79,7 +82,10 @@ def _status(args: argparse.Namespace) -> int:
         note = (record.error or "").strip().splitlines()[-1:] if record.state in ("failed", "blocked") else []
         progress = read_progress(record.run_dir) if record.state == "running" and record.run_dir else None
         note = [progress.describe()] if progress is not None else note
-        rows.append((record.id, record.state, str(record.attempts),
+        state = "interrupted" if record.state == "running" and interrupted else record.state
+        if state == "interrupted":
+            note = [(f"stopped at {note[0]}; " if note else "") + "runner gone; `adapterfusion run` re-runs it"]
+        rows.append((record.id, state, str(record.attempts),
                      f"{record.seconds:.1f}s" if record.seconds is not None else "", ", ".join(scores),
                      note[0][:80] if note else ""))
     _print_table(("job", "state", "attempts", "time", "dev metric", "note"), rows)

@@ -8,6 +8,7 @@ from adapterfusion.experiments.errors import (
     ExperimentError,
     ExperimentSpecError,
     OutputDirLockedError,
+    ResultsStoreError,
     SpecMismatchError,
 )
 from adapterfusion.experiments.executors import (
@@ -29,6 +30,6 @@ from adapterfusion.experiments.store import JobRecord, ResultsStore, RunnerLock
 __all__ = [
     "EXECUTORS", "build_report", "write_report", "Executor", "ExperimentError", "ExperimentSpec", "ExperimentSpecError", "ExperimentSummary",
     "InProcessExecutor", "Job", "JobPayload", "JobRecord", "OutputDirLockedError", "ProcessExecutor", "RayExecutor",
-    "ResultsStore", "RunnerLock", "SetupVariant", "SpecMismatchError", "execute_job", "job_id", "load_spec",
+    "ResultsStore", "ResultsStoreError", "RunnerLock", "SetupVariant", "SpecMismatchError", "execute_job", "job_id", "load_spec",
     "make_executor", "plan_jobs", "run_experiment", "topological_order",
 ]

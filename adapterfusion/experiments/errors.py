@@ -18,3 +18,7 @@ class OutputDirLockedError(ExperimentError):
 
 class SpecMismatchError(ExperimentError):
     """The output dir holds results of a different experiment spec (pass force=True / --force to reuse it)."""
+
+
+class ResultsStoreError(ExperimentError):
+    """An output dir's experiment.db cannot be used: damaged, not a results store, or unreadable where it is."""

@@ -13,11 +13,16 @@ what its workers call.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import json
 import logging
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -28,8 +33,11 @@ from typing import Any, Protocol
 
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.plan import MULTITASK_KIND, SINGLE_KIND
+from adapterfusion.experiments.writers import registered_writer
 
 JOB_LOG = "job.log"
+WATCHDOG_SECONDS = 1.0  # how often a process-pool worker checks that its runner lives
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -51,6 +59,19 @@ class JobPayload:
     options: dict[str, Any] = field(default_factory=dict)
     max_examples: int | dict[str, int] | None = None
     kind: str = SINGLE_KIND
+    experiment_dir: str | None = None  # the worker registers there as a writer (experiments/writers.py)
+
+
+class _OncePerRecord(logging.Filter):
+    """Lets each record through once. The job's handler sits on the root logger and on library loggers that may
+    not propagate to it (transformers turns propagation off when first imported), so a record that does propagate
+    would otherwise be written twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "_job_log_filter", None) == id(self):
+            return False
+        setattr(record, "_job_log_filter", id(self))
+        return True
 
 
 @contextlib.contextmanager
@@ -63,6 +84,7 @@ def capture_logs(log_file: Path) -> Iterator[None]:
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter(_LOG_FORMAT))
     handler.setLevel(logging.INFO)
+    handler.addFilter(_OncePerRecord())
     loggers = [logging.getLogger(), logging.getLogger("transformers"), logging.getLogger("adapterfusion")]
     args_logger, own_logger = logging.getLogger("transformers.training_args"), logging.getLogger(__name__)
     saved_levels = args_logger.level, own_logger.level
@@ -113,13 +135,21 @@ def _train_multitask(payload: JobPayload) -> Path:
 JOB_KINDS: dict[str, Callable[[JobPayload], Path]] = {SINGLE_KIND: _train_single, MULTITASK_KIND: _train_multitask}
 
 
+@contextlib.contextmanager
+def _as_writer(payload: JobPayload) -> Iterator[None]:
+    """Register as a writer of the experiment's output dir, then check that the runner lives, before writing."""
+    with registered_writer(payload.experiment_dir) if payload.experiment_dir else contextlib.nullcontext():
+        _check_runner()
+        yield
+
+
 def execute_job(payload: JobPayload) -> dict[str, Any]:
     """Run one job; returns {"ok": True, "metrics": <metrics.json>} or {"ok": False, "error": <traceback text>}.
     A multi-task run's metrics.json holds every task's dev metrics (`best[task]`, `metric_for_best[task]`).
     An Exception is reported, not raised (it would have to pickle across processes); Ctrl-C still propagates."""
     run_dir = Path(payload.run_dir)
     log = logging.getLogger(__name__)
-    with capture_logs(run_dir / JOB_LOG), warnings.catch_warnings():
+    with _as_writer(payload), capture_logs(run_dir / JOB_LOG), warnings.catch_warnings():
         warnings.simplefilter("default")
         try:
             if payload.kind not in JOB_KINDS:
@@ -166,14 +196,46 @@ class InProcessExecutor:
         pass
 
 
-def _init_worker(threads: int) -> None:
+_runner: int | None = None  # in a process-pool worker: the pid of the runner it works for
+
+
+def _check_runner() -> None:
+    """A pool worker whose runner is gone takes no job: it may have one left in the pool's queue, and the next
+    runner, which waited only for the writers registered when it started, would run that job too."""
+    if _runner is not None and os.getppid() != _runner:
+        os._exit(1)
+
+
+def _init_worker(threads: int, runner: int) -> None:
+    global _runner
+    _runner = runner
+    _die_with_runner(runner)
     import torch
 
     torch.set_num_threads(threads)
 
 
+def _die_with_runner(runner: int) -> None:
+    """End this worker as soon as its runner (pid `runner`, its parent) ends, however it ends: a worker that
+    outlived a killed runner would go on writing into the output dir while the next runner re-runs its job. Linux
+    sends the parent-death signal at once; a watchdog thread notices the re-parenting elsewhere within a second."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != runner:  # the runner died before the signal was set up
+        os._exit(1)
+    threading.Thread(target=_watch_runner, args=(runner,), name="runner-watchdog", daemon=True).start()
+
+
+def _watch_runner(runner: int) -> None:
+    while os.getppid() == runner:
+        time.sleep(WATCHDOG_SECONDS)
+    os._exit(1)
+
+
 class ProcessExecutor:
-    """A pool of `workers` spawned processes (default: CPU count); each gets CPU count / workers torch threads."""
+    """A pool of `workers` spawned processes (default: CPU count); each gets CPU count / workers torch threads.
+    The workers die with the runner (_die_with_runner)."""
 
     def __init__(self, workers: int | None = None) -> None:
         cpus = os.cpu_count() or 1
@@ -182,7 +244,7 @@ class ProcessExecutor:
             raise ExperimentSpecError(f"workers={workers!r} must be an integer >= 1")
         self.capacity = workers
         self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_init_worker, initargs=(max(1, cpus // workers),))
+                                         initializer=_init_worker, initargs=(max(1, cpus // workers), os.getpid()))
 
     def submit(self, payload: JobPayload) -> "Future[dict[str, Any]]":
         return self._pool.submit(execute_job, payload)

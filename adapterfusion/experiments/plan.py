@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,11 +49,19 @@ class Job:
     kind: str = SINGLE_KIND
     encoder_run: str | None = None
 
-    def config_hash(self, spec: ExperimentSpec) -> str:
-        """Digest of everything that decides this job's result; a job whose hash changed is re-run."""
+    def config_hash(self, spec: ExperimentSpec, dependencies: Mapping[str, str] | None = None) -> str:
+        """Digest of everything that decides this job's result, the config hashes of the jobs it depends on
+        included (`dependencies`: id -> hash, see config_hashes), so a fusion whose adapters are re-trained with
+        other settings is re-run too; a job whose hash changed is re-run. Without `dependencies`: the hash older
+        runners recorded, which named the dependencies by id only (ResultsStore.bind upgrades such records)."""
         data = {"setup": self.setup, "task": self.task, "seed": self.seed, "options": self.options,
                 "training": self.training, "depends_on": self.depends_on, "encoder": spec.encoder,
                 "data_dir": spec.data_dir, "max_examples": spec.max_examples}
+        if self.depends_on and dependencies is not None:  # jobs without dependencies keep their hashes
+            missing = [d for d in self.depends_on if d not in dependencies]
+            if missing:
+                raise ExperimentSpecError(f"job {self.id}: no config hash given for its dependencies {missing}")
+            data["depends_on"] = {d: dependencies[d] for d in self.depends_on}
         if self.kind != SINGLE_KIND or self.encoder_run is not None:  # only then: older jobs keep their hashes
             data.update(kind=self.kind, encoder_run=self.encoder_run)
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
@@ -136,6 +145,15 @@ def plan_jobs(spec: ExperimentSpec) -> list[Job]:
     jobs = [_job(spec, variant, task, seed) for seed in spec.seeds for variant in variants
             for task in _job_tasks(spec, variant)]
     return topological_order(jobs)
+
+
+def config_hashes(spec: ExperimentSpec, jobs: list[Job]) -> dict[str, str]:
+    """Job id -> config hash, each job's folding in its dependencies' (and so, through theirs, every job it
+    needs, transitively)."""
+    hashes: dict[str, str] = {}
+    for job in topological_order(jobs):
+        hashes[job.id] = job.config_hash(spec, hashes)
+    return hashes
 
 
 def _job_tasks(spec: ExperimentSpec, variant: SetupVariant) -> list[str]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, FusionActivation, load_fusion_activation
 from adapterfusion.errors import SerializationError
+from adapterfusion.experiments.errors import ExperimentError
 from adapterfusion.experiments.store import ResultsStore
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
 
@@ -320,12 +321,28 @@ def table3(report: Report) -> Table | None:
 
 
 # ---- writing -------------------------------------------------------------------------------------------------
+def _writable_report_dir(output_dir: Path) -> Path:
+    """`<output_dir>/report/`, made if missing; a folder this process cannot write to (a read-only results folder)
+    is refused before anything is written."""
+    directory = output_dir / REPORT_DIR
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        writable = os.access(directory, os.W_OK)
+    except OSError as err:
+        writable, reason = False, err.strerror
+    else:
+        reason = "it is read-only"
+    if not writable:
+        raise ExperimentError(f"cannot write the report into {directory} ({reason}); copy {output_dir} to a folder "
+                              "you can write to and run `adapterfusion report` on the copy")
+    return directory
+
+
 def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = None, figures: bool = True) -> Report:
     """Build the report and write `<output_dir>/report/`: tables.md, one CSV per table, tables.json and, with
     matplotlib installed, the figures. Returns the Report (its `figures` lists the PNGs written)."""
     report = build_report(output_dir, store)
-    directory = Path(output_dir) / REPORT_DIR
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = _writable_report_dir(Path(output_dir))
     if figures:
         try:
             from adapterfusion.experiments.figures import write_figures

@@ -2,6 +2,8 @@
 executor, and record every state change in the output dir's results store.
 
 A job found `running` (its runner was killed) or `failed` is re-run from scratch: its run dir is removed first.
+Before that, the runner waits for the killed runner's workers to end and removes the temp files its writers
+recorded (experiments/writers.py), and nothing else.
 A failed job does not stop independent jobs; the jobs that need it are marked `blocked` with the reason.
 The progress display shows jobs done / running / left, each running job's epoch (from the progress.json its
 training run rewrites, training/progress.py) and an ETA.
@@ -26,7 +28,8 @@ from adapterfusion.experiments.plan import Job, plan_jobs
 from adapterfusion.experiments.report import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
 from adapterfusion.experiments.store import ResultsStore, RunnerLock
-from adapterfusion.io.atomic import atomic_write_json, remove_stale_temp_files
+from adapterfusion.experiments.writers import clear_dead_writers, registered_writer
+from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.training.progress import read_progress
 
@@ -69,7 +72,7 @@ def job_payload(spec: ExperimentSpec, job: Job) -> JobPayload:
                       run_dir=str(job.run_dir(out)), encoder=spec.encoder if encoder is None else str(encoder),
                       data_dir=spec.data_dir, store_dir=None if store is None else str(store),
                       training=payload_options(job.training), options=payload_options(job.options),
-                      max_examples=spec.max_examples, kind=job.kind)
+                      max_examples=spec.max_examples, kind=job.kind, experiment_dir=str(out))
 
 
 def run_experiment(
@@ -92,28 +95,29 @@ def run_experiment(
     out = check_writable_folder(spec.output_dir, "output_dir")
     start = time.perf_counter()
     summary = ExperimentSummary(spec.name, out)
-    with RunnerLock(out), ResultsStore(out) as store:
-        store.bind(spec, jobs, force=force)
-        store.requeue_unfinished()
-        remove_stale_temp_files(out)  # half-written files of a runner killed mid-write; we hold the lock, none writes now
-        atomic_write_json(out / SPEC_FILE, {**spec.to_dict(), "spec_hash": spec.spec_hash(), "source": spec.source})
-        states = store.states()
-        summary.skipped = [job.id for job in jobs if states[job.id] == "done"]
-        pool = make_executor(executor, workers) if isinstance(executor, str) else executor
-        try:
-            _schedule(spec, [job for job in jobs if states[job.id] != "done"], store, pool, summary,
-                      _Progress(len(jobs), len(summary.skipped), spec.name, enabled=progress))
-        finally:
-            pool.shutdown()
-        summary.counts = store.counts()
-        for hook in hooks:
-            hook(spec, store)
-        if report:
+    with registered_writer(out), RunnerLock(out):
+        clear_dead_writers(out)  # a killed runner's workers have ended; the temp files its writers left are removed
+        with ResultsStore(out) as store:
+            store.bind(spec, jobs, force=force)
+            store.requeue_unfinished()
+            atomic_write_json(out / SPEC_FILE, {**spec.to_dict(), "spec_hash": spec.spec_hash(), "source": spec.source})
+            states = store.states()
+            summary.skipped = [job.id for job in jobs if states[job.id] == "done"]
+            pool = make_executor(executor, workers) if isinstance(executor, str) else executor
             try:
-                write_report(out, store)
-            except Exception as err:  # noqa: BLE001 - the jobs are done and recorded; the report can be made later
-                warnings.warn(f"writing the report of {out} failed ({type(err).__name__}: {err}); "
-                              f"run `adapterfusion report {out}` once the cause is fixed", stacklevel=2)
+                _schedule(spec, [job for job in jobs if states[job.id] != "done"], store, pool, summary,
+                          _Progress(len(jobs), len(summary.skipped), spec.name, enabled=progress))
+            finally:
+                pool.shutdown()
+            summary.counts = store.counts()
+            for hook in hooks:
+                hook(spec, store)
+            if report:
+                try:
+                    write_report(out, store)
+                except Exception as err:  # noqa: BLE001 - the jobs are done and recorded; the report can be made later
+                    warnings.warn(f"writing the report of {out} failed ({type(err).__name__}: {err}); "
+                                  f"run `adapterfusion report {out}` once the cause is fixed", stacklevel=2)
     summary.wall_seconds = time.perf_counter() - start
     return summary
 
@@ -164,11 +168,7 @@ def _schedule(spec: ExperimentSpec, pending: list[Job], store: ResultsStore, poo
                     states[job.id] = "failed"
                     summary.failed[job.id] = outcome["error"]
                 progress.finished(job.id, states[job.id])
-    except BaseException:
-        for job in running.values():  # interrupted (Ctrl-C): unfinished jobs go back to the queue
-            store.mark_queued(job.id)
-        raise
-    finally:
+    finally:  # interrupted (Ctrl-C): unfinished jobs stay `running`, shown as interrupted, re-run by the next run
         progress.close()
 
 

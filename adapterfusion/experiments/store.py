@@ -3,24 +3,29 @@ job's state and metrics, and the lock that keeps a second runner off the same ou
 
 Jobs move queued -> running -> done | failed; a job whose dependency failed is `blocked` (with the reason). Every
 transition is one transaction, so a runner killed at any moment leaves each job in exactly one state; a job found
-`running` by the next runner was interrupted and is re-run from scratch. Only the runner's parent process writes.
+`running` by the next runner was interrupted (killed, or stopped with Ctrl-C) and is re-run from scratch; until
+then `status` shows it as interrupted (runner_gone). Only the runner's parent process writes.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import socket
 import sqlite3
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion.experiments.errors import ExperimentError, OutputDirLockedError, SpecMismatchError
-from adapterfusion.io.atomic import TEMP_SUFFIX, temp_prefix
+from adapterfusion.experiments.errors import (
+    ExperimentError,
+    OutputDirLockedError,
+    ResultsStoreError,
+    SpecMismatchError,
+)
+from adapterfusion.experiments.processes import GONE, ProcessRecord
+from adapterfusion.io.atomic import create_temp_file
 
 if TYPE_CHECKING:
     from adapterfusion.experiments.plan import Job
@@ -96,17 +101,63 @@ class ResultsStore:
     def __init__(self, output_dir: str | os.PathLike, readonly: bool = False) -> None:
         self.output_dir = Path(output_dir)
         self.path = self.output_dir / DB_FILE
-        if readonly:
-            if not self.path.is_file():
-                raise ExperimentError(f"{self.output_dir} holds no experiment results ({DB_FILE} is missing)")
-            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-        else:
+        if readonly and not self.path.is_file():
+            raise ExperimentError(f"{self.output_dir} holds no experiment results ({DB_FILE} is missing)")
+        if not readonly:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)  # explicit transactions
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
+        try:
+            self._db = self._connect_readonly() if readonly else sqlite3.connect(self.path, timeout=30,
+                                                                                 isolation_level=None)
+            self._check(readonly)  # before anything is written: a damaged or foreign file is refused, never reused
+            if not readonly:  # explicit transactions (isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(_SCHEMA)
+        except sqlite3.Error as err:
+            raise ResultsStoreError(self._damaged(f"SQLite: {err}", readonly)) from None
         self._db.row_factory = sqlite3.Row
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A read-only connection. A WAL database needs its -shm index beside it, which SQLite cannot create in a
+        read-only folder; with no -wal file the main file holds every committed change, so it is then read as
+        immutable instead."""
+        uri = self.path.resolve().as_uri()
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            db.close()
+            if os.access(self.output_dir, os.W_OK):
+                raise
+        wal = self.path.with_name(self.path.name + "-wal")
+        if wal.exists():
+            raise ResultsStoreError(
+                f"{self.path}: its last runner stopped before merging {wal.name} into it, and SQLite can read that "
+                f"file only in a folder it may write to, which {self.output_dir} is not; copy the folder (with "
+                f"{wal.name}) somewhere writable and run the command there")
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True)
+
+    def _check(self, readonly: bool) -> None:
+        """Refuse a damaged file, and one that is a SQLite database of something else."""
+        problems = [row[0] for row in self._db.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise ResultsStoreError(self._damaged("; ".join(problems[:3]), readonly))
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if {"meta", "jobs"} <= tables or (not tables and not readonly):
+            return
+        if not tables:
+            raise ResultsStoreError(f"{self.path} holds no results yet (a runner was stopped while creating it); "
+                                    f"`adapterfusion run` the experiment to fill it")
+        raise ResultsStoreError(f"{self.path} is a SQLite database of something else (tables {sorted(tables)}), not "
+                                f"an experiment's results; choose another output_dir, or move that file away")
+
+    def _damaged(self, detail: str, readonly: bool) -> str:
+        """The message for a results database that cannot be read."""
+        refused = "" if readonly else "; the runner leaves it as it is rather than start over on top of it"
+        return (f"{self.path} cannot be read as an experiment's results ({detail}){refused}. If it is damaged, move "
+                f"it aside (e.g. to {self.path.name}.damaged) and run the experiment again, which re-runs every job "
+                "(or restore the file from a backup)")
 
     def close(self) -> None:
         self._db.close()
@@ -149,10 +200,14 @@ class ResultsStore:
 
     def bind(self, spec: "ExperimentSpec", jobs: list["Job"], force: bool = False) -> list[str]:
         """Record `spec` as this output dir's experiment and add its jobs, in one transaction. An output dir of a
-        different spec is refused unless `force`; then jobs whose configuration changed go back to queued, and jobs
-        the new plan lacks are dropped from the table (their run dirs stay). Returns the ids of the reset jobs."""
+        different spec is refused unless `force`; then jobs whose configuration changed go back to queued (a job's
+        configuration includes its dependencies', so a fusion goes back with the adapters it fuses), and jobs the
+        new plan lacks are dropped from the table (their run dirs stay). Returns the ids of the reset jobs."""
+        from adapterfusion.experiments.plan import config_hashes  # plan imports the training API; status needs none
+
         meta = self.meta()
         spec_hash = spec.spec_hash()
+        hashes = config_hashes(spec, jobs)
         if meta.get("spec_hash") not in (None, spec_hash) and not force:
             raise SpecMismatchError(
                 f"{self.output_dir} holds results of experiment {meta.get('name')!r} (spec {meta['spec_hash']}), "
@@ -167,9 +222,10 @@ class ResultsStore:
             if "created_at" not in meta:
                 values["created_at"] = str(now)
             self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", values.items())
-            existing = {row["id"]: row["config_hash"] for row in self._db.execute("SELECT id, config_hash FROM jobs")}
-            for position, job in enumerate(jobs):
-                config_hash = job.config_hash(spec)
+            existing = {row["id"]: row for row in
+                        self._db.execute("SELECT id, config_hash, state, started_at, finished_at FROM jobs")}
+            for position, job in enumerate(jobs):  # topologically ordered: a job's dependencies are decided first
+                config_hash = hashes[job.id]
                 if job.id not in existing:
                     self._db.execute(
                         "INSERT INTO jobs (id, position, variant, setup, task, seed, depends_on, config_hash, state) "
@@ -177,13 +233,14 @@ class ResultsStore:
                         (job.id, position, job.variant, job.setup, job.task, job.seed, json.dumps(job.depends_on),
                          config_hash))
                     continue
-                if existing[job.id] != config_hash:
+                keep = existing[job.id]["config_hash"] == config_hash or _upgradable(job, spec, existing, reset)
+                if not keep:
                     reset.append(job.id)
                 self._db.execute(
                     "UPDATE jobs SET position = ?, depends_on = ?, config_hash = ?, "
-                    "state = CASE WHEN config_hash = ? THEN state ELSE 'queued' END, "
-                    "metrics = CASE WHEN config_hash = ? THEN metrics ELSE NULL END WHERE id = ?",
-                    (position, json.dumps(job.depends_on), config_hash, config_hash, config_hash, job.id))
+                    "state = CASE WHEN ? THEN state ELSE 'queued' END, "
+                    "metrics = CASE WHEN ? THEN metrics ELSE NULL END WHERE id = ?",
+                    (position, json.dumps(job.depends_on), config_hash, keep, keep, job.id))
             planned = {job.id for job in jobs}
             self._db.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in existing if i not in planned])
         return reset
@@ -209,6 +266,11 @@ class ResultsStore:
             counts[row["state"]] = row["n"]
         return counts
 
+    def runner_gone(self) -> bool:
+        """Whether no live runner holds this output dir, so that the jobs recorded `running` were interrupted (their
+        runner was killed, stopped with Ctrl-C, or the machine rebooted); a runner on another host counts as live."""
+        return RunnerLock(self.output_dir).holder() is None
+
     def requeue_unfinished(self) -> list[str]:
         """Jobs a killed runner left running, and failed or blocked jobs, go back to queued for this run."""
         ids = [row["id"] for row in self._db.execute("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")]
@@ -228,10 +290,6 @@ class ResultsStore:
     def mark_failed(self, job_id: str, error: str) -> None:
         self._finish(job_id, "failed", None, error)
 
-    def mark_queued(self, job_id: str) -> None:
-        """An interrupted job (Ctrl-C) goes back to the queue."""
-        self._transaction("UPDATE jobs SET state = 'queued', finished_at = NULL WHERE id = ?", (job_id,))
-
     def mark_blocked(self, job_id: str, reason: str) -> None:
         self._transaction("UPDATE jobs SET state = 'blocked', error = ?, finished_at = ? WHERE id = ? AND state = 'queued'",
                           (reason, time.time(), job_id))
@@ -248,6 +306,18 @@ def _disk_full(error: sqlite3.OperationalError) -> bool:
     return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(error)
 
 
+def _upgradable(job: "Job", spec: "ExperimentSpec", existing: dict[str, sqlite3.Row], reset: list[str]) -> bool:
+    """Whether a job recorded by an older runner, under the hash that named its dependencies by id only, may keep
+    its result: only when every dependency is done, kept by this bind, and finished before the job started (a
+    dependency re-run since means the job used its old output)."""
+    row = existing[job.id]
+    if not job.depends_on or row["config_hash"] != job.config_hash(spec) or row["started_at"] is None:
+        return False
+    deps = [existing.get(d) for d in job.depends_on]
+    return all(dep is not None and dep["id"] not in reset and dep["state"] == "done" and dep["finished_at"] is not None
+               and dep["finished_at"] <= row["started_at"] for dep in deps)
+
+
 def _record(row: sqlite3.Row) -> JobRecord:
     return JobRecord(
         id=row["id"], position=row["position"], variant=row["variant"], setup=row["setup"], task=row["task"],
@@ -257,22 +327,10 @@ def _record(row: sqlite3.Row) -> JobRecord:
 
 
 # ---- the runner lock -------------------------------------------------------------------------------------------
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
-
-
 class RunnerLock:
-    """An exclusive lock file `<output_dir>/runner.lock` holding the owner's pid and host. A lock whose pid is dead
-    (on this host) is stale and taken over; a live one refuses with OutputDirLockedError. Creation is atomic
-    (O_CREAT | O_EXCL), so two runners starting together cannot both win."""
+    """An exclusive lock file `<output_dir>/runner.lock` holding the owner's ProcessRecord (host, pid, boot, start
+    time). A lock whose process is gone (on this host) is stale and taken over; a live one refuses with
+    OutputDirLockedError. Creation is atomic (O_CREAT | O_EXCL), so two runners starting together cannot both win."""
 
     def __init__(self, output_dir: str | os.PathLike) -> None:
         self.path = Path(output_dir) / LOCK_FILE
@@ -280,10 +338,10 @@ class RunnerLock:
 
     def acquire(self) -> "RunnerLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
+        owner = {**ProcessRecord.current().to_dict(), "started_at": time.time()}
         # The lock appears with its content or not at all (a hard link of a finished temp file is atomic and fails
         # if the lock exists), so a runner killed at any moment never leaves an empty lock nobody can judge.
-        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(self.path), suffix=TEMP_SUFFIX, dir=self.path.parent)
+        fd, tmp = create_temp_file(self.path)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(owner, handle)
@@ -299,16 +357,28 @@ class RunnerLock:
             os.unlink(tmp)
         raise OutputDirLockedError(f"could not take the lock {self.path}; another runner keeps racing for it")
 
-    def _check_existing(self) -> None:
-        """Refuse if the owner lives; remove the lock if it is stale."""
+    def _owner(self) -> dict[str, Any] | None:
+        """The lock's content; None if there is no lock, {} if it cannot be read."""
         try:
             owner = json.loads(self.path.read_text(encoding="utf-8") or "{}")
         except FileNotFoundError:
-            return
+            return None
         except (OSError, ValueError):
-            owner = {}
-        pid, host = owner.get("pid"), owner.get("host")
-        if isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid):
+            return {}
+        return owner if isinstance(owner, dict) else {}
+
+    def holder(self) -> ProcessRecord | None:
+        """The runner that holds the lock now: None if there is no lock or its process is gone."""
+        record = ProcessRecord.from_dict(self._owner())
+        return None if record is None or record.status() == GONE else record
+
+    def _check_existing(self) -> None:
+        """Refuse if the owner lives; remove the lock if it is stale."""
+        owner = self._owner()
+        if owner is None:
+            return
+        record = ProcessRecord.from_dict(owner)
+        if record is not None and record.status() == GONE:
             try:
                 os.unlink(self.path)  # stale: its runner died without releasing it
             except FileNotFoundError:
@@ -316,8 +386,8 @@ class RunnerLock:
             return
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["started_at"])) if "started_at" in owner else "?"
         raise OutputDirLockedError(
-            f"another runner (pid {pid} on {host}, since {since}) is using {self.path.parent}; wait for it to finish, "
-            f"or, if that process is gone, delete {self.path}")
+            f"another runner (pid {owner.get('pid')} on {owner.get('host')}, since {since}) is using {self.path.parent}; "
+            f"wait for it to finish, or, if that process is gone, delete {self.path}")
 
     def release(self) -> None:
         if self._held:

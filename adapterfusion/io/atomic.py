@@ -1,19 +1,30 @@
 """Atomic file writes: a temp file in the same directory, fsync, then rename, so a crash at any moment
-leaves either the old file or the new one, never half of one."""
+leaves either the old file or the new one, never half of one.
+
+A writer killed mid-write (SIGKILL, power cut) leaves its temp file behind. Inside `journal_temp_files(journal)`
+each temp file or folder is recorded in the journal before it is created, so whoever cleans up later removes
+exactly those (remove_recorded_temp_files) and never a file that merely looks like one. The journal is appended
+without fsync: it survives the writer's death, not a power cut, after which a temp file may stay unrecorded.
+"""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import re
 import shutil
-import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 TEMP_SUFFIX = ".tmp"
-# `.<final name>.<8 random characters>.tmp`: the names tempfile.mkstemp/mkdtemp give with temp_prefix() and
-# TEMP_SUFFIX, here and for AdapterStore's entry folders; nothing else this library writes looks like that.
+# `.<final name>.<8 random characters>.tmp`: the names temp_path() gives, here, for AdapterStore's entry folders and
+# for the runner lock; nothing else this library writes looks like that.
 _TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+_TEMP_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+_random = random.SystemRandom()
+_journal: Path | None = None  # the journal of this process while journal_temp_files() is active
 
 
 def temp_prefix(path: Path) -> str:
@@ -25,25 +36,100 @@ def is_temp_name(name: str) -> bool:
     return bool(_TEMP_NAME.match(name))
 
 
-def remove_stale_temp_files(root: str | os.PathLike) -> list[Path]:
-    """Delete the temp files and folders under `root` that writers killed mid-write (SIGKILL, power cut) left
-    behind; returns them. Only safe while nobody writes under `root`, e.g. while holding the runner lock."""
+def active_journal() -> Path | None:
+    return _journal
+
+
+@contextlib.contextmanager
+def journal_temp_files(journal: str | os.PathLike, header: Mapping[str, Any]) -> Iterator[Path]:
+    """Record in `journal` every temp file or folder this process creates while the block runs, before creating
+    it. The journal starts with `header` (who writes, as one JSON line) and is left in place: the caller removes it
+    with remove_recorded_temp_files once that writer's writes are finished or it is dead."""
+    global _journal
+    journal = Path(journal).absolute()
+    for attempt in range(2):  # a writer that ends removes the journals' folder when it is left empty
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(journal, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(dict(header), sort_keys=True) + "\n")
+            break
+        except FileNotFoundError:
+            if attempt:
+                raise
+    previous, _journal = _journal, journal
+    try:
+        yield journal
+    finally:
+        _journal = previous
+
+
+def read_journal(journal: str | os.PathLike) -> tuple[dict[str, Any], list[Path]]:
+    """A journal's header and the temp paths it lists; ({}, []) for a journal with no complete header line."""
+    try:
+        lines = Path(journal).read_text(encoding="utf-8", errors="replace").split("\n")
+        header = json.loads(lines[0])
+    except (OSError, ValueError):
+        return {}, []
+    return (header if isinstance(header, dict) else {}), [Path(line) for line in lines[1:-1] if line]
+
+
+def remove_recorded_temp_files(journal: str | os.PathLike) -> list[Path]:
+    """Delete the temp files and folders `journal` lists that still exist, then the journal; returns them. Only
+    safe once the journal's writer is dead or done. A listed path whose name is not a temp name is left alone."""
     removed: list[Path] = []
-    for directory, folders, files in os.walk(root):
-        for name in [n for n in folders if is_temp_name(n)]:
-            shutil.rmtree(Path(directory, name), ignore_errors=True)
-            folders.remove(name)
-            removed.append(Path(directory, name))
-        for name in filter(is_temp_name, files):
-            Path(directory, name).unlink(missing_ok=True)
-            removed.append(Path(directory, name))
+    for path in read_journal(journal)[1]:
+        if not is_temp_name(path.name) or not os.path.lexists(path):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    Path(journal).unlink(missing_ok=True)
     return removed
+
+
+def temp_path(final: str | os.PathLike) -> Path:
+    """A fresh temp name beside `final` (`.<name>.<8 random characters>.tmp`), recorded in the active journal
+    before the caller creates anything under it."""
+    final = Path(final)
+    path = final.with_name(f"{temp_prefix(final)}{''.join(_random.choices(_TEMP_CHARACTERS, k=8))}{TEMP_SUFFIX}")
+    if _journal is not None:
+        fd = os.open(_journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{path.absolute()}\n".encode("utf-8", errors="surrogateescape"))
+        finally:
+            os.close(fd)
+    return path
+
+
+def create_temp_file(final: str | os.PathLike) -> tuple[int, Path]:
+    """A new temp file beside `final`, opened for writing: (file descriptor, path)."""
+    for _ in range(100):
+        path = temp_path(final)
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temp name beside {final}")
+
+
+def create_temp_dir(final: str | os.PathLike) -> Path:
+    """A new empty temp folder beside `final`."""
+    for _ in range(100):
+        path = temp_path(final)
+        try:
+            path.mkdir(mode=0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temp name beside {final}")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(path), suffix=TEMP_SUFFIX, dir=path.parent)
+    fd, tmp_name = create_temp_file(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -5,6 +5,7 @@ loaded into an incompatible encoder fails with a message that says which value d
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,20 @@ class EncoderFingerprint:
                     f"{field}={getattr(self, field)!r} (saved from {saved.get('name_or_path') or 'an unnamed model'}); "
                     "load it into a matching encoder"
                 )
+
+
+def piece_digest(directory: str | Path) -> str:
+    """sha256 of a saved piece: its files' names and bytes (weights and config). A fusion run records the digests
+    of the adapters it fused, so a later rebuild can tell that the store's adapters were replaced since."""
+    directory = Path(directory)
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    if not files:
+        raise SerializationError(f"{directory} holds no saved piece files")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(directory).as_posix().encode("utf-8") + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def config_path(directory: Path, kind: str) -> Path:

@@ -160,6 +160,8 @@ def train(
         "library_version": af.__version__, "transformers_version": transformers.__version__,
         "git_sha": _git_sha(), "hardware": hardware_info(), "plan_notes": plan.notes,
     }
+    if plan.fused_adapters:  # exactly which stored adapters this fusion is trained on (rebuild_run checks them)
+        run_config["fused_adapters"] = plan.fused_adapters
     if writes:
         atomic_write_json(run_dir / "config.json", run_config)
 

@@ -68,6 +68,24 @@ def read_run_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def check_fused_adapters(run_dir: Path, config: dict[str, Any], loaded: dict[str, dict[str, str]]) -> None:
+    """Refuse a fusion run whose store no longer holds the adapters it was trained on (a stage-1 adapter re-trained
+    since): its fusion weights belong to the old adapters. Runs that recorded no digests are not checked."""
+    recorded = config.get("fused_adapters")
+    if not isinstance(recorded, dict):
+        return
+    changed = [f"{name!r} ({loaded.get(name, {}).get('entry') or record.get('entry')}: sha256 "
+               f"{str(record.get('sha256'))[:12]} when trained, {str(loaded.get(name, {}).get('sha256'))[:12]} now)"
+               for name, record in recorded.items()
+               if not isinstance(record, dict) or loaded.get(name, {}).get("sha256") != record.get("sha256")]
+    if changed:
+        raise TrainingError(
+            f"cannot rebuild {run_dir}: the store's adapter(s) {', '.join(changed)} changed since this fusion was "
+            "trained, so its fusion weights belong to adapters the store no longer holds; train the fusion again on "
+            "the current adapters (`adapterfusion run` re-runs it when its adapters' settings changed, or "
+            "`adapterfusion fuse`), or pass --store (store=...) pointing to a store with the adapters it was trained on")
+
+
 def rebuild_run(run_dir: str | os.PathLike, store: AdapterStore | str | os.PathLike | None = None,
                 device: str | None = None) -> RebuiltRun:
     """Load the trained model of `run_dir` (a `<output_dir>/<task>/<setup>/seed-<seed>/` folder).
@@ -104,6 +122,7 @@ def rebuild_run(run_dir: str | os.PathLike, store: AdapterStore | str | os.PathL
     except TrainingError as err:
         hint = "" if store is not None else "; its config.json records no adapter store: pass store=... (CLI: --store)"
         raise TrainingError(f"cannot rebuild {run_dir}: {err}{hint}") from None
+    check_fused_adapters(run_dir, config, plan.fused_adapters)
     if plan.fusion is not None:
         model.load_fusion(run_dir / "fusion", name=plan.fusion, overwrite=True)
     elif plan.adapters:

@@ -53,7 +53,8 @@ class SetupContext:
 @dataclass
 class SetupPlan:
     """What a prepared model trains and which pieces the run saves: `adapters`, `fusion` and `head` with
-    model.save_*; `save_encoder` for setups that change encoder weights (saved with save_pretrained)."""
+    model.save_*; `save_encoder` for setups that change encoder weights (saved with save_pretrained);
+    `fused_adapters`: adapter name -> AdapterStore.adapter_record of each stored adapter a fusion loaded."""
 
     head: str
     trainable: list[nn.Parameter]
@@ -62,6 +63,7 @@ class SetupPlan:
     save_encoder: bool = False
     notes: list[str] = field(default_factory=list)
     head_only: bool = False  # nothing below the head trains, so its input features can be computed once
+    fused_adapters: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -203,24 +205,28 @@ def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     zoo = context.options.get("zoo")
     if zoo is not None:
         from adapterfusion.zoo import ZOO_SETUP, resolve_zoo, zoo_seed  # zoo imports training.store: not at import time
-    names, notes = [], []
+    names, notes, fused = [], [], {}
     for task in ordered:
         name = task.replace(".", "_")
         if zoo is not None and task != target:  # a pretrained source: the zoo's one adapter for it
             store = resolve_zoo(zoo)
             seed = zoo_seed(store, context.encoder, task)
             names.append(store.load_into(model, task, ZOO_SETUP, seed, encoder=context.encoder, name=name))
+            fused[name] = store.adapter_record(context.encoder, task, ZOO_SETUP, seed)
             notes.append(f"{task}: zoo {zoo} ({ZOO_SETUP}, seed {seed})")
         else:
             names.append(context.store.load_into(model, task, context.options["adapter_setup"], adapter_seed,
                                                  encoder=context.encoder, name=name))
+            fused[name] = context.store.adapter_record(context.encoder, task, context.options["adapter_setup"],
+                                                       adapter_seed)
             notes.append(f"{task}: the run's store ({context.options['adapter_setup']}, seed {adapter_seed})")
     head = _add_head(model, context)
     fusion = f"fusion_{head}"
     model.add_fusion(fusion, names, resolve_fusion_config(context.options["fusion_config"] or "dynamic"))
     model.train_fusion(fusion, head=head)
     return SetupPlan(head=head, trainable=model.fusion_parameters(fusion) + list(model.heads[head].parameters()),
-                     fusion=fusion, adapters=tuple(names), notes=[f"fused adapters {names}", *notes])
+                     fusion=fusion, adapters=tuple(names), fused_adapters=fused,
+                     notes=[f"fused adapters {names}", *notes])
 
 
 for _setup in (

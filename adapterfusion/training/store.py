@@ -13,15 +13,15 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion._validation import naming_file
 from adapterfusion.errors import SerializationError
-from adapterfusion.io.atomic import TEMP_SUFFIX, atomic_write_json, is_temp_name, temp_prefix
+from adapterfusion.io.atomic import atomic_write_json, create_temp_dir, is_temp_name, temp_path, temp_prefix
 from adapterfusion.io.paths import path_part
+from adapterfusion.io.pieces import piece_digest
 from adapterfusion.training.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -53,6 +53,11 @@ class AdapterStore:
 
     def has(self, encoder: str, task: str, setup: str, seed: int) -> bool:
         return (self.path(encoder, task, setup, seed) / ENTRY_FILE).is_file()
+
+    def adapter_record(self, encoder: str, task: str, setup: str, seed: int) -> dict[str, str]:
+        """Which stored adapter this is, exactly: its entry folder and the sha256 of its files (piece_digest)."""
+        entry = self.path(encoder, task, setup, seed)
+        return {"entry": str(entry.resolve()), "sha256": piece_digest(entry / "adapter")}
 
     def entries(self) -> list[dict[str, Any]]:
         """Every complete entry's entry.json content."""
@@ -99,13 +104,13 @@ class AdapterStore:
         for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of this entry that was killed
             if is_temp_name(stale.name):
                 shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(final), suffix=TEMP_SUFFIX, dir=final.parent))
+        tmp = create_temp_dir(final)
         try:
             write(tmp)
             atomic_write_json(tmp / ENTRY_FILE, {"encoder": str(encoder), "encoder_key": encoder_key(encoder),
                                                  "task": task, "setup": setup, "seed": int(seed), "source": source})
             if final.exists():
-                old = tmp.with_name(f"{temp_prefix(final)}{os.urandom(4).hex()}{TEMP_SUFFIX}")
+                old = temp_path(final)
                 os.replace(final, old)
                 os.replace(tmp, final)
                 shutil.rmtree(old, ignore_errors=True)

@@ -4,9 +4,10 @@ from pathlib import Path
 import pytest
 
 from adapterfusion.experiments import ExperimentSpec, ExperimentSpecError, Job, plan_jobs, topological_order
+from adapterfusion.experiments.plan import config_hashes
 
-# Job hashes of a small st-a + fusion-st-a spec as the runner recorded them before jobs had a `kind`.
-# Recorded when the head pooling became part of every job's options (the shipped MiniLM resolves to mean pooling).
+# Job hashes of a small st-a + fusion-st-a spec, recorded when the head pooling became part of every job's options
+# (the shipped MiniLM resolves to mean pooling), before a job's hash covered its dependencies' hashes.
 HASHES = {"st-a-rf16/rte/seed-1": "acfb9234625fc01a", "fusion-st-a/rte/seed-1": "3558cb645cf8c95a"}
 
 
@@ -132,6 +133,29 @@ def test_single_task_jobs_keep_their_config_hash():
     spec = ExperimentSpec.from_dict({"name": "x", "tasks": ["rte"], "seeds": [1], "output_dir": "/tmp/x",
                                      "setups": ["st-a", "fusion-st-a"], "training": {"max_steps": 2}})
     assert {j.id: j.config_hash(spec) for j in plan_jobs(spec)} == HASHES
+    current = config_hashes(spec, plan_jobs(spec))
+    assert current["st-a-rf16/rte/seed-1"] == HASHES["st-a-rf16/rte/seed-1"]
+    assert current["fusion-st-a/rte/seed-1"] != HASHES["fusion-st-a/rte/seed-1"]  # now covers its adapter's hash
+
+
+def test_a_jobs_hash_covers_its_dependencies_settings_transitively():
+    base = {"name": "x", "tasks": ["rte", "sst2"], "seeds": [1], "output_dir": "/tmp/x"}
+    spec = ExperimentSpec.from_dict({**base, "setups": ["head", "st-a", "fusion-st-a"]})
+    changed = ExperimentSpec.from_dict({**base, "setups": ["head", {"name": "st-a", "learning_rate": 5e-3}, "fusion-st-a"]})
+    before, after = config_hashes(spec, plan_jobs(spec)), config_hashes(changed, plan_jobs(changed))
+    fusions = [i for i in before if i.startswith("fusion-st-a/")]
+    assert sorted(i for i in before if before[i] != after[i]) == sorted(["st-a-rf16/rte/seed-1", "st-a-rf16/sst2/seed-1",
+                                                                         *fusions])
+    assert {j.id: j.options for j in plan_jobs(spec) if j.id in fusions} == \
+        {j.id: j.options for j in plan_jobs(changed) if j.id in fusions}  # the fusions' own settings are the same
+
+    chain = [Job("a", "v", "head", "rte", 1, training={"learning_rate": 1.0}), Job("b", "v", "head", "rte", 1,
+             depends_on=("a",)), Job("c", "v", "head", "rte", 1, depends_on=("b",))]
+    moved = [Job("a", "v", "head", "rte", 1, training={"learning_rate": 2.0}), *chain[1:]]
+    one, two = config_hashes(spec, chain), config_hashes(spec, moved)
+    assert one["a"] != two["a"] and one["b"] != two["b"] and one["c"] != two["c"]
+    with pytest.raises(ExperimentSpecError, match=r"job c: no config hash given for its dependencies \['b'\]"):
+        chain[2].config_hash(spec, {"a": one["a"]})
 
 
 def test_pooling_is_spelled_out_and_part_of_the_job_hash():

@@ -23,6 +23,7 @@ from adapterfusion.experiments import (
     run_experiment,
 )
 from adapterfusion.experiments import runner
+from adapterfusion.experiments.processes import ProcessRecord
 from adapterfusion.experiments.report import build_report
 from adapterfusion.experiments.runner import describe_running
 from adapterfusion.training import AdapterStore
@@ -83,7 +84,7 @@ def _done(db: Path) -> dict[str, tuple]:
             return {}
 
 
-def test_kill_9_mid_run_then_resume_redoes_only_unfinished_jobs(tmp_path, tiny_encoder_dir, data_dir):
+def test_kill_9_mid_run_then_resume_redoes_only_unfinished_jobs(tmp_path, tiny_encoder_dir, data_dir, capsys):
     out = tmp_path / "out"
     experiment = tmp_path / "exp.json"
     experiment.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, setups=["st-a", "fusion-st-a"])))
@@ -98,6 +99,8 @@ def test_kill_9_mid_run_then_resume_redoes_only_unfinished_jobs(tmp_path, tiny_e
     assert 1 <= len(finished) < 4, "the run should have been killed after its first job"
     with ResultsStore(out, readonly=True) as store:
         assert "running" in store.counts() and store.counts()["running"] == 1  # the job the kill interrupted
+    assert main(["status", str(out)]) == 0
+    assert "1 interrupted" in capsys.readouterr().out
 
     summary = run_experiment(experiment, progress=False)  # the dead runner's lock is stale
     assert summary.ok and sorted(summary.skipped) == sorted(finished) and len(summary.ran) == 4 - len(finished)
@@ -138,6 +141,36 @@ def test_a_failed_job_blocks_only_its_dependents_and_is_retried_next_run(tmp_pat
     retry = _ScriptedExecutor(fail=set())
     summary = run_experiment(spec, executor=retry, progress=False)
     assert summary.ok and retry.submitted == ["st-a-rf16/rte/seed-1", "fusion-st-a/rte/seed-1", "fusion-st-a/sst2/seed-1"]
+
+
+def test_force_after_changing_the_adapters_settings_re_runs_the_fusions_that_fuse_them(tmp_path, tiny_encoder_dir):
+    spec = tiny_experiment(tiny_encoder_dir, tmp_path / "out")
+    assert run_experiment(spec, executor=_ScriptedExecutor(fail=set()), progress=False).ok
+    changed = {**spec, "setups": ["head", {"name": "st-a", "learning_rate": 5e-3}, "fusion-st-a"]}
+    rerun = _ScriptedExecutor(fail=set())
+    assert run_experiment(changed, executor=rerun, force=True, progress=False).ok
+    assert rerun.submitted == ["st-a-rf16/rte/seed-1", "st-a-rf16/sst2/seed-1", "fusion-st-a/rte/seed-1",
+                               "fusion-st-a/sst2/seed-1"]  # the head jobs are kept
+
+
+def test_a_store_of_an_older_runner_keeps_only_the_fusions_whose_adapters_finished_before_them(tmp_path,
+                                                                                               tiny_encoder_dir):
+    """Older runners hashed a fusion job with its dependencies' ids only; such a record is upgraded in place when
+    its adapters finished before it started, and re-run when one of them was re-run since (the stale fusion)."""
+    spec = load_spec(tiny_experiment(tiny_encoder_dir, tmp_path / "out", setups=["st-a", "fusion-st-a"],
+                                     fusion={"rte": ["rte"], "sst2": ["rte", "sst2"]}))
+    jobs = plan_jobs(spec)
+    assert run_experiment(spec, executor=_ScriptedExecutor(fail=set()), progress=False).ok
+    with sqlite3.connect(tmp_path / "out" / "experiment.db") as db:  # as an older runner recorded them
+        for job in jobs:
+            db.execute("UPDATE jobs SET config_hash = ? WHERE id = ?", (job.config_hash(spec), job.id))
+        db.execute("UPDATE jobs SET finished_at = 1e12 WHERE id = 'st-a-rf16/sst2/seed-1'")  # re-run after the fusions
+    with ResultsStore(tmp_path / "out") as store:
+        assert store.bind(spec, jobs) == ["fusion-st-a/sst2/seed-1"]
+        states = store.states()
+    assert states["fusion-st-a/rte/seed-1"] == "done" and states["fusion-st-a/sst2/seed-1"] == "queued"
+    with ResultsStore(tmp_path / "out") as store:
+        assert store.bind(spec, jobs) == []  # upgraded: the next bind finds the current hashes
 
 
 def test_mt_a_then_fusion_mt_a_end_to_end_reported_per_task_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir,
@@ -202,13 +235,51 @@ def test_the_progress_display_shows_each_running_jobs_epoch_as_it_moves(tmp_path
     assert not display._ticker.is_alive()
 
 
-def test_status_shows_a_running_jobs_epoch(tmp_path, tiny_encoder_dir, capsys):
-    spec = load_spec(tiny_experiment(tiny_encoder_dir, tmp_path / "out", setups=["head"], tasks=["rte"]))
+def _status(out: Path, capsys) -> str:
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    return capsys.readouterr().out
+
+
+def test_status_shows_a_running_jobs_epoch_and_an_interrupted_job_once_its_runner_is_gone(tmp_path, tiny_encoder_dir,
+                                                                                         capsys):
+    out = tmp_path / "out"
+    spec = load_spec(tiny_experiment(tiny_encoder_dir, out, setups=["head"], tasks=["rte"]))
     jobs = plan_jobs(spec)
-    with ResultsStore(tmp_path / "out") as store:
+    with RunnerLock(out), ResultsStore(out) as store:  # as a live runner holds it
         store.bind(spec, jobs)
         store.mark_running(jobs[0].id, str(tmp_path / "run"))
-    write_progress(tmp_path / "run", RunProgress(epoch=1, epochs=4, phase="evaluating"))
-    capsys.readouterr()
-    assert main(["status", str(tmp_path / "out")]) == 0
-    assert "head/rte/seed-1  running" in (out := capsys.readouterr().out) and "epoch 1/4 eval" in out
+        write_progress(tmp_path / "run", RunProgress(epoch=1, epochs=4, phase="evaluating"))
+        shown = _status(out, capsys)
+        assert "head/rte/seed-1  running" in shown and "epoch 1/4 eval" in shown and "1 running" in shown
+    shown = _status(out, capsys)  # the runner stopped (Ctrl-C) and released its lock
+    assert "head/rte/seed-1  interrupted  1" in shown and "1 interrupted" in shown and " running" not in shown
+    assert "stopped at epoch 1/4 eval; runner gone; `adapterfusion run` re-runs it" in shown
+
+    me = ProcessRecord.current()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    for owner, state in [({**me.to_dict(), "pid": int(dead.stdout)}, "interrupted"),  # killed
+                         ({**me.to_dict(), "boot_id": "another-boot"}, "interrupted"),  # the machine rebooted since
+                         ({**me.to_dict(), "start_time": (me.start_time or 0) + 1}, "interrupted"),  # pid reused
+                         ({**me.to_dict(), "host": "another-host"}, "running"),  # cannot tell from here
+                         (me.to_dict(), "running")]:
+        (out / "runner.lock").write_text(json.dumps(owner))
+        assert f"head/rte/seed-1  {state}" in _status(out, capsys), owner
+
+
+def test_ctrl_c_leaves_the_job_it_stopped_interrupted_and_the_next_run_re_runs_it(tmp_path, tiny_encoder_dir, capsys):
+    class _CtrlC(_ScriptedExecutor):
+        capacity = 1  # as the inprocess executor
+
+        def submit(self, payload):
+            if payload.job_id == "head/sst2/seed-1":
+                raise KeyboardInterrupt  # as Ctrl-C while the inprocess executor runs the job
+            return super().submit(payload)
+
+    spec = tiny_experiment(tiny_encoder_dir, tmp_path / "out", setups=["head"])
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(spec, executor=_CtrlC(fail=set()), progress=False)
+    shown = _status(tmp_path / "out", capsys)
+    assert "head/rte/seed-1   done" in shown and "head/sst2/seed-1  interrupted" in shown
+    again = _ScriptedExecutor(fail=set())
+    assert run_experiment(spec, executor=again, progress=False).ok and again.submitted == ["head/sst2/seed-1"]

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import sqlite3
 import traceback
 import warnings
 from collections.abc import Callable
@@ -33,7 +34,7 @@ import adapterfusion.training
 from adapterfusion.cli import main as cli_main
 from adapterfusion.errors import AdapterFusionError
 from adapterfusion.experiments import ResultsStore
-from adapterfusion.experiments.errors import ExperimentError, ExperimentSpecError
+from adapterfusion.experiments.errors import ExperimentError, ExperimentSpecError, ResultsStoreError
 from adapterfusion.experiments.plan import plan_jobs
 from adapterfusion.experiments.spec import load_spec
 from adapterfusion.tasks import TaskError, TaskSpec, encode_task, load_task_data, load_task_file
@@ -290,6 +291,20 @@ def _fractional_reduction_factor(folder: Path) -> Action:
         variant = load_spec(path).variants[0]
         return f"variant id {variant.id} with reduction_factor {variant.options['reduction_factor']:g}"
     return action
+
+
+def _results_db(content: Callable[[Path], None]) -> Callable[[Path], Action]:
+    """An output dir whose experiment.db `content` wrote: the runner must refuse it and leave it as it is."""
+    def prepare(folder: Path) -> Action:
+        (folder / "out").mkdir()
+        content(folder / "out" / "experiment.db")
+        return _experiment()(folder)
+    return prepare
+
+
+def _foreign_db(path: Path) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("CREATE TABLE users (name TEXT)")
 
 
 def _owned_output_dir(folder: Path) -> Action:
@@ -708,6 +723,13 @@ CASES: tuple[BadInput, ...] = (
       af.ConfigError, ("config.json", "task", "'/tmp/escape'", "folder name"), _store_put_run_with_task("/tmp/escape")),
     B("task-file-name-parent", "paths", "task description file whose name is '../x'", TaskError,
       ("task.json", "'../x'", "invalid"), _task_file_named("../x")),
+    # the results store of an output dir
+    B("results-db-damaged", "results store", "output_dir whose experiment.db is damaged (overwritten with other "
+      "bytes)", ResultsStoreError, ("experiment.db", "cannot be read", "leaves it as it is", "move it aside"),
+      _results_db(lambda path: path.write_bytes(bytes(range(256)) * 16)), cli=True),
+    B("results-db-foreign", "results store", "output_dir holding an experiment.db of another program (a SQLite "
+      "database with other tables)", ResultsStoreError, ("experiment.db", "something else", "['users']"),
+      _results_db(_foreign_db), cli=True),
 )
 
 

@@ -1,20 +1,36 @@
 """What a writer killed mid-write leaves behind (temp files of atomic writes, a store entry's temp folders) is
-removed by the next writer that may remove it, and nothing else is."""
+removed by the next writer that may remove it, and nothing else is: only the temp files a writer recorded in its
+journal before creating them, never a file that merely looks like one."""
 from __future__ import annotations
 
+import json
 import os
-from concurrent.futures import Future
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 import adapterfusion as af
-from adapterfusion.experiments import run_experiment
-from adapterfusion.io.atomic import remove_stale_temp_files
+from adapterfusion.experiments import OutputDirLockedError, run_experiment, writers
+from adapterfusion.experiments.processes import ProcessRecord
+from adapterfusion.io.atomic import (
+    atomic_write_json,
+    journal_temp_files,
+    read_journal,
+    remove_recorded_temp_files,
+    temp_path,
+)
 from adapterfusion.training import AdapterStore
 
 from conftest import tiny_encoder
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from experiment_fixtures import DoneExecutor  # noqa: E402
+
 EXPERIMENT = {"name": "tiny", "tasks": ["rte"], "setups": ["head"], "encoder": "some/hub-id",
               "training": {"max_steps": 1}}
+FOREIGN = (".notes.abcdefgh.tmp", "runs/head/.keep.k2j_x9q0.tmp", "adapters/.x.12345678.tmp/f")  # the user's own
 
 
 def _touch(path: Path, text: str = "x") -> Path:
@@ -23,34 +39,84 @@ def _touch(path: Path, text: str = "x") -> Path:
     return path
 
 
-def test_the_sweep_removes_only_temp_names(tmp_path):
-    stale = [_touch(tmp_path / ".metrics.json.k2j_x9q0.tmp"), _touch(tmp_path / "a" / ".seed-1.abcdefgh.tmp" / "f")]
-    names = (".hidden", "notes.tmp", ".x.tmp", "metrics.json", ".a.b.tooolong1.tmp")
-    kept = [_touch(tmp_path / name) for name in names]
-    removed = remove_stale_temp_files(tmp_path)
-    assert sorted(removed) == sorted([stale[0], stale[1].parent])
-    assert not any(p.exists() for p in (stale[0], stale[1].parent)) and all(p.exists() for p in kept)
+def test_the_sweep_removes_only_recorded_temp_files(tmp_path):
+    journal = tmp_path / "w.journal"
+    with journal_temp_files(journal, {"pid": 1}):
+        atomic_write_json(tmp_path / "done.json", {})  # recorded, renamed away: nothing left to remove
+        stale = [_touch(temp_path(tmp_path / "metrics.json")), _touch(temp_path(tmp_path / "a" / "seed-1") / "f")]
+        not_temp = tmp_path / "notes.txt"
+    with open(journal, "a") as handle:
+        handle.write(f"{not_temp}\n")  # a journal line naming a file that is not a temp file is ignored
+    header, listed = read_journal(journal)
+    assert header == {"pid": 1} and len(listed) == 4
+    foreign = [_touch(tmp_path / name) for name in (".metrics.json.k2j_x9q0.tmp", ".hidden", "notes.tmp")]
+    _touch(not_temp)
+    removed = remove_recorded_temp_files(journal)
+    assert sorted(removed) == sorted([stale[0], stale[1].parent]) and not journal.exists()
+    assert not any(p.exists() for p in (stale[0], stale[1].parent))
+    assert all(p.exists() for p in (*foreign, not_temp, tmp_path / "done.json"))
 
 
-class _Done:
-    capacity = 1
 
-    def submit(self, payload):
-        future = Future()
-        future.set_result({"ok": True, "metrics": {"best": {"accuracy": 0.5}, "metric_for_best": "accuracy"}})
-        return future
+def _dead_writer(out: Path, leftovers: list[str]) -> list[Path]:
+    """The journal of a writer killed mid-write (a dead pid) that had created `leftovers` under `out`."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    record = ProcessRecord(int(dead.stdout), ProcessRecord.current().host)
+    journal = writers.journal_path(out, record)
+    paths = [(out / name).absolute() for name in leftovers]
+    _touch(journal, "\n".join([json.dumps(record.to_dict()), *map(str, paths), ""]))
+    for path in paths:
+        _touch(path / "entry.json" if path.name.startswith(".seed-") else path)
+    return paths
 
-    def shutdown(self):
-        pass
 
-
-def test_the_runner_sweeps_its_output_dir_once_it_holds_the_lock(tmp_path):
-    out = tmp_path / "out"
-    leftovers = [_touch(out / ".experiment.json.abcd1234.tmp"), _touch(out / "report" / ".tables.md.zz_zz_zz.tmp"),
-                 _touch(out / "adapters" / "v" / "enc" / "rte" / "st-a" / ".seed-1.q1w2e3r4.tmp" / "entry.json")]
-    summary = run_experiment({**EXPERIMENT, "output_dir": str(out)}, executor=_Done(), progress=False, report=False)
+def test_the_runner_removes_only_the_temp_files_its_dead_writers_recorded(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # output_dir "." beside the user's own files
+    foreign = [_touch(tmp_path / name) for name in FOREIGN]
+    leftovers = _dead_writer(Path("."), [".experiment.json.abcd1234.tmp", "report/.tables.md.zz_zz_zz.tmp",
+                                         "adapters/v/enc/rte/st-a/.seed-1.q1w2e3r4.tmp"])
+    summary = run_experiment({**EXPERIMENT, "output_dir": "."}, executor=DoneExecutor(), progress=False,
+                             report=False)
     assert summary.ok and not any(p.exists() for p in leftovers)
-    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name == "runner.lock"]
+    assert all(p.exists() for p in foreign)
+    assert not list(tmp_path.rglob("*.journal")) and not (tmp_path / "runner.lock").exists()
+
+
+ORPHAN = """import sys, time
+from pathlib import Path
+from adapterfusion.experiments.writers import registered_writer
+from adapterfusion.io.atomic import create_temp_file
+with registered_writer(sys.argv[1]):
+    fd, path = create_temp_file(Path(sys.argv[1], "runs", "job.log"))
+    print(path, flush=True)
+    time.sleep(300)
+"""
+
+
+def test_a_live_writer_of_a_gone_runner_is_waited_for_and_then_refused(tmp_path, monkeypatch):
+    """A worker that outlives its killed runner (registered, alive, mid-write) keeps the next runner out: it would
+    write beside it. Once it has been killed, its recorded temp file goes and the runner starts."""
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    orphan = subprocess.Popen([sys.executable, "-c", ORPHAN, str(out)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(af.__file__).parents[1])})
+    try:
+        leftover = Path(orphan.stdout.readline().strip())
+        assert leftover.parent == out / "runs" and leftover.exists()
+        monkeypatch.setattr(writers, "ORPHAN_WAIT_SECONDS", 0.0)
+        with pytest.raises(OutputDirLockedError, match=rf"pid {orphan.pid} on .* still write\(s\) into .*for a runner "
+                                                       rf"that is gone.*`kill {orphan.pid}`"):
+            run_experiment({**EXPERIMENT, "output_dir": str(out)}, executor=DoneExecutor(), progress=False,
+                           report=False)
+        assert leftover.exists() and not (out / "runner.lock").exists()
+        assert not (out / "experiment.db").exists()  # refused before the results store was touched
+    finally:
+        orphan.kill()
+        orphan.wait()
+    assert leftover.exists() and len(list((out / "writers").glob("*.journal"))) == 1
+    assert run_experiment({**EXPERIMENT, "output_dir": str(out)}, executor=DoneExecutor(), progress=False,
+                          report=False).ok
+    assert not leftover.exists() and not list((out / "writers").glob("*.journal"))
 
 
 def test_a_store_entry_cleans_what_a_killed_writer_of_it_left(tmp_path):

@@ -30,7 +30,8 @@ from adapterfusion.io.atomic import is_temp_name  # noqa: E402
 
 KILLS = 20
 SEED = 20251122
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+       "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # the fork server imports this checkout's library
 TIMING_KEYS = ("runtime", "per_second", "seconds")
 PNG_END = b"IEND\xaeB`\x82"
 

@@ -3,6 +3,7 @@ split, prune_fusion works on a fusion run (and refuses anything else), its saved
 `evaluate` / `prune` commands print and write what the API returns. Tiny random BERT, slices of the demo data."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -80,6 +81,39 @@ def test_fusion_run_without_a_recorded_store_needs_one(runs, tmp_path):
     with pytest.raises(TrainingError, match="records no adapter store: pass store=.*--store"):
         rebuild_run(old)
     assert evaluate_run(old, store=store)["metrics"] == evaluate_run(runs["fusion-st-a"])["metrics"]
+
+
+def _piece_sha256(folder) -> str:
+    """An independent digest of a saved piece: sha256 over each file's relative name and sha256, sorted by name."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def test_a_fusion_run_records_its_adapters_and_is_refused_once_the_store_replaced_one(runs, tmp_path, tiny_encoder_dir,
+                                                                                      capsys):
+    config = json.loads((runs["fusion-st-a"] / "config.json").read_text())
+    store = AdapterStore(config["store"])
+    fused = config["fused_adapters"]
+    assert sorted(fused) == ["cb", "rte", "sst2"]
+    for task, record in fused.items():
+        entry = store.path(str(tiny_encoder_dir), task, "st-a", 1)
+        assert record == {"entry": str(entry.resolve()), "sha256": _piece_sha256(entry / "adapter")}
+
+    copy = tmp_path / "copy"  # the fusion run and its store, so the module's runs stay as they are
+    shutil.copytree(store.root, copy / "store")
+    shutil.copytree(runs["fusion-st-a"], copy / "run")
+    assert evaluate_run(copy / "run", store=copy / "store")["metrics"] == evaluate_run(runs["fusion-st-a"])["metrics"]
+    train("cb", "st-a", seed=1, encoder=tiny_encoder_dir, data_dir=demo_data_dir(), output_dir=copy / "out",
+          store=copy / "store", training_config={**FAST, "learning_rate": 5e-3}, max_examples=SLICE)
+    with pytest.raises(TrainingError, match=r"adapter\(s\) 'cb' \(.*/cb/st-a/seed-1: sha256 [0-9a-f]{12} when trained, "
+                                            r"[0-9a-f]{12} now\) changed since this fusion was trained"):
+        evaluate_run(copy / "run", store=copy / "store")
+    capsys.readouterr()
+    assert main(["evaluate", str(copy / "run"), "--store", str(copy / "store")]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("error: cannot rebuild") and "'cb'" in err and "Traceback" not in err
 
 
 def test_unfinished_run_is_refused(runs, tmp_path):

@@ -1,0 +1,121 @@
+"""The results store where it cannot be used as usual: a read-only results folder is still read by `status` and
+`report` (which says it cannot write there), and a damaged or foreign experiment.db is a clear error for every
+command, which `run` leaves byte for byte as it was."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from adapterfusion.cli import main
+from adapterfusion.experiments import ResultsStore, ResultsStoreError, load_spec, plan_jobs, run_experiment
+from experiment_fixtures import DoneExecutor
+
+REPO = Path(__file__).resolve().parents[2]
+EXPERIMENT = {"name": "tiny", "tasks": ["rte", "cb"], "setups": ["head"], "encoder": "some/hub-id",
+              "training": {"max_steps": 1}}
+READ_ONLY_VIEW = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"'
+
+
+
+def _results(folder: Path) -> Path:
+    summary = run_experiment({**EXPERIMENT, "output_dir": str(folder)}, executor=DoneExecutor(), progress=False,
+                             report=False)
+    assert summary.ok
+    return folder
+
+
+def _read_only(folder: Path, *argv: str) -> subprocess.CompletedProcess:
+    """`adapterfusion <argv>` in a private mount namespace where `folder` is mounted read-only (so even root cannot
+    write there); skipped where user and mount namespaces are not available."""
+    probe = subprocess.run(["unshare", "--map-root-user", "--mount", "sh", "-c", READ_ONLY_VIEW, "sh", str(folder),
+                            "sh", "-c", '! touch "$0/probe" 2>/dev/null', str(folder)], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a read-only view of a folder here (unshare: {probe.stderr.decode()[-200:]!r})")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(["unshare", "--map-root-user", "--mount", "sh", "-c", READ_ONLY_VIEW, "sh", str(folder),
+                           sys.executable, "-m", "adapterfusion.cli", *argv], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=300)
+
+
+def _one_line_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_status_and_report_on_a_read_only_results_folder(tmp_path):
+    out = _results(tmp_path / "out")
+    assert not (out / "experiment.db-wal").exists()  # the runner closed it cleanly: no -wal, no -shm beside it
+    status = _read_only(out, "status", str(out))
+    assert status.returncode == 0, status.stderr
+    assert "head/cb/seed-42   done" in status.stdout and "2 done" in status.stdout
+    error = _one_line_error(_read_only(out, "report", str(out), "--no-figures"))
+    assert error == (f"error: cannot write the report into {out / 'report'} (Read-only file system); copy {out} to a "
+                     "folder you can write to and run `adapterfusion report` on the copy")
+    assert sorted(os.listdir(out)) == ["experiment.db", "experiment.json"]
+
+
+def test_status_of_a_read_only_folder_whose_runner_was_killed(tmp_path):
+    """A killed runner leaves experiment.db-wal and -shm beside the database: SQLite reads them read-only."""
+    out = _results(tmp_path / "out")
+    killed = ("import os, sys; from adapterfusion.experiments import ResultsStore; s = ResultsStore(sys.argv[1]); "
+              "s._transaction(\"UPDATE jobs SET state = 'running' WHERE "
+              "id = 'head/rte/seed-42'\"); os._exit(0)")
+    subprocess.run([sys.executable, "-c", killed, str(out)], check=True, cwd=REPO)
+    assert (out / "experiment.db-wal").stat().st_size > 0
+    status = _read_only(out, "status", str(out))
+    assert status.returncode == 0, status.stderr
+    assert "head/rte/seed-42  interrupted" in status.stdout and "1 done, 1 interrupted" in status.stdout  # from the -wal
+
+
+def _damaged(out: Path, how: str) -> bytes:
+    db = out / "experiment.db"
+    if how == "garbage":
+        db.write_bytes(os.urandom(4096))
+    elif how == "truncated":
+        db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
+    else:  # a SQLite database of something else
+        db.unlink()
+        with sqlite3.connect(db) as connection:
+            connection.execute("CREATE TABLE users (name TEXT)")
+        connection.close()
+    return db.read_bytes()
+
+
+@pytest.mark.parametrize("how", ["garbage", "truncated", "foreign"])
+def test_a_damaged_or_foreign_results_db_is_a_clear_error_and_run_leaves_it_alone(tmp_path, capsys, how):
+    out = _results(tmp_path / "out")
+    before = _damaged(out, how)
+    experiment = tmp_path / "experiment.json"
+    experiment.write_text(__import__("json").dumps({**EXPERIMENT, "output_dir": str(out)}))
+    for argv in (["status", str(out)], ["report", str(out), "--no-figures"], ["run", str(experiment), "--no-progress"]):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {out / 'experiment.db'} ") and "Traceback" not in err, err
+        if how == "foreign":
+            assert "is a SQLite database of something else (tables ['users'])" in err
+        else:
+            assert "cannot be read as an experiment's results" in err and "move it aside" in err
+            assert ("the runner leaves it as it is" in err) == (argv[0] == "run")
+    assert (out / "experiment.db").read_bytes() == before
+    assert not (out / "runner.lock").exists()
+    with pytest.raises(ResultsStoreError):
+        ResultsStore(out)
+
+
+def test_a_results_db_without_tables_yet(tmp_path, capsys):
+    """A runner killed between creating experiment.db and its tables: status says so; run fills it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "experiment.db").write_bytes(b"")
+    assert main(["status", str(out)]) == 2
+    assert "holds no results yet" in capsys.readouterr().err
+    with ResultsStore(out) as store:
+        spec = load_spec({**EXPERIMENT, "output_dir": str(out)})
+        store.bind(spec, plan_jobs(spec))
+        assert store.counts()["queued"] == 2
