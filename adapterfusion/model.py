@@ -183,7 +183,8 @@ class AdaptedModel(nn.Module):
         return self._attach_head(name, self._build_head(name, config, overwrite))
 
     def _build_head(self, name: str, config: HeadConfig, overwrite: bool) -> PredictionHead:
-        """Check the name and config and build the head, without touching the model yet."""
+        """Check the name and config and build the head on the encoder's device and dtype (so weights loaded into it
+        keep their precision), without touching the model yet."""
         check_name(name, "head")
         if not isinstance(config, HeadConfig):
             raise ConfigError(
@@ -191,12 +192,12 @@ class AdaptedModel(nn.Module):
             )
         if name in self.heads and not overwrite:
             raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
-        return PredictionHead(config, self.hidden_size)
+        reference = next(self.model.parameters())
+        return PredictionHead(config, self.hidden_size).to(device=reference.device, dtype=reference.dtype)
 
     def _attach_head(self, name: str, head: PredictionHead) -> PredictionHead:
-        """Move the head to the encoder's device, dtype and train/eval mode, and register it."""
-        reference = next(self.model.parameters())
-        self.heads[name] = head.to(device=reference.device, dtype=reference.dtype).train(self.training)
+        """Put the head in the model's train/eval mode, and register it."""
+        self.heads[name] = head.train(self.training)
         return self.heads[name]
 
     def delete_head(self, name: str) -> None:
