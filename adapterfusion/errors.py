@@ -32,3 +32,7 @@ class NameNotFoundError(AdapterFusionError, LookupError):
 
 class DefaultModelMissingError(AdapterFusionError, RuntimeError):
     """The embedded default encoder package is not installed."""
+
+
+class HubError(AdapterFusionError, OSError):
+    """The Hugging Face Hub could not be reached, or has no repository, revision or file asked for."""

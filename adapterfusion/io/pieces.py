@@ -55,6 +55,11 @@ def weights_path(directory: Path, kind: str) -> Path:
     return directory / f"{kind}.safetensors"
 
 
+def piece_folder(kind: str, name: str) -> str:
+    """Where a saved setup (io/setup.py) keeps piece `name` of `kind`: 'adapters/<name>' and so on."""
+    return f"{kind}s/{name}"
+
+
 def save_piece(
     directory: str | Path,
     kind: str,
