@@ -12,6 +12,7 @@ from adapterfusion.errors import (
     AdapterFusionError,
     ConfigError,
     DefaultModelMissingError,
+    HubError,
     IncompatibleModelError,
     NameNotFoundError,
     SerializationError,
@@ -27,7 +28,7 @@ from adapterfusion.parameters import ParameterReport
 __all__ = [
     "ARCHITECTURES", "AdaptedModel", "AdaptedModelOutput", "AdapterConfig", "AdapterFusionError",
     "BottleneckAdapter", "ClassificationHead", "ConfigError", "DefaultModelMissingError", "FusionConfig",
-    "FusionLayer", "HeadConfig", "IncompatibleModelError", "MultipleChoiceHead", "NameNotFoundError",
+    "FusionLayer", "HeadConfig", "HubError", "IncompatibleModelError", "MultipleChoiceHead", "NameNotFoundError",
     "ParameterReport", "RegressionHead", "SerializationError", "UnknownFormatVersionWarning",
     "UnsupportedArchitectureError",
     "default_encoder_path", "wrap",

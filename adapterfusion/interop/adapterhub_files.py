@@ -21,7 +21,7 @@ from safetensors.torch import save as save_safetensors_bytes
 
 from adapterfusion.errors import SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
-from adapterfusion.io.pieces import PIECE_FORMAT
+from adapterfusion.io.pieces import PIECE_FORMAT, read_json
 
 ADAPTERHUB_VERSION = "adapters.1.3.0"
 """The `version` written on export: the release whose formats docs/adapterhub.md describes."""
@@ -70,10 +70,7 @@ def warn_unknown_version(document: Mapping[str, Any], path: Path) -> None:
 
 def read_document(directory: Path, kind: str) -> dict[str, Any]:
     path = directory / FILES[kind][0]
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise SerializationError(f"{path} is not valid JSON ({error}); the file is corrupt or truncated") from None
+    document = read_json(path)
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         raise SerializationError(f"{path} has no 'config' object; it is not an AdapterHub {kind} config")
     warn_unknown_version(document, path)

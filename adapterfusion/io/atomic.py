@@ -16,7 +16,7 @@ import re
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 TEMP_SUFFIX = ".tmp"
 # `.<final name>.<8 random characters>.tmp`: the names temp_path() gives, here, for AdapterStore's entry folders and
@@ -151,6 +151,30 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def replace_folder(final: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """Fill a new temp folder beside `final` with `write(tmp)`, then rename it to `final`, replacing an old one: a
+    crash leaves the old folder or the new one, never a mix (plus a temp folder, which the next writer removes)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of `final` that was killed
+        if is_temp_name(stale.name):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = create_temp_dir(final)
+    try:
+        write(tmp)
+        if final.exists():
+            old = temp_path(final)
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
 
 
 def _fsync_directory(directory: Path) -> None:

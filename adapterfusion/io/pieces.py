@@ -71,6 +71,11 @@ def weights_path(directory: Path, kind: str) -> Path:
     return directory / f"{kind}.safetensors"
 
 
+def piece_folder(kind: str, name: str) -> str:
+    """Where a saved setup (io/setup.py) keeps piece `name` of `kind`: 'adapters/<name>' and so on."""
+    return f"{kind}s/{name}"
+
+
 def save_piece(
     directory: str | Path,
     kind: str,
@@ -100,6 +105,14 @@ def save_piece(
     return directory
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file's content; a SerializationError naming the file if it is not valid JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SerializationError(f"{path} is not valid JSON ({error}); the file is corrupt or truncated") from None
+
+
 def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
     directory = Path(directory)
     path = config_path(directory, kind)
@@ -108,10 +121,7 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
     if not path.is_file():
         present = sorted(p.name for p in directory.iterdir())
         raise SerializationError(f"{path} is missing; the folder holds {present or 'nothing'}")
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise SerializationError(f"{path} is not valid JSON ({error}); the file is corrupt or truncated") from None
+    document = read_json(path)
     if not isinstance(document, dict) or document.get("format") != PIECE_FORMAT or document.get("kind") != kind:
         raise SerializationError(f"{path} is not an adapterfusion {kind} config (format/kind fields do not match)")
     if document.get("format_version") != PIECE_FORMAT_VERSION:

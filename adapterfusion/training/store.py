@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from adapterfusion._validation import naming_file
 from adapterfusion.errors import SerializationError
-from adapterfusion.io.atomic import atomic_write_json, create_temp_dir, is_temp_name, temp_path, temp_prefix
+from adapterfusion.io.atomic import atomic_write_json, replace_folder
 from adapterfusion.io.paths import path_part
-from adapterfusion.io.pieces import piece_digest
+from adapterfusion.io.pieces import piece_digest, read_json
 from adapterfusion.training.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -69,10 +69,7 @@ class AdapterStore:
         config_file = run_dir / "config.json"
         if not config_file.is_file():
             raise TrainingError(f"{run_dir} has no config.json; put() takes the run folder that train() wrote")
-        try:
-            run = json.loads(config_file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise SerializationError(f"{config_file} is not valid JSON ({error}); it is corrupt or truncated") from None
+        run = read_json(config_file)
         absent = [key for key in ("encoder", "task", "setup", "seed") if not isinstance(run, dict) or key not in run]
         if absent:
             raise SerializationError(f"{config_file} lacks {absent}; put() takes the run folder that train() wrote")
@@ -100,26 +97,13 @@ class AdapterStore:
         final = self.path(encoder, task, setup, seed)
         if final.exists() and not overwrite:
             raise TrainingError(f"the store already holds {final}; pass overwrite=True to replace it")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of this entry that was killed
-            if is_temp_name(stale.name):
-                shutil.rmtree(stale, ignore_errors=True)
-        tmp = create_temp_dir(final)
-        try:
+
+        def write_entry(tmp: Path) -> None:
             write(tmp)
             atomic_write_json(tmp / ENTRY_FILE, {"encoder": str(encoder), "encoder_key": encoder_key(encoder),
                                                  "task": task, "setup": setup, "seed": int(seed), "source": source})
-            if final.exists():
-                old = temp_path(final)
-                os.replace(final, old)
-                os.replace(tmp, final)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return final
+
+        return replace_folder(final, write_entry)
 
     def load_into(self, model: "AdaptedModel", task: str, setup: str, seed: int, encoder: str | None = None,
                   name: str | None = None, head: bool = False, overwrite: bool = False,

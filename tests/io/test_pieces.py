@@ -107,6 +107,18 @@ def test_incompatible_encoder_is_named(tmp_path, model_type, overrides, field):
     assert target.adapter_names == [] and _site_names(target) == set()
 
 
+def test_float64_head_keeps_its_precision(tmp_path):
+    """A head is built in the encoder's dtype before its weights are loaded, not rounded through float32."""
+    source = af.wrap(tiny_encoder("bert").double())
+    source.add_head("h", af.ClassificationHead(num_labels=3))
+    randomise(source.heads["h"], std=0.2)
+    source.save_head("h", tmp_path / "h")
+    target = af.wrap(tiny_encoder("bert").double())
+    target.load_head(tmp_path / "h")
+    saved, loaded = source.heads["h"].state_dict(), target.heads["h"].state_dict()
+    assert all(loaded[k].dtype == torch.float64 and torch.equal(loaded[k], saved[k]) for k in saved)
+
+
 def test_head_ignores_layer_count_but_not_hidden_size(tmp_path):
     source = af.wrap(tiny_encoder("bert"))
     source.add_head("h", af.RegressionHead())

@@ -1,0 +1,85 @@
+"""Where a trained piece came from, for a saved setup's index and its model card: the task, dev metrics, training
+config, data and origin (commit, device) of a `train()` run folder, of an AdapterStore entry, or, for the shipped
+zoo's adapters, of adapterfusion/zoo/manifest.json. Local paths are left out: a card is public."""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from adapterfusion.errors import ConfigError
+from adapterfusion.io.pieces import read_json
+
+RUN_FILES = ("config.json", "metrics.json")  # what training/api.py's train() writes into a run folder
+_TIMINGS = ("runtime", "samples_per_second", "steps_per_second")  # the Trainer's, in a run's dev metrics
+
+
+def describe_origin(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
+    """Provenance from a run folder, a store entry, a piece folder inside either (run_dir/adapter), or a mapping
+    given as is (e.g. {"task": "rte", "dev_metrics": {"accuracy": 0.71}})."""
+    if isinstance(source, Mapping):
+        return dict(source)
+    from adapterfusion.training.store import ENTRY_FILE  # here: the training package is heavy to import
+
+    folder = Path(source)
+    for candidate in (folder, folder.parent):
+        if all((candidate / name).is_file() for name in RUN_FILES):
+            return _from_run(candidate)
+        if (candidate / ENTRY_FILE).is_file():
+            return _from_store_entry(candidate)
+    raise ConfigError(
+        f"provenance {str(source)!r} is neither a train() run folder (config.json + metrics.json) nor an AdapterStore "
+        "entry (entry.json), nor a piece folder inside one; pass one of those or a dict"
+    )
+
+
+def _from_run(run_dir: Path) -> dict[str, Any]:
+    config, metrics = (_object(run_dir / name) for name in RUN_FILES)
+    best = metrics.get("best") if isinstance(metrics.get("best"), Mapping) else {}
+    return _provenance(config, dev_metrics={k: v for k, v in best.items() if k not in _TIMINGS},
+                       metric_for_best=metrics.get("metric_for_best"),
+                       origin=f"adapterfusion train() run {config.get('task')}/{config.get('setup')}/"
+                              f"seed-{config.get('seed')}")
+
+
+def _from_store_entry(entry_dir: Path) -> dict[str, Any]:
+    from adapterfusion.training.store import ENTRY_FILE
+    from adapterfusion.zoo import STORE_DIR, ZOO_DIR, zoo_manifest
+
+    entry = _object(entry_dir / ENTRY_FILE)
+    if entry_dir.resolve().is_relative_to(ZOO_DIR / STORE_DIR):
+        manifest = zoo_manifest()
+        record = manifest["tasks"].get(entry.get("task"), {})
+        return _provenance(record, task=entry.get("task"), dev_metrics=record.get("dev"),
+                           origin=f"adapterfusion shipped zoo {manifest.get('name')!r} (made {manifest.get('made')})")
+    run_dir = Path(str(entry.get("source", "")))
+    if entry.get("source") and all((run_dir / name).is_file() for name in RUN_FILES):
+        return _from_run(run_dir)
+    return _provenance(entry, origin="adapterfusion AdapterStore entry")
+
+
+def _provenance(record: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
+    """The public fields of a run config or zoo manifest record; missing values are left out."""
+    hardware = record.get("hardware") if isinstance(record.get("hardware"), Mapping) else {}
+    fields = {key: record.get(key) for key in ("task", "setup", "setup_options", "seed", "training", "git_sha",
+                                               "library_version")}
+    fields.update(data=_data_summary(record.get("data")), device=hardware.get("device"), **overrides)
+    return {key: value for key, value in fields.items() if value not in (None, {}, [])}
+
+
+def _data_summary(data: Any) -> dict[str, Any] | None:
+    """Source, seed, carve-out and rows per split of a run's data info (its local file paths left out)."""
+    if not isinstance(data, Mapping):
+        return None
+    splits = data.get("splits") if isinstance(data.get("splits"), Mapping) else {}
+    summary = {"source": data.get("source"), "seed": data.get("seed"), "carve_out": data.get("carve_out"),
+               "rows": {name: split.get("num_rows") for name, split in splits.items() if isinstance(split, Mapping)}}
+    return {key: value for key, value in summary.items() if value not in (None, {})}
+
+
+def _object(path: Path) -> dict[str, Any]:
+    document = read_json(path)
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path} is not a JSON object; it is not a file that adapterfusion wrote")
+    return document

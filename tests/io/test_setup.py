@@ -1,0 +1,128 @@
+"""Whole setups in one folder: save_pretrained / AdaptedModel.from_pretrained restore every piece and the active
+setup exactly (float64, torch.equal), on a passed encoder or one loaded from its folder; partial saves, the
+index's checks, and which strings name a local folder, a Hub id or an error (with no network access)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModel
+
+import adapterfusion as af
+from adapterfusion.injection.site import AdapterSite
+from adapterfusion.io.hub import HubRef, locate
+from adapterfusion.io.setup import SETUP_FILE, ActiveSetup, BaseModelMismatchWarning
+from conftest import tiny_encoder
+from setup_fixtures import assert_same_model, build_setup
+
+
+def test_whole_setup_round_trip_restores_an_equal_model(tmp_path):
+    saved = build_setup()
+    assert saved.save_pretrained(tmp_path / "setup") == tmp_path / "setup"
+    index = json.loads((tmp_path / "setup" / SETUP_FILE).read_text())
+    assert index["format_version"] == 1 and index["base_model"]["model_type"] == "bert"
+    assert [(p["kind"], p["name"]) for p in index["pieces"]] == [
+        ("adapter", "a"), ("adapter", "b"), ("adapter", "c"), ("fusion", "f"), ("head", "cls"), ("head", "reg")]
+    assert index["active"] == {"adapter": None, "fusion": "f", "head": "cls", "skip_layers": [1],
+                               "fusion_masks": {"f": ["b"]}, "fusion_step": 137, "fusion_implementation": "fast"}
+
+    restored = af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "setup")
+    assert isinstance(restored, af.AdaptedModel) and not restored.training
+    assert_same_model(restored, saved)
+
+
+def test_base_loaded_from_its_folder(tmp_path):
+    tiny_encoder().save_pretrained(tmp_path / "encoder")
+    saved = build_setup(torch.float32, AutoModel.from_pretrained(tmp_path / "encoder"))  # same attention kernels
+    saved.save_pretrained(tmp_path / "setup")
+    restored = af.AdaptedModel.from_pretrained(str(tmp_path / "encoder"), str(tmp_path / "setup"))
+    assert_same_model(restored, saved)
+
+
+def test_partial_save_takes_the_fusions_adapters_and_restricts_the_active_setup(tmp_path):
+    saved = build_setup()
+    saved.save_pretrained(tmp_path / "part", fusions="f", heads=["reg"])
+    restored = af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "part")
+    assert (restored.adapter_names, restored.fusion_names, restored.head_names) == (["a", "b"], ["f"], ["reg"])
+    active = ActiveSetup.of(restored)
+    assert (active.fusion, active.head, active.skip_layers, active.fusion_masks) == ("f", None, (1,), {"f": ("b",)})
+    with pytest.raises(af.NameNotFoundError, match="no head named \\['nope'\\]"):
+        saved.save_pretrained(tmp_path / "bad", heads="nope")
+    with pytest.raises(af.ConfigError, match="provenance is given for \\['c'\\]"):
+        saved.save_pretrained(tmp_path / "bad", adapters="a", provenance={"c": tmp_path})
+
+
+def test_saving_replaces_a_saved_setup_but_not_another_folder(tmp_path):
+    build_setup().save_pretrained(tmp_path / "setup")
+    small = af.wrap(tiny_encoder().double())
+    small.add_adapter("only", "pfeiffer")
+    small.save_pretrained(tmp_path / "setup")
+    assert sorted(p.name for p in (tmp_path / "setup").iterdir()) == ["adapterfusion_setup.json", "adapters"]
+    assert [p.name for p in (tmp_path / "setup" / "adapters").iterdir()] == ["only"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(af.ConfigError, match="not a saved setup"):
+        small.save_pretrained(tmp_path / "other")
+    assert [p.name for p in (tmp_path / "other").iterdir()] == ["notes.txt"]
+
+
+def test_a_setup_that_does_not_fit_leaves_the_passed_encoder_unwrapped(tmp_path):
+    build_setup().save_pretrained(tmp_path / "setup")
+    wide = tiny_encoder(hidden_size=48).double()
+    with pytest.raises(af.IncompatibleModelError, match="hidden_size=32"):
+        af.AdaptedModel.from_pretrained(wide, tmp_path / "setup")
+    assert not any(isinstance(m, AdapterSite) for m in wide.modules())
+    with pytest.warns(BaseModelMismatchWarning, match="weights differ"):
+        af.AdaptedModel.from_pretrained(tiny_encoder(seed=1).double(), tmp_path / "setup")
+    with pytest.raises(af.ConfigError, match="already an AdaptedModel"):
+        af.AdaptedModel.from_pretrained(af.wrap(tiny_encoder()), tmp_path / "setup")
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda index: index.update(format_version=9), "format_version 9"),
+    (lambda index: index.update(pieces=[{"kind": "adapter", "name": "../x"}]), "invalid saved adapter name"),
+    (lambda index: index.update(pieces="a"), "'pieces' list"),
+    (lambda index: index["active"].update(colour="red"), "unknown key"),
+    (lambda index: index["active"].update(skip_layers=1), "must be lists"),
+])
+def test_a_damaged_index_is_a_clear_error(tmp_path, damage, message):
+    build_setup().save_pretrained(tmp_path / "setup")
+    path = tmp_path / "setup" / SETUP_FILE
+    index = json.loads(path.read_text())
+    damage(index)
+    path.write_text(json.dumps(index))
+    with pytest.raises(af.AdapterFusionError, match=message):
+        af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "setup")
+    with pytest.raises(af.SerializationError, match="is not a setup saved by save_pretrained"):
+        af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "setup" / "adapters")
+
+
+def test_load_a_piece_from_a_setup_folder(tmp_path):
+    saved = build_setup()
+    saved.save_pretrained(tmp_path / "setup")
+    saved.save_pretrained(tmp_path / "one", adapters="c")
+    model = af.wrap(tiny_encoder().double())
+    assert model.load_adapter(tmp_path / "one") == "c"  # a setup with one adapter
+    assert model.load_head(tmp_path / "setup" / "heads" / "reg") == "reg"  # a piece's own folder in a setup
+    with pytest.raises(af.ConfigError, match="holds 3 adapters; load one of .*adapters/a"):
+        model.load_adapter(tmp_path / "setup")
+    with pytest.raises(af.NameNotFoundError, match="holds no head"):
+        model.load_head(tmp_path / "one")
+
+
+def test_which_strings_are_folders_hub_ids_or_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    assert locate("org/name", "x") == Path("org/name")  # an existing local folder wins
+    assert locate("org/other", "x") == HubRef("org/other")
+    assert locate("org/other/adapters/rte@v1.0", "x") == HubRef("org/other", "adapters/rte", "v1.0")
+    assert str(HubRef("org/other", "adapters/rte", "v1.0")) == "org/other/adapters/rte@v1.0"
+    for path_like in ("missing", "./org/missing", str(tmp_path / "missing"), "../org/name", "org/../name",
+                      "C:\\models\\rte", "~/models/rte", Path("org/other")):
+        with pytest.raises(af.SerializationError, match="is not a directory .*, nor a Hub id"):
+            locate(path_like, "adapter folder")
+    (tmp_path / "file.json").write_text("{}")
+    with pytest.raises(af.SerializationError, match="is a file"):
+        locate("file.json", "adapter folder")
