@@ -8,6 +8,7 @@ successful run unless TrainingConfig.keep_checkpoints is set.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -30,7 +31,7 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, encoder_key
-from adapterfusion.training.trainer import fit, is_main_process
+from adapterfusion.training.trainer import fit, is_main_process, resumable_checkpoint
 
 RUN_FORMAT_VERSION = 1
 
@@ -106,12 +107,16 @@ def train(
     training_config: TrainingConfig | Mapping[str, Any] | None = None,
     setup_options: Mapping[str, Any] | None = None,
     max_examples: int | Mapping[str, int] | None = None,
+    resume: bool = False,
 ) -> RunResult:
     """Train `setup` (see adapterfusion.training.setups) on `task` with `seed`.
 
     encoder: a HuggingFace encoder folder or Hub id (default: the shipped MiniLM). training_config: a
     TrainingConfig, or a dict of overrides of the setup's paper defaults (TrainingConfig.for_setup).
     store: where stage-1 adapters go (st-a, st-a-houlsby runs are added to it) and where fusion-st-a reads them.
+    resume: continue an interrupted run of the same settings from the newest complete checkpoint in its
+    checkpoints/ folder, with the optimizer, scheduler, RNG and trainer state saved there (the result equals an
+    uninterrupted run's); without such a checkpoint the run starts from the beginning.
     """
     import transformers
     from transformers import AutoModel, AutoTokenizer
@@ -151,6 +156,7 @@ def train(
         "library_version": af.__version__, "transformers_version": transformers.__version__,
         "git_sha": _git_sha(), "hardware": hardware_info(), "plan_notes": plan.notes,
     }
+    resume_from = resume_point(run_dir, run_config) if resume else None
     if writes:
         atomic_write_json(run_dir / "config.json", run_config)
 
@@ -164,10 +170,10 @@ def train(
                                           tokenizer, config.eval_batch_size or config.batch_size)
         trainer, outcome = fit(HeadOnFeatures(model.heads[plan.head]), spec, cached["train"], cached["validation"],
                                tokenizer, config, run_dir / "checkpoints", progress_dir=run_dir,
-                               collator=stack_features)
+                               collator=stack_features, resume_from=resume_from)
     else:
         trainer, outcome = fit(model, spec, encoded["train"], encoded["validation"], tokenizer, config,
-                               run_dir / "checkpoints", progress_dir=run_dir)
+                               run_dir / "checkpoints", progress_dir=run_dir, resume_from=resume_from)
     del trainer
     if not writes:
         return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
@@ -185,6 +191,7 @@ def train(
         "best": outcome.best_metrics, "epochs": outcome.epoch_metrics, "train_losses": outcome.train_losses,
         "train_seconds": outcome.train_seconds, "global_step": outcome.global_step,
         "stopped_early": outcome.stopped_early,
+        "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir)),
         "warnings": run_warnings(outcome.best_metrics, len(encoded["validation"])),
         "parameters": {"trainable": sum(p.numel() for p in plan.trainable), "total": report.total,
                        "encoder": report.encoder_total,
@@ -203,6 +210,30 @@ def train(
     return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
                      epoch_metrics=outcome.epoch_metrics, train_seconds=outcome.train_seconds,
                      wall_seconds=metrics["wall_seconds"], pieces=pieces, store_path=stored, model=model)
+
+
+# What makes a checkpoint belong to this run: the same task, setup, seed, encoder, data, store and training config.
+RESUME_KEYS = ("task_spec", "setup", "setup_options", "seed", "encoder_key", "store", "training", "data")
+
+
+def resume_point(run_dir: Path, run_config: Mapping[str, Any]) -> Path | None:
+    """The checkpoint an interrupted run continues from (None: nothing to resume, start over). A checkpoint left by
+    a run of other settings is refused: continuing it would mix two runs."""
+    checkpoint = resumable_checkpoint(run_dir / "checkpoints")
+    if checkpoint is None:
+        return None
+    try:
+        previous = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        previous = {}
+    current = json.loads(json.dumps({key: run_config[key] for key in RESUME_KEYS}))  # as config.json holds it
+    changed = [key for key in RESUME_KEYS if previous.get(key) != current[key]]
+    if changed:
+        raise TrainingError(
+            f"cannot resume {run_dir}: its checkpoint {checkpoint.name} was saved by a run with other settings "
+            f"({', '.join(changed)} differ from this call's, or its config.json is missing); train with the "
+            f"settings it was started with, or remove {run_dir / 'checkpoints'} to start over")
+    return checkpoint
 
 
 def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> list[str]:

@@ -12,6 +12,7 @@ What differs from a stock Trainer, and why:
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -89,19 +90,49 @@ class ProgressFileCallback(TrainerCallback):
         self._write(state, max(1, math.ceil((state.epoch or 0) - 1e-9)), "evaluating")  # max_steps may end it early
 
 
+def _checkpoints_newest_first(checkpoint_dir: str | os.PathLike) -> list[Path]:
+    steps = [(int(p.name.rpartition("-")[2]), p) for p in Path(checkpoint_dir).glob("checkpoint-*")
+             if p.name.rpartition("-")[2].isdigit()]
+    return [checkpoint for _, checkpoint in sorted(steps, reverse=True)]
+
+
+def _finite_weights(checkpoint: Path) -> bool:
+    """Whether the checkpoint's trainable weights load and are all finite."""
+    try:
+        tensors = load_file(str(checkpoint / TRAINABLE_FILE))
+    except (OSError, SafetensorError):
+        return False
+    return all(torch.isfinite(t).all() for t in tensors.values())
+
+
 def last_good_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
     """The newest `checkpoint-<step>` in `checkpoint_dir` whose saved weights are all finite: where to go back to
     after a NaN/inf loss (a checkpoint saved after the weights blew up is no good)."""
-    steps = [(int(p.name.rpartition("-")[2]), p) for p in Path(checkpoint_dir).glob("checkpoint-*")
-             if p.name.rpartition("-")[2].isdigit()]
-    for _, checkpoint in sorted(steps, reverse=True):
-        try:
-            tensors = load_file(str(checkpoint / TRAINABLE_FILE))
-        except (OSError, SafetensorError):
-            continue
-        if all(torch.isfinite(t).all() for t in tensors.values()):
-            return checkpoint
-    return None
+    return next((c for c in _checkpoints_newest_first(checkpoint_dir) if _finite_weights(c)), None)
+
+
+# What HF's _save_checkpoint writes besides our trainable weights; trainer_state.json comes last, after the others.
+RESUME_FILES = ("optimizer.pt", "scheduler.pt", "trainer_state.json")
+
+
+def _complete(checkpoint: Path) -> bool:
+    """Whether a resume from `checkpoint` restores everything: weights, optimizer and scheduler state, RNG state
+    (one file, or one per rank) and a readable trainer state. A kill mid-save or mid-rotation leaves some out."""
+    if not all((checkpoint / name).is_file() for name in RESUME_FILES):
+        return False
+    if not any(checkpoint.glob("rng_state*.pth")):
+        return False
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def resumable_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint with finite weights in `checkpoint_dir` (None if there is none): where an
+    interrupted run continues."""
+    return next((c for c in _checkpoints_newest_first(checkpoint_dir) if _complete(c) and _finite_weights(c)), None)
 
 
 def non_finite_loss_message(loss: float, task_loss: float | None, state, args: TrainingArguments) -> str:
@@ -246,6 +277,7 @@ def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) ->
         eval_strategy="epoch",
         save_strategy="epoch",
         save_total_limit=config.save_total_limit,
+        restore_callback_states_from_checkpoint=True,  # a resumed run keeps early stopping's patience count
         load_best_model_at_end=True,
         metric_for_best_model=metric,
         greater_is_better=True,
@@ -271,10 +303,13 @@ def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
 
 
 def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
-        checkpoint_dir: Path, progress_dir: Path | None = None, collator=None) -> tuple[AdaptedTrainer, TrainingOutcome]:
+        checkpoint_dir: Path, progress_dir: Path | None = None, collator=None,
+        resume_from: Path | None = None) -> tuple[AdaptedTrainer, TrainingOutcome]:
     """Train the model's trainable parameters; at the end the best checkpoint's weights are in the model.
     With `progress_dir`, its progress.json follows the epochs. `collator` defaults to TaskCollator(tokenizer)
-    (cached-feature training passes its own, and its datasets have no token lengths to group by)."""
+    (cached-feature training passes its own, and its datasets have no token lengths to group by). `resume_from`
+    (a checkpoint of this run, see resumable_checkpoint) continues it: our _restore loads the trainable weights,
+    HF the optimizer, scheduler, RNG, trainer and callback states, and the resumed epochs see the same batches."""
     metric = resolve_metric(task, config)
     callbacks: list[TrainerCallback] = [FusionStepCallback(model)]
     if progress_dir is not None:
@@ -294,7 +329,7 @@ def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, toke
         callbacks=callbacks,
     )
     start = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
     seconds = time.perf_counter() - start
     history = list(trainer.state.log_history)
     best = {k.removeprefix("eval_"): float(v) for k, v in trainer.evaluate().items()
