@@ -222,18 +222,33 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any]) -> Path | None:
     checkpoint = resumable_checkpoint(run_dir / "checkpoints")
     if checkpoint is None:
         return None
+    start_over = f"remove {run_dir / 'checkpoints'} to start over"
     try:
         previous = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        previous = {}
+    except (OSError, ValueError) as err:
+        raise TrainingError(f"cannot resume {run_dir}: its config.json, which says what run its checkpoint "
+                            f"{checkpoint.name} belongs to, is unreadable ({err}); {start_over}") from err
     current = json.loads(json.dumps({key: run_config[key] for key in RESUME_KEYS}))  # as config.json holds it
     changed = [key for key in RESUME_KEYS if previous.get(key) != current[key]]
     if changed:
         raise TrainingError(
             f"cannot resume {run_dir}: its checkpoint {checkpoint.name} was saved by a run with other settings "
-            f"({', '.join(changed)} differ from this call's, or its config.json is missing); train with the "
-            f"settings it was started with, or remove {run_dir / 'checkpoints'} to start over")
+            f"({', '.join(changed)} differ from this call's); train with the settings it was started with, or "
+            f"{start_over}")
     return checkpoint
+
+
+def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False) -> None:
+    """Empty a run folder before its run starts again; with `keep_checkpoints` its checkpoints/ stay for a resume,
+    and the config.json that says which run they belong to."""
+    run_dir = Path(run_dir)
+    if not keep_checkpoints:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for entry in run_dir.iterdir() if run_dir.is_dir() else ():
+        if entry.name in ("checkpoints", "config.json"):
+            continue
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
 def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> list[str]:
