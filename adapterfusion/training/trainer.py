@@ -12,10 +12,13 @@ What differs from a stock Trainer, and why:
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -210,6 +213,47 @@ class AdaptedTrainer(Trainer):
         self._restore(resume_from_checkpoint)
 
 
+@contextlib.contextmanager
+def checkpointed_activations(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+    """Gradient checkpointing of the wrapped HF encoder's layers while the block runs (TrainingConfig
+    .gradient_checkpointing): each layer, its adapter sites included, runs again in the backward pass instead of
+    keeping its activations. Non-reentrant, so frozen inputs need not require grad and the replayed RNG gives the same
+    dropout masks, hence the same gradients. A model without an encoder (a head on cached features) has nothing to
+    checkpoint."""
+    from transformers import PreTrainedModel
+
+    encoder = getattr(model, "model", None)
+    if not enabled or not isinstance(encoder, PreTrainedModel):
+        yield
+        return
+    if not encoder.supports_gradient_checkpointing:
+        raise TrainingError(f"gradient_checkpointing=True: {type(encoder).__name__} does not support gradient "
+                            "checkpointing in this transformers version; set gradient_checkpointing=False")
+    had_input_hook = hasattr(encoder, "_require_grads_hook")
+    kwargs = {"use_reentrant": False}
+    if hasattr(encoder, "activation_checkpointing_enable"):  # transformers >= 5.x; the old names warn there
+        encoder.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    try:
+        yield
+    finally:
+        (getattr(encoder, "activation_checkpointing_disable", None) or encoder.gradient_checkpointing_disable)()
+        if not had_input_hook and hasattr(encoder, "_require_grads_hook"):
+            encoder.disable_input_require_grads()  # the enable call added it; leave the model as it was
+
+
+@functools.lru_cache(maxsize=1)
+def compile_problem() -> str | None:
+    """Why torch.compile cannot work here (None if it can): TorchInductor compiles a two-op function, which on
+    CPU needs a working C++ compiler. Checked once per process."""
+    try:
+        torch.compile(lambda x: torch.relu(x) * 2.0 + 1.0)(torch.ones(8))
+    except Exception as err:  # noqa: BLE001 - any compiler failure means the same to the user
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    return None
+
+
 @dataclass
 class TrainingOutcome:
     """What `fit` measured: per-epoch and best-checkpoint dev metrics, training losses, wall time."""
@@ -262,7 +306,8 @@ def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) ->
         **_length_grouping(config.group_by_length),
         output_dir=str(output_dir),
         # Without CUDA, accelerate runs DDP (gloo) only when told it is on CPU; otherwise each rank trains alone.
-        use_cpu=launched_distributed() and not torch.cuda.is_available(),
+        # bf16 without CUDA must be told too: HF refuses it unless use_cpu, and then autocasts on the CPU.
+        use_cpu=(launched_distributed() or config.bf16) and not torch.cuda.is_available(),
         learning_rate=config.learning_rate,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps if config.max_steps is not None else -1,
@@ -287,6 +332,7 @@ def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) ->
         data_seed=config.seed,
         fp16=config.fp16,
         bf16=config.bf16,
+        torch_compile=config.torch_compile,
         report_to=[] if config.report_to == "none" else config.report_to,
         remove_unused_columns=False,
         label_names=["labels"],
@@ -311,6 +357,9 @@ def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, toke
     (a checkpoint of this run, see resumable_checkpoint) continues it: our _restore loads the trainable weights,
     HF the optimizer, scheduler, RNG, trainer and callback states, and the resumed epochs see the same batches."""
     metric = resolve_metric(task, config)
+    if config.torch_compile and (problem := compile_problem()) is not None:
+        raise TrainingError(f"torch_compile=True, but torch.compile fails on this machine ({problem}); on CPU "
+                            "TorchInductor needs a C++ compiler (e.g. apt-get install g++); or set torch_compile=False")
     callbacks: list[TrainerCallback] = [FusionStepCallback(model)]
     if progress_dir is not None:
         callbacks.append(ProgressFileCallback(progress_dir))
@@ -329,7 +378,8 @@ def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, toke
         callbacks=callbacks,
     )
     start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
+    with checkpointed_activations(model, config.gradient_checkpointing):
+        trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
     seconds = time.perf_counter() - start
     history = list(trainer.state.log_history)
     best = {k.removeprefix("eval_"): float(v) for k, v in trainer.evaluate().items()
