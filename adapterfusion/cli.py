@@ -200,7 +200,7 @@ def _train_adapter(args: argparse.Namespace) -> int:
     result = train(args.task, args.setup, seed=args.seed, encoder=args.encoder, data_dir=args.data_dir,
                    output_dir=args.output_dir, store=args.store, training_config=_training_overrides(args),
                    setup_options={"reduction_factor": args.reduction_factor}, max_examples=args.max_examples,
-                   overwrite=args.overwrite)
+                   overwrite=args.overwrite, resume=args.resume)
     _print_result(result)
     return 0
 
@@ -216,7 +216,7 @@ def _fuse(args: argparse.Namespace) -> int:
                    output_dir=args.output_dir, store=args.store, training_config=_training_overrides(args),
                    setup_options={"sources": sources, "adapter_setup": args.adapter_setup,
                                   "adapter_seed": args.adapter_seed},
-                   max_examples=args.max_examples, overwrite=args.overwrite)
+                   max_examples=args.max_examples, overwrite=args.overwrite, resume=args.resume)
     _print_result(result)
     return 0
 
@@ -240,6 +240,9 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name}", type=kind, default=None, help="override the setup's paper default")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the run folder and store entry of an earlier run of the same task/setup/seed")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted run of the same settings from its newest complete checkpoint "
+                             "(optimizer, scheduler and RNG state included); without one, start from the beginning")
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:

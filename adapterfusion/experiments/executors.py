@@ -44,7 +44,8 @@ _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 @dataclass(frozen=True)
 class JobPayload:
     """Everything a worker needs to run one job (plain, picklable values): `kind` "single" runs
-    adapterfusion.training.train, "multitask" train_multitask with `options` as its keyword arguments."""
+    adapterfusion.training.train, "multitask" train_multitask with `options` as its keyword arguments. `resume`:
+    a single-task job continues from its run dir's newest complete checkpoint, if any (train(resume=True))."""
 
     job_id: str
     task: str
@@ -60,6 +61,7 @@ class JobPayload:
     max_examples: int | dict[str, int] | None = None
     kind: str = SINGLE_KIND
     experiment_dir: str | None = None  # the worker registers there as a writer (experiments/writers.py)
+    resume: bool = False
 
 
 class _OncePerRecord(logging.Filter):
@@ -114,7 +116,8 @@ def _train_single(payload: JobPayload) -> Path:
     result = train(payload.task, payload.setup, seed=payload.seed, encoder=payload.encoder,
                    data_dir=payload.data_dir, output_dir=payload.output_dir,
                    store=AdapterStore(payload.store_dir) if payload.store_dir else None,
-                   training_config=payload.training, setup_options=payload.options, max_examples=payload.max_examples)
+                   training_config=payload.training, setup_options=payload.options, max_examples=payload.max_examples,
+                   resume=payload.resume)
     return Path(result.run_dir)
 
 

@@ -1,9 +1,10 @@
 """`run_experiment`: plan the jobs of an experiment, skip the done ones, run the rest in dependency order on an
 executor, and record every state change in the output dir's results store.
 
-A job found `running` (its runner was killed) or `failed` is re-run from scratch: its run dir is removed first.
-Before that, the runner waits for the killed runner's workers to end and removes the temp files its writers
-recorded (experiments/writers.py), and nothing else.
+A job found `running` (its runner was killed) or `failed` is re-run: its run dir is emptied first, except for the
+checkpoints of a single-task run, which continues from the newest one (train(resume=True)) unless the job's settings
+changed or a job it depends on runs again. Before that, the runner waits for the killed runner's workers to end and
+removes the temp files its writers recorded (experiments/writers.py), and nothing else.
 A failed job does not stop independent jobs; the jobs that need it are marked `blocked` with the reason.
 The progress display shows jobs done / running / left, each running job's epoch (from the progress.json its
 training run rewrites, training/progress.py) and an ETA.
@@ -13,7 +14,6 @@ training run rewrites, training/progress.py) and an ETA.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 import warnings
@@ -31,6 +31,7 @@ from adapterfusion.experiments.store import ResultsStore, RunnerLock
 from adapterfusion.experiments.writers import clear_dead_writers, registered_writer
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
+from adapterfusion.training.api import clear_run_dir
 from adapterfusion.training.progress import read_progress
 
 SPEC_FILE = "experiment.json"
@@ -65,14 +66,14 @@ class ExperimentSummary:
         return "\n".join([line, *details])
 
 
-def job_payload(spec: ExperimentSpec, job: Job) -> JobPayload:
+def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayload:
     out = Path(spec.output_dir)
     store, encoder = job.store_dir(out), job.encoder_dir(out)
     return JobPayload(job_id=job.id, task=job.task, setup=job.setup, seed=job.seed, output_dir=str(job.variant_dir(out)),
                       run_dir=str(job.run_dir(out)), encoder=spec.encoder if encoder is None else str(encoder),
                       data_dir=spec.data_dir, store_dir=None if store is None else str(store),
                       training=payload_options(job.training), options=payload_options(job.options),
-                      max_examples=spec.max_examples, kind=job.kind, experiment_dir=str(out))
+                      max_examples=spec.max_examples, kind=job.kind, experiment_dir=str(out), resume=resume)
 
 
 def run_experiment(
@@ -98,15 +99,17 @@ def run_experiment(
     with registered_writer(out), RunnerLock(out):
         clear_dead_writers(out)  # a killed runner's workers have ended; the temp files its writers left are removed
         with ResultsStore(out) as store:
-            store.bind(spec, jobs, force=force)
+            reset = set(store.bind(spec, jobs, force=force))
             store.requeue_unfinished()
             atomic_write_json(out / SPEC_FILE, {**spec.to_dict(), "spec_hash": spec.spec_hash(), "source": spec.source})
             states = store.states()
             summary.skipped = [job.id for job in jobs if states[job.id] == "done"]
+            resumable = frozenset(job.id for job in jobs
+                                  if job.id not in reset and all(states[d] == "done" for d in job.depends_on))
             pool = make_executor(executor, workers) if isinstance(executor, str) else executor
             try:
                 _schedule(spec, [job for job in jobs if states[job.id] != "done"], store, pool, summary,
-                          _Progress(len(jobs), len(summary.skipped), spec.name, enabled=progress))
+                          _Progress(len(jobs), len(summary.skipped), spec.name, enabled=progress), resumable)
             finally:
                 pool.shutdown()
             summary.counts = store.counts()
@@ -123,8 +126,9 @@ def run_experiment(
 
 
 def _schedule(spec: ExperimentSpec, pending: list[Job], store: ResultsStore, pool: Executor,
-              summary: ExperimentSummary, progress: "_Progress") -> None:
-    """Submit each job once its dependencies are done, as many at a time as the executor takes."""
+              summary: ExperimentSummary, progress: "_Progress", resumable: frozenset[str] = frozenset()) -> None:
+    """Submit each job once its dependencies are done, as many at a time as the executor takes; the `resumable`
+    ones continue from their checkpoints (their settings and their dependencies' results are unchanged)."""
     states = store.states()
     running: dict[Future, Job] = {}
     try:
@@ -143,12 +147,12 @@ def _schedule(spec: ExperimentSpec, pending: list[Job], store: ResultsStore, poo
                 job = ready.pop(0)
                 pending.remove(job)
                 run_dir = job.run_dir(spec.output_dir)
-                shutil.rmtree(run_dir, ignore_errors=True)  # a re-run starts from scratch
+                clear_run_dir(run_dir, keep_checkpoints=job.id in resumable)
                 store.mark_running(job.id, str(run_dir))
                 states[job.id] = "running"
                 progress.started(job.id, run_dir)
                 try:
-                    future = pool.submit(job_payload(spec, job))
+                    future = pool.submit(job_payload(spec, job, resume=job.id in resumable))
                 except Exception as err:  # noqa: BLE001 - e.g. a broken process pool: the job fails, not the runner
                     future = Future()
                     future.set_exception(err)

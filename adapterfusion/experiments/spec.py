@@ -353,6 +353,9 @@ def _setup_entries(raw: Any, global_training: dict[str, Any], tasks: tuple[str, 
                                                      f"setup of {name}{hint}; choose one of {', '.join(stage1)}")
         if multitask and training.get("fp16"):
             raise _fail(f"{path}.fp16", f"{name} trains without loss scaling, so fp16 would diverge; use bf16: true")
+        for switch in ("gradient_checkpointing", "torch_compile"):
+            if multitask and training.get(switch):
+                raise _fail(f"{path}.{switch}", f"{name}'s own training loop does not support it; set it to false")
         if has_rf:
             if "reduction_factors" in entry and "reduction_factor" in entry:
                 raise _fail(f"{path}.reduction_factors", "give either reduction_factor or reduction_factors, not both")

@@ -8,6 +8,7 @@ successful run unless TrainingConfig.keep_checkpoints is set.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -31,7 +32,7 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, encoder_key
-from adapterfusion.training.trainer import check_precision, fit, is_main_process
+from adapterfusion.training.trainer import check_precision, fit, is_main_process, resumable_checkpoint
 
 RUN_FORMAT_VERSION = 1
 
@@ -108,6 +109,7 @@ def train(
     setup_options: Mapping[str, Any] | None = None,
     max_examples: int | Mapping[str, int] | None = None,
     overwrite: bool = True,
+    resume: bool = False,
 ) -> RunResult:
     """Train `setup` (see adapterfusion.training.setups) on `task` with `seed`.
 
@@ -116,6 +118,9 @@ def train(
     store: where stage-1 adapters go (st-a, st-a-houlsby runs are added to it) and where fusion-st-a reads them.
     overwrite=False refuses, before any work, a run folder that already holds files or a store entry that exists
     (the CLI's default; the experiment runner re-runs jobs on purpose and keeps the default True).
+    resume: continue an interrupted run of the same settings from the newest complete checkpoint in its
+    checkpoints/ folder, with the optimizer, scheduler, RNG and trainer state saved there (the result equals an
+    uninterrupted run's); without such a checkpoint the run starts from the beginning.
     """
     import transformers
     from transformers import AutoModel, AutoTokenizer
@@ -136,7 +141,7 @@ def train(
     store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
     run_dir = run_dir_for(check_writable_folder(output_dir, "output_dir"), spec.name, setup, seed)
     writes = is_main_process()  # under torchrun / accelerate launch only rank 0 writes the run folder and the store
-    if not overwrite and writes:  # the other ranks would race rank 0's own first files
+    if not overwrite and not resume and writes:  # the other ranks would race rank 0's own first files
         entry = store.path(encoder, spec.name, setup, seed) if store is not None and recipe.stores_adapter else None
         _refuse_existing(run_dir, entry, f"{spec.name}/{setup} seed {seed}")
     if writes:
@@ -162,6 +167,7 @@ def train(
     }
     if plan.fused_adapters:  # exactly which stored adapters this fusion is trained on (rebuild_run checks them)
         run_config["fused_adapters"] = plan.fused_adapters
+    resume_from = resume_point(run_dir, run_config) if resume else None
     if writes:
         atomic_write_json(run_dir / "config.json", run_config)
 
@@ -175,10 +181,10 @@ def train(
                                           tokenizer, config.eval_batch_size or config.batch_size)
         trainer, outcome = fit(HeadOnFeatures(model.heads[plan.head]), spec, cached["train"], cached["validation"],
                                tokenizer, config, run_dir / "checkpoints", progress_dir=run_dir,
-                               collator=stack_features)
+                               collator=stack_features, resume_from=resume_from)
     else:
         trainer, outcome = fit(model, spec, encoded["train"], encoded["validation"], tokenizer, config,
-                               run_dir / "checkpoints", progress_dir=run_dir)
+                               run_dir / "checkpoints", progress_dir=run_dir, resume_from=resume_from)
     del trainer
     if not writes:
         return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
@@ -196,6 +202,7 @@ def train(
         "best": outcome.best_metrics, "epochs": outcome.epoch_metrics, "train_losses": outcome.train_losses,
         "train_seconds": outcome.train_seconds, "global_step": outcome.global_step,
         "stopped_early": outcome.stopped_early,
+        "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir)),
         "warnings": run_warnings(outcome.best_metrics, len(encoded["validation"])),
         "parameters": {"trainable": sum(p.numel() for p in plan.trainable), "total": report.total,
                        "encoder": report.encoder_total,
@@ -214,6 +221,45 @@ def train(
     return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
                      epoch_metrics=outcome.epoch_metrics, train_seconds=outcome.train_seconds,
                      wall_seconds=metrics["wall_seconds"], pieces=pieces, store_path=stored, model=model)
+
+
+# What makes a checkpoint belong to this run: the same task, setup, seed, encoder, data, store and training config.
+RESUME_KEYS = ("task_spec", "setup", "setup_options", "seed", "encoder_key", "store", "training", "data")
+
+
+def resume_point(run_dir: Path, run_config: Mapping[str, Any]) -> Path | None:
+    """The checkpoint an interrupted run continues from (None: nothing to resume, start over). A checkpoint left by
+    a run of other settings is refused: continuing it would mix two runs."""
+    checkpoint = resumable_checkpoint(run_dir / "checkpoints")
+    if checkpoint is None:
+        return None
+    start_over = f"remove {run_dir / 'checkpoints'} to start over"
+    try:
+        previous = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise TrainingError(f"cannot resume {run_dir}: its config.json, which says what run its checkpoint "
+                            f"{checkpoint.name} belongs to, is unreadable ({err}); {start_over}") from err
+    current = json.loads(json.dumps({key: run_config[key] for key in RESUME_KEYS}))  # as config.json holds it
+    changed = [key for key in RESUME_KEYS if previous.get(key) != current[key]]
+    if changed:
+        raise TrainingError(
+            f"cannot resume {run_dir}: its checkpoint {checkpoint.name} was saved by a run with other settings "
+            f"({', '.join(changed)} differ from this call's); train with the settings it was started with, or "
+            f"{start_over}")
+    return checkpoint
+
+
+def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False) -> None:
+    """Empty a run folder before its run starts again; with `keep_checkpoints` its checkpoints/ stay for a resume,
+    and the config.json that says which run they belong to."""
+    run_dir = Path(run_dir)
+    if not keep_checkpoints:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for entry in run_dir.iterdir() if run_dir.is_dir() else ():
+        if entry.name in ("checkpoints", "config.json"):
+            continue
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
 def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> list[str]:

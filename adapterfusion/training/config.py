@@ -67,7 +67,10 @@ class TrainingConfig:
     `max_length` None = the task's default. fp16/bf16 are passed to the HF Trainer unchanged. `group_by_length`
     draws training batches of similar lengths (HF's LengthGroupedSampler, still shuffled), so dynamic padding pads
     little: on CPU a step costs about its token count. `cache_features`: where only the head trains (setup "head"),
-    run the frozen encoder once and train the head on the cached pooled features (training/feature_cache.py)."""
+    run the frozen encoder once and train the head on the cached pooled features (training/feature_cache.py).
+    `gradient_checkpointing`: recompute each encoder layer's activations, adapter sites included, in the backward
+    pass instead of keeping them (less memory for about one more forward per step; gradients unchanged).
+    `torch_compile`: train a `torch.compile`d model (TorchInductor; on CPU it needs a C++ compiler)."""
 
     learning_rate: float = 1e-4
     epochs: float = 30
@@ -92,6 +95,8 @@ class TrainingConfig:
     dataloader_workers: int = 0
     group_by_length: bool = False
     cache_features: bool = True
+    gradient_checkpointing: bool = False
+    torch_compile: bool = False
 
     def __post_init__(self) -> None:
         _number(self.learning_rate, "learning_rate", 0.0)
@@ -109,7 +114,8 @@ class TrainingConfig:
         if self.metric_for_best is not None and (not isinstance(self.metric_for_best, str) or not self.metric_for_best):
             raise ConfigError(f"metric_for_best={self.metric_for_best!r} must be a metric name such as 'accuracy'")
         _positive_int(self.grad_accumulation, "grad_accumulation")
-        for flag in ("fp16", "bf16", "keep_checkpoints", "group_by_length", "cache_features"):
+        for flag in ("fp16", "bf16", "keep_checkpoints", "group_by_length", "cache_features", "gradient_checkpointing",
+                     "torch_compile"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r} must be true or false")
         if self.fp16 and self.bf16:

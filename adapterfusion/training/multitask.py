@@ -205,6 +205,9 @@ def train_multitask(
         config = TrainingConfig.for_setup(MT_A, **{**dict(training_config or {}), "seed": seed})
     if config.fp16:
         raise TrainingError("mt-a: fp16 needs loss scaling, which the MT-A loop does not do; use bf16=True or neither")
+    if config.gradient_checkpointing or config.torch_compile:
+        raise TrainingError("mt-a: the MT-A loop supports neither gradient_checkpointing nor torch_compile (the "
+                            "Trainer-based setups do); set both to False")
     metrics_for_best = [resolve_metric(spec, config) for spec in specs]
     adapter_config = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
     schedule = schedule or AnnealedSchedule()

@@ -35,6 +35,7 @@ def spec(**changes):
     (dict(setups=[{"name": "mt-a", "reduction_factors": [2, 16]}]), r"setups\[0\].reduction_factors: unknown key"),
     (dict(setups=[{"name": "mt-a", "reduction_factor": 0}]), r"setups\[0\].reduction_factor: must be a positive"),
     (dict(setups=[{"name": "mt-a", "fp16": True}]), r"setups\[0\].fp16: mt-a trains without loss scaling.*bf16"),
+    (dict(setups=[{"name": "mt-a", "torch_compile": True}]), r"setups\[0\].torch_compile: mt-a's own training loop"),
     (dict(setups=["st-a", "mt-a", {"name": "fusion-st-a", "adapter_setup": "mt-a"}]),
      r"setups\[2\].adapter_setup: 'mt-a' is not a stage-1 adapter setup of fusion-st-a \(fusion-mt-a fuses mt-a adapters\)"),
 ])

@@ -43,3 +43,12 @@ def encoder_state(model: af.AdaptedModel) -> dict[str, torch.Tensor]:
     """Name -> copy of every pretrained encoder weight (adapters and fusions left out)."""
     ids = {id(p) for p in model.encoder_parameters()}
     return {n: p.detach().clone() for n, p in model.model.named_parameters() if id(p) in ids}
+
+
+@pytest.fixture(scope="session")
+def tiny_float64_encoder_dir(tiny_encoder_dir, tmp_path_factory) -> Path:
+    """The tiny BERT saved in float64: runs trained from it compare to the float64 row of tests/tolerances.py."""
+    path = tmp_path_factory.mktemp("encoders") / "tiny-bert-float64"
+    transformers.AutoModel.from_pretrained(tiny_encoder_dir).double().save_pretrained(path)
+    transformers.AutoTokenizer.from_pretrained(tiny_encoder_dir).save_pretrained(path)
+    return path

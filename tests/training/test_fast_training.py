@@ -1,0 +1,67 @@
+"""The speed switches of TrainingConfig on CPU through train(): torch_compile trains with eager's losses, bf16 runs
+the encoder under bfloat16 autocast with float32 weights, and the MT-A loop refuses the switches it lacks.
+(Gradient checkpointing: test_gradient_checkpointing.py; the speed itself: benchmarks/training_speed.py.)"""
+import json
+
+import pytest
+import torch
+
+from adapterfusion.training import TrainingError, train, train_multitask
+from adapterfusion.training.trainer import FusionStepCallback, compile_problem
+from tolerances import assert_close
+from training_fixtures import data_dir, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+
+SETTINGS = dict(max_steps=3, batch_size=8, max_length=32, learning_rate=3e-3, logging_steps=1, patience=None)
+SLICE = {"train": 24, "validation": 8}
+
+
+def _run(tmp_path, encoder, data, **switches):
+    result = train("rte", "st-a", seed=2, encoder=encoder, data_dir=data, output_dir=tmp_path / "-".join(switches),
+                   max_examples=SLICE, training_config={**SETTINGS, **switches})
+    return result, json.loads(result.metrics_path.read_text())
+
+
+def test_torch_compile_trains_with_the_eager_losses(tmp_path, tiny_encoder_dir, data_dir):
+    if (problem := compile_problem()) is not None:
+        pytest.skip(f"torch.compile does not work on this machine: {problem}")
+    import torch._dynamo
+    import torch._inductor.config
+
+    _, eager = _run(tmp_path, tiny_encoder_dir, data_dir)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    try:
+        with torch._inductor.config.patch(fallback_random=True):  # dropout draws eager's masks, so losses compare
+            _, compiled = _run(tmp_path, tiny_encoder_dir, data_dir, torch_compile=True)
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # the model really ran compiled
+    finally:
+        torch._dynamo.reset()
+    assert [e["step"] for e in compiled["train_losses"]] == [1, 2, 3]
+    assert_close([e["loss"] for e in compiled["train_losses"]], [e["loss"] for e in eager["train_losses"]],
+                 dtype=torch.float32, label="training losses")
+    assert_close(compiled["best"]["loss"], eager["best"]["loss"], dtype=torch.float32, label="dev loss")
+
+
+def test_bf16_trains_on_cpu_under_autocast_with_float32_weights(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+    seen = []
+
+    def on_train_begin(self, args, state, control, **kwargs):  # records the dtype the encoder's matmuls run in
+        layer = self.model.model.encoder.layer[0].intermediate.dense
+        self.handle = layer.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.handle.remove()
+
+    monkeypatch.setattr(FusionStepCallback, "on_train_begin", on_train_begin, raising=False)
+    monkeypatch.setattr(FusionStepCallback, "on_train_end", on_train_end, raising=False)
+    result, bf16 = _run(tmp_path, tiny_encoder_dir, data_dir, bf16=True)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert all(torch.isfinite(torch.tensor(e["loss"])) for e in bf16["train_losses"]) and len(bf16["train_losses"]) == 3
+    assert {p.dtype for p in result.model.parameters()} == {torch.float32}
+    assert json.loads(result.config_path.read_text())["training"]["bf16"] is True
+
+
+def test_mt_a_refuses_the_switches_its_loop_lacks(tmp_path):
+    for switch in ("gradient_checkpointing", "torch_compile"):
+        with pytest.raises(TrainingError, match=f"mt-a: .*{switch}"):
+            train_multitask(["rte", "sst2"], output_dir=tmp_path, training_config={switch: True})

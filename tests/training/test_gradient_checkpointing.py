@@ -1,0 +1,91 @@
+"""TrainingConfig.gradient_checkpointing: with every encoder layer recomputed in the backward pass (adapter sites and
+fusions inside it), the gradients of the trained pieces are those of the plain backward, in float64 to the tight
+tolerance, with dropout on, for every supported architecture; fit() turns it on for the run and off afterwards."""
+import json
+
+import pytest
+import torch
+
+import adapterfusion as af
+from adapterfusion.training import TrainingError, train
+from adapterfusion.training.trainer import FusionStepCallback, checkpointed_activations
+from conftest import TINY_CONFIGS, randomise, tiny_encoder, tiny_inputs
+from tolerances import assert_close
+from training_fixtures import data_dir, tiny_encoder_dir, tiny_float64_encoder_dir  # noqa: F401 (pytest fixtures)
+
+
+def _model(model_type: str, piece: str) -> af.AdaptedModel:
+    model = af.wrap(tiny_encoder(model_type))
+    # houlsby: both sites of each layer (without its LayerNorm copies, which not every architecture allows)
+    config = (af.AdapterConfig.from_name("houlsby", reduction_factor=4, train_layer_norm=False) if piece == "adapter"
+              else af.AdapterConfig.from_name("pfeiffer", reduction_factor=4))
+    for name in ("a", "b"):
+        model.add_adapter(name, config)
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    randomise(model, std=0.1)  # no zero up-projection: every trained tensor gets a non-trivial gradient
+    model.double()
+    model.train_adapter("a", head="h") if piece == "adapter" else model.train_fusion("f", head="h")
+    return model.train()
+
+
+def _gradients_and_site_calls(model: af.AdaptedModel) -> tuple[dict[str, torch.Tensor], int]:
+    calls = []
+    handles = [site.register_forward_pre_hook(lambda *_: calls.append(1)) for site in model.sites]
+    try:
+        torch.manual_seed(7)  # the same dropout masks in both passes
+        model(**tiny_inputs(batch=3, seq=9), labels=torch.tensor([0, 1, 1])).loss.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    # The fusion's key bias adds the same score to every adapter, so the softmax cancels it: it gets no gradient.
+    gradients = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return gradients, len(calls)
+
+
+@pytest.mark.parametrize("piece", ["adapter", "fusion"])
+@pytest.mark.parametrize("model_type", sorted(TINY_CONFIGS))
+def test_checkpointed_gradients_equal_the_plain_ones(model_type, piece):
+    model = _model(model_type, piece)
+    if not model.model.supports_gradient_checkpointing:  # MPNet in transformers 5.x: a clear error, not a silent no-op
+        with pytest.raises(TrainingError, match="does not support gradient checkpointing.*=False"):
+            with checkpointed_activations(model):
+                pass
+        return
+    plain, plain_calls = _gradients_and_site_calls(model)
+    with checkpointed_activations(model):
+        checkpointed, checkpointed_calls = _gradients_and_site_calls(model)
+    again, _ = _gradients_and_site_calls(model)
+    assert checkpointed_calls == 2 * plain_calls  # each site ran again in the backward pass
+    assert plain.keys() == checkpointed.keys() and plain
+    for name in plain:
+        assert plain[name].abs().max() > 0, name
+        assert_close(checkpointed[name], plain[name], label=name)
+        assert torch.equal(again[name], plain[name]), name  # switched off again: the plain pass, bit for bit
+    assert not hasattr(model.model, "_require_grads_hook")
+
+
+def test_a_run_with_gradient_checkpointing_equals_the_plain_run(tmp_path, tiny_float64_encoder_dir, data_dir,
+                                                                monkeypatch):
+    seen = []
+    original = FusionStepCallback.on_step_begin
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        seen.append(any(getattr(m, "gradient_checkpointing", False) for m in self.model.modules()))
+        return original(self, args, state, control, **kwargs)
+
+    monkeypatch.setattr(FusionStepCallback, "on_step_begin", on_step_begin)
+    settings = dict(max_steps=3, batch_size=8, max_length=32, learning_rate=3e-3, logging_steps=1, patience=None)
+    runs = {flag: train("rte", "st-a", seed=2, encoder=tiny_float64_encoder_dir, data_dir=data_dir,
+                        output_dir=tmp_path / str(flag), max_examples={"train": 24, "validation": 8},
+                        training_config={**settings, "gradient_checkpointing": flag}) for flag in (False, True)}
+    assert seen == [False] * 3 + [True] * 3
+    assert not any(getattr(m, "gradient_checkpointing", False) for m in runs[True].model.modules())
+    losses = {flag: [e["loss"] for e in json.loads(r.metrics_path.read_text())["train_losses"]]
+              for flag, r in runs.items()}
+    assert_close(losses[True], losses[False], dtype=torch.float64, label="training losses")
+    for (name, checkpointed), (_, plain) in zip(runs[True].model.named_parameters(),
+                                                 runs[False].model.named_parameters()):
+        assert_close(checkpointed, plain, label=name)
+

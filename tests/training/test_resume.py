@@ -1,0 +1,165 @@
+"""A run killed after an epoch and resumed with `train(..., resume=True)` ends exactly where the uninterrupted run
+ends (AdapterHub issue #299: resuming lost the optimizer and scheduler state): the same trained weights, dev
+metrics per epoch and training losses, in float64 to the tight tolerance, for an adapter and for a fusion."""
+import json
+
+import pytest
+import torch
+
+from adapterfusion.training import AdapterStore, TrainingError, train
+from adapterfusion.training.trainer import RESUME_FILES, TRAINABLE_FILE, FusionStepCallback, resumable_checkpoint
+from tolerances import assert_close
+from training_fixtures import data_dir, tiny_encoder_dir, tiny_float64_encoder_dir  # noqa: F401 (pytest fixtures)
+
+STEPS_PER_EPOCH = 4  # 32 training examples in batches of 8
+SLICE = {"train": 32, "validation": 16}
+SETTINGS = dict(epochs=3, batch_size=8, max_length=32, learning_rate=3e-3, logging_steps=1, patience=None,
+                keep_checkpoints=True)
+
+
+class Killed(Exception):
+    """Stands for the process being killed."""
+
+
+def _kill_after_saving(step: int, monkeypatch) -> None:
+    """Stop the run right after the checkpoint of `step` is on disk, as a kill between two epochs would."""
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == step:
+            raise Killed(f"killed after saving step {step}")
+
+    monkeypatch.setattr(FusionStepCallback, "on_save", on_save, raising=False)
+
+
+def _trained(result) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in result.model.named_parameters() if p.requires_grad}
+
+
+def _assert_same_run(resumed, uninterrupted) -> None:
+    weights, expected = _trained(resumed), _trained(uninterrupted)
+    assert weights.keys() == expected.keys() and weights
+    for name in expected:
+        assert_close(weights[name], expected[name], label=name)
+    got, want = (json.loads(r.metrics_path.read_text()) for r in (resumed, uninterrupted))
+    assert got["global_step"] == want["global_step"] == 3 * STEPS_PER_EPOCH
+    assert [e["step"] for e in got["train_losses"]] == [e["step"] for e in want["train_losses"]]
+    assert_close([e["loss"] for e in got["train_losses"]], [e["loss"] for e in want["train_losses"]],
+                 dtype=torch.float64, label="training losses")
+    for key in ("best", "epochs"):
+        assert_close(_untimed(got[key]), _untimed(want[key]), dtype=torch.float64, label=key)
+
+
+def _untimed(metrics):
+    """Metrics without the evaluation's timings (runtime, samples and steps per second), which no two runs share."""
+    if isinstance(metrics, list):
+        return [_untimed(m) for m in metrics]
+    return {k: v for k, v in metrics.items() if "runtime" not in k and "per_second" not in k}
+
+
+def _interrupted_then_resumed(run, tmp_path, monkeypatch, epochs_before_kill: int = 1):
+    with monkeypatch.context() as patch:
+        _kill_after_saving(epochs_before_kill * STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            run(tmp_path / "resumed")
+    checkpoints = next((tmp_path / "resumed").rglob("checkpoints"))
+    checkpoint = resumable_checkpoint(checkpoints)
+    assert checkpoint is not None and checkpoint.name == f"checkpoint-{epochs_before_kill * STEPS_PER_EPOCH}"
+    assert all((checkpoint / name).is_file() for name in (TRAINABLE_FILE, *RESUME_FILES, "rng_state.pth"))
+    assert not (checkpoints.parent / "metrics.json").exists()
+    resumed = run(tmp_path / "resumed", resume=True)
+    metrics = json.loads(resumed.metrics_path.read_text())
+    assert metrics["resumed_from"] == f"checkpoints/{checkpoint.name}"
+    return resumed
+
+
+def test_resumed_adapter_training_equals_the_uninterrupted_run(tmp_path, tiny_float64_encoder_dir, data_dir,
+                                                                 monkeypatch):
+    def run(output_dir, resume=False):
+        return train("rte", "st-a", seed=3, encoder=tiny_float64_encoder_dir, data_dir=data_dir,
+                     output_dir=output_dir, training_config=SETTINGS, max_examples=SLICE, resume=resume)
+
+    uninterrupted = run(tmp_path / "uninterrupted")
+    assert json.loads(uninterrupted.metrics_path.read_text())["resumed_from"] is None
+    _assert_same_run(_interrupted_then_resumed(run, tmp_path, monkeypatch), uninterrupted)
+
+
+def test_resumed_fusion_training_equals_the_uninterrupted_run(tmp_path, tiny_float64_encoder_dir, data_dir,
+                                                                monkeypatch):
+    store = AdapterStore(tmp_path / "store")
+    for task in ("rte", "sst2"):
+        train(task, "st-a", seed=3, encoder=tiny_float64_encoder_dir, data_dir=data_dir, output_dir=tmp_path / "stage1",
+              store=store, training_config={**SETTINGS, "max_steps": 2}, max_examples=SLICE)
+
+    def run(output_dir, resume=False):
+        return train("rte", "fusion-st-a", seed=3, encoder=tiny_float64_encoder_dir, data_dir=data_dir,
+                     output_dir=output_dir, store=store, training_config=SETTINGS, max_examples=SLICE,
+                     setup_options={"sources": ["sst2"]}, resume=resume)
+
+    uninterrupted = run(tmp_path / "uninterrupted")
+    _assert_same_run(_interrupted_then_resumed(run, tmp_path, monkeypatch, epochs_before_kill=2), uninterrupted)
+
+
+def test_resume_without_a_checkpoint_trains_from_the_start(tmp_path, tiny_encoder_dir, data_dir):
+    result = train("rte", "st-a", seed=3, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
+                   training_config={**SETTINGS, "max_steps": 2}, max_examples=SLICE, resume=True)
+    metrics = json.loads(result.metrics_path.read_text())
+    assert metrics["resumed_from"] is None and metrics["global_step"] == 2
+
+
+def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+    def run(resume=False, **changes):
+        return train("rte", "st-a", seed=3, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
+                     training_config={**SETTINGS, **changes}, max_examples=SLICE, resume=resume)
+
+    with monkeypatch.context() as patch:
+        _kill_after_saving(STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            run()
+    with pytest.raises(TrainingError, match=r"other settings \(training differ.*remove .*checkpoints to start over"):
+        run(resume=True, learning_rate=1e-3)
+
+
+def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+    with monkeypatch.context() as patch:
+        _kill_after_saving(2 * STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            train("rte", "st-a", seed=3, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
+                  training_config={**SETTINGS, "save_total_limit": 2}, max_examples=SLICE)
+    checkpoints = tmp_path / "rte" / "st-a" / "seed-3" / "checkpoints"
+    newest, older = checkpoints / f"checkpoint-{2 * STEPS_PER_EPOCH}", checkpoints / f"checkpoint-{STEPS_PER_EPOCH}"
+    assert resumable_checkpoint(checkpoints) == newest
+    (newest / "trainer_state.json").write_text('{"global_step": ')  # killed while writing its last file
+    assert resumable_checkpoint(checkpoints) == older
+    (older / "optimizer.pt").unlink()  # killed while rotation removed it
+    assert resumable_checkpoint(checkpoints) is None
+    assert resumable_checkpoint(tmp_path / "none") is None
+
+
+def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+    """At learning rate 0 the dev metric never improves, so patience 2 ends the run after epoch 3 of 4; a run
+    resumed after epoch 2 must remember the one evaluation without improvement it has already seen."""
+    def run(output_dir, resume=False):
+        return train("rte", "st-a", seed=3, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=output_dir,
+                     training_config={**SETTINGS, "epochs": 4, "learning_rate": 0.0, "patience": 2},
+                     max_examples=SLICE, resume=resume)
+
+    uninterrupted = json.loads(run(tmp_path / "uninterrupted").metrics_path.read_text())
+    resumed = json.loads(_interrupted_then_resumed(run, tmp_path, monkeypatch, epochs_before_kill=2)
+                         .metrics_path.read_text())
+    assert uninterrupted["stopped_early"] and uninterrupted["global_step"] == 3 * STEPS_PER_EPOCH
+    assert resumed["stopped_early"] and resumed["global_step"] == 3 * STEPS_PER_EPOCH
+
+
+def test_cli_resume_flag_continues_the_interrupted_run(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+    from adapterfusion.cli import main
+
+    argv = ["train-adapter", "--task", "rte", "--seed", "3", "--encoder", str(tiny_encoder_dir), "--data-dir",
+            str(data_dir), "--output-dir", str(tmp_path / "runs"), "--store", str(tmp_path / "store"),
+            "--max-examples", "32", "--batch-size", "8", "--max-length", "32", "--epochs", "2"]
+    with monkeypatch.context() as patch:
+        _kill_after_saving(STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            main(argv)
+    assert main([*argv, "--resume"]) == 0
+    metrics = json.loads((tmp_path / "runs" / "rte" / "st-a" / "seed-3" / "metrics.json").read_text())
+    assert metrics["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
+    assert metrics["global_step"] == 2 * STEPS_PER_EPOCH
