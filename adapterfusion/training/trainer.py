@@ -12,9 +12,13 @@ What differs from a stock Trainer, and why:
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,20 +92,54 @@ class ProgressFileCallback(TrainerCallback):
     def on_epoch_end(self, args, state, control, **kwargs):
         self._write(state, max(1, math.ceil((state.epoch or 0) - 1e-9)), "evaluating")  # max_steps may end it early
 
+    def on_train_end(self, args, state, control, **kwargs):
+        # A run resumed from its last epoch's checkpoint trains no epoch; it still leaves where it ended.
+        self.on_epoch_end(args, state, control, **kwargs)
+
+
+def _checkpoints_newest_first(checkpoint_dir: str | os.PathLike) -> list[Path]:
+    steps = [(int(p.name.rpartition("-")[2]), p) for p in Path(checkpoint_dir).glob("checkpoint-*")
+             if p.name.rpartition("-")[2].isdigit()]
+    return [checkpoint for _, checkpoint in sorted(steps, reverse=True)]
+
+
+def _finite_weights(checkpoint: Path) -> bool:
+    """Whether the checkpoint's trainable weights load and are all finite."""
+    try:
+        tensors = load_file(str(checkpoint / TRAINABLE_FILE))
+    except (OSError, SafetensorError):
+        return False
+    return all(torch.isfinite(t).all() for t in tensors.values())
+
 
 def last_good_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
     """The newest `checkpoint-<step>` in `checkpoint_dir` whose saved weights are all finite: where to go back to
     after a NaN/inf loss (a checkpoint saved after the weights blew up is no good)."""
-    steps = [(int(p.name.rpartition("-")[2]), p) for p in Path(checkpoint_dir).glob("checkpoint-*")
-             if p.name.rpartition("-")[2].isdigit()]
-    for _, checkpoint in sorted(steps, reverse=True):
-        try:
-            tensors = load_file(str(checkpoint / TRAINABLE_FILE))
-        except (OSError, SafetensorError):
-            continue
-        if all(torch.isfinite(t).all() for t in tensors.values()):
-            return checkpoint
-    return None
+    return next((c for c in _checkpoints_newest_first(checkpoint_dir) if _finite_weights(c)), None)
+
+
+# What HF's _save_checkpoint writes besides our trainable weights; trainer_state.json comes last, after the others.
+RESUME_FILES = ("optimizer.pt", "scheduler.pt", "trainer_state.json")
+
+
+def _complete(checkpoint: Path) -> bool:
+    """Whether a resume from `checkpoint` restores everything: weights, optimizer and scheduler state, RNG state
+    (one file, or one per rank) and a readable trainer state. A kill mid-save or mid-rotation leaves some out."""
+    if not all((checkpoint / name).is_file() for name in RESUME_FILES):
+        return False
+    if not any(checkpoint.glob("rng_state*.pth")):
+        return False
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def resumable_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint with finite weights in `checkpoint_dir` (None if there is none): where an
+    interrupted run continues."""
+    return next((c for c in _checkpoints_newest_first(checkpoint_dir) if _complete(c) and _finite_weights(c)), None)
 
 
 def non_finite_loss_message(loss: float, task_loss: float | None, state, args: TrainingArguments) -> str:
@@ -179,6 +217,47 @@ class AdaptedTrainer(Trainer):
         self._restore(resume_from_checkpoint)
 
 
+@contextlib.contextmanager
+def checkpointed_activations(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+    """Gradient checkpointing of the wrapped HF encoder's layers while the block runs (TrainingConfig
+    .gradient_checkpointing): each layer, its adapter sites included, runs again in the backward pass instead of
+    keeping its activations. Non-reentrant, so frozen inputs need not require grad and the replayed RNG gives the same
+    dropout masks, hence the same gradients. A model without an encoder (a head on cached features) has nothing to
+    checkpoint."""
+    from transformers import PreTrainedModel
+
+    encoder = getattr(model, "model", None)
+    if not enabled or not isinstance(encoder, PreTrainedModel):
+        yield
+        return
+    if not encoder.supports_gradient_checkpointing:
+        raise TrainingError(f"gradient_checkpointing=True: {type(encoder).__name__} does not support gradient "
+                            "checkpointing in this transformers version; set gradient_checkpointing=False")
+    had_input_hook = hasattr(encoder, "_require_grads_hook")
+    kwargs = {"use_reentrant": False}
+    if hasattr(encoder, "activation_checkpointing_enable"):  # transformers >= 5.x; the old names warn there
+        encoder.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    try:
+        yield
+    finally:
+        (getattr(encoder, "activation_checkpointing_disable", None) or encoder.gradient_checkpointing_disable)()
+        if not had_input_hook and hasattr(encoder, "_require_grads_hook"):
+            encoder.disable_input_require_grads()  # the enable call added it; leave the model as it was
+
+
+@functools.lru_cache(maxsize=1)
+def compile_problem() -> str | None:
+    """Why torch.compile cannot work here (None if it can): TorchInductor compiles a two-op function, which on
+    CPU needs a working C++ compiler. Checked once per process."""
+    try:
+        torch.compile(lambda x: torch.relu(x) * 2.0 + 1.0)(torch.ones(8))
+    except Exception as err:  # noqa: BLE001 - any compiler failure means the same to the user
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    return None
+
+
 @dataclass
 class TrainingOutcome:
     """What `fit` measured: per-epoch and best-checkpoint dev metrics, training losses, wall time."""
@@ -239,7 +318,8 @@ def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) ->
         **_length_grouping(config.group_by_length),
         output_dir=str(output_dir),
         # Without CUDA, accelerate runs DDP (gloo) only when told it is on CPU; otherwise each rank trains alone.
-        use_cpu=launched_distributed() and not torch.cuda.is_available(),
+        # bf16 without CUDA must be told too: HF refuses it unless use_cpu, and then autocasts on the CPU.
+        use_cpu=(launched_distributed() or config.bf16) and not torch.cuda.is_available(),
         learning_rate=config.learning_rate,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps if config.max_steps is not None else -1,
@@ -254,6 +334,7 @@ def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) ->
         eval_strategy="epoch",
         save_strategy="epoch",
         save_total_limit=config.save_total_limit,
+        restore_callback_states_from_checkpoint=True,  # a resumed run keeps early stopping's patience count
         load_best_model_at_end=True,
         metric_for_best_model=metric,
         greater_is_better=True,
@@ -263,6 +344,7 @@ def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) ->
         data_seed=config.seed,
         fp16=config.fp16,
         bf16=config.bf16,
+        torch_compile=config.torch_compile,
         report_to=[] if config.report_to == "none" else config.report_to,
         remove_unused_columns=False,
         label_names=["labels"],
@@ -279,11 +361,17 @@ def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
 
 
 def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
-        checkpoint_dir: Path, progress_dir: Path | None = None, collator=None) -> tuple[AdaptedTrainer, TrainingOutcome]:
+        checkpoint_dir: Path, progress_dir: Path | None = None, collator=None,
+        resume_from: Path | None = None) -> tuple[AdaptedTrainer, TrainingOutcome]:
     """Train the model's trainable parameters; at the end the best checkpoint's weights are in the model.
     With `progress_dir`, its progress.json follows the epochs. `collator` defaults to TaskCollator(tokenizer)
-    (cached-feature training passes its own, and its datasets have no token lengths to group by)."""
+    (cached-feature training passes its own, and its datasets have no token lengths to group by). `resume_from`
+    (a checkpoint of this run, see resumable_checkpoint) continues it: our _restore loads the trainable weights,
+    HF the optimizer, scheduler, RNG, trainer and callback states, and the resumed epochs see the same batches."""
     metric = resolve_metric(task, config)
+    if config.torch_compile and (problem := compile_problem()) is not None:
+        raise TrainingError(f"torch_compile=True, but torch.compile fails on this machine ({problem}); on CPU "
+                            "TorchInductor needs a C++ compiler (e.g. apt-get install g++); or set torch_compile=False")
     callbacks: list[TrainerCallback] = [FusionStepCallback(model)]
     if progress_dir is not None:
         callbacks.append(ProgressFileCallback(progress_dir))
@@ -302,7 +390,8 @@ def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, toke
         callbacks=callbacks,
     )
     start = time.perf_counter()
-    trainer.train()
+    with checkpointed_activations(model, config.gradient_checkpointing):
+        trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
     seconds = time.perf_counter() - start
     history = list(trainer.state.log_history)
     best = {k.removeprefix("eval_"): float(v) for k, v in trainer.evaluate().items()

@@ -163,3 +163,29 @@ def test_cli_resume_flag_continues_the_interrupted_run(tmp_path, tiny_encoder_di
     metrics = json.loads((tmp_path / "runs" / "rte" / "st-a" / "seed-3" / "metrics.json").read_text())
     assert metrics["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
     assert metrics["global_step"] == 2 * STEPS_PER_EPOCH
+
+
+def test_a_run_resumed_from_its_last_checkpoint_ends_like_the_uninterrupted_one(tmp_path, tiny_encoder_dir, data_dir,
+                                                                                 monkeypatch):
+    """Killed after the last epoch's checkpoint (while the best model loads or metrics.json is written): the
+    resumed run trains no epoch, yet leaves the same files, progress.json included (the runner empties the run dir
+    but for its checkpoints before it resumes)."""
+    def run(output_dir, resume=False):
+        return train("rte", "st-a", seed=3, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=output_dir,
+                     training_config=SETTINGS, max_examples=SLICE, resume=resume)
+
+    uninterrupted = run(tmp_path / "uninterrupted")
+    with monkeypatch.context() as patch:
+        _kill_after_saving(3 * STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            run(tmp_path / "resumed")
+    run_dir = next((tmp_path / "resumed").rglob("checkpoints")).parent
+    (run_dir / "progress.json").unlink()
+    resumed = run(tmp_path / "resumed", resume=True)
+    files = {p.relative_to(run_dir) for p in run_dir.rglob("*") if "checkpoints" not in p.parts}
+    expected_dir = uninterrupted.metrics_path.parent
+    assert files == {p.relative_to(expected_dir) for p in expected_dir.rglob("*") if "checkpoints" not in p.parts}
+    progress, expected = (json.loads((r.metrics_path.parent / "progress.json").read_text())
+                          for r in (resumed, uninterrupted))
+    assert {k: v for k, v in progress.items() if k != "updated_at"} == {k: v for k, v in expected.items()
+                                                                        if k != "updated_at"}
