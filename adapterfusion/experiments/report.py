@@ -112,6 +112,7 @@ class Report:
     activations: dict[str, dict[str, list[FusionActivation]]]
     carved: dict[str, dict[str, Any]]
     job_counts: dict[str, int]
+    warnings: list[str] = field(default_factory=list)  # "<variant>/<task> seed <s>: <message>", from metrics.json
     tables: list[Table] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
     figure_notes: list[str] = field(default_factory=list)
@@ -132,6 +133,10 @@ class Report:
         lines = [f"# Report: {self.name}", "",
                  f"Made from {done} of {total} jobs done in `{self.output_dir}` (`adapterfusion report`).", ""]
         lines += [table.markdown() for table in self.tables]
+        if self.warnings:
+            lines += ["### Warnings", "", "Runs whose dev results need a second look before the tables are read:", ""]
+            lines += [f"- {warning}" for warning in self.warnings]
+            lines.append("")
         if self.carved:
             lines.append("Splits:")
             lines += [f"- {CARVED_MARK} {task}: {_describe_carve(info)}" for task, info in self.carved.items()]
@@ -146,7 +151,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "output_dir": str(self.output_dir), "tasks": list(self.tasks),
                 "variants": list(self.variants), "metrics": self.metrics, "job_counts": self.job_counts,
-                "carved": self.carved, "tables": [t.to_dict() for t in self.tables],
+                "carved": self.carved, "warnings": self.warnings, "tables": [t.to_dict() for t in self.tables],
                 "figures": [p.name for p in self.figures], "figure_notes": self.figure_notes,
                 "scores": {v: {t: [{"seed": s, "value": x} for s, x in runs] for t, runs in by_task.items()}
                            for v, by_task in self.scores.items()}}
@@ -196,6 +201,9 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
             if score is not None:
                 report.metrics.setdefault(task, score[0])
                 report.scores.setdefault(record.variant, {}).setdefault(task, []).append((record.seed, score[1]))
+        found = record.metrics.get("warnings")
+        report.warnings += [f"{record.variant}/{record.task} seed {record.seed}: {message}"
+                            for message in (found if isinstance(found, list) else []) if isinstance(message, str)]
         trainable = (record.metrics.get("parameters") or {}).get("trainable")
         if isinstance(trainable, int):
             report.parameters.setdefault(record.variant, []).append(trainable)

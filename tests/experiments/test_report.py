@@ -33,7 +33,8 @@ CARVED = {"source_split": "validation", "source_size": 277, "fraction": 0.5, "se
           "validation_size": 138, "carved_roles": ["train", "validation"]}
 
 
-def _fake_experiment(out: Path, missing: tuple[str, ...] = (), reduction_factors=(16,)) -> Path:
+def _fake_experiment(out: Path, missing: tuple[str, ...] = (), reduction_factors=(16,),
+                     warned: tuple[str, ...] = ()) -> Path:
     spec = ExperimentSpec.from_dict({
         "name": "fake", "tasks": TASKS, "seeds": SEEDS, "output_dir": str(out),
         "setups": ["head", "full", {"name": "st-a", "reduction_factors": list(reduction_factors)}, "fusion-st-a"]})
@@ -56,7 +57,8 @@ def _fake_experiment(out: Path, missing: tuple[str, ...] = (), reduction_factors
             store.mark_running(job.id, str(run_dir))
             accuracy = SCORES.get((job.variant, job.task), [0.5, 0.6, 0.7])[SEEDS.index(job.seed)]
             store.mark_done(job.id, {"metric_for_best": "accuracy", "best": {"accuracy": accuracy, "loss": 0.5},
-                                     "parameters": {"trainable": TRAINABLE[job.variant], "total": 22_100_000}})
+                                     "parameters": {"trainable": TRAINABLE[job.variant], "total": 22_100_000},
+                                     "warnings": [f"constant predictor in {job.id}"] if job.id in warned else []})
     return out
 
 
@@ -152,6 +154,17 @@ def test_missing_cells_and_partial_means(tmp_path):
         per_task = [statistics.mean(SCORES[(variant, t)][:seeds_done.get((variant, t), 3)]) * 100 for t in ("rte", "mrpc")]
         assert table.cell("mean (rte, mrpc)", variant).value == pytest.approx(statistics.mean(per_task))
     assert "mean (rte, mrpc)" not in build_report(_fake_experiment(tmp_path / "full")).table("table1").rows
+
+
+def test_runs_with_warnings_are_listed_under_the_tables(tmp_path):
+    out = _fake_experiment(tmp_path / "warned", warned=("fusion-st-a/cb/seed-2", "head/rte/seed-1"))
+    report = write_report(out, figures=False)
+    assert sorted(report.warnings) == ["fusion-st-a/cb seed 2: constant predictor in fusion-st-a/cb/seed-2",
+                                       "head/rte seed 1: constant predictor in head/rte/seed-1"]
+    markdown = (out / "report" / "tables.md").read_text()
+    assert "### Warnings" in markdown and "- head/rte seed 1: constant predictor" in markdown
+    assert json.loads((out / "report" / "tables.json").read_text())["warnings"] == report.warnings
+    assert "### Warnings" not in build_report(_fake_experiment(tmp_path / "clean")).markdown()
 
 
 def test_table3_compares_reduction_factors(tmp_path):
