@@ -1,0 +1,119 @@
+"""The shipped adapter zoo: every manifest task has its files in the package, a zoo adapter scores on its real dev
+set what its manifest recorded (re-scored here on CPU), and experiment files that use `zoo:` plan fusions that
+depend only on the target's own adapter, with clear errors for a zoo that lacks a source."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from adapterfusion.experiments import ExperimentSpec, plan_jobs
+from adapterfusion.experiments.spec import load_spec
+from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.zoo import (
+    ZOO_DIR,
+    ZooError,
+    load_zoo_adapter,
+    resolve_zoo,
+    zoo_manifest,
+    zoo_seed,
+    zoo_store,
+    zoo_tasks,
+)
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+EXPECTED_TASKS = {"sst2", "imdb", "social_i_qa", "ukp_argument", "winogrande", "commonsense_qa", "mnli", "snli",
+                  "sick", "mrpc", "rte", "cb"}
+CHANCE = {"mnli": 1 / 3, "snli": 1 / 3, "sick": 1 / 3, "social_i_qa": 1 / 3, "commonsense_qa": 1 / 5, "cb": 1 / 3,
+          "ukp_argument": 1 / 3}
+
+
+def test_manifest_lists_every_source_task_with_its_files_and_provenance():
+    manifest = zoo_manifest()
+    assert set(zoo_tasks()) == EXPECTED_TASKS
+    store = zoo_store()
+    for task, entry in manifest["tasks"].items():
+        folder = store.path(_encoder(), task, "st-a", entry["seed"])
+        for piece in ("adapter/adapter.safetensors", "adapter/adapter_config.json", "head/head.safetensors",
+                      "head/head_config.json", "entry.json"):
+            assert (folder / piece).is_file(), f"{task}: {piece}"
+        assert entry["git_sha"] and entry["hardware"] and entry["data"]["splits"]["train"]["num_rows"] > 0
+        # every adapter but Winogrande's (two options, 51.7 %) is clearly above chance on its dev set
+        if task != "winogrande":
+            assert entry["dev"]["accuracy"] > CHANCE.get(task, 0.5) + 0.05, task
+
+
+def test_package_data_carries_the_zoo():
+    text = (ZOO_DIR.parents[1] / "pyproject.toml").read_text()
+    assert "zoo" in text, "pyproject.toml's package data must include adapterfusion/zoo"
+    assert sum(f.stat().st_size for f in ZOO_DIR.rglob("*") if f.is_file()) < 20 * 2**20  # a few MB, not more
+
+
+def _encoder() -> str:
+    import adapterfusion as af
+
+    return str(af.default_encoder_path())
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "sst2" / "validation.jsonl.gz").is_file(), reason="needs ../shared/data")
+def test_the_sst2_adapter_scores_on_its_dev_set_what_the_manifest_recorded():
+    from transformers import AutoModel, AutoTokenizer
+
+    import adapterfusion as af
+    from adapterfusion.evaluation import predict, score
+    from adapterfusion.tasks.collator import TaskCollator
+    from adapterfusion.tasks.encoding import encode_task
+    from adapterfusion.tasks.loading import load_task_data
+    from adapterfusion.tasks.registry import resolve_task
+
+    recorded = zoo_manifest()["tasks"]["sst2"]
+    model = af.wrap(AutoModel.from_pretrained(_encoder()))
+    name = load_zoo_adapter(model, "sst2", head=True)
+    model.activate(adapter=name, head=name)
+    task = resolve_task("sst2")
+    data, _ = load_task_data(task, SHARED_DATA, seed=1)
+    tokenizer = AutoTokenizer.from_pretrained(_encoder())
+    dev = encode_task(task, type(data)({"validation": data["validation"]}), tokenizer,
+                      recorded["training"]["max_length"])[0]["validation"]
+    collate = TaskCollator(tokenizer)
+    batches = [collate([dev[i] for i in range(s, min(s + 128, len(dev)))]) for s in range(0, len(dev), 128)]
+    metrics = score(task, predict(model, batches))
+    # Recorded on an H100 in float32; CPU kernels may flip a prediction or two near the decision boundary.
+    assert metrics["accuracy"] == pytest.approx(recorded["dev"]["accuracy"], abs=0.005)
+    assert metrics["accuracy"] > 0.85
+
+
+def test_experiment_fusions_over_the_zoo_depend_only_on_the_target_adapter(tmp_path):
+    spec = ExperimentSpec.from_dict({
+        "name": "z", "tasks": ["rte"], "seeds": [1, 2], "zoo": "shipped", "output_dir": str(tmp_path / "out"),
+        "setups": ["st-a", "fusion-st-a"], "fusion": {"rte": ["mnli", "sst2"]}})
+    jobs = {job.id: job for job in plan_jobs(spec)}
+    fusion = jobs["fusion-st-a/rte/seed-2"]
+    assert list(fusion.depends_on) == ["st-a-rf16/rte/seed-2"]
+    assert not any(job.task in ("mnli", "sst2") for job in jobs.values())  # the sources are not trained again
+
+
+def test_a_zoo_without_a_source_is_a_clear_error_at_planning(tmp_path):
+    spec = ExperimentSpec.from_dict({
+        "name": "z", "tasks": ["rte"], "seeds": [1], "zoo": "shipped", "output_dir": str(tmp_path / "out"),
+        "setups": ["st-a", "fusion-st-a"], "fusion": {"rte": ["mnli", "qqp"]}})
+    with pytest.raises((ExperimentSpecError, ZooError)) as caught:
+        plan_jobs(spec)
+    assert "qqp" in str(caught.value) and "fusion.rte" in str(caught.value)
+
+
+def test_zoo_must_be_shipped_or_a_folder(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "z", "tasks": ["rte"], "zoo": "nowhere/at-all",
+                                    "setups": ["st-a", "fusion-st-a"]}))
+    with pytest.raises(ExperimentSpecError, match="zoo"):
+        load_spec(path)
+    with pytest.raises(ZooError, match="neither"):
+        resolve_zoo(tmp_path / "missing")
+
+
+def test_zoo_seed_names_what_the_zoo_holds_when_a_task_is_missing():
+    with pytest.raises(ZooError, match="no st-a adapter for task 'qqp'") as caught:
+        zoo_seed(zoo_store(), _encoder(), "qqp")
+    assert "mnli" in str(caught.value)
