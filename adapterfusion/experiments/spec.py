@@ -32,6 +32,12 @@ runs on every task. Training settings merge in this order, later winning: `train
 `mt-a` trains all its tasks (the entry's `tasks`, default all) in one run per seed (option `reduction_factor`,
 default 16; `task_training` does not apply, as that run has no single task). `fusion-mt-a` fuses the adapters of
 the MT-A run of its seed on the encoder that run fine-tuned, so its `fusion` sources must be MT-A tasks.
+
+`zoo: shipped` (or `zoo: <folder of an AdapterStore>`) takes every fusion source but the target from a pretrained
+zoo (adapterfusion/zoo: one adapter per task for the shipped MiniLM), so stage 1 is not repeated: a fusion job then
+depends only on its target's own st-a job, and a source the zoo lacks is an error when the jobs are planned.
+Every setup entry takes `pooling` (mean, cls, ...; default: the encoder's own, mean for sentence-transformers
+models such as the shipped MiniLM, see adapterfusion/heads/pooling.py) for the heads it trains.
 """
 from __future__ import annotations
 

@@ -79,6 +79,7 @@ class ProgressFileCallback(TrainerCallback):
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
+        self.epochs_ended = 0
 
     def _write(self, state, epoch: int, phase: str) -> None:
         if not state.is_world_process_zero:  # every rank of a distributed run is at the same place
@@ -90,11 +91,12 @@ class ProgressFileCallback(TrainerCallback):
         self._write(state, round(state.epoch or 0) + 1, "training")
 
     def on_epoch_end(self, args, state, control, **kwargs):
+        self.epochs_ended += 1
         self._write(state, max(1, math.ceil((state.epoch or 0) - 1e-9)), "evaluating")  # max_steps may end it early
 
     def on_train_end(self, args, state, control, **kwargs):
-        # A run resumed from its last epoch's checkpoint trains no epoch; it still leaves where it ended.
-        self.on_epoch_end(args, state, control, **kwargs)
+        if not self.epochs_ended:  # resumed from its last epoch's checkpoint: no epoch ran, still say where it ended
+            self.on_epoch_end(args, state, control, **kwargs)
 
 
 def _checkpoints_newest_first(checkpoint_dir: str | os.PathLike) -> list[Path]:

@@ -38,7 +38,7 @@ def _gradients_and_site_calls(model: af.AdaptedModel) -> tuple[dict[str, torch.T
     finally:
         for handle in handles:
             handle.remove()
-    # The fusion's key bias adds the same score to every adapter, so the softmax cancels it: it gets no gradient.
+    # The fusion's key bias adds the same score to every adapter, so the softmax cancels it: its gradient is exactly 0.
     gradients = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
     model.zero_grad(set_to_none=True)
     return gradients, len(calls)
@@ -60,7 +60,7 @@ def test_checkpointed_gradients_equal_the_plain_ones(model_type, piece):
     assert checkpointed_calls == 2 * plain_calls  # each site ran again in the backward pass
     assert plain.keys() == checkpointed.keys() and plain
     for name in plain:
-        assert plain[name].abs().max() > 0, name
+        assert plain[name].abs().max() > 0 or name.endswith("key.bias"), name
         assert_close(checkpointed[name], plain[name], label=name)
         assert torch.equal(again[name], plain[name]), name  # switched off again: the plain pass, bit for bit
     assert not hasattr(model.model, "_require_grads_hook")
