@@ -278,6 +278,7 @@ class AdaptedModel(nn.Module):
         for site in self.sites_with_fusion(name):
             del site.fusions[name]
             site.fusion_keep.pop(name, None)
+            site.fusion_kept.pop(name, None)
         del self.fusion_setups[name]
         if self.active_fusion == name:
             self.activate(head=self.active_head)
@@ -363,6 +364,7 @@ class AdaptedModel(nn.Module):
         names = self.fusion_setups[fusion][1]
         for site in self.sites_with_fusion(fusion):
             site.fusion_keep.pop(fusion, None)
+            site.fusion_kept.pop(fusion, None)
         if keep is None:
             return
         keep = list(keep)
@@ -373,6 +375,7 @@ class AdaptedModel(nn.Module):
             param = next(site.fusions[fusion].parameters(), None)
             device = param.device if param is not None else None
             site.fusion_keep[fusion] = torch.tensor([n in keep for n in names], dtype=torch.bool, device=device)
+            site.fusion_kept[fusion] = tuple(i for i, n in enumerate(names) if n in keep)
 
     def fusion_regularization(self, name: str | None = None) -> torch.Tensor:
         """Sum over layers of weight * ||V - I||² for fusion `name` (default: the active fusion)."""

@@ -71,7 +71,8 @@ class AdapterSite(nn.Module):
         self.skipped = False
         self.fusion_implementation = "fast"
         self.fusion_step = 0
-        self.fusion_keep: dict[str, torch.Tensor] = {}
+        self.fusion_keep: dict[str, torch.Tensor] = {}  # fusion -> bool per adapter (AdaptedModel.set_fusion_mask)
+        self.fusion_kept: dict[str, tuple[int, ...]] = {}  # the same as indices, so a forward needs no device sync
         self.recorder: dict[tuple[int, str], torch.Tensor] | None = None
         # Folded fusion weights kept across forwards, only inside AdaptedModel.inference_cache().
         self.folded_cache: dict[str, FoldedFusion] | None = None
@@ -165,16 +166,23 @@ class AdapterSite(nn.Module):
         else:
             fusion = self.fusions[fusion_name]
             query = h if fusion.config.query_before_ln else x
-            options = dict(temperature=fusion.config.temperature_at(self.fusion_step),
-                           keep=self.fusion_keep.get(fusion_name))
-            if self.fusion_implementation == "fast" and self.folded_cache is not None:
-                if fusion_name not in self.folded_cache:
-                    self.folded_cache[fusion_name] = fold_fusion(fusion, adapters)
-                options["folded"] = self.folded_cache[fusion_name]
             implementation = FUSION_IMPLEMENTATIONS[self.fusion_implementation]
+            keep = self.fusion_keep.get(fusion_name)
+            kept = self._kept_indices(fusion_name, keep, len(adapters))
+            options = dict(temperature=fusion.config.temperature_at(self.fusion_step), keep=keep)
+            if kept is not None:
+                # The fast path runs only the kept adapters: a masked-out adapter's softmax weight is exactly 0,
+                # so the fusion over the kept ones with the same Q/K/V is the masked fusion (fusion/subset.py).
+                adapters, options["keep"] = [adapters[i] for i in kept], None
+            if self.fusion_implementation == "fast" and self.folded_cache is not None:
+                cache_key = fusion_name if kept is None else f"{fusion_name}:{','.join(map(str, kept))}"
+                if cache_key not in self.folded_cache:
+                    self.folded_cache[cache_key] = fold_fusion(fusion, adapters)
+                options["folded"] = self.folded_cache[cache_key]
             out, probs = implementation.fuse(fusion, adapters, x, query, residual, **options)
             if self.recorder is not None:
-                self.recorder[(self.layer_index, self.position)] = probs
+                self.recorder[(self.layer_index, self.position)] = (
+                    probs if kept is None else _scatter(probs, kept, len(names)))
 
         if apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM:
             if fusion_name is not None and any(adapter.layer_norm is not None for adapter in adapters):
@@ -185,5 +193,21 @@ class AdapterSite(nn.Module):
                 out = layer_norm(out + r)
         return out
 
+    def _kept_indices(self, fusion_name: str, keep: torch.Tensor | None, count: int) -> tuple[int, ...] | None:
+        """The adapters a fusion mask keeps, when the fast path can run only those (None: run all)."""
+        if keep is None or self.fusion_implementation != "fast":
+            return None
+        kept = self.fusion_kept.get(fusion_name)
+        if kept is None or len(kept) == count:
+            return None
+        return kept
+
     def extra_repr(self) -> str:
         return f"layer={self.layer_index}, position={self.position}, kind={self.spec.kind.value}"
+
+
+def _scatter(probs: torch.Tensor, kept: tuple[int, ...], count: int) -> torch.Tensor:
+    """Softmax weights over the kept adapters, placed among all `count` adapters (0 for the masked ones)."""
+    full = probs.new_zeros(*probs.shape[:-1], count)
+    full[..., list(kept)] = probs
+    return full

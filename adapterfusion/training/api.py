@@ -32,6 +32,7 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, encoder_key
+from adapterfusion.training.adapter_subsets import AdapterSubsetCallback
 from adapterfusion.training.trainer import check_precision, fit, is_main_process, resumable_checkpoint
 
 RUN_FORMAT_VERSION = 1
@@ -183,8 +184,11 @@ def train(
                                tokenizer, config, run_dir / "checkpoints", progress_dir=run_dir,
                                collator=stack_features, resume_from=resume_from)
     else:
+        subsets = [] if plan.adapter_subset is None else [
+            AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, [plan.head], seed)]
         trainer, outcome = fit(model, spec, encoded["train"], encoded["validation"], tokenizer, config,
-                               run_dir / "checkpoints", progress_dir=run_dir, resume_from=resume_from)
+                               run_dir / "checkpoints", progress_dir=run_dir, resume_from=resume_from,
+                               extra_callbacks=subsets)
     del trainer
     if not writes:
         return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,

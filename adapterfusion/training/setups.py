@@ -12,7 +12,7 @@ parameters through the architecture table. Register another with `register_setup
 | st-a-houlsby | Houlsby adapters (+ their LayerNorm copies) + head (option reduction_factor) | "ST-A Houlsby" |
 | top-k | the top k encoder layers + head (option k, default 1) | Houlsby "variable fine-tuning" |
 | layernorm-only | every LayerNorm of the encoder + head | Houlsby §3.6 |
-| fusion-st-a | dynamic fusion of stored ST-A adapters + head (options sources, adapter_setup, adapter_seed) | "Fusion w/ ST-A" |
+| fusion-st-a | dynamic fusion of stored ST-A adapters + head (options sources, adapter_setup, adapter_seed, zoo, adapter_subset) | "Fusion w/ ST-A" |
 | mt-a | encoder + one adapter and head per task, all tasks in one run: `train_multitask`, not `train` | "MT-A" |
 | fusion-mt-a | fusion-st-a over stored MT-A adapters, on the MT-A encoder (training/multitask.py) | "Fusion w/ MT-A" |
 """
@@ -32,6 +32,7 @@ from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleC
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.injection.architectures import architecture_for, get_submodule
 from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.training.adapter_subsets import check_subset_size
 from adapterfusion.training.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class SetupPlan:
     notes: list[str] = field(default_factory=list)
     head_only: bool = False  # nothing below the head trains, so its input features can be computed once
     fused_adapters: dict[str, dict[str, str]] = field(default_factory=dict)
+    adapter_subset: int | None = None  # fusion training fuses this many adapters per step (training/adapter_subsets.py)
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,8 @@ def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     """Stage 2: load the stored stage-1 adapters of `sources` (the target's own is always included), freeze
     them and the encoder, and train a dynamic fusion plus a fresh head for the target task. With option `zoo`
     ('shipped' or an AdapterStore folder) every source but the target comes from that zoo; the target's own
-    adapter still comes from `store` with `adapter_seed`."""
+    adapter still comes from `store` with `adapter_seed`. With option `adapter_subset` k each training step fuses the
+    target's adapter and k - 1 others drawn at random (training/adapter_subsets.py)."""
     if context.store is None:
         raise TrainingError("fusion-st-a needs store=AdapterStore(...) holding the stage-1 adapters of its sources")
     sources: Sequence[str] = context.options["sources"]
@@ -224,8 +227,11 @@ def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     fusion = f"fusion_{head}"
     model.add_fusion(fusion, names, resolve_fusion_config(context.options["fusion_config"] or "dynamic"))
     model.train_fusion(fusion, head=head)
+    subset = check_subset_size(context.options["adapter_subset"], names)
+    if subset is not None:
+        notes.append(f"each training step fuses {subset} of the {len(names)} adapters ({target} always among them)")
     return SetupPlan(head=head, trainable=model.fusion_parameters(fusion) + list(model.heads[head].parameters()),
-                     fusion=fusion, adapters=tuple(names), fused_adapters=fused,
+                     fusion=fusion, adapters=tuple(names), fused_adapters=fused, adapter_subset=subset,
                      notes=[f"fused adapters {names}", *notes])
 
 
@@ -240,7 +246,7 @@ for _setup in (
     Setup("layernorm-only", _layernorm_only, {"pooling": None}, "train the encoder's LayerNorm parameters and the head"),
     Setup("fusion-st-a", _fusion_st_a,
           {"sources": (), "adapter_setup": "st-a", "adapter_seed": None, "fusion_config": None, "pooling": None,
-           "zoo": None},
+           "zoo": None, "adapter_subset": None},
           "AdapterFusion over stored ST-A adapters"),
 ):
     register_setup(_setup)

@@ -18,7 +18,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -364,7 +364,8 @@ def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
 
 def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
         checkpoint_dir: Path, progress_dir: Path | None = None, collator=None,
-        resume_from: Path | None = None) -> tuple[AdaptedTrainer, TrainingOutcome]:
+        resume_from: Path | None = None,
+        extra_callbacks: Sequence[TrainerCallback] = ()) -> tuple[AdaptedTrainer, TrainingOutcome]:
     """Train the model's trainable parameters; at the end the best checkpoint's weights are in the model.
     With `progress_dir`, its progress.json follows the epochs. `collator` defaults to TaskCollator(tokenizer)
     (cached-feature training passes its own, and its datasets have no token lengths to group by). `resume_from`
@@ -374,7 +375,7 @@ def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, toke
     if config.torch_compile and (problem := compile_problem()) is not None:
         raise TrainingError(f"torch_compile=True, but torch.compile fails on this machine ({problem}); on CPU "
                             "TorchInductor needs a C++ compiler (e.g. apt-get install g++); or set torch_compile=False")
-    callbacks: list[TrainerCallback] = [FusionStepCallback(model)]
+    callbacks: list[TrainerCallback] = [FusionStepCallback(model), *extra_callbacks]
     if progress_dir is not None:
         callbacks.append(ProgressFileCallback(progress_dir))
     if config.patience is not None:
