@@ -1,0 +1,54 @@
+"""examples/paper-minilm.yaml (the README's first command) validates, plans Head / Full / ST-A / Fusion w/ ST-A on
+RTE, CB and MRPC over 3 seeds, fuses each target's own adapter with the shipped zoo's 11 others (so no source
+adapter is trained again), pools as the shipped encoder does, and loads its targets offline from the demo pack."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adapterfusion.demo import demo_data_dir
+from adapterfusion.experiments.plan import job_id, plan_jobs
+from adapterfusion.experiments.spec import load_spec
+from adapterfusion.tasks.loading import load_task_data
+from adapterfusion.zoo import SHIPPED, zoo_tasks
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGETS = ("rte", "cb", "mrpc")
+
+pytest.importorskip("yaml")
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_spec(ROOT / "examples" / "paper-minilm.yaml")
+
+
+def test_the_readme_runs_this_example():
+    assert ".venv/bin/adapterfusion run examples/paper-minilm.yaml" in (ROOT / "README.md").read_text()
+
+
+def test_the_main_job_plans_four_setups_three_seeds_and_zoo_fusions(spec):
+    assert spec.tasks == TARGETS and list(spec.seeds) == [1, 2, 3] and spec.zoo == SHIPPED
+    assert Path(spec.data_dir) == demo_data_dir() and spec.encoder is None
+    assert [v.id for v in spec.variants] == ["head", "full", "st-a-rf16", "fusion-st-a"]
+    jobs = plan_jobs(spec)
+    assert len(jobs) == 4 * len(TARGETS) * 3
+    for job in jobs:
+        assert job.options["pooling"] == "mean"  # the shipped sentence-transformers encoder's own pooling
+        if job.variant == "fusion-st-a":
+            assert list(job.depends_on) == [job_id("st-a-rf16", job.task, job.seed)]
+            sources = set(spec.fusion[job.task])
+            assert len(sources) == 11 and job.task not in sources and sources <= set(zoo_tasks())
+        else:
+            assert job.depends_on == ()
+        epochs = job.training["epochs"]
+        assert epochs == (8 if job.task == "cb" else {"full": 2}.get(job.variant, 4))
+
+
+@pytest.mark.parametrize("task", TARGETS)
+def test_targets_load_from_the_pack_with_the_example_sizes(spec, task):
+    splits, info = load_task_data(task, data_dir=demo_data_dir(), seed=1, max_examples=spec.max_examples)
+    assert len(splits["train"]) == min(500, {"rte": 2490, "cb": 250, "mrpc": 3667}[task])
+    assert len(splits["validation"]) == {"rte": 277, "cb": 56, "mrpc": 408}[task]  # the full dev sets
+    assert info.carve_out is None
