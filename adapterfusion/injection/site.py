@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 from torch import nn
 
-from adapterfusion.adapters.bottleneck import BottleneckAdapter
+from adapterfusion.adapters.bottleneck import BottleneckAdapter, layer_norm_each, run_each
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.layer import (
@@ -76,6 +76,9 @@ class AdapterSite(nn.Module):
         self.recorder: dict[tuple[int, str], torch.Tensor] | None = None
         # Folded fusion weights kept across forwards, only inside AdaptedModel.inference_cache().
         self.folded_cache: dict[str, FoldedFusion] | None = None
+        # composition.forward_parallel: these adapters each run alone on their own slice of the batch, the
+        # active fusion on the last slice.
+        self.parallel_routes: tuple[str, ...] | None = None
 
     # ---- what the site offers ------------------------------------------------------------------------
     @property
@@ -132,14 +135,50 @@ class AdapterSite(nn.Module):
             input_tensor = args[1] if len(args) > 1 else kwargs["input_tensor"]
             dense = getattr(self.base_layer, self.spec.dense)
             dropout = getattr(self.base_layer, self.spec.dropout)
-            return self._adapt(dropout(dense(hidden_states)), input_tensor, apply_final_ln=True)
+            return self._adapt_any(dropout(dense(hidden_states)), input_tensor, apply_final_ln=True)
         output = self.base_layer(*args, **kwargs)
         hidden = output[0] if isinstance(output, tuple) else output
         residual_input = None
         if self.spec.kind is SiteKind.PRE_RESIDUAL:
             residual_input = args[0] if args else next(iter(kwargs.values()))
-        adapted = self._adapt(hidden, residual_input, apply_final_ln=False)
+        adapted = self._adapt_any(hidden, residual_input, apply_final_ln=False)
         return (adapted, *output[1:]) if isinstance(output, tuple) else adapted
+
+    def _adapt_any(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
+        if self.parallel_routes is None:
+            return self._adapt(h, r, apply_final_ln)
+        return self._adapt_parallel(h, r, apply_final_ln)
+
+    def _adapt_parallel(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
+        """Routes stacked along the batch, [(N + 1) * B, ...]: slice n runs adapter n alone (all N in one batched
+        matmul), the last slice runs the active fusion exactly as `_adapt` does."""
+        names = self.parallel_routes
+        h = h.unflatten(0, (len(names) + 1, -1))
+        r = r.unflatten(0, (len(names) + 1, -1)) if r is not None else None
+        fused = self._adapt(h[-1], r[-1] if r is not None else None, apply_final_ln)
+        alone = self._adapt_each(names, h[:-1], r[:-1] if r is not None else None, apply_final_ln)
+        return torch.cat([alone.flatten(0, 1), fused])
+
+    def _adapt_each(self, names: Sequence[str], h: torch.Tensor, r: torch.Tensor | None,
+                    apply_final_ln: bool) -> torch.Tensor:
+        """`_adapt` with adapter n alone on h[n], r[n], for all n at once. Fused adapters share the placement
+        options, so only the LayerNorm differs between slices: each adapter's own copy (Houlsby) or the site's."""
+        adapters = [self.adapters[name] for name in names]
+        config = adapters[0].config
+        norms = [adapter.layer_norm if adapter.layer_norm is not None else self.pretrained_layer_norm
+                 for adapter in adapters]
+        if self.spec.kind is SiteKind.PRE_NORM:
+            x = residual = h
+        else:
+            x = layer_norm_each(norms, h + r) if config.original_ln_before else h
+            if config.residual_before_ln is True:
+                residual = h
+            else:
+                residual = h + r if config.residual_before_ln == "post_add" else x
+        out = run_each(adapters, x, residual)
+        if apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM:
+            out = layer_norm_each(norms, out + r)
+        return out
 
     def _adapt(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
         fusion_name = self.active_fusion[0] if self.active_fusion is not None else None
