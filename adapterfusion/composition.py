@@ -42,11 +42,11 @@ def forward_parallel(
     fused = model.fusion_setups[fusion][1]
     heads = dict(heads) if heads is not None else {name: name for name in fused}
     fusion_head = fusion_head if fusion_head is not None else fusion
-    _check_routes(model, fusion, fused, heads, fusion_head)
-
     if inputs.get("labels") is not None:
         raise ConfigError("forward_parallel returns logits only, one set per route: drop labels= and compute each "
                           "route's loss from out.adapter_logits / out.fusion_logits")
+    _check_routes(model, fusion, fused, heads, fusion_head)
+
     inputs = {key: value for key, value in inputs.items() if value is not None and key != "labels"}
     num_choices = None
     if model.heads[fusion_head].config.kind == "multiple_choice":
