@@ -227,7 +227,7 @@ def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     fusion = f"fusion_{head}"
     model.add_fusion(fusion, names, resolve_fusion_config(context.options["fusion_config"] or "dynamic"))
     model.train_fusion(fusion, head=head)
-    subset = check_subset_size(context.options["adapter_subset"], names)
+    subset = check_subset_size(context.options.get("adapter_subset"), names)
     if subset is not None:
         notes.append(f"each training step fuses {subset} of the {len(names)} adapters ({target} always among them)")
     return SetupPlan(head=head, trainable=model.fusion_parameters(fusion) + list(model.heads[head].parameters()),
