@@ -167,18 +167,25 @@ class AdapterSite(nn.Module):
         config = adapters[0].config
         norms = [adapter.layer_norm if adapter.layer_norm is not None else self.pretrained_layer_norm
                  for adapter in adapters]
-        if self.spec.kind is SiteKind.PRE_NORM:
-            x = residual = h
-        else:
-            x = layer_norm_each(norms, h + r) if config.original_ln_before else h
-            if config.residual_before_ln is True:
-                residual = h
-            else:
-                residual = h + r if config.residual_before_ln == "post_add" else x
+        x, residual = self._placed(h, r, config, lambda u: layer_norm_each(norms, u))
         out = run_each(adapters, x, residual)
-        if apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM:
+        if self._ends_with_layer_norm(config, apply_final_ln):
             out = layer_norm_each(norms, out + r)
         return out
+
+    def _placed(self, h: torch.Tensor, r: torch.Tensor | None, config: AdapterConfig,
+                normalise: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The adapter's input x and its residual, as the module docstring's placement rules say; `normalise` is
+        the sub-layer's LayerNorm (or each slice's own, for _adapt_each)."""
+        if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to place
+            return h, h
+        x = normalise(h + r) if config.original_ln_before else h
+        if config.residual_before_ln is True:
+            return x, h
+        return x, (h + r if config.residual_before_ln == "post_add" else x)
+
+    def _ends_with_layer_norm(self, config: AdapterConfig, apply_final_ln: bool) -> bool:
+        return apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM
 
     def _adapt(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
         fusion_name = self.active_fusion[0] if self.active_fusion is not None else None
@@ -189,16 +196,7 @@ class AdapterSite(nn.Module):
         if fusion_name is None and adapters[0].layer_norm is not None:
             layer_norm = adapters[0].layer_norm
 
-        if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to place
-            x = residual = h
-        else:
-            x = layer_norm(h + r) if config.original_ln_before else h
-            if config.residual_before_ln is True:
-                residual = h
-            elif config.residual_before_ln == "post_add":
-                residual = h + r
-            else:
-                residual = x
+        x, residual = self._placed(h, r, config, layer_norm)
 
         if fusion_name is None:
             out = adapters[0](x, residual)
@@ -207,7 +205,7 @@ class AdapterSite(nn.Module):
             query = h if fusion.config.query_before_ln else x
             implementation = FUSION_IMPLEMENTATIONS[self.fusion_implementation]
             keep = self.fusion_keep.get(fusion_name)
-            kept = self._kept_indices(fusion_name, keep, len(adapters))
+            kept = self._kept_indices(fusion_name, len(adapters))
             options = dict(temperature=fusion.config.temperature_at(self.fusion_step), keep=keep)
             if kept is not None:
                 # The fast path runs only the kept adapters: a masked-out adapter's softmax weight is exactly 0,
@@ -223,7 +221,7 @@ class AdapterSite(nn.Module):
                 self.recorder[(self.layer_index, self.position)] = (
                     probs if kept is None else _scatter(probs, kept, len(names)))
 
-        if apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM:
+        if self._ends_with_layer_norm(config, apply_final_ln):
             if fusion_name is not None and any(adapter.layer_norm is not None for adapter in adapters):
                 # Each adapter ends with its own trained LayerNorm copy when alone: mix them by attention.
                 norms = [adapter.layer_norm if adapter.layer_norm is not None else layer_norm for adapter in adapters]
@@ -232,14 +230,10 @@ class AdapterSite(nn.Module):
                 out = layer_norm(out + r)
         return out
 
-    def _kept_indices(self, fusion_name: str, keep: torch.Tensor | None, count: int) -> tuple[int, ...] | None:
+    def _kept_indices(self, fusion_name: str, count: int) -> tuple[int, ...] | None:
         """The adapters a fusion mask keeps, when the fast path can run only those (None: run all)."""
-        if keep is None or self.fusion_implementation != "fast":
-            return None
-        kept = self.fusion_kept.get(fusion_name)
-        if kept is None or len(kept) == count:
-            return None
-        return kept
+        kept = self.fusion_kept.get(fusion_name) if self.fusion_implementation == "fast" else None
+        return None if kept is None or len(kept) == count else kept
 
     def extra_repr(self) -> str:
         return f"layer={self.layer_index}, position={self.position}, kind={self.spec.kind.value}"
