@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import adapterfusion as af
 import adapterfusion.defaults
-from conftest import HIDDEN, LAYERS, randomise, tiny_encoder, tiny_inputs
+from tiny_models import HIDDEN, LAYERS, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 D = HIDDEN

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import adapterfusion as af
-from conftest import HIDDEN, randomise, tiny_encoder, tiny_inputs
+from tiny_models import HIDDEN, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

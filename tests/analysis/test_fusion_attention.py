@@ -11,7 +11,7 @@ import torch
 import adapterfusion as af
 from adapterfusion.analysis import FusionActivation, average_activations, load_fusion_activation, mean_fusion_attention
 from adapterfusion.errors import ConfigError
-from conftest import tiny_encoder, tiny_inputs
+from tiny_models import tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 ADAPTERS = ["a", "b", "c"]

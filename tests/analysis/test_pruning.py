@@ -14,7 +14,7 @@ import adapterfusion as af
 from adapterfusion.analysis.pruning import compare_pruned, select_adapters, time_fusions
 from adapterfusion.evaluation import predict
 from adapterfusion.tasks import get_task
-from conftest import HIDDEN, randomise, tiny_encoder, tiny_inputs
+from tiny_models import HIDDEN, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 ADAPTERS = ("a", "b", "c")

@@ -18,7 +18,7 @@ from adapterfusion.cli import main
 from adapterfusion.experiments import run_experiment
 from adapterfusion.experiments.executors import JOB_LOG, JobPayload, capture_logs, execute_job
 from adapterfusion.io.atomic import is_temp_name
-from experiment_fixtures import FAST, DoneExecutor, data_dir, tiny_encoder_dir, tiny_experiment  # noqa: F401 (fixtures)
+from tiny_experiments import FAST, DoneExecutor, tiny_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -27,7 +27,7 @@ from adapterfusion import ConfigError  # noqa: E402
 from adapterfusion.cli import main  # noqa: E402
 from adapterfusion.experiments import ExperimentError, ResultsStore, run_experiment  # noqa: E402
 from adapterfusion.experiments.ray_executor import RayExecutor, import_ray  # noqa: E402
-from experiment_fixtures import data_dir, tiny_encoder_dir, tiny_experiment  # noqa: E402,F401 (pytest fixtures)
+from tiny_experiments import tiny_experiment  # noqa: E402
 
 TIMING_KEYS = {"runtime", "samples_per_second", "steps_per_second", "wall_seconds", "train_seconds", "store_path"}
 

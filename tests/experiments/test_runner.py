@@ -28,7 +28,7 @@ from adapterfusion.experiments.report import build_report
 from adapterfusion.experiments.runner import describe_running
 from adapterfusion.training import AdapterStore
 from adapterfusion.training.progress import RunProgress, read_progress, write_progress
-from experiment_fixtures import data_dir, tiny_encoder_dir, tiny_experiment  # noqa: F401 (pytest fixtures)
+from tiny_experiments import tiny_experiment
 
 
 def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir, capsys):

@@ -7,7 +7,7 @@ import pytest
 
 from adapterfusion.experiments import ResultsStore, run_experiment
 from adapterfusion.training.trainer import FusionStepCallback
-from experiment_fixtures import data_dir, tiny_encoder_dir, tiny_experiment  # noqa: F401 (pytest fixtures)
+from tiny_experiments import tiny_experiment
 
 STEPS_PER_EPOCH = 2  # 16 training examples in batches of 8
 TRAINING = dict(epochs=2, batch_size=8, max_length=32, learning_rate=1e-2, logging_steps=1, patience=None)

@@ -13,8 +13,7 @@ from transformers import AutoModel
 
 import adapterfusion as af
 from adapterfusion.fusion import FusionConfig, FusionLayer, fuse_fast, fuse_reference
-from conftest import tiny_encoder, tiny_inputs
-
+from tiny_models import tiny_encoder, tiny_inputs
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "bert"
 # float64 only: exactness, not kernel rounding, is what these tests check.
 TIGHT = dict(rtol=1e-10, atol=1e-10)

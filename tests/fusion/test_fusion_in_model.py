@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import adapterfusion as af
-from conftest import tiny_encoder, tiny_inputs
+from tiny_models import tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 

@@ -9,7 +9,7 @@ import transformers
 
 import adapterfusion as af
 from adapterfusion.injection.architectures import SiteKind
-from conftest import randomise, tiny_encoder, tiny_inputs, tiny_pair
+from tiny_models import randomise, tiny_encoder, tiny_inputs, tiny_pair
 from tolerances import assert_close
 
 MODEL_TYPES = sorted(af.ARCHITECTURES)
@@ -38,8 +38,7 @@ def _hidden(model: torch.nn.Module, inputs: dict) -> torch.Tensor:
 
 
 def test_every_architecture_has_a_tiny_config():
-    from conftest import TINY_CONFIGS
-
+    from tiny_models import TINY_CONFIGS
     assert sorted(TINY_CONFIGS) == MODEL_TYPES
 
 

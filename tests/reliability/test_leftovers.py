@@ -23,10 +23,8 @@ from adapterfusion.io.atomic import (
 )
 from adapterfusion.training import AdapterStore
 
-from conftest import tiny_encoder
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from experiment_fixtures import DoneExecutor  # noqa: E402
+from tiny_models import tiny_encoder
+from tiny_experiments import DoneExecutor
 
 EXPERIMENT = {"name": "tiny", "tasks": ["rte"], "setups": ["head"], "encoder": "some/hub-id",
               "training": {"max_steps": 1}}

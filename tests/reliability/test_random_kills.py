@@ -23,8 +23,7 @@ from typing import Any
 
 from safetensors.torch import load_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from experiment_fixtures import data_dir, tiny_encoder_dir, tiny_experiment  # noqa: E402,F401 (pytest fixtures)
+from tiny_experiments import tiny_experiment
 
 from adapterfusion.io.atomic import is_temp_name  # noqa: E402
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from adapterfusion.tasks import TaskError, TaskSpec, get_task, list_tasks, load_task_data, task_from_dict
-from task_fixtures import data_dir, no_env_data_dir, raw_rows, write_jsonl  # noqa: F401 (pytest fixtures)
 
 # qqp is in the paper but has no offline copy (see shared/data/README.md).
 NOT_LOCAL = {"qqp"}

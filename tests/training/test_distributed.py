@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import adapterfusion as af
-from training_fixtures import data_dir, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+from training_helpers import fresh_model
 
 
 def _free_port() -> int:

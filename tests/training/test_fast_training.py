@@ -9,7 +9,6 @@ import torch
 from adapterfusion.training import TrainingError, train, train_multitask
 from adapterfusion.training.trainer import FusionStepCallback, compile_problem
 from tolerances import assert_close
-from training_fixtures import data_dir, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
 
 SETTINGS = dict(max_steps=3, batch_size=8, max_length=32, learning_rate=3e-3, logging_steps=1, patience=None)
 SLICE = {"train": 24, "validation": 8}

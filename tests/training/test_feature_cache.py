@@ -14,7 +14,6 @@ from adapterfusion.training.feature_cache import HeadOnFeatures, pooled_features
 from adapterfusion.training.setups import head_config_for
 from adapterfusion.tasks.registry import resolve_task
 
-from training_fixtures import data_dir, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
 
 
 @pytest.mark.parametrize("task, pooling", [("rte", "mean"), ("rte", "cls"), ("winogrande", "mean")])

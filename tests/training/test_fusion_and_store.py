@@ -17,7 +17,7 @@ from adapterfusion.training import (
     train,
 )
 from tolerances import assert_close
-from training_fixtures import data_dir, encoder_state, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+from training_helpers import encoder_state, fresh_model
 
 FAST = dict(max_steps=3, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
 SLICE = {"train": 48, "validation": 32}

@@ -9,9 +9,8 @@ import torch
 import adapterfusion as af
 from adapterfusion.training import TrainingError, train
 from adapterfusion.training.trainer import FusionStepCallback, checkpointed_activations
-from conftest import TINY_CONFIGS, randomise, tiny_encoder, tiny_inputs
+from tiny_models import TINY_CONFIGS, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
-from training_fixtures import data_dir, tiny_encoder_dir, tiny_float64_encoder_dir  # noqa: F401 (pytest fixtures)
 
 
 def _model(model_type: str, piece: str) -> af.AdaptedModel:

@@ -17,7 +17,7 @@ from adapterfusion.training import (
     train,
     train_multitask,
 )
-from training_fixtures import data_dir, encoder_state, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+from training_helpers import encoder_state, fresh_model
 
 TASKS = ["sst2", "rte", "cb"]
 FAST = dict(max_steps=36, batch_size=8, max_length=48, learning_rate=5e-3, warmup_ratio=0.0, logging_steps=1,

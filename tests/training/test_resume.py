@@ -9,7 +9,6 @@ import torch
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.trainer import RESUME_FILES, TRAINABLE_FILE, FusionStepCallback, resumable_checkpoint
 from tolerances import assert_close
-from training_fixtures import data_dir, tiny_encoder_dir, tiny_float64_encoder_dir  # noqa: F401 (pytest fixtures)
 
 STEPS_PER_EPOCH = 4  # 32 training examples in batches of 8
 SLICE = {"train": 32, "validation": 16}

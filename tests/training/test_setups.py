@@ -6,7 +6,7 @@ import torch
 
 from adapterfusion.training import TrainingError, train
 
-from training_fixtures import data_dir, encoder_state, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+from training_helpers import encoder_state, fresh_model
 
 FAST = dict(max_steps=4, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
 SLICE = {"train": 64, "validation": 32}
