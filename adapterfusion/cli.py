@@ -222,9 +222,9 @@ def _fuse(args: argparse.Namespace) -> int:
 
 
 def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
     for row in (header, tuple("-" * w for w in widths), *rows):
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _add_training_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,9 +7,10 @@ with `activate`; which parameters train is set with the `train_*` methods.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -582,7 +583,7 @@ class AdaptedModel(nn.Module):
         return save_setup(self, directory, adapters, fusions, heads, provenance)
 
     @classmethod
-    def from_pretrained(cls, base: nn.Module | str | Path, source: str | Path) -> "AdaptedModel":
+    def from_pretrained(cls, base: nn.Module | str | Path, source: str | Path) -> AdaptedModel:
         """`base` (a HuggingFace encoder, its folder or Hub id) with the setup save_pretrained or push_to_hub wrote
         (a folder or a Hub id 'org/name[/subfolder]'): every piece, and the active setup as it was saved."""
         return load_setup(cls, base, source)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from task_data import DATA_DIR
-from tiny_models import tiny_inputs
 
 import adapterfusion as af
+from task_data import DATA_DIR
+from tiny_models import tiny_inputs
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from adapterfusion.experiments import ExperimentSpec, plan_jobs
-from adapterfusion.experiments.spec import load_spec
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.experiments.spec import load_spec
 from adapterfusion.zoo import (
     ZOO_DIR,
     ZooError,

@@ -121,7 +121,7 @@ def select_adapters(activation: Mapping[str, float], keep: int | None = None, ma
     return tuple(name for name in names if name in chosen)
 
 
-def time_fusions(model: "AdaptedModel", fusions: Sequence[str], batches: Sequence[Mapping[str, torch.Tensor]],
+def time_fusions(model: AdaptedModel, fusions: Sequence[str], batches: Sequence[Mapping[str, torch.Tensor]],
                  head: str | None, repeats: int = 3) -> dict[str, float]:
     """Median milliseconds per batch of each fusion's eval forward. All in one process inside
     `inference_cache()`, interleaved (each round times every fusion once, alternating the order), after one
@@ -153,7 +153,7 @@ def time_fusions(model: "AdaptedModel", fusions: Sequence[str], batches: Sequenc
     return {fusion: statistics.median(values) for fusion, values in times.items()}
 
 
-def compare_pruned(model: "AdaptedModel", fusion: str, task: TaskSpec, batches: Sequence[Mapping[str, torch.Tensor]],
+def compare_pruned(model: AdaptedModel, fusion: str, task: TaskSpec, batches: Sequence[Mapping[str, torch.Tensor]],
                    keep: int | None = None, mass: float | None = None, head: str | None = None,
                    pruned_name: str | None = None, metric: str | None = None, repeats: int = 3,
                    timing_batches: int = 4, target_adapter: str | None = None) -> PruningResult:
@@ -168,7 +168,7 @@ def compare_pruned(model: "AdaptedModel", fusion: str, task: TaskSpec, batches: 
     head = head if head is not None else model.active_head
     previous = (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers)
     activation = mean_fusion_attention(model, fusion, batches, head=head)
-    shares = {name: float(value) for name, value in zip(activation.adapters, activation.values.mean(axis=0))}
+    shares = {name: float(value) for name, value in zip(activation.adapters, activation.values.mean(axis=0), strict=True)}
     pruned = add_fusion_subset(model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name,
                                overwrite=True)
     try:

@@ -295,7 +295,7 @@ def table2(report: Report) -> Table | None:
         return None
     columns = tuple(f"{fusion} vs {base}" for fusion, base in pairs)
     cells: dict[tuple[str, str], Cell] = {}
-    for column, (fusion, base) in zip(columns, pairs):
+    for column, (fusion, base) in zip(columns, pairs, strict=True):
         ours, theirs = report.task_means(fusion), report.task_means(base)
         improved = compared = 0
         for task in report.tasks:

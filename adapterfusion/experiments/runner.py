@@ -126,7 +126,7 @@ def run_experiment(
 
 
 def _schedule(spec: ExperimentSpec, pending: list[Job], store: ResultsStore, pool: Executor,
-              summary: ExperimentSummary, progress: "_Progress", resumable: frozenset[str] = frozenset()) -> None:
+              summary: ExperimentSummary, progress: _Progress, resumable: frozenset[str] = frozenset()) -> None:
     """Submit each job once its dependencies are done, as many at a time as the executor takes; the `resumable`
     ones continue from their checkpoints (their settings and their dependencies' results are unchanged)."""
     states = store.states()

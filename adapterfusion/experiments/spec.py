@@ -55,8 +55,8 @@ from adapterfusion._validation import check_name
 from adapterfusion.defaults import default_encoder_path
 from adapterfusion.encoders import check_encoder
 from adapterfusion.errors import ConfigError, DefaultModelMissingError
-from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.documents import read_document
 from adapterfusion.tasks.registry import list_tasks
 from adapterfusion.tasks.spec import ROLES, suggest
@@ -174,12 +174,12 @@ class ExperimentSpec:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     @classmethod
-    def from_dict(cls, data: Any, base_dir: str | os.PathLike | None = None, source: str | None = None) -> "ExperimentSpec":
+    def from_dict(cls, data: Any, base_dir: str | os.PathLike | None = None, source: str | None = None) -> ExperimentSpec:
         """Validate an experiment mapping; relative paths resolve against `base_dir` (default: the working dir)."""
         return _parse(data, Path(base_dir) if base_dir is not None else Path.cwd(), source)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "ExperimentSpec":
+    def load(cls, path: str | os.PathLike) -> ExperimentSpec:
         """Read a .yaml/.yml or .json experiment file (UTF-8; a key given twice in one mapping is an error)."""
         path = Path(path)
         if not path.is_file():
@@ -188,7 +188,7 @@ class ExperimentSpec:
         return _parse(data, path.resolve().parent, str(path.resolve()))
 
 
-def load_spec(spec_or_path: "ExperimentSpec | Mapping[str, Any] | str | os.PathLike") -> ExperimentSpec:
+def load_spec(spec_or_path: ExperimentSpec | Mapping[str, Any] | str | os.PathLike) -> ExperimentSpec:
     """An ExperimentSpec as is, a mapping validated, or a file path loaded."""
     if isinstance(spec_or_path, ExperimentSpec):
         return spec_or_path
@@ -474,7 +474,7 @@ def _resolve_poolings(variants: Sequence[SetupVariant], entries: Sequence[tuple[
         except DefaultModelMissingError:
             encoder = None
     out = []
-    for variant, (i, _, _) in zip(variants, entries):
+    for variant, (i, _, _) in zip(variants, entries, strict=True):
         if "pooling" not in variant.options and "pooling" not in _setup_option_defaults(variant.setup):
             out.append(variant)
             continue
@@ -529,7 +529,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     variants = [dataclasses.replace(v, id=f"{v.setup}-{v.adapter_variant}")
                 if v.is_fusion and "id" not in entry
                 and v.adapter_variant != default_fused.get(v.setup, f"st-a-{_rf_label(DEFAULT_REDUCTION_FACTOR)}")
-                else v for v, (_, _, entry) in zip(variants, entries)]
+                else v for v, (_, _, entry) in zip(variants, entries, strict=True)]
     ids = [v.id for v in variants]
     if len(set(ids)) != len(ids):
         dup = next(x for x in ids if ids.count(x) > 1)

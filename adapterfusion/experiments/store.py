@@ -162,7 +162,7 @@ class ResultsStore:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> "ResultsStore":
+    def __enter__(self) -> ResultsStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -198,7 +198,7 @@ class ResultsStore:
     def meta(self) -> dict[str, str]:
         return {row["key"]: row["value"] for row in self._db.execute("SELECT key, value FROM meta")}
 
-    def bind(self, spec: "ExperimentSpec", jobs: list["Job"], force: bool = False) -> list[str]:
+    def bind(self, spec: ExperimentSpec, jobs: list[Job], force: bool = False) -> list[str]:
         """Record `spec` as this output dir's experiment and add its jobs, in one transaction. An output dir of a
         different spec is refused unless `force`; then jobs whose configuration changed go back to queued (a job's
         configuration includes its dependencies', so a fusion goes back with the adapters it fuses), and jobs the
@@ -306,7 +306,7 @@ def _disk_full(error: sqlite3.OperationalError) -> bool:
     return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(error)
 
 
-def _upgradable(job: "Job", spec: "ExperimentSpec", existing: dict[str, sqlite3.Row], reset: list[str]) -> bool:
+def _upgradable(job: Job, spec: ExperimentSpec, existing: dict[str, sqlite3.Row], reset: list[str]) -> bool:
     """Whether a job recorded by an older runner, under the hash that named its dependencies by id only, may keep
     its result: only when every dependency is done, kept by this bind, and finished before the job started (a
     dependency re-run since means the job used its old output)."""
@@ -336,7 +336,7 @@ class RunnerLock:
         self.path = Path(output_dir) / LOCK_FILE
         self._held = False
 
-    def acquire(self) -> "RunnerLock":
+    def acquire(self) -> RunnerLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         owner = {**ProcessRecord.current().to_dict(), "started_at": time.time()}
         # The lock appears with its content or not at all (a hard link of a finished temp file is atomic and fails
@@ -397,7 +397,7 @@ class RunnerLock:
             except FileNotFoundError:
                 pass
 
-    def __enter__(self) -> "RunnerLock":
+    def __enter__(self) -> RunnerLock:
         return self.acquire()
 
     def __exit__(self, *exc: Any) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import huggingface_hub
 from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError

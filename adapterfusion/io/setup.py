@@ -17,10 +17,10 @@ import hashlib
 import os
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -69,7 +69,7 @@ class ActiveSetup:
         for fusion, (_, adapters) in model.fusion_setups.items():
             keep = next((s.fusion_keep[fusion] for s in model.sites_with_fusion(fusion) if fusion in s.fusion_keep), None)
             if keep is not None:
-                masks[fusion] = tuple(a for a, kept in zip(adapters, keep.tolist()) if kept)
+                masks[fusion] = tuple(a for a, kept in zip(adapters, keep.tolist(), strict=True) if kept)
         site = model.sites[0] if model.sites else None  # the fusion controls set every site alike
         return cls(model.active_adapter, model.active_fusion, model.active_head, tuple(model.skip_layers), masks,
                    site.fusion_step if site else 0, site.fusion_implementation if site else "fast")
@@ -157,7 +157,7 @@ def _chosen(model: AdaptedModel, adapters: Names, fusions: Names, heads: Names) 
     if adapters is None and fusions is None and heads is None:
         return loaded
     asked = {kind: [names] if isinstance(names, str) else list(names or ())
-             for kind, names in zip(PIECE_KINDS, (adapters, fusions, heads))}
+             for kind, names in zip(PIECE_KINDS, (adapters, fusions, heads), strict=True)}
     for kind, names in asked.items():
         missing = [name for name in names if name not in loaded[kind]]
         if missing:

@@ -30,7 +30,7 @@ class RebuiltRun(RunFolder):
     run_dir: Path
     config: dict[str, Any]  # the run's config.json
     task: TaskSpec
-    model: "AdaptedModel"
+    model: AdaptedModel
     tokenizer: Any
     head: str
     adapter: str | None = None  # the trained adapter of st-a / st-a-houlsby

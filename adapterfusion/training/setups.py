@@ -26,8 +26,8 @@ from torch import nn
 
 from adapterfusion._validation import check_name
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.errors import ConfigError
+from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleChoiceHead
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.injection.architectures import architecture_for, get_submodule
@@ -47,7 +47,7 @@ class SetupContext:
     options: Mapping[str, Any]
     seed: int
     encoder: str
-    store: "AdapterStore | None" = None
+    store: AdapterStore | None = None
 
 
 @dataclass
@@ -69,7 +69,7 @@ class SetupPlan:
 @dataclass(frozen=True)
 class Setup:
     name: str
-    prepare: Callable[["AdaptedModel", SetupContext], SetupPlan]
+    prepare: Callable[[AdaptedModel, SetupContext], SetupPlan]
     options: Mapping[str, Any]  # option name -> default
     description: str
     stores_adapter: bool = False  # a run's adapter + head may go into an AdapterStore (stage 1)
@@ -117,7 +117,7 @@ def piece_name(task: TaskSpec) -> str:
     return task.name.replace(".", "_")
 
 
-def _add_head(model: "AdaptedModel", context: SetupContext) -> str:
+def _add_head(model: AdaptedModel, context: SetupContext) -> str:
     """A fresh head for the task, pooling as the `pooling` option says (None: the encoder's own, see
     heads/pooling.py)."""
     name = piece_name(context.task)
@@ -129,7 +129,7 @@ def _add_head(model: "AdaptedModel", context: SetupContext) -> str:
     return name
 
 
-def _encoder_layers(model: "AdaptedModel") -> nn.ModuleList:
+def _encoder_layers(model: AdaptedModel) -> nn.ModuleList:
     return get_submodule(model.model.base_model, architecture_for(model.model).layers)
 
 
@@ -140,21 +140,21 @@ def _check_reduction_factor(value: Any) -> float:
 
 
 # ---- the setups ------------------------------------------------------------------------------------------
-def _head(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _head(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
     model.train_head(head)
     return SetupPlan(head=head, trainable=list(model.heads[head].parameters()), head_only=True)
 
 
-def _full(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _full(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
     model.train_head(head, train_encoder=True)
     return SetupPlan(head=head, trainable=model.encoder_parameters() + list(model.heads[head].parameters()),
                      save_encoder=True)
 
 
-def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[["AdaptedModel", SetupContext], SetupPlan]:
-    def prepare(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[[AdaptedModel, SetupContext], SetupPlan]:
+    def prepare(model: AdaptedModel, context: SetupContext) -> SetupPlan:
         head = _add_head(model, context)
         config = preset(reduction_factor=_check_reduction_factor(context.options["reduction_factor"]))
         model.add_adapter(head, config)
@@ -164,7 +164,7 @@ def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[["AdaptedMo
     return prepare
 
 
-def _top_k(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _top_k(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     k = context.options["k"]
     layers = _encoder_layers(model)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(layers):
@@ -177,7 +177,7 @@ def _top_k(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     return SetupPlan(head=head, trainable=top + list(model.heads[head].parameters()), save_encoder=True)
 
 
-def _layernorm_only(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _layernorm_only(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
     model.train_head(head)
     norms = [p for module in model.model.modules() if isinstance(module, nn.LayerNorm) for p in module.parameters()]
@@ -188,7 +188,7 @@ def _layernorm_only(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     return SetupPlan(head=head, trainable=norms + list(model.heads[head].parameters()), save_encoder=True)
 
 
-def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     """Stage 2: load the stored stage-1 adapters of `sources` (the target's own is always included), freeze
     them and the encoder, and train a dynamic fusion plus a fresh head for the target task. With option `zoo`
     ('shipped' or an AdapterStore folder) every source but the target comes from that zoo; the target's own

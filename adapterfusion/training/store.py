@@ -83,7 +83,7 @@ class AdapterStore:
                             lambda tmp: [shutil.copytree(src, tmp / kind) for kind, src in pieces.items()],
                             source=str(run_dir))
 
-    def put_model(self, model: "AdaptedModel", adapter: str, head: str | None, encoder: str, task: str, setup: str,
+    def put_model(self, model: AdaptedModel, adapter: str, head: str | None, encoder: str, task: str, setup: str,
                   seed: int, overwrite: bool = False) -> Path:
         """Save adapter `adapter` (and head `head`) of a live model into the store."""
         def write(tmp: Path) -> None:
@@ -105,7 +105,7 @@ class AdapterStore:
 
         return replace_folder(final, write_entry)
 
-    def load_into(self, model: "AdaptedModel", task: str, setup: str, seed: int, encoder: str | None = None,
+    def load_into(self, model: AdaptedModel, task: str, setup: str, seed: int, encoder: str | None = None,
                   name: str | None = None, head: bool = False, overwrite: bool = False,
                   labels: Sequence[str] | None = None) -> str:
         """Load the stored adapter (as `name`, default the task) and, with head=True, its head under the same name.

@@ -44,12 +44,12 @@ if TYPE_CHECKING:
 TRAINABLE_FILE = "trainable.safetensors"
 
 
-def fusion_value_parameters(model: "AdaptedModel") -> list[nn.Parameter]:
+def fusion_value_parameters(model: AdaptedModel) -> list[nn.Parameter]:
     """Every fusion layer's V matrix, found through the model's sites."""
     return [fusion.value.weight for site in model.sites for fusion in site.fusions.values() if fusion.value is not None]
 
 
-def parameter_groups(model: "AdaptedModel", weight_decay: float) -> list[dict[str, Any]]:
+def parameter_groups(model: AdaptedModel, weight_decay: float) -> list[dict[str, Any]]:
     """AdamW groups over the trainable parameters: no decay for biases and other 1-D tensors, LayerNorm
     weights, and fusion V matrices; `weight_decay` for the rest. Empty groups are left out."""
     no_decay = {id(p) for p in fusion_value_parameters(model)}
@@ -66,7 +66,7 @@ def parameter_groups(model: "AdaptedModel", weight_decay: float) -> list[dict[st
 class FusionStepCallback(TrainerCallback):
     """Feeds the global step to the fusion temperature schedule (a pure function of the step)."""
 
-    def __init__(self, model: "AdaptedModel") -> None:
+    def __init__(self, model: AdaptedModel) -> None:
         self.model = model
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -362,7 +362,7 @@ def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
     return metric
 
 
-def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
+def fit(model: AdaptedModel, task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
         checkpoint_dir: Path, progress_dir: Path | None = None, collator=None,
         resume_from: Path | None = None) -> tuple[AdaptedTrainer, TrainingOutcome]:
     """Train the model's trainable parameters; at the end the best checkpoint's weights are in the model.

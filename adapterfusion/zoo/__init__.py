@@ -81,7 +81,7 @@ def zoo_seed(store: AdapterStore, encoder: str, task: str, setup: str = ZOO_SETU
     raise ZooError(f"the zoo {store.root} holds {setup} adapters of {task!r} for seeds {seeds}; a zoo source must be one")
 
 
-def load_zoo_adapter(model: "AdaptedModel", task: str, name: str | None = None, head: bool = False,
+def load_zoo_adapter(model: AdaptedModel, task: str, name: str | None = None, head: bool = False,
                      zoo: str | os.PathLike = SHIPPED, encoder: str | None = None) -> str:
     """Load the zoo's adapter for `task` into `model` (as `name`, default the task), with its head if `head`."""
     store = resolve_zoo(zoo)

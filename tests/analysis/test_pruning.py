@@ -33,7 +33,7 @@ def _fused_model(names: tuple[str, ...] = ADAPTERS) -> af.AdaptedModel:
 
 def _batches() -> list[dict[str, torch.Tensor]]:
     batches = [tiny_inputs(batch=3, seq=8, seed=1), tiny_inputs(batch=2, seq=5, seed=2)]
-    for batch, labels in zip(batches, ([0, 1, 1], [1, 0])):
+    for batch, labels in zip(batches, ([0, 1, 1], [1, 0]), strict=True):
         batch["labels"] = torch.tensor(labels)
     return batches
 
@@ -103,7 +103,7 @@ def _known_attention(model: af.AdaptedModel, logits: list[float], names: tuple[s
         fusion.query.bias.copy_(e)
         fusion.key.weight.copy_(torch.eye(HIDDEN))
         fusion.key.bias.zero_()
-        for name, t in zip(names, logits):
+        for name, t in zip(names, logits, strict=True):
             site.adapters[name].up.weight.zero_()
             site.adapters[name].up.bias.copy_(t * e / e.dot(e))
 

@@ -21,8 +21,8 @@ from adapterfusion.experiments import (
     load_spec,
     plan_jobs,
     run_experiment,
+    runner,
 )
-from adapterfusion.experiments import runner
 from adapterfusion.experiments.processes import ProcessRecord
 from adapterfusion.experiments.report import build_report
 from adapterfusion.experiments.runner import describe_running

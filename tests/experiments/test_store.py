@@ -14,6 +14,7 @@ import pytest
 from adapterfusion.cli import main
 from adapterfusion.experiments import ResultsStore, ResultsStoreError, load_spec, plan_jobs, run_experiment
 from tiny_experiments import DoneExecutor
+
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = {"name": "tiny", "tasks": ["rte", "cb"], "setups": ["head"], "encoder": "some/hub-id",
               "training": {"max_steps": 1}}

@@ -94,7 +94,7 @@ def test_dynamic_fusion_of_three_adapters(model_type):
         assert_close(probs.sum(-1), torch.ones(2, 7, dtype=probs.dtype))
         assert (probs >= 0).all()
     assert_close(fast.last_hidden_state, reference.last_hidden_state)
-    for fast_probs, reference_probs in zip(fast.fusion_attentions, reference.fusion_attentions):
+    for fast_probs, reference_probs in zip(fast.fusion_attentions, reference.fusion_attentions, strict=True):
         assert_close(fast_probs, reference_probs)
     # Not uniform: the attention depends on the random Q and K.
     assert fast.fusion_attentions[0].std() > 1e-3

@@ -33,7 +33,7 @@ BIN = {"adapter": "pytorch_adapter.bin", "fusion": "pytorch_model_adapter_fusion
 SAFE = {"adapter": "adapter.safetensors", "fusion": "model_adapter_fusion.safetensors", "head": "model_head.safetensors"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def recorded(kind: str) -> dict[str, torch.Tensor]:
     return load_file(str(FIXTURES / kind / "outputs.safetensors"))
 
@@ -366,5 +366,5 @@ def test_head_round_trip(config, tmp_path):
     target = fresh_model("bert")
     target.load_head(export_adapterhub(source, "head", "h", tmp_path / "h"))
     assert target.heads["h"].config == config
-    for p, q in zip(source.heads["h"].parameters(), target.heads["h"].parameters()):
+    for p, q in zip(source.heads["h"].parameters(), target.heads["h"].parameters(), strict=True):
         assert torch.equal(p, q)

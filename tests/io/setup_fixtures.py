@@ -7,6 +7,8 @@ import torch
 import adapterfusion as af
 from adapterfusion.io.setup import ActiveSetup
 from tiny_models import randomise, tiny_encoder, tiny_inputs
+
+
 def build_setup(dtype: torch.dtype = torch.float64, encoder: torch.nn.Module | None = None) -> af.AdaptedModel:
     """Three adapters (two fused, one Houlsby), a fusion with a temperature schedule, a mask and a late step, two
     heads; fusion active on layer 0 only (layer 1 skipped)."""

@@ -11,6 +11,7 @@ import torch
 import adapterfusion as af
 from adapterfusion.io import atomic
 from tiny_models import randomise, tiny_encoder, tiny_inputs
+
 PRESETS = {
     "pfeiffer": af.AdapterConfig.pfeiffer(reduction_factor=4),
     "houlsby": af.AdapterConfig.houlsby(reduction_factor=4),

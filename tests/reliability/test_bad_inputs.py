@@ -39,8 +39,8 @@ from adapterfusion.experiments.plan import plan_jobs
 from adapterfusion.experiments.spec import load_spec
 from adapterfusion.tasks import TaskError, TaskSpec, encode_task, load_task_data, load_task_file
 from adapterfusion.training import AdapterStore
-from tiny_models import tiny_encoder, tiny_inputs
 from test_cli import run_with_closed_stdout
+from tiny_models import tiny_encoder, tiny_inputs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub"
 PAIR = TaskSpec(name="toy", kind="pair", text_fields=("a", "b"), label_names=("no", "yes"))

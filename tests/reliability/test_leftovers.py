@@ -22,9 +22,8 @@ from adapterfusion.io.atomic import (
     temp_path,
 )
 from adapterfusion.training import AdapterStore
-
-from tiny_models import tiny_encoder
 from tiny_experiments import DoneExecutor
+from tiny_models import tiny_encoder
 
 EXPERIMENT = {"name": "tiny", "tasks": ["rte"], "setups": ["head"], "encoder": "some/hub-id",
               "training": {"max_steps": 1}}

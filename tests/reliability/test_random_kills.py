@@ -23,9 +23,8 @@ from typing import Any
 
 from safetensors.torch import load_file
 
-from tiny_experiments import tiny_experiment
-
 from adapterfusion.io.atomic import is_temp_name  # noqa: E402
+from tiny_experiments import tiny_experiment
 
 KILLS = 20
 SEED = 20251122

@@ -3,6 +3,7 @@ ADAPTERFUSION_DATA_DIR (data_dir comes from tests/conftest.py)."""
 from __future__ import annotations
 
 import pytest
+
 import task_data
 
 

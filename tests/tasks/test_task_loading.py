@@ -37,7 +37,7 @@ def test_carve_out_is_recorded_deterministic_and_disjoint(data_dir):
     assert (carve.source_split, carve.source_size, carve.seed, carve.fraction) == ("validation_matched", 9815, 3, 0.2)
     assert (carve.train_size, carve.validation_size) == (7852, 1963)
     assert "carved from 'validation_matched'" in first.info.describe()
-    key = lambda ds: [p + "|" + h for p, h in zip(ds["premise"], ds["hypothesis"])]  # noqa: E731
+    key = lambda ds: [p + "|" + h for p, h in zip(ds["premise"], ds["hypothesis"], strict=True)]  # noqa: E731
     train, val = key(first.splits["train"]), key(first.splits["validation"])
     assert train == key(again.splits["train"]) and val == key(again.splits["validation"])
     assert train != key(other.splits["train"])

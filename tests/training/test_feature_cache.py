@@ -9,11 +9,10 @@ from torch.utils.data import DataLoader
 import adapterfusion as af
 from adapterfusion.tasks import encode_task, load_task_data
 from adapterfusion.tasks.collator import TaskCollator
+from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.training import train
 from adapterfusion.training.feature_cache import HeadOnFeatures, pooled_features
 from adapterfusion.training.setups import head_config_for
-from adapterfusion.tasks.registry import resolve_task
-
 
 
 @pytest.mark.parametrize("task, pooling", [("rte", "mean"), ("rte", "cls"), ("winogrande", "mean")])
@@ -33,7 +32,7 @@ def test_cached_features_give_the_full_models_logits_and_loss(tiny_encoder_dir, 
         cached = HeadOnFeatures(model.heads["t"]).eval()(features, labels)
     expected_logits = torch.cat([out.logits for out in expected])
     torch.testing.assert_close(cached.logits, expected_logits, rtol=0, atol=1e-12)
-    expected_loss = sum(out.task_loss * len(b["labels"]) for out, b in zip(expected, batches)) / len(labels)
+    expected_loss = sum(out.task_loss * len(b["labels"]) for out, b in zip(expected, batches, strict=True)) / len(labels)
     torch.testing.assert_close(cached.task_loss, expected_loss, rtol=0, atol=1e-12)
 
 

@@ -85,6 +85,6 @@ def test_a_run_with_gradient_checkpointing_equals_the_plain_run(tmp_path, tiny_f
               for flag, r in runs.items()}
     assert_close(losses[True], losses[False], dtype=torch.float64, label="training losses")
     for (name, checkpointed), (_, plain) in zip(runs[True].model.named_parameters(),
-                                                 runs[False].model.named_parameters()):
+                                                 runs[False].model.named_parameters(), strict=True):
         assert_close(checkpointed, plain, label=name)
 

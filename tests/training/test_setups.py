@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from adapterfusion.training import TrainingError, train
-
 from training_helpers import encoder_state, fresh_model
 
 FAST = dict(max_steps=4, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
