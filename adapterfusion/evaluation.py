@@ -86,7 +86,8 @@ def load_run_split(run: RebuiltRun, split: str = "validation", data_dir: str | o
     limits = max_examples if max_examples is not None else recorded_limits(data_info)
     data, _ = load_task_data(run.task, data_dir, run.seed, max_examples=limits)
     if split not in data:
-        raise ConfigError(f"task {run.task.name!r} has no labelled {split!r} split at {data_dir or data_info['location']} "
+        raise ConfigError(f"task {run.task.name!r} has no labelled {split!r} split at "
+                          f"{data_dir or data_info['location']} "
                           f"(it has {list(data)}); choose another --split or pass --data-dir")
     encoded, _ = encode_task(run.task, type(data)({split: data[split]}), run.tokenizer,
                              run.config["training"].get("max_length"))

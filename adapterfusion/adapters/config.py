@@ -27,11 +27,12 @@ class AdapterConfig:
     Site options (applied where the adapter sits, with h the sub-layer output after its projection, r the
     sub-layer's residual input and LN the pretrained LayerNorm of that sub-layer):
       - original_ln_before: feed the adapter LN(h + r) instead of h.
-      - residual_before_ln: the adapter's skip connection carries h (True), h + r ("post_add"), or its own input (False).
+      - residual_before_ln: the adapter's skip connection carries h (True), h + r ("post_add"), or its own input
+        (False).
       - original_ln_after: finish with LN(adapter_output + r), as the unadapted sub-layer would.
     ln_before / ln_after add newly trained LayerNorms inside the adapter; skip_before_ln_after says whether the
-    skip connection is added before ln_after (None: before, unless residual_before_ln is False). train_layer_norm gives the adapter
-    its own trainable copy of the site's pretrained LayerNorm (Houlsby §2.1 trains layer norms per task),
+    skip connection is added before ln_after (None: before, unless residual_before_ln is False). train_layer_norm gives
+    the adapter its own trainable copy of the site's pretrained LayerNorm (Houlsby §2.1 trains layer norms per task),
     so training one task never changes the encoder shared by the others.
     """
 
@@ -119,7 +120,8 @@ class AdapterConfig:
 
     @classmethod
     def from_name(cls, name: str, **overrides: Any) -> AdapterConfig:
-        presets = {"pfeiffer": cls.pfeiffer, "seq_bn": cls.pfeiffer, "houlsby": cls.houlsby, "double_seq_bn": cls.houlsby}
+        presets = {"pfeiffer": cls.pfeiffer, "seq_bn": cls.pfeiffer,
+                   "houlsby": cls.houlsby, "double_seq_bn": cls.houlsby}
         try:
             return presets[name.lower()](**overrides)
         except KeyError:

@@ -51,7 +51,8 @@ class FusionActivation:
     def from_dict(cls, data: Mapping[str, Any]) -> FusionActivation:
         try:
             core = {"fusion": data["fusion"], "adapters": tuple(data["adapters"]), "layers": tuple(data["layers"]),
-                    "values": np.asarray(data["values"], dtype=np.float64).reshape(len(data["layers"]), len(data["adapters"])),
+                    "values": np.asarray(data["values"], dtype=np.float64).reshape(len(data["layers"]),
+                                                                                   len(data["adapters"])),
                     "tokens": int(data["tokens"])}
         except (KeyError, TypeError, ValueError) as err:
             raise SerializationError(f"not a fusion activation record ({type(err).__name__}: {err})") from err
@@ -61,7 +62,8 @@ class FusionActivation:
     def table(self, digits: int = 3) -> str:
         """A plain-text table: one row per layer (numbered from 1 = lowest), one column per adapter."""
         header = ["layer", *self.adapters]
-        rows = [[str(layer + 1), *(f"{v:.{digits}f}" for v in row)] for layer, row in zip(self.layers, self.values, strict=True)]
+        rows = [[str(layer + 1), *(f"{v:.{digits}f}" for v in row)]
+                for layer, row in zip(self.layers, self.values, strict=True)]
         rows.append(["mean", *(f"{v:.{digits}f}" for v in self.values.mean(axis=0))])
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows])
@@ -78,7 +80,8 @@ def average_activations(activations: Sequence[FusionActivation]) -> FusionActiva
                               f"{list(other.adapters)} (layers {list(first.layers)} / {list(other.layers)})")
     values = np.mean([a.values for a in activations], axis=0)
     info = {**first.info, "runs": len(activations)}
-    return FusionActivation(first.fusion, first.adapters, first.layers, values, sum(a.tokens for a in activations), info)
+    tokens = sum(a.tokens for a in activations)
+    return FusionActivation(first.fusion, first.adapters, first.layers, values, tokens, info)
 
 
 def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
@@ -87,7 +90,8 @@ def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
     if path.is_dir():
         path = path / FUSION_ATTENTION_FILE
     if not path.is_file():
-        raise SerializationError(f"{path} does not exist; fusion runs (fusion-st-a, fusion-mt-a) write it after training")
+        raise SerializationError(
+            f"{path} does not exist; fusion runs (fusion-st-a, fusion-mt-a) write it after training")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:

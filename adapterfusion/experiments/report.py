@@ -307,7 +307,8 @@ def table2(report: Report) -> Table | None:
             compared += 1
             improved += arrow == "↗"
             cells[(task, column)] = Cell(delta, None, 1, f"{delta:+.2f} {arrow}")
-        cells[("Improved", column)] = Cell(float(improved), None, compared, f"{improved}/{compared}" if compared else MISSING)
+        cells[("Improved", column)] = Cell(float(improved), None, compared,
+                                           f"{improved}/{compared}" if compared else MISSING)
     notes = [f"Difference of the per-task means in percentage points: ↗ > +{TREND_THRESHOLD}, ↘ < −{TREND_THRESHOLD}, "
              f"→ otherwise. Improved k/n: tasks with ↗ among the n tasks both setups finished."]
     marks = {task: CARVED_MARK for task in report.tasks if task in report.carved}

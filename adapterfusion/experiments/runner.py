@@ -69,7 +69,8 @@ class ExperimentSummary:
 def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayload:
     out = Path(spec.output_dir)
     store, encoder = job.store_dir(out), job.encoder_dir(out)
-    return JobPayload(job_id=job.id, task=job.task, setup=job.setup, seed=job.seed, output_dir=str(job.variant_dir(out)),
+    return JobPayload(job_id=job.id, task=job.task, setup=job.setup, seed=job.seed,
+                      output_dir=str(job.variant_dir(out)),
                       run_dir=str(job.run_dir(out)), encoder=spec.encoder if encoder is None else str(encoder),
                       data_dir=spec.data_dir, store_dir=None if store is None else str(store),
                       training=payload_options(job.training), options=payload_options(job.options),

@@ -273,14 +273,16 @@ class ResultsStore:
 
     def requeue_unfinished(self) -> list[str]:
         """Jobs a killed runner left running, and failed or blocked jobs, go back to queued for this run."""
-        ids = [row["id"] for row in self._db.execute("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")]
+        ids = [row["id"]
+               for row in self._db.execute("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")]
         self._transaction("UPDATE jobs SET state = 'queued' WHERE state IN ('running', 'failed', 'blocked')")
         return ids
 
     def mark_running(self, job_id: str, run_dir: str) -> None:
         changed = self._transaction(
             "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ?, finished_at = NULL, "
-            "run_dir = ?, metrics = NULL, error = NULL WHERE id = ? AND state = 'queued'", (time.time(), run_dir, job_id))
+            "run_dir = ?, metrics = NULL, error = NULL WHERE id = ? AND state = 'queued'",
+            (time.time(), run_dir, job_id))
         if changed != 1:
             raise ExperimentError(f"job {job_id!r} is not queued; cannot start it")
 
@@ -291,8 +293,9 @@ class ResultsStore:
         self._finish(job_id, "failed", None, error)
 
     def mark_blocked(self, job_id: str, reason: str) -> None:
-        self._transaction("UPDATE jobs SET state = 'blocked', error = ?, finished_at = ? WHERE id = ? AND state = 'queued'",
-                          (reason, time.time(), job_id))
+        self._transaction(
+            "UPDATE jobs SET state = 'blocked', error = ?, finished_at = ? WHERE id = ? AND state = 'queued'",
+            (reason, time.time(), job_id))
 
     def _finish(self, job_id: str, state: str, metrics: str | None, error: str | None) -> None:
         changed = self._transaction(
@@ -384,9 +387,11 @@ class RunnerLock:
             except FileNotFoundError:
                 pass
             return
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["started_at"])) if "started_at" in owner else "?"
+        since = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["started_at"]))
+                 if "started_at" in owner else "?")
         raise OutputDirLockedError(
-            f"another runner (pid {owner.get('pid')} on {owner.get('host')}, since {since}) is using {self.path.parent}; "
+            f"another runner (pid {owner.get('pid')} on {owner.get('host')}, since {since}) "
+            f"is using {self.path.parent}; "
             f"wait for it to finish, or, if that process is gone, delete {self.path}")
 
     def release(self) -> None:

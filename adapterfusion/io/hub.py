@@ -39,7 +39,8 @@ class HubRef:
     revision: str | None = None
 
     def __str__(self) -> str:
-        return self.repo_id + (f"/{self.subfolder}" if self.subfolder else "") + (f"@{self.revision}" if self.revision else "")
+        return (self.repo_id + (f"/{self.subfolder}" if self.subfolder else "")
+                + (f"@{self.revision}" if self.revision else ""))
 
     def child(self, path: str) -> HubRef:
         return HubRef(self.repo_id, "/".join(p for p in (self.subfolder, path) if p), self.revision)

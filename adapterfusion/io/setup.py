@@ -67,7 +67,8 @@ class ActiveSetup:
     def of(cls, model: AdaptedModel) -> ActiveSetup:
         masks = {}
         for fusion, (_, adapters) in model.fusion_setups.items():
-            keep = next((s.fusion_keep[fusion] for s in model.sites_with_fusion(fusion) if fusion in s.fusion_keep), None)
+            keep = next((s.fusion_keep[fusion] for s in model.sites_with_fusion(fusion) if fusion in s.fusion_keep),
+                        None)
             if keep is not None:
                 masks[fusion] = tuple(a for a, kept in zip(adapters, keep.tolist(), strict=True) if kept)
         site = model.sites[0] if model.sites else None  # the fusion controls set every site alike
@@ -134,7 +135,8 @@ def save_setup(model: AdaptedModel, directory: str | os.PathLike, adapters: Name
     saved = {name for names in chosen.values() for name in names}
     stray = sorted(set(provenance or {}) - saved)
     if stray:
-        raise ConfigError(f"provenance is given for {stray}, which are not saved pieces {sorted(saved)}; key it by piece name")
+        raise ConfigError(
+            f"provenance is given for {stray}, which are not saved pieces {sorted(saved)}; key it by piece name")
     index = {
         "format": SETUP_FORMAT, "format_version": SETUP_FORMAT_VERSION, "library_version": __version__,
         "base_model": {**model.fingerprint.to_dict(), "class": type(model.model).__name__,
@@ -172,7 +174,8 @@ def read_index(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
         raise SerializationError(
-            f"{path} is missing, so {folder} is not a setup saved by save_pretrained (it holds {present or 'nothing'}); "
+            f"{path} is missing, so {folder} is not a setup saved by save_pretrained "
+            f"(it holds {present or 'nothing'}); "
             "load a single piece with load_adapter, load_fusion or load_head"
         )
     index = read_json(path)
@@ -207,7 +210,8 @@ def load_setup(model_class: type[AdaptedModel], base: nn.Module | str | os.PathL
             warnings.warn(
                 f"{source}: the base encoder's weights differ from those the setup was saved with "
                 f"({index['base_model'].get('name_or_path') or 'unnamed'}); its adapters may not fit this encoder "
-                "(expected if you loaded the same encoder in another precision)", BaseModelMismatchWarning, stacklevel=3)
+                "(expected if you loaded the same encoder in another precision)",
+                BaseModelMismatchWarning, stacklevel=3)
         for piece in index["pieces"]:
             kind, name = piece["kind"], piece["name"]
             getattr(model, f"load_{kind}")(folder / piece_folder(kind, name), name=name)

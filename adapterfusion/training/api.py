@@ -160,7 +160,8 @@ def train(
     run_config = {
         "format_version": RUN_FORMAT_VERSION, "task": spec.name, "task_spec": spec.to_dict(), "setup": setup,
         "setup_options": _jsonable(options), "seed": seed, "encoder": encoder, "encoder_key": encoder_key(encoder),
-        "store": str(store.root.resolve()) if store is not None else None,  # where a fusion's adapters are reloaded from
+        # where a fusion's adapters are reloaded from
+        "store": str(store.root.resolve()) if store is not None else None,
         "training": config.to_dict(), "data": info.to_dict(), "truncation": truncation.to_dict(),
         "library_version": af.__version__, "transformers_version": transformers.__version__,
         "git_sha": _git_sha(), "hardware": hardware_info(), "plan_notes": plan.notes,

@@ -47,7 +47,8 @@ def _positive_int(value: Any, field: str, allow_none: bool = False, minimum: int
                   why: str = "") -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
+    if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            or (maximum is not None and value > maximum)):
         bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
         raise ConfigError(f"{field}={value!r} must be an integer {bound}" + (" or None" if allow_none else "") + why)
 

@@ -229,7 +229,8 @@ def train_multitask(
         data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
         missing = [split for split in ("train", "validation") if split not in data]
         if missing:
-            raise TrainingError(f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation")
+            raise TrainingError(
+                f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation")
         encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
         train_sets.append(encoded["train"])
         dev_sets.append(encoded["validation"])
@@ -342,12 +343,14 @@ def train_multitask(
 
     pieces = {spec.name: _save_task_pieces(model, name, spec, encoder, seed, run_dir, encoder_dir)
               for name, spec in zip(names, specs, strict=True)}
-    _save_encoder(model, tokenizer, encoder_dir, {name: pieces[spec.name]["adapter"] for name, spec in zip(names, specs, strict=True)})
+    _save_encoder(model, tokenizer, encoder_dir,
+                  {name: pieces[spec.name]["adapter"] for name, spec in zip(names, specs, strict=True)})
     atomic_write_json(encoder_dir / MARKER_FILE, {
         "format_version": RUN_FORMAT_VERSION, "base_encoder": encoder, "base_encoder_key": encoder_key(encoder),
         "seed": seed, "tasks": [s.name for s in specs], "run_dir": str(run_dir.resolve()),
     })
-    store_paths = {spec.name: store.put(pieces[spec.name]["dir"].resolve(), overwrite=True) for spec in specs} if store else {}
+    store_paths = ({spec.name: store.put(pieces[spec.name]["dir"].resolve(), overwrite=True) for spec in specs}
+                   if store else {})
 
     task_names = [s.name for s in specs]
     best = {name: {k: v for k, v in epochs[best_epoch]["tasks"][name].items() if k != "loss"} for name in task_names}
@@ -391,7 +394,8 @@ def _fusion_mt_a(model, context: SetupContext) -> SetupPlan:
     """fusion-st-a over the MT-A adapters, on the MT-A encoder (context.encoder); the store entries are keyed by
     the base encoder and must come from the run that wrote this encoder."""
     if context.store is None:
-        raise TrainingError("fusion-mt-a needs store=AdapterStore(...) holding the MT-A adapters (train_multitask(..., store=store))")
+        raise TrainingError("fusion-mt-a needs store=AdapterStore(...) holding the MT-A adapters "
+                            "(train_multitask(..., store=store))")
     marker = read_mt_a_marker(context.encoder)
     sources = context.options["sources"]
     if isinstance(sources, str) or not isinstance(sources, Sequence):

@@ -12,7 +12,7 @@ parameters through the architecture table. Register another with `register_setup
 | st-a-houlsby | Houlsby adapters (+ their LayerNorm copies) + head (option reduction_factor) | "ST-A Houlsby" |
 | top-k | the top k encoder layers + head (option k, default 1) | Houlsby "variable fine-tuning" |
 | layernorm-only | every LayerNorm of the encoder + head | Houlsby §3.6 |
-| fusion-st-a | dynamic fusion of stored ST-A adapters + head (options sources, adapter_setup, adapter_seed) | "Fusion w/ ST-A" |
+| fusion-st-a | fuses stored ST-A adapters + head (options sources, adapter_setup, adapter_seed) | "Fusion w/ ST-A" |
 | mt-a | encoder + one adapter and head per task, all tasks in one run: `train_multitask`, not `train` | "MT-A" |
 | fusion-mt-a | fusion-st-a over stored MT-A adapters, on the MT-A encoder (training/multitask.py) | "Fusion w/ MT-A" |
 """
@@ -237,7 +237,8 @@ for _setup in (
     Setup("st-a-houlsby", _adapter_setup(AdapterConfig.houlsby), {"reduction_factor": 16, "pooling": None},
           "single-task Houlsby adapters", stores_adapter=True),
     Setup("top-k", _top_k, {"k": 1, "pooling": None}, "fine-tune the top k encoder layers and the head"),
-    Setup("layernorm-only", _layernorm_only, {"pooling": None}, "train the encoder's LayerNorm parameters and the head"),
+    Setup("layernorm-only", _layernorm_only, {"pooling": None},
+          "train the encoder's LayerNorm parameters and the head"),
     Setup("fusion-st-a", _fusion_st_a,
           {"sources": (), "adapter_setup": "st-a", "adapter_seed": None, "fusion_config": None, "pooling": None,
            "zoo": None},

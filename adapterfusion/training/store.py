@@ -78,7 +78,8 @@ class AdapterStore:
         pieces = {kind: run_dir / kind for kind in ("adapter", "head")}
         missing = [str(p) for p in pieces.values() if not p.is_dir()]
         if missing:
-            raise TrainingError(f"run {run_dir} saved no {missing}; only adapter setups (st-a, st-a-houlsby) go into a store")
+            raise TrainingError(
+                f"run {run_dir} saved no {missing}; only adapter setups (st-a, st-a-houlsby) go into a store")
         return self._commit(run["encoder"], run["task"], run["setup"], run["seed"], overwrite,
                             lambda tmp: [shutil.copytree(src, tmp / kind) for kind, src in pieces.items()],
                             source=str(run_dir))
@@ -115,7 +116,8 @@ class AdapterStore:
         entry = self.path(encoder, task, setup, seed)
         if not (entry / ENTRY_FILE).is_file():
             raise TrainingError(
-                f"no stored adapter for task={task!r}, setup={setup!r}, seed={seed} and encoder {encoder_key(encoder)!r} "
+                f"no stored adapter for task={task!r}, setup={setup!r}, seed={seed} "
+                f"and encoder {encoder_key(encoder)!r} "
                 f"(looked in {entry}); train it first: train({task!r}, {setup!r}, seed={seed}, store=...)"
             )
         loaded = model.load_adapter(entry / "adapter", name=name or task, overwrite=overwrite)

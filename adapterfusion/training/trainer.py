@@ -202,7 +202,8 @@ class AdaptedTrainer(Trainer):
     def _restore(self, checkpoint: str | os.PathLike) -> None:
         path = Path(checkpoint) / TRAINABLE_FILE
         if not path.is_file():
-            raise TrainingError(f"checkpoint {checkpoint} has no {TRAINABLE_FILE}; it was not written by AdaptedTrainer")
+            raise TrainingError(
+                f"checkpoint {checkpoint} has no {TRAINABLE_FILE}; it was not written by AdaptedTrainer")
         saved = load_file(str(path))
         parameters = dict(self.model.named_parameters())
         unknown = sorted(set(saved) - set(parameters))
@@ -358,7 +359,8 @@ def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) ->
 def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
     metric = config.metric_for_best or task.metrics[0]
     if metric not in task.metrics:
-        raise TrainingError(f"metric_for_best={metric!r} is not a metric of task {task.name!r}; it has {list(task.metrics)}")
+        raise TrainingError(
+            f"metric_for_best={metric!r} is not a metric of task {task.name!r}; it has {list(task.metrics)}")
     return metric
 
 
