@@ -69,7 +69,8 @@ def test_status_of_a_read_only_folder_whose_runner_was_killed(tmp_path):
     assert (out / "experiment.db-wal").stat().st_size > 0
     status = _read_only(out, "status", str(out))
     assert status.returncode == 0, status.stderr
-    assert "head/rte/seed-42  interrupted" in status.stdout and "1 done, 1 interrupted" in status.stdout  # from the -wal
+    # from the -wal
+    assert "head/rte/seed-42  interrupted" in status.stdout and "1 done, 1 interrupted" in status.stdout
 
 
 def _damaged(out: Path, how: str) -> bytes:

@@ -136,7 +136,8 @@ def test_state_dict_keys_are_deterministic_and_sites_are_visible(model_type):
 
 
 def test_unsupported_architecture_names_the_table():
-    gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=32))
+    gpt2 = transformers.GPT2Model(
+        transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=32))
     with pytest.raises(af.UnsupportedArchitectureError, match="architectures.py") as error:
         af.wrap(gpt2)
     assert "gpt2" in str(error.value)

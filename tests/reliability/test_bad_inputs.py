@@ -285,7 +285,8 @@ _YAML_HEAD = "name: tiny\nencoder: some-org/some-encoder\ntasks: [rte, cb]\noutp
 
 def _fractional_reduction_factor(folder: Path) -> Action:
     path = folder / "experiment.yaml"
-    path.write_text(_YAML_HEAD.replace("{out}", str(folder / "out")) + "setups: [{name: st-a, reduction_factor: 0.5}]\n")
+    path.write_text(_YAML_HEAD.replace("{out}", str(folder / "out"))
+                    + "setups: [{name: st-a, reduction_factor: 0.5}]\n")
 
     def action() -> str:
         variant = load_spec(path).variants[0]

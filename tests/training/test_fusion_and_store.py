@@ -68,7 +68,8 @@ def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_d
     after = encoder_state(model)
     assert after.keys() == before.keys() and all(torch.equal(before[n], after[n]) for n in before)
     for task in ("sst2", "rte"):
-        stored = load_file(str(stage_one.path(str(tiny_encoder_dir), task, "st-a", 1) / "adapter" / "adapter.safetensors"))
+        adapter_dir = stage_one.path(str(tiny_encoder_dir), task, "st-a", 1) / "adapter"
+        stored = load_file(str(adapter_dir / "adapter.safetensors"))
         model.save_adapter(task, tmp_path / f"check-{task}")
         now = load_file(str(tmp_path / f"check-{task}" / "adapter.safetensors"))
         assert stored.keys() == now.keys() and all(torch.equal(stored[k], now[k]) for k in stored)
