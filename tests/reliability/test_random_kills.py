@@ -23,7 +23,7 @@ from typing import Any
 
 from safetensors.torch import load_file
 
-from adapterfusion.io.atomic import is_temp_name  # noqa: E402
+from adapterfusion.io.atomic import is_temp_name
 from tiny_experiments import tiny_experiment
 
 KILLS = 20
