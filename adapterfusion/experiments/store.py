@@ -306,7 +306,9 @@ class ResultsStore:
 
 
 def _disk_full(error: sqlite3.OperationalError) -> bool:
-    return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(error)
+    # sqlite3.SQLITE_FULL (13, SQLite's own code) exists from Python 3.11 on.
+    full = getattr(sqlite3, "SQLITE_FULL", 13)
+    return getattr(error, "sqlite_errorcode", None) == full or "disk is full" in str(error)
 
 
 def _upgradable(job: Job, spec: ExperimentSpec, existing: dict[str, sqlite3.Row], reset: list[str]) -> bool:

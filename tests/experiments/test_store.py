@@ -120,3 +120,12 @@ def test_a_results_db_without_tables_yet(tmp_path, capsys):
         spec = load_spec({**EXPERIMENT, "output_dir": str(out)})
         store.bind(spec, plan_jobs(spec))
         assert store.counts()["queued"] == 2
+
+
+def test_disk_full_is_recognised_on_python_3_10_without_sqlite3_SQLITE_FULL(monkeypatch):
+    """sqlite3.SQLITE_FULL exists from Python 3.11 on; on 3.10 the check must not raise AttributeError."""
+    from adapterfusion.experiments.store import _disk_full
+
+    monkeypatch.delattr(sqlite3, "SQLITE_FULL", raising=False)
+    assert _disk_full(sqlite3.OperationalError("database or disk is full"))
+    assert not _disk_full(sqlite3.OperationalError("no such table: jobs"))
