@@ -108,6 +108,7 @@ def _known_attention(model: af.AdaptedModel, logits: list[float], names: tuple[s
             site.adapters[name].up.bias.copy_(t * e / e.dot(e))
 
 
+@pytest.mark.slow
 def test_pruning_keeps_the_adapter_the_fusion_attends_to_most():
     model = _fused_model()
     logits = [0.0, 3.0, 1.5]  # b gets most attention, then c, then a

@@ -31,6 +31,7 @@ from adapterfusion.training.progress import RunProgress, read_progress, write_pr
 from tiny_experiments import tiny_experiment
 
 
+@pytest.mark.slow
 def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir, capsys):
     out = tmp_path / "out"
     summary = run_experiment(tiny_experiment(tiny_encoder_dir, out), executor="process", workers=2, progress=False)
@@ -87,6 +88,7 @@ def _done(db: Path) -> dict[str, tuple]:
             return {}
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_resume_redoes_only_unfinished_jobs(tmp_path, tiny_encoder_dir, data_dir, capsys):
     out = tmp_path / "out"
     experiment = tmp_path / "exp.json"
@@ -177,6 +179,7 @@ def test_a_store_of_an_older_runner_keeps_only_the_fusions_whose_adapters_finish
         assert store.bind(spec, jobs) == []  # upgraded: the next bind finds the current hashes
 
 
+@pytest.mark.slow
 def test_mt_a_then_fusion_mt_a_end_to_end_reported_per_task_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir,
                                                                                 capsys):
     out = tmp_path / "out"

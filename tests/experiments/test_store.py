@@ -47,6 +47,7 @@ def _one_line_error(result: subprocess.CompletedProcess) -> str:
     return result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_status_and_report_on_a_read_only_results_folder(tmp_path):
     out = _results(tmp_path / "out")
     assert not (out / "experiment.db-wal").exists()  # the runner closed it cleanly: no -wal, no -shm beside it
@@ -59,6 +60,7 @@ def test_status_and_report_on_a_read_only_results_folder(tmp_path):
     assert sorted(os.listdir(out)) == ["experiment.db", "experiment.json"]
 
 
+@pytest.mark.slow
 def test_status_of_a_read_only_folder_whose_runner_was_killed(tmp_path):
     """A killed runner leaves experiment.db-wal and -shm beside the database: SQLite reads them read-only."""
     out = _results(tmp_path / "out")

@@ -90,6 +90,7 @@ with registered_writer(sys.argv[1]):
 """
 
 
+@pytest.mark.slow
 def test_a_live_writer_of_a_gone_runner_is_waited_for_and_then_refused(tmp_path, monkeypatch):
     """A worker that outlives its killed runner (registered, alive, mid-write) keeps the next runner out: it would
     write beside it. Once it has been killed, its recorded temp file goes and the runner starts."""

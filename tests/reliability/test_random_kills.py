@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from safetensors.torch import load_file
 
 from adapterfusion.io.atomic import is_temp_name
@@ -123,6 +124,7 @@ def _experiment(tmp_path: Path, encoder: Path, name: str) -> tuple[Path, Path]:
     return path, out
 
 
+@pytest.mark.slow
 def test_random_sigkills_then_resume_give_the_uninterrupted_results(tmp_path, tiny_encoder_dir, data_dir):
     clock = time.perf_counter()
     (tmp_path / "logs").mkdir()

@@ -20,6 +20,7 @@ def _run(tmp_path, encoder, data, **switches):
     return result, json.loads(result.metrics_path.read_text())
 
 
+@pytest.mark.slow
 def test_torch_compile_trains_with_the_eager_losses(tmp_path, tiny_encoder_dir, data_dir):
     if (problem := compile_problem()) is not None:
         pytest.skip(f"torch.compile does not work on this machine: {problem}")

@@ -37,6 +37,7 @@ def test_cached_features_give_the_full_models_logits_and_loss(tiny_encoder_dir, 
     torch.testing.assert_close(cached.task_loss, expected_loss, rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_head_setup_runs_the_encoder_once_per_example(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
     calls = []
     original = transformers.BertModel.forward

@@ -33,6 +33,7 @@ def stage_one(tmp_path_factory, tiny_encoder_dir, data_dir):
     return store
 
 
+@pytest.mark.slow
 def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
     store = stage_one
     rte = store.path(str(tiny_encoder_dir), "rte", "st-a", 1)
@@ -59,6 +60,7 @@ def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
         store.load_into(fresh_model(tiny_encoder_dir), "mnli", "st-a", 1)
 
 
+@pytest.mark.slow
 def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_dir, data_dir, tmp_path):
     before = encoder_state(fresh_model(tiny_encoder_dir))
     result = train("rte", "fusion-st-a", seed=1, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,

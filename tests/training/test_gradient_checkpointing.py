@@ -43,6 +43,7 @@ def _gradients_and_site_calls(model: af.AdaptedModel) -> tuple[dict[str, torch.T
     return gradients, len(calls)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("piece", ["adapter", "fusion"])
 @pytest.mark.parametrize("model_type", sorted(TINY_CONFIGS))
 def test_checkpointed_gradients_equal_the_plain_ones(model_type, piece):
@@ -65,6 +66,7 @@ def test_checkpointed_gradients_equal_the_plain_ones(model_type, piece):
     assert not hasattr(model.model, "_require_grads_hook")
 
 
+@pytest.mark.slow
 def test_a_run_with_gradient_checkpointing_equals_the_plain_run(tmp_path, tiny_float64_encoder_dir, data_dir,
                                                                 monkeypatch):
     seen = []

@@ -27,6 +27,10 @@ SLICE = {"train": 48, "validation": 40}  # 40 dev rows at batch 16: the last bat
 SETUPS = ("head", "full", "top-k", "st-a", "st-a-houlsby")  # layernorm-only reloads encoder/ as full and top-k do
 
 
+# Every test here uses the module fixture `runs`, which trains one run per setup (~17 s on 2 cores).
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_encoder_dir):
     """setup -> run folder: every single-task setup on RTE, and RTE's fusion over CB and SST-2 adapters."""

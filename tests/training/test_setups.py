@@ -20,6 +20,7 @@ def _changed(before, after):
     return {n for n in before if not torch.equal(before[n], after[n])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setup, options", [("head", None), ("full", None), ("st-a", {"reduction_factor": 2}),
                                             ("st-a-houlsby", None), ("top-k", {"k": 1}), ("layernorm-only", None)])
 def test_setup_trains_only_its_parameters(tmp_path, tiny_encoder_dir, data_dir, setup, options):
@@ -54,6 +55,7 @@ def test_setup_trains_only_its_parameters(tmp_path, tiny_encoder_dir, data_dir, 
         assert _changed(encoder_state(model), encoder_state(reloaded)) == set()
 
 
+@pytest.mark.slow
 def test_loss_falls_on_a_learnable_slice(tmp_path, tiny_encoder_dir, data_dir):
     result = _run(tmp_path, tiny_encoder_dir, data_dir, "full", task="sst2", max_steps=40, learning_rate=5e-3,
                   warmup_ratio=0.0)
