@@ -5,8 +5,7 @@ import contextlib
 import dataclasses
 import os
 import re
-from collections.abc import Iterator, Mapping
-from typing import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 
 from adapterfusion.errors import ConfigError
 

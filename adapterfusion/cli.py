@@ -112,8 +112,9 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
     from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, load_fusion_activation
 
     activation = load_fusion_activation(args.run_dir)
-    print(f"{activation.fusion}: mean softmax weight per layer and adapter over {activation.tokens} dev tokens"
-          + (f" (target {activation.info['task']}, seed {activation.info.get('seed')})" if "task" in activation.info else ""))
+    info = activation.info
+    target = f" (target {info['task']}, seed {info.get('seed')})" if "task" in info else ""
+    print(f"{activation.fusion}: mean softmax weight per layer and adapter over {activation.tokens} dev tokens{target}")
     print(activation.table())
     if not args.no_plot:
         from adapterfusion.experiments.figures import plot_run_fusion_attention
@@ -158,14 +159,17 @@ def _prune(args: argparse.Namespace) -> int:
     print(f"{result.before.fusion}: mean fusion activation per adapter over {result.examples} dev examples "
           f"({result.criterion})")
     _print_table(("adapter", "activation", "kept"),
-                 [(name, f"{share:.3f}", "yes" if name in result.kept else "-") for name, share in result.activation.items()])
+                 [(name, f"{share:.3f}", "yes" if name in result.kept else "-")
+                  for name, share in result.activation.items()])
     print()
     extra = [k for k in result.before.metrics if k not in (result.metric, "loss")]
     _print_table(("", "adapters", result.metric, *extra, "loss", "ms/batch"),
-                 [(label, str(len(side.adapters)), *(_number(side.metrics.get(k)) for k in (result.metric, *extra, "loss")),
+                 [(label, str(len(side.adapters)),
+                   *(_number(side.metrics.get(k)) for k in (result.metric, *extra, "loss")),
                    f"{side.ms_per_batch:.1f}")
                   for label, side in (("before", result.before), ("after", result.after))])
-    print(f"kept {len(result.kept)} of {len(result.before.adapters)} adapters, {result.kept_share:.1%} of the activation; "
+    print(f"kept {len(result.kept)} of {len(result.before.adapters)} adapters, "
+          f"{result.kept_share:.1%} of the activation; "
           f"speed-up {result.before.ms_per_batch / result.after.ms_per_batch:.2f}x (eval forward, median of "
           f"{result.repeats} interleaved repeats over {result.timed_batches} batches)")
     if result.output:
@@ -222,9 +226,9 @@ def _fuse(args: argparse.Namespace) -> int:
 
 
 def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
     for row in (header, tuple("-" * w for w in widths), *rows):
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
@@ -267,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=("inprocess", "process", "ray"), default=None,
                      help="where jobs run (default: inprocess, or ray when a --ray-* option is given)")
     run.add_argument("--workers", type=int, default=None,
-                     help="jobs at once for --executor process (default: CPUs) or ray (default: what the cluster holds)")
+                     help="jobs at once for --executor process (default: CPUs) "
+                          "or ray (default: what the cluster holds)")
     run.add_argument("--ray-address", default=None,
                      help="Ray cluster to use: auto or HOST:PORT (default: RAY_ADDRESS, else a local Ray instance)")
     run.add_argument("--ray-cpus-per-job", type=float, default=None, help="CPUs each Ray task asks for (default: 1)")
@@ -280,14 +285,17 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("output_dir")
     status.set_defaults(run=_status)
 
-    report = commands.add_parser("report", help="write an experiment's tables and figures to OUTDIR/report and print Tables 1-2")
+    report = commands.add_parser(
+        "report", help="write an experiment's tables and figures to OUTDIR/report and print Tables 1-2")
     report.add_argument("output_dir")
     report.add_argument("--no-figures", action="store_true", help="tables only (no matplotlib needed)")
     report.set_defaults(run=_report)
 
-    analyze = commands.add_parser("analyze-fusion", help="per-layer adapter activation of one fusion run (table + heatmap)")
+    analyze = commands.add_parser("analyze-fusion",
+                                  help="per-layer adapter activation of one fusion run (table + heatmap)")
     analyze.add_argument("run_dir", help="a fusion run folder, or its fusion_attention.json")
-    analyze.add_argument("--output", default=None, help="heatmap PNG path (default: fusion_attention.png beside the JSON)")
+    analyze.add_argument("--output", default=None,
+                         help="heatmap PNG path (default: fusion_attention.png beside the JSON)")
     analyze.add_argument("--no-plot", action="store_true", help="print the table only")
     analyze.set_defaults(run=_analyze_fusion)
 

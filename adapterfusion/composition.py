@@ -8,12 +8,14 @@ each route's logits are those of activating it alone, in one call of the encoder
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from adapterfusion.errors import ConfigError, NameNotFoundError
+from adapterfusion.heads import PredictionHead
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -32,7 +34,7 @@ class ParallelOutput:
 
 
 def forward_parallel(
-    model: "AdaptedModel", fusion: str, heads: Mapping[str, str] | None = None, fusion_head: str | None = None,
+    model: AdaptedModel, fusion: str, heads: Mapping[str, str] | None = None, fusion_head: str | None = None,
     output_fusion_attentions: bool = False, **inputs: Any,
 ) -> ParallelOutput:
     """See AdaptedModel.forward_parallel."""
@@ -49,7 +51,7 @@ def forward_parallel(
 
     inputs = {key: value for key, value in inputs.items() if value is not None and key != "labels"}
     num_choices = None
-    if model.heads[fusion_head].config.kind == "multiple_choice":
+    if _head(model, fusion_head).config.kind == "multiple_choice":
         num_choices = _flatten_choices(inputs)
     routes = tuple(heads)
     batch = next((inputs[key].shape[0] for key in ("input_ids", "inputs_embeds") if key in inputs), None)
@@ -64,8 +66,10 @@ def forward_parallel(
     try:
         for site in sites:
             site.parallel_routes = routes
+        encoder = model.model.base_model
+        assert isinstance(encoder, torch.nn.Module)
         with model._recording(output_fusion_attentions) as recorder:
-            encoded = model.model.base_model(**repeated)
+            encoded = encoder(**repeated)
     finally:
         for site in sites:
             site.parallel_routes = None
@@ -80,7 +84,7 @@ def forward_parallel(
     )
 
 
-def _check_routes(model: "AdaptedModel", fusion: str, fused: tuple[str, ...], heads: dict[str, str],
+def _check_routes(model: AdaptedModel, fusion: str, fused: tuple[str, ...], heads: dict[str, str],
                   fusion_head: str) -> None:
     """Every route needs an adapter of the fusion and a loaded head; all heads must read the same inputs."""
     if not heads:
@@ -97,8 +101,15 @@ def _check_routes(model: "AdaptedModel", fusion: str, fused: tuple[str, ...], he
                 f"no head named {head!r} is loaded for {route}; loaded heads: {loaded or 'none'}. Add it with "
                 "add_head() or load_head(), or name another with heads={adapter: head} / fusion_head=..."
             )
-    kinds = {head: model.heads[head].config.kind == "multiple_choice" for head in [*heads.values(), fusion_head]}
+    kinds = {head: _head(model, head).config.kind == "multiple_choice" for head in [*heads.values(), fusion_head]}
     if len(set(kinds.values())) > 1:
         choice = sorted(head for head, is_choice in kinds.items() if is_choice)
         raise ConfigError(f"heads {choice} are multiple-choice heads and the others are not; they cannot read the "
                           "same inputs in one forward: run them with separate forward_parallel calls")
+
+
+def _head(model: AdaptedModel, name: str) -> PredictionHead:
+    """The loaded head `name`, typed (an nn.ModuleDict entry is only an nn.Module to the type checker)."""
+    head = model.heads[name]
+    assert isinstance(head, PredictionHead)
+    return head

@@ -37,7 +37,7 @@ class Predictions:
 
 
 @torch.no_grad()
-def predict(model: "AdaptedModel", batches: Iterable[Mapping[str, torch.Tensor]]) -> Predictions:
+def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]]) -> Predictions:
     """Run `batches` through the model as it is activated, in eval mode and inside `inference_cache()`."""
     device = next(model.parameters()).device
     was_training = model.training
@@ -74,7 +74,7 @@ def recorded_limits(data_info: Mapping[str, Any]) -> dict[str, int] | None:
     return limits or None
 
 
-def load_run_split(run: "RebuiltRun", split: str = "validation", data_dir: str | os.PathLike | None = None,
+def load_run_split(run: RebuiltRun, split: str = "validation", data_dir: str | os.PathLike | None = None,
                    max_examples: int | None = None):
     """`split` of the run's task, tokenised for its model: by default the run's own data source and subsample
     (seeded with the run's seed), else `data_dir` and/or a seeded subset of `max_examples` rows."""
@@ -86,14 +86,15 @@ def load_run_split(run: "RebuiltRun", split: str = "validation", data_dir: str |
     limits = max_examples if max_examples is not None else recorded_limits(data_info)
     data, _ = load_task_data(run.task, data_dir, run.seed, max_examples=limits)
     if split not in data:
-        raise ConfigError(f"task {run.task.name!r} has no labelled {split!r} split at {data_dir or data_info['location']} "
+        raise ConfigError(f"task {run.task.name!r} has no labelled {split!r} split at "
+                          f"{data_dir or data_info['location']} "
                           f"(it has {list(data)}); choose another --split or pass --data-dir")
     encoded, _ = encode_task(run.task, type(data)({split: data[split]}), run.tokenizer,
                              run.config["training"].get("max_length"))
     return encoded[split]
 
 
-def eval_batch_size(run: "RebuiltRun", batch_size: int | None = None) -> int:
+def eval_batch_size(run: RebuiltRun, batch_size: int | None = None) -> int:
     """`batch_size`, else the run's eval batch size (TrainingConfig.eval_batch_size, else batch_size)."""
     training = run.config["training"]
     size = batch_size if batch_size is not None else training.get("eval_batch_size") or training["batch_size"]
@@ -102,7 +103,7 @@ def eval_batch_size(run: "RebuiltRun", batch_size: int | None = None) -> int:
     return size
 
 
-def run_batches(run: "RebuiltRun", dataset, batch_size: int | None = None) -> list[dict[str, torch.Tensor]]:
+def run_batches(run: RebuiltRun, dataset, batch_size: int | None = None) -> list[dict[str, torch.Tensor]]:
     """The dataset in order, padded per batch; default batch size the run's eval batch size (the same batches,
     hence the same padding and numbers, as the Trainer's evaluation)."""
     size = eval_batch_size(run, batch_size)

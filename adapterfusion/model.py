@@ -7,9 +7,10 @@ with `activate`; which parameters train is set with the `train_*` methods.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -163,7 +164,8 @@ class AdaptedModel(nn.Module):
                         overwrite: bool) -> None:
         if name in self.adapter_configs:
             if not overwrite:
-                raise ConfigError(f"an adapter named {name!r} already exists; delete_adapter({name!r}) or pass overwrite=True")
+                raise ConfigError(
+                    f"an adapter named {name!r} already exists; delete_adapter({name!r}) or pass overwrite=True")
             self.delete_adapter(name)
         for site, module in modules.items():
             site.adapters[name] = module
@@ -199,7 +201,8 @@ class AdaptedModel(nn.Module):
         check_name(name, "head")
         if not isinstance(config, HeadConfig):
             raise ConfigError(
-                f"head {name!r}: expected a head config such as af.ClassificationHead(num_labels=2), got {type(config).__name__}"
+                f"head {name!r}: expected a head config such as af.ClassificationHead(num_labels=2), "
+                f"got {type(config).__name__}"
             )
         if name in self.heads and not overwrite:
             raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
@@ -270,7 +273,8 @@ class AdaptedModel(nn.Module):
                        modules: dict[AdapterSite, nn.Module], overwrite: bool) -> None:
         if name in self.fusion_setups:
             if not overwrite:
-                raise ConfigError(f"a fusion named {name!r} already exists; delete_fusion({name!r}) or pass overwrite=True")
+                raise ConfigError(
+                    f"a fusion named {name!r} already exists; delete_fusion({name!r}) or pass overwrite=True")
             self.delete_fusion(name)
         for site, module in modules.items():
             site.fusions[name] = module
@@ -461,7 +465,7 @@ class AdaptedModel(nn.Module):
     def forward_parallel(
         self, fusion: str, heads: Mapping[str, str] | None = None, fusion_head: str | None = None,
         output_fusion_attentions: bool = False, **inputs: Any,
-    ) -> "ParallelOutput":
+    ) -> ParallelOutput:
         """Each adapter of `fusion` alone with its head (heads: adapter -> head, default: every fused adapter with
         the head named like it) and the fusion with `fusion_head` (default: named like it), in one forward that
         runs the encoder once on the batch repeated per route (composition.py). Equals activating each alone."""
@@ -585,7 +589,8 @@ class AdaptedModel(nn.Module):
         expected = {f"layer.{s.layer_index}.{s.position}." for s in modules}
         stray = sorted({k.rsplit(".", 2)[0] for k in tensors if not any(k.startswith(p) for p in expected)})
         if stray:
-            raise SerializationError(f"{directory}: weights for sites this encoder's config does not place ({stray[:5]})")
+            raise SerializationError(
+                f"{directory}: weights for sites this encoder's config does not place ({stray[:5]})")
         for site, module in modules.items():
             prefix = f"layer.{site.layer_index}.{site.position}."
             _load_state(module, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}, directory)
@@ -599,7 +604,7 @@ class AdaptedModel(nn.Module):
         return save_setup(self, directory, adapters, fusions, heads, provenance)
 
     @classmethod
-    def from_pretrained(cls, base: nn.Module | str | Path, source: str | Path) -> "AdaptedModel":
+    def from_pretrained(cls, base: nn.Module | str | Path, source: str | Path) -> AdaptedModel:
         """`base` (a HuggingFace encoder, its folder or Hub id) with the setup save_pretrained or push_to_hub wrote
         (a folder or a Hub id 'org/name[/subfolder]'): every piece, and the active setup as it was saved."""
         return load_setup(cls, base, source)
@@ -627,7 +632,8 @@ def _load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str |
         detail = "; ".join(part for part in (
             f"missing {missing[:5]}" if missing else "",
             f"unexpected {unexpected[:5]}" if unexpected else "",
-            "wrong shapes " + ", ".join(f"{k}: saved {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:5])
+            "wrong shapes "
+            + ", ".join(f"{k}: saved {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:5])
             if wrong else "",
         ) if part)
         raise SerializationError(f"{source}: weights do not match the saved config ({detail})")

@@ -1,8 +1,9 @@
 """Trained / total parameters per piece, as Houlsby et al. report them (Tables 1-2)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from torch import nn
 
@@ -50,7 +51,7 @@ def _count(parameters: Iterable[nn.Parameter]) -> tuple[int, int]:
     return sum(p.numel() for p in parameters), sum(p.numel() for p in parameters if p.requires_grad)
 
 
-def build_parameter_report(model: "AdaptedModel") -> ParameterReport:
+def build_parameter_report(model: AdaptedModel) -> ParameterReport:
     rows = [ParameterRow("encoder", "pretrained", *_count(model.encoder_parameters()))]
     rows += [ParameterRow(name, "adapter", *_count(model.adapter_parameters(name))) for name in model.adapter_names]
     rows += [ParameterRow(name, "fusion", *_count(model.fusion_parameters(name))) for name in model.fusion_names]

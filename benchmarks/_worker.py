@@ -53,8 +53,9 @@ def _encoder_config(model: str):
 
 
 def build_ours(spec: dict):
-    import adapterfusion as af
     from transformers import AutoModel
+
+    import adapterfusion as af
 
     if spec["model"] == "minilm":
         encoder = AutoModel.from_pretrained(spec["path"])

@@ -3,7 +3,8 @@
     bash benchmarks/setup_adapters_venv.sh                  # once: benchmarks/.venv-adapters
     .venv/bin/python benchmarks/fusion_speed.py --quick     # MiniLM, batch 8, N in {2, 16}, 3 repeats
     .venv/bin/python benchmarks/fusion_speed.py [--models minilm bert-base] [--batches 32 8] [--sizes 2 4 8 16]
-        [--modes inference train] [--repeats 5] [--inference-repeats 7] [--threads 2] [--seq 128] [--adapters-python PATH] [--json PATH]
+        [--modes inference train] [--repeats 5] [--inference-repeats 7] [--threads 2] [--seq 128]
+        [--adapters-python PATH] [--json PATH]
 
 Every (library, case, mode) runs in its own worker process (`_worker.py`; ours under this interpreter, adapters
 under its own venv), so peak memory is per case. Workers of one (model, batch, mode) group stay alive and are

@@ -10,9 +10,10 @@ torch.no_grad(), timed in the same process, interleaved round-robin, median of `
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from transformers import AutoModel
@@ -60,7 +61,8 @@ def main() -> None:
 
     print(f"MiniLM-L6 (d=384), Pfeiffer rf 16, dynamic fusion, seq {args.seq}, {args.threads} threads, "
           f"median of {args.repeats}, torch {torch.__version__}")
-    print("| N | batch | one by one (N + 1 forwards), ms | parallel (1 call), ms | one by one / parallel | max |Δ logits| |")
+    print("| N | batch | one by one (N + 1 forwards), ms | parallel (1 call), ms | one by one / parallel "
+          "| max |Δ logits| |")
     print("|---:|---:|---:|---:|---:|---:|")
     for n in args.sizes:
         model = build(n)
@@ -70,7 +72,8 @@ def main() -> None:
                       "attention_mask": torch.ones(batch, args.seq, dtype=torch.long)}
             inputs["attention_mask"][1::2, args.seq * 3 // 4:] = 0  # half the rows padded
             cases: dict[str, Callable[[], list[torch.Tensor]]] = {
-                "one by one": lambda: one_by_one(model, inputs), "parallel": lambda: parallel(model, inputs)}
+                "one by one": functools.partial(one_by_one, model, inputs),
+                "parallel": functools.partial(parallel, model, inputs)}
             times: dict[str, list[float]] = {name: [] for name in cases}
             with model.inference_cache():
                 results = {name: fn() for name, fn in cases.items()}  # warm-up, and the outputs to compare
@@ -79,7 +82,8 @@ def main() -> None:
                         start = time.perf_counter()
                         fn()
                         times[name].append(time.perf_counter() - start)
-            gap = max((a - b).abs().max().item() for a, b in zip(results["one by one"], results["parallel"]))
+            pairs = zip(results["one by one"], results["parallel"], strict=True)
+            gap = max((a - b).abs().max().item() for a, b in pairs)
             ms = {name: statistics.median(values) * 1000 for name, values in times.items()}
             print(f"| {n} | {batch} | {ms['one by one']:.0f} | {ms['parallel']:.0f} | "
                   f"{ms['one by one'] / ms['parallel']:.2f}x | {gap:.1e} |", flush=True)

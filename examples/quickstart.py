@@ -32,7 +32,7 @@ def read_split(data_dir: Path, split: str, limit: int) -> list[dict]:
     if not path.is_file():
         raise SystemExit(f"{path} not found: pass --data-dir with an rte/{split}.jsonl.gz inside")
     with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return [json.loads(line) for line, _ in zip(handle, range(limit))]
+        return [json.loads(line) for line, _ in zip(handle, range(limit), strict=False)]
 
 
 def batches(rows: list[dict], tokenizer, size: int, shuffle: bool, seed: int):

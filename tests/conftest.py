@@ -1,43 +1,21 @@
-"""Shared fixtures: a deterministic seed for every test and tiny random encoders built from config objects
-(hidden 32, 2 layers, 4 heads, intermediate 64, vocab 100), so no test ever downloads anything."""
+"""Fixtures for the whole suite: a deterministic seed for every test, inputs for the tiny encoders, the real task
+data folder and a tiny random BERT saved with the shipped tokenizer.
+
+Fixtures live in conftest.py files (this one, and one per test folder for that folder's own): test modules take them
+as parameters and never import them. Plain helpers live in modules beside this file (tiny_models.py,
+tiny_experiments.py, task_data.py, tolerances.py), which test modules import by name; never import from `conftest`,
+as every folder's conftest.py is a module named `conftest`."""
 from __future__ import annotations
 
-import copy
+from pathlib import Path
 
 import pytest
 import torch
 import transformers
 
 import adapterfusion as af
-
-HIDDEN, LAYERS, HEADS, INTERMEDIATE, VOCAB = 32, 2, 4, 64, 100
-
-_BERT_STYLE = dict(
-    hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=INTERMEDIATE,
-    vocab_size=VOCAB, max_position_embeddings=64,
-)
-
-# model_type -> (Config class name, kwargs). Every key of af.ARCHITECTURES must have a row here.
-TINY_CONFIGS: dict[str, tuple[str, dict]] = {
-    "bert": ("BertConfig", dict(_BERT_STYLE)),
-    "roberta": ("RobertaConfig", dict(_BERT_STYLE, pad_token_id=1)),
-    "xlm-roberta": ("XLMRobertaConfig", dict(_BERT_STYLE, pad_token_id=1)),
-    "camembert": ("CamembertConfig", dict(_BERT_STYLE, pad_token_id=1)),
-    "electra": ("ElectraConfig", dict(_BERT_STYLE, embedding_size=HIDDEN)),
-    "data2vec-text": ("Data2VecTextConfig", dict(_BERT_STYLE, pad_token_id=1)),
-    "ernie": ("ErnieConfig", dict(_BERT_STYLE)),
-    "deberta": ("DebertaConfig", dict(_BERT_STYLE)),
-    "deberta-v2": ("DebertaV2Config", dict(_BERT_STYLE)),
-    "mpnet": ("MPNetConfig", dict(_BERT_STYLE, pad_token_id=1)),
-    "distilbert": ("DistilBertConfig", dict(
-        dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=INTERMEDIATE, vocab_size=VOCAB,
-        max_position_embeddings=64,
-    )),
-    "modernbert": ("ModernBertConfig", dict(
-        _BERT_STYLE, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=3, sep_token_id=4,
-        global_attn_every_n_layers=1, local_attention=16,
-    )),
-}
+from task_data import DATA_DIR
+from tiny_models import tiny_inputs
 
 
 @pytest.fixture(autouse=True)
@@ -45,45 +23,36 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
-def tiny_config(model_type: str = "bert", **overrides):
-    class_name, kwargs = TINY_CONFIGS[model_type]
-    config = getattr(transformers, class_name)(**{**kwargs, **overrides})
-    if hasattr(config, "_attn_implementation"):
-        config._attn_implementation = "eager"
-    return config
-
-
-def tiny_encoder(model_type: str = "bert", seed: int = 0, **overrides) -> torch.nn.Module:
-    """A tiny randomly initialised HuggingFace encoder in eval mode; the same seed gives the same weights."""
-    torch.manual_seed(seed)
-    model = transformers.AutoModel.from_config(tiny_config(model_type, **overrides))
-    return model.eval()
-
-
-def tiny_pair(model_type: str = "bert", **overrides) -> tuple[torch.nn.Module, af.AdaptedModel]:
-    """(untouched reference copy, wrapped model) with identical weights."""
-    model = tiny_encoder(model_type, **overrides)
-    reference = copy.deepcopy(model)
-    return reference, af.wrap(model)
-
-
-def tiny_inputs(batch: int = 2, seq: int = 7, seed: int = 1) -> dict[str, torch.Tensor]:
-    """Token ids avoid 0..4 (the special ids of the tiny configs); the second row is padded at the end."""
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(5, VOCAB, (batch, seq), generator=generator)
-    attention_mask = torch.ones(batch, seq, dtype=torch.long)
-    if batch > 1:
-        attention_mask[1, -2:] = 0
-    return {"input_ids": input_ids, "attention_mask": attention_mask}
-
-
-@torch.no_grad()
-def randomise(module: torch.nn.Module, std: float = 0.5) -> None:
-    """Overwrite every parameter of `module` with clearly non-trivial random values."""
-    for parameter in module.parameters():
-        parameter.normal_(0.0, std)
-
-
 @pytest.fixture
 def inputs() -> dict[str, torch.Tensor]:
     return tiny_inputs()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not (DATA_DIR / "rte").is_dir():
+        pytest.skip(f"offline task data not found at {DATA_DIR} (the 'shared/data' folder beside the repo)")
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory) -> Path:
+    """A tiny random BERT (hidden 32, 2 layers) saved with the shipped tokenizer, for the training recipes."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                     vocab_size=tokenizer.vocab_size, max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = transformers.BertModel(config)
+    path = tmp_path_factory.mktemp("encoders") / "tiny-bert"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_float64_encoder_dir(tiny_encoder_dir, tmp_path_factory) -> Path:
+    """The tiny BERT saved in float64: runs trained from it compare to the float64 row of tests/tolerances.py."""
+    path = tmp_path_factory.mktemp("encoders") / "tiny-bert-float64"
+    transformers.AutoModel.from_pretrained(tiny_encoder_dir).double().save_pretrained(path)
+    transformers.AutoTokenizer.from_pretrained(tiny_encoder_dir).save_pretrained(path)
+    return path

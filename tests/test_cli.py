@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from adapterfusion.cli import EXIT_BROKEN_PIPE
 from adapterfusion.experiments import ResultsStore
 from adapterfusion.experiments.plan import plan_jobs
@@ -27,6 +29,7 @@ def run_with_closed_stdout(*argv: str) -> subprocess.CompletedProcess:
         os.close(write_end)
 
 
+@pytest.mark.slow
 def test_status_into_a_closed_pipe_exits_quietly(tmp_path):
     spec = load_spec({"name": "tiny", "encoder": "some-org/some-encoder", "tasks": ["rte", "cb"],
                       "setups": ["head", "st-a"], "output_dir": str(tmp_path / "out")})

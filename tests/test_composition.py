@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import adapterfusion as af
-from conftest import randomise, tiny_encoder, tiny_inputs
+from tiny_models import randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 NAMES = ("a", "b", "c")

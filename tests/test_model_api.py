@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import adapterfusion as af
 import adapterfusion.defaults
-from conftest import HIDDEN, LAYERS, randomise, tiny_encoder, tiny_inputs
+from tiny_models import HIDDEN, LAYERS, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 D = HIDDEN
@@ -178,7 +178,7 @@ def test_fusion_mask_zeroes_masked_adapters(model):
     assert_close(masked[0][..., [0, 2]], kept / kept.sum(-1, keepdim=True))
     for probs in only_a.fusion_attentions:
         assert torch.equal(probs, torch.tensor([1.0, 0.0, 0.0], dtype=probs.dtype).expand_as(probs))
-    for before, after in zip(full, restored):
+    for before, after in zip(full, restored, strict=True):
         assert torch.equal(before, after)
 
 

@@ -13,6 +13,7 @@ import adapterfusion as af
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_quickstart_runs_on_the_shipped_encoder_and_data() -> None:
     try:
         af.default_encoder_path()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import adapterfusion as af
-from conftest import HIDDEN, randomise, tiny_encoder, tiny_inputs
+from tiny_models import HIDDEN, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -118,7 +118,7 @@ def test_value_gradient_includes_the_regulariser():
     total = torch.autograd.grad(out.loss, values)
     out = model(**inputs, labels=labels)
     task = torch.autograd.grad(out.task_loss, values)
-    for value, g_total, g_task in zip(values, total, task):
+    for value, g_total, g_task in zip(values, total, task, strict=True):
         expected = g_task + 0.02 * (value.detach() - torch.eye(HIDDEN, dtype=value.dtype))
         assert_close(g_total, expected)
         assert (0.02 * (value.detach() - torch.eye(HIDDEN, dtype=value.dtype))).abs().max() > 1e-4

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from adapterfusion.experiments import ExperimentSpec, plan_jobs
-from adapterfusion.experiments.spec import load_spec
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.experiments.spec import load_spec
 from adapterfusion.zoo import (
     ZOO_DIR,
     ZooError,
@@ -56,6 +56,7 @@ def _encoder() -> str:
     return str(af.default_encoder_path())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_DATA / "sst2" / "validation.jsonl.gz").is_file(), reason="needs ../shared/data")
 def test_the_sst2_adapter_scores_on_its_dev_set_what_the_manifest_recorded():
     from transformers import AutoModel, AutoTokenizer

@@ -7,7 +7,7 @@ residual (see injection/site.py), because where they come from is a property of 
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -118,10 +118,12 @@ def layer_norm_each(norms: Sequence[nn.Module], u: torch.Tensor) -> torch.Tensor
     first = norms[0]
     if all(norm is first for norm in norms):
         return first(u)
-    if not all(isinstance(norm, nn.LayerNorm) and norm.weight is not None and norm.bias is not None
-               and norm.eps == first.eps and norm.normalized_shape == first.normalized_shape for norm in norms):
+    affine = [norm for norm in norms if isinstance(norm, nn.LayerNorm) and norm.elementwise_affine
+              and norm.bias is not None]
+    if len(affine) < len(norms) or any(norm.eps != affine[0].eps or norm.normalized_shape != affine[0].normalized_shape
+                                       for norm in affine):
         return torch.stack([norm(u[n]) for n, norm in enumerate(norms)])
     shape = (len(norms),) + (1,) * (u.dim() - 2) + (u.shape[-1],)
-    weight = torch.stack([norm.weight for norm in norms]).view(shape)
-    bias = torch.stack([norm.bias for norm in norms]).view(shape)
-    return F.layer_norm(u, first.normalized_shape, eps=first.eps) * weight + bias
+    weight = torch.stack([norm.weight for norm in affine]).view(shape)
+    bias = torch.stack([norm.bias for norm in affine]).view(shape)
+    return F.layer_norm(u, affine[0].normalized_shape, eps=affine[0].eps) * weight + bias

@@ -3,8 +3,9 @@ AdapterFusion appendix (Fig. 5 left), with the two presets the papers settle on.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any
 
 from adapterfusion._validation import check_choice, check_positive, versioned_fields
 from adapterfusion.adapters.activations import ACTIVATION_NAMES
@@ -16,7 +17,7 @@ POSITIONS = ("attention", "output")
 INITS = ("houlsby", "bert", "zero_up")
 CONFIG_FORMAT_VERSION = 1
 
-ReductionFactor = Union[float, Mapping[str, float]]
+ReductionFactor = float | Mapping[str, float]
 
 
 @dataclass(frozen=True)
@@ -26,11 +27,12 @@ class AdapterConfig:
     Site options (applied where the adapter sits, with h the sub-layer output after its projection, r the
     sub-layer's residual input and LN the pretrained LayerNorm of that sub-layer):
       - original_ln_before: feed the adapter LN(h + r) instead of h.
-      - residual_before_ln: the adapter's skip connection carries h (True), h + r ("post_add"), or its own input (False).
+      - residual_before_ln: the adapter's skip connection carries h (True), h + r ("post_add"), or its own input
+        (False).
       - original_ln_after: finish with LN(adapter_output + r), as the unadapted sub-layer would.
     ln_before / ln_after add newly trained LayerNorms inside the adapter; skip_before_ln_after says whether the
-    skip connection is added before ln_after (None: before, unless residual_before_ln is False). train_layer_norm gives the adapter
-    its own trainable copy of the site's pretrained LayerNorm (Houlsby §2.1 trains layer norms per task),
+    skip connection is added before ln_after (None: before, unless residual_before_ln is False). train_layer_norm gives
+    the adapter its own trainable copy of the site's pretrained LayerNorm (Houlsby §2.1 trains layer norms per task),
     so training one task never changes the encoder shared by the others.
     """
 
@@ -39,7 +41,7 @@ class AdapterConfig:
     positions: tuple[str, ...] = ("output",)
     original_ln_before: bool = True
     original_ln_after: bool = True
-    residual_before_ln: Union[bool, str] = True
+    residual_before_ln: bool | str = True
     ln_before: bool = False
     ln_after: bool = False
     skip_before_ln_after: bool | None = None
@@ -95,13 +97,13 @@ class AdapterConfig:
 
     # ---- presets -------------------------------------------------------------------------------------
     @classmethod
-    def pfeiffer(cls, reduction_factor: ReductionFactor = 16.0, **overrides: Any) -> "AdapterConfig":
+    def pfeiffer(cls, reduction_factor: ReductionFactor = 16.0, **overrides: Any) -> AdapterConfig:
         """ST-A (AdapterFusion Fig. 5 right): one adapter after the feed-forward block, pretrained LayerNorm
         before and after, no new LayerNorm."""
         return cls(reduction_factor=reduction_factor, **overrides)
 
     @classmethod
-    def houlsby(cls, reduction_factor: ReductionFactor = 16.0, **overrides: Any) -> "AdapterConfig":
+    def houlsby(cls, reduction_factor: ReductionFactor = 16.0, **overrides: Any) -> AdapterConfig:
         """ST-A Houlsby: adapters after attention and after the feed-forward block, on the sub-layer output
         before the residual add; the layer norms are trained per task."""
         settings = dict(
@@ -117,8 +119,9 @@ class AdapterConfig:
         return cls(**settings)
 
     @classmethod
-    def from_name(cls, name: str, **overrides: Any) -> "AdapterConfig":
-        presets = {"pfeiffer": cls.pfeiffer, "seq_bn": cls.pfeiffer, "houlsby": cls.houlsby, "double_seq_bn": cls.houlsby}
+    def from_name(cls, name: str, **overrides: Any) -> AdapterConfig:
+        presets = {"pfeiffer": cls.pfeiffer, "seq_bn": cls.pfeiffer,
+                   "houlsby": cls.houlsby, "double_seq_bn": cls.houlsby}
         try:
             return presets[name.lower()](**overrides)
         except KeyError:
@@ -160,7 +163,7 @@ class AdapterConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "AdapterConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> AdapterConfig:
         data = versioned_fields(data, cls, CONFIG_FORMAT_VERSION, "adapter config")
         for key in ("positions", "leave_out"):
             if key in data:
@@ -170,7 +173,7 @@ class AdapterConfig:
         return cls(**data)
 
 
-def resolve_adapter_config(config: "AdapterConfig | str | Mapping[str, Any] | None") -> AdapterConfig:
+def resolve_adapter_config(config: AdapterConfig | str | Mapping[str, Any] | None) -> AdapterConfig:
     """Accept a config object, a preset name or a dict, as users write all three."""
     if config is None:
         return AdapterConfig.pfeiffer()

@@ -8,4 +8,5 @@ from adapterfusion.analysis.fusion_attention import (
     mean_fusion_attention,
 )
 
-__all__ = ["FUSION_ATTENTION_FILE", "FusionActivation", "average_activations", "load_fusion_activation", "mean_fusion_attention"]
+__all__ = ["FUSION_ATTENTION_FILE", "FusionActivation", "average_activations", "load_fusion_activation",
+           "mean_fusion_attention"]

@@ -48,10 +48,11 @@ class FusionActivation:
                 "layers": list(self.layers), "values": self.values.tolist(), "tokens": self.tokens, **self.info}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "FusionActivation":
+    def from_dict(cls, data: Mapping[str, Any]) -> FusionActivation:
         try:
             core = {"fusion": data["fusion"], "adapters": tuple(data["adapters"]), "layers": tuple(data["layers"]),
-                    "values": np.asarray(data["values"], dtype=np.float64).reshape(len(data["layers"]), len(data["adapters"])),
+                    "values": np.asarray(data["values"], dtype=np.float64).reshape(len(data["layers"]),
+                                                                                   len(data["adapters"])),
                     "tokens": int(data["tokens"])}
         except (KeyError, TypeError, ValueError) as err:
             raise SerializationError(f"not a fusion activation record ({type(err).__name__}: {err})") from err
@@ -61,10 +62,11 @@ class FusionActivation:
     def table(self, digits: int = 3) -> str:
         """A plain-text table: one row per layer (numbered from 1 = lowest), one column per adapter."""
         header = ["layer", *self.adapters]
-        rows = [[str(layer + 1), *(f"{v:.{digits}f}" for v in row)] for layer, row in zip(self.layers, self.values)]
+        rows = [[str(layer + 1), *(f"{v:.{digits}f}" for v in row)]
+                for layer, row in zip(self.layers, self.values, strict=True)]
         rows.append(["mean", *(f"{v:.{digits}f}" for v in self.values.mean(axis=0))])
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [header, *rows])
+        return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows])
 
 
 def average_activations(activations: Sequence[FusionActivation]) -> FusionActivation:
@@ -78,7 +80,8 @@ def average_activations(activations: Sequence[FusionActivation]) -> FusionActiva
                               f"{list(other.adapters)} (layers {list(first.layers)} / {list(other.layers)})")
     values = np.mean([a.values for a in activations], axis=0)
     info = {**first.info, "runs": len(activations)}
-    return FusionActivation(first.fusion, first.adapters, first.layers, values, sum(a.tokens for a in activations), info)
+    tokens = sum(a.tokens for a in activations)
+    return FusionActivation(first.fusion, first.adapters, first.layers, values, tokens, info)
 
 
 def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
@@ -87,7 +90,8 @@ def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
     if path.is_dir():
         path = path / FUSION_ATTENTION_FILE
     if not path.is_file():
-        raise SerializationError(f"{path} does not exist; fusion runs (fusion-st-a, fusion-mt-a) write it after training")
+        raise SerializationError(
+            f"{path} does not exist; fusion runs (fusion-st-a, fusion-mt-a) write it after training")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -103,7 +107,7 @@ def _token_mask(batch: Mapping[str, torch.Tensor], attention: torch.Tensor) -> t
     return mask.reshape(attention.shape[:2]).to(attention.device)  # multiple choice: [batch * choices, seq]
 
 
-def _accumulate(model: "AdaptedModel", batches: Iterable[Mapping[str, torch.Tensor]],
+def _accumulate(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]],
                 device: torch.device) -> tuple[dict[int, torch.Tensor], int]:
     """Per layer, the sum over real tokens of the fusion softmax weights; and the number of real tokens."""
     sums: dict[int, torch.Tensor] = {}
@@ -123,7 +127,7 @@ def _accumulate(model: "AdaptedModel", batches: Iterable[Mapping[str, torch.Tens
 
 
 @torch.no_grad()
-def mean_fusion_attention(model: "AdaptedModel", fusion_name: str, batches: Iterable[Mapping[str, torch.Tensor]],
+def mean_fusion_attention(model: AdaptedModel, fusion_name: str, batches: Iterable[Mapping[str, torch.Tensor]],
                           head: str | None = None) -> FusionActivation:
     """Run `batches` (model inputs; labels are ignored) through the model with `fusion_name` active, in eval mode,
     and average each layer's softmax weights over the real tokens (attention_mask == 1). The model's activation

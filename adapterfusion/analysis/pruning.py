@@ -87,7 +87,8 @@ def check_criterion(keep: int | None, mass: float | None, count: int | None = No
     """Exactly one of keep (an integer in 1..count; count None: not yet known) and mass (a share in (0, 1])."""
     if (keep is None) == (mass is None):
         raise ConfigError("choose what to keep with exactly one of keep=K (the K most-activated adapters) and "
-                          f"mass=M (the fewest adapters holding share M of the activation); got keep={keep!r}, mass={mass!r}")
+                          "mass=M (the fewest adapters holding share M of the activation); "
+                          f"got keep={keep!r}, mass={mass!r}")
     if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
         raise ConfigError(f"keep={keep!r} must be a positive integer: how many of the fusion's adapters to keep")
     if keep is not None and count is not None and keep > count:
@@ -121,7 +122,7 @@ def select_adapters(activation: Mapping[str, float], keep: int | None = None, ma
     return tuple(name for name in names if name in chosen)
 
 
-def time_fusions(model: "AdaptedModel", fusions: Sequence[str], batches: Sequence[Mapping[str, torch.Tensor]],
+def time_fusions(model: AdaptedModel, fusions: Sequence[str], batches: Sequence[Mapping[str, torch.Tensor]],
                  head: str | None, repeats: int = 3) -> dict[str, float]:
     """Median milliseconds per batch of each fusion's eval forward. All in one process inside
     `inference_cache()`, interleaved (each round times every fusion once, alternating the order), after one
@@ -153,7 +154,7 @@ def time_fusions(model: "AdaptedModel", fusions: Sequence[str], batches: Sequenc
     return {fusion: statistics.median(values) for fusion, values in times.items()}
 
 
-def compare_pruned(model: "AdaptedModel", fusion: str, task: TaskSpec, batches: Sequence[Mapping[str, torch.Tensor]],
+def compare_pruned(model: AdaptedModel, fusion: str, task: TaskSpec, batches: Sequence[Mapping[str, torch.Tensor]],
                    keep: int | None = None, mass: float | None = None, head: str | None = None,
                    pruned_name: str | None = None, metric: str | None = None, repeats: int = 3,
                    timing_batches: int = 4, target_adapter: str | None = None) -> PruningResult:
@@ -168,7 +169,8 @@ def compare_pruned(model: "AdaptedModel", fusion: str, task: TaskSpec, batches: 
     head = head if head is not None else model.active_head
     previous = (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers)
     activation = mean_fusion_attention(model, fusion, batches, head=head)
-    shares = {name: float(value) for name, value in zip(activation.adapters, activation.values.mean(axis=0))}
+    shares = {name: float(value)
+              for name, value in zip(activation.adapters, activation.values.mean(axis=0), strict=True)}
     pruned = add_fusion_subset(model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name,
                                overwrite=True)
     try:
@@ -180,7 +182,8 @@ def compare_pruned(model: "AdaptedModel", fusion: str, task: TaskSpec, batches: 
         ms = time_fusions(model, (fusion, pruned), timed, head, repeats)
     finally:
         model.activate(adapter=previous[0], fusion=previous[1], head=previous[2], skip_layers=previous[3])
-    figures = [FusionFigures(name, tuple(model.fusion_setups[name][1]), metrics[name], ms[name]) for name in (fusion, pruned)]
+    figures = [FusionFigures(name, tuple(model.fusion_setups[name][1]), metrics[name], ms[name])
+               for name in (fusion, pruned)]
     return PruningResult(criterion=f"keep={keep}" if keep is not None else f"mass={mass}", activation=shares,
                          metric=metric or task.metrics[0], before=figures[0], after=figures[1],
                          examples=sum(len(b["input_ids"]) for b in batches), timed_batches=len(timed), repeats=repeats,

@@ -28,8 +28,9 @@ from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant, load_sp
 from adapterfusion.experiments.store import JobRecord, ResultsStore, RunnerLock
 
 __all__ = [
-    "EXECUTORS", "build_report", "write_report", "Executor", "ExperimentError", "ExperimentSpec", "ExperimentSpecError", "ExperimentSummary",
-    "InProcessExecutor", "Job", "JobPayload", "JobRecord", "OutputDirLockedError", "ProcessExecutor", "RayExecutor",
-    "ResultsStore", "ResultsStoreError", "RunnerLock", "SetupVariant", "SpecMismatchError", "execute_job", "job_id", "load_spec",
-    "make_executor", "plan_jobs", "run_experiment", "topological_order",
+    "EXECUTORS", "build_report", "write_report", "Executor", "ExperimentError", "ExperimentSpec", "ExperimentSpecError",
+    "ExperimentSummary", "InProcessExecutor", "Job", "JobPayload", "JobRecord", "OutputDirLockedError",
+    "ProcessExecutor", "RayExecutor", "ResultsStore", "ResultsStoreError", "RunnerLock", "SetupVariant",
+    "SpecMismatchError", "execute_job", "job_id", "load_spec", "make_executor", "plan_jobs", "run_experiment",
+    "topological_order",
 ]

@@ -72,7 +72,7 @@ class _OncePerRecord(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "_job_log_filter", None) == id(self):
             return False
-        setattr(record, "_job_log_filter", id(self))
+        record._job_log_filter = id(self)
         return True
 
 
@@ -175,7 +175,7 @@ def execute_job(payload: JobPayload) -> dict[str, Any]:
 class Executor(Protocol):
     capacity: int  # how many jobs may run at once
 
-    def submit(self, payload: JobPayload) -> "Future[dict[str, Any]]": ...
+    def submit(self, payload: JobPayload) -> Future[dict[str, Any]]: ...
 
     def shutdown(self) -> None: ...
 
@@ -190,7 +190,7 @@ class InProcessExecutor:
             raise ExperimentSpecError(f"workers={workers}: the inprocess executor runs one job at a time; "
                                       "use executor='process' for more")
 
-    def submit(self, payload: JobPayload) -> "Future[dict[str, Any]]":
+    def submit(self, payload: JobPayload) -> Future[dict[str, Any]]:
         future: Future[dict[str, Any]] = Future()
         future.set_result(execute_job(payload))
         return future
@@ -249,7 +249,7 @@ class ProcessExecutor:
         self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_init_worker, initargs=(max(1, cpus // workers), os.getpid()))
 
-    def submit(self, payload: JobPayload) -> "Future[dict[str, Any]]":
+    def submit(self, payload: JobPayload) -> Future[dict[str, Any]]:
         return self._pool.submit(execute_job, payload)
 
     def shutdown(self) -> None:

@@ -60,7 +60,7 @@ def _annotate(axis, grid: np.ndarray, fontsize: int) -> None:
             axis.text(c, r, "n/a", ha="center", va="center", fontsize=fontsize, color="0.4")
 
 
-def plot_delta_vs_full(report: "Report", path: str | os.PathLike) -> Path | None:
+def plot_delta_vs_full(report: Report, path: str | os.PathLike) -> Path | None:
     """Figure 3: per task, each variant's mean dev score minus Full's, in points; None when Full has no result."""
     full = next((v["id"] for v in report.variants if v["setup"] == "full"), None)
     base = report.task_means(full) if full else {}
@@ -128,7 +128,7 @@ def plot_fusion_attention(by_target: Mapping[str, FusionActivation], path: str |
     return _save(figure, Path(path))
 
 
-def plot_tradeoff(report: "Report", path: str | os.PathLike) -> Path | None:
+def plot_tradeoff(report: Report, path: str | os.PathLike) -> Path | None:
     """Houlsby's trade-off: mean dev score over the tasks every plotted variant finished against the median number
     of trained parameters (log x), one line per setup; None with fewer than two such variants."""
     points = [(v, statistics.median(report.parameters[v["id"]])) for v in report.variants
@@ -146,7 +146,7 @@ def plot_tradeoff(report: "Report", path: str | os.PathLike) -> Path | None:
                         for v, params in points if v["setup"] == setup)
         if not series:
             continue
-        xs, ys, labels = zip(*series)
+        xs, ys, labels = zip(*series, strict=True)
         axes.plot(xs, ys, marker="o", label=setup)
         for x, y, label in series:
             axes.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
@@ -159,13 +159,13 @@ def plot_tradeoff(report: "Report", path: str | os.PathLike) -> Path | None:
     return _save(figure, Path(path))
 
 
-def fusion_attention_by_target(report: "Report", variant: str) -> dict[str, FusionActivation]:
+def fusion_attention_by_target(report: Report, variant: str) -> dict[str, FusionActivation]:
     """The variant's per-target activations averaged over seeds, in the experiment's task order."""
     runs = report.activations.get(variant, {})
     return {task: average_activations(runs[task]) for task in report.tasks if runs.get(task)}
 
 
-def write_figures(report: "Report", directory: str | os.PathLike) -> list[Path]:
+def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
     """Every figure the report's results allow, as PNGs in `directory`; added to report.figures / figure_notes."""
     directory = Path(directory)
     written: list[Path | None] = [plot_delta_vs_full(report, directory / "figure3_delta_vs_full.png")]

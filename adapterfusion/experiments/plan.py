@@ -108,7 +108,8 @@ def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> J
         them = "it" if len(missing) == 1 else "them"
         raise ExperimentSpecError(
             f"fusion.{task}: the fusion of {task!r} fuses {missing}, but the experiment trains no {adapter.id} adapter "
-            f"for {them}; add {missing} to tasks (and to the {adapter.id} entry's tasks, if it has any), or drop {them} "
+            f"for {them}; add {missing} to tasks (and to the {adapter.id} entry's tasks, if it has any), "
+            f"or drop {them} "
             f"from fusion.{task}"
             + (f" (its own adapter is always fused: to skip {task!r}, leave it out of the {variant.id} entry's tasks)"
                if task in missing else ""))

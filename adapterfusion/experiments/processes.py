@@ -65,14 +65,14 @@ class ProcessRecord:
     start_time: int | None = None
 
     @classmethod
-    def current(cls) -> "ProcessRecord":
+    def current(cls) -> ProcessRecord:
         return cls(os.getpid(), socket.gethostname(), _boot_id(), _start_time(os.getpid()))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any) -> "ProcessRecord | None":
+    def from_dict(cls, data: Any) -> ProcessRecord | None:
         """The record in `data` (a lock's or journal's JSON), None if it names no process."""
         if not isinstance(data, dict) or isinstance(data.get("pid"), bool) or not isinstance(data.get("pid"), int) \
                 or not isinstance(data.get("host"), str):

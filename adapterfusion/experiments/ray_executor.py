@@ -116,7 +116,7 @@ class RayExecutor:
         self._remote()
         return self._capacity
 
-    def submit(self, payload: JobPayload) -> "Future[dict[str, Any]]":
+    def submit(self, payload: JobPayload) -> Future[dict[str, Any]]:
         ref = self._remote().remote(payload, os.getcwd(), max(1, math.ceil(self.request.cpus)))
         future = ref.future()
         self._in_flight[future] = ref

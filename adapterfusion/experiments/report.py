@@ -295,7 +295,7 @@ def table2(report: Report) -> Table | None:
         return None
     columns = tuple(f"{fusion} vs {base}" for fusion, base in pairs)
     cells: dict[tuple[str, str], Cell] = {}
-    for column, (fusion, base) in zip(columns, pairs):
+    for column, (fusion, base) in zip(columns, pairs, strict=True):
         ours, theirs = report.task_means(fusion), report.task_means(base)
         improved = compared = 0
         for task in report.tasks:
@@ -307,7 +307,8 @@ def table2(report: Report) -> Table | None:
             compared += 1
             improved += arrow == "↗"
             cells[(task, column)] = Cell(delta, None, 1, f"{delta:+.2f} {arrow}")
-        cells[("Improved", column)] = Cell(float(improved), None, compared, f"{improved}/{compared}" if compared else MISSING)
+        cells[("Improved", column)] = Cell(float(improved), None, compared,
+                                           f"{improved}/{compared}" if compared else MISSING)
     notes = [f"Difference of the per-task means in percentage points: ↗ > +{TREND_THRESHOLD}, ↘ < −{TREND_THRESHOLD}, "
              f"→ otherwise. Improved k/n: tasks with ↗ among the n tasks both setups finished."]
     marks = {task: CARVED_MARK for task in report.tasks if task in report.carved}

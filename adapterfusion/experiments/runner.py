@@ -69,7 +69,8 @@ class ExperimentSummary:
 def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayload:
     out = Path(spec.output_dir)
     store, encoder = job.store_dir(out), job.encoder_dir(out)
-    return JobPayload(job_id=job.id, task=job.task, setup=job.setup, seed=job.seed, output_dir=str(job.variant_dir(out)),
+    return JobPayload(job_id=job.id, task=job.task, setup=job.setup, seed=job.seed,
+                      output_dir=str(job.variant_dir(out)),
                       run_dir=str(job.run_dir(out)), encoder=spec.encoder if encoder is None else str(encoder),
                       data_dir=spec.data_dir, store_dir=None if store is None else str(store),
                       training=payload_options(job.training), options=payload_options(job.options),
@@ -126,7 +127,7 @@ def run_experiment(
 
 
 def _schedule(spec: ExperimentSpec, pending: list[Job], store: ResultsStore, pool: Executor,
-              summary: ExperimentSummary, progress: "_Progress", resumable: frozenset[str] = frozenset()) -> None:
+              summary: ExperimentSummary, progress: _Progress, resumable: frozenset[str] = frozenset()) -> None:
     """Submit each job once its dependencies are done, as many at a time as the executor takes; the `resumable`
     ones continue from their checkpoints (their settings and their dependencies' results are unchanged)."""
     states = store.states()

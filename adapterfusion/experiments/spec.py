@@ -55,8 +55,8 @@ from adapterfusion._validation import check_name
 from adapterfusion.defaults import default_encoder_path
 from adapterfusion.encoders import check_encoder
 from adapterfusion.errors import ConfigError, DefaultModelMissingError
-from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.documents import read_document
 from adapterfusion.tasks.registry import list_tasks
 from adapterfusion.tasks.spec import ROLES, suggest
@@ -156,7 +156,8 @@ class ExperimentSpec:
         for variant in self.variants:
             if variant.id == variant_id:
                 return variant
-        raise ExperimentSpecError(f"no setup variant {variant_id!r}; the experiment has {[v.id for v in self.variants]}")
+        raise ExperimentSpecError(
+            f"no setup variant {variant_id!r}; the experiment has {[v.id for v in self.variants]}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"format_version": SPEC_FORMAT_VERSION, "name": self.name, "description": self.description,
@@ -174,12 +175,13 @@ class ExperimentSpec:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     @classmethod
-    def from_dict(cls, data: Any, base_dir: str | os.PathLike | None = None, source: str | None = None) -> "ExperimentSpec":
+    def from_dict(cls, data: Any, base_dir: str | os.PathLike | None = None,
+                  source: str | None = None) -> ExperimentSpec:
         """Validate an experiment mapping; relative paths resolve against `base_dir` (default: the working dir)."""
         return _parse(data, Path(base_dir) if base_dir is not None else Path.cwd(), source)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "ExperimentSpec":
+    def load(cls, path: str | os.PathLike) -> ExperimentSpec:
         """Read a .yaml/.yml or .json experiment file (UTF-8; a key given twice in one mapping is an error)."""
         path = Path(path)
         if not path.is_file():
@@ -188,7 +190,7 @@ class ExperimentSpec:
         return _parse(data, path.resolve().parent, str(path.resolve()))
 
 
-def load_spec(spec_or_path: "ExperimentSpec | Mapping[str, Any] | str | os.PathLike") -> ExperimentSpec:
+def load_spec(spec_or_path: ExperimentSpec | Mapping[str, Any] | str | os.PathLike) -> ExperimentSpec:
     """An ExperimentSpec as is, a mapping validated, or a file path loaded."""
     if isinstance(spec_or_path, ExperimentSpec):
         return spec_or_path
@@ -242,7 +244,8 @@ def _encoder(value: Any, base_dir: Path) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise _fail("encoder", f"must be an encoder folder or a Hub id (a string), or null for the shipped one; got {value!r}")
+        raise _fail("encoder",
+                    f"must be an encoder folder or a Hub id (a string), or null for the shipped one; got {value!r}")
     try:
         local = check_encoder(value, base_dir)  # a mistyped path or an empty folder is refused here, not per job
     except ConfigError as err:
@@ -257,7 +260,8 @@ def _zoo(value: Any, base_dir: Path) -> str | None:
     if value is None or value == SHIPPED:
         return value
     if not isinstance(value, str) or not value:
-        raise _fail("zoo", f"must be {SHIPPED!r} (the adapters shipped in the package) or an AdapterStore folder; got {value!r}")
+        raise _fail("zoo", f"must be {SHIPPED!r} (the adapters shipped in the package) or an AdapterStore folder; "
+                           f"got {value!r}")
     folder = Path(value).expanduser()
     folder = folder if folder.is_absolute() else (base_dir / folder).resolve()
     if not folder.is_dir():
@@ -284,7 +288,8 @@ def _max_examples(value: Any) -> int | dict[str, int] | None:
     if value is None or isinstance(value, int) and not isinstance(value, bool):
         return None if value is None else count(value, "max_examples")
     if not isinstance(value, Mapping):
-        raise _fail("max_examples", f"must be an integer or a mapping of split role ({', '.join(ROLES)}) to integer; got {value!r}")
+        raise _fail("max_examples",
+                    f"must be an integer or a mapping of split role ({', '.join(ROLES)}) to integer; got {value!r}")
     _reject_unknown(value, ROLES, "max_examples")
     return {role: count(v, f"max_examples.{role}") for role, v in value.items()}
 
@@ -324,7 +329,8 @@ def _variant_tasks(value: Any, tasks: tuple[str, ...], path: str) -> tuple[str, 
     return tuple(chosen)
 
 
-def _setup_entries(raw: Any, global_training: dict[str, Any], tasks: tuple[str, ...]) -> list[tuple[int, SetupVariant, Any]]:
+def _setup_entries(raw: Any, global_training: dict[str, Any],
+                   tasks: tuple[str, ...]) -> list[tuple[int, SetupVariant, Any]]:
     """Each entry's variants (fusion variants still without adapter_variant) with their index and raw entry."""
     setups = list_setups()
     out: list[tuple[int, SetupVariant, Any]] = []
@@ -335,14 +341,16 @@ def _setup_entries(raw: Any, global_training: dict[str, Any], tasks: tuple[str, 
             raise _fail(path, f"must be a setup name or a mapping with 'name', got {entry!r}")
         name = entry.get("name")
         if name not in setups:
-            raise _fail(f"{path}.name", f"unknown setup {name!r}.{suggest(str(name), setups)} Known setups: {', '.join(setups)}")
+            raise _fail(f"{path}.name",
+                        f"unknown setup {name!r}.{suggest(str(name), setups)} Known setups: {', '.join(setups)}")
         recipe = get_setup(name)
         multitask = name in MULTITASK_OPTIONS
         defaults = _setup_option_defaults(name)
         options = [o for o in defaults if o not in _OWNED]
         has_rf = "reduction_factor" in defaults and not multitask  # one multi-task run per seed: no rf variants
         fusion = "sources" in recipe.options
-        extra = ["name", "id", "tasks"] + (["reduction_factors"] if has_rf else []) + (["adapter_reduction_factor"] if fusion else [])
+        extra = (["name", "id", "tasks"] + (["reduction_factors"] if has_rf else [])
+                 + (["adapter_reduction_factor"] if fusion else []))
         _reject_unknown(entry, extra + options + list(_TRAINING_FIELDS), path)
         given_options = {k: v for k, v in entry.items() if k in options}
         training = {**global_training, **{k: v for k, v in entry.items() if k in _TRAINING_FIELDS}}
@@ -365,7 +373,8 @@ def _setup_entries(raw: Any, global_training: dict[str, Any], tasks: tuple[str, 
         if has_rf:
             if "reduction_factors" in entry and "reduction_factor" in entry:
                 raise _fail(f"{path}.reduction_factors", "give either reduction_factor or reduction_factors, not both")
-            factors = entry.get("reduction_factors", [entry.get("reduction_factor", recipe.options["reduction_factor"])])
+            factors = entry.get("reduction_factors",
+                                [entry.get("reduction_factor", recipe.options["reduction_factor"])])
             factors = _string_list(factors, f"{path}.reduction_factors")
             for j, rf in enumerate(factors):
                 _positive_number(rf, f"{path}.reduction_factors[{j}]")
@@ -403,8 +412,8 @@ def _adapter_variant(i: int, variant: SetupVariant, entry: Mapping[str, Any], st
     adapter_setup = variant.fused_setup
     candidates = [v for v in stage1 if v.setup == adapter_setup]
     if not candidates:
-        raise _fail(f"setups[{i}]", f"{variant.setup} fuses {adapter_setup} adapters, but setups has no {adapter_setup} "
-                                    f"entry; add '- {adapter_setup}' to setups")
+        raise _fail(f"setups[{i}]", f"{variant.setup} fuses {adapter_setup} adapters, but setups has no "
+                                    f"{adapter_setup} entry; add '- {adapter_setup}' to setups")
     wanted = entry.get("adapter_reduction_factor")
     if wanted is None and len(candidates) == 1:
         return candidates[0].id
@@ -448,12 +457,14 @@ def _task_training(raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVar
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise _fail("task_training", f"must map a task to TrainingConfig overrides, e.g. {{cb: {{epochs: 10}}}}; got {raw!r}")
+        raise _fail("task_training",
+                    f"must map a task to TrainingConfig overrides, e.g. {{cb: {{epochs: 10}}}}; got {raw!r}")
     out: dict[str, dict[str, Any]] = {}
     for task, overrides in raw.items():
         path = f"task_training.{task}"
         if task not in tasks:
-            raise _fail(path, f"{task!r} is not one of the experiment's tasks ({', '.join(tasks)}).{suggest(str(task), list(tasks))}")
+            raise _fail(path, f"{task!r} is not one of the experiment's tasks ({', '.join(tasks)})."
+                              f"{suggest(str(task), list(tasks))}")
         if not isinstance(overrides, Mapping):
             raise _fail(path, f"must be a mapping of TrainingConfig fields, got {overrides!r}")
         _reject_unknown(overrides, _TRAINING_FIELDS, path)
@@ -474,7 +485,7 @@ def _resolve_poolings(variants: Sequence[SetupVariant], entries: Sequence[tuple[
         except DefaultModelMissingError:
             encoder = None
     out = []
-    for variant, (i, _, _) in zip(variants, entries):
+    for variant, (i, _, _) in zip(variants, entries, strict=True):
         if "pooling" not in variant.options and "pooling" not in _setup_option_defaults(variant.setup):
             out.append(variant)
             continue
@@ -492,7 +503,8 @@ def _setup_option_defaults(setup: str) -> Mapping[str, Any]:
 
 def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     if not isinstance(data, Mapping):
-        raise _fail("", f"an experiment file must hold a mapping of keys ({', '.join(TOP_LEVEL_KEYS)}), got {type(data).__name__}")
+        raise _fail("", f"an experiment file must hold a mapping of keys ({', '.join(TOP_LEVEL_KEYS)}), "
+                        f"got {type(data).__name__}")
     _reject_unknown(data, TOP_LEVEL_KEYS, "")
     version = data.get("format_version", SPEC_FORMAT_VERSION)
     if version != SPEC_FORMAT_VERSION:
@@ -529,7 +541,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     variants = [dataclasses.replace(v, id=f"{v.setup}-{v.adapter_variant}")
                 if v.is_fusion and "id" not in entry
                 and v.adapter_variant != default_fused.get(v.setup, f"st-a-{_rf_label(DEFAULT_REDUCTION_FACTOR)}")
-                else v for v, (_, _, entry) in zip(variants, entries)]
+                else v for v, (_, _, entry) in zip(variants, entries, strict=True)]
     ids = [v.id for v in variants]
     if len(set(ids)) != len(ids):
         dup = next(x for x in ids if ids.count(x) > 1)

@@ -162,7 +162,7 @@ class ResultsStore:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> "ResultsStore":
+    def __enter__(self) -> ResultsStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -198,7 +198,7 @@ class ResultsStore:
     def meta(self) -> dict[str, str]:
         return {row["key"]: row["value"] for row in self._db.execute("SELECT key, value FROM meta")}
 
-    def bind(self, spec: "ExperimentSpec", jobs: list["Job"], force: bool = False) -> list[str]:
+    def bind(self, spec: ExperimentSpec, jobs: list[Job], force: bool = False) -> list[str]:
         """Record `spec` as this output dir's experiment and add its jobs, in one transaction. An output dir of a
         different spec is refused unless `force`; then jobs whose configuration changed go back to queued (a job's
         configuration includes its dependencies', so a fusion goes back with the adapters it fuses), and jobs the
@@ -273,14 +273,16 @@ class ResultsStore:
 
     def requeue_unfinished(self) -> list[str]:
         """Jobs a killed runner left running, and failed or blocked jobs, go back to queued for this run."""
-        ids = [row["id"] for row in self._db.execute("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")]
+        ids = [row["id"]
+               for row in self._db.execute("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")]
         self._transaction("UPDATE jobs SET state = 'queued' WHERE state IN ('running', 'failed', 'blocked')")
         return ids
 
     def mark_running(self, job_id: str, run_dir: str) -> None:
         changed = self._transaction(
             "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ?, finished_at = NULL, "
-            "run_dir = ?, metrics = NULL, error = NULL WHERE id = ? AND state = 'queued'", (time.time(), run_dir, job_id))
+            "run_dir = ?, metrics = NULL, error = NULL WHERE id = ? AND state = 'queued'",
+            (time.time(), run_dir, job_id))
         if changed != 1:
             raise ExperimentError(f"job {job_id!r} is not queued; cannot start it")
 
@@ -291,8 +293,9 @@ class ResultsStore:
         self._finish(job_id, "failed", None, error)
 
     def mark_blocked(self, job_id: str, reason: str) -> None:
-        self._transaction("UPDATE jobs SET state = 'blocked', error = ?, finished_at = ? WHERE id = ? AND state = 'queued'",
-                          (reason, time.time(), job_id))
+        self._transaction(
+            "UPDATE jobs SET state = 'blocked', error = ?, finished_at = ? WHERE id = ? AND state = 'queued'",
+            (reason, time.time(), job_id))
 
     def _finish(self, job_id: str, state: str, metrics: str | None, error: str | None) -> None:
         changed = self._transaction(
@@ -303,10 +306,12 @@ class ResultsStore:
 
 
 def _disk_full(error: sqlite3.OperationalError) -> bool:
-    return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(error)
+    # sqlite3.SQLITE_FULL (13, SQLite's own code) exists from Python 3.11 on.
+    full = getattr(sqlite3, "SQLITE_FULL", 13)
+    return getattr(error, "sqlite_errorcode", None) == full or "disk is full" in str(error)
 
 
-def _upgradable(job: "Job", spec: "ExperimentSpec", existing: dict[str, sqlite3.Row], reset: list[str]) -> bool:
+def _upgradable(job: Job, spec: ExperimentSpec, existing: dict[str, sqlite3.Row], reset: list[str]) -> bool:
     """Whether a job recorded by an older runner, under the hash that named its dependencies by id only, may keep
     its result: only when every dependency is done, kept by this bind, and finished before the job started (a
     dependency re-run since means the job used its old output)."""
@@ -336,7 +341,7 @@ class RunnerLock:
         self.path = Path(output_dir) / LOCK_FILE
         self._held = False
 
-    def acquire(self) -> "RunnerLock":
+    def acquire(self) -> RunnerLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         owner = {**ProcessRecord.current().to_dict(), "started_at": time.time()}
         # The lock appears with its content or not at all (a hard link of a finished temp file is atomic and fails
@@ -384,9 +389,11 @@ class RunnerLock:
             except FileNotFoundError:
                 pass
             return
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["started_at"])) if "started_at" in owner else "?"
+        since = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["started_at"]))
+                 if "started_at" in owner else "?")
         raise OutputDirLockedError(
-            f"another runner (pid {owner.get('pid')} on {owner.get('host')}, since {since}) is using {self.path.parent}; "
+            f"another runner (pid {owner.get('pid')} on {owner.get('host')}, since {since}) "
+            f"is using {self.path.parent}; "
             f"wait for it to finish, or, if that process is gone, delete {self.path}")
 
     def release(self) -> None:
@@ -397,7 +404,7 @@ class RunnerLock:
             except FileNotFoundError:
                 pass
 
-    def __enter__(self) -> "RunnerLock":
+    def __enter__(self) -> RunnerLock:
         return self.acquire()
 
     def __exit__(self, *exc: Any) -> None:

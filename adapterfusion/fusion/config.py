@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from adapterfusion._validation import check_positive, versioned_fields
 from adapterfusion.errors import ConfigError
@@ -56,19 +57,19 @@ class FusionConfig:
             raise ConfigError(f"score_dropout={self.score_dropout!r} must be in [0, 1)")
 
     @classmethod
-    def dynamic(cls, **overrides: Any) -> "FusionConfig":
+    def dynamic(cls, **overrides: Any) -> FusionConfig:
         """The paper's AdapterFusion: learned Q, K and V, V regularised towards identity."""
         return cls(**overrides)
 
     @classmethod
-    def static(cls, **overrides: Any) -> "FusionConfig":
+    def static(cls, **overrides: Any) -> FusionConfig:
         """Q and K only: a convex combination of the adapters' outputs, no value projection."""
         settings: dict[str, Any] = dict(value=False, regularization=False)
         settings.update(overrides)
         return cls(**settings)
 
     @classmethod
-    def from_name(cls, name: str, **overrides: Any) -> "FusionConfig":
+    def from_name(cls, name: str, **overrides: Any) -> FusionConfig:
         presets = {"dynamic": cls.dynamic, "static": cls.static}
         try:
             return presets[name.lower()](**overrides)
@@ -86,11 +87,11 @@ class FusionConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "FusionConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> FusionConfig:
         return cls(**versioned_fields(data, cls, CONFIG_FORMAT_VERSION, "fusion config"))
 
 
-def resolve_fusion_config(config: "FusionConfig | str | Mapping[str, Any] | None") -> FusionConfig:
+def resolve_fusion_config(config: FusionConfig | str | Mapping[str, Any] | None) -> FusionConfig:
     if config is None:
         return FusionConfig.dynamic()
     if isinstance(config, FusionConfig):

@@ -17,7 +17,8 @@ Nothing of shape [batch, seq, N, d] is ever built; per token the cost is about 3
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -222,7 +223,7 @@ def _bottleneck_activations(
     if len(kinds) == 1:
         return adapters[0].activation(pre)
     pieces = pre.split([adapter.bottleneck_size for adapter in adapters], dim=-1)
-    return torch.cat([adapter.activation(piece) for adapter, piece in zip(adapters, pieces)], dim=-1)
+    return torch.cat([adapter.activation(piece) for adapter, piece in zip(adapters, pieces, strict=True)], dim=-1)
 
 
 def _segment_sum(values: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:

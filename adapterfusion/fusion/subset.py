@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 
-def add_fusion_subset(model: "AdaptedModel", source: str, adapters: Sequence[str], name: str,
+def add_fusion_subset(model: AdaptedModel, source: str, adapters: Sequence[str], name: str,
                       overwrite: bool = False) -> str:
     """Add fusion `name` over `adapters` (a non-empty subset of fusion `source`'s, kept in `source`'s order)
     with copies of `source`'s weights at every site; returns `name`."""

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 from adapterfusion._validation import check_choice, reject_unknown_keys
 from adapterfusion.errors import ConfigError, IncompatibleModelError

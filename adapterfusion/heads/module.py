@@ -20,7 +20,8 @@ class PredictionHead(nn.Module):
         self.hidden_size = hidden_size
         blocks: list[nn.Module] = []
         for _ in range(config.layers - 1):
-            blocks += [nn.Dropout(config.dropout), nn.Linear(hidden_size, hidden_size), _ACTIVATIONS[config.activation]()]
+            blocks += [nn.Dropout(config.dropout), nn.Linear(hidden_size, hidden_size),
+                       _ACTIVATIONS[config.activation]()]
         blocks += [nn.Dropout(config.dropout), nn.Linear(hidden_size, config.output_size)]
         self.layers = nn.Sequential(*blocks)
 

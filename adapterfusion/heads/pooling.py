@@ -40,5 +40,6 @@ def resolve_pooling(pooling: str | None, encoder: str | os.PathLike | None) -> s
         return encoder_pooling(encoder)
     if pooling not in POOLINGS:
         raise ConfigError(f"pooling={pooling!r} is not supported; choose one of {', '.join(POOLINGS)} (or null for the "
-                          "encoder's own: mean for sentence-transformers encoders such as the shipped MiniLM, else cls)")
+                          "encoder's own: mean for sentence-transformers encoders such as the shipped MiniLM, "
+                          "else cls)")
     return pooling

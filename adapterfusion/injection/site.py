@@ -15,7 +15,8 @@ with sum_n s_n LN_n(out + r), s the fusion attention (fusion/layer.py `mix_layer
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn

@@ -7,8 +7,8 @@ module path as our AdapterSite's, which is how keys are placed, for every BERT-s
 """
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -45,7 +45,7 @@ _ADAPTER_PARAMS = {"adapter_up": "up", "adapter_norm_before": "ln_before", "adap
 
 
 # ---- loading -----------------------------------------------------------------------------------------
-def load_adapterhub(model: "AdaptedModel", kind: str, directory: str | Path, name: str | None = None,
+def load_adapterhub(model: AdaptedModel, kind: str, directory: str | Path, name: str | None = None,
                     overwrite: bool = False, labels: Sequence[str] | None = None) -> str:
     """Load an AdapterHub adapter, fusion or head folder into `model`; returns the name it is loaded under. `labels`
     (heads only) are the label names the head must have been trained for."""
@@ -60,7 +60,7 @@ def load_adapterhub(model: "AdaptedModel", kind: str, directory: str | Path, nam
         return loader(model, directory, document, name, overwrite)
 
 
-def _load_adapter(model: "AdaptedModel", directory: Path, document: dict[str, Any], name: str | None,
+def _load_adapter(model: AdaptedModel, directory: Path, document: dict[str, Any], name: str | None,
                   overwrite: bool) -> str:
     _require_post_ln_sites(model)
     saved_name = str(document.get("name", ""))
@@ -92,7 +92,7 @@ def _adapter_param(key: str, value: torch.Tensor, ln_before: bool, all_tensors: 
     raise SerializationError(f"{directory}: unexpected AdapterHub adapter weight {key!r} (parameter {module!r})")
 
 
-def _load_fusion(model: "AdaptedModel", directory: Path, document: dict[str, Any], name: str | None,
+def _load_fusion(model: AdaptedModel, directory: Path, document: dict[str, Any], name: str | None,
                  overwrite: bool) -> str:
     _require_post_ln_sites(model)
     adapters = document.get("adapter_names")
@@ -109,7 +109,7 @@ def _load_fusion(model: "AdaptedModel", directory: Path, document: dict[str, Any
     return model.install_fusion(name, adapters, config, tensors, directory, overwrite)
 
 
-def _load_head(model: "AdaptedModel", directory: Path, document: dict[str, Any], name: str | None,
+def _load_head(model: AdaptedModel, directory: Path, document: dict[str, Any], name: str | None,
                overwrite: bool, labels: Sequence[str] | None = None) -> str:
     saved_name = str(document.get("name", ""))
     hf_config = model.model.config
@@ -127,7 +127,7 @@ def _load_head(model: "AdaptedModel", directory: Path, document: dict[str, Any],
                               labels)
 
 
-def _require_post_ln_sites(model: "AdaptedModel") -> None:
+def _require_post_ln_sites(model: AdaptedModel) -> None:
     kinds = {model.architecture.attention.kind, model.architecture.output.kind}
     if kinds != {SiteKind.POST_LN_OUTPUT}:
         raise UnsupportedArchitectureError(
@@ -136,12 +136,12 @@ def _require_post_ln_sites(model: "AdaptedModel") -> None:
         )
 
 
-def _adapterhub_site_prefixes(model: "AdaptedModel") -> dict[str, "AdapterSite"]:
+def _adapterhub_site_prefixes(model: AdaptedModel) -> dict[str, AdapterSite]:
     """`encoder.layer.<i>.<site path>.` (the module AdapterHub stores its weights on) -> our site."""
     return {f"{model.architecture.layers}.{s.layer_index}.{s.spec.path}.": s for s in model.sites}
 
 
-def _site_tensors(model: "AdaptedModel", weights: dict[str, torch.Tensor], container: str,
+def _site_tensors(model: AdaptedModel, weights: dict[str, torch.Tensor], container: str,
                   directory: Path) -> dict[str, torch.Tensor]:
     """AdapterHub keys `[<prefix>.]<site module>.<container>.<param>` -> `layer.<i>.<position>.<param>`."""
     base_prefix = f"{model.model.base_model_prefix}." if getattr(model.model, "base_model_prefix", "") else ""
@@ -162,7 +162,7 @@ def _site_tensors(model: "AdaptedModel", weights: dict[str, torch.Tensor], conta
 
 
 # ---- export ------------------------------------------------------------------------------------------
-def export_adapterhub(model: "AdaptedModel", kind: str, name: str, directory: str | Path,
+def export_adapterhub(model: AdaptedModel, kind: str, name: str, directory: str | Path,
                       use_safetensors: bool = True) -> Path:
     """Write adapter, fusion or head `name` of `model` as AdapterHub's `adapters` 1.3.0 saves it, so that
     `adapters`' load_adapter / load_adapter_fusion / load_head reads it (safetensors unless told otherwise)."""
@@ -182,19 +182,19 @@ def export_adapterhub(model: "AdaptedModel", kind: str, name: str, directory: st
     return write_piece(directory, kind, document, tensors, use_safetensors)
 
 
-def _adapter_model_class(model: "AdaptedModel") -> str:
+def _adapter_model_class(model: AdaptedModel) -> str:
     """adapters records the flex-head model class (BertModel -> BertAdapterModel); its load_head refuses
     a head saved from any other class."""
     base = type(model.model.base_model).__name__
     return f"{base[:-len('Model')]}AdapterModel" if base.endswith("Model") else base
 
 
-def _site_key(model: "AdaptedModel", site: "AdapterSite", container: str, param: str) -> str:
+def _site_key(model: AdaptedModel, site: AdapterSite, container: str, param: str) -> str:
     base = f"{model.model.base_model_prefix}." if getattr(model.model, "base_model_prefix", "") else ""
     return f"{base}{model.architecture.layers}.{site.layer_index}.{site.spec.path}.{container}.{param}"
 
 
-def _export_adapter(model: "AdaptedModel", name: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def _export_adapter(model: AdaptedModel, name: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     model._require("adapter", name, model.adapter_configs)
     config = model.adapter_configs[name]
     tensors: dict[str, torch.Tensor] = {}
@@ -225,7 +225,7 @@ def _same_layer_norm(a: torch.nn.Module, b: torch.nn.Module | None) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def _export_fusion(model: "AdaptedModel", name: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def _export_fusion(model: AdaptedModel, name: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     model._require("fusion", name, model.fusion_setups)
     config, adapters = model.fusion_setups[name]
     fused = ",".join(adapters)
@@ -235,7 +235,7 @@ def _export_fusion(model: "AdaptedModel", name: str) -> tuple[dict[str, Any], di
     return document, tensors
 
 
-def _export_head(model: "AdaptedModel", name: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def _export_head(model: AdaptedModel, name: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     model._require("head", name, model.heads)
     head = model.heads[name]
     tensors = {f"heads.{name}.{key[len('layers.'):]}": value for key, value in head.state_dict().items()}

@@ -6,7 +6,8 @@ dropout, stochastic depth, init schemes) are dropped on import and listed in doc
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError

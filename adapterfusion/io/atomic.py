@@ -14,9 +14,9 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 TEMP_SUFFIX = ".tmp"
 # `.<final name>.<8 random characters>.tmp`: the names temp_path() gives, here, for AdapterStore's entry folders and

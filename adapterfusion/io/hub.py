@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import huggingface_hub
 from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
@@ -39,7 +39,8 @@ class HubRef:
     revision: str | None = None
 
     def __str__(self) -> str:
-        return self.repo_id + (f"/{self.subfolder}" if self.subfolder else "") + (f"@{self.revision}" if self.revision else "")
+        return (self.repo_id + (f"/{self.subfolder}" if self.subfolder else "")
+                + (f"@{self.revision}" if self.revision else ""))
 
     def child(self, path: str) -> HubRef:
         return HubRef(self.repo_id, "/".join(p for p in (self.subfolder, path) if p), self.revision)

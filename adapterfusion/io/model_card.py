@@ -37,11 +37,13 @@ def render_model_card(folder: Path, index: Mapping[str, Any], ref: HubRef) -> st
                      f"{_metrics(origin.get('dev_metrics')) or '—'} |")
     lines += ["", f"Active setup: {_active(index.get('active') or {})}.", "", "## Use", "", "```python",
               "import adapterfusion as af", "",
-              f"base = {'af.default_encoder_path()' if shipped else repr(base_id or '<folder or Hub id of the base encoder>')}",
+              "base = " + ("af.default_encoder_path()" if shipped
+                           else repr(base_id or "<folder or Hub id of the base encoder>")),
               f"model = af.AdaptedModel.from_pretrained(base, {str(ref)!r})   # every piece and the active setup"]
     for kind in kinds:
         example = next(p["name"] for p in pieces if p["kind"] == kind)
-        lines.append(f"# model.load_{kind}({str(ref.child(piece_folder(kind, example)))!r})   # one {kind} into a model")
+        piece_ref = str(ref.child(piece_folder(kind, example)))
+        lines.append(f"# model.load_{kind}({piece_ref!r})   # one {kind} into a model")
     lines += ["```", "", "## Pieces"]
     for piece in pieces:
         document = read_json(config_path(folder / piece_folder(piece["kind"], piece["name"]), piece["kind"]))

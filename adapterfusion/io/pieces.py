@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -155,4 +156,5 @@ def read_piece_weights(directory: str | Path, kind: str) -> dict[str, torch.Tens
     try:
         return load_safetensors_bytes(path.read_bytes())
     except (SafetensorError, ValueError, RuntimeError) as error:
-        raise SerializationError(f"{path} is not a readable safetensors file ({error}); it is corrupt or truncated") from None
+        raise SerializationError(
+            f"{path} is not a readable safetensors file ({error}); it is corrupt or truncated") from None

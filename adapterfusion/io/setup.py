@@ -17,10 +17,10 @@ import hashlib
 import os
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -67,9 +67,10 @@ class ActiveSetup:
     def of(cls, model: AdaptedModel) -> ActiveSetup:
         masks = {}
         for fusion, (_, adapters) in model.fusion_setups.items():
-            keep = next((s.fusion_keep[fusion] for s in model.sites_with_fusion(fusion) if fusion in s.fusion_keep), None)
+            keep = next((s.fusion_keep[fusion] for s in model.sites_with_fusion(fusion) if fusion in s.fusion_keep),
+                        None)
             if keep is not None:
-                masks[fusion] = tuple(a for a, kept in zip(adapters, keep.tolist()) if kept)
+                masks[fusion] = tuple(a for a, kept in zip(adapters, keep.tolist(), strict=True) if kept)
         site = model.sites[0] if model.sites else None  # the fusion controls set every site alike
         return cls(model.active_adapter, model.active_fusion, model.active_head, tuple(model.skip_layers), masks,
                    site.fusion_step if site else 0, site.fusion_implementation if site else "fast")
@@ -134,7 +135,8 @@ def save_setup(model: AdaptedModel, directory: str | os.PathLike, adapters: Name
     saved = {name for names in chosen.values() for name in names}
     stray = sorted(set(provenance or {}) - saved)
     if stray:
-        raise ConfigError(f"provenance is given for {stray}, which are not saved pieces {sorted(saved)}; key it by piece name")
+        raise ConfigError(
+            f"provenance is given for {stray}, which are not saved pieces {sorted(saved)}; key it by piece name")
     index = {
         "format": SETUP_FORMAT, "format_version": SETUP_FORMAT_VERSION, "library_version": __version__,
         "base_model": {**model.fingerprint.to_dict(), "class": type(model.model).__name__,
@@ -157,7 +159,7 @@ def _chosen(model: AdaptedModel, adapters: Names, fusions: Names, heads: Names) 
     if adapters is None and fusions is None and heads is None:
         return loaded
     asked = {kind: [names] if isinstance(names, str) else list(names or ())
-             for kind, names in zip(PIECE_KINDS, (adapters, fusions, heads))}
+             for kind, names in zip(PIECE_KINDS, (adapters, fusions, heads), strict=True)}
     for kind, names in asked.items():
         missing = [name for name in names if name not in loaded[kind]]
         if missing:
@@ -172,7 +174,8 @@ def read_index(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
         raise SerializationError(
-            f"{path} is missing, so {folder} is not a setup saved by save_pretrained (it holds {present or 'nothing'}); "
+            f"{path} is missing, so {folder} is not a setup saved by save_pretrained "
+            f"(it holds {present or 'nothing'}); "
             "load a single piece with load_adapter, load_fusion or load_head"
         )
     index = read_json(path)
@@ -207,7 +210,8 @@ def load_setup(model_class: type[AdaptedModel], base: nn.Module | str | os.PathL
             warnings.warn(
                 f"{source}: the base encoder's weights differ from those the setup was saved with "
                 f"({index['base_model'].get('name_or_path') or 'unnamed'}); its adapters may not fit this encoder "
-                "(expected if you loaded the same encoder in another precision)", BaseModelMismatchWarning, stacklevel=3)
+                "(expected if you loaded the same encoder in another precision)",
+                BaseModelMismatchWarning, stacklevel=3)
         for piece in index["pieces"]:
             kind, name = piece["kind"], piece["name"]
             getattr(model, f"load_{kind}")(folder / piece_folder(kind, name), name=name)

@@ -41,7 +41,7 @@ def _check_columns(spec: TaskSpec, dataset, origin: str) -> None:
 
 def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
     """Texts must be strings; MC rows need exactly num_choices string choices and, if used, the blank."""
-    for name, column in zip(spec.text_fields, fields.text_columns(batch, spec)):
+    for name, column in zip(spec.text_fields, fields.text_columns(batch, spec), strict=True):
         for i, value in enumerate(column):
             if not isinstance(value, str):
                 raise TaskError(

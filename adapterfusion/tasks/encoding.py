@@ -72,7 +72,7 @@ def segments(batch: Mapping[str, list], spec: TaskSpec) -> tuple[list[str], list
         first, second = fields.text_columns(batch, spec)
         return first, second
     firsts, seconds = [], []
-    for context, choices in zip(fields.contexts(batch, spec), fields.choice_lists(batch, spec)):
+    for context, choices in zip(fields.contexts(batch, spec), fields.choice_lists(batch, spec), strict=True):
         for choice in choices:
             a, b = _fill_blank(context, choice, spec.blank) if spec.blank else (context, choice)
             firsts.append(a)

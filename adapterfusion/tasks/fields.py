@@ -39,11 +39,11 @@ def text_columns(batch: Batch, spec: TaskSpec) -> list[list[Any]]:
 
 def contexts(batch: Batch, spec: TaskSpec) -> list[str]:
     """Multiple-choice contexts: the context fields of each row joined with a space."""
-    return [" ".join(parts) for parts in zip(*text_columns(batch, spec))]
+    return [" ".join(parts) for parts in zip(*text_columns(batch, spec), strict=True)]
 
 
 def choice_lists(batch: Batch, spec: TaskSpec) -> list[Any]:
     """Each row's choices as a list (or whatever a malformed row holds, for the checker to report)."""
     if len(spec.choice_fields) == 1:
         return field_values(batch, spec.choice_fields[0])
-    return [list(row) for row in zip(*(field_values(batch, f) for f in spec.choice_fields))]
+    return [list(row) for row in zip(*(field_values(batch, f) for f in spec.choice_fields), strict=True)]

@@ -59,7 +59,7 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     ranks = np.empty(len(values), dtype=np.float64)
     starts = np.flatnonzero(np.r_[True, sorted_vals[1:] != sorted_vals[:-1]])
     ends = np.r_[starts[1:], len(values)]
-    for start, end in zip(starts, ends):
+    for start, end in zip(starts, ends, strict=True):
         ranks[order[start:end]] = (start + end + 1) / 2.0
     return ranks
 

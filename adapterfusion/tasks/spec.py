@@ -109,7 +109,8 @@ class TaskSpec:
                 value = (value,)
             allowed = (str, int) if name == "label_values" else (str,)
             if not isinstance(value, (list, tuple)) or not all(isinstance(item, allowed) for item in value):
-                raise self._fail(f"{name}={value!r} must be a list of {'strings or integers' if len(allowed) > 1 else 'strings'}.")
+                kinds = "strings or integers" if len(allowed) > 1 else "strings"
+                raise self._fail(f"{name}={value!r} must be a list of {kinds}.")
             object.__setattr__(self, name, tuple(value))
         files = self.data_files
         if isinstance(files, Mapping):

@@ -29,6 +29,6 @@ from adapterfusion.training.trainer import AdaptedTrainer, FusionStepCallback, f
 __all__ = [
     "SETUPS", "AdaptedTrainer", "AdapterStore", "AnnealedSchedule", "FusionStepCallback", "MultiTaskResult",
     "RunResult", "TaskSampler", "annealed_alpha", "sampling_probabilities", "train_multitask", "Setup", "SetupContext",
-    "RunQualityWarning", "SetupPlan", "TrainingConfig", "TrainingError", "encoder_key", "fusion_value_parameters", "get_setup",
-    "head_config_for", "list_setups", "parameter_groups", "register_setup", "run_dir_for", "train",
+    "RunQualityWarning", "SetupPlan", "TrainingConfig", "TrainingError", "encoder_key", "fusion_value_parameters",
+    "get_setup", "head_config_for", "list_setups", "parameter_groups", "register_setup", "run_dir_for", "train",
 ]

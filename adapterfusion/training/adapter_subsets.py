@@ -43,7 +43,7 @@ class AdapterSubsetCallback(TrainerCallback):
     """Masks the fusion to a fresh random subset before each optimizer step and unmasks it after, so evaluation
     (which runs between steps) always sees every adapter."""
 
-    def __init__(self, model: "AdaptedModel", fusion: str, size: int, always: Sequence[str], seed: int) -> None:
+    def __init__(self, model: AdaptedModel, fusion: str, size: int, always: Sequence[str], seed: int) -> None:
         self.model, self.fusion, self.size, self.always, self.seed = model, fusion, size, tuple(always), seed
         self.adapters = tuple(model.fusion_setups[fusion][1])
 

@@ -28,11 +28,11 @@ from adapterfusion.tasks.loading import load_task_data
 from adapterfusion.tasks.metrics import collapse_warning
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.training.adapter_subsets import AdapterSubsetCallback
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, encoder_key
-from adapterfusion.training.adapter_subsets import AdapterSubsetCallback
 from adapterfusion.training.trainer import check_precision, fit, is_main_process, resumable_checkpoint
 
 RUN_FORMAT_VERSION = 1
@@ -161,7 +161,8 @@ def train(
     run_config = {
         "format_version": RUN_FORMAT_VERSION, "task": spec.name, "task_spec": spec.to_dict(), "setup": setup,
         "setup_options": _jsonable(options), "seed": seed, "encoder": encoder, "encoder_key": encoder_key(encoder),
-        "store": str(store.root.resolve()) if store is not None else None,  # where a fusion's adapters are reloaded from
+        # where a fusion's adapters are reloaded from
+        "store": str(store.root.resolve()) if store is not None else None,
         "training": config.to_dict(), "data": info.to_dict(), "truncation": truncation.to_dict(),
         "library_version": af.__version__, "transformers_version": transformers.__version__,
         "git_sha": _git_sha(), "hardware": hardware_info(), "plan_notes": plan.notes,

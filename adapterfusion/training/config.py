@@ -17,9 +17,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from adapterfusion._validation import versioned_fields
 from adapterfusion.errors import ConfigError
@@ -46,7 +47,8 @@ def _positive_int(value: Any, field: str, allow_none: bool = False, minimum: int
                   why: str = "") -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
+    if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            or (maximum is not None and value > maximum)):
         bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
         raise ConfigError(f"{field}={value!r} must be an integer {bound}" + (" or None" if allow_none else "") + why)
 
@@ -127,26 +129,26 @@ class TrainingConfig:
         _positive_int(self.dataloader_workers, "dataloader_workers", minimum=0)
 
     @classmethod
-    def for_setup(cls, setup: str, **overrides: Any) -> "TrainingConfig":
+    def for_setup(cls, setup: str, **overrides: Any) -> TrainingConfig:
         """The paper's defaults for a named setup (see the module docstring), with `overrides` applied; a setup
         without a row (one a user registered) gets the class defaults, which are ST-A's."""
         return cls(**{**_SETUP_DEFAULTS.get(setup, {}), **overrides})
 
-    def replace(self, **changes: Any) -> "TrainingConfig":
+    def replace(self, **changes: Any) -> TrainingConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format_version": TRAINING_CONFIG_FORMAT_VERSION, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainingConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainingConfig:
         return cls(**versioned_fields(data, cls, TRAINING_CONFIG_FORMAT_VERSION, "training config"))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> "TrainingConfig":
+    def from_json(cls, text_or_path: str | Path) -> TrainingConfig:
         """Parse JSON text, or read it from a file path."""
         text = str(text_or_path)
         if not text.lstrip().startswith("{"):

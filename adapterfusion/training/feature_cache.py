@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 @torch.no_grad()
-def pooled_features(model: "AdaptedModel", head: str, batches: Iterable[Mapping[str, torch.Tensor]]
+def pooled_features(model: AdaptedModel, head: str, batches: Iterable[Mapping[str, torch.Tensor]]
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each example's pooled encoder output as head `head` pools it ([n, hidden], or [n, choices, hidden] for
     multiple choice) and its label, from the model run in eval mode with its current activation."""
@@ -97,7 +97,7 @@ class HeadOnFeatures(nn.Module):
         return output
 
 
-def cached_head_training_set(model: "AdaptedModel", head: str, encoded_splits: Mapping[str, Any], tokenizer,
+def cached_head_training_set(model: AdaptedModel, head: str, encoded_splits: Mapping[str, Any], tokenizer,
                              batch_size: int) -> dict[str, FeatureDataset]:
     """FeatureDatasets of the given encoded splits (e.g. train and validation), pooled as `head` pools."""
     collator = TaskCollator(tokenizer)

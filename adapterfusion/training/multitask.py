@@ -61,8 +61,8 @@ from adapterfusion.training.api import (
     RUN_FORMAT_VERSION,
     RunFolder,
     _git_sha,
-    hardware_info,
     _jsonable,
+    hardware_info,
     plain_encoder_state,
     run_dir_for,
 )
@@ -132,7 +132,7 @@ def _evaluate(model, names: list[str], specs: list[TaskSpec], dev_sets: list, co
     model.eval()
     results = {}
     with torch.no_grad():
-        for name, spec, dataset in zip(names, specs, dev_sets):
+        for name, spec, dataset in zip(names, specs, dev_sets, strict=True):
             model.activate(adapter=name, head=name)
             logits, labels, loss_sum = [], [], 0.0
             loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collator)
@@ -229,7 +229,8 @@ def train_multitask(
         data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
         missing = [split for split in ("train", "validation") if split not in data]
         if missing:
-            raise TrainingError(f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation")
+            raise TrainingError(
+                f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation")
         encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
         train_sets.append(encoded["train"])
         dev_sets.append(encoded["validation"])
@@ -238,7 +239,7 @@ def train_multitask(
     sizes = [len(dataset) for dataset in train_sets]
 
     model = af.wrap(AutoModel.from_pretrained(encoder))
-    for name, spec in zip(names, specs):
+    for name, spec in zip(names, specs, strict=True):
         model.add_head(name, head_config_for(spec, pooling))
         model.add_adapter(name, adapter_config)
     # One optimizer over the encoder and every task's adapter and head; a step's backward reaches only the
@@ -265,13 +266,13 @@ def train_multitask(
 
     run_config = {
         "format_version": RUN_FORMAT_VERSION, "setup": MT_A, "tasks": [s.name for s in specs],
-        "task_specs": [s.to_dict() for s in specs], "sizes": dict(zip([s.name for s in specs], sizes)),
+        "task_specs": [s.to_dict() for s in specs], "sizes": dict(zip([s.name for s in specs], sizes, strict=True)),
         "seed": seed, "encoder": encoder, "encoder_key": encoder_key(encoder), "adapter": adapter_config.to_dict(),
         "pooling": pooling,
         "sampling": {**schedule.to_dict(), "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
                      "planned_epochs": planned_epochs,
                      "epoch": "ceil(sum of task train sizes / (batch_size * grad_accumulation)) optimizer steps"},
-        "metric_for_best": dict(zip([s.name for s in specs], metrics_for_best)),
+        "metric_for_best": dict(zip([s.name for s in specs], metrics_for_best, strict=True)),
         "selection": "best mean over tasks of each task's metric_for_best on its dev set",
         "training": config.to_dict(), "data": infos, "truncation": truncations,
         "library_version": af.__version__, "transformers_version": transformers.__version__, "git_sha": _git_sha(),
@@ -322,7 +323,7 @@ def train_multitask(
         write_progress(run_dir, RunProgress(math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps,
                                             "evaluating", time.time()))
         scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, device, autocast)
-        mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best)]))
+        mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best, strict=True)]))
         epochs.append({"epoch": step / steps_per_epoch, "step": step, "alpha": sampler.alpha(step - 1),
                        "mean": mean, "tasks": scores})
         if mean > best_mean:
@@ -341,23 +342,25 @@ def train_multitask(
     model.activate(adapter=names[0], head=names[0])
 
     pieces = {spec.name: _save_task_pieces(model, name, spec, encoder, seed, run_dir, encoder_dir)
-              for name, spec in zip(names, specs)}
-    _save_encoder(model, tokenizer, encoder_dir, {name: pieces[spec.name]["adapter"] for name, spec in zip(names, specs)})
+              for name, spec in zip(names, specs, strict=True)}
+    _save_encoder(model, tokenizer, encoder_dir,
+                  {name: pieces[spec.name]["adapter"] for name, spec in zip(names, specs, strict=True)})
     atomic_write_json(encoder_dir / MARKER_FILE, {
         "format_version": RUN_FORMAT_VERSION, "base_encoder": encoder, "base_encoder_key": encoder_key(encoder),
         "seed": seed, "tasks": [s.name for s in specs], "run_dir": str(run_dir.resolve()),
     })
-    store_paths = {spec.name: store.put(pieces[spec.name]["dir"].resolve(), overwrite=True) for spec in specs} if store else {}
+    store_paths = ({spec.name: store.put(pieces[spec.name]["dir"].resolve(), overwrite=True) for spec in specs}
+                   if store else {})
 
     task_names = [s.name for s in specs]
     best = {name: {k: v for k, v in epochs[best_epoch]["tasks"][name].items() if k != "loss"} for name in task_names}
     report = model.parameter_report()
     metrics = {
         "format_version": RUN_FORMAT_VERSION, "setup": MT_A, "tasks": task_names, "seed": seed,
-        "metric_for_best": dict(zip(task_names, metrics_for_best)), "best": best, "best_mean": best_mean,
+        "metric_for_best": dict(zip(task_names, metrics_for_best, strict=True)), "best": best, "best_mean": best_mean,
         "best_epoch": epochs[best_epoch]["epoch"], "epochs": epochs, "train_losses": losses,
-        "task_counts": dict(zip(task_names, sampler.counts)),
-        "expected_task_counts": dict(zip(task_names, expected.tolist())),
+        "task_counts": dict(zip(task_names, sampler.counts, strict=True)),
+        "expected_task_counts": dict(zip(task_names, expected.tolist(), strict=True)),
         "train_seconds": train_seconds, "global_step": step, "total_steps": total_steps,
         "steps_per_epoch": steps_per_epoch, "stopped_early": stopped_early,
         "parameters": {"trainable": sum(p.numel() for p in trainable.values()), "total": report.total,
@@ -391,7 +394,8 @@ def _fusion_mt_a(model, context: SetupContext) -> SetupPlan:
     """fusion-st-a over the MT-A adapters, on the MT-A encoder (context.encoder); the store entries are keyed by
     the base encoder and must come from the run that wrote this encoder."""
     if context.store is None:
-        raise TrainingError("fusion-mt-a needs store=AdapterStore(...) holding the MT-A adapters (train_multitask(..., store=store))")
+        raise TrainingError("fusion-mt-a needs store=AdapterStore(...) holding the MT-A adapters "
+                            "(train_multitask(..., store=store))")
     marker = read_mt_a_marker(context.encoder)
     sources = context.options["sources"]
     if isinstance(sources, str) or not isinstance(sources, Sequence):

@@ -30,7 +30,7 @@ class RebuiltRun(RunFolder):
     run_dir: Path
     config: dict[str, Any]  # the run's config.json
     task: TaskSpec
-    model: "AdaptedModel"
+    model: AdaptedModel
     tokenizer: Any
     head: str
     adapter: str | None = None  # the trained adapter of st-a / st-a-houlsby
@@ -83,7 +83,8 @@ def check_fused_adapters(run_dir: Path, config: dict[str, Any], loaded: dict[str
             f"cannot rebuild {run_dir}: the store's adapter(s) {', '.join(changed)} changed since this fusion was "
             "trained, so its fusion weights belong to adapters the store no longer holds; train the fusion again on "
             "the current adapters (`adapterfusion run` re-runs it when its adapters' settings changed, or "
-            "`adapterfusion fuse`), or pass --store (store=...) pointing to a store with the adapters it was trained on")
+            "`adapterfusion fuse`), or pass --store (store=...) pointing to a store with the adapters it was "
+            "trained on")
 
 
 def rebuild_run(run_dir: str | os.PathLike, store: AdapterStore | str | os.PathLike | None = None,

@@ -12,7 +12,7 @@ parameters through the architecture table. Register another with `register_setup
 | st-a-houlsby | Houlsby adapters (+ their LayerNorm copies) + head (option reduction_factor) | "ST-A Houlsby" |
 | top-k | the top k encoder layers + head (option k, default 1) | Houlsby "variable fine-tuning" |
 | layernorm-only | every LayerNorm of the encoder + head | Houlsby §3.6 |
-| fusion-st-a | dynamic fusion of stored ST-A adapters + head (options sources, adapter_setup, adapter_seed, zoo, adapter_subset) | "Fusion w/ ST-A" |
+| fusion-st-a | fused stored ST-A adapters + head (options: see _fusion_st_a) | "Fusion w/ ST-A" |
 | mt-a | encoder + one adapter and head per task, all tasks in one run: `train_multitask`, not `train` | "MT-A" |
 | fusion-mt-a | fusion-st-a over stored MT-A adapters, on the MT-A encoder (training/multitask.py) | "Fusion w/ MT-A" |
 """
@@ -26,8 +26,8 @@ from torch import nn
 
 from adapterfusion._validation import check_name
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.errors import ConfigError
+from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleChoiceHead
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.injection.architectures import architecture_for, get_submodule
@@ -48,7 +48,7 @@ class SetupContext:
     options: Mapping[str, Any]
     seed: int
     encoder: str
-    store: "AdapterStore | None" = None
+    store: AdapterStore | None = None
 
 
 @dataclass
@@ -71,7 +71,7 @@ class SetupPlan:
 @dataclass(frozen=True)
 class Setup:
     name: str
-    prepare: Callable[["AdaptedModel", SetupContext], SetupPlan]
+    prepare: Callable[[AdaptedModel, SetupContext], SetupPlan]
     options: Mapping[str, Any]  # option name -> default
     description: str
     stores_adapter: bool = False  # a run's adapter + head may go into an AdapterStore (stage 1)
@@ -119,7 +119,7 @@ def piece_name(task: TaskSpec) -> str:
     return task.name.replace(".", "_")
 
 
-def _add_head(model: "AdaptedModel", context: SetupContext) -> str:
+def _add_head(model: AdaptedModel, context: SetupContext) -> str:
     """A fresh head for the task, pooling as the `pooling` option says (None: the encoder's own, see
     heads/pooling.py)."""
     name = piece_name(context.task)
@@ -131,7 +131,7 @@ def _add_head(model: "AdaptedModel", context: SetupContext) -> str:
     return name
 
 
-def _encoder_layers(model: "AdaptedModel") -> nn.ModuleList:
+def _encoder_layers(model: AdaptedModel) -> nn.ModuleList:
     return get_submodule(model.model.base_model, architecture_for(model.model).layers)
 
 
@@ -142,21 +142,21 @@ def _check_reduction_factor(value: Any) -> float:
 
 
 # ---- the setups ------------------------------------------------------------------------------------------
-def _head(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _head(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
     model.train_head(head)
     return SetupPlan(head=head, trainable=list(model.heads[head].parameters()), head_only=True)
 
 
-def _full(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _full(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
     model.train_head(head, train_encoder=True)
     return SetupPlan(head=head, trainable=model.encoder_parameters() + list(model.heads[head].parameters()),
                      save_encoder=True)
 
 
-def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[["AdaptedModel", SetupContext], SetupPlan]:
-    def prepare(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[[AdaptedModel, SetupContext], SetupPlan]:
+    def prepare(model: AdaptedModel, context: SetupContext) -> SetupPlan:
         head = _add_head(model, context)
         config = preset(reduction_factor=_check_reduction_factor(context.options["reduction_factor"]))
         model.add_adapter(head, config)
@@ -166,7 +166,7 @@ def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[["AdaptedMo
     return prepare
 
 
-def _top_k(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _top_k(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     k = context.options["k"]
     layers = _encoder_layers(model)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(layers):
@@ -179,7 +179,7 @@ def _top_k(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     return SetupPlan(head=head, trainable=top + list(model.heads[head].parameters()), save_encoder=True)
 
 
-def _layernorm_only(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _layernorm_only(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
     model.train_head(head)
     norms = [p for module in model.model.modules() if isinstance(module, nn.LayerNorm) for p in module.parameters()]
@@ -190,7 +190,7 @@ def _layernorm_only(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
     return SetupPlan(head=head, trainable=norms + list(model.heads[head].parameters()), save_encoder=True)
 
 
-def _fusion_st_a(model: "AdaptedModel", context: SetupContext) -> SetupPlan:
+def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     """Stage 2: load the stored stage-1 adapters of `sources` (the target's own is always included), freeze
     them and the encoder, and train a dynamic fusion plus a fresh head for the target task. With option `zoo`
     ('shipped' or an AdapterStore folder) every source but the target comes from that zoo; the target's own
@@ -243,7 +243,8 @@ for _setup in (
     Setup("st-a-houlsby", _adapter_setup(AdapterConfig.houlsby), {"reduction_factor": 16, "pooling": None},
           "single-task Houlsby adapters", stores_adapter=True),
     Setup("top-k", _top_k, {"k": 1, "pooling": None}, "fine-tune the top k encoder layers and the head"),
-    Setup("layernorm-only", _layernorm_only, {"pooling": None}, "train the encoder's LayerNorm parameters and the head"),
+    Setup("layernorm-only", _layernorm_only, {"pooling": None},
+          "train the encoder's LayerNorm parameters and the head"),
     Setup("fusion-st-a", _fusion_st_a,
           {"sources": (), "adapter_setup": "st-a", "adapter_seed": None, "fusion_config": None, "pooling": None,
            "zoo": None, "adapter_subset": None},

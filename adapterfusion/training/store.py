@@ -78,12 +78,13 @@ class AdapterStore:
         pieces = {kind: run_dir / kind for kind in ("adapter", "head")}
         missing = [str(p) for p in pieces.values() if not p.is_dir()]
         if missing:
-            raise TrainingError(f"run {run_dir} saved no {missing}; only adapter setups (st-a, st-a-houlsby) go into a store")
+            raise TrainingError(
+                f"run {run_dir} saved no {missing}; only adapter setups (st-a, st-a-houlsby) go into a store")
         return self._commit(run["encoder"], run["task"], run["setup"], run["seed"], overwrite,
                             lambda tmp: [shutil.copytree(src, tmp / kind) for kind, src in pieces.items()],
                             source=str(run_dir))
 
-    def put_model(self, model: "AdaptedModel", adapter: str, head: str | None, encoder: str, task: str, setup: str,
+    def put_model(self, model: AdaptedModel, adapter: str, head: str | None, encoder: str, task: str, setup: str,
                   seed: int, overwrite: bool = False) -> Path:
         """Save adapter `adapter` (and head `head`) of a live model into the store."""
         def write(tmp: Path) -> None:
@@ -105,7 +106,7 @@ class AdapterStore:
 
         return replace_folder(final, write_entry)
 
-    def load_into(self, model: "AdaptedModel", task: str, setup: str, seed: int, encoder: str | None = None,
+    def load_into(self, model: AdaptedModel, task: str, setup: str, seed: int, encoder: str | None = None,
                   name: str | None = None, head: bool = False, overwrite: bool = False,
                   labels: Sequence[str] | None = None) -> str:
         """Load the stored adapter (as `name`, default the task) and, with head=True, its head under the same name.
@@ -115,7 +116,8 @@ class AdapterStore:
         entry = self.path(encoder, task, setup, seed)
         if not (entry / ENTRY_FILE).is_file():
             raise TrainingError(
-                f"no stored adapter for task={task!r}, setup={setup!r}, seed={seed} and encoder {encoder_key(encoder)!r} "
+                f"no stored adapter for task={task!r}, setup={setup!r}, seed={seed} "
+                f"and encoder {encoder_key(encoder)!r} "
                 f"(looked in {entry}); train it first: train({task!r}, {setup!r}, seed={seed}, store=...)"
             )
         loaded = model.load_adapter(entry / "adapter", name=name or task, overwrite=overwrite)

@@ -44,12 +44,12 @@ if TYPE_CHECKING:
 TRAINABLE_FILE = "trainable.safetensors"
 
 
-def fusion_value_parameters(model: "AdaptedModel") -> list[nn.Parameter]:
+def fusion_value_parameters(model: AdaptedModel) -> list[nn.Parameter]:
     """Every fusion layer's V matrix, found through the model's sites."""
     return [fusion.value.weight for site in model.sites for fusion in site.fusions.values() if fusion.value is not None]
 
 
-def parameter_groups(model: "AdaptedModel", weight_decay: float) -> list[dict[str, Any]]:
+def parameter_groups(model: AdaptedModel, weight_decay: float) -> list[dict[str, Any]]:
     """AdamW groups over the trainable parameters: no decay for biases and other 1-D tensors, LayerNorm
     weights, and fusion V matrices; `weight_decay` for the rest. Empty groups are left out."""
     no_decay = {id(p) for p in fusion_value_parameters(model)}
@@ -66,7 +66,7 @@ def parameter_groups(model: "AdaptedModel", weight_decay: float) -> list[dict[st
 class FusionStepCallback(TrainerCallback):
     """Feeds the global step to the fusion temperature schedule (a pure function of the step)."""
 
-    def __init__(self, model: "AdaptedModel") -> None:
+    def __init__(self, model: AdaptedModel) -> None:
         self.model = model
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -202,7 +202,8 @@ class AdaptedTrainer(Trainer):
     def _restore(self, checkpoint: str | os.PathLike) -> None:
         path = Path(checkpoint) / TRAINABLE_FILE
         if not path.is_file():
-            raise TrainingError(f"checkpoint {checkpoint} has no {TRAINABLE_FILE}; it was not written by AdaptedTrainer")
+            raise TrainingError(
+                f"checkpoint {checkpoint} has no {TRAINABLE_FILE}; it was not written by AdaptedTrainer")
         saved = load_file(str(path))
         parameters = dict(self.model.named_parameters())
         unknown = sorted(set(saved) - set(parameters))
@@ -381,11 +382,12 @@ def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) ->
 def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
     metric = config.metric_for_best or task.metrics[0]
     if metric not in task.metrics:
-        raise TrainingError(f"metric_for_best={metric!r} is not a metric of task {task.name!r}; it has {list(task.metrics)}")
+        raise TrainingError(
+            f"metric_for_best={metric!r} is not a metric of task {task.name!r}; it has {list(task.metrics)}")
     return metric
 
 
-def fit(model: "AdaptedModel", task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
+def fit(model: AdaptedModel, task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
         checkpoint_dir: Path, progress_dir: Path | None = None, collator=None,
         resume_from: Path | None = None,
         extra_callbacks: Sequence[TrainerCallback] = ()) -> tuple[AdaptedTrainer, TrainingOutcome]:

@@ -78,10 +78,11 @@ def zoo_seed(store: AdapterStore, encoder: str, task: str, setup: str = ZOO_SETU
         where = (f"it has {held} for this encoder" if held else
                  f"it has no adapters for encoder {encoder_key(encoder)!r} (only for {encoders})")
         raise ZooError(f"the zoo {store.root} has no {setup} adapter for task {task!r}: {where}")
-    raise ZooError(f"the zoo {store.root} holds {setup} adapters of {task!r} for seeds {seeds}; a zoo source must be one")
+    raise ZooError(
+        f"the zoo {store.root} holds {setup} adapters of {task!r} for seeds {seeds}; a zoo source must be one")
 
 
-def load_zoo_adapter(model: "AdaptedModel", task: str, name: str | None = None, head: bool = False,
+def load_zoo_adapter(model: AdaptedModel, task: str, name: str | None = None, head: bool = False,
                      zoo: str | os.PathLike = SHIPPED, encoder: str | None = None) -> str:
     """Load the zoo's adapter for `task` into `model` (as `name`, default the task), with its head if `head`."""
     store = resolve_zoo(zoo)

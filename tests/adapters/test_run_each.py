@@ -7,7 +7,7 @@ from torch import nn
 
 import adapterfusion as af
 from adapterfusion.adapters.bottleneck import layer_norm_each, run_each, run_each_reference
-from conftest import randomise
+from tiny_models import randomise
 from tolerances import assert_close
 
 D = 16
@@ -16,7 +16,8 @@ CASES = {
     "same shape": [af.AdapterConfig.pfeiffer(reduction_factor=4)] * 3,
     "scaling, new LayerNorms": [af.AdapterConfig.pfeiffer(reduction_factor=4, ln_before=True, scaling=0.5),
                                 af.AdapterConfig.pfeiffer(reduction_factor=4, ln_after=True),
-                                af.AdapterConfig.pfeiffer(reduction_factor=4, ln_after=True, skip_before_ln_after=False)],
+                                af.AdapterConfig.pfeiffer(reduction_factor=4, ln_after=True,
+                                                          skip_before_ln_after=False)],
     "sizes and activations differ": [af.AdapterConfig.pfeiffer(reduction_factor=4),
                                      af.AdapterConfig.pfeiffer(reduction_factor=2, non_linearity="gelu")],
 }

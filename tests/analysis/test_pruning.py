@@ -14,7 +14,7 @@ import adapterfusion as af
 from adapterfusion.analysis.pruning import compare_pruned, select_adapters, time_fusions
 from adapterfusion.evaluation import predict
 from adapterfusion.tasks import get_task
-from conftest import HIDDEN, randomise, tiny_encoder, tiny_inputs
+from tiny_models import HIDDEN, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 ADAPTERS = ("a", "b", "c")
@@ -33,7 +33,7 @@ def _fused_model(names: tuple[str, ...] = ADAPTERS) -> af.AdaptedModel:
 
 def _batches() -> list[dict[str, torch.Tensor]]:
     batches = [tiny_inputs(batch=3, seq=8, seed=1), tiny_inputs(batch=2, seq=5, seed=2)]
-    for batch, labels in zip(batches, ([0, 1, 1], [1, 0])):
+    for batch, labels in zip(batches, ([0, 1, 1], [1, 0]), strict=True):
         batch["labels"] = torch.tensor(labels)
     return batches
 
@@ -103,11 +103,12 @@ def _known_attention(model: af.AdaptedModel, logits: list[float], names: tuple[s
         fusion.query.bias.copy_(e)
         fusion.key.weight.copy_(torch.eye(HIDDEN))
         fusion.key.bias.zero_()
-        for name, t in zip(names, logits):
+        for name, t in zip(names, logits, strict=True):
             site.adapters[name].up.weight.zero_()
             site.adapters[name].up.bias.copy_(t * e / e.dot(e))
 
 
+@pytest.mark.slow
 def test_pruning_keeps_the_adapter_the_fusion_attends_to_most():
     model = _fused_model()
     logits = [0.0, 3.0, 1.5]  # b gets most attention, then c, then a

@@ -18,7 +18,7 @@ from adapterfusion.cli import main
 from adapterfusion.experiments import run_experiment
 from adapterfusion.experiments.executors import JOB_LOG, JobPayload, capture_logs, execute_job
 from adapterfusion.io.atomic import is_temp_name
-from experiment_fixtures import FAST, DoneExecutor, data_dir, tiny_encoder_dir, tiny_experiment  # noqa: F401 (fixtures)
+from tiny_experiments import FAST, DoneExecutor, tiny_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,6 +70,7 @@ def _running(db: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the workers in /proc")
 def test_process_pool_workers_die_with_a_killed_runner_and_the_next_runner_starts_clean(tmp_path, tiny_encoder_dir,
                                                                                         data_dir, capsys):

@@ -93,7 +93,8 @@ def test_the_pack_holds_every_file_with_its_row_count() -> None:
 def test_package_data_ships_the_pack() -> None:
     """pyproject's package-data globs match every file of the pack (what setuptools puts in the wheel)."""
     tomllib = pytest.importorskip("tomllib")
-    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["adapterfusion"]
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["adapterfusion"]
     package = ROOT / "adapterfusion"
     shipped = {p for pattern in patterns for p in package.glob(pattern) if p.is_file()}
     pack = {p for p in demo_data_dir().rglob("*") if p.is_file()}

@@ -62,7 +62,8 @@ def test_a_setup_entry_with_tasks_runs_only_on_them_and_task_training_applies_la
 
 
 def test_restrictions_and_task_training_are_validated_with_their_key_path():
-    with pytest.raises(ExperimentSpecError, match=r"setups\[0\]\.tasks\[1\].*'mnli' is not one of the experiment's tasks"):
+    with pytest.raises(ExperimentSpecError,
+                       match=r"setups\[0\]\.tasks\[1\].*'mnli' is not one of the experiment's tasks"):
         _restricted(setups=[{"name": "head", "tasks": ["rte", "mnli"]}])
     with pytest.raises(ExperimentSpecError, match=r"setups\[0\]\.tasks\[1\]: duplicate"):
         _restricted(setups=[{"name": "head", "tasks": ["rte", "rte"]}])
@@ -115,12 +116,14 @@ def test_mt_a_is_one_job_per_seed_and_fusion_mt_a_runs_on_its_encoder():
     assert mt.config_hash(spec) != by_id["mt-a/all/seed-1"].config_hash(spec)
     changed = {j.id: j for j in plan_jobs(_multitask(setups=[{"name": "mt-a", "reduction_factor": 2}, "fusion-mt-a"],
                                                       fusion={"rte": ["cb", "sick"]}))}
-    assert changed["mt-a/all/seed-1"].options == {"reduction_factor": 2, "pooling": "mean", "tasks": ["rte", "cb", "sick"]}
+    assert changed["mt-a/all/seed-1"].options == {"reduction_factor": 2, "pooling": "mean",
+                                                  "tasks": ["rte", "cb", "sick"]}
     assert changed["mt-a/all/seed-1"].config_hash(spec) != by_id["mt-a/all/seed-1"].config_hash(spec)
 
 
 def test_fusion_mt_a_fuses_only_mt_a_tasks():
-    with pytest.raises(ExperimentSpecError, match=r"fusion\.rte: .*fuses \['sick'\].*no mt-a adapter.*mt-a entry's tasks"):
+    with pytest.raises(ExperimentSpecError,
+                       match=r"fusion\.rte: .*fuses \['sick'\].*no mt-a adapter.*mt-a entry's tasks"):
         plan_jobs(_multitask(fusion={"rte": ["sick"]}))
     with pytest.raises(ExperimentSpecError, match=r"fusion\.sick: .*fuses \['sick'\].*no mt-a adapter.*leave it out "
                                                   r"of the fusion-mt-a entry's tasks"):
@@ -141,11 +144,12 @@ def test_single_task_jobs_keep_their_config_hash():
 def test_a_jobs_hash_covers_its_dependencies_settings_transitively():
     base = {"name": "x", "tasks": ["rte", "sst2"], "seeds": [1], "output_dir": "/tmp/x"}
     spec = ExperimentSpec.from_dict({**base, "setups": ["head", "st-a", "fusion-st-a"]})
-    changed = ExperimentSpec.from_dict({**base, "setups": ["head", {"name": "st-a", "learning_rate": 5e-3}, "fusion-st-a"]})
+    changed = ExperimentSpec.from_dict(
+        {**base, "setups": ["head", {"name": "st-a", "learning_rate": 5e-3}, "fusion-st-a"]})
     before, after = config_hashes(spec, plan_jobs(spec)), config_hashes(changed, plan_jobs(changed))
     fusions = [i for i in before if i.startswith("fusion-st-a/")]
-    assert sorted(i for i in before if before[i] != after[i]) == sorted(["st-a-rf16/rte/seed-1", "st-a-rf16/sst2/seed-1",
-                                                                         *fusions])
+    assert sorted(i for i in before if before[i] != after[i]) == sorted(
+        ["st-a-rf16/rte/seed-1", "st-a-rf16/sst2/seed-1", *fusions])
     assert {j.id: j.options for j in plan_jobs(spec) if j.id in fusions} == \
         {j.id: j.options for j in plan_jobs(changed) if j.id in fusions}  # the fusions' own settings are the same
 

@@ -27,7 +27,7 @@ from adapterfusion import ConfigError  # noqa: E402
 from adapterfusion.cli import main  # noqa: E402
 from adapterfusion.experiments import ExperimentError, ResultsStore, run_experiment  # noqa: E402
 from adapterfusion.experiments.ray_executor import RayExecutor, import_ray  # noqa: E402
-from experiment_fixtures import data_dir, tiny_encoder_dir, tiny_experiment  # noqa: E402,F401 (pytest fixtures)
+from tiny_experiments import tiny_experiment  # noqa: E402
 
 TIMING_KEYS = {"runtime", "samples_per_second", "steps_per_second", "wall_seconds", "train_seconds", "store_path"}
 
@@ -124,6 +124,7 @@ def _run_cli(argv: list[str], capsys) -> str:
     return printed.out
 
 
+@pytest.mark.slow
 def test_a_ray_run_records_what_an_inprocess_run_does(tmp_path, tiny_encoder_dir, data_dir, ray_cluster, capsys):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each 1-CPU Ray task does, so that results can match bit for bit

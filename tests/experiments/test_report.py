@@ -47,7 +47,8 @@ def _fake_experiment(out: Path, missing: tuple[str, ...] = (), reduction_factors
             run_dir = job.run_dir(out)
             run_dir.mkdir(parents=True)
             atomic_write_json(run_dir / "config.json",
-                              {"task": job.task, "data": {"carve_out": dict(CARVED, seed=job.seed) if job.task == "cb" else None}})
+                              {"task": job.task,
+                               "data": {"carve_out": dict(CARVED, seed=job.seed) if job.task == "cb" else None}})
             if job.variant == "fusion-st-a":
                 rng = np.random.default_rng(job.seed + 10 * TASKS.index(job.task))
                 values = rng.dirichlet(np.ones(3), size=2)
@@ -151,7 +152,8 @@ def test_missing_cells_and_partial_means(tmp_path):
     assert table.rows[-1] == "mean (rte, mrpc)"
     seeds_done = {("head", "rte"): 1}  # head/rte has only seed 1
     for variant in ("head", "full", "st-a-rf16", "fusion-st-a"):
-        per_task = [statistics.mean(SCORES[(variant, t)][:seeds_done.get((variant, t), 3)]) * 100 for t in ("rte", "mrpc")]
+        per_task = [statistics.mean(SCORES[(variant, t)][:seeds_done.get((variant, t), 3)]) * 100
+                    for t in ("rte", "mrpc")]
         assert table.cell("mean (rte, mrpc)", variant).value == pytest.approx(statistics.mean(per_task))
     assert "mean (rte, mrpc)" not in build_report(_fake_experiment(tmp_path / "full")).table("table1").rows
 

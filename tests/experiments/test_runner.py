@@ -21,16 +21,17 @@ from adapterfusion.experiments import (
     load_spec,
     plan_jobs,
     run_experiment,
+    runner,
 )
-from adapterfusion.experiments import runner
 from adapterfusion.experiments.processes import ProcessRecord
 from adapterfusion.experiments.report import build_report
 from adapterfusion.experiments.runner import describe_running
 from adapterfusion.training import AdapterStore
 from adapterfusion.training.progress import RunProgress, read_progress, write_progress
-from experiment_fixtures import data_dir, tiny_encoder_dir, tiny_experiment  # noqa: F401 (pytest fixtures)
+from tiny_experiments import tiny_experiment
 
 
+@pytest.mark.slow
 def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir, capsys):
     out = tmp_path / "out"
     summary = run_experiment(tiny_experiment(tiny_encoder_dir, out), executor="process", workers=2, progress=False)
@@ -48,7 +49,8 @@ def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_d
     again = run_experiment(tiny_experiment(tiny_encoder_dir, out), progress=False)
     assert again.ran == [] and len(again.skipped) == 6
     with ResultsStore(out, readonly=True) as store:
-        assert [(r.id, r.finished_at, r.metrics) for r in store.jobs()] == [(r.id, r.finished_at, r.metrics) for r in records]
+        assert ([(r.id, r.finished_at, r.metrics) for r in store.jobs()]
+                == [(r.id, r.finished_at, r.metrics) for r in records])
 
     # Another experiment on this output dir is refused, by the API and by the CLI (exit code 2, no traceback).
     with pytest.raises(SpecMismatchError, match="--force"):
@@ -65,7 +67,8 @@ def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_d
         with pytest.raises(OutputDirLockedError, match=f"pid {os.getpid()}"):
             run_experiment(tiny_experiment(tiny_encoder_dir, out), progress=False)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (out / "runner.lock").write_text(json.dumps({"pid": int(dead.stdout), "host": os.uname().nodename, "started_at": 0}))
+    lock = {"pid": int(dead.stdout), "host": os.uname().nodename, "started_at": 0}
+    (out / "runner.lock").write_text(json.dumps(lock))
     assert run_experiment(tiny_experiment(tiny_encoder_dir, out), progress=False).ran == []
     assert not (out / "runner.lock").exists()
 
@@ -79,11 +82,13 @@ def _done(db: Path) -> dict[str, tuple]:
         return {}
     with sqlite3.connect(db, timeout=30) as connection:
         try:
-            return {row[0]: row[1:] for row in connection.execute("SELECT id, finished_at, metrics FROM jobs WHERE state = 'done'")}
+            rows = connection.execute("SELECT id, finished_at, metrics FROM jobs WHERE state = 'done'")
+            return {row[0]: row[1:] for row in rows}
         except sqlite3.OperationalError:  # the runner has created the file but not yet its tables
             return {}
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_resume_redoes_only_unfinished_jobs(tmp_path, tiny_encoder_dir, data_dir, capsys):
     out = tmp_path / "out"
     experiment = tmp_path / "exp.json"
@@ -140,7 +145,8 @@ def test_a_failed_job_blocks_only_its_dependents_and_is_retried_next_run(tmp_pat
     assert sorted(summary.ran) == ["head/rte/seed-1", "head/sst2/seed-1", "st-a-rf16/sst2/seed-1"]
     retry = _ScriptedExecutor(fail=set())
     summary = run_experiment(spec, executor=retry, progress=False)
-    assert summary.ok and retry.submitted == ["st-a-rf16/rte/seed-1", "fusion-st-a/rte/seed-1", "fusion-st-a/sst2/seed-1"]
+    assert summary.ok
+    assert retry.submitted == ["st-a-rf16/rte/seed-1", "fusion-st-a/rte/seed-1", "fusion-st-a/sst2/seed-1"]
 
 
 def test_force_after_changing_the_adapters_settings_re_runs_the_fusions_that_fuse_them(tmp_path, tiny_encoder_dir):
@@ -173,10 +179,12 @@ def test_a_store_of_an_older_runner_keeps_only_the_fusions_whose_adapters_finish
         assert store.bind(spec, jobs) == []  # upgraded: the next bind finds the current hashes
 
 
+@pytest.mark.slow
 def test_mt_a_then_fusion_mt_a_end_to_end_reported_per_task_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir,
                                                                                 capsys):
     out = tmp_path / "out"
-    experiment = tiny_experiment(tiny_encoder_dir, out, setups=["head", {"name": "mt-a", "max_steps": 6}, "fusion-mt-a"])
+    experiment = tiny_experiment(tiny_encoder_dir, out,
+                                 setups=["head", {"name": "mt-a", "max_steps": 6}, "fusion-mt-a"])
     summary = run_experiment(experiment, progress=False)
     assert summary.ok and summary.ran == ["mt-a/all/seed-1", "head/rte/seed-1", "head/sst2/seed-1",
                                           "fusion-mt-a/rte/seed-1", "fusion-mt-a/sst2/seed-1"], summary

@@ -7,7 +7,7 @@ import pytest
 
 from adapterfusion.experiments import ResultsStore, run_experiment
 from adapterfusion.training.trainer import FusionStepCallback
-from experiment_fixtures import data_dir, tiny_encoder_dir, tiny_experiment  # noqa: F401 (pytest fixtures)
+from tiny_experiments import tiny_experiment
 
 STEPS_PER_EPOCH = 2  # 16 training examples in batches of 8
 TRAINING = dict(epochs=2, batch_size=8, max_length=32, learning_rate=1e-2, logging_steps=1, patience=None)
@@ -28,6 +28,7 @@ def _run_metrics(out, job_id: str) -> dict:
     return json.loads((Path(job.run_dir) / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_an_interrupted_job_resumes_from_its_checkpoint(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
     out = tmp_path / "out"
     spec = tiny_experiment(tiny_encoder_dir, out, tasks=["rte"], setups=["st-a"], training=TRAINING)
@@ -42,6 +43,7 @@ def test_an_interrupted_job_resumes_from_its_checkpoint(tmp_path, tiny_encoder_d
     assert metrics["global_step"] == 2 * STEPS_PER_EPOCH and len(metrics["epochs"]) == 2
 
 
+@pytest.mark.slow
 def test_a_fusion_whose_adapters_are_retrained_starts_over(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
     out = tmp_path / "out"
     setups = [{"name": "st-a"}, {"name": "fusion-st-a", "tasks": ["rte"]}]

@@ -13,7 +13,7 @@ import pytest
 
 from adapterfusion.cli import main
 from adapterfusion.experiments import ResultsStore, ResultsStoreError, load_spec, plan_jobs, run_experiment
-from experiment_fixtures import DoneExecutor
+from tiny_experiments import DoneExecutor
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = {"name": "tiny", "tasks": ["rte", "cb"], "setups": ["head"], "encoder": "some/hub-id",
@@ -47,6 +47,7 @@ def _one_line_error(result: subprocess.CompletedProcess) -> str:
     return result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_status_and_report_on_a_read_only_results_folder(tmp_path):
     out = _results(tmp_path / "out")
     assert not (out / "experiment.db-wal").exists()  # the runner closed it cleanly: no -wal, no -shm beside it
@@ -59,6 +60,7 @@ def test_status_and_report_on_a_read_only_results_folder(tmp_path):
     assert sorted(os.listdir(out)) == ["experiment.db", "experiment.json"]
 
 
+@pytest.mark.slow
 def test_status_of_a_read_only_folder_whose_runner_was_killed(tmp_path):
     """A killed runner leaves experiment.db-wal and -shm beside the database: SQLite reads them read-only."""
     out = _results(tmp_path / "out")
@@ -69,7 +71,8 @@ def test_status_of_a_read_only_folder_whose_runner_was_killed(tmp_path):
     assert (out / "experiment.db-wal").stat().st_size > 0
     status = _read_only(out, "status", str(out))
     assert status.returncode == 0, status.stderr
-    assert "head/rte/seed-42  interrupted" in status.stdout and "1 done, 1 interrupted" in status.stdout  # from the -wal
+    # from the -wal
+    assert "head/rte/seed-42  interrupted" in status.stdout and "1 done, 1 interrupted" in status.stdout
 
 
 def _damaged(out: Path, how: str) -> bytes:
@@ -119,3 +122,12 @@ def test_a_results_db_without_tables_yet(tmp_path, capsys):
         spec = load_spec({**EXPERIMENT, "output_dir": str(out)})
         store.bind(spec, plan_jobs(spec))
         assert store.counts()["queued"] == 2
+
+
+def test_disk_full_is_recognised_on_python_3_10_without_sqlite3_SQLITE_FULL(monkeypatch):
+    """sqlite3.SQLITE_FULL exists from Python 3.11 on; on 3.10 the check must not raise AttributeError."""
+    from adapterfusion.experiments.store import _disk_full
+
+    monkeypatch.delattr(sqlite3, "SQLITE_FULL", raising=False)
+    assert _disk_full(sqlite3.OperationalError("database or disk is full"))
+    assert not _disk_full(sqlite3.OperationalError("no such table: jobs"))

@@ -13,7 +13,7 @@ from transformers import AutoModel
 
 import adapterfusion as af
 from adapterfusion.fusion import FusionConfig, FusionLayer, fuse_fast, fuse_reference
-from conftest import tiny_encoder, tiny_inputs
+from tiny_models import tiny_encoder, tiny_inputs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "bert"
 # float64 only: exactness, not kernel rounding, is what these tests check.
@@ -76,7 +76,7 @@ def test_houlsby_fusion_is_the_site_equation_with_each_adapters_layer_norm(
     site = model.sites[1]  # layer 0, 'output'
     adapters = [site.adapters[n] for n in names]
     ends = [a.layer_norm if a.layer_norm is not None else site.base_layer.LayerNorm for a in adapters]
-    assert [n for n, norm in zip(names, ends) if norm is site.base_layer.LayerNorm] == list(without_copy)
+    assert [n for n, norm in zip(names, ends, strict=True) if norm is site.base_layer.LayerNorm] == list(without_copy)
     layer = site.fusions["f"]
     base = site.base_layer
     generator = torch.Generator().manual_seed(5)
@@ -186,7 +186,7 @@ def test_imported_adapterhub_fusion_fast_equals_reference_in_training() -> None:
         out.loss.backward()
         results[implementation] = (out, {n: p.grad for n, p in model.named_parameters() if p.requires_grad})
     (ref, ref_grads), (fast, fast_grads) = results["reference"], results["fast"]
-    for ref_attention, fast_attention in zip(ref.fusion_attentions, fast.fusion_attentions):
+    for ref_attention, fast_attention in zip(ref.fusion_attentions, fast.fusion_attentions, strict=True):
         torch.testing.assert_close(fast_attention, ref_attention, **TIGHT)
     torch.testing.assert_close(fast.logits, ref.logits, **TIGHT)
     for name, grad in ref_grads.items():

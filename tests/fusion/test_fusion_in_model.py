@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import adapterfusion as af
-from conftest import tiny_encoder, tiny_inputs
+from tiny_models import tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 
@@ -42,7 +42,7 @@ def test_fast_and_reference_agree_on_padded_batches(model_type: str, preset: str
     (ref, ref_grads), (fast, fast_grads) = results["reference"], results["fast"]
     assert_close(fast.logits, ref.logits)
     assert_close(fast.last_hidden_state, ref.last_hidden_state)
-    for ref_attention, fast_attention in zip(ref.fusion_attentions, fast.fusion_attentions):
+    for ref_attention, fast_attention in zip(ref.fusion_attentions, fast.fusion_attentions, strict=True):
         assert_close(fast_attention, ref_attention)
     largest = max(g.abs().max() for g in ref_grads.values())
     for name, ref_grad in ref_grads.items():

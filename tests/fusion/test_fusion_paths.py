@@ -78,7 +78,7 @@ def test_fast_path_matches_reference_outputs_and_gradients(adapter_set: str, fus
     assert_close(fast_probs, ref_probs)
     assert len(ref_grads) == len(fast_grads)
     largest = max(g.abs().max() for g in ref_grads if g is not None)
-    for ref_grad, fast_grad in zip(ref_grads, fast_grads):
+    for ref_grad, fast_grad in zip(ref_grads, fast_grads, strict=True):
         if ref_grad.abs().max().item() <= 1e-5 * largest:
             # The key bias adds one constant to every score, which the softmax cancels: its true gradient is
             # zero (no dropout here): the reference shows rounding noise, the fast path exactly zero.

@@ -7,7 +7,7 @@ import torch
 
 import adapterfusion as af
 from adapterfusion.fusion import add_fusion_subset
-from conftest import randomise, tiny_encoder
+from tiny_models import randomise, tiny_encoder
 from tolerances import assert_close
 
 ADAPTERS = ("a", "b", "c", "d")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import adapterfusion as af
-from conftest import randomise, tiny_encoder, tiny_inputs
+from tiny_models import randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 ADAPTERS = ("a", "b", "c", "d")
@@ -41,13 +41,13 @@ def _run(model: af.AdaptedModel, implementation: str, keep):
 @pytest.mark.parametrize("keep", [["a", "c"], ["d"], ["b", "c", "d"]])
 def test_masked_fast_fusion_equals_the_literal_masked_softmax(layout, keep):
     model = _model(layout)
-    model.eval()  # no dropout anywhere: both paths see the same numbers (fusion training mode is kept for V's regulariser)
+    model.eval()  # no dropout anywhere: both paths see the same numbers (fusion training mode kept for V's regulariser)
     logits, attentions, grads = _run(model, "fast", keep)
     expected_logits, expected_attentions, expected_grads = _run(model, "reference", keep)
     assert_close(logits, expected_logits, label="logits")
     assert len(attentions) == len(expected_attentions) > 0
     masked = [i for i, name in enumerate(ADAPTERS) if name not in keep]
-    for got, want in zip(attentions, expected_attentions):
+    for got, want in zip(attentions, expected_attentions, strict=True):
         assert got.shape[-1] == len(ADAPTERS)
         assert_close(got, want, label="fusion attention")
         assert torch.count_nonzero(got[..., masked]) == 0

@@ -9,7 +9,7 @@ import transformers
 
 import adapterfusion as af
 from adapterfusion.injection.architectures import SiteKind
-from conftest import randomise, tiny_encoder, tiny_inputs, tiny_pair
+from tiny_models import randomise, tiny_encoder, tiny_inputs, tiny_pair
 from tolerances import assert_close
 
 MODEL_TYPES = sorted(af.ARCHITECTURES)
@@ -38,8 +38,7 @@ def _hidden(model: torch.nn.Module, inputs: dict) -> torch.Tensor:
 
 
 def test_every_architecture_has_a_tiny_config():
-    from conftest import TINY_CONFIGS
-
+    from tiny_models import TINY_CONFIGS
     assert sorted(TINY_CONFIGS) == MODEL_TYPES
 
 
@@ -95,7 +94,7 @@ def test_dynamic_fusion_of_three_adapters(model_type):
         assert_close(probs.sum(-1), torch.ones(2, 7, dtype=probs.dtype))
         assert (probs >= 0).all()
     assert_close(fast.last_hidden_state, reference.last_hidden_state)
-    for fast_probs, reference_probs in zip(fast.fusion_attentions, reference.fusion_attentions):
+    for fast_probs, reference_probs in zip(fast.fusion_attentions, reference.fusion_attentions, strict=True):
         assert_close(fast_probs, reference_probs)
     # Not uniform: the attention depends on the random Q and K.
     assert fast.fusion_attentions[0].std() > 1e-3
@@ -137,7 +136,8 @@ def test_state_dict_keys_are_deterministic_and_sites_are_visible(model_type):
 
 
 def test_unsupported_architecture_names_the_table():
-    gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=32))
+    gpt2 = transformers.GPT2Model(
+        transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=32))
     with pytest.raises(af.UnsupportedArchitectureError, match="architectures.py") as error:
         af.wrap(gpt2)
     assert "gpt2" in str(error.value)

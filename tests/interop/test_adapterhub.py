@@ -30,10 +30,11 @@ KINDS = ("bert", "roberta")
 ADAPTERS = ("pf", "pf_relu", "pf3", "hb", "hb_pre")
 FUSIONS = {"dynamic": ("pf", "pf_relu", "pf3"), "static": ("pf_relu", "pf3")}
 BIN = {"adapter": "pytorch_adapter.bin", "fusion": "pytorch_model_adapter_fusion.bin", "head": "pytorch_model_head.bin"}
-SAFE = {"adapter": "adapter.safetensors", "fusion": "model_adapter_fusion.safetensors", "head": "model_head.safetensors"}
+SAFE = {"adapter": "adapter.safetensors", "fusion": "model_adapter_fusion.safetensors",
+        "head": "model_head.safetensors"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def recorded(kind: str) -> dict[str, torch.Tensor]:
     return load_file(str(FIXTURES / kind / "outputs.safetensors"))
 
@@ -132,7 +133,8 @@ def test_imported_configs_and_dropouts():
     # dropout_prob None: adapters falls back to the encoder's attention dropout for the scores.
     assert config.score_dropout == model.model.config.attention_probs_dropout_prob
     head = model.heads[model.load_head(FIXTURES / "bert" / "heads" / "cls")].config
-    assert (head.kind, head.layers, head.activation, head.labels) == ("classification", 2, "tanh", ("LABEL_0", "LABEL_1"))
+    assert (head.kind, head.layers, head.activation, head.labels) == ("classification", 2, "tanh",
+                                                                      ("LABEL_0", "LABEL_1"))
     assert head.dropout == model.model.config.hidden_dropout_prob
 
 
@@ -366,5 +368,5 @@ def test_head_round_trip(config, tmp_path):
     target = fresh_model("bert")
     target.load_head(export_adapterhub(source, "head", "h", tmp_path / "h"))
     assert target.heads["h"].config == config
-    for p, q in zip(source.heads["h"].parameters(), target.heads["h"].parameters()):
+    for p, q in zip(source.heads["h"].parameters(), target.heads["h"].parameters(), strict=True):
         assert torch.equal(p, q)

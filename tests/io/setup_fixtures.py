@@ -6,7 +6,7 @@ import torch
 
 import adapterfusion as af
 from adapterfusion.io.setup import ActiveSetup
-from conftest import randomise, tiny_encoder, tiny_inputs
+from tiny_models import randomise, tiny_encoder, tiny_inputs
 
 
 def build_setup(dtype: torch.dtype = torch.float64, encoder: torch.nn.Module | None = None) -> af.AdaptedModel:
@@ -19,7 +19,8 @@ def build_setup(dtype: torch.dtype = torch.float64, encoder: torch.nn.Module | N
     model.add_fusion("f", ["a", "b"], af.FusionConfig(temperature=True, temperature_steps=500))
     model.add_head("cls", af.ClassificationHead(num_labels=3))
     model.add_head("reg", af.RegressionHead())
-    for module in [*model.heads.values(), *(m for s in model.sites for m in (*s.adapters.values(), *s.fusions.values()))]:
+    site_modules = (m for s in model.sites for m in (*s.adapters.values(), *s.fusions.values()))
+    for module in [*model.heads.values(), *site_modules]:
         randomise(module, std=0.2)
     model.set_fusion_mask("f", ["b"])
     model.set_fusion_step(137)

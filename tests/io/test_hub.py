@@ -18,8 +18,8 @@ from adapterfusion.demo import demo_data_dir
 from adapterfusion.io.setup import SETUP_FILE
 from adapterfusion.training import train
 from hub_standin import LocalHub
-from conftest import tiny_encoder
 from setup_fixtures import assert_same_model, build_setup, outputs
+from tiny_models import tiny_encoder
 
 
 @pytest.fixture

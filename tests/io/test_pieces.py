@@ -10,7 +10,7 @@ import torch
 
 import adapterfusion as af
 from adapterfusion.io import atomic
-from conftest import randomise, tiny_encoder, tiny_inputs
+from tiny_models import randomise, tiny_encoder, tiny_inputs
 
 PRESETS = {
     "pfeiffer": af.AdapterConfig.pfeiffer(reduction_factor=4),

@@ -14,8 +14,8 @@ import adapterfusion as af
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.hub import HubRef, locate
 from adapterfusion.io.setup import SETUP_FILE, ActiveSetup, BaseModelMismatchWarning
-from conftest import tiny_encoder
 from setup_fixtures import assert_same_model, build_setup
+from tiny_models import tiny_encoder
 
 
 def test_whole_setup_round_trip_restores_an_equal_model(tmp_path):

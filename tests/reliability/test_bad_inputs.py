@@ -39,8 +39,8 @@ from adapterfusion.experiments.plan import plan_jobs
 from adapterfusion.experiments.spec import load_spec
 from adapterfusion.tasks import TaskError, TaskSpec, encode_task, load_task_data, load_task_file
 from adapterfusion.training import AdapterStore
-from conftest import tiny_encoder, tiny_inputs
 from test_cli import run_with_closed_stdout
+from tiny_models import tiny_encoder, tiny_inputs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub"
 PAIR = TaskSpec(name="toy", kind="pair", text_fields=("a", "b"), label_names=("no", "yes"))
@@ -285,7 +285,8 @@ _YAML_HEAD = "name: tiny\nencoder: some-org/some-encoder\ntasks: [rte, cb]\noutp
 
 def _fractional_reduction_factor(folder: Path) -> Action:
     path = folder / "experiment.yaml"
-    path.write_text(_YAML_HEAD.replace("{out}", str(folder / "out")) + "setups: [{name: st-a, reduction_factor: 0.5}]\n")
+    path.write_text(_YAML_HEAD.replace("{out}", str(folder / "out"))
+                    + "setups: [{name: st-a, reduction_factor: 0.5}]\n")
 
     def action() -> str:
         variant = load_spec(path).variants[0]

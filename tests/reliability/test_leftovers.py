@@ -22,11 +22,8 @@ from adapterfusion.io.atomic import (
     temp_path,
 )
 from adapterfusion.training import AdapterStore
-
-from conftest import tiny_encoder
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from experiment_fixtures import DoneExecutor  # noqa: E402
+from tiny_experiments import DoneExecutor
+from tiny_models import tiny_encoder
 
 EXPERIMENT = {"name": "tiny", "tasks": ["rte"], "setups": ["head"], "encoder": "some/hub-id",
               "training": {"max_steps": 1}}
@@ -93,6 +90,7 @@ with registered_writer(sys.argv[1]):
 """
 
 
+@pytest.mark.slow
 def test_a_live_writer_of_a_gone_runner_is_waited_for_and_then_refused(tmp_path, monkeypatch):
     """A worker that outlives its killed runner (registered, alive, mid-write) keeps the next runner out: it would
     write beside it. Once it has been killed, its recorded temp file goes and the runner starts."""

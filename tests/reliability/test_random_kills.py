@@ -21,12 +21,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from safetensors.torch import load_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from experiment_fixtures import data_dir, tiny_encoder_dir, tiny_experiment  # noqa: E402,F401 (pytest fixtures)
-
-from adapterfusion.io.atomic import is_temp_name  # noqa: E402
+from adapterfusion.io.atomic import is_temp_name
+from tiny_experiments import tiny_experiment
 
 KILLS = 20
 SEED = 20251122
@@ -125,6 +124,7 @@ def _experiment(tmp_path: Path, encoder: Path, name: str) -> tuple[Path, Path]:
     return path, out
 
 
+@pytest.mark.slow
 def test_random_sigkills_then_resume_give_the_uninterrupted_results(tmp_path, tiny_encoder_dir, data_dir):
     clock = time.perf_counter()
     (tmp_path / "logs").mkdir()

@@ -7,7 +7,6 @@ import torch
 
 from adapterfusion.tasks import TaskCollator, TaskError, encode_task, get_task, load_task_data, segments
 from adapterfusion.tasks.encoding import effective_max_length
-from task_fixtures import data_dir, no_env_data_dir, tokenizer  # noqa: F401 (pytest fixtures)
 
 MC_TASKS = ["winogrande", "hellaswag", "social_i_qa", "cosmos_qa", "commonsense_qa"]
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from adapterfusion.tasks import TaskError, TaskSpec, get_task, list_tasks, load_task_data, task_from_dict
-from task_fixtures import data_dir, no_env_data_dir, raw_rows, write_jsonl  # noqa: F401 (pytest fixtures)
 
 # qqp is in the paper but has no offline copy (see shared/data/README.md).
 NOT_LOCAL = {"qqp"}
@@ -38,7 +37,7 @@ def test_carve_out_is_recorded_deterministic_and_disjoint(data_dir):
     assert (carve.source_split, carve.source_size, carve.seed, carve.fraction) == ("validation_matched", 9815, 3, 0.2)
     assert (carve.train_size, carve.validation_size) == (7852, 1963)
     assert "carved from 'validation_matched'" in first.info.describe()
-    key = lambda ds: [p + "|" + h for p, h in zip(ds["premise"], ds["hypothesis"])]  # noqa: E731
+    key = lambda ds: [p + "|" + h for p, h in zip(ds["premise"], ds["hypothesis"], strict=True)]  # noqa: E731
     train, val = key(first.splits["train"]), key(first.splits["validation"])
     assert train == key(again.splits["train"]) and val == key(again.splits["validation"])
     assert train != key(other.splits["train"])

@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from adapterfusion.tasks import TaskError, TaskSpec, get_task, list_tasks, load_task_file, register_task
-from adapterfusion.tasks import registry
+from adapterfusion.tasks import TaskError, TaskSpec, get_task, list_tasks, load_task_file, register_task, registry
 
 PAPER_TASKS = {
     "mnli", "qqp", "sst2", "winogrande", "imdb", "hellaswag", "social_i_qa", "cosmos_qa", "scitail",

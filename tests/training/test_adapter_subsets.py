@@ -9,7 +9,6 @@ import pytest
 
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.adapter_subsets import AdapterSubsetCallback, check_subset_size, draw_subset
-from training_fixtures import data_dir, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
 
 NAMES = ("mnli", "sst2", "sick", "rte", "cb", "mrpc")
 
@@ -33,6 +32,7 @@ def test_a_subset_of_all_adapters_is_no_subset():
     assert check_subset_size(2, NAMES) == 2
 
 
+@pytest.mark.slow
 def test_training_steps_see_the_drawn_subset_and_evaluation_sees_all(tmp_path, tiny_encoder_dir, data_dir,
                                                                       monkeypatch):
     store = AdapterStore(tmp_path / "store")

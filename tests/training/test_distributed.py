@@ -8,8 +8,10 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 import adapterfusion as af
-from training_fixtures import data_dir, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+from training_helpers import fresh_model
 
 
 def _free_port() -> int:
@@ -18,6 +20,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_split_each_epoch_and_rank_zero_alone_writes(tmp_path, tiny_encoder_dir, data_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "", "RANK": ""}
     env = {k: v for k, v in env.items() if v != ""}

@@ -9,7 +9,6 @@ import torch
 from adapterfusion.training import TrainingError, train, train_multitask
 from adapterfusion.training.trainer import FusionStepCallback, compile_problem
 from tolerances import assert_close
-from training_fixtures import data_dir, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
 
 SETTINGS = dict(max_steps=3, batch_size=8, max_length=32, learning_rate=3e-3, logging_steps=1, patience=None)
 SLICE = {"train": 24, "validation": 8}
@@ -21,6 +20,7 @@ def _run(tmp_path, encoder, data, **switches):
     return result, json.loads(result.metrics_path.read_text())
 
 
+@pytest.mark.slow
 def test_torch_compile_trains_with_the_eager_losses(tmp_path, tiny_encoder_dir, data_dir):
     if (problem := compile_problem()) is not None:
         pytest.skip(f"torch.compile does not work on this machine: {problem}")

@@ -9,12 +9,10 @@ from torch.utils.data import DataLoader
 import adapterfusion as af
 from adapterfusion.tasks import encode_task, load_task_data
 from adapterfusion.tasks.collator import TaskCollator
+from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.training import train
 from adapterfusion.training.feature_cache import HeadOnFeatures, pooled_features
 from adapterfusion.training.setups import head_config_for
-from adapterfusion.tasks.registry import resolve_task
-
-from training_fixtures import data_dir, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
 
 
 @pytest.mark.parametrize("task, pooling", [("rte", "mean"), ("rte", "cls"), ("winogrande", "mean")])
@@ -34,10 +32,12 @@ def test_cached_features_give_the_full_models_logits_and_loss(tiny_encoder_dir, 
         cached = HeadOnFeatures(model.heads["t"]).eval()(features, labels)
     expected_logits = torch.cat([out.logits for out in expected])
     torch.testing.assert_close(cached.logits, expected_logits, rtol=0, atol=1e-12)
-    expected_loss = sum(out.task_loss * len(b["labels"]) for out, b in zip(expected, batches)) / len(labels)
+    expected_loss = sum(out.task_loss * len(b["labels"])
+                        for out, b in zip(expected, batches, strict=True)) / len(labels)
     torch.testing.assert_close(cached.task_loss, expected_loss, rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_head_setup_runs_the_encoder_once_per_example(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
     calls = []
     original = transformers.BertModel.forward
@@ -77,7 +77,8 @@ def test_length_grouping_uses_the_longest_sequence_of_each_example(tmp_path):
     single = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in (5, 1, 3)], "label": [0, 1, 0]})
     assert with_lengths(single)["length"] == [5, 1, 3]
     args = training_arguments(TrainingConfig(group_by_length=True), tmp_path, "accuracy")
-    trainer = AdaptedTrainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=with_lengths(single), eval_dataset=single)
+    trainer = AdaptedTrainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=with_lengths(single),
+                             eval_dataset=single)
     assert isinstance(trainer._get_train_sampler(), LengthGroupedSampler)
     plain = AdaptedTrainer(model=torch.nn.Linear(1, 1), args=training_arguments(TrainingConfig(), tmp_path, "accuracy"),
                            train_dataset=single, eval_dataset=single)

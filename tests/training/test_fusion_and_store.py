@@ -17,7 +17,7 @@ from adapterfusion.training import (
     train,
 )
 from tolerances import assert_close
-from training_fixtures import data_dir, encoder_state, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+from training_helpers import encoder_state, fresh_model
 
 FAST = dict(max_steps=3, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
 SLICE = {"train": 48, "validation": 32}
@@ -33,6 +33,7 @@ def stage_one(tmp_path_factory, tiny_encoder_dir, data_dir):
     return store
 
 
+@pytest.mark.slow
 def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
     store = stage_one
     rte = store.path(str(tiny_encoder_dir), "rte", "st-a", 1)
@@ -59,6 +60,7 @@ def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
         store.load_into(fresh_model(tiny_encoder_dir), "mnli", "st-a", 1)
 
 
+@pytest.mark.slow
 def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_dir, data_dir, tmp_path):
     before = encoder_state(fresh_model(tiny_encoder_dir))
     result = train("rte", "fusion-st-a", seed=1, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
@@ -68,7 +70,8 @@ def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_d
     after = encoder_state(model)
     assert after.keys() == before.keys() and all(torch.equal(before[n], after[n]) for n in before)
     for task in ("sst2", "rte"):
-        stored = load_file(str(stage_one.path(str(tiny_encoder_dir), task, "st-a", 1) / "adapter" / "adapter.safetensors"))
+        adapter_dir = stage_one.path(str(tiny_encoder_dir), task, "st-a", 1) / "adapter"
+        stored = load_file(str(adapter_dir / "adapter.safetensors"))
         model.save_adapter(task, tmp_path / f"check-{task}")
         now = load_file(str(tmp_path / f"check-{task}" / "adapter.safetensors"))
         assert stored.keys() == now.keys() and all(torch.equal(stored[k], now[k]) for k in stored)

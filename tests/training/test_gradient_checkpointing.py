@@ -9,9 +9,8 @@ import torch
 import adapterfusion as af
 from adapterfusion.training import TrainingError, train
 from adapterfusion.training.trainer import FusionStepCallback, checkpointed_activations
-from conftest import TINY_CONFIGS, randomise, tiny_encoder, tiny_inputs
+from tiny_models import TINY_CONFIGS, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
-from training_fixtures import data_dir, tiny_encoder_dir, tiny_float64_encoder_dir  # noqa: F401 (pytest fixtures)
 
 
 def _model(model_type: str, piece: str) -> af.AdaptedModel:
@@ -44,6 +43,7 @@ def _gradients_and_site_calls(model: af.AdaptedModel) -> tuple[dict[str, torch.T
     return gradients, len(calls)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("piece", ["adapter", "fusion"])
 @pytest.mark.parametrize("model_type", sorted(TINY_CONFIGS))
 def test_checkpointed_gradients_equal_the_plain_ones(model_type, piece):
@@ -66,6 +66,7 @@ def test_checkpointed_gradients_equal_the_plain_ones(model_type, piece):
     assert not hasattr(model.model, "_require_grads_hook")
 
 
+@pytest.mark.slow
 def test_a_run_with_gradient_checkpointing_equals_the_plain_run(tmp_path, tiny_float64_encoder_dir, data_dir,
                                                                 monkeypatch):
     seen = []
@@ -86,6 +87,6 @@ def test_a_run_with_gradient_checkpointing_equals_the_plain_run(tmp_path, tiny_f
               for flag, r in runs.items()}
     assert_close(losses[True], losses[False], dtype=torch.float64, label="training losses")
     for (name, checkpointed), (_, plain) in zip(runs[True].model.named_parameters(),
-                                                 runs[False].model.named_parameters()):
+                                                 runs[False].model.named_parameters(), strict=True):
         assert_close(checkpointed, plain, label=name)
 

@@ -17,7 +17,7 @@ from adapterfusion.training import (
     train,
     train_multitask,
 )
-from training_fixtures import data_dir, encoder_state, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+from training_helpers import encoder_state, fresh_model
 
 TASKS = ["sst2", "rte", "cb"]
 FAST = dict(max_steps=36, batch_size=8, max_length=48, learning_rate=5e-3, warmup_ratio=0.0, logging_steps=1,
@@ -120,6 +120,7 @@ def _adapter_state(model, name):
             for k, v in site.adapters[name].state_dict().items()}
 
 
+@pytest.mark.slow
 def test_mt_a_run_trains_every_task_and_writes_its_files(mt_a, tiny_encoder_dir):
     result, store, base_files, outsider_files, initial = mt_a
     assert result.run_dir.parts[-3:] == ("mt-a", "mt-a", "seed-7")
@@ -170,6 +171,7 @@ def test_mt_a_run_trains_every_task_and_writes_its_files(mt_a, tiny_encoder_dir)
     assert all(e["encoder_key"] == af.training.encoder_key(str(tiny_encoder_dir)) for e in store.entries())
 
 
+@pytest.mark.slow
 def test_fusion_mt_a_leaves_the_mt_a_adapters_and_encoder_bit_identical(mt_a, data_dir, tmp_path):
     result, store = mt_a[0], mt_a[1]
     before = encoder_state(fresh_model(result.encoder_dir))
@@ -188,6 +190,7 @@ def test_fusion_mt_a_leaves_the_mt_a_adapters_and_encoder_bit_identical(mt_a, da
     assert (fused.run_dir / "fusion" / "fusion.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_fusion_mt_a_and_mt_a_refuse_misuse(mt_a, tiny_encoder_dir, data_dir, tmp_path):
     result, store = mt_a[0], mt_a[1]
     common = dict(seed=7, data_dir=data_dir, output_dir=tmp_path, store=store, training_config=dict(FAST, max_steps=1),

@@ -9,8 +9,6 @@ from safetensors.torch import load_file, save_file
 from adapterfusion.training import TrainingError, train
 from adapterfusion.training.trainer import TRAINABLE_FILE, FusionStepCallback, last_good_checkpoint
 
-from training_fixtures import data_dir, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
-
 STEPS_PER_EPOCH = 2  # 16 training examples in batches of 8
 SETTINGS = dict(epochs=3, batch_size=8, max_length=32, learning_rate=1e-3, logging_steps=1, patience=None)
 

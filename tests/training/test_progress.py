@@ -7,7 +7,6 @@ import pytest
 import adapterfusion.training.trainer as trainer_module
 from adapterfusion.training import train
 from adapterfusion.training.progress import PROGRESS_FILE, RunProgress, read_progress, write_progress
-from training_fixtures import data_dir, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
 
 
 def test_round_trip_and_text(tmp_path):

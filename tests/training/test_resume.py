@@ -9,7 +9,6 @@ import torch
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.trainer import RESUME_FILES, TRAINABLE_FILE, FusionStepCallback, resumable_checkpoint
 from tolerances import assert_close
-from training_fixtures import data_dir, tiny_encoder_dir, tiny_float64_encoder_dir  # noqa: F401 (pytest fixtures)
 
 STEPS_PER_EPOCH = 4  # 32 training examples in batches of 8
 SLICE = {"train": 32, "validation": 16}
@@ -71,6 +70,7 @@ def _interrupted_then_resumed(run, tmp_path, monkeypatch, epochs_before_kill: in
     return resumed
 
 
+@pytest.mark.slow
 def test_resumed_adapter_training_equals_the_uninterrupted_run(tmp_path, tiny_float64_encoder_dir, data_dir,
                                                                  monkeypatch):
     def run(output_dir, resume=False):
@@ -82,6 +82,7 @@ def test_resumed_adapter_training_equals_the_uninterrupted_run(tmp_path, tiny_fl
     _assert_same_run(_interrupted_then_resumed(run, tmp_path, monkeypatch), uninterrupted)
 
 
+@pytest.mark.slow
 def test_resumed_fusion_training_equals_the_uninterrupted_run(tmp_path, tiny_float64_encoder_dir, data_dir,
                                                                 monkeypatch):
     store = AdapterStore(tmp_path / "store")
@@ -134,6 +135,7 @@ def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, 
     assert resumable_checkpoint(tmp_path / "none") is None
 
 
+@pytest.mark.slow
 def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
     """At learning rate 0 the dev metric never improves, so patience 2 ends the run after epoch 3 of 4; a run
     resumed after epoch 2 must remember the one evaluation without improvement it has already seen."""
@@ -149,6 +151,7 @@ def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, 
     assert resumed["stopped_early"] and resumed["global_step"] == 3 * STEPS_PER_EPOCH
 
 
+@pytest.mark.slow
 def test_cli_resume_flag_continues_the_interrupted_run(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
     from adapterfusion.cli import main
 
@@ -165,6 +168,7 @@ def test_cli_resume_flag_continues_the_interrupted_run(tmp_path, tiny_encoder_di
     assert metrics["global_step"] == 2 * STEPS_PER_EPOCH
 
 
+@pytest.mark.slow
 def test_a_run_resumed_from_its_last_checkpoint_ends_like_the_uninterrupted_one(tmp_path, tiny_encoder_dir, data_dir,
                                                                                  monkeypatch):
     """Killed after the last epoch's checkpoint (while the best model loads or metrics.json is written): the

@@ -20,11 +20,15 @@ from adapterfusion.evaluation import evaluate_run, load_run_split, predict, run_
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.rebuild import rebuild_run
 from tolerances import assert_close
-from training_fixtures import fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+from training_helpers import fresh_model
 
 FAST = dict(max_steps=3, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
 SLICE = {"train": 48, "validation": 40}  # 40 dev rows at batch 16: the last batch is a short one
 SETUPS = ("head", "full", "top-k", "st-a", "st-a-houlsby")  # layernorm-only reloads encoder/ as full and top-k do
+
+
+# Every test here uses the module fixture `runs`, which trains one run per setup (~17 s on 2 cores).
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from adapterfusion.training import TrainingError, train
-
-from training_fixtures import data_dir, encoder_state, fresh_model, tiny_encoder_dir  # noqa: F401 (pytest fixtures)
+from training_helpers import encoder_state, fresh_model
 
 FAST = dict(max_steps=4, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
 SLICE = {"train": 64, "validation": 32}
@@ -21,6 +20,7 @@ def _changed(before, after):
     return {n for n in before if not torch.equal(before[n], after[n])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setup, options", [("head", None), ("full", None), ("st-a", {"reduction_factor": 2}),
                                             ("st-a-houlsby", None), ("top-k", {"k": 1}), ("layernorm-only", None)])
 def test_setup_trains_only_its_parameters(tmp_path, tiny_encoder_dir, data_dir, setup, options):
@@ -55,6 +55,7 @@ def test_setup_trains_only_its_parameters(tmp_path, tiny_encoder_dir, data_dir, 
         assert _changed(encoder_state(model), encoder_state(reloaded)) == set()
 
 
+@pytest.mark.slow
 def test_loss_falls_on_a_learnable_slice(tmp_path, tiny_encoder_dir, data_dir):
     result = _run(tmp_path, tiny_encoder_dir, data_dir, "full", task="sst2", max_steps=40, learning_rate=5e-3,
                   warmup_ratio=0.0)

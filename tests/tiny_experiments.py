@@ -1,13 +1,12 @@
-"""Fixtures for the experiment runner: a tiny experiment over two real task slices on the tiny random BERT of
-tests/training/training_fixtures.py (imported from there), sized to run in seconds."""
+"""Helpers for the experiment runner tests (tests/experiments, tests/reliability): a tiny experiment over two real
+task slices on the tiny random BERT (the tiny_encoder_dir fixture of tests/conftest.py), sized to run in seconds, and
+an executor that finishes jobs without training."""
 from __future__ import annotations
 
-import sys
 from concurrent.futures import Future
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
-from training_fixtures import DATA_DIR, data_dir, tiny_encoder_dir  # noqa: E402,F401 (pytest fixtures)
+from task_data import DATA_DIR
 
 FAST = dict(max_steps=2, batch_size=8, max_length=32, learning_rate=1e-2, logging_steps=1, patience=None)
 SLICE = {"train": 16, "validation": 16}
@@ -18,7 +17,6 @@ def tiny_experiment(encoder: Path, output_dir: Path, seeds=(1,), **changes) -> d
     return {"name": "tiny", "encoder": str(encoder), "tasks": ["rte", "sst2"], "seeds": list(seeds),
             "setups": ["head", "st-a", "fusion-st-a"], "data_dir": str(DATA_DIR), "output_dir": str(output_dir),
             "max_examples": SLICE, "training": FAST, **changes}
-
 
 
 class DoneExecutor:
