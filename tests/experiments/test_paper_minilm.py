@@ -43,12 +43,23 @@ def test_the_main_job_plans_four_setups_three_seeds_and_zoo_fusions(spec):
         else:
             assert job.depends_on == ()
         epochs = job.training["epochs"]
-        assert epochs == {"full": 2}.get(job.variant, 3)  # the frozen-encoder setups alike, Full fewer
+        assert epochs == (8 if job.task == "cb" else {"full": 2}.get(job.variant, 4))
 
 
 @pytest.mark.parametrize("task", TARGETS)
 def test_targets_load_from_the_pack_with_the_example_sizes(spec, task):
     splits, info = load_task_data(task, data_dir=demo_data_dir(), seed=1, max_examples=spec.max_examples)
-    assert len(splits["train"]) == 250  # RTE and MRPC: a seeded subset; CB: all of it
+    assert len(splits["train"]) == min(500, {"rte": 2490, "cb": 250, "mrpc": 3667}[task])
     assert len(splits["validation"]) == {"rte": 277, "cb": 56, "mrpc": 408}[task]  # the full dev sets
     assert info.carve_out is None
+
+
+def test_the_quick_variant_is_the_main_job_with_half_the_training():
+    quick = load_spec(ROOT / "examples" / "paper-minilm-quick.yaml")
+    main = load_spec(ROOT / "examples" / "paper-minilm.yaml")
+    assert (quick.tasks, quick.seeds, quick.zoo, quick.fusion) == (main.tasks, main.seeds, main.zoo, main.fusion)
+    assert quick.max_examples == {"train": 250} and main.max_examples == {"train": 500}
+    rates = {job.variant: job.training["learning_rate"] for job in plan_jobs(main)}
+    for job in plan_jobs(quick):
+        assert job.training["learning_rate"] == rates[job.variant]  # only the amount of training differs
+        assert job.training["epochs"] == {"full": 2}.get(job.variant, 3)
