@@ -18,6 +18,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from adapterfusion._validation import check_name, naming_file
+from adapterfusion._version import __version__
 from adapterfusion.errors import IncompatibleModelError, SerializationError
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
@@ -87,8 +88,6 @@ def save_piece(
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Weights first, config last: a directory with a config always has the weights that go with it."""
-    from adapterfusion import __version__
-
     directory = check_writable_folder(directory, f"save_{kind}: the {kind} folder")
     payload = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     atomic_write_bytes(weights_path(directory, kind), save_safetensors_bytes(payload, metadata={"format": "pt"}))

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from adapterfusion._validation import check_name, naming_file, reject_unknown_keys
+from adapterfusion._version import __version__
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text, replace_folder
@@ -125,8 +126,6 @@ def save_setup(model: AdaptedModel, directory: str | os.PathLike, adapters: Name
                heads: Names = None, provenance: Provenance = None) -> Path:
     """Every piece, or the named ones (with the adapters of each named fusion), and the active setup restricted to
     them; `provenance` maps a piece name to the run folder or store entry it came from (io/provenance.py)."""
-    from adapterfusion import __version__
-
     directory = Path(directory)
     if directory.exists() and not (directory / SETUP_FILE).is_file() and (
             not directory.is_dir() or any(directory.iterdir())):
@@ -283,8 +282,6 @@ def push_setup(model: AdaptedModel, repo_id: str, adapters: Names = None, fusion
                commit_message: str | None = None) -> str:
     """save_setup into Hub repo folder `repo_id` ('org/name' or 'org/name/subfolder') with a README.md model card;
     returns the id that loads it back."""
-    from adapterfusion import __version__
-
     ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
     if ref is None:
         raise ConfigError(f"repo_id {repo_id!r} is not a Hub id; use 'org/name' or 'org/name/subfolder'")
