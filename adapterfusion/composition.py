@@ -40,7 +40,7 @@ def forward_parallel(
     """See AdaptedModel.forward_parallel."""
     from adapterfusion.model import _flatten_choices
 
-    model._require("fusion", fusion, model.fusion_setups)
+    model.require("fusion", fusion)
     fused = model.fusion_setups[fusion][1]
     heads = dict(heads) if heads is not None else {name: name for name in fused}
     fusion_head = fusion_head if fusion_head is not None else fusion

@@ -132,7 +132,7 @@ def mean_fusion_attention(model: AdaptedModel, fusion_name: str, batches: Iterab
     """Run `batches` (model inputs; labels are ignored) through the model with `fusion_name` active, in eval mode,
     and average each layer's softmax weights over the real tokens (attention_mask == 1). The model's activation
     and train/eval mode are restored afterwards."""
-    model._require("fusion", fusion_name, model.fusion_setups)
+    model.require("fusion", fusion_name)
     adapters = tuple(model.fusion_setups[fusion_name][1])
     previous = (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers)
     was_training = model.training

@@ -161,7 +161,7 @@ def compare_pruned(model: AdaptedModel, fusion: str, task: TaskSpec, batches: Se
     """Prune fusion `fusion` of `model` by its activation on `batches` (labelled dev batches), add the pruned
     fusion as `pruned_name` (default `<fusion>_pruned`), and evaluate and time both. The model's activation is
     restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters)."""
-    model._require("fusion", fusion, model.fusion_setups)
+    model.require("fusion", fusion)
     check_criterion(keep, mass, len(model.fusion_setups[fusion][1]))
     pruned_name = pruned_name or f"{fusion}_pruned"
     if pruned_name == fusion:

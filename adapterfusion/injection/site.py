@@ -33,6 +33,7 @@ from adapterfusion.fusion.layer import (
     mix_layer_norms_reference,
 )
 from adapterfusion.injection.architectures import SiteKind, SiteSpec
+from adapterfusion.piece import site_key
 
 
 class FusionImplementation(NamedTuple):
@@ -82,6 +83,11 @@ class AdapterSite(nn.Module):
         self.parallel_routes: tuple[str, ...] | None = None
 
     # ---- what the site offers ------------------------------------------------------------------------
+    @property
+    def key(self) -> str:
+        """This site's name in piece tensors, `layer.<i>.<position>` (piece.site_key)."""
+        return site_key(self.layer_index, self.position)
+
     @property
     def pretrained_layer_norm(self) -> nn.Module | None:
         if self.spec.kind is SiteKind.POST_LN_OUTPUT:

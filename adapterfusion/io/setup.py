@@ -32,8 +32,9 @@ from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text, replace_folder
 from adapterfusion.io.hub import HubRef, download, hub_errors, hub_ref, locate, upload
 from adapterfusion.io.model_card import render_model_card
-from adapterfusion.io.pieces import PIECE_KINDS, config_path, piece_folder, read_json
+from adapterfusion.io.pieces import config_path, piece_folder, read_json
 from adapterfusion.io.provenance import describe_origin
+from adapterfusion.piece import PIECE_KINDS
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
