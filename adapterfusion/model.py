@@ -1,18 +1,19 @@
 """AdaptedModel: a HuggingFace encoder with adapter sites injected, plus named heads.
 
 `wrap(model)` replaces each insertion site with an AdapterSite (injection/site.py); adapters and fusion
-layers live inside those sites, heads live here. Which adapter, fusion and head run is set explicitly
-with `activate`; which parameters train is set with the `train_*` methods. Files are not the model's business: it
-installs and exports Pieces (piece.py), and io/formats.py translates them to and from folders in our format or
-AdapterHub's.
+layers live inside those sites, heads live here. Which adapter, fusion and head run is one ActiveState value
+(injection/state.py) set with `activate` or, for a block, `activated`; which parameters train is set with the
+`train_*` methods. Files are not the model's business: it installs and exports Pieces (piece.py), and
+io/formats.py translates them to and from folders in our format or AdapterHub's.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -23,11 +24,13 @@ from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.adapters.placement import adapter_modules
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, resolve_fusion_config
+from adapterfusion.fusion.layer import FusionLayer
 from adapterfusion.fusion.placement import fusion_modules
 from adapterfusion.heads.config import HeadConfig, check_head_labels
-from adapterfusion.heads.module import PredictionHead
+from adapterfusion.heads.module import PredictionHead, flatten_choices
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.site import FUSION_IMPLEMENTATIONS, AdapterSite
+from adapterfusion.injection.state import ActiveState, checked, with_routes
 from adapterfusion.io.formats import read_piece, write_piece
 from adapterfusion.io.pieces import check_finite
 from adapterfusion.io.setup import load_setup, piece_source, push_setup, save_setup
@@ -60,7 +63,7 @@ class AdaptedModel(nn.Module):
     added to it. Build it with `wrap(model)` (or `from_pretrained`); `unload()` gives the plain model back.
 
     Pieces: add_*/delete_* (new), load_*/save_* (files, either format), install_piece/export_piece (Piece values).
-    What runs: activate, set_fusion_mask, set_fusion_step, set_fusion_implementation.
+    What runs: activate / activated, set_fusion_mask, set_fusion_step, set_fusion_implementation; `state` holds it.
     What trains: train_adapter, train_fusion, train_head. Forward: `model(**inputs)`, or forward_parallel for every
     fused adapter alone and the fusion in one call."""
 
@@ -70,9 +73,9 @@ class AdaptedModel(nn.Module):
         self.model = model
         self.training = model.training  # wrapping an eval-mode encoder gives an eval-mode model
         self.architecture: ArchitectureSpec = architecture_for(model)
-        config = model.config
+        config: Any = model.config
         self.hidden_size = int(config.hidden_size)
-        layers = get_submodule(model.base_model, self.architecture.layers)
+        layers = self._layers()
         self.num_layers = len(layers)
         self.fingerprint = EncoderFingerprint(
             model_type=config.model_type, hidden_size=self.hidden_size, num_layers=self.num_layers,
@@ -85,10 +88,10 @@ class AdaptedModel(nn.Module):
         self.heads = nn.ModuleDict()
         self.adapter_configs: dict[str, AdapterConfig] = {}
         self.fusion_setups: dict[str, tuple[FusionConfig, tuple[str, ...]]] = {}
-        self.active_adapter: str | None = None
-        self.active_fusion: str | None = None
-        self.active_head: str | None = None
-        self.skip_layers: tuple[int, ...] = ()
+        self._state = ActiveState()  # the sites start with the same value
+
+    def _layers(self) -> nn.ModuleList:
+        return cast(nn.ModuleList, get_submodule(cast(nn.Module, self.model.base_model), self.architecture.layers))
 
     def _inject(self, layer: nn.Module, index: int, position: str) -> AdapterSite:
         spec = self.architecture.site(position)
@@ -102,7 +105,7 @@ class AdaptedModel(nn.Module):
 
     def unload(self) -> nn.Module:
         """Put every original sub-module back and return the plain HuggingFace model."""
-        layers = get_submodule(self.model.base_model, self.architecture.layers)
+        layers = self._layers()
         for site in self.sites:
             parent_path, _, attribute = site.spec.path.rpartition(".")
             layer = layers[site.layer_index]
@@ -131,8 +134,9 @@ class AdaptedModel(nn.Module):
         """Raise NameNotFoundError, naming the loaded ones, unless `kind` ('adapter', 'fusion' or 'head') `name` is
         loaded."""
         check_choice(kind, PIECE_KINDS, "piece kind")
-        loaded = {"adapter": self.adapter_configs, "fusion": self.fusion_setups, "head": self.heads}[kind]
-        require_loaded(kind, name, loaded)
+        loaded: dict[str, Iterable[str]] = {"adapter": self.adapter_configs, "fusion": self.fusion_setups,
+                                            "head": self.heads.keys()}
+        require_loaded(kind, name, loaded[kind])
 
     def sites_with_adapter(self, name: str) -> list[AdapterSite]:
         """The sites that hold adapter `name` (its positions, without its leave_out layers), in layer order."""
@@ -210,14 +214,20 @@ class AdaptedModel(nn.Module):
     def _attach_head(self, name: str, head: PredictionHead) -> PredictionHead:
         """Put the head in the model's train/eval mode, and register it."""
         self.heads[name] = head.train(self.training)
-        return self.heads[name]
+        return head
+
+    def _head(self, name: str) -> PredictionHead:
+        return cast(PredictionHead, self.heads[name])
+
+    def _fusion_layers(self, name: str) -> list[FusionLayer]:
+        return [cast(FusionLayer, site.fusions[name]) for site in self.sites_with_fusion(name)]
 
     def delete_head(self, name: str) -> None:
         """Remove head `name`; if it was active, the forward returns the wrapped model's own output."""
         self.require("head", name)
         del self.heads[name]
         if self.active_head == name:
-            self.active_head = None
+            self._set_state(dataclasses.replace(self._state, head=None))
 
     def add_fusion(
         self, name: str, adapters: Sequence[str], config: FusionConfig | str | Mapping[str, Any] | None = None,
@@ -247,38 +257,80 @@ class AdaptedModel(nn.Module):
         self.require("fusion", name)
         for site in self.sites_with_fusion(name):
             del site.fusions[name]
-            site.fusion_keep.pop(name, None)
-            site.fusion_kept.pop(name, None)
         del self.fusion_setups[name]
+        masks = {fusion: kept for fusion, kept in self._state.fusion_masks.items() if fusion != name}
+        self._set_state(dataclasses.replace(self._state, fusion_masks=masks))
         if self.active_fusion == name:
             self.activate(head=self.active_head)
 
-    # ---- activation and training selection -----------------------------------------------------------
+    # ---- what runs (injection/state.py) ---------------------------------------------------------------
+    @property
+    def state(self) -> ActiveState:
+        """What runs now, as one frozen value (every site holds the same one)."""
+        return self._state
+
+    @property
+    def active_adapter(self) -> str | None:
+        """The adapter activate() chose, or None."""
+        return self._state.adapter
+
+    @property
+    def active_fusion(self) -> str | None:
+        """The fusion activate() chose, or None."""
+        return self._state.fusion
+
+    @property
+    def active_head(self) -> str | None:
+        """The head the forward applies, or None (the wrapped HF model's own output)."""
+        return self._state.head
+
+    @property
+    def skip_layers(self) -> tuple[int, ...]:
+        """The layers whose sites run as the bare encoder (AdapterDrop)."""
+        return self._state.skip_layers
+
     def activate(
         self, adapter: str | None = None, fusion: str | None = None, head: str | None = None,
         skip_layers: Iterable[int] = (),
     ) -> None:
         """Choose what runs: one adapter or one fusion (or neither: the bare encoder), and a head or none.
-        skip_layers: layers whose sites run as the bare encoder (AdapterDrop)."""
+        skip_layers: layers whose sites run as the bare encoder (AdapterDrop). Fusion masks and controls stay."""
+        self._set_state(self._activation(adapter, fusion, head, skip_layers))
+
+    def _activation(self, adapter: str | None, fusion: str | None, head: str | None,
+                    skip_layers: Iterable[int]) -> ActiveState:
+        """The current state with activate()'s choice, checked."""
         if adapter is not None and fusion is not None:
             raise ConfigError("activate() takes an adapter or a fusion, not both (a fusion already runs its adapters)")
-        if adapter is not None:
-            self.require("adapter", adapter)
-        if fusion is not None:
-            self.require("fusion", fusion)
-        if head is not None:
-            self.require("head", head)
-        skip = tuple(sorted(set(skip_layers)))
-        bad = [layer for layer in skip if isinstance(layer, bool) or not isinstance(layer, int)
-               or not 0 <= layer < self.num_layers]
-        if bad:
-            raise ConfigError(f"skip_layers {bad} are not layer indices of this encoder (0..{self.num_layers - 1})")
-        fused = self.fusion_setups[fusion][1] if fusion is not None else None
+        state = dataclasses.replace(self._state, adapter=adapter, fusion=fusion, head=head,
+                                    skip_layers=tuple(sorted(set(skip_layers))), parallel_routes=None)
+        return self._checked(state)
+
+    @contextlib.contextmanager
+    def activated(
+        self, adapter: str | None = None, fusion: str | None = None, head: str | None = None,
+        skip_layers: Iterable[int] = (), *, parallel_routes: Sequence[str] | None = None,
+    ) -> Iterator[ActiveState]:
+        """activate(...) for the `with` block only: on leaving it, also through an exception, the state before it
+        runs again (masks and fusion controls included). parallel_routes (composition.forward_parallel, with a
+        fusion): adapters of the fusion that each run alone on their own slice of a batch repeated per route."""
+        previous = self._state
+        state = self._activation(adapter, fusion, head, skip_layers)
+        self._set_state(state if parallel_routes is None else with_routes(state, parallel_routes))
+        try:
+            yield self._state
+        finally:
+            self._set_state(self._checked(previous))
+
+    def _checked(self, state: ActiveState) -> ActiveState:
+        fusions = {name: adapters for name, (_, adapters) in self.fusion_setups.items()}
+        return checked(state, self.adapter_configs, fusions, list(self.heads), self.num_layers)
+
+    def _set_state(self, state: ActiveState) -> None:
+        """The one place that changes what runs: the model and every site get the same value."""
+        self._state = state
         for site in self.sites:
-            site.active_adapter = adapter if adapter is not None and adapter in site.adapters else None
-            site.active_fusion = (fusion, fused) if fusion is not None and fusion in site.fusions else None
-            site.skipped = site.layer_index in skip
-        self.active_adapter, self.active_fusion, self.active_head, self.skip_layers = adapter, fusion, head, skip
+            site.set_state(state)
 
     def _set_trainable(self, parameters: Iterable[nn.Parameter]) -> None:
         for parameter in self.parameters():
@@ -320,32 +372,25 @@ class AdaptedModel(nn.Module):
     def set_fusion_implementation(self, implementation: str) -> None:
         """'fast' (default) or 'reference' (the paper's equations computed literally, for checking)."""
         check_choice(implementation, FUSION_IMPLEMENTATIONS, "fusion implementation")
-        for site in self.sites:
-            site.fusion_implementation = implementation
+        self._set_state(dataclasses.replace(self._state, fusion_implementation=implementation))
 
     def set_fusion_step(self, step: int) -> None:
         """The training step that drives the fusion softmax temperature schedule, if one is configured."""
-        for site in self.sites:
-            site.fusion_step = int(step)
+        self._set_state(dataclasses.replace(self._state, fusion_step=int(step)))
 
     def set_fusion_mask(self, fusion: str, keep: Sequence[str] | None) -> None:
         """Fuse only the adapters in `keep` (others get zero attention), or all of them with keep=None."""
         self.require("fusion", fusion)
         names = self.fusion_setups[fusion][1]
-        for site in self.sites_with_fusion(fusion):
-            site.fusion_keep.pop(fusion, None)
-            site.fusion_kept.pop(fusion, None)
-        if keep is None:
-            return
-        keep = list(keep)
-        unknown = [k for k in keep if k not in names]
-        if unknown or not keep:
-            raise ConfigError(f"keep={keep} must be a non-empty subset of fusion {fusion!r}'s adapters {list(names)}")
-        for site in self.sites_with_fusion(fusion):
-            param = next(site.fusions[fusion].parameters(), None)
-            device = param.device if param is not None else None
-            site.fusion_keep[fusion] = torch.tensor([n in keep for n in names], dtype=torch.bool, device=device)
-            site.fusion_kept[fusion] = tuple(i for i, n in enumerate(names) if n in keep)
+        masks = {name: kept for name, kept in self._state.fusion_masks.items() if name != fusion}
+        if keep is not None:
+            keep = list(keep)
+            unknown = [k for k in keep if k not in names]
+            if unknown or not keep:
+                raise ConfigError(
+                    f"keep={keep} must be a non-empty subset of fusion {fusion!r}'s adapters {list(names)}")
+            masks[fusion] = tuple(n for n in names if n in keep)
+        self._set_state(dataclasses.replace(self._state, fusion_masks=masks))
 
     def fusion_regularization(self, name: str | None = None) -> torch.Tensor:
         """Sum over layers of weight * ||V - I||² for fusion `name` (default: the active fusion)."""
@@ -355,8 +400,8 @@ class AdaptedModel(nn.Module):
         if name is None:
             return total
         self.require("fusion", name)
-        for site in self.sites_with_fusion(name):
-            total = total + site.fusions[name].regularization()
+        for layer in self._fusion_layers(name):
+            total = total + layer.regularization()
         return total
 
     @contextlib.contextmanager
@@ -375,7 +420,9 @@ class AdaptedModel(nn.Module):
 
     # ---- forward -------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _recording(self, enabled: bool) -> Iterator[dict[tuple[int, str], torch.Tensor] | None]:
+    def recording_fusion_attentions(self, enabled: bool = True) -> Iterator[dict[tuple[int, str], torch.Tensor] | None]:
+        """Inside the block every fusion site records its softmax weights into the yielded dict, keyed (layer,
+        position); with enabled=False nothing is recorded and None is yielded."""
         recorder: dict[tuple[int, str], torch.Tensor] | None = {} if enabled else None
         for site in self.sites:
             site.recorder = recorder
@@ -396,14 +443,15 @@ class AdaptedModel(nn.Module):
         """Run the encoder with what is active; with an active head, its logits (and with `labels` its loss, plus the
         fusion regularisation while a fusion's V trains). output_fusion_attentions=True: each fusion site's
         softmax weights (AdaptedModelOutput). Other keyword arguments go to the encoder."""
-        head = self.heads[self.active_head] if self.active_head is not None else None
+        head_name = self.active_head
+        head = self._head(head_name) if head_name is not None else None
         inputs = {k: v for k, v in dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask).items()
                   if v is not None}
         num_choices = None
         if head is not None and head.config.kind == "multiple_choice":
-            num_choices = _flatten_choices(inputs)
-        with self._recording(output_fusion_attentions) as recorder:
-            encoder = self.model.base_model if head is not None else self.model
+            num_choices = flatten_choices(inputs)
+        with self.recording_fusion_attentions(output_fusion_attentions) as recorder:
+            encoder = cast(nn.Module, self.model.base_model) if head is not None else self.model
             encoded = encoder(**inputs)
         output = AdaptedModelOutput(
             last_hidden_state=getattr(encoded, "last_hidden_state", None),
@@ -414,8 +462,8 @@ class AdaptedModel(nn.Module):
             output.logits = encoded.logits
         if head is not None:
             output.logits = head(encoded.last_hidden_state, inputs.get("attention_mask"), num_choices)
-            if labels is not None:
-                head.check_labels(labels, output.logits, self.active_head)
+            if labels is not None and head_name is not None:
+                head.check_labels(labels, output.logits, head_name)
                 output.task_loss = head.loss(output.logits, labels)
                 output.loss = output.task_loss
                 if self.training and self._fusion_value_trains():
@@ -442,9 +490,8 @@ class AdaptedModel(nn.Module):
     def _fusion_value_trains(self) -> bool:
         if self.active_fusion is None:
             return False
-        return any(site.fusions[self.active_fusion].value is not None
-                   and site.fusions[self.active_fusion].value.weight.requires_grad
-                   for site in self.sites_with_fusion(self.active_fusion))
+        return any(layer.value is not None and layer.value.weight.requires_grad
+                   for layer in self._fusion_layers(self.active_fusion))
 
     # ---- pieces in and out (formats: io/formats.py) ----------------------------------------------------
     def layout(self) -> EncoderLayout:
@@ -465,7 +512,7 @@ class AdaptedModel(nn.Module):
         check_choice(kind, PIECE_KINDS, "piece kind")
         self.require(kind, name)
         if kind == "head":
-            head = self.heads[name]
+            head = self._head(name)
             return Piece("head", name, head.config, head.state_dict())
         modules = self._piece_modules(kind, name)
         tensors = {param_key(site.key, key): value
@@ -606,20 +653,6 @@ def _load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str |
         ) if part)
         raise SerializationError(f"{source}: weights do not match the saved config ({detail})")
     module.load_state_dict(state)
-
-
-def _flatten_choices(inputs: dict[str, torch.Tensor]) -> int:
-    """[batch, choices, seq] -> [batch * choices, seq] for every per-token input; returns the choice count."""
-    input_ids = inputs.get("input_ids")
-    if input_ids is None or input_ids.dim() != 3:
-        raise ConfigError(
-            "the active head is a MultipleChoiceHead: pass input_ids of shape [batch, num_choices, seq], "
-            f"got {None if input_ids is None else tuple(input_ids.shape)}"
-        )
-    for key in ("input_ids", "attention_mask", "token_type_ids", "position_ids"):
-        if key in inputs and inputs[key].dim() == 3:
-            inputs[key] = inputs[key].flatten(0, 1)
-    return input_ids.shape[1]
 
 
 def wrap(model: nn.Module) -> AdaptedModel:
