@@ -88,7 +88,7 @@ class AdaptedModel(nn.Module):
         self.heads = nn.ModuleDict()
         self.adapter_configs: dict[str, AdapterConfig] = {}
         self.fusion_setups: dict[str, tuple[FusionConfig, tuple[str, ...]]] = {}
-        self._state = ActiveState()  # the sites start with the same value
+        self._set_state(ActiveState())
 
     def _layers(self) -> nn.ModuleList:
         return cast(nn.ModuleList, get_submodule(cast(nn.Module, self.model.base_model), self.architecture.layers))

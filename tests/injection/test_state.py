@@ -30,6 +30,7 @@ def _output(model: af.AdaptedModel) -> torch.Tensor:
 
 def test_every_site_holds_the_models_one_frozen_value():
     model = _model()
+    assert model.state == ActiveState() and all(site.state is model.state for site in model.sites)
     model.activate(fusion="f", head="h", skip_layers=[1])
     model.set_fusion_mask("f", ["c", "a"])
     model.set_fusion_step(7)
