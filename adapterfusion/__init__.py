@@ -4,8 +4,7 @@
     model = af.wrap(AutoModel.from_pretrained(af.default_encoder_path()))
     model.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=16))
 """
-__version__ = "0.1.0"
-
+from adapterfusion._version import __version__ as __version__
 from adapterfusion.adapters import AdapterConfig, BottleneckAdapter
 from adapterfusion.defaults import default_encoder_path
 from adapterfusion.errors import (

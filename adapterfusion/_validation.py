@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import ConfigError, NameNotFoundError
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_\-]+$")
 
@@ -20,6 +20,16 @@ def check_name(name: object, what: str) -> str:
             "(it becomes a module key and a file name)"
         )
     return name
+
+
+def require_loaded(kind: str, name: str, known: Iterable[str]) -> None:
+    """Refuse a `kind` (adapter, fusion, head) named `name` that is not among the `known` (loaded) ones."""
+    known = list(known)
+    if name not in known:
+        raise NameNotFoundError(
+            f"no {kind} named {name!r} is loaded; loaded {kind}s: {known or 'none'}. "
+            f"Add it with add_{kind}() or load it with load_{kind}()"
+        )
 
 
 def check_choice(value: object, allowed: Iterable[object], field: str) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from adapterfusion.errors import ConfigError, NameNotFoundError
-from adapterfusion.heads import PredictionHead
+from adapterfusion.heads.module import PredictionHead, flatten_choices
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -38,9 +38,7 @@ def forward_parallel(
     output_fusion_attentions: bool = False, **inputs: Any,
 ) -> ParallelOutput:
     """See AdaptedModel.forward_parallel."""
-    from adapterfusion.model import _flatten_choices
-
-    model._require("fusion", fusion, model.fusion_setups)
+    model.require("fusion", fusion)
     fused = model.fusion_setups[fusion][1]
     heads = dict(heads) if heads is not None else {name: name for name in fused}
     fusion_head = fusion_head if fusion_head is not None else fusion
@@ -52,7 +50,7 @@ def forward_parallel(
     inputs = {key: value for key, value in inputs.items() if value is not None and key != "labels"}
     num_choices = None
     if _head(model, fusion_head).config.kind == "multiple_choice":
-        num_choices = _flatten_choices(inputs)
+        num_choices = flatten_choices(inputs)
     routes = tuple(heads)
     batch = next((inputs[key].shape[0] for key in ("input_ids", "inputs_embeds") if key in inputs), None)
     if batch is None:
@@ -60,20 +58,11 @@ def forward_parallel(
     repeated = {key: value.repeat(len(routes) + 1, *(1,) * (value.dim() - 1))
                 if key in _PER_EXAMPLE_INPUTS and value.shape[0] == batch else value for key, value in inputs.items()}
 
-    before = (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers)
-    model.activate(fusion=fusion, skip_layers=model.skip_layers)
-    sites = model.sites_with_fusion(fusion)
-    try:
-        for site in sites:
-            site.parallel_routes = routes
-        encoder = model.model.base_model
-        assert isinstance(encoder, torch.nn.Module)
-        with model._recording(output_fusion_attentions) as recorder:
-            encoded = encoder(**repeated)
-    finally:
-        for site in sites:
-            site.parallel_routes = None
-        model.activate(adapter=before[0], fusion=before[1], head=before[2], skip_layers=before[3])
+    encoder = model.model.base_model
+    assert isinstance(encoder, torch.nn.Module)
+    with model.activated(fusion=fusion, skip_layers=model.skip_layers, parallel_routes=routes), \
+            model.recording_fusion_attentions(output_fusion_attentions) as recorder:
+        encoded = encoder(**repeated)
 
     hidden = encoded.last_hidden_state.unflatten(0, (len(routes) + 1, -1))
     mask = inputs.get("attention_mask")

@@ -1,41 +1,41 @@
 """AdaptedModel: a HuggingFace encoder with adapter sites injected, plus named heads.
 
 `wrap(model)` replaces each insertion site with an AdapterSite (injection/site.py); adapters and fusion
-layers live inside those sites, heads live here. Which adapter, fusion and head run is set explicitly
-with `activate`; which parameters train is set with the `train_*` methods.
+layers live inside those sites, heads live here. Which adapter, fusion and head run is one ActiveState value
+(injection/state.py) set with `activate` or, for a block, `activated`; which parameters train is set with the
+`train_*` methods. Files are not the model's business: it installs and exports Pieces (piece.py), and
+io/formats.py translates them to and from folders in our format or AdapterHub's.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-from adapterfusion._validation import check_choice, check_name, naming_file
+from adapterfusion._validation import check_choice, check_name, naming_file, require_loaded
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
+from adapterfusion.adapters.placement import adapter_modules
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, resolve_fusion_config
 from adapterfusion.fusion.layer import FusionLayer
-from adapterfusion.heads.config import HeadConfig, check_head_labels, head_config_from_dict
-from adapterfusion.heads.module import PredictionHead
+from adapterfusion.fusion.placement import fusion_modules
+from adapterfusion.heads.config import HeadConfig, check_head_labels
+from adapterfusion.heads.module import PredictionHead, flatten_choices
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.site import FUSION_IMPLEMENTATIONS, AdapterSite
-from adapterfusion.interop.adapterhub import is_adapterhub_dir, load_adapterhub
-from adapterfusion.io.pieces import (
-    EncoderFingerprint,
-    check_finite,
-    config_path,
-    read_piece_config,
-    read_piece_weights,
-    save_piece,
-)
+from adapterfusion.injection.state import ActiveState, checked, with_routes
+from adapterfusion.io.formats import read_piece, write_piece
+from adapterfusion.io.pieces import check_finite
 from adapterfusion.io.setup import load_setup, piece_source, push_setup, save_setup
 from adapterfusion.parameters import ParameterReport, build_parameter_report
+from adapterfusion.piece import PIECE_KINDS, EncoderFingerprint, EncoderLayout, Piece, by_site, param_key
 
 if TYPE_CHECKING:
     from adapterfusion.composition import ParallelOutput
@@ -59,14 +59,23 @@ class AdaptedModelOutput(ModelOutput):
 
 
 class AdaptedModel(nn.Module):
+    """A HuggingFace encoder with an AdapterSite at each insertion site, and the named adapters, fusions and heads
+    added to it. Build it with `wrap(model)` (or `from_pretrained`); `unload()` gives the plain model back.
+
+    Pieces: add_*/delete_* (new), load_*/save_* (files, either format), install_piece/export_piece (Piece values).
+    What runs: activate / activated, set_fusion_mask, set_fusion_step, set_fusion_implementation; `state` holds it.
+    What trains: train_adapter, train_fusion, train_head. Forward: `model(**inputs)`, or forward_parallel for every
+    fused adapter alone and the fusion in one call."""
+
     def __init__(self, model: nn.Module) -> None:
+        """Wrap `model` (AutoModel or a *For* task model of an architecture in ARCHITECTURES) in place."""
         super().__init__()
         self.model = model
         self.training = model.training  # wrapping an eval-mode encoder gives an eval-mode model
         self.architecture: ArchitectureSpec = architecture_for(model)
-        config = model.config
+        config: Any = model.config
         self.hidden_size = int(config.hidden_size)
-        layers = get_submodule(model.base_model, self.architecture.layers)
+        layers = self._layers()
         self.num_layers = len(layers)
         self.fingerprint = EncoderFingerprint(
             model_type=config.model_type, hidden_size=self.hidden_size, num_layers=self.num_layers,
@@ -79,10 +88,10 @@ class AdaptedModel(nn.Module):
         self.heads = nn.ModuleDict()
         self.adapter_configs: dict[str, AdapterConfig] = {}
         self.fusion_setups: dict[str, tuple[FusionConfig, tuple[str, ...]]] = {}
-        self.active_adapter: str | None = None
-        self.active_fusion: str | None = None
-        self.active_head: str | None = None
-        self.skip_layers: tuple[int, ...] = ()
+        self._set_state(ActiveState())
+
+    def _layers(self) -> nn.ModuleList:
+        return cast(nn.ModuleList, get_submodule(cast(nn.Module, self.model.base_model), self.architecture.layers))
 
     def _inject(self, layer: nn.Module, index: int, position: str) -> AdapterSite:
         spec = self.architecture.site(position)
@@ -96,7 +105,7 @@ class AdaptedModel(nn.Module):
 
     def unload(self) -> nn.Module:
         """Put every original sub-module back and return the plain HuggingFace model."""
-        layers = get_submodule(self.model.base_model, self.architecture.layers)
+        layers = self._layers()
         for site in self.sites:
             parent_path, _, attribute = site.spec.path.rpartition(".")
             layer = layers[site.layer_index]
@@ -108,34 +117,41 @@ class AdaptedModel(nn.Module):
     # ---- bookkeeping ---------------------------------------------------------------------------------
     @property
     def adapter_names(self) -> list[str]:
+        """The loaded adapters, in the order they were added."""
         return list(self.adapter_configs)
 
     @property
     def fusion_names(self) -> list[str]:
+        """The loaded fusions, in the order they were added."""
         return list(self.fusion_setups)
 
     @property
     def head_names(self) -> list[str]:
+        """The loaded heads, in the order they were added."""
         return list(self.heads)
 
-    def _require(self, kind: str, name: str, known: Iterable[str]) -> None:
-        known = list(known)
-        if name not in known:
-            raise NameNotFoundError(
-                f"no {kind} named {name!r} is loaded; loaded {kind}s: {known or 'none'}. "
-                f"Add it with add_{kind}() or load it with load_{kind}()"
-            )
+    def require(self, kind: str, name: str) -> None:
+        """Raise NameNotFoundError, naming the loaded ones, unless `kind` ('adapter', 'fusion' or 'head') `name` is
+        loaded."""
+        check_choice(kind, PIECE_KINDS, "piece kind")
+        loaded: dict[str, Iterable[str]] = {"adapter": self.adapter_configs, "fusion": self.fusion_setups,
+                                            "head": self.heads.keys()}
+        require_loaded(kind, name, loaded[kind])
 
     def sites_with_adapter(self, name: str) -> list[AdapterSite]:
+        """The sites that hold adapter `name` (its positions, without its leave_out layers), in layer order."""
         return [site for site in self.sites if name in site.adapters]
 
     def sites_with_fusion(self, name: str) -> list[AdapterSite]:
+        """The sites that hold a layer of fusion `name`, in layer order."""
         return [site for site in self.sites if name in site.fusions]
 
     def adapter_parameters(self, name: str) -> list[nn.Parameter]:
+        """Adapter `name`'s parameters at every site (with Houlsby's own LayerNorm copies)."""
         return [p for site in self.sites_with_adapter(name) for p in site.adapters[name].parameters()]
 
     def fusion_parameters(self, name: str) -> list[nn.Parameter]:
+        """Fusion `name`'s Q/K/V parameters at every site."""
         return [p for site in self.sites_with_fusion(name) for p in site.fusions[name].parameters()]
 
     def encoder_parameters(self) -> list[nn.Parameter]:
@@ -147,18 +163,12 @@ class AdaptedModel(nn.Module):
     def add_adapter(
         self, name: str, config: AdapterConfig | str | Mapping[str, Any] | None = None, overwrite: bool = False
     ) -> AdapterConfig:
+        """Add a new adapter `name` at the sites `config` places it (a config, a preset name such as 'pfeiffer' or
+        'houlsby', a dict, or None for Pfeiffer); returns the resolved config. It is not activated."""
         config = resolve_adapter_config(config)
-        self._attach_adapter(name, config, self._build_adapter(name, config), overwrite)
+        modules = adapter_modules(self.sites, name, config, self.num_layers, self.hidden_size)
+        self._attach_adapter(name, config, modules, overwrite)
         return config
-
-    def _build_adapter(self, name: str, config: AdapterConfig) -> dict[AdapterSite, nn.Module]:
-        """Check the placement and build the adapter's modules, without touching the model yet."""
-        check_name(name, "adapter")
-        self._check_layers(config, name)
-        targets = [s for s in self.sites if s.position in config.positions and s.layer_index not in config.leave_out]
-        for site in targets:
-            site.check_supports(config, name)
-        return {site: site.build_adapter(config, self.hidden_size) for site in targets}
 
     def _attach_adapter(self, name: str, config: AdapterConfig, modules: dict[AdapterSite, nn.Module],
                         overwrite: bool) -> None:
@@ -171,18 +181,9 @@ class AdaptedModel(nn.Module):
             site.adapters[name] = module
         self.adapter_configs[name] = config
 
-    def _check_layers(self, config: AdapterConfig, name: str) -> None:
-        out_of_range = [layer for layer in config.leave_out if layer >= self.num_layers]
-        if isinstance(config.reduction_factor, dict):
-            out_of_range += [int(k) for k in config.reduction_factor if k != "default" and int(k) >= self.num_layers]
-        if out_of_range:
-            raise ConfigError(
-                f"adapter {name!r} names layer(s) {sorted(set(out_of_range))} but this encoder has layers "
-                f"0..{self.num_layers - 1}"
-            )
-
     def delete_adapter(self, name: str) -> None:
-        self._require("adapter", name, self.adapter_configs)
+        """Remove adapter `name` (refused while a fusion uses it); if it was active, the bare encoder runs."""
+        self.require("adapter", name)
         users = [fusion for fusion, (_, names) in self.fusion_setups.items() if name in names]
         if users:
             raise ConfigError(f"adapter {name!r} is used by fusion(s) {users}; delete those fusions first")
@@ -193,6 +194,7 @@ class AdaptedModel(nn.Module):
             self.activate(head=self.active_head)
 
     def add_head(self, name: str, config: HeadConfig, overwrite: bool = False) -> PredictionHead:
+        """Add a new prediction head `name` (e.g. af.ClassificationHead(num_labels=2)); returns its module."""
         return self._attach_head(name, self._build_head(name, config, overwrite))
 
     def _build_head(self, name: str, config: HeadConfig, overwrite: bool) -> PredictionHead:
@@ -212,62 +214,32 @@ class AdaptedModel(nn.Module):
     def _attach_head(self, name: str, head: PredictionHead) -> PredictionHead:
         """Put the head in the model's train/eval mode, and register it."""
         self.heads[name] = head.train(self.training)
-        return self.heads[name]
+        return head
+
+    def _head(self, name: str) -> PredictionHead:
+        return cast(PredictionHead, self.heads[name])
+
+    def _fusion_layers(self, name: str) -> list[FusionLayer]:
+        return [cast(FusionLayer, site.fusions[name]) for site in self.sites_with_fusion(name)]
 
     def delete_head(self, name: str) -> None:
-        self._require("head", name, self.heads)
+        """Remove head `name`; if it was active, the forward returns the wrapped model's own output."""
+        self.require("head", name)
         del self.heads[name]
         if self.active_head == name:
-            self.active_head = None
+            self._set_state(dataclasses.replace(self._state, head=None))
 
     def add_fusion(
         self, name: str, adapters: Sequence[str], config: FusionConfig | str | Mapping[str, Any] | None = None,
         overwrite: bool = False,
     ) -> FusionConfig:
+        """Add a new fusion `name` over loaded `adapters` (same placement, same leave_out layers), with `config` a
+        FusionConfig, preset name ('dynamic', 'static'), dict or None ('dynamic'); returns the resolved config."""
         config = resolve_fusion_config(config)
         adapters = tuple(adapters) if not isinstance(adapters, str) else (adapters,)
-        self._attach_fusion(name, config, adapters, self._build_fusion(name, adapters, config), overwrite)
+        modules = fusion_modules(self.sites, name, adapters, config, self.adapter_configs, self.hidden_size)
+        self._attach_fusion(name, config, adapters, modules, overwrite)
         return config
-
-    def _build_fusion(self, name: str, adapters: tuple[str, ...], config: FusionConfig) -> dict[AdapterSite, nn.Module]:
-        """Check the fused adapters agree on placement and build one FusionLayer per site they share."""
-        check_name(name, "fusion")
-        if not adapters:
-            raise ConfigError(f"fusion {name!r} needs at least one adapter")
-        if len(set(adapters)) != len(adapters):
-            raise ConfigError(f"fusion {name!r} lists an adapter twice: {list(adapters)}")
-        for adapter in adapters:
-            self._require("adapter", adapter, self.adapter_configs)
-        placements = {adapter: self.adapter_configs[adapter].site_options() for adapter in adapters}
-        if len(set(placements.values())) > 1:
-            detail = "; ".join(
-                f"{a}: positions={p[0]}, original_ln_before={p[1]}, original_ln_after={p[2]}, residual_before_ln={p[3]}"
-                for a, p in placements.items()
-            )
-            raise ConfigError(
-                f"fusion {name!r} mixes adapters with different placements ({detail}); fused adapters share "
-                "one site, so give them the same positions and LayerNorm/residual options"
-            )
-        modules = {}
-        for site in self.sites:
-            present = [a for a in adapters if a in site.adapters]
-            if present and len(present) != len(adapters):
-                missing = sorted(set(adapters) - set(present))
-                raise ConfigError(
-                    f"fusion {name!r}: layer {site.layer_index} ({site.position}) has no adapter {missing}, "
-                    "but has the others; fuse adapters with the same leave_out layers"
-                )
-            copies = [a for a in present if site.adapters[a].layer_norm is not None]
-            if copies and self.adapter_configs[copies[0]].original_ln_before:
-                raise ConfigError(
-                    f"fusion {name!r}: adapters {copies} apply their own LayerNorm copy (train_layer_norm=True) "
-                    "before the adapter (original_ln_before=True), so each would see a different input and the "
-                    "fusion would have no single query; fuse adapters with train_layer_norm=False or "
-                    "original_ln_before=False (as the Houlsby preset)"
-                )
-            if present:
-                modules[site] = site.match_base(FusionLayer(self.hidden_size, config))
-        return modules
 
     def _attach_fusion(self, name: str, config: FusionConfig, adapters: tuple[str, ...],
                        modules: dict[AdapterSite, nn.Module], overwrite: bool) -> None:
@@ -281,41 +253,84 @@ class AdaptedModel(nn.Module):
         self.fusion_setups[name] = (config, adapters)
 
     def delete_fusion(self, name: str) -> None:
-        self._require("fusion", name, self.fusion_setups)
+        """Remove fusion `name` and its mask; if it was active, the bare encoder runs."""
+        self.require("fusion", name)
         for site in self.sites_with_fusion(name):
             del site.fusions[name]
-            site.fusion_keep.pop(name, None)
-            site.fusion_kept.pop(name, None)
         del self.fusion_setups[name]
+        masks = {fusion: kept for fusion, kept in self._state.fusion_masks.items() if fusion != name}
+        self._set_state(dataclasses.replace(self._state, fusion_masks=masks))
         if self.active_fusion == name:
             self.activate(head=self.active_head)
 
-    # ---- activation and training selection -----------------------------------------------------------
+    # ---- what runs (injection/state.py) ---------------------------------------------------------------
+    @property
+    def state(self) -> ActiveState:
+        """What runs now, as one frozen value (every site holds the same one)."""
+        return self._state
+
+    @property
+    def active_adapter(self) -> str | None:
+        """The adapter activate() chose, or None."""
+        return self._state.adapter
+
+    @property
+    def active_fusion(self) -> str | None:
+        """The fusion activate() chose, or None."""
+        return self._state.fusion
+
+    @property
+    def active_head(self) -> str | None:
+        """The head the forward applies, or None (the wrapped HF model's own output)."""
+        return self._state.head
+
+    @property
+    def skip_layers(self) -> tuple[int, ...]:
+        """The layers whose sites run as the bare encoder (AdapterDrop)."""
+        return self._state.skip_layers
+
     def activate(
         self, adapter: str | None = None, fusion: str | None = None, head: str | None = None,
         skip_layers: Iterable[int] = (),
     ) -> None:
         """Choose what runs: one adapter or one fusion (or neither: the bare encoder), and a head or none.
-        skip_layers: layers whose sites run as the bare encoder (AdapterDrop)."""
+        skip_layers: layers whose sites run as the bare encoder (AdapterDrop). Fusion masks and controls stay."""
+        self._set_state(self._activation(adapter, fusion, head, skip_layers))
+
+    def _activation(self, adapter: str | None, fusion: str | None, head: str | None,
+                    skip_layers: Iterable[int]) -> ActiveState:
+        """The current state with activate()'s choice, checked."""
         if adapter is not None and fusion is not None:
             raise ConfigError("activate() takes an adapter or a fusion, not both (a fusion already runs its adapters)")
-        if adapter is not None:
-            self._require("adapter", adapter, self.adapter_configs)
-        if fusion is not None:
-            self._require("fusion", fusion, self.fusion_setups)
-        if head is not None:
-            self._require("head", head, self.heads)
-        skip = tuple(sorted(set(skip_layers)))
-        bad = [layer for layer in skip if isinstance(layer, bool) or not isinstance(layer, int)
-               or not 0 <= layer < self.num_layers]
-        if bad:
-            raise ConfigError(f"skip_layers {bad} are not layer indices of this encoder (0..{self.num_layers - 1})")
-        fused = self.fusion_setups[fusion][1] if fusion is not None else None
+        state = dataclasses.replace(self._state, adapter=adapter, fusion=fusion, head=head,
+                                    skip_layers=tuple(sorted(set(skip_layers))), parallel_routes=None)
+        return self._checked(state)
+
+    @contextlib.contextmanager
+    def activated(
+        self, adapter: str | None = None, fusion: str | None = None, head: str | None = None,
+        skip_layers: Iterable[int] = (), *, parallel_routes: Sequence[str] | None = None,
+    ) -> Iterator[ActiveState]:
+        """activate(...) for the `with` block only: on leaving it, also through an exception, the state before it
+        runs again (masks and fusion controls included). parallel_routes (composition.forward_parallel, with a
+        fusion): adapters of the fusion that each run alone on their own slice of a batch repeated per route."""
+        previous = self._state
+        state = self._activation(adapter, fusion, head, skip_layers)
+        self._set_state(state if parallel_routes is None else with_routes(state, parallel_routes))
+        try:
+            yield self._state
+        finally:
+            self._set_state(self._checked(previous))
+
+    def _checked(self, state: ActiveState) -> ActiveState:
+        fusions = {name: adapters for name, (_, adapters) in self.fusion_setups.items()}
+        return checked(state, self.adapter_configs, fusions, list(self.heads), self.num_layers)
+
+    def _set_state(self, state: ActiveState) -> None:
+        """The one place that changes what runs: the model and every site get the same value."""
+        self._state = state
         for site in self.sites:
-            site.active_adapter = adapter if adapter is not None and adapter in site.adapters else None
-            site.active_fusion = (fusion, fused) if fusion is not None and fusion in site.fusions else None
-            site.skipped = site.layer_index in skip
-        self.active_adapter, self.active_fusion, self.active_head, self.skip_layers = adapter, fusion, head, skip
+            site.set_state(state)
 
     def _set_trainable(self, parameters: Iterable[nn.Parameter]) -> None:
         for parameter in self.parameters():
@@ -332,7 +347,7 @@ class AdaptedModel(nn.Module):
         """Freeze everything but adapter `name` (with its own LayerNorm copies, for Houlsby) and its head.
         The head defaults to the one named like the adapter, else the active head.
         train_encoder=True also trains the encoder (MT-A, Stickland & Murray 2019)."""
-        self._require("adapter", name, self.adapter_configs)
+        self.require("adapter", name)
         head = self._default_head(head, name, self.active_head)
         self.activate(adapter=name, head=head, skip_layers=self.skip_layers)
         trainable = self.adapter_parameters(name) + (self.encoder_parameters() if train_encoder else [])
@@ -341,7 +356,7 @@ class AdaptedModel(nn.Module):
     def train_fusion(self, name: str, head: str | None = None) -> None:
         """Freeze the encoder and all adapters; train the fusion's Q/K/V and the head (explicit, else the one
         named like the fusion, else the active head)."""
-        self._require("fusion", name, self.fusion_setups)
+        self.require("fusion", name)
         head = self._default_head(head, name, self.active_head)
         self.activate(fusion=name, head=head, skip_layers=self.skip_layers)
         self._set_trainable(self.fusion_parameters(name) + (list(self.heads[head].parameters()) if head else []))
@@ -349,7 +364,7 @@ class AdaptedModel(nn.Module):
     def train_head(self, name: str, train_encoder: bool = False) -> None:
         """The 'Head' baseline (frozen encoder) or, with train_encoder=True, full fine-tuning. Keeps the active
         adapter or fusion running but frozen."""
-        self._require("head", name, self.heads)
+        self.require("head", name)
         self.activate(adapter=self.active_adapter, fusion=self.active_fusion, head=name, skip_layers=self.skip_layers)
         self._set_trainable(list(self.heads[name].parameters()) + (self.encoder_parameters() if train_encoder else []))
 
@@ -357,32 +372,25 @@ class AdaptedModel(nn.Module):
     def set_fusion_implementation(self, implementation: str) -> None:
         """'fast' (default) or 'reference' (the paper's equations computed literally, for checking)."""
         check_choice(implementation, FUSION_IMPLEMENTATIONS, "fusion implementation")
-        for site in self.sites:
-            site.fusion_implementation = implementation
+        self._set_state(dataclasses.replace(self._state, fusion_implementation=implementation))
 
     def set_fusion_step(self, step: int) -> None:
         """The training step that drives the fusion softmax temperature schedule, if one is configured."""
-        for site in self.sites:
-            site.fusion_step = int(step)
+        self._set_state(dataclasses.replace(self._state, fusion_step=int(step)))
 
     def set_fusion_mask(self, fusion: str, keep: Sequence[str] | None) -> None:
         """Fuse only the adapters in `keep` (others get zero attention), or all of them with keep=None."""
-        self._require("fusion", fusion, self.fusion_setups)
+        self.require("fusion", fusion)
         names = self.fusion_setups[fusion][1]
-        for site in self.sites_with_fusion(fusion):
-            site.fusion_keep.pop(fusion, None)
-            site.fusion_kept.pop(fusion, None)
-        if keep is None:
-            return
-        keep = list(keep)
-        unknown = [k for k in keep if k not in names]
-        if unknown or not keep:
-            raise ConfigError(f"keep={keep} must be a non-empty subset of fusion {fusion!r}'s adapters {list(names)}")
-        for site in self.sites_with_fusion(fusion):
-            param = next(site.fusions[fusion].parameters(), None)
-            device = param.device if param is not None else None
-            site.fusion_keep[fusion] = torch.tensor([n in keep for n in names], dtype=torch.bool, device=device)
-            site.fusion_kept[fusion] = tuple(i for i, n in enumerate(names) if n in keep)
+        masks = {name: kept for name, kept in self._state.fusion_masks.items() if name != fusion}
+        if keep is not None:
+            keep = list(keep)
+            unknown = [k for k in keep if k not in names]
+            if unknown or not keep:
+                raise ConfigError(
+                    f"keep={keep} must be a non-empty subset of fusion {fusion!r}'s adapters {list(names)}")
+            masks[fusion] = tuple(n for n in names if n in keep)
+        self._set_state(dataclasses.replace(self._state, fusion_masks=masks))
 
     def fusion_regularization(self, name: str | None = None) -> torch.Tensor:
         """Sum over layers of weight * ||V - I||² for fusion `name` (default: the active fusion)."""
@@ -391,9 +399,9 @@ class AdaptedModel(nn.Module):
         total = torch.zeros((), device=reference.device, dtype=reference.dtype)
         if name is None:
             return total
-        self._require("fusion", name, self.fusion_setups)
-        for site in self.sites_with_fusion(name):
-            total = total + site.fusions[name].regularization()
+        self.require("fusion", name)
+        for layer in self._fusion_layers(name):
+            total = total + layer.regularization()
         return total
 
     @contextlib.contextmanager
@@ -412,7 +420,9 @@ class AdaptedModel(nn.Module):
 
     # ---- forward -------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _recording(self, enabled: bool) -> Iterator[dict[tuple[int, str], torch.Tensor] | None]:
+    def recording_fusion_attentions(self, enabled: bool = True) -> Iterator[dict[tuple[int, str], torch.Tensor] | None]:
+        """Inside the block every fusion site records its softmax weights into the yielded dict, keyed (layer,
+        position); with enabled=False nothing is recorded and None is yielded."""
         recorder: dict[tuple[int, str], torch.Tensor] | None = {} if enabled else None
         for site in self.sites:
             site.recorder = recorder
@@ -430,14 +440,18 @@ class AdaptedModel(nn.Module):
         output_fusion_attentions: bool = False,
         **encoder_inputs: Any,
     ) -> AdaptedModelOutput:
-        head = self.heads[self.active_head] if self.active_head is not None else None
+        """Run the encoder with what is active; with an active head, its logits (and with `labels` its loss, plus the
+        fusion regularisation while a fusion's V trains). output_fusion_attentions=True: each fusion site's
+        softmax weights (AdaptedModelOutput). Other keyword arguments go to the encoder."""
+        head_name = self.active_head
+        head = self._head(head_name) if head_name is not None else None
         inputs = {k: v for k, v in dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask).items()
                   if v is not None}
         num_choices = None
         if head is not None and head.config.kind == "multiple_choice":
-            num_choices = _flatten_choices(inputs)
-        with self._recording(output_fusion_attentions) as recorder:
-            encoder = self.model.base_model if head is not None else self.model
+            num_choices = flatten_choices(inputs)
+        with self.recording_fusion_attentions(output_fusion_attentions) as recorder:
+            encoder = cast(nn.Module, self.model.base_model) if head is not None else self.model
             encoded = encoder(**inputs)
         output = AdaptedModelOutput(
             last_hidden_state=getattr(encoded, "last_hidden_state", None),
@@ -448,8 +462,8 @@ class AdaptedModel(nn.Module):
             output.logits = encoded.logits
         if head is not None:
             output.logits = head(encoded.last_hidden_state, inputs.get("attention_mask"), num_choices)
-            if labels is not None:
-                head.check_labels(labels, output.logits, self.active_head)
+            if labels is not None and head_name is not None:
+                head.check_labels(labels, output.logits, head_name)
                 output.task_loss = head.loss(output.logits, labels)
                 output.loss = output.task_loss
                 if self.training and self._fusion_value_trains():
@@ -476,124 +490,121 @@ class AdaptedModel(nn.Module):
     def _fusion_value_trains(self) -> bool:
         if self.active_fusion is None:
             return False
-        return any(site.fusions[self.active_fusion].value is not None
-                   and site.fusions[self.active_fusion].value.weight.requires_grad
-                   for site in self.sites_with_fusion(self.active_fusion))
+        return any(layer.value is not None and layer.value.weight.requires_grad
+                   for layer in self._fusion_layers(self.active_fusion))
 
-    # ---- save / load ---------------------------------------------------------------------------------
-    def save_adapter(self, name: str, directory: str | Path) -> Path:
-        self._require("adapter", name, self.adapter_configs)
-        tensors = {f"layer.{site.layer_index}.{site.position}.{key}": value
-                   for site in self.sites_with_adapter(name) for key, value in site.adapters[name].state_dict().items()}
-        return save_piece(directory, "adapter", name, self.adapter_configs[name].to_dict(), tensors, self.fingerprint)
+    # ---- pieces in and out (formats: io/formats.py) ----------------------------------------------------
+    def layout(self) -> EncoderLayout:
+        """What a file format may know of this encoder: fingerprint, where each site is, its HF config and each
+        site's pretrained LayerNorm (for formats that store weights by module path)."""
+        return EncoderLayout(
+            fingerprint=self.fingerprint, architecture=self.architecture,
+            site_paths={site.key: f"{self.architecture.layers}.{site.layer_index}.{site.spec.path}"
+                        for site in self.sites},
+            base_model_prefix=str(getattr(self.model, "base_model_prefix", "") or ""),
+            base_model_class=type(self.model.base_model).__name__, config=self.model.config,
+            pretrained_layer_norms={site.key: norm.state_dict() if (norm := site.pretrained_layer_norm) is not None
+                                    else {} for site in self.sites},
+        )
 
-    def load_adapter(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
-        """Load an adapter saved by save_adapter; returns its name (the saved one unless `name` is given). `directory`
-        may also be a saved setup holding one adapter, or a Hub id of either (io/setup.py)."""
-        directory = piece_source(directory, "adapter")
-        if is_adapterhub_dir(directory, "adapter"):  # saved by AdapterHub's `adapters`: see interop/
-            return load_adapterhub(self, "adapter", directory, name, overwrite)
-        document = read_piece_config(directory, "adapter")
-        self.fingerprint.check_compatible(document["base_model"], Path(directory))
-        with naming_file(config_path(Path(directory), "adapter")):
-            config = AdapterConfig.from_dict(document["config"])
-        return self.install_adapter(name or document["name"], config, read_piece_weights(directory, "adapter"),
-                                    directory, overwrite)
+    def export_piece(self, kind: str, name: str) -> Piece:
+        """Adapter, fusion or head `name` as a Piece (its config and tensors, no modules), for a format to write."""
+        check_choice(kind, PIECE_KINDS, "piece kind")
+        self.require(kind, name)
+        if kind == "head":
+            head = self._head(name)
+            return Piece("head", name, head.config, head.state_dict())
+        modules = self._piece_modules(kind, name)
+        tensors = {param_key(site.key, key): value
+                   for site, module in modules.items() for key, value in module.state_dict().items()}
+        if kind == "adapter":
+            return Piece("adapter", name, self.adapter_configs[name], tensors)
+        config, adapters = self.fusion_setups[name]
+        return Piece("fusion", name, config, tensors, adapters)
 
-    def install_adapter(self, name: str, config: AdapterConfig, tensors: Mapping[str, torch.Tensor],
-                        source: str | Path, overwrite: bool = False) -> str:
-        """Add adapter `name` with weights keyed `layer.<i>.<position>.<param>`; the weights are checked on
-        modules built on the side, so a bad file never replaces or half-adds anything."""
-        check_finite(tensors, source)
-        modules = self._build_adapter(name, config)
-        self._load_site_tensors(tensors, modules, source)
-        self._attach_adapter(name, config, modules, overwrite)
-        return name
+    def install_piece(self, piece: Piece, overwrite: bool = False, labels: Sequence[str] | None = None) -> str:
+        """Add `piece` (replacing one of that name with overwrite=True); returns its name. Everything is checked on
+        modules built on the side, so a bad piece never replaces or half-adds anything. `labels` (heads only, e.g. a
+        task's label_names): refuse a head saved for another label set. A fusion's adapters must be loaded first."""
+        with naming_file(piece.blame) if piece.blame is not None else contextlib.nullcontext():
+            if piece.kind == "head":
+                assert isinstance(piece.config, HeadConfig)
+                check_head_labels(piece.config, labels, piece.source)
+                check_finite(piece.tensors, piece.source)
+                head = self._build_head(piece.name, piece.config, overwrite)
+                _load_state(head, dict(piece.tensors), piece.source)
+                self._attach_head(piece.name, head)
+            elif piece.kind == "adapter":
+                assert isinstance(piece.config, AdapterConfig)
+                check_finite(piece.tensors, piece.source)
+                modules = adapter_modules(self.sites, piece.name, piece.config, self.num_layers, self.hidden_size)
+                self._load_site_tensors(piece, modules)
+                self._attach_adapter(piece.name, piece.config, modules, overwrite)
+            else:
+                assert isinstance(piece.config, FusionConfig)
+                missing = [a for a in piece.adapters if a not in self.adapter_configs]
+                if missing:
+                    raise NameNotFoundError(
+                        f"the fusion in {piece.source} fuses adapters {list(piece.adapters)}, of which {missing} are "
+                        "not loaded; load_adapter() each of them first"
+                    )
+                check_finite(piece.tensors, piece.source)
+                modules = fusion_modules(self.sites, piece.name, piece.adapters, piece.config, self.adapter_configs,
+                                         self.hidden_size)
+                self._load_site_tensors(piece, modules)
+                self._attach_fusion(piece.name, piece.config, piece.adapters, modules, overwrite)
+        return piece.name
+
+    def _piece_modules(self, kind: str, name: str) -> dict[AdapterSite, nn.Module]:
+        if kind == "adapter":
+            return {site: site.adapters[name] for site in self.sites_with_adapter(name)}
+        return {site: site.fusions[name] for site in self.sites_with_fusion(name)}
+
+    def _load_site_tensors(self, piece: Piece, modules: Mapping[AdapterSite, nn.Module]) -> None:
+        per_site = by_site(piece.tensors)
+        stray = sorted(set(per_site) - {site.key for site in modules})
+        if stray:
+            raise SerializationError(
+                f"{piece.source}: weights for sites this encoder's config does not place ({stray[:5]})")
+        for site, module in modules.items():
+            _load_state(module, per_site.get(site.key, {}), piece.source)
 
     def fusion_state_dict(self, name: str) -> dict[str, torch.Tensor]:
-        """Fusion `name`'s Q/K/V weights keyed `layer.<i>.<position>.<param>`: what save_fusion writes and
-        install_fusion reads."""
-        self._require("fusion", name, self.fusion_setups)
-        return {f"layer.{site.layer_index}.{site.position}.{key}": value
-                for site in self.sites_with_fusion(name) for key, value in site.fusions[name].state_dict().items()}
+        """Fusion `name`'s Q/K/V weights keyed `<site key>.<param>` (piece.py): the tensors of its Piece."""
+        return dict(self.export_piece("fusion", name).tensors)
+
+    def save_adapter(self, name: str, directory: str | Path) -> Path:
+        """Save adapter `name` into `directory` (adapter.safetensors + adapter_config.json, io/pieces.py)."""
+        return write_piece(self.export_piece("adapter", name), directory, self.layout())
+
+    def load_adapter(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
+        """Load an adapter saved by save_adapter or by AdapterHub; returns its name (the saved one unless `name` is
+        given). `directory` may also be a saved setup holding one adapter, or a Hub id of either (io/setup.py)."""
+        return self._load_piece("adapter", directory, name, overwrite)
 
     def save_fusion(self, name: str, directory: str | Path) -> Path:
-        tensors = self.fusion_state_dict(name)
-        config, adapters = self.fusion_setups[name]
-        return save_piece(directory, "fusion", name, config.to_dict(), tensors, self.fingerprint,
-                          extra={"adapters": list(adapters)})
+        """Save fusion `name` (its Q/K/V at every site and the names of the adapters it fuses) into `directory`."""
+        return write_piece(self.export_piece("fusion", name), directory, self.layout())
 
     def load_fusion(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
-        """Load a fusion saved by save_fusion (or a Hub id, as in load_adapter); the adapters it fuses must be loaded
-        first."""
-        directory = piece_source(directory, "fusion")
-        if is_adapterhub_dir(directory, "fusion"):  # saved by AdapterHub's `adapters`: see interop/
-            return load_adapterhub(self, "fusion", directory, name, overwrite)
-        document = read_piece_config(directory, "fusion")
-        self.fingerprint.check_compatible(document["base_model"], Path(directory))
-        adapters = document.get("adapters")
-        if not isinstance(adapters, list) or not adapters:
-            raise SerializationError(f"{directory}: fusion config has no 'adapters' list")
-        with naming_file(config_path(Path(directory), "fusion")):
-            config = FusionConfig.from_dict(document["config"])
-        return self.install_fusion(name or document["name"], tuple(adapters), config,
-                                   read_piece_weights(directory, "fusion"), directory, overwrite)
-
-    def install_fusion(self, name: str, adapters: Sequence[str], config: FusionConfig,
-                       tensors: Mapping[str, torch.Tensor], source: str | Path, overwrite: bool = False) -> str:
-        """Add fusion `name` over loaded `adapters` with weights keyed `layer.<i>.<position>.<param>`."""
-        missing = [a for a in adapters if a not in self.adapter_configs]
-        if missing:
-            raise NameNotFoundError(
-                f"the fusion in {source} fuses adapters {list(adapters)}, of which {missing} are not loaded; "
-                "load_adapter() each of them first"
-            )
-        check_finite(tensors, source)
-        modules = self._build_fusion(name, tuple(adapters), config)
-        self._load_site_tensors(tensors, modules, source)
-        self._attach_fusion(name, config, tuple(adapters), modules, overwrite)
-        return name
+        """Load a fusion saved by save_fusion or AdapterHub (or a Hub id, as in load_adapter); the adapters it fuses
+        must be loaded first."""
+        return self._load_piece("fusion", directory, name, overwrite)
 
     def save_head(self, name: str, directory: str | Path) -> Path:
-        self._require("head", name, self.heads)
-        head = self.heads[name]
-        return save_piece(directory, "head", name, head.config.to_dict(), head.state_dict(), self.fingerprint)
+        """Save head `name` into `directory` (head.safetensors + head_config.json)."""
+        return write_piece(self.export_piece("head", name), directory, self.layout())
 
     def load_head(self, directory: str | Path, name: str | None = None, overwrite: bool = False,
                   labels: Sequence[str] | None = None) -> str:
         """Load a head saved by save_head (or AdapterHub); with `labels` (e.g. a task's label_names), a head saved for
         another label set is refused. `directory` may be a Hub id, as in load_adapter."""
-        directory = piece_source(directory, "head")
-        if is_adapterhub_dir(directory, "head"):  # saved by AdapterHub's `adapters`: see interop/
-            return load_adapterhub(self, "head", directory, name, overwrite, labels=labels)
-        document = read_piece_config(directory, "head")
-        # A head reads only the final hidden states: the layer count need not match.
-        self.fingerprint.check_compatible(document["base_model"], Path(directory), check_layers=False)
-        with naming_file(config_path(Path(directory), "head")):
-            config = head_config_from_dict(document["config"])
-        return self.install_head(name or document["name"], config, read_piece_weights(directory, "head"),
-                                 directory, overwrite, labels)
+        return self._load_piece("head", directory, name, overwrite, labels)
 
-    def install_head(self, name: str, config: HeadConfig, tensors: Mapping[str, torch.Tensor],
-                     source: str | Path, overwrite: bool = False, labels: Sequence[str] | None = None) -> str:
-        """Add head `name` with the given state dict, checked (and against `labels`) before anything is replaced."""
-        check_head_labels(config, labels, source)
-        check_finite(tensors, source)
-        head = self._build_head(name, config, overwrite)
-        _load_state(head, dict(tensors), source)
-        self._attach_head(name, head)
-        return name
-
-    def _load_site_tensors(self, tensors: dict[str, torch.Tensor], modules: Mapping[AdapterSite, nn.Module],
-                           directory: str | Path) -> None:
-        expected = {f"layer.{s.layer_index}.{s.position}." for s in modules}
-        stray = sorted({k.rsplit(".", 2)[0] for k in tensors if not any(k.startswith(p) for p in expected)})
-        if stray:
-            raise SerializationError(
-                f"{directory}: weights for sites this encoder's config does not place ({stray[:5]})")
-        for site, module in modules.items():
-            prefix = f"layer.{site.layer_index}.{site.position}."
-            _load_state(module, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}, directory)
+    def _load_piece(self, kind: str, source: str | Path, name: str | None, overwrite: bool,
+                    labels: Sequence[str] | None = None) -> str:
+        piece = read_piece(piece_source(source, kind), kind, self.layout())
+        return self.install_piece(piece.renamed(name), overwrite, labels)
 
     # ---- whole setups, local or on the Hub (io/setup.py) ---------------------------------------------------
     def save_pretrained(self, directory: str | Path, *, adapters: str | Sequence[str] | None = None,
@@ -620,7 +631,11 @@ class AdaptedModel(nn.Module):
 
     # ---- reporting -----------------------------------------------------------------------------------
     def parameter_report(self) -> ParameterReport:
-        return build_parameter_report(self)
+        """Total and trainable parameters of the encoder and of every adapter, fusion and head."""
+        pieces = ([(name, "adapter", self.adapter_parameters(name)) for name in self.adapter_names]
+                  + [(name, "fusion", self.fusion_parameters(name)) for name in self.fusion_names]
+                  + [(name, "head", list(self.heads[name].parameters())) for name in self.head_names])
+        return build_parameter_report(self.encoder_parameters(), pieces)
 
 
 def _load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str | Path) -> None:
@@ -638,20 +653,6 @@ def _load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str |
         ) if part)
         raise SerializationError(f"{source}: weights do not match the saved config ({detail})")
     module.load_state_dict(state)
-
-
-def _flatten_choices(inputs: dict[str, torch.Tensor]) -> int:
-    """[batch, choices, seq] -> [batch * choices, seq] for every per-token input; returns the choice count."""
-    input_ids = inputs.get("input_ids")
-    if input_ids is None or input_ids.dim() != 3:
-        raise ConfigError(
-            "the active head is a MultipleChoiceHead: pass input_ids of shape [batch, num_choices, seq], "
-            f"got {None if input_ids is None else tuple(input_ids.shape)}"
-        )
-    for key in ("input_ids", "attention_mask", "token_type_ids", "position_ids"):
-        if key in inputs and inputs[key].dim() == 3:
-            inputs[key] = inputs[key].flatten(0, 1)
-    return input_ids.shape[1]
 
 
 def wrap(model: nn.Module) -> AdaptedModel:

@@ -3,12 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from torch import nn
-
-if TYPE_CHECKING:
-    from adapterfusion.model import AdaptedModel
 
 
 @dataclass(frozen=True)
@@ -51,9 +47,9 @@ def _count(parameters: Iterable[nn.Parameter]) -> tuple[int, int]:
     return sum(p.numel() for p in parameters), sum(p.numel() for p in parameters if p.requires_grad)
 
 
-def build_parameter_report(model: AdaptedModel) -> ParameterReport:
-    rows = [ParameterRow("encoder", "pretrained", *_count(model.encoder_parameters()))]
-    rows += [ParameterRow(name, "adapter", *_count(model.adapter_parameters(name))) for name in model.adapter_names]
-    rows += [ParameterRow(name, "fusion", *_count(model.fusion_parameters(name))) for name in model.fusion_names]
-    rows += [ParameterRow(name, "head", *_count(model.heads[name].parameters())) for name in model.head_names]
+def build_parameter_report(encoder: Iterable[nn.Parameter],
+                           pieces: Iterable[tuple[str, str, Iterable[nn.Parameter]]]) -> ParameterReport:
+    """The report of the encoder's pretrained `encoder` parameters and of each (name, kind, parameters) piece."""
+    rows = [ParameterRow("encoder", "pretrained", *_count(encoder))]
+    rows += [ParameterRow(name, kind, *_count(parameters)) for name, kind, parameters in pieces]
     return ParameterReport(tuple(rows), rows[0].total)

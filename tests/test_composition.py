@@ -148,4 +148,4 @@ def test_clear_errors_and_the_activation_is_kept_after_one() -> None:
     with pytest.raises(af.ConfigError, match="needs input_ids"):
         model.forward_parallel("f", fusion_head="a", attention_mask=inputs["attention_mask"])
     assert (model.active_adapter, model.active_fusion, model.active_head) == ("a", None, "a")
-    assert all(site.parallel_routes is None for site in model.sites)
+    assert all(site.state.parallel_routes is None for site in model.sites)

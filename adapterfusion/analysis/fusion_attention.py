@@ -132,18 +132,17 @@ def mean_fusion_attention(model: AdaptedModel, fusion_name: str, batches: Iterab
     """Run `batches` (model inputs; labels are ignored) through the model with `fusion_name` active, in eval mode,
     and average each layer's softmax weights over the real tokens (attention_mask == 1). The model's activation
     and train/eval mode are restored afterwards."""
-    model._require("fusion", fusion_name, model.fusion_setups)
+    model.require("fusion", fusion_name)
     adapters = tuple(model.fusion_setups[fusion_name][1])
-    previous = (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers)
     was_training = model.training
     device = next(model.parameters()).device
     try:
-        model.activate(fusion=fusion_name, head=head if head is not None else previous[2], skip_layers=previous[3])
-        model.eval()
-        with model.inference_cache():
-            sums, tokens = _accumulate(model, batches, device)
+        with model.activated(fusion=fusion_name, head=head if head is not None else model.active_head,
+                             skip_layers=model.skip_layers):
+            model.eval()
+            with model.inference_cache():
+                sums, tokens = _accumulate(model, batches, device)
     finally:
-        model.activate(adapter=previous[0], fusion=previous[1], head=previous[2], skip_layers=previous[3])
         model.train(was_training)
     if not sums or tokens == 0:
         raise ConfigError(f"mean_fusion_attention: no fusion attention was recorded for {fusion_name!r} "

@@ -161,27 +161,24 @@ def compare_pruned(model: AdaptedModel, fusion: str, task: TaskSpec, batches: Se
     """Prune fusion `fusion` of `model` by its activation on `batches` (labelled dev batches), add the pruned
     fusion as `pruned_name` (default `<fusion>_pruned`), and evaluate and time both. The model's activation is
     restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters)."""
-    model._require("fusion", fusion, model.fusion_setups)
+    model.require("fusion", fusion)
     check_criterion(keep, mass, len(model.fusion_setups[fusion][1]))
     pruned_name = pruned_name or f"{fusion}_pruned"
     if pruned_name == fusion:
         raise ConfigError(f"pruned_name={pruned_name!r} would replace the fusion being pruned; choose another name")
     head = head if head is not None else model.active_head
-    previous = (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers)
     activation = mean_fusion_attention(model, fusion, batches, head=head)
     shares = {name: float(value)
               for name, value in zip(activation.adapters, activation.values.mean(axis=0), strict=True)}
     pruned = add_fusion_subset(model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name,
                                overwrite=True)
-    try:
+    with model.activated(fusion=fusion, head=head):  # what ran before runs again afterwards
         metrics = {}
         for name in (fusion, pruned):
             model.activate(fusion=name, head=head)
             metrics[name] = score(task, predict(model, batches))
         timed = list(batches[:timing_batches])
         ms = time_fusions(model, (fusion, pruned), timed, head, repeats)
-    finally:
-        model.activate(adapter=previous[0], fusion=previous[1], head=previous[2], skip_layers=previous[3])
     figures = [FusionFigures(name, tuple(model.fusion_setups[name][1]), metrics[name], ms[name])
                for name in (fusion, pruned)]
     return PruningResult(criterion=f"keep={keep}" if keep is not None else f"mass={mass}", activation=shares,

@@ -7,6 +7,7 @@ and a subset needs no retraining. Its output equals the full fusion with the oth
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -20,11 +21,13 @@ def add_fusion_subset(model: AdaptedModel, source: str, adapters: Sequence[str],
                       overwrite: bool = False) -> str:
     """Add fusion `name` over `adapters` (a non-empty subset of fusion `source`'s, kept in `source`'s order)
     with copies of `source`'s weights at every site; returns `name`."""
-    model._require("fusion", source, model.fusion_setups)
-    config, fused = model.fusion_setups[source]
+    model.require("fusion", source)
+    fused = model.fusion_setups[source][1]
     wanted = [adapters] if isinstance(adapters, str) else list(adapters)
     unknown = [a for a in wanted if a not in fused]
     if unknown or not wanted:
         raise ConfigError(f"a subset of fusion {source!r} must name some of its adapters {list(fused)}; got {wanted}")
     kept = tuple(a for a in fused if a in wanted)
-    return model.install_fusion(name, kept, config, model.fusion_state_dict(source), f"fusion {source!r}", overwrite)
+    piece = dataclasses.replace(model.export_piece("fusion", source), name=name, adapters=kept,
+                                source=f"fusion {source!r}")
+    return model.install_piece(piece, overwrite)

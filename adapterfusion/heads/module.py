@@ -71,3 +71,18 @@ class PredictionHead(nn.Module):
         if self.config.kind == "regression":
             return F.mse_loss(logits, labels.to(logits.dtype))
         return F.cross_entropy(logits, labels.long())
+
+
+def flatten_choices(inputs: dict[str, torch.Tensor]) -> int:
+    """[batch, choices, seq] -> [batch * choices, seq] for every per-token input, in place, for a MultipleChoiceHead;
+    returns the choice count."""
+    input_ids = inputs.get("input_ids")
+    if input_ids is None or input_ids.dim() != 3:
+        raise ConfigError(
+            "the active head is a MultipleChoiceHead: pass input_ids of shape [batch, num_choices, seq], "
+            f"got {None if input_ids is None else tuple(input_ids.shape)}"
+        )
+    for key in ("input_ids", "attention_mask", "token_type_ids", "position_ids"):
+        if key in inputs and inputs[key].dim() == 3:
+            inputs[key] = inputs[key].flatten(0, 1)
+    return input_ids.shape[1]

@@ -33,6 +33,8 @@ from adapterfusion.fusion.layer import (
     mix_layer_norms_reference,
 )
 from adapterfusion.injection.architectures import SiteKind, SiteSpec
+from adapterfusion.injection.state import ActiveState
+from adapterfusion.piece import site_key
 
 
 class FusionImplementation(NamedTuple):
@@ -50,6 +52,8 @@ FUSION_IMPLEMENTATIONS: dict[str, FusionImplementation] = {
 
 
 class AdapterSite(nn.Module):
+    """One wrapped insertion site: runs `base_layer` alone, or with the adapter or fusion the state activates."""
+
     def __init__(
         self,
         base_layer: nn.Module,
@@ -67,21 +71,36 @@ class AdapterSite(nn.Module):
         self.position = position
         # The parent block owns this LayerNorm; registering it here would duplicate it in state_dict().
         self.__dict__["_parent_layer_norm"] = parent_layer_norm
-        self.active_adapter: str | None = None
-        self.active_fusion: tuple[str, tuple[str, ...]] | None = None
-        self.skipped = False
-        self.fusion_implementation = "fast"
-        self.fusion_step = 0
-        self.fusion_keep: dict[str, torch.Tensor] = {}  # fusion -> bool per adapter (AdaptedModel.set_fusion_mask)
-        self.fusion_kept: dict[str, tuple[int, ...]] = {}  # the same as indices, so a forward needs no device sync
         self.recorder: dict[tuple[int, str], torch.Tensor] | None = None
         # Folded fusion weights kept across forwards, only inside AdaptedModel.inference_cache().
         self.folded_cache: dict[str, FoldedFusion] | None = None
-        # composition.forward_parallel: these adapters each run alone on their own slice of the batch, the
-        # active fusion on the last slice.
-        self.parallel_routes: tuple[str, ...] | None = None
+        self._mask_key: tuple[Any, ...] | None = None
+        self.set_state(ActiveState())
+
+    def set_state(self, state: ActiveState) -> None:
+        """Run what `state` activates from now on. What it means here is worked out once, not per forward: the active
+        adapter or fusion if this site has it, and as a bool tensor and as indices (so a forward needs no device
+        sync) the fused adapters a mask keeps."""
+        self.state = state
+        self._adapter = state.adapter if state.adapter in self.adapters else None
+        self._fusion = state.fusion if state.fusion in self.fusions else None
+        mask = state.fusion_masks.get(self._fusion) if self._fusion is not None else None
+        kept = tuple(i for i, name in enumerate(state.fused) if name in mask) if mask is not None else None
+        param = next(self.fusions[self._fusion].parameters(), None) if self._fusion is not None else None
+        mask_key = (self._fusion, state.fused, kept, param.device if param is not None else None)
+        if kept is None:
+            self._keep: torch.Tensor | None = None
+        elif mask_key != self._mask_key:
+            self._keep = torch.tensor([i in kept for i in range(len(state.fused))], dtype=torch.bool,
+                                      device=mask_key[-1])
+        self._kept, self._mask_key = kept, mask_key
 
     # ---- what the site offers ------------------------------------------------------------------------
+    @property
+    def key(self) -> str:
+        """This site's name in piece tensors, `layer.<i>.<position>` (piece.site_key)."""
+        return site_key(self.layer_index, self.position)
+
     @property
     def pretrained_layer_norm(self) -> nn.Module | None:
         if self.spec.kind is SiteKind.POST_LN_OUTPUT:
@@ -125,7 +144,9 @@ class AdapterSite(nn.Module):
 
     @property
     def is_active(self) -> bool:
-        return not self.skipped and (self.active_adapter is not None or self.active_fusion is not None)
+        """Whether this site runs an adapter or a fusion (else it is exactly `base_layer`)."""
+        skipped = self.layer_index in self.state.skip_layers
+        return not skipped and (self._adapter is not None or self._fusion is not None)
 
     # ---- forward -------------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -146,14 +167,15 @@ class AdapterSite(nn.Module):
         return (adapted, *output[1:]) if isinstance(output, tuple) else adapted
 
     def _adapt_any(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
-        if self.parallel_routes is None:
+        if self.state.parallel_routes is None:
             return self._adapt(h, r, apply_final_ln)
         return self._adapt_parallel(h, r, apply_final_ln)
 
     def _adapt_parallel(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
         """Routes stacked along the batch, [(N + 1) * B, ...]: slice n runs adapter n alone (all N in one batched
         matmul), the last slice runs the active fusion exactly as `_adapt` does."""
-        names = self.parallel_routes
+        names = self.state.parallel_routes
+        assert names is not None
         h = h.unflatten(0, (len(names) + 1, -1))
         r = r.unflatten(0, (len(names) + 1, -1)) if r is not None else None
         fused = self._adapt(h[-1], r[-1] if r is not None else None, apply_final_ln)
@@ -189,8 +211,8 @@ class AdapterSite(nn.Module):
         return apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM
 
     def _adapt(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
-        fusion_name = self.active_fusion[0] if self.active_fusion is not None else None
-        names = self.active_fusion[1] if self.active_fusion is not None else (self.active_adapter,)
+        fusion_name = self._fusion
+        names = self.state.fused if fusion_name is not None else (self._adapter,)
         adapters = [self.adapters[name] for name in names]
         config = adapters[0].config
         layer_norm = self.pretrained_layer_norm
@@ -204,15 +226,14 @@ class AdapterSite(nn.Module):
         else:
             fusion = self.fusions[fusion_name]
             query = h if fusion.config.query_before_ln else x
-            implementation = FUSION_IMPLEMENTATIONS[self.fusion_implementation]
-            keep = self.fusion_keep.get(fusion_name)
-            kept = self._kept_indices(fusion_name, len(adapters))
-            options = dict(temperature=fusion.config.temperature_at(self.fusion_step), keep=keep)
+            implementation = FUSION_IMPLEMENTATIONS[self.state.fusion_implementation]
+            kept = self._kept_indices(len(adapters))
+            options = dict(temperature=fusion.config.temperature_at(self.state.fusion_step), keep=self._keep)
             if kept is not None:
                 # The fast path runs only the kept adapters: a masked-out adapter's softmax weight is exactly 0,
                 # so the fusion over the kept ones with the same Q/K/V is the masked fusion (fusion/subset.py).
                 adapters, options["keep"] = [adapters[i] for i in kept], None
-            if self.fusion_implementation == "fast" and self.folded_cache is not None:
+            if self.state.fusion_implementation == "fast" and self.folded_cache is not None:
                 cache_key = fusion_name if kept is None else f"{fusion_name}:{','.join(map(str, kept))}"
                 if cache_key not in self.folded_cache:
                     self.folded_cache[cache_key] = fold_fusion(fusion, adapters)
@@ -231,9 +252,9 @@ class AdapterSite(nn.Module):
                 out = layer_norm(out + r)
         return out
 
-    def _kept_indices(self, fusion_name: str, count: int) -> tuple[int, ...] | None:
-        """The adapters a fusion mask keeps, when the fast path can run only those (None: run all)."""
-        kept = self.fusion_kept.get(fusion_name) if self.fusion_implementation == "fast" else None
+    def _kept_indices(self, count: int) -> tuple[int, ...] | None:
+        """The adapters the active fusion's mask keeps, when the fast path can run only those (None: run all)."""
+        kept = self._kept if self.state.fusion_implementation == "fast" else None
         return None if kept is None or len(kept) == count else kept
 
     def extra_repr(self) -> str:

@@ -1,20 +1,26 @@
-"""Load adapters, fusions and heads saved by AdapterHub's `adapters` library, and export ours in its format.
+"""The AdapterHub translator: folders saved by AdapterHub's `adapters` library to `Piece`s and back.
 
-`AdaptedModel.load_adapter/load_fusion/load_head` call `load_adapterhub` when a folder holds AdapterHub files,
-so users load either format the same way. AdapterHub keeps its modules *on* the sub-layer output modules, so its
-weight names are `[<prefix>.]encoder.layer.<i>.<site path>.adapters.<name>.<param>`; the site path is the same
-module path as our AdapterSite's, which is how keys are placed, for every BERT-style row of ARCHITECTURES.
+io/formats.py hands an AdapterHub folder here when `load_adapter/load_fusion/load_head` meet one, so users load either
+format the same way. AdapterHub keeps its modules *on* the sub-layer output modules, so its weight names are
+`[<prefix>.]encoder.layer.<i>.<site path>.adapters.<name>.<param>`; the site path is the module path the encoder layout
+gives each site key (EncoderLayout.site_paths), which is how keys are placed, for every BERT-style row of ARCHITECTURES.
+The translator sees the encoder only through that layout and never imports the model; `export_adapterhub` and
+`load_adapterhub` take any model with `export_piece` / `install_piece` (piece.PieceHolder).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from adapterfusion._validation import naming_file
+from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError, SerializationError, UnsupportedArchitectureError
+from adapterfusion.fusion.config import FusionConfig
+from adapterfusion.heads.config import HeadConfig
 from adapterfusion.injection.architectures import SiteKind
 from adapterfusion.interop.adapterhub_config import (
     adapter_config_from_adapterhub,
@@ -32,120 +38,126 @@ from adapterfusion.interop.adapterhub_files import (
     read_weights,
     write_piece,
 )
+from adapterfusion.piece import EncoderLayout, Piece, PieceHolder, by_site, param_key, split_param_key
 
-if TYPE_CHECKING:
-    from adapterfusion.injection.site import AdapterSite
-    from adapterfusion.model import AdaptedModel
-
-__all__ = ["export_adapterhub", "is_adapterhub_dir", "load_adapterhub"]
+__all__ = ["export_adapterhub", "is_adapterhub_dir", "load_adapterhub", "piece_from_adapterhub",
+           "piece_to_adapterhub"]
 
 # AdapterHub parameter name inside one adapter -> ours (BottleneckAdapter), without the down projection,
 # whose index depends on ln_before (adapter_down = Sequential([adapter_norm_before]?, Linear, act)).
 _ADAPTER_PARAMS = {"adapter_up": "up", "adapter_norm_before": "ln_before", "adapter_norm_after": "ln_after"}
 
 
-# ---- loading -----------------------------------------------------------------------------------------
-def load_adapterhub(model: AdaptedModel, kind: str, directory: str | Path, name: str | None = None,
+# ---- a model in, a model out -------------------------------------------------------------------------
+def load_adapterhub(model: PieceHolder, kind: str, directory: str | Path, name: str | None = None,
                     overwrite: bool = False, labels: Sequence[str] | None = None) -> str:
     """Load an AdapterHub adapter, fusion or head folder into `model`; returns the name it is loaded under. `labels`
     (heads only) are the label names the head must have been trained for."""
+    piece = piece_from_adapterhub(directory, kind, model.layout())
+    return model.install_piece(piece.renamed(name), overwrite, labels)
+
+
+def export_adapterhub(model: PieceHolder, kind: str, name: str, directory: str | Path,
+                      use_safetensors: bool = True) -> Path:
+    """Write adapter, fusion or head `name` of `model` as AdapterHub's `adapters` 1.3.0 saves it, so that
+    `adapters`' load_adapter / load_adapter_fusion / load_head reads it (safetensors unless told otherwise)."""
+    if kind not in _WRITERS:
+        raise ConfigError(f"kind={kind!r} is not exportable; choose one of {', '.join(_WRITERS)}")
+    return piece_to_adapterhub(model.export_piece(kind, name), directory, model.layout(), use_safetensors)
+
+
+# ---- reading -----------------------------------------------------------------------------------------
+def piece_from_adapterhub(directory: str | Path, kind: str, layout: EncoderLayout) -> Piece:
+    """The AdapterHub `kind` in `directory` as a Piece for the encoder `layout` describes. Its name is the saved one
+    (a fusion's: its adapters joined by '-', as AdapterHub's 'a,b' is no valid module key)."""
     directory = Path(directory)
     document = read_document(directory, kind)
-    saved = {key: document[key] for key in ("model_type", "hidden_size") if key in document}
-    model.fingerprint.check_compatible(saved, directory, check_layers=False)
-    with naming_file(directory / FILES[kind][0]):
-        if kind == "head":
-            return _load_head(model, directory, document, name, overwrite, labels)
-        loader = {"adapter": _load_adapter, "fusion": _load_fusion}[kind]
-        return loader(model, directory, document, name, overwrite)
+    saved: dict[str, Any] = {key: document[key] for key in ("model_type", "hidden_size") if key in document}
+    layout.fingerprint.check_compatible(saved, directory, check_layers=False)
+    config_file = directory / FILES[kind][0]
+    with naming_file(config_file):
+        reader = {"adapter": _read_adapter, "fusion": _read_fusion, "head": _read_head}[kind]
+        piece = reader(layout, directory, document)
+    return dataclasses.replace(piece, source=str(directory), blame=config_file)
 
 
-def _load_adapter(model: AdaptedModel, directory: Path, document: dict[str, Any], name: str | None,
-                  overwrite: bool) -> str:
-    _require_post_ln_sites(model)
+def _read_adapter(layout: EncoderLayout, directory: Path, document: dict[str, Any]) -> Piece:
+    _require_post_ln_sites(layout)
     saved_name = str(document.get("name", ""))
     config = adapter_config_from_adapterhub(document["config"])
-    tensors = _site_tensors(model, read_weights(directory, "adapter"), f"adapters.{saved_name}", directory)
+    tensors = _site_tensors(layout, read_weights(directory, "adapter"), f"adapters.{saved_name}", directory)
     tensors = {key: value for key, value in
                (_adapter_param(key, value, config.ln_before, tensors, directory) for key, value in tensors.items())
                if key is not None}
-    return model.install_adapter(name or saved_name, config, tensors, directory, overwrite)
+    return Piece("adapter", saved_name, config, tensors)
 
 
 def _adapter_param(key: str, value: torch.Tensor, ln_before: bool, all_tensors: dict[str, torch.Tensor],
                    directory: Path) -> tuple[str | None, torch.Tensor]:
-    """Rename one `layer.<i>.<position>.<AdapterHub param>` key; None drops the LayerNorm stored twice."""
-    site, _, param = key.partition(".adapter")
-    module, _, leaf = ("adapter" + param).rpartition(".")
+    """Rename one `<site key>.<AdapterHub param>` key; None drops the LayerNorm stored twice."""
+    site, param = split_param_key(key)
+    module, _, leaf = param.rpartition(".")
     down = "adapter_down.1" if ln_before else "adapter_down.0"
     if module == down:
-        return f"{site}.down.{leaf}", value
+        return param_key(site, f"down.{leaf}"), value
     if ln_before and module == "adapter_down.0":  # the same LayerNorm as adapter_norm_before
-        twin = all_tensors.get(f"{site}.adapter_norm_before.{leaf}")
+        twin = all_tensors.get(param_key(site, f"adapter_norm_before.{leaf}"))
         if twin is None:
-            return f"{site}.ln_before.{leaf}", value
+            return param_key(site, f"ln_before.{leaf}"), value
         if not torch.equal(twin, value):
             raise SerializationError(f"{directory}: {key} differs from adapter_norm_before.{leaf}, which it must equal")
         return None, value
     if module in _ADAPTER_PARAMS:
-        return f"{site}.{_ADAPTER_PARAMS[module]}.{leaf}", value
+        return param_key(site, f"{_ADAPTER_PARAMS[module]}.{leaf}"), value
     raise SerializationError(f"{directory}: unexpected AdapterHub adapter weight {key!r} (parameter {module!r})")
 
 
-def _load_fusion(model: AdaptedModel, directory: Path, document: dict[str, Any], name: str | None,
-                 overwrite: bool) -> str:
-    _require_post_ln_sites(model)
+def _read_fusion(layout: EncoderLayout, directory: Path, document: dict[str, Any]) -> Piece:
+    _require_post_ln_sites(layout)
     adapters = document.get("adapter_names")
     if not isinstance(adapters, list) or not adapters:
         raise SerializationError(f"{directory}: adapter_fusion_config.json has no 'adapter_names' list")
-    attention_dropout = float(getattr(model.model.config, "attention_probs_dropout_prob", 0.0) or 0.0)
+    attention_dropout = float(getattr(layout.config, "attention_probs_dropout_prob", 0.0) or 0.0)
     config = fusion_config_from_adapterhub(document["config"], attention_dropout)
     saved_name = str(document.get("name") or ",".join(adapters))
-    tensors = _site_tensors(model, read_weights(directory, "fusion"), f"adapter_fusion_layer.{saved_name}",
+    tensors = _site_tensors(layout, read_weights(directory, "fusion"), f"adapter_fusion_layer.{saved_name}",
                             directory)
     # A fusion with no query, key or value has an unused Linear "dense" in adapters; we have nothing to load.
     tensors = {k: v for k, v in tensors.items() if ".dense." not in k}
-    name = name or "-".join(adapters)  # AdapterHub's name "a,b" is not a valid module key here
-    return model.install_fusion(name, adapters, config, tensors, directory, overwrite)
+    return Piece("fusion", "-".join(adapters), config, tensors, tuple(adapters))
 
 
-def _load_head(model: AdaptedModel, directory: Path, document: dict[str, Any], name: str | None,
-               overwrite: bool, labels: Sequence[str] | None = None) -> str:
+def _read_head(layout: EncoderLayout, directory: Path, document: dict[str, Any]) -> Piece:
     saved_name = str(document.get("name", ""))
-    hf_config = model.model.config
-    default_dropout = getattr(hf_config, "classifier_dropout", None)
-    if default_dropout is None:
-        default_dropout = getattr(hf_config, "hidden_dropout_prob", 0.1)
-    config = head_config_from_adapterhub(document["config"], float(default_dropout))
+    dropout = getattr(layout.config, "classifier_dropout", None)
+    default_dropout = float(dropout if dropout is not None else getattr(layout.config, "hidden_dropout_prob", 0.1))
+    config = head_config_from_adapterhub(document["config"], default_dropout)
     prefix = f"heads.{saved_name}."
     weights = read_weights(directory, "head")
     stray = sorted(k for k in weights if not k.startswith(prefix))
     if stray:
         raise SerializationError(f"{directory}: weights that are not head {saved_name!r}'s: {stray[:5]}")
-    return model.install_head(name or saved_name, config,
-                              {f"layers.{k[len(prefix):]}": v for k, v in weights.items()}, directory, overwrite,
-                              labels)
+    return Piece("head", saved_name, config, {f"layers.{k[len(prefix):]}": v for k, v in weights.items()})
 
 
-def _require_post_ln_sites(model: AdaptedModel) -> None:
-    kinds = {model.architecture.attention.kind, model.architecture.output.kind}
+def _require_post_ln_sites(layout: EncoderLayout) -> None:
+    kinds = layout.site_kinds
     if kinds != {SiteKind.POST_LN_OUTPUT}:
         raise UnsupportedArchitectureError(
             f"AdapterHub adapters and fusions can be imported into BERT-style encoders only (sites of kind "
-            f"{SiteKind.POST_LN_OUTPUT.value}); {model.fingerprint.model_type!r} uses {sorted(k.value for k in kinds)}"
+            f"{SiteKind.POST_LN_OUTPUT.value}); {layout.fingerprint.model_type!r} uses {sorted(k.value for k in kinds)}"
         )
 
 
-def _adapterhub_site_prefixes(model: AdaptedModel) -> dict[str, AdapterSite]:
-    """`encoder.layer.<i>.<site path>.` (the module AdapterHub stores its weights on) -> our site."""
-    return {f"{model.architecture.layers}.{s.layer_index}.{s.spec.path}.": s for s in model.sites}
+def _base_prefix(layout: EncoderLayout) -> str:
+    return f"{layout.base_model_prefix}." if layout.base_model_prefix else ""
 
 
-def _site_tensors(model: AdaptedModel, weights: dict[str, torch.Tensor], container: str,
+def _site_tensors(layout: EncoderLayout, weights: dict[str, torch.Tensor], container: str,
                   directory: Path) -> dict[str, torch.Tensor]:
-    """AdapterHub keys `[<prefix>.]<site module>.<container>.<param>` -> `layer.<i>.<position>.<param>`."""
-    base_prefix = f"{model.model.base_model_prefix}." if getattr(model.model, "base_model_prefix", "") else ""
-    sites = _adapterhub_site_prefixes(model)
+    """AdapterHub keys `[<prefix>.]<site module>.<container>.<param>` -> `<site key>.<param>`."""
+    base_prefix = _base_prefix(layout)
+    sites = {f"{path}.": key for key, path in layout.site_paths.items()}
     marker = f".{container}."
     out: dict[str, torch.Tensor] = {}
     for key, value in weights.items():
@@ -154,89 +166,86 @@ def _site_tensors(model: AdaptedModel, weights: dict[str, torch.Tensor], contain
         site = sites.get(f"{module}.") if found else None
         if site is None:
             raise SerializationError(
-                f"{directory}: weight {key!r} is not at an adapter site of this {model.fingerprint.model_type} "
-                f"encoder (expected '[{base_prefix}]{model.architecture.layers}.<i>.<site>{marker}...')"
+                f"{directory}: weight {key!r} is not at an adapter site of this {layout.fingerprint.model_type} "
+                f"encoder (expected '[{base_prefix}]{layout.architecture.layers}.<i>.<site>{marker}...')"
             )
-        out[f"layer.{site.layer_index}.{site.position}.{param}"] = value
+        out[param_key(site, param)] = value
     return out
 
 
-# ---- export ------------------------------------------------------------------------------------------
-def export_adapterhub(model: AdaptedModel, kind: str, name: str, directory: str | Path,
-                      use_safetensors: bool = True) -> Path:
-    """Write adapter, fusion or head `name` of `model` as AdapterHub's `adapters` 1.3.0 saves it, so that
-    `adapters`' load_adapter / load_adapter_fusion / load_head reads it (safetensors unless told otherwise)."""
-    writers = {"adapter": _export_adapter, "fusion": _export_fusion, "head": _export_head}
-    if kind not in writers:
-        raise ConfigError(f"kind={kind!r} is not exportable; choose one of {', '.join(writers)}")
-    if kind != "head":
-        _require_post_ln_sites(model)
-    document, tensors = writers[kind](model, name)
+# ---- writing -----------------------------------------------------------------------------------------
+def piece_to_adapterhub(piece: Piece, directory: str | Path, layout: EncoderLayout,
+                        use_safetensors: bool = True) -> Path:
+    """Write `piece` (from the encoder `layout` describes) as AdapterHub's `adapters` 1.3.0 saves it."""
+    if piece.kind != "head":
+        _require_post_ln_sites(layout)
+    document, tensors = _WRITERS[piece.kind](piece, layout)
     document.update(
-        hidden_size=model.hidden_size,
-        model_class=_adapter_model_class(model),
-        model_name=model.fingerprint.name_or_path,
-        model_type=model.fingerprint.model_type,
+        hidden_size=layout.fingerprint.hidden_size,
+        model_class=_adapter_model_class(layout),
+        model_name=layout.fingerprint.name_or_path,
+        model_type=layout.fingerprint.model_type,
         version=ADAPTERHUB_VERSION,
     )
-    return write_piece(directory, kind, document, tensors, use_safetensors)
+    return write_piece(directory, piece.kind, document, tensors, use_safetensors)
 
 
-def _adapter_model_class(model: AdaptedModel) -> str:
+def _adapter_model_class(layout: EncoderLayout) -> str:
     """adapters records the flex-head model class (BertModel -> BertAdapterModel); its load_head refuses
     a head saved from any other class."""
-    base = type(model.model.base_model).__name__
+    base = layout.base_model_class
     return f"{base[:-len('Model')]}AdapterModel" if base.endswith("Model") else base
 
 
-def _site_key(model: AdaptedModel, site: AdapterSite, container: str, param: str) -> str:
-    base = f"{model.model.base_model_prefix}." if getattr(model.model, "base_model_prefix", "") else ""
-    return f"{base}{model.architecture.layers}.{site.layer_index}.{site.spec.path}.{container}.{param}"
+def _their_key(layout: EncoderLayout, site: str, container: str, param: str) -> str:
+    return f"{_base_prefix(layout)}{layout.site_paths[site]}.{container}.{param}"
 
 
-def _export_adapter(model: AdaptedModel, name: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    model._require("adapter", name, model.adapter_configs)
-    config = model.adapter_configs[name]
+def _write_adapter(piece: Piece, layout: EncoderLayout) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    config = piece.config
+    assert isinstance(config, AdapterConfig)
+    container = f"adapters.{piece.name}"
+    names = {"down": "adapter_down.1" if config.ln_before else "adapter_down.0",
+             "up": "adapter_up", "ln_before": "adapter_norm_before", "ln_after": "adapter_norm_after"}
     tensors: dict[str, torch.Tensor] = {}
-    for site in model.sites_with_adapter(name):
-        adapter = site.adapters[name]
-        if adapter.layer_norm is not None and not _same_layer_norm(adapter.layer_norm, site.pretrained_layer_norm):
+    for site, params in by_site(piece.tensors).items():
+        own_norm = {param.partition(".")[2]: value for param, value in params.items()
+                    if param.partition(".")[0] == "layer_norm"}
+        if own_norm and not _same_state(own_norm, layout.pretrained_layer_norms.get(site, {})):
             raise ConfigError(
-                f"adapter {name!r} has trained its own copy of the pretrained LayerNorm (train_layer_norm=True); "
+                f"adapter {piece.name!r} has trained its own copy of the pretrained LayerNorm (train_layer_norm=True); "
                 "AdapterHub has no place for it, so the export would change the outputs"
             )
-        names = {"down": "adapter_down.1" if adapter.ln_before is not None else "adapter_down.0",
-                 "up": "adapter_up", "ln_before": "adapter_norm_before", "ln_after": "adapter_norm_after"}
         for module, theirs in names.items():
-            sub = getattr(adapter, module)
-            if sub is None:
-                continue
-            for leaf, value in sub.state_dict().items():
-                tensors[_site_key(model, site, f"adapters.{name}", f"{theirs}.{leaf}")] = value
+            for param, value in params.items():
+                owner, _, leaf = param.partition(".")
+                if owner != module:
+                    continue
+                tensors[_their_key(layout, site, container, f"{theirs}.{leaf}")] = value
                 if module == "ln_before":  # adapters registers this LayerNorm a second time as adapter_down.0
-                    tensors[_site_key(model, site, f"adapters.{name}", f"adapter_down.0.{leaf}")] = value
-    return {"config": adapter_config_to_adapterhub(config), "name": name}, tensors
+                    tensors[_their_key(layout, site, container, f"adapter_down.0.{leaf}")] = value
+    return {"config": adapter_config_to_adapterhub(config), "name": piece.name}, tensors
 
 
-def _same_layer_norm(a: torch.nn.Module, b: torch.nn.Module | None) -> bool:
-    if b is None:
-        return False
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+def _same_state(a: dict[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def _export_fusion(model: AdaptedModel, name: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    model._require("fusion", name, model.fusion_setups)
-    config, adapters = model.fusion_setups[name]
-    fused = ",".join(adapters)
-    tensors = {_site_key(model, site, f"adapter_fusion_layer.{fused}", key): value
-               for site in model.sites_with_fusion(name) for key, value in site.fusions[name].state_dict().items()}
-    document = {"adapter_names": list(adapters), "config": fusion_config_to_adapterhub(config), "name": fused}
+def _write_fusion(piece: Piece, layout: EncoderLayout) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    config = piece.config
+    assert isinstance(config, FusionConfig)
+    fused = ",".join(piece.adapters)
+    tensors = {_their_key(layout, site, f"adapter_fusion_layer.{fused}", param): value
+               for site, params in by_site(piece.tensors).items() for param, value in params.items()}
+    document = {"adapter_names": list(piece.adapters), "config": fusion_config_to_adapterhub(config), "name": fused}
     return document, tensors
 
 
-def _export_head(model: AdaptedModel, name: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    model._require("head", name, model.heads)
-    head = model.heads[name]
-    tensors = {f"heads.{name}.{key[len('layers.'):]}": value for key, value in head.state_dict().items()}
-    return {"config": head_config_to_adapterhub(head.config), "name": name}, tensors
+def _write_head(piece: Piece, layout: EncoderLayout) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    config = piece.config
+    assert isinstance(config, HeadConfig)
+    tensors = {f"heads.{piece.name}.{key[len('layers.'):]}": value for key, value in piece.tensors.items()}
+    return {"config": head_config_to_adapterhub(config), "name": piece.name}, tensors
+
+
+_WRITERS = {"adapter": _write_adapter, "fusion": _write_fusion, "head": _write_head}

@@ -16,6 +16,7 @@ from pathlib import Path
 import huggingface_hub
 from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
 
+from adapterfusion._version import __version__
 from adapterfusion.errors import ConfigError, HubError, SerializationError
 
 REPO_TYPE = "model"
@@ -101,8 +102,6 @@ def download(ref: HubRef, patterns: list[str] | None = None) -> Path:
         allow: list[str] | None = ["/".join(p for p in (ref.subfolder, pattern) if p) for pattern in patterns]
     else:
         allow = [f"{ref.subfolder}/*"] if ref.subfolder else None
-    from adapterfusion import __version__
-
     with hub_errors(ref, "downloading"):
         root = huggingface_hub.snapshot_download(ref.repo_id, repo_type=REPO_TYPE, revision=ref.revision,
                                                  allow_patterns=allow, library_name="adapterfusion",

@@ -1,4 +1,5 @@
-"""Save and load one piece (adapter, fusion or head) as `<kind>.safetensors` + `<kind>_config.json`.
+"""Our format of one piece (adapter, fusion or head): `<kind>.safetensors` + `<kind>_config.json`, and the translator
+between such a folder and a `Piece` (`piece_from_folder`, `piece_to_folder`).
 
 The JSON records the library version and the base encoder's type, hidden size and layer count, so a piece
 loaded into an incompatible encoder fails with a message that says which value differs.
@@ -7,8 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,36 +18,21 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from adapterfusion._validation import check_name, naming_file
-from adapterfusion.errors import IncompatibleModelError, SerializationError
+from adapterfusion._version import __version__
+from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.errors import SerializationError
+from adapterfusion.fusion.config import FusionConfig
+from adapterfusion.heads.config import head_config_from_dict
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
+from adapterfusion.piece import EncoderFingerprint, Piece, PieceConfig
 
 PIECE_FORMAT = "adapterfusion"
 PIECE_FORMAT_VERSION = 1
-PIECE_KINDS = ("adapter", "fusion", "head")
-
-
-@dataclass(frozen=True)
-class EncoderFingerprint:
-    """What a saved piece must agree with to be loaded into an encoder."""
-
-    model_type: str
-    hidden_size: int
-    num_layers: int
-    name_or_path: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model_type": self.model_type, "hidden_size": self.hidden_size,
-                "num_layers": self.num_layers, "name_or_path": self.name_or_path}
-
-    def check_compatible(self, saved: Mapping[str, Any], source: Path, check_layers: bool = True) -> None:
-        for field in ("model_type", "hidden_size") + (("num_layers",) if check_layers else ()):
-            if field in saved and saved[field] != getattr(self, field):
-                raise IncompatibleModelError(
-                    f"{source} was saved for an encoder with {field}={saved[field]!r}, but this encoder has "
-                    f"{field}={getattr(self, field)!r} (saved from {saved.get('name_or_path') or 'an unnamed model'}); "
-                    "load it into a matching encoder"
-                )
+# kind -> the config class's reader of its to_dict() form
+CONFIG_READERS: dict[str, Callable[[Mapping[str, Any]], PieceConfig]] = {
+    "adapter": AdapterConfig.from_dict, "fusion": FusionConfig.from_dict, "head": head_config_from_dict,
+}
 
 
 def piece_digest(directory: str | Path) -> str:
@@ -87,8 +72,6 @@ def save_piece(
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Weights first, config last: a directory with a config always has the weights that go with it."""
-    from adapterfusion import __version__
-
     directory = check_writable_folder(directory, f"save_{kind}: the {kind} folder")
     payload = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     atomic_write_bytes(weights_path(directory, kind), save_safetensors_bytes(payload, metadata={"format": "pt"}))
@@ -158,3 +141,25 @@ def read_piece_weights(directory: str | Path, kind: str) -> dict[str, torch.Tens
     except (SafetensorError, ValueError, RuntimeError) as error:
         raise SerializationError(
             f"{path} is not a readable safetensors file ({error}); it is corrupt or truncated") from None
+
+
+# ---- the translator: folder <-> Piece ---------------------------------------------------------------------------
+def piece_from_folder(directory: str | Path, kind: str, encoder: EncoderFingerprint) -> Piece:
+    """The `kind` saved in `directory` by piece_to_folder, refused if it was saved for an encoder unlike `encoder`."""
+    directory = Path(directory)
+    document = read_piece_config(directory, kind)
+    # A head reads only the final hidden states: the layer count need not match.
+    encoder.check_compatible(document["base_model"], directory, check_layers=kind != "head")
+    adapters = document.get("adapters") if kind == "fusion" else []
+    if not isinstance(adapters, list) or (kind == "fusion" and not adapters):
+        raise SerializationError(f"{directory}: fusion config has no 'adapters' list")
+    with naming_file(config_path(directory, kind)):
+        config = CONFIG_READERS[kind](document["config"])
+    return Piece(kind, document["name"], config, read_piece_weights(directory, kind), tuple(adapters),
+                 source=str(directory))
+
+
+def piece_to_folder(piece: Piece, directory: str | Path, encoder: EncoderFingerprint) -> Path:
+    """Save `piece` as save_piece lays it out, recording `encoder` (and a fusion's adapters) in its config."""
+    extra = {"adapters": list(piece.adapters)} if piece.kind == "fusion" else None
+    return save_piece(directory, piece.kind, piece.name, piece.config.to_dict(), piece.tensors, encoder, extra=extra)

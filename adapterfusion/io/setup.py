@@ -20,19 +20,21 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from adapterfusion._validation import check_name, naming_file, reject_unknown_keys
+from adapterfusion._version import __version__
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text, replace_folder
 from adapterfusion.io.hub import HubRef, download, hub_errors, hub_ref, locate, upload
 from adapterfusion.io.model_card import render_model_card
-from adapterfusion.io.pieces import PIECE_KINDS, config_path, piece_folder, read_json
+from adapterfusion.io.pieces import config_path, piece_folder, read_json
 from adapterfusion.io.provenance import describe_origin
+from adapterfusion.piece import PIECE_KINDS
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -65,15 +67,12 @@ class ActiveSetup:
 
     @classmethod
     def of(cls, model: AdaptedModel) -> ActiveSetup:
-        masks = {}
-        for fusion, (_, adapters) in model.fusion_setups.items():
-            keep = next((s.fusion_keep[fusion] for s in model.sites_with_fusion(fusion) if fusion in s.fusion_keep),
-                        None)
-            if keep is not None:
-                masks[fusion] = tuple(a for a, kept in zip(adapters, keep.tolist(), strict=True) if kept)
-        site = model.sites[0] if model.sites else None  # the fusion controls set every site alike
-        return cls(model.active_adapter, model.active_fusion, model.active_head, tuple(model.skip_layers), masks,
-                   site.fusion_step if site else 0, site.fusion_implementation if site else "fast")
+        """The saved part of `model.state` (injection/state.py; not the transient parallel routes), masks in the
+        order the fusions were added."""
+        state = model.state
+        masks = {fusion: state.fusion_masks[fusion] for fusion in model.fusion_setups if fusion in state.fusion_masks}
+        return cls(state.adapter, state.fusion, state.head, state.skip_layers, masks, state.fusion_step,
+                   state.fusion_implementation)
 
     def restricted(self, chosen: Mapping[str, Sequence[str]]) -> ActiveSetup:
         """The part that refers to the chosen pieces only."""
@@ -112,7 +111,7 @@ class ActiveSetup:
 def encoder_digest(model: AdaptedModel) -> str:
     """sha256 of the base encoder's weights (as float32, in module order): tells apart two checkpoints of one
     architecture, which the fingerprint's sizes cannot."""
-    base = {id(p) for p in model.model.base_model.parameters()}
+    base = {id(p) for p in cast(nn.Module, model.model.base_model).parameters()}
     digest = hashlib.sha256()
     for parameter in model.encoder_parameters():
         if id(parameter) in base:
@@ -125,8 +124,6 @@ def save_setup(model: AdaptedModel, directory: str | os.PathLike, adapters: Name
                heads: Names = None, provenance: Provenance = None) -> Path:
     """Every piece, or the named ones (with the adapters of each named fusion), and the active setup restricted to
     them; `provenance` maps a piece name to the run folder or store entry it came from (io/provenance.py)."""
-    from adapterfusion import __version__
-
     directory = Path(directory)
     if directory.exists() and not (directory / SETUP_FILE).is_file() and (
             not directory.is_dir() or any(directory.iterdir())):
@@ -137,7 +134,7 @@ def save_setup(model: AdaptedModel, directory: str | os.PathLike, adapters: Name
     if stray:
         raise ConfigError(
             f"provenance is given for {stray}, which are not saved pieces {sorted(saved)}; key it by piece name")
-    index = {
+    index: dict[str, Any] = {
         "format": SETUP_FORMAT, "format_version": SETUP_FORMAT_VERSION, "library_version": __version__,
         "base_model": {**model.fingerprint.to_dict(), "class": type(model.model).__name__,
                        "weights_sha256": encoder_digest(model)},
@@ -283,8 +280,6 @@ def push_setup(model: AdaptedModel, repo_id: str, adapters: Names = None, fusion
                commit_message: str | None = None) -> str:
     """save_setup into Hub repo folder `repo_id` ('org/name' or 'org/name/subfolder') with a README.md model card;
     returns the id that loads it back."""
-    from adapterfusion import __version__
-
     ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
     if ref is None:
         raise ConfigError(f"repo_id {repo_id!r} is not a Hub id; use 'org/name' or 'org/name/subfolder'")

@@ -46,9 +46,8 @@ def test_training_steps_see_the_drawn_subset_and_evaluation_sees_all(tmp_path, t
 
     def recording_forward(self, *args, **kwargs):
         site = next(iter(self.sites_with_fusion("fusion_rte")))
-        kept = site.fusion_kept.get("fusion_rte")
-        names = self.fusion_setups["fusion_rte"][1]
-        seen.append((self.training, None if kept is None else [names[i] for i in kept]))
+        kept = site.state.fusion_masks.get("fusion_rte")
+        seen.append((self.training, None if kept is None else list(kept)))
         return real_forward(self, *args, **kwargs)
 
     import adapterfusion.model as model_module

@@ -148,7 +148,7 @@ def test_fusion_step_callback_drives_the_temperature_step(tiny_encoder_dir):
     state = TrainerState()
     state.global_step = 17
     FusionStepCallback(model).on_step_begin(None, state, None)
-    assert {site.fusion_step for site in model.sites} == {17}
+    assert {site.state.fusion_step for site in model.sites} == {17}
 
 
 def test_train_adapter_rerun_needs_overwrite_and_then_replaces_the_run(tmp_path, tiny_encoder_dir, data_dir, capsys):

@@ -1,0 +1,57 @@
+"""Where a fusion goes in a wrapped encoder: the fused adapters checked to share their sites and placement, and one
+FusionLayer built at each site they share (on the side, not attached, as adapters/placement.py does).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from torch import nn
+
+from adapterfusion._validation import check_name, require_loaded
+from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.errors import ConfigError
+from adapterfusion.fusion.config import FusionConfig
+from adapterfusion.fusion.layer import FusionLayer
+from adapterfusion.injection.site import AdapterSite
+
+
+def fusion_modules(sites: Sequence[AdapterSite], name: str, adapters: tuple[str, ...], config: FusionConfig,
+                   loaded: Mapping[str, AdapterConfig], hidden_size: int) -> dict[AdapterSite, nn.Module]:
+    """A new FusionLayer of fusion `name` for each site that holds the fused `adapters` (of the `loaded` ones)."""
+    check_name(name, "fusion")
+    if not adapters:
+        raise ConfigError(f"fusion {name!r} needs at least one adapter")
+    if len(set(adapters)) != len(adapters):
+        raise ConfigError(f"fusion {name!r} lists an adapter twice: {list(adapters)}")
+    for adapter in adapters:
+        require_loaded("adapter", adapter, loaded)
+    placements = {adapter: loaded[adapter].site_options() for adapter in adapters}
+    if len(set(placements.values())) > 1:
+        detail = "; ".join(
+            f"{a}: positions={p[0]}, original_ln_before={p[1]}, original_ln_after={p[2]}, residual_before_ln={p[3]}"
+            for a, p in placements.items()
+        )
+        raise ConfigError(
+            f"fusion {name!r} mixes adapters with different placements ({detail}); fused adapters share "
+            "one site, so give them the same positions and LayerNorm/residual options"
+        )
+    modules: dict[AdapterSite, nn.Module] = {}
+    for site in sites:
+        present = [a for a in adapters if a in site.adapters]
+        if present and len(present) != len(adapters):
+            missing = sorted(set(adapters) - set(present))
+            raise ConfigError(
+                f"fusion {name!r}: layer {site.layer_index} ({site.position}) has no adapter {missing}, "
+                "but has the others; fuse adapters with the same leave_out layers"
+            )
+        copies = [a for a in present if site.adapters[a].layer_norm is not None]
+        if copies and loaded[copies[0]].original_ln_before:
+            raise ConfigError(
+                f"fusion {name!r}: adapters {copies} apply their own LayerNorm copy (train_layer_norm=True) "
+                "before the adapter (original_ln_before=True), so each would see a different input and the "
+                "fusion would have no single query; fuse adapters with train_layer_norm=False or "
+                "original_ln_before=False (as the Houlsby preset)"
+            )
+        if present:
+            modules[site] = site.match_base(FusionLayer(hidden_size, config))
+    return modules

@@ -1,0 +1,61 @@
+"""ActiveState: what runs, as one frozen value.
+
+AdaptedModel keeps the current value (`model.state`) and hands the same value to every AdapterSite through
+`site.set_state(state)`; a site works out once what the value means for it (is anything active here, which of the
+active fusion's adapters a mask keeps). Changing what runs (`activate`, `activated`, `set_fusion_mask`,
+`set_fusion_step`, `set_fusion_implementation`, `forward_parallel`) makes a new value; nothing else writes a site's
+activation, so a `with model.activated(...)` block can put back exactly what ran before.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from adapterfusion._validation import require_loaded
+from adapterfusion.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ActiveState:
+    """One adapter or one fusion (or neither: the bare encoder) and a head or none; the layers that run bare
+    (AdapterDrop); per fusion the adapters a mask keeps; the fusion controls; and, only inside
+    composition.forward_parallel, the adapters that each run alone on their own slice of the batch."""
+
+    adapter: str | None = None
+    fusion: str | None = None
+    fused: tuple[str, ...] = ()  # the active fusion's adapters, in order, so a site needs nothing else
+    head: str | None = None
+    skip_layers: tuple[int, ...] = ()
+    fusion_masks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # fusion -> kept adapters; never mutated
+    fusion_step: int = 0  # drives a fusion's temperature schedule
+    fusion_implementation: str = "fast"  # or 'reference' (injection/site.py FUSION_IMPLEMENTATIONS)
+    parallel_routes: tuple[str, ...] | None = None
+
+
+def checked(state: ActiveState, adapters: Collection[str], fusions: Mapping[str, tuple[str, ...]],
+            heads: Collection[str], num_layers: int) -> ActiveState:
+    """`state` if the pieces it names are among the loaded `adapters`, `fusions` (name -> fused adapters) and `heads`
+    (else NameNotFoundError) and its skipped layers exist, with the active fusion's adapters filled in and the masks
+    that no longer fit a loaded fusion dropped."""
+    for kind, name, known in (("adapter", state.adapter, adapters), ("fusion", state.fusion, fusions),
+                              ("head", state.head, heads)):
+        if name is not None:
+            require_loaded(kind, name, known)
+    bad = [layer for layer in state.skip_layers if isinstance(layer, bool) or not isinstance(layer, int)
+           or not 0 <= layer < num_layers]
+    if bad:
+        raise ConfigError(f"skip_layers {bad} are not layer indices of this encoder (0..{num_layers - 1})")
+    masks = {fusion: kept for fusion, kept in state.fusion_masks.items()
+             if fusion in fusions and set(kept) <= set(fusions[fusion])}
+    fused = fusions[state.fusion] if state.fusion is not None else ()
+    return dataclasses.replace(state, fused=fused, fusion_masks=masks)
+
+
+def with_routes(state: ActiveState, routes: Sequence[str]) -> ActiveState:
+    """`state` with parallel routes: adapters of its active fusion, each run alone on its own slice of the batch."""
+    routes = tuple(routes)
+    if state.fusion is None or not routes or any(name not in state.fused for name in routes):
+        raise ConfigError(f"parallel_routes={list(routes)} must name adapters of the activated fusion "
+                          f"{state.fusion!r} ({list(state.fused)})")
+    return dataclasses.replace(state, parallel_routes=routes)

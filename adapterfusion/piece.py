@@ -1,0 +1,126 @@
+"""Piece: one adapter, fusion or head as a plain value, the unit that file formats translate and the model installs.
+
+A Piece holds tensors and a config, no module and no file format. `AdaptedModel.export_piece` / `install_piece` move
+pieces out of and into a model; io/pieces.py (our folders) and interop/adapterhub.py (AdapterHub's) translate folders
+to pieces and back, knowing the encoder only through an `EncoderLayout`; io/formats.py picks the translator. So no
+format module imports the model, and the model knows no format.
+
+An adapter's or fusion's tensors are keyed `<site key>.<parameter>`, e.g. `layer.3.output.down.weight`; `site_key` is
+the one place that spells a site. A head's tensors are its PredictionHead's state dict.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.errors import IncompatibleModelError
+from adapterfusion.fusion.config import FusionConfig
+from adapterfusion.heads.config import HeadConfig
+from adapterfusion.injection.architectures import ArchitectureSpec, SiteKind
+
+PIECE_KINDS = ("adapter", "fusion", "head")
+
+
+def site_key(layer: int, position: str) -> str:
+    """The name of the insertion site at `position` ('attention' or 'output') of layer `layer` in piece tensors."""
+    return f"layer.{layer}.{position}"
+
+
+def param_key(site: str, param: str) -> str:
+    """A site's parameter in piece tensors: `<site key>.<parameter>`."""
+    return f"{site}.{param}"
+
+
+def split_param_key(key: str) -> tuple[str, str]:
+    """`layer.<i>.<position>.<parameter>` -> (site key, parameter); a site key has exactly three dotted parts."""
+    parts = key.split(".", 3)
+    return ".".join(parts[:3]), parts[3] if len(parts) > 3 else ""
+
+
+def by_site(tensors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """Piece tensors grouped per site key (in order of first appearance), each keyed by parameter."""
+    grouped: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        site, param = split_param_key(key)
+        grouped.setdefault(site, {})[param] = value
+    return grouped
+
+
+@dataclass(frozen=True)
+class EncoderFingerprint:
+    """What a saved piece must agree with to be loaded into an encoder."""
+
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    name_or_path: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model_type": self.model_type, "hidden_size": self.hidden_size,
+                "num_layers": self.num_layers, "name_or_path": self.name_or_path}
+
+    def check_compatible(self, saved: Mapping[str, Any], source: Path, check_layers: bool = True) -> None:
+        for field_name in ("model_type", "hidden_size") + (("num_layers",) if check_layers else ()):
+            if field_name in saved and saved[field_name] != getattr(self, field_name):
+                raise IncompatibleModelError(
+                    f"{source} was saved for an encoder with {field_name}={saved[field_name]!r}, but this encoder has "
+                    f"{field_name}={getattr(self, field_name)!r} (saved from "
+                    f"{saved.get('name_or_path') or 'an unnamed model'}); load it into a matching encoder"
+                )
+
+
+@dataclass(frozen=True, eq=False)
+class EncoderLayout:
+    """All a translator may know of the encoder a piece comes from or goes into (AdaptedModel.layout()): its
+    fingerprint, and for formats that name weights by module path (AdapterHub) where each site sits, the HF config
+    their defaults come from and the pretrained LayerNorm of each site."""
+
+    fingerprint: EncoderFingerprint
+    architecture: ArchitectureSpec
+    site_paths: Mapping[str, str]  # site key -> module path below the base model, e.g. 'encoder.layer.0.output'
+    base_model_prefix: str  # the base model's attribute name in a task model ('bert'), '' if none
+    base_model_class: str  # e.g. 'BertModel'
+    config: Any  # the HF PretrainedConfig
+    pretrained_layer_norms: Mapping[str, Mapping[str, torch.Tensor]]  # site key -> state dict ({} if none)
+
+    @property
+    def site_kinds(self) -> frozenset[SiteKind]:
+        return frozenset({self.architecture.attention.kind, self.architecture.output.kind})
+
+
+PieceConfig = AdapterConfig | FusionConfig | HeadConfig
+
+
+@dataclass(frozen=True, eq=False)
+class Piece:
+    """One adapter, fusion or head: `tensors` keyed as the module docstring says, `adapters` the fused adapters of a
+    fusion (in order). `source` names where it came from in messages; `blame`, if set, is the file every ConfigError
+    raised while installing it names (AdapterHub's config, whose options decide the placement)."""
+
+    kind: str
+    name: str
+    config: PieceConfig
+    tensors: Mapping[str, torch.Tensor]
+    adapters: tuple[str, ...] = ()
+    source: str = ""
+    blame: Path | None = field(default=None)
+
+    def renamed(self, name: str | None) -> Piece:
+        """The same piece under `name`, or under its own name when `name` is None or empty."""
+        return dataclasses.replace(self, name=name) if name else self
+
+
+class PieceHolder(Protocol):
+    """What format helpers that take a model (interop's export_adapterhub / load_adapterhub) may use of it."""
+
+    def layout(self) -> EncoderLayout: ...
+
+    def export_piece(self, kind: str, name: str) -> Piece: ...
+
+    def install_piece(self, piece: Piece, overwrite: bool = False, labels: Sequence[str] | None = None) -> str: ...
