@@ -31,8 +31,8 @@ from adapterfusion.experiments.store import ResultsStore, RunnerLock
 from adapterfusion.experiments.writers import clear_dead_writers, registered_writer
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
-from adapterfusion.training.api import clear_run_dir
 from adapterfusion.training.progress import read_progress
+from adapterfusion.training.run import clear_run_dir
 
 SPEC_FILE = "experiment.json"
 POLL_SECONDS = 2.0  # how often the progress display re-reads the running jobs' epochs
