@@ -46,12 +46,12 @@ import torch
 
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
+from adapterfusion.evaluation import predict, score
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
-from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.api import plain_encoder_state
@@ -117,25 +117,15 @@ def _batches(dataset, batch_size: int, collator: TaskCollator, seed: int) -> Ite
 
 
 def _evaluate(model, names: list[str], specs: list[TaskSpec], dev_sets: list, collator: TaskCollator,
-              batch_size: int, device: torch.device, autocast: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Every task's dev metrics (and mean dev loss) with its own adapter and head active."""
-    model.eval()
+              batch_size: int, bf16: bool) -> dict[str, dict[str, float]]:
+    """Every task's dev metrics (and mean dev loss) with its own adapter and head active, scored as every run is
+    (evaluation.py). The batches come from a DataLoader in order: its iterator draws a seed from the global RNG,
+    which the dropout of later epochs depends on, so the same seed gives the same run as before."""
     results = {}
-    with torch.no_grad():
-        for name, spec, dataset in zip(names, specs, dev_sets, strict=True):
-            model.activate(adapter=name, head=name)
-            logits, labels, loss_sum = [], [], 0.0
-            loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collator)
-            for batch in loader:
-                batch = {k: v.to(device) for k, v in batch.items()}
-                with torch.autocast(**autocast):
-                    out = model(**batch)
-                logits.append(out.logits.float().cpu())
-                labels.append(batch["labels"].cpu())
-                loss_sum += float(out.task_loss) * len(batch["labels"])
-            gold = torch.cat(labels)
-            scores = dev_metrics(spec, torch.cat(logits).numpy(), gold.numpy())
-            results[spec.name] = {**scores, "loss": loss_sum / len(gold)}
+    for name, spec, dataset in zip(names, specs, dev_sets, strict=True):
+        model.activate(adapter=name, head=name)
+        batches = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collator)
+        results[spec.name] = score(spec, predict(model, batches, bf16=bf16))
     return results
 
 
@@ -229,7 +219,7 @@ def train_multitask(
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
-    autocast = {"device_type": device.type, "dtype": torch.bfloat16, "enabled": config.bf16}
+    autocast = {"device_type": device.type, "dtype": torch.bfloat16, "enabled": config.bf16}  # training steps
 
     steps_per_epoch = max(1, math.ceil(sum(sizes) / (config.batch_size * config.grad_accumulation)))
     total_steps = config.max_steps or max(1, math.ceil(config.epochs * steps_per_epoch))
@@ -297,7 +287,7 @@ def train_multitask(
             continue
         write_progress(run_dir, RunProgress(math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps,
                                             "evaluating", time.time()))
-        scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, device, autocast)
+        scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, config.bf16)
         mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best, strict=True)]))
         epochs.append({"epoch": step / steps_per_epoch, "step": step, "alpha": sampler.alpha(step - 1),
                        "mean": mean, "tasks": scores})
@@ -315,6 +305,7 @@ def train_multitask(
         for n, p in trainable.items():
             p.copy_(best_state[n])
     model.activate(adapter=names[0], head=names[0])
+    model.eval()  # as after its last evaluation
 
     pieces = {spec.name: _save_task_pieces(model, name, spec, encoder, seed, run_dir, encoder_dir)
               for name, spec in zip(names, specs, strict=True)}
