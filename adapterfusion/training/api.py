@@ -27,7 +27,16 @@ from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.adapter_subsets import AdapterSubsetCallback
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
-from adapterfusion.training.run import CONFIG_FILE, Run, RunFolder, jsonable, read_json, training_config_for
+from adapterfusion.training.run import (
+    CONFIG_FILE,
+    ENCODER_DIR,
+    Run,
+    RunFolder,
+    jsonable,
+    read_json,
+    save_encoder,
+    training_config_for,
+)
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, as_store, encoder_key
 from adapterfusion.training.trainer import check_precision, fit, is_main_process, resumable_checkpoint
@@ -210,10 +219,7 @@ def _save_pieces(model, plan, tokenizer, run_dir: Path) -> dict[str, Path]:
         pieces["adapter"] = model.save_adapter(plan.adapters[0], run_dir / "adapter")
     pieces["head"] = model.save_head(plan.head, run_dir / "head")
     if plan.save_encoder:
-        encoder_dir = run_dir / "encoder"
-        model.model.save_pretrained(encoder_dir, state_dict=plain_encoder_state(model))
-        tokenizer.save_pretrained(encoder_dir)
-        pieces["encoder"] = encoder_dir
+        pieces["encoder"] = save_encoder(model, tokenizer, run_dir / ENCODER_DIR)
     return {kind: Path(path) for kind, path in pieces.items()}
 
 
@@ -231,20 +237,3 @@ def _save_fusion_attention(model, plan, dev_set, tokenizer, config: TrainingConf
     path = run_dir / FUSION_ATTENTION_FILE
     atomic_write_json(path, {**activation.to_dict(), **info})
     return path
-
-
-def plain_encoder_state(model) -> dict[str, Any]:
-    """The encoder's state dict under the unwrapped model's keys (what `model.unload()` would save), without
-    unloading: each site's `<site>.base_layer.` prefix becomes `<site>.`. Only for models without adapters."""
-    from adapterfusion.injection.site import AdapterSite
-
-    if model.adapter_names or model.fusion_names:
-        raise TrainingError("plain_encoder_state: the model holds adapters or fusions; save those with save_* instead")
-    prefixes = {f"{name}.base_layer.": f"{name}." for name, module in model.model.named_modules()
-                if isinstance(module, AdapterSite)}
-    state = {}
-    for key, value in model.model.state_dict().items():
-        prefix = next((p for p in prefixes if key.startswith(p)), None)
-        state[prefixes[prefix] + key[len(prefix):] if prefix else key] = value
-    return state
-

@@ -54,11 +54,18 @@ from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
-from adapterfusion.training.api import plain_encoder_state
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.progress import RunProgress, write_progress
-from adapterfusion.training.run import RUN_FORMAT_VERSION, Run, RunFolder, read_json, training_config_for
+from adapterfusion.training.run import (
+    ENCODER_DIR,
+    RUN_FORMAT_VERSION,
+    Run,
+    RunFolder,
+    read_json,
+    save_encoder,
+    training_config_for,
+)
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
 from adapterfusion.training.setups import (
     Setup,
@@ -141,13 +148,12 @@ def _save_task_pieces(model, name: str, spec: TaskSpec, encoder: str, seed: int,
 
 
 def _save_encoder(model, tokenizer, encoder_dir: Path, adapter_dirs: Mapping[str, Path]) -> None:
-    """save_pretrained of the fine-tuned encoder through plain_encoder_state, which takes a model without
-    adapters: the adapters (already on disk) are taken off for the save and loaded back bit-identically."""
+    """The fine-tuned encoder through run.save_encoder, which takes a model without adapters: the adapters
+    (already on disk) are taken off for the save and loaded back bit-identically."""
     active = (model.active_adapter, model.active_head)
     for name in adapter_dirs:
         model.delete_adapter(name)
-    model.model.save_pretrained(encoder_dir, state_dict=plain_encoder_state(model))
-    tokenizer.save_pretrained(encoder_dir)
+    save_encoder(model, tokenizer, encoder_dir)
     for name, directory in adapter_dirs.items():
         model.load_adapter(directory, name=name)
     model.activate(adapter=active[0], head=active[1])
@@ -185,7 +191,7 @@ def train_multitask(
     adapter_config = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
     schedule = schedule or AnnealedSchedule()
     run = Run.open(output_dir, MT_A, MT_A, seed, encoder)
-    run_dir, encoder, encoder_dir, store = run.run_dir, run.encoder, run.run_dir / "encoder", as_store(store)
+    run_dir, encoder, encoder_dir, store = run.run_dir, run.encoder, run.run_dir / ENCODER_DIR, as_store(store)
     try:
         pooling = resolve_pooling(pooling, encoder)
     except ConfigError as err:

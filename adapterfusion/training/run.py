@@ -29,7 +29,7 @@ from adapterfusion.encoders import check_encoder
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder, path_part
 from adapterfusion.training.config import TrainingConfig
-from adapterfusion.training.errors import RunFileError
+from adapterfusion.training.errors import RunFileError, TrainingError
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 RUN_FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
+ENCODER_DIR = "encoder"  # a run's fine-tuned encoder, where a setup changes encoder weights
 
 
 class RunFolder:
@@ -69,6 +70,30 @@ def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False) ->
         if entry.name in ("checkpoints", CONFIG_FILE):
             continue
         shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+def save_encoder(model: AdaptedModel, tokenizer: Any, directory: Path) -> Path:
+    """The encoder of a model without adapters or fusions, as a plain HuggingFace folder (save_pretrained of the
+    unwrapped model's weights) with its tokenizer: what a run that changed encoder weights leaves."""
+    model.model.save_pretrained(directory, state_dict=plain_encoder_state(model))
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def plain_encoder_state(model) -> dict[str, Any]:
+    """The encoder's state dict under the unwrapped model's keys (what `model.unload()` would save), without
+    unloading: each site's `<site>.base_layer.` prefix becomes `<site>.`. Only for models without adapters."""
+    from adapterfusion.injection.site import AdapterSite
+
+    if model.adapter_names or model.fusion_names:
+        raise TrainingError("plain_encoder_state: the model holds adapters or fusions; save those with save_* instead")
+    prefixes = {f"{name}.base_layer.": f"{name}." for name, module in model.model.named_modules()
+                if isinstance(module, AdapterSite)}
+    state = {}
+    for key, value in model.model.state_dict().items():
+        prefix = next((p for p in prefixes if key.startswith(p)), None)
+        state[prefixes[prefix] + key[len(prefix):] if prefix else key] = value
+    return state
 
 
 # ---- reading back ------------------------------------------------------------------------------------------------
