@@ -32,7 +32,8 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class Executor(Protocol):
-    capacity: int  # how many jobs may run at once
+    @property
+    def capacity(self) -> int: ...  # how many jobs may run at once
 
     def submit(self, payload: JobPayload) -> Future[dict[str, Any]]: ...
 

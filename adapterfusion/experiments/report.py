@@ -160,8 +160,10 @@ class Report:
 def _dev_score(metrics: dict[str, Any]) -> tuple[str, float] | None:
     """(metric name, best-checkpoint dev value in percent) of a metrics.json record."""
     key = metrics.get("metric_for_best")
+    if not isinstance(key, str) or not key:
+        return None
     best = metrics.get("best") or {}
-    value = best.get(key, best.get(f"eval_{key}")) if key else None
+    value = best.get(key, best.get(f"eval_{key}"))
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return key, 100.0 * float(value)
@@ -179,7 +181,7 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     """Collect the done jobs' metrics and run folders of the experiment in `output_dir` and build its tables."""
     output_dir = Path(output_dir)
     own = store is None
-    store = ResultsStore(output_dir, readonly=True) if own else store
+    store = ResultsStore(output_dir, readonly=True) if store is None else store
     try:
         meta, records, counts = store.meta(), store.jobs(), store.counts()
     finally:

@@ -72,7 +72,7 @@ def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False) ->
         shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
-def save_encoder(model: AdaptedModel, tokenizer: Any, directory: Path) -> Path:
+def save_encoder(model, tokenizer: Any, directory: Path) -> Path:
     """The encoder of a model without adapters or fusions, as a plain HuggingFace folder (save_pretrained of the
     unwrapped model's weights) with its tokenizer: what a run that changed encoder weights leaves."""
     model.model.save_pretrained(directory, state_dict=plain_encoder_state(model))
