@@ -94,7 +94,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from adapterfusion.experiments.report import REPORT_DIR, write_report
+    from adapterfusion.experiments.report_files import REPORT_DIR, write_report
 
     report = write_report(args.output_dir, figures=not args.no_figures)
     for table_id in ("table1", "table2"):

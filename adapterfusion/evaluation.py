@@ -37,14 +37,15 @@ class Predictions:
 
 
 @torch.no_grad()
-def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]]) -> Predictions:
-    """Run `batches` through the model as it is activated, in eval mode and inside `inference_cache()`."""
+def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], bf16: bool = False) -> Predictions:
+    """Run `batches` through the model as it is activated, in eval mode and inside `inference_cache()`; with `bf16`
+    under bfloat16 autocast, as a run trained with TrainingConfig.bf16 evaluates."""
     device = next(model.parameters()).device
     was_training = model.training
     logits, labels, loss_sum, count = [], [], 0.0, 0
     model.eval()
     try:
-        with model.inference_cache():
+        with model.inference_cache(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             for batch in batches:
                 batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
                 output = model(**batch)

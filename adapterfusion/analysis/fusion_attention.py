@@ -7,7 +7,6 @@ The result is a `FusionActivation` ([layers, N] numpy array plus names), saved b
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,14 +88,10 @@ def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
     path = Path(path)
     if path.is_dir():
         path = path / FUSION_ATTENTION_FILE
-    if not path.is_file():
-        raise SerializationError(
-            f"{path} does not exist; fusion runs (fusion-st-a, fusion-mt-a) write it after training")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise SerializationError(f"{path} is not valid JSON: {err}") from err
-    return FusionActivation.from_dict(data)
+    from adapterfusion.training.run_files import read_json  # here: the training package is heavy to import
+
+    return FusionActivation.from_dict(read_json(path, "fusion runs (fusion-st-a, fusion-mt-a) write it after "
+                                                      "training; give the folder of one"))
 
 
 def _token_mask(batch: Mapping[str, torch.Tensor], attention: torch.Tensor) -> torch.Tensor:

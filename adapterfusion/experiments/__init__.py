@@ -11,18 +11,12 @@ from adapterfusion.experiments.errors import (
     ResultsStoreError,
     SpecMismatchError,
 )
-from adapterfusion.experiments.executors import (
-    EXECUTORS,
-    Executor,
-    InProcessExecutor,
-    JobPayload,
-    ProcessExecutor,
-    execute_job,
-    make_executor,
-)
+from adapterfusion.experiments.executors import EXECUTORS, Executor, InProcessExecutor, ProcessExecutor, make_executor
+from adapterfusion.experiments.jobs import JobPayload, execute_job
 from adapterfusion.experiments.plan import Job, job_id, plan_jobs, topological_order
 from adapterfusion.experiments.ray_executor import RayExecutor  # imports ray only when built
-from adapterfusion.experiments.report import build_report, write_report
+from adapterfusion.experiments.report import build_report
+from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.runner import ExperimentSummary, run_experiment
 from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant, load_spec
 from adapterfusion.experiments.store import JobRecord, ResultsStore, RunnerLock

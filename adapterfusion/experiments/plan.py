@@ -20,7 +20,7 @@ from typing import Any
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant
 from adapterfusion.io.paths import path_part
-from adapterfusion.training.api import run_dir_for
+from adapterfusion.training.run import run_dir_for
 
 RUNS_DIR = "runs"
 ADAPTERS_DIR = "adapters"

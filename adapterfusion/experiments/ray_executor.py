@@ -20,7 +20,7 @@ from typing import Any
 
 from adapterfusion._validation import check_positive
 from adapterfusion.experiments.errors import ExperimentError
-from adapterfusion.experiments.executors import JobPayload, execute_job
+from adapterfusion.experiments.jobs import JobPayload, execute_job
 
 INSTALL_HINT = "pip install 'adapterfusion[ray]'"
 

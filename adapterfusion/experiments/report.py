@@ -7,8 +7,8 @@
 * Table 3 — adapter variants by reduction factor, when more than one ran (appendix Table 3);
 * figures (adapterfusion.experiments.figures) when matplotlib is installed.
 
-`write_report(output_dir)` writes `<output_dir>/report/`: tables.md, table1.csv (table2, table3), tables.json
-and the PNGs. Std is the sample standard deviation (n − 1); a cell with one seed has no ±.
+`build_report` makes the tables in memory; experiments/report_files.py's `write_report` writes them and the figures
+to `<output_dir>/report/`. Std is the sample standard deviation (n − 1); a cell with one seed has no ±.
 """
 from __future__ import annotations
 
@@ -25,11 +25,10 @@ from typing import Any
 
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, FusionActivation, load_fusion_activation
 from adapterfusion.errors import SerializationError
-from adapterfusion.experiments.errors import ExperimentError
 from adapterfusion.experiments.store import ResultsStore
-from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
+from adapterfusion.training.errors import RunFileError
+from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
-REPORT_DIR = "report"
 TREND_THRESHOLD = 0.3  # percentage points (Pfeiffer et al. Table 2)
 MISSING = "–"
 CARVED_MARK = "†"
@@ -161,17 +160,20 @@ class Report:
 def _dev_score(metrics: dict[str, Any]) -> tuple[str, float] | None:
     """(metric name, best-checkpoint dev value in percent) of a metrics.json record."""
     key = metrics.get("metric_for_best")
+    if not isinstance(key, str) or not key:
+        return None
     best = metrics.get("best") or {}
-    value = best.get(key, best.get(f"eval_{key}")) if key else None
+    value = best.get(key, best.get(f"eval_{key}"))
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return key, 100.0 * float(value)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A run's JSON file, or None when it is missing or damaged: the report is made from what can be read."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json(path, "the report leaves this run's details out")
+    except RunFileError:
         return None
 
 
@@ -179,7 +181,7 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     """Collect the done jobs' metrics and run folders of the experiment in `output_dir` and build its tables."""
     output_dir = Path(output_dir)
     own = store is None
-    store = ResultsStore(output_dir, readonly=True) if own else store
+    store = ResultsStore(output_dir, readonly=True) if store is None else store
     try:
         meta, records, counts = store.meta(), store.jobs(), store.counts()
     finally:
@@ -210,7 +212,7 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
         run_dir = Path(record.run_dir) if record.run_dir else None
         if run_dir is None:
             continue
-        data = (_read_json(run_dir / "config.json") or {}).get("data") or {}
+        data = (_read_json(run_dir / CONFIG_FILE) or {}).get("data") or {}
         for info in data if isinstance(data, list) else [data]:  # a multi-task run lists one per task
             carve, task = info.get("carve_out"), info.get("task", record.task)
             if carve and task not in report.carved:
@@ -327,40 +329,3 @@ def table3(report: Report) -> Table | None:
     if not columns:
         return None
     return _score_table(report, "table3", "Table 3: adapters by reduction factor", columns, _score_notes(report))
-
-
-# ---- writing -------------------------------------------------------------------------------------------------
-def _writable_report_dir(output_dir: Path) -> Path:
-    """`<output_dir>/report/`, made if missing; a folder this process cannot write to (a read-only results folder)
-    is refused before anything is written."""
-    directory = output_dir / REPORT_DIR
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        writable = os.access(directory, os.W_OK)
-    except OSError as err:
-        writable, reason = False, err.strerror
-    else:
-        reason = "it is read-only"
-    if not writable:
-        raise ExperimentError(f"cannot write the report into {directory} ({reason}); copy {output_dir} to a folder "
-                              "you can write to and run `adapterfusion report` on the copy")
-    return directory
-
-
-def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = None, figures: bool = True) -> Report:
-    """Build the report and write `<output_dir>/report/`: tables.md, one CSV per table, tables.json and, with
-    matplotlib installed, the figures. Returns the Report (its `figures` lists the PNGs written)."""
-    report = build_report(output_dir, store)
-    directory = _writable_report_dir(Path(output_dir))
-    if figures:
-        try:
-            from adapterfusion.experiments.figures import write_figures
-        except ImportError as err:
-            report.figure_notes.append(f"figures skipped: {err} (pip install 'adapterfusion[plots]')")
-        else:
-            write_figures(report, directory)
-    for table in report.tables:
-        atomic_write_text(directory / f"{table.id}.csv", table.csv())
-    atomic_write_json(directory / "tables.json", report.to_dict())
-    atomic_write_text(directory / "tables.md", report.markdown())
-    return report

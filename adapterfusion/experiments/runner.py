@@ -9,7 +9,7 @@ A failed job does not stop independent jobs; the jobs that need it are marked `b
 The progress display shows jobs done / running / left, each running job's epoch (from the progress.json its
 training run rewrites, training/progress.py) and an ETA.
 `hooks` run at the end with (spec, results store); then the report (tables and figures) is written to
-`<output_dir>/report/` (experiments.report.write_report) unless report=False.
+`<output_dir>/report/` (experiments.report_files.write_report) unless report=False.
 """
 from __future__ import annotations
 
@@ -23,16 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.experiments.executors import Executor, JobPayload, make_executor, payload_options
+from adapterfusion.experiments.executors import Executor, make_executor
+from adapterfusion.experiments.jobs import JobPayload, payload_options
 from adapterfusion.experiments.plan import Job, plan_jobs
-from adapterfusion.experiments.report import write_report
+from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
 from adapterfusion.experiments.store import ResultsStore, RunnerLock
 from adapterfusion.experiments.writers import clear_dead_writers, registered_writer
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
-from adapterfusion.training.api import clear_run_dir
 from adapterfusion.training.progress import read_progress
+from adapterfusion.training.run import clear_run_dir
 
 SPEC_FILE = "experiment.json"
 POLL_SECONDS = 2.0  # how often the progress display re-reads the running jobs' epochs

@@ -80,7 +80,7 @@ class _Raw(NamedTuple):
     location: str
 
 
-def _choose_source(spec: TaskSpec, data_dir: str | Path | None, source: str) -> tuple[str, str]:
+def _choose_source(spec: TaskSpec, data_dir: str | os.PathLike | None, source: str) -> tuple[str, str]:
     """(kind, location): an explicit data_dir wins, then the task's own data_files, then $ADAPTERFUSION_DATA_DIR
     (if it holds this task), then the Hub."""
     if source not in SOURCES:
@@ -200,7 +200,7 @@ def _limit_for(max_examples: int | Mapping[str, int] | None, role: str) -> int |
 
 def load_task_data(
     task: str | TaskSpec,
-    data_dir: str | Path | None = None,
+    data_dir: str | os.PathLike | None = None,
     seed: int = 42,
     *,
     source: str = "auto",

@@ -8,10 +8,11 @@ and `train_multitask()` for MT-A (all tasks in one run, annealed task sampling; 
         train(task, "st-a", seed=42, store=store)
     result = train("rte", "fusion-st-a", store=store, setup_options={"sources": ["mnli"]})
 """
-from adapterfusion.training.api import RunResult, run_dir_for, train
+from adapterfusion.training.api import RunResult, train
 from adapterfusion.training.config import TrainingConfig
-from adapterfusion.training.errors import RunQualityWarning, TrainingError
+from adapterfusion.training.errors import RunFileError, RunQualityWarning, TrainingError
 from adapterfusion.training.multitask import MultiTaskResult, train_multitask
+from adapterfusion.training.run import run_dir_for
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler, annealed_alpha, sampling_probabilities
 from adapterfusion.training.setups import (
     SETUPS,
@@ -29,6 +30,7 @@ from adapterfusion.training.trainer import AdaptedTrainer, FusionStepCallback, f
 __all__ = [
     "SETUPS", "AdaptedTrainer", "AdapterStore", "AnnealedSchedule", "FusionStepCallback", "MultiTaskResult",
     "RunResult", "TaskSampler", "annealed_alpha", "sampling_probabilities", "train_multitask", "Setup", "SetupContext",
-    "RunQualityWarning", "SetupPlan", "TrainingConfig", "TrainingError", "encoder_key", "fusion_value_parameters",
-    "get_setup", "head_config_for", "list_setups", "parameter_groups", "register_setup", "run_dir_for", "train",
+    "RunFileError", "RunQualityWarning", "SetupPlan", "TrainingConfig", "TrainingError", "encoder_key",
+    "fusion_value_parameters", "get_setup", "head_config_for", "list_setups", "parameter_groups", "register_setup",
+    "run_dir_for", "train",
 ]

@@ -1,17 +1,15 @@
 """`train(task, setup, seed)`: one run of one setup on one task, from encoder folder to saved pieces.
 
-The run folder `<output_dir>/<task>/<setup>/seed-<seed>/` holds config.json (written first, so a failed run
-still says what it was), metrics.json (written last), and the trained pieces: adapter/, fusion/, head/ (each
-saved with the model's save_*), or encoder/ (save_pretrained of the unwrapped encoder, with the tokenizer) for
-setups that change encoder weights. Trainer checkpoints live in checkpoints/ and are removed after a
-successful run unless TrainingConfig.keep_checkpoints is set.
+The run folder `<output_dir>/<task>/<setup>/seed-<seed>/` (training/run.py) holds config.json, metrics.json and
+the trained pieces: adapter/, fusion/, head/ (each saved with the model's save_*), or encoder/ (save_pretrained of
+the unwrapped encoder, with the tokenizer) for setups that change encoder weights. Trainer checkpoints live in
+checkpoints/ and are removed after a successful run unless TrainingConfig.keep_checkpoints is set.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
 import time
 import warnings
 from collections.abc import Mapping
@@ -19,9 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.encoders import check_encoder
 from adapterfusion.io.atomic import atomic_write_json
-from adapterfusion.io.paths import check_writable_folder, path_part
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
@@ -31,25 +27,11 @@ from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.adapter_subsets import AdapterSubsetCallback
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
+from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, jsonable, save_encoder, training_config_for
+from adapterfusion.training.run_files import CONFIG_FILE, read_json
 from adapterfusion.training.setups import SetupContext, get_setup
-from adapterfusion.training.store import AdapterStore, encoder_key
+from adapterfusion.training.store import AdapterStore, as_store, encoder_key
 from adapterfusion.training.trainer import check_precision, fit, is_main_process, resumable_checkpoint
-
-RUN_FORMAT_VERSION = 1
-
-
-class RunFolder:
-    """The two files every run folder has; mixed into the result types (`run_dir` is theirs)."""
-
-    run_dir: Path
-
-    @property
-    def config_path(self) -> Path:
-        return self.run_dir / "config.json"
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.run_dir / "metrics.json"
 
 
 @dataclass
@@ -67,35 +49,6 @@ class RunResult(RunFolder):
     pieces: dict[str, Path] = field(default_factory=dict)
     store_path: Path | None = None
     model: Any = field(default=None, repr=False)  # the trained AdaptedModel (best checkpoint), for inspection
-
-
-def run_dir_for(output_dir: str | os.PathLike, task: str, setup: str, seed: int) -> Path:
-    """`<output_dir>/<task>/<setup>/seed-<seed>`; task and setup must be plain names, so it stays inside output_dir."""
-    return Path(output_dir) / path_part(task, "task") / path_part(setup, "setup") / f"seed-{int(seed)}"
-
-
-def hardware_info() -> dict[str, Any]:
-    """Where a run ran, for its provenance: the accelerator (or CPU), thread and core counts, library versions."""
-    import platform
-
-    import torch
-
-    cuda = torch.cuda.is_available()
-    return {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "cuda": torch.version.cuda if cuda else None,
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform()}
-
-
-def _git_sha() -> str | None:
-    """The commit of the library's checkout; ADAPTERFUSION_GIT_SHA when it runs from a copy without .git."""
-    if os.environ.get("ADAPTERFUSION_GIT_SHA"):
-        return os.environ["ADAPTERFUSION_GIT_SHA"]
-    try:
-        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                                capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return result.stdout.strip() or None if result.returncode == 0 else None
 
 
 def train(
@@ -123,55 +76,37 @@ def train(
     checkpoints/ folder, with the optimizer, scheduler, RNG and trainer state saved there (the result equals an
     uninterrupted run's); without such a checkpoint the run starts from the beginning.
     """
-    import transformers
-    from transformers import AutoModel, AutoTokenizer
-
-    import adapterfusion as af
-
-    wall_start = time.perf_counter()
     spec = resolve_task(task)
     recipe = get_setup(setup)
     options = recipe.resolve_options(setup_options)
-    if isinstance(training_config, TrainingConfig):
-        config = training_config.replace(seed=seed)
-    else:
-        config = TrainingConfig.for_setup(setup, **{**dict(training_config or {}), "seed": seed})
+    config = training_config_for(setup, training_config, seed)
     check_precision(config)
-    encoder = str(encoder if encoder is not None else af.default_encoder_path())
-    check_encoder(encoder)
-    store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
-    run_dir = run_dir_for(check_writable_folder(output_dir, "output_dir"), spec.name, setup, seed)
-    writes = is_main_process()  # under torchrun / accelerate launch only rank 0 writes the run folder and the store
-    if not overwrite and not resume and writes:  # the other ranks would race rank 0's own first files
-        entry = store.path(encoder, spec.name, setup, seed) if store is not None and recipe.stores_adapter else None
+    run = Run.open(output_dir, spec.name, setup, seed, encoder, writes=is_main_process())
+    run_dir, store = run.run_dir, as_store(store)
+    if not overwrite and not resume and run.writes:  # the other ranks would race rank 0's own first files
+        entry = store.path(run.encoder, spec.name, setup, seed) if store is not None and recipe.stores_adapter else None
         _refuse_existing(run_dir, entry, f"{spec.name}/{setup} seed {seed}")
-    if writes:
-        run_dir.mkdir(parents=True, exist_ok=True)
-
-    transformers.set_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(encoder)
+    tokenizer = run.begin()
     data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
     if "validation" not in data:
         raise TrainingError(f"task {spec.name!r} loaded no validation split; early stopping needs one")
     encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
-    model = af.wrap(AutoModel.from_pretrained(encoder))
-    context = SetupContext(task=spec, options=options, seed=seed, encoder=encoder, store=store)
+    model = run.wrapped_encoder()
+    context = SetupContext(task=spec, options=options, seed=seed, encoder=run.encoder, store=store)
     plan = recipe.prepare(model, context)
 
     run_config = {
-        "format_version": RUN_FORMAT_VERSION, "task": spec.name, "task_spec": spec.to_dict(), "setup": setup,
-        "setup_options": _jsonable(options), "seed": seed, "encoder": encoder, "encoder_key": encoder_key(encoder),
+        "task": spec.name, "task_spec": spec.to_dict(), "setup": setup, "setup_options": jsonable(options),
+        "seed": seed, "encoder": run.encoder, "encoder_key": encoder_key(run.encoder),
         # where a fusion's adapters are reloaded from
         "store": str(store.root.resolve()) if store is not None else None,
         "training": config.to_dict(), "data": info.to_dict(), "truncation": truncation.to_dict(),
-        "library_version": af.__version__, "transformers_version": transformers.__version__,
-        "git_sha": _git_sha(), "hardware": hardware_info(), "plan_notes": plan.notes,
+        "plan_notes": plan.notes,
     }
     if plan.fused_adapters:  # exactly which stored adapters this fusion is trained on (rebuild_run checks them)
         run_config["fused_adapters"] = plan.fused_adapters
     resume_from = resume_point(run_dir, run_config) if resume else None
-    if writes:
-        atomic_write_json(run_dir / "config.json", run_config)
+    run.write_config(run_config)
 
     if plan.head_only and config.cache_features:  # the frozen encoder runs once, not once per epoch
         import torch
@@ -191,10 +126,10 @@ def train(
                                run_dir / "checkpoints", progress_dir=run_dir, resume_from=resume_from,
                                extra_callbacks=subsets)
     del trainer
-    if not writes:
+    if not run.writes:
         return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
                          epoch_metrics=outcome.epoch_metrics, train_seconds=outcome.train_seconds,
-                         wall_seconds=time.perf_counter() - wall_start, pieces={}, store_path=None, model=model)
+                         wall_seconds=time.perf_counter() - run.started, pieces={}, store_path=None, model=model)
     report = model.parameter_report()
     pieces = _save_pieces(model, plan, tokenizer, run_dir)
     if plan.fusion is not None:
@@ -202,8 +137,7 @@ def train(
             model, plan, encoded["validation"], tokenizer, config, run_dir,
             {"task": spec.name, "setup": setup, "seed": seed, "split": "validation"})
     metrics = {
-        "format_version": RUN_FORMAT_VERSION, "task": spec.name, "setup": setup, "seed": seed,
-        "metric_for_best": config.metric_for_best or spec.metrics[0],
+        "task": spec.name, "setup": setup, "seed": seed, "metric_for_best": config.metric_for_best or spec.metrics[0],
         "best": outcome.best_metrics, "epochs": outcome.epoch_metrics, "train_losses": outcome.train_losses,
         "train_seconds": outcome.train_seconds, "global_step": outcome.global_step,
         "stopped_early": outcome.stopped_early,
@@ -221,11 +155,10 @@ def train(
         metrics["store_path"] = str(stored)
     if not config.keep_checkpoints:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    metrics["wall_seconds"] = time.perf_counter() - wall_start
-    atomic_write_json(run_dir / "metrics.json", metrics)
+    written = run.write_metrics(metrics)
     return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
                      epoch_metrics=outcome.epoch_metrics, train_seconds=outcome.train_seconds,
-                     wall_seconds=metrics["wall_seconds"], pieces=pieces, store_path=stored, model=model)
+                     wall_seconds=written["wall_seconds"], pieces=pieces, store_path=stored, model=model)
 
 
 # What makes a checkpoint belong to this run: the same task, setup, seed, encoder, data, store and training config.
@@ -239,11 +172,8 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any]) -> Path | None:
     if checkpoint is None:
         return None
     start_over = f"remove {run_dir / 'checkpoints'} to start over"
-    try:
-        previous = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise TrainingError(f"cannot resume {run_dir}: its config.json, which says what run its checkpoint "
-                            f"{checkpoint.name} belongs to, is unreadable ({err}); {start_over}") from err
+    previous = read_json(run_dir / CONFIG_FILE, f"it says which run the checkpoint {checkpoint.name} belongs to, so "
+                         f"{run_dir} cannot be resumed; {start_over}")
     current = json.loads(json.dumps({key: run_config[key] for key in RESUME_KEYS}))  # as config.json holds it
     changed = [key for key in RESUME_KEYS if previous.get(key) != current[key]]
     if changed:
@@ -252,19 +182,6 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any]) -> Path | None:
             f"({', '.join(changed)} differ from this call's); train with the settings it was started with, or "
             f"{start_over}")
     return checkpoint
-
-
-def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False) -> None:
-    """Empty a run folder before its run starts again; with `keep_checkpoints` its checkpoints/ stay for a resume,
-    and the config.json that says which run they belong to."""
-    run_dir = Path(run_dir)
-    if not keep_checkpoints:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        return
-    for entry in run_dir.iterdir() if run_dir.is_dir() else ():
-        if entry.name in ("checkpoints", "config.json"):
-            continue
-        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
 def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> list[str]:
@@ -294,10 +211,7 @@ def _save_pieces(model, plan, tokenizer, run_dir: Path) -> dict[str, Path]:
         pieces["adapter"] = model.save_adapter(plan.adapters[0], run_dir / "adapter")
     pieces["head"] = model.save_head(plan.head, run_dir / "head")
     if plan.save_encoder:
-        encoder_dir = run_dir / "encoder"
-        model.model.save_pretrained(encoder_dir, state_dict=plain_encoder_state(model))
-        tokenizer.save_pretrained(encoder_dir)
-        pieces["encoder"] = encoder_dir
+        pieces["encoder"] = save_encoder(model, tokenizer, run_dir / ENCODER_DIR)
     return {kind: Path(path) for kind, path in pieces.items()}
 
 
@@ -315,29 +229,3 @@ def _save_fusion_attention(model, plan, dev_set, tokenizer, config: TrainingConf
     path = run_dir / FUSION_ATTENTION_FILE
     atomic_write_json(path, {**activation.to_dict(), **info})
     return path
-
-
-def plain_encoder_state(model) -> dict[str, Any]:
-    """The encoder's state dict under the unwrapped model's keys (what `model.unload()` would save), without
-    unloading: each site's `<site>.base_layer.` prefix becomes `<site>.`. Only for models without adapters."""
-    from adapterfusion.injection.site import AdapterSite
-
-    if model.adapter_names or model.fusion_names:
-        raise TrainingError("plain_encoder_state: the model holds adapters or fusions; save those with save_* instead")
-    prefixes = {f"{name}.base_layer.": f"{name}." for name, module in model.model.named_modules()
-                if isinstance(module, AdapterSite)}
-    state = {}
-    for key, value in model.model.state_dict().items():
-        prefix = next((p for p in prefixes if key.startswith(p)), None)
-        state[prefixes[prefix] + key[len(prefix):] if prefix else key] = value
-    return state
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)

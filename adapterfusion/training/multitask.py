@@ -33,7 +33,6 @@ adapters, checks that those entries came from this very run, and is otherwise fu
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -46,29 +45,20 @@ import numpy as np
 import torch
 
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.encoders import check_encoder
 from adapterfusion.errors import ConfigError
+from adapterfusion.evaluation import predict, score
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
-from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
-from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
-from adapterfusion.training.api import (
-    RUN_FORMAT_VERSION,
-    RunFolder,
-    _git_sha,
-    _jsonable,
-    hardware_info,
-    plain_encoder_state,
-    run_dir_for,
-)
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.progress import RunProgress, write_progress
+from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, save_encoder, training_config_for
+from adapterfusion.training.run_files import RUN_FORMAT_VERSION, read_json
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
 from adapterfusion.training.setups import (
     Setup,
@@ -80,7 +70,7 @@ from adapterfusion.training.setups import (
     piece_name,
     register_setup,
 )
-from adapterfusion.training.store import ENTRY_FILE, AdapterStore, encoder_key
+from adapterfusion.training.store import ENTRY_FILE, AdapterStore, as_store, encoder_key
 from adapterfusion.training.trainer import parameter_groups, resolve_metric
 
 MT_A = "mt-a"
@@ -127,25 +117,15 @@ def _batches(dataset, batch_size: int, collator: TaskCollator, seed: int) -> Ite
 
 
 def _evaluate(model, names: list[str], specs: list[TaskSpec], dev_sets: list, collator: TaskCollator,
-              batch_size: int, device: torch.device, autocast: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Every task's dev metrics (and mean dev loss) with its own adapter and head active."""
-    model.eval()
+              batch_size: int, bf16: bool) -> dict[str, dict[str, float]]:
+    """Every task's dev metrics (and mean dev loss) with its own adapter and head active, scored as every run is
+    (evaluation.py). The batches come from a DataLoader in order: its iterator draws a seed from the global RNG,
+    which the dropout of later epochs depends on, so the same seed gives the same run as before."""
     results = {}
-    with torch.no_grad():
-        for name, spec, dataset in zip(names, specs, dev_sets, strict=True):
-            model.activate(adapter=name, head=name)
-            logits, labels, loss_sum = [], [], 0.0
-            loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collator)
-            for batch in loader:
-                batch = {k: v.to(device) for k, v in batch.items()}
-                with torch.autocast(**autocast):
-                    out = model(**batch)
-                logits.append(out.logits.float().cpu())
-                labels.append(batch["labels"].cpu())
-                loss_sum += float(out.task_loss) * len(batch["labels"])
-            gold = torch.cat(labels)
-            scores = dev_metrics(spec, torch.cat(logits).numpy(), gold.numpy())
-            results[spec.name] = {**scores, "loss": loss_sum / len(gold)}
+    for name, spec, dataset in zip(names, specs, dev_sets, strict=True):
+        model.activate(adapter=name, head=name)
+        batches = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collator)
+        results[spec.name] = score(spec, predict(model, batches, bf16=bf16))
     return results
 
 
@@ -161,13 +141,12 @@ def _save_task_pieces(model, name: str, spec: TaskSpec, encoder: str, seed: int,
 
 
 def _save_encoder(model, tokenizer, encoder_dir: Path, adapter_dirs: Mapping[str, Path]) -> None:
-    """save_pretrained of the fine-tuned encoder through plain_encoder_state, which takes a model without
-    adapters: the adapters (already on disk) are taken off for the save and loaded back bit-identically."""
+    """The fine-tuned encoder through run.save_encoder, which takes a model without adapters: the adapters
+    (already on disk) are taken off for the save and loaded back bit-identically."""
     active = (model.active_adapter, model.active_head)
     for name in adapter_dirs:
         model.delete_adapter(name)
-    model.model.save_pretrained(encoder_dir, state_dict=plain_encoder_state(model))
-    tokenizer.save_pretrained(encoder_dir)
+    save_encoder(model, tokenizer, encoder_dir)
     for name, directory in adapter_dirs.items():
         model.load_adapter(directory, name=name)
     model.activate(adapter=active[0], head=active[1])
@@ -190,19 +169,12 @@ def train_multitask(
     TrainingConfig.for_setup("mt-a") (lr 1e-4); `epochs` counts MT-A epochs (sum of task sizes / batch size
     steps); `metric_for_best`, if set, must be a metric of every task. max_examples applies to every task.
     pooling: the heads' pooling (None: the encoder's own, see heads/pooling.py)."""
-    import transformers
     from tqdm.auto import tqdm
-    from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
+    from transformers import get_linear_schedule_with_warmup
 
-    import adapterfusion as af
-
-    wall_start = time.perf_counter()
     specs = _resolve_specs(tasks)
     names = [piece_name(spec) for spec in specs]
-    if isinstance(training_config, TrainingConfig):
-        config = training_config.replace(seed=seed)
-    else:
-        config = TrainingConfig.for_setup(MT_A, **{**dict(training_config or {}), "seed": seed})
+    config = training_config_for(MT_A, training_config, seed)
     if config.fp16:
         raise TrainingError("mt-a: fp16 needs loss scaling, which the MT-A loop does not do; use bf16=True or neither")
     if config.gradient_checkpointing or config.torch_compile:
@@ -211,19 +183,14 @@ def train_multitask(
     metrics_for_best = [resolve_metric(spec, config) for spec in specs]
     adapter_config = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
     schedule = schedule or AnnealedSchedule()
-    encoder = str(encoder if encoder is not None else af.default_encoder_path())
-    check_encoder(encoder)
+    run = Run.open(output_dir, MT_A, MT_A, seed, encoder)
+    run_dir, encoder, encoder_dir, store = run.run_dir, run.encoder, run.run_dir / ENCODER_DIR, as_store(store)
     try:
         pooling = resolve_pooling(pooling, encoder)
     except ConfigError as err:
         raise TrainingError(str(err)) from None
-    store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
-    run_dir = run_dir_for(check_writable_folder(output_dir, "output_dir"), MT_A, MT_A, seed)
-    encoder_dir = run_dir / "encoder"
-    run_dir.mkdir(parents=True, exist_ok=True)
 
-    transformers.set_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(encoder)
+    tokenizer = run.begin()
     train_sets, dev_sets, infos, truncations = [], [], [], []
     for spec in specs:
         data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
@@ -238,7 +205,7 @@ def train_multitask(
         truncations.append(truncation.to_dict())
     sizes = [len(dataset) for dataset in train_sets]
 
-    model = af.wrap(AutoModel.from_pretrained(encoder))
+    model = run.wrapped_encoder()
     for name, spec in zip(names, specs, strict=True):
         model.add_head(name, head_config_for(spec, pooling))
         model.add_adapter(name, adapter_config)
@@ -251,7 +218,7 @@ def train_multitask(
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
-    autocast = {"device_type": device.type, "dtype": torch.bfloat16, "enabled": config.bf16}
+    autocast = {"device_type": device.type, "dtype": torch.bfloat16, "enabled": config.bf16}  # training steps
 
     steps_per_epoch = max(1, math.ceil(sum(sizes) / (config.batch_size * config.grad_accumulation)))
     total_steps = config.max_steps or max(1, math.ceil(config.epochs * steps_per_epoch))
@@ -264,8 +231,8 @@ def train_multitask(
     streams = [_batches(dataset, config.batch_size, collator, seed + i) for i, dataset in enumerate(train_sets)]
     eval_batch_size = config.eval_batch_size or config.batch_size
 
-    run_config = {
-        "format_version": RUN_FORMAT_VERSION, "setup": MT_A, "tasks": [s.name for s in specs],
+    run.write_config({
+        "setup": MT_A, "tasks": [s.name for s in specs],
         "task_specs": [s.to_dict() for s in specs], "sizes": dict(zip([s.name for s in specs], sizes, strict=True)),
         "seed": seed, "encoder": encoder, "encoder_key": encoder_key(encoder), "adapter": adapter_config.to_dict(),
         "pooling": pooling,
@@ -275,10 +242,7 @@ def train_multitask(
         "metric_for_best": dict(zip([s.name for s in specs], metrics_for_best, strict=True)),
         "selection": "best mean over tasks of each task's metric_for_best on its dev set",
         "training": config.to_dict(), "data": infos, "truncation": truncations,
-        "library_version": af.__version__, "transformers_version": transformers.__version__, "git_sha": _git_sha(),
-        "hardware": hardware_info(),
-    }
-    atomic_write_json(run_dir / "config.json", _jsonable(run_config))
+    })
 
     epochs: list[dict[str, Any]] = []
     losses: list[dict[str, Any]] = []
@@ -322,7 +286,7 @@ def train_multitask(
             continue
         write_progress(run_dir, RunProgress(math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps,
                                             "evaluating", time.time()))
-        scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, device, autocast)
+        scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, config.bf16)
         mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best, strict=True)]))
         epochs.append({"epoch": step / steps_per_epoch, "step": step, "alpha": sampler.alpha(step - 1),
                        "mean": mean, "tasks": scores})
@@ -340,6 +304,7 @@ def train_multitask(
         for n, p in trainable.items():
             p.copy_(best_state[n])
     model.activate(adapter=names[0], head=names[0])
+    model.eval()  # as after its last evaluation
 
     pieces = {spec.name: _save_task_pieces(model, name, spec, encoder, seed, run_dir, encoder_dir)
               for name, spec in zip(names, specs, strict=True)}
@@ -355,8 +320,8 @@ def train_multitask(
     task_names = [s.name for s in specs]
     best = {name: {k: v for k, v in epochs[best_epoch]["tasks"][name].items() if k != "loss"} for name in task_names}
     report = model.parameter_report()
-    metrics = {
-        "format_version": RUN_FORMAT_VERSION, "setup": MT_A, "tasks": task_names, "seed": seed,
+    metrics = run.write_metrics({
+        "setup": MT_A, "tasks": task_names, "seed": seed,
         "metric_for_best": dict(zip(task_names, metrics_for_best, strict=True)), "best": best, "best_mean": best_mean,
         "best_epoch": epochs[best_epoch]["epoch"], "epochs": epochs, "train_losses": losses,
         "task_counts": dict(zip(task_names, sampler.counts, strict=True)),
@@ -368,9 +333,7 @@ def train_multitask(
         "pieces": {"encoder": "encoder", **{t: {k: str(v.relative_to(run_dir)) for k, v in p.items()}
                                             for t, p in pieces.items()}},
         "store_paths": {t: str(p) for t, p in store_paths.items()},
-        "wall_seconds": time.perf_counter() - wall_start,
-    }
-    atomic_write_json(run_dir / "metrics.json", metrics)
+    })
     return MultiTaskResult(
         tasks=task_names, seed=seed, run_dir=run_dir, metrics=best, mean_metric=best_mean, epoch_metrics=epochs,
         task_counts=metrics["task_counts"], train_seconds=train_seconds, wall_seconds=metrics["wall_seconds"],
@@ -387,7 +350,7 @@ def read_mt_a_marker(encoder: str | os.PathLike) -> dict[str, Any]:
             f"fusion-mt-a runs on the encoder an MT-A run fine-tuned; {encoder} has no {MARKER_FILE}. Pass "
             "encoder=<mt-a run>/encoder (MultiTaskResult.encoder_dir), after train_multitask(..., store=store)"
         )
-    return json.loads(marker.read_text(encoding="utf-8"))
+    return read_json(marker, "train the MT-A run again (train_multitask) to write its encoder/ anew")
 
 
 def _fusion_mt_a(model, context: SetupContext) -> SetupPlan:
@@ -407,7 +370,8 @@ def _fusion_mt_a(model, context: SetupContext) -> SetupPlan:
     seed = marker["seed"] if context.options["adapter_seed"] is None else context.options["adapter_seed"]
     for task in wanted:
         entry = context.store.path(marker["base_encoder"], task, MT_A, seed) / ENTRY_FILE
-        source = json.loads(entry.read_text(encoding="utf-8")).get("source") if entry.is_file() else None
+        source = read_json(entry, "put the MT-A run's adapters into the store again").get("source") \
+            if entry.is_file() else None
         if source is not None and Path(source).resolve().parent.parent != Path(marker["run_dir"]):
             raise TrainingError(
                 f"fusion-mt-a: the store's MT-A adapter of {task!r} (seed {seed}) came from {source}, not from the "

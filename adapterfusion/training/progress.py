@@ -4,12 +4,12 @@ it by reading the file: no channel to the run is needed, and a run killed mid-ep
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.training.run_files import read_json
 
 PROGRESS_FILE = "progress.json"
 PHASES = ("training", "evaluating")
@@ -41,9 +41,9 @@ def read_progress(run_dir: str | os.PathLike) -> RunProgress | None:
     """The run's last written progress; None when it has written none yet or the file is not one of ours (a live
     display must never fail on it)."""
     try:
-        data = json.loads((Path(run_dir) / PROGRESS_FILE).read_text(encoding="utf-8"))
+        data = read_json(Path(run_dir) / PROGRESS_FILE, "the run rewrites it at its next epoch")
         progress = RunProgress(**{f.name: data[f.name] for f in dataclasses.fields(RunProgress) if f.name in data})
-    except (OSError, ValueError, TypeError):
+    except (ValueError, TypeError):  # RunFileError is a ValueError
         return None
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (progress.epoch, progress.epochs))
     return progress if ints and progress.phase in PHASES else None

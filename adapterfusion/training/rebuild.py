@@ -7,17 +7,17 @@ by the saved ones (adapter/, fusion/, head/), so no setup's layout is described 
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.tasks.spec import TaskSpec
-from adapterfusion.training.api import RUN_FORMAT_VERSION, RunFolder
 from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.run import RunFolder
+from adapterfusion.training.run_files import CONFIG_FILE, METRICS_FILE, read_run_json
 from adapterfusion.training.setups import SetupContext, get_setup
-from adapterfusion.training.store import AdapterStore
+from adapterfusion.training.store import AdapterStore, as_store
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -53,21 +53,6 @@ class RebuiltRun(RunFolder):
         return dict(read_run_json(self.metrics_path).get("best", {}))
 
 
-def read_run_json(path: Path) -> dict[str, Any]:
-    """config.json or metrics.json of a run folder, with a message that says what is wrong."""
-    if not path.is_file():
-        what = "config.json: it is not a run folder written by train()" if path.name == "config.json" else \
-            "metrics.json: the run has not finished (or failed); train it again to completion"
-        raise TrainingError(f"{path.parent} has no {what}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise TrainingError(f"{path} is not valid JSON ({err}); the run folder is damaged") from None
-    if not isinstance(data, dict) or data.get("format_version") != RUN_FORMAT_VERSION:
-        raise TrainingError(f"{path} is not a run file of format_version {RUN_FORMAT_VERSION}")
-    return data
-
-
 def check_fused_adapters(run_dir: Path, config: dict[str, Any], loaded: dict[str, dict[str, str]]) -> None:
     """Refuse a fusion run whose store no longer holds the adapters it was trained on (a stage-1 adapter re-trained
     since): its fusion weights belong to the old adapters. Runs that recorded no digests are not checked."""
@@ -100,14 +85,14 @@ def rebuild_run(run_dir: str | os.PathLike, store: AdapterStore | str | os.PathL
     import adapterfusion as af
 
     run_dir = Path(run_dir)
-    config = read_run_json(run_dir / "config.json")
-    read_run_json(run_dir / "metrics.json")  # only finished runs have their best weights saved
+    config = read_run_json(run_dir / CONFIG_FILE)
+    read_run_json(run_dir / METRICS_FILE)  # only finished runs have their best weights saved
     if config["setup"] == "mt-a":
         raise TrainingError(f"{run_dir} is an MT-A run (several tasks in one folder); rebuild the fusion-mt-a runs "
                             "built on it, or load its tasks/<task>/adapter and head into its encoder/ by hand")
     recipe = get_setup(config["setup"])
     store = store if store is not None else config.get("store")
-    store = AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
+    store = as_store(store)
     encoder = run_dir / "encoder" if (run_dir / "encoder").is_dir() else Path(config["encoder"])
     try:
         tokenizer = AutoTokenizer.from_pretrained(encoder)

@@ -9,7 +9,6 @@ final place and renamed into it, so a crash never leaves half an entry, and addi
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -21,8 +20,9 @@ from adapterfusion._validation import naming_file
 from adapterfusion.errors import SerializationError
 from adapterfusion.io.atomic import atomic_write_json, replace_folder
 from adapterfusion.io.paths import path_part
-from adapterfusion.io.pieces import piece_digest, read_json
+from adapterfusion.io.pieces import piece_digest
 from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -61,15 +61,16 @@ class AdapterStore:
 
     def entries(self) -> list[dict[str, Any]]:
         """Every complete entry's entry.json content."""
-        return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.root.glob(f"*/*/*/seed-*/{ENTRY_FILE}"))]
+        return [read_json(p, "the store entry is damaged; put its adapter into the store again")
+                for p in sorted(self.root.glob(f"*/*/*/seed-*/{ENTRY_FILE}"))]
 
     def put(self, run_dir: str | os.PathLike, overwrite: bool = False) -> Path:
         """Copy the adapter and head a `train()` run saved in `run_dir` into the store."""
         run_dir = Path(run_dir)
-        config_file = run_dir / "config.json"
+        config_file = run_dir / CONFIG_FILE
         if not config_file.is_file():
             raise TrainingError(f"{run_dir} has no config.json; put() takes the run folder that train() wrote")
-        run = read_json(config_file)
+        run = read_json(config_file, "put() takes the run folder that train() wrote")
         absent = [key for key in ("encoder", "task", "setup", "seed") if not isinstance(run, dict) or key not in run]
         if absent:
             raise SerializationError(f"{config_file} lacks {absent}; put() takes the run folder that train() wrote")
@@ -124,3 +125,8 @@ class AdapterStore:
         if head:
             model.load_head(entry / "head", name=loaded, overwrite=overwrite, labels=labels)
         return loaded
+
+
+def as_store(store: AdapterStore | str | os.PathLike | None) -> AdapterStore | None:
+    """An AdapterStore for a store folder given as a path; an AdapterStore or None as it is."""
+    return AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store

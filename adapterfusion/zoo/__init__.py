@@ -14,13 +14,13 @@ An experiment file fuses them with `zoo: shipped` (see adapterfusion/experiments
 """
 from __future__ import annotations
 
-import json
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.errors import AdapterFusionError
+from adapterfusion.training.run_files import read_json
 from adapterfusion.training.store import ENTRY_FILE, AdapterStore, encoder_key
 
 if TYPE_CHECKING:
@@ -48,7 +48,8 @@ def zoo_manifest() -> dict[str, Any]:
     path = ZOO_DIR / MANIFEST_FILE
     if not path.is_file():
         raise ZooError(f"{path} is missing: this install has no adapter zoo (run scripts/package_zoo.py)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path, "this install's adapter zoo is damaged; reinstall adapterfusion (or run "
+                           "scripts/package_zoo.py)")
 
 
 def zoo_tasks() -> list[str]:

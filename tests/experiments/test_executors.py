@@ -16,7 +16,7 @@ import pytest
 
 from adapterfusion.cli import main
 from adapterfusion.experiments import run_experiment
-from adapterfusion.experiments.executors import JOB_LOG, JobPayload, capture_logs, execute_job
+from adapterfusion.experiments.jobs import JOB_LOG, JobPayload, capture_logs, execute_job
 from adapterfusion.io.atomic import is_temp_name
 from tiny_experiments import FAST, DoneExecutor, tiny_experiment
 

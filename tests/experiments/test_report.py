@@ -14,7 +14,8 @@ import pytest
 
 from adapterfusion.cli import main
 from adapterfusion.experiments import ExperimentSpec, ResultsStore, plan_jobs
-from adapterfusion.experiments.report import CARVED_MARK, MISSING, build_report, trend_arrow, write_report
+from adapterfusion.experiments.report import CARVED_MARK, MISSING, build_report, trend_arrow
+from adapterfusion.experiments.report_files import write_report
 from adapterfusion.io.atomic import atomic_write_json
 
 TASKS = ["rte", "cb", "mrpc"]

@@ -6,7 +6,7 @@ import pytest
 import adapterfusion as af
 from adapterfusion.experiments.plan import Job
 from adapterfusion.io.paths import path_part
-from adapterfusion.training.api import run_dir_for
+from adapterfusion.training.run import run_dir_for
 from adapterfusion.training.setups import Setup, register_setup
 from adapterfusion.training.store import AdapterStore, encoder_key
 

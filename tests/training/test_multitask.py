@@ -4,9 +4,14 @@ import json
 import numpy as np
 import pytest
 import torch
+import transformers
 from safetensors.torch import load_file
 
 import adapterfusion as af
+from adapterfusion.tasks.collator import TaskCollator
+from adapterfusion.tasks.encoding import encode_task
+from adapterfusion.tasks.loading import load_task_data
+from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training import (
     AdapterStore,
     AnnealedSchedule,
@@ -17,6 +22,7 @@ from adapterfusion.training import (
     train,
     train_multitask,
 )
+from tolerances import assert_close
 from training_helpers import encoder_state, fresh_model
 
 TASKS = ["sst2", "rte", "cb"]
@@ -169,6 +175,45 @@ def test_mt_a_run_trains_every_task_and_writes_its_files(mt_a, tiny_encoder_dir)
     mt_entries = sorted(e["task"] for e in store.entries() if e["setup"] == "mt-a")
     assert mt_entries == sorted(TASKS)
     assert all(e["encoder_key"] == af.training.encoder_key(str(tiny_encoder_dir)) for e in store.entries())
+
+
+@pytest.mark.slow
+def test_mt_a_recorded_dev_metrics_are_what_the_saved_run_scores(mt_a, data_dir):
+    """metrics.json's best epoch is what the saved encoder/, adapters and heads score on each task's dev set, loaded
+    from the run folder and scored here by hand (a plain forward loop; accuracy, top-prediction share and the mean
+    cross-entropy written out), not by the library's evaluation code that recorded them."""
+    result = mt_a[0]
+    config = json.loads(result.config_path.read_text())
+    metrics = json.loads(result.metrics_path.read_text())
+    best = next(epoch["tasks"] for epoch in metrics["epochs"] if epoch["epoch"] == metrics["best_epoch"])
+    tokenizer = transformers.AutoTokenizer.from_pretrained(result.encoder_dir)
+    model = fresh_model(result.encoder_dir)
+    for task in TASKS:
+        model.load_adapter(result.run_dir / "tasks" / task / "adapter", name=task)
+        model.load_head(result.run_dir / "tasks" / task / "head", name=task)
+    model.eval()
+    training = config["training"]
+    batch_size = training["eval_batch_size"] or training["batch_size"]
+    collate = TaskCollator(tokenizer)
+    for spec in map(TaskSpec.from_dict, config["task_specs"]):
+        data, _ = load_task_data(spec, data_dir, result.seed, max_examples=SLICE)
+        dev = encode_task(spec, data, tokenizer, training["max_length"])[0]["validation"]
+        model.activate(adapter=spec.name, head=spec.name)
+        logits, labels = [], []
+        with torch.no_grad():
+            for start in range(0, len(dev), batch_size):
+                batch = collate([dev[i] for i in range(start, min(start + batch_size, len(dev)))])
+                labels.append(batch.pop("labels"))
+                logits.append(model(**batch).logits.double())
+        logits, labels = torch.cat(logits), torch.cat(labels)
+        predicted = logits.argmax(-1)
+        by_hand = {"accuracy": (predicted == labels).double().mean().item(),
+                   "top_prediction_share": predicted.bincount().max().item() / len(labels),
+                   "loss": -logits.log_softmax(-1)[torch.arange(len(labels)), labels].mean().item()}
+        recorded = {key: best[spec.name][key] for key in by_hand}
+        assert_close(recorded, by_hand, dtype=torch.float32, label=spec.name)  # the run computed in float32
+        assert {k: v for k, v in best[spec.name].items() if k != "loss"} == metrics["best"][spec.name]
+        assert result.metrics[spec.name] == metrics["best"][spec.name]
 
 
 @pytest.mark.slow

@@ -1,0 +1,208 @@
+"""The run folder every recipe writes, the start-up every recipe shares, and reading back what a run wrote.
+
+    <output_dir>/<task>/<setup>/seed-<seed>/
+        config.json     written first, so a failed run still says what it was: its settings and provenance
+                        (library, transformers and git versions, hardware)
+        metrics.json    written last: only a finished run has it
+        progress.json   rewritten at each epoch for live displays (training/progress.py)
+        checkpoints/    the trainer's, removed after a successful run unless TrainingConfig.keep_checkpoints
+
+`train()` (api.py) and `train_multitask()` (multitask.py) resolve their TrainingConfig with `training_config_for`,
+then open a `Run`: it checks the encoder and the output folder, seeds, loads the tokenizer and the wrapped encoder,
+and writes both JSON files with the format version and provenance. Every JSON file the training package reads back
+(a run's files, a store entry, an MT-A encoder's mt_a.json, fusion_attention.json) goes through `read_json`: one
+error type, RunFileError, whose message names the file and the fix.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from adapterfusion.encoders import check_encoder
+from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.io.paths import check_writable_folder, path_part
+from adapterfusion.training.config import TrainingConfig
+from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.run_files import CONFIG_FILE, METRICS_FILE, RUN_FORMAT_VERSION
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+ENCODER_DIR = "encoder"  # a run's fine-tuned encoder, where a setup changes encoder weights
+
+
+class RunFolder:
+    """The two files every run folder has; mixed into the result types (`run_dir` is theirs)."""
+
+    run_dir: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.run_dir / CONFIG_FILE
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.run_dir / METRICS_FILE
+
+
+def run_dir_for(output_dir: str | os.PathLike, task: str, setup: str, seed: int) -> Path:
+    """`<output_dir>/<task>/<setup>/seed-<seed>`; task and setup must be plain names, so it stays inside output_dir."""
+    return Path(output_dir) / path_part(task, "task") / path_part(setup, "setup") / f"seed-{int(seed)}"
+
+
+def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False) -> None:
+    """Empty a run folder before its run starts again; with `keep_checkpoints` its checkpoints/ stay for a resume,
+    and the config.json that says which run they belong to."""
+    run_dir = Path(run_dir)
+    if not keep_checkpoints:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for entry in run_dir.iterdir() if run_dir.is_dir() else ():
+        if entry.name in ("checkpoints", CONFIG_FILE):
+            continue
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+def save_encoder(model, tokenizer: Any, directory: Path) -> Path:
+    """The encoder of a model without adapters or fusions, as a plain HuggingFace folder (save_pretrained of the
+    unwrapped model's weights) with its tokenizer: what a run that changed encoder weights leaves."""
+    model.model.save_pretrained(directory, state_dict=plain_encoder_state(model))
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def plain_encoder_state(model) -> dict[str, Any]:
+    """The encoder's state dict under the unwrapped model's keys (what `model.unload()` would save), without
+    unloading: each site's `<site>.base_layer.` prefix becomes `<site>.`. Only for models without adapters."""
+    from adapterfusion.injection.site import AdapterSite
+
+    if model.adapter_names or model.fusion_names:
+        raise TrainingError("plain_encoder_state: the model holds adapters or fusions; save those with save_* instead")
+    prefixes = {f"{name}.base_layer.": f"{name}." for name, module in model.model.named_modules()
+                if isinstance(module, AdapterSite)}
+    state = {}
+    for key, value in model.model.state_dict().items():
+        prefix = next((p for p in prefixes if key.startswith(p)), None)
+        state[prefixes[prefix] + key[len(prefix):] if prefix else key] = value
+    return state
+
+
+# ---- reading back ------------------------------------------------------------------------------------------------
+# ---- provenance ----------------------------------------------------------------------------------------------------
+def hardware_info() -> dict[str, Any]:
+    """Where a run ran, for its provenance: the accelerator (or CPU), thread and core counts, library versions."""
+    import platform
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "cuda": torch.version.cuda if cuda else None,
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def git_sha() -> str | None:
+    """The commit of the library's checkout; ADAPTERFUSION_GIT_SHA when it runs from a copy without .git."""
+    if os.environ.get("ADAPTERFUSION_GIT_SHA"):
+        return os.environ["ADAPTERFUSION_GIT_SHA"]
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                                capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def provenance() -> dict[str, Any]:
+    """What a run's config.json records about the software and machine it ran on."""
+    import transformers
+
+    import adapterfusion as af
+
+    return {"library_version": af.__version__, "transformers_version": transformers.__version__,
+            "git_sha": git_sha(), "hardware": hardware_info()}
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as plain JSON values: mappings and sequences recursively, objects through their to_dict(), anything
+    else by repr()."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+
+
+# ---- start-up ------------------------------------------------------------------------------------------------------
+def training_config_for(setup: str, given: TrainingConfig | Mapping[str, Any] | None, seed: int) -> TrainingConfig:
+    """The run's TrainingConfig with its seed: `given` as it is, or a dict of overrides of the setup's paper
+    defaults (TrainingConfig.for_setup)."""
+    if isinstance(given, TrainingConfig):
+        return given.replace(seed=seed)
+    return TrainingConfig.for_setup(setup, **{**dict(given or {}), "seed": seed})
+
+
+@dataclass
+class Run(RunFolder):
+    """One run being trained: its folder, seed and encoder, and the two JSON files it writes. `writes` is False on
+    the non-zero ranks of a distributed launch (torchrun / accelerate launch): they train in step with rank 0 but
+    write nothing. `started` is when the run began, for its wall time."""
+
+    run_dir: Path
+    seed: int
+    encoder: str
+    writes: bool = True
+    started: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def open(cls, output_dir: str | os.PathLike, task: str, setup: str, seed: int,
+             encoder: str | os.PathLike | None, writes: bool = True) -> Run:
+        """Check the encoder (default: the shipped MiniLM) and that `output_dir` can be written; nothing is written
+        yet, so a caller can still refuse to replace an earlier run."""
+        import adapterfusion as af
+
+        encoder = str(encoder if encoder is not None else af.default_encoder_path())
+        check_encoder(encoder)
+        return cls(run_dir_for(check_writable_folder(output_dir, "output_dir"), task, setup, seed), seed, encoder,
+                   writes)
+
+    def begin(self) -> Any:
+        """Create the run folder, seed every RNG with the run's seed, and return the encoder's tokenizer."""
+        import transformers
+        from transformers import AutoTokenizer
+
+        if self.writes:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        transformers.set_seed(self.seed)
+        return AutoTokenizer.from_pretrained(self.encoder)
+
+    def wrapped_encoder(self) -> AdaptedModel:
+        """The encoder, wrapped for adapters (af.wrap), fresh from its folder or Hub id."""
+        from transformers import AutoModel
+
+        import adapterfusion as af
+
+        return af.wrap(AutoModel.from_pretrained(self.encoder))
+
+    def write_config(self, settings: Mapping[str, Any]) -> None:
+        """config.json: the format version, `settings` and the provenance."""
+        if self.writes:
+            atomic_write_json(self.config_path, jsonable({"format_version": RUN_FORMAT_VERSION, **settings,
+                                                          **provenance()}))
+
+    def write_metrics(self, results: Mapping[str, Any]) -> dict[str, Any]:
+        """metrics.json, the run's last file: the format version, `results` and the wall time so far. Returns what
+        was written."""
+        metrics = {"format_version": RUN_FORMAT_VERSION, **results, "wall_seconds": time.perf_counter() - self.started}
+        if self.writes:
+            atomic_write_json(self.metrics_path, metrics)
+        return metrics
+
