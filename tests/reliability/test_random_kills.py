@@ -80,10 +80,11 @@ def _jobs(db: Path) -> dict[str, dict[str, Any]]:
 
 
 def _without_timings(value: Any) -> Any:
-    """Metrics minus wall-clock figures and absolute paths, which differ between any two runs."""
+    """Metrics minus wall-clock figures, absolute paths and `resumed_from` (which checkpoint a killed job went on
+    from, None for a job that ran in one go): they differ between any two runs. The numbers must not."""
     if isinstance(value, dict):
         return {k: _without_timings(v) for k, v in value.items()
-                if k != "store_path" and not any(t in k for t in TIMING_KEYS)}
+                if k not in ("store_path", "resumed_from") and not any(t in k for t in TIMING_KEYS)}
     if isinstance(value, list):
         return [_without_timings(v) for v in value]
     return value
