@@ -1,9 +1,10 @@
 """adapterfusion: bottleneck adapters and AdapterFusion on any HuggingFace encoder.
 
-    import adapterfusion as af
-    model = af.wrap(AutoModel.from_pretrained(af.default_encoder_path()))
-    model.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=16))
+import adapterfusion as af
+model = af.wrap(AutoModel.from_pretrained(af.default_encoder_path()))
+model.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=16))
 """
+
 from adapterfusion._version import __version__ as __version__
 from adapterfusion.adapters import AdapterConfig, BottleneckAdapter
 from adapterfusion.defaults import default_encoder_path
@@ -25,10 +26,27 @@ from adapterfusion.model import AdaptedModel, AdaptedModelOutput, wrap
 from adapterfusion.parameters import ParameterReport
 
 __all__ = [
-    "ARCHITECTURES", "AdaptedModel", "AdaptedModelOutput", "AdapterConfig", "AdapterFusionError",
-    "BottleneckAdapter", "ClassificationHead", "ConfigError", "DefaultModelMissingError", "FusionConfig",
-    "FusionLayer", "HeadConfig", "HubError", "IncompatibleModelError", "MultipleChoiceHead", "NameNotFoundError",
-    "ParameterReport", "RegressionHead", "SerializationError", "UnknownFormatVersionWarning",
+    "ARCHITECTURES",
+    "AdaptedModel",
+    "AdaptedModelOutput",
+    "AdapterConfig",
+    "AdapterFusionError",
+    "BottleneckAdapter",
+    "ClassificationHead",
+    "ConfigError",
+    "DefaultModelMissingError",
+    "FusionConfig",
+    "FusionLayer",
+    "HeadConfig",
+    "HubError",
+    "IncompatibleModelError",
+    "MultipleChoiceHead",
+    "NameNotFoundError",
+    "ParameterReport",
+    "RegressionHead",
+    "SerializationError",
+    "UnknownFormatVersionWarning",
     "UnsupportedArchitectureError",
-    "default_encoder_path", "wrap",
+    "default_encoder_path",
+    "wrap",
 ]

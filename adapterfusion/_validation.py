@@ -1,4 +1,5 @@
 """Small checks shared by configs and the model so every message reads the same way."""
+
 from __future__ import annotations
 
 import contextlib

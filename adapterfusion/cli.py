@@ -1,6 +1,7 @@
 """Command-line entry point. A thin layer over the Python API: each subcommand parses its arguments, calls one
 function of adapterfusion / adapterfusion.experiments / adapterfusion.training, and prints what it returned.
 Our own errors print as one line and exit with status 2."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,22 +30,30 @@ def _info(_: argparse.Namespace) -> int:
 def _list_tasks(_: argparse.Namespace) -> int:
     from adapterfusion.tasks import get_task, list_tasks
 
-    rows = [(name, spec.kind, str(spec.num_labels), ", ".join(spec.metrics))
-            for name in list_tasks() for spec in [get_task(name)]]
+    rows = [
+        (name, spec.kind, str(spec.num_labels), ", ".join(spec.metrics))
+        for name in list_tasks()
+        for spec in [get_task(name)]
+    ]
     _print_table(("task", "kind", "labels", "metrics"), rows)
     return 0
 
 
 def _run_executor(args: argparse.Namespace) -> str | Executor:
     """The executor name, or a RayExecutor built from the --ray-* options (which alone imply --executor ray)."""
-    ray_options = {"address": args.ray_address, "cpus_per_job": args.ray_cpus_per_job,
-                   "gpus_per_job": args.ray_gpus_per_job}
+    ray_options = {
+        "address": args.ray_address,
+        "cpus_per_job": args.ray_cpus_per_job,
+        "gpus_per_job": args.ray_gpus_per_job,
+    }
     given = [f"--ray-{key.replace('_', '-')}" for key, value in ray_options.items() if value is not None]
     executor = args.executor or ("ray" if given else "inprocess")
     if executor != "ray":
         if given:
-            raise af.ConfigError(f"{', '.join(given)} only apply to --executor ray, not --executor {executor}; "
-                                 "drop them or use --executor ray")
+            raise af.ConfigError(
+                f"{', '.join(given)} only apply to --executor ray, not --executor {executor}; "
+                "drop them or use --executor ray"
+            )
         return executor
     from adapterfusion.experiments.ray_executor import RayExecutor
 
@@ -54,8 +63,13 @@ def _run_executor(args: argparse.Namespace) -> str | Executor:
 def _run(args: argparse.Namespace) -> int:
     from adapterfusion.experiments import run_experiment
 
-    summary = run_experiment(args.experiment, executor=_run_executor(args), workers=args.workers, force=args.force,
-                             progress=not args.no_progress)
+    summary = run_experiment(
+        args.experiment,
+        executor=_run_executor(args),
+        workers=args.workers,
+        force=args.force,
+        progress=not args.no_progress,
+    )
     print(summary)
     return 0 if summary.ok else 1
 
@@ -85,9 +99,16 @@ def _status(args: argparse.Namespace) -> int:
         state = "interrupted" if record.state == "running" and interrupted else record.state
         if state == "interrupted":
             note = [(f"stopped at {note[0]}; " if note else "") + "runner gone; `adapterfusion run` re-runs it"]
-        rows.append((record.id, state, str(record.attempts),
-                     f"{record.seconds:.1f}s" if record.seconds is not None else "", ", ".join(scores),
-                     note[0][:80] if note else ""))
+        rows.append(
+            (
+                record.id,
+                state,
+                str(record.attempts),
+                f"{record.seconds:.1f}s" if record.seconds is not None else "",
+                ", ".join(scores),
+                note[0][:80] if note else "",
+            )
+        )
     _print_table(("job", "state", "attempts", "time", "dev metric", "note"), rows)
     print(", ".join(f"{n} {state}" for state, n in counts.items() if n))
     return 0
@@ -132,14 +153,27 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     if args.json:
         check_writable_file(args.json, "--json")  # before the evaluation, not after it
-    result = evaluate_run(args.run_dir, split=args.split, data_dir=args.data_dir, max_examples=args.max_examples,
-                          batch_size=args.batch_size, store=args.store)
-    print(f"{result['task']} / {result['setup']} / seed {result['seed']}: {result['split']} split, "
-          f"{result['examples']} examples")
+    result = evaluate_run(
+        args.run_dir,
+        split=args.split,
+        data_dir=args.data_dir,
+        max_examples=args.max_examples,
+        batch_size=args.batch_size,
+        store=args.store,
+    )
+    print(
+        f"{result['task']} / {result['setup']} / seed {result['seed']}: {result['split']} split, "
+        f"{result['examples']} examples"
+    )
     recorded = result.get("recorded")
     header = ("metric", result["split"]) + (("metrics.json (best dev)",) if recorded is not None else ())
-    _print_table(header, [(name, f"{value:.4f}") + ((_number(recorded.get(name)),) if recorded is not None else ())
-                          for name, value in result["metrics"].items()])
+    _print_table(
+        header,
+        [
+            (name, f"{value:.4f}") + ((_number(recorded.get(name)),) if recorded is not None else ())
+            for name, value in result["metrics"].items()
+        ],
+    )
     if args.json:
         atomic_write_json(args.json, result)
         print(f"written to {args.json}")
@@ -153,25 +187,46 @@ def _prune(args: argparse.Namespace) -> int:
 
     if args.json:
         check_writable_file(args.json, "--json")  # before the pruning, not after it
-    result = prune_fusion(args.run_dir, keep=args.keep, mass=args.mass, data_dir=args.data_dir,
-                          max_examples=args.max_examples, batch_size=args.batch_size, store=args.store,
-                          repeats=args.repeats, timing_batches=args.timing_batches, output=args.output)
-    print(f"{result.before.fusion}: mean fusion activation per adapter over {result.examples} dev examples "
-          f"({result.criterion})")
-    _print_table(("adapter", "activation", "kept"),
-                 [(name, f"{share:.3f}", "yes" if name in result.kept else "-")
-                  for name, share in result.activation.items()])
+    result = prune_fusion(
+        args.run_dir,
+        keep=args.keep,
+        mass=args.mass,
+        data_dir=args.data_dir,
+        max_examples=args.max_examples,
+        batch_size=args.batch_size,
+        store=args.store,
+        repeats=args.repeats,
+        timing_batches=args.timing_batches,
+        output=args.output,
+    )
+    print(
+        f"{result.before.fusion}: mean fusion activation per adapter over {result.examples} dev examples "
+        f"({result.criterion})"
+    )
+    _print_table(
+        ("adapter", "activation", "kept"),
+        [(name, f"{share:.3f}", "yes" if name in result.kept else "-") for name, share in result.activation.items()],
+    )
     print()
     extra = [k for k in result.before.metrics if k not in (result.metric, "loss")]
-    _print_table(("", "adapters", result.metric, *extra, "loss", "ms/batch"),
-                 [(label, str(len(side.adapters)),
-                   *(_number(side.metrics.get(k)) for k in (result.metric, *extra, "loss")),
-                   f"{side.ms_per_batch:.1f}")
-                  for label, side in (("before", result.before), ("after", result.after))])
-    print(f"kept {len(result.kept)} of {len(result.before.adapters)} adapters, "
-          f"{result.kept_share:.1%} of the activation; "
-          f"speed-up {result.before.ms_per_batch / result.after.ms_per_batch:.2f}x (eval forward, median of "
-          f"{result.repeats} interleaved repeats over {result.timed_batches} batches)")
+    _print_table(
+        ("", "adapters", result.metric, *extra, "loss", "ms/batch"),
+        [
+            (
+                label,
+                str(len(side.adapters)),
+                *(_number(side.metrics.get(k)) for k in (result.metric, *extra, "loss")),
+                f"{side.ms_per_batch:.1f}",
+            )
+            for label, side in (("before", result.before), ("after", result.after))
+        ],
+    )
+    print(
+        f"kept {len(result.kept)} of {len(result.before.adapters)} adapters, "
+        f"{result.kept_share:.1%} of the activation; "
+        f"speed-up {result.before.ms_per_batch / result.after.ms_per_batch:.2f}x (eval forward, median of "
+        f"{result.repeats} interleaved repeats over {result.timed_batches} batches)"
+    )
     if result.output:
         print(f"pruned fusion {result.after.fusion!r} + head written to {result.output}")
     if args.json:
@@ -201,10 +256,20 @@ def _print_result(result) -> None:
 def _train_adapter(args: argparse.Namespace) -> int:
     from adapterfusion.training import train
 
-    result = train(args.task, args.setup, seed=args.seed, encoder=args.encoder, data_dir=args.data_dir,
-                   output_dir=args.output_dir, store=args.store, training_config=_training_overrides(args),
-                   setup_options={"reduction_factor": args.reduction_factor}, max_examples=args.max_examples,
-                   overwrite=args.overwrite, resume=args.resume)
+    result = train(
+        args.task,
+        args.setup,
+        seed=args.seed,
+        encoder=args.encoder,
+        data_dir=args.data_dir,
+        output_dir=args.output_dir,
+        store=args.store,
+        training_config=_training_overrides(args),
+        setup_options={"reduction_factor": args.reduction_factor},
+        max_examples=args.max_examples,
+        overwrite=args.overwrite,
+        resume=args.resume,
+    )
     _print_result(result)
     return 0
 
@@ -214,13 +279,24 @@ def _fuse(args: argparse.Namespace) -> int:
 
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     if not sources:
-        raise af.ConfigError(f"--sources {args.sources!r} names no source task; give comma-separated task names, "
-                             "e.g. --sources mnli,sst2 (the target's own adapter is always added)")
-    result = train(args.task, "fusion-st-a", seed=args.seed, encoder=args.encoder, data_dir=args.data_dir,
-                   output_dir=args.output_dir, store=args.store, training_config=_training_overrides(args),
-                   setup_options={"sources": sources, "adapter_setup": args.adapter_setup,
-                                  "adapter_seed": args.adapter_seed},
-                   max_examples=args.max_examples, overwrite=args.overwrite, resume=args.resume)
+        raise af.ConfigError(
+            f"--sources {args.sources!r} names no source task; give comma-separated task names, "
+            "e.g. --sources mnli,sst2 (the target's own adapter is always added)"
+        )
+    result = train(
+        args.task,
+        "fusion-st-a",
+        seed=args.seed,
+        encoder=args.encoder,
+        data_dir=args.data_dir,
+        output_dir=args.output_dir,
+        store=args.store,
+        training_config=_training_overrides(args),
+        setup_options={"sources": sources, "adapter_setup": args.adapter_setup, "adapter_seed": args.adapter_seed},
+        max_examples=args.max_examples,
+        overwrite=args.overwrite,
+        resume=args.resume,
+    )
     _print_result(result)
     return 0
 
@@ -239,24 +315,43 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", default="runs", help="where the run folder goes (default: runs)")
     parser.add_argument("--store", default="adapters", help="the AdapterStore folder (default: adapters)")
     parser.add_argument("--max-examples", type=int, default=None, help="keep a seeded subset of each split")
-    for name, kind in (("learning-rate", float), ("epochs", float), ("batch-size", int), ("max-steps", int),
-                       ("max-length", int), ("patience", int)):
+    for name, kind in (
+        ("learning-rate", float),
+        ("epochs", float),
+        ("batch-size", int),
+        ("max-steps", int),
+        ("max-length", int),
+        ("patience", int),
+    ):
         parser.add_argument(f"--{name}", type=kind, default=None, help="override the setup's paper default")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the run folder and store entry of an earlier run of the same task/setup/seed")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue an interrupted run of the same settings from its newest complete checkpoint "
-                             "(optimizer, scheduler and RNG state included); without one, start from the beginning")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run folder and store entry of an earlier run of the same task/setup/seed",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run of the same settings from its newest complete checkpoint "
+        "(optimizer, scheduler and RNG state included); without one, start from the beginning",
+    )
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", help="a run folder written by train(): <output_dir>/<task>/<setup>/seed-<seed>")
     parser.add_argument("--data-dir", default=None, help="task data folder (default: the one the run used)")
-    parser.add_argument("--max-examples", type=int, default=None,
-                        help="a seeded subset of the split (default: the subset the run used, if any)")
+    parser.add_argument(
+        "--max-examples",
+        type=int,
+        default=None,
+        help="a seeded subset of the split (default: the subset the run used, if any)",
+    )
     parser.add_argument("--batch-size", type=int, default=None, help="default: the run's eval batch size")
-    parser.add_argument("--store", default=None,
-                        help="AdapterStore of a fusion run's adapters (default: the one its config.json records)")
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="AdapterStore of a fusion run's adapters (default: the one its config.json records)",
+    )
     parser.add_argument("--json", default=None, help="also write the result to this JSON file")
 
 
@@ -268,13 +363,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run (or resume) an experiment file")
     run.add_argument("experiment", help="experiment file (.yaml or .json)")
-    run.add_argument("--executor", choices=("inprocess", "process", "ray"), default=None,
-                     help="where jobs run (default: inprocess, or ray when a --ray-* option is given)")
-    run.add_argument("--workers", type=int, default=None,
-                     help="jobs at once for --executor process (default: CPUs) "
-                          "or ray (default: what the cluster holds)")
-    run.add_argument("--ray-address", default=None,
-                     help="Ray cluster to use: auto or HOST:PORT (default: RAY_ADDRESS, else a local Ray instance)")
+    run.add_argument(
+        "--executor",
+        choices=("inprocess", "process", "ray"),
+        default=None,
+        help="where jobs run (default: inprocess, or ray when a --ray-* option is given)",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="jobs at once for --executor process (default: CPUs) or ray (default: what the cluster holds)",
+    )
+    run.add_argument(
+        "--ray-address",
+        default=None,
+        help="Ray cluster to use: auto or HOST:PORT (default: RAY_ADDRESS, else a local Ray instance)",
+    )
     run.add_argument("--ray-cpus-per-job", type=float, default=None, help="CPUs each Ray task asks for (default: 1)")
     run.add_argument("--ray-gpus-per-job", type=float, default=None, help="GPUs each Ray task asks for (default: 0)")
     run.add_argument("--force", action="store_true", help="reuse an output dir that holds another spec's results")
@@ -286,16 +391,19 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(run=_status)
 
     report = commands.add_parser(
-        "report", help="write an experiment's tables and figures to OUTDIR/report and print Tables 1-2")
+        "report", help="write an experiment's tables and figures to OUTDIR/report and print Tables 1-2"
+    )
     report.add_argument("output_dir")
     report.add_argument("--no-figures", action="store_true", help="tables only (no matplotlib needed)")
     report.set_defaults(run=_report)
 
-    analyze = commands.add_parser("analyze-fusion",
-                                  help="per-layer adapter activation of one fusion run (table + heatmap)")
+    analyze = commands.add_parser(
+        "analyze-fusion", help="per-layer adapter activation of one fusion run (table + heatmap)"
+    )
     analyze.add_argument("run_dir", help="a fusion run folder, or its fusion_attention.json")
-    analyze.add_argument("--output", default=None,
-                         help="heatmap PNG path (default: fusion_attention.png beside the JSON)")
+    analyze.add_argument(
+        "--output", default=None, help="heatmap PNG path (default: fusion_attention.png beside the JSON)"
+    )
     analyze.add_argument("--no-plot", action="store_true", help="print the table only")
     analyze.set_defaults(run=_analyze_fusion)
 
@@ -304,13 +412,18 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--split", choices=("train", "validation", "test"), default="validation")
     evaluate.set_defaults(run=_evaluate)
 
-    prune = commands.add_parser("prune", help="drop a fusion run's least-activated adapters; compare dev metric "
-                                              "and speed before/after")
+    prune = commands.add_parser(
+        "prune", help="drop a fusion run's least-activated adapters; compare dev metric and speed before/after"
+    )
     _add_run_arguments(prune)
     criterion = prune.add_mutually_exclusive_group(required=True)
     criterion.add_argument("--keep", type=int, default=None, help="keep the K most-activated adapters")
-    criterion.add_argument("--mass", type=float, default=None,
-                           help="keep the fewest adapters whose share of the activation reaches M, in (0, 1]")
+    criterion.add_argument(
+        "--mass",
+        type=float,
+        default=None,
+        help="keep the fewest adapters whose share of the activation reaches M, in (0, 1]",
+    )
     prune.add_argument("--repeats", type=int, default=3, help="timing rounds, median taken (default 3)")
     prune.add_argument("--timing-batches", type=int, default=4, help="dev batches per timing round (default 4)")
     prune.add_argument("--output", default=None, help="folder for the pruned fusion, its head and pruning.json")

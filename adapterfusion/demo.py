@@ -5,6 +5,7 @@ and experiment files (`data_dir`) read: RTE, CB, MRPC and SICK complete (train +
 slice of SST-2 train with its full validation, and a seeded 3,000-row slice of MNLI `validation_matched`, from which
 the loader carves train/validation. Built by `scripts/make_demo_data.py`; for demos and tests, not for results.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -5,6 +5,7 @@ network retries (minutes per job when offline) and ends in a message about the H
 folder ends in one about sentencepiece. `check_encoder` tells them apart up front: a string that can only be a
 path and does not exist, or a folder that holds no model, is a clear error before any work.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,10 @@ def check_encoder(value: str | os.PathLike, base_dir: str | os.PathLike | None =
     local = local if local.is_absolute() else base / local
     if not local.exists():
         if isinstance(value, os.PathLike) or looks_like_path(text, base):
-            raise ConfigError(f"encoder {text!r} looks like a local path, but {str(local)!r} does not exist; check "
-                              "the path (a Hub id has the form 'org/name')")
+            raise ConfigError(
+                f"encoder {text!r} looks like a local path, but {str(local)!r} does not exist; check "
+                "the path (a Hub id has the form 'org/name')"
+            )
         return None
     if not local.is_dir():
         raise ConfigError(f"encoder {text!r} is a file ({str(local)!r}); give the folder a model was saved in")
@@ -43,5 +46,6 @@ def check_encoder(value: str | os.PathLike, base_dir: str | os.PathLike | None =
         raise ConfigError(
             f"encoder folder {str(local)!r} holds no {MODEL_CONFIG} (it holds {present or 'nothing'}), so it is not "
             "a HuggingFace model folder; save one there with model.save_pretrained(folder) and "
-            "tokenizer.save_pretrained(folder), or give a Hub id")
+            "tokenizer.save_pretrained(folder), or give a Hub id"
+        )
     return local

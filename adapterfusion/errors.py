@@ -1,5 +1,6 @@
 """The library's own exception types: every error a user can cause is one of these, with a message
 that names the bad value and the fix, instead of a traceback from deep inside torch."""
+
 from __future__ import annotations
 
 

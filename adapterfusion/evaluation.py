@@ -4,6 +4,7 @@ with the task's metrics. On the validation split it gives the numbers of the run
 
 `predict` and `score` are the parts other analyses reuse (pruning evaluates two fusions on one batch list).
 """
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,11 @@ def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], 
         model.train(was_training)
     if not logits:
         raise ConfigError("predict: no batches to evaluate (the split is empty)")
-    return Predictions(np.concatenate(logits), np.concatenate(labels) if labels else np.empty(0, dtype=np.int64),
-                       loss_sum / count if count else None)
+    return Predictions(
+        np.concatenate(logits),
+        np.concatenate(labels) if labels else np.empty(0, dtype=np.int64),
+        loss_sum / count if count else None,
+    )
 
 
 def score(task: TaskSpec, predictions: Predictions) -> dict[str, float]:
@@ -70,13 +74,20 @@ def score(task: TaskSpec, predictions: Predictions) -> dict[str, float]:
 
 def recorded_limits(data_info: Mapping[str, Any]) -> dict[str, int] | None:
     """The per-split max_examples a run used, read back from its config.json "data" record."""
-    limits = {role: int(s["num_rows"]) for role, s in data_info.get("splits", {}).items()
-              if int(s["num_rows"]) < int(s["rows_available"])}
+    limits = {
+        role: int(s["num_rows"])
+        for role, s in data_info.get("splits", {}).items()
+        if int(s["num_rows"]) < int(s["rows_available"])
+    }
     return limits or None
 
 
-def load_run_split(run: RebuiltRun, split: str = "validation", data_dir: str | os.PathLike | None = None,
-                   max_examples: int | None = None):
+def load_run_split(
+    run: RebuiltRun,
+    split: str = "validation",
+    data_dir: str | os.PathLike | None = None,
+    max_examples: int | None = None,
+):
     """`split` of the run's task, tokenised for its model: by default the run's own data source and subsample
     (seeded with the run's seed), else `data_dir` and/or a seeded subset of `max_examples` rows."""
     if split not in ROLES:
@@ -87,11 +98,14 @@ def load_run_split(run: RebuiltRun, split: str = "validation", data_dir: str | o
     limits = max_examples if max_examples is not None else recorded_limits(data_info)
     data, _ = load_task_data(run.task, data_dir, run.seed, max_examples=limits)
     if split not in data:
-        raise ConfigError(f"task {run.task.name!r} has no labelled {split!r} split at "
-                          f"{data_dir or data_info['location']} "
-                          f"(it has {list(data)}); choose another --split or pass --data-dir")
-    encoded, _ = encode_task(run.task, type(data)({split: data[split]}), run.tokenizer,
-                             run.config["training"].get("max_length"))
+        raise ConfigError(
+            f"task {run.task.name!r} has no labelled {split!r} split at "
+            f"{data_dir or data_info['location']} "
+            f"(it has {list(data)}); choose another --split or pass --data-dir"
+        )
+    encoded, _ = encode_task(
+        run.task, type(data)({split: data[split]}), run.tokenizer, run.config["training"].get("max_length")
+    )
     return encoded[split]
 
 
@@ -109,13 +123,21 @@ def run_batches(run: RebuiltRun, dataset, batch_size: int | None = None) -> list
     hence the same padding and numbers, as the Trainer's evaluation)."""
     size = eval_batch_size(run, batch_size)
     collate = TaskCollator(run.tokenizer)
-    return [collate([dataset[i] for i in range(start, min(start + size, len(dataset)))])
-            for start in range(0, len(dataset), size)]
+    return [
+        collate([dataset[i] for i in range(start, min(start + size, len(dataset)))])
+        for start in range(0, len(dataset), size)
+    ]
 
 
-def evaluate_run(run_dir: str | os.PathLike, split: str = "validation", data_dir: str | os.PathLike | None = None,
-                 max_examples: int | None = None, batch_size: int | None = None, store: str | os.PathLike | None = None,
-                 device: str | None = None) -> dict[str, Any]:
+def evaluate_run(
+    run_dir: str | os.PathLike,
+    split: str = "validation",
+    data_dir: str | os.PathLike | None = None,
+    max_examples: int | None = None,
+    batch_size: int | None = None,
+    store: str | os.PathLike | None = None,
+    device: str | None = None,
+) -> dict[str, Any]:
     """Score the trained model of `run_dir` on `split`. Returns a JSON-ready dict: the run's task, setup and
     seed, the split and its size, `metrics` (the task's metrics and loss) and, for the validation split,
     `recorded` (the same keys from the run's metrics.json)."""
@@ -125,8 +147,16 @@ def evaluate_run(run_dir: str | os.PathLike, split: str = "validation", data_dir
     dataset = load_run_split(run, split, data_dir, max_examples)
     batches = run_batches(run, dataset, batch_size)
     metrics = score(run.task, predict(run.model, batches))
-    result = {"run_dir": str(run.run_dir), "task": run.task.name, "setup": run.setup, "seed": run.seed, "split": split,
-              "examples": len(dataset), "batch_size": eval_batch_size(run, batch_size), "metrics": metrics}
+    result = {
+        "run_dir": str(run.run_dir),
+        "task": run.task.name,
+        "setup": run.setup,
+        "seed": run.seed,
+        "split": split,
+        "examples": len(dataset),
+        "batch_size": eval_batch_size(run, batch_size),
+        "metrics": metrics,
+    }
     if split == "validation":
         recorded = run.recorded_metrics()
         result["recorded"] = {k: recorded[k] for k in metrics if k in recorded}

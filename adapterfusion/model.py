@@ -6,6 +6,7 @@ layers live inside those sites, heads live here. Which adapter, fusion and head 
 `train_*` methods. Files are not the model's business: it installs and exports Pieces (piece.py), and
 io/formats.py translates them to and from folders in our format or AdapterHub's.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,7 +79,9 @@ class AdaptedModel(nn.Module):
         layers = self._layers()
         self.num_layers = len(layers)
         self.fingerprint = EncoderFingerprint(
-            model_type=config.model_type, hidden_size=self.hidden_size, num_layers=self.num_layers,
+            model_type=config.model_type,
+            hidden_size=self.hidden_size,
+            num_layers=self.num_layers,
             name_or_path=str(getattr(config, "_name_or_path", "") or ""),
         )
         self.sites: list[AdapterSite] = []
@@ -134,8 +137,11 @@ class AdaptedModel(nn.Module):
         """Raise NameNotFoundError, naming the loaded ones, unless `kind` ('adapter', 'fusion' or 'head') `name` is
         loaded."""
         check_choice(kind, PIECE_KINDS, "piece kind")
-        loaded: dict[str, Iterable[str]] = {"adapter": self.adapter_configs, "fusion": self.fusion_setups,
-                                            "head": self.heads.keys()}
+        loaded: dict[str, Iterable[str]] = {
+            "adapter": self.adapter_configs,
+            "fusion": self.fusion_setups,
+            "head": self.heads.keys(),
+        }
         require_loaded(kind, name, loaded[kind])
 
     def sites_with_adapter(self, name: str) -> list[AdapterSite]:
@@ -170,12 +176,14 @@ class AdaptedModel(nn.Module):
         self._attach_adapter(name, config, modules, overwrite)
         return config
 
-    def _attach_adapter(self, name: str, config: AdapterConfig, modules: dict[AdapterSite, nn.Module],
-                        overwrite: bool) -> None:
+    def _attach_adapter(
+        self, name: str, config: AdapterConfig, modules: dict[AdapterSite, nn.Module], overwrite: bool
+    ) -> None:
         if name in self.adapter_configs:
             if not overwrite:
                 raise ConfigError(
-                    f"an adapter named {name!r} already exists; delete_adapter({name!r}) or pass overwrite=True")
+                    f"an adapter named {name!r} already exists; delete_adapter({name!r}) or pass overwrite=True"
+                )
             self.delete_adapter(name)
         for site, module in modules.items():
             site.adapters[name] = module
@@ -230,7 +238,10 @@ class AdaptedModel(nn.Module):
             self._set_state(dataclasses.replace(self._state, head=None))
 
     def add_fusion(
-        self, name: str, adapters: Sequence[str], config: FusionConfig | str | Mapping[str, Any] | None = None,
+        self,
+        name: str,
+        adapters: Sequence[str],
+        config: FusionConfig | str | Mapping[str, Any] | None = None,
         overwrite: bool = False,
     ) -> FusionConfig:
         """Add a new fusion `name` over loaded `adapters` (same placement, same leave_out layers), with `config` a
@@ -241,12 +252,19 @@ class AdaptedModel(nn.Module):
         self._attach_fusion(name, config, adapters, modules, overwrite)
         return config
 
-    def _attach_fusion(self, name: str, config: FusionConfig, adapters: tuple[str, ...],
-                       modules: dict[AdapterSite, nn.Module], overwrite: bool) -> None:
+    def _attach_fusion(
+        self,
+        name: str,
+        config: FusionConfig,
+        adapters: tuple[str, ...],
+        modules: dict[AdapterSite, nn.Module],
+        overwrite: bool,
+    ) -> None:
         if name in self.fusion_setups:
             if not overwrite:
                 raise ConfigError(
-                    f"a fusion named {name!r} already exists; delete_fusion({name!r}) or pass overwrite=True")
+                    f"a fusion named {name!r} already exists; delete_fusion({name!r}) or pass overwrite=True"
+                )
             self.delete_fusion(name)
         for site, module in modules.items():
             site.fusions[name] = module
@@ -290,26 +308,41 @@ class AdaptedModel(nn.Module):
         return self._state.skip_layers
 
     def activate(
-        self, adapter: str | None = None, fusion: str | None = None, head: str | None = None,
+        self,
+        adapter: str | None = None,
+        fusion: str | None = None,
+        head: str | None = None,
         skip_layers: Iterable[int] = (),
     ) -> None:
         """Choose what runs: one adapter or one fusion (or neither: the bare encoder), and a head or none.
         skip_layers: layers whose sites run as the bare encoder (AdapterDrop). Fusion masks and controls stay."""
         self._set_state(self._activation(adapter, fusion, head, skip_layers))
 
-    def _activation(self, adapter: str | None, fusion: str | None, head: str | None,
-                    skip_layers: Iterable[int]) -> ActiveState:
+    def _activation(
+        self, adapter: str | None, fusion: str | None, head: str | None, skip_layers: Iterable[int]
+    ) -> ActiveState:
         """The current state with activate()'s choice, checked."""
         if adapter is not None and fusion is not None:
             raise ConfigError("activate() takes an adapter or a fusion, not both (a fusion already runs its adapters)")
-        state = dataclasses.replace(self._state, adapter=adapter, fusion=fusion, head=head,
-                                    skip_layers=tuple(sorted(set(skip_layers))), parallel_routes=None)
+        state = dataclasses.replace(
+            self._state,
+            adapter=adapter,
+            fusion=fusion,
+            head=head,
+            skip_layers=tuple(sorted(set(skip_layers))),
+            parallel_routes=None,
+        )
         return self._checked(state)
 
     @contextlib.contextmanager
     def activated(
-        self, adapter: str | None = None, fusion: str | None = None, head: str | None = None,
-        skip_layers: Iterable[int] = (), *, parallel_routes: Sequence[str] | None = None,
+        self,
+        adapter: str | None = None,
+        fusion: str | None = None,
+        head: str | None = None,
+        skip_layers: Iterable[int] = (),
+        *,
+        parallel_routes: Sequence[str] | None = None,
     ) -> Iterator[ActiveState]:
         """activate(...) for the `with` block only: on leaving it, also through an exception, the state before it
         runs again (masks and fusion controls included). parallel_routes (composition.forward_parallel, with a
@@ -388,7 +421,8 @@ class AdaptedModel(nn.Module):
             unknown = [k for k in keep if k not in names]
             if unknown or not keep:
                 raise ConfigError(
-                    f"keep={keep} must be a non-empty subset of fusion {fusion!r}'s adapters {list(names)}")
+                    f"keep={keep} must be a non-empty subset of fusion {fusion!r}'s adapters {list(names)}"
+                )
             masks[fusion] = tuple(n for n in names if n in keep)
         self._set_state(dataclasses.replace(self._state, fusion_masks=masks))
 
@@ -445,8 +479,11 @@ class AdaptedModel(nn.Module):
         softmax weights (AdaptedModelOutput). Other keyword arguments go to the encoder."""
         head_name = self.active_head
         head = self._head(head_name) if head_name is not None else None
-        inputs = {k: v for k, v in dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask).items()
-                  if v is not None}
+        inputs = {
+            k: v
+            for k, v in dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask).items()
+            if v is not None
+        }
         num_choices = None
         if head is not None and head.config.kind == "multiple_choice":
             num_choices = flatten_choices(inputs)
@@ -477,8 +514,12 @@ class AdaptedModel(nn.Module):
         return output
 
     def forward_parallel(
-        self, fusion: str, heads: Mapping[str, str] | None = None, fusion_head: str | None = None,
-        output_fusion_attentions: bool = False, **inputs: Any,
+        self,
+        fusion: str,
+        heads: Mapping[str, str] | None = None,
+        fusion_head: str | None = None,
+        output_fusion_attentions: bool = False,
+        **inputs: Any,
     ) -> ParallelOutput:
         """Each adapter of `fusion` alone with its head (heads: adapter -> head, default: every fused adapter with
         the head named like it) and the fusion with `fusion_head` (default: named like it), in one forward that
@@ -490,21 +531,28 @@ class AdaptedModel(nn.Module):
     def _fusion_value_trains(self) -> bool:
         if self.active_fusion is None:
             return False
-        return any(layer.value is not None and layer.value.weight.requires_grad
-                   for layer in self._fusion_layers(self.active_fusion))
+        return any(
+            layer.value is not None and layer.value.weight.requires_grad
+            for layer in self._fusion_layers(self.active_fusion)
+        )
 
     # ---- pieces in and out (formats: io/formats.py) ----------------------------------------------------
     def layout(self) -> EncoderLayout:
         """What a file format may know of this encoder: fingerprint, where each site is, its HF config and each
         site's pretrained LayerNorm (for formats that store weights by module path)."""
         return EncoderLayout(
-            fingerprint=self.fingerprint, architecture=self.architecture,
-            site_paths={site.key: f"{self.architecture.layers}.{site.layer_index}.{site.spec.path}"
-                        for site in self.sites},
+            fingerprint=self.fingerprint,
+            architecture=self.architecture,
+            site_paths={
+                site.key: f"{self.architecture.layers}.{site.layer_index}.{site.spec.path}" for site in self.sites
+            },
             base_model_prefix=str(getattr(self.model, "base_model_prefix", "") or ""),
-            base_model_class=type(self.model.base_model).__name__, config=self.model.config,
-            pretrained_layer_norms={site.key: norm.state_dict() if (norm := site.pretrained_layer_norm) is not None
-                                    else {} for site in self.sites},
+            base_model_class=type(self.model.base_model).__name__,
+            config=self.model.config,
+            pretrained_layer_norms={
+                site.key: norm.state_dict() if (norm := site.pretrained_layer_norm) is not None else {}
+                for site in self.sites
+            },
         )
 
     def export_piece(self, kind: str, name: str) -> Piece:
@@ -515,8 +563,11 @@ class AdaptedModel(nn.Module):
             head = self._head(name)
             return Piece("head", name, head.config, head.state_dict())
         modules = self._piece_modules(kind, name)
-        tensors = {param_key(site.key, key): value
-                   for site, module in modules.items() for key, value in module.state_dict().items()}
+        tensors = {
+            param_key(site.key, key): value
+            for site, module in modules.items()
+            for key, value in module.state_dict().items()
+        }
         if kind == "adapter":
             return Piece("adapter", name, self.adapter_configs[name], tensors)
         config, adapters = self.fusion_setups[name]
@@ -549,8 +600,9 @@ class AdaptedModel(nn.Module):
                         "not loaded; load_adapter() each of them first"
                     )
                 check_finite(piece.tensors, piece.source)
-                modules = fusion_modules(self.sites, piece.name, piece.adapters, piece.config, self.adapter_configs,
-                                         self.hidden_size)
+                modules = fusion_modules(
+                    self.sites, piece.name, piece.adapters, piece.config, self.adapter_configs, self.hidden_size
+                )
                 self._load_site_tensors(piece, modules)
                 self._attach_fusion(piece.name, piece.config, piece.adapters, modules, overwrite)
         return piece.name
@@ -565,7 +617,8 @@ class AdaptedModel(nn.Module):
         stray = sorted(set(per_site) - {site.key for site in modules})
         if stray:
             raise SerializationError(
-                f"{piece.source}: weights for sites this encoder's config does not place ({stray[:5]})")
+                f"{piece.source}: weights for sites this encoder's config does not place ({stray[:5]})"
+            )
         for site, module in modules.items():
             _load_state(module, per_site.get(site.key, {}), piece.source)
 
@@ -595,21 +648,33 @@ class AdaptedModel(nn.Module):
         """Save head `name` into `directory` (head.safetensors + head_config.json)."""
         return write_piece(self.export_piece("head", name), directory, self.layout())
 
-    def load_head(self, directory: str | Path, name: str | None = None, overwrite: bool = False,
-                  labels: Sequence[str] | None = None) -> str:
+    def load_head(
+        self,
+        directory: str | Path,
+        name: str | None = None,
+        overwrite: bool = False,
+        labels: Sequence[str] | None = None,
+    ) -> str:
         """Load a head saved by save_head (or AdapterHub); with `labels` (e.g. a task's label_names), a head saved for
         another label set is refused. `directory` may be a Hub id, as in load_adapter."""
         return self._load_piece("head", directory, name, overwrite, labels)
 
-    def _load_piece(self, kind: str, source: str | Path, name: str | None, overwrite: bool,
-                    labels: Sequence[str] | None = None) -> str:
+    def _load_piece(
+        self, kind: str, source: str | Path, name: str | None, overwrite: bool, labels: Sequence[str] | None = None
+    ) -> str:
         piece = read_piece(piece_source(source, kind), kind, self.layout())
         return self.install_piece(piece.renamed(name), overwrite, labels)
 
     # ---- whole setups, local or on the Hub (io/setup.py) ---------------------------------------------------
-    def save_pretrained(self, directory: str | Path, *, adapters: str | Sequence[str] | None = None,
-                        fusions: str | Sequence[str] | None = None, heads: str | Sequence[str] | None = None,
-                        provenance: Mapping[str, Any] | None = None) -> Path:
+    def save_pretrained(
+        self,
+        directory: str | Path,
+        *,
+        adapters: str | Sequence[str] | None = None,
+        fusions: str | Sequence[str] | None = None,
+        heads: str | Sequence[str] | None = None,
+        provenance: Mapping[str, Any] | None = None,
+    ) -> Path:
         """Every piece (or the named ones, with the adapters of named fusions) and the active setup in one folder;
         `provenance` maps a piece name to the run folder or store entry it was trained in, for its model card."""
         return save_setup(self, directory, adapters, fusions, heads, provenance)
@@ -620,21 +685,40 @@ class AdaptedModel(nn.Module):
         (a folder or a Hub id 'org/name[/subfolder]'): every piece, and the active setup as it was saved."""
         return load_setup(cls, base, source)
 
-    def push_to_hub(self, repo_id: str, *, adapters: str | Sequence[str] | None = None,
-                    fusions: str | Sequence[str] | None = None, heads: str | Sequence[str] | None = None,
-                    provenance: Mapping[str, Any] | None = None, private: bool | None = None,
-                    token: str | None = None, commit_message: str | None = None) -> str:
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        adapters: str | Sequence[str] | None = None,
+        fusions: str | Sequence[str] | None = None,
+        heads: str | Sequence[str] | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        private: bool | None = None,
+        token: str | None = None,
+        commit_message: str | None = None,
+    ) -> str:
         """save_pretrained into the Hub repo `repo_id` ('org/name[/subfolder]') with a generated model card; returns
         the id that from_pretrained and load_adapter/load_fusion/load_head (with '/adapters/<name>' etc.) take."""
-        return push_setup(self, repo_id, adapters, fusions, heads, provenance, private=private, token=token,
-                          commit_message=commit_message)
+        return push_setup(
+            self,
+            repo_id,
+            adapters,
+            fusions,
+            heads,
+            provenance,
+            private=private,
+            token=token,
+            commit_message=commit_message,
+        )
 
     # ---- reporting -----------------------------------------------------------------------------------
     def parameter_report(self) -> ParameterReport:
         """Total and trainable parameters of the encoder and of every adapter, fusion and head."""
-        pieces = ([(name, "adapter", self.adapter_parameters(name)) for name in self.adapter_names]
-                  + [(name, "fusion", self.fusion_parameters(name)) for name in self.fusion_names]
-                  + [(name, "head", list(self.heads[name].parameters())) for name in self.head_names])
+        pieces = (
+            [(name, "adapter", self.adapter_parameters(name)) for name in self.adapter_names]
+            + [(name, "fusion", self.fusion_parameters(name)) for name in self.fusion_names]
+            + [(name, "head", list(self.heads[name].parameters())) for name in self.head_names]
+        )
         return build_parameter_report(self.encoder_parameters(), pieces)
 
 
@@ -644,13 +728,18 @@ def _load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str |
     unexpected = sorted(set(state) - set(own))
     wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
     if missing or unexpected or wrong:
-        detail = "; ".join(part for part in (
-            f"missing {missing[:5]}" if missing else "",
-            f"unexpected {unexpected[:5]}" if unexpected else "",
-            "wrong shapes "
-            + ", ".join(f"{k}: saved {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:5])
-            if wrong else "",
-        ) if part)
+        detail = "; ".join(
+            part
+            for part in (
+                f"missing {missing[:5]}" if missing else "",
+                f"unexpected {unexpected[:5]}" if unexpected else "",
+                "wrong shapes "
+                + ", ".join(f"{k}: saved {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:5])
+                if wrong
+                else "",
+            )
+            if part
+        )
         raise SerializationError(f"{source}: weights do not match the saved config ({detail})")
     module.load_state_dict(state)
 

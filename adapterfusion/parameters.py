@@ -1,4 +1,5 @@
 """Trained / total parameters per piece, as Houlsby et al. report them (Tables 1-2)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -47,8 +48,9 @@ def _count(parameters: Iterable[nn.Parameter]) -> tuple[int, int]:
     return sum(p.numel() for p in parameters), sum(p.numel() for p in parameters if p.requires_grad)
 
 
-def build_parameter_report(encoder: Iterable[nn.Parameter],
-                           pieces: Iterable[tuple[str, str, Iterable[nn.Parameter]]]) -> ParameterReport:
+def build_parameter_report(
+    encoder: Iterable[nn.Parameter], pieces: Iterable[tuple[str, str, Iterable[nn.Parameter]]]
+) -> ParameterReport:
     """The report of the encoder's pretrained `encoder` parameters and of each (name, kind, parameters) piece."""
     rows = [ParameterRow("encoder", "pretrained", *_count(encoder))]
     rows += [ParameterRow(name, kind, *_count(parameters)) for name, kind, parameters in pieces]

@@ -8,6 +8,7 @@ format module imports the model, and the model knows no format.
 An adapter's or fusion's tensors are keyed `<site key>.<parameter>`, e.g. `layer.3.output.down.weight`; `site_key` is
 the one place that spells a site. A head's tensors are its PredictionHead's state dict.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,8 +63,12 @@ class EncoderFingerprint:
     name_or_path: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model_type": self.model_type, "hidden_size": self.hidden_size,
-                "num_layers": self.num_layers, "name_or_path": self.name_or_path}
+        return {
+            "model_type": self.model_type,
+            "hidden_size": self.hidden_size,
+            "num_layers": self.num_layers,
+            "name_or_path": self.name_or_path,
+        }
 
     def check_compatible(self, saved: Mapping[str, Any], source: Path, check_layers: bool = True) -> None:
         for field_name in ("model_type", "hidden_size") + (("num_layers",) if check_layers else ()):

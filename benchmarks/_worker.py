@@ -12,6 +12,7 @@ torch and transformers at top level; each library is imported inside its own bui
 (library, case, mode), so its peak memory is its own: after building the model we reset the kernel's resident
 high-water mark (VmHWM, via /proc/self/clear_refs) and report VmHWM minus the resident size at that moment.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -75,8 +76,11 @@ def build_ours(spec: dict):
         model.train_adapter("a0", head="h") if train else model.activate(adapter="a0", head="h")
     else:
         model.train_head("h") if train else model.activate(head="h")
-    info = {"attn_implementation": getattr(encoder.config, "_attn_implementation", None), "version": af.__version__,
-            "active": str(model.active_fusion or model.active_adapter)}
+    info = {
+        "attn_implementation": getattr(encoder.config, "_attn_implementation", None),
+        "version": af.__version__,
+        "active": str(model.active_fusion or model.active_adapter),
+    }
     return model, (lambda out: out.loss), info
 
 
@@ -115,8 +119,11 @@ def build_adapters(spec: dict):
         reg = model.base_model.get_fusion_regularization_loss() if spec["kind"] == "fusion" else None
         return out.loss if reg is None else out.loss + reg
 
-    info = {"attn_implementation": getattr(model.config, "_attn_implementation", None),
-            "version": adapters.__version__, "active": str(model.active_adapters)}
+    info = {
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+        "version": adapters.__version__,
+        "active": str(model.active_adapters),
+    }
     return model, loss, info
 
 
@@ -143,8 +150,9 @@ class Case:
             self.model.eval()
             if hasattr(self.model, "inference_cache"):  # ours: fold fusion weights once, as serving code would
                 self.model.inference_cache().__enter__()
-        self.info.update(torch=torch.__version__, transformers=transformers.__version__,
-                         threads=torch.get_num_threads())
+        self.info.update(
+            torch=torch.__version__, transformers=transformers.__version__, threads=torch.get_num_threads()
+        )
         self.baseline_kib = _release_and_reset_peak()
 
     def step(self) -> None:

@@ -5,6 +5,7 @@
 Every configuration is timed in the same process, interleaved round-robin, median of `repeats` runs,
 so the ratios compare like with like. Absolute milliseconds are context only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,9 +57,11 @@ def main() -> None:
         model.activate(fusion="fusion")
         models.append(model)
         for impl in ("fast", "reference"):
+
             def run(model=model, impl=impl):
                 model.set_fusion_implementation(impl)
                 return model(**inputs)
+
             cases[f"fusion N={n} {impl}"] = run
 
     times: dict[str, list[float]] = {name: [] for name in cases}
@@ -74,8 +77,10 @@ def main() -> None:
                 times[name].append(time.perf_counter() - start)
     median = {name: statistics.median(values) * 1000 for name, values in times.items()}
     base = median["bare encoder"]
-    print(f"MiniLM-L6 (d=384), batch {args.batch} x {args.seq} tokens, {args.threads} threads, "
-          f"rf {args.reduction_factor:g}, median of {args.repeats}, torch {torch.__version__}")
+    print(
+        f"MiniLM-L6 (d=384), batch {args.batch} x {args.seq} tokens, {args.threads} threads, "
+        f"rf {args.reduction_factor:g}, median of {args.repeats}, torch {torch.__version__}"
+    )
     print("| case | ms / forward | x bare encoder | reference / fast |")
     print("|---|---:|---:|---:|")
     for name, ms in median.items():

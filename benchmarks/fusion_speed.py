@@ -12,6 +12,7 @@ driven round-robin: each round runs every case once in both libraries (the libra
 rounds), after one discarded warm-up round; the table shows medians. Ratios from one run are the result;
 absolute times depend on whatever else the machine is doing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,17 +67,33 @@ def run_group(args, pythons: dict[str, str], model: str, path: str, batch: int, 
     """Start one worker per (library, case), set them up, then time them round-robin."""
     cases = [("bare", 0), ("adapter", 1)] + [("fusion", n) for n in args.sizes]
     workers = [
-        Worker(library, case, subprocess.Popen([pythons[library], str(WORKER)], stdin=subprocess.PIPE,
-                                               stdout=subprocess.PIPE, text=True, bufsize=1))
-        for case in cases for library in LIBRARIES
+        Worker(
+            library,
+            case,
+            subprocess.Popen(
+                [pythons[library], str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+            ),
+        )
+        for case in cases
+        for library in LIBRARIES
     ]
     try:
         for worker in workers:  # imports already ran in parallel; model building is sequential
-            worker.info = worker.ask({
-                "cmd": "setup", "library": worker.library, "model": model, "path": path, "kind": worker.case[0],
-                "n": worker.case[1], "mode": mode, "batch": batch, "seq": args.seq, "threads": args.threads,
-                "seed": args.seed,
-            })["info"]
+            worker.info = worker.ask(
+                {
+                    "cmd": "setup",
+                    "library": worker.library,
+                    "model": model,
+                    "path": path,
+                    "kind": worker.case[0],
+                    "n": worker.case[1],
+                    "mode": mode,
+                    "batch": batch,
+                    "seq": args.seq,
+                    "threads": args.threads,
+                    "seed": args.seed,
+                }
+            )["info"]
         repeats = args.inference_repeats if mode == "inference" else args.repeats
         for round_index in range(1 + repeats):
             for case in cases:
@@ -122,46 +139,62 @@ def table(results: dict, args) -> tuple[list[str], list[str]]:
             speed = med[("adapters", top)] / med[("ours", top)]
             if mode == "inference":
                 checks.append(f"{group}: fusion N=16 ≤ 1.5× bare encoder: {r:.2f}× → {'met' if r <= 1.5 else 'MISSED'}")
-            checks.append(f"{group}: ≥ 3× faster than adapters at N=16: {speed:.2f}× → "
-                          f"{'met' if speed >= 3 else 'MISSED'}")
+            checks.append(
+                f"{group}: ≥ 3× faster than adapters at N=16: {speed:.2f}× → {'met' if speed >= 3 else 'MISSED'}"
+            )
             if mode == "train":
                 share = mem[("ours", top)] / mem[("adapters", top)]
-                checks.append(f"{group}: peak memory at N=16 ≤ 1/3 of adapters': {share:.2f} of adapters' → "
-                              f"{'met' if share <= 1 / 3 else 'MISSED'}")
+                checks.append(
+                    f"{group}: peak memory at N=16 ≤ 1/3 of adapters': {share:.2f} of adapters' → "
+                    f"{'met' if share <= 1 / 3 else 'MISSED'}"
+                )
         if mode == "inference":
             r = med[("ours", ("adapter", 1))] / bare
-            checks.append(f"{group}: one adapter adds ≤ 5 % over bare encoder: +{(r - 1) * 100:.1f} % → "
-                          f"{'met' if r <= 1.05 else 'MISSED'}")
+            checks.append(
+                f"{group}: one adapter adds ≤ 5 % over bare encoder: +{(r - 1) * 100:.1f} % → "
+                f"{'met' if r <= 1.05 else 'MISSED'}"
+            )
     return lines, checks
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="MiniLM, batch 8, N in {2, 16}, 3 training / 5 inference repeats")
+    parser.add_argument(
+        "--quick", action="store_true", help="MiniLM, batch 8, N in {2, 16}, 3 training / 5 inference repeats"
+    )
     parser.add_argument("--models", nargs="+", choices=["minilm", "bert-base"], default=["minilm", "bert-base"])
     parser.add_argument("--batches", type=int, nargs="+", default=[32, 8])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8, 16])
     parser.add_argument("--modes", nargs="+", choices=["inference", "train"], default=["inference", "train"])
     parser.add_argument("--repeats", type=int, default=5, help="timed training steps per case")
-    parser.add_argument("--inference-repeats", type=int, default=7,
-                        help="timed forwards per case (cheaper, and noisier on a shared machine)")
+    parser.add_argument(
+        "--inference-repeats",
+        type=int,
+        default=7,
+        help="timed forwards per case (cheaper, and noisier on a shared machine)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minilm-path", help="folder of the MiniLM encoder (default: the shipped one)")
-    parser.add_argument("--adapters-python", default=str(DEFAULT_ADAPTERS_PYTHON),
-                        help="python of a venv with adapters==1.3.0 (benchmarks/setup_adapters_venv.sh)")
+    parser.add_argument(
+        "--adapters-python",
+        default=str(DEFAULT_ADAPTERS_PYTHON),
+        help="python of a venv with adapters==1.3.0 (benchmarks/setup_adapters_venv.sh)",
+    )
     parser.add_argument("--json", type=Path, help="also write raw times, memory and worker info here")
     args = parser.parse_args()
     if args.quick:
         args.models, args.batches, args.sizes, args.repeats, args.inference_repeats = ["minilm"], [8], [2, 16], 3, 5
     if not Path(args.adapters_python).exists():
-        raise SystemExit(f"{args.adapters_python} does not exist: run `bash benchmarks/setup_adapters_venv.sh` "
-                         "or pass --adapters-python")
+        raise SystemExit(
+            f"{args.adapters_python} does not exist: run `bash benchmarks/setup_adapters_venv.sh` "
+            "or pass --adapters-python"
+        )
     path = args.minilm_path
     if path is None:
         import adapterfusion as af
+
         path = str(af.default_encoder_path())
     pythons = {"ours": sys.executable, "adapters": args.adapters_python}
 
@@ -171,29 +204,44 @@ def main() -> None:
         for model in args.models:
             for mode in args.modes:
                 results[(model, batch, mode)] = run_group(args, pythons, model, path, batch, mode)
-            lines, checks = table({(model, batch, mode): results[(model, batch, mode)]
-                                   for mode in args.modes}, args)
+            lines, checks = table({(model, batch, mode): results[(model, batch, mode)] for mode in args.modes}, args)
             print("\n".join(lines[2:] + [f"  target: {c}" for c in checks]), file=sys.stderr, flush=True)
     lines, checks = table(results, args)
     any_worker = next(iter(results.values()))
     info = {w.library: w.info for w in any_worker}
-    print(f"{time.strftime('%Y-%m-%d')}: batch × {args.seq} tokens, {args.threads} threads, Pfeiffer/seq_bn rf 16, "
-          f"dynamic fusion, median of {args.inference_repeats} forwards / {args.repeats} training steps "
-          f"(after 1 warm-up), interleaved; "
-          f"ours {info['ours']['version']} (transformers {info['ours']['transformers']}), "
-          f"adapters {info['adapters']['version']} (transformers {info['adapters']['transformers']}), "
-          f"torch {info['ours']['torch']}; wall {time.time() - started:.0f} s")
+    print(
+        f"{time.strftime('%Y-%m-%d')}: batch × {args.seq} tokens, {args.threads} threads, Pfeiffer/seq_bn rf 16, "
+        f"dynamic fusion, median of {args.inference_repeats} forwards / {args.repeats} training steps "
+        f"(after 1 warm-up), interleaved; "
+        f"ours {info['ours']['version']} (transformers {info['ours']['transformers']}), "
+        f"adapters {info['adapters']['version']} (transformers {info['adapters']['transformers']}), "
+        f"torch {info['ours']['torch']}; wall {time.time() - started:.0f} s"
+    )
     print("\n".join(lines))
     print()
     print("Targets:")
     for check in checks:
         print(f"- {check}")
     if args.json:
-        args.json.write_text(json.dumps([
-            {"model": m, "batch": b, "mode": mode, "library": w.library, "case": case_name(w.case),
-             "ms": w.times, "peak_mib": w.peak_mib, "info": w.info}
-            for (m, b, mode), workers in results.items() for w in workers
-        ], indent=1))
+        args.json.write_text(
+            json.dumps(
+                [
+                    {
+                        "model": m,
+                        "batch": b,
+                        "mode": mode,
+                        "library": w.library,
+                        "case": case_name(w.case),
+                        "ms": w.times,
+                        "peak_mib": w.peak_mib,
+                        "info": w.info,
+                    }
+                    for (m, b, mode), workers in results.items()
+                    for w in workers
+                ],
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

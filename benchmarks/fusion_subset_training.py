@@ -9,6 +9,7 @@ encoder and adapters, AdamW over Q/K/V and a head), all timed in one process, in
 `repeats` steps after a warm-up: forward, backward and optimizer step on the same random batch. The subset is drawn
 per step as training draws it. Absolute milliseconds are context only; the ratios are the result.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,16 +46,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    batch = {"input_ids": torch.randint(1000, 20000, (args.batch, args.seq)),
-             "attention_mask": torch.ones(args.batch, args.seq, dtype=torch.long),
-             "labels": torch.randint(0, 2, (args.batch,))}
+    batch = {
+        "input_ids": torch.randint(1000, 20000, (args.batch, args.seq)),
+        "attention_mask": torch.ones(args.batch, args.seq, dtype=torch.long),
+        "labels": torch.randint(0, 2, (args.batch,)),
+    }
     cases = {size: build(args.adapters) for size in args.subsets}
     times: dict[int, list[float]] = {size: [] for size in cases}
     for step in range(args.repeats + 1):  # step 0 warms up
         for size, (model, optimizer, names) in cases.items():
             start = time.perf_counter()
-            model.set_fusion_mask("fusion", None if size >= len(names) else
-                                  draw_subset(names, size, names[:1], seed=0, step=step))
+            model.set_fusion_mask(
+                "fusion", None if size >= len(names) else draw_subset(names, size, names[:1], seed=0, step=step)
+            )
             model(**batch).loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -63,9 +67,11 @@ def main() -> None:
                 times[size].append(time.perf_counter() - start)
     median = {size: statistics.median(values) * 1000 for size, values in times.items()}
     full = median[max(median)]
-    print(f"MiniLM-L6 (d=384), fusion over {args.adapters} Pfeiffer rf-16 adapters, training step (forward, backward, "
-          f"AdamW) on batch {args.batch} x {args.seq} tokens, {args.threads} threads, median of {args.repeats}, "
-          f"torch {torch.__version__}")
+    print(
+        f"MiniLM-L6 (d=384), fusion over {args.adapters} Pfeiffer rf-16 adapters, training step (forward, backward, "
+        f"AdamW) on batch {args.batch} x {args.seq} tokens, {args.threads} threads, median of {args.repeats}, "
+        f"torch {torch.__version__}"
+    )
     print("| adapters fused per step | ms / step | speed-up vs all |")
     print("|---:|---:|---:|")
     for size, ms in median.items():

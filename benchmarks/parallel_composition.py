@@ -7,6 +7,7 @@ head. "one by one": activate(adapter=n, head=n) and a forward, for every n, then
 forward; "parallel": one forward_parallel call giving the same N + 1 logits. Both inside inference_cache() and
 torch.no_grad(), timed in the same process, interleaved round-robin, median of `repeats` rounds after a warm-up.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,21 +60,28 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    print(f"MiniLM-L6 (d=384), Pfeiffer rf 16, dynamic fusion, seq {args.seq}, {args.threads} threads, "
-          f"median of {args.repeats}, torch {torch.__version__}")
-    print("| N | batch | one by one (N + 1 forwards), ms | parallel (1 call), ms | one by one / parallel "
-          "| max |Δ logits| |")
+    print(
+        f"MiniLM-L6 (d=384), Pfeiffer rf 16, dynamic fusion, seq {args.seq}, {args.threads} threads, "
+        f"median of {args.repeats}, torch {torch.__version__}"
+    )
+    print(
+        "| N | batch | one by one (N + 1 forwards), ms | parallel (1 call), ms | one by one / parallel "
+        "| max |Δ logits| |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     for n in args.sizes:
         model = build(n)
         for batch in args.batches:
             generator = torch.Generator().manual_seed(batch)
-            inputs = {"input_ids": torch.randint(1000, 20000, (batch, args.seq), generator=generator),
-                      "attention_mask": torch.ones(batch, args.seq, dtype=torch.long)}
-            inputs["attention_mask"][1::2, args.seq * 3 // 4:] = 0  # half the rows padded
+            inputs = {
+                "input_ids": torch.randint(1000, 20000, (batch, args.seq), generator=generator),
+                "attention_mask": torch.ones(batch, args.seq, dtype=torch.long),
+            }
+            inputs["attention_mask"][1::2, args.seq * 3 // 4 :] = 0  # half the rows padded
             cases: dict[str, Callable[[], list[torch.Tensor]]] = {
                 "one by one": functools.partial(one_by_one, model, inputs),
-                "parallel": functools.partial(parallel, model, inputs)}
+                "parallel": functools.partial(parallel, model, inputs),
+            }
             times: dict[str, list[float]] = {name: [] for name in cases}
             with model.inference_cache():
                 results = {name: fn() for name, fn in cases.items()}  # warm-up, and the outputs to compare
@@ -85,8 +93,11 @@ def main() -> None:
             pairs = zip(results["one by one"], results["parallel"], strict=True)
             gap = max((a - b).abs().max().item() for a, b in pairs)
             ms = {name: statistics.median(values) * 1000 for name, values in times.items()}
-            print(f"| {n} | {batch} | {ms['one by one']:.0f} | {ms['parallel']:.0f} | "
-                  f"{ms['one by one'] / ms['parallel']:.2f}x | {gap:.1e} |", flush=True)
+            print(
+                f"| {n} | {batch} | {ms['one by one']:.0f} | {ms['parallel']:.0f} | "
+                f"{ms['one by one'] / ms['parallel']:.2f}x | {gap:.1e} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ gradient checkpointing (training.trainer.checkpointed_activations); compile = to
 --jobs then runs one whole `train()` ST-A job per mode (one after another, not interleaved: context, not a ratio)
 and prints its wall time and dev accuracy.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,13 @@ from adapterfusion.training.trainer import checkpointed_activations, compile_pro
 
 MODES = ("fp32", "bf16", "checkpointing", "compile", "grouped")
 # The TrainingConfig fields each mode sets, for --jobs (fp32 sets none).
-MODE_CONFIG = {"fp32": {}, "bf16": {"bf16": True}, "checkpointing": {"gradient_checkpointing": True},
-               "compile": {"torch_compile": True}, "grouped": {"group_by_length": True}}
+MODE_CONFIG = {
+    "fp32": {},
+    "bf16": {"bf16": True},
+    "checkpointing": {"gradient_checkpointing": True},
+    "compile": {"torch_compile": True},
+    "grouped": {"group_by_length": True},
+}
 
 
 @dataclass
@@ -64,8 +70,9 @@ def build_case(mode: str, encoder: str, stack: contextlib.ExitStack, learning_ra
     torch.manual_seed(0)
     model = af.wrap(transformers.AutoModel.from_pretrained(encoder))
     recipe = get_setup("st-a")
-    recipe.prepare(model, SetupContext(task=resolve_task("rte"), options=recipe.resolve_options(None), seed=0,
-                                       encoder=encoder))
+    recipe.prepare(
+        model, SetupContext(task=resolve_task("rte"), options=recipe.resolve_options(None), seed=0, encoder=encoder)
+    )
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameter_groups(model, 0.01), lr=learning_rate)
@@ -88,11 +95,12 @@ def batches_of(dataset, collator: TaskCollator, batch: int, seed: int, grouped: 
     """One pass over `dataset`: a seeded random order, or HF's length-grouped order with the same seed."""
     generator = torch.Generator().manual_seed(seed)
     if grouped:
-        order = list(LengthGroupedSampler(batch, lengths=[len(ids) for ids in dataset["input_ids"]],
-                                          generator=generator))
+        order = list(
+            LengthGroupedSampler(batch, lengths=[len(ids) for ids in dataset["input_ids"]], generator=generator)
+        )
     else:
         order = torch.randperm(len(dataset), generator=generator).tolist()
-    return [collator([dataset[i] for i in order[start:start + batch]]) for start in range(0, len(order), batch)]
+    return [collator([dataset[i] for i in order[start : start + batch]]) for start in range(0, len(order), batch)]
 
 
 def time_pass(case: Case, batches: list[dict]) -> float:
@@ -107,15 +115,19 @@ def step_table(args: argparse.Namespace, encoder: str, modes: list[str]) -> list
     data, _ = load_task_data("rte", demo_data_dir(), seed=0, max_examples={"train": args.examples})
     train = encode_task("rte", data, tokenizer, max_length=128).splits["train"]
     collator = TaskCollator(tokenizer)
-    lines = ["| batch | mode | steps/s | × fp32 | padded tokens / step | s / pass (median) | warm-up pass s |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| batch | mode | steps/s | × fp32 | padded tokens / step | s / pass (median) | warm-up pass s |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
     for batch in args.batches:
         with contextlib.ExitStack() as stack:
             cases = [build_case(mode, encoder, stack, args.learning_rate) for mode in modes]
             warmups: dict[str, float] = {}
             for round_index in range(args.rounds + 1):
-                passes = {grouped: batches_of(train, collator, batch, seed=round_index, grouped=grouped)
-                          for grouped in (False, True)}
+                passes = {
+                    grouped: batches_of(train, collator, batch, seed=round_index, grouped=grouped)
+                    for grouped in (False, True)
+                }
                 shift = round_index % len(cases)
                 for case in cases[shift:] + cases[:shift]:
                     seconds = time_pass(case, passes[case.grouped])
@@ -124,14 +136,18 @@ def step_table(args: argparse.Namespace, encoder: str, modes: list[str]) -> list
                     else:
                         case.times.append(seconds)
                         case.tokens.append(sum(b["input_ids"].numel() for b in passes[case.grouped]))
-                print(f"  batch {batch} round {round_index}/{args.rounds} done (load {os.getloadavg()[0]:.1f})",
-                      flush=True)
+                print(
+                    f"  batch {batch} round {round_index}/{args.rounds} done (load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
             steps = -(-len(train) // batch)
             base = statistics.median(cases[0].times)
             for case in cases:
                 median = statistics.median(case.times)
-                lines.append(f"| {batch} | {case.mode} | {steps / median:.2f} | {base / median:.2f} | "
-                             f"{statistics.mean(case.tokens) / steps:.0f} | {median:.2f} | {warmups[case.mode]:.1f} |")
+                lines.append(
+                    f"| {batch} | {case.mode} | {steps / median:.2f} | {base / median:.2f} | "
+                    f"{statistics.mean(case.tokens) / steps:.0f} | {median:.2f} | {warmups[case.mode]:.1f} |"
+                )
     return lines
 
 
@@ -141,16 +157,31 @@ def job_table(args: argparse.Namespace, encoder: str, modes: list[str]) -> list[
     lines = ["| mode | wall s | train s | dev accuracy | steps |", "|---|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory() as output:
         for mode in modes:
-            config = dict(epochs=args.job_epochs, batch_size=args.job_batch, max_length=128, patience=None,
-                          learning_rate=args.job_learning_rate, logging_steps=1000, **MODE_CONFIG[mode])
+            config = dict(
+                epochs=args.job_epochs,
+                batch_size=args.job_batch,
+                max_length=128,
+                patience=None,
+                learning_rate=args.job_learning_rate,
+                logging_steps=1000,
+                **MODE_CONFIG[mode],
+            )
             start = time.perf_counter()
-            result = train(args.job_task, "st-a", seed=1, encoder=encoder, data_dir=demo_data_dir(),
-                           output_dir=os.path.join(output, mode), training_config=config,
-                           max_examples={"train": args.job_examples})
+            result = train(
+                args.job_task,
+                "st-a",
+                seed=1,
+                encoder=encoder,
+                data_dir=demo_data_dir(),
+                output_dir=os.path.join(output, mode),
+                training_config=config,
+                max_examples={"train": args.job_examples},
+            )
             wall = time.perf_counter() - start
             steps = -(-args.job_examples // args.job_batch) * args.job_epochs
-            lines.append(f"| {mode} | {wall:.0f} | {result.train_seconds:.0f} | {result.metrics['accuracy']:.4f} | "
-                         f"{steps} |")
+            lines.append(
+                f"| {mode} | {wall:.0f} | {result.train_seconds:.0f} | {result.metrics['accuracy']:.4f} | {steps} |"
+            )
             print(f"  job {mode} done (load {os.getloadavg()[0]:.1f})", flush=True)
     return lines
 
@@ -158,10 +189,14 @@ def job_table(args: argparse.Namespace, encoder: str, modes: list[str]) -> list[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
-    parser.add_argument("--examples", type=int, default=256,
-                        help="RTE training examples per pass (default 256; HF's length grouping sorts within "
-                             "megabatches of min(examples // (4 * batch), 50) batches, so below 8 batches' worth "
-                             "`grouped` cannot differ from a random order)")
+    parser.add_argument(
+        "--examples",
+        type=int,
+        default=256,
+        help="RTE training examples per pass (default 256; HF's length grouping sorts within "
+        "megabatches of min(examples // (4 * batch), 50) batches, so below 8 batches' worth "
+        "`grouped` cannot differ from a random order)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up (default 3)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--threads", type=int, default=2)
@@ -185,17 +220,21 @@ def main() -> None:
     loads.append(os.getloadavg())
     jobs = job_table(args, encoder, modes) if args.jobs else []
     loads.append(os.getloadavg())
-    print(f"\n{datetime.now():%Y-%m-%d %H:%M}; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, CPU capability {torch.backends.cpu.get_cpu_capability()}, {args.threads} threads; "
-          f"torch {torch.__version__}, transformers {transformers.__version__}; MiniLM-L6 ST-A (rf 16); "
-          f"RTE demo data, {args.examples} examples per pass, median of {args.rounds} rounds after a warm-up; "
-          f"wall {time.perf_counter() - start:.0f} s; 1-min load average at start / after steps / end: "
-          + " / ".join(f"{load[0]:.1f}" for load in loads))
+    print(
+        f"\n{datetime.now():%Y-%m-%d %H:%M}; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, CPU capability {torch.backends.cpu.get_cpu_capability()}, {args.threads} threads; "
+        f"torch {torch.__version__}, transformers {transformers.__version__}; MiniLM-L6 ST-A (rf 16); "
+        f"RTE demo data, {args.examples} examples per pass, median of {args.rounds} rounds after a warm-up; "
+        f"wall {time.perf_counter() - start:.0f} s; 1-min load average at start / after steps / end: "
+        + " / ".join(f"{load[0]:.1f}" for load in loads)
+    )
     print("\n".join(steps))
     if jobs:
-        print(f"\nWhole ST-A jobs: {args.job_task} (demo data), {args.job_examples} training examples, full dev set, "
-              f"{args.job_epochs:g} epochs, batch {args.job_batch}, lr {args.job_learning_rate:g}, seed 1; one run "
-              "each, one after another")
+        print(
+            f"\nWhole ST-A jobs: {args.job_task} (demo data), {args.job_examples} training examples, full dev set, "
+            f"{args.job_epochs:g} epochs, batch {args.job_batch}, lr {args.job_learning_rate:g}, seed 1; one run "
+            "each, one after another"
+        )
         print("\n".join(jobs))
 
 

@@ -11,6 +11,7 @@ Data: RTE in the HuggingFace Hub field layout (`<dir>/rte/{train,validation}.jso
 slice shipped inside the package. A few dozen steps on a slice is a demo of the API, not a result: the paper's
 numbers need full training (see the experiment runner).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,9 +40,15 @@ def batches(rows: list[dict], tokenizer, size: int, shuffle: bool, seed: int):
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)) if shuffle else range(len(rows))
     order = list(order)
     for start in range(0, len(order), size):
-        chunk = [rows[int(i)] for i in order[start:start + size]]
-        encoded = tokenizer([r["sentence1"] for r in chunk], [r["sentence2"] for r in chunk],
-                            truncation=True, max_length=128, padding=True, return_tensors="pt")
+        chunk = [rows[int(i)] for i in order[start : start + size]]
+        encoded = tokenizer(
+            [r["sentence1"] for r in chunk],
+            [r["sentence2"] for r in chunk],
+            truncation=True,
+            max_length=128,
+            padding=True,
+            return_tensors="pt",
+        )
         encoded["labels"] = torch.tensor([r["label"] for r in chunk])
         yield encoded
 

@@ -4,6 +4,7 @@ write docs/bad-inputs.md: one row per case with what was tried and the exact mes
     .venv/bin/python scripts/bad_input_table.py [--output docs/bad-inputs.md]
 
 Exits with status 1 if any case did not behave as the catalogue demands (the table marks it)."""
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,10 @@ def markdown(outcomes: list[Outcome]) -> str:
     for number, outcome in enumerate(outcomes, 1):
         case = outcome.case
         mark = "" if outcome.ok else f" ✗ {'; '.join(outcome.problems)}"
-        lines.append(f"| {number} | {case.group} | `{case.id}`{' (CLI)' if case.cli else ''} | {_cell(case.tried)} | "
-                     f"{outcome.error_type} | {_cell(outcome.message)}{_cell(mark) if mark else ''} |")
+        lines.append(
+            f"| {number} | {case.group} | `{case.id}`{' (CLI)' if case.cli else ''} | {_cell(case.tried)} | "
+            f"{outcome.error_type} | {_cell(outcome.message)}{_cell(mark) if mark else ''} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -60,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(markdown(outcomes), encoding="utf-8")
     bad = [o.case.id for o in outcomes if not o.ok]
-    print(f"{len(outcomes)} cases, {len(outcomes) - len(bad)} as required; table in {args.output}"
-          + (f"; not as required: {', '.join(bad)}" if bad else ""))
+    print(
+        f"{len(outcomes)} cases, {len(outcomes) - len(bad)} as required; table in {args.output}"
+        + (f"; not as required: {', '.join(bad)}" if bad else "")
+    )
     return 1 if bad else 0
 
 

@@ -13,6 +13,7 @@ Part "features": for RTE and SST-2 dev/train slices, how alike the frozen encode
 of different examples are (mean pairwise cosine; |std| / |mean| over examples) and what a regularised linear probe
 on standardised features reaches, so the cause can be told apart from "the features carry no information".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,30 +34,53 @@ def recipe(out: Path) -> list[dict]:
     rows = []
     for pooling in ("cls", "mean"):
         spec = {
-            "name": f"old-recipe-{pooling}", "data_dir": str(DEMO), "output_dir": str(out / pooling),
-            "tasks": TASKS, "seeds": [1, 2], "max_examples": {"train": 512, "validation": 200},
+            "name": f"old-recipe-{pooling}",
+            "data_dir": str(DEMO),
+            "output_dir": str(out / pooling),
+            "tasks": TASKS,
+            "seeds": [1, 2],
+            "max_examples": {"train": 512, "validation": 200},
             "training": {"epochs": 1, "batch_size": 16, "max_length": 64, "patience": None},
-            "setups": [{"name": "st-a", "reduction_factor": 16, "learning_rate": 1e-3, "pooling": pooling},
-                       {"name": "fusion-st-a", "tasks": TARGETS, "learning_rate": 1e-3, "pooling": pooling}],
+            "setups": [
+                {"name": "st-a", "reduction_factor": 16, "learning_rate": 1e-3, "pooling": pooling},
+                {"name": "fusion-st-a", "tasks": TARGETS, "learning_rate": 1e-3, "pooling": pooling},
+            ],
             "fusion": {t: TASKS for t in TARGETS},
         }
         run_experiment(spec, progress=False, report=False)
         runs = out / pooling / "runs"
-        sources = {t: [json.loads((runs / "st-a-rf16" / t / "st-a" / f"seed-{s}" / "metrics.json").read_text())["best"]
-                       ["accuracy"] for s in (1, 2)] for t in TASKS}
+        sources = {
+            t: [
+                json.loads((runs / "st-a-rf16" / t / "st-a" / f"seed-{s}" / "metrics.json").read_text())["best"][
+                    "accuracy"
+                ]
+                for s in (1, 2)
+            ]
+            for t in TASKS
+        }
         for target in TARGETS:
             for seed in (1, 2):
-                best = json.loads((runs / "fusion-st-a" / target / "fusion-st-a" / f"seed-{seed}" / "metrics.json")
-                                  .read_text())["best"]
-                rows.append({"pooling": pooling, "target": target, "seed": seed, "accuracy": best["accuracy"],
-                             "top_prediction_share": best["top_prediction_share"],
-                             "source_accuracy": {t: float(np.mean(v)) for t, v in sources.items()}})
+                best = json.loads(
+                    (runs / "fusion-st-a" / target / "fusion-st-a" / f"seed-{seed}" / "metrics.json").read_text()
+                )["best"]
+                rows.append(
+                    {
+                        "pooling": pooling,
+                        "target": target,
+                        "seed": seed,
+                        "accuracy": best["accuracy"],
+                        "top_prediction_share": best["top_prediction_share"],
+                        "source_accuracy": {t: float(np.mean(v)) for t, v in sources.items()},
+                    }
+                )
     print("\n| pooling | target | seed | fusion dev acc. | top-prediction share | source ST-A acc. (mean of 2 seeds) |")
     print("|---|---|---:|---:|---:|---|")
     for r in rows:
         src = ", ".join(f"{t} {100 * a:.0f}" for t, a in r["source_accuracy"].items())
-        print(f"| {r['pooling']} | {r['target']} | {r['seed']} | {100 * r['accuracy']:.2f} | "
-              f"{r['top_prediction_share']:.2f} | {src} |")
+        print(
+            f"| {r['pooling']} | {r['target']} | {r['seed']} | {100 * r['accuracy']:.2f} | "
+            f"{r['top_prediction_share']:.2f} | {src} |"
+        )
     return rows
 
 
@@ -73,7 +97,7 @@ def _probe(train_x, train_y, dev_x, dev_y) -> float:
 
     def closure():
         optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(z @ weight + bias, train_y) + 1e-2 * (weight ** 2).sum()
+        loss = torch.nn.functional.cross_entropy(z @ weight + bias, train_y) + 1e-2 * (weight**2).sum()
         loss.backward()
         return loss
 
@@ -111,16 +135,24 @@ def features() -> list[dict]:
             x = pooled["train"][pooling]
             unit = torch.nn.functional.normalize(x, dim=1)
             off_diagonal = ~torch.eye(len(x), dtype=torch.bool)
-            rows.append({"task": task, "pooling": pooling,
-                         "mean_pairwise_cosine": float((unit @ unit.T)[off_diagonal].mean()),
-                         "spread": float(x.std(0).norm() / x.mean(0).norm()),
-                         "probe_dev_accuracy": _probe(x, pooled["train"]["labels"], pooled["validation"][pooling],
-                                                      pooled["validation"]["labels"])})
+            rows.append(
+                {
+                    "task": task,
+                    "pooling": pooling,
+                    "mean_pairwise_cosine": float((unit @ unit.T)[off_diagonal].mean()),
+                    "spread": float(x.std(0).norm() / x.mean(0).norm()),
+                    "probe_dev_accuracy": _probe(
+                        x, pooled["train"]["labels"], pooled["validation"][pooling], pooled["validation"]["labels"]
+                    ),
+                }
+            )
     print("\n| task | pooling | mean pairwise cosine | spread (|std| / |mean|) | linear probe dev acc. |")
     print("|---|---|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['task']} | {r['pooling']} | {r['mean_pairwise_cosine']:.3f} | {r['spread']:.2f} | "
-              f"{100 * r['probe_dev_accuracy']:.1f} |")
+        print(
+            f"| {r['task']} | {r['pooling']} | {r['mean_pairwise_cosine']:.3f} | {r['spread']:.2f} | "
+            f"{100 * r['probe_dev_accuracy']:.1f} |"
+        )
     return rows
 
 

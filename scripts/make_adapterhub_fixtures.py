@@ -67,8 +67,13 @@ def make_venv_and_rerun(venv: Path, argv: list[str]) -> int:
     pip = [str(python), "-m", "pip", "install", "-q"]
     subprocess.run(pip + [f"torch=={TORCH_VERSION}"], check=True)
     subprocess.run(
-        pip + [f"torch=={TORCH_VERSION}", f"adapters=={ADAPTERS_VERSION}", f"transformers=={TRANSFORMERS_VERSION}",
-               "safetensors"],
+        pip
+        + [
+            f"torch=={TORCH_VERSION}",
+            f"adapters=={ADAPTERS_VERSION}",
+            f"transformers=={TRANSFORMERS_VERSION}",
+            "safetensors",
+        ],
         check=True,
     )
     return subprocess.run([str(python), str(Path(__file__).resolve()), *argv]).returncode
@@ -91,15 +96,28 @@ def adapter_specs():
         # residual added before ln_after, constant scaling, exact (erf) GELU.
         "pf_ln": (
             "SeqBnConfig",
-            dict(reduction_factor=4, non_linearity="gelu", ln_before=True, ln_after=True, residual_before_ln=False,
-                 adapter_residual_before_ln=True, scaling=0.5),
+            dict(
+                reduction_factor=4,
+                non_linearity="gelu",
+                ln_before=True,
+                ln_after=True,
+                residual_before_ln=False,
+                adapter_residual_before_ln=True,
+                scaling=0.5,
+            ),
         ),
         # Unusual: Houlsby placement but with pretrained LN *before* the adapter and none after, residual
         # "post_add" (sum before LN), LeakyReLU, dropout (inactive in eval).
         "hb_pre": (
             "DoubleSeqBnConfig",
-            dict(reduction_factor=8, non_linearity="leakyrelu", original_ln_before=True, original_ln_after=False,
-                 residual_before_ln="post_add", dropout=0.1),
+            dict(
+                reduction_factor=8,
+                non_linearity="leakyrelu",
+                original_ln_before=True,
+                original_ln_after=False,
+                residual_before_ln="post_add",
+                dropout=0.1,
+            ),
         ),
     }
 
@@ -117,8 +135,9 @@ def tiny_config(kind: str):
     # initializer_range 0.2 (not 0.02) so attention is far from uniform and hidden states depend on the context.
     if kind == "bert":
         return BertConfig(**TINY, initializer_range=0.2, type_vocab_size=2, pad_token_id=0)
-    return RobertaConfig(**TINY, initializer_range=0.2, type_vocab_size=1, pad_token_id=1, bos_token_id=0,
-                         eos_token_id=2)
+    return RobertaConfig(
+        **TINY, initializer_range=0.2, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2
+    )
 
 
 def make_inputs(kind: str):
@@ -259,23 +278,41 @@ def build(kind: str, out: Path) -> None:
                 return_dict=True,
                 output_adapter_fusion_attentions=True if is_fusion else None,
             )
-            record(f"{setup_id}.last_hidden_state", enc.last_hidden_state,
-                   "encoder last_hidden_state", setup=describe_setup(setup))
+            record(
+                f"{setup_id}.last_hidden_state",
+                enc.last_hidden_state,
+                "encoder last_hidden_state",
+                setup=describe_setup(setup),
+            )
             for i, h in enumerate(enc.hidden_states[:-1]):  # the last one is last_hidden_state
-                record(f"{setup_id}.hidden_states.{i}", h,
-                       "embeddings output" if i == 0 else f"output of encoder layer {i - 1}",
-                       setup=describe_setup(setup), layer=i - 1)
+                record(
+                    f"{setup_id}.hidden_states.{i}",
+                    h,
+                    "embeddings output" if i == 0 else f"output of encoder layer {i - 1}",
+                    setup=describe_setup(setup),
+                    layer=i - 1,
+                )
             if is_fusion:
                 attn = enc["adapter_fusion_attentions"][setup.name]
                 for layer_idx, per_loc in sorted(attn.items()):
                     for loc, probs in per_loc.items():
-                        record(f"{setup_id}.fusion_attention.layer{layer_idx}.{loc}", np.asarray(probs),
-                               "softmax fusion weights, shape (batch, seq, n_adapters), adapters in fusion order",
-                               setup=describe_setup(setup), layer=int(layer_idx), location=loc,
-                               adapters=list(setup.flatten()) if hasattr(setup, "flatten") else None)
+                        record(
+                            f"{setup_id}.fusion_attention.layer{layer_idx}.{loc}",
+                            np.asarray(probs),
+                            "softmax fusion weights, shape (batch, seq, n_adapters), adapters in fusion order",
+                            setup=describe_setup(setup),
+                            layer=int(layer_idx),
+                            location=loc,
+                            adapters=list(setup.flatten()) if hasattr(setup, "flatten") else None,
+                        )
             logits = model(input_ids=ids, attention_mask=mask, head="cls", return_dict=True).logits
-            record(f"{setup_id}.logits", logits, "head 'cls' logits (pools token 0 of last_hidden_state)",
-                   setup=describe_setup(setup), head="cls")
+            record(
+                f"{setup_id}.logits",
+                logits,
+                "head 'cls' logits (pools token 0 of last_hidden_state)",
+                setup=describe_setup(setup),
+                head="cls",
+            )
             if setup is None:
                 bare_diff = (enc.last_hidden_state - ref).abs().max().item()
 
@@ -376,8 +413,9 @@ class RefAdapter:
         if c["adapter_residual_before_ln"]:
             out = out + residual
         if c["ln_after"]:
-            out = F.layer_norm(out, out.shape[-1:], self.W["adapter_norm_after.weight"],
-                               self.W["adapter_norm_after.bias"])
+            out = F.layer_norm(
+                out, out.shape[-1:], self.W["adapter_norm_after.weight"], self.W["adapter_norm_after.bias"]
+            )
         if not c["adapter_residual_before_ln"]:
             out = out + residual
         return out
@@ -427,14 +465,14 @@ def verify(kind: str, out: Path, atol: float = 1e-5) -> None:
 
     def strip(state: dict, i: int, loc: str, kind_key: str, name: str) -> dict:
         p = f"{prefix}.encoder.layer.{i}.{site_path[loc]}.{kind_key}.{name}."
-        return {k[len(p):]: v for k, v in state.items() if k.startswith(p)}
+        return {k[len(p) :]: v for k, v in state.items() if k.startswith(p)}
 
     adapters_at = {}  # name -> {(i, loc): RefAdapter}
     for name, info in manifest["adapters"].items():
         saved = json.loads((out / info["dir"] / "adapter_config.json").read_text())
         state = load_weights(out / info["dir"], "pytorch_adapter.bin", "adapter.safetensors")
         adapters_at[name] = {}
-        for (i, loc) in sites:
+        for i, loc in sites:
             W = strip(state, i, loc, "adapters", name)
             if W:
                 adapters_at[name][(i, loc)] = RefAdapter(saved["config"], W)
@@ -455,7 +493,7 @@ def verify(kind: str, out: Path, atol: float = 1e-5) -> None:
             h = module.dropout(module.dense(hidden_states))
             ln = module.LayerNorm
             if setup_id.startswith("fusion_"):
-                saved, W = fusions[setup_id[len("fusion_"):]]
+                saved, W = fusions[setup_id[len("fusion_") :]]
                 if W[key]:
                     ads = [adapters_at[n][key] for n in saved["adapter_names"]]
                     y, probs_out[key] = ref_fusion(saved["config"], W[key], ads, h, input_tensor, ln)
@@ -483,8 +521,11 @@ def verify(kind: str, out: Path, atol: float = 1e-5) -> None:
             for (i, loc), p in probs.items():
                 torch.testing.assert_close(p, rec[f"{setup_id}.fusion_attention.layer{i}.{loc}"], atol=atol, rtol=1e-5)
             cls = hidden[:, 0]  # pooled token: position 0, no pooler
-            logits = F.linear(torch.tanh(F.linear(cls, head["heads.cls.1.weight"], head["heads.cls.1.bias"])),
-                              head["heads.cls.4.weight"], head["heads.cls.4.bias"])
+            logits = F.linear(
+                torch.tanh(F.linear(cls, head["heads.cls.1.weight"], head["heads.cls.1.bias"])),
+                head["heads.cls.4.weight"],
+                head["heads.cls.4.bias"],
+            )
             torch.testing.assert_close(logits, rec[f"{setup_id}.logits"], atol=atol, rtol=1e-5)
     print(f"{kind}: reference re-implementation matches all setups (max|diff| {worst:.2e})")
 
@@ -498,8 +539,12 @@ def describe_setup(setup) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="fixture folder (default: %(default)s)")
-    parser.add_argument("--make-venv", type=Path, metavar="DIR",
-                        help="create DIR with the pinned adapters stack and run this script inside it")
+    parser.add_argument(
+        "--make-venv",
+        type=Path,
+        metavar="DIR",
+        help="create DIR with the pinned adapters stack and run this script inside it",
+    )
     args = parser.parse_args()
 
     if args.make_venv is not None:

@@ -13,6 +13,7 @@ Output, same layout (what `load_task_data(task, data_dir=demo_data_dir())` reads
 Rows are copied byte for byte (Hub field names and label ids); sliced rows keep their source order. Gzip files are
 written with mtime 0 and no file name, so running the script twice gives identical bytes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,11 @@ PACK: dict[str, dict[str, int | None]] = {
 
 def read_lines(path: Path) -> list[bytes]:
     with gzip.open(path, "rb") as handle:
-        return [line if line.endswith(b"\n") else line + b"\n" for line in handle.read().splitlines(keepends=True)
-                if line.strip()]
+        return [
+            line if line.endswith(b"\n") else line + b"\n"
+            for line in handle.read().splitlines(keepends=True)
+            if line.strip()
+        ]
 
 
 def slice_rows(lines: list[bytes], count: int | None, task: str, split: str) -> list[bytes]:

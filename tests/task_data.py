@@ -2,6 +2,7 @@
 absent), and JSON-lines writers/readers for hand-made task files.
 
 A plain module: fixtures in tests/conftest.py and tests/tasks/conftest.py hand these to tests."""
+
 from __future__ import annotations
 
 import gzip

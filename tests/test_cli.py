@@ -1,4 +1,5 @@
 """The command line as a shell uses it: a reader that stops early (`status | head`) ends it quietly."""
+
 from __future__ import annotations
 
 import os
@@ -22,17 +23,30 @@ def run_with_closed_stdout(*argv: str) -> subprocess.CompletedProcess:
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run([sys.executable, "-m", "adapterfusion.cli", *argv], stdout=write_end,
-                              stderr=subprocess.PIPE, text=True, timeout=300, cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        return subprocess.run(
+            [sys.executable, "-m", "adapterfusion.cli", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     finally:
         os.close(write_end)
 
 
 @pytest.mark.slow
 def test_status_into_a_closed_pipe_exits_quietly(tmp_path):
-    spec = load_spec({"name": "tiny", "encoder": "some-org/some-encoder", "tasks": ["rte", "cb"],
-                      "setups": ["head", "st-a"], "output_dir": str(tmp_path / "out")})
+    spec = load_spec(
+        {
+            "name": "tiny",
+            "encoder": "some-org/some-encoder",
+            "tasks": ["rte", "cb"],
+            "setups": ["head", "st-a"],
+            "output_dir": str(tmp_path / "out"),
+        }
+    )
     with ResultsStore(spec.output_dir) as store:
         store.bind(spec, plan_jobs(spec))
     result = run_with_closed_stdout("status", spec.output_dir)

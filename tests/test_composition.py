@@ -1,5 +1,6 @@
 """forward_parallel: each fused adapter alone and the fusion in one forward must give, in float64, what activating
 each of them alone gives (the independent reference: N + 1 ordinary forwards)."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,8 +34,9 @@ def _padded_inputs() -> dict[str, torch.Tensor]:
     return inputs
 
 
-def _assert_routes_equal_one_by_one(model: af.AdaptedModel, out, inputs: dict[str, torch.Tensor],
-                                    heads: dict[str, str]) -> None:
+def _assert_routes_equal_one_by_one(
+    model: af.AdaptedModel, out, inputs: dict[str, torch.Tensor], heads: dict[str, str]
+) -> None:
     for name, head in heads.items():
         model.activate(adapter=name, head=head)
         assert_close(out.adapter_logits[name], model(**inputs).logits, label=name)

@@ -1,5 +1,6 @@
 """Property-based: config loaders turn any JSON-like input into a valid config or our own error, never a
 TypeError/KeyError from inside."""
+
 from __future__ import annotations
 
 import os
@@ -27,11 +28,7 @@ def _mutations(valid: dict) -> st.SearchStrategy:
     """Valid dicts with keys dropped, values replaced by random JSON, or unknown keys added."""
     keys = sorted(valid)
     return st.builds(
-        lambda drop, replace, extra: {
-            **{k: v for k, v in valid.items() if k not in drop},
-            **replace,
-            **extra,
-        },
+        lambda drop, replace, extra: {**{k: v for k, v in valid.items() if k not in drop}, **replace, **extra},
         st.sets(st.sampled_from(keys), max_size=3),
         st.dictionaries(st.sampled_from(keys), json_values, max_size=3),
         st.dictionaries(st.text(max_size=5), json_values, max_size=1),
@@ -46,8 +43,13 @@ def _loads_or_refuses(loader, data) -> None:
 
 
 @fuzz
-@given(st.one_of(json_values, _mutations(af.AdapterConfig.houlsby().to_dict()),
-                 _mutations(af.AdapterConfig.pfeiffer(reduction_factor={"default": 16, "2": 8}).to_dict())))
+@given(
+    st.one_of(
+        json_values,
+        _mutations(af.AdapterConfig.houlsby().to_dict()),
+        _mutations(af.AdapterConfig.pfeiffer(reduction_factor={"default": 16, "2": 8}).to_dict()),
+    )
+)
 def test_adapter_config_loader(data) -> None:
     _loads_or_refuses(af.AdapterConfig.from_dict, data)
 
@@ -59,14 +61,24 @@ def test_fusion_config_loader(data) -> None:
 
 
 @fuzz
-@given(st.one_of(json_values, _mutations(af.ClassificationHead(num_labels=2, labels=("a", "b")).to_dict()),
-                 _mutations(af.MultipleChoiceHead().to_dict())))
+@given(
+    st.one_of(
+        json_values,
+        _mutations(af.ClassificationHead(num_labels=2, labels=("a", "b")).to_dict()),
+        _mutations(af.MultipleChoiceHead().to_dict()),
+    )
+)
 def test_head_config_loader(data) -> None:
     _loads_or_refuses(head_config_from_dict, data)
 
 
 @fuzz
-@given(st.one_of(json_values, _mutations(af.tasks.get_task("rte").to_dict()),
-                 _mutations(af.tasks.get_task("commonsense_qa").to_dict())))
+@given(
+    st.one_of(
+        json_values,
+        _mutations(af.tasks.get_task("rte").to_dict()),
+        _mutations(af.tasks.get_task("commonsense_qa").to_dict()),
+    )
+)
 def test_task_spec_loader(data) -> None:
     _loads_or_refuses(TaskSpec.from_dict, data)

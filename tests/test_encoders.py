@@ -1,5 +1,6 @@
 """Encoder arguments: a Hub id stays a Hub id, a string that can only be a path must exist, a folder must hold a
 model (adapterfusion/encoders.py)."""
+
 import pytest
 
 from adapterfusion.encoders import check_encoder, looks_like_path
@@ -12,8 +13,9 @@ def test_hub_ids_are_left_to_the_hub(tmp_path, value):
     assert check_encoder(value, tmp_path) is None
 
 
-@pytest.mark.parametrize("value", ["./enc", "../enc", "/nowhere/enc", "~/enc-that-is-not-there", "a/b/c",
-                                   "models\\enc", "C:/models/enc"])
+@pytest.mark.parametrize(
+    "value", ["./enc", "../enc", "/nowhere/enc", "~/enc-that-is-not-there", "a/b/c", "models\\enc", "C:/models/enc"]
+)
 def test_path_like_strings_that_do_not_exist_are_refused(tmp_path, value):
     assert looks_like_path(value, tmp_path)
     with pytest.raises(ConfigError, match="looks like a local path.*does not exist"):

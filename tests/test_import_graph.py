@@ -10,6 +10,7 @@ level or inside a function (a lazy import is still a dependency), to the most sp
 - a submodule's implicit import of its parent package's __init__: the root __init__ imports the model, so counting
   it would make every module part of one circle.
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,8 +23,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "adapterfusion"
 STRICT_LAYERS = ("adapterfusion.training", "adapterfusion.experiments")
 
 # Translators between files and Pieces, and what they build on: they see the encoder only through an EncoderLayout.
-MODEL_FREE = ("adapterfusion.piece", "adapterfusion.io.pieces", "adapterfusion.io.formats", "adapterfusion.interop",
-              "adapterfusion.parameters")
+MODEL_FREE = (
+    "adapterfusion.piece",
+    "adapterfusion.io.pieces",
+    "adapterfusion.io.formats",
+    "adapterfusion.interop",
+    "adapterfusion.parameters",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -35,13 +41,15 @@ def _modules() -> dict[str, Path]:
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    return {id(node) for block in ast.walk(tree)
-            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-            for node in ast.walk(block)}
+    return {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for node in ast.walk(block)
+    }
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path],
-             with_type_checking: bool = False) -> set[str]:
+def _imports(name: str, path: Path, modules: dict[str, Path], with_type_checking: bool = False) -> set[str]:
     """The adapterfusion modules that module `name` imports."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skip = set() if with_type_checking else _type_checking_nodes(tree)
@@ -111,16 +119,23 @@ def test_the_package_has_no_import_circles():
 
 def test_training_and_experiments_import_no_circle_even_for_types():
     modules = {name: path for name, path in _modules().items() if name.startswith(STRICT_LAYERS)}
-    graph = {name: _imports(name, path, modules, with_type_checking=True) & modules.keys()
-             for name, path in modules.items()}
+    graph = {
+        name: _imports(name, path, modules, with_type_checking=True) & modules.keys() for name, path in modules.items()
+    }
     assert not [sorted(c) for c in _circles(graph)]
 
 
 def test_format_modules_never_import_the_model():
     modules = _modules()
-    offenders = {name: sorted(target for target in _imports(name, path, modules, with_type_checking=True)
-                              if target == "adapterfusion.model")
-                 for name, path in modules.items() if name.startswith(MODEL_FREE)}
+    offenders = {
+        name: sorted(
+            target
+            for target in _imports(name, path, modules, with_type_checking=True)
+            if target == "adapterfusion.model"
+        )
+        for name, path in modules.items()
+        if name.startswith(MODEL_FREE)
+    }
     assert not {name: found for name, found in offenders.items() if found}
 
 
@@ -128,10 +143,17 @@ def test_the_graph_reader_sees_lazy_and_relative_imports(tmp_path):
     """The reader itself: a function-level import is an edge, a TYPE_CHECKING one only when asked for."""
     source = tmp_path / "adapterfusion" / "io" / "sample.py"
     source.parent.mkdir(parents=True)
-    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from adapterfusion.model import M\n"
-                      "def f():\n    from .pieces import read_json\n    from adapterfusion import errors\n")
-    modules = {"adapterfusion.io.sample": source, "adapterfusion.io.pieces": source, "adapterfusion.model": source,
-               "adapterfusion.errors": source, "adapterfusion": source}
+    source.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from adapterfusion.model import M\n"
+        "def f():\n    from .pieces import read_json\n    from adapterfusion import errors\n"
+    )
+    modules = {
+        "adapterfusion.io.sample": source,
+        "adapterfusion.io.pieces": source,
+        "adapterfusion.model": source,
+        "adapterfusion.errors": source,
+        "adapterfusion": source,
+    }
     assert _imports("adapterfusion.io.sample", source, modules) == {"adapterfusion.io.pieces", "adapterfusion.errors"}
     assert "adapterfusion.model" in _imports("adapterfusion.io.sample", source, modules, with_type_checking=True)
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]

@@ -1,5 +1,6 @@
 """The AdaptedModel contract: parameter counts, name checks, activation, skip_layers, fusion masks,
 heads, the temperature schedule, the V regulariser, the parameter report and the default encoder."""
+
 from __future__ import annotations
 
 import math
@@ -57,7 +58,8 @@ def test_houlsby_parameter_count_includes_layer_norm_copies(model):
     m = D // 16
     sites = model.sites_with_adapter("h")
     assert sorted((s.layer_index, s.position) for s in sites) == [
-        (layer, position) for layer in range(LAYERS) for position in ("attention", "output")]
+        (layer, position) for layer in range(LAYERS) for position in ("attention", "output")
+    ]
     for site in sites:
         adapter = site.adapters["h"]
         assert sum(p.numel() for p in adapter.layer_norm.parameters()) == 2 * D
@@ -315,21 +317,29 @@ def test_parameter_report_follows_training_selection():
 
     model.train_adapter("a", head="h")
     assert summary() == {
-        "encoder": ("pretrained", encoder_total, 0), "a": ("adapter", adapter_total, adapter_total),
-        "b": ("adapter", adapter_total, 0), "f": ("fusion", fusion_total, 0), "h": ("head", head_total, head_total),
+        "encoder": ("pretrained", encoder_total, 0),
+        "a": ("adapter", adapter_total, adapter_total),
+        "b": ("adapter", adapter_total, 0),
+        "f": ("fusion", fusion_total, 0),
+        "h": ("head", head_total, head_total),
     }
     assert list(summary()) == ["encoder", "a", "b", "f", "h"]
     model.train_fusion("f", head="h")
     assert summary() == {
-        "encoder": ("pretrained", encoder_total, 0), "a": ("adapter", adapter_total, 0),
-        "b": ("adapter", adapter_total, 0), "f": ("fusion", fusion_total, fusion_total),
+        "encoder": ("pretrained", encoder_total, 0),
+        "a": ("adapter", adapter_total, 0),
+        "b": ("adapter", adapter_total, 0),
+        "f": ("fusion", fusion_total, fusion_total),
         "h": ("head", head_total, head_total),
     }
     model.train_head("h", train_encoder=True)
     assert model.active_fusion == "f"  # the fusion keeps running, frozen
     assert summary() == {
-        "encoder": ("pretrained", encoder_total, encoder_total), "a": ("adapter", adapter_total, 0),
-        "b": ("adapter", adapter_total, 0), "f": ("fusion", fusion_total, 0), "h": ("head", head_total, head_total),
+        "encoder": ("pretrained", encoder_total, encoder_total),
+        "a": ("adapter", adapter_total, 0),
+        "b": ("adapter", adapter_total, 0),
+        "f": ("fusion", fusion_total, 0),
+        "h": ("head", head_total, head_total),
     }
     model.train_head("h")
     assert summary()["encoder"] == ("pretrained", encoder_total, 0)

@@ -1,4 +1,5 @@
 """End to end on the shipped MiniLM: the README's main example runs and reports what it promises."""
+
 from __future__ import annotations
 
 import re
@@ -20,9 +21,23 @@ def test_quickstart_runs_on_the_shipped_encoder_and_data() -> None:
     except af.DefaultModelMissingError as error:
         pytest.skip(str(error))
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--adapter-steps", "2", "--fusion-steps", "2",
-         "--train-examples", "16", "--dev-examples", "16", "--batch-size", "8"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "quickstart.py"),
+            "--adapter-steps",
+            "2",
+            "--fusion-steps",
+            "2",
+            "--train-examples",
+            "16",
+            "--dev-examples",
+            "16",
+            "--batch-size",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert re.search(r"dev accuracy, ST-A: [01]\.\d{3}", result.stdout)

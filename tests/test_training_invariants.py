@@ -1,5 +1,6 @@
 """AdapterHub's run_train_test invariant: after a few AdamW steps at a high learning rate the trained piece
 changed and everything else (other adapters, fusions, the whole base model) is bit-identical."""
+
 from __future__ import annotations
 
 import pytest
@@ -96,8 +97,11 @@ def test_train_encoder_changes_the_encoder_but_not_other_adapters():
     _train(model)
     changed = _changed(before, model)
     assert not {k for k in changed if _owned_by(k, ".adapters.b.", ".fusions.")}
-    for key in ("model.embeddings.word_embeddings.weight", "model.encoder.layer.0.output.base_layer.dense.weight",
-                "model.encoder.layer.1.attention.output.base_layer.LayerNorm.weight"):
+    for key in (
+        "model.embeddings.word_embeddings.weight",
+        "model.encoder.layer.0.output.base_layer.dense.weight",
+        "model.encoder.layer.1.attention.output.base_layer.LayerNorm.weight",
+    ):
         assert key in changed
     assert any(".adapters.a." in k for k in changed) and any(k.startswith("heads.h.") for k in changed)
 

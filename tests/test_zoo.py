@@ -1,6 +1,7 @@
 """The shipped adapter zoo: every manifest task has its files in the package, a zoo adapter scores on its real dev
 set what its manifest recorded (re-scored here on CPU), and experiment files that use `zoo:` plan fusions that
 depend only on the target's own adapter, with clear errors for a zoo that lacks a source."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,10 +24,29 @@ from adapterfusion.zoo import (
 )
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-EXPECTED_TASKS = {"sst2", "imdb", "social_i_qa", "ukp_argument", "winogrande", "commonsense_qa", "mnli", "snli",
-                  "sick", "mrpc", "rte", "cb"}
-CHANCE = {"mnli": 1 / 3, "snli": 1 / 3, "sick": 1 / 3, "social_i_qa": 1 / 3, "commonsense_qa": 1 / 5, "cb": 1 / 3,
-          "ukp_argument": 1 / 3}
+EXPECTED_TASKS = {
+    "sst2",
+    "imdb",
+    "social_i_qa",
+    "ukp_argument",
+    "winogrande",
+    "commonsense_qa",
+    "mnli",
+    "snli",
+    "sick",
+    "mrpc",
+    "rte",
+    "cb",
+}
+CHANCE = {
+    "mnli": 1 / 3,
+    "snli": 1 / 3,
+    "sick": 1 / 3,
+    "social_i_qa": 1 / 3,
+    "commonsense_qa": 1 / 5,
+    "cb": 1 / 3,
+    "ukp_argument": 1 / 3,
+}
 
 
 def test_manifest_lists_every_source_task_with_its_files_and_provenance():
@@ -35,8 +55,13 @@ def test_manifest_lists_every_source_task_with_its_files_and_provenance():
     store = zoo_store()
     for task, entry in manifest["tasks"].items():
         folder = store.path(_encoder(), task, "st-a", entry["seed"])
-        for piece in ("adapter/adapter.safetensors", "adapter/adapter_config.json", "head/head.safetensors",
-                      "head/head_config.json", "entry.json"):
+        for piece in (
+            "adapter/adapter.safetensors",
+            "adapter/adapter_config.json",
+            "head/head.safetensors",
+            "head/head_config.json",
+            "entry.json",
+        ):
             assert (folder / piece).is_file(), f"{task}: {piece}"
         assert entry["git_sha"] and entry["hardware"] and entry["data"]["splits"]["train"]["num_rows"] > 0
         # every adapter but Winogrande's (two options, 51.7 %) is clearly above chance on its dev set
@@ -75,8 +100,9 @@ def test_the_sst2_adapter_scores_on_its_dev_set_what_the_manifest_recorded():
     task = resolve_task("sst2")
     data, _ = load_task_data(task, SHARED_DATA, seed=1)
     tokenizer = AutoTokenizer.from_pretrained(_encoder())
-    dev = encode_task(task, type(data)({"validation": data["validation"]}), tokenizer,
-                      recorded["training"]["max_length"])[0]["validation"]
+    dev = encode_task(
+        task, type(data)({"validation": data["validation"]}), tokenizer, recorded["training"]["max_length"]
+    )[0]["validation"]
     collate = TaskCollator(tokenizer)
     batches = [collate([dev[i] for i in range(s, min(s + 128, len(dev)))]) for s in range(0, len(dev), 128)]
     metrics = score(task, predict(model, batches))
@@ -86,9 +112,17 @@ def test_the_sst2_adapter_scores_on_its_dev_set_what_the_manifest_recorded():
 
 
 def test_experiment_fusions_over_the_zoo_depend_only_on_the_target_adapter(tmp_path):
-    spec = ExperimentSpec.from_dict({
-        "name": "z", "tasks": ["rte"], "seeds": [1, 2], "zoo": "shipped", "output_dir": str(tmp_path / "out"),
-        "setups": ["st-a", "fusion-st-a"], "fusion": {"rte": ["mnli", "sst2"]}})
+    spec = ExperimentSpec.from_dict(
+        {
+            "name": "z",
+            "tasks": ["rte"],
+            "seeds": [1, 2],
+            "zoo": "shipped",
+            "output_dir": str(tmp_path / "out"),
+            "setups": ["st-a", "fusion-st-a"],
+            "fusion": {"rte": ["mnli", "sst2"]},
+        }
+    )
     jobs = {job.id: job for job in plan_jobs(spec)}
     fusion = jobs["fusion-st-a/rte/seed-2"]
     assert list(fusion.depends_on) == ["st-a-rf16/rte/seed-2"]
@@ -96,9 +130,17 @@ def test_experiment_fusions_over_the_zoo_depend_only_on_the_target_adapter(tmp_p
 
 
 def test_a_zoo_without_a_source_is_a_clear_error_at_planning(tmp_path):
-    spec = ExperimentSpec.from_dict({
-        "name": "z", "tasks": ["rte"], "seeds": [1], "zoo": "shipped", "output_dir": str(tmp_path / "out"),
-        "setups": ["st-a", "fusion-st-a"], "fusion": {"rte": ["mnli", "qqp"]}})
+    spec = ExperimentSpec.from_dict(
+        {
+            "name": "z",
+            "tasks": ["rte"],
+            "seeds": [1],
+            "zoo": "shipped",
+            "output_dir": str(tmp_path / "out"),
+            "setups": ["st-a", "fusion-st-a"],
+            "fusion": {"rte": ["mnli", "qqp"]},
+        }
+    )
     with pytest.raises((ExperimentSpecError, ZooError)) as caught:
         plan_jobs(spec)
     assert "qqp" in str(caught.value) and "fusion.rte" in str(caught.value)
@@ -106,8 +148,9 @@ def test_a_zoo_without_a_source_is_a_clear_error_at_planning(tmp_path):
 
 def test_zoo_must_be_shipped_or_a_folder(tmp_path):
     path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump({"name": "z", "tasks": ["rte"], "zoo": "nowhere/at-all",
-                                    "setups": ["st-a", "fusion-st-a"]}))
+    path.write_text(
+        yaml.safe_dump({"name": "z", "tasks": ["rte"], "zoo": "nowhere/at-all", "setups": ["st-a", "fusion-st-a"]})
+    )
     with pytest.raises(ExperimentSpecError, match="zoo"):
         load_spec(path)
     with pytest.raises(ZooError, match="neither"):

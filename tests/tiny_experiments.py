@@ -1,6 +1,7 @@
 """Helpers for the experiment runner tests (tests/experiments, tests/reliability): a tiny experiment over two real
 task slices on the tiny random BERT (the tiny_encoder_dir fixture of tests/conftest.py), sized to run in seconds, and
 an executor that finishes jobs without training."""
+
 from __future__ import annotations
 
 from concurrent.futures import Future
@@ -14,9 +15,18 @@ SLICE = {"train": 16, "validation": 16}
 
 def tiny_experiment(encoder: Path, output_dir: Path, seeds=(1,), **changes) -> dict:
     """head + st-a + fusion-st-a on rte and sst2: with one seed, 6 jobs (2 stage-1 before 2 fusions)."""
-    return {"name": "tiny", "encoder": str(encoder), "tasks": ["rte", "sst2"], "seeds": list(seeds),
-            "setups": ["head", "st-a", "fusion-st-a"], "data_dir": str(DATA_DIR), "output_dir": str(output_dir),
-            "max_examples": SLICE, "training": FAST, **changes}
+    return {
+        "name": "tiny",
+        "encoder": str(encoder),
+        "tasks": ["rte", "sst2"],
+        "seeds": list(seeds),
+        "setups": ["head", "st-a", "fusion-st-a"],
+        "data_dir": str(DATA_DIR),
+        "output_dir": str(output_dir),
+        "max_examples": SLICE,
+        "training": FAST,
+        **changes,
+    }
 
 
 class DoneExecutor:

@@ -3,6 +3,7 @@ intermediate 64, vocab 100) and inputs for them, so no test ever downloads anyth
 
 A plain module, not a fixture file: test modules import these helpers (`from tiny_models import tiny_encoder`);
 tests/ is on sys.path because pytest inserts the folder of tests/conftest.py."""
+
 from __future__ import annotations
 
 import copy
@@ -15,8 +16,12 @@ import adapterfusion as af
 HIDDEN, LAYERS, HEADS, INTERMEDIATE, VOCAB = 32, 2, 4, 64, 100
 
 _BERT_STYLE = dict(
-    hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=INTERMEDIATE,
-    vocab_size=VOCAB, max_position_embeddings=64,
+    hidden_size=HIDDEN,
+    num_hidden_layers=LAYERS,
+    num_attention_heads=HEADS,
+    intermediate_size=INTERMEDIATE,
+    vocab_size=VOCAB,
+    max_position_embeddings=64,
 )
 
 # model_type -> (Config class name, kwargs). Every key of af.ARCHITECTURES must have a row here.
@@ -31,14 +36,30 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
     "deberta": ("DebertaConfig", dict(_BERT_STYLE)),
     "deberta-v2": ("DebertaV2Config", dict(_BERT_STYLE)),
     "mpnet": ("MPNetConfig", dict(_BERT_STYLE, pad_token_id=1)),
-    "distilbert": ("DistilBertConfig", dict(
-        dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=INTERMEDIATE, vocab_size=VOCAB,
-        max_position_embeddings=64,
-    )),
-    "modernbert": ("ModernBertConfig", dict(
-        _BERT_STYLE, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=3, sep_token_id=4,
-        global_attn_every_n_layers=1, local_attention=16,
-    )),
+    "distilbert": (
+        "DistilBertConfig",
+        dict(
+            dim=HIDDEN,
+            n_layers=LAYERS,
+            n_heads=HEADS,
+            hidden_dim=INTERMEDIATE,
+            vocab_size=VOCAB,
+            max_position_embeddings=64,
+        ),
+    ),
+    "modernbert": (
+        "ModernBertConfig",
+        dict(
+            _BERT_STYLE,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            cls_token_id=3,
+            sep_token_id=4,
+            global_attn_every_n_layers=1,
+            local_attention=16,
+        ),
+    ),
 }
 
 

@@ -11,6 +11,7 @@ with the precision the values were computed in (torchtune's habit), never a boun
   unit scale. That is the rounding of a whole encoder's forward under any kernel (one CPU gave 1.4e-5 absolute
   where another gave less), not the few ulps a single machine happens to produce.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple

@@ -1,4 +1,5 @@
 """Non-linearities of the adapter search space (AdapterFusion appendix A.2) by name."""
+
 from __future__ import annotations
 
 from torch import nn
@@ -20,6 +21,4 @@ def make_activation(name: str) -> nn.Module:
     try:
         return _ACTIVATIONS[name]()
     except KeyError:
-        raise ConfigError(
-            f"unknown non_linearity {name!r}; choose one of {', '.join(ACTIVATION_NAMES)}"
-        ) from None
+        raise ConfigError(f"unknown non_linearity {name!r}; choose one of {', '.join(ACTIVATION_NAMES)}") from None

@@ -4,6 +4,7 @@
 connection and the optional new LayerNorm after it. The site that holds the adapter supplies x and the
 residual (see injection/site.py), because where they come from is a property of the placement.
 """
+
 from __future__ import annotations
 
 import copy
@@ -83,9 +84,7 @@ class BottleneckAdapter(nn.Module):
         return f"d={self.hidden_size}, m={self.bottleneck_size}, act={self.config.non_linearity}"
 
 
-def run_each_reference(
-    adapters: Sequence[BottleneckAdapter], x: torch.Tensor, residual: torch.Tensor
-) -> torch.Tensor:
+def run_each_reference(adapters: Sequence[BottleneckAdapter], x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
     """Adapter n on slice n, literally: x, residual [N, ..., d] -> [N, ..., d]."""
     return torch.stack([adapter(x[n], residual[n]) for n, adapter in enumerate(adapters)])
 
@@ -118,10 +117,12 @@ def layer_norm_each(norms: Sequence[nn.Module], u: torch.Tensor) -> torch.Tensor
     first = norms[0]
     if all(norm is first for norm in norms):
         return first(u)
-    affine = [norm for norm in norms if isinstance(norm, nn.LayerNorm) and norm.elementwise_affine
-              and norm.bias is not None]
-    if len(affine) < len(norms) or any(norm.eps != affine[0].eps or norm.normalized_shape != affine[0].normalized_shape
-                                       for norm in affine):
+    affine = [
+        norm for norm in norms if isinstance(norm, nn.LayerNorm) and norm.elementwise_affine and norm.bias is not None
+    ]
+    if len(affine) < len(norms) or any(
+        norm.eps != affine[0].eps or norm.normalized_shape != affine[0].normalized_shape for norm in affine
+    ):
         return torch.stack([norm(u[n]) for n, norm in enumerate(norms)])
     shape = (len(norms),) + (1,) * (u.dim() - 2) + (u.shape[-1],)
     weight = torch.stack([norm.weight for norm in affine]).view(shape)

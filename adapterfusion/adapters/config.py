@@ -1,5 +1,6 @@
 """AdapterConfig: the knobs of one bottleneck adapter, covering the placement search space of the
 AdapterFusion appendix (Fig. 5 left), with the two presets the papers settle on."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -120,8 +121,12 @@ class AdapterConfig:
 
     @classmethod
     def from_name(cls, name: str, **overrides: Any) -> AdapterConfig:
-        presets = {"pfeiffer": cls.pfeiffer, "seq_bn": cls.pfeiffer,
-                   "houlsby": cls.houlsby, "double_seq_bn": cls.houlsby}
+        presets = {
+            "pfeiffer": cls.pfeiffer,
+            "seq_bn": cls.pfeiffer,
+            "houlsby": cls.houlsby,
+            "double_seq_bn": cls.houlsby,
+        }
         try:
             return presets[name.lower()](**overrides)
         except KeyError:

@@ -3,6 +3,7 @@
 The modules are built on the side and not attached, so a caller (AdaptedModel) can fill and check them before
 anything in the model is replaced.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -15,8 +16,9 @@ from adapterfusion.errors import ConfigError
 from adapterfusion.injection.site import AdapterSite
 
 
-def adapter_modules(sites: Sequence[AdapterSite], name: str, config: AdapterConfig, num_layers: int,
-                    hidden_size: int) -> dict[AdapterSite, nn.Module]:
+def adapter_modules(
+    sites: Sequence[AdapterSite], name: str, config: AdapterConfig, num_layers: int, hidden_size: int
+) -> dict[AdapterSite, nn.Module]:
     """A new adapter `name` for each site `config` places it at (its positions, less its leave_out layers)."""
     check_name(name, "adapter")
     _check_layers(config, name, num_layers)

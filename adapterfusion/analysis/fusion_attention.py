@@ -5,6 +5,7 @@ dev set"). Padding tokens are left out: their attention says nothing about the t
 The result is a `FusionActivation` ([layers, N] numpy array plus names), saved by fusion runs as
 `<run_dir>/fusion_attention.json`.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,20 +40,34 @@ class FusionActivation:
 
     def __post_init__(self) -> None:
         if self.values.shape != (len(self.layers), len(self.adapters)):
-            raise ConfigError(f"FusionActivation values have shape {self.values.shape}, expected "
-                              f"({len(self.layers)} layers, {len(self.adapters)} adapters)")
+            raise ConfigError(
+                f"FusionActivation values have shape {self.values.shape}, expected "
+                f"({len(self.layers)} layers, {len(self.adapters)} adapters)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format_version": FORMAT_VERSION, "fusion": self.fusion, "adapters": list(self.adapters),
-                "layers": list(self.layers), "values": self.values.tolist(), "tokens": self.tokens, **self.info}
+        return {
+            "format_version": FORMAT_VERSION,
+            "fusion": self.fusion,
+            "adapters": list(self.adapters),
+            "layers": list(self.layers),
+            "values": self.values.tolist(),
+            "tokens": self.tokens,
+            **self.info,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FusionActivation:
         try:
-            core = {"fusion": data["fusion"], "adapters": tuple(data["adapters"]), "layers": tuple(data["layers"]),
-                    "values": np.asarray(data["values"], dtype=np.float64).reshape(len(data["layers"]),
-                                                                                   len(data["adapters"])),
-                    "tokens": int(data["tokens"])}
+            core = {
+                "fusion": data["fusion"],
+                "adapters": tuple(data["adapters"]),
+                "layers": tuple(data["layers"]),
+                "values": np.asarray(data["values"], dtype=np.float64).reshape(
+                    len(data["layers"]), len(data["adapters"])
+                ),
+                "tokens": int(data["tokens"]),
+            }
         except (KeyError, TypeError, ValueError) as err:
             raise SerializationError(f"not a fusion activation record ({type(err).__name__}: {err})") from err
         info = {k: v for k, v in data.items() if k not in core and k != "format_version"}
@@ -61,8 +76,10 @@ class FusionActivation:
     def table(self, digits: int = 3) -> str:
         """A plain-text table: one row per layer (numbered from 1 = lowest), one column per adapter."""
         header = ["layer", *self.adapters]
-        rows = [[str(layer + 1), *(f"{v:.{digits}f}" for v in row)]
-                for layer, row in zip(self.layers, self.values, strict=True)]
+        rows = [
+            [str(layer + 1), *(f"{v:.{digits}f}" for v in row)]
+            for layer, row in zip(self.layers, self.values, strict=True)
+        ]
         rows.append(["mean", *(f"{v:.{digits}f}" for v in self.values.mean(axis=0))])
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows])
@@ -75,8 +92,10 @@ def average_activations(activations: Sequence[FusionActivation]) -> FusionActiva
     first = activations[0]
     for other in activations[1:]:
         if (other.adapters, other.layers) != (first.adapters, first.layers):
-            raise ConfigError(f"cannot average fusion activations over adapters {list(first.adapters)} and "
-                              f"{list(other.adapters)} (layers {list(first.layers)} / {list(other.layers)})")
+            raise ConfigError(
+                f"cannot average fusion activations over adapters {list(first.adapters)} and "
+                f"{list(other.adapters)} (layers {list(first.layers)} / {list(other.layers)})"
+            )
     values = np.mean([a.values for a in activations], axis=0)
     info = {**first.info, "runs": len(activations)}
     tokens = sum(a.tokens for a in activations)
@@ -90,8 +109,9 @@ def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
         path = path / FUSION_ATTENTION_FILE
     from adapterfusion.training.run_files import read_json  # here: the training package is heavy to import
 
-    return FusionActivation.from_dict(read_json(path, "fusion runs (fusion-st-a, fusion-mt-a) write it after "
-                                                      "training; give the folder of one"))
+    return FusionActivation.from_dict(
+        read_json(path, "fusion runs (fusion-st-a, fusion-mt-a) write it after training; give the folder of one")
+    )
 
 
 def _token_mask(batch: Mapping[str, torch.Tensor], attention: torch.Tensor) -> torch.Tensor:
@@ -102,8 +122,9 @@ def _token_mask(batch: Mapping[str, torch.Tensor], attention: torch.Tensor) -> t
     return mask.reshape(attention.shape[:2]).to(attention.device)  # multiple choice: [batch * choices, seq]
 
 
-def _accumulate(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]],
-                device: torch.device) -> tuple[dict[int, torch.Tensor], int]:
+def _accumulate(
+    model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], device: torch.device
+) -> tuple[dict[int, torch.Tensor], int]:
     """Per layer, the sum over real tokens of the fusion softmax weights; and the number of real tokens."""
     sums: dict[int, torch.Tensor] = {}
     tokens = 0
@@ -122,8 +143,9 @@ def _accumulate(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor
 
 
 @torch.no_grad()
-def mean_fusion_attention(model: AdaptedModel, fusion_name: str, batches: Iterable[Mapping[str, torch.Tensor]],
-                          head: str | None = None) -> FusionActivation:
+def mean_fusion_attention(
+    model: AdaptedModel, fusion_name: str, batches: Iterable[Mapping[str, torch.Tensor]], head: str | None = None
+) -> FusionActivation:
     """Run `batches` (model inputs; labels are ignored) through the model with `fusion_name` active, in eval mode,
     and average each layer's softmax weights over the real tokens (attention_mask == 1). The model's activation
     and train/eval mode are restored afterwards."""
@@ -132,16 +154,19 @@ def mean_fusion_attention(model: AdaptedModel, fusion_name: str, batches: Iterab
     was_training = model.training
     device = next(model.parameters()).device
     try:
-        with model.activated(fusion=fusion_name, head=head if head is not None else model.active_head,
-                             skip_layers=model.skip_layers):
+        with model.activated(
+            fusion=fusion_name, head=head if head is not None else model.active_head, skip_layers=model.skip_layers
+        ):
             model.eval()
             with model.inference_cache():
                 sums, tokens = _accumulate(model, batches, device)
     finally:
         model.train(was_training)
     if not sums or tokens == 0:
-        raise ConfigError(f"mean_fusion_attention: no fusion attention was recorded for {fusion_name!r} "
-                          "(no batches, no real tokens, or every fusion layer skipped)")
+        raise ConfigError(
+            f"mean_fusion_attention: no fusion attention was recorded for {fusion_name!r} "
+            "(no batches, no real tokens, or every fusion layer skipped)"
+        )
     layers = tuple(sorted(sums))
     values = torch.stack([sums[layer] for layer in layers]).div(tokens).cpu().numpy()
     return FusionActivation(fusion=fusion_name, adapters=adapters, layers=layers, values=values, tokens=tokens)

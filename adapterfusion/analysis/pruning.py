@@ -7,6 +7,7 @@ go to the target task's own adapter, then to the adapter the fusion lists first.
 fusion beside the full one (fusion/subset.py: the same Q/K/V, only the kept adapters run), evaluates both on the
 same batches and times them side by side. `prune_fusion` does all of it for a fusion run folder.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -79,27 +80,39 @@ class PruningResult:
         return sum(self.activation[name] for name in self.kept) / sum(self.activation.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "kept": list(self.kept), "dropped": list(self.dropped),
-                "kept_share": self.kept_share}
+        return {
+            **dataclasses.asdict(self),
+            "kept": list(self.kept),
+            "dropped": list(self.dropped),
+            "kept_share": self.kept_share,
+        }
 
 
 def check_criterion(keep: int | None, mass: float | None, count: int | None = None) -> None:
     """Exactly one of keep (an integer in 1..count; count None: not yet known) and mass (a share in (0, 1])."""
     if (keep is None) == (mass is None):
-        raise ConfigError("choose what to keep with exactly one of keep=K (the K most-activated adapters) and "
-                          "mass=M (the fewest adapters holding share M of the activation); "
-                          f"got keep={keep!r}, mass={mass!r}")
+        raise ConfigError(
+            "choose what to keep with exactly one of keep=K (the K most-activated adapters) and "
+            "mass=M (the fewest adapters holding share M of the activation); "
+            f"got keep={keep!r}, mass={mass!r}"
+        )
     if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
         raise ConfigError(f"keep={keep!r} must be a positive integer: how many of the fusion's adapters to keep")
     if keep is not None and count is not None and keep > count:
         raise ConfigError(f"keep={keep!r}: the fusion has {count} adapters, so keep must be an integer in 1..{count}")
     if mass is not None and (isinstance(mass, bool) or not isinstance(mass, (int, float)) or not 0 < mass <= 1):
-        raise ConfigError(f"mass={mass!r} must lie in (0, 1]: the share of the total fusion activation the kept "
-                          "adapters must reach, e.g. 0.9")
+        raise ConfigError(
+            f"mass={mass!r} must lie in (0, 1]: the share of the total fusion activation the kept "
+            "adapters must reach, e.g. 0.9"
+        )
 
 
-def select_adapters(activation: Mapping[str, float], keep: int | None = None, mass: float | None = None,
-                    target_adapter: str | None = None) -> tuple[str, ...]:
+def select_adapters(
+    activation: Mapping[str, float],
+    keep: int | None = None,
+    mass: float | None = None,
+    target_adapter: str | None = None,
+) -> tuple[str, ...]:
     """The adapters to keep, in `activation`'s order: the `keep` most activated, or the fewest most activated
     whose activation reaches `mass` of the total. Activations equal to TIE_DECIMALS decimals tie; a tie goes to
     `target_adapter` (the target task's own adapter, which a near-uniform fusion must not lose to the order it
@@ -107,8 +120,10 @@ def select_adapters(activation: Mapping[str, float], keep: int | None = None, ma
     names = list(activation)
     check_criterion(keep, mass, len(names))
     if target_adapter is not None and target_adapter not in activation:
-        raise ConfigError(f"target_adapter={target_adapter!r} is not one of the fusion's adapters {names}: "
-                          "pass one of them, or None for no preference")
+        raise ConfigError(
+            f"target_adapter={target_adapter!r} is not one of the fusion's adapters {names}: "
+            "pass one of them, or None for no preference"
+        )
     ranked = sorted(names, key=lambda name: (-round(activation[name], TIE_DECIMALS), name != target_adapter))
     if keep is not None:
         chosen = set(ranked[:keep])
@@ -122,8 +137,13 @@ def select_adapters(activation: Mapping[str, float], keep: int | None = None, ma
     return tuple(name for name in names if name in chosen)
 
 
-def time_fusions(model: AdaptedModel, fusions: Sequence[str], batches: Sequence[Mapping[str, torch.Tensor]],
-                 head: str | None, repeats: int = 3) -> dict[str, float]:
+def time_fusions(
+    model: AdaptedModel,
+    fusions: Sequence[str],
+    batches: Sequence[Mapping[str, torch.Tensor]],
+    head: str | None,
+    repeats: int = 3,
+) -> dict[str, float]:
     """Median milliseconds per batch of each fusion's eval forward. All in one process inside
     `inference_cache()`, interleaved (each round times every fusion once, alternating the order), after one
     untimed warm-up round, so load changes hit every fusion alike. Leaves the last timed fusion active."""
@@ -140,7 +160,7 @@ def time_fusions(model: AdaptedModel, fusions: Sequence[str], batches: Sequence[
     try:
         with model.inference_cache():
             for round_ in range(repeats + 1):
-                for fusion in (fusions if round_ % 2 else list(reversed(fusions))):
+                for fusion in fusions if round_ % 2 else list(reversed(fusions)):
                     model.activate(fusion=fusion, head=head)
                     sync()
                     start = time.perf_counter()
@@ -154,10 +174,20 @@ def time_fusions(model: AdaptedModel, fusions: Sequence[str], batches: Sequence[
     return {fusion: statistics.median(values) for fusion, values in times.items()}
 
 
-def compare_pruned(model: AdaptedModel, fusion: str, task: TaskSpec, batches: Sequence[Mapping[str, torch.Tensor]],
-                   keep: int | None = None, mass: float | None = None, head: str | None = None,
-                   pruned_name: str | None = None, metric: str | None = None, repeats: int = 3,
-                   timing_batches: int = 4, target_adapter: str | None = None) -> PruningResult:
+def compare_pruned(
+    model: AdaptedModel,
+    fusion: str,
+    task: TaskSpec,
+    batches: Sequence[Mapping[str, torch.Tensor]],
+    keep: int | None = None,
+    mass: float | None = None,
+    head: str | None = None,
+    pruned_name: str | None = None,
+    metric: str | None = None,
+    repeats: int = 3,
+    timing_batches: int = 4,
+    target_adapter: str | None = None,
+) -> PruningResult:
     """Prune fusion `fusion` of `model` by its activation on `batches` (labelled dev batches), add the pruned
     fusion as `pruned_name` (default `<fusion>_pruned`), and evaluate and time both. The model's activation is
     restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters)."""
@@ -168,10 +198,12 @@ def compare_pruned(model: AdaptedModel, fusion: str, task: TaskSpec, batches: Se
         raise ConfigError(f"pruned_name={pruned_name!r} would replace the fusion being pruned; choose another name")
     head = head if head is not None else model.active_head
     activation = mean_fusion_attention(model, fusion, batches, head=head)
-    shares = {name: float(value)
-              for name, value in zip(activation.adapters, activation.values.mean(axis=0), strict=True)}
-    pruned = add_fusion_subset(model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name,
-                               overwrite=True)
+    shares = {
+        name: float(value) for name, value in zip(activation.adapters, activation.values.mean(axis=0), strict=True)
+    }
+    pruned = add_fusion_subset(
+        model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name, overwrite=True
+    )
     with model.activated(fusion=fusion, head=head):  # what ran before runs again afterwards
         metrics = {}
         for name in (fusion, pruned):
@@ -179,18 +211,35 @@ def compare_pruned(model: AdaptedModel, fusion: str, task: TaskSpec, batches: Se
             metrics[name] = score(task, predict(model, batches))
         timed = list(batches[:timing_batches])
         ms = time_fusions(model, (fusion, pruned), timed, head, repeats)
-    figures = [FusionFigures(name, tuple(model.fusion_setups[name][1]), metrics[name], ms[name])
-               for name in (fusion, pruned)]
-    return PruningResult(criterion=f"keep={keep}" if keep is not None else f"mass={mass}", activation=shares,
-                         metric=metric or task.metrics[0], before=figures[0], after=figures[1],
-                         examples=sum(len(b["input_ids"]) for b in batches), timed_batches=len(timed), repeats=repeats,
-                         target_adapter=target_adapter)
+    figures = [
+        FusionFigures(name, tuple(model.fusion_setups[name][1]), metrics[name], ms[name]) for name in (fusion, pruned)
+    ]
+    return PruningResult(
+        criterion=f"keep={keep}" if keep is not None else f"mass={mass}",
+        activation=shares,
+        metric=metric or task.metrics[0],
+        before=figures[0],
+        after=figures[1],
+        examples=sum(len(b["input_ids"]) for b in batches),
+        timed_batches=len(timed),
+        repeats=repeats,
+        target_adapter=target_adapter,
+    )
 
 
-def prune_fusion(run_dir: str | os.PathLike, keep: int | None = None, mass: float | None = None,
-                 data_dir: str | os.PathLike | None = None, max_examples: int | None = None,
-                 batch_size: int | None = None, store: str | os.PathLike | None = None, device: str | None = None,
-                 repeats: int = 3, timing_batches: int = 4, output: str | os.PathLike | None = None) -> PruningResult:
+def prune_fusion(
+    run_dir: str | os.PathLike,
+    keep: int | None = None,
+    mass: float | None = None,
+    data_dir: str | os.PathLike | None = None,
+    max_examples: int | None = None,
+    batch_size: int | None = None,
+    store: str | os.PathLike | None = None,
+    device: str | None = None,
+    repeats: int = 3,
+    timing_batches: int = 4,
+    output: str | os.PathLike | None = None,
+) -> PruningResult:
     """`compare_pruned` on a fusion run folder (fusion-st-a, fusion-mt-a) and its dev split as the run saw it
     (or `data_dir` / a `max_examples` subset). Ties go to the run's task's own adapter. `output`: a folder for the
     pruned fusion (fusion/), the run's head (head/) and pruning.json; load it with load_adapter for each kept
@@ -201,20 +250,33 @@ def prune_fusion(run_dir: str | os.PathLike, keep: int | None = None, mass: floa
     check_criterion(keep, mass)
     run_dir = Path(run_dir)
     if output is not None and Path(output).resolve() == run_dir.resolve():
-        raise ConfigError(f"output={str(output)!r} is the run folder itself; the pruned fusion would replace the "
-                          "trained one there. Choose another folder")
+        raise ConfigError(
+            f"output={str(output)!r} is the run folder itself; the pruned fusion would replace the "
+            "trained one there. Choose another folder"
+        )
     if output is not None:
         check_writable_folder(output, "output")
     run = rebuild_run(run_dir, store=store, device=device)
     if run.fusion is None:
-        raise ConfigError(f"prune needs a fusion run (fusion-st-a or fusion-mt-a); {run_dir} is a {run.setup!r} run "
-                          f"of task {run.task.name!r}, which has no fusion to prune")
+        raise ConfigError(
+            f"prune needs a fusion run (fusion-st-a or fusion-mt-a); {run_dir} is a {run.setup!r} run "
+            f"of task {run.task.name!r}, which has no fusion to prune"
+        )
     batches = run_batches(run, load_run_split(run, "validation", data_dir, max_examples), batch_size)
     own = piece_name(run.task)
-    result = compare_pruned(run.model, run.fusion, run.task, batches, keep=keep, mass=mass, head=run.head,
-                            metric=run.config["training"].get("metric_for_best"), repeats=repeats,
-                            timing_batches=timing_batches,
-                            target_adapter=own if own in run.model.fusion_setups[run.fusion][1] else None)
+    result = compare_pruned(
+        run.model,
+        run.fusion,
+        run.task,
+        batches,
+        keep=keep,
+        mass=mass,
+        head=run.head,
+        metric=run.config["training"].get("metric_for_best"),
+        repeats=repeats,
+        timing_batches=timing_batches,
+        target_adapter=own if own in run.model.fusion_setups[run.fusion][1] else None,
+    )
     result = dataclasses.replace(result, run_dir=str(run_dir), output=str(output) if output is not None else None)
     if output is not None:
         output = Path(output)

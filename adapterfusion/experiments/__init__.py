@@ -4,6 +4,7 @@ that need them), run resumably on an executor, with every job's state and metric
     from adapterfusion.experiments import run_experiment
     summary = run_experiment("examples/paper-small.yaml", executor="process", workers=2)
 """
+
 from adapterfusion.experiments.errors import (
     ExperimentError,
     ExperimentSpecError,
@@ -22,9 +23,31 @@ from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant, load_sp
 from adapterfusion.experiments.store import JobRecord, ResultsStore, RunnerLock
 
 __all__ = [
-    "EXECUTORS", "build_report", "write_report", "Executor", "ExperimentError", "ExperimentSpec", "ExperimentSpecError",
-    "ExperimentSummary", "InProcessExecutor", "Job", "JobPayload", "JobRecord", "OutputDirLockedError",
-    "ProcessExecutor", "RayExecutor", "ResultsStore", "ResultsStoreError", "RunnerLock", "SetupVariant",
-    "SpecMismatchError", "execute_job", "job_id", "load_spec", "make_executor", "plan_jobs", "run_experiment",
+    "EXECUTORS",
+    "build_report",
+    "write_report",
+    "Executor",
+    "ExperimentError",
+    "ExperimentSpec",
+    "ExperimentSpecError",
+    "ExperimentSummary",
+    "InProcessExecutor",
+    "Job",
+    "JobPayload",
+    "JobRecord",
+    "OutputDirLockedError",
+    "ProcessExecutor",
+    "RayExecutor",
+    "ResultsStore",
+    "ResultsStoreError",
+    "RunnerLock",
+    "SetupVariant",
+    "SpecMismatchError",
+    "execute_job",
+    "job_id",
+    "load_spec",
+    "make_executor",
+    "plan_jobs",
+    "run_experiment",
     "topological_order",
 ]

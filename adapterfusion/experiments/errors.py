@@ -1,4 +1,5 @@
 """The experiment runner's own exception types."""
+
 from __future__ import annotations
 
 from adapterfusion.errors import AdapterFusionError, ConfigError

@@ -10,6 +10,7 @@ worker computes with experiments/jobs.py's `execute_job`. The runner's process a
 Another executor is a class with `capacity`, `submit` and `shutdown`, registered in EXECUTORS; `execute_job` is
 what its workers call.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,8 +48,9 @@ class InProcessExecutor:
 
     def __init__(self, workers: int | None = None) -> None:
         if workers not in (None, 1):
-            raise ExperimentSpecError(f"workers={workers}: the inprocess executor runs one job at a time; "
-                                      "use executor='process' for more")
+            raise ExperimentSpecError(
+                f"workers={workers}: the inprocess executor runs one job at a time; use executor='process' for more"
+            )
 
     def submit(self, payload: JobPayload) -> Future[dict[str, Any]]:
         future: Future[dict[str, Any]] = Future()
@@ -95,8 +97,12 @@ class ProcessExecutor:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ExperimentSpecError(f"workers={workers!r} must be an integer >= 1")
         self.capacity = workers
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_init_worker, initargs=(max(1, cpus // workers), os.getpid()))
+        self._pool = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(max(1, cpus // workers), os.getpid()),
+        )
 
     def submit(self, payload: JobPayload) -> Future[dict[str, Any]]:
         return self._pool.submit(execute_job, payload)
@@ -111,8 +117,11 @@ def _ray_executor(workers: int | None = None) -> Executor:
     return RayExecutor(workers)
 
 
-EXECUTORS: dict[str, Callable[[int | None], Executor]] = {"inprocess": InProcessExecutor, "process": ProcessExecutor,
-                                                         "ray": _ray_executor}
+EXECUTORS: dict[str, Callable[[int | None], Executor]] = {
+    "inprocess": InProcessExecutor,
+    "process": ProcessExecutor,
+    "ray": _ray_executor,
+}
 
 
 def make_executor(name: str, workers: int | None = None) -> Executor:

@@ -7,6 +7,7 @@
 * Houlsby et al.'s trade-off: mean dev score against trained parameters (log scale), when two or more of head,
   adapters, top-k, LayerNorm-only and full fine-tuning ran.
 """
+
 from __future__ import annotations
 
 import io
@@ -53,8 +54,15 @@ def _annotate(axis, grid: np.ndarray, fontsize: int) -> None:
     adapter the target does not fuse) stays blank, hatched and labelled n/a, so it cannot pass for a zero."""
     for (r, c), value in np.ndenumerate(grid):
         if np.isfinite(value):
-            axis.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=fontsize,
-                      color="black" if value > 0.6 * ATTENTION_SCALE[1] else "white")
+            axis.text(
+                c,
+                r,
+                f"{value:.2f}",
+                ha="center",
+                va="center",
+                fontsize=fontsize,
+                color="black" if value > 0.6 * ATTENTION_SCALE[1] else "white",
+            )
         else:
             axis.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.75", linewidth=0))
             axis.text(c, r, "n/a", ha="center", va="center", fontsize=fontsize, color="0.4")
@@ -87,8 +95,9 @@ def plot_delta_vs_full(report: Report, path: str | os.PathLike) -> Path | None:
     return _save(figure, Path(path))
 
 
-def plot_fusion_attention(by_target: Mapping[str, FusionActivation], path: str | os.PathLike,
-                          title: str = "fusion attention") -> Path:
+def plot_fusion_attention(
+    by_target: Mapping[str, FusionActivation], path: str | os.PathLike, title: str = "fusion attention"
+) -> Path:
     """A grid with one heatmap per layer: rows = target tasks, columns = adapters, value = mean softmax weight
     (annotated), on ATTENTION_SCALE. Adapters a target does not fuse are left blank, hatched, marked n/a and
     explained in a caption."""
@@ -113,8 +122,9 @@ def plot_fusion_attention(by_target: Mapping[str, FusionActivation], path: str |
             axis.axis("off")
             continue
         grid = grids[layers[k]]
-        image = axis.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=ATTENTION_SCALE[0],
-                            vmax=ATTENTION_SCALE[1], aspect="auto")
+        image = axis.imshow(
+            np.ma.masked_invalid(grid), cmap="viridis", vmin=ATTENTION_SCALE[0], vmax=ATTENTION_SCALE[1], aspect="auto"
+        )
         _annotate(axis, grid, fontsize)
         axis.set_title(f"layer {layers[k] + 1}", fontsize=9)
         axis.set_xticks(range(len(adapters)), adapters, rotation=45, ha="right", fontsize=7)
@@ -131,8 +141,11 @@ def plot_fusion_attention(by_target: Mapping[str, FusionActivation], path: str |
 def plot_tradeoff(report: Report, path: str | os.PathLike) -> Path | None:
     """Houlsby's trade-off: mean dev score over the tasks every plotted variant finished against the median number
     of trained parameters (log x), one line per setup; None with fewer than two such variants."""
-    points = [(v, statistics.median(report.parameters[v["id"]])) for v in report.variants
-              if v["setup"] in TRADEOFF_SETUPS and report.task_means(v["id"]) and report.parameters.get(v["id"])]
+    points = [
+        (v, statistics.median(report.parameters[v["id"]]))
+        for v in report.variants
+        if v["setup"] in TRADEOFF_SETUPS and report.task_means(v["id"]) and report.parameters.get(v["id"])
+    ]
     if len(points) < 2:
         return None
     common = set(report.tasks)
@@ -142,8 +155,11 @@ def plot_tradeoff(report: Report, path: str | os.PathLike) -> Path | None:
         return None
     figure, axes = plt.subplots(figsize=(6.5, 4.2))
     for setup in TRADEOFF_SETUPS:
-        series = sorted((params, statistics.mean(report.task_means(v["id"])[t] for t in common), v["id"])
-                        for v, params in points if v["setup"] == setup)
+        series = sorted(
+            (params, statistics.mean(report.task_means(v["id"])[t] for t in common), v["id"])
+            for v, params in points
+            if v["setup"] == setup
+        )
         if not series:
             continue
         xs, ys, labels = zip(*series, strict=True)
@@ -175,14 +191,20 @@ def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
         by_target = fusion_attention_by_target(report, variant["id"])
         if by_target:
             seeds = max(len(r) for r in report.activations[variant["id"]].values())
-            written.append(plot_fusion_attention(
-                by_target, directory / f"fusion_attention_{variant['id']}.png",
-                f"{report.name} · {variant['id']}: mean fusion attention on the dev set (rows: target task, "
-                f"columns: adapter; mean over up to {seeds} seed(s))"))
+            written.append(
+                plot_fusion_attention(
+                    by_target,
+                    directory / f"fusion_attention_{variant['id']}.png",
+                    f"{report.name} · {variant['id']}: mean fusion attention on the dev set (rows: target task, "
+                    f"columns: adapter; mean over up to {seeds} seed(s))",
+                )
+            )
     written.append(plot_tradeoff(report, directory / "tradeoff_parameters.png"))
     if written[-1] is None:
-        report.figure_notes.append("The accuracy vs trained-parameters curve needs two or more of "
-                                   f"{', '.join(TRADEOFF_SETUPS)} with results on a common task.")
+        report.figure_notes.append(
+            "The accuracy vs trained-parameters curve needs two or more of "
+            f"{', '.join(TRADEOFF_SETUPS)} with results on a common task."
+        )
     figures = [p for p in written if p is not None]
     report.figures.extend(figures)
     return figures
@@ -191,15 +213,18 @@ def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
 def plot_run_fusion_attention(activation: FusionActivation, path: str | os.PathLike) -> Path:
     """One fusion run's heatmap, rows = layers, columns = adapters (annotated), for `adapterfusion analyze-fusion`."""
     values = activation.values
-    figure, axis = plt.subplots(figsize=(max(3.5, 0.7 * len(activation.adapters) + 2),
-                                         max(2.5, 0.4 * len(activation.layers) + 1.2)))
+    figure, axis = plt.subplots(
+        figsize=(max(3.5, 0.7 * len(activation.adapters) + 2), max(2.5, 0.4 * len(activation.layers) + 1.2))
+    )
     image = axis.imshow(values, cmap="viridis", vmin=ATTENTION_SCALE[0], vmax=ATTENTION_SCALE[1], aspect="auto")
     _annotate(axis, values, 8)
     axis.set_xticks(range(len(activation.adapters)), activation.adapters, rotation=45, ha="right")
     axis.set_yticks(range(len(activation.layers)), [f"layer {layer + 1}" for layer in activation.layers])
     target = activation.info.get("task")
-    axis.set_title(f"{activation.fusion}{f' (target {target})' if target else ''}: mean fusion attention over "
-                   f"{activation.tokens} dev tokens", fontsize=9)
+    axis.set_title(
+        f"{activation.fusion}{f' (target {target})' if target else ''}: mean fusion attention over "
+        f"{activation.tokens} dev tokens",
+        fontsize=9,
+    )
     figure.colorbar(image, ax=axis, label="mean softmax weight")
     return _save(figure, Path(path))
-

@@ -7,6 +7,7 @@ stage 1, its own AdapterStore entry) and its job.log there; the runner's process
 | single | adapterfusion.training.train of one task, setup and seed |
 | multitask | adapterfusion.training.train_multitask of all the job's tasks in one run |
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -105,13 +106,22 @@ def _train_single(payload: JobPayload) -> Path:
     """train() of the job's one task; returns the run dir it wrote."""
     from adapterfusion.training import AdapterStore, train
 
-    logging.getLogger(__name__).info("job %s: train(%r, %r, seed=%d) pid %d", payload.job_id, payload.task,
-                                     payload.setup, payload.seed, os.getpid())
-    result = train(payload.task, payload.setup, seed=payload.seed, encoder=payload.encoder,
-                   data_dir=payload.data_dir, output_dir=payload.output_dir,
-                   store=AdapterStore(payload.store_dir) if payload.store_dir else None,
-                   training_config=payload.training, setup_options=payload.options, max_examples=payload.max_examples,
-                   resume=payload.resume)
+    logging.getLogger(__name__).info(
+        "job %s: train(%r, %r, seed=%d) pid %d", payload.job_id, payload.task, payload.setup, payload.seed, os.getpid()
+    )
+    result = train(
+        payload.task,
+        payload.setup,
+        seed=payload.seed,
+        encoder=payload.encoder,
+        data_dir=payload.data_dir,
+        output_dir=payload.output_dir,
+        store=AdapterStore(payload.store_dir) if payload.store_dir else None,
+        training_config=payload.training,
+        setup_options=payload.options,
+        max_examples=payload.max_examples,
+        resume=payload.resume,
+    )
     return Path(result.run_dir)
 
 
@@ -121,11 +131,20 @@ def _train_multitask(payload: JobPayload) -> Path:
 
     options = dict(payload.options)
     tasks = options.pop("tasks")
-    logging.getLogger(__name__).info("job %s: train_multitask(%r, seed=%d, %s) pid %d", payload.job_id, tasks,
-                                     payload.seed, options, os.getpid())
-    result = train_multitask(tasks, seed=payload.seed, encoder=payload.encoder, data_dir=payload.data_dir,
-                             output_dir=payload.output_dir, store=payload.store_dir, training_config=payload.training,
-                             max_examples=payload.max_examples, **options)
+    logging.getLogger(__name__).info(
+        "job %s: train_multitask(%r, seed=%d, %s) pid %d", payload.job_id, tasks, payload.seed, options, os.getpid()
+    )
+    result = train_multitask(
+        tasks,
+        seed=payload.seed,
+        encoder=payload.encoder,
+        data_dir=payload.data_dir,
+        output_dir=payload.output_dir,
+        store=payload.store_dir,
+        training_config=payload.training,
+        max_examples=payload.max_examples,
+        **options,
+    )
     return Path(result.run_dir)
 
 
@@ -166,8 +185,9 @@ def execute_job(payload: JobPayload) -> dict[str, Any]:
         warnings.simplefilter("default")
         try:
             if payload.kind not in JOB_KINDS:
-                raise ExperimentSpecError(f"job {payload.job_id}: unknown kind {payload.kind!r}; "
-                                          f"known: {', '.join(JOB_KINDS)}")
+                raise ExperimentSpecError(
+                    f"job {payload.job_id}: unknown kind {payload.kind!r}; known: {', '.join(JOB_KINDS)}"
+                )
             written = JOB_KINDS[payload.kind](payload)
             if written.resolve() != run_dir.resolve():
                 raise RuntimeError(f"the {payload.kind} run wrote {written}, the plan expected {run_dir}")

@@ -8,6 +8,7 @@ so st-a with rf 2 and rf 16 never overwrite each other's stored adapters.
 A multi-task variant (mt-a) is one job per seed on all its tasks, `mt-a/all/seed-<seed>` of kind "multitask"
 (train_multitask instead of train); the fusion-mt-a jobs of that seed depend on it and run on the encoder it saved.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -54,9 +55,17 @@ class Job:
         included (`dependencies`: id -> hash, see config_hashes), so a fusion whose adapters are re-trained with
         other settings is re-run too; a job whose hash changed is re-run. Without `dependencies`: the hash older
         runners recorded, which named the dependencies by id only (ResultsStore.bind upgrades such records)."""
-        data = {"setup": self.setup, "task": self.task, "seed": self.seed, "options": self.options,
-                "training": self.training, "depends_on": self.depends_on, "encoder": spec.encoder,
-                "data_dir": spec.data_dir, "max_examples": spec.max_examples}
+        data = {
+            "setup": self.setup,
+            "task": self.task,
+            "seed": self.seed,
+            "options": self.options,
+            "training": self.training,
+            "depends_on": self.depends_on,
+            "encoder": spec.encoder,
+            "data_dir": spec.data_dir,
+            "max_examples": spec.max_examples,
+        }
         if self.depends_on and dependencies is not None:  # jobs without dependencies keep their hashes
             missing = [d for d in self.depends_on if d not in dependencies]
             if missing:
@@ -92,11 +101,28 @@ def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> J
     training = spec.job_training(variant, task)
     if variant.is_multitask:
         options = {**variant.options, "tasks": [t for t in spec.tasks if variant.runs_on(t)]}
-        return Job(job_id(variant.id, ALL_TASKS, seed), variant.id, variant.setup, ALL_TASKS, seed, options, training,
-                   store_variant=variant.id, kind=MULTITASK_KIND)
+        return Job(
+            job_id(variant.id, ALL_TASKS, seed),
+            variant.id,
+            variant.setup,
+            ALL_TASKS,
+            seed,
+            options,
+            training,
+            store_variant=variant.id,
+            kind=MULTITASK_KIND,
+        )
     if not variant.is_fusion:
-        return Job(job_id(variant.id, task, seed), variant.id, variant.setup, task, seed, dict(variant.options),
-                   training, store_variant=variant.id if variant.is_stage1 else None)
+        return Job(
+            job_id(variant.id, task, seed),
+            variant.id,
+            variant.setup,
+            task,
+            seed,
+            dict(variant.options),
+            training,
+            store_variant=variant.id if variant.is_stage1 else None,
+        )
     adapter = spec.variant(variant.adapter_variant)
     sources = spec.fusion[task]
     zoo = variant.options.get("zoo")
@@ -111,17 +137,39 @@ def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> J
             f"for {them}; add {missing} to tasks (and to the {adapter.id} entry's tasks, if it has any), "
             f"or drop {them} "
             f"from fusion.{task}"
-            + (f" (its own adapter is always fused: to skip {task!r}, leave it out of the {variant.id} entry's tasks)"
-               if task in missing else ""))
+            + (
+                f" (its own adapter is always fused: to skip {task!r}, leave it out of the {variant.id} entry's tasks)"
+                if task in missing
+                else ""
+            )
+        )
     if adapter.is_multitask:  # the MT-A run of this seed: its adapters, on the encoder it fine-tuned
         multitask = _job(spec, adapter, ALL_TASKS, seed)
         encoder_run = (multitask.run_dir(Path()) / MULTITASK_ENCODER_DIR).as_posix()
-        return Job(job_id(variant.id, task, seed), variant.id, variant.setup, task, seed,
-                   {**variant.options, "sources": list(sources), "adapter_seed": seed}, training,
-                   depends_on=(multitask.id,), store_variant=adapter.id, encoder_run=encoder_run)
+        return Job(
+            job_id(variant.id, task, seed),
+            variant.id,
+            variant.setup,
+            task,
+            seed,
+            {**variant.options, "sources": list(sources), "adapter_seed": seed},
+            training,
+            depends_on=(multitask.id,),
+            store_variant=adapter.id,
+            encoder_run=encoder_run,
+        )
     options = {**variant.options, "sources": list(sources), "adapter_setup": adapter.setup, "adapter_seed": seed}
-    return Job(job_id(variant.id, task, seed), variant.id, variant.setup, task, seed, options, training,
-               depends_on=tuple(job_id(adapter.id, s, seed) for s in from_experiment), store_variant=adapter.id)
+    return Job(
+        job_id(variant.id, task, seed),
+        variant.id,
+        variant.setup,
+        task,
+        seed,
+        options,
+        training,
+        depends_on=tuple(job_id(adapter.id, s, seed) for s in from_experiment),
+        store_variant=adapter.id,
+    )
 
 
 def _check_zoo_sources(spec: ExperimentSpec, sources: list[str], zoo: str, path: str) -> None:
@@ -143,8 +191,12 @@ def plan_jobs(spec: ExperimentSpec) -> list[Job]:
     the other setups between, tasks in the experiment's order; a multi-task variant is one job per seed."""
     rank = {v.id: (0 if v.is_stage1 else 2 if v.is_fusion else 1) for v in spec.variants}
     variants = sorted(spec.variants, key=lambda v: rank[v.id])
-    jobs = [_job(spec, variant, task, seed) for seed in spec.seeds for variant in variants
-            for task in _job_tasks(spec, variant)]
+    jobs = [
+        _job(spec, variant, task, seed)
+        for seed in spec.seeds
+        for variant in variants
+        for task in _job_tasks(spec, variant)
+    ]
     return topological_order(jobs)
 
 
@@ -184,6 +236,7 @@ def topological_order(jobs: list[Job]) -> list[Job]:
             raise ExperimentSpecError(f"the jobs {[j.id for j in remaining]} depend on each other in a cycle")
         remaining = [job for job in remaining if job.id not in done]
     return ordered
+
 
 def dependents(jobs: list[Job], job_id_: str) -> list[str]:
     """Ids of every job that needs `job_id_`, directly or through others."""

@@ -4,6 +4,7 @@ A record holds the host, the pid and, where the system tells them (Linux /proc),
 time, so a pid reused by another process after a kill or a reboot is not taken for the one recorded. A process on
 another host cannot be checked from here; callers decide what that means for them.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,7 @@ def _stat_fields(pid: int) -> list[str] | None:
     """/proc/<pid>/stat from field 3 (state) on, None where unknown (no /proc, or no such process)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-        return stat[stat.rindex(")") + 2:].split()  # after "(comm)", which may hold spaces
+        return stat[stat.rindex(")") + 2 :].split()  # after "(comm)", which may hold spaces
     except (OSError, ValueError):
         return None
 
@@ -74,12 +75,20 @@ class ProcessRecord:
     @classmethod
     def from_dict(cls, data: Any) -> ProcessRecord | None:
         """The record in `data` (a lock's or journal's JSON), None if it names no process."""
-        if not isinstance(data, dict) or isinstance(data.get("pid"), bool) or not isinstance(data.get("pid"), int) \
-                or not isinstance(data.get("host"), str):
+        if (
+            not isinstance(data, dict)
+            or isinstance(data.get("pid"), bool)
+            or not isinstance(data.get("pid"), int)
+            or not isinstance(data.get("host"), str)
+        ):
             return None
         boot_id, start_time = data.get("boot_id"), data.get("start_time")
-        return cls(data["pid"], data["host"], boot_id if isinstance(boot_id, str) else None,
-                   start_time if isinstance(start_time, int) and not isinstance(start_time, bool) else None)
+        return cls(
+            data["pid"],
+            data["host"],
+            boot_id if isinstance(boot_id, str) else None,
+            start_time if isinstance(start_time, int) and not isinstance(start_time, bool) else None,
+        )
 
     def status(self) -> str:
         """ALIVE, GONE (it ended, its pid now belongs to another process, or the machine rebooted since) or

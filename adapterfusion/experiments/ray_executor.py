@@ -9,6 +9,7 @@ installed, and the runner's working directory, the experiment's output, data and
 that every node mounts at the same path (each task changes into the runner's working directory first, so relative
 paths in the experiment file mean the same thing on every node).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,9 +49,12 @@ class RayRequest:
 def _run_on_node(payload: JobPayload, cwd: str, threads: int) -> dict[str, Any]:
     """The Ray task: run one job from the runner's working directory, so relative paths resolve as they did there."""
     if not os.path.isdir(cwd):
-        return {"ok": False, "error": f"the runner's working directory {cwd} does not exist on Ray node "
-                                      f"{socket.gethostname()}; put it and the output dir on a filesystem every "
-                                      f"node mounts at the same path"}
+        return {
+            "ok": False,
+            "error": f"the runner's working directory {cwd} does not exist on Ray node "
+            f"{socket.gethostname()}; put it and the output dir on a filesystem every "
+            f"node mounts at the same path",
+        }
     import torch
 
     torch.set_num_threads(threads)
@@ -67,8 +71,9 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as err:
-        raise ExperimentError(f"the ray executor needs Ray, which is not installed ({err}); run "
-                              f"`{INSTALL_HINT}`") from err
+        raise ExperimentError(
+            f"the ray executor needs Ray, which is not installed ({err}); run `{INSTALL_HINT}`"
+        ) from err
     return ray
 
 
@@ -78,8 +83,13 @@ class RayExecutor:
     `workers`: jobs kept in flight (default: as many as the cluster's CPUs/GPUs hold). Ray is imported here, but
     connected to only on first use, so a runner that fails before scheduling leaves no session behind."""
 
-    def __init__(self, workers: int | None = None, address: str | None = None, cpus_per_job: float = 1.0,
-                 gpus_per_job: float = 0.0) -> None:
+    def __init__(
+        self,
+        workers: int | None = None,
+        address: str | None = None,
+        cpus_per_job: float = 1.0,
+        gpus_per_job: float = 0.0,
+    ) -> None:
         if workers is not None:
             check_positive(workers, "workers")
         self.request = RayRequest(cpus_per_job, gpus_per_job)
@@ -104,12 +114,15 @@ class RayExecutor:
                 ray.init(address=self.address, log_to_driver=False, logging_level="warning", **local)
             except (ConnectionError, ValueError, RuntimeError) as err:
                 target = self.address or os.environ.get("RAY_ADDRESS") or "a new local instance"
-                raise ExperimentError(f"cannot connect to the Ray cluster at {target!r} ({err}); start one with "
-                                      "`ray start --head` and pass its head's host:port or auto") from err
+                raise ExperimentError(
+                    f"cannot connect to the Ray cluster at {target!r} ({err}); start one with "
+                    "`ray start --head` and pass its head's host:port or auto"
+                ) from err
             self._owns_session = True
         self._capacity = self._workers or self.request.jobs_fitting(ray.cluster_resources())
-        self._task = ray.remote(_run_on_node).options(num_cpus=self.request.cpus, num_gpus=self.request.gpus,
-                                                       max_retries=0)
+        self._task = ray.remote(_run_on_node).options(
+            num_cpus=self.request.cpus, num_gpus=self.request.gpus, max_retries=0
+        )
 
     @property
     def capacity(self) -> int:

@@ -10,6 +10,7 @@
 `build_report` makes the tables in memory; experiments/report_files.py's `write_report` writes them and the figures
 to `<output_dir>/report/`. Std is the sample standard deviation (n − 1); a cell with one seed has no ±.
 """
+
 from __future__ import annotations
 
 import csv
@@ -67,8 +68,12 @@ class Table:
 
     def markdown(self) -> str:
         header = ["task", *self.columns]
-        lines = [f"### {self.title}", "", "| " + " | ".join(header) + " |",
-                 "|" + "|".join(["---"] + [":---:"] * len(self.columns)) + "|"]
+        lines = [
+            f"### {self.title}",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join(["---"] + [":---:"] * len(self.columns)) + "|",
+        ]
         for row in self.rows:
             label = row + self.row_marks.get(row, "")
             lines.append("| " + " | ".join([label, *(self.cell(row, c).text for c in self.columns)]) + " |")
@@ -84,15 +89,33 @@ class Table:
         for row in self.rows:
             for column in self.columns:
                 cell = self.cell(row, column)
-                writer.writerow([row, column, "" if cell.value is None else repr(cell.value),
-                                 "" if cell.std is None else repr(cell.std), cell.n, cell.text])
+                writer.writerow(
+                    [
+                        row,
+                        column,
+                        "" if cell.value is None else repr(cell.value),
+                        "" if cell.std is None else repr(cell.std),
+                        cell.n,
+                        cell.text,
+                    ]
+                )
         return buffer.getvalue()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "rows": list(self.rows), "columns": list(self.columns),
-                "row_marks": dict(self.row_marks), "notes": list(self.notes),
-                "cells": [{"row": r, "column": c, "value": cell.value, "std": cell.std, "n": cell.n, "text": cell.text}
-                          for r in self.rows for c in self.columns for cell in [self.cell(r, c)]]}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "rows": list(self.rows),
+            "columns": list(self.columns),
+            "row_marks": dict(self.row_marks),
+            "notes": list(self.notes),
+            "cells": [
+                {"row": r, "column": c, "value": cell.value, "std": cell.std, "n": cell.n, "text": cell.text}
+                for r in self.rows
+                for c in self.columns
+                for cell in [self.cell(r, c)]
+            ],
+        }
 
 
 @dataclass
@@ -124,13 +147,18 @@ class Report:
 
     def task_means(self, variant_id: str) -> dict[str, float]:
         """Mean over seeds per task, for the tasks this variant has results on."""
-        return {task: statistics.mean(v for _, v in runs)
-                for task, runs in self.scores.get(variant_id, {}).items() if runs}
+        return {
+            task: statistics.mean(v for _, v in runs) for task, runs in self.scores.get(variant_id, {}).items() if runs
+        }
 
     def markdown(self) -> str:
         done, total = self.job_counts.get("done", 0), sum(self.job_counts.values())
-        lines = [f"# Report: {self.name}", "",
-                 f"Made from {done} of {total} jobs done in `{self.output_dir}` (`adapterfusion report`).", ""]
+        lines = [
+            f"# Report: {self.name}",
+            "",
+            f"Made from {done} of {total} jobs done in `{self.output_dir}` (`adapterfusion report`).",
+            "",
+        ]
         lines += [table.markdown() for table in self.tables]
         if self.warnings:
             lines += ["### Warnings", "", "Runs whose dev results need a second look before the tables are read:", ""]
@@ -148,12 +176,23 @@ class Report:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "output_dir": str(self.output_dir), "tasks": list(self.tasks),
-                "variants": list(self.variants), "metrics": self.metrics, "job_counts": self.job_counts,
-                "carved": self.carved, "warnings": self.warnings, "tables": [t.to_dict() for t in self.tables],
-                "figures": [p.name for p in self.figures], "figure_notes": self.figure_notes,
-                "scores": {v: {t: [{"seed": s, "value": x} for s, x in runs] for t, runs in by_task.items()}
-                           for v, by_task in self.scores.items()}}
+        return {
+            "name": self.name,
+            "output_dir": str(self.output_dir),
+            "tasks": list(self.tasks),
+            "variants": list(self.variants),
+            "metrics": self.metrics,
+            "job_counts": self.job_counts,
+            "carved": self.carved,
+            "warnings": self.warnings,
+            "tables": [t.to_dict() for t in self.tables],
+            "figures": [p.name for p in self.figures],
+            "figure_notes": self.figure_notes,
+            "scores": {
+                v: {t: [{"seed": s, "value": x} for s, x in runs] for t, runs in by_task.items()}
+                for v, by_task in self.scores.items()
+            },
+        }
 
 
 # ---- reading the results -------------------------------------------------------------------------------------
@@ -189,12 +228,25 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
             store.close()
     spec = json.loads(meta["spec"]) if meta.get("spec") else {}
     tasks = tuple(spec.get("tasks") or dict.fromkeys(r.task for r in records))
-    variants = tuple(spec.get("variants") or
-                     [{"id": v, "setup": s, "options": {}, "adapter_variant": None}
-                      for v, s in dict.fromkeys((r.variant, r.setup) for r in records)])
-    report = Report(name=meta.get("name", output_dir.name), output_dir=output_dir, tasks=tasks, variants=variants,
-                    scores={}, metrics={}, parameters={}, activations={}, carved={},
-                    job_counts={k: n for k, n in counts.items() if n})
+    variants = tuple(
+        spec.get("variants")
+        or [
+            {"id": v, "setup": s, "options": {}, "adapter_variant": None}
+            for v, s in dict.fromkeys((r.variant, r.setup) for r in records)
+        ]
+    )
+    report = Report(
+        name=meta.get("name", output_dir.name),
+        output_dir=output_dir,
+        tasks=tasks,
+        variants=variants,
+        scores={},
+        metrics={},
+        parameters={},
+        activations={},
+        carved={},
+        job_counts={k: n for k, n in counts.items() if n},
+    )
     for record in records:
         if record.state != "done" or not record.metrics:
             continue
@@ -204,8 +256,11 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
                 report.metrics.setdefault(task, score[0])
                 report.scores.setdefault(record.variant, {}).setdefault(task, []).append((record.seed, score[1]))
         found = record.metrics.get("warnings")
-        report.warnings += [f"{record.variant}/{record.task} seed {record.seed}: {message}"
-                            for message in (found if isinstance(found, list) else []) if isinstance(message, str)]
+        report.warnings += [
+            f"{record.variant}/{record.task} seed {record.seed}: {message}"
+            for message in (found if isinstance(found, list) else [])
+            if isinstance(message, str)
+        ]
         trainable = (record.metrics.get("parameters") or {}).get("trainable")
         if isinstance(trainable, int):
             report.parameters.setdefault(record.variant, []).append(trainable)
@@ -229,9 +284,11 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
 
 def _describe_carve(carve: dict[str, Any]) -> str:
     roles = " and ".join(carve.get("carved_roles") or ["validation"])
-    return (f"{roles} carved from its {carve.get('source_split')!r} split ({carve.get('source_size')} rows, "
-            f"validation fraction {carve.get('fraction')}, seeded by each run's seed); its dev numbers are on the "
-            "carved validation split, not the official dev set")
+    return (
+        f"{roles} carved from its {carve.get('source_split')!r} split ({carve.get('source_size')} rows, "
+        f"validation fraction {carve.get('fraction')}, seeded by each run's seed); its dev numbers are on the "
+        "carved validation split, not the official dev set"
+    )
 
 
 # ---- the tables --------------------------------------------------------------------------------------------
@@ -278,16 +335,23 @@ def _score_table(report: Report, table_id: str, title: str, columns: Sequence[st
 
 def _score_notes(report: Report) -> list[str]:
     names = sorted(set(report.metrics.values())) or ["metric"]
-    notes = [f"Dev-set {'/'.join(names)} in percent: mean ± sample standard deviation (n − 1) over seeds; a cell "
-             f"from one seed shows no ±. The mean row averages the per-task means. {MISSING} = no finished run."]
+    notes = [
+        f"Dev-set {'/'.join(names)} in percent: mean ± sample standard deviation (n − 1) over seeds; a cell "
+        f"from one seed shows no ±. The mean row averages the per-task means. {MISSING} = no finished run."
+    ]
     if report.carved:
         notes.append(f"{CARVED_MARK} splits carved out of the available data (see Splits below).")
     return notes
 
 
 def table1(report: Report) -> Table:
-    return _score_table(report, "table1", "Table 1: dev results per task and setup",
-                        [v["id"] for v in report.variants], _score_notes(report))
+    return _score_table(
+        report,
+        "table1",
+        "Table 1: dev results per task and setup",
+        [v["id"] for v in report.variants],
+        _score_notes(report),
+    )
 
 
 def table2(report: Report) -> Table | None:
@@ -309,13 +373,23 @@ def table2(report: Report) -> Table | None:
             compared += 1
             improved += arrow == "↗"
             cells[(task, column)] = Cell(delta, None, 1, f"{delta:+.2f} {arrow}")
-        cells[("Improved", column)] = Cell(float(improved), None, compared,
-                                           f"{improved}/{compared}" if compared else MISSING)
-    notes = [f"Difference of the per-task means in percentage points: ↗ > +{TREND_THRESHOLD}, ↘ < −{TREND_THRESHOLD}, "
-             f"→ otherwise. Improved k/n: tasks with ↗ among the n tasks both setups finished."]
+        cells[("Improved", column)] = Cell(
+            float(improved), None, compared, f"{improved}/{compared}" if compared else MISSING
+        )
+    notes = [
+        f"Difference of the per-task means in percentage points: ↗ > +{TREND_THRESHOLD}, ↘ < −{TREND_THRESHOLD}, "
+        f"→ otherwise. Improved k/n: tasks with ↗ among the n tasks both setups finished."
+    ]
     marks = {task: CARVED_MARK for task in report.tasks if task in report.carved}
-    return Table("table2", "Table 2: fusion vs the adapters it fuses", (*report.tasks, "Improved"), columns, cells,
-                 marks, tuple(notes))
+    return Table(
+        "table2",
+        "Table 2: fusion vs the adapters it fuses",
+        (*report.tasks, "Improved"),
+        columns,
+        cells,
+        marks,
+        tuple(notes),
+    )
 
 
 def table3(report: Report) -> Table | None:

@@ -2,6 +2,7 @@
 (experiments/report.py) and writes `<output_dir>/report/`: tables.md, one CSV per table (table1.csv, table2.csv,
 table3.csv), tables.json and, with matplotlib installed, the figures (experiments/figures.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,10 @@ def _writable_report_dir(output_dir: Path) -> Path:
     else:
         reason = "it is read-only"
     if not writable:
-        raise ExperimentError(f"cannot write the report into {directory} ({reason}); copy {output_dir} to a folder "
-                              "you can write to and run `adapterfusion report` on the copy")
+        raise ExperimentError(
+            f"cannot write the report into {directory} ({reason}); copy {output_dir} to a folder "
+            "you can write to and run `adapterfusion report` on the copy"
+        )
     return directory
 
 

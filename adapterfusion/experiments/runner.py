@@ -11,6 +11,7 @@ training run rewrites, training/progress.py) and an ETA.
 `hooks` run at the end with (spec, results store); then the report (tables and figures) is written to
 `<output_dir>/report/` (experiments.report_files.write_report) unless report=False.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,9 +60,11 @@ class ExperimentSummary:
         return not self.failed and not self.blocked
 
     def __str__(self) -> str:
-        line = (f"experiment {self.name!r}: {len(self.ran)} job(s) run, {len(self.skipped)} already done, "
-                f"{len(self.failed)} failed, {len(self.blocked)} blocked in {self.wall_seconds:.1f}s; results in "
-                f"{self.output_dir}")
+        line = (
+            f"experiment {self.name!r}: {len(self.ran)} job(s) run, {len(self.skipped)} already done, "
+            f"{len(self.failed)} failed, {len(self.blocked)} blocked in {self.wall_seconds:.1f}s; results in "
+            f"{self.output_dir}"
+        )
         details = [f"  failed  {i}: {e.strip().splitlines()[-1] if e.strip() else e}" for i, e in self.failed.items()]
         details += [f"  blocked {i}: {r}" for i, r in self.blocked.items()]
         return "\n".join([line, *details])
@@ -70,12 +73,23 @@ class ExperimentSummary:
 def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayload:
     out = Path(spec.output_dir)
     store, encoder = job.store_dir(out), job.encoder_dir(out)
-    return JobPayload(job_id=job.id, task=job.task, setup=job.setup, seed=job.seed,
-                      output_dir=str(job.variant_dir(out)),
-                      run_dir=str(job.run_dir(out)), encoder=spec.encoder if encoder is None else str(encoder),
-                      data_dir=spec.data_dir, store_dir=None if store is None else str(store),
-                      training=payload_options(job.training), options=payload_options(job.options),
-                      max_examples=spec.max_examples, kind=job.kind, experiment_dir=str(out), resume=resume)
+    return JobPayload(
+        job_id=job.id,
+        task=job.task,
+        setup=job.setup,
+        seed=job.seed,
+        output_dir=str(job.variant_dir(out)),
+        run_dir=str(job.run_dir(out)),
+        encoder=spec.encoder if encoder is None else str(encoder),
+        data_dir=spec.data_dir,
+        store_dir=None if store is None else str(store),
+        training=payload_options(job.training),
+        options=payload_options(job.options),
+        max_examples=spec.max_examples,
+        kind=job.kind,
+        experiment_dir=str(out),
+        resume=resume,
+    )
 
 
 def run_experiment(
@@ -106,12 +120,20 @@ def run_experiment(
             atomic_write_json(out / SPEC_FILE, {**spec.to_dict(), "spec_hash": spec.spec_hash(), "source": spec.source})
             states = store.states()
             summary.skipped = [job.id for job in jobs if states[job.id] == "done"]
-            resumable = frozenset(job.id for job in jobs
-                                  if job.id not in reset and all(states[d] == "done" for d in job.depends_on))
+            resumable = frozenset(
+                job.id for job in jobs if job.id not in reset and all(states[d] == "done" for d in job.depends_on)
+            )
             pool = make_executor(executor, workers) if isinstance(executor, str) else executor
             try:
-                _schedule(spec, [job for job in jobs if states[job.id] != "done"], store, pool, summary,
-                          _Progress(len(jobs), len(summary.skipped), spec.name, enabled=progress), resumable)
+                _schedule(
+                    spec,
+                    [job for job in jobs if states[job.id] != "done"],
+                    store,
+                    pool,
+                    summary,
+                    _Progress(len(jobs), len(summary.skipped), spec.name, enabled=progress),
+                    resumable,
+                )
             finally:
                 pool.shutdown()
             summary.counts = store.counts()
@@ -121,14 +143,24 @@ def run_experiment(
                 try:
                     write_report(out, store)
                 except Exception as err:  # noqa: BLE001 - the jobs are done and recorded; the report can be made later
-                    warnings.warn(f"writing the report of {out} failed ({type(err).__name__}: {err}); "
-                                  f"run `adapterfusion report {out}` once the cause is fixed", stacklevel=2)
+                    warnings.warn(
+                        f"writing the report of {out} failed ({type(err).__name__}: {err}); "
+                        f"run `adapterfusion report {out}` once the cause is fixed",
+                        stacklevel=2,
+                    )
     summary.wall_seconds = time.perf_counter() - start
     return summary
 
 
-def _schedule(spec: ExperimentSpec, pending: list[Job], store: ResultsStore, pool: Executor,
-              summary: ExperimentSummary, progress: _Progress, resumable: frozenset[str] = frozenset()) -> None:
+def _schedule(
+    spec: ExperimentSpec,
+    pending: list[Job],
+    store: ResultsStore,
+    pool: Executor,
+    summary: ExperimentSummary,
+    progress: _Progress,
+    resumable: frozenset[str] = frozenset(),
+) -> None:
     """Submit each job once its dependencies are done, as many at a time as the executor takes; the `resumable`
     ones continue from their checkpoints (their settings and their dependencies' results are unchanged)."""
     states = store.states()

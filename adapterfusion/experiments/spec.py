@@ -39,6 +39,7 @@ depends only on its target's own st-a job, and a source the zoo lacks is an erro
 Every setup entry takes `pooling` (mean, cls, ...; default: the encoder's own, mean for sentence-transformers
 models such as the shipped MiniLM, see adapterfusion/heads/pooling.py) for the heads it trains.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,8 +66,22 @@ from adapterfusion.training.multitask import MT_A
 from adapterfusion.training.setups import get_setup, list_setups
 
 SPEC_FORMAT_VERSION = 1
-TOP_LEVEL_KEYS = ("name", "description", "encoder", "tasks", "setups", "seeds", "fusion", "zoo", "data_dir",
-                  "output_dir", "max_examples", "training", "task_training", "format_version")
+TOP_LEVEL_KEYS = (
+    "name",
+    "description",
+    "encoder",
+    "tasks",
+    "setups",
+    "seeds",
+    "fusion",
+    "zoo",
+    "data_dir",
+    "output_dir",
+    "max_examples",
+    "training",
+    "task_training",
+    "format_version",
+)
 DEFAULT_SEEDS = (42,)
 DEFAULT_REDUCTION_FACTOR = 16
 # Per-run settings the experiment owns: the seed comes from `seeds`, the fusion's sources from `fusion`, and the
@@ -119,8 +134,13 @@ class SetupVariant:
         return self.options.get("adapter_setup", get_setup(self.setup).options["adapter_setup"])
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"id": self.id, "setup": self.setup, "options": dict(self.options), "training": dict(self.training),
-               "adapter_variant": self.adapter_variant}
+        out = {
+            "id": self.id,
+            "setup": self.setup,
+            "options": dict(self.options),
+            "training": dict(self.training),
+            "adapter_variant": self.adapter_variant,
+        }
         if self.tasks is not None:  # only when set, so experiments without it keep their spec hash
             out["tasks"] = list(self.tasks)
         return out
@@ -157,16 +177,25 @@ class ExperimentSpec:
             if variant.id == variant_id:
                 return variant
         raise ExperimentSpecError(
-            f"no setup variant {variant_id!r}; the experiment has {[v.id for v in self.variants]}")
+            f"no setup variant {variant_id!r}; the experiment has {[v.id for v in self.variants]}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format_version": SPEC_FORMAT_VERSION, "name": self.name, "description": self.description,
-                "encoder": self.encoder, "tasks": list(self.tasks), "seeds": list(self.seeds),
-                "variants": [v.to_dict() for v in self.variants],
-                "fusion": {t: list(s) for t, s in self.fusion.items()}, "data_dir": self.data_dir,
-                "output_dir": self.output_dir, "max_examples": self.max_examples,
-                **({"task_training": self.task_training} if self.task_training else {}),
-                **({"zoo": self.zoo} if self.zoo is not None else {})}
+        return {
+            "format_version": SPEC_FORMAT_VERSION,
+            "name": self.name,
+            "description": self.description,
+            "encoder": self.encoder,
+            "tasks": list(self.tasks),
+            "seeds": list(self.seeds),
+            "variants": [v.to_dict() for v in self.variants],
+            "fusion": {t: list(s) for t, s in self.fusion.items()},
+            "data_dir": self.data_dir,
+            "output_dir": self.output_dir,
+            "max_examples": self.max_examples,
+            **({"task_training": self.task_training} if self.task_training else {}),
+            **({"zoo": self.zoo} if self.zoo is not None else {}),
+        }
 
     def spec_hash(self) -> str:
         """A digest of everything that decides results (not the output dir, the description or the file's path):
@@ -175,8 +204,9 @@ class ExperimentSpec:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     @classmethod
-    def from_dict(cls, data: Any, base_dir: str | os.PathLike | None = None,
-                  source: str | None = None) -> ExperimentSpec:
+    def from_dict(
+        cls, data: Any, base_dir: str | os.PathLike | None = None, source: str | None = None
+    ) -> ExperimentSpec:
         """Validate an experiment mapping; relative paths resolve against `base_dir` (default: the working dir)."""
         return _parse(data, Path(base_dir) if base_dir is not None else Path.cwd(), source)
 
@@ -244,8 +274,9 @@ def _encoder(value: Any, base_dir: Path) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise _fail("encoder",
-                    f"must be an encoder folder or a Hub id (a string), or null for the shipped one; got {value!r}")
+        raise _fail(
+            "encoder", f"must be an encoder folder or a Hub id (a string), or null for the shipped one; got {value!r}"
+        )
     try:
         local = check_encoder(value, base_dir)  # a mistyped path or an empty folder is refused here, not per job
     except ConfigError as err:
@@ -260,13 +291,17 @@ def _zoo(value: Any, base_dir: Path) -> str | None:
     if value is None or value == SHIPPED:
         return value
     if not isinstance(value, str) or not value:
-        raise _fail("zoo", f"must be {SHIPPED!r} (the adapters shipped in the package) or an AdapterStore folder; "
-                           f"got {value!r}")
+        raise _fail(
+            "zoo", f"must be {SHIPPED!r} (the adapters shipped in the package) or an AdapterStore folder; got {value!r}"
+        )
     folder = Path(value).expanduser()
     folder = folder if folder.is_absolute() else (base_dir / folder).resolve()
     if not folder.is_dir():
-        raise _fail("zoo", f"{str(folder)!r} is not a folder; give {SHIPPED!r} or the folder of an AdapterStore "
-                           "(e.g. <experiment output>/adapters/st-a-rf16)")
+        raise _fail(
+            "zoo",
+            f"{str(folder)!r} is not a folder; give {SHIPPED!r} or the folder of an AdapterStore "
+            "(e.g. <experiment output>/adapters/st-a-rf16)",
+        )
     return str(folder)
 
 
@@ -288,8 +323,10 @@ def _max_examples(value: Any) -> int | dict[str, int] | None:
     if value is None or isinstance(value, int) and not isinstance(value, bool):
         return None if value is None else count(value, "max_examples")
     if not isinstance(value, Mapping):
-        raise _fail("max_examples",
-                    f"must be an integer or a mapping of split role ({', '.join(ROLES)}) to integer; got {value!r}")
+        raise _fail(
+            "max_examples",
+            f"must be an integer or a mapping of split role ({', '.join(ROLES)}) to integer; got {value!r}",
+        )
     _reject_unknown(value, ROLES, "max_examples")
     return {role: count(v, f"max_examples.{role}") for role, v in value.items()}
 
@@ -323,14 +360,17 @@ def _variant_tasks(value: Any, tasks: tuple[str, ...], path: str) -> tuple[str, 
     chosen = _string_list(value, path)
     for j, task in enumerate(chosen):
         if task not in tasks:
-            raise _fail(f"{path}[{j}]", f"{task!r} is not one of the experiment's tasks ({', '.join(tasks)})."
-                                        f"{suggest(str(task), list(tasks))}")
+            raise _fail(
+                f"{path}[{j}]",
+                f"{task!r} is not one of the experiment's tasks ({', '.join(tasks)}).{suggest(str(task), list(tasks))}",
+            )
     _no_duplicates(chosen, path)
     return tuple(chosen)
 
 
-def _setup_entries(raw: Any, global_training: dict[str, Any],
-                   tasks: tuple[str, ...]) -> list[tuple[int, SetupVariant, Any]]:
+def _setup_entries(
+    raw: Any, global_training: dict[str, Any], tasks: tuple[str, ...]
+) -> list[tuple[int, SetupVariant, Any]]:
     """Each entry's variants (fusion variants still without adapter_variant) with their index and raw entry."""
     setups = list_setups()
     out: list[tuple[int, SetupVariant, Any]] = []
@@ -341,16 +381,20 @@ def _setup_entries(raw: Any, global_training: dict[str, Any],
             raise _fail(path, f"must be a setup name or a mapping with 'name', got {entry!r}")
         name = entry.get("name")
         if name not in setups:
-            raise _fail(f"{path}.name",
-                        f"unknown setup {name!r}.{suggest(str(name), setups)} Known setups: {', '.join(setups)}")
+            raise _fail(
+                f"{path}.name", f"unknown setup {name!r}.{suggest(str(name), setups)} Known setups: {', '.join(setups)}"
+            )
         recipe = get_setup(name)
         multitask = name in MULTITASK_OPTIONS
         defaults = _setup_option_defaults(name)
         options = [o for o in defaults if o not in _OWNED]
         has_rf = "reduction_factor" in defaults and not multitask  # one multi-task run per seed: no rf variants
         fusion = "sources" in recipe.options
-        extra = (["name", "id", "tasks"] + (["reduction_factors"] if has_rf else [])
-                 + (["adapter_reduction_factor"] if fusion else []))
+        extra = (
+            ["name", "id", "tasks"]
+            + (["reduction_factors"] if has_rf else [])
+            + (["adapter_reduction_factor"] if fusion else [])
+        )
         _reject_unknown(entry, extra + options + list(_TRAINING_FIELDS), path)
         given_options = {k: v for k, v in entry.items() if k in options}
         training = {**global_training, **{k: v for k, v in entry.items() if k in _TRAINING_FIELDS}}
@@ -363,8 +407,11 @@ def _setup_entries(raw: Any, global_training: dict[str, Any],
             if given_options["adapter_setup"] not in stage1:
                 multitask_setup = given_options["adapter_setup"] in MULTITASK_OPTIONS
                 hint = f" ({MULTITASK_FUSION} fuses {MT_A} adapters)" if multitask_setup else ""
-                raise _fail(f"{path}.adapter_setup", f"{given_options['adapter_setup']!r} is not a stage-1 adapter "
-                                                     f"setup of {name}{hint}; choose one of {', '.join(stage1)}")
+                raise _fail(
+                    f"{path}.adapter_setup",
+                    f"{given_options['adapter_setup']!r} is not a stage-1 adapter "
+                    f"setup of {name}{hint}; choose one of {', '.join(stage1)}",
+                )
         if multitask and training.get("fp16"):
             raise _fail(f"{path}.fp16", f"{name} trains without loss scaling, so fp16 would diverge; use bf16: true")
         for switch in ("gradient_checkpointing", "torch_compile"):
@@ -373,8 +420,9 @@ def _setup_entries(raw: Any, global_training: dict[str, Any],
         if has_rf:
             if "reduction_factors" in entry and "reduction_factor" in entry:
                 raise _fail(f"{path}.reduction_factors", "give either reduction_factor or reduction_factors, not both")
-            factors = entry.get("reduction_factors",
-                                [entry.get("reduction_factor", recipe.options["reduction_factor"])])
+            factors = entry.get(
+                "reduction_factors", [entry.get("reduction_factor", recipe.options["reduction_factor"])]
+            )
             factors = _string_list(factors, f"{path}.reduction_factors")
             for j, rf in enumerate(factors):
                 _positive_number(rf, f"{path}.reduction_factors[{j}]")
@@ -383,13 +431,23 @@ def _setup_entries(raw: Any, global_training: dict[str, Any],
                 raise _fail(f"{path}.id", "an id names one variant; drop it or give one reduction factor")
             for rf in factors:
                 variant_id = entry.get("id", f"{name}-{_rf_label(rf)}")
-                out.append((i, SetupVariant(variant_id, name, {**given_options, "reduction_factor": rf}, training,
-                                            tasks=only), entry))
+                out.append(
+                    (
+                        i,
+                        SetupVariant(variant_id, name, {**given_options, "reduction_factor": rf}, training, tasks=only),
+                        entry,
+                    )
+                )
         elif multitask:
             rf = given_options.get("reduction_factor", defaults["reduction_factor"])
             _positive_number(rf, f"{path}.reduction_factor")
-            out.append((i, SetupVariant(entry.get("id", name), name, {**defaults, **given_options}, training,
-                                        tasks=only), entry))
+            out.append(
+                (
+                    i,
+                    SetupVariant(entry.get("id", name), name, {**defaults, **given_options}, training, tasks=only),
+                    entry,
+                )
+            )
         else:
             out.append((i, SetupVariant(entry.get("id", name), name, given_options, training, tasks=only), entry))
     for i, variant, _ in out:
@@ -401,8 +459,10 @@ def _setup_entries(raw: Any, global_training: dict[str, Any],
     for k, (i, variant, _) in enumerate(out):
         if variant.id in ids[:k]:
             first = out[ids.index(variant.id)][0]
-            raise _fail(f"setups[{i}]", f"duplicate setup variant {variant.id!r} (also from setups[{first}]); "
-                                        "give one of them an 'id'")
+            raise _fail(
+                f"setups[{i}]",
+                f"duplicate setup variant {variant.id!r} (also from setups[{first}]); give one of them an 'id'",
+            )
     return out
 
 
@@ -412,8 +472,11 @@ def _adapter_variant(i: int, variant: SetupVariant, entry: Mapping[str, Any], st
     adapter_setup = variant.fused_setup
     candidates = [v for v in stage1 if v.setup == adapter_setup]
     if not candidates:
-        raise _fail(f"setups[{i}]", f"{variant.setup} fuses {adapter_setup} adapters, but setups has no "
-                                    f"{adapter_setup} entry; add '- {adapter_setup}' to setups")
+        raise _fail(
+            f"setups[{i}]",
+            f"{variant.setup} fuses {adapter_setup} adapters, but setups has no "
+            f"{adapter_setup} entry; add '- {adapter_setup}' to setups",
+        )
     wanted = entry.get("adapter_reduction_factor")
     if wanted is None and len(candidates) == 1:
         return candidates[0].id
@@ -422,9 +485,11 @@ def _adapter_variant(i: int, variant: SetupVariant, entry: Mapping[str, Any], st
         if candidate.options.get("reduction_factor") == rf:
             return candidate.id
     have = [c.options.get("reduction_factor") for c in candidates]
-    raise _fail(f"setups[{i}].adapter_reduction_factor",
-                f"no {adapter_setup} variant with reduction factor {rf!r}; the experiment trains {have}: "
-                f"choose one, or add {rf!r} to that entry's reduction_factors")
+    raise _fail(
+        f"setups[{i}].adapter_reduction_factor",
+        f"no {adapter_setup} variant with reduction factor {rf!r}; the experiment trains {have}: "
+        f"choose one, or add {rf!r} to that entry's reduction_factors",
+    )
 
 
 def _fusion(raw: Any, tasks: tuple[str, ...], has_fusion: bool) -> dict[str, tuple[str, ...]]:
@@ -438,8 +503,11 @@ def _fusion(raw: Any, tasks: tuple[str, ...], has_fusion: bool) -> dict[str, tup
         raise _fail("fusion", f"must map a target task to its source tasks, e.g. {{rte: [mnli, rte]}}; got {raw!r}")
     for target in raw:
         if target not in tasks:
-            raise _fail(f"fusion.{target}", f"{target!r} is not one of the experiment's tasks "
-                                            f"({', '.join(tasks)}).{suggest(str(target), list(tasks))}")
+            raise _fail(
+                f"fusion.{target}",
+                f"{target!r} is not one of the experiment's tasks "
+                f"({', '.join(tasks)}).{suggest(str(target), list(tasks))}",
+            )
     out: dict[str, tuple[str, ...]] = {}
     for target in tasks:
         path = f"fusion.{target}"
@@ -457,14 +525,17 @@ def _task_training(raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVar
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise _fail("task_training",
-                    f"must map a task to TrainingConfig overrides, e.g. {{cb: {{epochs: 10}}}}; got {raw!r}")
+        raise _fail(
+            "task_training", f"must map a task to TrainingConfig overrides, e.g. {{cb: {{epochs: 10}}}}; got {raw!r}"
+        )
     out: dict[str, dict[str, Any]] = {}
     for task, overrides in raw.items():
         path = f"task_training.{task}"
         if task not in tasks:
-            raise _fail(path, f"{task!r} is not one of the experiment's tasks ({', '.join(tasks)})."
-                              f"{suggest(str(task), list(tasks))}")
+            raise _fail(
+                path,
+                f"{task!r} is not one of the experiment's tasks ({', '.join(tasks)}).{suggest(str(task), list(tasks))}",
+            )
         if not isinstance(overrides, Mapping):
             raise _fail(path, f"must be a mapping of TrainingConfig fields, got {overrides!r}")
         _reject_unknown(overrides, _TRAINING_FIELDS, path)
@@ -475,8 +546,9 @@ def _task_training(raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVar
     return out
 
 
-def _resolve_poolings(variants: Sequence[SetupVariant], entries: Sequence[tuple[int, SetupVariant, Any]],
-                      encoder: str | None) -> list[SetupVariant]:
+def _resolve_poolings(
+    variants: Sequence[SetupVariant], entries: Sequence[tuple[int, SetupVariant, Any]], encoder: str | None
+) -> list[SetupVariant]:
     """Every variant with a `pooling` option gets it spelled out (the entry's, else the encoder's own: mean for the
     shipped MiniLM, see heads/pooling.py), so job hashes and the saved spec say which pooling each run used."""
     if encoder is None:
@@ -503,8 +575,10 @@ def _setup_option_defaults(setup: str) -> Mapping[str, Any]:
 
 def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     if not isinstance(data, Mapping):
-        raise _fail("", f"an experiment file must hold a mapping of keys ({', '.join(TOP_LEVEL_KEYS)}), "
-                        f"got {type(data).__name__}")
+        raise _fail(
+            "",
+            f"an experiment file must hold a mapping of keys ({', '.join(TOP_LEVEL_KEYS)}), got {type(data).__name__}",
+        )
     _reject_unknown(data, TOP_LEVEL_KEYS, "")
     version = data.get("format_version", SPEC_FORMAT_VERSION)
     if version != SPEC_FORMAT_VERSION:
@@ -533,15 +607,23 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
 
     entries = _setup_entries(data["setups"], dict(global_training), tasks)
     stage1 = [variant for _, variant, _ in entries if variant.is_stage1]
-    variants = [dataclasses.replace(variant, adapter_variant=_adapter_variant(i, variant, entry, stage1))
-                if variant.is_fusion else variant for i, variant, entry in entries]
+    variants = [
+        dataclasses.replace(variant, adapter_variant=_adapter_variant(i, variant, entry, stage1))
+        if variant.is_fusion
+        else variant
+        for i, variant, entry in entries
+    ]
     # A fusion's default id is its setup's name; name it after its adapters when it does not fuse st-a-rf16 (or,
     # for fusion-mt-a, the variant called mt-a).
     default_fused = {MULTITASK_FUSION: MT_A}
-    variants = [dataclasses.replace(v, id=f"{v.setup}-{v.adapter_variant}")
-                if v.is_fusion and "id" not in entry
-                and v.adapter_variant != default_fused.get(v.setup, f"st-a-{_rf_label(DEFAULT_REDUCTION_FACTOR)}")
-                else v for v, (_, _, entry) in zip(variants, entries, strict=True)]
+    variants = [
+        dataclasses.replace(v, id=f"{v.setup}-{v.adapter_variant}")
+        if v.is_fusion
+        and "id" not in entry
+        and v.adapter_variant != default_fused.get(v.setup, f"st-a-{_rf_label(DEFAULT_REDUCTION_FACTOR)}")
+        else v
+        for v, (_, _, entry) in zip(variants, entries, strict=True)
+    ]
     ids = [v.id for v in variants]
     if len(set(ids)) != len(ids):
         dup = next(x for x in ids if ids.count(x) > 1)
@@ -554,12 +636,22 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     if zoo is not None:
         if not any(v.setup == "fusion-st-a" for v in variants):
             raise _fail("zoo", "given, but setups has no fusion-st-a entry to fuse the zoo's adapters")
-        variants = [dataclasses.replace(v, options={**v.options, "zoo": zoo}) if v.setup == "fusion-st-a" else v
-                    for v in variants]
+        variants = [
+            dataclasses.replace(v, options={**v.options, "zoo": zoo}) if v.setup == "fusion-st-a" else v
+            for v in variants
+        ]
     return ExperimentSpec(
-        name=name, description=description, tasks=tasks, variants=tuple(variants),
-        seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))), encoder=encoder,
+        name=name,
+        description=description,
+        tasks=tasks,
+        variants=tuple(variants),
+        seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))),
+        encoder=encoder,
         fusion=_fusion(data.get("fusion"), tasks, any(v.is_fusion for v in variants)),
-        data_dir=_resolve_path(data.get("data_dir"), "data_dir", base_dir), output_dir=output_dir,
-        max_examples=_max_examples(data.get("max_examples")), source=source, task_training=task_training, zoo=zoo,
+        data_dir=_resolve_path(data.get("data_dir"), "data_dir", base_dir),
+        output_dir=output_dir,
+        max_examples=_max_examples(data.get("max_examples")),
+        source=source,
+        task_training=task_training,
+        zoo=zoo,
     )

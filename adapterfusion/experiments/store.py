@@ -6,6 +6,7 @@ transition is one transaction, so a runner killed at any moment leaves each job 
 `running` by the next runner was interrupted (killed, or stopped with Ctrl-C) and is re-run from scratch; until
 then `status` shows it as interrupted (runner_gone). Only the runner's parent process writes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,12 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion.experiments.errors import (
-    ExperimentError,
-    OutputDirLockedError,
-    ResultsStoreError,
-    SpecMismatchError,
-)
+from adapterfusion.experiments.errors import ExperimentError, OutputDirLockedError, ResultsStoreError, SpecMismatchError
 from adapterfusion.experiments.processes import GONE, ProcessRecord
 from adapterfusion.io.atomic import create_temp_file
 
@@ -47,7 +43,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     seed INTEGER NOT NULL,
     depends_on TEXT NOT NULL,
     config_hash TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ({', '.join(repr(s) for s in STATES)})),
+    state TEXT NOT NULL CHECK (state IN ({", ".join(repr(s) for s in STATES)})),
     attempts INTEGER NOT NULL DEFAULT 0,
     started_at REAL,
     finished_at REAL,
@@ -106,8 +102,9 @@ class ResultsStore:
         if not readonly:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = self._connect_readonly() if readonly else sqlite3.connect(self.path, timeout=30,
-                                                                                 isolation_level=None)
+            self._db = (
+                self._connect_readonly() if readonly else sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            )
             self._check(readonly)  # before anything is written: a damaged or foreign file is refused, never reused
             if not readonly:  # explicit transactions (isolation_level=None)
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -135,7 +132,8 @@ class ResultsStore:
             raise ResultsStoreError(
                 f"{self.path}: its last runner stopped before merging {wal.name} into it, and SQLite can read that "
                 f"file only in a folder it may write to, which {self.output_dir} is not; copy the folder (with "
-                f"{wal.name}) somewhere writable and run the command there")
+                f"{wal.name}) somewhere writable and run the command there"
+            )
         return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True)
 
     def _check(self, readonly: bool) -> None:
@@ -147,17 +145,23 @@ class ResultsStore:
         if {"meta", "jobs"} <= tables or (not tables and not readonly):
             return
         if not tables:
-            raise ResultsStoreError(f"{self.path} holds no results yet (a runner was stopped while creating it); "
-                                    f"`adapterfusion run` the experiment to fill it")
-        raise ResultsStoreError(f"{self.path} is a SQLite database of something else (tables {sorted(tables)}), not "
-                                f"an experiment's results; choose another output_dir, or move that file away")
+            raise ResultsStoreError(
+                f"{self.path} holds no results yet (a runner was stopped while creating it); "
+                f"`adapterfusion run` the experiment to fill it"
+            )
+        raise ResultsStoreError(
+            f"{self.path} is a SQLite database of something else (tables {sorted(tables)}), not "
+            f"an experiment's results; choose another output_dir, or move that file away"
+        )
 
     def _damaged(self, detail: str, readonly: bool) -> str:
         """The message for a results database that cannot be read."""
         refused = "" if readonly else "; the runner leaves it as it is rather than start over on top of it"
-        return (f"{self.path} cannot be read as an experiment's results ({detail}){refused}. If it is damaged, move "
-                f"it aside (e.g. to {self.path.name}.damaged) and run the experiment again, which re-runs every job "
-                "(or restore the file from a backup)")
+        return (
+            f"{self.path} cannot be read as an experiment's results ({detail}){refused}. If it is damaged, move "
+            f"it aside (e.g. to {self.path.name}.damaged) and run the experiment again, which re-runs every job "
+            "(or restore the file from a backup)"
+        )
 
     def close(self) -> None:
         self._db.close()
@@ -186,7 +190,8 @@ class ResultsStore:
                 raise ExperimentError(
                     f"could not record a change in {self.path}: the disk is full ({error}). The change was rolled "
                     "back and everything recorded before it is intact; free some space and run the same command "
-                    "again to resume") from None
+                    "again to resume"
+                ) from None
             raise
 
     def _transaction(self, sql: str, params: Iterable[Any] = ()) -> int:
@@ -212,26 +217,43 @@ class ResultsStore:
             raise SpecMismatchError(
                 f"{self.output_dir} holds results of experiment {meta.get('name')!r} (spec {meta['spec_hash']}), "
                 f"not of this spec {spec.name!r} ({spec_hash}); choose another output_dir, or pass --force "
-                "(force=True) to reuse it: jobs whose settings changed are re-run, the others are kept")
+                "(force=True) to reuse it: jobs whose settings changed are re-run, the others are kept"
+            )
         now = time.time()
         reset: list[str] = []
         with self._writing():
-            values = {"name": spec.name, "spec_hash": spec_hash, "spec": json.dumps(spec.to_dict(), sort_keys=True),
-                      "source": spec.source or "", "format_version": str(STORE_FORMAT_VERSION),
-                      "updated_at": str(now)}
+            values = {
+                "name": spec.name,
+                "spec_hash": spec_hash,
+                "spec": json.dumps(spec.to_dict(), sort_keys=True),
+                "source": spec.source or "",
+                "format_version": str(STORE_FORMAT_VERSION),
+                "updated_at": str(now),
+            }
             if "created_at" not in meta:
                 values["created_at"] = str(now)
             self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", values.items())
-            existing = {row["id"]: row for row in
-                        self._db.execute("SELECT id, config_hash, state, started_at, finished_at FROM jobs")}
+            existing = {
+                row["id"]: row
+                for row in self._db.execute("SELECT id, config_hash, state, started_at, finished_at FROM jobs")
+            }
             for position, job in enumerate(jobs):  # topologically ordered: a job's dependencies are decided first
                 config_hash = hashes[job.id]
                 if job.id not in existing:
                     self._db.execute(
                         "INSERT INTO jobs (id, position, variant, setup, task, seed, depends_on, config_hash, state) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued')",
-                        (job.id, position, job.variant, job.setup, job.task, job.seed, json.dumps(job.depends_on),
-                         config_hash))
+                        (
+                            job.id,
+                            position,
+                            job.variant,
+                            job.setup,
+                            job.task,
+                            job.seed,
+                            json.dumps(job.depends_on),
+                            config_hash,
+                        ),
+                    )
                     continue
                 keep = existing[job.id]["config_hash"] == config_hash or _upgradable(job, spec, existing, reset)
                 if not keep:
@@ -240,7 +262,8 @@ class ResultsStore:
                     "UPDATE jobs SET position = ?, depends_on = ?, config_hash = ?, "
                     "state = CASE WHEN ? THEN state ELSE 'queued' END, "
                     "metrics = CASE WHEN ? THEN metrics ELSE NULL END WHERE id = ?",
-                    (position, json.dumps(job.depends_on), config_hash, keep, keep, job.id))
+                    (position, json.dumps(job.depends_on), config_hash, keep, keep, job.id),
+                )
             planned = {job.id for job in jobs}
             self._db.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in existing if i not in planned])
         return reset
@@ -273,8 +296,9 @@ class ResultsStore:
 
     def requeue_unfinished(self) -> list[str]:
         """Jobs a killed runner left running, and failed or blocked jobs, go back to queued for this run."""
-        ids = [row["id"]
-               for row in self._db.execute("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")]
+        ids = [
+            row["id"] for row in self._db.execute("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")
+        ]
         self._transaction("UPDATE jobs SET state = 'queued' WHERE state IN ('running', 'failed', 'blocked')")
         return ids
 
@@ -282,7 +306,8 @@ class ResultsStore:
         changed = self._transaction(
             "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ?, finished_at = NULL, "
             "run_dir = ?, metrics = NULL, error = NULL WHERE id = ? AND state = 'queued'",
-            (time.time(), run_dir, job_id))
+            (time.time(), run_dir, job_id),
+        )
         if changed != 1:
             raise ExperimentError(f"job {job_id!r} is not queued; cannot start it")
 
@@ -295,12 +320,14 @@ class ResultsStore:
     def mark_blocked(self, job_id: str, reason: str) -> None:
         self._transaction(
             "UPDATE jobs SET state = 'blocked', error = ?, finished_at = ? WHERE id = ? AND state = 'queued'",
-            (reason, time.time(), job_id))
+            (reason, time.time(), job_id),
+        )
 
     def _finish(self, job_id: str, state: str, metrics: str | None, error: str | None) -> None:
         changed = self._transaction(
             "UPDATE jobs SET state = ?, finished_at = ?, metrics = ?, error = ? WHERE id = ? AND state = 'running'",
-            (state, time.time(), metrics, error, job_id))
+            (state, time.time(), metrics, error, job_id),
+        )
         if changed != 1:
             raise ExperimentError(f"job {job_id!r} is not running; cannot mark it {state}")
 
@@ -319,16 +346,34 @@ def _upgradable(job: Job, spec: ExperimentSpec, existing: dict[str, sqlite3.Row]
     if not job.depends_on or row["config_hash"] != job.config_hash(spec) or row["started_at"] is None:
         return False
     deps = [existing.get(d) for d in job.depends_on]
-    return all(dep is not None and dep["id"] not in reset and dep["state"] == "done" and dep["finished_at"] is not None
-               and dep["finished_at"] <= row["started_at"] for dep in deps)
+    return all(
+        dep is not None
+        and dep["id"] not in reset
+        and dep["state"] == "done"
+        and dep["finished_at"] is not None
+        and dep["finished_at"] <= row["started_at"]
+        for dep in deps
+    )
 
 
 def _record(row: sqlite3.Row) -> JobRecord:
     return JobRecord(
-        id=row["id"], position=row["position"], variant=row["variant"], setup=row["setup"], task=row["task"],
-        seed=row["seed"], depends_on=tuple(json.loads(row["depends_on"])), config_hash=row["config_hash"],
-        state=row["state"], attempts=row["attempts"], started_at=row["started_at"], finished_at=row["finished_at"],
-        run_dir=row["run_dir"], metrics=json.loads(row["metrics"]) if row["metrics"] else None, error=row["error"])
+        id=row["id"],
+        position=row["position"],
+        variant=row["variant"],
+        setup=row["setup"],
+        task=row["task"],
+        seed=row["seed"],
+        depends_on=tuple(json.loads(row["depends_on"])),
+        config_hash=row["config_hash"],
+        state=row["state"],
+        attempts=row["attempts"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        run_dir=row["run_dir"],
+        metrics=json.loads(row["metrics"]) if row["metrics"] else None,
+        error=row["error"],
+    )
 
 
 # ---- the runner lock -------------------------------------------------------------------------------------------
@@ -389,12 +434,14 @@ class RunnerLock:
             except FileNotFoundError:
                 pass
             return
-        since = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["started_at"]))
-                 if "started_at" in owner else "?")
+        since = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["started_at"])) if "started_at" in owner else "?"
+        )
         raise OutputDirLockedError(
             f"another runner (pid {owner.get('pid')} on {owner.get('host')}, since {since}) "
             f"is using {self.path.parent}; "
-            f"wait for it to finish, or, if that process is gone, delete {self.path}")
+            f"wait for it to finish, or, if that process is gone, delete {self.path}"
+        )
 
     def release(self) -> None:
         if self._held:

@@ -10,6 +10,7 @@ starts after a kill then knows
 * exactly which temp files the dead writers left half-written: it removes those, and nothing else of the output
   dir (which may be `.` or hold the user's own files).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -77,7 +78,8 @@ def clear_dead_writers(output_dir: str | os.PathLike, wait: float | None = None)
             pids = " ".join(str(r.pid) for r in live)
             raise OutputDirLockedError(
                 f"{', '.join(map(str, live))} still write(s) into {output_dir} for a runner that is gone (e.g. a "
-                f"worker of a killed runner); wait for them to end, or end them (`kill {pids}`), then run again")
+                f"worker of a killed runner); wait for them to end, or end them (`kill {pids}`), then run again"
+            )
         time.sleep(_POLL_SECONDS)
     removed: list[Path] = []
     for journal in journals:

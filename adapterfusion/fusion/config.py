@@ -1,4 +1,5 @@
 """FusionConfig: the knobs of one AdapterFusion layer (Pfeiffer et al. 2021, §3.2)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,22 +39,42 @@ class FusionConfig:
     score_dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        for flag in ("query", "key", "value", "query_before_ln", "residual_before", "value_before_softmax",
-                     "regularization", "temperature"):
+        for flag in (
+            "query",
+            "key",
+            "value",
+            "query_before_ln",
+            "residual_before",
+            "value_before_softmax",
+            "regularization",
+            "temperature",
+        ):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"fusion {flag}={getattr(self, flag)!r} must be true or false")
-        if isinstance(self.value_init_noise, bool) or not isinstance(self.value_init_noise, (int, float)) \
-                or self.value_init_noise < 0:
+        if (
+            isinstance(self.value_init_noise, bool)
+            or not isinstance(self.value_init_noise, (int, float))
+            or self.value_init_noise < 0
+        ):
             raise ConfigError(f"value_init_noise={self.value_init_noise!r} must be a number >= 0")
-        if isinstance(self.regularization_weight, bool) or not isinstance(self.regularization_weight, (int, float)) \
-                or self.regularization_weight < 0:
+        if (
+            isinstance(self.regularization_weight, bool)
+            or not isinstance(self.regularization_weight, (int, float))
+            or self.regularization_weight < 0
+        ):
             raise ConfigError(f"regularization_weight={self.regularization_weight!r} must be a number >= 0")
         check_positive(self.temperature_start, "temperature_start")
-        if isinstance(self.temperature_steps, bool) or not isinstance(self.temperature_steps, int) \
-                or self.temperature_steps < 1:
+        if (
+            isinstance(self.temperature_steps, bool)
+            or not isinstance(self.temperature_steps, int)
+            or self.temperature_steps < 1
+        ):
             raise ConfigError(f"temperature_steps={self.temperature_steps!r} must be an integer >= 1")
-        if isinstance(self.score_dropout, bool) or not isinstance(self.score_dropout, (int, float)) \
-                or not 0 <= self.score_dropout < 1:
+        if (
+            isinstance(self.score_dropout, bool)
+            or not isinstance(self.score_dropout, (int, float))
+            or not 0 <= self.score_dropout < 1
+        ):
             raise ConfigError(f"score_dropout={self.score_dropout!r} must be in [0, 1)")
 
     @classmethod

@@ -15,6 +15,7 @@ r the site's residual:
     folded into the basis.
 Nothing of shape [batch, seq, N, d] is ever built; per token the cost is about 3·M·d.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -123,8 +124,10 @@ def fold_fusion(layer: FusionLayer, adapters: Sequence[BottleneckAdapter]) -> Fo
     # z-space basis: row j < M is column j of the stacked up-projections, row M + n is adapter n's bias,
     # so z_n = sum_j coef_j basis_j with coef = (a_n on n's segment, 1 on row M + n).
     basis = torch.cat(
-        [torch.cat([a.up.weight * a.config.scaling for a in adapters], dim=1).t(),
-         torch.stack([a.up.bias * a.config.scaling for a in adapters])],
+        [
+            torch.cat([a.up.weight * a.config.scaling for a in adapters], dim=1).t(),
+            torch.stack([a.up.bias * a.config.scaling for a in adapters]),
+        ],
         dim=0,
     )  # [M + N, d]
     score_weight, score_bias = basis, None
@@ -184,8 +187,14 @@ def mix_layer_norms_fast(norms: Sequence[nn.Module], probs: torch.Tensor, u: tor
     """The same, normalising u once: LN_n(u) = γ_n ⊙ û + β_n is affine in (γ_n, β_n) and the s_n sum to one,
     so sum_n s_n LN_n(u) = (sum_n s_n γ_n) ⊙ û + sum_n s_n β_n."""
     first = norms[0]
-    if not all(isinstance(norm, nn.LayerNorm) and norm.weight is not None and norm.bias is not None
-               and norm.eps == first.eps and norm.normalized_shape == first.normalized_shape for norm in norms):
+    if not all(
+        isinstance(norm, nn.LayerNorm)
+        and norm.weight is not None
+        and norm.bias is not None
+        and norm.eps == first.eps
+        and norm.normalized_shape == first.normalized_shape
+        for norm in norms
+    ):
         return mix_layer_norms_reference(norms, probs, u)  # another LayerNorm class or mixed eps: no shortcut
     normalised = F.layer_norm(u, first.normalized_shape, eps=first.eps)
     weight = probs @ torch.stack([norm.weight for norm in norms])
@@ -199,8 +208,11 @@ def _stacked_down(adapters: Sequence[BottleneckAdapter]) -> tuple[torch.Tensor, 
     adapters cannot share one input (some with a LayerNorm before, some without, or different eps)."""
     norms = [adapter.ln_before for adapter in adapters]
     if all(norm is None for norm in norms):
-        return (torch.cat([a.down.weight for a in adapters], dim=0),
-                torch.cat([a.down.bias for a in adapters], dim=0), None)
+        return (
+            torch.cat([a.down.weight for a in adapters], dim=0),
+            torch.cat([a.down.bias for a in adapters], dim=0),
+            None,
+        )
     if any(norm is None for norm in norms) or len({norm.eps for norm in norms}) > 1:
         return None
     weight = torch.cat([a.down.weight * a.ln_before.weight for a in adapters], dim=0)
@@ -209,13 +221,13 @@ def _stacked_down(adapters: Sequence[BottleneckAdapter]) -> tuple[torch.Tensor, 
 
 
 def _bottleneck_activations(
-    adapters: Sequence[BottleneckAdapter], x: torch.Tensor,
-    down: tuple[torch.Tensor, torch.Tensor, float | None] | None,
+    adapters: Sequence[BottleneckAdapter], x: torch.Tensor, down: tuple[torch.Tensor, torch.Tensor, float | None] | None
 ) -> torch.Tensor:
     """act(down(x)) of all adapters, [..., M]: one matmul when the down-projections are stacked."""
     if down is None:  # a rare mix: no shared input, so run each down-projection on its own
-        pre = torch.cat([adapter.down(adapter.ln_before(x) if adapter.ln_before is not None else x)
-                         for adapter in adapters], dim=-1)
+        pre = torch.cat(
+            [adapter.down(adapter.ln_before(x) if adapter.ln_before is not None else x) for adapter in adapters], dim=-1
+        )
     else:
         weight, bias, eps = down
         pre = F.linear(F.layer_norm(x, (x.shape[-1],), eps=eps) if eps is not None else x, weight, bias)

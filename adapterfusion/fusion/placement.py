@@ -1,6 +1,7 @@
 """Where a fusion goes in a wrapped encoder: the fused adapters checked to share their sites and placement, and one
 FusionLayer built at each site they share (on the side, not attached, as adapters/placement.py does).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -15,8 +16,14 @@ from adapterfusion.fusion.layer import FusionLayer
 from adapterfusion.injection.site import AdapterSite
 
 
-def fusion_modules(sites: Sequence[AdapterSite], name: str, adapters: tuple[str, ...], config: FusionConfig,
-                   loaded: Mapping[str, AdapterConfig], hidden_size: int) -> dict[AdapterSite, nn.Module]:
+def fusion_modules(
+    sites: Sequence[AdapterSite],
+    name: str,
+    adapters: tuple[str, ...],
+    config: FusionConfig,
+    loaded: Mapping[str, AdapterConfig],
+    hidden_size: int,
+) -> dict[AdapterSite, nn.Module]:
     """A new FusionLayer of fusion `name` for each site that holds the fused `adapters` (of the `loaded` ones)."""
     check_name(name, "fusion")
     if not adapters:

@@ -5,6 +5,7 @@ the adapter list lives in the model's fusion setup, not in the layer; so nothing
 and a subset needs no retraining. Its output equals the full fusion with the other adapters masked out
 (`AdaptedModel.set_fusion_mask`), but only the kept adapters run: it costs what a fusion over fewer adapters costs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 
-def add_fusion_subset(model: AdaptedModel, source: str, adapters: Sequence[str], name: str,
-                      overwrite: bool = False) -> str:
+def add_fusion_subset(
+    model: AdaptedModel, source: str, adapters: Sequence[str], name: str, overwrite: bool = False
+) -> str:
     """Add fusion `name` over `adapters` (a non-empty subset of fusion `source`'s, kept in `source`'s order)
     with copies of `source`'s weights at every site; returns `name`."""
     model.require("fusion", source)
@@ -28,6 +30,7 @@ def add_fusion_subset(model: AdaptedModel, source: str, adapters: Sequence[str],
     if unknown or not wanted:
         raise ConfigError(f"a subset of fusion {source!r} must name some of its adapters {list(fused)}; got {wanted}")
     kept = tuple(a for a in fused if a in wanted)
-    piece = dataclasses.replace(model.export_piece("fusion", source), name=name, adapters=kept,
-                                source=f"fusion {source!r}")
+    piece = dataclasses.replace(
+        model.export_piece("fusion", source), name=name, adapters=kept, source=f"fusion {source!r}"
+    )
     return model.install_piece(piece, overwrite)

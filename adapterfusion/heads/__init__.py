@@ -8,6 +8,10 @@ from adapterfusion.heads.config import (
 from adapterfusion.heads.module import PredictionHead
 
 __all__ = [
-    "ClassificationHead", "HeadConfig", "MultipleChoiceHead", "PredictionHead", "RegressionHead",
+    "ClassificationHead",
+    "HeadConfig",
+    "MultipleChoiceHead",
+    "PredictionHead",
+    "RegressionHead",
     "head_config_from_dict",
 ]

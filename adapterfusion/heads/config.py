@@ -1,4 +1,5 @@
 """Prediction-head configs: what a head predicts and its shape, independent of any encoder."""
+
 from __future__ import annotations
 
 import dataclasses

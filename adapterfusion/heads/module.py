@@ -1,4 +1,5 @@
 """PredictionHead: the trainable layers on top of the encoder for one task."""
+
 from __future__ import annotations
 
 import torch
@@ -20,8 +21,11 @@ class PredictionHead(nn.Module):
         self.hidden_size = hidden_size
         blocks: list[nn.Module] = []
         for _ in range(config.layers - 1):
-            blocks += [nn.Dropout(config.dropout), nn.Linear(hidden_size, hidden_size),
-                       _ACTIVATIONS[config.activation]()]
+            blocks += [
+                nn.Dropout(config.dropout),
+                nn.Linear(hidden_size, hidden_size),
+                _ACTIVATIONS[config.activation](),
+            ]
         blocks += [nn.Dropout(config.dropout), nn.Linear(hidden_size, config.output_size)]
         self.layers = nn.Sequential(*blocks)
 
@@ -53,19 +57,26 @@ class PredictionHead(nn.Module):
         if self.config.kind == "regression":
             return
         if labels.shape[:1] != logits.shape[:1]:
-            raise ConfigError(f"head {name!r}: {labels.shape[0] if labels.dim() else 1} labels for a batch of "
-                              f"{logits.shape[0]} examples; pass one class id per example")
+            raise ConfigError(
+                f"head {name!r}: {labels.shape[0] if labels.dim() else 1} labels for a batch of "
+                f"{logits.shape[0]} examples; pass one class id per example"
+            )
         count = logits.shape[-1]
-        what = (f"{count} choices per example" if self.config.kind == "multiple_choice"
-                else f"num_labels={self.config.num_labels}")
+        what = (
+            f"{count} choices per example"
+            if self.config.kind == "multiple_choice"
+            else f"num_labels={self.config.num_labels}"
+        )
         wrong = (labels < 0) | (labels >= count)
         if labels.is_floating_point():
             wrong |= labels != labels.round()
         bad = labels[wrong]
         if bad.numel():
             values = sorted(set(bad.tolist()))
-            raise ConfigError(f"labels {values[:5]} are not class ids of head {name!r} ({what}): labels must be "
-                              f"integers in 0..{count - 1}; check the task's label ids or the head's num_labels")
+            raise ConfigError(
+                f"labels {values[:5]} are not class ids of head {name!r} ({what}): labels must be "
+                f"integers in 0..{count - 1}; check the task's label ids or the head's num_labels"
+            )
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.config.kind == "regression":

@@ -5,6 +5,7 @@ A head reads one vector per input. BERT-style encoders pretrain their [CLS] toke
 their token outputs, and their [CLS] output was never trained for anything: a head on it starts from a feature that
 carries little of the sentence. Those models say how they pool in `1_Pooling/config.json`, so we read it.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,9 @@ def resolve_pooling(pooling: str | None, encoder: str | os.PathLike | None) -> s
     if pooling is None:
         return encoder_pooling(encoder)
     if pooling not in POOLINGS:
-        raise ConfigError(f"pooling={pooling!r} is not supported; choose one of {', '.join(POOLINGS)} (or null for the "
-                          "encoder's own: mean for sentence-transformers encoders such as the shipped MiniLM, "
-                          "else cls)")
+        raise ConfigError(
+            f"pooling={pooling!r} is not supported; choose one of {', '.join(POOLINGS)} (or null for the "
+            "encoder's own: mean for sentence-transformers encoders such as the shipped MiniLM, "
+            "else cls)"
+        )
     return pooling

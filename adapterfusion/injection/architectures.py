@@ -15,6 +15,7 @@ Each encoder layer has two insertion sites, 'attention' (after multi-head attent
 
 To support another encoder, add a row to ARCHITECTURES keyed by its `config.model_type`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,9 +81,7 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
         output=SiteSpec(SiteKind.PRE_RESIDUAL, "ffn", layer_norm="output_layer_norm"),
     ),
     "modernbert": ArchitectureSpec(
-        layers="layers",
-        attention=SiteSpec(SiteKind.PRE_NORM, "attn"),
-        output=SiteSpec(SiteKind.PRE_NORM, "mlp"),
+        layers="layers", attention=SiteSpec(SiteKind.PRE_NORM, "attn"), output=SiteSpec(SiteKind.PRE_NORM, "mlp")
     ),
 }
 

@@ -13,6 +13,7 @@ sub-layer's pretrained LayerNorm):
 An adapter with its own trained LayerNorm copy LN_n (Houlsby) uses it for LN; a fusion over such adapters ends
 with sum_n s_n LN_n(out + r), s the fusion attention (fusion/layer.py `mix_layer_norms_*`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -91,8 +92,9 @@ class AdapterSite(nn.Module):
         if kept is None:
             self._keep: torch.Tensor | None = None
         elif mask_key != self._mask_key:
-            self._keep = torch.tensor([i in kept for i in range(len(state.fused))], dtype=torch.bool,
-                                      device=mask_key[-1])
+            self._keep = torch.tensor(
+                [i in kept for i in range(len(state.fused))], dtype=torch.bool, device=mask_key[-1]
+            )
         self._kept, self._mask_key = kept, mask_key
 
     # ---- what the site offers ------------------------------------------------------------------------
@@ -182,22 +184,29 @@ class AdapterSite(nn.Module):
         alone = self._adapt_each(names, h[:-1], r[:-1] if r is not None else None, apply_final_ln)
         return torch.cat([alone.flatten(0, 1), fused])
 
-    def _adapt_each(self, names: Sequence[str], h: torch.Tensor, r: torch.Tensor | None,
-                    apply_final_ln: bool) -> torch.Tensor:
+    def _adapt_each(
+        self, names: Sequence[str], h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool
+    ) -> torch.Tensor:
         """`_adapt` with adapter n alone on h[n], r[n], for all n at once. Fused adapters share the placement
         options, so only the LayerNorm differs between slices: each adapter's own copy (Houlsby) or the site's."""
         adapters = [self.adapters[name] for name in names]
         config = adapters[0].config
-        norms = [adapter.layer_norm if adapter.layer_norm is not None else self.pretrained_layer_norm
-                 for adapter in adapters]
+        norms = [
+            adapter.layer_norm if adapter.layer_norm is not None else self.pretrained_layer_norm for adapter in adapters
+        ]
         x, residual = self._placed(h, r, config, lambda u: layer_norm_each(norms, u))
         out = run_each(adapters, x, residual)
         if self._ends_with_layer_norm(config, apply_final_ln):
             out = layer_norm_each(norms, out + r)
         return out
 
-    def _placed(self, h: torch.Tensor, r: torch.Tensor | None, config: AdapterConfig,
-                normalise: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _placed(
+        self,
+        h: torch.Tensor,
+        r: torch.Tensor | None,
+        config: AdapterConfig,
+        normalise: Callable[[torch.Tensor], torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The adapter's input x and its residual, as the module docstring's placement rules say; `normalise` is
         the sub-layer's LayerNorm (or each slice's own, for _adapt_each)."""
         if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to place
@@ -241,7 +250,8 @@ class AdapterSite(nn.Module):
             out, probs = implementation.fuse(fusion, adapters, x, query, residual, **options)
             if self.recorder is not None:
                 self.recorder[(self.layer_index, self.position)] = (
-                    probs if kept is None else _scatter(probs, kept, len(names)))
+                    probs if kept is None else _scatter(probs, kept, len(names))
+                )
 
         if self._ends_with_layer_norm(config, apply_final_ln):
             if fusion_name is not None and any(adapter.layer_norm is not None for adapter in adapters):

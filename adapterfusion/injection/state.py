@@ -6,6 +6,7 @@ active fusion's adapters a mask keeps). Changing what runs (`activate`, `activat
 `set_fusion_step`, `set_fusion_implementation`, `forward_parallel`) makes a new value; nothing else writes a site's
 activation, so a `with model.activated(...)` block can put back exactly what ran before.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,21 +34,35 @@ class ActiveState:
     parallel_routes: tuple[str, ...] | None = None
 
 
-def checked(state: ActiveState, adapters: Collection[str], fusions: Mapping[str, tuple[str, ...]],
-            heads: Collection[str], num_layers: int) -> ActiveState:
+def checked(
+    state: ActiveState,
+    adapters: Collection[str],
+    fusions: Mapping[str, tuple[str, ...]],
+    heads: Collection[str],
+    num_layers: int,
+) -> ActiveState:
     """`state` if the pieces it names are among the loaded `adapters`, `fusions` (name -> fused adapters) and `heads`
     (else NameNotFoundError) and its skipped layers exist, with the active fusion's adapters filled in and the masks
     that no longer fit a loaded fusion dropped."""
-    for kind, name, known in (("adapter", state.adapter, adapters), ("fusion", state.fusion, fusions),
-                              ("head", state.head, heads)):
+    for kind, name, known in (
+        ("adapter", state.adapter, adapters),
+        ("fusion", state.fusion, fusions),
+        ("head", state.head, heads),
+    ):
         if name is not None:
             require_loaded(kind, name, known)
-    bad = [layer for layer in state.skip_layers if isinstance(layer, bool) or not isinstance(layer, int)
-           or not 0 <= layer < num_layers]
+    bad = [
+        layer
+        for layer in state.skip_layers
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < num_layers
+    ]
     if bad:
         raise ConfigError(f"skip_layers {bad} are not layer indices of this encoder (0..{num_layers - 1})")
-    masks = {fusion: kept for fusion, kept in state.fusion_masks.items()
-             if fusion in fusions and set(kept) <= set(fusions[fusion])}
+    masks = {
+        fusion: kept
+        for fusion, kept in state.fusion_masks.items()
+        if fusion in fusions and set(kept) <= set(fusions[fusion])
+    }
     fused = fusions[state.fusion] if state.fusion is not None else ()
     return dataclasses.replace(state, fused=fused, fusion_masks=masks)
 
@@ -56,6 +71,8 @@ def with_routes(state: ActiveState, routes: Sequence[str]) -> ActiveState:
     """`state` with parallel routes: adapters of its active fusion, each run alone on its own slice of the batch."""
     routes = tuple(routes)
     if state.fusion is None or not routes or any(name not in state.fused for name in routes):
-        raise ConfigError(f"parallel_routes={list(routes)} must name adapters of the activated fusion "
-                          f"{state.fusion!r} ({list(state.fused)})")
+        raise ConfigError(
+            f"parallel_routes={list(routes)} must name adapters of the activated fusion "
+            f"{state.fusion!r} ({list(state.fused)})"
+        )
     return dataclasses.replace(state, parallel_routes=routes)

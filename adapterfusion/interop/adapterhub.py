@@ -7,6 +7,7 @@ gives each site key (EncoderLayout.site_paths), which is how keys are placed, fo
 The translator sees the encoder only through that layout and never imports the model; `export_adapterhub` and
 `load_adapterhub` take any model with `export_piece` / `install_piece` (piece.PieceHolder).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,8 +41,7 @@ from adapterfusion.interop.adapterhub_files import (
 )
 from adapterfusion.piece import EncoderLayout, Piece, PieceHolder, by_site, param_key, split_param_key
 
-__all__ = ["export_adapterhub", "is_adapterhub_dir", "load_adapterhub", "piece_from_adapterhub",
-           "piece_to_adapterhub"]
+__all__ = ["export_adapterhub", "is_adapterhub_dir", "load_adapterhub", "piece_from_adapterhub", "piece_to_adapterhub"]
 
 # AdapterHub parameter name inside one adapter -> ours (BottleneckAdapter), without the down projection,
 # whose index depends on ln_before (adapter_down = Sequential([adapter_norm_before]?, Linear, act)).
@@ -49,16 +49,23 @@ _ADAPTER_PARAMS = {"adapter_up": "up", "adapter_norm_before": "ln_before", "adap
 
 
 # ---- a model in, a model out -------------------------------------------------------------------------
-def load_adapterhub(model: PieceHolder, kind: str, directory: str | Path, name: str | None = None,
-                    overwrite: bool = False, labels: Sequence[str] | None = None) -> str:
+def load_adapterhub(
+    model: PieceHolder,
+    kind: str,
+    directory: str | Path,
+    name: str | None = None,
+    overwrite: bool = False,
+    labels: Sequence[str] | None = None,
+) -> str:
     """Load an AdapterHub adapter, fusion or head folder into `model`; returns the name it is loaded under. `labels`
     (heads only) are the label names the head must have been trained for."""
     piece = piece_from_adapterhub(directory, kind, model.layout())
     return model.install_piece(piece.renamed(name), overwrite, labels)
 
 
-def export_adapterhub(model: PieceHolder, kind: str, name: str, directory: str | Path,
-                      use_safetensors: bool = True) -> Path:
+def export_adapterhub(
+    model: PieceHolder, kind: str, name: str, directory: str | Path, use_safetensors: bool = True
+) -> Path:
     """Write adapter, fusion or head `name` of `model` as AdapterHub's `adapters` 1.3.0 saves it, so that
     `adapters`' load_adapter / load_adapter_fusion / load_head reads it (safetensors unless told otherwise)."""
     if kind not in _WRITERS:
@@ -86,14 +93,19 @@ def _read_adapter(layout: EncoderLayout, directory: Path, document: dict[str, An
     saved_name = str(document.get("name", ""))
     config = adapter_config_from_adapterhub(document["config"])
     tensors = _site_tensors(layout, read_weights(directory, "adapter"), f"adapters.{saved_name}", directory)
-    tensors = {key: value for key, value in
-               (_adapter_param(key, value, config.ln_before, tensors, directory) for key, value in tensors.items())
-               if key is not None}
+    tensors = {
+        key: value
+        for key, value in (
+            _adapter_param(key, value, config.ln_before, tensors, directory) for key, value in tensors.items()
+        )
+        if key is not None
+    }
     return Piece("adapter", saved_name, config, tensors)
 
 
-def _adapter_param(key: str, value: torch.Tensor, ln_before: bool, all_tensors: dict[str, torch.Tensor],
-                   directory: Path) -> tuple[str | None, torch.Tensor]:
+def _adapter_param(
+    key: str, value: torch.Tensor, ln_before: bool, all_tensors: dict[str, torch.Tensor], directory: Path
+) -> tuple[str | None, torch.Tensor]:
     """Rename one `<site key>.<AdapterHub param>` key; None drops the LayerNorm stored twice."""
     site, param = split_param_key(key)
     module, _, leaf = param.rpartition(".")
@@ -120,8 +132,7 @@ def _read_fusion(layout: EncoderLayout, directory: Path, document: dict[str, Any
     attention_dropout = float(getattr(layout.config, "attention_probs_dropout_prob", 0.0) or 0.0)
     config = fusion_config_from_adapterhub(document["config"], attention_dropout)
     saved_name = str(document.get("name") or ",".join(adapters))
-    tensors = _site_tensors(layout, read_weights(directory, "fusion"), f"adapter_fusion_layer.{saved_name}",
-                            directory)
+    tensors = _site_tensors(layout, read_weights(directory, "fusion"), f"adapter_fusion_layer.{saved_name}", directory)
     # A fusion with no query, key or value has an unused Linear "dense" in adapters; we have nothing to load.
     tensors = {k: v for k, v in tensors.items() if ".dense." not in k}
     return Piece("fusion", "-".join(adapters), config, tensors, tuple(adapters))
@@ -137,7 +148,7 @@ def _read_head(layout: EncoderLayout, directory: Path, document: dict[str, Any])
     stray = sorted(k for k in weights if not k.startswith(prefix))
     if stray:
         raise SerializationError(f"{directory}: weights that are not head {saved_name!r}'s: {stray[:5]}")
-    return Piece("head", saved_name, config, {f"layers.{k[len(prefix):]}": v for k, v in weights.items()})
+    return Piece("head", saved_name, config, {f"layers.{k[len(prefix) :]}": v for k, v in weights.items()})
 
 
 def _require_post_ln_sites(layout: EncoderLayout) -> None:
@@ -153,15 +164,16 @@ def _base_prefix(layout: EncoderLayout) -> str:
     return f"{layout.base_model_prefix}." if layout.base_model_prefix else ""
 
 
-def _site_tensors(layout: EncoderLayout, weights: dict[str, torch.Tensor], container: str,
-                  directory: Path) -> dict[str, torch.Tensor]:
+def _site_tensors(
+    layout: EncoderLayout, weights: dict[str, torch.Tensor], container: str, directory: Path
+) -> dict[str, torch.Tensor]:
     """AdapterHub keys `[<prefix>.]<site module>.<container>.<param>` -> `<site key>.<param>`."""
     base_prefix = _base_prefix(layout)
     sites = {f"{path}.": key for key, path in layout.site_paths.items()}
     marker = f".{container}."
     out: dict[str, torch.Tensor] = {}
     for key, value in weights.items():
-        stripped = key[len(base_prefix):] if base_prefix and key.startswith(base_prefix) else key
+        stripped = key[len(base_prefix) :] if base_prefix and key.startswith(base_prefix) else key
         module, found, param = stripped.partition(marker)
         site = sites.get(f"{module}.") if found else None
         if site is None:
@@ -174,8 +186,9 @@ def _site_tensors(layout: EncoderLayout, weights: dict[str, torch.Tensor], conta
 
 
 # ---- writing -----------------------------------------------------------------------------------------
-def piece_to_adapterhub(piece: Piece, directory: str | Path, layout: EncoderLayout,
-                        use_safetensors: bool = True) -> Path:
+def piece_to_adapterhub(
+    piece: Piece, directory: str | Path, layout: EncoderLayout, use_safetensors: bool = True
+) -> Path:
     """Write `piece` (from the encoder `layout` describes) as AdapterHub's `adapters` 1.3.0 saves it."""
     if piece.kind != "head":
         _require_post_ln_sites(layout)
@@ -194,7 +207,7 @@ def _adapter_model_class(layout: EncoderLayout) -> str:
     """adapters records the flex-head model class (BertModel -> BertAdapterModel); its load_head refuses
     a head saved from any other class."""
     base = layout.base_model_class
-    return f"{base[:-len('Model')]}AdapterModel" if base.endswith("Model") else base
+    return f"{base[: -len('Model')]}AdapterModel" if base.endswith("Model") else base
 
 
 def _their_key(layout: EncoderLayout, site: str, container: str, param: str) -> str:
@@ -205,12 +218,17 @@ def _write_adapter(piece: Piece, layout: EncoderLayout) -> tuple[dict[str, Any],
     config = piece.config
     assert isinstance(config, AdapterConfig)
     container = f"adapters.{piece.name}"
-    names = {"down": "adapter_down.1" if config.ln_before else "adapter_down.0",
-             "up": "adapter_up", "ln_before": "adapter_norm_before", "ln_after": "adapter_norm_after"}
+    names = {
+        "down": "adapter_down.1" if config.ln_before else "adapter_down.0",
+        "up": "adapter_up",
+        "ln_before": "adapter_norm_before",
+        "ln_after": "adapter_norm_after",
+    }
     tensors: dict[str, torch.Tensor] = {}
     for site, params in by_site(piece.tensors).items():
-        own_norm = {param.partition(".")[2]: value for param, value in params.items()
-                    if param.partition(".")[0] == "layer_norm"}
+        own_norm = {
+            param.partition(".")[2]: value for param, value in params.items() if param.partition(".")[0] == "layer_norm"
+        }
         if own_norm and not _same_state(own_norm, layout.pretrained_layer_norms.get(site, {})):
             raise ConfigError(
                 f"adapter {piece.name!r} has trained its own copy of the pretrained LayerNorm (train_layer_norm=True); "
@@ -235,8 +253,11 @@ def _write_fusion(piece: Piece, layout: EncoderLayout) -> tuple[dict[str, Any], 
     config = piece.config
     assert isinstance(config, FusionConfig)
     fused = ",".join(piece.adapters)
-    tensors = {_their_key(layout, site, f"adapter_fusion_layer.{fused}", param): value
-               for site, params in by_site(piece.tensors).items() for param, value in params.items()}
+    tensors = {
+        _their_key(layout, site, f"adapter_fusion_layer.{fused}", param): value
+        for site, params in by_site(piece.tensors).items()
+        for param, value in params.items()
+    }
     document = {"adapter_names": list(piece.adapters), "config": fusion_config_to_adapterhub(config), "name": fused}
     return document, tensors
 
@@ -244,7 +265,7 @@ def _write_fusion(piece: Piece, layout: EncoderLayout) -> tuple[dict[str, Any], 
 def _write_head(piece: Piece, layout: EncoderLayout) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     config = piece.config
     assert isinstance(config, HeadConfig)
-    tensors = {f"heads.{piece.name}.{key[len('layers.'):]}": value for key, value in piece.tensors.items()}
+    tensors = {f"heads.{piece.name}.{key[len('layers.') :]}": value for key, value in piece.tensors.items()}
     return {"config": head_config_to_adapterhub(config), "name": piece.name}, tensors
 
 

@@ -4,6 +4,7 @@ Every AdapterHub option either maps onto a field with the same eval-mode forward
 ConfigError that names it; nothing is silently approximated. Options that only act in training (adapter
 dropout, stochastic depth, init schemes) are dropped on import and listed in docs/adapterhub.md.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -16,14 +17,39 @@ from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleC
 
 # `BnConfig` of adapters 1.3.0 with its defaults: the full key set `save_adapter` writes.
 BN_DEFAULTS: dict[str, Any] = {
-    "adapter_residual_before_ln": False, "cross_adapter": False, "dropout": 0.0, "factorized_phm_W": True,
-    "factorized_phm_rule": False, "hypercomplex_nonlinearity": "glorot-uniform", "init_weights": "bert",
-    "init_weights_seed": None, "inv_adapter": None, "inv_adapter_reduction_factor": None, "is_parallel": False,
-    "learn_phm": True, "leave_out": [], "ln_after": False, "ln_before": False, "mh_adapter": False,
-    "non_linearity": "relu", "original_ln_after": True, "original_ln_before": False, "output_adapter": True,
-    "phm_bias": True, "phm_c_init": "normal", "phm_dim": 4, "phm_init_range": 0.0001, "phm_layer": False,
-    "phm_rank": 1, "reduction_factor": 16, "residual_before_ln": True, "scaling": 1.0, "shared_W_phm": False,
-    "shared_phm_rule": True, "stochastic_depth": 0.0, "use_gating": False,
+    "adapter_residual_before_ln": False,
+    "cross_adapter": False,
+    "dropout": 0.0,
+    "factorized_phm_W": True,
+    "factorized_phm_rule": False,
+    "hypercomplex_nonlinearity": "glorot-uniform",
+    "init_weights": "bert",
+    "init_weights_seed": None,
+    "inv_adapter": None,
+    "inv_adapter_reduction_factor": None,
+    "is_parallel": False,
+    "learn_phm": True,
+    "leave_out": [],
+    "ln_after": False,
+    "ln_before": False,
+    "mh_adapter": False,
+    "non_linearity": "relu",
+    "original_ln_after": True,
+    "original_ln_before": False,
+    "output_adapter": True,
+    "phm_bias": True,
+    "phm_c_init": "normal",
+    "phm_dim": 4,
+    "phm_init_range": 0.0001,
+    "phm_layer": False,
+    "phm_rank": 1,
+    "reduction_factor": 16,
+    "residual_before_ln": True,
+    "scaling": 1.0,
+    "shared_W_phm": False,
+    "shared_phm_rule": True,
+    "stochastic_depth": 0.0,
+    "use_gating": False,
 }
 # Options whose non-default value changes the forward in a way we cannot express.
 _REFUSED = {
@@ -36,21 +62,46 @@ _REFUSED = {
 # Only act while training (dropout, DropPath) or at initialisation; the loaded weights make them moot.
 _TRAINING_ONLY = {"dropout", "stochastic_depth", "init_weights", "init_weights_seed"}
 # PHM knobs matter only with phm_layer=True, which is refused.
-_PHM_KNOBS = {"factorized_phm_W", "factorized_phm_rule", "hypercomplex_nonlinearity", "learn_phm", "phm_bias",
-              "phm_c_init", "phm_dim", "phm_init_range", "phm_rank", "shared_W_phm", "shared_phm_rule",
-              "inv_adapter_reduction_factor"}
+_PHM_KNOBS = {
+    "factorized_phm_W",
+    "factorized_phm_rule",
+    "hypercomplex_nonlinearity",
+    "learn_phm",
+    "phm_bias",
+    "phm_c_init",
+    "phm_dim",
+    "phm_init_range",
+    "phm_rank",
+    "shared_W_phm",
+    "shared_phm_rule",
+    "inv_adapter_reduction_factor",
+}
 
 # adapters resolves names with transformers' get_activation(name.lower()), except "leakyrelu".
-_NON_LINEARITY_IN = {"relu": "relu", "tanh": "tanh", "gelu": "gelu", "gelu_python": "gelu", "swish": "swish",
-                     "silu": "silu", "leakyrelu": "leaky_relu"}
+_NON_LINEARITY_IN = {
+    "relu": "relu",
+    "tanh": "tanh",
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "swish": "swish",
+    "silu": "silu",
+    "leakyrelu": "leaky_relu",
+}
 _NON_LINEARITY_OUT = {"leaky_relu": "leakyrelu"}
 _INIT_IN = {"bert": "bert", "houlsby": "houlsby", "mam_adapter": "zero_up"}
 _INIT_OUT = {ours: theirs for theirs, ours in _INIT_IN.items()}
 _HEAD_ACTIVATION_IN = {"tanh": "tanh", "relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 
 FUSION_DEFAULTS: dict[str, Any] = {
-    "key": True, "query": True, "value": False, "query_before_ln": False, "regularization": False,
-    "residual_before": False, "temperature": False, "value_before_softmax": True, "value_initialized": False,
+    "key": True,
+    "query": True,
+    "value": False,
+    "query_before_ln": False,
+    "regularization": False,
+    "residual_before": False,
+    "temperature": False,
+    "value_before_softmax": True,
+    "value_initialized": False,
     "dropout_prob": None,
 }
 # BertFusion hard-codes its temperature: T starts at 50 and drops by 50/1000 per forward call, down to 1.
@@ -246,10 +297,19 @@ def _labels(label2id: Any, num_labels: int) -> tuple[str, ...] | None:
 def head_config_to_adapterhub(config: HeadConfig) -> dict[str, Any]:
     if config.pooling != "cls":
         raise ConfigError(f"head pooling={config.pooling!r} cannot be exported: AdapterHub heads pool token 0")
-    common = {"activation_function": config.activation, "dropout_prob": config.dropout, "layers": config.layers,
-              "use_pooler": False}
+    common = {
+        "activation_function": config.activation,
+        "dropout_prob": config.dropout,
+        "layers": config.layers,
+        "use_pooler": False,
+    }
     if config.kind == "multiple_choice":
         return {**common, "head_type": "multiple_choice", "num_choices": config.num_labels, "label2id": None}
     labels = config.labels or tuple(f"LABEL_{i}" for i in range(config.num_labels))
-    return {**common, "bias": True, "head_type": "classification", "num_labels": config.num_labels,
-            "label2id": {label: i for i, label in enumerate(labels)}}
+    return {
+        **common,
+        "bias": True,
+        "head_type": "classification",
+        "num_labels": config.num_labels,
+        "label2id": {label: i for i, label in enumerate(labels)},
+    }

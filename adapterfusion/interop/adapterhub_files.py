@@ -4,6 +4,7 @@ reading its JSON and weights safely, and writing them back.
 Legacy `.bin` weights are pickles; they are read only with `torch.load(..., weights_only=True)`, which refuses
 any object that is not a tensor or a plain container, so loading a downloaded folder can never run code.
 """
+
 from __future__ import annotations
 
 import io
@@ -66,7 +67,10 @@ def warn_unknown_version(document: Mapping[str, Any], path: Path) -> None:
     warnings.warn(
         f"{path} was {written}, not by a version whose format this library was checked against (adapters 1.x, "
         f"checked with {ADAPTERHUB_VERSION}); it is read as that format, so compare the loaded model's outputs "
-        "with the library that wrote it", UnknownFormatVersionWarning, stacklevel=4)
+        "with the library that wrote it",
+        UnknownFormatVersionWarning,
+        stacklevel=4,
+    )
 
 
 def read_document(directory: Path, kind: str) -> dict[str, Any]:
@@ -121,7 +125,10 @@ def _refusal_reason(error: Exception) -> str:
 
 
 def write_piece(
-    directory: str | Path, kind: str, document: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],
+    directory: str | Path,
+    kind: str,
+    document: Mapping[str, Any],
+    tensors: Mapping[str, torch.Tensor],
     use_safetensors: bool = True,
 ) -> Path:
     """Weights first, config last, both atomically, under the names adapters 1.3.0 reads."""

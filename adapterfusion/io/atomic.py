@@ -6,6 +6,7 @@ each temp file or folder is recorded in the journal before it is created, so who
 exactly those (remove_recorded_temp_files) and never a file that merely looks like one. The journal is appended
 without fsync: it survives the writer's death, not a power cut, after which a temp file may stay unrecorded.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -1,6 +1,7 @@
 """Read a JSON or YAML document strictly: UTF-8 text only, and a key written twice in one mapping is an error
 naming the key and both lines. `json.loads` and `yaml.safe_load` keep the last value of a repeated key without a
 word, so a setting the user wrote (say a learning rate two lines up) would be dropped silently."""
+
 from __future__ import annotations
 
 import functools
@@ -22,8 +23,10 @@ class _DuplicateKey(Exception):
         self.key, self.where, self.first = key, where, first
 
     def describe(self, path: str | os.PathLike) -> str:
-        return (f"{path}, {self.where}: key {self.key!r} is given twice in one mapping (first at {self.first}); "
-                "the last one would silently win, so keep only one of them")
+        return (
+            f"{path}, {self.where}: key {self.key!r} is given twice in one mapping (first at {self.first}); "
+            "the last one would silently win, so keep only one of them"
+        )
 
 
 def _position(text: str, index: int) -> str:
@@ -41,8 +44,9 @@ def read_document(path: str | os.PathLike, error: type[ConfigError] = ConfigErro
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         where = _position(raw.decode("latin-1"), err.start)  # one character per byte, so the offsets agree
-        raise error(f"{path} is not UTF-8 text: byte {raw[err.start]:#04x} at {where} ({err.reason}); save the "
-                    "file as UTF-8") from None
+        raise error(
+            f"{path} is not UTF-8 text: byte {raw[err.start]:#04x} at {where} ({err.reason}); save the file as UTF-8"
+        ) from None
     try:
         return _parse_json(text, path, error) if path.suffix.lower() == ".json" else _parse_yaml(text, path, error)
     except _DuplicateKey as duplicate:
@@ -64,8 +68,9 @@ class _StrictJSONDecoder(json.JSONDecoder):
         self.scan_once = json.scanner.py_make_scanner(self)
 
 
-def _parse_object(s_and_end: tuple[str, int], strict: bool, scan_once, object_hook, object_pairs_hook,
-                  memo: dict | None = None):
+def _parse_object(
+    s_and_end: tuple[str, int], strict: bool, scan_once, object_hook, object_pairs_hook, memo: dict | None = None
+):
     text, start = s_and_end
     value_ends: list[int] = []
 
@@ -131,8 +136,9 @@ def _parse_yaml(text: str, path: Path, error: type[ConfigError]) -> Any:
     try:
         import yaml
     except ImportError:  # pragma: no cover - depends on the environment
-        raise error(f"reading {path} needs PyYAML: pip install 'adapterfusion[experiments]' (or write it as .json)"
-                    ) from None
+        raise error(
+            f"reading {path} needs PyYAML: pip install 'adapterfusion[experiments]' (or write it as .json)"
+        ) from None
     try:
         return yaml.load(text, Loader=_strict_yaml_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:

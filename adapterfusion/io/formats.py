@@ -5,6 +5,7 @@
 
 The translators see the encoder only through an EncoderLayout (piece.py), so nothing here imports the model.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,8 +26,13 @@ def read_piece(directory: str | Path, kind: str, layout: EncoderLayout) -> Piece
     return piece_from_folder(directory, kind, layout.fingerprint)
 
 
-def write_piece(piece: Piece, directory: str | Path, layout: EncoderLayout, format: str = "adapterfusion",
-                use_safetensors: bool = True) -> Path:
+def write_piece(
+    piece: Piece,
+    directory: str | Path,
+    layout: EncoderLayout,
+    format: str = "adapterfusion",
+    use_safetensors: bool = True,
+) -> Path:
     """Save `piece` into `directory` in `format`; AdapterHub's format may use its legacy `.bin` weights instead of
     safetensors (use_safetensors=False)."""
     check_choice(format, FORMATS, "format")

@@ -4,6 +4,7 @@ a folder. Every huggingface_hub failure becomes a HubError that names the repo a
 A string names an existing local folder, or is a Hub id 'org/name', 'org/name/subfolder' (a folder inside the repo),
 optionally with '@revision'; anything else is an error raised before any network access.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,8 @@ _HUB_ID = re.compile(rf"^(?P<repo>{_PART}/{_PART})(?P<subfolder>(?:/{_PART})*)(?
 # What a failed call can raise: huggingface_hub's errors are OSErrors (HTTP, offline, missing cache entry), except a
 # malformed id (HFValidationError) and a transport error that escapes its retries (its httpx's HTTPError).
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = tuple(
-    error for error in (OSError, HFValidationError,
-                        getattr(getattr(huggingface_hub.utils, "httpx", None), "HTTPError", None))
+    error
+    for error in (OSError, HFValidationError, getattr(getattr(huggingface_hub.utils, "httpx", None), "HTTPError", None))
     if isinstance(error, type)
 )
 
@@ -40,8 +41,11 @@ class HubRef:
     revision: str | None = None
 
     def __str__(self) -> str:
-        return (self.repo_id + (f"/{self.subfolder}" if self.subfolder else "")
-                + (f"@{self.revision}" if self.revision else ""))
+        return (
+            self.repo_id
+            + (f"/{self.subfolder}" if self.subfolder else "")
+            + (f"@{self.revision}" if self.revision else "")
+        )
 
     def child(self, path: str) -> HubRef:
         return HubRef(self.repo_id, "/".join(p for p in (self.subfolder, path) if p), self.revision)
@@ -103,22 +107,32 @@ def download(ref: HubRef, patterns: list[str] | None = None) -> Path:
     else:
         allow = [f"{ref.subfolder}/*"] if ref.subfolder else None
     with hub_errors(ref, "downloading"):
-        root = huggingface_hub.snapshot_download(ref.repo_id, repo_type=REPO_TYPE, revision=ref.revision,
-                                                 allow_patterns=allow, library_name="adapterfusion",
-                                                 library_version=__version__)
+        root = huggingface_hub.snapshot_download(
+            ref.repo_id,
+            repo_type=REPO_TYPE,
+            revision=ref.revision,
+            allow_patterns=allow,
+            library_name="adapterfusion",
+            library_version=__version__,
+        )
     folder = Path(root, ref.subfolder)
     if not folder.is_dir():
         raise HubError(f"the Hub repository {ref.repo_id} has no folder {ref.subfolder!r}; check the id {ref}")
     return folder
 
 
-def upload(folder: Path, ref: HubRef, commit_message: str, private: bool | None = None,
-           token: str | None = None) -> None:
+def upload(
+    folder: Path, ref: HubRef, commit_message: str, private: bool | None = None, token: str | None = None
+) -> None:
     """Create the repo if needed and upload `folder` into `ref`'s folder (files already there and not in `folder`
     stay)."""
     with hub_errors(ref, "pushing to"):
         huggingface_hub.create_repo(ref.repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True, token=token)
         huggingface_hub.HfApi(token=token).upload_folder(
-            repo_id=ref.repo_id, folder_path=folder, path_in_repo=ref.subfolder or None, repo_type=REPO_TYPE,
-            revision=ref.revision, commit_message=commit_message,
+            repo_id=ref.repo_id,
+            folder_path=folder,
+            path_in_repo=ref.subfolder or None,
+            repo_type=REPO_TYPE,
+            revision=ref.revision,
+            commit_message=commit_message,
         )

@@ -1,5 +1,6 @@
 """The README.md model card pushed with a setup: what each piece is for (task, dev metrics), its config, where it
 came from (the index's provenance) and how to load it, under YAML metadata written by huggingface_hub."""
+
 from __future__ import annotations
 
 import json
@@ -21,25 +22,43 @@ def render_model_card(folder: Path, index: Mapping[str, Any], ref: HubRef) -> st
     shipped, base_id = _base_names(str(base.get("name_or_path") or ""))
     kinds = sorted({p["kind"] for p in pieces})
     metadata = huggingface_hub.ModelCardData(
-        library_name="adapterfusion", base_model=base_id,
+        library_name="adapterfusion",
+        base_model=base_id,
         tags=["adapterfusion", "adapters"] + (["adapterfusion-fusion"] if "fusion" in kinds else []),
     )
     lines = [
-        "---", metadata.to_yaml(), "---", "", f"# {ref}", "",
+        "---",
+        metadata.to_yaml(),
+        "---",
+        "",
+        f"# {ref}",
+        "",
         f"{len(pieces)} piece(s) ({', '.join(kinds) or 'none'}) for a `{base.get('model_type')}` encoder "
         f"(hidden size {base.get('hidden_size')}, {base.get('num_layers')} layers"
         f"{f', {base_id}' if base_id else ''}), saved with adapterfusion {index.get('library_version')}.",
-        "", "| piece | kind | task | dev metrics |", "|---|---|---|---|",
+        "",
+        "| piece | kind | task | dev metrics |",
+        "|---|---|---|---|",
     ]
     for piece in pieces:
         origin = provenance.get(piece["name"], {})
-        lines.append(f"| `{piece['name']}` | {piece['kind']} | {origin.get('task', '—')} | "
-                     f"{_metrics(origin.get('dev_metrics')) or '—'} |")
-    lines += ["", f"Active setup: {_active(index.get('active') or {})}.", "", "## Use", "", "```python",
-              "import adapterfusion as af", "",
-              "base = " + ("af.default_encoder_path()" if shipped
-                           else repr(base_id or "<folder or Hub id of the base encoder>")),
-              f"model = af.AdaptedModel.from_pretrained(base, {str(ref)!r})   # every piece and the active setup"]
+        lines.append(
+            f"| `{piece['name']}` | {piece['kind']} | {origin.get('task', '—')} | "
+            f"{_metrics(origin.get('dev_metrics')) or '—'} |"
+        )
+    lines += [
+        "",
+        f"Active setup: {_active(index.get('active') or {})}.",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "import adapterfusion as af",
+        "",
+        "base = "
+        + ("af.default_encoder_path()" if shipped else repr(base_id or "<folder or Hub id of the base encoder>")),
+        f"model = af.AdaptedModel.from_pretrained(base, {str(ref)!r})   # every piece and the active setup",
+    ]
     for kind in kinds:
         example = next(p["name"] for p in pieces if p["kind"] == kind)
         piece_ref = str(ref.child(piece_folder(kind, example)))
@@ -52,8 +71,14 @@ def render_model_card(folder: Path, index: Mapping[str, Any], ref: HubRef) -> st
             lines += [f"Fuses {', '.join(f'`{a}`' for a in document.get('adapters', []))}.", ""]
         lines += ["Config:", "", "```json", json.dumps(document.get("config"), indent=2, sort_keys=True), "```"]
         if piece["name"] in provenance:
-            lines += ["", "Provenance:", "", "```json", json.dumps(provenance[piece["name"]], indent=2, sort_keys=True),
-                      "```"]
+            lines += [
+                "",
+                "Provenance:",
+                "",
+                "```json",
+                json.dumps(provenance[piece["name"]], indent=2, sort_keys=True),
+                "```",
+            ]
     return "\n".join(lines) + "\n"
 
 

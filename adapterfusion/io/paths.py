@@ -3,6 +3,7 @@ saved piece's JSON — become folder names under an output dir or a store: `path
 one folder name, so that none can write outside that root ('..', an absolute path, a separator). Output paths a
 user gives are checked up front (`check_writable_folder`, `check_writable_file`): a file where a folder goes, a
 folder where a file goes, or a read-only place is a clear error before any work, not a traceback after it."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,13 @@ _SEPARATORS = ("/", "\\", "\0")
 
 def path_part(value: object, what: str) -> str:
     """`value` if it is one plain folder name; else ConfigError naming `what`, the value and the rule."""
-    if (not isinstance(value, str) or value.strip() in ("", ".", "..") or any(s in value for s in _SEPARATORS)
-            or PurePosixPath(value).is_absolute() or PureWindowsPath(value).drive):
+    if (
+        not isinstance(value, str)
+        or value.strip() in ("", ".", "..")
+        or any(s in value for s in _SEPARATORS)
+        or PurePosixPath(value).is_absolute()
+        or PureWindowsPath(value).drive
+    ):
         raise ConfigError(
             f"{what} {value!r} cannot be a folder name: it must be one plain name without '/', '\\', '..' or a "
             "drive, or it would lead outside the folder it is written to"
@@ -34,12 +40,15 @@ def check_writable_folder(path: str | os.PathLike, what: str) -> Path:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise ConfigError(f"{what} {str(path)!r} cannot be created: {str(existing)!r} is a file, not a folder; "
-                          "choose another path")
+        raise ConfigError(
+            f"{what} {str(path)!r} cannot be created: {str(existing)!r} is a file, not a folder; choose another path"
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
         state = "is" if existing == path else f"would be created in {str(existing)!r}, which is"
-        raise ConfigError(f"{what} {str(path)!r} {state} read-only for this user; choose a folder you can write "
-                          "in, or change its permissions")
+        raise ConfigError(
+            f"{what} {str(path)!r} {state} read-only for this user; choose a folder you can write "
+            "in, or change its permissions"
+        )
     return path
 
 

@@ -4,6 +4,7 @@ between such a folder and a `Piece` (`piece_from_folder`, `piece_to_folder`).
 The JSON records the library version and the base encoder's type, hidden size and layer count, so a piece
 loaded into an incompatible encoder fails with a message that says which value differs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,7 +32,9 @@ PIECE_FORMAT = "adapterfusion"
 PIECE_FORMAT_VERSION = 1
 # kind -> the config class's reader of its to_dict() form
 CONFIG_READERS: dict[str, Callable[[Mapping[str, Any]], PieceConfig]] = {
-    "adapter": AdapterConfig.from_dict, "fusion": FusionConfig.from_dict, "head": head_config_from_dict,
+    "adapter": AdapterConfig.from_dict,
+    "fusion": FusionConfig.from_dict,
+    "head": head_config_from_dict,
 }
 
 
@@ -129,7 +132,8 @@ def check_finite(tensors: Mapping[str, torch.Tensor], source: str | Path) -> Non
             if bad:
                 raise SerializationError(
                     f"{source}: tensor {key!r} holds {bad} NaN or infinite value(s) of {tensor.numel()}; the piece "
-                    "was saved from a run that diverged. Retrain it (lower the learning rate) or load another")
+                    "was saved from a run that diverged. Retrain it (lower the learning rate) or load another"
+                )
 
 
 def read_piece_weights(directory: str | Path, kind: str) -> dict[str, torch.Tensor]:
@@ -140,7 +144,8 @@ def read_piece_weights(directory: str | Path, kind: str) -> dict[str, torch.Tens
         return load_safetensors_bytes(path.read_bytes())
     except (SafetensorError, ValueError, RuntimeError) as error:
         raise SerializationError(
-            f"{path} is not a readable safetensors file ({error}); it is corrupt or truncated") from None
+            f"{path} is not a readable safetensors file ({error}); it is corrupt or truncated"
+        ) from None
 
 
 # ---- the translator: folder <-> Piece ---------------------------------------------------------------------------
@@ -155,8 +160,9 @@ def piece_from_folder(directory: str | Path, kind: str, encoder: EncoderFingerpr
         raise SerializationError(f"{directory}: fusion config has no 'adapters' list")
     with naming_file(config_path(directory, kind)):
         config = CONFIG_READERS[kind](document["config"])
-    return Piece(kind, document["name"], config, read_piece_weights(directory, kind), tuple(adapters),
-                 source=str(directory))
+    return Piece(
+        kind, document["name"], config, read_piece_weights(directory, kind), tuple(adapters), source=str(directory)
+    )
 
 
 def piece_to_folder(piece: Piece, directory: str | Path, encoder: EncoderFingerprint) -> Path:

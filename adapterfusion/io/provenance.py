@@ -1,6 +1,7 @@
 """Where a trained piece came from, for a saved setup's index and its model card: the task, dev metrics, training
 config, data and origin (commit, device) of a `train()` run folder, of an AdapterStore entry, or, for the shipped
 zoo's adapters, of adapterfusion/zoo/manifest.json. Local paths are left out: a card is public."""
+
 from __future__ import annotations
 
 import os
@@ -37,10 +38,12 @@ def describe_origin(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, 
 def _from_run(run_dir: Path) -> dict[str, Any]:
     config, metrics = (_object(run_dir / name) for name in RUN_FILES)
     best = metrics.get("best") if isinstance(metrics.get("best"), Mapping) else {}
-    return _provenance(config, dev_metrics={k: v for k, v in best.items() if k not in _TIMINGS},
-                       metric_for_best=metrics.get("metric_for_best"),
-                       origin=f"adapterfusion train() run {config.get('task')}/{config.get('setup')}/"
-                              f"seed-{config.get('seed')}")
+    return _provenance(
+        config,
+        dev_metrics={k: v for k, v in best.items() if k not in _TIMINGS},
+        metric_for_best=metrics.get("metric_for_best"),
+        origin=f"adapterfusion train() run {config.get('task')}/{config.get('setup')}/seed-{config.get('seed')}",
+    )
 
 
 def _from_store_entry(entry_dir: Path) -> dict[str, Any]:
@@ -51,8 +54,12 @@ def _from_store_entry(entry_dir: Path) -> dict[str, Any]:
     if entry_dir.resolve().is_relative_to(ZOO_DIR / STORE_DIR):
         manifest = zoo_manifest()
         record = manifest["tasks"].get(entry.get("task"), {})
-        return _provenance(record, task=entry.get("task"), dev_metrics=record.get("dev"),
-                           origin=f"adapterfusion shipped zoo {manifest.get('name')!r} (made {manifest.get('made')})")
+        return _provenance(
+            record,
+            task=entry.get("task"),
+            dev_metrics=record.get("dev"),
+            origin=f"adapterfusion shipped zoo {manifest.get('name')!r} (made {manifest.get('made')})",
+        )
     run_dir = Path(str(entry.get("source", "")))
     if entry.get("source") and all((run_dir / name).is_file() for name in RUN_FILES):
         return _from_run(run_dir)
@@ -62,8 +69,10 @@ def _from_store_entry(entry_dir: Path) -> dict[str, Any]:
 def _provenance(record: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     """The public fields of a run config or zoo manifest record; missing values are left out."""
     hardware = record.get("hardware") if isinstance(record.get("hardware"), Mapping) else {}
-    fields = {key: record.get(key) for key in ("task", "setup", "setup_options", "seed", "training", "git_sha",
-                                               "library_version")}
+    fields = {
+        key: record.get(key)
+        for key in ("task", "setup", "setup_options", "seed", "training", "git_sha", "library_version")
+    }
     fields.update(data=_data_summary(record.get("data")), device=hardware.get("device"), **overrides)
     return {key: value for key, value in fields.items() if value not in (None, {}, [])}
 
@@ -73,8 +82,12 @@ def _data_summary(data: Any) -> dict[str, Any] | None:
     if not isinstance(data, Mapping):
         return None
     splits = data.get("splits") if isinstance(data.get("splits"), Mapping) else {}
-    summary = {"source": data.get("source"), "seed": data.get("seed"), "carve_out": data.get("carve_out"),
-               "rows": {name: split.get("num_rows") for name, split in splits.items() if isinstance(split, Mapping)}}
+    summary = {
+        "source": data.get("source"),
+        "seed": data.get("seed"),
+        "carve_out": data.get("carve_out"),
+        "rows": {name: split.get("num_rows") for name, split in splits.items() if isinstance(split, Mapping)},
+    }
     return {key: value for key, value in summary.items() if value not in (None, {})}
 
 

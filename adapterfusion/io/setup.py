@@ -10,6 +10,7 @@ load_adapter/load_fusion/load_head take a piece's folder, or a setup holding one
 them local or on the Hub (`piece_source`). This module gets the model (or its class) as an argument and never
 imports model.py.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -71,13 +72,21 @@ class ActiveSetup:
         order the fusions were added."""
         state = model.state
         masks = {fusion: state.fusion_masks[fusion] for fusion in model.fusion_setups if fusion in state.fusion_masks}
-        return cls(state.adapter, state.fusion, state.head, state.skip_layers, masks, state.fusion_step,
-                   state.fusion_implementation)
+        return cls(
+            state.adapter,
+            state.fusion,
+            state.head,
+            state.skip_layers,
+            masks,
+            state.fusion_step,
+            state.fusion_implementation,
+        )
 
     def restricted(self, chosen: Mapping[str, Sequence[str]]) -> ActiveSetup:
         """The part that refers to the chosen pieces only."""
         return dataclasses.replace(
-            self, adapter=self.adapter if self.adapter in chosen["adapter"] else None,
+            self,
+            adapter=self.adapter if self.adapter in chosen["adapter"] else None,
             fusion=self.fusion if self.fusion in chosen["fusion"] else None,
             head=self.head if self.head in chosen["head"] else None,
             fusion_masks={f: keep for f, keep in self.fusion_masks.items() if f in chosen["fusion"]},
@@ -120,24 +129,39 @@ def encoder_digest(model: AdaptedModel) -> str:
 
 
 # ---- save ------------------------------------------------------------------------------------------------
-def save_setup(model: AdaptedModel, directory: str | os.PathLike, adapters: Names = None, fusions: Names = None,
-               heads: Names = None, provenance: Provenance = None) -> Path:
+def save_setup(
+    model: AdaptedModel,
+    directory: str | os.PathLike,
+    adapters: Names = None,
+    fusions: Names = None,
+    heads: Names = None,
+    provenance: Provenance = None,
+) -> Path:
     """Every piece, or the named ones (with the adapters of each named fusion), and the active setup restricted to
     them; `provenance` maps a piece name to the run folder or store entry it came from (io/provenance.py)."""
     directory = Path(directory)
-    if directory.exists() and not (directory / SETUP_FILE).is_file() and (
-            not directory.is_dir() or any(directory.iterdir())):
+    if (
+        directory.exists()
+        and not (directory / SETUP_FILE).is_file()
+        and (not directory.is_dir() or any(directory.iterdir()))
+    ):
         raise ConfigError(f"{directory} exists and is not a saved setup; save into a new or empty folder")
     chosen = _chosen(model, adapters, fusions, heads)
     saved = {name for names in chosen.values() for name in names}
     stray = sorted(set(provenance or {}) - saved)
     if stray:
         raise ConfigError(
-            f"provenance is given for {stray}, which are not saved pieces {sorted(saved)}; key it by piece name")
+            f"provenance is given for {stray}, which are not saved pieces {sorted(saved)}; key it by piece name"
+        )
     index: dict[str, Any] = {
-        "format": SETUP_FORMAT, "format_version": SETUP_FORMAT_VERSION, "library_version": __version__,
-        "base_model": {**model.fingerprint.to_dict(), "class": type(model.model).__name__,
-                       "weights_sha256": encoder_digest(model)},
+        "format": SETUP_FORMAT,
+        "format_version": SETUP_FORMAT_VERSION,
+        "library_version": __version__,
+        "base_model": {
+            **model.fingerprint.to_dict(),
+            "class": type(model.model).__name__,
+            "weights_sha256": encoder_digest(model),
+        },
         "pieces": [{"kind": kind, "name": name} for kind in PIECE_KINDS for name in chosen[kind]],
         "active": ActiveSetup.of(model).restricted(chosen).to_dict(),
         "provenance": {name: describe_origin(origin) for name, origin in (provenance or {}).items()},
@@ -155,8 +179,10 @@ def _chosen(model: AdaptedModel, adapters: Names, fusions: Names, heads: Names) 
     loaded = {"adapter": model.adapter_names, "fusion": model.fusion_names, "head": model.head_names}
     if adapters is None and fusions is None and heads is None:
         return loaded
-    asked = {kind: [names] if isinstance(names, str) else list(names or ())
-             for kind, names in zip(PIECE_KINDS, (adapters, fusions, heads), strict=True)}
+    asked = {
+        kind: [names] if isinstance(names, str) else list(names or ())
+        for kind, names in zip(PIECE_KINDS, (adapters, fusions, heads), strict=True)
+    }
     for kind, names in asked.items():
         missing = [name for name in names if name not in loaded[kind]]
         if missing:
@@ -183,8 +209,11 @@ def read_index(folder: Path) -> dict[str, Any]:
             f"{path} has format_version {index.get('format_version')!r}; this library reads {SETUP_FORMAT_VERSION}"
         )
     pieces = index.get("pieces")
-    if (not isinstance(pieces, list) or not isinstance(index.get("base_model"), dict)
-            or not all(isinstance(p, dict) and p.get("kind") in PIECE_KINDS for p in pieces)):
+    if (
+        not isinstance(pieces, list)
+        or not isinstance(index.get("base_model"), dict)
+        or not all(isinstance(p, dict) and p.get("kind") in PIECE_KINDS for p in pieces)
+    ):
         raise SerializationError(f"{path} lacks a 'base_model' object or a 'pieces' list of {list(PIECE_KINDS)}")
     with naming_file(path):  # a saved name becomes a folder name below `folder`
         for piece in pieces:
@@ -192,8 +221,9 @@ def read_index(folder: Path) -> dict[str, Any]:
     return index
 
 
-def load_setup(model_class: type[AdaptedModel], base: nn.Module | str | os.PathLike,
-               source: str | os.PathLike) -> AdaptedModel:
+def load_setup(
+    model_class: type[AdaptedModel], base: nn.Module | str | os.PathLike, source: str | os.PathLike
+) -> AdaptedModel:
     """`base` wrapped, with the pieces and active setup saved in `source` (a folder or a Hub id). On any error
     the encoder is unwrapped again, so a failed load leaves a passed-in encoder as it was."""
     place = locate(source, "saved setup")
@@ -208,7 +238,9 @@ def load_setup(model_class: type[AdaptedModel], base: nn.Module | str | os.PathL
                 f"{source}: the base encoder's weights differ from those the setup was saved with "
                 f"({index['base_model'].get('name_or_path') or 'unnamed'}); its adapters may not fit this encoder "
                 "(expected if you loaded the same encoder in another precision)",
-                BaseModelMismatchWarning, stacklevel=3)
+                BaseModelMismatchWarning,
+                stacklevel=3,
+            )
         for piece in index["pieces"]:
             kind, name = piece["kind"], piece["name"]
             getattr(model, f"load_{kind}")(folder / piece_folder(kind, name), name=name)
@@ -227,8 +259,10 @@ def _fetch_setup(place: HubRef) -> Path:
 
 def _base_encoder(base: nn.Module | str | os.PathLike, model_class: type) -> nn.Module:
     if isinstance(base, model_class):
-        raise ConfigError("base is already an AdaptedModel; pass the plain HuggingFace encoder (model.unload() "
-                          "returns it), its folder or its Hub id")
+        raise ConfigError(
+            "base is already an AdaptedModel; pass the plain HuggingFace encoder (model.unload() "
+            "returns it), its folder or its Hub id"
+        )
     if isinstance(base, nn.Module):
         return base
     from transformers import AutoModel
@@ -240,8 +274,10 @@ def _base_encoder(base: nn.Module | str | os.PathLike, model_class: type) -> nn.
     try:
         return AutoModel.from_pretrained(place)
     except OSError as error:
-        raise SerializationError(f"base model folder {place} does not load ({error}); pass a folder that "
-                                 "save_pretrained of a HuggingFace model wrote") from None
+        raise SerializationError(
+            f"base model folder {place} does not load ({error}); pass a folder that "
+            "save_pretrained of a HuggingFace model wrote"
+        ) from None
 
 
 def piece_source(source: str | os.PathLike, kind: str) -> Path:
@@ -275,9 +311,17 @@ def _piece_in(folder: Path, kind: str, label: Callable[[str], str]) -> str:
 
 
 # ---- push ------------------------------------------------------------------------------------------------
-def push_setup(model: AdaptedModel, repo_id: str, adapters: Names = None, fusions: Names = None, heads: Names = None,
-               provenance: Provenance = None, private: bool | None = None, token: str | None = None,
-               commit_message: str | None = None) -> str:
+def push_setup(
+    model: AdaptedModel,
+    repo_id: str,
+    adapters: Names = None,
+    fusions: Names = None,
+    heads: Names = None,
+    provenance: Provenance = None,
+    private: bool | None = None,
+    token: str | None = None,
+    commit_message: str | None = None,
+) -> str:
     """save_setup into Hub repo folder `repo_id` ('org/name' or 'org/name/subfolder') with a README.md model card;
     returns the id that loads it back."""
     ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
@@ -287,7 +331,10 @@ def push_setup(model: AdaptedModel, repo_id: str, adapters: Names = None, fusion
         folder = save_setup(model, Path(tmp) / "setup", adapters, fusions, heads, provenance)
         index = read_index(folder)
         atomic_write_text(folder / CARD_FILE, render_model_card(folder, index, ref))
-        listed = "; ".join(f"{kind}s {', '.join(p['name'] for p in index['pieces'] if p['kind'] == kind)}"
-                           for kind in PIECE_KINDS if any(p["kind"] == kind for p in index["pieces"]))
+        listed = "; ".join(
+            f"{kind}s {', '.join(p['name'] for p in index['pieces'] if p['kind'] == kind)}"
+            for kind in PIECE_KINDS
+            if any(p["kind"] == kind for p in index["pieces"])
+        )
         upload(folder, ref, commit_message or f"adapterfusion {__version__}: {listed or 'no pieces'}", private, token)
     return str(ref)

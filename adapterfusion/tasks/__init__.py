@@ -1,5 +1,6 @@
 """Tasks: what a task is (`TaskSpec`), the registry of the paper's tasks, loading and checking their data,
 tokenising it for a model, and scoring predictions."""
+
 from adapterfusion.tasks.carving import CarveOut, carve_indices, subsample_indices
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import EncodedTask, TruncationReport, encode_task, segments
@@ -17,8 +18,30 @@ from adapterfusion.tasks.registry import (
 from adapterfusion.tasks.spec import TaskSpec
 
 __all__ = [
-    "ENV_DATA_DIR", "CarveOut", "EncodedTask", "SplitOrigin", "TaskCollator", "TaskData", "TaskDataInfo",
-    "TaskError", "TaskSpec", "TruncationReport", "accuracy", "carve_indices", "compute_metrics", "encode_task",
-    "f1", "get_task", "list_tasks", "load_task_data", "load_task_file", "pearson", "register_task",
-    "resolve_task", "segments", "spearman", "subsample_indices", "task_from_dict",
+    "ENV_DATA_DIR",
+    "CarveOut",
+    "EncodedTask",
+    "SplitOrigin",
+    "TaskCollator",
+    "TaskData",
+    "TaskDataInfo",
+    "TaskError",
+    "TaskSpec",
+    "TruncationReport",
+    "accuracy",
+    "carve_indices",
+    "compute_metrics",
+    "encode_task",
+    "f1",
+    "get_task",
+    "list_tasks",
+    "load_task_data",
+    "load_task_file",
+    "pearson",
+    "register_task",
+    "resolve_task",
+    "segments",
+    "spearman",
+    "subsample_indices",
+    "task_from_dict",
 ]

@@ -3,6 +3,7 @@
 Index selection is a pure function of (size, fraction, seed), so the same seed gives the same split on any
 machine and the carve-out recorded in a result file can be rebuilt exactly.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -3,6 +3,7 @@
 Every problem is reported with the task, the file (or Hub split), the 0-based row and the fix, because a bad
 row found here costs seconds while the same row found by a tokenizer mid-training costs a run.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

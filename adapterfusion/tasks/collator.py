@@ -2,6 +2,7 @@
 
 Single/pair examples give [batch, seq] tensors; multiple-choice examples give [batch, num_choices, seq].
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -64,9 +65,9 @@ class TaskCollator:
             out = np.full((len(rows), seq_len), self._pad_value(key), dtype=np.int64)
             for i, row in enumerate(rows):
                 if left:
-                    out[i, seq_len - len(row):] = row
+                    out[i, seq_len - len(row) :] = row
                 else:
-                    out[i, :len(row)] = row
+                    out[i, : len(row)] = row
             shape = (len(features), n_choices, seq_len) if n_choices else (len(features), seq_len)
             batch[key] = torch.from_numpy(out.reshape(shape))
         label_key = "labels" if "labels" in features[0] else "label" if "label" in features[0] else None

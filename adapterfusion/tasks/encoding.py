@@ -8,6 +8,7 @@ the blank, the second is the option followed by the rest of the sentence ("Ian v
 Encoding runs through `Dataset.map(batched=True)`, so `datasets` caches it next to the data's Arrow files.
 Truncation is counted per example (an MC example counts once if any of its choices was cut).
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,12 @@ class TruncationReport:
         return f"{self.task}: truncated to {self.max_length} tokens: " + ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"task": self.task, "max_length": self.max_length,
-                "truncated": dict(self.truncated), "totals": dict(self.totals)}
+        return {
+            "task": self.task,
+            "max_length": self.max_length,
+            "truncated": dict(self.truncated),
+            "totals": dict(self.totals),
+        }
 
 
 class EncodedTask(NamedTuple):
@@ -61,7 +66,7 @@ class EncodedTask(NamedTuple):
 def _fill_blank(context: str, option: str, blank: str) -> tuple[str, str]:
     """(sentence up to the blank, option + rest of the sentence), as in the WinoGrande baseline."""
     cut = context.index(blank)
-    return context[:cut].strip(), f"{option} {context[cut + len(blank):].strip()}".strip()
+    return context[:cut].strip(), f"{option} {context[cut + len(blank) :].strip()}".strip()
 
 
 def segments(batch: Mapping[str, list], spec: TaskSpec) -> tuple[list[str], list[str] | None]:
@@ -85,8 +90,12 @@ def _tokenize(tokenizer, first: list[str], second: list[str] | None, max_length:
     encoded = dict(tokenizer(first, second, truncation=False, verbose=False))
     too_long = [i for i, ids in enumerate(encoded["input_ids"]) if len(ids) > max_length]
     if too_long:
-        cut = tokenizer([first[i] for i in too_long], [second[i] for i in too_long] if second else None,
-                        truncation=True, max_length=max_length)
+        cut = tokenizer(
+            [first[i] for i in too_long],
+            [second[i] for i in too_long] if second else None,
+            truncation=True,
+            max_length=max_length,
+        )
         for key, values in encoded.items():
             for j, i in enumerate(too_long):
                 values[i] = cut[key][j]
@@ -102,8 +111,8 @@ def _encode_batch(batch: Mapping[str, list], spec: TaskSpec, tokenizer, max_leng
     group = spec.num_choices if spec.is_multiple_choice else 1
     if group == 1:
         return {**encoded, TRUNCATED_COLUMN: flags}
-    grouped = {key: [values[i:i + group] for i in range(0, len(values), group)] for key, values in encoded.items()}
-    grouped[TRUNCATED_COLUMN] = [any(flags[i:i + group]) for i in range(0, len(flags), group)]
+    grouped = {key: [values[i : i + group] for i in range(0, len(values), group)] for key, values in encoded.items()}
+    grouped[TRUNCATED_COLUMN] = [any(flags[i : i + group]) for i in range(0, len(flags), group)]
     return grouped
 
 
@@ -118,8 +127,9 @@ def effective_max_length(spec: TaskSpec, tokenizer, max_length: int | None = Non
     return wanted
 
 
-def encode_task(task: str | TaskSpec, data, tokenizer, max_length: int | None = None,
-                num_proc: int | None = None) -> EncodedTask:
+def encode_task(
+    task: str | TaskSpec, data, tokenizer, max_length: int | None = None, num_proc: int | None = None
+) -> EncodedTask:
     """Tokenise every split of `data` (a DatasetDict from `load_task_data`, or one Dataset) for `task`.
 
     Each split keeps only input_ids, attention_mask, token_type_ids (if the tokenizer makes them) and "label".
@@ -138,7 +148,10 @@ def encode_task(task: str | TaskSpec, data, tokenizer, max_length: int | None = 
             )
         drop = [c for c in dataset.column_names if c != LABEL_COLUMN]
         mapped = dataset.map(
-            _encode_batch, batched=True, remove_columns=drop, num_proc=num_proc,
+            _encode_batch,
+            batched=True,
+            remove_columns=drop,
+            num_proc=num_proc,
             fn_kwargs={"spec": spec, "tokenizer": tokenizer, "max_length": length},
             desc=f"{spec.name}/{role}: tokenising",
         )

@@ -1,5 +1,6 @@
 """The task layer's exception type: bad task descriptions and bad data files raise it, never a KeyError
 from deep inside `datasets`."""
+
 from __future__ import annotations
 
 from adapterfusion.errors import AdapterFusionError

@@ -2,6 +2,7 @@
 
 Checking and encoding both go through these helpers, so the layout a spec describes is interpreted in one place.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence

@@ -3,6 +3,7 @@
 Files are read with the `datasets` json/csv builders so they get Arrow cache files, which is what lets
 `Dataset.map` cache tokenisation between runs.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -19,9 +20,7 @@ def find_split_file(task_dir: Path, stems: list[str]) -> Path | None:
     for stem in stems:
         hits = [task_dir / f"{stem}{ext}" for ext in EXTENSIONS if (task_dir / f"{stem}{ext}").is_file()]
         if len(hits) > 1:
-            raise TaskError(
-                f"{task_dir}: several files for split {stem!r}: {[h.name for h in hits]}; keep only one."
-            )
+            raise TaskError(f"{task_dir}: several files for split {stem!r}: {[h.name for h in hits]}; keep only one.")
         if hits:
             return hits[0]
     return None
@@ -95,8 +94,10 @@ def read_data_file(path: str | Path, cache_dir: str | None = None):
     except Exception as err:  # the builders raise many types; all mean "this file does not parse"
         problem = _json_problem(path) if builder == "json" else None
         if problem is not None:
-            raise TaskError(f"data file {str(path)!r}, {problem}; each line must be one JSON object (JSON Lines), "
-                            "or the whole file one JSON list of objects.") from err
+            raise TaskError(
+                f"data file {str(path)!r}, {problem}; each line must be one JSON object (JSON Lines), "
+                "or the whole file one JSON list of objects."
+            ) from err
         raise TaskError(
             f"data file {str(path)!r} could not be parsed as {builder.upper()} ({type(err).__name__}: {err}); "
             "JSON files need one object per line (or a list of objects), CSV files a header row."

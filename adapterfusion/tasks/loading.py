@@ -1,6 +1,7 @@
 """`load_task_data`: a task's train/validation(/test) splits as a checked `datasets.DatasetDict`, plus a record of
 where every split came from (Hub, local file, or a seeded carve-out) so that reports can say so.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,10 @@ class TaskDataInfo:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for result files."""
         return {
-            "task": self.task, "source": self.source, "location": self.location, "seed": self.seed,
+            "task": self.task,
+            "source": self.source,
+            "location": self.location,
+            "seed": self.seed,
             "splits": {s.role: asdict(s) for s in self.splits},
             "carve_out": self.carve_out.to_dict() if self.carve_out else None,
             "notes": list(self.notes),
@@ -57,8 +61,10 @@ class TaskDataInfo:
     def describe(self) -> str:
         """One line per fact, for a report's data section."""
         lines = [f"{self.task}: {self.source} ({self.location})"]
-        lines += [f"  {s.role}: {s.num_rows} of {s.rows_available} rows from {s.source} split {s.split_name!r}"
-                  for s in self.splits]
+        lines += [
+            f"  {s.role}: {s.num_rows} of {s.rows_available} rows from {s.source} split {s.split_name!r}"
+            for s in self.splits
+        ]
         if self.carve_out:
             lines.append(f"  carve-out: {self.carve_out.describe()}")
         lines += [f"  note: {n}" for n in self.notes]
@@ -73,6 +79,7 @@ class TaskData(NamedTuple):
 
 
 # -- raw split sources --------------------------------------------------------------------------------
+
 
 class _Raw(NamedTuple):
     dataset: Any
@@ -96,8 +103,7 @@ def _choose_source(spec: TaskSpec, data_dir: str | os.PathLike | None, source: s
         return "local", env_dir
     if source == "local":
         raise TaskError(
-            f"task {spec.name!r}: source='local' but no data folder was given; pass data_dir=... or set "
-            f"{ENV_DATA_DIR}."
+            f"task {spec.name!r}: source='local' but no data folder was given; pass data_dir=... or set {ENV_DATA_DIR}."
         )
     return "hub", _hub_name(spec)
 
@@ -116,8 +122,7 @@ def _hub_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[st
     import datasets
 
     try:
-        loaded = datasets.load_dataset(spec.hub_path, spec.hub_config, revision=spec.hub_revision,
-                                       cache_dir=cache_dir)
+        loaded = datasets.load_dataset(spec.hub_path, spec.hub_config, revision=spec.hub_revision, cache_dir=cache_dir)
     except Exception as err:  # network, auth and missing-config errors all mean "not available from the Hub"
         raise TaskError(
             f"task {spec.name!r}: could not load {location} ({type(err).__name__}: {err}). Offline, pass "
@@ -170,8 +175,8 @@ _READERS = {"hub": _hub_splits, "local": _local_splits, "files": _file_splits}
 
 # -- assembling the splits ----------------------------------------------------------------------------
 
-def _carve(splits: dict[str, Any], origins: dict[str, SplitOrigin], fraction: float, seed: int
-           ) -> CarveOut | None:
+
+def _carve(splits: dict[str, Any], origins: dict[str, SplitOrigin], fraction: float, seed: int) -> CarveOut | None:
     """Make missing train/validation splits from what exists, in place; None when nothing was missing."""
     if "train" in splits and "validation" in splits:
         return None
@@ -185,8 +190,15 @@ def _carve(splits: dict[str, Any], origins: dict[str, SplitOrigin], fraction: fl
     for role, idx in (("train", train_idx), ("validation", validation_idx)):
         splits[role] = source.select(idx)
         origins[role] = replace(origin, role=role, source="carved", rows_available=len(idx), num_rows=len(idx))
-    return CarveOut(source_split=origin.split_name, source_size=len(source), fraction=fraction, seed=seed,
-                    train_size=len(train_idx), validation_size=len(validation_idx), carved_roles=carved)
+    return CarveOut(
+        source_split=origin.split_name,
+        source_size=len(source),
+        fraction=fraction,
+        seed=seed,
+        train_size=len(train_idx),
+        validation_size=len(validation_idx),
+        carved_roles=carved,
+    )
 
 
 def _limit_for(max_examples: int | Mapping[str, int] | None, role: str) -> int | None:
@@ -231,10 +243,15 @@ def load_task_data(
         if checked.dropped_unlabelled:
             notes.append(f"{checked.dropped_unlabelled} rows without a gold label dropped from {raw.location}")
         splits[role] = checked.dataset
-        origins[role] = SplitOrigin(role=role, source="hub" if kind == "hub" else "local",
-                                    split_name=raw.split_name, location=raw.location,
-                                    rows_available=len(checked.dataset), num_rows=len(checked.dataset),
-                                    dropped_unlabelled=checked.dropped_unlabelled)
+        origins[role] = SplitOrigin(
+            role=role,
+            source="hub" if kind == "hub" else "local",
+            split_name=raw.split_name,
+            location=raw.location,
+            rows_available=len(checked.dataset),
+            num_rows=len(checked.dataset),
+            dropped_unlabelled=checked.dropped_unlabelled,
+        )
     if not splits:
         raise TaskError(f"task {spec.name!r}: no labelled split found at {location}; add a train or validation file.")
     carve_out = _carve(splits, origins, carve_fraction, seed)
@@ -244,6 +261,13 @@ def load_task_data(
             splits[role] = splits[role].select(subsample_indices(len(splits[role]), limit, seed, ROLES.index(role)))
             origins[role] = replace(origins[role], num_rows=len(splits[role]))
     ordered = [r for r in ROLES if r in splits]
-    info = TaskDataInfo(task=spec.name, source=kind, location=location, seed=seed,
-                        splits=tuple(origins[r] for r in ordered), carve_out=carve_out, notes=tuple(notes))
+    info = TaskDataInfo(
+        task=spec.name,
+        source=kind,
+        location=location,
+        seed=seed,
+        splits=tuple(origins[r] for r in ordered),
+        carve_out=carve_out,
+        notes=tuple(notes),
+    )
     return TaskData(datasets.DatasetDict({r: splits[r] for r in ordered}), info)

@@ -3,6 +3,7 @@
 `compute_metrics` accepts predicted ids or logits ([n, num_labels], arg-maxed), so it plugs into a training loop
 or the HF Trainer's EvalPrediction unchanged.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -115,6 +116,8 @@ def collapse_warning(metrics: dict[str, float], num_examples: int | None = None)
     if share is None or share < CONSTANT_PREDICTOR_SHARE:
         return None
     where = f" on all {num_examples} dev examples" if num_examples else ""
-    return (f"constant predictor: the model predicts the same class{where}, so its accuracy is the share of that "
-            "class and says nothing about the task; train longer, check the learning rate and the head's pooling "
-            "(docs/fidelity.md)")
+    return (
+        f"constant predictor: the model predicts the same class{where}, so its accuracy is the share of that "
+        "class and says nothing about the task; train longer, check the learning rate and the head's pooling "
+        "(docs/fidelity.md)"
+    )

@@ -3,6 +3,7 @@
 Built-in tasks are registered on import; a user task registered under an existing name needs overwrite=True
 so that a typo cannot silently replace "rte".
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,7 @@ from adapterfusion.tasks.builtin import BUILTIN_TASKS
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.spec import TaskSpec, suggest
 
-__all__ = ["TaskSpec", "get_task", "list_tasks", "register_task", "task_from_dict", "load_task_file",
-           "resolve_task"]
+__all__ = ["TaskSpec", "get_task", "list_tasks", "register_task", "task_from_dict", "load_task_file", "resolve_task"]
 
 _REGISTRY: dict[str, TaskSpec] = {}
 

@@ -3,6 +3,7 @@
 A spec describes data by the field names of its Hub dataset, so one description serves the Hub copy,
 a local copy laid out like it, and a user's own CSV/JSONL files.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,10 +25,21 @@ _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _OPTIONAL_TEXT = (str, type(None))
 # The scalar fields and the types a JSON description may give them (bool is not accepted as an int).
 _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,), "kind": (str,), "label_field": (str,), "num_choices": (int, type(None)),
-    "blank": _OPTIONAL_TEXT, "positive_label": (int,), "max_length": (int,), "train_split": _OPTIONAL_TEXT,
-    "validation_split": _OPTIONAL_TEXT, "test_split": _OPTIONAL_TEXT, "hub_path": _OPTIONAL_TEXT,
-    "hub_config": _OPTIONAL_TEXT, "hub_revision": _OPTIONAL_TEXT, "drop_unlabelled": (bool,), "description": (str,),
+    "name": (str,),
+    "kind": (str,),
+    "label_field": (str,),
+    "num_choices": (int, type(None)),
+    "blank": _OPTIONAL_TEXT,
+    "positive_label": (int,),
+    "max_length": (int,),
+    "train_split": _OPTIONAL_TEXT,
+    "validation_split": _OPTIONAL_TEXT,
+    "test_split": _OPTIONAL_TEXT,
+    "hub_path": _OPTIONAL_TEXT,
+    "hub_config": _OPTIONAL_TEXT,
+    "hub_revision": _OPTIONAL_TEXT,
+    "drop_unlabelled": (bool,),
+    "description": (str,),
 }
 
 
@@ -201,9 +213,7 @@ class TaskSpec:
         if "f1" in self.metrics and (self.kind == "multiple_choice" or len(self.label_names) != 2):
             raise self._fail("metric 'f1' is binary F1; it needs a 2-class single/pair task. Remove 'f1'.")
         if not 0 <= self.positive_label < len(self.label_names):
-            raise self._fail(
-                f"positive_label={self.positive_label} is not a label id 0..{len(self.label_names) - 1}."
-            )
+            raise self._fail(f"positive_label={self.positive_label} is not a label id 0..{len(self.label_names) - 1}.")
 
     # -- derived views ----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ and `train_multitask()` for MT-A (all tasks in one run, annealed task sampling; 
         train(task, "st-a", seed=42, store=store)
     result = train("rte", "fusion-st-a", store=store, setup_options={"sources": ["mnli"]})
 """
+
 from adapterfusion.training.api import RunResult, train
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunFileError, RunQualityWarning, TrainingError
@@ -28,9 +29,31 @@ from adapterfusion.training.store import AdapterStore, encoder_key
 from adapterfusion.training.trainer import AdaptedTrainer, FusionStepCallback, fusion_value_parameters, parameter_groups
 
 __all__ = [
-    "SETUPS", "AdaptedTrainer", "AdapterStore", "AnnealedSchedule", "FusionStepCallback", "MultiTaskResult",
-    "RunResult", "TaskSampler", "annealed_alpha", "sampling_probabilities", "train_multitask", "Setup", "SetupContext",
-    "RunFileError", "RunQualityWarning", "SetupPlan", "TrainingConfig", "TrainingError", "encoder_key",
-    "fusion_value_parameters", "get_setup", "head_config_for", "list_setups", "parameter_groups", "register_setup",
-    "run_dir_for", "train",
+    "SETUPS",
+    "AdaptedTrainer",
+    "AdapterStore",
+    "AnnealedSchedule",
+    "FusionStepCallback",
+    "MultiTaskResult",
+    "RunResult",
+    "TaskSampler",
+    "annealed_alpha",
+    "sampling_probabilities",
+    "train_multitask",
+    "Setup",
+    "SetupContext",
+    "RunFileError",
+    "RunQualityWarning",
+    "SetupPlan",
+    "TrainingConfig",
+    "TrainingError",
+    "encoder_key",
+    "fusion_value_parameters",
+    "get_setup",
+    "head_config_for",
+    "list_setups",
+    "parameter_groups",
+    "register_setup",
+    "run_dir_for",
+    "train",
 ]

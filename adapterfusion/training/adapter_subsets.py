@@ -7,6 +7,7 @@ V are shared by every adapter of a site, so nothing is retrained to fuse them al
 
 The draw is a pure function of (seed, global step): a resumed run draws what the uninterrupted one drew.
 """
+
 from __future__ import annotations
 
 import random
@@ -26,9 +27,11 @@ def check_subset_size(size: object, adapters: Sequence[str]) -> int | None:
     if size is None:
         return None
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= len(adapters):
-        raise TrainingError(f"fusion-st-a: adapter_subset={size!r} must be a whole number from 1 to the "
-                            f"{len(adapters)} fused adapters {list(adapters)} (the target's own always included), "
-                            "or null to fuse all of them in every step")
+        raise TrainingError(
+            f"fusion-st-a: adapter_subset={size!r} must be a whole number from 1 to the "
+            f"{len(adapters)} fused adapters {list(adapters)} (the target's own always included), "
+            "or null to fuse all of them in every step"
+        )
     return None if size == len(adapters) else size
 
 

@@ -5,6 +5,7 @@ the trained pieces: adapter/, fusion/, head/ (each saved with the model's save_*
 the unwrapped encoder, with the tokenizer) for setups that change encoder weights. Trainer checkpoints live in
 checkpoints/ and are removed after a successful run unless TrainingConfig.keep_checkpoints is set.
 """
+
 from __future__ import annotations
 
 import json
@@ -96,11 +97,18 @@ def train(
     plan = recipe.prepare(model, context)
 
     run_config = {
-        "task": spec.name, "task_spec": spec.to_dict(), "setup": setup, "setup_options": jsonable(options),
-        "seed": seed, "encoder": run.encoder, "encoder_key": encoder_key(run.encoder),
+        "task": spec.name,
+        "task_spec": spec.to_dict(),
+        "setup": setup,
+        "setup_options": jsonable(options),
+        "seed": seed,
+        "encoder": run.encoder,
+        "encoder_key": encoder_key(run.encoder),
         # where a fusion's adapters are reloaded from
         "store": str(store.root.resolve()) if store is not None else None,
-        "training": config.to_dict(), "data": info.to_dict(), "truncation": truncation.to_dict(),
+        "training": config.to_dict(),
+        "data": info.to_dict(),
+        "truncation": truncation.to_dict(),
         "plan_notes": plan.notes,
     }
     if plan.fused_adapters:  # exactly which stored adapters this fusion is trained on (rebuild_run checks them)
@@ -114,39 +122,91 @@ def train(
         from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
 
         model.to("cuda" if torch.cuda.is_available() else "cpu")
-        cached = cached_head_training_set(model, plan.head, {r: encoded[r] for r in ("train", "validation")},
-                                          tokenizer, config.eval_batch_size or config.batch_size)
-        trainer, outcome = fit(HeadOnFeatures(model.heads[plan.head]), spec, cached["train"], cached["validation"],
-                               tokenizer, config, run_dir / "checkpoints", progress_dir=run_dir,
-                               collator=stack_features, resume_from=resume_from)
+        cached = cached_head_training_set(
+            model,
+            plan.head,
+            {r: encoded[r] for r in ("train", "validation")},
+            tokenizer,
+            config.eval_batch_size or config.batch_size,
+        )
+        trainer, outcome = fit(
+            HeadOnFeatures(model.heads[plan.head]),
+            spec,
+            cached["train"],
+            cached["validation"],
+            tokenizer,
+            config,
+            run_dir / "checkpoints",
+            progress_dir=run_dir,
+            collator=stack_features,
+            resume_from=resume_from,
+        )
     else:
-        subsets = [] if plan.adapter_subset is None else [
-            AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, [plan.head], seed)]
-        trainer, outcome = fit(model, spec, encoded["train"], encoded["validation"], tokenizer, config,
-                               run_dir / "checkpoints", progress_dir=run_dir, resume_from=resume_from,
-                               extra_callbacks=subsets)
+        subsets = (
+            []
+            if plan.adapter_subset is None
+            else [AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, [plan.head], seed)]
+        )
+        trainer, outcome = fit(
+            model,
+            spec,
+            encoded["train"],
+            encoded["validation"],
+            tokenizer,
+            config,
+            run_dir / "checkpoints",
+            progress_dir=run_dir,
+            resume_from=resume_from,
+            extra_callbacks=subsets,
+        )
     del trainer
     if not run.writes:
-        return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
-                         epoch_metrics=outcome.epoch_metrics, train_seconds=outcome.train_seconds,
-                         wall_seconds=time.perf_counter() - run.started, pieces={}, store_path=None, model=model)
+        return RunResult(
+            task=spec.name,
+            setup=setup,
+            seed=seed,
+            run_dir=run_dir,
+            metrics=outcome.best_metrics,
+            epoch_metrics=outcome.epoch_metrics,
+            train_seconds=outcome.train_seconds,
+            wall_seconds=time.perf_counter() - run.started,
+            pieces={},
+            store_path=None,
+            model=model,
+        )
     report = model.parameter_report()
     pieces = _save_pieces(model, plan, tokenizer, run_dir)
     if plan.fusion is not None:
         pieces["fusion_attention"] = _save_fusion_attention(
-            model, plan, encoded["validation"], tokenizer, config, run_dir,
-            {"task": spec.name, "setup": setup, "seed": seed, "split": "validation"})
+            model,
+            plan,
+            encoded["validation"],
+            tokenizer,
+            config,
+            run_dir,
+            {"task": spec.name, "setup": setup, "seed": seed, "split": "validation"},
+        )
     metrics = {
-        "task": spec.name, "setup": setup, "seed": seed, "metric_for_best": config.metric_for_best or spec.metrics[0],
-        "best": outcome.best_metrics, "epochs": outcome.epoch_metrics, "train_losses": outcome.train_losses,
-        "train_seconds": outcome.train_seconds, "global_step": outcome.global_step,
+        "task": spec.name,
+        "setup": setup,
+        "seed": seed,
+        "metric_for_best": config.metric_for_best or spec.metrics[0],
+        "best": outcome.best_metrics,
+        "epochs": outcome.epoch_metrics,
+        "train_losses": outcome.train_losses,
+        "train_seconds": outcome.train_seconds,
+        "global_step": outcome.global_step,
         "stopped_early": outcome.stopped_early,
         "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir)),
         "warnings": run_warnings(outcome.best_metrics, len(encoded["validation"])),
-        "parameters": {"trainable": sum(p.numel() for p in plan.trainable), "total": report.total,
-                       "encoder": report.encoder_total,
-                       "per_piece": [{"piece": r.piece, "kind": r.kind, "total": r.total, "trainable": r.trainable}
-                                     for r in report.rows]},
+        "parameters": {
+            "trainable": sum(p.numel() for p in plan.trainable),
+            "total": report.total,
+            "encoder": report.encoder_total,
+            "per_piece": [
+                {"piece": r.piece, "kind": r.kind, "total": r.total, "trainable": r.trainable} for r in report.rows
+            ],
+        },
         "pieces": {kind: str(path.relative_to(run_dir)) for kind, path in pieces.items()},
     }
     stored = None
@@ -156,9 +216,19 @@ def train(
     if not config.keep_checkpoints:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     written = run.write_metrics(metrics)
-    return RunResult(task=spec.name, setup=setup, seed=seed, run_dir=run_dir, metrics=outcome.best_metrics,
-                     epoch_metrics=outcome.epoch_metrics, train_seconds=outcome.train_seconds,
-                     wall_seconds=written["wall_seconds"], pieces=pieces, store_path=stored, model=model)
+    return RunResult(
+        task=spec.name,
+        setup=setup,
+        seed=seed,
+        run_dir=run_dir,
+        metrics=outcome.best_metrics,
+        epoch_metrics=outcome.epoch_metrics,
+        train_seconds=outcome.train_seconds,
+        wall_seconds=written["wall_seconds"],
+        pieces=pieces,
+        store_path=stored,
+        model=model,
+    )
 
 
 # What makes a checkpoint belong to this run: the same task, setup, seed, encoder, data, store and training config.
@@ -172,15 +242,18 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any]) -> Path | None:
     if checkpoint is None:
         return None
     start_over = f"remove {run_dir / 'checkpoints'} to start over"
-    previous = read_json(run_dir / CONFIG_FILE, f"it says which run the checkpoint {checkpoint.name} belongs to, so "
-                         f"{run_dir} cannot be resumed; {start_over}")
+    previous = read_json(
+        run_dir / CONFIG_FILE,
+        f"it says which run the checkpoint {checkpoint.name} belongs to, so {run_dir} cannot be resumed; {start_over}",
+    )
     current = json.loads(json.dumps({key: run_config[key] for key in RESUME_KEYS}))  # as config.json holds it
     changed = [key for key in RESUME_KEYS if previous.get(key) != current[key]]
     if changed:
         raise TrainingError(
             f"cannot resume {run_dir}: its checkpoint {checkpoint.name} was saved by a run with other settings "
             f"({', '.join(changed)} differ from this call's); train with the settings it was started with, or "
-            f"{start_over}")
+            f"{start_over}"
+        )
     return checkpoint
 
 
@@ -194,12 +267,16 @@ def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> li
 
 def _refuse_existing(run_dir: Path, entry: Path | None, what: str) -> None:
     """TrainingError if the run folder holds files or the store entry exists: a rerun would replace them."""
-    found = [f"the run folder {run_dir} holds files" if run_dir.is_dir() and any(run_dir.iterdir()) else "",
-             f"the store holds its adapter at {entry}" if entry is not None and entry.exists() else ""]
+    found = [
+        f"the run folder {run_dir} holds files" if run_dir.is_dir() and any(run_dir.iterdir()) else "",
+        f"the store holds its adapter at {entry}" if entry is not None and entry.exists() else "",
+    ]
     found = [part for part in found if part]
     if found:
-        raise TrainingError(f"{what} was trained before: {' and '.join(found)}; pass overwrite=True (CLI: --overwrite) "
-                            "to replace them, or choose another output dir, store or seed")
+        raise TrainingError(
+            f"{what} was trained before: {' and '.join(found)}; pass overwrite=True (CLI: --overwrite) "
+            "to replace them, or choose another output dir, store or seed"
+        )
 
 
 def _save_pieces(model, plan, tokenizer, run_dir: Path) -> dict[str, Path]:
@@ -215,16 +292,18 @@ def _save_pieces(model, plan, tokenizer, run_dir: Path) -> dict[str, Path]:
     return {kind: Path(path) for kind, path in pieces.items()}
 
 
-def _save_fusion_attention(model, plan, dev_set, tokenizer, config: TrainingConfig, run_dir: Path,
-                           info: dict[str, Any]) -> Path:
+def _save_fusion_attention(
+    model, plan, dev_set, tokenizer, config: TrainingConfig, run_dir: Path, info: dict[str, Any]
+) -> Path:
     """The trained fusion's mean softmax weight per layer and adapter over the dev set's real tokens (Pfeiffer
     Fig. 4/6), computed with the best checkpoint's weights; the report's heatmaps are drawn from this file."""
     from torch.utils.data import DataLoader
 
     from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, mean_fusion_attention
 
-    batches = DataLoader(dev_set, batch_size=config.eval_batch_size or config.batch_size,
-                         collate_fn=TaskCollator(tokenizer))
+    batches = DataLoader(
+        dev_set, batch_size=config.eval_batch_size or config.batch_size, collate_fn=TaskCollator(tokenizer)
+    )
     activation = mean_fusion_attention(model, plan.fusion, batches, head=plan.head)
     path = run_dir / FUSION_ATTENTION_FILE
     atomic_write_json(path, {**activation.to_dict(), **info})

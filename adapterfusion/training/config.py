@@ -12,6 +12,7 @@ warm-up (Houlsby et al. 2019), early stopping on the task's first dev metric.
 | layernorm-only | 1e-3 | 20 | our choice: a few thousand LayerNorm parameters need adapter-like or larger steps |
 | head | 1e-3 | 20 | our choice: a linear probe on a frozen encoder converges slowly at 1e-4 |
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,12 +44,17 @@ _SETUP_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _positive_int(value: Any, field: str, allow_none: bool = False, minimum: int = 1, maximum: int | None = None,
-                  why: str = "") -> None:
+def _positive_int(
+    value: Any, field: str, allow_none: bool = False, minimum: int = 1, maximum: int | None = None, why: str = ""
+) -> None:
     if value is None and allow_none:
         return
-    if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
-            or (maximum is not None and value > maximum)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
         bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
         raise ConfigError(f"{field}={value!r} must be an integer {bound}" + (" or None" if allow_none else "") + why)
 
@@ -116,8 +122,15 @@ class TrainingConfig:
         if self.metric_for_best is not None and (not isinstance(self.metric_for_best, str) or not self.metric_for_best):
             raise ConfigError(f"metric_for_best={self.metric_for_best!r} must be a metric name such as 'accuracy'")
         _positive_int(self.grad_accumulation, "grad_accumulation")
-        for flag in ("fp16", "bf16", "keep_checkpoints", "group_by_length", "cache_features", "gradient_checkpointing",
-                     "torch_compile"):
+        for flag in (
+            "fp16",
+            "bf16",
+            "keep_checkpoints",
+            "group_by_length",
+            "cache_features",
+            "gradient_checkpointing",
+            "torch_compile",
+        ):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r} must be true or false")
         if self.fp16 and self.bf16:

@@ -1,4 +1,5 @@
 """The training recipes' own exception types."""
+
 from __future__ import annotations
 
 from adapterfusion.errors import AdapterFusionError, SerializationError

@@ -6,6 +6,7 @@ same encoder forward pass over the same examples. We run it once, in eval mode, 
 pass instead of one per epoch. The one difference is that the encoder's dropout is off (eval mode) while the head
 trains; the head's own dropout still applies.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 
 
 @torch.no_grad()
-def pooled_features(model: AdaptedModel, head: str, batches: Iterable[Mapping[str, torch.Tensor]]
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+def pooled_features(
+    model: AdaptedModel, head: str, batches: Iterable[Mapping[str, torch.Tensor]]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Each example's pooled encoder output as head `head` pools it ([n, hidden], or [n, choices, hidden] for
     multiple choice) and its label, from the model run in eval mode with its current activation."""
     module = model.heads[head]
@@ -97,10 +99,14 @@ class HeadOnFeatures(nn.Module):
         return output
 
 
-def cached_head_training_set(model: AdaptedModel, head: str, encoded_splits: Mapping[str, Any], tokenizer,
-                             batch_size: int) -> dict[str, FeatureDataset]:
+def cached_head_training_set(
+    model: AdaptedModel, head: str, encoded_splits: Mapping[str, Any], tokenizer, batch_size: int
+) -> dict[str, FeatureDataset]:
     """FeatureDatasets of the given encoded splits (e.g. train and validation), pooled as `head` pools."""
     collator = TaskCollator(tokenizer)
-    return {role: FeatureDataset(*pooled_features(model, head, DataLoader(split, batch_size=batch_size,
-                                                                          collate_fn=collator)))
-            for role, split in encoded_splits.items()}
+    return {
+        role: FeatureDataset(
+            *pooled_features(model, head, DataLoader(split, batch_size=batch_size, collate_fn=collator))
+        )
+        for role, split in encoded_splits.items()
+    }

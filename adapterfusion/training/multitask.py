@@ -30,6 +30,7 @@ Fusion w/ MT-A then runs on the MT-A encoder:
 `fusion-mt-a` reads encoder/mt_a.json to find the base encoder and seed under which the store holds the MT-A
 adapters, checks that those entries came from this very run, and is otherwise fusion-st-a.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -111,13 +112,15 @@ def _batches(dataset, batch_size: int, collator: TaskCollator, seed: int) -> Ite
     """Endless shuffled batches of one task: a new seeded permutation each pass over its training data."""
     generator = torch.Generator().manual_seed(seed)
     while True:
-        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=generator,
-                                             collate_fn=collator)
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size, shuffle=True, generator=generator, collate_fn=collator
+        )
         yield from loader
 
 
-def _evaluate(model, names: list[str], specs: list[TaskSpec], dev_sets: list, collator: TaskCollator,
-              batch_size: int, bf16: bool) -> dict[str, dict[str, float]]:
+def _evaluate(
+    model, names: list[str], specs: list[TaskSpec], dev_sets: list, collator: TaskCollator, batch_size: int, bf16: bool
+) -> dict[str, dict[str, float]]:
     """Every task's dev metrics (and mean dev loss) with its own adapter and head active, scored as every run is
     (evaluation.py). The batches come from a DataLoader in order: its iterator draws a seed from the global RNG,
     which the dropout of later epochs depends on, so the same seed gives the same run as before."""
@@ -129,15 +132,27 @@ def _evaluate(model, names: list[str], specs: list[TaskSpec], dev_sets: list, co
     return results
 
 
-def _save_task_pieces(model, name: str, spec: TaskSpec, encoder: str, seed: int, run_dir: Path,
-                      encoder_dir: Path) -> dict[str, Path]:
+def _save_task_pieces(
+    model, name: str, spec: TaskSpec, encoder: str, seed: int, run_dir: Path, encoder_dir: Path
+) -> dict[str, Path]:
     task_dir = run_dir / "tasks" / spec.name
-    atomic_write_json(task_dir / "config.json", {
-        "format_version": RUN_FORMAT_VERSION, "encoder": encoder, "task": spec.name, "setup": MT_A, "seed": seed,
-        "mt_a_run": str(run_dir), "mt_a_encoder": str(encoder_dir),
-    })
-    return {"dir": task_dir, "adapter": Path(model.save_adapter(name, task_dir / "adapter")),
-            "head": Path(model.save_head(name, task_dir / "head"))}
+    atomic_write_json(
+        task_dir / "config.json",
+        {
+            "format_version": RUN_FORMAT_VERSION,
+            "encoder": encoder,
+            "task": spec.name,
+            "setup": MT_A,
+            "seed": seed,
+            "mt_a_run": str(run_dir),
+            "mt_a_encoder": str(encoder_dir),
+        },
+    )
+    return {
+        "dir": task_dir,
+        "adapter": Path(model.save_adapter(name, task_dir / "adapter")),
+        "head": Path(model.save_head(name, task_dir / "head")),
+    }
 
 
 def _save_encoder(model, tokenizer, encoder_dir: Path, adapter_dirs: Mapping[str, Path]) -> None:
@@ -178,8 +193,10 @@ def train_multitask(
     if config.fp16:
         raise TrainingError("mt-a: fp16 needs loss scaling, which the MT-A loop does not do; use bf16=True or neither")
     if config.gradient_checkpointing or config.torch_compile:
-        raise TrainingError("mt-a: the MT-A loop supports neither gradient_checkpointing nor torch_compile (the "
-                            "Trainer-based setups do); set both to False")
+        raise TrainingError(
+            "mt-a: the MT-A loop supports neither gradient_checkpointing nor torch_compile (the "
+            "Trainer-based setups do); set both to False"
+        )
     metrics_for_best = [resolve_metric(spec, config) for spec in specs]
     adapter_config = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
     schedule = schedule or AnnealedSchedule()
@@ -197,7 +214,8 @@ def train_multitask(
         missing = [split for split in ("train", "validation") if split not in data]
         if missing:
             raise TrainingError(
-                f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation")
+                f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation"
+            )
         encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
         train_sets.append(encoded["train"])
         dev_sets.append(encoded["validation"])
@@ -222,8 +240,9 @@ def train_multitask(
 
     steps_per_epoch = max(1, math.ceil(sum(sizes) / (config.batch_size * config.grad_accumulation)))
     total_steps = config.max_steps or max(1, math.ceil(config.epochs * steps_per_epoch))
-    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.learning_rate,
-                                  eps=config.adam_epsilon)
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, config.weight_decay), lr=config.learning_rate, eps=config.adam_epsilon
+    )
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps)
     planned_epochs = math.ceil(total_steps / steps_per_epoch)
     sampler = TaskSampler(sizes, steps_per_epoch, planned_epochs, seed, schedule)
@@ -231,18 +250,31 @@ def train_multitask(
     streams = [_batches(dataset, config.batch_size, collator, seed + i) for i, dataset in enumerate(train_sets)]
     eval_batch_size = config.eval_batch_size or config.batch_size
 
-    run.write_config({
-        "setup": MT_A, "tasks": [s.name for s in specs],
-        "task_specs": [s.to_dict() for s in specs], "sizes": dict(zip([s.name for s in specs], sizes, strict=True)),
-        "seed": seed, "encoder": encoder, "encoder_key": encoder_key(encoder), "adapter": adapter_config.to_dict(),
-        "pooling": pooling,
-        "sampling": {**schedule.to_dict(), "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
-                     "planned_epochs": planned_epochs,
-                     "epoch": "ceil(sum of task train sizes / (batch_size * grad_accumulation)) optimizer steps"},
-        "metric_for_best": dict(zip([s.name for s in specs], metrics_for_best, strict=True)),
-        "selection": "best mean over tasks of each task's metric_for_best on its dev set",
-        "training": config.to_dict(), "data": infos, "truncation": truncations,
-    })
+    run.write_config(
+        {
+            "setup": MT_A,
+            "tasks": [s.name for s in specs],
+            "task_specs": [s.to_dict() for s in specs],
+            "sizes": dict(zip([s.name for s in specs], sizes, strict=True)),
+            "seed": seed,
+            "encoder": encoder,
+            "encoder_key": encoder_key(encoder),
+            "adapter": adapter_config.to_dict(),
+            "pooling": pooling,
+            "sampling": {
+                **schedule.to_dict(),
+                "total_steps": total_steps,
+                "steps_per_epoch": steps_per_epoch,
+                "planned_epochs": planned_epochs,
+                "epoch": "ceil(sum of task train sizes / (batch_size * grad_accumulation)) optimizer steps",
+            },
+            "metric_for_best": dict(zip([s.name for s in specs], metrics_for_best, strict=True)),
+            "selection": "best mean over tasks of each task's metric_for_best on its dev set",
+            "training": config.to_dict(),
+            "data": infos,
+            "truncation": truncations,
+        }
+    )
 
     epochs: list[dict[str, Any]] = []
     losses: list[dict[str, Any]] = []
@@ -254,8 +286,12 @@ def train_multitask(
     progress = tqdm(total=total_steps, desc=f"mt-a ({len(specs)} tasks)", leave=False)
     for step in range(1, total_steps + 1):
         if (step - 1) % steps_per_epoch == 0:  # an epoch begins: progress.json for live displays
-            write_progress(run_dir, RunProgress((step - 1) // steps_per_epoch + 1, planned_epochs, step - 1,
-                                                total_steps, "training", time.time()))
+            write_progress(
+                run_dir,
+                RunProgress(
+                    (step - 1) // steps_per_epoch + 1, planned_epochs, step - 1, total_steps, "training", time.time()
+                ),
+            )
         expected += sampler.probabilities(step - 1)
         index = sampler.draw(step - 1)
         model.train()
@@ -266,8 +302,10 @@ def train_multitask(
             with torch.autocast(**autocast):
                 loss = model(**batch).loss
             if not torch.isfinite(loss.detach()):
-                raise TrainingError(f"loss is {loss.item()} at step {step} (task {specs[index].name!r}); lower "
-                                    "learning_rate, turn bf16 off or check the data")
+                raise TrainingError(
+                    f"loss is {loss.item()} at step {step} (task {specs[index].name!r}); lower "
+                    "learning_rate, turn bf16 off or check the data"
+                )
             (loss / config.grad_accumulation).backward()
             step_loss += loss.item() / config.grad_accumulation
         if config.max_grad_norm > 0:
@@ -279,17 +317,35 @@ def train_multitask(
         progress.update(1)
         progress.set_postfix(task=specs[index].name, loss=f"{step_loss:.4f}")
         if step % config.logging_steps == 0 or step == total_steps:
-            losses.append({"step": step, "epoch": step / steps_per_epoch, "loss": sum(window) / len(window),
-                           "task": specs[index].name, "alpha": sampler.alpha(step - 1)})
+            losses.append(
+                {
+                    "step": step,
+                    "epoch": step / steps_per_epoch,
+                    "loss": sum(window) / len(window),
+                    "task": specs[index].name,
+                    "alpha": sampler.alpha(step - 1),
+                }
+            )
             window = []
         if step % steps_per_epoch and step != total_steps:
             continue
-        write_progress(run_dir, RunProgress(math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps,
-                                            "evaluating", time.time()))
+        write_progress(
+            run_dir,
+            RunProgress(
+                math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps, "evaluating", time.time()
+            ),
+        )
         scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, config.bf16)
         mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best, strict=True)]))
-        epochs.append({"epoch": step / steps_per_epoch, "step": step, "alpha": sampler.alpha(step - 1),
-                       "mean": mean, "tasks": scores})
+        epochs.append(
+            {
+                "epoch": step / steps_per_epoch,
+                "step": step,
+                "alpha": sampler.alpha(step - 1),
+                "mean": mean,
+                "tasks": scores,
+            }
+        )
         if mean > best_mean:
             best_mean, best_epoch, bad_epochs = mean, len(epochs) - 1, 0
             best_state = {n: p.detach().to("cpu", copy=True) for n, p in trainable.items()}
@@ -306,38 +362,78 @@ def train_multitask(
     model.activate(adapter=names[0], head=names[0])
     model.eval()  # as after its last evaluation
 
-    pieces = {spec.name: _save_task_pieces(model, name, spec, encoder, seed, run_dir, encoder_dir)
-              for name, spec in zip(names, specs, strict=True)}
-    _save_encoder(model, tokenizer, encoder_dir,
-                  {name: pieces[spec.name]["adapter"] for name, spec in zip(names, specs, strict=True)})
-    atomic_write_json(encoder_dir / MARKER_FILE, {
-        "format_version": RUN_FORMAT_VERSION, "base_encoder": encoder, "base_encoder_key": encoder_key(encoder),
-        "seed": seed, "tasks": [s.name for s in specs], "run_dir": str(run_dir.resolve()),
-    })
-    store_paths = ({spec.name: store.put(pieces[spec.name]["dir"].resolve(), overwrite=True) for spec in specs}
-                   if store else {})
+    pieces = {
+        spec.name: _save_task_pieces(model, name, spec, encoder, seed, run_dir, encoder_dir)
+        for name, spec in zip(names, specs, strict=True)
+    }
+    _save_encoder(
+        model,
+        tokenizer,
+        encoder_dir,
+        {name: pieces[spec.name]["adapter"] for name, spec in zip(names, specs, strict=True)},
+    )
+    atomic_write_json(
+        encoder_dir / MARKER_FILE,
+        {
+            "format_version": RUN_FORMAT_VERSION,
+            "base_encoder": encoder,
+            "base_encoder_key": encoder_key(encoder),
+            "seed": seed,
+            "tasks": [s.name for s in specs],
+            "run_dir": str(run_dir.resolve()),
+        },
+    )
+    store_paths = (
+        {spec.name: store.put(pieces[spec.name]["dir"].resolve(), overwrite=True) for spec in specs} if store else {}
+    )
 
     task_names = [s.name for s in specs]
     best = {name: {k: v for k, v in epochs[best_epoch]["tasks"][name].items() if k != "loss"} for name in task_names}
     report = model.parameter_report()
-    metrics = run.write_metrics({
-        "setup": MT_A, "tasks": task_names, "seed": seed,
-        "metric_for_best": dict(zip(task_names, metrics_for_best, strict=True)), "best": best, "best_mean": best_mean,
-        "best_epoch": epochs[best_epoch]["epoch"], "epochs": epochs, "train_losses": losses,
-        "task_counts": dict(zip(task_names, sampler.counts, strict=True)),
-        "expected_task_counts": dict(zip(task_names, expected.tolist(), strict=True)),
-        "train_seconds": train_seconds, "global_step": step, "total_steps": total_steps,
-        "steps_per_epoch": steps_per_epoch, "stopped_early": stopped_early,
-        "parameters": {"trainable": sum(p.numel() for p in trainable.values()), "total": report.total,
-                       "encoder": report.encoder_total},
-        "pieces": {"encoder": "encoder", **{t: {k: str(v.relative_to(run_dir)) for k, v in p.items()}
-                                            for t, p in pieces.items()}},
-        "store_paths": {t: str(p) for t, p in store_paths.items()},
-    })
+    metrics = run.write_metrics(
+        {
+            "setup": MT_A,
+            "tasks": task_names,
+            "seed": seed,
+            "metric_for_best": dict(zip(task_names, metrics_for_best, strict=True)),
+            "best": best,
+            "best_mean": best_mean,
+            "best_epoch": epochs[best_epoch]["epoch"],
+            "epochs": epochs,
+            "train_losses": losses,
+            "task_counts": dict(zip(task_names, sampler.counts, strict=True)),
+            "expected_task_counts": dict(zip(task_names, expected.tolist(), strict=True)),
+            "train_seconds": train_seconds,
+            "global_step": step,
+            "total_steps": total_steps,
+            "steps_per_epoch": steps_per_epoch,
+            "stopped_early": stopped_early,
+            "parameters": {
+                "trainable": sum(p.numel() for p in trainable.values()),
+                "total": report.total,
+                "encoder": report.encoder_total,
+            },
+            "pieces": {
+                "encoder": "encoder",
+                **{t: {k: str(v.relative_to(run_dir)) for k, v in p.items()} for t, p in pieces.items()},
+            },
+            "store_paths": {t: str(p) for t, p in store_paths.items()},
+        }
+    )
     return MultiTaskResult(
-        tasks=task_names, seed=seed, run_dir=run_dir, metrics=best, mean_metric=best_mean, epoch_metrics=epochs,
-        task_counts=metrics["task_counts"], train_seconds=train_seconds, wall_seconds=metrics["wall_seconds"],
-        encoder_dir=encoder_dir, pieces=pieces, store_paths=store_paths, model=model,
+        tasks=task_names,
+        seed=seed,
+        run_dir=run_dir,
+        metrics=best,
+        mean_metric=best_mean,
+        epoch_metrics=epochs,
+        task_counts=metrics["task_counts"],
+        train_seconds=train_seconds,
+        wall_seconds=metrics["wall_seconds"],
+        encoder_dir=encoder_dir,
+        pieces=pieces,
+        store_paths=store_paths,
+        model=model,
     )
 
 
@@ -357,8 +453,9 @@ def _fusion_mt_a(model, context: SetupContext) -> SetupPlan:
     """fusion-st-a over the MT-A adapters, on the MT-A encoder (context.encoder); the store entries are keyed by
     the base encoder and must come from the run that wrote this encoder."""
     if context.store is None:
-        raise TrainingError("fusion-mt-a needs store=AdapterStore(...) holding the MT-A adapters "
-                            "(train_multitask(..., store=store))")
+        raise TrainingError(
+            "fusion-mt-a needs store=AdapterStore(...) holding the MT-A adapters (train_multitask(..., store=store))"
+        )
     marker = read_mt_a_marker(context.encoder)
     sources = context.options["sources"]
     if isinstance(sources, str) or not isinstance(sources, Sequence):
@@ -370,8 +467,11 @@ def _fusion_mt_a(model, context: SetupContext) -> SetupPlan:
     seed = marker["seed"] if context.options["adapter_seed"] is None else context.options["adapter_seed"]
     for task in wanted:
         entry = context.store.path(marker["base_encoder"], task, MT_A, seed) / ENTRY_FILE
-        source = read_json(entry, "put the MT-A run's adapters into the store again").get("source") \
-            if entry.is_file() else None
+        source = (
+            read_json(entry, "put the MT-A run's adapters into the store again").get("source")
+            if entry.is_file()
+            else None
+        )
         if source is not None and Path(source).resolve().parent.parent != Path(marker["run_dir"]):
             raise TrainingError(
                 f"fusion-mt-a: the store's MT-A adapter of {task!r} (seed {seed}) came from {source}, not from the "
@@ -384,12 +484,28 @@ def _fusion_mt_a(model, context: SetupContext) -> SetupPlan:
 
 
 def _mt_a_single(model, context: SetupContext) -> SetupPlan:
-    raise TrainingError(f"mt-a trains all its tasks in one run: call train_multitask([{context.task.name!r}, ...]) "
-                        "instead of train(task, 'mt-a')")
+    raise TrainingError(
+        f"mt-a trains all its tasks in one run: call train_multitask([{context.task.name!r}, ...]) "
+        "instead of train(task, 'mt-a')"
+    )
 
 
-register_setup(Setup(MT_A, _mt_a_single, {}, "multi-task adapters + jointly fine-tuned encoder (train_multitask)",
-                     stores_adapter=True), overwrite=True)
-register_setup(Setup("fusion-mt-a", _fusion_mt_a,
-                     {"sources": (), "adapter_seed": None, "fusion_config": None, "pooling": None},
-                     "AdapterFusion over MT-A adapters, on the MT-A encoder"), overwrite=True)
+register_setup(
+    Setup(
+        MT_A,
+        _mt_a_single,
+        {},
+        "multi-task adapters + jointly fine-tuned encoder (train_multitask)",
+        stores_adapter=True,
+    ),
+    overwrite=True,
+)
+register_setup(
+    Setup(
+        "fusion-mt-a",
+        _fusion_mt_a,
+        {"sources": (), "adapter_seed": None, "fusion_config": None, "pooling": None},
+        "AdapterFusion over MT-A adapters, on the MT-A encoder",
+    ),
+    overwrite=True,
+)

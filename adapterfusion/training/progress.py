@@ -1,6 +1,7 @@
 """`progress.json`: where a running training run is (epoch k of n, optimizer step), rewritten atomically by the
 training loop at each epoch's start and end. A runner in another process, or on a Ray node sharing the disk, shows
 it by reading the file: no channel to the run is needed, and a run killed mid-epoch leaves its last position."""
+
 from __future__ import annotations
 
 import dataclasses

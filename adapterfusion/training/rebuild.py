@@ -5,6 +5,7 @@ folder when the setup changed encoder weights): that names and places every piec
 fusion setups, loads the same stage-1 adapters from the same AdapterStore. The fresh pieces are then replaced
 by the saved ones (adapter/, fusion/, head/), so no setup's layout is described twice.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,21 +60,25 @@ def check_fused_adapters(run_dir: Path, config: dict[str, Any], loaded: dict[str
     recorded = config.get("fused_adapters")
     if not isinstance(recorded, dict):
         return
-    changed = [f"{name!r} ({loaded.get(name, {}).get('entry') or record.get('entry')}: sha256 "
-               f"{str(record.get('sha256'))[:12]} when trained, {str(loaded.get(name, {}).get('sha256'))[:12]} now)"
-               for name, record in recorded.items()
-               if not isinstance(record, dict) or loaded.get(name, {}).get("sha256") != record.get("sha256")]
+    changed = [
+        f"{name!r} ({loaded.get(name, {}).get('entry') or record.get('entry')}: sha256 "
+        f"{str(record.get('sha256'))[:12]} when trained, {str(loaded.get(name, {}).get('sha256'))[:12]} now)"
+        for name, record in recorded.items()
+        if not isinstance(record, dict) or loaded.get(name, {}).get("sha256") != record.get("sha256")
+    ]
     if changed:
         raise TrainingError(
             f"cannot rebuild {run_dir}: the store's adapter(s) {', '.join(changed)} changed since this fusion was "
             "trained, so its fusion weights belong to adapters the store no longer holds; train the fusion again on "
             "the current adapters (`adapterfusion run` re-runs it when its adapters' settings changed, or "
             "`adapterfusion fuse`), or pass --store (store=...) pointing to a store with the adapters it was "
-            "trained on")
+            "trained on"
+        )
 
 
-def rebuild_run(run_dir: str | os.PathLike, store: AdapterStore | str | os.PathLike | None = None,
-                device: str | None = None) -> RebuiltRun:
+def rebuild_run(
+    run_dir: str | os.PathLike, store: AdapterStore | str | os.PathLike | None = None, device: str | None = None
+) -> RebuiltRun:
     """Load the trained model of `run_dir` (a `<output_dir>/<task>/<setup>/seed-<seed>/` folder).
 
     store: the AdapterStore a fusion run's adapters come from; default the one its config.json records (runs
@@ -88,8 +93,10 @@ def rebuild_run(run_dir: str | os.PathLike, store: AdapterStore | str | os.PathL
     config = read_run_json(run_dir / CONFIG_FILE)
     read_run_json(run_dir / METRICS_FILE)  # only finished runs have their best weights saved
     if config["setup"] == "mt-a":
-        raise TrainingError(f"{run_dir} is an MT-A run (several tasks in one folder); rebuild the fusion-mt-a runs "
-                            "built on it, or load its tasks/<task>/adapter and head into its encoder/ by hand")
+        raise TrainingError(
+            f"{run_dir} is an MT-A run (several tasks in one folder); rebuild the fusion-mt-a runs "
+            "built on it, or load its tasks/<task>/adapter and head into its encoder/ by hand"
+        )
     recipe = get_setup(config["setup"])
     store = store if store is not None else config.get("store")
     store = as_store(store)
@@ -101,8 +108,13 @@ def rebuild_run(run_dir: str | os.PathLike, store: AdapterStore | str | os.PathL
         raise TrainingError(f"cannot load the encoder of {run_dir} from {encoder} ({err})") from None
 
     task = TaskSpec.from_dict(config["task_spec"])
-    context = SetupContext(task=task, options=recipe.resolve_options(config["setup_options"]), seed=int(config["seed"]),
-                           encoder=config["encoder"], store=store)
+    context = SetupContext(
+        task=task,
+        options=recipe.resolve_options(config["setup_options"]),
+        seed=int(config["seed"]),
+        encoder=config["encoder"],
+        store=store,
+    )
     try:
         plan = recipe.prepare(model, context)
     except TrainingError as err:
@@ -116,8 +128,15 @@ def rebuild_run(run_dir: str | os.PathLike, store: AdapterStore | str | os.PathL
     model.load_head(run_dir / "head", name=plan.head, overwrite=True)
     model.requires_grad_(False)
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
-    rebuilt = RebuiltRun(run_dir=run_dir, config=config, task=task, model=model, tokenizer=tokenizer, head=plan.head,
-                         adapter=plan.adapters[0] if plan.fusion is None and plan.adapters else None,
-                         fusion=plan.fusion)
+    rebuilt = RebuiltRun(
+        run_dir=run_dir,
+        config=config,
+        task=task,
+        model=model,
+        tokenizer=tokenizer,
+        head=plan.head,
+        adapter=plan.adapters[0] if plan.fusion is None and plan.adapters else None,
+        fusion=plan.fusion,
+    )
     rebuilt.activate()
     return rebuilt

@@ -13,6 +13,7 @@ and writes both JSON files with the format version and provenance. Every JSON fi
 (a run's files, a store entry, an MT-A encoder's mt_a.json, fusion_attention.json) goes through `read_json`: one
 error type, RunFileError, whose message names the file and the fix.
 """
+
 from __future__ import annotations
 
 import os
@@ -84,12 +85,15 @@ def plain_encoder_state(model) -> dict[str, Any]:
 
     if model.adapter_names or model.fusion_names:
         raise TrainingError("plain_encoder_state: the model holds adapters or fusions; save those with save_* instead")
-    prefixes = {f"{name}.base_layer.": f"{name}." for name, module in model.model.named_modules()
-                if isinstance(module, AdapterSite)}
+    prefixes = {
+        f"{name}.base_layer.": f"{name}."
+        for name, module in model.model.named_modules()
+        if isinstance(module, AdapterSite)
+    }
     state = {}
     for key, value in model.model.state_dict().items():
         prefix = next((p for p in prefixes if key.startswith(p)), None)
-        state[prefixes[prefix] + key[len(prefix):] if prefix else key] = value
+        state[prefixes[prefix] + key[len(prefix) :] if prefix else key] = value
     return state
 
 
@@ -102,9 +106,15 @@ def hardware_info() -> dict[str, Any]:
     import torch
 
     cuda = torch.cuda.is_available()
-    return {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "cuda": torch.version.cuda if cuda else None,
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform()}
+    return {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "cuda": torch.version.cuda if cuda else None,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def git_sha() -> str | None:
@@ -112,8 +122,14 @@ def git_sha() -> str | None:
     if os.environ.get("ADAPTERFUSION_GIT_SHA"):
         return os.environ["ADAPTERFUSION_GIT_SHA"]
     try:
-        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                                capture_output=True, text=True, timeout=5, check=False)
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return result.stdout.strip() or None if result.returncode == 0 else None
@@ -125,8 +141,12 @@ def provenance() -> dict[str, Any]:
 
     import adapterfusion as af
 
-    return {"library_version": af.__version__, "transformers_version": transformers.__version__,
-            "git_sha": git_sha(), "hardware": hardware_info()}
+    return {
+        "library_version": af.__version__,
+        "transformers_version": transformers.__version__,
+        "git_sha": git_sha(),
+        "hardware": hardware_info(),
+    }
 
 
 def jsonable(value: Any) -> Any:
@@ -163,16 +183,24 @@ class Run(RunFolder):
     started: float = field(default_factory=time.perf_counter)
 
     @classmethod
-    def open(cls, output_dir: str | os.PathLike, task: str, setup: str, seed: int,
-             encoder: str | os.PathLike | None, writes: bool = True) -> Run:
+    def open(
+        cls,
+        output_dir: str | os.PathLike,
+        task: str,
+        setup: str,
+        seed: int,
+        encoder: str | os.PathLike | None,
+        writes: bool = True,
+    ) -> Run:
         """Check the encoder (default: the shipped MiniLM) and that `output_dir` can be written; nothing is written
         yet, so a caller can still refuse to replace an earlier run."""
         import adapterfusion as af
 
         encoder = str(encoder if encoder is not None else af.default_encoder_path())
         check_encoder(encoder)
-        return cls(run_dir_for(check_writable_folder(output_dir, "output_dir"), task, setup, seed), seed, encoder,
-                   writes)
+        return cls(
+            run_dir_for(check_writable_folder(output_dir, "output_dir"), task, setup, seed), seed, encoder, writes
+        )
 
     def begin(self) -> Any:
         """Create the run folder, seed every RNG with the run's seed, and return the encoder's tokenizer."""
@@ -195,8 +223,9 @@ class Run(RunFolder):
     def write_config(self, settings: Mapping[str, Any]) -> None:
         """config.json: the format version, `settings` and the provenance."""
         if self.writes:
-            atomic_write_json(self.config_path, jsonable({"format_version": RUN_FORMAT_VERSION, **settings,
-                                                          **provenance()}))
+            atomic_write_json(
+                self.config_path, jsonable({"format_version": RUN_FORMAT_VERSION, **settings, **provenance()})
+            )
 
     def write_metrics(self, results: Mapping[str, Any]) -> dict[str, Any]:
         """metrics.json, the run's last file: the format version, `results` and the wall time so far. Returns what
@@ -205,4 +234,3 @@ class Run(RunFolder):
         if self.writes:
             atomic_write_json(self.metrics_path, metrics)
         return metrics
-

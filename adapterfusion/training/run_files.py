@@ -1,6 +1,7 @@
 """Reading the JSON files a run (or the store) writes, with one error type, RunFileError, that names the file,
 what is wrong with it and the fix. A module of its own, importing nothing of the model, so the store and the zoo,
 which io/ reads provenance from, can use it without an import circle through training/run.py."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,11 @@ def read_json(path: str | os.PathLike, fix: str) -> Any:
 def read_run_json(path: Path) -> dict[str, Any]:
     """config.json or metrics.json of a run folder, with a message that says what is wrong."""
     if not path.is_file():
-        what = f"{CONFIG_FILE}: it is not a run folder written by train()" if path.name == CONFIG_FILE else \
-            f"{METRICS_FILE}: the run has not finished (or failed); train it again to completion"
+        what = (
+            f"{CONFIG_FILE}: it is not a run folder written by train()"
+            if path.name == CONFIG_FILE
+            else f"{METRICS_FILE}: the run has not finished (or failed); train it again to completion"
+        )
         raise RunFileError(f"{path.parent} has no {what}")
     data = read_json(path, "the run folder is damaged; train the run again")
     if not isinstance(data, dict) or data.get("format_version") != RUN_FORMAT_VERSION:

@@ -14,6 +14,7 @@ step // steps_per_epoch + 1, so alpha is constant within an epoch. As in the pap
 single planned epoch samples in proportion to size throughout. Large tasks dominate early; small tasks get more
 of the late epochs, so the shared encoder does not forget them at the end of training.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -77,17 +78,28 @@ class AnnealedSchedule:
         return annealed_alpha(epoch_of(step, steps_per_epoch), epochs, self.start, self.end)
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": "annealed", "per": "epoch", "start": self.start, "end": self.end,
-                "formula": "p_i ∝ N_i^alpha, alpha = start - (start - end) * (e - 1) / (E - 1), e = the step's "
-                           "epoch (1..E), E = the planned epochs (Stickland & Murray 2019)"}
+        return {
+            "kind": "annealed",
+            "per": "epoch",
+            "start": self.start,
+            "end": self.end,
+            "formula": "p_i ∝ N_i^alpha, alpha = start - (start - end) * (e - 1) / (E - 1), e = the step's "
+            "epoch (1..E), E = the planned epochs (Stickland & Murray 2019)",
+        }
 
 
 class TaskSampler:
     """Draws one task index per step from p(alpha(step)), with its own seeded generator (so the task order does
     not depend on how much randomness the model or the data loaders use) and counts what it drew."""
 
-    def __init__(self, sizes: Sequence[int], steps_per_epoch: int, epochs: int, seed: int,
-                 schedule: AnnealedSchedule | None = None) -> None:
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        steps_per_epoch: int,
+        epochs: int,
+        seed: int,
+        schedule: AnnealedSchedule | None = None,
+    ) -> None:
         self.sizes = [int(n) for n in sizes]
         sampling_probabilities(self.sizes, 1.0)  # validates the sizes
         self.steps_per_epoch, self.epochs = steps_per_epoch, epochs

@@ -16,6 +16,7 @@ parameters through the architecture table. Register another with `register_setup
 | mt-a | encoder + one adapter and head per task, all tasks in one run: `train_multitask`, not `train` | "MT-A" |
 | fusion-mt-a | fusion-st-a over stored MT-A adapters, on the MT-A encoder (training/multitask.py) | "Fusion w/ MT-A" |
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -151,8 +152,9 @@ def _head(model: AdaptedModel, context: SetupContext) -> SetupPlan:
 def _full(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
     model.train_head(head, train_encoder=True)
-    return SetupPlan(head=head, trainable=model.encoder_parameters() + list(model.heads[head].parameters()),
-                     save_encoder=True)
+    return SetupPlan(
+        head=head, trainable=model.encoder_parameters() + list(model.heads[head].parameters()), save_encoder=True
+    )
 
 
 def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[[AdaptedModel, SetupContext], SetupPlan]:
@@ -163,6 +165,7 @@ def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[[AdaptedMod
         model.train_adapter(head, head=head)
         trainable = [p for p in model.parameters() if p.requires_grad]
         return SetupPlan(head=head, trainable=trainable, adapters=(head,))
+
     return prepare
 
 
@@ -173,7 +176,7 @@ def _top_k(model: AdaptedModel, context: SetupContext) -> SetupPlan:
         raise TrainingError(f"top-k: k={k!r} must be an integer in 1..{len(layers)} (this encoder's layer count)")
     head = _add_head(model, context)
     model.train_head(head)
-    top = [p for layer in layers[len(layers) - k:] for p in layer.parameters()]
+    top = [p for layer in layers[len(layers) - k :] for p in layer.parameters()]
     for parameter in top:
         parameter.requires_grad_(True)
     return SetupPlan(head=head, trainable=top + list(model.heads[head].parameters()), save_encoder=True)
@@ -218,10 +221,14 @@ def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
             fused[name] = store.adapter_record(context.encoder, task, ZOO_SETUP, seed)
             notes.append(f"{task}: zoo {zoo} ({ZOO_SETUP}, seed {seed})")
         else:
-            names.append(context.store.load_into(model, task, context.options["adapter_setup"], adapter_seed,
-                                                 encoder=context.encoder, name=name))
-            fused[name] = context.store.adapter_record(context.encoder, task, context.options["adapter_setup"],
-                                                       adapter_seed)
+            names.append(
+                context.store.load_into(
+                    model, task, context.options["adapter_setup"], adapter_seed, encoder=context.encoder, name=name
+                )
+            )
+            fused[name] = context.store.adapter_record(
+                context.encoder, task, context.options["adapter_setup"], adapter_seed
+            )
             notes.append(f"{task}: the run's store ({context.options['adapter_setup']}, seed {adapter_seed})")
     head = _add_head(model, context)
     fusion = f"fusion_{head}"
@@ -230,24 +237,51 @@ def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     subset = check_subset_size(context.options.get("adapter_subset"), names)
     if subset is not None:
         notes.append(f"each training step fuses {subset} of the {len(names)} adapters ({target} always among them)")
-    return SetupPlan(head=head, trainable=model.fusion_parameters(fusion) + list(model.heads[head].parameters()),
-                     fusion=fusion, adapters=tuple(names), fused_adapters=fused, adapter_subset=subset,
-                     notes=[f"fused adapters {names}", *notes])
+    return SetupPlan(
+        head=head,
+        trainable=model.fusion_parameters(fusion) + list(model.heads[head].parameters()),
+        fusion=fusion,
+        adapters=tuple(names),
+        fused_adapters=fused,
+        adapter_subset=subset,
+        notes=[f"fused adapters {names}", *notes],
+    )
 
 
 for _setup in (
     Setup("head", _head, {"pooling": None}, "frozen encoder, train the classifier only"),
     Setup("full", _full, {"pooling": None}, "fine-tune the whole encoder and the head"),
-    Setup("st-a", _adapter_setup(AdapterConfig.pfeiffer), {"reduction_factor": 16, "pooling": None},
-          "single-task Pfeiffer adapter", stores_adapter=True),
-    Setup("st-a-houlsby", _adapter_setup(AdapterConfig.houlsby), {"reduction_factor": 16, "pooling": None},
-          "single-task Houlsby adapters", stores_adapter=True),
+    Setup(
+        "st-a",
+        _adapter_setup(AdapterConfig.pfeiffer),
+        {"reduction_factor": 16, "pooling": None},
+        "single-task Pfeiffer adapter",
+        stores_adapter=True,
+    ),
+    Setup(
+        "st-a-houlsby",
+        _adapter_setup(AdapterConfig.houlsby),
+        {"reduction_factor": 16, "pooling": None},
+        "single-task Houlsby adapters",
+        stores_adapter=True,
+    ),
     Setup("top-k", _top_k, {"k": 1, "pooling": None}, "fine-tune the top k encoder layers and the head"),
-    Setup("layernorm-only", _layernorm_only, {"pooling": None},
-          "train the encoder's LayerNorm parameters and the head"),
-    Setup("fusion-st-a", _fusion_st_a,
-          {"sources": (), "adapter_setup": "st-a", "adapter_seed": None, "fusion_config": None, "pooling": None,
-           "zoo": None, "adapter_subset": None},
-          "AdapterFusion over stored ST-A adapters"),
+    Setup(
+        "layernorm-only", _layernorm_only, {"pooling": None}, "train the encoder's LayerNorm parameters and the head"
+    ),
+    Setup(
+        "fusion-st-a",
+        _fusion_st_a,
+        {
+            "sources": (),
+            "adapter_setup": "st-a",
+            "adapter_seed": None,
+            "fusion_config": None,
+            "pooling": None,
+            "zoo": None,
+            "adapter_subset": None,
+        },
+        "AdapterFusion over stored ST-A adapters",
+    ),
 ):
     register_setup(_setup)

@@ -7,6 +7,7 @@
 so stage 2 (fusion) finds the adapters of stage 1. Each entry is written into a temporary folder beside its
 final place and renamed into it, so a crash never leaves half an entry, and adding a task never touches others.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,13 @@ class AdapterStore:
     def path(self, encoder: str, task: str, setup: str, seed: int) -> Path:
         """The entry's folder (whether or not it exists). `encoder` is a path or Hub id, or an encoder_key. `task`
         and `setup` may come from a run's config.json, so each must be one plain folder name."""
-        return (self.root / encoder_key(encoder) / path_part(task, "store entry task")
-                / path_part(setup, "store entry setup") / f"seed-{int(seed)}")
+        return (
+            self.root
+            / encoder_key(encoder)
+            / path_part(task, "store entry task")
+            / path_part(setup, "store entry setup")
+            / f"seed-{int(seed)}"
+        )
 
     def has(self, encoder: str, task: str, setup: str, seed: int) -> bool:
         return (self.path(encoder, task, setup, seed) / ENTRY_FILE).is_file()
@@ -61,8 +67,10 @@ class AdapterStore:
 
     def entries(self) -> list[dict[str, Any]]:
         """Every complete entry's entry.json content."""
-        return [read_json(p, "the store entry is damaged; put its adapter into the store again")
-                for p in sorted(self.root.glob(f"*/*/*/seed-*/{ENTRY_FILE}"))]
+        return [
+            read_json(p, "the store entry is damaged; put its adapter into the store again")
+            for p in sorted(self.root.glob(f"*/*/*/seed-*/{ENTRY_FILE}"))
+        ]
 
     def put(self, run_dir: str | os.PathLike, overwrite: bool = False) -> Path:
         """Copy the adapter and head a `train()` run saved in `run_dir` into the store."""
@@ -80,14 +88,31 @@ class AdapterStore:
         missing = [str(p) for p in pieces.values() if not p.is_dir()]
         if missing:
             raise TrainingError(
-                f"run {run_dir} saved no {missing}; only adapter setups (st-a, st-a-houlsby) go into a store")
-        return self._commit(run["encoder"], run["task"], run["setup"], run["seed"], overwrite,
-                            lambda tmp: [shutil.copytree(src, tmp / kind) for kind, src in pieces.items()],
-                            source=str(run_dir))
+                f"run {run_dir} saved no {missing}; only adapter setups (st-a, st-a-houlsby) go into a store"
+            )
+        return self._commit(
+            run["encoder"],
+            run["task"],
+            run["setup"],
+            run["seed"],
+            overwrite,
+            lambda tmp: [shutil.copytree(src, tmp / kind) for kind, src in pieces.items()],
+            source=str(run_dir),
+        )
 
-    def put_model(self, model: AdaptedModel, adapter: str, head: str | None, encoder: str, task: str, setup: str,
-                  seed: int, overwrite: bool = False) -> Path:
+    def put_model(
+        self,
+        model: AdaptedModel,
+        adapter: str,
+        head: str | None,
+        encoder: str,
+        task: str,
+        setup: str,
+        seed: int,
+        overwrite: bool = False,
+    ) -> Path:
         """Save adapter `adapter` (and head `head`) of a live model into the store."""
+
         def write(tmp: Path) -> None:
             model.save_adapter(adapter, tmp / "adapter")
             if head is not None:
@@ -102,14 +127,32 @@ class AdapterStore:
 
         def write_entry(tmp: Path) -> None:
             write(tmp)
-            atomic_write_json(tmp / ENTRY_FILE, {"encoder": str(encoder), "encoder_key": encoder_key(encoder),
-                                                 "task": task, "setup": setup, "seed": int(seed), "source": source})
+            atomic_write_json(
+                tmp / ENTRY_FILE,
+                {
+                    "encoder": str(encoder),
+                    "encoder_key": encoder_key(encoder),
+                    "task": task,
+                    "setup": setup,
+                    "seed": int(seed),
+                    "source": source,
+                },
+            )
 
         return replace_folder(final, write_entry)
 
-    def load_into(self, model: AdaptedModel, task: str, setup: str, seed: int, encoder: str | None = None,
-                  name: str | None = None, head: bool = False, overwrite: bool = False,
-                  labels: Sequence[str] | None = None) -> str:
+    def load_into(
+        self,
+        model: AdaptedModel,
+        task: str,
+        setup: str,
+        seed: int,
+        encoder: str | None = None,
+        name: str | None = None,
+        head: bool = False,
+        overwrite: bool = False,
+        labels: Sequence[str] | None = None,
+    ) -> str:
         """Load the stored adapter (as `name`, default the task) and, with head=True, its head under the same name.
         `encoder` defaults to the path the model was loaded from; with `labels` (the task's label names) a head
         saved for another label set is refused, as in AdaptedModel.load_head."""

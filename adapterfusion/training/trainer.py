@@ -10,6 +10,7 @@ What differs from a stock Trainer, and why:
   * a NaN/inf loss stops the run with TrainingError;
   * a callback sets the fusion temperature step before every optimisation step.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -84,8 +85,12 @@ class ProgressFileCallback(TrainerCallback):
     def _write(self, state, epoch: int, phase: str) -> None:
         if not state.is_world_process_zero:  # every rank of a distributed run is at the same place
             return
-        write_progress(self.run_dir, RunProgress(epoch, max(1, int(state.num_train_epochs or 1)), state.global_step,
-                                                 state.max_steps, phase, time.time()))
+        write_progress(
+            self.run_dir,
+            RunProgress(
+                epoch, max(1, int(state.num_train_epochs or 1)), state.global_step, state.max_steps, phase, time.time()
+            ),
+        )
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self._write(state, round(state.epoch or 0) + 1, "training")
@@ -100,8 +105,11 @@ class ProgressFileCallback(TrainerCallback):
 
 
 def _checkpoints_newest_first(checkpoint_dir: str | os.PathLike) -> list[Path]:
-    steps = [(int(p.name.rpartition("-")[2]), p) for p in Path(checkpoint_dir).glob("checkpoint-*")
-             if p.name.rpartition("-")[2].isdigit()]
+    steps = [
+        (int(p.name.rpartition("-")[2]), p)
+        for p in Path(checkpoint_dir).glob("checkpoint-*")
+        if p.name.rpartition("-")[2].isdigit()
+    ]
     return [checkpoint for _, checkpoint in sorted(steps, reverse=True)]
 
 
@@ -149,12 +157,17 @@ def non_finite_loss_message(loss: float, task_loss: float | None, state, args: T
     epochs = "" if state.epoch is None else f"{state.epoch:.2f} epochs done; "
     fp16 = " (fp16 is on: try bf16=True or fp16=False)" if args.fp16 else ""
     good = last_good_checkpoint(args.output_dir)
-    kept = (f"The last good checkpoint is {good} and is kept" if good is not None else
-            f"No checkpoint was saved before this step (they are saved at the end of each epoch in {args.output_dir})")
-    return (f"training stopped: the loss became {loss} in training step {state.global_step + 1} ({epochs}task loss "
-            f"{task_loss}). "
-            f"Likely causes: learning_rate={args.learning_rate:g} too high, fp16 overflow{fp16}, or a bad batch. "
-            f"{kept}; no metrics.json or trained pieces were written for this run.")
+    kept = (
+        f"The last good checkpoint is {good} and is kept"
+        if good is not None
+        else f"No checkpoint was saved before this step (they are saved at the end of each epoch in {args.output_dir})"
+    )
+    return (
+        f"training stopped: the loss became {loss} in training step {state.global_step + 1} ({epochs}task loss "
+        f"{task_loss}). "
+        f"Likely causes: learning_rate={args.learning_rate:g} too high, fp16 overflow{fp16}, or a bad batch. "
+        f"{kept}; no metrics.json or trained pieces were written for this run."
+    )
 
 
 class AdaptedTrainer(Trainer):
@@ -174,7 +187,9 @@ class AdaptedTrainer(Trainer):
         if self.optimizer is None:
             groups = parameter_groups(model if model is not None else self.model, self.args.weight_decay)
             self.optimizer = torch.optim.AdamW(
-                groups, lr=self.args.learning_rate, betas=(self.args.adam_beta1, self.args.adam_beta2),
+                groups,
+                lr=self.args.learning_rate,
+                betas=(self.args.adam_beta1, self.args.adam_beta2),
                 eps=self.args.adam_epsilon,
             )
         return self.optimizer
@@ -203,7 +218,8 @@ class AdaptedTrainer(Trainer):
         path = Path(checkpoint) / TRAINABLE_FILE
         if not path.is_file():
             raise TrainingError(
-                f"checkpoint {checkpoint} has no {TRAINABLE_FILE}; it was not written by AdaptedTrainer")
+                f"checkpoint {checkpoint} has no {TRAINABLE_FILE}; it was not written by AdaptedTrainer"
+            )
         saved = load_file(str(path))
         parameters = dict(self.model.named_parameters())
         unknown = sorted(set(saved) - set(parameters))
@@ -234,8 +250,10 @@ def checkpointed_activations(model: nn.Module, enabled: bool = True) -> Iterator
         yield
         return
     if not encoder.supports_gradient_checkpointing:
-        raise TrainingError(f"gradient_checkpointing=True: {type(encoder).__name__} does not support gradient "
-                            "checkpointing in this transformers version; set gradient_checkpointing=False")
+        raise TrainingError(
+            f"gradient_checkpointing=True: {type(encoder).__name__} does not support gradient "
+            "checkpointing in this transformers version; set gradient_checkpointing=False"
+        )
     had_input_hook = hasattr(encoder, "_require_grads_hook")
     kwargs = {"use_reentrant": False}
     if hasattr(encoder, "activation_checkpointing_enable"):  # transformers >= 5.x; the old names warn there
@@ -326,8 +344,11 @@ def best_epoch_metrics(state) -> dict[str, float] | None:
     step = int(Path(checkpoint).name.removeprefix("checkpoint-"))
     for entry in reversed(state.log_history):
         if entry.get("step") == step and any(k.startswith("eval_") for k in entry):
-            return {k.removeprefix("eval_"): float(v) for k, v in entry.items()
-                    if k.startswith("eval_") and isinstance(v, (int, float))}
+            return {
+                k.removeprefix("eval_"): float(v)
+                for k, v in entry.items()
+                if k.startswith("eval_") and isinstance(v, (int, float))
+            }
     return None
 
 
@@ -335,8 +356,10 @@ def check_precision(config: TrainingConfig) -> None:
     """fp16 trains in half precision with a loss scaler on CUDA; on a CPU the HF Trainer accepts the flag and the
     run is not what was asked for, so it is refused here (bf16 runs on CPUs)."""
     if config.fp16 and not torch.cuda.is_available():
-        raise TrainingError("fp16=True needs a CUDA GPU, and none is visible here (the run would be on the CPU); "
-                            "use bf16=True (CPUs run bfloat16) or no mixed precision")
+        raise TrainingError(
+            "fp16=True needs a CUDA GPU, and none is visible here (the run would be on the CPU); "
+            "use bf16=True (CPUs run bfloat16) or no mixed precision"
+        )
 
 
 def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) -> TrainingArguments:
@@ -383,14 +406,24 @@ def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
     metric = config.metric_for_best or task.metrics[0]
     if metric not in task.metrics:
         raise TrainingError(
-            f"metric_for_best={metric!r} is not a metric of task {task.name!r}; it has {list(task.metrics)}")
+            f"metric_for_best={metric!r} is not a metric of task {task.name!r}; it has {list(task.metrics)}"
+        )
     return metric
 
 
-def fit(model: AdaptedModel, task: TaskSpec, train_dataset, eval_dataset, tokenizer, config: TrainingConfig,
-        checkpoint_dir: Path, progress_dir: Path | None = None, collator=None,
-        resume_from: Path | None = None,
-        extra_callbacks: Sequence[TrainerCallback] = ()) -> tuple[AdaptedTrainer, TrainingOutcome]:
+def fit(
+    model: AdaptedModel,
+    task: TaskSpec,
+    train_dataset,
+    eval_dataset,
+    tokenizer,
+    config: TrainingConfig,
+    checkpoint_dir: Path,
+    progress_dir: Path | None = None,
+    collator=None,
+    resume_from: Path | None = None,
+    extra_callbacks: Sequence[TrainerCallback] = (),
+) -> tuple[AdaptedTrainer, TrainingOutcome]:
     """Train the model's trainable parameters; at the end the best checkpoint's weights are in the model.
     With `progress_dir`, its progress.json follows the epochs. `collator` defaults to TaskCollator(tokenizer)
     (cached-feature training passes its own, and its datasets have no token lengths to group by). `resume_from`
@@ -398,8 +431,10 @@ def fit(model: AdaptedModel, task: TaskSpec, train_dataset, eval_dataset, tokeni
     HF the optimizer, scheduler, RNG, trainer and callback states, and the resumed epochs see the same batches."""
     metric = resolve_metric(task, config)
     if config.torch_compile and (problem := compile_problem()) is not None:
-        raise TrainingError(f"torch_compile=True, but torch.compile fails on this machine ({problem}); on CPU "
-                            "TorchInductor needs a C++ compiler (e.g. apt-get install g++); or set torch_compile=False")
+        raise TrainingError(
+            f"torch_compile=True, but torch.compile fails on this machine ({problem}); on CPU "
+            "TorchInductor needs a C++ compiler (e.g. apt-get install g++); or set torch_compile=False"
+        )
     callbacks: list[TrainerCallback] = [FusionStepCallback(model), *extra_callbacks]
     if progress_dir is not None:
         callbacks.append(ProgressFileCallback(progress_dir))
@@ -426,19 +461,32 @@ def fit(model: AdaptedModel, task: TaskSpec, train_dataset, eval_dataset, tokeni
     history = list(trainer.state.log_history)
     best = best_epoch_metrics(trainer.state)
     if best is None:
-        best = {k.removeprefix("eval_"): float(v) for k, v in trainer.evaluate().items()
-                if k.startswith("eval_") and isinstance(v, (int, float))}
-    epochs = [{k.removeprefix("eval_"): float(v) for k, v in entry.items() if isinstance(v, (int, float))}
-              for entry in history if any(k.startswith("eval_") for k in entry)]
-    losses = [{"step": entry["step"], "epoch": entry.get("epoch"), "loss": entry["loss"]}
-              for entry in history if "loss" in entry and "eval_loss" not in entry]
+        best = {
+            k.removeprefix("eval_"): float(v)
+            for k, v in trainer.evaluate().items()
+            if k.startswith("eval_") and isinstance(v, (int, float))
+        }
+    epochs = [
+        {k.removeprefix("eval_"): float(v) for k, v in entry.items() if isinstance(v, (int, float))}
+        for entry in history
+        if any(k.startswith("eval_") for k in entry)
+    ]
+    losses = [
+        {"step": entry["step"], "epoch": entry.get("epoch"), "loss": entry["loss"]}
+        for entry in history
+        if "loss" in entry and "eval_loss" not in entry
+    ]
     for entry in losses:
         if not math.isfinite(entry["loss"]):
             raise TrainingError(f"training loss became {entry['loss']} at step {entry['step']}")
     planned = trainer.state.max_steps
     outcome = TrainingOutcome(
-        epoch_metrics=epochs, best_metrics=best, train_losses=losses, train_seconds=seconds,
-        global_step=trainer.state.global_step, best_checkpoint=trainer.state.best_model_checkpoint,
+        epoch_metrics=epochs,
+        best_metrics=best,
+        train_losses=losses,
+        train_seconds=seconds,
+        global_step=trainer.state.global_step,
+        best_checkpoint=trainer.state.best_model_checkpoint,
         stopped_early=trainer.state.global_step < planned,
     )
     return trainer, outcome

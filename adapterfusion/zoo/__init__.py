@@ -12,6 +12,7 @@ for each what it scored on its dev set and where it came from (data, carve-outs,
 
 An experiment file fuses them with `zoo: shipped` (see adapterfusion/experiments/spec.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,9 @@ def zoo_manifest() -> dict[str, Any]:
     path = ZOO_DIR / MANIFEST_FILE
     if not path.is_file():
         raise ZooError(f"{path} is missing: this install has no adapter zoo (run scripts/package_zoo.py)")
-    return read_json(path, "this install's adapter zoo is damaged; reinstall adapterfusion (or run "
-                           "scripts/package_zoo.py)")
+    return read_json(
+        path, "this install's adapter zoo is damaged; reinstall adapterfusion (or run scripts/package_zoo.py)"
+    )
 
 
 def zoo_tasks() -> list[str]:
@@ -76,18 +78,29 @@ def zoo_seed(store: AdapterStore, encoder: str, task: str, setup: str = ZOO_SETU
     if not seeds:
         held = sorted({e["task"] for e in store.entries() if e.get("encoder_key") == encoder_key(encoder)})
         encoders = sorted({e.get("encoder_key") for e in store.entries()})
-        where = (f"it has {held} for this encoder" if held else
-                 f"it has no adapters for encoder {encoder_key(encoder)!r} (only for {encoders})")
+        where = (
+            f"it has {held} for this encoder"
+            if held
+            else f"it has no adapters for encoder {encoder_key(encoder)!r} (only for {encoders})"
+        )
         raise ZooError(f"the zoo {store.root} has no {setup} adapter for task {task!r}: {where}")
     raise ZooError(
-        f"the zoo {store.root} holds {setup} adapters of {task!r} for seeds {seeds}; a zoo source must be one")
+        f"the zoo {store.root} holds {setup} adapters of {task!r} for seeds {seeds}; a zoo source must be one"
+    )
 
 
-def load_zoo_adapter(model: AdaptedModel, task: str, name: str | None = None, head: bool = False,
-                     zoo: str | os.PathLike = SHIPPED, encoder: str | None = None) -> str:
+def load_zoo_adapter(
+    model: AdaptedModel,
+    task: str,
+    name: str | None = None,
+    head: bool = False,
+    zoo: str | os.PathLike = SHIPPED,
+    encoder: str | None = None,
+) -> str:
     """Load the zoo's adapter for `task` into `model` (as `name`, default the task), with its head if `head`."""
     store = resolve_zoo(zoo)
     encoder = encoder if encoder is not None else model.fingerprint.name_or_path
     seed = zoo_seed(store, encoder, task)
-    return store.load_into(model, task, ZOO_SETUP, seed, encoder=encoder, name=name or task.replace(".", "_"),
-                           head=head)
+    return store.load_into(
+        model, task, ZOO_SETUP, seed, encoder=encoder, name=name or task.replace(".", "_"), head=head
+    )

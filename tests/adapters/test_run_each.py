@@ -1,4 +1,5 @@
 """run_each (adapter n on slice n, one batched matmul per projection) against its literal loop, in float64."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,12 +15,15 @@ D = 16
 
 CASES = {
     "same shape": [af.AdapterConfig.pfeiffer(reduction_factor=4)] * 3,
-    "scaling, new LayerNorms": [af.AdapterConfig.pfeiffer(reduction_factor=4, ln_before=True, scaling=0.5),
-                                af.AdapterConfig.pfeiffer(reduction_factor=4, ln_after=True),
-                                af.AdapterConfig.pfeiffer(reduction_factor=4, ln_after=True,
-                                                          skip_before_ln_after=False)],
-    "sizes and activations differ": [af.AdapterConfig.pfeiffer(reduction_factor=4),
-                                     af.AdapterConfig.pfeiffer(reduction_factor=2, non_linearity="gelu")],
+    "scaling, new LayerNorms": [
+        af.AdapterConfig.pfeiffer(reduction_factor=4, ln_before=True, scaling=0.5),
+        af.AdapterConfig.pfeiffer(reduction_factor=4, ln_after=True),
+        af.AdapterConfig.pfeiffer(reduction_factor=4, ln_after=True, skip_before_ln_after=False),
+    ],
+    "sizes and activations differ": [
+        af.AdapterConfig.pfeiffer(reduction_factor=4),
+        af.AdapterConfig.pfeiffer(reduction_factor=2, non_linearity="gelu"),
+    ],
 }
 
 
@@ -41,5 +45,6 @@ def test_layer_norm_each_uses_each_slices_own_norm() -> None:
     expected = torch.stack([norm(u[n]) for n, norm in enumerate(norms)])
     assert_close(layer_norm_each(norms, u), expected)
     assert_close(layer_norm_each([norms[0]] * 3, u), norms[0](u))
-    assert_close(layer_norm_each([norms[0], nn.Identity(), norms[2]], u),
-                 torch.stack([norms[0](u[0]), u[1], norms[2](u[2])]))
+    assert_close(
+        layer_norm_each([norms[0], nn.Identity(), norms[2]], u), torch.stack([norms[0](u[0]), u[1], norms[2](u[2])])
+    )

@@ -1,5 +1,6 @@
 """A BERT layer with Pfeiffer and Houlsby adapters against the papers' equations written out by hand,
 using the sub-modules of an untouched copy of the encoder."""
+
 from __future__ import annotations
 
 import copy
@@ -15,8 +16,14 @@ from tolerances import assert_close
 
 def _tiny_bert() -> BertModel:
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32)
+    config = BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+    )
     return BertModel(config).double().eval()  # float64: the layer and its hand-written equation must agree exactly
 
 
@@ -48,9 +55,9 @@ def test_pfeiffer_layer_matches_equation() -> None:
         attention_out = layer.attention.output(context, embedded)  # untouched: no adapter at 'attention'
         h = layer.output.dense(layer.intermediate(attention_out))
         ln = layer.output.LayerNorm
-        x = ln(h + attention_out)                                  # pretrained LN before
+        x = ln(h + attention_out)  # pretrained LN before
         z = F.linear(F.relu(F.linear(x, adapter.down.weight, adapter.down.bias)), adapter.up.weight, adapter.up.bias)
-        expected = ln(h + z + attention_out)                        # residual h, pretrained LN after
+        expected = ln(h + z + attention_out)  # residual h, pretrained LN after
         actual = model(input_ids=input_ids).last_hidden_state
     assert_close(actual, expected)
 

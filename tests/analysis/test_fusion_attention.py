@@ -1,5 +1,6 @@
 """mean_fusion_attention: the per-layer mean softmax weight of each adapter over real tokens only, checked against
 a hand computation on a padded batch; its JSON round trip and the seed average."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,9 @@ def test_mean_counts_only_real_tokens(fused):
     sums, tokens = {}, 0
     with torch.no_grad():
         for batch in batches:
-            out = fused(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                        output_fusion_attentions=True)
+            out = fused(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_fusion_attentions=True
+            )
             for b in range(batch["input_ids"].shape[0]):
                 real = [t for t in range(batch["input_ids"].shape[1]) if batch["attention_mask"][b, t] == 1]
                 tokens += len(real)
@@ -98,10 +100,12 @@ def test_unknown_fusion_and_empty_data_are_errors(fused):
 
 
 def test_json_round_trip_and_seed_average(tmp_path):
-    one = FusionActivation("f", ("a", "b"), (0, 1), np.array([[0.25, 0.75], [0.5, 0.5]]), 10,
-                           {"task": "rte", "seed": 1})
-    two = FusionActivation("f", ("a", "b"), (0, 1), np.array([[0.75, 0.25], [0.1, 0.9]]), 30,
-                           {"task": "rte", "seed": 2})
+    one = FusionActivation(
+        "f", ("a", "b"), (0, 1), np.array([[0.25, 0.75], [0.5, 0.5]]), 10, {"task": "rte", "seed": 1}
+    )
+    two = FusionActivation(
+        "f", ("a", "b"), (0, 1), np.array([[0.75, 0.25], [0.1, 0.9]]), 30, {"task": "rte", "seed": 2}
+    )
     path = tmp_path / "fusion_attention.json"
     path.write_text(json.dumps(one.to_dict()))
     loaded = load_fusion_activation(tmp_path)

@@ -2,6 +2,7 @@
 most activated in a fusion whose attention is known in closed form, that the pruned fusion's logits equal the full
 fusion with the dropped adapters masked out (literal reference path), that dropped adapters are really out of the
 computation, and the errors for bad criteria."""
+
 from __future__ import annotations
 
 import math
@@ -42,11 +43,20 @@ def _batches() -> list[dict[str, torch.Tensor]]:
 SHARES = {"a": 0.1, "b": 0.5, "c": 0.25, "d": 0.15}
 
 
-@pytest.mark.parametrize("keep, mass, expected", [
-    (1, None, ("b",)), (2, None, ("b", "c")), (3, None, ("b", "c", "d")), (4, None, ("a", "b", "c", "d")),
-    (None, 0.5, ("b",)), (None, 0.51, ("b", "c")), (None, 0.75, ("b", "c")), (None, 0.9, ("b", "c", "d")),
-    (None, 1.0, ("a", "b", "c", "d")),
-])
+@pytest.mark.parametrize(
+    "keep, mass, expected",
+    [
+        (1, None, ("b",)),
+        (2, None, ("b", "c")),
+        (3, None, ("b", "c", "d")),
+        (4, None, ("a", "b", "c", "d")),
+        (None, 0.5, ("b",)),
+        (None, 0.51, ("b", "c")),
+        (None, 0.75, ("b", "c")),
+        (None, 0.9, ("b", "c", "d")),
+        (None, 1.0, ("a", "b", "c", "d")),
+    ],
+)
 def test_select_keeps_the_most_activated_in_fusion_order(keep, mass, expected):
     assert select_adapters(SHARES, keep=keep, mass=mass) == expected
 
@@ -55,8 +65,10 @@ def test_select_ties_go_to_the_adapter_listed_first():
     assert select_adapters({"x": 0.25, "y": 0.25, "z": 0.5}, keep=2) == ("x", "z")
 
 
-@pytest.mark.parametrize("keep, mass, expected", [(1, None, ("rte",)), (2, None, ("cb", "rte")),
-                                                  (None, 0.25, ("rte",)), (None, 0.5, ("cb", "rte"))])
+@pytest.mark.parametrize(
+    "keep, mass, expected",
+    [(1, None, ("rte",)), (2, None, ("cb", "rte")), (None, 0.25, ("rte",)), (None, 0.5, ("cb", "rte"))],
+)
 def test_select_ties_go_to_the_target_adapter_then_the_fusion_order(keep, mass, expected):
     shares = {"cb": 0.25, "sst2": 0.25, "mnli": 0.25, "rte": 0.25}  # the target's own adapter is listed last
     assert select_adapters(shares, keep=keep, mass=mass, target_adapter="rte") == expected
@@ -70,17 +82,20 @@ def test_select_treats_activations_equal_up_to_rounding_as_tied():
     assert select_adapters({"cb": 0.3334, "rte": 0.3333, "x": 0.3333}, keep=1, target_adapter="rte") == ("cb",)
 
 
-@pytest.mark.parametrize("keep, mass, message", [
-    (5, None, r"keep=5: the fusion has 4 adapters, so keep must be an integer in 1..4"),
-    (0, None, r"keep=0 must be a positive integer"),
-    (True, None, r"keep=True must be a positive integer"),
-    (None, 0.0, r"mass=0.0 must lie in \(0, 1\]"),
-    (None, 1.5, r"mass=1.5 must lie in \(0, 1\]"),
-    (None, -0.2, r"mass=-0.2 must lie in \(0, 1\]"),
-    (None, math.nan, r"mass=nan must lie in \(0, 1\]"),
-    (None, None, "exactly one of keep=K"),
-    (2, 0.9, "exactly one of keep=K"),
-])
+@pytest.mark.parametrize(
+    "keep, mass, message",
+    [
+        (5, None, r"keep=5: the fusion has 4 adapters, so keep must be an integer in 1..4"),
+        (0, None, r"keep=0 must be a positive integer"),
+        (True, None, r"keep=True must be a positive integer"),
+        (None, 0.0, r"mass=0.0 must lie in \(0, 1\]"),
+        (None, 1.5, r"mass=1.5 must lie in \(0, 1\]"),
+        (None, -0.2, r"mass=-0.2 must lie in \(0, 1\]"),
+        (None, math.nan, r"mass=nan must lie in \(0, 1\]"),
+        (None, None, "exactly one of keep=K"),
+        (2, 0.9, "exactly one of keep=K"),
+    ],
+)
 def test_bad_criteria_are_refused(keep, mass, message):
     with pytest.raises(af.ConfigError, match=message):
         select_adapters(SHARES, keep=keep, mass=mass)

@@ -1,5 +1,6 @@
 """Executors: what a job leaves in its run folder's job.log, and what happens to a process pool's workers when
 the runner that owns them dies."""
+
 from __future__ import annotations
 
 import json
@@ -23,11 +24,19 @@ from tiny_experiments import FAST, DoneExecutor, tiny_experiment
 REPO = Path(__file__).resolve().parents[2]
 
 
-
 def test_each_log_line_reaches_job_log_once(tmp_path):
     run_dir = tmp_path / "run"
-    outcome = execute_job(JobPayload(job_id="x/rte/seed-1", task="rte", setup="head", seed=1,
-                                     output_dir=str(tmp_path), run_dir=str(run_dir), kind="nope"))
+    outcome = execute_job(
+        JobPayload(
+            job_id="x/rte/seed-1",
+            task="rte",
+            setup="head",
+            seed=1,
+            output_dir=str(tmp_path),
+            run_dir=str(run_dir),
+            kind="nope",
+        )
+    )
     assert not outcome["ok"] and "unknown kind 'nope'" in outcome["error"]
     with capture_logs(run_dir / JOB_LOG):
         for name in ("", "transformers", "transformers.trainer", "adapterfusion", "adapterfusion.training", "other"):
@@ -48,7 +57,7 @@ def _workers_of(pid: int) -> list[int]:
                 command = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid and b"spawn_main" in command:
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid and b"spawn_main" in command:
                 found.append(int(entry.name))
     return found
 
@@ -72,19 +81,38 @@ def _running(db: Path) -> int:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the workers in /proc")
-def test_process_pool_workers_die_with_a_killed_runner_and_the_next_runner_starts_clean(tmp_path, tiny_encoder_dir,
-                                                                                        data_dir, capsys):
+def test_process_pool_workers_die_with_a_killed_runner_and_the_next_runner_starts_clean(
+    tmp_path, tiny_encoder_dir, data_dir, capsys
+):
     out = tmp_path / "out"
     experiment = tmp_path / "experiment.json"
     slow = {**FAST, "max_steps": 100_000}  # the jobs are still training when the runner is killed
     experiment.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, setups=["head"], training=slow)))
-    runner = subprocess.Popen([sys.executable, "-m", "adapterfusion.cli", "run", str(experiment), "--executor",
-                               "process", "--workers", "2", "--no-progress"], cwd=REPO, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "adapterfusion.cli",
+            "run",
+            str(experiment),
+            "--executor",
+            "process",
+            "--workers",
+            "2",
+            "--no-progress",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         deadline = time.time() + 300
-        while runner.poll() is None and time.time() < deadline and not (
-                _running(out / "experiment.db") == 2 and len(list((out / "writers").glob("*.journal"))) == 3):
+        while (
+            runner.poll() is None
+            and time.time() < deadline
+            and not (_running(out / "experiment.db") == 2 and len(list((out / "writers").glob("*.journal"))) == 3)
+        ):
             time.sleep(0.2)  # until both jobs run and both workers have registered (the runner is the third)
         workers = _workers_of(runner.pid)
         assert runner.poll() is None and len(workers) == 2, "both jobs should be running in two workers"

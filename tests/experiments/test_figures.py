@@ -1,5 +1,6 @@
 """Fusion-attention heatmaps: one fixed colour scale [0, 1], so a near-uniform fusion does not render saturated,
 and cells for adapters a target does not fuse are masked, hatched, labelled n/a and explained in a caption."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,7 @@
 """examples/paper-minilm.yaml (the README's first command) validates, plans Head / Full / ST-A / Fusion w/ ST-A on
 RTE, CB and MRPC over 3 seeds, fuses each target's own adapter with the shipped zoo's 11 others (so no source
 adapter is trained again), pools as the shipped encoder does, and loads its targets offline from the demo pack."""
+
 from __future__ import annotations
 
 from pathlib import Path

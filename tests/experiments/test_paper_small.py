@@ -1,5 +1,6 @@
 """examples/paper-small.yaml (all six setups on six demo tasks, stage 1 included) validates, plans the jobs it
 promises, and every task it names loads offline from the demo data pack shipped inside the package."""
+
 from __future__ import annotations
 
 import gzip

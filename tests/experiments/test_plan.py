@@ -1,4 +1,5 @@
 """The job graph: stable ids, stage-1 adapters before the fusions that fuse them, same seed; MT-A once per seed."""
+
 from pathlib import Path
 
 import pytest
@@ -12,14 +13,27 @@ HASHES = {"st-a-rf16/rte/seed-1": "acfb9234625fc01a", "fusion-st-a/rte/seed-1": 
 
 
 def test_ids_order_and_dependencies():
-    spec = ExperimentSpec.from_dict({"name": "x", "tasks": ["rte", "cb"], "seeds": [1, 2], "output_dir": "/tmp/x",
-                                     "setups": ["fusion-st-a", "head", {"name": "st-a", "reduction_factors": [2, 16]}],
-                                     "fusion": {"cb": ["cb"]}})
+    spec = ExperimentSpec.from_dict(
+        {
+            "name": "x",
+            "tasks": ["rte", "cb"],
+            "seeds": [1, 2],
+            "output_dir": "/tmp/x",
+            "setups": ["fusion-st-a", "head", {"name": "st-a", "reduction_factors": [2, 16]}],
+            "fusion": {"cb": ["cb"]},
+        }
+    )
     jobs = plan_jobs(spec)
     ids = [j.id for j in jobs]
     assert len(ids) == len(set(ids)) == 2 * 2 * 4
-    assert ids[:6] == ["st-a-rf2/rte/seed-1", "st-a-rf2/cb/seed-1", "st-a-rf16/rte/seed-1", "st-a-rf16/cb/seed-1",
-                       "head/rte/seed-1", "head/cb/seed-1"]
+    assert ids[:6] == [
+        "st-a-rf2/rte/seed-1",
+        "st-a-rf2/cb/seed-1",
+        "st-a-rf16/rte/seed-1",
+        "st-a-rf16/cb/seed-1",
+        "head/rte/seed-1",
+        "head/cb/seed-1",
+    ]
     by_id = {j.id: j for j in jobs}
     assert by_id["fusion-st-a/rte/seed-2"].depends_on == ("st-a-rf16/rte/seed-2", "st-a-rf16/cb/seed-2")
     assert by_id["fusion-st-a/cb/seed-1"].depends_on == ("st-a-rf16/cb/seed-1",)
@@ -42,9 +56,14 @@ def test_topological_order_reorders_and_rejects_cycles_and_unknown_dependencies(
 
 
 def _restricted(**extra):
-    data = {"name": "x", "tasks": ["rte", "cb", "sick"], "seeds": [1], "output_dir": "/tmp/x",
-            "setups": [{"name": "head", "tasks": ["rte", "cb"]}, "st-a", {"name": "fusion-st-a", "tasks": ["rte"]}],
-            "fusion": {"rte": ["sick", "cb"]}}
+    data = {
+        "name": "x",
+        "tasks": ["rte", "cb", "sick"],
+        "seeds": [1],
+        "output_dir": "/tmp/x",
+        "setups": [{"name": "head", "tasks": ["rte", "cb"]}, "st-a", {"name": "fusion-st-a", "tasks": ["rte"]}],
+        "fusion": {"rte": ["sick", "cb"]},
+    }
     data.update(extra)
     return ExperimentSpec.from_dict(data)
 
@@ -52,18 +71,30 @@ def _restricted(**extra):
 def test_a_setup_entry_with_tasks_runs_only_on_them_and_task_training_applies_last():
     spec = _restricted(training={"epochs": 2}, task_training={"cb": {"epochs": 10, "patience": 3}})
     jobs = {j.id: j for j in plan_jobs(spec)}
-    assert sorted(jobs) == sorted(["st-a-rf16/rte/seed-1", "st-a-rf16/cb/seed-1", "st-a-rf16/sick/seed-1",
-                                   "head/rte/seed-1", "head/cb/seed-1", "fusion-st-a/rte/seed-1"])
-    assert jobs["fusion-st-a/rte/seed-1"].depends_on == ("st-a-rf16/sick/seed-1", "st-a-rf16/cb/seed-1",
-                                                         "st-a-rf16/rte/seed-1")
+    assert sorted(jobs) == sorted(
+        [
+            "st-a-rf16/rte/seed-1",
+            "st-a-rf16/cb/seed-1",
+            "st-a-rf16/sick/seed-1",
+            "head/rte/seed-1",
+            "head/cb/seed-1",
+            "fusion-st-a/rte/seed-1",
+        ]
+    )
+    assert jobs["fusion-st-a/rte/seed-1"].depends_on == (
+        "st-a-rf16/sick/seed-1",
+        "st-a-rf16/cb/seed-1",
+        "st-a-rf16/rte/seed-1",
+    )
     assert jobs["head/cb/seed-1"].training == {"epochs": 10, "patience": 3}
     assert jobs["st-a-rf16/rte/seed-1"].training == {"epochs": 2}
     assert jobs["head/cb/seed-1"].config_hash(spec) != jobs["head/rte/seed-1"].config_hash(spec)
 
 
 def test_restrictions_and_task_training_are_validated_with_their_key_path():
-    with pytest.raises(ExperimentSpecError,
-                       match=r"setups\[0\]\.tasks\[1\].*'mnli' is not one of the experiment's tasks"):
+    with pytest.raises(
+        ExperimentSpecError, match=r"setups\[0\]\.tasks\[1\].*'mnli' is not one of the experiment's tasks"
+    ):
         _restricted(setups=[{"name": "head", "tasks": ["rte", "mnli"]}])
     with pytest.raises(ExperimentSpecError, match=r"setups\[0\]\.tasks\[1\]: duplicate"):
         _restricted(setups=[{"name": "head", "tasks": ["rte", "rte"]}])
@@ -85,10 +116,19 @@ def test_specs_without_the_new_keys_keep_their_hash():
 
 
 def _multitask(**extra):
-    data = {"name": "x", "tasks": ["rte", "cb", "sick"], "seeds": [1, 2], "output_dir": "/tmp/x",
-            "setups": ["head", {"name": "mt-a", "tasks": ["rte", "cb"], "learning_rate": 3e-4},
-                       {"name": "fusion-mt-a", "tasks": ["rte"]}],
-            "fusion": {"rte": ["cb"]}, "task_training": {"rte": {"epochs": 4}}}
+    data = {
+        "name": "x",
+        "tasks": ["rte", "cb", "sick"],
+        "seeds": [1, 2],
+        "output_dir": "/tmp/x",
+        "setups": [
+            "head",
+            {"name": "mt-a", "tasks": ["rte", "cb"], "learning_rate": 3e-4},
+            {"name": "fusion-mt-a", "tasks": ["rte"]},
+        ],
+        "fusion": {"rte": ["cb"]},
+        "task_training": {"rte": {"epochs": 4}},
+    }
     data.update(extra)
     return ExperimentSpec.from_dict(data)
 
@@ -99,8 +139,18 @@ def test_mt_a_is_one_job_per_seed_and_fusion_mt_a_runs_on_its_encoder():
     assert spec.variant("fusion-mt-a").adapter_variant == "mt-a"
     jobs = plan_jobs(spec)
     ids = [j.id for j in jobs]
-    assert ids == ["mt-a/all/seed-1", "head/rte/seed-1", "head/cb/seed-1", "head/sick/seed-1", "fusion-mt-a/rte/seed-1",
-                   "mt-a/all/seed-2", "head/rte/seed-2", "head/cb/seed-2", "head/sick/seed-2", "fusion-mt-a/rte/seed-2"]
+    assert ids == [
+        "mt-a/all/seed-1",
+        "head/rte/seed-1",
+        "head/cb/seed-1",
+        "head/sick/seed-1",
+        "fusion-mt-a/rte/seed-1",
+        "mt-a/all/seed-2",
+        "head/rte/seed-2",
+        "head/cb/seed-2",
+        "head/sick/seed-2",
+        "fusion-mt-a/rte/seed-2",
+    ]
     by_id = {j.id: j for j in jobs}
     mt = by_id["mt-a/all/seed-2"]
     assert (mt.kind, mt.task, mt.setup, mt.store_variant, mt.depends_on) == ("multitask", "all", "mt-a", "mt-a", ())
@@ -114,27 +164,49 @@ def test_mt_a_is_one_job_per_seed_and_fusion_mt_a_runs_on_its_encoder():
     assert fusion.encoder_dir("/o") == mt.run_dir("/o") / "encoder"
     assert by_id["head/rte/seed-1"].kind == "single" and by_id["head/rte/seed-1"].encoder_dir("/o") is None
     assert mt.config_hash(spec) != by_id["mt-a/all/seed-1"].config_hash(spec)
-    changed = {j.id: j for j in plan_jobs(_multitask(setups=[{"name": "mt-a", "reduction_factor": 2}, "fusion-mt-a"],
-                                                      fusion={"rte": ["cb", "sick"]}))}
-    assert changed["mt-a/all/seed-1"].options == {"reduction_factor": 2, "pooling": "mean",
-                                                  "tasks": ["rte", "cb", "sick"]}
+    changed = {
+        j.id: j
+        for j in plan_jobs(
+            _multitask(setups=[{"name": "mt-a", "reduction_factor": 2}, "fusion-mt-a"], fusion={"rte": ["cb", "sick"]})
+        )
+    }
+    assert changed["mt-a/all/seed-1"].options == {
+        "reduction_factor": 2,
+        "pooling": "mean",
+        "tasks": ["rte", "cb", "sick"],
+    }
     assert changed["mt-a/all/seed-1"].config_hash(spec) != by_id["mt-a/all/seed-1"].config_hash(spec)
 
 
 def test_fusion_mt_a_fuses_only_mt_a_tasks():
-    with pytest.raises(ExperimentSpecError,
-                       match=r"fusion\.rte: .*fuses \['sick'\].*no mt-a adapter.*mt-a entry's tasks"):
+    with pytest.raises(
+        ExperimentSpecError, match=r"fusion\.rte: .*fuses \['sick'\].*no mt-a adapter.*mt-a entry's tasks"
+    ):
         plan_jobs(_multitask(fusion={"rte": ["sick"]}))
-    with pytest.raises(ExperimentSpecError, match=r"fusion\.sick: .*fuses \['sick'\].*no mt-a adapter.*leave it out "
-                                                  r"of the fusion-mt-a entry's tasks"):
-        plan_jobs(_multitask(setups=[{"name": "mt-a", "tasks": ["rte", "cb"]}, "fusion-mt-a"],
-                             fusion={"rte": ["cb"], "cb": ["rte"]}))  # sick is a fusion target, not an MT-A task
+    with pytest.raises(
+        ExperimentSpecError,
+        match=r"fusion\.sick: .*fuses \['sick'\].*no mt-a adapter.*leave it out "
+        r"of the fusion-mt-a entry's tasks",
+    ):
+        plan_jobs(
+            _multitask(
+                setups=[{"name": "mt-a", "tasks": ["rte", "cb"]}, "fusion-mt-a"], fusion={"rte": ["cb"], "cb": ["rte"]}
+            )
+        )  # sick is a fusion target, not an MT-A task
 
 
 def test_single_task_jobs_keep_their_config_hash():
     """Results on disk were recorded under these hashes; a change would re-run them, so it must be deliberate."""
-    spec = ExperimentSpec.from_dict({"name": "x", "tasks": ["rte"], "seeds": [1], "output_dir": "/tmp/x",
-                                     "setups": ["st-a", "fusion-st-a"], "training": {"max_steps": 2}})
+    spec = ExperimentSpec.from_dict(
+        {
+            "name": "x",
+            "tasks": ["rte"],
+            "seeds": [1],
+            "output_dir": "/tmp/x",
+            "setups": ["st-a", "fusion-st-a"],
+            "training": {"max_steps": 2},
+        }
+    )
     assert {j.id: j.config_hash(spec) for j in plan_jobs(spec)} == HASHES
     current = config_hashes(spec, plan_jobs(spec))
     assert current["st-a-rf16/rte/seed-1"] == HASHES["st-a-rf16/rte/seed-1"]
@@ -145,16 +217,22 @@ def test_a_jobs_hash_covers_its_dependencies_settings_transitively():
     base = {"name": "x", "tasks": ["rte", "sst2"], "seeds": [1], "output_dir": "/tmp/x"}
     spec = ExperimentSpec.from_dict({**base, "setups": ["head", "st-a", "fusion-st-a"]})
     changed = ExperimentSpec.from_dict(
-        {**base, "setups": ["head", {"name": "st-a", "learning_rate": 5e-3}, "fusion-st-a"]})
+        {**base, "setups": ["head", {"name": "st-a", "learning_rate": 5e-3}, "fusion-st-a"]}
+    )
     before, after = config_hashes(spec, plan_jobs(spec)), config_hashes(changed, plan_jobs(changed))
     fusions = [i for i in before if i.startswith("fusion-st-a/")]
     assert sorted(i for i in before if before[i] != after[i]) == sorted(
-        ["st-a-rf16/rte/seed-1", "st-a-rf16/sst2/seed-1", *fusions])
-    assert {j.id: j.options for j in plan_jobs(spec) if j.id in fusions} == \
-        {j.id: j.options for j in plan_jobs(changed) if j.id in fusions}  # the fusions' own settings are the same
+        ["st-a-rf16/rte/seed-1", "st-a-rf16/sst2/seed-1", *fusions]
+    )
+    assert {j.id: j.options for j in plan_jobs(spec) if j.id in fusions} == {
+        j.id: j.options for j in plan_jobs(changed) if j.id in fusions
+    }  # the fusions' own settings are the same
 
-    chain = [Job("a", "v", "head", "rte", 1, training={"learning_rate": 1.0}), Job("b", "v", "head", "rte", 1,
-             depends_on=("a",)), Job("c", "v", "head", "rte", 1, depends_on=("b",))]
+    chain = [
+        Job("a", "v", "head", "rte", 1, training={"learning_rate": 1.0}),
+        Job("b", "v", "head", "rte", 1, depends_on=("a",)),
+        Job("c", "v", "head", "rte", 1, depends_on=("b",)),
+    ]
     moved = [Job("a", "v", "head", "rte", 1, training={"learning_rate": 2.0}), *chain[1:]]
     one, two = config_hashes(spec, chain), config_hashes(spec, moved)
     assert one["a"] != two["a"] and one["b"] != two["b"] and one["c"] != two["c"]
@@ -165,9 +243,17 @@ def test_a_jobs_hash_covers_its_dependencies_settings_transitively():
 def test_pooling_is_spelled_out_and_part_of_the_job_hash():
     """Unset pooling resolves to the encoder's own (mean for the shipped MiniLM), so an old run made with [CLS]
     pooling is not mistaken for one made with mean pooling."""
+
     def hashes(**entry):
-        spec = ExperimentSpec.from_dict({"name": "x", "tasks": ["rte"], "seeds": [1], "output_dir": "/tmp/x",
-                                         "setups": [{"name": "st-a", **entry}, {"name": "head", **entry}]})
+        spec = ExperimentSpec.from_dict(
+            {
+                "name": "x",
+                "tasks": ["rte"],
+                "seeds": [1],
+                "output_dir": "/tmp/x",
+                "setups": [{"name": "st-a", **entry}, {"name": "head", **entry}],
+            }
+        )
         assert all(v.options["pooling"] == entry.get("pooling", "mean") for v in spec.variants)
         return {j.id: j.config_hash(spec) for j in plan_jobs(spec)}
 

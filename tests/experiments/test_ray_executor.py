@@ -2,6 +2,7 @@
 the same results as an in-process run, a second run has nothing to do, and the CLI refuses --ray-* options with
 another executor. The cluster is stopped by killing exactly its own processes (`ray stop` would stop every Ray
 instance on the machine)."""
+
 from __future__ import annotations
 
 import json
@@ -85,10 +86,22 @@ def ray_cluster(monkeypatch) -> Iterator[str]:
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     temp = Path(tempfile.mkdtemp(prefix="afray"))  # short: Ray's socket paths must fit in 107 characters
     port = _free_port()
-    command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}", "--num-cpus=2",
-               "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
-               f"--temp-dir={temp}", f"--dashboard-port={_free_port()}",
-               f"--dashboard-agent-listen-port={_free_port()}"]
+    command = [
+        sys.executable,
+        "-m",
+        "ray.scripts.scripts",
+        "start",
+        "--head",
+        f"--port={port}",
+        "--num-cpus=2",
+        "--num-gpus=0",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        "--node-ip-address=127.0.0.1",
+        f"--temp-dir={temp}",
+        f"--dashboard-port={_free_port()}",
+        f"--dashboard-agent-listen-port={_free_port()}",
+    ]
     with open(temp / "ray-start.log", "w") as log:  # not a pipe: the daemons would hold it open
         start = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=temp, start_new_session=True)
     try:
@@ -151,14 +164,19 @@ def test_a_ray_run_records_what_an_inprocess_run_does(tmp_path, tiny_encoder_dir
     assert _results(out) == expected  # nothing re-run: attempts still 1
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--executor", "process", "--ray-address", "auto"], "--ray-address only apply to --executor ray"),
-    (["--ray-cpus-per-job", "1", "--ray-gpus-per-job", "1", "--executor", "inprocess"],
-     "--ray-cpus-per-job, --ray-gpus-per-job only apply"),
-    (["--ray-cpus-per-job", "0"], "cpus_per_job=0.0 must be a positive number"),
-    (["--executor", "ray", "--ray-gpus-per-job", "-1"], "gpus_per_job=-1.0 must be a positive number"),
-    (["--executor", "ray", "--workers", "0"], "workers=0 must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--executor", "process", "--ray-address", "auto"], "--ray-address only apply to --executor ray"),
+        (
+            ["--ray-cpus-per-job", "1", "--ray-gpus-per-job", "1", "--executor", "inprocess"],
+            "--ray-cpus-per-job, --ray-gpus-per-job only apply",
+        ),
+        (["--ray-cpus-per-job", "0"], "cpus_per_job=0.0 must be a positive number"),
+        (["--executor", "ray", "--ray-gpus-per-job", "-1"], "gpus_per_job=-1.0 must be a positive number"),
+        (["--executor", "ray", "--workers", "0"], "workers=0 must be a positive number"),
+    ],
+)
 def test_cli_refuses_bad_ray_options_before_running(tmp_path, capsys, argv, message):
     assert main(["run", str(tmp_path / "missing.yaml"), *argv]) == 2
     err = capsys.readouterr().err

@@ -1,6 +1,7 @@
 """The report, from a fake experiment output dir (a ResultsStore filled through its API with synthetic metrics of
 head / full / st-a-rf16 / fusion-st-a on three tasks × three seeds): Table 1 against statistics.mean/stdev, Table 2's
 arrows at the ±0.3 boundaries, CSV and JSON against the Markdown, the carve-out footnote, the PNGs and the CLI."""
+
 from __future__ import annotations
 
 import csv
@@ -22,23 +23,43 @@ TASKS = ["rte", "cb", "mrpc"]
 SEEDS = [1, 2, 3]
 # accuracy per (variant, task): one value per seed. fusion − st-a means: rte +0.3 (→), cb +0.4 (↗), mrpc −0.31 (↘).
 SCORES = {
-    ("head", "rte"): [0.55, 0.57, 0.60], ("head", "cb"): [0.70, 0.71, 0.75], ("head", "mrpc"): [0.68, 0.69, 0.70],
-    ("full", "rte"): [0.62, 0.65, 0.63], ("full", "cb"): [0.80, 0.84, 0.82], ("full", "mrpc"): [0.80, 0.81, 0.83],
-    ("st-a-rf16", "rte"): [0.70, 0.72, 0.74], ("st-a-rf16", "cb"): [0.85, 0.86, 0.81],
+    ("head", "rte"): [0.55, 0.57, 0.60],
+    ("head", "cb"): [0.70, 0.71, 0.75],
+    ("head", "mrpc"): [0.68, 0.69, 0.70],
+    ("full", "rte"): [0.62, 0.65, 0.63],
+    ("full", "cb"): [0.80, 0.84, 0.82],
+    ("full", "mrpc"): [0.80, 0.81, 0.83],
+    ("st-a-rf16", "rte"): [0.70, 0.72, 0.74],
+    ("st-a-rf16", "cb"): [0.85, 0.86, 0.81],
     ("st-a-rf16", "mrpc"): [0.80, 0.82, 0.84],
-    ("fusion-st-a", "rte"): [0.703, 0.723, 0.743], ("fusion-st-a", "cb"): [0.854, 0.864, 0.814],
+    ("fusion-st-a", "rte"): [0.703, 0.723, 0.743],
+    ("fusion-st-a", "cb"): [0.854, 0.864, 0.814],
     ("fusion-st-a", "mrpc"): [0.7969, 0.8169, 0.8369],
 }
 TRAINABLE = {"head": 770, "full": 22_000_000, "st-a-rf2": 800_000, "st-a-rf16": 100_000, "fusion-st-a": 300_000}
-CARVED = {"source_split": "validation", "source_size": 277, "fraction": 0.5, "seed": 1, "train_size": 139,
-          "validation_size": 138, "carved_roles": ["train", "validation"]}
+CARVED = {
+    "source_split": "validation",
+    "source_size": 277,
+    "fraction": 0.5,
+    "seed": 1,
+    "train_size": 139,
+    "validation_size": 138,
+    "carved_roles": ["train", "validation"],
+}
 
 
-def _fake_experiment(out: Path, missing: tuple[str, ...] = (), reduction_factors=(16,),
-                     warned: tuple[str, ...] = ()) -> Path:
-    spec = ExperimentSpec.from_dict({
-        "name": "fake", "tasks": TASKS, "seeds": SEEDS, "output_dir": str(out),
-        "setups": ["head", "full", {"name": "st-a", "reduction_factors": list(reduction_factors)}, "fusion-st-a"]})
+def _fake_experiment(
+    out: Path, missing: tuple[str, ...] = (), reduction_factors=(16,), warned: tuple[str, ...] = ()
+) -> Path:
+    spec = ExperimentSpec.from_dict(
+        {
+            "name": "fake",
+            "tasks": TASKS,
+            "seeds": SEEDS,
+            "output_dir": str(out),
+            "setups": ["head", "full", {"name": "st-a", "reduction_factors": list(reduction_factors)}, "fusion-st-a"],
+        }
+    )
     jobs = plan_jobs(spec)
     with ResultsStore(out) as store:
         store.bind(spec, jobs)
@@ -47,20 +68,37 @@ def _fake_experiment(out: Path, missing: tuple[str, ...] = (), reduction_factors
                 continue
             run_dir = job.run_dir(out)
             run_dir.mkdir(parents=True)
-            atomic_write_json(run_dir / "config.json",
-                              {"task": job.task,
-                               "data": {"carve_out": dict(CARVED, seed=job.seed) if job.task == "cb" else None}})
+            atomic_write_json(
+                run_dir / "config.json",
+                {"task": job.task, "data": {"carve_out": dict(CARVED, seed=job.seed) if job.task == "cb" else None}},
+            )
             if job.variant == "fusion-st-a":
                 rng = np.random.default_rng(job.seed + 10 * TASKS.index(job.task))
                 values = rng.dirichlet(np.ones(3), size=2)
-                atomic_write_json(run_dir / "fusion_attention.json", {
-                    "format_version": 1, "fusion": f"fusion_{job.task}", "adapters": TASKS, "layers": [0, 1],
-                    "values": values.tolist(), "tokens": 100, "task": job.task, "seed": job.seed})
+                atomic_write_json(
+                    run_dir / "fusion_attention.json",
+                    {
+                        "format_version": 1,
+                        "fusion": f"fusion_{job.task}",
+                        "adapters": TASKS,
+                        "layers": [0, 1],
+                        "values": values.tolist(),
+                        "tokens": 100,
+                        "task": job.task,
+                        "seed": job.seed,
+                    },
+                )
             store.mark_running(job.id, str(run_dir))
             accuracy = SCORES.get((job.variant, job.task), [0.5, 0.6, 0.7])[SEEDS.index(job.seed)]
-            store.mark_done(job.id, {"metric_for_best": "accuracy", "best": {"accuracy": accuracy, "loss": 0.5},
-                                     "parameters": {"trainable": TRAINABLE[job.variant], "total": 22_100_000},
-                                     "warnings": [f"constant predictor in {job.id}"] if job.id in warned else []})
+            store.mark_done(
+                job.id,
+                {
+                    "metric_for_best": "accuracy",
+                    "best": {"accuracy": accuracy, "loss": 0.5},
+                    "parameters": {"trainable": TRAINABLE[job.variant], "total": 22_100_000},
+                    "warnings": [f"constant predictor in {job.id}"] if job.id in warned else [],
+                },
+            )
     return out
 
 
@@ -89,8 +127,15 @@ def test_table1_matches_an_independent_computation(written):
 
 
 def test_trend_arrows_at_the_boundaries():
-    assert [trend_arrow(d) for d in (0.3, 0.30000000000000027, 0.3001, -0.3, -0.30000000000000027, -0.3001, 0.0)] == \
-           ["→", "→", "↗", "→", "→", "↘", "→"]
+    assert [trend_arrow(d) for d in (0.3, 0.30000000000000027, 0.3001, -0.3, -0.30000000000000027, -0.3001, 0.0)] == [
+        "→",
+        "→",
+        "↗",
+        "→",
+        "→",
+        "↘",
+        "→",
+    ]
 
 
 def test_table2_arrows_and_improved_count(written):
@@ -142,8 +187,10 @@ def test_pngs_are_written(written):
 
 
 def test_missing_cells_and_partial_means(tmp_path):
-    out = _fake_experiment(tmp_path / "partial", missing=("full/cb/seed-1", "full/cb/seed-2", "full/cb/seed-3",
-                                                          "head/rte/seed-2", "head/rte/seed-3"))
+    out = _fake_experiment(
+        tmp_path / "partial",
+        missing=("full/cb/seed-1", "full/cb/seed-2", "full/cb/seed-3", "head/rte/seed-2", "head/rte/seed-3"),
+    )
     report = build_report(out)
     table = report.table("table1")
     assert table.cell("cb", "full").text == MISSING and table.cell("cb", "full").value is None
@@ -153,8 +200,9 @@ def test_missing_cells_and_partial_means(tmp_path):
     assert table.rows[-1] == "mean (rte, mrpc)"
     seeds_done = {("head", "rte"): 1}  # head/rte has only seed 1
     for variant in ("head", "full", "st-a-rf16", "fusion-st-a"):
-        per_task = [statistics.mean(SCORES[(variant, t)][:seeds_done.get((variant, t), 3)]) * 100
-                    for t in ("rte", "mrpc")]
+        per_task = [
+            statistics.mean(SCORES[(variant, t)][: seeds_done.get((variant, t), 3)]) * 100 for t in ("rte", "mrpc")
+        ]
         assert table.cell("mean (rte, mrpc)", variant).value == pytest.approx(statistics.mean(per_task))
     assert "mean (rte, mrpc)" not in build_report(_fake_experiment(tmp_path / "full")).table("table1").rows
 
@@ -162,8 +210,10 @@ def test_missing_cells_and_partial_means(tmp_path):
 def test_runs_with_warnings_are_listed_under_the_tables(tmp_path):
     out = _fake_experiment(tmp_path / "warned", warned=("fusion-st-a/cb/seed-2", "head/rte/seed-1"))
     report = write_report(out, figures=False)
-    assert sorted(report.warnings) == ["fusion-st-a/cb seed 2: constant predictor in fusion-st-a/cb/seed-2",
-                                       "head/rte seed 1: constant predictor in head/rte/seed-1"]
+    assert sorted(report.warnings) == [
+        "fusion-st-a/cb seed 2: constant predictor in fusion-st-a/cb/seed-2",
+        "head/rte seed 1: constant predictor in head/rte/seed-1",
+    ]
     markdown = (out / "report" / "tables.md").read_text()
     assert "### Warnings" in markdown and "- head/rte seed 1: constant predictor" in markdown
     assert json.loads((out / "report" / "tables.json").read_text())["warnings"] == report.warnings

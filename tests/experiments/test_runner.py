@@ -1,5 +1,6 @@
 """The runner end to end on real (tiny) training runs: every job done and recorded, a second run does nothing,
 a killed run resumes without redoing finished jobs, and an output dir is never shared by accident."""
+
 import json
 import os
 import signal
@@ -49,8 +50,9 @@ def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_d
     again = run_experiment(tiny_experiment(tiny_encoder_dir, out), progress=False)
     assert again.ran == [] and len(again.skipped) == 6
     with ResultsStore(out, readonly=True) as store:
-        assert ([(r.id, r.finished_at, r.metrics) for r in store.jobs()]
-                == [(r.id, r.finished_at, r.metrics) for r in records])
+        assert [(r.id, r.finished_at, r.metrics) for r in store.jobs()] == [
+            (r.id, r.finished_at, r.metrics) for r in records
+        ]
 
     # Another experiment on this output dir is refused, by the API and by the CLI (exit code 2, no traceback).
     with pytest.raises(SpecMismatchError, match="--force"):
@@ -93,8 +95,11 @@ def test_kill_9_mid_run_then_resume_redoes_only_unfinished_jobs(tmp_path, tiny_e
     out = tmp_path / "out"
     experiment = tmp_path / "exp.json"
     experiment.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, setups=["st-a", "fusion-st-a"])))
-    child = subprocess.Popen([sys.executable, "-m", "adapterfusion.cli", "run", str(experiment), "--no-progress"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "adapterfusion.cli", "run", str(experiment), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while not _done(out / "experiment.db") and time.time() < deadline and child.poll() is None:
         time.sleep(0.2)
@@ -127,8 +132,11 @@ class _ScriptedExecutor:
     def submit(self, payload):
         self.submitted.append(payload.job_id)
         future = Future()
-        future.set_result({"ok": False, "error": "boom"} if payload.job_id in self.fail
-                          else {"ok": True, "metrics": {"best": {"eval_accuracy": 0.5}}})
+        future.set_result(
+            {"ok": False, "error": "boom"}
+            if payload.job_id in self.fail
+            else {"ok": True, "metrics": {"best": {"eval_accuracy": 0.5}}}
+        )
         return future
 
     def shutdown(self):
@@ -155,16 +163,27 @@ def test_force_after_changing_the_adapters_settings_re_runs_the_fusions_that_fus
     changed = {**spec, "setups": ["head", {"name": "st-a", "learning_rate": 5e-3}, "fusion-st-a"]}
     rerun = _ScriptedExecutor(fail=set())
     assert run_experiment(changed, executor=rerun, force=True, progress=False).ok
-    assert rerun.submitted == ["st-a-rf16/rte/seed-1", "st-a-rf16/sst2/seed-1", "fusion-st-a/rte/seed-1",
-                               "fusion-st-a/sst2/seed-1"]  # the head jobs are kept
+    assert rerun.submitted == [
+        "st-a-rf16/rte/seed-1",
+        "st-a-rf16/sst2/seed-1",
+        "fusion-st-a/rte/seed-1",
+        "fusion-st-a/sst2/seed-1",
+    ]  # the head jobs are kept
 
 
-def test_a_store_of_an_older_runner_keeps_only_the_fusions_whose_adapters_finished_before_them(tmp_path,
-                                                                                               tiny_encoder_dir):
+def test_a_store_of_an_older_runner_keeps_only_the_fusions_whose_adapters_finished_before_them(
+    tmp_path, tiny_encoder_dir
+):
     """Older runners hashed a fusion job with its dependencies' ids only; such a record is upgraded in place when
     its adapters finished before it started, and re-run when one of them was re-run since (the stale fusion)."""
-    spec = load_spec(tiny_experiment(tiny_encoder_dir, tmp_path / "out", setups=["st-a", "fusion-st-a"],
-                                     fusion={"rte": ["rte"], "sst2": ["rte", "sst2"]}))
+    spec = load_spec(
+        tiny_experiment(
+            tiny_encoder_dir,
+            tmp_path / "out",
+            setups=["st-a", "fusion-st-a"],
+            fusion={"rte": ["rte"], "sst2": ["rte", "sst2"]},
+        )
+    )
     jobs = plan_jobs(spec)
     assert run_experiment(spec, executor=_ScriptedExecutor(fail=set()), progress=False).ok
     with sqlite3.connect(tmp_path / "out" / "experiment.db") as db:  # as an older runner recorded them
@@ -180,14 +199,21 @@ def test_a_store_of_an_older_runner_keeps_only_the_fusions_whose_adapters_finish
 
 
 @pytest.mark.slow
-def test_mt_a_then_fusion_mt_a_end_to_end_reported_per_task_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir,
-                                                                                capsys):
+def test_mt_a_then_fusion_mt_a_end_to_end_reported_per_task_then_nothing_left(
+    tmp_path, tiny_encoder_dir, data_dir, capsys
+):
     out = tmp_path / "out"
-    experiment = tiny_experiment(tiny_encoder_dir, out,
-                                 setups=["head", {"name": "mt-a", "max_steps": 6}, "fusion-mt-a"])
+    experiment = tiny_experiment(
+        tiny_encoder_dir, out, setups=["head", {"name": "mt-a", "max_steps": 6}, "fusion-mt-a"]
+    )
     summary = run_experiment(experiment, progress=False)
-    assert summary.ok and summary.ran == ["mt-a/all/seed-1", "head/rte/seed-1", "head/sst2/seed-1",
-                                          "fusion-mt-a/rte/seed-1", "fusion-mt-a/sst2/seed-1"], summary
+    assert summary.ok and summary.ran == [
+        "mt-a/all/seed-1",
+        "head/rte/seed-1",
+        "head/sst2/seed-1",
+        "fusion-mt-a/rte/seed-1",
+        "fusion-mt-a/sst2/seed-1",
+    ], summary
     with ResultsStore(out, readonly=True) as store:
         records = {r.id: r for r in store.jobs()}
     mt = records["mt-a/all/seed-1"]
@@ -249,8 +275,9 @@ def _status(out: Path, capsys) -> str:
     return capsys.readouterr().out
 
 
-def test_status_shows_a_running_jobs_epoch_and_an_interrupted_job_once_its_runner_is_gone(tmp_path, tiny_encoder_dir,
-                                                                                         capsys):
+def test_status_shows_a_running_jobs_epoch_and_an_interrupted_job_once_its_runner_is_gone(
+    tmp_path, tiny_encoder_dir, capsys
+):
     out = tmp_path / "out"
     spec = load_spec(tiny_experiment(tiny_encoder_dir, out, setups=["head"], tasks=["rte"]))
     jobs = plan_jobs(spec)
@@ -266,11 +293,13 @@ def test_status_shows_a_running_jobs_epoch_and_an_interrupted_job_once_its_runne
 
     me = ProcessRecord.current()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    for owner, state in [({**me.to_dict(), "pid": int(dead.stdout)}, "interrupted"),  # killed
-                         ({**me.to_dict(), "boot_id": "another-boot"}, "interrupted"),  # the machine rebooted since
-                         ({**me.to_dict(), "start_time": (me.start_time or 0) + 1}, "interrupted"),  # pid reused
-                         ({**me.to_dict(), "host": "another-host"}, "running"),  # cannot tell from here
-                         (me.to_dict(), "running")]:
+    for owner, state in [
+        ({**me.to_dict(), "pid": int(dead.stdout)}, "interrupted"),  # killed
+        ({**me.to_dict(), "boot_id": "another-boot"}, "interrupted"),  # the machine rebooted since
+        ({**me.to_dict(), "start_time": (me.start_time or 0) + 1}, "interrupted"),  # pid reused
+        ({**me.to_dict(), "host": "another-host"}, "running"),  # cannot tell from here
+        (me.to_dict(), "running"),
+    ]:
         (out / "runner.lock").write_text(json.dumps(owner))
         assert f"head/rte/seed-1  {state}" in _status(out, capsys), owner
 

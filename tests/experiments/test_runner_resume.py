@@ -1,5 +1,6 @@
 """A job interrupted mid-training continues from its newest checkpoint when the experiment runs again, unless its
 settings changed or a job it depends on runs again (then its checkpoints belong to another run)."""
+
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ TRAINING = dict(epochs=2, batch_size=8, max_length=32, learning_rate=1e-2, loggi
 
 def _interrupt(monkeypatch, setup: str) -> None:
     """Ctrl-C right after the first epoch's checkpoint of the `setup` job is saved."""
+
     def on_save(self, args, state, control, **kwargs):
         if f"/{setup}/" in args.output_dir and state.global_step == STEPS_PER_EPOCH:
             raise KeyboardInterrupt

@@ -1,6 +1,7 @@
 """The results store where it cannot be used as usual: a read-only results folder is still read by `status` and
 `report` (which says it cannot write there), and a damaged or foreign experiment.db is a clear error for every
 command, which `run` leaves byte for byte as it was."""
+
 from __future__ import annotations
 
 import os
@@ -16,15 +17,20 @@ from adapterfusion.experiments import ResultsStore, ResultsStoreError, load_spec
 from tiny_experiments import DoneExecutor
 
 REPO = Path(__file__).resolve().parents[2]
-EXPERIMENT = {"name": "tiny", "tasks": ["rte", "cb"], "setups": ["head"], "encoder": "some/hub-id",
-              "training": {"max_steps": 1}}
+EXPERIMENT = {
+    "name": "tiny",
+    "tasks": ["rte", "cb"],
+    "setups": ["head"],
+    "encoder": "some/hub-id",
+    "training": {"max_steps": 1},
+}
 READ_ONLY_VIEW = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"'
 
 
-
 def _results(folder: Path) -> Path:
-    summary = run_experiment({**EXPERIMENT, "output_dir": str(folder)}, executor=DoneExecutor(), progress=False,
-                             report=False)
+    summary = run_experiment(
+        {**EXPERIMENT, "output_dir": str(folder)}, executor=DoneExecutor(), progress=False, report=False
+    )
     assert summary.ok
     return folder
 
@@ -32,14 +38,47 @@ def _results(folder: Path) -> Path:
 def _read_only(folder: Path, *argv: str) -> subprocess.CompletedProcess:
     """`adapterfusion <argv>` in a private mount namespace where `folder` is mounted read-only (so even root cannot
     write there); skipped where user and mount namespaces are not available."""
-    probe = subprocess.run(["unshare", "--map-root-user", "--mount", "sh", "-c", READ_ONLY_VIEW, "sh", str(folder),
-                            "sh", "-c", '! touch "$0/probe" 2>/dev/null', str(folder)], capture_output=True)
+    probe = subprocess.run(
+        [
+            "unshare",
+            "--map-root-user",
+            "--mount",
+            "sh",
+            "-c",
+            READ_ONLY_VIEW,
+            "sh",
+            str(folder),
+            "sh",
+            "-c",
+            '! touch "$0/probe" 2>/dev/null',
+            str(folder),
+        ],
+        capture_output=True,
+    )
     if probe.returncode != 0:
         pytest.skip(f"cannot make a read-only view of a folder here (unshare: {probe.stderr.decode()[-200:]!r})")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(["unshare", "--map-root-user", "--mount", "sh", "-c", READ_ONLY_VIEW, "sh", str(folder),
-                           sys.executable, "-m", "adapterfusion.cli", *argv], capture_output=True, text=True, cwd=REPO,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [
+            "unshare",
+            "--map-root-user",
+            "--mount",
+            "sh",
+            "-c",
+            READ_ONLY_VIEW,
+            "sh",
+            str(folder),
+            sys.executable,
+            "-m",
+            "adapterfusion.cli",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
 
 
 def _one_line_error(result: subprocess.CompletedProcess) -> str:
@@ -55,8 +94,10 @@ def test_status_and_report_on_a_read_only_results_folder(tmp_path):
     assert status.returncode == 0, status.stderr
     assert "head/cb/seed-42   done" in status.stdout and "2 done" in status.stdout
     error = _one_line_error(_read_only(out, "report", str(out), "--no-figures"))
-    assert error == (f"error: cannot write the report into {out / 'report'} (Read-only file system); copy {out} to a "
-                     "folder you can write to and run `adapterfusion report` on the copy")
+    assert error == (
+        f"error: cannot write the report into {out / 'report'} (Read-only file system); copy {out} to a "
+        "folder you can write to and run `adapterfusion report` on the copy"
+    )
     assert sorted(os.listdir(out)) == ["experiment.db", "experiment.json"]
 
 
@@ -64,9 +105,11 @@ def test_status_and_report_on_a_read_only_results_folder(tmp_path):
 def test_status_of_a_read_only_folder_whose_runner_was_killed(tmp_path):
     """A killed runner leaves experiment.db-wal and -shm beside the database: SQLite reads them read-only."""
     out = _results(tmp_path / "out")
-    killed = ("import os, sys; from adapterfusion.experiments import ResultsStore; s = ResultsStore(sys.argv[1]); "
-              "s._transaction(\"UPDATE jobs SET state = 'running' WHERE "
-              "id = 'head/rte/seed-42'\"); os._exit(0)")
+    killed = (
+        "import os, sys; from adapterfusion.experiments import ResultsStore; s = ResultsStore(sys.argv[1]); "
+        "s._transaction(\"UPDATE jobs SET state = 'running' WHERE "
+        "id = 'head/rte/seed-42'\"); os._exit(0)"
+    )
     subprocess.run([sys.executable, "-c", killed, str(out)], check=True, cwd=REPO)
     assert (out / "experiment.db-wal").stat().st_size > 0
     status = _read_only(out, "status", str(out))

@@ -2,6 +2,7 @@
 copies included), fusion over Houlsby adapters against a hand-written site equation, fast == reference with
 score dropout on in training, and every trainable parameter gets a gradient (DDP with
 find_unused_parameters=False needs that)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,8 +21,13 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "be
 TIGHT = dict(rtol=1e-10, atol=1e-10)
 
 
-def _adapted(preset: str, names: tuple[str, ...], fusion: FusionConfig, value_identity: bool = False,
-             without_copy: tuple[str, ...] = ()) -> af.AdaptedModel:
+def _adapted(
+    preset: str,
+    names: tuple[str, ...],
+    fusion: FusionConfig,
+    value_identity: bool = False,
+    without_copy: tuple[str, ...] = (),
+) -> af.AdaptedModel:
     """A float64 tiny BERT with random adapters (their LayerNorm copies moved away from the pretrained
     ones; none for the adapters in `without_copy`), random Q/K (biases included) and a fusion over `names`."""
     model = af.wrap(tiny_encoder("bert").double())
@@ -109,8 +115,10 @@ def test_houlsby_fusion_fast_equals_reference_in_the_whole_model() -> None:
         model.zero_grad()
         out = model(**inputs, labels=labels)
         out.loss.backward()
-        results[implementation] = (out.last_hidden_state, {n: p.grad for n, p in model.named_parameters()
-                                                           if p.grad is not None})
+        results[implementation] = (
+            out.last_hidden_state,
+            {n: p.grad for n, p in model.named_parameters() if p.grad is not None},
+        )
     (ref, ref_grads), (fast, fast_grads) = results["reference"], results["fast"]
     torch.testing.assert_close(fast, ref, **TIGHT)
     assert ref_grads.keys() == fast_grads.keys()
@@ -198,8 +206,11 @@ def test_imported_adapterhub_fusion_fast_equals_reference_in_training() -> None:
 @pytest.mark.parametrize("fusion", ["dynamic", "static", "no-query"])
 @pytest.mark.parametrize("preset", ["pfeiffer", "houlsby"])
 def test_every_trainable_parameter_gets_a_gradient(preset: str, fusion: str, implementation: str) -> None:
-    config = {"dynamic": FusionConfig.dynamic(score_dropout=0.1), "static": FusionConfig.static(),
-              "no-query": FusionConfig(query=False)}[fusion]
+    config = {
+        "dynamic": FusionConfig.dynamic(score_dropout=0.1),
+        "static": FusionConfig.static(),
+        "no-query": FusionConfig(query=False),
+    }[fusion]
     model = _adapted(preset, ("a", "b"), config)
     model.train_fusion("f", head="h")
     model.set_fusion_implementation(implementation)

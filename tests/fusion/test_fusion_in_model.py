@@ -1,5 +1,6 @@
 """Fast vs reference fusion inside a whole encoder: outputs and gradients of a padded, masked batch agree
 (in float64: the paths are algebraically equal, so they must agree to rounding)."""
+
 from __future__ import annotations
 
 import pytest

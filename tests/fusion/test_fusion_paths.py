@@ -1,5 +1,6 @@
 """The fast fusion path against the literal reference: same outputs and gradients. Both compute the same equation,
 so they are compared in float64 with the tight row of tests/tolerances.py."""
+
 from __future__ import annotations
 
 import copy

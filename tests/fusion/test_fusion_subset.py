@@ -1,5 +1,6 @@
 """add_fusion_subset: a fusion over some of another's adapters carries bit-identical copies of its Q/K/V, keeps the
 source's adapter order, and equals the source fusion with the other adapters masked out."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """A fusion mask (`set_fusion_mask`) on the fast path runs only the kept adapters; that must equal the literal
 masked softmax over all of them, in the outputs, the recorded fusion attentions (0 for the masked adapters) and the
 gradients of Q/K/V and the head, for Pfeiffer adapters and for Houlsby ones (their LayerNorm copies mixed)."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,11 @@ ADAPTERS = ("a", "b", "c", "d")
 
 def _model(layout: str) -> af.AdaptedModel:
     model = af.wrap(tiny_encoder("bert").double())
-    config = af.AdapterConfig.pfeiffer(reduction_factor=4) if layout == "pfeiffer" else af.AdapterConfig.houlsby(
-        reduction_factor=4)
+    config = (
+        af.AdapterConfig.pfeiffer(reduction_factor=4)
+        if layout == "pfeiffer"
+        else af.AdapterConfig.houlsby(reduction_factor=4)
+    )
     for name in ADAPTERS:
         model.add_adapter(name, config)
         randomise(torch.nn.ModuleList(s.adapters[name] for s in model.sites_with_adapter(name)), std=0.3)
@@ -61,8 +65,11 @@ def test_masked_fast_path_runs_only_the_kept_adapters(monkeypatch):
 
     folded_over = []
     real_fold = site_module.fold_fusion
-    monkeypatch.setattr(site_module, "fold_fusion",
-                        lambda fusion, adapters: folded_over.append(len(adapters)) or real_fold(fusion, adapters))
+    monkeypatch.setattr(
+        site_module,
+        "fold_fusion",
+        lambda fusion, adapters: folded_over.append(len(adapters)) or real_fold(fusion, adapters),
+    )
     model = _model("pfeiffer").eval()
     model.set_fusion_mask("f", ["b", "d"])
     with torch.no_grad(), model.inference_cache():

@@ -1,4 +1,5 @@
 """Default head pooling per encoder, and mean pooling over real tokens only."""
+
 import json
 
 import pytest
@@ -21,12 +22,15 @@ def test_the_shipped_minilm_pools_by_mean():
     assert encoder_pooling(af.default_encoder_path()) == "mean"
 
 
-@pytest.mark.parametrize("modes, expected", [
-    ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False}, "mean"),
-    ({"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}, "cls"),
-    ({"pooling_mode_max_tokens": True}, "cls"),                                      # no head pooling of ours: cls
-    ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}, "cls"),     # ambiguous: cls
-])
+@pytest.mark.parametrize(
+    "modes, expected",
+    [
+        ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False}, "mean"),
+        ({"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}, "cls"),
+        ({"pooling_mode_max_tokens": True}, "cls"),  # no head pooling of ours: cls
+        ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}, "cls"),  # ambiguous: cls
+    ],
+)
 def test_sentence_transformers_declaration_decides(tmp_path, modes, expected):
     assert encoder_pooling(_declare(tmp_path, **modes)) == expected
 

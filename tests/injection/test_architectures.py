@@ -1,6 +1,7 @@
 """Every row of af.ARCHITECTURES on a tiny random encoder: the wrapper is invisible until something is
 active, a zero up-projection reproduces the encoder, fusion runs and both implementations agree, and
 unload() gives the original model back."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,6 +40,7 @@ def _hidden(model: torch.nn.Module, inputs: dict) -> torch.Tensor:
 
 def test_every_architecture_has_a_tiny_config():
     from tiny_models import TINY_CONFIGS
+
     assert sorted(TINY_CONFIGS) == MODEL_TYPES
 
 
@@ -58,8 +60,11 @@ def test_wrapped_model_with_nothing_active_is_bit_identical(model_type):
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
 def test_zero_up_projection_reproduces_the_encoder(model_type, preset):
     reference, model = _double_pair(model_type)
-    config = (af.AdapterConfig.pfeiffer(reduction_factor=4, init="zero_up") if preset == "pfeiffer"
-              else _houlsby_zero_up(model_type))
+    config = (
+        af.AdapterConfig.pfeiffer(reduction_factor=4, init="zero_up")
+        if preset == "pfeiffer"
+        else _houlsby_zero_up(model_type)
+    )
     model.add_adapter("a", config)
     model.activate(adapter="a")
     inputs = tiny_inputs()
@@ -137,7 +142,8 @@ def test_state_dict_keys_are_deterministic_and_sites_are_visible(model_type):
 
 def test_unsupported_architecture_names_the_table():
     gpt2 = transformers.GPT2Model(
-        transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=32))
+        transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=32)
+    )
     with pytest.raises(af.UnsupportedArchitectureError, match="architectures.py") as error:
         af.wrap(gpt2)
     assert "gpt2" in str(error.value)

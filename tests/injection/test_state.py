@@ -1,5 +1,6 @@
 """What runs is one frozen ActiveState: every site holds the model's value, changes make new values, and
 `with model.activated(...)` puts back exactly what ran before, also when the block raises."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,9 @@ def test_every_site_holds_the_models_one_frozen_value():
     model.set_fusion_mask("f", ["c", "a"])
     model.set_fusion_step(7)
     state = model.state
-    assert state == ActiveState(fusion="f", fused=("a", "b", "c"), head="h", skip_layers=(1,),
-                                fusion_masks={"f": ("a", "c")}, fusion_step=7)
+    assert state == ActiveState(
+        fusion="f", fused=("a", "b", "c"), head="h", skip_layers=(1,), fusion_masks={"f": ("a", "c")}, fusion_step=7
+    )
     assert all(site.state is state for site in model.sites)
     assert (model.active_adapter, model.active_fusion, model.active_head, model.skip_layers) == (None, "f", "h", (1,))
     with pytest.raises(dataclasses.FrozenInstanceError):

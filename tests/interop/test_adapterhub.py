@@ -1,5 +1,6 @@
 """AdapterHub interop: parity with outputs recorded by `adapters` 1.3.0 (tests/fixtures/adapterhub/), safe loading
 of legacy .bin files, refusal of unsupported options, and export -> import round trips."""
+
 from __future__ import annotations
 
 import functools
@@ -30,8 +31,11 @@ KINDS = ("bert", "roberta")
 ADAPTERS = ("pf", "pf_relu", "pf3", "hb", "hb_pre")
 FUSIONS = {"dynamic": ("pf", "pf_relu", "pf3"), "static": ("pf_relu", "pf3")}
 BIN = {"adapter": "pytorch_adapter.bin", "fusion": "pytorch_model_adapter_fusion.bin", "head": "pytorch_model_head.bin"}
-SAFE = {"adapter": "adapter.safetensors", "fusion": "model_adapter_fusion.safetensors",
-        "head": "model_head.safetensors"}
+SAFE = {
+    "adapter": "adapter.safetensors",
+    "fusion": "model_adapter_fusion.safetensors",
+    "head": "model_head.safetensors",
+}
 
 
 @functools.cache
@@ -67,8 +71,12 @@ def edited_copy(directory: Path, config_file: str, tmp_path: Path, config: dict 
 def run(model: af.AdaptedModel, kind: str):
     rec = recorded(kind)
     with torch.no_grad():
-        return model(input_ids=rec["input_ids"], attention_mask=rec["attention_mask"], output_hidden_states=True,
-                     output_fusion_attentions=True)
+        return model(
+            input_ids=rec["input_ids"],
+            attention_mask=rec["attention_mask"],
+            output_hidden_states=True,
+            output_fusion_attentions=True,
+        )
 
 
 def assert_matches(output, kind: str, setup: str) -> None:
@@ -133,8 +141,12 @@ def test_imported_configs_and_dropouts():
     # dropout_prob None: adapters falls back to the encoder's attention dropout for the scores.
     assert config.score_dropout == model.model.config.attention_probs_dropout_prob
     head = model.heads[model.load_head(FIXTURES / "bert" / "heads" / "cls")].config
-    assert (head.kind, head.layers, head.activation, head.labels) == ("classification", 2, "tanh",
-                                                                      ("LABEL_0", "LABEL_1"))
+    assert (head.kind, head.layers, head.activation, head.labels) == (
+        "classification",
+        2,
+        "tanh",
+        ("LABEL_0", "LABEL_1"),
+    )
     assert head.dropout == model.model.config.hidden_dropout_prob
 
 
@@ -156,12 +168,15 @@ def _reference_module():
     return module
 
 
-@pytest.mark.parametrize("options", [
-    {"residual_before": True},
-    {"temperature": True},
-    {"query_before_ln": True, "value_before_softmax": False},
-    {"residual_before": True, "value": False},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"residual_before": True},
+        {"temperature": True},
+        {"query_before_ln": True, "value_before_softmax": False},
+        {"residual_before": True, "value": False},
+    ],
+)
 def test_fusion_options_match_reference_semantics(options, tmp_path):
     """residual_before (adapters adds the residual to keys too) and the per-call temperature, checked against
     ref_fusion of scripts/make_adapterhub_fixtures.py, which re-implements adapters' BertFusion."""
@@ -189,7 +204,7 @@ def test_fusion_options_match_reference_semantics(options, tmp_path):
     prefix = "bert.encoder.layer.1.output."
 
     def strip(state, container):
-        return {k[len(prefix + container):]: v.double() for k, v in state.items() if k.startswith(prefix + container)}
+        return {k[len(prefix + container) :]: v.double() for k, v in state.items() if k.startswith(prefix + container)}
 
     refs = [ref.RefAdapter(cfg, strip(state, f"adapters.{a}.")) for a, (cfg, state) in adapters.items()]
     fusion_w = strip(weights, f"adapter_fusion_layer.{document['name']}.")
@@ -232,11 +247,20 @@ def test_malicious_bin_is_refused_without_running_code(writer, tmp_path):
 
 
 # ---- unsupported options -----------------------------------------------------------------------------
-@pytest.mark.parametrize("option, value", [
-    ("use_gating", True), ("scaling", "learned"), ("scaling", "channel"), ("phm_layer", True),
-    ("is_parallel", True), ("non_linearity", "gelu_new"), ("architecture", "lora"), ("cross_adapter", True),
-    ("some_future_option", True),
-])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("use_gating", True),
+        ("scaling", "learned"),
+        ("scaling", "channel"),
+        ("phm_layer", True),
+        ("is_parallel", True),
+        ("non_linearity", "gelu_new"),
+        ("architecture", "lora"),
+        ("cross_adapter", True),
+        ("some_future_option", True),
+    ],
+)
 def test_unsupported_adapter_options_are_refused(option, value, tmp_path):
     folder = edited_copy(FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path, config={option: value})
     model = fresh_model("bert")
@@ -263,7 +287,7 @@ def test_keys_without_model_prefix_are_accepted(tmp_path):
     folder = tmp_path / "hb"
     shutil.copytree(FIXTURES / "bert" / "adapters" / "hb", folder)
     state = load_file(str(folder / SAFE["adapter"]))
-    save_file({k[len("bert."):]: v for k, v in state.items()}, str(folder / SAFE["adapter"]))
+    save_file({k[len("bert.") :]: v for k, v in state.items()}, str(folder / SAFE["adapter"]))
     model = fresh_model("bert")
     model.load_head(FIXTURES / "bert" / "heads" / "cls")
     model.activate(adapter=model.load_adapter(folder), head="cls")
@@ -294,8 +318,10 @@ def test_export_then_import_gives_identical_outputs(kind, use_safetensors, tmp_p
         folder = export_adapterhub(source, "adapter", adapter, tmp_path / adapter, use_safetensors=use_safetensors)
         assert is_adapterhub_dir(folder, "adapter")
         assert target.load_adapter(folder) == adapter
-    assert target.load_fusion(export_adapterhub(source, "fusion", "dyn", tmp_path / "dyn", use_safetensors)) \
+    assert (
+        target.load_fusion(export_adapterhub(source, "fusion", "dyn", tmp_path / "dyn", use_safetensors))
         == "pf-pf_relu-pf3"
+    )
     target.load_head(export_adapterhub(source, "head", "cls", tmp_path / "cls", use_safetensors))
     document = json.loads((tmp_path / "dyn" / "adapter_fusion_config.json").read_text())
     assert document["name"] == "pf,pf_relu,pf3" and document["version"].startswith("adapters.")
@@ -311,28 +337,40 @@ def test_exported_files_use_adapterhub_names(tmp_path):
     export_adapterhub(source, "adapter", "lnb", tmp_path / "a")
     state = load_file(str(tmp_path / "a" / SAFE["adapter"]))
     names = {k.split(".adapters.lnb.")[1] for k in state if k.startswith("bert.encoder.layer.0.output.")}
-    assert names == {f"{m}.{p}" for m in ("adapter_norm_before", "adapter_down.0", "adapter_down.1", "adapter_up",
-                                          "adapter_norm_after") for p in ("weight", "bias")}
+    assert names == {
+        f"{m}.{p}"
+        for m in ("adapter_norm_before", "adapter_down.0", "adapter_down.1", "adapter_up", "adapter_norm_after")
+        for p in ("weight", "bias")
+    }
     export_adapterhub(source, "head", "cls", tmp_path / "h", use_safetensors=False)
     assert set(torch.load(tmp_path / "h" / BIN["head"], weights_only=True)) == {
-        f"heads.cls.{i}.{p}" for i in (1, 4) for p in ("weight", "bias")}
+        f"heads.cls.{i}.{p}" for i in (1, 4) for p in ("weight", "bias")
+    }
 
 
-@pytest.mark.parametrize("config", [
-    af.AdapterConfig.pfeiffer(reduction_factor=8, non_linearity="leaky_relu", ln_after=True),
-    af.AdapterConfig.houlsby(reduction_factor={"default": 4, "1": 2}, train_layer_norm=False, leave_out=(0,)),
-    af.AdapterConfig(residual_before_ln="post_add", original_ln_after=False, scaling=0.25, init="zero_up"),
-    af.AdapterConfig(residual_before_ln=False, ln_before=True, ln_after=True, init="bert"),
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        af.AdapterConfig.pfeiffer(reduction_factor=8, non_linearity="leaky_relu", ln_after=True),
+        af.AdapterConfig.houlsby(reduction_factor={"default": 4, "1": 2}, train_layer_norm=False, leave_out=(0,)),
+        af.AdapterConfig(residual_before_ln="post_add", original_ln_after=False, scaling=0.25, init="zero_up"),
+        af.AdapterConfig(residual_before_ln=False, ln_before=True, ln_after=True, init="bert"),
+    ],
+)
 def test_adapter_config_round_trip(config):
     assert adapter_config_from_adapterhub(adapter_config_to_adapterhub(config)) == config
 
 
-@pytest.mark.parametrize("config", [
-    af.FusionConfig.dynamic(score_dropout=0.1), af.FusionConfig.static(score_dropout=0.2),
-    af.FusionConfig.dynamic(temperature=True, residual_before=True, query_before_ln=True, value_before_softmax=False,
-                            score_dropout=0.1),
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        af.FusionConfig.dynamic(score_dropout=0.1),
+        af.FusionConfig.static(score_dropout=0.2),
+        af.FusionConfig.dynamic(
+            temperature=True, residual_before=True, query_before_ln=True, value_before_softmax=False, score_dropout=0.1
+        ),
+    ],
+)
 def test_fusion_config_round_trip(config):
     assert fusion_config_from_adapterhub(fusion_config_to_adapterhub(config)) == config
 
@@ -358,10 +396,14 @@ def test_own_format_still_loads(tmp_path):
     assert fresh_model("bert").load_adapter(tmp_path / "mine") == "mine"
 
 
-@pytest.mark.parametrize("config", [
-    af.RegressionHead(layers=1, dropout=0.2), af.MultipleChoiceHead(num_labels=4, activation="relu"),
-    af.ClassificationHead(num_labels=3, labels=("a", "b", "c"), layers=3, activation="gelu"),
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        af.RegressionHead(layers=1, dropout=0.2),
+        af.MultipleChoiceHead(num_labels=4, activation="relu"),
+        af.ClassificationHead(num_labels=3, labels=("a", "b", "c"), layers=3, activation="gelu"),
+    ],
+)
 def test_head_round_trip(config, tmp_path):
     source = fresh_model("bert")
     source.add_head("h", config)

@@ -3,6 +3,7 @@ HfApi.upload_folder, snapshot_download) patched onto a temporary folder that beh
 upload_folder writes is what snapshot_download returns, filtered by allow_patterns as huggingface_hub filters them
 (fnmatch on the repo path), into one cached snapshot folder per repo; an unknown repo raises RepositoryNotFoundError
 — so tests run adapterfusion's real code paths with no network."""
+
 from __future__ import annotations
 
 import shutil
@@ -16,8 +17,9 @@ from huggingface_hub.utils import httpx
 
 def http_error(error_type: type[HfHubHTTPError], status: int, url: str) -> HfHubHTTPError:
     """An error as huggingface_hub raises it for an HTTP status (it carries the response)."""
-    return error_type(f"{status} Client Error for url {url}",
-                      response=httpx.Response(status, request=httpx.Request("GET", url)))
+    return error_type(
+        f"{status} Client Error for url {url}", response=httpx.Response(status, request=httpx.Request("GET", url))
+    )
 
 
 class LocalHub:
@@ -44,8 +46,17 @@ class LocalHub:
         path.mkdir(parents=True, exist_ok=True)
         return f"https://huggingface.co/{repo_id}"
 
-    def upload_folder(self, *, repo_id: str, folder_path, path_in_repo: str | None = None,
-                      repo_type: str | None = None, revision: str | None = None, commit_message: str = "", **_) -> str:
+    def upload_folder(
+        self,
+        *,
+        repo_id: str,
+        folder_path,
+        path_in_repo: str | None = None,
+        repo_type: str | None = None,
+        revision: str | None = None,
+        commit_message: str = "",
+        **_,
+    ) -> str:
         assert repo_type in (None, "model") and revision is None
         target = self._repo(repo_id) / (path_in_repo or "")
         for file in Path(folder_path).rglob("*"):
@@ -56,8 +67,15 @@ class LocalHub:
         self.commits.append((repo_id, path_in_repo, commit_message))
         return f"https://huggingface.co/{repo_id}/commit/0"
 
-    def snapshot_download(self, repo_id: str, *, repo_type: str | None = None, revision: str | None = None,
-                          allow_patterns: list[str] | str | None = None, **_) -> str:
+    def snapshot_download(
+        self,
+        repo_id: str,
+        *,
+        repo_type: str | None = None,
+        revision: str | None = None,
+        allow_patterns: list[str] | str | None = None,
+        **_,
+    ) -> str:
         assert repo_type in (None, "model") and revision is None
         repo = self._repo(repo_id)
         patterns = [allow_patterns] if isinstance(allow_patterns, str) else allow_patterns

@@ -1,5 +1,6 @@
 """A model with every kind of piece and a non-default active setup, and the check that a restored model equals it;
 shared by test_setup.py and test_hub.py."""
+
 from __future__ import annotations
 
 import torch

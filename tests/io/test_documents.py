@@ -1,5 +1,6 @@
 """Strict JSON/YAML reading: a key given twice in one mapping is refused with its line, everything else parses as
 json.loads / yaml.safe_load would."""
+
 import json
 
 import pytest
@@ -8,24 +9,34 @@ import yaml
 from adapterfusion.errors import ConfigError
 from adapterfusion.io.documents import read_document
 
-DOCUMENT = {"name": "x", "setups": [{"name": "st-a", "lr": 1e-4}, {"name": "head", "lr": 1e-3}],
-            "nested": {"a": {"name": 1}, "b": {"name": 2}}, "empty": {}, "text": "caf\u00e9 \u2713"}
+DOCUMENT = {
+    "name": "x",
+    "setups": [{"name": "st-a", "lr": 1e-4}, {"name": "head", "lr": 1e-3}],
+    "nested": {"a": {"name": 1}, "b": {"name": 2}},
+    "empty": {},
+    "text": "caf\u00e9 \u2713",
+}
 
 
-@pytest.mark.parametrize("suffix, dump", [(".json", lambda d: json.dumps(d, indent=1)),
-                                          (".yaml", lambda d: yaml.safe_dump(d, allow_unicode=True))])
+@pytest.mark.parametrize(
+    "suffix, dump",
+    [(".json", lambda d: json.dumps(d, indent=1)), (".yaml", lambda d: yaml.safe_dump(d, allow_unicode=True))],
+)
 def test_a_document_without_repeated_keys_reads_as_the_plain_parsers_read_it(tmp_path, suffix, dump):
     path = tmp_path / f"doc{suffix}"
     path.write_text(dump(DOCUMENT), encoding="utf-8")
     assert read_document(path) == DOCUMENT  # the same key in different mappings is fine
 
 
-@pytest.mark.parametrize("name, text, where, first", [
-    ("a.yaml", "a: 1\nb:\n  c: 2\n  c: 3\n", "line 4, column 3", "line 3, column 3"),
-    ("a.yml", "a: 1\na: 2\n", "line 2, column 1", "line 1, column 1"),
-    ("a.json", '{"a": 1,\n "b": {"c": 2,\n  "c": 3}}', "line 3, column 3", "line 2, column 8"),
-    ("a.json", '[{"a": 1}, {"a": 2, "a": 3}]', "line 1, column 21", "line 1, column 13"),
-])
+@pytest.mark.parametrize(
+    "name, text, where, first",
+    [
+        ("a.yaml", "a: 1\nb:\n  c: 2\n  c: 3\n", "line 4, column 3", "line 3, column 3"),
+        ("a.yml", "a: 1\na: 2\n", "line 2, column 1", "line 1, column 1"),
+        ("a.json", '{"a": 1,\n "b": {"c": 2,\n  "c": 3}}', "line 3, column 3", "line 2, column 8"),
+        ("a.json", '[{"a": 1}, {"a": 2, "a": 3}]', "line 1, column 21", "line 1, column 13"),
+    ],
+)
 def test_a_repeated_key_is_refused_naming_the_key_and_both_places(tmp_path, name, text, where, first):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")

@@ -1,6 +1,7 @@
 """The two translators behind io/formats.py. A piece read from a folder and written back gives the same files (ours
 byte for byte; AdapterHub's fixtures, written by `adapters` 1.3.0, tensor for tensor with the same config), and a
 Piece exported from a model comes back equal through either format."""
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,11 @@ def _model() -> af.AdaptedModel:
 
 def assert_same_piece(found: Piece, expected: Piece) -> None:
     assert (found.kind, found.name, found.config, found.adapters) == (
-        expected.kind, expected.name, expected.config, expected.adapters)
+        expected.kind,
+        expected.name,
+        expected.config,
+        expected.adapters,
+    )
     assert sorted(found.tensors) == sorted(expected.tensors)
     for key, value in expected.tensors.items():
         assert torch.equal(found.tensors[key], value), key
@@ -52,7 +57,10 @@ def test_site_keys_are_spelled_by_site_key():
     assert [site.key for site in model.sites] == [site_key(i, p) for i in (0, 1) for p in ("attention", "output")]
     assert set(model.export_piece("adapter", "a").tensors) == {
         f"{site_key(i, 'output')}.{module}.{leaf}"
-        for i in (0, 1) for module in ("ln_before", "down", "up", "ln_after") for leaf in ("weight", "bias")}
+        for i in (0, 1)
+        for module in ("ln_before", "down", "up", "ln_after")
+        for leaf in ("weight", "bias")
+    }
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -77,13 +85,19 @@ def test_our_folder_read_and_written_back_is_byte_identical(tmp_path, kind, name
         assert (again / path.name).read_bytes() == path.read_bytes(), path.name
 
 
-_TRANSLATE = {"adapter": lambda config, hf: adapter_config_from_adapterhub(config),
-              "fusion": lambda config, hf: fusion_config_from_adapterhub(config, hf.attention_probs_dropout_prob),
-              "head": lambda config, hf: head_config_from_adapterhub(config, hf.hidden_dropout_prob)}
+_TRANSLATE = {
+    "adapter": lambda config, hf: adapter_config_from_adapterhub(config),
+    "fusion": lambda config, hf: fusion_config_from_adapterhub(config, hf.attention_probs_dropout_prob),
+    "head": lambda config, hf: head_config_from_adapterhub(config, hf.hidden_dropout_prob),
+}
 
 
-@pytest.mark.parametrize("folder", sorted(str(p.relative_to(FIXTURES)) for kind in ("adapters", "fusions", "heads")
-                                          for p in (FIXTURES / kind).iterdir()))
+@pytest.mark.parametrize(
+    "folder",
+    sorted(
+        str(p.relative_to(FIXTURES)) for kind in ("adapters", "fusions", "heads") for p in (FIXTURES / kind).iterdir()
+    ),
+)
 def test_an_adapterhub_folder_read_and_written_back_keeps_every_tensor(tmp_path, folder):
     kind = {"adapters": "adapter", "fusions": "fusion", "heads": "head"}[folder.split("/")[0]]
     layout = af.wrap(AutoModel.from_pretrained(FIXTURES / "base_model")).layout()
@@ -117,8 +131,13 @@ def test_a_fusion_subset_is_installed_as_a_piece():
 def test_install_piece_checks_before_it_replaces_anything():
     model = _model()
     piece = model.export_piece("adapter", "a")
-    broken = Piece("adapter", "a", piece.config, {**piece.tensors, "layer.0.attention.down.weight": torch.ones(8, 32)},
-                   source="somewhere")
+    broken = Piece(
+        "adapter",
+        "a",
+        piece.config,
+        {**piece.tensors, "layer.0.attention.down.weight": torch.ones(8, 32)},
+        source="somewhere",
+    )
     before = {k: v.clone() for k, v in model.export_piece("adapter", "a").tensors.items()}
     with pytest.raises(af.SerializationError, match=r"somewhere: weights for sites .*\['layer.0.attention'\]"):
         model.install_piece(broken, overwrite=True)

@@ -2,6 +2,7 @@
 upload_folder and snapshot_download on a temporary folder): push then load an adapter, a fusion with its
 adapters, a head and a whole setup, each equal to what was pushed; the model card says task, config, dev metrics
 and provenance (of a real train() run and of the shipped zoo); Hub failures become HubError."""
+
 from __future__ import annotations
 
 import json
@@ -34,9 +35,14 @@ def fresh() -> af.AdaptedModel:
 def test_adapter_and_head_round_trip(hub):
     saved = build_setup()
     assert saved.push_to_hub("me/c", adapters="c", heads="reg") == "me/c"
-    assert hub.files("me/c") == ["README.md", SETUP_FILE, "adapters/c/adapter.safetensors",
-                                 "adapters/c/adapter_config.json", "heads/reg/head.safetensors",
-                                 "heads/reg/head_config.json"]
+    assert hub.files("me/c") == [
+        "README.md",
+        SETUP_FILE,
+        "adapters/c/adapter.safetensors",
+        "adapters/c/adapter_config.json",
+        "heads/reg/head.safetensors",
+        "heads/reg/head_config.json",
+    ]
     model = fresh()
     assert model.load_adapter("me/c") == "c"  # the one adapter of the pushed setup
     assert hub.downloads[-2:] == [("me/c", ["*.json"]), ("me/c", ["adapters/c/*"])]  # its JSON, then only its folder
@@ -69,8 +75,17 @@ def test_whole_setup_round_trip_in_a_subfolder(hub):
     assert saved.push_to_hub("me/setups/v1", commit_message="first") == "me/setups/v1"
     assert hub.commits == [("me/setups", "v1", "first")]
     restored = af.AdaptedModel.from_pretrained(tiny_encoder().double(), "me/setups/v1")
-    pieces = [f"v1/{kind}s/{name}/*" for kind, name in (("adapter", "a"), ("adapter", "b"), ("adapter", "c"),
-                                                        ("fusion", "f"), ("head", "cls"), ("head", "reg"))]
+    pieces = [
+        f"v1/{kind}s/{name}/*"
+        for kind, name in (
+            ("adapter", "a"),
+            ("adapter", "b"),
+            ("adapter", "c"),
+            ("fusion", "f"),
+            ("head", "cls"),
+            ("head", "reg"),
+        )
+    ]
     assert hub.downloads == [("me/setups", [f"v1/{SETUP_FILE}"]), ("me/setups", [f"v1/{SETUP_FILE}", *pieces])]
     assert_same_model(restored, build_setup())
 
@@ -82,9 +97,16 @@ def test_model_card_of_a_trained_run(hub, tmp_path):
     tiny = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
     transformers.BertModel(tiny).save_pretrained(encoder)
     transformers.AutoTokenizer.from_pretrained(af.default_encoder_path()).save_pretrained(encoder)
-    run = train("rte", "st-a", seed=1, encoder=encoder, data_dir=demo_data_dir(), output_dir=tmp_path / "out",
-                max_examples={"train": 16, "validation": 16},
-                training_config=dict(max_steps=1, batch_size=16, max_length=32, patience=None))
+    run = train(
+        "rte",
+        "st-a",
+        seed=1,
+        encoder=encoder,
+        data_dir=demo_data_dir(),
+        output_dir=tmp_path / "out",
+        max_examples={"train": 16, "validation": 16},
+        training_config=dict(max_steps=1, batch_size=16, max_length=32, patience=None),
+    )
     model = af.wrap(transformers.AutoModel.from_pretrained(encoder))
     model.load_adapter(run.run_dir / "adapter")
     model.load_head(run.run_dir / "head")
@@ -149,4 +171,5 @@ def test_path_like_strings_never_reach_the_hub(hub):
 def _raiser(error: BaseException):
     def fail(*args, **kwargs):
         raise error
+
     return fail

@@ -1,4 +1,5 @@
 """Names read from files become folder names; none may lead outside the folder it is written to."""
+
 from __future__ import annotations
 
 import pytest

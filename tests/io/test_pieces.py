@@ -1,5 +1,6 @@
 """Saving and loading adapters, heads and fusions: exact round trips, the recorded encoder fingerprint,
 clear errors for incompatible encoders and damaged files, and atomic writes."""
+
 from __future__ import annotations
 
 import json

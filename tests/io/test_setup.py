@@ -1,6 +1,7 @@
 """Whole setups in one folder: save_pretrained / AdaptedModel.from_pretrained restore every piece and the active
 setup exactly (float64, torch.equal), on a passed encoder or one loaded from its folder; partial saves, the
 index's checks, and which strings name a local folder, a Hub id or an error (with no network access)."""
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,22 @@ def test_whole_setup_round_trip_restores_an_equal_model(tmp_path):
     index = json.loads((tmp_path / "setup" / SETUP_FILE).read_text())
     assert index["format_version"] == 1 and index["base_model"]["model_type"] == "bert"
     assert [(p["kind"], p["name"]) for p in index["pieces"]] == [
-        ("adapter", "a"), ("adapter", "b"), ("adapter", "c"), ("fusion", "f"), ("head", "cls"), ("head", "reg")]
-    assert index["active"] == {"adapter": None, "fusion": "f", "head": "cls", "skip_layers": [1],
-                               "fusion_masks": {"f": ["b"]}, "fusion_step": 137, "fusion_implementation": "fast"}
+        ("adapter", "a"),
+        ("adapter", "b"),
+        ("adapter", "c"),
+        ("fusion", "f"),
+        ("head", "cls"),
+        ("head", "reg"),
+    ]
+    assert index["active"] == {
+        "adapter": None,
+        "fusion": "f",
+        "head": "cls",
+        "skip_layers": [1],
+        "fusion_masks": {"f": ["b"]},
+        "fusion_step": 137,
+        "fusion_implementation": "fast",
+    }
 
     restored = af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "setup")
     assert isinstance(restored, af.AdaptedModel) and not restored.training
@@ -80,13 +94,16 @@ def test_a_setup_that_does_not_fit_leaves_the_passed_encoder_unwrapped(tmp_path)
         af.AdaptedModel.from_pretrained(af.wrap(tiny_encoder()), tmp_path / "setup")
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda index: index.update(format_version=9), "format_version 9"),
-    (lambda index: index.update(pieces=[{"kind": "adapter", "name": "../x"}]), "invalid saved adapter name"),
-    (lambda index: index.update(pieces="a"), "'pieces' list"),
-    (lambda index: index["active"].update(colour="red"), "unknown key"),
-    (lambda index: index["active"].update(skip_layers=1), "must be lists"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda index: index.update(format_version=9), "format_version 9"),
+        (lambda index: index.update(pieces=[{"kind": "adapter", "name": "../x"}]), "invalid saved adapter name"),
+        (lambda index: index.update(pieces="a"), "'pieces' list"),
+        (lambda index: index["active"].update(colour="red"), "unknown key"),
+        (lambda index: index["active"].update(skip_layers=1), "must be lists"),
+    ],
+)
 def test_a_damaged_index_is_a_clear_error(tmp_path, damage, message):
     build_setup().save_pretrained(tmp_path / "setup")
     path = tmp_path / "setup" / SETUP_FILE
@@ -119,8 +136,16 @@ def test_which_strings_are_folders_hub_ids_or_errors(tmp_path, monkeypatch):
     assert locate("org/other", "x") == HubRef("org/other")
     assert locate("org/other/adapters/rte@v1.0", "x") == HubRef("org/other", "adapters/rte", "v1.0")
     assert str(HubRef("org/other", "adapters/rte", "v1.0")) == "org/other/adapters/rte@v1.0"
-    for path_like in ("missing", "./org/missing", str(tmp_path / "missing"), "../org/name", "org/../name",
-                      "C:\\models\\rte", "~/models/rte", Path("org/other")):
+    for path_like in (
+        "missing",
+        "./org/missing",
+        str(tmp_path / "missing"),
+        "../org/name",
+        "org/../name",
+        "C:\\models\\rte",
+        "~/models/rte",
+        Path("org/other"),
+    ):
         with pytest.raises(af.SerializationError, match="is not a directory .*, nor a Hub id"):
             locate(path_like, "adapter folder")
     (tmp_path / "file.json").write_text("{}")

@@ -5,6 +5,7 @@ test sets OMP_NUM_THREADS=1, so no thread pool is copied into a child.
 
 Protocol, one line each: in `{"argv": [...], "log": "<file>"}`; out `pid <n>` when the child starts, then
 `exit <n> <wait status>` when it has ended (killed or not). `ready` once the imports are done."""
+
 from __future__ import annotations
 
 import json

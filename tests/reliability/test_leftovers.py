@@ -1,6 +1,7 @@
 """What a writer killed mid-write leaves behind (temp files of atomic writes, a store entry's temp folders) is
 removed by the next writer that may remove it, and nothing else is: only the temp files a writer recorded in its
 journal before creating them, never a file that merely looks like one."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,13 @@ from adapterfusion.training import AdapterStore
 from tiny_experiments import DoneExecutor
 from tiny_models import tiny_encoder
 
-EXPERIMENT = {"name": "tiny", "tasks": ["rte"], "setups": ["head"], "encoder": "some/hub-id",
-              "training": {"max_steps": 1}}
+EXPERIMENT = {
+    "name": "tiny",
+    "tasks": ["rte"],
+    "setups": ["head"],
+    "encoder": "some/hub-id",
+    "training": {"max_steps": 1},
+}
 FOREIGN = (".notes.abcdefgh.tmp", "runs/head/.keep.k2j_x9q0.tmp", "adapters/.x.12345678.tmp/f")  # the user's own
 
 
@@ -54,7 +60,6 @@ def test_the_sweep_removes_only_recorded_temp_files(tmp_path):
     assert all(p.exists() for p in (*foreign, not_temp, tmp_path / "done.json"))
 
 
-
 def _dead_writer(out: Path, leftovers: list[str]) -> list[Path]:
     """The journal of a writer killed mid-write (a dead pid) that had created `leftovers` under `out`."""
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -70,10 +75,15 @@ def _dead_writer(out: Path, leftovers: list[str]) -> list[Path]:
 def test_the_runner_removes_only_the_temp_files_its_dead_writers_recorded(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # output_dir "." beside the user's own files
     foreign = [_touch(tmp_path / name) for name in FOREIGN]
-    leftovers = _dead_writer(Path("."), [".experiment.json.abcd1234.tmp", "report/.tables.md.zz_zz_zz.tmp",
-                                         "adapters/v/enc/rte/st-a/.seed-1.q1w2e3r4.tmp"])
-    summary = run_experiment({**EXPERIMENT, "output_dir": "."}, executor=DoneExecutor(), progress=False,
-                             report=False)
+    leftovers = _dead_writer(
+        Path("."),
+        [
+            ".experiment.json.abcd1234.tmp",
+            "report/.tables.md.zz_zz_zz.tmp",
+            "adapters/v/enc/rte/st-a/.seed-1.q1w2e3r4.tmp",
+        ],
+    )
+    summary = run_experiment({**EXPERIMENT, "output_dir": "."}, executor=DoneExecutor(), progress=False, report=False)
     assert summary.ok and not any(p.exists() for p in leftovers)
     assert all(p.exists() for p in foreign)
     assert not list(tmp_path.rglob("*.journal")) and not (tmp_path / "runner.lock").exists()
@@ -96,24 +106,33 @@ def test_a_live_writer_of_a_gone_runner_is_waited_for_and_then_refused(tmp_path,
     write beside it. Once it has been killed, its recorded temp file goes and the runner starts."""
     out = tmp_path / "out"
     (out / "runs").mkdir(parents=True)
-    orphan = subprocess.Popen([sys.executable, "-c", ORPHAN, str(out)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(Path(af.__file__).parents[1])})
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN, str(out)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(af.__file__).parents[1])},
+    )
     try:
         leftover = Path(orphan.stdout.readline().strip())
         assert leftover.parent == out / "runs" and leftover.exists()
         monkeypatch.setattr(writers, "ORPHAN_WAIT_SECONDS", 0.0)
-        with pytest.raises(OutputDirLockedError, match=rf"pid {orphan.pid} on .* still write\(s\) into .*for a runner "
-                                                       rf"that is gone.*`kill {orphan.pid}`"):
-            run_experiment({**EXPERIMENT, "output_dir": str(out)}, executor=DoneExecutor(), progress=False,
-                           report=False)
+        with pytest.raises(
+            OutputDirLockedError,
+            match=rf"pid {orphan.pid} on .* still write\(s\) into .*for a runner "
+            rf"that is gone.*`kill {orphan.pid}`",
+        ):
+            run_experiment(
+                {**EXPERIMENT, "output_dir": str(out)}, executor=DoneExecutor(), progress=False, report=False
+            )
         assert leftover.exists() and not (out / "runner.lock").exists()
         assert not (out / "experiment.db").exists()  # refused before the results store was touched
     finally:
         orphan.kill()
         orphan.wait()
     assert leftover.exists() and len(list((out / "writers").glob("*.journal"))) == 1
-    assert run_experiment({**EXPERIMENT, "output_dir": str(out)}, executor=DoneExecutor(), progress=False,
-                          report=False).ok
+    assert run_experiment(
+        {**EXPERIMENT, "output_dir": str(out)}, executor=DoneExecutor(), progress=False, report=False
+    ).ok
     assert not leftover.exists() and not list((out / "writers").glob("*.journal"))
 
 

@@ -7,6 +7,7 @@ where the previous run's finished jobs end on that timeline, and is killed when 
 the point lies behind it, at a random moment of its start-up). So kills fall in every job, in start-up and in the
 report at the end. Runs are children of a fork server (forkserver.py) that imported the library once; the last
 run, to completion, is a plain `python -m adapterfusion.cli run` subprocess. The figures are printed (pytest -s)."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,13 @@ from tiny_experiments import tiny_experiment
 
 KILLS = 20
 SEED = 20251122
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-       "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # the fork server imports this checkout's library
+ENV = {
+    **os.environ,
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+}  # the fork server imports this checkout's library
 TIMING_KEYS = ("runtime", "per_second", "seconds")
 PNG_END = b"IEND\xaeB`\x82"
 
@@ -41,8 +47,14 @@ class ForkServer:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.count = 0
-        self.process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("forkserver.py"))], env=ENV,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("forkserver.py"))],
+            env=ENV,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         assert self._line() == "ready"
 
     def _line(self) -> str:
@@ -83,16 +95,20 @@ def _without_timings(value: Any) -> Any:
     """Metrics minus wall-clock figures, absolute paths and `resumed_from` (which checkpoint a killed job went on
     from, None for a job that ran in one go): they differ between any two runs. The numbers must not."""
     if isinstance(value, dict):
-        return {k: _without_timings(v) for k, v in value.items()
-                if k not in ("store_path", "resumed_from") and not any(t in k for t in TIMING_KEYS)}
+        return {
+            k: _without_timings(v)
+            for k, v in value.items()
+            if k not in ("store_path", "resumed_from") and not any(t in k for t in TIMING_KEYS)
+        }
     if isinstance(value, list):
         return [_without_timings(v) for v in value]
     return value
 
 
 def _files(root: Path) -> dict[str, Path]:
-    return {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file()
-            and not p.name.endswith(("-wal", "-shm"))}
+    return {
+        str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file() and not p.name.endswith(("-wal", "-shm"))
+    }
 
 
 def half_written_files(root: Path) -> list[str]:
@@ -159,8 +175,10 @@ def test_random_sigkills_then_resume_give_the_uninterrupted_results(tmp_path, ti
             after = _jobs(killed_out / "experiment.db")
             if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
                 figures["ran to the end before its kill"] += 1
-            elif any(job["state"] == "running" and job["attempts"] > before.get(i, {}).get("attempts", 0)
-                     for i, job in after.items()):
+            elif any(
+                job["state"] == "running" and job["attempts"] > before.get(i, {}).get("attempts", 0)
+                for i, job in after.items()
+            ):
                 figures["landed mid-job"] += 1
             elif after and all(job["state"] == "done" for job in after.values()):
                 figures["landed after the last job (report, bookkeeping)"] += 1
@@ -175,26 +193,35 @@ def test_random_sigkills_then_resume_give_the_uninterrupted_results(tmp_path, ti
     finally:
         server.close()
 
-    final = subprocess.run([sys.executable, "-m", "adapterfusion.cli", "run", str(killed), "--no-progress"], env=ENV,
-                           capture_output=True, text=True, timeout=300)
+    final = subprocess.run(
+        [sys.executable, "-m", "adapterfusion.cli", "run", str(killed), "--no-progress"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert final.returncode == 0, final.stderr[-3000:]
     result = _jobs(killed_out / "experiment.db")
     assert list(result) == list(reference) and all(job["state"] == "done" for job in result.values())
     for job_id, (finished_at, attempts) in first_done.items():
         assert (result[job_id]["finished_at"], result[job_id]["attempts"]) == (finished_at, attempts), job_id
 
-    same_metrics = all(_without_timings(json.loads(result[i]["metrics"]))
-                       == _without_timings(json.loads(job["metrics"])) for i, job in reference.items())
+    same_metrics = all(
+        _without_timings(json.loads(result[i]["metrics"])) == _without_timings(json.loads(job["metrics"]))
+        for i, job in reference.items()
+    )
     ours, theirs = _files(killed_out), _files(baseline_out)
     weights = [name for name in theirs if name.endswith((".safetensors", "fusion_attention.json"))]
     same_files = set(ours) == set(theirs) and all(ours[n].read_bytes() == theirs[n].read_bytes() for n in weights)
     problems = half_written_files(killed_out)
-    print(f"\nrandom SIGKILLs (seed {SEED}): {KILLS} kills over a {duration:.1f} s run of {len(reference)} jobs; "
-          + ", ".join(f"{n} {what}" for what, n in sorted(figures.items()))
-          + f"; attempts per job {sorted(job['attempts'] for job in result.values())}; "
-          f"metrics identical to the uninterrupted run: {'yes' if same_metrics else 'NO'}; "
-          f"{len(weights)} weight/attention files byte-identical: {'yes' if same_files else 'NO'}; "
-          f"half-written files: {len(problems)}; test time {time.perf_counter() - clock:.0f} s")
-    assert same_metrics and same_files, (sorted(set(ours) ^ set(theirs)))
+    print(
+        f"\nrandom SIGKILLs (seed {SEED}): {KILLS} kills over a {duration:.1f} s run of {len(reference)} jobs; "
+        + ", ".join(f"{n} {what}" for what, n in sorted(figures.items()))
+        + f"; attempts per job {sorted(job['attempts'] for job in result.values())}; "
+        f"metrics identical to the uninterrupted run: {'yes' if same_metrics else 'NO'}; "
+        f"{len(weights)} weight/attention files byte-identical: {'yes' if same_files else 'NO'}; "
+        f"half-written files: {len(problems)}; test time {time.perf_counter() - clock:.0f} s"
+    )
+    assert same_metrics and same_files, sorted(set(ours) ^ set(theirs))
     assert not problems, problems
     assert figures["landed mid-job"] >= KILLS // 3, figures

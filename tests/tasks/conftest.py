@@ -1,5 +1,6 @@
 """Fixtures for the task-layer tests: the shipped tokenizer, JSON-lines file writers/readers, and no leaking
 ADAPTERFUSION_DATA_DIR (data_dir comes from tests/conftest.py)."""
+
 from __future__ import annotations
 
 import pytest

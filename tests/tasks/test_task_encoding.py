@@ -1,4 +1,5 @@
 """Tokenising tasks (single, pair, multiple choice), truncation counting and dynamic padding."""
+
 from __future__ import annotations
 
 import datasets
@@ -27,16 +28,26 @@ def test_multiple_choice_encodes_to_choices_by_seq(name, data_dir, tokenizer):
 
 
 def test_winogrande_option_fills_the_blank_as_in_the_baseline():
-    batch = {"sentence": ["Ian ate because _ despised it.", "It was _'s car."],
-             "option1": ["Ian", "Ann"], "option2": ["Dennis", "Bob"], "answer": ["2", "1"]}
+    batch = {
+        "sentence": ["Ian ate because _ despised it.", "It was _'s car."],
+        "option1": ["Ian", "Ann"],
+        "option2": ["Dennis", "Bob"],
+        "answer": ["2", "1"],
+    }
     first, second = segments(batch, get_task("winogrande"))
     assert first == ["Ian ate because", "Ian ate because", "It was", "It was"]
     assert second == ["Ian despised it.", "Dennis despised it.", "Ann 's car.", "Bob 's car."]
 
 
 def test_mc_contexts_join_context_and_question():
-    batch = {"context": ["Kai ran."], "question": ["Why?"], "answerA": ["a"], "answerB": ["b"], "answerC": ["c"],
-             "label": ["1"]}
+    batch = {
+        "context": ["Kai ran."],
+        "question": ["Why?"],
+        "answerA": ["a"],
+        "answerB": ["b"],
+        "answerC": ["c"],
+        "label": ["1"],
+    }
     first, second = segments(batch, get_task("social_i_qa"))
     assert first == ["Kai ran. Why?"] * 3 and second == ["a", "b", "c"]
 
@@ -64,8 +75,9 @@ def test_truncation_is_counted_against_untruncated_lengths(tokenizer):
 
 
 def test_multiple_choice_example_counts_once_when_any_choice_is_cut(tokenizer):
-    ds = datasets.Dataset.from_dict({"ctx": ["start"], "endings": [["x", "long " * 50, "y", "long " * 60]],
-                                     "label": [0]})
+    ds = datasets.Dataset.from_dict(
+        {"ctx": ["start"], "endings": [["x", "long " * 50, "y", "long " * 60]], "label": [0]}
+    )
     _, report = encode_task("hellaswag", ds, tokenizer, max_length=16)
     assert report.truncated == {"data": 1}
 
@@ -91,9 +103,12 @@ def test_encoding_is_cached_by_datasets(data_dir, tokenizer):
 
 # -- collator -------------------------------------------------------------------------------------------
 
+
 def test_collator_pads_dynamically_with_pad_id_and_zero_mask(tokenizer):
-    features = [{"input_ids": [101, 5, 102], "token_type_ids": [0, 0, 0], "label": 1},
-                {"input_ids": [101, 102], "token_type_ids": [0, 0], "label": 0}]
+    features = [
+        {"input_ids": [101, 5, 102], "token_type_ids": [0, 0, 0], "label": 1},
+        {"input_ids": [101, 102], "token_type_ids": [0, 0], "label": 0},
+    ]
     batch = TaskCollator(tokenizer)(features)
     pad = tokenizer.pad_token_id
     assert batch["input_ids"].tolist() == [[101, 5, 102], [101, 102, pad]]

@@ -1,4 +1,5 @@
 """Loading, checking, carving and subsampling task data, from the offline copy and from generated files."""
+
 from __future__ import annotations
 
 import json
@@ -92,15 +93,18 @@ def test_raw_labels_become_zero_based_ids(name, field, mapping, data_dir, raw_ro
 
 # -- the Hub path, with `datasets.load_dataset` replaced by a local fake ------------------------------
 
+
 def test_hub_source_uses_task_split_names_and_skips_unlabelled_splits(monkeypatch):
     import datasets
 
     rows = [{"premise": f"p{i}", "hypothesis": f"h{i}", "label": i % 3} for i in range(12)]
-    fake = datasets.DatasetDict({
-        "train": datasets.Dataset.from_list(rows),
-        "validation_matched": datasets.Dataset.from_list(rows[:6]),
-        "test_matched": datasets.Dataset.from_list([{**r, "label": -1} for r in rows[:3]]),
-    })
+    fake = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list(rows),
+            "validation_matched": datasets.Dataset.from_list(rows[:6]),
+            "test_matched": datasets.Dataset.from_list([{**r, "label": -1} for r in rows[:3]]),
+        }
+    )
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append((a, k)) or fake)
     splits, info = load_task_data("mnli")
@@ -124,14 +128,22 @@ def test_hub_failure_says_how_to_work_offline(monkeypatch):
 
 # -- user tasks ---------------------------------------------------------------------------------------
 
+
 def test_user_task_from_csv_and_jsonl(tmp_path, write_jsonl):
     (tmp_path / "train.csv").write_text("review,stars\n" + "".join(f"text {i},{1 + i % 2}\n" for i in range(20)))
     write_jsonl(tmp_path / "dev.jsonl", [{"review": f"dev {i}", "stars": 1 + i % 2} for i in range(6)])
-    spec = task_from_dict({
-        "name": "stars", "kind": "single", "text_fields": ["review"], "label_field": "stars",
-        "label_names": ["one", "two"], "label_values": [1, 2],
-        "data_files": {"train": "train.csv", "validation": "dev.jsonl"},
-    }, base_dir=tmp_path)
+    spec = task_from_dict(
+        {
+            "name": "stars",
+            "kind": "single",
+            "text_fields": ["review"],
+            "label_field": "stars",
+            "label_names": ["one", "two"],
+            "label_values": [1, 2],
+            "data_files": {"train": "train.csv", "validation": "dev.jsonl"},
+        },
+        base_dir=tmp_path,
+    )
     splits, info = load_task_data(spec)
     assert info.source == "files" and len(splits["train"]) == 20 and len(splits["validation"]) == 6
     assert splits["train"]["label"][:4] == [0, 1, 0, 1] and splits["validation"]["label"][:2] == [0, 1]
@@ -140,8 +152,15 @@ def test_user_task_from_csv_and_jsonl(tmp_path, write_jsonl):
 def test_user_multiple_choice_task_with_list_choices(tmp_path, write_jsonl):
     rows = [{"q": f"question {i}", "opts": ["a", "b", "c"], "gold": "abc"[i % 3]} for i in range(9)]
     write_jsonl(tmp_path / "mc" / "train.jsonl.gz", rows, gz=True)
-    spec = TaskSpec(name="mc", kind="multiple_choice", text_fields=("q",), choice_fields=("opts",),
-                    label_field="gold", label_names=("a", "b", "c"), label_values=("a", "b", "c"))
+    spec = TaskSpec(
+        name="mc",
+        kind="multiple_choice",
+        text_fields=("q",),
+        choice_fields=("opts",),
+        label_field="gold",
+        label_names=("a", "b", "c"),
+        label_values=("a", "b", "c"),
+    )
     splits, info = load_task_data(spec, tmp_path)
     assert info.carve_out.source_split == "train" and splits["train"]["label"]
 
@@ -155,10 +174,12 @@ GOOD = [{"a": f"x{i}", "b": f"y{i}", "label": i % 2} for i in range(6)]
 @pytest.fixture
 def folder(tmp_path, write_jsonl):
     """folder(**{split: rows}) -> a data folder holding toy/<split>.jsonl."""
+
     def make(**files):
         for split, rows in files.items():
             write_jsonl(tmp_path / "toy" / f"{split}.jsonl", rows)
         return tmp_path
+
     return make
 
 

@@ -1,4 +1,5 @@
 """Metrics against hand-computed values and numpy's own correlation."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """The registry of built-in tasks and user tasks from files."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,22 @@ import pytest
 from adapterfusion.tasks import TaskError, TaskSpec, get_task, list_tasks, load_task_file, register_task, registry
 
 PAPER_TASKS = {
-    "mnli", "qqp", "sst2", "winogrande", "imdb", "hellaswag", "social_i_qa", "cosmos_qa", "scitail",
-    "ukp_argument", "commonsense_qa", "boolq", "mrpc", "sick", "rte", "cb",
+    "mnli",
+    "qqp",
+    "sst2",
+    "winogrande",
+    "imdb",
+    "hellaswag",
+    "social_i_qa",
+    "cosmos_qa",
+    "scitail",
+    "ukp_argument",
+    "commonsense_qa",
+    "boolq",
+    "mrpc",
+    "sick",
+    "rte",
+    "cb",
 }
 
 
@@ -28,8 +43,10 @@ def test_known_facts_about_builtin_tasks():
     assert get_task("mnli").validation_split == "validation_matched"
     assert get_task("imdb").max_length == 512 and get_task("imdb").validation_split is None
     assert get_task("mrpc").metrics == ("accuracy", "f1") and get_task("qqp").metrics == ("accuracy", "f1")
-    assert (get_task("winogrande").hub_path, get_task("winogrande").hub_config) == ("allenai/winogrande",
-                                                                                   "winogrande_l")
+    assert (get_task("winogrande").hub_path, get_task("winogrande").hub_config) == (
+        "allenai/winogrande",
+        "winogrande_l",
+    )
     assert get_task("ukp_argument").hub_path is None
 
 
@@ -48,8 +65,13 @@ def test_register_refuses_duplicates_unless_overwrite(clean_registry):
 
 
 def test_load_task_file_json_resolves_paths_relative_to_the_file(tmp_path, clean_registry):
-    desc = {"name": "mytask", "kind": "single", "text_fields": ["text"], "label_names": ["bad", "good"],
-            "data_files": {"train": "data/train.csv"}}
+    desc = {
+        "name": "mytask",
+        "kind": "single",
+        "text_fields": ["text"],
+        "label_names": ["bad", "good"],
+        "data_files": {"train": "data/train.csv"},
+    }
     path = tmp_path / "mytask.json"
     path.write_text(json.dumps(desc))
     spec = load_task_file(path)

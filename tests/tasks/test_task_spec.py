@@ -1,4 +1,5 @@
 """TaskSpec validation and serialisation."""
+
 from __future__ import annotations
 
 import json

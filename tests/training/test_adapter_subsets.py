@@ -1,6 +1,7 @@
 """Fusion training on a random subset of adapters per step (training/adapter_subsets.py): the draw always holds
 the target's adapter and is a pure function of (seed, step); each training step sees exactly the drawn subset
 while evaluation sees every adapter; bad sizes are clear errors."""
+
 from __future__ import annotations
 
 import json
@@ -33,14 +34,21 @@ def test_a_subset_of_all_adapters_is_no_subset():
 
 
 @pytest.mark.slow
-def test_training_steps_see_the_drawn_subset_and_evaluation_sees_all(tmp_path, tiny_encoder_dir, data_dir,
-                                                                      monkeypatch):
+def test_training_steps_see_the_drawn_subset_and_evaluation_sees_all(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
     store = AdapterStore(tmp_path / "store")
     sources = ["sst2", "sick", "mnli"]
     for task in ["rte", *sources]:
-        train(task, "st-a", seed=1, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path / "stage1",
-              store=store, training_config={"max_steps": 1, "batch_size": 4, "max_length": 32},
-              max_examples={"train": 8, "validation": 8})
+        train(
+            task,
+            "st-a",
+            seed=1,
+            encoder=tiny_encoder_dir,
+            data_dir=data_dir,
+            output_dir=tmp_path / "stage1",
+            store=store,
+            training_config={"max_steps": 1, "batch_size": 4, "max_length": 32},
+            max_examples={"train": 8, "validation": 8},
+        )
     seen = []
     real_forward = None
 
@@ -54,11 +62,18 @@ def test_training_steps_see_the_drawn_subset_and_evaluation_sees_all(tmp_path, t
 
     real_forward = model_module.AdaptedModel.forward
     monkeypatch.setattr(model_module.AdaptedModel, "forward", recording_forward)
-    result = train("rte", "fusion-st-a", seed=5, encoder=tiny_encoder_dir, data_dir=data_dir,
-                   output_dir=tmp_path / "stage2", store=store,
-                   training_config={"epochs": 2, "batch_size": 4, "max_length": 32, "patience": None},
-                   max_examples={"train": 16, "validation": 8},
-                   setup_options={"sources": sources, "adapter_subset": 2, "adapter_seed": 1})
+    result = train(
+        "rte",
+        "fusion-st-a",
+        seed=5,
+        encoder=tiny_encoder_dir,
+        data_dir=data_dir,
+        output_dir=tmp_path / "stage2",
+        store=store,
+        training_config={"epochs": 2, "batch_size": 4, "max_length": 32, "patience": None},
+        max_examples={"train": 16, "validation": 8},
+        setup_options={"sources": sources, "adapter_subset": 2, "adapter_seed": 1},
+    )
     names = ("sst2", "sick", "mnli", "rte")
     training = [kept for is_training, kept in seen if is_training]
     evaluation = [kept for is_training, kept in seen if not is_training]

@@ -13,10 +13,20 @@ def test_round_trip_and_paper_defaults():
     assert TrainingConfig.for_setup("full").learning_rate == 2e-5
 
 
-@pytest.mark.parametrize("bad", [dict(batch_size=0), dict(learning_rate=-1), dict(patience=0),
-                                 dict(fp16=True, bf16=True),
-                                 dict(report_to="slack"), dict(warmup_ratio=1.5), dict(max_length=4),
-                                 dict(gradient_checkpointing="yes"), dict(torch_compile=1)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(batch_size=0),
+        dict(learning_rate=-1),
+        dict(patience=0),
+        dict(fp16=True, bf16=True),
+        dict(report_to="slack"),
+        dict(warmup_ratio=1.5),
+        dict(max_length=4),
+        dict(gradient_checkpointing="yes"),
+        dict(torch_compile=1),
+    ],
+)
 def test_rejects_bad_values(bad):
     with pytest.raises(ConfigError):
         TrainingConfig(**bad)

@@ -1,5 +1,6 @@
 """Data-parallel training through the HF Trainer: `torchrun --nproc_per_node 2` on CPU (gloo) trains one run in
 step on two ranks, each seeing half of every epoch, and only rank 0 writes the run folder and the store."""
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,38 @@ def _free_port() -> int:
 def test_torchrun_two_ranks_split_each_epoch_and_rank_zero_alone_writes(tmp_path, tiny_encoder_dir, data_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "", "RANK": ""}
     env = {k: v for k, v in env.items() if v != ""}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(_free_port()), "-m", "adapterfusion.cli", "train-adapter", "--task", "rte",
-               "--encoder", str(tiny_encoder_dir), "--data-dir", str(data_dir), "--max-examples", "64",
-               "--epochs", "1", "--batch-size", "8", "--max-length", "32",
-               "--output-dir", str(tmp_path / "runs"), "--store", str(tmp_path / "store")]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "adapterfusion.cli",
+        "train-adapter",
+        "--task",
+        "rte",
+        "--encoder",
+        str(tiny_encoder_dir),
+        "--data-dir",
+        str(data_dir),
+        "--max-examples",
+        "64",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--max-length",
+        "32",
+        "--output-dir",
+        str(tmp_path / "runs"),
+        "--store",
+        str(tmp_path / "store"),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = tmp_path / "runs" / "rte" / "st-a" / "seed-42"

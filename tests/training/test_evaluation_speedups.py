@@ -2,6 +2,7 @@
 (batches pad little), and a run's best metrics are read from the evaluation logged at the best checkpoint instead
 of evaluating the restored weights again. That the recorded best metrics equal an independent re-evaluation of the
 saved run, in the dev set's own order, is checked by test_run_evaluation.py."""
+
 from types import SimpleNamespace
 
 from datasets import Dataset

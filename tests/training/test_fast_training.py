@@ -1,6 +1,7 @@
 """The speed switches of TrainingConfig on CPU through train(): torch_compile trains with eager's losses, bf16 runs
 the encoder under bfloat16 autocast with float32 weights, and the MT-A loop refuses the switches it lacks.
 (Gradient checkpointing: test_gradient_checkpointing.py; the speed itself: benchmarks/training_speed.py.)"""
+
 import json
 
 import pytest
@@ -15,8 +16,16 @@ SLICE = {"train": 24, "validation": 8}
 
 
 def _run(tmp_path, encoder, data, **switches):
-    result = train("rte", "st-a", seed=2, encoder=encoder, data_dir=data, output_dir=tmp_path / "-".join(switches),
-                   max_examples=SLICE, training_config={**SETTINGS, **switches})
+    result = train(
+        "rte",
+        "st-a",
+        seed=2,
+        encoder=encoder,
+        data_dir=data,
+        output_dir=tmp_path / "-".join(switches),
+        max_examples=SLICE,
+        training_config={**SETTINGS, **switches},
+    )
     return result, json.loads(result.metrics_path.read_text())
 
 
@@ -37,8 +46,12 @@ def test_torch_compile_trains_with_the_eager_losses(tmp_path, tiny_encoder_dir, 
     finally:
         torch._dynamo.reset()
     assert [e["step"] for e in compiled["train_losses"]] == [1, 2, 3]
-    assert_close([e["loss"] for e in compiled["train_losses"]], [e["loss"] for e in eager["train_losses"]],
-                 dtype=torch.float32, label="training losses")
+    assert_close(
+        [e["loss"] for e in compiled["train_losses"]],
+        [e["loss"] for e in eager["train_losses"]],
+        dtype=torch.float32,
+        label="training losses",
+    )
     assert_close(compiled["best"]["loss"], eager["best"]["loss"], dtype=torch.float32, label="dev loss")
 
 

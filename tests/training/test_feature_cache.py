@@ -1,4 +1,5 @@
 """Head-only training on cached features: same outputs and losses as the full model, the encoder run once."""
+
 import json
 
 import pytest
@@ -32,8 +33,9 @@ def test_cached_features_give_the_full_models_logits_and_loss(tiny_encoder_dir, 
         cached = HeadOnFeatures(model.heads["t"]).eval()(features, labels)
     expected_logits = torch.cat([out.logits for out in expected])
     torch.testing.assert_close(cached.logits, expected_logits, rtol=0, atol=1e-12)
-    expected_loss = sum(out.task_loss * len(b["labels"])
-                        for out, b in zip(expected, batches, strict=True)) / len(labels)
+    expected_loss = sum(out.task_loss * len(b["labels"]) for out, b in zip(expected, batches, strict=True)) / len(
+        labels
+    )
     torch.testing.assert_close(cached.task_loss, expected_loss, rtol=0, atol=1e-12)
 
 
@@ -53,8 +55,9 @@ def test_head_setup_runs_the_encoder_once_per_example(tmp_path, tiny_encoder_dir
     cached = train("rte", "head", output_dir=tmp_path / "cached", training_config=config, **common)
     cached_examples = sum(calls)
     calls.clear()
-    plain = train("rte", "head", output_dir=tmp_path / "plain", training_config={**config, "cache_features": False},
-                  **common)
+    plain = train(
+        "rte", "head", output_dir=tmp_path / "plain", training_config={**config, "cache_features": False}, **common
+    )
     # cached: train + dev once (48); plain: 3 epochs of train (96) and 3 dev evaluations (48; the best epoch's
     # metrics are read from its logged evaluation, not evaluated again)
     assert cached_examples == 48 and sum(calls) == 3 * 32 + 3 * 16
@@ -78,9 +81,14 @@ def test_length_grouping_uses_the_longest_sequence_of_each_example(tmp_path):
     single = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in (5, 1, 3)], "label": [0, 1, 0]})
     assert with_lengths(single)["length"] == [5, 1, 3]
     args = training_arguments(TrainingConfig(group_by_length=True), tmp_path, "accuracy")
-    trainer = AdaptedTrainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=with_lengths(single),
-                             eval_dataset=single)
+    trainer = AdaptedTrainer(
+        model=torch.nn.Linear(1, 1), args=args, train_dataset=with_lengths(single), eval_dataset=single
+    )
     assert isinstance(trainer._get_train_sampler(), LengthGroupedSampler)
-    plain = AdaptedTrainer(model=torch.nn.Linear(1, 1), args=training_arguments(TrainingConfig(), tmp_path, "accuracy"),
-                           train_dataset=single, eval_dataset=single)
+    plain = AdaptedTrainer(
+        model=torch.nn.Linear(1, 1),
+        args=training_arguments(TrainingConfig(), tmp_path, "accuracy"),
+        train_dataset=single,
+        eval_dataset=single,
+    )
     assert not isinstance(plain._get_train_sampler(), LengthGroupedSampler)

@@ -1,4 +1,5 @@
 """Stage 2 reuses stored stage-1 adapters untouched; the fusion's V is regularised and never weight-decayed."""
+
 import json
 
 import pytest
@@ -9,13 +10,7 @@ from transformers import TrainingArguments
 import adapterfusion as af
 from adapterfusion.errors import IncompatibleModelError
 from adapterfusion.tasks.registry import resolve_task
-from adapterfusion.training import (
-    AdaptedTrainer,
-    AdapterStore,
-    TrainingError,
-    fusion_value_parameters,
-    train,
-)
+from adapterfusion.training import AdaptedTrainer, AdapterStore, TrainingError, fusion_value_parameters, train
 from tolerances import assert_close
 from training_helpers import encoder_state, fresh_model
 
@@ -28,8 +23,17 @@ def stage_one(tmp_path_factory, tiny_encoder_dir, data_dir):
     root = tmp_path_factory.mktemp("stage1")
     store = AdapterStore(root / "store")
     for task in ("rte", "sst2"):
-        train(task, "st-a", seed=1, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=root / "runs",
-              store=store, training_config=FAST, max_examples=SLICE)
+        train(
+            task,
+            "st-a",
+            seed=1,
+            encoder=tiny_encoder_dir,
+            data_dir=data_dir,
+            output_dir=root / "runs",
+            store=store,
+            training_config=FAST,
+            max_examples=SLICE,
+        )
     return store
 
 
@@ -54,8 +58,14 @@ def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
     rte_labels = resolve_task("rte").label_names
     assert store.load_into(fresh_model(tiny_encoder_dir), "rte", "st-a", 1, head=True, labels=rte_labels) == "rte"
     with pytest.raises(IncompatibleModelError, match="labels"):
-        store.load_into(fresh_model(tiny_encoder_dir), "rte", "st-a", 1, head=True,
-                        labels=("entailment", "neutral", "contradiction"))
+        store.load_into(
+            fresh_model(tiny_encoder_dir),
+            "rte",
+            "st-a",
+            1,
+            head=True,
+            labels=("entailment", "neutral", "contradiction"),
+        )
     with pytest.raises(TrainingError, match="train it first"):
         store.load_into(fresh_model(tiny_encoder_dir), "mnli", "st-a", 1)
 
@@ -63,8 +73,18 @@ def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
 @pytest.mark.slow
 def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_dir, data_dir, tmp_path):
     before = encoder_state(fresh_model(tiny_encoder_dir))
-    result = train("rte", "fusion-st-a", seed=1, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
-                   store=stage_one, training_config=FAST, max_examples=SLICE, setup_options={"sources": ["sst2"]})
+    result = train(
+        "rte",
+        "fusion-st-a",
+        seed=1,
+        encoder=tiny_encoder_dir,
+        data_dir=data_dir,
+        output_dir=tmp_path,
+        store=stage_one,
+        training_config=FAST,
+        max_examples=SLICE,
+        setup_options={"sources": ["sst2"]},
+    )
     model = result.model
     assert model.fusion_setups["fusion_rte"][1] == ("sst2", "rte")  # the target's own adapter is fused too
     after = encoder_state(model)
@@ -79,8 +99,9 @@ def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_d
     assert any(not torch.allclose(v, eye, atol=1e-4) for v in fusion_value_parameters(model))  # V trained
     assert (result.run_dir / "fusion" / "fusion.safetensors").is_file()
     metrics = json.loads(result.metrics_path.read_text())
-    assert metrics["parameters"]["trainable"] == sum(p.numel() for p in model.fusion_parameters("fusion_rte")) + \
-        sum(p.numel() for p in model.heads["rte"].parameters())
+    assert metrics["parameters"]["trainable"] == sum(p.numel() for p in model.fusion_parameters("fusion_rte")) + sum(
+        p.numel() for p in model.heads["rte"].parameters()
+    )
 
     # The V-regulariser is part of the training loss of the same step.
     model.train()
@@ -90,8 +111,9 @@ def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_d
     assert_close(out.loss, out.task_loss + model.fusion_regularization("fusion_rte"))
 
     # V, biases and LayerNorm weights get no weight decay in the optimizer the trainer builds.
-    trainer = AdaptedTrainer(model=model, args=TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[],
-                                                                 weight_decay=0.1))
+    trainer = AdaptedTrainer(
+        model=model, args=TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[], weight_decay=0.1)
+    )
     groups = trainer.create_optimizer().param_groups
     decay = {id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]}
     no_decay = {id(p) for g in groups if g["weight_decay"] == 0 for p in g["params"]}
@@ -103,12 +125,29 @@ def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_d
 
 def test_fusion_without_a_store_or_adapter_is_refused(tiny_encoder_dir, data_dir, tmp_path):
     with pytest.raises(TrainingError, match="store"):
-        train("rte", "fusion-st-a", encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
-              training_config=FAST, max_examples=SLICE, setup_options={"sources": ["sst2"]})
+        train(
+            "rte",
+            "fusion-st-a",
+            encoder=tiny_encoder_dir,
+            data_dir=data_dir,
+            output_dir=tmp_path,
+            training_config=FAST,
+            max_examples=SLICE,
+            setup_options={"sources": ["sst2"]},
+        )
     with pytest.raises(TrainingError, match="train it first"):
-        train("rte", "fusion-st-a", seed=9, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
-              store=AdapterStore(tmp_path / "empty"), training_config=FAST, max_examples=SLICE,
-              setup_options={"sources": ["sst2"]})
+        train(
+            "rte",
+            "fusion-st-a",
+            seed=9,
+            encoder=tiny_encoder_dir,
+            data_dir=data_dir,
+            output_dir=tmp_path,
+            store=AdapterStore(tmp_path / "empty"),
+            training_config=FAST,
+            max_examples=SLICE,
+            setup_options={"sources": ["sst2"]},
+        )
 
 
 def test_non_finite_loss_stops_the_run(tiny_encoder_dir, tmp_path):
@@ -154,9 +193,29 @@ def test_fusion_step_callback_drives_the_temperature_step(tiny_encoder_dir):
 def test_train_adapter_rerun_needs_overwrite_and_then_replaces_the_run(tmp_path, tiny_encoder_dir, data_dir, capsys):
     from adapterfusion.cli import main
 
-    argv = ["train-adapter", "--task", "rte", "--seed", "3", "--encoder", str(tiny_encoder_dir), "--data-dir",
-            str(data_dir), "--output-dir", str(tmp_path / "runs"), "--store", str(tmp_path / "store"),
-            "--max-steps", "1", "--batch-size", "8", "--max-examples", "16", "--max-length", "32"]
+    argv = [
+        "train-adapter",
+        "--task",
+        "rte",
+        "--seed",
+        "3",
+        "--encoder",
+        str(tiny_encoder_dir),
+        "--data-dir",
+        str(data_dir),
+        "--output-dir",
+        str(tmp_path / "runs"),
+        "--store",
+        str(tmp_path / "store"),
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "8",
+        "--max-examples",
+        "16",
+        "--max-length",
+        "32",
+    ]
     assert main(argv) == 0
     run_dir = tmp_path / "runs" / "rte" / "st-a" / "seed-3"
     first = {p.name: p.read_bytes() for p in run_dir.rglob("*.safetensors")}

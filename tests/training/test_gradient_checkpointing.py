@@ -1,6 +1,7 @@
 """TrainingConfig.gradient_checkpointing: with every encoder layer recomputed in the backward pass (adapter sites and
 fusions inside it), the gradients of the trained pieces are those of the plain backward, in float64 to the tight
 tolerance, with dropout on, for every supported architecture; fit() turns it on for the run and off afterwards."""
+
 import json
 
 import pytest
@@ -16,8 +17,11 @@ from tolerances import assert_close
 def _model(model_type: str, piece: str) -> af.AdaptedModel:
     model = af.wrap(tiny_encoder(model_type))
     # houlsby: both sites of each layer (without its LayerNorm copies, which not every architecture allows)
-    config = (af.AdapterConfig.from_name("houlsby", reduction_factor=4, train_layer_norm=False) if piece == "adapter"
-              else af.AdapterConfig.from_name("pfeiffer", reduction_factor=4))
+    config = (
+        af.AdapterConfig.from_name("houlsby", reduction_factor=4, train_layer_norm=False)
+        if piece == "adapter"
+        else af.AdapterConfig.from_name("pfeiffer", reduction_factor=4)
+    )
     for name in ("a", "b"):
         model.add_adapter(name, config)
     model.add_fusion("f", ["a", "b"])
@@ -67,8 +71,9 @@ def test_checkpointed_gradients_equal_the_plain_ones(model_type, piece):
 
 
 @pytest.mark.slow
-def test_a_run_with_gradient_checkpointing_equals_the_plain_run(tmp_path, tiny_float64_encoder_dir, data_dir,
-                                                                monkeypatch):
+def test_a_run_with_gradient_checkpointing_equals_the_plain_run(
+    tmp_path, tiny_float64_encoder_dir, data_dir, monkeypatch
+):
     seen = []
     original = FusionStepCallback.on_step_begin
 
@@ -78,15 +83,26 @@ def test_a_run_with_gradient_checkpointing_equals_the_plain_run(tmp_path, tiny_f
 
     monkeypatch.setattr(FusionStepCallback, "on_step_begin", on_step_begin)
     settings = dict(max_steps=3, batch_size=8, max_length=32, learning_rate=3e-3, logging_steps=1, patience=None)
-    runs = {flag: train("rte", "st-a", seed=2, encoder=tiny_float64_encoder_dir, data_dir=data_dir,
-                        output_dir=tmp_path / str(flag), max_examples={"train": 24, "validation": 8},
-                        training_config={**settings, "gradient_checkpointing": flag}) for flag in (False, True)}
+    runs = {
+        flag: train(
+            "rte",
+            "st-a",
+            seed=2,
+            encoder=tiny_float64_encoder_dir,
+            data_dir=data_dir,
+            output_dir=tmp_path / str(flag),
+            max_examples={"train": 24, "validation": 8},
+            training_config={**settings, "gradient_checkpointing": flag},
+        )
+        for flag in (False, True)
+    }
     assert seen == [False] * 3 + [True] * 3
     assert not any(getattr(m, "gradient_checkpointing", False) for m in runs[True].model.modules())
-    losses = {flag: [e["loss"] for e in json.loads(r.metrics_path.read_text())["train_losses"]]
-              for flag, r in runs.items()}
+    losses = {
+        flag: [e["loss"] for e in json.loads(r.metrics_path.read_text())["train_losses"]] for flag, r in runs.items()
+    }
     assert_close(losses[True], losses[False], dtype=torch.float64, label="training losses")
-    for (name, checkpointed), (_, plain) in zip(runs[True].model.named_parameters(),
-                                                 runs[False].model.named_parameters(), strict=True):
+    for (name, checkpointed), (_, plain) in zip(
+        runs[True].model.named_parameters(), runs[False].model.named_parameters(), strict=True
+    ):
         assert_close(checkpointed, plain, label=name)
-

@@ -1,4 +1,5 @@
 """MT-A: annealed task sampling, one joint run over several tasks, and Fusion w/ MT-A on top of it."""
+
 import json
 
 import numpy as np
@@ -26,8 +27,9 @@ from tolerances import assert_close
 from training_helpers import encoder_state, fresh_model
 
 TASKS = ["sst2", "rte", "cb"]
-FAST = dict(max_steps=36, batch_size=8, max_length=48, learning_rate=5e-3, warmup_ratio=0.0, logging_steps=1,
-            patience=None)
+FAST = dict(
+    max_steps=36, batch_size=8, max_length=48, learning_rate=5e-3, warmup_ratio=0.0, logging_steps=1, patience=None
+)
 SLICE = {"train": 16, "validation": 16}
 
 
@@ -115,15 +117,26 @@ def mt_a(tmp_path_factory, tiny_encoder_dir, data_dir):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(af.AdaptedModel, "add_adapter", recording_adapter)
         patch.setattr(af.AdaptedModel, "add_head", recording_head)
-        result = train_multitask(TASKS, seed=7, encoder=tiny_encoder_dir, data_dir=data_dir,
-                                 output_dir=root / "runs", store=store, training_config=FAST, max_examples=SLICE,
-                                 reduction_factor=4)
+        result = train_multitask(
+            TASKS,
+            seed=7,
+            encoder=tiny_encoder_dir,
+            data_dir=data_dir,
+            output_dir=root / "runs",
+            store=store,
+            training_config=FAST,
+            max_examples=SLICE,
+            reduction_factor=4,
+        )
     return result, store, base_files, outsider_files, initial
 
 
 def _adapter_state(model, name):
-    return {f"{site.layer_index}.{site.position}.{k}": v for site in model.sites_with_adapter(name)
-            for k, v in site.adapters[name].state_dict().items()}
+    return {
+        f"{site.layer_index}.{site.position}.{k}": v
+        for site in model.sites_with_adapter(name)
+        for k, v in site.adapters[name].state_dict().items()
+    }
 
 
 @pytest.mark.slow
@@ -137,8 +150,9 @@ def test_mt_a_run_trains_every_task_and_writes_its_files(mt_a, tiny_encoder_dir)
     assert config["sampling"]["steps_per_epoch"] == 6 and config["training"]["learning_rate"] == 5e-3
     # alpha steps down once per epoch over the 6 planned epochs (36 steps of 6), reaching 0.2 in the last one
     assert config["sampling"]["per"] == "epoch" and config["sampling"]["planned_epochs"] == 6
-    np.testing.assert_allclose([e["alpha"] for e in metrics["epochs"]], [1.0, 0.84, 0.68, 0.52, 0.36, 0.2],
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        [e["alpha"] for e in metrics["epochs"]], [1.0, 0.84, 0.68, 0.52, 0.36, 0.2], rtol=0, atol=1e-12
+    )
     for entry in metrics["train_losses"]:  # logged every step: the alpha of the step's epoch
         epoch = (entry["step"] - 1) // 6
         assert entry["alpha"] == pytest.approx(1.0 - 0.8 * epoch / 5, abs=1e-12), entry
@@ -207,9 +221,11 @@ def test_mt_a_recorded_dev_metrics_are_what_the_saved_run_scores(mt_a, data_dir)
                 logits.append(model(**batch).logits.double())
         logits, labels = torch.cat(logits), torch.cat(labels)
         predicted = logits.argmax(-1)
-        by_hand = {"accuracy": (predicted == labels).double().mean().item(),
-                   "top_prediction_share": predicted.bincount().max().item() / len(labels),
-                   "loss": -logits.log_softmax(-1)[torch.arange(len(labels)), labels].mean().item()}
+        by_hand = {
+            "accuracy": (predicted == labels).double().mean().item(),
+            "top_prediction_share": predicted.bincount().max().item() / len(labels),
+            "loss": -logits.log_softmax(-1)[torch.arange(len(labels)), labels].mean().item(),
+        }
         recorded = {key: best[spec.name][key] for key in by_hand}
         assert_close(recorded, by_hand, dtype=torch.float32, label=spec.name)  # the run computed in float32
         assert {k: v for k, v in best[spec.name].items() if k != "loss"} == metrics["best"][spec.name]
@@ -220,9 +236,18 @@ def test_mt_a_recorded_dev_metrics_are_what_the_saved_run_scores(mt_a, data_dir)
 def test_fusion_mt_a_leaves_the_mt_a_adapters_and_encoder_bit_identical(mt_a, data_dir, tmp_path):
     result, store = mt_a[0], mt_a[1]
     before = encoder_state(fresh_model(result.encoder_dir))
-    fused = train("rte", "fusion-mt-a", seed=7, encoder=result.encoder_dir, data_dir=data_dir, output_dir=tmp_path,
-                  store=store, training_config=dict(FAST, max_steps=3), max_examples=SLICE,
-                  setup_options={"sources": ["sst2", "cb"]})
+    fused = train(
+        "rte",
+        "fusion-mt-a",
+        seed=7,
+        encoder=result.encoder_dir,
+        data_dir=data_dir,
+        output_dir=tmp_path,
+        store=store,
+        training_config=dict(FAST, max_steps=3),
+        max_examples=SLICE,
+        setup_options={"sources": ["sst2", "cb"]},
+    )
     model = fused.model
     assert model.fusion_setups["fusion_rte"][1] == ("sst2", "cb", "rte")
     after = encoder_state(model)
@@ -238,8 +263,14 @@ def test_fusion_mt_a_leaves_the_mt_a_adapters_and_encoder_bit_identical(mt_a, da
 @pytest.mark.slow
 def test_fusion_mt_a_and_mt_a_refuse_misuse(mt_a, tiny_encoder_dir, data_dir, tmp_path):
     result, store = mt_a[0], mt_a[1]
-    common = dict(seed=7, data_dir=data_dir, output_dir=tmp_path, store=store, training_config=dict(FAST, max_steps=1),
-                  max_examples=SLICE)
+    common = dict(
+        seed=7,
+        data_dir=data_dir,
+        output_dir=tmp_path,
+        store=store,
+        training_config=dict(FAST, max_steps=1),
+        max_examples=SLICE,
+    )
     with pytest.raises(TrainingError, match="mt_a.json"):  # the plain encoder is not an MT-A encoder
         train("rte", "fusion-mt-a", encoder=tiny_encoder_dir, **common)
     with pytest.raises(TrainingError, match="not \\['mrpc'\\]"):

@@ -1,5 +1,6 @@
 """A NaN/inf loss stops the run with a message that says where, why and what is left, and keeps the last good
 checkpoint on disk; nothing is written as the run's result."""
+
 import json
 
 import pytest
@@ -29,16 +30,32 @@ def _poison_weights_at(step: int, monkeypatch) -> None:
 
 
 def test_nan_loss_after_a_saved_epoch_stops_with_a_clear_message_and_keeps_that_checkpoint(
-        tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+    tmp_path, tiny_encoder_dir, data_dir, monkeypatch
+):
     _poison_weights_at(STEPS_PER_EPOCH + 1, monkeypatch)  # one step into the second epoch
     with pytest.raises(TrainingError) as error:
-        train("rte", "head", seed=1, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
-              training_config=SETTINGS, max_examples={"train": 16, "validation": 8})
+        train(
+            "rte",
+            "head",
+            seed=1,
+            encoder=tiny_encoder_dir,
+            data_dir=data_dir,
+            output_dir=tmp_path,
+            training_config=SETTINGS,
+            max_examples={"train": 16, "validation": 8},
+        )
     message = str(error.value)
     run_dir = tmp_path / "rte" / "head" / "seed-1"
     good = run_dir / "checkpoints" / f"checkpoint-{STEPS_PER_EPOCH}"
-    for words in ("training stopped", f"in training step {STEPS_PER_EPOCH + 2}", "1.50 epochs done",
-                  "learning_rate=0.001", "fp16", f"last good checkpoint is {good}", "no metrics.json"):
+    for words in (
+        "training stopped",
+        f"in training step {STEPS_PER_EPOCH + 2}",
+        "1.50 epochs done",
+        "learning_rate=0.001",
+        "fp16",
+        f"last good checkpoint is {good}",
+        "no metrics.json",
+    ):
         assert words in message, (words, message)
     assert "nan" in message or "inf" in message
     saved = load_file(str(good / TRAINABLE_FILE))

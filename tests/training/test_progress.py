@@ -1,5 +1,6 @@
 """progress.json: the format a live display reads (round trip, text, never an error), and a real run writing it at
 each epoch's start and end with the planned epoch count."""
+
 import json
 
 import pytest
@@ -19,8 +20,16 @@ def test_round_trip_and_text(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [PROGRESS_FILE]  # no temp file left behind
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"epochs": 3}', '{"epoch": "2", "epochs": 3}',
-                                  '{"epoch": 2, "epochs": 3, "phase": "sleeping"}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "[1, 2]",
+        '{"epochs": 3}',
+        '{"epoch": "2", "epochs": 3}',
+        '{"epoch": 2, "epochs": 3, "phase": "sleeping"}',
+    ],
+)
 def test_a_file_that_is_not_ours_reads_as_none(tmp_path, text):
     (tmp_path / PROGRESS_FILE).write_text(text)
     assert read_progress(tmp_path) is None
@@ -34,10 +43,16 @@ def test_a_run_writes_each_epochs_start_and_end(tmp_path, tiny_encoder_dir, data
         write_progress(run_dir, progress)
 
     monkeypatch.setattr(trainer_module, "write_progress", recording)
-    result = train("rte", "head", seed=1, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
-                   training_config=dict(epochs=2, max_steps=None, batch_size=8, max_length=32, patience=None,
-                                        logging_steps=1),
-                   max_examples={"train": 16, "validation": 8})
+    result = train(
+        "rte",
+        "head",
+        seed=1,
+        encoder=tiny_encoder_dir,
+        data_dir=data_dir,
+        output_dir=tmp_path,
+        training_config=dict(epochs=2, max_steps=None, batch_size=8, max_length=32, patience=None, logging_steps=1),
+        max_examples={"train": 16, "validation": 8},
+    )
     # 16 examples, batch 8: two steps per epoch.
     assert written == [(1, 2, "training", 0), (1, 2, "evaluating", 2), (2, 2, "training", 2), (2, 2, "evaluating", 4)]
     last = read_progress(result.run_dir)

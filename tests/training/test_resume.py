@@ -1,6 +1,7 @@
 """A run killed after an epoch and resumed with `train(..., resume=True)` ends exactly where the uninterrupted run
 ends (AdapterHub issue #299: resuming lost the optimizer and scheduler state): the same trained weights, dev
 metrics per epoch and training losses, in float64 to the tight tolerance, for an adapter and for a fusion."""
+
 import json
 
 import pytest
@@ -12,8 +13,9 @@ from tolerances import assert_close
 
 STEPS_PER_EPOCH = 4  # 32 training examples in batches of 8
 SLICE = {"train": 32, "validation": 16}
-SETTINGS = dict(epochs=3, batch_size=8, max_length=32, learning_rate=3e-3, logging_steps=1, patience=None,
-                keep_checkpoints=True)
+SETTINGS = dict(
+    epochs=3, batch_size=8, max_length=32, learning_rate=3e-3, logging_steps=1, patience=None, keep_checkpoints=True
+)
 
 
 class Killed(Exception):
@@ -22,6 +24,7 @@ class Killed(Exception):
 
 def _kill_after_saving(step: int, monkeypatch) -> None:
     """Stop the run right after the checkpoint of `step` is on disk, as a kill between two epochs would."""
+
     def on_save(self, args, state, control, **kwargs):
         if state.global_step == step:
             raise Killed(f"killed after saving step {step}")
@@ -41,8 +44,12 @@ def _assert_same_run(resumed, uninterrupted) -> None:
     got, want = (json.loads(r.metrics_path.read_text()) for r in (resumed, uninterrupted))
     assert got["global_step"] == want["global_step"] == 3 * STEPS_PER_EPOCH
     assert [e["step"] for e in got["train_losses"]] == [e["step"] for e in want["train_losses"]]
-    assert_close([e["loss"] for e in got["train_losses"]], [e["loss"] for e in want["train_losses"]],
-                 dtype=torch.float64, label="training losses")
+    assert_close(
+        [e["loss"] for e in got["train_losses"]],
+        [e["loss"] for e in want["train_losses"]],
+        dtype=torch.float64,
+        label="training losses",
+    )
     for key in ("best", "epochs"):
         assert_close(_untimed(got[key]), _untimed(want[key]), dtype=torch.float64, label=key)
 
@@ -71,11 +78,21 @@ def _interrupted_then_resumed(run, tmp_path, monkeypatch, epochs_before_kill: in
 
 
 @pytest.mark.slow
-def test_resumed_adapter_training_equals_the_uninterrupted_run(tmp_path, tiny_float64_encoder_dir, data_dir,
-                                                                 monkeypatch):
+def test_resumed_adapter_training_equals_the_uninterrupted_run(
+    tmp_path, tiny_float64_encoder_dir, data_dir, monkeypatch
+):
     def run(output_dir, resume=False):
-        return train("rte", "st-a", seed=3, encoder=tiny_float64_encoder_dir, data_dir=data_dir,
-                     output_dir=output_dir, training_config=SETTINGS, max_examples=SLICE, resume=resume)
+        return train(
+            "rte",
+            "st-a",
+            seed=3,
+            encoder=tiny_float64_encoder_dir,
+            data_dir=data_dir,
+            output_dir=output_dir,
+            training_config=SETTINGS,
+            max_examples=SLICE,
+            resume=resume,
+        )
 
     uninterrupted = run(tmp_path / "uninterrupted")
     assert json.loads(uninterrupted.metrics_path.read_text())["resumed_from"] is None
@@ -83,33 +100,71 @@ def test_resumed_adapter_training_equals_the_uninterrupted_run(tmp_path, tiny_fl
 
 
 @pytest.mark.slow
-def test_resumed_fusion_training_equals_the_uninterrupted_run(tmp_path, tiny_float64_encoder_dir, data_dir,
-                                                                monkeypatch):
+def test_resumed_fusion_training_equals_the_uninterrupted_run(
+    tmp_path, tiny_float64_encoder_dir, data_dir, monkeypatch
+):
     store = AdapterStore(tmp_path / "store")
     for task in ("rte", "sst2"):
-        train(task, "st-a", seed=3, encoder=tiny_float64_encoder_dir, data_dir=data_dir, output_dir=tmp_path / "stage1",
-              store=store, training_config={**SETTINGS, "max_steps": 2}, max_examples=SLICE)
+        train(
+            task,
+            "st-a",
+            seed=3,
+            encoder=tiny_float64_encoder_dir,
+            data_dir=data_dir,
+            output_dir=tmp_path / "stage1",
+            store=store,
+            training_config={**SETTINGS, "max_steps": 2},
+            max_examples=SLICE,
+        )
 
     def run(output_dir, resume=False):
-        return train("rte", "fusion-st-a", seed=3, encoder=tiny_float64_encoder_dir, data_dir=data_dir,
-                     output_dir=output_dir, store=store, training_config=SETTINGS, max_examples=SLICE,
-                     setup_options={"sources": ["sst2"]}, resume=resume)
+        return train(
+            "rte",
+            "fusion-st-a",
+            seed=3,
+            encoder=tiny_float64_encoder_dir,
+            data_dir=data_dir,
+            output_dir=output_dir,
+            store=store,
+            training_config=SETTINGS,
+            max_examples=SLICE,
+            setup_options={"sources": ["sst2"]},
+            resume=resume,
+        )
 
     uninterrupted = run(tmp_path / "uninterrupted")
     _assert_same_run(_interrupted_then_resumed(run, tmp_path, monkeypatch, epochs_before_kill=2), uninterrupted)
 
 
 def test_resume_without_a_checkpoint_trains_from_the_start(tmp_path, tiny_encoder_dir, data_dir):
-    result = train("rte", "st-a", seed=3, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
-                   training_config={**SETTINGS, "max_steps": 2}, max_examples=SLICE, resume=True)
+    result = train(
+        "rte",
+        "st-a",
+        seed=3,
+        encoder=tiny_encoder_dir,
+        data_dir=data_dir,
+        output_dir=tmp_path,
+        training_config={**SETTINGS, "max_steps": 2},
+        max_examples=SLICE,
+        resume=True,
+    )
     metrics = json.loads(result.metrics_path.read_text())
     assert metrics["resumed_from"] is None and metrics["global_step"] == 2
 
 
 def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
     def run(resume=False, **changes):
-        return train("rte", "st-a", seed=3, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
-                     training_config={**SETTINGS, **changes}, max_examples=SLICE, resume=resume)
+        return train(
+            "rte",
+            "st-a",
+            seed=3,
+            encoder=tiny_encoder_dir,
+            data_dir=data_dir,
+            output_dir=tmp_path,
+            training_config={**SETTINGS, **changes},
+            max_examples=SLICE,
+            resume=resume,
+        )
 
     with monkeypatch.context() as patch:
         _kill_after_saving(STEPS_PER_EPOCH, patch)
@@ -123,8 +178,16 @@ def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, 
     with monkeypatch.context() as patch:
         _kill_after_saving(2 * STEPS_PER_EPOCH, patch)
         with pytest.raises(Killed):
-            train("rte", "st-a", seed=3, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=tmp_path,
-                  training_config={**SETTINGS, "save_total_limit": 2}, max_examples=SLICE)
+            train(
+                "rte",
+                "st-a",
+                seed=3,
+                encoder=tiny_encoder_dir,
+                data_dir=data_dir,
+                output_dir=tmp_path,
+                training_config={**SETTINGS, "save_total_limit": 2},
+                max_examples=SLICE,
+            )
     checkpoints = tmp_path / "rte" / "st-a" / "seed-3" / "checkpoints"
     newest, older = checkpoints / f"checkpoint-{2 * STEPS_PER_EPOCH}", checkpoints / f"checkpoint-{STEPS_PER_EPOCH}"
     assert resumable_checkpoint(checkpoints) == newest
@@ -139,14 +202,24 @@ def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, 
 def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
     """At learning rate 0 the dev metric never improves, so patience 2 ends the run after epoch 3 of 4; a run
     resumed after epoch 2 must remember the one evaluation without improvement it has already seen."""
+
     def run(output_dir, resume=False):
-        return train("rte", "st-a", seed=3, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=output_dir,
-                     training_config={**SETTINGS, "epochs": 4, "learning_rate": 0.0, "patience": 2},
-                     max_examples=SLICE, resume=resume)
+        return train(
+            "rte",
+            "st-a",
+            seed=3,
+            encoder=tiny_encoder_dir,
+            data_dir=data_dir,
+            output_dir=output_dir,
+            training_config={**SETTINGS, "epochs": 4, "learning_rate": 0.0, "patience": 2},
+            max_examples=SLICE,
+            resume=resume,
+        )
 
     uninterrupted = json.loads(run(tmp_path / "uninterrupted").metrics_path.read_text())
-    resumed = json.loads(_interrupted_then_resumed(run, tmp_path, monkeypatch, epochs_before_kill=2)
-                         .metrics_path.read_text())
+    resumed = json.loads(
+        _interrupted_then_resumed(run, tmp_path, monkeypatch, epochs_before_kill=2).metrics_path.read_text()
+    )
     assert uninterrupted["stopped_early"] and uninterrupted["global_step"] == 3 * STEPS_PER_EPOCH
     assert resumed["stopped_early"] and resumed["global_step"] == 3 * STEPS_PER_EPOCH
 
@@ -155,9 +228,29 @@ def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, 
 def test_cli_resume_flag_continues_the_interrupted_run(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
     from adapterfusion.cli import main
 
-    argv = ["train-adapter", "--task", "rte", "--seed", "3", "--encoder", str(tiny_encoder_dir), "--data-dir",
-            str(data_dir), "--output-dir", str(tmp_path / "runs"), "--store", str(tmp_path / "store"),
-            "--max-examples", "32", "--batch-size", "8", "--max-length", "32", "--epochs", "2"]
+    argv = [
+        "train-adapter",
+        "--task",
+        "rte",
+        "--seed",
+        "3",
+        "--encoder",
+        str(tiny_encoder_dir),
+        "--data-dir",
+        str(data_dir),
+        "--output-dir",
+        str(tmp_path / "runs"),
+        "--store",
+        str(tmp_path / "store"),
+        "--max-examples",
+        "32",
+        "--batch-size",
+        "8",
+        "--max-length",
+        "32",
+        "--epochs",
+        "2",
+    ]
     with monkeypatch.context() as patch:
         _kill_after_saving(STEPS_PER_EPOCH, patch)
         with pytest.raises(Killed):
@@ -169,14 +262,25 @@ def test_cli_resume_flag_continues_the_interrupted_run(tmp_path, tiny_encoder_di
 
 
 @pytest.mark.slow
-def test_a_run_resumed_from_its_last_checkpoint_ends_like_the_uninterrupted_one(tmp_path, tiny_encoder_dir, data_dir,
-                                                                                 monkeypatch):
+def test_a_run_resumed_from_its_last_checkpoint_ends_like_the_uninterrupted_one(
+    tmp_path, tiny_encoder_dir, data_dir, monkeypatch
+):
     """Killed after the last epoch's checkpoint (while the best model loads or metrics.json is written): the
     resumed run trains no epoch, yet leaves the same files, progress.json included (the runner empties the run dir
     but for its checkpoints before it resumes)."""
+
     def run(output_dir, resume=False):
-        return train("rte", "st-a", seed=3, encoder=tiny_encoder_dir, data_dir=data_dir, output_dir=output_dir,
-                     training_config=SETTINGS, max_examples=SLICE, resume=resume)
+        return train(
+            "rte",
+            "st-a",
+            seed=3,
+            encoder=tiny_encoder_dir,
+            data_dir=data_dir,
+            output_dir=output_dir,
+            training_config=SETTINGS,
+            max_examples=SLICE,
+            resume=resume,
+        )
 
     uninterrupted = run(tmp_path / "uninterrupted")
     with monkeypatch.context() as patch:
@@ -189,7 +293,9 @@ def test_a_run_resumed_from_its_last_checkpoint_ends_like_the_uninterrupted_one(
     files = {p.relative_to(run_dir) for p in run_dir.rglob("*") if "checkpoints" not in p.parts}
     expected_dir = uninterrupted.metrics_path.parent
     assert files == {p.relative_to(expected_dir) for p in expected_dir.rglob("*") if "checkpoints" not in p.parts}
-    progress, expected = (json.loads((r.metrics_path.parent / "progress.json").read_text())
-                          for r in (resumed, uninterrupted))
-    assert {k: v for k, v in progress.items() if k != "updated_at"} == {k: v for k, v in expected.items()
-                                                                        if k != "updated_at"}
+    progress, expected = (
+        json.loads((r.metrics_path.parent / "progress.json").read_text()) for r in (resumed, uninterrupted)
+    )
+    assert {k: v for k, v in progress.items() if k != "updated_at"} == {
+        k: v for k, v in expected.items() if k != "updated_at"
+    }

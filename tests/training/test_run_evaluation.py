@@ -1,6 +1,7 @@
 """Run folders back in memory: rebuild_run + evaluate_run reproduce every setup's metrics.json on the validation
 split, prune_fusion works on a fusion run (and refuses anything else), its saved piece loads back, and the
 `evaluate` / `prune` commands print and write what the API returns. Tiny random BERT, slices of the demo data."""
+
 from __future__ import annotations
 
 import hashlib
@@ -36,13 +37,20 @@ def runs(tmp_path_factory, tiny_encoder_dir):
     """setup -> run folder: every single-task setup on RTE, and RTE's fusion over CB and SST-2 adapters."""
     root = tmp_path_factory.mktemp("runs")
     store = AdapterStore(root / "store")
-    common = dict(seed=1, encoder=tiny_encoder_dir, data_dir=demo_data_dir(), output_dir=root / "out",
-                  training_config=FAST, max_examples=SLICE)
+    common = dict(
+        seed=1,
+        encoder=tiny_encoder_dir,
+        data_dir=demo_data_dir(),
+        output_dir=root / "out",
+        training_config=FAST,
+        max_examples=SLICE,
+    )
     for task in ("cb", "sst2"):
         train(task, "st-a", store=store, **common)
     folders = {setup: train("rte", setup, store=store, **common).run_dir for setup in SETUPS}
-    folders["fusion-st-a"] = train("rte", "fusion-st-a", store=store, setup_options={"sources": ["cb", "sst2"]},
-                                   **common).run_dir
+    folders["fusion-st-a"] = train(
+        "rte", "fusion-st-a", store=store, setup_options={"sources": ["cb", "sst2"]}, **common
+    ).run_dir
     return folders
 
 
@@ -95,8 +103,9 @@ def _piece_sha256(folder) -> str:
     return digest.hexdigest()
 
 
-def test_a_fusion_run_records_its_adapters_and_is_refused_once_the_store_replaced_one(runs, tmp_path, tiny_encoder_dir,
-                                                                                      capsys):
+def test_a_fusion_run_records_its_adapters_and_is_refused_once_the_store_replaced_one(
+    runs, tmp_path, tiny_encoder_dir, capsys
+):
     config = json.loads((runs["fusion-st-a"] / "config.json").read_text())
     store = AdapterStore(config["store"])
     fused = config["fused_adapters"]
@@ -109,10 +118,22 @@ def test_a_fusion_run_records_its_adapters_and_is_refused_once_the_store_replace
     shutil.copytree(store.root, copy / "store")
     shutil.copytree(runs["fusion-st-a"], copy / "run")
     assert evaluate_run(copy / "run", store=copy / "store")["metrics"] == evaluate_run(runs["fusion-st-a"])["metrics"]
-    train("cb", "st-a", seed=1, encoder=tiny_encoder_dir, data_dir=demo_data_dir(), output_dir=copy / "out",
-          store=copy / "store", training_config={**FAST, "learning_rate": 5e-3}, max_examples=SLICE)
-    with pytest.raises(TrainingError, match=r"adapter\(s\) 'cb' \(.*/cb/st-a/seed-1: sha256 [0-9a-f]{12} when trained, "
-                                            r"[0-9a-f]{12} now\) changed since this fusion was trained"):
+    train(
+        "cb",
+        "st-a",
+        seed=1,
+        encoder=tiny_encoder_dir,
+        data_dir=demo_data_dir(),
+        output_dir=copy / "out",
+        store=copy / "store",
+        training_config={**FAST, "learning_rate": 5e-3},
+        max_examples=SLICE,
+    )
+    with pytest.raises(
+        TrainingError,
+        match=r"adapter\(s\) 'cb' \(.*/cb/st-a/seed-1: sha256 [0-9a-f]{12} when trained, "
+        r"[0-9a-f]{12} now\) changed since this fusion was trained",
+    ):
         evaluate_run(copy / "run", store=copy / "store")
     capsys.readouterr()
     assert main(["evaluate", str(copy / "run"), "--store", str(copy / "store")]) == 2
@@ -146,8 +167,9 @@ def test_prune_fusion_run_and_load_the_saved_piece(runs, tmp_path, tiny_encoder_
     model = fresh_model(tiny_encoder_dir).eval()
     for task in result.kept:
         store.load_into(model, task, "st-a", 1, encoder=str(tiny_encoder_dir))
-    model.activate(fusion=model.load_fusion(tmp_path / "pruned" / "fusion"),
-                   head=model.load_head(tmp_path / "pruned" / "head"))
+    model.activate(
+        fusion=model.load_fusion(tmp_path / "pruned" / "fusion"), head=model.load_head(tmp_path / "pruned" / "head")
+    )
     run = rebuild_run(runs["fusion-st-a"], device="cpu")
     loaded = predict(model, run_batches(run, load_run_split(run)))
     assert_close(loaded.loss, result.after.metrics["loss"], dtype=torch.float32)

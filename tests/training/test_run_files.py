@@ -1,5 +1,6 @@
 """training/run.py's read_json: every JSON file a run or the store wrote is read back through it, so a missing or
 damaged one is always a RunFileError (a TrainingError and a SerializationError) naming the file and the fix."""
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,12 @@ def test_read_json_names_the_file_what_is_wrong_and_the_fix(tmp_path):
     damaged.write_text('{"a": ', encoding="utf-8")
     latin1 = tmp_path / "latin1.json"
     latin1.write_bytes(b'{"a": "\xe9"}')
-    cases = [(tmp_path / "missing.json", "does not exist"), (damaged, "is not valid JSON"),
-             (latin1, "is not valid JSON"), (tmp_path, "cannot be read")]
+    cases = [
+        (tmp_path / "missing.json", "does not exist"),
+        (damaged, "is not valid JSON"),
+        (latin1, "is not valid JSON"),
+        (tmp_path, "cannot be read"),
+    ]
     for path, what in cases:
         with pytest.raises(RunFileError) as caught:
             read_json(path, "write it again")

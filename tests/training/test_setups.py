@@ -1,4 +1,5 @@
 """Every setup trains for a few steps, writes its run files, and changes only what it should."""
+
 import json
 
 import pytest
@@ -12,8 +13,17 @@ SLICE = {"train": 64, "validation": 32}
 
 
 def _run(tmp_path, encoder, data_dir, setup, task="rte", options=None, **overrides):
-    return train(task, setup, seed=3, encoder=encoder, data_dir=data_dir, output_dir=tmp_path / "runs",
-                 training_config={**FAST, **overrides}, setup_options=options, max_examples=SLICE)
+    return train(
+        task,
+        setup,
+        seed=3,
+        encoder=encoder,
+        data_dir=data_dir,
+        output_dir=tmp_path / "runs",
+        training_config={**FAST, **overrides},
+        setup_options=options,
+        max_examples=SLICE,
+    )
 
 
 def _changed(before, after):
@@ -21,8 +31,17 @@ def _changed(before, after):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("setup, options", [("head", None), ("full", None), ("st-a", {"reduction_factor": 2}),
-                                            ("st-a-houlsby", None), ("top-k", {"k": 1}), ("layernorm-only", None)])
+@pytest.mark.parametrize(
+    "setup, options",
+    [
+        ("head", None),
+        ("full", None),
+        ("st-a", {"reduction_factor": 2}),
+        ("st-a-houlsby", None),
+        ("top-k", {"k": 1}),
+        ("layernorm-only", None),
+    ],
+)
 def test_setup_trains_only_its_parameters(tmp_path, tiny_encoder_dir, data_dir, setup, options):
     before = encoder_state(fresh_model(tiny_encoder_dir))
     result = _run(tmp_path, tiny_encoder_dir, data_dir, setup, options=options)
@@ -57,15 +76,25 @@ def test_setup_trains_only_its_parameters(tmp_path, tiny_encoder_dir, data_dir, 
 
 @pytest.mark.slow
 def test_loss_falls_on_a_learnable_slice(tmp_path, tiny_encoder_dir, data_dir):
-    result = _run(tmp_path, tiny_encoder_dir, data_dir, "full", task="sst2", max_steps=40, learning_rate=5e-3,
-                  warmup_ratio=0.0)
+    result = _run(
+        tmp_path, tiny_encoder_dir, data_dir, "full", task="sst2", max_steps=40, learning_rate=5e-3, warmup_ratio=0.0
+    )
     losses = [entry["loss"] for entry in json.loads(result.metrics_path.read_text())["train_losses"]]
     assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:4]) / 4, losses
 
 
 def test_early_stopping_stops_when_the_metric_cannot_improve(tmp_path, tiny_encoder_dir, data_dir):
-    result = _run(tmp_path, tiny_encoder_dir, data_dir, "head", learning_rate=0.0, max_steps=None, epochs=10,
-                  batch_size=32, patience=1)
+    result = _run(
+        tmp_path,
+        tiny_encoder_dir,
+        data_dir,
+        "head",
+        learning_rate=0.0,
+        max_steps=None,
+        epochs=10,
+        batch_size=32,
+        patience=1,
+    )
     metrics = json.loads(result.metrics_path.read_text())
     assert metrics["stopped_early"] and metrics["global_step"] == 4  # 2 steps per epoch, stopped after epoch 2
     assert len(metrics["epochs"]) == 2

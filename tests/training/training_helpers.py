@@ -1,5 +1,6 @@
 """Helpers for the training tests: a wrapped copy of a saved encoder and a snapshot of its pretrained weights.
 The saved tiny encoder and the task data are fixtures in tests/conftest.py (tiny_encoder_dir, data_dir)."""
+
 from __future__ import annotations
 
 from pathlib import Path
