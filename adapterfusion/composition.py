@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from adapterfusion.errors import ConfigError, NameNotFoundError
-from adapterfusion.heads.module import PredictionHead, flatten_choices
+from adapterfusion.heads.module import flatten_choices
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -56,7 +56,7 @@ def forward_parallel(
 
     inputs = {key: value for key, value in inputs.items() if value is not None and key != "labels"}
     num_choices = None
-    if _head(model, fusion_head).config.kind == "multiple_choice":
+    if model.get_head(fusion_head).config.kind == "multiple_choice":
         num_choices = flatten_choices(inputs)
     routes = tuple(heads)
     batch = next((inputs[key].shape[0] for key in ("input_ids", "inputs_embeds") if key in inputs), None)
@@ -106,17 +106,10 @@ def _check_routes(
                 f"no head named {head!r} is loaded for {route}; loaded heads: {loaded or 'none'}. Add it with "
                 "add_head() or load_head(), or name another with heads={adapter: head} / fusion_head=..."
             )
-    kinds = {head: _head(model, head).config.kind == "multiple_choice" for head in [*heads.values(), fusion_head]}
+    kinds = {head: model.get_head(head).config.kind == "multiple_choice" for head in [*heads.values(), fusion_head]}
     if len(set(kinds.values())) > 1:
         choice = sorted(head for head, is_choice in kinds.items() if is_choice)
         raise ConfigError(
             f"heads {choice} are multiple-choice heads and the others are not; they cannot read the "
             "same inputs in one forward: run them with separate forward_parallel calls"
         )
-
-
-def _head(model: AdaptedModel, name: str) -> PredictionHead:
-    """The loaded head `name`, typed (an nn.ModuleDict entry is only an nn.Module to the type checker)."""
-    head = model.heads[name]
-    assert isinstance(head, PredictionHead)
-    return head

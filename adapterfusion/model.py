@@ -224,7 +224,8 @@ class AdaptedModel(nn.Module):
         self.heads[name] = head.train(self.training)
         return head
 
-    def _head(self, name: str) -> PredictionHead:
+    def get_head(self, name: str) -> PredictionHead:
+        """The loaded head `name` (as a PredictionHead: `heads` is an nn.ModuleDict, untyped to a type checker)."""
         return cast(PredictionHead, self.heads[name])
 
     def _fusion_layers(self, name: str) -> list[FusionLayer]:
@@ -478,7 +479,7 @@ class AdaptedModel(nn.Module):
         fusion regularisation while a fusion's V trains). output_fusion_attentions=True: each fusion site's
         softmax weights (AdaptedModelOutput). Other keyword arguments go to the encoder."""
         head_name = self.active_head
-        head = self._head(head_name) if head_name is not None else None
+        head = self.get_head(head_name) if head_name is not None else None
         inputs = {
             k: v
             for k, v in dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask).items()
@@ -560,7 +561,7 @@ class AdaptedModel(nn.Module):
         check_choice(kind, PIECE_KINDS, "piece kind")
         self.require(kind, name)
         if kind == "head":
-            head = self._head(name)
+            head = self.get_head(name)
             return Piece("head", name, head.config, head.state_dict())
         modules = self._piece_modules(kind, name)
         tensors = {
