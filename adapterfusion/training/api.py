@@ -32,7 +32,7 @@ from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, jsonable, sa
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, as_store, encoder_key
-from adapterfusion.training.trainer import check_precision, fit, is_main_process, resumable_checkpoint
+from adapterfusion.training.trainer import check_precision, fit, is_main_process, resolve_metric, resumable_checkpoint
 
 
 @dataclass
@@ -160,7 +160,8 @@ def train(
             extra_callbacks=subsets,
         )
     del trainer
-    if not run.writes:
+
+    def result(wall_seconds: float, pieces: dict[str, Path], store_path: Path | None) -> RunResult:
         return RunResult(
             task=spec.name,
             setup=setup,
@@ -169,11 +170,14 @@ def train(
             metrics=outcome.best_metrics,
             epoch_metrics=outcome.epoch_metrics,
             train_seconds=outcome.train_seconds,
-            wall_seconds=time.perf_counter() - run.started,
-            pieces={},
-            store_path=None,
+            wall_seconds=wall_seconds,
+            pieces=pieces,
+            store_path=store_path,
             model=model,
         )
+
+    if not run.writes:
+        return result(time.perf_counter() - run.started, {}, None)
     report = model.parameter_report()
     pieces = _save_pieces(model, plan, tokenizer, run_dir)
     if plan.fusion is not None:
@@ -190,7 +194,7 @@ def train(
         "task": spec.name,
         "setup": setup,
         "seed": seed,
-        "metric_for_best": config.metric_for_best or spec.metrics[0],
+        "metric_for_best": resolve_metric(spec, config),
         "best": outcome.best_metrics,
         "epochs": outcome.epoch_metrics,
         "train_losses": outcome.train_losses,
@@ -216,19 +220,7 @@ def train(
     if not config.keep_checkpoints:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     written = run.write_metrics(metrics)
-    return RunResult(
-        task=spec.name,
-        setup=setup,
-        seed=seed,
-        run_dir=run_dir,
-        metrics=outcome.best_metrics,
-        epoch_metrics=outcome.epoch_metrics,
-        train_seconds=outcome.train_seconds,
-        wall_seconds=written["wall_seconds"],
-        pieces=pieces,
-        store_path=stored,
-        model=model,
-    )
+    return result(written["wall_seconds"], pieces, stored)
 
 
 # What makes a checkpoint belong to this run: the same task, setup, seed, encoder, data, store and training config.
