@@ -335,6 +335,15 @@ def sorted_by_length(dataset):
     return dataset.select(sorted(range(len(lengths)), key=lengths.__getitem__))
 
 
+def eval_metrics(logged: dict[str, Any]) -> dict[str, float]:
+    """The dev metrics of one logged evaluation, without HF's "eval_" prefix (non-numbers and other keys dropped)."""
+    return {
+        k.removeprefix("eval_"): float(v)
+        for k, v in logged.items()
+        if k.startswith("eval_") and isinstance(v, (int, float))
+    }
+
+
 def best_epoch_metrics(state) -> dict[str, float] | None:
     """The dev metrics logged at the best checkpoint's step (the weights load_best_model_at_end restored), or None
     when no logged evaluation matches it. Spares a second evaluation of the same weights at the end of a run."""
@@ -344,11 +353,7 @@ def best_epoch_metrics(state) -> dict[str, float] | None:
     step = int(Path(checkpoint).name.removeprefix("checkpoint-"))
     for entry in reversed(state.log_history):
         if entry.get("step") == step and any(k.startswith("eval_") for k in entry):
-            return {
-                k.removeprefix("eval_"): float(v)
-                for k, v in entry.items()
-                if k.startswith("eval_") and isinstance(v, (int, float))
-            }
+            return eval_metrics(entry)
     return None
 
 
@@ -461,11 +466,7 @@ def fit(
     history = list(trainer.state.log_history)
     best = best_epoch_metrics(trainer.state)
     if best is None:
-        best = {
-            k.removeprefix("eval_"): float(v)
-            for k, v in trainer.evaluate().items()
-            if k.startswith("eval_") and isinstance(v, (int, float))
-        }
+        best = eval_metrics(trainer.evaluate())
     epochs = [
         {k.removeprefix("eval_"): float(v) for k, v in entry.items() if isinstance(v, (int, float))}
         for entry in history
