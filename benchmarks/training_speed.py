@@ -1,8 +1,8 @@
 """Stage-1 ST-A training speed on the shipped MiniLM: fp32 vs bf16 autocast vs gradient checkpointing vs
-torch.compile vs length-grouped batches, side by side in one process.
+torch.compile vs length-grouped batches (and compile + grouped), side by side in one process.
 
     nice -n 10 .venv/bin/python benchmarks/training_speed.py [--batches 8 32] [--examples 256] [--rounds 3]
-        [--modes fp32 bf16 checkpointing compile grouped] [--threads 2] [--jobs] [--job-task sst2]
+        [--modes fp32 bf16 checkpointing compile grouped compile+grouped] [--threads 2] [--jobs] [--job-task sst2]
 
 Steps: one ST-A model per mode (the `st-a` recipe: Pfeiffer adapter rf 16 + head, AdamW over the trainables as
 AdaptedTrainer groups them, grad-norm clipping), all trained on the same real examples (RTE from the shipped demo
@@ -43,15 +43,23 @@ from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.trainer import checkpointed_activations, compile_problem, parameter_groups
 
-MODES = ("fp32", "bf16", "checkpointing", "compile", "grouped")
-# The TrainingConfig fields each mode sets, for --jobs (fp32 sets none).
-MODE_CONFIG = {
+MODES = ("fp32", "bf16", "checkpointing", "compile", "grouped", "compile+grouped")
+# The TrainingConfig fields each switch sets, for --jobs; a mode is "+"-joined switches (fp32 sets none).
+SWITCH_CONFIG = {
     "fp32": {},
     "bf16": {"bf16": True},
     "checkpointing": {"gradient_checkpointing": True},
     "compile": {"torch_compile": True},
     "grouped": {"group_by_length": True},
 }
+
+
+def switches(mode: str) -> set[str]:
+    return set(mode.split("+"))
+
+
+def mode_config(mode: str) -> dict[str, bool]:
+    return {key: value for switch in switches(mode) for key, value in SWITCH_CONFIG[switch].items()}
 
 
 @dataclass
@@ -76,19 +84,19 @@ def build_case(mode: str, encoder: str, stack: contextlib.ExitStack, learning_ra
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameter_groups(model, 0.01), lr=learning_rate)
-    if mode == "checkpointing":
+    if "checkpointing" in switches(mode):
         stack.enter_context(checkpointed_activations(model))
-    forward = torch.compile(model) if mode == "compile" else model
+    forward = torch.compile(model) if "compile" in switches(mode) else model
 
     def step(batch: dict) -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled="bf16" in switches(mode)):
             loss = forward(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return Case(mode, step, grouped=mode == "grouped")
+    return Case(mode, step, grouped="grouped" in switches(mode))
 
 
 def batches_of(dataset, collator: TaskCollator, batch: int, seed: int, grouped: bool) -> list[dict]:
@@ -164,7 +172,7 @@ def job_table(args: argparse.Namespace, encoder: str, modes: list[str]) -> list[
                 patience=None,
                 learning_rate=args.job_learning_rate,
                 logging_steps=1000,
-                **MODE_CONFIG[mode],
+                **mode_config(mode),
             )
             start = time.perf_counter()
             result = train(
@@ -210,9 +218,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     modes = list(dict.fromkeys(["fp32", *args.modes]))  # fp32 first: the ratios are against it
-    if "compile" in modes and (problem := compile_problem()) is not None:
-        print(f"compile left out: torch.compile does not work here ({problem})")
-        modes.remove("compile")
+    if any("compile" in switches(mode) for mode in modes) and (problem := compile_problem()) is not None:
+        print(f"compile modes left out: torch.compile does not work here ({problem})")
+        modes = [mode for mode in modes if "compile" not in switches(mode)]
     encoder = str(af.default_encoder_path())
     loads = [os.getloadavg()]
     start = time.perf_counter()
