@@ -5,20 +5,30 @@ The batch is repeated once per route along the batch dimension: slice n runs ada
 the fusion. At each site the single-adapter slices run in one batched matmul (adapters/bottleneck.py
 `run_each`) and the fusion slice exactly as a fused forward does (injection/site.py `_adapt_parallel`), so
 each route's logits are those of activating it alone, in one call of the encoder instead of N + 1.
+
+Below the fusion's first site every route computes the same thing, so where the architecture allows it
+(injection/architectures.py `batch_arguments`) the encoder runs that part once on the plain batch: the first
+site repeats its inputs per route, and forward pre-hooks repeat the per-example arguments (attention mask) of
+the layers after it. With Pfeiffer adapters that shares the embeddings and layer 0 up to its feed-forward output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import inspect
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
 from adapterfusion.errors import ConfigError, NameNotFoundError
 from adapterfusion.heads.module import flatten_choices
+from adapterfusion.injection.architectures import SiteKind
 
 if TYPE_CHECKING:
+    from adapterfusion.injection.site import AdapterSite
     from adapterfusion.model import AdaptedModel
 
 _PER_EXAMPLE_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds")
@@ -40,6 +50,7 @@ def forward_parallel(
     heads: Mapping[str, str] | None = None,
     fusion_head: str | None = None,
     output_fusion_attentions: bool = False,
+    share_encoder_prefix: bool = True,
     **inputs: Any,
 ) -> ParallelOutput:
     """See AdaptedModel.forward_parallel."""
@@ -62,20 +73,29 @@ def forward_parallel(
     batch = next((inputs[key].shape[0] for key in ("input_ids", "inputs_embeds") if key in inputs), None)
     if batch is None:
         raise ConfigError("forward_parallel needs input_ids (or inputs_embeds) of shape [batch, seq]")
-    repeated = {
-        key: value.repeat(len(routes) + 1, *(1,) * (value.dim() - 1))
-        if key in _PER_EXAMPLE_INPUTS and value.shape[0] == batch
-        else value
-        for key, value in inputs.items()
-    }
+    copies = len(routes) + 1
+    split = split_site(model, fusion) if share_encoder_prefix else None
+    if split is None:
+        inputs_in = {
+            key: _repeated(value, copies) if key in _PER_EXAMPLE_INPUTS and value.shape[0] == batch else value
+            for key, value in inputs.items()
+        }
+    else:
+        inputs_in = inputs
 
     encoder = model.model.base_model
     assert isinstance(encoder, torch.nn.Module)
     with (
-        model.activated(fusion=fusion, skip_layers=model.skip_layers, parallel_routes=routes),
+        model.activated(
+            fusion=fusion,
+            skip_layers=model.skip_layers,
+            parallel_routes=routes,
+            parallel_split_site=split.key if split is not None else None,
+        ),
         model.recording_fusion_attentions(output_fusion_attentions) as recorder,
+        _per_route_layer_arguments(model, split.layer_index if split is not None else None, copies, batch),
     ):
-        encoded = encoder(**repeated)
+        encoded = encoder(**inputs_in)
 
     hidden = encoded.last_hidden_state.unflatten(0, (len(routes) + 1, -1))
     mask = inputs.get("attention_mask")
@@ -84,6 +104,62 @@ def forward_parallel(
         fusion_logits=model.heads[fusion_head](hidden[-1], mask, num_choices),
         fusion_attentions_by_site=dict(recorder) if recorder is not None else None,
     )
+
+
+def split_site(model: AdaptedModel, fusion: str) -> AdapterSite | None:
+    """The first site `fusion` runs at, if the encoder below it may run once for all routes (None: it may not).
+
+    It may when the architecture names its layers' per-example arguments, nothing blocks it, and that site
+    receives both the sub-layer output and its residual (a BERT-style output module), so it can repeat both
+    itself; at other kinds of site the parent block adds a residual the site never sees."""
+    architecture = model.architecture
+    base = model.model.base_model
+    assert isinstance(base, nn.Module)
+    if not architecture.batch_arguments or any(_has_module(base, path) for path in architecture.prefix_blockers):
+        return None
+    first = next(
+        (site for site in model.sites if fusion in site.fusions and site.layer_index not in model.skip_layers), None
+    )
+    return first if first is not None and first.spec.kind is SiteKind.POST_LN_OUTPUT else None
+
+
+def _has_module(root: nn.Module, path: str) -> bool:
+    try:
+        root.get_submodule(path)
+    except AttributeError:
+        return False
+    return True
+
+
+def _repeated(value: torch.Tensor, copies: int) -> torch.Tensor:
+    return value.repeat(copies, *(1,) * (value.dim() - 1))
+
+
+@contextlib.contextmanager
+def _per_route_layer_arguments(model: AdaptedModel, split_layer: int | None, copies: int, batch: int) -> Iterator[None]:
+    """While open: the layers after `split_layer` (whose hidden states are one slice per route) get their
+    per-example arguments repeated per route too. Nothing happens when split_layer is None."""
+    if split_layer is None:
+        yield
+        return
+    names = model.architecture.batch_arguments
+    layers = list(model.encoder_layers())[split_layer + 1 :]
+    signatures = {id(layer): inspect.signature(layer.forward) for layer in layers}
+
+    def repeat_arguments(layer: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        bound = signatures[id(layer)].bind_partial(*args, **kwargs)
+        for name in names:
+            value = bound.arguments.get(name)
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
+                bound.arguments[name] = _repeated(value, copies)
+        return bound.args, bound.kwargs
+
+    handles = [layer.register_forward_pre_hook(repeat_arguments, with_kwargs=True) for layer in layers]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _check_routes(

@@ -76,7 +76,7 @@ class AdaptedModel(nn.Module):
         self.architecture: ArchitectureSpec = architecture_for(model)
         config: Any = model.config
         self.hidden_size = int(config.hidden_size)
-        layers = self._layers()
+        layers = self.encoder_layers()
         self.num_layers = len(layers)
         self.fingerprint = EncoderFingerprint(
             model_type=config.model_type,
@@ -93,7 +93,8 @@ class AdaptedModel(nn.Module):
         self.fusion_setups: dict[str, tuple[FusionConfig, tuple[str, ...]]] = {}
         self._set_state(ActiveState())
 
-    def _layers(self) -> nn.ModuleList:
+    def encoder_layers(self) -> nn.ModuleList:
+        """The HF ModuleList of encoder layers (the architecture spec says where it is)."""
         return cast(nn.ModuleList, get_submodule(cast(nn.Module, self.model.base_model), self.architecture.layers))
 
     def _inject(self, layer: nn.Module, index: int, position: str) -> AdapterSite:
@@ -108,7 +109,7 @@ class AdaptedModel(nn.Module):
 
     def unload(self) -> nn.Module:
         """Put every original sub-module back and return the plain HuggingFace model."""
-        layers = self._layers()
+        layers = self.encoder_layers()
         for site in self.sites:
             parent_path, _, attribute = site.spec.path.rpartition(".")
             layer = layers[site.layer_index]
@@ -344,13 +345,17 @@ class AdaptedModel(nn.Module):
         skip_layers: Iterable[int] = (),
         *,
         parallel_routes: Sequence[str] | None = None,
+        parallel_split_site: str | None = None,
     ) -> Iterator[ActiveState]:
         """activate(...) for the `with` block only: on leaving it, also through an exception, the state before it
         runs again (masks and fusion controls included). parallel_routes (composition.forward_parallel, with a
-        fusion): adapters of the fusion that each run alone on their own slice of a batch repeated per route."""
+        fusion): adapters of the fusion that each run alone on their own slice of a batch repeated per route
+        (at the input, or at site key `parallel_split_site`)."""
         previous = self._state
         state = self._activation(adapter, fusion, head, skip_layers)
-        self._set_state(state if parallel_routes is None else with_routes(state, parallel_routes))
+        if parallel_routes is not None:
+            state = with_routes(state, parallel_routes, parallel_split_site)
+        self._set_state(state)
         try:
             yield self._state
         finally:
@@ -520,14 +525,19 @@ class AdaptedModel(nn.Module):
         heads: Mapping[str, str] | None = None,
         fusion_head: str | None = None,
         output_fusion_attentions: bool = False,
+        share_encoder_prefix: bool = True,
         **inputs: Any,
     ) -> ParallelOutput:
         """Each adapter of `fusion` alone with its head (heads: adapter -> head, default: every fused adapter with
         the head named like it) and the fusion with `fusion_head` (default: named like it), in one forward that
-        runs the encoder once on the batch repeated per route (composition.py). Equals activating each alone."""
+        runs the encoder once on the batch repeated per route (composition.py). Equals activating each alone.
+        share_encoder_prefix: run the encoder below the fusion's first site once on the plain batch, where the
+        architecture allows it (False: repeat the batch at the input, e.g. to compare)."""
         from adapterfusion.composition import forward_parallel
 
-        return forward_parallel(self, fusion, heads, fusion_head, output_fusion_attentions, **inputs)
+        return forward_parallel(
+            self, fusion, heads, fusion_head, output_fusion_attentions, share_encoder_prefix, **inputs
+        )
 
     def _fusion_value_trains(self) -> bool:
         if self.active_fusion is None:

@@ -35,12 +35,12 @@ def _padded_inputs() -> dict[str, torch.Tensor]:
 
 
 def _assert_routes_equal_one_by_one(
-    model: af.AdaptedModel, out, inputs: dict[str, torch.Tensor], heads: dict[str, str]
+    model: af.AdaptedModel, out, inputs: dict[str, torch.Tensor], heads: dict[str, str], skip_layers=()
 ) -> None:
     for name, head in heads.items():
-        model.activate(adapter=name, head=head)
+        model.activate(adapter=name, head=head, skip_layers=skip_layers)
         assert_close(out.adapter_logits[name], model(**inputs).logits, label=name)
-    model.activate(fusion="f", head="f")
+    model.activate(fusion="f", head="f", skip_layers=skip_layers)
     alone = model(**inputs, output_fusion_attentions=True)
     assert_close(out.fusion_logits, alone.logits, label="fusion")
     if out.fusion_attentions_by_site is not None:
@@ -49,7 +49,7 @@ def _assert_routes_equal_one_by_one(
             assert_close(out.fusion_attentions_by_site[site], probs, label=str(site))
 
 
-@pytest.mark.parametrize("model_type", ["bert", "distilbert", "modernbert"])
+@pytest.mark.parametrize("model_type", sorted(af.ARCHITECTURES))
 @pytest.mark.parametrize("preset", ["pfeiffer", "houlsby"])
 def test_every_route_equals_its_own_forward(model_type: str, preset: str) -> None:
     config = af.AdapterConfig.from_name(preset, reduction_factor=4, train_layer_norm=False)
@@ -59,6 +59,87 @@ def test_every_route_equals_its_own_forward(model_type: str, preset: str) -> Non
         out = model.forward_parallel("f", output_fusion_attentions=True, **inputs)
     assert set(out.adapter_logits) == set(NAMES)
     _assert_routes_equal_one_by_one(model, out, inputs, {name: name for name in NAMES})
+
+
+def _batch_sizes_seen(model: af.AdaptedModel, inputs: dict[str, torch.Tensor], **options) -> dict[str, int]:
+    """The batch size the embeddings and each encoder layer ran on during one forward_parallel."""
+    seen: dict[str, int] = {}
+    modules = {"embeddings": model.model.base_model.embeddings}
+    modules.update({f"layer {i}": layer for i, layer in enumerate(model.encoder_layers())})
+
+    def record(name: str):
+        def hook(module, args, kwargs, output) -> None:
+            seen.setdefault(name, (output[0] if isinstance(output, tuple) else output).shape[0])
+
+        return hook
+
+    handles = [module.register_forward_hook(record(name), with_kwargs=True) for name, module in modules.items()]
+    try:
+        with torch.no_grad():
+            model.forward_parallel("f", **inputs, **options)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("model_type", "preset", "skip", "overrides", "plain_until"),
+    [
+        # the first site is layer 0's feed-forward output: the embeddings run once, layer 0's output is per route
+        ("bert", "pfeiffer", [], {}, "embeddings"),
+        ("deberta-v2", "pfeiffer", [], {}, "embeddings"),
+        ("mpnet", "pfeiffer", [], {}, "embeddings"),
+        # no adapter in layer 0: all of it runs once
+        ("bert", "pfeiffer", [0], {}, "layer 0"),
+        # the first site is a PRE_RESIDUAL one (MPNet's attention), DeBERTa-v2's convolution mixes the plain
+        # embeddings into layer 0's output, DistilBERT and ModernBERT have no BERT-style site: no sharing
+        ("mpnet", "houlsby", [], {}, None),
+        ("deberta-v2", "pfeiffer", [], {"conv_kernel_size": 3}, None),
+        ("distilbert", "pfeiffer", [], {}, None),
+        ("modernbert", "pfeiffer", [], {}, None),
+    ],
+)
+def test_the_encoder_below_the_first_site_runs_once_and_changes_no_logit(
+    model_type: str, preset: str, skip: list[int], overrides: dict, plain_until: str | None
+) -> None:
+    config = af.AdapterConfig.from_name(preset, reduction_factor=4, train_layer_norm=False)
+    model = af.wrap(tiny_encoder(model_type, **overrides).double())
+    for name in NAMES:
+        model.add_adapter(name, config)
+        randomise(torch.nn.ModuleList(site.adapters[name] for site in model.sites_with_adapter(name)), std=0.3)
+        model.add_head(name, af.ClassificationHead(num_labels=2))
+    model.add_fusion("f", list(NAMES), af.FusionConfig.dynamic(value_init_noise=0.05))
+    model.add_head("f", af.ClassificationHead(num_labels=2))
+    model.eval().activate(fusion="f", head="f", skip_layers=skip)
+    inputs = _padded_inputs()
+    batch, routes = 3, len(NAMES) + 1
+
+    seen = _batch_sizes_seen(model, inputs)
+    order = ["embeddings", "layer 0", "layer 1"]
+    plain = order[: order.index(plain_until) + 1] if plain_until is not None else []
+    assert seen == {name: batch if name in plain else batch * routes for name in order}
+    assert set(_batch_sizes_seen(model, inputs, share_encoder_prefix=False).values()) == {batch * routes}
+
+    with torch.no_grad():
+        shared = model.forward_parallel("f", output_fusion_attentions=True, **inputs)
+    _assert_routes_equal_one_by_one(model, shared, inputs, {name: name for name in NAMES}, skip_layers=skip)
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "deberta-v2"])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_shared_prefix_with_sdpa_attention_and_any_batch_size(model_type: str, batch: int) -> None:
+    # The tiny configs use eager attention; the SDPA kernel (the default of real checkpoints) takes its mask in
+    # another shape, which the per-route repeat of the layers' attention_mask must handle too.
+    model = _setup(model_type, {name: af.AdapterConfig.pfeiffer(reduction_factor=4) for name in NAMES})
+    model.model.set_attn_implementation("sdpa")
+    inputs = tiny_inputs(batch=batch, seq=9)
+    with torch.no_grad():
+        shared = model.forward_parallel("f", **inputs)
+        repeated = model.forward_parallel("f", share_encoder_prefix=False, **inputs)
+    _assert_routes_equal_one_by_one(model, shared, inputs, {name: name for name in NAMES})
+    for name in NAMES:
+        assert_close(shared.adapter_logits[name], repeated.adapter_logits[name], label=name)
 
 
 def test_houlsby_layer_norm_copies_each_route_its_own_and_the_fusion_mixes_them() -> None:

@@ -14,10 +14,18 @@ Each encoder layer has two insertion sites, 'attention' (after multi-head attent
                   AdapterConfig have nothing to act on there and are ignored.
 
 To support another encoder, add a row to ARCHITECTURES keyed by its `config.model_type`.
+
+`batch_arguments` names the arguments of a layer's forward that carry one row per example besides the hidden
+states (the attention mask, MPNet's position bias). composition.forward_parallel uses them to run the encoder once
+on the plain batch up to the first adapter site and repeat it per route only there: it repeats these arguments for
+the layers after. Empty means it never shares (the batch is repeated at the input); so do `prefix_blockers`,
+module paths (from the HF base model) whose presence mixes the plain batch into later layers (DeBERTa-v2's
+optional convolution over the embeddings).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
@@ -47,6 +55,8 @@ class ArchitectureSpec:
     layers: str  # path from the HF base model to the ModuleList of encoder layers
     attention: SiteSpec
     output: SiteSpec
+    batch_arguments: tuple[str, ...] = ()
+    prefix_blockers: tuple[str, ...] = ()
 
     def site(self, position: str) -> SiteSpec:
         return self.attention if position == "attention" else self.output
@@ -56,6 +66,7 @@ _BERT_LIKE = ArchitectureSpec(
     layers="encoder.layer",
     attention=SiteSpec(SiteKind.POST_LN_OUTPUT, "attention.output"),
     output=SiteSpec(SiteKind.POST_LN_OUTPUT, "output"),
+    batch_arguments=("attention_mask",),
 )
 
 ARCHITECTURES: dict[str, ArchitectureSpec] = {
@@ -67,13 +78,14 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "data2vec-text": _BERT_LIKE,
     "ernie": _BERT_LIKE,
     "deberta": _BERT_LIKE,
-    "deberta-v2": _BERT_LIKE,
+    "deberta-v2": dataclasses.replace(_BERT_LIKE, prefix_blockers=("encoder.conv",)),
     "mpnet": ArchitectureSpec(
         layers="encoder.layer",
         # MPNet applies dropout between the attention output and its LayerNorm in the parent module, so in
         # training mode that dropout falls on the adapted output; in eval mode the site is exact.
         attention=SiteSpec(SiteKind.PRE_RESIDUAL, "attention.attn", layer_norm="attention.LayerNorm"),
         output=SiteSpec(SiteKind.POST_LN_OUTPUT, "output"),
+        batch_arguments=("attention_mask", "position_bias"),
     ),
     "distilbert": ArchitectureSpec(
         layers="transformer.layer",

@@ -174,10 +174,13 @@ class AdapterSite(nn.Module):
         return self._adapt_parallel(h, r, apply_final_ln)
 
     def _adapt_parallel(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
-        """Routes stacked along the batch, [(N + 1) * B, ...]: slice n runs adapter n alone (all N in one batched
-        matmul), the last slice runs the active fusion exactly as `_adapt` does."""
+        """Routes stacked along the batch, [(N + 1) * B, ...] (repeated here from [B, ...] at the split site): slice n
+        runs adapter n alone (all N in one batched matmul), the last slice the active fusion exactly as `_adapt`."""
         names = self.state.parallel_routes
         assert names is not None
+        if self.key == self.state.parallel_split_site:  # the encoder below ran once: one copy per route from here
+            h = h.repeat(len(names) + 1, *(1,) * (h.dim() - 1))
+            r = r.repeat(len(names) + 1, *(1,) * (r.dim() - 1)) if r is not None else None
         h = h.unflatten(0, (len(names) + 1, -1))
         r = r.unflatten(0, (len(names) + 1, -1)) if r is not None else None
         fused = self._adapt(h[-1], r[-1] if r is not None else None, apply_final_ln)

@@ -32,6 +32,9 @@ class ActiveState:
     fusion_step: int = 0  # drives a fusion's temperature schedule
     fusion_implementation: str = "fast"  # or 'reference' (injection/site.py FUSION_IMPLEMENTATIONS)
     parallel_routes: tuple[str, ...] | None = None
+    # With parallel routes: the key of the site where the plain batch becomes one slice per route (the encoder
+    # below it ran once); None: the batch came in repeated per route.
+    parallel_split_site: str | None = None
 
 
 def checked(
@@ -67,12 +70,13 @@ def checked(
     return dataclasses.replace(state, fused=fused, fusion_masks=masks)
 
 
-def with_routes(state: ActiveState, routes: Sequence[str]) -> ActiveState:
-    """`state` with parallel routes: adapters of its active fusion, each run alone on its own slice of the batch."""
+def with_routes(state: ActiveState, routes: Sequence[str], split_site: str | None = None) -> ActiveState:
+    """`state` with parallel routes: adapters of its active fusion, each run alone on its own slice of the batch
+    (repeated from the plain batch at `split_site`, if given)."""
     routes = tuple(routes)
     if state.fusion is None or not routes or any(name not in state.fused for name in routes):
         raise ConfigError(
             f"parallel_routes={list(routes)} must name adapters of the activated fusion "
             f"{state.fusion!r} ({list(state.fused)})"
         )
-    return dataclasses.replace(state, parallel_routes=routes)
+    return dataclasses.replace(state, parallel_routes=routes, parallel_split_site=split_site)
