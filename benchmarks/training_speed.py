@@ -13,8 +13,9 @@ warm-up (torch.compile compiles there; its time is shown), the table gives the m
 Each mode sets what the Trainer would: bf16 = torch.autocast("cpu", bfloat16); checkpointing = the encoder's HF
 gradient checkpointing (training.trainer.checkpointed_activations); compile = torch.compile(model).
 
---jobs then runs one whole `train()` ST-A job per mode (one after another, not interleaved: context, not a ratio)
-and prints its wall time and dev accuracy.
+--jobs then runs one whole `train()` ST-A job per mode and `--job-seeds` seed (seeds one after another, the modes
+alternating within each seed) and prints per mode the mean wall time and the dev accuracy over the seeds.
+--skip-steps runs the jobs alone.
 """
 
 from __future__ import annotations
@@ -160,37 +161,52 @@ def step_table(args: argparse.Namespace, encoder: str, modes: list[str]) -> list
 
 
 def job_table(args: argparse.Namespace, encoder: str, modes: list[str]) -> list[str]:
+    """One whole train() ST-A job per mode and seed; per mode the mean wall time and dev accuracy over the seeds
+    (± the sample standard deviation when there are several), and the per-seed accuracies."""
     from adapterfusion.training import train
 
-    lines = ["| mode | wall s | train s | dev accuracy | steps |", "|---|---:|---:|---:|---:|"]
+    walls: dict[str, list[float]] = {mode: [] for mode in modes}
+    accuracies: dict[str, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as output:
-        for mode in modes:
-            config = dict(
-                epochs=args.job_epochs,
-                batch_size=args.job_batch,
-                max_length=128,
-                patience=None,
-                learning_rate=args.job_learning_rate,
-                logging_steps=1000,
-                **mode_config(mode),
-            )
-            start = time.perf_counter()
-            result = train(
-                args.job_task,
-                "st-a",
-                seed=1,
-                encoder=encoder,
-                data_dir=demo_data_dir(),
-                output_dir=os.path.join(output, mode),
-                training_config=config,
-                max_examples={"train": args.job_examples},
-            )
-            wall = time.perf_counter() - start
-            steps = -(-args.job_examples // args.job_batch) * args.job_epochs
-            lines.append(
-                f"| {mode} | {wall:.0f} | {result.train_seconds:.0f} | {result.metrics['accuracy']:.4f} | {steps} |"
-            )
-            print(f"  job {mode} done (load {os.getloadavg()[0]:.1f})", flush=True)
+        for seed in args.job_seeds:
+            for mode in modes:
+                config = dict(
+                    epochs=args.job_epochs,
+                    batch_size=args.job_batch,
+                    max_length=128,
+                    patience=None,
+                    learning_rate=args.job_learning_rate,
+                    logging_steps=1000,
+                    **mode_config(mode),
+                )
+                start = time.perf_counter()
+                result = train(
+                    args.job_task,
+                    "st-a",
+                    seed=seed,
+                    encoder=encoder,
+                    data_dir=demo_data_dir(),
+                    output_dir=os.path.join(output, f"{mode}-{seed}"),
+                    training_config=config,
+                    max_examples={"train": args.job_examples},
+                )
+                walls[mode].append(time.perf_counter() - start)
+                accuracies[mode].append(100 * result.metrics["accuracy"])
+                print(f"  job {mode} seed {seed} done (load {os.getloadavg()[0]:.1f})", flush=True)
+    steps = -(-args.job_examples // args.job_batch) * args.job_epochs
+    lines = [
+        "| mode | wall s (mean) | × fp32 | dev accuracy (mean) | − fp32 | per seed | steps |",
+        "|---|---:|---:|---:|---:|---|---:|",
+    ]
+    base_wall, base_accuracy = statistics.mean(walls[modes[0]]), statistics.mean(accuracies[modes[0]])
+    for mode in modes:
+        wall, accuracy = statistics.mean(walls[mode]), statistics.mean(accuracies[mode])
+        spread = f" ± {statistics.stdev(accuracies[mode]):.2f}" if len(accuracies[mode]) > 1 else ""
+        per_seed = " / ".join(f"{value:.2f}" for value in accuracies[mode])
+        lines.append(
+            f"| {mode} | {wall:.0f} | {base_wall / wall:.2f} | {accuracy:.2f}{spread} | "
+            f"{accuracy - base_accuracy:+.2f} | {per_seed} | {steps:g} |"
+        )
     return lines
 
 
@@ -215,6 +231,8 @@ def main() -> None:
     parser.add_argument("--job-epochs", type=float, default=2)
     parser.add_argument("--job-batch", type=int, default=32)
     parser.add_argument("--job-learning-rate", type=float, default=1e-3)
+    parser.add_argument("--job-seeds", type=int, nargs="+", default=[1], help="one job per mode and seed")
+    parser.add_argument("--skip-steps", action="store_true", help="only the whole jobs (with --jobs)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     modes = list(dict.fromkeys(["fp32", *args.modes]))  # fp32 first: the ratios are against it
@@ -224,7 +242,7 @@ def main() -> None:
     encoder = str(af.default_encoder_path())
     loads = [os.getloadavg()]
     start = time.perf_counter()
-    steps = step_table(args, encoder, modes)
+    steps = [] if args.skip_steps else step_table(args, encoder, modes)
     loads.append(os.getloadavg())
     jobs = job_table(args, encoder, modes) if args.jobs else []
     loads.append(os.getloadavg())
@@ -232,16 +250,22 @@ def main() -> None:
         f"\n{datetime.now():%Y-%m-%d %H:%M}; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, CPU capability {torch.backends.cpu.get_cpu_capability()}, {args.threads} threads; "
         f"torch {torch.__version__}, transformers {transformers.__version__}; MiniLM-L6 ST-A (rf 16); "
-        f"RTE demo data, {args.examples} examples per pass, median of {args.rounds} rounds after a warm-up; "
-        f"wall {time.perf_counter() - start:.0f} s; 1-min load average at start / after steps / end: "
+        + (
+            ""
+            if args.skip_steps
+            else f"RTE demo data, {args.examples} examples per pass, median of {args.rounds} rounds after a warm-up; "
+        )
+        + f"wall {time.perf_counter() - start:.0f} s; 1-min load average at start / after steps / end: "
         + " / ".join(f"{load[0]:.1f}" for load in loads)
     )
-    print("\n".join(steps))
+    if steps:
+        print("\n".join(steps))
     if jobs:
         print(
             f"\nWhole ST-A jobs: {args.job_task} (demo data), {args.job_examples} training examples, full dev set, "
-            f"{args.job_epochs:g} epochs, batch {args.job_batch}, lr {args.job_learning_rate:g}, seed 1; one run "
-            "each, one after another"
+            f"{args.job_epochs:g} epochs, batch {args.job_batch}, lr {args.job_learning_rate:g}, seeds "
+            f"{', '.join(map(str, args.job_seeds))}; one run per mode and seed, one after another (modes "
+            "alternate within each seed)"
         )
         print("\n".join(jobs))
 
