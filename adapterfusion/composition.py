@@ -26,9 +26,9 @@ from torch import nn
 from adapterfusion.errors import ConfigError, NameNotFoundError
 from adapterfusion.heads.module import flatten_choices
 from adapterfusion.injection.architectures import SiteKind
+from adapterfusion.injection.site import AdapterSite, per_route
 
 if TYPE_CHECKING:
-    from adapterfusion.injection.site import AdapterSite
     from adapterfusion.model import AdaptedModel
 
 _PER_EXAMPLE_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds")
@@ -77,7 +77,7 @@ def forward_parallel(
     split = split_site(model, fusion) if share_encoder_prefix else None
     if split is None:
         inputs_in = {
-            key: _repeated(value, copies) if key in _PER_EXAMPLE_INPUTS and value.shape[0] == batch else value
+            key: per_route(value, copies) if key in _PER_EXAMPLE_INPUTS and value.shape[0] == batch else value
             for key, value in inputs.items()
         }
     else:
@@ -131,10 +131,6 @@ def _has_module(root: nn.Module, path: str) -> bool:
     return True
 
 
-def _repeated(value: torch.Tensor, copies: int) -> torch.Tensor:
-    return value.repeat(copies, *(1,) * (value.dim() - 1))
-
-
 @contextlib.contextmanager
 def _per_route_layer_arguments(model: AdaptedModel, split_layer: int | None, copies: int, batch: int) -> Iterator[None]:
     """While open: the layers after `split_layer` (whose hidden states are one slice per route) get their
@@ -151,7 +147,7 @@ def _per_route_layer_arguments(model: AdaptedModel, split_layer: int | None, cop
         for name in names:
             value = bound.arguments.get(name)
             if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
-                bound.arguments[name] = _repeated(value, copies)
+                bound.arguments[name] = per_route(value, copies)
         return bound.args, bound.kwargs
 
     handles = [layer.register_forward_pre_hook(repeat_arguments, with_kwargs=True) for layer in layers]

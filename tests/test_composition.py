@@ -13,10 +13,12 @@ from tolerances import assert_close
 NAMES = ("a", "b", "c")
 
 
-def _setup(model_type: str, configs: dict[str, af.AdapterConfig], head: af.HeadConfig | None = None) -> af.AdaptedModel:
+def _setup(
+    model_type: str, configs: dict[str, af.AdapterConfig], head: af.HeadConfig | None = None, **overrides
+) -> af.AdaptedModel:
     """A float64 model with randomised adapters (and Houlsby LayerNorm copies), heads named like each adapter
-    and the fusion 'f', and a randomised fusion."""
-    model = af.wrap(tiny_encoder(model_type).double())
+    and the fusion 'f', and a randomised fusion; `overrides` go to the tiny encoder's config."""
+    model = af.wrap(tiny_encoder(model_type, **overrides).double())
     for name, config in configs.items():
         model.add_adapter(name, config)
         randomise(torch.nn.ModuleList(site.adapters[name] for site in model.sites_with_adapter(name)), std=0.3)
@@ -104,14 +106,8 @@ def test_the_encoder_below_the_first_site_runs_once_and_changes_no_logit(
     model_type: str, preset: str, skip: list[int], overrides: dict, plain_until: str | None
 ) -> None:
     config = af.AdapterConfig.from_name(preset, reduction_factor=4, train_layer_norm=False)
-    model = af.wrap(tiny_encoder(model_type, **overrides).double())
-    for name in NAMES:
-        model.add_adapter(name, config)
-        randomise(torch.nn.ModuleList(site.adapters[name] for site in model.sites_with_adapter(name)), std=0.3)
-        model.add_head(name, af.ClassificationHead(num_labels=2))
-    model.add_fusion("f", list(NAMES), af.FusionConfig.dynamic(value_init_noise=0.05))
-    model.add_head("f", af.ClassificationHead(num_labels=2))
-    model.eval().activate(fusion="f", head="f", skip_layers=skip)
+    model = _setup(model_type, {name: config for name in NAMES}, **overrides)
+    model.activate(fusion="f", head="f", skip_layers=skip)
     inputs = _padded_inputs()
     batch, routes = 3, len(NAMES) + 1
 

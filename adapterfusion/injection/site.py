@@ -179,8 +179,8 @@ class AdapterSite(nn.Module):
         names = self.state.parallel_routes
         assert names is not None
         if self.key == self.state.parallel_split_site:  # the encoder below ran once: one copy per route from here
-            h = h.repeat(len(names) + 1, *(1,) * (h.dim() - 1))
-            r = r.repeat(len(names) + 1, *(1,) * (r.dim() - 1)) if r is not None else None
+            h = per_route(h, len(names) + 1)
+            r = per_route(r, len(names) + 1) if r is not None else None
         h = h.unflatten(0, (len(names) + 1, -1))
         r = r.unflatten(0, (len(names) + 1, -1)) if r is not None else None
         fused = self._adapt(h[-1], r[-1] if r is not None else None, apply_final_ln)
@@ -272,6 +272,12 @@ class AdapterSite(nn.Module):
 
     def extra_repr(self) -> str:
         return f"layer={self.layer_index}, position={self.position}, kind={self.spec.kind.value}"
+
+
+def per_route(value: torch.Tensor, copies: int) -> torch.Tensor:
+    """`copies` copies of a [B, ...] tensor stacked along the batch, [copies * B, ...]: how parallel routes lay out a
+    batch (composition.forward_parallel)."""
+    return value.repeat(copies, *(1,) * (value.dim() - 1))
 
 
 def _scatter(probs: torch.Tensor, kept: tuple[int, ...], count: int) -> torch.Tensor:
