@@ -79,23 +79,24 @@ def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_d
     assert "fusion-st-a/sst2/seed-1  done" in table and "6 done" in table
 
 
-def _done(db: Path) -> dict[str, tuple]:
+def _rows(db: Path, query: str) -> list[tuple]:
+    """The rows `query` selects from the runner's database; none before the runner has created it or its tables."""
     if not db.is_file():
-        return {}
+        return []
     with sqlite3.connect(db, timeout=30) as connection:
         try:
-            rows = connection.execute("SELECT id, finished_at, metrics FROM jobs WHERE state = 'done'")
-            return {row[0]: row[1:] for row in rows}
+            return connection.execute(query).fetchall()
         except sqlite3.OperationalError:  # the runner has created the file but not yet its tables
-            return {}
+            return []
+
+
+def _done(db: Path) -> dict[str, tuple]:
+    rows = _rows(db, "SELECT id, finished_at, metrics FROM jobs WHERE state = 'done'")
+    return {row[0]: row[1:] for row in rows}
 
 
 def _running(db: Path) -> int:
-    with sqlite3.connect(db, timeout=30) as connection:
-        try:
-            return connection.execute("SELECT COUNT(*) FROM jobs WHERE state = 'running'").fetchone()[0]
-        except sqlite3.OperationalError:
-            return 0
+    return len(_rows(db, "SELECT id FROM jobs WHERE state = 'running'"))
 
 
 @pytest.mark.slow
