@@ -115,7 +115,7 @@ class FoldedFusion(NamedTuple):
     down: tuple[torch.Tensor, torch.Tensor, float | None] | None  # stacked (weight, bias, LN eps); None: per adapter
     score_weight: torch.Tensor  # [M + N (+ 1), d]: row j is Qᵀ K b_j for basis vector b_j; last: Qᵀ b_K
     score_bias: torch.Tensor | None
-    out_weight: torch.Tensor  # [d, M + N]: V [U, C] (or [U, C] without V)
+    out_weight: torch.Tensor  # [M + N, d]: row j is V b_j (or b_j without V)
 
 
 def fold_fusion(layer: FusionLayer, adapters: Sequence[BottleneckAdapter]) -> FoldedFusion:
@@ -138,7 +138,7 @@ def fold_fusion(layer: FusionLayer, adapters: Sequence[BottleneckAdapter]) -> Fo
     if layer.query is not None:
         score_bias = score_weight @ layer.query.bias
         score_weight = score_weight @ layer.query.weight
-    out_weight = layer.value.weight @ basis.t() if layer.value is not None else basis.t()
+    out_weight = basis @ layer.value.weight.t() if layer.value is not None else basis
     return FoldedFusion(_stacked_down(adapters), score_weight, score_bias, out_weight)
 
 
@@ -170,11 +170,23 @@ def fuse_fast(
         scores = scores + key_term
     probs = _normalise_scores(scores, temperature, keep, config.score_dropout, layer.training)
 
-    coefficients = torch.cat([activations * _segment_expand(probs, sizes), probs], dim=-1)
-    out = F.linear(coefficients, folded.out_weight)
-    if config.residual_before:  # V(sum_n s_n (z_n + r)) = V sum_n s_n z_n + V r
-        return out + (F.linear(residual, layer.value.weight) if layer.value is not None else residual), probs
-    return out + residual, probs
+    # o = sum_j coef_j (V b_j) + base, as two accumulating matmuls on the flattened tokens: the weighted
+    # activations against V U, then the softmax weights against V C. The residual enters as addmm's input, so
+    # neither the coefficients [..., M + N] nor a separate sum over [..., d] is ever materialised.
+    base = residual
+    if config.residual_before and layer.value is not None:  # V(sum_n s_n (z_n + r)) = V sum_n s_n z_n + V r
+        base = F.linear(residual, layer.value.weight)
+    weighted = _segment_scale(activations, probs, sizes).flatten(0, -2)
+    # Under autocast addmm would cast the residual stream to bf16/fp16: then it is added outside, in its own dtype.
+    separate = torch.is_autocast_enabled(base.device.type)
+    flat_base = base.reshape(weighted.shape[0], -1)
+    out = (
+        weighted @ folded.out_weight[:total]
+        if separate
+        else torch.addmm(flat_base, weighted, folded.out_weight[:total])
+    )
+    out = torch.addmm(out, probs.flatten(0, -2), folded.out_weight[total:]).view(base.shape)
+    return (base + out if separate else out), probs
 
 
 def mix_layer_norms_reference(norms: Sequence[nn.Module], probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -245,9 +257,9 @@ def _segment_sum(values: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     return torch.stack([piece.sum(dim=-1) for piece in values.split(list(sizes), dim=-1)], dim=-1)
 
 
-def _segment_expand(weights: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
-    """Repeat adapter n's weight over its segment: [..., N] -> [..., M]."""
+def _segment_scale(values: torch.Tensor, weights: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """Multiply adapter n's segment of the last dimension by its weight: [..., M] x [..., N] -> [..., M]."""
     if len(set(sizes)) == 1:
-        return weights.unsqueeze(-1).expand(*weights.shape, sizes[0]).flatten(-2)
+        return (values.unflatten(-1, (len(sizes), sizes[0])) * weights.unsqueeze(-1)).flatten(-2)
     repeats = torch.tensor(list(sizes), device=weights.device)
-    return weights.repeat_interleave(repeats, dim=-1)
+    return values * weights.repeat_interleave(repeats, dim=-1)

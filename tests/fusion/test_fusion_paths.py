@@ -130,6 +130,21 @@ def test_padding_positions_do_not_change_real_tokens() -> None:
         torch.testing.assert_close(noisy[:, :3], clean[:, :3], rtol=0, atol=0)
 
 
+def test_autocast_keeps_the_residual_stream_in_its_own_dtype() -> None:
+    """Under bf16 autocast the fast path adds the residual outside its matmuls: a residual of about 1000 would lose
+    up to 4 to bf16 rounding (8-bit mantissa), while the adapters' mix, of order 1, may only lose ~1e-2."""
+    torch.manual_seed(5)
+    adapters = [adapter.float() for adapter in _adapters(ADAPTER_SETS["equal-relu"])]
+    layer = FusionLayer(D, FusionConfig.dynamic())
+    x = torch.randn(2, 5, D)
+    residual = 1000 + torch.randn(2, 5, D)
+    expected, _ = fuse_fast(layer, adapters, x, x, residual)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = fuse_fast(layer, adapters, x, x, residual)
+    assert out.dtype == torch.float32
+    assert (out - expected).abs().max().item() < 0.25
+
+
 def test_value_starts_near_identity() -> None:
     layer = FusionLayer(D, FusionConfig.dynamic()).double()
     deviation = layer.value.weight - torch.eye(D, dtype=torch.float64)
