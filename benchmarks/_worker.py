@@ -15,6 +15,7 @@ high-water mark (VmHWM, via /proc/self/clear_refs) and report VmHWM minus the re
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import json
@@ -131,6 +132,7 @@ class Case:
     def __init__(self, spec: dict):
         torch.set_num_threads(spec["threads"])
         torch.manual_seed(spec["seed"])
+        self._open_contexts = contextlib.ExitStack()
         build = build_ours if spec["library"] == "ours" else build_adapters
         self.model, self.loss, self.info = build(spec)
         self.train = spec["mode"] == "train"
@@ -149,7 +151,10 @@ class Case:
         else:
             self.model.eval()
             if hasattr(self.model, "inference_cache"):  # ours: fold fusion weights once, as serving code would
-                self.model.inference_cache().__enter__()
+                # Held open for the worker's life. (A bare `inference_cache().__enter__()` is not: the unreferenced
+                # context manager is collected at once and its exit drops the cache, which until 2026-11-23 made
+                # every timed forward refold the weights.)
+                self._open_contexts.enter_context(self.model.inference_cache())
         self.info.update(
             torch=torch.__version__, transformers=transformers.__version__, threads=torch.get_num_threads()
         )

@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/fusion_forward.py [--batch 32] [--seq 128] [--threads 2] [--repeats 5]
 
 Every configuration is timed in the same process, interleaved round-robin, median of `repeats` runs,
-so the ratios compare like with like. Absolute milliseconds are context only.
+so the ratios compare like with like. "x bare encoder" is the median of the per-round paired ratios with a
+bootstrap 95 % interval (`_stats.py`). Absolute milliseconds are context only.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import statistics
 import time
 
 import torch
+from _stats import paired_ratio
 from transformers import AutoModel
 
 import adapterfusion as af
@@ -76,7 +78,6 @@ def main() -> None:
                 fn()
                 times[name].append(time.perf_counter() - start)
     median = {name: statistics.median(values) * 1000 for name, values in times.items()}
-    base = median["bare encoder"]
     print(
         f"MiniLM-L6 (d=384), batch {args.batch} x {args.seq} tokens, {args.threads} threads, "
         f"rf {args.reduction_factor:g}, median of {args.repeats}, torch {torch.__version__}"
@@ -86,8 +87,8 @@ def main() -> None:
     for name, ms in median.items():
         speedup = ""
         if name.endswith(" fast"):
-            speedup = f"{median[name.replace(' fast', ' reference')] / ms:.2f}x"
-        print(f"| {name} | {ms:.1f} | {ms / base:.2f} | {speedup} |")
+            speedup = str(paired_ratio(times[name.replace(" fast", " reference")], times[name]))
+        print(f"| {name} | {ms:.1f} | {paired_ratio(times[name], times['bare encoder'])} | {speedup} |")
 
 
 if __name__ == "__main__":
