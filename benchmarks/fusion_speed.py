@@ -95,6 +95,7 @@ def run_group(args, pythons: dict[str, str], model: str, path: str, batch: int, 
                     "seq": args.seq,
                     "threads": args.threads,
                     "seed": args.seed,
+                    "fast_dropout": not args.no_fast_dropout,
                 }
             )["info"]
         repeats = args.inference_repeats if mode == "inference" else args.repeats
@@ -189,6 +190,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-fast-dropout",
+        action="store_true",
+        help="train ours with torch's own dropout masks (our trainer's default is TrainingConfig.fast_dropout=True)",
+    )
     parser.add_argument("--minilm-path", help="folder of the MiniLM encoder (default: the shipped one)")
     parser.add_argument(
         "--adapters-python",

@@ -1,8 +1,9 @@
 """Stage-1 ST-A training speed on the shipped MiniLM: fp32 vs bf16 autocast vs gradient checkpointing vs
-torch.compile vs length-grouped batches (and compile + grouped), side by side in one process.
+torch.compile vs length-grouped batches vs fast dropout masks (and combinations), side by side in one process.
 
     nice -n 10 .venv/bin/python benchmarks/training_speed.py [--batches 8 32] [--examples 256] [--rounds 3]
-        [--modes fp32 bf16 checkpointing compile grouped compile+grouped] [--threads 2] [--jobs] [--job-task sst2]
+        [--modes fp32 bf16 checkpointing compile grouped compile+grouped fast-dropout grouped+fast-dropout]
+        [--threads 2] [--jobs] [--job-task sst2]
 
 Steps: one ST-A model per mode (the `st-a` recipe: Pfeiffer adapter rf 16 + head, AdamW over the trainables as
 AdaptedTrainer groups them, grad-norm clipping), all trained on the same real examples (RTE from the shipped demo
@@ -11,7 +12,8 @@ each round, one pass over `--examples` examples in a seeded random order that al
 same examples through HF's LengthGroupedSampler, as TrainingConfig.group_by_length does. The first round is a
 warm-up (torch.compile compiles there; its time is shown), the table gives the median of the other rounds.
 Each mode sets what the Trainer would: bf16 = torch.autocast("cpu", bfloat16); checkpointing = the encoder's HF
-gradient checkpointing (training.trainer.checkpointed_activations); compile = torch.compile(model).
+gradient checkpointing (training.trainer.checkpointed_activations); compile = torch.compile(model); fast-dropout =
+training.fast_dropout around the step (the Trainer's default, TrainingConfig.fast_dropout; fp32 runs without it).
 
 --jobs then runs one whole `train()` ST-A job per mode and `--job-seeds` seed (seeds one after another, the modes
 alternating within each seed) and prints per mode the mean wall time and the dev accuracy over the seeds.
@@ -41,13 +43,25 @@ from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
 from adapterfusion.tasks.registry import resolve_task
+from adapterfusion.training.fast_dropout import fast_dropout
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.trainer import checkpointed_activations, compile_problem, parameter_groups
 
-MODES = ("fp32", "bf16", "checkpointing", "compile", "grouped", "compile+grouped")
-# The TrainingConfig fields each switch sets, for --jobs; a mode is "+"-joined switches (fp32 sets none).
+MODES = (
+    "fp32",
+    "bf16",
+    "checkpointing",
+    "compile",
+    "grouped",
+    "compile+grouped",
+    "fast-dropout",
+    "grouped+fast-dropout",
+)
+# The TrainingConfig fields each switch sets, for --jobs; a mode is "+"-joined switches. fp32 is torch as it comes:
+# it turns off fast_dropout, which TrainingConfig turns on by default, and only the fast-dropout switch sets it.
 SWITCH_CONFIG = {
     "fp32": {},
+    "fast-dropout": {"fast_dropout": True},
     "bf16": {"bf16": True},
     "checkpointing": {"gradient_checkpointing": True},
     "compile": {"torch_compile": True},
@@ -60,7 +74,7 @@ def switches(mode: str) -> set[str]:
 
 
 def mode_config(mode: str) -> dict[str, bool]:
-    return {key: value for switch in switches(mode) for key, value in SWITCH_CONFIG[switch].items()}
+    return {"fast_dropout": False} | {key: value for s in switches(mode) for key, value in SWITCH_CONFIG[s].items()}
 
 
 @dataclass
@@ -90,9 +104,11 @@ def build_case(mode: str, encoder: str, stack: contextlib.ExitStack, learning_ra
     forward = torch.compile(model) if "compile" in switches(mode) else model
 
     def step(batch: dict) -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled="bf16" in switches(mode)):
-            loss = forward(**batch).loss
-        loss.backward()
+        # fast_dropout swaps torch functions process-wide, so it is open only during this mode's own step.
+        with fast_dropout("fast-dropout" in switches(mode)):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled="bf16" in switches(mode)):
+                loss = forward(**batch).loss
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

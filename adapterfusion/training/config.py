@@ -78,7 +78,9 @@ class TrainingConfig:
     run the frozen encoder once and train the head on the cached pooled features (training/feature_cache.py).
     `gradient_checkpointing`: recompute each encoder layer's activations, adapter sites included, in the backward
     pass instead of keeping them (less memory for about one more forward per step; gradients unchanged).
-    `torch_compile`: train a `torch.compile`d model (TorchInductor; on CPU it needs a C++ compiler)."""
+    `torch_compile`: train a `torch.compile`d model (TorchInductor; on CPU it needs a C++ compiler).
+    `fast_dropout`: draw dropout masks with `torch.rand(...) >= p` instead of `bernoulli_` while training: the same
+    distribution from the same generator in about half the time on CPU (training/fast_dropout.py)."""
 
     learning_rate: float = 1e-4
     epochs: float = 30
@@ -105,6 +107,7 @@ class TrainingConfig:
     cache_features: bool = True
     gradient_checkpointing: bool = False
     torch_compile: bool = False
+    fast_dropout: bool = True
 
     def __post_init__(self) -> None:
         _number(self.learning_rate, "learning_rate", 0.0)
@@ -130,6 +133,7 @@ class TrainingConfig:
             "cache_features",
             "gradient_checkpointing",
             "torch_compile",
+            "fast_dropout",
         ):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r} must be true or false")

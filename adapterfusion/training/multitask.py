@@ -57,6 +57,7 @@ from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.fast_dropout import fast_dropout
 from adapterfusion.training.progress import RunProgress, write_progress
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, save_encoder, training_config_for
 from adapterfusion.training.run_files import RUN_FORMAT_VERSION, read_json
@@ -284,76 +285,82 @@ def train_multitask(
     step = 0
     start = time.perf_counter()
     progress = tqdm(total=total_steps, desc=f"mt-a ({len(specs)} tasks)", leave=False)
-    for step in range(1, total_steps + 1):
-        if (step - 1) % steps_per_epoch == 0:  # an epoch begins: progress.json for live displays
+    with fast_dropout(config.fast_dropout):  # the whole loop: a checkpointed forward is recomputed in backward
+        for step in range(1, total_steps + 1):
+            if (step - 1) % steps_per_epoch == 0:  # an epoch begins: progress.json for live displays
+                write_progress(
+                    run_dir,
+                    RunProgress(
+                        (step - 1) // steps_per_epoch + 1,
+                        planned_epochs,
+                        step - 1,
+                        total_steps,
+                        "training",
+                        time.time(),
+                    ),
+                )
+            expected += sampler.probabilities(step - 1)
+            index = sampler.draw(step - 1)
+            model.train()
+            model.activate(adapter=names[index], head=names[index])
+            step_loss = 0.0
+            for _ in range(config.grad_accumulation):
+                batch = {k: v.to(device) for k, v in next(streams[index]).items()}
+                with torch.autocast(**autocast):
+                    loss = model(**batch).loss
+                if not torch.isfinite(loss.detach()):
+                    raise TrainingError(
+                        f"loss is {loss.item()} at step {step} (task {specs[index].name!r}); lower "
+                        "learning_rate, turn bf16 off or check the data"
+                    )
+                (loss / config.grad_accumulation).backward()
+                step_loss += loss.item() / config.grad_accumulation
+            if config.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(list(trainable.values()), config.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            window.append(step_loss)
+            progress.update(1)
+            progress.set_postfix(task=specs[index].name, loss=f"{step_loss:.4f}")
+            if step % config.logging_steps == 0 or step == total_steps:
+                losses.append(
+                    {
+                        "step": step,
+                        "epoch": step / steps_per_epoch,
+                        "loss": sum(window) / len(window),
+                        "task": specs[index].name,
+                        "alpha": sampler.alpha(step - 1),
+                    }
+                )
+                window = []
+            if step % steps_per_epoch and step != total_steps:
+                continue
             write_progress(
                 run_dir,
                 RunProgress(
-                    (step - 1) // steps_per_epoch + 1, planned_epochs, step - 1, total_steps, "training", time.time()
+                    math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps, "evaluating", time.time()
                 ),
             )
-        expected += sampler.probabilities(step - 1)
-        index = sampler.draw(step - 1)
-        model.train()
-        model.activate(adapter=names[index], head=names[index])
-        step_loss = 0.0
-        for _ in range(config.grad_accumulation):
-            batch = {k: v.to(device) for k, v in next(streams[index]).items()}
-            with torch.autocast(**autocast):
-                loss = model(**batch).loss
-            if not torch.isfinite(loss.detach()):
-                raise TrainingError(
-                    f"loss is {loss.item()} at step {step} (task {specs[index].name!r}); lower "
-                    "learning_rate, turn bf16 off or check the data"
-                )
-            (loss / config.grad_accumulation).backward()
-            step_loss += loss.item() / config.grad_accumulation
-        if config.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(list(trainable.values()), config.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        window.append(step_loss)
-        progress.update(1)
-        progress.set_postfix(task=specs[index].name, loss=f"{step_loss:.4f}")
-        if step % config.logging_steps == 0 or step == total_steps:
-            losses.append(
+            scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, config.bf16)
+            mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best, strict=True)]))
+            epochs.append(
                 {
-                    "step": step,
                     "epoch": step / steps_per_epoch,
-                    "loss": sum(window) / len(window),
-                    "task": specs[index].name,
+                    "step": step,
                     "alpha": sampler.alpha(step - 1),
+                    "mean": mean,
+                    "tasks": scores,
                 }
             )
-            window = []
-        if step % steps_per_epoch and step != total_steps:
-            continue
-        write_progress(
-            run_dir,
-            RunProgress(
-                math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps, "evaluating", time.time()
-            ),
-        )
-        scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, config.bf16)
-        mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best, strict=True)]))
-        epochs.append(
-            {
-                "epoch": step / steps_per_epoch,
-                "step": step,
-                "alpha": sampler.alpha(step - 1),
-                "mean": mean,
-                "tasks": scores,
-            }
-        )
-        if mean > best_mean:
-            best_mean, best_epoch, bad_epochs = mean, len(epochs) - 1, 0
-            best_state = {n: p.detach().to("cpu", copy=True) for n, p in trainable.items()}
-        else:
-            bad_epochs += 1
-            if config.patience is not None and bad_epochs >= config.patience:
-                stopped_early = step < total_steps
-                break
+            if mean > best_mean:
+                best_mean, best_epoch, bad_epochs = mean, len(epochs) - 1, 0
+                best_state = {n: p.detach().to("cpu", copy=True) for n, p in trainable.items()}
+            else:
+                bad_epochs += 1
+                if config.patience is not None and bad_epochs >= config.patience:
+                    stopped_early = step < total_steps
+                    break
     progress.close()
     train_seconds = time.perf_counter() - start
     with torch.no_grad():

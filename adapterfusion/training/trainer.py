@@ -37,6 +37,7 @@ from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.fast_dropout import fast_dropout
 from adapterfusion.training.progress import RunProgress, write_progress
 
 if TYPE_CHECKING:
@@ -460,7 +461,7 @@ def fit(
         callbacks=callbacks,
     )
     start = time.perf_counter()
-    with checkpointed_activations(model, config.gradient_checkpointing):
+    with checkpointed_activations(model, config.gradient_checkpointing), fast_dropout(config.fast_dropout):
         trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
     seconds = time.perf_counter() - start
     history = list(trainer.state.log_history)
