@@ -148,12 +148,12 @@ class Case:
             trainable = [p for p in self.model.parameters() if p.requires_grad]
             self.info["trainable_parameters"] = sum(p.numel() for p in trainable)
             self.optimizer = torch.optim.AdamW(trainable, lr=LEARNING_RATE)
-            if spec["library"] == "ours" and spec.get("fast_dropout", True):
-                # As our trainer trains by default (TrainingConfig.fast_dropout): dropout masks via rand >= p.
+            # Ours trains as our trainer does by default (TrainingConfig.fast_dropout): dropout masks via rand >= p.
+            self.info["fast_dropout"] = spec["library"] == "ours" and spec.get("fast_dropout", True)
+            if self.info["fast_dropout"]:
                 from adapterfusion.training.fast_dropout import fast_dropout
 
                 self._open_contexts.enter_context(fast_dropout())
-            self.info["fast_dropout"] = spec["library"] == "ours" and spec.get("fast_dropout", True)
         else:
             self.model.eval()
             if hasattr(self.model, "inference_cache"):  # ours: fold fusion weights once, as serving code would

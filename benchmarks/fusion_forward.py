@@ -92,9 +92,10 @@ def main() -> None:
     print("| case | ms / forward | x bare encoder | reference / fast |")
     print("|---|---:|---:|---:|")
     for name, ms in median.items():
-        speedup = ""
-        if name.endswith(" fast") and name.replace(" fast", " reference") in times:
-            speedup = str(paired_ratio(times[name.replace(" fast", " reference")], times[name]))
+        reference = name.replace(" fast", " reference")
+        speedup = (
+            str(paired_ratio(times[reference], times[name])) if name.endswith(" fast") and reference in times else ""
+        )
         print(f"| {name} | {ms:.1f} | {paired_ratio(times[name], times['bare encoder'])} | {speedup} |")
 
 

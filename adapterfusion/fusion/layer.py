@@ -177,15 +177,14 @@ def fuse_fast(
     if config.residual_before and layer.value is not None:  # V(sum_n s_n (z_n + r)) = V sum_n s_n z_n + V r
         base = F.linear(residual, layer.value.weight)
     weighted = _segment_scale(activations, probs, sizes).flatten(0, -2)
+    by_activation, by_probability = folded.out_weight[:total], folded.out_weight[total:]
     # Under autocast addmm would cast the residual stream to bf16/fp16: then it is added outside, in its own dtype.
     separate = torch.is_autocast_enabled(base.device.type)
-    flat_base = base.reshape(weighted.shape[0], -1)
-    out = (
-        weighted @ folded.out_weight[:total]
-        if separate
-        else torch.addmm(flat_base, weighted, folded.out_weight[:total])
-    )
-    out = torch.addmm(out, probs.flatten(0, -2), folded.out_weight[total:]).view(base.shape)
+    if separate:
+        out = weighted @ by_activation
+    else:
+        out = torch.addmm(base.reshape(weighted.shape[0], -1), weighted, by_activation)
+    out = torch.addmm(out, probs.flatten(0, -2), by_probability).view(base.shape)
     return (base + out if separate else out), probs
 
 
