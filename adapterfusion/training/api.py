@@ -239,14 +239,33 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any]) -> Path | None:
         f"it says which run the checkpoint {checkpoint.name} belongs to, so {run_dir} cannot be resumed; {start_over}",
     )
     current = json.loads(json.dumps({key: run_config[key] for key in RESUME_KEYS}))  # as config.json holds it
-    changed = [key for key in RESUME_KEYS if previous.get(key) != current[key]]
-    if changed:
+    if isinstance(previous.get("training"), dict):
+        previous["training"] = TRAINING_SETTINGS_ADDED_LATER | previous["training"]
+    changed = [_describe_change(key, previous.get(key), current[key]) for key in RESUME_KEYS]
+    if any(changed):
         raise TrainingError(
             f"cannot resume {run_dir}: its checkpoint {checkpoint.name} was saved by a run with other settings "
-            f"({', '.join(changed)} differ from this call's); train with the settings it was started with, or "
-            f"{start_over}"
+            f"({'; '.join(change for change in changed if change)}); train with the settings it was started with, "
+            f"or {start_over}"
         )
     return checkpoint
+
+
+# TrainingConfig fields added after runs were already saved, with the value that behaves as those runs did: a run
+# saved before a field existed resumes when the call sets that value.
+TRAINING_SETTINGS_ADDED_LATER: dict[str, Any] = {"fast_dropout": False}
+
+
+def _describe_change(key: str, previous: Any, current: Any) -> str:
+    """'' when a resume key is unchanged; else what changed, field by field for the training config."""
+    if previous == current:
+        return ""
+    if key == "training" and isinstance(previous, dict) and isinstance(current, dict):
+        fields = sorted(name for name in previous.keys() | current.keys() if previous.get(name) != current.get(name))
+        return "training differs: " + ", ".join(
+            f"{name} was {previous.get(name, '<unset>')!r}, now {current.get(name, '<unset>')!r}" for name in fields
+        )
+    return f"{key} differs"
 
 
 def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> list[str]:

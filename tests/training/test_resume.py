@@ -170,8 +170,44 @@ def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_di
         _kill_after_saving(STEPS_PER_EPOCH, patch)
         with pytest.raises(Killed):
             run()
-    with pytest.raises(TrainingError, match=r"other settings \(training differ.*remove .*checkpoints to start over"):
+    with pytest.raises(
+        TrainingError,
+        match=r"other settings \(training differs: learning_rate was 0.003, now 0.001\).*remove .*checkpoints to start",
+    ):
         run(resume=True, learning_rate=1e-3)
+
+
+def test_resume_accepts_a_run_saved_before_a_training_setting_existed(
+    tmp_path, tiny_encoder_dir, data_dir, monkeypatch
+):
+    """A run saved by a version without TrainingConfig.fast_dropout resumes when the call turns it off (the
+    behaviour of that version), and a call that leaves it on is told which setting to change."""
+
+    def run(resume=False, **changes):
+        return train(
+            "rte",
+            "st-a",
+            seed=3,
+            encoder=tiny_encoder_dir,
+            data_dir=data_dir,
+            output_dir=tmp_path,
+            training_config={**SETTINGS, **changes},
+            max_examples=SLICE,
+            resume=resume,
+        )
+
+    with monkeypatch.context() as patch:
+        _kill_after_saving(STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            run(fast_dropout=False)
+    config_path = tmp_path / "rte" / "st-a" / "seed-3" / "config.json"
+    saved = json.loads(config_path.read_text())
+    del saved["training"]["fast_dropout"]  # as the older version wrote it
+    config_path.write_text(json.dumps(saved))
+    with pytest.raises(TrainingError, match=r"training differs: fast_dropout was False, now True"):
+        run(resume=True)
+    result = run(resume=True, fast_dropout=False)
+    assert json.loads(result.metrics_path.read_text())["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
 
 
 def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
