@@ -11,7 +11,7 @@ and `train_multitask()` for MT-A (all tasks in one run, annealed task sampling; 
 
 from adapterfusion.training.api import RunResult, train
 from adapterfusion.training.config import TrainingConfig
-from adapterfusion.training.errors import RunFileError, RunQualityWarning, TrainingError
+from adapterfusion.training.errors import RunFileError, RunQualityWarning, SlowPrecisionWarning, TrainingError
 from adapterfusion.training.multitask import MultiTaskResult, train_multitask
 from adapterfusion.training.run import run_dir_for
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler, annealed_alpha, sampling_probabilities
@@ -44,6 +44,7 @@ __all__ = [
     "SetupContext",
     "RunFileError",
     "RunQualityWarning",
+    "SlowPrecisionWarning",
     "SetupPlan",
     "TrainingConfig",
     "TrainingError",

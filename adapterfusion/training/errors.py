@@ -17,3 +17,7 @@ class RunFileError(TrainingError, SerializationError):
 
 class RunQualityWarning(UserWarning):
     """A run finished but its result is suspect (e.g. it predicts one class for every dev example)."""
+
+
+class SlowPrecisionWarning(UserWarning):
+    """A mixed-precision switch the hardware runs on a slow, emulated path (bf16 on a CPU without native bf16)."""

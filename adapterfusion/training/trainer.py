@@ -18,7 +18,9 @@ import functools
 import json
 import math
 import os
+import platform
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +38,7 @@ from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.config import TrainingConfig
-from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.errors import SlowPrecisionWarning, TrainingError
 from adapterfusion.training.fast_dropout import fast_dropout
 from adapterfusion.training.progress import RunProgress, write_progress
 
@@ -360,12 +362,29 @@ def best_epoch_metrics(state) -> dict[str, float] | None:
 
 def check_precision(config: TrainingConfig) -> None:
     """fp16 trains in half precision with a loss scaler on CUDA; on a CPU the HF Trainer accepts the flag and the
-    run is not what was asked for, so it is refused here (bf16 runs on CPUs)."""
+    run is not what was asked for, so it is refused here (bf16 runs on CPUs). bf16 on an x86 CPU without native
+    bf16 runs, but far slower than fp32, so the user is warned."""
     if config.fp16 and not torch.cuda.is_available():
         raise TrainingError(
             "fp16=True needs a CUDA GPU, and none is visible here (the run would be on the CPU); "
             "use bf16=True (CPUs run bfloat16) or no mixed precision"
         )
+    if config.bf16 and not torch.cuda.is_available() and cpu_has_native_bf16() is False:
+        warnings.warn(
+            "bf16=True on a CPU without AVX512_BF16 or AMX: its bfloat16 matmuls run on a slow path, measured "
+            "20-25x slower than fp32 on a 2-core AVX2 machine (benchmarks/README.md); set bf16=False here",
+            SlowPrecisionWarning,
+            stacklevel=3,
+        )
+
+
+def cpu_has_native_bf16() -> bool | None:
+    """Whether this x86 CPU does bfloat16 matmuls natively (AVX512_BF16 or AMX-BF16); None where torch cannot say
+    (other architectures, or a torch without these probes)."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if platform.machine().lower() not in ("x86_64", "amd64") or None in probes:
+        return None
+    return any(probe() for probe in probes)  # type: ignore[misc]
 
 
 def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) -> TrainingArguments:

@@ -78,3 +78,32 @@ def test_mt_a_refuses_the_switches_its_loop_lacks(tmp_path):
     for switch in ("gradient_checkpointing", "torch_compile"):
         with pytest.raises(TrainingError, match=f"mt-a: .*{switch}"):
             train_multitask(["rte", "sst2"], output_dir=tmp_path, training_config={switch: True})
+
+
+@pytest.mark.parametrize(("native", "warned"), [(False, True), (True, False)])
+def test_bf16_on_a_cpu_without_native_bf16_warns_that_it_is_slow(monkeypatch, native, warned):
+    """bf16 on an x86 CPU without AVX512_BF16/AMX ran 20-25x slower than fp32 (benchmarks/README.md): the run is
+    allowed, with a warning that names the switch to turn off."""
+    import warnings
+
+    from adapterfusion.training import SlowPrecisionWarning, TrainingConfig, trainer
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(trainer.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.check_precision(TrainingConfig(bf16=True))
+        trainer.check_precision(TrainingConfig(bf16=False))
+    slow = [w for w in caught if issubclass(w.category, SlowPrecisionWarning)]
+    assert len(slow) == int(warned)
+    if warned:
+        assert "AVX512_BF16" in str(slow[0].message) and "bf16=False" in str(slow[0].message)
+
+
+def test_native_bf16_is_unknown_off_x86(monkeypatch):
+    from adapterfusion.training import trainer
+
+    monkeypatch.setattr(trainer.platform, "machine", lambda: "aarch64")
+    assert trainer.cpu_has_native_bf16() is None
