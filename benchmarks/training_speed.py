@@ -2,7 +2,8 @@
 torch.compile vs length-grouped batches vs fast dropout masks (and combinations), side by side in one process.
 
     nice -n 10 .venv/bin/python benchmarks/training_speed.py [--batches 8 32] [--examples 256] [--rounds 3]
-        [--modes fp32 bf16 checkpointing compile grouped compile+grouped fast-dropout grouped+fast-dropout]
+        [--modes fp32 bf16 checkpointing compile grouped compile+grouped fast-dropout grouped+fast-dropout
+                 bf16+grouped+fast-dropout ...]
         [--threads 2] [--jobs] [--job-task sst2]
 
 Steps: one ST-A model per mode (the `st-a` recipe: Pfeiffer adapter rf 16 + head, AdamW over the trainables as
@@ -47,6 +48,7 @@ from adapterfusion.training.fast_dropout import fast_dropout
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.trainer import checkpointed_activations, compile_problem, parameter_groups
 
+# The default modes; --modes takes any "+"-joined combination of SWITCH_CONFIG's switches.
 MODES = (
     "fp32",
     "bf16",
@@ -71,6 +73,17 @@ SWITCH_CONFIG = {
 
 def switches(mode: str) -> set[str]:
     return set(mode.split("+"))
+
+
+def parse_mode(mode: str) -> str:
+    """argparse type for --modes: a "+"-joined combination of known switches (e.g. bf16+grouped)."""
+    unknown = switches(mode) - SWITCH_CONFIG.keys()
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown switch {', '.join(sorted(unknown))} in mode {mode!r}; join any of "
+            f"{', '.join(SWITCH_CONFIG)} with '+'"
+        )
+    return mode
 
 
 def mode_config(mode: str) -> dict[str, bool]:
@@ -238,7 +251,9 @@ def main() -> None:
         "`grouped` cannot differ from a random order)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up (default 3)")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument(
+        "--modes", nargs="+", type=parse_mode, default=list(MODES), help="modes: switches joined with '+'"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--jobs", action="store_true", help="also run one whole train() job per mode")
