@@ -8,7 +8,9 @@ the same Bernoulli(1 - p) keep-mask, from the same generator, in about half the 
 `fast_dropout()` swaps `torch.nn.functional.dropout` and `torch.nn.functional.scaled_dot_product_attention` for the
 functions below while it is open (the HF Trainer's `train()`, MT-A's loop). Every `nn.Dropout` and every encoder
 that calls SDPA looks these names up at call time, so they pick the swap up; nothing else changes. Outside training
-(p = 0, eval mode) both functions hand over to torch's own unchanged. What changes is only which random numbers a
+(p = 0, eval mode), and for tensors on an accelerator, both functions hand over to torch's own unchanged: on CUDA,
+torch's dropout is one fused kernel and SDPA's flash and memory-efficient kernels fuse the attention dropout, both
+faster than a separate mask. What changes is only which random numbers a
 seed gives, not their distribution: the runs stay exactly reproducible, resumable and checkpoint-recomputable.
 """
 
@@ -33,7 +35,9 @@ def keep_mask(shape: torch.Size, p: float, like: torch.Tensor) -> torch.Tensor:
 
 
 def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
-    """`torch.nn.functional.dropout`, same signature and distribution, drawn with `keep_mask`."""
+    """`torch.nn.functional.dropout`, same signature and distribution, drawn with `keep_mask` on CPU."""
+    if input.device.type != "cpu":
+        return _TORCH_DROPOUT(input, p, training, inplace)
     if not training or p == 0.0:
         return input
     if not 0.0 <= p <= 1.0:
@@ -56,8 +60,8 @@ def scaled_dot_product_attention(
 ) -> torch.Tensor:
     """`torch.nn.functional.scaled_dot_product_attention`; with attention dropout it runs the math path (what torch
     itself runs on CPU when dropout_p > 0) with `dropout` on the probabilities. Causal and grouped-query attention,
-    and everything without dropout, go to torch's own function unchanged."""
-    if dropout_p == 0.0 or is_causal or enable_gqa:
+    everything without dropout and everything off the CPU go to torch's own function unchanged."""
+    if dropout_p == 0.0 or is_causal or enable_gqa or query.device.type != "cpu":
         return _TORCH_ATTENTION(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
             enable_gqa=enable_gqa,

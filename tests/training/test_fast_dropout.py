@@ -131,3 +131,18 @@ def test_swap_is_seen_by_modules_and_undone_even_on_error() -> None:
     assert F.dropout is TORCH_DROPOUT and F.scaled_dot_product_attention is TORCH_ATTENTION
     with fast_dropout(enabled=False):
         assert F.dropout is TORCH_DROPOUT
+
+
+def test_tensors_off_the_cpu_go_to_torchs_own_functions(monkeypatch) -> None:
+    """On CUDA torch's dropout and SDPA fuse the mask into one kernel: the swap must not replace them there. Checked
+    on the meta device (any non-CPU device takes the same branch): keep_mask is never reached."""
+    from adapterfusion.training import fast_dropout as module
+
+    def no_mask(*args, **kwargs):
+        raise AssertionError("keep_mask was called for a tensor off the CPU")
+
+    monkeypatch.setattr(module, "keep_mask", no_mask)
+    x = torch.empty(4, 8, device="meta")
+    assert dropout(x, 0.3).device.type == "meta"
+    q = torch.empty(2, 3, 5, 4, device="meta")
+    assert scaled_dot_product_attention(q, q, q, dropout_p=0.2).shape == (2, 3, 5, 4)
