@@ -73,7 +73,7 @@ from adapterfusion.training.setups import (
     register_setup,
 )
 from adapterfusion.training.store import ENTRY_FILE, AdapterStore, as_store, encoder_key
-from adapterfusion.training.trainer import parameter_groups, resolve_metric
+from adapterfusion.training.trainer import check_precision, parameter_groups, resolve_metric
 
 MT_A = "mt-a"
 MARKER_FILE = "mt_a.json"
@@ -193,6 +193,7 @@ def train_multitask(
     config = training_config_for(MT_A, training_config, seed)
     if config.fp16:
         raise TrainingError("mt-a: fp16 needs loss scaling, which the MT-A loop does not do; use bf16=True or neither")
+    check_precision(config)  # fp16 is refused above; this warns of bf16 on a CPU without native bf16
     if config.gradient_checkpointing or config.torch_compile:
         raise TrainingError(
             "mt-a: the MT-A loop supports neither gradient_checkpointing nor torch_compile (the "

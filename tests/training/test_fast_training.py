@@ -102,6 +102,23 @@ def test_bf16_on_a_cpu_without_native_bf16_warns_that_it_is_slow(monkeypatch, na
         assert "AVX512_BF16" in str(slow[0].message) and "bf16=False" in str(slow[0].message)
 
 
+def test_mt_a_warns_of_bf16_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
+    """MT-A runs its own loop, not train(): it must warn too, before it opens its run."""
+    from adapterfusion.training import SlowPrecisionWarning, multitask, trainer
+
+    class Stop(Exception):
+        """Ends the run right after its settings are checked."""
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(trainer, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(multitask, "resolve_metric", stop)
+    with pytest.warns(SlowPrecisionWarning, match="bf16=False"), pytest.raises(Stop):
+        train_multitask(["rte", "sst2"], output_dir=tmp_path, training_config={"bf16": True})
+
+
 def test_native_bf16_is_unknown_off_x86(monkeypatch):
     from adapterfusion.training import trainer
 
