@@ -160,7 +160,7 @@ def table(results: dict, args) -> tuple[list[str], list[str]]:
         if mode == "inference":
             r = med[("ours", one)] / bare
             checks.append(
-                f"{group}: one adapter adds ≤ 5 % over bare encoder: +{(r - 1) * 100:.1f} % → "
+                f"{group}: one adapter adds ≤ 5 % over bare encoder: {(r - 1) * 100:+.1f} % → "
                 f"{'met' if r <= 1.05 else 'MISSED'}"
             )
         never_slower = paired_ratio(times[("adapters", one)], times[("ours", one)])
