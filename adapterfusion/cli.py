@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import adapterfusion as af
 
@@ -146,13 +147,27 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
     return 0
 
 
-def _evaluate(args: argparse.Namespace) -> int:
-    from adapterfusion.evaluation import evaluate_run
+def _json_writer(path: str | None) -> Callable[[Any], None]:
+    """For `--json PATH`: check now, before the long work, that PATH can be written (so a mistyped folder fails in
+    a second, not after an evaluation), and return what writes the result there at the end (no-op without it)."""
+    if not path:
+        return lambda result: None
     from adapterfusion.io.atomic import atomic_write_json
     from adapterfusion.io.paths import check_writable_file
 
-    if args.json:
-        check_writable_file(args.json, "--json")  # before the evaluation, not after it
+    check_writable_file(path, "--json")
+
+    def write(result: Any) -> None:
+        atomic_write_json(path, result)
+        print(f"written to {path}")
+
+    return write
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from adapterfusion.evaluation import evaluate_run
+
+    write_json = _json_writer(args.json)
     result = evaluate_run(
         args.run_dir,
         split=args.split,
@@ -174,19 +189,14 @@ def _evaluate(args: argparse.Namespace) -> int:
             for name, value in result["metrics"].items()
         ],
     )
-    if args.json:
-        atomic_write_json(args.json, result)
-        print(f"written to {args.json}")
+    write_json(result)
     return 0
 
 
 def _prune(args: argparse.Namespace) -> int:
     from adapterfusion.analysis.pruning import prune_fusion
-    from adapterfusion.io.atomic import atomic_write_json
-    from adapterfusion.io.paths import check_writable_file
 
-    if args.json:
-        check_writable_file(args.json, "--json")  # before the pruning, not after it
+    write_json = _json_writer(args.json)
     result = prune_fusion(
         args.run_dir,
         keep=args.keep,
@@ -229,9 +239,7 @@ def _prune(args: argparse.Namespace) -> int:
     )
     if result.output:
         print(f"pruned fusion {result.after.fusion!r} + head written to {result.output}")
-    if args.json:
-        atomic_write_json(args.json, result.to_dict())
-        print(f"written to {args.json}")
+    write_json(result.to_dict())
     return 0
 
 
