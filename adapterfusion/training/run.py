@@ -30,6 +30,7 @@ from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder, path_part
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.hardware import hardware_info
 from adapterfusion.training.run_files import CONFIG_FILE, METRICS_FILE, RUN_FORMAT_VERSION
 
 if TYPE_CHECKING:
@@ -99,24 +100,6 @@ def plain_encoder_state(model) -> dict[str, Any]:
 
 # ---- reading back ------------------------------------------------------------------------------------------------
 # ---- provenance ----------------------------------------------------------------------------------------------------
-def hardware_info() -> dict[str, Any]:
-    """Where a run ran, for its provenance: the accelerator (or CPU), thread and core counts, library versions."""
-    import platform
-
-    import torch
-
-    cuda = torch.cuda.is_available()
-    return {
-        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-        "cuda": torch.version.cuda if cuda else None,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
-
-
 def git_sha() -> str | None:
     """The commit of the library's checkout; ADAPTERFUSION_GIT_SHA when it runs from a copy without .git."""
     if os.environ.get("ADAPTERFUSION_GIT_SHA"):

@@ -18,7 +18,6 @@ import functools
 import json
 import math
 import os
-import platform
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -40,6 +39,7 @@ from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import SlowPrecisionWarning, TrainingError
 from adapterfusion.training.fast_dropout import fast_dropout
+from adapterfusion.training.hardware import cpu_has_native_bf16
 from adapterfusion.training.progress import RunProgress, write_progress
 
 if TYPE_CHECKING:
@@ -376,15 +376,6 @@ def check_precision(config: TrainingConfig) -> None:
             SlowPrecisionWarning,
             stacklevel=3,
         )
-
-
-def cpu_has_native_bf16() -> bool | None:
-    """Whether this x86 CPU does bfloat16 matmuls natively (AVX512_BF16 or AMX-BF16); None where torch cannot say
-    (other architectures, or a torch without these probes)."""
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    if platform.machine().lower() not in ("x86_64", "amd64") or None in probes:
-        return None
-    return any(probe() for probe in probes)  # type: ignore[misc]
 
 
 def training_arguments(config: TrainingConfig, output_dir: Path, metric: str) -> TrainingArguments:

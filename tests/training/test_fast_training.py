@@ -71,7 +71,11 @@ def test_bf16_trains_on_cpu_under_autocast_with_float32_weights(tmp_path, tiny_e
     assert seen and set(seen) == {torch.bfloat16}
     assert all(torch.isfinite(torch.tensor(e["loss"])) for e in bf16["train_losses"]) and len(bf16["train_losses"]) == 3
     assert {p.dtype for p in result.model.parameters()} == {torch.float32}
-    assert json.loads(result.config_path.read_text())["training"]["bf16"] is True
+    config = json.loads(result.config_path.read_text())
+    assert config["training"]["bf16"] is True
+    # bf16's speed and rounding depend on the CPU's kernels: the run records which it had.
+    assert config["hardware"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert config["hardware"]["cpu_native_bf16"] in (True, False, None)
 
 
 def test_mt_a_refuses_the_switches_its_loop_lacks(tmp_path):
@@ -86,10 +90,10 @@ def test_bf16_on_a_cpu_without_native_bf16_warns_that_it_is_slow(monkeypatch, na
     allowed, with a warning that names the switch to turn off."""
     import warnings
 
-    from adapterfusion.training import SlowPrecisionWarning, TrainingConfig, trainer
+    from adapterfusion.training import SlowPrecisionWarning, TrainingConfig, hardware, trainer
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(trainer.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(hardware.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     with warnings.catch_warnings(record=True) as caught:
@@ -120,7 +124,7 @@ def test_mt_a_warns_of_bf16_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
 
 
 def test_native_bf16_is_unknown_off_x86(monkeypatch):
-    from adapterfusion.training import trainer
+    from adapterfusion.training import hardware
 
-    monkeypatch.setattr(trainer.platform, "machine", lambda: "aarch64")
-    assert trainer.cpu_has_native_bf16() is None
+    monkeypatch.setattr(hardware.platform, "machine", lambda: "aarch64")
+    assert hardware.cpu_has_native_bf16() is None
