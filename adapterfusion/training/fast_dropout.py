@@ -10,8 +10,8 @@ functions below while it is open (the HF Trainer's `train()`, MT-A's loop). Ever
 that calls SDPA looks these names up at call time, so they pick the swap up; nothing else changes. Outside training
 (p = 0, eval mode), and for tensors on an accelerator, both functions hand over to torch's own unchanged: on CUDA,
 torch's dropout is one fused kernel and SDPA's flash and memory-efficient kernels fuse the attention dropout, both
-faster than a separate mask. What changes is only which random numbers a
-seed gives, not their distribution: the runs stay exactly reproducible, resumable and checkpoint-recomputable.
+faster than a separate mask. What changes is only which random numbers a seed gives, not their distribution: the
+runs stay exactly reproducible, resumable and checkpoint-recomputable.
 """
 
 from __future__ import annotations
