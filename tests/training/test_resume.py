@@ -152,20 +152,27 @@ def test_resume_without_a_checkpoint_trains_from_the_start(tmp_path, tiny_encode
     assert metrics["resumed_from"] is None and metrics["global_step"] == 2
 
 
-def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+def _st_a_run(output_dir, encoder, data_dir):
+    """train() of the RTE ST-A run these tests kill and resume, with SETTINGS changed by the call's keywords."""
+
     def run(resume=False, **changes):
         return train(
             "rte",
             "st-a",
             seed=3,
-            encoder=tiny_encoder_dir,
+            encoder=encoder,
             data_dir=data_dir,
-            output_dir=tmp_path,
+            output_dir=output_dir,
             training_config={**SETTINGS, **changes},
             max_examples=SLICE,
             resume=resume,
         )
 
+    return run
+
+
+def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+    run = _st_a_run(tmp_path, tiny_encoder_dir, data_dir)
     with monkeypatch.context() as patch:
         _kill_after_saving(STEPS_PER_EPOCH, patch)
         with pytest.raises(Killed):
@@ -182,20 +189,7 @@ def test_resume_accepts_a_run_saved_before_a_training_setting_existed(
 ):
     """A run saved by a version without TrainingConfig.fast_dropout resumes when the call turns it off (the
     behaviour of that version), and a call that leaves it on is told which setting to change."""
-
-    def run(resume=False, **changes):
-        return train(
-            "rte",
-            "st-a",
-            seed=3,
-            encoder=tiny_encoder_dir,
-            data_dir=data_dir,
-            output_dir=tmp_path,
-            training_config={**SETTINGS, **changes},
-            max_examples=SLICE,
-            resume=resume,
-        )
-
+    run = _st_a_run(tmp_path, tiny_encoder_dir, data_dir)
     with monkeypatch.context() as patch:
         _kill_after_saving(STEPS_PER_EPOCH, patch)
         with pytest.raises(Killed):
