@@ -16,7 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "reliability")]
 
-from test_bad_inputs import CASES, Outcome, run_case  # noqa: E402
+from catalogue import Outcome, run_case  # noqa: E402
+from test_bad_inputs import CASES  # noqa: E402
 
 
 def _cell(text: str) -> str:

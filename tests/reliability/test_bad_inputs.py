@@ -4,23 +4,19 @@ from deep inside torch/transformers, and must leave everything already saved unt
 model's adapters, fusions and heads). CLI cases must exit with status 2 and a one-line message, no traceback.
 
 scripts/bad_input_table.py runs the same CASES with run_case and writes docs/bad-inputs.md from the outcomes.
-Each case's `prepare(folder)` builds the bad input in an empty folder and returns the action that feeds it in."""
+Each case's `prepare(folder)` builds the bad input in an empty folder and returns the action that feeds it in. The
+machinery is in catalogue.py; later cases are in the cases_*.py modules, one per boundary, gathered into CASES here."""
 
 from __future__ import annotations
 
 import contextlib
 import gzip
-import hashlib
-import io
 import json
 import logging
-import os
 import shutil
 import sqlite3
-import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -32,115 +28,56 @@ from transformers import AutoModel, AutoTokenizer
 
 import adapterfusion as af
 import adapterfusion.training
-from adapterfusion.cli import main as cli_main
-from adapterfusion.errors import AdapterFusionError
+import cases_encoders
+import cases_files
+import cases_forward
+import cases_pieces
+import cases_runs
 from adapterfusion.experiments import ResultsStore
 from adapterfusion.experiments.errors import ExperimentError, ExperimentSpecError, ResultsStoreError
 from adapterfusion.experiments.plan import plan_jobs
 from adapterfusion.experiments.spec import load_spec
 from adapterfusion.tasks import TaskError, TaskSpec, encode_task, load_task_data, load_task_file
 from adapterfusion.training import AdapterStore
+from catalogue import (
+    Action,
+    BadInput,
+    ModelTouched,
+    a_file,
+    cli,
+    edit_json,
+    experiment,
+    experiment_dict,
+    load_into,
+    read_only,
+    run_case,
+    saved_piece,
+)
 from test_cli import run_with_closed_stdout
 from tiny_models import tiny_encoder, tiny_inputs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub"
 PAIR = TaskSpec(name="toy", kind="pair", text_fields=("a", "b"), label_names=("no", "yes"))
 CHOICE = TaskSpec(name="toy_mc", kind="multiple_choice", text_fields=("q",), choice_fields=("options",), num_choices=3)
-Action = Callable[[], Any]
-
-
-@dataclass(frozen=True)
-class BadInput:
-    """One catalogue entry. `error` None means the input is not an error but must be handled and reported: the
-    action then returns the report line. `cli`: fed in through `adapterfusion run`, not the Python API."""
-
-    id: str
-    group: str
-    tried: str
-    error: type[AdapterFusionError] | None
-    keywords: tuple[str, ...]
-    prepare: Callable[[Path], Action]
-    cli: bool = False
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one case did: the error type's name and message (folder paths shown as <dir>), and the problems found."""
-
-    case: BadInput
-    error_type: str
-    message: str
-    problems: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-class _CliExit(Exception):
-    def __init__(self, code: int, stderr: str) -> None:
-        super().__init__(stderr)
-        self.code, self.stderr = code, stderr
-
-
-class _ModelTouched(Exception):
-    """A failed load changed the model it was loaded into."""
 
 
 # ---- helpers the cases share -----------------------------------------------------------------------------------
-def _contents(model: af.AdaptedModel) -> tuple:
-    sites = tuple(sorted((s.layer_index, s.position, tuple(s.adapters), tuple(s.fusions)) for s in model.sites))
-    return tuple(model.adapter_names), tuple(model.fusion_names), tuple(model.head_names), sites
-
-
-def _load(model: af.AdaptedModel, kind: str, directory: Path, **kwargs: Any) -> Action:
-    """The action `model.load_<kind>(directory)`, which must leave the model as it was when it fails."""
-
-    def action() -> Any:
-        before = _contents(model)
-        try:
-            return getattr(model, f"load_{kind}")(directory, **kwargs)
-        finally:
-            if _contents(model) != before:
-                raise _ModelTouched(f"the failed load changed the model: {before} -> {_contents(model)}")
-
-    return action
-
-
-def _saved(folder: Path, kind: str = "adapter", **encoder: Any) -> Path:
-    """A piece of `kind` saved from a tiny BERT (hidden 32, 2 layers unless `encoder` says otherwise)."""
-    model = af.wrap(tiny_encoder("bert", **encoder))
-    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
-    if kind == "adapter":
-        return model.save_adapter("a", folder / "a")
-    if kind == "fusion":
-        model.add_adapter("b", af.AdapterConfig.pfeiffer(reduction_factor=4))
-        model.add_fusion("f", ["a", "b"])
-        return model.save_fusion("f", folder / "f")
-    model.add_head("h", af.ClassificationHead(num_labels=2, labels=("entailment", "not_entailment")))
-    return model.save_head("h", folder / "h")
-
-
-def _edit_json(path: Path, edit: Callable[[dict], None]) -> None:
-    document = json.loads(path.read_text())
-    edit(document)
-    path.write_text(json.dumps(document))
 
 
 def _with_adapter_config(**changes: Any) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
-        saved = _saved(folder)
-        _edit_json(saved / "adapter_config.json", lambda d: d["config"].update(changes))
-        return _load(af.wrap(tiny_encoder("bert")), "adapter", saved)
+        saved = saved_piece(folder)
+        edit_json(saved / "adapter_config.json", lambda d: d["config"].update(changes))
+        return load_into(af.wrap(tiny_encoder("bert")), "adapter", saved)
 
     return prepare
 
 
 def _damaged(file: str, damage: Callable[[bytes], bytes]) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
-        saved = _saved(folder)
+        saved = saved_piece(folder)
         (saved / file).write_bytes(damage((saved / file).read_bytes()))
-        return _load(af.wrap(tiny_encoder("bert")), "adapter", saved)
+        return load_into(af.wrap(tiny_encoder("bert")), "adapter", saved)
 
     return prepare
 
@@ -149,7 +86,7 @@ def _into(kind: str, model_type: str = "bert", **encoder: Any) -> Callable[[Path
     """A piece saved from the tiny BERT, loaded into another encoder."""
 
     def prepare(folder: Path) -> Action:
-        return _load(af.wrap(tiny_encoder(model_type, **encoder)), kind, _saved(folder, kind))
+        return load_into(af.wrap(tiny_encoder(model_type, **encoder)), kind, saved_piece(folder, kind))
 
     return prepare
 
@@ -169,14 +106,14 @@ def _legacy_bin(folder: Path) -> Action:
     marker = folder / "code-ran"
     with open(evil / "pytorch_adapter.bin", "wb") as handle:
         torch.save({"bert.encoder.layer.0.output.adapters.pf.adapter_up.weight": _RunsCode(marker)}, handle)
-    load = _load(af.wrap(AutoModel.from_pretrained(FIXTURES / "bert" / "base_model")), "adapter", evil)
+    load = load_into(af.wrap(AutoModel.from_pretrained(FIXTURES / "bert" / "base_model")), "adapter", evil)
 
     def action() -> Any:
         try:
             return load()
         finally:
             if marker.exists():
-                raise _ModelTouched("unpickling ran code: the marker file was created")
+                raise ModelTouched("unpickling ran code: the marker file was created")
 
     return action
 
@@ -189,12 +126,15 @@ def _fusion_over_placements(folder: Path) -> Action:
 
 
 def _fusion_without_its_adapters(folder: Path) -> Action:
-    return _load(af.wrap(tiny_encoder("bert")), "fusion", _saved(folder, "fusion"))
+    return load_into(af.wrap(tiny_encoder("bert")), "fusion", saved_piece(folder, "fusion"))
 
 
 def _head_for_other_labels(folder: Path) -> Action:
-    return _load(
-        af.wrap(tiny_encoder("bert")), "head", _saved(folder, "head"), labels=("entailment", "neutral", "contradiction")
+    return load_into(
+        af.wrap(tiny_encoder("bert")),
+        "head",
+        saved_piece(folder, "head"),
+        labels=("entailment", "neutral", "contradiction"),
     )
 
 
@@ -260,33 +200,6 @@ def _too_long_texts(folder: Path) -> Action:
 
 
 # ---- experiment files (through the CLI) --------------------------------------------------------------------------
-def _cli(*argv: str) -> str:
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-        code = cli_main(list(argv))
-    if code != 0:
-        raise _CliExit(code, stderr.getvalue())
-    return stderr.getvalue()
-
-
-def _experiment_dict(folder: Path, **changes: Any) -> dict:
-    return {
-        "name": "tiny",
-        "encoder": "some-org/some-encoder",
-        "tasks": ["rte", "cb"],
-        "setups": ["head"],
-        "output_dir": str(folder / "out"),
-        **changes,
-    }
-
-
-def _experiment(**changes: Any) -> Callable[[Path], Action]:
-    def prepare(folder: Path) -> Action:
-        path = folder / "experiment.json"
-        path.write_text(json.dumps(_experiment_dict(folder, **changes)))
-        return lambda: _cli("run", str(path), "--no-progress")
-
-    return prepare
 
 
 def _experiment_file(name: str, text: bytes | str) -> Callable[[Path], Action]:
@@ -297,7 +210,7 @@ def _experiment_file(name: str, text: bytes | str) -> Callable[[Path], Action]:
         path = folder / name
         data = text if isinstance(text, bytes) else text.replace("{out}", str(folder / "out")).encode("utf-8")
         path.write_bytes(data)
-        return lambda: _cli("run", str(path), "--no-progress")
+        return lambda: cli("run", str(path), "--no-progress")
 
     return prepare
 
@@ -324,7 +237,7 @@ def _results_db(content: Callable[[Path], None]) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
         (folder / "out").mkdir()
         content(folder / "out" / "experiment.db")
-        return _experiment()(folder)
+        return experiment()(folder)
 
     return prepare
 
@@ -335,10 +248,10 @@ def _foreign_db(path: Path) -> None:
 
 
 def _owned_output_dir(folder: Path) -> Action:
-    other = load_spec(_experiment_dict(folder, name="other", tasks=["rte"]))
+    other = load_spec(experiment_dict(folder, name="other", tasks=["rte"]))
     with ResultsStore(other.output_dir) as store:
         store.bind(other, plan_jobs(other))
-    return _experiment()(folder)
+    return experiment()(folder)
 
 
 # ---- model calls ---------------------------------------------------------------------------------------------
@@ -374,7 +287,7 @@ def _empty_encoder_folder(folder: Path) -> Path:
 
 def _encoder_under_existing_parent(folder: Path) -> Action:
     (folder / "models").mkdir()
-    return _experiment(encoder="models/minilm-l6")(folder)  # relative to the experiment file's folder
+    return experiment(encoder="models/minilm-l6")(folder)  # relative to the experiment file's folder
 
 
 def _train_with_empty_encoder(folder: Path) -> Action:
@@ -383,63 +296,41 @@ def _train_with_empty_encoder(folder: Path) -> Action:
 
 
 # ---- output paths ------------------------------------------------------------------------------------------
-def _a_file(folder: Path, name: str = "taken") -> Path:
-    path = folder / name
-    path.write_text("a file the user keeps\n")
-    return path
-
-
-@contextlib.contextmanager
-def _read_only(directory: Path):
-    """`directory` made read-only (mode 555). Root ignores permission bits, so for root os.access is made to answer
-    for paths inside it as the kernel answers another user: the check under test is the one that reads it."""
-    directory.chmod(0o555)
-    real_access = os.access
-
-    def access(path, mode, *args, **kwargs):
-        inside = Path(path).resolve().is_relative_to(directory.resolve())
-        return False if inside and mode & os.W_OK else real_access(path, mode, *args, **kwargs)
-
-    try:
-        with mock.patch("os.access", access) if os.geteuid() == 0 else contextlib.nullcontext():
-            yield
-    finally:
-        directory.chmod(0o755)
 
 
 def _output_dir_read_only(folder: Path) -> Action:
     locked = folder / "locked"
     locked.mkdir()
-    run = _experiment(output_dir=str(locked / "out"))(folder)
+    run = experiment(output_dir=str(locked / "out"))(folder)
 
     def action() -> Any:
-        with _read_only(locked):
+        with read_only(locked):
             return run()
 
     return action
 
 
 def _prune_onto_file(folder: Path) -> Action:
-    target = _a_file(folder)
-    return lambda: _cli("prune", str(folder / "run"), "--keep", "1", "--output", str(target))
+    target = a_file(folder)
+    return lambda: cli("prune", str(folder / "run"), "--keep", "1", "--output", str(target))
 
 
 def _train_into_file(folder: Path) -> Action:
-    target = _a_file(folder)
+    target = a_file(folder)
     return lambda: af.training.train("rte", "head", output_dir=target)
 
 
 def _save_onto_file(folder: Path) -> Action:
     model = af.wrap(tiny_encoder("bert"))
     model.add_adapter("a", "pfeiffer")
-    target = _a_file(folder, "a")
+    target = a_file(folder, "a")
     return lambda: model.save_adapter("a", target)
 
 
 def _disk_full_at_commit(folder: Path) -> Action:
     """A job marked running, then its result recorded on a full disk (SQLite's max_page_count pinned to the file's
     current size makes every new page fail as a full disk does). What was committed must come back unchanged."""
-    spec = load_spec(_experiment_dict(folder, tasks=["rte"], setups=["head"]))
+    spec = load_spec(experiment_dict(folder, tasks=["rte"], setups=["head"]))
     job = plan_jobs(spec)[0].id
     with ResultsStore(spec.output_dir) as store:
         store.bind(spec, plan_jobs(spec))
@@ -455,7 +346,7 @@ def _disk_full_at_commit(folder: Path) -> Action:
         finally:
             with ResultsStore(spec.output_dir) as store:
                 if store.jobs() != committed:
-                    raise _ModelTouched(f"the store lost committed state: {committed} -> {store.jobs()}")
+                    raise ModelTouched(f"the store lost committed state: {committed} -> {store.jobs()}")
 
     return action
 
@@ -477,7 +368,7 @@ def _earlier_run(*parts: str) -> Callable[[Path], Action]:
         run.mkdir(parents=True)
         (run / "metrics.json").write_text('{"best": {"accuracy": 0.71}}\n')
         command = ["fuse", "--sources", "cb"] if parts[1] == "fusion-st-a" else ["train-adapter"]
-        return lambda: _cli(
+        return lambda: cli(
             *command,
             "--task",
             parts[0],
@@ -496,24 +387,24 @@ def _earlier_store_entry(folder: Path) -> Action:
     entry = AdapterStore(folder / "store").path(str(af.default_encoder_path()), "rte", "st-a", 42)
     entry.mkdir(parents=True)
     (entry / "entry.json").write_text('{"task": "rte"}\n')
-    return lambda: _cli(
+    return lambda: cli(
         "train-adapter", "--task", "rte", "--output-dir", str(folder / "runs"), "--store", str(folder / "store")
     )
 
 
 def _nan_weights(folder: Path) -> Action:
-    saved = _saved(folder)
+    saved = saved_piece(folder)
     tensors = load_file(saved / "adapter.safetensors")
     tensors["layer.1.output.up.weight"][3, 0] = float("nan")
     save_file(tensors, saved / "adapter.safetensors")
-    return _load(af.wrap(tiny_encoder("bert")), "adapter", saved)
+    return load_into(af.wrap(tiny_encoder("bert")), "adapter", saved)
 
 
 def _adapterhub_version(version: str) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
         copy = folder / "pf"
         shutil.copytree(FIXTURES / "bert" / "adapters" / "pf", copy)
-        _edit_json(copy / "adapter_config.json", lambda d: d.update(version=version))
+        edit_json(copy / "adapter_config.json", lambda d: d.update(version=version))
         model = af.wrap(AutoModel.from_pretrained(FIXTURES / "bert" / "base_model"))
 
         def action() -> str:
@@ -532,9 +423,9 @@ def _adapterhub_version(version: str) -> Callable[[Path], Action]:
 # ---- names that would become paths ---------------------------------------------------------------------------
 def _saved_name(name: str) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
-        saved = _saved(folder)
-        _edit_json(saved / "adapter_config.json", lambda d: d.update(name=name))
-        return _load(af.wrap(tiny_encoder("bert")), "adapter", saved)
+        saved = saved_piece(folder)
+        edit_json(saved / "adapter_config.json", lambda d: d.update(name=name))
+        return load_into(af.wrap(tiny_encoder("bert")), "adapter", saved)
 
     return prepare
 
@@ -542,9 +433,9 @@ def _saved_name(name: str) -> Callable[[Path], Action]:
 def _store_put_run_with_task(task: str) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
         run = folder / "run"
-        saved = _saved(run)
+        saved = saved_piece(run)
         saved.rename(run / "adapter")
-        _saved(run, "head").rename(run / "head")
+        saved_piece(run, "head").rename(run / "head")
         (run / "config.json").write_text(json.dumps({"encoder": "enc", "task": task, "setup": "st-a", "seed": 1}))
         return lambda: AdapterStore(folder / "store").put(run)
 
@@ -570,7 +461,7 @@ def _adapter_named(name: str) -> Callable[[Path], Action]:
 
 
 B = BadInput
-CASES: tuple[BadInput, ...] = (
+_FIRST_CASES: tuple[BadInput, ...] = (
     # saved pieces
     B(
         "adapter-hidden-size",
@@ -797,7 +688,7 @@ CASES: tuple[BadInput, ...] = (
         "tasks: [rte, rtee]",
         ExperimentSpecError,
         ("tasks[1]", "unknown task 'rtee'", "Did you mean 'rte'"),
-        _experiment(tasks=["rte", "rtee"]),
+        experiment(tasks=["rte", "rtee"]),
         cli=True,
     ),
     B(
@@ -806,7 +697,7 @@ CASES: tuple[BadInput, ...] = (
         "setups: [st-b]",
         ExperimentSpecError,
         ("setups[0].name", "unknown setup 'st-b'", "Known setups"),
-        _experiment(setups=["st-b"]),
+        experiment(setups=["st-b"]),
         cli=True,
     ),
     B(
@@ -815,7 +706,7 @@ CASES: tuple[BadInput, ...] = (
         "tasks: [rte, cb, rte]",
         ExperimentSpecError,
         ("tasks[2]", "duplicate 'rte'"),
-        _experiment(tasks=["rte", "cb", "rte"]),
+        experiment(tasks=["rte", "cb", "rte"]),
         cli=True,
     ),
     B(
@@ -824,7 +715,7 @@ CASES: tuple[BadInput, ...] = (
         "the same setup twice: setups: [head, head]",
         ExperimentSpecError,
         ("setups[1]", "duplicate setup variant 'head'", "'id'"),
-        _experiment(setups=["head", "head"]),
+        experiment(setups=["head", "head"]),
         cli=True,
     ),
     B(
@@ -833,7 +724,7 @@ CASES: tuple[BadInput, ...] = (
         "top-level key 'seed' (the key is 'seeds')",
         ExperimentSpecError,
         ("seed", "unknown key", "'seeds'"),
-        _experiment(seed=3),
+        experiment(seed=3),
         cli=True,
     ),
     B(
@@ -842,7 +733,7 @@ CASES: tuple[BadInput, ...] = (
         "training: {learning_rate: -1}",
         ExperimentSpecError,
         ("training.learning_rate", "-1"),
-        _experiment(training={"learning_rate": -1}),
+        experiment(training={"learning_rate": -1}),
         cli=True,
     ),
     B(
@@ -921,7 +812,7 @@ CASES: tuple[BadInput, ...] = (
         "seeds: [4294967296] (2**32)",
         ExperimentSpecError,
         ("seeds[0]", "4294967296", "0..4294967295", "32-bit"),
-        _experiment(seeds=[2**32]),
+        experiment(seeds=[2**32]),
         cli=True,
     ),
     B(
@@ -931,7 +822,7 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("seed=4294967296", "0..4294967295", "32-bit"),
         lambda folder: (
-            lambda: _cli(
+            lambda: cli(
                 "train-adapter",
                 "--task",
                 "rte",
@@ -979,7 +870,7 @@ CASES: tuple[BadInput, ...] = (
         "experiment encoder: an existing but empty folder (was: 'install sentencepiece', per job)",
         ExperimentSpecError,
         ("encoder", "/my-encoder'", "holds no config.json", "save_pretrained"),
-        lambda folder: _experiment(encoder=str(_empty_encoder_folder(folder)))(folder),
+        lambda folder: experiment(encoder=str(_empty_encoder_folder(folder)))(folder),
         cli=True,
     ),
     B(
@@ -989,7 +880,7 @@ CASES: tuple[BadInput, ...] = (
         "the Hub: 47 s of retries per job offline)",
         ExperimentSpecError,
         ("encoder", "'./models/minilm-l6' looks like a local path", "does not exist"),
-        _experiment(encoder="./models/minilm-l6"),
+        experiment(encoder="./models/minilm-l6"),
         cli=True,
     ),
     B(
@@ -1016,7 +907,7 @@ CASES: tuple[BadInput, ...] = (
         "experiment output_dir that is an existing file",
         af.ConfigError,
         ("output_dir", "/taken'", "is a file, not a folder"),
-        lambda folder: _experiment(output_dir=str(_a_file(folder)))(folder),
+        lambda folder: experiment(output_dir=str(a_file(folder)))(folder),
         cli=True,
     ),
     B(
@@ -1025,7 +916,7 @@ CASES: tuple[BadInput, ...] = (
         "experiment output_dir inside an existing file (<file>/out)",
         af.ConfigError,
         ("output_dir", "cannot be created", "/taken' is a file"),
-        lambda folder: _experiment(output_dir=str(_a_file(folder) / "out"))(folder),
+        lambda folder: experiment(output_dir=str(a_file(folder) / "out"))(folder),
         cli=True,
     ),
     B(
@@ -1068,7 +959,7 @@ CASES: tuple[BadInput, ...] = (
         "adapterfusion evaluate RUN --json <an existing folder> (checked before the evaluation)",
         af.ConfigError,
         ("--json", "is a folder", "give a file path"),
-        lambda folder: lambda: _cli("evaluate", str(folder / "run"), "--json", str(folder)),
+        lambda folder: lambda: cli("evaluate", str(folder / "run"), "--json", str(folder)),
         cli=True,
     ),
     B(
@@ -1096,7 +987,7 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("--sources ''", "names no source task", "--sources mnli,sst2"),
         lambda folder: (
-            lambda: _cli(
+            lambda: cli(
                 "fuse",
                 "--task",
                 "rte",
@@ -1161,7 +1052,7 @@ CASES: tuple[BadInput, ...] = (
         "setup id '../../x' (it names runs/<id>/ and adapters/<id>/)",
         ExperimentSpecError,
         ("setups[0].id", "'../../x'"),
-        _experiment(setups=[{"name": "head", "id": "../../x"}]),
+        experiment(setups=[{"name": "head", "id": "../../x"}]),
         cli=True,
     ),
     B(
@@ -1170,7 +1061,7 @@ CASES: tuple[BadInput, ...] = (
         "setup id '/tmp/x'",
         ExperimentSpecError,
         ("setups[0].id", "'/tmp/x'"),
-        _experiment(setups=[{"name": "head", "id": "/tmp/x"}]),
+        experiment(setups=[{"name": "head", "id": "/tmp/x"}]),
         cli=True,
     ),
     B(
@@ -1179,7 +1070,7 @@ CASES: tuple[BadInput, ...] = (
         "experiment name '../x' (the default output_dir is outputs/<name>)",
         ExperimentSpecError,
         ("name", "'../x'"),
-        _experiment(name="../x"),
+        experiment(name="../x"),
         cli=True,
     ),
     B(
@@ -1244,54 +1135,15 @@ CASES: tuple[BadInput, ...] = (
 )
 
 
-# ---- running a case ------------------------------------------------------------------------------------------
-def _snapshot(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-
-
-def _raised_by_us(error: BaseException) -> bool:
-    frames = traceback.extract_tb(error.__traceback__)
-    return bool(frames) and "/adapterfusion/" in frames[-1].filename.replace("\\", "/")
-
-
-def run_case(case: BadInput, folder: Path) -> Outcome:
-    """Prepare the case in the empty `folder`, feed the bad input in, and check what came back."""
-    folder.mkdir(parents=True, exist_ok=True)
-    action = case.prepare(folder)
-    before = _snapshot(folder)
-    problems: list[str] = []
-    error: BaseException | None = None
-    try:
-        returned = action()
-    except Exception as caught:  # noqa: BLE001 - judging what was raised is the point
-        error = caught
-    if case.error is None:
-        message, error_type = ("" if error is not None else str(returned)), "(handled, no error)"
-        if error is not None:
-            problems.append(f"raised {type(error).__name__}: {error}")
-    elif case.cli:
-        message, error_type = (str(error) if error is not None else "").strip(), case.error.__name__
-        if not isinstance(error, _CliExit):
-            problems.append(f"expected `adapterfusion run` to exit with an error, got {error!r}")
-        else:
-            lines = error.stderr.strip().splitlines()
-            message = lines[-1].removeprefix("error: ") if lines else ""
-            if error.code != 2 or len(lines) != 1 or not lines[0].startswith("error: ") or "Traceback" in error.stderr:
-                problems.append(f"exit code {error.code} and stderr {error.stderr!r}: not one 'error: ...' line")
-    else:
-        message, error_type = str(error) if error is not None else "", type(error).__name__
-        if not isinstance(error, case.error):
-            problems.append(f"expected {case.error.__name__}, got {type(error).__name__}: {error}")
-        elif not _raised_by_us(error):
-            problems.append(f"{type(error).__name__} was raised outside adapterfusion")
-    problems += [f"message lacks {word!r}" for word in case.keywords if word not in message]
-    if _snapshot(folder) != before:
-        problems.append("files already saved in the folder were changed, added or removed")
-    return Outcome(case, error_type, message.replace(str(folder), "<dir>"), tuple(problems))
+# ---- every case, here and in the cases_*.py modules ------------------------------------------------------------
+CASES: tuple[BadInput, ...] = (
+    *_FIRST_CASES,
+    *cases_forward.CASES,
+    *cases_encoders.CASES,
+    *cases_files.CASES,
+    *cases_pieces.CASES,
+    *cases_runs.CASES,
+)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])

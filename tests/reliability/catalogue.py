@@ -1,0 +1,204 @@
+"""The bad-input catalogue's machinery: what a case is (`BadInput`), how one is run and judged (`run_case`), and the
+helpers cases in several modules share. The cases live in `test_bad_inputs.py` (the first 73) and in `cases_*.py`
+(one module per boundary: forward inputs, encoders and the Hub, file and folder targets, pieces and configs, runs);
+`test_bad_inputs.CASES` gathers them all, and scripts/bad_input_table.py writes docs/bad-inputs.md from them."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import adapterfusion as af
+from adapterfusion.cli import main as cli_main
+from adapterfusion.errors import AdapterFusionError
+from tiny_models import tiny_encoder
+
+Action = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """One catalogue entry. `error` None means the input is not an error but must be handled and reported: the
+    action then returns the report line. `cli`: fed in through `adapterfusion run`, not the Python API."""
+
+    id: str
+    group: str
+    tried: str
+    error: type[AdapterFusionError] | None
+    keywords: tuple[str, ...]
+    prepare: Callable[[Path], Action]
+    cli: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one case did: the error type's name and message (folder paths shown as <dir>), and the problems found."""
+
+    case: BadInput
+    error_type: str
+    message: str
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class CliExit(Exception):
+    def __init__(self, code: int, stderr: str) -> None:
+        super().__init__(stderr)
+        self.code, self.stderr = code, stderr
+
+
+class ModelTouched(Exception):
+    """A failed load changed the model it was loaded into."""
+
+
+def contents(model: af.AdaptedModel) -> tuple:
+    sites = tuple(sorted((s.layer_index, s.position, tuple(s.adapters), tuple(s.fusions)) for s in model.sites))
+    return tuple(model.adapter_names), tuple(model.fusion_names), tuple(model.head_names), sites
+
+
+def load_into(model: af.AdaptedModel, kind: str, directory: Path, **kwargs: Any) -> Action:
+    """The action `model.load_<kind>(directory)`, which must leave the model as it was when it fails."""
+
+    def action() -> Any:
+        before = contents(model)
+        try:
+            return getattr(model, f"load_{kind}")(directory, **kwargs)
+        finally:
+            if contents(model) != before:
+                raise ModelTouched(f"the failed load changed the model: {before} -> {contents(model)}")
+
+    return action
+
+
+def saved_piece(folder: Path, kind: str = "adapter", **encoder: Any) -> Path:
+    """A piece of `kind` saved from a tiny BERT (hidden 32, 2 layers unless `encoder` says otherwise)."""
+    model = af.wrap(tiny_encoder("bert", **encoder))
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    if kind == "adapter":
+        return model.save_adapter("a", folder / "a")
+    if kind == "fusion":
+        model.add_adapter("b", af.AdapterConfig.pfeiffer(reduction_factor=4))
+        model.add_fusion("f", ["a", "b"])
+        return model.save_fusion("f", folder / "f")
+    model.add_head("h", af.ClassificationHead(num_labels=2, labels=("entailment", "not_entailment")))
+    return model.save_head("h", folder / "h")
+
+
+def edit_json(path: Path, edit: Callable[[dict], None]) -> None:
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+
+
+def cli(*argv: str) -> str:
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        code = cli_main(list(argv))
+    if code != 0:
+        raise CliExit(code, stderr.getvalue())
+    return stderr.getvalue()
+
+
+def experiment_dict(folder: Path, **changes: Any) -> dict:
+    return {
+        "name": "tiny",
+        "encoder": "some-org/some-encoder",
+        "tasks": ["rte", "cb"],
+        "setups": ["head"],
+        "output_dir": str(folder / "out"),
+        **changes,
+    }
+
+
+def experiment(**changes: Any) -> Callable[[Path], Action]:
+    def prepare(folder: Path) -> Action:
+        path = folder / "experiment.json"
+        path.write_text(json.dumps(experiment_dict(folder, **changes)))
+        return lambda: cli("run", str(path), "--no-progress")
+
+    return prepare
+
+
+def a_file(folder: Path, name: str = "taken") -> Path:
+    path = folder / name
+    path.write_text("a file the user keeps\n")
+    return path
+
+
+@contextlib.contextmanager
+def read_only(directory: Path):
+    """`directory` made read-only (mode 555). Root ignores permission bits, so for root os.access is made to answer
+    for paths inside it as the kernel answers another user: the check under test is the one that reads it."""
+    directory.chmod(0o555)
+    real_access = os.access
+
+    def access(path, mode, *args, **kwargs):
+        inside = Path(path).resolve().is_relative_to(directory.resolve())
+        return False if inside and mode & os.W_OK else real_access(path, mode, *args, **kwargs)
+
+    try:
+        with mock.patch("os.access", access) if os.geteuid() == 0 else contextlib.nullcontext():
+            yield
+    finally:
+        directory.chmod(0o755)
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def raised_by_us(error: BaseException) -> bool:
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and "/adapterfusion/" in frames[-1].filename.replace("\\", "/")
+
+
+def run_case(case: BadInput, folder: Path) -> Outcome:
+    """Prepare the case in the empty `folder`, feed the bad input in, and check what came back."""
+    folder.mkdir(parents=True, exist_ok=True)
+    action = case.prepare(folder)
+    before = snapshot(folder)
+    problems: list[str] = []
+    error: BaseException | None = None
+    try:
+        returned = action()
+    except Exception as caught:  # noqa: BLE001 - judging what was raised is the point
+        error = caught
+    if case.error is None:
+        message, error_type = ("" if error is not None else str(returned)), "(handled, no error)"
+        if error is not None:
+            problems.append(f"raised {type(error).__name__}: {error}")
+    elif case.cli:
+        message, error_type = (str(error) if error is not None else "").strip(), case.error.__name__
+        if not isinstance(error, CliExit):
+            problems.append(f"expected `adapterfusion run` to exit with an error, got {error!r}")
+        else:
+            lines = error.stderr.strip().splitlines()
+            message = lines[-1].removeprefix("error: ") if lines else ""
+            if error.code != 2 or len(lines) != 1 or not lines[0].startswith("error: ") or "Traceback" in error.stderr:
+                problems.append(f"exit code {error.code} and stderr {error.stderr!r}: not one 'error: ...' line")
+    else:
+        message, error_type = str(error) if error is not None else "", type(error).__name__
+        if not isinstance(error, case.error):
+            problems.append(f"expected {case.error.__name__}, got {type(error).__name__}: {error}")
+        elif not raised_by_us(error):
+            problems.append(f"{type(error).__name__} was raised outside adapterfusion")
+    problems += [f"message lacks {word!r}" for word in case.keywords if word not in message]
+    if snapshot(folder) != before:
+        problems.append("files already saved in the folder were changed, added or removed")
+    return Outcome(case, error_type, message.replace(str(folder), "<dir>"), tuple(problems))
