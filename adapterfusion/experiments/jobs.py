@@ -120,6 +120,7 @@ def _train_single(payload: JobPayload) -> Path:
         training_config=payload.training,
         setup_options=payload.options,
         max_examples=payload.max_examples,
+        overwrite=True,  # the runner owns the run dir: it emptied it (checkpoints kept for a resume) before the job
         resume=payload.resume,
     )
     return Path(result.run_dir)
@@ -143,6 +144,7 @@ def _train_multitask(payload: JobPayload) -> Path:
         store=payload.store_dir,
         training_config=payload.training,
         max_examples=payload.max_examples,
+        overwrite=True,  # the runner owns the run dir and re-runs a job on purpose
         **options,
     )
     return Path(result.run_dir)

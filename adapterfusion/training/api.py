@@ -30,6 +30,7 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, jsonable, save_encoder, training_config_for
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
+from adapterfusion.training.run_state import check_can_train, run_state
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, as_store, encoder_key
 from adapterfusion.training.trainer import check_precision, fit, is_main_process, resolve_metric, resumable_checkpoint
@@ -63,7 +64,7 @@ def train(
     training_config: TrainingConfig | Mapping[str, Any] | None = None,
     setup_options: Mapping[str, Any] | None = None,
     max_examples: int | Mapping[str, int] | None = None,
-    overwrite: bool = True,
+    overwrite: bool = False,
     resume: bool = False,
 ) -> RunResult:
     """Train `setup` (see adapterfusion.training.setups) on `task` with `seed`.
@@ -71,11 +72,13 @@ def train(
     encoder: a HuggingFace encoder folder or Hub id (default: the shipped MiniLM). training_config: a
     TrainingConfig, or a dict of overrides of the setup's paper defaults (TrainingConfig.for_setup).
     store: where stage-1 adapters go (st-a, st-a-houlsby runs are added to it) and where fusion-st-a reads them.
-    overwrite=False refuses, before any work, a run folder that already holds files or a store entry that exists
-    (the CLI's default; the experiment runner re-runs jobs on purpose and keeps the default True).
+    overwrite: replace an earlier run of the same task, setup and seed (its run folder and store entry). Without it
+    (the default, as the CLI's without --overwrite) a finished run or an existing store entry is refused before any
+    work, with how to reuse it; the experiment runner, which owns its output dir, passes overwrite=True.
     resume: continue an interrupted run of the same settings from the newest complete checkpoint in its
     checkpoints/ folder, with the optimizer, scheduler, RNG and trainer state saved there (the result equals an
-    uninterrupted run's); without such a checkpoint the run starts from the beginning.
+    uninterrupted run's); without such a checkpoint the run starts from the beginning. A finished run is not
+    resumed (it is refused as above).
     """
     spec = resolve_task(task)
     recipe = get_setup(setup)
@@ -84,9 +87,10 @@ def train(
     check_precision(config)
     run = Run.open(output_dir, spec.name, setup, seed, encoder, writes=is_main_process())
     run_dir, store = run.run_dir, as_store(store)
-    if not overwrite and not resume and run.writes:  # the other ranks would race rank 0's own first files
-        entry = store.path(run.encoder, spec.name, setup, seed) if store is not None and recipe.stores_adapter else None
-        _refuse_existing(run_dir, entry, f"{spec.name}/{setup} seed {seed}")
+    if run.writes:  # the other ranks would race rank 0's own first files
+        keyed = store is not None and recipe.stores_adapter
+        entries = [store.path(run.encoder, spec.name, setup, seed)] if store is not None and keyed else []
+        check_can_train(run_state(run_dir), entries, f"{spec.name}/{setup} seed {seed}", overwrite, resume)
     tokenizer = run.begin()
     data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
     if "validation" not in data:
@@ -114,6 +118,8 @@ def train(
     if plan.fused_adapters:  # exactly which stored adapters this fusion is trained on (rebuild_run checks them)
         run_config["fused_adapters"] = plan.fused_adapters
     resume_from = resume_point(run_dir, run_config) if resume else None
+    if overwrite:  # the earlier run's end marker goes now: a crash from here on must not leave it looking finished
+        run.metrics_path.unlink(missing_ok=True)
     run.write_config(run_config)
 
     if plan.head_only and config.cache_features:  # the frozen encoder runs once, not once per epoch
@@ -274,20 +280,6 @@ def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> li
     for message in found:
         warnings.warn(message, RunQualityWarning, stacklevel=3)
     return found
-
-
-def _refuse_existing(run_dir: Path, entry: Path | None, what: str) -> None:
-    """TrainingError if the run folder holds files or the store entry exists: a rerun would replace them."""
-    found = [
-        f"the run folder {run_dir} holds files" if run_dir.is_dir() and any(run_dir.iterdir()) else "",
-        f"the store holds its adapter at {entry}" if entry is not None and entry.exists() else "",
-    ]
-    found = [part for part in found if part]
-    if found:
-        raise TrainingError(
-            f"{what} was trained before: {' and '.join(found)}; pass overwrite=True (CLI: --overwrite) "
-            "to replace them, or choose another output dir, store or seed"
-        )
 
 
 def _save_pieces(model, plan, tokenizer, run_dir: Path) -> dict[str, Path]:

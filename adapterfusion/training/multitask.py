@@ -61,6 +61,7 @@ from adapterfusion.training.fast_dropout import fast_dropout
 from adapterfusion.training.progress import RunProgress, write_progress
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, save_encoder, training_config_for
 from adapterfusion.training.run_files import RUN_FORMAT_VERSION, read_json
+from adapterfusion.training.run_state import check_can_train, run_state
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
 from adapterfusion.training.setups import (
     Setup,
@@ -180,11 +181,13 @@ def train_multitask(
     reduction_factor: float = 16,
     schedule: AnnealedSchedule | None = None,
     pooling: str | None = None,
+    overwrite: bool = False,
 ) -> MultiTaskResult:
     """Train MT-A on `tasks` (see the module docstring). training_config: a TrainingConfig or overrides of
     TrainingConfig.for_setup("mt-a") (lr 1e-4); `epochs` counts MT-A epochs (sum of task sizes / batch size
     steps); `metric_for_best`, if set, must be a metric of every task. max_examples applies to every task.
-    pooling: the heads' pooling (None: the encoder's own, see heads/pooling.py)."""
+    pooling: the heads' pooling (None: the encoder's own, see heads/pooling.py). overwrite: replace an earlier
+    MT-A run of the same seed in `output_dir` and its store entries; without it they are refused before any work."""
     from tqdm.auto import tqdm
     from transformers import get_linear_schedule_with_warmup
 
@@ -204,6 +207,8 @@ def train_multitask(
     schedule = schedule or AnnealedSchedule()
     run = Run.open(output_dir, MT_A, MT_A, seed, encoder)
     run_dir, encoder, encoder_dir, store = run.run_dir, run.encoder, run.run_dir / ENCODER_DIR, as_store(store)
+    entries = [store.path(encoder, spec.name, MT_A, seed) for spec in specs] if store is not None else []
+    check_can_train(run_state(run_dir), entries, f"{MT_A} seed {seed} of {[s.name for s in specs]}", overwrite)
     try:
         pooling = resolve_pooling(pooling, encoder)
     except ConfigError as err:
@@ -252,6 +257,8 @@ def train_multitask(
     streams = [_batches(dataset, config.batch_size, collator, seed + i) for i, dataset in enumerate(train_sets)]
     eval_batch_size = config.eval_batch_size or config.batch_size
 
+    if overwrite:  # the earlier run's end marker goes now: a crash from here on must not leave it looking finished
+        run.metrics_path.unlink(missing_ok=True)
     run.write_config(
         {
             "setup": MT_A,

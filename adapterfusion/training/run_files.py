@@ -14,6 +14,7 @@ from adapterfusion.training.errors import RunFileError
 RUN_FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
+LOCK_FILE = "run.lock"  # held while a run trains (training/run_lock.py)
 
 
 def read_json(path: str | os.PathLike, fix: str) -> Any:

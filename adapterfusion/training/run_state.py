@@ -1,0 +1,101 @@
+"""What state a run folder is in, judged in one place for the training calls, the CLI, evaluation and the store:
+
+| state | what the folder holds |
+|---|---|
+| absent | nothing (or no folder) |
+| running | a `run.lock` that a live process holds (training/run_lock.py) |
+| unfinished | files but no metrics.json, and no live lock: the run crashed or was interrupted |
+| finished | metrics.json, the file a run writes last |
+
+`check_can_train` turns the state into the one decision a training call makes before any work: go on, or refuse
+with what to do instead (reuse, resume, overwrite, wait).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.run_files import LOCK_FILE, METRICS_FILE
+from adapterfusion.training.run_lock import lock_holder
+
+
+class RunState(enum.Enum):
+    ABSENT = "absent"
+    RUNNING = "running"
+    UNFINISHED = "unfinished"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run folder's state; `pid` is the process training it while it is `running`."""
+
+    run_dir: Path
+    state: RunState
+    pid: int | None = None
+
+    @property
+    def running_elsewhere(self) -> bool:
+        """Another process (not this one) is training the run right now."""
+        return self.state is RunState.RUNNING and self.pid != os.getpid()
+
+    def describe(self) -> str:
+        """What the folder holds, for messages: '<dir> holds ...'."""
+        return {
+            RunState.ABSENT: f"{self.run_dir} holds no run",
+            RunState.RUNNING: f"{self.run_dir} is being trained right now by another process (pid {self.pid})",
+            RunState.UNFINISHED: f"{self.run_dir} holds files of an unfinished run (no metrics.json: it crashed or "
+            "was interrupted)",
+            RunState.FINISHED: f"the run folder {self.run_dir} holds files of a finished run (metrics.json)",
+        }[self.state]
+
+
+def run_state(run_dir: str | os.PathLike) -> RunStatus:
+    """The state of `run_dir` (see the module docstring)."""
+    run_dir = Path(run_dir)
+    pid = lock_holder(run_dir / LOCK_FILE)
+    if pid is not None:
+        return RunStatus(run_dir, RunState.RUNNING, pid)
+    if (run_dir / METRICS_FILE).is_file():
+        return RunStatus(run_dir, RunState.FINISHED)
+    if run_dir.is_dir() and any(entry.name != LOCK_FILE for entry in run_dir.iterdir()):
+        return RunStatus(run_dir, RunState.UNFINISHED)
+    return RunStatus(run_dir, RunState.ABSENT)
+
+
+def unfinished_fix(status: RunStatus) -> str:
+    """What to do about a run folder that is not finished: wait for it, or resume / restart it."""
+    if status.state is RunState.RUNNING:
+        return "wait for that process to finish (or stop it, then resume the run with --resume / resume=True)"
+    return "continue it with --resume (train(..., resume=True)) or start it over with --overwrite (overwrite=True)"
+
+
+def check_can_train(
+    status: RunStatus, entries: Sequence[Path], what: str, overwrite: bool = False, resume: bool = False
+) -> None:
+    """Refuse (TrainingError), before any work, a training call that would replace an earlier result without
+    `overwrite` or collide with a run in progress. `entries`: the store entries the run would write. A finished run
+    is never continued by `resume`; an unfinished one is, by `resume` or `overwrite` (which starts it over)."""
+    if status.running_elsewhere:
+        raise TrainingError(f"{what}: {status.describe()}; {unfinished_fix(status)}")
+    if overwrite:
+        return
+    stored = [f"the store holds its adapter at {entry}" for entry in entries if entry.exists()]
+    if status.state is RunState.FINISHED or (stored and status.state is RunState.ABSENT):
+        found = ([status.describe()] if status.state is RunState.FINISHED else []) + stored
+        reuse = (
+            f"reuse it (rebuild_run({str(status.run_dir)!r}); CLI: adapterfusion evaluate {status.run_dir})"
+            if status.state is RunState.FINISHED
+            else "reuse it (AdapterStore.load_into)"
+        )
+        raise TrainingError(
+            f"{what} was trained before: {' and '.join(found)}; {reuse}, pass overwrite=True (CLI: --overwrite) "
+            "to replace it, or choose another output dir, store or seed"
+        )
+    if status.state is RunState.UNFINISHED and not resume:
+        raise TrainingError(f"{what}: {status.describe()}; {unfinished_fix(status)}")
