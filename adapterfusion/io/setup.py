@@ -13,6 +13,7 @@ imports model.py.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -30,10 +31,10 @@ from adapterfusion._validation import check_name, naming_file, reject_unknown_ke
 from adapterfusion._version import __version__
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
-from adapterfusion.io.atomic import atomic_write_json, atomic_write_text, replace_folder
+from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
 from adapterfusion.io.hub import HubRef, download, hub_errors, hub_ref, locate, upload
 from adapterfusion.io.model_card import render_model_card
-from adapterfusion.io.pieces import config_path, piece_folder, read_json
+from adapterfusion.io.pieces import config_path, piece_folder, read_json, weights_path
 from adapterfusion.io.provenance import describe_origin
 from adapterfusion.piece import PIECE_KINDS
 
@@ -138,7 +139,9 @@ def save_setup(
     provenance: Provenance = None,
 ) -> Path:
     """Every piece, or the named ones (with the adapters of each named fusion), and the active setup restricted to
-    them; `provenance` maps a piece name to the run folder or store entry it came from (io/provenance.py)."""
+    them; `provenance` maps a piece name to the run folder or store entry it came from (io/provenance.py). Onto a
+    setup saved before, our files are updated in place (each atomically) and the pieces it listed that are no
+    longer saved are removed; nothing else in the folder is touched."""
     directory = Path(directory)
     if (
         directory.exists()
@@ -167,12 +170,36 @@ def save_setup(
         "provenance": {name: describe_origin(origin) for name, origin in (provenance or {}).items()},
     }
 
-    def write(tmp: Path) -> None:
-        for piece in index["pieces"]:
-            getattr(model, f"save_{piece['kind']}")(piece["name"], tmp / piece_folder(piece["kind"], piece["name"]))
-        atomic_write_json(tmp / SETUP_FILE, index)
+    earlier = _saved_pieces(directory)
+    for piece in index["pieces"]:
+        getattr(model, f"save_{piece['kind']}")(piece["name"], directory / piece_folder(piece["kind"], piece["name"]))
+    atomic_write_json(directory / SETUP_FILE, index)  # last: the index lists only pieces saved completely
+    for kind, name in sorted(earlier - {(p["kind"], p["name"]) for p in index["pieces"]}):
+        _remove_saved_piece(directory, kind, name)
+    return directory
 
-    return replace_folder(directory, write)
+
+def _saved_pieces(directory: Path) -> set[tuple[str, str]]:
+    """(kind, name) of each piece the setup already in `directory` lists: the only pieces there that are ours to
+    remove; none for a new folder, or for an index that cannot be read (then nothing is removed)."""
+    if not (directory / SETUP_FILE).is_file():
+        return set()
+    try:
+        return {(piece["kind"], piece["name"]) for piece in read_index(directory)["pieces"]}
+    except SerializationError:
+        return set()
+
+
+def _remove_saved_piece(directory: Path, kind: str, name: str) -> None:
+    """Delete the two files we wrote for a piece no longer saved, then its folders if that left them empty: a file
+    the user put beside them stays, and so does its folder."""
+    folder = directory / piece_folder(kind, name)
+    for path in (weights_path(folder, kind), config_path(folder, kind)):
+        if path.is_file():
+            path.unlink()
+    for empty in (folder, folder.parent):
+        with contextlib.suppress(OSError):  # not empty (or gone): what is left there is not ours to remove
+            empty.rmdir()
 
 
 def _chosen(model: AdaptedModel, adapters: Names, fusions: Names, heads: Names) -> dict[str, list[str]]:

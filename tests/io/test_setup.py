@@ -151,3 +151,27 @@ def test_which_strings_are_folders_hub_ids_or_errors(tmp_path, monkeypatch):
     (tmp_path / "file.json").write_text("{}")
     with pytest.raises(af.SerializationError, match="is a file"):
         locate("file.json", "adapter folder")
+
+
+def test_saving_onto_a_saved_setup_keeps_what_the_user_put_there(tmp_path):
+    """#21: save_pretrained onto our own setup updates our files in place; a file the user added (at the top, or in
+    a piece folder we no longer save) and a piece folder our index never listed stay, byte for byte."""
+    setup = tmp_path / "setup"
+    build_setup().save_pretrained(setup)
+    (setup / "notes.txt").write_text("mine")
+    (setup / "adapters" / "b" / "why.txt").write_text("b was the best")
+    (setup / "adapters" / "mine").mkdir()
+    (setup / "adapters" / "mine" / "adapter.safetensors").write_bytes(b"not ours")
+    small = af.wrap(tiny_encoder().double())
+    small.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    small.add_adapter("only", "pfeiffer")
+    small.save_pretrained(setup)
+    assert (setup / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (setup / "adapters").iterdir()) == ["a", "b", "mine", "only"]
+    assert [p.name for p in (setup / "adapters" / "b").iterdir()] == ["why.txt"]  # our files of b are gone
+    assert (setup / "adapters" / "mine" / "adapter.safetensors").read_bytes() == b"not ours"
+    assert not (setup / "fusions").exists() and not (setup / "heads").exists()
+    restored = af.AdaptedModel.from_pretrained(tiny_encoder().double(), setup)
+    assert restored.adapter_names == ["a", "only"] and restored.head_names == []
+    mine, theirs = restored.state_dict(), small.state_dict()
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
