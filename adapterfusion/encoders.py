@@ -1,19 +1,77 @@
-"""What an encoder argument names: a local model folder or a HuggingFace Hub id (`org/name` or `name`).
+"""What an encoder is: the one place that resolves an encoder argument (a local model folder or a HuggingFace Hub
+id `org/name`, `name` or `org/name@revision`), checks that af.wrap was given a model, and says which weights an
+encoder has (its identity, recorded with the adapters trained on it).
 
 transformers sends any string that is not an existing folder to the Hub, so a mistyped local path costs a round of
-network retries (minutes per job when offline) and ends in a message about the Hub, and an empty or half-copied
-folder ends in one about sentencepiece. `check_encoder` tells them apart up front: a string that can only be a
-path and does not exist, or a folder that holds no model, is a clear error before any work.
+network retries (minutes per job when offline) and ends in a message about the Hub; an empty or half-copied folder
+ends in one about sentencepiece, and a folder without tokenizer files trains with a tokenizer that maps every word to
+[UNK]. `resolve_encoder` tells these apart up front, once: a string that can only be a path and does not exist, a
+folder that holds no loadable model or tokenizer, or a Hub id that is neither cached nor reachable is a clear error
+before any work. Every caller (experiment files, train(), from_pretrained's base, the store) goes through it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
+from typing import TYPE_CHECKING, Any, cast
 
-from adapterfusion.errors import ConfigError
+import torch
+from torch import nn
+
+from adapterfusion.errors import AdapterFusionError, ConfigError, IncompatibleModelError, UnsupportedArchitectureError
+from adapterfusion.injection.architectures import ARCHITECTURES
+from adapterfusion.injection.site import AdapterSite
+from adapterfusion.io.hub import HubRef, hub_errors, hub_ref, reach
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
 
 MODEL_CONFIG = "config.json"
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "spm.model",
+)
+_PLAIN_WORDS = "the quick brown fox jumps over the lazy dog"  # any working tokenizer of a text encoder knows some
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """A resolved encoder argument: `folder`, the local folder it names (absolute), or `hub`, the Hub id it is;
+    `given` is the argument as the caller wrote it. `pretrained()` is what from_pretrained takes for either."""
+
+    given: str
+    folder: Path | None = None
+    hub: HubRef | None = None
+
+    def pretrained(self) -> tuple[str, dict[str, Any]]:
+        """(name_or_path, keyword arguments) for a from_pretrained call: a revision or subfolder of a Hub id goes in
+        the keywords, since transformers does not parse 'org/name@revision'."""
+        if self.hub is None:
+            return str(self.folder), {}
+        return self.hub.repo_id, {"subfolder": self.hub.subfolder, "revision": self.hub.revision}
+
+    def __str__(self) -> str:
+        return str(self.folder) if self.folder is not None else str(self.hub)
 
 
 def looks_like_path(value: str, base_dir: Path) -> bool:
@@ -25,27 +83,219 @@ def looks_like_path(value: str, base_dir: Path) -> bool:
     return bool(parent) and (base_dir / parent).is_dir()
 
 
-def check_encoder(value: str | os.PathLike, base_dir: str | os.PathLike | None = None) -> Path | None:
-    """The local folder `value` names (relative paths against `base_dir`, default the working dir), checked to hold
-    a model, or None when `value` is a Hub id. ConfigError for a path that does not exist or is no model folder."""
+def resolve_encoder(
+    value: str | os.PathLike, base_dir: str | os.PathLike | None = None, reach_hub: bool = True, tokenizer: bool = True
+) -> Encoder:
+    """What `value` names: a local folder (relative paths against `base_dir`, default the working dir) checked to
+    hold a model of a supported architecture, its weights and a working tokenizer; or a Hub id, checked (with
+    `reach_hub`) to be in the local cache (then checked as a folder too) or, online, known to the Hub. ConfigError
+    for a bad path or folder, UnsupportedArchitectureError for a model af.wrap cannot wrap, HubError for a Hub id
+    that cannot be loaded; all raised before any model is loaded. `tokenizer`=False: the caller needs only the model
+    (from_pretrained's base), so a folder without a tokenizer is fine."""
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise ConfigError(
+            f"encoder must be a model folder or a Hub id such as 'org/name' (a non-empty string), got {value!r}"
+        )
     text = os.fspath(value)
+    if not isinstance(text, str):
+        raise ConfigError(f"encoder {value!r} must be a text path, not bytes")
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     local = Path(text).expanduser()
     local = local if local.is_absolute() else base / local
-    if not local.exists():
-        if isinstance(value, os.PathLike) or looks_like_path(text, base):
-            raise ConfigError(
-                f"encoder {text!r} looks like a local path, but {str(local)!r} does not exist; check "
-                "the path (a Hub id has the form 'org/name')"
-            )
-        return None
-    if not local.is_dir():
-        raise ConfigError(f"encoder {text!r} is a file ({str(local)!r}); give the folder a model was saved in")
-    if not (local / MODEL_CONFIG).is_file():
-        present = sorted(p.name for p in local.iterdir())[:8]
+    if local.exists():
+        check_model_folder(local, f"encoder {text!r}", tokenizer)
+        return Encoder(text, folder=local.resolve())
+    ref = None if isinstance(value, os.PathLike) or looks_like_path(text, base) else hub_ref(text)
+    if ref is None:
         raise ConfigError(
-            f"encoder folder {str(local)!r} holds no {MODEL_CONFIG} (it holds {present or 'nothing'}), so it is not "
-            "a HuggingFace model folder; save one there with model.save_pretrained(folder) and "
+            f"encoder {text!r} looks like a local path, but {str(local)!r} does not exist; check the path (a Hub id "
+            "has the form 'org/name' or 'name', optionally with '@revision')"
+        )
+    if reach_hub:
+        cached = reach(ref, "encoder", MODEL_CONFIG)
+        if cached is not None:
+            check_model_folder(cached, f"encoder {text!r} (its copy in the Hugging Face cache)", tokenizer)
+    return Encoder(text, hub=ref)
+
+
+def check_encoder(value: str | os.PathLike, base_dir: str | os.PathLike | None = None) -> Path | None:
+    """The local folder `value` names, checked as resolve_encoder checks it, or None when `value` is a Hub id (not
+    looked up)."""
+    return resolve_encoder(value, base_dir, reach_hub=False).folder
+
+
+def check_model_folder(folder: Path, label: str, tokenizer: bool = True) -> None:
+    """ConfigError unless `folder` holds what from_pretrained needs: a config.json of a known, supported model type,
+    weights, and (with `tokenizer`) a tokenizer that is not degenerate."""
+    if not folder.is_dir():
+        raise ConfigError(f"{label} is a file ({str(folder)!r}); give the folder a model was saved in")
+    present = sorted(p.name for p in folder.iterdir())
+    if MODEL_CONFIG not in present:
+        raise ConfigError(
+            f"encoder folder {str(folder)!r} holds no {MODEL_CONFIG} (it holds {present[:8] or 'nothing'}), so it is "
+            "not a HuggingFace model folder; save one there with model.save_pretrained(folder) and "
             "tokenizer.save_pretrained(folder), or give a Hub id"
         )
-    return local
+    _check_model_type(folder / MODEL_CONFIG)
+    if not any(name in WEIGHT_FILES or name.endswith(".safetensors") for name in present):
+        raise ConfigError(
+            f"encoder folder {str(folder)!r} holds a {MODEL_CONFIG} but no weights (none of {list(WEIGHT_FILES)}; it "
+            f"holds {present[:8]}); save the model there with model.save_pretrained(folder)"
+        )
+    if tokenizer:
+        load_tokenizer(Encoder(str(folder), folder=folder))
+
+
+def _check_model_type(path: Path) -> None:
+    from transformers import CONFIG_MAPPING
+
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise ConfigError(
+            f"{path} is not a readable JSON file ({type(error).__name__}: {error}); save the model again with "
+            "model.save_pretrained(folder)"
+        ) from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type not in CONFIG_MAPPING:
+        raise ConfigError(
+            f"{path} names model_type {model_type!r}, which this transformers version does not know; save the model "
+            "with model.save_pretrained(folder) (its config.json then names its type), or upgrade transformers"
+        )
+    if model_type not in ARCHITECTURES:
+        raise UnsupportedArchitectureError(
+            f"{path} is a {model_type!r} model, which adapterfusion has no adapter sites for; use an encoder of one "
+            f"of {', '.join(sorted(ARCHITECTURES))}"
+        )
+
+
+def load_tokenizer(encoder: Encoder) -> Any:
+    """The encoder's tokenizer, refused when it does not load or is degenerate: transformers builds a tokenizer of a
+    few special tokens from a folder without tokenizer files, which maps every word to [UNK] and trains on nothing."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    name, kwargs = encoder.pretrained()
+    fix = (
+        f"save the tokenizer the encoder was trained with into that folder: "
+        f"AutoTokenizer.from_pretrained(<its original>).save_pretrained({str(encoder.folder or name)!r})"
+    )
+    with _loading(encoder, "tokenizer", fix):
+        tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
+        vocab_size = getattr(AutoConfig.from_pretrained(name, **kwargs), "vocab_size", None)
+    ids = tokenizer(_PLAIN_WORDS, add_special_tokens=False)["input_ids"]
+    unknown = tokenizer.unk_token_id is not None and bool(ids) and all(i == tokenizer.unk_token_id for i in ids)
+    if unknown or not ids or (isinstance(vocab_size, int) and len(tokenizer) * 10 < vocab_size):
+        files = (
+            [p.name for p in sorted(encoder.folder.iterdir()) if p.name in TOKENIZER_FILES]
+            if encoder.folder is not None
+            else []
+        )
+        held = f"the tokenizer files {files}" if files else f"none of the tokenizer files {list(TOKENIZER_FILES)}"
+        raise ConfigError(
+            f"encoder {encoder} has no usable tokenizer: it holds {held}, and the tokenizer transformers builds "
+            f"from it has {len(tokenizer)} tokens (the model has {vocab_size}) and maps every word of "
+            f"{_PLAIN_WORDS!r} to {tokenizer.unk_token!r}; {fix}"
+        )
+    return tokenizer
+
+
+def load_encoder_model(encoder: Encoder) -> nn.Module:
+    """The encoder's AutoModel, from its folder or Hub id (with its revision and subfolder)."""
+    from transformers import AutoModel
+
+    name, kwargs = encoder.pretrained()
+    with _loading(encoder, "model", "save it again with model.save_pretrained(folder)"):
+        return cast(nn.Module, AutoModel.from_pretrained(name, **kwargs))
+
+
+@contextlib.contextmanager
+def _loading(encoder: Encoder, what: str, fix: str) -> Iterator[None]:
+    """Errors of a from_pretrained call: a Hub id's download errors become HubErrors (io/hub.py), anything else a
+    ConfigError naming the encoder and the fix."""
+    try:
+        with hub_errors(encoder.hub, f"loading the encoder's {what} from") if encoder.hub else contextlib.nullcontext():
+            yield
+    except AdapterFusionError:
+        raise
+    except Exception as error:  # noqa: BLE001 - transformers raises many kinds for a folder it cannot read
+        reason = (str(error).strip().splitlines() or [""])[0]
+        raise ConfigError(
+            f"the {what} of encoder {encoder} does not load ({type(error).__name__}: {reason}); {fix}"
+        ) from None
+
+
+# ---- what af.wrap takes ---------------------------------------------------------------------------------------
+def check_wrappable(model: object) -> None:
+    """ConfigError unless `model` is a loaded HuggingFace model that no AdaptedModel wraps yet: af.wrap of a path,
+    a tokenizer, None or an already wrapped model would otherwise fail deep inside (or, for the last, wrap twice)."""
+    if isinstance(model, (str, os.PathLike)):
+        raise ConfigError(
+            f"af.wrap takes a loaded model, not the name or path {os.fspath(model)!r}; load it first: "
+            f"af.wrap(AutoModel.from_pretrained({os.fspath(model)!r}))"
+        )
+    if not isinstance(model, nn.Module):
+        kind = "a tokenizer" if hasattr(model, "convert_tokens_to_ids") else f"a {type(model).__name__}"
+        raise ConfigError(
+            f"af.wrap takes a HuggingFace encoder (a torch module such as AutoModel.from_pretrained(...)), got {kind}"
+            f"{' (wrap the model; the tokenizer is used as it is)' if kind == 'a tokenizer' else ''}"
+        )
+    if any(isinstance(module, AdapterSite) for module in model.modules()):
+        raise ConfigError(
+            f"this {type(model).__name__} is already wrapped: it holds adapter sites from an earlier af.wrap; use "
+            "that AdaptedModel as it is, or call its unload() first to get the plain encoder back"
+        )
+    if not isinstance(getattr(getattr(model, "config", None), "model_type", None), str):
+        raise ConfigError(
+            f"af.wrap takes a HuggingFace transformers model; this {type(model).__name__} has no config with a "
+            "model_type. Load one with AutoModel.from_pretrained(folder or Hub id)"
+        )
+
+
+def require_wrapped(model: object, what: str) -> None:
+    """ConfigError unless `model` is an AdaptedModel (what af.wrap returns): `what` needs its adapter sites."""
+    if not callable(getattr(model, "install_piece", None)) or not hasattr(model, "fingerprint"):
+        raise ConfigError(
+            f"{what} takes a wrapped model (an AdaptedModel), got a {type(model).__name__}; wrap the encoder first: "
+            "model = af.wrap(AutoModel.from_pretrained(...))"
+        )
+
+
+# ---- which weights ----------------------------------------------------------------------------------------------
+_DIGESTS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, str]] = weakref.WeakKeyDictionary()
+
+
+def encoder_digest(model: AdaptedModel) -> str:
+    """sha256 of the base encoder's weights (as float32, in module order): tells apart two checkpoints of one
+    architecture, which the fingerprint's sizes cannot. Remembered per model until a weight changes."""
+    base = {id(p) for p in cast(nn.Module, model.model.base_model).parameters()}
+    weights = [p for p in model.encoder_parameters() if id(p) in base]
+    version = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in weights)
+    remembered = _DIGESTS.get(model)
+    if remembered is not None and remembered[0] == version:
+        return remembered[1]
+    digest = hashlib.sha256()
+    for parameter in weights:
+        digest.update(parameter.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    _DIGESTS[model] = (version, digest.hexdigest())
+    return digest.hexdigest()
+
+
+def encoder_identity(model: AdaptedModel) -> dict[str, Any]:
+    """What is recorded beside adapters trained on `model`'s encoder: its fingerprint and the digest of its weights."""
+    return {**model.fingerprint.to_dict(), "weights_sha256": encoder_digest(model)}
+
+
+def check_same_encoder(model: AdaptedModel, recorded: Mapping[str, Any] | None, source: Path) -> None:
+    """IncompatibleModelError if `recorded` (an encoder_identity saved with `source`) names another encoder than
+    `model`'s: other sizes, or other weights. Nothing recorded (older files) is not checked."""
+    if not recorded:
+        return
+    model.fingerprint.check_compatible(recorded, source)
+    saved = recorded.get("weights_sha256")
+    if saved and saved != encoder_digest(model):
+        raise IncompatibleModelError(
+            f"{source} was trained on the encoder {recorded.get('name_or_path') or '(unnamed)'} (weights sha256 "
+            f"{str(saved)[:12]}), but this model's encoder {model.fingerprint.name_or_path or '(unnamed)'} has other "
+            f"weights (sha256 {encoder_digest(model)[:12]}); use the encoder it was trained on, or train the adapter "
+            "for this one (loading the same encoder in another precision also changes its weights)"
+        )

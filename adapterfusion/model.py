@@ -23,6 +23,7 @@ from transformers.utils import ModelOutput
 from adapterfusion._validation import check_choice, check_name, naming_file, require_loaded
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.adapters.placement import adapter_modules
+from adapterfusion.encoders import check_wrappable
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, resolve_fusion_config
 from adapterfusion.fusion.layer import FusionLayer
@@ -70,6 +71,7 @@ class AdaptedModel(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         """Wrap `model` (AutoModel or a *For* task model of an architecture in ARCHITECTURES) in place."""
+        check_wrappable(model)
         super().__init__()
         self.model = model
         self.training = model.training  # wrapping an eval-mode encoder gives an eval-mode model

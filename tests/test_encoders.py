@@ -1,10 +1,20 @@
-"""Encoder arguments: a Hub id stays a Hub id, a string that can only be a path must exist, a folder must hold a
-model (adapterfusion/encoders.py)."""
+"""Encoder arguments: a Hub id stays a Hub id (with or without an org, with a revision) and is looked up once and
+fast, a string that can only be a path must exist, a folder must hold a model and a working tokenizer
+(adapterfusion/encoders.py, adapterfusion/io/hub.py)."""
 
+import shutil
+import time
+from pathlib import Path
+
+import huggingface_hub
 import pytest
+from huggingface_hub.utils import httpx
 
-from adapterfusion.encoders import check_encoder, looks_like_path
-from adapterfusion.errors import ConfigError
+from adapterfusion.encoders import Encoder, check_encoder, looks_like_path, resolve_encoder
+from adapterfusion.errors import ConfigError, HubError
+from adapterfusion.io.hub import OFFLINE_VARIABLES, PROBE_SECONDS, HubRef, hub_ref
+from adapterfusion.training import train
+from tiny_models import tiny_encoder
 
 
 @pytest.mark.parametrize("value", ["bert-base-uncased", "sentence-transformers/all-MiniLM-L6-v2", "org/name"])
@@ -29,13 +39,124 @@ def test_org_name_is_a_path_when_its_org_folder_exists_locally(tmp_path):
         check_encoder("models/enc", tmp_path)
 
 
-def test_an_existing_folder_must_hold_a_model(tmp_path):
+def test_an_existing_folder_must_hold_a_model(tmp_path, tiny_encoder_dir):
     (tmp_path / "enc").mkdir()
     (tmp_path / "enc" / "vocab.txt").write_text("[PAD]\n")
     with pytest.raises(ConfigError, match=r"holds no config.json \(it holds \['vocab.txt'\]\)"):
         check_encoder("enc", tmp_path)
-    (tmp_path / "enc" / "config.json").write_text("{}")
+    shutil.rmtree(tmp_path / "enc")
+    shutil.copytree(tiny_encoder_dir, tmp_path / "enc")
     assert check_encoder("enc", tmp_path) == tmp_path / "enc"
     assert check_encoder(tmp_path / "enc") == tmp_path / "enc"
     with pytest.raises(ConfigError, match="is a file"):
         check_encoder("enc/config.json", tmp_path)
+
+
+# ---- Hub ids: parsed in one place (io/hub.py), looked up once, fast ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, ref",
+    [
+        ("bert-base-uncased", HubRef("bert-base-uncased")),  # a canonical id has no org and is a Hub id all the same
+        ("bert-base-uncased@v1", HubRef("bert-base-uncased", revision="v1")),
+        ("org/name@0123abc", HubRef("org/name", revision="0123abc")),
+        ("org/name/sub/dir", HubRef("org/name", "sub/dir")),
+    ],
+)
+def test_hub_ids_parse_with_or_without_an_org(value, ref):
+    assert hub_ref(value) == ref
+
+
+@pytest.mark.parametrize("value", ["org--x/name", "a..b", "-name", "org/name@", "org/name@/x", "x" * 97, ""])
+def test_strings_the_hub_refuses_are_no_hub_ids(value):
+    assert hub_ref(value) is None
+
+
+def test_a_revision_goes_to_from_pretrained_as_a_keyword(tmp_path):
+    encoder = resolve_encoder("org/name@v2", tmp_path, reach_hub=False)
+    assert encoder.pretrained() == ("org/name", {"subfolder": "", "revision": "v2"})
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr(huggingface_hub, "model_info", _never_called)
+
+
+def _never_called(*args, **kwargs):
+    raise AssertionError("the Hub was asked")
+
+
+def _cache(cache: Path, repo: str, files_from: Path, revision: str = "main") -> None:
+    """`files_from` as the Hugging Face cache holds a downloaded snapshot of `repo` at `revision`."""
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / revision).write_text("0" * 40)
+    shutil.copytree(files_from, folder / "snapshots" / ("0" * 40))
+
+
+@pytest.mark.parametrize("value", ["some-org/uncached", "uncached-canonical", "org/name@v2"])
+def test_an_uncached_hub_id_offline_fails_at_once_naming_the_cache_and_the_switch(offline, tmp_path, value):
+    start = time.perf_counter()
+    with pytest.raises(
+        HubError, match=f"encoder {value} is not in the local Hugging Face cache .*hf-cache.*HF_HUB_OFF"
+    ):
+        resolve_encoder(value, tmp_path)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_train_with_an_uncached_hub_id_offline_fails_at_once(offline, tmp_path):
+    start = time.perf_counter()
+    with pytest.raises(HubError, match="encoder org/name is not in the local Hugging Face cache"):
+        train("rte", "head", encoder="org/name", output_dir=tmp_path / "runs")
+    assert time.perf_counter() - start < 2.0
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_cached_hub_id_is_checked_as_a_folder_and_never_looked_up(offline, tmp_path, tiny_encoder_dir):
+    _cache(tmp_path / "hf-cache", "org/cached", tiny_encoder_dir)
+    assert resolve_encoder("org/cached", tmp_path) == Encoder("org/cached", hub=HubRef("org/cached"))
+    _cache(tmp_path / "hf-cache", "org/no-tokenizer", tiny_encoder_dir)
+    for file in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        (tmp_path / "hf-cache" / "models--org--no-tokenizer" / "snapshots" / ("0" * 40) / file).unlink(missing_ok=True)
+    with pytest.raises(ConfigError, match="no usable tokenizer"):
+        resolve_encoder("org/no-tokenizer", tmp_path)
+
+
+def test_online_an_unreachable_hub_is_asked_once_with_a_short_timeout(monkeypatch, tmp_path):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    for name in OFFLINE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    calls = []
+
+    def unreachable(repo_id, **kwargs):
+        calls.append((repo_id, kwargs))
+        raise httpx.ConnectError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "model_info", unreachable)
+    with pytest.raises(HubError, match="looking up encoder org/name@v1 failed \\(ConnectError.*hf-cache"):
+        resolve_encoder("org/name@v1", tmp_path)
+    assert calls == [("org/name", {"revision": "v1", "timeout": PROBE_SECONDS})]
+    monkeypatch.setattr(huggingface_hub, "model_info", lambda repo_id, **kwargs: None)  # the Hub knows it
+    assert resolve_encoder("bert-base-uncased", tmp_path).hub == HubRef("bert-base-uncased")
+
+
+# ---- folders: what from_pretrained needs, checked before any work ------------------------------------------------
+
+
+def test_a_home_relative_folder_is_expanded(monkeypatch, tmp_path, tiny_encoder_dir):
+    shutil.copytree(tiny_encoder_dir, tmp_path / "models" / "enc")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    encoder = resolve_encoder("~/models/enc")
+    assert encoder.folder == tmp_path / "models" / "enc"
+    assert encoder.pretrained() == (str(tmp_path / "models" / "enc"), {})
+
+
+def test_a_folder_with_weights_but_no_tokenizer_is_usable_as_a_base_only(tmp_path):
+    tiny_encoder("bert").save_pretrained(tmp_path / "enc")
+    with pytest.raises(ConfigError, match="no usable tokenizer: it holds none of the tokenizer files"):
+        resolve_encoder(tmp_path / "enc")
+    assert resolve_encoder(tmp_path / "enc", tokenizer=False).folder == tmp_path / "enc"

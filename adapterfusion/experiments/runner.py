@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.encoders import resolve_encoder
 from adapterfusion.experiments.executors import Executor, make_executor
 from adapterfusion.experiments.jobs import JobPayload, payload_options
 from adapterfusion.experiments.plan import Job, plan_jobs
@@ -109,6 +110,8 @@ def run_experiment(
     """
     spec = load_spec(spec_or_path)
     jobs = plan_jobs(spec)
+    if spec.encoder is not None:  # once, not per job: a Hub id that is neither cached nor reachable fails here
+        resolve_encoder(spec.encoder)
     out = check_writable_folder(spec.output_dir, "output_dir")
     start = time.perf_counter()
     summary = ExperimentSummary(spec.name, out)

@@ -55,7 +55,7 @@ from typing import Any
 from adapterfusion._validation import check_name
 from adapterfusion.defaults import default_encoder_path
 from adapterfusion.encoders import check_encoder
-from adapterfusion.errors import ConfigError, DefaultModelMissingError
+from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.documents import read_document
@@ -277,11 +277,11 @@ def _encoder(value: Any, base_dir: Path) -> str | None:
         raise _fail(
             "encoder", f"must be an encoder folder or a Hub id (a string), or null for the shipped one; got {value!r}"
         )
-    try:
-        local = check_encoder(value, base_dir)  # a mistyped path or an empty folder is refused here, not per job
-    except ConfigError as err:
+    try:  # a mistyped path or a folder with no model or tokenizer is refused here, not per job
+        local = check_encoder(value, base_dir)
+    except AdapterFusionError as err:  # a Hub id is looked up once, when the experiment runs (runner.py)
         raise _fail("encoder", str(err)) from None
-    return str(local.resolve()) if local is not None else value  # otherwise a Hub id
+    return str(local) if local is not None else value
 
 
 def _zoo(value: Any, base_dir: Path) -> str | None:

@@ -1,8 +1,11 @@
 """The Hugging Face Hub as a place for saved folders: which strings are Hub ids, downloading part of a repo, uploading
 a folder. Every huggingface_hub failure becomes a HubError that names the repo and the fix.
 
-A string names an existing local folder, or is a Hub id 'org/name', 'org/name/subfolder' (a folder inside the repo),
-optionally with '@revision'; anything else is an error raised before any network access.
+A string names an existing local folder, or is a Hub id: 'org/name', a canonical 'name' (bert-base-uncased),
+'org/name/subfolder' (a folder inside the repo), each optionally with '@revision'; anything else is an error raised
+before any network access. `reach` is the one check that a Hub id can be loaded at all: from the local cache, or
+after one quick look-up, so that an id that is not cached fails at once offline and in seconds online, instead of
+after transformers' minute of retries per load.
 """
 
 from __future__ import annotations
@@ -16,13 +19,17 @@ from pathlib import Path
 
 import huggingface_hub
 from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.utils import validate_repo_id
 
 from adapterfusion._version import __version__
 from adapterfusion.errors import ConfigError, HubError, SerializationError
 
 REPO_TYPE = "model"
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-_HUB_ID = re.compile(rf"^(?P<repo>{_PART}/{_PART})(?P<subfolder>(?:/{_PART})*)(?:@(?P<revision>[^@\s]+))?$")
+# 'org/name' greedily, so a folder inside a repo needs the org: 'name/sub' is the repo 'name/sub', not a subfolder
+_HUB_ID = re.compile(rf"^(?P<repo>{_PART}(?:/{_PART})?)(?P<subfolder>(?:/{_PART})*)(?:@(?P<revision>[^@\s/][^@\s]*))?$")
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+PROBE_SECONDS = 5.0  # one look-up, no retries: a Hub that does not answer in this time is unreachable
 # What a failed call can raise: huggingface_hub's errors are OSErrors (HTTP, offline, missing cache entry), except a
 # malformed id (HFValidationError) and a transport error that escapes its retries (its httpx's HTTPError).
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = tuple(
@@ -52,11 +59,60 @@ class HubRef:
 
 
 def hub_ref(value: str) -> HubRef | None:
-    """`value` as a HubRef if it is shaped like a Hub id, else None; no network access."""
-    match = _HUB_ID.match(value)
+    """`value` as a HubRef if it is shaped like a Hub id ('org/name', or a canonical 'name' such as
+    bert-base-uncased, with an optional '/subfolder' after 'org/name' and '@revision'), else None; no network
+    access."""
+    match = _HUB_ID.match(value) if isinstance(value, str) else None
     if match is None:
         return None
+    try:
+        validate_repo_id(match["repo"])  # the Hub's own rules: no '--' or '..', at most 96 characters, ...
+    except HFValidationError:
+        return None
     return HubRef(match["repo"], match["subfolder"].lstrip("/"), match["revision"])
+
+
+def offline() -> bool:
+    """Whether offline mode is on: HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE, as huggingface_hub read it at import or
+    as the environment says now."""
+    return bool(huggingface_hub.constants.HF_HUB_OFFLINE) or any(
+        os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"} for name in OFFLINE_VARIABLES
+    )
+
+
+def cache_dir() -> str:
+    """The local Hugging Face cache that Hub downloads go to (HF_HUB_CACHE)."""
+    return str(os.environ.get("HF_HUB_CACHE") or huggingface_hub.constants.HF_HUB_CACHE)
+
+
+def cached_folder(ref: HubRef, filename: str) -> Path | None:
+    """The folder of `ref` in the local cache if its `filename` is there, else None; no network access."""
+    found = huggingface_hub.try_to_load_from_cache(
+        ref.repo_id,
+        "/".join(p for p in (ref.subfolder, filename) if p),
+        cache_dir=cache_dir(),
+        revision=ref.revision,
+        repo_type=REPO_TYPE,
+    )
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def reach(ref: HubRef, what: str, filename: str) -> Path | None:
+    """Check once that `ref` can be loaded: its folder in the local cache if `filename` is there (None: not cached,
+    but the Hub has it). Not cached and offline, or the Hub not answering within PROBE_SECONDS, is a HubError that
+    names the id, the cache and the offline switch, raised at once instead of after retries."""
+    cached = cached_folder(ref, filename)
+    if cached is not None:
+        return cached
+    if offline():
+        raise HubError(
+            f"{what} {ref} is not in the local Hugging Face cache ({cache_dir()}) and offline mode is on "
+            f"({' or '.join(OFFLINE_VARIABLES)}); download it once with the network on (unset "
+            f"{OFFLINE_VARIABLES[0]}), point HF_HUB_CACHE at a cache that holds it, or pass a local folder"
+        )
+    with hub_errors(ref, f"looking up {what}"):
+        huggingface_hub.model_info(ref.repo_id, revision=ref.revision, timeout=PROBE_SECONDS)
+    return None
 
 
 def locate(source: str | os.PathLike, what: str) -> Path | HubRef:
@@ -64,7 +120,7 @@ def locate(source: str | os.PathLike, what: str) -> Path | HubRef:
     does not exist, a file) is a SerializationError naming `what` and both accepted forms."""
     if not isinstance(source, (str, os.PathLike)):
         raise ConfigError(f"{what} must be a folder or a Hub id 'org/name', got {type(source).__name__}")
-    path = Path(source)
+    path = Path(source).expanduser()
     if path.is_dir():
         return path
     if path.exists():
@@ -72,8 +128,8 @@ def locate(source: str | os.PathLike, what: str) -> Path | HubRef:
     ref = hub_ref(source) if isinstance(source, str) else None
     if ref is None:
         raise SerializationError(
-            f"{what} {str(source)!r} is not a directory (no such folder), nor a Hub id of the form 'org/name' or "
-            "'org/name/subfolder'; check the path"
+            f"{what} {str(source)!r} is not a directory (no such folder), nor a Hub id of the form 'org/name', "
+            "'name' or 'org/name/subfolder'; check the path"
         )
     return ref
 
@@ -88,14 +144,15 @@ def hub_errors(ref: HubRef | str, action: str) -> Iterator[None]:
     except (RepositoryNotFoundError, RevisionNotFoundError) as error:
         raise HubError(
             f"{action} {ref}: the Hub has no such repository or revision that you may read ({type(error).__name__}), "
-            "and no local folder has that name; check the id and revision, or log in (`hf auth login` or HF_TOKEN) "
-            "for a private or gated repository"
+            "and no local folder has that name; check the id, revision or path, or log in (`hf auth login` or "
+            "HF_TOKEN) for a private or gated repository"
         ) from None
     except _TRANSPORT_ERRORS as error:
         reason = (str(error).strip().splitlines() or [""])[0]
         raise HubError(
-            f"{action} {ref} failed ({type(error).__name__}: {reason}); check the network and the id (with "
-            "HF_HUB_OFFLINE=1 only files already in the local cache load), or pass a local folder instead"
+            f"{action} {ref} failed ({type(error).__name__}: {reason}); check the network and the id, or pass a "
+            f"local folder instead (with HF_HUB_OFFLINE=1 only what is already in the local cache {cache_dir()} "
+            "loads)"
         ) from None
 
 

@@ -15,24 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-import torch
 from torch import nn
 
 from adapterfusion._validation import check_name, naming_file, reject_unknown_keys
 from adapterfusion._version import __version__
+from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
-from adapterfusion.io.hub import HubRef, download, hub_errors, hub_ref, locate, upload
+from adapterfusion.io.hub import HubRef, download, hub_ref, locate, upload
 from adapterfusion.io.model_card import render_model_card
 from adapterfusion.io.pieces import config_path, piece_folder, read_json, weights_path
 from adapterfusion.io.provenance import describe_origin
@@ -116,17 +115,6 @@ class ActiveSetup:
         model.set_fusion_step(self.fusion_step)
         model.set_fusion_implementation(self.fusion_implementation)
         model.activate(adapter=self.adapter, fusion=self.fusion, head=self.head, skip_layers=self.skip_layers)
-
-
-def encoder_digest(model: AdaptedModel) -> str:
-    """sha256 of the base encoder's weights (as float32, in module order): tells apart two checkpoints of one
-    architecture, which the fingerprint's sizes cannot."""
-    base = {id(p) for p in cast(nn.Module, model.model.base_model).parameters()}
-    digest = hashlib.sha256()
-    for parameter in model.encoder_parameters():
-        if id(parameter) in base:
-            digest.update(parameter.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return digest.hexdigest()
 
 
 # ---- save ------------------------------------------------------------------------------------------------
@@ -292,19 +280,7 @@ def _base_encoder(base: nn.Module | str | os.PathLike, model_class: type) -> nn.
         )
     if isinstance(base, nn.Module):
         return base
-    from transformers import AutoModel
-
-    place = locate(base, "base model")
-    if isinstance(place, HubRef):
-        with hub_errors(place, "loading the base model"):
-            return AutoModel.from_pretrained(place.repo_id, subfolder=place.subfolder, revision=place.revision)
-    try:
-        return AutoModel.from_pretrained(place)
-    except OSError as error:
-        raise SerializationError(
-            f"base model folder {place} does not load ({error}); pass a folder that "
-            "save_pretrained of a HuggingFace model wrote"
-        ) from None
+    return load_encoder_model(resolve_encoder(base, tokenizer=False))
 
 
 def piece_source(source: str | os.PathLike, kind: str) -> Path:
@@ -352,8 +328,11 @@ def push_setup(
     """save_setup into Hub repo folder `repo_id` ('org/name' or 'org/name/subfolder') with a README.md model card;
     returns the id that loads it back."""
     ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
-    if ref is None:
-        raise ConfigError(f"repo_id {repo_id!r} is not a Hub id; use 'org/name' or 'org/name/subfolder'")
+    if ref is None or "/" not in ref.repo_id:  # a bare name would land in the token's own namespace, not at `repo_id`
+        raise ConfigError(
+            f"repo_id {repo_id!r} is not a Hub id to push to; use 'org/name' or 'org/name/subfolder' (your user or "
+            "organisation name first)"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         folder = save_setup(model, Path(tmp) / "setup", adapters, fusions, heads, provenance)
         index = read_index(folder)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.encoders import encoder_identity
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
@@ -108,6 +109,7 @@ def train(
         "seed": seed,
         "encoder": run.encoder,
         "encoder_key": encoder_key(run.encoder),
+        "encoder_identity": encoder_identity(model),  # the store refuses its adapter for an encoder of other weights
         # where a fusion's adapters are reloaded from
         "store": str(store.root.resolve()) if store is not None else None,
         "training": config.to_dict(),

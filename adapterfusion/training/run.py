@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion.encoders import check_encoder
+from adapterfusion.encoders import Encoder, load_encoder_model, load_tokenizer, resolve_encoder
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder, path_part
 from adapterfusion.training.config import TrainingConfig
@@ -164,6 +164,7 @@ class Run(RunFolder):
     encoder: str
     writes: bool = True
     started: float = field(default_factory=time.perf_counter)
+    resolved: Encoder | None = field(default=None, repr=False)  # what `encoder` names (encoders.resolve_encoder)
 
     @classmethod
     def open(
@@ -179,29 +180,34 @@ class Run(RunFolder):
         yet, so a caller can still refuse to replace an earlier run."""
         import adapterfusion as af
 
-        encoder = str(encoder if encoder is not None else af.default_encoder_path())
-        check_encoder(encoder)
+        encoder = encoder if encoder is not None else af.default_encoder_path()
+        resolved = resolve_encoder(encoder)
         return cls(
-            run_dir_for(check_writable_folder(output_dir, "output_dir"), task, setup, seed), seed, encoder, writes
+            run_dir_for(check_writable_folder(output_dir, "output_dir"), task, setup, seed),
+            seed,
+            str(encoder),
+            writes,
+            resolved=resolved,
         )
 
     def begin(self) -> Any:
         """Create the run folder, seed every RNG with the run's seed, and return the encoder's tokenizer."""
         import transformers
-        from transformers import AutoTokenizer
 
         if self.writes:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         transformers.set_seed(self.seed)
-        return AutoTokenizer.from_pretrained(self.encoder)
+        return load_tokenizer(self.source)
 
     def wrapped_encoder(self) -> AdaptedModel:
         """The encoder, wrapped for adapters (af.wrap), fresh from its folder or Hub id."""
-        from transformers import AutoModel
-
         import adapterfusion as af
 
-        return af.wrap(AutoModel.from_pretrained(self.encoder))
+        return af.wrap(load_encoder_model(self.source))
+
+    @property
+    def source(self) -> Encoder:
+        return self.resolved or resolve_encoder(self.encoder, reach_hub=False)
 
     def write_config(self, settings: Mapping[str, Any]) -> None:
         """config.json: the format version, `settings` and the provenance."""

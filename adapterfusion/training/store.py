@@ -2,9 +2,12 @@
 
     <root>/<encoder>/<task>/<setup>/seed-<seed>/adapter/   (adapter.safetensors + adapter_config.json)
                                                 head/      (head.safetensors + head_config.json)
-                                                entry.json (where it came from)
+                                                entry.json (where it came from, which encoder)
 
-so stage 2 (fusion) finds the adapters of stage 1. Each entry is written into a temporary folder beside its
+so stage 2 (fusion) finds the adapters of stage 1. The folder name says which encoder only by its last two path
+parts, so entry.json records the encoder's identity (sizes and a digest of its weights, encoders.encoder_identity)
+and loading refuses a model whose encoder has other weights; entries written before that (the shipped zoo) are
+matched by the folder name alone. Each entry is written into a temporary folder beside its
 final place and renamed into it, so a crash never leaves half an entry, and adding a task never touches others.
 """
 
@@ -13,11 +16,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion._validation import naming_file
+from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
 from adapterfusion.errors import SerializationError
 from adapterfusion.io.atomic import atomic_write_json, replace_folder
 from adapterfusion.io.paths import path_part
@@ -84,6 +88,7 @@ class AdapterStore:
             raise SerializationError(f"{config_file} lacks {absent}; put() takes the run folder that train() wrote")
         with naming_file(config_file):  # its task and setup become folder names in the store
             self.path(run["encoder"], run["task"], run["setup"], run["seed"])
+        identity = run.get("encoder_identity")
         pieces = {kind: run_dir / kind for kind in ("adapter", "head")}
         missing = [str(p) for p in pieces.values() if not p.is_dir()]
         if missing:
@@ -98,6 +103,7 @@ class AdapterStore:
             overwrite,
             lambda tmp: [shutil.copytree(src, tmp / kind) for kind, src in pieces.items()],
             source=str(run_dir),
+            identity=identity if isinstance(identity, Mapping) else None,
         )
 
     def put_model(
@@ -112,15 +118,28 @@ class AdapterStore:
         overwrite: bool = False,
     ) -> Path:
         """Save adapter `adapter` (and head `head`) of a live model into the store."""
+        require_wrapped(model, "AdapterStore.put_model")
 
         def write(tmp: Path) -> None:
             model.save_adapter(adapter, tmp / "adapter")
             if head is not None:
                 model.save_head(head, tmp / "head")
 
-        return self._commit(encoder, task, setup, seed, overwrite, write, source="model")
+        return self._commit(
+            encoder, task, setup, seed, overwrite, write, source="model", identity=encoder_identity(model)
+        )
 
-    def _commit(self, encoder: str, task: str, setup: str, seed: int, overwrite: bool, write, source: str) -> Path:
+    def _commit(
+        self,
+        encoder: str,
+        task: str,
+        setup: str,
+        seed: int,
+        overwrite: bool,
+        write,
+        source: str,
+        identity: Mapping[str, Any] | None,
+    ) -> Path:
         final = self.path(encoder, task, setup, seed)
         if final.exists() and not overwrite:
             raise TrainingError(f"the store already holds {final}; pass overwrite=True to replace it")
@@ -136,6 +155,7 @@ class AdapterStore:
                     "setup": setup,
                     "seed": int(seed),
                     "source": source,
+                    **({"encoder_identity": dict(identity)} if identity else {}),
                 },
             )
 
@@ -156,6 +176,7 @@ class AdapterStore:
         """Load the stored adapter (as `name`, default the task) and, with head=True, its head under the same name.
         `encoder` defaults to the path the model was loaded from; with `labels` (the task's label names) a head
         saved for another label set is refused, as in AdaptedModel.load_head."""
+        require_wrapped(model, "AdapterStore.load_into")
         encoder = encoder if encoder is not None else model.fingerprint.name_or_path
         entry = self.path(encoder, task, setup, seed)
         if not (entry / ENTRY_FILE).is_file():
@@ -164,6 +185,8 @@ class AdapterStore:
                 f"and encoder {encoder_key(encoder)!r} "
                 f"(looked in {entry}); train it first: train({task!r}, {setup!r}, seed={seed}, store=...)"
             )
+        recorded = read_json(entry / ENTRY_FILE, "the store entry is damaged; put its adapter into the store again")
+        check_same_encoder(model, recorded.get("encoder_identity") if isinstance(recorded, dict) else None, entry)
         loaded = model.load_adapter(entry / "adapter", name=name or task, overwrite=overwrite)
         if head:
             model.load_head(entry / "head", name=loaded, overwrite=overwrite, labels=labels)

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import AdapterFusionError
 from adapterfusion.training.run_files import read_json
 from adapterfusion.training.store import ENTRY_FILE, AdapterStore, encoder_key
@@ -98,6 +99,7 @@ def load_zoo_adapter(
     encoder: str | None = None,
 ) -> str:
     """Load the zoo's adapter for `task` into `model` (as `name`, default the task), with its head if `head`."""
+    require_wrapped(model, "load_zoo_adapter")
     store = resolve_zoo(zoo)
     encoder = encoder if encoder is not None else model.fingerprint.name_or_path
     seed = zoo_seed(store, encoder, task)

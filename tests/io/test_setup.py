@@ -135,9 +135,9 @@ def test_which_strings_are_folders_hub_ids_or_errors(tmp_path, monkeypatch):
     assert locate("org/name", "x") == Path("org/name")  # an existing local folder wins
     assert locate("org/other", "x") == HubRef("org/other")
     assert locate("org/other/adapters/rte@v1.0", "x") == HubRef("org/other", "adapters/rte", "v1.0")
+    assert locate("missing", "x") == HubRef("missing")  # a canonical Hub id such as bert-base-uncased
     assert str(HubRef("org/other", "adapters/rte", "v1.0")) == "org/other/adapters/rte@v1.0"
     for path_like in (
-        "missing",
         "./org/missing",
         str(tmp_path / "missing"),
         "../org/name",

@@ -1,0 +1,59 @@
+"""Which encoder a stored adapter belongs to: the store folder is keyed by the encoder path's last two parts, so an
+entry records the encoder's identity (sizes and weights digest, adapterfusion/encoders.py) and the store loads it only
+into an encoder with those weights; entries written before that (the shipped zoo) load by the key alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import adapterfusion as af
+from adapterfusion.encoders import encoder_digest
+from adapterfusion.training import AdapterStore
+from adapterfusion.training.store import ENTRY_FILE
+from tiny_models import tiny_encoder
+
+
+def _stored(tmp_path) -> tuple[AdapterStore, af.AdaptedModel]:
+    trained = af.wrap(tiny_encoder("bert", seed=0))
+    trained.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    store = AdapterStore(tmp_path / "store")
+    store.put_model(trained, "rte", None, "/a/x/model", "rte", "st-a", 1)
+    return store, trained
+
+
+def test_an_entry_loads_into_the_same_weights_under_any_path_and_refuses_other_weights(tmp_path):
+    store, trained = _stored(tmp_path)
+    entry = json.loads((store.path("/a/x/model", "rte", "st-a", 1) / ENTRY_FILE).read_text())
+    assert entry["encoder_identity"]["weights_sha256"] == encoder_digest(trained)
+    same = af.wrap(tiny_encoder("bert", seed=0))  # the same weights, loaded again from elsewhere
+    assert store.load_into(same, "rte", "st-a", 1, encoder="/b/x/model") == "rte"
+    with pytest.raises(af.IncompatibleModelError, match="trained on the encoder .* other weights"):
+        store.load_into(af.wrap(tiny_encoder("bert", seed=1)), "rte", "st-a", 1, encoder="/b/x/model")
+
+
+def test_an_entry_without_a_recorded_identity_loads_by_its_key_as_before(tmp_path):
+    store, _ = _stored(tmp_path)
+    path = store.path("/a/x/model", "rte", "st-a", 1) / ENTRY_FILE
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "encoder_identity"}))
+    assert store.load_into(af.wrap(tiny_encoder("bert", seed=1)), "rte", "st-a", 1, encoder="/b/x/model") == "rte"
+
+
+def test_the_shipped_zoo_still_loads(tmp_path):
+    from transformers import AutoModel
+
+    from adapterfusion.zoo import load_zoo_adapter
+
+    model = af.wrap(AutoModel.from_pretrained(af.default_encoder_path()))
+    assert load_zoo_adapter(model, "rte", head=True) == "rte"
+
+
+def test_the_digest_is_remembered_until_a_weight_changes():
+    model = af.wrap(tiny_encoder("bert"))
+    first = encoder_digest(model)
+    assert encoder_digest(model) == first
+    with torch.no_grad():
+        model.model.embeddings.word_embeddings.weight[0, 0] += 1.0
+    assert encoder_digest(model) != first
