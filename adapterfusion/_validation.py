@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+import numbers
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 
+from torch import nn
+
 from adapterfusion.errors import ConfigError, NameNotFoundError
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_\-]+$")
+# Adapter, fusion and head names become keys of an nn.ModuleDict, which refuses a key that is one of its attributes.
+_MODULE_ATTRIBUTES = frozenset(dir(nn.ModuleDict()))
 
 
 def check_name(name: object, what: str) -> str:
@@ -23,14 +29,97 @@ def check_name(name: object, what: str) -> str:
     return name
 
 
+def check_piece_name(name: object, kind: str) -> str:
+    """check_name for an adapter, fusion or head name, which also becomes a key of an nn.ModuleDict."""
+    check_name(name, kind)
+    if name in _MODULE_ATTRIBUTES:
+        raise ConfigError(
+            f"invalid {kind} name {name!r}: it is the name of an attribute of torch's nn.Module, which cannot also "
+            f"name a sub-module; choose another name, e.g. '{name}_1'"
+        )
+    return str(name)
+
+
 def require_loaded(kind: str, name: str, known: Iterable[str]) -> None:
     """Refuse a `kind` (adapter, fusion, head) named `name` that is not among the `known` (loaded) ones."""
     known = list(known)
+    check_one_name(name, kind)
     if name not in known:
         raise NameNotFoundError(
             f"no {kind} named {name!r} is loaded; loaded {kind}s: {known or 'none'}. "
             f"Add it with add_{kind}() or load it with load_{kind}()"
         )
+
+
+def check_one_name(name: object, kind: str) -> None:
+    """Refuse anything but a string where one `kind` (adapter, fusion, head) name is expected, saying what it got."""
+    if isinstance(name, str):
+        return
+    hint = ""
+    if kind == "adapter" and isinstance(name, (list, tuple, set)):
+        hint = "; to run several adapters together, add_fusion('f', [...]) them and activate(fusion='f')"
+    raise ConfigError(f"expected one {kind} name (a string), got {type(name).__name__} {name!r}{hint}")
+
+
+def check_number(
+    value: object,
+    field: str,
+    minimum: float | None = None,
+    above: float | None = None,
+    below: float | None = None,
+    expected: str = "a number",
+) -> float:
+    """`value` as a float if it is a finite real number (not a bool) within the given bounds; else a ConfigError
+    naming `field`, the value, its type where that is wrong, and what is `expected`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected {expected}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ConfigError(f"{field}={value!r} is not a finite number; expected {expected}")
+    if (
+        (minimum is not None and number < minimum)
+        or (above is not None and number <= above)
+        or (below is not None and number >= below)
+    ):
+        raise ConfigError(f"{field}={value!r} is out of range; expected {expected}")
+    return number
+
+
+def check_int(value: object, field: str, minimum: int | None = None) -> int:
+    """`value` if it is an integer (not a bool, not a float such as 2.0) of at least `minimum`; else a ConfigError
+    naming `field`, the value, its type where that is wrong, and the range."""
+    expected = "an integer" + (f" >= {minimum}" if minimum is not None else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected {expected}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{field}={value!r} must be {expected}")
+    return int(value)
+
+
+def check_bool(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected true or false")
+    return value
+
+
+def check_layers(values: object, field: str, num_layers: int | None = None) -> tuple[int, ...]:
+    """Layer indices, sorted: a list (or other iterable, not a string) of distinct integers >= 0, and below
+    `num_layers` if given."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise ConfigError(f"{field}={values!r} has type {type(values).__name__}; expected a list of layer indices")
+    values = list(values)
+    top = f"0..{num_layers - 1}" if num_layers is not None else "integers >= 0"
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ConfigError(
+                f"{field} entry {value!r} has type {type(value).__name__}; expected a layer index ({top})"
+            )
+    bad = [v for v in values if v < 0 or (num_layers is not None and v >= num_layers)]
+    if bad:
+        raise ConfigError(f"{field} {bad} are not layer indices ({top}" + (" of this encoder)" if num_layers else ")"))
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{field}={values!r} lists a layer twice")
+    return tuple(sorted(int(v) for v in values))
 
 
 def check_choice(value: object, allowed: Iterable[object], field: str) -> None:
@@ -39,9 +128,8 @@ def check_choice(value: object, allowed: Iterable[object], field: str) -> None:
         raise ConfigError(f"{field}={value!r} is not allowed; choose one of {', '.join(map(repr, allowed))}")
 
 
-def check_positive(value: object, field: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"{field}={value!r} must be a positive number")
+def check_positive(value: object, field: str) -> float:
+    return check_number(value, field, above=0, expected="a positive number")
 
 
 def reject_unknown_keys(data: dict, known: Iterable[str], what: str) -> None:

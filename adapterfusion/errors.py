@@ -31,6 +31,10 @@ class NameNotFoundError(AdapterFusionError, LookupError):
         return str(self.args[0]) if self.args else ""
 
 
+class ModelUnloadedError(AdapterFusionError, RuntimeError):
+    """A model was used after unload() gave its plain HuggingFace model back."""
+
+
 class DefaultModelMissingError(AdapterFusionError, RuntimeError):
     """The embedded default encoder package is not installed."""
 

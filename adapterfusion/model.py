@@ -20,21 +20,22 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-from adapterfusion._validation import check_choice, check_name, naming_file, require_loaded
+from adapterfusion._validation import check_choice, check_layers, check_piece_name, naming_file, require_loaded
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.adapters.placement import adapter_modules
 from adapterfusion.encoders import check_wrappable
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, resolve_fusion_config
 from adapterfusion.fusion.layer import FusionLayer
-from adapterfusion.fusion.placement import fusion_modules
+from adapterfusion.fusion.placement import fused_adapters, fusion_modules
 from adapterfusion.heads.config import HeadConfig, check_head_labels
 from adapterfusion.heads.module import PredictionHead, flatten_choices
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.site import FUSION_IMPLEMENTATIONS, AdapterSite
-from adapterfusion.injection.state import ActiveState, checked, with_routes
+from adapterfusion.injection.state import ActiveState, checked, kept_adapters, with_routes
+from adapterfusion.injection.unloaded import UnloadedSites, check_wrapped
 from adapterfusion.io.formats import read_piece, write_piece
-from adapterfusion.io.pieces import check_finite
+from adapterfusion.io.pieces import check_weights
 from adapterfusion.io.setup import load_setup, piece_source, push_setup, save_setup
 from adapterfusion.parameters import ParameterReport, build_parameter_report
 from adapterfusion.piece import PIECE_KINDS, EncoderFingerprint, EncoderLayout, Piece, by_site, param_key
@@ -117,7 +118,7 @@ class AdaptedModel(nn.Module):
             layer = layers[site.layer_index]
             parent = get_submodule(layer, parent_path) if parent_path else layer
             setattr(parent, attribute, site.unwrap())
-        self.sites = []
+        self.sites = UnloadedSites()  # every later use of the sites refuses, naming af.wrap
         return self.model
 
     # ---- bookkeeping ---------------------------------------------------------------------------------
@@ -211,7 +212,8 @@ class AdaptedModel(nn.Module):
     def _build_head(self, name: str, config: HeadConfig, overwrite: bool) -> PredictionHead:
         """Check the name and config and build the head on the encoder's device and dtype (so weights loaded into it
         keep their precision), without touching the model yet."""
-        check_name(name, "head")
+        check_wrapped(self.sites)
+        check_piece_name(name, "head")
         if not isinstance(config, HeadConfig):
             raise ConfigError(
                 f"head {name!r}: expected a head config such as af.ClassificationHead(num_labels=2), "
@@ -251,7 +253,7 @@ class AdaptedModel(nn.Module):
         """Add a new fusion `name` over loaded `adapters` (same placement, same leave_out layers), with `config` a
         FusionConfig, preset name ('dynamic', 'static'), dict or None ('dynamic'); returns the resolved config."""
         config = resolve_fusion_config(config)
-        adapters = tuple(adapters) if not isinstance(adapters, str) else (adapters,)
+        adapters = fused_adapters(name, adapters)
         modules = fusion_modules(self.sites, name, adapters, config, self.adapter_configs, self.hidden_size)
         self._attach_fusion(name, config, adapters, modules, overwrite)
         return config
@@ -333,7 +335,7 @@ class AdaptedModel(nn.Module):
             adapter=adapter,
             fusion=fusion,
             head=head,
-            skip_layers=tuple(sorted(set(skip_layers))),
+            skip_layers=check_layers(skip_layers, "skip_layers", self.num_layers),
             parallel_routes=None,
         )
         return self._checked(state)
@@ -369,9 +371,9 @@ class AdaptedModel(nn.Module):
 
     def _set_state(self, state: ActiveState) -> None:
         """The one place that changes what runs: the model and every site get the same value."""
-        self._state = state
         for site in self.sites:
             site.set_state(state)
+        self._state = state
 
     def _set_trainable(self, parameters: Iterable[nn.Parameter]) -> None:
         for parameter in self.parameters():
@@ -417,7 +419,7 @@ class AdaptedModel(nn.Module):
 
     def set_fusion_step(self, step: int) -> None:
         """The training step that drives the fusion softmax temperature schedule, if one is configured."""
-        self._set_state(dataclasses.replace(self._state, fusion_step=int(step)))
+        self._set_state(dataclasses.replace(self._state, fusion_step=step))
 
     def set_fusion_mask(self, fusion: str, keep: Sequence[str] | None) -> None:
         """Fuse only the adapters in `keep` (others get zero attention), or all of them with keep=None."""
@@ -425,13 +427,7 @@ class AdaptedModel(nn.Module):
         names = self.fusion_setups[fusion][1]
         masks = {name: kept for name, kept in self._state.fusion_masks.items() if name != fusion}
         if keep is not None:
-            keep = list(keep)
-            unknown = [k for k in keep if k not in names]
-            if unknown or not keep:
-                raise ConfigError(
-                    f"keep={keep} must be a non-empty subset of fusion {fusion!r}'s adapters {list(names)}"
-                )
-            masks[fusion] = tuple(n for n in names if n in keep)
+            masks[fusion] = kept_adapters(fusion, names, keep)
         self._set_state(dataclasses.replace(self._state, fusion_masks=masks))
 
     def fusion_regularization(self, name: str | None = None) -> torch.Tensor:
@@ -594,13 +590,13 @@ class AdaptedModel(nn.Module):
             if piece.kind == "head":
                 assert isinstance(piece.config, HeadConfig)
                 check_head_labels(piece.config, labels, piece.source)
-                check_finite(piece.tensors, piece.source)
+                check_weights(piece.tensors, piece.source)
                 head = self._build_head(piece.name, piece.config, overwrite)
                 _load_state(head, dict(piece.tensors), piece.source)
                 self._attach_head(piece.name, head)
             elif piece.kind == "adapter":
                 assert isinstance(piece.config, AdapterConfig)
-                check_finite(piece.tensors, piece.source)
+                check_weights(piece.tensors, piece.source)
                 modules = adapter_modules(self.sites, piece.name, piece.config, self.num_layers, self.hidden_size)
                 self._load_site_tensors(piece, modules)
                 self._attach_adapter(piece.name, piece.config, modules, overwrite)
@@ -612,7 +608,7 @@ class AdaptedModel(nn.Module):
                         f"the fusion in {piece.source} fuses adapters {list(piece.adapters)}, of which {missing} are "
                         "not loaded; load_adapter() each of them first"
                     )
-                check_finite(piece.tensors, piece.source)
+                check_weights(piece.tensors, piece.source)
                 modules = fusion_modules(
                     self.sites, piece.name, piece.adapters, piece.config, self.adapter_configs, self.hidden_size
                 )

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 
 import torch
 
+from adapterfusion._validation import check_piece_name
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.errors import IncompatibleModelError
+from adapterfusion.errors import IncompatibleModelError, SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import HeadConfig
 from adapterfusion.injection.architectures import ArchitectureSpec, SiteKind
@@ -71,6 +72,7 @@ class EncoderFingerprint:
         }
 
     def check_compatible(self, saved: Mapping[str, Any], source: Path, check_layers: bool = True) -> None:
+        _check_saved_fingerprint(saved, source)
         for field_name in ("model_type", "hidden_size") + (("num_layers",) if check_layers else ()):
             if field_name in saved and saved[field_name] != getattr(self, field_name):
                 raise IncompatibleModelError(
@@ -78,6 +80,19 @@ class EncoderFingerprint:
                     f"{field_name}={getattr(self, field_name)!r} (saved from "
                     f"{saved.get('name_or_path') or 'an unnamed model'}); load it into a matching encoder"
                 )
+
+
+def _check_saved_fingerprint(saved: object, source: Path) -> None:
+    """A saved fingerprint of the wrong shape is a damaged file, not another encoder: say which field is wrong."""
+    if not isinstance(saved, Mapping):
+        raise SerializationError(f"{source}: base_model has type {type(saved).__name__}; expected a JSON object")
+    for field_name, expected in (("model_type", str), ("hidden_size", int), ("num_layers", int)):
+        value = saved.get(field_name, expected())
+        if isinstance(value, bool) or not isinstance(value, expected):
+            raise SerializationError(
+                f"{source}: base_model.{field_name}={value!r} has type {type(value).__name__}; expected "
+                f"{'a string' if expected is str else 'an integer'}. The file is damaged or was edited by hand"
+            )
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,8 +132,8 @@ class Piece:
     blame: Path | None = field(default=None)
 
     def renamed(self, name: str | None) -> Piece:
-        """The same piece under `name`, or under its own name when `name` is None or empty."""
-        return dataclasses.replace(self, name=name) if name else self
+        """The same piece under `name` (checked: it becomes a module key), or under its own name when `name` is None."""
+        return self if name is None else dataclasses.replace(self, name=check_piece_name(name, self.kind))
 
 
 class PieceHolder(Protocol):

@@ -3,6 +3,7 @@ TypeError/KeyError from inside."""
 
 from __future__ import annotations
 
+import math
 import os
 
 from hypothesis import given, settings
@@ -35,11 +36,32 @@ def _mutations(valid: dict) -> st.SearchStrategy:
     )
 
 
+def _non_finite(valid: dict) -> st.SearchStrategy:
+    """Valid dicts with one numeric value (bools aside) replaced by NaN or an infinity."""
+    keys = sorted(k for k, v in valid.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+    return st.builds(
+        lambda key, value: {**valid, key: value},
+        st.sampled_from(keys),
+        st.sampled_from([math.nan, math.inf, -math.inf]),
+    )
+
+
+def _numbers(value) -> list[float]:
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in _numbers(v)]
+    return [value] if isinstance(value, float) else []
+
+
 def _loads_or_refuses(loader, data) -> None:
+    """A config that loads holds no NaN or infinity (they used to load without a word, e.g. "scaling": NaN)."""
     try:
-        loader(data)
+        config = loader(data)
     except af.AdapterFusionError:
-        pass
+        return
+    if hasattr(config, "to_dict"):
+        assert all(math.isfinite(n) for n in _numbers(config.to_dict())), config
 
 
 @fuzz
@@ -48,6 +70,7 @@ def _loads_or_refuses(loader, data) -> None:
         json_values,
         _mutations(af.AdapterConfig.houlsby().to_dict()),
         _mutations(af.AdapterConfig.pfeiffer(reduction_factor={"default": 16, "2": 8}).to_dict()),
+        _non_finite(af.AdapterConfig.houlsby().to_dict()),
     )
 )
 def test_adapter_config_loader(data) -> None:
@@ -55,7 +78,13 @@ def test_adapter_config_loader(data) -> None:
 
 
 @fuzz
-@given(st.one_of(json_values, _mutations(af.FusionConfig.dynamic(temperature=True).to_dict())))
+@given(
+    st.one_of(
+        json_values,
+        _mutations(af.FusionConfig.dynamic(temperature=True).to_dict()),
+        _non_finite(af.FusionConfig.dynamic(temperature=True).to_dict()),
+    )
+)
 def test_fusion_config_loader(data) -> None:
     _loads_or_refuses(af.FusionConfig.from_dict, data)
 
@@ -66,6 +95,7 @@ def test_fusion_config_loader(data) -> None:
         json_values,
         _mutations(af.ClassificationHead(num_labels=2, labels=("a", "b")).to_dict()),
         _mutations(af.MultipleChoiceHead().to_dict()),
+        _non_finite(af.ClassificationHead(num_labels=2, labels=("a", "b")).to_dict()),
     )
 )
 def test_head_config_loader(data) -> None:

@@ -8,7 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapterfusion._validation import check_choice, check_positive, versioned_fields
+from adapterfusion._validation import (
+    check_bool,
+    check_choice,
+    check_layers,
+    check_number,
+    check_positive,
+    versioned_fields,
+)
 from adapterfusion.adapters.activations import ACTIVATION_NAMES
 from adapterfusion.errors import ConfigError
 
@@ -71,6 +78,11 @@ class AdapterConfig:
             check_positive(rf, "reduction_factor")
             object.__setattr__(self, "reduction_factor", float(rf))
         check_choice(self.non_linearity, ACTIVATION_NAMES, "non_linearity")
+        if not isinstance(self.positions, (str, list, tuple)):
+            raise ConfigError(
+                f"positions={self.positions!r} has type {type(self.positions).__name__}; expected a list such as "
+                "('output',) or ('attention', 'output')"
+            )
         positions = tuple(self.positions) if not isinstance(self.positions, str) else (self.positions,)
         if not positions:
             raise ConfigError("positions is empty; use ('output',), ('attention',) or ('attention', 'output')")
@@ -82,19 +94,14 @@ class AdapterConfig:
         if not (isinstance(self.residual_before_ln, bool) or self.residual_before_ln == "post_add"):
             raise ConfigError(f"residual_before_ln={self.residual_before_ln!r}; choose True, False or 'post_add'")
         for flag in ("original_ln_before", "original_ln_after", "ln_before", "ln_after", "train_layer_norm"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ConfigError(f"{flag}={getattr(self, flag)!r} must be true or false")
-        if self.skip_before_ln_after is not None and not isinstance(self.skip_before_ln_after, bool):
-            raise ConfigError(f"skip_before_ln_after={self.skip_before_ln_after!r} must be true, false or null")
-        if isinstance(self.scaling, bool) or not isinstance(self.scaling, (int, float)):
-            raise ConfigError(f"scaling={self.scaling!r} must be a number")
+            check_bool(getattr(self, flag), flag)
+        if self.skip_before_ln_after is not None:
+            check_bool(self.skip_before_ln_after, "skip_before_ln_after")
+        check_number(self.scaling, "scaling")
         check_choice(self.init, INITS, "init")
         check_positive(self.init_std, "init_std")
-        leave_out = tuple(self.leave_out)
-        for layer in leave_out:
-            if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
-                raise ConfigError(f"leave_out entry {layer!r} must be a non-negative layer index")
-        object.__setattr__(self, "leave_out", tuple(sorted(set(leave_out))))
+        # Whether they leave any layer for the adapter depends on the encoder: adapters/placement.py checks that.
+        object.__setattr__(self, "leave_out", check_layers(self.leave_out, "leave_out"))
 
     # ---- presets -------------------------------------------------------------------------------------
     @classmethod

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapterfusion._validation import check_positive, versioned_fields
+from adapterfusion._validation import check_bool, check_int, check_number, check_positive, versioned_fields
 from adapterfusion.errors import ConfigError
 
 CONFIG_FORMAT_VERSION = 1
@@ -49,33 +49,12 @@ class FusionConfig:
             "regularization",
             "temperature",
         ):
-            if not isinstance(getattr(self, flag), bool):
-                raise ConfigError(f"fusion {flag}={getattr(self, flag)!r} must be true or false")
-        if (
-            isinstance(self.value_init_noise, bool)
-            or not isinstance(self.value_init_noise, (int, float))
-            or self.value_init_noise < 0
-        ):
-            raise ConfigError(f"value_init_noise={self.value_init_noise!r} must be a number >= 0")
-        if (
-            isinstance(self.regularization_weight, bool)
-            or not isinstance(self.regularization_weight, (int, float))
-            or self.regularization_weight < 0
-        ):
-            raise ConfigError(f"regularization_weight={self.regularization_weight!r} must be a number >= 0")
+            check_bool(getattr(self, flag), f"fusion {flag}")
+        check_number(self.value_init_noise, "value_init_noise", minimum=0, expected="a number >= 0")
+        check_number(self.regularization_weight, "regularization_weight", minimum=0, expected="a number >= 0")
         check_positive(self.temperature_start, "temperature_start")
-        if (
-            isinstance(self.temperature_steps, bool)
-            or not isinstance(self.temperature_steps, int)
-            or self.temperature_steps < 1
-        ):
-            raise ConfigError(f"temperature_steps={self.temperature_steps!r} must be an integer >= 1")
-        if (
-            isinstance(self.score_dropout, bool)
-            or not isinstance(self.score_dropout, (int, float))
-            or not 0 <= self.score_dropout < 1
-        ):
-            raise ConfigError(f"score_dropout={self.score_dropout!r} must be in [0, 1)")
+        check_int(self.temperature_steps, "temperature_steps", minimum=1)
+        check_number(self.score_dropout, "score_dropout", minimum=0, below=1, expected="a number in [0, 1)")
 
     @classmethod
     def dynamic(cls, **overrides: Any) -> FusionConfig:

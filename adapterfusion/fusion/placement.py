@@ -8,12 +8,28 @@ from collections.abc import Mapping, Sequence
 
 from torch import nn
 
-from adapterfusion._validation import check_name, require_loaded
+from adapterfusion._validation import check_piece_name, require_loaded
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.fusion.layer import FusionLayer
 from adapterfusion.injection.site import AdapterSite
+
+
+def fused_adapters(name: str, adapters: object) -> tuple[str, ...]:
+    """The adapters fusion `name` fuses, given as a list of names (or one name): at least one, none twice."""
+    if isinstance(adapters, str):
+        adapters = (adapters,)
+    if not isinstance(adapters, (list, tuple)) or not all(isinstance(a, str) for a in adapters):
+        raise ConfigError(
+            f"fusion {name!r}: adapters={adapters!r} has type {type(adapters).__name__}; expected a list of adapter "
+            "names, e.g. ['a', 'b']"
+        )
+    if not adapters:
+        raise ConfigError(f"fusion {name!r} needs at least one adapter")
+    if len(set(adapters)) != len(adapters):
+        raise ConfigError(f"fusion {name!r} lists an adapter twice: {list(adapters)}")
+    return tuple(adapters)
 
 
 def fusion_modules(
@@ -25,12 +41,8 @@ def fusion_modules(
     hidden_size: int,
 ) -> dict[AdapterSite, nn.Module]:
     """A new FusionLayer of fusion `name` for each site that holds the fused `adapters` (of the `loaded` ones)."""
-    check_name(name, "fusion")
-    if not adapters:
-        raise ConfigError(f"fusion {name!r} needs at least one adapter")
-    if len(set(adapters)) != len(adapters):
-        raise ConfigError(f"fusion {name!r} lists an adapter twice: {list(adapters)}")
-    for adapter in adapters:
+    check_piece_name(name, "fusion")
+    for adapter in fused_adapters(name, adapters):
         require_loaded("adapter", adapter, loaded)
     placements = {adapter: loaded[adapter].site_options() for adapter in adapters}
     if len(set(placements.values())) > 1:

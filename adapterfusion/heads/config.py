@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from adapterfusion._validation import check_choice, reject_unknown_keys
+from adapterfusion._validation import check_choice, check_int, check_number, reject_unknown_keys
 from adapterfusion.errors import ConfigError, IncompatibleModelError
 
 POOLINGS = ("cls", "mean")
@@ -28,20 +28,25 @@ class HeadConfig:
     labels: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 1:
-            raise ConfigError(f"num_labels={self.num_labels!r} must be an integer >= 1")
-        if isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1:
-            raise ConfigError(f"layers={self.layers!r} must be an integer >= 1")
+        check_int(self.num_labels, "num_labels", minimum=1)
+        check_int(self.layers, "layers", minimum=1)
         check_choice(self.activation, HEAD_ACTIVATIONS, "head activation")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
-            raise ConfigError(f"head dropout={self.dropout!r} must be in [0, 1)")
+        check_number(self.dropout, "head dropout", minimum=0, below=1, expected="a number in [0, 1)")
         check_choice(self.pooling, POOLINGS, "pooling")
         if self.labels is not None:
+            if not isinstance(self.labels, (list, tuple)):
+                raise ConfigError(
+                    f"labels={self.labels!r} has type {type(self.labels).__name__}; expected a list of "
+                    f"{self.output_size} label names"
+                )
             labels = tuple(self.labels)
             if len(labels) != self.output_size or not all(isinstance(label, str) for label in labels):
                 raise ConfigError(
                     f"labels {list(labels)!r} must be {self.output_size} strings, one per output of this head"
                 )
+            repeated = sorted({label for label in labels if labels.count(label) > 1})
+            if repeated:
+                raise ConfigError(f"labels {list(labels)!r} name {repeated} twice; give each output its own name")
             object.__setattr__(self, "labels", labels)
 
     @property

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from adapterfusion._validation import require_loaded
+from adapterfusion._validation import check_int, require_loaded
 from adapterfusion.errors import ConfigError
 
 
@@ -35,6 +35,9 @@ class ActiveState:
     # With parallel routes: the key of the site where the plain batch becomes one slice per route (the encoder
     # below it ran once); None: the batch came in repeated per route.
     parallel_split_site: str | None = None
+
+    def __post_init__(self) -> None:
+        check_int(self.fusion_step, "fusion step", minimum=0)
 
 
 def checked(
@@ -68,6 +71,25 @@ def checked(
     }
     fused = fusions[state.fusion] if state.fusion is not None else ()
     return dataclasses.replace(state, fused=fused, fusion_masks=masks)
+
+
+def kept_adapters(fusion: str, fused: tuple[str, ...], keep: object) -> tuple[str, ...]:
+    """The adapters of `fusion` (fusing `fused`) that a mask `keep` keeps, in fusion order: `keep` must list some of
+    them, each once."""
+    if isinstance(keep, str) or not isinstance(keep, (list, tuple, set, frozenset)):
+        raise ConfigError(
+            f"keep={keep!r} has type {type(keep).__name__}; expected a list of fusion {fusion!r}'s adapters "
+            f"{list(fused)}, e.g. keep=[{fused[0]!r}], or None for all of them"
+        )
+    keep = list(keep)
+    unknown = [k for k in keep if k not in fused]
+    if unknown or not keep or len(set(keep)) != len(keep):
+        problem = f"names {unknown}, which the fusion does not fuse" if unknown else "is empty" if not keep else ""
+        raise ConfigError(
+            f"keep={keep} {problem or 'lists an adapter twice'}; keep must be a non-empty subset of fusion "
+            f"{fusion!r}'s adapters {list(fused)}, each listed once (keep=None fuses them all)"
+        )
+    return tuple(name for name in fused if name in keep)
 
 
 def with_routes(state: ActiveState, routes: Sequence[str], split_site: str | None = None) -> ActiveState:

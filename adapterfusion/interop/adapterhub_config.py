@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from adapterfusion._validation import check_bool, check_int
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import FusionConfig
@@ -109,6 +110,12 @@ _T_START, _T_STEPS = 50.0, 1000
 _REGULARIZATION_WEIGHT = 0.01
 
 
+def _flag(config: Mapping[str, Any], option: str) -> bool:
+    """An on/off option: true, false or null (off); anything else is refused rather than read by its truthiness."""
+    value = config[option]
+    return False if value is None else check_bool(value, f"AdapterHub option {option}")
+
+
 def _is_off(value: Any) -> bool:
     return value is None or value is False or value == 0 or value == [] or value == {}
 
@@ -135,7 +142,7 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
             f"AdapterHub option scaling={c['scaling']!r} (a learned scaling parameter) is not supported; "
             "only a constant scaling can be imported"
         )
-    positions = tuple(p for p, flag in (("attention", "mh_adapter"), ("output", "output_adapter")) if c[flag])
+    positions = tuple(p for p, flag in (("attention", "mh_adapter"), ("output", "output_adapter")) if _flag(c, flag))
     if not positions:
         raise ConfigError("AdapterHub adapter has mh_adapter=False and output_adapter=False: it sits nowhere")
     name = c["non_linearity"]
@@ -144,7 +151,7 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
         raise ConfigError(
             f"AdapterHub non_linearity={name!r} is not supported; importable: {', '.join(_NON_LINEARITY_IN)}"
         )
-    original_ln_before, ln_after = bool(c["original_ln_before"]), bool(c["ln_after"])
+    original_ln_before, ln_after = _flag(c, "original_ln_before"), _flag(c, "ln_after")
     residual = False if c["residual_before_ln"] is None else c["residual_before_ln"]
     if residual not in (True, False, "post_add"):
         raise ConfigError(f"AdapterHub residual_before_ln={residual!r} is not supported (True, False, 'post_add')")
@@ -155,7 +162,7 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
         )
     # adapters orders the skip connection and ln_after with its own flag; ours derives the order from
     # residual_before_ln unless skip_before_ln_after says otherwise, so set that only where they differ.
-    skip_first = bool(c["adapter_residual_before_ln"])
+    skip_first = _flag(c, "adapter_residual_before_ln")
     skip_before_ln_after = None if skip_first == (residual is not False) else skip_first
     reduction_factor = c["reduction_factor"]
     if isinstance(reduction_factor, Mapping):
@@ -165,15 +172,15 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
         non_linearity=non_linearity,
         positions=positions,
         original_ln_before=original_ln_before,
-        original_ln_after=bool(c["original_ln_after"]),
+        original_ln_after=_flag(c, "original_ln_after"),
         residual_before_ln=residual,
-        ln_before=bool(c["ln_before"]),
+        ln_before=_flag(c, "ln_before"),
         ln_after=ln_after,
         skip_before_ln_after=skip_before_ln_after,
-        scaling=float(c["scaling"]),
+        scaling=c["scaling"],
         init=_INIT_IN.get(c["init_weights"], "bert"),
         train_layer_norm=False,  # adapters never trains a private copy of the pretrained LayerNorm
-        leave_out=tuple(c["leave_out"] or ()),
+        leave_out=c["leave_out"] or (),
     )
 
 
@@ -212,18 +219,18 @@ def fusion_config_from_adapterhub(config: Mapping[str, Any], attention_dropout: 
         raise ConfigError(f"AdapterHub fusion option(s) {unknown} are unknown to this importer; cannot import")
     c = {**FUSION_DEFAULTS, **config}
     return FusionConfig(
-        query=bool(c["query"]),
-        key=bool(c["key"]),
-        value=bool(c["value"]),
-        query_before_ln=bool(c["query_before_ln"]),
-        residual_before=bool(c["residual_before"]),
-        value_before_softmax=bool(c["value_before_softmax"]),
-        regularization=bool(c["regularization"]),
+        query=_flag(c, "query"),
+        key=_flag(c, "key"),
+        value=_flag(c, "value"),
+        query_before_ln=_flag(c, "query_before_ln"),
+        residual_before=_flag(c, "residual_before"),
+        value_before_softmax=_flag(c, "value_before_softmax"),
+        regularization=_flag(c, "regularization"),
         regularization_weight=_REGULARIZATION_WEIGHT,
-        temperature=bool(c["temperature"]),
+        temperature=_flag(c, "temperature"),
         temperature_start=_T_START,
         temperature_steps=_T_STEPS,
-        score_dropout=float(c["dropout_prob"] or attention_dropout or 0.0),
+        score_dropout=c["dropout_prob"] or attention_dropout or 0.0,
     )
 
 
@@ -266,9 +273,9 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
         raise ConfigError("AdapterHub head option use_pooler=True is not supported: our heads read token 0 directly")
     if config.get("bias", True) is False:
         raise ConfigError("AdapterHub head option bias=False is not supported: our output layer has a bias")
-    layers = int(config.get("layers", 2))
+    layers = check_int(config.get("layers", 2), "AdapterHub head layers", minimum=1)
     activation = config.get("activation_function") or "tanh"
-    if layers > 1 and activation.lower() not in _HEAD_ACTIVATION_IN:
+    if not isinstance(activation, str) or (layers > 1 and activation.lower() not in _HEAD_ACTIVATION_IN):
         raise ConfigError(
             f"AdapterHub head activation_function={activation!r} is not supported; "
             f"importable: {', '.join(_HEAD_ACTIVATION_IN)}"
@@ -277,11 +284,11 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
     settings: dict[str, Any] = dict(
         layers=layers,
         activation=_HEAD_ACTIVATION_IN.get(activation.lower(), "tanh"),
-        dropout=float(default_dropout if dropout is None else dropout),
+        dropout=default_dropout if dropout is None else dropout,
     )
     if head_type == "multiple_choice":
-        return MultipleChoiceHead(num_labels=int(config.get("num_choices", 2)), **settings)
-    num_labels = int(config.get("num_labels", 2))
+        return MultipleChoiceHead(num_labels=config.get("num_choices", 2), **settings)
+    num_labels = check_int(config.get("num_labels", 2), "AdapterHub head num_labels", minimum=1)
     labels = _labels(config.get("label2id"), num_labels)
     if num_labels == 1:
         return RegressionHead(**settings)

@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
-from adapterfusion._validation import check_name, naming_file
+from adapterfusion._validation import check_piece_name, naming_file
 from adapterfusion._version import __version__
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import SerializationError
@@ -119,21 +119,27 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
         if key not in document:
             raise SerializationError(f"{path} lacks the {key!r} field; the file is incomplete")
     with naming_file(path):  # the saved name becomes a module key, and may become a folder name
-        check_name(document["name"], f"saved {kind}")
+        check_piece_name(document["name"], f"saved {kind}")
     return document
 
 
-def check_finite(tensors: Mapping[str, torch.Tensor], source: str | Path) -> None:
-    """Refuse weights holding NaN or inf (saved from a run that diverged): loaded, they would turn every output
-    that passes through them into NaN, far from the file that caused it."""
+def check_weights(tensors: Mapping[str, torch.Tensor], source: str | Path) -> None:
+    """Refuse weights that cannot be trained ones: integer, bool or complex tensors (loading would cast them silently)
+    and weights holding NaN or inf (saved from a run that diverged: loaded, they would turn every output that passes
+    through them into NaN, far from the file that caused it)."""
     for key, tensor in tensors.items():
-        if tensor.is_floating_point():
-            bad = int((~torch.isfinite(tensor)).sum())
-            if bad:
-                raise SerializationError(
-                    f"{source}: tensor {key!r} holds {bad} NaN or infinite value(s) of {tensor.numel()}; the piece "
-                    "was saved from a run that diverged. Retrain it (lower the learning rate) or load another"
-                )
+        if not tensor.is_floating_point():
+            raise SerializationError(
+                f"{source}: tensor {key!r} has dtype {str(tensor.dtype).removeprefix('torch.')}, but weights are "
+                "floating point (float32, float16, bfloat16 or float64); the file is damaged or was not written as "
+                "an adapter, fusion or head. Save the piece again"
+            )
+        bad = int((~torch.isfinite(tensor)).sum())
+        if bad:
+            raise SerializationError(
+                f"{source}: tensor {key!r} holds {bad} NaN or infinite value(s) of {tensor.numel()}; the piece "
+                "was saved from a run that diverged. Retrain it (lower the learning rate) or load another"
+            )
 
 
 def read_piece_weights(directory: str | Path, kind: str) -> dict[str, torch.Tensor]:
@@ -156,8 +162,14 @@ def piece_from_folder(directory: str | Path, kind: str, encoder: EncoderFingerpr
     # A head reads only the final hidden states: the layer count need not match.
     encoder.check_compatible(document["base_model"], directory, check_layers=kind != "head")
     adapters = document.get("adapters") if kind == "fusion" else []
-    if not isinstance(adapters, list) or (kind == "fusion" and not adapters):
-        raise SerializationError(f"{directory}: fusion config has no 'adapters' list")
+    if (
+        not isinstance(adapters, list)
+        or (kind == "fusion" and not adapters)
+        or not all(isinstance(a, str) for a in adapters)
+    ):
+        raise SerializationError(
+            f"{directory}: the fusion config's 'adapters' is {adapters!r}; expected a non-empty list of adapter names"
+        )
     with naming_file(config_path(directory, kind)):
         config = CONFIG_READERS[kind](document["config"])
     return Piece(

@@ -3,6 +3,463 @@ controls of a wrapped model."""
 
 from __future__ import annotations
 
-from catalogue import BadInput
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-CASES: tuple[BadInput, ...] = ()
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel
+
+import adapterfusion as af
+from catalogue import Action, BadInput, edit_json, load_into, saved_piece
+from tiny_models import tiny_encoder
+
+B = BadInput
+NAN, INF = math.nan, math.inf
+HUB = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "bert"
+
+
+# ---- helpers -------------------------------------------------------------------------------------------------------
+def _model(fused: bool = False) -> af.AdaptedModel:
+    """A tiny BERT (2 layers); with `fused`, adapters a and b (as saved_piece makes them), fusion f and head h."""
+    model = af.wrap(tiny_encoder("bert"))
+    if fused:
+        for name in ("a", "b"):
+            model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        model.add_fusion("f", ["a", "b"])
+        model.add_head("h", af.ClassificationHead())
+    return model
+
+
+def _saved(kind: str, edit: Callable[[dict], None] | None = None, **load: Any) -> Callable[[Path], Action]:
+    """A `kind` saved by saved_piece, its <kind>_config.json changed by `edit`, loaded into a model that has the
+    adapters a saved fusion needs."""
+
+    def prepare(folder: Path) -> Action:
+        saved = saved_piece(folder, kind)
+        if edit is not None:
+            edit_json(saved / f"{kind}_config.json", edit)
+        model = af.wrap(tiny_encoder("bert"))
+        if kind == "fusion":
+            for name in ("a", "b"):
+                model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        return load_into(model, kind, saved, **load)
+
+    return prepare
+
+
+def _config(kind: str, **changes: Any) -> Callable[[Path], Action]:
+    return _saved(kind, lambda document: document["config"].update(changes))
+
+
+def _tensor_as(kind: str, dtype: torch.dtype) -> Callable[[Path], Action]:
+    """A saved `kind` whose first tensor was rewritten as `dtype` (loading used to cast it without a word)."""
+
+    def prepare(folder: Path) -> Action:
+        saved = saved_piece(folder, kind)
+        path = saved / f"{kind}.safetensors"
+        tensors = load_file(path)
+        key = sorted(tensors)[0]
+        tensors[key] = tensors[key].to(dtype)
+        save_file(tensors, path)
+        return load_into(af.wrap(tiny_encoder("bert")), kind, saved)
+
+    return prepare
+
+
+def _adapterhub(
+    edit: Callable[[dict], None] | None = None, dtype: torch.dtype | None = None
+) -> Callable[[Path], Action]:
+    """AdapterHub's adapter 'pf' (a 2-layer BERT fixture) with its config or first tensor changed."""
+
+    def prepare(folder: Path) -> Action:
+        copy = folder / "pf"
+        shutil.copytree(HUB / "adapters" / "pf", copy)
+        if edit is not None:
+            edit_json(copy / "adapter_config.json", edit)
+        if dtype is not None:
+            tensors = load_file(copy / "adapter.safetensors")
+            key = sorted(tensors)[0]
+            tensors[key] = tensors[key].to(dtype)
+            save_file(tensors, copy / "adapter.safetensors")
+        return load_into(af.wrap(AutoModel.from_pretrained(HUB / "base_model")), "adapter", copy)
+
+    return prepare
+
+
+def _call(method: str, *args: Any, fused: bool = True, **kwargs: Any) -> Callable[[Path], Action]:
+    """`model.<method>(*args, **kwargs)` on a tiny model (with adapters a, b, fusion f and head h if `fused`)."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model(fused)
+        return lambda: getattr(model, method)(*args, **kwargs)
+
+    return prepare
+
+
+def _construct(factory: Callable[..., Any], **kwargs: Any) -> Callable[[Path], Action]:
+    return lambda folder: lambda: factory(**kwargs)
+
+
+def _after_unload(use: Callable[[af.AdaptedModel, Path], Any]) -> Callable[[Path], Action]:
+    """A model that had adapter a and head h, unloaded, then used: it has no sites left, so an adapter added to it
+    never ran (the output equalled the plain model's)."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model(fused=True)
+        model.save_adapter("a", folder / "a")
+        model.unload()
+        return lambda: use(model, folder)
+
+    return prepare
+
+
+CASES: tuple[BadInput, ...] = (
+    # ---- non-finite numbers in configs -------------------------------------------------------------------------
+    B(
+        "adapter-scaling-nan",
+        "saved pieces",
+        'adapter_config.json with "scaling": NaN (loaded without a word; every output became NaN)',
+        af.ConfigError,
+        ("adapter_config.json", "scaling=nan", "not a finite number"),
+        _config("adapter", scaling=NAN),
+    ),
+    B(
+        "adapter-init-std-inf",
+        "saved pieces",
+        'adapter_config.json with "init_std": Infinity',
+        af.ConfigError,
+        ("adapter_config.json", "init_std=inf", "not a finite number"),
+        _config("adapter", init_std=INF),
+    ),
+    B(
+        "fusion-regularization-weight-inf",
+        "saved pieces",
+        'fusion_config.json with "regularization_weight": Infinity (loaded; the training loss became inf)',
+        af.ConfigError,
+        ("fusion_config.json", "regularization_weight=inf", "not a finite number"),
+        _config("fusion", regularization_weight=INF),
+    ),
+    B(
+        "fusion-value-noise-nan",
+        "model calls",
+        "FusionConfig(value_init_noise=nan)",
+        af.ConfigError,
+        ("value_init_noise=nan", "not a finite number"),
+        _construct(af.FusionConfig, value_init_noise=NAN),
+    ),
+    B(
+        "adapter-reduction-factor-inf",
+        "model calls",
+        "AdapterConfig(reduction_factor=inf) (blamed the encoder: 'leaves no bottleneck for hidden size 32')",
+        af.ConfigError,
+        ("reduction_factor=inf", "not a finite number"),
+        _construct(af.AdapterConfig, reduction_factor=INF),
+    ),
+    B(
+        "adapterhub-scaling-nan",
+        "saved pieces",
+        'AdapterHub adapter_config.json with "scaling": NaN',
+        af.ConfigError,
+        ("adapter_config.json", "scaling=nan", "not a finite number"),
+        _adapterhub(lambda document: document["config"].update(scaling=NAN)),
+    ),
+    # ---- tensors that are not weights ---------------------------------------------------------------------------
+    B(
+        "adapter-tensor-int64",
+        "saved pieces",
+        "adapter.safetensors with an int64 tensor (silently cast to float)",
+        af.SerializationError,
+        ("/a", "'layer.0.output.down.bias'", "dtype int64", "floating point"),
+        _tensor_as("adapter", torch.int64),
+    ),
+    B(
+        "adapter-tensor-bool",
+        "saved pieces",
+        "adapter.safetensors with a bool tensor (silently cast to 0.0/1.0)",
+        af.SerializationError,
+        ("'layer.0.output.down.bias'", "dtype bool", "floating point"),
+        _tensor_as("adapter", torch.bool),
+    ),
+    B(
+        "head-tensor-int8",
+        "saved pieces",
+        "head.safetensors with an int8 tensor",
+        af.SerializationError,
+        ("/h", "dtype int8", "floating point"),
+        _tensor_as("head", torch.int8),
+    ),
+    B(
+        "adapterhub-tensor-int64",
+        "saved pieces",
+        "AdapterHub adapter.safetensors with an int64 tensor",
+        af.SerializationError,
+        ("/pf", "dtype int64", "floating point"),
+        _adapterhub(dtype=torch.int64),
+    ),
+    # ---- leave_out ------------------------------------------------------------------------------------------------
+    B(
+        "adapter-leave-out-every-layer",
+        "saved pieces",
+        "adapter_config.json with leave_out [0, 1] on a 2-layer encoder (an adapter with 0 parameters)",
+        af.ConfigError,
+        ("leave_out=[0, 1]", "covers every layer", "num_layers=2"),
+        _config("adapter", leave_out=[0, 1]),
+    ),
+    B(
+        "add-adapter-leave-out-every-layer",
+        "model calls",
+        "add_adapter('x', AdapterConfig(leave_out=(0, 1))) on a 2-layer encoder (was added, with 0 parameters)",
+        af.ConfigError,
+        ("'x'", "covers every layer", "num_layers=2"),
+        _call("add_adapter", "x", af.AdapterConfig(leave_out=(0, 1)), fused=False),
+    ),
+    B(
+        "adapterhub-leave-out-every-layer",
+        "saved pieces",
+        "AdapterHub adapter_config.json with leave_out [0, 1] on a 2-layer encoder",
+        af.ConfigError,
+        ("leave_out=[0, 1]", "covers every layer", "num_layers=2"),
+        _adapterhub(lambda document: document["config"].update(leave_out=[0, 1])),
+    ),
+    B(
+        "adapter-leave-out-duplicated",
+        "saved pieces",
+        "adapter_config.json with leave_out [0, 0]",
+        af.ConfigError,
+        ("adapter_config.json", "leave_out=[0, 0]", "twice"),
+        _config("adapter", leave_out=[0, 0]),
+    ),
+    B(
+        "adapter-leave-out-not-a-list",
+        "model calls",
+        "AdapterConfig(leave_out=5) (a TypeError from inside the config)",
+        af.ConfigError,
+        ("leave_out=5", "has type int", "list of layer indices"),
+        _construct(af.AdapterConfig, leave_out=5),
+    ),
+    # ---- fields of the wrong type ---------------------------------------------------------------------------------
+    B(
+        "saved-base-model-hidden-size-string",
+        "saved pieces",
+        'adapter_config.json with base_model "hidden_size": "32" (blamed the encoder: '
+        "\"saved for hidden_size='32', but this encoder has hidden_size=32\")",
+        af.SerializationError,
+        ("base_model.hidden_size='32'", "has type str", "expected an integer"),
+        _saved("adapter", lambda document: document["base_model"].update(hidden_size="32")),
+    ),
+    B(
+        "saved-base-model-not-object",
+        "saved pieces",
+        'adapter_config.json with "base_model": [1] (was not checked at all)',
+        af.SerializationError,
+        ("base_model has type list", "JSON object"),
+        _saved("adapter", lambda document: document.update(base_model=[1])),
+    ),
+    B(
+        "adapter-reduction-factor-string",
+        "model calls",
+        "AdapterConfig(reduction_factor='16')",
+        af.ConfigError,
+        ("reduction_factor='16'", "has type str", "expected a positive number"),
+        _construct(af.AdapterConfig, reduction_factor="16"),
+    ),
+    B(
+        "adapter-positions-int",
+        "model calls",
+        "AdapterConfig(positions=3) (a TypeError from inside the config)",
+        af.ConfigError,
+        ("positions=3", "has type int"),
+        _construct(af.AdapterConfig, positions=3),
+    ),
+    B(
+        "head-num-labels-string",
+        "model calls",
+        "ClassificationHead(num_labels='2')",
+        af.ConfigError,
+        ("num_labels='2'", "has type str", "expected an integer >= 1"),
+        _construct(af.ClassificationHead, num_labels="2"),
+    ),
+    B(
+        "head-labels-duplicated",
+        "saved pieces",
+        'head_config.json with "labels": ["a", "a"] (accepted: two outputs with one name)',
+        af.ConfigError,
+        ("head_config.json", "['a']", "twice"),
+        _config("head", labels=["a", "a"]),
+    ),
+    B(
+        "head-labels-string",
+        "model calls",
+        "ClassificationHead(labels='ab') (read as the labels 'a' and 'b')",
+        af.ConfigError,
+        ("labels='ab'", "has type str", "list of 2 label names"),
+        _construct(af.ClassificationHead, labels="ab"),
+    ),
+    B(
+        "saved-fusion-adapters-not-names",
+        "saved pieces",
+        'fusion_config.json with "adapters": [1, 2]',
+        af.SerializationError,
+        ("'adapters' is [1, 2]", "list of adapter names"),
+        _saved("fusion", lambda document: document.update(adapters=[1, 2])),
+    ),
+    B(
+        "adapterhub-scaling-list",
+        "saved pieces",
+        'AdapterHub adapter_config.json with "scaling": [1] (a TypeError from float())',
+        af.ConfigError,
+        ("adapter_config.json", "scaling=[1]", "has type list"),
+        _adapterhub(lambda document: document["config"].update(scaling=[1])),
+    ),
+    B(
+        "adapterhub-flag-string",
+        "saved pieces",
+        'AdapterHub adapter_config.json with "original_ln_before": "false" (read as true)',
+        af.ConfigError,
+        ("adapter_config.json", "original_ln_before='false'", "has type str", "true or false"),
+        _adapterhub(lambda document: document["config"].update(original_ln_before="false")),
+    ),
+    # ---- names ------------------------------------------------------------------------------------------------------
+    B(
+        "load-adapter-name-empty",
+        "saved pieces",
+        "load_adapter(folder, name='') (the empty name was ignored: the saved one was used)",
+        af.ConfigError,
+        ("invalid adapter name ''", "letters, digits"),
+        _saved("adapter", name=""),
+    ),
+    B(
+        "load-fusion-name-empty",
+        "saved pieces",
+        "load_fusion(folder, name='')",
+        af.ConfigError,
+        ("invalid fusion name ''",),
+        _saved("fusion", name=""),
+    ),
+    B(
+        "adapter-name-module-attribute",
+        "model calls",
+        "add_adapter('training') (a KeyError from torch: \"attribute 'training' already exists\")",
+        af.ConfigError,
+        ("adapter name 'training'", "nn.Module", "choose another name"),
+        _call("add_adapter", "training", fused=False),
+    ),
+    B(
+        "head-name-module-attribute",
+        "model calls",
+        "add_head('state_dict', ClassificationHead())",
+        af.ConfigError,
+        ("head name 'state_dict'", "nn.Module"),
+        _call("add_head", "state_dict", af.ClassificationHead(), fused=False),
+    ),
+    B(
+        "saved-name-module-attribute",
+        "saved pieces",
+        'adapter_config.json with "name": "forward"',
+        af.ConfigError,
+        ("adapter_config.json", "'forward'", "nn.Module"),
+        _saved("adapter", lambda document: document.update(name="forward")),
+    ),
+    # ---- model controls -------------------------------------------------------------------------------------------
+    B(
+        "fusion-step-negative",
+        "model calls",
+        "set_fusion_step(-5) (accepted)",
+        af.ConfigError,
+        ("fusion step=-5", "an integer >= 0"),
+        _call("set_fusion_step", -5),
+    ),
+    B(
+        "fusion-step-bool",
+        "model calls",
+        "set_fusion_step(True) (accepted as step 1)",
+        af.ConfigError,
+        ("fusion step=True", "has type bool"),
+        _call("set_fusion_step", True),
+    ),
+    B(
+        "activate-adapter-list",
+        "model calls",
+        "activate(adapter=['a', 'b']) (said \"no adapter named ['a', 'b'] is loaded; loaded adapters: ['a', 'b']\")",
+        af.ConfigError,
+        ("expected one adapter name", "list", "add_fusion"),
+        _call("activate", adapter=["a", "b"]),
+    ),
+    B(
+        "train-adapter-none",
+        "model calls",
+        "train_adapter(None)",
+        af.ConfigError,
+        ("expected one adapter name", "NoneType"),
+        _call("train_adapter", None),
+    ),
+    B(
+        "activate-skip-layers-int",
+        "model calls",
+        "activate(adapter='a', skip_layers=1) (a TypeError: 'int' object is not iterable)",
+        af.ConfigError,
+        ("skip_layers=1", "has type int", "list of layer indices"),
+        _call("activate", adapter="a", skip_layers=1),
+    ),
+    B(
+        "fusion-mask-string",
+        "model calls",
+        "set_fusion_mask('f', 'a') (a string read as a list of its characters)",
+        af.ConfigError,
+        ("keep='a'", "has type str", "keep=['a']"),
+        _call("set_fusion_mask", "f", "a"),
+    ),
+    B(
+        "fusion-mask-duplicate",
+        "model calls",
+        "set_fusion_mask('f', ['a', 'a'])",
+        af.ConfigError,
+        ("keep=['a', 'a']", "twice"),
+        _call("set_fusion_mask", "f", ["a", "a"]),
+    ),
+    B(
+        "add-fusion-adapters-none",
+        "model calls",
+        "add_fusion('g', None) (a TypeError: 'NoneType' object is not iterable)",
+        af.ConfigError,
+        ("fusion 'g'", "adapters=None", "has type NoneType", "list of adapter names"),
+        _call("add_fusion", "g", None),
+    ),
+    # ---- a model after unload() -------------------------------------------------------------------------------------
+    B(
+        "unload-then-add-adapter",
+        "model calls",
+        "unload(), then add_adapter('c') and activate(adapter='c') on the AdaptedModel (the adapter had no effect)",
+        af.ModelUnloadedError,
+        ("this model was unloaded", "af.wrap"),
+        _after_unload(lambda model, folder: (model.add_adapter("c"), model.activate(adapter="c"))),
+    ),
+    B(
+        "unload-then-load-adapter",
+        "model calls",
+        "unload(), then load_adapter(<saved adapter>, name='c')",
+        af.ModelUnloadedError,
+        ("this model was unloaded", "af.wrap"),
+        _after_unload(lambda model, folder: model.load_adapter(folder / "a", name="c")),
+    ),
+    B(
+        "unload-then-add-head",
+        "model calls",
+        "unload(), then add_head('h2', ClassificationHead())",
+        af.ModelUnloadedError,
+        ("this model was unloaded", "af.wrap"),
+        _after_unload(lambda model, folder: model.add_head("h2", af.ClassificationHead())),
+    ),
+    B(
+        "unload-then-forward",
+        "model calls",
+        "unload(), then a forward of the AdaptedModel",
+        af.ModelUnloadedError,
+        ("this model was unloaded", "af.wrap"),
+        _after_unload(lambda model, folder: model(input_ids=torch.tensor([[1, 2, 3]]))),
+    ),
+)
