@@ -132,18 +132,24 @@ def _report(args: argparse.Namespace) -> int:
 
 def _analyze_fusion(args: argparse.Namespace) -> int:
     from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, load_fusion_activation
+    from adapterfusion.io.paths import check_writable_file
 
+    source = Path(args.run_dir)
+    default = (source if source.is_dir() else source.parent) / Path(FUSION_ATTENTION_FILE).with_suffix(".png")
+    heatmap = (
+        None
+        if args.no_plot
+        else check_writable_file(args.output or default, "--output" if args.output else "the heatmap")
+    )
     activation = load_fusion_activation(args.run_dir)
     info = activation.info
     target = f" (target {info['task']}, seed {info.get('seed')})" if "task" in info else ""
     print(f"{activation.fusion}: mean softmax weight per layer and adapter over {activation.tokens} dev tokens{target}")
     print(activation.table())
-    if not args.no_plot:
+    if heatmap is not None:
         from adapterfusion.experiments.figures import plot_run_fusion_attention
 
-        source = Path(args.run_dir)
-        default = (source if source.is_dir() else source.parent) / Path(FUSION_ATTENTION_FILE).with_suffix(".png")
-        print(f"heatmap: {plot_run_fusion_attention(activation, args.output or default)}")
+        print(f"heatmap: {plot_run_fusion_attention(activation, heatmap)}")
     return 0
 
 

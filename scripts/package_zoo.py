@@ -22,7 +22,8 @@ from pathlib import Path
 import adapterfusion as af
 from adapterfusion.experiments.plan import ADAPTERS_DIR, RUNS_DIR
 from adapterfusion.io.atomic import atomic_write_json
-from adapterfusion.training.store import ENTRY_FILE, AdapterStore
+from adapterfusion.io.paths import check_replaceable
+from adapterfusion.training.store import ENTRY_FILE, ENTRY_FILES, AdapterStore
 from adapterfusion.zoo import MANIFEST_FILE, STORE_DIR, ZOO_DIR
 
 RUN_KEYS = (
@@ -45,6 +46,13 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _store_file(name: str) -> bool:
+    """Whether `name` (relative to the store) is a file an AdapterStore entry holds: <encoder>/<task>/<setup>/
+    seed-<seed>/<entry file>."""
+    parts = name.split("/")
+    return len(parts) > 4 and parts[3].startswith("seed-") and "/".join(parts[4:]) in ENTRY_FILES
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output_dir", type=Path, help="the zoo experiment's output dir")
@@ -56,6 +64,8 @@ def main() -> int:
     if not entries:
         print(f"{source.root} holds no adapters", file=sys.stderr)
         return 1
+    store = ZOO_DIR / STORE_DIR
+    check_replaceable(store, "the zoo's store", _store_file)  # before any work: the old store is replaced whole
     encoder = Path(af.default_encoder_path())
     tasks = {}
     staging = Path(tempfile.mkdtemp(prefix=".store.", dir=ZOO_DIR))
@@ -98,7 +108,6 @@ def main() -> int:
         },
         "tasks": dict(sorted(tasks.items())),
     }
-    store = ZOO_DIR / STORE_DIR
     if store.exists():
         shutil.rmtree(store)
     staging.rename(store)

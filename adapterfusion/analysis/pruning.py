@@ -11,6 +11,7 @@ same batches and times them side by side. `prune_fusion` does all of it for a fu
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import statistics
 import time
@@ -27,6 +28,7 @@ from adapterfusion.evaluation import load_run_split, predict, run_batches, score
 from adapterfusion.fusion.subset import add_fusion_subset
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
+from adapterfusion.io.pieces import check_piece_folder
 from adapterfusion.tasks.spec import TaskSpec
 
 if TYPE_CHECKING:
@@ -86,6 +88,16 @@ class PruningResult:
             "dropped": list(self.dropped),
             "kept_share": self.kept_share,
         }
+
+
+def _holds_our_result(folder: Path) -> bool:
+    """Whether `folder`'s pruning.json is one prune_fusion wrote (a regular file holding a PruningResult)."""
+    path = folder / PRUNING_FILE
+    try:
+        document = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and {"before", "after", "kept", "dropped"} <= document.keys()
 
 
 def check_criterion(keep: int | None, mass: float | None, count: int | None = None) -> None:
@@ -254,8 +266,10 @@ def prune_fusion(
             f"output={str(output)!r} is the run folder itself; the pruned fusion would replace the "
             "trained one there. Choose another folder"
         )
-    if output is not None:
-        check_writable_folder(output, "output")
+    if output is not None:  # nothing we did not write is overwritten there: not pruning.json, nor a piece's files
+        check_writable_folder(output, "output", writes=(PRUNING_FILE,), ours=_holds_our_result)
+        for kind in ("fusion", "head"):
+            check_piece_folder(Path(output) / kind, kind)
     run = rebuild_run(run_dir, store=store, device=device)
     if run.fusion is None:
         raise ConfigError(

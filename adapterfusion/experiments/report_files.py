@@ -12,34 +12,31 @@ from adapterfusion.experiments.errors import ExperimentError
 from adapterfusion.experiments.report import Report, build_report
 from adapterfusion.experiments.store import ResultsStore
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
+from adapterfusion.io.paths import check_writable_folder
 
 REPORT_DIR = "report"
+REPORT_FILES = ("tables.md", "tables.json", "table1.csv", "table2.csv", "table3.csv")
 
 
 def _writable_report_dir(output_dir: Path) -> Path:
-    """`<output_dir>/report/`, made if missing; a folder this process cannot write to (a read-only results folder)
-    is refused before anything is written."""
-    directory = output_dir / REPORT_DIR
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        writable = os.access(directory, os.W_OK)
-    except OSError as err:
-        writable, reason = False, err.strerror
-    else:
-        reason = "it is read-only"
-    if not writable:
-        raise ExperimentError(
-            f"cannot write the report into {directory} ({reason}); copy {output_dir} to a folder "
-            "you can write to and run `adapterfusion report` on the copy"
-        )
-    return directory
+    """`<output_dir>/report/`, checked before the report is built: anything but a folder this process can write in
+    there (a file, a read-only results folder) is refused (io/paths.py)."""
+    return check_writable_folder(
+        output_dir / REPORT_DIR,
+        "the report folder",
+        writes=REPORT_FILES,
+        ours=lambda folder: True,  # report/ in an experiment's output dir is ours: each run rewrites its files
+        error=ExperimentError,
+        fix=f"copy {output_dir} to a folder you can write to and run `adapterfusion report` on the copy",
+    )
 
 
 def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = None, figures: bool = True) -> Report:
     """Build the report and write `<output_dir>/report/`: tables.md, one CSV per table, tables.json and, with
     matplotlib installed, the figures. Returns the Report (its `figures` lists the PNGs written)."""
-    report = build_report(output_dir, store)
     directory = _writable_report_dir(Path(output_dir))
+    report = build_report(output_dir, store)
+    directory.mkdir(parents=True, exist_ok=True)
     if figures:
         try:
             from adapterfusion.experiments.figures import write_figures

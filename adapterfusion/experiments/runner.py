@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.encoders import resolve_encoder
+from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.executors import Executor, make_executor
 from adapterfusion.experiments.jobs import JobPayload, payload_options
 from adapterfusion.experiments.plan import Job, plan_jobs
 from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
-from adapterfusion.experiments.store import ResultsStore, RunnerLock
+from adapterfusion.experiments.store import DB_FILE, ResultsStore, RunnerLock
 from adapterfusion.experiments.writers import clear_dead_writers, registered_writer
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
@@ -93,6 +94,22 @@ def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayl
     )
 
 
+def _folder_given(path: Path) -> str:
+    """What to run instead of the folder `path` given as an experiment file: the experiment file it holds, or, for
+    an experiment's output dir, the commands that read it and the copy of its experiment file."""
+    said = f"experiment file {str(path)!r} is a folder, not an experiment file"
+    if (path / DB_FILE).is_file():
+        return (
+            f"{said}: it is an experiment's output dir (it holds {DB_FILE}). See its jobs with `adapterfusion status "
+            f"{path}`, its tables with `adapterfusion report {path}`, or run it again from its experiment file "
+            f"({str(path / SPEC_FILE)!r} is a copy of it)"
+        )
+    found = sorted(p.name for p in path.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+    if found:
+        return f"{said}; it holds {', '.join(found)}: run `adapterfusion run {path / found[0]}`"
+    return f"{said}; give the path of a .yaml or .json experiment file"
+
+
 def run_experiment(
     spec_or_path: ExperimentSpec | str | os.PathLike,
     executor: str | Executor = "inprocess",
@@ -108,6 +125,8 @@ def run_experiment(
     Ray instance; build experiments.ray_executor.RayExecutor for an address or per-job CPUs/GPUs), or an Executor.
     force: reuse an output dir that holds a different spec's results (jobs whose settings changed are re-run).
     """
+    if isinstance(spec_or_path, (str, os.PathLike)) and Path(spec_or_path).is_dir():
+        raise ExperimentSpecError(_folder_given(Path(spec_or_path)))
     spec = load_spec(spec_or_path)
     jobs = plan_jobs(spec)
     if spec.encoder is not None:  # once, not per job: a Hub id that is neither cached nor reachable fails here

@@ -60,6 +60,7 @@ from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.documents import read_document
 from adapterfusion.tasks.registry import list_tasks
+from adapterfusion.io.paths import check_readable_file
 from adapterfusion.tasks.spec import ROLES, suggest
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON, TrainingConfig
 from adapterfusion.training.multitask import MT_A
@@ -214,8 +215,9 @@ class ExperimentSpec:
     def load(cls, path: str | os.PathLike) -> ExperimentSpec:
         """Read a .yaml/.yml or .json experiment file (UTF-8; a key given twice in one mapping is an error)."""
         path = Path(path)
-        if not path.is_file():
-            raise ExperimentSpecError(f"experiment file {str(path)!r} does not exist")
+        check_readable_file(
+            path, "give the path of a .yaml or .json experiment file", "experiment file", ExperimentSpecError
+        )
         data = read_document(path, ExperimentSpecError)  # UTF-8, and a key given twice is refused
         return _parse(data, path.resolve().parent, str(path.resolve()))
 

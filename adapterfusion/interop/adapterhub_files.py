@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import re
 import warnings
@@ -23,6 +24,7 @@ from safetensors.torch import save as save_safetensors_bytes
 
 from adapterfusion.errors import SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
+from adapterfusion.io.paths import check_readable_file, check_writable_folder
 from adapterfusion.io.pieces import PIECE_FORMAT, read_json
 
 ADAPTERHUB_VERSION = "adapters.1.3.0"
@@ -86,14 +88,15 @@ def read_weights(directory: Path, kind: str) -> dict[str, torch.Tensor]:
     """The safetensors file if present, else the `.bin`, loaded with weights_only=True (never full unpickling)."""
     _, safe_name, bin_name = FILES[kind]
     safe_path, bin_path = directory / safe_name, directory / bin_name
-    if safe_path.is_file():
-        try:
-            return load_safetensors_bytes(safe_path.read_bytes())
-        except (SafetensorError, ValueError, RuntimeError) as error:
-            raise SerializationError(f"{safe_path} is not a readable safetensors file ({error})") from None
-    if not bin_path.is_file():
+    if not os.path.lexists(safe_path) and not os.path.lexists(bin_path):
         raise SerializationError(f"{directory} has neither {safe_name} nor {bin_name}; the {kind} weights are missing")
-    return read_bin(bin_path)
+    if not os.path.lexists(safe_path):
+        return read_bin(check_readable_file(bin_path, f"AdapterHub keeps the {kind} weights in that file"))
+    check_readable_file(safe_path, f"AdapterHub keeps the {kind} weights in that file")
+    try:
+        return load_safetensors_bytes(safe_path.read_bytes())
+    except (SafetensorError, ValueError, RuntimeError) as error:
+        raise SerializationError(f"{safe_path} is not a readable safetensors file ({error})") from None
 
 
 def read_bin(path: Path) -> dict[str, torch.Tensor]:
@@ -131,8 +134,9 @@ def write_piece(
     tensors: Mapping[str, torch.Tensor],
     use_safetensors: bool = True,
 ) -> Path:
-    """Weights first, config last, both atomically, under the names adapters 1.3.0 reads."""
-    directory = Path(directory)
+    """Weights first, config last, both atomically, under the names adapters 1.3.0 reads. A file of those names
+    already there is refused, not overwritten: an export and an AdapterHub download look alike."""
+    directory = check_writable_folder(directory, f"export_adapterhub: the {kind} folder", writes=FILES[kind])
     config_name, safe_name, bin_name = FILES[kind]
     payload = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
     if use_safetensors:

@@ -1,21 +1,35 @@
-"""Paths the library writes to. Names that come from files — experiment files, task descriptions, a run's or a
-saved piece's JSON — become folder names under an output dir or a store: `path_part` makes sure such a name stays
-one folder name, so that none can write outside that root ('..', an absolute path, a separator). Output paths a
-user gives are checked up front (`check_writable_folder`, `check_writable_file`): a file where a folder goes, a
-folder where a file goes, or a read-only place is a clear error before any work, not a traceback after it."""
+"""The one judge of file and folder targets, for writing and for reading. Names that come from files or users —
+experiment files, task descriptions, a piece's name — become folder names under an output dir, a setup or a store:
+`path_part` makes sure such a name stays one folder name of a length the file system takes, so that none can write
+outside that root ('..', an absolute path, a separator) or fail with "File name too long".
+
+Output paths are checked up front (`check_writable_folder`, `check_writable_file`), before any work: a file, FIFO or
+device where a folder goes, a folder where a file goes, a symlink loop or a dangling symlink, a name too long, a
+read-only place. And nothing already there that we did not write is overwritten: a folder we write files into says
+which files (`writes`) and how to tell that what is there is ours (`ours`); anything else in it is left alone.
+Files to read are checked by `check_readable_file`, which says what is there instead of calling it "missing"."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+from collections.abc import Callable, Collection
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import AdapterFusionError, ConfigError, SerializationError
 
 _SEPARATORS = ("/", "\\", "\0")
+NAME_MAX = 255  # bytes per file or folder name on Linux (ext4, xfs, btrfs, tmpfs); os.pathconf tells where it can
+PATH_MAX = 4096  # bytes in a whole path on Linux
+# A file is written as `.<name>.<8 random characters>.tmp` first, then renamed (io/atomic.py): 14 bytes more.
+TEMP_NAME_EXTRA = len("..12345678.tmp")
+Error = type[AdapterFusionError]
 
 
 def path_part(value: object, what: str) -> str:
-    """`value` if it is one plain folder name; else ConfigError naming `what`, the value and the rule."""
+    """`value` if it is one plain folder name the file system takes; else ConfigError naming `what`, the value and
+    the rule."""
     if (
         not isinstance(value, str)
         or value.strip() in ("", ".", "..")
@@ -27,35 +41,223 @@ def path_part(value: object, what: str) -> str:
             f"{what} {value!r} cannot be a folder name: it must be one plain name without '/', '\\', '..' or a "
             "drive, or it would lead outside the folder it is written to"
         )
-    return value
+    return check_name_length(value, what)
 
 
-def check_writable_folder(path: str | os.PathLike, what: str) -> Path:
-    """`path` as a Path if it is, or can be created as, a folder this process may write in; else ConfigError
-    naming `what`. Checked before any work, so a bad output path fails at once instead of after a computation."""
+def name_max(path: str | os.PathLike) -> int:
+    """The longest file or folder name, in bytes, that the file system holding `path` (or its nearest existing
+    folder) takes: os.pathconf's PC_NAME_MAX where the platform has it, else Linux's 255."""
+    folder = Path(os.path.abspath(path))
+    while not os.path.isdir(folder) and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (AttributeError, ValueError, OSError):
+        return NAME_MAX
+
+
+def check_name_length(
+    name: str, what: str, where: str | os.PathLike = ".", extra: int = 0, error: Error = ConfigError
+) -> str:
+    """`name` if a folder of that name (or, with `extra`=TEMP_NAME_EXTRA, a file written under a temp name that
+    much longer) can be created in `where`; else `error` naming the limit."""
+    size, limit = len(os.fsencode(name)), name_max(where)
+    if size > limit - extra:
+        shown = name if len(name) <= 40 else f"{name[:20]}...{name[-12:]}"
+        temp = f" ({limit - extra} for a file, first written under a temp name {extra} bytes longer)" if extra else ""
+        raise error(
+            f"{what} {shown!r} is {size} bytes long; a file or folder name may have at most {limit} bytes on this "
+            f"file system{temp}; choose a shorter name"
+        )
+    return name
+
+
+def describe(path: str | os.PathLike) -> str:
+    """What is at `path`, in words: 'a folder', 'a file', 'a FIFO (named pipe)', 'a character device', 'a symlink
+    loop', 'a symlink to X, which does not exist', 'nothing' ... (a symlink to a device says where it points)."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{what} {str(path)!r} is a file, not a folder; choose a folder path (or remove the file)")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        return _unreachable(path, error)
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    kind = next((words for test, words in kinds if test(mode)), "a special file")
+    if path.is_symlink() and kind not in ("a folder", "a file"):
+        kind += f" (a symlink to {os.readlink(path)!r})"
+    return kind
+
+
+def _unreachable(path: Path, error: OSError) -> str:
+    if error.errno == errno.ELOOP:
+        return "a symlink loop (a link that leads back to itself, which no file or folder can be created through)"
+    if error.errno == errno.ENAMETOOLONG:
+        return "a path with a name longer than the file system allows"
+    if os.path.islink(path):
+        return f"a symlink to {os.readlink(path)!r}, which does not exist"
+    if error.errno in (errno.ENOENT, errno.ENOTDIR):  # ENOTDIR: a path through a file, which holds nothing
+        return "nothing"
+    return f"unreachable ({error.strerror})"
+
+
+def _check_lengths(path: Path, what: str, is_file: bool, error: Error) -> None:
+    """Every name in `path` within the file system's limit (the last with room for its temp name when it is a
+    file we write), and the whole path within PATH_MAX."""
+    for i, part in enumerate(path.parts):
+        extra = TEMP_NAME_EXTRA if is_file and i == len(path.parts) - 1 else 0
+        check_name_length(part, f"{what} {_short(path)!r}: the name", path, extra, error)
+    if len(os.fsencode(os.path.abspath(path))) + TEMP_NAME_EXTRA > PATH_MAX:
+        raise error(
+            f"{what} {_short(path)!r} is too long: a whole path may have at most {PATH_MAX} bytes on Linux; "
+            "choose a shorter path"
+        )
+
+
+def _short(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]}"
+
+
+def check_writable_folder(
+    path: str | os.PathLike,
+    what: str,
+    *,
+    writes: Collection[str] = (),
+    ours: Callable[[Path], bool] | None = None,
+    only_ours: str | None = None,
+    error: Error = ConfigError,
+    fix: str = "choose a folder you can write in, or change its permissions",
+) -> Path:
+    """`path` as a Path if it is, or can be created as, a folder this process may write in; else `error` naming
+    `what`. Checked before any work, so a bad output path fails at once instead of after a computation.
+
+    Nothing already there that we did not write is overwritten: each of the files `writes` names that exists must
+    be a regular file, and one of ours if `ours` is given (`ours(path)`: the folder holds what we wrote there). With
+    `only_ours` (what ours is, e.g. 'a saved setup'), a folder holding anything must be ours as a whole. `fix`:
+    what to do about a read-only place."""
+    path = Path(path)
+    _check_lengths(path, what, is_file=False, error=error)
+    found = describe(path)
+    if found not in ("a folder", "nothing"):
+        fix = "choose a folder path (or remove the file)" if found == "a file" else "choose another folder path"
+        raise error(f"{what} {str(path)!r} is {found}, not a folder; {fix}")
     existing = path
-    while not existing.exists() and existing != existing.parent:
+    while describe(existing) == "nothing" and existing != existing.parent:
         existing = existing.parent
-    if not existing.is_dir():
-        raise ConfigError(
-            f"{what} {str(path)!r} cannot be created: {str(existing)!r} is a file, not a folder; choose another path"
+    found = describe(existing)
+    if found != "a folder":
+        raise error(
+            f"{what} {str(path)!r} cannot be created: {str(existing)!r} is {found}, not a folder; choose another path"
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         state = "is" if existing == path else f"would be created in {str(existing)!r}, which is"
-        raise ConfigError(
-            f"{what} {str(path)!r} {state} read-only for this user; choose a folder you can write "
-            "in, or change its permissions"
+        raise error(f"{what} {str(path)!r} {state} read-only for this user; {fix}")
+    if existing == path:
+        _check_nothing_foreign(path, what, writes, ours, only_ours, error)
+    return path
+
+
+def _check_nothing_foreign(
+    path: Path,
+    what: str,
+    writes: Collection[str],
+    ours: Callable[[Path], bool] | None,
+    only_ours: str | None,
+    error: Error,
+) -> None:
+    """Refuse to write into `path` where that would overwrite (or, for a whole setup, mix with) what we did not
+    write."""
+    held = sorted(entry.name for entry in path.iterdir())
+    if only_ours and held and ours is not None and not ours(path):
+        raise error(
+            f"{what} {str(path)!r} is not empty (it holds {_listing(held)}) and is not {only_ours}; we never "
+            "overwrite or delete what we did not write: save into a new or empty folder"
         )
-    return path
+    for name in writes:
+        target = path / name
+        if not os.path.lexists(target):
+            continue
+        found = describe(target)
+        if found != "a file":
+            raise error(
+                f"{what} {str(path)!r} holds {name!r}, which is {found} where our file goes; choose another folder, "
+                f"or move {str(target)!r} away"
+            )
+        if ours is None or not ours(path):
+            whose = "which we did not write there" if ours is not None else "which may not be ours"
+            raise error(
+                f"{what} {str(path)!r} already holds {name!r}, {whose}; we never overwrite a file we did not write: "
+                f"choose another folder, or move {str(target)!r} away"
+            )
 
 
-def check_writable_file(path: str | os.PathLike, what: str) -> Path:
-    """`path` as a Path if a file can be written there: not a folder, in a folder that is (or can be) writable."""
+def _listing(names: list[str]) -> str:
+    return ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def check_writable_file(path: str | os.PathLike, what: str, error: Error = ConfigError) -> Path:
+    """`path` as a Path if a file can be written there: nothing or a regular file there (replaced, as asked), in
+    a folder that is (or can be) writable. A folder, FIFO, device or symlink loop there is refused."""
     path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{what} {str(path)!r} is a folder; give a file path, e.g. {str(path / 'result.json')!r}")
-    check_writable_folder(path.parent, f"the folder of {what}")
+    _check_lengths(path, what, is_file=True, error=error)
+    found = describe(path)
+    if found == "a folder":
+        raise error(f"{what} {str(path)!r} is a folder; give a file path, e.g. {str(path / 'result.json')!r}")
+    if found not in ("a file", "nothing"):
+        raise error(f"{what} {str(path)!r} is {found}, not a regular file; give the path of a file to write")
+    check_writable_folder(path.parent, f"the folder of {what}", error=error)
     return path
+
+
+def check_readable_file(
+    path: str | os.PathLike,
+    fix: str,
+    what: str | None = None,
+    error: Error = SerializationError,
+    missing: str | None = None,
+) -> Path:
+    """`path` as a Path if it is a regular file to read; else `error` saying what is there instead (nothing, a
+    folder, a device, a FIFO, a symlink loop...) and `fix` (`missing`, if given, when nothing is there). A device is
+    never read: /dev/zero would never end. The message starts with `what` and the quoted path, or with the bare path
+    when `what` is None."""
+    path = Path(path)
+    found = describe(path)
+    if found == "a file":
+        return path
+    subject = str(path) if what is None else f"{what} {str(path)!r}"
+    if found == "nothing":
+        raise error(f"{subject} is missing; {missing or fix}")
+    raise error(f"{subject} is {found}, not a file; {fix}")
+
+
+def foreign_files(folder: str | os.PathLike, ours: Callable[[str], bool]) -> list[str]:
+    """The files and folders under `folder` (relative, '/'-separated) that `ours` does not claim: what replacing
+    or removing the folder would delete although we did not write it. A folder counts only if it is empty."""
+    folder = Path(folder)
+    found = []
+    for root, dirs, files in os.walk(folder):
+        relative = Path(root).relative_to(folder).as_posix()
+        for name in files + [d for d in dirs if not os.listdir(os.path.join(root, d))]:
+            name = name if relative == "." else f"{relative}/{name}"
+            if not ours(name):
+                found.append(name)
+    return sorted(found)
+
+
+def check_replaceable(
+    folder: str | os.PathLike, what: str, ours: Callable[[str], bool], error: Error = ConfigError
+) -> None:
+    """Refuse to replace `folder` as a whole if it holds anything `ours` does not claim (see foreign_files)."""
+    foreign = foreign_files(folder, ours) if Path(folder).is_dir() else []
+    if foreign:
+        raise error(
+            f"{what} {str(folder)!r} holds {_listing(foreign)}, which we did not write; replacing it would delete "
+            f"{'them' if len(foreign) > 1 else 'it'}: move {'them' if len(foreign) > 1 else 'it'} out of the folder "
+            "first"
+        )

@@ -25,7 +25,7 @@ from adapterfusion.errors import SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import head_config_from_dict
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
-from adapterfusion.io.paths import check_writable_folder
+from adapterfusion.io.paths import check_readable_file, check_writable_folder
 from adapterfusion.piece import EncoderFingerprint, Piece, PieceConfig
 
 PIECE_FORMAT = "adapterfusion"
@@ -60,6 +60,29 @@ def weights_path(directory: Path, kind: str) -> Path:
     return directory / f"{kind}.safetensors"
 
 
+def check_piece_folder(directory: str | Path, kind: str) -> Path:
+    """`directory` if save_piece may write a `kind` there (io/paths.py): a folder that is, or can be made, writable,
+    whose `<kind>.safetensors` and `<kind>_config.json`, if there, are a piece we saved. Files beside them stay."""
+    return check_writable_folder(
+        directory,
+        f"save_{kind}: the {kind} folder",
+        writes=(weights_path(Path(), kind).name, config_path(Path(), kind).name),
+        ours=lambda folder: holds_our_piece(folder, kind),
+    )
+
+
+def holds_our_piece(directory: Path, kind: str) -> bool:
+    """Whether `directory` holds a `kind` config that save_piece wrote (a regular file: a device is never read)."""
+    path = config_path(directory, kind)
+    if not path.is_file():
+        return False
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and document.get("format") == PIECE_FORMAT and document.get("kind") == kind
+
+
 def piece_folder(kind: str, name: str) -> str:
     """Where a saved setup (io/setup.py) keeps piece `name` of `kind`: 'adapters/<name>' and so on."""
     return f"{kind}s/{name}"
@@ -75,7 +98,7 @@ def save_piece(
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Weights first, config last: a directory with a config always has the weights that go with it."""
-    directory = check_writable_folder(directory, f"save_{kind}: the {kind} folder")
+    directory = check_piece_folder(directory, kind)
     payload = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     atomic_write_bytes(weights_path(directory, kind), save_safetensors_bytes(payload, metadata={"format": "pt"}))
     document = {
@@ -105,9 +128,10 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
     path = config_path(directory, kind)
     if not directory.is_dir():
         raise SerializationError(f"{directory} is not a directory; pass the folder that {kind}_config.json is in")
-    if not path.is_file():
-        present = sorted(p.name for p in directory.iterdir())
-        raise SerializationError(f"{path} is missing; the folder holds {present or 'nothing'}")
+    present = sorted(p.name for p in directory.iterdir())
+    check_readable_file(
+        path, f"save the {kind} again, or load another folder", missing=f"the folder holds {present or 'nothing'}"
+    )
     document = read_json(path)
     if not isinstance(document, dict) or document.get("format") != PIECE_FORMAT or document.get("kind") != kind:
         raise SerializationError(f"{path} is not an adapterfusion {kind} config (format/kind fields do not match)")
@@ -143,9 +167,11 @@ def check_weights(tensors: Mapping[str, torch.Tensor], source: str | Path) -> No
 
 
 def read_piece_weights(directory: str | Path, kind: str) -> dict[str, torch.Tensor]:
-    path = weights_path(Path(directory), kind)
-    if not path.is_file():
-        raise SerializationError(f"{path} is missing; the {kind} was not saved completely")
+    path = check_readable_file(
+        weights_path(Path(directory), kind),
+        f"save the {kind} again, or load another folder",
+        missing=f"the {kind} was not saved completely",
+    )
     try:
         return load_safetensors_bytes(path.read_bytes())
     except (SafetensorError, ValueError, RuntimeError) as error:

@@ -33,7 +33,8 @@ from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
 from adapterfusion.io.hub import HubRef, download, hub_ref, locate, upload
 from adapterfusion.io.model_card import render_model_card
-from adapterfusion.io.pieces import config_path, piece_folder, read_json, weights_path
+from adapterfusion.io.paths import check_readable_file, check_writable_folder, path_part
+from adapterfusion.io.pieces import check_piece_folder, config_path, piece_folder, read_json, weights_path
 from adapterfusion.io.provenance import describe_origin
 from adapterfusion.piece import PIECE_KINDS
 
@@ -130,14 +131,17 @@ def save_setup(
     them; `provenance` maps a piece name to the run folder or store entry it came from (io/provenance.py). Onto a
     setup saved before, our files are updated in place (each atomically) and the pieces it listed that are no
     longer saved are removed; nothing else in the folder is touched."""
-    directory = Path(directory)
-    if (
-        directory.exists()
-        and not (directory / SETUP_FILE).is_file()
-        and (not directory.is_dir() or any(directory.iterdir()))
-    ):
-        raise ConfigError(f"{directory} exists and is not a saved setup; save into a new or empty folder")
+    directory = check_writable_folder(
+        directory,
+        "save_pretrained: the folder",
+        writes=(SETUP_FILE,),
+        ours=lambda folder: (folder / SETUP_FILE).is_file(),
+        only_ours="a saved setup",
+    )
     chosen = _chosen(model, adapters, fusions, heads)
+    for kind in PIECE_KINDS:  # every piece's folder, before anything is written
+        for name in chosen[kind]:
+            check_piece_folder(directory / piece_folder(kind, path_part(name, f"the {kind} name")), kind)
     saved = {name for names in chosen.values() for name in names}
     stray = sorted(set(provenance or {}) - saved)
     if stray:
@@ -208,14 +212,13 @@ def _chosen(model: AdaptedModel, adapters: Names, fusions: Names, heads: Names) 
 
 # ---- load ------------------------------------------------------------------------------------------------
 def read_index(folder: Path) -> dict[str, Any]:
-    path = folder / SETUP_FILE
-    if not path.is_file():
-        present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-        raise SerializationError(
-            f"{path} is missing, so {folder} is not a setup saved by save_pretrained "
-            f"(it holds {present or 'nothing'}); "
-            "load a single piece with load_adapter, load_fusion or load_head"
-        )
+    present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    path = check_readable_file(
+        folder / SETUP_FILE,
+        "it must be the index that save_pretrained wrote: save the setup again",
+        missing=f"{folder} is not a setup saved by save_pretrained (it holds {present or 'nothing'}); "
+        "load a single piece with load_adapter, load_fusion or load_head",
+    )
     index = read_json(path)
     if not isinstance(index, dict) or index.get("format") != SETUP_FORMAT:
         raise SerializationError(f"{path} is not an adapterfusion setup index (its 'format' is not {SETUP_FORMAT!r})")

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
+from adapterfusion.io.paths import check_readable_file
 from adapterfusion.tasks.errors import TaskError
 
 EXTENSIONS = (".jsonl.gz", ".jsonl", ".json.gz", ".json", ".csv.gz", ".csv")
@@ -80,8 +82,9 @@ def read_data_file(path: str | Path, cache_dir: str | None = None):
     import datasets
 
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise TaskError(f"data file {str(path)!r} does not exist; check the path or the task's data_files.")
+    check_readable_file(path, "check the path or the task's data_files.", "data file", TaskError)
     builder = _builder(path)
     try:
         empty = _is_empty(path)

@@ -7,10 +7,12 @@ so that a typo cannot silently replace "rte".
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.io.paths import check_readable_file
 from adapterfusion.tasks.builtin import BUILTIN_TASKS
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.spec import TaskSpec, suggest
@@ -67,8 +69,11 @@ def load_task_file(path: str | Path, register: bool = True, overwrite: bool = Fa
     Relative data file paths inside it are taken relative to the description file, so a task folder can move.
     """
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise TaskError(f"task description file {str(path)!r} does not exist.")
+    check_readable_file(
+        path, "give the path of a task description (.json or .yaml)", "task description file", TaskError
+    )
     text = path.read_text(encoding="utf-8")
     suffix = path.suffix.lower()
     try:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.io.paths import check_readable_file
 from adapterfusion.training.errors import RunFileError
 
 RUN_FORMAT_VERSION = 1
@@ -21,6 +22,8 @@ def read_json(path: str | os.PathLike, fix: str) -> Any:
     """The content of a JSON file a run (or the store) wrote; RunFileError naming the file, what is wrong with it
     and `fix` (what to do about it) when it is missing, unreadable or not JSON."""
     path = Path(path)
+    if os.path.lexists(path):  # a folder, a device (/dev/zero would never end), a FIFO, a loop: said, never read
+        check_readable_file(path, fix, error=RunFileError)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

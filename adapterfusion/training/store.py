@@ -24,7 +24,7 @@ from adapterfusion._validation import naming_file
 from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
 from adapterfusion.errors import SerializationError
 from adapterfusion.io.atomic import atomic_write_json, replace_folder
-from adapterfusion.io.paths import path_part
+from adapterfusion.io.paths import check_replaceable, path_part
 from adapterfusion.io.pieces import piece_digest
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
@@ -33,6 +33,13 @@ if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 ENTRY_FILE = "entry.json"
+# Every file an entry holds (relative, '/'-separated): what replacing an entry may delete, and nothing else.
+ENTRY_FILES = frozenset(
+    {
+        ENTRY_FILE,
+        *(f"{kind}/{kind}{suffix}" for kind in ("adapter", "head") for suffix in (".safetensors", "_config.json")),
+    }
+)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
@@ -143,6 +150,7 @@ class AdapterStore:
         final = self.path(encoder, task, setup, seed)
         if final.exists() and not overwrite:
             raise TrainingError(f"the store already holds {final}; pass overwrite=True to replace it")
+        check_replaceable(final, "the store entry", lambda name: name in ENTRY_FILES)  # no user file is lost
 
         def write_entry(tmp: Path) -> None:
             write(tmp)

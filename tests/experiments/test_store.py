@@ -95,8 +95,8 @@ def test_status_and_report_on_a_read_only_results_folder(tmp_path):
     assert "head/cb/seed-42   done" in status.stdout and "2 done" in status.stdout
     error = _one_line_error(_read_only(out, "report", str(out), "--no-figures"))
     assert error == (
-        f"error: cannot write the report into {out / 'report'} (Read-only file system); copy {out} to a "
-        "folder you can write to and run `adapterfusion report` on the copy"
+        f"error: the report folder {str(out / 'report')!r} would be created in {str(out)!r}, which is read-only for "
+        f"this user; copy {out} to a folder you can write to and run `adapterfusion report` on the copy"
     )
     assert sorted(os.listdir(out)) == ["experiment.db", "experiment.json"]
 

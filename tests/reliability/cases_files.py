@@ -1,8 +1,383 @@
 """Bad-input cases at one boundary, file and folder targets: where things are saved or read (setup folders, output
-paths, names that become paths)."""
+paths, names that become paths). Every target is judged by adapterfusion/io/paths.py; the runner's byte-for-byte
+check of the case's folder is the check that nothing the user had there is deleted or overwritten."""
 
 from __future__ import annotations
 
-from catalogue import BadInput
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-CASES: tuple[BadInput, ...] = ()
+import adapterfusion as af
+from adapterfusion.experiments.errors import ExperimentError
+from adapterfusion.interop import export_adapterhub
+from adapterfusion.training.store import AdapterStore
+from catalogue import Action, BadInput, a_file, cli, experiment, experiment_dict, load_into, read_only, saved_piece
+from tiny_models import tiny_encoder
+
+B = BadInput
+LONG = "n" * 300  # more than the 255 bytes Linux allows in one file or folder name
+
+
+def _model(adapter: str = "a") -> af.AdaptedModel:
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter(adapter, "pfeiffer")
+    return model
+
+
+# ---- writing into folders that hold what we did not write ----------------------------------------------------------
+def _save_pretrained_onto_foreign_folder(folder: Path) -> Action:
+    (folder / "mine").mkdir()
+    a_file(folder / "mine", "notes.txt")
+    return lambda: _model().save_pretrained(folder / "mine")
+
+
+def _save_pretrained_over_a_foreign_piece(folder: Path) -> Action:
+    """Our own setup, but adapters/a/ holds an adapter.safetensors the user put there, not ours."""
+    model = _model()
+    model.save_pretrained(folder / "setup")
+    (folder / "setup" / "adapters" / "a" / "adapter_config.json").unlink()
+    return lambda: model.save_pretrained(folder / "setup")
+
+
+def _save_adapter_over(name: str, make: Callable[[Path], Any]) -> Callable[[Path], Action]:
+    def prepare(folder: Path) -> Action:
+        (folder / "a").mkdir()
+        make(folder / "a" / name)
+        model = _model()
+        return lambda: model.save_adapter("a", folder / "a")
+
+    return prepare
+
+
+def _export_adapterhub_over(folder: Path) -> Action:
+    model = _model()
+    (folder / "hub").mkdir()
+    a_file(folder / "hub", "adapter_config.json")
+    return lambda: export_adapterhub(model, "adapter", "a", folder / "hub")
+
+
+def _store_overwrite_with_notes(folder: Path) -> Action:
+    model = _model()
+    store = AdapterStore(folder / "store")
+    entry = store.put_model(model, "a", None, "enc", "rte", "st-a", 1)
+    a_file(entry, "notes.txt")
+    return lambda: store.put_model(model, "a", None, "enc", "rte", "st-a", 1, overwrite=True)
+
+
+def _prune_output_holding(folder: Path) -> Action:
+    (folder / "pruned").mkdir()
+    a_file(folder / "pruned", "pruning.json")
+    return lambda: cli("prune", str(folder / "run"), "--keep", "1", "--output", str(folder / "pruned"))
+
+
+# ---- targets that are not plain folders or files -------------------------------------------------------------------
+def _symlink_loop(folder: Path) -> Path:
+    loop = folder / "loop"
+    loop.symlink_to(loop)
+    return loop
+
+
+def _save_pretrained_into_loop(folder: Path) -> Action:
+    loop = _symlink_loop(folder)
+    return lambda: _model().save_pretrained(loop)
+
+
+def _save_pretrained_read_only(folder: Path) -> Action:
+    (folder / "locked").mkdir()
+    model = _model()
+
+    def action() -> Any:
+        with read_only(folder / "locked"):
+            return model.save_pretrained(folder / "locked" / "setup")
+
+    return action
+
+
+def _save_adapter_onto_dangling_link(folder: Path) -> Action:
+    (folder / "a").symlink_to(folder / "gone")
+    return lambda: _model().save_adapter("a", folder / "a")
+
+
+def _save_adapter_onto_fifo(folder: Path) -> Action:
+    os.mkfifo(folder / "a")
+    return lambda: _model().save_adapter("a", folder / "a")
+
+
+def _save_adapter_through_dangling_link(folder: Path) -> Action:
+    (folder / "out").symlink_to(folder / "gone")
+    return lambda: _model().save_adapter("a", folder / "out" / "a")
+
+
+def _analyze_fusion_output_loop(folder: Path) -> Action:
+    loop = _symlink_loop(folder)
+    return lambda: cli("analyze-fusion", str(folder / "run"), "--output", str(loop))
+
+
+def _json_onto_fifo(folder: Path) -> Action:
+    os.mkfifo(folder / "result.json")
+    return lambda: cli("evaluate", str(folder / "run"), "--json", str(folder / "result.json"))
+
+
+def _report_dir_is_file(folder: Path) -> Action:
+    a_file(folder, "report")
+    return lambda: cli("report", str(folder))
+
+
+# ---- names too long for the file system ----------------------------------------------------------------------------
+def _save_pretrained_long_adapter_name(folder: Path) -> Action:
+    model = _model(LONG)
+    return lambda: model.save_pretrained(folder / "setup")
+
+
+def _store_long_task_name(folder: Path) -> Action:
+    model = _model()
+    return lambda: AdapterStore(folder / "store").put_model(model, "a", None, "enc", LONG, "st-a", 1)
+
+
+# ---- files to read that are not regular files ----------------------------------------------------------------------
+def _piece_file_replaced(name: str, make: Callable[[Path], Any]) -> Callable[[Path], Action]:
+    def prepare(folder: Path) -> Action:
+        piece = saved_piece(folder)
+        (piece / name).unlink()
+        make(piece / name)
+        return load_into(_model("other"), "adapter", piece)
+
+    return prepare
+
+
+def _setup_index_is_folder(folder: Path) -> Action:
+    _model().save_pretrained(folder / "setup")
+    (folder / "setup" / "adapterfusion_setup.json").unlink()
+    (folder / "setup" / "adapterfusion_setup.json").mkdir()
+    return lambda: af.AdaptedModel.from_pretrained(tiny_encoder("bert"), folder / "setup")
+
+
+def _run_given_folder_with_experiment(folder: Path) -> Action:
+    (folder / "exp").mkdir()
+    (folder / "exp" / "experiment.yaml").write_text(json.dumps(experiment_dict(folder)))
+    return lambda: cli("run", str(folder / "exp"), "--no-progress")
+
+
+def _run_given_output_dir(folder: Path) -> Action:
+    (folder / "out").mkdir()
+    (folder / "out" / "experiment.json").write_text(json.dumps(experiment_dict(folder)))
+    (folder / "out" / "experiment.db").write_bytes(b"")
+    return lambda: cli("run", str(folder / "out"), "--no-progress")
+
+
+CASES: tuple[BadInput, ...] = (
+    # data loss: writing into a folder that holds what we did not write
+    B(
+        "save-pretrained-foreign-folder",
+        "output paths",
+        "save_pretrained(<a folder holding the user's notes.txt, not a saved setup>)",
+        af.ConfigError,
+        ("/mine'", "not a saved setup", "notes.txt", "new or empty folder"),
+        _save_pretrained_onto_foreign_folder,
+    ),
+    B(
+        "save-pretrained-foreign-piece",
+        "output paths",
+        "save_pretrained onto our own setup whose adapters/a/ holds an adapter.safetensors without our config",
+        af.ConfigError,
+        ("adapter.safetensors", "did not write", "another folder"),
+        _save_pretrained_over_a_foreign_piece,
+    ),
+    B(
+        "save-adapter-over-foreign-weights",
+        "output paths",
+        "save_adapter('a', <a folder holding an adapter.safetensors we did not write>)",
+        af.ConfigError,
+        ("save_adapter", "adapter.safetensors", "did not write", "another folder"),
+        _save_adapter_over("adapter.safetensors", lambda path: a_file(path.parent, path.name)),
+    ),
+    B(
+        "save-adapter-config-name-is-folder",
+        "output paths",
+        "save_adapter('a', <a folder holding a folder named adapter_config.json>)",
+        af.ConfigError,
+        ("adapter_config.json", "is a folder", "where our file goes"),
+        _save_adapter_over("adapter_config.json", Path.mkdir),
+    ),
+    B(
+        "export-adapterhub-over-files",
+        "output paths",
+        "export_adapterhub(model, 'adapter', 'a', <a folder holding an adapter_config.json>)",
+        af.ConfigError,
+        ("adapter_config.json", "may not be ours", "another folder"),
+        _export_adapterhub_over,
+    ),
+    B(
+        "store-overwrite-user-file",
+        "output paths",
+        "AdapterStore.put_model(..., overwrite=True) onto an entry folder where the user put notes.txt",
+        af.ConfigError,
+        ("notes.txt", "did not write", "move"),
+        _store_overwrite_with_notes,
+    ),
+    B(
+        "prune-output-foreign-file",
+        "output paths",
+        "adapterfusion prune RUN --keep 1 --output <a folder holding a pruning.json we did not write>",
+        af.ConfigError,
+        ("pruning.json", "did not write", "another folder"),
+        _prune_output_holding,
+        cli=True,
+    ),
+    # targets that are not plain folders or files
+    B(
+        "save-pretrained-symlink-loop",
+        "output paths",
+        "save_pretrained(<a symlink to itself, d -> d>)",
+        af.ConfigError,
+        ("/loop'", "symlink loop"),
+        _save_pretrained_into_loop,
+    ),
+    B(
+        "save-pretrained-read-only",
+        "output paths",
+        "save_pretrained(<a new folder in a read-only folder (mode 555)>)",
+        af.ConfigError,
+        ("/locked/setup'", "read-only for this user"),
+        _save_pretrained_read_only,
+    ),
+    B(
+        "save-adapter-dangling-symlink",
+        "output paths",
+        "save_adapter('a', <a symlink to a path that does not exist>)",
+        af.ConfigError,
+        ("/a'", "a symlink to", "/gone'", "does not exist"),
+        _save_adapter_onto_dangling_link,
+    ),
+    B(
+        "save-adapter-through-dangling-symlink",
+        "output paths",
+        "save_adapter('a', <dangling symlink>/a)",
+        af.ConfigError,
+        ("/out'", "a symlink to", "does not exist"),
+        _save_adapter_through_dangling_link,
+    ),
+    B(
+        "save-adapter-onto-fifo",
+        "output paths",
+        "save_adapter('a', <a FIFO>)",
+        af.ConfigError,
+        ("/a'", "is a FIFO", "not a folder"),
+        _save_adapter_onto_fifo,
+    ),
+    B(
+        "analyze-fusion-output-loop",
+        "output paths",
+        "adapterfusion analyze-fusion RUN --output <a symlink loop> (checked before the run is read)",
+        af.ConfigError,
+        ("--output", "symlink loop"),
+        _analyze_fusion_output_loop,
+        cli=True,
+    ),
+    B(
+        "evaluate-json-fifo",
+        "output paths",
+        "adapterfusion evaluate RUN --json <a FIFO> (checked before the evaluation)",
+        af.ConfigError,
+        ("--json", "is a FIFO", "not a regular file"),
+        _json_onto_fifo,
+        cli=True,
+    ),
+    B(
+        "report-dir-is-file",
+        "output paths",
+        "adapterfusion report OUTDIR where OUTDIR/report is a file",
+        ExperimentError,
+        ("/report'", "is a file, not a folder"),
+        _report_dir_is_file,
+        cli=True,
+    ),
+    # names too long for the file system
+    B(
+        "save-pretrained-long-adapter-name",
+        "output paths",
+        "save_pretrained of a model with an adapter named 'n' * 300 (its folder adapters/<name>)",
+        af.ConfigError,
+        ("adapter name", "300 bytes", "255", "shorter name"),
+        _save_pretrained_long_adapter_name,
+    ),
+    B(
+        "save-adapter-long-folder-name",
+        "output paths",
+        "save_adapter('a', <folder>/'n' * 300)",
+        af.ConfigError,
+        ("save_adapter", "300 bytes", "255", "shorter name"),
+        lambda folder: lambda: _model().save_adapter("a", folder / LONG),
+    ),
+    B(
+        "store-long-task-name",
+        "output paths",
+        "AdapterStore.put_model(..., task='n' * 300) (the task becomes a folder name)",
+        af.ConfigError,
+        ("store entry task", "300 bytes", "255"),
+        _store_long_task_name,
+    ),
+    B(
+        "experiment-output-dir-long-name",
+        "output paths",
+        "experiment output_dir whose last folder name is 'o' * 300",
+        af.ConfigError,
+        ("output_dir", "300 bytes", "255"),
+        lambda folder: experiment(output_dir=str(folder / ("o" * 300)), encoder=None)(folder),
+        cli=True,
+    ),
+    # files to read that are not regular files
+    B(
+        "adapter-weights-is-folder",
+        "output paths",
+        "load_adapter of a saved adapter whose adapter.safetensors is a folder",
+        af.SerializationError,
+        ("adapter.safetensors", "is a folder, not a file"),
+        _piece_file_replaced("adapter.safetensors", Path.mkdir),
+    ),
+    B(
+        "adapter-weights-dev-zero",
+        "output paths",
+        "load_adapter of a saved adapter whose adapter.safetensors is a symlink to /dev/zero",
+        af.SerializationError,
+        ("adapter.safetensors", "character device", "/dev/zero"),
+        _piece_file_replaced("adapter.safetensors", lambda path: path.symlink_to("/dev/zero")),
+    ),
+    B(
+        "adapter-config-dev-null",
+        "output paths",
+        "load_adapter of a saved adapter whose adapter_config.json is a symlink to /dev/null",
+        af.SerializationError,
+        ("adapter_config.json", "character device", "/dev/null"),
+        _piece_file_replaced("adapter_config.json", lambda path: path.symlink_to("/dev/null")),
+    ),
+    B(
+        "setup-index-is-folder",
+        "output paths",
+        "from_pretrained of a setup whose adapterfusion_setup.json is a folder",
+        af.SerializationError,
+        ("adapterfusion_setup.json", "is a folder, not a file"),
+        _setup_index_is_folder,
+    ),
+    B(
+        "run-given-experiment-folder",
+        "output paths",
+        "adapterfusion run <a folder holding experiment.yaml> (instead of the file)",
+        af.ConfigError,
+        ("/exp'", "is a folder", "experiment.yaml"),
+        _run_given_folder_with_experiment,
+        cli=True,
+    ),
+    B(
+        "run-given-output-dir",
+        "output paths",
+        "adapterfusion run <an experiment's output dir> (instead of its experiment file)",
+        af.ConfigError,
+        ("/out'", "is a folder", "output dir", "experiment.json"),
+        _run_given_output_dir,
+        cli=True,
+    ),
+)
