@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from adapterfusion.errors import ConfigError, NameNotFoundError
-from adapterfusion.heads.module import flatten_choices
+from adapterfusion.forward_inputs import check_call
 from adapterfusion.injection.architectures import SiteKind
 from adapterfusion.injection.site import AdapterSite, per_route
 
@@ -65,14 +65,9 @@ def forward_parallel(
         )
     _check_routes(model, fusion, fused, heads, fusion_head)
 
-    inputs = {key: value for key, value in inputs.items() if value is not None and key != "labels"}
-    num_choices = None
-    if model.get_head(fusion_head).config.kind == "multiple_choice":
-        num_choices = flatten_choices(inputs)
+    call = check_call(model, {key: value for key, value in inputs.items() if key != "labels"}, fusion_head)
+    inputs, num_choices, batch = call.inputs, call.num_choices, call.rows
     routes = tuple(heads)
-    batch = next((inputs[key].shape[0] for key in ("input_ids", "inputs_embeds") if key in inputs), None)
-    if batch is None:
-        raise ConfigError("forward_parallel needs input_ids (or inputs_embeds) of shape [batch, seq]")
     copies = len(routes) + 1
     split = split_site(model, fusion) if share_encoder_prefix else None
     if split is None:
@@ -83,8 +78,6 @@ def forward_parallel(
     else:
         inputs_in = inputs
 
-    encoder = model.model.base_model
-    assert isinstance(encoder, torch.nn.Module)
     with (
         model.activated(
             fusion=fusion,
@@ -95,7 +88,7 @@ def forward_parallel(
         model.recording_fusion_attentions(output_fusion_attentions) as recorder,
         _per_route_layer_arguments(model, split.layer_index if split is not None else None, copies, batch),
     ):
-        encoded = encoder(**inputs_in)
+        encoded = call.encoder(**inputs_in)
 
     hidden = encoded.last_hidden_state.unflatten(0, (len(routes) + 1, -1))
     mask = inputs.get("attention_mask")

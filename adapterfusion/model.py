@@ -25,11 +25,12 @@ from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.adapters.placement import adapter_modules
 from adapterfusion.encoders import check_wrappable
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
+from adapterfusion.forward_inputs import check_call
 from adapterfusion.fusion.config import FusionConfig, resolve_fusion_config
 from adapterfusion.fusion.layer import FusionLayer
 from adapterfusion.fusion.placement import fused_adapters, fusion_modules
 from adapterfusion.heads.config import HeadConfig, check_head_labels
-from adapterfusion.heads.module import PredictionHead, flatten_choices
+from adapterfusion.heads.module import PredictionHead
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.site import FUSION_IMPLEMENTATIONS, AdapterSite
 from adapterfusion.injection.state import ActiveState, checked, kept_adapters, with_routes
@@ -479,37 +480,30 @@ class AdaptedModel(nn.Module):
         **encoder_inputs: Any,
     ) -> AdaptedModelOutput:
         """Run the encoder with what is active; with an active head, its logits (and with `labels` its loss, plus the
-        fusion regularisation while a fusion's V trains). output_fusion_attentions=True: each fusion site's
-        softmax weights (AdaptedModelOutput). Other keyword arguments go to the encoder."""
+        fusion regularisation while a fusion's V trains; with no head, a wrapped HF task model's own loss).
+        output_fusion_attentions=True: each fusion site's softmax weights (AdaptedModelOutput). Other keyword arguments
+        go to the encoder; forward_inputs.check_call refuses those it does not take, and every malformed input."""
         head_name = self.active_head
-        head = self.get_head(head_name) if head_name is not None else None
-        inputs = {
-            k: v
-            for k, v in dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask).items()
-            if v is not None
-        }
-        num_choices = None
-        if head is not None and head.config.kind == "multiple_choice":
-            num_choices = flatten_choices(inputs)
+        inputs = dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask)
+        call = check_call(self, inputs, head_name, labels)
         with self.recording_fusion_attentions(output_fusion_attentions) as recorder:
-            encoder = cast(nn.Module, self.model.base_model) if head is not None else self.model
-            encoded = encoder(**inputs)
+            encoded = call.encoder(**call.inputs)
         output = AdaptedModelOutput(
             last_hidden_state=getattr(encoded, "last_hidden_state", None),
             hidden_states=getattr(encoded, "hidden_states", None),
             attentions=getattr(encoded, "attentions", None),
         )
-        if head is None and getattr(encoded, "logits", None) is not None:
-            output.logits = encoded.logits
-        if head is not None:
-            output.logits = head(encoded.last_hidden_state, inputs.get("attention_mask"), num_choices)
-            if labels is not None and head_name is not None:
-                head.check_labels(labels, output.logits, head_name)
-                output.task_loss = head.loss(output.logits, labels)
-                output.loss = output.task_loss
-                if self.training and self._fusion_value_trains():
-                    output.fusion_regularization = self.fusion_regularization()
-                    output.loss = output.loss + output.fusion_regularization
+        if head_name is None:  # the wrapped model's own output (and loss, for a task model given labels)
+            output.logits, output.task_loss = getattr(encoded, "logits", None), getattr(encoded, "loss", None)
+        else:
+            head = self.get_head(head_name)
+            output.logits = head(encoded.last_hidden_state, call.inputs.get("attention_mask"), call.num_choices)
+            output.task_loss = head.loss(output.logits, labels) if labels is not None else None
+        if output.task_loss is not None:
+            output.loss = output.task_loss
+            if self.training and self._fusion_value_trains():
+                output.fusion_regularization = self.fusion_regularization()
+                output.loss = output.loss + output.fusion_regularization
         if recorder is not None:
             output.fusion_attentions_by_site = dict(recorder)
             output.fusion_attentions = tuple(

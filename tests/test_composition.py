@@ -224,7 +224,7 @@ def test_clear_errors_and_the_activation_is_kept_after_one() -> None:
         model.forward_parallel("f", fusion_head="mc", **inputs)
     with pytest.raises(af.ConfigError, match="drop labels="):
         model.forward_parallel("f", labels=torch.tensor([0, 1, 0]), **inputs)
-    with pytest.raises(af.ConfigError, match="needs input_ids"):
+    with pytest.raises(af.ConfigError, match="takes input_ids or inputs_embeds"):
         model.forward_parallel("f", fusion_head="a", attention_mask=inputs["attention_mask"])
     assert (model.active_adapter, model.active_fusion, model.active_head) == ("a", None, "a")
     assert all(site.state.parallel_routes is None for site in model.sites)

@@ -54,13 +54,14 @@ from typing import Any
 
 from adapterfusion._validation import check_name
 from adapterfusion.defaults import default_encoder_path
+from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.encoders import check_encoder
 from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.documents import read_document
-from adapterfusion.tasks.registry import list_tasks
 from adapterfusion.io.paths import check_readable_file
+from adapterfusion.tasks.registry import list_tasks
 from adapterfusion.tasks.spec import ROLES, suggest
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON, TrainingConfig
 from adapterfusion.training.multitask import MT_A
@@ -571,6 +572,31 @@ def _resolve_poolings(
     return out
 
 
+def _check_max_lengths(
+    global_training: Mapping[str, Any],
+    entries: Sequence[tuple[int, SetupVariant, Any]],
+    task_training: Mapping[str, Mapping[str, Any]],
+    encoder: str | None,
+) -> None:
+    """A max_length above the encoder's positions, refused here when its config can be read without the network
+    (else the job refuses it before training: training/api.py)."""
+    try:
+        checked = encoder if encoder is not None else str(default_encoder_path())
+    except DefaultModelMissingError:
+        return
+    sources = [
+        ("training", global_training),
+        *((f"setups[{i}]", entry) for i, _, entry in entries),
+        *((f"task_training.{task}", overrides) for task, overrides in task_training.items()),
+    ]
+    for path, overrides in sources:
+        if "max_length" in overrides:
+            try:
+                check_max_length(overrides["max_length"], checked)
+            except ConfigError as err:
+                raise _fail(f"{path}.max_length", str(err)) from None
+
+
 def _setup_option_defaults(setup: str) -> Mapping[str, Any]:
     return MULTITASK_OPTIONS[setup] if setup in MULTITASK_OPTIONS else get_setup(setup).options
 
@@ -634,6 +660,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     task_training = _task_training(data.get("task_training"), tasks, variants)
     encoder = _encoder(data.get("encoder"), base_dir)
     variants = _resolve_poolings(variants, entries, encoder)
+    _check_max_lengths(global_training, entries, task_training, encoder)
     zoo = _zoo(data.get("zoo"), base_dir)
     if zoo is not None:
         if not any(v.setup == "fusion-st-a" for v in variants):

@@ -1,0 +1,396 @@
+"""What a model call accepts: the one check of the inputs of `AdaptedModel.forward` and `forward_parallel`.
+
+transformers ignores keywords its forward does not name, accepts an attention_mask of another shape, and fails deep
+in torch on a list, a float id, an empty batch, a sequence longer than its positions or an id outside its
+vocabulary. `check_call` refuses each of these with a ConfigError naming the value and the fix, and says what to
+hand the encoder: which module runs, its inputs (multiple-choice inputs flattened; labels included when the wrapped
+HF task model computes the loss itself) and the choice count.
+
+It runs on every forward, training included, so it reads only shapes, dtypes and devices, except for value checks
+(id ranges, empty mask rows), which need the values: those run on CPU tensors only, where they cost microseconds.
+On an accelerator they would wait for the device (a sync per step), so there they are skipped and the device
+reports a bad id itself; class ids in labels are the exception (see _check_class_ids).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+import typing
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+from torch import nn
+
+from adapterfusion.encoder_limits import limit_reason, max_input_length
+from adapterfusion.errors import ConfigError
+from adapterfusion.heads.config import HeadConfig
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+# Inputs with one value per token, shaped like input_ids (position_ids may also be [1, seq], shared by the batch).
+PER_TOKEN = ("attention_mask", "token_type_ids", "position_ids", "task_type_ids")
+_TOKEN_INPUTS = ("input_ids", "inputs_embeds", *PER_TOKEN)
+_COMMON_FLAGS = ("output_attentions", "output_hidden_states", "return_dict")
+_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+_ROUTING_HINT = (
+    "adapter_names= (a different adapter per example) is not supported yet: choose what runs with "
+    "model.activate(adapter=...) or, for one call, `with model.activated(adapter=...):`; forward_parallel runs "
+    "every adapter of a fusion on the same batch in one call"
+)
+
+
+@dataclass(frozen=True)
+class ForwardCall:
+    """A checked call: run `encoder(**inputs)`; a multiple-choice head reads `num_choices` per example. `rows` is
+    the encoder's batch size (examples x choices)."""
+
+    encoder: nn.Module
+    inputs: dict[str, Any]
+    num_choices: int | None
+    rows: int
+
+
+def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None, labels: Any = None) -> ForwardCall:
+    """Check the keyword inputs of a call that `head` reads (None: the wrapped HF model's own output) with `labels`,
+    and say what to hand the encoder."""
+    encoder = cast(nn.Module, model.model.base_model) if head is not None else model.model
+    given = {key: value for key, value in inputs.items() if value is not None}
+    _check_keywords(encoder, given)
+    head_config = model.get_head(head).config if head is not None else None
+    choices = head_config.kind == "multiple_choice" if head_config is not None else _is_multiple_choice(encoder)
+    weight = _input_embeddings(model.model).weight
+    shape = _token_shape(given, choices, head, weight.shape[1])
+    limits = _limits(model.model)
+    _check_length(shape[-1], limits)
+    _check_per_token(given, shape)
+    _check_devices(model.model, {**given, "labels": labels}, weight.device)
+    _check_values(given, weight.shape[0], limits)
+    if labels is not None:
+        if head is not None and head_config is not None:
+            _check_head_labels(labels, head_config, head, shape)
+        else:
+            given["labels"] = _passed_labels(model, labels, shape)
+    num_choices = None
+    if choices and head is not None:  # our head pools each choice: [batch, choices, ...] -> [batch * choices, ...]
+        num_choices = shape[1]
+        given = {k: v.flatten(0, 1) if k in _TOKEN_INPUTS and v.shape[:2] == shape[:2] else v for k, v in given.items()}
+    return ForwardCall(encoder, given, num_choices, shape[0] * (num_choices or 1))
+
+
+# ---- keywords --------------------------------------------------------------------------------------------------
+def _check_keywords(encoder: nn.Module, given: Mapping[str, Any]) -> None:
+    if "adapter_names" in given:
+        raise ConfigError(_ROUTING_HINT)
+    accepted = accepted_keywords(encoder)
+    unknown = [key for key in given if accepted is not None and key not in accepted]
+    if unknown:
+        unknown.sort()
+        named = inspect.signature(type(encoder).forward).parameters
+        shown = sorted(key for key in accepted or () if key in named or key in _COMMON_FLAGS)
+        raise ConfigError(
+            f"{type(encoder).__name__}.forward takes no {', '.join(map(repr, unknown))}, so it would be silently "
+            f"ignored; it takes {', '.join(shown)} (and the model's own labels= and output_fusion_attentions=)"
+        )
+    if given.get("return_dict") is False:
+        raise ConfigError(
+            "return_dict=False: the model returns an AdaptedModelOutput whatever return_dict says; drop it and call "
+            ".to_tuple() on the output for a tuple"
+        )
+
+
+def accepted_keywords(module: nn.Module) -> frozenset[str] | None:
+    """The keywords `module`'s forward takes (read once per class, see _keywords_of)."""
+    return _keywords_of(cast(Any, type(module)))
+
+
+@functools.cache
+def _keywords_of(module_class: Any) -> frozenset[str] | None:
+    """The keywords `module_class.forward` takes: its named parameters, the keys of a typed **kwargs
+    (transformers' Unpack[TransformersKwargs]) and return_dict (every PreTrainedModel takes it). An untyped **kwargs
+    that the body never reads (DeBERTa, MPNet) swallows what it is given, so it adds nothing; one the body passes on
+    may take anything: None."""
+    forward = module_class.forward
+    parameters = list(inspect.signature(forward).parameters.values())
+    names = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"self"}
+    for parameter in parameters:
+        if parameter.kind is parameter.VAR_KEYWORD:
+            typed = _typed_kwargs(parameter.annotation, inspect.unwrap(forward))
+            if typed is not None:
+                names |= typed
+            elif _reads(inspect.unwrap(forward), parameter.name):
+                return None
+    return frozenset(names | {"return_dict"})
+
+
+def _reads(function: Any, name: str) -> bool:
+    """Whether the body of `function` names `name` (True when its source cannot be read)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return True
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+    return not body or any(isinstance(node, ast.Name) and node.id == name for stmt in body for node in ast.walk(stmt))
+
+
+def _typed_kwargs(annotation: Any, forward: Any) -> set[str] | None:
+    """The keys of `**kwargs: Unpack[SomeTypedDict]`, or None when the annotation says nothing of them."""
+    if isinstance(annotation, str):  # postponed annotations: look the TypedDict up where forward was defined
+        inner = annotation.removeprefix("Unpack[").removesuffix("]").rpartition(".")[2]
+        annotation = getattr(forward, "__globals__", {}).get(inner) if annotation.startswith("Unpack[") else None
+    elif typing.get_args(annotation):
+        annotation = typing.get_args(annotation)[0]
+    keys = getattr(annotation, "__annotations__", None) if typing.is_typeddict(annotation) else None
+    return set(keys) if keys is not None else None
+
+
+def _is_multiple_choice(model: nn.Module) -> bool:
+    """A transformers *ForMultipleChoice model reads [batch, num_choices, seq] inputs (and flattens them itself)."""
+    return type(model).__name__.endswith("ForMultipleChoice")
+
+
+# ---- token inputs ------------------------------------------------------------------------------------------------
+def _input_embeddings(model: nn.Module) -> nn.Embedding:
+    return cast(nn.Embedding, cast(Any, model).get_input_embeddings())
+
+
+def _token_shape(given: Mapping[str, Any], choices: bool, head: str | None, width: int) -> torch.Size:
+    """The [batch, (choices,) seq] shape of the call, from input_ids or inputs_embeds, checked."""
+    for key in _TOKEN_INPUTS:
+        if key in given:
+            _require_tensor(key, given[key])
+    ids, embeds = given.get("input_ids"), given.get("inputs_embeds")
+    if (ids is None) == (embeds is None):
+        which = "neither" if ids is None else "both"
+        raise ConfigError(
+            f"a model call takes input_ids or inputs_embeds, not both and not neither; got {which}. Pass the "
+            "tokenizer's output: model(**tokenizer(texts, return_tensors='pt', padding=True))"
+        )
+    rank = 3 if choices else 2
+    layout = "[batch, num_choices, seq]" if choices else "[batch, seq]"
+    if ids is not None:
+        key, value, shape = "input_ids", ids, ids.shape
+        if ids.dtype not in _INTEGER_DTYPES:
+            raise ConfigError(
+                f"input_ids have dtype {ids.dtype}; token ids must be an integer tensor (torch.long), e.g. "
+                "input_ids.long() or the tokenizer's output"
+            )
+    else:
+        embeds = cast(torch.Tensor, embeds)
+        key, value, shape, layout = "inputs_embeds", embeds, embeds.shape[:-1], layout[:-1] + ", hidden]"
+        if not embeds.is_floating_point() or embeds.shape[-1:] != (width,):
+            raise ConfigError(
+                f"inputs_embeds of shape {tuple(embeds.shape)} and dtype {embeds.dtype}: they must be a float tensor "
+                f"whose last dimension is the embedding width {width}"
+            )
+    if value.dim() != rank + (key == "inputs_embeds"):
+        raise ConfigError(f"{key} of shape {tuple(value.shape)} must be {layout}{_rank_hint(value.dim(), rank, head)}")
+    if 0 in shape:
+        raise ConfigError(
+            f"{key} of shape {tuple(value.shape)} is empty: a model call needs at least one example of at least one "
+            "token; skip empty batches before calling the model"
+        )
+    return shape
+
+
+def _rank_hint(dim: int, rank: int, head: str | None) -> str:
+    if dim < rank:
+        return "; for one sequence add the batch dimension: input_ids.unsqueeze(0)"
+    if rank == 2:
+        return (
+            f" for the active head {head!r}" if head is not None else ""
+        ) + "; [batch, num_choices, seq] inputs are read by a MultipleChoiceHead (activate one)"
+    return f": the active head {head!r} is a MultipleChoiceHead" if head is not None else ""
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What the encoder's config says its inputs may hold, read once per model: config attributes are slow to read
+    in transformers 5, and the checks run on every forward."""
+
+    config: Any
+    max_length: int | None  # tokens per sequence (encoder_limits.max_input_length)
+    positions: int | None  # rows of the position table, when it has one
+    token_types: int  # type_vocab_size (0: token types unused)
+
+
+_LIMITS: weakref.WeakKeyDictionary[nn.Module, _Limits] = weakref.WeakKeyDictionary()
+
+
+def _limits(model: nn.Module) -> _Limits:
+    limits = _LIMITS.get(model)
+    if limits is None or limits.config is not model.config:
+        config: Any = model.config
+        max_length, token_types = max_input_length(config), getattr(config, "type_vocab_size", 0)
+        positions = int(config.max_position_embeddings) if max_length is not None else None
+        limits = _Limits(config, max_length, positions, token_types if isinstance(token_types, int) else 0)
+        _LIMITS[model] = limits
+    return limits
+
+
+def _check_length(length: int, limits: _Limits) -> None:
+    limit = limits.max_length
+    if limit is not None and length > limit:
+        raise ConfigError(
+            f"the inputs have {length} tokens per sequence, more than this {limits.config.model_type} encoder takes: "
+            f"{limit} ({limit_reason(limits.config)}); truncate them, e.g. tokenizer(..., truncation=True, "
+            f"max_length={limit})"
+        )
+
+
+def _check_per_token(given: Mapping[str, Any], shape: torch.Size) -> None:
+    for key in PER_TOKEN:
+        value = given.get(key)
+        if value is None:
+            continue
+        shared = key == "position_ids" and len(shape) == 2 and value.shape == (1, shape[1])
+        if value.shape != shape and not shared:
+            raise ConfigError(
+                f"{key} of shape {tuple(value.shape)} does not match the inputs' {tuple(shape)}: pass one value per "
+                "token of the same batch (the tokenizer's output, padded together)"
+            )
+        integer = value.dtype in _INTEGER_DTYPES
+        if not integer and not (key == "attention_mask" and (value.dtype == torch.bool or value.is_floating_point())):
+            raise ConfigError(f"{key} have dtype {value.dtype}; pass an integer tensor (torch.long)")
+
+
+def _check_devices(model: nn.Module, given: Mapping[str, Any], device: torch.device) -> None:
+    """Every input (and labels) on the embeddings' device, where add_head puts heads too (unless accelerate places
+    the model and moves the inputs itself)."""
+    if device.type == "meta" or getattr(model, "hf_device_map", None):
+        return
+    for key, value in given.items():
+        if isinstance(value, torch.Tensor) and value.device != device:
+            raise ConfigError(
+                f"{key} is on {value.device} but the model is on {device}; move the inputs with .to({str(device)!r})"
+            )
+
+
+def _check_values(given: Mapping[str, Any], vocabulary: int, limits: _Limits) -> None:
+    """Ids inside their tables and a mask of 0/1 with a real token in each row. CPU tensors only (module docstring):
+    on CUDA reading a value waits for the device."""
+    ids = given.get("input_ids")
+    if ids is not None and ids.device.type == "cpu":
+        _check_range(ids, "input_ids", vocabulary, "the encoder's vocabulary", "was the tokenizer made for this model?")
+    types, count = given.get("token_type_ids"), limits.token_types
+    if types is not None and types.device.type == "cpu" and count > 0:
+        _check_range(types, "token_type_ids", count, f"type_vocab_size={count}", "pass 0 for one segment")
+    positions, rows = given.get("position_ids"), limits.positions
+    if positions is not None and positions.device.type == "cpu" and rows is not None:
+        _check_range(positions, "position_ids", rows, f"max_position_embeddings={rows}", "leave position_ids out")
+    mask = given.get("attention_mask")
+    if mask is not None and mask.device.type == "cpu":
+        _check_mask(mask)
+
+
+def _check_range(values: torch.Tensor, key: str, count: int, table: str, hint: str) -> None:
+    low, high = torch.aminmax(values)
+    if int(low) < 0 or int(high) >= count:
+        bad = sorted(set(values[(values < 0) | (values >= count)].tolist()))
+        raise ConfigError(f"{key} holds {bad[:5]}, outside 0..{count - 1} ({table}); {hint}")
+
+
+def _check_mask(mask: torch.Tensor) -> None:
+    if mask.dtype != torch.bool:
+        low, high = torch.aminmax(mask)
+        if float(low) < 0 or float(high) > 1:
+            odd = mask[(mask != 0) & (mask != 1)]
+            raise ConfigError(
+                f"attention_mask holds {sorted(set(odd.tolist()))[:5]}; it must hold only 0 and 1 (1 = a real token)"
+            )
+    if not bool(mask.any(dim=-1).all()):
+        empty = ~mask.any(dim=-1)
+        where = [tuple(index) if len(index) > 1 else index[0] for index in empty.nonzero().tolist()]
+        raise ConfigError(
+            f"attention_mask rows {where[:10]} have no token (all 0): their output would be made of padding alone; "
+            "drop those examples (an empty text still tokenises to [CLS] [SEP], which the mask marks 1)"
+        )
+
+
+def _require_tensor(key: str, value: Any) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise ConfigError(
+            f"{key} is a {type(value).__name__}, not a torch.Tensor; pass the tokenizer's output with "
+            "return_tensors='pt', or torch.tensor(...) of it"
+        )
+
+
+# ---- labels ------------------------------------------------------------------------------------------------------
+def _check_head_labels(labels: Any, config: HeadConfig, name: str, shape: torch.Size) -> None:
+    """One class id (or target) per example, inside the head's classes."""
+    labels = _labels_tensor(labels, shape[0], f"head {name!r}")
+    if labels.dim() != 1:
+        raise ConfigError(f"head {name!r}: labels of shape {tuple(labels.shape)} must be [batch], one per example")
+    if config.kind == "multiple_choice":
+        _check_class_ids(labels, shape[1], f"head {name!r} ({shape[1]} choices per example)", "the task's label ids")
+    elif config.kind == "classification":
+        owner = f"head {name!r} (num_labels={config.num_labels})"
+        _check_class_ids(labels, config.num_labels, owner, "the task's label ids or the head's num_labels")
+
+
+def _passed_labels(model: AdaptedModel, labels: Any, shape: torch.Size) -> torch.Tensor:
+    """Labels for the wrapped HF task model's own loss, when no head of ours is active and it takes labels."""
+    task_model = model.model
+    name = type(task_model).__name__
+    accepted = accepted_keywords(task_model)
+    if task_model is task_model.base_model or (accepted is not None and "labels" not in accepted):
+        loaded = list(model.heads)
+        fix = (
+            f"activate(head=...) one of the loaded heads {loaded} or add_head() one first"
+            if loaded
+            else "add_head(name, af.ClassificationHead(...)) and activate(head=name)"
+        )
+        raise ConfigError(
+            f"labels were given but no head is active and the wrapped {name} has no task head of its own, so "
+            f"nothing computes a loss; {fix}"
+        )
+    labels = _labels_tensor(labels, shape[0], name)
+    config: Any = task_model.config
+    if name.endswith("ForMultipleChoice"):
+        _check_class_ids(labels, shape[1], f"{name} ({shape[1]} choices per example)", "the task's label ids")
+    elif (
+        name.endswith("ForSequenceClassification")
+        and config.num_labels > 1
+        and labels.dtype in _INTEGER_DTYPES
+        and config.problem_type in (None, "single_label_classification")
+    ):  # the cases transformers computes a cross-entropy over num_labels classes for
+        owner = f"{name} (num_labels={config.num_labels})"
+        _check_class_ids(labels, config.num_labels, owner, "the task's label ids or the model config's num_labels")
+    return labels
+
+
+def _labels_tensor(labels: Any, batch: int, owner: str) -> torch.Tensor:
+    """`labels` as a tensor of one row per example, or a ConfigError saying what to pass."""
+    if not isinstance(labels, torch.Tensor):
+        preview = labels[:5] if isinstance(labels, (list, tuple)) else labels
+        raise ConfigError(
+            f"labels are a {type(labels).__name__} ({preview!r}), not a torch.Tensor; pass the class ids (or "
+            "regression targets) as torch.tensor([...]), one per example (map label names to their ids first)"
+        )
+    if labels.is_complex() or labels.dim() == 0 or labels.shape[0] != batch:
+        count = labels.shape[0] if labels.dim() else "a single value as"
+        raise ConfigError(
+            f"{owner}: {count} labels for a batch of {batch} examples; pass one real label per example, shape [batch]"
+        )
+    return labels
+
+
+def _check_class_ids(labels: torch.Tensor, count: int, owner: str, fix: str) -> None:
+    """Class ids must index `count` outputs. Otherwise cross_entropy fails deep in torch (an IndexError on CPU, a
+    device-side assert on CUDA that ends the process) or, for a float label like 1.5, truncates it silently. Unlike
+    the checks of the inputs, this reads the values on every device: a forward with labels computes a loss the
+    caller reads anyway."""
+    low, high = torch.aminmax(labels)
+    fractional = labels.is_floating_point() and not bool((labels == labels.round()).all())
+    if float(low) < 0 or float(high) >= count or fractional:
+        wrong = (labels < 0) | (labels >= count) | (labels != labels.round())
+        values = sorted(set(labels[wrong].tolist()))
+        raise ConfigError(
+            f"labels {values[:5]} are not class ids of {owner}: labels must be integers in 0..{count - 1}; check {fix}"
+        )

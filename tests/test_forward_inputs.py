@@ -1,0 +1,130 @@
+"""What a model call accepts (adapterfusion/forward_inputs.py): what must still pass and give the wrapped HF model's
+own results. The refusals are in the bad-input catalogue (tests/reliability/cases_forward.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import transformers
+
+import adapterfusion as af
+from adapterfusion.encoder_limits import check_max_length, max_input_length
+from adapterfusion.forward_inputs import accepted_keywords
+from tiny_models import TINY_CONFIGS, tiny_config, tiny_encoder, tiny_inputs, tiny_pair
+
+
+def _task_pair(class_name: str) -> tuple[torch.nn.Module, af.AdaptedModel]:
+    torch.manual_seed(0)
+    model = getattr(transformers, class_name)(tiny_config("bert")).eval()
+    return copy.deepcopy(model), af.wrap(model)
+
+
+def test_labels_reach_a_wrapped_task_model_and_give_its_own_loss():
+    reference, model = _task_pair("BertForSequenceClassification")
+    inputs, labels = tiny_inputs(), torch.tensor([0, 1])
+    out = model(**inputs, labels=labels)
+    expected = reference(**inputs, labels=labels)
+    torch.testing.assert_close(out.loss, expected.loss)
+    torch.testing.assert_close(out.logits, expected.logits)
+    assert out.task_loss is out.loss
+
+
+def test_labels_reach_a_wrapped_multiple_choice_model_with_its_three_dimensional_inputs():
+    reference, model = _task_pair("BertForMultipleChoice")
+    inputs = {key: value.unsqueeze(0).expand(2, 3, -1).contiguous() for key, value in tiny_inputs(batch=1).items()}
+    labels = torch.tensor([2, 0])
+    torch.testing.assert_close(model(**inputs, labels=labels).loss, reference(**inputs, labels=labels).loss)
+
+
+def test_a_head_of_ours_on_a_task_model_computes_the_loss_not_the_task_model():
+    _, model = _task_pair("BertForSequenceClassification")
+    model.add_head("h", af.ClassificationHead(num_labels=3))
+    model.activate(head="h")
+    out = model(**tiny_inputs(), labels=torch.tensor([2, 1]))
+    assert out.logits.shape == (2, 3) and out.loss is not None
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY_CONFIGS))
+def test_the_encoder_keywords_of_each_architecture_still_pass(model_type):
+    """Every keyword the encoder's forward names (and transformers' output flags) reaches it: the wrapped model with
+    nothing active gives the reference model's outputs for them."""
+    reference, model = tiny_pair(model_type)
+    inputs = dict(tiny_inputs(), output_hidden_states=True, output_attentions=True, return_dict=True)
+    accepted = accepted_keywords(reference)
+    assert accepted is not None
+    if "token_type_ids" in accepted:
+        inputs["token_type_ids"] = torch.zeros_like(inputs["input_ids"])
+    out, expected = model(**inputs), reference(**inputs)
+    torch.testing.assert_close(out.last_hidden_state, expected.last_hidden_state)
+    assert len(out.hidden_states) == len(expected.hidden_states)
+    assert out.attentions is not None and len(out.attentions) == len(expected.attentions)
+
+
+def test_inputs_embeds_and_position_ids_pass():
+    reference, model = tiny_pair("bert")
+    ids = tiny_inputs()["input_ids"]
+    embeds = reference.get_input_embeddings()(ids)
+    positions = torch.arange(ids.shape[1]).unsqueeze(0)  # shared by the batch: [1, seq]
+    torch.testing.assert_close(
+        model(inputs_embeds=embeds, position_ids=positions).last_hidden_state,
+        reference(inputs_embeds=embeds, position_ids=positions).last_hidden_state,
+    )
+
+
+def test_none_values_are_dropped_not_refused():
+    """adapter_names=None (or any keyword set to None) asks for nothing, as transformers' own defaults do."""
+    _, model = tiny_pair("bert")
+    model(**tiny_inputs(), adapter_names=None, token_type_ids=None)
+
+
+def _runs(model: af.AdaptedModel, length: int) -> bool:
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.full((1, length), 7))
+    except af.ConfigError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY_CONFIGS))
+def test_max_input_length_is_the_longest_input_each_architecture_runs(model_type):
+    """The limit read from the config is exact: that many tokens run through transformers, one more is refused."""
+    model = af.wrap(tiny_encoder(model_type))
+    limit = max_input_length(model.model.config)
+    if limit is None:
+        assert _runs(model, 3 * model.model.config.max_position_embeddings)
+    else:
+        assert _runs(model, limit) and not _runs(model, limit + 1)
+
+
+def test_relative_only_deberta_has_no_length_limit():
+    assert max_input_length(tiny_config("deberta-v2", position_biased_input=False)) is None
+    assert max_input_length(tiny_config("roberta", pad_token_id=1)) == 62
+
+
+def test_check_max_length_reads_a_local_encoder_and_skips_what_it_cannot_read(tmp_path):
+    tiny_encoder("bert").save_pretrained(tmp_path / "tiny")
+    check_max_length(64, tmp_path / "tiny")
+    with pytest.raises(af.ConfigError, match="max_length=65 .* 64 .*max_position_embeddings=64"):
+        check_max_length(65, tmp_path / "tiny")
+    check_max_length(10**6, "some-org/not-downloaded")  # a Hub id not in the cache: the model call checks later
+
+
+def test_an_untyped_var_keyword_adds_keywords_only_when_the_forward_passes_it_on():
+    class Loose(torch.nn.Module):
+        def forward(self, input_ids, **kwargs):
+            return torch.nn.functional.dropout(input_ids, **kwargs)
+
+    class Swallowing(torch.nn.Module):
+        def forward(self, input_ids, **kwargs):
+            return input_ids
+
+    class Typed(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            return input_ids
+
+    assert accepted_keywords(Loose()) is None
+    assert accepted_keywords(Swallowing()) == {"input_ids", "return_dict"}
+    assert accepted_keywords(Typed()) == {"input_ids", "attention_mask", "return_dict"}
