@@ -81,7 +81,7 @@ def check_number(
         or (above is not None and number <= above)
         or (below is not None and number >= below)
     ):
-        raise ConfigError(f"{field}={value!r} is out of range; expected {expected}")
+        raise ConfigError(f"{field}={value!r} must be {expected}")
     return number
 
 
