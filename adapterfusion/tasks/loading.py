@@ -201,13 +201,21 @@ def _carve(splits: dict[str, Any], origins: dict[str, SplitOrigin], fraction: fl
     )
 
 
+def check_max_examples(max_examples: Any) -> None:
+    """TaskError unless `max_examples` is None, an integer >= 1, or a mapping of split role to such integers: 0
+    would train or score on no examples."""
+    counts = max_examples.items() if isinstance(max_examples, Mapping) else [("", max_examples)]
+    for role, count in counts:
+        if role and role not in ROLES:
+            raise TaskError(f"max_examples has unknown split role {role!r}; use {list(ROLES)}.")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            where = f"max_examples[{role!r}]" if role else "max_examples"
+            raise TaskError(f"{where}={count!r} must be an integer >= 1 (or None: every example)")
+
+
 def _limit_for(max_examples: int | Mapping[str, int] | None, role: str) -> int | None:
-    if isinstance(max_examples, Mapping):
-        unknown = [r for r in max_examples if r not in ROLES]
-        if unknown:
-            raise TaskError(f"max_examples has unknown split role(s) {unknown}; use {list(ROLES)}.")
-        return max_examples.get(role)
-    return max_examples
+    check_max_examples(max_examples)
+    return max_examples.get(role) if isinstance(max_examples, Mapping) else max_examples
 
 
 def load_task_data(

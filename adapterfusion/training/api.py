@@ -22,7 +22,7 @@ from adapterfusion.encoders import encoder_identity
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
-from adapterfusion.tasks.loading import load_task_data
+from adapterfusion.tasks.loading import check_max_examples, load_task_data
 from adapterfusion.tasks.metrics import collapse_warning
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
@@ -31,8 +31,8 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, jsonable, save_encoder, training_config_for
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
-from adapterfusion.training.run_state import check_can_train, run_state
-from adapterfusion.training.setups import SetupContext, get_setup
+from adapterfusion.training.run_state import claimed_run
+from adapterfusion.training.setups import SetupContext, check_source_runs, get_setup
 from adapterfusion.training.store import AdapterStore, as_store, encoder_key
 from adapterfusion.training.trainer import check_precision, fit, is_main_process, resolve_metric, resumable_checkpoint
 
@@ -86,149 +86,151 @@ def train(
     options = recipe.resolve_options(setup_options)
     config = training_config_for(setup, training_config, seed)
     check_precision(config)
+    check_max_examples(max_examples)
     run = Run.open(output_dir, spec.name, setup, seed, encoder, writes=is_main_process())
     run_dir, store = run.run_dir, as_store(store)
-    if run.writes:  # the other ranks would race rank 0's own first files
-        keyed = store is not None and recipe.stores_adapter
-        entries = [store.path(run.encoder, spec.name, setup, seed)] if store is not None and keyed else []
-        check_can_train(run_state(run_dir), entries, f"{spec.name}/{setup} seed {seed}", overwrite, resume)
-    tokenizer = run.begin()
-    data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
-    if "validation" not in data:
-        raise TrainingError(f"task {spec.name!r} loaded no validation split; early stopping needs one")
-    encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
-    model = run.wrapped_encoder()
-    context = SetupContext(task=spec, options=options, seed=seed, encoder=run.encoder, store=store)
-    plan = recipe.prepare(model, context)
+    keyed = store is not None and recipe.stores_adapter
+    entries = [store.path(run.encoder, spec.name, setup, seed)] if store is not None and keyed else []
+    check_source_runs(options, spec.name, seed, run.encoder, store, Path(output_dir))
+    with claimed_run(run_dir, entries, f"{spec.name}/{setup} seed {seed}", overwrite, resume, run.writes):
+        tokenizer = run.begin()
+        data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
+        if "validation" not in data:
+            raise TrainingError(f"task {spec.name!r} loaded no validation split; early stopping needs one")
+        encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
+        model = run.wrapped_encoder()
+        context = SetupContext(task=spec, options=options, seed=seed, encoder=run.encoder, store=store)
+        plan = recipe.prepare(model, context)
 
-    run_config = {
-        "task": spec.name,
-        "task_spec": spec.to_dict(),
-        "setup": setup,
-        "setup_options": jsonable(options),
-        "seed": seed,
-        "encoder": run.encoder,
-        "encoder_key": encoder_key(run.encoder),
-        "encoder_identity": encoder_identity(model),  # the store refuses its adapter for an encoder of other weights
-        # where a fusion's adapters are reloaded from
-        "store": str(store.root.resolve()) if store is not None else None,
-        "training": config.to_dict(),
-        "data": info.to_dict(),
-        "truncation": truncation.to_dict(),
-        "plan_notes": plan.notes,
-    }
-    if plan.fused_adapters:  # exactly which stored adapters this fusion is trained on (rebuild_run checks them)
-        run_config["fused_adapters"] = plan.fused_adapters
-    resume_from = resume_point(run_dir, run_config) if resume else None
-    if overwrite:  # the earlier run's end marker goes now: a crash from here on must not leave it looking finished
-        run.metrics_path.unlink(missing_ok=True)
-    run.write_config(run_config)
+        run_config = {
+            "task": spec.name,
+            "task_spec": spec.to_dict(),
+            "setup": setup,
+            "setup_options": jsonable(options),
+            "seed": seed,
+            "encoder": run.encoder,
+            "encoder_key": encoder_key(run.encoder),
+            # the store refuses its adapter for an encoder of other weights
+            "encoder_identity": encoder_identity(model),
+            # where a fusion's adapters are reloaded from
+            "store": str(store.root.resolve()) if store is not None else None,
+            "training": config.to_dict(),
+            "data": info.to_dict(),
+            "truncation": truncation.to_dict(),
+            "plan_notes": plan.notes,
+        }
+        if plan.fused_adapters:  # exactly which stored adapters this fusion is trained on (rebuild_run checks them)
+            run_config["fused_adapters"] = plan.fused_adapters
+        resume_from = resume_point(run_dir, run_config) if resume else None
+        if overwrite:  # the earlier run's end marker goes now: a crash from here on must not leave it looking finished
+            run.metrics_path.unlink(missing_ok=True)
+        run.write_config(run_config)
 
-    if plan.head_only and config.cache_features:  # the frozen encoder runs once, not once per epoch
-        import torch
+        if plan.head_only and config.cache_features:  # the frozen encoder runs once, not once per epoch
+            import torch
 
-        from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
+            from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
 
-        model.to("cuda" if torch.cuda.is_available() else "cpu")
-        cached = cached_head_training_set(
-            model,
-            plan.head,
-            {r: encoded[r] for r in ("train", "validation")},
-            tokenizer,
-            config.eval_batch_size or config.batch_size,
-        )
-        trainer, outcome = fit(
-            HeadOnFeatures(model.heads[plan.head]),
-            spec,
-            cached["train"],
-            cached["validation"],
-            tokenizer,
-            config,
-            run_dir / "checkpoints",
-            progress_dir=run_dir,
-            collator=stack_features,
-            resume_from=resume_from,
-        )
-    else:
-        subsets = (
-            []
-            if plan.adapter_subset is None
-            else [AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, [plan.head], seed)]
-        )
-        trainer, outcome = fit(
-            model,
-            spec,
-            encoded["train"],
-            encoded["validation"],
-            tokenizer,
-            config,
-            run_dir / "checkpoints",
-            progress_dir=run_dir,
-            resume_from=resume_from,
-            extra_callbacks=subsets,
-        )
-    del trainer
+            model.to("cuda" if torch.cuda.is_available() else "cpu")
+            cached = cached_head_training_set(
+                model,
+                plan.head,
+                {r: encoded[r] for r in ("train", "validation")},
+                tokenizer,
+                config.eval_batch_size or config.batch_size,
+            )
+            trainer, outcome = fit(
+                HeadOnFeatures(model.heads[plan.head]),
+                spec,
+                cached["train"],
+                cached["validation"],
+                tokenizer,
+                config,
+                run_dir / "checkpoints",
+                progress_dir=run_dir,
+                collator=stack_features,
+                resume_from=resume_from,
+            )
+        else:
+            subsets = (
+                []
+                if plan.adapter_subset is None
+                else [AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, [plan.head], seed)]
+            )
+            trainer, outcome = fit(
+                model,
+                spec,
+                encoded["train"],
+                encoded["validation"],
+                tokenizer,
+                config,
+                run_dir / "checkpoints",
+                progress_dir=run_dir,
+                resume_from=resume_from,
+                extra_callbacks=subsets,
+            )
+        del trainer
 
-    def result(wall_seconds: float, pieces: dict[str, Path], store_path: Path | None) -> RunResult:
-        return RunResult(
-            task=spec.name,
-            setup=setup,
-            seed=seed,
-            run_dir=run_dir,
-            metrics=outcome.best_metrics,
-            epoch_metrics=outcome.epoch_metrics,
-            train_seconds=outcome.train_seconds,
-            wall_seconds=wall_seconds,
-            pieces=pieces,
-            store_path=store_path,
-            model=model,
-        )
+        def result(wall_seconds: float, pieces: dict[str, Path], store_path: Path | None) -> RunResult:
+            return RunResult(
+                task=spec.name,
+                setup=setup,
+                seed=seed,
+                run_dir=run_dir,
+                metrics=outcome.best_metrics,
+                epoch_metrics=outcome.epoch_metrics,
+                train_seconds=outcome.train_seconds,
+                wall_seconds=wall_seconds,
+                pieces=pieces,
+                store_path=store_path,
+                model=model,
+            )
 
-    if not run.writes:
-        return result(time.perf_counter() - run.started, {}, None)
-    report = model.parameter_report()
-    pieces = _save_pieces(model, plan, tokenizer, run_dir)
-    if plan.fusion is not None:
-        pieces["fusion_attention"] = _save_fusion_attention(
-            model,
-            plan,
-            encoded["validation"],
-            tokenizer,
-            config,
-            run_dir,
-            {"task": spec.name, "setup": setup, "seed": seed, "split": "validation"},
-        )
-    metrics = {
-        "task": spec.name,
-        "setup": setup,
-        "seed": seed,
-        "metric_for_best": resolve_metric(spec, config),
-        "best": outcome.best_metrics,
-        "epochs": outcome.epoch_metrics,
-        "train_losses": outcome.train_losses,
-        "train_seconds": outcome.train_seconds,
-        "global_step": outcome.global_step,
-        "stopped_early": outcome.stopped_early,
-        "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir)),
-        "warnings": run_warnings(outcome.best_metrics, len(encoded["validation"])),
-        "parameters": {
-            "trainable": sum(p.numel() for p in plan.trainable),
-            "total": report.total,
-            "encoder": report.encoder_total,
-            "per_piece": [
-                {"piece": r.piece, "kind": r.kind, "total": r.total, "trainable": r.trainable} for r in report.rows
-            ],
-        },
-        "pieces": {kind: str(path.relative_to(run_dir)) for kind, path in pieces.items()},
-    }
-    stored = None
-    if store is not None and recipe.stores_adapter:
-        stored = store.put(run_dir, overwrite=True)
-        metrics["store_path"] = str(stored)
-    if not config.keep_checkpoints:
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    written = run.write_metrics(metrics)
-    return result(written["wall_seconds"], pieces, stored)
+        if not run.writes:
+            return result(time.perf_counter() - run.started, {}, None)
+        report = model.parameter_report()
+        pieces = _save_pieces(model, plan, tokenizer, run_dir)
+        if plan.fusion is not None:
+            pieces["fusion_attention"] = _save_fusion_attention(
+                model,
+                plan,
+                encoded["validation"],
+                tokenizer,
+                config,
+                run_dir,
+                {"task": spec.name, "setup": setup, "seed": seed, "split": "validation"},
+            )
+        metrics = {
+            "task": spec.name,
+            "setup": setup,
+            "seed": seed,
+            "metric_for_best": resolve_metric(spec, config),
+            "best": outcome.best_metrics,
+            "epochs": outcome.epoch_metrics,
+            "train_losses": outcome.train_losses,
+            "train_seconds": outcome.train_seconds,
+            "global_step": outcome.global_step,
+            "stopped_early": outcome.stopped_early,
+            "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir)),
+            "warnings": run_warnings(outcome.best_metrics, len(encoded["validation"])),
+            "parameters": {
+                "trainable": sum(p.numel() for p in plan.trainable),
+                "total": report.total,
+                "encoder": report.encoder_total,
+                "per_piece": [
+                    {"piece": r.piece, "kind": r.kind, "total": r.total, "trainable": r.trainable} for r in report.rows
+                ],
+            },
+            "pieces": {kind: str(path.relative_to(run_dir)) for kind, path in pieces.items()},
+        }
+        stored = None
+        if store is not None and recipe.stores_adapter:
+            stored = store.put(run_dir, overwrite=True)
+            metrics["store_path"] = str(stored)
+        if not config.keep_checkpoints:
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        written = run.write_metrics(metrics)
+        return result(written["wall_seconds"], pieces, stored)
 
 
 # What makes a checkpoint belong to this run: the same task, setup, seed, encoder, data, store and training config.

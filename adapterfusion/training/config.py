@@ -25,6 +25,7 @@ from typing import Any
 
 from adapterfusion._validation import versioned_fields
 from adapterfusion.errors import ConfigError
+from adapterfusion.tasks.spec import suggest
 
 TRAINING_CONFIG_FORMAT_VERSION = 1
 REPORT_TARGETS = ("none", "tensorboard", "mlflow", "wandb", "all")
@@ -111,7 +112,7 @@ class TrainingConfig:
     fast_dropout: bool = True
 
     def __post_init__(self) -> None:
-        _number(self.learning_rate, "learning_rate", 0.0)
+        _number(self.learning_rate, "learning_rate", 0.0, low_open=True)  # 0 would train nothing and report it done
         _number(self.epochs, "epochs", 0.0, low_open=True)
         _positive_int(self.batch_size, "batch_size")
         _positive_int(self.eval_batch_size, "eval_batch_size", allow_none=True)
@@ -150,6 +151,12 @@ class TrainingConfig:
     def for_setup(cls, setup: str, **overrides: Any) -> TrainingConfig:
         """The paper's defaults for a named setup (see the module docstring), with `overrides` applied; a setup
         without a row (one a user registered) gets the class defaults, which are ST-A's."""
+        unknown = [key for key in overrides if key not in _FIELDS]
+        if unknown:
+            raise ConfigError(
+                f"training config has no setting {unknown[0]!r}.{suggest(str(unknown[0]), _FIELDS)} "
+                f"Known keys: {', '.join(_FIELDS)}"
+            )
         return cls(**{**_SETUP_DEFAULTS.get(setup, {}), **overrides})
 
     def replace(self, **changes: Any) -> TrainingConfig:
@@ -175,3 +182,6 @@ class TrainingConfig:
             return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as err:
             raise ConfigError(f"training config is not valid JSON: {err}") from err
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig))

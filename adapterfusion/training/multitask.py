@@ -52,7 +52,7 @@ from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
-from adapterfusion.tasks.loading import load_task_data
+from adapterfusion.tasks.loading import check_max_examples, load_task_data
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.config import TrainingConfig
@@ -61,7 +61,7 @@ from adapterfusion.training.fast_dropout import fast_dropout
 from adapterfusion.training.progress import RunProgress, write_progress
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, save_encoder, training_config_for
 from adapterfusion.training.run_files import RUN_FORMAT_VERSION, read_json
-from adapterfusion.training.run_state import check_can_train, run_state
+from adapterfusion.training.run_state import claimed_run
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
 from adapterfusion.training.setups import (
     Setup,
@@ -69,6 +69,7 @@ from adapterfusion.training.setups import (
     SetupPlan,
     _check_reduction_factor,
     _fusion_st_a,
+    check_fusion_options,
     head_config_for,
     piece_name,
     register_setup,
@@ -196,6 +197,7 @@ def train_multitask(
     config = training_config_for(MT_A, training_config, seed)
     if config.fp16:
         raise TrainingError("mt-a: fp16 needs loss scaling, which the MT-A loop does not do; use bf16=True or neither")
+    check_max_examples(max_examples)
     check_precision(config)  # fp16 is refused above; this warns of bf16 on a CPU without native bf16
     if config.gradient_checkpointing or config.torch_compile:
         raise TrainingError(
@@ -208,248 +210,254 @@ def train_multitask(
     run = Run.open(output_dir, MT_A, MT_A, seed, encoder)
     run_dir, encoder, encoder_dir, store = run.run_dir, run.encoder, run.run_dir / ENCODER_DIR, as_store(store)
     entries = [store.path(encoder, spec.name, MT_A, seed) for spec in specs] if store is not None else []
-    check_can_train(run_state(run_dir), entries, f"{MT_A} seed {seed} of {[s.name for s in specs]}", overwrite)
-    try:
-        pooling = resolve_pooling(pooling, encoder)
-    except ConfigError as err:
-        raise TrainingError(str(err)) from None
+    with claimed_run(run_dir, entries, f"{MT_A} seed {seed} of {[s.name for s in specs]}", overwrite, False):
+        try:
+            pooling = resolve_pooling(pooling, encoder)
+        except ConfigError as err:
+            raise TrainingError(str(err)) from None
 
-    tokenizer = run.begin()
-    train_sets, dev_sets, infos, truncations = [], [], [], []
-    for spec in specs:
-        data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
-        missing = [split for split in ("train", "validation") if split not in data]
-        if missing:
-            raise TrainingError(
-                f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation"
-            )
-        encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
-        train_sets.append(encoded["train"])
-        dev_sets.append(encoded["validation"])
-        infos.append(info.to_dict())
-        truncations.append(truncation.to_dict())
-    sizes = [len(dataset) for dataset in train_sets]
+        tokenizer = run.begin()
+        train_sets, dev_sets, infos, truncations = [], [], [], []
+        for spec in specs:
+            data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
+            missing = [split for split in ("train", "validation") if split not in data]
+            if missing:
+                raise TrainingError(
+                    f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation"
+                )
+            encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
+            train_sets.append(encoded["train"])
+            dev_sets.append(encoded["validation"])
+            infos.append(info.to_dict())
+            truncations.append(truncation.to_dict())
+        sizes = [len(dataset) for dataset in train_sets]
 
-    model = run.wrapped_encoder()
-    for name, spec in zip(names, specs, strict=True):
-        model.add_head(name, head_config_for(spec, pooling))
-        model.add_adapter(name, adapter_config)
-    # One optimizer over the encoder and every task's adapter and head; a step's backward reaches only the
-    # active task's pieces, and AdamW skips (and does not decay) parameters whose grad is None.
-    model.train_adapter(names[0], head=names[0], train_encoder=True)
-    for name in names[1:]:
-        for parameter in model.adapter_parameters(name) + list(model.heads[name].parameters()):
-            parameter.requires_grad_(True)
-    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device)
-    autocast = {"device_type": device.type, "dtype": torch.bfloat16, "enabled": config.bf16}  # training steps
+        model = run.wrapped_encoder()
+        for name, spec in zip(names, specs, strict=True):
+            model.add_head(name, head_config_for(spec, pooling))
+            model.add_adapter(name, adapter_config)
+        # One optimizer over the encoder and every task's adapter and head; a step's backward reaches only the
+        # active task's pieces, and AdamW skips (and does not decay) parameters whose grad is None.
+        model.train_adapter(names[0], head=names[0], train_encoder=True)
+        for name in names[1:]:
+            for parameter in model.adapter_parameters(name) + list(model.heads[name].parameters()):
+                parameter.requires_grad_(True)
+        trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model.to(device)
+        autocast = {"device_type": device.type, "dtype": torch.bfloat16, "enabled": config.bf16}  # training steps
 
-    steps_per_epoch = max(1, math.ceil(sum(sizes) / (config.batch_size * config.grad_accumulation)))
-    total_steps = config.max_steps or max(1, math.ceil(config.epochs * steps_per_epoch))
-    optimizer = torch.optim.AdamW(
-        parameter_groups(model, config.weight_decay), lr=config.learning_rate, eps=config.adam_epsilon
-    )
-    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps)
-    planned_epochs = math.ceil(total_steps / steps_per_epoch)
-    sampler = TaskSampler(sizes, steps_per_epoch, planned_epochs, seed, schedule)
-    collator = TaskCollator(tokenizer)
-    streams = [_batches(dataset, config.batch_size, collator, seed + i) for i, dataset in enumerate(train_sets)]
-    eval_batch_size = config.eval_batch_size or config.batch_size
+        steps_per_epoch = max(1, math.ceil(sum(sizes) / (config.batch_size * config.grad_accumulation)))
+        total_steps = config.max_steps or max(1, math.ceil(config.epochs * steps_per_epoch))
+        optimizer = torch.optim.AdamW(
+            parameter_groups(model, config.weight_decay), lr=config.learning_rate, eps=config.adam_epsilon
+        )
+        scheduler = get_linear_schedule_with_warmup(
+            optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps
+        )
+        planned_epochs = math.ceil(total_steps / steps_per_epoch)
+        sampler = TaskSampler(sizes, steps_per_epoch, planned_epochs, seed, schedule)
+        collator = TaskCollator(tokenizer)
+        streams = [_batches(dataset, config.batch_size, collator, seed + i) for i, dataset in enumerate(train_sets)]
+        eval_batch_size = config.eval_batch_size or config.batch_size
 
-    if overwrite:  # the earlier run's end marker goes now: a crash from here on must not leave it looking finished
-        run.metrics_path.unlink(missing_ok=True)
-    run.write_config(
-        {
-            "setup": MT_A,
-            "tasks": [s.name for s in specs],
-            "task_specs": [s.to_dict() for s in specs],
-            "sizes": dict(zip([s.name for s in specs], sizes, strict=True)),
-            "seed": seed,
-            "encoder": encoder,
-            "encoder_key": encoder_key(encoder),
-            "adapter": adapter_config.to_dict(),
-            "pooling": pooling,
-            "sampling": {
-                **schedule.to_dict(),
-                "total_steps": total_steps,
-                "steps_per_epoch": steps_per_epoch,
-                "planned_epochs": planned_epochs,
-                "epoch": "ceil(sum of task train sizes / (batch_size * grad_accumulation)) optimizer steps",
-            },
-            "metric_for_best": dict(zip([s.name for s in specs], metrics_for_best, strict=True)),
-            "selection": "best mean over tasks of each task's metric_for_best on its dev set",
-            "training": config.to_dict(),
-            "data": infos,
-            "truncation": truncations,
-        }
-    )
+        if overwrite:  # the earlier run's end marker goes now: a crash from here on must not leave it looking finished
+            run.metrics_path.unlink(missing_ok=True)
+        run.write_config(
+            {
+                "setup": MT_A,
+                "tasks": [s.name for s in specs],
+                "task_specs": [s.to_dict() for s in specs],
+                "sizes": dict(zip([s.name for s in specs], sizes, strict=True)),
+                "seed": seed,
+                "encoder": encoder,
+                "encoder_key": encoder_key(encoder),
+                "adapter": adapter_config.to_dict(),
+                "pooling": pooling,
+                "sampling": {
+                    **schedule.to_dict(),
+                    "total_steps": total_steps,
+                    "steps_per_epoch": steps_per_epoch,
+                    "planned_epochs": planned_epochs,
+                    "epoch": "ceil(sum of task train sizes / (batch_size * grad_accumulation)) optimizer steps",
+                },
+                "metric_for_best": dict(zip([s.name for s in specs], metrics_for_best, strict=True)),
+                "selection": "best mean over tasks of each task's metric_for_best on its dev set",
+                "training": config.to_dict(),
+                "data": infos,
+                "truncation": truncations,
+            }
+        )
 
-    epochs: list[dict[str, Any]] = []
-    losses: list[dict[str, Any]] = []
-    window: list[float] = []
-    best_mean, best_state, best_epoch, bad_epochs, stopped_early = -math.inf, None, None, 0, False
-    expected = np.zeros(len(specs))
-    step = 0
-    start = time.perf_counter()
-    progress = tqdm(total=total_steps, desc=f"mt-a ({len(specs)} tasks)", leave=False)
-    with fast_dropout(config.fast_dropout):  # the whole loop: a checkpointed forward is recomputed in backward
-        for step in range(1, total_steps + 1):
-            if (step - 1) % steps_per_epoch == 0:  # an epoch begins: progress.json for live displays
+        epochs: list[dict[str, Any]] = []
+        losses: list[dict[str, Any]] = []
+        window: list[float] = []
+        best_mean, best_state, best_epoch, bad_epochs, stopped_early = -math.inf, None, None, 0, False
+        expected = np.zeros(len(specs))
+        step = 0
+        start = time.perf_counter()
+        progress = tqdm(total=total_steps, desc=f"mt-a ({len(specs)} tasks)", leave=False)
+        with fast_dropout(config.fast_dropout):  # the whole loop: a checkpointed forward is recomputed in backward
+            for step in range(1, total_steps + 1):
+                if (step - 1) % steps_per_epoch == 0:  # an epoch begins: progress.json for live displays
+                    write_progress(
+                        run_dir,
+                        RunProgress(
+                            (step - 1) // steps_per_epoch + 1,
+                            planned_epochs,
+                            step - 1,
+                            total_steps,
+                            "training",
+                            time.time(),
+                        ),
+                    )
+                expected += sampler.probabilities(step - 1)
+                index = sampler.draw(step - 1)
+                model.train()
+                model.activate(adapter=names[index], head=names[index])
+                step_loss = 0.0
+                for _ in range(config.grad_accumulation):
+                    batch = {k: v.to(device) for k, v in next(streams[index]).items()}
+                    with torch.autocast(**autocast):
+                        loss = model(**batch).loss
+                    if not torch.isfinite(loss.detach()):
+                        raise TrainingError(
+                            f"loss is {loss.item()} at step {step} (task {specs[index].name!r}); lower "
+                            "learning_rate, turn bf16 off or check the data"
+                        )
+                    (loss / config.grad_accumulation).backward()
+                    step_loss += loss.item() / config.grad_accumulation
+                if config.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(list(trainable.values()), config.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                window.append(step_loss)
+                progress.update(1)
+                progress.set_postfix(task=specs[index].name, loss=f"{step_loss:.4f}")
+                if step % config.logging_steps == 0 or step == total_steps:
+                    losses.append(
+                        {
+                            "step": step,
+                            "epoch": step / steps_per_epoch,
+                            "loss": sum(window) / len(window),
+                            "task": specs[index].name,
+                            "alpha": sampler.alpha(step - 1),
+                        }
+                    )
+                    window = []
+                if step % steps_per_epoch and step != total_steps:
+                    continue
                 write_progress(
                     run_dir,
                     RunProgress(
-                        (step - 1) // steps_per_epoch + 1,
-                        planned_epochs,
-                        step - 1,
-                        total_steps,
-                        "training",
-                        time.time(),
+                        math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps, "evaluating", time.time()
                     ),
                 )
-            expected += sampler.probabilities(step - 1)
-            index = sampler.draw(step - 1)
-            model.train()
-            model.activate(adapter=names[index], head=names[index])
-            step_loss = 0.0
-            for _ in range(config.grad_accumulation):
-                batch = {k: v.to(device) for k, v in next(streams[index]).items()}
-                with torch.autocast(**autocast):
-                    loss = model(**batch).loss
-                if not torch.isfinite(loss.detach()):
-                    raise TrainingError(
-                        f"loss is {loss.item()} at step {step} (task {specs[index].name!r}); lower "
-                        "learning_rate, turn bf16 off or check the data"
-                    )
-                (loss / config.grad_accumulation).backward()
-                step_loss += loss.item() / config.grad_accumulation
-            if config.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(list(trainable.values()), config.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            window.append(step_loss)
-            progress.update(1)
-            progress.set_postfix(task=specs[index].name, loss=f"{step_loss:.4f}")
-            if step % config.logging_steps == 0 or step == total_steps:
-                losses.append(
+                scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, config.bf16)
+                mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best, strict=True)]))
+                epochs.append(
                     {
-                        "step": step,
                         "epoch": step / steps_per_epoch,
-                        "loss": sum(window) / len(window),
-                        "task": specs[index].name,
+                        "step": step,
                         "alpha": sampler.alpha(step - 1),
+                        "mean": mean,
+                        "tasks": scores,
                     }
                 )
-                window = []
-            if step % steps_per_epoch and step != total_steps:
-                continue
-            write_progress(
-                run_dir,
-                RunProgress(
-                    math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps, "evaluating", time.time()
-                ),
-            )
-            scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, config.bf16)
-            mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best, strict=True)]))
-            epochs.append(
-                {
-                    "epoch": step / steps_per_epoch,
-                    "step": step,
-                    "alpha": sampler.alpha(step - 1),
-                    "mean": mean,
-                    "tasks": scores,
-                }
-            )
-            if mean > best_mean:
-                best_mean, best_epoch, bad_epochs = mean, len(epochs) - 1, 0
-                best_state = {n: p.detach().to("cpu", copy=True) for n, p in trainable.items()}
-            else:
-                bad_epochs += 1
-                if config.patience is not None and bad_epochs >= config.patience:
-                    stopped_early = step < total_steps
-                    break
-    progress.close()
-    train_seconds = time.perf_counter() - start
-    with torch.no_grad():
-        for n, p in trainable.items():
-            p.copy_(best_state[n])
-    model.activate(adapter=names[0], head=names[0])
-    model.eval()  # as after its last evaluation
+                if mean > best_mean:
+                    best_mean, best_epoch, bad_epochs = mean, len(epochs) - 1, 0
+                    best_state = {n: p.detach().to("cpu", copy=True) for n, p in trainable.items()}
+                else:
+                    bad_epochs += 1
+                    if config.patience is not None and bad_epochs >= config.patience:
+                        stopped_early = step < total_steps
+                        break
+        progress.close()
+        train_seconds = time.perf_counter() - start
+        with torch.no_grad():
+            for n, p in trainable.items():
+                p.copy_(best_state[n])
+        model.activate(adapter=names[0], head=names[0])
+        model.eval()  # as after its last evaluation
 
-    pieces = {
-        spec.name: _save_task_pieces(model, name, spec, encoder, seed, run_dir, encoder_dir)
-        for name, spec in zip(names, specs, strict=True)
-    }
-    _save_encoder(
-        model,
-        tokenizer,
-        encoder_dir,
-        {name: pieces[spec.name]["adapter"] for name, spec in zip(names, specs, strict=True)},
-    )
-    atomic_write_json(
-        encoder_dir / MARKER_FILE,
-        {
-            "format_version": RUN_FORMAT_VERSION,
-            "base_encoder": encoder,
-            "base_encoder_key": encoder_key(encoder),
-            "seed": seed,
-            "tasks": [s.name for s in specs],
-            "run_dir": str(run_dir.resolve()),
-        },
-    )
-    store_paths = (
-        {spec.name: store.put(pieces[spec.name]["dir"].resolve(), overwrite=True) for spec in specs} if store else {}
-    )
-
-    task_names = [s.name for s in specs]
-    best = {name: {k: v for k, v in epochs[best_epoch]["tasks"][name].items() if k != "loss"} for name in task_names}
-    report = model.parameter_report()
-    metrics = run.write_metrics(
-        {
-            "setup": MT_A,
-            "tasks": task_names,
-            "seed": seed,
-            "metric_for_best": dict(zip(task_names, metrics_for_best, strict=True)),
-            "best": best,
-            "best_mean": best_mean,
-            "best_epoch": epochs[best_epoch]["epoch"],
-            "epochs": epochs,
-            "train_losses": losses,
-            "task_counts": dict(zip(task_names, sampler.counts, strict=True)),
-            "expected_task_counts": dict(zip(task_names, expected.tolist(), strict=True)),
-            "train_seconds": train_seconds,
-            "global_step": step,
-            "total_steps": total_steps,
-            "steps_per_epoch": steps_per_epoch,
-            "stopped_early": stopped_early,
-            "parameters": {
-                "trainable": sum(p.numel() for p in trainable.values()),
-                "total": report.total,
-                "encoder": report.encoder_total,
-            },
-            "pieces": {
-                "encoder": "encoder",
-                **{t: {k: str(v.relative_to(run_dir)) for k, v in p.items()} for t, p in pieces.items()},
-            },
-            "store_paths": {t: str(p) for t, p in store_paths.items()},
+        pieces = {
+            spec.name: _save_task_pieces(model, name, spec, encoder, seed, run_dir, encoder_dir)
+            for name, spec in zip(names, specs, strict=True)
         }
-    )
-    return MultiTaskResult(
-        tasks=task_names,
-        seed=seed,
-        run_dir=run_dir,
-        metrics=best,
-        mean_metric=best_mean,
-        epoch_metrics=epochs,
-        task_counts=metrics["task_counts"],
-        train_seconds=train_seconds,
-        wall_seconds=metrics["wall_seconds"],
-        encoder_dir=encoder_dir,
-        pieces=pieces,
-        store_paths=store_paths,
-        model=model,
-    )
+        _save_encoder(
+            model,
+            tokenizer,
+            encoder_dir,
+            {name: pieces[spec.name]["adapter"] for name, spec in zip(names, specs, strict=True)},
+        )
+        atomic_write_json(
+            encoder_dir / MARKER_FILE,
+            {
+                "format_version": RUN_FORMAT_VERSION,
+                "base_encoder": encoder,
+                "base_encoder_key": encoder_key(encoder),
+                "seed": seed,
+                "tasks": [s.name for s in specs],
+                "run_dir": str(run_dir.resolve()),
+            },
+        )
+        store_paths = (
+            {spec.name: store.put(pieces[spec.name]["dir"].resolve(), overwrite=True) for spec in specs}
+            if store
+            else {}
+        )
+
+        task_names = [s.name for s in specs]
+        best = {
+            name: {k: v for k, v in epochs[best_epoch]["tasks"][name].items() if k != "loss"} for name in task_names
+        }
+        report = model.parameter_report()
+        metrics = run.write_metrics(
+            {
+                "setup": MT_A,
+                "tasks": task_names,
+                "seed": seed,
+                "metric_for_best": dict(zip(task_names, metrics_for_best, strict=True)),
+                "best": best,
+                "best_mean": best_mean,
+                "best_epoch": epochs[best_epoch]["epoch"],
+                "epochs": epochs,
+                "train_losses": losses,
+                "task_counts": dict(zip(task_names, sampler.counts, strict=True)),
+                "expected_task_counts": dict(zip(task_names, expected.tolist(), strict=True)),
+                "train_seconds": train_seconds,
+                "global_step": step,
+                "total_steps": total_steps,
+                "steps_per_epoch": steps_per_epoch,
+                "stopped_early": stopped_early,
+                "parameters": {
+                    "trainable": sum(p.numel() for p in trainable.values()),
+                    "total": report.total,
+                    "encoder": report.encoder_total,
+                },
+                "pieces": {
+                    "encoder": "encoder",
+                    **{t: {k: str(v.relative_to(run_dir)) for k, v in p.items()} for t, p in pieces.items()},
+                },
+                "store_paths": {t: str(p) for t, p in store_paths.items()},
+            }
+        )
+        return MultiTaskResult(
+            tasks=task_names,
+            seed=seed,
+            run_dir=run_dir,
+            metrics=best,
+            mean_metric=best_mean,
+            epoch_metrics=epochs,
+            task_counts=metrics["task_counts"],
+            train_seconds=train_seconds,
+            wall_seconds=metrics["wall_seconds"],
+            encoder_dir=encoder_dir,
+            pieces=pieces,
+            store_paths=store_paths,
+            model=model,
+        )
 
 
 # ---- the setups ------------------------------------------------------------------------------------------
@@ -521,6 +529,7 @@ register_setup(
         _fusion_mt_a,
         {"sources": (), "adapter_seed": None, "fusion_config": None, "pooling": None},
         "AdapterFusion over MT-A adapters, on the MT-A encoder",
+        check_options=check_fusion_options,
     ),
     overwrite=True,
 )

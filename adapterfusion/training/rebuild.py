@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run import RunFolder
-from adapterfusion.training.run_files import CONFIG_FILE, METRICS_FILE, read_run_json
+from adapterfusion.training.run_files import CONFIG_FILE, read_run_json
+from adapterfusion.training.run_state import require_finished
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, as_store
 
@@ -91,7 +92,7 @@ def rebuild_run(
 
     run_dir = Path(run_dir)
     config = read_run_json(run_dir / CONFIG_FILE)
-    read_run_json(run_dir / METRICS_FILE)  # only finished runs have their best weights saved
+    require_finished(run_dir)  # only finished runs have their best weights saved
     if config["setup"] == "mt-a":
         raise TrainingError(
             f"{run_dir} is an MT-A run (several tasks in one folder); rebuild the fusion-mt-a runs "

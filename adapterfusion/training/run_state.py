@@ -8,20 +8,22 @@
 | finished | metrics.json, the file a run writes last |
 
 `check_can_train` turns the state into the one decision a training call makes before any work: go on, or refuse
-with what to do instead (reuse, resume, overwrite, wait).
+with what to do instead (reuse, resume, overwrite, wait); `claimed_run` makes it and holds the folder's lock while
+the run trains; `require_finished` is what reading a run's results back (evaluate, prune, rebuild_run) asks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.errors import RunFileError, TrainingError
 from adapterfusion.training.run_files import LOCK_FILE, METRICS_FILE
-from adapterfusion.training.run_lock import lock_holder
+from adapterfusion.training.run_lock import hold_lock, lock_holder
 
 
 class RunState(enum.Enum):
@@ -99,3 +101,35 @@ def check_can_train(
         )
     if status.state is RunState.UNFINISHED and not resume:
         raise TrainingError(f"{what}: {status.describe()}; {unfinished_fix(status)}")
+
+
+@contextlib.contextmanager
+def claimed_run(
+    run_dir: Path, entries: Sequence[Path], what: str, overwrite: bool, resume: bool, writes: bool = True
+) -> Iterator[None]:
+    """Judge `run_dir` (check_can_train), then hold its lock for the block and judge it again under the lock (another
+    process may have finished it in between). `writes` False (the non-zero ranks of a distributed launch): rank 0
+    does both, so nothing is done here."""
+    if not writes:
+        yield
+        return
+    check_can_train(run_state(run_dir), entries, what, overwrite, resume)
+    busy = RunStatus(run_dir, RunState.RUNNING, -1)
+    with hold_lock(
+        run_dir / LOCK_FILE,
+        f"{what}: {run_dir} is being trained right now by another process (pid {{pid}}); {unfinished_fix(busy)}",
+    ):
+        check_can_train(run_state(run_dir), entries, what, overwrite, resume)
+        yield
+
+
+def require_finished(run_dir: str | os.PathLike) -> None:
+    """RunFileError, saying what the folder holds and what to do, unless `run_dir` holds a finished run."""
+    status = run_state(run_dir)
+    if status.state is RunState.FINISHED:
+        return
+    if status.state is RunState.ABSENT:
+        raise RunFileError(
+            f"{status.run_dir} holds no run; give the folder train() wrote: <output_dir>/<task>/<setup>/seed-<seed>"
+        )
+    raise RunFileError(f"{status.describe()}, so it has no trained model to use; {unfinished_fix(status)}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
@@ -32,9 +33,14 @@ from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleChoiceHead
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.injection.architectures import architecture_for, get_submodule
-from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.registry import get_task
+from adapterfusion.tasks.spec import TaskSpec, suggest
 from adapterfusion.training.adapter_subsets import check_subset_size
+from adapterfusion.training.config import MAX_SEED
 from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.run import run_dir_for
+from adapterfusion.training.run_state import RunState, run_state, unfinished_fix
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -76,15 +82,20 @@ class Setup:
     options: Mapping[str, Any]  # option name -> default
     description: str
     stores_adapter: bool = False  # a run's adapter + head may go into an AdapterStore (stage 1)
+    check_options: Callable[[Mapping[str, Any]], None] | None = None  # refuses bad option values before any work
 
     def resolve_options(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
         given = dict(given or {})
-        unknown = sorted(set(given) - set(self.options))
+        unknown = sorted(set(given) - set(self.options), key=str)
         if unknown:
             raise TrainingError(
-                f"setup {self.name!r} has no option(s) {unknown}; its options are {dict(self.options) or 'none'}"
+                f"setup {self.name!r} has no option {unknown[0]!r}.{suggest(str(unknown[0]), list(self.options))} "
+                f"Its options are {dict(self.options) or 'none'}"
             )
-        return {**self.options, **given}
+        options = {**self.options, **given}
+        if self.check_options is not None:
+            self.check_options(options)
+        return options
 
 
 SETUPS: dict[str, Setup] = {}
@@ -100,7 +111,9 @@ def register_setup(setup: Setup, overwrite: bool = False) -> Setup:
 
 def get_setup(name: str) -> Setup:
     if name not in SETUPS:
-        raise TrainingError(f"unknown setup {name!r}; known setups: {', '.join(SETUPS)}")
+        raise TrainingError(
+            f"unknown setup {name!r}.{suggest(str(name), list(SETUPS))} Known setups: {', '.join(SETUPS)}"
+        )
     return SETUPS[name]
 
 
@@ -193,6 +206,43 @@ def _layernorm_only(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     return SetupPlan(head=head, trainable=norms + list(model.heads[head].parameters()), save_encoder=True)
 
 
+def check_fusion_options(options: Mapping[str, Any]) -> None:
+    """A fusion's sources must be registered tasks and its adapter_seed a seed, or its stored adapters would be
+    looked for under names and seeds no run can have (and the user told to "train it first")."""
+    sources = options["sources"]
+    if isinstance(sources, str) or not isinstance(sources, Sequence):
+        raise TrainingError(f"fusion sources={sources!r} must be a list of task names")
+    for task in sources:
+        try:
+            get_task(task)
+        except TaskError as err:
+            raise TaskError(f"fusion source: {err}") from None
+    seed = options.get("adapter_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        raise TrainingError(f"adapter_seed={seed!r} must be an integer in 0..{MAX_SEED} (or None: the run's seed)")
+
+
+def check_source_runs(
+    options: Mapping[str, Any], target: str, seed: int, encoder: str, store: AdapterStore | None, output_dir: Path
+) -> None:
+    """Before any work: a fusion's stored adapter that is missing because its run in the same output dir crashed or
+    still trains is refused with that reason (AdapterStore.load_into would later say "train it first")."""
+    if store is None or "adapter_setup" not in options:  # fusion-st-a's options; fusion-mt-a fuses one MT-A run's
+        return
+    setup = options["adapter_setup"]
+    seed = seed if options.get("adapter_seed") is None else options["adapter_seed"]
+    from_store = [target] if options.get("zoo") is not None else [*options["sources"], target]
+    for task in dict.fromkeys(from_store):
+        if store.has(encoder, task, setup, seed):
+            continue
+        status = run_state(run_dir_for(output_dir, task, setup, seed))
+        if status.state in (RunState.RUNNING, RunState.UNFINISHED):
+            raise TrainingError(
+                f"the store holds no {task} adapter ({setup}, seed {seed}) to fuse yet: {status.describe()}; "
+                f"{unfinished_fix(status)}, then fuse again"
+            )
+
+
 def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     """Stage 2: load the stored stage-1 adapters of `sources` (the target's own is always included), freeze
     them and the encoder, and train a dynamic fusion plus a fresh head for the target task. With option `zoo`
@@ -282,6 +332,7 @@ for _setup in (
             "adapter_subset": None,
         },
         "AdapterFusion over stored ST-A adapters",
+        check_options=check_fusion_options,
     ),
 ):
     register_setup(_setup)

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import adapterfusion as af
 import adapterfusion.training
+from adapterfusion.errors import ConfigError
+from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.tasks import TaskError
 from adapterfusion.training import AdapterStore, TrainingError
-from catalogue import Action, BadInput
+from adapterfusion.training.errors import RunFileError
+from catalogue import Action, BadInput, cli, experiment
+from task_data import DATA_DIR
 
 B = BadInput
 
@@ -47,6 +55,72 @@ def _train_multitask_again(folder: Path) -> Action:
     return lambda: af.training.train_multitask(["rte", "cb"], output_dir=folder / "runs", store=folder / "store")
 
 
+def _crashed_run(folder: Path, task: str = "rte", setup: str = "st-a", seed: int = 42) -> Path:
+    """The run folder a crashed `train-adapter` left: config.json and a partial checkpoint, no metrics.json."""
+    run = folder / "runs" / task / setup / f"seed-{seed}"
+    (run / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    (run / "checkpoints" / "checkpoint-2" / "model.safetensors").write_bytes(b"half a checkpoint")
+    (run / "config.json").write_text(json.dumps({"format_version": 1, "task": task, "setup": setup, "seed": seed}))
+    return run
+
+
+def _training_command(folder: Path, command: str = "train-adapter", *extra: str) -> Action:
+    return lambda: cli(
+        command, "--output-dir", str(folder / "runs"), "--store", str(folder / "store"), "--data-dir", str(DATA_DIR),
+        *extra,
+    )  # fmt: skip
+
+
+def _after_crash(folder: Path) -> Action:
+    _crashed_run(folder)
+    return _training_command(folder, "train-adapter", "--task", "rte")
+
+
+def _while_running(folder: Path) -> Action:
+    """Another process trains runs/rte/st-a/seed-42 right now (it holds the folder's run.lock)."""
+    run = folder / "runs" / "rte" / "st-a" / "seed-42"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "os.write(fd, f'{os.getpid()}\\n'.encode())\n"
+            "time.sleep(120)\n",
+            str(run / "run.lock"),
+        ]
+    )
+    while not (run / "run.lock").is_file() or not (run / "run.lock").read_text():
+        time.sleep(0.05)
+    command = _training_command(folder, "train-adapter", "--task", "rte")
+
+    def action() -> Any:
+        try:
+            return command()
+        finally:
+            holder.kill()
+            holder.wait()
+
+    return action
+
+
+def _evaluate_crashed(folder: Path) -> Action:
+    run = _crashed_run(folder)
+    return lambda: cli("evaluate", str(run))
+
+
+def _fuse_over_unfinished_source(folder: Path) -> Action:
+    _crashed_run(folder, "cb", "st-a", 42)
+    return _training_command(folder, "fuse", "--task", "rte", "--sources", "cb", "--max-examples", "8")
+
+
+def _train(*args: Any, **kwargs: Any):
+    return lambda folder: lambda: af.training.train(*args, output_dir=folder / "runs", data_dir=DATA_DIR, **kwargs)
+
+
 CASES: tuple[BadInput, ...] = (
     # silent acceptances: an earlier result replaced without a word (data loss)
     B(
@@ -73,5 +147,155 @@ CASES: tuple[BadInput, ...] = (
         TrainingError,
         ("mt-a seed 42", "was trained before", "overwrite=True"),
         _train_multitask_again,
+    ),
+    # silent acceptances: a training value that trains nothing
+    B(
+        "training-lr-zero-experiment",
+        "experiment files",
+        "training: {learning_rate: 0} in an experiment file (the job was reported done; the warning only in job.log)",
+        ExperimentSpecError,
+        ("training.learning_rate", "learning_rate=0", "> 0"),
+        experiment(training={"learning_rate": 0}),
+        cli=True,
+    ),
+    B(
+        "training-lr-zero-cli",
+        "command line",
+        "adapterfusion train-adapter --learning-rate 0",
+        ConfigError,
+        ("learning_rate=0.0", "> 0"),
+        lambda folder: _training_command(folder, "train-adapter", "--task", "rte", "--learning-rate", "0"),
+        cli=True,
+    ),
+    B(
+        "training-lr-negative-api",
+        "silent acceptances",
+        "train(..., training_config={'learning_rate': -1e-4})",
+        ConfigError,
+        ("learning_rate=-0.0001", "> 0"),
+        _train("rte", "st-a", training_config={"learning_rate": -1e-4}),
+    ),
+    B(
+        "training-epochs-zero-cli",
+        "command line",
+        "adapterfusion train-adapter --epochs 0",
+        ConfigError,
+        ("epochs=0.0", "> 0"),
+        lambda folder: _training_command(folder, "train-adapter", "--task", "rte", "--epochs", "0"),
+        cli=True,
+    ),
+    B(
+        "training-seed-negative-cli",
+        "command line",
+        "adapterfusion train-adapter --seed -1",
+        ConfigError,
+        ("seed=-1", "0..4294967295"),
+        lambda folder: _training_command(folder, "train-adapter", "--task", "rte", "--seed", "-1"),
+        cli=True,
+    ),
+    B(
+        "training-max-examples-zero",
+        "silent acceptances",
+        "train(..., max_examples=0) (a run over no examples)",
+        TaskError,
+        ("max_examples", "0", ">= 1"),
+        _train("rte", "st-a", max_examples=0),
+    ),
+    B(
+        "fuse-adapter-seed-negative",
+        "command line",
+        "adapterfusion fuse --adapter-seed -1 (was told to train a seed -1 adapter first)",
+        TrainingError,
+        ("adapter_seed=-1", "0..4294967295"),
+        lambda folder: _training_command(folder, "fuse", "--task", "rte", "--sources", "cb", "--adapter-seed", "-1"),
+        cli=True,
+    ),
+    # unknown names in a training call
+    B(
+        "training-config-unknown-key",
+        "silent acceptances",
+        "train(..., training_config={'learnin_rate': 1e-4}) (a raw TypeError from the dataclass)",
+        ConfigError,
+        ("'learnin_rate'", "Did you mean 'learning_rate'?", "Known keys"),
+        _train("rte", "st-a", training_config={"learnin_rate": 1e-4}),
+    ),
+    B(
+        "train-unknown-setup",
+        "silent acceptances",
+        "train('rte', 'st_a')",
+        TrainingError,
+        ("unknown setup 'st_a'", "Did you mean 'st-a'?", "Known setups"),
+        _train("rte", "st_a"),
+    ),
+    B(
+        "train-foreign-setup-option",
+        "silent acceptances",
+        "train('rte', 'st-a', setup_options={'reduction_factr': 4}) (an option of no setup, misspelt)",
+        TrainingError,
+        ("'reduction_factr'", "Did you mean 'reduction_factor'?", "st-a"),
+        _train("rte", "st-a", setup_options={"reduction_factr": 4}),
+    ),
+    B(
+        "train-fusion-unknown-source",
+        "silent acceptances",
+        "train('rte', 'fusion-st-a', setup_options={'sources': ['mnlii']}) (was told to train it first)",
+        TaskError,
+        ("unknown task 'mnlii'", "Did you mean 'mnli'?", "Known tasks"),
+        lambda folder: (
+            lambda: af.training.train(
+                "rte",
+                "fusion-st-a",
+                output_dir=folder / "runs",
+                store=folder / "store",
+                setup_options={"sources": ["mnlii"]},
+            )
+        ),
+    ),
+    B(
+        "fuse-unknown-source",
+        "command line",
+        "adapterfusion fuse --task rte --sources nosuchtask (was told to train it first)",
+        TaskError,
+        ("unknown task 'nosuchtask'", "Known tasks"),
+        lambda folder: _training_command(folder, "fuse", "--task", "rte", "--sources", "nosuchtask"),
+        cli=True,
+    ),
+    # the state of a run folder
+    B(
+        "train-adapter-after-crash",
+        "command line",
+        "adapterfusion train-adapter over the folder a crashed train-adapter left (was called 'trained before')",
+        TrainingError,
+        ("rte/st-a seed 42", "unfinished run", "crashed", "--resume", "--overwrite"),
+        _after_crash,
+        cli=True,
+    ),
+    B(
+        "train-adapter-while-running",
+        "command line",
+        "a second adapterfusion train-adapter into the run folder another one is training (was called 'trained "
+        "before')",
+        TrainingError,
+        ("rte/st-a seed 42", "another process (pid", "wait for that process"),
+        _while_running,
+        cli=True,
+    ),
+    B(
+        "evaluate-crashed-run",
+        "command line",
+        "adapterfusion evaluate on the folder a crashed run left",
+        RunFileError,
+        ("unfinished run", "crashed", "--resume", "--overwrite"),
+        _evaluate_crashed,
+        cli=True,
+    ),
+    B(
+        "fuse-source-unfinished",
+        "command line",
+        "adapterfusion fuse over a source whose train-adapter run crashed (was told to train it first)",
+        TrainingError,
+        ("cb", "unfinished run", "--resume"),
+        _fuse_over_unfinished_source,
+        cli=True,
     ),
 )

@@ -89,7 +89,7 @@ def test_early_stopping_stops_when_the_metric_cannot_improve(tmp_path, tiny_enco
         tiny_encoder_dir,
         data_dir,
         "head",
-        learning_rate=0.0,
+        learning_rate=1e-30,  # > 0 (0 is refused) but too small to change a float32 weight
         max_steps=None,
         epochs=10,
         batch_size=32,
@@ -107,7 +107,7 @@ def test_multiple_choice_task_trains(tmp_path, tiny_encoder_dir, data_dir):
 
 
 def test_unknown_setup_and_option_are_refused(tmp_path, tiny_encoder_dir, data_dir):
-    with pytest.raises(TrainingError, match="known setups"):
+    with pytest.raises(TrainingError, match="Known setups"):
         _run(tmp_path, tiny_encoder_dir, data_dir, "lora")
     with pytest.raises(TrainingError, match="reduction_factor"):
         _run(tmp_path, tiny_encoder_dir, data_dir, "st-a", options={"rf": 2})
