@@ -23,6 +23,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from adapterfusion._version import __version__
 from adapterfusion.errors import ConfigError, HubError, SerializationError
+from adapterfusion.io.paths import describe
 
 REPO_TYPE = "model"
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
@@ -121,10 +122,13 @@ def locate(source: str | os.PathLike, what: str) -> Path | HubRef:
     if not isinstance(source, (str, os.PathLike)):
         raise ConfigError(f"{what} must be a folder or a Hub id 'org/name', got {type(source).__name__}")
     path = Path(source).expanduser()
-    if path.is_dir():
+    found = describe(path)  # io/paths.py: a FIFO, a device, a symlink loop or a dangling symlink is said as such
+    if found == "a folder":
         return path
-    if path.exists():
+    if found == "a file":
         raise SerializationError(f"{what} {str(source)!r} is a file; pass the folder that holds it")
+    if found != "nothing":
+        raise SerializationError(f"{what} {str(source)!r} is {found}, not a folder; pass a folder or a Hub id")
     ref = hub_ref(source) if isinstance(source, str) else None
     if ref is None:
         raise SerializationError(

@@ -148,6 +148,14 @@ def _piece_file_replaced(name: str, make: Callable[[Path], Any]) -> Callable[[Pa
     return prepare
 
 
+def _load_from(make: Callable[[Path], Any]) -> Callable[[Path], Action]:
+    def prepare(folder: Path) -> Action:
+        make(folder / "source")
+        return load_into(_model("other"), "adapter", folder / "source")
+
+    return prepare
+
+
 def _setup_index_is_folder(folder: Path) -> Action:
     _model().save_pretrained(folder / "setup")
     (folder / "setup" / "adapterfusion_setup.json").unlink()
@@ -353,6 +361,22 @@ CASES: tuple[BadInput, ...] = (
         af.SerializationError,
         ("adapter_config.json", "character device", "/dev/null"),
         _piece_file_replaced("adapter_config.json", lambda path: path.symlink_to("/dev/null")),
+    ),
+    B(
+        "load-adapter-from-symlink-loop",
+        "output paths",
+        "load_adapter(<a symlink to itself>) (was: 'not a directory (no such folder)')",
+        af.SerializationError,
+        ("/source'", "symlink loop", "not a folder"),
+        _load_from(lambda path: path.symlink_to(path)),
+    ),
+    B(
+        "load-adapter-from-fifo",
+        "output paths",
+        "load_adapter(<a FIFO>) (was: 'is a file')",
+        af.SerializationError,
+        ("/source'", "is a FIFO", "not a folder"),
+        _load_from(os.mkfifo),
     ),
     B(
         "setup-index-is-folder",
