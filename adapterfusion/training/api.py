@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.encoders import encoder_identity
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.tasks.collator import TaskCollator
@@ -88,6 +89,7 @@ def train(
     check_precision(config)
     check_max_examples(max_examples)
     run = Run.open(output_dir, spec.name, setup, seed, encoder, writes=is_main_process())
+    check_max_length(config.max_length, run.encoder)  # before any file is written or data loaded
     run_dir, store = run.run_dir, as_store(store)
     keyed = store is not None and recipe.stores_adapter
     entries = [store.path(run.encoder, spec.name, setup, seed)] if store is not None and keyed else []

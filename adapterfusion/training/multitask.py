@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.errors import ConfigError
 from adapterfusion.evaluation import predict, score
 from adapterfusion.heads.pooling import resolve_pooling
@@ -208,6 +209,7 @@ def train_multitask(
     adapter_config = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
     schedule = schedule or AnnealedSchedule()
     run = Run.open(output_dir, MT_A, MT_A, seed, encoder)
+    check_max_length(config.max_length, run.encoder)
     run_dir, encoder, encoder_dir, store = run.run_dir, run.encoder, run.run_dir / ENCODER_DIR, as_store(store)
     entries = [store.path(encoder, spec.name, MT_A, seed) for spec in specs] if store is not None else []
     with claimed_run(run_dir, entries, f"{MT_A} seed {seed} of {[s.name for s in specs]}", overwrite, False):
