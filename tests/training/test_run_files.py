@@ -27,8 +27,10 @@ def test_read_json_names_the_file_what_is_wrong_and_the_fix(tmp_path):
         (tmp_path / "missing.json", "does not exist"),
         (damaged, "is not valid JSON"),
         (latin1, "is not valid JSON"),
-        (tmp_path, "cannot be read"),
+        (tmp_path, "is a folder, not a file"),  # said as such (io/paths.py), not "cannot be read"
+        (tmp_path / "zero.json", "is a character device"),  # never read: /dev/zero would never end
     ]
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
     for path, what in cases:
         with pytest.raises(RunFileError) as caught:
             read_json(path, "write it again")
