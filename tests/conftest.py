@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 import torch
 import transformers
@@ -22,6 +23,14 @@ from tiny_models import tiny_inputs
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _no_hub_lookups(monkeypatch) -> None:
+    """No test asks the real Hub whether a model exists (io/hub.reach's one look-up): every Hub id is known, so a
+    test's made-up id ('some-org/some-encoder') fails, if at all, where it would with the network on. Tests of the
+    look-up itself replace this."""
+    monkeypatch.setattr(huggingface_hub, "model_info", lambda repo_id, **kwargs: None)
 
 
 @pytest.fixture
