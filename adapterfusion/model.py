@@ -71,6 +71,10 @@ class AdaptedModel(nn.Module):
     What trains: train_adapter, train_fusion, train_head. Forward: `model(**inputs)`, or forward_parallel for every
     fused adapter alone and the fusion in one call."""
 
+    # The loss is a mean over the batch, not normalised by the Trainer's num_items_in_batch: without this the
+    # Trainer, seeing **encoder_inputs, skips dividing by gradient_accumulation_steps.
+    accepts_loss_kwargs = False
+
     def __init__(self, model: nn.Module) -> None:
         """Wrap `model` (AutoModel or a *For* task model of an architecture in ARCHITECTURES) in place."""
         check_wrappable(model)
