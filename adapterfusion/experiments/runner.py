@@ -27,7 +27,7 @@ from typing import Any
 from adapterfusion.encoders import resolve_encoder
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.executors import Executor, make_executor
-from adapterfusion.experiments.jobs import JobPayload, payload_options
+from adapterfusion.experiments.jobs import JOB_LOG, JobPayload, payload_options
 from adapterfusion.experiments.plan import Job, plan_jobs
 from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
@@ -203,7 +203,7 @@ def _schedule(
                 job = ready.pop(0)
                 pending.remove(job)
                 run_dir = job.run_dir(spec.output_dir)
-                clear_run_dir(run_dir, keep_checkpoints=job.id in resumable)
+                clear_run_dir(run_dir, keep_checkpoints=job.id in resumable, also=(JOB_LOG,))
                 store.mark_running(job.id, str(run_dir))
                 states[job.id] = "running"
                 progress.started(job.id, run_dir)

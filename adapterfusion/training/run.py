@@ -20,23 +20,39 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE
 from adapterfusion.encoders import Encoder, load_encoder_model, load_tokenizer, resolve_encoder
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder, path_part
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.hardware import hardware_info
-from adapterfusion.training.run_files import CONFIG_FILE, METRICS_FILE, RUN_FORMAT_VERSION
+from adapterfusion.training.progress import PROGRESS_FILE
+from adapterfusion.training.run_files import CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_FORMAT_VERSION
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 ENCODER_DIR = "encoder"  # a run's fine-tuned encoder, where a setup changes encoder weights
+# Every file and folder a run writes in its folder: what clear_run_dir may remove, and nothing else.
+RUN_ENTRIES = (
+    CONFIG_FILE,
+    METRICS_FILE,
+    LOCK_FILE,
+    PROGRESS_FILE,
+    FUSION_ATTENTION_FILE,
+    "checkpoints",
+    "adapter",
+    "fusion",
+    "head",
+    ENCODER_DIR,
+    "tasks",  # MT-A's per-task pieces
+)
 
 
 class RunFolder:
@@ -58,17 +74,17 @@ def run_dir_for(output_dir: str | os.PathLike, task: str, setup: str, seed: int)
     return Path(output_dir) / path_part(task, "task") / path_part(setup, "setup") / f"seed-{int(seed)}"
 
 
-def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False) -> None:
-    """Empty a run folder before its run starts again; with `keep_checkpoints` its checkpoints/ stay for a resume,
-    and the config.json that says which run they belong to."""
+def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False, also: Iterable[str] = ()) -> None:
+    """Remove what a run wrote in its folder (RUN_ENTRIES, and the names in `also`) before the run starts again;
+    anything else there, such as a file the user put beside the run, stays. With `keep_checkpoints` its
+    checkpoints/ stay for a resume, and the config.json that says which run they belong to."""
     run_dir = Path(run_dir)
-    if not keep_checkpoints:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        return
-    for entry in run_dir.iterdir() if run_dir.is_dir() else ():
-        if entry.name in ("checkpoints", CONFIG_FILE):
+    kept = {"checkpoints", CONFIG_FILE} if keep_checkpoints else set()
+    for name in (*RUN_ENTRIES, *also):
+        entry = run_dir / name
+        if name in kept or not os.path.lexists(entry):
             continue
-        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
 
 
 def save_encoder(model, tokenizer: Any, directory: Path) -> Path:
