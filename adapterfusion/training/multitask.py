@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -508,10 +508,10 @@ def _fusion_mt_a(model, context: SetupContext) -> SetupPlan:
     return plan
 
 
-def _mt_a_single(model, context: SetupContext) -> SetupPlan:
+def _mt_a_single(*_: object) -> NoReturn:
+    """train(task, 'mt-a') is refused as it resolves its options, before any check of earlier runs or any work."""
     raise TrainingError(
-        f"mt-a trains all its tasks in one run: call train_multitask([{context.task.name!r}, ...]) "
-        "instead of train(task, 'mt-a')"
+        "mt-a trains all its tasks in one run: call train_multitask([task, ...]) instead of train(task, 'mt-a')"
     )
 
 
@@ -522,6 +522,7 @@ register_setup(
         {},
         "multi-task adapters + jointly fine-tuned encoder (train_multitask)",
         stores_adapter=True,
+        check_options=_mt_a_single,
     ),
     overwrite=True,
 )

@@ -230,7 +230,8 @@ def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, 
 
 @pytest.mark.slow
 def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
-    """At learning rate 0 the dev metric never improves, so patience 2 ends the run after epoch 3 of 4; a run
+    """At learning rate 1e-30 (0 is refused) no weight moves in float32, so the dev metric never improves and
+    patience 2 ends the run after epoch 3 of 4; a run
     resumed after epoch 2 must remember the one evaluation without improvement it has already seen."""
 
     def run(output_dir, resume=False):
@@ -241,7 +242,7 @@ def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, 
             encoder=tiny_encoder_dir,
             data_dir=data_dir,
             output_dir=output_dir,
-            training_config={**SETTINGS, "epochs": 4, "learning_rate": 0.0, "patience": 2},
+            training_config={**SETTINGS, "epochs": 4, "learning_rate": 1e-30, "patience": 2},
             max_examples=SLICE,
             resume=resume,
         )
