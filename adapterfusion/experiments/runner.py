@@ -31,7 +31,7 @@ from adapterfusion.experiments.jobs import JOB_LOG, JobPayload, payload_options
 from adapterfusion.experiments.plan import Job, plan_jobs
 from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
-from adapterfusion.experiments.store import DB_FILE, ResultsStore, RunnerLock
+from adapterfusion.experiments.store import DB_FILE, ResultsStore, RunnerLock, relative_to_experiment_file
 from adapterfusion.experiments.writers import clear_dead_writers, registered_writer
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
@@ -139,7 +139,11 @@ def run_experiment(
         with ResultsStore(out) as store:
             reset = set(store.bind(spec, jobs, force=force))
             store.requeue_unfinished()
-            atomic_write_json(out / SPEC_FILE, {**spec.to_dict(), "spec_hash": spec.spec_hash(), "source": spec.source})
+            # paths relative to the experiment file, which is named relative to this folder: the same in every clone
+            source = relative_to_experiment_file(spec.source, str(out / SPEC_FILE))
+            atomic_write_json(
+                out / SPEC_FILE, {**spec.recorded_dict(), "spec_hash": spec.spec_hash(), "source": source}
+            )
             states = store.states()
             summary.skipped = [job.id for job in jobs if states[job.id] == "done"]
             resumable = frozenset(

@@ -58,6 +58,7 @@ from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.encoders import check_encoder
 from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.experiments.store import relative_to_experiment_file
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.documents import read_document
 from adapterfusion.io.paths import check_readable_file
@@ -199,10 +200,22 @@ class ExperimentSpec:
             **({"zoo": self.zoo} if self.zoo is not None else {}),
         }
 
-    def spec_hash(self) -> str:
-        """A digest of everything that decides results (not the output dir, the description or the file's path):
-        an output dir records it, and refuses a different experiment."""
-        data = {k: v for k, v in self.to_dict().items() if k not in ("output_dir", "description")}
+    def recorded_dict(self) -> dict[str, Any]:
+        """to_dict with its paths (data_dir, output_dir, a local encoder or zoo folder) relative to the experiment
+        file's folder, as the file writes them: what an output dir records, the same in every clone."""
+        data = self.to_dict()
+        for key in ("data_dir", "output_dir", "encoder", "zoo"):
+            if key in data:
+                data[key] = relative_to_experiment_file(data[key], self.source)
+        return data
+
+    def spec_hash(self, absolute_paths: bool = False) -> str:
+        """A digest of everything that decides results (not the output dir, the description or the file's path),
+        with paths relative to the experiment file (recorded_dict), so that a clone elsewhere is the same experiment:
+        an output dir records it, and refuses a different experiment. absolute_paths: the digest older versions
+        recorded, of the absolute paths."""
+        data = self.to_dict() if absolute_paths else self.recorded_dict()
+        data = {k: v for k, v in data.items() if k not in ("output_dir", "description")}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     @classmethod

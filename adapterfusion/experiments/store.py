@@ -213,7 +213,9 @@ class ResultsStore:
         meta = self.meta()
         spec_hash = spec.spec_hash()
         hashes = config_hashes(spec, jobs)
-        if meta.get("spec_hash") not in (None, spec_hash) and not force:
+        older = config_hashes(spec, jobs, absolute_paths=True)  # what older runners recorded, at the same place
+        # an older runner hashed the absolute paths: the same experiment, still at the same place
+        if meta.get("spec_hash") not in (None, spec_hash, spec.spec_hash(absolute_paths=True)) and not force:
             raise SpecMismatchError(
                 f"{self.output_dir} holds results of experiment {meta.get('name')!r} (spec {meta['spec_hash']}), "
                 f"not of this spec {spec.name!r} ({spec_hash}); choose another output_dir, or pass --force "
@@ -255,7 +257,8 @@ class ResultsStore:
                         ),
                     )
                     continue
-                keep = existing[job.id]["config_hash"] == config_hash or _upgradable(job, spec, existing, reset)
+                recorded = existing[job.id]["config_hash"]
+                keep = recorded in (config_hash, older[job.id]) or _upgradable(job, spec, existing, reset)
                 if not keep:
                     reset.append(job.id)
                 self._db.execute(
@@ -338,12 +341,28 @@ def _disk_full(error: sqlite3.OperationalError) -> bool:
     return getattr(error, "sqlite_errorcode", None) == full or "disk is full" in str(error)
 
 
+def relative_to_experiment_file(path: str | None, source: str | None) -> str | None:
+    """An absolute `path` of an experiment (its data_dir, output_dir, a local encoder or zoo folder) as its
+    experiment file `source` would write it: relative to the file's folder, so what a results folder records is the
+    same in every clone. A Hub id, 'shipped', a relative path, or any path of an experiment with no file is as given."""
+    if path is None or source is None or not os.path.isabs(path):
+        return path
+    try:
+        return Path(os.path.relpath(path, Path(source).parent)).as_posix()
+    except ValueError:  # another drive (Windows): no relative path exists
+        return path
+
+
 def _upgradable(job: Job, spec: ExperimentSpec, existing: dict[str, sqlite3.Row], reset: list[str]) -> bool:
     """Whether a job recorded by an older runner, under the hash that named its dependencies by id only, may keep
     its result: only when every dependency is done, kept by this bind, and finished before the job started (a
     dependency re-run since means the job used its old output)."""
     row = existing[job.id]
-    if not job.depends_on or row["config_hash"] != job.config_hash(spec) or row["started_at"] is None:
+    if (
+        not job.depends_on
+        or row["config_hash"] != job.config_hash(spec, absolute_paths=True)
+        or row["started_at"] is None
+    ):
         return False
     deps = [existing.get(d) for d in job.depends_on]
     return all(

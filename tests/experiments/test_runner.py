@@ -24,16 +24,17 @@ from adapterfusion.experiments import (
     run_experiment,
     runner,
 )
+from adapterfusion.experiments.plan import config_hashes
 from adapterfusion.experiments.processes import ProcessRecord
 from adapterfusion.experiments.report import build_report
 from adapterfusion.experiments.runner import describe_running
 from adapterfusion.training import AdapterStore
 from adapterfusion.training.progress import RunProgress, read_progress, write_progress
-from tiny_experiments import tiny_experiment
+from tiny_experiments import DoneExecutor, tiny_experiment
 
 
 @pytest.mark.slow
-def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_dir, data_dir, capsys):
+def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_dir, capsys):
     out = tmp_path / "out"
     summary = run_experiment(tiny_experiment(tiny_encoder_dir, out), executor="process", workers=2, progress=False)
     assert summary.ok and len(summary.ran) == 6 and summary.counts["done"] == 6, summary
@@ -100,7 +101,7 @@ def _running(db: Path) -> int:
 
 
 @pytest.mark.slow
-def test_kill_9_mid_run_then_resume_redoes_only_unfinished_jobs(tmp_path, tiny_encoder_dir, data_dir, capsys):
+def test_kill_9_mid_run_then_resume_redoes_only_unfinished_jobs(tmp_path, tiny_encoder_dir, capsys):
     out = tmp_path / "out"
     experiment = tmp_path / "exp.json"
     experiment.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, setups=["st-a", "fusion-st-a"])))
@@ -212,9 +213,7 @@ def test_a_store_of_an_older_runner_keeps_only_the_fusions_whose_adapters_finish
 
 
 @pytest.mark.slow
-def test_mt_a_then_fusion_mt_a_end_to_end_reported_per_task_then_nothing_left(
-    tmp_path, tiny_encoder_dir, data_dir, capsys
-):
+def test_mt_a_then_fusion_mt_a_end_to_end_reported_per_task_then_nothing_left(tmp_path, tiny_encoder_dir, capsys):
     out = tmp_path / "out"
     experiment = tiny_experiment(
         tiny_encoder_dir, out, setups=["head", {"name": "mt-a", "max_steps": 6}, "fusion-mt-a"]
@@ -233,7 +232,9 @@ def test_mt_a_then_fusion_mt_a_end_to_end_reported_per_task_then_nothing_left(
     assert (mt.task, mt.setup) == ("all", "mt-a") and Path(mt.run_dir) == out / "runs/mt-a/mt-a/mt-a/seed-1"
     per_task = mt.task_metrics()
     assert sorted(per_task) == ["rte", "sst2"]
-    assert all(m["metric_for_best"] == "accuracy" and 0 <= m["best"]["accuracy"] <= 1 for m in per_task.values())
+    # the store's per-task records are what the MT-A run wrote in its metrics.json
+    written = json.loads((Path(mt.run_dir) / "metrics.json").read_text())
+    assert per_task == {t: {"metric_for_best": "accuracy", "best": written["best"][t]} for t in ("rte", "sst2")}
     assert "train_multitask(['rte', 'sst2']" in (Path(mt.run_dir) / "job.log").read_text()
     # 2 x 16 training examples, batch 8: 4 steps per epoch, so max_steps 6 plans 2 epochs.
     assert read_progress(mt.run_dir).describe() == "epoch 2/2 eval"
@@ -333,3 +334,41 @@ def test_ctrl_c_leaves_the_job_it_stopped_interrupted_and_the_next_run_re_runs_i
     assert "head/rte/seed-1   done" in shown and "head/sst2/seed-1  interrupted" in shown
     again = _ScriptedExecutor(fail=set())
     assert run_experiment(spec, executor=again, progress=False).ok and again.submitted == ["head/sst2/seed-1"]
+
+
+def test_a_clone_elsewhere_records_the_same_experiment_file_and_report(tmp_path):
+    """experiment.json and the report name their paths relative to the experiment file, so running the same
+    experiment file in two clones (other absolute paths, other working dirs) writes the same bytes, and an output
+    dir moved with its clone is still this experiment's."""
+    written = []
+    for clone in (tmp_path / "one", tmp_path / "elsewhere" / "two"):
+        (clone / "data").mkdir(parents=True)
+        experiment = clone / "examples" / "tiny.json"
+        experiment.parent.mkdir()
+        spec = {**tiny_experiment(None, Path("results/tiny"), setups=["head"]), "encoder": None, "data_dir": "../data"}
+        experiment.write_text(json.dumps(spec))
+        summary = run_experiment(experiment, executor=DoneExecutor(), progress=False)
+        assert summary.ok and summary.output_dir == clone / "examples" / "results" / "tiny"
+        recorded = json.loads((summary.output_dir / "experiment.json").read_text())
+        assert (recorded["data_dir"], recorded["output_dir"], recorded["source"]) == (
+            "../data",
+            "results/tiny",
+            "../../tiny.json",
+        )
+        report = (summary.output_dir / "report" / "tables.md").read_text()
+        assert "jobs done in `results/tiny`" in report
+        written.append([(summary.output_dir / name).read_bytes() for name in ("experiment.json", "report/tables.md")])
+    assert written[0] == written[1]
+    moved = tmp_path / "moved"
+    (tmp_path / "one").rename(moved)
+    again = run_experiment(moved / "examples" / "tiny.json", executor=DoneExecutor(), progress=False)
+    assert again.ok and again.ran == [] and len(again.skipped) == 2  # the same experiment, its jobs done
+
+    # An output dir an older runner made (digests of the absolute paths) is still this experiment's, its jobs done.
+    spec = load_spec(moved / "examples" / "tiny.json")
+    older = config_hashes(spec, plan_jobs(spec), absolute_paths=True)
+    with sqlite3.connect(again.output_dir / "experiment.db") as db:
+        db.execute("UPDATE meta SET value = ? WHERE key = 'spec_hash'", (spec.spec_hash(absolute_paths=True),))
+        db.executemany("UPDATE jobs SET config_hash = ? WHERE id = ?", [(h, i) for i, h in older.items()])
+    assert spec.spec_hash(absolute_paths=True) != spec.spec_hash()
+    assert run_experiment(spec, executor=DoneExecutor(), progress=False).ran == []
