@@ -61,6 +61,27 @@ def check_one_name(name: object, kind: str) -> None:
     raise ConfigError(f"expected one {kind} name (a string), got {type(name).__name__} {name!r}{hint}")
 
 
+def check_names(value: object, field: str) -> list[str]:
+    """Piece names given as one name, a list of names or None (none); else a ConfigError naming `field`."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(name, str) for name in value):
+        return list(value)
+    raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected a name or a list of names")
+
+
+def check_mapping(value: object, field: str, example: str) -> dict:
+    """A mapping given as a Mapping or None (empty), as a dict; else a ConfigError naming `field` with an
+    `example` of what it takes."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected a mapping, e.g. {example}")
+    return dict(value)
+
+
 def check_number(
     value: object,
     field: str,

@@ -130,6 +130,10 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+# What matplotlib's savefig writes, by the path's suffix (any other suffix is a ValueError after the work).
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+
+
 def _analyze_fusion(args: argparse.Namespace) -> int:
     from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, load_fusion_activation
     from adapterfusion.io.paths import check_writable_file
@@ -141,6 +145,11 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
         if args.no_plot
         else check_writable_file(args.output or default, "--output" if args.output else "the heatmap")
     )
+    if heatmap is not None and heatmap.suffix.lower() not in FIGURE_SUFFIXES:
+        raise af.ConfigError(
+            f"--output {str(heatmap)!r}: a heatmap cannot be written as {heatmap.suffix or 'a file without suffix'}; "
+            f"end the path in one of {', '.join(FIGURE_SUFFIXES)}"
+        )
     activation = load_fusion_activation(args.run_dir)
     info = activation.info
     target = f" (target {info['task']}, seed {info.get('seed')})" if "task" in info else ""

@@ -56,6 +56,11 @@ def forward_parallel(
     """See AdaptedModel.forward_parallel."""
     model.require("fusion", fusion)
     fused = model.fusion_setups[fusion][1]
+    if heads is not None and not isinstance(heads, Mapping):
+        raise ConfigError(
+            f"heads={heads!r} has type {type(heads).__name__}; expected a mapping of adapter -> head name, e.g. "
+            f"heads={{{fused[0]!r}: {fused[0]!r}}} (leave it out for the heads named like the adapters)"
+        )
     heads = dict(heads) if heads is not None else {name: name for name in fused}
     fusion_head = fusion_head if fusion_head is not None else fusion
     if inputs.get("labels") is not None:

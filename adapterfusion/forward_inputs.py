@@ -66,7 +66,7 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     head_config = model.get_head(head).config if head is not None else None
     choices = head_config.kind == "multiple_choice" if head_config is not None else _is_multiple_choice(encoder)
     weight = _input_embeddings(model.model).weight
-    shape = _token_shape(given, choices, head, weight.shape[1])
+    shape = _token_shape(given, choices, head, weight.shape[1], weight.dtype)
     limits = _limits(model.model)
     _check_length(shape[-1], limits)
     _check_per_token(given, shape)
@@ -98,6 +98,10 @@ def _check_keywords(encoder: nn.Module, given: Mapping[str, Any]) -> None:
             f"{type(encoder).__name__}.forward takes no {', '.join(map(repr, unknown))}, so it would be silently "
             f"ignored; it takes {', '.join(shown)} (and the model's own labels= and output_fusion_attentions=)"
         )
+    for flag in _COMMON_FLAGS:
+        if flag in given and not isinstance(given[flag], bool):
+            value = given[flag]
+            raise ConfigError(f"{flag}={value!r} has type {type(value).__name__}; pass True or False")
     if given.get("return_dict") is False:
         raise ConfigError(
             "return_dict=False: the model returns an AdaptedModelOutput whatever return_dict says; drop it and call "
@@ -160,8 +164,11 @@ def _input_embeddings(model: nn.Module) -> nn.Embedding:
     return cast(nn.Embedding, cast(Any, model).get_input_embeddings())
 
 
-def _token_shape(given: Mapping[str, Any], choices: bool, head: str | None, width: int) -> torch.Size:
-    """The [batch, (choices,) seq] shape of the call, from input_ids or inputs_embeds, checked."""
+def _token_shape(
+    given: Mapping[str, Any], choices: bool, head: str | None, width: int, dtype: torch.dtype
+) -> torch.Size:
+    """The [batch, (choices,) seq] shape of the call, from input_ids or inputs_embeds (of the embeddings' `width`
+    and `dtype`), checked."""
     for key in _TOKEN_INPUTS:
         if key in given:
             _require_tensor(key, given[key])
@@ -188,6 +195,11 @@ def _token_shape(given: Mapping[str, Any], choices: bool, head: str | None, widt
             raise ConfigError(
                 f"inputs_embeds of shape {tuple(embeds.shape)} and dtype {embeds.dtype}: they must be a float tensor "
                 f"whose last dimension is the embedding width {width}"
+            )
+        if embeds.dtype != dtype:
+            raise ConfigError(
+                f"inputs_embeds have dtype {embeds.dtype} but the model's weights are {dtype}; pass "
+                f"inputs_embeds.to({dtype}) (or convert the model with model.to({embeds.dtype}))"
             )
     if value.dim() != rank + (key == "inputs_embeds"):
         raise ConfigError(f"{key} of shape {tuple(value.shape)} must be {layout}{_rank_hint(value.dim(), rank, head)}")
@@ -287,6 +299,11 @@ def _check_values(given: Mapping[str, Any], vocabulary: int, limits: _Limits) ->
     mask = given.get("attention_mask")
     if mask is not None and mask.device.type == "cpu":
         _check_mask(mask)
+    embeds = given.get("inputs_embeds")
+    if embeds is not None and embeds.device.type == "cpu" and not bool(torch.isfinite(embeds).all()):
+        raise ConfigError(
+            "inputs_embeds hold NaN or infinite values, so every output would be NaN; check how they were made"
+        )
 
 
 def _check_range(values: torch.Tensor, key: str, count: int, table: str, hint: str) -> None:
@@ -298,8 +315,7 @@ def _check_range(values: torch.Tensor, key: str, count: int, table: str, hint: s
 
 def _check_mask(mask: torch.Tensor) -> None:
     if mask.dtype != torch.bool:
-        low, high = torch.aminmax(mask)
-        if float(low) < 0 or float(high) > 1:
+        if bool(((mask != 0) & (mask != 1)).any()):  # 0.5 or 2 would be added into the attention scores
             odd = mask[(mask != 0) & (mask != 1)]
             raise ConfigError(
                 f"attention_mask holds {sorted(set(odd.tolist()))[:5]}; it must hold only 0 and 1 (1 = a real token)"
@@ -332,6 +348,12 @@ def _check_head_labels(labels: Any, config: HeadConfig, name: str, shape: torch.
     elif config.kind == "classification":
         owner = f"head {name!r} (num_labels={config.num_labels})"
         _check_class_ids(labels, config.num_labels, owner, "the task's label ids or the head's num_labels")
+    elif not bool(torch.isfinite(labels).all()):
+        bad = sorted({str(value) for value in labels[~torch.isfinite(labels)].tolist()})
+        raise ConfigError(
+            f"head {name!r}: regression labels hold {bad}; the loss would be {bad[0]}: drop those examples or fix "
+            "their targets"
+        )
 
 
 def _passed_labels(model: AdaptedModel, labels: Any, shape: torch.Size) -> torch.Tensor:

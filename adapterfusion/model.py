@@ -20,7 +20,14 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-from adapterfusion._validation import check_choice, check_layers, check_piece_name, naming_file, require_loaded
+from adapterfusion._validation import (
+    check_bool,
+    check_choice,
+    check_layers,
+    check_piece_name,
+    naming_file,
+    require_loaded,
+)
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.adapters.placement import adapter_modules
 from adapterfusion.encoders import check_wrappable
@@ -189,7 +196,7 @@ class AdaptedModel(nn.Module):
         self, name: str, config: AdapterConfig, modules: dict[AdapterSite, nn.Module], overwrite: bool
     ) -> None:
         if name in self.adapter_configs:
-            if not overwrite:
+            if not check_bool(overwrite, "overwrite"):
                 raise ConfigError(
                     f"an adapter named {name!r} already exists; delete_adapter({name!r}) or pass overwrite=True"
                 )
@@ -224,7 +231,7 @@ class AdaptedModel(nn.Module):
                 f"head {name!r}: expected a head config such as af.ClassificationHead(num_labels=2), "
                 f"got {type(config).__name__}"
             )
-        if name in self.heads and not overwrite:
+        if name in self.heads and not check_bool(overwrite, "overwrite"):
             raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
         reference = next(self.model.parameters())
         return PredictionHead(config, self.hidden_size).to(device=reference.device, dtype=reference.dtype)
@@ -236,6 +243,7 @@ class AdaptedModel(nn.Module):
 
     def get_head(self, name: str) -> PredictionHead:
         """The loaded head `name` (as a PredictionHead: `heads` is an nn.ModuleDict, untyped to a type checker)."""
+        self.require("head", name)
         return cast(PredictionHead, self.heads[name])
 
     def _fusion_layers(self, name: str) -> list[FusionLayer]:
@@ -272,7 +280,7 @@ class AdaptedModel(nn.Module):
         overwrite: bool,
     ) -> None:
         if name in self.fusion_setups:
-            if not overwrite:
+            if not check_bool(overwrite, "overwrite"):
                 raise ConfigError(
                     f"a fusion named {name!r} already exists; delete_fusion({name!r}) or pass overwrite=True"
                 )

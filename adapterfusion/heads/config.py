@@ -29,6 +29,11 @@ class HeadConfig:
 
     def __post_init__(self) -> None:
         check_int(self.num_labels, "num_labels", minimum=1)
+        if self.kind == "classification" and self.num_labels < 2:  # cross-entropy over one class is always 0
+            raise ConfigError(
+                f"num_labels={self.num_labels}: a classification head over one class learns nothing (its loss is "
+                "always 0); use num_labels=2 for a yes/no task, or af.RegressionHead() for one real value"
+            )
         check_int(self.layers, "layers", minimum=1)
         check_choice(self.activation, HEAD_ACTIVATIONS, "head activation")
         check_number(self.dropout, "head dropout", minimum=0, below=1, expected="a number in [0, 1)")
@@ -119,6 +124,11 @@ def check_head_labels(config: HeadConfig, labels: Sequence[str] | None, source: 
     names the caller will read the outputs as (e.g. a task's label_names, in id order); None checks nothing."""
     if labels is None:
         return
+    if not isinstance(labels, (list, tuple)) or not all(isinstance(label, str) for label in labels):
+        raise ConfigError(
+            f"labels={labels!r} has type {type(labels).__name__}; expected a list of label names, e.g. a task's "
+            "label_names"
+        )
     labels = tuple(labels)
     if config.num_labels != len(labels) or (config.labels is not None and config.labels != labels):
         saved = list(config.labels) if config.labels is not None else f"{config.num_labels} unnamed labels"

@@ -19,6 +19,7 @@ import torch
 
 from adapterfusion._validation import naming_file
 from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError, SerializationError, UnsupportedArchitectureError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import HeadConfig
@@ -59,6 +60,7 @@ def load_adapterhub(
 ) -> str:
     """Load an AdapterHub adapter, fusion or head folder into `model`; returns the name it is loaded under. `labels`
     (heads only) are the label names the head must have been trained for."""
+    require_wrapped(model, "load_adapterhub")
     piece = piece_from_adapterhub(directory, kind, model.layout())
     return model.install_piece(piece.renamed(name), overwrite, labels)
 
@@ -68,6 +70,7 @@ def export_adapterhub(
 ) -> Path:
     """Write adapter, fusion or head `name` of `model` as AdapterHub's `adapters` 1.3.0 saves it, so that
     `adapters`' load_adapter / load_adapter_fusion / load_head reads it (safetensors unless told otherwise)."""
+    require_wrapped(model, "export_adapterhub")
     if kind not in _WRITERS:
         raise ConfigError(f"kind={kind!r} is not exportable; choose one of {', '.join(_WRITERS)}")
     return piece_to_adapterhub(model.export_piece(kind, name), directory, model.layout(), use_safetensors)

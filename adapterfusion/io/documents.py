@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import AdapterFusionError, ConfigError
+
+Error = type[AdapterFusionError]
 
 
 class _DuplicateKey(Exception):
@@ -35,7 +37,7 @@ def _position(text: str, index: int) -> str:
     return f"line {line}, column {column}"
 
 
-def read_document(path: str | os.PathLike, error: type[ConfigError] = ConfigError) -> Any:
+def read_document(path: str | os.PathLike, error: Error = ConfigError) -> Any:
     """The parsed content of a `.json` file (anything else is read as YAML); every problem raises `error` naming
     the file and, where it has one, the line."""
     path = Path(path)
@@ -96,7 +98,7 @@ def _parse_object(
     return json.decoder.JSONObject(s_and_end, strict, scan_value, object_hook, unique_pairs, memo)
 
 
-def _parse_json(text: str, path: Path, error: type[ConfigError]) -> Any:
+def _parse_json(text: str, path: Path, error: Error) -> Any:
     try:
         return _StrictJSONDecoder().decode(text)
     except json.JSONDecodeError as err:
@@ -132,7 +134,7 @@ def _strict_yaml_loader() -> type:
     return StrictSafeLoader
 
 
-def _parse_yaml(text: str, path: Path, error: type[ConfigError]) -> Any:
+def _parse_yaml(text: str, path: Path, error: Error) -> Any:
     try:
         import yaml
     except ImportError:  # pragma: no cover - depends on the environment
@@ -141,5 +143,8 @@ def _parse_yaml(text: str, path: Path, error: type[ConfigError]) -> Any:
         ) from None
     try:
         return yaml.load(text, Loader=_strict_yaml_loader())  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as err:
-        raise error(f"{path} is not valid YAML: {err}") from None
+    except yaml.YAMLError as err:  # one line: where, then what PyYAML found (its own text spans several lines)
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise error(f"{path}{where} is not valid YAML: {problem}") from None

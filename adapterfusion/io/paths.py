@@ -27,6 +27,16 @@ TEMP_NAME_EXTRA = len("..12345678.tmp")
 Error = type[AdapterFusionError]
 
 
+def as_path(value: object, what: str, error: Error = ConfigError) -> Path:
+    """`value` as a Path if it is a non-empty str or os.PathLike; else `error` naming `what`. An empty string would
+    be Path('.'), the current folder, and None a TypeError from pathlib."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip():
+        raise error(f"{what} {value!r} is not a path; give a folder or file path (a non-empty string or Path)")
+    return Path(value)
+
+
 def path_part(value: object, what: str) -> str:
     """`value` if it is one plain folder name the file system takes; else ConfigError naming `what`, the value and
     the rule."""
@@ -141,7 +151,7 @@ def check_writable_folder(
     be a regular file, and one of ours if `ours` is given (`ours(path)`: the folder holds what we wrote there). With
     `only_ours` (what ours is, e.g. 'a saved setup'), a folder holding anything must be ours as a whole. `fix`:
     what to do about a read-only place."""
-    path = Path(path)
+    path = as_path(path, what, error)
     _check_lengths(path, what, is_file=False, error=error)
     found = describe(path)
     if found not in ("a folder", "nothing"):
@@ -204,7 +214,7 @@ def _listing(names: list[str]) -> str:
 def check_writable_file(path: str | os.PathLike, what: str, error: Error = ConfigError) -> Path:
     """`path` as a Path if a file can be written there: nothing or a regular file there (replaced, as asked), in
     a folder that is (or can be) writable. A folder, FIFO, device or symlink loop there is refused."""
-    path = Path(path)
+    path = as_path(path, what, error)
     _check_lengths(path, what, is_file=True, error=error)
     found = describe(path)
     if found == "a folder":

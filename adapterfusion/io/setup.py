@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from adapterfusion._validation import check_name, naming_file, reject_unknown_keys
+from adapterfusion._validation import check_name, check_names, naming_file, reject_unknown_keys
 from adapterfusion._version import __version__
 from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
@@ -199,7 +199,7 @@ def _chosen(model: AdaptedModel, adapters: Names, fusions: Names, heads: Names) 
     if adapters is None and fusions is None and heads is None:
         return loaded
     asked = {
-        kind: [names] if isinstance(names, str) else list(names or ())
+        kind: check_names(names, f"{kind}s")
         for kind, names in zip(PIECE_KINDS, (adapters, fusions, heads), strict=True)
     }
     for kind, names in asked.items():

@@ -6,12 +6,12 @@ so that a typo cannot silently replace "rte".
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.io.documents import read_document
 from adapterfusion.io.paths import check_readable_file
 from adapterfusion.tasks.builtin import BUILTIN_TASKS
 from adapterfusion.tasks.errors import TaskError
@@ -74,37 +74,14 @@ def load_task_file(path: str | Path, register: bool = True, overwrite: bool = Fa
     check_readable_file(
         path, "give the path of a task description (.json or .yaml)", "task description file", TaskError
     )
-    text = path.read_text(encoding="utf-8")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".json":
-            data = json.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            data = _parse_yaml(text, path)
-        else:
-            raise TaskError(f"task description file {str(path)!r} must end in .json, .yaml or .yml.")
-    except (json.JSONDecodeError, ValueError) as err:
-        if isinstance(err, TaskError):
-            raise
-        raise TaskError(f"task description file {str(path)!r} is not valid {suffix[1:].upper()}: {err}") from err
+    if path.suffix.lower() not in (".json", ".yaml", ".yml"):
+        raise TaskError(f"task description file {str(path)!r} must end in .json, .yaml or .yml.")
+    data = read_document(path, TaskError)  # UTF-8 only; a key given twice is an error, not silently the last
     try:
         spec = task_from_dict(data, base_dir=path.parent)
     except TaskError as err:
         raise TaskError(f"{path}: {err}") from err
     return register_task(spec, overwrite=overwrite) if register else spec
-
-
-def _parse_yaml(text: str, path: Path) -> Any:
-    try:
-        import yaml
-    except ImportError:
-        raise TaskError(
-            f"{path} is YAML but pyyaml is not installed; `pip install pyyaml` or write the description as JSON."
-        ) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise TaskError(f"task description file {str(path)!r} is not valid YAML: {err}") from err
 
 
 for _spec in BUILTIN_TASKS:

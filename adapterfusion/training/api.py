@@ -21,6 +21,7 @@ from typing import Any
 from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.encoders import encoder_identity
 from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import check_max_examples, load_task_data
@@ -92,6 +93,8 @@ def train(
     check_max_length(config.max_length, run.encoder)  # before any file is written or data loaded
     run_dir, store = run.run_dir, as_store(store)
     keyed = store is not None and recipe.stores_adapter
+    if store is not None and keyed and run.writes:  # before training, not when its adapter is put there
+        check_writable_folder(store.root, "store")
     entries = [store.path(run.encoder, spec.name, setup, seed)] if store is not None and keyed else []
     check_source_runs(options, spec.name, seed, run.encoder, store, Path(output_dir))
     with claimed_run(run_dir, entries, f"{spec.name}/{setup} seed {seed}", overwrite, resume, run.writes):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adapterfusion.io.paths import as_path
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run import RunFolder
@@ -90,7 +91,7 @@ def rebuild_run(
 
     import adapterfusion as af
 
-    run_dir = Path(run_dir)
+    run_dir = as_path(run_dir, "run folder")
     config = read_run_json(run_dir / CONFIG_FILE)
     require_finished(run_dir)  # only finished runs have their best weights saved
     if config["setup"] == "mt-a":

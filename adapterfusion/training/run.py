@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adapterfusion._validation import check_mapping
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE
 from adapterfusion.encoders import Encoder, load_encoder_model, load_tokenizer, resolve_encoder
 from adapterfusion.io.atomic import atomic_write_json
@@ -166,7 +167,8 @@ def training_config_for(setup: str, given: TrainingConfig | Mapping[str, Any] | 
     defaults (TrainingConfig.for_setup)."""
     if isinstance(given, TrainingConfig):
         return given.replace(seed=seed)
-    return TrainingConfig.for_setup(setup, **{**dict(given or {}), "seed": seed})
+    overrides = check_mapping(given, "training_config", "{'learning_rate': 1e-4, 'epochs': 3}")
+    return TrainingConfig.for_setup(setup, **{**overrides, "seed": seed})
 
 
 @dataclass

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapterfusion._validation import check_bool
 from adapterfusion.training.errors import RunFileError, TrainingError
 from adapterfusion.training.run_files import LOCK_FILE, METRICS_FILE
 from adapterfusion.training.run_lock import hold_lock, lock_holder
@@ -83,6 +84,8 @@ def check_can_train(
     """Refuse (TrainingError), before any work, a training call that would replace an earlier result without
     `overwrite` or collide with a run in progress. `entries`: the store entries the run would write. A finished run
     is never continued by `resume`; an unfinished one is, by `resume` or `overwrite` (which starts it over)."""
+    check_bool(overwrite, "overwrite")
+    check_bool(resume, "resume")
     if status.running_elsewhere:
         raise TrainingError(f"{what}: {status.describe()}; {unfinished_fix(status)}")
     if overwrite:

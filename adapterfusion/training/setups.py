@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from adapterfusion._validation import check_name
+from adapterfusion._validation import check_mapping, check_name
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import resolve_fusion_config
@@ -85,7 +85,7 @@ class Setup:
     check_options: Callable[[Mapping[str, Any]], None] | None = None  # refuses bad option values before any work
 
     def resolve_options(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
-        given = dict(given or {})
+        given = check_mapping(given, "setup_options", "{'reduction_factor': 16}")
         unknown = sorted(set(given) - set(self.options), key=str)
         if unknown:
             raise TrainingError(

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from adapterfusion._validation import naming_file
 from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
-from adapterfusion.errors import SerializationError
+from adapterfusion.errors import ConfigError, SerializationError
 from adapterfusion.io.atomic import atomic_write_json, replace_folder
-from adapterfusion.io.paths import check_replaceable, path_part
+from adapterfusion.io.paths import as_path, check_replaceable, describe, path_part
 from adapterfusion.io.pieces import piece_digest
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
@@ -55,7 +55,12 @@ def encoder_key(encoder: str | os.PathLike) -> str:
 
 class AdapterStore:
     def __init__(self, root: str | os.PathLike) -> None:
-        self.root = Path(root)
+        self.root = as_path(root, "AdapterStore folder")
+        if describe(self.root) not in ("a folder", "nothing"):
+            raise ConfigError(
+                f"AdapterStore folder {str(self.root)!r} is {describe(self.root)}, not a folder; give the store's "
+                "folder (or a new path for a new store)"
+            )
 
     def path(self, encoder: str, task: str, setup: str, seed: int) -> Path:
         """The entry's folder (whether or not it exists). `encoder` is a path or Hub id, or an encoder_key. `task`

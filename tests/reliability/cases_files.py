@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import adapterfusion as af
-from adapterfusion.experiments.errors import ExperimentError
+from adapterfusion.evaluation import evaluate_run
+from adapterfusion.experiments.errors import ExperimentError, ExperimentSpecError
 from adapterfusion.interop import export_adapterhub
+from adapterfusion.tasks import TaskError, load_task_file
 from adapterfusion.training.store import AdapterStore
 from catalogue import Action, BadInput, a_file, cli, experiment, experiment_dict, load_into, read_only, saved_piece
+from task_data import DATA_DIR
 from tiny_models import tiny_encoder
 
 B = BadInput
@@ -174,6 +177,47 @@ def _run_given_output_dir(folder: Path) -> Action:
     (folder / "out" / "experiment.json").write_text(json.dumps(experiment_dict(folder)))
     (folder / "out" / "experiment.db").write_bytes(b"")
     return lambda: cli("run", str(folder / "out"), "--no-progress")
+
+
+def _save_adapter_into(directory: Any) -> Callable[[Path], Action]:
+    """save_adapter('a', `directory`) run from inside the case's folder, so a write into '.' would show there."""
+
+    def prepare(folder: Path) -> Action:
+        model = af.wrap(tiny_encoder("bert"))
+        model.add_adapter("a")
+
+        def action() -> Any:
+            here = os.getcwd()
+            os.chdir(folder)
+            try:
+                return model.save_adapter("a", directory)
+            finally:
+                os.chdir(here)
+
+        return action
+
+    return prepare
+
+
+def _train_adapter_store_file(folder: Path) -> Action:
+    store = a_file(folder, "store")
+    return lambda: cli(
+        "train-adapter",
+        *("--task", "rte", "--max-examples", "8", "--max-steps", "1", "--data-dir", str(DATA_DIR)),
+        *("--output-dir", str(folder / "runs"), "--store", str(store)),
+    )
+
+
+def _yaml_with_tab(folder: Path) -> Action:
+    path = folder / "experiment.yaml"
+    path.write_text("name: tiny\ntasks:\n\t- rte\nsetups: [head]\n")
+    return lambda: cli("run", str(path), "--no-progress")
+
+
+def _task_file_latin1(folder: Path) -> Action:
+    path = folder / "task.json"
+    path.write_bytes(b'{"name": "caf\xe9", "kind": "single", "text_fields": ["t"], "label_names": ["a", "b"]}')
+    return lambda: load_task_file(path, register=False)
 
 
 CASES: tuple[BadInput, ...] = (
@@ -403,5 +447,73 @@ CASES: tuple[BadInput, ...] = (
         ("/out'", "is a folder", "output dir", "experiment.json"),
         _run_given_output_dir,
         cli=True,
+    ),
+    # #21's second trial: what the first validators let through
+    B(
+        "save-adapter-folder-none",
+        "output paths",
+        "save_adapter('a', None) (was a TypeError from pathlib)",
+        af.ConfigError,
+        ("save_adapter", "None", "is not a path"),
+        _save_adapter_into(None),
+    ),
+    B(
+        "save-adapter-folder-empty-string",
+        "output paths",
+        "save_adapter('a', '') (was written into the current folder, Path('') being '.')",
+        af.ConfigError,
+        ("save_adapter", "''", "is not a path"),
+        _save_adapter_into(""),
+    ),
+    B(
+        "train-adapter-store-is-file",
+        "output paths",
+        "adapterfusion train-adapter --store <an existing file> (was a NotADirectoryError traceback after training)",
+        af.ConfigError,
+        ("AdapterStore folder", "/store'", "is a file"),
+        _train_adapter_store_file,
+        cli=True,
+    ),
+    B(
+        "store-folder-none",
+        "output paths",
+        "AdapterStore(None) (was a TypeError from pathlib)",
+        af.ConfigError,
+        ("AdapterStore folder", "None", "is not a path"),
+        lambda folder: lambda: AdapterStore(None),  # type: ignore[arg-type]
+    ),
+    B(
+        "analyze-fusion-output-suffix",
+        "output paths",
+        "adapterfusion analyze-fusion RUN --output heat.txt (was a ValueError from matplotlib, after the table)",
+        af.ConfigError,
+        ("--output", "heat.txt", ".txt", ".png"),
+        lambda folder: lambda: cli("analyze-fusion", str(folder / "run"), "--output", str(folder / "heat.txt")),
+        cli=True,
+    ),
+    B(
+        "evaluate-run-none",
+        "output paths",
+        "evaluate_run(None) (was a TypeError from pathlib)",
+        af.ConfigError,
+        ("run folder", "None", "is not a path"),
+        lambda folder: lambda: evaluate_run(None),  # type: ignore[arg-type],
+    ),
+    B(
+        "experiment-yaml-tab",
+        "experiment files",
+        "experiment file indented with a tab (the YAML error was printed over five lines)",
+        ExperimentSpecError,
+        ("experiment.yaml, line 3, column 1", "not valid YAML", "'\\t'"),
+        _yaml_with_tab,
+        cli=True,
+    ),
+    B(
+        "task-file-not-utf8",
+        "datasets",
+        "task description file saved as Latin-1 (was a UnicodeDecodeError)",
+        TaskError,
+        ("task.json", "not UTF-8", "0xe9", "line 1, column 14"),
+        _task_file_latin1,
     ),
 )

@@ -3,6 +3,7 @@ unknown keywords), and a max_length longer than the encoder's positions."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,10 @@ def _train_adapter_max_length(folder: Path) -> Action:
         *("--task", "rte", "--setup", "st-a", "--max-length", "100000"),
         *("--output-dir", str(folder / "runs"), "--store", str(folder / "store")),
     )
+
+
+def _regression_head() -> af.AdaptedModel:
+    return _headed(kind="regression")
 
 
 CASES: tuple[BadInput, ...] = (
@@ -408,5 +413,55 @@ CASES: tuple[BadInput, ...] = (
         ("training.max_length", "100000", "512"),
         experiment(encoder=None, training={"max_length": 100000}),
         cli=True,
+    ),
+    # #21's second trial: what the first validator let through
+    B(
+        "forward-embeds-other-dtype",
+        GROUP,
+        "float64 inputs_embeds into a float32 model (was a RuntimeError 'mixed dtype' from a LayerNorm)",
+        af.ConfigError,
+        ("inputs_embeds", "torch.float64", "torch.float32", ".to("),
+        _call(_headed, input_ids=None, attention_mask=None, inputs_embeds=torch.zeros(2, 7, 32, dtype=torch.float64)),
+    ),
+    B(
+        "forward-embeds-nan",
+        GROUP,
+        "inputs_embeds holding NaN (was NaN logits, without a word)",
+        af.ConfigError,
+        ("inputs_embeds", "NaN"),
+        _call(_headed, input_ids=None, attention_mask=None, inputs_embeds=torch.full((2, 7, 32), math.nan)),
+    ),
+    B(
+        "forward-flag-not-bool",
+        GROUP,
+        "model(**batch, output_hidden_states='yes') (was a TypeError from inside transformers)",
+        af.ConfigError,
+        ("output_hidden_states='yes'", "str", "True or False"),
+        _call(_headed, output_hidden_states="yes"),
+    ),
+    B(
+        "forward-mask-fraction",
+        GROUP,
+        "a float attention_mask holding 0.5 (was silently accepted: transformers adds it into the attention scores)",
+        af.ConfigError,
+        ("attention_mask", "[0.5]", "only 0 and 1"),
+        _call(_headed, attention_mask=torch.full((2, 7), 0.5)),
+    ),
+    B(
+        "forward-labels-regression-nan",
+        GROUP,
+        "regression labels [1.0, nan] (was a NaN loss, without a word)",
+        af.ConfigError,
+        ("head 'h'", "regression labels", "nan"),
+        _call(_regression_head, labels=torch.tensor([1.0, math.nan])),
+    ),
+    B(
+        "parallel-heads-list",
+        GROUP,
+        "forward_parallel('f', heads=['a', 'b']): a list where a mapping adapter -> head goes (was a ValueError "
+        "from dict())",
+        af.ConfigError,
+        ("heads=['a', 'b']", "list", "mapping"),
+        _parallel(heads=["a", "b"]),
     ),
 )

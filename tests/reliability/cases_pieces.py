@@ -117,6 +117,19 @@ def _after_unload(use: Callable[[af.AdaptedModel, Path], Any]) -> Callable[[Path
     return prepare
 
 
+def _with_saved(kind: str, act: Callable[[af.AdaptedModel, Path], Any]) -> Callable[[Path], Action]:
+    """A model holding the pieces `_model(fused=True)` has, and `act(model, <a saved piece of kind>)`."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model(fused=True)
+        saved = {"adapter": model.save_adapter, "head": model.save_head}[kind](
+            "a" if kind == "adapter" else "h", folder / kind
+        )
+        return lambda: act(model, saved)
+
+    return prepare
+
+
 CASES: tuple[BadInput, ...] = (
     # ---- non-finite numbers in configs -------------------------------------------------------------------------
     B(
@@ -461,5 +474,47 @@ CASES: tuple[BadInput, ...] = (
         af.ModelUnloadedError,
         ("this model was unloaded", "af.wrap"),
         _after_unload(lambda model, folder: model(input_ids=torch.tensor([[1, 2, 3]]))),
+    ),
+    # #21's second trial: what the first validators let through
+    B(
+        "get-head-unknown",
+        "model calls",
+        "get_head('zz') with no such head (was a KeyError from torch's ModuleDict)",
+        af.NameNotFoundError,
+        ("no head named 'zz'", "loaded heads"),
+        lambda folder: lambda: _model(fused=True).get_head("zz"),
+    ),
+    B(
+        "head-classification-one-label",
+        "model calls",
+        "ClassificationHead(num_labels=1) (was accepted: a cross-entropy over one class is always 0, so it learns "
+        "nothing)",
+        af.ConfigError,
+        ("num_labels=1", "RegressionHead"),
+        lambda folder: lambda: af.ClassificationHead(num_labels=1),
+    ),
+    B(
+        "load-adapter-overwrite-string",
+        "saved pieces",
+        "load_adapter(folder, overwrite='no') over a loaded adapter of that name (was replaced: 'no' is truthy)",
+        af.ConfigError,
+        ("overwrite='no'", "str", "true or false"),
+        _with_saved("adapter", lambda model, saved: load_into(model, "adapter", saved, overwrite="no")()),
+    ),
+    B(
+        "load-head-labels-string",
+        "saved pieces",
+        "load_head(folder, labels='ab') (a string where a task's label names go; was loaded unchecked)",
+        af.ConfigError,
+        ("labels='ab'", "str", "label names"),
+        _with_saved("head", lambda model, saved: load_into(model, "head", saved, name="h2", labels="ab")()),
+    ),
+    B(
+        "save-pretrained-adapters-int",
+        "model calls",
+        "save_pretrained(folder, adapters=5) (was a TypeError: 'int' object is not iterable)",
+        af.ConfigError,
+        ("adapters=5", "int", "list of names"),
+        lambda folder: lambda: _model(fused=True).save_pretrained(folder / "setup", adapters=5),
     ),
 )

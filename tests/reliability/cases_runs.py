@@ -298,4 +298,37 @@ CASES: tuple[BadInput, ...] = (
         _fuse_over_unfinished_source,
         cli=True,
     ),
+    # #21's second trial: what the first validators let through
+    B(
+        "train-training-config-list",
+        "silent acceptances",
+        "train(..., training_config=[1]) (was a TypeError from dict())",
+        ConfigError,
+        ("training_config=[1]", "list", "mapping"),
+        _train("rte", "st-a", training_config=[1]),
+    ),
+    B(
+        "train-setup-options-list",
+        "silent acceptances",
+        "train(..., setup_options=['reduction_factor']) (was a ValueError from dict())",
+        ConfigError,
+        ("setup_options=['reduction_factor']", "list", "mapping"),
+        _train("rte", "st-a", setup_options=["reduction_factor"]),
+    ),
+    B(
+        "train-overwrite-string",
+        "silent acceptances",
+        "train(..., overwrite='no') over a finished run (was replaced: 'no' is truthy)",
+        ConfigError,
+        ("overwrite='no'", "true or false"),
+        _train_again("cb", "st-a", 1, overwrite="no", data_dir=DATA_DIR),
+    ),
+    B(
+        "train-resume-string",
+        "silent acceptances",
+        "train(..., resume='no')",
+        ConfigError,
+        ("resume='no'", "true or false"),
+        _train("rte", "st-a", resume="no"),
+    ),
 )
