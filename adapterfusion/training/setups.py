@@ -217,6 +217,9 @@ def check_fusion_options(options: Mapping[str, Any]) -> None:
             get_task(task)
         except TaskError as err:
             raise TaskError(f"fusion source: {err}") from None
+    repeated = sorted({task for task in sources if list(sources).count(task) > 1})
+    if repeated:
+        raise TrainingError(f"fusion sources {list(sources)!r} name {repeated} more than once; list each task once")
     seed = options.get("adapter_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
         raise TrainingError(f"adapter_seed={seed!r} must be an integer in 0..{MAX_SEED} (or None: the run's seed)")

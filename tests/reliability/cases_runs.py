@@ -236,6 +236,22 @@ CASES: tuple[BadInput, ...] = (
         _train("rte", "st-a", setup_options={"reduction_factr": 4}),
     ),
     B(
+        "train-fusion-source-twice",
+        "silent acceptances",
+        "train('rte', 'fusion-st-a', setup_options={'sources': ['cb', 'cb']}) (was accepted)",
+        TrainingError,
+        ("['cb']", "more than once"),
+        lambda folder: (
+            lambda: af.training.train(
+                "rte",
+                "fusion-st-a",
+                output_dir=folder / "runs",
+                store=folder / "store",
+                setup_options={"sources": ["cb", "cb"]},
+            )
+        ),
+    ),
+    B(
         "train-fusion-unknown-source",
         "silent acceptances",
         "train('rte', 'fusion-st-a', setup_options={'sources': ['mnlii']}) (was told to train it first)",
