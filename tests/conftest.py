@@ -1,5 +1,10 @@
 """Fixtures for the whole suite: a deterministic seed for every test, inputs for the tiny encoders, the real task
-data folder and a tiny random BERT saved with the shipped tokenizer.
+data folder (`data_dir`) and the shipped demo data (`demo_data_dir`), and a tiny random BERT saved with the shipped
+tokenizer.
+
+Tests that take `data_dir` need the real task data (../shared/data, or ADAPTERFUSION_TEST_DATA_DIR): without it they
+are skipped and the run ends with a line saying how many, and under CI=true the run stops with a usage error instead,
+so CI never passes by skipping them.
 
 Fixtures live in conftest.py files (this one, and one per test folder for that folder's own): test modules take them
 as parameters and never import them. Plain helpers live in modules beside this file (tiny_models.py,
@@ -8,6 +13,7 @@ as every folder's conftest.py is a module named `conftest`."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import huggingface_hub
@@ -16,7 +22,8 @@ import torch
 import transformers
 
 import adapterfusion as af
-from task_data import DATA_DIR
+from adapterfusion.demo import demo_data_dir as _demo_data_dir
+from task_data import DATA_DIR, real_data_present
 from tiny_models import tiny_inputs
 
 
@@ -38,11 +45,47 @@ def inputs() -> dict[str, torch.Tensor]:
     return tiny_inputs()
 
 
+_REAL_DATA = (
+    f"the real task data, not found at {DATA_DIR} (the 'shared/data' folder beside the repository, or the folder "
+    "ADAPTERFUSION_TEST_DATA_DIR names)"
+)
+_SKIPPED_FOR_DATA = pytest.StashKey[int]()
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Without the real task data, the tests that take `data_dir` are skipped, and counted for the summary line;
+    under CI=true that is a usage error (CI must run them)."""
+    if real_data_present():
+        return
+    needing = [item for item in items if "data_dir" in getattr(item, "fixturenames", ())]
+    if needing and os.environ.get("CI"):
+        raise pytest.UsageError(f"CI is set and {len(needing)} collected tests need {_REAL_DATA}")
+    for item in needing:
+        item.add_marker(pytest.mark.skip(reason=f"needs {_REAL_DATA}"))
+    config.stash[_SKIPPED_FOR_DATA] = len(needing)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    skipped = config.stash.get(_SKIPPED_FOR_DATA, 0)
+    if skipped:
+        terminalreporter.write_line(
+            f"{skipped} tests skipped: they need {_REAL_DATA}; CI runs them (and fails without the data)",
+            yellow=True,
+            bold=True,
+        )
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    if not (DATA_DIR / "rte").is_dir():
-        pytest.skip(f"offline task data not found at {DATA_DIR} (the 'shared/data' folder beside the repo)")
+    """The real task data (all tasks, full sizes). Tests that only need a demo-pack task take `demo_data_dir`."""
     return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def demo_data_dir() -> Path:
+    """The demo data shipped in the package (rte, cb, mrpc, sick complete; slices of sst2 train and mnli): there in
+    every clone, so tests that need no more than this run everywhere."""
+    return _demo_data_dir()
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,9 @@
-"""The real task data for tests, the `shared/data` folder beside the repository (tests that need it skip when it is
-absent), and JSON-lines writers/readers for hand-made task files.
+"""The real task data for tests, the `shared/data` folder beside the repository or the folder named by
+ADAPTERFUSION_TEST_DATA_DIR (tests that need it skip when it is absent, and tests/conftest.py says how many; under
+CI=true its absence is an error), and JSON-lines writers/readers for hand-made task files.
+
+Tests that only need a task of the shipped demo pack (adapterfusion/demo_data) and none of the real data's sizes
+take the `demo_data_dir` fixture instead, so they run in every clone.
 
 A plain module: fixtures in tests/conftest.py and tests/tasks/conftest.py hand these to tests."""
 
@@ -7,9 +11,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
-DATA_DIR = (Path(__file__).parents[1] / ".." / "shared" / "data").resolve()
+DATA_DIR = Path(
+    os.environ.get("ADAPTERFUSION_TEST_DATA_DIR") or Path(__file__).parents[1] / ".." / "shared" / "data"
+).resolve()
+
+
+def real_data_present() -> bool:
+    """Whether the real task data is there (its RTE folder: every task folder comes with the same copy)."""
+    return (DATA_DIR / "rte").is_dir()
 
 
 def write_jsonl(path: Path, rows: list[dict], gz: bool = False) -> Path:

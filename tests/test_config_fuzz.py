@@ -1,8 +1,9 @@
 """Property-based: config loaders turn any JSON-like input into a valid config or our own error, never a
-TypeError/KeyError from inside."""
+TypeError/KeyError from inside; a config that loads saves to JSON and loads back equal."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -55,13 +56,17 @@ def _numbers(value) -> list[float]:
 
 
 def _loads_or_refuses(loader, data) -> None:
-    """A config that loads holds no NaN or infinity (they used to load without a word, e.g. "scaling": NaN)."""
+    """A config that loads holds no NaN or infinity (they used to load without a word, e.g. "scaling": NaN), and
+    round-trips: its to_dict() loads back to an equal config with the same to_dict(), and to_dict() is JSON (what
+    the config files hold)."""
     try:
         config = loader(data)
     except af.AdapterFusionError:
         return
-    if hasattr(config, "to_dict"):
-        assert all(math.isfinite(n) for n in _numbers(config.to_dict())), config
+    saved = config.to_dict()
+    assert all(math.isfinite(n) for n in _numbers(saved)), config
+    again = loader(json.loads(json.dumps(saved, allow_nan=False)))
+    assert again == config and again.to_dict() == saved, (config, again)
 
 
 @fuzz

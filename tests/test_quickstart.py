@@ -46,3 +46,11 @@ def test_quickstart_runs_on_the_shipped_encoder_and_data() -> None:
     assert [int(r[0]) for r in rows] == list(range(6))  # one row per MiniLM layer
     for row in rows:
         assert abs(sum(float(v) for v in row[1:]) - 1.0) < 2e-3  # attention over adapters sums to one
+
+
+def test_the_readme_lists_the_setups_list_setups_returns() -> None:
+    from adapterfusion.training import list_setups
+
+    listed = re.search(r"# list_setups\(\): (.+)\n", (ROOT / "README.md").read_text())
+    assert listed is not None, "README.md's training example shows what list_setups() returns"
+    assert listed.group(1).split(", ") == list_setups()

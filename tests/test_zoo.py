@@ -4,8 +4,6 @@ depend only on the target's own adapter, with clear errors for a zoo that lacks 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -23,7 +21,6 @@ from adapterfusion.zoo import (
     zoo_tasks,
 )
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 EXPECTED_TASKS = {
     "sst2",
     "imdb",
@@ -82,33 +79,44 @@ def _encoder() -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (SHARED_DATA / "sst2" / "validation.jsonl.gz").is_file(), reason="needs ../shared/data")
-def test_the_sst2_adapter_scores_on_its_dev_set_what_the_manifest_recorded():
+def test_the_sst2_adapter_scores_on_its_dev_set_what_the_manifest_recorded(demo_data_dir):
+    """Re-scored by hand: the SST-2 dev set (the demo pack holds it whole, as the manifest's run read it) read
+    straight from its JSON lines and tokenised here, the adapter and head loaded from the zoo, a plain forward loop,
+    and accuracy as argmax == label; none of the library's data loading, encoding or evaluation code."""
+    import gzip
+    import json
+
+    import torch
     from transformers import AutoModel, AutoTokenizer
 
     import adapterfusion as af
-    from adapterfusion.evaluation import predict, score
-    from adapterfusion.tasks.collator import TaskCollator
-    from adapterfusion.tasks.encoding import encode_task
-    from adapterfusion.tasks.loading import load_task_data
-    from adapterfusion.tasks.registry import resolve_task
 
     recorded = zoo_manifest()["tasks"]["sst2"]
-    model = af.wrap(AutoModel.from_pretrained(_encoder()))
+    assert recorded["data"]["splits"]["validation"]["num_rows"] == 872
+    with gzip.open(demo_data_dir / "sst2" / "validation.jsonl.gz", "rt", encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    assert len(rows) == 872
+    model = af.wrap(AutoModel.from_pretrained(_encoder())).eval()
     name = load_zoo_adapter(model, "sst2", head=True)
     model.activate(adapter=name, head=name)
-    task = resolve_task("sst2")
-    data, _ = load_task_data(task, SHARED_DATA, seed=1)
     tokenizer = AutoTokenizer.from_pretrained(_encoder())
-    dev = encode_task(
-        task, type(data)({"validation": data["validation"]}), tokenizer, recorded["training"]["max_length"]
-    )[0]["validation"]
-    collate = TaskCollator(tokenizer)
-    batches = [collate([dev[i] for i in range(s, min(s + 128, len(dev)))]) for s in range(0, len(dev), 128)]
-    metrics = score(task, predict(model, batches))
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(rows), 128):
+            batch = rows[start : start + 128]
+            encoded = tokenizer(
+                [r["sentence"] for r in batch],
+                truncation=True,
+                max_length=recorded["training"]["max_length"],
+                padding=True,
+                return_tensors="pt",
+            )
+            predicted = model(**encoded).logits.argmax(-1)
+            correct += int((predicted == torch.tensor([r["label"] for r in batch])).sum())
+    accuracy = correct / len(rows)
     # Recorded on an H100 in float32; CPU kernels may flip a prediction or two near the decision boundary.
-    assert metrics["accuracy"] == pytest.approx(recorded["dev"]["accuracy"], abs=0.005)
-    assert metrics["accuracy"] > 0.85
+    assert accuracy == pytest.approx(recorded["dev"]["accuracy"], abs=0.005)
+    assert accuracy > 0.85
 
 
 def test_experiment_fusions_over_the_zoo_depend_only_on_the_target_adapter(tmp_path):

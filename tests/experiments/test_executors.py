@@ -82,7 +82,7 @@ def _running(db: Path) -> int:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the workers in /proc")
 def test_process_pool_workers_die_with_a_killed_runner_and_the_next_runner_starts_clean(
-    tmp_path, tiny_encoder_dir, data_dir, capsys
+    tmp_path, tiny_encoder_dir, capsys
 ):
     out = tmp_path / "out"
     experiment = tmp_path / "experiment.json"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from adapterfusion.cli import build_parser
 from adapterfusion.demo import demo_data_dir
 from adapterfusion.experiments.plan import job_id, plan_jobs
 from adapterfusion.experiments.spec import load_spec
@@ -25,8 +26,20 @@ def spec():
     return load_spec(ROOT / "examples" / "paper-minilm.yaml")
 
 
-def test_the_readme_runs_this_example():
-    assert ".venv/bin/adapterfusion run examples/paper-minilm.yaml" in (ROOT / "README.md").read_text()
+def test_the_readmes_first_command_runs_this_example_into_the_committed_results(spec):
+    """The README's first code block, as the CLI parses it: `run` of this file, whose results folder is the one the
+    README points at and the repository commits (examples/results/paper-minilm/)."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    line = next(line for line in block.splitlines() if "bin/adapterfusion " in line)
+    command = line.split("bin/adapterfusion ", 1)[1].split("#", 1)[0].split()
+    args = build_parser().parse_args(command)
+    assert args.command == "run" and (ROOT / args.experiment).resolve() == (ROOT / "examples/paper-minilm.yaml")
+    assert load_spec(ROOT / args.experiment).to_dict() == spec.to_dict()
+    results = Path(spec.output_dir)
+    assert results == ROOT / "examples" / "results" / "paper-minilm"
+    assert (results / "experiment.json").is_file() and (results / "report" / "tables.md").is_file()
+    assert "examples/results/paper-minilm/report/" in readme
 
 
 def test_the_main_job_plans_four_setups_three_seeds_and_zoo_fusions(spec):

@@ -138,7 +138,7 @@ def _run_cli(argv: list[str], capsys) -> str:
 
 
 @pytest.mark.slow
-def test_a_ray_run_records_what_an_inprocess_run_does(tmp_path, tiny_encoder_dir, data_dir, ray_cluster, capsys):
+def test_a_ray_run_records_what_an_inprocess_run_does(tmp_path, tiny_encoder_dir, ray_cluster, capsys):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each 1-CPU Ray task does, so that results can match bit for bit
     try:

@@ -31,7 +31,7 @@ def _run_metrics(out, job_id: str) -> dict:
 
 
 @pytest.mark.slow
-def test_an_interrupted_job_resumes_from_its_checkpoint(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+def test_an_interrupted_job_resumes_from_its_checkpoint(tmp_path, tiny_encoder_dir, monkeypatch):
     out = tmp_path / "out"
     spec = tiny_experiment(tiny_encoder_dir, out, tasks=["rte"], setups=["st-a"], training=TRAINING)
     with monkeypatch.context() as patch:
@@ -46,7 +46,7 @@ def test_an_interrupted_job_resumes_from_its_checkpoint(tmp_path, tiny_encoder_d
 
 
 @pytest.mark.slow
-def test_a_fusion_whose_adapters_are_retrained_starts_over(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+def test_a_fusion_whose_adapters_are_retrained_starts_over(tmp_path, tiny_encoder_dir, monkeypatch):
     out = tmp_path / "out"
     setups = [{"name": "st-a"}, {"name": "fusion-st-a", "tasks": ["rte"]}]
     spec = tiny_experiment(tiny_encoder_dir, out, setups=setups, training=TRAINING, fusion={"rte": ["sst2"]})

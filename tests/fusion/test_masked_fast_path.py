@@ -74,5 +74,6 @@ def test_masked_fast_path_runs_only_the_kept_adapters(monkeypatch):
     model.set_fusion_mask("f", ["b", "d"])
     with torch.no_grad(), model.inference_cache():
         model(**tiny_inputs())
-        assert {key for site in model.sites_with_fusion("f") for key in site.folded_cache} == {"f:1,3"}
-    assert folded_over and set(folded_over) == {2}  # every site folded (and so runs) the two kept adapters only
+        model(**tiny_inputs())
+    # every site folded (and so runs) the two kept adapters only, once: the second forward reused the fold
+    assert folded_over == [2] * len(model.sites_with_fusion("f"))

@@ -133,7 +133,13 @@ def test_state_dict_keys_are_deterministic_and_sites_are_visible(model_type):
     base_keys = {key.replace("base_layer.", "") for key in first.model.state_dict() if ".adapters." not in key}
     assert base_keys == set(reference.state_dict())
     assert any(".base_layer." in key for key in first.model.state_dict())
-    assert all(".adapters.a." in key for key in first.model.state_dict() if key.endswith("adapters.a.up.weight"))
+    # The adapter's keys are exactly its modules' parameters under each site's module path: one copy per site that
+    # holds it (Pfeiffer: the output site of every layer), found by visiting the sites, not by matching names.
+    path_of = {module: name for name, module in first.model.named_modules()}
+    holding = [site for site in first.sites if "a" in site.adapters]
+    assert len(holding) == first.num_layers
+    expected = {f"{path_of[site]}.adapters.a.{key}" for site in holding for key in site.adapters["a"].state_dict()}
+    assert {key for key in first.model.state_dict() if ".adapters." in key} == expected
 
     text = repr(first)
     assert "AdapterSite" in text

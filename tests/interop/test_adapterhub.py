@@ -197,9 +197,9 @@ def test_fusion_options_match_reference_semantics(options, tmp_path):
         adapters[adapter] = (cfg, load_file(str(FIXTURES / "bert" / "adapters" / adapter / SAFE["adapter"])))
     name = model.load_fusion(folder)
     model.activate(fusion=name)
-    model.double()  # float64 on both sides: the two computations must agree up to rounding
+    model.double().eval()  # float64 on both sides: the two computations must agree up to rounding
     torch.manual_seed(3)
-    h, x = torch.randn(2, 5, 32, dtype=torch.float64), torch.randn(2, 5, 32, dtype=torch.float64)
+    hidden, x = torch.randn(2, 5, 64, dtype=torch.float64), torch.randn(2, 5, 32, dtype=torch.float64)
     site = next(s for s in model.sites if s.layer_index == 1 and s.position == "output")
     prefix = "bert.encoder.layer.1.output."
 
@@ -210,11 +210,12 @@ def test_fusion_options_match_reference_semantics(options, tmp_path):
     fusion_w = strip(weights, f"adapter_fusion_layer.{document['name']}.")
     ln = site.pretrained_layer_norm
     with torch.no_grad():
+        h = site.base_layer.dense(hidden)  # the sub-layer's own projection, which the site runs before the fusion
         expected, probs = ref.ref_fusion(document["config"], fusion_w, refs, h, x, ln)
         for implementation in ("fast", "reference"):
             model.set_fusion_implementation(implementation)
             site.recorder = {}
-            got = site._adapt(h, x, apply_final_ln=True)
+            got = site(hidden, x)  # called as BertLayer calls its output sub-layer
             assert_close(got, expected)
             assert_close(site.recorder[(1, "output")], probs)
             site.recorder = None

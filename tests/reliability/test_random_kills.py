@@ -142,7 +142,7 @@ def _experiment(tmp_path: Path, encoder: Path, name: str) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
-def test_random_sigkills_then_resume_give_the_uninterrupted_results(tmp_path, tiny_encoder_dir, data_dir):
+def test_random_sigkills_then_resume_give_the_uninterrupted_results(tmp_path, tiny_encoder_dir):
     clock = time.perf_counter()
     (tmp_path / "logs").mkdir()
     server = ForkServer(tmp_path / "logs")

@@ -52,8 +52,8 @@ def test_mc_contexts_join_context_and_question():
     assert first == ["Kai ran. Why?"] * 3 and second == ["a", "b", "c"]
 
 
-def test_pair_task_has_two_segments(data_dir, tokenizer):
-    splits, _ = load_task_data("rte", data_dir, max_examples=3)
+def test_pair_task_has_two_segments(demo_data_dir, tokenizer):
+    splits, _ = load_task_data("rte", demo_data_dir, max_examples=3)
     encoded, _ = encode_task("rte", splits, tokenizer)
     row = encoded["validation"][0]
     assert set(encoded["validation"].column_names) == {"input_ids", "token_type_ids", "attention_mask", "label"}
@@ -94,8 +94,8 @@ def test_encode_needs_checked_labels(tokenizer):
         encode_task("sst2", ds, tokenizer)
 
 
-def test_encoding_is_cached_by_datasets(data_dir, tokenizer):
-    splits, _ = load_task_data("cb", data_dir, max_examples=5)
+def test_encoding_is_cached_by_datasets(demo_data_dir, tokenizer):
+    splits, _ = load_task_data("cb", demo_data_dir, max_examples=5)
     first, _ = encode_task("cb", splits, tokenizer)
     second, _ = encode_task("cb", splits, tokenizer)
     assert first["train"].cache_files and first["train"].cache_files == second["train"].cache_files

@@ -61,19 +61,19 @@ def test_imdb_gets_validation_from_train_and_keeps_test(data_dir):
     assert [len(splits[r]) for r in ("train", "validation", "test")] == [5, 5, 5]
 
 
-def test_max_examples_is_seeded(data_dir):
-    a = load_task_data("rte", data_dir, seed=1, max_examples=10).splits["train"]["sentence1"]
-    b = load_task_data("rte", data_dir, seed=1, max_examples=10).splits["train"]["sentence1"]
-    c = load_task_data("rte", data_dir, seed=2, max_examples=10).splits["train"]["sentence1"]
+def test_max_examples_is_seeded(demo_data_dir):
+    a = load_task_data("rte", demo_data_dir, seed=1, max_examples=10).splits["train"]["sentence1"]
+    b = load_task_data("rte", demo_data_dir, seed=1, max_examples=10).splits["train"]["sentence1"]
+    c = load_task_data("rte", demo_data_dir, seed=2, max_examples=10).splits["train"]["sentence1"]
     assert a == b and a != c
     with pytest.raises(TaskError, match="max_examples=0"):
-        load_task_data("rte", data_dir, max_examples=0)
+        load_task_data("rte", demo_data_dir, max_examples=0)
 
 
-def test_env_var_selects_the_local_folder(data_dir, monkeypatch):
-    monkeypatch.setenv("ADAPTERFUSION_DATA_DIR", str(data_dir))
+def test_env_var_selects_the_local_folder(demo_data_dir, monkeypatch):
+    monkeypatch.setenv("ADAPTERFUSION_DATA_DIR", str(demo_data_dir))
     info = load_task_data("cb", max_examples=4).info
-    assert info.source == "local" and info.location == str(data_dir)
+    assert info.source == "local" and info.location == str(demo_data_dir)
 
 
 @pytest.mark.parametrize(

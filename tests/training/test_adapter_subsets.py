@@ -34,7 +34,9 @@ def test_a_subset_of_all_adapters_is_no_subset():
 
 
 @pytest.mark.slow
-def test_training_steps_see_the_drawn_subset_and_evaluation_sees_all(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+def test_training_steps_see_the_drawn_subset_and_evaluation_sees_all(
+    tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
+):
     store = AdapterStore(tmp_path / "store")
     sources = ["sst2", "sick", "mnli"]
     for task in ["rte", *sources]:
@@ -43,7 +45,7 @@ def test_training_steps_see_the_drawn_subset_and_evaluation_sees_all(tmp_path, t
             "st-a",
             seed=1,
             encoder=tiny_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=tmp_path / "stage1",
             store=store,
             training_config={"max_steps": 1, "batch_size": 4, "max_length": 32},
@@ -67,7 +69,7 @@ def test_training_steps_see_the_drawn_subset_and_evaluation_sees_all(tmp_path, t
         "fusion-st-a",
         seed=5,
         encoder=tiny_encoder_dir,
-        data_dir=data_dir,
+        data_dir=demo_data_dir,
         output_dir=tmp_path / "stage2",
         store=store,
         training_config={"epochs": 2, "batch_size": 4, "max_length": 32, "patience": None},

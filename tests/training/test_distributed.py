@@ -22,7 +22,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_torchrun_two_ranks_split_each_epoch_and_rank_zero_alone_writes(tmp_path, tiny_encoder_dir, data_dir):
+def test_torchrun_two_ranks_split_each_epoch_and_rank_zero_alone_writes(tmp_path, tiny_encoder_dir, demo_data_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "", "RANK": ""}
     env = {k: v for k, v in env.items() if v != ""}
     command = [
@@ -43,7 +43,7 @@ def test_torchrun_two_ranks_split_each_epoch_and_rank_zero_alone_writes(tmp_path
         "--encoder",
         str(tiny_encoder_dir),
         "--data-dir",
-        str(data_dir),
+        str(demo_data_dir),
         "--max-examples",
         "64",
         "--epochs",

@@ -30,18 +30,18 @@ def _run(tmp_path, encoder, data, **switches):
 
 
 @pytest.mark.slow
-def test_torch_compile_trains_with_the_eager_losses(tmp_path, tiny_encoder_dir, data_dir):
+def test_torch_compile_trains_with_the_eager_losses(tmp_path, tiny_encoder_dir, demo_data_dir):
     if (problem := compile_problem()) is not None:
         pytest.skip(f"torch.compile does not work on this machine: {problem}")
     import torch._dynamo
     import torch._inductor.config
 
-    _, eager = _run(tmp_path, tiny_encoder_dir, data_dir)
+    _, eager = _run(tmp_path, tiny_encoder_dir, demo_data_dir)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     try:
         with torch._inductor.config.patch(fallback_random=True):  # dropout draws eager's masks, so losses compare
-            _, compiled = _run(tmp_path, tiny_encoder_dir, data_dir, torch_compile=True)
+            _, compiled = _run(tmp_path, tiny_encoder_dir, demo_data_dir, torch_compile=True)
         assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # the model really ran compiled
     finally:
         torch._dynamo.reset()
@@ -55,7 +55,7 @@ def test_torch_compile_trains_with_the_eager_losses(tmp_path, tiny_encoder_dir, 
     assert_close(compiled["best"]["loss"], eager["best"]["loss"], dtype=torch.float32, label="dev loss")
 
 
-def test_bf16_trains_on_cpu_under_autocast_with_float32_weights(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+def test_bf16_trains_on_cpu_under_autocast_with_float32_weights(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
     seen = []
 
     def on_train_begin(self, args, state, control, **kwargs):  # records the dtype the encoder's matmuls run in
@@ -67,7 +67,7 @@ def test_bf16_trains_on_cpu_under_autocast_with_float32_weights(tmp_path, tiny_e
 
     monkeypatch.setattr(FusionStepCallback, "on_train_begin", on_train_begin, raising=False)
     monkeypatch.setattr(FusionStepCallback, "on_train_end", on_train_end, raising=False)
-    result, bf16 = _run(tmp_path, tiny_encoder_dir, data_dir, bf16=True)
+    result, bf16 = _run(tmp_path, tiny_encoder_dir, demo_data_dir, bf16=True)
     assert seen and set(seen) == {torch.bfloat16}
     assert all(torch.isfinite(torch.tensor(e["loss"])) for e in bf16["train_losses"]) and len(bf16["train_losses"]) == 3
     assert {p.dtype for p in result.model.parameters()} == {torch.float32}

@@ -19,7 +19,7 @@ SLICE = {"train": 48, "validation": 32}
 
 
 @pytest.fixture(scope="module")
-def stage_one(tmp_path_factory, tiny_encoder_dir, data_dir):
+def stage_one(tmp_path_factory, tiny_encoder_dir, demo_data_dir):
     root = tmp_path_factory.mktemp("stage1")
     store = AdapterStore(root / "store")
     for task in ("rte", "sst2"):
@@ -28,7 +28,7 @@ def stage_one(tmp_path_factory, tiny_encoder_dir, data_dir):
             "st-a",
             seed=1,
             encoder=tiny_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=root / "runs",
             store=store,
             training_config=FAST,
@@ -71,14 +71,14 @@ def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_dir, data_dir, tmp_path):
+def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_dir, demo_data_dir, tmp_path):
     before = encoder_state(fresh_model(tiny_encoder_dir))
     result = train(
         "rte",
         "fusion-st-a",
         seed=1,
         encoder=tiny_encoder_dir,
-        data_dir=data_dir,
+        data_dir=demo_data_dir,
         output_dir=tmp_path,
         store=stage_one,
         training_config=FAST,
@@ -123,13 +123,13 @@ def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_d
     assert decay | no_decay == {id(p) for p in model.parameters() if p.requires_grad}
 
 
-def test_fusion_without_a_store_or_adapter_is_refused(tiny_encoder_dir, data_dir, tmp_path):
+def test_fusion_without_a_store_or_adapter_is_refused(tiny_encoder_dir, demo_data_dir, tmp_path):
     with pytest.raises(TrainingError, match="store"):
         train(
             "rte",
             "fusion-st-a",
             encoder=tiny_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=tmp_path,
             training_config=FAST,
             max_examples=SLICE,
@@ -141,7 +141,7 @@ def test_fusion_without_a_store_or_adapter_is_refused(tiny_encoder_dir, data_dir
             "fusion-st-a",
             seed=9,
             encoder=tiny_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=tmp_path,
             store=AdapterStore(tmp_path / "empty"),
             training_config=FAST,
@@ -190,7 +190,9 @@ def test_fusion_step_callback_drives_the_temperature_step(tiny_encoder_dir):
     assert {site.state.fusion_step for site in model.sites} == {17}
 
 
-def test_train_adapter_rerun_needs_overwrite_and_then_replaces_the_run(tmp_path, tiny_encoder_dir, data_dir, capsys):
+def test_train_adapter_rerun_needs_overwrite_and_then_replaces_the_run(
+    tmp_path, tiny_encoder_dir, demo_data_dir, capsys
+):
     from adapterfusion.cli import main
 
     argv = [
@@ -202,7 +204,7 @@ def test_train_adapter_rerun_needs_overwrite_and_then_replaces_the_run(tmp_path,
         "--encoder",
         str(tiny_encoder_dir),
         "--data-dir",
-        str(data_dir),
+        str(demo_data_dir),
         "--output-dir",
         str(tmp_path / "runs"),
         "--store",

@@ -72,7 +72,7 @@ def test_checkpointed_gradients_equal_the_plain_ones(model_type, piece):
 
 @pytest.mark.slow
 def test_a_run_with_gradient_checkpointing_equals_the_plain_run(
-    tmp_path, tiny_float64_encoder_dir, data_dir, monkeypatch
+    tmp_path, tiny_float64_encoder_dir, demo_data_dir, monkeypatch
 ):
     seen = []
     original = FusionStepCallback.on_step_begin
@@ -89,7 +89,7 @@ def test_a_run_with_gradient_checkpointing_equals_the_plain_run(
             "st-a",
             seed=2,
             encoder=tiny_float64_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=tmp_path / str(flag),
             max_examples={"train": 24, "validation": 8},
             training_config={**settings, "gradient_checkpointing": flag},

@@ -30,7 +30,7 @@ def _poison_weights_at(step: int, monkeypatch) -> None:
 
 
 def test_nan_loss_after_a_saved_epoch_stops_with_a_clear_message_and_keeps_that_checkpoint(
-    tmp_path, tiny_encoder_dir, data_dir, monkeypatch
+    tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
 ):
     _poison_weights_at(STEPS_PER_EPOCH + 1, monkeypatch)  # one step into the second epoch
     with pytest.raises(TrainingError) as error:
@@ -39,7 +39,7 @@ def test_nan_loss_after_a_saved_epoch_stops_with_a_clear_message_and_keeps_that_
             "head",
             seed=1,
             encoder=tiny_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=tmp_path,
             training_config=SETTINGS,
             max_examples={"train": 16, "validation": 8},

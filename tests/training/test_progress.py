@@ -35,7 +35,7 @@ def test_a_file_that_is_not_ours_reads_as_none(tmp_path, text):
     assert read_progress(tmp_path) is None
 
 
-def test_a_run_writes_each_epochs_start_and_end(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+def test_a_run_writes_each_epochs_start_and_end(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
     written = []
 
     def recording(run_dir, progress):
@@ -48,7 +48,7 @@ def test_a_run_writes_each_epochs_start_and_end(tmp_path, tiny_encoder_dir, data
         "head",
         seed=1,
         encoder=tiny_encoder_dir,
-        data_dir=data_dir,
+        data_dir=demo_data_dir,
         output_dir=tmp_path,
         training_config=dict(epochs=2, max_steps=None, batch_size=8, max_length=32, patience=None, logging_steps=1),
         max_examples={"train": 16, "validation": 8},

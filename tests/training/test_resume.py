@@ -79,7 +79,7 @@ def _interrupted_then_resumed(run, tmp_path, monkeypatch, epochs_before_kill: in
 
 @pytest.mark.slow
 def test_resumed_adapter_training_equals_the_uninterrupted_run(
-    tmp_path, tiny_float64_encoder_dir, data_dir, monkeypatch
+    tmp_path, tiny_float64_encoder_dir, demo_data_dir, monkeypatch
 ):
     def run(output_dir, resume=False):
         return train(
@@ -87,7 +87,7 @@ def test_resumed_adapter_training_equals_the_uninterrupted_run(
             "st-a",
             seed=3,
             encoder=tiny_float64_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=output_dir,
             training_config=SETTINGS,
             max_examples=SLICE,
@@ -101,7 +101,7 @@ def test_resumed_adapter_training_equals_the_uninterrupted_run(
 
 @pytest.mark.slow
 def test_resumed_fusion_training_equals_the_uninterrupted_run(
-    tmp_path, tiny_float64_encoder_dir, data_dir, monkeypatch
+    tmp_path, tiny_float64_encoder_dir, demo_data_dir, monkeypatch
 ):
     store = AdapterStore(tmp_path / "store")
     for task in ("rte", "sst2"):
@@ -110,7 +110,7 @@ def test_resumed_fusion_training_equals_the_uninterrupted_run(
             "st-a",
             seed=3,
             encoder=tiny_float64_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=tmp_path / "stage1",
             store=store,
             training_config={**SETTINGS, "max_steps": 2},
@@ -123,7 +123,7 @@ def test_resumed_fusion_training_equals_the_uninterrupted_run(
             "fusion-st-a",
             seed=3,
             encoder=tiny_float64_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=output_dir,
             store=store,
             training_config=SETTINGS,
@@ -136,13 +136,13 @@ def test_resumed_fusion_training_equals_the_uninterrupted_run(
     _assert_same_run(_interrupted_then_resumed(run, tmp_path, monkeypatch, epochs_before_kill=2), uninterrupted)
 
 
-def test_resume_without_a_checkpoint_trains_from_the_start(tmp_path, tiny_encoder_dir, data_dir):
+def test_resume_without_a_checkpoint_trains_from_the_start(tmp_path, tiny_encoder_dir, demo_data_dir):
     result = train(
         "rte",
         "st-a",
         seed=3,
         encoder=tiny_encoder_dir,
-        data_dir=data_dir,
+        data_dir=demo_data_dir,
         output_dir=tmp_path,
         training_config={**SETTINGS, "max_steps": 2},
         max_examples=SLICE,
@@ -171,8 +171,8 @@ def _st_a_run(output_dir, encoder, data_dir):
     return run
 
 
-def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
-    run = _st_a_run(tmp_path, tiny_encoder_dir, data_dir)
+def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
+    run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
     with monkeypatch.context() as patch:
         _kill_after_saving(STEPS_PER_EPOCH, patch)
         with pytest.raises(Killed):
@@ -185,11 +185,11 @@ def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_di
 
 
 def test_resume_accepts_a_run_saved_before_a_training_setting_existed(
-    tmp_path, tiny_encoder_dir, data_dir, monkeypatch
+    tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
 ):
     """A run saved by a version without TrainingConfig.fast_dropout resumes when the call turns it off (the
     behaviour of that version), and a call that leaves it on is told which setting to change."""
-    run = _st_a_run(tmp_path, tiny_encoder_dir, data_dir)
+    run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
     with monkeypatch.context() as patch:
         _kill_after_saving(STEPS_PER_EPOCH, patch)
         with pytest.raises(Killed):
@@ -204,7 +204,7 @@ def test_resume_accepts_a_run_saved_before_a_training_setting_existed(
     assert json.loads(result.metrics_path.read_text())["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
 
 
-def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
     with monkeypatch.context() as patch:
         _kill_after_saving(2 * STEPS_PER_EPOCH, patch)
         with pytest.raises(Killed):
@@ -213,7 +213,7 @@ def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, 
                 "st-a",
                 seed=3,
                 encoder=tiny_encoder_dir,
-                data_dir=data_dir,
+                data_dir=demo_data_dir,
                 output_dir=tmp_path,
                 training_config={**SETTINGS, "save_total_limit": 2},
                 max_examples=SLICE,
@@ -229,7 +229,7 @@ def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, 
 
 
 @pytest.mark.slow
-def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
     """At learning rate 1e-30 (0 is refused) no weight moves in float32, so the dev metric never improves and
     patience 2 ends the run after epoch 3 of 4; a run
     resumed after epoch 2 must remember the one evaluation without improvement it has already seen."""
@@ -240,7 +240,7 @@ def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, 
             "st-a",
             seed=3,
             encoder=tiny_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=output_dir,
             training_config={**SETTINGS, "epochs": 4, "learning_rate": 1e-30, "patience": 2},
             max_examples=SLICE,
@@ -256,7 +256,7 @@ def test_resumed_run_keeps_the_early_stopping_count(tmp_path, tiny_encoder_dir, 
 
 
 @pytest.mark.slow
-def test_cli_resume_flag_continues_the_interrupted_run(tmp_path, tiny_encoder_dir, data_dir, monkeypatch):
+def test_cli_resume_flag_continues_the_interrupted_run(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
     from adapterfusion.cli import main
 
     argv = [
@@ -268,7 +268,7 @@ def test_cli_resume_flag_continues_the_interrupted_run(tmp_path, tiny_encoder_di
         "--encoder",
         str(tiny_encoder_dir),
         "--data-dir",
-        str(data_dir),
+        str(demo_data_dir),
         "--output-dir",
         str(tmp_path / "runs"),
         "--store",
@@ -294,7 +294,7 @@ def test_cli_resume_flag_continues_the_interrupted_run(tmp_path, tiny_encoder_di
 
 @pytest.mark.slow
 def test_a_run_resumed_from_its_last_checkpoint_ends_like_the_uninterrupted_one(
-    tmp_path, tiny_encoder_dir, data_dir, monkeypatch
+    tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
 ):
     """Killed after the last epoch's checkpoint (while the best model loads or metrics.json is written): the
     resumed run trains no epoch, yet leaves the same files, progress.json included (the runner empties the run dir
@@ -306,7 +306,7 @@ def test_a_run_resumed_from_its_last_checkpoint_ends_like_the_uninterrupted_one(
             "st-a",
             seed=3,
             encoder=tiny_encoder_dir,
-            data_dir=data_dir,
+            data_dir=demo_data_dir,
             output_dir=output_dir,
             training_config=SETTINGS,
             max_examples=SLICE,
