@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from adapterfusion.io.paths import describe
 from adapterfusion.tasks.carving import CarveOut, carve_indices, subsample_indices
 from adapterfusion.tasks.checks import check_split
 from adapterfusion.tasks.errors import TaskError
@@ -145,6 +146,7 @@ def _hub_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[st
 def _local_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[str, _Raw]:
     """Split files in `<location>/<task>/`, found by the task's split name or else by the role name."""
     task_dir = Path(location) / spec.name
+    check_data_dir(location)
     if not task_dir.is_dir():
         raise TaskError(
             f"task {spec.name!r}: data folder {str(task_dir)!r} does not exist; create it with "
@@ -198,6 +200,19 @@ def _carve(splits: dict[str, Any], origins: dict[str, SplitOrigin], fraction: fl
         train_size=len(train_idx),
         validation_size=len(validation_idx),
         carved_roles=carved,
+    )
+
+
+def check_data_dir(data_dir: str | os.PathLike | None) -> None:
+    """A data folder that is given must be a folder: said before any run folder is written, and in those words
+    rather than as '<file>/<task> does not exist'."""
+    if data_dir is None or Path(data_dir).is_dir():
+        return
+    found = describe(data_dir)
+    state = "does not exist" if found == "nothing" else f"is {found}, not a folder"
+    raise TaskError(
+        f"the data folder {str(data_dir)!r} {state}; point data_dir/{ENV_DATA_DIR} at the folder that holds "
+        f"<task>/<split>{EXTENSIONS[0]} files."
     )
 
 

@@ -24,7 +24,7 @@ from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
-from adapterfusion.tasks.loading import check_max_examples, load_task_data
+from adapterfusion.tasks.loading import check_data_dir, check_max_examples, load_task_data
 from adapterfusion.tasks.metrics import collapse_warning
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
@@ -89,6 +89,7 @@ def train(
     config = training_config_for(setup, training_config, seed)
     check_precision(config)
     check_max_examples(max_examples)
+    check_data_dir(data_dir)
     run = Run.open(output_dir, spec.name, setup, seed, encoder, writes=is_main_process())
     check_max_length(config.max_length, run.encoder)  # before any file is written or data loaded
     run_dir, store = run.run_dir, as_store(store)

@@ -53,7 +53,7 @@ from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
-from adapterfusion.tasks.loading import check_max_examples, load_task_data
+from adapterfusion.tasks.loading import check_data_dir, check_max_examples, load_task_data
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.config import TrainingConfig
@@ -199,6 +199,7 @@ def train_multitask(
     if config.fp16:
         raise TrainingError("mt-a: fp16 needs loss scaling, which the MT-A loop does not do; use bf16=True or neither")
     check_max_examples(max_examples)
+    check_data_dir(data_dir)
     check_precision(config)  # fp16 is refused above; this warns of bf16 on a CPU without native bf16
     if config.gradient_checkpointing or config.torch_compile:
         raise TrainingError(

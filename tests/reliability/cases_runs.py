@@ -16,10 +16,17 @@ from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.tasks import TaskError
 from adapterfusion.training import AdapterStore, TrainingError
 from adapterfusion.training.errors import RunFileError
-from catalogue import Action, BadInput, cli, experiment
+from catalogue import Action, BadInput, a_file, cli, experiment
 from task_data import DATA_DIR
 
 B = BadInput
+
+
+def _train_adapter_with_data_dir_file(folder: Path) -> Action:
+    data_dir = a_file(folder)
+    return lambda: cli(
+        "train-adapter", "--task", "rte", "--data-dir", str(data_dir), "--output-dir", str(folder / "runs")
+    )
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------------
@@ -234,6 +241,15 @@ CASES: tuple[BadInput, ...] = (
         TrainingError,
         ("'reduction_factr'", "Did you mean 'reduction_factor'?", "st-a"),
         _train("rte", "st-a", setup_options={"reduction_factr": 4}),
+    ),
+    B(
+        "train-adapter-data-dir-is-file",
+        "command line",
+        "adapterfusion train-adapter --data-dir <a file> (was told '<file>/rte does not exist')",
+        TaskError,
+        ("the data folder", "is a file, not a folder", "<task>/<split>"),
+        _train_adapter_with_data_dir_file,
+        cli=True,
     ),
     B(
         "train-fusion-source-twice",
