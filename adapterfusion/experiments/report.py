@@ -26,7 +26,8 @@ from typing import Any
 
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, FusionActivation, load_fusion_activation
 from adapterfusion.errors import SerializationError
-from adapterfusion.experiments.store import ResultsStore, relative_to_experiment_file
+from adapterfusion.experiments.paths import relative_to_experiment_file
+from adapterfusion.experiments.store import ResultsStore
 from adapterfusion.training.errors import RunFileError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
 

@@ -28,10 +28,11 @@ from adapterfusion.encoders import resolve_encoder
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.executors import Executor, make_executor
 from adapterfusion.experiments.jobs import JOB_LOG, JobPayload, payload_options
+from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.plan import Job, plan_jobs
 from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
-from adapterfusion.experiments.store import DB_FILE, ResultsStore, RunnerLock, relative_to_experiment_file
+from adapterfusion.experiments.store import DB_FILE, ResultsStore, RunnerLock
 from adapterfusion.experiments.writers import clear_dead_writers, registered_writer
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder

@@ -58,7 +58,7 @@ from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.encoders import check_encoder
 from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError
 from adapterfusion.experiments.errors import ExperimentSpecError
-from adapterfusion.experiments.store import relative_to_experiment_file
+from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.documents import read_document
 from adapterfusion.io.paths import check_readable_file

@@ -341,18 +341,6 @@ def _disk_full(error: sqlite3.OperationalError) -> bool:
     return getattr(error, "sqlite_errorcode", None) == full or "disk is full" in str(error)
 
 
-def relative_to_experiment_file(path: str | None, source: str | None) -> str | None:
-    """An absolute `path` of an experiment (its data_dir, output_dir, a local encoder or zoo folder) as its
-    experiment file `source` would write it: relative to the file's folder, so what a results folder records is the
-    same in every clone. A Hub id, 'shipped', a relative path, or any path of an experiment with no file is as given."""
-    if path is None or source is None or not os.path.isabs(path):
-        return path
-    try:
-        return Path(os.path.relpath(path, Path(source).parent)).as_posix()
-    except ValueError:  # another drive (Windows): no relative path exists
-        return path
-
-
 def _upgradable(job: Job, spec: ExperimentSpec, existing: dict[str, sqlite3.Row], reset: list[str]) -> bool:
     """Whether a job recorded by an older runner, under the hash that named its dependencies by id only, may keep
     its result: only when every dependency is done, kept by this bind, and finished before the job started (a
