@@ -55,7 +55,7 @@ def forward_parallel(
 ) -> ParallelOutput:
     """See AdaptedModel.forward_parallel."""
     model.require("fusion", fusion)
-    fused = model.fusion_setups[fusion][1]
+    fused = model.fusion_setup(fusion).adapters
     if heads is not None and not isinstance(heads, Mapping):
         raise ConfigError(
             f"heads={heads!r} has type {type(heads).__name__}; expected a mapping of adapter -> head name, e.g. "

@@ -33,7 +33,7 @@ from adapterfusion.adapters.placement import adapter_modules
 from adapterfusion.encoders import check_wrappable
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.forward_inputs import check_call
-from adapterfusion.fusion.config import FusionConfig, resolve_fusion_config
+from adapterfusion.fusion.config import FusionConfig, FusionSetup, resolve_fusion_config
 from adapterfusion.fusion.layer import FusionLayer
 from adapterfusion.fusion.placement import fused_adapters, fusion_modules
 from adapterfusion.heads.config import HeadConfig, check_head_labels
@@ -105,7 +105,7 @@ class AdaptedModel(nn.Module):
                 self.sites.append(self._inject(layer, index, position))
         self.heads = nn.ModuleDict()
         self.adapter_configs: dict[str, AdapterConfig] = {}
-        self.fusion_setups: dict[str, tuple[FusionConfig, tuple[str, ...]]] = {}
+        self._fusion_setups: dict[str, FusionSetup] = {}
         self._set_state(ActiveState())
 
     def encoder_layers(self) -> nn.ModuleList:
@@ -142,7 +142,7 @@ class AdaptedModel(nn.Module):
     @property
     def fusion_names(self) -> list[str]:
         """The loaded fusions, in the order they were added."""
-        return list(self.fusion_setups)
+        return list(self._fusion_setups)
 
     @property
     def head_names(self) -> list[str]:
@@ -155,10 +155,15 @@ class AdaptedModel(nn.Module):
         check_choice(kind, PIECE_KINDS, "piece kind")
         loaded: dict[str, Iterable[str]] = {
             "adapter": self.adapter_configs,
-            "fusion": self.fusion_setups,
+            "fusion": self._fusion_setups,
             "head": self.heads.keys(),
         }
         require_loaded(kind, name, loaded[kind])
+
+    def fusion_setup(self, name: str) -> FusionSetup:
+        """Loaded fusion `name`'s config and the adapters it fuses."""
+        self.require("fusion", name)
+        return self._fusion_setups[name]
 
     def sites_with_adapter(self, name: str) -> list[AdapterSite]:
         """The sites that hold adapter `name` (its positions, without its leave_out layers), in layer order."""
@@ -208,7 +213,7 @@ class AdaptedModel(nn.Module):
     def delete_adapter(self, name: str) -> None:
         """Remove adapter `name` (refused while a fusion uses it); if it was active, the bare encoder runs."""
         self.require("adapter", name)
-        users = [fusion for fusion, (_, names) in self.fusion_setups.items() if name in names]
+        users = [fusion for fusion, setup in self._fusion_setups.items() if name in setup.adapters]
         if users:
             raise ConfigError(f"adapter {name!r} is used by fusion(s) {users}; delete those fusions first")
         for site in self.sites_with_adapter(name):
@@ -279,7 +284,7 @@ class AdaptedModel(nn.Module):
         modules: dict[AdapterSite, nn.Module],
         overwrite: bool,
     ) -> None:
-        if name in self.fusion_setups:
+        if name in self._fusion_setups:
             if not check_bool(overwrite, "overwrite"):
                 raise ConfigError(
                     f"a fusion named {name!r} already exists; delete_fusion({name!r}) or pass overwrite=True"
@@ -287,14 +292,14 @@ class AdaptedModel(nn.Module):
             self.delete_fusion(name)
         for site, module in modules.items():
             site.fusions[name] = module
-        self.fusion_setups[name] = (config, adapters)
+        self._fusion_setups[name] = FusionSetup(config, adapters)
 
     def delete_fusion(self, name: str) -> None:
         """Remove fusion `name` and its mask; if it was active, the bare encoder runs."""
         self.require("fusion", name)
         for site in self.sites_with_fusion(name):
             del site.fusions[name]
-        del self.fusion_setups[name]
+        del self._fusion_setups[name]
         masks = {fusion: kept for fusion, kept in self._state.fusion_masks.items() if fusion != name}
         self._set_state(dataclasses.replace(self._state, fusion_masks=masks))
         if self.active_fusion == name:
@@ -379,7 +384,7 @@ class AdaptedModel(nn.Module):
             self._set_state(self._checked(previous))
 
     def _checked(self, state: ActiveState) -> ActiveState:
-        fusions = {name: adapters for name, (_, adapters) in self.fusion_setups.items()}
+        fusions = {name: setup.adapters for name, setup in self._fusion_setups.items()}
         return checked(state, self.adapter_configs, fusions, list(self.heads), self.num_layers)
 
     def _set_state(self, state: ActiveState) -> None:
@@ -437,7 +442,7 @@ class AdaptedModel(nn.Module):
     def set_fusion_mask(self, fusion: str, keep: Sequence[str] | None) -> None:
         """Fuse only the adapters in `keep` (others get zero attention), or all of them with keep=None."""
         self.require("fusion", fusion)
-        names = self.fusion_setups[fusion][1]
+        names = self.fusion_setup(fusion).adapters
         masks = {name: kept for name, kept in self._state.fusion_masks.items() if name != fusion}
         if keep is not None:
             masks[fusion] = kept_adapters(fusion, names, keep)
@@ -585,8 +590,8 @@ class AdaptedModel(nn.Module):
         }
         if kind == "adapter":
             return Piece("adapter", name, self.adapter_configs[name], tensors)
-        config, adapters = self.fusion_setups[name]
-        return Piece("fusion", name, config, tensors, adapters)
+        setup = self._fusion_setups[name]
+        return Piece("fusion", name, setup.config, tensors, setup.adapters)
 
     def install_piece(self, piece: Piece, overwrite: bool = False, labels: Sequence[str] | None = None) -> str:
         """Add `piece` (replacing one of that name with overwrite=True); returns its name. Everything is checked on

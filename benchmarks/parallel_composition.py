@@ -40,7 +40,7 @@ def build(num_adapters: int) -> af.AdaptedModel:
 
 def one_by_one(model: af.AdaptedModel, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     logits = []
-    for name in model.fusion_setups["fusion"][1]:
+    for name in model.fusion_setup("fusion").adapters:
         model.activate(adapter=name, head=name)
         logits.append(model(**inputs).logits)
     model.activate(fusion="fusion", head="fusion")

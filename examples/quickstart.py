@@ -132,7 +132,7 @@ def main() -> None:
     accuracy_fusion, attention = evaluate(model, dev_rows, tokenizer, args.batch_size, with_attention=True)
     print(f"dev accuracy, Fusion w/ ST-A: {accuracy_fusion:.3f}")
 
-    names = model.fusion_setups["rte_fusion"][1]
+    names = model.fusion_setup("rte_fusion").adapters
     print("\nmean fusion attention over dev tokens (rows: layers, columns: adapters)")
     print("layer " + "".join(f"{n:>8}" for n in names))
     for layer, row in enumerate(attention.tolist()):

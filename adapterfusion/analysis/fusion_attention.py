@@ -150,7 +150,7 @@ def mean_fusion_attention(
     and average each layer's softmax weights over the real tokens (attention_mask == 1). The model's activation
     and train/eval mode are restored afterwards."""
     model.require("fusion", fusion_name)
-    adapters = tuple(model.fusion_setups[fusion_name][1])
+    adapters = model.fusion_setup(fusion_name).adapters
     was_training = model.training
     device = next(model.parameters()).device
     try:

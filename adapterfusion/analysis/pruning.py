@@ -204,7 +204,7 @@ def compare_pruned(
     fusion as `pruned_name` (default `<fusion>_pruned`), and evaluate and time both. The model's activation is
     restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters)."""
     model.require("fusion", fusion)
-    check_criterion(keep, mass, len(model.fusion_setups[fusion][1]))
+    check_criterion(keep, mass, len(model.fusion_setup(fusion).adapters))
     pruned_name = pruned_name or f"{fusion}_pruned"
     if pruned_name == fusion:
         raise ConfigError(f"pruned_name={pruned_name!r} would replace the fusion being pruned; choose another name")
@@ -224,7 +224,7 @@ def compare_pruned(
         timed = list(batches[:timing_batches])
         ms = time_fusions(model, (fusion, pruned), timed, head, repeats)
     figures = [
-        FusionFigures(name, tuple(model.fusion_setups[name][1]), metrics[name], ms[name]) for name in (fusion, pruned)
+        FusionFigures(name, model.fusion_setup(name).adapters, metrics[name], ms[name]) for name in (fusion, pruned)
     ]
     return PruningResult(
         criterion=f"keep={keep}" if keep is not None else f"mass={mass}",
@@ -289,7 +289,7 @@ def prune_fusion(
         metric=run.config["training"].get("metric_for_best"),
         repeats=repeats,
         timing_batches=timing_batches,
-        target_adapter=own if own in run.model.fusion_setups[run.fusion][1] else None,
+        target_adapter=own if own in run.model.fusion_setup(run.fusion).adapters else None,
     )
     result = dataclasses.replace(result, run_dir=str(run_dir), output=str(output) if output is not None else None)
     if output is not None:

@@ -101,3 +101,12 @@ def resolve_fusion_config(config: FusionConfig | str | Mapping[str, Any] | None)
     if isinstance(config, Mapping):
         return FusionConfig.from_dict(config)
     raise ConfigError(f"fusion config must be a FusionConfig, a preset name or a dict, got {type(config).__name__}")
+
+
+@dataclass(frozen=True)
+class FusionSetup:
+    """A loaded fusion as the model knows it: its config and the adapters it fuses, in order
+    (`AdaptedModel.fusion_setup(name)`)."""
+
+    config: FusionConfig
+    adapters: tuple[str, ...]

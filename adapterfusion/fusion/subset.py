@@ -24,7 +24,7 @@ def add_fusion_subset(
     """Add fusion `name` over `adapters` (a non-empty subset of fusion `source`'s, kept in `source`'s order)
     with copies of `source`'s weights at every site; returns `name`."""
     model.require("fusion", source)
-    fused = model.fusion_setups[source][1]
+    fused = model.fusion_setup(source).adapters
     wanted = [adapters] if isinstance(adapters, str) else list(adapters)
     unknown = [a for a in wanted if a not in fused]
     if unknown or not wanted:

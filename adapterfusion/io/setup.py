@@ -72,7 +72,7 @@ class ActiveSetup:
         """The saved part of `model.state` (injection/state.py; not the transient parallel routes), masks in the
         order the fusions were added."""
         state = model.state
-        masks = {fusion: state.fusion_masks[fusion] for fusion in model.fusion_setups if fusion in state.fusion_masks}
+        masks = {fusion: state.fusion_masks[fusion] for fusion in model.fusion_names if fusion in state.fusion_masks}
         return cls(
             state.adapter,
             state.fusion,
@@ -206,7 +206,7 @@ def _chosen(model: AdaptedModel, adapters: Names, fusions: Names, heads: Names) 
         missing = [name for name in names if name not in loaded[kind]]
         if missing:
             raise NameNotFoundError(f"no {kind} named {missing} is loaded; loaded {kind}s: {loaded[kind] or 'none'}")
-    asked["adapter"] += [a for fusion in asked["fusion"] for a in model.fusion_setups[fusion][1]]
+    asked["adapter"] += [a for fusion in asked["fusion"] for a in model.fusion_setup(fusion).adapters]
     return {kind: [name for name in loaded[kind] if name in asked[kind]] for kind in PIECE_KINDS}
 
 

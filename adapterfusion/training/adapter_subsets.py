@@ -48,7 +48,7 @@ class AdapterSubsetCallback(TrainerCallback):
 
     def __init__(self, model: AdaptedModel, fusion: str, size: int, always: Sequence[str], seed: int) -> None:
         self.model, self.fusion, self.size, self.always, self.seed = model, fusion, size, tuple(always), seed
-        self.adapters = tuple(model.fusion_setups[fusion][1])
+        self.adapters = model.fusion_setup(fusion).adapters
 
     def on_step_begin(self, args, state, control, **kwargs):
         keep = draw_subset(self.adapters, self.size, self.always, self.seed, state.global_step)

@@ -135,7 +135,7 @@ def test_pruning_keeps_the_adapter_the_fusion_attends_to_most():
     assert_close(np.array([result.activation[n] for n in ADAPTERS]), expected, dtype=torch.float64)
     assert result.kept == ("b",) and result.dropped == ("a", "c")
     assert result.before.adapters == ADAPTERS and result.after.fusion == "f_pruned"
-    assert model.fusion_setups["f_pruned"][1] == ("b",)
+    assert model.fusion_setup("f_pruned").adapters == ("b",)
     assert_close(result.kept_share, float(expected[1]), dtype=torch.float64)
 
     mass = float(expected[1] + expected[2] / 2)  # b alone is not enough, b + c is

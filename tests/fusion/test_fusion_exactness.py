@@ -133,7 +133,7 @@ def test_fusion_refuses_layer_norm_copies_before_the_adapters() -> None:
         model.add_adapter(name, af.AdapterConfig.pfeiffer(train_layer_norm=True))
     with pytest.raises(af.ConfigError, match="train_layer_norm"):
         model.add_fusion("f", ["a", "b"])
-    assert "f" not in model.fusion_setups
+    assert "f" not in model.fusion_names
 
 
 # ---- score dropout ------------------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_imported_adapterhub_fusion_fast_equals_reference_in_training() -> None:
     for adapter in ("pf", "pf_relu", "pf3"):
         model.load_adapter(FIXTURES / "adapters" / adapter)
     name = model.load_fusion(FIXTURES / "fusions" / "dynamic")
-    assert model.fusion_setups[name][0].score_dropout == 0.1
+    assert model.fusion_setup(name).config.score_dropout == 0.1
     model.load_head(FIXTURES / "heads" / "cls")
     model.train_fusion(name, head="cls")
     model.train()

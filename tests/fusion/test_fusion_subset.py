@@ -28,8 +28,8 @@ def model() -> af.AdaptedModel:
 
 def test_subset_copies_weights_in_source_order(model):
     add_fusion_subset(model, "f", ["d", "b"], "sub")
-    assert model.fusion_setups["sub"][1] == ("b", "d")
-    assert model.fusion_setups["sub"][0] == model.fusion_setups["f"][0]
+    assert model.fusion_setup("sub").adapters == ("b", "d")
+    assert model.fusion_setup("sub").config == model.fusion_setup("f").config
     source, subset = model.fusion_state_dict("f"), model.fusion_state_dict("sub")
     assert source.keys() == subset.keys() and all(torch.equal(source[k], subset[k]) for k in source)
     assert all(source[k].data_ptr() != subset[k].data_ptr() for k in source)  # copies, not shared tensors
@@ -51,7 +51,7 @@ def test_subset_equals_masked_literal_fusion(model, inputs):
 def test_subset_must_name_some_of_the_source_adapters(model, adapters):
     with pytest.raises(af.ConfigError, match="subset of fusion 'f'"):
         add_fusion_subset(model, "f", adapters, "sub")
-    assert "sub" not in model.fusion_setups
+    assert "sub" not in model.fusion_names
 
 
 def test_unknown_source_fusion(model):

@@ -114,7 +114,7 @@ def test_fusion_matches_adapters(kind, fusion, fmt, tmp_path):
     for adapter in ("pf", "pf_relu", "pf3"):
         model.load_adapter(FIXTURES / kind / "adapters" / adapter)
     name = model.load_fusion(only(FIXTURES / kind / "fusions" / fusion, "fusion", fmt, tmp_path))
-    assert model.fusion_setups[name][1] == FUSIONS[fusion]
+    assert model.fusion_setup(name).adapters == FUSIONS[fusion]
     model.load_head(FIXTURES / kind / "heads" / "cls")
     for implementation in ("fast", "reference"):
         model.set_fusion_implementation(implementation)
@@ -137,7 +137,7 @@ def test_imported_configs_and_dropouts():
     assert model.adapter_configs["hb"].non_linearity == "swish" and not model.adapter_configs["hb"].train_layer_norm
     for adapter in ("pf", "pf_relu", "pf3"):
         model.load_adapter(FIXTURES / "bert" / "adapters" / adapter)
-    config = model.fusion_setups[model.load_fusion(FIXTURES / "bert" / "fusions" / "dynamic")][0]
+    config = model.fusion_setup(model.load_fusion(FIXTURES / "bert" / "fusions" / "dynamic")).config
     # dropout_prob None: adapters falls back to the encoder's attention dropout for the scores.
     assert config.score_dropout == model.model.config.attention_probs_dropout_prob
     head = model.heads[model.load_head(FIXTURES / "bert" / "heads" / "cls")].config

@@ -121,7 +121,7 @@ def test_a_fusion_subset_is_installed_as_a_piece():
     model.add_fusion("abc", ["a", "b", "c"])
     randomise(model, std=0.2)
     af.fusion.add_fusion_subset(model, "abc", ["c", "a"], "ac")
-    assert model.fusion_setups["ac"][1] == ("a", "c")
+    assert model.fusion_setup("ac").adapters == ("a", "c")
     source, subset = model.export_piece("fusion", "abc"), model.export_piece("fusion", "ac")
     assert list(subset.tensors) == list(source.tensors)
     assert all(torch.equal(subset.tensors[k], v) for k, v in source.tensors.items())

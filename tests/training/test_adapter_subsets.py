@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from adapterfusion.fusion.config import FusionConfig, FusionSetup
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.adapter_subsets import AdapterSubsetCallback, check_subset_size, draw_subset
 
@@ -89,8 +90,10 @@ def test_training_steps_see_the_drawn_subset_and_evaluation_sees_all(
 
 def test_callback_clears_the_mask_when_training_ends():
     class Model:
-        fusion_setups = {"f": (None, NAMES)}
         mask = "unset"
+
+        def fusion_setup(self, name):
+            return FusionSetup(FusionConfig(), NAMES)
 
         def set_fusion_mask(self, fusion, keep):
             self.mask = keep

@@ -86,7 +86,7 @@ def test_fusion_reuses_stored_adapters_bit_identically(stage_one, tiny_encoder_d
         setup_options={"sources": ["sst2"]},
     )
     model = result.model
-    assert model.fusion_setups["fusion_rte"][1] == ("sst2", "rte")  # the target's own adapter is fused too
+    assert model.fusion_setup("fusion_rte").adapters == ("sst2", "rte")  # the target's own adapter is fused too
     after = encoder_state(model)
     assert after.keys() == before.keys() and all(torch.equal(before[n], after[n]) for n in before)
     for task in ("sst2", "rte"):

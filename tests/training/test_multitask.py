@@ -254,7 +254,7 @@ def test_fusion_mt_a_leaves_the_mt_a_adapters_and_encoder_bit_identical(mt_a, de
         setup_options={"sources": ["sst2", "cb"]},
     )
     model = fused.model
-    assert model.fusion_setups["fusion_rte"][1] == ("sst2", "cb", "rte")
+    assert model.fusion_setup("fusion_rte").adapters == ("sst2", "cb", "rte")
     after = encoder_state(model)
     assert after.keys() == before.keys() and all(torch.equal(before[n], after[n]) for n in before)
     for task in ("sst2", "cb", "rte"):

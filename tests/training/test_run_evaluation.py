@@ -69,7 +69,7 @@ def test_evaluate_run_reproduces_the_runs_dev_metrics(runs, setup):
 def test_rebuilt_run_has_the_runs_activation(runs):
     fusion = rebuild_run(runs["fusion-st-a"], device="cpu")
     assert (fusion.fusion, fusion.head, fusion.adapter) == ("fusion_rte", "rte", None)
-    assert fusion.model.fusion_setups["fusion_rte"][1] == ("cb", "sst2", "rte")
+    assert fusion.model.fusion_setup("fusion_rte").adapters == ("cb", "sst2", "rte")
     assert fusion.model.active_fusion == "fusion_rte" and not fusion.model.training
     adapter = rebuild_run(runs["st-a"], device="cpu")
     assert (adapter.adapter, adapter.fusion, adapter.model.active_adapter) == ("rte", None, "rte")
