@@ -39,6 +39,7 @@ from adapterfusion.fusion.placement import fused_adapters, fusion_modules
 from adapterfusion.heads.config import HeadConfig, check_head_labels
 from adapterfusion.heads.module import PredictionHead
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
+from adapterfusion.injection.runtime import ForwardRuntime, Recorder
 from adapterfusion.injection.site import FUSION_IMPLEMENTATIONS, AdapterSite
 from adapterfusion.injection.state import ActiveState, checked, kept_adapters, with_routes
 from adapterfusion.injection.unloaded import UnloadedSites, check_wrapped
@@ -93,6 +94,7 @@ class AdaptedModel(nn.Module):
         self.hidden_size = int(config.hidden_size)
         layers = self.encoder_layers()
         self.num_layers = len(layers)
+        self._runtime = ForwardRuntime()  # what forwards record and reuse, shared by every site
         self.fingerprint = EncoderFingerprint(
             model_type=config.model_type,
             hidden_size=self.hidden_size,
@@ -118,7 +120,7 @@ class AdaptedModel(nn.Module):
         parent = get_submodule(layer, parent_path) if parent_path else layer
         base = getattr(parent, attribute)
         layer_norm = get_submodule(layer, spec.layer_norm) if spec.layer_norm else None
-        site = AdapterSite(base, spec, index, position, parent_layer_norm=layer_norm)
+        site = AdapterSite(base, spec, index, position, parent_layer_norm=layer_norm, runtime=self._runtime)
         setattr(parent, attribute, site)
         return site
 
@@ -465,28 +467,16 @@ class AdaptedModel(nn.Module):
         """Fold each fusion's weights once and reuse them for every forward inside the block (evaluation,
         serving); saves about 3·(M + N)·d² per fusion layer and forward. Weights must not change inside:
         it runs under torch.no_grad(), and the cache is dropped on exit."""
-        for site in self.sites:
-            site.folded_cache = {}
-        try:
-            with torch.no_grad():
-                yield
-        finally:
-            for site in self.sites:
-                site.folded_cache = None
+        check_wrapped(self.sites)
+        with self._runtime.caching(), torch.no_grad():
+            yield
 
     # ---- forward -------------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def recording_fusion_attentions(self, enabled: bool = True) -> Iterator[dict[tuple[int, str], torch.Tensor] | None]:
+    def recording_fusion_attentions(self, enabled: bool = True) -> contextlib.AbstractContextManager[Recorder | None]:
         """Inside the block every fusion site records its softmax weights into the yielded dict, keyed (layer,
         position); with enabled=False nothing is recorded and None is yielded."""
-        recorder: dict[tuple[int, str], torch.Tensor] | None = {} if enabled else None
-        for site in self.sites:
-            site.recorder = recorder
-        try:
-            yield recorder
-        finally:
-            for site in self.sites:
-                site.recorder = None
+        check_wrapped(self.sites)
+        return self._runtime.recording(enabled)
 
     def forward(
         self,

@@ -17,6 +17,7 @@ with sum_n s_n LN_n(out + r), s the fusion attention (fusion/layer.py `mix_layer
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
@@ -26,7 +27,6 @@ from adapterfusion.adapters.bottleneck import BottleneckAdapter, layer_norm_each
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.layer import (
-    FoldedFusion,
     fold_fusion,
     fuse_fast,
     fuse_reference,
@@ -34,6 +34,7 @@ from adapterfusion.fusion.layer import (
     mix_layer_norms_reference,
 )
 from adapterfusion.injection.architectures import SiteKind, SiteSpec
+from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.state import ActiveState
 from adapterfusion.piece import site_key
 
@@ -62,7 +63,10 @@ class AdapterSite(nn.Module):
         layer_index: int,
         position: str,
         parent_layer_norm: nn.Module | None = None,
+        runtime: ForwardRuntime | None = None,
     ) -> None:
+        """`runtime`: the owner of what forwards record and reuse (injection/runtime.py), shared by every site of a
+        model; a site made alone gets its own."""
         super().__init__()
         self.base_layer = base_layer
         self.adapters = nn.ModuleDict()
@@ -72,9 +76,7 @@ class AdapterSite(nn.Module):
         self.position = position
         # The parent block owns this LayerNorm; registering it here would duplicate it in state_dict().
         self.__dict__["_parent_layer_norm"] = parent_layer_norm
-        self.recorder: dict[tuple[int, str], torch.Tensor] | None = None
-        # Folded fusion weights kept across forwards, only inside AdaptedModel.inference_cache().
-        self.folded_cache: dict[str, FoldedFusion] | None = None
+        self._runtime = runtime if runtime is not None else ForwardRuntime()
         self._mask_key: tuple[Any, ...] | None = None
         self.set_state(ActiveState())
 
@@ -245,16 +247,13 @@ class AdapterSite(nn.Module):
                 # The fast path runs only the kept adapters: a masked-out adapter's softmax weight is exactly 0,
                 # so the fusion over the kept ones with the same Q/K/V is the masked fusion (fusion/subset.py).
                 adapters, options["keep"] = [adapters[i] for i in kept], None
-            if self.state.fusion_implementation == "fast" and self.folded_cache is not None:
+            if self.state.fusion_implementation == "fast" and self._runtime.is_caching:
                 cache_key = fusion_name if kept is None else f"{fusion_name}:{','.join(map(str, kept))}"
-                if cache_key not in self.folded_cache:
-                    self.folded_cache[cache_key] = fold_fusion(fusion, adapters)
-                options["folded"] = self.folded_cache[cache_key]
+                options["folded"] = self._runtime.folded(self.key, cache_key, partial(fold_fusion, fusion, adapters))
             out, probs = implementation.fuse(fusion, adapters, x, query, residual, **options)
-            if self.recorder is not None:
-                self.recorder[(self.layer_index, self.position)] = (
-                    probs if kept is None else _scatter(probs, kept, len(names))
-                )
+            if self._runtime.is_recording:
+                weights = probs if kept is None else _scatter(probs, kept, len(names))
+                self._runtime.record(self.layer_index, self.position, weights)
 
         if self._ends_with_layer_norm(config, apply_final_ln):
             if fusion_name is not None and any(adapter.layer_norm is not None for adapter in adapters):

@@ -214,11 +214,10 @@ def test_fusion_options_match_reference_semantics(options, tmp_path):
         expected, probs = ref.ref_fusion(document["config"], fusion_w, refs, h, x, ln)
         for implementation in ("fast", "reference"):
             model.set_fusion_implementation(implementation)
-            site.recorder = {}
-            got = site(hidden, x)  # called as BertLayer calls its output sub-layer
+            with model.recording_fusion_attentions() as recorder:
+                got = site(hidden, x)  # called as BertLayer calls its output sub-layer
             assert_close(got, expected)
-            assert_close(site.recorder[(1, "output")], probs)
-            site.recorder = None
+            assert_close(recorder[(1, "output")], probs)
 
 
 # ---- safety ------------------------------------------------------------------------------------------
