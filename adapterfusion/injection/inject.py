@@ -1,0 +1,123 @@
+"""Putting AdapterSites into an encoder and pieces into an AdaptedModel, and taking them out again (PEFT's
+BaseTuner.inject_adapter / delete_adapter). The model keeps the registries (`adapter_configs`, `fusion_setups`,
+`heads`); these functions are the only writers besides its delete_* methods, which also change what runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from torch import nn
+
+from adapterfusion._validation import check_bool, check_piece_name
+from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.errors import ConfigError
+from adapterfusion.fusion.config import FusionSetup
+from adapterfusion.heads.config import HeadConfig
+from adapterfusion.heads.module import PredictionHead
+from adapterfusion.injection.architectures import get_submodule
+from adapterfusion.injection.runtime import ForwardRuntime
+from adapterfusion.injection.site import AdapterSite
+from adapterfusion.injection.unloaded import UnloadedSites, check_wrapped
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+
+def inject_sites(model: AdaptedModel, runtime: ForwardRuntime) -> list[AdapterSite]:
+    """Replace each insertion site of each encoder layer with an AdapterSite reading `runtime`; layer order."""
+    sites = []
+    for index, layer in enumerate(model.encoder_layers()):
+        for position in ("attention", "output"):
+            spec = model.architecture.site(position)
+            parent_path, _, attribute = spec.path.rpartition(".")
+            parent = get_submodule(layer, parent_path) if parent_path else layer
+            layer_norm = get_submodule(layer, spec.layer_norm) if spec.layer_norm else None
+            site = AdapterSite(getattr(parent, attribute), spec, index, position, layer_norm, runtime)
+            setattr(parent, attribute, site)
+            sites.append(site)
+    return sites
+
+
+def unload_sites(model: AdaptedModel) -> UnloadedSites:
+    """Put every original sub-module back; the sites list that replaces the model's refuses every later use."""
+    layers = model.encoder_layers()
+    for site in model.sites:
+        parent_path, _, attribute = site.spec.path.rpartition(".")
+        layer = layers[site.layer_index]
+        parent = get_submodule(layer, parent_path) if parent_path else layer
+        setattr(parent, attribute, site.unwrap())
+    return UnloadedSites()
+
+
+def attach_adapter(
+    model: AdaptedModel, name: str, config: AdapterConfig, modules: Mapping[AdapterSite, nn.Module], overwrite: bool
+) -> None:
+    """Register adapter `name`, built per site by adapters/placement.py, replacing one with overwrite=True."""
+    _refuse_existing(model, "adapter", name, overwrite)
+    for site, module in modules.items():
+        site.adapters[name] = module
+    model.adapter_configs[name] = config
+
+
+def attach_fusion(
+    model: AdaptedModel, name: str, setup: FusionSetup, modules: Mapping[AdapterSite, nn.Module], overwrite: bool
+) -> None:
+    """Register fusion `name`, built per site by fusion/placement.py, replacing one with overwrite=True."""
+    _refuse_existing(model, "fusion", name, overwrite)
+    for site, module in modules.items():
+        site.fusions[name] = module
+    model.fusion_setups[name] = setup
+
+
+def build_head(model: AdaptedModel, name: str, config: HeadConfig, overwrite: bool) -> PredictionHead:
+    """Check the name and config and build the head on the encoder's device and dtype (so weights loaded into it
+    keep their precision), without touching the model yet."""
+    check_wrapped(model.sites)
+    check_piece_name(name, "head")
+    if not isinstance(config, HeadConfig):
+        raise ConfigError(
+            f"head {name!r}: expected a head config such as af.ClassificationHead(num_labels=2), "
+            f"got {type(config).__name__}"
+        )
+    if name in model.heads and not check_bool(overwrite, "overwrite"):
+        raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
+    reference = next(model.model.parameters())
+    return PredictionHead(config, model.hidden_size).to(device=reference.device, dtype=reference.dtype)
+
+
+def attach_head(model: AdaptedModel, name: str, head: PredictionHead) -> PredictionHead:
+    """Register head `name` (build_head made it), in the model's train/eval mode."""
+    model.heads[name] = head.train(model.training)
+    return head
+
+
+def remove_adapter(model: AdaptedModel, name: str) -> None:
+    """Take adapter `name` out of its sites and the registry (refused while a fusion uses it)."""
+    model.require("adapter", name)
+    users = [fusion for fusion, setup in model.fusion_setups.items() if name in setup.adapters]
+    if users:
+        raise ConfigError(f"adapter {name!r} is used by fusion(s) {users}; delete those fusions first")
+    for site in model.sites_with_adapter(name):
+        del site.adapters[name]
+    del model.adapter_configs[name]
+
+
+def remove_fusion(model: AdaptedModel, name: str) -> None:
+    """Take fusion `name` out of its sites and the registry."""
+    model.require("fusion", name)
+    for site in model.sites_with_fusion(name):
+        del site.fusions[name]
+    del model.fusion_setups[name]
+
+
+def _refuse_existing(model: AdaptedModel, kind: str, name: str, overwrite: bool) -> None:
+    """Refuse a name already loaded, or with overwrite=True delete the loaded piece (model.delete_*)."""
+    if name in (model.adapter_configs if kind == "adapter" else model.fusion_setups):
+        if not check_bool(overwrite, "overwrite"):
+            article = "an" if kind == "adapter" else "a"
+            raise ConfigError(
+                f"{article} {kind} named {name!r} already exists; delete_{kind}({name!r}) or pass overwrite=True"
+            )
+        (model.delete_adapter if kind == "adapter" else model.delete_fusion)(name)

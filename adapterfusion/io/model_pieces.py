@@ -1,0 +1,163 @@
+"""An AdaptedModel's pieces in and out, as PEFT's utils/save_and_load.py is for a PeftModel.
+
+`export_piece` reads an adapter, fusion or head out of the model as a Piece (piece.py: its config and tensors, no
+modules); `install_piece` checks a Piece on modules built on the side and only then adds it. `save_piece` and
+`load_piece` hand Pieces to and from a folder (ours or AdapterHub's, io/formats.py), which sees the encoder only
+through `layout(model)`. AdaptedModel's export_piece, install_piece, save_* and load_* call these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from adapterfusion._validation import check_choice, naming_file
+from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.adapters.placement import adapter_modules
+from adapterfusion.errors import NameNotFoundError, SerializationError
+from adapterfusion.fusion.config import FusionConfig, FusionSetup
+from adapterfusion.fusion.placement import fusion_modules
+from adapterfusion.heads.config import HeadConfig, check_head_labels
+from adapterfusion.injection import inject
+from adapterfusion.injection.site import AdapterSite
+from adapterfusion.io.formats import read_piece, write_piece
+from adapterfusion.io.pieces import check_weights
+from adapterfusion.io.setup import piece_source
+from adapterfusion.piece import PIECE_KINDS, EncoderLayout, Piece, by_site, param_key
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+
+def layout(model: AdaptedModel) -> EncoderLayout:
+    """What a file format may know of the model's encoder: fingerprint, where each site is, its HF config and each
+    site's pretrained LayerNorm (for formats that store weights by module path)."""
+    architecture = model.architecture
+    return EncoderLayout(
+        fingerprint=model.fingerprint,
+        architecture=architecture,
+        site_paths={site.key: f"{architecture.layers}.{site.layer_index}.{site.spec.path}" for site in model.sites},
+        base_model_prefix=str(getattr(model.model, "base_model_prefix", "") or ""),
+        base_model_class=type(model.model.base_model).__name__,
+        config=model.model.config,
+        pretrained_layer_norms={
+            site.key: norm.state_dict() if (norm := site.pretrained_layer_norm) is not None else {}
+            for site in model.sites
+        },
+    )
+
+
+def export_piece(model: AdaptedModel, kind: str, name: str) -> Piece:
+    """Adapter, fusion or head `name` as a Piece (its config and tensors, no modules), for a format to write."""
+    check_choice(kind, PIECE_KINDS, "piece kind")
+    model.require(kind, name)
+    if kind == "head":
+        head = model.get_head(name)
+        return Piece("head", name, head.config, head.state_dict())
+    if kind == "adapter":
+        modules = {site: site.adapters[name] for site in model.sites_with_adapter(name)}
+    else:
+        modules = {site: site.fusions[name] for site in model.sites_with_fusion(name)}
+    tensors = {
+        param_key(site.key, key): value
+        for site, module in modules.items()
+        for key, value in module.state_dict().items()
+    }
+    if kind == "adapter":
+        return Piece("adapter", name, model.adapter_configs[name], tensors)
+    setup = model.fusion_setup(name)
+    return Piece("fusion", name, setup.config, tensors, setup.adapters)
+
+
+def install_piece(
+    model: AdaptedModel, piece: Piece, overwrite: bool = False, labels: Sequence[str] | None = None
+) -> str:
+    """Add `piece` to the model (replacing one of that name with overwrite=True); returns its name. Everything is
+    checked on modules built on the side, so a bad piece never replaces or half-adds anything. `labels` (heads only,
+    e.g. a task's label_names): refuse a head saved for another label set. A fusion's adapters must be loaded first."""
+    with naming_file(piece.blame) if piece.blame is not None else contextlib.nullcontext():
+        if piece.kind == "head":
+            assert isinstance(piece.config, HeadConfig)
+            check_head_labels(piece.config, labels, piece.source)
+            check_weights(piece.tensors, piece.source)
+            head = inject.build_head(model, piece.name, piece.config, overwrite)
+            _load_state(head, dict(piece.tensors), piece.source)
+            inject.attach_head(model, piece.name, head)
+        elif piece.kind == "adapter":
+            assert isinstance(piece.config, AdapterConfig)
+            check_weights(piece.tensors, piece.source)
+            modules = adapter_modules(model.sites, piece.name, piece.config, model.num_layers, model.hidden_size)
+            _load_site_tensors(piece, modules)
+            inject.attach_adapter(model, piece.name, piece.config, modules, overwrite)
+        else:
+            assert isinstance(piece.config, FusionConfig)
+            missing = [a for a in piece.adapters if a not in model.adapter_configs]
+            if missing:
+                raise NameNotFoundError(
+                    f"the fusion in {piece.source} fuses adapters {list(piece.adapters)}, of which {missing} are "
+                    "not loaded; load_adapter() each of them first"
+                )
+            check_weights(piece.tensors, piece.source)
+            modules = fusion_modules(
+                model.sites, piece.name, piece.adapters, piece.config, model.adapter_configs, model.hidden_size
+            )
+            _load_site_tensors(piece, modules)
+            inject.attach_fusion(model, piece.name, FusionSetup(piece.config, piece.adapters), modules, overwrite)
+    return piece.name
+
+
+def save_piece(model: AdaptedModel, kind: str, name: str, directory: str | Path) -> Path:
+    """Write the model's `kind` `name` into `directory` (io/formats.py write_piece)."""
+    return write_piece(export_piece(model, kind, name), directory, layout(model))
+
+
+def load_piece(
+    model: AdaptedModel,
+    kind: str,
+    source: str | Path,
+    name: str | None = None,
+    overwrite: bool = False,
+    labels: Sequence[str] | None = None,
+) -> str:
+    """Install the `kind` piece in `source` (a folder in either format, a saved setup holding one piece of that kind,
+    or a Hub id of either: io/setup.py piece_source), named `name` if given; returns its name."""
+    piece = read_piece(piece_source(source, kind), kind, layout(model))
+    return install_piece(model, piece.renamed(name), overwrite, labels)
+
+
+def _load_site_tensors(piece: Piece, modules: Mapping[AdapterSite, nn.Module]) -> None:
+    per_site = by_site(piece.tensors)
+    stray = sorted(set(per_site) - {site.key for site in modules})
+    if stray:
+        raise SerializationError(
+            f"{piece.source}: weights for sites this encoder's config does not place ({stray[:5]})"
+        )
+    for site, module in modules.items():
+        _load_state(module, per_site.get(site.key, {}), piece.source)
+
+
+def _load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str | Path) -> None:
+    own = module.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
+    if missing or unexpected or wrong:
+        detail = "; ".join(
+            part
+            for part in (
+                f"missing {missing[:5]}" if missing else "",
+                f"unexpected {unexpected[:5]}" if unexpected else "",
+                "wrong shapes "
+                + ", ".join(f"{k}: saved {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:5])
+                if wrong
+                else "",
+            )
+            if part
+        )
+        raise SerializationError(f"{source}: weights do not match the saved config ({detail})")
+    module.load_state_dict(state)

@@ -1,0 +1,71 @@
+"""What trains: each call freezes every parameter of an AdaptedModel, then unfreezes one piece (with its head, and the
+encoder where the setup trains it) and activates what it trains. AdaptedModel.train_adapter, train_fusion and
+train_head are these (training/setups.py picks one per setup), and parameter_report counts what trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from torch import nn
+
+from adapterfusion.parameters import ParameterReport, build_parameter_report
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+
+def train_adapter(model: AdaptedModel, name: str, head: str | None = None, train_encoder: bool = False) -> None:
+    """Freeze everything but adapter `name` (with its own LayerNorm copies, for Houlsby) and its head. The head
+    defaults to the one named like the adapter, else the active head. train_encoder=True also trains the encoder
+    (MT-A, Stickland & Murray 2019)."""
+    model.require("adapter", name)
+    head = _default_head(model, head, name, model.active_head)
+    model.activate(adapter=name, head=head, skip_layers=model.skip_layers)
+    trainable = model.adapter_parameters(name) + (model.encoder_parameters() if train_encoder else [])
+    _set_trainable(model, trainable + _head_parameters(model, head))
+
+
+def train_fusion(model: AdaptedModel, name: str, head: str | None = None) -> None:
+    """Freeze the encoder and all adapters; train the fusion's Q/K/V and the head (explicit, else the one named like
+    the fusion, else the active head)."""
+    model.require("fusion", name)
+    head = _default_head(model, head, name, model.active_head)
+    model.activate(fusion=name, head=head, skip_layers=model.skip_layers)
+    _set_trainable(model, model.fusion_parameters(name) + _head_parameters(model, head))
+
+
+def train_head(model: AdaptedModel, name: str, train_encoder: bool = False) -> None:
+    """The 'Head' baseline (frozen encoder) or, with train_encoder=True, full fine-tuning. Keeps the active adapter or
+    fusion running but frozen."""
+    model.require("head", name)
+    model.activate(adapter=model.active_adapter, fusion=model.active_fusion, head=name, skip_layers=model.skip_layers)
+    _set_trainable(model, _head_parameters(model, name) + (model.encoder_parameters() if train_encoder else []))
+
+
+def parameter_report(model: AdaptedModel) -> ParameterReport:
+    """Total and trainable parameters of the encoder and of every adapter, fusion and head."""
+    pieces = (
+        [(name, "adapter", model.adapter_parameters(name)) for name in model.adapter_names]
+        + [(name, "fusion", model.fusion_parameters(name)) for name in model.fusion_names]
+        + [(name, "head", list(model.heads[name].parameters())) for name in model.head_names]
+    )
+    return build_parameter_report(model.encoder_parameters(), pieces)
+
+
+def _set_trainable(model: AdaptedModel, parameters: Iterable[nn.Parameter]) -> None:
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    for parameter in parameters:
+        parameter.requires_grad_(True)
+
+
+def _head_parameters(model: AdaptedModel, head: str | None) -> list[nn.Parameter]:
+    return list(model.heads[head].parameters()) if head else []
+
+
+def _default_head(model: AdaptedModel, explicit: str | None, *candidates: str | None) -> str | None:
+    if explicit is not None:
+        return explicit
+    return next((c for c in candidates if c is not None and c in model.heads), None)
