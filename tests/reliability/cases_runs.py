@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,19 @@ from catalogue import Action, BadInput, a_file, cli, experiment
 from task_data import DATA_DIR
 
 B = BadInput
+
+
+def _rte_fusion_with_sources(*sources: str) -> Callable[[Path], Action]:
+    """train('rte', 'fusion-st-a') fusing `sources`, into the case's folder."""
+    return lambda folder: (
+        lambda: af.training.train(
+            "rte",
+            "fusion-st-a",
+            output_dir=folder / "runs",
+            store=folder / "store",
+            setup_options={"sources": list(sources)},
+        )
+    )
 
 
 def _train_adapter_with_data_dir_file(folder: Path) -> Action:
@@ -257,15 +271,7 @@ CASES: tuple[BadInput, ...] = (
         "train('rte', 'fusion-st-a', setup_options={'sources': ['cb', 'cb']}) (was accepted)",
         TrainingError,
         ("['cb']", "more than once"),
-        lambda folder: (
-            lambda: af.training.train(
-                "rte",
-                "fusion-st-a",
-                output_dir=folder / "runs",
-                store=folder / "store",
-                setup_options={"sources": ["cb", "cb"]},
-            )
-        ),
+        _rte_fusion_with_sources("cb", "cb"),
     ),
     B(
         "train-fusion-unknown-source",
@@ -273,15 +279,7 @@ CASES: tuple[BadInput, ...] = (
         "train('rte', 'fusion-st-a', setup_options={'sources': ['mnlii']}) (was told to train it first)",
         TaskError,
         ("unknown task 'mnlii'", "Did you mean 'mnli'?", "Known tasks"),
-        lambda folder: (
-            lambda: af.training.train(
-                "rte",
-                "fusion-st-a",
-                output_dir=folder / "runs",
-                store=folder / "store",
-                setup_options={"sources": ["mnlii"]},
-            )
-        ),
+        _rte_fusion_with_sources("mnlii"),
     ),
     B(
         "fuse-unknown-source",
