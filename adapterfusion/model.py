@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -39,8 +38,7 @@ from adapterfusion.injection.runtime import ForwardRuntime, Recorder
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.injection.state import ActiveState, checked, with_routes
 from adapterfusion.injection.unloaded import check_wrapped
-from adapterfusion.io import model_pieces
-from adapterfusion.io.setup import load_setup, push_setup, save_setup
+from adapterfusion.io import model_pieces, setup
 from adapterfusion.piece import PIECE_KINDS, EncoderFingerprint
 
 
@@ -391,88 +389,18 @@ class AdaptedModel(nn.Module):
     export_piece = model_pieces.export_piece
     install_piece = model_pieces.install_piece
 
-    def fusion_state_dict(self, name: str) -> dict[str, torch.Tensor]:
-        """Fusion `name`'s Q/K/V weights keyed `<site key>.<param>` (piece.py): the tensors of its Piece."""
-        return dict(self.export_piece("fusion", name).tensors)
-
-    def save_adapter(self, name: str, directory: str | Path) -> Path:
-        """Save adapter `name` into `directory` (adapter.safetensors + adapter_config.json, io/pieces.py)."""
-        return model_pieces.save_piece(self, "adapter", name, directory)
-
-    def load_adapter(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
-        """Load an adapter saved by save_adapter or by AdapterHub; returns its name (the saved one unless `name` is
-        given). `directory` may also be a saved setup holding one adapter, or a Hub id of either (io/setup.py)."""
-        return model_pieces.load_piece(self, "adapter", directory, name, overwrite)
-
-    def save_fusion(self, name: str, directory: str | Path) -> Path:
-        """Save fusion `name` (its Q/K/V at every site and the names of the adapters it fuses) into `directory`."""
-        return model_pieces.save_piece(self, "fusion", name, directory)
-
-    def load_fusion(self, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
-        """Load a fusion saved by save_fusion or AdapterHub (or a Hub id, as in load_adapter); the adapters it fuses
-        must be loaded first."""
-        return model_pieces.load_piece(self, "fusion", directory, name, overwrite)
-
-    def save_head(self, name: str, directory: str | Path) -> Path:
-        """Save head `name` into `directory` (head.safetensors + head_config.json)."""
-        return model_pieces.save_piece(self, "head", name, directory)
-
-    def load_head(
-        self,
-        directory: str | Path,
-        name: str | None = None,
-        overwrite: bool = False,
-        labels: Sequence[str] | None = None,
-    ) -> str:
-        """Load a head saved by save_head (or AdapterHub); with `labels` (e.g. a task's label_names), a head saved for
-        another label set is refused. `directory` may be a Hub id, as in load_adapter."""
-        return model_pieces.load_piece(self, "head", directory, name, overwrite, labels)
+    fusion_state_dict = model_pieces.fusion_state_dict
+    save_adapter = model_pieces.save_adapter
+    load_adapter = model_pieces.load_adapter
+    save_fusion = model_pieces.save_fusion
+    load_fusion = model_pieces.load_fusion
+    save_head = model_pieces.save_head
+    load_head = model_pieces.load_head
 
     # ---- whole setups, local or on the Hub (io/setup.py) ---------------------------------------------------
-    def save_pretrained(
-        self,
-        directory: str | Path,
-        *,
-        adapters: str | Sequence[str] | None = None,
-        fusions: str | Sequence[str] | None = None,
-        heads: str | Sequence[str] | None = None,
-        provenance: Mapping[str, Any] | None = None,
-    ) -> Path:
-        """Every piece (or the named ones, with the adapters of named fusions) and the active setup in one folder;
-        `provenance` maps a piece name to the run folder or store entry it was trained in, for its model card."""
-        return save_setup(self, directory, adapters, fusions, heads, provenance)
-
-    @classmethod
-    def from_pretrained(cls, base: nn.Module | str | Path, source: str | Path) -> AdaptedModel:
-        """`base` (a HuggingFace encoder, its folder or Hub id) with the setup save_pretrained or push_to_hub wrote
-        (a folder or a Hub id 'org/name[/subfolder]'): every piece, and the active setup as it was saved."""
-        return load_setup(cls, base, source)
-
-    def push_to_hub(
-        self,
-        repo_id: str,
-        *,
-        adapters: str | Sequence[str] | None = None,
-        fusions: str | Sequence[str] | None = None,
-        heads: str | Sequence[str] | None = None,
-        provenance: Mapping[str, Any] | None = None,
-        private: bool | None = None,
-        token: str | None = None,
-        commit_message: str | None = None,
-    ) -> str:
-        """save_pretrained into the Hub repo `repo_id` ('org/name[/subfolder]') with a generated model card; returns
-        the id that from_pretrained and load_adapter/load_fusion/load_head (with '/adapters/<name>' etc.) take."""
-        return push_setup(
-            self,
-            repo_id,
-            adapters,
-            fusions,
-            heads,
-            provenance,
-            private=private,
-            token=token,
-            commit_message=commit_message,
-        )
+    save_pretrained = setup.save_pretrained
+    from_pretrained = classmethod(setup.from_pretrained)
+    push_to_hub = setup.push_to_hub
 
 
 def wrap(model: nn.Module) -> AdaptedModel:

@@ -130,6 +130,51 @@ def load_piece(
     return install_piece(model, piece.renamed(name), overwrite, labels)
 
 
+# AdaptedModel's methods, one per kind: the public names of save_piece and load_piece.
+def save_adapter(model: AdaptedModel, name: str, directory: str | Path) -> Path:
+    """Save adapter `name` into `directory` (adapter.safetensors + adapter_config.json, io/pieces.py)."""
+    return save_piece(model, "adapter", name, directory)
+
+
+def load_adapter(model: AdaptedModel, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
+    """Load an adapter saved by save_adapter or by AdapterHub; returns its name (the saved one unless `name` is
+    given). `directory` may also be a saved setup holding one adapter, or a Hub id of either (io/setup.py)."""
+    return load_piece(model, "adapter", directory, name, overwrite)
+
+
+def save_fusion(model: AdaptedModel, name: str, directory: str | Path) -> Path:
+    """Save fusion `name` (its Q/K/V at every site and the names of the adapters it fuses) into `directory`."""
+    return save_piece(model, "fusion", name, directory)
+
+
+def load_fusion(model: AdaptedModel, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
+    """Load a fusion saved by save_fusion or AdapterHub (or a Hub id, as in load_adapter); the adapters it fuses
+    must be loaded first."""
+    return load_piece(model, "fusion", directory, name, overwrite)
+
+
+def save_head(model: AdaptedModel, name: str, directory: str | Path) -> Path:
+    """Save head `name` into `directory` (head.safetensors + head_config.json)."""
+    return save_piece(model, "head", name, directory)
+
+
+def load_head(
+    model: AdaptedModel,
+    directory: str | Path,
+    name: str | None = None,
+    overwrite: bool = False,
+    labels: Sequence[str] | None = None,
+) -> str:
+    """Load a head saved by save_head (or AdapterHub); with `labels` (e.g. a task's label_names), a head saved for
+    another label set is refused. `directory` may be a Hub id, as in load_adapter."""
+    return load_piece(model, "head", directory, name, overwrite, labels)
+
+
+def fusion_state_dict(model: AdaptedModel, name: str) -> dict[str, torch.Tensor]:
+    """Fusion `name`'s Q/K/V weights keyed `<site key>.<param>` (piece.py): the tensors of its Piece."""
+    return dict(export_piece(model, "fusion", name).tensors)
+
+
 def _load_site_tensors(piece: Piece, modules: Mapping[AdapterSite, nn.Module]) -> None:
     per_site = by_site(piece.tensors)
     stray = sorted(set(per_site) - {site.key for site in modules})

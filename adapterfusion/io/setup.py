@@ -119,18 +119,20 @@ class ActiveSetup:
 
 
 # ---- save ------------------------------------------------------------------------------------------------
-def save_setup(
+def save_pretrained(
     model: AdaptedModel,
     directory: str | os.PathLike,
+    *,
     adapters: Names = None,
     fusions: Names = None,
     heads: Names = None,
     provenance: Provenance = None,
 ) -> Path:
     """Every piece, or the named ones (with the adapters of each named fusion), and the active setup restricted to
-    them; `provenance` maps a piece name to the run folder or store entry it came from (io/provenance.py). Onto a
-    setup saved before, our files are updated in place (each atomically) and the pieces it listed that are no
-    longer saved are removed; nothing else in the folder is touched."""
+    them, in one folder; `provenance` maps a piece name to the run folder or store entry it was trained in
+    (io/provenance.py), for its model card. Onto a setup saved before, our files are updated in place (each
+    atomically) and the pieces it listed that are no longer saved are removed; nothing else in the folder is
+    touched. AdaptedModel.save_pretrained."""
     directory = check_writable_folder(
         directory,
         "save_pretrained: the folder",
@@ -239,11 +241,13 @@ def read_index(folder: Path) -> dict[str, Any]:
     return index
 
 
-def load_setup(
+def from_pretrained(
     model_class: type[AdaptedModel], base: nn.Module | str | os.PathLike, source: str | os.PathLike
 ) -> AdaptedModel:
-    """`base` wrapped, with the pieces and active setup saved in `source` (a folder or a Hub id). On any error
-    the encoder is unwrapped again, so a failed load leaves a passed-in encoder as it was."""
+    """`base` (a HuggingFace encoder, its folder or Hub id) wrapped, with every piece and the active setup that
+    save_pretrained or push_to_hub wrote to `source` (a folder or a Hub id 'org/name[/subfolder]'). On any error
+    the encoder is unwrapped again, so a failed load leaves a passed-in encoder as it was.
+    AdaptedModel.from_pretrained (a classmethod)."""
     place = locate(source, "saved setup")
     folder = place if isinstance(place, Path) else _fetch_setup(place)
     index = read_index(folder)
@@ -257,7 +261,7 @@ def load_setup(
                 f"({index['base_model'].get('name_or_path') or 'unnamed'}); its adapters may not fit this encoder "
                 "(expected if you loaded the same encoder in another precision)",
                 BaseModelMismatchWarning,
-                stacklevel=3,
+                stacklevel=2,
             )
         for piece in index["pieces"]:
             kind, name = piece["kind"], piece["name"]
@@ -317,9 +321,10 @@ def _piece_in(folder: Path, kind: str, label: Callable[[str], str]) -> str:
 
 
 # ---- push ------------------------------------------------------------------------------------------------
-def push_setup(
+def push_to_hub(
     model: AdaptedModel,
     repo_id: str,
+    *,
     adapters: Names = None,
     fusions: Names = None,
     heads: Names = None,
@@ -328,8 +333,9 @@ def push_setup(
     token: str | None = None,
     commit_message: str | None = None,
 ) -> str:
-    """save_setup into Hub repo folder `repo_id` ('org/name' or 'org/name/subfolder') with a README.md model card;
-    returns the id that loads it back."""
+    """save_pretrained into Hub repo folder `repo_id` ('org/name' or 'org/name/subfolder') with a README.md model
+    card; returns the id that from_pretrained and load_adapter/load_fusion/load_head (with '/adapters/<name>' etc.)
+    take. AdaptedModel.push_to_hub."""
     ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
     if ref is None or "/" not in ref.repo_id:  # a bare name would land in the token's own namespace, not at `repo_id`
         raise ConfigError(
@@ -337,7 +343,9 @@ def push_setup(
             "organisation name first)"
         )
     with tempfile.TemporaryDirectory() as tmp:
-        folder = save_setup(model, Path(tmp) / "setup", adapters, fusions, heads, provenance)
+        folder = save_pretrained(
+            model, Path(tmp) / "setup", adapters=adapters, fusions=fusions, heads=heads, provenance=provenance
+        )
         index = read_index(folder)
         atomic_write_text(folder / CARD_FILE, render_model_card(folder, index, ref))
         listed = "; ".join(
