@@ -26,7 +26,7 @@ class BottleneckAdapter(nn.Module):
         hidden_size: int,
         bottleneck_size: int,
         config: AdapterConfig,
-        pretrained_layer_norm: nn.LayerNorm | None = None,
+        pretrained_layer_norm: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.config = config

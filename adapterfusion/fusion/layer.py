@@ -102,6 +102,7 @@ def fuse_reference(
     if layer.value is not None and config.value_before_softmax:
         values = [layer.value(v_n) for v_n in values]
     mixed = sum(probs[..., n : n + 1] * v_n for n, v_n in enumerate(values))
+    assert isinstance(mixed, torch.Tensor)  # not sum()'s 0 for no terms: stacking the scores needed N >= 1
     if layer.value is not None and not config.value_before_softmax:
         mixed = layer.value(mixed)
     if not config.residual_before:
@@ -197,19 +198,19 @@ def mix_layer_norms_reference(norms: Sequence[nn.Module], probs: torch.Tensor, u
 def mix_layer_norms_fast(norms: Sequence[nn.Module], probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """The same, normalising u once: LN_n(u) = γ_n ⊙ û + β_n is affine in (γ_n, β_n) and the s_n sum to one,
     so sum_n s_n LN_n(u) = (sum_n s_n γ_n) ⊙ û + sum_n s_n β_n."""
-    first = norms[0]
-    if not all(
-        isinstance(norm, nn.LayerNorm)
-        and norm.weight is not None
-        and norm.bias is not None
-        and norm.eps == first.eps
-        and norm.normalized_shape == first.normalized_shape
-        for norm in norms
+    affine = [
+        norm for norm in norms if isinstance(norm, nn.LayerNorm) and norm.weight is not None and norm.bias is not None
+    ]
+    first = affine[0] if affine else None
+    if (
+        first is None
+        or len(affine) < len(norms)
+        or any(norm.eps != first.eps or norm.normalized_shape != first.normalized_shape for norm in affine)
     ):
         return mix_layer_norms_reference(norms, probs, u)  # another LayerNorm class or mixed eps: no shortcut
     normalised = F.layer_norm(u, first.normalized_shape, eps=first.eps)
-    weight = probs @ torch.stack([norm.weight for norm in norms])
-    bias = probs @ torch.stack([norm.bias for norm in norms])
+    weight = probs @ torch.stack([norm.weight for norm in affine])
+    bias = probs @ torch.stack([norm.bias for norm in affine])
     return normalised * weight + bias
 
 
@@ -224,11 +225,14 @@ def _stacked_down(adapters: Sequence[BottleneckAdapter]) -> tuple[torch.Tensor, 
             torch.cat([a.down.bias for a in adapters], dim=0),
             None,
         )
-    if any(norm is None for norm in norms) or len({norm.eps for norm in norms}) > 1:
+    present = [norm for norm in norms if norm is not None]
+    if len(present) < len(norms) or len({norm.eps for norm in present}) > 1:
         return None
-    weight = torch.cat([a.down.weight * a.ln_before.weight for a in adapters], dim=0)
-    bias = torch.cat([a.down.bias + a.down.weight @ a.ln_before.bias for a in adapters], dim=0)
-    return weight, bias, norms[0].eps
+    weight = torch.cat([a.down.weight * norm.weight for a, norm in zip(adapters, present, strict=True)], dim=0)
+    bias = torch.cat(
+        [a.down.bias + a.down.weight @ norm.bias for a, norm in zip(adapters, present, strict=True)], dim=0
+    )
+    return weight, bias, present[0].eps
 
 
 def _bottleneck_activations(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, TypeVar, cast
 
 import torch
 from torch import nn
@@ -27,6 +27,8 @@ from adapterfusion.adapters.bottleneck import BottleneckAdapter, layer_norm_each
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.layer import (
+    FoldedFusion,
+    FusionLayer,
     fold_fusion,
     fuse_fast,
     fuse_reference,
@@ -45,6 +47,17 @@ class FusionImplementation(NamedTuple):
 
     fuse: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     mix_layer_norms: Callable[[Sequence[nn.Module], torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+class FuseOptions(TypedDict, total=False):
+    """The keyword arguments a site passes to `FusionImplementation.fuse` (`folded`: the fast one only)."""
+
+    temperature: float
+    keep: torch.Tensor | None
+    folded: FoldedFusion | None
 
 
 FUSION_IMPLEMENTATIONS: dict[str, FusionImplementation] = {
@@ -85,8 +98,8 @@ class AdapterSite(nn.Module):
         adapter or fusion if this site has it, and as a bool tensor and as indices (so a forward needs no device
         sync) the fused adapters a mask keeps."""
         self.state = state
-        self._adapter = state.adapter if state.adapter in self.adapters else None
-        self._fusion = state.fusion if state.fusion in self.fusions else None
+        self._adapter = state.adapter if state.adapter is not None and state.adapter in self.adapters else None
+        self._fusion = state.fusion if state.fusion is not None and state.fusion in self.fusions else None
         mask = state.fusion_masks.get(self._fusion) if self._fusion is not None else None
         kept = tuple(i for i, name in enumerate(state.fused) if name in mask) if mask is not None else None
         param = next(self.fusions[self._fusion].parameters(), None) if self._fusion is not None else None
@@ -104,6 +117,16 @@ class AdapterSite(nn.Module):
     def key(self) -> str:
         """This site's name in piece tensors, `layer.<i>.<position>` (piece.site_key)."""
         return site_key(self.layer_index, self.position)
+
+    def adapter(self, name: str) -> BottleneckAdapter:
+        """Adapter `name` at this site. The cast is only for mypy, to which a ModuleDict holds plain nn.Modules:
+        every adapter here was made by `build_adapter`."""
+        return cast(BottleneckAdapter, self.adapters[name])
+
+    def fusion(self, name: str) -> FusionLayer:
+        """Fusion `name` at this site. The cast is only for mypy, as in `adapter`: every fusion here is a
+        FusionLayer (fusion/placement.py)."""
+        return cast(FusionLayer, self.fusions[name])
 
     @property
     def pretrained_layer_norm(self) -> nn.Module | None:
@@ -137,7 +160,7 @@ class AdapterSite(nn.Module):
         )
         return self.match_base(adapter)
 
-    def match_base(self, module: nn.Module) -> nn.Module:
+    def match_base(self, module: ModuleT) -> ModuleT:
         reference = next(self.base_layer.parameters(), None)
         if reference is not None:
             module.to(device=reference.device, dtype=reference.dtype)
@@ -194,28 +217,30 @@ class AdapterSite(nn.Module):
     ) -> torch.Tensor:
         """`_adapt` with adapter n alone on h[n], r[n], for all n at once. Fused adapters share the placement
         options, so only the LayerNorm differs between slices: each adapter's own copy (Houlsby) or the site's."""
-        adapters = [self.adapters[name] for name in names]
+        adapters = [self.adapter(name) for name in names]
         config = adapters[0].config
-        norms = [
-            adapter.layer_norm if adapter.layer_norm is not None else self.pretrained_layer_norm for adapter in adapters
-        ]
+        if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to place or end with
+            return run_each(adapters, h, h)
+        r, site_norm = self._around(r, self.pretrained_layer_norm)
+        norms = [adapter.layer_norm if adapter.layer_norm is not None else site_norm for adapter in adapters]
         x, residual = self._placed(h, r, config, lambda u: layer_norm_each(norms, u))
         out = run_each(adapters, x, residual)
         if self._ends_with_layer_norm(config, apply_final_ln):
             out = layer_norm_each(norms, out + r)
         return out
 
+    def _around(self, r: torch.Tensor | None, layer_norm: nn.Module | None) -> tuple[torch.Tensor, nn.Module]:
+        """The residual input r and the LayerNorm around the sub-layer, which every kind of site but PRE_NORM has
+        (`forward` passes r, `inject_sites` or the base layer gives the LayerNorm)."""
+        assert r is not None and layer_norm is not None, f"{self.key}: no residual input or LayerNorm around it"
+        return r, layer_norm
+
     def _placed(
-        self,
-        h: torch.Tensor,
-        r: torch.Tensor | None,
-        config: AdapterConfig,
-        normalise: Callable[[torch.Tensor], torch.Tensor],
+        self, h: torch.Tensor, r: torch.Tensor, config: AdapterConfig, normalise: Callable[[torch.Tensor], torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The adapter's input x and its residual, as the module docstring's placement rules say; `normalise` is
-        the sub-layer's LayerNorm (or each slice's own, for _adapt_each)."""
-        if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to place
-            return h, h
+        """The adapter's input x and its residual, as the module docstring's placement rules say, at a site with a
+        LayerNorm around its sub-layer (at a PRE_NORM site both are h); `normalise` is that LayerNorm (or each
+        slice's own, for _adapt_each)."""
         x = normalise(h + r) if config.original_ln_before else h
         if config.residual_before_ln is True:
             return x, h
@@ -226,23 +251,27 @@ class AdapterSite(nn.Module):
 
     def _adapt(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
         fusion_name = self._fusion
-        names = self.state.fused if fusion_name is not None else (self._adapter,)
-        adapters = [self.adapters[name] for name in names]
+        names = self.state.fused if fusion_name is not None else self._adapter_names()
+        adapters = [self.adapter(name) for name in names]
         config = adapters[0].config
         layer_norm = self.pretrained_layer_norm
         if fusion_name is None and adapters[0].layer_norm is not None:
             layer_norm = adapters[0].layer_norm
 
-        x, residual = self._placed(h, r, config, layer_norm)
+        if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to place
+            x, residual = h, h
+        else:
+            r, layer_norm = self._around(r, layer_norm)
+            x, residual = self._placed(h, r, config, layer_norm)
 
         if fusion_name is None:
             out = adapters[0](x, residual)
         else:
-            fusion = self.fusions[fusion_name]
+            fusion = self.fusion(fusion_name)
             query = h if fusion.config.query_before_ln else x
             implementation = FUSION_IMPLEMENTATIONS[self.state.fusion_implementation]
             kept = self._kept_indices(len(adapters))
-            options = dict(temperature=fusion.config.temperature_at(self.state.fusion_step), keep=self._keep)
+            options = FuseOptions(temperature=fusion.config.temperature_at(self.state.fusion_step), keep=self._keep)
             if kept is not None:
                 # The fast path runs only the kept adapters: a masked-out adapter's softmax weight is exactly 0,
                 # so the fusion over the kept ones with the same Q/K/V is the masked fusion (fusion/subset.py).
@@ -256,6 +285,7 @@ class AdapterSite(nn.Module):
                 self._runtime.record(self.layer_index, self.position, weights)
 
         if self._ends_with_layer_norm(config, apply_final_ln):
+            r, layer_norm = self._around(r, layer_norm)
             if fusion_name is not None and any(adapter.layer_norm is not None for adapter in adapters):
                 # Each adapter ends with its own trained LayerNorm copy when alone: mix them by attention.
                 norms = [adapter.layer_norm if adapter.layer_norm is not None else layer_norm for adapter in adapters]
@@ -263,6 +293,11 @@ class AdapterSite(nn.Module):
             else:
                 out = layer_norm(out + r)
         return out
+
+    def _adapter_names(self) -> tuple[str]:
+        """The active adapter, as a one-name tuple, where no fusion runs (`is_active`: then an adapter does)."""
+        assert self._adapter is not None
+        return (self._adapter,)
 
     def _kept_indices(self, count: int) -> tuple[int, ...] | None:
         """The adapters the active fusion's mask keeps, when the fast path can run only those (None: run all)."""
