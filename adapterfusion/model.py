@@ -22,18 +22,17 @@ from transformers.utils import ModelOutput
 from adapterfusion import composition, trainable
 from adapterfusion._validation import check_choice, check_layers, require_loaded
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
-from adapterfusion.adapters.placement import adapter_modules
 from adapterfusion.encoders import check_wrappable
 from adapterfusion.errors import ConfigError
 from adapterfusion.forward_inputs import check_call
-from adapterfusion.fusion import controls as fusion_controls
 from adapterfusion.fusion.config import FusionConfig, FusionSetup, resolve_fusion_config
 from adapterfusion.fusion.layer import FusionLayer
-from adapterfusion.fusion.placement import fused_adapters, fusion_modules
 from adapterfusion.heads.config import HeadConfig
 from adapterfusion.heads.module import PredictionHead
+from adapterfusion.injection import controls as fusion_controls
 from adapterfusion.injection import inject
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
+from adapterfusion.injection.placement import adapter_modules, fused_adapters, fusion_modules
 from adapterfusion.injection.runtime import ForwardRuntime, Recorder
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.injection.state import ActiveState, checked, with_routes
@@ -65,7 +64,7 @@ class AdaptedModel(nn.Module):
 
     Pieces: add_*/delete_* (new), load_*/save_* (files, either format), install_piece/export_piece (Piece values),
     all three through io/model_pieces.py. What runs: activate / activated, set_fusion_mask, set_fusion_step,
-    set_fusion_implementation (fusion/controls.py); `state` holds it. What trains: train_adapter, train_fusion,
+    set_fusion_implementation (injection/controls.py); `state` holds it. What trains: train_adapter, train_fusion,
     train_head (trainable.py). Forward: `model(**inputs)`, or forward_parallel for every fused adapter alone and the
     fusion in one call (composition.py). Whole setups and the Hub: io/setup.py."""
 
@@ -215,7 +214,7 @@ class AdaptedModel(nn.Module):
         if self.active_head == name:
             self._set_state(dataclasses.replace(self._state, head=None))
 
-    # ---- what runs (injection/state.py, fusion/controls.py) -----------------------------------------
+    # ---- what runs (injection/state.py, injection/controls.py) -----------------------------------------
     @property
     def state(self) -> ActiveState:
         """What runs now, as one frozen value (every site holds the same one)."""

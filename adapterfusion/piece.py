@@ -5,8 +5,8 @@ pieces out of and into a model; io/pieces.py (our folders) and interop/adapterhu
 to pieces and back, knowing the encoder only through an `EncoderLayout`; io/formats.py picks the translator. So no
 format module imports the model, and the model knows no format.
 
-An adapter's or fusion's tensors are keyed `<site key>.<parameter>`, e.g. `layer.3.output.down.weight`; `site_key` is
-the one place that spells a site. A head's tensors are its PredictionHead's state dict.
+An adapter's or fusion's tensors are keyed `<site key>.<parameter>`, e.g. `layer.3.output.down.weight`; `site_key`
+(injection/architectures.py) is the one place that spells a site. A head's tensors are its PredictionHead's state dict.
 """
 
 from __future__ import annotations
@@ -27,11 +27,6 @@ from adapterfusion.heads.config import HeadConfig
 from adapterfusion.injection.architectures import ArchitectureSpec, SiteKind
 
 PIECE_KINDS = ("adapter", "fusion", "head")
-
-
-def site_key(layer: int, position: str) -> str:
-    """The name of the insertion site at `position` ('attention' or 'output') of layer `layer` in piece tensors."""
-    return f"layer.{layer}.{position}"
 
 
 def param_key(site: str, param: str) -> str:

@@ -100,7 +100,7 @@ class AdapterConfig:
         check_number(self.scaling, "scaling")
         check_choice(self.init, INITS, "init")
         check_positive(self.init_std, "init_std")
-        # Whether they leave any layer for the adapter depends on the encoder: adapters/placement.py checks that.
+        # Whether they leave any layer for the adapter depends on the encoder: injection/placement.py checks that.
         object.__setattr__(self, "leave_out", check_layers(self.leave_out, "leave_out"))
 
     # ---- presets -------------------------------------------------------------------------------------

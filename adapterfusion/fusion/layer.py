@@ -18,7 +18,7 @@ Nothing of shape [batch, seq, N, d] is ever built; per token the cost is about 3
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -212,6 +212,21 @@ def mix_layer_norms_fast(norms: Sequence[nn.Module], probs: torch.Tensor, u: tor
     weight = probs @ torch.stack([norm.weight for norm in affine])
     bias = probs @ torch.stack([norm.bias for norm in affine])
     return normalised * weight + bias
+
+
+class FusionImplementation(NamedTuple):
+    """One way to compute a fusion, literal or fast: `fuse` mixes the adapters' outputs; `mix_layer_norms` ends
+    the site when fused adapters carry their own LayerNorm copies (Houlsby)."""
+
+    fuse: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    mix_layer_norms: Callable[[Sequence[nn.Module], torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+# The fusion implementations by name (ActiveState.fusion_implementation): what a site runs for a fusion.
+FUSION_IMPLEMENTATIONS: dict[str, FusionImplementation] = {
+    "fast": FusionImplementation(fuse_fast, mix_layer_norms_fast),
+    "reference": FusionImplementation(fuse_reference, mix_layer_norms_reference),
+}
 
 
 def _stacked_down(adapters: Sequence[BottleneckAdapter]) -> tuple[torch.Tensor, torch.Tensor, float | None] | None:

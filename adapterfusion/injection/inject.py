@@ -54,7 +54,7 @@ def unload_sites(model: AdaptedModel) -> UnloadedSites:
 def attach_adapter(
     model: AdaptedModel, name: str, config: AdapterConfig, modules: Mapping[AdapterSite, nn.Module], overwrite: bool
 ) -> None:
-    """Register adapter `name`, built per site by adapters/placement.py, replacing one with overwrite=True."""
+    """Register adapter `name`, built per site by placement.py, replacing one with overwrite=True."""
     _refuse_existing(model, "adapter", name, overwrite)
     for site, module in modules.items():
         site.adapters[name] = module
@@ -64,7 +64,7 @@ def attach_adapter(
 def attach_fusion(
     model: AdaptedModel, name: str, setup: FusionSetup, modules: Mapping[AdapterSite, nn.Module], overwrite: bool
 ) -> None:
-    """Register fusion `name`, built per site by fusion/placement.py, replacing one with overwrite=True."""
+    """Register fusion `name`, built per site by placement.py, replacing one with overwrite=True."""
     _refuse_existing(model, "fusion", name, overwrite)
     for site, module in modules.items():
         site.fusions[name] = module

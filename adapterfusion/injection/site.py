@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, NamedTuple, TypedDict, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 import torch
 from torch import nn
@@ -26,28 +26,10 @@ from torch import nn
 from adapterfusion.adapters.bottleneck import BottleneckAdapter, layer_norm_each, run_each
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
-from adapterfusion.fusion.layer import (
-    FoldedFusion,
-    FusionLayer,
-    fold_fusion,
-    fuse_fast,
-    fuse_reference,
-    mix_layer_norms_fast,
-    mix_layer_norms_reference,
-)
-from adapterfusion.injection.architectures import SiteKind, SiteSpec
+from adapterfusion.fusion.layer import FUSION_IMPLEMENTATIONS, FoldedFusion, FusionLayer, fold_fusion
+from adapterfusion.injection.architectures import SiteKind, SiteSpec, site_key
 from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.state import ActiveState
-from adapterfusion.piece import site_key
-
-
-class FusionImplementation(NamedTuple):
-    """One way to compute a fusion, literal or fast: `fuse` mixes the adapters' outputs; `mix_layer_norms` ends
-    the site when fused adapters carry their own LayerNorm copies (Houlsby)."""
-
-    fuse: Callable[..., tuple[torch.Tensor, torch.Tensor]]
-    mix_layer_norms: Callable[[Sequence[nn.Module], torch.Tensor, torch.Tensor], torch.Tensor]
-
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
@@ -58,12 +40,6 @@ class FuseOptions(TypedDict, total=False):
     temperature: float
     keep: torch.Tensor | None
     folded: FoldedFusion | None
-
-
-FUSION_IMPLEMENTATIONS: dict[str, FusionImplementation] = {
-    "fast": FusionImplementation(fuse_fast, mix_layer_norms_fast),
-    "reference": FusionImplementation(fuse_reference, mix_layer_norms_reference),
-}
 
 
 class AdapterSite(nn.Module):
@@ -115,7 +91,7 @@ class AdapterSite(nn.Module):
     # ---- what the site offers ------------------------------------------------------------------------
     @property
     def key(self) -> str:
-        """This site's name in piece tensors, `layer.<i>.<position>` (piece.site_key)."""
+        """This site's name in piece tensors, `layer.<i>.<position>` (architectures.site_key)."""
         return site_key(self.layer_index, self.position)
 
     def adapter(self, name: str) -> BottleneckAdapter:
@@ -125,7 +101,7 @@ class AdapterSite(nn.Module):
 
     def fusion(self, name: str) -> FusionLayer:
         """Fusion `name` at this site. The cast is only for mypy, as in `adapter`: every fusion here is a
-        FusionLayer (fusion/placement.py)."""
+        FusionLayer (placement.py)."""
         return cast(FusionLayer, self.fusions[name])
 
     @property

@@ -18,12 +18,11 @@ from torch import nn
 
 from adapterfusion._validation import check_choice, naming_file
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.adapters.placement import adapter_modules
 from adapterfusion.errors import NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, FusionSetup
-from adapterfusion.fusion.placement import fusion_modules
 from adapterfusion.heads.config import HeadConfig, check_head_labels
 from adapterfusion.injection import inject
+from adapterfusion.injection.placement import adapter_modules, fusion_modules
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.formats import read_piece, write_piece
 from adapterfusion.io.pieces import check_weights

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModel
 
 import adapterfusion as af
+from adapterfusion.injection.architectures import site_key
 from adapterfusion.interop.adapterhub_config import (
     adapter_config_from_adapterhub,
     fusion_config_from_adapterhub,
@@ -20,7 +21,7 @@ from adapterfusion.interop.adapterhub_config import (
 )
 from adapterfusion.interop.adapterhub_files import FILES, read_weights
 from adapterfusion.io.formats import FORMATS, read_piece, write_piece
-from adapterfusion.piece import Piece, site_key
+from adapterfusion.piece import Piece
 from tiny_models import randomise, tiny_encoder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "bert"

@@ -1,4 +1,4 @@
-"""The fusion controls, as changes to what runs: each returns a new ActiveState (injection/state.py) that the model
+"""The fusion controls, as changes to what runs: each returns a new ActiveState (state.py) that the model
 hands to every site (`set_fusion_implementation`, `set_fusion_step`, `set_fusion_mask`), plus what the training loss
 adds for the active fusion (`regularization`, `value_trains`).
 """
@@ -11,8 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from adapterfusion._validation import check_choice
-from adapterfusion.fusion.layer import FusionLayer
-from adapterfusion.injection.site import FUSION_IMPLEMENTATIONS
+from adapterfusion.fusion.layer import FUSION_IMPLEMENTATIONS, FusionLayer
 from adapterfusion.injection.state import ActiveState, kept_adapters
 
 
