@@ -40,16 +40,16 @@ class SiteKind(str, Enum):
     PRE_NORM = "pre_norm"
 
 
-@dataclass(frozen=True)
-class SiteSpec:
-    kind: SiteKind
-    path: str  # relative to one encoder layer
 def site_key(layer: int, position: str) -> str:
     """The name of the insertion site at `position` ('attention' or 'output') of layer `layer`: the one spelling of
     a site in piece tensors and in AdapterSite.key."""
     return f"layer.{layer}.{position}"
 
 
+@dataclass(frozen=True)
+class SiteSpec:
+    kind: SiteKind
+    path: str  # relative to one encoder layer
     layer_norm: str | None = None  # PRE_RESIDUAL only: the parent's LayerNorm, relative to the layer
     dense: str = "dense"  # POST_LN_OUTPUT only: sub-module names inside the output module
     dropout: str = "dropout"
