@@ -140,6 +140,7 @@ def select_adapters(
     if keep is not None:
         chosen = set(ranked[:keep])
     else:
+        assert mass is not None  # check_criterion: exactly one of keep and mass
         target, running, chosen = mass * sum(activation.values()), 0.0, set()
         for name in ranked:
             chosen.add(name)

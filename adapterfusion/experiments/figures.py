@@ -132,6 +132,7 @@ def plot_fusion_attention(
     figure.suptitle(title, fontsize=10)
     figure.tight_layout(rect=(0, 0, 0.92, 0.97))
     colorbar_axis = figure.add_axes((0.94, 0.15, 0.015, 0.7))
+    assert image is not None  # a layer was drawn: with none, nrows above divides by zero
     figure.colorbar(image, cax=colorbar_axis, label="mean softmax weight")
     if any(np.isnan(grid).any() for grid in grids.values()):
         figure.text(0.46, 0.0, NOT_FUSED_NOTE, ha="center", va="top", fontsize=8)

@@ -128,6 +128,7 @@ def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> J
             training,
             store_variant=variant.id if variant.is_stage1 else None,
         )
+    assert variant.adapter_variant is not None  # load_spec gives every fusion variant the variant it fuses
     adapter = spec.variant(variant.adapter_variant)
     sources = spec.fusion[task]
     zoo = variant.options.get("zoo")
@@ -241,14 +242,3 @@ def topological_order(jobs: list[Job]) -> list[Job]:
             raise ExperimentSpecError(f"the jobs {[j.id for j in remaining]} depend on each other in a cycle")
         remaining = [job for job in remaining if job.id not in done]
     return ordered
-
-
-def dependents(jobs: list[Job], job_id_: str) -> list[str]:
-    """Ids of every job that needs `job_id_`, directly or through others."""
-    out: list[str] = []
-    frontier = {job_id_}
-    while frontier:
-        nxt = {j.id for j in jobs if frontier & set(j.depends_on) and j.id not in out}
-        out.extend(sorted(nxt))
-        frontier = nxt
-    return out

@@ -137,7 +137,7 @@ class SetupVariant:
         return self.options.get("adapter_setup", get_setup(self.setup).options["adapter_setup"])
 
     def to_dict(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "id": self.id,
             "setup": self.setup,
             "options": dict(self.options),
@@ -635,11 +635,11 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     description = data.get("description", "")
     if not isinstance(description, str):
         raise _fail("description", f"must be text, got {description!r}")
-    tasks = _string_list(data["tasks"], "tasks")
-    for i, task in enumerate(tasks):
+    task_list = _string_list(data["tasks"], "tasks")
+    for i, task in enumerate(task_list):
         _task_name(task, f"tasks[{i}]")
-    _no_duplicates(tasks, "tasks")
-    tasks = tuple(tasks)
+    _no_duplicates(task_list, "tasks")
+    tasks = tuple(task_list)
     global_training = data.get("training") or {}
     if not isinstance(global_training, Mapping):
         raise _fail("training", f"must be a mapping of TrainingConfig fields, got {global_training!r}")
@@ -670,6 +670,8 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         dup = next(x for x in ids if ids.count(x) > 1)
         raise _fail("setups", f"two fusion entries would both be called {dup!r}; give one of them an 'id'")
     output_dir = _resolve_path(data.get("output_dir", f"outputs/{name}"), "output_dir", base_dir)
+    if output_dir is None:
+        raise _fail("output_dir", f"must be a path (a string), got null; leave it out for outputs/{name}")
     task_training = _task_training(data.get("task_training"), tasks, variants)
     encoder = _encoder(data.get("encoder"), base_dir)
     variants = _resolve_poolings(variants, entries, encoder)

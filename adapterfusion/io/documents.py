@@ -9,6 +9,7 @@ import json
 import json.decoder
 import json.scanner
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,14 @@ def read_document(path: str | os.PathLike, error: Error = ConfigError) -> Any:
 
 
 # ---- JSON --------------------------------------------------------------------------------------------------
-_WHITESPACE = json.decoder.WHITESPACE.match
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace: json.decoder.WHITESPACE, which its stub lacks
+
+
+def _skip_whitespace(text: str, index: int) -> int:
+    """Where the first character after the whitespace at `index` is."""
+    match = _WHITESPACE.match(text, index)
+    assert match is not None  # `*` matches the empty string anywhere
+    return match.end()
 
 
 class _StrictJSONDecoder(json.JSONDecoder):
@@ -67,7 +75,8 @@ class _StrictJSONDecoder(json.JSONDecoder):
     def __init__(self) -> None:
         super().__init__()
         self.parse_object = _parse_object
-        self.scan_once = json.scanner.py_make_scanner(self)
+        # typeshed declares only json.scanner.make_scanner; py_make_scanner is the documented-in-source pure one.
+        self.scan_once = json.scanner.py_make_scanner(self)  # type: ignore[attr-defined]
 
 
 def _parse_object(
@@ -83,8 +92,8 @@ def _parse_object(
 
     def key_start(i: int) -> int:
         """Where the i-th key's opening quote is: after the '{' or after the ',' that ends the previous pair."""
-        index = _WHITESPACE(text, start if i == 0 else value_ends[i - 1]).end()
-        return index if i == 0 else _WHITESPACE(text, index + 1).end()
+        index = _skip_whitespace(text, start if i == 0 else value_ends[i - 1])
+        return index if i == 0 else _skip_whitespace(text, index + 1)
 
     def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: dict[str, str] = {}
@@ -95,7 +104,10 @@ def _parse_object(
             seen[key] = where
         return dict(pairs)
 
-    return json.decoder.JSONObject(s_and_end, strict, scan_value, object_hook, unique_pairs, memo)
+    # JSONObject is json.decoder's object parser, which typeshed does not declare.
+    return json.decoder.JSONObject(  # type: ignore[attr-defined]
+        s_and_end, strict, scan_value, object_hook, unique_pairs, memo
+    )
 
 
 def _parse_json(text: str, path: Path, error: Error) -> Any:

@@ -37,7 +37,7 @@ def describe_origin(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, 
 
 def _from_run(run_dir: Path) -> dict[str, Any]:
     config, metrics = (_object(run_dir / name) for name in RUN_FILES)
-    best = metrics.get("best") if isinstance(metrics.get("best"), Mapping) else {}
+    best = _mapping(metrics.get("best"))
     return _provenance(
         config,
         dev_metrics={k: v for k, v in best.items() if k not in _TIMINGS},
@@ -68,7 +68,7 @@ def _from_store_entry(entry_dir: Path) -> dict[str, Any]:
 
 def _provenance(record: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     """The public fields of a run config or zoo manifest record; missing values are left out."""
-    hardware = record.get("hardware") if isinstance(record.get("hardware"), Mapping) else {}
+    hardware = _mapping(record.get("hardware"))
     fields = {
         key: record.get(key)
         for key in ("task", "setup", "setup_options", "seed", "training", "git_sha", "library_version")
@@ -81,7 +81,7 @@ def _data_summary(data: Any) -> dict[str, Any] | None:
     """Source, seed, carve-out and rows per split of a run's data info (its local file paths left out)."""
     if not isinstance(data, Mapping):
         return None
-    splits = data.get("splits") if isinstance(data.get("splits"), Mapping) else {}
+    splits = _mapping(data.get("splits"))
     summary = {
         "source": data.get("source"),
         "seed": data.get("seed"),
@@ -89,6 +89,11 @@ def _data_summary(data: Any) -> dict[str, Any] | None:
         "rows": {name: split.get("num_rows") for name, split in splits.items() if isinstance(split, Mapping)},
     }
     return {key: value for key, value in summary.items() if value not in (None, {})}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a mapping, else an empty one: a missing or malformed section reads as empty."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _object(path: Path) -> dict[str, Any]:

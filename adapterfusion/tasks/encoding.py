@@ -108,7 +108,10 @@ def _tokenize(tokenizer, first: list[str], second: list[str] | None, max_length:
 def _encode_batch(batch: Mapping[str, list], spec: TaskSpec, tokenizer, max_length: int) -> dict[str, list]:
     first, second = segments(batch, spec)
     encoded, flags = _tokenize(tokenizer, first, second, max_length)
-    group = spec.num_choices if spec.is_multiple_choice else 1
+    group = 1
+    if spec.is_multiple_choice:
+        assert spec.num_choices is not None  # TaskSpec sets it for every multiple-choice task
+        group = spec.num_choices
     if group == 1:
         return {**encoded, TRUNCATED_COLUMN: flags}
     grouped = {key: [values[i : i + group] for i in range(0, len(values), group)] for key, values in encoded.items()}

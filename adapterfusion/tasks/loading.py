@@ -182,6 +182,7 @@ def _carve(splits: dict[str, Any], origins: dict[str, SplitOrigin], fraction: fl
     """Make missing train/validation splits from what exists, in place; None when nothing was missing."""
     if "train" in splits and "validation" in splits:
         return None
+    carved: tuple[str, ...]
     if "train" in splits:
         source_role, carved = "train", ("validation",)
     else:

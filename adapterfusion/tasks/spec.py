@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +125,7 @@ class TaskSpec:
                 raise self._fail(f"{name}={value!r} must be a list of {kinds}.")
             object.__setattr__(self, name, tuple(value))
         files = self.data_files
+        pairs: Iterable[tuple[Any, Any]]  # a mapping or pairs from JSON/YAML, made a tuple of str pairs here
         if isinstance(files, Mapping):
             pairs = files.items()
         elif isinstance(files, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in files):

@@ -78,7 +78,7 @@ def zoo_seed(store: AdapterStore, encoder: str, task: str, setup: str = ZOO_SETU
         return seeds[0]
     if not seeds:
         held = sorted({e["task"] for e in store.entries() if e.get("encoder_key") == encoder_key(encoder)})
-        encoders = sorted({e.get("encoder_key") for e in store.entries()})
+        encoders = sorted({key for e in store.entries() if (key := e.get("encoder_key")) is not None})
         where = (
             f"it has {held} for this encoder"
             if held
