@@ -60,24 +60,6 @@ _REFUSED = {
     "cross_adapter": "cross-attention adapters",
     "inv_adapter": "invertible embedding adapters",
 }
-# Only act while training (dropout, DropPath) or at initialisation; the loaded weights make them moot.
-_TRAINING_ONLY = {"dropout", "stochastic_depth", "init_weights", "init_weights_seed"}
-# PHM knobs matter only with phm_layer=True, which is refused.
-_PHM_KNOBS = {
-    "factorized_phm_W",
-    "factorized_phm_rule",
-    "hypercomplex_nonlinearity",
-    "learn_phm",
-    "phm_bias",
-    "phm_c_init",
-    "phm_dim",
-    "phm_init_range",
-    "phm_rank",
-    "shared_W_phm",
-    "shared_phm_rule",
-    "inv_adapter_reduction_factor",
-}
-
 # adapters resolves names with transformers' get_activation(name.lower()), except "leakyrelu".
 _NON_LINEARITY_IN = {
     "relu": "relu",

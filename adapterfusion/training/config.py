@@ -16,11 +16,9 @@ warm-up (Houlsby et al. 2019), early stopping on the task's first dev metric.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from adapterfusion._validation import versioned_fields
@@ -168,20 +166,6 @@ class TrainingConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainingConfig:
         return cls(**versioned_fields(data, cls, TRAINING_CONFIG_FORMAT_VERSION, "training config"))
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text_or_path: str | Path) -> TrainingConfig:
-        """Parse JSON text, or read it from a file path."""
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            text = Path(text_or_path).read_text(encoding="utf-8")
-        try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"training config is not valid JSON: {err}") from err
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig))

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from adapterfusion.errors import ConfigError
@@ -7,7 +9,7 @@ from adapterfusion.training import TrainingConfig
 def test_round_trip_and_paper_defaults():
     config = TrainingConfig.for_setup("fusion-st-a", max_steps=7)
     assert (config.learning_rate, config.epochs, config.batch_size, config.warmup_ratio) == (5e-5, 10, 32, 0.1)
-    assert TrainingConfig.from_json(config.to_json()) == config
+    assert TrainingConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
     assert config.to_dict()["format_version"] == 1
     assert TrainingConfig.for_setup("st-a").learning_rate == 1e-4
     assert TrainingConfig.for_setup("full").learning_rate == 2e-5
