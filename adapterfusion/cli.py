@@ -268,7 +268,7 @@ def _training_overrides(args: argparse.Namespace) -> dict:
 
 
 def _print_result(result) -> None:
-    from adapterfusion.training.trainer import is_main_process
+    from adapterfusion.training.hardware import is_main_process
 
     if not is_main_process():  # the other ranks of a torchrun launch trained the same run; rank 0 reports it
         return

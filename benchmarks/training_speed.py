@@ -13,8 +13,9 @@ each round, one pass over `--examples` examples in a seeded random order that al
 same examples through HF's LengthGroupedSampler, as TrainingConfig.group_by_length does. The first round is a
 warm-up (torch.compile compiles there; its time is shown), the table gives the median of the other rounds.
 Each mode sets what the Trainer would: bf16 = torch.autocast("cpu", bfloat16); checkpointing = the encoder's HF
-gradient checkpointing (training.trainer.checkpointed_activations); compile = torch.compile(model); fast-dropout =
-training.fast_dropout around the step (the Trainer's default, TrainingConfig.fast_dropout; fp32 runs without it).
+gradient checkpointing (training.gradient_checkpointing.checkpointed_activations); compile = torch.compile(model);
+fast-dropout = training.fast_dropout around the step (the Trainer's default, TrainingConfig.fast_dropout; fp32 runs
+without it).
 
 --jobs then runs one whole `train()` ST-A job per mode and `--job-seeds` seed (seeds one after another, the modes
 alternating within each seed) and prints per mode the mean wall time and the dev accuracy over the seeds.
@@ -45,8 +46,10 @@ from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.training.fast_dropout import fast_dropout
+from adapterfusion.training.gradient_checkpointing import checkpointed_activations
+from adapterfusion.training.hardware import compile_problem
+from adapterfusion.training.optimizer import parameter_groups
 from adapterfusion.training.setups import SetupContext, get_setup
-from adapterfusion.training.trainer import checkpointed_activations, compile_problem, parameter_groups
 
 # The default modes; --modes takes any "+"-joined combination of SWITCH_CONFIG's switches.
 MODES = (

@@ -10,9 +10,11 @@ and `train_multitask()` for MT-A (all tasks in one run, annealed task sampling; 
 """
 
 from adapterfusion.training.api import RunResult, train
+from adapterfusion.training.callbacks import FusionStepCallback
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunFileError, RunQualityWarning, SlowPrecisionWarning, TrainingError
 from adapterfusion.training.multitask import MultiTaskResult, train_multitask
+from adapterfusion.training.optimizer import fusion_value_parameters, parameter_groups
 from adapterfusion.training.run import run_dir_for
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler, annealed_alpha, sampling_probabilities
 from adapterfusion.training.setups import (
@@ -26,7 +28,7 @@ from adapterfusion.training.setups import (
     register_setup,
 )
 from adapterfusion.training.store import AdapterStore, encoder_key
-from adapterfusion.training.trainer import AdaptedTrainer, FusionStepCallback, fusion_value_parameters, parameter_groups
+from adapterfusion.training.trainer import AdaptedTrainer
 
 __all__ = [
     "SETUPS",

@@ -8,7 +8,6 @@ checkpoints/ and are removed after a successful run unless TrainingConfig.keep_c
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -31,12 +30,14 @@ from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.adapter_subsets import AdapterSubsetCallback
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
+from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
+from adapterfusion.training.hardware import check_precision, is_main_process, training_device
+from adapterfusion.training.loop import fit, resolve_metric, single_task_data
+from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, jsonable, save_encoder, training_config_for
-from adapterfusion.training.run_files import CONFIG_FILE, read_json
 from adapterfusion.training.run_state import claimed_run
 from adapterfusion.training.setups import SetupContext, check_source_runs, get_setup
 from adapterfusion.training.store import AdapterStore, as_store, encoder_key
-from adapterfusion.training.trainer import check_precision, fit, is_main_process, resolve_metric, resumable_checkpoint
 
 
 @dataclass
@@ -133,11 +134,7 @@ def train(
         run.write_config(run_config)
 
         if plan.head_only and config.cache_features:  # the frozen encoder runs once, not once per epoch
-            import torch
-
-            from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
-
-            model.to("cuda" if torch.cuda.is_available() else "cpu")
+            model.to(training_device())
             cached = cached_head_training_set(
                 model,
                 plan.head,
@@ -145,36 +142,25 @@ def train(
                 tokenizer,
                 config.eval_batch_size or config.batch_size,
             )
-            trainer, outcome = fit(
-                HeadOnFeatures(model.heads[plan.head]),
-                spec,
-                cached["train"],
-                cached["validation"],
-                tokenizer,
-                config,
-                run_dir / "checkpoints",
-                progress_dir=run_dir,
-                collator=stack_features,
-                resume_from=resume_from,
-            )
+            trained: Any = HeadOnFeatures(model.heads[plan.head])
+            data = single_task_data(spec, cached["train"], cached["validation"], tokenizer, config, stack_features)
         else:
-            subsets = (
-                []
-                if plan.adapter_subset is None
-                else [AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, [plan.head], seed)]
-            )
-            trainer, outcome = fit(
-                model,
-                spec,
-                encoded["train"],
-                encoded["validation"],
-                tokenizer,
-                config,
-                run_dir / "checkpoints",
-                progress_dir=run_dir,
-                resume_from=resume_from,
-                extra_callbacks=subsets,
-            )
+            trained = model
+            data = single_task_data(spec, encoded["train"], encoded["validation"], tokenizer, config)
+        subsets = (
+            []
+            if plan.adapter_subset is None or plan.fusion is None
+            else [AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, [plan.head], seed)]
+        )
+        trainer, outcome = fit(
+            trained,
+            data,
+            config,
+            run_dir / "checkpoints",
+            progress_dir=run_dir,
+            resume_from=resume_from,
+            extra_callbacks=subsets,
+        )
         del trainer
 
         def result(wall_seconds: float, pieces: dict[str, Path], store_path: Path | None) -> RunResult:
@@ -237,51 +223,6 @@ def train(
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         written = run.write_metrics(metrics)
         return result(written["wall_seconds"], pieces, stored)
-
-
-# What makes a checkpoint belong to this run: the same task, setup, seed, encoder, data, store and training config.
-RESUME_KEYS = ("task_spec", "setup", "setup_options", "seed", "encoder_key", "store", "training", "data")
-
-
-def resume_point(run_dir: Path, run_config: Mapping[str, Any]) -> Path | None:
-    """The checkpoint an interrupted run continues from (None: nothing to resume, start over). A checkpoint left by
-    a run of other settings is refused: continuing it would mix two runs."""
-    checkpoint = resumable_checkpoint(run_dir / "checkpoints")
-    if checkpoint is None:
-        return None
-    start_over = f"remove {run_dir / 'checkpoints'} to start over"
-    previous = read_json(
-        run_dir / CONFIG_FILE,
-        f"it says which run the checkpoint {checkpoint.name} belongs to, so {run_dir} cannot be resumed; {start_over}",
-    )
-    current = json.loads(json.dumps({key: run_config[key] for key in RESUME_KEYS}))  # as config.json holds it
-    if isinstance(previous.get("training"), dict):
-        previous["training"] = TRAINING_SETTINGS_ADDED_LATER | previous["training"]
-    changed = [_describe_change(key, previous.get(key), current[key]) for key in RESUME_KEYS]
-    if any(changed):
-        raise TrainingError(
-            f"cannot resume {run_dir}: its checkpoint {checkpoint.name} was saved by a run with other settings "
-            f"({'; '.join(change for change in changed if change)}); train with the settings it was started with, "
-            f"or {start_over}"
-        )
-    return checkpoint
-
-
-# TrainingConfig fields added after runs were already saved, with the value that behaves as those runs did: a run
-# saved before a field existed resumes when the call sets that value.
-TRAINING_SETTINGS_ADDED_LATER: dict[str, Any] = {"fast_dropout": False}
-
-
-def _describe_change(key: str, previous: Any, current: Any) -> str:
-    """'' when a resume key is unchanged; else what changed, field by field for the training config."""
-    if previous == current:
-        return ""
-    if key == "training" and isinstance(previous, dict) and isinstance(current, dict):
-        fields = sorted(name for name in previous.keys() | current.keys() if previous.get(name) != current.get(name))
-        return "training differs: " + ", ".join(
-            f"{name} was {previous.get(name, '<unset>')!r}, now {current.get(name, '<unset>')!r}" for name in fields
-        )
-    return f"{key} differs"
 
 
 def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> list[str]:

@@ -1,17 +1,30 @@
-"""What machine a run runs on: for its provenance, and for the precision checks that depend on the CPU."""
+"""The machine a run runs on: which device trains (the one choice every recipe uses), what the run's provenance
+records about it, whether it was launched as one of several processes, and which of the precision and compile
+switches it can honour."""
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
+import warnings
 from typing import Any
 
 import torch
 
+from adapterfusion.training.config import TrainingConfig
+from adapterfusion.training.errors import SlowPrecisionWarning, TrainingError
+
+
+def training_device() -> torch.device:
+    """Where a run trains and evaluates: the first CUDA GPU when one is visible, else the CPU. The Trainer's own
+    placement agrees (training_arguments asks for the CPU exactly when this says so)."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
 
 def hardware_info() -> dict[str, Any]:
     """Where a run ran, for its provenance: the accelerator (or CPU), thread and core counts, library versions."""
-    cuda = torch.cuda.is_available()
+    cuda = training_device().type == "cuda"
     return {
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "cuda": torch.version.cuda if cuda else None,
@@ -32,3 +45,52 @@ def cpu_has_native_bf16() -> bool | None:
     if platform.machine().lower() not in ("x86_64", "amd64") or None in probes:
         return None
     return any(probe() for probe in probes)  # type: ignore[misc]
+
+
+def launched_distributed() -> bool:
+    """True under `torchrun` / `accelerate launch` with more than one process (they set WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def is_main_process() -> bool:
+    """False on the non-zero ranks of a distributed launch: they train in step with rank 0 but write no files."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def check_precision(config: TrainingConfig) -> None:
+    """fp16 trains in half precision with a loss scaler on CUDA; on a CPU the HF Trainer accepts the flag and the
+    run is not what was asked for, so it is refused here (bf16 runs on CPUs). bf16 on an x86 CPU without native
+    bf16 runs, but far slower than fp32, so the user is warned."""
+    on_cpu = training_device().type == "cpu"
+    if config.fp16 and on_cpu:
+        raise TrainingError(
+            "fp16=True needs a CUDA GPU, and none is visible here (the run would be on the CPU); "
+            "use bf16=True (CPUs run bfloat16) or no mixed precision"
+        )
+    if config.bf16 and on_cpu and cpu_has_native_bf16() is False:
+        warnings.warn(
+            "bf16=True on a CPU without AVX512_BF16 or AMX: its bfloat16 matmuls run on a slow path, measured "
+            "20-25x slower than fp32 on a 2-core AVX2 machine (benchmarks/README.md); set bf16=False here",
+            SlowPrecisionWarning,
+            stacklevel=3,
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def compile_problem() -> str | None:
+    """Why torch.compile cannot work here (None if it can): TorchInductor compiles a two-op function, which on
+    CPU needs a working C++ compiler. Checked once per process."""
+    try:
+        torch.compile(lambda x: torch.relu(x) * 2.0 + 1.0)(torch.ones(8))
+    except Exception as err:  # noqa: BLE001 - any compiler failure means the same to the user
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    return None
+
+
+def check_compile(config: TrainingConfig) -> None:
+    """torch_compile=True is refused, with the fix, where torch.compile fails (compile_problem)."""
+    if config.torch_compile and (problem := compile_problem()) is not None:
+        raise TrainingError(
+            f"torch_compile=True, but torch.compile fails on this machine ({problem}); on CPU "
+            "TorchInductor needs a C++ compiler (e.g. apt-get install g++); or set torch_compile=False"
+        )

@@ -3,18 +3,20 @@ fine-tuned jointly with one Pfeiffer adapter and one head per task, and `fusion-
 
 Each optimizer step draws ONE task with annealed size-proportional sampling (training/sampling.py:
 p_i ∝ N_i^alpha, alpha = 1.0 → 0.2 linearly over the planned epochs, once per epoch as in Stickland &
-Murray; an early-stopped run ends above 0.2), activates that task's adapter and head and
-trains on a batch of that task. The HF Trainer cannot switch tasks per step, so this is a short hand-written
-loop over the existing pieces: TrainingConfig, AdamW with `parameter_groups` (no decay for biases/LayerNorm),
-linear warm-up/decay, NaN/inf loss → TrainingError. An "epoch" is ceil(sum_i N_i / (batch_size ·
-grad_accumulation)) steps; after each one every task's dev metric is measured, the trainable weights of the
-best mean dev metric (over tasks) are kept in memory and restored at the end, and `patience` epochs without a
-better mean stop the run.
+Murray; an early-stopped run ends above 0.2), activates that task's adapter and head and trains on a batch of that
+task. It runs in the loop every setup runs in (training/loop.py `fit`, the HF Trainer), fed by
+training/task_batches.py: the whole task sequence is drawn up front, so each step's batches are fixed before training
+and an interrupted run resumes from its last checkpoint (`resume=True`) to the uninterrupted run's result. An
+"epoch" is ceil(sum_i N_i / (batch_size · grad_accumulation)) steps; after each one every task's dev metrics are
+measured (evaluation.py), the checkpoint with the best mean over tasks of each task's metric_for_best is restored
+at the end, and `patience` epochs without a better mean stop the run.
 
 Run folder `<output_dir>/mt-a/mt-a/seed-<seed>/` (one MT-A run per output folder and seed; config.json says
 which tasks it trained):
 
-    config.json, metrics.json
+    config.json, metrics.json, progress.json
+    checkpoints/              the Trainer's (trainable weights: encoder, adapters, heads), removed after a
+                              successful run unless TrainingConfig.keep_checkpoints
     encoder/                  the fine-tuned encoder (save_pretrained of the unwrapped model) + tokenizer,
                               and mt_a.json: the base encoder, seed, tasks and run folder it came from
     tasks/<task>/adapter/     model.save_adapter
@@ -27,23 +29,23 @@ Fusion w/ MT-A then runs on the MT-A encoder:
     mt = train_multitask(["mnli", "sst2", "rte"], seed=42, store=store)
     train("rte", "fusion-mt-a", seed=42, encoder=mt.encoder_dir, store=store, setup_options={"sources": ["mnli"]})
 
-`fusion-mt-a` reads encoder/mt_a.json to find the base encoder and seed under which the store holds the MT-A
-adapters, checks that those entries came from this very run, and is otherwise fusion-st-a.
+`fusion-mt-a` (training/setups.py) reads encoder/mt_a.json to find the base encoder and seed under which the store
+holds the MT-A adapters, checks that those entries came from this very run, and is otherwise fusion-st-a.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 import os
-import time
-from collections.abc import Iterator, Mapping, Sequence
+import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+from torch.utils.data import DataLoader
 
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoder_limits import check_max_length
@@ -55,31 +57,29 @@ from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import check_data_dir, check_max_examples, load_task_data
 from adapterfusion.tasks.registry import resolve_task
-from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.tasks.spec import TaskSpec, piece_name
+from adapterfusion.training.callbacks import StepEpochProgressCallback
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
-from adapterfusion.training.fast_dropout import fast_dropout
-from adapterfusion.training.progress import RunProgress, write_progress
+from adapterfusion.training.hardware import check_precision, launched_distributed
+from adapterfusion.training.loop import LoopData, TrainingOutcome, fit, resolve_metric
+from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, save_encoder, training_config_for
-from adapterfusion.training.run_files import RUN_FORMAT_VERSION, read_json
+from adapterfusion.training.run_files import RUN_FORMAT_VERSION
 from adapterfusion.training.run_state import claimed_run
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
-from adapterfusion.training.setups import (
-    Setup,
-    SetupContext,
-    SetupPlan,
-    _check_reduction_factor,
-    _fusion_st_a,
-    check_fusion_options,
-    head_config_for,
-    piece_name,
-    register_setup,
-)
-from adapterfusion.training.store import ENTRY_FILE, AdapterStore, as_store, encoder_key
-from adapterfusion.training.trainer import check_precision, parameter_groups, resolve_metric
+from adapterfusion.training.setups import MARKER_FILE, MT_A, _check_reduction_factor, head_config_for, read_mt_a_marker
+from adapterfusion.training.store import AdapterStore, as_store, encoder_key
+from adapterfusion.training.task_batches import TaskBatches, TaskStepCallback, ready_batch
+from adapterfusion.training.trainer import Evaluator
 
-MT_A = "mt-a"
-MARKER_FILE = "mt_a.json"
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+__all__ = ["MARKER_FILE", "MT_A", "MultiTaskResult", "read_mt_a_marker", "train_multitask"]
+
+# What makes a checkpoint belong to an MT-A run: the same tasks, seed, encoder, pieces, sampling, data and training.
+MT_A_RESUME_KEYS = ("tasks", "task_specs", "seed", "encoder_key", "adapter", "pooling", "sampling", "training", "data")
 
 
 @dataclass
@@ -102,6 +102,43 @@ class MultiTaskResult(RunFolder):
     model: Any = field(default=None, repr=False)  # the AdaptedModel at the best epoch
 
 
+@dataclass
+class TaskData:
+    """The tasks of one MT-A run, encoded: their train and dev sets and what loading and encoding recorded."""
+
+    specs: list[TaskSpec]
+    train_sets: list[Any]
+    dev_sets: list[Any]
+    infos: list[dict[str, Any]]
+    truncations: list[dict[str, Any]]
+
+    @property
+    def names(self) -> list[str]:
+        return [spec.name for spec in self.specs]
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(dataset) for dataset in self.train_sets]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How many optimizer steps MT-A takes and which task each trains (drawn before training, so it is the same in
+    a resumed run); `sampler` gives each step's alpha and task probabilities."""
+
+    steps_per_epoch: int
+    total_steps: int
+    sampler: TaskSampler
+    step_tasks: tuple[int, ...]
+
+    @property
+    def planned_epochs(self) -> int:
+        return math.ceil(self.total_steps / self.steps_per_epoch)
+
+    def epoch(self, step: int) -> float:
+        return step / self.steps_per_epoch
+
+
 def _resolve_specs(tasks: Sequence[str | TaskSpec]) -> list[TaskSpec]:
     if isinstance(tasks, (str, TaskSpec)) or not isinstance(tasks, Sequence) or not tasks:
         raise TrainingError(f"tasks={tasks!r} must be a non-empty list of task names, e.g. ['mnli', 'rte']")
@@ -112,32 +149,160 @@ def _resolve_specs(tasks: Sequence[str | TaskSpec]) -> list[TaskSpec]:
     return specs
 
 
-def _batches(dataset, batch_size: int, collator: TaskCollator, seed: int) -> Iterator[dict[str, torch.Tensor]]:
-    """Endless shuffled batches of one task: a new seeded permutation each pass over its training data."""
-    generator = torch.Generator().manual_seed(seed)
-    while True:
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_size=batch_size, shuffle=True, generator=generator, collate_fn=collator
+def _check_config(config: TrainingConfig) -> None:
+    """What MT-A refuses of a TrainingConfig that train() accepts."""
+    if launched_distributed():
+        raise TrainingError(
+            "mt-a: a distributed launch (torchrun / accelerate launch) would train a different task on each rank in "
+            "the same step; run train_multitask in one process"
         )
-        yield from loader
+    switches = [name for name in ("fp16", "gradient_checkpointing", "torch_compile") if getattr(config, name)]
+    if switches:
+        raise TrainingError(
+            f"mt-a: {', '.join(switches)} is not supported for MT-A (none of fp16, gradient_checkpointing and "
+            "torch_compile is tested with a task switch at every step); set it to False (bf16 works)"
+        )
 
 
-def _evaluate(
-    model, names: list[str], specs: list[TaskSpec], dev_sets: list, collator: TaskCollator, batch_size: int, bf16: bool
-) -> dict[str, dict[str, float]]:
+def _load_tasks(
+    specs: list[TaskSpec], data_dir: Any, seed: int, max_examples: Any, tokenizer: Any, max_length: int
+) -> TaskData:
+    data = TaskData(specs, [], [], [], [])
+    for spec in specs:
+        splits, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
+        missing = [split for split in ("train", "validation") if split not in splits]
+        if missing:
+            raise TrainingError(
+                f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation"
+            )
+        encoded, truncation = encode_task(spec, splits, tokenizer, max_length)
+        data.train_sets.append(encoded["train"])
+        data.dev_sets.append(encoded["validation"])
+        data.infos.append(info.to_dict())
+        data.truncations.append(truncation.to_dict())
+    return data
+
+
+def _add_pieces(model: AdaptedModel, names: list[str], specs: list[TaskSpec], adapter: AdapterConfig, pooling: str):
+    """One adapter and head per task, all trainable with the encoder. One optimizer covers them all; a step's
+    backward reaches only the active task's pieces, and AdamW skips (and does not decay) parameters whose grad is
+    None."""
+    for name, spec in zip(names, specs, strict=True):
+        model.add_head(name, head_config_for(spec, pooling))
+        model.add_adapter(name, adapter)
+    model.train_adapter(names[0], head=names[0], train_encoder=True)
+    for name in names[1:]:
+        for parameter in model.adapter_parameters(name) + list(model.heads[name].parameters()):
+            parameter.requires_grad_(True)
+
+
+def _step_plan(sizes: list[int], config: TrainingConfig, seed: int, schedule: AnnealedSchedule) -> StepPlan:
+    steps_per_epoch = max(1, math.ceil(sum(sizes) / (config.batch_size * config.grad_accumulation)))
+    total_steps = config.max_steps or max(1, math.ceil(config.epochs * steps_per_epoch))
+    sampler = TaskSampler(sizes, steps_per_epoch, math.ceil(total_steps / steps_per_epoch), seed, schedule)
+    return StepPlan(steps_per_epoch, total_steps, sampler, tuple(sampler.draw(step) for step in range(total_steps)))
+
+
+def _task_evaluator(
+    model: AdaptedModel,
+    names: list[str],
+    data: TaskData,
+    metrics: list[str],
+    collator: TaskCollator,
+    config: TrainingConfig,
+) -> Evaluator:
     """Every task's dev metrics (and mean dev loss) with its own adapter and head active, scored as every run is
-    (evaluation.py). The batches come from a DataLoader in order: its iterator draws a seed from the global RNG,
-    which the dropout of later epochs depends on, so the same seed gives the same run as before."""
-    results = {}
-    for name, spec, dataset in zip(names, specs, dev_sets, strict=True):
-        model.activate(adapter=name, head=name)
-        batches = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collator)
-        results[spec.name] = score(spec, predict(model, batches, bf16=bf16))
-    return results
+    (evaluation.py), as "<task>/<metric>", and "mean": the mean over tasks of each task's metric_for_best. The batches
+    come from a DataLoader in order: its iterator draws a seed from the global RNG, which the dropout of later steps
+    depends on, in an uninterrupted and a resumed run alike (the checkpoint saves the RNG after the evaluation)."""
+    batch_size = config.eval_batch_size or config.batch_size
+
+    def evaluate() -> dict[str, float]:
+        scores: dict[str, float] = {}
+        for name, spec, dataset in zip(names, data.specs, data.dev_sets, strict=True):
+            model.activate(adapter=name, head=name)
+            batches = DataLoader(dataset, batch_size=batch_size, collate_fn=collator)
+            scores.update({f"{spec.name}/{k}": v for k, v in score(spec, predict(model, batches, config.bf16)).items()})
+        mean = float(np.mean([scores[f"{spec.name}/{m}"] for spec, m in zip(data.specs, metrics, strict=True)]))
+        return {"mean": mean, **scores}
+
+    return evaluate
+
+
+def _loop_data(
+    model: AdaptedModel,
+    names: list[str],
+    data: TaskData,
+    plan: StepPlan,
+    metrics: list[str],
+    collator: TaskCollator,
+    config: TrainingConfig,
+) -> LoopData:
+    """MT-A as the loop takes it: one ready batch per item in the planned task order, epochs of a fixed number of
+    steps (evaluated and checkpointed at each end, and at the last step), the step's task activated before it."""
+    steps = plan.steps_per_epoch
+    return LoopData(
+        train=TaskBatches(
+            data.train_sets, plan.step_tasks, config.batch_size, config.grad_accumulation, collator, config.seed
+        ),
+        eval=dict(zip(data.names, data.dev_sets, strict=True)),  # scored by the evaluator, not the Trainer
+        collator=ready_batch,
+        metric="mean",
+        evaluator=_task_evaluator(model, names, data, metrics, collator, config),
+        arguments={
+            "per_device_train_batch_size": 1,  # each item is a whole batch of one task
+            "train_sampling_strategy": "sequential",
+            "max_steps": plan.total_steps,
+            "eval_strategy": "steps",
+            "eval_steps": steps,
+            "save_strategy": "steps",
+            "save_steps": steps,
+        },
+        callbacks=[TaskStepCallback(model, names, plan.step_tasks)],
+        progress=functools.partial(StepEpochProgressCallback, steps_per_epoch=steps),
+    )
+
+
+def _epochs(outcome: TrainingOutcome, plan: StepPlan, tasks: list[str]) -> list[dict[str, Any]]:
+    """Each evaluation of the run: its epoch, step and alpha, the mean and every task's dev metrics."""
+    return [
+        {
+            "epoch": plan.epoch(int(entry["step"])),
+            "step": int(entry["step"]),
+            "alpha": plan.sampler.alpha(int(entry["step"]) - 1),
+            "mean": entry["mean"],
+            "tasks": {task: _task_metrics(entry, task) for task in tasks},
+        }
+        for entry in outcome.epoch_metrics
+    ]
+
+
+def _task_metrics(logged: Mapping[str, float], task: str) -> dict[str, float]:
+    return {key.partition("/")[2]: value for key, value in logged.items() if key.partition("/")[0] == task}
+
+
+def _train_losses(outcome: TrainingOutcome, plan: StepPlan, tasks: list[str]) -> list[dict[str, Any]]:
+    """The logged training losses with the epoch in MT-A's steps, the task of the logged step and its alpha."""
+    return [
+        {
+            "step": entry["step"],
+            "epoch": plan.epoch(entry["step"]),
+            "loss": entry["loss"],
+            "task": tasks[plan.step_tasks[entry["step"] - 1]],
+            "alpha": plan.sampler.alpha(entry["step"] - 1),
+        }
+        for entry in outcome.train_losses
+    ]
+
+
+def _best_epoch(epochs: list[dict[str, Any]], outcome: TrainingOutcome) -> dict[str, Any]:
+    """The evaluation whose weights the run ends with (the best checkpoint's; the last without one)."""
+    step = None if outcome.best_checkpoint is None else int(outcome.best_checkpoint.rpartition("-")[2])
+    return next((epoch for epoch in epochs if epoch["step"] == step), epochs[-1])
 
 
 def _save_task_pieces(
-    model, name: str, spec: TaskSpec, encoder: str, seed: int, run_dir: Path, encoder_dir: Path
+    model: AdaptedModel, name: str, spec: TaskSpec, encoder: str, seed: int, run_dir: Path, encoder_dir: Path
 ) -> dict[str, Path]:
     task_dir = run_dir / "tasks" / spec.name
     atomic_write_json(
@@ -159,7 +324,7 @@ def _save_task_pieces(
     }
 
 
-def _save_encoder(model, tokenizer, encoder_dir: Path, adapter_dirs: Mapping[str, Path]) -> None:
+def _save_encoder(model: AdaptedModel, tokenizer: Any, encoder_dir: Path, adapter_dirs: Mapping[str, Path]) -> None:
     """The fine-tuned encoder through run.save_encoder, which takes a model without adapters: the adapters
     (already on disk) are taken off for the save and loaded back bit-identically."""
     active = (model.active_adapter, model.active_head)
@@ -169,6 +334,67 @@ def _save_encoder(model, tokenizer, encoder_dir: Path, adapter_dirs: Mapping[str
     for name, directory in adapter_dirs.items():
         model.load_adapter(directory, name=name)
     model.activate(adapter=active[0], head=active[1])
+
+
+def _save_outputs(
+    model: AdaptedModel, names: list[str], data: TaskData, tokenizer: Any, run: Run, store: AdapterStore | None
+) -> tuple[dict[str, dict[str, Path]], dict[str, Path]]:
+    """Each task's adapter and head, the fine-tuned encoder with its mt_a.json, and the store entries."""
+    run_dir, encoder_dir = run.run_dir, run.run_dir / ENCODER_DIR
+    pieces = {
+        spec.name: _save_task_pieces(model, name, spec, run.encoder, run.seed, run_dir, encoder_dir)
+        for name, spec in zip(names, data.specs, strict=True)
+    }
+    adapters = {name: pieces[spec.name]["adapter"] for name, spec in zip(names, data.specs, strict=True)}
+    _save_encoder(model, tokenizer, encoder_dir, adapters)
+    atomic_write_json(
+        encoder_dir / MARKER_FILE,
+        {
+            "format_version": RUN_FORMAT_VERSION,
+            "base_encoder": run.encoder,
+            "base_encoder_key": encoder_key(run.encoder),
+            "seed": run.seed,
+            "tasks": data.names,
+            "run_dir": str(run_dir.resolve()),
+        },
+    )
+    stored = {task: store.put(pieces[task]["dir"].resolve(), overwrite=True) for task in data.names} if store else {}
+    return pieces, stored
+
+
+def _run_config(
+    data: TaskData,
+    run: Run,
+    adapter: AdapterConfig,
+    pooling: str,
+    schedule: AnnealedSchedule,
+    plan: StepPlan,
+    metrics: list[str],
+    config: TrainingConfig,
+) -> dict[str, Any]:
+    return {
+        "setup": MT_A,
+        "tasks": data.names,
+        "task_specs": [s.to_dict() for s in data.specs],
+        "sizes": dict(zip(data.names, data.sizes, strict=True)),
+        "seed": run.seed,
+        "encoder": run.encoder,
+        "encoder_key": encoder_key(run.encoder),
+        "adapter": adapter.to_dict(),
+        "pooling": pooling,
+        "sampling": {
+            **schedule.to_dict(),
+            "total_steps": plan.total_steps,
+            "steps_per_epoch": plan.steps_per_epoch,
+            "planned_epochs": plan.planned_epochs,
+            "epoch": "ceil(sum of task train sizes / (batch_size * grad_accumulation)) optimizer steps",
+        },
+        "metric_for_best": dict(zip(data.names, metrics, strict=True)),
+        "selection": "best mean over tasks of each task's metric_for_best on its dev set",
+        "training": config.to_dict(),
+        "data": data.infos,
+        "truncation": data.truncations,
+    }
 
 
 def train_multitask(
@@ -184,356 +410,103 @@ def train_multitask(
     schedule: AnnealedSchedule | None = None,
     pooling: str | None = None,
     overwrite: bool = False,
+    resume: bool = False,
 ) -> MultiTaskResult:
     """Train MT-A on `tasks` (see the module docstring). training_config: a TrainingConfig or overrides of
     TrainingConfig.for_setup("mt-a") (lr 1e-4); `epochs` counts MT-A epochs (sum of task sizes / batch size
     steps); `metric_for_best`, if set, must be a metric of every task. max_examples applies to every task.
     pooling: the heads' pooling (None: the encoder's own, see heads/pooling.py). overwrite: replace an earlier
-    MT-A run of the same seed in `output_dir` and its store entries; without it they are refused before any work."""
-    from tqdm.auto import tqdm
-    from transformers import get_linear_schedule_with_warmup
-
+    MT-A run of the same seed in `output_dir` and its store entries; without it they are refused before any work.
+    resume: continue an interrupted run of the same settings from the newest complete checkpoint in its
+    checkpoints/ folder, as train(resume=True) does (the result equals an uninterrupted run's)."""
     specs = _resolve_specs(tasks)
     names = [piece_name(spec) for spec in specs]
     config = training_config_for(MT_A, training_config, seed)
-    if config.fp16:
-        raise TrainingError("mt-a: fp16 needs loss scaling, which the MT-A loop does not do; use bf16=True or neither")
     check_max_examples(max_examples)
     check_data_dir(data_dir)
-    check_precision(config)  # fp16 is refused above; this warns of bf16 on a CPU without native bf16
-    if config.gradient_checkpointing or config.torch_compile:
-        raise TrainingError(
-            "mt-a: the MT-A loop supports neither gradient_checkpointing nor torch_compile (the "
-            "Trainer-based setups do); set both to False"
-        )
-    metrics_for_best = [resolve_metric(spec, config) for spec in specs]
-    adapter_config = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
+    check_precision(config)  # refuses fp16 without CUDA; warns of bf16 on a CPU without native bf16
+    _check_config(config)
+    metrics = [resolve_metric(spec, config) for spec in specs]
+    adapter = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
     schedule = schedule or AnnealedSchedule()
     run = Run.open(output_dir, MT_A, MT_A, seed, encoder)
     check_max_length(config.max_length, run.encoder)
-    run_dir, encoder, encoder_dir, store = run.run_dir, run.encoder, run.run_dir / ENCODER_DIR, as_store(store)
-    entries = [store.path(encoder, spec.name, MT_A, seed) for spec in specs] if store is not None else []
-    with claimed_run(run_dir, entries, f"{MT_A} seed {seed} of {[s.name for s in specs]}", overwrite, False):
+    run_dir, resolved_store = run.run_dir, as_store(store)
+    entries = [resolved_store.path(run.encoder, s.name, MT_A, seed) for s in specs] if resolved_store else []
+    with claimed_run(run_dir, entries, f"{MT_A} seed {seed} of {[s.name for s in specs]}", overwrite, resume):
         try:
-            pooling = resolve_pooling(pooling, encoder)
+            heads_pooling = resolve_pooling(pooling, run.encoder)
         except ConfigError as err:
             raise TrainingError(str(err)) from None
-
         tokenizer = run.begin()
-        train_sets, dev_sets, infos, truncations = [], [], [], []
-        for spec in specs:
-            data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
-            missing = [split for split in ("train", "validation") if split not in data]
-            if missing:
-                raise TrainingError(
-                    f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation"
-                )
-            encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
-            train_sets.append(encoded["train"])
-            dev_sets.append(encoded["validation"])
-            infos.append(info.to_dict())
-            truncations.append(truncation.to_dict())
-        sizes = [len(dataset) for dataset in train_sets]
-
+        data = _load_tasks(specs, data_dir, seed, max_examples, tokenizer, config.max_length)
         model = run.wrapped_encoder()
-        for name, spec in zip(names, specs, strict=True):
-            model.add_head(name, head_config_for(spec, pooling))
-            model.add_adapter(name, adapter_config)
-        # One optimizer over the encoder and every task's adapter and head; a step's backward reaches only the
-        # active task's pieces, and AdamW skips (and does not decay) parameters whose grad is None.
-        model.train_adapter(names[0], head=names[0], train_encoder=True)
-        for name in names[1:]:
-            for parameter in model.adapter_parameters(name) + list(model.heads[name].parameters()):
-                parameter.requires_grad_(True)
-        trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        model.to(device)
-        autocast = {"device_type": device.type, "dtype": torch.bfloat16, "enabled": config.bf16}  # training steps
-
-        steps_per_epoch = max(1, math.ceil(sum(sizes) / (config.batch_size * config.grad_accumulation)))
-        total_steps = config.max_steps or max(1, math.ceil(config.epochs * steps_per_epoch))
-        optimizer = torch.optim.AdamW(
-            parameter_groups(model, config.weight_decay), lr=config.learning_rate, eps=config.adam_epsilon
-        )
-        scheduler = get_linear_schedule_with_warmup(
-            optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps
-        )
-        planned_epochs = math.ceil(total_steps / steps_per_epoch)
-        sampler = TaskSampler(sizes, steps_per_epoch, planned_epochs, seed, schedule)
-        collator = TaskCollator(tokenizer)
-        streams = [_batches(dataset, config.batch_size, collator, seed + i) for i, dataset in enumerate(train_sets)]
-        eval_batch_size = config.eval_batch_size or config.batch_size
-
+        _add_pieces(model, names, specs, adapter, heads_pooling)
+        plan = _step_plan(data.sizes, config, seed, schedule)
+        run_config = _run_config(data, run, adapter, heads_pooling, schedule, plan, metrics, config)
+        resume_from = resume_point(run_dir, run_config, MT_A_RESUME_KEYS) if resume else None
         if overwrite:  # the earlier run's end marker goes now: a crash from here on must not leave it looking finished
             run.metrics_path.unlink(missing_ok=True)
-        run.write_config(
-            {
-                "setup": MT_A,
-                "tasks": [s.name for s in specs],
-                "task_specs": [s.to_dict() for s in specs],
-                "sizes": dict(zip([s.name for s in specs], sizes, strict=True)),
-                "seed": seed,
-                "encoder": encoder,
-                "encoder_key": encoder_key(encoder),
-                "adapter": adapter_config.to_dict(),
-                "pooling": pooling,
-                "sampling": {
-                    **schedule.to_dict(),
-                    "total_steps": total_steps,
-                    "steps_per_epoch": steps_per_epoch,
-                    "planned_epochs": planned_epochs,
-                    "epoch": "ceil(sum of task train sizes / (batch_size * grad_accumulation)) optimizer steps",
-                },
-                "metric_for_best": dict(zip([s.name for s in specs], metrics_for_best, strict=True)),
-                "selection": "best mean over tasks of each task's metric_for_best on its dev set",
-                "training": config.to_dict(),
-                "data": infos,
-                "truncation": truncations,
-            }
-        )
+        run.write_config(run_config)
 
-        epochs: list[dict[str, Any]] = []
-        losses: list[dict[str, Any]] = []
-        window: list[float] = []
-        best_mean, best_state, best_epoch, bad_epochs, stopped_early = -math.inf, None, None, 0, False
-        expected = np.zeros(len(specs))
-        step = 0
-        start = time.perf_counter()
-        progress = tqdm(total=total_steps, desc=f"mt-a ({len(specs)} tasks)", leave=False)
-        with fast_dropout(config.fast_dropout):  # the whole loop: a checkpointed forward is recomputed in backward
-            for step in range(1, total_steps + 1):
-                if (step - 1) % steps_per_epoch == 0:  # an epoch begins: progress.json for live displays
-                    write_progress(
-                        run_dir,
-                        RunProgress(
-                            (step - 1) // steps_per_epoch + 1,
-                            planned_epochs,
-                            step - 1,
-                            total_steps,
-                            "training",
-                            time.time(),
-                        ),
-                    )
-                expected += sampler.probabilities(step - 1)
-                index = sampler.draw(step - 1)
-                model.train()
-                model.activate(adapter=names[index], head=names[index])
-                step_loss = 0.0
-                for _ in range(config.grad_accumulation):
-                    batch = {k: v.to(device) for k, v in next(streams[index]).items()}
-                    with torch.autocast(**autocast):
-                        loss = model(**batch).loss
-                    if not torch.isfinite(loss.detach()):
-                        raise TrainingError(
-                            f"loss is {loss.item()} at step {step} (task {specs[index].name!r}); lower "
-                            "learning_rate, turn bf16 off or check the data"
-                        )
-                    (loss / config.grad_accumulation).backward()
-                    step_loss += loss.item() / config.grad_accumulation
-                if config.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(list(trainable.values()), config.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                window.append(step_loss)
-                progress.update(1)
-                progress.set_postfix(task=specs[index].name, loss=f"{step_loss:.4f}")
-                if step % config.logging_steps == 0 or step == total_steps:
-                    losses.append(
-                        {
-                            "step": step,
-                            "epoch": step / steps_per_epoch,
-                            "loss": sum(window) / len(window),
-                            "task": specs[index].name,
-                            "alpha": sampler.alpha(step - 1),
-                        }
-                    )
-                    window = []
-                if step % steps_per_epoch and step != total_steps:
-                    continue
-                write_progress(
-                    run_dir,
-                    RunProgress(
-                        math.ceil(step / steps_per_epoch), planned_epochs, step, total_steps, "evaluating", time.time()
-                    ),
-                )
-                scores = _evaluate(model, names, specs, dev_sets, collator, eval_batch_size, config.bf16)
-                mean = float(np.mean([scores[s.name][m] for s, m in zip(specs, metrics_for_best, strict=True)]))
-                epochs.append(
-                    {
-                        "epoch": step / steps_per_epoch,
-                        "step": step,
-                        "alpha": sampler.alpha(step - 1),
-                        "mean": mean,
-                        "tasks": scores,
-                    }
-                )
-                if mean > best_mean:
-                    best_mean, best_epoch, bad_epochs = mean, len(epochs) - 1, 0
-                    best_state = {n: p.detach().to("cpu", copy=True) for n, p in trainable.items()}
-                else:
-                    bad_epochs += 1
-                    if config.patience is not None and bad_epochs >= config.patience:
-                        stopped_early = step < total_steps
-                        break
-        progress.close()
-        train_seconds = time.perf_counter() - start
-        with torch.no_grad():
-            for n, p in trainable.items():
-                p.copy_(best_state[n])
+        loop_data = _loop_data(model, names, data, plan, metrics, TaskCollator(tokenizer), config)
+        _, outcome = fit(model, loop_data, config, run_dir / "checkpoints", run_dir, resume_from)
         model.activate(adapter=names[0], head=names[0])
         model.eval()  # as after its last evaluation
 
-        pieces = {
-            spec.name: _save_task_pieces(model, name, spec, encoder, seed, run_dir, encoder_dir)
-            for name, spec in zip(names, specs, strict=True)
-        }
-        _save_encoder(
-            model,
-            tokenizer,
-            encoder_dir,
-            {name: pieces[spec.name]["adapter"] for name, spec in zip(names, specs, strict=True)},
-        )
-        atomic_write_json(
-            encoder_dir / MARKER_FILE,
-            {
-                "format_version": RUN_FORMAT_VERSION,
-                "base_encoder": encoder,
-                "base_encoder_key": encoder_key(encoder),
-                "seed": seed,
-                "tasks": [s.name for s in specs],
-                "run_dir": str(run_dir.resolve()),
-            },
-        )
-        store_paths = (
-            {spec.name: store.put(pieces[spec.name]["dir"].resolve(), overwrite=True) for spec in specs}
-            if store
-            else {}
-        )
-
-        task_names = [s.name for s in specs]
-        best = {
-            name: {k: v for k, v in epochs[best_epoch]["tasks"][name].items() if k != "loss"} for name in task_names
-        }
+        pieces, store_paths = _save_outputs(model, names, data, tokenizer, run, resolved_store)
+        epochs = _epochs(outcome, plan, data.names)
+        best_epoch = _best_epoch(epochs, outcome)
+        best = {task: {k: v for k, v in best_epoch["tasks"][task].items() if k != "loss"} for task in data.names}
+        done = plan.step_tasks[: outcome.global_step]
+        counts = np.bincount(np.asarray(done, dtype=np.int64), minlength=len(specs))
+        expected = sum((plan.sampler.probabilities(step) for step in range(outcome.global_step)), np.zeros(len(specs)))
         report = model.parameter_report()
-        metrics = run.write_metrics(
+        if not config.keep_checkpoints:
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        written = run.write_metrics(
             {
                 "setup": MT_A,
-                "tasks": task_names,
+                "tasks": data.names,
                 "seed": seed,
-                "metric_for_best": dict(zip(task_names, metrics_for_best, strict=True)),
+                "metric_for_best": dict(zip(data.names, metrics, strict=True)),
                 "best": best,
-                "best_mean": best_mean,
-                "best_epoch": epochs[best_epoch]["epoch"],
+                "best_mean": best_epoch["mean"],
+                "best_epoch": best_epoch["epoch"],
                 "epochs": epochs,
-                "train_losses": losses,
-                "task_counts": dict(zip(task_names, sampler.counts, strict=True)),
-                "expected_task_counts": dict(zip(task_names, expected.tolist(), strict=True)),
-                "train_seconds": train_seconds,
-                "global_step": step,
-                "total_steps": total_steps,
-                "steps_per_epoch": steps_per_epoch,
-                "stopped_early": stopped_early,
+                "train_losses": _train_losses(outcome, plan, data.names),
+                "task_counts": dict(zip(data.names, counts.tolist(), strict=True)),
+                "expected_task_counts": dict(zip(data.names, expected.tolist(), strict=True)),
+                "train_seconds": outcome.train_seconds,
+                "global_step": outcome.global_step,
+                "total_steps": plan.total_steps,
+                "steps_per_epoch": plan.steps_per_epoch,
+                "stopped_early": outcome.stopped_early,
+                "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir)),
                 "parameters": {
-                    "trainable": sum(p.numel() for p in trainable.values()),
+                    "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
                     "total": report.total,
                     "encoder": report.encoder_total,
                 },
                 "pieces": {
-                    "encoder": "encoder",
+                    "encoder": ENCODER_DIR,
                     **{t: {k: str(v.relative_to(run_dir)) for k, v in p.items()} for t, p in pieces.items()},
                 },
                 "store_paths": {t: str(p) for t, p in store_paths.items()},
             }
         )
         return MultiTaskResult(
-            tasks=task_names,
+            tasks=data.names,
             seed=seed,
             run_dir=run_dir,
             metrics=best,
-            mean_metric=best_mean,
+            mean_metric=best_epoch["mean"],
             epoch_metrics=epochs,
-            task_counts=metrics["task_counts"],
-            train_seconds=train_seconds,
-            wall_seconds=metrics["wall_seconds"],
-            encoder_dir=encoder_dir,
+            task_counts=written["task_counts"],
+            train_seconds=outcome.train_seconds,
+            wall_seconds=written["wall_seconds"],
+            encoder_dir=run_dir / ENCODER_DIR,
             pieces=pieces,
             store_paths=store_paths,
             model=model,
         )
-
-
-# ---- the setups ------------------------------------------------------------------------------------------
-def read_mt_a_marker(encoder: str | os.PathLike) -> dict[str, Any]:
-    """The mt_a.json an MT-A run writes beside its fine-tuned encoder (base encoder, seed, tasks, run folder)."""
-    marker = Path(encoder) / MARKER_FILE
-    if not marker.is_file():
-        raise TrainingError(
-            f"fusion-mt-a runs on the encoder an MT-A run fine-tuned; {encoder} has no {MARKER_FILE}. Pass "
-            "encoder=<mt-a run>/encoder (MultiTaskResult.encoder_dir), after train_multitask(..., store=store)"
-        )
-    return read_json(marker, "train the MT-A run again (train_multitask) to write its encoder/ anew")
-
-
-def _fusion_mt_a(model, context: SetupContext) -> SetupPlan:
-    """fusion-st-a over the MT-A adapters, on the MT-A encoder (context.encoder); the store entries are keyed by
-    the base encoder and must come from the run that wrote this encoder."""
-    if context.store is None:
-        raise TrainingError(
-            "fusion-mt-a needs store=AdapterStore(...) holding the MT-A adapters (train_multitask(..., store=store))"
-        )
-    marker = read_mt_a_marker(context.encoder)
-    sources = context.options["sources"]
-    if isinstance(sources, str) or not isinstance(sources, Sequence):
-        raise TrainingError(f"fusion-mt-a: sources={sources!r} must be a list of task names")
-    wanted = list(dict.fromkeys([*sources, context.task.name]))
-    outside = [task for task in wanted if task not in marker["tasks"]]
-    if outside:
-        raise TrainingError(f"fusion-mt-a: the MT-A run {marker['run_dir']} trained {marker['tasks']}, not {outside}")
-    seed = marker["seed"] if context.options["adapter_seed"] is None else context.options["adapter_seed"]
-    for task in wanted:
-        entry = context.store.path(marker["base_encoder"], task, MT_A, seed) / ENTRY_FILE
-        source = (
-            read_json(entry, "put the MT-A run's adapters into the store again").get("source")
-            if entry.is_file()
-            else None
-        )
-        if source is not None and Path(source).resolve().parent.parent != Path(marker["run_dir"]):
-            raise TrainingError(
-                f"fusion-mt-a: the store's MT-A adapter of {task!r} (seed {seed}) came from {source}, not from the "
-                f"run {marker['run_dir']} that fine-tuned {context.encoder}; put that run's adapters in the store"
-            )
-    options = {**context.options, "adapter_setup": MT_A, "adapter_seed": seed}
-    plan = _fusion_st_a(model, dataclasses.replace(context, encoder=marker["base_encoder"], options=options))
-    plan.notes.append(f"on the MT-A encoder {context.encoder} (run {marker['run_dir']})")
-    return plan
-
-
-def _mt_a_single(*_: object) -> NoReturn:
-    """train(task, 'mt-a') is refused as it resolves its options, before any check of earlier runs or any work."""
-    raise TrainingError(
-        "mt-a trains all its tasks in one run: call train_multitask([task, ...]) instead of train(task, 'mt-a')"
-    )
-
-
-register_setup(
-    Setup(
-        MT_A,
-        _mt_a_single,
-        {},
-        "multi-task adapters + jointly fine-tuned encoder (train_multitask)",
-        stores_adapter=True,
-        check_options=_mt_a_single,
-    ),
-    overwrite=True,
-)
-register_setup(
-    Setup(
-        "fusion-mt-a",
-        _fusion_mt_a,
-        {"sources": (), "adapter_seed": None, "fusion_config": None, "pooling": None},
-        "AdapterFusion over MT-A adapters, on the MT-A encoder",
-        check_options=check_fusion_options,
-    ),
-    overwrite=True,
-)

@@ -2,7 +2,10 @@
 
 A setup is a small function `prepare(model, context) -> SetupPlan`; it only calls the model's own API
 (add_adapter, add_head, train_adapter, ...) plus, for top-k and LayerNorm-only tuning, picks encoder
-parameters through the architecture table. Register another with `register_setup`.
+parameters through the architecture table. Register another with `register_setup`. MT-A is the one setup without
+a `prepare`: it trains several tasks in one run, so `train_multitask` (training/multitask.py) runs it, and
+`train(task, "mt-a")` is refused as its options resolve. Every setup of the table below is registered here, so
+`list_setups()` does not depend on which modules were imported.
 
 | name | trains | paper |
 |---|---|---|
@@ -14,11 +17,13 @@ parameters through the architecture table. Register another with `register_setup
 | layernorm-only | every LayerNorm of the encoder + head | Houlsby §3.6 |
 | fusion-st-a | fused stored ST-A adapters + head (options: see _fusion_st_a) | "Fusion w/ ST-A" |
 | mt-a | encoder + one adapter and head per task, all tasks in one run: `train_multitask`, not `train` | "MT-A" |
-| fusion-mt-a | fusion-st-a over stored MT-A adapters, on the MT-A encoder (training/multitask.py) | "Fusion w/ MT-A" |
+| fusion-mt-a | fusion-st-a over stored MT-A adapters, on the MT-A encoder (its mt_a.json) | "Fusion w/ MT-A" |
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,16 +40,21 @@ from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.injection.architectures import architecture_for, get_submodule
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import get_task
-from adapterfusion.tasks.spec import TaskSpec, suggest
+from adapterfusion.tasks.spec import TaskSpec, piece_name, suggest
 from adapterfusion.training.adapter_subsets import check_subset_size
 from adapterfusion.training.config import MAX_SEED
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run import run_dir_for
+from adapterfusion.training.run_files import read_json
 from adapterfusion.training.run_state import RunState, run_state, unfinished_fix
+from adapterfusion.training.store import ENTRY_FILE
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
     from adapterfusion.training.store import AdapterStore
+
+MT_A = "mt-a"
+MARKER_FILE = "mt_a.json"  # beside an MT-A run's fine-tuned encoder: the base encoder, seed, tasks and run folder
 
 
 @dataclass(frozen=True)
@@ -77,14 +87,31 @@ class SetupPlan:
 
 @dataclass(frozen=True)
 class Setup:
+    """A named setup: how it prepares a model for one task (`recipe`; None for a setup that trains several tasks
+    in one run, which `train` refuses), its options with their defaults, and what its runs leave."""
+
     name: str
-    prepare: Callable[[AdaptedModel, SetupContext], SetupPlan]
+    recipe: Callable[[AdaptedModel, SetupContext], SetupPlan] | None
     options: Mapping[str, Any]  # option name -> default
     description: str
     stores_adapter: bool = False  # a run's adapter + head may go into an AdapterStore (stage 1)
     check_options: Callable[[Mapping[str, Any]], None] | None = None  # refuses bad option values before any work
 
+    def _multitask_refusal(self) -> TrainingError:
+        return TrainingError(
+            f"{self.name} trains all its tasks in one run: call train_multitask([task, ...]) instead of "
+            f"train(task, {self.name!r})"
+        )
+
+    def prepare(self, model: AdaptedModel, context: SetupContext) -> SetupPlan:
+        """The model prepared for `context.task`: what trains and which pieces the run saves."""
+        if self.recipe is None:
+            raise self._multitask_refusal()
+        return self.recipe(model, context)
+
     def resolve_options(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
+        if self.recipe is None:  # before any check of earlier runs or any work
+            raise self._multitask_refusal()
         given = check_mapping(given, "setup_options", "{'reduction_factor': 16}")
         unknown = sorted(set(given) - set(self.options), key=str)
         if unknown:
@@ -126,11 +153,6 @@ def head_config_for(task: TaskSpec, pooling: str = "cls") -> HeadConfig:
     if task.is_multiple_choice:
         return MultipleChoiceHead(num_labels=task.num_labels, pooling=pooling)
     return ClassificationHead(num_labels=task.num_labels, labels=tuple(task.label_names), pooling=pooling)
-
-
-def piece_name(task: TaskSpec) -> str:
-    """Adapter/head name of a task: module keys allow letters, digits, '_' and '-' only."""
-    return task.name.replace(".", "_")
 
 
 def _add_head(model: AdaptedModel, context: SetupContext) -> str:
@@ -266,7 +288,7 @@ def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
         from adapterfusion.zoo import ZOO_SETUP, resolve_zoo, zoo_seed  # zoo imports training.store: not at import time
     names, notes, fused = [], [], {}
     for task in ordered:
-        name = task.replace(".", "_")
+        name = piece_name(task)
         if zoo is not None and task != target:  # a pretrained source: the zoo's one adapter for it
             store = resolve_zoo(zoo)
             seed = zoo_seed(store, context.encoder, task)
@@ -299,6 +321,51 @@ def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
         adapter_subset=subset,
         notes=[f"fused adapters {names}", *notes],
     )
+
+
+def read_mt_a_marker(encoder: str | os.PathLike) -> dict[str, Any]:
+    """The mt_a.json an MT-A run writes beside its fine-tuned encoder (base encoder, seed, tasks, run folder)."""
+    marker = Path(encoder) / MARKER_FILE
+    if not marker.is_file():
+        raise TrainingError(
+            f"fusion-mt-a runs on the encoder an MT-A run fine-tuned; {encoder} has no {MARKER_FILE}. Pass "
+            "encoder=<mt-a run>/encoder (MultiTaskResult.encoder_dir), after train_multitask(..., store=store)"
+        )
+    return read_json(marker, "train the MT-A run again (train_multitask) to write its encoder/ anew")
+
+
+def _fusion_mt_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
+    """fusion-st-a over the MT-A adapters, on the MT-A encoder (context.encoder); the store entries are keyed by
+    the base encoder and must come from the run that wrote this encoder."""
+    if context.store is None:
+        raise TrainingError(
+            "fusion-mt-a needs store=AdapterStore(...) holding the MT-A adapters (train_multitask(..., store=store))"
+        )
+    marker = read_mt_a_marker(context.encoder)
+    sources = context.options["sources"]
+    if isinstance(sources, str) or not isinstance(sources, Sequence):
+        raise TrainingError(f"fusion-mt-a: sources={sources!r} must be a list of task names")
+    wanted = list(dict.fromkeys([*sources, context.task.name]))
+    outside = [task for task in wanted if task not in marker["tasks"]]
+    if outside:
+        raise TrainingError(f"fusion-mt-a: the MT-A run {marker['run_dir']} trained {marker['tasks']}, not {outside}")
+    seed = marker["seed"] if context.options["adapter_seed"] is None else context.options["adapter_seed"]
+    for task in wanted:
+        entry = context.store.path(marker["base_encoder"], task, MT_A, seed) / ENTRY_FILE
+        source = (
+            read_json(entry, "put the MT-A run's adapters into the store again").get("source")
+            if entry.is_file()
+            else None
+        )
+        if source is not None and Path(source).resolve().parent.parent != Path(marker["run_dir"]):
+            raise TrainingError(
+                f"fusion-mt-a: the store's MT-A adapter of {task!r} (seed {seed}) came from {source}, not from the "
+                f"run {marker['run_dir']} that fine-tuned {context.encoder}; put that run's adapters in the store"
+            )
+    options = {**context.options, "adapter_setup": MT_A, "adapter_seed": seed}
+    plan = _fusion_st_a(model, dataclasses.replace(context, encoder=marker["base_encoder"], options=options))
+    plan.notes.append(f"on the MT-A encoder {context.encoder} (run {marker['run_dir']})")
+    return plan
 
 
 for _setup in (
@@ -335,6 +402,14 @@ for _setup in (
             "adapter_subset": None,
         },
         "AdapterFusion over stored ST-A adapters",
+        check_options=check_fusion_options,
+    ),
+    Setup(MT_A, None, {}, "multi-task adapters + jointly fine-tuned encoder (train_multitask)", stores_adapter=True),
+    Setup(
+        "fusion-mt-a",
+        _fusion_mt_a,
+        {"sources": (), "adapter_seed": None, "fusion_config": None, "pooling": None},
+        "AdapterFusion over MT-A adapters, on the MT-A encoder",
         check_options=check_fusion_options,
     ),
 ):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from adapterfusion.experiments import ResultsStore, run_experiment
-from adapterfusion.training.trainer import FusionStepCallback
+from adapterfusion.training.callbacks import FusionStepCallback
 from tiny_experiments import tiny_experiment
 
 STEPS_PER_EPOCH = 2  # 16 training examples in batches of 8

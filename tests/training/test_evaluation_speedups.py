@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 from datasets import Dataset
 
-from adapterfusion.training.trainer import best_epoch_metrics, sorted_by_length
+from adapterfusion.training.batching import sorted_by_length
+from adapterfusion.training.loop import best_epoch_metrics
 
 
 def test_sorted_by_length_is_a_stable_ascending_permutation():

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from adapterfusion.training import TrainingError, train, train_multitask
-from adapterfusion.training.trainer import FusionStepCallback, compile_problem
+from adapterfusion.training.callbacks import FusionStepCallback
+from adapterfusion.training.hardware import compile_problem
 from tolerances import assert_close
 
 SETTINGS = dict(max_steps=3, batch_size=8, max_length=32, learning_rate=3e-3, logging_steps=1, patience=None)
@@ -90,7 +91,7 @@ def test_bf16_on_a_cpu_without_native_bf16_warns_that_it_is_slow(monkeypatch, na
     allowed, with a warning that names the switch to turn off."""
     import warnings
 
-    from adapterfusion.training import SlowPrecisionWarning, TrainingConfig, hardware, trainer
+    from adapterfusion.training import SlowPrecisionWarning, TrainingConfig, hardware
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(hardware.platform, "machine", lambda: "x86_64")
@@ -98,8 +99,8 @@ def test_bf16_on_a_cpu_without_native_bf16_warns_that_it_is_slow(monkeypatch, na
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer.check_precision(TrainingConfig(bf16=True))
-        trainer.check_precision(TrainingConfig(bf16=False))
+        hardware.check_precision(TrainingConfig(bf16=True))
+        hardware.check_precision(TrainingConfig(bf16=False))
     slow = [w for w in caught if issubclass(w.category, SlowPrecisionWarning)]
     assert len(slow) == int(warned)
     if warned:
@@ -107,8 +108,8 @@ def test_bf16_on_a_cpu_without_native_bf16_warns_that_it_is_slow(monkeypatch, na
 
 
 def test_mt_a_warns_of_bf16_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
-    """MT-A runs its own loop, not train(): it must warn too, before it opens its run."""
-    from adapterfusion.training import SlowPrecisionWarning, multitask, trainer
+    """MT-A is not train(): it must warn too, before it opens its run."""
+    from adapterfusion.training import SlowPrecisionWarning, hardware, multitask
 
     class Stop(Exception):
         """Ends the run right after its settings are checked."""
@@ -117,7 +118,7 @@ def test_mt_a_warns_of_bf16_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
         raise Stop
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(trainer, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)
     monkeypatch.setattr(multitask, "resolve_metric", stop)
     with pytest.warns(SlowPrecisionWarning, match="bf16=False"), pytest.raises(Stop):
         train_multitask(["rte", "sst2"], output_dir=tmp_path, training_config={"bf16": True})

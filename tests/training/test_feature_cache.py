@@ -83,8 +83,9 @@ def test_length_grouping_uses_the_longest_sequence_of_each_example(tmp_path):
     import datasets
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
+    from adapterfusion.training.batching import with_lengths
     from adapterfusion.training.config import TrainingConfig
-    from adapterfusion.training.trainer import AdaptedTrainer, training_arguments, with_lengths
+    from adapterfusion.training.trainer import AdaptedTrainer, training_arguments
 
     mc = datasets.Dataset.from_dict({"input_ids": [[[1, 2], [1, 2, 3, 4]], [[5], [6]]], "label": [0, 1]})
     assert with_lengths(mc)["length"] == [4, 1]

@@ -11,6 +11,7 @@ import adapterfusion as af
 from adapterfusion.errors import IncompatibleModelError
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.training import AdaptedTrainer, AdapterStore, TrainingError, fusion_value_parameters, train
+from adapterfusion.training.checkpoints import TRAINABLE_FILE
 from tolerances import assert_close
 from training_helpers import encoder_state, fresh_model
 
@@ -162,20 +163,26 @@ def test_non_finite_loss_stops_the_run(tiny_encoder_dir, tmp_path):
 
 
 def test_checkpoint_holds_and_restores_the_trained_pieces(tiny_encoder_dir, tmp_path):
+    """save_model writes the trainable parameters only; the Trainer's own loading path (load_state_dict of the model
+    it trains) puts them back, and refuses a file that names parameters the model lacks."""
     model = fresh_model(tiny_encoder_dir)
     model.add_adapter("rte", "pfeiffer")
     model.add_head("rte", af.ClassificationHead(num_labels=2))
     model.train_adapter("rte")
     trainer = AdaptedTrainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to=[]))
-    trainer._save(str(tmp_path / "ckpt"))
+    trainer.save_model(str(tmp_path / "ckpt"))
     saved = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    assert set(load_file(str(tmp_path / "ckpt" / "trainable.safetensors"))) == set(saved)
+    on_disk = load_file(str(tmp_path / "ckpt" / TRAINABLE_FILE))
+    assert set(on_disk) == set(saved)
     with torch.no_grad():
         for p in model.parameters():
             if p.requires_grad:
                 p.add_(1.0)
-    trainer._load_from_checkpoint(str(tmp_path / "ckpt"))
+    result = trainer.model.load_state_dict(on_disk, False)  # as Trainer resume and load_best_model_at_end call it
+    assert (result.missing_keys, result.unexpected_keys) == ([], [])
     assert all(torch.equal(p, saved[n]) for n, p in model.named_parameters() if p.requires_grad)
+    with pytest.raises(TrainingError, match="lacks"):
+        trainer.model.load_state_dict({**on_disk, "no.such.weight": torch.zeros(1)}, False)
 
 
 def test_fusion_step_callback_drives_the_temperature_step(tiny_encoder_dir):

@@ -9,7 +9,8 @@ import torch
 
 import adapterfusion as af
 from adapterfusion.training import TrainingError, train
-from adapterfusion.training.trainer import FusionStepCallback, checkpointed_activations
+from adapterfusion.training.callbacks import FusionStepCallback
+from adapterfusion.training.gradient_checkpointing import checkpointed_activations
 from tiny_models import TINY_CONFIGS, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 

@@ -8,7 +8,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from adapterfusion.training import TrainingError, train
-from adapterfusion.training.trainer import TRAINABLE_FILE, FusionStepCallback, last_good_checkpoint
+from adapterfusion.training.callbacks import FusionStepCallback
+from adapterfusion.training.checkpoints import TRAINABLE_FILE, last_good_checkpoint
 
 STEPS_PER_EPOCH = 2  # 16 training examples in batches of 8
 SETTINGS = dict(epochs=3, batch_size=8, max_length=32, learning_rate=1e-3, logging_steps=1, patience=None)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-import adapterfusion.training.trainer as trainer_module
+import adapterfusion.training.callbacks as callbacks_module
 from adapterfusion.training import train
 from adapterfusion.training.progress import PROGRESS_FILE, RunProgress, read_progress, write_progress
 
@@ -42,7 +42,7 @@ def test_a_run_writes_each_epochs_start_and_end(tmp_path, tiny_encoder_dir, demo
         written.append((progress.epoch, progress.epochs, progress.phase, progress.step))
         write_progress(run_dir, progress)
 
-    monkeypatch.setattr(trainer_module, "write_progress", recording)
+    monkeypatch.setattr(callbacks_module, "write_progress", recording)
     result = train(
         "rte",
         "head",

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from adapterfusion.training import AdapterStore, TrainingError, train
-from adapterfusion.training.trainer import RESUME_FILES, TRAINABLE_FILE, FusionStepCallback, resumable_checkpoint
+from adapterfusion.training.callbacks import FusionStepCallback
+from adapterfusion.training.checkpoints import RESUME_FILES, TRAINABLE_FILE, resumable_checkpoint
 from tolerances import assert_close
 
 STEPS_PER_EPOCH = 4  # 32 training examples in batches of 8

@@ -1,0 +1,134 @@
+"""What a training checkpoint holds of the model, and which checkpoint a run goes back to.
+
+A `checkpoints/checkpoint-<step>/` folder is the HF Trainer's own (optimizer.pt, scheduler.pt, rng_state*.pth,
+trainer_state.json, training_args.bin) with the model's weights in `model.safetensors`: only the *trainable*
+parameters, keyed by parameter name (shared tensors are no problem), since the frozen rest is already on disk and the
+same in every checkpoint. The Trainer trains `TrainableWeights`, a view of the model whose state dict is exactly those
+parameters, so its own resume (`train(resume_from_checkpoint=...)`) and best-checkpoint loading
+(`load_best_model_at_end`) read them through the public `nn.Module.load_state_dict`, and its `save_model` writes them;
+nothing of the Trainer's private checkpoint code is overridden. Runs saved before this named the same file
+`trainable.safetensors`; `adopt_legacy_weights` renames it before such a run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
+from torch import nn
+
+from adapterfusion.io.atomic import atomic_write_bytes
+from adapterfusion.training.errors import TrainingError
+
+TRAINABLE_FILE = "model.safetensors"  # transformers' SAFE_WEIGHTS_NAME, so its resume finds the weights
+LEGACY_TRAINABLE_FILE = "trainable.safetensors"
+# What the Trainer's checkpoint holds besides our trainable weights; trainer_state.json comes last, after the others.
+RESUME_FILES = ("optimizer.pt", "scheduler.pt", "trainer_state.json")
+
+
+class LoadResult(NamedTuple):
+    """What `load_state_dict` reports, as torch's own result does: no key is ever missing or unexpected here."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+class TrainableWeights(nn.Module):
+    """`model` as the Trainer sees it: the same forward, and a state dict of only its trainable parameters (by
+    parameter name); `load_state_dict` refuses a state dict that names other parameters or lacks a trainable one."""
+
+    # The loss is a mean over the batch, not normalised by the Trainer's num_items_in_batch (AdaptedModel says so too).
+    accepts_loss_kwargs = False
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        return {name: p.detach() for name, p in self.model.named_parameters() if p.requires_grad}
+
+    def load_state_dict(  # type: ignore[override]
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> LoadResult:
+        parameters = dict(self.model.named_parameters())
+        unknown = sorted(set(state_dict) - set(parameters))
+        if unknown:
+            raise TrainingError(f"the checkpoint holds parameters this model lacks: {unknown[:5]}")
+        missing = sorted(name for name, p in parameters.items() if p.requires_grad and name not in state_dict)
+        if missing:
+            raise TrainingError(f"the checkpoint lacks trainable parameters of this model: {missing[:5]}")
+        with torch.no_grad():
+            for name, tensor in state_dict.items():
+                parameters[name].copy_(tensor)
+        return LoadResult([], [])
+
+    def save(self, folder: str | os.PathLike) -> None:
+        """The trainable weights into `folder`/TRAINABLE_FILE, written atomically: a kill never leaves half a file."""
+        tensors = {name: t.cpu().contiguous() for name, t in self.state_dict().items()}
+        atomic_write_bytes(Path(folder) / TRAINABLE_FILE, safetensors_bytes(tensors, metadata={"format": "pt"}))
+
+
+def weights_file(checkpoint: Path) -> Path:
+    """The checkpoint's trainable-weights file (the legacy name when only that one is there)."""
+    legacy = checkpoint / LEGACY_TRAINABLE_FILE
+    return legacy if legacy.is_file() and not (checkpoint / TRAINABLE_FILE).is_file() else checkpoint / TRAINABLE_FILE
+
+
+def adopt_legacy_weights(checkpoint: Path) -> None:
+    """A checkpoint saved under the legacy file name gets the name the Trainer's resume looks for."""
+    if weights_file(checkpoint).name == LEGACY_TRAINABLE_FILE:
+        os.replace(checkpoint / LEGACY_TRAINABLE_FILE, checkpoint / TRAINABLE_FILE)
+
+
+def _checkpoints_newest_first(checkpoint_dir: str | os.PathLike) -> list[Path]:
+    steps = [
+        (int(p.name.rpartition("-")[2]), p)
+        for p in Path(checkpoint_dir).glob("checkpoint-*")
+        if p.name.rpartition("-")[2].isdigit()
+    ]
+    return [checkpoint for _, checkpoint in sorted(steps, reverse=True)]
+
+
+def _finite_weights(checkpoint: Path) -> bool:
+    """Whether the checkpoint's trainable weights load and are all finite."""
+    try:
+        tensors = load_file(str(weights_file(checkpoint)))
+    except (OSError, SafetensorError):
+        return False
+    return all(bool(torch.isfinite(t).all()) for t in tensors.values())
+
+
+def last_good_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
+    """The newest `checkpoint-<step>` in `checkpoint_dir` whose saved weights are all finite: where to go back to
+    after a NaN/inf loss (a checkpoint saved after the weights blew up is no good)."""
+    return next((c for c in _checkpoints_newest_first(checkpoint_dir) if _finite_weights(c)), None)
+
+
+def _complete(checkpoint: Path) -> bool:
+    """Whether a resume from `checkpoint` restores everything: weights, optimizer and scheduler state, RNG state
+    (one file, or one per rank) and a readable trainer state. A kill mid-save or mid-rotation leaves some out."""
+    if not all((checkpoint / name).is_file() for name in RESUME_FILES):
+        return False
+    if not any(checkpoint.glob("rng_state*.pth")):
+        return False
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def resumable_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint with finite weights in `checkpoint_dir` (None if there is none): where an
+    interrupted run continues."""
+    return next((c for c in _checkpoints_newest_first(checkpoint_dir) if _complete(c) and _finite_weights(c)), None)

@@ -1,0 +1,30 @@
+"""The AdamW parameter groups of a run: weight decay for the weight matrices, none for biases, LayerNorm weights and
+fusion V matrices (V is pulled towards the identity by its own regulariser, not towards zero)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+
+def fusion_value_parameters(model: AdaptedModel) -> list[nn.Parameter]:
+    """Every fusion layer's V matrix, found through the model's sites."""
+    return [fusion.value.weight for site in model.sites for fusion in site.fusions.values() if fusion.value is not None]
+
+
+def parameter_groups(model: AdaptedModel, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups over the trainable parameters: no decay for biases and other 1-D tensors, LayerNorm
+    weights, and fusion V matrices; `weight_decay` for the rest. Empty groups are left out."""
+    no_decay = {id(p) for p in fusion_value_parameters(model)}
+    no_decay |= {id(p) for module in model.modules() if isinstance(module, nn.LayerNorm) for p in module.parameters()}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    no_decay |= {id(p) for p in trainable if p.ndim < 2}
+    groups = [
+        {"params": [p for p in trainable if id(p) not in no_decay], "weight_decay": weight_decay},
+        {"params": [p for p in trainable if id(p) in no_decay], "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]

@@ -1,0 +1,57 @@
+"""Where an interrupted run continues: the newest complete checkpoint in its checkpoints/ folder, if the run's
+config.json says it was saved by a run of the same settings (continuing another run's checkpoint would mix two runs).
+Every recipe resumes through this one check, naming the config keys that make a checkpoint its own."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from adapterfusion.training.checkpoints import resumable_checkpoint
+from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.run_files import CONFIG_FILE, read_json
+
+# What makes a checkpoint belong to a train() run: the same task, setup, seed, encoder, data, store and training config.
+RESUME_KEYS = ("task_spec", "setup", "setup_options", "seed", "encoder_key", "store", "training", "data")
+
+# TrainingConfig fields added after runs were already saved, with the value that behaves as those runs did: a run
+# saved before a field existed resumes when the call sets that value.
+TRAINING_SETTINGS_ADDED_LATER: dict[str, Any] = {"fast_dropout": False}
+
+
+def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[str] = RESUME_KEYS) -> Path | None:
+    """The checkpoint an interrupted run continues from (None: nothing to resume, start over). A checkpoint left by
+    a run whose config.json differs from `run_config` in any of `keys` is refused."""
+    checkpoint = resumable_checkpoint(run_dir / "checkpoints")
+    if checkpoint is None:
+        return None
+    start_over = f"remove {run_dir / 'checkpoints'} to start over"
+    previous = read_json(
+        run_dir / CONFIG_FILE,
+        f"it says which run the checkpoint {checkpoint.name} belongs to, so {run_dir} cannot be resumed; {start_over}",
+    )
+    current = json.loads(json.dumps({key: run_config[key] for key in keys}))  # as config.json holds it
+    if isinstance(previous.get("training"), dict):
+        previous["training"] = TRAINING_SETTINGS_ADDED_LATER | previous["training"]
+    changed = [_describe_change(key, previous.get(key), current[key]) for key in keys]
+    if any(changed):
+        raise TrainingError(
+            f"cannot resume {run_dir}: its checkpoint {checkpoint.name} was saved by a run with other settings "
+            f"({'; '.join(change for change in changed if change)}); train with the settings it was started with, "
+            f"or {start_over}"
+        )
+    return checkpoint
+
+
+def _describe_change(key: str, previous: Any, current: Any) -> str:
+    """'' when a resume key is unchanged; else what changed, field by field for the training config."""
+    if previous == current:
+        return ""
+    if key == "training" and isinstance(previous, dict) and isinstance(current, dict):
+        fields = sorted(name for name in previous.keys() | current.keys() if previous.get(name) != current.get(name))
+        return "training differs: " + ", ".join(
+            f"{name} was {previous.get(name, '<unset>')!r}, now {current.get(name, '<unset>')!r}" for name in fields
+        )
+    return f"{key} differs"
