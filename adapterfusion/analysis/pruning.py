@@ -29,7 +29,7 @@ from adapterfusion.fusion.subset import add_fusion_subset
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.io.pieces import check_piece_folder
-from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.tasks.spec import TaskSpec, piece_name
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -258,7 +258,6 @@ def prune_fusion(
     pruned fusion (fusion/), the run's head (head/) and pruning.json; load it with load_adapter for each kept
     adapter, then load_fusion, load_head."""
     from adapterfusion.training.rebuild import rebuild_run
-    from adapterfusion.training.setups import piece_name
 
     check_criterion(keep, mass)
     run_dir = Path(run_dir)

@@ -49,6 +49,12 @@ def suggest(value: str, known: list[str] | tuple[str, ...]) -> str:
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
+def piece_name(task: str | TaskSpec) -> str:
+    """The name of a task's adapter and head: module keys allow letters, digits, '_' and '-' only, so '.' becomes
+    '_' (the one spelling for the recipes, the zoo and pruning)."""
+    return (task if isinstance(task, str) else task.name).replace(".", "_")
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """A classification or multiple-choice task, described by its data's field names.

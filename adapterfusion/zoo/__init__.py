@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import AdapterFusionError
+from adapterfusion.tasks.spec import piece_name
 from adapterfusion.training.run_files import read_json
 from adapterfusion.training.store import ENTRY_FILE, AdapterStore, encoder_key
 
@@ -103,6 +104,4 @@ def load_zoo_adapter(
     store = resolve_zoo(zoo)
     encoder = encoder if encoder is not None else model.fingerprint.name_or_path
     seed = zoo_seed(store, encoder, task)
-    return store.load_into(
-        model, task, ZOO_SETUP, seed, encoder=encoder, name=name or task.replace(".", "_"), head=head
-    )
+    return store.load_into(model, task, ZOO_SETUP, seed, encoder=encoder, name=name or piece_name(task), head=head)
