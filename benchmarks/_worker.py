@@ -33,7 +33,9 @@ REDUCTION_FACTOR = 16
 
 def _status_kib(field: str) -> int:
     with open("/proc/self/status") as status:
-        return int(re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE).group(1))
+        match = re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE)
+    assert match is not None, f"/proc/self/status has no {field} line"
+    return int(match.group(1))
 
 
 def _release_and_reset_peak() -> int:
@@ -188,6 +190,13 @@ class Case:
         return (_status_kib("VmHWM") - self.baseline_kib) / 1024
 
 
+def _set_up(case: Case | None) -> Case:
+    """The case a 'setup' request made; the driver always sends one first."""
+    if case is None:
+        raise RuntimeError("no case set up: send a 'setup' request before 'run' or 'memory'")
+    return case
+
+
 def main() -> None:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # library prints and warnings must not corrupt the protocol stream
@@ -201,9 +210,9 @@ def main() -> None:
                 case = Case(request)
                 reply = {"info": case.info}
             elif cmd == "run":
-                reply = {"ms": case.run(int(request.get("repeats", 1)))}
+                reply = {"ms": _set_up(case).run(int(request.get("repeats", 1)))}
             elif cmd == "memory":
-                reply = {"peak_mib": case.peak_mib()}
+                reply = {"peak_mib": _set_up(case).peak_mib()}
             elif cmd == "quit":
                 break
             else:

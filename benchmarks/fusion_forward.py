@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from _stats import paired_ratio
@@ -53,7 +54,7 @@ def main() -> None:
         "input_ids": torch.randint(1000, 20000, (args.batch, args.seq)),
         "attention_mask": torch.ones(args.batch, args.seq, dtype=torch.long),
     }
-    cases: dict[str, callable] = {}
+    cases: dict[str, Callable[[], object]] = {}
     models: list[af.AdaptedModel] = []
     bare = build(1, args.reduction_factor)
     bare.activate()

@@ -37,12 +37,13 @@ LIBRARIES = ("ours", "adapters")
 class Worker:
     library: str
     case: tuple[str, int]
-    process: subprocess.Popen
+    process: subprocess.Popen[str]
     times: list[float] = field(default_factory=list)
     info: dict = field(default_factory=dict)
     peak_mib: float = float("nan")
 
     def ask(self, request: dict) -> dict:
+        assert self.process.stdin is not None and self.process.stdout is not None  # started with both piped
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()

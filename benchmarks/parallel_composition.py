@@ -17,11 +17,19 @@ import functools
 import statistics
 import time
 from collections.abc import Callable
+from typing import TypedDict
 
 import torch
 from transformers import AutoModel
 
 import adapterfusion as af
+
+
+class Inputs(TypedDict):
+    """One batch, passed as keyword arguments to the model and to forward_parallel."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
 
 
 def build(num_adapters: int) -> af.AdaptedModel:
@@ -38,7 +46,7 @@ def build(num_adapters: int) -> af.AdaptedModel:
     return model.eval()
 
 
-def one_by_one(model: af.AdaptedModel, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+def one_by_one(model: af.AdaptedModel, inputs: Inputs) -> list[torch.Tensor]:
     logits = []
     for name in model.fusion_setup("fusion").adapters:
         model.activate(adapter=name, head=name)
@@ -47,7 +55,7 @@ def one_by_one(model: af.AdaptedModel, inputs: dict[str, torch.Tensor]) -> list[
     return logits + [model(**inputs).logits]
 
 
-def parallel(model: af.AdaptedModel, inputs: dict[str, torch.Tensor], share: bool = True) -> list[torch.Tensor]:
+def parallel(model: af.AdaptedModel, inputs: Inputs, share: bool = True) -> list[torch.Tensor]:
     out = model.forward_parallel("fusion", share_encoder_prefix=share, **inputs)
     return list(out.adapter_logits.values()) + [out.fusion_logits]
 
@@ -75,10 +83,10 @@ def main() -> None:
         model = build(n)
         for batch in args.batches:
             generator = torch.Generator().manual_seed(batch)
-            inputs = {
-                "input_ids": torch.randint(1000, 20000, (batch, args.seq), generator=generator),
-                "attention_mask": torch.ones(batch, args.seq, dtype=torch.long),
-            }
+            inputs = Inputs(
+                input_ids=torch.randint(1000, 20000, (batch, args.seq), generator=generator),
+                attention_mask=torch.ones(batch, args.seq, dtype=torch.long),
+            )
             inputs["attention_mask"][1::2, args.seq * 3 // 4 :] = 0  # half the rows padded
             cases: dict[str, Callable[[], list[torch.Tensor]]] = {
                 "one by one": functools.partial(one_by_one, model, inputs),

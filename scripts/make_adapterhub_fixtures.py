@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 ADAPTERS_VERSION = "1.3.0"
 TRANSFORMERS_VERSION = "4.57.6"
@@ -49,7 +50,19 @@ WEIGHT_STD = 0.1
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "adapterhub"
 
-TINY = dict(
+
+class TinySize(TypedDict):
+    """The size fields of the tiny encoders' configs (BertConfig / RobertaConfig keyword arguments)."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+
+
+TINY = TinySize(
     hidden_size=32,
     num_hidden_layers=2,
     num_attention_heads=4,
@@ -467,7 +480,7 @@ def verify(kind: str, out: Path, atol: float = 1e-5) -> None:
         p = f"{prefix}.encoder.layer.{i}.{site_path[loc]}.{kind_key}.{name}."
         return {k[len(p) :]: v for k, v in state.items() if k.startswith(p)}
 
-    adapters_at = {}  # name -> {(i, loc): RefAdapter}
+    adapters_at: dict[str, dict[tuple[int, str], RefAdapter]] = {}
     for name, info in manifest["adapters"].items():
         saved = json.loads((out / info["dir"] / "adapter_config.json").read_text())
         state = load_weights(out / info["dir"], "pytorch_adapter.bin", "adapter.safetensors")

@@ -40,8 +40,8 @@ def export(out: Path) -> None:
     mask[1, 6:] = 0
     expected = {"ids": ids, "mask": mask}
     with torch.no_grad():
-        for setup, kwargs in {"h": dict(adapter="h"), "f": dict(fusion="f")}.items():
-            model.activate(head="cls", **kwargs)
+        for setup, (adapter, fusion) in {"h": ("h", None), "f": (None, "f")}.items():
+            model.activate(adapter=adapter, fusion=fusion, head="cls")
             expected[setup] = model(input_ids=ids, attention_mask=mask).logits
     torch.save(expected, out / "expected.pt")
     print(f"exported to {out}")

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,7 +112,7 @@ def _folder_given(path: Path) -> str:
 
 
 def run_experiment(
-    spec_or_path: ExperimentSpec | str | os.PathLike,
+    spec_or_path: ExperimentSpec | Mapping[str, Any] | str | os.PathLike,
     executor: str | Executor = "inprocess",
     workers: int | None = None,
     force: bool = False,
