@@ -1,0 +1,146 @@
+"""Tiny randomly initialised decoders and encoder-decoders built from config objects, for issue #23's architectures.
+
+Every model has 2 layers, hidden 32, intermediate 64, vocab 100 and 4 attention heads; where the architecture has
+grouped-query attention it gets 2 key/value heads. Built from a config with a fixed seed, so no test downloads
+anything and the same seed gives the same weights. Eager attention throughout: it is the one implementation every
+architecture (Gemma2's soft-capping included) and every transformers version computes the same way.
+
+A plain module with no adapterfusion import: tests import it by name (`from tiny_decoders import tiny_decoder`),
+and scripts/make_adapterhub_decoder_fixtures.py imports it under transformers 4.57.6 in AdapterHub's venv, so the
+config table below must stay valid for both transformers 4.57 and 5.x."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import transformers
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 32, 2, 4, 2, 64, 100
+PAD, BOS, EOS = 0, 1, 2
+
+_LLAMA_STYLE: dict[str, Any] = dict(
+    vocab_size=VOCAB,
+    hidden_size=HIDDEN,
+    intermediate_size=INTERMEDIATE,
+    num_hidden_layers=LAYERS,
+    num_attention_heads=HEADS,
+    num_key_value_heads=KV_HEADS,
+    max_position_embeddings=64,
+    pad_token_id=PAD,
+    bos_token_id=BOS,
+    eos_token_id=EOS,
+)
+# Gemma2/3 alternate sliding-window and global layers; a window longer than any test sequence keeps the two layer
+# kinds equal in what they see, so a mismatch points at adapters, not at a version's sliding-window mask.
+_GEMMA_STYLE: dict[str, Any] = dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS, sliding_window=32)
+
+# model_type -> (Config class name, kwargs, "causal" or "seq2seq").
+TINY_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "gpt2": (
+        "GPT2Config",
+        dict(
+            vocab_size=VOCAB,
+            n_embd=HIDDEN,
+            n_layer=LAYERS,
+            n_head=HEADS,
+            n_inner=INTERMEDIATE,
+            n_positions=64,
+            pad_token_id=PAD,
+            bos_token_id=BOS,
+            eos_token_id=EOS,
+        ),
+        "causal",
+    ),
+    "llama": ("LlamaConfig", dict(_LLAMA_STYLE), "causal"),
+    "mistral": ("MistralConfig", dict(_LLAMA_STYLE, sliding_window=32), "causal"),
+    "qwen2": ("Qwen2Config", dict(_LLAMA_STYLE), "causal"),
+    "qwen3": ("Qwen3Config", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS), "causal"),
+    "gemma": ("GemmaConfig", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS), "causal"),
+    "gemma2": ("Gemma2Config", dict(_GEMMA_STYLE), "causal"),
+    "gemma3_text": ("Gemma3TextConfig", dict(_GEMMA_STYLE), "causal"),
+    "phi3": ("Phi3Config", dict(_LLAMA_STYLE), "causal"),
+    "t5": (
+        "T5Config",
+        dict(
+            vocab_size=VOCAB,
+            d_model=HIDDEN,
+            d_kv=HIDDEN // HEADS,
+            d_ff=INTERMEDIATE,
+            num_layers=LAYERS,
+            num_decoder_layers=LAYERS,
+            num_heads=HEADS,
+            relative_attention_num_buckets=8,
+            pad_token_id=PAD,
+            eos_token_id=EOS,
+            decoder_start_token_id=PAD,
+        ),
+        "seq2seq",
+    ),
+    "bart": (
+        "BartConfig",
+        dict(
+            vocab_size=VOCAB,
+            d_model=HIDDEN,
+            encoder_layers=LAYERS,
+            decoder_layers=LAYERS,
+            encoder_attention_heads=HEADS,
+            decoder_attention_heads=HEADS,
+            encoder_ffn_dim=INTERMEDIATE,
+            decoder_ffn_dim=INTERMEDIATE,
+            max_position_embeddings=64,
+            pad_token_id=PAD,
+            bos_token_id=BOS,
+            eos_token_id=EOS,
+            decoder_start_token_id=EOS,
+            forced_eos_token_id=None,
+        ),
+        "seq2seq",
+    ),
+}
+DECODER_TYPES = tuple(t for t, (_, _, kind) in TINY_DECODER_CONFIGS.items() if kind == "causal")
+SEQ2SEQ_TYPES = tuple(t for t, (_, _, kind) in TINY_DECODER_CONFIGS.items() if kind == "seq2seq")
+
+
+def tiny_decoder_config(model_type: str, **overrides: Any) -> transformers.PretrainedConfig:
+    """The tiny config of `model_type` (a key of TINY_DECODER_CONFIGS), eager attention, `overrides` applied."""
+    class_name, kwargs, _ = TINY_DECODER_CONFIGS[model_type]
+    config = getattr(transformers, class_name)(**{**kwargs, **overrides})
+    config._attn_implementation = "eager"
+    return config
+
+
+def tiny_decoder(
+    model_type: str, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides: Any
+) -> transformers.PreTrainedModel:
+    """A tiny random AutoModelForCausalLM (or AutoModelForSeq2SeqLM for T5/BART) in eval mode.
+
+    Weights are drawn in float32 from `seed`, then cast to `dtype`, so a float64 model holds exactly the float32
+    model's weights."""
+    config = tiny_decoder_config(model_type, **overrides)
+    auto = (
+        transformers.AutoModelForSeq2SeqLM
+        if TINY_DECODER_CONFIGS[model_type][2] == "seq2seq"
+        else transformers.AutoModelForCausalLM
+    )
+    torch.manual_seed(seed)
+    model = auto.from_config(config, attn_implementation="eager")
+    return model.to(dtype).eval()
+
+
+def tiny_decoder_inputs(model_type: str, batch: int = 2, seq: int = 7, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Token ids avoid 0..4 (special ids); row 1 is right-padded by 2. Seq2seq models also get decoder_input_ids
+    (starting with the decoder start id, one shorter than the source)."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, VOCAB, (batch, seq), generator=generator)
+    attention_mask = torch.ones(batch, seq, dtype=torch.long)
+    if batch > 1:
+        attention_mask[1, -2:] = 0
+        input_ids[1, -2:] = PAD
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if TINY_DECODER_CONFIGS[model_type][2] == "seq2seq":
+        start = TINY_DECODER_CONFIGS[model_type][1]["decoder_start_token_id"]
+        decoder_input_ids = torch.randint(5, VOCAB, (batch, seq - 1), generator=generator)
+        decoder_input_ids[:, 0] = start
+        inputs["decoder_input_ids"] = decoder_input_ids
+    return inputs
