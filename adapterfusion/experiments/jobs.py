@@ -35,7 +35,7 @@ _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 class JobPayload:
     """Everything a worker needs to run one job (plain, picklable values): `kind` "single" runs
     adapterfusion.training.train, "multitask" train_multitask with `options` as its keyword arguments. `resume`:
-    a single-task job continues from its run dir's newest complete checkpoint, if any (train(resume=True))."""
+    a job continues from its run dir's newest complete checkpoint, if any (train / train_multitask(resume=True))."""
 
     job_id: str
     task: str
@@ -145,6 +145,7 @@ def _train_multitask(payload: JobPayload) -> Path:
         training_config=payload.training,
         max_examples=payload.max_examples,
         overwrite=True,  # the runner owns the run dir and re-runs a job on purpose
+        resume=payload.resume,
         **options,
     )
     return Path(result.run_dir)

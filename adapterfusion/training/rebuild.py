@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from adapterfusion.io.paths import as_path
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.hardware import training_device
 from adapterfusion.training.run import RunFolder
 from adapterfusion.training.run_files import CONFIG_FILE, read_run_json
 from adapterfusion.training.run_state import require_finished
@@ -86,7 +87,6 @@ def rebuild_run(
     store: the AdapterStore a fusion run's adapters come from; default the one its config.json records (runs
     written before that was recorded need it given). device: default "cuda" when available, else "cpu".
     """
-    import torch
     from transformers import AutoModel, AutoTokenizer
 
     import adapterfusion as af
@@ -129,7 +129,7 @@ def rebuild_run(
         model.load_adapter(run_dir / "adapter", name=plan.adapters[0], overwrite=True)
     model.load_head(run_dir / "head", name=plan.head, overwrite=True)
     model.requires_grad_(False)
-    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
+    model.to(device or training_device()).eval()
     rebuilt = RebuiltRun(
         run_dir=run_dir,
         config=config,

@@ -1,15 +1,16 @@
 """A run killed after an epoch and resumed with `train(..., resume=True)` ends exactly where the uninterrupted run
 ends (AdapterHub issue #299: resuming lost the optimizer and scheduler state): the same trained weights, dev
-metrics per epoch and training losses, in float64 to the tight tolerance, for an adapter and for a fusion."""
+metrics per epoch and training losses, in float64 to the tight tolerance, for an adapter, a fusion and MT-A
+(`train_multitask(..., resume=True)`, killed mid-epoch)."""
 
 import json
 
 import pytest
 import torch
 
-from adapterfusion.training import AdapterStore, TrainingError, train
+from adapterfusion.training import AdapterStore, TrainingError, train, train_multitask
 from adapterfusion.training.callbacks import FusionStepCallback
-from adapterfusion.training.checkpoints import RESUME_FILES, TRAINABLE_FILE, resumable_checkpoint
+from adapterfusion.training.checkpoints import LEGACY_TRAINABLE_FILE, RESUME_FILES, TRAINABLE_FILE, resumable_checkpoint
 from tolerances import assert_close
 
 STEPS_PER_EPOCH = 4  # 32 training examples in batches of 8
@@ -331,3 +332,71 @@ def test_a_run_resumed_from_its_last_checkpoint_ends_like_the_uninterrupted_one(
     assert {k: v for k, v in progress.items() if k != "updated_at"} == {
         k: v for k, v in expected.items() if k != "updated_at"
     }
+
+
+@pytest.mark.slow
+def test_resumed_mt_a_training_equals_the_uninterrupted_run(
+    tmp_path, tiny_float64_encoder_dir, demo_data_dir, monkeypatch
+):
+    """MT-A runs in the same loop: killed mid-way through its second epoch (step 6 of 12, after the checkpoint of
+    step 4), train_multitask(resume=True) continues from that checkpoint and ends with the uninterrupted run's
+    encoder, adapters and heads, dev metrics, training losses and task draws, in float64 to the tight tolerance."""
+    steps_per_epoch = 4  # 16 + 16 training examples in batches of 8
+
+    def run(output_dir, resume=False):
+        return train_multitask(
+            ["rte", "cb"],
+            seed=3,
+            encoder=tiny_float64_encoder_dir,
+            data_dir=demo_data_dir,
+            output_dir=output_dir,
+            training_config=SETTINGS,
+            max_examples={"train": 16, "validation": 8},
+            reduction_factor=4,
+            resume=resume,
+        )
+
+    uninterrupted = run(tmp_path / "uninterrupted")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == steps_per_epoch + 2:
+            raise Killed(f"killed in step {state.global_step}")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FusionStepCallback, "on_step_end", on_step_end, raising=False)
+        with pytest.raises(Killed):
+            run(tmp_path / "resumed")
+    checkpoints = tmp_path / "resumed" / "mt-a" / "mt-a" / "seed-3" / "checkpoints"
+    assert resumable_checkpoint(checkpoints) == checkpoints / f"checkpoint-{steps_per_epoch}"
+    resumed = run(tmp_path / "resumed", resume=True)
+
+    weights, expected = _trained(resumed), _trained(uninterrupted)
+    assert weights.keys() == expected.keys() and len(weights) > 10  # encoder, both adapters and both heads
+    for name in expected:
+        assert_close(weights[name], expected[name], label=name)
+    got, want = (json.loads(r.metrics_path.read_text()) for r in (resumed, uninterrupted))
+    assert got["resumed_from"] == f"checkpoints/checkpoint-{steps_per_epoch}" and want["resumed_from"] is None
+    assert got["global_step"] == want["global_step"] == 3 * steps_per_epoch
+    assert got["task_counts"] == want["task_counts"]
+    tasks = [[(e["step"], e.pop("task")) for e in r["train_losses"]] for r in (got, want)]
+    assert tasks[0] == tasks[1] and len(tasks[0]) == 3 * steps_per_epoch
+    for key in ("train_losses", "epochs", "best", "best_mean", "expected_task_counts"):
+        assert_close(got[key], want[key], dtype=torch.float64, label=key)
+    assert [e["step"] for e in got["epochs"]] == [4, 8, 12]
+
+
+def test_a_checkpoint_saved_under_the_old_weights_name_still_resumes(
+    tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
+):
+    """Checkpoints written before the Trainer saved its trainable weights as model.safetensors named them
+    trainable.safetensors; a resume takes such a checkpoint too."""
+    run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
+    with monkeypatch.context() as patch:
+        _kill_after_saving(STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            run()
+    checkpoint = tmp_path / "rte" / "st-a" / "seed-3" / "checkpoints" / f"checkpoint-{STEPS_PER_EPOCH}"
+    (checkpoint / TRAINABLE_FILE).rename(checkpoint / LEGACY_TRAINABLE_FILE)
+    assert resumable_checkpoint(checkpoint.parent) == checkpoint
+    result = run(resume=True)
+    assert json.loads(result.metrics_path.read_text())["resumed_from"] == f"checkpoints/{checkpoint.name}"
