@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -324,7 +324,7 @@ def _fuse(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
     for row in (header, tuple("-" * w for w in widths), *rows):
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

@@ -114,7 +114,7 @@ class AdapterConfig:
     def houlsby(cls, reduction_factor: ReductionFactor = 16.0, **overrides: Any) -> AdapterConfig:
         """ST-A Houlsby: adapters after attention and after the feed-forward block, on the sub-layer output
         before the residual add; the layer norms are trained per task."""
-        settings = dict(
+        settings: dict[str, Any] = dict(  # Any: the overrides merged in are any of the fields
             reduction_factor=reduction_factor,
             non_linearity="swish",
             positions=("attention", "output"),
@@ -142,7 +142,7 @@ class AdapterConfig:
     # ---- derived values ------------------------------------------------------------------------------
     def reduction_factor_for(self, layer: int) -> float:
         rf = self.reduction_factor
-        if isinstance(rf, dict):
+        if isinstance(rf, Mapping):
             return rf.get(str(layer), rf["default"])
         return rf
 
