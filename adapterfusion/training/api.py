@@ -142,7 +142,7 @@ def train(
                 tokenizer,
                 config.eval_batch_size or config.batch_size,
             )
-            trained: Any = HeadOnFeatures(model.heads[plan.head])
+            trained: Any = HeadOnFeatures(model.get_head(plan.head))
             data = single_task_data(spec, cached["train"], cached["validation"], tokenizer, config, stack_features)
         else:
             trained = model

@@ -57,9 +57,7 @@ class TrainableWeights(nn.Module):
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
         return {name: p.detach() for name, p in self.model.named_parameters() if p.requires_grad}
 
-    def load_state_dict(  # type: ignore[override]
-        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
-    ) -> LoadResult:
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> LoadResult:
         parameters = dict(self.model.named_parameters())
         unknown = sorted(set(state_dict) - set(parameters))
         if unknown:

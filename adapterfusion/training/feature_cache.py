@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from adapterfusion.heads.module import PredictionHead
 from adapterfusion.tasks.collator import TaskCollator
 
 if TYPE_CHECKING:
@@ -29,7 +30,9 @@ def pooled_features(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each example's pooled encoder output as head `head` pools it ([n, hidden], or [n, choices, hidden] for
     multiple choice) and its label, from the model run in eval mode with its current activation."""
-    module = model.heads[head]
+    module = model.get_head(head)
+    encoder = model.model.base_model
+    assert isinstance(encoder, nn.Module)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -41,7 +44,7 @@ def pooled_features(
             choices = inputs["input_ids"].shape[1] if inputs["input_ids"].dim() == 3 else None
             if choices is not None:
                 inputs = {k: v.flatten(0, 1) for k, v in inputs.items()}
-            hidden = model.model.base_model(**inputs).last_hidden_state
+            hidden = encoder(**inputs).last_hidden_state
             pooled = module.pool(hidden, inputs.get("attention_mask"))
             features.append((pooled.view(-1, choices, pooled.shape[-1]) if choices else pooled).cpu())
             labels.append(batch["labels"].cpu())
@@ -80,9 +83,9 @@ class HeadOnFeatures(nn.Module):
     """One head trained on cached features; shares its parameters with the AdaptedModel's head, so training this
     trains that. Offers the two AdaptedModel hooks AdaptedTrainer uses (`sites`, `set_fusion_step`)."""
 
-    sites: tuple = ()
+    sites: tuple[()] = ()
 
-    def __init__(self, head: nn.Module) -> None:
+    def __init__(self, head: PredictionHead) -> None:
         super().__init__()
         self.head = head
 

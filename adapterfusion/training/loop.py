@@ -172,7 +172,7 @@ def _outcome(trainer: AdaptedTrainer, seconds: float) -> TrainingOutcome:
         for entry in history
         if any(k.startswith("eval_") for k in entry)
     ]
-    losses = [
+    losses: list[dict[str, Any]] = [
         {"step": entry["step"], "epoch": entry.get("epoch"), "loss": entry["loss"]}
         for entry in history
         if "loss" in entry and "eval_loss" not in entry

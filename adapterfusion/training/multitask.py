@@ -165,7 +165,7 @@ def _check_config(config: TrainingConfig) -> None:
 
 
 def _load_tasks(
-    specs: list[TaskSpec], data_dir: Any, seed: int, max_examples: Any, tokenizer: Any, max_length: int
+    specs: list[TaskSpec], data_dir: Any, seed: int, max_examples: Any, tokenizer: Any, max_length: int | None
 ) -> TaskData:
     data = TaskData(specs, [], [], [], [])
     for spec in specs:

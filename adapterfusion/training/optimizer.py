@@ -5,15 +5,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
+
+from adapterfusion.fusion.layer import FusionLayer
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 
-def fusion_value_parameters(model: AdaptedModel) -> list[nn.Parameter]:
+def fusion_value_parameters(model: AdaptedModel) -> list[torch.Tensor]:
     """Every fusion layer's V matrix, found through the model's sites."""
-    return [fusion.value.weight for site in model.sites for fusion in site.fusions.values() if fusion.value is not None]
+    return [
+        fusion.value.weight
+        for site in model.sites
+        for fusion in site.fusions.values()
+        if isinstance(fusion, FusionLayer) and fusion.value is not None
+    ]
 
 
 def parameter_groups(model: AdaptedModel, weight_decay: float) -> list[dict[str, Any]]:

@@ -168,7 +168,11 @@ def _add_head(model: AdaptedModel, context: SetupContext) -> str:
 
 
 def _encoder_layers(model: AdaptedModel) -> nn.ModuleList:
-    return get_submodule(model.model.base_model, architecture_for(model.model).layers)
+    encoder = model.model.base_model
+    assert isinstance(encoder, nn.Module)
+    layers = get_submodule(encoder, architecture_for(model.model).layers)
+    assert isinstance(layers, nn.ModuleList)
+    return layers
 
 
 def _check_reduction_factor(value: Any) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -29,7 +29,9 @@ def _shuffled_passes(size: int, batches: int, batch_size: int, seed: int) -> lis
     generator = torch.Generator().manual_seed(seed)
     passes = math.ceil(batches / math.ceil(size / batch_size))
     return [
-        torch.cat(list(DataLoader(range(size), batch_size=size, shuffle=True, generator=generator))).numpy()
+        torch.cat(
+            list(DataLoader(cast(Dataset, range(size)), batch_size=size, shuffle=True, generator=generator))
+        ).numpy()
         for _ in range(passes)
     ]
 

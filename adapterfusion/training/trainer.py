@@ -39,7 +39,7 @@ def non_finite_loss_message(loss: float, task_loss: float | None, state: Trainer
     """Why the run stopped, where, the likely causes and what is left to go back to."""
     epochs = "" if state.epoch is None else f"{state.epoch:.2f} epochs done; "
     fp16 = " (fp16 is on: try bf16=True or fp16=False)" if args.fp16 else ""
-    good = last_good_checkpoint(args.output_dir)
+    good = last_good_checkpoint(args.output_dir or ".")
     kept = (
         f"The last good checkpoint is {good} and is kept"
         if good is not None
@@ -118,7 +118,7 @@ class AdaptedTrainer(Trainer):
         """The trainable weights (TrainableWeights.save) and the training arguments, as a checkpoint holds them."""
         if not self.args.should_save:
             return
-        folder = Path(output_dir if output_dir is not None else self.args.output_dir)
+        folder = Path(output_dir or self.args.output_dir or ".")
         folder.mkdir(parents=True, exist_ok=True)
         view = self.model
         assert isinstance(view, TrainableWeights)
