@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-from adapterfusion import composition, trainable
+from adapterfusion import composition, generation, trainable
 from adapterfusion._validation import check_choice, check_layers, require_loaded
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.encoders import check_wrappable
@@ -339,6 +339,12 @@ class AdaptedModel(nn.Module):
         position); with enabled=False nothing is recorded and None is yielded."""
         check_wrapped(self.sites)
         return self._runtime.recording(enabled)
+
+    def recording_generation(self) -> contextlib.AbstractContextManager[None]:
+        """Inside the block a recording of fusion attentions grows by the positions of each step (generation.py)."""
+        return self._runtime.extending()
+
+    generate = generation.generate
 
     def forward(
         self,

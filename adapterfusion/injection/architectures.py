@@ -10,8 +10,12 @@ Each encoder layer has two insertion sites, 'attention' (after multi-head attent
                   its parent block (DistilBERT, MPNet's attention). The wrapped module's first input is the
                   residual; `layer_norm` names the parent's LayerNorm, relative to the layer.
   PRE_NORM        a sub-layer of a pre-LayerNorm block whose output is added to the residual stream by the
-                  parent (ModernBERT). There is no LayerNorm after the sub-layer, so the LayerNorm options of
-                  AdapterConfig have nothing to act on there and are ignored.
+                  parent (decoders: GPT-2, Llama, Mistral, Qwen, Phi-3; ModernBERT). There is no LayerNorm after
+                  the sub-layer. `residual_input` names the block's norm in front of the sub-layer: its input is
+                  the residual stream r, which a forward pre-hook hands to the site, so that the adapter sees what
+                  AdapterHub's does (original_ln_before adds r to the adapter input; the block adds r after the
+                  site, as original_ln_after would). Without it (ModernBERT) the adapter sees the sub-layer output
+                  only and the LayerNorm options are ignored.
 
 To support another encoder, add a row to ARCHITECTURES keyed by its `config.model_type`.
 
@@ -51,6 +55,7 @@ class SiteSpec:
     kind: SiteKind
     path: str  # relative to one encoder layer
     layer_norm: str | None = None  # PRE_RESIDUAL only: the parent's LayerNorm, relative to the layer
+    residual_input: str | None = None  # PRE_NORM only: the norm in front of the sub-layer (its input is r)
     dense: str = "dense"  # POST_LN_OUTPUT only: sub-module names inside the output module
     dropout: str = "dropout"
     norm: str = "LayerNorm"
@@ -75,6 +80,18 @@ _BERT_LIKE = ArchitectureSpec(
     batch_arguments=("attention_mask",),
 )
 
+
+def _pre_norm_decoder(layers: str, attention: tuple[str, str], output: tuple[str, str]) -> ArchitectureSpec:
+    """A decoder of pre-norm blocks: (sub-layer, norm in front of it) for the attention and the feed-forward."""
+    return ArchitectureSpec(
+        layers=layers,
+        attention=SiteSpec(SiteKind.PRE_NORM, attention[0], residual_input=attention[1]),
+        output=SiteSpec(SiteKind.PRE_NORM, output[0], residual_input=output[1]),
+    )
+
+
+_LLAMA_LIKE = _pre_norm_decoder("layers", ("self_attn", "input_layernorm"), ("mlp", "post_attention_layernorm"))
+
 ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "bert": _BERT_LIKE,
     "roberta": _BERT_LIKE,
@@ -98,6 +115,14 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
         attention=SiteSpec(SiteKind.PRE_RESIDUAL, "attention", layer_norm="sa_layer_norm"),
         output=SiteSpec(SiteKind.PRE_RESIDUAL, "ffn", layer_norm="output_layer_norm"),
     ),
+    # Decoders (pre-norm blocks); grouped-query attention and tuple outputs change nothing at these sites.
+    "gpt2": _pre_norm_decoder("h", ("attn", "ln_1"), ("mlp", "ln_2")),
+    "llama": _LLAMA_LIKE,
+    "mistral": _LLAMA_LIKE,
+    "qwen2": _LLAMA_LIKE,
+    "qwen3": _LLAMA_LIKE,
+    "gemma": _LLAMA_LIKE,
+    "phi3": _LLAMA_LIKE,
     "modernbert": ArchitectureSpec(
         layers="layers", attention=SiteSpec(SiteKind.PRE_NORM, "attn"), output=SiteSpec(SiteKind.PRE_NORM, "mlp")
     ),

@@ -35,6 +35,8 @@ def inject_sites(model: AdaptedModel, runtime: ForwardRuntime) -> list[AdapterSi
             parent = get_submodule(layer, parent_path) if parent_path else layer
             layer_norm = get_submodule(layer, spec.layer_norm) if spec.layer_norm else None
             site = AdapterSite(getattr(parent, attribute), spec, index, position, layer_norm, runtime)
+            if spec.residual_input:
+                site.listen_for_residual(get_submodule(layer, spec.residual_input))
             setattr(parent, attribute, site)
             sites.append(site)
     return sites

@@ -25,6 +25,7 @@ class ForwardRuntime:
     def __init__(self) -> None:
         self._recorder: Recorder | None = None
         self._folded: dict[tuple[str, str], FoldedFusion] | None = None
+        self._extending = False
 
     @contextlib.contextmanager
     def recording(self, enabled: bool = True) -> Iterator[Recorder | None]:
@@ -44,6 +45,16 @@ class ForwardRuntime:
         finally:
             self._folded = previous
 
+    @contextlib.contextmanager
+    def extending(self) -> Iterator[None]:
+        """Inside the block a recording grows along the positions instead of being replaced: generation's steps
+        (one new position each, with the KV cache) add up to the weights of every position the model ran."""
+        previous, self._extending = self._extending, True
+        try:
+            yield
+        finally:
+            self._extending = previous
+
     @property
     def is_recording(self) -> bool:
         return self._recorder is not None
@@ -54,8 +65,12 @@ class ForwardRuntime:
 
     def record(self, layer: int, position: str, weights: torch.Tensor) -> None:
         """Keep the fusion site (layer, position)'s softmax weights, if recording."""
-        if self._recorder is not None:
-            self._recorder[(layer, position)] = weights
+        if self._recorder is None:
+            return
+        earlier = self._recorder.get((layer, position)) if self._extending else None
+        if earlier is not None and earlier.shape[:-2] == weights.shape[:-2]:
+            weights = torch.cat([earlier, weights], dim=-2)
+        self._recorder[(layer, position)] = weights
 
     def folded(self, site: str, key: str, fold: Callable[[], FoldedFusion]) -> FoldedFusion | None:
         """The folds for `key` at site `site` (made by `fold` on first use inside the block); None outside one."""

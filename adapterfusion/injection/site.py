@@ -22,6 +22,7 @@ from typing import Any, TypedDict, TypeVar, cast
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from adapterfusion.adapters.bottleneck import BottleneckAdapter, layer_norm_each, run_each
 from adapterfusion.adapters.config import AdapterConfig
@@ -67,7 +68,18 @@ class AdapterSite(nn.Module):
         self.__dict__["_parent_layer_norm"] = parent_layer_norm
         self._runtime = runtime if runtime is not None else ForwardRuntime()
         self._mask_key: tuple[Any, ...] | None = None
+        self._residual: torch.Tensor | None = None  # PRE_NORM with residual_input: r of the running forward
+        self._residual_hook: RemovableHandle | None = None
         self.set_state(ActiveState())
+
+    def listen_for_residual(self, norm: nn.Module) -> None:
+        """PRE_NORM sites: take the residual stream r from the input of `norm`, the block's norm in front of this
+        sub-layer, on each forward that adapts here (injection/architectures.py `residual_input`)."""
+        self._residual_hook = norm.register_forward_pre_hook(self._take_residual, with_kwargs=True)
+
+    def _take_residual(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self.is_active:
+            self._residual = args[0] if args else next(iter(kwargs.values()))
 
     def set_state(self, state: ActiveState) -> None:
         """Run what `state` activates from now on. What it means here is worked out once, not per forward: the active
@@ -112,6 +124,12 @@ class AdapterSite(nn.Module):
 
     def check_supports(self, config: AdapterConfig, name: str) -> None:
         """Refuse, before any weight is created, placements this kind of site cannot express."""
+        if self.spec.residual_input is not None and not config.original_ln_after:
+            raise ConfigError(
+                f"adapter {name!r}: original_ln_after=False is impossible at {self.spec.path!r} of this "
+                "architecture, whose pre-norm block adds the residual stream after the sub-layer itself; keep "
+                "original_ln_after=True"
+            )
         if self.spec.kind is SiteKind.PRE_RESIDUAL:
             if not config.original_ln_after:
                 raise ConfigError(
@@ -143,6 +161,9 @@ class AdapterSite(nn.Module):
         return module.train(self.training)
 
     def unwrap(self) -> nn.Module:
+        if self._residual_hook is not None:
+            self._residual_hook.remove()
+            self._residual_hook = None
         return self.base_layer
 
     @property
@@ -166,6 +187,14 @@ class AdapterSite(nn.Module):
         residual_input = None
         if self.spec.kind is SiteKind.PRE_RESIDUAL:
             residual_input = args[0] if args else next(iter(kwargs.values()))
+        elif self.spec.residual_input is not None:
+            residual_input, self._residual = self._residual, None
+            if residual_input is None:
+                raise ConfigError(
+                    f"the adapter site {self.spec.path!r} of layer {self.layer_index} ran without its block: it "
+                    f"takes the residual stream from {self.spec.residual_input!r}, which did not run before it; call "
+                    "the whole model (or the whole layer), not the sub-layer alone"
+                )
         adapted = self._adapt_any(hidden, residual_input, apply_final_ln=False)
         return (adapted, *output[1:]) if isinstance(output, tuple) else adapted
 
@@ -195,8 +224,8 @@ class AdapterSite(nn.Module):
         options, so only the LayerNorm differs between slices: each adapter's own copy (Houlsby) or the site's."""
         adapters = [self.adapter(name) for name in names]
         config = adapters[0].config
-        if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to place or end with
-            return run_each(adapters, h, h)
+        if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to end with
+            return run_each(adapters, *self._placed_pre_norm(h, r, config))
         r, site_norm = self._around(r, self.pretrained_layer_norm)
         norms = [adapter.layer_norm if adapter.layer_norm is not None else site_norm for adapter in adapters]
         x, residual = self._placed(h, r, config, lambda u: layer_norm_each(norms, u))
@@ -222,6 +251,13 @@ class AdapterSite(nn.Module):
             return x, h
         return x, (h + r if config.residual_before_ln == "post_add" else x)
 
+    def _placed_pre_norm(
+        self, h: torch.Tensor, r: torch.Tensor | None, config: AdapterConfig
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_placed` at a PRE_NORM site: no LayerNorm around the sub-layer, so original_ln_before adds r alone (as
+        AdapterHub does where it has no LayerNorm to pass); where r is not visible (ModernBERT), both are h."""
+        return (h, h) if r is None else self._placed(h, r, config, _unchanged)
+
     def _ends_with_layer_norm(self, config: AdapterConfig, apply_final_ln: bool) -> bool:
         return apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM
 
@@ -234,8 +270,8 @@ class AdapterSite(nn.Module):
         if fusion_name is None and adapters[0].layer_norm is not None:
             layer_norm = adapters[0].layer_norm
 
-        if self.spec.kind is SiteKind.PRE_NORM:  # no LayerNorm around the sub-layer: nothing to place
-            x, residual = h, h
+        if self.spec.kind is SiteKind.PRE_NORM:
+            x, residual = self._placed_pre_norm(h, r, config)
         else:
             r, layer_norm = self._around(r, layer_norm)
             x, residual = self._placed(h, r, config, layer_norm)
@@ -282,6 +318,10 @@ class AdapterSite(nn.Module):
 
     def extra_repr(self) -> str:
         return f"layer={self.layer_index}, position={self.position}, kind={self.spec.kind.value}"
+
+
+def _unchanged(value: torch.Tensor) -> torch.Tensor:
+    return value
 
 
 def per_route(value: torch.Tensor, copies: int) -> torch.Tensor:

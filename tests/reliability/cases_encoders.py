@@ -239,10 +239,10 @@ CASES: tuple[BadInput, ...] = (
     B(
         "train-encoder-unsupported-architecture",
         "encoders",
-        "train(..., encoder=<a GPT-2 folder>): a model type transformers knows but adapters have no sites in",
+        "train(..., encoder=<an OPT folder>): a model type transformers knows but adapters have no sites in",
         af.UnsupportedArchitectureError,
-        ("'gpt2'", "no adapter sites", "bert"),
-        _encoder_with(_config_edit(model_type="gpt2")),
+        ("'opt'", "no adapter sites", "bert"),
+        _encoder_with(_config_edit(model_type="opt")),
     ),
     B(
         "train-encoder-is-a-file",

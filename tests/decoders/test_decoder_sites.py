@@ -1,0 +1,248 @@
+"""Adapters and fusion on decoders (issue #23): where the adapter sits in a pre-norm block, checked against a hand
+computation from the bare model's own sub-modules; fusion's fast path against its literal reference; generation with
+and without the KV cache.
+
+The hand computation (float64): run the bare model with hooks that capture, at one site, the residual stream r (the
+input of the norm in front of the sub-layer) and the sub-layer's output x; the adapted model must then carry
+r + x + A(x + r) for Pfeiffer (seq_bn) and r + x + A(x) for Houlsby (double_seq_bn), A = up(act(down(.))), as
+AdapterHub 1.3.0 computes them on pre-norm blocks (MISSION.md §5; docs/adapterhub.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import adapterfusion as af
+from tiny_decoders import tiny_decoder, tiny_decoder_inputs
+from tolerances import assert_close
+
+# model_type -> (layers under base_model, attention sub-layer, its norm, feed-forward sub-layer, its norm)
+PRE_NORM_BLOCKS: dict[str, tuple[str, str, str, str, str]] = {
+    "gpt2": ("h", "attn", "ln_1", "mlp", "ln_2"),
+    "llama": ("layers", "self_attn", "input_layernorm", "mlp", "post_attention_layernorm"),
+    "mistral": ("layers", "self_attn", "input_layernorm", "mlp", "post_attention_layernorm"),
+    "qwen2": ("layers", "self_attn", "input_layernorm", "mlp", "post_attention_layernorm"),
+    "qwen3": ("layers", "self_attn", "input_layernorm", "mlp", "post_attention_layernorm"),
+    "gemma": ("layers", "self_attn", "input_layernorm", "mlp", "post_attention_layernorm"),
+    "phi3": ("layers", "self_attn", "input_layernorm", "mlp", "post_attention_layernorm"),
+}
+DECODERS = tuple(PRE_NORM_BLOCKS)
+
+
+def test_every_decoder_row_is_tested_here() -> None:
+    decoders = {t for t, spec in af.ARCHITECTURES.items() if spec.output.residual_input is not None}
+    assert decoders == set(DECODERS)
+
+
+def _bottleneck(adapter: nn.Module, value: torch.Tensor, activation: Any) -> torch.Tensor:
+    """up(act(down(value))), written out from the adapter's weights."""
+    down, up = adapter.down, adapter.up
+    return (activation(value @ down.weight.T + down.bias)) @ up.weight.T + up.bias
+
+
+def _randomise(model: af.AdaptedModel, seed: int = 3) -> None:
+    """Adapters start as the identity (up = 0); random weights make every test below able to fail."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".adapters." in name or ".fusions." in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype) * 0.3)
+
+
+def _first(output: Any) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+def _capture(module: nn.Module, store: dict[str, torch.Tensor], key: str, *, input_: bool) -> Any:
+    if input_:
+        return module.register_forward_pre_hook(
+            lambda m, args, kwargs: store.__setitem__(key, args[0] if args else next(iter(kwargs.values()))),
+            with_kwargs=True,
+        )
+    return module.register_forward_hook(lambda m, args, output: store.__setitem__(key, _first(output)))
+
+
+def _layers(model: nn.Module, model_type: str) -> nn.ModuleList:
+    return model.base_model.get_submodule(PRE_NORM_BLOCKS[model_type][0])
+
+
+@pytest.mark.parametrize("model_type", DECODERS)
+def test_wrapping_a_decoder_keeps_its_logits_and_loss(model_type: str) -> None:
+    bare = tiny_decoder(model_type, dtype=torch.float64)
+    inputs = tiny_decoder_inputs(model_type)
+    labels = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
+    expected = bare(**inputs, labels=labels)
+    model = af.wrap(bare)
+    assert len(model.sites) == 2 * model.num_layers
+    output = model(**inputs, labels=labels)
+    assert torch.equal(output.logits, expected.logits)
+    assert torch.equal(output.loss, expected.loss)  # transformers' shifted loss, -100 ignored
+
+
+@pytest.mark.parametrize("model_type", DECODERS)
+def test_pfeiffer_on_a_decoder_is_r_plus_x_plus_adapter_of_x_plus_r(model_type: str) -> None:
+    """Adapter at the last layer's feed-forward only: everything before it is the bare model's."""
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    inputs = tiny_decoder_inputs(model_type)
+    last = model.num_layers - 1
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(4, leave_out=list(range(last))))
+    _randomise(model)
+    _, _, _, ffn, ffn_norm = PRE_NORM_BLOCKS[model_type]
+    layer = _layers(model.model, model_type)[last]
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        _capture(layer.get_submodule(ffn_norm), seen, "r", input_=True),
+        _capture(layer.get_submodule(ffn), seen, "x", input_=False),
+        _capture(layer, seen, "out", input_=False),
+    ]
+    with torch.no_grad():
+        model(**inputs)  # nothing active: the bare model
+        r, x = seen["r"], seen["x"]
+        adapter = model.sites_with_adapter("a")[0].adapters["a"]
+        expected = r + x + _bottleneck(adapter, x + r, torch.relu)
+        model.activate(adapter="a")
+        model(**inputs)
+    for hook in hooks:
+        hook.remove()
+    assert_close(seen["out"], expected, dtype=torch.float64)
+    assert (seen["out"] - (r + x)).abs().max() > 1e-3  # the adapter did change the layer
+
+
+@pytest.mark.parametrize("model_type", DECODERS)
+def test_houlsby_on_a_decoder_is_r_plus_x_plus_adapter_of_x(model_type: str) -> None:
+    """Houlsby at layer 0's attention and feed-forward; layer 0's output from the bare sub-modules by hand."""
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    inputs = tiny_decoder_inputs(model_type)
+    model.add_adapter("h", af.AdapterConfig.houlsby(4, leave_out=list(range(1, model.num_layers))))
+    _randomise(model)
+    _, attention, attention_norm, ffn, ffn_norm = PRE_NORM_BLOCKS[model_type]
+    layer = _layers(model.model, model_type)[0]
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        _capture(layer.get_submodule(attention_norm), seen, "r", input_=True),
+        _capture(layer.get_submodule(attention), seen, "x", input_=False),
+        _capture(layer, seen, "out", input_=False),
+    ]
+    with torch.no_grad():
+        model(**inputs)
+        r, x = seen["r"], seen["x"]
+        attention_adapter, ffn_adapter = (site.adapters["h"] for site in model.sites_with_adapter("h"))
+        middle = r + x + _bottleneck(attention_adapter, x, F.silu)
+        ffn_out = layer.get_submodule(ffn)(layer.get_submodule(ffn_norm)(middle))  # inactive site: the bare MLP
+        expected = middle + ffn_out + _bottleneck(ffn_adapter, ffn_out, F.silu)
+        model.activate(adapter="h")
+        model(**inputs)
+    for hook in hooks:
+        hook.remove()
+    assert_close(seen["out"], expected, dtype=torch.float64)
+
+
+def _fused(model_type: str, adapter: str = "pfeiffer") -> af.AdaptedModel:
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    for name in ("a", "b", "c"):
+        model.add_adapter(name, af.AdapterConfig.from_name(adapter, reduction_factor=4))
+    model.add_fusion("f", ["a", "b", "c"])
+    _randomise(model)
+    model.activate(fusion="f")
+    return model
+
+
+@pytest.mark.parametrize("model_type", DECODERS)
+@pytest.mark.parametrize("adapter", ["pfeiffer", "houlsby"])
+def test_fusion_fast_path_equals_the_literal_reference_on_decoders(model_type: str, adapter: str) -> None:
+    model = _fused(model_type, adapter)
+    inputs = tiny_decoder_inputs(model_type)
+    with torch.no_grad():
+        fast = model(**inputs, output_fusion_attentions=True)
+        model.set_fusion_implementation("reference")
+        reference = model(**inputs, output_fusion_attentions=True)
+    assert_close(fast.logits, reference.logits, dtype=torch.float64)
+    assert fast.fusion_attentions_by_site.keys() == reference.fusion_attentions_by_site.keys()
+    assert len(fast.fusion_attentions_by_site) == (2 if adapter == "houlsby" else 1) * model.num_layers
+    for key, weights in fast.fusion_attentions_by_site.items():
+        assert_close(weights, reference.fusion_attentions_by_site[key], dtype=torch.float64)
+
+
+def _generating(model_type: str) -> af.AdaptedModel:
+    """A fused float64 model with SDPA attention: in float64, transformers' eager attention turns the fully masked
+    rows of left padding into NaN, which then reach every position (float32 and SDPA are not affected)."""
+    model = _fused(model_type)
+    model.model.set_attn_implementation("sdpa")
+    return model
+
+
+def _left_padded(model_type: str) -> dict[str, torch.Tensor]:
+    inputs = tiny_decoder_inputs(model_type, batch=2, seq=6)
+    ids, mask = inputs["input_ids"].clone(), torch.ones_like(inputs["input_ids"])
+    ids[1, :2], mask[1, :2] = 0, 0  # row 1 left-padded by 2, as decoders batch prompts
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+@pytest.mark.parametrize("model_type", DECODERS)
+def test_greedy_generation_with_the_cache_equals_generation_without_it(model_type: str) -> None:
+    model = _generating(model_type)
+    inputs = _left_padded(model_type)
+    options = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+    cached = model.generate(**inputs, use_cache=True, **options)
+    uncached = model.generate(**inputs, use_cache=False, **options)
+    assert torch.equal(cached, uncached)
+    model.activate()
+    bare = model.generate(**inputs, **options)
+    assert not torch.equal(bare, cached)  # the fusion changed what is generated
+
+
+def test_each_generated_row_equals_the_uncached_forward_of_its_own_prefix() -> None:
+    """The cached steps compute what a full forward computes: the greedy token at each step is the argmax of the
+    full forward over the sequence generated so far."""
+    model = _generating("llama")
+    inputs = _left_padded("llama")
+    generated = model.generate(**inputs, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    prompt = inputs["input_ids"].shape[1]
+    with torch.no_grad():
+        for step in range(prompt, generated.shape[1]):
+            mask = torch.cat([inputs["attention_mask"], torch.ones(2, step - prompt, dtype=torch.long)], dim=1)
+            logits = model(input_ids=generated[:, :step], attention_mask=mask).logits
+            assert torch.isfinite(logits).all()
+            assert torch.equal(logits[:, -1].argmax(-1), generated[:, step])
+
+
+def test_fusion_attentions_recorded_during_generation_cover_every_position_run() -> None:
+    model = _generating("llama")
+    inputs = _left_padded("llama")
+    with model.recording_fusion_attentions() as weights:
+        generated = model.generate(**inputs, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert weights is not None and len(weights) == model.num_layers
+    for per_site in weights.values():
+        # the prompt, then one position per step but the last (its token is never fed back)
+        assert per_site.shape == (2, generated.shape[1] - 1, 3)
+        assert_close(per_site.sum(-1), torch.ones(per_site.shape[:-1], dtype=torch.float64), dtype=torch.float64)
+
+
+def test_beam_search_and_sampling_run_with_a_fusion() -> None:
+    model = _generating("qwen2")
+    inputs = _left_padded("qwen2")
+    beams = model.generate(**inputs, max_new_tokens=3, num_beams=3, do_sample=False, pad_token_id=0)
+    torch.manual_seed(0)
+    sampled = model.generate(**inputs, max_new_tokens=3, do_sample=True, top_k=5, pad_token_id=0)
+    assert beams.shape == sampled.shape == (2, inputs["input_ids"].shape[1] + 3)
+
+
+def test_a_model_without_a_language_model_head_cannot_generate() -> None:
+    bare = tiny_decoder("llama").base_model  # LlamaModel: no LM head
+    model = af.wrap(bare)
+    with pytest.raises(af.ConfigError, match="AutoModelForCausalLM"):
+        model.generate(input_ids=torch.tensor([[5, 6, 7]]), max_new_tokens=2)
+
+
+def test_a_site_called_without_its_block_says_so() -> None:
+    model = af.wrap(tiny_decoder("llama"))
+    model.add_adapter("a")
+    model.activate(adapter="a")
+    mlp = _layers(model.model, "llama")[0].mlp
+    with pytest.raises(af.ConfigError, match="ran without its block"):
+        mlp(torch.zeros(1, 3, 32))
