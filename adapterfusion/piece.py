@@ -1,8 +1,8 @@
 """Piece: one adapter, fusion or head as a plain value, the unit that file formats translate and the model installs.
 
 A Piece holds tensors and a config, no module and no file format. `AdaptedModel.export_piece` / `install_piece` move
-pieces out of and into a model; io/pieces.py (our folders) and interop/adapterhub.py (AdapterHub's) translate folders
-to pieces and back, knowing the encoder only through an `EncoderLayout`; io/formats.py picks the translator. So no
+pieces out of and into a model; serialization/pieces.py (our folders) and interop/adapterhub.py (AdapterHub's) translate folders
+to pieces and back, knowing the encoder only through an `EncoderLayout`; serialization/formats.py picks the translator. So no
 format module imports the model, and the model knows no format.
 
 An adapter's or fusion's tensors are keyed `<site key>.<parameter>`, e.g. `layer.3.output.down.weight`; `site_key`
@@ -98,7 +98,8 @@ class EncoderLayout:
 
     fingerprint: EncoderFingerprint
     architecture: ArchitectureSpec
-    site_paths: Mapping[str, str]  # site key -> module path below the base model, e.g. 'encoder.layer.0.output'
+    # site key -> where AdapterHub keeps the site's adapters, below the base model: 'encoder.layer.0.output'
+    site_paths: Mapping[str, str]
     base_model_prefix: str  # the base model's attribute name in a task model ('bert'), '' if none
     base_model_class: str  # e.g. 'BertModel'
     config: Any  # the HF PretrainedConfig

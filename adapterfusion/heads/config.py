@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from adapterfusion._validation import check_choice, check_int, check_number, reject_unknown_keys
 from adapterfusion.errors import ConfigError, IncompatibleModelError
 
-POOLINGS = ("cls", "mean")
+POOLINGS = ("cls", "mean", "last")  # last: the last non-padding token, what a decoder has read whole
 HEAD_ACTIVATIONS = ("tanh", "relu", "gelu", "swish")
 
 

@@ -11,6 +11,16 @@ from adapterfusion.heads.config import HeadConfig
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
 
 
+def last_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Each row's last non-padding position, with left or right padding: the highest index the mask keeps (read
+    on the device, no sync)."""
+    if attention_mask is None:
+        return hidden_states[:, -1]
+    positions = torch.arange(attention_mask.shape[-1], device=attention_mask.device)
+    last = (attention_mask.to(torch.long) * positions).argmax(dim=-1)
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
+
+
 class PredictionHead(nn.Module):
     """[dropout -> linear -> activation] x (layers - 1) -> dropout -> linear, on the pooled encoder output."""
 
@@ -31,6 +41,8 @@ class PredictionHead(nn.Module):
     def pool(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         if self.config.pooling == "cls":
             return hidden_states[:, 0]
+        if self.config.pooling == "last":
+            return last_token(hidden_states, attention_mask)
         if attention_mask is None:  # every position is a real token
             return hidden_states.mean(dim=1)
         mask = attention_mask.unsqueeze(-1).to(hidden_states.dtype)

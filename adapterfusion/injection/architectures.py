@@ -56,6 +56,9 @@ class SiteSpec:
     path: str  # relative to one encoder layer
     layer_norm: str | None = None  # PRE_RESIDUAL only: the parent's LayerNorm, relative to the layer
     residual_input: str | None = None  # PRE_NORM only: the norm in front of the sub-layer (its input is r)
+    # Where AdapterHub 1.3.0 keeps its adapter layer for this site, relative to the layer, where that is not `path`
+    # (it patches decoder blocks and hangs 'attention_adapters'/'output_adapters' on the layer).
+    adapterhub_path: str | None = None
     dense: str = "dense"  # POST_LN_OUTPUT only: sub-module names inside the output module
     dropout: str = "dropout"
     norm: str = "LayerNorm"
@@ -68,9 +71,17 @@ class ArchitectureSpec:
     output: SiteSpec
     batch_arguments: tuple[str, ...] = ()
     prefix_blockers: tuple[str, ...] = ()
+    causal: bool = False  # a decoder: each position sees only those before it (heads pool the last token)
 
     def site(self, position: str) -> SiteSpec:
         return self.attention if position == "attention" else self.output
+
+    @property
+    def in_adapterhub(self) -> bool:
+        """Whether AdapterHub 1.3.0 has adapters on this architecture at the same places, so that its files
+        translate: BERT-style output modules, or the decoder blocks it patches."""
+        sites = (self.attention, self.output)
+        return all(site.kind is SiteKind.POST_LN_OUTPUT or site.adapterhub_path is not None for site in sites)
 
 
 _BERT_LIKE = ArchitectureSpec(
@@ -81,16 +92,33 @@ _BERT_LIKE = ArchitectureSpec(
 )
 
 
-def _pre_norm_decoder(layers: str, attention: tuple[str, str], output: tuple[str, str]) -> ArchitectureSpec:
-    """A decoder of pre-norm blocks: (sub-layer, norm in front of it) for the attention and the feed-forward."""
+def _pre_norm_decoder(
+    layers: str, attention: tuple[str, str], output: tuple[str, str], in_adapterhub: bool = True
+) -> ArchitectureSpec:
+    """A decoder of pre-norm blocks: (sub-layer, norm in front of it) for the attention and the feed-forward;
+    `in_adapterhub`: whether AdapterHub 1.3.0 supports it (its adapter layers then sit on the block)."""
     return ArchitectureSpec(
         layers=layers,
-        attention=SiteSpec(SiteKind.PRE_NORM, attention[0], residual_input=attention[1]),
-        output=SiteSpec(SiteKind.PRE_NORM, output[0], residual_input=output[1]),
+        attention=SiteSpec(
+            SiteKind.PRE_NORM,
+            attention[0],
+            residual_input=attention[1],
+            adapterhub_path="attention_adapters" if in_adapterhub else None,
+        ),
+        output=SiteSpec(
+            SiteKind.PRE_NORM,
+            output[0],
+            residual_input=output[1],
+            adapterhub_path="output_adapters" if in_adapterhub else None,
+        ),
+        causal=True,
     )
 
 
 _LLAMA_LIKE = _pre_norm_decoder("layers", ("self_attn", "input_layernorm"), ("mlp", "post_attention_layernorm"))
+_LLAMA_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder(
+    "layers", ("self_attn", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
+)
 
 ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "bert": _BERT_LIKE,
@@ -121,8 +149,8 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "mistral": _LLAMA_LIKE,
     "qwen2": _LLAMA_LIKE,
     "qwen3": _LLAMA_LIKE,
-    "gemma": _LLAMA_LIKE,
-    "phi3": _LLAMA_LIKE,
+    "gemma": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "phi3": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "modernbert": ArchitectureSpec(
         layers="layers", attention=SiteSpec(SiteKind.PRE_NORM, "attn"), output=SiteSpec(SiteKind.PRE_NORM, "mlp")
     ),

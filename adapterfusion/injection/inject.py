@@ -85,6 +85,12 @@ def build_head(model: AdaptedModel, name: str, config: HeadConfig, overwrite: bo
         )
     if name in model.heads and not check_bool(overwrite, "overwrite"):
         raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
+    if model.architecture.causal and config.pooling == "cls":
+        raise ConfigError(
+            f"head {name!r}: pooling='cls' reads the first token, which in a decoder ({model.fingerprint.model_type}) "
+            "has seen no other token; pass pooling='last' (the last non-padding token, as transformers' "
+            "*ForSequenceClassification decoders do) or pooling='mean'"
+        )
     reference = next(model.model.parameters())
     return PredictionHead(config, model.hidden_size).to(device=reference.device, dtype=reference.dtype)
 

@@ -1,9 +1,10 @@
 """The AdapterHub translator: folders saved by AdapterHub's `adapters` library to `Piece`s and back.
 
-io/formats.py hands an AdapterHub folder here when `load_adapter/load_fusion/load_head` meet one, so users load either
-format the same way. AdapterHub keeps its modules *on* the sub-layer output modules, so its weight names are
-`[<prefix>.]encoder.layer.<i>.<site path>.adapters.<name>.<param>`; the site path is the module path the encoder layout
-gives each site key (EncoderLayout.site_paths), which is how keys are placed, for every BERT-style row of ARCHITECTURES.
+serialization/formats.py hands an AdapterHub folder here when `load_adapter/load_fusion/load_head` meet one, so users
+load either format the same way. AdapterHub keeps its modules *on* the sub-layer output modules, so its weight names are
+`[<prefix>.]encoder.layer.<i>.<site path>.adapters.<name>.<param>`; on the decoders it patches (GPT-2, Llama, Mistral,
+Qwen2/3) they hang on the block, `<layers>.<i>.attention_adapters` / `output_adapters`. The encoder layout gives each
+site key that module path (EncoderLayout.site_paths, from SiteSpec.adapterhub_path), which is how keys are placed.
 The translator sees the encoder only through that layout and never imports the model; `export_adapterhub` and
 `load_adapterhub` take any model with `export_piece` / `install_piece` (piece.PieceHolder).
 """
@@ -23,7 +24,6 @@ from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError, SerializationError, UnsupportedArchitectureError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import HeadConfig
-from adapterfusion.injection.architectures import SiteKind
 from adapterfusion.interop.adapterhub_config import (
     adapter_config_from_adapterhub,
     adapter_config_to_adapterhub,
@@ -92,7 +92,7 @@ def piece_from_adapterhub(directory: str | Path, kind: str, layout: EncoderLayou
 
 
 def _read_adapter(layout: EncoderLayout, directory: Path, document: dict[str, Any]) -> Piece:
-    _require_post_ln_sites(layout)
+    _require_adapterhub_sites(layout)
     saved_name = str(document.get("name", ""))
     config = adapter_config_from_adapterhub(document["config"])
     tensors = _site_tensors(layout, read_weights(directory, "adapter"), f"adapters.{saved_name}", directory)
@@ -128,7 +128,7 @@ def _adapter_param(
 
 
 def _read_fusion(layout: EncoderLayout, directory: Path, document: dict[str, Any]) -> Piece:
-    _require_post_ln_sites(layout)
+    _require_adapterhub_sites(layout)
     adapters = document.get("adapter_names")
     if not isinstance(adapters, list) or not adapters:
         raise SerializationError(f"{directory}: adapter_fusion_config.json has no 'adapter_names' list")
@@ -154,12 +154,13 @@ def _read_head(layout: EncoderLayout, directory: Path, document: dict[str, Any])
     return Piece("head", saved_name, config, {f"layers.{k[len(prefix) :]}": v for k, v in weights.items()})
 
 
-def _require_post_ln_sites(layout: EncoderLayout) -> None:
-    kinds = layout.site_kinds
-    if kinds != {SiteKind.POST_LN_OUTPUT}:
+def _require_adapterhub_sites(layout: EncoderLayout) -> None:
+    if not layout.architecture.in_adapterhub:
         raise UnsupportedArchitectureError(
-            f"AdapterHub adapters and fusions can be imported into BERT-style encoders only (sites of kind "
-            f"{SiteKind.POST_LN_OUTPUT.value}); {layout.fingerprint.model_type!r} uses {sorted(k.value for k in kinds)}"
+            f"AdapterHub 1.3.0 has no adapters at the sites adapterfusion uses on {layout.fingerprint.model_type!r} "
+            f"(sites of kind {sorted(k.value for k in layout.site_kinds)}), so its adapter and fusion files do not "
+            "translate; save in adapterfusion's own format (the default) instead. AdapterHub's files translate for "
+            "BERT-style encoders and for the decoders it supports (GPT-2, Llama, Mistral, Qwen2, Qwen3)"
         )
 
 
@@ -194,7 +195,7 @@ def piece_to_adapterhub(
 ) -> Path:
     """Write `piece` (from the encoder `layout` describes) as AdapterHub's `adapters` 1.3.0 saves it."""
     if piece.kind != "head":
-        _require_post_ln_sites(layout)
+        _require_adapterhub_sites(layout)
     document, tensors = _WRITERS[piece.kind](piece, layout)
     document.update(
         hidden_size=layout.fingerprint.hidden_size,

@@ -1,0 +1,94 @@
+"""AdapterHub parity on decoders: adapters and fusions saved by AdapterHub `adapters` 1.3.0 (transformers 4.57.6) on
+tiny random decoders load into our wrapped model under transformers 5 and give AdapterHub's own logits, hidden states
+and fusion weights, frozen in tests/fixtures/adapterhub/decoders (its README says how they were made). Exported back to
+AdapterHub's format, they load again to the same outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+import adapterfusion as af
+from adapterfusion.interop import export_adapterhub
+from tolerances import assert_close
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "decoders"
+DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
+SETUPS = ("pf", "pf_tanh", "pf_gelu", "hb", "hb_relu", "fusion_pf_dynamic", "fusion_hb_static")
+
+
+def _loaded(model_type: str) -> tuple[af.AdaptedModel, dict, dict[str, torch.Tensor]]:
+    folder = FIXTURES / model_type
+    manifest = json.loads((folder / "manifest.json").read_text())
+    base = AutoModelForCausalLM.from_pretrained(folder / "base_model", dtype=torch.float64, attn_implementation="eager")
+    model = af.wrap(base.eval())
+    for name, entry in manifest["adapters"].items():
+        assert model.load_adapter(folder / entry["dir"]) == name
+    for entry in manifest["fusions"].values():
+        model.load_fusion(folder / entry["dir"])
+    return model, manifest, load_file(folder / "outputs.safetensors")
+
+
+def _activate(model: af.AdaptedModel, manifest: dict, setup: str) -> list[str] | None:
+    """Activate `setup`; the adapters it fuses, in AdapterHub's order, for a fusion."""
+    if not setup.startswith("fusion_"):
+        model.activate(adapter=setup)
+        return None
+    adapters = manifest["fusions"][setup.removeprefix("fusion_")]["adapters"]
+    model.activate(fusion="-".join(adapters))
+    return adapters
+
+
+@pytest.mark.parametrize("model_type", DECODERS)
+def test_adapterhub_decoder_pieces_give_adapterhubs_outputs(model_type: str) -> None:
+    model, manifest, expected = _loaded(model_type)
+    inputs = {"input_ids": expected["input_ids"], "attention_mask": expected["attention_mask"]}
+    with torch.no_grad():
+        assert_close(model(**inputs).logits, expected["bare.logits"], label="bare")
+        for setup in SETUPS:
+            fused = _activate(model, manifest, setup)
+            output = model(**inputs, output_hidden_states=True, output_fusion_attentions=fused is not None)
+            assert_close(output.logits, expected[f"{setup}.logits"], label=setup)
+            assert_close(output.hidden_states[1], expected[f"{setup}.hidden_states.1"], label=f"{setup} layer 0")
+            if fused is not None:
+                recorded = output.fusion_attentions_by_site
+                for key, weights in expected.items():
+                    if key.startswith(f"{setup}.fusion_attention."):
+                        layer, location = key.split(".")[-2:]
+                        position = {"mh_adapter": "attention", "output_adapter": "output"}[location]
+                        assert_close(recorded[(int(layer.removeprefix("layer")), position)], weights, label=key)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+def test_decoder_pieces_exported_to_adapterhub_load_back_to_the_same_outputs(model_type: str, tmp_path: Path) -> None:
+    model, manifest, expected = _loaded(model_type)
+    fusion = "pf-pf_tanh-pf_gelu"
+    for name in ("pf", "pf_tanh", "pf_gelu"):
+        export_adapterhub(model, "adapter", name, tmp_path / name)
+    export_adapterhub(model, "fusion", fusion, tmp_path / "fusion")
+    base = AutoModelForCausalLM.from_pretrained(
+        FIXTURES / model_type / "base_model", dtype=torch.float64, attn_implementation="eager"
+    )
+    again = af.wrap(base)
+    for name in ("pf", "pf_tanh", "pf_gelu"):
+        again.load_adapter(tmp_path / name)
+    again.load_fusion(tmp_path / "fusion")
+    again.eval().activate(fusion=fusion)
+    inputs = {"input_ids": expected["input_ids"], "attention_mask": expected["attention_mask"]}
+    with torch.no_grad():
+        assert_close(again(**inputs).logits, expected["fusion_pf_dynamic.logits"])
+
+
+@pytest.mark.parametrize("model_type", ["gemma", "phi3"])
+def test_decoders_adapterhub_lacks_are_refused_by_name(model_type: str, tmp_path: Path) -> None:
+    from tiny_decoders import tiny_decoder
+
+    model = af.wrap(tiny_decoder(model_type))
+    model.add_adapter("a")
+    with pytest.raises(af.UnsupportedArchitectureError, match="own format"):
+        export_adapterhub(model, "adapter", "a", tmp_path / "a")
