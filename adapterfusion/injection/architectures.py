@@ -54,7 +54,9 @@ def site_key(layer: int, position: str) -> str:
 class SiteSpec:
     kind: SiteKind
     path: str  # relative to one encoder layer
-    layer_norm: str | None = None  # PRE_RESIDUAL only: the parent's LayerNorm, relative to the layer
+    # PRE_RESIDUAL: the parent's LayerNorm after the sub-layer; PRE_NORM: the block's post-norm of the sub-layer's
+    # output, if it has one (Gemma2/3), which original_ln_before applies to h + r. Relative to the layer.
+    layer_norm: str | None = None
     residual_input: str | None = None  # PRE_NORM only: the norm in front of the sub-layer (its input is r)
     # Where AdapterHub 1.3.0 keeps its adapter layer for this site, relative to the layer, where that is not `path`
     # (it patches decoder blocks and hangs 'attention_adapters'/'output_adapters' on the layer).
@@ -93,29 +95,35 @@ _BERT_LIKE = ArchitectureSpec(
 
 
 def _pre_norm_decoder(
-    layers: str, attention: tuple[str, str], output: tuple[str, str], in_adapterhub: bool = True
+    layers: str, attention: tuple[str, ...], output: tuple[str, ...], in_adapterhub: bool = True
 ) -> ArchitectureSpec:
-    """A decoder of pre-norm blocks: (sub-layer, norm in front of it) for the attention and the feed-forward;
-    `in_adapterhub`: whether AdapterHub 1.3.0 supports it (its adapter layers then sit on the block)."""
+    """A decoder of pre-norm blocks: (sub-layer, norm in front of it[, post-norm of its output]) for the attention
+    and the feed-forward; `in_adapterhub`: whether AdapterHub 1.3.0 supports it (its adapter layers then sit on the
+    block)."""
+
+    def site(parts: tuple[str, ...], adapterhub_path: str) -> SiteSpec:
+        return SiteSpec(
+            SiteKind.PRE_NORM,
+            parts[0],
+            residual_input=parts[1],
+            layer_norm=parts[2] if len(parts) > 2 else None,
+            adapterhub_path=adapterhub_path if in_adapterhub else None,
+        )
+
     return ArchitectureSpec(
         layers=layers,
-        attention=SiteSpec(
-            SiteKind.PRE_NORM,
-            attention[0],
-            residual_input=attention[1],
-            adapterhub_path="attention_adapters" if in_adapterhub else None,
-        ),
-        output=SiteSpec(
-            SiteKind.PRE_NORM,
-            output[0],
-            residual_input=output[1],
-            adapterhub_path="output_adapters" if in_adapterhub else None,
-        ),
+        attention=site(attention, "attention_adapters"),
+        output=site(output, "output_adapters"),
         causal=True,
     )
 
 
 _LLAMA_LIKE = _pre_norm_decoder("layers", ("self_attn", "input_layernorm"), ("mlp", "post_attention_layernorm"))
+_GEMMA2_LIKE = _pre_norm_decoder(
+    "layers",
+    ("self_attn", "input_layernorm", "post_attention_layernorm"),
+    ("mlp", "pre_feedforward_layernorm", "post_feedforward_layernorm"),
+)
 _LLAMA_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder(
     "layers", ("self_attn", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
 )
@@ -150,6 +158,11 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "qwen2": _LLAMA_LIKE,
     "qwen3": _LLAMA_LIKE,
     "gemma": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    # Post-norms on each sub-layer's output (the block adds r after them): AdapterHub's Pfeiffer normalises x + r with
+    # the last layer's post-norm in every layer (a defect of its hooks, docs/adapterhub-decoders.md); ours with the
+    # layer's own, so Pfeiffer differs from AdapterHub's below the last layer and Houlsby and fusion inputs agree.
+    "gemma2": _GEMMA2_LIKE,
+    "gemma3_text": _GEMMA2_LIKE,
     "phi3": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "modernbert": ArchitectureSpec(
         layers="layers", attention=SiteSpec(SiteKind.PRE_NORM, "attn"), output=SiteSpec(SiteKind.PRE_NORM, "mlp")

@@ -254,9 +254,12 @@ class AdapterSite(nn.Module):
     def _placed_pre_norm(
         self, h: torch.Tensor, r: torch.Tensor | None, config: AdapterConfig
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`_placed` at a PRE_NORM site: no LayerNorm around the sub-layer, so original_ln_before adds r alone (as
-        AdapterHub does where it has no LayerNorm to pass); where r is not visible (ModernBERT), both are h."""
-        return (h, h) if r is None else self._placed(h, r, config, _unchanged)
+        """`_placed` at a PRE_NORM site. original_ln_before normalises h + r with the block's post-norm of this
+        sub-layer where it has one (Gemma2/3: `layer_norm` of the spec), else adds r alone (as AdapterHub does where
+        it has no LayerNorm to pass); where r is not visible (ModernBERT), both are h."""
+        if r is None:
+            return h, h
+        return self._placed(h, r, config, self.pretrained_layer_norm or _unchanged)
 
     def _ends_with_layer_norm(self, config: AdapterConfig, apply_final_ln: bool) -> bool:
         return apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM

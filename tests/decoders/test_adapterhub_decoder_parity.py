@@ -18,8 +18,13 @@ from adapterfusion.interop import export_adapterhub
 from tolerances import assert_close
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "decoders"
-DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
+DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text")
 SETUPS = ("pf", "pf_tanh", "pf_gelu", "hb", "hb_relu", "fusion_pf_dynamic", "fusion_hb_static")
+# On Gemma2/3 AdapterHub's Pfeiffer normalises x + r with the *last* layer's feed-forward post-norm in every layer (a
+# defect of its hooks, docs/adapterhub-decoders.md); ours uses each layer's own, so only Houlsby setups compare there.
+HOULSBY_SETUPS = ("hb", "hb_relu", "fusion_hb_static")
+# transformers 4.57 and 5 compute the bare Gemma3 text model differently by up to 8e-8: compare it at float32's row.
+PRECISION = {"gemma3_text": torch.float32}
 
 
 def _loaded(model_type: str) -> tuple[af.AdaptedModel, dict, dict[str, torch.Tensor]]:
@@ -48,20 +53,23 @@ def _activate(model: af.AdaptedModel, manifest: dict, setup: str) -> list[str] |
 def test_adapterhub_decoder_pieces_give_adapterhubs_outputs(model_type: str) -> None:
     model, manifest, expected = _loaded(model_type)
     inputs = {"input_ids": expected["input_ids"], "attention_mask": expected["attention_mask"]}
+    dtype = PRECISION.get(model_type, torch.float64)
     with torch.no_grad():
-        assert_close(model(**inputs).logits, expected["bare.logits"], label="bare")
-        for setup in SETUPS:
+        assert_close(model(**inputs).logits, expected["bare.logits"], dtype=dtype, label="bare")
+        for setup in HOULSBY_SETUPS if model_type.startswith("gemma") else SETUPS:
             fused = _activate(model, manifest, setup)
             output = model(**inputs, output_hidden_states=True, output_fusion_attentions=fused is not None)
-            assert_close(output.logits, expected[f"{setup}.logits"], label=setup)
-            assert_close(output.hidden_states[1], expected[f"{setup}.hidden_states.1"], label=f"{setup} layer 0")
+            assert_close(output.logits, expected[f"{setup}.logits"], dtype=dtype, label=setup)
+            hidden = expected[f"{setup}.hidden_states.1"]
+            assert_close(output.hidden_states[1], hidden, dtype=dtype, label=f"{setup} layer 0")
             if fused is not None:
                 recorded = output.fusion_attentions_by_site
                 for key, weights in expected.items():
                     if key.startswith(f"{setup}.fusion_attention."):
                         layer, location = key.split(".")[-2:]
                         position = {"mh_adapter": "attention", "output_adapter": "output"}[location]
-                        assert_close(recorded[(int(layer.removeprefix("layer")), position)], weights, label=key)
+                        site = (int(layer.removeprefix("layer")), position)
+                        assert_close(recorded[site], weights, dtype=dtype, label=key)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt2"])

@@ -10,7 +10,8 @@ import adapterfusion as af
 from tiny_decoders import tiny_decoder, tiny_decoder_inputs
 from tolerances import assert_close
 
-DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
+# Gemma2 is left out: transformers runs it with eager attention only, which in float64 turns left padding into NaN.
+DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma3_text", "phi3")
 
 
 def _model(model_type: str) -> af.AdaptedModel:
