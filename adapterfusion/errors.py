@@ -46,3 +46,18 @@ class UnknownFormatVersionWarning(UserWarning):
 
 class HubError(AdapterFusionError, OSError):
     """The Hugging Face Hub could not be reached, or has no repository, revision or file asked for."""
+
+
+class TrainingError(AdapterFusionError, RuntimeError):
+    """A run cannot start or had to stop: unknown setup or option, a missing stage-1 adapter, a NaN/inf loss."""
+
+
+class RunFileError(TrainingError, SerializationError):
+    """A JSON file a run or the store wrote (config.json, metrics.json, entry.json, mt_a.json, fusion_attention.json)
+    is missing, unreadable or damaged. Both a TrainingError (the run cannot go on) and a SerializationError (a saved
+    file is bad), so either `except` catches it. Here, not in training/errors.py, because the zoo manifest and
+    fusion_attention.json, read below the training package, raise it too."""
+
+
+class ZooError(AdapterFusionError, LookupError):
+    """A zoo lacks the adapter asked for, or a zoo path is not an AdapterStore."""

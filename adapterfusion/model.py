@@ -4,7 +4,7 @@
 layers live inside those sites, heads live here. Which adapter, fusion and head run is one ActiveState value
 (injection/state.py) set with `activate` or, for a block, `activated`; which parameters train is set with the
 `train_*` methods. Files are not the model's business: it installs and exports Pieces (piece.py), and
-io/formats.py translates them to and from folders in our format or AdapterHub's.
+serialization/formats.py translates them to and from folders in our format or AdapterHub's.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from adapterfusion.injection.runtime import ForwardRuntime, Recorder
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.injection.state import ActiveState, checked, with_routes
 from adapterfusion.injection.unloaded import check_wrapped
-from adapterfusion.io import model_pieces, setup
 from adapterfusion.piece import PIECE_KINDS, EncoderFingerprint
+from adapterfusion.serialization import model_pieces, setup
 
 
 @dataclass
@@ -63,10 +63,10 @@ class AdaptedModel(nn.Module):
     added to it. Build it with `wrap(model)` (or `from_pretrained`); `unload()` gives the plain model back.
 
     Pieces: add_*/delete_* (new), load_*/save_* (files, either format), install_piece/export_piece (Piece values),
-    all three through io/model_pieces.py. What runs: activate / activated, set_fusion_mask, set_fusion_step,
+    all three through serialization/model_pieces.py. What runs: activate / activated, set_fusion_mask, set_fusion_step,
     set_fusion_implementation (injection/controls.py); `state` holds it. What trains: train_adapter, train_fusion,
     train_head (trainable.py). Forward: `model(**inputs)`, or forward_parallel for every fused adapter alone and the
-    fusion in one call (composition.py). Whole setups and the Hub: io/setup.py."""
+    fusion in one call (composition.py). Whole setups and the Hub: serialization/setup.py."""
 
     # The loss is a mean over the batch, not normalised by the Trainer's num_items_in_batch: without this the
     # Trainer, seeing **encoder_inputs, skips dividing by gradient_accumulation_steps.
@@ -389,7 +389,7 @@ class AdaptedModel(nn.Module):
 
     forward_parallel = composition.forward_parallel
 
-    # ---- pieces in and out (io/model_pieces.py; formats: io/formats.py) --------------------------------
+    # ---- pieces in and out (serialization/model_pieces.py; formats: serialization/formats.py) ----------------
     layout = model_pieces.layout
     export_piece = model_pieces.export_piece
     install_piece = model_pieces.install_piece
@@ -402,7 +402,7 @@ class AdaptedModel(nn.Module):
     save_head = model_pieces.save_head
     load_head = model_pieces.load_head
 
-    # ---- whole setups, local or on the Hub (io/setup.py) ---------------------------------------------------
+    # ---- whole setups, local or on the Hub (serialization/setup.py) --------------------------------------------
     save_pretrained = setup.save_pretrained
     from_pretrained = classmethod(setup.from_pretrained)
     push_to_hub = setup.push_to_hub

@@ -1,9 +1,9 @@
 """Piece: one adapter, fusion or head as a plain value, the unit that file formats translate and the model installs.
 
 A Piece holds tensors and a config, no module and no file format. `AdaptedModel.export_piece` / `install_piece` move
-pieces out of and into a model; serialization/pieces.py (our folders) and interop/adapterhub.py (AdapterHub's) translate folders
-to pieces and back, knowing the encoder only through an `EncoderLayout`; serialization/formats.py picks the translator. So no
-format module imports the model, and the model knows no format.
+pieces out of and into a model; serialization/pieces.py (our folders) and interop/adapterhub.py (AdapterHub's)
+translate folders to pieces and back, knowing the encoder only through an `EncoderLayout`; serialization/formats.py
+picks the translator. So no format module imports the model, and the model knows no format.
 
 An adapter's or fusion's tensors are keyed `<site key>.<parameter>`, e.g. `layer.3.output.down.weight`; `site_key`
 (injection/architectures.py) is the one place that spells a site. A head's tensors are its PredictionHead's state dict.
@@ -27,6 +27,7 @@ from adapterfusion.heads.config import HeadConfig
 from adapterfusion.injection.architectures import ArchitectureSpec, SiteKind
 
 PIECE_KINDS = ("adapter", "fusion", "head")
+PIECE_FORMAT = "adapterfusion"  # the "format" field of our piece configs; AdapterHub's readers refuse it by that
 
 
 def param_key(site: str, param: str) -> str:

@@ -28,7 +28,7 @@ from adapterfusion.evaluation import load_run_split, predict, run_batches, score
 from adapterfusion.fusion.subset import add_fusion_subset
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
-from adapterfusion.io.pieces import check_piece_folder
+from adapterfusion.serialization.pieces import check_piece_folder
 from adapterfusion.tasks.spec import TaskSpec, piece_name
 
 if TYPE_CHECKING:

@@ -24,8 +24,9 @@ from safetensors.torch import save as save_safetensors_bytes
 
 from adapterfusion.errors import SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
+from adapterfusion.io.documents import read_json
 from adapterfusion.io.paths import check_readable_file, check_writable_folder
-from adapterfusion.io.pieces import PIECE_FORMAT, read_json
+from adapterfusion.piece import PIECE_FORMAT
 
 ADAPTERHUB_VERSION = "adapters.1.3.0"
 """The `version` written on export: the release whose formats docs/adapterhub.md describes."""

@@ -1,6 +1,9 @@
 """Read a JSON or YAML document strictly: UTF-8 text only, and a key written twice in one mapping is an error
 naming the key and both lines. `json.loads` and `yaml.safe_load` keep the last value of a repeated key without a
-word, so a setting the user wrote (say a learning rate two lines up) would be dropped silently."""
+word, so a setting the user wrote (say a learning rate two lines up) would be dropped silently.
+
+`read_json` is the one reader of the JSON files adapterfusion itself wrote (run files, store entries, piece configs,
+the zoo manifest): not strict about repeated keys, since we never write one, and raising the caller's error type."""
 
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.errors import AdapterFusionError, ConfigError
+from adapterfusion.errors import AdapterFusionError, ConfigError, SerializationError
+from adapterfusion.io.paths import check_readable_file
 
 Error = type[AdapterFusionError]
 
@@ -54,6 +58,24 @@ def read_document(path: str | os.PathLike, error: Error = ConfigError) -> Any:
         return _parse_json(text, path, error) if path.suffix.lower() == ".json" else _parse_yaml(text, path, error)
     except _DuplicateKey as duplicate:
         raise error(duplicate.describe(path)) from None
+
+
+def read_json(
+    path: str | os.PathLike, fix: str = "the file is corrupt or truncated", error: Error = SerializationError
+) -> Any:
+    """The content of a JSON file adapterfusion wrote; `error` naming the file, what is wrong with it and `fix` (what
+    to do about it) when it is missing, unreadable or not JSON."""
+    path = Path(path)
+    if os.path.lexists(path):  # a folder, a device (/dev/zero would never end), a FIFO, a loop: said, never read
+        check_readable_file(path, fix, error=error)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path} does not exist; {fix}") from None
+    except OSError as err:
+        raise error(f"{path} cannot be read ({err.strerror or err}); {fix}") from None
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise error(f"{path} is not valid JSON ({err}); {fix}") from None
 
 
 # ---- JSON --------------------------------------------------------------------------------------------------

@@ -1,18 +1,11 @@
-"""The training recipes' own exception types."""
+"""The training recipes' own exception types (TrainingError and RunFileError live in adapterfusion/errors.py, since
+layers below training raise RunFileError too; they are re-exported here)."""
 
 from __future__ import annotations
 
-from adapterfusion.errors import AdapterFusionError, SerializationError
+from adapterfusion.errors import RunFileError, TrainingError
 
-
-class TrainingError(AdapterFusionError, RuntimeError):
-    """A run cannot start or had to stop: unknown setup or option, a missing stage-1 adapter, a NaN/inf loss."""
-
-
-class RunFileError(TrainingError, SerializationError):
-    """A JSON file a run or the store wrote (config.json, metrics.json, entry.json, mt_a.json, fusion_attention.json)
-    is missing, unreadable or damaged. Both a TrainingError (the run cannot go on) and a SerializationError (a saved
-    file is bad), so either `except` catches it."""
+__all__ = ["RunFileError", "RunQualityWarning", "SlowPrecisionWarning", "TrainingError"]
 
 
 class RunQualityWarning(UserWarning):

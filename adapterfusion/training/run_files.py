@@ -1,37 +1,24 @@
 """Reading the JSON files a run (or the store) writes, with one error type, RunFileError, that names the file,
-what is wrong with it and the fix. A module of its own, importing nothing of the model, so the store and the zoo,
-which io/ reads provenance from, can use it without an import circle through training/run.py."""
+what is wrong with it and the fix (through io/documents.py's `read_json`, the one JSON reader). A module of its own,
+importing nothing of the model, so the store can use it without an import circle through training/run.py."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.io.paths import check_readable_file
-from adapterfusion.training.errors import RunFileError
+from adapterfusion.errors import RunFileError
+from adapterfusion.io import documents
+from adapterfusion.run_layout import CONFIG_FILE, METRICS_FILE
 
 RUN_FORMAT_VERSION = 1
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.json"
 LOCK_FILE = "run.lock"  # held while a run trains (training/run_lock.py)
 
 
 def read_json(path: str | os.PathLike, fix: str) -> Any:
-    """The content of a JSON file a run (or the store) wrote; RunFileError naming the file, what is wrong with it
-    and `fix` (what to do about it) when it is missing, unreadable or not JSON."""
-    path = Path(path)
-    if os.path.lexists(path):  # a folder, a device (/dev/zero would never end), a FIFO, a loop: said, never read
-        check_readable_file(path, fix, error=RunFileError)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RunFileError(f"{path} does not exist; {fix}") from None
-    except OSError as err:
-        raise RunFileError(f"{path} cannot be read ({err.strerror or err}); {fix}") from None
-    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
-        raise RunFileError(f"{path} is not valid JSON ({err}); {fix}") from None
+    """io/documents.py's `read_json` raising RunFileError: the content of a JSON file a run (or the store) wrote."""
+    return documents.read_json(path, fix, RunFileError)
 
 
 def read_run_json(path: Path) -> dict[str, Any]:

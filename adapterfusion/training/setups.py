@@ -47,7 +47,7 @@ from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run import run_dir_for
 from adapterfusion.training.run_files import read_json
 from adapterfusion.training.run_state import RunState, run_state, unfinished_fix
-from adapterfusion.training.store import ENTRY_FILE
+from adapterfusion.training.store import ENTRY_FILE, ZOO_SETUP, resolve_zoo, zoo_seed
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -288,8 +288,6 @@ def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     adapter_seed = context.options["adapter_seed"]
     adapter_seed = context.seed if adapter_seed is None else adapter_seed
     zoo = context.options.get("zoo")
-    if zoo is not None:
-        from adapterfusion.zoo import ZOO_SETUP, resolve_zoo, zoo_seed  # zoo imports training.store: not at import time
     names, notes, fused = [], [], {}
     for task in ordered:
         name = piece_name(task)

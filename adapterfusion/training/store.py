@@ -21,18 +21,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion._validation import naming_file
+from adapterfusion.defaults import STORE_DIR, ZOO_DIR
 from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
-from adapterfusion.errors import ConfigError, SerializationError
+from adapterfusion.errors import ConfigError, SerializationError, ZooError
 from adapterfusion.io.atomic import atomic_write_json, replace_folder
 from adapterfusion.io.paths import as_path, check_replaceable, describe, path_part
-from adapterfusion.io.pieces import piece_digest
+from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, SEED_PREFIX, seed_folder, seed_of
+from adapterfusion.serialization.pieces import piece_digest
 from adapterfusion.training.errors import TrainingError
-from adapterfusion.training.run_files import CONFIG_FILE, read_json
+from adapterfusion.training.run_files import read_json
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
-ENTRY_FILE = "entry.json"
+SHIPPED = "shipped"  # how experiment files and setup options name the shipped zoo
+ZOO_SETUP = "st-a"  # the setup of a zoo's adapters
 # Every file an entry holds (relative, '/'-separated): what replacing an entry may delete, and nothing else.
 ENTRY_FILES = frozenset(
     {
@@ -70,7 +73,7 @@ class AdapterStore:
             / encoder_key(encoder)
             / path_part(task, "store entry task")
             / path_part(setup, "store entry setup")
-            / f"seed-{int(seed)}"
+            / seed_folder(seed)
         )
 
     def has(self, encoder: str, task: str, setup: str, seed: int) -> bool:
@@ -85,7 +88,7 @@ class AdapterStore:
         """Every complete entry's entry.json content."""
         return [
             read_json(p, "the store entry is damaged; put its adapter into the store again")
-            for p in sorted(self.root.glob(f"*/*/*/seed-*/{ENTRY_FILE}"))
+            for p in sorted(self.root.glob(f"*/*/*/{SEED_PREFIX}*/{ENTRY_FILE}"))
         ]
 
     def put(self, run_dir: str | os.PathLike, overwrite: bool = False) -> Path:
@@ -209,3 +212,41 @@ class AdapterStore:
 def as_store(store: AdapterStore | str | os.PathLike | None) -> AdapterStore | None:
     """An AdapterStore for a store folder given as a path; an AdapterStore or None as it is."""
     return AdapterStore(store) if store is not None and not isinstance(store, AdapterStore) else store
+
+
+# ---- zoos: AdapterStores that fusion setups and experiment files take stage-1 adapters from ----------------
+
+
+def zoo_store() -> AdapterStore:
+    """The shipped zoo (adapterfusion/zoo/) as an AdapterStore (keyed like any other: encoder, task, setup, seed)."""
+    return AdapterStore(ZOO_DIR / STORE_DIR)
+
+
+def resolve_zoo(zoo: str | os.PathLike) -> AdapterStore:
+    """`shipped` (this package's zoo) or the folder of an AdapterStore (e.g. `<experiment>/adapters/st-a-rf16`)."""
+    if str(zoo) == SHIPPED:
+        return zoo_store()
+    root = Path(zoo)
+    if not root.is_dir():
+        raise ZooError(f"zoo {str(zoo)!r} is neither {SHIPPED!r} nor an existing AdapterStore folder")
+    return AdapterStore(root)
+
+
+def zoo_seed(store: AdapterStore, encoder: str, task: str, setup: str = ZOO_SETUP) -> int:
+    """The seed of the zoo's one adapter for (encoder, task, setup); a zoo with several seeds of it is ambiguous."""
+    folder = store.path(encoder, task, setup, 0).parent
+    seeds = sorted(seed_of(p.parent.name) for p in folder.glob(f"{SEED_PREFIX}*/{ENTRY_FILE}"))
+    if len(seeds) == 1:
+        return seeds[0]
+    if not seeds:
+        held = sorted({e["task"] for e in store.entries() if e.get("encoder_key") == encoder_key(encoder)})
+        encoders = sorted({key for e in store.entries() if (key := e.get("encoder_key")) is not None})
+        where = (
+            f"it has {held} for this encoder"
+            if held
+            else f"it has no adapters for encoder {encoder_key(encoder)!r} (only for {encoders})"
+        )
+        raise ZooError(f"the zoo {store.root} has no {setup} adapter for task {task!r}: {where}")
+    raise ZooError(
+        f"the zoo {store.root} holds {setup} adapters of {task!r} for seeds {seeds}; a zoo source must be one"
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 import adapterfusion as af
-from adapterfusion.io.setup import ActiveSetup
+from adapterfusion.serialization.setup import ActiveSetup
 from tiny_models import randomise, tiny_encoder, tiny_inputs
 
 

@@ -1,4 +1,4 @@
-"""The two translators behind io/formats.py. A piece read from a folder and written back gives the same files (ours
+"""The two translators behind serialization/formats.py. A piece read from a folder and written back gives the same files (ours
 byte for byte; AdapterHub's fixtures, written by `adapters` 1.3.0, tensor for tensor with the same config), and a
 Piece exported from a model comes back equal through either format."""
 
@@ -20,7 +20,7 @@ from adapterfusion.interop.adapterhub_config import (
     head_config_from_adapterhub,
 )
 from adapterfusion.interop.adapterhub_files import FILES, read_weights
-from adapterfusion.io.formats import FORMATS, read_piece, write_piece
+from adapterfusion.serialization.formats import FORMATS, read_piece, write_piece
 from adapterfusion.piece import Piece
 from tiny_models import randomise, tiny_encoder
 

@@ -16,7 +16,7 @@ from huggingface_hub.utils import httpx
 
 import adapterfusion as af
 from adapterfusion.demo import demo_data_dir
-from adapterfusion.io.setup import SETUP_FILE
+from adapterfusion.serialization.setup import SETUP_FILE
 from adapterfusion.training import train
 from hub_standin import LocalHub
 from setup_fixtures import assert_same_model, build_setup, outputs

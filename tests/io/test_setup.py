@@ -14,7 +14,7 @@ from transformers import AutoModel
 import adapterfusion as af
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.hub import HubRef, locate
-from adapterfusion.io.setup import SETUP_FILE, ActiveSetup, BaseModelMismatchWarning
+from adapterfusion.serialization.setup import SETUP_FILE, ActiveSetup, BaseModelMismatchWarning
 from setup_fixtures import assert_same_model, build_setup
 from tiny_models import tiny_encoder
 

@@ -11,8 +11,9 @@ from typing import Any
 import huggingface_hub
 
 from adapterfusion.defaults import DEFAULT_ENCODER_HUB_ID, DEFAULT_ENCODER_PACKAGE
+from adapterfusion.io.documents import read_json
 from adapterfusion.io.hub import HubRef, hub_ref
-from adapterfusion.io.pieces import config_path, piece_folder, read_json
+from adapterfusion.serialization.pieces import config_path, piece_folder
 
 
 def render_model_card(folder: Path, index: Mapping[str, Any], ref: HubRef) -> str:

@@ -2,8 +2,8 @@
 
 `export_piece` reads an adapter, fusion or head out of the model as a Piece (piece.py: its config and tensors, no
 modules); `install_piece` checks a Piece on modules built on the side and only then adds it. `save_piece` and
-`load_piece` hand Pieces to and from a folder (ours or AdapterHub's, io/formats.py), which sees the encoder only
-through `layout(model)`. AdaptedModel's export_piece, install_piece, save_* and load_* call these.
+`load_piece` hand Pieces to and from a folder (ours or AdapterHub's, serialization/formats.py), which sees the encoder
+only through `layout(model)`. AdaptedModel's export_piece, install_piece, save_* and load_* call these.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from adapterfusion.heads.config import HeadConfig, check_head_labels
 from adapterfusion.injection import inject
 from adapterfusion.injection.placement import adapter_modules, fusion_modules
 from adapterfusion.injection.site import AdapterSite
-from adapterfusion.io.formats import read_piece, write_piece
-from adapterfusion.io.pieces import check_weights
-from adapterfusion.io.setup import piece_source
 from adapterfusion.piece import PIECE_KINDS, EncoderLayout, Piece, by_site, param_key
+from adapterfusion.serialization.formats import read_piece, write_piece
+from adapterfusion.serialization.pieces import check_weights
+from adapterfusion.serialization.setup import piece_source
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -40,7 +40,10 @@ def layout(model: AdaptedModel) -> EncoderLayout:
     return EncoderLayout(
         fingerprint=model.fingerprint,
         architecture=architecture,
-        site_paths={site.key: f"{architecture.layers}.{site.layer_index}.{site.spec.path}" for site in model.sites},
+        site_paths={
+            site.key: f"{architecture.layers}.{site.layer_index}.{site.spec.adapterhub_path or site.spec.path}"
+            for site in model.sites
+        },
         base_model_prefix=str(getattr(model.model, "base_model_prefix", "") or ""),
         base_model_class=type(model.model.base_model).__name__,
         config=model.model.config,
@@ -111,7 +114,7 @@ def install_piece(
 
 
 def save_piece(model: AdaptedModel, kind: str, name: str, directory: str | Path) -> Path:
-    """Write the model's `kind` `name` into `directory` (io/formats.py write_piece)."""
+    """Write the model's `kind` `name` into `directory` (serialization/formats.py write_piece)."""
     return write_piece(export_piece(model, kind, name), directory, layout(model))
 
 
@@ -124,20 +127,21 @@ def load_piece(
     labels: Sequence[str] | None = None,
 ) -> str:
     """Install the `kind` piece in `source` (a folder in either format, a saved setup holding one piece of that kind,
-    or a Hub id of either: io/setup.py piece_source), named `name` if given; returns its name."""
+    or a Hub id of either: serialization/setup.py piece_source), named `name` if given; returns its name."""
     piece = read_piece(piece_source(source, kind), kind, layout(model))
     return install_piece(model, piece.renamed(name), overwrite, labels)
 
 
 # AdaptedModel's methods, one per kind: the public names of save_piece and load_piece.
 def save_adapter(model: AdaptedModel, name: str, directory: str | Path) -> Path:
-    """Save adapter `name` into `directory` (adapter.safetensors + adapter_config.json, io/pieces.py)."""
+    """Save adapter `name` into `directory` (adapter.safetensors + adapter_config.json, serialization/pieces.py)."""
     return save_piece(model, "adapter", name, directory)
 
 
 def load_adapter(model: AdaptedModel, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
     """Load an adapter saved by save_adapter or by AdapterHub; returns its name (the saved one unless `name` is
-    given). `directory` may also be a saved setup holding one adapter, or a Hub id of either (io/setup.py)."""
+    given). `directory` may also be a saved setup holding one adapter, or a Hub id of either
+    (serialization/setup.py)."""
     return load_piece(model, "adapter", directory, name, overwrite)
 
 

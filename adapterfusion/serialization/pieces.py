@@ -25,10 +25,10 @@ from adapterfusion.errors import SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import head_config_from_dict
 from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
+from adapterfusion.io.documents import read_json
 from adapterfusion.io.paths import check_readable_file, check_writable_folder
-from adapterfusion.piece import EncoderFingerprint, Piece, PieceConfig
+from adapterfusion.piece import PIECE_FORMAT, EncoderFingerprint, Piece, PieceConfig
 
-PIECE_FORMAT = "adapterfusion"
 PIECE_FORMAT_VERSION = 1
 # kind -> the config class's reader of its to_dict() form
 CONFIG_READERS: dict[str, Callable[[Mapping[str, Any]], PieceConfig]] = {
@@ -84,7 +84,7 @@ def holds_our_piece(directory: Path, kind: str) -> bool:
 
 
 def piece_folder(kind: str, name: str) -> str:
-    """Where a saved setup (io/setup.py) keeps piece `name` of `kind`: 'adapters/<name>' and so on."""
+    """Where a saved setup (serialization/setup.py) keeps piece `name` of `kind`: 'adapters/<name>' and so on."""
     return f"{kind}s/{name}"
 
 
@@ -113,14 +113,6 @@ def save_piece(
     document.update(extra or {})
     atomic_write_json(config_path(directory, kind), document)
     return directory
-
-
-def read_json(path: Path) -> Any:
-    """A JSON file's content; a SerializationError naming the file if it is not valid JSON."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise SerializationError(f"{path} is not valid JSON ({error}); the file is corrupt or truncated") from None
 
 
 def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:

@@ -1,10 +1,10 @@
 """A whole AdaptedModel setup as one folder, the unit that save_pretrained, from_pretrained and push_to_hub move:
 
     adapterfusion_setup.json   the index: format version, base encoder fingerprint, pieces, active setup, provenance
-    adapters/<name>/           each piece as save_adapter, save_fusion and save_head write it (io/pieces.py)
+    adapters/<name>/           each piece as save_adapter, save_fusion and save_head write it (serialization/pieces.py)
     fusions/<name>/
     heads/<name>/
-    README.md                  the model card, added when pushed (io/model_card.py)
+    README.md                  the model card, added when pushed (serialization/model_card.py)
 
 load_adapter/load_fusion/load_head take a piece's folder, or a setup holding one piece of that kind, either of
 them local or on the Hub (`piece_source`). This module gets the model (or its class) as an argument and never
@@ -31,12 +31,13 @@ from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_e
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
+from adapterfusion.io.documents import read_json
 from adapterfusion.io.hub import HubRef, download, hub_ref, locate, upload
-from adapterfusion.io.model_card import render_model_card
 from adapterfusion.io.paths import check_readable_file, check_writable_folder, path_part
-from adapterfusion.io.pieces import check_piece_folder, config_path, piece_folder, read_json, weights_path
-from adapterfusion.io.provenance import describe_origin
 from adapterfusion.piece import PIECE_KINDS
+from adapterfusion.serialization.model_card import render_model_card
+from adapterfusion.serialization.pieces import check_piece_folder, config_path, piece_folder, weights_path
+from adapterfusion.serialization.provenance import describe_origin
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -130,7 +131,7 @@ def save_pretrained(
 ) -> Path:
     """Every piece, or the named ones (with the adapters of each named fusion), and the active setup restricted to
     them, in one folder; `provenance` maps a piece name to the run folder or store entry it was trained in
-    (io/provenance.py), for its model card. Onto a setup saved before, our files are updated in place (each
+    (serialization/provenance.py), for its model card. Onto a setup saved before, our files are updated in place (each
     atomically) and the pieces it listed that are no longer saved are removed; nothing else in the folder is
     touched. AdaptedModel.save_pretrained."""
     directory = check_writable_folder(

@@ -1,4 +1,5 @@
-"""Which translator reads or writes a piece folder: ours (io/pieces.py) or AdapterHub's (interop/adapterhub.py).
+"""Which translator reads or writes a piece folder: ours (serialization/pieces.py) or AdapterHub's
+(interop/adapterhub.py).
 
     load:  folder --(is it AdapterHub's?)--> translator --> Piece --> AdaptedModel.install_piece
     save:  AdaptedModel.export_piece --> Piece --> translator (ours, or AdapterHub's on export) --> folder
@@ -12,8 +13,8 @@ from pathlib import Path
 
 from adapterfusion._validation import check_choice
 from adapterfusion.interop.adapterhub import is_adapterhub_dir, piece_from_adapterhub, piece_to_adapterhub
-from adapterfusion.io.pieces import piece_from_folder, piece_to_folder
 from adapterfusion.piece import EncoderLayout, Piece
+from adapterfusion.serialization.pieces import piece_from_folder, piece_to_folder
 
 FORMATS = ("adapterfusion", "adapterhub")
 

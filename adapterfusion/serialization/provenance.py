@@ -9,10 +9,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.defaults import STORE_DIR, ZOO_DIR, zoo_manifest
 from adapterfusion.errors import ConfigError
-from adapterfusion.io.pieces import read_json
+from adapterfusion.io.documents import read_json
+from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, METRICS_FILE, SEED_PREFIX
 
-RUN_FILES = ("config.json", "metrics.json")  # what training/api.py's train() writes into a run folder
+RUN_FILES = (CONFIG_FILE, METRICS_FILE)  # what training/api.py's train() writes into a run folder
 _TIMINGS = ("runtime", "samples_per_second", "steps_per_second")  # the Trainer's, in a run's dev metrics
 
 
@@ -21,8 +23,6 @@ def describe_origin(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, 
     given as is (e.g. {"task": "rte", "dev_metrics": {"accuracy": 0.71}})."""
     if isinstance(source, Mapping):
         return dict(source)
-    from adapterfusion.training.store import ENTRY_FILE  # here: the training package is heavy to import
-
     folder = Path(source)
     for candidate in (folder, folder.parent):
         if all((candidate / name).is_file() for name in RUN_FILES):
@@ -42,14 +42,13 @@ def _from_run(run_dir: Path) -> dict[str, Any]:
         config,
         dev_metrics={k: v for k, v in best.items() if k not in _TIMINGS},
         metric_for_best=metrics.get("metric_for_best"),
-        origin=f"adapterfusion train() run {config.get('task')}/{config.get('setup')}/seed-{config.get('seed')}",
+        origin=(
+            f"adapterfusion train() run {config.get('task')}/{config.get('setup')}/{SEED_PREFIX}{config.get('seed')}"
+        ),
     )
 
 
 def _from_store_entry(entry_dir: Path) -> dict[str, Any]:
-    from adapterfusion.training.store import ENTRY_FILE
-    from adapterfusion.zoo import STORE_DIR, ZOO_DIR, zoo_manifest
-
     entry = _object(entry_dir / ENTRY_FILE)
     if entry_dir.resolve().is_relative_to(ZOO_DIR / STORE_DIR):
         manifest = zoo_manifest()
