@@ -209,7 +209,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from adapterfusion.analysis.pruning import prune_fusion
+    from adapterfusion.pruning import prune_fusion
 
     write_json = _json_writer(args.json)
     result = prune_fusion(

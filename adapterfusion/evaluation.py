@@ -2,74 +2,37 @@
 reloads the split exactly as the run saw its data (same source, seed, carve-out and subsample), and scores it
 with the task's metrics. On the validation split it gives the numbers of the run's own metrics.json.
 
-`predict` and `score` are the parts other analyses reuse (pruning evaluates two fusions on one batch list).
+`predict` and `score` (scoring.py, below the training recipes, which score dev sets with them) are the parts other
+analyses reuse (pruning evaluates two fusions on one batch list); `load_run_split` and `run_batches` give them a
+rebuilt run's data.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
-import numpy as np
 import torch
 
 from adapterfusion.errors import ConfigError
+from adapterfusion.scoring import Predictions, predict, score
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
-from adapterfusion.tasks.metrics import dev_metrics
-from adapterfusion.tasks.spec import ROLES, TaskSpec
+from adapterfusion.tasks.spec import ROLES
+from adapterfusion.training.rebuild import RebuiltRun, rebuild_run
 
-if TYPE_CHECKING:
-    from adapterfusion.model import AdaptedModel
-    from adapterfusion.training.rebuild import RebuiltRun
-
-
-@dataclass(frozen=True)
-class Predictions:
-    """Head logits and gold labels of a whole split; `loss` is the mean task loss per example (the HF
-    Trainer's eval_loss), None when the batches have no labels."""
-
-    logits: np.ndarray
-    labels: np.ndarray
-    loss: float | None
-
-
-@torch.no_grad()
-def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], bf16: bool = False) -> Predictions:
-    """Run `batches` through the model as it is activated, in eval mode and inside `inference_cache()`; with `bf16`
-    under bfloat16 autocast, as a run trained with TrainingConfig.bf16 evaluates."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    logits, labels, loss_sum, count = [], [], 0.0, 0
-    model.eval()
-    try:
-        with model.inference_cache(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            for batch in batches:
-                batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
-                output = model(**batch)
-                logits.append(output.logits.float().cpu().numpy())
-                if "labels" in batch:
-                    labels.append(batch["labels"].cpu().numpy())
-                    loss_sum += float(output.task_loss) * len(batch["labels"])
-                    count += len(batch["labels"])
-    finally:
-        model.train(was_training)
-    if not logits:
-        raise ConfigError("predict: no batches to evaluate (the split is empty)")
-    return Predictions(
-        np.concatenate(logits),
-        np.concatenate(labels) if labels else np.empty(0, dtype=np.int64),
-        loss_sum / count if count else None,
-    )
-
-
-def score(task: TaskSpec, predictions: Predictions) -> dict[str, float]:
-    """The task's metrics of `predictions`, plus "loss"."""
-    metrics = dev_metrics(task, predictions.logits, predictions.labels)
-    return {**metrics, "loss": predictions.loss} if predictions.loss is not None else metrics
+__all__ = [
+    "Predictions",
+    "eval_batch_size",
+    "evaluate_run",
+    "load_run_split",
+    "predict",
+    "recorded_limits",
+    "run_batches",
+    "score",
+]
 
 
 def recorded_limits(data_info: Mapping[str, Any]) -> dict[str, int] | None:
@@ -141,8 +104,6 @@ def evaluate_run(
     """Score the trained model of `run_dir` on `split`. Returns a JSON-ready dict: the run's task, setup and
     seed, the split and its size, `metrics` (the task's metrics and loss) and, for the validation split,
     `recorded` (the same keys from the run's metrics.json)."""
-    from adapterfusion.training.rebuild import rebuild_run
-
     run = rebuild_run(run_dir, store=store, device=device)
     dataset = load_run_split(run, split, data_dir, max_examples)
     batches = run_batches(run, dataset, batch_size)

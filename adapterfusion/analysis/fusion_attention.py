@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from adapterfusion.errors import ConfigError, SerializationError
+from adapterfusion.errors import ConfigError, RunFileError, SerializationError
+from adapterfusion.io.documents import read_json
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -107,10 +108,10 @@ def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
     path = Path(path)
     if path.is_dir():
         path = path / FUSION_ATTENTION_FILE
-    from adapterfusion.training.run_files import read_json  # here: the training package is heavy to import
-
     return FusionActivation.from_dict(
-        read_json(path, "fusion runs (fusion-st-a, fusion-mt-a) write it after training; give the folder of one")
+        read_json(
+            path, "fusion runs (fusion-st-a, fusion-mt-a) write it after training; give the folder of one", RunFileError
+        )
     )
 
 

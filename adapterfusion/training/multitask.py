@@ -50,9 +50,9 @@ from torch.utils.data import DataLoader
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.errors import ConfigError
-from adapterfusion.evaluation import predict, score
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.scoring import predict, score
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import check_data_dir, check_max_examples, load_task_data

@@ -5,7 +5,9 @@
 top k, or the fewest whose share of the total activation reaches `mass`; ties (equal to TIE_DECIMALS decimals)
 go to the target task's own adapter, then to the adapter the fusion lists first. `compare_pruned` builds the pruned
 fusion beside the full one (fusion/subset.py: the same Q/K/V, only the kept adapters run), evaluates both on the
-same batches and times them side by side. `prune_fusion` does all of it for a fusion run folder.
+same batches and times them side by side. `prune_fusion` does all of it for a fusion run folder. A module above
+the training recipes, beside evaluation.py, since it rebuilds runs and adds a fusion; analysis/ keeps the read-only
+measurements that training itself records (fusion_attention.py).
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import torch
 
 from adapterfusion.analysis.fusion_attention import mean_fusion_attention
 from adapterfusion.errors import ConfigError
-from adapterfusion.evaluation import load_run_split, predict, run_batches, score
+from adapterfusion.evaluation import load_run_split, run_batches
 from adapterfusion.fusion.subset import add_fusion_subset
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
+from adapterfusion.scoring import predict, score
 from adapterfusion.serialization.pieces import check_piece_folder
 from adapterfusion.tasks.spec import TaskSpec, piece_name
+from adapterfusion.training.rebuild import rebuild_run
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -257,8 +261,6 @@ def prune_fusion(
     (or `data_dir` / a `max_examples` subset). Ties go to the run's task's own adapter. `output`: a folder for the
     pruned fusion (fusion/), the run's head (head/) and pruning.json; load it with load_adapter for each kept
     adapter, then load_fusion, load_head."""
-    from adapterfusion.training.rebuild import rebuild_run
-
     check_criterion(keep, mass)
     run_dir = Path(run_dir)
     if output is not None and Path(output).resolve() == run_dir.resolve():

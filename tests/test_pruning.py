@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import adapterfusion as af
-from adapterfusion.analysis.pruning import compare_pruned, select_adapters, time_fusions
 from adapterfusion.evaluation import predict
+from adapterfusion.pruning import compare_pruned, select_adapters, time_fusions
 from adapterfusion.tasks import get_task
 from tiny_models import HIDDEN, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
