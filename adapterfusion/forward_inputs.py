@@ -361,7 +361,9 @@ def _passed_labels(model: AdaptedModel, labels: Any, shape: torch.Size) -> torch
     task_model = model.model
     name = type(task_model).__name__
     accepted = accepted_keywords(task_model)
-    if task_model is task_model.base_model or (accepted is not None and "labels" not in accepted):
+    # Whether its forward takes labels decides; a model that is its own base (T5ForConditionalGeneration) may.
+    has_own_loss = "labels" in accepted if accepted is not None else task_model is not task_model.base_model
+    if not has_own_loss:
         loaded = list(model.heads)
         fix = (
             f"activate(head=...) one of the loaded heads {loaded} or add_head() one first"

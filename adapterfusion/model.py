@@ -45,13 +45,22 @@ from adapterfusion.serialization import model_pieces, setup
 class AdaptedModelOutput(ModelOutput):
     """loss = task_loss + fusion_regularization while a fusion with a trainable V is trained.
     fusion_attentions[layer]: [batch, seq, N] softmax weights of the 'output' site (else 'attention' site),
-    None for layers without fusion; every site's weights are in fusion_attentions_by_site[(layer, position)]."""
+    None for layers without fusion; every site's weights are in fusion_attentions_by_site[(layer, position)].
+    The wrapped model's other outputs pass through under their transformers names (a decoder's past_key_values, an
+    encoder-decoder's encoder_* and decoder_* states)."""
 
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     last_hidden_state: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    past_key_values: Any = None
+    encoder_last_hidden_state: torch.Tensor | None = None
+    encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
+    encoder_attentions: tuple[torch.Tensor, ...] | None = None
+    decoder_hidden_states: tuple[torch.Tensor, ...] | None = None
+    decoder_attentions: tuple[torch.Tensor, ...] | None = None
+    cross_attentions: tuple[torch.Tensor, ...] | None = None
     task_loss: torch.Tensor | None = None
     fusion_regularization: torch.Tensor | None = None
     fusion_attentions: tuple[torch.Tensor | None, ...] | None = None
@@ -81,16 +90,15 @@ class AdaptedModel(nn.Module):
         self.architecture: ArchitectureSpec = architecture_for(model)
         config: Any = model.config
         self.hidden_size = int(config.hidden_size)
-        layers = self.encoder_layers()
-        self.num_layers = len(layers)
         self._runtime = ForwardRuntime()  # what forwards record and reuse, shared by every site
+        self.sites: list[AdapterSite] = inject.inject_sites(self, self._runtime)
+        self.num_layers = 1 + self.sites[-1].layer_index  # an encoder-decoder's count both stacks
         self.fingerprint = EncoderFingerprint(
             model_type=config.model_type,
             hidden_size=self.hidden_size,
             num_layers=self.num_layers,
             name_or_path=str(getattr(config, "_name_or_path", "") or ""),
         )
-        self.sites: list[AdapterSite] = inject.inject_sites(self, self._runtime)
         self.heads = nn.ModuleDict()
         self.adapter_configs: dict[str, AdapterConfig] = {}
         self.fusion_setups: dict[str, FusionSetup] = {}  # read fusion_setup(name); change with add_/delete_fusion
@@ -363,11 +371,8 @@ class AdaptedModel(nn.Module):
         call = check_call(self, inputs, head_name, labels)
         with self.recording_fusion_attentions(output_fusion_attentions) as recorder:
             encoded = call.encoder(**call.inputs)
-        output = AdaptedModelOutput(
-            last_hidden_state=getattr(encoded, "last_hidden_state", None),
-            hidden_states=getattr(encoded, "hidden_states", None),
-            attentions=getattr(encoded, "attentions", None),
-        )
+        passed = set(AdaptedModelOutput.__dataclass_fields__) - {"loss", "logits"}
+        output = AdaptedModelOutput(**{key: value for key, value in encoded.items() if key in passed})
         if head_name is None:  # the wrapped model's own output (and loss, for a task model given labels)
             output.logits, output.task_loss = getattr(encoded, "logits", None), getattr(encoded, "loss", None)
         else:

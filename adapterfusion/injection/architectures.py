@@ -7,8 +7,9 @@ Each encoder layer has two insertion sites, 'attention' (after multi-head attent
                   LayerNorm(dropout(dense(hidden_states)) + input_tensor). Its sub-modules are called by
                   name; this is exactly the site of the Pfeiffer and Houlsby adapters.
   PRE_RESIDUAL    a sub-layer whose output (or output[0]) goes into `LayerNorm(output + input)` computed by
-                  its parent block (DistilBERT, MPNet's attention). The wrapped module's first input is the
-                  residual; `layer_norm` names the parent's LayerNorm, relative to the layer.
+                  its parent block (DistilBERT, MPNet's attention, BART). The wrapped module's first input is
+                  the residual, unless `residual_input` names the module whose input it is (BART's fc2 site takes
+                  it from fc1); `layer_norm` names the parent's LayerNorm, relative to the layer.
   PRE_NORM        a sub-layer of a pre-LayerNorm block whose output is added to the residual stream by the
                   parent (decoders: GPT-2, Llama, Mistral, Qwen, Phi-3; ModernBERT). There is no LayerNorm after
                   the sub-layer. `residual_input` names the block's norm in front of the sub-layer: its input is
@@ -57,13 +58,27 @@ class SiteSpec:
     # PRE_RESIDUAL: the parent's LayerNorm after the sub-layer; PRE_NORM: the block's post-norm of the sub-layer's
     # output, if it has one (Gemma2/3), which original_ln_before applies to h + r. Relative to the layer.
     layer_norm: str | None = None
-    residual_input: str | None = None  # PRE_NORM only: the norm in front of the sub-layer (its input is r)
+    # The module whose first input is the residual stream r, relative to the layer: PRE_NORM, the norm in front of
+    # the sub-layer; PRE_RESIDUAL, when r is not the wrapped module's own input (BART's fc1 before the fc2 site).
+    residual_input: str | None = None
     # Where AdapterHub 1.3.0 keeps its adapter layer for this site, relative to the layer, where that is not `path`
     # (it patches decoder blocks and hangs 'attention_adapters'/'output_adapters' on the layer).
     adapterhub_path: str | None = None
     dense: str = "dense"  # POST_LN_OUTPUT only: sub-module names inside the output module
     dropout: str = "dropout"
     norm: str = "LayerNorm"
+
+
+@dataclass(frozen=True)
+class LayerStack:
+    """One ModuleList of layers (path from the HF base model) and where each position's site is in its layers."""
+
+    layers: str
+    attention: SiteSpec
+    output: SiteSpec
+
+    def site(self, position: str) -> SiteSpec:
+        return self.attention if position == "attention" else self.output
 
 
 @dataclass(frozen=True)
@@ -74,15 +89,23 @@ class ArchitectureSpec:
     batch_arguments: tuple[str, ...] = ()
     prefix_blockers: tuple[str, ...] = ()
     causal: bool = False  # a decoder: each position sees only those before it (heads pool the last token)
+    # Encoder-decoders: the decoder's layers, numbered after the encoder's (AdapterHub's global layer index, which
+    # leave_out, skip_layers, per-layer reduction factors and fusion attentions use).
+    decoder: LayerStack | None = None
 
     def site(self, position: str) -> SiteSpec:
         return self.attention if position == "attention" else self.output
+
+    def stacks(self) -> tuple[LayerStack, ...]:
+        """The encoder's layers, then the decoder's for an encoder-decoder."""
+        encoder = LayerStack(self.layers, self.attention, self.output)
+        return (encoder,) if self.decoder is None else (encoder, self.decoder)
 
     @property
     def in_adapterhub(self) -> bool:
         """Whether AdapterHub 1.3.0 has adapters on this architecture at the same places, so that its files
         translate: BERT-style output modules, or the decoder blocks it patches."""
-        sites = (self.attention, self.output)
+        sites = [site for stack in self.stacks() for site in (stack.attention, stack.output)]
         return all(site.kind is SiteKind.POST_LN_OUTPUT or site.adapterhub_path is not None for site in sites)
 
 
@@ -128,6 +151,45 @@ _LLAMA_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder(
     "layers", ("self_attn", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
 )
 
+def _t5_stack(layers: str, feed_forward: int) -> LayerStack:
+    """T5's self-attention and feed-forward sub-layers (`layer.<k>` = T5LayerSelfAttention / T5LayerFF, each a
+    pre-norm residual block: r + dropout(sub-layer(layer_norm(r)))); the decoder's cross-attention is layer.1."""
+    return LayerStack(
+        layers,
+        attention=SiteSpec(
+            SiteKind.PRE_NORM, "layer.0.SelfAttention", residual_input="layer.0.layer_norm", adapterhub_path="layer.0"
+        ),
+        output=SiteSpec(
+            SiteKind.PRE_NORM,
+            f"layer.{feed_forward}.DenseReluDense",
+            residual_input=f"layer.{feed_forward}.layer_norm",
+            adapterhub_path=f"layer.{feed_forward}",
+        ),
+    )
+
+
+def _bart_stack(layers: str) -> LayerStack:
+    """BART's post-norm layers: LN(r + self_attn(r)), then LN(r + fc2(act(fc1(r)))); the feed-forward has no
+    module of its own, so the site wraps fc2 and takes r from fc1's input."""
+    return LayerStack(
+        layers,
+        attention=SiteSpec(
+            SiteKind.PRE_RESIDUAL, "self_attn", layer_norm="self_attn_layer_norm", adapterhub_path="attention_adapters"
+        ),
+        output=SiteSpec(
+            SiteKind.PRE_RESIDUAL,
+            "fc2",
+            layer_norm="final_layer_norm",
+            residual_input="fc1",
+            adapterhub_path="output_adapters",
+        ),
+    )
+
+
+def _encoder_decoder(encoder: LayerStack, decoder: LayerStack) -> ArchitectureSpec:
+    return ArchitectureSpec(encoder.layers, encoder.attention, encoder.output, decoder=decoder)
+
+
 ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "bert": _BERT_LIKE,
     "roberta": _BERT_LIKE,
@@ -164,6 +226,10 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "gemma2": _GEMMA2_LIKE,
     "gemma3_text": _GEMMA2_LIKE,
     "phi3": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    # Encoder-decoders: sites in the encoder's layers and the decoder's self-attention and feed-forward (AdapterHub's
+    # presets put nothing on cross-attention either).
+    "t5": _encoder_decoder(_t5_stack("encoder.block", 1), _t5_stack("decoder.block", 2)),
+    "bart": _encoder_decoder(_bart_stack("encoder.layers"), _bart_stack("decoder.layers")),
     "modernbert": ArchitectureSpec(
         layers="layers", attention=SiteSpec(SiteKind.PRE_NORM, "attn"), output=SiteSpec(SiteKind.PRE_NORM, "mlp")
     ),

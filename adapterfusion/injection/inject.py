@@ -6,7 +6,7 @@ BaseTuner.inject_adapter / delete_adapter). The model keeps the registries (`ada
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from torch import nn
 
@@ -26,30 +26,35 @@ if TYPE_CHECKING:
 
 
 def inject_sites(model: AdaptedModel, runtime: ForwardRuntime) -> list[AdapterSite]:
-    """Replace each insertion site of each encoder layer with an AdapterSite reading `runtime`; layer order."""
+    """Replace each insertion site of each layer with an AdapterSite reading `runtime`, in layer order: the
+    encoder's layers, then an encoder-decoder's decoder layers, numbered on from the encoder's."""
+    base = cast(nn.Module, model.model.base_model)
     sites = []
-    for index, layer in enumerate(model.encoder_layers()):
-        for position in ("attention", "output"):
-            spec = model.architecture.site(position)
-            parent_path, _, attribute = spec.path.rpartition(".")
-            parent = get_submodule(layer, parent_path) if parent_path else layer
-            layer_norm = get_submodule(layer, spec.layer_norm) if spec.layer_norm else None
-            site = AdapterSite(getattr(parent, attribute), spec, index, position, layer_norm, runtime)
-            if spec.residual_input:
-                site.listen_for_residual(get_submodule(layer, spec.residual_input))
-            setattr(parent, attribute, site)
-            sites.append(site)
+    index = 0
+    for stack in model.architecture.stacks():
+        for number, layer in enumerate(cast(nn.ModuleList, get_submodule(base, stack.layers))):
+            for position in ("attention", "output"):
+                spec = stack.site(position)
+                parent_path, _, attribute = spec.path.rpartition(".")
+                parent = get_submodule(layer, parent_path) if parent_path else layer
+                layer_norm = get_submodule(layer, spec.layer_norm) if spec.layer_norm else None
+                site = AdapterSite(getattr(parent, attribute), spec, index, position, layer_norm, runtime)
+                site.module_path = f"{stack.layers}.{number}.{spec.path}"
+                site.adapterhub_module_path = f"{stack.layers}.{number}.{spec.adapterhub_path or spec.path}"
+                if spec.residual_input:
+                    site.listen_for_residual(get_submodule(layer, spec.residual_input))
+                setattr(parent, attribute, site)
+                sites.append(site)
+            index += 1
     return sites
 
 
 def unload_sites(model: AdaptedModel) -> UnloadedSites:
     """Put every original sub-module back; the sites list that replaces the model's refuses every later use."""
-    layers = model.encoder_layers()
+    base = cast(nn.Module, model.model.base_model)
     for site in model.sites:
-        parent_path, _, attribute = site.spec.path.rpartition(".")
-        layer = layers[site.layer_index]
-        parent = get_submodule(layer, parent_path) if parent_path else layer
-        setattr(parent, attribute, site.unwrap())
+        parent_path, _, attribute = site.module_path.rpartition(".")
+        setattr(get_submodule(base, parent_path), attribute, site.unwrap())
     return UnloadedSites()
 
 
@@ -85,6 +90,11 @@ def build_head(model: AdaptedModel, name: str, config: HeadConfig, overwrite: bo
         )
     if name in model.heads and not check_bool(overwrite, "overwrite"):
         raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
+    if model.architecture.decoder is not None:
+        raise ConfigError(
+            f"head {name!r}: prediction heads on encoder-decoders ({model.fingerprint.model_type}) are not supported "
+            "yet; train through the model's own LM head (labels=target ids) and read answers with generate()"
+        )
     if model.architecture.causal and config.pooling == "cls":
         raise ConfigError(
             f"head {name!r}: pooling='cls' reads the first token, which in a decoder ({model.fingerprint.model_type}) "

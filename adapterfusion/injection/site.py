@@ -70,6 +70,9 @@ class AdapterSite(nn.Module):
         self._mask_key: tuple[Any, ...] | None = None
         self._residual: torch.Tensor | None = None  # PRE_NORM with residual_input: r of the running forward
         self._residual_hook: RemovableHandle | None = None
+        # Where the site is below the HF base model, and where AdapterHub keeps its adapters for it (inject_sites).
+        self.module_path = ""
+        self.adapterhub_module_path = ""
         self.set_state(ActiveState())
 
     def listen_for_residual(self, norm: nn.Module) -> None:
@@ -185,7 +188,7 @@ class AdapterSite(nn.Module):
         output = self.base_layer(*args, **kwargs)
         hidden = output[0] if isinstance(output, tuple) else output
         residual_input = None
-        if self.spec.kind is SiteKind.PRE_RESIDUAL:
+        if self.spec.kind is SiteKind.PRE_RESIDUAL and self.spec.residual_input is None:
             residual_input = args[0] if args else next(iter(kwargs.values()))
         elif self.spec.residual_input is not None:
             residual_input, self._residual = self._residual, None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -18,19 +19,20 @@ from adapterfusion.interop import export_adapterhub
 from tolerances import assert_close
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "decoders"
-DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text")
+DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "t5", "bart")
 SETUPS = ("pf", "pf_tanh", "pf_gelu", "hb", "hb_relu", "fusion_pf_dynamic", "fusion_hb_static")
 # On Gemma2/3 AdapterHub's Pfeiffer normalises x + r with the *last* layer's feed-forward post-norm in every layer (a
 # defect of its hooks, docs/adapterhub-decoders.md); ours uses each layer's own, so only Houlsby setups compare there.
 HOULSBY_SETUPS = ("hb", "hb_relu", "fusion_hb_static")
 # transformers 4.57 and 5 compute the bare Gemma3 text model differently by up to 8e-8: compare it at float32's row.
-PRECISION = {"gemma3_text": torch.float32}
+PRECISION = {"gemma3_text": torch.float32, "t5": torch.float32}  # T5: up to 6.9e-7 between the versions
 
 
 def _loaded(model_type: str) -> tuple[af.AdaptedModel, dict, dict[str, torch.Tensor]]:
     folder = FIXTURES / model_type
     manifest = json.loads((folder / "manifest.json").read_text())
-    base = AutoModelForCausalLM.from_pretrained(folder / "base_model", dtype=torch.float64, attn_implementation="eager")
+    auto = getattr(transformers, manifest["auto_class"])  # AutoModelForCausalLM, or ...Seq2SeqLM for T5 and BART
+    base = auto.from_pretrained(folder / "base_model", dtype=torch.float64, attn_implementation="eager")
     model = af.wrap(base.eval())
     for name, entry in manifest["adapters"].items():
         assert model.load_adapter(folder / entry["dir"]) == name
@@ -52,7 +54,7 @@ def _activate(model: af.AdaptedModel, manifest: dict, setup: str) -> list[str] |
 @pytest.mark.parametrize("model_type", DECODERS)
 def test_adapterhub_decoder_pieces_give_adapterhubs_outputs(model_type: str) -> None:
     model, manifest, expected = _loaded(model_type)
-    inputs = {"input_ids": expected["input_ids"], "attention_mask": expected["attention_mask"]}
+    inputs = {key: expected[key] for key in ("input_ids", "attention_mask", "decoder_input_ids") if key in expected}
     dtype = PRECISION.get(model_type, torch.float64)
     with torch.no_grad():
         assert_close(model(**inputs).logits, expected["bare.logits"], dtype=dtype, label="bare")
@@ -60,8 +62,10 @@ def test_adapterhub_decoder_pieces_give_adapterhubs_outputs(model_type: str) -> 
             fused = _activate(model, manifest, setup)
             output = model(**inputs, output_hidden_states=True, output_fusion_attentions=fused is not None)
             assert_close(output.logits, expected[f"{setup}.logits"], dtype=dtype, label=setup)
-            hidden = expected[f"{setup}.hidden_states.1"]
-            assert_close(output.hidden_states[1], hidden, dtype=dtype, label=f"{setup} layer 0")
+            for states in ("hidden_states", "encoder_hidden_states", "decoder_hidden_states"):  # each stack's layer 0
+                if f"{setup}.{states}.1" in expected:
+                    hidden = expected[f"{setup}.{states}.1"]
+                    assert_close(getattr(output, states)[1], hidden, dtype=dtype, label=f"{setup} {states} 1")
             if fused is not None:
                 recorded = output.fusion_attentions_by_site
                 for key, weights in expected.items():

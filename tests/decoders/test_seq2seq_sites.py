@@ -1,0 +1,130 @@
+"""Adapters and fusion on encoder-decoders (T5, BART; issue #23): sites in the encoder's layers and in the
+decoder's self-attention and feed-forward, numbered on from the encoder's (AdapterHub's global layer index).
+Placement is checked against a hand computation from the bare sub-modules in float64: T5's pre-norm blocks carry
+r + x + A(x + r) (Pfeiffer); BART's post-norm ones LN(r + x + A(LN(x + r))), LN the norm after the feed-forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import adapterfusion as af
+from tiny_decoders import tiny_decoder, tiny_decoder_inputs
+from tolerances import assert_close
+
+SEQ2SEQ = ("t5", "bart")
+
+
+def _randomise(model: af.AdaptedModel, seed: int = 5) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".adapters." in name or ".fusions." in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype) * 0.3)
+
+
+def test_every_encoder_decoder_row_is_tested_here() -> None:
+    assert {t for t, spec in af.ARCHITECTURES.items() if spec.decoder is not None} == set(SEQ2SEQ)
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ)
+def test_wrapping_keeps_logits_and_loss_and_numbers_decoder_layers_after_the_encoders(model_type: str) -> None:
+    bare = tiny_decoder(model_type, dtype=torch.float64)
+    inputs = tiny_decoder_inputs(model_type)
+    labels = inputs.pop("decoder_input_ids")
+    expected = bare(**inputs, labels=labels)
+    model = af.wrap(bare)
+    assert model.num_layers == 4 and [site.layer_index for site in model.sites] == [0, 0, 1, 1, 2, 2, 3, 3]
+    output = model(**inputs, labels=labels)
+    assert torch.equal(output.logits, expected.logits) and torch.equal(output.loss, expected.loss)
+
+
+def _last_decoder_layer(model: af.AdaptedModel) -> nn.Module:
+    stack = model.architecture.decoder
+    assert stack is not None
+    return model.model.base_model.get_submodule(stack.layers)[-1]
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ)
+def test_pfeiffer_at_the_decoders_last_feed_forward_by_hand(model_type: str) -> None:
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    inputs = tiny_decoder_inputs(model_type)
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(4, leave_out=[0, 1, 2]))
+    _randomise(model)
+    layer = _last_decoder_layer(model)
+    if model_type == "t5":  # layer.2 = T5LayerFF: r + DenseReluDense(layer_norm(r))
+        r_module, x_module, out_module, norm = (
+            layer.layer[2].layer_norm,
+            layer.layer[2].DenseReluDense,
+            layer.layer[2],
+            None,
+        )
+    else:  # BART: final_layer_norm(r + fc2(act(fc1(r))))
+        r_module, x_module, out_module, norm = layer.fc1, layer.fc2, layer.final_layer_norm, layer.final_layer_norm
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        r_module.register_forward_pre_hook(lambda m, args: seen.__setitem__("r", args[0])),
+        x_module.register_forward_hook(lambda m, args, out: seen.__setitem__("x", out)),
+        out_module.register_forward_hook(lambda m, args, out: seen.__setitem__("out", out)),
+    ]
+    with torch.no_grad():
+        model(**inputs)
+        r, x = seen["r"], seen["x"]
+        adapter = model.sites_with_adapter("a")[0].adapters["a"]
+        down, up = adapter.down, adapter.up
+
+        def bottleneck(value: torch.Tensor) -> torch.Tensor:
+            return torch.relu(value @ down.weight.T + down.bias) @ up.weight.T + up.bias
+
+        if norm is None:
+            expected = r + x + bottleneck(x + r)
+        else:
+            expected = norm(r + x + bottleneck(norm(x + r)))
+        model.activate(adapter="a")
+        model(**inputs)
+    for hook in hooks:
+        hook.remove()
+    assert model.sites_with_adapter("a")[0].layer_index == 3
+    assert_close(seen["out"], expected, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ)
+@pytest.mark.parametrize("adapter", ["pfeiffer", "houlsby"])
+def test_fusion_fast_path_equals_the_literal_reference_on_encoder_decoders(model_type: str, adapter: str) -> None:
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    for name in ("a", "b"):
+        model.add_adapter(name, af.AdapterConfig.from_name(adapter, reduction_factor=4, train_layer_norm=False))
+    model.add_fusion("f", ["a", "b"])
+    _randomise(model)
+    model.activate(fusion="f")
+    inputs = tiny_decoder_inputs(model_type)
+    with torch.no_grad():
+        fast = model(**inputs, output_fusion_attentions=True)
+        model.set_fusion_implementation("reference")
+        reference = model(**inputs, output_fusion_attentions=True)
+    assert_close(fast.logits, reference.logits, dtype=torch.float64)
+    assert len(fast.fusion_attentions_by_site) == (2 if adapter == "houlsby" else 1) * 4
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ)
+def test_seq2seq_generation_with_the_cache_equals_generation_without_it(model_type: str) -> None:
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    for name in ("a", "b"):
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(4))
+    model.add_fusion("f", ["a", "b"])
+    _randomise(model)
+    model.activate(fusion="f")
+    inputs = tiny_decoder_inputs(model_type)
+    inputs.pop("decoder_input_ids")
+    options = dict(max_new_tokens=5, do_sample=False, num_beams=1)
+    cached = model.generate(**inputs, use_cache=True, **options)
+    assert torch.equal(cached, model.generate(**inputs, use_cache=False, **options))
+    model.activate()
+    assert not torch.equal(cached, model.generate(**inputs, **options))
+
+
+def test_heads_on_encoder_decoders_are_refused_by_name() -> None:
+    model = af.wrap(tiny_decoder("bart"))
+    with pytest.raises(af.ConfigError, match="encoder-decoders"):
+        model.add_head("h", af.ClassificationHead(num_labels=2, pooling="last"))
