@@ -301,6 +301,54 @@ def _best_epoch(epochs: list[dict[str, Any]], outcome: TrainingOutcome) -> dict[
     return next((epoch for epoch in epochs if epoch["step"] == step), epochs[-1])
 
 
+def _results(
+    model: AdaptedModel,
+    data: TaskData,
+    plan: StepPlan,
+    outcome: TrainingOutcome,
+    metrics: list[str],
+    seed: int,
+    run_dir: Path,
+    pieces: Mapping[str, Mapping[str, Path]],
+    store_paths: Mapping[str, Path],
+) -> dict[str, Any]:
+    """What metrics.json records of an MT-A run: each evaluation, the best one (its dev metrics without the loss),
+    the training losses, how often each task was drawn and expected to be, the parameters and the saved pieces."""
+    epochs = _epochs(outcome, plan, data.names)
+    best_epoch = _best_epoch(epochs, outcome)
+    counts = np.bincount(np.asarray(plan.step_tasks[: outcome.global_step], dtype=np.int64), minlength=len(data.specs))
+    expected = sum((plan.sampler.probabilities(step) for step in range(outcome.global_step)), np.zeros(len(counts)))
+    report = model.parameter_report()
+    return {
+        "setup": MT_A,
+        "tasks": data.names,
+        "seed": seed,
+        "metric_for_best": dict(zip(data.names, metrics, strict=True)),
+        "best": {task: {k: v for k, v in best_epoch["tasks"][task].items() if k != "loss"} for task in data.names},
+        "best_mean": best_epoch["mean"],
+        "best_epoch": best_epoch["epoch"],
+        "epochs": epochs,
+        "train_losses": _train_losses(outcome, plan, data.names),
+        "task_counts": dict(zip(data.names, counts.tolist(), strict=True)),
+        "expected_task_counts": dict(zip(data.names, expected.tolist(), strict=True)),
+        "train_seconds": outcome.train_seconds,
+        "global_step": outcome.global_step,
+        "total_steps": plan.total_steps,
+        "steps_per_epoch": plan.steps_per_epoch,
+        "stopped_early": outcome.stopped_early,
+        "parameters": {
+            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "total": report.total,
+            "encoder": report.encoder_total,
+        },
+        "pieces": {
+            "encoder": ENCODER_DIR,
+            **{t: {k: str(v.relative_to(run_dir)) for k, v in p.items()} for t, p in pieces.items()},
+        },
+        "store_paths": {t: str(p) for t, p in store_paths.items()},
+    }
+
+
 def _save_task_pieces(
     model: AdaptedModel, name: str, spec: TaskSpec, encoder: str, seed: int, run_dir: Path, encoder_dir: Path
 ) -> dict[str, Path]:
@@ -455,53 +503,19 @@ def train_multitask(
         model.eval()  # as after its last evaluation
 
         pieces, store_paths = _save_outputs(model, names, data, tokenizer, run, resolved_store)
-        epochs = _epochs(outcome, plan, data.names)
-        best_epoch = _best_epoch(epochs, outcome)
-        best = {task: {k: v for k, v in best_epoch["tasks"][task].items() if k != "loss"} for task in data.names}
-        done = plan.step_tasks[: outcome.global_step]
-        counts = np.bincount(np.asarray(done, dtype=np.int64), minlength=len(specs))
-        expected = sum((plan.sampler.probabilities(step) for step in range(outcome.global_step)), np.zeros(len(specs)))
-        report = model.parameter_report()
         if not config.keep_checkpoints:
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        results = _results(model, data, plan, outcome, metrics, seed, run_dir, pieces, store_paths)
         written = run.write_metrics(
-            {
-                "setup": MT_A,
-                "tasks": data.names,
-                "seed": seed,
-                "metric_for_best": dict(zip(data.names, metrics, strict=True)),
-                "best": best,
-                "best_mean": best_epoch["mean"],
-                "best_epoch": best_epoch["epoch"],
-                "epochs": epochs,
-                "train_losses": _train_losses(outcome, plan, data.names),
-                "task_counts": dict(zip(data.names, counts.tolist(), strict=True)),
-                "expected_task_counts": dict(zip(data.names, expected.tolist(), strict=True)),
-                "train_seconds": outcome.train_seconds,
-                "global_step": outcome.global_step,
-                "total_steps": plan.total_steps,
-                "steps_per_epoch": plan.steps_per_epoch,
-                "stopped_early": outcome.stopped_early,
-                "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir)),
-                "parameters": {
-                    "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                    "total": report.total,
-                    "encoder": report.encoder_total,
-                },
-                "pieces": {
-                    "encoder": ENCODER_DIR,
-                    **{t: {k: str(v.relative_to(run_dir)) for k, v in p.items()} for t, p in pieces.items()},
-                },
-                "store_paths": {t: str(p) for t, p in store_paths.items()},
-            }
+            {**results, "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir))}
         )
         return MultiTaskResult(
             tasks=data.names,
             seed=seed,
             run_dir=run_dir,
-            metrics=best,
-            mean_metric=best_epoch["mean"],
-            epoch_metrics=epochs,
+            metrics=written["best"],
+            mean_metric=written["best_mean"],
+            epoch_metrics=written["epochs"],
             task_counts=written["task_counts"],
             train_seconds=outcome.train_seconds,
             wall_seconds=written["wall_seconds"],
