@@ -40,10 +40,7 @@ def layout(model: AdaptedModel) -> EncoderLayout:
     return EncoderLayout(
         fingerprint=model.fingerprint,
         architecture=architecture,
-        site_paths={
-            site.key: f"{architecture.layers}.{site.layer_index}.{site.spec.adapterhub_path or site.spec.path}"
-            for site in model.sites
-        },
+        site_paths={site.key: site.adapterhub_module_path for site in model.sites},
         base_model_prefix=str(getattr(model.model, "base_model_prefix", "") or ""),
         base_model_class=type(model.model.base_model).__name__,
         config=model.model.config,
