@@ -14,10 +14,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import adapterfusion as af
-from adapterfusion.pruning import PRUNING_FILE, prune_fusion
 from adapterfusion.cli import main
 from adapterfusion.demo import demo_data_dir
 from adapterfusion.evaluation import evaluate_run, load_run_split, predict, run_batches
+from adapterfusion.pruning import PRUNING_FILE, prune_fusion
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.rebuild import rebuild_run
 from tolerances import assert_close
