@@ -10,12 +10,22 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import adapterfusion as af
-
-if TYPE_CHECKING:
-    from adapterfusion.experiments import Executor
+from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, load_fusion_activation
+from adapterfusion.evaluation import evaluate_run
+from adapterfusion.experiments import Executor, ResultsStore, run_experiment
+from adapterfusion.experiments.figures import plot_run_fusion_attention
+from adapterfusion.experiments.ray_executor import RayExecutor
+from adapterfusion.experiments.report_files import REPORT_DIR, write_report
+from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.io.paths import check_writable_file
+from adapterfusion.pruning import prune_fusion
+from adapterfusion.tasks import get_task, list_tasks
+from adapterfusion.training import train
+from adapterfusion.training.hardware import is_main_process
+from adapterfusion.training.progress import read_progress
 
 
 def _info(_: argparse.Namespace) -> int:
@@ -29,8 +39,6 @@ def _info(_: argparse.Namespace) -> int:
 
 
 def _list_tasks(_: argparse.Namespace) -> int:
-    from adapterfusion.tasks import get_task, list_tasks
-
     rows = [
         (name, spec.kind, str(spec.num_labels), ", ".join(spec.metrics))
         for name in list_tasks()
@@ -56,14 +64,11 @@ def _run_executor(args: argparse.Namespace) -> str | Executor:
                 "drop them or use --executor ray"
             )
         return executor
-    from adapterfusion.experiments.ray_executor import RayExecutor
 
     return RayExecutor(args.workers, **{key: value for key, value in ray_options.items() if value is not None})
 
 
 def _run(args: argparse.Namespace) -> int:
-    from adapterfusion.experiments import run_experiment
-
     summary = run_experiment(
         args.experiment,
         executor=_run_executor(args),
@@ -76,9 +81,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from adapterfusion.experiments import ResultsStore
-    from adapterfusion.training.progress import read_progress
-
     with ResultsStore(args.output_dir, readonly=True) as store:
         meta, records = store.meta(), store.jobs()
         counts = store.counts()
@@ -116,8 +118,6 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from adapterfusion.experiments.report_files import REPORT_DIR, write_report
-
     report = write_report(args.output_dir, figures=not args.no_figures)
     for table_id in ("table1", "table2"):
         table = report.table(table_id)
@@ -135,9 +135,6 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif
 
 
 def _analyze_fusion(args: argparse.Namespace) -> int:
-    from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, load_fusion_activation
-    from adapterfusion.io.paths import check_writable_file
-
     source = Path(args.run_dir)
     default = (source if source.is_dir() else source.parent) / Path(FUSION_ATTENTION_FILE).with_suffix(".png")
     heatmap = (
@@ -156,8 +153,6 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
     print(f"{activation.fusion}: mean softmax weight per layer and adapter over {activation.tokens} dev tokens{target}")
     print(activation.table())
     if heatmap is not None:
-        from adapterfusion.experiments.figures import plot_run_fusion_attention
-
         print(f"heatmap: {plot_run_fusion_attention(activation, heatmap)}")
     return 0
 
@@ -167,8 +162,6 @@ def _json_writer(path: str | None) -> Callable[[Any], None]:
     a second, not after an evaluation), and return what writes the result there at the end (no-op without it)."""
     if not path:
         return lambda result: None
-    from adapterfusion.io.atomic import atomic_write_json
-    from adapterfusion.io.paths import check_writable_file
 
     check_writable_file(path, "--json")
 
@@ -180,8 +173,6 @@ def _json_writer(path: str | None) -> Callable[[Any], None]:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from adapterfusion.evaluation import evaluate_run
-
     write_json = _json_writer(args.json)
     result = evaluate_run(
         args.run_dir,
@@ -209,8 +200,6 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from adapterfusion.pruning import prune_fusion
-
     write_json = _json_writer(args.json)
     result = prune_fusion(
         args.run_dir,
@@ -268,8 +257,6 @@ def _training_overrides(args: argparse.Namespace) -> dict:
 
 
 def _print_result(result) -> None:
-    from adapterfusion.training.hardware import is_main_process
-
     if not is_main_process():  # the other ranks of a torchrun launch trained the same run; rank 0 reports it
         return
     print(f"{result.task} / {result.setup} / seed {result.seed}: {result.metrics}")
@@ -277,8 +264,6 @@ def _print_result(result) -> None:
 
 
 def _train_adapter(args: argparse.Namespace) -> int:
-    from adapterfusion.training import train
-
     result = train(
         args.task,
         args.setup,
@@ -298,8 +283,6 @@ def _train_adapter(args: argparse.Namespace) -> int:
 
 
 def _fuse(args: argparse.Namespace) -> int:
-    from adapterfusion.training import train
-
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     if not sources:
         raise af.ConfigError(

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.jobs import JobPayload, execute_job, work_for
+from adapterfusion.experiments.ray_executor import RayExecutor  # which imports ray, an optional extra, when used
 
 WATCHDOG_SECONDS = 1.0  # how often a process-pool worker checks that its runner lives
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -112,8 +113,6 @@ class ProcessExecutor:
 
 
 def _ray_executor(workers: int | None = None) -> Executor:
-    from adapterfusion.experiments.ray_executor import RayExecutor  # imports ray, an optional extra
-
     return RayExecutor(workers)
 
 

@@ -16,17 +16,12 @@ import os
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
-
-from adapterfusion.analysis.fusion_attention import FusionActivation, average_activations  # noqa: E402
-from adapterfusion.io.atomic import atomic_write_bytes  # noqa: E402
+from adapterfusion.analysis.fusion_attention import FusionActivation, average_activations
+from adapterfusion.io.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
     from adapterfusion.experiments.report import Report
@@ -40,11 +35,22 @@ ATTENTION_SCALE = (0.0, 1.0)
 NOT_FUSED_NOTE = "hatched n/a: the adapter is not in that target's fusion"
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, imported on first use: matplotlib is an optional extra
+    (adapterfusion[plots]), so without it only drawing a figure fails, with matplotlib's ImportError."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _save(figure, path: Path) -> Path:
     """Render to memory, then write atomically: a run killed while plotting leaves no truncated PNG."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format=path.suffix.lstrip(".") or "png", dpi=DPI, bbox_inches="tight")
-    plt.close(figure)
+    pyplot().close(figure)
     atomic_write_bytes(path, buffer.getvalue())
     return path
 
@@ -64,7 +70,9 @@ def _annotate(axis, grid: np.ndarray, fontsize: int) -> None:
                 color="black" if value > 0.6 * ATTENTION_SCALE[1] else "white",
             )
         else:
-            axis.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.75", linewidth=0))
+            axis.add_patch(
+                pyplot().Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.75", linewidth=0)
+            )
             axis.text(c, r, "n/a", ha="center", va="center", fontsize=fontsize, color="0.4")
 
 
@@ -80,8 +88,8 @@ def plot_delta_vs_full(report: Report, path: str | os.PathLike) -> Path | None:
         return None
     width = 0.8 / len(variants)
     x = np.arange(len(tasks))
-    figure, axes = plt.subplots(figsize=(max(6.0, 0.9 * len(tasks) * max(1, len(variants)) ** 0.5 + 2), 4))
-    colors = plt.get_cmap("tab10")
+    figure, axes = pyplot().subplots(figsize=(max(6.0, 0.9 * len(tasks) * max(1, len(variants)) ** 0.5 + 2), 4))
+    colors = pyplot().get_cmap("tab10")
     for i, variant in enumerate(variants):
         means = report.task_means(variant)
         deltas = [means[t] - base[t] if t in means else np.nan for t in tasks]
@@ -114,7 +122,9 @@ def plot_fusion_attention(
     nrows = math.ceil(len(layers) / ncols)
     cell = 0.55
     panel_w, panel_h = max(2.2, cell * len(adapters) + 1.2), max(1.6, cell * len(targets) + 0.9)
-    figure, axes = plt.subplots(nrows, ncols, figsize=(panel_w * ncols + 1.2, panel_h * nrows + 0.6), squeeze=False)
+    figure, axes = pyplot().subplots(
+        nrows, ncols, figsize=(panel_w * ncols + 1.2, panel_h * nrows + 0.6), squeeze=False
+    )
     fontsize = 8 if len(adapters) <= 8 else 6 if len(adapters) <= 12 else 5
     image = None
     for k, axis in enumerate(axes.flat):
@@ -154,7 +164,7 @@ def plot_tradeoff(report: Report, path: str | os.PathLike) -> Path | None:
         common &= set(report.task_means(variant["id"]))
     if not common:
         return None
-    figure, axes = plt.subplots(figsize=(6.5, 4.2))
+    figure, axes = pyplot().subplots(figsize=(6.5, 4.2))
     for setup in TRADEOFF_SETUPS:
         series = sorted(
             (params, statistics.mean(report.task_means(v["id"])[t] for t in common), v["id"])
@@ -214,7 +224,7 @@ def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
 def plot_run_fusion_attention(activation: FusionActivation, path: str | os.PathLike) -> Path:
     """One fusion run's heatmap, rows = layers, columns = adapters (annotated), for `adapterfusion analyze-fusion`."""
     values = activation.values
-    figure, axis = plt.subplots(
+    figure, axis = pyplot().subplots(
         figsize=(max(3.5, 0.7 * len(activation.adapters) + 2), max(2.5, 0.4 * len(activation.layers) + 1.2))
     )
     image = axis.imshow(values, cmap="viridis", vmin=ATTENTION_SCALE[0], vmax=ATTENTION_SCALE[1], aspect="auto")

@@ -25,7 +25,10 @@ from typing import Any
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.plan import MULTITASK_KIND, SINGLE_KIND
 from adapterfusion.experiments.writers import registered_writer
+from adapterfusion.training.api import train
+from adapterfusion.training.multitask import train_multitask
 from adapterfusion.training.run_files import METRICS_FILE, read_run_json
+from adapterfusion.training.store import AdapterStore
 
 JOB_LOG = "job.log"
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -104,8 +107,6 @@ def capture_logs(log_file: Path) -> Iterator[None]:
 
 def _train_single(payload: JobPayload) -> Path:
     """train() of the job's one task; returns the run dir it wrote."""
-    from adapterfusion.training import AdapterStore, train
-
     logging.getLogger(__name__).info(
         "job %s: train(%r, %r, seed=%d) pid %d", payload.job_id, payload.task, payload.setup, payload.seed, os.getpid()
     )
@@ -128,8 +129,6 @@ def _train_single(payload: JobPayload) -> Path:
 
 def _train_multitask(payload: JobPayload) -> Path:
     """train_multitask() of all the job's tasks in one run; returns the run dir it wrote."""
-    from adapterfusion.training import train_multitask
-
     options = dict(payload.options)
     tasks = options.pop("tasks")
     logging.getLogger(__name__).info(

@@ -18,10 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.defaults import default_encoder_path
+from adapterfusion.errors import ZooError
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant
 from adapterfusion.io.paths import path_part
+from adapterfusion.run_layout import seed_folder
 from adapterfusion.training.run import run_dir_for
+from adapterfusion.training.store import resolve_zoo, zoo_seed
 
 RUNS_DIR = "runs"
 ADAPTERS_DIR = "adapters"
@@ -99,7 +103,7 @@ class Job:
 
 
 def job_id(variant: str, task: str, seed: int) -> str:
-    return f"{variant}/{task}/seed-{seed}"
+    return f"{variant}/{task}/{seed_folder(seed)}"
 
 
 def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> Job:
@@ -180,9 +184,6 @@ def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> J
 
 def _check_zoo_sources(spec: ExperimentSpec, sources: list[str], zoo: str, path: str) -> None:
     """Each zoo source must have exactly one adapter in the zoo for the experiment's encoder."""
-    from adapterfusion.defaults import default_encoder_path
-    from adapterfusion.zoo import ZooError, resolve_zoo, zoo_seed
-
     encoder = spec.encoder if spec.encoder is not None else str(default_encoder_path())
     try:
         store = resolve_zoo(zoo)

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from adapterfusion.experiments.errors import ExperimentError
+from adapterfusion.experiments.figures import write_figures
 from adapterfusion.experiments.report import Report, build_report
 from adapterfusion.experiments.store import ResultsStore
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
@@ -39,11 +40,9 @@ def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     directory.mkdir(parents=True, exist_ok=True)
     if figures:
         try:
-            from adapterfusion.experiments.figures import write_figures
-        except ImportError as err:
-            report.figure_notes.append(f"figures skipped: {err} (pip install 'adapterfusion[plots]')")
-        else:
             write_figures(report, directory)
+        except ImportError as err:  # matplotlib, an optional extra, is missing
+            report.figure_notes.append(f"figures skipped: {err} (pip install 'adapterfusion[plots]')")
     for table in report.tables:
         atomic_write_text(directory / f"{table.id}.csv", table.csv())
     atomic_write_json(directory / "tables.json", report.to_dict())

@@ -67,6 +67,7 @@ from adapterfusion.tasks.spec import ROLES, suggest
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON, TrainingConfig
 from adapterfusion.training.multitask import MT_A
 from adapterfusion.training.setups import get_setup, list_setups
+from adapterfusion.training.store import SHIPPED
 
 SPEC_FORMAT_VERSION = 1
 TOP_LEVEL_KEYS = (
@@ -302,8 +303,6 @@ def _encoder(value: Any, base_dir: Path) -> str | None:
 
 def _zoo(value: Any, base_dir: Path) -> str | None:
     """None, 'shipped' (the package's adapter zoo) or an AdapterStore folder (relative to the file)."""
-    from adapterfusion.zoo import SHIPPED
-
     if value is None or value == SHIPPED:
         return value
     if not isinstance(value, str) or not value:

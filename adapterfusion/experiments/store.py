@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.experiments.errors import ExperimentError, OutputDirLockedError, ResultsStoreError, SpecMismatchError
+from adapterfusion.experiments.plan import config_hashes
 from adapterfusion.experiments.processes import GONE, ProcessRecord
 from adapterfusion.io.atomic import create_temp_file
 
@@ -208,8 +209,6 @@ class ResultsStore:
         different spec is refused unless `force`; then jobs whose configuration changed go back to queued (a job's
         configuration includes its dependencies', so a fusion goes back with the adapters it fuses), and jobs the
         new plan lacks are dropped from the table (their run dirs stay). Returns the ids of the reset jobs."""
-        from adapterfusion.experiments.plan import config_hashes  # plan imports the training API; status needs none
-
         meta = self.meta()
         spec_hash = spec.spec_hash()
         hashes = config_hashes(spec, jobs)

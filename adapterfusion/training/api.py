@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, mean_fusion_attention
 from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.encoders import encoder_identity
 from adapterfusion.io.atomic import atomic_write_json
@@ -252,8 +253,6 @@ def _save_fusion_attention(
     """The trained fusion's mean softmax weight per layer and adapter over the dev set's real tokens (Pfeiffer
     Fig. 4/6), computed with the best checkpoint's weights; the report's heatmaps are drawn from this file."""
     from torch.utils.data import DataLoader
-
-    from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, mean_fusion_attention
 
     batches = DataLoader(
         dev_set, batch_size=config.eval_batch_size or config.batch_size, collate_fn=TaskCollator(tokenizer)

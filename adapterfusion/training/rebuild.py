@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.io.paths import as_path
+from adapterfusion.model import wrap
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.hardware import training_device
@@ -89,8 +90,6 @@ def rebuild_run(
     """
     from transformers import AutoModel, AutoTokenizer
 
-    import adapterfusion as af
-
     run_dir = as_path(run_dir, "run folder")
     config = read_run_json(run_dir / CONFIG_FILE)
     require_finished(run_dir)  # only finished runs have their best weights saved
@@ -105,7 +104,7 @@ def rebuild_run(
     encoder = run_dir / "encoder" if (run_dir / "encoder").is_dir() else Path(config["encoder"])
     try:
         tokenizer = AutoTokenizer.from_pretrained(encoder)
-        model = af.wrap(AutoModel.from_pretrained(encoder))
+        model = wrap(AutoModel.from_pretrained(encoder))
     except OSError as err:
         raise TrainingError(f"cannot load the encoder of {run_dir} from {encoder} ({err})") from None
 

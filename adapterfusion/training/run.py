@@ -23,21 +23,23 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from adapterfusion._validation import check_mapping
+from adapterfusion._version import __version__
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE
+from adapterfusion.defaults import default_encoder_path
 from adapterfusion.encoders import Encoder, load_encoder_model, load_tokenizer, resolve_encoder
+from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder, path_part
+from adapterfusion.model import AdaptedModel, wrap
+from adapterfusion.run_layout import CONFIG_FILE, METRICS_FILE, seed_folder
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.hardware import hardware_info
 from adapterfusion.training.progress import PROGRESS_FILE
-from adapterfusion.training.run_files import CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_FORMAT_VERSION
-
-if TYPE_CHECKING:
-    from adapterfusion.model import AdaptedModel
+from adapterfusion.training.run_files import LOCK_FILE, RUN_FORMAT_VERSION
 
 ENCODER_DIR = "encoder"  # a run's fine-tuned encoder, where a setup changes encoder weights
 # Every file and folder a run writes in its folder: what clear_run_dir may remove, and nothing else.
@@ -72,7 +74,7 @@ class RunFolder:
 
 def run_dir_for(output_dir: str | os.PathLike, task: str, setup: str, seed: int) -> Path:
     """`<output_dir>/<task>/<setup>/seed-<seed>`; task and setup must be plain names, so it stays inside output_dir."""
-    return Path(output_dir) / path_part(task, "task") / path_part(setup, "setup") / f"seed-{int(seed)}"
+    return Path(output_dir) / path_part(task, "task") / path_part(setup, "setup") / seed_folder(seed)
 
 
 def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False, also: Iterable[str] = ()) -> None:
@@ -99,8 +101,6 @@ def save_encoder(model, tokenizer: Any, directory: Path) -> Path:
 def plain_encoder_state(model) -> dict[str, Any]:
     """The encoder's state dict under the unwrapped model's keys (what `model.unload()` would save), without
     unloading: each site's `<site>.base_layer.` prefix becomes `<site>.`. Only for models without adapters."""
-    from adapterfusion.injection.site import AdapterSite
-
     if model.adapter_names or model.fusion_names:
         raise TrainingError("plain_encoder_state: the model holds adapters or fusions; save those with save_* instead")
     prefixes = {
@@ -139,10 +139,8 @@ def provenance() -> dict[str, Any]:
     """What a run's config.json records about the software and machine it ran on."""
     import transformers
 
-    import adapterfusion as af
-
     return {
-        "library_version": af.__version__,
+        "library_version": __version__,
         "transformers_version": transformers.__version__,
         "git_sha": git_sha(),
         "hardware": hardware_info(),
@@ -196,9 +194,7 @@ class Run(RunFolder):
     ) -> Run:
         """Check the encoder (default: the shipped MiniLM) and that `output_dir` can be written; nothing is written
         yet, so a caller can still refuse to replace an earlier run."""
-        import adapterfusion as af
-
-        encoder = encoder if encoder is not None else af.default_encoder_path()
+        encoder = encoder if encoder is not None else default_encoder_path()
         resolved = resolve_encoder(encoder)
         return cls(
             run_dir_for(check_writable_folder(output_dir, "output_dir"), task, setup, seed),
@@ -218,10 +214,8 @@ class Run(RunFolder):
         return load_tokenizer(self.source)
 
     def wrapped_encoder(self) -> AdaptedModel:
-        """The encoder, wrapped for adapters (af.wrap), fresh from its folder or Hub id."""
-        import adapterfusion as af
-
-        return af.wrap(load_encoder_model(self.source))
+        """The encoder, wrapped for adapters (model.wrap), fresh from its folder or Hub id."""
+        return wrap(load_encoder_model(self.source))
 
     @property
     def source(self) -> Encoder:
