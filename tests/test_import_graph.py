@@ -1,14 +1,27 @@
-"""The package's import graph: no circles, and the file-format modules never reach for the model.
+"""The package's import graph: no circles between modules or between packages, packages in layers, no imports of
+our own modules inside functions, and the file-format modules never reach for the model.
 
 Edges are read from the source with `ast`: every `import` / `from ... import` of an adapterfusion module, at module
 level or inside a function (a lazy import is still a dependency), to the most specific module it names
 (`from adapterfusion.tasks import fields` is an edge to adapterfusion.tasks.fields). Not edges:
 - imports under `if TYPE_CHECKING:`. They never run; they name the type of an argument that a caller passes in
-  (io/setup.py's `model: AdaptedModel`, analysis/ and training/ taking a model). Counting them would make every module
-  that receives the model describe it with a Protocol of its whole API, with no change in what loads what. The format
-  modules are held to more: they must not name the model at all, not even for types (second test).
+  (serialization/setup.py's `model: AdaptedModel`, analysis/ and training/ taking a model). Counting them would make
+  every module that receives the model describe it with a Protocol of its whole API, with no change in what loads
+  what. The format modules are held to more: they must not name the model at all, not even for types.
 - a submodule's implicit import of its parent package's __init__: the root __init__ imports the model, so counting
   it would make every module part of one circle.
+
+Package level: a package is adapterfusion.<x>, a sub-package or a top-level module (model.py, encoders.py, ...); the
+root package is its own node. The layers, lowest first (a package imports only its own layer's packages, without a
+circle, and the layers below; within a layer the order is the one given):
+  1. foundations: errors, _version, run_layout, parameters -> _validation, encoder_limits, io -> defaults
+  2. components: adapters -> heads -> fusion -> injection -> piece, encoders, forward_inputs, composition,
+     trainable, generation; tasks -> scoring; analysis (the read-only fusion attention that training records)
+  3. formats: interop -> serialization (pieces as files, whole setups, provenance, model card)
+  4. the model: model -> the root package (the public API)
+  5. recipes: training
+  6. what works on run folders: zoo, evaluation -> pruning; experiments
+  7. cli
 """
 
 from __future__ import annotations
@@ -25,8 +38,8 @@ STRICT_LAYERS = ("adapterfusion.training", "adapterfusion.experiments")
 # Translators between files and Pieces, and what they build on: they see the encoder only through an EncoderLayout.
 MODEL_FREE = (
     "adapterfusion.piece",
-    "adapterfusion.io.pieces",
-    "adapterfusion.io.formats",
+    "adapterfusion.serialization.pieces",
+    "adapterfusion.serialization.formats",
     "adapterfusion.interop",
     "adapterfusion.parameters",
 )
@@ -159,49 +172,21 @@ def test_the_graph_reader_sees_lazy_and_relative_imports(tmp_path):
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
 
 
-# ---- package level --------------------------------------------------------------------------------------------
-# A package is adapterfusion.<x>: a sub-package or a top-level module (model.py, encoders.py, ...); the root package
-# is its own node. Layers, lowest first, as far as they are untangled (issue #22 item 3):
-#   errors, _version, _validation, defaults, parameters, encoder_limits, demo
-#   adapters -> heads -> fusion -> injection -> piece -> forward_inputs, composition, trainable
-# Still one circle (UNTANGLED_NOT_YET, to shrink to nothing): io holds both the file primitives every layer uses
-# (paths, atomic, documents, hub) and what builds on the model's pieces and runs (setup, formats, provenance), so
-# io <-> encoders, interop, training; training <-> zoo (the zoo is an AdapterStore; setups resolve zoo sources),
-# evaluation (evaluate_run rebuilds runs; MT-A scores with predict/score) and analysis (pruning rebuilds runs;
-# training writes fusion_attention.json).
-UNTANGLED_NOT_YET = frozenset(
-    f"adapterfusion{suffix}"
-    for suffix in (
-        "",
-        ".analysis",
-        ".encoders",
-        ".evaluation",
-        ".interop",
-        ".io",
-        ".model",
-        ".tasks",
-        ".training",
-        ".zoo",
+# ---- package level ------------------------------------------------------------------------------------------
+# The layers of the module docstring, lowest first; a new package takes its place here.
+LAYERS: tuple[frozenset[str], ...] = tuple(
+    frozenset("adapterfusion" if name == "<root>" else f"adapterfusion.{name}" for name in layer.split())
+    for layer in (
+        "errors _version run_layout parameters _validation encoder_limits io defaults",
+        "adapters heads fusion injection piece encoders forward_inputs composition trainable generation tasks scoring "
+        "analysis",
+        "interop serialization",
+        "model <root>",  # <root>: adapterfusion/__init__.py, the public API
+        "training",
+        "zoo evaluation pruning experiments",
+        "cli",
     )
 )
-# Function-level imports of our own modules still standing (module -> count); the list may only shrink.
-LAZY_NOT_YET = {
-    "adapterfusion.cli": 16,
-    "adapterfusion.evaluation": 1,
-    "adapterfusion.training.setups": 1,
-    "adapterfusion.training.rebuild": 1,
-    "adapterfusion.training.api": 1,
-    "adapterfusion.training.run": 4,
-    "adapterfusion.experiments.executors": 1,
-    "adapterfusion.experiments.jobs": 2,
-    "adapterfusion.experiments.spec": 1,
-    "adapterfusion.experiments.report_files": 1,
-    "adapterfusion.experiments.plan": 2,
-    "adapterfusion.experiments.store": 1,
-    "adapterfusion.io.provenance": 3,
-    "adapterfusion.analysis.fusion_attention": 1,
-    "adapterfusion.analysis.pruning": 1,
-}
 
 
 def _package(module: str) -> str:
@@ -238,13 +223,28 @@ def _function_level_imports() -> dict[str, int]:
     return counts
 
 
-def test_packages_form_layers_outside_the_one_circle_left():
-    circles = _circles(_package_graph())
-    assert all(circle <= UNTANGLED_NOT_YET for circle in circles), [sorted(c) for c in circles]
-    assert len(circles) <= 1
+def test_packages_import_no_circle():
+    circles = [sorted(c) for c in _circles(_package_graph())]
+    assert not circles, f"package circles (move the code so that packages form layers): {circles}"
 
 
-def test_no_new_function_level_imports_of_our_own_modules():
+def test_packages_import_only_their_own_layer_and_the_layers_below():
+    layer_of = {package: i for i, layer in enumerate(LAYERS) for package in layer}
+    graph = _package_graph()
+    unplaced = sorted(({*graph, *(t for targets in graph.values() for t in targets)}) - layer_of.keys())
+    assert not unplaced, f"give these packages a layer in LAYERS (and in the docstring): {unplaced}"
+    upward = sorted(
+        f"{package} -> {target}"
+        for package, targets in graph.items()
+        for target in targets
+        if layer_of[target] > layer_of[package]
+    )
+    assert not upward, f"imports of a higher layer (move the code down, or the importer up): {upward}"
+
+
+def test_no_function_level_imports_of_our_own_modules():
     found = _function_level_imports()
-    grown = {name: n for name, n in found.items() if n > LAZY_NOT_YET.get(name, 0)}
-    assert not grown, f"import these at module level, or move the code so that the import has no circle: {grown}"
+    assert not found, (
+        f"import these at module level, or move the code so that the import has no circle: {found}; only optional "
+        "third-party extras (ray, matplotlib) may be imported inside a function"
+    )
