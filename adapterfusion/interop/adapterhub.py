@@ -38,7 +38,7 @@ from adapterfusion.interop.adapterhub_files import (
     is_adapterhub_dir,
     read_document,
     read_weights,
-    write_piece,
+    write_folder,
 )
 from adapterfusion.piece import EncoderLayout, Piece, PieceHolder, by_site, param_key, split_param_key
 
@@ -204,7 +204,7 @@ def piece_to_adapterhub(
         model_type=layout.fingerprint.model_type,
         version=ADAPTERHUB_VERSION,
     )
-    return write_piece(directory, piece.kind, document, tensors, use_safetensors)
+    return write_folder(directory, piece.kind, document, tensors, use_safetensors)
 
 
 def _adapter_model_class(layout: EncoderLayout) -> str:

@@ -128,7 +128,7 @@ def _refusal_reason(error: Exception) -> str:
     return detail.split(". ")[0][:200]
 
 
-def write_piece(
+def write_folder(
     directory: str | Path,
     kind: str,
     document: Mapping[str, Any],

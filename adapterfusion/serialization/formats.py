@@ -2,7 +2,7 @@
 (interop/adapterhub.py).
 
     load:  folder --(is it AdapterHub's?)--> translator --> Piece --> AdaptedModel.install_piece
-    save:  AdaptedModel.export_piece --> Piece --> translator (ours, or AdapterHub's on export) --> folder
+    save:  AdaptedModel.export_piece --> Piece --> write_piece (ours) or export_adapterhub (AdapterHub's) --> folder
 
 The translators see the encoder only through an EncoderLayout (piece.py), so nothing here imports the model.
 """
@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapterfusion._validation import check_choice
-from adapterfusion.interop.adapterhub import is_adapterhub_dir, piece_from_adapterhub, piece_to_adapterhub
+from adapterfusion.interop.adapterhub import is_adapterhub_dir, piece_from_adapterhub
 from adapterfusion.piece import EncoderLayout, Piece
 from adapterfusion.serialization.pieces import piece_from_folder, piece_to_folder
-
-FORMATS = ("adapterfusion", "adapterhub")
 
 
 def read_piece(directory: str | Path, kind: str, layout: EncoderLayout) -> Piece:
@@ -27,16 +24,7 @@ def read_piece(directory: str | Path, kind: str, layout: EncoderLayout) -> Piece
     return piece_from_folder(directory, kind, layout.fingerprint)
 
 
-def write_piece(
-    piece: Piece,
-    directory: str | Path,
-    layout: EncoderLayout,
-    format: str = "adapterfusion",
-    use_safetensors: bool = True,
-) -> Path:
-    """Save `piece` into `directory` in `format`; AdapterHub's format may use its legacy `.bin` weights instead of
-    safetensors (use_safetensors=False)."""
-    check_choice(format, FORMATS, "format")
-    if format == "adapterhub":
-        return piece_to_adapterhub(piece, directory, layout, use_safetensors)
+def write_piece(piece: Piece, directory: str | Path, layout: EncoderLayout) -> Path:
+    """Save `piece` into `directory` in our format. AdapterHub's format has one way out, `export_adapterhub` (a model's
+    piece) through `piece_to_adapterhub` (a Piece), both in interop/adapterhub.py."""
     return piece_to_folder(piece, directory, layout.fingerprint)
