@@ -336,8 +336,8 @@ class AdaptedModel(nn.Module):
     @contextlib.contextmanager
     def inference_cache(self) -> Iterator[None]:
         """Fold each fusion's weights once and reuse them for every forward inside the block (evaluation,
-        serving); saves about 3·(M + N)·d² per fusion layer and forward. Weights must not change inside:
-        it runs under torch.no_grad(), and the cache is dropped on exit."""
+        serving, generate); saves about 3·(M + N)·d² per fusion layer and forward. Weights must not change inside:
+        it runs under torch.no_grad(). A later block reuses a site's last fold while its weights are unchanged."""
         check_wrapped(self.sites)
         with self._runtime.caching(), torch.no_grad():
             yield

@@ -10,7 +10,7 @@ its two context managers switch each part on and off (behind `AdaptedModel.recor
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -25,6 +25,9 @@ class ForwardRuntime:
     def __init__(self) -> None:
         self._recorder: Recorder | None = None
         self._folded: dict[tuple[str, str], FoldedFusion] | None = None
+        # The last fold of each site, kept between blocks with the weights it was made from: a later block (the
+        # next generate() or evaluation call) reuses it while those weights are unchanged (see `folded`).
+        self._kept: dict[str, tuple[str, WeightsStamp, FoldedFusion]] = {}
         self._extending = False
 
     @contextlib.contextmanager
@@ -72,10 +75,29 @@ class ForwardRuntime:
             weights = torch.cat([earlier, weights], dim=-2)
         self._recorder[(layer, position)] = weights
 
-    def folded(self, site: str, key: str, fold: Callable[[], FoldedFusion]) -> FoldedFusion | None:
-        """The folds for `key` at site `site` (made by `fold` on first use inside the block); None outside one."""
+    def folded(
+        self, site: str, key: str, fold: Callable[[], FoldedFusion], weights: Iterable[torch.Tensor] = ()
+    ) -> FoldedFusion | None:
+        """The folds for `key` at site `site` (made by `fold` on first use inside the block); None outside one.
+        `weights`: the tensors the fold is made from. The site's last fold is kept after the block and reused by a
+        later one while every one of them is the same tensor, unmodified (same storage, same version counter), so
+        repeated short calls (generation, serving) fold once; an optimizer step or `.to()` makes a new fold."""
         if self._folded is None:
             return None
         if (site, key) not in self._folded:
-            self._folded[(site, key)] = fold()
+            stamp = weights_stamp(weights)
+            kept = self._kept.get(site)
+            if kept is not None and kept[0] == key and kept[1] == stamp:
+                self._folded[(site, key)] = kept[2]
+            else:
+                self._folded[(site, key)] = fold()
+                self._kept[site] = (key, stamp, self._folded[(site, key)])
         return self._folded[(site, key)]
+
+
+WeightsStamp = tuple[tuple[int, int, int, torch.dtype], ...]
+
+
+def weights_stamp(weights: Iterable[torch.Tensor]) -> WeightsStamp:
+    """Which tensors, in which state: object, storage, in-place version and dtype of each."""
+    return tuple((id(w), w.data_ptr(), w._version, w.dtype) for w in weights)

@@ -296,7 +296,9 @@ class AdapterSite(nn.Module):
                 adapters, options["keep"] = [adapters[i] for i in kept], None
             if self.state.fusion_implementation == "fast" and self._runtime.is_caching:
                 cache_key = fusion_name if kept is None else f"{fusion_name}:{','.join(map(str, kept))}"
-                options["folded"] = self._runtime.folded(self.key, cache_key, partial(fold_fusion, fusion, adapters))
+                fold = partial(fold_fusion, fusion, adapters)
+                sources = [p for module in (fusion, *adapters) for p in module.parameters()]
+                options["folded"] = self._runtime.folded(self.key, cache_key, fold, sources)
             out, probs = implementation.fuse(fusion, adapters, x, query, residual, **options)
             if self._runtime.is_recording:
                 weights = probs if kept is None else _scatter(probs, kept, len(names))

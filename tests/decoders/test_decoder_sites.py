@@ -270,3 +270,30 @@ def test_a_site_called_without_its_block_says_so() -> None:
     mlp = _layers(model.model, "llama")[0].mlp
     with pytest.raises(af.ConfigError, match="ran without its block"):
         mlp(torch.zeros(1, 3, 32))
+
+
+def test_folds_are_reused_across_calls_until_a_weight_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """generate() folds each fusion site once and reuses the fold in later calls; an in-place change of any weight
+    it was made from (an optimizer step) makes a new one, so the output follows the weights."""
+    model = _generating("llama")
+    inputs = _left_padded("llama")
+    options = dict(max_new_tokens=3, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    folds: list[int] = []
+    original = af.injection.site.fold_fusion
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        folds.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(af.injection.site, "fold_fusion", counting)
+    first = model.generate(**inputs, **options)
+    again = model.generate(**inputs, **options)
+    assert len(folds) == model.num_layers  # one fold per fusion site, for both calls
+    assert torch.equal(first.scores[0], again.scores[0])
+    with torch.no_grad():
+        model.sites_with_fusion("f")[0].fusions["f"].query.weight.add_(0.5)
+    changed = model.generate(**inputs, **options)
+    assert len(folds) == model.num_layers + 1  # only the changed site folds again
+    model.set_fusion_implementation("reference")
+    expected = model.generate(**inputs, **options)
+    assert_close(changed.scores[0], expected.scores[0], dtype=torch.float64)

@@ -77,9 +77,13 @@ def test_inference_cache_gives_the_same_outputs_and_is_dropped_on_exit(monkeypat
     assert len(folds) == len(model.sites_with_fusion("f"))  # folded once per site; the second forward reused it
     assert torch.equal(first, expected) and torch.equal(second, expected)
     folds.clear()
-    with model.inference_cache():  # the folds were dropped on exit: the next block folds again
-        model(**inputs)
-    assert len(folds) == len(model.sites_with_fusion("f"))
-    with torch.no_grad():  # weights changed after the block: the next forward sees them
+    with model.inference_cache():  # the weights did not change: the next block reuses the folds
+        assert torch.equal(model(**inputs).last_hidden_state, expected)
+    assert folds == []
+    with torch.no_grad():  # weights changed after the block: the next forward sees them, in or out of a block
         model.fusion_parameters("f")[0].add_(1.0)
-        assert not torch.equal(model(**inputs).last_hidden_state, expected)
+        changed = model(**inputs).last_hidden_state
+        assert not torch.equal(changed, expected)
+    with model.inference_cache():
+        assert_close(model(**inputs).last_hidden_state, changed)
+    assert len(folds) == 1  # only the site whose weights changed folds again
