@@ -86,7 +86,7 @@ def default_decoder_path() -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
         # Dequantised on load: what is saved is a plain float32 model, not a GGUF-quantised one.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
