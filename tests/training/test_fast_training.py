@@ -129,3 +129,15 @@ def test_native_bf16_is_unknown_off_x86(monkeypatch):
 
     monkeypatch.setattr(hardware.platform, "machine", lambda: "aarch64")
     assert hardware.cpu_has_native_bf16() is None
+
+
+@pytest.mark.parametrize(("native", "advised"), [(True, "bf16"), (False, "fp32"), (None, "fp32")])
+def test_bf16_is_advised_exactly_where_the_cpu_runs_it_natively(monkeypatch, caplog, native, advised):
+    from adapterfusion.training import TrainingConfig, hardware
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native)
+    assert hardware.advised_precision() == advised
+    with caplog.at_level("INFO", logger=hardware.__name__):
+        hardware.check_precision(TrainingConfig())
+    assert ("bf16=True halves" in caplog.text) == (advised == "bf16")
