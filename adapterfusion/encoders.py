@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from adapterfusion.errors import AdapterFusionError, ConfigError, IncompatibleModelError, UnsupportedArchitectureError
+from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.hub import HubRef, hub_errors, hub_ref, reach
@@ -167,6 +168,19 @@ def _check_model_type(path: Path) -> None:
             f"{path} is a {model_type!r} model, which adapterfusion has no adapter sites for; use an encoder of one "
             f"of {', '.join(sorted(ARCHITECTURES))}"
         )
+
+
+def default_pooling(encoder: str | os.PathLike | None) -> str:
+    """How a head reads a model folder's output unless told: a decoder's last non-padding token (the one position
+    that has read the whole input), else the encoder's own (heads/pooling.py: mean for sentence-transformers
+    folders, else cls). A Hub id is not looked up."""
+    config = Path(encoder) / MODEL_CONFIG if encoder is not None else None
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type") if config else None
+    except (OSError, ValueError, AttributeError):
+        model_type = None
+    spec = ARCHITECTURES.get(model_type) if isinstance(model_type, str) else None
+    return "last" if spec is not None and spec.causal else encoder_pooling(encoder)
 
 
 def load_tokenizer(encoder: Encoder) -> Any:

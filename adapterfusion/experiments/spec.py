@@ -55,7 +55,7 @@ from typing import Any
 from adapterfusion._validation import check_name
 from adapterfusion.defaults import default_encoder_path
 from adapterfusion.encoder_limits import check_max_length
-from adapterfusion.encoders import check_encoder
+from adapterfusion.encoders import check_encoder, default_pooling
 from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.paths import relative_to_experiment_file
@@ -577,7 +577,7 @@ def _resolve_poolings(
             out.append(variant)
             continue
         try:
-            pooling = resolve_pooling(variant.options.get("pooling"), encoder)
+            pooling = resolve_pooling(variant.options.get("pooling"), encoder, default_pooling(encoder))
         except ConfigError as err:
             raise _fail(f"setups[{i}].pooling", str(err)) from None
         out.append(dataclasses.replace(variant, options={**variant.options, "pooling": pooling}))

@@ -35,10 +35,11 @@ def encoder_pooling(encoder: str | os.PathLike | None) -> str:
     return modes[0] if len(modes) == 1 else "cls"
 
 
-def resolve_pooling(pooling: str | None, encoder: str | os.PathLike | None) -> str:
-    """`pooling` when given (checked), else the encoder's own (encoder_pooling)."""
+def resolve_pooling(pooling: str | None, encoder: str | os.PathLike | None, default: str | None = None) -> str:
+    """`pooling` when given (checked), else `default` (encoders.default_pooling knows decoders), else the
+    encoder's own (encoder_pooling)."""
     if pooling is None:
-        return encoder_pooling(encoder)
+        return default if default is not None else encoder_pooling(encoder)
     if pooling not in POOLINGS:
         raise ConfigError(
             f"pooling={pooling!r} is not supported; choose one of {', '.join(POOLINGS)} (or null for the "

@@ -36,3 +36,13 @@ def test_st_a_and_fusion_train_on_a_decoder(tiny_decoder_dir, demo_data_dir, tmp
     after = {k: v for k, v in model.model.state_dict().items() if k in before}
     assert all(torch.equal(before[k], after[k]) for k in before)  # the decoder stayed frozen
     assert (tmp_path / "runs" / "rte" / "fusion-st-a" / "seed-1" / "fusion").is_dir()
+
+
+@pytest.mark.slow
+def test_an_experiment_file_takes_a_decoder_as_its_encoder(tiny_decoder_dir, tmp_path) -> None:
+    from adapterfusion.experiments import run_experiment
+    from tiny_experiments import tiny_experiment
+
+    summary = run_experiment(tiny_experiment(tiny_decoder_dir, tmp_path / "out"), progress=False)
+    assert summary.ok and len(summary.ran) == 6, summary  # head, st-a and fusion-st-a on two tasks
+    assert (tmp_path / "out" / "report" / "tables.md").is_file()
