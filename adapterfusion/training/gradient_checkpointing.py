@@ -7,7 +7,6 @@ import contextlib
 from collections.abc import Iterator
 
 from torch import nn
-from transformers import PreTrainedModel
 
 from adapterfusion.training.errors import TrainingError
 
@@ -18,8 +17,15 @@ def checkpointed_activations(model: nn.Module, enabled: bool = True) -> Iterator
     activations while the block runs. Non-reentrant, so frozen inputs need not require grad and the replayed RNG gives
     the same dropout masks, hence the same gradients. A model without an encoder (a head on cached features) has
     nothing to checkpoint."""
+    if not enabled:
+        yield
+        return
+    # transformers' modeling_utils takes about 1.5 s to import, which every CLI command would pay at start-up; a
+    # wrapped encoder has loaded it already.
+    from transformers import PreTrainedModel
+
     encoder = getattr(model, "model", None)
-    if not enabled or not isinstance(encoder, PreTrainedModel):
+    if not isinstance(encoder, PreTrainedModel):
         yield
         return
     if not encoder.supports_gradient_checkpointing:

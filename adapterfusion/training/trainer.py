@@ -12,6 +12,12 @@ What differs from a stock Trainer, and why:
   * `evaluate` is replaced by an `evaluator` where a run scores more than one dev set (MT-A scores every task with
     its own adapter and head and selects on their mean); its metrics are logged and passed to the callbacks (early
     stopping, best checkpoint) as the stock evaluation's are.
+
+transformers' `trainer` module loads the whole training stack (datasets, accelerate, torch.distributed, sympy:
+about 2 s), and every `adapterfusion` command imports this module through the CLI. So `Trainer` is imported when
+the first AdaptedTrainer is made: until then the class is a plain mixin of our hooks, and `__new__` builds (once) its
+subclass that also derives from `transformers.Trainer`. The callbacks' and arguments' modules are light and load at
+once.
 """
 
 from __future__ import annotations
@@ -19,11 +25,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from transformers import Trainer, TrainerState, TrainingArguments
+from transformers import TrainerState, TrainingArguments
 
 from adapterfusion.training.batching import length_grouping
 from adapterfusion.training.checkpoints import TrainableWeights, last_good_checkpoint
@@ -31,6 +37,11 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.hardware import launched_distributed, training_device
 from adapterfusion.training.optimizer import parameter_groups
+
+if TYPE_CHECKING:
+    from transformers import Trainer as _TrainerBase
+else:
+    _TrainerBase = object  # transformers.Trainer joins the bases in _with_trainer, when the first trainer is made
 
 Evaluator = Callable[[], dict[str, float]]
 
@@ -53,9 +64,27 @@ def non_finite_loss_message(loss: float, task_loss: float | None, state: Trainer
     )
 
 
-class AdaptedTrainer(Trainer):
+_WITH_TRAINER: dict[type, type] = {}
+
+
+def _with_trainer(cls: type) -> type:
+    """`cls` (AdaptedTrainer or a subclass) with transformers.Trainer as its next base, made once per class."""
+    from transformers import Trainer
+
+    if issubclass(cls, Trainer):
+        return cls
+    if cls not in _WITH_TRAINER:
+        namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        _WITH_TRAINER[cls] = type(cls.__name__, (cls, Trainer), namespace)
+    return _WITH_TRAINER[cls]
+
+
+class AdaptedTrainer(_TrainerBase):
     """transformers.Trainer for AdaptedModel (see the module docstring for what it changes). `evaluator`, if given,
     replaces the evaluation: it scores the model as it is and returns metrics without the "eval_" prefix."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> AdaptedTrainer:
+        return object.__new__(_with_trainer(cls))
 
     def __init__(self, model: nn.Module, *args: Any, evaluator: Evaluator | None = None, **kwargs: Any) -> None:
         super().__init__(model if isinstance(model, TrainableWeights) else TrainableWeights(model), *args, **kwargs)
