@@ -7,6 +7,8 @@
     {"cmd": "memory"}              -> {"peak_mib": ..}
     {"cmd": "quit"}
 
+`serve` also drives `_decoder_worker.py` (decoder_speed.py), whose cases time generation instead.
+
 Runs under our venv (library "ours") and under the AdapterHub venv (library "adapters"), so it imports only
 torch and transformers at top level; each library is imported inside its own builder. One process holds one
 (library, case, mode), so its peak memory is its own: after building the model we reset the kernel's resident
@@ -23,6 +25,8 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 import transformers
@@ -190,7 +194,17 @@ class Case:
         return (_status_kib("VmHWM") - self.baseline_kib) / 1024
 
 
-def _set_up(case: Case | None) -> Case:
+class Served(Protocol):
+    """What `serve` drives: `Case` here, `DecoderCase` in _decoder_worker.py."""
+
+    info: dict
+
+    def run(self, repeats: int) -> Any: ...
+
+    def peak_mib(self) -> float: ...
+
+
+def _set_up(case: Served | None) -> Served:
     """The case a 'setup' request made; the driver always sends one first."""
     if case is None:
         raise RuntimeError("no case set up: send a 'setup' request before 'run' or 'memory'")
@@ -198,16 +212,22 @@ def _set_up(case: Case | None) -> Case:
 
 
 def main() -> None:
+    serve(Case)
+
+
+def serve(make_case: Callable[[dict], Served]) -> None:
+    """Answer the driver's JSON lines (setup, run, memory, quit) for the one case `make_case` builds from setup."""
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # library prints and warnings must not corrupt the protocol stream
     sys.stdout = sys.stderr
-    case = None
+    case: Served | None = None
     for line in sys.stdin:
         request = json.loads(line)
         cmd = request["cmd"]
+        reply: dict[str, Any]
         try:
             if cmd == "setup":
-                case = Case(request)
+                case = make_case(request)
                 reply = {"info": case.info}
             elif cmd == "run":
                 reply = {"ms": _set_up(case).run(int(request.get("repeats", 1)))}
