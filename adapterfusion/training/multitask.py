@@ -52,6 +52,7 @@ from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.errors import ConfigError
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.run_layout import CONFIG_FILE
 from adapterfusion.scoring import predict, score
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
@@ -354,7 +355,7 @@ def _save_task_pieces(
 ) -> dict[str, Path]:
     task_dir = run_dir / "tasks" / spec.name
     atomic_write_json(
-        task_dir / "config.json",
+        task_dir / CONFIG_FILE,
         {
             "format_version": RUN_FORMAT_VERSION,
             "encoder": encoder,
