@@ -224,6 +224,18 @@ def load_encoder_model(encoder: Encoder) -> nn.Module:
         return cast(nn.Module, AutoModel.from_pretrained(name, **kwargs))
 
 
+def load_language_model(encoder: Encoder) -> nn.Module:
+    """The encoder with its language-model head: AutoModelForSeq2SeqLM for an encoder-decoder (T5, BART), else
+    AutoModelForCausalLM; what a generation task trains, with the model's own loss and no head of ours."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    name, kwargs = encoder.pretrained()
+    with _loading(encoder, "language model", "save it again with model.save_pretrained(folder)"):
+        seq2seq = bool(getattr(AutoConfig.from_pretrained(name, **kwargs), "is_encoder_decoder", False))
+        auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+        return cast(nn.Module, auto.from_pretrained(name, **kwargs))
+
+
 @contextlib.contextmanager
 def _loading(encoder: Encoder, what: str, fix: str) -> Iterator[None]:
     """Errors of a from_pretrained call: a Hub id's download errors become HubErrors (io/hub.py), anything else a

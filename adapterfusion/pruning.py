@@ -278,6 +278,11 @@ def prune_fusion(
             f"prune needs a fusion run (fusion-st-a or fusion-mt-a); {run_dir} is a {run.setup!r} run "
             f"of task {run.task.name!r}, which has no fusion to prune"
         )
+    if run.head is None:
+        raise ConfigError(
+            f"prune compares a fusion's head metric before and after; {run_dir} trained the generation task "
+            f"{run.task.name!r}, which has no head of ours: pruning generation fusions is not supported yet"
+        )
     batches = run_batches(run, load_run_split(run, "validation", data_dir, max_examples), batch_size)
     own = piece_name(run.task)
     result = compare_pruned(

@@ -1,17 +1,21 @@
 """`predict`: a model's head logits, gold labels and mean task loss over a list of batches, as it is activated;
-`score`: the task's metrics of them. Below the training recipes (MT-A scores every task's dev set with them) and
-knowing nothing of run folders; evaluation.py applies them to a rebuilt run."""
+`score`: the task's metrics of them; `score_answers`: a generation task's metrics of its answer tokens, batch by
+batch. Below the training recipes (MT-A scores every task's dev set with them) and knowing nothing of run folders;
+evaluation.py applies them to a rebuilt run."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from adapterfusion.errors import ConfigError
+from adapterfusion.tasks.instruction import IGNORE_INDEX, prompt_length
 from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import TaskSpec
 
@@ -62,3 +66,71 @@ def score(task: TaskSpec, predictions: Predictions) -> dict[str, float]:
     """The task's metrics of `predictions`, plus "loss"."""
     metrics = dev_metrics(task, predictions.logits, predictions.labels)
     return {**metrics, "loss": predictions.loss} if predictions.loss is not None else metrics
+
+
+@torch.no_grad()
+def score_answers(
+    model: AdaptedModel,
+    batches: Iterable[Mapping[str, torch.Tensor]],
+    end_token_id: int,
+    pad_token_id: int,
+    exact_match: bool = False,
+    bf16: bool = False,
+) -> dict[str, float]:
+    """A generation task's dev metrics over `batches` (right-padded, with per-token labels, -100 off the answer), as
+    the model is activated, with its own LM head: `answer_loss` (mean cross-entropy per answer token, what the
+    model's own loss averages), `perplexity` (its exp), `token_accuracy` (teacher-forced argmax == answer token);
+    with `exact_match`, the share of rows whose greedy generation from the prompt is the answer and its end token.
+    Sums are kept per batch, so no [rows, seq, vocab] logits of the whole split are ever held."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    loss_sum, correct, tokens, matches, rows = 0.0, 0, 0, 0, 0
+    model.eval()
+    try:
+        with model.inference_cache(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            for batch in batches:
+                batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+                labels = batch.pop("labels")
+                logits = model(**batch).logits
+                targets = labels[:, 1:]  # position t predicts token t + 1, as the model's own loss shifts
+                answer = targets != IGNORE_INDEX
+                chosen, gold = logits[:, :-1][answer], targets[answer]
+                chosen = chosen.float() if chosen.dtype in (torch.float16, torch.bfloat16) else chosen
+                loss_sum += float(F.cross_entropy(chosen, gold, reduction="sum"))
+                correct += int((chosen.argmax(-1) == gold).sum())
+                tokens += gold.numel()
+                if exact_match:
+                    matches += _greedy_matches(model, batch["input_ids"], labels, end_token_id, pad_token_id)
+                    rows += len(labels)
+    finally:
+        model.train(was_training)
+    if tokens == 0:
+        raise ConfigError("score_answers: no answer tokens to score (no batches, or every label is -100)")
+    loss = loss_sum / tokens
+    metrics = {"answer_loss": loss, "perplexity": math.exp(min(loss, 700.0)), "token_accuracy": correct / tokens}
+    return {**metrics, "exact_match": matches / rows} if exact_match else metrics
+
+
+def _greedy_matches(
+    model: AdaptedModel, input_ids: torch.Tensor, labels: torch.Tensor, end_token_id: int, pad_token_id: int
+) -> int:
+    """How many rows' greedy continuation of their prompt (left-padded, as generation needs) is their answer."""
+    label_rows = labels.tolist()
+    prompts = [input_ids[i, : prompt_length(row)] for i, row in enumerate(label_rows)]
+    answers = [[t for t in row if t != IGNORE_INDEX] for row in label_rows]
+    width = max(len(p) for p in prompts)
+    padded = input_ids.new_full((len(prompts), width), pad_token_id)
+    mask = torch.zeros_like(padded)
+    for i, prompt in enumerate(prompts):
+        padded[i, width - len(prompt) :] = prompt
+        mask[i, width - len(prompt) :] = 1
+    generated = model.generate(
+        input_ids=padded,
+        attention_mask=mask,
+        max_new_tokens=max(len(a) for a in answers),
+        do_sample=False,
+        num_beams=1,
+        eos_token_id=end_token_id,
+        pad_token_id=pad_token_id,
+    )[:, width:].tolist()
+    return sum(row[: len(answer)] == answer for row, answer in zip(generated, answers, strict=True))

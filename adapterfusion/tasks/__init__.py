@@ -1,4 +1,5 @@
-"""Tasks: what a task is (`TaskSpec`), the registry of the paper's tasks, loading and checking their data,
+"""Tasks: what a task is (`TaskSpec`; `instruction_task` for prompt + answer data), the registry of the paper's
+tasks, loading and checking their data,
 tokenising it for a model, and scoring predictions."""
 
 from adapterfusion.tasks.carving import CarveOut, carve_indices, subsample_indices
@@ -15,7 +16,7 @@ from adapterfusion.tasks.registry import (
     resolve_task,
     task_from_dict,
 )
-from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.tasks.spec import TaskSpec, instruction_task
 
 __all__ = [
     "ENV_DATA_DIR",
@@ -34,6 +35,7 @@ __all__ = [
     "encode_task",
     "f1",
     "get_task",
+    "instruction_task",
     "list_tasks",
     "load_task_data",
     "load_task_file",

@@ -79,8 +79,25 @@ def _label_key(raw: Any) -> str:
     return str(raw)
 
 
+def _check_answers(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
+    """A generation task's rows without an answer (None or empty); raises on an answer that is not text. Integers
+    count as text (a CSV column of numbers is read as integers); the encoding writes them out."""
+    unanswered = []
+    for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            unanswered.append(offset + i)
+        elif isinstance(raw, bool) or not isinstance(raw, (str, int)):
+            raise TaskError(
+                f"{_where(spec, origin)}, row {offset + i}: answer {raw!r} in field {spec.label_field!r} is not "
+                "text; write it as a string."
+            )
+    return unanswered
+
+
 def _check_labels(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
     """Row indices without a gold label; raises on a label outside the task's label set."""
+    if spec.is_generation:
+        return _check_answers(spec, batch, offset, origin)
     lookup = spec.label_lookup()
     unlabelled = []
     for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
@@ -97,7 +114,8 @@ def _check_labels(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
 
 
 def check_split(spec: TaskSpec, dataset, origin: str, role: str):
-    """Validate every row and return a CheckedSplit whose "label" column holds label ids (a ClassLabel).
+    """Validate every row and return a CheckedSplit whose "label" column holds label ids (a ClassLabel); a
+    generation task's split keeps its prompt and answer fields as they are.
 
     A test split with no gold labels at all (hidden GLUE test labels, or no label column) comes back with
     dataset=None, so callers can leave it out instead of failing.
@@ -124,6 +142,8 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
     if unlabelled:
         keep = sorted(set(range(len(dataset))) - set(unlabelled))
         dataset = dataset.select(keep)
+    if spec.is_generation:
+        return CheckedSplit(dataset=dataset, dropped_unlabelled=len(unlabelled))
     return CheckedSplit(dataset=_with_label_ids(spec, dataset), dropped_unlabelled=len(unlabelled))
 
 

@@ -13,31 +13,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from adapterfusion.tasks import fields
 from adapterfusion.tasks.checks import LABEL_COLUMN
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.instruction import ANSWER_CUT_COLUMN, PROMPT_CUT_COLUMN, encode_instruction_batch
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 
 __all__ = ["EncodedTask", "TaskCollator", "TruncationReport", "encode_task", "effective_max_length", "segments"]
 
-TRUNCATED_COLUMN = "truncated"
+TRUNCATED_COLUMN = PROMPT_CUT_COLUMN
 _HUGE_MODEL_MAX = 1_000_000  # tokenizers without a limit report ~1e30 as model_max_length
 _log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class TruncationReport:
-    """How many examples per split lost tokens to `max_length` (so a report can flag a too-short limit)."""
+    """How many examples per split lost tokens to `max_length` (so a report can flag a too-short limit);
+    `answers_cut`: of those, a generation task's examples whose answer lost tokens (tasks/instruction.py)."""
 
     task: str
     max_length: int
     truncated: Mapping[str, int]
     totals: Mapping[str, int]
+    answers_cut: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def any_truncated(self) -> bool:
@@ -45,15 +48,18 @@ class TruncationReport:
 
     def describe(self) -> str:
         parts = [f"{role} {self.truncated[role]}/{self.totals[role]}" for role in self.totals]
-        return f"{self.task}: truncated to {self.max_length} tokens: " + ", ".join(parts)
+        cut = [f"{role} {n}" for role, n in self.answers_cut.items() if n]
+        answers = f"; answers cut: {', '.join(cut)}" if cut else ""
+        return f"{self.task}: truncated to {self.max_length} tokens: " + ", ".join(parts) + answers
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "task": self.task,
             "max_length": self.max_length,
             "truncated": dict(self.truncated),
             "totals": dict(self.totals),
         }
+        return {**out, "answers_cut": dict(self.answers_cut)} if self.answers_cut else out
 
 
 class EncodedTask(NamedTuple):
@@ -135,23 +141,25 @@ def encode_task(
 ) -> EncodedTask:
     """Tokenise every split of `data` (a DatasetDict from `load_task_data`, or one Dataset) for `task`.
 
-    Each split keeps only input_ids, attention_mask, token_type_ids (if the tokenizer makes them) and "label".
+    Each split keeps only input_ids, attention_mask, token_type_ids (if the tokenizer makes them) and "label"; a
+    generation task's splits hold input_ids, attention_mask and per-token "labels" (tasks/instruction.py).
     """
     import datasets
 
     spec = resolve_task(task)
     length = effective_max_length(spec, tokenizer, max_length)
     splits = data if isinstance(data, datasets.DatasetDict) else datasets.DatasetDict({"data": data})
-    encoded, truncated, totals = {}, {}, {}
+    encoded, truncated, totals, answers_cut = {}, {}, {}, {}
     for role, dataset in splits.items():
-        if LABEL_COLUMN not in dataset.column_names:
+        gold = fields.top_level(spec.label_field) if spec.is_generation else LABEL_COLUMN
+        if gold not in dataset.column_names:
             raise TaskError(
-                f"task {spec.name!r}, split {role!r}: no {LABEL_COLUMN!r} column; load the data with "
+                f"task {spec.name!r}, split {role!r}: no {gold!r} column; load the data with "
                 "load_task_data so labels are checked and converted to ids."
             )
-        drop = [c for c in dataset.column_names if c != LABEL_COLUMN]
+        drop = dataset.column_names if spec.is_generation else [c for c in dataset.column_names if c != LABEL_COLUMN]
         mapped = dataset.map(
-            _encode_batch,
+            encode_instruction_batch if spec.is_generation else _encode_batch,
             batched=True,
             remove_columns=drop,
             num_proc=num_proc,
@@ -160,9 +168,18 @@ def encode_task(
         )
         truncated[role] = int(sum(mapped[TRUNCATED_COLUMN]))
         totals[role] = len(mapped)
+        if spec.is_generation:
+            answers_cut[role] = int(sum(mapped[ANSWER_CUT_COLUMN]))
+            mapped = mapped.remove_columns(ANSWER_CUT_COLUMN)
         encoded[role] = mapped.remove_columns(TRUNCATED_COLUMN)
-    report = TruncationReport(task=spec.name, max_length=length, truncated=truncated, totals=totals)
-    if report.any_truncated:  # warned here, and recorded in each run's config.json by the training recipes
+    report = TruncationReport(spec.name, length, truncated, totals, answers_cut)
+    if any(answers_cut.values()):
+        _log.warning(
+            "%s: answers longer than max_length lost their end, so the model never learns to stop them; raise "
+            "max_length to at least the longest answer's tokens + 2",
+            report.describe(),
+        )
+    elif report.any_truncated:  # warned here, and recorded in each run's config.json by the training recipes
         _log.warning("%s (examples cut / examples); raise max_length to keep more of the text", report.describe())
     result = datasets.DatasetDict(encoded) if isinstance(data, datasets.DatasetDict) else encoded["data"]
     return EncodedTask(result, report)

@@ -16,9 +16,15 @@ from typing import Any
 from adapterfusion.tasks.errors import TaskError
 
 SPEC_FORMAT_VERSION = 1
-KINDS = ("single", "pair", "multiple_choice")
+GENERATION = "generation"  # instruction data: a prompt and an answer, trained on the answer's tokens
+KINDS = ("single", "pair", "multiple_choice", GENERATION)
 ROLES = ("train", "validation", "test")
-METRIC_NAMES = ("accuracy", "f1")
+CLASSIFICATION_METRICS = ("accuracy", "f1")
+# A generation task's dev metrics of the answer tokens, teacher-forced (mean cross-entropy, token accuracy; perplexity
+# is always recorded beside them), and of greedy generation (exact match, which generates: asked for by name).
+GENERATION_METRICS = ("answer_loss", "token_accuracy", "exact_match")
+METRIC_NAMES = CLASSIFICATION_METRICS + GENERATION_METRICS
+LOWER_IS_BETTER = frozenset({"answer_loss", "perplexity", "loss"})  # metrics whose best checkpoint has the least
 # Raw label values that mean "no gold label" (GLUE/SuperGLUE test sets use -1, WinoGrande/HellaSwag "").
 UNLABELLED_VALUES = frozenset({"", "-1", "None"})
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -39,6 +45,7 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "hub_config": _OPTIONAL_TEXT,
     "hub_revision": _OPTIONAL_TEXT,
     "drop_unlabelled": (bool,),
+    "chat_template": (bool,),
     "description": (str,),
 }
 
@@ -57,7 +64,7 @@ def piece_name(task: str | TaskSpec) -> str:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A classification or multiple-choice task, described by its data's field names.
+    """A classification, multiple-choice or generation task, described by its data's field names.
 
     text_fields: the text for "single" (1 field) and "pair" (2 fields); for "multiple_choice" the context
         fields, joined with a space (e.g. SocialIQA's context and question).
@@ -71,6 +78,12 @@ class TaskSpec:
     hub_splits: the roles whose Hub split has gold labels; other roles are never loaded from the Hub.
     drop_unlabelled: drop rows without a gold label (SNLI's -1) instead of rejecting the file.
     data_files: role -> path of a user's own file (CSV, JSON, JSONL, optionally gzip'd).
+
+    kind "generation" (instruction data, `instruction_task` builds one): text_fields holds the prompt field and
+    label_field the answer field; there are no label names. A model trains on the answer's tokens only
+    (tasks/instruction.py). chat_template: wrap each prompt in the tokenizer's chat template as one user turn.
+    metrics default to the kind's own: ("accuracy",) for classification, ("answer_loss", "token_accuracy") for
+    generation; the first selects a run's best checkpoint (the least answer_loss, the most of the others).
     """
 
     name: str
@@ -82,7 +95,7 @@ class TaskSpec:
     num_choices: int | None = None
     choice_fields: tuple[str, ...] = ()
     blank: str | None = None
-    metrics: tuple[str, ...] = ("accuracy",)
+    metrics: tuple[str, ...] = ()
     positive_label: int = 1
     max_length: int = 128
     train_split: str | None = "train"
@@ -93,12 +106,16 @@ class TaskSpec:
     hub_revision: str | None = None
     hub_splits: tuple[str, ...] = ("train", "validation")
     drop_unlabelled: bool = False
+    chat_template: bool = False
     data_files: tuple[tuple[str, str], ...] = ()
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         self._check_scalar_types()
         self._coerce_containers()
+        if not self.metrics:
+            default = ("answer_loss", "token_accuracy") if self.kind == GENERATION else ("accuracy",)
+            object.__setattr__(self, "metrics", default)
         if self.kind == "multiple_choice" and not self.label_names and self.num_choices:
             object.__setattr__(self, "label_names", tuple(str(i) for i in range(self.num_choices)))
         self._check_identity()
@@ -152,15 +169,24 @@ class TaskSpec:
             raise self._fail(f"max_length={self.max_length!r} must be an integer >= 8 (tokens per input).")
 
     def _check_fields(self) -> None:
-        expected = {"single": "exactly 1", "pair": "exactly 2", "multiple_choice": "at least 1"}[self.kind]
+        expected = {
+            "single": "exactly 1",
+            "pair": "exactly 2",
+            "multiple_choice": "at least 1",
+            GENERATION: "exactly 1",
+        }
         n_text = len(self.text_fields)
-        if (self.kind == "single" and n_text != 1) or (self.kind == "pair" and n_text != 2) or n_text < 1:
+        one = self.kind in ("single", GENERATION)
+        if (one and n_text != 1) or (self.kind == "pair" and n_text != 2) or n_text < 1:
             raise self._fail(
-                f"a {self.kind!r} task needs {expected} text field(s), got text_fields={list(self.text_fields)}."
+                f"a {self.kind!r} task needs {expected[self.kind]} text field(s), got "
+                f"text_fields={list(self.text_fields)}."
             )
         names = [*self.text_fields, *self.choice_fields, self.label_field]
         if not all(isinstance(n, str) and n for n in names):
             raise self._fail(f"field names must be non-empty strings, got {names}.")
+        if self.chat_template and self.kind != GENERATION:
+            raise self._fail("chat_template is for kind='generation' only (it wraps a prompt); remove it.")
         if self.kind != "multiple_choice":
             if self.choice_fields or self.blank is not None or self.num_choices is not None:
                 raise self._fail(
@@ -184,6 +210,13 @@ class TaskSpec:
             raise self._fail(f"blank={self.blank!r} must be a non-empty placeholder string such as '_'.")
 
     def _check_labels(self) -> None:
+        if self.kind == GENERATION:
+            if self.label_names or self.label_values:
+                raise self._fail(
+                    "a 'generation' task has no label_names or label_values: its label_field holds each row's "
+                    "answer text; remove them."
+                )
+            return
         if len(self.label_names) < 2 or len(set(self.label_names)) != len(self.label_names):
             raise self._fail(
                 f"label_names={list(self.label_names)} must hold at least 2 distinct names "
@@ -212,11 +245,15 @@ class TaskSpec:
                 raise self._fail(f"{what} uses unknown split role(s) {bad}; use {list(ROLES)}.")
 
     def _check_metrics(self) -> None:
+        known = GENERATION_METRICS if self.kind == GENERATION else CLASSIFICATION_METRICS
         for metric in self.metrics:
-            if metric not in METRIC_NAMES:
+            if metric not in known:
                 raise self._fail(
-                    f"metric {metric!r} is unknown; use {list(METRIC_NAMES)}.{suggest(str(metric), METRIC_NAMES)}"
+                    f"metric {metric!r} is unknown for a {self.kind!r} task; use {list(known)}."
+                    f"{suggest(str(metric), known)}"
                 )
+        if self.kind == GENERATION:
+            return
         if "f1" in self.metrics and (self.kind == "multiple_choice" or len(self.label_names) != 2):
             raise self._fail("metric 'f1' is binary F1; it needs a 2-class single/pair task. Remove 'f1'.")
         if not 0 <= self.positive_label < len(self.label_names):
@@ -232,6 +269,11 @@ class TaskSpec:
     @property
     def is_multiple_choice(self) -> bool:
         return self.kind == "multiple_choice"
+
+    @property
+    def is_generation(self) -> bool:
+        """Instruction data (prompt and answer) that a language model trains on, with no head of ours."""
+        return self.kind == GENERATION
 
     def split_name(self, role: str) -> str | None:
         """The dataset's own name for a split role ("validation" -> "validation_matched" for MNLI)."""
@@ -280,3 +322,23 @@ class TaskSpec:
         if missing:
             raise TaskError(f"task {label!r}: required key(s) {missing} are missing.")
         return cls(**data)
+
+
+def instruction_task(
+    name: str,
+    data_files: Mapping[str, str] | None = None,
+    prompt_field: str = "prompt",
+    answer_field: str = "answer",
+    **options: Any,
+) -> TaskSpec:
+    """A generation task of instruction data: each row a prompt and an answer (fields `prompt_field`,
+    `answer_field`), from a user's own files (`data_files`: role -> CSV/JSON/JSONL path) or, with `hub_path`, a Hub
+    dataset. `options` are other TaskSpec fields (max_length, chat_template, metrics, ...)."""
+    return TaskSpec(
+        name=name,
+        kind=GENERATION,
+        text_fields=(prompt_field,),
+        label_field=answer_field,
+        data_files=dict(data_files or {}),  # type: ignore[arg-type]  # coerced to pairs in __post_init__
+        **options,
+    )

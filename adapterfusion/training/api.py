@@ -33,7 +33,7 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
 from adapterfusion.training.hardware import check_precision, is_main_process, training_device
-from adapterfusion.training.loop import fit, resolve_metric, single_task_data
+from adapterfusion.training.loop import fit, instruction_task_data, resolve_metric, single_task_data
 from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, jsonable, save_encoder, training_config_for
 from adapterfusion.training.run_state import claimed_run
@@ -106,7 +106,8 @@ def train(
         if "validation" not in data:
             raise TrainingError(f"task {spec.name!r} loaded no validation split; early stopping needs one")
         encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
-        model = run.wrapped_encoder()
+        model = run.wrapped_encoder(language_model=spec.is_generation)
+        check_generation_model(spec, model, run.encoder)
         context = SetupContext(task=spec, options=options, seed=seed, encoder=run.encoder, store=store)
         plan = recipe.prepare(model, context)
 
@@ -134,7 +135,9 @@ def train(
             run.metrics_path.unlink(missing_ok=True)
         run.write_config(run_config)
 
-        if plan.head_only and config.cache_features:  # the frozen encoder runs once, not once per epoch
+        if (
+            plan.head_only and plan.head is not None and config.cache_features
+        ):  # the frozen encoder runs once, not once per epoch
             model.to(training_device())
             cached = cached_head_training_set(
                 model,
@@ -145,13 +148,18 @@ def train(
             )
             trained: Any = HeadOnFeatures(model.get_head(plan.head))
             data = single_task_data(spec, cached["train"], cached["validation"], tokenizer, config, stack_features)
+        elif spec.is_generation:
+            trained = model
+            data = instruction_task_data(spec, encoded["train"], encoded["validation"], tokenizer, config, model)
         else:
             trained = model
             data = single_task_data(spec, encoded["train"], encoded["validation"], tokenizer, config)
         subsets = (
             []
             if plan.adapter_subset is None or plan.fusion is None
-            else [AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, [plan.head], seed)]
+            else [
+                AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, [plan.head] if plan.head else [], seed)
+            ]
         )
         trainer, outcome = fit(
             trained,
@@ -226,6 +234,16 @@ def train(
         return result(written["wall_seconds"], pieces, stored)
 
 
+def check_generation_model(spec: TaskSpec, model: Any, encoder: str) -> None:
+    """A generation task trains a decoder's language model (its answers follow its prompts in one sequence)."""
+    if spec.is_generation and not model.architecture.causal:
+        kind = "an encoder-decoder" if getattr(model.model.config, "is_encoder_decoder", False) else "an encoder"
+        raise TrainingError(
+            f"task {spec.name!r} is a generation task, which trains a decoder's language model on prompt + answer; "
+            f"{encoder} is {kind} ({type(model.model).__name__}). Use a decoder (e.g. af.default_decoder_path())"
+        )
+
+
 def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> list[str]:
     """What a user must know about a run's result (today: a constant predictor), also sent to the warnings module."""
     found = [w for w in [collapse_warning(dict(best_metrics), num_dev_examples)] if w is not None]
@@ -241,7 +259,8 @@ def _save_pieces(model, plan, tokenizer, run_dir: Path) -> dict[str, Path]:
         pieces["fusion"] = model.save_fusion(plan.fusion, run_dir / "fusion")
     elif plan.adapters:
         pieces["adapter"] = model.save_adapter(plan.adapters[0], run_dir / "adapter")
-    pieces["head"] = model.save_head(plan.head, run_dir / "head")
+    if plan.head is not None:
+        pieces["head"] = model.save_head(plan.head, run_dir / "head")
     if plan.save_encoder:
         pieces["encoder"] = save_encoder(model, tokenizer, run_dir / ENCODER_DIR)
     return {kind: Path(path) for kind, path in pieces.items()}

@@ -8,6 +8,8 @@ only in the `LoopData` they hand to `fit`:
 
   * a single-task setup (`single_task_data`): the task's encoded train and dev sets, the Trainer's batching and
     epochs, its evaluation scored by `dev_metrics`;
+  * a generation task (`instruction_task_data`): the same, right-padded, with the model's own LM loss on the answer
+    tokens and an evaluator that scores the dev set batch by batch (scoring.score_answers);
   * MT-A (training/multitask.py): ready-made batches, each of one task, in the order the task sampler drew them
     (training/task_batches.py); epochs of a fixed number of steps; a callback that activates the step's task; and an
     evaluator that scores every task and selects on the mean.
@@ -25,9 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torch.utils.data import DataLoader
 from transformers import EarlyStoppingCallback, TrainerCallback, TrainerState
 
+from adapterfusion.scoring import score_answers
 from adapterfusion.tasks.collator import TaskCollator
+from adapterfusion.tasks.instruction import end_token_id
 from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.batching import sorted_by_length, with_lengths
@@ -96,6 +101,39 @@ def single_task_data(
         collator=collator if collator is not None else TaskCollator(tokenizer),
         metric=resolve_metric(task, config),
         compute_metrics=lambda prediction: dev_metrics(task, prediction.predictions, prediction.label_ids),
+        group_by_length=grouped,
+    )
+
+
+def instruction_task_data(
+    task: TaskSpec, train: Any, dev: Any, tokenizer: Any, config: TrainingConfig, model: Any
+) -> LoopData:
+    """A generation task's encoded splits as the loop takes them: batches right-padded (each row's positions start
+    at 0), the loss the wrapped language model's own, and dev metrics from `score_answers` in place of the Trainer's
+    evaluation, which would gather every batch's [rows, seq, vocab] logits. Exact match generates, so it is scored
+    only when the task lists it among its metrics."""
+    grouped = config.group_by_length
+    collator = TaskCollator(tokenizer, padding_side="right")
+    dev_set = sorted_by_length(dev)
+    batch_size = config.eval_batch_size or config.batch_size
+
+    def evaluate() -> dict[str, float]:
+        batches = DataLoader(dev_set, batch_size=batch_size, collate_fn=collator)
+        return score_answers(
+            model,
+            batches,
+            end_token_id(tokenizer),
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_token_id(tokenizer),
+            exact_match="exact_match" in task.metrics,
+            bf16=config.bf16,
+        )
+
+    return LoopData(
+        train=with_lengths(train) if grouped else train,
+        eval=dev_set,
+        collator=collator,
+        metric=resolve_metric(task, config),
+        evaluator=evaluate,
         group_by_length=grouped,
     )
 

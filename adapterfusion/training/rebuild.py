@@ -37,7 +37,7 @@ class RebuiltRun(RunFolder):
     task: TaskSpec
     model: AdaptedModel
     tokenizer: Any
-    head: str
+    head: str | None  # None for a generation task: the language model's own head
     adapter: str | None = None  # the trained adapter of st-a / st-a-houlsby
     fusion: str | None = None  # the trained fusion of fusion-st-a / fusion-mt-a
 
@@ -88,7 +88,7 @@ def rebuild_run(
     store: the AdapterStore a fusion run's adapters come from; default the one its config.json records (runs
     written before that was recorded need it given). device: default "cuda" when available, else "cpu".
     """
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
     run_dir = as_path(run_dir, "run folder")
     config = read_run_json(run_dir / CONFIG_FILE)
@@ -102,13 +102,13 @@ def rebuild_run(
     store = store if store is not None else config.get("store")
     store = as_store(store)
     encoder = run_dir / "encoder" if (run_dir / "encoder").is_dir() else Path(config["encoder"])
+    task = TaskSpec.from_dict(config["task_spec"])
     try:
         tokenizer = AutoTokenizer.from_pretrained(encoder)
-        model = wrap(AutoModel.from_pretrained(encoder))
+        model = wrap((AutoModelForCausalLM if task.is_generation else AutoModel).from_pretrained(encoder))
     except OSError as err:
         raise TrainingError(f"cannot load the encoder of {run_dir} from {encoder} ({err})") from None
 
-    task = TaskSpec.from_dict(config["task_spec"])
     context = SetupContext(
         task=task,
         options=recipe.resolve_options(config["setup_options"]),
@@ -126,7 +126,8 @@ def rebuild_run(
         model.load_fusion(run_dir / "fusion", name=plan.fusion, overwrite=True)
     elif plan.adapters:
         model.load_adapter(run_dir / "adapter", name=plan.adapters[0], overwrite=True)
-    model.load_head(run_dir / "head", name=plan.head, overwrite=True)
+    if plan.head is not None:
+        model.load_head(run_dir / "head", name=plan.head, overwrite=True)
     model.requires_grad_(False)
     model.to(device or training_device()).eval()
     rebuilt = RebuiltRun(

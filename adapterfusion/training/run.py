@@ -29,7 +29,7 @@ from adapterfusion._validation import check_mapping
 from adapterfusion._version import __version__
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE
 from adapterfusion.defaults import default_encoder_path
-from adapterfusion.encoders import Encoder, load_encoder_model, load_tokenizer, resolve_encoder
+from adapterfusion.encoders import Encoder, load_encoder_model, load_language_model, load_tokenizer, resolve_encoder
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder, path_part
@@ -213,9 +213,10 @@ class Run(RunFolder):
         transformers.set_seed(self.seed)
         return load_tokenizer(self.source)
 
-    def wrapped_encoder(self) -> AdaptedModel:
-        """The encoder, wrapped for adapters (model.wrap), fresh from its folder or Hub id."""
-        return wrap(load_encoder_model(self.source))
+    def wrapped_encoder(self, language_model: bool = False) -> AdaptedModel:
+        """The encoder, wrapped for adapters (model.wrap), fresh from its folder or Hub id; with `language_model`
+        loaded with its LM head (encoders.load_language_model), for generation tasks."""
+        return wrap((load_language_model if language_model else load_encoder_model)(self.source))
 
     @property
     def source(self) -> Encoder:

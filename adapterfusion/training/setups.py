@@ -16,6 +16,10 @@ a `prepare`: it trains several tasks in one run, so `train_multitask` (training/
 | top-k | the top k encoder layers + head (option k, default 1) | Houlsby "variable fine-tuning" |
 | layernorm-only | every LayerNorm of the encoder + head | Houlsby §3.6 |
 | fusion-st-a | fused stored ST-A adapters + head (options: see _fusion_st_a) | "Fusion w/ ST-A" |
+
+A generation task (instruction data, tasks/instruction.py) trains the wrapped language model's own head and loss, so
+its setups add no head of ours: st-a, st-a-houlsby and fusion-st-a train the adapter or fusion alone, full, top-k and
+layernorm-only the language model's weights; head, which would train nothing, is refused.
 | mt-a | encoder + one adapter and head per task, all tasks in one run: `train_multitask`, not `train` | "MT-A" |
 | fusion-mt-a | fusion-st-a over stored MT-A adapters, on the MT-A encoder (its mt_a.json) | "Fusion w/ MT-A" |
 """
@@ -71,9 +75,10 @@ class SetupContext:
 class SetupPlan:
     """What a prepared model trains and which pieces the run saves: `adapters`, `fusion` and `head` with
     model.save_*; `save_encoder` for setups that change encoder weights (saved with save_pretrained);
-    `fused_adapters`: adapter name -> AdapterStore.adapter_record of each stored adapter a fusion loaded."""
+    `fused_adapters`: adapter name -> AdapterStore.adapter_record of each stored adapter a fusion loaded. `head` is
+    None for a generation task, which the language model's own head scores."""
 
-    head: str
+    head: str | None
     trainable: list[nn.Parameter]
     adapters: tuple[str, ...] = ()
     fusion: str | None = None
@@ -154,9 +159,12 @@ def head_config_for(task: TaskSpec, pooling: str = "cls") -> HeadConfig:
     return ClassificationHead(num_labels=task.num_labels, labels=tuple(task.label_names), pooling=pooling)
 
 
-def _add_head(model: AdaptedModel, context: SetupContext) -> str:
+def _add_head(model: AdaptedModel, context: SetupContext) -> str | None:
     """A fresh head for the task, pooling as the `pooling` option says (None: the encoder's own, see
-    heads/pooling.py; a decoder's is its last non-padding token)."""
+    heads/pooling.py; a decoder's is its last non-padding token). None for a generation task: the language model's
+    own head predicts its answers."""
+    if context.task.is_generation:
+        return None
     name = piece_name(context.task)
     pooling = context.options.get("pooling")
     if pooling is None and model.architecture.causal:
@@ -169,6 +177,20 @@ def _add_head(model: AdaptedModel, context: SetupContext) -> str:
     return name
 
 
+def _head_parameters(model: AdaptedModel, head: str | None) -> list[nn.Parameter]:
+    return list(model.heads[head].parameters()) if head is not None else []
+
+
+def _freeze_all_but_head(model: AdaptedModel, head: str | None) -> None:
+    """model.train_head(head); without a head (a generation task) everything frozen and no head active."""
+    if head is not None:
+        model.train_head(head)
+        return
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    model.activate(adapter=model.active_adapter, fusion=model.active_fusion, skip_layers=model.skip_layers)
+
+
 def _check_reduction_factor(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise TrainingError(f"reduction_factor={value!r} must be a positive number (the paper uses 2, 16 or 64)")
@@ -178,26 +200,32 @@ def _check_reduction_factor(value: Any) -> float:
 # ---- the setups ------------------------------------------------------------------------------------------
 def _head(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
+    if head is None:
+        raise TrainingError(
+            f"setup 'head' trains a classifier on a frozen encoder; {context.task.name!r} is a generation task, "
+            "which the language model's own head scores: train it with st-a, fusion-st-a or full"
+        )
     model.train_head(head)
     return SetupPlan(head=head, trainable=list(model.heads[head].parameters()), head_only=True)
 
 
 def _full(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
-    model.train_head(head, train_encoder=True)
-    return SetupPlan(
-        head=head, trainable=model.encoder_parameters() + list(model.heads[head].parameters()), save_encoder=True
-    )
+    _freeze_all_but_head(model, head)
+    for parameter in model.encoder_parameters():
+        parameter.requires_grad_(True)
+    return SetupPlan(head=head, trainable=model.encoder_parameters() + _head_parameters(model, head), save_encoder=True)
 
 
 def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[[AdaptedModel, SetupContext], SetupPlan]:
     def prepare(model: AdaptedModel, context: SetupContext) -> SetupPlan:
         head = _add_head(model, context)
+        name = piece_name(context.task)
         config = preset(reduction_factor=_check_reduction_factor(context.options["reduction_factor"]))
-        model.add_adapter(head, config)
-        model.train_adapter(head, head=head)
+        model.add_adapter(name, config)
+        model.train_adapter(name, head=head)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        return SetupPlan(head=head, trainable=trainable, adapters=(head,))
+        return SetupPlan(head=head, trainable=trainable, adapters=(name,))
 
     return prepare
 
@@ -208,22 +236,22 @@ def _top_k(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(layers):
         raise TrainingError(f"top-k: k={k!r} must be an integer in 1..{len(layers)} (this encoder's layer count)")
     head = _add_head(model, context)
-    model.train_head(head)
+    _freeze_all_but_head(model, head)
     top = [p for layer in layers[len(layers) - k :] for p in layer.parameters()]
     for parameter in top:
         parameter.requires_grad_(True)
-    return SetupPlan(head=head, trainable=top + list(model.heads[head].parameters()), save_encoder=True)
+    return SetupPlan(head=head, trainable=top + _head_parameters(model, head), save_encoder=True)
 
 
 def _layernorm_only(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
-    model.train_head(head)
+    _freeze_all_but_head(model, head)
     norms = [p for module in model.model.modules() if isinstance(module, nn.LayerNorm) for p in module.parameters()]
     if not norms:
         raise TrainingError(f"layernorm-only: {type(model.model).__name__} has no torch.nn.LayerNorm modules to train")
     for parameter in norms:
         parameter.requires_grad_(True)
-    return SetupPlan(head=head, trainable=norms + list(model.heads[head].parameters()), save_encoder=True)
+    return SetupPlan(head=head, trainable=norms + _head_parameters(model, head), save_encoder=True)
 
 
 def check_fusion_options(options: Mapping[str, Any]) -> None:
@@ -302,7 +330,7 @@ def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
             )
             notes.append(f"{task}: the run's store ({context.options['adapter_setup']}, seed {adapter_seed})")
     head = _add_head(model, context)
-    fusion = f"fusion_{head}"
+    fusion = f"fusion_{piece_name(context.task)}"
     model.add_fusion(fusion, names, resolve_fusion_config(context.options["fusion_config"] or "dynamic"))
     model.train_fusion(fusion, head=head)
     subset = check_subset_size(context.options.get("adapter_subset"), names)
@@ -310,7 +338,7 @@ def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
         notes.append(f"each training step fuses {subset} of the {len(names)} adapters ({target} always among them)")
     return SetupPlan(
         head=head,
-        trainable=model.fusion_parameters(fusion) + list(model.heads[head].parameters()),
+        trainable=model.fusion_parameters(fusion) + _head_parameters(model, head),
         fusion=fusion,
         adapters=tuple(names),
         fused_adapters=fused,

@@ -28,6 +28,7 @@ from adapterfusion.io.atomic import atomic_write_json, replace_folder
 from adapterfusion.io.paths import as_path, check_replaceable, describe, path_part
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, SEED_PREFIX, seed_folder, seed_of
 from adapterfusion.serialization.pieces import piece_digest
+from adapterfusion.tasks.spec import GENERATION
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run_files import read_json
 
@@ -92,7 +93,8 @@ class AdapterStore:
         ]
 
     def put(self, run_dir: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Copy the adapter and head a `train()` run saved in `run_dir` into the store."""
+        """Copy the adapter and head a `train()` run saved in `run_dir` into the store (a generation task's run has
+        no head: its adapter alone)."""
         run_dir = Path(run_dir)
         config_file = run_dir / CONFIG_FILE
         if not config_file.is_file():
@@ -105,6 +107,9 @@ class AdapterStore:
             self.path(run["encoder"], run["task"], run["setup"], run["seed"])
         identity = run.get("encoder_identity")
         pieces = {kind: run_dir / kind for kind in ("adapter", "head")}
+        task_spec = run.get("task_spec")
+        if not pieces["head"].is_dir() and isinstance(task_spec, dict) and task_spec.get("kind") == GENERATION:
+            del pieces["head"]  # a generation task's adapter works with the language model's own head
         missing = [str(p) for p in pieces.values() if not p.is_dir()]
         if missing:
             raise TrainingError(

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from transformers import TrainerState, TrainingArguments
 
+from adapterfusion.tasks.spec import LOWER_IS_BETTER
 from adapterfusion.training.batching import length_grouping
 from adapterfusion.training.checkpoints import TrainableWeights, last_good_checkpoint
 from adapterfusion.training.config import TrainingConfig
@@ -182,7 +183,7 @@ def training_arguments(config: TrainingConfig, output_dir: Path, metric: str, **
         restore_callback_states_from_checkpoint=True,  # a resumed run keeps early stopping's patience count
         load_best_model_at_end=True,
         metric_for_best_model=metric,
-        greater_is_better=True,
+        greater_is_better=metric not in LOWER_IS_BETTER,
         logging_strategy="steps",
         logging_steps=config.logging_steps,
         seed=config.seed,

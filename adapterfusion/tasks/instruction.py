@@ -1,0 +1,103 @@
+"""Encode instruction data (prompt + answer) for a causal language model, with the loss on the answer only.
+
+    input_ids = prompt tokens + answer tokens + end token
+    labels    = -100 on every prompt token, the answer's ids and the end token elsewhere
+
+(labels are aligned with input_ids, as transformers' causal-LM loss takes them: it shifts them by one itself.) The
+prompt is tokenised with the tokenizer's special tokens (a Llama BOS), or, with the task's `chat_template`, as one user
+turn of the tokenizer's chat template followed by its generation prompt; the answer is tokenised on its own, so the
+separating space or newline belongs at the end of the prompt or the start of the answer. The end token is the
+tokenizer's eos (a chat model's end of turn), else its sep token.
+
+Truncation to max_length cuts the prompt from the left first (the tokens nearest the answer stay); only an answer
+that does not fit beside one prompt token loses its tail, and that is counted apart (`ANSWER_CUT_COLUMN`) and warned
+of by the encoding, since the model then never learns to end that answer. No answer loses all its tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from adapterfusion.tasks import fields
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.spec import TaskSpec
+
+IGNORE_INDEX = -100  # the label transformers' losses skip
+PROMPT_CUT_COLUMN = "truncated"  # the encoding's per-example truncation flag (encoding.TRUNCATED_COLUMN)
+ANSWER_CUT_COLUMN = "answer_cut"
+
+
+class InstructionExample(NamedTuple):
+    input_ids: list[int]
+    labels: list[int]
+    truncated: bool  # any token was cut
+    answer_cut: bool  # the answer (or its end token) lost tokens
+
+
+def end_token_id(tokenizer: Any) -> int:
+    """The token that ends an answer: eos, else sep (a BERT-style tokenizer); TaskError when there is neither."""
+    for candidate in (tokenizer.eos_token_id, getattr(tokenizer, "sep_token_id", None)):
+        if isinstance(candidate, int):
+            return candidate
+    raise TaskError(
+        f"the tokenizer {type(tokenizer).__name__} has no eos or sep token to end an answer with; set "
+        "tokenizer.eos_token (and save it with the model) before training a generation task."
+    )
+
+
+def prompt_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
+    """The prompt's token ids: with the tokenizer's special tokens, or inside its chat template."""
+    if not chat_template:
+        return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    if not getattr(tokenizer, "chat_template", None):
+        raise TaskError(
+            f"chat_template=True, but the tokenizer {type(tokenizer).__name__} has no chat template; set "
+            "chat_template=False in the task (the prompt is then used as it is)."
+        )
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def instruction_example(prompt: list[int], answer: list[int], end: int, max_length: int) -> InstructionExample:
+    """One encoded example (see the module docstring), at most `max_length` tokens."""
+    target = [*answer, end]
+    room = max_length - len(target)
+    if len(prompt) <= room:
+        kept_prompt, kept_target = prompt, target
+    elif room >= 1:
+        kept_prompt, kept_target = prompt[len(prompt) - room :], target
+    else:  # one prompt token stays, so that the answer's first token has a position that predicts it
+        kept_prompt, kept_target = prompt[-1:], target[: max_length - 1]
+    ids = [*kept_prompt, *kept_target]
+    labels = [IGNORE_INDEX] * len(kept_prompt) + kept_target
+    return InstructionExample(ids, labels, len(ids) < len(prompt) + len(target), len(kept_target) < len(target))
+
+
+def encode_instruction_batch(batch: Mapping[str, list], spec: TaskSpec, tokenizer: Any, max_length: int) -> dict:
+    """A column batch of a generation task as input_ids, attention_mask, labels and the two truncation flags."""
+    end = end_token_id(tokenizer)
+    prompts = fields.text_columns(batch, spec)[0]
+    answers = [str(a) for a in fields.field_values(batch, spec.label_field)]
+    answer_ids = tokenizer(answers, add_special_tokens=False)["input_ids"]
+    examples = [
+        instruction_example(prompt_ids(tokenizer, p, spec.chat_template), list(a), end, max_length)
+        for p, a in zip(prompts, answer_ids, strict=True)
+    ]
+    return {
+        "input_ids": [e.input_ids for e in examples],
+        "attention_mask": [[1] * len(e.input_ids) for e in examples],
+        "labels": [e.labels for e in examples],
+        PROMPT_CUT_COLUMN: [e.truncated for e in examples],
+        ANSWER_CUT_COLUMN: [e.answer_cut for e in examples],
+    }
+
+
+def prompt_length(labels: list[int]) -> int:
+    """How many leading tokens of an encoded example are its prompt (labels -100 before the answer)."""
+    for i, label in enumerate(labels):
+        if label != IGNORE_INDEX:
+            return i
+    raise TaskError("an encoded generation example has no answer token (every label is -100)")
