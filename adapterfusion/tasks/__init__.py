@@ -1,6 +1,5 @@
 """Tasks: what a task is (`TaskSpec`; `instruction_task` for prompt + answer data), the registry of the paper's
-tasks, loading and checking their data,
-tokenising it for a model, and scoring predictions."""
+tasks, loading and checking their data, tokenising it for a model, and scoring predictions."""
 
 from adapterfusion.tasks.carving import CarveOut, carve_indices, subsample_indices
 from adapterfusion.tasks.collator import TaskCollator

@@ -86,6 +86,29 @@ def test_truncation_cuts_the_prompt_first_and_never_the_whole_answer() -> None:
     assert long.input_ids == [6, 10, 11, 12, 13, 14, 15, 16] and long.labels[0] == -100 and long.answer_cut
 
 
+def test_hub_datasets_and_chat_templates(tiny_decoder_dir, monkeypatch) -> None:
+    import datasets
+
+    rows = {"question": ["the sky is", "snow is"], "response": ["blue", "white"]}
+    hub = datasets.DatasetDict({s: datasets.Dataset.from_dict(rows) for s in ("train", "validation")})
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: hub)  # stands for the Hub's copy
+    spec = instruction_task("hubqa", prompt_field="question", answer_field="response", hub_path="org/qa")
+    data, info = load_task_data(spec)
+    assert info.source == "hub" and data["train"]["response"] == ["blue", "white"]
+    tokenizer = _tokenizer(tiny_decoder_dir)
+    with pytest.raises(TaskError, match="has no chat template"):
+        encode_task(
+            instruction_task("chat", prompt_field="question", answer_field="response", chat_template=True),
+            data,
+            tokenizer,
+        )
+    tokenizer.chat_template = "{% for m in messages %}user: {{ m['content'] }}{% endfor %} answer:"
+    chat = instruction_task("chat", prompt_field="question", answer_field="response", chat_template=True)
+    encoded, _ = encode_task(chat, data, tokenizer, 32)
+    words = tokenizer.convert_ids_to_tokens(encoded["train"][0]["input_ids"])
+    assert words == ["user", ":", "the", "sky", "is", "answer", ":", "blue", "[SEP]"]
+
+
 def test_the_loss_is_the_mean_over_answer_tokens(tiny_decoder_dir, tmp_path) -> None:
     tokenizer = _tokenizer(tiny_decoder_dir)
     spec = _task(tmp_path)
