@@ -117,6 +117,9 @@ class FoldedFusion(NamedTuple):
     score_weight: torch.Tensor  # [M + N (+ 1), d]: row j is Qᵀ K b_j for basis vector b_j; last: Qᵀ b_K
     score_bias: torch.Tensor | None
     out_weight: torch.Tensor  # [M + N, d]: row j is V b_j (or b_j without V)
+    # The stacked down-projections and the score projection as one [M + M + N (+ 1), d] matrix and its bias, for a
+    # query that is the adapters' input (query_before_ln=False, no LayerNorm before the adapters): one matmul.
+    joint: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def fold_fusion(layer: FusionLayer, adapters: Sequence[BottleneckAdapter]) -> FoldedFusion:
@@ -140,7 +143,12 @@ def fold_fusion(layer: FusionLayer, adapters: Sequence[BottleneckAdapter]) -> Fo
         score_bias = score_weight @ layer.query.bias
         score_weight = score_weight @ layer.query.weight
     out_weight = basis @ layer.value.weight.t() if layer.value is not None else basis
-    return FoldedFusion(_stacked_down(adapters), score_weight, score_bias, out_weight)
+    down = _stacked_down(adapters)
+    joint = None
+    if down is not None and down[2] is None:
+        bias = score_bias if score_bias is not None else score_weight.new_zeros(score_weight.shape[0])
+        joint = (torch.cat([down[0], score_weight]), torch.cat([down[1], bias]))
+    return FoldedFusion(down, score_weight, score_bias, out_weight, joint)
 
 
 def fuse_fast(
@@ -159,13 +167,20 @@ def fuse_fast(
     sizes = [adapter.bottleneck_size for adapter in adapters]
     total = sum(sizes)
 
-    activations = _bottleneck_activations(adapters, x, folded.down)  # [..., M]
-    projected = F.linear(query, folded.score_weight, folded.score_bias)  # [..., M + N (+ 1)]
+    if folded.joint is not None and query is x:  # one matmul for the adapters' down-projections and the scores
+        both = F.linear(x, *folded.joint)
+        activations = _activate(adapters, both[..., :total])  # [..., M]
+        projected = both[..., total:]  # [..., M + N (+ 1)]
+    else:
+        activations = _bottleneck_activations(adapters, x, folded.down)
+        projected = F.linear(query, folded.score_weight, folded.score_bias)
     scores = _segment_sum(activations * projected[..., :total], sizes) + projected[..., total : total + len(sizes)]
-    if layer.key is not None:  # the key-bias term, the same for every adapter
+    score_dropout = layer.training and config.score_dropout > 0
+    if layer.key is not None and (score_dropout or torch.is_grad_enabled()):  # the key-bias term, for every adapter
         key_term = projected[..., -1:]
-        if not (layer.training and config.score_dropout > 0):
-            # Nothing acts on single scores, so the softmax cancels the term and its true gradient is zero:
+        if not score_dropout:
+            # Nothing acts on single scores, so the softmax cancels the term and its true gradient is zero (without
+            # gradients it is left out: the softmax gives the same weights):
             # weight 0 gives key.bias exactly that (not rounding noise, which Adam would turn into drift).
             key_term = key_term * 0
         scores = scores + key_term
@@ -261,6 +276,11 @@ def _bottleneck_activations(
     else:
         weight, bias, eps = down
         pre = F.linear(F.layer_norm(x, (x.shape[-1],), eps=eps) if eps is not None else x, weight, bias)
+    return _activate(adapters, pre)
+
+
+def _activate(adapters: Sequence[BottleneckAdapter], pre: torch.Tensor) -> torch.Tensor:
+    """Each adapter's non-linearity on its segment of the stacked pre-activations [..., M]."""
     kinds = {type(adapter.activation) for adapter in adapters}
     if len(kinds) == 1:
         return adapters[0].activation(pre)
