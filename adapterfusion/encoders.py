@@ -215,13 +215,17 @@ def load_tokenizer(encoder: Encoder) -> Any:
     return tokenizer
 
 
-def load_encoder_model(encoder: Encoder) -> nn.Module:
-    """The encoder's AutoModel, from its folder or Hub id (with its revision and subfolder)."""
-    from transformers import AutoModel
+def load_encoder_model(encoder: Encoder, model_class: str | None = None) -> nn.Module:
+    """The encoder's AutoModel, from its folder or Hub id (with its revision and subfolder); `model_class`, a
+    transformers class name such as 'LlamaForCausalLM', loads that class instead (an unknown name: AutoModel)."""
+    import transformers
 
+    loader: Any = getattr(transformers, model_class, None) if model_class else None
+    if not (isinstance(loader, type) and hasattr(loader, "from_pretrained")):
+        loader = transformers.AutoModel
     name, kwargs = encoder.pretrained()
     with _loading(encoder, "model", "save it again with model.save_pretrained(folder)"):
-        return cast(nn.Module, AutoModel.from_pretrained(name, **kwargs))
+        return cast(nn.Module, loader.from_pretrained(name, **kwargs))
 
 
 def load_language_model(encoder: Encoder) -> nn.Module:

@@ -252,7 +252,7 @@ def from_pretrained(
     place = locate(source, "saved setup")
     folder = place if isinstance(place, Path) else _fetch_setup(place)
     index = read_index(folder)
-    model = model_class(_base_encoder(base, model_class))
+    model = model_class(_base_encoder(base, model_class, index["base_model"].get("class")))
     try:
         model.fingerprint.check_compatible(index["base_model"], folder / SETUP_FILE)
         saved_digest = index["base_model"].get("weights_sha256")
@@ -280,7 +280,9 @@ def _fetch_setup(place: HubRef) -> Path:
     return download(place, [SETUP_FILE] + [f"{piece_folder(p['kind'], p['name'])}/*" for p in pieces])
 
 
-def _base_encoder(base: nn.Module | str | os.PathLike, model_class: type) -> nn.Module:
+def _base_encoder(base: nn.Module | str | os.PathLike, model_class: type, saved_class: str | None = None) -> nn.Module:
+    """`base` itself, or loaded from its folder or Hub id as the class the setup was saved with (a decoder's
+    *ForCausalLM keeps its LM head)."""
     if isinstance(base, model_class):
         raise ConfigError(
             "base is already an AdaptedModel; pass the plain HuggingFace encoder (model.unload() "
@@ -288,7 +290,7 @@ def _base_encoder(base: nn.Module | str | os.PathLike, model_class: type) -> nn.
         )
     if isinstance(base, nn.Module):
         return base
-    return load_encoder_model(resolve_encoder(base, tokenizer=False))
+    return load_encoder_model(resolve_encoder(base, tokenizer=False), saved_class)
 
 
 def piece_source(source: str | os.PathLike, kind: str) -> Path:
