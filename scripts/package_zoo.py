@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import adapterfusion as af
 from adapterfusion.experiments.plan import ADAPTERS_DIR, RUNS_DIR
@@ -51,6 +52,19 @@ def _store_file(name: str) -> bool:
     seed-<seed>/<entry file>."""
     parts = name.split("/")
     return len(parts) > 4 and parts[3].startswith("seed-") and "/".join(parts[4:]) in ENTRY_FILES
+
+
+def portable(value: Any, absolute: str, relative: str) -> Any:
+    """`value` with every path under the data folder the runs read (`absolute`) written as the experiment file
+    names that folder (`relative`, relative to the experiment file), so the manifest holds no machine's paths and a
+    rerun on another machine reproduces it."""
+    if isinstance(value, dict):
+        return {key: portable(item, absolute, relative) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable(item, absolute, relative) for item in value]
+    if isinstance(value, str) and (value == absolute or value.startswith(absolute.rstrip("/") + "/")):
+        return relative + value[len(absolute) :]
+    return value
 
 
 def main() -> int:
@@ -96,6 +110,9 @@ def main() -> int:
             "warnings": metrics.get("warnings", []),
             **{key: run.get(key) for key in RUN_KEYS},
         }
+        data = run.get("data") or {}
+        if data.get("source") == "local" and experiment.get("data_dir"):
+            tasks[entry["task"]] = portable(tasks[entry["task"]], data["location"], experiment["data_dir"])
     manifest = {
         "format_version": 1,
         "name": experiment["name"],
