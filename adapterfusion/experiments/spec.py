@@ -2,7 +2,7 @@
 tasks × setup variants × seeds. Every mistake raises ExperimentSpecError naming its key path and the allowed values.
 
     name: paper-small
-    encoder: null                  # a folder or Hub id; null = the shipped MiniLM
+    encoder: null                  # a folder or Hub id; null = the shipped MiniLM; default-decoder = shipped SmolLM2
     tasks: [rte, cb]
     seeds: [1, 2, 3]
     data_dir: ../shared/data       # relative paths are relative to this file
@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion._validation import check_name
-from adapterfusion.defaults import default_encoder_path
+from adapterfusion.defaults import DEFAULT_DECODER, default_decoder_gguf, default_encoder_path, named_encoder
 from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.encoders import check_encoder, default_pooling
 from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError
@@ -290,6 +290,12 @@ def _resolve_path(value: Any, path: str, base_dir: Path) -> str | None:
 def _encoder(value: Any, base_dir: Path) -> str | None:
     if value is None:
         return None
+    if value == DEFAULT_DECODER:  # kept by name, so the spec is the same on every machine (runner.py resolves it)
+        try:
+            default_decoder_gguf()
+        except AdapterFusionError as err:
+            raise _fail("encoder", str(err)) from None
+        return value
     if not isinstance(value, str) or not value:
         raise _fail(
             "encoder", f"must be an encoder folder or a Hub id (a string), or null for the shipped one; got {value!r}"
@@ -673,8 +679,9 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         raise _fail("output_dir", f"must be a path (a string), got null; leave it out for outputs/{name}")
     task_training = _task_training(data.get("task_training"), tasks, variants)
     encoder = _encoder(data.get("encoder"), base_dir)
-    variants = _resolve_poolings(variants, entries, encoder)
-    _check_max_lengths(global_training, entries, task_training, encoder)
+    local_encoder = named_encoder(encoder) if encoder is not None else None
+    variants = _resolve_poolings(variants, entries, None if local_encoder is None else str(local_encoder))
+    _check_max_lengths(global_training, entries, task_training, None if local_encoder is None else str(local_encoder))
     zoo = _zoo(data.get("zoo"), base_dir)
     if zoo is not None:
         if not any(v.setup == "fusion-st-a" for v in variants):

