@@ -92,6 +92,11 @@ def default_decoder_path() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
+        if importlib.util.find_spec("gguf") is None:
+            raise DefaultModelMissingError(
+                "reading the default decoder's GGUF file needs the `gguf` package; install it with "
+                "`pip install gguf` (or adapterfusion[decoders])"
+            )
         AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
         model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
         # Dequantised on load: what is saved is a plain float32 model, not a GGUF-quantised one.

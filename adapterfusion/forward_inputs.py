@@ -72,6 +72,8 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     _check_per_token(given, shape)
     _check_devices(model.model, {**given, "labels": labels}, weight.device)
     _check_values(given, weight.shape[0], limits)
+    if head_config is not None and head_config.pooling == "last":
+        _check_last_token_mask(model, given, shape[0], str(head))
     if labels is not None:
         if head is not None and head_config is not None:
             _check_head_labels(labels, head_config, head, shape)
@@ -338,6 +340,22 @@ def _require_tensor(key: str, value: Any) -> None:
 
 
 # ---- labels ------------------------------------------------------------------------------------------------------
+def _check_last_token_mask(model: AdaptedModel, given: Mapping[str, Any], rows: int, head: str) -> None:
+    """A head pooling each row's last token finds it through the attention mask: in a batch of several rows without
+    one, a padded row would pool a padding token. Refused unless the ids show no padding (CPU tensors only)."""
+    if "attention_mask" in given or rows <= 1:
+        return
+    ids = given.get("input_ids")
+    pad = getattr(model.model.config, "pad_token_id", None)
+    if isinstance(pad, int) and isinstance(ids, torch.Tensor) and ids.device.type == "cpu" and not (ids == pad).any():
+        return
+    unknown = " (and the model has no pad_token_id to tell padding by)" if pad is None else ""
+    raise ConfigError(
+        f"head {head!r} pools each row's last non-padding token, which it finds through attention_mask, and this "
+        f"batch of {rows} rows has none{unknown}; pass the attention_mask the tokenizer returns"
+    )
+
+
 def _check_head_labels(labels: Any, config: HeadConfig, name: str, shape: torch.Size) -> None:
     """One class id (or target) per example, inside the head's classes."""
     labels = _labels_tensor(labels, shape[0], f"head {name!r}")

@@ -31,6 +31,12 @@ def generate(model: AdaptedModel, *args: Any, **kwargs: Any) -> Any:
             f"the wrapped {type(wrapped).__name__} has no language-model head, so it cannot generate; wrap the model "
             "loaded with AutoModelForCausalLM (decoders) or AutoModelForSeq2SeqLM (T5, BART) instead"
         )
+    if model.active_head is not None:
+        raise ConfigError(
+            f"head {model.active_head!r} is active, but generate() picks tokens with the wrapped model's "
+            "language-model head, not a prediction head; activate the adapter or fusion without it "
+            "(model.activate(adapter=..., head=None)) to generate, and use the head through model(**inputs).logits"
+        )
     if "output_fusion_attentions" in kwargs:
         raise ConfigError(
             "generate() takes no output_fusion_attentions; record them around the call: "

@@ -72,3 +72,12 @@ def test_default_decoder_is_a_name_experiment_files_keep(tmp_path: Path, monkeyp
     assert spec.encoder == "default-decoder" and spec.recorded_dict()["encoder"] == "default-decoder"
     job = plan_jobs(spec)[0]
     assert job_payload(spec, job).encoder == str(folder)
+
+
+def test_a_missing_gguf_package_names_the_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "gguf" else real(name, *args))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    with pytest.raises(af.DefaultModelMissingError, match="pip install gguf"):
+        af.default_decoder_path()
+    assert list(tmp_path.rglob("*.safetensors")) == []  # nothing half-written
