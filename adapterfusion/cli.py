@@ -19,6 +19,7 @@ from adapterfusion.experiments import Executor, ResultsStore, run_experiment
 from adapterfusion.experiments.figures import plot_run_fusion_attention
 from adapterfusion.experiments.ray_executor import RayExecutor
 from adapterfusion.experiments.report_files import REPORT_DIR, write_report
+from adapterfusion.injection.architectures import ArchitectureSpec
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_file
 from adapterfusion.pruning import prune_fusion
@@ -34,8 +35,23 @@ def _info(_: argparse.Namespace) -> int:
         print(f"default encoder: {af.default_encoder_path()}")
     except af.DefaultModelMissingError as error:
         print(f"default encoder: not installed ({error})")
-    print("supported architectures (config.model_type): " + ", ".join(sorted(af.ARCHITECTURES)))
+    try:
+        print(f"default decoder: {af.defaults.default_decoder_gguf()} (as a folder: af.default_decoder_path())")
+    except af.DefaultModelMissingError as error:
+        print(f"default decoder: not installed ({error})")
+    print("supported architectures (config.model_type), their adapter sites and AdapterHub file support:")
+    rows = [(name, *_architecture_row(spec)) for name, spec in sorted(af.ARCHITECTURES.items())]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[3])
     return 0
+
+
+def _architecture_row(spec: ArchitectureSpec) -> tuple[str, str, str]:
+    """(kind of model, site kinds, AdapterHub files) for `info`."""
+    kind = "encoder-decoder" if spec.decoder is not None else "decoder" if spec.causal else "encoder"
+    sites = sorted({site.kind.value for stack in spec.stacks() for site in (stack.attention, stack.output)})
+    return kind, "+".join(sites), "AdapterHub files" if spec.in_adapterhub else "own format only"
 
 
 def _list_tasks(_: argparse.Namespace) -> int:

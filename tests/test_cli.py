@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import adapterfusion as af
 from adapterfusion.cli import EXIT_BROKEN_PIPE
 from adapterfusion.experiments import ResultsStore
 from adapterfusion.experiments.plan import plan_jobs
@@ -63,3 +64,14 @@ def test_the_command_starts_without_the_training_stack():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300, cwd=ROOT
     ).stdout
     assert loaded.strip() == "[]"
+
+
+def test_info_lists_each_architecture_with_its_kind_sites_and_adapterhub_support(capsys) -> None:
+    from adapterfusion.cli import main
+
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("  ")}
+    assert set(lines) == set(af.ARCHITECTURES)
+    assert lines["llama"][:2] == ["decoder", "pre_norm"] and lines["t5"][0] == "encoder-decoder"
+    assert lines["bert"][:2] == ["encoder", "post_ln_output"] and "own" in lines["phi3"]
