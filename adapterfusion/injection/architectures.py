@@ -151,6 +151,7 @@ _LLAMA_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder(
     "layers", ("self_attn", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
 )
 
+
 def _t5_stack(layers: str, feed_forward: int) -> LayerStack:
     """T5's self-attention and feed-forward sub-layers (`layer.<k>` = T5LayerSelfAttention / T5LayerFF, each a
     pre-norm residual block: r + dropout(sub-layer(layer_norm(r)))); the decoder's cross-attention is layer.1."""
