@@ -62,6 +62,7 @@ def test_adapterhub_decoder_pieces_give_adapterhubs_outputs(model_type: str) -> 
             fused = _activate(model, manifest, setup)
             output = model(**inputs, output_hidden_states=True, output_fusion_attentions=fused is not None)
             assert_close(output.logits, expected[f"{setup}.logits"], dtype=dtype, label=setup)
+            assert torch.equal(output.logits.argmax(-1), expected[f"{setup}.logits"].argmax(-1))  # greedy tokens
             for states in ("hidden_states", "encoder_hidden_states", "decoder_hidden_states"):  # each stack's layer 0
                 if f"{setup}.{states}.1" in expected:
                     hidden = expected[f"{setup}.{states}.1"]
