@@ -49,6 +49,7 @@ from torch.utils.data import DataLoader
 
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoder_limits import check_max_length
+from adapterfusion.encoders import default_pooling
 from adapterfusion.errors import ConfigError
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
@@ -484,7 +485,7 @@ def train_multitask(
     entries = [resolved_store.path(run.encoder, s.name, MT_A, seed) for s in specs] if resolved_store else []
     with claimed_run(run_dir, entries, f"{MT_A} seed {seed} of {[s.name for s in specs]}", overwrite, resume):
         try:
-            heads_pooling = resolve_pooling(pooling, run.encoder)
+            heads_pooling = resolve_pooling(pooling, run.encoder, default_pooling(run.encoder))
         except ConfigError as err:
             raise TrainingError(str(err)) from None
         tokenizer = run.begin()

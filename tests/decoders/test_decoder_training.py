@@ -46,3 +46,20 @@ def test_an_experiment_file_takes_a_decoder_as_its_encoder(tiny_decoder_dir, tmp
     summary = run_experiment(tiny_experiment(tiny_decoder_dir, tmp_path / "out"), progress=False)
     assert summary.ok and len(summary.ran) == 6, summary  # head, st-a and fusion-st-a on two tasks
     assert (tmp_path / "out" / "report" / "tables.md").is_file()
+
+
+@pytest.mark.slow
+def test_mt_a_trains_on_a_decoder(tiny_decoder_dir, demo_data_dir, tmp_path) -> None:
+    from adapterfusion.training import train_multitask
+
+    result = train_multitask(
+        ["rte", "sst2"],
+        seed=1,
+        encoder=tiny_decoder_dir,
+        data_dir=demo_data_dir,
+        output_dir=tmp_path,
+        training_config=FAST,
+        max_examples=SLICE,
+    )
+    model = result.model
+    assert model.architecture.causal and {model.get_head(t).config.pooling for t in ("rte", "sst2")} == {"last"}
