@@ -76,16 +76,21 @@ class ForwardRuntime:
         self._recorder[(layer, position)] = weights
 
     def folded(
-        self, site: str, key: str, fold: Callable[[], FoldedFusion], weights: Iterable[torch.Tensor] = ()
+        self,
+        site: str,
+        key: str,
+        fold: Callable[[], FoldedFusion],
+        weights: Callable[[], Iterable[torch.Tensor]] = tuple,
     ) -> FoldedFusion | None:
         """The folds for `key` at site `site` (made by `fold` on first use inside the block); None outside one.
-        `weights`: the tensors the fold is made from. The site's last fold is kept after the block and reused by a
-        later one while every one of them is the same tensor, unmodified (same storage, same version counter), so
-        repeated short calls (generation, serving) fold once; an optimizer step or `.to()` makes a new fold."""
+        `weights()`: the tensors the fold is made from (asked for on a block's first use only). The site's last
+        fold is kept after the block and reused by a later one while every one of them is the same tensor,
+        unmodified (same storage, same version counter), so repeated short calls (generation, serving) fold once;
+        an optimizer step or `.to()` makes a new fold."""
         if self._folded is None:
             return None
         if (site, key) not in self._folded:
-            stamp = weights_stamp(weights)
+            stamp = weights_stamp(weights())
             kept = self._kept.get(site)
             if kept is not None and kept[0] == key and kept[1] == stamp:
                 self._folded[(site, key)] = kept[2]

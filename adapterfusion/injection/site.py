@@ -297,7 +297,8 @@ class AdapterSite(nn.Module):
             if self.state.fusion_implementation == "fast" and self._runtime.is_caching:
                 cache_key = fusion_name if kept is None else f"{fusion_name}:{','.join(map(str, kept))}"
                 fold = partial(fold_fusion, fusion, adapters)
-                sources = [p for module in (fusion, *adapters) for p in module.parameters()]
+                modules = (fusion, *adapters)
+                sources = partial(_parameters_of, modules)  # read only when the block has no fold for this site yet
                 options["folded"] = self._runtime.folded(self.key, cache_key, fold, sources)
             out, probs = implementation.fuse(fusion, adapters, x, query, residual, **options)
             if self._runtime.is_recording:
@@ -326,6 +327,10 @@ class AdapterSite(nn.Module):
 
     def extra_repr(self) -> str:
         return f"layer={self.layer_index}, position={self.position}, kind={self.spec.kind.value}"
+
+
+def _parameters_of(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
+    return [p for module in modules for p in module.parameters()]
 
 
 def _unchanged(value: torch.Tensor) -> torch.Tensor:
