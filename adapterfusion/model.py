@@ -67,6 +67,10 @@ class AdaptedModelOutput(ModelOutput):
     fusion_attentions_by_site: dict[tuple[int, str], torch.Tensor] | None = None
 
 
+# The wrapped model's outputs a forward hands on as they are (its loss and logits are decided per head).
+_PASSED_THROUGH = frozenset(AdaptedModelOutput.__dataclass_fields__) - {"loss", "logits"}
+
+
 class AdaptedModel(nn.Module):
     """A HuggingFace encoder with an AdapterSite at each insertion site, and the named adapters, fusions and heads
     added to it. Build it with `wrap(model)` (or `from_pretrained`); `unload()` gives the plain model back.
@@ -371,8 +375,7 @@ class AdaptedModel(nn.Module):
         call = check_call(self, inputs, head_name, labels)
         with self.recording_fusion_attentions(output_fusion_attentions) as recorder:
             encoded = call.encoder(**call.inputs)
-        passed = set(AdaptedModelOutput.__dataclass_fields__) - {"loss", "logits"}
-        output = AdaptedModelOutput(**{key: value for key, value in encoded.items() if key in passed})
+        output = AdaptedModelOutput(**{key: value for key, value in encoded.items() if key in _PASSED_THROUGH})
         if head_name is None:  # the wrapped model's own output (and loss, for a task model given labels)
             output.logits, output.task_loss = getattr(encoded, "logits", None), getattr(encoded, "loss", None)
         else:
