@@ -262,7 +262,8 @@ class AdapterSite(nn.Module):
         it has no LayerNorm to pass); where r is not visible (ModernBERT), both are h."""
         if r is None:
             return h, h
-        return self._placed(h, r, config, self.pretrained_layer_norm or _unchanged)
+        norm = self.pretrained_layer_norm
+        return self._placed(h, r, config, norm if norm is not None else _unchanged)
 
     def _ends_with_layer_norm(self, config: AdapterConfig, apply_final_ln: bool) -> bool:
         return apply_final_ln and config.original_ln_after and self.spec.kind is not SiteKind.PRE_NORM
