@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from adapterfusion.errors import DefaultModelMissingError, RunFileError, ZooError
 from adapterfusion.io.documents import read_json
@@ -64,10 +64,16 @@ def default_decoder_gguf() -> Path:
     return path
 
 
-def named_encoder(encoder: str | os.PathLike) -> str | os.PathLike:
-    """`encoder`, with the name DEFAULT_DECODER ('default-decoder') replaced by the shipped decoder's folder
-    (default_decoder_path: converted on first use)."""
-    return str(default_decoder_path()) if encoder == DEFAULT_DECODER else encoder
+@overload
+def named_encoder(encoder: None) -> None: ...
+@overload
+def named_encoder(encoder: str | os.PathLike) -> str: ...
+def named_encoder(encoder: str | os.PathLike | None) -> str | None:
+    """`encoder` as a string, with the name DEFAULT_DECODER ('default-decoder') replaced by the shipped decoder's
+    folder (default_decoder_path: converted on first use); None stays None (the caller's default)."""
+    if encoder is None:
+        return None
+    return str(default_decoder_path()) if encoder == DEFAULT_DECODER else os.fspath(encoder)
 
 
 def cache_dir() -> Path:

@@ -74,11 +74,6 @@ class ExperimentSummary:
         return "\n".join([line, *details])
 
 
-def _named(encoder: str | None) -> str | None:
-    """The spec's encoder as jobs take it: the name 'default-decoder' becomes the shipped decoder's folder."""
-    return None if encoder is None else str(named_encoder(encoder))
-
-
 def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayload:
     out = Path(spec.output_dir)
     store, encoder = job.store_dir(out), job.encoder_dir(out)
@@ -89,7 +84,7 @@ def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayl
         seed=job.seed,
         output_dir=str(job.variant_dir(out)),
         run_dir=str(job.run_dir(out)),
-        encoder=_named(spec.encoder) if encoder is None else str(encoder),
+        encoder=named_encoder(spec.encoder) if encoder is None else str(encoder),
         data_dir=spec.data_dir,
         store_dir=None if store is None else str(store),
         training=payload_options(job.training),

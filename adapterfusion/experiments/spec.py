@@ -679,9 +679,9 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         raise _fail("output_dir", f"must be a path (a string), got null; leave it out for outputs/{name}")
     task_training = _task_training(data.get("task_training"), tasks, variants)
     encoder = _encoder(data.get("encoder"), base_dir)
-    local_encoder = named_encoder(encoder) if encoder is not None else None
-    variants = _resolve_poolings(variants, entries, None if local_encoder is None else str(local_encoder))
-    _check_max_lengths(global_training, entries, task_training, None if local_encoder is None else str(local_encoder))
+    local_encoder = named_encoder(encoder)
+    variants = _resolve_poolings(variants, entries, local_encoder)
+    _check_max_lengths(global_training, entries, task_training, local_encoder)
     zoo = _zoo(data.get("zoo"), base_dir)
     if zoo is not None:
         if not any(v.setup == "fusion-st-a" for v in variants):
