@@ -21,7 +21,16 @@ from adapterfusion.errors import (
     UnsupportedArchitectureError,
 )
 from adapterfusion.fusion import FusionConfig, FusionLayer
-from adapterfusion.heads import ClassificationHead, HeadConfig, MultipleChoiceHead, RegressionHead
+from adapterfusion.heads import (
+    ClassificationHead,
+    HeadConfig,
+    MultipleChoiceHead,
+    QuestionAnsweringHead,
+    RegressionHead,
+    TokenClassificationHead,
+    qa_labels,
+    word_labels_to_tokens,
+)
 from adapterfusion.injection.architectures import ARCHITECTURES
 from adapterfusion.model import AdaptedModel, AdaptedModelOutput, wrap
 from adapterfusion.parameters import ParameterReport
@@ -45,11 +54,15 @@ __all__ = [
     "MultipleChoiceHead",
     "NameNotFoundError",
     "ParameterReport",
+    "QuestionAnsweringHead",
     "RegressionHead",
     "SerializationError",
+    "TokenClassificationHead",
     "UnknownFormatVersionWarning",
     "UnsupportedArchitectureError",
     "default_decoder_path",
     "default_encoder_path",
+    "qa_labels",
+    "word_labels_to_tokens",
     "wrap",
 ]

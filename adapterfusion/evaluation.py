@@ -107,7 +107,7 @@ def evaluate_run(
     run = rebuild_run(run_dir, store=store, device=device)
     dataset = load_run_split(run, split, data_dir, max_examples)
     batches = run_batches(run, dataset, batch_size)
-    metrics = score(run.task, predict(run.model, batches))
+    metrics = score(run.task, predict(run.model, batches), dataset)  # the features decode QA answers
     result = {
         "run_dir": str(run.run_dir),
         "task": run.task.name,

@@ -30,6 +30,8 @@ from torch import nn
 from adapterfusion.encoder_limits import limit_reason, max_input_length
 from adapterfusion.errors import ConfigError
 from adapterfusion.heads.config import HeadConfig
+from adapterfusion.heads.question_answering import check_qa_labels
+from adapterfusion.heads.token_classification import check_tagging_labels
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -357,8 +359,15 @@ def _check_last_token_mask(model: AdaptedModel, given: Mapping[str, Any], rows: 
 
 
 def _check_head_labels(labels: Any, config: HeadConfig, name: str, shape: torch.Size) -> None:
-    """One class id (or target) per example, inside the head's classes."""
+    """One class id (or target) per example, inside the head's classes; a per-token head's own layout
+    (heads/question_answering.py, heads/token_classification.py)."""
     labels = _labels_tensor(labels, shape[0], f"head {name!r}")
+    if config.kind == "question_answering":
+        check_qa_labels(labels, name, shape)
+        return
+    if config.kind == "token_classification":
+        check_tagging_labels(labels, name, config.num_labels, shape)
+        return
     if labels.dim() != 1:
         raise ConfigError(f"head {name!r}: labels of shape {tuple(labels.shape)} must be [batch], one per example")
     if config.kind == "multiple_choice":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from adapterfusion.errors import ConfigError
 from adapterfusion.tasks.instruction import IGNORE_INDEX, prompt_length
 from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.tasks.squad import qa_needs_features, score_qa
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -56,14 +57,31 @@ def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], 
     if not logits:
         raise ConfigError("predict: no batches to evaluate (the split is empty)")
     return Predictions(
-        np.concatenate(logits),
-        np.concatenate(labels) if labels else np.empty(0, dtype=np.int64),
+        padded_concat(logits, -100.0),
+        padded_concat(labels, IGNORE_INDEX) if labels else np.empty(0, dtype=np.int64),
         loss_sum / count if count else None,
     )
 
 
-def score(task: TaskSpec, predictions: Predictions) -> dict[str, float]:
-    """The task's metrics of `predictions`, plus "loss"."""
+def padded_concat(arrays: list[np.ndarray], value: float) -> np.ndarray:
+    """Batches joined along the first axis; per-token outputs (QA, tagging) of batches padded to different lengths
+    padded with `value` to the longest first, as the HF Trainer pads them (-100)."""
+    if len({a.shape[1:] for a in arrays}) <= 1:
+        return np.concatenate(arrays)
+    length = max(a.shape[1] for a in arrays)
+    return np.concatenate(
+        [np.pad(a, [(0, 0), (0, length - a.shape[1])] + [(0, 0)] * (a.ndim - 2), constant_values=value) for a in arrays]
+    )
+
+
+def score(task: TaskSpec, predictions: Predictions, features: Any = None) -> dict[str, float]:
+    """The task's metrics of `predictions`, plus "loss". An extractive QA task decodes its answers with the encoded
+    `features` the predictions came from, in their order (tasks/squad.py)."""
+    if task.is_extractive_qa:
+        if features is None:
+            raise qa_needs_features(task)
+        metrics = score_qa(features, predictions.logits, task.metrics)
+        return {**metrics, "loss": predictions.loss} if predictions.loss is not None else metrics
     metrics = dev_metrics(task, predictions.logits, predictions.labels)
     return {**metrics, "loss": predictions.loss} if predictions.loss is not None else metrics
 

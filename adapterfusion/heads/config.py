@@ -20,6 +20,7 @@ class HeadConfig:
     """Shared fields: `layers` linear layers on the pooled representation (AdapterHub's default: 2, tanh)."""
 
     kind: ClassVar[str] = "base"
+    per_token: ClassVar[bool] = False  # outputs one row of logits per token, not per (pooled) input
     num_labels: int = 2
     layers: int = 2
     activation: str = "tanh"
@@ -98,8 +99,40 @@ class MultipleChoiceHead(HeadConfig):
         super().__post_init__()
 
 
+@dataclass(frozen=True)
+class QuestionAnsweringHead(HeadConfig):
+    """Extractive QA: a start and an end logit per token (outputs [batch, seq, 2]); labels [batch, 2] hold each
+    example's start and end token, the loss is the mean of their cross-entropies (heads/question_answering.py).
+    One linear layer by default, as BERT's and AdapterHub's QA heads."""
+
+    kind: ClassVar[str] = "question_answering"
+    per_token: ClassVar[bool] = True
+    num_labels: int = 2
+    layers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.num_labels != 2 or self.labels is not None:
+            raise ConfigError(
+                f"QuestionAnsweringHead has exactly 2 outputs per token (start, end) and no labels; got "
+                f"num_labels={self.num_labels!r}, labels={self.labels!r}: leave both out"
+            )
+        super().__post_init__()
+
+
+@dataclass(frozen=True)
+class TokenClassificationHead(HeadConfig):
+    """Tagging (e.g. named entities): num_labels logits per token (outputs [batch, seq, num_labels]); labels
+    [batch, seq] hold a tag id on the first sub-token of each word and -100 elsewhere, which the loss skips
+    (heads/token_classification.py). One linear layer by default, as AdapterHub's TaggingHead."""
+
+    kind: ClassVar[str] = "token_classification"
+    per_token: ClassVar[bool] = True
+    layers: int = 1
+
+
 HEAD_KINDS: dict[str, type[HeadConfig]] = {
-    cls.kind: cls for cls in (ClassificationHead, RegressionHead, MultipleChoiceHead)
+    cls.kind: cls
+    for cls in (ClassificationHead, RegressionHead, MultipleChoiceHead, QuestionAnsweringHead, TokenClassificationHead)
 }
 
 

@@ -7,6 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from adapterfusion.heads.config import HeadConfig
+from adapterfusion.heads.question_answering import qa_loss
+from adapterfusion.heads.token_classification import tagging_loss
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
 
@@ -22,7 +24,8 @@ def last_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None)
 
 
 class PredictionHead(nn.Module):
-    """[dropout -> linear -> activation] x (layers - 1) -> dropout -> linear, on the pooled encoder output."""
+    """[dropout -> linear -> activation] x (layers - 1) -> dropout -> linear, on the pooled encoder output (on every
+    token's output for a per-token head: question answering, tagging)."""
 
     def __init__(self, config: HeadConfig, hidden_size: int) -> None:
         super().__init__()
@@ -51,6 +54,8 @@ class PredictionHead(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, num_choices: int | None = None
     ) -> torch.Tensor:
+        if self.config.per_token:  # question answering, tagging: the same layers on every token, no pooling
+            return self.layers(hidden_states)
         return self.from_pooled(self.pool(hidden_states, attention_mask), num_choices)
 
     def from_pooled(self, pooled: torch.Tensor, num_choices: int | None = None) -> torch.Tensor:
@@ -65,4 +70,8 @@ class PredictionHead(nn.Module):
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.config.kind == "regression":
             return F.mse_loss(logits, labels.to(logits.dtype))
+        if self.config.kind == "question_answering":
+            return qa_loss(logits, labels)
+        if self.config.kind == "token_classification":
+            return tagging_loss(logits, labels)
         return F.cross_entropy(logits, labels.long())

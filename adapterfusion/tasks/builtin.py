@@ -9,6 +9,7 @@ from __future__ import annotations
 from adapterfusion.tasks.spec import TaskSpec
 
 NLI3 = ("entailment", "neutral", "contradiction")
+CONLL_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")  # the Hub's id order
 
 
 def _glue(name: str, config: str | None, text_fields: tuple[str, ...], labels: tuple[str, ...], **kw) -> TaskSpec:
@@ -182,5 +183,26 @@ BUILTIN_TASKS: tuple[TaskSpec, ...] = (
         label_names=("A", "B", "C", "D", "E"),
         hub_path="tau/commonsense_qa",
         description="CommonsenseQA; 5 answers under choices.text.",
+    ),
+    # Houlsby et al. 2019's span tasks (issue #25): extractive QA (§3.5) and named-entity tagging.
+    TaskSpec(
+        name="squad",
+        kind="extractive_qa",
+        text_fields=("question", "context"),
+        label_field="answers",
+        max_length=384,
+        hub_path="rajpurkar/squad",
+        description="SQuAD v1.1 extractive QA; exact match and F1 of the answer text (tasks/squad.py).",
+    ),
+    TaskSpec(
+        name="conll2003",
+        kind="token_classification",
+        text_fields=("tokens",),
+        label_field="ner_tags",
+        label_names=CONLL_TAGS,
+        hub_path="eriktks/conll2003",
+        test_split="test",
+        hub_splits=("train", "validation", "test"),
+        description="CoNLL-2003 English named entities (IOB2 on the Hub); entity-level F1 as seqeval computes it.",
     ),
 )

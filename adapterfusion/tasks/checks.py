@@ -12,6 +12,8 @@ from typing import Any
 from adapterfusion.tasks import fields
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.spec import UNLABELLED_VALUES, TaskSpec, suggest
+from adapterfusion.tasks.squad import check_qa_split
+from adapterfusion.tasks.tagging import check_tagging_split
 
 LABEL_COLUMN = "label"
 _CHUNK = 10_000
@@ -125,6 +127,9 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
     if role == "test" and fields.top_level(spec.label_field) not in dataset.column_names:
         return CheckedSplit(dataset=None, dropped_unlabelled=len(dataset))
     _check_columns(spec, dataset, origin)
+    if spec.is_extractive_qa or spec.is_token_classification:  # their rows hold answers or tag lists
+        checker = check_qa_split if spec.is_extractive_qa else check_tagging_split
+        return CheckedSplit(*checker(spec, dataset, origin, role))
     columns = fields.required_columns(spec)
     unlabelled: list[int] = []
     offset = 0

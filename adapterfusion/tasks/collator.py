@@ -76,6 +76,9 @@ class TaskCollator:
             batch["labels"] = torch.tensor([int(f[label_key]) for f in features], dtype=torch.long)
         elif label_key is not None:  # one label per token
             batch["labels"] = _padded([f[label_key] for f in features], seq_len, IGNORE_INDEX, left)
+        if "start_positions" in features[0]:  # extractive QA: one (start, end) token pair per example
+            spans = [[int(f["start_positions"]), int(f["end_positions"])] for f in features]
+            batch["labels"] = torch.tensor(spans, dtype=torch.long)
         return batch
 
 

@@ -23,6 +23,8 @@ from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.instruction import ANSWER_CUT_COLUMN, PROMPT_CUT_COLUMN, encode_instruction_batch
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.tasks.squad import encode_qa_split
+from adapterfusion.tasks.tagging import encode_tagging_split
 
 __all__ = ["EncodedTask", "TaskCollator", "TruncationReport", "encode_task", "effective_max_length", "segments"]
 
@@ -151,6 +153,10 @@ def encode_task(
     splits = data if isinstance(data, datasets.DatasetDict) else datasets.DatasetDict({"data": data})
     encoded, truncated, totals, answers_cut = {}, {}, {}, {}
     for role, dataset in splits.items():
+        if spec.is_extractive_qa or spec.is_token_classification:  # windows of contexts, tags per token
+            encoder = encode_qa_split if spec.is_extractive_qa else encode_tagging_split
+            encoded[role], truncated[role], totals[role] = encoder(spec, dataset, tokenizer, length, role, num_proc)
+            continue
         gold = fields.top_level(spec.label_field) if spec.is_generation else LABEL_COLUMN
         if gold not in dataset.column_names:
             raise TaskError(

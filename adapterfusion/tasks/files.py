@@ -1,4 +1,5 @@
-"""Find and read a task's split files: `<data_dir>/<task>/<split>.jsonl.gz` (or .jsonl/.json/.csv, gzip'd or not).
+"""Find and read a task's split files: `<data_dir>/<task>/<split>.jsonl.gz` (or .jsonl/.json/.csv, gzip'd or not;
+SQuAD's JSON and CoNLL's text files for span tasks, tasks/span_files.py).
 
 Files are read with the `datasets` json/csv builders so they get Arrow cache files, which is what lets
 `Dataset.map` cache tokenisation between runs.
@@ -13,6 +14,13 @@ from pathlib import Path
 
 from adapterfusion.io.paths import check_readable_file
 from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.span_files import (
+    CONLL_EXTENSIONS,
+    is_conll_file,
+    is_squad_file,
+    read_conll_file,
+    read_squad_file,
+)
 
 EXTENSIONS = (".jsonl.gz", ".jsonl", ".json.gz", ".json", ".csv.gz", ".csv")
 
@@ -20,7 +28,8 @@ EXTENSIONS = (".jsonl.gz", ".jsonl", ".json.gz", ".json", ".csv.gz", ".csv")
 def find_split_file(task_dir: Path, stems: list[str]) -> Path | None:
     """The one file in `task_dir` named `<stem><ext>` for the first stem that has any; None if none has."""
     for stem in stems:
-        hits = [task_dir / f"{stem}{ext}" for ext in EXTENSIONS if (task_dir / f"{stem}{ext}").is_file()]
+        found = (task_dir / f"{stem}{ext}" for ext in (*EXTENSIONS, *CONLL_EXTENSIONS))
+        hits = [path for path in found if path.is_file()]
         if len(hits) > 1:
             raise TaskError(f"{task_dir}: several files for split {stem!r}: {[h.name for h in hits]}; keep only one.")
         if hits:
@@ -85,6 +94,10 @@ def read_data_file(path: str | Path, cache_dir: str | None = None):
     if not os.path.lexists(path):
         raise TaskError(f"data file {str(path)!r} does not exist; check the path or the task's data_files.")
     check_readable_file(path, "check the path or the task's data_files.", "data file", TaskError)
+    if is_conll_file(path):  # span tasks' own formats (tasks/span_files.py)
+        return read_conll_file(path)
+    if is_squad_file(path):
+        return read_squad_file(path)
     builder = _builder(path)
     try:
         empty = _is_empty(path)

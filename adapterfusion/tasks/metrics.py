@@ -13,6 +13,8 @@ import numpy as np
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.tasks.squad import qa_needs_features
+from adapterfusion.tasks.tagging import tagging_metrics, top_tag_share
 
 
 def _as_ids(predictions, labels) -> tuple[np.ndarray, np.ndarray]:
@@ -90,6 +92,10 @@ def top_prediction_share(predictions) -> float:
 def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, float]:
     """The task's metrics (e.g. {"accuracy": .., "f1": ..} for MRPC), from predicted ids or logits."""
     spec = resolve_task(task)
+    if spec.is_token_classification:  # one tag per word, at each word's first token (tasks/tagging.py)
+        return tagging_metrics(spec, predictions, labels)
+    if spec.is_extractive_qa:  # answers are decoded with the features' offsets and contexts
+        raise qa_needs_features(spec)
     preds, gold = _as_ids(predictions, labels)
     bad = gold[(gold < 0) | (gold >= spec.num_labels)]
     if bad.size:
@@ -107,7 +113,9 @@ CONSTANT_PREDICTOR_SHARE = 1.0  # every dev prediction the same id: the run lear
 def dev_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, float]:
     """What training and evaluation record on a dev set: the task's metrics plus `top_prediction_share`, so a run
     that collapsed to a constant predictor is visible next to its accuracy."""
-    return {**compute_metrics(task, predictions, labels), TOP_PREDICTION_SHARE: top_prediction_share(predictions)}
+    spec = resolve_task(task)
+    share = top_tag_share(predictions, labels) if spec.is_token_classification else top_prediction_share(predictions)
+    return {**compute_metrics(spec, predictions, labels), TOP_PREDICTION_SHARE: share}
 
 
 def collapse_warning(metrics: dict[str, float], num_examples: int | None = None) -> str | None:

@@ -17,7 +17,14 @@ from adapterfusion.tasks.errors import TaskError
 
 SPEC_FORMAT_VERSION = 1
 GENERATION = "generation"  # instruction data: a prompt and an answer, trained on the answer's tokens
-KINDS = ("single", "pair", "multiple_choice", GENERATION)
+EXTRACTIVE_QA = "extractive_qa"  # a question and a context; the answer is a span of the context (SQuAD)
+TOKEN_CLASSIFICATION = "token_classification"  # a list of words, one tag each (CoNLL-2003 named entities)
+KINDS = ("single", "pair", "multiple_choice", GENERATION, EXTRACTIVE_QA, TOKEN_CLASSIFICATION)
+# Their metrics (first: the default that selects the best checkpoint). QA: SQuAD v1.1's, as fractions; tagging:
+# entity-level (seqeval's chunks), and the accuracy of the word tags.
+QA_METRICS = ("f1", "exact_match")
+TAGGING_METRICS = ("f1", "precision", "recall", "accuracy")
+_SPAN_METRICS = {EXTRACTIVE_QA: QA_METRICS, TOKEN_CLASSIFICATION: TAGGING_METRICS}
 ROLES = ("train", "validation", "test")
 CLASSIFICATION_METRICS = ("accuracy", "f1")
 # A generation task's dev metrics of the answer tokens, teacher-forced (mean cross-entropy, token accuracy; perplexity
@@ -82,8 +89,13 @@ class TaskSpec:
     kind "generation" (instruction data, `instruction_task` builds one): text_fields holds the prompt field and
     label_field the answer field; there are no label names. A model trains on the answer's tokens only
     (tasks/instruction.py). chat_template: wrap each prompt in the tokenizer's chat template as one user turn.
+    kind "extractive_qa" (SQuAD): text_fields = (question, context), label_field the answers in the Hub's layout
+    ({"text": [...], "answer_start": [...]}, several gold answers allowed), no label names; contexts longer than
+    max_length are read in overlapping windows (tasks/squad.py). kind "token_classification" (CoNLL-2003):
+    text_fields = (the list of words,), label_field one tag per word, label_names the tags in id order.
     metrics default to the kind's own: ("accuracy",) for classification, ("answer_loss", "token_accuracy") for
-    generation; the first selects a run's best checkpoint (the least answer_loss, the most of the others).
+    generation, QA_METRICS and TAGGING_METRICS for the two above; the first selects a run's best checkpoint (the
+    least answer_loss, the most of the others).
     """
 
     name: str
@@ -113,6 +125,8 @@ class TaskSpec:
     def __post_init__(self) -> None:
         self._check_scalar_types()
         self._coerce_containers()
+        if not self.metrics and self.kind in _SPAN_METRICS:
+            object.__setattr__(self, "metrics", _SPAN_METRICS[self.kind])
         if not self.metrics:
             default = ("answer_loss", "token_accuracy") if self.kind == GENERATION else ("accuracy",)
             object.__setattr__(self, "metrics", default)
@@ -174,10 +188,13 @@ class TaskSpec:
             "pair": "exactly 2",
             "multiple_choice": "at least 1",
             GENERATION: "exactly 1",
+            EXTRACTIVE_QA: "exactly 2 (question, context)",
+            TOKEN_CLASSIFICATION: "exactly 1 (the list of words)",
         }
         n_text = len(self.text_fields)
-        one = self.kind in ("single", GENERATION)
-        if (one and n_text != 1) or (self.kind == "pair" and n_text != 2) or n_text < 1:
+        one = self.kind in ("single", GENERATION, TOKEN_CLASSIFICATION)
+        two = self.kind in ("pair", EXTRACTIVE_QA)
+        if (one and n_text != 1) or (two and n_text != 2) or n_text < 1:
             raise self._fail(
                 f"a {self.kind!r} task needs {expected[self.kind]} text field(s), got "
                 f"text_fields={list(self.text_fields)}."
@@ -217,6 +234,13 @@ class TaskSpec:
                     "answer text; remove them."
                 )
             return
+        if self.kind == EXTRACTIVE_QA:
+            if self.label_names or self.label_values:
+                raise self._fail(
+                    "an 'extractive_qa' task has no label_names or label_values: its label_field holds each row's "
+                    "answers ({'text': [...], 'answer_start': [...]}); remove them."
+                )
+            return
         if len(self.label_names) < 2 or len(set(self.label_names)) != len(self.label_names):
             raise self._fail(
                 f"label_names={list(self.label_names)} must hold at least 2 distinct names "
@@ -245,6 +269,9 @@ class TaskSpec:
                 raise self._fail(f"{what} uses unknown split role(s) {bad}; use {list(ROLES)}.")
 
     def _check_metrics(self) -> None:
+        if self.kind in _SPAN_METRICS:
+            self._check_span_metrics()
+            return
         known = GENERATION_METRICS if self.kind == GENERATION else CLASSIFICATION_METRICS
         for metric in self.metrics:
             if metric not in known:
@@ -259,6 +286,15 @@ class TaskSpec:
         if not 0 <= self.positive_label < len(self.label_names):
             raise self._fail(f"positive_label={self.positive_label} is not a label id 0..{len(self.label_names) - 1}.")
 
+    def _check_span_metrics(self) -> None:
+        known = _SPAN_METRICS[self.kind]
+        for metric in self.metrics:
+            if metric not in known:
+                raise self._fail(
+                    f"metric {metric!r} is unknown for a {self.kind!r} task; use {list(known)}."
+                    f"{suggest(str(metric), known)}"
+                )
+
     # -- derived views ----------------------------------------------------------------------------
 
     @property
@@ -269,6 +305,17 @@ class TaskSpec:
     @property
     def is_multiple_choice(self) -> bool:
         return self.kind == "multiple_choice"
+
+    @property
+    def is_extractive_qa(self) -> bool:
+        """A question over a context, answered by a span of the context (SQuAD): encoded in windows of the
+        context (tasks/squad.py), scored by exact match and F1 of the answer text."""
+        return self.kind == EXTRACTIVE_QA
+
+    @property
+    def is_token_classification(self) -> bool:
+        """One tag per word (CoNLL-2003): labels on each word's first sub-token (tasks/tagging.py)."""
+        return self.kind == TOKEN_CLASSIFICATION
 
     @property
     def is_generation(self) -> bool:

@@ -34,6 +34,7 @@ from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
 from adapterfusion.training.hardware import check_precision, is_main_process, training_device
 from adapterfusion.training.loop import fit, instruction_task_data, resolve_metric, single_task_data
+from adapterfusion.training.qa_loop import qa_task_data
 from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, jsonable, save_encoder, training_config_for
 from adapterfusion.training.run_state import claimed_run
@@ -148,6 +149,9 @@ def train(
             )
             trained: Any = HeadOnFeatures(model.get_head(plan.head))
             data = single_task_data(spec, cached["train"], cached["validation"], tokenizer, config, stack_features)
+        elif spec.is_extractive_qa:  # dev metrics of answers decoded from the windows (training/qa_loop.py)
+            trained = model
+            data = qa_task_data(spec, encoded["train"], encoded["validation"], tokenizer, config)
         elif spec.is_generation:
             trained = model
             data = instruction_task_data(spec, encoded["train"], encoded["validation"], tokenizer, config, model)

@@ -39,7 +39,13 @@ from adapterfusion._validation import check_mapping, check_name
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import resolve_fusion_config
-from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleChoiceHead
+from adapterfusion.heads.config import (
+    ClassificationHead,
+    HeadConfig,
+    MultipleChoiceHead,
+    QuestionAnsweringHead,
+    TokenClassificationHead,
+)
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import get_task
@@ -156,6 +162,10 @@ def head_config_for(task: TaskSpec, pooling: str = "cls") -> HeadConfig:
     """ClassificationHead for single/pair tasks, MultipleChoiceHead for multiple choice; labels from the task."""
     if task.is_multiple_choice:
         return MultipleChoiceHead(num_labels=task.num_labels, pooling=pooling)
+    if task.is_extractive_qa:  # per-token heads pool nothing
+        return QuestionAnsweringHead()
+    if task.is_token_classification:
+        return TokenClassificationHead(num_labels=task.num_labels, labels=tuple(task.label_names))
     return ClassificationHead(num_labels=task.num_labels, labels=tuple(task.label_names), pooling=pooling)
 
 
@@ -206,7 +216,8 @@ def _head(model: AdaptedModel, context: SetupContext) -> SetupPlan:
             "which the language model's own head scores: train it with st-a, fusion-st-a or full"
         )
     model.train_head(head)
-    return SetupPlan(head=head, trainable=list(model.heads[head].parameters()), head_only=True)
+    pooled = not model.get_head(head).config.per_token  # a per-token head's features are not one vector per input
+    return SetupPlan(head=head, trainable=list(model.heads[head].parameters()), head_only=pooled)
 
 
 def _full(model: AdaptedModel, context: SetupContext) -> SetupPlan:

@@ -1,0 +1,60 @@
+"""Token classification (tagging) on top of `TokenClassificationHead`'s [batch, seq, num_labels] logits: the loss
+over labelled tokens, the check of the labels, and how word-level tags become token labels.
+
+A word the tokenizer splits into several sub-tokens is labelled on its first sub-token only; the others, the special
+tokens and the padding get IGNORE_INDEX (-100), which the loss skips and the metrics never read (the convention of
+BERT's CoNLL-2003 recipe and of AdapterHub's TaggingHead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from adapterfusion.errors import ConfigError
+
+IGNORE_INDEX = -100
+
+
+def tagging_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the tokens whose label is not IGNORE_INDEX."""
+    return F.cross_entropy(logits.flatten(0, -2), labels.long().reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def check_tagging_labels(labels: torch.Tensor, name: str, num_labels: int, shape: torch.Size) -> None:
+    """[batch, seq] integer tags in 0..num_labels-1 or IGNORE_INDEX, with at least one labelled token in the batch
+    (else the loss is NaN); a ConfigError naming what to pass otherwise."""
+    if labels.shape != shape:
+        raise ConfigError(
+            f"head {name!r} (token classification): labels of shape {tuple(labels.shape)} must be one per token, "
+            f"{tuple(shape)} like input_ids, with {IGNORE_INDEX} on tokens that carry no tag "
+            "(af.word_labels_to_tokens aligns word tags to the tokenizer's output)"
+        )
+    if labels.is_floating_point() and not bool((labels == labels.round()).all()):
+        raise ConfigError(f"head {name!r}: tags must be integer ids, got fractional values")
+    tagged = labels[labels != IGNORE_INDEX]
+    if tagged.numel() == 0:
+        raise ConfigError(
+            f"head {name!r}: every label of the batch is {IGNORE_INDEX}, so there is nothing to learn from (the loss "
+            "would be NaN); check the alignment of word tags to tokens"
+        )
+    low, high = torch.aminmax(tagged)
+    if float(low) < 0 or float(high) >= num_labels:
+        bad = sorted({int(v) for v in tagged[(tagged < 0) | (tagged >= num_labels)].tolist()})
+        raise ConfigError(
+            f"head {name!r} (num_labels={num_labels}): tags {bad[:5]} are not ids in 0..{num_labels - 1} or "
+            f"{IGNORE_INDEX}; check the task's label names"
+        )
+
+
+def word_labels_to_tokens(word_ids: Sequence[int | None], word_labels: Sequence[int]) -> list[int]:
+    """One label per token from one label per word: the word's tag on its first sub-token, IGNORE_INDEX on the
+    other sub-tokens and on tokens of no word (special tokens). `word_ids` is a fast tokenizer's
+    `encoding.word_ids(i)`; a word cut off by truncation simply has no token."""
+    labels, previous = [], None
+    for word in word_ids:
+        labels.append(IGNORE_INDEX if word is None or word == previous else int(word_labels[word]))
+        previous = word
+    return labels

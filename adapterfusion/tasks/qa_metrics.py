@@ -1,0 +1,58 @@
+"""SQuAD v1.1's answer metrics, as its official evaluation script computes them: exact match and token F1 of the
+normalised answer text, the best over the gold answers of each question, averaged over questions.
+
+Normalisation (the script's `normalize_answer`): lower case, drop ASCII punctuation, drop the articles "a", "an",
+"the" as whole words, collapse whitespace. F1 counts the common tokens of the two normalised answers (a bag of words,
+with repeats); when they share none, F1 is 0, also when both normalise to nothing (v1.1; SQuAD 2.0's script says 1).
+Scores are fractions in [0, 1] like every metric here; the official script prints them x 100.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+
+from adapterfusion.tasks.errors import TaskError
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """The official SQuAD v1.1 normalisation (see the module docstring), in its order."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    """1.0 when the normalised texts are equal, else 0.0."""
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """F1 of the normalised texts' tokens, counted with repeats; 0.0 when they share no token."""
+    predicted, expected = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    common = sum((Counter(predicted) & Counter(expected)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(predictions: Sequence[str], gold_answers: Sequence[Sequence[str]]) -> dict[str, float]:
+    """{"exact_match", "f1"}: per question the best over its gold answers, averaged over the questions."""
+    if len(predictions) != len(gold_answers):
+        raise TaskError(f"{len(predictions)} predicted answers but {len(gold_answers)} questions; they must match.")
+    if not predictions:
+        raise TaskError("no answers to score; the evaluation split is empty.")
+    unanswerable = [i for i, answers in enumerate(gold_answers) if not answers]
+    if unanswerable:
+        raise TaskError(
+            f"question {unanswerable[0]} has no gold answer ({len(unanswerable)} such); SQuAD v1.1 scoring needs at "
+            "least one per question (unanswerable questions are SQuAD 2.0, which this task does not score)."
+        )
+    em = sum(max(exact_match(p, g) for g in gold) for p, gold in zip(predictions, gold_answers, strict=True))
+    f1 = sum(max(token_f1(p, g) for g in gold) for p, gold in zip(predictions, gold_answers, strict=True))
+    return {"exact_match": em / len(predictions), "f1": f1 / len(predictions)}
