@@ -14,7 +14,14 @@ from adapterfusion._validation import check_bool, check_int
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import FusionConfig
-from adapterfusion.heads.config import ClassificationHead, HeadConfig, MultipleChoiceHead, RegressionHead
+from adapterfusion.heads.config import (
+    ClassificationHead,
+    HeadConfig,
+    MultipleChoiceHead,
+    QuestionAnsweringHead,
+    RegressionHead,
+    TokenClassificationHead,
+)
 
 # `BnConfig` of adapters 1.3.0 with its defaults: the full key set `save_adapter` writes.
 BN_DEFAULTS: dict[str, Any] = {
@@ -73,6 +80,7 @@ _NON_LINEARITY_IN = {
 _NON_LINEARITY_OUT = {"leaky_relu": "leakyrelu"}
 _INIT_IN = {"bert": "bert", "houlsby": "houlsby", "mam_adapter": "zero_up"}
 _INIT_OUT = {ours: theirs for theirs, ours in _INIT_IN.items()}
+_SPAN_HEAD_TYPES = ("question_answering", "tagging")  # AdapterHub's QuestionAnsweringHead and TaggingHead
 _HEAD_ACTIVATION_IN = {"tanh": "tanh", "relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 
 FUSION_DEFAULTS: dict[str, Any] = {
@@ -246,10 +254,10 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
     """Our head config for head_config.json's "config". `default_dropout`: what adapters uses when
     dropout_prob is None (the encoder's classifier_dropout, else hidden_dropout_prob)."""
     head_type = config.get("head_type")
-    if head_type not in ("classification", "multiple_choice"):
+    if head_type not in ("classification", "multiple_choice", *_SPAN_HEAD_TYPES):
         raise ConfigError(
             f"AdapterHub head_type={head_type!r} is not supported; importable: 'classification' (num_labels=1 "
-            "becomes a RegressionHead) and 'multiple_choice'"
+            "becomes a RegressionHead), 'multiple_choice', 'question_answering' and 'tagging'"
         )
     if config.get("use_pooler"):
         raise ConfigError("AdapterHub head option use_pooler=True is not supported: our heads read token 0 directly")
@@ -271,7 +279,13 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
     if head_type == "multiple_choice":
         return MultipleChoiceHead(num_labels=config.get("num_choices", 2), **settings)
     num_labels = check_int(config.get("num_labels", 2), "AdapterHub head num_labels", minimum=1)
+    if head_type == "question_answering":  # its two outputs are start and end; label2id names nothing
+        if num_labels != 2:
+            raise ConfigError(f"AdapterHub question_answering head num_labels={num_labels}: only 2 (start, end)")
+        return QuestionAnsweringHead(**settings)
     labels = _labels(config.get("label2id"), num_labels)
+    if head_type == "tagging":
+        return TokenClassificationHead(num_labels=num_labels, labels=labels, **settings)
     if num_labels == 1:
         return RegressionHead(**settings)
     return ClassificationHead(num_labels=num_labels, labels=labels, **settings)
@@ -284,6 +298,8 @@ def _labels(label2id: Any, num_labels: int) -> tuple[str, ...] | None:
 
 
 def head_config_to_adapterhub(config: HeadConfig) -> dict[str, Any]:
+    if config.per_token:  # question answering, tagging: their heads take no use_pooler or bias option
+        return _span_head_config_to_adapterhub(config)
     if config.pooling != "cls":
         raise ConfigError(f"head pooling={config.pooling!r} cannot be exported: AdapterHub heads pool token 0")
     common = {
@@ -301,4 +317,18 @@ def head_config_to_adapterhub(config: HeadConfig) -> dict[str, Any]:
         "head_type": "classification",
         "num_labels": config.num_labels,
         "label2id": {label: i for i, label in enumerate(labels)},
+    }
+
+
+def _span_head_config_to_adapterhub(config: HeadConfig) -> dict[str, Any]:
+    """AdapterHub's QuestionAnsweringHead / TaggingHead config: the same layer stack on every token."""
+    head_type = "question_answering" if config.kind == "question_answering" else "tagging"
+    labels = config.labels or tuple(f"LABEL_{i}" for i in range(config.num_labels))
+    return {
+        "activation_function": config.activation,
+        "dropout_prob": config.dropout,
+        "head_type": head_type,
+        "label2id": {label: i for i, label in enumerate(labels)},
+        "layers": config.layers,
+        "num_labels": config.num_labels,
     }

@@ -269,7 +269,7 @@ def test_unsupported_adapter_options_are_refused(option, value, tmp_path):
     assert model.adapter_names == []
 
 
-@pytest.mark.parametrize("option, value", [("use_pooler", True), ("head_type", "tagging"), ("bias", False)])
+@pytest.mark.parametrize("option, value", [("use_pooler", True), ("head_type", "dependency_parsing"), ("bias", False)])
 def test_unsupported_head_options_are_refused(option, value, tmp_path):
     folder = edited_copy(FIXTURES / "bert" / "heads" / "cls", "head_config.json", tmp_path, config={option: value})
     with pytest.raises(af.ConfigError, match=option):
