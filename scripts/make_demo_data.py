@@ -9,6 +9,8 @@ Output, same layout (what `load_task_data(task, data_dir=demo_data_dir())` reads
     sst2:                2,000 seeded train rows + the complete validation (872)
     mnli:                3,000 seeded rows of validation_matched, kept under that name: MNLI has no train split
                          here, so the loader carves train/validation out of it (seeded by the run's seed)
+    sick-r:              SICK's rows again (1,000 seeded train rows + the complete validation), for the regression
+                         task on its relatedness_score (the task's data folder is named after the task)
 
 Rows are copied byte for byte (Hub field names and label ids); sliced rows keep their source order. Gzip files are
 written with mtime 0 and no file name, so running the script twice gives identical bytes.
@@ -33,7 +35,9 @@ PACK: dict[str, dict[str, int | None]] = {
     "sick": {"train": None, "validation": None},
     "sst2": {"train": 2000, "validation": None},
     "mnli": {"validation_matched": 3000},
+    "sick-r": {"train": 1000, "validation": None},
 }
+SOURCE_FOLDER = {"sick-r": "sick"}  # a task whose rows come from another task's data
 
 
 def read_lines(path: Path) -> list[bytes]:
@@ -68,7 +72,7 @@ def main() -> None:
     total = 0
     for task, splits in PACK.items():
         for split, count in splits.items():
-            source = args.source / task / f"{split}.jsonl.gz"
+            source = args.source / SOURCE_FOLDER.get(task, task) / f"{split}.jsonl.gz"
             if not source.is_file():
                 raise SystemExit(f"{source} not found: pass --source with <task>/<split>.jsonl.gz files")
             lines = read_lines(source)

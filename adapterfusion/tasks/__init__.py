@@ -6,7 +6,7 @@ from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import EncodedTask, TruncationReport, encode_task, segments
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.loading import ENV_DATA_DIR, SplitOrigin, TaskData, TaskDataInfo, load_task_data
-from adapterfusion.tasks.metrics import accuracy, compute_metrics, f1, pearson, spearman
+from adapterfusion.tasks.metrics import accuracy, compute_metrics, f1, matthews_correlation, pearson, spearman
 from adapterfusion.tasks.registry import (
     get_task,
     list_tasks,
@@ -38,6 +38,7 @@ __all__ = [
     "list_tasks",
     "load_task_data",
     "load_task_file",
+    "matthews_correlation",
     "pearson",
     "register_task",
     "resolve_task",

@@ -33,7 +33,8 @@ BUILTIN_TASKS: tuple[TaskSpec, ...] = (
         ("premise", "hypothesis"),
         NLI3,
         validation_split="validation_matched",
-        description="MultiNLI; dev = validation_matched.",
+        extra_dev_splits=("validation_mismatched",),
+        description="MultiNLI; dev = validation_matched (selects checkpoints), validation_mismatched also scored.",
     ),
     _glue(
         "qqp",
@@ -44,6 +45,24 @@ BUILTIN_TASKS: tuple[TaskSpec, ...] = (
         description="Quora Question Pairs; GLUE reports accuracy and F1 of 'duplicate'.",
     ),
     _glue("sst2", "sst2", ("sentence",), ("negative", "positive"), description="Stanford Sentiment Treebank."),
+    # Houlsby et al. 2019's GLUE tasks beyond AdapterFusion's (issue #27); WNLI is left out, as that paper does.
+    _glue(
+        "cola",
+        "cola",
+        ("sentence",),
+        ("unacceptable", "acceptable"),
+        metrics=("matthews_correlation", "accuracy"),
+        description="Corpus of Linguistic Acceptability; GLUE reports Matthews correlation.",
+    ),
+    _glue(
+        "stsb",
+        "stsb",
+        ("sentence1", "sentence2"),
+        (),
+        regression=True,
+        description="STS Benchmark: a 0-5 similarity score; Spearman (Houlsby et al.) and Pearson correlation.",
+    ),
+    _glue("qnli", "qnli", ("question", "sentence"), ("entailment", "not_entailment"), description="Question NLI."),
     _glue(
         "mrpc",
         "mrpc",
@@ -85,6 +104,18 @@ BUILTIN_TASKS: tuple[TaskSpec, ...] = (
         test_split="test",
         hub_splits=("train", "validation", "test"),
         description="SICK entailment labels.",
+    ),
+    _glue(
+        "sick-r",
+        None,
+        ("sentence_A", "sentence_B"),
+        (),
+        hub_path="RobZamp/sick",
+        label_field="relatedness_score",
+        regression=True,
+        test_split="test",
+        hub_splits=("train", "validation", "test"),
+        description="SICK relatedness: a 1-5 score, regression scored by Spearman and Pearson (as STS-B).",
     ),
     _glue(
         "snli",

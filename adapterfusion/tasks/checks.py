@@ -6,6 +6,7 @@ row found here costs seconds while the same row found by a tokenizer mid-trainin
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,23 +97,79 @@ def _check_answers(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]
     return unanswered
 
 
+class _UnknownLabel(TaskError):
+    """A label outside the task's label set; check_split adds the labels the whole column holds."""
+
+
+def _label_lookup(spec: TaskSpec) -> dict[str, int]:
+    """Raw label -> id: the task's label values (or ids), and, where no value spells it, each label's name, so that
+    a user's file may write "positive" for the task's label named "positive"."""
+    lookup = spec.label_lookup()
+    names = {name: i for i, name in enumerate(spec.label_names) if name not in lookup}
+    return {**lookup, **names} if not spec.label_values else lookup
+
+
+def _score(raw: Any) -> float | None:
+    """A regression label as a finite float; None when it is no number (a numeric string counts)."""
+    if isinstance(raw, bool):
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _check_scores(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
+    """A regression task's rows without a score (None, "" or NaN: -1 is a real score here); raises on a label that
+    is no number."""
+    unlabelled = []
+    for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
+        if raw is None or raw == "" or (isinstance(raw, float) and math.isnan(raw)):
+            unlabelled.append(offset + i)
+        elif _score(raw) is None:
+            raise TaskError(
+                f"{_where(spec, origin)}, row {offset + i}: label {raw!r} in field {spec.label_field!r} is not a "
+                "number; a regression task's label is one real score per row (e.g. 3.8)."
+            )
+    return unlabelled
+
+
 def _check_labels(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
     """Row indices without a gold label; raises on a label outside the task's label set."""
     if spec.is_generation:
         return _check_answers(spec, batch, offset, origin)
-    lookup = spec.label_lookup()
+    if spec.regression:
+        return _check_scores(spec, batch, offset, origin)
+    lookup = _label_lookup(spec)
     unlabelled = []
     for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
         key = _label_key(raw)
         if raw is None or key in UNLABELLED_VALUES:
             unlabelled.append(offset + i)
         elif key not in lookup:
-            allowed = list(lookup)
-            raise TaskError(
+            allowed = list(spec.label_lookup())
+            names = [name for name in lookup if name not in allowed]
+            also = f" (or the label names {names})" if names else ""
+            raise _UnknownLabel(
                 f"{_where(spec, origin)}, row {offset + i}: label {raw!r} in field {spec.label_field!r} is not one "
-                f"of {allowed}.{suggest(key, allowed)} Fix the row or the task's label_values."
+                f"of {allowed}{also}.{suggest(key, list(lookup))} Fix the row or the task's label_values."
             )
     return unlabelled
+
+
+def _labels_found(spec: TaskSpec, dataset, limit: int = 20) -> str:
+    """' The column holds labels [...]': every distinct label of the split (the first `limit`), so that a file
+    labelled with other names shows them all at once."""
+    found: dict[str, None] = {}
+    for batch in dataset.select_columns([fields.top_level(spec.label_field)]).iter(batch_size=_CHUNK):
+        found.update(dict.fromkeys(_label_key(v) for v in fields.field_values(batch, spec.label_field)))
+    names = sorted(k for k in found if k not in UNLABELLED_VALUES)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return (
+        f" The column holds {len(names)} distinct labels: {names[:limit]}{more}. If these are your labels, describe "
+        "the task with them (label_names, or label_values in label id order)."
+    )
 
 
 def check_split(spec: TaskSpec, dataset, origin: str, role: str):
@@ -133,10 +190,13 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
     columns = fields.required_columns(spec)
     unlabelled: list[int] = []
     offset = 0
-    for batch in dataset.select_columns(columns).iter(batch_size=_CHUNK):
-        unlabelled += _check_labels(spec, batch, offset, origin)
-        _check_batch(spec, batch, offset, origin)
-        offset += len(batch[columns[0]])
+    try:
+        for batch in dataset.select_columns(columns).iter(batch_size=_CHUNK):
+            unlabelled += _check_labels(spec, batch, offset, origin)
+            _check_batch(spec, batch, offset, origin)
+            offset += len(batch[columns[0]])
+    except _UnknownLabel as err:
+        raise TaskError(f"{err}{_labels_found(spec, dataset)}") from None
     if len(unlabelled) == len(dataset) and role == "test":
         return CheckedSplit(dataset=None, dropped_unlabelled=len(unlabelled))
     if unlabelled and not spec.drop_unlabelled:
@@ -149,11 +209,32 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
         dataset = dataset.select(keep)
     if spec.is_generation:
         return CheckedSplit(dataset=dataset, dropped_unlabelled=len(unlabelled))
+    if spec.regression:
+        return CheckedSplit(dataset=_with_scores(spec, dataset), dropped_unlabelled=len(unlabelled))
     return CheckedSplit(dataset=_with_label_ids(spec, dataset), dropped_unlabelled=len(unlabelled))
 
 
 def _label_ids(batch, label_field: str, lookup: dict[str, int]) -> dict[str, list[int]]:
     return {LABEL_COLUMN: [lookup[_label_key(v)] for v in fields.field_values(batch, label_field)]}
+
+
+def _scores(batch, label_field: str) -> dict[str, list[float | None]]:
+    return {LABEL_COLUMN: [_score(v) for v in fields.field_values(batch, label_field)]}
+
+
+def _with_scores(spec: TaskSpec, dataset):
+    """Replace (or add) column "label" with a regression task's scores as float32."""
+    import datasets
+
+    features = dataset.features.copy()
+    features[LABEL_COLUMN] = datasets.Value("float32")
+    return dataset.map(
+        _scores,
+        batched=True,
+        fn_kwargs={"label_field": spec.label_field},
+        features=features,
+        desc=f"{spec.name}: scores",
+    )
 
 
 def _with_label_ids(spec: TaskSpec, dataset):
@@ -165,7 +246,7 @@ def _with_label_ids(spec: TaskSpec, dataset):
     return dataset.map(
         _label_ids,
         batched=True,
-        fn_kwargs={"label_field": spec.label_field, "lookup": spec.label_lookup()},
+        fn_kwargs={"label_field": spec.label_field, "lookup": _label_lookup(spec)},
         features=features,
         desc=f"{spec.name}: label ids",
     )

@@ -29,7 +29,8 @@ def _flat_sequences(value: Sequence) -> tuple[list[Sequence[int]], int | None]:
 
 @dataclass
 class TaskCollator:
-    """Collate `encode_task` examples into padded tensors; "label"/"labels" becomes a `labels` LongTensor.
+    """Collate `encode_task` examples into padded tensors; "label"/"labels" becomes a `labels` LongTensor (a
+    regression task's float scores a FloatTensor).
     `padding_side` ("left" or "right") overrides the tokenizer's: a causal LM trains right-padded, so that each row's
     positions start at 0."""
 
@@ -72,7 +73,9 @@ class TaskCollator:
             batch[key] = _padded(rows, seq_len, self._pad_value(key), left).reshape(shape)
         label_key = "labels" if "labels" in features[0] else "label" if "label" in features[0] else None
         per_token = label_key is not None and isinstance(features[0][label_key], _SEQUENCE_TYPES)
-        if label_key is not None and not per_token:  # one label per example
+        if label_key is not None and not per_token and isinstance(features[0][label_key], float):  # a score
+            batch["labels"] = torch.tensor([float(f[label_key]) for f in features], dtype=torch.float32)
+        elif label_key is not None and not per_token:  # one label per example
             batch["labels"] = torch.tensor([int(f[label_key]) for f in features], dtype=torch.long)
         elif label_key is not None:  # one label per token
             batch["labels"] = _padded([f[label_key] for f in features], seq_len, IGNORE_INDEX, left)

@@ -1,4 +1,9 @@
-"""Task metrics in plain numpy: accuracy, binary F1, and Pearson/Spearman for score-valued analyses.
+"""Task metrics in plain numpy: accuracy, binary F1, Matthews correlation, and Pearson/Spearman for regression
+tasks (STS-B) and score-valued analyses.
+
+Undefined values: Matthews correlation is 0 when predictions or labels hold one class (sklearn's and GLUE's
+convention: no better than chance); a correlation with a constant input is NaN (it has no value), which reports
+show as "undefined" rather than as a number.
 
 `compute_metrics` accepts predicted ids or logits ([n, num_labels], arg-maxed), so it plugs into a training loop
 or the HF Trainer's EvalPrediction unchanged.
@@ -45,6 +50,20 @@ def f1(predictions, labels, positive: int = 1) -> float:
     return float(2 * tp / (predicted + actual)) if predicted + actual else 0.0
 
 
+def matthews_correlation(predictions, labels) -> float:
+    """Matthews correlation of multi-class predictions (Gorodkin's R_K; for two classes the phi coefficient that
+    GLUE reports for CoLA); 0.0 when either side holds a single class, where the formula divides by zero."""
+    preds, gold = _as_ids(predictions, labels)
+    classes = np.union1d(preds, gold)
+    confusion = np.zeros((classes.size, classes.size), dtype=np.float64)
+    np.add.at(confusion, (np.searchsorted(classes, gold), np.searchsorted(classes, preds)), 1.0)
+    n, correct = confusion.sum(), np.trace(confusion)
+    true_per_class, predicted_per_class = confusion.sum(axis=1), confusion.sum(axis=0)
+    cov = correct * n - predicted_per_class @ true_per_class
+    denom = np.sqrt((n * n - predicted_per_class @ predicted_per_class) * (n * n - true_per_class @ true_per_class))
+    return float(cov / denom) if denom else 0.0
+
+
 def pearson(x, y) -> float:
     """Pearson correlation; nan when either input is constant."""
     x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
@@ -76,26 +95,69 @@ def spearman(x, y) -> float:
 _METRICS: dict[str, Callable[[TaskSpec, np.ndarray, np.ndarray], float]] = {
     "accuracy": lambda spec, p, g: accuracy(p, g),
     "f1": lambda spec, p, g: f1(p, g, positive=spec.positive_label),
+    "matthews_correlation": lambda spec, p, g: matthews_correlation(p, g),
+    "spearman": lambda spec, p, g: spearman(p, g),
+    "pearson": lambda spec, p, g: pearson(p, g),
 }
+
+
+def _as_scores(spec: TaskSpec, predictions, labels) -> tuple[np.ndarray, np.ndarray]:
+    """A regression task's predicted and gold scores, 1-D; [n, 1] outputs are squeezed. [n, k > 1] outputs are a
+    classification head's: refused, naming both."""
+    preds = np.asarray(predictions, dtype=np.float64)
+    if preds.ndim == 2 and preds.shape[1] == 1:
+        preds = preds[:, 0]
+    if preds.ndim != 1:
+        raise TaskError(
+            f"task {spec.name!r} is a regression task (one score per example), but the predictions have shape "
+            f"{list(preds.shape)}, a classification head's logits; give it af.RegressionHead()."
+        )
+    gold = np.asarray(labels, dtype=np.float64).reshape(-1)
+    if preds.shape != gold.shape:
+        raise TaskError(f"{preds.shape[0]} predictions but {gold.shape[0]} labels; they must match one to one.")
+    if gold.size == 0:
+        raise TaskError("no predictions to score; the evaluation split is empty.")
+    return preds, gold
+
+
+def _check_class_outputs(spec: TaskSpec, predictions) -> None:
+    """A classification task scored from real-valued 1-D outputs got a regression head's: refused, naming both."""
+    preds = np.asarray(predictions)
+    if (
+        preds.ndim == 1
+        and preds.size
+        and np.issubdtype(preds.dtype, np.floating)
+        and not np.all(preds == np.round(preds))
+    ):
+        raise TaskError(
+            f"task {spec.name!r} is a classification task ({spec.num_labels} labels), but the predictions are one "
+            "real value per example, a regression head's; give it a classification head with "
+            f"num_labels={spec.num_labels}."
+        )
 
 
 def top_prediction_share(predictions) -> float:
     """Share of the predictions that go to the most often predicted id (class, or choice position for multiple
-    choice): 1.0 means a constant predictor, whatever its accuracy happens to be."""
+    choice; a regression head's score): 1.0 means a constant predictor, whatever its accuracy happens to be."""
     preds = np.asarray(predictions)
-    preds = (preds.argmax(axis=-1) if preds.ndim == 2 else preds).reshape(-1)
+    preds = (preds.argmax(axis=-1) if preds.ndim == 2 and preds.shape[1] > 1 else preds).reshape(-1)
     if preds.size == 0:
         raise TaskError("no predictions to summarise; the evaluation split is empty.")
     return float(np.unique(preds, return_counts=True)[1].max() / preds.size)
 
 
 def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, float]:
-    """The task's metrics (e.g. {"accuracy": .., "f1": ..} for MRPC), from predicted ids or logits."""
+    """The task's metrics (e.g. {"accuracy": .., "f1": ..} for MRPC), from predicted ids or logits; a regression
+    task's from predicted scores."""
     spec = resolve_task(task)
     if spec.is_token_classification:  # one tag per word, at each word's first token (tasks/tagging.py)
         return tagging_metrics(spec, predictions, labels)
     if spec.is_extractive_qa:  # answers are decoded with the features' offsets and contexts
         raise qa_needs_features(spec)
+    if spec.regression:
+        scores, gold_scores = _as_scores(spec, predictions, labels)
+        return {name: _METRICS[name](spec, scores, gold_scores) for name in spec.metrics}
+    _check_class_outputs(spec, predictions)
     preds, gold = _as_ids(predictions, labels)
     bad = gold[(gold < 0) | (gold >= spec.num_labels)]
     if bad.size:

@@ -26,14 +26,17 @@ QA_METRICS = ("f1", "exact_match")
 TAGGING_METRICS = ("f1", "precision", "recall", "accuracy")
 _SPAN_METRICS = {EXTRACTIVE_QA: QA_METRICS, TOKEN_CLASSIFICATION: TAGGING_METRICS}
 ROLES = ("train", "validation", "test")
-CLASSIFICATION_METRICS = ("accuracy", "f1")
+CLASSIFICATION_METRICS = ("accuracy", "f1", "matthews_correlation")
+# A regression task's dev metrics (STS-B: one real score per example); Houlsby et al. report Spearman, GLUE both.
+REGRESSION_METRICS = ("spearman", "pearson")
 # A generation task's dev metrics of the answer tokens, teacher-forced (mean cross-entropy, token accuracy; perplexity
 # is always recorded beside them), and of greedy generation (exact match, which generates: asked for by name).
 GENERATION_METRICS = ("answer_loss", "token_accuracy", "exact_match")
-METRIC_NAMES = CLASSIFICATION_METRICS + GENERATION_METRICS
+METRIC_NAMES = CLASSIFICATION_METRICS + REGRESSION_METRICS + GENERATION_METRICS
 LOWER_IS_BETTER = frozenset({"answer_loss", "perplexity", "loss"})  # metrics whose best checkpoint has the least
 # Raw label values that mean "no gold label" (GLUE/SuperGLUE test sets use -1, WinoGrande/HellaSwag "").
 UNLABELLED_VALUES = frozenset({"", "-1", "None"})
+_WRITTEN_WHEN_SET = ("regression", "extra_dev_splits")  # to_dict leaves them out at their defaults
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _OPTIONAL_TEXT = (str, type(None))
 # The scalar fields and the types a JSON description may give them (bool is not accepted as an int).
@@ -52,6 +55,7 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "hub_config": _OPTIONAL_TEXT,
     "hub_revision": _OPTIONAL_TEXT,
     "drop_unlabelled": (bool,),
+    "regression": (bool,),
     "chat_template": (bool,),
     "description": (str,),
 }
@@ -85,6 +89,10 @@ class TaskSpec:
     hub_splits: the roles whose Hub split has gold labels; other roles are never loaded from the Hub.
     drop_unlabelled: drop rows without a gold label (SNLI's -1) instead of rejecting the file.
     data_files: role -> path of a user's own file (CSV, JSON, JSONL, optionally gzip'd).
+    regression: a single/pair task whose label is one real number per example (STS-B's 0-5 similarity), trained
+        with a RegressionHead and scored by Spearman and Pearson correlation; it has no label_names.
+    extra_dev_splits: further labelled dev splits, scored with the best checkpoint after training but never used
+        to select it (MNLI's "validation_mismatched" beside its "validation_matched").
 
     kind "generation" (instruction data, `instruction_task` builds one): text_fields holds the prompt field and
     label_field the answer field; there are no label names. A model trains on the answer's tokens only
@@ -120,6 +128,8 @@ class TaskSpec:
     drop_unlabelled: bool = False
     chat_template: bool = False
     data_files: tuple[tuple[str, str], ...] = ()
+    regression: bool = False
+    extra_dev_splits: tuple[str, ...] = ()
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -128,7 +138,13 @@ class TaskSpec:
         if not self.metrics and self.kind in _SPAN_METRICS:
             object.__setattr__(self, "metrics", _SPAN_METRICS[self.kind])
         if not self.metrics:
-            default = ("answer_loss", "token_accuracy") if self.kind == GENERATION else ("accuracy",)
+            default = (
+                ("answer_loss", "token_accuracy")
+                if self.kind == GENERATION
+                else REGRESSION_METRICS
+                if self.regression
+                else ("accuracy",)
+            )
             object.__setattr__(self, "metrics", default)
         if self.kind == "multiple_choice" and not self.label_names and self.num_choices:
             object.__setattr__(self, "label_names", tuple(str(i) for i in range(self.num_choices)))
@@ -152,7 +168,8 @@ class TaskSpec:
 
     def _coerce_containers(self) -> None:
         """Accept lists (from JSON/YAML) and a dict for data_files, store tuples so the spec is hashable."""
-        for name in ("text_fields", "label_names", "label_values", "choice_fields", "metrics", "hub_splits"):
+        containers = ("text_fields", "label_names", "label_values", "choice_fields", "metrics", "hub_splits")
+        for name in (*containers, "extra_dev_splits"):
             value = getattr(self, name)
             if isinstance(value, str):
                 value = (value,)
@@ -227,6 +244,15 @@ class TaskSpec:
             raise self._fail(f"blank={self.blank!r} must be a non-empty placeholder string such as '_'.")
 
     def _check_labels(self) -> None:
+        if self.regression:
+            if self.kind not in ("single", "pair"):
+                raise self._fail(f"regression=True is for 'single' and 'pair' tasks, not {self.kind!r}; remove it.")
+            if self.label_names or self.label_values:
+                raise self._fail(
+                    "a regression task has no label_names or label_values: its label_field holds each row's score; "
+                    "remove them."
+                )
+            return
         if self.kind == GENERATION:
             if self.label_names or self.label_values:
                 raise self._fail(
@@ -263,6 +289,12 @@ class TaskSpec:
         names = [self.train_split, self.validation_split, self.test_split]
         if all(n is None for n in names):
             raise self._fail("train_split, validation_split and test_split are all None; name at least one.")
+        clash = [s for s in self.extra_dev_splits if not s or s in names or s in ROLES]
+        if clash or len(set(self.extra_dev_splits)) != len(self.extra_dev_splits):
+            raise self._fail(
+                f"extra_dev_splits={list(self.extra_dev_splits)} must be distinct split names other than the "
+                f"train/validation/test splits {[n for n in names if n]} and the roles {list(ROLES)}."
+            )
         for roles, what in ((self.hub_splits, "hub_splits"), (tuple(r for r, _ in self.data_files), "data_files")):
             bad = [r for r in roles if r not in ROLES]
             if bad:
@@ -272,14 +304,20 @@ class TaskSpec:
         if self.kind in _SPAN_METRICS:
             self._check_span_metrics()
             return
-        known = GENERATION_METRICS if self.kind == GENERATION else CLASSIFICATION_METRICS
+        known = (
+            GENERATION_METRICS
+            if self.kind == GENERATION
+            else REGRESSION_METRICS
+            if self.regression
+            else CLASSIFICATION_METRICS
+        )
         for metric in self.metrics:
             if metric not in known:
                 raise self._fail(
                     f"metric {metric!r} is unknown for a {self.kind!r} task; use {list(known)}."
                     f"{suggest(str(metric), known)}"
                 )
-        if self.kind == GENERATION:
+        if self.kind == GENERATION or self.regression:
             return
         if "f1" in self.metrics and (self.kind == "multiple_choice" or len(self.label_names) != 2):
             raise self._fail("metric 'f1' is binary F1; it needs a 2-class single/pair task. Remove 'f1'.")
@@ -299,8 +337,8 @@ class TaskSpec:
 
     @property
     def num_labels(self) -> int:
-        """Classifier outputs: classes for single/pair, choices for multiple choice."""
-        return len(self.label_names)
+        """Classifier outputs: classes for single/pair, choices for multiple choice, 1 for a regression score."""
+        return 1 if self.regression else len(self.label_names)
 
     @property
     def is_multiple_choice(self) -> bool:
@@ -340,6 +378,8 @@ class TaskSpec:
         out: dict[str, Any] = {"format_version": SPEC_FORMAT_VERSION}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name in _WRITTEN_WHEN_SET and value == f.default:
+                continue  # older tasks' descriptions (and the run configs that record them) stay as they were
             if f.name == "data_files":
                 value = dict(value)
             elif isinstance(value, tuple):

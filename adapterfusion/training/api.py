@@ -31,6 +31,7 @@ from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.adapter_subsets import AdapterSubsetCallback
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
+from adapterfusion.training.extra_dev import score_extra_dev
 from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
 from adapterfusion.training.hardware import check_precision, is_main_process, training_device
 from adapterfusion.training.loop import fit, instruction_task_data, resolve_metric, single_task_data
@@ -175,6 +176,7 @@ def train(
             extra_callbacks=subsets,
         )
         del trainer
+        extra_dev, extra_dev_notes = score_extra_dev(model, spec, tokenizer, config, data_dir, seed, max_examples)
 
         def result(wall_seconds: float, pieces: dict[str, Path], store_path: Path | None) -> RunResult:
             return RunResult(
@@ -228,6 +230,8 @@ def train(
             },
             "pieces": {kind: str(path.relative_to(run_dir)) for kind, path in pieces.items()},
         }
+        if extra_dev or extra_dev_notes:  # a task with further dev sets (MNLI mismatched): scored, never selecting
+            metrics.update(extra_dev=extra_dev, extra_dev_notes=extra_dev_notes)
         stored = None
         if store is not None and recipe.stores_adapter:
             stored = store.put(run_dir, overwrite=True)

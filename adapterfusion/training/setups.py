@@ -44,6 +44,7 @@ from adapterfusion.heads.config import (
     HeadConfig,
     MultipleChoiceHead,
     QuestionAnsweringHead,
+    RegressionHead,
     TokenClassificationHead,
 )
 from adapterfusion.heads.pooling import resolve_pooling
@@ -159,7 +160,10 @@ def list_setups() -> list[str]:
 
 
 def head_config_for(task: TaskSpec, pooling: str = "cls") -> HeadConfig:
-    """ClassificationHead for single/pair tasks, MultipleChoiceHead for multiple choice; labels from the task."""
+    """ClassificationHead for single/pair tasks, RegressionHead for a regression task, MultipleChoiceHead for
+    multiple choice; labels from the task."""
+    if task.regression:
+        return RegressionHead(pooling=pooling)
     if task.is_multiple_choice:
         return MultipleChoiceHead(num_labels=task.num_labels, pooling=pooling)
     if task.is_extractive_qa:  # per-token heads pool nothing
