@@ -224,7 +224,8 @@ def _task_evaluator(
         for name, spec, dataset in zip(names, data.specs, data.dev_sets, strict=True):
             model.activate(adapter=name, head=name)
             batches = DataLoader(dataset, batch_size=batch_size, collate_fn=collator)
-            scores.update({f"{spec.name}/{k}": v for k, v in score(spec, predict(model, batches, config.bf16)).items()})
+            predicted = predict(model, batches, config.bf16)
+            scores.update({f"{spec.name}/{k}": v for k, v in score(spec, predicted, dataset).items()})  # QA: features
         mean = float(np.mean([scores[f"{spec.name}/{m}"] for spec, m in zip(data.specs, metrics, strict=True)]))
         return {"mean": mean, **scores}
 

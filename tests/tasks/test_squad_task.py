@@ -11,7 +11,16 @@ import transformers
 
 import adapterfusion as af
 from adapterfusion.evaluation import evaluate_run
-from adapterfusion.tasks import TaskCollator, TaskError, TaskSpec, encode_task, get_task, load_task_data
+from adapterfusion.scoring import Predictions, padded_concat, score
+from adapterfusion.tasks import (
+    TaskCollator,
+    TaskError,
+    TaskSpec,
+    compute_metrics,
+    encode_task,
+    get_task,
+    load_task_data,
+)
 from adapterfusion.tasks.squad import doc_stride, predicted_answers, score_qa
 from adapterfusion.training import AdapterStore, train
 from span_task_data import squad_examples, write_squad_json
@@ -187,3 +196,16 @@ def test_train_st_a_and_fusion_and_evaluate(squad_dir, tiny_encoder_dir, tmp_pat
     fused = train("squad", "fusion-st-a", seed=1, store=store, setup_options={"sources": ["squad"]}, **common)
     assert (fused.run_dir / "fusion").is_dir() and (fused.run_dir / "head").is_dir()
     assert evaluate_run(fused.run_dir)["metrics"]["f1"] == pytest.approx(fused.metrics["f1"])
+
+
+def test_qa_logits_cannot_be_scored_without_their_features():
+    logits = np.zeros((2, 5, 2))
+    with pytest.raises(TaskError, match="decoded from the logits with the encoded features"):
+        score(get_task("squad"), Predictions(logits, np.zeros((2, 2), dtype=np.int64), None))
+    with pytest.raises(TaskError, match="score_qa"):
+        compute_metrics("squad", logits, np.zeros((2, 2)))
+    # batches of per-token outputs padded to different lengths join as the HF Trainer joins them
+    joined = padded_concat([np.ones((1, 3, 2)), np.ones((2, 5, 2))], -100.0)
+    assert joined.shape == (3, 5, 2) and (joined[0, 3:] == -100).all() and (joined[1:] == 1).all()
+    same = [np.ones((2, 3)), np.zeros((1, 3))]
+    assert np.array_equal(padded_concat(same, -100.0), np.concatenate(same))  # pooled heads: unchanged
