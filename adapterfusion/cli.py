@@ -17,8 +17,11 @@ from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, load_
 from adapterfusion.evaluation import evaluate_run
 from adapterfusion.experiments import Executor, ResultsStore, run_experiment
 from adapterfusion.experiments.figures import plot_run_fusion_attention
+from adapterfusion.experiments.plan import jobs_per_variant, plan_jobs
 from adapterfusion.experiments.ray_executor import RayExecutor
 from adapterfusion.experiments.report_files import REPORT_DIR, write_report
+from adapterfusion.experiments.spec import load_spec
+from adapterfusion.experiments.sweep import MAX_JOBS_WITHOUT_CONFIRMATION, check_job_count
 from adapterfusion.injection.architectures import ArchitectureSpec
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_file
@@ -84,7 +87,20 @@ def _run_executor(args: argparse.Namespace) -> str | Executor:
     return RayExecutor(args.workers, **{key: value for key, value in ray_options.items() if value is not None})
 
 
+def _plan(args: argparse.Namespace) -> int:
+    spec = load_spec(args.experiment)
+    jobs = plan_jobs(spec)
+    rows = [(variant, str(count)) for variant, count in jobs_per_variant(jobs).items()]
+    _print_table(("setup variant", "jobs"), rows)
+    print(f"{len(jobs)} jobs: {len(spec.tasks)} tasks x {len(spec.variants)} setup variants x {len(spec.seeds)} seeds")
+    if len(jobs) > MAX_JOBS_WITHOUT_CONFIRMATION:
+        print(f"more than {MAX_JOBS_WITHOUT_CONFIRMATION} jobs: `adapterfusion run` needs --yes to start them")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if Path(args.experiment).is_file():  # a folder or a missing file: run_experiment says what is wrong
+        check_job_count(len(plan_jobs(load_spec(args.experiment))), args.yes)
     summary = run_experiment(
         args.experiment,
         executor=_run_executor(args),
@@ -135,7 +151,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     report = write_report(args.output_dir, figures=not args.no_figures)
-    for table_id in ("table1", "table2"):
+    for table_id in ("table1", "table2", "houlsby_table1"):
         table = report.table(table_id)
         if table is not None:
             print(table.markdown())
@@ -406,7 +422,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ray-gpus-per-job", type=float, default=None, help="GPUs each Ray task asks for (default: 0)")
     run.add_argument("--force", action="store_true", help="reuse an output dir that holds another spec's results")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--yes", action="store_true", help=f"confirm an experiment of more than {MAX_JOBS_WITHOUT_CONFIRMATION} jobs"
+    )
     run.set_defaults(run=_run)
+
+    plan = commands.add_parser("plan", help="the jobs an experiment file expands into, per setup variant")
+    plan.add_argument("experiment", help="experiment file (.yaml or .json)")
+    plan.set_defaults(run=_plan)
 
     status = commands.add_parser("status", help="the jobs of an experiment's output dir and their states")
     status.add_argument("output_dir")

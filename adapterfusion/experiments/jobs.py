@@ -25,6 +25,7 @@ from typing import Any
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.plan import MULTITASK_KIND, SINGLE_KIND
 from adapterfusion.experiments.writers import registered_writer
+from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.api import train
 from adapterfusion.training.multitask import train_multitask
 from adapterfusion.training.run_files import METRICS_FILE, read_run_json
@@ -55,6 +56,7 @@ class JobPayload:
     kind: str = SINGLE_KIND
     experiment_dir: str | None = None  # the worker registers there as a writer (experiments/writers.py)
     resume: bool = False
+    task_spec: dict[str, Any] | None = None  # a task of the experiment's task_files, which a worker cannot look up
 
 
 def payload_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,7 +113,7 @@ def _train_single(payload: JobPayload) -> Path:
         "job %s: train(%r, %r, seed=%d) pid %d", payload.job_id, payload.task, payload.setup, payload.seed, os.getpid()
     )
     result = train(
-        payload.task,
+        TaskSpec.from_dict(payload.task_spec) if payload.task_spec else payload.task,
         payload.setup,
         seed=payload.seed,
         encoder=payload.encoder,

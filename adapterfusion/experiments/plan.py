@@ -207,6 +207,14 @@ def plan_jobs(spec: ExperimentSpec) -> list[Job]:
     return topological_order(jobs)
 
 
+def jobs_per_variant(jobs: list[Job]) -> dict[str, int]:
+    """Variant id -> its number of jobs, in plan order: what `adapterfusion plan` shows before anything runs."""
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job.variant] = counts.get(job.variant, 0) + 1
+    return counts
+
+
 def config_hashes(spec: ExperimentSpec, jobs: list[Job], absolute_paths: bool = False) -> dict[str, str]:
     """Job id -> config hash, each job's folding in its dependencies' (and so, through theirs, every job it
     needs, transitively)."""

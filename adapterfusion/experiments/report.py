@@ -28,11 +28,13 @@ from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, Fusio
 from adapterfusion.errors import SerializationError
 from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.store import ResultsStore
+from adapterfusion.tasks.extra_dev import extra_dev_label
 from adapterfusion.training.errors import RunFileError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
 TREND_THRESHOLD = 0.3  # percentage points (Pfeiffer et al. Table 2)
 MISSING = "–"
+UNDEFINED = "undefined"  # a done run's score that has no value: a correlation of a constant prediction
 CARVED_MARK = "†"
 
 
@@ -63,12 +65,13 @@ class Table:
     cells: dict[tuple[str, str], Cell]
     row_marks: dict[str, str] = field(default_factory=dict)  # row -> footnote mark shown after its label
     notes: tuple[str, ...] = ()
+    row_header: str = "task"  # the first column's heading in Markdown
 
     def cell(self, row: str, column: str) -> Cell:
         return self.cells.get((row, column), Cell(None))
 
     def markdown(self) -> str:
-        header = ["task", *self.columns]
+        header = [self.row_header, *self.columns]
         lines = [
             f"### {self.title}",
             "",
@@ -140,6 +143,9 @@ class Report:
     figures: list[Path] = field(default_factory=list)
     figure_notes: list[str] = field(default_factory=list)
     source: str | None = None  # the experiment file the runner recorded, if any
+    extra_rows: dict[str, str] = field(default_factory=dict)  # row of a further dev set -> its task (MNLI mm)
+    run_parameters: dict[tuple[str, str, int], tuple[int, int]] = field(default_factory=dict)  # trainable, encoder
+    select: dict[str, dict[str, Any]] = field(default_factory=dict)  # the experiment's `select` rules (sweep.py)
 
     @property
     def recorded_output_dir(self) -> str:
@@ -158,7 +164,10 @@ class Report:
     def task_means(self, variant_id: str) -> dict[str, float]:
         """Mean over seeds per task, for the tasks this variant has results on."""
         return {
-            task: statistics.mean(v for _, v in runs) for task, runs in self.scores.get(variant_id, {}).items() if runs
+            task: statistics.mean(finite)
+            for task, runs in self.scores.get(variant_id, {}).items()
+            for finite in [[v for _, v in runs if math.isfinite(v)]]
+            if finite
         }
 
     def markdown(self) -> str:
@@ -213,9 +222,9 @@ def _dev_score(metrics: dict[str, Any]) -> tuple[str, float] | None:
         return None
     best = metrics.get("best") or {}
     value = best.get(key, best.get(f"eval_{key}"))
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not isinstance(value, (int, float)) or math.isinf(value):
         return None
-    return key, 100.0 * float(value)
+    return key, 100.0 * float(value)  # NaN stays: an undefined score (a correlation of a constant prediction)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -266,6 +275,12 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
             if score is not None:
                 report.metrics.setdefault(task, score[0])
                 report.scores.setdefault(record.variant, {}).setdefault(task, []).append((record.seed, score[1]))
+        for split, extra in (record.metrics.get("extra_dev") or {}).items():  # MNLI mismatched: a row of its own
+            score = _dev_score({"metric_for_best": record.metrics.get("metric_for_best"), "best": extra})
+            if score is not None:
+                row = extra_dev_label(record.task, split)
+                report.extra_rows[row] = record.task
+                report.scores.setdefault(record.variant, {}).setdefault(row, []).append((record.seed, score[1]))
         found = record.metrics.get("warnings")
         report.warnings += [
             f"{record.variant}/{record.task} seed {record.seed}: {message}"
@@ -275,6 +290,9 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
         trainable = (record.metrics.get("parameters") or {}).get("trainable")
         if isinstance(trainable, int):
             report.parameters.setdefault(record.variant, []).append(trainable)
+            encoder = (record.metrics.get("parameters") or {}).get("encoder")
+            if isinstance(encoder, int):
+                report.run_parameters[(record.variant, record.task, record.seed)] = (trainable, encoder)
         run_dir = Path(record.run_dir) if record.run_dir else None
         if run_dir is None:
             continue
@@ -289,6 +307,11 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
             except SerializationError:
                 continue
             report.activations.setdefault(record.variant, {}).setdefault(record.task, []).append(activation)
+    if report.extra_rows:  # each further dev set's row right after its task's
+        report.tasks = tuple(
+            row for task in report.tasks for row in (task, *(r for r, t in report.extra_rows.items() if t == task))
+        )
+    report.select = {rule["name"]: {k: v for k, v in rule.items() if k != "name"} for rule in spec.get("select") or []}
     report.tables = [t for t in (table1(report), table2(report), table3(report)) if t is not None]
     return report
 
@@ -303,18 +326,23 @@ def _describe_carve(carve: dict[str, Any]) -> str:
 
 
 # ---- the tables --------------------------------------------------------------------------------------------
-def _score_cell(runs: Sequence[tuple[int, float]]) -> Cell:
+def score_cell(runs: Sequence[tuple[int, float]]) -> Cell:
+    """Mean ± sample std of the seeds' scores; an undefined score (NaN) is left out of both and counted in the
+    text, and a cell of undefined scores only reads UNDEFINED."""
     if not runs:
         return Cell(None)
-    values = [v for _, v in runs]
+    values = [v for _, v in runs if math.isfinite(v)]
+    undefined = f" ({len(runs) - len(values)} {UNDEFINED})" if len(values) < len(runs) else ""
+    if not values:
+        return Cell(None, None, 0, UNDEFINED)
     mean = statistics.mean(values)
     if len(values) == 1:
-        return Cell(mean, None, 1, f"{mean:.2f}")
+        return Cell(mean, None, 1, f"{mean:.2f}{undefined}")
     std = statistics.stdev(values)  # sample std, n - 1
-    return Cell(mean, std, len(values), f"{mean:.2f} ± {std:.2f}")
+    return Cell(mean, std, len(values), f"{mean:.2f} ± {std:.2f}{undefined}")
 
 
-def _mean_cell(task_means: dict[str, float], tasks: Sequence[str]) -> Cell:
+def mean_cell(task_means: dict[str, float], tasks: Sequence[str]) -> Cell:
     present = [task_means[t] for t in tasks if t in task_means]
     if not present:
         return Cell(None)
@@ -329,8 +357,8 @@ def _score_table(report: Report, table_id: str, title: str, columns: Sequence[st
     for column in columns:
         by_task = report.scores.get(column, {})
         for task in report.tasks:
-            cells[(task, column)] = _score_cell(by_task.get(task, []))
-        cells[("mean", column)] = _mean_cell(means[column], report.tasks)
+            cells[(task, column)] = score_cell(by_task.get(task, []))
+        cells[("mean", column)] = mean_cell(means[column], report.tasks)
     rows: tuple[str, ...] = (*report.tasks, "mean")
     # Columns that ran on different tasks (a setup entry's `tasks`) get a comparable mean over the tasks they share.
     with_results = [column for column in columns if means[column]]
@@ -338,7 +366,7 @@ def _score_table(report: Report, table_id: str, title: str, columns: Sequence[st
     if shared and any(len(means[c]) > len(shared) for c in with_results):
         shared_row = f"mean ({', '.join(shared)})"
         for column in columns:
-            cells[(shared_row, column)] = _mean_cell(means[column], shared)
+            cells[(shared_row, column)] = mean_cell(means[column], shared)
         rows = (*rows, shared_row)
     marks = {task: CARVED_MARK for task in report.tasks if task in report.carved}
     return Table(table_id, title, rows, tuple(columns), cells, marks, tuple(notes))

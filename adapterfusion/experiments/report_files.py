@@ -11,6 +11,7 @@ from pathlib import Path
 from adapterfusion.experiments.errors import ExperimentError
 from adapterfusion.experiments.figures import write_figures
 from adapterfusion.experiments.report import Report, build_report
+from adapterfusion.experiments.selection import selection_tables
 from adapterfusion.experiments.store import ResultsStore
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
 from adapterfusion.io.paths import check_writable_folder
@@ -37,6 +38,7 @@ def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     matplotlib installed, the figures. Returns the Report (its `figures` lists the PNGs written)."""
     directory = _writable_report_dir(Path(output_dir))
     report = build_report(output_dir, store)
+    report.tables += selection_tables(report)  # the experiment's `select` rows (Houlsby Table 1), if it has any
     directory.mkdir(parents=True, exist_ok=True)
     if figures:
         try:

@@ -93,6 +93,7 @@ def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayl
         kind=job.kind,
         experiment_dir=str(out),
         resume=resume,
+        task_spec=spec.task_specs.get(job.task),
     )
 
 

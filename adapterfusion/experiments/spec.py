@@ -38,6 +38,11 @@ zoo (adapterfusion/zoo: one adapter per task for the shipped MiniLM), so stage 1
 depends only on its target's own st-a job, and a source the zoo lacks is an error when the jobs are planned.
 Every setup entry takes `pooling` (mean, cls, ...; default: the encoder's own, mean for sentence-transformers
 models such as the shipped MiniLM, see adapterfusion/heads/pooling.py) for the heads it trains.
+
+A setup entry's `sweep` (experiments/sweep.py) lists values of training settings or setup options and expands into
+one variant per combination (`st-a-houlsby-rf12-lr3e-4-ep20`); the top-level `select` names report rows that keep,
+per task and seed, the best dev variant of a sweep (experiments/selection.py; not part of the spec hash, as it
+changes no result). `task_files` lists task descriptions (JSON/YAML, relative to this file) that `tasks` may name.
 """
 
 from __future__ import annotations
@@ -59,10 +64,13 @@ from adapterfusion.encoders import check_encoder, default_pooling
 from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.paths import relative_to_experiment_file
+from adapterfusion.experiments.sweep import SWEEP_KEY, parse_select, sweep_combinations, sweep_id
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.documents import read_document
 from adapterfusion.io.paths import check_readable_file
-from adapterfusion.tasks.registry import list_tasks
+from adapterfusion.tasks.builtin import BUILTIN_TASKS
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.registry import list_tasks, load_task_file, register_task
 from adapterfusion.tasks.spec import ROLES, suggest
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON, TrainingConfig
 from adapterfusion.training.multitask import MT_A
@@ -84,9 +92,12 @@ TOP_LEVEL_KEYS = (
     "max_examples",
     "training",
     "task_training",
+    "select",
+    "task_files",
     "format_version",
 )
 DEFAULT_SEEDS = (42,)
+BUILTIN_TASK_NAMES = frozenset(task.name for task in BUILTIN_TASKS)
 DEFAULT_REDUCTION_FACTOR = 16
 # Per-run settings the experiment owns: the seed comes from `seeds`, the fusion's sources from `fusion`, and the
 # fused adapters' seed is the fusion run's own seed (so each seed is an independent replicate of both stages).
@@ -110,6 +121,7 @@ class SetupVariant:
     training: dict[str, Any] = field(default_factory=dict)
     adapter_variant: str | None = None
     tasks: tuple[str, ...] | None = None
+    sweep: dict[str, Any] | None = None  # {"group": entry id or setup, "settings": the swept values}: sweep.py
 
     def runs_on(self, task: str) -> bool:
         return self.tasks is None or task in self.tasks
@@ -147,6 +159,8 @@ class SetupVariant:
         }
         if self.tasks is not None:  # only when set, so experiments without it keep their spec hash
             out["tasks"] = list(self.tasks)
+        if self.sweep is not None:  # likewise
+            out["sweep"] = {"group": self.sweep["group"], "settings": dict(self.sweep["settings"])}
         return out
 
 
@@ -168,6 +182,8 @@ class ExperimentSpec:
     source: str | None = None  # the file it was read from, if any
     task_training: dict[str, dict[str, Any]] = field(default_factory=dict)
     zoo: str | None = None  # 'shipped' or an AdapterStore folder: where fusions take every source but the target
+    select: dict[str, dict[str, Any]] = field(default_factory=dict)  # report rows chosen on dev (sweep.py)
+    task_specs: dict[str, dict[str, Any]] = field(default_factory=dict)  # tasks of its task_files, as TaskSpec dicts
 
     def job_training(self, variant: SetupVariant, task: str) -> dict[str, Any]:
         """The TrainingConfig overrides of one (variant, task) job: the variant's, then the task's (not for a
@@ -199,6 +215,9 @@ class ExperimentSpec:
             "max_examples": self.max_examples,
             **({"task_training": self.task_training} if self.task_training else {}),
             **({"zoo": self.zoo} if self.zoo is not None else {}),
+            # a list, so that the rows keep the file's order where the spec is stored with sorted keys
+            **({"select": [{"name": name, **rule} for name, rule in self.select.items()]} if self.select else {}),
+            **({"task_specs": json.loads(json.dumps(self.task_specs))} if self.task_specs else {}),  # a copy
         }
 
     def recorded_dict(self) -> dict[str, Any]:
@@ -208,6 +227,17 @@ class ExperimentSpec:
         for key in ("data_dir", "output_dir", "encoder", "zoo"):
             if key in data:
                 data[key] = relative_to_experiment_file(data[key], self.source)
+        if "task_specs" in data:  # a user task's own files, as its description does
+            data["task_specs"] = {
+                name: {
+                    **task,
+                    "data_files": {
+                        role: relative_to_experiment_file(path, self.source)
+                        for role, path in task["data_files"].items()
+                    },
+                }
+                for name, task in data["task_specs"].items()
+            }
         return data
 
     def spec_hash(self, absolute_paths: bool = False) -> str:
@@ -216,7 +246,7 @@ class ExperimentSpec:
         an output dir records it, and refuses a different experiment. absolute_paths: the digest older versions
         recorded, of the absolute paths."""
         data = self.to_dict() if absolute_paths else self.recorded_dict()
-        data = {k: v for k, v in data.items() if k not in ("output_dir", "description")}
+        data = {k: v for k, v in data.items() if k not in ("output_dir", "description", "select")}  # select: report
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     @classmethod
@@ -326,6 +356,25 @@ def _zoo(value: Any, base_dir: Path) -> str | None:
     return str(folder)
 
 
+def _task_files(value: Any, base_dir: Path) -> dict[str, dict[str, Any]]:
+    """Register the tasks described in `task_files` (JSON/YAML task descriptions, relative to the experiment file),
+    so that `tasks` may name them: name -> the task's TaskSpec dict, which the jobs carry to their workers."""
+    if value is None:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for i, raw in enumerate(_string_list(value, "task_files")):
+        path = _resolve_path(raw, f"task_files[{i}]", base_dir)
+        try:
+            task = load_task_file(str(path), register=False)
+            if task.name in BUILTIN_TASK_NAMES:
+                raise TaskError(f"it describes {task.name!r}, a built-in task; give the task another name")
+            register_task(task, overwrite=True)  # the same file read again (a re-run) replaces its own entry
+        except TaskError as err:
+            raise _fail(f"task_files[{i}]", str(err)) from None
+        out[task.name] = task.to_dict()
+    return out
+
+
 def _seeds(value: Any) -> tuple[int, ...]:
     seeds = [value] if isinstance(value, int) and not isinstance(value, bool) else _string_list(value, "seeds")
     for i, seed in enumerate(seeds):
@@ -414,7 +463,7 @@ def _setup_entries(
         extra = (
             ["name", "id", "tasks"]
             + (["reduction_factors"] if has_rf else [])
-            + (["adapter_reduction_factor"] if fusion else [])
+            + (["adapter_reduction_factor"] if fusion else [SWEEP_KEY] if not multitask else [])
         )
         _reject_unknown(entry, extra + options + list(_TRAINING_FIELDS), path)
         given_options = {k: v for k, v in entry.items() if k in options}
@@ -438,6 +487,7 @@ def _setup_entries(
         for switch in ("gradient_checkpointing", "torch_compile"):
             if multitask and training.get(switch):
                 raise _fail(f"{path}.{switch}", f"{name}'s own training loop does not support it; set it to false")
+        start = len(out)
         if has_rf:
             if "reduction_factors" in entry and "reduction_factor" in entry:
                 raise _fail(f"{path}.reduction_factors", "give either reduction_factor or reduction_factors, not both")
@@ -471,6 +521,8 @@ def _setup_entries(
             )
         else:
             out.append((i, SetupVariant(entry.get("id", name), name, given_options, training, tasks=only), entry))
+        if SWEEP_KEY in entry:
+            out[start:] = _swept(i, entry, out[start:], options, has_rf)
     for i, variant, _ in out:
         try:
             check_name(variant.id, "setup variant")
@@ -484,6 +536,35 @@ def _setup_entries(
                 f"setups[{i}]",
                 f"duplicate setup variant {variant.id!r} (also from setups[{first}]); give one of them an 'id'",
             )
+    return out
+
+
+def _swept(
+    i: int, entry: Mapping[str, Any], bases: list[tuple[int, SetupVariant, Any]], options: list[str], has_rf: bool
+) -> list[tuple[int, SetupVariant, Any]]:
+    """The variants of a setup entry with a `sweep`, one per combination of its values (experiments/sweep.py)."""
+    path = f"setups[{i}].{SWEEP_KEY}"
+    if has_rf and "reduction_factors" in entry and "reduction_factor" in (entry[SWEEP_KEY] or {}):
+        raise _fail(path, "sweeps reduction_factor, and the entry gives reduction_factors too; give it in one place")
+    given = {k: v for k, v in entry.items() if k not in ("name", "id", "tasks", SWEEP_KEY)}
+    allowed = [*options, *(["reduction_factor"] if has_rf else []), *_TRAINING_FIELDS]
+    combos = sweep_combinations(entry[SWEEP_KEY], list(dict.fromkeys(allowed)), given, path)
+    group = entry.get("id", entry["name"])
+    out = []
+    for _, base, raw in bases:
+        for settings in combos:
+            training = {k: v for k, v in settings.items() if k in _TRAINING_FIELDS}
+            chosen = {k: v for k, v in settings.items() if k not in _TRAINING_FIELDS}
+            if "reduction_factor" in chosen:
+                _positive_number(chosen["reduction_factor"], f"{path}.reduction_factor")
+            variant = dataclasses.replace(
+                base,
+                id=sweep_id(group if "reduction_factor" in settings else base.id, settings),
+                options={**base.options, **chosen},
+                training=_training({**base.training, **training}, base.setup, path),
+                sweep={"group": group, "settings": dict(settings)},
+            )
+            out.append((i, variant, raw))
     return out
 
 
@@ -640,6 +721,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     description = data.get("description", "")
     if not isinstance(description, str):
         raise _fail("description", f"must be text, got {description!r}")
+    task_specs = _task_files(data.get("task_files"), base_dir)
     task_list = _string_list(data["tasks"], "tasks")
     for i, task in enumerate(task_list):
         _task_name(task, f"tasks[{i}]")
@@ -694,6 +776,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         name=name,
         description=description,
         tasks=tasks,
+        task_specs={name: spec for name, spec in task_specs.items() if name in tasks},
         variants=tuple(variants),
         seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))),
         encoder=encoder,
@@ -704,4 +787,5 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         source=source,
         task_training=task_training,
         zoo=zoo,
+        select=parse_select(data.get("select"), variants),
     )
