@@ -65,7 +65,7 @@ def _check_row(spec: TaskSpec, question: Any, context: Any, answers: Any, where:
     if len(texts) != len(starts):
         raise TaskError(f"{where}: {len(texts)} answer texts but {len(starts)} answer_start values; give one each.")
     for text, start in zip(texts, starts, strict=True):
-        if not isinstance(text, str) or not text:
+        if not isinstance(text, str) or not text.strip():
             raise TaskError(f"{where}: answer {text!r} is not a non-empty text.")
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(context) - len(text):
             raise TaskError(
@@ -111,9 +111,18 @@ def _cut_questions(questions: list[str], tokenizer: Any, budget: int) -> tuple[l
     return cut, flags
 
 
+def _answer_chars(text: str, start: int) -> tuple[int, int]:
+    """The answer's characters [start, end) without the whitespace some gold answers carry at either end, which no
+    token covers (it would stretch the span by a token)."""
+    lead = len(text) - len(text.lstrip())
+    return start + lead, start + len(text.rstrip())
+
+
 def _answer_tokens(offsets: Sequence[Sequence[int]], context_tokens: list[int], start: int, end: int) -> list[int]:
     """[start token, end token] of the answer's characters [start, end) in this window, or [0, 0] when the window
-    does not hold all of it."""
+    does not hold all of it (or no context token: a context of only whitespace)."""
+    if not context_tokens:
+        return [0, 0]
     first, last = context_tokens[0], context_tokens[-1]
     if offsets[first][0] > start or offsets[last][1] < end:
         return [0, 0]
@@ -162,7 +171,7 @@ def _encode_qa_batch(
             for o, s in zip(windows["offset_mapping"][feature], sequence, strict=True)
         ]
         texts, starts = answers[row]
-        start, end = _answer_tokens(offsets, context_tokens, starts[0], starts[0] + len(texts[0])) if texts else (0, 0)
+        start, end = _answer_tokens(offsets, context_tokens, *_answer_chars(texts[0], starts[0])) if texts else (0, 0)
         out[START_COLUMN].append(start)
         out[END_COLUMN].append(end)
         out[EXAMPLE_COLUMN].append(indices[row])

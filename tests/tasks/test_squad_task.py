@@ -209,3 +209,18 @@ def test_qa_logits_cannot_be_scored_without_their_features():
     assert joined.shape == (3, 5, 2) and (joined[0, 3:] == -100).all() and (joined[1:] == 1).all()
     same = [np.ones((2, 3)), np.zeros((1, 3))]
     assert np.array_equal(padded_concat(same, -100.0), np.concatenate(same))  # pooled heads: unchanged
+
+
+def test_whitespace_around_a_gold_answer_does_not_stretch_its_tokens(tmp_path, write_jsonl, tokenizer):
+    rows = squad_examples(2)
+    padded = [dict(row) for row in rows]
+    for row in padded:  # the same answers with the spaces around them in the context
+        text, start = row["answers"]["text"][0], row["answers"]["answer_start"][0]
+        row["answers"] = {"text": [f" {text} "], "answer_start": [start - 1]}
+    encoded = []
+    for name, data in (("plain", rows), ("padded", padded)):
+        path = write_jsonl(tmp_path / f"{name}.jsonl", data)
+        spec = TaskSpec.from_dict({**get_task("squad").to_dict(), "name": name, "data_files": {"train": str(path)}})
+        features = encode_task(spec, load_task_data(spec).splits, tokenizer, MAX_LENGTH).splits["train"]
+        encoded.append([(f["start_positions"], f["end_positions"]) for f in features])
+    assert encoded[0] == encoded[1] and all(start > 0 for start, _ in encoded[0])
