@@ -150,3 +150,19 @@ def test_save_and_load_give_the_same_logits_in_our_format(tmp_path):
     assert type(other.get_head(name).config) is af.QuestionAnsweringHead
     torch.testing.assert_close(other(**inputs).logits, before, rtol=0, atol=0)
     assert other.get_head(name).layers[-1].weight.shape == (2, HIDDEN)
+
+
+def test_a_whole_setup_with_both_span_heads_saves_and_loads(tmp_path):
+    model = _model()
+    model.add_adapter("a")
+    model.add_head("ner", af.TokenClassificationHead(num_labels=3, labels=("O", "B-X", "I-X")))
+    randomise(model.get_head("qa"))
+    model.activate(adapter="a", head="qa")
+    model.eval()
+    inputs = tiny_inputs()
+    before = model(**inputs).logits
+    model.save_pretrained(tmp_path / "setup")
+    again = af.AdaptedModel.from_pretrained(tiny_encoder(), tmp_path / "setup").eval()
+    assert (again.active_adapter, again.active_head) == ("a", "qa")
+    assert again.get_head("ner").config == model.get_head("ner").config
+    torch.testing.assert_close(again(**inputs).logits, before, rtol=0, atol=0)
