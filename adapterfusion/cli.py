@@ -59,7 +59,7 @@ def _architecture_row(spec: ArchitectureSpec) -> tuple[str, str, str]:
 
 def _list_tasks(_: argparse.Namespace) -> int:
     rows = [
-        (name, spec.kind, str(spec.num_labels), ", ".join(spec.metrics))
+        (name, spec.kind + (" (regression)" if spec.regression else ""), str(spec.num_labels), ", ".join(spec.metrics))
         for name in list_tasks()
         for spec in [get_task(name)]
     ]

@@ -311,7 +311,9 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
         report.tasks = tuple(
             row for task in report.tasks for row in (task, *(r for r, t in report.extra_rows.items() if t == task))
         )
-    report.select = {rule["name"]: {k: v for k, v in rule.items() if k != "name"} for rule in spec.get("select") or []}
+    rules = spec.get("select") or []  # [{"name": row, "sweep": ..., <fixed settings>}, ...], in the file's order
+    rules = [{"name": k, **v} for k, v in rules.items()] if isinstance(rules, dict) else rules  # an early dict form
+    report.select = {rule["name"]: {k: v for k, v in rule.items() if k != "name"} for rule in rules}
     report.tables = [t for t in (table1(report), table2(report), table3(report)) if t is not None]
     return report
 
