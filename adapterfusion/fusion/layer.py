@@ -116,7 +116,10 @@ class FoldedFusion(NamedTuple):
     down: tuple[torch.Tensor, torch.Tensor, float | None] | None  # stacked (weight, bias, LN eps); None: per adapter
     score_weight: torch.Tensor  # [M + N (+ 1), d]: row j is Qᵀ K b_j for basis vector b_j; last: Qᵀ b_K
     score_bias: torch.Tensor | None
-    out_weight: torch.Tensor  # [M + N, d]: row j is V b_j (or b_j without V)
+    # Row j of [M + N, d] is V b_j (or b_j without V), split into the rows of the activations [M, d] and of the
+    # biases [N, d], the two accumulating matmuls of `fuse_fast`.
+    by_activation: torch.Tensor
+    by_probability: torch.Tensor
     # The stacked down-projections and the score projection as one [M + M + N (+ 1), d] matrix and its bias, for a
     # query that is the adapters' input (query_before_ln=False, no LayerNorm before the adapters): one matmul.
     joint: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -148,7 +151,8 @@ def fold_fusion(layer: FusionLayer, adapters: Sequence[BottleneckAdapter]) -> Fo
     if down is not None and down[2] is None:
         bias = score_bias if score_bias is not None else score_weight.new_zeros(score_weight.shape[0])
         joint = (torch.cat([down[0], score_weight]), torch.cat([down[1], bias]))
-    return FoldedFusion(down, score_weight, score_bias, out_weight, joint)
+    total = out_weight.shape[0] - len(adapters)
+    return FoldedFusion(down, score_weight, score_bias, out_weight[:total], out_weight[total:], joint)
 
 
 def fuse_fast(
@@ -165,19 +169,22 @@ def fuse_fast(
     config = layer.config
     folded = folded if folded is not None else fold_fusion(layer, adapters)
     sizes = [adapter.bottleneck_size for adapter in adapters]
-    total = sum(sizes)
+    total, count = sum(sizes), len(sizes)
+    # Tokens as rows of 2-D tensors from here: every product is one addmm, without the reshapes a 3-D F.linear adds
+    # (at a decode step of one token the cost is the number of operations, not their size).
+    rows = x.reshape(-1, x.shape[-1])
 
     if folded.joint is not None and query is x:  # one matmul for the adapters' down-projections and the scores
-        both = F.linear(x, *folded.joint)
-        activations = _activate(adapters, both[..., :total])  # [..., M]
-        projected = both[..., total:]  # [..., M + N (+ 1)]
+        both = torch.addmm(folded.joint[1], rows, folded.joint[0].t())
+        activations = _activate(adapters, both[:, :total])  # [tokens, M]
+        projected = both[:, total:]  # [tokens, M + N (+ 1)]
     else:
-        activations = _bottleneck_activations(adapters, x, folded.down)
-        projected = F.linear(query, folded.score_weight, folded.score_bias)
-    scores = _segment_sum(activations * projected[..., :total], sizes) + projected[..., total : total + len(sizes)]
+        activations = _bottleneck_activations(adapters, rows, folded.down)
+        projected = F.linear(query.reshape(-1, query.shape[-1]), folded.score_weight, folded.score_bias)
+    scores = _segment_sum(activations * projected[:, :total], sizes).add_(projected[:, total : total + count])
     score_dropout = layer.training and config.score_dropout > 0
     if layer.key is not None and (score_dropout or torch.is_grad_enabled()):  # the key-bias term, for every adapter
-        key_term = projected[..., -1:]
+        key_term = projected[:, -1:]
         if not score_dropout:
             # Nothing acts on single scores, so the softmax cancels the term and its true gradient is zero (without
             # gradients it is left out: the softmax gives the same weights):
@@ -186,22 +193,21 @@ def fuse_fast(
         scores = scores + key_term
     probs = _normalise_scores(scores, temperature, keep, config.score_dropout, layer.training)
 
-    # o = sum_j coef_j (V b_j) + base, as two accumulating matmuls on the flattened tokens: the weighted
-    # activations against V U, then the softmax weights against V C. The residual enters as addmm's input, so
-    # neither the coefficients [..., M + N] nor a separate sum over [..., d] is ever materialised.
+    # o = sum_j coef_j (V b_j) + base, as two accumulating matmuls on the token rows: the weighted activations
+    # against V U, then the softmax weights against V C. The residual enters as addmm's input, so neither the
+    # coefficients [tokens, M + N] nor a separate sum over [tokens, d] is ever materialised.
     base = residual
     if config.residual_before and layer.value is not None:  # V(sum_n s_n (z_n + r)) = V sum_n s_n z_n + V r
         base = F.linear(residual, layer.value.weight)
-    weighted = _segment_scale(activations, probs, sizes).flatten(0, -2)
-    by_activation, by_probability = folded.out_weight[:total], folded.out_weight[total:]
+    weighted = _segment_scale(activations, probs, sizes)
     # Under autocast addmm would cast the residual stream to bf16/fp16: then it is added outside, in its own dtype.
     separate = torch.is_autocast_enabled(base.device.type)
     if separate:
-        out = weighted @ by_activation
+        out = weighted @ folded.by_activation
     else:
-        out = torch.addmm(base.reshape(weighted.shape[0], -1), weighted, by_activation)
-    out = torch.addmm(out, probs.flatten(0, -2), by_probability).view(base.shape)
-    return (base + out if separate else out), probs
+        out = torch.addmm(base.reshape(weighted.shape[0], -1), weighted, folded.by_activation)
+    out = torch.addmm(out, probs, folded.by_probability).view(base.shape)
+    return (base + out if separate else out), probs.view(*x.shape[:-1], count)
 
 
 def mix_layer_norms_reference(norms: Sequence[nn.Module], probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -77,12 +77,22 @@ class AdapterSite(nn.Module):
 
     def listen_for_residual(self, norm: nn.Module) -> None:
         """PRE_NORM sites: take the residual stream r from the input of `norm`, the block's norm in front of this
-        sub-layer, on each forward that adapts here (injection/architectures.py `residual_input`)."""
-        self._residual_hook = norm.register_forward_pre_hook(self._take_residual, with_kwargs=True)
+        sub-layer, on each forward that adapts here (injection/architectures.py `residual_input`). The hook is on
+        the norm only while the site is active: a module with hooks runs the slower call path of torch, which a bare
+        forward (and every site that stays inactive) should not pay."""
+        self.__dict__["_residual_norm"] = norm  # the block owns it: not a submodule of the site
+        self._listen_while_active()
+
+    def _listen_while_active(self) -> None:
+        norm = self.__dict__.get("_residual_norm")
+        if norm is not None and self._active and self._residual_hook is None:
+            self._residual_hook = norm.register_forward_pre_hook(self._take_residual, with_kwargs=True)
+        elif self._residual_hook is not None and not (norm is not None and self._active):
+            self._residual_hook.remove()
+            self._residual_hook = None
 
     def _take_residual(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if self.is_active:
-            self._residual = args[0] if args else next(iter(kwargs.values()))
+        self._residual = args[0] if args else next(iter(kwargs.values()))
 
     def set_state(self, state: ActiveState) -> None:
         """Run what `state` activates from now on. What it means here is worked out once, not per forward: the active
@@ -102,6 +112,9 @@ class AdapterSite(nn.Module):
                 [i in kept for i in range(len(state.fused))], dtype=torch.bool, device=mask_key[-1]
             )
         self._kept, self._mask_key = kept, mask_key
+        skipped = self.layer_index in state.skip_layers
+        self._active = not skipped and (self._adapter is not None or self._fusion is not None)
+        self._listen_while_active()
 
     # ---- what the site offers ------------------------------------------------------------------------
     @property
@@ -164,20 +177,19 @@ class AdapterSite(nn.Module):
         return module.train(self.training)
 
     def unwrap(self) -> nn.Module:
-        if self._residual_hook is not None:
-            self._residual_hook.remove()
-            self._residual_hook = None
+        self.__dict__["_residual_norm"] = None
+        self._listen_while_active()
         return self.base_layer
 
     @property
     def is_active(self) -> bool:
-        """Whether this site runs an adapter or a fusion (else it is exactly `base_layer`)."""
-        skipped = self.layer_index in self.state.skip_layers
-        return not skipped and (self._adapter is not None or self._fusion is not None)
+        """Whether this site runs an adapter or a fusion (else it is exactly `base_layer`); worked out by
+        `set_state`."""
+        return self._active
 
     # ---- forward -------------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if not self.is_active:
+        if not self._active:
             return self.base_layer(*args, **kwargs)
         if self.spec.kind is SiteKind.POST_LN_OUTPUT:
             hidden_states = args[0] if args else kwargs["hidden_states"]

@@ -10,6 +10,7 @@ AdapterHub 1.3.0 computes them on pre-norm blocks (MISSION.md §5; docs/adapterh
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -297,3 +298,31 @@ def test_folds_are_reused_across_calls_until_a_weight_changes(monkeypatch: pytes
     model.set_fusion_implementation("reference")
     expected = model.generate(**inputs, **options)
     assert_close(changed.scores[0], expected.scores[0], dtype=torch.float64)
+
+
+def _norm_hooks(model: af.AdaptedModel) -> int:
+    return sum(len(m._forward_pre_hooks) for m in model.model.modules() if "norm" in type(m).__name__.lower())
+
+
+def test_residual_hooks_sit_on_the_norms_only_while_a_site_is_active_and_follow_a_deep_copy() -> None:
+    """A bare forward, and every site left inactive, must not pay torch's hooked call path; a deep-copied model
+    listens on its own norms."""
+    model = af.wrap(tiny_decoder("llama", dtype=torch.float64)).eval()
+    inputs = tiny_decoder_inputs("llama")
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    assert _norm_hooks(model) == 0
+    model.activate(adapter="a")
+    layers = model.num_layers
+    assert _norm_hooks(model) == layers  # Pfeiffer: one adapted site per layer, one norm in front of it
+    with torch.no_grad():
+        adapted = model(**inputs).logits
+        twin = copy.deepcopy(model)
+        assert torch.equal(twin(**inputs).logits, adapted)
+        twin.activate()
+        assert _norm_hooks(twin) == 0 and _norm_hooks(model) == layers
+        assert torch.equal(model(**inputs).logits, adapted)
+        model.activate(adapter="a", skip_layers=[0])
+        assert _norm_hooks(model) == layers - 1
+        model.activate()
+        assert _norm_hooks(model) == 0
+        assert not torch.equal(model(**inputs).logits, adapted)
