@@ -243,3 +243,27 @@ def test_regression_and_a_second_dev_set_train_end_to_end(tmp_path, tiny_encoder
     mismatched = recorded["extra_dev"]["validation_mismatched"]
     assert set(mismatched) >= {"accuracy", "loss"} and recorded["extra_dev_notes"] == []
     assert mismatched["accuracy"] * 12 == pytest.approx(round(mismatched["accuracy"] * 12))  # a share of 12 rows
+
+
+def test_glue_tasks_and_the_mismatched_dev_set_from_the_hub(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def load_dataset(path, config=None, split=None, **kwargs):
+        calls.append((path, config, split))
+        if config == "stsb":
+            train = datasets.Dataset.from_list(_stsb_rows(10, 0))
+            return datasets.DatasetDict({"train": train, "validation": datasets.Dataset.from_list(_stsb_rows(6, 1))})
+        mismatched = datasets.Dataset.from_list(_mnli_rows(7))
+        if split == "validation_mismatched":
+            return mismatched
+        raise ValueError(f"unexpected split {split!r}")
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    splits, info = load_task_data("stsb", source="hub")
+    assert calls[0] == ("nyu-mll/glue", "stsb", None) and info.source == "hub"
+    assert splits["validation"]["label"] == pytest.approx([r["label"] for r in _stsb_rows(6, 1)])
+    extra = load_extra_dev_splits("mnli", source="hub")
+    assert calls[-1] == ("nyu-mll/glue", "mnli", "validation_mismatched")
+    assert len(extra.splits["validation_mismatched"]) == 7 and extra.notes == ()
