@@ -81,7 +81,7 @@ def build_adapters(spec: dict) -> tuple[Any, dict]:
     import adapters
     from adapters.composition import Fuse
 
-    model = load_decoder(spec["model"], spec["device"])
+    model = load_decoder(spec["model"])  # to the device once its adapters are loaded: they load onto the CPU
     adapters.init(model)  # before any forward: a Llama run once before init keeps running its original layers
     pieces = Path(spec["pieces"])
     names = [model.load_adapter(str(pieces / f"a{i}"), use_safetensors=True) for i in range(spec["n"])]
@@ -90,7 +90,7 @@ def build_adapters(spec: dict) -> tuple[Any, dict]:
         model.set_active_adapters(Fuse(*names))
     elif spec["kind"] == "adapter":
         model.set_active_adapters(names[0])
-    model.eval()
+    model.to(spec["device"]).eval()
     return model, {"version": adapters.__version__, "active": str(model.active_adapters)}
 
 

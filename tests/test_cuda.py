@@ -67,7 +67,8 @@ def test_fusion_gradients_on_cuda_equal_the_cpu() -> None:
         model.to(device)
         model.zero_grad()
         model(**_on(inputs, device), labels=labels.to(device)).loss.backward()
-        grads.append({n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None})
+        # copies: moving the model moves the .grad tensors of its parameters too
+        grads.append({n: p.grad.to("cpu", copy=True) for n, p in model.named_parameters() if p.grad is not None})
     on_cpu, on_gpu = grads
     assert on_cpu.keys() == on_gpu.keys() and any("fusion" in name for name in on_cpu)
     for name, grad in on_cpu.items():
