@@ -1,4 +1,4 @@
-"""One decoder case of one library, driven by `decoder_speed.py` over `_worker.py`'s JSON lines protocol.
+"""One decoder case of one library, driven by `decoder_fusion.py` over `_worker.py`'s JSON lines protocol.
 
     <python> benchmarks/_decoder_worker.py     # then, one JSON object per line:
     {"cmd": "setup", "library": "ours"|"adapters", "model": GGUF_FILE|FOLDER, "kind": "bare"|"adapter"|"fusion",

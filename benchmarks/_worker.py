@@ -7,7 +7,7 @@
     {"cmd": "memory"}              -> {"peak_mib": ..}
     {"cmd": "quit"}
 
-`serve` also drives `_decoder_worker.py` (decoder_speed.py), whose cases time generation instead.
+`serve` also drives `_decoder_worker.py` (decoder_fusion.py), whose cases time generation instead.
 
 Runs under our venv (library "ours") and under the AdapterHub venv (library "adapters"), so it imports only
 torch and transformers at top level; each library is imported inside its own builder. One process holds one

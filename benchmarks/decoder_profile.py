@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/decoder_profile.py [--n 8] [--batches 1 8] [--prompt 16] [--steps 10] [--threads 2]
 
-Ours only, on the shipped SmolLM2-135M (as decoder_speed.py builds it: Pfeiffer rf 16, dynamic fusion over N,
+Ours only, on the shipped SmolLM2-135M (as decoder_fusion.py builds it: Pfeiffer rf 16, dynamic fusion over N,
 seed-drawn weights). For each batch, a prompt is prefilled once; then each setting (bare, fusion) decodes from a
 copy of that KV cache: a few unprofiled steps, then `--steps` profiled ones, calling the wrapped LlamaForCausalLM
 inside `inference_cache()` as `generate` does. Prints the wall time per step and, per operator, calls and self CPU
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 from _decoder_worker import build_ours
-from decoder_speed import default_gguf
+from decoder_fusion import default_gguf
 from torch.profiler import ProfilerActivity, profile
 
 

@@ -1,8 +1,8 @@
 """Decoder speed (issue #23): cached greedy decoding and prefill with adapters and fusion, ours vs AdapterHub's.
 
     bash benchmarks/setup_adapters_venv.sh                   # once: benchmarks/.venv-adapters (with gguf, accelerate)
-    .venv/bin/python benchmarks/decoder_speed.py --quick     # N = 8, 3 rounds
-    .venv/bin/python benchmarks/decoder_speed.py [--sizes 2 8] [--rounds 10] [--new-tokens 32] [--prompt 16]
+    .venv/bin/python benchmarks/decoder_fusion.py --quick     # N = 8, 3 rounds
+    .venv/bin/python benchmarks/decoder_fusion.py [--sizes 2 8] [--rounds 10] [--new-tokens 32] [--prompt 16]
         [--decode-batches 1 8] [--prefill-batch 8] [--prefill-seq 128] [--threads 2] [--model PATH]
         [--device cpu|cuda] [--libraries ours adapters] [--adapters-python PATH] [--json PATH]
 
@@ -222,7 +222,7 @@ def main() -> None:
     pythons = {"ours": sys.executable, "adapters": args.adapters_python}
 
     started, start_clock = time.time(), time.strftime("%Y-%m-%d %H:%M")
-    with tempfile.TemporaryDirectory(prefix="decoder_speed_") as pieces:
+    with tempfile.TemporaryDirectory(prefix="decoder_fusion_") as pieces:
         model_name = args.model.name
         if args.model.name.endswith(".json"):
             model_name = f"random weights of {args.model} ({args.seed})"
