@@ -8,6 +8,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from adapterfusion.demo import demo_data_dir
+from adapterfusion.experiments.report import Report
 
 FAST = dict(max_steps=2, batch_size=8, max_length=32, learning_rate=1e-2, logging_steps=1, patience=None)
 SLICE = {"train": 16, "validation": 16}
@@ -41,3 +42,19 @@ class DoneExecutor:
 
     def shutdown(self):
         pass
+
+
+def report_with(variants: list[dict], scores: dict, tasks=("sst2", "rte")) -> Report:
+    """A Report made of given variants and scores alone (no output dir), for tests of the tables and figures."""
+    return Report(
+        name="r",
+        output_dir=Path("."),
+        tasks=tasks,
+        variants=tuple(variants),
+        scores=scores,
+        metrics={t: "accuracy" for t in tasks},
+        parameters={},
+        activations={},
+        carved={},
+        job_counts={},
+    )

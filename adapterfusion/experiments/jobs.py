@@ -6,6 +6,7 @@ stage 1, its own AdapterStore entry) and its job.log there; the runner's process
 |---|---|
 | single | adapterfusion.training.train of one task, setup and seed |
 | multitask | adapterfusion.training.train_multitask of all the job's tasks in one run |
+| span-ablation | experiments/span_ablation.py: a trained adapter evaluated with every span of layers removed |
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.experiments.analyses import SPAN_ABLATION
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.plan import MULTITASK_KIND, SINGLE_KIND
+from adapterfusion.experiments.span_ablation import run_ablation_job
 from adapterfusion.experiments.writers import registered_writer
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.api import train
@@ -152,7 +155,21 @@ def _train_multitask(payload: JobPayload) -> Path:
     return Path(result.run_dir)
 
 
-JOB_KINDS: dict[str, Callable[[JobPayload], Path]] = {SINGLE_KIND: _train_single, MULTITASK_KIND: _train_multitask}
+def _span_ablation(payload: JobPayload) -> Path:
+    """A trained adapter evaluated with each span of layers removed; the result is the run dir's metrics.json."""
+    logging.getLogger(__name__).info("job %s: span ablation %s pid %d", payload.job_id, payload.options, os.getpid())
+    task = TaskSpec.from_dict(payload.task_spec) if payload.task_spec else payload.task
+    experiment_dir = payload.experiment_dir or str(Path(payload.output_dir).parent.parent)
+    return run_ablation_job(
+        payload.options, task, payload.run_dir, experiment_dir, encoder=payload.encoder, data_dir=payload.data_dir
+    )
+
+
+JOB_KINDS: dict[str, Callable[[JobPayload], Path]] = {
+    SINGLE_KIND: _train_single,
+    MULTITASK_KIND: _train_multitask,
+    SPAN_ABLATION: _span_ablation,
+}
 
 
 _runner: int | None = None  # in a process-pool worker: the pid of the runner it works for

@@ -20,6 +20,7 @@ from typing import Any
 
 from adapterfusion.defaults import default_encoder_path
 from adapterfusion.errors import ZooError
+from adapterfusion.experiments.analyses import SPAN_ABLATION, ablation_variant
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant
 from adapterfusion.io.paths import path_part
@@ -204,7 +205,52 @@ def plan_jobs(spec: ExperimentSpec) -> list[Job]:
         for variant in variants
         for task in _job_tasks(spec, variant)
     ]
-    return topological_order(jobs)
+    return topological_order(jobs + _ablation_jobs(spec))
+
+
+def _ablation_jobs(spec: ExperimentSpec) -> list[Job]:
+    """One job per adapter a span-ablation analysis evaluates (experiments/analyses.py, span_ablation.py): after
+    the job that trained it, with that run's folder (relative to the output dir) in its options; a zoo's adapter
+    is one job per task, under the seed it was stored with."""
+    jobs = []
+    for analysis in spec.analyses:
+        if analysis["kind"] != SPAN_ABLATION:
+            continue
+        variant = ablation_variant(analysis)
+        options = {k: v for k, v in analysis.items() if k not in ("kind", "tasks", "variant")}
+        if "zoo" in analysis:
+            limit = spec.max_examples.get("validation") if isinstance(spec.max_examples, dict) else spec.max_examples
+            if limit is not None and "max_examples" not in options:  # the experiment's, as its runs' dev sets
+                options["max_examples"] = limit
+            encoder = spec.encoder if spec.encoder is not None else str(default_encoder_path())
+            try:
+                store = resolve_zoo(analysis["zoo"])
+                seeds = {task: zoo_seed(store, encoder, task) for task in analysis["tasks"]}
+            except ZooError as err:
+                raise ExperimentSpecError(f"analyses ({variant}): {err}") from None
+            jobs += [
+                Job(job_id(variant, task, seed), variant, SPAN_ABLATION, task, seed, options, kind=SPAN_ABLATION)
+                for task, seed in seeds.items()
+            ]
+            continue
+        adapter = spec.variant(analysis["variant"])
+        for seed in spec.seeds:
+            for task in analysis["tasks"]:
+                trained = _job(spec, adapter, task, seed)
+                source = {"variant": adapter.id, "source_run": trained.run_dir(Path()).as_posix()}
+                jobs.append(
+                    Job(
+                        job_id(variant, task, seed),
+                        variant,
+                        SPAN_ABLATION,
+                        task,
+                        seed,
+                        {**options, **source},
+                        depends_on=(trained.id,),
+                        kind=SPAN_ABLATION,
+                    )
+                )
+    return jobs
 
 
 def jobs_per_variant(jobs: list[Job]) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """An experiment's report on disk: `write_report(output_dir)` builds it from the results store and run folders
 (experiments/report.py) and writes `<output_dir>/report/`: tables.md, one CSV per table (table1.csv, table2.csv,
-table3.csv), tables.json and, with matplotlib installed, the figures (experiments/figures.py).
+table3.csv), tables.json and, with matplotlib installed, the figures (experiments/figures.py); an experiment's
+`analyses` add their tables and figures (experiments/analysis_report.py, analysis_figures.py).
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from adapterfusion.experiments.analysis_figures import write_analysis_figures
+from adapterfusion.experiments.analysis_report import analysis_tables, read_analyses
 from adapterfusion.experiments.errors import ExperimentError
 from adapterfusion.experiments.figures import write_figures
 from adapterfusion.experiments.report import Report, build_report
@@ -39,10 +42,13 @@ def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     directory = _writable_report_dir(Path(output_dir))
     report = build_report(output_dir, store)
     report.tables += selection_tables(report)  # the experiment's `select` rows (Houlsby Table 1), if it has any
+    analyses = read_analyses(output_dir, store)  # Houlsby §3.6: span ablation, init scale, adapter size
+    report.tables += analysis_tables(report, analyses)
     directory.mkdir(parents=True, exist_ok=True)
     if figures:
         try:
             write_figures(report, directory)
+            write_analysis_figures(report, analyses, directory)
         except ImportError as err:  # matplotlib, an optional extra, is missing
             report.figure_notes.append(f"figures skipped: {err} (pip install 'adapterfusion[plots]')")
     for table in report.tables:

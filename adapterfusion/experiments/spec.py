@@ -43,6 +43,8 @@ A setup entry's `sweep` (experiments/sweep.py) lists values of training settings
 one variant per combination (`st-a-houlsby-rf12-lr3e-4-ep20`); the top-level `select` names report rows that keep,
 per task and seed, the best dev variant of a sweep (experiments/selection.py; not part of the spec hash, as it
 changes no result). `task_files` lists task descriptions (JSON/YAML, relative to this file) that `tasks` may name.
+`analyses` lists Houlsby et al.'s §3.6 analyses (experiments/analyses.py: span-ablation, init-scale, adapter-size),
+which add span-ablation jobs and report tables and figures; not part of the spec hash either.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from adapterfusion.defaults import DEFAULT_DECODER, default_decoder_gguf, defaul
 from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.encoders import check_encoder, default_pooling
 from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError
+from adapterfusion.experiments.analyses import ANALYSES_KEY, parse_analyses
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.sweep import SWEEP_KEY, parse_select, sweep_combinations, sweep_id
@@ -94,6 +97,7 @@ TOP_LEVEL_KEYS = (
     "task_training",
     "select",
     "task_files",
+    "analyses",
     "format_version",
 )
 DEFAULT_SEEDS = (42,)
@@ -184,6 +188,7 @@ class ExperimentSpec:
     zoo: str | None = None  # 'shipped' or an AdapterStore folder: where fusions take every source but the target
     select: dict[str, dict[str, Any]] = field(default_factory=dict)  # report rows chosen on dev (sweep.py)
     task_specs: dict[str, dict[str, Any]] = field(default_factory=dict)  # tasks of its task_files, as TaskSpec dicts
+    analyses: tuple[dict[str, Any], ...] = ()  # Houlsby §3.6 analyses (experiments/analyses.py)
 
     def job_training(self, variant: SetupVariant, task: str) -> dict[str, Any]:
         """The TrainingConfig overrides of one (variant, task) job: the variant's, then the task's (not for a
@@ -218,6 +223,7 @@ class ExperimentSpec:
             # a list, so that the rows keep the file's order where the spec is stored with sorted keys
             **({"select": [{"name": name, **rule} for name, rule in self.select.items()]} if self.select else {}),
             **({"task_specs": json.loads(json.dumps(self.task_specs))} if self.task_specs else {}),  # a copy
+            **({ANALYSES_KEY: json.loads(json.dumps(self.analyses))} if self.analyses else {}),
         }
 
     def recorded_dict(self) -> dict[str, Any]:
@@ -246,7 +252,8 @@ class ExperimentSpec:
         an output dir records it, and refuses a different experiment. absolute_paths: the digest older versions
         recorded, of the absolute paths."""
         data = self.to_dict() if absolute_paths else self.recorded_dict()
-        data = {k: v for k, v in data.items() if k not in ("output_dir", "description", "select")}  # select: report
+        ignored = ("output_dir", "description", "select", ANALYSES_KEY)  # select: report; analyses: own job hashes
+        data = {k: v for k, v in data.items() if k not in ignored}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     @classmethod
@@ -788,4 +795,5 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         task_training=task_training,
         zoo=zoo,
         select=parse_select(data.get("select"), variants),
+        analyses=parse_analyses(data.get(ANALYSES_KEY), variants, tasks, base_dir),
     )

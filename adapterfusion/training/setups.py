@@ -11,7 +11,7 @@ a `prepare`: it trains several tasks in one run, so `train_multitask` (training/
 |---|---|---|
 | head | classifier only, encoder frozen | AdapterFusion "Head" |
 | full | encoder + head | "Full" |
-| st-a | Pfeiffer adapter + head (option reduction_factor: 2/16/64, default 16) | "ST-A" |
+| st-a | Pfeiffer adapter + head (option reduction_factor: 2/16/64, default 16; init_std, default 1e-2) | "ST-A" |
 | st-a-houlsby | Houlsby adapters (+ their LayerNorm copies) + head (option reduction_factor) | "ST-A Houlsby" |
 | top-k | the top k encoder layers + head (option k, default 1) | Houlsby "variable fine-tuning" |
 | layernorm-only | every LayerNorm of the encoder + head | Houlsby §3.6 |
@@ -181,10 +181,9 @@ def _add_head(model: AdaptedModel, context: SetupContext) -> str | None:
         return None
     name = piece_name(context.task)
     pooling = context.options.get("pooling")
-    if pooling is None and model.architecture.causal:
-        pooling = "last"
     try:
-        pooling = resolve_pooling(pooling, context.encoder)
+        # The wrapped model knows whether it is a decoder (also for a Hub id that the experiment spec could not read).
+        pooling = resolve_pooling(pooling, context.encoder, "last" if model.architecture.causal else None)
     except ConfigError as err:
         raise TrainingError(str(err)) from None
     model.add_head(name, head_config_for(context.task, pooling), overwrite=True)
@@ -208,6 +207,12 @@ def _freeze_all_but_head(model: AdaptedModel, head: str | None) -> None:
 def _check_reduction_factor(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise TrainingError(f"reduction_factor={value!r} must be a positive number (the paper uses 2, 16 or 64)")
+    return float(value)
+
+
+def _check_init_std(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise TrainingError(f"init_std={value!r} must be a positive number (the adapter's init std; default 1e-2)")
     return float(value)
 
 
@@ -236,7 +241,11 @@ def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[[AdaptedMod
     def prepare(model: AdaptedModel, context: SetupContext) -> SetupPlan:
         head = _add_head(model, context)
         name = piece_name(context.task)
-        config = preset(reduction_factor=_check_reduction_factor(context.options["reduction_factor"]))
+        init_std = context.options.get("init_std")  # None: AdapterConfig's default (Houlsby §3.6 sweeps it)
+        config = preset(
+            reduction_factor=_check_reduction_factor(context.options["reduction_factor"]),
+            **({} if init_std is None else {"init_std": _check_init_std(init_std)}),
+        )
         model.add_adapter(name, config)
         model.train_adapter(name, head=head)
         trainable = [p for p in model.parameters() if p.requires_grad]
@@ -413,14 +422,14 @@ for _setup in (
     Setup(
         "st-a",
         _adapter_setup(AdapterConfig.pfeiffer),
-        {"reduction_factor": 16, "pooling": None},
+        {"reduction_factor": 16, "pooling": None, "init_std": None},
         "single-task Pfeiffer adapter",
         stores_adapter=True,
     ),
     Setup(
         "st-a-houlsby",
         _adapter_setup(AdapterConfig.houlsby),
-        {"reduction_factor": 16, "pooling": None},
+        {"reduction_factor": 16, "pooling": None, "init_std": None},
         "single-task Houlsby adapters",
         stores_adapter=True,
     ),

@@ -1,0 +1,214 @@
+"""The report's part for an experiment's `analyses` (experiments/analyses.py): the numbers of Houlsby et al.'s §3.6
+as tables, read from the results store and run folders like the rest of the report (never from live models).
+
+* span-ablation: one table per ablated adapter set and task, rows = first removed layer, columns = last removed
+  layer (0-based, as the paper's Fig. 6), cell = dev score with the adapter removed from that span minus the score
+  with none removed, in points, mean over seeds;
+* init-scale: rows = the swept init std, columns = tasks, cell = dev score (mean ± std over seeds);
+* adapter-size: rows = bottleneck size (hidden size // reduction factor) and the `lines` variants, columns = tasks.
+
+The figures of the same numbers are drawn by experiments/analysis_figures.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.errors import ConfigError
+from adapterfusion.experiments.analyses import ADAPTER_SIZE, ANALYSES_KEY, INIT_SCALE, SPAN_ABLATION, ablation_variant
+from adapterfusion.experiments.report import MISSING, Cell, Report, Table, score_cell
+from adapterfusion.experiments.span_ablation import SpanAblation
+from adapterfusion.experiments.store import JobRecord, ResultsStore
+from adapterfusion.experiments.sweep import number_text
+from adapterfusion.training.errors import RunFileError
+from adapterfusion.training.run_files import CONFIG_FILE, read_json
+
+
+@dataclass
+class AnalysisResults:
+    """The experiment's analyses (as its spec records them), each span-ablation's results by variant, task and seed,
+    and the encoder's hidden size as its runs recorded it (for bottleneck sizes)."""
+
+    analyses: list[dict[str, Any]] = field(default_factory=list)
+    ablations: dict[str, dict[str, list[tuple[int, SpanAblation]]]] = field(default_factory=dict)
+    hidden_size: int | None = None
+
+    def ablation(self, variant: str, task: str) -> list[SpanAblation]:
+        return [result for _, result in sorted(self.ablations.get(variant, {}).get(task, []), key=lambda r: r[0])]
+
+
+def read_analyses(output_dir: str | os.PathLike, store: ResultsStore | None = None) -> AnalysisResults:
+    """The analyses of the experiment in `output_dir` and the span-ablation jobs' results found done there."""
+    own = store is None
+    store = ResultsStore(output_dir, readonly=True) if store is None else store
+    try:
+        meta, records = store.meta(), store.jobs()
+    finally:
+        if own:
+            store.close()
+    spec = json.loads(meta["spec"]) if meta.get("spec") else {}
+    results = AnalysisResults(analyses=list(spec.get(ANALYSES_KEY) or []))
+    variants = {ablation_variant(a) for a in results.analyses if a.get("kind") == SPAN_ABLATION}
+    for record in records:
+        if record.state != "done" or not record.metrics:
+            continue
+        if record.variant in variants:
+            try:
+                result = SpanAblation.from_dict(record.metrics)
+            except (ConfigError, KeyError, TypeError, ValueError):
+                continue  # a damaged record: the report shows what can be read
+            results.ablations.setdefault(record.variant, {}).setdefault(record.task, []).append((record.seed, result))
+        elif results.hidden_size is None:
+            results.hidden_size = _hidden_size(record)
+    return results
+
+
+def _hidden_size(record: JobRecord) -> int | None:
+    if not record.run_dir:
+        return None
+    try:
+        config = read_json(Path(record.run_dir) / CONFIG_FILE, "the report leaves its bottleneck sizes out")
+    except RunFileError:
+        return None
+    size = ((config or {}).get("encoder_identity") or {}).get("hidden_size")
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def mean_drops(results: Sequence[SpanAblation]) -> dict[tuple[int, int], float]:
+    """Span -> its drop in points, mean over the given seeds' results (NaN where a score is undefined)."""
+    spans = results[0].spans if results else {}
+    return {span: statistics.mean(r.drop(*span) for r in results) for span in spans}
+
+
+def ablation_table(variant: str, task: str, results: Sequence[SpanAblation]) -> Table:
+    """The triangular table of one adapter set on one task: cell (first, last) = mean drop in points."""
+    layers = results[0].num_layers
+    drops = mean_drops(results)
+    cells = {
+        (f"first {i}", f"last {j}"): Cell(value, n=len(results), text=_points(value)) for (i, j), value in drops.items()
+    }
+    metric = results[0].metric
+    baseline = statistics.mean(100.0 * r.baseline[metric] for r in results)
+    singles = [drops[(i, i)] for i in range(layers)]
+    notes = (
+        f"Dev {metric} with no layer ablated: {baseline:.2f} ({results[0].examples} dev examples, "
+        f"{len(results)} seed(s)); each cell is the change in points with the adapter removed from layers "
+        f"first..last (0-based); '{MISSING}': no span.",
+        f"All layers removed (span 0..{layers - 1}, the frozen encoder under the trained head): "
+        f"{_points(drops[(0, layers - 1)])}. One layer removed: from {_points(max(singles))} to "
+        f"{_points(min(singles))} (mean {_points(statistics.mean(singles))}).",
+    )
+    return Table(
+        id=f"{variant}_{task}",
+        title=f"Span ablation ({variant}, {task}): change in dev {metric} when the adapter is removed from a span",
+        rows=tuple(f"first {i}" for i in range(layers)),
+        columns=tuple(f"last {j}" for j in range(layers)),
+        cells=cells,
+        notes=notes,
+        row_header="first \\ last",
+    )
+
+
+def _points(value: float) -> str:
+    return "undefined" if math.isnan(value) else f"{value:+.1f}"
+
+
+def sweep_variants(report: Report, group: str, key: str) -> list[tuple[Any, str]]:
+    """(swept value of `key`, variant id) of the sweep `group`'s variants, ordered by the value."""
+    found = [
+        (variant["sweep"]["settings"][key], variant["id"])
+        for variant in report.variants
+        if (variant.get("sweep") or {}).get("group") == group and key in variant["sweep"]["settings"]
+    ]
+    return sorted(found, key=lambda item: float(item[0]))
+
+
+def _task_columns(report: Report, variants: Sequence[str]) -> tuple[str, ...]:
+    return tuple(t for t in report.tasks if any(report.scores.get(v, {}).get(t) for v in variants))
+
+
+def init_scale_table(report: Report, analysis: dict[str, Any]) -> Table | None:
+    """Dev score per swept init std (rows) and task (columns); None before any run of the sweep is done."""
+    points = sweep_variants(report, analysis["sweep"], "init_std")
+    columns = _task_columns(report, [v for _, v in points])
+    if not columns:
+        return None
+    rows = {f"init std {number_text(value)}": variant for value, variant in points}
+    return Table(
+        id="init_scale",
+        title=f"Initialisation scale ({analysis['sweep']}): dev score against the adapter's init std",
+        rows=tuple(rows),
+        columns=columns,
+        cells={
+            (row, task): score_cell(report.scores.get(variant, {}).get(task, []))
+            for row, variant in rows.items()
+            for task in columns
+        },
+        notes=(_metric_note(report, columns),),
+        row_header="init std",
+    )
+
+
+def bottleneck_sizes(report: Report, group: str, hidden_size: int | None) -> list[tuple[int | None, Any, str]]:
+    """(bottleneck size, reduction factor, variant id) of the sweep's variants, largest reduction factor first
+    (smallest bottleneck); the size is None when no run recorded the hidden size."""
+    points = sorted(sweep_variants(report, group, "reduction_factor"), key=lambda item: -float(item[0]))
+    return [
+        (None if hidden_size is None else AdapterConfig(reduction_factor=rf).bottleneck_size(hidden_size, 0), rf, v)
+        for rf, v in points
+    ]
+
+
+def adapter_size_table(report: Report, analysis: dict[str, Any], hidden_size: int | None) -> Table | None:
+    """Dev score per bottleneck size of the sweep and per `lines` variant (rows) and task (columns)."""
+    points = bottleneck_sizes(report, analysis["sweep"], hidden_size)
+    rows = {f"size {'?' if m is None else m} (rf {number_text(rf)})": v for m, rf, v in points}
+    rows.update({line: line for line in analysis.get("lines", [])})
+    columns = _task_columns(report, list(rows.values()))
+    if not columns:
+        return None
+    return Table(
+        id="adapter_size",
+        title=f"Adapter size ({analysis['sweep']}): dev score against the bottleneck size",
+        rows=tuple(rows),
+        columns=columns,
+        cells={
+            (row, task): score_cell(report.scores.get(variant, {}).get(task, []))
+            for row, variant in rows.items()
+            for task in columns
+        },
+        notes=(_metric_note(report, columns) + f" Hidden size {hidden_size}; size = hidden size // rf.",),
+        row_header="variant",
+    )
+
+
+def _metric_note(report: Report, tasks: Sequence[str]) -> str:
+    metrics = ", ".join(f"{t}: {report.metrics.get(t, '?')}" for t in tasks)
+    return f"Best-checkpoint dev score in percent, mean ± std over seeds ({metrics})."
+
+
+def analysis_tables(report: Report, results: AnalysisResults) -> list[Table]:
+    """Every table the analyses' finished results allow, in the order the experiment lists the analyses."""
+    tables: list[Table | None] = []
+    for analysis in results.analyses:
+        kind = analysis.get("kind")
+        if kind == SPAN_ABLATION:
+            variant = ablation_variant(analysis)
+            tables += [
+                ablation_table(variant, task, results.ablation(variant, task))
+                for task in analysis.get("tasks", [])
+                if results.ablation(variant, task)
+            ]
+        elif kind == INIT_SCALE:
+            tables.append(init_scale_table(report, analysis))
+        elif kind == ADAPTER_SIZE:
+            tables.append(adapter_size_table(report, analysis, results.hidden_size))
+    return [t for t in tables if t is not None]
