@@ -29,7 +29,7 @@ from adapterfusion.errors import AdapterFusionError, ConfigError, IncompatibleMo
 from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES
 from adapterfusion.injection.site import AdapterSite
-from adapterfusion.io.hub import HubRef, hub_errors, hub_ref, reach
+from adapterfusion.io.hub import HubRef, cached_folder, hub_errors, hub_ref, reach
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -171,16 +171,29 @@ def _check_model_type(path: Path) -> None:
 
 
 def default_pooling(encoder: str | os.PathLike | None) -> str:
-    """How a head reads a model folder's output unless told: a decoder's last non-padding token (the one position
-    that has read the whole input), else the encoder's own (heads/pooling.py: mean for sentence-transformers
-    folders, else cls). A Hub id is not looked up."""
-    config = Path(encoder) / MODEL_CONFIG if encoder is not None else None
+    """How a head reads a model's output unless told: a decoder's last non-padding token (the one position that has
+    read the whole input), else the encoder's own (heads/pooling.py: mean for sentence-transformers folders, else
+    cls). A Hub id is read from its copy in the local Hugging Face cache, never looked up; one not downloaded yet
+    counts as an encoder (its decoder head then needs `pooling: last`)."""
+    folder = _local_copy(encoder)
     try:
-        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type") if config else None
-    except (OSError, ValueError, AttributeError):
+        config = json.loads((folder / MODEL_CONFIG).read_text(encoding="utf-8")) if folder is not None else None
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+    except (OSError, ValueError):
         model_type = None
     spec = ARCHITECTURES.get(model_type) if isinstance(model_type, str) else None
-    return "last" if spec is not None and spec.causal else encoder_pooling(encoder)
+    return "last" if spec is not None and spec.causal else encoder_pooling(folder if folder is not None else encoder)
+
+
+def _local_copy(encoder: str | os.PathLike | None) -> Path | None:
+    """The folder holding `encoder`'s files on this machine: itself, or a Hub id's snapshot in the local cache."""
+    if encoder is None:
+        return None
+    path = Path(encoder).expanduser()
+    if path.is_dir():
+        return path
+    ref = hub_ref(encoder) if isinstance(encoder, str) else None
+    return cached_folder(ref, MODEL_CONFIG) if ref is not None else None
 
 
 def load_tokenizer(encoder: Encoder) -> Any:

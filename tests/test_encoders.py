@@ -2,6 +2,7 @@
 fast, a string that can only be a path must exist, a folder must hold a model and a working tokenizer
 (adapterfusion/encoders.py, adapterfusion/io/hub.py)."""
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -10,7 +11,7 @@ import huggingface_hub
 import pytest
 from huggingface_hub.utils import httpx
 
-from adapterfusion.encoders import Encoder, check_encoder, looks_like_path, resolve_encoder
+from adapterfusion.encoders import Encoder, check_encoder, default_pooling, looks_like_path, resolve_encoder
 from adapterfusion.errors import ConfigError, HubError
 from adapterfusion.io.hub import OFFLINE_VARIABLES, PROBE_SECONDS, HubRef, hub_ref
 from adapterfusion.training import train
@@ -160,3 +161,17 @@ def test_a_folder_with_weights_but_no_tokenizer_is_usable_as_a_base_only(tmp_pat
     with pytest.raises(ConfigError, match="no usable tokenizer: it holds none of the tokenizer files"):
         resolve_encoder(tmp_path / "enc")
     assert resolve_encoder(tmp_path / "enc", tokenizer=False).folder == tmp_path / "enc"
+
+
+def test_a_cached_hub_decoder_defaults_to_last_token_pooling_without_the_hub(offline, tmp_path, tiny_encoder_dir):
+    """Experiment specs spell the default pooling out before anything loads: a decoder's Hub id is read from the
+    local cache (its config names a causal architecture), an uncached id falls back to the encoder default."""
+    decoder = tmp_path / "decoder"
+    decoder.mkdir()
+    (decoder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    _cache(tmp_path / "hf-cache", "org/decoder", decoder)
+    _cache(tmp_path / "hf-cache", "org/encoder", tiny_encoder_dir)
+    assert default_pooling("org/decoder") == "last"
+    assert default_pooling(decoder) == "last"
+    assert default_pooling("org/encoder") == default_pooling(tiny_encoder_dir) == "cls"
+    assert default_pooling("org/not-downloaded") == "cls"
