@@ -16,6 +16,7 @@ import adapterfusion as af
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, load_fusion_activation
 from adapterfusion.evaluation import evaluate_run
 from adapterfusion.experiments import Executor, ResultsStore, run_experiment
+from adapterfusion.experiments.analyses import SPAN_ABLATION
 from adapterfusion.experiments.figures import plot_run_fusion_attention
 from adapterfusion.experiments.plan import jobs_per_variant, plan_jobs
 from adapterfusion.experiments.ray_executor import RayExecutor
@@ -92,7 +93,11 @@ def _plan(args: argparse.Namespace) -> int:
     jobs = plan_jobs(spec)
     rows = [(variant, str(count)) for variant, count in jobs_per_variant(jobs).items()]
     _print_table(("setup variant", "jobs"), rows)
-    print(f"{len(jobs)} jobs: {len(spec.tasks)} tasks x {len(spec.variants)} setup variants x {len(spec.seeds)} seeds")
+    analysed = sum(job.kind == SPAN_ABLATION for job in jobs)  # analyses' jobs (experiments/analyses.py)
+    print(
+        f"{len(jobs)} jobs: {len(spec.tasks)} tasks x {len(spec.variants)} setup variants x {len(spec.seeds)} seeds"
+        + (f", {analysed} of them span-ablation evaluations" if analysed else "")
+    )
     if len(jobs) > MAX_JOBS_WITHOUT_CONFIRMATION:
         print(f"more than {MAX_JOBS_WITHOUT_CONFIRMATION} jobs: `adapterfusion run` needs --yes to start them")
     return 0

@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
+from adapterfusion.cli import main
 from adapterfusion.experiments import ExperimentSpec, ExperimentSpecError, plan_jobs, run_experiment
 from adapterfusion.experiments.analysis_figures import drop_grid, plot_span_ablation
 from adapterfusion.experiments.analysis_report import ablation_table
@@ -57,6 +59,15 @@ def test_zoo_ablation_is_one_job_per_task_under_the_zoo_seed(tmp_path):
     jobs = [job for job in plan_jobs(spec) if job.kind == "span-ablation"]
     assert [job.id for job in jobs] == ["span-ablation-zoo/rte/seed-1", "span-ablation-zoo/mrpc/seed-1"]
     assert all(job.depends_on == () and job.options == {"zoo": "shipped", "max_examples": 30} for job in jobs)
+
+
+def test_plan_counts_the_ablation_jobs(tmp_path, capsys):
+    path = tmp_path / "x.yaml"
+    path.write_text(yaml.safe_dump(_spec(tmp_path, [{"kind": "span-ablation", "variant": "st-a-rf16"}])))
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "span-ablation-st-a-rf16  4" in out
+    assert "12 jobs: 2 tasks x 2 setup variants x 2 seeds, 4 of them span-ablation evaluations" in out
 
 
 @pytest.mark.parametrize(
