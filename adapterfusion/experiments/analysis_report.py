@@ -28,6 +28,7 @@ from adapterfusion.experiments.report import MISSING, Cell, Report, Table, score
 from adapterfusion.experiments.span_ablation import SpanAblation
 from adapterfusion.experiments.store import JobRecord, ResultsStore
 from adapterfusion.experiments.sweep import number_text
+from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.training.errors import RunFileError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
@@ -193,6 +194,26 @@ def adapter_size_table(report: Report, analysis: dict[str, Any], hidden_size: in
 def _metric_note(report: Report, tasks: Sequence[str]) -> str:
     metrics = ", ".join(f"{t}: {report.metrics.get(t, '?')}" for t in tasks)
     return f"Best-checkpoint dev score in percent, mean ± std over seeds ({metrics})."
+
+
+SPAN_ABLATION_FILE = "span_ablation.json"
+
+
+def write_ablation_records(results: AnalysisResults, directory: str | os.PathLike) -> Path | None:
+    """The span-ablation results behind the tables (every span's metrics, per variant, task and seed) as
+    `directory`/span_ablation.json, so a committed report carries its raw numbers; None without any."""
+    if not results.ablations:
+        return None
+    records = {
+        variant: {
+            task: [{"seed": seed, **result.to_dict()} for seed, result in sorted(runs, key=lambda run: run[0])]
+            for task, runs in by_task.items()
+        }
+        for variant, by_task in results.ablations.items()
+    }
+    path = Path(directory) / SPAN_ABLATION_FILE
+    atomic_write_json(path, records)
+    return path
 
 
 def analysis_tables(report: Report, results: AnalysisResults) -> list[Table]:

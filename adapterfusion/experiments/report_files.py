@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from adapterfusion.experiments.analysis_figures import write_analysis_figures
-from adapterfusion.experiments.analysis_report import analysis_tables, read_analyses
+from adapterfusion.experiments.analysis_report import analysis_tables, read_analyses, write_ablation_records
 from adapterfusion.experiments.errors import ExperimentError
 from adapterfusion.experiments.figures import write_figures
 from adapterfusion.experiments.report import Report, build_report
@@ -45,6 +45,7 @@ def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     analyses = read_analyses(output_dir, store)  # Houlsby §3.6: span ablation, init scale, adapter size
     report.tables += analysis_tables(report, analyses)
     directory.mkdir(parents=True, exist_ok=True)
+    write_ablation_records(analyses, directory)
     if figures:
         try:
             write_figures(report, directory)

@@ -12,7 +12,7 @@ import yaml
 from adapterfusion.cli import main
 from adapterfusion.experiments import ExperimentSpec, ExperimentSpecError, plan_jobs, run_experiment
 from adapterfusion.experiments.analysis_figures import drop_grid, plot_span_ablation
-from adapterfusion.experiments.analysis_report import ablation_table
+from adapterfusion.experiments.analysis_report import AnalysisResults, ablation_table, write_ablation_records
 from adapterfusion.experiments.plan import config_hashes
 from adapterfusion.experiments.span_ablation import SpanAblation
 from adapterfusion.training.run_files import METRICS_FILE, read_json
@@ -125,6 +125,24 @@ def test_ablation_table_and_heatmap_hold_the_mean_drop_of_each_span(tmp_path):
     assert path.stat().st_size > 1000
 
 
+def test_the_report_keeps_every_span_record(tmp_path):
+    results = AnalysisResults(
+        ablations={
+            "span-ablation-zoo": {
+                "rte": [(2, _result(DROPS, 0.6)), (1, _result(DROPS))],
+                "mrpc": [(1, _result({s: 0.0 for s in DROPS}))],
+            }
+        }
+    )
+    assert write_ablation_records(AnalysisResults(), tmp_path) is None
+    saved = read_json(write_ablation_records(results, tmp_path), "test")
+    assert list(saved) == ["span-ablation-zoo"] and sorted(saved["span-ablation-zoo"]) == ["mrpc", "rte"]
+    rte = saved["span-ablation-zoo"]["rte"]
+    assert [r["seed"] for r in rte] == [1, 2]
+    again = SpanAblation.from_dict(rte[1])
+    assert again.baseline == {"accuracy": 0.6} and again.drop(0, 2) == pytest.approx(-30.0)
+
+
 @pytest.mark.slow
 def test_span_ablation_runs_in_an_experiment_and_reports(tiny_encoder_dir, demo_data_dir, tmp_path):
     data = {
@@ -152,5 +170,7 @@ def test_span_ablation_runs_in_an_experiment_and_reports(tiny_encoder_dir, demo_
     assert "Span ablation (span-ablation-st-a-rf16, rte)" in report
     assert (out / "report" / "span_ablation_rte.png").is_file()
     assert (out / "report" / "span-ablation-st-a-rf16_rte.csv").is_file()
+    saved = read_json(out / "report" / "span_ablation.json", "test")["span-ablation-st-a-rf16"]["rte"]
+    assert SpanAblation.from_dict(saved[0]).spans == result.spans
     again = run_experiment(data, progress=False)  # resumed: nothing left to run
     assert again.ran == [] and len(again.skipped) == 2
