@@ -199,6 +199,20 @@ def _metric_note(report: Report, tasks: Sequence[str]) -> str:
 SPAN_ABLATION_FILE = "span_ablation.json"
 
 
+def _portable(source: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+    """A record's source with the paths a clone would write the same: a run folder relative to the output dir, a
+    zoo entry as <encoder key>/<task>/<setup>/seed-<n> inside its store (runs before 2026-11-26 recorded both as
+    absolute paths)."""
+    out = dict(source)
+    if isinstance(out.get("run_dir"), str) and Path(out["run_dir"]).is_absolute():
+        run_dir = Path(out["run_dir"])
+        if run_dir.is_relative_to(output_dir.resolve()):
+            out["run_dir"] = run_dir.relative_to(output_dir.resolve()).as_posix()
+    if isinstance(out.get("entry"), str) and Path(out["entry"]).is_absolute():
+        out["entry"] = Path(*Path(out["entry"]).parts[-4:]).as_posix()
+    return out
+
+
 def write_ablation_records(results: AnalysisResults, directory: str | os.PathLike) -> Path | None:
     """The span-ablation results behind the tables (every span's metrics, per variant, task and seed) as
     `directory`/span_ablation.json, so a committed report carries its raw numbers; None without any."""
@@ -206,7 +220,10 @@ def write_ablation_records(results: AnalysisResults, directory: str | os.PathLik
         return None
     records = {
         variant: {
-            task: [{"seed": seed, **result.to_dict()} for seed, result in sorted(runs, key=lambda run: run[0])]
+            task: [
+                {"seed": seed, **result.to_dict(), "source": _portable(result.source, Path(directory).parent)}
+                for seed, result in sorted(runs, key=lambda run: run[0])
+            ]
             for task, runs in by_task.items()
         }
         for variant, by_task in results.ablations.items()

@@ -198,8 +198,8 @@ def ablate_zoo(
     encoded, _ = encode_task(spec, type(data)({"validation": data["validation"]}), tokenizer, max_length)
     batches, ordered = length_sorted_batches(encoded["validation"], tokenizer, batch_size)
     result = ablate_spans(model, spec, name, name, batches, ordered)
-    entry = store.path(encoder, spec.name, ZOO_SETUP, seed)
-    result.source = {"zoo": str(zoo), "entry": str(entry), "seed": seed}
+    entry = store.path(encoder, spec.name, ZOO_SETUP, seed).relative_to(store.root)  # the same in every clone
+    result.source = {"zoo": str(zoo), "entry": entry.as_posix(), "seed": seed}
     return result
 
 

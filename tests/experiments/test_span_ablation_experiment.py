@@ -134,8 +134,14 @@ def test_the_report_keeps_every_span_record(tmp_path):
             }
         }
     )
-    assert write_ablation_records(AnalysisResults(), tmp_path) is None
-    saved = read_json(write_ablation_records(results, tmp_path), "test")
+    zoo_entry = tmp_path / "zoo" / "store" / "enc--model" / "rte" / "st-a" / "seed-1"
+    results.ablations["span-ablation-zoo"]["rte"][0][1].source = {"zoo": "shipped", "entry": str(zoo_entry)}
+    results.ablations["span-ablation-zoo"]["mrpc"][0][1].source = {"run_dir": str(tmp_path / "runs" / "a" / "seed-1")}
+    assert write_ablation_records(AnalysisResults(), tmp_path / "report") is None
+    saved = read_json(write_ablation_records(results, tmp_path / "report"), "test")
+    # paths as a clone writes them: a zoo entry inside its store, a run relative to the output dir
+    assert saved["span-ablation-zoo"]["rte"][1]["source"]["entry"] == "enc--model/rte/st-a/seed-1"
+    assert saved["span-ablation-zoo"]["mrpc"][0]["source"]["run_dir"] == "runs/a/seed-1"
     assert list(saved) == ["span-ablation-zoo"] and sorted(saved["span-ablation-zoo"]) == ["mrpc", "rte"]
     rte = saved["span-ablation-zoo"]["rte"]
     assert [r["seed"] for r in rte] == [1, 2]
@@ -172,5 +178,6 @@ def test_span_ablation_runs_in_an_experiment_and_reports(tiny_encoder_dir, demo_
     assert (out / "report" / "span-ablation-st-a-rf16_rte.csv").is_file()
     saved = read_json(out / "report" / "span_ablation.json", "test")["span-ablation-st-a-rf16"]["rte"]
     assert SpanAblation.from_dict(saved[0]).spans == result.spans
+    assert saved[0]["source"]["run_dir"] == "runs/st-a-rf16/rte/st-a/seed-1"
     again = run_experiment(data, progress=False)  # resumed: nothing left to run
     assert again.ran == [] and len(again.skipped) == 2
