@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
+import transformers.modeling_flash_attention_utils as flash_attention_utils
+import transformers.utils.generic as transformers_generic
 from torch import nn
 
 from adapterfusion.encoder_limits import limit_reason, max_input_length
@@ -40,11 +42,27 @@ if TYPE_CHECKING:
 PER_TOKEN = ("attention_mask", "token_type_ids", "position_ids", "task_type_ids")
 _TOKEN_INPUTS = ("input_ids", "inputs_embeds", *PER_TOKEN)
 _COMMON_FLAGS = ("output_attentions", "output_hidden_states", "return_dict")
+
+
+def _typed_dict_keys(*typed_dicts: Any) -> frozenset[str] | None:
+    """The keys of transformers' TypedDicts (None where this transformers version lacks one)."""
+    if any(not typing.is_typeddict(typed) for typed in typed_dicts):
+        return None
+    return frozenset(key for typed in typed_dicts for key in typed.__annotations__)
+
+
+# What transformers' models read from a **kwargs they pass on to their layers and attention.
+_PASSED_ON_KWARGS = _typed_dict_keys(
+    getattr(transformers_generic, "TransformersKwargs", None),
+    getattr(flash_attention_utils, "FlashAttentionKwargs", None),
+)
 _INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+# Routing keywords reach check_call only from forward_parallel (AdaptedModel.forward takes them itself).
+_ROUTING_KEYWORDS = ("adapter_names", "head_names")
 _ROUTING_HINT = (
-    "adapter_names= (a different adapter per example) is not supported yet: choose what runs with "
-    "model.activate(adapter=...) or, for one call, `with model.activated(adapter=...):`; forward_parallel runs "
-    "every adapter of a fusion on the same batch in one call"
+    "{keyword}= is not supported by forward_parallel, which runs every adapter of the fusion on the whole batch; "
+    "route each example to its own adapter, fusion and head with model(**batch, adapter_names=[...], "
+    "head_names=[...]) (adapterfusion/routing.py)"
 )
 
 
@@ -78,7 +96,7 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
         _check_last_token_mask(model, given, shape[0], str(head))
     if labels is not None:
         if head is not None and head_config is not None:
-            _check_head_labels(labels, head_config, head, shape)
+            check_head_labels(labels, head_config, head, shape)
         else:
             given["labels"] = _passed_labels(model, labels, shape)
     num_choices = None
@@ -90,8 +108,9 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
 
 # ---- keywords --------------------------------------------------------------------------------------------------
 def _check_keywords(encoder: nn.Module, given: Mapping[str, Any]) -> None:
-    if "adapter_names" in given:
-        raise ConfigError(_ROUTING_HINT)
+    for keyword in _ROUTING_KEYWORDS:
+        if keyword in given:
+            raise ConfigError(_ROUTING_HINT.format(keyword=keyword))
     accepted = accepted_keywords(encoder)
     unknown = [key for key in given if accepted is not None and key not in accepted]
     if unknown:
@@ -100,7 +119,8 @@ def _check_keywords(encoder: nn.Module, given: Mapping[str, Any]) -> None:
         shown = sorted(key for key in accepted or () if key in named or key in _COMMON_FLAGS)
         raise ConfigError(
             f"{type(encoder).__name__}.forward takes no {', '.join(map(repr, unknown))}, so it would be silently "
-            f"ignored; it takes {', '.join(shown)} (and the model's own labels= and output_fusion_attentions=)"
+            f"ignored; it takes {', '.join(shown)} (and the model's own labels=, output_fusion_attentions=, "
+            "adapter_names= and head_names=)"
         )
     for flag in _COMMON_FLAGS:
         if flag in given and not isinstance(given[flag], bool):
@@ -123,7 +143,8 @@ def _keywords_of(module_class: Any) -> frozenset[str] | None:
     """The keywords `module_class.forward` takes: its named parameters, the keys of a typed **kwargs
     (transformers' Unpack[TransformersKwargs]) and return_dict (every PreTrainedModel takes it). An untyped **kwargs
     that the body never reads (DeBERTa, MPNet) swallows what it is given, so it adds nothing; one the body passes on
-    may take anything: None."""
+    (GPT-2 hands it to its attention) takes what transformers documents for such kwargs, TransformersKwargs and
+    FlashAttentionKwargs: anything else would be swallowed silently. None only when those cannot be read."""
     forward = module_class.forward
     parameters = list(inspect.signature(forward).parameters.values())
     names = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"self"}
@@ -133,7 +154,9 @@ def _keywords_of(module_class: Any) -> frozenset[str] | None:
             if typed is not None:
                 names |= typed
             elif _reads(inspect.unwrap(forward), parameter.name):
-                return None
+                if _PASSED_ON_KWARGS is None:
+                    return None
+                names |= _PASSED_ON_KWARGS
     return frozenset(names | {"return_dict"})
 
 
@@ -358,7 +381,7 @@ def _check_last_token_mask(model: AdaptedModel, given: Mapping[str, Any], rows: 
     )
 
 
-def _check_head_labels(labels: Any, config: HeadConfig, name: str, shape: torch.Size) -> None:
+def check_head_labels(labels: Any, config: HeadConfig, name: str, shape: torch.Size) -> None:
     """One class id (or target) per example, inside the head's classes; a per-token head's own layout
     (heads/question_answering.py, heads/token_classification.py)."""
     labels = _labels_tensor(labels, shape[0], f"head {name!r}")

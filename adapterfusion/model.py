@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-from adapterfusion import composition, generation, trainable
+from adapterfusion import composition, generation, routing, trainable
 from adapterfusion._validation import check_choice, check_layers, require_loaded
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.encoders import check_wrappable
@@ -33,6 +33,7 @@ from adapterfusion.injection import controls as fusion_controls
 from adapterfusion.injection import inject
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.placement import adapter_modules, fused_adapters, fusion_modules
+from adapterfusion.injection.routing import ADAPTER, RowRouting
 from adapterfusion.injection.runtime import ForwardRuntime, Recorder
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.injection.state import ActiveState, checked, with_routes
@@ -65,10 +66,12 @@ class AdaptedModelOutput(ModelOutput):
     fusion_regularization: torch.Tensor | None = None
     fusion_attentions: tuple[torch.Tensor | None, ...] | None = None
     fusion_attentions_by_site: dict[tuple[int, str], torch.Tensor] | None = None
+    # A routed call whose heads give logits of different shapes: each example's logits (then `logits` is None).
+    row_logits: tuple[torch.Tensor, ...] | None = None
 
 
 # The wrapped model's outputs a forward hands on as they are (its loss and logits are decided per head).
-_PASSED_THROUGH = frozenset(AdaptedModelOutput.__dataclass_fields__) - {"loss", "logits"}
+_PASSED_THROUGH = frozenset(AdaptedModelOutput.__dataclass_fields__) - {"loss", "logits", "row_logits"}
 
 
 class AdaptedModel(nn.Module):
@@ -364,14 +367,20 @@ class AdaptedModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_fusion_attentions: bool = False,
+        adapter_names: Sequence[Any] | None = None,
+        head_names: Sequence[str] | None = None,
         **encoder_inputs: Any,
     ) -> AdaptedModelOutput:
         """Run the encoder with what is active; with an active head, its logits (and with `labels` its loss, plus the
         fusion regularisation while a fusion's V trains; with no head, a wrapped HF task model's own loss).
         output_fusion_attentions=True: each fusion site's softmax weights (AdaptedModelOutput). Other keyword arguments
-        go to the encoder; forward_inputs.check_call refuses those it does not take, and every malformed input."""
+        go to the encoder; forward_inputs.check_call refuses those it does not take, and every malformed input.
+        adapter_names / head_names: one entry per example, an adapter, a fusion or None (the plain model) / a head,
+        for a batch whose examples run different pieces (routing.py); each example gets what it would alone."""
         head_name = self.active_head
         inputs = dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask)
+        if adapter_names is not None or head_names is not None:
+            return self._routed_forward(inputs, adapter_names, head_names, labels, output_fusion_attentions)
         call = check_call(self, inputs, head_name, labels)
         with self.recording_fusion_attentions(output_fusion_attentions) as recorder:
             encoded = call.encoder(**call.inputs)
@@ -393,6 +402,51 @@ class AdaptedModel(nn.Module):
             output.fusion_attentions = tuple(
                 recorder.get((layer, "output"), recorder.get((layer, "attention"))) for layer in range(self.num_layers)
             )
+        return output
+
+    def _routed_forward(
+        self,
+        inputs: dict[str, Any],
+        adapter_names: Sequence[Any] | None,
+        head_names: Sequence[str] | None,
+        labels: Any,
+        output_fusion_attentions: bool,
+    ) -> AdaptedModelOutput:
+        """forward() with a choice per example (routing.py): the sites run each row's choice, each head its rows."""
+        routed = routing.prepare(self, inputs, adapter_names, head_names, labels, output_fusion_attentions)
+        head = routed.heads[0][0]
+        first = routed.choices[0]
+        if routed.uniform:  # every example chose the same: as activated(...) would run it
+            adapter, fusion = (first[1], None) if first and first[0] == ADAPTER else (None, first and first[1])
+            state = self._activation(adapter, fusion, head, self.skip_layers)
+        else:
+            fusions = routed.fusions
+            row_routing = RowRouting(
+                choices=routed.row_choices,
+                fused={name: self.fusion_setups[name].adapters for name in fusions},
+                masks=self._state.fusion_masks,
+                fast=self._state.fusion_implementation == "fast",
+                device=routed.device,
+            )
+            state = dataclasses.replace(self._activation(None, None, head, self.skip_layers), routing=row_routing)
+        previous = self._state
+        self._set_state(state)
+        try:
+            encoded = routed.call.encoder(**routed.call.inputs)
+        finally:
+            self._set_state(previous)
+        output = AdaptedModelOutput(**{key: value for key, value in encoded.items() if key in _PASSED_THROUGH})
+        if head is None:  # no head anywhere: the wrapped model's own output, as forward() gives it
+            output.logits, output.task_loss = getattr(encoded, "logits", None), getattr(encoded, "loss", None)
+        else:
+            heads = routing.apply_heads(self, routed, encoded.last_hidden_state, labels)
+            output.logits, output.row_logits, output.task_loss = heads.logits, heads.row_logits, heads.task_loss
+        if output.task_loss is not None:
+            output.loss = output.task_loss
+            trained = [name for name in routed.fusions if fusion_controls.value_trains(self._fusion_layers(name))]
+            if self.training and trained:
+                output.fusion_regularization = torch.stack([self.fusion_regularization(name) for name in trained]).sum()
+                output.loss = output.loss + output.fusion_regularization
         return output
 
     forward_parallel = composition.forward_parallel

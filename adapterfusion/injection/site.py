@@ -29,6 +29,7 @@ from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.layer import FUSION_IMPLEMENTATIONS, FoldedFusion, FusionLayer, fold_fusion
 from adapterfusion.injection.architectures import SiteKind, SiteSpec, site_key
+from adapterfusion.injection.routing import SitePlan, adapt_routed
 from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.state import ActiveState
 
@@ -113,7 +114,10 @@ class AdapterSite(nn.Module):
             )
         self._kept, self._mask_key = kept, mask_key
         skipped = self.layer_index in state.skip_layers
-        self._active = not skipped and (self._adapter is not None or self._fusion is not None)
+        # Per-example routing (injection/routing.py): what this call's rows chose, worked out for this site.
+        self._routing: SitePlan | None = state.routing.plan(self) if state.routing is not None else None
+        routed = self._routing is not None and self._routing.active
+        self._active = not skipped and (self._adapter is not None or self._fusion is not None or routed)
         self._listen_while_active()
 
     # ---- what the site offers ------------------------------------------------------------------------
@@ -214,6 +218,8 @@ class AdapterSite(nn.Module):
         return (adapted, *output[1:]) if isinstance(output, tuple) else adapted
 
     def _adapt_any(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
+        if self._routing is not None:
+            return adapt_routed(self, self._routing, h, r, apply_final_ln)
         if self.state.parallel_routes is None:
             return self._adapt(h, r, apply_final_ln)
         return self._adapt_parallel(h, r, apply_final_ln)
@@ -283,6 +289,21 @@ class AdapterSite(nn.Module):
     def _adapt(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
         fusion_name = self._fusion
         names = self.state.fused if fusion_name is not None else self._adapter_names()
+        return self.adapt_with(h, r, apply_final_ln, fusion_name, names, self._keep, self._kept_indices(len(names)))
+
+    def adapt_with(
+        self,
+        h: torch.Tensor,
+        r: torch.Tensor | None,
+        apply_final_ln: bool,
+        fusion_name: str | None,
+        names: Sequence[str],
+        keep: torch.Tensor | None,
+        kept: tuple[int, ...] | None,
+    ) -> torch.Tensor:
+        """The site's output with adapter names[0] alone (fusion_name None) or fusion `fusion_name` over `names`,
+        `keep` its mask (a bool per adapter) and `kept` the adapters the fast path runs (None: all): what `_adapt`
+        runs for the active piece, and per-example routing (injection/routing.py) for one piece's rows."""
         adapters = [self.adapter(name) for name in names]
         config = adapters[0].config
         layer_norm = self.pretrained_layer_norm
@@ -301,8 +322,7 @@ class AdapterSite(nn.Module):
             fusion = self.fusion(fusion_name)
             query = h if fusion.config.query_before_ln else x
             implementation = FUSION_IMPLEMENTATIONS[self.state.fusion_implementation]
-            kept = self._kept_indices(len(adapters))
-            options = FuseOptions(temperature=fusion.config.temperature_at(self.state.fusion_step), keep=self._keep)
+            options = FuseOptions(temperature=fusion.config.temperature_at(self.state.fusion_step), keep=keep)
             if kept is not None:
                 # The fast path runs only the kept adapters: a masked-out adapter's softmax weight is exactly 0,
                 # so the fusion over the kept ones with the same Q/K/V is the masked fusion (fusion/subset.py).

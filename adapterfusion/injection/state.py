@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from adapterfusion._validation import check_int, require_loaded
 from adapterfusion.errors import ConfigError
+from adapterfusion.injection.routing import RowRouting
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class ActiveState:
     # With parallel routes: the key of the site where the plain batch becomes one slice per route (the encoder
     # below it ran once); None: the batch came in repeated per route.
     parallel_split_site: str | None = None
+    # Only during a `model(**batch, adapter_names=[...])` call: what each row runs (injection/routing.py).
+    routing: RowRouting | None = None
 
     def __post_init__(self) -> None:
         check_int(self.fusion_step, "fusion step", minimum=0)

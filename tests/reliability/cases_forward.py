@@ -108,9 +108,9 @@ CASES: tuple[BadInput, ...] = (
     B(
         "forward-adapter-names",
         GROUP,
-        "model(**batch, adapter_names=['a']) (per-example routing, as in AdapterHub; was silently ignored)",
+        "model(**batch, adapter_names=['a']) for a batch of 2 (one entry per example; was silently ignored)",
         af.ConfigError,
-        ("adapter_names", "not supported", "activate(", "activated("),
+        ("adapter_names", "1 entries", "batch of 2", "one per example"),
         _call(_headed, adapter_names=["a"]),
     ),
     B(

@@ -1,0 +1,247 @@
+"""Per-example routing: `model(**batch, adapter_names=[...], head_names=[...])`, one entry per example.
+
+An adapter_names entry is an adapter's name, a fusion's name (or {'adapter': name} / {'fusion': name} where a name
+is both) or None for the plain model; head_names entries name a loaded head each (left out: the active head for
+every row). This module checks the choices and applies the heads; at the sites, injection/routing.py runs each row
+with its choice (one gathered batched matmul for the adapter rows, each fusion's fast path on its rows). A call
+whose rows all chose the same runs exactly as `with model.activated(...)` would, with no routing at all.
+
+Several heads: each head runs on its rows (a loop over the distinct heads: heads differ in kind and size, and a
+head is one small matmul). `logits` is one [batch, ...] tensor when every head gives the same shape per example;
+otherwise it is None and `row_logits` holds each example's logits. With labels the loss is the mean over examples:
+each head's loss (a mean over its rows) weighted by its share of the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from adapterfusion.errors import ConfigError, NameNotFoundError
+from adapterfusion.forward_inputs import ForwardCall, check_call, check_head_labels
+from adapterfusion.injection.routing import ADAPTER, FUSION, Choice
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+_EXAMPLE = "e.g. adapter_names=['rte', 'cb_fusion', None] for three examples"
+
+
+@dataclass(frozen=True)
+class RoutedCall:
+    """A checked routed call: per example its choice (`choices`, one per example), per head the example rows that
+    read it (None: all), and the checked encoder call."""
+
+    call: ForwardCall
+    choices: tuple[Choice, ...]
+    heads: tuple[tuple[str | None, torch.Tensor | None], ...]
+    examples: int
+
+    @property
+    def device(self) -> torch.device:
+        """Where the inputs (and so the model) are."""
+        ids = self.call.inputs.get("input_ids")
+        return (ids if ids is not None else self.call.inputs["inputs_embeds"]).device
+
+    @property
+    def uniform(self) -> bool:
+        """Every example chose the same piece: the call runs as `activated(...)` does, without routing."""
+        return len(set(self.choices)) == 1
+
+    @property
+    def row_choices(self) -> tuple[Choice, ...]:
+        """The choices per row of the encoder (an example's choices repeated for a multiple-choice head)."""
+        repeat = self.call.rows // self.examples
+        return tuple(choice for choice in self.choices for _ in range(repeat))
+
+    @property
+    def fusions(self) -> tuple[str, ...]:
+        """The fusions some example runs."""
+        return tuple(dict.fromkeys(choice[1] for choice in self.choices if choice and choice[0] == FUSION))
+
+
+def prepare(
+    model: AdaptedModel,
+    inputs: Mapping[str, Any],
+    adapter_names: Sequence[Any] | None,
+    head_names: Sequence[Any] | None,
+    labels: Any,
+    output_fusion_attentions: bool,
+) -> RoutedCall:
+    """Check a routed call's inputs and choices (ConfigError / NameNotFoundError naming the entry)."""
+    if output_fusion_attentions:
+        raise ConfigError(
+            "output_fusion_attentions=True records one fusion's weights for the whole batch, which a routed call "
+            "does not run; run the fusion's examples alone: `with model.activated(fusion=...): model(**batch, "
+            "output_fusion_attentions=True)`"
+        )
+    heads = _check_list(head_names, "head_names") if head_names is not None else None
+    if heads is not None:
+        for index, head in enumerate(heads):
+            if not isinstance(head, str):
+                raise ConfigError(
+                    f"head_names[{index}] = {head!r}: each entry names a loaded head ({model.head_names or 'none'})"
+                )
+            model.require("head", head)
+        _check_same_inputs(model, heads)
+    first_head = heads[0] if heads else model.active_head
+    single_head = heads is None or len(set(heads)) == 1
+    call = check_call(model, inputs, first_head, labels if single_head else None)
+    examples = call.rows // (call.num_choices or 1)
+    given = call.inputs.get("input_ids", call.inputs.get("inputs_embeds"))
+    if given is not None and given.shape[0] != call.rows:  # a wrapped *ForMultipleChoice flattens the choices itself
+        raise ConfigError(
+            "adapter_names/head_names route examples of [batch, num_choices, seq] inputs through a "
+            "MultipleChoiceHead of ours; add one (af.MultipleChoiceHead()) and activate it"
+        )
+    if heads is not None and len(heads) != examples:
+        raise ConfigError(
+            f"head_names has {len(heads)} entries for a batch of {examples} examples; give one per example"
+        )
+    if adapter_names is None:
+        choices: tuple[Choice, ...] = (_active_choice(model),) * examples
+    else:
+        entries = _check_list(adapter_names, "adapter_names")
+        if len(entries) != examples:
+            raise ConfigError(
+                f"adapter_names has {len(entries)} entries for a batch of {examples} examples; give one per example "
+                f"({_EXAMPLE})"
+            )
+        choices = tuple(_choice(model, entry, index) for index, entry in enumerate(entries))
+    routed = RoutedCall(call, choices, _head_rows(heads, first_head, call), examples)
+    if labels is not None and not single_head:
+        _check_labels_per_head(model, labels, routed, _example_shape(inputs))
+    return routed
+
+
+def _check_labels_per_head(model: AdaptedModel, labels: Any, routed: RoutedCall, shape: torch.Size) -> None:
+    """Each head's labels are those of its examples: checked as that head's, on those rows."""
+    first = routed.heads[0][0]
+    assert first is not None
+    if not isinstance(labels, torch.Tensor) or labels.dim() == 0 or labels.shape[0] != routed.examples:
+        check_head_labels(labels, model.get_head(first).config, first, shape)  # refuses it, saying what to pass
+    for head, rows in routed.heads:
+        assert head is not None and rows is not None
+        rows_shape = torch.Size((rows.numel(), *shape[1:]))
+        check_head_labels(labels.index_select(0, rows), model.get_head(head).config, head, rows_shape)
+
+
+def _example_shape(inputs: Mapping[str, Any]) -> torch.Size:
+    """The [batch, (choices,) seq] shape of the inputs as given (check_call has checked them)."""
+    ids = inputs.get("input_ids")
+    return ids.shape if ids is not None else inputs["inputs_embeds"].shape[:-1]
+
+
+def _check_list(value: Any, name: str) -> list[Any]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{name}={value!r} has type {type(value).__name__}; pass a list with one entry per example")
+    return list(value)
+
+
+def _choice(model: AdaptedModel, entry: Any, index: int) -> Choice:
+    """adapter_names[index] as (kind, name) or None."""
+    if entry is None:
+        return None
+    if isinstance(entry, Mapping) and len(entry) == 1 and next(iter(entry)) in (ADAPTER, FUSION):
+        kind, name = next(iter(entry.items()))
+        model.require(kind, name)
+        return (kind, name)
+    if not isinstance(entry, str):
+        raise ConfigError(
+            f"adapter_names[{index}] = {entry!r} has type {type(entry).__name__}; each entry is an adapter's or a "
+            f"fusion's name, {{'adapter': name}} / {{'fusion': name}}, or None for the plain model ({_EXAMPLE})"
+        )
+    is_adapter, is_fusion = entry in model.adapter_configs, entry in model.fusion_setups
+    if is_adapter and is_fusion:
+        raise ConfigError(
+            f"adapter_names[{index}] = {entry!r} names both an adapter and a fusion; say which with "
+            f"{{'adapter': {entry!r}}} or {{'fusion': {entry!r}}}"
+        )
+    if not (is_adapter or is_fusion):
+        raise NameNotFoundError(
+            f"adapter_names[{index}] = {entry!r} is neither a loaded adapter ({model.adapter_names or 'none'}) nor "
+            f"a loaded fusion ({model.fusion_names or 'none'}); load it first or pass None for the plain model"
+        )
+    return (ADAPTER if is_adapter else FUSION, entry)
+
+
+def _active_choice(model: AdaptedModel) -> Choice:
+    if model.active_adapter is not None:
+        return (ADAPTER, model.active_adapter)
+    return (FUSION, model.active_fusion) if model.active_fusion is not None else None
+
+
+def _check_same_inputs(model: AdaptedModel, heads: Sequence[str]) -> None:
+    kinds = {head: model.get_head(head).config.kind == "multiple_choice" for head in heads}
+    if len(set(kinds.values())) > 1:
+        choice = sorted(head for head, is_choice in kinds.items() if is_choice)
+        raise ConfigError(
+            f"head_names mixes multiple-choice heads {choice} with others; they cannot read the same inputs in "
+            "one forward: route them in separate calls"
+        )
+
+
+def _head_rows(
+    heads: Sequence[str] | None, first: str | None, call: ForwardCall
+) -> tuple[tuple[str | None, torch.Tensor | None], ...]:
+    if heads is None or len(set(heads)) == 1:
+        return ((first, None),)
+    ids = call.inputs.get("input_ids")
+    device = (ids if ids is not None else call.inputs["inputs_embeds"]).device
+    rows: dict[str, list[int]] = {}
+    for example, head in enumerate(heads):
+        rows.setdefault(head, []).append(example)
+    return tuple((head, torch.tensor(members, device=device)) for head, members in rows.items())
+
+
+@dataclass
+class HeadOutputs:
+    """What the heads made of a routed call (see the module docstring)."""
+
+    logits: torch.Tensor | None
+    row_logits: tuple[torch.Tensor, ...] | None
+    task_loss: torch.Tensor | None
+
+
+def apply_heads(model: AdaptedModel, routed: RoutedCall, hidden: torch.Tensor, labels: Any) -> HeadOutputs:
+    """Each head on its examples' rows of `hidden`, the encoder's last hidden state."""
+    call, mask = routed.call, routed.call.inputs.get("attention_mask")
+    logits, losses, rows_of = [], [], []
+    for name, rows in routed.heads:
+        assert name is not None
+        head = model.get_head(name)
+        states, head_mask, head_labels = hidden, mask, labels
+        if rows is not None:
+            states = _take(hidden, rows, call.num_choices)
+            head_mask = _take(mask, rows, call.num_choices) if mask is not None else None
+            head_labels = labels.index_select(0, rows) if labels is not None else None
+        out = head(states, head_mask, call.num_choices)
+        logits.append(out)
+        rows_of.append(rows)
+        if head_labels is not None:
+            share = (rows.numel() if rows is not None else routed.examples) / routed.examples
+            losses.append(head.loss(out, head_labels) * share if rows is not None else head.loss(out, head_labels))
+    task_loss = torch.stack(losses).sum() if losses else None
+    if len(logits) == 1:
+        return HeadOutputs(logits[0], None, task_loss)
+    if len({(out.shape[1:], out.dtype) for out in logits}) == 1:
+        combined = logits[0].new_zeros(routed.examples, *logits[0].shape[1:])
+        for out, rows in zip(logits, rows_of, strict=True):
+            assert rows is not None
+            combined = combined.index_copy(0, rows, out)
+        return HeadOutputs(combined, None, task_loss)
+    placed: dict[int, torch.Tensor] = {}
+    for out, rows in zip(logits, rows_of, strict=True):
+        assert rows is not None
+        placed.update(zip(rows.tolist(), out.unbind(0), strict=True))
+    return HeadOutputs(None, tuple(placed[example] for example in range(routed.examples)), task_loss)
+
+
+def _take(value: torch.Tensor, rows: torch.Tensor, choices: int | None) -> torch.Tensor:
+    """The rows of examples `rows` (each example's `choices` rows, for a multiple-choice head)."""
+    if choices is None:
+        return value.index_select(0, rows)
+    return value.unflatten(0, (-1, choices)).index_select(0, rows).flatten(0, 1)
