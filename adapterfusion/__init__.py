@@ -34,6 +34,7 @@ from adapterfusion.heads import (
 from adapterfusion.injection.architectures import ARCHITECTURES
 from adapterfusion.model import AdaptedModel, AdaptedModelOutput, wrap
 from adapterfusion.parameters import ParameterReport
+from adapterfusion.pipelines import PipelineModel, pipeline
 
 __all__ = [
     "ARCHITECTURES",
@@ -54,6 +55,7 @@ __all__ = [
     "MultipleChoiceHead",
     "NameNotFoundError",
     "ParameterReport",
+    "PipelineModel",
     "QuestionAnsweringHead",
     "RegressionHead",
     "SerializationError",
@@ -62,6 +64,7 @@ __all__ = [
     "UnsupportedArchitectureError",
     "default_decoder_path",
     "default_encoder_path",
+    "pipeline",
     "qa_labels",
     "word_labels_to_tokens",
     "wrap",

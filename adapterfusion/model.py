@@ -39,6 +39,7 @@ from adapterfusion.injection.site import AdapterSite
 from adapterfusion.injection.state import ActiveState, checked, with_routes
 from adapterfusion.injection.unloaded import check_wrapped
 from adapterfusion.piece import PIECE_KINDS, EncoderFingerprint
+from adapterfusion.pipelines import PipelineModel
 from adapterfusion.serialization import model_pieces, setup
 
 
@@ -360,6 +361,30 @@ class AdaptedModel(nn.Module):
         return self._runtime.extending()
 
     generate = generation.generate
+
+    # ---- what a transformers pipeline reads of a model (pipelines.py) ------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """The device of the embeddings, where inputs must be."""
+        return cast(nn.Embedding, cast(Any, self.model).get_input_embeddings()).weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the embeddings."""
+        return cast(nn.Embedding, cast(Any, self.model).get_input_embeddings()).weight.dtype
+
+    def can_generate(self) -> bool:
+        """Whether the wrapped model has a language-model head, so `generate` works."""
+        can_generate = getattr(self.model, "can_generate", None)
+        return bool(callable(can_generate) and can_generate())
+
+    def for_pipeline(
+        self, adapter: str | None = None, fusion: str | None = None, head: str | None = None
+    ) -> PipelineModel:
+        """This model with `adapter` or `fusion` and `head` fixed, as `transformers.pipeline(task, model=...)` takes
+        it (a config with the head's labels, device, can_generate); each call runs that choice and puts back what
+        was active. af.pipeline(task, model, tokenizer, adapter=..., head=...) builds the pipeline in one call."""
+        return PipelineModel(self, adapter=adapter, fusion=fusion, head=head, skip_layers=self.skip_layers)
 
     def forward(
         self,

@@ -1,0 +1,117 @@
+"""transformers.pipeline on an AdaptedModel (issue #24 item 4), end to end with a real tokenizer (the shipped
+MiniLM's) on tiny random models: every answer must be what the model itself gives with the chosen adapter or fusion
+and head (softmax of its logits; generate's tokens), and the model's own active state must be left as it was."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+import adapterfusion as af
+from tiny_decoders import tiny_decoder
+from tiny_models import randomise, tiny_encoder
+
+TEXTS = ["A man is playing a guitar.", "Nobody is here", "The cat sat on the mat and looked at the dog for long."]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+
+
+@pytest.fixture()
+def model(tokenizer):
+    """A tiny encoder over the MiniLM tokenizer's vocabulary with two randomised adapters, a fusion and heads."""
+    model = af.wrap(tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128))
+    for name in ("a", "b"):
+        model.add_adapter(name)
+        randomise(torch.nn.ModuleList(site.adapters[name] for site in model.sites_with_adapter(name)), std=0.3)
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("nli", af.ClassificationHead(num_labels=3, labels=["entailment", "neutral", "contradiction"]))
+    model.add_head("plain", af.ClassificationHead(num_labels=2))
+    model.add_head("score", af.RegressionHead())
+    randomise(model.heads, std=0.5)
+    return model.eval()
+
+
+def _expected(model, tokenizer, texts, **choice) -> torch.Tensor:
+    """Softmax of the model's own logits with `choice` activated, one text at a time."""
+    with model.activated(**choice), torch.no_grad():
+        return torch.cat([model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1) for text in texts])
+
+
+@pytest.mark.parametrize("choice", [dict(adapter="a"), dict(fusion="f"), dict()])
+def test_text_classification_scores_are_the_models_with_the_choice(model, tokenizer, choice):
+    model.activate(adapter="b", head="plain")
+    classify = af.pipeline("text-classification", model, tokenizer, head="nli", top_k=None, batch_size=2, **choice)
+    answers = classify(TEXTS)
+    expected = _expected(model, tokenizer, TEXTS, head="nli", **choice)
+    labels = ["entailment", "neutral", "contradiction"]
+    for answer, probabilities in zip(answers, expected, strict=True):
+        got = {item["label"]: item["score"] for item in answer}
+        assert sorted(got) == sorted(labels)
+        torch.testing.assert_close(torch.tensor([got[label] for label in labels]), probabilities, rtol=1e-5, atol=1e-6)
+    assert (model.active_adapter, model.active_head) == ("b", "plain")  # the pipeline put back what was active
+
+
+def test_two_pipelines_on_one_model_and_text_pairs(model, tokenizer):
+    first = af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli")
+    second = transformers.pipeline(
+        "text-classification", model=model.for_pipeline(adapter="b", head="plain"), tokenizer=tokenizer
+    )
+    pair = {"text": "A man plays.", "text_pair": "Someone makes music."}
+    for classify, choice, labels in (
+        (first, dict(adapter="a", head="nli"), ["entailment", "neutral", "contradiction"]),
+        (second, dict(adapter="b", head="plain"), ["LABEL_0", "LABEL_1"]),
+    ):
+        answer = classify(pair)
+        with model.activated(**choice), torch.no_grad():
+            inputs = tokenizer(pair["text"], pair["text_pair"], return_tensors="pt")
+            probabilities = model(**inputs).logits.softmax(-1)[0]
+        assert answer["label"] == labels[int(probabilities.argmax())]
+        assert answer["score"] == pytest.approx(float(probabilities.max()), rel=1e-5)
+
+
+def test_regression_head_gives_its_value(model, tokenizer):
+    regress = af.pipeline("text-classification", model, tokenizer, adapter="a", head="score")
+    with model.activated(adapter="a", head="score"), torch.no_grad():
+        value = model(**tokenizer(TEXTS[0], return_tensors="pt")).logits.flatten()[0]
+    assert regress(TEXTS[0])[0]["score"] == pytest.approx(float(value), rel=1e-5)
+
+
+def test_text_generation_with_an_adapter(tokenizer):
+    model = af.wrap(tiny_decoder("llama", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id))
+    model.add_adapter("lm")
+    randomise(torch.nn.ModuleList(site.adapters["lm"] for site in model.sites_with_adapter("lm")), std=0.3)
+    generate = af.pipeline("text-generation", model, tokenizer, adapter="lm")
+    text = "the cat sat"
+    answer = generate(text, max_new_tokens=6, do_sample=False, return_full_text=False)[0]["generated_text"]
+    prompt = tokenizer(text, return_tensors="pt", add_special_tokens=False, return_token_type_ids=False)
+    with model.activated(adapter="lm"):
+        ids = model.generate(**prompt, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert answer == tokenizer.decode(ids[0, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
+    with model.activated(), torch.no_grad():  # the adapter changes what is generated: the test sees the choice
+        bare = model.generate(**prompt, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert not torch.equal(bare, ids)
+
+
+def test_what_a_pipeline_reads_of_the_model(model, tokenizer):
+    assert model.device == torch.device("cpu") and model.dtype == torch.float32 and not model.can_generate()
+    view = model.for_pipeline(fusion="f", head="nli")
+    assert view.config.id2label == {0: "entailment", 1: "neutral", 2: "contradiction"}
+    assert view.config.num_labels == 3 and view.config.problem_type == "single_label_classification"
+    assert model.model.config.num_labels == 2  # the wrapped model's own config is untouched
+    assert view.device == model.device and not view.can_generate()
+
+
+def test_refusals(model, tokenizer):
+    with pytest.raises(af.NameNotFoundError, match="zz"):
+        af.pipeline("text-classification", model, tokenizer, adapter="zz", head="nli")
+    with pytest.raises(af.ConfigError, match="head="):
+        af.pipeline("text-classification", model, tokenizer, adapter="a")
+    with pytest.raises(af.ConfigError, match="text-generation"):
+        af.pipeline("text-generation", model, tokenizer, adapter="a")
+    model.add_head("mc", af.MultipleChoiceHead())
+    with pytest.raises(af.ConfigError, match="multiple_choice head"):
+        model.for_pipeline(adapter="a", head="mc")
