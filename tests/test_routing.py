@@ -76,6 +76,28 @@ def test_each_example_equals_it_alone(model_type):
     assert model.state.routing is None and model.active_adapter is None  # nothing of the call stays
 
 
+def test_adapters_with_their_own_layer_norms_and_other_placements():
+    """New LayerNorms inside the adapters (gathered per row), the other residual placements and non-linearities (each
+    a group of its own at a site)."""
+    inside = dict(reduction_factor=8, ln_before=True, ln_after=True, residual_before_ln=False)
+    configs = {
+        "a": af.AdapterConfig.pfeiffer(reduction_factor=8),
+        "s": af.AdapterConfig.pfeiffer(reduction_factor=4),
+        "n1": af.AdapterConfig.pfeiffer(**inside),
+        "n2": af.AdapterConfig.pfeiffer(**inside, skip_before_ln_after=False),
+        "n3": af.AdapterConfig.pfeiffer(**inside, skip_before_ln_after=False),
+        "post": af.AdapterConfig.pfeiffer(reduction_factor=8, residual_before_ln="post_add", original_ln_before=False),
+        "g": af.AdapterConfig.pfeiffer(reduction_factor=8, non_linearity="gelu"),
+    }
+    model = _model(configs=configs)
+    choices = ["n1", "a", "n3", "post", "g", "n2", "s", "n3", "f"]
+    inputs = _inputs(len(choices))
+    out = model(**inputs, adapter_names=choices)
+    for row, choice in enumerate(choices):
+        alone = _alone(model, inputs, row, choice, None).last_hidden_state[0]
+        assert_close(out.last_hidden_state[row], alone, label=f"row {row} {choice}")
+
+
 def test_hidden_states_of_each_example_without_head():
     """No head: the encoder's output per example (every layer's hidden states) as it alone."""
     model = _model()
