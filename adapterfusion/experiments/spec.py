@@ -320,8 +320,13 @@ def _resolve_path(value: Any, path: str, base_dir: Path) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise _fail(path, f"must be a path (a string), got {value!r}")
-    resolved = Path(value).expanduser()
-    return str(resolved if resolved.is_absolute() else (base_dir / resolved).resolve())
+    return str(_absolute(Path(value).expanduser(), base_dir))
+
+
+def _absolute(path: Path, base_dir: Path) -> Path:
+    """`path` relative to the experiment file's folder, made absolute without following symbolic links: a clone
+    whose ../shared is a link records the same relative paths (and spec hash) as one where it is a folder."""
+    return path if path.is_absolute() else Path(os.path.normpath(base_dir / path))
 
 
 def _encoder(value: Any, base_dir: Path) -> str | None:
@@ -352,8 +357,7 @@ def _zoo(value: Any, base_dir: Path) -> str | None:
         raise _fail(
             "zoo", f"must be {SHIPPED!r} (the adapters shipped in the package) or an AdapterStore folder; got {value!r}"
         )
-    folder = Path(value).expanduser()
-    folder = folder if folder.is_absolute() else (base_dir / folder).resolve()
+    folder = _absolute(Path(value).expanduser(), base_dir)
     if not folder.is_dir():
         raise _fail(
             "zoo",

@@ -127,3 +127,22 @@ def test_fractional_reduction_factors_get_valid_variant_ids():
     assert [v.id for v in s.variants] == ["st-a-rf0_5", "st-a-rf2_5", "st-a-rf16", "fusion-st-a-st-a-rf0_5"]
     assert s.variant("st-a-rf0_5").options["reduction_factor"] == 0.5
     assert {job.id for job in plan_jobs(s)} >= {"st-a-rf0_5/rte/seed-42", "fusion-st-a-st-a-rf0_5/cb/seed-42"}
+
+
+def test_a_data_dir_reached_through_a_link_is_recorded_as_the_file_writes_it(tmp_path):
+    """CI clones with ../shared beside them, a link or a folder: the recorded paths and the spec hash must not
+    depend on which (a hash that followed the link would make every committed results folder refuse its file)."""
+    (tmp_path / "real" / "data").mkdir(parents=True)
+    hashes = []
+    for clone, shared_is_link in (("a", True), ("b", False)):
+        (tmp_path / clone / "repo").mkdir(parents=True)
+        if shared_is_link:
+            (tmp_path / clone / "shared").symlink_to(tmp_path / "real")
+        else:
+            (tmp_path / clone / "shared" / "data").mkdir(parents=True)
+        file = tmp_path / clone / "repo" / "x.json"
+        file.write_text(json.dumps({"name": "x", "tasks": ["rte"], "data_dir": "../shared/data", "setups": ["st-a"]}))
+        loaded = ExperimentSpec.load(file)
+        assert loaded.recorded_dict()["data_dir"] == "../shared/data"
+        hashes.append(loaded.spec_hash())
+    assert hashes[0] == hashes[1]
