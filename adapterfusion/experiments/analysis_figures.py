@@ -121,6 +121,9 @@ def plot_adapter_size(
         pyplot().close(figure)
         return None
     axis.set_xscale("log", base=2)
+    ticks = sorted({x for x, _ in points})
+    axis.set_xticks(ticks, [f"{x:g}" for x in ticks])  # the sizes themselves, not powers of 2
+    axis.minorticks_off()
     axis.set_xlabel("bottleneck size (log scale)" if hidden_size is not None else "reduction factor (log scale)")
     axis.set_ylabel("dev score (%)")
     axis.set_title(f"{report.name}: dev score against adapter size ({analysis['sweep']})", fontsize=9)
