@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from adapterfusion.errors import ConfigError
-from adapterfusion.scoring import Predictions, predict, score
+from adapterfusion.scoring import Predictions, predict, score, score_generation
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
@@ -85,7 +85,10 @@ def run_batches(run: RebuiltRun, dataset, batch_size: int | None = None) -> list
     """The dataset in order, padded per batch; default batch size the run's eval batch size (the same batches,
     hence the same padding and numbers, as the Trainer's evaluation)."""
     size = eval_batch_size(run, batch_size)
-    collate = TaskCollator(run.tokenizer)
+    # A generation task's rows are right-padded, as its training scored them (positions start at 0 in every row).
+    collate = (
+        TaskCollator(run.tokenizer, padding_side="right") if run.task.is_generation else TaskCollator(run.tokenizer)
+    )
     return [
         collate([dataset[i] for i in range(start, min(start + size, len(dataset)))])
         for start in range(0, len(dataset), size)
@@ -107,7 +110,10 @@ def evaluate_run(
     run = rebuild_run(run_dir, store=store, device=device)
     dataset = load_run_split(run, split, data_dir, max_examples)
     batches = run_batches(run, dataset, batch_size)
-    metrics = score(run.task, predict(run.model, batches), dataset)  # the features decode QA answers
+    if run.task.is_generation:  # the language model's own head: answer loss, perplexity, token accuracy
+        metrics = score_generation(run.model, batches, run.task, run.tokenizer)
+    else:
+        metrics = score(run.task, predict(run.model, batches), dataset)  # the features decode QA answers
     result = {
         "run_dir": str(run.run_dir),
         "task": run.task.name,

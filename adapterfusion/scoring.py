@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from adapterfusion.errors import ConfigError
-from adapterfusion.tasks.instruction import IGNORE_INDEX, prompt_length
+from adapterfusion.tasks.instruction import IGNORE_INDEX, end_token_id, prompt_length
 from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.tasks.squad import qa_needs_features, score_qa
@@ -87,6 +87,20 @@ def score(task: TaskSpec, predictions: Predictions, features: Any = None) -> dic
 
 
 @torch.no_grad()
+def score_generation(
+    model: AdaptedModel,
+    batches: Iterable[Mapping[str, torch.Tensor]],
+    task: TaskSpec,
+    tokenizer: Any,
+    bf16: bool = False,
+) -> dict[str, float]:
+    """A generation task's metrics as its training run records them: `score_answers` with the tokenizer's end token
+    (and pad token, else the end token), exact match only where the task lists it (it generates, so it is slow)."""
+    end = end_token_id(tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end
+    return score_answers(model, batches, end, pad, exact_match="exact_match" in task.metrics, bf16=bf16)
+
+
 def score_answers(
     model: AdaptedModel,
     batches: Iterable[Mapping[str, torch.Tensor]],

@@ -30,9 +30,8 @@ from typing import Any
 from torch.utils.data import DataLoader
 from transformers import EarlyStoppingCallback, TrainerCallback, TrainerState
 
-from adapterfusion.scoring import score_answers
+from adapterfusion.scoring import score_generation
 from adapterfusion.tasks.collator import TaskCollator
-from adapterfusion.tasks.instruction import end_token_id
 from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.batching import sorted_by_length, with_lengths
@@ -119,14 +118,7 @@ def instruction_task_data(
 
     def evaluate() -> dict[str, float]:
         batches = DataLoader(dev_set, batch_size=batch_size, collate_fn=collator)
-        return score_answers(
-            model,
-            batches,
-            end_token_id(tokenizer),
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_token_id(tokenizer),
-            exact_match="exact_match" in task.metrics,
-            bf16=config.bf16,
-        )
+        return score_generation(model, batches, task, tokenizer, bf16=config.bf16)
 
     return LoopData(
         train=with_lengths(train) if grouped else train,

@@ -13,6 +13,7 @@ import torch
 import transformers
 
 from adapterfusion.encoders import load_language_model, resolve_encoder
+from adapterfusion.evaluation import evaluate_run
 from adapterfusion.model import wrap
 from adapterfusion.scoring import score_answers
 from adapterfusion.tasks import TaskCollator, TaskError, encode_task, instruction_task, load_task_data, register_task
@@ -182,6 +183,11 @@ def test_st_a_lowers_the_dev_answer_loss(tiny_decoder_dir, tmp_path) -> None:
     assert (result.run_dir / "adapter").is_dir() and not (result.run_dir / "head").exists()
     recorded = json.loads(result.metrics_path.read_text())
     assert recorded["metric_for_best"] == "answer_loss" and len(recorded["epochs"]) == 4
+    # The saved run, rebuilt and scored again, gives the metrics its training recorded.
+    evaluated = evaluate_run(result.run_dir)
+    assert set(evaluated["metrics"]) == {"answer_loss", "perplexity", "token_accuracy", "exact_match"}
+    for name, value in evaluated["metrics"].items():
+        assert_close(torch.tensor(value), torch.tensor(after[name]), dtype=torch.float32, label=name)
 
 
 @pytest.mark.slow
