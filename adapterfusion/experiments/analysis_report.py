@@ -143,19 +143,8 @@ def init_scale_table(report: Report, analysis: dict[str, Any]) -> Table | None:
     if not columns:
         return None
     rows = {f"init std {number_text(value)}": variant for value, variant in points}
-    return Table(
-        id="init_scale",
-        title=f"Initialisation scale ({analysis['sweep']}): dev score against the adapter's init std",
-        rows=tuple(rows),
-        columns=columns,
-        cells={
-            (row, task): score_cell(report.scores.get(variant, {}).get(task, []))
-            for row, variant in rows.items()
-            for task in columns
-        },
-        notes=(_metric_note(report, columns),),
-        row_header="init std",
-    )
+    title = f"Initialisation scale ({analysis['sweep']}): dev score against the adapter's init std"
+    return _score_table(report, "init_scale", title, rows, columns, _metric_note(report, columns), "init std")
 
 
 def bottleneck_sizes(report: Report, group: str, hidden_size: int | None) -> list[tuple[int | None, Any, str]]:
@@ -176,9 +165,18 @@ def adapter_size_table(report: Report, analysis: dict[str, Any], hidden_size: in
     columns = _task_columns(report, list(rows.values()))
     if not columns:
         return None
+    title = f"Adapter size ({analysis['sweep']}): dev score against the bottleneck size"
+    note = _metric_note(report, columns) + f" Hidden size {hidden_size}; size = hidden size // rf."
+    return _score_table(report, "adapter_size", title, rows, columns, note, "variant")
+
+
+def _score_table(
+    report: Report, table_id: str, title: str, rows: dict[str, str], columns: tuple[str, ...], note: str, header: str
+) -> Table:
+    """A table of each row's variant's dev score (mean ± sd over seeds) per task column: both sweep analyses'."""
     return Table(
-        id="adapter_size",
-        title=f"Adapter size ({analysis['sweep']}): dev score against the bottleneck size",
+        id=table_id,
+        title=title,
         rows=tuple(rows),
         columns=columns,
         cells={
@@ -186,8 +184,8 @@ def adapter_size_table(report: Report, analysis: dict[str, Any], hidden_size: in
             for row, variant in rows.items()
             for task in columns
         },
-        notes=(_metric_note(report, columns) + f" Hidden size {hidden_size}; size = hidden size // rf.",),
-        row_header="variant",
+        notes=(note,),
+        row_header=header,
     )
 
 
