@@ -27,6 +27,8 @@ from adapterfusion.injection.architectures import ArchitectureSpec
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_file
 from adapterfusion.pruning import prune_fusion
+from adapterfusion.serving.config import API_KEY_ENV, ServeConfig
+from adapterfusion.serving.server import serve
 from adapterfusion.tasks import get_task, list_tasks
 from adapterfusion.training import train
 from adapterfusion.training.hardware import is_main_process
@@ -319,6 +321,21 @@ def _train_adapter(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    config = ServeConfig(
+        max_batch_size=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        max_inputs=args.max_inputs if args.max_inputs is not None else args.max_batch_size,
+        max_text_chars=args.max_text_chars,
+        max_body_bytes=args.max_body_bytes,
+        max_length=args.max_length,
+        api_key=ServeConfig.key_from_env(args.api_key),
+    )
+    serve(args.setup, args.base, args.host, args.port, config, args.device, args.dtype, args.drain_seconds)
+    return 0
+
+
 def _fuse(args: argparse.Namespace) -> int:
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     if not sources:
@@ -491,6 +508,26 @@ def build_parser() -> argparse.ArgumentParser:
     fuse.add_argument("--adapter-setup", choices=("st-a", "st-a-houlsby"), default="st-a")
     fuse.add_argument("--adapter-seed", type=int, default=None, help="seed of the stored adapters (default: --seed)")
     fuse.set_defaults(run=_fuse)
+
+    server = commands.add_parser("serve", help="serve a saved setup's adapters, fusions and heads over HTTP")
+    server.add_argument("setup", help="a folder written by save_pretrained (or a Hub id)")
+    server.add_argument("--base", default=None, help="base encoder folder or Hub id (default: the shipped encoder)")
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    server.add_argument("--port", type=int, default=8000)
+    server.add_argument("--device", default="cpu", help="torch device, e.g. cuda:0 (default cpu)")
+    server.add_argument("--dtype", choices=("float32", "float64", "bfloat16", "float16"), default="float32")
+    server.add_argument("--max-batch-size", type=int, default=32, help="inputs in one forward (default 32)")
+    server.add_argument("--max-wait-ms", type=float, default=5.0, help="wait for a batch to fill (default 5)")
+    server.add_argument("--max-queue", type=int, default=256, help="requests queued before 429 (default 256)")
+    server.add_argument("--max-inputs", type=int, default=None, help="inputs per request (default: max batch size)")
+    server.add_argument("--max-text-chars", type=int, default=20_000, help="characters per text (default 20000)")
+    server.add_argument("--max-body-bytes", type=int, default=2_000_000, help="bytes per request (default 2 MB)")
+    server.add_argument("--max-length", type=int, default=None, help="tokens kept per input (default: the model's)")
+    server.add_argument(
+        "--api-key", default=None, help=f"key that POST /v1/pieces requires (default: ${API_KEY_ENV}, else none)"
+    )
+    server.add_argument("--drain-seconds", type=int, default=30, help="time in-flight requests get at shutdown")
+    server.set_defaults(run=_serve)
     return parser
 
 

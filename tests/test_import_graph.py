@@ -20,7 +20,7 @@ circle, and the layers below; within a layer the order is the one given):
   3. formats: interop -> serialization (pieces as files, whole setups, provenance, model card)
   4. the model: model -> the root package (the public API)
   5. recipes: training
-  6. what works on run folders: zoo, evaluation -> pruning; experiments
+  6. what works on run folders: zoo, evaluation -> pruning; experiments; serving (the inference server)
   7. cli
 """
 
@@ -183,7 +183,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "interop serialization",
         "model <root>",  # <root>: adapterfusion/__init__.py, the public API
         "training",
-        "zoo evaluation pruning experiments",
+        "zoo evaluation pruning experiments serving",
         "cli",
     )
 )

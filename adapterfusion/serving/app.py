@@ -1,0 +1,173 @@
+"""The HTTP app (FastAPI): GET /healthz, POST /v1/predict, GET and POST /v1/pieces, GET /metrics.
+
+Everything that touches the model (forwards and loading pieces) runs on one worker thread, one thing at a time; the
+event loop only parses, queues and answers. Every refusal is a JSON body {"error": {"status", "message"}}; an error
+inside a forward fails only the requests it belongs to (batcher.py), never the server."""
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from adapterfusion.errors import AdapterFusionError, ConfigError, NameNotFoundError
+from adapterfusion.serving.batcher import Batcher
+from adapterfusion.serving.config import ServeConfig
+from adapterfusion.serving.contract import RequestError, parse_piece, parse_predict, read_body
+from adapterfusion.serving.metrics import CONTENT_TYPE, Metrics
+from adapterfusion.serving.predictor import Predictor
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    from adapterfusion.model import AdaptedModel
+
+logger = logging.getLogger(__name__)
+
+ROUTES = ("/healthz", "/v1/predict", "/v1/pieces", "/metrics")
+
+
+def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None = None) -> "FastAPI":
+    """The app serving `model` (with its loaded adapters, fusions and heads) through `tokenizer`. FastAPI is
+    imported here, not at the top, so that the package imports without the `serve` extra; the endpoints' annotations
+    are evaluated here too, where FastAPI reads them."""
+    try:
+        from fastapi import FastAPI, Request
+        from fastapi.responses import JSONResponse, PlainTextResponse, Response
+    except ImportError:
+        raise ConfigError("serving needs FastAPI and uvicorn: pip install 'adapterfusion[serve]'") from None
+    config = config or ServeConfig()
+    predictor = Predictor(model, tokenizer, config.max_length)
+    metrics = Metrics()
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="adapterfusion-model")
+
+    def on_forward(rows: int, failed: bool) -> None:
+        metrics.batch_rows.observe(rows)
+        metrics.failed_forwards += failed
+
+    batcher = Batcher(
+        predictor.predict, executor, config.max_batch_size, config.max_wait_ms, config.max_queue, on_forward
+    )
+    in_flight = 0
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        try:
+            yield
+        finally:  # the server stopped taking requests and waited for those in flight; finish anything still queued
+            await batcher.close()
+            executor.shutdown(wait=True)
+
+    app = FastAPI(title="adapterfusion", lifespan=lifespan)
+
+    @app.middleware("http")
+    async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        nonlocal in_flight
+        in_flight += 1
+        try:
+            response = await call_next(request)
+        finally:
+            in_flight -= 1
+        path = request.url.path
+        metrics.requests[(path if path in ROUTES else "other", response.status_code)] += 1
+        return response
+
+    @app.exception_handler(RequestError)
+    async def refused(_: Request, error: RequestError) -> JSONResponse:
+        return _error(error.status, error.message)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "adapters": len(model.adapter_names), "fusions": len(model.fusion_names)}
+
+    @app.post("/v1/predict")
+    async def predict(request: Request) -> JSONResponse:
+        start = time.perf_counter()
+        try:
+            parsed = parse_predict(read_body(await _body(request, config), config), model, config)
+            predictions = await batcher.submit(parsed)
+        except RequestError:
+            raise
+        except AdapterFusionError as error:  # a check inside the forward refused this request's inputs
+            raise RequestError(422, str(error)) from None
+        except Exception:
+            logger.exception("predict failed")
+            return _error(500, "the forward failed on the server; the error is in the server's log")
+        finally:
+            metrics.latency.observe(time.perf_counter() - start)
+        metrics.predictions += len(predictions)
+        return JSONResponse({"predictions": predictions})
+
+    @app.get("/v1/pieces")
+    async def pieces() -> dict[str, Any]:
+        return describe_pieces(model)
+
+    @app.post("/v1/pieces")
+    async def load_piece(request: Request) -> JSONResponse:
+        _check_key(request, config.api_key)
+        piece = parse_piece(read_body(await _body(request, config), config))
+        loader = getattr(model, f"load_{piece.kind}")
+        try:
+            name = await asyncio.get_running_loop().run_in_executor(executor, loader, piece.source, piece.name)
+        except NameNotFoundError as error:
+            raise RequestError(404, str(error)) from None
+        except AdapterFusionError as error:
+            raise RequestError(422, str(error)) from None
+        logger.info("loaded %s %r from %s", piece.kind, name, piece.source)
+        return JSONResponse({"kind": piece.kind, "name": name}, status_code=201)
+
+    @app.get("/metrics")
+    async def metrics_text() -> PlainTextResponse:
+        gauges = {
+            "queue_waiting": (batcher.waiting, "Predict requests queued for a forward."),
+            "in_flight": (in_flight, "HTTP requests being handled."),
+            "pieces_loaded": (
+                len(model.adapter_names) + len(model.fusion_names) + len(model.head_names),
+                "Adapters, fusions and heads loaded.",
+            ),
+        }
+        return PlainTextResponse(metrics.render(gauges), media_type=CONTENT_TYPE)
+
+    return app
+
+
+def describe_pieces(model: "AdaptedModel") -> dict[str, Any]:
+    """What GET /v1/pieces lists: adapters, fusions with the adapters they fuse, heads with kind and labels."""
+    heads = {}
+    for name in model.head_names:
+        head = model.get_head(name).config
+        heads[name] = {"kind": head.kind, "outputs": head.output_size, "labels": list(head.labels or ())}
+    return {
+        "adapters": model.adapter_names,
+        "fusions": {name: list(model.fusion_setup(name).adapters) for name in model.fusion_names},
+        "heads": heads,
+        "active": {"adapter": model.active_adapter, "fusion": model.active_fusion, "head": model.active_head},
+    }
+
+
+async def _body(request: "Request", config: ServeConfig) -> bytes:
+    """The body, refused (413) from its Content-Length before it is read when that is over the limit."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > config.max_body_bytes:
+        raise RequestError(413, f"the request body has {declared} bytes, over the limit of {config.max_body_bytes}")
+    return await request.body()
+
+
+def _check_key(request: "Request", key: str | None) -> None:
+    """401 unless the request carries `key` (Authorization: Bearer KEY, or X-API-Key: KEY); no key: open."""
+    if key is None:
+        return
+    given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
+    if not hmac.compare_digest(given.encode(), key.encode()):
+        raise RequestError(401, "loading pieces needs the server's API key: send 'Authorization: Bearer KEY'")
+
+
+def _error(status: int, message: str) -> "JSONResponse":
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse({"error": {"status": status, "message": message}}, status_code=status)

@@ -1,0 +1,52 @@
+"""The server's knobs as one frozen value: how requests are batched, how many may wait, how large one may be, and
+the API key that guards loading pieces at run time."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from adapterfusion.errors import ConfigError
+
+API_KEY_ENV = "ADAPTERFUSION_API_KEY"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """max_batch_size: rows (inputs) in one forward; max_wait_ms: how long the first request of a batch waits for
+    others to join it; max_queue: requests waiting for a forward before new ones get 429; max_inputs: inputs in one
+    request (at most max_batch_size, so a request always fits one forward); max_text_chars: characters of one text;
+    max_body_bytes: bytes of one request body; max_length: tokens kept of an input (None: the tokenizer's and the
+    model's limit); api_key: required by POST /v1/pieces when set."""
+
+    max_batch_size: int = 32
+    max_wait_ms: float = 5.0
+    max_queue: int = 256
+    max_inputs: int = 32
+    max_text_chars: int = 20_000
+    max_body_bytes: int = 2_000_000
+    max_length: int | None = None
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_size", "max_queue", "max_inputs", "max_text_chars", "max_body_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a positive whole number")
+        if self.max_length is not None and (not isinstance(self.max_length, int) or self.max_length < 2):
+            raise ConfigError(f"max_length={self.max_length!r} must be a whole number of tokens >= 2, or None")
+        if not isinstance(self.max_wait_ms, (int, float)) or not 0 <= self.max_wait_ms <= 10_000:
+            raise ConfigError(f"max_wait_ms={self.max_wait_ms!r} must be between 0 and 10000 milliseconds")
+        if self.max_inputs > self.max_batch_size:
+            raise ConfigError(
+                f"max_inputs={self.max_inputs} exceeds max_batch_size={self.max_batch_size}: a request must fit one "
+                "forward; lower max_inputs or raise max_batch_size"
+            )
+        if self.api_key is not None and len(self.api_key) < 8:
+            raise ConfigError("the API key must have at least 8 characters (or give none)")
+
+    @staticmethod
+    def key_from_env(given: str | None) -> str | None:
+        """`given` (a --api-key flag), else ADAPTERFUSION_API_KEY, else None; an empty value means none."""
+        key = given if given is not None else os.environ.get(API_KEY_ENV)
+        return key or None

@@ -1,0 +1,168 @@
+"""What a client may send and get back, checked before anything runs: each bad request becomes a RequestError whose
+status (400, 404, 413, 422) and message say what is wrong and how to fix it, so it never reaches the model.
+
+    POST /v1/predict  {"inputs": ["text", ...] | [["text a", "text b"], ...], "adapter": NAME | "fusion": NAME,
+                       "head": NAME}
+                   -> {"predictions": [{"label": int, "scores": [float, ...]}, ...]}   (classification heads)
+                      {"predictions": [{"value": float, "scores": [float]}, ...]}      (regression heads)
+    POST /v1/pieces   {"kind": "adapter" | "fusion" | "head", "source": folder or Hub id, "name": NAME (optional)}
+
+Neither adapter nor fusion: the plain encoder. No head: the head named like the adapter or fusion, else the setup's
+active head.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from adapterfusion.errors import ConfigError
+from adapterfusion.piece import PIECE_KINDS
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+    from adapterfusion.serving.config import ServeConfig
+
+# Heads whose output is one vector per input, which the predictions above describe.
+SERVED_HEAD_KINDS = ("classification", "regression")
+_PREDICT_KEYS = ("inputs", "adapter", "fusion", "head")
+_PIECE_KEYS = ("kind", "source", "name")
+_INPUTS_FORM = 'a list of texts ["...", ...] or of text pairs [["...", "..."], ...]'
+
+
+class RequestError(ConfigError):
+    """A request the server refuses, with the HTTP status that says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    """A checked predict request: one (text, text pair or None) per input, the routing choice of all its inputs
+    (adapter_names' {'adapter'|'fusion': name} form, None for the plain encoder) and its head."""
+
+    inputs: tuple[tuple[str, str | None], ...]
+    choice: dict[str, str] | None
+    head: str
+    head_kind: str
+
+
+@dataclass(frozen=True)
+class PieceRequest:
+    kind: str
+    source: str
+    name: str | None
+
+
+def read_body(body: bytes, config: ServeConfig) -> dict[str, Any]:
+    """The JSON object of a request body (413 over max_body_bytes, 400 not JSON, 422 not an object)."""
+    if len(body) > config.max_body_bytes:
+        raise RequestError(
+            413, f"the request body has {len(body)} bytes, over the limit of {config.max_body_bytes}; send fewer inputs"
+        )
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RequestError(400, f"the request body is not valid JSON ({error}); send a JSON object") from None
+    if not isinstance(data, dict):
+        raise RequestError(422, f"the request body must be a JSON object, not {type(data).__name__}")
+    return data
+
+
+def parse_predict(data: dict[str, Any], model: AdaptedModel, config: ServeConfig) -> PredictRequest:
+    """`data` (read_body's object) checked against the model's loaded pieces and the limits of `config`."""
+    _reject_unknown(data, _PREDICT_KEYS)
+    inputs = _parse_inputs(data.get("inputs"), config)
+    if data.get("adapter") is not None and data.get("fusion") is not None:
+        raise RequestError(422, "give either 'adapter' or 'fusion', not both (a fusion already runs its adapters)")
+    choice = None
+    for kind, loaded in (("adapter", model.adapter_names), ("fusion", model.fusion_names)):
+        name = data.get(kind)
+        if name is not None:
+            _require(kind, name, loaded)
+            choice = {kind: name}
+    head = data.get("head")
+    if head is None:
+        head = _default_head(model, choice)
+    _require("head", head, model.head_names)
+    kind = model.get_head(head).config.kind
+    if kind not in SERVED_HEAD_KINDS:
+        raise RequestError(
+            422, f"head {head!r} is a {kind} head; the server predicts with {' or '.join(SERVED_HEAD_KINDS)} heads"
+        )
+    return PredictRequest(inputs, choice, head, kind)
+
+
+def parse_piece(data: dict[str, Any]) -> PieceRequest:
+    """A POST /v1/pieces body: the kind of piece, where it is, and optionally the name to load it as."""
+    _reject_unknown(data, _PIECE_KEYS)
+    kind, source, name = data.get("kind"), data.get("source"), data.get("name")
+    if kind not in PIECE_KINDS:
+        raise RequestError(422, f"'kind' is {kind!r}; give one of {list(PIECE_KINDS)}")
+    if not isinstance(source, str) or not source:
+        raise RequestError(422, "'source' must be a piece's folder on the server or a Hub id 'org/name'")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise RequestError(422, f"'name' is {name!r}; give a non-empty name or leave it out (the saved name)")
+    return PieceRequest(kind, source, name)
+
+
+def _reject_unknown(data: dict[str, Any], known: tuple[str, ...]) -> None:
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise RequestError(422, f"unknown field(s) {unknown}; this endpoint takes {list(known)}")
+
+
+def _parse_inputs(value: Any, config: ServeConfig) -> tuple[tuple[str, str | None], ...]:
+    if value is None:
+        raise RequestError(422, f"'inputs' is missing; give {_INPUTS_FORM}")
+    if not isinstance(value, list):
+        raise RequestError(422, f"'inputs' is a {type(value).__name__}; give {_INPUTS_FORM}")
+    if not value:
+        raise RequestError(422, f"'inputs' is empty; give at least one input, {_INPUTS_FORM}")
+    if len(value) > config.max_inputs:
+        raise RequestError(
+            413, f"'inputs' has {len(value)} entries, over the limit of {config.max_inputs}; split the request"
+        )
+    rows = []
+    for index, entry in enumerate(value):
+        texts = [entry] if isinstance(entry, str) else entry
+        if not isinstance(texts, list) or len(texts) not in (1, 2) or not all(isinstance(t, str) for t in texts):
+            raise RequestError(
+                422, f"inputs[{index}] = {_short(entry)} has the wrong shape; each entry is a text or a pair of texts"
+            )
+        longest = max(len(text) for text in texts)
+        if longest > config.max_text_chars:
+            raise RequestError(
+                413, f"inputs[{index}] has a text of {longest} characters, over the limit of {config.max_text_chars}"
+            )
+        rows.append((texts[0], texts[1] if len(texts) == 2 else None))
+    return tuple(rows)
+
+
+def _require(kind: str, name: Any, loaded: list[str]) -> None:
+    if not isinstance(name, str):
+        raise RequestError(422, f"'{kind}' is {_short(name)}; give the name of a loaded {kind}")
+    if name not in loaded:
+        raise RequestError(404, f"no {kind} named {name!r} is loaded; loaded {kind}s: {loaded or 'none'}")
+
+
+def _default_head(model: AdaptedModel, choice: dict[str, str] | None) -> str:
+    named = next(iter(choice.values())) if choice else None
+    if named is not None and named in model.head_names:
+        return named
+    if model.active_head is not None:
+        return model.active_head
+    raise RequestError(
+        422,
+        f"no 'head' given and none is named like the {'piece' if named else 'request'} or active; give 'head', "
+        f"one of {model.head_names or 'none (load one with POST /v1/pieces)'}",
+    )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,212 @@
+"""The inference server (issue #24 item 5) over real HTTP on 127.0.0.1: every answer must be the model's own
+prediction of that input run alone with the request's adapter or fusion and head (float64), whatever else shared its
+forward; bad requests get 4xx JSON naming the problem and never stop the server."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from serve_helpers import TEXTS, choice_of, load_tokenizer, offline, running, tiny_served_model  # noqa: E402
+
+from adapterfusion.serving import ServeConfig  # noqa: E402
+from adapterfusion.serving.app import create_app  # noqa: E402
+from tiny_models import randomise  # noqa: E402
+from tolerances import assert_close  # noqa: E402
+
+KEY = "test-key-0123456789"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+@pytest.fixture()
+def model(tokenizer):
+    return tiny_served_model(tokenizer)
+
+
+def _check(reference, tokenizer, body, answer) -> None:
+    """Each prediction equals the offline one of its input (same label; scores to float64 tolerance)."""
+    predictions = answer["predictions"]
+    assert len(predictions) == len(body["inputs"])
+    for text, got in zip(body["inputs"], predictions, strict=True):
+        expected = offline(reference, tokenizer, text, **choice_of(body))
+        assert got.keys() == expected.keys()
+        assert got.get("label") == expected.get("label")
+        assert_close(got["scores"], expected["scores"], dtype=reference.dtype, label=json.dumps(body))
+
+
+# Requests that name every kind of choice: adapters, a fusion, the plain encoder; heads of 3, 2 and 1 outputs;
+# a head defaulted from the adapter's name; text pairs.
+MIXED = [
+    {"inputs": TEXTS[:2], "adapter": "a", "head": "nli"},
+    {"inputs": [TEXTS[2]], "adapter": "b", "head": "nli"},
+    {"inputs": TEXTS[1:4], "fusion": "f", "head": "nli"},
+    {"inputs": [TEXTS[4]], "head": "nli"},
+    {"inputs": [TEXTS[0], TEXTS[3]], "adapter": "c", "head": "a"},
+    {"inputs": [[TEXTS[0], TEXTS[1]], [TEXTS[2], TEXTS[4]]], "adapter": "b", "head": "score"},
+    {"inputs": [TEXTS[3]], "adapter": "a"},
+    {"inputs": [[TEXTS[4], TEXTS[3]], TEXTS[2]], "fusion": "f", "head": "a"},
+]
+
+
+def test_concurrent_mixed_requests_share_forwards_and_each_equals_its_offline_prediction(model, tokenizer):
+    reference = copy.deepcopy(model)
+    config = ServeConfig(max_batch_size=16, max_wait_ms=300, max_inputs=8)
+    with running(create_app(model, tokenizer, config)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        assert client.get("/healthz").status_code == 200
+        with ThreadPoolExecutor(len(MIXED)) as pool:
+            responses = list(pool.map(lambda body: client.post("/v1/predict", json=body), MIXED * 2))
+        metrics = client.get("/metrics").text
+    for body, response in zip(MIXED * 2, responses, strict=True):
+        assert response.status_code == 200, response.text
+        body = {**body, "head": body.get("head", body.get("adapter"))}  # the head named like the adapter
+        _check(reference, tokenizer, body, response.json())
+    rows = sum(len(body["inputs"]) for body in MIXED * 2)
+    assert f"adapterfusion_serve_predictions_total {rows}" in metrics
+    forwards = int(_sample(metrics, "adapterfusion_serve_batch_rows_count"))
+    assert forwards < len(MIXED) * 2, "requests that arrived together ran in separate forwards"
+    assert f'adapterfusion_serve_requests_total{{endpoint="/v1/predict",status="200"}} {len(MIXED) * 2}' in metrics
+
+
+def _sample(metrics: str, name: str) -> float:
+    return float(next(line.split()[-1] for line in metrics.splitlines() if line.startswith(name + " ")))
+
+
+BAD = [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 422, "JSON object"),
+    ({"adapter": "a"}, 422, "'inputs' is missing"),
+    ({"inputs": [], "adapter": "a"}, 422, "'inputs' is empty"),
+    ({"inputs": "one text", "adapter": "a"}, 422, "'inputs' is a str"),
+    ({"inputs": [["a", "b", "c"]], "adapter": "a"}, 422, "inputs[0]"),
+    ({"inputs": [3]}, 422, "wrong shape"),
+    ({"inputs": ["x"], "adapter": "zz", "head": "nli"}, 404, "no adapter named 'zz'"),
+    ({"inputs": ["x"], "fusion": "zz", "head": "nli"}, 404, "no fusion named 'zz'"),
+    ({"inputs": ["x"], "adapter": "b", "head": "zz"}, 404, "no head named 'zz'"),
+    ({"inputs": ["x"], "adapter": "a", "fusion": "f"}, 422, "not both"),
+    ({"inputs": ["x"], "adapter": "b"}, 422, "no 'head' given"),
+    ({"inputs": ["x"], "adapters": "a"}, 422, "unknown field(s) ['adapters']"),
+    ({"inputs": ["x"] * 5, "head": "nli"}, 413, "over the limit of 4"),
+    ({"inputs": ["x" * 101], "head": "nli"}, 413, "101 characters"),
+    (b'{"inputs": ["' + b"y" * 2000 + b'"]}', 413, "bytes, over the limit"),
+]
+
+
+@pytest.mark.parametrize("server_config", [dict(max_inputs=4, max_text_chars=100, max_body_bytes=1000)])
+def test_bad_requests_get_json_errors_naming_the_problem(model, tokenizer, server_config):
+    config = ServeConfig(max_batch_size=4, max_wait_ms=0, **server_config)
+    with running(create_app(model, tokenizer, config)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for body, status, words in BAD:
+            sent = {"content": body} if isinstance(body, bytes) else {"json": body}
+            response = client.post("/v1/predict", **sent)
+            assert response.status_code == status, (body, response.text)
+            error = response.json()["error"]
+            assert error["status"] == status and words in error["message"], (body, error)
+        good = {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}
+        response = client.post("/v1/predict", json=good)
+    assert response.status_code == 200
+    _check(copy.deepcopy(model), tokenizer, good, response.json())
+
+
+class _Tokenizer:
+    """The real tokenizer, slowed down (each call sleeps `delay`) or failing on the text 'boom'."""
+
+    def __init__(self, tokenizer, delay: float = 0.0) -> None:
+        self.tokenizer, self.delay = tokenizer, delay
+
+    def __call__(self, text, pair=None, **kwargs):
+        time.sleep(self.delay)
+        if text == "boom":
+            raise RuntimeError("a forward that fails")
+        return self.tokenizer(text, pair, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+
+def test_a_failing_request_fails_alone_and_the_server_keeps_serving(model, tokenizer):
+    reference = copy.deepcopy(model)
+    config = ServeConfig(max_batch_size=8, max_wait_ms=300, max_inputs=4)
+    bodies = [{"inputs": [TEXTS[i]], "adapter": "a", "head": "nli"} for i in range(3)]
+    bodies.insert(1, {"inputs": ["boom"], "adapter": "b", "head": "nli"})
+    with running(create_app(model, _Tokenizer(tokenizer), config)) as url, httpx.Client(base_url=url, timeout=30) as c:
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            responses = list(pool.map(lambda body: c.post("/v1/predict", json=body), bodies))
+        after = c.post("/v1/predict", json=bodies[0])
+        metrics = c.get("/metrics").text
+    assert [r.status_code for r in responses] == [200, 500, 200, 200]
+    assert "server's log" in responses[1].json()["error"]["message"]
+    for body, response in [
+        *zip(bodies[:1] + bodies[2:], responses[:1] + responses[2:], strict=True),
+        (bodies[0], after),
+    ]:
+        _check(reference, tokenizer, body, response.json())
+    assert _sample(metrics, "adapterfusion_serve_failed_forwards_total") >= 1
+
+
+def test_a_full_queue_answers_429_and_the_queued_requests_still_finish(model, tokenizer):
+    config = ServeConfig(max_batch_size=1, max_wait_ms=0, max_queue=1, max_inputs=1)
+    body = {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}
+    with running(create_app(model, _Tokenizer(tokenizer, delay=0.6), config)) as url:
+        with httpx.Client(base_url=url, timeout=30) as client, ThreadPoolExecutor(2) as pool:
+            first = pool.submit(client.post, "/v1/predict", json=body)  # runs (slowly)
+            time.sleep(0.3)
+            second = pool.submit(client.post, "/v1/predict", json=body)  # waits in the queue
+            time.sleep(0.15)
+            refused = client.post("/v1/predict", json=body)
+            assert refused.status_code == 429, refused.text
+            assert "retry" in refused.json()["error"]["message"]
+            assert first.result().status_code == 200 and second.result().status_code == 200
+
+
+def test_pieces_are_listed_and_loaded_behind_the_api_key(model, tokenizer, tmp_path):
+    reference = copy.deepcopy(model)
+    donor = tiny_served_model(tokenizer)
+    donor.add_adapter("d")
+    randomise(torch.nn.ModuleList(site.adapters["d"] for site in donor.sites_with_adapter("d")), std=0.3)
+    donor.double()
+    donor.save_adapter("d", tmp_path / "d")
+    reference.load_adapter(tmp_path / "d", name="d2")
+    config = ServeConfig(max_wait_ms=0, api_key=KEY)
+    load = {"kind": "adapter", "source": str(tmp_path / "d"), "name": "d2"}
+    with running(create_app(model, tokenizer, config)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        listed = client.get("/v1/pieces").json()
+        assert listed["adapters"] == ["a", "b", "c"] and listed["fusions"] == {"f": ["a", "b"]}
+        assert listed["heads"]["nli"] == {
+            "kind": "classification",
+            "outputs": 3,
+            "labels": ["entailment", "neutral", "contradiction"],
+        }
+        assert listed["heads"]["score"]["kind"] == "regression"
+        assert client.post("/v1/pieces", json=load).status_code == 401
+        assert (
+            client.post("/v1/pieces", json=load, headers={"Authorization": "Bearer wrong-key-123"}).status_code == 401
+        )
+        response = client.post("/v1/pieces", json=load, headers={"Authorization": f"Bearer {KEY}"})
+        assert response.status_code == 201 and response.json() == {"kind": "adapter", "name": "d2"}
+        for bad, status, words in [
+            ({**load, "kind": "lora"}, 422, "'kind' is 'lora'"),
+            ({**load, "source": str(tmp_path / "missing")}, 422, "missing"),
+            ({**load, "name": "a"}, 422, "'a'"),  # already loaded
+        ]:
+            refused = client.post("/v1/pieces", json=bad, headers={"X-API-Key": KEY})
+            assert refused.status_code == status and words in refused.json()["error"]["message"], refused.text
+        assert "d2" in client.get("/v1/pieces").json()["adapters"]
+        body = {"inputs": TEXTS[:2], "adapter": "d2", "head": "nli"}
+        answer = client.post("/v1/predict", json=body).json()
+        metrics = client.get("/metrics").text
+    _check(reference, tokenizer, body, answer)
+    assert "# TYPE adapterfusion_serve_predict_latency_seconds histogram" in metrics
+    assert 'adapterfusion_serve_requests_total{endpoint="/v1/pieces",status="401"} 2' in metrics
+    assert "adapterfusion_serve_pieces_loaded 8" in metrics  # 4 adapters, 1 fusion, 3 heads

@@ -1,0 +1,78 @@
+"""`adapterfusion serve SETUP --base BASE` as a user runs it: a saved setup served by a separate process, answers
+equal to the offline predictions of the same setup, and SIGTERM lets every request in flight finish before the
+process exits 0."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from serve_helpers import TEXTS, choice_of, load_tokenizer, offline, tiny_served_model  # noqa: E402
+
+import adapterfusion as af  # noqa: E402
+from tiny_models import tiny_encoder  # noqa: E402
+from tolerances import assert_close  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_serve_command_answers_and_drains_in_flight_requests_on_sigterm(tmp_path):
+    tokenizer = load_tokenizer()
+    base = tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128)  # the served model's encoder
+    base.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    tiny_served_model(tokenizer).save_pretrained(tmp_path / "setup")
+    reference = af.AdaptedModel.from_pretrained(str(tmp_path / "base"), tmp_path / "setup").double().eval()
+    port = _free_port()
+    command = [sys.executable, "-m", "adapterfusion.cli", "serve", str(tmp_path / "setup")]
+    command += ["--base", str(tmp_path / "base"), "--port", str(port), "--dtype", "float64", "--max-wait-ms", "1500"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
+            try:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        bodies = [
+            {"inputs": [TEXTS[i]], **choice}
+            for i, choice in enumerate(
+                [{"adapter": "a", "head": "nli"}, {"fusion": "f", "head": "a"}, {"adapter": "c", "head": "score"}]
+                + [{"head": "nli"}, {"adapter": "b", "head": "nli"}]
+            )
+        ]
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            sent = [pool.submit(httpx.post, url + "/v1/predict", json=body, timeout=30) for body in bodies]
+            time.sleep(0.7)  # the requests wait in the batcher (max wait 1.5 s) when the signal comes
+            process.send_signal(signal.SIGTERM)
+            responses = [future.result() for future in sent]
+        # after the drain uvicorn raises the signal again, so the exit status says SIGTERM stopped it, as it should
+        assert process.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = process.stdout.read() if process.stdout else ""
+    assert "Application shutdown complete" in output
+    for body, response in zip(bodies, responses, strict=True):
+        assert response.status_code == 200, (response.text, output)
+        (got,) = response.json()["predictions"]
+        expected = offline(reference, tokenizer, body["inputs"][0], **choice_of(body))
+        assert got.get("label") == expected.get("label")
+        assert_close(got["scores"], expected["scores"], dtype=reference.dtype)
