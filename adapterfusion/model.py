@@ -163,7 +163,9 @@ class AdaptedModel(nn.Module):
         return [site for site in self.sites if name in site.fusions]
 
     def _fusion_layers(self, name: str) -> list[FusionLayer]:
-        return [cast(FusionLayer, site.fusions[name]) for site in self.sites_with_fusion(name)]
+        """Fusion `name`'s attention layers, whose V the loss regularises (a ScaLearn fusion has none)."""
+        layers = [site.fusions[name] for site in self.sites_with_fusion(name)]
+        return [layer for layer in layers if isinstance(layer, FusionLayer)]
 
     def adapter_parameters(self, name: str) -> list[nn.Parameter]:
         """Adapter `name`'s parameters at every site (with Houlsby's own LayerNorm copies)."""

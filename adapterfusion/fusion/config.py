@@ -1,4 +1,5 @@
-"""FusionConfig: the knobs of one AdapterFusion layer (Pfeiffer et al. 2021, §3.2)."""
+"""FusionConfig: the knobs of one fusion layer: AdapterFusion's attention (Pfeiffer et al. 2021, §3.2), the default
+kind, or ScaLearn's learned scales (Frohmann et al. 2023; fusion/scalearn.py), kind='scalearn'."""
 
 from __future__ import annotations
 
@@ -7,10 +8,37 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapterfusion._validation import check_bool, check_int, check_number, check_positive, versioned_fields
+from adapterfusion._validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    check_positive,
+    versioned_fields,
+)
 from adapterfusion.errors import ConfigError
 
 CONFIG_FORMAT_VERSION = 1
+FUSION_KINDS = ("attention", "scalearn")
+SCALE_SHAPES = ("vector", "scalar")
+# The fields only one kind reads. to_dict writes a kind's own fields only, so an attention fusion's config (and every
+# experiment spec hash made from it) is what it was before ScaLearn existed.
+SCALEARN_FIELDS = ("scale_shape", "scale_init", "scale_init_std", "scale_dropout")
+ATTENTION_FIELDS = (
+    "query",
+    "key",
+    "value",
+    "query_before_ln",
+    "residual_before",
+    "value_before_softmax",
+    "value_init_noise",
+    "regularization",
+    "regularization_weight",
+    "temperature",
+    "temperature_start",
+    "temperature_steps",
+    "score_dropout",
+)
 
 
 @dataclass(frozen=True)
@@ -22,6 +50,12 @@ class FusionConfig:
     the training step that the trainer sets with `model.set_fusion_step(step)`.
     score_dropout: dropout on the attention scores before the softmax (AdapterHub applies the encoder's
     attention dropout there; the paper is silent, so it is off by default).
+
+    kind='scalearn' (ScaLearn, fusion/scalearn.py) reads only the scale_* fields, and the attention fields only
+    kind='attention': o = sum_n w_n * z_n + r with w_n learned per site, a vector of d numbers per adapter
+    (scale_shape='vector', ScaLearn) or one number (scale_shape='scalar', ScaLearnUniform); each starts at
+    scale_init / N plus normal noise of std scale_init_std, and scale_dropout drops single scales in training
+    (the official code's defaults: 2 / N, 0.001 and 0.3).
     """
 
     query: bool = True
@@ -37,8 +71,26 @@ class FusionConfig:
     temperature_start: float = 50.0
     temperature_steps: int = 1000
     score_dropout: float = 0.0
+    kind: str = "attention"
+    scale_shape: str = "vector"
+    scale_init: float = 2.0
+    scale_init_std: float = 1e-3
+    scale_dropout: float = 0.3
 
     def __post_init__(self) -> None:
+        check_choice(self.kind, FUSION_KINDS, "fusion kind")
+        check_choice(self.scale_shape, SCALE_SHAPES, "fusion scale_shape")
+        check_number(self.scale_init, "scale_init")
+        check_number(self.scale_init_std, "scale_init_std", minimum=0, expected="a number >= 0")
+        check_number(self.scale_dropout, "scale_dropout", minimum=0, below=1, expected="a number in [0, 1)")
+        foreign = ATTENTION_FIELDS if self.kind == "scalearn" else SCALEARN_FIELDS
+        changed = [name for name in foreign if getattr(self, name) != _DEFAULTS[name]]
+        if changed:
+            owner = "kind='attention' (AdapterFusion)" if self.kind == "scalearn" else "kind='scalearn'"
+            raise ConfigError(
+                f"fusion kind={self.kind!r} does not use {changed}: those options belong to {owner}; leave them out "
+                f"or choose that kind"
+            )
         for flag in (
             "query",
             "key",
@@ -69,8 +121,23 @@ class FusionConfig:
         return cls(**settings)
 
     @classmethod
+    def scalearn(cls, **overrides: Any) -> FusionConfig:
+        """ScaLearn: a learned vector of d scales per adapter and site, o = sum_n w_n * z_n + r."""
+        return cls(**{"kind": "scalearn", **overrides})
+
+    @classmethod
+    def scalearn_uniform(cls, **overrides: Any) -> FusionConfig:
+        """ScaLearnUniform: one learned scale per adapter and site, the same for every hidden dimension."""
+        return cls(**{"kind": "scalearn", "scale_shape": "scalar", **overrides})
+
+    @classmethod
     def from_name(cls, name: str, **overrides: Any) -> FusionConfig:
-        presets = {"dynamic": cls.dynamic, "static": cls.static}
+        presets = {
+            "dynamic": cls.dynamic,
+            "static": cls.static,
+            "scalearn": cls.scalearn,
+            "scalearn-uniform": cls.scalearn_uniform,
+        }
         try:
             return presets[name.lower()](**overrides)
         except KeyError:
@@ -81,14 +148,26 @@ class FusionConfig:
             return 1.0
         return max(self.temperature_start * (1.0 - step / self.temperature_steps), 1.0)
 
+    @property
+    def is_scalearn(self) -> bool:
+        return self.kind == "scalearn"
+
     def to_dict(self) -> dict[str, Any]:
+        """The fields of this kind (an attention fusion writes no kind, as before ScaLearn), with the format version."""
         data = dataclasses.asdict(self)
+        for name in (*ATTENTION_FIELDS, "kind") if self.is_scalearn else (*SCALEARN_FIELDS, "kind"):
+            data.pop(name)
+        if self.is_scalearn:
+            data = {"kind": self.kind, **data}
         data["format_version"] = CONFIG_FORMAT_VERSION
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FusionConfig:
         return cls(**versioned_fields(data, cls, CONFIG_FORMAT_VERSION, "fusion config"))
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(FusionConfig)}
 
 
 def resolve_fusion_config(config: FusionConfig | str | Mapping[str, Any] | None) -> FusionConfig:

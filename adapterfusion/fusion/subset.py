@@ -4,6 +4,8 @@ A FusionLayer's Query, Key and Value are d×d maps shared by all the adapters of
 the adapter list lives in the model's fusion setup, not in the layer; so nothing in Q/K/V belongs to one adapter,
 and a subset needs no retraining. Its output equals the full fusion with the other adapters masked out
 (`AdaptedModel.set_fusion_mask`), but only the kept adapters run: it costs what a fusion over fewer adapters costs.
+A ScaLearn fusion (fusion/scalearn.py) has one row of scales per adapter: the subset keeps the kept adapters' rows,
+which is again the masked fusion (a masked adapter's scale is 0).
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ def add_fusion_subset(
     if unknown or not wanted:
         raise ConfigError(f"a subset of fusion {source!r} must name some of its adapters {list(fused)}; got {wanted}")
     kept = tuple(a for a in fused if a in wanted)
-    piece = dataclasses.replace(
-        model.export_piece("fusion", source), name=name, adapters=kept, source=f"fusion {source!r}"
-    )
+    piece = model.export_piece("fusion", source)
+    tensors = piece.tensors
+    if model.fusion_setup(source).config.is_scalearn:  # every tensor is a site's scales, one row per adapter
+        rows = [fused.index(a) for a in kept]
+        tensors = {key: value[rows] for key, value in tensors.items()}
+    piece = dataclasses.replace(piece, name=name, adapters=kept, tensors=tensors, source=f"fusion {source!r}")
     return model.install_piece(piece, overwrite)

@@ -17,6 +17,7 @@ from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.fusion.layer import FusionLayer
+from adapterfusion.fusion.scalearn import ScaLearnLayer
 from adapterfusion.injection.site import AdapterSite
 
 
@@ -72,7 +73,8 @@ def fusion_modules(
     loaded: Mapping[str, AdapterConfig],
     hidden_size: int,
 ) -> dict[AdapterSite, nn.Module]:
-    """A new FusionLayer of fusion `name` for each site that holds the fused `adapters` (of the `loaded` ones)."""
+    """A new fusion layer of fusion `name` (a FusionLayer, or a ScaLearnLayer for kind='scalearn') for each site that
+    holds the fused `adapters` (of the `loaded` ones)."""
     check_piece_name(name, "fusion")
     for adapter in fused_adapters(name, adapters):
         require_loaded("adapter", adapter, loaded)
@@ -96,6 +98,12 @@ def fusion_modules(
                 "but has the others; fuse adapters with the same leave_out layers"
             )
         copies = [a for a in present if site.adapters[a].layer_norm is not None]
+        if copies and config.is_scalearn:
+            raise ConfigError(
+                f"fusion {name!r}: ScaLearn cannot fuse adapters {copies}, which end with their own LayerNorm copy "
+                "(train_layer_norm=True, e.g. Houlsby): its scales do not sum to one, so there is no mix of those "
+                "copies to end with; fuse adapters with train_layer_norm=False, or use kind='attention'"
+            )
         if copies and loaded[copies[0]].original_ln_before:
             raise ConfigError(
                 f"fusion {name!r}: adapters {copies} apply their own LayerNorm copy (train_layer_norm=True) "
@@ -104,5 +112,10 @@ def fusion_modules(
                 "original_ln_before=False (as the Houlsby preset)"
             )
         if present:
-            modules[site] = site.match_base(FusionLayer(hidden_size, config))
+            layer = (
+                ScaLearnLayer(hidden_size, len(adapters), config)
+                if config.is_scalearn
+                else FusionLayer(hidden_size, config)
+            )
+            modules[site] = site.match_base(layer)
     return modules

@@ -28,6 +28,7 @@ from adapterfusion.adapters.bottleneck import BottleneckAdapter, layer_norm_each
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.layer import FUSION_IMPLEMENTATIONS, FoldedFusion, FusionLayer, fold_fusion
+from adapterfusion.fusion.scalearn import SCALEARN_IMPLEMENTATIONS, ScaLearnLayer
 from adapterfusion.injection.architectures import SiteKind, SiteSpec, site_key
 from adapterfusion.injection.routing import SitePlan, adapt_routed
 from adapterfusion.injection.runtime import ForwardRuntime
@@ -132,8 +133,8 @@ class AdapterSite(nn.Module):
         return cast(BottleneckAdapter, self.adapters[name])
 
     def fusion(self, name: str) -> FusionLayer:
-        """Fusion `name` at this site. The cast is only for mypy, as in `adapter`: every fusion here is a
-        FusionLayer (placement.py)."""
+        """Attention fusion `name` at this site. The cast is only for mypy, as in `adapter`: every fusion here is a
+        FusionLayer (placement.py), but for a ScaLearnLayer (kind='scalearn'), which `adapt_with` runs apart."""
         return cast(FusionLayer, self.fusions[name])
 
     @property
@@ -318,6 +319,12 @@ class AdapterSite(nn.Module):
 
         if fusion_name is None:
             out = adapters[0](x, residual)
+        elif isinstance(scalearn := self.fusions[fusion_name], ScaLearnLayer):  # fusion/scalearn.py: learned scales
+            out, weights = SCALEARN_IMPLEMENTATIONS[self.state.fusion_implementation](
+                scalearn, adapters, x, residual, keep, kept
+            )
+            if self._runtime.is_recording:
+                self._runtime.record(self.layer_index, self.position, weights)
         else:
             fusion = self.fusion(fusion_name)
             query = h if fusion.config.query_before_ln else x
