@@ -7,6 +7,7 @@ model.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=16))
 
 from adapterfusion._version import __version__ as __version__
 from adapterfusion.adapters import AdapterConfig, BottleneckAdapter
+from adapterfusion.blocks import Average, BatchSplit, Block, Fuse, Parallel, Stack, average_adapters
 from adapterfusion.defaults import default_decoder_path, default_encoder_path
 from adapterfusion.errors import (
     AdapterFusionError,
@@ -42,11 +43,15 @@ __all__ = [
     "AdaptedModelOutput",
     "AdapterConfig",
     "AdapterFusionError",
+    "Average",
+    "BatchSplit",
+    "Block",
     "BottleneckAdapter",
     "ClassificationHead",
     "ConfigError",
     "DefaultModelMissingError",
     "FusionConfig",
+    "Fuse",
     "FusionLayer",
     "HeadConfig",
     "HubError",
@@ -54,14 +59,17 @@ __all__ = [
     "ModelUnloadedError",
     "MultipleChoiceHead",
     "NameNotFoundError",
+    "Parallel",
     "ParameterReport",
     "PipelineModel",
     "QuestionAnsweringHead",
     "RegressionHead",
     "SerializationError",
+    "Stack",
     "TokenClassificationHead",
     "UnknownFormatVersionWarning",
     "UnsupportedArchitectureError",
+    "average_adapters",
     "default_decoder_path",
     "default_encoder_path",
     "pipeline",

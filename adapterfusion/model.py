@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-from adapterfusion import composition, generation, routing, trainable
+from adapterfusion import blocks, composition, generation, routing, trainable
 from adapterfusion._validation import check_choice, check_layers, require_loaded
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.encoders import check_wrappable
@@ -33,7 +33,7 @@ from adapterfusion.injection import controls as fusion_controls
 from adapterfusion.injection import inject
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.placement import adapter_modules, fused_adapters, fusion_modules
-from adapterfusion.injection.routing import ADAPTER, RowRouting
+from adapterfusion.injection.routing import ADAPTER, BLOCK, RowRouting
 from adapterfusion.injection.runtime import ForwardRuntime, Recorder
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.injection.state import ActiveState, checked, with_routes
@@ -254,37 +254,50 @@ class AdaptedModel(nn.Module):
         return self._state.head
 
     @property
+    def active_block(self) -> blocks.Block | None:
+        """The composition block activate() chose (blocks.py; resolved: each name with its kind), or None."""
+        return self._state.block
+
+    @property
     def skip_layers(self) -> tuple[int, ...]:
         """The layers whose sites run as the bare encoder (AdapterDrop)."""
         return self._state.skip_layers
 
     def activate(
         self,
-        adapter: str | None = None,
+        adapter: str | blocks.Block | None = None,
         fusion: str | None = None,
         head: str | None = None,
         skip_layers: Iterable[int] = (),
     ) -> None:
-        """Choose what runs: one adapter or one fusion (or neither: the bare encoder), and a head or none.
+        """Choose what runs: one adapter, one fusion or a composition block in place of the adapter (af.Stack,
+        af.Average, af.BatchSplit, af.Parallel: blocks.py), or none of them (the bare encoder); and a head or none.
         skip_layers: layers whose sites run as the bare encoder (AdapterDrop). Fusion masks and controls stay."""
         self._set_state(self._activation(adapter, fusion, head, skip_layers))
 
     def _activation(
-        self, adapter: str | None, fusion: str | None, head: str | None, skip_layers: Iterable[int]
+        self, adapter: str | blocks.Block | None, fusion: str | None, head: str | None, skip_layers: Iterable[int]
     ) -> ActiveState:
         """The current state with activate()'s choice, checked."""
         if adapter is not None and fusion is not None:
             raise ConfigError("activate() takes an adapter or a fusion, not both (a fusion already runs its adapters)")
         skip = check_layers(skip_layers, "skip_layers", self.num_layers)
+        block = blocks.resolve(self, adapter) if isinstance(adapter, blocks.Block) else None
         state = dataclasses.replace(
-            self._state, adapter=adapter, fusion=fusion, head=head, skip_layers=skip, parallel_routes=None
+            self._state,
+            adapter=None if isinstance(adapter, blocks.Block) else adapter,
+            fusion=fusion,
+            head=head,
+            skip_layers=skip,
+            parallel_routes=None,
+            block=block,
         )
         return self._checked(state)
 
     @contextlib.contextmanager
     def activated(
         self,
-        adapter: str | None = None,
+        adapter: str | blocks.Block | None = None,
         fusion: str | None = None,
         head: str | None = None,
         skip_layers: Iterable[int] = (),
@@ -406,7 +419,9 @@ class AdaptedModel(nn.Module):
         for a batch whose examples run different pieces (routing.py); each example gets what it would alone."""
         head_name = self.active_head
         inputs = dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask)
-        if adapter_names is not None or head_names is not None:
+        if isinstance(self._state.block, blocks.Parallel):  # every example once per child: a routed call
+            inputs, labels, adapter_names = routing.parallel_inputs(self._state.block, inputs, labels, adapter_names)
+        if adapter_names is not None or head_names is not None or isinstance(self._state.block, blocks.BatchSplit):
             return self._routed_forward(inputs, adapter_names, head_names, labels, output_fusion_attentions)
         call = check_call(self, inputs, head_name, labels)
         with self.recording_fusion_attentions(output_fusion_attentions) as recorder:
@@ -444,7 +459,7 @@ class AdaptedModel(nn.Module):
         head = routed.heads[0][0]
         first = routed.choices[0]
         if routed.uniform:  # every example chose the same: as activated(...) would run it
-            adapter, fusion = (first[1], None) if first and first[0] == ADAPTER else (None, first and first[1])
+            adapter, fusion = (first[1], None) if first and first[0] in (ADAPTER, BLOCK) else (None, first and first[1])
             state = self._activation(adapter, fusion, head, self.skip_layers)
         else:
             fusions = routed.fusions
@@ -477,6 +492,7 @@ class AdaptedModel(nn.Module):
         return output
 
     forward_parallel = composition.forward_parallel
+    average_adapters = blocks.average_adapters
 
     # ---- pieces in and out (serialization/model_pieces.py; formats: serialization/formats.py) ----------------
     layout = model_pieces.layout

@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from adapterfusion.blocks import BatchSplit, Block, Fuse, Parallel, resolve
 from adapterfusion.errors import ConfigError, NameNotFoundError
 from adapterfusion.forward_inputs import ForwardCall, check_call, check_head_labels
-from adapterfusion.injection.routing import ADAPTER, FUSION, Choice
+from adapterfusion.injection.routing import ADAPTER, BLOCK, FUSION, Choice
+from adapterfusion.injection.site import per_route
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -101,8 +103,10 @@ def prepare(
         raise ConfigError(
             f"head_names has {len(heads)} entries for a batch of {examples} examples; give one per example"
         )
-    if adapter_names is None:
-        choices: tuple[Choice, ...] = (_active_choice(model),) * examples
+    if adapter_names is None and isinstance(model.state.block, BatchSplit):
+        choices: tuple[Choice, ...] = tuple(_resolved(entry) for entry in model.state.block.entries(examples))
+    elif adapter_names is None:
+        choices = (_active_choice(model),) * examples
     else:
         entries = _check_list(adapter_names, "adapter_names")
         if len(entries) != examples:
@@ -142,9 +146,14 @@ def _check_list(value: Any, name: str) -> list[Any]:
 
 
 def _choice(model: AdaptedModel, entry: Any, index: int) -> Choice:
-    """adapter_names[index] as (kind, name) or None."""
+    """adapter_names[index] as (kind, name), (BLOCK, resolved block) or None."""
     if entry is None:
         return None
+    if isinstance(entry, Block):
+        return _resolved(resolve(model, entry, layout=False))
+    if isinstance(entry, tuple) and len(entry) == 2 and entry[0] in (ADAPTER, FUSION):  # a resolved block's leaf
+        model.require(*entry)
+        return (entry[0], entry[1])
     if isinstance(entry, Mapping) and len(entry) == 1 and next(iter(entry)) in (ADAPTER, FUSION):
         kind, name = next(iter(entry.items()))
         model.require(kind, name)
@@ -168,7 +177,40 @@ def _choice(model: AdaptedModel, entry: Any, index: int) -> Choice:
     return (ADAPTER if is_adapter else FUSION, entry)
 
 
+def _resolved(entry: Any) -> Choice:
+    """A resolved block's child as a row's choice: a Fuse is its fusion (routed through the fusion's fast path)."""
+    if isinstance(entry, Fuse):
+        return (FUSION, entry.name)
+    return (BLOCK, entry) if isinstance(entry, Block) else entry
+
+
+def parallel_inputs(
+    block: Parallel, inputs: Mapping[str, Any], labels: Any, adapter_names: Any
+) -> tuple[dict[str, Any], Any, list[Any]]:
+    """A Parallel block's call as a routed one: the inputs (and labels) repeated once per child along the batch, and
+    for each copy its child as every row's adapter_names entry (AdapterHub's layout: child i has rows i*B..(i+1)*B)."""
+    if adapter_names is not None:
+        raise ConfigError(
+            "a Parallel block is active, which runs every example once per child; pass adapter_names=... without it "
+            "(model.activate(...) something else first) or drop adapter_names"
+        )
+    given = inputs.get("input_ids", inputs.get("inputs_embeds"))
+    if not isinstance(given, torch.Tensor) or given.dim() == 0:
+        raise ConfigError("a Parallel block needs input_ids or inputs_embeds with a batch dimension")
+    batch, copies = given.shape[0], len(block.children)
+    repeated = {
+        key: per_route(value, copies)
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch
+        else value
+        for key, value in inputs.items()
+    }
+    labels = per_route(labels, copies) if isinstance(labels, torch.Tensor) and labels.dim() else labels
+    return repeated, labels, [child for child in block.children for _ in range(batch)]
+
+
 def _active_choice(model: AdaptedModel) -> Choice:
+    if model.state.block is not None:
+        return _resolved(model.state.block)
     if model.active_adapter is not None:
         return (ADAPTER, model.active_adapter)
     return (FUSION, model.active_fusion) if model.active_fusion is not None else None

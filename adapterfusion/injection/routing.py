@@ -10,6 +10,8 @@ adapters' weights. `adapt_routed` then runs, per site:
     another non-linearity) cannot share the equations, so each such kind is one group (usually there is one);
     different bottleneck sizes are zero-padded to the largest (padded up-projection columns are 0, so exact);
   * the rows of each fusion through the fusion's own fast path (fusion/layer.py), on those rows only;
+  * the rows of each composition block (blocks.py; a Stack, Average or Fuse as an adapter_names entry) through the
+    block's own path (injection/composed.py), on those rows only;
   * a row that chose nothing, or whose adapter or fusion is not at this site (leave_out), as the bare sub-layer.
 When one kind covers every row, nothing is gathered or scattered; otherwise each kind's rows are taken with
 index_select and put back with index_copy (out of place, so gradients flow).
@@ -30,12 +32,14 @@ from adapterfusion.adapters.bottleneck import BottleneckAdapter
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.injection.architectures import SiteKind
+from adapterfusion.injection.composed import held_at, run_node
 
 if TYPE_CHECKING:
     from adapterfusion.injection.site import AdapterSite
 
-ADAPTER, FUSION = "adapter", "fusion"
-Choice = tuple[str, str] | None  # (ADAPTER or FUSION, name) per row, or None for the plain model
+ADAPTER, FUSION, BLOCK = "adapter", "fusion", "block"
+# (ADAPTER or FUSION, name) per row, (BLOCK, a resolved block), or None for the plain model
+Choice = tuple[str, Any] | None
 
 
 class AdapterGroup(NamedTuple):
@@ -57,6 +61,13 @@ class FusionGroup(NamedTuple):
     kept: tuple[int, ...] | None
 
 
+class BlockGroup(NamedTuple):
+    """The rows of one composition block (None: every row)."""
+
+    block: Any
+    rows: torch.Tensor | None
+
+
 @dataclass(frozen=True)
 class SitePlan:
     """What a routed call means at one site (see the module docstring)."""
@@ -64,10 +75,11 @@ class SitePlan:
     adapter_groups: tuple[AdapterGroup, ...]
     fusion_groups: tuple[FusionGroup, ...]
     has_plain_rows: bool
+    block_groups: tuple[BlockGroup, ...] = ()
 
     @property
     def active(self) -> bool:
-        return bool(self.adapter_groups or self.fusion_groups)
+        return bool(self.adapter_groups or self.fusion_groups or self.block_groups)
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,18 +114,20 @@ class RowRouting:
                 key = choice
             rows.setdefault(key, []).append(row)
         everyone = len(rows) == 1
-        adapter_groups, fusion_groups = [], []
+        adapter_groups, fusion_groups, block_groups = [], [], []
         for key, members in rows.items():
             index = None if everyone else self._tensor(members)
             if key is None:
                 continue
-            if key[0] == ADAPTER:
+            if key[0] == BLOCK:
+                block_groups.append(BlockGroup(key[1], index))
+            elif key[0] == ADAPTER:
                 names = tuple(dict.fromkeys(self._name(row) for row in members))
                 slots = self._tensor([names.index(self._name(row)) for row in members])
                 adapter_groups.append(AdapterGroup(names, slots, index))
             else:
                 fusion_groups.append(self._fusion_group(key[1], index))
-        return SitePlan(tuple(adapter_groups), tuple(fusion_groups), None in rows)
+        return SitePlan(tuple(adapter_groups), tuple(fusion_groups), None in rows, tuple(block_groups))
 
     def _fusion_group(self, name: str, rows: torch.Tensor | None) -> FusionGroup:
         fused, mask = self.fused[name], self.masks.get(name)
@@ -131,8 +145,10 @@ class RowRouting:
         return torch.tensor(values, dtype=dtype, device=self.device)
 
 
-def name_in(site: AdapterSite, choice: tuple[str, str]) -> bool:
-    """Whether `site` holds the chosen adapter or fusion."""
+def name_in(site: AdapterSite, choice: tuple[str, Any]) -> bool:
+    """Whether `site` holds the chosen adapter or fusion (or any piece of the chosen block)."""
+    if choice[0] == BLOCK:
+        return held_at(site, choice[1])
     return choice[1] in (site.adapters if choice[0] == ADAPTER else site.fusions)
 
 
@@ -155,12 +171,16 @@ def adapt_routed(
     site: AdapterSite, plan: SitePlan, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool
 ) -> torch.Tensor:
     """The site's output for a routed batch: each row as if its choice alone were active (module docstring)."""
-    groups = len(plan.adapter_groups) + len(plan.fusion_groups)
+    groups = len(plan.adapter_groups) + len(plan.fusion_groups) + len(plan.block_groups)
     if groups == 1 and not plan.has_plain_rows:  # one kind for every row: nothing to gather or scatter
         if plan.adapter_groups:
             return _run_adapters(site, plan.adapter_groups[0], h, r, apply_final_ln)
+        if plan.block_groups:
+            return run_node(site, plan.block_groups[0].block, h, r, apply_final_ln)
         return _run_fusion(site, plan.fusion_groups[0], h, r, apply_final_ln)
     out = _plain(site, h, r, apply_final_ln)
+    for group in plan.block_groups:
+        out = _put(out, group.rows, h, r, partial(run_node, site, group.block, end=apply_final_ln))
     for adapters in plan.adapter_groups:
         out = _put(out, adapters.rows, h, r, partial(_run_adapters, site, adapters, apply_final_ln=apply_final_ln))
     for fusion in plan.fusion_groups:

@@ -14,14 +14,15 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adapterfusion._validation import check_int, require_loaded
+from adapterfusion.blocks import Block, is_loaded
 from adapterfusion.errors import ConfigError
 from adapterfusion.injection.routing import RowRouting
 
 
 @dataclass(frozen=True)
 class ActiveState:
-    """One adapter or one fusion (or neither: the bare encoder) and a head or none; the layers that run bare
-    (AdapterDrop); per fusion the adapters a mask keeps; the fusion controls; and, only inside
+    """One adapter, one fusion or one composition block (or none: the bare encoder) and a head or none; the layers
+    that run bare (AdapterDrop); per fusion the adapters a mask keeps; the fusion controls; and, only inside
     composition.forward_parallel, the adapters that each run alone on their own slice of the batch."""
 
     adapter: str | None = None
@@ -38,6 +39,8 @@ class ActiveState:
     parallel_split_site: str | None = None
     # Only during a `model(**batch, adapter_names=[...])` call: what each row runs (injection/routing.py).
     routing: RowRouting | None = None
+    # A composition block (blocks.py, resolved against the model) in place of one adapter or fusion.
+    block: Block | None = None
 
     def __post_init__(self) -> None:
         check_int(self.fusion_step, "fusion step", minimum=0)
@@ -73,7 +76,8 @@ def checked(
         if fusion in fusions and set(kept) <= set(fusions[fusion])
     }
     fused = fusions[state.fusion] if state.fusion is not None else ()
-    return dataclasses.replace(state, fused=fused, fusion_masks=masks)
+    block = state.block if state.block is not None and is_loaded(state.block, adapters, fusions) else None
+    return dataclasses.replace(state, fused=fused, fusion_masks=masks, block=block)
 
 
 def kept_adapters(fusion: str, fused: tuple[str, ...], keep: object) -> tuple[str, ...]:
