@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import torch
 
 from adapterfusion.fusion.layer import FoldedFusion
 
 Recorder = dict[tuple[int, str], torch.Tensor]
+Prepared = TypeVar("Prepared")
 
 
 class ForwardRuntime:
@@ -24,10 +26,10 @@ class ForwardRuntime:
 
     def __init__(self) -> None:
         self._recorder: Recorder | None = None
-        self._folded: dict[tuple[str, str], FoldedFusion] | None = None
-        # The last fold of each site, kept between blocks with the weights it was made from: a later block (the
-        # next generate() or evaluation call) reuses it while those weights are unchanged (see `folded`).
-        self._kept: dict[str, tuple[str, WeightsStamp, FoldedFusion]] = {}
+        self._folded: dict[tuple[str, str, str], Any] | None = None
+        # The last fold (and lane) of each site, kept between blocks with the weights it was made from: a later block
+        # (the next generate() or evaluation call) reuses it while those weights are unchanged (see `prepared`).
+        self._kept: dict[tuple[str, str], tuple[str, WeightsStamp, Any]] = {}
         self._extending = False
 
     @contextlib.contextmanager
@@ -66,6 +68,12 @@ class ForwardRuntime:
     def is_caching(self) -> bool:
         return self._folded is not None
 
+    @property
+    def block(self) -> object | None:
+        """The running `caching()` block, an object no other block shares (None outside one): what a site may
+        remember its lane for."""
+        return self._folded
+
     def record(self, layer: int, position: str, weights: torch.Tensor) -> None:
         """Keep the fusion site (layer, position)'s softmax weights, if recording."""
         if self._recorder is None:
@@ -83,21 +91,34 @@ class ForwardRuntime:
         weights: Callable[[], Iterable[torch.Tensor]] = tuple,
     ) -> FoldedFusion | None:
         """The folds for `key` at site `site` (made by `fold` on first use inside the block); None outside one.
-        `weights()`: the tensors the fold is made from (asked for on a block's first use only). The site's last
-        fold is kept after the block and reused by a later one while every one of them is the same tensor,
-        unmodified (same storage, same version counter), so repeated short calls (generation, serving) fold once;
-        an optimizer step or `.to()` makes a new fold."""
+        See `prepared`."""
+        return self.prepared("fold", site, key, fold, weights)
+
+    def prepared(
+        self,
+        kind: str,
+        site: str,
+        key: str,
+        make: Callable[[], Prepared],
+        weights: Callable[[], Iterable[torch.Tensor]] = tuple,
+    ) -> Prepared | None:
+        """What `make` prepares of kind `kind` (a fold, a lane: injection/lanes.py) for `key` at site `site`, made on
+        first use inside the block; None outside one. `weights()`: the tensors it is made from (asked for on a
+        block's first use only). The site's last one of each kind is kept after the block and reused by a later one
+        while every one of them is the same tensor, unmodified (same storage, same version counter), so repeated
+        short calls (generation, serving) prepare once; an optimizer step or `.to()` makes a new one."""
         if self._folded is None:
             return None
-        if (site, key) not in self._folded:
+        entry = (kind, site, key)
+        if entry not in self._folded:
             stamp = weights_stamp(weights())
-            kept = self._kept.get(site)
+            kept = self._kept.get((kind, site))
             if kept is not None and kept[0] == key and kept[1] == stamp:
-                self._folded[(site, key)] = kept[2]
+                self._folded[entry] = kept[2]
             else:
-                self._folded[(site, key)] = fold()
-                self._kept[site] = (key, stamp, self._folded[(site, key)])
-        return self._folded[(site, key)]
+                self._folded[entry] = make()
+                self._kept[(kind, site)] = (key, stamp, self._folded[entry])
+        return self._folded[entry]
 
 
 WeightsStamp = tuple[tuple[int, int, int, torch.dtype], ...]

@@ -26,12 +26,11 @@ from torch.utils.hooks import RemovableHandle
 
 from adapterfusion.adapters.bottleneck import BottleneckAdapter, layer_norm_each, run_each
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.blocks import LAYOUT_BLOCKS
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.layer import FUSION_IMPLEMENTATIONS, FoldedFusion, FusionLayer, fold_fusion
 from adapterfusion.fusion.scalearn import SCALEARN_IMPLEMENTATIONS, ScaLearnLayer
 from adapterfusion.injection.architectures import SiteKind, SiteSpec, site_key
-from adapterfusion.injection.composed import held_at, run_node
+from adapterfusion.injection.lanes import Lane, build_lane
 from adapterfusion.injection.routing import SitePlan, adapt_routed
 from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.state import ActiveState
@@ -74,6 +73,7 @@ class AdapterSite(nn.Module):
         self._mask_key: tuple[Any, ...] | None = None
         self._residual: torch.Tensor | None = None  # PRE_NORM with residual_input: r of the running forward
         self._residual_hook: RemovableHandle | None = None
+        self._known_lane: tuple[object, str, Lane | None] | None = None
         # Where the site is below the HF base model, and where AdapterHub keeps its adapters for it (inject_sites).
         self.module_path = ""
         self.adapterhub_module_path = ""
@@ -89,14 +89,26 @@ class AdapterSite(nn.Module):
 
     def _listen_while_active(self) -> None:
         norm = self.__dict__.get("_residual_norm")
-        if norm is not None and self._active and self._residual_hook is None:
+        listen = norm is not None and self._active and self._needs_residual
+        if norm is not None and listen and self._residual_hook is None:
             self._residual_hook = norm.register_forward_pre_hook(self._take_residual, with_kwargs=True)
-        elif self._residual_hook is not None and not (norm is not None and self._active):
+        elif self._residual_hook is not None and not listen:
             self._residual_hook.remove()
             self._residual_hook = None
 
     def _take_residual(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self._residual = args[0] if args else next(iter(kwargs.values()))
+        self.__dict__["_residual"] = args[0] if args else next(iter(kwargs.values()))  # no nn.Module.__setattr__
+
+    def _residual_needed(self, state: ActiveState) -> bool:
+        """Whether what `state` runs here reads the residual stream r. At a PRE_NORM site, of one adapter or one
+        fusion, only the LayerNorm options original_ln_before and residual_before_ln='post_add' do (Houlsby's
+        placement does not): without them the site skips the hook that hands it r. Anything else (routed rows,
+        parallel routes, composition blocks) may run any adapter, so it always takes it."""
+        if self.spec.kind is not SiteKind.PRE_NORM or not _plain(state):
+            return True
+        names = state.fused if self._fusion is not None else (self._adapter,) if self._adapter is not None else ()
+        configs = [self.adapter(name).config for name in names if name in self.adapters]
+        return any(config.original_ln_before or config.residual_before_ln == "post_add" for config in configs)
 
     def set_state(self, state: ActiveState) -> None:
         """Run what `state` activates from now on. What it means here is worked out once, not per forward: the active
@@ -120,12 +132,24 @@ class AdapterSite(nn.Module):
         # Per-example routing (injection/routing.py): what this call's rows chose, worked out for this site.
         self._routing: SitePlan | None = state.routing.plan(self) if state.routing is not None else None
         routed = self._routing is not None and self._routing.active
-        # A composition block (blocks.py) with a piece here; BatchSplit/Parallel only reach a site through routing.
-        self._block = state.block if state.block is not None and held_at(self, state.block) else None
-        self._active = not skipped and (
-            self._adapter is not None or self._fusion is not None or routed or self._block is not None
-        )
+        self._active = not skipped and (self._adapter is not None or self._fusion is not None or routed)
+        self._needs_residual = self._residual_needed(state)
+        self._lane_key = self._lane_key_for(state)
         self._listen_while_active()
+
+    def _lane_key_for(self, state: ActiveState) -> str | None:
+        """What names this state's lane (injection/lanes.py), or None where no lane can run: lanes are for PRE_NORM
+        sites with one adapter or one fused set active, computed by the fast implementation."""
+        if (
+            not self._active
+            or self.spec.kind is not SiteKind.PRE_NORM
+            or not _plain(state)
+            or state.fusion_implementation != "fast"
+        ):
+            return None
+        if self._fusion is not None:
+            return f"{self._fusion}:{self._kept}"
+        return self._adapter
 
     # ---- what the site offers ------------------------------------------------------------------------
     @property
@@ -213,28 +237,59 @@ class AdapterSite(nn.Module):
         residual_input = None
         if self.spec.kind is SiteKind.PRE_RESIDUAL and self.spec.residual_input is None:
             residual_input = args[0] if args else next(iter(kwargs.values()))
-        elif self.spec.residual_input is not None:
-            residual_input, self._residual = self._residual, None
+        elif self.spec.residual_input is not None and self._needs_residual:
+            residual_input = self._residual
+            self.__dict__["_residual"] = None
             if residual_input is None:
                 raise ConfigError(
                     f"the adapter site {self.spec.path!r} of layer {self.layer_index} ran without its block: it "
                     f"takes the residual stream from {self.spec.residual_input!r}, which did not run before it; call "
                     "the whole model (or the whole layer), not the sub-layer alone"
                 )
-        adapted = self._adapt_any(hidden, residual_input, apply_final_ln=False)
+        lane = self._lane(hidden) if self._lane_key is not None else None
+        if lane is not None:
+            adapted = lane(hidden, residual_input)
+        else:
+            adapted = self._adapt_any(hidden, residual_input, apply_final_ln=False)
         return (adapted, *output[1:]) if isinstance(output, tuple) else adapted
+
+    def _lane(self, hidden: torch.Tensor) -> Lane | None:
+        """This state's lane, inside `inference_cache()` only, and only while nothing needs the general path
+        (recording fusion attentions, autocast)."""
+        runtime = self._runtime
+        block = runtime.block
+        if block is None or runtime.is_recording or torch.is_autocast_enabled(hidden.device.type):
+            return None
+        known = self._known_lane  # (block, state's lane key, lane): a decode step asks once per token and site
+        if known is not None and known[0] is block and known[1] == self._lane_key:
+            return known[2]
+        assert self._lane_key is not None
+        lane = runtime.prepared("lane", self.key, self._lane_key, self._make_lane, self._lane_weights)
+        self.__dict__["_known_lane"] = (block, self._lane_key, lane)
+        return lane
+
+    def _lane_pieces(self) -> tuple[list[BottleneckAdapter], FusionLayer | None]:
+        if self._fusion is None:
+            return [self.adapter(self._adapter_names()[0])], None
+        names = self.state.fused
+        kept = self._kept_indices(len(names))
+        chosen = names if kept is None else [names[i] for i in kept]
+        return [self.adapter(name) for name in chosen], self.fusion(self._fusion)
+
+    def _make_lane(self) -> Lane | None:
+        adapters, fusion = self._lane_pieces()
+        norm = self.pretrained_layer_norm
+        return build_lane(adapters, fusion, norm if norm is not None else _unchanged)
+
+    def _lane_weights(self) -> list[torch.Tensor]:
+        adapters, fusion = self._lane_pieces()
+        norm = self.pretrained_layer_norm
+        modules = [*adapters, *([fusion] if fusion is not None else []), *([norm] if norm is not None else [])]
+        return _parameters_of(modules)
 
     def _adapt_any(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
         if self._routing is not None:
             return adapt_routed(self, self._routing, h, r, apply_final_ln)
-        if self._block is not None:
-            if isinstance(self._block, LAYOUT_BLOCKS):
-                raise ConfigError(
-                    f"{type(self._block).__name__} is active, which lays out the batch in the model's own forward; "
-                    "call the model (model(**batch)), not generate() or the wrapped model, or activate a Stack, "
-                    "Average or one adapter for it"
-                )
-            return run_node(self, self._block, h, r, apply_final_ln)
         if self.state.parallel_routes is None:
             return self._adapt(h, r, apply_final_ln)
         return self._adapt_parallel(h, r, apply_final_ln)
@@ -381,6 +436,11 @@ class AdapterSite(nn.Module):
 
     def extra_repr(self) -> str:
         return f"layer={self.layer_index}, position={self.position}, kind={self.spec.kind.value}"
+
+
+def _plain(state: ActiveState) -> bool:
+    """Whether `state` runs at most one adapter or one fusion on every row: no routing, parallel routes or block."""
+    return state.routing is None and state.parallel_routes is None and getattr(state, "block", None) is None
 
 
 def _parameters_of(modules: Sequence[nn.Module]) -> list[torch.Tensor]:

@@ -287,6 +287,7 @@ def test_folds_are_reused_across_calls_until_a_weight_changes(monkeypatch: pytes
         return original(*args, **kwargs)
 
     monkeypatch.setattr(af.injection.site, "fold_fusion", counting)
+    monkeypatch.setattr(af.injection.lanes, "fold_fusion", counting)  # generate's decode steps run lanes
     first = model.generate(**inputs, **options)
     again = model.generate(**inputs, **options)
     assert len(folds) == model.num_layers  # one fold per fusion site, for both calls

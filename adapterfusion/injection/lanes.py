@@ -1,0 +1,125 @@
+"""Inference lanes: what an active pre-norm site runs inside `inference_cache()`, prepared once per block.
+
+A decode step of a decoder runs one token: each product is tiny, and what a site costs is its number of operators
+and the Python around them (`AdapterSite.adapt_with` resolves names, configs and placement on every call; module
+calls go through torch's hook machinery). Inside `inference_cache()` the weights cannot change and nothing needs a
+gradient, so a site can decide all of that once: a lane holds the transposed weights as plain tensors and runs only
+the operators of its case, the same ones in the same order as the general path, so the numbers are identical
+(tests/decoders/test_lanes.py).
+
+Lanes cover the cases decoders run, at PRE_NORM sites: one adapter, or an attention fusion (the paper's) whose query
+is the adapters' input, without new LayerNorms around the adapters. Anything else (`build_lane` gives None) runs
+the general path: per-example routing, parallel routes, recording fusion attentions, autocast, score dropout,
+the reference implementation, ScaLearn, Houlsby's LayerNorm copies. Nothing in a lane depends on training mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from adapterfusion.adapters.bottleneck import BottleneckAdapter
+from adapterfusion.fusion.layer import FusionLayer, fold_fusion
+
+# lane(h, r) -> the site's output: h the sub-layer output, r the residual stream (None where the site does not need it).
+Lane = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
+def build_lane(
+    adapters: Sequence[BottleneckAdapter], fusion: FusionLayer | None, norm: Callable[[torch.Tensor], torch.Tensor]
+) -> Lane | None:
+    """The lane of a PRE_NORM site running `adapters[0]` alone (fusion None) or `fusion` over `adapters` (the kept
+    ones), `norm` what original_ln_before applies to h + r; None where the case is not one a lane covers."""
+    if any(a.ln_before is not None or a.ln_after is not None or a.layer_norm is not None for a in adapters):
+        return None
+    config = adapters[0].config
+    place = _placement(config.original_ln_before, config.residual_before_ln, norm)
+    if fusion is None:
+        return _adapter_lane(adapters[0], place)
+    if type(fusion) is not FusionLayer or getattr(fusion.config, "kind", "attention") != "attention":
+        return None
+    settings = fusion.config
+    # Score dropout acts in training mode even inside the cache's no_grad: the general path keeps it.
+    if settings.query_before_ln or settings.temperature or settings.residual_before or settings.score_dropout > 0:
+        return None
+    sizes = {a.bottleneck_size for a in adapters}
+    if len(sizes) != 1 or len({type(a.activation) for a in adapters}) != 1:
+        return None
+    folded = fold_fusion(fusion, adapters)
+    if folded.joint is None:
+        return None
+    return _fusion_lane(
+        folded.joint,
+        folded.by_activation,
+        folded.by_probability,
+        activation=adapters[0].activation,
+        count=len(adapters),
+        size=adapters[0].bottleneck_size,
+        place=place,
+    )
+
+
+Placement = Callable[[torch.Tensor, "torch.Tensor | None"], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _placement(
+    ln_before: bool, residual_before_ln: bool | str, norm: Callable[[torch.Tensor], torch.Tensor]
+) -> Placement:
+    """(x, residual) from (h, r) as AdapterSite._placed_pre_norm gives them, decided once."""
+
+    def place(h: torch.Tensor, r: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if r is None:
+            return h, h
+        x = norm(h + r) if ln_before else h
+        if residual_before_ln is True:
+            return x, h
+        return x, (h + r if residual_before_ln == "post_add" else x)
+
+    if not ln_before and residual_before_ln is True:
+        return lambda h, r: (h, h)  # Pfeiffer's placement at a pre-norm site: r plays no part
+    return place
+
+
+def _adapter_lane(adapter: BottleneckAdapter, place: Placement) -> Lane:
+    """residual + scaling * (U act(D x + d) + u), as BottleneckAdapter.forward computes it."""
+    down_weight, down_bias = adapter.down.weight, adapter.down.bias
+    up_weight, up_bias = adapter.up.weight, adapter.up.bias
+    activation, scaling = adapter.activation, adapter.config.scaling
+
+    def lane(h: torch.Tensor, r: torch.Tensor | None) -> torch.Tensor:
+        x, residual = place(h, r)
+        z = F.linear(activation(F.linear(x, down_weight, down_bias)), up_weight, up_bias)
+        return (z * scaling if scaling != 1.0 else z) + residual
+
+    return lane
+
+
+def _fusion_lane(
+    joint: tuple[torch.Tensor, torch.Tensor],
+    by_activation: torch.Tensor,
+    by_probability: torch.Tensor,
+    activation: Callable[[torch.Tensor], torch.Tensor],
+    count: int,
+    size: int,
+    place: Placement,
+) -> Lane:
+    """fusion/layer.py `fuse_fast` on its one-matmul path (query = adapters' input, equal bottleneck sizes), at
+    inference: the key-bias term is left out (the softmax cancels it) and no score dropout or temperature acts."""
+    joint_weight, joint_bias = joint[0].t(), joint[1]
+    total = count * size
+
+    def lane(h: torch.Tensor, r: torch.Tensor | None) -> torch.Tensor:
+        x, residual = place(h, r)
+        rows = x.reshape(-1, x.shape[-1])
+        both = torch.addmm(joint_bias, rows, joint_weight)
+        activations = activation(both[:, :total])
+        projected = both[:, total:]
+        scores = (activations * projected[:, :total]).unflatten(-1, (count, size)).sum(dim=-1)
+        probs = scores.add_(projected[:, total : total + count]).softmax(dim=-1)
+        weighted = (activations.unflatten(-1, (count, size)) * probs.unsqueeze(-1)).flatten(-2)
+        out = torch.addmm(residual.reshape(weighted.shape[0], -1), weighted, by_activation)
+        return torch.addmm(out, probs, by_probability).view(residual.shape)
+
+    return lane
