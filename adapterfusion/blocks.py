@@ -178,9 +178,14 @@ def _check_children(block: Block) -> None:
         if isinstance(child, Block):
             if not isinstance(child, _NESTED[type(block)]):
                 allowed = ", ".join(t.__name__ for t in _NESTED[type(block)]) or "no block"
+                hint = (
+                    "to feed one adapter's output to a fusion, write Stack('base', Fuse('a', 'b'))"
+                    if isinstance(block, Fuse)
+                    else "BatchSplit and Parallel lay out the whole batch, so they are only the outermost block"
+                )
                 raise ConfigError(
-                    f"{kind} cannot hold {type(child).__name__} (child {index}); a {kind} takes names and {allowed}. "
-                    "BatchSplit and Parallel lay out the whole batch, so they are only the outermost block"
+                    f"{kind} cannot hold {type(child).__name__} (child {index}); a {kind} takes names and {allowed}; "
+                    f"{hint}"
                 )
             continue
         raise ConfigError(

@@ -135,7 +135,7 @@ BLOCKS: dict[str, Callable[[], Any]] = {
     "stack": lambda: af.Stack("a", "b"),
     "stack_three_leave_out": lambda: af.Stack("c", "a", "b"),
     "stack_houlsby": lambda: af.Stack("h", "a"),  # h alone at the attention sites, its own LayerNorm copies
-    "stack_fuse": lambda: af.Stack("c", af.Fuse("a", "b")),  # AdapterHub's issue #574: Fuse inside Stack
+    "stack_fuse": lambda: af.Stack("c", af.Fuse("a", "b")),  # c's output fused (AdapterHub's issue #574)
     "stack_fusion_name": lambda: af.Stack("b", "f"),
     "average": lambda: af.Average("a", "b", "d", weights=[0.2, 0.5, 0.3]),
     "average_unnormalised": lambda: af.Average("a", "d", weights=[2.0, -0.5], normalize_weights=False),

@@ -26,10 +26,12 @@ from torch.utils.hooks import RemovableHandle
 
 from adapterfusion.adapters.bottleneck import BottleneckAdapter, layer_norm_each, run_each
 from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.blocks import LAYOUT_BLOCKS
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.layer import FUSION_IMPLEMENTATIONS, FoldedFusion, FusionLayer, fold_fusion
 from adapterfusion.fusion.scalearn import SCALEARN_IMPLEMENTATIONS, ScaLearnLayer
 from adapterfusion.injection.architectures import SiteKind, SiteSpec, site_key
+from adapterfusion.injection.composed import held_at, run_node
 from adapterfusion.injection.lanes import Lane, build_lane
 from adapterfusion.injection.routing import SitePlan, adapt_routed
 from adapterfusion.injection.runtime import ForwardRuntime
@@ -132,7 +134,11 @@ class AdapterSite(nn.Module):
         # Per-example routing (injection/routing.py): what this call's rows chose, worked out for this site.
         self._routing: SitePlan | None = state.routing.plan(self) if state.routing is not None else None
         routed = self._routing is not None and self._routing.active
-        self._active = not skipped and (self._adapter is not None or self._fusion is not None or routed)
+        # A composition block (blocks.py) with a piece here; BatchSplit/Parallel only reach a site through routing.
+        self._block = state.block if state.block is not None and held_at(self, state.block) else None
+        self._active = not skipped and (
+            self._adapter is not None or self._fusion is not None or routed or self._block is not None
+        )
         self._needs_residual = self._residual_needed(state)
         self._lane_key = self._lane_key_for(state)
         self._listen_while_active()
@@ -290,6 +296,14 @@ class AdapterSite(nn.Module):
     def _adapt_any(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
         if self._routing is not None:
             return adapt_routed(self, self._routing, h, r, apply_final_ln)
+        if self._block is not None:
+            if isinstance(self._block, LAYOUT_BLOCKS):
+                raise ConfigError(
+                    f"{type(self._block).__name__} is active, which lays out the batch in the model's own forward; "
+                    "call the model (model(**batch)), not generate() or the wrapped model, or activate a Stack, "
+                    "Average or one adapter for it"
+                )
+            return run_node(self, self._block, h, r, apply_final_ln)
         if self.state.parallel_routes is None:
             return self._adapt(h, r, apply_final_ln)
         return self._adapt_parallel(h, r, apply_final_ln)

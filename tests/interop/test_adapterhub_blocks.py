@@ -38,6 +38,7 @@ BERT = {
     "average_pf_relu_pf3": _adapterhub_average("pf", "pf_relu", "pf3", weights=[0.2, 0.3, 0.5]),
     "average_pf_pf3": _adapterhub_average("pf", "pf3"),
     "stack_relu_average": af.Stack("pf_relu", _adapterhub_average("pf", "pf3", weights=[1.0, 3.0])),
+    "stack_pf3_fuse": af.Stack("pf3", af.Fuse("pf", "pf_relu", "pf3")),
     "batchsplit_pf_pf3": af.BatchSplit("pf", "pf3", batch_sizes=[1, 2]),
     "parallel_pf_pf3": af.Parallel("pf", "pf3"),
     "average_adapter": "avg",
@@ -46,6 +47,7 @@ DECODER = {
     "stack_pf_tanh": af.Stack("pf", "pf_tanh"),
     "stack_hb_pf": af.Stack("hb", "pf"),
     "average_pf_tanh": _adapterhub_average("pf", "pf_tanh", weights=[0.3, 0.7]),
+    "batchsplit_pf_tanh": af.BatchSplit("pf", "pf_tanh", batch_sizes=[1, 1]),
     "parallel_pf_tanh": af.Parallel("pf", "pf_tanh"),
 }
 # AdapterHub holds Average's weights in a float32 tensor: its float64 decoder outputs carry that rounding.
@@ -57,8 +59,9 @@ def _bert() -> tuple[af.AdaptedModel, dict[str, torch.Tensor]]:
     for name in ("pf", "pf_relu", "pf3", "hb"):
         model.load_adapter(FIXTURES / "bert" / "adapters" / name)
     model.load_adapter(FIXTURES / "blocks" / "bert" / "adapters" / "pf_b")
+    model.load_fusion(FIXTURES / "bert" / "fusions" / "dynamic")
     model.average_adapters("avg", ["pf", "pf_b"], weights=[0.3, 0.7])
-    return model, load_file(FIXTURES / "blocks" / "bert" / "outputs.safetensors")
+    return model.eval(), load_file(FIXTURES / "blocks" / "bert" / "outputs.safetensors")
 
 
 def _decoder(model_type: str) -> tuple[af.AdaptedModel, dict[str, torch.Tensor]]:
@@ -68,7 +71,7 @@ def _decoder(model_type: str) -> tuple[af.AdaptedModel, dict[str, torch.Tensor]]
     model = af.wrap(base.eval())
     for name in ("pf", "pf_tanh", "hb"):
         model.load_adapter(source / "adapters" / name)
-    return model, load_file(FIXTURES / "blocks" / model_type / "outputs.safetensors")
+    return model.eval(), load_file(FIXTURES / "blocks" / model_type / "outputs.safetensors")
 
 
 def _run(model: af.AdaptedModel, setup: Any, expected: dict[str, torch.Tensor]) -> Any:
@@ -115,3 +118,14 @@ def test_a_stack_inside_batch_split_or_parallel_is_the_stack_alone_where_adapter
     assert_close(ours[1], _run(model, af.Stack("pf", "pf_tanh"), expected).logits[1])
     assert_close(ours[0], theirs[0])
     assert (ours[1] - theirs[1]).abs().max() > 0.05
+
+
+def test_adapterhub_cannot_fuse_stacks_which_ours_spells_as_a_stack_ending_in_a_fuse() -> None:
+    """AdapterHub's issue #574: one adapter's output fed to several adapters and fused. adapters 1.3.0 still fails on
+    its spelling, Fuse(Stack(base, a), Stack(base, b)) (the error is frozen in the manifest); ours is
+    Stack(base, Fuse(a, b)), which AdapterHub runs too (stack_pf3_fuse above), and a Fuse holding a Stack is refused
+    with that spelling."""
+    manifest = json.loads((FIXTURES / "blocks" / "manifest.json").read_text())
+    assert manifest["models"]["bert"]["adapterhub_fails"]["error"].startswith("TypeError")
+    with pytest.raises(af.ConfigError, match=r"Stack\('base', Fuse\('a', 'b'\)\)"):
+        af.Fuse(af.Stack("pf3", "pf"), af.Stack("pf3", "pf_relu"))
