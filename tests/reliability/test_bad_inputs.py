@@ -28,6 +28,7 @@ from transformers import AutoModel, AutoTokenizer
 
 import adapterfusion as af
 import adapterfusion.training
+import cases_blocks
 import cases_encoders
 import cases_files
 import cases_forward
@@ -1143,6 +1144,7 @@ CASES: tuple[BadInput, ...] = (
     *cases_files.CASES,
     *cases_pieces.CASES,
     *cases_runs.CASES,
+    *cases_blocks.CASES,
 )
 
 

@@ -1,0 +1,160 @@
+"""Bad-input cases at one boundary, composition blocks (blocks.py): blocks made wrong, blocks naming what is not
+loaded or nesting what is not supported, and calls a block cannot run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import adapterfusion as af
+from catalogue import Action, BadInput
+from tiny_models import tiny_encoder, tiny_inputs
+
+B = BadInput
+GROUP = "composition blocks"
+
+
+def _model() -> af.AdaptedModel:
+    """A tiny encoder with adapters a (Pfeiffer), b (Pfeiffer, another size) and a fusion f over both."""
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=8))
+    model.add_adapter("b", af.AdapterConfig.pfeiffer(reduction_factor=16))
+    model.add_fusion("f", ["a", "b"])
+    return model
+
+
+def _made(make: Callable[[], Any]) -> Callable[[Path], Action]:
+    """Making the block is the bad input."""
+    return lambda folder: make
+
+
+def _activated(make: Callable[[], Any]) -> Callable[[Path], Action]:
+    """model.activate(block) on _model()."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model()
+        return lambda: model.activate(make())
+
+    return prepare
+
+
+def _called(make: Callable[[], Any], **call: Any) -> Callable[[Path], Action]:
+    """model(**batch of 3, **call) with the block `make()` activated (None: nothing activated)."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model()
+        block = make()
+        if block is not None:
+            model.activate(block)
+        return lambda: model(**tiny_inputs(batch=3), **call)
+
+    return prepare
+
+
+def _averaged(adapters: Any, **options: Any) -> Callable[[Path], Action]:
+    def prepare(folder: Path) -> Action:
+        model = _model()
+        return lambda: model.average_adapters("avg", adapters, **options)
+
+    return prepare
+
+
+CASES: tuple[BadInput, ...] = (
+    B(
+        "block-empty",
+        GROUP,
+        "af.Stack() (no children)",
+        af.ConfigError,
+        ("Stack()", "no children"),
+        _made(lambda: af.Stack()),
+    ),
+    B(
+        "block-child-type",
+        GROUP,
+        "af.Stack('a', 3)",
+        af.ConfigError,
+        ("child 1", "type int", "af.Stack"),
+        _made(lambda: af.Stack("a", 3)),
+    ),
+    B(
+        "block-average-weights",
+        GROUP,
+        "af.Average('a', 'b', weights=[1.0]) (one weight for two adapters)",
+        af.ConfigError,
+        ("weights=[1.0]", "2 adapters", "one finite number per adapter"),
+        _made(lambda: af.Average("a", "b", weights=[1.0])),
+    ),
+    B(
+        "block-batch-sizes-count",
+        GROUP,
+        "af.BatchSplit('a', 'b', batch_sizes=[3]) (one size for two children)",
+        af.ConfigError,
+        ("2 children", "batch_sizes=[3]", "one row count per child"),
+        _made(lambda: af.BatchSplit("a", "b", batch_sizes=[3])),
+    ),
+    B(
+        "block-nesting",
+        GROUP,
+        "af.Stack('a', af.Parallel('a', 'b')) (Parallel lays out the whole batch)",
+        af.ConfigError,
+        ("Stack cannot hold Parallel", "outermost"),
+        _made(lambda: af.Stack("a", af.Parallel("a", "b"))),
+    ),
+    B(
+        "block-fuse-of-stacks",
+        GROUP,
+        "af.Fuse(af.Stack('base', 'a'), af.Stack('base', 'b')) (AdapterHub issue #574's spelling)",
+        af.ConfigError,
+        ("Fuse cannot hold Stack", "Stack('base', Fuse('a', 'b'))"),
+        _made(lambda: af.Fuse(af.Stack("base", "a"), af.Stack("base", "b"))),
+    ),
+    B(
+        "block-unknown-adapter",
+        GROUP,
+        "model.activate(af.Stack('a', 'nope'))",
+        af.NameNotFoundError,
+        ("'nope'", "neither a loaded adapter", "['a', 'b']"),
+        _activated(lambda: af.Stack("a", "nope")),
+    ),
+    B(
+        "block-fusion-in-average",
+        GROUP,
+        "model.activate(af.Average('a', 'f')) (f is a fusion)",
+        af.ConfigError,
+        ("Average takes adapters only", "'f'", "a fusion"),
+        _activated(lambda: af.Average("a", "f")),
+    ),
+    B(
+        "block-fuse-unknown",
+        GROUP,
+        "model.activate(af.Stack('a', af.Fuse('b', 'a'))) (no fusion over b, a in that order)",
+        af.NameNotFoundError,
+        ("no loaded fusion", "'f': ['a', 'b']", "add_fusion"),
+        _activated(lambda: af.Stack("a", af.Fuse("b", "a"))),
+    ),
+    B(
+        "block-batch-split-sum",
+        GROUP,
+        "BatchSplit(batch_sizes=[1, 1]) active, a batch of 3",
+        af.ConfigError,
+        ("covers 2 rows", "3 examples"),
+        _called(lambda: af.BatchSplit("a", "b", batch_sizes=[1, 1])),
+    ),
+    B(
+        "block-layout-per-example",
+        GROUP,
+        "model(**batch, adapter_names=['a', af.Parallel('a', 'b'), 'b'])",
+        af.ConfigError,
+        ("Parallel", "cannot be one example's choice"),
+        _called(lambda: None, adapter_names=["a", af.Parallel("a", "b"), "b"]),
+    ),
+    B(
+        "block-average-adapters-configs",
+        GROUP,
+        "model.average_adapters('avg', ['a', 'b']) (bottleneck 4 and 2)",
+        af.ConfigError,
+        ("['b']", "another config", "'a'"),
+        _averaged(["a", "b"]),
+    ),
+)
