@@ -3,7 +3,8 @@ status (400, 404, 413, 422) and message say what is wrong and how to fix it, so 
 
     POST /v1/predict  {"inputs": ["text", ...] | [["text a", "text b"], ...], "adapter": NAME | "fusion": NAME,
                        "head": NAME}
-                   -> {"predictions": [{"label": int, "scores": [float, ...]}, ...]}   (classification heads)
+                   -> {"predictions": [{"label": int, "scores": [float, ...]}, ...]}   (classification heads;
+                      with "label_name" too where the head has label names)
                       {"predictions": [{"value": float, "scores": [float]}, ...]}      (regression heads)
     POST /v1/pieces   {"kind": "adapter" | "fusion" | "head", "source": folder or Hub id, "name": NAME (optional)}
 
@@ -49,6 +50,7 @@ class PredictRequest:
     choice: dict[str, str] | None
     head: str
     head_kind: str
+    labels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,12 +91,13 @@ def parse_predict(data: dict[str, Any], model: AdaptedModel, config: ServeConfig
     if head is None:
         head = _default_head(model, choice)
     _require("head", head, model.head_names)
-    kind = model.get_head(head).config.kind
+    head_config = model.get_head(head).config
+    kind = head_config.kind
     if kind not in SERVED_HEAD_KINDS:
         raise RequestError(
             422, f"head {head!r} is a {kind} head; the server predicts with {' or '.join(SERVED_HEAD_KINDS)} heads"
         )
-    return PredictRequest(inputs, choice, head, kind)
+    return PredictRequest(inputs, choice, head, kind, tuple(head_config.labels) if head_config.labels else None)
 
 
 def parse_piece(data: dict[str, Any]) -> PieceRequest:

@@ -34,14 +34,14 @@ class Predictor:
         choices = [request.choice for request in requests for _ in request.inputs]
         heads = [request.head for request in requests for _ in request.inputs]
         batch = self.tokenise(rows)
-        with torch.inference_mode():
+        with self.model.inference_cache():  # each fusion's folded weights, reused until its weights change
             output = self.model(**batch, adapter_names=choices, head_names=heads)
         logits = output.logits.unbind(0) if output.logits is not None else output.row_logits
         assert logits is not None and len(logits) == len(rows)
         answers, start = [], 0
         for request in requests:
             stop = start + len(request.inputs)
-            answers.append([_prediction(row, request.head_kind) for row in logits[start:stop]])
+            answers.append([_prediction(row, request) for row in logits[start:stop]])
             start = stop
         return answers
 
@@ -52,11 +52,13 @@ class Predictor:
         return {key: value.to(self.model.device) for key, value in batch.items()}
 
 
-def _prediction(logits: torch.Tensor, head_kind: str) -> Prediction:
+def _prediction(logits: torch.Tensor, request: PredictRequest) -> Prediction:
     values = logits.reshape(-1).float() if logits.dtype not in (torch.float32, torch.float64) else logits.reshape(-1)
-    if head_kind == "regression":
+    if request.head_kind == "regression":
         return {"value": float(values[0]), "scores": values.tolist()}
-    return {"label": int(values.argmax()), "scores": values.softmax(-1).tolist()}
+    label = int(values.argmax())
+    named = {"label_name": request.labels[label]} if request.labels else {}
+    return {"label": label, **named, "scores": values.softmax(-1).tolist()}
 
 
 def _model_limit(model: AdaptedModel, tokenizer: Any) -> int:

@@ -75,7 +75,8 @@ def offline(model: af.AdaptedModel, tokenizer: Any, text: Any, **choice: Any) ->
         logits = model(**tokenizer(*pair, return_tensors="pt")).logits[0].reshape(-1)  # a regression head: []
     if model.get_head(choice["head"]).config.kind == "regression":
         return {"value": float(logits[0]), "scores": logits.tolist()}
-    return {"label": int(logits.argmax()), "scores": logits.softmax(-1).tolist()}
+    label, names = int(logits.argmax()), model.get_head(choice["head"]).config.labels
+    return {"label": label, **({"label_name": names[label]} if names else {}), "scores": logits.softmax(-1).tolist()}
 
 
 def choice_of(body: dict[str, Any]) -> dict[str, Any]:

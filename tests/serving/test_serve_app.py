@@ -42,7 +42,7 @@ def _check(reference, tokenizer, body, answer) -> None:
     for text, got in zip(body["inputs"], predictions, strict=True):
         expected = offline(reference, tokenizer, text, **choice_of(body))
         assert got.keys() == expected.keys()
-        assert got.get("label") == expected.get("label")
+        assert got.get("label") == expected.get("label") and got.get("label_name") == expected.get("label_name")
         assert_close(got["scores"], expected["scores"], dtype=reference.dtype, label=json.dumps(body))
 
 
