@@ -318,3 +318,20 @@ def test_bad_calls_with_blocks_are_refused(model: af.AdaptedModel) -> None:
         model(**inputs, adapter_names=["a", "b", "a"])
     with pytest.raises(af.ConfigError, match="either in the"):
         model.average_adapters("x", {"a": 1.0}, weights=[1.0])
+
+
+def test_parallel_routes_take_their_own_heads_and_a_stack_caches_its_fusion(model: af.AdaptedModel) -> None:
+    inputs = _inputs(2)
+    model.add_head("two", af.ClassificationHead(num_labels=2))
+    with torch.no_grad():
+        with model.activated(af.Parallel("a", af.Stack("b", "f"))):
+            out = model(**inputs, head_names=["cls", "cls", "two", "two"])  # one head per row of the repeated batch
+        with model.activated("a", head="cls"):
+            assert_close(torch.stack(out.row_logits[:2]), model(**inputs).logits)
+        with model.activated(af.Stack("b", "f"), head="two"):
+            stacked = model(**inputs, output_fusion_attentions=True)
+            assert_close(torch.stack(out.row_logits[2:]), stacked.logits)
+            assert stacked.fusion_attentions is not None and stacked.fusion_attentions[0].shape[-1] == 2
+            with model.inference_cache():  # the fusion folded once, reused inside the Stack
+                assert_close(model(**inputs).logits, stacked.logits)
+    model.delete_head("two")
