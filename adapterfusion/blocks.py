@@ -44,18 +44,6 @@ class Block:
 
     children: tuple[Any, ...]
 
-    def names(self) -> tuple[str, ...]:
-        """Every adapter or fusion name in the block, in order, each once."""
-        found: list[str] = []
-        for child in self.children:
-            if isinstance(child, Block):
-                found += child.names()
-            elif isinstance(child, tuple):
-                found.append(child[1])
-            elif isinstance(child, str):
-                found.append(child)
-        return tuple(dict.fromkeys(found))
-
 
 def _init(block: Any, children: tuple[Any, ...], **fields: Any) -> None:
     """Set a frozen block's fields (its dataclass __init__ is replaced to take the children as *args)."""
@@ -333,6 +321,10 @@ def average_adapters(
         names = list(adapters)
     if not names:
         raise ConfigError("average_adapters: name at least one loaded adapter to average")
+    if name in names:
+        raise ConfigError(
+            f"average_adapters: the new adapter {name!r} is one of the adapters it averages; give it another name"
+        )
     for adapter in names:
         model.require("adapter", adapter)
     scale = _average_weights(len(names), weights, normalize_weights)

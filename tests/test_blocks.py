@@ -230,6 +230,8 @@ def test_average_adapters_averages_every_weight(model: af.AdaptedModel) -> None:
         model.average_adapters("ab", ["a", "b"])
     with pytest.raises(af.NameNotFoundError, match="zz"):
         af.average_adapters(model, "az", ["a", "zz"])
+    with pytest.raises(af.ConfigError, match="one of the adapters it averages"):
+        model.average_adapters("a", ["a", "d"], overwrite=True)
     assert "ab" not in model.adapter_names and "az" not in model.adapter_names
 
 
