@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from adapterfusion.errors import AdapterFusionError, ConfigError, NameNotFoundError
 from adapterfusion.serving.batcher import Batcher
 from adapterfusion.serving.config import ServeConfig
-from adapterfusion.serving.contract import RequestError, parse_piece, parse_predict, read_body
+from adapterfusion.serving.contract import Catalog, RequestError, parse_piece, parse_predict, read_body
 from adapterfusion.serving.metrics import CONTENT_TYPE, Metrics
 from adapterfusion.serving.predictor import Predictor
 
@@ -53,6 +53,7 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
         predictor.predict, executor, config.max_batch_size, config.max_wait_ms, config.max_queue, on_forward
     )
     in_flight = 0
+    catalog = Catalog.of(model)  # replaced (on the model's thread) after each load
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -83,13 +84,13 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "adapters": len(model.adapter_names), "fusions": len(model.fusion_names)}
+        return {"status": "ok", "adapters": len(catalog.adapters), "fusions": len(catalog.fusions)}
 
     @app.post("/v1/predict")
     async def predict(request: Request) -> JSONResponse:
         start = time.perf_counter()
         try:
-            parsed = parse_predict(read_body(await _body(request, config), config), model, config)
+            parsed = parse_predict(read_body(await _body(request, config), config), catalog, config)
             predictions = await batcher.submit(parsed)
         except RequestError:
             raise
@@ -105,15 +106,20 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
 
     @app.get("/v1/pieces")
     async def pieces() -> dict[str, Any]:
-        return describe_pieces(model)
+        return catalog.to_dict()
 
     @app.post("/v1/pieces")
     async def load_piece(request: Request) -> JSONResponse:
+        nonlocal catalog
         _check_key(request, config.api_key)
         piece = parse_piece(read_body(await _body(request, config), config))
         loader = getattr(model, f"load_{piece.kind}")
+
+        def load() -> tuple[str, Catalog]:
+            return loader(piece.source, piece.name), Catalog.of(model)
+
         try:
-            name = await asyncio.get_running_loop().run_in_executor(executor, loader, piece.source, piece.name)
+            name, catalog = await asyncio.get_running_loop().run_in_executor(executor, load)
         except NameNotFoundError as error:
             raise RequestError(404, str(error)) from None
         except AdapterFusionError as error:
@@ -127,27 +133,13 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
             "queue_waiting": (batcher.waiting, "Predict requests queued for a forward."),
             "in_flight": (in_flight, "HTTP requests being handled."),
             "pieces_loaded": (
-                len(model.adapter_names) + len(model.fusion_names) + len(model.head_names),
+                len(catalog.adapters) + len(catalog.fusions) + len(catalog.heads),
                 "Adapters, fusions and heads loaded.",
             ),
         }
         return PlainTextResponse(metrics.render(gauges), media_type=CONTENT_TYPE)
 
     return app
-
-
-def describe_pieces(model: "AdaptedModel") -> dict[str, Any]:
-    """What GET /v1/pieces lists: adapters, fusions with the adapters they fuse, heads with kind and labels."""
-    heads = {}
-    for name in model.head_names:
-        head = model.get_head(name).config
-        heads[name] = {"kind": head.kind, "outputs": head.output_size, "labels": list(head.labels or ())}
-    return {
-        "adapters": model.adapter_names,
-        "fusions": {name: list(model.fusion_setup(name).adapters) for name in model.fusion_names},
-        "heads": heads,
-        "active": {"adapter": model.active_adapter, "fusion": model.active_fusion, "head": model.active_head},
-    }
 
 
 async def _body(request: "Request", config: ServeConfig) -> bytes:

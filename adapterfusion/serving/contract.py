@@ -1,5 +1,6 @@
-"""What a client may send and get back, checked before anything runs: each bad request becomes a RequestError whose
-status (400, 404, 413, 422) and message say what is wrong and how to fix it, so it never reaches the model.
+"""What a client may send and get back, checked against the loaded pieces (a Catalog) before anything runs: each bad
+request becomes a RequestError whose status (400, 404, 413, 422) and message say what is wrong and how to fix it, so
+it never reaches the model.
 
     POST /v1/predict  {"inputs": ["text", ...] | [["text a", "text b"], ...], "adapter": NAME | "fusion": NAME,
                        "head": NAME}
@@ -42,6 +43,49 @@ class RequestError(ConfigError):
 
 
 @dataclass(frozen=True)
+class HeadInfo:
+    kind: str
+    outputs: int
+    labels: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The loaded pieces, as requests are checked against them: a snapshot taken on the model's thread (at start
+    and after each load), so the event loop never reads the model while a piece is being loaded into it."""
+
+    adapters: tuple[str, ...]
+    fusions: dict[str, tuple[str, ...]]
+    heads: dict[str, HeadInfo]
+    active: dict[str, str | None]
+
+    @classmethod
+    def of(cls, model: AdaptedModel) -> Catalog:
+        heads = {}
+        for name in model.head_names:
+            config = model.get_head(name).config
+            heads[name] = HeadInfo(config.kind, config.output_size, tuple(config.labels) if config.labels else None)
+        return cls(
+            tuple(model.adapter_names),
+            {name: tuple(model.fusion_setup(name).adapters) for name in model.fusion_names},
+            heads,
+            {"adapter": model.active_adapter, "fusion": model.active_fusion, "head": model.active_head},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """What GET /v1/pieces answers."""
+        return {
+            "adapters": list(self.adapters),
+            "fusions": {name: list(fused) for name, fused in self.fusions.items()},
+            "heads": {
+                name: {"kind": head.kind, "outputs": head.outputs, "labels": list(head.labels or ())}
+                for name, head in self.heads.items()
+            },
+            "active": dict(self.active),
+        }
+
+
+@dataclass(frozen=True)
 class PredictRequest:
     """A checked predict request: one (text, text pair or None) per input, the routing choice of all its inputs
     (adapter_names' {'adapter'|'fusion': name} form, None for the plain encoder) and its head."""
@@ -75,29 +119,29 @@ def read_body(body: bytes, config: ServeConfig) -> dict[str, Any]:
     return data
 
 
-def parse_predict(data: dict[str, Any], model: AdaptedModel, config: ServeConfig) -> PredictRequest:
-    """`data` (read_body's object) checked against the model's loaded pieces and the limits of `config`."""
+def parse_predict(data: dict[str, Any], catalog: Catalog, config: ServeConfig) -> PredictRequest:
+    """`data` (read_body's object) checked against the loaded pieces and the limits of `config`."""
     _reject_unknown(data, _PREDICT_KEYS)
     inputs = _parse_inputs(data.get("inputs"), config)
     if data.get("adapter") is not None and data.get("fusion") is not None:
         raise RequestError(422, "give either 'adapter' or 'fusion', not both (a fusion already runs its adapters)")
     choice = None
-    for kind, loaded in (("adapter", model.adapter_names), ("fusion", model.fusion_names)):
+    for kind, loaded in (("adapter", list(catalog.adapters)), ("fusion", list(catalog.fusions))):
         name = data.get(kind)
         if name is not None:
             _require(kind, name, loaded)
             choice = {kind: name}
     head = data.get("head")
     if head is None:
-        head = _default_head(model, choice)
-    _require("head", head, model.head_names)
-    head_config = model.get_head(head).config
-    kind = head_config.kind
+        head = _default_head(catalog, choice)
+    _require("head", head, list(catalog.heads))
+    head_info = catalog.heads[head]
+    kind = head_info.kind
     if kind not in SERVED_HEAD_KINDS:
         raise RequestError(
             422, f"head {head!r} is a {kind} head; the server predicts with {' or '.join(SERVED_HEAD_KINDS)} heads"
         )
-    return PredictRequest(inputs, choice, head, kind, tuple(head_config.labels) if head_config.labels else None)
+    return PredictRequest(inputs, choice, head, kind, head_info.labels)
 
 
 def parse_piece(data: dict[str, Any]) -> PieceRequest:
@@ -153,16 +197,17 @@ def _require(kind: str, name: Any, loaded: list[str]) -> None:
         raise RequestError(404, f"no {kind} named {name!r} is loaded; loaded {kind}s: {loaded or 'none'}")
 
 
-def _default_head(model: AdaptedModel, choice: dict[str, str] | None) -> str:
+def _default_head(catalog: Catalog, choice: dict[str, str] | None) -> str:
     named = next(iter(choice.values())) if choice else None
-    if named is not None and named in model.head_names:
+    if named is not None and named in catalog.heads:
         return named
-    if model.active_head is not None:
-        return model.active_head
+    active = catalog.active["head"]
+    if active is not None:
+        return active
     raise RequestError(
         422,
         f"no 'head' given and none is named like the {'piece' if named else 'request'} or active; give 'head', "
-        f"one of {model.head_names or 'none (load one with POST /v1/pieces)'}",
+        f"one of {list(catalog.heads) or 'none (load one with POST /v1/pieces)'}",
     )
 
 
