@@ -337,3 +337,36 @@ def test_parallel_routes_take_their_own_heads_and_a_stack_caches_its_fusion(mode
             with model.inference_cache():  # the fusion folded once, reused inside the Stack
                 assert_close(model(**inputs).logits, stacked.logits)
     model.delete_head("two")
+
+
+@pytest.mark.parametrize("preset", ["houlsby", "pfeiffer"])
+@pytest.mark.parametrize("model_type", ["distilbert", "modernbert", "t5", "bart", "gemma2"])
+def test_blocks_reduce_to_one_adapter_at_every_kind_of_site(model_type: str, preset: str) -> None:
+    """At each kind of site (DistilBERT/BART: the block adds r and normalises; T5/Gemma2: pre-norm; ModernBERT: no
+    r visible): a Stack with an adapter whose up-projection is zero, on either side, and an Average of an adapter
+    with its own copy, each give that adapter alone."""
+    torch.manual_seed(0)
+    decoder = model_type in ("t5", "bart", "gemma2")
+    base = tiny_decoder(model_type) if decoder else tiny_encoder(model_type)
+    model = af.wrap(base.double()).eval()
+    options = {"train_layer_norm": False} if preset == "houlsby" else {}  # no LayerNorm copies at every kind
+    config = getattr(af.AdapterConfig, preset)(reduction_factor=8, **options)
+    for name in ("a", "zero", "copy"):
+        model.add_adapter(name, config)
+    randomise(nn.ModuleList(site.adapters["a"] for site in model.sites_with_adapter("a")), std=0.3)
+    for site in model.sites_with_adapter("a"):
+        site.adapters["copy"].load_state_dict(site.adapters["a"].state_dict())
+        randomise(site.adapters["zero"].down, std=0.3)
+        nn.init.zeros_(site.adapters["zero"].up.weight)
+        nn.init.zeros_(site.adapters["zero"].up.bias)
+    inputs = tiny_decoder_inputs(model_type) if decoder else tiny_inputs(batch=2)
+    with torch.no_grad():
+        with model.activated("a"):
+            alone = model(**inputs).logits if decoder else model(**inputs).last_hidden_state
+        with model.activated():
+            bare = model(**inputs).logits if decoder else model(**inputs).last_hidden_state
+        assert (alone - bare).abs().max() > 1e-3
+        for block in (af.Stack("a", "zero"), af.Stack("zero", "a"), af.Average("a", "copy")):
+            with model.activated(block):
+                out = model(**inputs)
+            assert_close(out.logits if decoder else out.last_hidden_state, alone)
