@@ -370,3 +370,30 @@ def test_blocks_reduce_to_one_adapter_at_every_kind_of_site(model_type: str, pre
             with model.activated(block):
                 out = model(**inputs)
             assert_close(out.logits if decoder else out.last_hidden_state, alone)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_blocks_on_cuda_equal_the_cpu(model: af.AdaptedModel) -> None:
+    """The blocks' index and mask tensors are made on the inputs' device: float64 on CUDA equals the CPU."""
+    inputs = _inputs(4)
+    model.set_fusion_mask("f", ["b"])
+    calls = [
+        (af.Stack("c", af.Fuse("a", "b")), {}),
+        (af.BatchSplit("a", af.Average("a", "d"), None, batch_sizes=[1, 2, 1]), {}),
+        (af.Parallel("a", af.Stack("b", "a")), {}),
+        (None, {"adapter_names": ["a", af.Stack("b", "f"), None, af.Average("a", "d")]}),
+    ]
+    try:
+        with torch.no_grad():
+            expected = []
+            for block, options in calls:
+                with model.activated(block, head="cls"):
+                    expected.append(model(**inputs, **options).logits)
+            model.cuda()
+            on_cuda = {key: value.cuda() for key, value in inputs.items()}
+            for (block, options), cpu in zip(calls, expected, strict=True):
+                with model.activated(block, head="cls"):
+                    assert_close(model(**on_cuda, **options).logits.cpu(), cpu)
+    finally:
+        model.cpu()
+        model.set_fusion_mask("f", None)
