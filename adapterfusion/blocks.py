@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
 
 import torch
 
+from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError, NameNotFoundError
 
 if TYPE_CHECKING:
@@ -306,11 +307,11 @@ def average_adapters(
     weights: Sequence[float] | None = None,
     normalize_weights: bool = True,
     overwrite: bool = False,
-) -> None:
+) -> AdapterConfig:
     """Add adapter `name` whose every weight is sum_i w_i * (that weight of adapters[i]): AdapterSoup's and
     AdapterHub's `average_adapter` (linear). `adapters` a list (weights default to equal) or {name: weight}; the
     weights are scaled to sum to 1 unless normalize_weights=False. The adapters must share one config (its init
-    options aside), else ConfigError. The new adapter is not activated."""
+    options aside), else ConfigError. Returns the new adapter's config (as add_adapter does); it is not activated."""
     if isinstance(adapters, Mapping):
         if weights is not None:
             raise ConfigError("average_adapters: give weights either in the {adapter: weight} mapping or as weights=")
@@ -344,3 +345,4 @@ def average_adapters(
                 key: sum(w * source[key] for w, source in zip(scale, sources, strict=True)) for key in sources[0]
             }
             site.adapter(name).load_state_dict(averaged)
+    return configs[0]

@@ -219,7 +219,7 @@ def test_stack_of_one_is_the_adapter_and_stacks_are_graded(model: af.AdaptedMode
 
 
 def test_average_adapters_averages_every_weight(model: af.AdaptedModel) -> None:
-    model.average_adapters("ad", {"a": 1.0, "d": 3.0})
+    assert model.average_adapters("ad", {"a": 1.0, "d": 3.0}) == CONFIGS["a"]
     for site in model.sites_with_adapter("ad"):
         for key, value in site.adapters["ad"].state_dict().items():
             a, d = site.adapters["a"].state_dict()[key], site.adapters["d"].state_dict()[key]

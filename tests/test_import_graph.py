@@ -15,7 +15,7 @@ Package level: a package is adapterfusion.<x>, a sub-package or a top-level modu
 root package is its own node. The layers, lowest first (a package imports only its own layer's packages, without a
 circle, and the layers below; within a layer the order is the one given):
   1. foundations: errors, _version, run_layout, parameters -> _validation, encoder_limits, io -> defaults
-  2. components: blocks -> adapters -> heads -> fusion -> injection -> piece, encoders, forward_inputs, composition,
+  2. components: adapters -> blocks -> heads -> fusion -> injection -> piece, encoders, forward_inputs, composition,
      routing, pipelines, trainable, generation; tasks -> scoring; analysis (the read-only fusion attention that
      training records)
   3. formats: interop -> serialization (pieces as files, whole setups, provenance, model card)
@@ -179,7 +179,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset("adapterfusion" if name == "<root>" else f"adapterfusion.{name}" for name in layer.split())
     for layer in (
         "errors _version run_layout parameters _validation encoder_limits io defaults",
-        "blocks adapters heads fusion injection piece encoders forward_inputs composition routing pipelines trainable "
+        "adapters blocks heads fusion injection piece encoders forward_inputs composition routing pipelines trainable "
         "generation tasks scoring analysis",
         "interop serialization",
         "model <root>",  # <root>: adapterfusion/__init__.py, the public API
