@@ -171,10 +171,11 @@ def _check_model_type(path: Path) -> None:
 
 
 def default_pooling(encoder: str | os.PathLike | None) -> str:
-    """How a head reads a model's output unless told: a decoder's last non-padding token (the one position that has
-    read the whole input), else the encoder's own (heads/pooling.py: mean for sentence-transformers folders, else
-    cls). A Hub id is read from its copy in the local Hugging Face cache, never looked up; one not downloaded yet
-    counts as an encoder (its decoder head then needs `pooling: last`)."""
+    """How a head reads a model's output unless told: a decoder's (or an encoder-decoder's decoder's) last
+    non-padding token (the one position that has read the whole input), else the encoder's own (heads/pooling.py:
+    mean for sentence-transformers folders, else cls). A Hub id is read from its copy in the local Hugging Face
+    cache, never looked up; one not downloaded yet counts as an encoder (its decoder head then needs
+    `pooling: last`)."""
     folder = _local_copy(encoder)
     try:
         config = json.loads((folder / MODEL_CONFIG).read_text(encoding="utf-8")) if folder is not None else None
@@ -182,7 +183,9 @@ def default_pooling(encoder: str | os.PathLike | None) -> str:
     except (OSError, ValueError):
         model_type = None
     spec = ARCHITECTURES.get(model_type) if isinstance(model_type, str) else None
-    return "last" if spec is not None and spec.causal else encoder_pooling(folder if folder is not None else encoder)
+    if spec is not None and spec.pools_last_token:
+        return "last"
+    return encoder_pooling(folder if folder is not None else encoder)
 
 
 def _local_copy(encoder: str | os.PathLike | None) -> Path | None:

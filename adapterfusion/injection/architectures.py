@@ -96,6 +96,13 @@ class ArchitectureSpec:
     def site(self, position: str) -> SiteSpec:
         return self.attention if position == "attention" else self.output
 
+    @property
+    def pools_last_token(self) -> bool:
+        """Whether a head reads the last non-padding position by default: a decoder's, or an encoder-decoder's
+        decoder run on the input shifted right (as transformers' Bart/T5ForSequenceClassification read the end
+        token there); only that position has read the whole input."""
+        return self.causal or self.decoder is not None
+
     def stacks(self) -> tuple[LayerStack, ...]:
         """The encoder's layers, then the decoder's for an encoder-decoder."""
         encoder = LayerStack(self.layers, self.attention, self.output)

@@ -90,16 +90,18 @@ def build_head(model: AdaptedModel, name: str, config: HeadConfig, overwrite: bo
         )
     if name in model.heads and not check_bool(overwrite, "overwrite"):
         raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
-    if model.architecture.decoder is not None:
+    if model.architecture.decoder is not None and config.kind in ("question_answering", "token_classification"):
         raise ConfigError(
-            f"head {name!r}: prediction heads on encoder-decoders ({model.fingerprint.model_type}) are not supported "
-            "yet; train through the model's own LM head (labels=target ids) and read answers with generate()"
+            f"head {name!r}: {config.kind} heads on encoder-decoders ({model.fingerprint.model_type}) are not "
+            "supported; classification, regression and multiple-choice heads are, and the model's own LM head "
+            "(labels=target ids, answers with generate())"
         )
-    if model.architecture.causal and config.pooling == "cls":
+    if model.architecture.pools_last_token and config.pooling == "cls":
+        kind = "an encoder-decoder's decoder" if model.architecture.decoder is not None else "a decoder"
         raise ConfigError(
-            f"head {name!r}: pooling='cls' reads the first token, which in a decoder ({model.fingerprint.model_type}) "
+            f"head {name!r}: pooling='cls' reads the first token, which in {kind} ({model.fingerprint.model_type}) "
             "has seen no other token; pass pooling='last' (the last non-padding token, as transformers' "
-            "*ForSequenceClassification decoders do) or pooling='mean'"
+            "*ForSequenceClassification models do) or pooling='mean'"
         )
     reference = next(model.model.parameters())
     return PredictionHead(config, model.hidden_size).to(device=reference.device, dtype=reference.dtype)

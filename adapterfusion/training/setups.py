@@ -183,7 +183,7 @@ def _add_head(model: AdaptedModel, context: SetupContext) -> str | None:
     pooling = context.options.get("pooling")
     try:
         # The wrapped model knows whether it is a decoder (also for a Hub id that the experiment spec could not read).
-        pooling = resolve_pooling(pooling, context.encoder, "last" if model.architecture.causal else None)
+        pooling = resolve_pooling(pooling, context.encoder, "last" if model.architecture.pools_last_token else None)
     except ConfigError as err:
         raise TrainingError(str(err)) from None
     model.add_head(name, head_config_for(context.task, pooling), overwrite=True)

@@ -122,9 +122,3 @@ def test_seq2seq_generation_with_the_cache_equals_generation_without_it(model_ty
     assert torch.equal(cached, model.generate(**inputs, use_cache=False, **options))
     model.activate()
     assert not torch.equal(cached, model.generate(**inputs, **options))
-
-
-def test_heads_on_encoder_decoders_are_refused_by_name() -> None:
-    model = af.wrap(tiny_decoder("bart"))
-    with pytest.raises(af.ConfigError, match="encoder-decoders"):
-        model.add_head("h", af.ClassificationHead(num_labels=2, pooling="last"))

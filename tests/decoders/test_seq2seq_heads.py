@@ -1,0 +1,100 @@
+"""Our prediction heads on encoder-decoders (T5, BART): the head reads the decoder run on the input shifted right by
+one, at each row's last non-padding position, as transformers' T5/BartForSequenceClassification read the end token.
+Checked in float64 against the wrapped model's own forward given those decoder inputs by hand, and each padded row
+against the same row alone; training reaches the fusion and the head only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import adapterfusion as af
+from tiny_decoders import SEQ2SEQ_TYPES, TINY_DECODER_CONFIGS, tiny_decoder
+from tolerances import assert_close
+
+
+def _model(model_type: str) -> af.AdaptedModel:
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    for name in ("a", "b"):
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(4, init="bert"))
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("h", af.ClassificationHead(num_labels=3, pooling="last"))
+    model.activate(fusion="f", head="h")
+    return model.eval()
+
+
+def _by_hand(model: af.AdaptedModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The head on the decoder's last layer at each row's last real token, the decoder fed [start] + ids[:-1] under
+    the input's mask shifted alike, through the wrapped LM's own forward (which runs the same active fusion)."""
+    start = TINY_DECODER_CONFIGS[model.fingerprint.model_type][1]["decoder_start_token_id"]
+    decoder_ids = torch.cat([torch.full_like(ids[:, :1], start), ids[:, :-1]], dim=1)
+    decoder_mask = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)
+    output = model.model(
+        input_ids=ids,
+        attention_mask=mask,
+        decoder_input_ids=decoder_ids,
+        decoder_attention_mask=decoder_mask,
+        output_hidden_states=True,
+    )
+    states = output.decoder_hidden_states[-1]
+    last = mask.sum(dim=1) - 1  # right padding: each row's last real token
+    return model.get_head("h").from_pooled(states[torch.arange(len(ids)), last])
+
+
+def _padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(row) for row in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ_TYPES)
+def test_a_head_reads_the_decoder_on_the_input_shifted_right(model_type: str) -> None:
+    model = _model(model_type)
+    ids, mask = _padded([[11, 12, 13, 14, 15, 2], [21, 22, 23, 2]])  # 2: the end token, as tokenizers append it
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        assert_close(logits, _by_hand(model, ids, mask), dtype=torch.float64)
+        for i in range(len(ids)):  # a padded row gives what it gives alone
+            alone = ids[i : i + 1, : int(mask[i].sum())]
+            assert_close(logits[i], model(input_ids=alone).logits[0], dtype=torch.float64, label=f"row {i}")
+        model.activate(head="h")
+        assert not torch.equal(model(input_ids=ids, attention_mask=mask).logits, logits)  # the fusion acts
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ_TYPES)
+def test_a_fusion_and_a_head_train_on_an_encoder_decoder(model_type: str) -> None:
+    model = _model(model_type).train()
+    model.train_fusion("f")
+    ids, mask = _padded([[11, 12, 13, 2], [21, 22, 2]])
+    output = model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 2]))
+    output.loss.backward()
+    trained = {name for name, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert any(name.startswith("heads.h.") for name in trained)
+    assert any(".fusions.f." in name for name in trained)
+    assert all(".fusions.f." in name or name.startswith("heads.h.") for name in trained)
+
+
+def test_multiple_choice_on_an_encoder_decoder() -> None:
+    model = af.wrap(tiny_decoder("bart"))
+    model.add_head("mc", af.MultipleChoiceHead(num_labels=3, pooling="last"))
+    model.activate(head="mc")
+    ids = torch.randint(5, 100, (2, 3, 6))
+    output = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([0, 2]))
+    assert output.logits.shape == (2, 3) and torch.isfinite(output.loss)
+
+
+def test_what_an_encoder_decoder_head_cannot_do_is_refused_by_name() -> None:
+    model = af.wrap(tiny_decoder("t5"))
+    with pytest.raises(af.ConfigError, match="pooling='last'"):
+        model.add_head("h", af.ClassificationHead(num_labels=2))  # cls: the decoder's start token has read nothing
+    with pytest.raises(af.ConfigError, match="encoder-decoders"):
+        model.add_head("qa", af.QuestionAnsweringHead())
+    model.add_head("h", af.ClassificationHead(num_labels=2, pooling="last"))
+    model.activate(head="h")
+    with pytest.raises(af.ConfigError, match="decoder_input_ids"):
+        model(inputs_embeds=torch.zeros(1, 4, 32))
+    with pytest.raises(af.ConfigError, match="use_cache"):
+        model(input_ids=torch.tensor([[5, 6, 2]]), use_cache=True)
