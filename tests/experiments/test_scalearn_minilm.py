@@ -1,0 +1,58 @@
+"""examples/scalearn-minilm.yaml: ScaLearn beside AdapterFusion and ST-A with paper-minilm's targets, zoo, seeds and
+training settings, and its committed report is of this very file, every variant with its 3 seeds."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from adapterfusion.experiments.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "examples" / "results" / "scalearn-minilm"
+
+pytest.importorskip("yaml")
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_spec(ROOT / "examples" / "scalearn-minilm.yaml")
+
+
+def test_it_is_paper_minilm_with_scalearn_setups(spec):
+    paper = load_spec(ROOT / "examples" / "paper-minilm.yaml")
+    for field in ("tasks", "seeds", "zoo", "data_dir", "max_examples", "task_training", "fusion", "encoder"):
+        assert getattr(spec, field) == getattr(paper, field), field
+    for shared in ("st-a-rf16", "fusion-st-a"):
+        assert spec.variant(shared).training == paper.variant(shared).training
+        assert spec.variant(shared).options == paper.variant(shared).options
+    kinds = {v.id: v.options.get("fusion_config") for v in spec.variants if v.is_fusion}
+    assert kinds == {
+        "fusion-st-a": None,
+        "scalearn-st-a": "scalearn",
+        "scalearn-uniform-st-a": "scalearn-uniform",
+        "scalearn-st-a-lr6e-3": "scalearn",
+        "scalearn-uniform-st-a-lr6e-3": "scalearn-uniform",
+    }
+    for variant in spec.variants:
+        if variant.is_fusion and variant.id != "fusion-st-a":
+            expected = 6.0e-3 if variant.id.endswith("lr6e-3") else 3.0e-2
+            fusion = spec.variant("fusion-st-a").training
+            assert variant.training == {**fusion, "learning_rate": expected}
+
+
+def test_the_committed_report_is_of_this_file_with_three_seeds_everywhere(spec):
+    recorded = json.loads((RESULTS / "experiment.json").read_text())
+    assert recorded["spec_hash"] == spec.spec_hash()
+    tables = json.loads((RESULTS / "report" / "tables.json").read_text())
+    assert tables["job_counts"] == {"done": 6 * 3 * 3}
+    assert set(tables["scores"]) == {v.id for v in spec.variants}
+    table = (RESULTS / "report" / "tables.md").read_text()
+    for variant, per_task in tables["scores"].items():
+        for task, scores in per_task.items():
+            assert sorted(s["seed"] for s in scores) == [1, 2, 3], (variant, task)
+            values = [s["value"] for s in scores]
+            assert f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" in table
