@@ -82,6 +82,10 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
     async def refused(_: Request, error: RequestError) -> JSONResponse:
         return _error(error.status, error.message)
 
+    @app.exception_handler(Exception)
+    async def failed(request: Request, _: Exception) -> JSONResponse:  # a safety net: the endpoints catch their own
+        return _error(500, "the server failed on this request; the error is in the server's log")
+
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         return {"status": "ok", "adapters": len(catalog.adapters), "fusions": len(catalog.fusions)}
@@ -124,6 +128,9 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
             raise RequestError(404, str(error)) from None
         except AdapterFusionError as error:
             raise RequestError(422, str(error)) from None
+        except Exception:  # e.g. weights that do not load: this request fails, the server goes on
+            logger.exception("loading %s from %s failed", piece.kind, piece.source)
+            return _error(500, "loading the piece failed on the server; the error is in the server's log")
         logger.info("loaded %s %r from %s", piece.kind, name, piece.source)
         return JSONResponse({"kind": piece.kind, "name": name}, status_code=201)
 

@@ -210,3 +210,16 @@ def test_pieces_are_listed_and_loaded_behind_the_api_key(model, tokenizer, tmp_p
     assert "# TYPE adapterfusion_serve_predict_latency_seconds histogram" in metrics
     assert 'adapterfusion_serve_requests_total{endpoint="/v1/pieces",status="401"} 2' in metrics
     assert "adapterfusion_serve_pieces_loaded 8" in metrics  # 4 adapters, 1 fusion, 3 heads
+
+
+def test_an_unexpected_error_is_a_json_500_and_the_server_goes_on(model, tokenizer, monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(model, "load_head", broken)
+    body = {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}
+    with running(create_app(model, tokenizer, ServeConfig(max_wait_ms=0))) as url:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            response = client.post("/v1/pieces", json={"kind": "head", "source": "anywhere"})
+            assert response.status_code == 500 and "server's log" in response.json()["error"]["message"]
+            assert client.post("/v1/predict", json=body).status_code == 200
