@@ -235,3 +235,24 @@ def test_scalearn_over_adapters_with_their_own_layer_norm_is_refused() -> None:
     with pytest.raises(ConfigError, match="ScaLearn cannot fuse adapters"):
         model.add_fusion("s", ["a", "b"], "scalearn")
     assert model.fusion_names == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("model_type", ["bert", "llama"])
+def test_on_cuda_the_fast_path_equals_the_literal_loop(model_type: str) -> None:
+    """float64 on CUDA, training mode with scale dropout: fast == loop there, outputs and scale gradients; and for
+    BERT the CUDA result equals the CPU's loop in eval mode (the table's float64 row holds across BLAS orders; a
+    Llama's rotary tables are computed in float32, which differs between the devices by ~1e-8, so not there)."""
+    if model_type == "bert":
+        model, inputs = _encoder("bert", FusionConfig.scalearn()), tiny_inputs()
+    else:
+        model, inputs = _scalearn(tiny_decoder("llama"), FusionConfig.scalearn()), tiny_decoder_inputs("llama")
+    cpu = _both_paths(model, inputs, train=False)["reference"]
+    model.to("cuda")
+    on_cuda = {k: v.to("cuda") for k, v in inputs.items()}
+    _assert_paths_equal(_both_paths(model, on_cuda, train=True))
+    if model_type == "bert":
+        cuda = _both_paths(model, on_cuda, train=False)["fast"]
+        assert_close(cuda[0].cpu(), cpu[0], dtype=torch.float64)
+        for got, want in zip(cuda[1], cpu[1], strict=True):
+            assert_close(got.cpu(), want, dtype=torch.float64)
