@@ -324,6 +324,7 @@ def _train_adapter(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     config = ServeConfig(
         max_batch_size=args.max_batch_size,
+        max_batch_tokens=args.max_batch_tokens or None,
         max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue,
         max_inputs=args.max_inputs if args.max_inputs is not None else args.max_batch_size,
@@ -517,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--device", default="cpu", help="torch device, e.g. cuda:0 (default cpu)")
     server.add_argument("--dtype", choices=("float32", "float64", "bfloat16", "float16"), default="float32")
     server.add_argument("--max-batch-size", type=int, default=32, help="inputs in one forward (default 32)")
+    server.add_argument(
+        "--max-batch-tokens", type=int, default=4096, help="padded tokens in one forward (default 4096; 0: no limit)"
+    )
     server.add_argument("--max-wait-ms", type=float, default=5.0, help="wait for a batch to fill (default 5)")
     server.add_argument("--max-queue", type=int, default=256, help="requests queued before 429 (default 256)")
     server.add_argument("--max-inputs", type=int, default=None, help="inputs per request (default: max batch size)")

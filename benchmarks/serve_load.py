@@ -1,7 +1,7 @@
 """Load test of `adapterfusion serve` (issue #24 item 5): many adapters and fusions behind one server, on loopback.
 
     .venv/bin/python benchmarks/serve_load.py [--requests 2000] [--clients 32] [--rounds 4] [--device cpu]
-        [--max-wait-ms 5] [--time-limit 900] [--json results.json]
+        [--max-wait-ms 5] [--max-batch-tokens 4096] [--time-limit 900] [--json results.json]
 
 The setup: the shipped MiniLM with every adapter of the shipped zoo (12), the heads of its 9 classification tasks and
 two fusions made here (not trained: their weights are the initial ones, which costs the same to run): nli_fusion over
@@ -11,7 +11,8 @@ one input each, a text pair from the demo data (MNLI, RTE, MRPC, CB, SICK) or an
 tasks, and go, one after another, to the 11 servable choices (9 adapters with their heads, 2 fusions).
 
 Three loads, each `--requests` requests from `--clients` concurrent clients (asyncio + httpx, keep-alive):
-- mixed: the 11 choices in turn, on a server batching up to 32 inputs per forward (--max-wait-ms);
+- mixed: the 11 choices in turn, on a server batching up to 32 inputs and --max-batch-tokens padded tokens per
+  forward (--max-wait-ms);
 - single: the same inputs, all to the mnli adapter and head, on the same server;
 - per-request: the mixed load on a second server with --max-batch-size 1 (one request per forward).
 They run interleaved in --rounds rounds (each load's requests split among them), so the paired per-round ratios
@@ -199,7 +200,7 @@ def start_server(folder: Path, args: argparse.Namespace, max_batch: int) -> tupl
         port = sock.getsockname()[1]
     command = [sys.executable, "-m", "adapterfusion.cli", "serve", str(folder), "--port", str(port)]
     command += ["--device", args.device, "--max-batch-size", str(max_batch), "--max-wait-ms", str(args.max_wait_ms)]
-    command += ["--max-queue", str(4 * args.clients)]
+    command += ["--max-queue", str(4 * args.clients), "--max-batch-tokens", str(args.max_batch_tokens)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -239,6 +240,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--device", default="cpu", help="the server's torch device")
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--max-batch-tokens", type=int, default=4096, help="the server's (0: no limit)")
     parser.add_argument("--time-limit", type=float, default=900.0, help="seconds for all the loads together")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
@@ -281,7 +283,8 @@ def main() -> None:
 
     print(
         f"\nadapterfusion serve load test: {args.requests} requests per load, {args.clients} clients, one input per "
-        f"request, {args.rounds} interleaved rounds; server on {args.device}; {machine(args)}\n"
+        f"request, {args.rounds} interleaved rounds; max batch tokens {args.max_batch_tokens}; "
+        f"server on {args.device}; {machine(args)}\n"
     )
     print(
         "| load | requests done | failed or wrong | throughput (req/s) | p50 latency (ms) | p99 latency (ms) "

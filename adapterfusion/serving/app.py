@@ -50,7 +50,13 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
         metrics.failed_forwards += failed
 
     batcher = Batcher(
-        predictor.predict, executor, config.max_batch_size, config.max_wait_ms, config.max_queue, on_forward
+        predictor.predict,
+        executor,
+        config.max_batch_size,
+        config.max_wait_ms,
+        config.max_queue,
+        config.max_batch_tokens,
+        on_forward,
     )
     in_flight = 0
     catalog = Catalog.of(model)  # replaced (on the model's thread) after each load
@@ -95,7 +101,7 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
         start = time.perf_counter()
         try:
             parsed = parse_predict(read_body(await _body(request, config), config), catalog, config)
-            predictions = await batcher.submit(parsed)
+            predictions = await batcher.submit(predictor.encode(parsed))
         except RequestError:
             raise
         except AdapterFusionError as error:  # a check inside the forward refused this request's inputs

@@ -1,26 +1,41 @@
 """Dynamic batching: requests that arrive together share one forward.
 
-Requests wait in a bounded queue (full: QueueFullError, which the app answers with 429). One loop takes the first
-waiting request, then whatever else waits or arrives within max_wait_ms, up to max_batch_size inputs (a request that
-would overflow the batch starts the next one), and runs them in one call of `predict` on the model's own thread, so
-the event loop keeps answering while the model works. A batch that raises is run again one request at a time, so
-one bad request fails alone. `close` lets every queued request finish before the loop ends (graceful shutdown)."""
+Requests wait in a bounded queue (full: QueueFullError, which the app answers with 429). One loop takes the oldest
+waiting request, then, in arrival order, every other waiting or arriving request that fits, until max_batch_size
+inputs or max_wait_ms have passed. A request fits while the batch stays within max_batch_size inputs and within
+max_batch_tokens padded tokens (inputs x the longest input: a batch is padded to its longest), so a long input is
+left for a batch of its own kind rather than padding many short ones; it waits at most until it is the oldest.
+The batch runs in one call of `predict` on the model's own thread, so the event loop keeps answering while the
+model works. A batch that raises is run again one request at a time, so one bad request fails alone. `close` lets
+every queued request finish before the loop ends (graceful shutdown)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
-from adapterfusion.serving.contract import PredictRequest, RequestError
+from adapterfusion.serving.contract import RequestError
 from adapterfusion.serving.predictor import Prediction
 
 logger = logging.getLogger(__name__)
 
-Predict = Callable[[Sequence[PredictRequest]], list[list[Prediction]]]
+
+class Item(Protocol):
+    """What the batcher needs of a request: its inputs and its longest input in tokens (predictor.Encoded)."""
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def tokens(self) -> int: ...
+
+
+ItemT = TypeVar("ItemT", bound=Item)
 
 
 class QueueFullError(RequestError):
@@ -29,94 +44,101 @@ class QueueFullError(RequestError):
 
 
 @dataclass
-class _Job:
-    request: PredictRequest
+class _Job(Generic[ItemT]):
+    item: ItemT
     future: asyncio.Future[list[Prediction]]
 
 
-_STOP = object()
-
-
-class Batcher:
+class Batcher(Generic[ItemT]):
     """Batches `predict` calls; `on_forward(rows, failed)` hears of each forward (for the metrics)."""
 
     def __init__(
         self,
-        predict: Predict,
+        predict: Callable[[Sequence[ItemT]], list[list[Prediction]]],
         executor: Executor,
         max_batch_size: int,
         max_wait_ms: float,
         max_queue: int,
+        max_batch_tokens: int | None = None,
         on_forward: Callable[[int, bool], None] = lambda rows, failed: None,
     ) -> None:
         self._predict, self._executor, self._on_forward = predict, executor, on_forward
-        self._max_rows, self._max_wait = max_batch_size, max_wait_ms / 1000
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(max_queue)
+        self._max_rows, self._max_tokens, self._max_wait = max_batch_size, max_batch_tokens, max_wait_ms / 1000
+        self._max_queue = max_queue
+        self._waiting: deque[_Job[ItemT]] = deque()
+        self._arrived = asyncio.Event()
+        self._closing = False
         self._task: asyncio.Task[None] | None = None
 
     @property
     def waiting(self) -> int:
         """Requests queued and not yet taken into a forward."""
-        return self._queue.qsize()
+        return len(self._waiting)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
-    async def submit(self, request: PredictRequest) -> list[Prediction]:
+    async def submit(self, item: ItemT) -> list[Prediction]:
         """The request's predictions, once its forward has run (QueueFullError at once when the queue is full)."""
-        if self._task is None or self._task.done():
+        if self._task is None or self._task.done() or self._closing:
             raise RequestError(503, "the server is not running its model (starting up or shutting down)")
+        if len(self._waiting) >= self._max_queue:
+            raise QueueFullError(self._max_queue)
         future: asyncio.Future[list[Prediction]] = asyncio.get_running_loop().create_future()
-        try:
-            self._queue.put_nowait(_Job(request, future))
-        except asyncio.QueueFull:
-            raise QueueFullError(self._queue.maxsize) from None
+        self._waiting.append(_Job(item, future))
+        self._arrived.set()
         return await future
 
     async def close(self) -> None:
         """Finish every queued request, then stop the loop."""
-        if self._task is None:
-            return
-        await self._queue.put(_STOP)
-        await self._task
+        self._closing = True
+        self._arrived.set()
+        if self._task is not None:
+            await self._task
 
     async def _loop(self) -> None:
-        carried: Any = None
         while True:
-            first = carried if carried is not None else await self._queue.get()
-            if first is _STOP:
-                return
-            jobs, carried = await self._gather(first)
+            if not self._waiting:
+                if self._closing:
+                    return
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            jobs = await self._gather()
             await self._run([job for job in jobs if not job.future.done()])  # a client that left is skipped
 
-    async def _gather(self, first: _Job) -> tuple[list[_Job], Any]:
-        """`first` and the requests that join it; the one that did not fit (or the stop sign) is carried over."""
+    async def _gather(self) -> list[_Job[ItemT]]:
+        """The oldest waiting request and those that fit beside it, waiting up to max_wait for more to arrive."""
         loop = asyncio.get_running_loop()
-        jobs, rows, deadline = [first], len(first.request.inputs), loop.time() + self._max_wait
-        while rows < self._max_rows:
+        first = self._waiting.popleft()
+        jobs, rows, longest = [first], first.item.rows, first.item.tokens
+        deadline = loop.time() + self._max_wait
+        while True:
+            left: deque[_Job[ItemT]] = deque()
+            for job in self._waiting:  # no await in this loop: nothing arrives while it runs
+                size, length = rows + job.item.rows, max(longest, job.item.tokens)
+                if size <= self._max_rows and (self._max_tokens is None or size * length <= self._max_tokens):
+                    jobs.append(job)
+                    rows, longest = size, length
+                else:
+                    left.append(job)
+            self._waiting = left
+            remaining = deadline - loop.time()
+            if rows >= self._max_rows or left or self._closing or remaining <= 0:
+                return jobs  # full, or the next batch is already waiting, or time is up
+            self._arrived.clear()
             try:
-                item = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), remaining)
-                except TimeoutError:
-                    break
-            if item is _STOP or rows + len(item.request.inputs) > self._max_rows:
-                return jobs, item
-            jobs.append(item)
-            rows += len(item.request.inputs)
-        return jobs, None
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except TimeoutError:
+                return jobs
 
-    async def _run(self, jobs: list[_Job]) -> None:
+    async def _run(self, jobs: list[_Job[ItemT]]) -> None:
         if not jobs:
             return
         loop = asyncio.get_running_loop()
-        rows = sum(len(job.request.inputs) for job in jobs)
+        rows = sum(job.item.rows for job in jobs)
         try:
-            answers = await loop.run_in_executor(self._executor, self._predict, [job.request for job in jobs])
+            answers = await loop.run_in_executor(self._executor, self._predict, [job.item for job in jobs])
         except Exception as error:
             self._on_forward(rows, True)
             if len(jobs) == 1:
@@ -131,7 +153,7 @@ class Batcher:
             _settle(job, answer)
 
 
-def _settle(job: _Job, answer: list[Prediction] | None = None, error: BaseException | None = None) -> None:
+def _settle(job: _Job[ItemT], answer: list[Prediction] | None = None, error: BaseException | None = None) -> None:
     if job.future.done():  # the client went away
         return
     if error is not None:

@@ -13,13 +13,16 @@ API_KEY_ENV = "ADAPTERFUSION_API_KEY"
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """max_batch_size: rows (inputs) in one forward; max_wait_ms: how long the first request of a batch waits for
-    others to join it; max_queue: requests waiting for a forward before new ones get 429; max_inputs: inputs in one
-    request (at most max_batch_size, so a request always fits one forward); max_text_chars: characters of one text;
-    max_body_bytes: bytes of one request body; max_length: tokens kept of an input (None: the tokenizer's and the
-    model's limit); api_key: required by POST /v1/pieces when set."""
+    """max_batch_size: rows (inputs) in one forward; max_batch_tokens: padded tokens in one forward (inputs x the
+    longest; None: no limit), which keeps long inputs from padding batches of short ones (a request over it alone
+    still runs, alone); max_wait_ms: how long the first request of a batch waits for others to join it; max_queue:
+    requests waiting for a forward before new ones get 429; max_inputs: inputs in one request (at most
+    max_batch_size, so a request always fits one forward); max_text_chars: characters of one text; max_body_bytes:
+    bytes of one request body; max_length: tokens kept of an input (None: the tokenizer's and the model's limit);
+    api_key: required by POST /v1/pieces when set."""
 
     max_batch_size: int = 32
+    max_batch_tokens: int | None = 4096
     max_wait_ms: float = 5.0
     max_queue: int = 256
     max_inputs: int = 32
@@ -33,6 +36,12 @@ class ServeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive whole number")
+        if self.max_batch_tokens is not None and (
+            isinstance(self.max_batch_tokens, bool)
+            or not isinstance(self.max_batch_tokens, int)
+            or self.max_batch_tokens < 1
+        ):
+            raise ConfigError(f"max_batch_tokens={self.max_batch_tokens!r} must be a positive whole number, or None")
         if self.max_length is not None and (not isinstance(self.max_length, int) or self.max_length < 2):
             raise ConfigError(f"max_length={self.max_length!r} must be a whole number of tokens >= 2, or None")
         if not isinstance(self.max_wait_ms, (int, float)) or not 0 <= self.max_wait_ms <= 10_000:

@@ -1,12 +1,13 @@
-"""One forward for many requests: their inputs tokenised together and run with a routing choice and a head per row
-(`model(**batch, adapter_names=[...], head_names=[...])`, routing.py), whatever pieces the requests named.
+"""One forward for many requests: their tokenised inputs padded together and run with a routing choice and a head
+per row (`model(**batch, adapter_names=[...], head_names=[...])`, routing.py), whatever pieces the requests named.
 
-Not thread-safe (a routed forward sets the model's state while it runs): the server calls it from one worker
-thread only, the same thread that loads pieces."""
+`encode` is safe anywhere; `predict` is not thread-safe (a routed forward sets the model's state while it runs):
+the server calls it from one worker thread only, the same thread that loads pieces."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,6 +20,23 @@ if TYPE_CHECKING:
 Prediction = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A checked request with its inputs tokenised (each as it would be alone), ready to be padded into a batch."""
+
+    request: PredictRequest
+    features: tuple[dict[str, list[int]], ...]
+
+    @property
+    def rows(self) -> int:
+        return len(self.features)
+
+    @property
+    def tokens(self) -> int:
+        """Its longest input in tokens: what a batch holding it is padded to at least."""
+        return max(len(feature["input_ids"]) for feature in self.features)
+
+
 class Predictor:
     """`model` with `tokenizer`, inputs cut to `max_length` tokens (None: the tokenizer's limit, capped by the
     model's positions)."""
@@ -28,28 +46,31 @@ class Predictor:
         self.tokenizer = tokenizer
         self.max_length = max_length or _model_limit(model, tokenizer)
 
-    def predict(self, requests: Sequence[PredictRequest]) -> list[list[Prediction]]:
-        """Each request's predictions, from one forward over all their inputs."""
-        rows = [row for request in requests for row in request.inputs]
-        choices = [request.choice for request in requests for _ in request.inputs]
-        heads = [request.head for request in requests for _ in request.inputs]
-        batch = self.tokenise(rows)
+    def encode(self, request: PredictRequest) -> Encoded:
+        """The request's inputs tokenised (on the event loop, while the model runs other requests)."""
+        features = tuple(
+            dict(self.tokenizer(text, pair, truncation=True, max_length=self.max_length))
+            for text, pair in request.inputs
+        )
+        return Encoded(request, features)
+
+    def predict(self, batch: Sequence[Encoded]) -> list[list[Prediction]]:
+        """Each request's predictions, from one forward over all their inputs padded together."""
+        features = [feature for item in batch for feature in item.features]
+        choices = [item.request.choice for item in batch for _ in item.features]
+        heads = [item.request.head for item in batch for _ in item.features]
+        padded = self.tokenizer.pad(features, padding=True, return_tensors="pt")
+        inputs = {key: value.to(self.model.device) for key, value in padded.items()}
         with self.model.inference_cache():  # each fusion's folded weights, reused until its weights change
-            output = self.model(**batch, adapter_names=choices, head_names=heads)
+            output = self.model(**inputs, adapter_names=choices, head_names=heads)
         logits = output.logits.unbind(0) if output.logits is not None else output.row_logits
-        assert logits is not None and len(logits) == len(rows)
+        assert logits is not None and len(logits) == len(features)
         answers, start = [], 0
-        for request in requests:
-            stop = start + len(request.inputs)
-            answers.append([_prediction(row, request) for row in logits[start:stop]])
+        for item in batch:
+            stop = start + item.rows
+            answers.append([_prediction(row, item.request) for row in logits[start:stop]])
             start = stop
         return answers
-
-    def tokenise(self, rows: Sequence[tuple[str, str | None]]) -> dict[str, torch.Tensor]:
-        """Texts and text pairs in one padded batch on the model's device (each row encoded as it would be alone)."""
-        features = [self.tokenizer(text, pair, truncation=True, max_length=self.max_length) for text, pair in rows]
-        batch = self.tokenizer.pad(features, padding=True, return_tensors="pt")
-        return {key: value.to(self.model.device) for key, value in batch.items()}
 
 
 def _prediction(logits: torch.Tensor, request: PredictRequest) -> Prediction:

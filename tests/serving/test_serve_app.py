@@ -120,16 +120,21 @@ def test_bad_requests_get_json_errors_naming_the_problem(model, tokenizer, serve
 
 
 class _Tokenizer:
-    """The real tokenizer, slowed down (each call sleeps `delay`) or failing on the text 'boom'."""
+    """The real tokenizer, whose padding (on the model's thread, inside a forward) sleeps `delay` and fails for a
+    batch holding the word 'boom'."""
 
     def __init__(self, tokenizer, delay: float = 0.0) -> None:
         self.tokenizer, self.delay = tokenizer, delay
+        self.boom = tokenizer("boom", add_special_tokens=False)["input_ids"][0]
 
-    def __call__(self, text, pair=None, **kwargs):
+    def __call__(self, *args, **kwargs):
+        return self.tokenizer(*args, **kwargs)
+
+    def pad(self, features, **kwargs):
         time.sleep(self.delay)
-        if text == "boom":
+        if any(self.boom in feature["input_ids"] for feature in features):
             raise RuntimeError("a forward that fails")
-        return self.tokenizer(text, pair, **kwargs)
+        return self.tokenizer.pad(features, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.tokenizer, name)

@@ -1,36 +1,43 @@
 """The dynamic batcher alone, with a stand-in predict that records its batches: requests that wait together run
-together up to max_batch_size inputs, one that does not fit starts the next forward, a full queue refuses at once,
-and close() finishes everything queued."""
+together up to max_batch_size inputs and max_batch_tokens padded tokens (one that does not fit waits for a later
+forward, never past being the oldest), a full queue refuses at once, a failing request fails alone, and close()
+finishes everything queued."""
 
 from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import pytest
 
 from adapterfusion.errors import ConfigError
-from adapterfusion.serving import PredictRequest, ServeConfig
+from adapterfusion.serving import ServeConfig
 from adapterfusion.serving.batcher import Batcher, QueueFullError
 
 
-def _request(inputs: int, tag: str) -> PredictRequest:
-    return PredictRequest(tuple((f"{tag}{i}", None) for i in range(inputs)), {"adapter": tag}, "h", "classification")
+@dataclass(frozen=True)
+class Item:
+    tag: str
+    rows: int = 1
+    tokens: int = 10
 
 
-def _run(requests, max_batch_size=4, max_wait_ms=50.0, max_queue=16):
-    """Submit all `requests` at once; (answers, the batches predict saw as lists of input counts)."""
-    batches: list[list[int]] = []
+def _run(items, max_batch_size=4, max_wait_ms=50.0, max_queue=16, max_batch_tokens=None):
+    """Submit all `items` at once; (answers or errors, the batches predict saw as lists of tags)."""
+    batches: list[list[str]] = []
 
     def predict(batch):
-        batches.append([len(r.inputs) for r in batch])
-        return [[{"label": 0, "scores": [text for text, _ in r.inputs]}] for r in batch]
+        batches.append([item.tag for item in batch])
+        if any(item.tag == "boom" for item in batch):
+            raise RuntimeError("boom")
+        return [[{"label": 0, "scores": [item.tag]}] * item.rows for item in batch]
 
     async def main():
         with ThreadPoolExecutor(1) as executor:
-            batcher = Batcher(predict, executor, max_batch_size, max_wait_ms, max_queue)
+            batcher = Batcher(predict, executor, max_batch_size, max_wait_ms, max_queue, max_batch_tokens)
             batcher.start()
-            answers = await asyncio.gather(*(batcher.submit(r) for r in requests), return_exceptions=True)
+            answers = await asyncio.gather(*(batcher.submit(item) for item in items), return_exceptions=True)
             await batcher.close()
         return answers
 
@@ -38,24 +45,38 @@ def _run(requests, max_batch_size=4, max_wait_ms=50.0, max_queue=16):
 
 
 def test_requests_waiting_together_share_a_forward_up_to_the_batch_size():
-    requests = [_request(n, tag) for n, tag in [(1, "a"), (2, "b"), (1, "c"), (3, "d"), (1, "e")]]
-    answers, batches = _run(requests)
-    assert batches == [[1, 2, 1], [3, 1]]  # d (3 inputs) does not fit beside 4, so it starts the next forward
-    assert [answer[0]["scores"] for answer in answers] == [
-        [f"{r.choice['adapter']}{i}" for i in range(len(r.inputs))] for r in requests
-    ]
+    items = [Item("a"), Item("b", 2), Item("c"), Item("d", 3), Item("e")]
+    answers, batches = _run(items)
+    assert batches == [["a", "b", "c"], ["d", "e"]]  # d (3 inputs) does not fit beside 4, so it starts the next
+    assert [answer[0]["scores"] for answer in answers] == [[item.tag] for item in items]
+
+
+def test_a_long_input_waits_for_a_forward_of_its_own_kind_within_the_token_budget():
+    items = [Item("s1", tokens=10), Item("long", tokens=100), Item("s2", tokens=12), Item("s3", tokens=9)]
+    _, batches = _run(items, max_batch_size=8, max_batch_tokens=64)
+    assert batches == [["s1", "s2", "s3"], ["long"]]  # 2 x 100 > 64: long runs next, alone (over the budget alone)
+    _, batches = _run(items, max_batch_size=8)  # no budget: all in one forward
+    assert batches == [["s1", "long", "s2", "s3"]]
 
 
 def test_a_full_queue_refuses_at_once_and_the_rest_finish():
-    answers, batches = _run([_request(1, str(i)) for i in range(5)], max_batch_size=1, max_queue=2)
+    answers, batches = _run([Item(str(i)) for i in range(5)], max_batch_size=1, max_queue=2)
     refused = [a for a in answers if isinstance(a, QueueFullError)]
     assert len(refused) == 3 and refused[0].status == 429  # the loop had not started taking: 2 queued, 3 refused
-    assert batches == [[1], [1]]
+    assert batches == [["0"], ["1"]]
+
+
+def test_a_failing_request_fails_alone():
+    answers, batches = _run([Item("a"), Item("boom"), Item("c")])
+    assert (
+        isinstance(answers[1], RuntimeError) and answers[0][0]["scores"] == ["a"] and answers[2][0]["scores"] == ["c"]
+    )
+    assert batches == [["a", "boom", "c"], ["a"], ["boom"], ["c"]]
 
 
 def test_close_finishes_every_queued_request():
-    answers, batches = _run([_request(2, str(i)) for i in range(6)], max_batch_size=2, max_wait_ms=1000)
-    assert all(not isinstance(a, Exception) for a in answers) and batches == [[2]] * 6
+    answers, batches = _run([Item(str(i), 2) for i in range(6)], max_batch_size=2, max_wait_ms=1000)
+    assert all(not isinstance(a, Exception) for a in answers) and len(batches) == 6
 
 
 def test_config_refusals():
@@ -63,5 +84,7 @@ def test_config_refusals():
         ServeConfig(max_batch_size=4, max_inputs=8)
     with pytest.raises(ConfigError, match="max_queue=0"):
         ServeConfig(max_queue=0)
+    with pytest.raises(ConfigError, match="max_batch_tokens=0"):
+        ServeConfig(max_batch_tokens=0)
     with pytest.raises(ConfigError, match="at least 8 characters"):
         ServeConfig(api_key="short")
