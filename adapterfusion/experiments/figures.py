@@ -3,7 +3,8 @@
 * Figure 3 of Pfeiffer et al.: per task, each setup's dev score minus Full's (grouped bars), when `full` ran;
 * Figures 4/6 there: per fusion variant, a grid of per-layer heatmaps of the mean softmax weight each target
   task's fusion gives each adapter (rows = target task, columns = adapter), averaged over seeds, on the fixed
-  colour scale [0, 1] (see ATTENTION_SCALE);
+  colour scale [0, 1] (see ATTENTION_SCALE); for a ScaLearn variant the mean scale instead, on a scale widened
+  to hold scales outside [0, 1];
 * Houlsby et al.'s trade-off: mean dev score against trained parameters (log scale), when two or more of head,
   adapters, top-k, LayerNorm-only and full fine-tuning ran.
 """
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from adapterfusion.analysis.fusion_attention import FusionActivation, average_activations
+from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.io.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -104,11 +106,15 @@ def plot_delta_vs_full(report: Report, path: str | os.PathLike) -> Path | None:
 
 
 def plot_fusion_attention(
-    by_target: Mapping[str, FusionActivation], path: str | os.PathLike, title: str = "fusion attention"
+    by_target: Mapping[str, FusionActivation],
+    path: str | os.PathLike,
+    title: str = "fusion attention",
+    value_label: str = "mean softmax weight",
 ) -> Path:
     """A grid with one heatmap per layer: rows = target tasks, columns = adapters, value = mean softmax weight
     (annotated), on ATTENTION_SCALE. Adapters a target does not fuse are left blank, hatched, marked n/a and
-    explained in a caption."""
+    explained in a caption. A ScaLearn fusion's values are scales (`value_label` says so), which may leave [0, 1]:
+    then the scale widens to hold them."""
     targets = list(by_target)
     adapters = list(dict.fromkeys(a for act in by_target.values() for a in act.adapters))
     layers = sorted({layer for act in by_target.values() for layer in act.layers})
@@ -118,6 +124,9 @@ def plot_fusion_attention(
         for i, layer in enumerate(act.layers):
             for j, adapter in enumerate(act.adapters):
                 grids[layer][row, adapters.index(adapter)] = act.values[i, j]
+    values = np.concatenate([grid[~np.isnan(grid)] for grid in grids.values()])
+    low = min(ATTENTION_SCALE[0], float(values.min(initial=ATTENTION_SCALE[0])))
+    high = max(ATTENTION_SCALE[1], float(values.max(initial=ATTENTION_SCALE[1])))
     ncols = min(len(layers), 4 if len(layers) > 6 else 3)
     nrows = math.ceil(len(layers) / ncols)
     cell = 0.55
@@ -132,9 +141,7 @@ def plot_fusion_attention(
             axis.axis("off")
             continue
         grid = grids[layers[k]]
-        image = axis.imshow(
-            np.ma.masked_invalid(grid), cmap="viridis", vmin=ATTENTION_SCALE[0], vmax=ATTENTION_SCALE[1], aspect="auto"
-        )
+        image = axis.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=low, vmax=high, aspect="auto")
         _annotate(axis, grid, fontsize)
         axis.set_title(f"layer {layers[k] + 1}", fontsize=9)
         axis.set_xticks(range(len(adapters)), adapters, rotation=45, ha="right", fontsize=7)
@@ -143,7 +150,7 @@ def plot_fusion_attention(
     figure.tight_layout(rect=(0, 0, 0.92, 0.97))
     colorbar_axis = figure.add_axes((0.94, 0.15, 0.015, 0.7))
     assert image is not None  # a layer was drawn: with none, nrows above divides by zero
-    figure.colorbar(image, cax=colorbar_axis, label="mean softmax weight")
+    figure.colorbar(image, cax=colorbar_axis, label=value_label)
     if any(np.isnan(grid).any() for grid in grids.values()):
         figure.text(0.46, 0.0, NOT_FUSED_NOTE, ha="center", va="top", fontsize=8)
     return _save(figure, Path(path))
@@ -186,6 +193,12 @@ def plot_tradeoff(report: Report, path: str | os.PathLike) -> Path | None:
     return _save(figure, Path(path))
 
 
+def _is_scalearn(variant: Mapping[str, Any]) -> bool:
+    """Whether a report variant's fusion is ScaLearn (fusion/scalearn.py), whose recorded values are scales."""
+    config = variant.get("options", {}).get("fusion_config")
+    return config is not None and resolve_fusion_config(config).is_scalearn
+
+
 def fusion_attention_by_target(report: Report, variant: str) -> dict[str, FusionActivation]:
     """The variant's per-target activations averaged over seeds, in the experiment's task order."""
     runs = report.activations.get(variant, {})
@@ -202,12 +215,15 @@ def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
         by_target = fusion_attention_by_target(report, variant["id"])
         if by_target:
             seeds = max(len(r) for r in report.activations[variant["id"]].values())
+            scalearn = _is_scalearn(variant)
+            what = "mean ScaLearn scale (over the hidden dimensions)" if scalearn else "mean fusion attention"
             written.append(
                 plot_fusion_attention(
                     by_target,
                     directory / f"fusion_attention_{variant['id']}.png",
-                    f"{report.name} · {variant['id']}: mean fusion attention on the dev set (rows: target task, "
+                    f"{report.name} · {variant['id']}: {what} on the dev set (rows: target task, "
                     f"columns: adapter; mean over up to {seeds} seed(s))",
+                    "mean scale" if scalearn else "mean softmax weight",
                 )
             )
     written.append(plot_tradeoff(report, directory / "tradeoff_parameters.png"))

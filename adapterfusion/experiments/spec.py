@@ -68,6 +68,7 @@ from adapterfusion.experiments.analyses import ANALYSES_KEY, parse_analyses
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.sweep import SWEEP_KEY, parse_select, sweep_combinations, sweep_id
+from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.documents import read_document
 from adapterfusion.io.paths import check_readable_file
@@ -493,6 +494,11 @@ def _setup_entries(
                     f"{given_options['adapter_setup']!r} is not a stage-1 adapter "
                     f"setup of {name}{hint}; choose one of {', '.join(stage1)}",
                 )
+        if fusion and given_options.get("fusion_config") is not None:  # e.g. 'dynamic', 'scalearn' or a dict
+            try:
+                resolve_fusion_config(given_options["fusion_config"])
+            except ConfigError as err:
+                raise _fail(f"{path}.fusion_config", str(err)) from None
         if multitask and training.get("fp16"):
             raise _fail(f"{path}.fp16", f"{name} trains without loss scaling, so fp16 would diverge; use bf16: true")
         for switch in ("gradient_checkpointing", "torch_compile"):

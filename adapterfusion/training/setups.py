@@ -280,7 +280,8 @@ def _layernorm_only(model: AdaptedModel, context: SetupContext) -> SetupPlan:
 
 def check_fusion_options(options: Mapping[str, Any]) -> None:
     """A fusion's sources must be registered tasks and its adapter_seed a seed, or its stored adapters would be
-    looked for under names and seeds no run can have (and the user told to "train it first")."""
+    looked for under names and seeds no run can have (and the user told to "train it first"); its fusion_config
+    must resolve (a preset such as 'dynamic' or 'scalearn', or a FusionConfig dict)."""
     sources = options["sources"]
     if isinstance(sources, str) or not isinstance(sources, Sequence):
         raise TrainingError(f"fusion sources={sources!r} must be a list of task names")
@@ -295,6 +296,8 @@ def check_fusion_options(options: Mapping[str, Any]) -> None:
     seed = options.get("adapter_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
         raise TrainingError(f"adapter_seed={seed!r} must be an integer in 0..{MAX_SEED} (or None: the run's seed)")
+    if options.get("fusion_config") is not None:  # a bad preset or field fails here, not when the job runs
+        resolve_fusion_config(options["fusion_config"])
 
 
 def check_source_runs(

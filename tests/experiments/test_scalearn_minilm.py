@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.experiments.figures import _is_scalearn
 from adapterfusion.experiments.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,3 +58,32 @@ def test_the_committed_report_is_of_this_file_with_three_seeds_everywhere(spec):
             assert sorted(s["seed"] for s in scores) == [1, 2, 3], (variant, task)
             values = [s["value"] for s in scores]
             assert f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" in table
+
+
+@pytest.mark.parametrize(
+    ("fusion_config", "message"),
+    [
+        ("scalearnn", r"setups\[1\]\.fusion_config: unknown fusion preset 'scalearnn'; choose one of"),
+        ({"kind": "scalearn", "value": False}, r"setups\[1\]\.fusion_config: fusion kind='scalearn' does not use"),
+    ],
+)
+def test_a_bad_fusion_config_is_refused_when_the_file_is_read(fusion_config, message: str) -> None:
+    data = {
+        "name": "bad-scalearn",
+        "tasks": ["rte"],
+        "setups": ["st-a", {"name": "fusion-st-a", "id": "scalearn-st-a", "fusion_config": fusion_config}],
+        "fusion": {"rte": ["rte"]},
+    }
+    with pytest.raises(ExperimentSpecError, match=message):
+        load_spec(data)
+
+
+def test_the_report_labels_scalearn_values_as_scales_not_softmax_weights(spec):
+    kinds = {v.id: _is_scalearn(v.to_dict()) for v in spec.variants if v.is_fusion}
+    assert kinds == {
+        "fusion-st-a": False,
+        "scalearn-st-a": True,
+        "scalearn-uniform-st-a": True,
+        "scalearn-st-a-lr6e-3": True,
+        "scalearn-uniform-st-a-lr6e-3": True,
+    }
