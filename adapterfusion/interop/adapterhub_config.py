@@ -225,6 +225,11 @@ def fusion_config_from_adapterhub(config: Mapping[str, Any], attention_dropout: 
 
 
 def fusion_config_to_adapterhub(config: FusionConfig) -> dict[str, Any]:
+    if config.is_scalearn:  # its scales would be written as a Q/K/V fusion that AdapterHub then fills at random
+        raise ConfigError(
+            "a ScaLearn fusion (kind='scalearn') cannot be exported to AdapterHub's format: adapters has no "
+            "ScaLearn; save it in ours (save_fusion / save_pretrained)"
+        )
     if config.temperature and (config.temperature_start != _T_START or config.temperature_steps != _T_STEPS):
         raise ConfigError(
             f"fusion temperature_start={config.temperature_start}, temperature_steps={config.temperature_steps} "

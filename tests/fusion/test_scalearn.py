@@ -18,6 +18,7 @@ from adapterfusion.errors import ConfigError
 from adapterfusion.fusion import add_fusion_subset
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.fusion.scalearn import ScaLearnLayer
+from adapterfusion.interop import export_adapterhub
 from adapterfusion.training.optimizer import parameter_groups
 from tiny_decoders import tiny_decoder, tiny_decoder_inputs
 from tiny_models import tiny_encoder, tiny_inputs
@@ -226,6 +227,13 @@ def test_config_kinds_presets_and_serialised_form() -> None:
 def test_bad_configs_are_refused_clearly(make, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         make()
+
+
+def test_export_to_adapterhub_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    model = _encoder("bert", FusionConfig.scalearn())
+    with pytest.raises(ConfigError, match="ScaLearn fusion .* cannot be exported to AdapterHub's format"):
+        export_adapterhub(model, "fusion", "s", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_scalearn_over_adapters_with_their_own_layer_norm_is_refused() -> None:
