@@ -172,8 +172,10 @@ class AdaptedModel(nn.Module):
         return [p for site in self.sites_with_adapter(name) for p in site.adapters[name].parameters()]
 
     def fusion_parameters(self, name: str) -> list[nn.Parameter]:
-        """Fusion `name`'s Q/K/V parameters at every site."""
-        return [p for site in self.sites_with_fusion(name) for p in site.fusions[name].parameters()]
+        """Fusion `name`'s parameters at every site (Q/K/V, or ScaLearn's scales), each once: ScaLearn++ shares one
+        Parameter among all its sites."""
+        found = [p for site in self.sites_with_fusion(name) for p in site.fusions[name].parameters()]
+        return list({id(p): p for p in found}.values())
 
     def encoder_parameters(self) -> list[nn.Parameter]:
         """The pretrained weights: everything in the HF model that is not an adapter or a fusion layer."""

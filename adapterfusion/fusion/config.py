@@ -23,7 +23,7 @@ FUSION_KINDS = ("attention", "scalearn")
 SCALE_SHAPES = ("vector", "scalar")
 # The fields only one kind reads. to_dict writes a kind's own fields only, so an attention fusion's config (and every
 # experiment spec hash made from it) is what it was before ScaLearn existed.
-SCALEARN_FIELDS = ("scale_shape", "scale_init", "scale_init_std", "scale_dropout")
+SCALEARN_FIELDS = ("scale_shape", "scale_init", "scale_init_std", "scale_dropout", "share_layers")
 ATTENTION_FIELDS = (
     "query",
     "key",
@@ -55,7 +55,8 @@ class FusionConfig:
     kind='attention': o = sum_n w_n * z_n + r with w_n learned per site, a vector of d numbers per adapter
     (scale_shape='vector', ScaLearn) or one number (scale_shape='scalar', ScaLearnUniform); each starts at
     scale_init / N plus normal noise of std scale_init_std, and scale_dropout drops single scales in training
-    (the official code's defaults: 2 / N, 0.001 and 0.3).
+    (the official code's defaults: 2 / N, 0.001 and 0.3). share_layers=True uses one set of scales at every site
+    (ScaLearn++ and ScaLearnUniform++: N·d or N parameters in all).
     """
 
     query: bool = True
@@ -76,6 +77,7 @@ class FusionConfig:
     scale_init: float = 2.0
     scale_init_std: float = 1e-3
     scale_dropout: float = 0.3
+    share_layers: bool = False
 
     def __post_init__(self) -> None:
         check_choice(self.kind, FUSION_KINDS, "fusion kind")
@@ -83,6 +85,7 @@ class FusionConfig:
         check_number(self.scale_init, "scale_init")
         check_number(self.scale_init_std, "scale_init_std", minimum=0, expected="a number >= 0")
         check_number(self.scale_dropout, "scale_dropout", minimum=0, below=1, expected="a number in [0, 1)")
+        check_bool(self.share_layers, "fusion share_layers")
         foreign = ATTENTION_FIELDS if self.kind == "scalearn" else SCALEARN_FIELDS
         changed = [name for name in foreign if getattr(self, name) != _DEFAULTS[name]]
         if changed:
@@ -131,12 +134,24 @@ class FusionConfig:
         return cls(**{"kind": "scalearn", "scale_shape": "scalar", **overrides})
 
     @classmethod
+    def scalearn_plus_plus(cls, **overrides: Any) -> FusionConfig:
+        """ScaLearn++: ScaLearn's vectors of d scales per adapter, one set shared by every layer."""
+        return cls(**{"kind": "scalearn", "share_layers": True, **overrides})
+
+    @classmethod
+    def scalearn_uniform_plus_plus(cls, **overrides: Any) -> FusionConfig:
+        """ScaLearnUniform++: one scale per adapter, shared by every layer (N parameters in all)."""
+        return cls(**{"kind": "scalearn", "scale_shape": "scalar", "share_layers": True, **overrides})
+
+    @classmethod
     def from_name(cls, name: str, **overrides: Any) -> FusionConfig:
         presets = {
             "dynamic": cls.dynamic,
             "static": cls.static,
             "scalearn": cls.scalearn,
             "scalearn-uniform": cls.scalearn_uniform,
+            "scalearn++": cls.scalearn_plus_plus,
+            "scalearn-uniform++": cls.scalearn_uniform_plus_plus,
         }
         try:
             return presets[name.lower()](**overrides)

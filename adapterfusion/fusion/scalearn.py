@@ -9,7 +9,8 @@ the d dimensions (scale_shape='scalar': ScaLearnUniform, N per site). Nothing no
 AdapterFusion's softmax they need not sum to one, nor stay positive. In training, dropout (scale_dropout) zeroes
 single scales, as the authors' code does; a fusion mask drops adapter n by taking w_n = 0.
 
-The paper's ScaLearn++ and ScaLearnUniform++ share one set of scales across all layers; they are not built here.
+With share_layers=True (the paper's ScaLearn++ and ScaLearnUniform++) every site's layer holds the same Parameter:
+one set of N·d (or N) scales for the whole model, as the authors' code shares one tensor across layers.
 
 `scale_reference` computes the sum literally, one adapter at a time. `scale_fast` folds the scales into the stacked
 up-projections, w_n ⊙ (U_n a_n + c_n) = (diag(w_n) U_n) a_n + w_n ⊙ c_n, so the whole site is one matmul into the
@@ -19,6 +20,7 @@ concatenated bottleneck space (size M = sum of m_n) and one back: the cost of a 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,13 +33,20 @@ from adapterfusion.fusion.layer import _bottleneck_activations, _stacked_down
 
 class ScaLearnLayer(nn.Module):
     """The scales of one site, [N, d] (vector) or [N, 1] (scalar); each starts at scale_init / N plus normal noise of
-    std scale_init_std (the authors' code: 2 / N and 0.001), so ScaLearn starts as twice the adapters' average."""
+    std scale_init_std (the authors' code: 2 / N and 0.001), so ScaLearn starts as twice the adapters' average.
+    `shared`: the Parameter of another site's layer to use instead of new scales (share_layers=True)."""
 
-    def __init__(self, hidden_size: int, num_adapters: int, config: FusionConfig) -> None:
+    def __init__(
+        self, hidden_size: int, num_adapters: int, config: FusionConfig, shared: nn.Parameter | None = None
+    ) -> None:
         super().__init__()
         self.config = config
         self.hidden_size = hidden_size
         self.num_adapters = num_adapters
+        if shared is not None:
+            self.scales = shared
+            self.register_state_dict_post_hook(_own_copy)
+            return
         width = hidden_size if config.scale_shape == "vector" else 1
         self.scales = nn.Parameter(torch.empty(num_adapters, width))
         self.reset_parameters()
@@ -47,7 +56,16 @@ class ScaLearnLayer(nn.Module):
         nn.init.normal_(self.scales, mean=self.config.scale_init / self.num_adapters, std=self.config.scale_init_std)
 
     def extra_repr(self) -> str:
-        return f"d={self.hidden_size}, adapters={self.num_adapters}, scales={self.config.scale_shape}"
+        shared = ", shared by all layers" if self.config.share_layers else ""
+        return f"d={self.hidden_size}, adapters={self.num_adapters}, scales={self.config.scale_shape}{shared}"
+
+
+def _own_copy(module: nn.Module, state: dict[str, Any], prefix: str, metadata: Any) -> None:
+    """A state dict holds its own copy of shared scales: every site's entry would otherwise be one storage, which
+    safetensors refuses to write (each site's copy is saved; loading puts them back into one Parameter)."""
+    key = prefix + "scales"
+    if key in state and not isinstance(state[key], nn.Parameter):  # keep_vars=True asks for the Parameter itself
+        state[key] = state[key].clone()
 
 
 def effective_scales(layer: ScaLearnLayer, keep: torch.Tensor | None = None) -> torch.Tensor:

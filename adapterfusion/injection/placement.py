@@ -89,6 +89,7 @@ def fusion_modules(
             "one site, so give them the same positions and LayerNorm/residual options"
         )
     modules: dict[AdapterSite, nn.Module] = {}
+    shared: nn.Parameter | None = None  # share_layers: the first site's scales, used by every other site's layer
     for site in sites:
         present = [a for a in adapters if a in site.adapters]
         if present and len(present) != len(adapters):
@@ -112,10 +113,11 @@ def fusion_modules(
                 "original_ln_before=False (as the Houlsby preset)"
             )
         if present:
-            layer = (
-                ScaLearnLayer(hidden_size, len(adapters), config)
-                if config.is_scalearn
-                else FusionLayer(hidden_size, config)
-            )
+            if config.is_scalearn:
+                scalearn = ScaLearnLayer(hidden_size, len(adapters), config, shared)
+                shared = scalearn.scales if config.share_layers else None
+                layer: nn.Module = scalearn
+            else:
+                layer = FusionLayer(hidden_size, config)
             modules[site] = site.match_base(layer)
     return modules

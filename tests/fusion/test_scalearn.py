@@ -221,7 +221,7 @@ def test_config_kinds_presets_and_serialised_form() -> None:
         (lambda: FusionConfig(scale_shape="scalar"), r"does not use \['scale_shape'\].*kind='scalearn'"),
         (lambda: FusionConfig.scalearn(scale_shape="matrix"), "scale_shape='matrix' is not allowed"),
         (lambda: FusionConfig.scalearn(scale_dropout=1.0), "scale_dropout"),
-        (lambda: FusionConfig.from_name("scalearn++"), "unknown fusion preset 'scalearn\\+\\+'"),
+        (lambda: FusionConfig.from_name("scalearn+"), "unknown fusion preset .scalearn\\+."),
     ],
 )
 def test_bad_configs_are_refused_clearly(make, message: str) -> None:
@@ -264,3 +264,37 @@ def test_on_cuda_the_fast_path_equals_the_literal_loop(model_type: str) -> None:
         assert_close(cuda[0].cpu(), cpu[0], dtype=torch.float64)
         for got, want in zip(cuda[1], cpu[1], strict=True):
             assert_close(got.cpu(), want, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("preset", ["scalearn++", "scalearn-uniform++"])
+def test_plus_plus_shares_one_set_of_scales_across_layers(tmp_path: Path, preset: str) -> None:
+    """ScaLearn++ / ScaLearnUniform++: every site holds the same Parameter (N·d or N numbers in all), the fast path
+    equals the loop, training counts it once, and it survives saving, loading and a subset with its sharing."""
+    config = FusionConfig.from_name(preset)
+    model = _encoder("bert", config)
+    layers = [site.fusions["s"] for site in model.sites_with_fusion("s")]
+    assert len(layers) == model.num_layers and all(layer.scales is layers[0].scales for layer in layers)
+    _assert_paths_equal(_both_paths(model, tiny_inputs(), train=True))
+    model.train_fusion("s", head="h")
+    width = model.hidden_size if config.scale_shape == "vector" else 1
+    assert [p.numel() for p in model.fusion_parameters("s")] == [len(NAMES) * width]
+    report = {row.piece: row.trainable for row in model.parameter_report().rows if row.kind == "fusion"}
+    assert report == {"s": len(NAMES) * width}
+
+    model.eval()
+    inputs = tiny_inputs()
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    model.save_pretrained(tmp_path / "setup")
+    restored = af.AdaptedModel.from_pretrained(tiny_encoder("bert").double(), tmp_path / "setup").eval()
+    loaded = [site.fusions["s"] for site in restored.sites_with_fusion("s")]
+    assert all(layer.scales is loaded[0].scales for layer in loaded)
+    with torch.no_grad():
+        assert_close(restored(**inputs).logits, expected, dtype=torch.float64)
+        add_fusion_subset(restored, "s", ["a", "c"], "ac")
+        restored.set_fusion_mask("s", ["a", "c"])
+        masked = restored(**inputs).logits
+        restored.activate(fusion="ac", head="h")
+        assert_close(restored(**inputs).logits, masked, dtype=torch.float64)
+    subset = [site.fusions["ac"] for site in restored.sites_with_fusion("ac")]
+    assert all(layer.scales is subset[0].scales for layer in subset) and subset[0].scales.shape[0] == 2
