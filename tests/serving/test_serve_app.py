@@ -163,7 +163,7 @@ def test_a_failing_request_fails_alone_and_the_server_keeps_serving(model, token
 def test_a_full_queue_answers_429_and_the_queued_requests_still_finish(model, tokenizer):
     config = ServeConfig(max_batch_size=1, max_wait_ms=0, max_queue=1, max_inputs=1)
     body = {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}
-    with running(create_app(model, _Tokenizer(tokenizer, delay=0.6), config)) as url:
+    with running(create_app(model, _Tokenizer(tokenizer, delay=1.0), config)) as url:
         with httpx.Client(base_url=url, timeout=30) as client, ThreadPoolExecutor(2) as pool:
             first = pool.submit(client.post, "/v1/predict", json=body)  # runs (slowly)
             time.sleep(0.3)

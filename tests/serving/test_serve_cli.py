@@ -39,7 +39,7 @@ def test_serve_command_answers_and_drains_in_flight_requests_on_sigterm(tmp_path
     reference = af.AdaptedModel.from_pretrained(str(tmp_path / "base"), tmp_path / "setup").double().eval()
     port = _free_port()
     command = [sys.executable, "-m", "adapterfusion.cli", "serve", str(tmp_path / "setup")]
-    command += ["--base", str(tmp_path / "base"), "--port", str(port), "--dtype", "float64", "--max-wait-ms", "1500"]
+    command += ["--base", str(tmp_path / "base"), "--port", str(port), "--dtype", "float64", "--max-wait-ms", "3000"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -60,7 +60,7 @@ def test_serve_command_answers_and_drains_in_flight_requests_on_sigterm(tmp_path
         ]
         with ThreadPoolExecutor(len(bodies)) as pool:
             sent = [pool.submit(httpx.post, url + "/v1/predict", json=body, timeout=30) for body in bodies]
-            time.sleep(0.7)  # the requests wait in the batcher (max wait 1.5 s) when the signal comes
+            time.sleep(1.5)  # the requests wait in the batcher (max wait 3 s) when the signal comes
             process.send_signal(signal.SIGTERM)
             responses = [future.result() for future in sent]
         # after the drain uvicorn raises the signal again, so the exit status says SIGTERM stopped it, as it should
