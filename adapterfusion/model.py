@@ -107,7 +107,7 @@ class AdaptedModel(nn.Module):
             num_layers=self.num_layers,
             name_or_path=str(getattr(config, "_name_or_path", "") or ""),
         )
-        self.heads = nn.ModuleDict()
+        self.heads = nn.ModuleDict().train(model.training)
         self.adapter_configs: dict[str, AdapterConfig] = {}
         self.fusion_setups: dict[str, FusionSetup] = {}  # read fusion_setup(name); change with add_/delete_fusion
         self._set_state(ActiveState())

@@ -66,6 +66,7 @@ class AdapterSite(nn.Module):
         self.base_layer = base_layer
         self.adapters = nn.ModuleDict()
         self.fusions = nn.ModuleDict()
+        self.train(base_layer.training)  # an eval-mode model wraps into eval-mode sites (and what they build)
         self.spec = spec
         self.layer_index = layer_index
         self.position = position
