@@ -1,6 +1,11 @@
 """One forward for many requests: their tokenised inputs padded together and run with a routing choice and a head
 per row (`model(**batch, adapter_names=[...], head_names=[...])`, routing.py), whatever pieces the requests named.
 
+Padding is compute wasted: a batch of one-sentence inputs and one long pair is padded to the pair. So the inputs of a
+batch are sorted by length and cut into the groups that cost least in padded tokens plus FORWARD_COST tokens per
+forward (`length_groups`, an exact partition of the sorted lengths); each group is one routed forward. On the shipped
+MiniLM's demo pairs (~40 tokens on average, up to ~160) that runs about a third of the tokens of one padded batch.
+
 `encode` is safe anywhere; `predict` is not thread-safe (a routed forward sets the model's state while it runs):
 the server calls it from one worker thread only, the same thread that loads pieces."""
 
@@ -55,22 +60,55 @@ class Predictor:
         return Encoded(request, features)
 
     def predict(self, batch: Sequence[Encoded]) -> list[list[Prediction]]:
-        """Each request's predictions, from one forward over all their inputs padded together."""
+        """Each request's predictions, from one routed forward per group of inputs of similar length."""
         features = [feature for item in batch for feature in item.features]
         choices = [item.request.choice for item in batch for _ in item.features]
         heads = [item.request.head for item in batch for _ in item.features]
-        padded = self.tokenizer.pad(features, padding=True, return_tensors="pt")
-        inputs = {key: value.to(self.model.device) for key, value in padded.items()}
+        logits: list[torch.Tensor | None] = [None] * len(features)
         with self.model.inference_cache():  # each fusion's folded weights, reused until its weights change
-            output = self.model(**inputs, adapter_names=choices, head_names=heads)
-        logits = output.logits.unbind(0) if output.logits is not None else output.row_logits
-        assert logits is not None and len(logits) == len(features)
+            for group in length_groups([len(feature["input_ids"]) for feature in features]):
+                padded = self.tokenizer.pad([features[i] for i in group], padding=True, return_tensors="pt")
+                inputs = {key: value.to(self.model.device) for key, value in padded.items()}
+                output = self.model(
+                    **inputs, adapter_names=[choices[i] for i in group], head_names=[heads[i] for i in group]
+                )
+                rows = output.logits.unbind(0) if output.logits is not None else output.row_logits
+                assert rows is not None and len(rows) == len(group)
+                for i, row in zip(group, rows, strict=True):
+                    logits[i] = row
         answers, start = [], 0
         for item in batch:
             stop = start + item.rows
-            answers.append([_prediction(row, item.request) for row in logits[start:stop]])
+            answers.append([_prediction(_present(row), item.request) for row in logits[start:stop]])
             start = stop
         return answers
+
+
+# What one more forward costs, in padded tokens it would have to save: the Python and dispatch of a routed forward of
+# the shipped MiniLM on a CPU (a few ms) against its compute per token (~0.1 ms on 2 cores).
+FORWARD_COST = 64
+
+
+def length_groups(lengths: Sequence[int], forward_cost: int = FORWARD_COST) -> list[list[int]]:
+    """The inputs (indices into `lengths`) cut into groups, one forward each, in order of length: the partition of
+    the sorted lengths into runs that minimises the padded tokens (a run's size times its longest) plus `forward_cost`
+    per run, found exactly by dynamic programming (a batch holds tens of inputs)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    best = [0] + [0] * len(order)  # best[k]: the cost of the first k sorted inputs
+    cut = [0] * (len(order) + 1)  # cut[k]: where the last run of that best partition starts
+    for end in range(1, len(order) + 1):
+        longest = lengths[order[end - 1]]
+        best[end], cut[end] = min((best[start] + (end - start) * longest + forward_cost, start) for start in range(end))
+    groups, end = [], len(order)
+    while end > 0:
+        groups.append(order[cut[end] : end])
+        end = cut[end]
+    return groups[::-1]
+
+
+def _present(row: torch.Tensor | None) -> torch.Tensor:
+    assert row is not None  # every input is in exactly one group
+    return row
 
 
 def _prediction(logits: torch.Tensor, request: PredictRequest) -> Prediction:
