@@ -94,16 +94,8 @@ class FusionConfig:
                 f"fusion kind={self.kind!r} does not use {changed}: those options belong to {owner}; leave them out "
                 f"or choose that kind"
             )
-        for flag in (
-            "query",
-            "key",
-            "value",
-            "query_before_ln",
-            "residual_before",
-            "value_before_softmax",
-            "regularization",
-            "temperature",
-        ):
+        fields = type(self).__dataclass_fields__
+        for flag in (name for name in ATTENTION_FIELDS if isinstance(fields[name].default, bool)):
             check_bool(getattr(self, flag), f"fusion {flag}")
         check_number(self.value_init_noise, "value_init_noise", minimum=0, expected="a number >= 0")
         check_number(self.regularization_weight, "regularization_weight", minimum=0, expected="a number >= 0")
