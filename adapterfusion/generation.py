@@ -8,22 +8,36 @@ their weights folded once for the whole call (`inference_cache`), as in evaluati
 picks the tokens; a prediction head of ours plays no part. Inside `recording_fusion_attentions()`, each fusion
 site's weights grow by one position per step: [rows, every position run, N] at the end (rows as generate runs them:
 beams are rows, and beam reordering is not followed).
+
+Per-example routing: `generate(..., adapter_names=[...])` (one entry per prompt, as in `model(**batch,
+adapter_names=...)`; an active BatchSplit gives them too) runs every forward of the call with each row's choice.
+generate repeats each prompt's row in place for beams and returned sequences (repeat_interleave), so a forward of
+k times as many rows gives each choice to k consecutive rows; beam search reorders rows only within a prompt, so a
+row keeps its prompt's choice. An encoder-decoder's encoder runs the prompts once, its decoder their copies.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import torch
+from torch import nn
+
+from adapterfusion.blocks import BatchSplit, Parallel
 from adapterfusion.errors import ConfigError
+from adapterfusion.routing import example_choices
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 
-def generate(model: AdaptedModel, *args: Any, **kwargs: Any) -> Any:
+def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | None = None, **kwargs: Any) -> Any:
     """The wrapped model's `generate(*args, **kwargs)` with the active adapter or fusion (transformers' arguments and
-    return value: e.g. input_ids, attention_mask, max_new_tokens, do_sample, num_beams)."""
+    return value: e.g. input_ids, attention_mask, max_new_tokens, do_sample, num_beams); adapter_names: one entry
+    per prompt (an adapter, a fusion, a block or None), each prompt generated with its own (see the module
+    docstring)."""
     wrapped: Any = model.model  # a transformers PreTrainedModel; nn.Module types its attributes as Tensor | Module
     can_generate = getattr(wrapped, "can_generate", None)
     if not callable(can_generate) or not can_generate():
@@ -42,6 +56,54 @@ def generate(model: AdaptedModel, *args: Any, **kwargs: Any) -> Any:
             "generate() takes no output_fusion_attentions; record them around the call: "
             "`with model.recording_fusion_attentions() as weights: model.generate(...)`"
         )
+    if isinstance(model.state.block, Parallel):
+        raise ConfigError(
+            "a Parallel block is active, which runs every example once per child; generate() keeps one row per "
+            "prompt: repeat the prompts once per child and pass adapter_names=[child, ...] instead"
+        )
+    routed = adapter_names is not None or isinstance(model.state.block, BatchSplit)
     caching = model.inference_cache() if not model.training else contextlib.nullcontext()
-    with caching, model.recording_generation():
+    routing = _routed_rows(model, wrapped, _prompts(args, kwargs), adapter_names) if routed else None
+    with caching, model.recording_generation(), routing or contextlib.nullcontext():
         return wrapped.generate(*args, **kwargs)
+
+
+_ROW_INPUTS = ("decoder_input_ids", "decoder_inputs_embeds", "input_ids", "inputs_embeds")
+
+
+def _prompts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """How many prompts generate() was given (the batch of its input tensor)."""
+    given = args[0] if args else next((kwargs[key] for key in ("inputs", *_ROW_INPUTS) if key in kwargs), None)
+    if not isinstance(given, torch.Tensor) or given.dim() < 2:
+        raise ConfigError(
+            "generate() with adapter_names (or an active BatchSplit) needs the prompts as a [batch, seq] tensor "
+            "(input_ids=... or inputs_embeds=...), one adapter_names entry per row"
+        )
+    return int(given.shape[0])
+
+
+@contextlib.contextmanager
+def _routed_rows(
+    model: AdaptedModel, wrapped: Any, prompts: int, adapter_names: Sequence[Any] | None
+) -> Iterator[None]:
+    """Every forward inside runs row i with its prompt's choice: before each call of the wrapped model (and of an
+    encoder-decoder's encoder, which generate calls alone), the model routes that call's rows."""
+    choices = example_choices(model, adapter_names, prompts)
+
+    def route(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        given = next((kwargs[key] for key in _ROW_INPUTS if kwargs.get(key) is not None), args[0] if args else None)
+        if not isinstance(given, torch.Tensor) or given.dim() == 0:
+            raise ConfigError(f"generate() called {type(module).__name__} without input rows to route")
+        run_rows(int(given.shape[0]), given.device)
+
+    modules = [wrapped]
+    encoder = wrapped.get_encoder() if getattr(wrapped.config, "is_encoder_decoder", False) else None
+    if encoder is not None and encoder is not wrapped:
+        modules.append(encoder)
+    with model.routing_copies(choices) as run_rows:
+        handles = [module.register_forward_pre_hook(route, with_kwargs=True) for module in modules]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()

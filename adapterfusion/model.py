@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -33,7 +33,7 @@ from adapterfusion.injection import controls as fusion_controls
 from adapterfusion.injection import inject
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.placement import adapter_modules, fused_adapters, fusion_modules
-from adapterfusion.injection.routing import ADAPTER, BLOCK, RowRouting
+from adapterfusion.injection.routing import ADAPTER, BLOCK, FUSION, Choice, RowRouting
 from adapterfusion.injection.runtime import ForwardRuntime, Recorder
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.injection.state import ActiveState, checked, with_routes
@@ -459,22 +459,8 @@ class AdaptedModel(nn.Module):
         """forward() with a choice per example (routing.py): the sites run each row's choice, each head its rows."""
         routed = routing.prepare(self, inputs, adapter_names, head_names, labels, output_fusion_attentions)
         head = routed.heads[0][0]
-        first = routed.choices[0]
-        if routed.uniform:  # every example chose the same: as activated(...) would run it
-            adapter, fusion = (first[1], None) if first and first[0] in (ADAPTER, BLOCK) else (None, first and first[1])
-            state = self._activation(adapter, fusion, head, self.skip_layers)
-        else:
-            fusions = routed.fusions
-            row_routing = RowRouting(
-                choices=routed.row_choices,
-                fused={name: self.fusion_setups[name].adapters for name in fusions},
-                masks=self._state.fusion_masks,
-                fast=self._state.fusion_implementation == "fast",
-                device=routed.device,
-            )
-            state = dataclasses.replace(self._activation(None, None, head, self.skip_layers), routing=row_routing)
         previous = self._state
-        self._set_state(state)
+        self._set_state(self._routed_state(routed.row_choices, head, routed.device))
         try:
             encoded = routed.call.encoder(**routed.call.inputs)
         finally:
@@ -492,6 +478,55 @@ class AdaptedModel(nn.Module):
                 output.fusion_regularization = torch.stack([self.fusion_regularization(name) for name in trained]).sum()
                 output.loss = output.loss + output.fusion_regularization
         return output
+
+    def _routed_state(self, row_choices: Sequence[Choice], head: str | None, device: torch.device) -> ActiveState:
+        """The state that runs row i of the encoder with row_choices[i] (routing.py; forward and generate): where
+        every row chose the same, exactly what activated(...) runs, with no routing."""
+        first = row_choices[0]
+        if len(set(row_choices)) == 1:
+            adapter, fusion = (first[1], None) if first and first[0] in (ADAPTER, BLOCK) else (None, first and first[1])
+            return self._activation(adapter, fusion, head, self.skip_layers)
+        fusions = dict.fromkeys(choice[1] for choice in row_choices if choice and choice[0] == FUSION)
+        row_routing = RowRouting(
+            choices=tuple(row_choices),
+            fused={name: self.fusion_setups[name].adapters for name in fusions},
+            masks=self._state.fusion_masks,
+            fast=self._state.fusion_implementation == "fast",
+            device=device,
+        )
+        return dataclasses.replace(self._activation(None, None, head, self.skip_layers), routing=row_routing)
+
+    @contextlib.contextmanager
+    def routing_copies(self, choices: Sequence[Choice]) -> Iterator[Callable[[int, torch.device], None]]:
+        """Inside the block, run_rows(rows, device) makes the next forwards run a batch of `rows` rows, copies of the
+        len(choices) examples in order (each repeated rows // len(choices) times, as generate repeats a prompt for
+        beams), each copy with its example's choice (generation.py); what ran before is back on exit."""
+        if self._runtime.is_recording:
+            raise ConfigError(
+                "recording fusion attentions records one fusion's weights for every row, which a call routing each "
+                "example to its own choice does not run; run the fusion's examples alone inside "
+                "recording_fusion_attentions()"
+            )
+        states: dict[tuple[int, torch.device], ActiveState] = {}
+
+        def run_rows(rows: int, device: torch.device) -> None:
+            if rows % len(choices):
+                raise ConfigError(
+                    f"a forward of {rows} rows ran for {len(choices)} routed examples, which cannot be copies of "
+                    "them; per-example choices follow generate's greedy search, sampling, beam search and "
+                    "num_return_sequences, which repeat each example in place"
+                )
+            if (rows, device) not in states:
+                copies = rows // len(choices)
+                row_choices = [choice for choice in choices for _ in range(copies)]
+                states[(rows, device)] = self._routed_state(row_choices, None, device)
+            self._set_state(states[(rows, device)])
+
+        previous = self._state
+        try:
+            yield run_rows
+        finally:
+            self._set_state(previous)
 
     forward_parallel = composition.forward_parallel
     average_adapters = blocks.average_adapters

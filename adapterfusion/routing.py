@@ -49,11 +49,6 @@ class RoutedCall:
         return (ids if ids is not None else self.call.inputs["inputs_embeds"]).device
 
     @property
-    def uniform(self) -> bool:
-        """Every example chose the same piece: the call runs as `activated(...)` does, without routing."""
-        return len(set(self.choices)) == 1
-
-    @property
     def row_choices(self) -> tuple[Choice, ...]:
         """The choices per row of the encoder (an example's choices repeated for a multiple-choice head)."""
         repeat = self.call.rows // self.examples
@@ -103,22 +98,27 @@ def prepare(
         raise ConfigError(
             f"head_names has {len(heads)} entries for a batch of {examples} examples; give one per example"
         )
-    if adapter_names is None and isinstance(model.state.block, BatchSplit):
-        choices: tuple[Choice, ...] = tuple(_resolved(entry) for entry in model.state.block.entries(examples))
-    elif adapter_names is None:
-        choices = (_active_choice(model),) * examples
-    else:
-        entries = _check_list(adapter_names, "adapter_names")
-        if len(entries) != examples:
-            raise ConfigError(
-                f"adapter_names has {len(entries)} entries for a batch of {examples} examples; give one per example "
-                f"({_EXAMPLE})"
-            )
-        choices = tuple(_choice(model, entry, index) for index, entry in enumerate(entries))
+    choices = example_choices(model, adapter_names, examples)
     routed = RoutedCall(call, choices, _head_rows(heads, first_head, call), examples)
     if labels is not None and not single_head:
         _check_labels_per_head(model, labels, routed, _example_shape(inputs))
     return routed
+
+
+def example_choices(model: AdaptedModel, adapter_names: Sequence[Any] | None, examples: int) -> tuple[Choice, ...]:
+    """Each of `examples` examples' choice: its adapter_names entry, checked (ConfigError / NameNotFoundError naming
+    the entry), or with adapter_names None what an active BatchSplit gives it, else what is active."""
+    if adapter_names is None and isinstance(model.state.block, BatchSplit):
+        return tuple(_resolved(entry) for entry in model.state.block.entries(examples))
+    if adapter_names is None:
+        return (_active_choice(model),) * examples
+    entries = _check_list(adapter_names, "adapter_names")
+    if len(entries) != examples:
+        raise ConfigError(
+            f"adapter_names has {len(entries)} entries for a batch of {examples} examples; give one per example "
+            f"({_EXAMPLE})"
+        )
+    return tuple(_choice(model, entry, index) for index, entry in enumerate(entries))
 
 
 def _check_labels_per_head(model: AdaptedModel, labels: Any, routed: RoutedCall, shape: torch.Size) -> None:

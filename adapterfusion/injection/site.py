@@ -301,8 +301,8 @@ class AdapterSite(nn.Module):
             if isinstance(self._block, LAYOUT_BLOCKS):
                 raise ConfigError(
                     f"{type(self._block).__name__} is active, which lays out the batch in the model's own forward; "
-                    "call the model (model(**batch)), not generate() or the wrapped model, or activate a Stack, "
-                    "Average or one adapter for it"
+                    "call the model (model(**batch), or model.generate(...) for a BatchSplit), not the wrapped "
+                    "model, or activate a Stack, Average or one adapter for it"
                 )
             return run_node(self, self._block, h, r, apply_final_ln)
         if self.state.parallel_routes is None:
