@@ -76,6 +76,27 @@ def test_each_example_equals_it_alone(model_type):
     assert model.state.routing is None and model.active_adapter is None  # nothing of the call stays
 
 
+def test_inside_the_inference_cache_routed_rows_follow_the_weights_across_calls():
+    """inference_cache() keeps each site's stacked adapter weights and fusion folds between calls (a server's
+    batches): calls alternating between mixes give what they give outside it, and an in-place weight change (an
+    optimizer step) between calls shows at once."""
+    model = _model("bert", PFEIFFER)
+    inputs = _inputs(4)
+    mixes = [["a", "b", "f", None], ["s", "a", "c", "f"], ["a", "b", "f", None]]
+    expected = [model(**inputs, adapter_names=mix).last_hidden_state for mix in mixes]
+    for mix, wanted in zip(mixes, expected, strict=True):
+        with model.inference_cache():
+            assert_close(model(**inputs, adapter_names=mix).last_hidden_state, wanted, label=str(mix))
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # random changes: a constant added to every feature would vanish in BERT's LayerNorm
+        for weight in (model.sites_with_adapter("b")[0].adapters["b"].up.bias, model.fusion_parameters("f")[0]):
+            weight.add_(torch.randn(weight.shape, generator=generator, dtype=weight.dtype))
+    changed = model(**inputs, adapter_names=mixes[0]).last_hidden_state
+    assert not torch.allclose(changed[1], expected[0][1]) and not torch.allclose(changed[2], expected[0][2])
+    with model.inference_cache():
+        assert_close(model(**inputs, adapter_names=mixes[0]).last_hidden_state, changed, label="after the change")
+
+
 def test_adapters_with_their_own_layer_norms_and_other_placements():
     """New LayerNorms inside the adapters (gathered per row), the other residual placements and non-linearities (each
     a group of its own at a site)."""

@@ -33,6 +33,7 @@ from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.injection.architectures import SiteKind
 from adapterfusion.injection.composed import held_at, run_node
+from adapterfusion.injection.runtime import parameters_of
 
 if TYPE_CHECKING:
     from adapterfusion.injection.site import AdapterSite
@@ -231,7 +232,7 @@ def _run_adapters(
         r, site_norm = site._around(r, site.pretrained_layer_norm)
         norm = gathered_norm([a.layer_norm if a.layer_norm is not None else site_norm for a in adapters], slots)
         x, residual = site._placed(h, r, config, norm)
-    z = gathered_delta(adapters, slots, x)
+    z = _gathered_delta_at(site, group, adapters, x)
     if config.ln_after:
         after = gathered_norm([a.ln_after for a in adapters], slots)
         out = after(z) + residual if not config.skip_first else after(z + residual)
@@ -243,21 +244,65 @@ def _run_adapters(
     return out
 
 
-def gathered_delta(adapters: Sequence[BottleneckAdapter], slots: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """adapters[slots[i]].delta(x[i]) for every row i of x [rows, ..., d]: the stacked weights gathered per row, one
-    baddbmm down and one up. Smaller bottlenecks are zero-padded to the largest."""
+def _gathered_delta_at(
+    site: AdapterSite, group: AdapterGroup, adapters: list[BottleneckAdapter], x: torch.Tensor
+) -> torch.Tensor:
+    """gathered_delta of the group's rows. Inside inference_cache() its stacks cover every adapter at the site that
+    could share them (the group's placement kind, bottleneck at most the group's largest, so no wider padding) and
+    are made once and kept: a server's batches route ever other subsets of the same adapters."""
+    size = max(adapter.bottleneck_size for adapter in adapters)
+    kind = placement_kind(adapters[0].config)
+    here = {name: site.adapter(name) for name in site.adapters}
+    sharing = [
+        name
+        for name, adapter in here.items()
+        if placement_kind(adapter.config) == kind and adapter.bottleneck_size <= size
+    ]
+    members = [here[name] for name in sharing]
+    stacked = site._runtime.prepared(
+        "stack", site.key, ",".join(sharing), partial(stack_weights, members), partial(parameters_of, members)
+    )
+    if stacked is None:
+        return gathered_delta(adapters, group.slots, x)
+    slots = torch.tensor([sharing.index(name) for name in group.names], device=group.slots.device)[group.slots]
+    return gathered_delta(members, slots, x, stacked)
+
+
+class StackedWeights(NamedTuple):
+    """A group's adapters' weights stacked along a first dimension (slot order), bottlenecks zero-padded to the
+    largest, and scaled where any adapter scales: down [A, m, d], its bias [A, m], up [A, d, m], its bias [A, d]."""
+
+    down_weight: torch.Tensor
+    down_bias: torch.Tensor
+    up_weight: torch.Tensor
+    up_bias: torch.Tensor
+
+
+def stack_weights(adapters: Sequence[BottleneckAdapter]) -> StackedWeights:
+    """The stacks gathered_delta gathers from; made once per inference_cache() block and kept (runtime.prepared)."""
+    size = max(adapter.bottleneck_size for adapter in adapters)
+    scaled = any(adapter.config.scaling != 1.0 for adapter in adapters)
+    return StackedWeights(
+        torch.stack([_pad(a.down.weight, size, 0) for a in adapters]),
+        torch.stack([_pad(a.down.bias, size, 0) for a in adapters]),
+        torch.stack([_pad(_scaled(a, a.up.weight, scaled), size, 1) for a in adapters]),
+        torch.stack([_scaled(a, a.up.bias, scaled) for a in adapters]),
+    )
+
+
+def gathered_delta(
+    adapters: Sequence[BottleneckAdapter], slots: torch.Tensor, x: torch.Tensor, stacked: StackedWeights | None = None
+) -> torch.Tensor:
+    """adapters[slots[i]].delta(x[i]) for every row i of x [rows, ..., d]: the stacked weights (`stacked`, else
+    stacked here) gathered per row, one baddbmm down and one up."""
     flat = x.flatten(1, -2)  # [rows, tokens, d]
     if adapters[0].ln_before is not None:  # placement_kind: all or none of a group have one
         flat = gathered_norm([a.ln_before for a in adapters], slots)(flat)
-    size = max(adapter.bottleneck_size for adapter in adapters)
-    down_weight = torch.stack([_pad(a.down.weight, size, 0) for a in adapters])  # [A, m, d]
-    down_bias = torch.stack([_pad(a.down.bias, size, 0) for a in adapters])
-    pre = torch.baddbmm(down_bias[slots].unsqueeze(1), flat, down_weight[slots].transpose(1, 2))
+    weights = stacked if stacked is not None else stack_weights(adapters)
+    pre = torch.baddbmm(weights.down_bias[slots].unsqueeze(1), flat, weights.down_weight[slots].transpose(1, 2))
     hidden = adapters[0].activation(pre)  # placement_kind: one non-linearity per group
-    scaled = any(adapter.config.scaling != 1.0 for adapter in adapters)
-    up_weight = torch.stack([_pad(_scaled(a, a.up.weight, scaled), size, 1) for a in adapters])  # [A, d, m]
-    up_bias = torch.stack([_scaled(a, a.up.bias, scaled) for a in adapters])
-    return torch.baddbmm(up_bias[slots].unsqueeze(1), hidden, up_weight[slots].transpose(1, 2)).view_as(x)
+    up = torch.baddbmm(weights.up_bias[slots].unsqueeze(1), hidden, weights.up_weight[slots].transpose(1, 2))
+    return up.view_as(x)
 
 
 def _scaled(adapter: BottleneckAdapter, tensor: torch.Tensor, scaled: bool) -> torch.Tensor:

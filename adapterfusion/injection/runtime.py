@@ -10,10 +10,11 @@ its two context managers switch each part on and off (behind `AdaptedModel.recor
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
+from torch import nn
 
 from adapterfusion.fusion.layer import FoldedFusion
 
@@ -27,9 +28,10 @@ class ForwardRuntime:
     def __init__(self) -> None:
         self._recorder: Recorder | None = None
         self._folded: dict[tuple[str, str, str], Any] | None = None
-        # The last fold (and lane) of each site, kept between blocks with the weights it was made from: a later block
-        # (the next generate() or evaluation call) reuses it while those weights are unchanged (see `prepared`).
-        self._kept: dict[tuple[str, str], tuple[str, WeightsStamp, Any]] = {}
+        # The last KEPT_PER_SITE folds (lanes, stacks) of each site and kind, kept between blocks with the weights each
+        # was made from: a later block (the next generate(), evaluation call or served batch) reuses one while those
+        # weights are unchanged (see `prepared`). (kind, site) -> key -> (stamp, what was made), oldest use first.
+        self._kept: dict[tuple[str, str], dict[str, tuple[WeightsStamp, Any]]] = {}
         self._extending = False
 
     @contextlib.contextmanager
@@ -104,21 +106,29 @@ class ForwardRuntime:
     ) -> Prepared | None:
         """What `make` prepares of kind `kind` (a fold, a lane: injection/lanes.py) for `key` at site `site`, made on
         first use inside the block; None outside one. `weights()`: the tensors it is made from (asked for on a
-        block's first use only). The site's last one of each kind is kept after the block and reused by a later one
-        while every one of them is the same tensor, unmodified (same storage, same version counter), so repeated
-        short calls (generation, serving) prepare once; an optimizer step or `.to()` makes a new one."""
+        block's first use only). The site's last KEPT_PER_SITE of each kind (by key: one per fusion a server
+        alternates between) are kept after the block and reused by a later one while every one of those tensors is
+        the same tensor, unmodified (same storage, same version counter), so repeated short calls (generation,
+        serving) prepare once; an optimizer step or `.to()` makes a new one."""
         if self._folded is None:
             return None
         entry = (kind, site, key)
         if entry not in self._folded:
             stamp = weights_stamp(weights())
-            kept = self._kept.get((kind, site))
-            if kept is not None and kept[0] == key and kept[1] == stamp:
-                self._folded[entry] = kept[2]
-            else:
-                self._folded[entry] = make()
-                self._kept[(kind, site)] = (key, stamp, self._folded[entry])
+            kept = self._kept.setdefault((kind, site), {})
+            earlier = kept.pop(key, None)
+            made = earlier[1] if earlier is not None and earlier[0] == stamp else make()
+            kept[key] = (stamp, made)  # now the most recent
+            while len(kept) > KEPT_PER_SITE:
+                del kept[next(iter(kept))]
+            self._folded[entry] = made
         return self._folded[entry]
+
+
+# How many prepared things (folds, lanes, stacks) of one kind a site keeps between blocks. A fold costs about 3·M·d
+# numbers per site (M the fused adapters' bottleneck units), as much as a fused adapter set's weights; a served mix of
+# more fusions than this refolds the least recently used ones.
+KEPT_PER_SITE = 4
 
 
 WeightsStamp = tuple[tuple[int, int, int, torch.dtype], ...]
@@ -127,3 +137,16 @@ WeightsStamp = tuple[tuple[int, int, int, torch.dtype], ...]
 def weights_stamp(weights: Iterable[torch.Tensor]) -> WeightsStamp:
     """Which tensors, in which state: object, storage, in-place version and dtype of each."""
     return tuple((id(w), w.data_ptr(), w._version, w.dtype) for w in weights)
+
+
+def parameters_of(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
+    """Every parameter of `modules` and their submodules (a shared one may come twice): what a prepared fold or
+    lane is stamped with (weights_stamp) on each inference_cache block's first use, walked directly
+    because Module.parameters() costs tens of microseconds per module in its de-duplicating generators."""
+    found: list[torch.Tensor] = []
+    pending = list(modules)
+    while pending:
+        module = pending.pop()
+        found.extend(p for p in module._parameters.values() if p is not None)
+        pending.extend(child for child in module._modules.values() if child is not None)
+    return found

@@ -34,7 +34,7 @@ from adapterfusion.injection.architectures import SiteKind, SiteSpec, site_key
 from adapterfusion.injection.composed import held_at, run_node
 from adapterfusion.injection.lanes import Lane, build_lane
 from adapterfusion.injection.routing import SitePlan, adapt_routed
-from adapterfusion.injection.runtime import ForwardRuntime
+from adapterfusion.injection.runtime import ForwardRuntime, parameters_of
 from adapterfusion.injection.state import ActiveState
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -50,6 +50,18 @@ class FuseOptions(TypedDict, total=False):
 
 class AdapterSite(nn.Module):
     """One wrapped insertion site: runs `base_layer` alone, or with the adapter or fusion the state activates."""
+
+    # What set_state works out of the state (written straight into __dict__ there).
+    state: ActiveState
+    _adapter: str | None
+    _fusion: str | None
+    _keep: torch.Tensor | None
+    _kept: tuple[int, ...] | None
+    _routing: SitePlan | None
+    _block: Any
+    _active: bool
+    _needs_residual: bool
+    _lane_key: str | None
 
     def __init__(
         self,
@@ -116,32 +128,29 @@ class AdapterSite(nn.Module):
     def set_state(self, state: ActiveState) -> None:
         """Run what `state` activates from now on. What it means here is worked out once, not per forward: the active
         adapter or fusion if this site has it, and as a bool tensor and as indices (so a forward needs no device
-        sync) the fused adapters a mask keeps."""
-        self.state = state
-        self._adapter = state.adapter if state.adapter is not None and state.adapter in self.adapters else None
-        self._fusion = state.fusion if state.fusion is not None and state.fusion in self.fusions else None
-        mask = state.fusion_masks.get(self._fusion) if self._fusion is not None else None
+        sync) the fused adapters a mask keeps. A routed call sets a state before and after each forward, so the
+        values go into __dict__ at once (nn.Module.__setattr__ checks each plain value against its registries)."""
+        adapter = state.adapter if state.adapter is not None and state.adapter in self.adapters else None
+        fusion = state.fusion if state.fusion is not None and state.fusion in self.fusions else None
+        mask = state.fusion_masks.get(fusion) if fusion is not None else None
         kept = tuple(i for i, name in enumerate(state.fused) if name in mask) if mask is not None else None
-        param = next(self.fusions[self._fusion].parameters(), None) if self._fusion is not None else None
-        mask_key = (self._fusion, state.fused, kept, param.device if param is not None else None)
+        param = next(self.fusions[fusion].parameters(), None) if fusion is not None else None
+        mask_key = (fusion, state.fused, kept, param.device if param is not None else None)
+        keep = self.__dict__.get("_keep")
         if kept is None:
-            self._keep: torch.Tensor | None = None
-        elif mask_key != self._mask_key:
-            self._keep = torch.tensor(
-                [i in kept for i in range(len(state.fused))], dtype=torch.bool, device=mask_key[-1]
-            )
-        self._kept, self._mask_key = kept, mask_key
+            keep = None
+        elif mask_key != self.__dict__.get("_mask_key"):
+            keep = torch.tensor([i in kept for i in range(len(state.fused))], dtype=torch.bool, device=mask_key[-1])
+        self.__dict__.update(state=state, _adapter=adapter, _fusion=fusion, _keep=keep, _kept=kept, _mask_key=mask_key)
         skipped = self.layer_index in state.skip_layers
         # Per-example routing (injection/routing.py): what this call's rows chose, worked out for this site.
-        self._routing: SitePlan | None = state.routing.plan(self) if state.routing is not None else None
-        routed = self._routing is not None and self._routing.active
+        routing: SitePlan | None = state.routing.plan(self) if state.routing is not None else None
+        routed = routing is not None and routing.active
         # A composition block (blocks.py) with a piece here; BatchSplit/Parallel only reach a site through routing.
-        self._block = state.block if state.block is not None and held_at(self, state.block) else None
-        self._active = not skipped and (
-            self._adapter is not None or self._fusion is not None or routed or self._block is not None
-        )
-        self._needs_residual = self._residual_needed(state)
-        self._lane_key = self._lane_key_for(state)
+        block = state.block if state.block is not None and held_at(self, state.block) else None
+        active = not skipped and (adapter is not None or fusion is not None or routed or block is not None)
+        self.__dict__.update(_routing=routing, _block=block, _active=active)
+        self.__dict__.update(_needs_residual=self._residual_needed(state), _lane_key=self._lane_key_for(state))
         self._listen_while_active()
 
     def _lane_key_for(self, state: ActiveState) -> str | None:
@@ -292,7 +301,7 @@ class AdapterSite(nn.Module):
         adapters, fusion = self._lane_pieces()
         norm = self.pretrained_layer_norm
         modules = [*adapters, *([fusion] if fusion is not None else []), *([norm] if norm is not None else [])]
-        return _parameters_of(modules)
+        return parameters_of(modules)
 
     def _adapt_any(self, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
         if self._routing is not None:
@@ -422,7 +431,7 @@ class AdapterSite(nn.Module):
                 cache_key = fusion_name if kept is None else f"{fusion_name}:{','.join(map(str, kept))}"
                 fold = partial(fold_fusion, fusion, adapters)
                 modules = (fusion, *adapters)
-                sources = partial(_parameters_of, modules)  # read only when the block has no fold for this site yet
+                sources = partial(parameters_of, modules)  # read only when the block has no fold for this site yet
                 options["folded"] = self._runtime.folded(self.key, cache_key, fold, sources)
             out, probs = implementation.fuse(fusion, adapters, x, query, residual, **options)
             if self._runtime.is_recording:
@@ -456,10 +465,6 @@ class AdapterSite(nn.Module):
 def _plain(state: ActiveState) -> bool:
     """Whether `state` runs at most one adapter or one fusion on every row: no routing, parallel routes or block."""
     return state.routing is None and state.parallel_routes is None and getattr(state, "block", None) is None
-
-
-def _parameters_of(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
-    return [p for module in modules for p in module.parameters()]
 
 
 def _unchanged(value: torch.Tensor) -> torch.Tensor:
