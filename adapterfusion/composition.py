@@ -31,7 +31,17 @@ from adapterfusion.injection.site import AdapterSite, per_route
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
-_PER_EXAMPLE_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds")
+_PER_EXAMPLE_INPUTS = (
+    "input_ids",
+    "attention_mask",
+    "token_type_ids",
+    "position_ids",
+    "inputs_embeds",
+    # an encoder-decoder's (T5, BART): what the decoder reads for a head, made by forward_inputs from the inputs
+    "decoder_input_ids",
+    "decoder_attention_mask",
+    "decoder_inputs_embeds",
+)
 
 
 @dataclass
@@ -96,7 +106,7 @@ def forward_parallel(
         encoded = call.encoder(**inputs_in)
 
     hidden = encoded.last_hidden_state.unflatten(0, (len(routes) + 1, -1))
-    mask = inputs.get("attention_mask")
+    mask = call.head_mask
     return ParallelOutput(
         adapter_logits={name: model.heads[heads[name]](hidden[n], mask, num_choices) for n, name in enumerate(routes)},
         fusion_logits=model.heads[fusion_head](hidden[-1], mask, num_choices),
@@ -109,10 +119,14 @@ def split_site(model: AdaptedModel, fusion: str) -> AdapterSite | None:
 
     It may when the architecture names its layers' per-example arguments, nothing blocks it, and that site
     receives both the sub-layer output and its residual (a BERT-style output module), so it can repeat both
-    itself; at other kinds of site the parent block adds a residual the site never sees."""
+    itself; at other kinds of site the parent block adds a residual the site never sees. Never on an
+    encoder-decoder: its decoder reads the encoder's output and its own inputs, which the layers' hooks do not
+    repeat."""
     architecture = model.architecture
     base = model.model.base_model
     assert isinstance(base, nn.Module)
+    if architecture.decoder is not None:
+        return None
     if not architecture.batch_arguments or any(_has_module(base, path) for path in architecture.prefix_blockers):
         return None
     first = next(

@@ -71,12 +71,14 @@ _ROUTING_HINT = (
 @dataclass(frozen=True)
 class ForwardCall:
     """A checked call: run `encoder(**inputs)`; a multiple-choice head reads `num_choices` per example. `rows` is
-    the encoder's batch size (examples x choices)."""
+    the encoder's batch size (examples x choices); `head_mask` which positions of its last hidden state a head
+    pools (None: all): the attention mask, or on an encoder-decoder given its own decoder inputs, theirs."""
 
     encoder: Callable[..., Any]
     inputs: dict[str, Any]
     num_choices: int | None
     rows: int
+    head_mask: torch.Tensor | None = None
 
 
 def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None, labels: Any = None) -> ForwardCall:
@@ -105,10 +107,15 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     if choices and head is not None:  # our head pools each choice: [batch, choices, ...] -> [batch * choices, ...]
         num_choices = shape[1]
         given = {k: v.flatten(0, 1) if k in _TOKEN_INPUTS and v.shape[:2] == shape[:2] else v for k, v in given.items()}
+    rows = shape[0] * (num_choices or 1)
     if head is not None and model.architecture.decoder is not None:
+        own = "decoder_input_ids" in given or "decoder_inputs_embeds" in given  # the decoder's length, not the input's
+        if own and head_config is not None and head_config.pooling == "last":
+            _check_last_token_mask(model, given, rows, str(head), prefix="decoder_")
         given = _decoder_inputs_for_head(model, given, head)
-        return ForwardCall(partial(seq2seq_states, model.model), given, num_choices, shape[0] * (num_choices or 1))
-    return ForwardCall(encoder, given, num_choices, shape[0] * (num_choices or 1))
+        mask = given.get("decoder_attention_mask" if own else "attention_mask")
+        return ForwardCall(partial(seq2seq_states, model.model), given, num_choices, rows, mask)
+    return ForwardCall(encoder, given, num_choices, rows, given.get("attention_mask"))
 
 
 # What an encoder-decoder's head call hands its encoder and its decoder (seq2seq_states); anything else is refused.
@@ -439,19 +446,25 @@ def _require_tensor(key: str, value: Any) -> None:
 
 
 # ---- labels ------------------------------------------------------------------------------------------------------
-def _check_last_token_mask(model: AdaptedModel, given: Mapping[str, Any], rows: int, head: str) -> None:
+def _check_last_token_mask(
+    model: AdaptedModel, given: Mapping[str, Any], rows: int, head: str, prefix: str = ""
+) -> None:
     """A head pooling each row's last token finds it through the attention mask: in a batch of several rows without
-    one, a padded row would pool a padding token. Refused unless the ids show no padding (CPU tensors only)."""
-    if "attention_mask" in given or rows <= 1:
+    one, a padded row would pool a padding token. Refused unless the ids show no padding (CPU tensors only).
+    prefix 'decoder_': an encoder-decoder's own decoder inputs, whose first token (the start token, T5's is its pad
+    token) is not padding."""
+    if f"{prefix}attention_mask" in given or rows <= 1:
         return
-    ids = given.get("input_ids")
+    ids = given.get(f"{prefix}input_ids")
     pad = getattr(model.model.config, "pad_token_id", None)
+    if isinstance(ids, torch.Tensor) and prefix:
+        ids = ids[..., 1:]
     if isinstance(pad, int) and isinstance(ids, torch.Tensor) and ids.device.type == "cpu" and not (ids == pad).any():
         return
     unknown = " (and the model has no pad_token_id to tell padding by)" if pad is None else ""
     raise ConfigError(
-        f"head {head!r} pools each row's last non-padding token, which it finds through attention_mask, and this "
-        f"batch of {rows} rows has none{unknown}; pass the attention_mask the tokenizer returns"
+        f"head {head!r} pools each row's last non-padding token, which it finds through {prefix}attention_mask, and "
+        f"this batch of {rows} rows has none{unknown}; pass the {prefix}attention_mask of your {prefix}input_ids"
     )
 
 

@@ -433,7 +433,7 @@ class AdaptedModel(nn.Module):
             output.logits, output.task_loss = getattr(encoded, "logits", None), getattr(encoded, "loss", None)
         else:
             head = self.get_head(head_name)
-            output.logits = head(encoded.last_hidden_state, call.inputs.get("attention_mask"), call.num_choices)
+            output.logits = head(encoded.last_hidden_state, call.head_mask, call.num_choices)
             output.task_loss = head.loss(output.logits, labels) if labels is not None else None
         if output.task_loss is not None:
             output.loss = output.task_loss

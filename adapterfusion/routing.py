@@ -250,7 +250,7 @@ class HeadOutputs:
 
 def apply_heads(model: AdaptedModel, routed: RoutedCall, hidden: torch.Tensor, labels: Any) -> HeadOutputs:
     """Each head on its examples' rows of `hidden`, the encoder's last hidden state."""
-    call, mask = routed.call, routed.call.inputs.get("attention_mask")
+    call, mask = routed.call, routed.call.head_mask
     logits, losses, rows_of = [], [], []
     for name, rows in routed.heads:
         assert name is not None

@@ -65,6 +65,32 @@ def test_a_head_reads_the_decoder_on_the_input_shifted_right(model_type: str) ->
 
 
 @pytest.mark.parametrize("model_type", SEQ2SEQ_TYPES)
+def test_decoder_inputs_of_their_own_length_are_pooled_by_their_own_mask(model_type: str) -> None:
+    """decoder_input_ids given by the caller (here 3 tokens for inputs of 6) are used as given: the head pools each
+    row's last token under decoder_attention_mask (not the input's mask, which has another length)."""
+    model = _model(model_type)
+    ids, mask = _padded([[11, 12, 13, 14, 15, 2], [21, 22, 23, 2]])
+    start = TINY_DECODER_CONFIGS[model_type][1]["decoder_start_token_id"]
+    decoder_ids = torch.tensor([[start, 31, 32], [start, 41, 0]])
+    decoder_mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    with torch.no_grad():
+        logits = model(
+            input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, decoder_attention_mask=decoder_mask
+        ).logits
+        output = model.model(
+            input_ids=ids,
+            attention_mask=mask,
+            decoder_input_ids=decoder_ids,
+            decoder_attention_mask=decoder_mask,
+            output_hidden_states=True,
+        )
+        pooled = output.decoder_hidden_states[-1][torch.arange(2), torch.tensor([2, 1])]
+        assert_close(logits, model.get_head("h").from_pooled(pooled), dtype=torch.float64)
+        with pytest.raises(af.ConfigError, match="decoder_attention_mask"):  # row 1's padding would be pooled
+            model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids)
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ_TYPES)
 def test_a_fusion_and_a_head_train_on_an_encoder_decoder(model_type: str) -> None:
     model = _model(model_type).train()
     model.train_fusion("f")
