@@ -56,8 +56,9 @@ def _info(_: argparse.Namespace) -> int:
 def _architecture_row(spec: ArchitectureSpec) -> tuple[str, str, str]:
     """(kind of model, site kinds, AdapterHub files) for `info`."""
     kind = "encoder-decoder" if spec.decoder is not None else "decoder" if spec.causal else "encoder"
-    sites = sorted({site.kind.value for stack in spec.stacks() for site in (stack.attention, stack.output)})
-    return kind, "+".join(sites), "AdapterHub files" if spec.in_adapterhub else "own format only"
+    sites = "+".join(sorted({stack.site(p).kind.value for stack in spec.stacks() for p in stack.positions}))
+    cross = " (and after cross-attention)" if spec.has_cross_attention else ""
+    return kind, sites + cross, "AdapterHub files" if spec.in_adapterhub else "own format only"
 
 
 def _list_tasks(_: argparse.Namespace) -> int:

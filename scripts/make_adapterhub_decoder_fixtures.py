@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import functools
 import importlib
 import json
@@ -77,6 +78,21 @@ FUSIONS: dict[str, tuple[list[str], str]] = {
     "pf_dynamic": (["pf", "pf_tanh", "pf_gelu"], "dynamic"),
     "hb_static": (["hb", "hb_relu"], "static"),
 }
+# Encoder-decoders (T5, BART) only: seq_bn adapters also after each decoder layer's cross-attention
+# (cross_adapter=True), and a fusion of them, which then fuses at the cross-attention sites too. Drawn after the
+# pieces above from the same generator, so those keep their weights.
+SEQ2SEQ_ADAPTERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "pf_cross": ("SeqBnConfig", dict(reduction_factor=4, cross_adapter=True)),
+    "pf_cross_tanh": ("SeqBnConfig", dict(reduction_factor=8, non_linearity="tanh", cross_adapter=True)),
+}
+SEQ2SEQ_FUSIONS: dict[str, tuple[list[str], str]] = {"pf_cross_dynamic": (["pf_cross", "pf_cross_tanh"], "dynamic")}
+
+
+def pieces(model_type: str) -> tuple[dict[str, tuple[str, dict[str, Any]]], dict[str, tuple[list[str], str]]]:
+    """The adapters and fusions of `model_type`'s fixture, in the order their weights are drawn."""
+    if model_type not in tiny_decoders().SEQ2SEQ_TYPES:
+        return ADAPTERS, FUSIONS
+    return {**ADAPTERS, **SEQ2SEQ_ADAPTERS}, {**FUSIONS, **SEQ2SEQ_FUSIONS}
 
 
 def tiny_decoders() -> Any:
@@ -180,24 +196,26 @@ def build(model_type: str, out: Path) -> None:
     bare = forward(copy.deepcopy(model).to(torch.float64), inputs)
 
     # 2. Adapters and fusions, re-drawn in float32 (so that saving them in float32 loses nothing).
+    all_adapters, all_fusions = pieces(model_type)
     adapters.init(model)
-    for name, (cls_name, kwargs) in ADAPTERS.items():
+    for name, (cls_name, kwargs) in all_adapters.items():
         model.add_adapter(name, config=getattr(adapters, cls_name)(**kwargs))
-    for names, preset in FUSIONS.values():
+    for names, preset in all_fusions.values():
         model.add_adapter_fusion(adapters.Fuse(*names), config=preset)
     model.eval()
     gen = torch.Generator().manual_seed(SEED + 3)
-    for name in ADAPTERS:
-        randomise_adapters_(model, name, gen)
-    for names, _ in FUSIONS.values():
-        randomise_fusions_(model, ",".join(names), gen)
+    for batch_adapters, batch_fusions in ((ADAPTERS, FUSIONS), (SEQ2SEQ_ADAPTERS, SEQ2SEQ_FUSIONS)):
+        for name in (n for n in batch_adapters if n in all_adapters):
+            randomise_adapters_(model, name, gen)
+        for names, _ in (f for fid, f in batch_fusions.items() if fid in all_fusions):
+            randomise_fusions_(model, ",".join(names), gen)
 
     # 3. Save with the library's own functions (safetensors; the .bin default is covered by the encoder fixtures).
     (out / "adapters").mkdir()
     (out / "fusions").mkdir()
-    for name in ADAPTERS:
+    for name in all_adapters:
         model.save_adapter(str(out / "adapters" / name), name, with_head=False, use_safetensors=True)
-    for fid, (names, _) in FUSIONS.items():
+    for fid, (names, _) in all_fusions.items():
         model.save_adapter_fusion(str(out / "fusions" / fid), ",".join(names), use_safetensors=True)
 
     # 4. Record eval-mode float64 outputs, no KV cache.
@@ -220,8 +238,8 @@ def build(model_type: str, out: Path) -> None:
 
     setups: dict[str, Any] = {
         "bare": None,
-        **{n: n for n in ADAPTERS},
-        **{f"fusion_{fid}": adapters.Fuse(*names) for fid, (names, _) in FUSIONS.items()},
+        **{n: n for n in all_adapters},
+        **{f"fusion_{fid}": adapters.Fuse(*names) for fid, (names, _) in all_fusions.items()},
     }
     effect = {}
     bare_diff = 0.0
@@ -242,7 +260,7 @@ def build(model_type: str, out: Path) -> None:
                         probs,
                         "softmax fusion weights (batch, seq, n_adapters), adapters in fusion order; layer = "
                         "AdapterHub's global layer index (seq2seq: encoder layers first, then decoder layers)",
-                        adapters=FUSIONS[setup_id[len("fusion_") :]][0],
+                        adapters=all_fusions[setup_id[len("fusion_") :]][0],
                     )
         if setup is None:
             bare_diff = (o.logits - bare.logits).abs().max().item()
@@ -286,11 +304,11 @@ def build(model_type: str, out: Path) -> None:
         else "built-in (models/" + model_type + "/)",
         "adapter_sites": sites,
         "adapters": {
-            n: {"dir": f"adapters/{n}", "config_class": c, "config_kwargs": kw} for n, (c, kw) in ADAPTERS.items()
+            n: {"dir": f"adapters/{n}", "config_class": c, "config_kwargs": kw} for n, (c, kw) in all_adapters.items()
         },
         "fusions": {
             fid: {"dir": f"fusions/{fid}", "name": ",".join(names), "adapters": names, "preset": preset}
-            for fid, (names, preset) in FUSIONS.items()
+            for fid, (names, preset) in all_fusions.items()
         },
         "saved_formats": "safetensors only (save_adapter/save_adapter_fusion with use_safetensors=True), float32",
         "setups": {sid: str(s) if s is not None else "no active adapter" for sid, s in setups.items()},
@@ -323,6 +341,7 @@ class Site:
     x: nn.Module
     r: nn.Module
     ln: nn.Module | None
+    layer: int = 0  # AdapterHub's global layer index (seq2seq: the encoder's layers first)
 
 
 def site_table(model_type: str, model: Any) -> list[Site]:
@@ -373,6 +392,9 @@ def site_table(model_type: str, model: Any) -> list[Site]:
                     Site(f"{p}.0", "mh_adapter", attn.SelfAttention, attn.layer_norm, None),
                     Site(f"{p}.{len(block.layer) - 1}", "output_adapter", ff.DenseReluDense, ff.layer_norm, None),
                 ]
+                if stack == "decoder":  # T5LayerCrossAttention: r + EncDecAttention(layer_norm(r), encoder states)
+                    cross = block.layer[1]
+                    sites.insert(-1, Site(f"{p}.1", "cross_adapter", cross.EncDecAttention, cross.layer_norm, None))
     elif model_type == "bart":
         for stack in ("encoder", "decoder"):
             for i, layer in enumerate(getattr(model.model, stack).layers):
@@ -387,9 +409,27 @@ def site_table(model_type: str, model: Any) -> list[Site]:
                     ),
                     Site(f"{p}.output_adapters", "output_adapter", layer.fc2, layer.fc1, layer.final_layer_norm),
                 ]
+                if stack == "decoder":  # encoder_attn_layer_norm(r + encoder_attn(r, encoder states))
+                    cross = Site(
+                        f"{p}.cross_attention_adapters",
+                        "cross_adapter",
+                        layer.encoder_attn,
+                        layer.encoder_attn,
+                        layer.encoder_attn_layer_norm,
+                    )
+                    sites.insert(-1, cross)
     else:
         raise KeyError(model_type)
-    return sites
+    return _numbered(sites)
+
+
+def _numbered(sites: list[Site]) -> list[Site]:
+    """The sites with AdapterHub's global layer index: a new layer starts at each mh_adapter site."""
+    numbered, layer = [], -1
+    for site in sites:
+        layer += site.location == "mh_adapter"
+        numbered.append(dataclasses.replace(site, layer=layer))
+    return numbered
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -472,7 +512,7 @@ def verify(model_type: str, out: Path, atol: float = 1e-12) -> None:
         state = load_weights(out / info["dir"] / "adapter.safetensors")
         placed = {s.key: RefBottleneck(cfg, w) for s in sites if (w := at_site(state, s, "adapters", name))}
         assert sum(len(a.w) for a in placed.values()) == len(state), f"{model_type} {name}: unplaced weights"
-        expected_locations = {"mh_adapter", "output_adapter"} if cfg["mh_adapter"] else {"output_adapter"}
+        expected_locations = {loc for loc in ("mh_adapter", "cross_adapter", "output_adapter") if cfg[loc]}
         assert {s.location for s in sites if s.key in placed} == expected_locations, (name, list(placed))
         adapters_at[name] = placed
 
@@ -523,7 +563,7 @@ def verify(model_type: str, out: Path, atol: float = 1e-12) -> None:
                 h.remove()
 
     worst = 0.0
-    key_to_layer = {s.key: i // 2 for i, s in enumerate(sites)}  # AdapterHub's global layer index
+    key_to_layer = {s.key: s.layer for s in sites}  # AdapterHub's global layer index
     for setup_id in manifest["setups"]:
         o, probs = run(setup_id)
         got = {"logits": o.logits, **hidden_state_tensors(o)}

@@ -19,8 +19,9 @@ from adapterfusion._validation import (
 from adapterfusion.adapters.activations import ACTIVATION_NAMES
 from adapterfusion.errors import ConfigError
 
-POSITIONS = ("attention", "output")
-"""'attention': after the multi-head attention sub-layer ("bottom"); 'output': after the feed-forward block ("top")."""
+POSITIONS = ("attention", "cross", "output")
+"""'attention': after the multi-head attention sub-layer ("bottom"); 'output': after the feed-forward block ("top");
+'cross': after an encoder-decoder's cross-attention, in its decoder layers only (AdapterHub's cross_adapter)."""
 
 INITS = ("houlsby", "bert", "zero_up")
 CONFIG_FORMAT_VERSION = 1

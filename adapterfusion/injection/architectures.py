@@ -1,7 +1,8 @@
 """Where adapters go, per architecture: module paths only, never copied forward code.
 
 Each encoder layer has two insertion sites, 'attention' (after multi-head attention, "bottom") and
-'output' (after the feed-forward block, "top"). A site is one of three kinds:
+'output' (after the feed-forward block, "top"); an encoder-decoder's decoder layers a third, 'cross' (after
+cross-attention, between the two). A site is one of three kinds:
 
   POST_LN_OUTPUT  a BERT-style output module `forward(hidden_states, input_tensor)` computing
                   LayerNorm(dropout(dense(hidden_states)) + input_tensor). Its sub-modules are called by
@@ -46,8 +47,8 @@ class SiteKind(str, Enum):
 
 
 def site_key(layer: int, position: str) -> str:
-    """The name of the insertion site at `position` ('attention' or 'output') of layer `layer`: the one spelling of
-    a site in piece tensors and in AdapterSite.key."""
+    """The name of the insertion site at `position` ('attention', 'cross' or 'output') of layer `layer`: the one
+    spelling of a site in piece tensors and in AdapterSite.key."""
     return f"layer.{layer}.{position}"
 
 
@@ -71,14 +72,24 @@ class SiteSpec:
 
 @dataclass(frozen=True)
 class LayerStack:
-    """One ModuleList of layers (path from the HF base model) and where each position's site is in its layers."""
+    """One ModuleList of layers (path from the HF base model) and where each position's site is in its layers;
+    `cross`: an encoder-decoder's decoder layers also have one after their cross-attention (AdapterHub's
+    cross_adapter), between the other two."""
 
     layers: str
     attention: SiteSpec
     output: SiteSpec
+    cross: SiteSpec | None = None
 
     def site(self, position: str) -> SiteSpec:
-        return self.attention if position == "attention" else self.output
+        spec = {"attention": self.attention, "cross": self.cross, "output": self.output}[position]
+        assert spec is not None, f"{self.layers} has no {position} site"
+        return spec
+
+    @property
+    def positions(self) -> tuple[str, ...]:
+        """The positions its layers have sites at, in the order a layer runs them."""
+        return ("attention", "cross", "output") if self.cross is not None else ("attention", "output")
 
 
 @dataclass(frozen=True)
@@ -109,10 +120,15 @@ class ArchitectureSpec:
         return (encoder,) if self.decoder is None else (encoder, self.decoder)
 
     @property
+    def has_cross_attention(self) -> bool:
+        """Whether some layers have a site after cross-attention (the 'cross' position)."""
+        return any(stack.cross is not None for stack in self.stacks())
+
+    @property
     def in_adapterhub(self) -> bool:
         """Whether AdapterHub 1.3.0 has adapters on this architecture at the same places, so that its files
         translate: BERT-style output modules, or the decoder blocks it patches."""
-        sites = [site for stack in self.stacks() for site in (stack.attention, stack.output)]
+        sites = [stack.site(position) for stack in self.stacks() for position in stack.positions]
         return all(site.kind is SiteKind.POST_LN_OUTPUT or site.adapterhub_path is not None for site in sites)
 
 
@@ -159,26 +175,30 @@ _LLAMA_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder(
 )
 
 
-def _t5_stack(layers: str, feed_forward: int) -> LayerStack:
-    """T5's self-attention and feed-forward sub-layers (`layer.<k>` = T5LayerSelfAttention / T5LayerFF, each a
-    pre-norm residual block: r + dropout(sub-layer(layer_norm(r)))); the decoder's cross-attention is layer.1."""
+def _t5_stack(layers: str, decoder: bool) -> LayerStack:
+    """T5's sub-layers (`layer.<k>` = T5LayerSelfAttention, in the decoder T5LayerCrossAttention, then T5LayerFF,
+    each a pre-norm residual block: r + dropout(sub-layer(layer_norm(r))))."""
+
+    def site(index: int, module: str) -> SiteSpec:
+        return SiteSpec(
+            SiteKind.PRE_NORM,
+            f"layer.{index}.{module}",
+            residual_input=f"layer.{index}.layer_norm",
+            adapterhub_path=f"layer.{index}",
+        )
+
     return LayerStack(
         layers,
-        attention=SiteSpec(
-            SiteKind.PRE_NORM, "layer.0.SelfAttention", residual_input="layer.0.layer_norm", adapterhub_path="layer.0"
-        ),
-        output=SiteSpec(
-            SiteKind.PRE_NORM,
-            f"layer.{feed_forward}.DenseReluDense",
-            residual_input=f"layer.{feed_forward}.layer_norm",
-            adapterhub_path=f"layer.{feed_forward}",
-        ),
+        attention=site(0, "SelfAttention"),
+        output=site(2 if decoder else 1, "DenseReluDense"),
+        cross=site(1, "EncDecAttention") if decoder else None,
     )
 
 
-def _bart_stack(layers: str) -> LayerStack:
-    """BART's post-norm layers: LN(r + self_attn(r)), then LN(r + fc2(act(fc1(r)))); the feed-forward has no
-    module of its own, so the site wraps fc2 and takes r from fc1's input."""
+def _bart_stack(layers: str, decoder: bool) -> LayerStack:
+    """BART's post-norm layers: LN(r + self_attn(r)), in the decoder LN(r + encoder_attn(r, encoder states)), then
+    LN(r + fc2(act(fc1(r)))); the feed-forward has no module of its own, so the site wraps fc2 and takes r from fc1's
+    input."""
     return LayerStack(
         layers,
         attention=SiteSpec(
@@ -191,6 +211,14 @@ def _bart_stack(layers: str) -> LayerStack:
             residual_input="fc1",
             adapterhub_path="output_adapters",
         ),
+        cross=SiteSpec(
+            SiteKind.PRE_RESIDUAL,
+            "encoder_attn",
+            layer_norm="encoder_attn_layer_norm",
+            adapterhub_path="cross_attention_adapters",
+        )
+        if decoder
+        else None,
     )
 
 
@@ -234,10 +262,10 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "gemma2": _GEMMA2_LIKE,
     "gemma3_text": _GEMMA2_LIKE,
     "phi3": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
-    # Encoder-decoders: sites in the encoder's layers and the decoder's self-attention and feed-forward (AdapterHub's
-    # presets put nothing on cross-attention either).
-    "t5": _encoder_decoder(_t5_stack("encoder.block", 1), _t5_stack("decoder.block", 2)),
-    "bart": _encoder_decoder(_bart_stack("encoder.layers"), _bart_stack("decoder.layers")),
+    # Encoder-decoders: sites in the encoder's layers and the decoder's self-attention, cross-attention and
+    # feed-forward (the presets put nothing after cross-attention, as AdapterHub's do: positions=(..., 'cross')).
+    "t5": _encoder_decoder(_t5_stack("encoder.block", decoder=False), _t5_stack("decoder.block", decoder=True)),
+    "bart": _encoder_decoder(_bart_stack("encoder.layers", decoder=False), _bart_stack("decoder.layers", decoder=True)),
     "modernbert": ArchitectureSpec(
         layers="layers", attention=SiteSpec(SiteKind.PRE_NORM, "attn"), output=SiteSpec(SiteKind.PRE_NORM, "mlp")
     ),

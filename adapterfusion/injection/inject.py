@@ -33,7 +33,7 @@ def inject_sites(model: AdaptedModel, runtime: ForwardRuntime) -> list[AdapterSi
     index = 0
     for stack in model.architecture.stacks():
         for number, layer in enumerate(cast(nn.ModuleList, get_submodule(base, stack.layers))):
-            for position in ("attention", "output"):
+            for position in stack.positions:
                 spec = stack.site(position)
                 parent_path, _, attribute = spec.path.rpartition(".")
                 parent = get_submodule(layer, parent_path) if parent_path else layer

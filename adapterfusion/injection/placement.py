@@ -27,6 +27,12 @@ def adapter_modules(
     """A new adapter `name` for each site `config` places it at (its positions, less its leave_out layers)."""
     check_piece_name(name, "adapter")
     _check_layers(config, name, num_layers)
+    if "cross" in config.positions and not any(site.position == "cross" for site in sites):
+        raise ConfigError(
+            f"adapter {name!r}: positions={list(config.positions)} includes 'cross', the site after cross-attention, "
+            "which only an encoder-decoder's decoder layers have (T5, BART); this model has no cross-attention, so "
+            "leave 'cross' out"
+        )
     targets = [s for s in sites if s.position in config.positions and s.layer_index not in config.leave_out]
     for site in targets:
         site.check_supports(config, name)

@@ -59,12 +59,13 @@ BN_DEFAULTS: dict[str, Any] = {
     "stochastic_depth": 0.0,
     "use_gating": False,
 }
+# Our positions and the BnConfig flags that put an adapter there ('cross': in an encoder-decoder's decoder layers).
+_POSITION_FLAGS = (("attention", "mh_adapter"), ("cross", "cross_adapter"), ("output", "output_adapter"))
 # Options whose non-default value changes the forward in a way we cannot express.
 _REFUSED = {
     "use_gating": "a learned sigmoid gate on the adapter output",
     "phm_layer": "PHM (hypercomplex) down/up projections",
     "is_parallel": "a parallel adapter (added to the sub-layer input instead of stacked on its output)",
-    "cross_adapter": "cross-attention adapters",
     "inv_adapter": "invertible embedding adapters",
 }
 # adapters resolves names with transformers' get_activation(name.lower()), except "leakyrelu".
@@ -132,9 +133,11 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
             f"AdapterHub option scaling={c['scaling']!r} (a learned scaling parameter) is not supported; "
             "only a constant scaling can be imported"
         )
-    positions = tuple(p for p, flag in (("attention", "mh_adapter"), ("output", "output_adapter")) if _flag(c, flag))
+    positions = tuple(position for position, flag in _POSITION_FLAGS if _flag(c, flag))
     if not positions:
-        raise ConfigError("AdapterHub adapter has mh_adapter=False and output_adapter=False: it sits nowhere")
+        raise ConfigError(
+            "AdapterHub adapter has mh_adapter=False, cross_adapter=False and output_adapter=False: it sits nowhere"
+        )
     name = c["non_linearity"]
     non_linearity = _NON_LINEARITY_IN.get(name.lower()) if isinstance(name, str) else None
     if non_linearity is None:
@@ -189,11 +192,10 @@ def adapter_config_to_adapterhub(config: AdapterConfig) -> dict[str, Any]:
         "leave_out": list(config.leave_out),
         "ln_after": config.ln_after,
         "ln_before": config.ln_before,
-        "mh_adapter": "attention" in config.positions,
+        **{flag: position in config.positions for position, flag in _POSITION_FLAGS},
         "non_linearity": _NON_LINEARITY_OUT.get(config.non_linearity, config.non_linearity),
         "original_ln_after": config.original_ln_after,
         "original_ln_before": config.original_ln_before,
-        "output_adapter": "output" in config.positions,
         "reduction_factor": dict(reduction_factor) if isinstance(reduction_factor, dict) else reduction_factor,
         "residual_before_ln": config.residual_before_ln,
         "scaling": config.scaling,

@@ -21,6 +21,9 @@ from tolerances import assert_close
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "decoders"
 DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "t5", "bart")
 SETUPS = ("pf", "pf_tanh", "pf_gelu", "hb", "hb_relu", "fusion_pf_dynamic", "fusion_hb_static")
+# T5 and BART also: Pfeiffer adapters after cross-attention as well (cross_adapter=True), and their fusion.
+CROSS_SETUPS = ("pf_cross", "pf_cross_tanh", "fusion_pf_cross_dynamic")
+POSITIONS = {"mh_adapter": "attention", "cross_adapter": "cross", "output_adapter": "output"}
 # On Gemma2/3 AdapterHub's Pfeiffer normalises x + r with the *last* layer's feed-forward post-norm in every layer (a
 # defect of its hooks, docs/adapterhub-decoders.md); ours uses each layer's own, so only Houlsby setups compare there.
 HOULSBY_SETUPS = ("hb", "hb_relu", "fusion_hb_static")
@@ -58,7 +61,8 @@ def test_adapterhub_decoder_pieces_give_adapterhubs_outputs(model_type: str) -> 
     dtype = PRECISION.get(model_type, torch.float64)
     with torch.no_grad():
         assert_close(model(**inputs).logits, expected["bare.logits"], dtype=dtype, label="bare")
-        for setup in HOULSBY_SETUPS if model_type.startswith("gemma") else SETUPS:
+        setups = HOULSBY_SETUPS if model_type.startswith("gemma") else SETUPS
+        for setup in (*setups, *CROSS_SETUPS) if model_type in ("t5", "bart") else setups:
             fused = _activate(model, manifest, setup)
             output = model(**inputs, output_hidden_states=True, output_fusion_attentions=fused is not None)
             assert_close(output.logits, expected[f"{setup}.logits"], dtype=dtype, label=setup)
@@ -72,8 +76,7 @@ def test_adapterhub_decoder_pieces_give_adapterhubs_outputs(model_type: str) -> 
                 for key, weights in expected.items():
                     if key.startswith(f"{setup}.fusion_attention."):
                         layer, location = key.split(".")[-2:]
-                        position = {"mh_adapter": "attention", "output_adapter": "output"}[location]
-                        site = (int(layer.removeprefix("layer")), position)
+                        site = (int(layer.removeprefix("layer")), POSITIONS[location])
                         assert_close(recorded[site], weights, dtype=dtype, label=key)
 
 
@@ -95,6 +98,28 @@ def test_decoder_pieces_exported_to_adapterhub_load_back_to_the_same_outputs(mod
     inputs = {"input_ids": expected["input_ids"], "attention_mask": expected["attention_mask"]}
     with torch.no_grad():
         assert_close(again(**inputs).logits, expected["fusion_pf_dynamic.logits"])
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_cross_attention_pieces_exported_to_adapterhub_load_back(model_type: str, tmp_path: Path) -> None:
+    model, manifest, expected = _loaded(model_type)
+    names, fusion = ("pf_cross", "pf_cross_tanh"), "pf_cross-pf_cross_tanh"
+    for name in names:
+        export_adapterhub(model, "adapter", name, tmp_path / name)
+        written = json.loads((tmp_path / name / "adapter_config.json").read_text())["config"]
+        assert written["cross_adapter"] is True and written["output_adapter"] is True and not written["mh_adapter"]
+    export_adapterhub(model, "fusion", fusion, tmp_path / "fusion")
+    base = transformers.AutoModelForSeq2SeqLM.from_pretrained(
+        FIXTURES / model_type / "base_model", dtype=torch.float64, attn_implementation="eager"
+    )
+    again = af.wrap(base)
+    for name in names:
+        again.load_adapter(tmp_path / name)
+    again.load_fusion(tmp_path / "fusion")
+    again.eval().activate(fusion=fusion)
+    inputs = {key: expected[key] for key in ("input_ids", "attention_mask", "decoder_input_ids")}
+    with torch.no_grad():
+        assert_close(again(**inputs).logits, expected["fusion_pf_cross_dynamic.logits"], dtype=torch.float32)
 
 
 @pytest.mark.parametrize("model_type", ["gemma", "phi3"])

@@ -5,6 +5,8 @@ r + x + A(x + r) (Pfeiffer); BART's post-norm ones LN(r + x + A(LN(x + r))), LN 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -35,7 +37,8 @@ def test_wrapping_keeps_logits_and_loss_and_numbers_decoder_layers_after_the_enc
     labels = inputs.pop("decoder_input_ids")
     expected = bare(**inputs, labels=labels)
     model = af.wrap(bare)
-    assert model.num_layers == 4 and [site.layer_index for site in model.sites] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert model.num_layers == 4 and [site.layer_index for site in model.sites] == [0, 0, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert [site.position for site in model.sites[4:7]] == ["attention", "cross", "output"]
     output = model(**inputs, labels=labels)
     assert torch.equal(output.logits, expected.logits) and torch.equal(output.loss, expected.loss)
 
@@ -90,6 +93,59 @@ def test_pfeiffer_at_the_decoders_last_feed_forward_by_hand(model_type: str) -> 
 
 
 @pytest.mark.parametrize("model_type", SEQ2SEQ)
+def test_pfeiffer_after_the_decoders_last_cross_attention_by_hand(model_type: str) -> None:
+    """positions=('cross',): the adapter sits after each decoder layer's cross-attention only, placed as at the
+    other sites (AdapterHub's cross_adapter)."""
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    inputs = tiny_decoder_inputs(model_type)
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(4, positions=("cross",), leave_out=[2]))
+    _randomise(model)
+    assert [site.key for site in model.sites_with_adapter("a")] == ["layer.3.cross"]
+    layer = _last_decoder_layer(model)
+    if model_type == "t5":  # layer.1 = T5LayerCrossAttention: r + EncDecAttention(layer_norm(r), encoder states)
+        r_module, x_module, out_module, norm = (
+            layer.layer[1].layer_norm,
+            layer.layer[1].EncDecAttention,
+            layer.layer[1],
+            None,
+        )
+    else:  # BART: encoder_attn_layer_norm(r + encoder_attn(r, encoder states))
+        r_module, x_module = layer.encoder_attn, layer.encoder_attn
+        out_module = norm = layer.encoder_attn_layer_norm
+    seen: dict[str, torch.Tensor] = {}
+
+    def first(value: Any) -> torch.Tensor:
+        return value[0] if isinstance(value, tuple) else value
+
+    hooks = [
+        r_module.register_forward_pre_hook(lambda m, args: seen.__setitem__("r", args[0])),
+        x_module.register_forward_hook(lambda m, args, out: seen.__setitem__("x", first(out))),
+        out_module.register_forward_hook(lambda m, args, out: seen.__setitem__("out", first(out))),
+    ]
+    with torch.no_grad():
+        model(**inputs)
+        r, x = seen["r"], seen["x"]
+        adapter = model.sites_with_adapter("a")[0].adapters["a"]
+
+        def bottleneck(value: torch.Tensor) -> torch.Tensor:
+            return torch.relu(value @ adapter.down.weight.T + adapter.down.bias) @ adapter.up.weight.T + adapter.up.bias
+
+        expected = r + x + bottleneck(x + r) if norm is None else norm(r + x + bottleneck(norm(x + r)))
+        model.activate(adapter="a")
+        model(**inputs)
+    for hook in hooks:
+        hook.remove()
+    assert_close(seen["out"], expected, dtype=torch.float64)
+
+
+def test_a_cross_position_needs_cross_attention() -> None:
+    model = af.wrap(tiny_decoder("llama"))
+    with pytest.raises(af.ConfigError, match="cross-attention"):
+        model.add_adapter("a", af.AdapterConfig.pfeiffer(positions=("cross", "output")))
+    assert "a" not in model.adapter_configs
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ)
 @pytest.mark.parametrize("adapter", ["pfeiffer", "houlsby"])
 def test_fusion_fast_path_equals_the_literal_reference_on_encoder_decoders(model_type: str, adapter: str) -> None:
     model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
@@ -105,6 +161,25 @@ def test_fusion_fast_path_equals_the_literal_reference_on_encoder_decoders(model
         reference = model(**inputs, output_fusion_attentions=True)
     assert_close(fast.logits, reference.logits, dtype=torch.float64)
     assert len(fast.fusion_attentions_by_site) == (2 if adapter == "houlsby" else 1) * 4
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ)
+def test_fusion_after_cross_attention_fast_equals_reference(model_type: str) -> None:
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    for name in ("a", "b"):
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(4, positions=("cross", "output")))
+    model.add_fusion("f", ["a", "b"])
+    _randomise(model)
+    model.activate(fusion="f")
+    inputs = tiny_decoder_inputs(model_type)
+    with torch.no_grad():
+        fast = model(**inputs, output_fusion_attentions=True)
+        model.set_fusion_implementation("reference")
+        reference = model(**inputs, output_fusion_attentions=True)
+    assert_close(fast.logits, reference.logits, dtype=torch.float64)
+    assert sorted(key for key in fast.fusion_attentions_by_site if key[1] == "cross") == [(2, "cross"), (3, "cross")]
+    for key, weights in fast.fusion_attentions_by_site.items():
+        assert_close(weights, reference.fusion_attentions_by_site[key], dtype=torch.float64, label=str(key))
 
 
 @pytest.mark.parametrize("model_type", SEQ2SEQ)

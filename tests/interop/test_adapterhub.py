@@ -257,7 +257,6 @@ def test_malicious_bin_is_refused_without_running_code(writer, tmp_path):
         ("is_parallel", True),
         ("non_linearity", "gelu_new"),
         ("architecture", "lora"),
-        ("cross_adapter", True),
         ("some_future_option", True),
     ],
 )
@@ -265,6 +264,17 @@ def test_unsupported_adapter_options_are_refused(option, value, tmp_path):
     folder = edited_copy(FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path, config={option: value})
     model = fresh_model("bert")
     with pytest.raises(af.ConfigError, match=option):
+        model.load_adapter(folder)
+    assert model.adapter_names == []
+
+
+def test_a_cross_attention_adapter_needs_an_encoder_decoder(tmp_path):
+    """cross_adapter=True is our 'cross' position (tests/decoders: T5 and BART); an encoder has no such site."""
+    folder = edited_copy(
+        FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path, config={"cross_adapter": True}
+    )
+    model = fresh_model("bert")
+    with pytest.raises(af.ConfigError, match="cross-attention"):
         model.load_adapter(folder)
     assert model.adapter_names == []
 
