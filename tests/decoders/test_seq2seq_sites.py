@@ -185,8 +185,8 @@ def test_fusion_after_cross_attention_fast_equals_reference(model_type: str) -> 
 @pytest.mark.parametrize("model_type", SEQ2SEQ)
 def test_seq2seq_generation_with_the_cache_equals_generation_without_it(model_type: str) -> None:
     model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
-    for name in ("a", "b"):
-        model.add_adapter(name, af.AdapterConfig.pfeiffer(4))
+    for name in ("a", "b"):  # at every site, cross-attention's included (whose keys come from the cache)
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(4, positions=("attention", "cross", "output")))
     model.add_fusion("f", ["a", "b"])
     _randomise(model)
     model.activate(fusion="f")
