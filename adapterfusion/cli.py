@@ -332,6 +332,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_text_chars=args.max_text_chars,
         max_body_bytes=args.max_body_bytes,
         max_length=args.max_length,
+        max_new_tokens=args.max_new_tokens,
         api_key=ServeConfig.key_from_env(args.api_key),
     )
     serve(args.setup, args.base, args.host, args.port, config, args.device, args.dtype, args.drain_seconds)
@@ -528,6 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max-text-chars", type=int, default=20_000, help="characters per text (default 20000)")
     server.add_argument("--max-body-bytes", type=int, default=2_000_000, help="bytes per request (default 2 MB)")
     server.add_argument("--max-length", type=int, default=None, help="tokens kept per input (default: the model's)")
+    server.add_argument(
+        "--max-new-tokens", type=int, default=256, help="tokens one /v1/generate request may ask for (default 256)"
+    )
     server.add_argument(
         "--api-key", default=None, help=f"key that POST /v1/pieces requires (default: ${API_KEY_ENV}, else none)"
     )

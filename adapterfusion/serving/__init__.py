@@ -2,8 +2,10 @@
 own, with requests that arrive together run in one routed forward (routing.py). Needs the `serve` extra (FastAPI,
 uvicorn): `adapterfusion serve SETUP`.
 
-    contract.py   what a request may hold, checked into PredictRequest / PieceRequest or a RequestError (4xx)
+    contract.py   what a request may hold, checked into PredictRequest / GenerateRequest / PieceRequest or a
+                  RequestError (4xx)
     predictor.py  one tokenised batch, one forward with a choice and a head per row
+    generator.py  prompts of many requests, one greedy generate() per length group with a choice per prompt
     batcher.py    the bounded queue and the loop that groups requests into forwards
     metrics.py    counters and histograms in the Prometheus text format
     app.py        the FastAPI app and its endpoints

@@ -1,4 +1,4 @@
-"""The HTTP app (FastAPI): GET /healthz, POST /v1/predict, GET and POST /v1/pieces, GET /metrics.
+"""The HTTP app (FastAPI): GET /healthz, POST /v1/predict, POST /v1/generate, GET and POST /v1/pieces, GET /metrics.
 
 Everything that touches the model (forwards and loading pieces) runs on one worker thread, one thing at a time; the
 event loop only parses, queues and answers. Every refusal is a JSON body {"error": {"status", "message"}}; an error
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from adapterfusion.errors import AdapterFusionError, ConfigError, NameNotFoundError
 from adapterfusion.serving.batcher import Batcher
 from adapterfusion.serving.config import ServeConfig
-from adapterfusion.serving.contract import Catalog, RequestError, parse_piece, parse_predict, read_body
+from adapterfusion.serving.contract import Catalog, RequestError, parse_generate, parse_piece, parse_predict, read_body
+from adapterfusion.serving.generator import Generator
 from adapterfusion.serving.metrics import CONTENT_TYPE, Metrics
 from adapterfusion.serving.predictor import Predictor
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ROUTES = ("/healthz", "/v1/predict", "/v1/pieces", "/metrics")
+ROUTES = ("/healthz", "/v1/predict", "/v1/generate", "/v1/pieces", "/metrics")
 
 
 def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None = None) -> "FastAPI":
@@ -49,25 +50,27 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
         metrics.batch_rows.observe(rows)
         metrics.failed_forwards += failed
 
-    batcher = Batcher(
-        predictor.predict,
-        executor,
-        config.max_batch_size,
-        config.max_wait_ms,
-        config.max_queue,
-        config.max_batch_tokens,
-        on_forward,
-    )
+    def batcher_of(run: Callable[..., Any]) -> Batcher[Any]:
+        limits = (config.max_batch_size, config.max_wait_ms, config.max_queue, config.max_batch_tokens)
+        return Batcher(run, executor, *limits, on_forward)
+
+    batcher = batcher_of(predictor.predict)
+    # Generation has its own queue (its batches run for many steps), on the same model thread as the forwards.
+    generator = Generator(model, tokenizer, config.max_length) if model.can_generate() else None
+    generations = batcher_of(generator.generate) if generator is not None else None
+    batchers = [batcher, *([generations] if generations is not None else [])]
     in_flight = 0
     catalog = Catalog.of(model)  # replaced (on the model's thread) after each load
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        batcher.start()
+        for each in batchers:
+            each.start()
         try:
             yield
         finally:  # the server stopped taking requests and waited for those in flight; finish anything still queued
-            await batcher.close()
+            for each in batchers:
+                await each.close()
             executor.shutdown(wait=True)
 
     app = FastAPI(title="adapterfusion", lifespan=lifespan)
@@ -96,23 +99,39 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
     async def healthz() -> dict[str, Any]:
         return {"status": "ok", "adapters": len(catalog.adapters), "fusions": len(catalog.fusions)}
 
-    @app.post("/v1/predict")
-    async def predict(request: Request) -> JSONResponse:
+    async def answer(
+        request: Request, encode: Callable[[dict[str, Any]], Any], queue: Batcher[Any], key: str
+    ) -> JSONResponse:
+        """A request read, checked and encoded by `encode`, run in `queue`'s next batch, answered as {key: [...]}."""
         start = time.perf_counter()
         try:
-            parsed = parse_predict(read_body(await _body(request, config), config), catalog, config)
-            predictions = await batcher.submit(predictor.encode(parsed))
+            answers = await queue.submit(encode(read_body(await _body(request, config), config)))
         except RequestError:
             raise
         except AdapterFusionError as error:  # a check inside the forward refused this request's inputs
             raise RequestError(422, str(error)) from None
         except Exception:
-            logger.exception("predict failed")
+            logger.exception("%s failed", key)
             return _error(500, "the forward failed on the server; the error is in the server's log")
         finally:
             metrics.latency.observe(time.perf_counter() - start)
-        metrics.predictions += len(predictions)
-        return JSONResponse({"predictions": predictions})
+        metrics.predictions += len(answers)
+        return JSONResponse({key: answers})
+
+    @app.post("/v1/predict")
+    async def predict(request: Request) -> JSONResponse:
+        return await answer(
+            request, lambda data: predictor.encode(parse_predict(data, catalog, config)), batcher, "predictions"
+        )
+
+    @app.post("/v1/generate")
+    async def generate(request: Request) -> JSONResponse:
+        def encode(data: dict[str, Any]) -> Any:
+            parsed = parse_generate(data, catalog, config)  # 404 where the model cannot generate
+            assert generator is not None
+            return generator.encode(parsed)
+
+        return await answer(request, encode, generations or batcher, "generations")
 
     @app.get("/v1/pieces")
     async def pieces() -> dict[str, Any]:
@@ -143,7 +162,7 @@ def create_app(model: "AdaptedModel", tokenizer: Any, config: ServeConfig | None
     @app.get("/metrics")
     async def metrics_text() -> PlainTextResponse:
         gauges = {
-            "queue_waiting": (batcher.waiting, "Predict requests queued for a forward."),
+            "queue_waiting": (sum(each.waiting for each in batchers), "Requests queued for a forward or generation."),
             "in_flight": (in_flight, "HTTP requests being handled."),
             "pieces_loaded": (
                 len(catalog.adapters) + len(catalog.fusions) + len(catalog.heads),

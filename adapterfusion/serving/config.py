@@ -19,7 +19,8 @@ class ServeConfig:
     requests waiting for a forward before new ones get 429; max_inputs: inputs in one request (at most
     max_batch_size, so a request always fits one forward); max_text_chars: characters of one text; max_body_bytes:
     bytes of one request body; max_length: tokens kept of an input (None: the tokenizer's and the model's limit);
-    api_key: required by POST /v1/pieces when set."""
+    max_new_tokens: the most tokens one generate request may ask for; api_key: required by POST /v1/pieces when
+    set."""
 
     max_batch_size: int = 32
     max_batch_tokens: int | None = 4096
@@ -29,10 +30,11 @@ class ServeConfig:
     max_text_chars: int = 20_000
     max_body_bytes: int = 2_000_000
     max_length: int | None = None
+    max_new_tokens: int = 256
     api_key: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_size", "max_queue", "max_inputs", "max_text_chars", "max_body_bytes"):
+        for name in ("max_batch_size", "max_queue", "max_inputs", "max_text_chars", "max_body_bytes", "max_new_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive whole number")

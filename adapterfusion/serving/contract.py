@@ -7,6 +7,10 @@ it never reaches the model.
                    -> {"predictions": [{"label": int, "scores": [float, ...]}, ...]}   (classification heads;
                       with "label_name" too where the head has label names)
                       {"predictions": [{"value": float, "scores": [float]}, ...]}      (regression heads)
+    POST /v1/generate {"inputs": ["prompt", ...], "adapter": NAME | "fusion": NAME, "max_new_tokens": int,
+                       "chat": bool}
+                   -> {"generations": [{"text": str, "tokens": int}, ...]}   (greedy; a decoder or encoder-decoder
+                      served with its language-model head; "chat": the prompt through the tokenizer's chat template)
     POST /v1/pieces   {"kind": "adapter" | "fusion" | "head", "source": folder or Hub id, "name": NAME (optional)}
 
 Neither adapter nor fusion: the plain encoder. No head: the head named like the adapter or fusion, else the setup's
@@ -29,6 +33,8 @@ if TYPE_CHECKING:
 # Heads whose output is one vector per input, which the predictions above describe.
 SERVED_HEAD_KINDS = ("classification", "regression")
 _PREDICT_KEYS = ("inputs", "adapter", "fusion", "head")
+_GENERATE_KEYS = ("inputs", "adapter", "fusion", "max_new_tokens", "chat")
+DEFAULT_NEW_TOKENS = 32  # what a generate request without max_new_tokens gets (at most the server's limit)
 _PIECE_KEYS = ("kind", "source", "name")
 _INPUTS_FORM = 'a list of texts ["...", ...] or of text pairs [["...", "..."], ...]'
 
@@ -58,6 +64,7 @@ class Catalog:
     fusions: dict[str, tuple[str, ...]]
     heads: dict[str, HeadInfo]
     active: dict[str, str | None]
+    generates: bool = False  # the model has a language-model head (POST /v1/generate)
 
     @classmethod
     def of(cls, model: AdaptedModel) -> Catalog:
@@ -70,6 +77,7 @@ class Catalog:
             {name: tuple(model.fusion_setup(name).adapters) for name in model.fusion_names},
             heads,
             {"adapter": model.active_adapter, "fusion": model.active_fusion, "head": model.active_head},
+            model.can_generate(),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,6 +106,17 @@ class PredictRequest:
 
 
 @dataclass(frozen=True)
+class GenerateRequest:
+    """A checked generate request: its prompts, the routing choice of all of them (as PredictRequest's), at most
+    how many tokens to add to each, and whether each prompt is a user turn for the chat template."""
+
+    prompts: tuple[str, ...]
+    choice: dict[str, str] | None
+    max_new_tokens: int
+    chat: bool = False
+
+
+@dataclass(frozen=True)
 class PieceRequest:
     kind: str
     source: str
@@ -123,14 +142,7 @@ def parse_predict(data: dict[str, Any], catalog: Catalog, config: ServeConfig) -
     """`data` (read_body's object) checked against the loaded pieces and the limits of `config`."""
     _reject_unknown(data, _PREDICT_KEYS)
     inputs = _parse_inputs(data.get("inputs"), config)
-    if data.get("adapter") is not None and data.get("fusion") is not None:
-        raise RequestError(422, "give either 'adapter' or 'fusion', not both (a fusion already runs its adapters)")
-    choice = None
-    for kind, loaded in (("adapter", list(catalog.adapters)), ("fusion", list(catalog.fusions))):
-        name = data.get(kind)
-        if name is not None:
-            _require(kind, name, loaded)
-            choice = {kind: name}
+    choice = _parse_choice(data, catalog)
     head = data.get("head")
     if head is None:
         head = _default_head(catalog, choice)
@@ -142,6 +154,44 @@ def parse_predict(data: dict[str, Any], catalog: Catalog, config: ServeConfig) -
             422, f"head {head!r} is a {kind} head; the server predicts with {' or '.join(SERVED_HEAD_KINDS)} heads"
         )
     return PredictRequest(inputs, choice, head, kind, head_info.labels)
+
+
+def parse_generate(data: dict[str, Any], catalog: Catalog, config: ServeConfig) -> GenerateRequest:
+    """A POST /v1/generate body (read_body's object) checked against the loaded pieces and the limits of `config`."""
+    if not catalog.generates:
+        raise RequestError(
+            404,
+            "this server's model has no language-model head, so it cannot generate; serve a decoder (or T5, BART) "
+            "setup on its AutoModelForCausalLM / AutoModelForSeq2SeqLM base, or use POST /v1/predict",
+        )
+    _reject_unknown(data, _GENERATE_KEYS)
+    inputs = _parse_inputs(data.get("inputs"), config)
+    paired = [index for index, (_, pair) in enumerate(inputs) if pair is not None]
+    if paired:
+        raise RequestError(422, f"inputs[{paired[0]}] is a pair of texts; each prompt to generate from is one text")
+    limit = config.max_new_tokens
+    new_tokens = data.get("max_new_tokens", min(DEFAULT_NEW_TOKENS, limit))
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+        raise RequestError(422, f"'max_new_tokens' is {_short(new_tokens)}; give a whole number from 1 to {limit}")
+    if new_tokens > limit:
+        raise RequestError(413, f"'max_new_tokens' is {new_tokens}, over this server's limit of {limit}")
+    chat = data.get("chat", False)
+    if not isinstance(chat, bool):
+        raise RequestError(422, f"'chat' is {_short(chat)}; give true (apply the chat template) or false")
+    return GenerateRequest(tuple(text for text, _ in inputs), _parse_choice(data, catalog), new_tokens, chat)
+
+
+def _parse_choice(data: dict[str, Any], catalog: Catalog) -> dict[str, str] | None:
+    """The request's 'adapter' or 'fusion' (checked loaded) as an adapter_names entry; None: the plain model."""
+    if data.get("adapter") is not None and data.get("fusion") is not None:
+        raise RequestError(422, "give either 'adapter' or 'fusion', not both (a fusion already runs its adapters)")
+    choice = None
+    for kind, loaded in (("adapter", list(catalog.adapters)), ("fusion", list(catalog.fusions))):
+        name = data.get(kind)
+        if name is not None:
+            _require(kind, name, loaded)
+            choice = {kind: name}
+    return choice
 
 
 def parse_piece(data: dict[str, Any]) -> PieceRequest:

@@ -79,7 +79,10 @@ class Metrics:
                 "batch_rows", "histogram", "Inputs run in one forward.", self.batch_rows.lines(f"{PREFIX}_batch_rows")
             ),
             _block(
-                "predictions_total", "counter", "Inputs predicted.", [f"{PREFIX}_predictions_total {self.predictions}"]
+                "predictions_total",
+                "counter",
+                "Inputs answered (predicted, or generated from).",
+                [f"{PREFIX}_predictions_total {self.predictions}"],
             ),
             _block(
                 "failed_forwards_total",

@@ -49,7 +49,7 @@ class Predictor:
     def __init__(self, model: AdaptedModel, tokenizer: Any, max_length: int | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.max_length = max_length or _model_limit(model, tokenizer)
+        self.max_length = max_length or model_limit(model, tokenizer)
 
     def encode(self, request: PredictRequest) -> Encoded:
         """The request's inputs tokenised (on the event loop, while the model runs other requests)."""
@@ -120,7 +120,7 @@ def _prediction(logits: torch.Tensor, request: PredictRequest) -> Prediction:
     return {"label": label, **named, "scores": values.softmax(-1).tolist()}
 
 
-def _model_limit(model: AdaptedModel, tokenizer: Any) -> int:
+def model_limit(model: AdaptedModel, tokenizer: Any) -> int:
     """The tokens an input may have: the tokenizer's model_max_length, at most the encoder's position table."""
     positions = getattr(getattr(model.model, "config", None), "max_position_embeddings", None)
     limits = [limit for limit in (getattr(tokenizer, "model_max_length", None), positions) if isinstance(limit, int)]

@@ -1,0 +1,117 @@
+"""Generation for many requests at once: their prompts run in one `generate()` call per group of similar length,
+each prompt with the adapter or fusion its request named (`generate(..., adapter_names=[...])`, generation.py), so
+requests for different adapters share the decoding steps of one frozen model.
+
+Greedy decoding only: a request's tokens are then what the prompt gets generated alone with its choice active, and
+a request asking for fewer new tokens than its group gets a prefix of the group's run, which is what it would have
+got by itself (each step depends only on the tokens before it). A decoder's prompts are padded on the left, as
+generation needs; an encoder-decoder's are its encoder's inputs. Like Predictor.predict, `generate` is not
+thread-safe: the server runs it on the model's one thread."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from adapterfusion.serving.contract import GenerateRequest, RequestError
+from adapterfusion.serving.predictor import Prediction, length_groups, model_limit
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+
+@dataclass(frozen=True)
+class EncodedPrompts:
+    """A checked generate request with its prompts tokenised, each as it would be alone."""
+
+    request: GenerateRequest
+    prompts: tuple[list[int], ...]
+
+    @property
+    def rows(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def tokens(self) -> int:
+        """Its longest prompt plus the tokens it may add: what a batch holding it runs to at most."""
+        return max(len(prompt) for prompt in self.prompts) + self.request.max_new_tokens
+
+
+class Generator:
+    """`model` (with its language-model head) and `tokenizer`; prompt plus new tokens at most `max_length` (None: the
+    tokenizer's and the model's limit)."""
+
+    def __init__(self, model: AdaptedModel, tokenizer: Any, max_length: int | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_length = max_length or model_limit(model, tokenizer)
+        config = cast(Any, model.model).config
+        self.encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        generation = getattr(model.model, "generation_config", None)
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        ends = getattr(generation, "eos_token_id", None)
+        ends = ends if ends is not None else tokenizer.eos_token_id
+        self.ends = set(ends) if isinstance(ends, (list, tuple)) else {ends} if ends is not None else set()
+
+    def encode(self, request: GenerateRequest) -> EncodedPrompts:
+        """The request's prompts tokenised (on the event loop); 413 where a prompt leaves no room for its tokens."""
+        prompts = tuple(self._tokens(prompt, request.chat) for prompt in request.prompts)
+        for index, prompt in enumerate(prompts):
+            if len(prompt) + request.max_new_tokens > self.max_length:
+                raise RequestError(
+                    413,
+                    f"inputs[{index}] has {len(prompt)} tokens, which with max_new_tokens={request.max_new_tokens} "
+                    f"exceeds the model's {self.max_length}; shorten the prompt or ask for fewer tokens",
+                )
+        return EncodedPrompts(request, prompts)
+
+    def _tokens(self, prompt: str, chat: bool) -> list[int]:
+        if not chat:
+            return list(self.tokenizer(prompt)["input_ids"])
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise RequestError(422, "'chat' is true, but this model's tokenizer has no chat template; send false")
+        turn = [{"role": "user", "content": prompt}]
+        return list(self.tokenizer.apply_chat_template(turn, add_generation_prompt=True, return_dict=False))
+
+    def generate(self, batch: Sequence[EncodedPrompts]) -> list[list[Prediction]]:
+        """Each request's generations, from one greedy generate() per group of prompts of similar length."""
+        prompts = [prompt for item in batch for prompt in item.prompts]
+        choices = [item.request.choice for item in batch for _ in item.prompts]
+        limits = [item.request.max_new_tokens for item in batch for _ in item.prompts]
+        made: list[Prediction | None] = [None] * len(prompts)
+        for group in length_groups([len(prompt) for prompt in prompts]):
+            padded = self.tokenizer.pad(
+                [{"input_ids": prompts[i]} for i in group],
+                padding=True,
+                padding_side="right" if self.encoder_decoder else "left",
+                return_tensors="pt",
+            )
+            inputs = {key: value.to(self.model.device) for key, value in padded.items()}
+            output = self.model.generate(
+                **inputs,
+                adapter_names=[choices[i] for i in group],
+                max_new_tokens=max(limits[i] for i in group),
+                do_sample=False,
+                num_beams=1,
+                pad_token_id=self.pad,
+            )
+            start = 1 if self.encoder_decoder else inputs["input_ids"].shape[1]  # after the decoder's start token
+            for row, i in enumerate(group):
+                made[i] = self._answer(output[row, start : start + limits[i]].tolist())
+        answers, first = [], 0
+        for item in batch:
+            answers.append([_present(made[i]) for i in range(first, first + item.rows)])
+            first += item.rows
+        return answers
+
+    def _answer(self, tokens: list[int]) -> Prediction:
+        """The new tokens up to and including the first end token, as text."""
+        end = next((k for k, token in enumerate(tokens) if token in self.ends), None)
+        kept = tokens if end is None else tokens[: end + 1]
+        return {"text": self.tokenizer.decode(kept, skip_special_tokens=True), "tokens": len(kept)}
+
+
+def _present(answer: Prediction | None) -> Prediction:
+    assert answer is not None  # every prompt is in exactly one group
+    return answer
