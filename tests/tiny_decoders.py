@@ -144,3 +144,13 @@ def tiny_decoder_inputs(model_type: str, batch: int = 2, seq: int = 7, seed: int
         decoder_input_ids[:, 0] = start
         inputs["decoder_input_ids"] = decoder_input_ids
     return inputs
+
+
+def randomise_pieces(model: torch.nn.Module, seed: int, std: float = 0.3) -> None:
+    """Redraw every adapter and fusion weight of a wrapped model from N(0, std²) (seeded): adapters start as the
+    identity (up = 0), and random weights make every placement and fusion mistake visible."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".adapters." in name or ".fusions." in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype) * std)

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import adapterfusion as af
-from tiny_decoders import tiny_decoder, tiny_decoder_inputs
+from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_inputs
 from tolerances import assert_close
 
 # model_type -> (layers under base_model, attention sub-layer, its norm, feed-forward sub-layer, its norm)
@@ -61,15 +61,6 @@ def _bottleneck(adapter: nn.Module, value: torch.Tensor, activation: Any) -> tor
     return (activation(value @ down.weight.T + down.bias)) @ up.weight.T + up.bias
 
 
-def _randomise(model: af.AdaptedModel, seed: int = 3) -> None:
-    """Adapters start as the identity (up = 0); random weights make every test below able to fail."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if ".adapters." in name or ".fusions." in name:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype) * 0.3)
-
-
 def _first(output: Any) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
@@ -108,7 +99,7 @@ def test_pfeiffer_on_a_decoder_is_r_plus_x_plus_adapter_of_x_plus_r(model_type: 
     inputs = tiny_decoder_inputs(model_type)
     last = model.num_layers - 1
     model.add_adapter("a", af.AdapterConfig.pfeiffer(4, leave_out=list(range(last))))
-    _randomise(model)
+    randomise_pieces(model, seed=3)
     _, _, _, ffn, ffn_norm = PRE_NORM_BLOCKS[model_type]
     layer = _layers(model.model, model_type)[last]
     seen: dict[str, torch.Tensor] = {}
@@ -137,7 +128,7 @@ def test_houlsby_on_a_decoder_is_r_plus_x_plus_adapter_of_x(model_type: str) -> 
     model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
     inputs = tiny_decoder_inputs(model_type)
     model.add_adapter("h", af.AdapterConfig.houlsby(4, leave_out=list(range(1, model.num_layers))))
-    _randomise(model)
+    randomise_pieces(model, seed=3)
     _, attention, attention_norm, ffn, ffn_norm = PRE_NORM_BLOCKS[model_type]
     layer = _layers(model.model, model_type)[0]
     seen: dict[str, torch.Tensor] = {}
@@ -166,7 +157,7 @@ def _fused(model_type: str, adapter: str = "pfeiffer") -> af.AdaptedModel:
     for name in ("a", "b", "c"):
         model.add_adapter(name, af.AdapterConfig.from_name(adapter, reduction_factor=4))
     model.add_fusion("f", ["a", "b", "c"])
-    _randomise(model)
+    randomise_pieces(model, seed=3)
     model.activate(fusion="f")
     return model
 

@@ -11,18 +11,10 @@ import pytest
 import torch
 
 import adapterfusion as af
-from tiny_decoders import tiny_decoder, tiny_decoder_inputs
+from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_inputs
 
 PROMPTS = 4
 CHOICES: list[Any] = ["a", "f", None, "b"]
-
-
-def _randomise(model: af.AdaptedModel, seed: int = 5) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if ".adapters." in name or ".fusions." in name:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype) * 0.3)
 
 
 def _model(model_type: str) -> af.AdaptedModel:
@@ -32,7 +24,7 @@ def _model(model_type: str) -> af.AdaptedModel:
     for name in ("a", "b", "c"):
         model.add_adapter(name, af.AdapterConfig.pfeiffer(4))
     model.add_fusion("f", ["a", "b", "c"])
-    _randomise(model)
+    randomise_pieces(model, seed=5)
     return model
 
 
