@@ -23,12 +23,20 @@ def _model(model_type: str) -> af.AdaptedModel:
     return model.eval()
 
 
-def _by_hand(model: af.AdaptedModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The head on the decoder's last layer at each row's last real token, the decoder fed [start] + ids[:-1] under
-    the input's mask shifted alike, through the wrapped LM's own forward (which runs the same active fusion)."""
-    start = TINY_DECODER_CONFIGS[model.fingerprint.model_type][1]["decoder_start_token_id"]
-    decoder_ids = torch.cat([torch.full_like(ids[:, :1], start), ids[:, :-1]], dim=1)
-    decoder_mask = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)
+def _by_hand(
+    model: af.AdaptedModel, ids: torch.Tensor, mask: torch.Tensor, decoder: tuple[torch.Tensor, ...] | None = None
+) -> torch.Tensor:
+    """The head on the decoder's last layer at each row's last real token, through the wrapped LM's own forward
+    (which runs the same active fusion). The decoder is fed `decoder` (ids, mask) and pooled at its mask's last 1;
+    by default [start] + ids[:-1] under the input's mask shifted alike, pooled at the input's last real token."""
+    if decoder is None:
+        start = TINY_DECODER_CONFIGS[model.fingerprint.model_type][1]["decoder_start_token_id"]
+        decoder_ids = torch.cat([torch.full_like(ids[:, :1], start), ids[:, :-1]], dim=1)
+        decoder_mask = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)
+        last = mask.sum(dim=1) - 1  # right padding: each row's last real token
+    else:
+        decoder_ids, decoder_mask = decoder
+        last = decoder_mask.sum(dim=1) - 1
     output = model.model(
         input_ids=ids,
         attention_mask=mask,
@@ -37,7 +45,6 @@ def _by_hand(model: af.AdaptedModel, ids: torch.Tensor, mask: torch.Tensor) -> t
         output_hidden_states=True,
     )
     states = output.decoder_hidden_states[-1]
-    last = mask.sum(dim=1) - 1  # right padding: each row's last real token
     return model.get_head("h").from_pooled(states[torch.arange(len(ids)), last])
 
 
@@ -77,15 +84,7 @@ def test_decoder_inputs_of_their_own_length_are_pooled_by_their_own_mask(model_t
         logits = model(
             input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, decoder_attention_mask=decoder_mask
         ).logits
-        output = model.model(
-            input_ids=ids,
-            attention_mask=mask,
-            decoder_input_ids=decoder_ids,
-            decoder_attention_mask=decoder_mask,
-            output_hidden_states=True,
-        )
-        pooled = output.decoder_hidden_states[-1][torch.arange(2), torch.tensor([2, 1])]
-        assert_close(logits, model.get_head("h").from_pooled(pooled), dtype=torch.float64)
+        assert_close(logits, _by_hand(model, ids, mask, (decoder_ids, decoder_mask)), dtype=torch.float64)
         with pytest.raises(af.ConfigError, match="decoder_attention_mask"):  # row 1's padding would be pooled
             model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids)
 
