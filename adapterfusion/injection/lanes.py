@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from adapterfusion.adapters.bottleneck import BottleneckAdapter
-from adapterfusion.fusion.layer import FusionLayer, fold_fusion
+from adapterfusion.fusion.layer import SUBNORMAL_WEIGHT, FusionLayer, flushes_subnormal_weights, fold_fusion
 
 # lane(h, r) -> the site's output: h the sub-layer output, r the residual stream (None where the site does not need it).
 Lane = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
@@ -59,17 +59,8 @@ def build_lane(
         count=len(adapters),
         size=adapters[0].bottleneck_size,
         place=place,
-        flush_below=SUBNORMAL_WEIGHT if weight.device.type == "cpu" and weight.dtype in _FLUSHED_DTYPES else None,
+        flush_below=SUBNORMAL_WEIGHT if flushes_subnormal_weights(weight) else None,
     )
-
-
-# Softmax weights below this are set to 0 in a CPU lane (float32, bfloat16). A saturated fusion (scores tens apart,
-# as on SmolLM2) gives the other adapters weights of 1e-40 and less: subnormal numbers, which x86 multiplies tens of
-# times slower, so the two products of such weights cost up to twice the whole fusion (measured: prefill 8 x 128 on
-# SmolLM2, 1.24x bare with them, 1.13x without). A weight this small changes no output bit of float32 or bfloat16
-# (their epsilon is 1e-7 and 8e-3); float64 and float16 (whose subnormals start at 6e-5, a visible weight) keep theirs.
-SUBNORMAL_WEIGHT = 1e-30
-_FLUSHED_DTYPES = (torch.float32, torch.bfloat16)
 
 
 Placement = Callable[[torch.Tensor, "torch.Tensor | None"], tuple[torch.Tensor, torch.Tensor]]

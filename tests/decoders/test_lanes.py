@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import adapterfusion as af
+from adapterfusion.fusion.layer import SUBNORMAL_WEIGHT
 from adapterfusion.injection import lanes as lanes_module
 from tiny_decoders import DECODER_TYPES, tiny_decoder, tiny_decoder_inputs
 from tolerances import assert_close
@@ -150,10 +151,11 @@ def test_a_site_whose_adapters_ignore_the_residual_stream_does_not_listen_for_it
     assert sum(site._residual_hook is not None for site in pfeiffer.sites) == pfeiffer.num_layers
 
 
-def test_a_cpu_lane_sets_subnormal_fusion_weights_to_zero_without_changing_the_output() -> None:
+def test_subnormal_fusion_weights_become_zero_at_inference_without_changing_the_output() -> None:
     """A saturated fusion gives the other adapters subnormal softmax weights, which x86 multiplies many times slower;
-    a float32 lane on the CPU sets weights below SUBNORMAL_WEIGHT to 0, and the site's output stays the general
-    path's to float32 rounding (checked at the site, where a weight dropped too early would show)."""
+    at inference on the CPU in float32 the lane and the general fast path set weights below SUBNORMAL_WEIGHT to 0,
+    and the site's output stays what the unflushed computation (with gradients on) gives, to float32 rounding
+    (checked at the site, where a weight dropped too early would show)."""
     model = af.wrap(tiny_decoder("llama")).eval()  # float32
     for name in ("a", "b", "c"):
         model.add_adapter(name, ADAPTERS["pfeiffer"])
@@ -167,13 +169,20 @@ def test_a_cpu_lane_sets_subnormal_fusion_weights_to_zero_without_changing_the_o
     site = model.sites_with_fusion("f")[0]
     scale = torch.logspace(-1, 1.5, 40).view(4, 10, 1)  # from spread weights to saturated ones, token by token
     h, r = (torch.randn(4, 10, 32, generator=generator) * scale for _ in range(2))
+    with model.recording_fusion_attentions() as recorded:  # gradients on: nothing flushed
+        unflushed = site.adapt_with(h, r, False, "f", ("a", "b", "c"), None, None).detach()
+    assert recorded is not None
+    weights = recorded[(site.layer_index, site.position)]
+    assert ((weights > 0) & (weights < SUBNORMAL_WEIGHT)).any()  # the case arises
+    assert ((weights > 1e-6) & (weights < 0.99)).any()  # and not every row is saturated
     with torch.no_grad(), model.recording_fusion_attentions() as recorded:
         general = site.adapt_with(h, r, False, "f", ("a", "b", "c"), None, None)
     assert recorded is not None
-    weights = recorded[(site.layer_index, site.position)]
-    assert ((weights > 0) & (weights < lanes_module.SUBNORMAL_WEIGHT)).any()  # the case arises
-    assert ((weights > 1e-6) & (weights < 0.99)).any()  # and not every row is saturated
+    flushed = recorded[(site.layer_index, site.position)]
+    assert not ((flushed > 0) & (flushed < SUBNORMAL_WEIGHT)).any()
+    assert torch.equal(flushed, torch.where(weights < SUBNORMAL_WEIGHT, 0.0, weights))
     lane = lanes_module.build_lane([site.adapter(n) for n in ("a", "b", "c")], site.fusion("f"), lambda u: u)
     assert lane is not None
     with torch.no_grad():
-        assert_close(lane(h, r), general, dtype=torch.float32)
+        assert_close(general, unflushed, dtype=torch.float32)
+        assert_close(lane(h, r), unflushed, dtype=torch.float32)
