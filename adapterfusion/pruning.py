@@ -1,8 +1,9 @@
 """Pruning a trained fusion down to its most-activated adapters, and what that changes (Pfeiffer et al. 2021
 §8.2; Rücklé et al. 2021, AdapterDrop: most adapters of a fusion can be pruned with no loss).
 
-`select_adapters` ranks adapters by their mean fusion activation (over layers and real dev tokens) and keeps the
-top k, or the fewest whose share of the total activation reaches `mass`; ties (equal to TIE_DECIMALS decimals)
+`select_adapters` ranks adapters by their mean fusion activation (over layers and real dev tokens; for a ScaLearn
+fusion the mean magnitude of its scales) and keeps the top k, or the fewest whose share of the total activation
+reaches `mass`; ties (equal to TIE_DECIMALS decimals)
 go to the target task's own adapter, then to the adapter the fusion lists first. `compare_pruned` builds the pruned
 fusion beside the full one (fusion/subset.py: the same Q/K/V, only the kept adapters run), evaluates both on the
 same batches and times them side by side. `prune_fusion` does all of it for a fusion run folder. A module above
@@ -20,13 +21,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from adapterfusion.analysis.fusion_attention import mean_fusion_attention
 from adapterfusion.errors import ConfigError
 from adapterfusion.evaluation import load_run_split, run_batches
+from adapterfusion.fusion.scalearn import ScaLearnLayer
 from adapterfusion.fusion.subset import add_fusion_subset
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
@@ -214,10 +216,7 @@ def compare_pruned(
     if pruned_name == fusion:
         raise ConfigError(f"pruned_name={pruned_name!r} would replace the fusion being pruned; choose another name")
     head = head if head is not None else model.active_head
-    activation = mean_fusion_attention(model, fusion, batches, head=head)
-    shares = {
-        name: float(value) for name, value in zip(activation.adapters, activation.values.mean(axis=0), strict=True)
-    }
+    shares = _shares(model, fusion, batches, head)
     pruned = add_fusion_subset(
         model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name, overwrite=True
     )
@@ -242,6 +241,27 @@ def compare_pruned(
         repeats=repeats,
         target_adapter=target_adapter,
     )
+
+
+def _shares(
+    model: AdaptedModel, fusion: str, batches: Sequence[Mapping[str, torch.Tensor]], head: str | None
+) -> dict[str, float]:
+    """How much each fused adapter counts in `fusion`: its mean softmax weight over layers and real dev tokens; for a
+    ScaLearn fusion, whose scales are signed and unnormalised (a large negative scale is a large effect, and a mean
+    of signed scales can hide it), the mean magnitude of its scales over the sites that run and their dimensions."""
+    adapters = model.fusion_setup(fusion).adapters
+    if model.fusion_setup(fusion).config.is_scalearn:
+        scales = [
+            cast(ScaLearnLayer, site.fusions[fusion]).scales.detach()
+            for site in model.sites_with_fusion(fusion)
+            if site.layer_index not in model.skip_layers
+        ]
+        if not scales:
+            raise ConfigError(f"every site of ScaLearn fusion {fusion!r} is in skip_layers: nothing to rank")
+        magnitude = torch.stack([site_scales.abs().mean(dim=-1) for site_scales in scales]).mean(dim=0)
+        return {name: float(value) for name, value in zip(adapters, magnitude.tolist(), strict=True)}
+    activation = mean_fusion_attention(model, fusion, batches, head=head)
+    return {name: float(value) for name, value in zip(activation.adapters, activation.values.mean(axis=0), strict=True)}
 
 
 def prune_fusion(

@@ -182,6 +182,33 @@ def test_pruned_logits_equal_the_masked_reference_and_skip_dropped_adapters():
     np.testing.assert_array_equal(predict(model, batches).logits, pruned.logits)
 
 
+def test_scalearn_fusions_are_ranked_by_the_size_of_their_scales_and_pruned_exactly():
+    """ScaLearn's scales are signed and unnormalised: adapter 'c' with large negative scales counts most, though
+    their mean is the lowest. The pruned fusion equals the full one with the dropped adapters masked (scale 0)."""
+    model = af.wrap(tiny_encoder("bert").double())
+    for name in ADAPTERS:
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        randomise(torch.nn.ModuleList(s.adapters[name] for s in model.sites_with_adapter(name)), std=0.3)
+    model.add_fusion("f", ADAPTERS, af.FusionConfig.scalearn())
+    model.add_head("h", af.ClassificationHead(num_labels=2, dropout=0.0))
+    with torch.no_grad():
+        for site in model.sites_with_fusion("f"):
+            scales = site.fusions["f"].scales
+            scales.copy_(torch.stack([scales[0].fill_(0.2), scales[1].fill_(0.5), scales[2].fill_(-2.0)]))
+    model.eval().activate(head="h")
+    batches = _batches()
+
+    result = compare_pruned(model, "f", RTE, batches, keep=1, head="h", repeats=1)
+    assert result.kept == ("c",) and result.activation == pytest.approx({"a": 0.2, "b": 0.5, "c": 2.0})
+    by_mass = compare_pruned(model, "f", RTE, batches, mass=0.9, head="h", repeats=1, pruned_name="by_mass")
+    assert by_mass.kept == ("b", "c")  # 2.5 of 2.7
+    model.activate(fusion=result.after.fusion, head="h")
+    pruned = predict(model, batches)
+    model.set_fusion_mask("f", result.kept)
+    model.activate(fusion="f", head="h")
+    assert_close(pruned.logits, predict(model, batches).logits, dtype=torch.float32)
+
+
 def test_compare_pruned_checks_keep_and_name_first():
     model = _fused_model()
     with pytest.raises(af.ConfigError, match="keep=4: the fusion has 3 adapters"):
