@@ -2,8 +2,8 @@
 request becomes a RequestError whose status (400, 404, 413, 422) and message say what is wrong and how to fix it, so
 it never reaches the model.
 
-    POST /v1/predict  {"inputs": ["text", ...] | [["text a", "text b"], ...], "adapter": NAME | "fusion": NAME,
-                       "head": NAME}
+    POST /v1/predict  {"inputs": ["text", ...] | [["text a", "text b"], ...], "adapter": NAME | "fusion": NAME |
+                       "block": BLOCK, "head": NAME}
                    -> {"predictions": [{"label": int, "scores": [float, ...]}, ...]}   (classification heads;
                       with "label_name" too where the head has label names)
                       {"predictions": [{"value": float, "scores": [float]}, ...]}      (regression heads)
@@ -14,15 +14,18 @@ it never reaches the model.
     POST /v1/pieces   {"kind": "adapter" | "fusion" | "head", "source": folder or Hub id, "name": NAME (optional)}
 
 Neither adapter nor fusion: the plain encoder. No head: the head named like the adapter or fusion, else the setup's
-active head.
+active head. BLOCK, a composition block (blocks.py) as JSON: {"stack": [CHILD, ...]}, {"average": [CHILD, ...],
+"weights": [w, ...]} or {"fuse": [adapter, ...]}, a CHILD a loaded adapter's or fusion's name or a nested BLOCK
+(e.g. {"stack": ["lang", {"fuse": ["a", "b"]}]}).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from adapterfusion.blocks import Average, Block, Fuse, Stack
 from adapterfusion.errors import ConfigError
 from adapterfusion.piece import PIECE_KINDS
 
@@ -32,8 +35,12 @@ if TYPE_CHECKING:
 
 # Heads whose output is one vector per input, which the predictions above describe.
 SERVED_HEAD_KINDS = ("classification", "regression")
-_PREDICT_KEYS = ("inputs", "adapter", "fusion", "head")
-_GENERATE_KEYS = ("inputs", "adapter", "fusion", "max_new_tokens", "chat")
+_PREDICT_KEYS = ("inputs", "adapter", "fusion", "block", "head")
+_GENERATE_KEYS = ("inputs", "adapter", "fusion", "block", "max_new_tokens", "chat")
+# A BLOCK's JSON: its kind's key -> the block, and how deep and large one may be.
+_BLOCKS = {"stack": Stack, "average": Average, "fuse": Fuse}
+_BLOCK_OPTIONS = {"stack": (), "average": ("weights",), "fuse": ("name",)}
+MAX_BLOCK_DEPTH, MAX_BLOCK_CHILDREN = 4, 64
 DEFAULT_NEW_TOKENS = 32  # what a generate request without max_new_tokens gets (at most the server's limit)
 _PIECE_KEYS = ("kind", "source", "name")
 _INPUTS_FORM = 'a list of texts ["...", ...] or of text pairs [["...", "..."], ...]'
@@ -99,7 +106,7 @@ class PredictRequest:
     (adapter_names' {'adapter'|'fusion': name} form, None for the plain encoder) and its head."""
 
     inputs: tuple[tuple[str, str | None], ...]
-    choice: dict[str, str] | None
+    choice: dict[str, str] | Block | None
     head: str
     head_kind: str
     labels: tuple[str, ...] | None = None
@@ -111,7 +118,7 @@ class GenerateRequest:
     how many tokens to add to each, and whether each prompt is a user turn for the chat template."""
 
     prompts: tuple[str, ...]
-    choice: dict[str, str] | None
+    choice: dict[str, str] | Block | None
     max_new_tokens: int
     chat: bool = False
 
@@ -181,10 +188,14 @@ def parse_generate(data: dict[str, Any], catalog: Catalog, config: ServeConfig) 
     return GenerateRequest(tuple(text for text, _ in inputs), _parse_choice(data, catalog), new_tokens, chat)
 
 
-def _parse_choice(data: dict[str, Any], catalog: Catalog) -> dict[str, str] | None:
-    """The request's 'adapter' or 'fusion' (checked loaded) as an adapter_names entry; None: the plain model."""
-    if data.get("adapter") is not None and data.get("fusion") is not None:
-        raise RequestError(422, "give either 'adapter' or 'fusion', not both (a fusion already runs its adapters)")
+def _parse_choice(data: dict[str, Any], catalog: Catalog) -> dict[str, str] | Block | None:
+    """The request's 'adapter', 'fusion' or 'block' (names checked loaded) as an adapter_names entry; None: the
+    plain model."""
+    given = [kind for kind in ("adapter", "fusion", "block") if data.get(kind) is not None]
+    if len(given) > 1:
+        raise RequestError(422, f"give one of 'adapter', 'fusion' and 'block', not {' and '.join(given)}")
+    if given == ["block"]:
+        return _parse_block(data["block"], catalog, "block", 1)
     choice = None
     for kind, loaded in (("adapter", list(catalog.adapters)), ("fusion", list(catalog.fusions))):
         name = data.get(kind)
@@ -192,6 +203,41 @@ def _parse_choice(data: dict[str, Any], catalog: Catalog) -> dict[str, str] | No
             _require(kind, name, loaded)
             choice = {kind: name}
     return choice
+
+
+def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
+    """A BLOCK's JSON (module docstring) as the block it names, its names checked loaded (422/404 naming where)."""
+    form = '{"stack": [...]}, {"average": [...], "weights": [...]} or {"fuse": [...]}'
+    kinds = [key for key in _BLOCKS if isinstance(value, dict) and key in value]
+    if len(kinds) != 1:
+        raise RequestError(422, f"'{where}' is {_short(value)}; a block is one of {form}")
+    kind = kinds[0]
+    extra = sorted(set(value) - {kind, *_BLOCK_OPTIONS[kind]})
+    if extra:
+        raise RequestError(422, f"'{where}' has unknown field(s) {extra}; a {kind} block takes {_BLOCK_OPTIONS[kind]}")
+    children = value[kind]
+    if not isinstance(children, list) or not 1 <= len(children) <= MAX_BLOCK_CHILDREN:
+        raise RequestError(422, f"'{where}.{kind}' must list 1 to {MAX_BLOCK_CHILDREN} children: names or blocks")
+    if depth > MAX_BLOCK_DEPTH and any(isinstance(child, dict) for child in children):
+        raise RequestError(413, f"'{where}' nests blocks more than {MAX_BLOCK_DEPTH} deep")
+    parsed: list[Any] = []
+    for index, child in enumerate(children):
+        if isinstance(child, dict):
+            parsed.append(_parse_block(child, catalog, f"{where}.{kind}[{index}]", depth + 1))
+        elif isinstance(child, str):
+            if child not in catalog.adapters and child not in catalog.fusions:
+                loaded = [*catalog.adapters, *catalog.fusions]
+                raise RequestError(
+                    404, f"'{where}.{kind}[{index}]' = {child!r} is no loaded adapter or fusion ({loaded})"
+                )
+            parsed.append(child)
+        else:
+            raise RequestError(422, f"'{where}.{kind}[{index}]' is {_short(child)}; a child is a name or a block")
+    options = {key: value[key] for key in _BLOCK_OPTIONS[kind] if key in value}
+    try:
+        return cast(Block, _BLOCKS[kind](*parsed, **options))
+    except (ConfigError, TypeError, ValueError) as error:  # the block's own checks: nesting, weights, names
+        raise RequestError(422, f"'{where}': {error}") from None
 
 
 def parse_piece(data: dict[str, Any]) -> PieceRequest:
@@ -247,8 +293,8 @@ def _require(kind: str, name: Any, loaded: list[str]) -> None:
         raise RequestError(404, f"no {kind} named {name!r} is loaded; loaded {kind}s: {loaded or 'none'}")
 
 
-def _default_head(catalog: Catalog, choice: dict[str, str] | None) -> str:
-    named = next(iter(choice.values())) if choice else None
+def _default_head(catalog: Catalog, choice: dict[str, str] | Block | None) -> str:
+    named = next(iter(choice.values())) if isinstance(choice, dict) else None
     if named is not None and named in catalog.heads:
         return named
     active = catalog.active["head"]

@@ -13,8 +13,8 @@ import torch
 import adapterfusion as af
 from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_inputs
 
-PROMPTS = 4
-CHOICES: list[Any] = ["a", "f", None, "b"]
+CHOICES: list[Any] = ["a", "f", None, "b", af.Stack("a", "b")]
+PROMPTS = len(CHOICES)
 
 
 def _model(model_type: str) -> af.AdaptedModel:
@@ -78,18 +78,18 @@ def test_an_active_batch_split_routes_generate_as_adapter_names_does() -> None:
     model = _model("llama")
     inputs = _prompts("llama")
     options: dict[str, Any] = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
-    expected = model.generate(**inputs, adapter_names=["a", "a", "b", "b"], **options)
-    model.activate(af.BatchSplit("a", "b", batch_sizes=2))
+    expected = model.generate(**inputs, adapter_names=["a", "a", "b", "b", "b"], **options)
+    model.activate(af.BatchSplit("a", "b", batch_sizes=[2, 3]))
     assert torch.equal(model.generate(**inputs, **options), expected)
 
 
 def test_routed_generation_refuses_what_it_cannot_run() -> None:
     model = _model("llama")
     inputs = _prompts("llama")
-    with pytest.raises(af.ConfigError, match="4 examples"):
+    with pytest.raises(af.ConfigError, match=f"{PROMPTS} examples"):
         model.generate(**inputs, adapter_names=["a", "b"], max_new_tokens=2, pad_token_id=0)
     with pytest.raises(af.NameNotFoundError, match="'nope'"):
-        model.generate(**inputs, adapter_names=["a", "nope", None, "b"], max_new_tokens=2, pad_token_id=0)
+        model.generate(**inputs, adapter_names=["a", "nope", None, "b", "a"], max_new_tokens=2, pad_token_id=0)
     with pytest.raises(af.ConfigError, match="a list with one entry per example"):
         model.generate(**inputs, adapter_names="a", max_new_tokens=2, pad_token_id=0)
     with pytest.raises(af.ConfigError, match="recording fusion attentions"):

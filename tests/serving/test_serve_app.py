@@ -17,6 +17,7 @@ httpx = pytest.importorskip("httpx")
 
 from serve_helpers import TEXTS, choice_of, load_tokenizer, offline, running, tiny_served_model  # noqa: E402
 
+import adapterfusion as af  # noqa: E402
 from adapterfusion.serving import ServeConfig  # noqa: E402
 from adapterfusion.serving.app import create_app  # noqa: E402
 from tiny_models import randomise  # noqa: E402
@@ -94,7 +95,17 @@ BAD = [
     ({"inputs": ["x"], "adapter": "zz", "head": "nli"}, 404, "no adapter named 'zz'"),
     ({"inputs": ["x"], "fusion": "zz", "head": "nli"}, 404, "no fusion named 'zz'"),
     ({"inputs": ["x"], "adapter": "b", "head": "zz"}, 404, "no head named 'zz'"),
-    ({"inputs": ["x"], "adapter": "a", "fusion": "f"}, 422, "not both"),
+    ({"inputs": ["x"], "adapter": "a", "fusion": "f"}, 422, "not adapter and fusion"),
+    ({"inputs": ["x"], "fusion": "f", "block": {"stack": ["a"]}, "head": "nli"}, 422, "not fusion and block"),
+    ({"inputs": ["x"], "block": {"stak": ["a"]}, "head": "nli"}, 422, "a block is one of"),
+    ({"inputs": ["x"], "block": {"stack": ["a", "zz"]}, "head": "nli"}, 404, "'block.stack[1]' = 'zz'"),
+    ({"inputs": ["x"], "block": {"stack": []}, "head": "nli"}, 422, "1 to 64 children"),
+    ({"inputs": ["x"], "block": {"stack": ["a", 3]}, "head": "nli"}, 422, "'block.stack[1]' is 3"),
+    ({"inputs": ["x"], "block": {"average": ["a", "b"], "weights": [1]}, "head": "nli"}, 422, "'block'"),
+    ({"inputs": ["x"], "block": {"average": ["a", {"stack": ["b"]}]}, "head": "nli"}, 422, "Average cannot hold"),
+    ({"inputs": ["x"], "block": {"stack": ["a"], "weights": [1]}, "head": "nli"}, 422, "unknown field(s) ['weights']"),
+    ({"inputs": ["x"], "block": {"stack": ["a"]}}, 422, "no 'head' given"),
+    ({"inputs": ["x"], "block": {"fuse": ["a", "c"]}, "head": "nli"}, 422, "no loaded fusion fuses"),  # at forward
     ({"inputs": ["x"], "adapter": "b"}, 422, "no 'head' given"),
     ({"inputs": ["x"], "adapters": "a"}, 422, "unknown field(s) ['adapters']"),
     ({"inputs": ["x"] * 5, "head": "nli"}, 413, "over the limit of 4"),
@@ -117,6 +128,33 @@ def test_bad_requests_get_json_errors_naming_the_problem(model, tokenizer, serve
         response = client.post("/v1/predict", json=good)
     assert response.status_code == 200
     _check(copy.deepcopy(model), tokenizer, good, response.json())
+
+
+# Blocks as JSON, each answer checked against the model run alone with the block activated.
+BLOCKS = [
+    ({"stack": ["a", "b"]}, af.Stack("a", "b")),
+    ({"average": ["a", "c"], "weights": [0.25, 0.75]}, af.Average("a", "c", weights=[0.25, 0.75])),
+    ({"stack": ["c", {"fuse": ["a", "b"]}]}, af.Stack("c", af.Fuse("a", "b"))),
+    ({"fuse": ["a", "b"]}, af.Fuse("a", "b")),
+]
+
+
+def test_blocks_as_json_route_each_request_as_the_block_activated_alone(model, tokenizer):
+    reference = copy.deepcopy(model)
+    config = ServeConfig(max_batch_size=16, max_wait_ms=300, max_inputs=8)
+    bodies = [{"inputs": TEXTS[i : i + 2], "block": spec, "head": "nli"} for i, (spec, _) in enumerate(BLOCKS)]
+    bodies.append({"inputs": [TEXTS[4]], "adapter": "a", "head": "nli"})  # an adapter in the same batch
+    with running(create_app(model, tokenizer, config)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            responses = list(pool.map(lambda body: client.post("/v1/predict", json=body), bodies))
+    for body, response, (_, block) in zip(bodies, responses, [*BLOCKS, (None, "a")], strict=True):
+        assert response.status_code == 200, response.text
+        for text, got in zip(body["inputs"], response.json()["predictions"], strict=True):
+            expected = offline(reference, tokenizer, text, adapter=block, head="nli")
+            assert got["label"] == expected["label"]
+            assert_close(got["scores"], expected["scores"], dtype=reference.dtype, label=json.dumps(body))
+    plain = offline(reference, tokenizer, TEXTS[0], head="nli")["scores"]
+    assert not torch.allclose(torch.tensor(responses[0].json()["predictions"][0]["scores"]), torch.tensor(plain))
 
 
 class _Tokenizer:
