@@ -250,6 +250,8 @@ def _gathered_delta_at(
     """gathered_delta of the group's rows. Inside inference_cache() its stacks cover every adapter at the site that
     could share them (the group's placement kind, bottleneck at most the group's largest, so no wider padding) and
     are made once and kept: a server's batches route ever other subsets of the same adapters."""
+    if not site._runtime.is_caching:  # training, or a call outside the cache: the group's own stacks, with gradients
+        return gathered_delta(adapters, group.slots, x)
     size = max(adapter.bottleneck_size for adapter in adapters)
     kind = placement_kind(adapters[0].config)
     here = {name: site.adapter(name) for name in site.adapters}
@@ -262,8 +264,6 @@ def _gathered_delta_at(
     stacked = site._runtime.prepared(
         "stack", site.key, ",".join(sharing), partial(stack_weights, members), partial(parameters_of, members)
     )
-    if stacked is None:
-        return gathered_delta(adapters, group.slots, x)
     slots = torch.tensor([sharing.index(name) for name in group.names], device=group.slots.device)[group.slots]
     return gathered_delta(members, slots, x, stacked)
 
