@@ -7,8 +7,8 @@ it never reaches the model.
                    -> {"predictions": [{"label": int, "scores": [float, ...]}, ...]}   (classification heads;
                       with "label_name" too where the head has label names)
                       {"predictions": [{"value": float, "scores": [float]}, ...]}      (regression heads)
-    POST /v1/generate {"inputs": ["prompt", ...], "adapter": NAME | "fusion": NAME, "max_new_tokens": int,
-                       "chat": bool}
+    POST /v1/generate {"inputs": ["prompt", ...], "adapter": NAME | "fusion": NAME | "block": BLOCK,
+                       "max_new_tokens": int, "chat": bool}
                    -> {"generations": [{"text": str, "tokens": int}, ...]}   (greedy; a decoder or encoder-decoder
                       served with its language-model head; "chat": the prompt through the tokenizer's chat template)
     POST /v1/pieces   {"kind": "adapter" | "fusion" | "head", "source": folder or Hub id, "name": NAME (optional)}
