@@ -70,8 +70,9 @@ def test_a_fusion_and_a_head_train_on_a_decoder() -> None:
     assert trained and all(".fusions.f." in name or name.startswith("heads.f.") for name in trained)
 
 
-def test_multiple_choice_on_a_decoder() -> None:
-    model = af.wrap(tiny_decoder("llama"))
+@pytest.mark.parametrize("model_type", ["llama", "bart"])  # a decoder, and an encoder-decoder's decoder
+def test_multiple_choice_on_a_decoder(model_type: str) -> None:
+    model = af.wrap(tiny_decoder(model_type))
     model.add_head("mc", af.MultipleChoiceHead(num_labels=3, pooling="last"))
     model.activate(head="mc")
     ids = torch.randint(5, 100, (2, 3, 6))

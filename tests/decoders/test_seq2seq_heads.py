@@ -102,15 +102,6 @@ def test_a_fusion_and_a_head_train_on_an_encoder_decoder(model_type: str) -> Non
     assert all(".fusions.f." in name or name.startswith("heads.h.") for name in trained)
 
 
-def test_multiple_choice_on_an_encoder_decoder() -> None:
-    model = af.wrap(tiny_decoder("bart"))
-    model.add_head("mc", af.MultipleChoiceHead(num_labels=3, pooling="last"))
-    model.activate(head="mc")
-    ids = torch.randint(5, 100, (2, 3, 6))
-    output = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([0, 2]))
-    assert output.logits.shape == (2, 3) and torch.isfinite(output.loss)
-
-
 def test_what_an_encoder_decoder_head_cannot_do_is_refused_by_name() -> None:
     model = af.wrap(tiny_decoder("t5"))
     with pytest.raises(af.ConfigError, match="pooling='last'"):
