@@ -2,7 +2,7 @@
 on the shipped MiniLM (issue #24 item 1).
 
     .venv/bin/python benchmarks/routing_speed.py [--batch 32] [--seq 128] [--adapters 32] [--fusion-size 4]
-        [--repeats 9] [--threads 2]
+        [--repeats 9] [--threads 2] [--device cpu]
 
 N Pfeiffer adapters (reduction factor 16, random weights) and one classification head. Cases, each one forward of
 the same batch: "bare" (the head on the bare encoder), "one adapter" (adapter 0 for every row), "routed" (row i runs
@@ -65,6 +65,13 @@ def check_rows(model: af.AdaptedModel, inputs: dict[str, torch.Tensor], names: l
     return gap
 
 
+def clock(device: torch.device) -> float:
+    """The wall clock once the device has finished what was queued (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
@@ -73,14 +80,17 @@ def main() -> None:
     parser.add_argument("--fusion-size", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="torch device of the model and the batch")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model = build(args.adapters, min(args.fusion_size, args.adapters))
+    device = torch.device(args.device)
+    model = build(args.adapters, min(args.fusion_size, args.adapters)).to(device)
     generator = torch.Generator().manual_seed(0)
     inputs = {
         "input_ids": torch.randint(1000, 20000, (args.batch, args.seq), generator=generator),
         "attention_mask": torch.ones(args.batch, args.seq, dtype=torch.long),
     }
+    inputs = {key: value.to(device) for key, value in inputs.items()}
     routed: list[str | None] = [f"task{i % args.adapters}" for i in range(args.batch)]
     mixed: list[str | None] = [
         None if i % 8 == 7 else "fusion" if i % 4 == 3 else name for i, name in enumerate(routed)
@@ -98,13 +108,14 @@ def main() -> None:
             fn()
         for _ in range(args.repeats):
             for name, fn in cases.items():
-                start = time.perf_counter()
+                start = clock(device)
                 fn()
-                times[name].append(time.perf_counter() - start)
+                times[name].append(clock(device) - start)
     distinct = len(set(routed))
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {args.threads} threads"
     print(
         f"MiniLM-L6 (d=384), batch {args.batch} x {args.seq} tokens, {distinct} distinct adapters of {args.adapters} "
-        f"(Pfeiffer rf 16), {args.threads} threads, {args.repeats} rounds, torch {torch.__version__}"
+        f"(Pfeiffer rf 16), {where}, {args.repeats} rounds, torch {torch.__version__}"
     )
     print("| case | median ms | / bare (95 % CI) | target | max |Δ logits| vs rows alone |")
     print("|---|---:|---|---|---:|")

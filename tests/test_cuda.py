@@ -1,12 +1,15 @@
 """The library on a CUDA device: the same numbers as on the CPU, and the fast paths that matter there.
 
 Skipped where torch sees no CUDA device (CI has none): run on a GPU machine with `python -m pytest tests/test_cuda.py`.
+`AF_TEST_CUDA_DEVICE=cpu` runs the same tests with the CPU standing in for the GPU, to check their logic without one.
 The rest of the suite also runs there unchanged, training on the GPU (`hardware.training_device` picks it).
 Exactness claims are in float64 on both devices, so the table's float64 row applies: cuBLAS and the CPU's BLAS sum
 in different orders, which moves float64 results by ~1e-15, far inside it.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -16,8 +19,9 @@ from tiny_decoders import tiny_decoder, tiny_decoder_inputs
 from tiny_models import tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-CUDA = torch.device("cuda")
+STAND_IN = os.environ.get("AF_TEST_CUDA_DEVICE")  # e.g. "cpu": check these tests' logic on a machine without a GPU
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available() and STAND_IN is None, reason="needs a CUDA device")
+CUDA = torch.device(STAND_IN or "cuda")
 
 
 def _fused(model: af.AdaptedModel, preset: str, names: tuple[str, ...] = ("a", "b", "c")) -> af.AdaptedModel:
@@ -128,3 +132,35 @@ def test_bf16_autocast_fusion_keeps_the_residual_stream_in_float32() -> None:
     assert mixed.dtype == torch.float32 and torch.isfinite(mixed).all()
     relative = (mixed - exact).norm() / exact.norm()
     assert relative < 2e-2, f"bf16 autocast drifted {relative:.3g} from float32"  # bf16 has 8 significant bits
+
+
+def test_routed_rows_on_cuda_equal_the_cpu_inside_and_outside_the_inference_cache() -> None:
+    """Per-example routing gathers stacked adapter weights by row index: on CUDA those gathers and the kept stacks of
+    inference_cache() must land on the device and give the CPU's rows."""
+    torch.manual_seed(0)
+    model = _fused(af.wrap(tiny_encoder("bert").double()), "pfeiffer")
+    inputs = tiny_inputs(batch=4, seq=9)
+    inputs["attention_mask"][3, 6:] = 0
+    names = ["a", "f", None, "c"]
+    with torch.no_grad():
+        on_cpu = model(**inputs, adapter_names=names).last_hidden_state
+        model.to(CUDA)
+        plain = model(**_on(inputs, CUDA), adapter_names=names).last_hidden_state
+        with model.inference_cache():
+            cached = model(**_on(inputs, CUDA), adapter_names=names).last_hidden_state
+    assert_close(plain.cpu(), on_cpu, label="routed on cuda")
+    assert_close(cached.cpu(), on_cpu, label="routed on cuda, inference_cache")
+
+
+def test_routed_generation_on_cuda_is_the_cpu_generation() -> None:
+    torch.manual_seed(0)
+    model = _fused(af.wrap(tiny_decoder("llama", dtype=torch.float64)), "pfeiffer")
+    inputs = tiny_decoder_inputs("llama")
+    inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+    names = ["f", "b"][: inputs["input_ids"].shape[0]]
+    options = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, adapter_names=names)
+    with torch.no_grad():
+        on_cpu = model.generate(**inputs, **options)
+        model.to(CUDA)
+        on_gpu = model.generate(**_on(inputs, CUDA), **options)
+    assert torch.equal(on_gpu.cpu(), on_cpu)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from adapterfusion.serving.contract import GenerateRequest, RequestError
-from adapterfusion.serving.predictor import Prediction, length_groups, model_limit
+from adapterfusion.serving.predictor import Prediction, forward_cost, length_groups, model_limit
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -80,7 +80,7 @@ class Generator:
         choices = [item.request.choice for item in batch for _ in item.prompts]
         limits = [item.request.max_new_tokens for item in batch for _ in item.prompts]
         made: list[Prediction | None] = [None] * len(prompts)
-        for group in length_groups([len(prompt) for prompt in prompts]):
+        for group in length_groups([len(prompt) for prompt in prompts], forward_cost(self.model.device)):
             padded = self.tokenizer.pad(
                 [{"input_ids": prompts[i]} for i in group],
                 padding=True,

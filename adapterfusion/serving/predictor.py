@@ -66,14 +66,15 @@ class Predictor:
         heads = [item.request.head for item in batch for _ in item.features]
         logits: list[torch.Tensor | None] = [None] * len(features)
         with self.model.inference_cache():  # each fusion's folded weights, reused until its weights change
-            for group in length_groups([len(feature["input_ids"]) for feature in features]):
+            lengths = [len(feature["input_ids"]) for feature in features]
+            for group in length_groups(lengths, forward_cost(self.model.device)):
                 padded = self.tokenizer.pad([features[i] for i in group], padding=True, return_tensors="pt")
                 inputs = {key: value.to(self.model.device) for key, value in padded.items()}
                 output = self.model(
                     **inputs, adapter_names=[choices[i] for i in group], head_names=[heads[i] for i in group]
                 )
-                rows = output.logits.unbind(0) if output.logits is not None else output.row_logits
-                assert rows is not None and len(rows) == len(group)
+                rows = _rows_on_cpu(output)
+                assert len(rows) == len(group)
                 for i, row in zip(group, rows, strict=True):
                     logits[i] = row
         answers, start = [], 0
@@ -85,8 +86,16 @@ class Predictor:
 
 
 # What one more forward costs, in padded tokens it would have to save: the Python and dispatch of a routed forward of
-# the shipped MiniLM on a CPU (a few ms) against its compute per token (~0.1 ms on 2 cores).
+# the shipped MiniLM on a CPU (a few ms) against its compute per token (~0.1 ms on 2 cores). On an accelerator the
+# same few ms of launches buy thousands of tokens of compute (~1 us each for MiniLM on one H100), so there a batch
+# of up to 32 inputs is split only where its padding would be extreme.
 FORWARD_COST = 64
+ACCELERATOR_FORWARD_COST = 4096
+
+
+def forward_cost(device: torch.device) -> int:
+    """FORWARD_COST for a model on `device`."""
+    return FORWARD_COST if device.type == "cpu" else ACCELERATOR_FORWARD_COST
 
 
 def length_groups(lengths: Sequence[int], forward_cost: int = FORWARD_COST) -> list[list[int]]:
@@ -104,6 +113,14 @@ def length_groups(lengths: Sequence[int], forward_cost: int = FORWARD_COST) -> l
         groups.append(order[cut[end] : end])
         end = cut[end]
     return groups[::-1]
+
+
+def _rows_on_cpu(output: Any) -> list[torch.Tensor]:
+    """The forward's logits per row, copied off the device at once (not one small copy per row and answer)."""
+    if output.logits is not None:
+        return list(output.logits.cpu().unbind(0))
+    assert output.row_logits is not None  # rows whose heads differ in width
+    return [row.cpu() for row in output.row_logits]
 
 
 def _present(row: torch.Tensor | None) -> torch.Tensor:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 
-from adapterfusion.serving.predictor import length_groups
+from adapterfusion.serving.predictor import forward_cost, length_groups
 
 
 def _cost(lengths: list[int], groups: list[list[int]], forward_cost: int) -> int:
@@ -47,3 +48,11 @@ def test_a_long_input_among_short_ones_gets_its_own_forward_and_similar_ones_sha
     assert length_groups([40, 160, 38, 42], forward_cost=64) == [[2, 0, 3], [1]]
     assert length_groups([40, 41, 39], forward_cost=64) == [[2, 0, 1]]
     assert length_groups([], forward_cost=64) == []
+
+
+def test_on_an_accelerator_a_batch_is_split_only_for_extreme_padding() -> None:
+    """One more forward costs launches worth thousands of tokens on a GPU, tens on a CPU."""
+    cpu, gpu = forward_cost(torch.device("cpu")), forward_cost(torch.device("meta"))
+    assert length_groups([40, 160, 38, 42], forward_cost=cpu) == [[2, 0, 3], [1]]
+    assert length_groups([40, 160, 38, 42], forward_cost=gpu) == [[2, 0, 3, 1]]
+    assert len(length_groups([8] * 31 + [4096], forward_cost=gpu)) == 2
