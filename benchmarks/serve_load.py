@@ -1,7 +1,7 @@
 """Load test of `adapterfusion serve` (issue #24 item 5): many adapters and fusions behind one server, on loopback.
 
-    .venv/bin/python benchmarks/serve_load.py [--requests 2000] [--clients 32] [--rounds 4] [--device cpu]
-        [--max-wait-ms 5] [--max-batch-tokens 4096] [--time-limit 900] [--json results.json]
+    .venv/bin/python benchmarks/serve_load.py [--requests 2000] [--clients 32] [--client-processes 1] [--rounds 4]
+        [--device cpu] [--max-wait-ms 5] [--max-batch-tokens 4096] [--time-limit 900] [--json results.json]
 
 The setup: the shipped MiniLM with every adapter of the shipped zoo (12), the heads of its 9 classification tasks and
 two fusions made here (not trained: their weights are the initial ones, which costs the same to run): nli_fusion over
@@ -10,7 +10,9 @@ save_pretrained and served by `adapterfusion serve` in a separate process, as a 
 one input each, a text pair from the demo data (MNLI, RTE, MRPC, CB, SICK) or an SST-2 sentence for the single-text
 tasks, and go, one after another, to the 11 servable choices (9 adapters with their heads, 2 fusions).
 
-Three loads, each `--requests` requests from `--clients` concurrent clients (asyncio + httpx, keep-alive):
+Three loads, each `--requests` requests from `--clients` concurrent clients (asyncio + httpx, keep-alive), spread
+over `--client-processes` processes: one Python process of httpx clients sends a few hundred requests a second at
+most, so on a fast server one process measures the clients (the table's CPU columns show which side is busy):
 - mixed: the 11 choices in turn, on a server batching up to 32 inputs and --max-batch-tokens padded tokens per
   forward (--max-wait-ms);
 - single: the same inputs, all to the mnli adapter and head, on the same server;
@@ -29,6 +31,7 @@ import asyncio
 import gzip
 import itertools
 import json
+import multiprocessing
 import os
 import platform
 import signal
@@ -38,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +70,7 @@ TOLERANCE = 1e-4  # float32 through a whole encoder, as tests/tolerances.py
 class Load:
     name: str
     server: str
+    pid: int
     bodies: list[dict[str, Any]]
     latencies: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)  # per round
@@ -73,6 +78,8 @@ class Load:
     rows_per_forward: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     checked: int = 0
+    server_cpu: list[float] = field(default_factory=list)  # CPU seconds per round
+    client_cpu: list[float] = field(default_factory=list)
 
 
 def build_setup(folder: Path) -> list[tuple[dict[str, str] | None, str, str]]:
@@ -152,42 +159,87 @@ def check(answer: dict[str, Any], expected: list[float]) -> str | None:
     return None
 
 
-async def run_round(load: Load, bodies: list[dict[str, Any]], clients: int, expected, deadline: float) -> None:
-    """Send `bodies` from `clients` concurrent clients; record latencies, the round's time and the answers' checks."""
+_EXPECTED: dict[str, list[float]] = {}  # each client process's copy of the offline predictions
+
+
+def _remember(expected: dict[str, list[float]]) -> None:
+    _EXPECTED.update(expected)
+
+
+def client_share(server: str, bodies: list[dict[str, Any]], clients: int, seconds_left: float) -> dict[str, Any]:
+    """Send `bodies` to `server` from `clients` concurrent asyncio clients (in a client process); what happened."""
+    result: dict[str, Any] = {"latencies": [], "failures": [], "checked": 0, "sent": 0}
     queue = list(reversed(bodies))
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=load.server, limits=limits, timeout=120) as client:
-        before = await forwards(client)
+    deadline = time.monotonic() + seconds_left
+    cpu = time.process_time()
 
-        async def worker() -> None:
-            while queue and time.monotonic() < deadline:
-                body = queue.pop()
-                start = time.perf_counter()
-                try:
-                    response = await client.post("/v1/predict", json=body)
-                except httpx.HTTPError as error:
-                    load.failures.append(f"{type(error).__name__}: {error}")
-                    continue
-                load.latencies.append(time.perf_counter() - start)
-                if response.status_code != 200:
-                    load.failures.append(f"HTTP {response.status_code}: {response.text[:200]}")
-                    continue
-                problem = check(response.json(), expected[key(body)])
-                if problem:
-                    load.failures.append(problem)
-                load.checked += 1
+    async def send() -> None:
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        async with httpx.AsyncClient(base_url=server, limits=limits, timeout=120) as client:
 
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(clients)))
-        load.seconds.append(time.perf_counter() - start)
-        load.done.append(len(bodies) - len(queue))
-        after = await forwards(client)
-        load.rows_per_forward.append((after[0] - before[0]) / max(after[1] - before[1], 1))
+            async def worker() -> None:
+                while queue and time.monotonic() < deadline:
+                    body = queue.pop()
+                    result["sent"] += 1
+                    start = time.perf_counter()
+                    try:
+                        response = await client.post("/v1/predict", json=body)
+                    except httpx.HTTPError as error:
+                        result["failures"].append(f"{type(error).__name__}: {error}")
+                        continue
+                    result["latencies"].append(time.perf_counter() - start)
+                    if response.status_code != 200:
+                        result["failures"].append(f"HTTP {response.status_code}: {response.text[:200]}")
+                        continue
+                    problem = check(response.json(), _EXPECTED[key(body)])
+                    if problem:
+                        result["failures"].append(problem)
+                    result["checked"] += 1
+
+            await asyncio.gather(*(worker() for _ in range(clients)))
+
+    asyncio.run(send())
+    result["cpu"] = time.process_time() - cpu
+    return result
 
 
-async def forwards(client: httpx.AsyncClient) -> tuple[float, float]:
+def run_round(
+    load: Load, bodies: list[dict[str, Any]], clients: int, pool: ProcessPoolExecutor, parts: int, deadline: float
+) -> None:
+    """Send `bodies` from `clients` concurrent clients spread over `parts` client processes; record latencies, the
+    round's time, the answers' checks and the CPU time both sides spent."""
+    before, server_cpu = forwards(load.server), cpu_seconds(load.pid)
+    start = time.perf_counter()
+    seconds_left = deadline - time.monotonic()
+    futures = [
+        pool.submit(client_share, load.server, bodies[part::parts], len(range(part, clients, parts)), seconds_left)
+        for part in range(parts)
+    ]
+    shares = [future.result() for future in futures]
+    load.seconds.append(time.perf_counter() - start)
+    load.server_cpu.append(cpu_seconds(load.pid) - server_cpu)
+    load.client_cpu.append(sum(share["cpu"] for share in shares))
+    load.done.append(sum(share["sent"] for share in shares))
+    for share in shares:
+        load.latencies += share["latencies"]
+        load.failures += share["failures"]
+        load.checked += share["checked"]
+    after = forwards(load.server)
+    load.rows_per_forward.append((after[0] - before[0]) / max(after[1] - before[1], 1))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
+
+
+def forwards(server: str) -> tuple[float, float]:
     """(inputs run, forwards run) so far, from the server's /metrics."""
-    text = (await client.get("/metrics")).text
+    text = httpx.get(server + "/metrics", timeout=30).text
     values = dict(
         line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("adapterfusion_serve_batch_rows_")
     )
@@ -237,6 +289,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="requests per load (default 2000)")
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument(
+        "--client-processes", type=int, default=1, help="processes the clients are spread over (a client-bound load)"
+    )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--device", default="cpu", help="the server's torch device")
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
@@ -244,8 +299,8 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=900.0, help="seconds for all the loads together")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
-    if args.requests < args.rounds or args.rounds < 1 or args.clients < 1:
-        raise SystemExit("need --rounds >= 1, --clients >= 1 and at least one request per round")
+    if args.requests < args.rounds or args.rounds < 1 or args.clients < 1 or args.client_processes < 1:
+        raise SystemExit("need --rounds, --clients, --client-processes >= 1 and at least one request per round")
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "setup"
@@ -260,37 +315,40 @@ def main() -> None:
         batching, batching_url = start_server(folder, args, max_batch=32)
         per_request, per_request_url = start_server(folder, args, max_batch=1)
         loads = [
-            Load("mixed (11 choices)", batching_url, mixed),
-            Load(f"single adapter ({ONE_ADAPTER})", batching_url, single),
-            Load("mixed, one request per forward", per_request_url, mixed),
+            Load("mixed (11 choices)", batching_url, batching.pid, mixed),
+            Load(f"single adapter ({ONE_ADAPTER})", batching_url, batching.pid, single),
+            Load("mixed, one request per forward", per_request_url, per_request.pid, mixed),
         ]
-        deadline = time.monotonic() + args.time_limit
+        parts = min(args.client_processes, args.clients)
+        spawn = multiprocessing.get_context("spawn")  # no fork of a process holding torch's threads
         try:
-            for load in loads:  # warm-up, not counted
-                asyncio.run(
-                    run_round(Load(load.name, load.server, []), load.bodies[:64], args.clients, expected, deadline)
-                )
-            share = args.requests // args.rounds
-            for index in range(args.rounds):
-                part = slice(index * share, args.requests if index == args.rounds - 1 else (index + 1) * share)
-                for load in loads:
-                    asyncio.run(run_round(load, load.bodies[part], args.clients, expected, deadline))
-                print(f"round {index + 1}/{args.rounds} done", flush=True)
+            with ProcessPoolExecutor(parts, mp_context=spawn, initializer=_remember, initargs=(expected,)) as pool:
+                deadline = time.monotonic() + args.time_limit
+                for load in loads:  # warm-up, not counted: also starts the client processes
+                    warm = Load(load.name, load.server, load.pid, [])
+                    run_round(warm, load.bodies[:64], args.clients, pool, parts, deadline)
+                share = args.requests // args.rounds
+                for index in range(args.rounds):
+                    part = slice(index * share, args.requests if index == args.rounds - 1 else (index + 1) * share)
+                    for load in loads:
+                        run_round(load, load.bodies[part], args.clients, pool, parts, deadline)
+                    print(f"round {index + 1}/{args.rounds} done", flush=True)
         finally:
             for process in (batching, per_request):
                 process.send_signal(signal.SIGTERM)
                 process.wait(60)
 
     print(
-        f"\nadapterfusion serve load test: {args.requests} requests per load, {args.clients} clients, one input per "
-        f"request, {args.rounds} interleaved rounds; max batch tokens {args.max_batch_tokens}; "
+        f"\nadapterfusion serve load test: {args.requests} requests per load, {args.clients} clients in "
+        f"{parts} process(es), one input per request, {args.rounds} interleaved rounds; max batch tokens "
+        f"{args.max_batch_tokens}; "
         f"server on {args.device}; {machine(args)}\n"
     )
     print(
         "| load | requests done | failed or wrong | throughput (req/s) | p50 latency (ms) | p99 latency (ms) "
-        "| inputs per forward |"
+        "| inputs per forward | server CPU (cores) | clients' CPU (cores) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     rows = []
     for load in loads:
         done = sum(load.done)
@@ -305,11 +363,14 @@ def main() -> None:
             "p50_ms": 1000 * percentile(load.latencies, 0.5),
             "p99_ms": 1000 * percentile(load.latencies, 0.99),
             "rows_per_forward": statistics.mean(load.rows_per_forward),
+            "server_cpu_cores": sum(load.server_cpu) / sum(load.seconds),
+            "client_cpu_cores": sum(load.client_cpu) / sum(load.seconds),
         }
         rows.append(row)
         print(
             f"| {load.name} | {done}/{len(load.bodies)} | {len(load.failures)} | {rate:.1f} | {row['p50_ms']:.0f} | "
-            f"{row['p99_ms']:.0f} | {row['rows_per_forward']:.1f} |"
+            f"{row['p99_ms']:.0f} | {row['rows_per_forward']:.1f} | {row['server_cpu_cores']:.2f} | "
+            f"{row['client_cpu_cores']:.2f} |"
         )
     versus_single = paired_ratio(throughput(loads[0]), throughput(loads[1]))
     versus_one = paired_ratio(throughput(loads[0]), throughput(loads[2]))
