@@ -122,6 +122,7 @@ class DecoderCase:
         self.ours = spec["library"] == "ours"
         self.device = spec["device"]
         self.new_tokens = spec["new_tokens"]
+        self.cache = {"cache_implementation": "static"} if spec.get("cache") == "static" else {}
         self.decode_batches = spec["decode_batches"]
         generator = torch.Generator().manual_seed(spec["seed"])
 
@@ -167,6 +168,7 @@ class DecoderCase:
                 do_sample=False,
                 pad_token_id=0,
                 logits_processor=transformers.LogitsProcessorList([clock]),
+                **self.cache,
             )
         if len(clock.stamps) != self.new_tokens:
             raise RuntimeError(f"{len(clock.stamps)} generation steps, expected {self.new_tokens}")

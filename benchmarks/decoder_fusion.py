@@ -111,6 +111,7 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
                     "library": library,
                     "model": str(args.model),
                     "device": args.device,
+                    "cache": args.cache,
                     "kind": case[0],
                     "n": case[1],
                     "pieces": str(pieces / f"{case[0]}{case[1]}"),
@@ -201,6 +202,13 @@ def main() -> None:
         "a config.json filled with seeded random weights",
     )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--cache",
+        default="dynamic",
+        choices=["dynamic", "static"],
+        help="the KV cache; 'static' on CUDA is what transformers' generate compiles into CUDA graphs "
+        "(the warm-up round compiles, once per batch size)",
+    )
     parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES), choices=LIBRARIES)
     parser.add_argument(
         "--adapters-python",
@@ -239,7 +247,7 @@ def main() -> None:
     print(
         f"{start_clock}–{time.strftime('%H:%M')}: {cpu_model()}, {os.cpu_count()} CPUs, {args.threads} threads, "
         f"load average (1 min, after each timed round, this benchmark included) {min(load_1min):.2f}–"
-        f"{max(load_1min):.2f}; device {info['ours']['device']}; {model_name} in float32; greedy, "
+        f"{max(load_1min):.2f}; device {info['ours']['device']}; {model_name} in float32; {args.cache} cache; greedy, "
         f"{args.new_tokens} new tokens (min = max) after a {args.prompt}-token prompt; median of {args.rounds} rounds "
         f"after 1 warm-up; ours {info['ours']['version']} (transformers {info['ours']['transformers']}), "
         f"{adapters_text}torch {info['ours']['torch']}; wall {time.time() - started:.0f} s"

@@ -1,0 +1,72 @@
+"""torch.compile over adapted models: on a GPU, decoding is launch-bound, and CUDA graphs (a static cache, which
+transformers' generate then compiles; or torch.compile(mode="reduce-overhead")) are what make it fast. That needs
+the sites to trace as part of one graph: a graph break at every site would cut the graph into a piece per layer.
+
+The eager backend traces without generating code, so these run in seconds on a CPU."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+import adapterfusion as af
+from tiny_decoders import tiny_decoder, tiny_decoder_inputs
+from tiny_models import tiny_encoder, tiny_inputs
+from tolerances import assert_close
+
+
+def _adapted(module: torch.nn.Module, active: str) -> af.AdaptedModel:
+    model = af.wrap(module)
+    for name in "abc":
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        for parameter in model.adapter_parameters(name):
+            torch.nn.init.normal_(parameter, std=0.1)
+    model.add_fusion("f", list("abc"), af.FusionConfig.dynamic(value_init_noise=0.05))
+    model.activate(**({"fusion": "f"} if active == "fusion" else {"adapter": "a"}))
+    return model.eval()
+
+
+CASES = [  # (model, active, inside inference_cache): each site kind and both fusion paths (lane/fold, general)
+    ("llama", "adapter", False),
+    ("llama", "fusion", False),
+    ("llama", "fusion", True),
+    ("gpt2", "fusion", False),
+    ("t5", "fusion", False),
+    ("t5", "fusion", True),
+    ("bart", "fusion", True),
+    ("bert", "fusion", False),
+    ("bert", "fusion", True),
+]
+
+
+@pytest.mark.parametrize(("model_type", "active", "cached"), CASES)
+def test_an_adapted_forward_compiles_as_one_graph(model_type: str, active: str, cached: bool) -> None:
+    """fullgraph=True makes any graph break an error; the eager backend traces without generating code."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    if model_type == "bert":
+        model, inputs = _adapted(tiny_encoder("bert"), active), tiny_inputs(batch=2, seq=7)
+    else:
+        model, inputs = _adapted(tiny_decoder(model_type), active), tiny_decoder_inputs(model_type)
+    with torch.no_grad(), model.inference_cache() if cached else contextlib.nullcontext():
+        eager = model.model(**inputs)
+        compiled = torch.compile(model.model, backend="eager", fullgraph=True)(**inputs)
+    first = eager.logits if hasattr(eager, "logits") else eager.last_hidden_state
+    again = compiled.logits if hasattr(compiled, "logits") else compiled.last_hidden_state
+    assert_close(again, first)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "t5"])
+def test_generation_with_a_static_cache_is_generation_with_the_dynamic_one(model_type: str) -> None:
+    """A static cache is what transformers compiles on a GPU; the tokens must not depend on the cache kind."""
+    torch.manual_seed(0)
+    model = _adapted(tiny_decoder(model_type, dtype=torch.float64), "fusion")
+    inputs = tiny_decoder_inputs(model_type)
+    inputs.pop("decoder_input_ids", None)
+    options = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        dynamic = model.generate(**inputs, **options)
+        static = model.generate(**inputs, cache_implementation="static", **options)
+    assert torch.equal(static, dynamic)
