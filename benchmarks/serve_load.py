@@ -75,6 +75,7 @@ class Load:
     latencies: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)  # per round
     done: list[int] = field(default_factory=list)  # requests per round
+    sent: list[int] = field(default_factory=list)  # of those the round had to send
     rows_per_forward: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     checked: int = 0
@@ -220,6 +221,7 @@ def run_round(
     load.server_cpu.append(cpu_seconds(load.pid) - server_cpu)
     load.client_cpu.append(sum(share["cpu"] for share in shares))
     load.done.append(sum(share["sent"] for share in shares))
+    load.sent.append(len(bodies))
     for share in shares:
         load.latencies += share["latencies"]
         load.failures += share["failures"]
@@ -273,8 +275,14 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
 
 
-def throughput(load: Load) -> list[float]:
-    return [done / seconds for done, seconds in zip(load.done, load.seconds, strict=True)]
+def throughput(load: Load, rounds: list[int]) -> list[float]:
+    return [load.done[index] / load.seconds[index] for index in rounds]
+
+
+def complete_rounds(loads: list[Load]) -> list[int]:
+    """The rounds every load finished: a round cut by --time-limit has no pair for the ratios."""
+    ran = min(len(load.done) for load in loads)
+    return [index for index in range(ran) if all(load.done[index] == load.sent[index] for load in loads)]
 
 
 def machine(args: argparse.Namespace) -> str:
@@ -372,8 +380,11 @@ def main() -> None:
             f"{row['p99_ms']:.0f} | {row['rows_per_forward']:.1f} | {row['server_cpu_cores']:.2f} | "
             f"{row['client_cpu_cores']:.2f} |"
         )
-    versus_single = paired_ratio(throughput(loads[0]), throughput(loads[1]))
-    versus_one = paired_ratio(throughput(loads[0]), throughput(loads[2]))
+    rounds = complete_rounds(loads)
+    if not rounds:
+        raise SystemExit("no round finished within --time-limit: raise it, or send fewer --requests")
+    versus_single = paired_ratio(throughput(loads[0], rounds), throughput(loads[1], rounds))
+    versus_one = paired_ratio(throughput(loads[0], rounds), throughput(loads[2], rounds))
     print(
         f"\nmixed / single-adapter throughput: {versus_single}; target >= 0.9: "
         f"{verdict(versus_single, 0.9, at_most=False)}"
