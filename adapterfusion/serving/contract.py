@@ -8,9 +8,10 @@ it never reaches the model.
                       with "label_name" too where the head has label names)
                       {"predictions": [{"value": float, "scores": [float]}, ...]}      (regression heads)
     POST /v1/generate {"inputs": ["prompt", ...], "adapter": NAME | "fusion": NAME | "block": BLOCK,
-                       "max_new_tokens": int, "chat": bool}
-                   -> {"generations": [{"text": str, "tokens": int}, ...]}   (greedy; a decoder or encoder-decoder
-                      served with its language-model head; "chat": the prompt through the tokenizer's chat template)
+                       "max_new_tokens": int, "chat": bool, "temperature": float, "top_p": float, "top_k": int}
+                   -> {"generations": [{"text": str, "tokens": int}, ...]}   (a decoder or encoder-decoder served
+                      with its language-model head; "chat": the prompt through the tokenizer's chat template;
+                      temperature 0, the default, is greedy, above 0 samples, with top_p / top_k if given)
     POST /v1/pieces   {"kind": "adapter" | "fusion" | "head", "source": folder or Hub id, "name": NAME (optional)}
 
 Neither adapter nor fusion: the plain encoder. No head: the head named like the adapter or fusion, else the setup's
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 # Heads whose output is one vector per input, which the predictions above describe.
 SERVED_HEAD_KINDS = ("classification", "regression")
 _PREDICT_KEYS = ("inputs", "adapter", "fusion", "block", "head")
-_GENERATE_KEYS = ("inputs", "adapter", "fusion", "block", "max_new_tokens", "chat")
+_GENERATE_KEYS = ("inputs", "adapter", "fusion", "block", "max_new_tokens", "chat", "temperature", "top_p", "top_k")
+MAX_TEMPERATURE = 100.0
 # A BLOCK's JSON: its kind's key -> the block, and how deep and large one may be.
 _BLOCKS = {"stack": Stack, "average": Average, "fuse": Fuse}
 _BLOCK_OPTIONS = {"stack": (), "average": ("weights",), "fuse": ("name",)}
@@ -121,6 +123,16 @@ class GenerateRequest:
     choice: dict[str, str] | Block | None
     max_new_tokens: int
     chat: bool = False
+    sampling: Sampling | None = None  # None: greedy
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a generate request samples: softmax temperature, nucleus share (1.0: off), top-k (0: off)."""
+
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0
 
 
 @dataclass(frozen=True)
@@ -185,7 +197,34 @@ def parse_generate(data: dict[str, Any], catalog: Catalog, config: ServeConfig) 
     chat = data.get("chat", False)
     if not isinstance(chat, bool):
         raise RequestError(422, f"'chat' is {_short(chat)}; give true (apply the chat template) or false")
-    return GenerateRequest(tuple(text for text, _ in inputs), _parse_choice(data, catalog), new_tokens, chat)
+    prompts = tuple(text for text, _ in inputs)
+    return GenerateRequest(prompts, _parse_choice(data, catalog), new_tokens, chat, _parse_sampling(data))
+
+
+def _parse_sampling(data: dict[str, Any]) -> Sampling | None:
+    """The request's temperature, top_p and top_k; None (greedy) at temperature 0, where the others have no say."""
+    temperature = data.get("temperature", 0.0)
+    if not _is_number(temperature) or not 0.0 <= temperature <= MAX_TEMPERATURE:
+        raise RequestError(
+            422, f"'temperature' is {_short(temperature)}; give 0 (greedy) or a number up to {MAX_TEMPERATURE:g}"
+        )
+    top_p, top_k = data.get("top_p", 1.0), data.get("top_k", 0)
+    if not _is_number(top_p) or not 0.0 < top_p <= 1.0:
+        raise RequestError(422, f"'top_p' is {_short(top_p)}; give a share above 0 and at most 1 (1: all tokens)")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise RequestError(422, f"'top_k' is {_short(top_k)}; give a whole number, 0 for no limit")
+    if temperature == 0.0:
+        given = [key for key in ("top_p", "top_k") if key in data]
+        if given:
+            raise RequestError(
+                422, f"{' and '.join(map(repr, given))} act only when sampling; give a 'temperature' above 0"
+            )
+        return None
+    return Sampling(float(temperature), float(top_p), top_k)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # not NaN
 
 
 def _parse_choice(data: dict[str, Any], catalog: Catalog) -> dict[str, str] | Block | None:

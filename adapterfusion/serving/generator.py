@@ -2,10 +2,12 @@
 each prompt with the adapter or fusion its request named (`generate(..., adapter_names=[...])`, generation.py), so
 requests for different adapters share the decoding steps of one frozen model.
 
-Greedy decoding only: a request's tokens are then what the prompt gets generated alone with its choice active, and
-a request asking for fewer new tokens than its group gets a prefix of the group's run, which is what it would have
-got by itself (each step depends only on the tokens before it). A decoder's prompts are padded on the left, as
-generation needs; an encoder-decoder's are its encoder's inputs. Like Predictor.predict, `generate` is not
+Greedy requests get the tokens their prompt gets generated alone with its choice active, and a request asking for
+fewer new tokens than its group gets a prefix of the group's run, which is what it would have got by itself (each
+step depends only on the tokens before it). Requests that sample run in groups of the same temperature, top_p and
+top_k (one generate() call per group and length group); they draw from the one random stream of the server, so a
+sampled answer is not reproducible by the request alone. A decoder's prompts are padded on the left, as generation
+needs; an encoder-decoder's are its encoder's inputs. Like Predictor.predict, `generate` is not
 thread-safe: the server runs it on the model's one thread."""
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from adapterfusion.serving.contract import GenerateRequest, RequestError
+from adapterfusion.serving.contract import GenerateRequest, RequestError, Sampling
 from adapterfusion.serving.predictor import Prediction, forward_cost, length_groups, model_limit
 
 if TYPE_CHECKING:
@@ -79,8 +81,9 @@ class Generator:
         prompts = [prompt for item in batch for prompt in item.prompts]
         choices = [item.request.choice for item in batch for _ in item.prompts]
         limits = [item.request.max_new_tokens for item in batch for _ in item.prompts]
+        samplings = [item.request.sampling for item in batch for _ in item.prompts]
         made: list[Prediction | None] = [None] * len(prompts)
-        for group in length_groups([len(prompt) for prompt in prompts], forward_cost(self.model.device)):
+        for group in self._groups(prompts, samplings):
             padded = self.tokenizer.pad(
                 [{"input_ids": prompts[i]} for i in group],
                 padding=True,
@@ -92,9 +95,9 @@ class Generator:
                 **inputs,
                 adapter_names=[choices[i] for i in group],
                 max_new_tokens=max(limits[i] for i in group),
-                do_sample=False,
                 num_beams=1,
                 pad_token_id=self.pad,
+                **_decoding(samplings[group[0]]),
             )
             start = 1 if self.encoder_decoder else inputs["input_ids"].shape[1]  # after the decoder's start token
             for row, i in enumerate(group):
@@ -105,11 +108,31 @@ class Generator:
             first += item.rows
         return answers
 
+    def _groups(self, prompts: Sequence[list[int]], samplings: Sequence[Sampling | None]) -> list[list[int]]:
+        """The prompts (indices) cut into generate() calls: one per decoding setting, each cut by length."""
+        by_setting: dict[Sampling | None, list[int]] = {}
+        for index, sampling in enumerate(samplings):
+            by_setting.setdefault(sampling, []).append(index)
+        cost = forward_cost(self.model.device)
+        groups = []
+        for members in by_setting.values():
+            for group in length_groups([len(prompts[i]) for i in members], cost):
+                groups.append([members[k] for k in group])
+        return groups
+
     def _answer(self, tokens: list[int]) -> Prediction:
         """The new tokens up to and including the first end token, as text."""
         end = next((k for k, token in enumerate(tokens) if token in self.ends), None)
         kept = tokens if end is None else tokens[: end + 1]
         return {"text": self.tokenizer.decode(kept, skip_special_tokens=True), "tokens": len(kept)}
+
+
+def _decoding(sampling: Sampling | None) -> dict[str, Any]:
+    """generate()'s decoding options for a group: greedy, or sampling with its settings (top_k 0 switches the
+    model's own generation_config top_k off too)."""
+    if sampling is None:
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k}
 
 
 def _present(answer: Prediction | None) -> Prediction:

@@ -118,6 +118,14 @@ def test_bad_generate_requests_get_json_errors(tokenizer: Any):
         ({"inputs": ["x"], "chat": "yes"}, 422, "'chat'"),
         ({"inputs": ["x"], "chat": True}, 422, "no chat template"),
         ({"inputs": ["word " * 200], "max_new_tokens": 8}, 413, "exceeds the model's"),
+        ({"inputs": ["x"], "temperature": -0.5}, 422, "'temperature'"),
+        ({"inputs": ["x"], "temperature": "hot"}, 422, "'temperature'"),
+        ({"inputs": ["x"], "temperature": 1000}, 422, "up to 100"),
+        ({"inputs": ["x"], "temperature": 1, "top_p": 0}, 422, "'top_p'"),
+        ({"inputs": ["x"], "temperature": 1, "top_p": 1.5}, 422, "'top_p'"),
+        ({"inputs": ["x"], "temperature": 1, "top_k": 2.5}, 422, "'top_k'"),
+        ({"inputs": ["x"], "temperature": 1, "top_k": -1}, 422, "'top_k'"),
+        ({"inputs": ["x"], "top_k": 5}, 422, "act only when sampling"),
     ]
     with running(create_app(model, tokenizer, config)) as url, httpx.Client(base_url=url, timeout=30) as client:
         for body, status, words in bad:
@@ -133,3 +141,26 @@ def test_a_model_without_a_language_model_head_answers_404(tokenizer: Any):
         response = client.post("/v1/generate", json={"inputs": ["x"]})
         assert response.status_code == 404 and "language-model head" in response.json()["error"]["message"]
         assert client.post("/v1/predict", json={"inputs": ["x"], "head": "nli"}).status_code == 200
+
+
+def test_sampling_requests_share_a_batch_with_greedy_ones(tokenizer: Any):
+    """Sampling with top_k 1 keeps only the likeliest token, so it must give the greedy answer, whichever batch it
+    shares with greedy requests; at temperature 1 over the whole vocabulary the answer is a draw, not the greedy one."""
+    model = _generating(tokenizer)
+    reference = copy.deepcopy(model)
+    config = ServeConfig(max_batch_size=16, max_wait_ms=300, max_inputs=8, max_new_tokens=8)
+    bodies = [
+        {"inputs": TEXTS[:2], "adapter": "a", "max_new_tokens": 6, "temperature": 0.7, "top_k": 1},
+        {"inputs": [TEXTS[2]], "fusion": "f", "max_new_tokens": 6},
+        {"inputs": [TEXTS[3]], "adapter": "b", "max_new_tokens": 6, "temperature": 1.0, "top_p": 1.0},
+    ]
+    torch.manual_seed(0)
+    with running(create_app(model, tokenizer, config)) as url, httpx.Client(base_url=url, timeout=60) as client:
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            responses = list(pool.map(lambda body: client.post("/v1/generate", json=body), bodies))
+    assert all(response.status_code == 200 for response in responses), [r.text for r in responses]
+    top_one, greedy, sampled = (response.json()["generations"] for response in responses)
+    assert top_one == [_alone(reference, tokenizer, text, 6, adapter="a") for text in TEXTS[:2]]
+    assert greedy == [_alone(reference, tokenizer, TEXTS[2], 6, fusion="f")]
+    assert 1 <= sampled[0]["tokens"] <= 6
+    assert sampled != [_alone(reference, tokenizer, TEXTS[3], 6, adapter="b")]
