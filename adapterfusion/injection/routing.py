@@ -77,6 +77,8 @@ class SitePlan:
     fusion_groups: tuple[FusionGroup, ...]
     has_plain_rows: bool
     block_groups: tuple[BlockGroup, ...] = ()
+    # (a group's names, the stack's names) -> the group's slots in that stack, made once per call and device
+    slots_in_stack: dict[tuple[tuple[str, ...], str], torch.Tensor] = field(default_factory=dict, compare=False)
 
     @property
     def active(self) -> bool:
@@ -115,17 +117,28 @@ class RowRouting:
                 key = choice
             rows.setdefault(key, []).append(row)
         everyone = len(rows) == 1
-        adapter_groups, fusion_groups, block_groups = [], [], []
+        # Every index list of the plan goes to the device in one copy: a copy from pageable host memory waits for
+        # the device to finish what was queued, so one per group would stall a GPU once per group.
+        lists: list[list[int]] = []
+        adapter_names: dict[Any, tuple[str, ...]] = {}
         for key, members in rows.items():
-            index = None if everyone else self._tensor(members)
             if key is None:
                 continue
+            if not everyone:
+                lists.append(members)
+            if key[0] == ADAPTER:
+                names = adapter_names[key] = tuple(dict.fromkeys(self._name(row) for row in members))
+                lists.append([names.index(self._name(row)) for row in members])
+        on_device = iter(self._tensors(lists))
+        adapter_groups, fusion_groups, block_groups = [], [], []
+        for key in rows:
+            if key is None:
+                continue
+            index = None if everyone else next(on_device)
             if key[0] == BLOCK:
                 block_groups.append(BlockGroup(key[1], index))
             elif key[0] == ADAPTER:
-                names = tuple(dict.fromkeys(self._name(row) for row in members))
-                slots = self._tensor([names.index(self._name(row)) for row in members])
-                adapter_groups.append(AdapterGroup(names, slots, index))
+                adapter_groups.append(AdapterGroup(adapter_names[key], next(on_device), index))
             else:
                 fusion_groups.append(self._fusion_group(key[1], index))
         return SitePlan(tuple(adapter_groups), tuple(fusion_groups), None in rows, tuple(block_groups))
@@ -144,6 +157,13 @@ class RowRouting:
 
     def _tensor(self, values: Sequence[Any], dtype: torch.dtype = torch.long) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
+
+    def _tensors(self, lists: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Each of `lists` as a long tensor on the device, all moved there in one copy."""
+        if not lists:
+            return []
+        joined = torch.tensor([value for values in lists for value in values], dtype=torch.long)
+        return list(joined.to(self.device).split([len(values) for values in lists]))
 
 
 def name_in(site: AdapterSite, choice: tuple[str, Any]) -> bool:
@@ -175,7 +195,7 @@ def adapt_routed(
     groups = len(plan.adapter_groups) + len(plan.fusion_groups) + len(plan.block_groups)
     if groups == 1 and not plan.has_plain_rows:  # one kind for every row: nothing to gather or scatter
         if plan.adapter_groups:
-            return _run_adapters(site, plan.adapter_groups[0], h, r, apply_final_ln)
+            return _run_adapters(site, plan, plan.adapter_groups[0], h, r, apply_final_ln)
         if plan.block_groups:
             return run_node(site, plan.block_groups[0].block, h, r, apply_final_ln)
         return _run_fusion(site, plan.fusion_groups[0], h, r, apply_final_ln)
@@ -183,7 +203,8 @@ def adapt_routed(
     for group in plan.block_groups:
         out = _put(out, group.rows, h, r, partial(run_node, site, group.block, end=apply_final_ln))
     for adapters in plan.adapter_groups:
-        out = _put(out, adapters.rows, h, r, partial(_run_adapters, site, adapters, apply_final_ln=apply_final_ln))
+        run = partial(_run_adapters, site, plan, adapters, apply_final_ln=apply_final_ln)
+        out = _put(out, adapters.rows, h, r, run)
     for fusion in plan.fusion_groups:
         out = _put(out, fusion.rows, h, r, partial(_run_fusion, site, fusion, apply_final_ln=apply_final_ln))
     return out
@@ -218,7 +239,12 @@ def _run_fusion(
 
 
 def _run_adapters(
-    site: AdapterSite, group: AdapterGroup, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool
+    site: AdapterSite,
+    plan: SitePlan,
+    group: AdapterGroup,
+    h: torch.Tensor,
+    r: torch.Tensor | None,
+    apply_final_ln: bool,
 ) -> torch.Tensor:
     """Row i with adapter names[slots[i]], all rows in one gathered matmul each way (one adapter: its own path)."""
     if len(group.names) == 1:
@@ -232,7 +258,7 @@ def _run_adapters(
         r, site_norm = site._around(r, site.pretrained_layer_norm)
         norm = gathered_norm([a.layer_norm if a.layer_norm is not None else site_norm for a in adapters], slots)
         x, residual = site._placed(h, r, config, norm)
-    z = _gathered_delta_at(site, group, adapters, x)
+    z = _gathered_delta_at(site, group, adapters, x, plan.slots_in_stack)
     if config.ln_after:
         after = gathered_norm([a.ln_after for a in adapters], slots)
         out = after(z) + residual if not config.skip_first else after(z + residual)
@@ -245,7 +271,11 @@ def _run_adapters(
 
 
 def _gathered_delta_at(
-    site: AdapterSite, group: AdapterGroup, adapters: list[BottleneckAdapter], x: torch.Tensor
+    site: AdapterSite,
+    group: AdapterGroup,
+    adapters: list[BottleneckAdapter],
+    x: torch.Tensor,
+    slots_in_stack: dict[tuple[tuple[str, ...], str], torch.Tensor],
 ) -> torch.Tensor:
     """gathered_delta of the group's rows. Inside inference_cache() its stacks cover every adapter at the site that
     could share them (the group's placement kind, bottleneck at most the group's largest, so no wider padding) and
@@ -261,10 +291,14 @@ def _gathered_delta_at(
         if placement_kind(adapter.config) == kind and adapter.bottleneck_size <= size
     ]
     members = [here[name] for name in sharing]
+    stack = ",".join(sharing)
     stacked = site._runtime.prepared(
-        "stack", site.key, ",".join(sharing), partial(stack_weights, members), partial(parameters_of, members)
+        "stack", site.key, stack, partial(stack_weights, members), partial(parameters_of, members)
     )
-    slots = torch.tensor([sharing.index(name) for name in group.names], device=group.slots.device)[group.slots]
+    slots = slots_in_stack.get((group.names, stack))
+    if slots is None:  # once per call: sites whose stacks list the same adapters share it
+        where = torch.tensor([sharing.index(name) for name in group.names], device=group.slots.device)
+        slots = slots_in_stack[(group.names, stack)] = where[group.slots]
     return gathered_delta(members, slots, x, stacked)
 
 
