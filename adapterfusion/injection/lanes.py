@@ -131,7 +131,7 @@ def _fusion_lane(
     softmax weights below `flush_below` become 0 (SUBNORMAL_WEIGHT).
 
     Per adapter sums and spreads go through a 0/1 block matrix (`blocks`: column j sums adapter j's `size`
-    units), so a decode step runs nine products and no reshapes: scores = blocks-sum of activation * projected
+    units), so a decode step runs nine operators and no reshapes: scores = blocks-sum of activation * projected
     query + the value-side term, one addmm; the weights spread back over each adapter's units, one mm."""
     joint_weight, joint_bias = joint[0].t(), joint[1]
     total = count * size
