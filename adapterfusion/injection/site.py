@@ -422,7 +422,7 @@ class AdapterSite(nn.Module):
             fusion = self.fusion(fusion_name)
             query = h if fusion.config.query_before_ln else x
             implementation = FUSION_IMPLEMENTATIONS[self.state.fusion_implementation]
-            # a dict literal, not FuseOptions(...): torch.compile cannot trace the call of a TypedDict with optional keys
+            # a dict literal, not FuseOptions(...): torch.compile cannot trace a call of a TypedDict with optional keys
             options: FuseOptions = {"temperature": fusion.config.temperature_at(self.state.fusion_step), "keep": keep}
             if kept is not None:
                 # The fast path runs only the kept adapters: a masked-out adapter's softmax weight is exactly 0,
