@@ -1,5 +1,6 @@
 """examples/scalearn-minilm.yaml: ScaLearn beside AdapterFusion and ST-A with paper-minilm's targets, zoo, seeds and
-training settings, and its committed report is of this very file, every variant with its 3 seeds."""
+training settings, and its committed report is of this very file, every variant with its 3 seeds; likewise
+examples/scalearn-pp-minilm.yaml, the ++ kinds."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from adapterfusion.experiments.figures import _is_scalearn
 from adapterfusion.experiments.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "examples" / "results" / "scalearn-minilm"
 
 pytest.importorskip("yaml")
 
@@ -46,13 +46,27 @@ def test_it_is_paper_minilm_with_scalearn_setups(spec):
             assert variant.training == {**fusion, "learning_rate": expected}
 
 
-def test_the_committed_report_is_of_this_file_with_three_seeds_everywhere(spec):
-    recorded = json.loads((RESULTS / "experiment.json").read_text())
+def test_the_plus_plus_file_is_paper_minilm_with_the_shared_scale_kinds():
+    spec = load_spec(ROOT / "examples" / "scalearn-pp-minilm.yaml")
+    paper = load_spec(ROOT / "examples" / "paper-minilm.yaml")
+    for field in ("tasks", "seeds", "zoo", "data_dir", "max_examples", "task_training", "fusion", "encoder"):
+        assert getattr(spec, field) == getattr(paper, field), field
+    assert spec.variant("st-a-rf16").training == paper.variant("st-a-rf16").training
+    kinds = {v.id: v.options.get("fusion_config") for v in spec.variants if v.is_fusion}
+    assert kinds == {"scalearn-pp-st-a": "scalearn++", "scalearn-uniform-pp-st-a": "scalearn-uniform++"}
+    fusion = paper.variant("fusion-st-a").training
+    assert all(v.training == {**fusion, "learning_rate": 6.0e-3} for v in spec.variants if v.is_fusion)
+
+
+@pytest.mark.parametrize(("name", "jobs"), [("scalearn-minilm", 6 * 3 * 3), ("scalearn-pp-minilm", 3 * 3 * 3)])
+def test_the_committed_report_is_of_this_file_with_three_seeds_everywhere(name: str, jobs: int):
+    spec, results = load_spec(ROOT / "examples" / f"{name}.yaml"), ROOT / "examples" / "results" / name
+    recorded = json.loads((results / "experiment.json").read_text())
     assert recorded["spec_hash"] == spec.spec_hash()
-    tables = json.loads((RESULTS / "report" / "tables.json").read_text())
-    assert tables["job_counts"] == {"done": 6 * 3 * 3}
+    tables = json.loads((results / "report" / "tables.json").read_text())
+    assert tables["job_counts"] == {"done": jobs}
     assert set(tables["scores"]) == {v.id for v in spec.variants}
-    table = (RESULTS / "report" / "tables.md").read_text()
+    table = (results / "report" / "tables.md").read_text()
     for variant, per_task in tables["scores"].items():
         for task, scores in per_task.items():
             assert sorted(s["seed"] for s in scores) == [1, 2, 3], (variant, task)
