@@ -29,6 +29,7 @@ ATTENTION_FIELDS = (
     "key",
     "value",
     "query_before_ln",
+    "query_norm",
     "residual_before",
     "value_before_softmax",
     "value_init_noise",
@@ -50,6 +51,10 @@ class FusionConfig:
     the training step that the trainer sets with `model.set_fusion_step(step)`.
     score_dropout: dropout on the attention scores before the softmax (AdapterHub applies the encoder's
     attention dropout there; the paper is silent, so it is off by default).
+    query_norm: scale the query to unit root mean square before Q (an RMSNorm without weights; ours, not the
+    paper's or AdapterHub's). At a pre-norm decoder site the query is h + r, the raw residual stream, whose scale
+    grows through the layers and makes the scores saturate the softmax from the start (examples/results/README.md,
+    decoder-smollm2); normalised, the query has the scale a post-LayerNorm encoder's has.
 
     kind='scalearn' (ScaLearn, fusion/scalearn.py) reads only the scale_* fields, and the attention fields only
     kind='attention': o = sum_n w_n * z_n + r with w_n learned per site, a vector of d numbers per adapter
@@ -63,6 +68,7 @@ class FusionConfig:
     key: bool = True
     value: bool = True
     query_before_ln: bool = False
+    query_norm: bool = False
     residual_before: bool = False
     value_before_softmax: bool = True
     value_init_noise: float = 1e-6
@@ -166,6 +172,8 @@ class FusionConfig:
             data.pop(name)
         if self.is_scalearn:
             data = {"kind": self.kind, **data}
+        elif not self.query_norm:
+            data.pop("query_norm")  # newer than the format: written only when set, so older configs keep their hash
         data["format_version"] = CONFIG_FORMAT_VERSION
         return data
 

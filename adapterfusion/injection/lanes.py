@@ -44,7 +44,13 @@ def build_lane(
         return None
     settings = fusion.config
     # Score dropout acts in training mode even inside the cache's no_grad: the general path keeps it.
-    if settings.query_before_ln or settings.temperature or settings.residual_before or settings.score_dropout > 0:
+    if (
+        settings.query_before_ln
+        or settings.query_norm
+        or settings.temperature
+        or settings.residual_before
+        or settings.score_dropout > 0
+    ):
         return None
     sizes = {a.bottleneck_size for a in adapters}
     if len(sizes) != 1 or len({type(a.activation) for a in adapters}) != 1:

@@ -28,7 +28,7 @@ from adapterfusion.adapters.bottleneck import BottleneckAdapter, layer_norm_each
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.blocks import LAYOUT_BLOCKS
 from adapterfusion.errors import ConfigError
-from adapterfusion.fusion.layer import FUSION_IMPLEMENTATIONS, FoldedFusion, FusionLayer, fold_fusion
+from adapterfusion.fusion.layer import FUSION_IMPLEMENTATIONS, FoldedFusion, FusionLayer, fold_fusion, normalised_query
 from adapterfusion.fusion.scalearn import SCALEARN_IMPLEMENTATIONS, ScaLearnLayer
 from adapterfusion.injection.architectures import SiteKind, SiteSpec, site_key
 from adapterfusion.injection.composed import held_at, run_node
@@ -421,6 +421,8 @@ class AdapterSite(nn.Module):
         else:
             fusion = self.fusion(fusion_name)
             query = h if fusion.config.query_before_ln else x
+            if fusion.config.query_norm:  # a new tensor: fuse_fast then projects it apart from the adapters' input
+                query = normalised_query(query)
             implementation = FUSION_IMPLEMENTATIONS[self.state.fusion_implementation]
             # a dict literal, not FuseOptions(...): torch.compile cannot trace a call of a TypedDict with optional keys
             options: FuseOptions = {"temperature": fusion.config.temperature_at(self.state.fusion_step), "keep": keep}

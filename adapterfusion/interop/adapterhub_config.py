@@ -232,6 +232,11 @@ def fusion_config_to_adapterhub(config: FusionConfig) -> dict[str, Any]:
             "a ScaLearn fusion (kind='scalearn') cannot be exported to AdapterHub's format: adapters has no "
             "ScaLearn; save it in ours (save_fusion / save_pretrained)"
         )
+    if config.query_norm:
+        raise ConfigError(
+            "a fusion with query_norm=True cannot be exported to AdapterHub's format: adapters projects the raw "
+            "query, so it would compute other weights; save it in ours (save_fusion / save_pretrained)"
+        )
     if config.temperature and (config.temperature_start != _T_START or config.temperature_steps != _T_STEPS):
         raise ConfigError(
             f"fusion temperature_start={config.temperature_start}, temperature_steps={config.temperature_steps} "
