@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
 import adapterfusion as af
+from adapterfusion.interop import export_adapterhub
 from catalogue import Action, BadInput, edit_json, load_into, saved_piece
 from tiny_models import tiny_encoder
 
@@ -102,6 +103,16 @@ def _call(method: str, *args: Any, fused: bool = True, **kwargs: Any) -> Callabl
 
 def _construct(factory: Callable[..., Any], **kwargs: Any) -> Callable[[Path], Action]:
     return lambda folder: lambda: factory(**kwargs)
+
+
+def _exported_query_norm_fusion(folder: Path) -> Action:
+    """A fusion with FusionConfig(query_norm=True) exported to AdapterHub's format, whose fusion projects the raw
+    query: written out, it would compute other weights when adapters loads it."""
+    model = _model()
+    for name in ("a", "b"):
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+    model.add_fusion("f", ["a", "b"], af.FusionConfig.dynamic(query_norm=True))
+    return lambda: export_adapterhub(model, "fusion", "f", folder / "hub")
 
 
 def _after_unload(use: Callable[[af.AdaptedModel, Path], Any]) -> Callable[[Path], Action]:
@@ -516,5 +527,13 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("adapters=5", "int", "list of names"),
         lambda folder: lambda: _model(fused=True).save_pretrained(folder / "setup", adapters=5),
+    ),
+    B(
+        "export-adapterhub-query-norm-fusion",
+        "model calls",
+        "export_adapterhub(model, 'fusion', 'f', folder) of a fusion with FusionConfig(query_norm=True)",
+        af.ConfigError,
+        ("query_norm=True", "cannot be exported to AdapterHub"),
+        _exported_query_norm_fusion,
     ),
 )
