@@ -1,8 +1,8 @@
 """Why did the old main job's fusions predict one class? Reruns its recipe with [CLS] and with mean pooling, and
 measures what the shipped encoder's [CLS] vector carries. docs/fidelity.md holds the committed output.
 
-    .venv/bin/python scripts/diagnose_collapse.py --out /tmp/diagnose            # both parts, ~15 min on 2 cores
-    .venv/bin/python scripts/diagnose_collapse.py --out /tmp/diagnose --part features
+    .venv/bin/python scripts/diagnose_collapse.py --out runs/diagnose            # both parts, ~15 min on 2 cores
+    .venv/bin/python scripts/diagnose_collapse.py --out runs/diagnose --part features
 
 Part "recipe": the old examples/paper-small.yaml recipe for stage 1 and stage 2 (six tasks of the demo pack, 512
 training examples seen once, batch 16, 64 tokens, lr 1e-3, two seeds), once with the heads on [CLS] (what the old

@@ -20,10 +20,10 @@ any mismatch. Re-running is deterministic (byte-identical outputs).
 Usage (from the repository root)::
 
     # make a throw-away venv with adapters 1.3.0 and run inside it
-    python3 scripts/make_adapterhub_fixtures.py --make-venv /tmp/ah-venv
+    python3 scripts/make_adapterhub_fixtures.py --make-venv runs/ah-venv
 
     # or run with a Python that already has adapters==1.3.0, transformers==4.57.6, torch, safetensors
-    /tmp/ah-venv/bin/python scripts/make_adapterhub_fixtures.py [--out tests/fixtures/adapterhub]
+    runs/ah-venv/bin/python scripts/make_adapterhub_fixtures.py [--out tests/fixtures/adapterhub]
 
 The venv is created with ``python -m venv``; torch==2.13.0 is installed first and pinned (the CPU wheel comes from
 pip's configured find-links) so pip never pulls CUDA wheels. No HuggingFace Hub access is needed.

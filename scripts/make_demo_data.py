@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/make_demo_data.py [--source ../shared/data] [--out adapterfusion/demo_data]
 
-Input: a folder of `<task>/<split>.jsonl.gz` files in the HuggingFace Hub field layout (for us /work/shared/data).
+Input: a folder of `<task>/<split>.jsonl.gz` files in the HuggingFace Hub field layout (for us ../shared/data,
+beside the clone).
 Output, same layout (what `load_task_data(task, data_dir=demo_data_dir())` reads):
 
     rte, cb, mrpc, sick: train + validation, complete (SICK's test split is left out)

@@ -94,6 +94,11 @@ SUBNORMAL_WEIGHT = 1e-30
 _FLUSHED_DTYPES = (torch.float32, torch.bfloat16)
 
 
+def flushes_subnormal_weights(tensor: torch.Tensor) -> bool:
+    """Whether softmax weights of `tensor`'s device and dtype below SUBNORMAL_WEIGHT become 0 at inference."""
+    return tensor.device.type == "cpu" and tensor.dtype in _FLUSHED_DTYPES
+
+
 QUERY_NORM_EPS = 1e-6
 
 
@@ -101,11 +106,6 @@ def normalised_query(query: torch.Tensor) -> torch.Tensor:
     """`query` at unit root mean square over its last dimension (FusionConfig.query_norm), the same in both
     implementations: an RMSNorm without weights."""
     return query * torch.rsqrt(query.pow(2).mean(dim=-1, keepdim=True) + QUERY_NORM_EPS)
-
-
-def flushes_subnormal_weights(tensor: torch.Tensor) -> bool:
-    """Whether softmax weights of `tensor`'s device and dtype below SUBNORMAL_WEIGHT become 0 at inference."""
-    return tensor.device.type == "cpu" and tensor.dtype in _FLUSHED_DTYPES
 
 
 def fuse_reference(
