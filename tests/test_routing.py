@@ -184,6 +184,48 @@ def test_gradients_reach_each_examples_adapter():
             assert_close(mine, reference.grad, label=name)
 
 
+@pytest.mark.parametrize("model_type", ["bert", "llama"])
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_groups_without_plain_rows(model_type, grad):
+    """Every row routed, in two kinds of group or more (Pfeiffer adapters, Houlsby adapters, a fusion), so no row
+    takes the plain sub-layer's output: the groups fill a new tensor, in place at inference and out of place while
+    gradients flow, where each adapter's and the fusion's gradient is still the one of its own examples' loss."""
+    if model_type == "bert":
+        model = _model(configs={**PFEIFFER, **HOULSBY})
+        choices = ["a", "h1", "f", "b", "h2", "a"]
+        inputs = _inputs(len(choices))
+    else:
+        model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+        for name in ("a", "b", "h1"):
+            model.add_adapter(name, HOULSBY[name] if name in HOULSBY else af.AdapterConfig.pfeiffer(reduction_factor=4))
+            _randomised(model, name)
+        model.add_fusion("f", ["a", "b"], af.FusionConfig.dynamic(value_init_noise=0.05))
+        model.add_head("two", af.ClassificationHead(num_labels=2, pooling="last"))
+        model.eval()
+        choices = ["a", "h1", "f", "b", "a"]
+        inputs = tiny_decoder_inputs(model_type, batch=len(choices))
+    model.activate(head="two")
+    labels = torch.tensor([1, 0, 1, 1, 0, 1][: len(choices)])
+    trained = [*model.fusion_parameters("f"), *model.adapter_parameters("a"), *model.adapter_parameters("h1")]
+    for parameter in trained:
+        parameter.requires_grad_(grad)
+    with torch.set_grad_enabled(grad):
+        out = model(**inputs, adapter_names=choices, labels=labels)
+    references = []
+    for row, choice in enumerate(choices):
+        alone = _alone(model, inputs, row, choice, "two", labels=labels[row : row + 1])
+        assert_close(out.logits[row], alone.logits[0], label=f"row {row} {choice}")
+        references.append(alone.loss)
+    if not grad:
+        return
+    out.loss.backward()
+    got = [parameter.grad.clone() for parameter in trained]
+    model.zero_grad()
+    torch.stack(references).mean().backward()
+    for mine, parameter in zip(got, trained, strict=True):
+        assert_close(mine, parameter.grad)
+
+
 class _CountBatchedMatmuls(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()

@@ -199,7 +199,9 @@ def adapt_routed(
         if plan.block_groups:
             return run_node(site, plan.block_groups[0].block, h, r, apply_final_ln)
         return _run_fusion(site, plan.fusion_groups[0], h, r, apply_final_ln)
-    out = _plain(site, h, r, apply_final_ln)
+    # Rows that chose nothing here get the plain sub-layer's output; where there are none, every row is written by a
+    # group below, so no plain output is computed only to be overwritten.
+    out = _plain(site, h, r, apply_final_ln) if plan.has_plain_rows else None
     for group in plan.block_groups:
         out = _put(out, group.rows, h, r, partial(run_node, site, group.block, end=apply_final_ln))
     for adapters in plan.adapter_groups:
@@ -207,20 +209,29 @@ def adapt_routed(
         out = _put(out, adapters.rows, h, r, run)
     for fusion in plan.fusion_groups:
         out = _put(out, fusion.rows, h, r, partial(_run_fusion, site, fusion, apply_final_ln=apply_final_ln))
+    assert out is not None  # plain rows, or two groups or more
     return out
 
 
 def _put(
-    out: torch.Tensor,
+    out: torch.Tensor | None,
     rows: torch.Tensor | None,
     h: torch.Tensor,
     r: torch.Tensor | None,
     run: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
 ) -> torch.Tensor:
-    """`out` with its `rows` replaced by what `run` makes of those rows of h and r."""
+    """`out` with its `rows` replaced by what `run` makes of those rows of h and r (`out` None: a new tensor whose
+    other rows the caller's later groups fill). Out of place where gradients flow; in place otherwise, into a tensor
+    this call or an earlier one made (never h itself, which `_plain` returns at a pre-norm site)."""
     assert rows is not None  # a group of some rows only: adapt_routed runs a group of every row directly
     values = run(h.index_select(0, rows), r.index_select(0, rows) if r is not None else None)
-    return out.index_copy(0, rows, values)
+    if out is None:
+        out = values.new_empty((h.shape[0], *values.shape[1:]))
+    elif out is h:
+        return out.index_copy(0, rows, values)
+    if torch.is_grad_enabled() and (out.requires_grad or values.requires_grad):
+        return out.index_copy(0, rows, values)
+    return out.index_copy_(0, rows, values)
 
 
 def _plain(site: AdapterSite, h: torch.Tensor, r: torch.Tensor | None, apply_final_ln: bool) -> torch.Tensor:
