@@ -1,5 +1,5 @@
-"""examples/decoder-smollm2-mnli.yaml: issue #23's decoder example with one strong source (MNLI), and its committed
-report is of this very file, both setups with their 2 seeds on every task they run."""
+"""The decoder examples of issue #23 (examples/decoder-smollm2-*.yaml) and their committed reports: each report is of
+its very file, every setup with its 2 seeds on every task it runs."""
 
 from __future__ import annotations
 
@@ -13,24 +13,50 @@ import pytest
 from adapterfusion.experiments.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "decoder-smollm2-mnli"
 
 pytest.importorskip("yaml")
 
 
-def test_it_fuses_mnli_with_each_target_on_the_shipped_decoder():
-    spec = load_spec(ROOT / "examples" / f"{NAME}.yaml")
+def _spec(name: str):
+    return load_spec(ROOT / "examples" / f"{name}.yaml")
+
+
+def test_the_long_example_composes_the_same_sources_four_ways():
+    spec = _spec("decoder-smollm2-long")
+    assert spec.encoder == "default-decoder"
+    kinds = {v.id: v.options.get("fusion_config") for v in spec.variants if v.is_fusion}
+    assert kinds == {
+        "fusion-st-a": None,
+        "fusion-st-a-query-h": {"query_before_ln": True},
+        "fusion-st-a-query-norm": {"query_norm": True},
+        "scalearn-st-a": "scalearn",
+    }
+    assert spec.fusion["cb"] == ("sst2", "sick", "mrpc", "cb")
+    assert spec.fusion["rte"] == ("sst2", "sick", "mrpc", "cb", "rte")
+
+
+@pytest.mark.parametrize("name", ["decoder-smollm2-mnli", "decoder-smollm2-mnli-demo"])
+def test_the_mnli_examples_fuse_mnli_with_each_target(name):
+    spec = _spec(name)
     assert spec.encoder == "default-decoder"
     assert [v.id for v in spec.variants if v.is_fusion] == ["fusion-st-a"]
     assert (spec.fusion["cb"], spec.fusion["rte"]) == (("mnli", "cb"), ("mnli", "rte"))
 
 
-def test_the_committed_report_is_of_this_file_with_both_seeds_everywhere():
-    spec, results = load_spec(ROOT / "examples" / f"{NAME}.yaml"), ROOT / "examples" / "results" / NAME
+@pytest.mark.parametrize(
+    "name, jobs",
+    [
+        ("decoder-smollm2-long", 5 * 2 + 4 * 2 * 2),  # ST-A on 5 tasks; 4 compositions on CB and RTE
+        ("decoder-smollm2-mnli", 3 * 2 + 2 * 2),  # ST-A on 3 tasks; Fusion on CB and RTE
+        ("decoder-smollm2-mnli-demo", 3 * 2 + 2 * 2),
+    ],
+)
+def test_the_committed_report_is_of_this_file_with_both_seeds_everywhere(name, jobs):
+    spec, results = _spec(name), ROOT / "examples" / "results" / name
     recorded = json.loads((results / "experiment.json").read_text())
     assert recorded["spec_hash"] == spec.spec_hash()
     tables = json.loads((results / "report" / "tables.json").read_text())
-    assert tables["job_counts"] == {"done": 3 * 2 + 2 * 2}  # ST-A on 3 tasks; Fusion on CB and RTE
+    assert tables["job_counts"] == {"done": jobs}
     assert set(tables["scores"]) == {v.id for v in spec.variants}
     table = (results / "report" / "tables.md").read_text()
     for variant, per_task in tables["scores"].items():
@@ -50,8 +76,7 @@ def _transfer_check():
 def test_transfer_check_maps_source_labels_onto_the_target_by_name():
     label_map = _transfer_check().label_map
     mnli, cb = ["entailment", "neutral", "contradiction"], ["entailment", "contradiction", "neutral"]
-    rte = ["entailment", "not_entailment"]
     assert label_map(mnli, cb).tolist() == [0, 2, 1]
-    assert label_map(mnli, rte).tolist() == [0, 1, 1]
+    assert label_map(mnli, ["entailment", "not_entailment"]).tolist() == [0, 1, 1]
     with pytest.raises(SystemExit, match="cannot map labels"):
         label_map(mnli, ["positive", "negative"])
