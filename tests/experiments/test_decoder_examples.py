@@ -4,13 +4,12 @@ its very file, every setup with its 2 seeds on every task it runs."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import statistics
 from pathlib import Path
 
 import pytest
 
 from adapterfusion.experiments.spec import load_spec
+from committed_reports import check_committed_report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,18 +51,7 @@ def test_the_mnli_examples_fuse_mnli_with_each_target(name):
     ],
 )
 def test_the_committed_report_is_of_this_file_with_both_seeds_everywhere(name, jobs):
-    spec, results = _spec(name), ROOT / "examples" / "results" / name
-    recorded = json.loads((results / "experiment.json").read_text())
-    assert recorded["spec_hash"] == spec.spec_hash()
-    tables = json.loads((results / "report" / "tables.json").read_text())
-    assert tables["job_counts"] == {"done": jobs}
-    assert set(tables["scores"]) == {v.id for v in spec.variants}
-    table = (results / "report" / "tables.md").read_text()
-    for variant, per_task in tables["scores"].items():
-        for task, scores in per_task.items():
-            assert sorted(s["seed"] for s in scores) == [1, 2], (variant, task)
-            values = [s["value"] for s in scores]
-            assert f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" in table
+    check_committed_report(name, jobs, [1, 2])
 
 
 def _transfer_check():

@@ -4,8 +4,6 @@ examples/scalearn-pp-minilm.yaml, the ++ kinds."""
 
 from __future__ import annotations
 
-import json
-import statistics
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.figures import _is_scalearn
 from adapterfusion.experiments.spec import load_spec
+from committed_reports import check_committed_report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,18 +59,7 @@ def test_the_plus_plus_file_is_paper_minilm_with_the_shared_scale_kinds():
 
 @pytest.mark.parametrize(("name", "jobs"), [("scalearn-minilm", 6 * 3 * 3), ("scalearn-pp-minilm", 3 * 3 * 3)])
 def test_the_committed_report_is_of_this_file_with_three_seeds_everywhere(name: str, jobs: int):
-    spec, results = load_spec(ROOT / "examples" / f"{name}.yaml"), ROOT / "examples" / "results" / name
-    recorded = json.loads((results / "experiment.json").read_text())
-    assert recorded["spec_hash"] == spec.spec_hash()
-    tables = json.loads((results / "report" / "tables.json").read_text())
-    assert tables["job_counts"] == {"done": jobs}
-    assert set(tables["scores"]) == {v.id for v in spec.variants}
-    table = (results / "report" / "tables.md").read_text()
-    for variant, per_task in tables["scores"].items():
-        for task, scores in per_task.items():
-            assert sorted(s["seed"] for s in scores) == [1, 2, 3], (variant, task)
-            values = [s["value"] for s in scores]
-            assert f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" in table
+    check_committed_report(name, jobs, [1, 2, 3])
 
 
 @pytest.mark.parametrize(
