@@ -20,7 +20,7 @@ from adapterfusion.scoring import Predictions, predict, score, score_generation
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
-from adapterfusion.tasks.spec import ROLES
+from adapterfusion.tasks.spec import ROLES, TaskSpec
 from adapterfusion.training.rebuild import RebuiltRun, rebuild_run
 
 __all__ = [
@@ -50,24 +50,29 @@ def load_run_split(
     split: str = "validation",
     data_dir: str | os.PathLike | None = None,
     max_examples: int | None = None,
+    task: TaskSpec | None = None,
 ):
     """`split` of the run's task, tokenised for its model: by default the run's own data source and subsample
-    (seeded with the run's seed), else `data_dir` and/or a seeded subset of `max_examples` rows."""
+    (seeded with the run's seed), else `data_dir` and/or a seeded subset of `max_examples` rows. `task`: another
+    task's split, read from the same source with the run's tokenizer, length and seed (the run's subsample, made
+    for its own task, does not apply), as a transfer check scores a source adapter on a target."""
     if split not in ROLES:
         raise ConfigError(f"split={split!r} is not a split role; use one of {list(ROLES)}")
     data_info = run.config["data"]
     if data_dir is None and data_info["source"] == "local":
         data_dir = data_info["location"]
-    limits = max_examples if max_examples is not None else recorded_limits(data_info)
-    data, _ = load_task_data(run.task, data_dir, run.seed, max_examples=limits)
+    own_subsample = max_examples is None and task is None  # the run's own split, subsampled as it was
+    limits = recorded_limits(data_info) if own_subsample else max_examples
+    task = run.task if task is None else task
+    data, _ = load_task_data(task, data_dir, run.seed, max_examples=limits)
     if split not in data:
         raise ConfigError(
-            f"task {run.task.name!r} has no labelled {split!r} split at "
+            f"task {task.name!r} has no labelled {split!r} split at "
             f"{data_dir or data_info['location']} "
             f"(it has {list(data)}); choose another --split or pass --data-dir"
         )
     encoded, _ = encode_task(
-        run.task, type(data)({split: data[split]}), run.tokenizer, run.config["training"].get("max_length")
+        task, type(data)({split: data[split]}), run.tokenizer, run.config["training"].get("max_length")
     )
     return encoded[split]
 

@@ -18,11 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from adapterfusion.evaluation import run_batches
+from adapterfusion.evaluation import load_run_split, run_batches
 from adapterfusion.scoring import predict
 from adapterfusion.tasks import get_task
-from adapterfusion.tasks.encoding import encode_task
-from adapterfusion.tasks.loading import load_task_data
 from adapterfusion.training.rebuild import rebuild_run
 
 FALLBACK = "not_entailment"
@@ -48,19 +46,18 @@ def main() -> None:
     parser.add_argument("results", type=Path, help="an experiment's results folder (holding runs/ and adapters/)")
     parser.add_argument("--source", required=True, help="the source task whose ST-A runs are checked")
     parser.add_argument("--targets", nargs="+", required=True)
-    parser.add_argument("--data-dir", default=None, help="the targets' data (default: as load_task_data finds it)")
+    parser.add_argument(
+        "--data-dir", default=None, help="the targets' data (default: where the source run read its own)"
+    )
     args = parser.parse_args()
     print("| source run | target | dev examples | majority share | source alone |")
     print("|---|---|---:|---:|---:|")
     for run_dir in source_runs(args.results, args.source):
         run = rebuild_run(run_dir)
-        max_length = run.config["training"].get("max_length")
         for target in args.targets:
             spec = get_task(target)
             mapping = label_map(list(run.task.label_names), list(spec.label_names))
-            data, _ = load_task_data(spec, args.data_dir, run.seed)
-            encoded, _ = encode_task(spec, type(data)({"validation": data["validation"]}), run.tokenizer, max_length)
-            dev = encoded["validation"]
+            dev = load_run_split(run, "validation", args.data_dir, task=spec)
             logits = predict(run.model, run_batches(run, dev)).logits
             gold = np.asarray(dev["label"])
             accuracy = float((mapping[logits.argmax(-1)] == gold).mean())

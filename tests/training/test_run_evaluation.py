@@ -4,6 +4,7 @@ split, prune_fusion works on a fusion run (and refuses anything else), its saved
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import shutil
@@ -18,6 +19,7 @@ from adapterfusion.cli import main
 from adapterfusion.demo import demo_data_dir
 from adapterfusion.evaluation import evaluate_run, load_run_split, predict, run_batches
 from adapterfusion.pruning import PRUNING_FILE, prune_fusion
+from adapterfusion.tasks import get_task
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.rebuild import rebuild_run
 from tolerances import assert_close
@@ -82,6 +84,21 @@ def test_evaluate_other_splits_and_subsets(runs):
         evaluate_run(runs["st-a"], split="test")
     with pytest.raises(af.ConfigError, match="split='dev' is not a split role"):
         evaluate_run(runs["st-a"], split="dev")
+
+
+def test_another_tasks_split_is_read_as_the_run_reads_its_own(runs):
+    """load_run_split(task=...): CB's dev set from the RTE run's data folder, tokenised as the run's model reads its
+    input (64 tokens), whole (the run's 40-row subsample was made for RTE), labels in the file's order."""
+    run = rebuild_run(runs["st-a"])
+    assert len(load_run_split(run)) == SLICE["validation"]
+    cb = get_task("cb")
+    split = load_run_split(run, task=cb)
+    with gzip.open(demo_data_dir() / "cb" / "validation.jsonl.gz", "rt") as rows:
+        raw = [json.loads(row) for row in rows]
+    assert len(split) == len(raw) == 56
+    assert list(split["label"]) == [row["label"] for row in raw]
+    first = run.tokenizer(*(raw[0][field] for field in cb.text_fields), truncation=True, max_length=64)
+    assert list(split[0]["input_ids"]) == first["input_ids"]
 
 
 def test_fusion_run_without_a_recorded_store_needs_one(runs, tmp_path):
