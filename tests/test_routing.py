@@ -4,6 +4,8 @@ one ordinary forward per example), and compute the adapter rows with one gathere
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
@@ -97,9 +99,11 @@ def test_inside_the_inference_cache_routed_rows_follow_the_weights_across_calls(
         assert_close(model(**inputs, adapter_names=mixes[0]).last_hidden_state, changed, label="after the change")
 
 
-def test_adapters_with_their_own_layer_norms_and_other_placements():
+@pytest.mark.parametrize("cached", [False, True])
+def test_adapters_with_their_own_layer_norms_and_other_placements(cached):
     """New LayerNorms inside the adapters (gathered per row), the other residual placements and non-linearities (each
-    a group of its own at a site)."""
+    a group of its own at a site); also inside inference_cache(), where each group gathers from a stack of every
+    adapter at the site that shares its placement (LayerNorm copies stacked with them)."""
     inside = dict(reduction_factor=8, ln_before=True, ln_after=True, residual_before_ln=False)
     configs = {
         "a": af.AdapterConfig.pfeiffer(reduction_factor=8),
@@ -110,10 +114,11 @@ def test_adapters_with_their_own_layer_norms_and_other_placements():
         "post": af.AdapterConfig.pfeiffer(reduction_factor=8, residual_before_ln="post_add", original_ln_before=False),
         "g": af.AdapterConfig.pfeiffer(reduction_factor=8, non_linearity="gelu"),
     }
-    model = _model(configs=configs)
-    choices = ["n1", "a", "n3", "post", "g", "n2", "s", "n3", "f"]
+    model = _model(configs={**configs, **HOULSBY})
+    choices = ["n1", "a", "n3", "post", "g", "n2", "s", "n3", "f", "h2", "h1"]
     inputs = _inputs(len(choices))
-    out = model(**inputs, adapter_names=choices)
+    with model.inference_cache() if cached else contextlib.nullcontext():
+        out = model(**inputs, adapter_names=choices)
     for row, choice in enumerate(choices):
         alone = _alone(model, inputs, row, choice, None).last_hidden_state[0]
         assert_close(out.last_hidden_state[row], alone, label=f"row {row} {choice}")

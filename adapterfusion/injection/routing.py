@@ -1,20 +1,22 @@
 """Per-example routing at one site: row i of the batch runs its own adapter, a fusion, or the plain sub-layer.
 
 `RowRouting` (held by ActiveState while a `model(**batch, adapter_names=[...])` call runs) says what each row chose.
-A site works out once per call what that means for it (`RowRouting.plan`, memoised by which of the chosen pieces
-the site holds): the rows of each kind, and for the adapter rows the slot of each row's adapter in a stack of the
-adapters' weights. `adapt_routed` then runs, per site:
+A site works out once per call what that means for it (`RowRouting.plan`, shared by the sites that hold the same
+pieces): the rows of each kind, and for the adapter rows the slot of each row's adapter in a stack of the adapters'
+weights. `adapt_routed` then runs, per site:
   * every adapter row in one gathered, batched matmul each way (Punica's SGMV idea): the routed adapters' down- and
-    up-projections are stacked once, gathered per row (W[slot]) and applied with torch.baddbmm, so the cost does not
-    grow with the number of distinct adapters. Adapters whose placement options differ (Pfeiffer beside Houlsby, or
-    another non-linearity) cannot share the equations, so each such kind is one group (usually there is one);
-    different bottleneck sizes are zero-padded to the largest (padded up-projection columns are 0, so exact);
+    up-projections are stacked once, gathered per row (W[slot], one index_select for both) and applied with
+    torch.baddbmm, so the cost does not grow with the number of distinct adapters. Adapters whose placement options
+    differ (Pfeiffer beside Houlsby, or another non-linearity) cannot share the equations, so each such kind is one
+    group (usually there is one); different bottleneck sizes are zero-padded to the largest (padded up-projection
+    columns are 0, so exact);
   * the rows of each fusion through the fusion's own fast path (fusion/layer.py), on those rows only;
   * the rows of each composition block (blocks.py; a Stack, Average or Fuse as an adapter_names entry) through the
     block's own path (injection/composed.py), on those rows only;
   * a row that chose nothing, or whose adapter or fusion is not at this site (leave_out), as the bare sub-layer.
-When one kind covers every row, nothing is gathered or scattered; otherwise each kind's rows are taken with
-index_select and put back with index_copy (out of place, so gradients flow).
+When one kind covers every row, nothing is gathered or scattered. Otherwise the plain sub-layer, or where no row
+chose nothing the largest adapter group, runs on every row, and each other kind's rows are taken with index_select
+and written over it with index_copy (out of place where gradients flow, so they do).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ Choice = tuple[str, Any] | None
 
 class AdapterGroup(NamedTuple):
     """Adapter rows that share placement options: `names` in slot order, `slots[i]` the slot of the i-th row of
-    `rows` (None: every row of the batch)."""
+    `rows` (None: every row of the batch, where rows of other kinds have any slot and are overwritten)."""
 
     names: tuple[str, ...]
     slots: torch.Tensor
@@ -69,6 +71,10 @@ class BlockGroup(NamedTuple):
     rows: torch.Tensor | None
 
 
+# The adapters of a stack, its key among the site's prepared stacks, and a group's slots in it (_stack_for).
+SharedStack = tuple[tuple[str, ...], str, torch.Tensor]
+
+
 @dataclass(frozen=True)
 class SitePlan:
     """What a routed call means at one site (see the module docstring)."""
@@ -77,8 +83,11 @@ class SitePlan:
     fusion_groups: tuple[FusionGroup, ...]
     has_plain_rows: bool
     block_groups: tuple[BlockGroup, ...] = ()
-    # (a group's names, the stack's names) -> the group's slots in that stack, made once per call and device
-    slots_in_stack: dict[tuple[tuple[str, ...], str], torch.Tensor] = field(default_factory=dict, compare=False)
+    # a group's names -> the adapters of the stack it gathers from inside inference_cache(), that stack's key and the
+    # group's slots in it: worked out once per call for the sites sharing this plan (_stack_for)
+    stacks: dict[tuple[str, ...], tuple[tuple[str, ...], str, torch.Tensor]] = field(
+        default_factory=dict, compare=False
+    )
 
     @property
     def active(self) -> bool:
@@ -94,16 +103,15 @@ class RowRouting:
     masks: Mapping[str, tuple[str, ...]]
     fast: bool  # the fast fusion implementation runs (only it skips the adapters a mask drops)
     device: torch.device
-    _plans: dict[tuple[Any, ...], SitePlan] = field(default_factory=dict, repr=False)
+    _plans: dict[tuple[tuple[str, ...], tuple[str, ...]], SitePlan] = field(default_factory=dict, repr=False)
 
     def plan(self, site: AdapterSite) -> SitePlan:
-        """What this call means at `site`; sites holding the same chosen pieces share one plan."""
-        here = tuple(
-            choice is not None and name_in(site, choice) for choice in dict.fromkeys(c for c in self.choices if c)
-        )
-        plan = self._plans.get(here)
+        """What this call means at `site`. Sites holding the same pieces (all of a model's, unless an adapter leaves
+        some layers out) share one plan: what a site makes of the choices depends on nothing else."""
+        holdings = (tuple(site.adapters), tuple(site.fusions))
+        plan = self._plans.get(holdings)
         if plan is None:
-            plan = self._plans[here] = self._make_plan(site)
+            plan = self._plans[holdings] = self._make_plan(site)
         return plan
 
     def _make_plan(self, site: AdapterSite) -> SitePlan:
@@ -117,6 +125,11 @@ class RowRouting:
                 key = choice
             rows.setdefault(key, []).append(row)
         everyone = len(rows) == 1
+        # Where no row runs the plain sub-layer, the largest adapter group runs on every row (any slot for the rows
+        # of other kinds, which those overwrite): its rows are neither gathered nor scattered, and a row of the
+        # gathered matmul costs next to nothing beside the copies it saves.
+        kinds = [key for key in rows if key is not None and key[0] == ADAPTER]
+        base = max(kinds, key=lambda key: len(rows[key])) if kinds and None not in rows and not everyone else None
         # Every index list of the plan goes to the device in one copy: a copy from pageable host memory waits for
         # the device to finish what was queued, so one per group would stall a GPU once per group.
         lists: list[list[int]] = []
@@ -124,21 +137,30 @@ class RowRouting:
         for key, members in rows.items():
             if key is None:
                 continue
-            if not everyone:
+            if not everyone and key != base:
                 lists.append(members)
             if key[0] == ADAPTER:
                 names = adapter_names[key] = tuple(dict.fromkeys(self._name(row) for row in members))
-                lists.append([names.index(self._name(row)) for row in members])
+                slot = {name: index for index, name in enumerate(names)}
+                if key == base:
+                    chosen = set(members)
+                    lists.append([slot[self._name(row)] if row in chosen else 0 for row in range(len(self.choices))])
+                else:
+                    lists.append([slot[self._name(row)] for row in members])
         on_device = iter(self._tensors(lists))
-        adapter_groups, fusion_groups, block_groups = [], [], []
+        adapter_groups: list[AdapterGroup] = []
+        fusion_groups: list[FusionGroup] = []
+        block_groups: list[BlockGroup] = []
         for key in rows:
             if key is None:
                 continue
-            index = None if everyone else next(on_device)
+            index = None if everyone or key == base else next(on_device)
             if key[0] == BLOCK:
                 block_groups.append(BlockGroup(key[1], index))
             elif key[0] == ADAPTER:
-                adapter_groups.append(AdapterGroup(adapter_names[key], next(on_device), index))
+                adapter_groups.insert(
+                    0 if key == base else len(adapter_groups), AdapterGroup(adapter_names[key], next(on_device), index)
+                )
             else:
                 fusion_groups.append(self._fusion_group(key[1], index))
         return SitePlan(tuple(adapter_groups), tuple(fusion_groups), None in rows, tuple(block_groups))
@@ -199,14 +221,14 @@ def adapt_routed(
         if plan.block_groups:
             return run_node(site, plan.block_groups[0].block, h, r, apply_final_ln)
         return _run_fusion(site, plan.fusion_groups[0], h, r, apply_final_ln)
-    # Rows that chose nothing here get the plain sub-layer's output; where there are none, every row is written by a
-    # group below, so no plain output is computed only to be overwritten.
+    # Rows that chose nothing here get the plain sub-layer's output; where there are none, the plan's largest adapter
+    # group runs on every row (its rows None) and the other groups write their rows over it.
     out = _plain(site, h, r, apply_final_ln) if plan.has_plain_rows else None
+    for adapters in plan.adapter_groups:  # the group of every row, if there is one, comes first
+        run = partial(_run_adapters, site, plan, adapters, apply_final_ln=apply_final_ln)
+        out = run(h, r) if adapters.rows is None else _put(out, adapters.rows, h, r, run)
     for group in plan.block_groups:
         out = _put(out, group.rows, h, r, partial(run_node, site, group.block, end=apply_final_ln))
-    for adapters in plan.adapter_groups:
-        run = partial(_run_adapters, site, plan, adapters, apply_final_ln=apply_final_ln)
-        out = _put(out, adapters.rows, h, r, run)
     for fusion in plan.fusion_groups:
         out = _put(out, fusion.rows, h, r, partial(_run_fusion, site, fusion, apply_final_ln=apply_final_ln))
     assert out is not None  # plain rows, or two groups or more
@@ -260,93 +282,136 @@ def _run_adapters(
     """Row i with adapter names[slots[i]], all rows in one gathered matmul each way (one adapter: its own path)."""
     if len(group.names) == 1:
         return site.adapt_with(h, r, apply_final_ln, None, group.names, None, None)
-    adapters = [site.adapter(name) for name in group.names]
-    config, slots = adapters[0].config, group.slots
-    norm: Any = None
+    stack, slots = _stack_for(site, plan, group)
+    config = stack.config
     if site.spec.kind is SiteKind.PRE_NORM:
         x, residual = site._placed_pre_norm(h, r, config)
     else:
-        r, site_norm = site._around(r, site.pretrained_layer_norm)
-        norm = gathered_norm([a.layer_norm if a.layer_norm is not None else site_norm for a in adapters], slots)
-        x, residual = site._placed(h, r, config, norm)
-    z = _gathered_delta_at(site, group, adapters, x, plan.slots_in_stack)
+        r, _ = site._around(r, site.pretrained_layer_norm)
+        x, residual = site._placed(h, r, config, partial(normalised, stack.layer_norm, slots))
+    z = gathered_delta(stack, slots, x)
     if config.ln_after:
-        after = gathered_norm([a.ln_after for a in adapters], slots)
-        out = after(z) + residual if not config.skip_first else after(z + residual)
+        after = normalised(stack.ln_after, slots, z if not config.skip_first else z + residual)
+        out = after + residual if not config.skip_first else after
     else:
         out = z + residual
     if site._ends_with_layer_norm(config, apply_final_ln):
         assert r is not None
-        out = norm(out + r)
+        out = normalised(stack.layer_norm, slots, out + r)
     return out
 
 
-def _gathered_delta_at(
-    site: AdapterSite,
-    group: AdapterGroup,
-    adapters: list[BottleneckAdapter],
-    x: torch.Tensor,
-    slots_in_stack: dict[tuple[tuple[str, ...], str], torch.Tensor],
-) -> torch.Tensor:
-    """gathered_delta of the group's rows. Inside inference_cache() its stacks cover every adapter at the site that
-    could share them (the group's placement kind, bottleneck at most the group's largest, so no wider padding) and
-    are made once and kept: a server's batches route ever other subsets of the same adapters."""
-    if not site._runtime.is_caching:  # training, or a call outside the cache: the group's own stacks, with gradients
-        return gathered_delta(adapters, group.slots, x)
-    size = max(adapter.bottleneck_size for adapter in adapters)
-    kind = placement_kind(adapters[0].config)
-    here = {name: site.adapter(name) for name in site.adapters}
-    sharing = [
-        name
-        for name, adapter in here.items()
-        if placement_kind(adapter.config) == kind and adapter.bottleneck_size <= size
-    ]
-    members = [here[name] for name in sharing]
-    stack = ",".join(sharing)
-    stacked = site._runtime.prepared(
-        "stack", site.key, stack, partial(stack_weights, members), partial(parameters_of, members)
-    )
-    slots = slots_in_stack.get((group.names, stack))
-    if slots is None:  # once per call: sites whose stacks list the same adapters share it
+def _stack_for(site: AdapterSite, plan: SitePlan, group: AdapterGroup) -> tuple[RoutedStack, torch.Tensor]:
+    """The stack the group's rows gather from, and each row's slot in it. Outside inference_cache() (training, or
+    a one-off call): the group's own adapters, stacked with gradients. Inside it, the stack covers every adapter at the
+    site that could share it (the group's placement kind, bottleneck at most the group's largest, so no wider
+    padding) and is made once and kept: a server's batches route ever other subsets of the same adapters. Which
+    adapters those are is worked out once per call for all sites sharing the plan (they hold the same pieces)."""
+    if not site._runtime.is_caching:
+        return stack_routed(_adapters_at(site, group.names), _site_norm(site)), group.slots
+    shared = plan.stacks.get(group.names)
+    if shared is None:
+        sharing = _sharing(site, group.names)
         where = torch.tensor([sharing.index(name) for name in group.names], device=group.slots.device)
-        slots = slots_in_stack[(group.names, stack)] = where[group.slots]
-    return gathered_delta(members, slots, x, stacked)
+        shared = plan.stacks[group.names] = (sharing, ",".join(sharing), where[group.slots])
+    sharing, key, slots = shared
+    adapters, norm = partial(_adapters_at, site, sharing), _site_norm(site)
+    stack = site._runtime.prepared(
+        "stack",
+        site.key,
+        key,
+        lambda: stack_routed(adapters(), norm),
+        lambda: parameters_of([*adapters(), *([norm] if norm is not None else [])]),
+    )
+    assert stack is not None  # inside inference_cache()
+    return stack, slots
 
 
-class StackedWeights(NamedTuple):
-    """A group's adapters' weights stacked along a first dimension (slot order), bottlenecks zero-padded to the
-    largest, and scaled where any adapter scales: down [A, m, d], its bias [A, m], up [A, d, m], its bias [A, d]."""
+def _sharing(site: AdapterSite, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The adapters at `site` whose stack can serve a group of `names` (see _stack_for)."""
+    chosen = [site.adapter(name) for name in names]
+    size = max(adapter.bottleneck_size for adapter in chosen)
+    kind = placement_kind(chosen[0].config)
+    return tuple(
+        name
+        for name in site.adapters
+        if placement_kind(site.adapter(name).config) == kind and site.adapter(name).bottleneck_size <= size
+    )
 
-    down_weight: torch.Tensor
-    down_bias: torch.Tensor
-    up_weight: torch.Tensor
-    up_bias: torch.Tensor
+
+def _adapters_at(site: AdapterSite, names: Sequence[str]) -> list[BottleneckAdapter]:
+    return [site.adapter(name) for name in names]
 
 
-def stack_weights(adapters: Sequence[BottleneckAdapter]) -> StackedWeights:
-    """The stacks gathered_delta gathers from; made once per inference_cache() block and kept (runtime.prepared)."""
+def _site_norm(site: AdapterSite) -> nn.Module | None:
+    """The LayerNorm a routed adapter without its own copy ends with (None at a PRE_NORM site: none to end with)."""
+    return site.pretrained_layer_norm if site.spec.kind is not SiteKind.PRE_NORM else None
+
+
+class StackedNorm(NamedTuple):
+    """LayerNorms of one shape and eps (Houlsby's copies): their affine parameters stacked [A, d] in slot order."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+    shape: tuple[int, ...]
+    eps: float
+
+
+# A group's LayerNorm at one place: one module for every slot, stacked copies, or none.
+Norm = nn.Module | StackedNorm | None
+
+
+class RoutedStack(NamedTuple):
+    """What a group's rows are computed from, in slot order: the adapters' projections stacked along a first
+    dimension, bottlenecks zero-padded to the largest (padded up-projection rows are 0, so exact) and scaled where any
+    adapter scales, down-projections and transposed up-projections in one tensor so that a row takes both in one
+    gather; and their LayerNorms (stacked_norm). The group's adapters share a placement kind (placement_kind), so one
+    config and one non-linearity serve all."""
+
+    projections: torch.Tensor  # [A, 2m, d]: rows :m the down-projection, rows m: the up-projection transposed
+    biases: torch.Tensor  # [A, m + d]: the down-projection's bias, then the up-projection's
+    bottleneck: int  # m
+    config: AdapterConfig
+    activation: nn.Module
+    ln_before: Norm
+    ln_after: Norm
+    layer_norm: Norm  # how the sub-layer ends: each adapter's own copy or the site's (None: a PRE_NORM site)
+
+
+def stack_routed(adapters: Sequence[BottleneckAdapter], site_norm: nn.Module | None) -> RoutedStack:
+    """The stack of `adapters` (made once per inference_cache() block and kept, or per call with gradients)."""
     size = max(adapter.bottleneck_size for adapter in adapters)
     scaled = any(adapter.config.scaling != 1.0 for adapter in adapters)
-    return StackedWeights(
-        torch.stack([_pad(a.down.weight, size, 0) for a in adapters]),
-        torch.stack([_pad(a.down.bias, size, 0) for a in adapters]),
-        torch.stack([_pad(_scaled(a, a.up.weight, scaled), size, 1) for a in adapters]),
-        torch.stack([_scaled(a, a.up.bias, scaled) for a in adapters]),
+    down = torch.stack([_pad(a.down.weight, size, 0) for a in adapters])
+    up = torch.stack([_pad(_scaled(a, a.up.weight, scaled), size, 1) for a in adapters])
+    biases = [torch.cat([_pad(a.down.bias, size, 0), _scaled(a, a.up.bias, scaled)]) for a in adapters]
+    first = adapters[0]
+    ends = [a.layer_norm if a.layer_norm is not None else site_norm for a in adapters]
+    return RoutedStack(
+        torch.cat([down, up.transpose(1, 2)], dim=1),
+        torch.stack(biases),
+        size,
+        first.config,
+        first.activation,
+        stacked_norm([a.ln_before for a in adapters]) if first.ln_before is not None else None,
+        stacked_norm([a.ln_after for a in adapters]) if first.config.ln_after else None,
+        stacked_norm(ends) if site_norm is not None else None,
     )
 
 
-def gathered_delta(
-    adapters: Sequence[BottleneckAdapter], slots: torch.Tensor, x: torch.Tensor, stacked: StackedWeights | None = None
-) -> torch.Tensor:
-    """adapters[slots[i]].delta(x[i]) for every row i of x [rows, ..., d]: the stacked weights (`stacked`, else
-    stacked here) gathered per row, one baddbmm down and one up."""
+def gathered_delta(stack: RoutedStack, slots: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """adapters[slots[i]].delta(x[i]) for every row i of x [rows, ..., d]: each row's projections gathered from the
+    stack (one index_select for both weights, one for both biases), one baddbmm down and one up."""
     flat = x.flatten(1, -2)  # [rows, tokens, d]
-    if adapters[0].ln_before is not None:  # placement_kind: all or none of a group have one
-        flat = gathered_norm([a.ln_before for a in adapters], slots)(flat)
-    weights = stacked if stacked is not None else stack_weights(adapters)
-    pre = torch.baddbmm(weights.down_bias[slots].unsqueeze(1), flat, weights.down_weight[slots].transpose(1, 2))
-    hidden = adapters[0].activation(pre)  # placement_kind: one non-linearity per group
-    up = torch.baddbmm(weights.up_bias[slots].unsqueeze(1), hidden, weights.up_weight[slots].transpose(1, 2))
+    if stack.ln_before is not None:  # placement_kind: all or none of a group have one
+        flat = normalised(stack.ln_before, slots, flat)
+    weights, biases, size = (
+        stack.projections.index_select(0, slots),
+        stack.biases.index_select(0, slots),
+        stack.bottleneck,
+    )
+    pre = torch.baddbmm(biases[:, None, :size], flat, weights[:, :size].transpose(1, 2))
+    up = torch.baddbmm(biases[:, None, size:], stack.activation(pre), weights[:, size:])
     return up.view_as(x)
 
 
@@ -364,9 +429,9 @@ def _pad(tensor: torch.Tensor, size: int, dim: int) -> torch.Tensor:
     return F.pad(tensor, padding)
 
 
-def gathered_norm(norms: Sequence[nn.Module | None], slots: torch.Tensor) -> Any:
-    """u -> norms[slots[i]](u[i]) for u [rows, ..., d]: the module itself when every slot has the same one, else one
-    normalisation and the stacked affine gathered per row (LayerNorms of one shape and eps, as Houlsby's copies)."""
+def stacked_norm(norms: Sequence[nn.Module | None]) -> Norm:
+    """The module itself where every slot has the same one (or none), else the slots' affine parameters stacked
+    (LayerNorms of one shape and eps, as Houlsby's copies)."""
     first = norms[0]
     if all(norm is first for norm in norms):
         return first
@@ -380,11 +445,16 @@ def gathered_norm(norms: Sequence[nn.Module | None], slots: torch.Tensor) -> Any
             f"per-example routing needs the routed adapters' own LayerNorms to be affine nn.LayerNorms of one shape "
             f"and eps (found {kinds}); run these adapters in separate calls"
         )
-    weight, bias = torch.stack([norm.weight for norm in affine]), torch.stack([norm.bias for norm in affine])
-    shape, eps = affine[0].normalized_shape, affine[0].eps
+    weight = torch.stack([norm.weight for norm in affine])
+    bias = torch.stack([norm.bias for norm in affine])
+    return StackedNorm(weight, bias, tuple(affine[0].normalized_shape), affine[0].eps)
 
-    def normalise(u: torch.Tensor) -> torch.Tensor:
-        view = (u.shape[0],) + (1,) * (u.dim() - 2) + (u.shape[-1],)
-        return F.layer_norm(u, shape, eps=eps) * weight[slots].view(view) + bias[slots].view(view)
 
-    return normalise
+def normalised(norm: Norm, slots: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """u -> norm[slots[i]](u[i]) for u [rows, ..., d]: one normalisation and the stacked affine gathered per row."""
+    assert norm is not None  # a group has the LayerNorm it is asked to apply
+    if not isinstance(norm, StackedNorm):
+        return norm(u)
+    view = (u.shape[0],) + (1,) * (u.dim() - 2) + (u.shape[-1],)
+    weight, bias = norm.weight.index_select(0, slots), norm.bias.index_select(0, slots)
+    return F.layer_norm(u, norm.shape, eps=norm.eps) * weight.view(view) + bias.view(view)
