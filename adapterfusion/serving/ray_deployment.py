@@ -14,20 +14,22 @@ import os
 from typing import Any
 
 from adapterfusion.errors import ConfigError
-from adapterfusion.serving.app import create_app
+from adapterfusion.serving.app import create_app, model_executor
 from adapterfusion.serving.config import ServeConfig
 from adapterfusion.serving.server import load_setup
 
 
 class AdapterServer:
-    """One replica: the setup loaded in its constructor; Ray Serve asks `__serve_build_asgi_app__` for the app."""
+    """One replica: the setup loaded in its constructor, on the thread that will run it (app.model_executor);
+    Ray Serve asks `__serve_build_asgi_app__` for the app."""
 
     def __init__(self, setup: str, base: str | None, config: ServeConfig, device: str, dtype: str) -> None:
-        self.model, self.tokenizer = load_setup(setup, base, device, dtype)
+        self.executor = model_executor()
+        self.model, self.tokenizer = self.executor.submit(load_setup, setup, base, device, dtype).result()
         self.config = config
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self.model, self.tokenizer, self.config)
+        return create_app(self.model, self.tokenizer, self.config, self.executor)
 
 
 def deployment(

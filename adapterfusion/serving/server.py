@@ -14,7 +14,7 @@ from adapterfusion.defaults import default_encoder_path
 from adapterfusion.encoders import load_tokenizer, resolve_encoder
 from adapterfusion.errors import ConfigError
 from adapterfusion.model import AdaptedModel
-from adapterfusion.serving.app import create_app
+from adapterfusion.serving.app import create_app, model_executor
 from adapterfusion.serving.config import ServeConfig
 
 logger = logging.getLogger(__name__)
@@ -53,12 +53,17 @@ def serve(
     import uvicorn
 
     config = config or ServeConfig()
-    model, tokenizer = load_setup(setup, base, device, dtype)
+    executor = model_executor()  # the model is loaded on the thread that will run it (model_executor says why)
+    try:
+        model, tokenizer = executor.submit(load_setup, setup, base, device, dtype).result()
+    except BaseException:
+        executor.shutdown(wait=False)
+        raise
     if config.api_key is None and not _is_loopback(host):
         logger.warning(
             "serving on %s without an API key: anyone who reaches it can load pieces (POST /v1/pieces)", host
         )
-    app = create_app(model, tokenizer, config)
+    app = create_app(model, tokenizer, config, executor)
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=drain_seconds, log_level="info")
 
 

@@ -266,3 +266,33 @@ def test_an_unexpected_error_is_a_json_500_and_the_server_goes_on(model, tokeniz
             response = client.post("/v1/pieces", json={"kind": "head", "source": "anywhere"})
             assert response.status_code == 500 and "server's log" in response.json()["error"]["message"]
             assert client.post("/v1/predict", json=body).status_code == 200
+
+
+def test_serve_loads_the_model_on_the_thread_that_runs_it(model, tokenizer, monkeypatch):
+    """`serve` loads the setup on the app's model thread, not the main thread, and the forwards run on that same thread
+    (app.model_executor: a second OpenMP pool, left on the main thread by loading there, slows every forward)."""
+    import threading
+
+    import uvicorn
+
+    import adapterfusion.serving.server as server
+
+    threads: dict[str, threading.Thread] = {}
+
+    def load(*args):
+        threads["load"] = threading.current_thread()
+        return model, tokenizer
+
+    def forward(*args, **kwargs):
+        threads["forward"] = threading.current_thread()
+        return type(model).forward(model, *args, **kwargs)
+
+    apps = []
+    monkeypatch.setattr(server, "load_setup", load)
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: apps.append(app))
+    server.serve("a-setup-folder", host="127.0.0.1", port=0)
+    monkeypatch.setattr(model, "forward", forward)
+    with running(apps[0]) as url, httpx.Client(base_url=url, timeout=30) as client:
+        response = client.post("/v1/predict", json={"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"})
+    assert response.status_code == 200, response.text
+    assert threads["load"] is threads["forward"] and threads["load"] is not threading.main_thread()
