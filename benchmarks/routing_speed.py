@@ -2,16 +2,17 @@
 on the shipped MiniLM (issue #24 item 1).
 
     .venv/bin/python benchmarks/routing_speed.py [--batch 32] [--seq 128] [--adapters 32] [--fusion-size 4]
-        [--repeats 9] [--threads 2] [--device cpu]
+        [--fusions 1] [--repeats 9] [--threads 2] [--device cpu]
 
 N Pfeiffer adapters (reduction factor 16, random weights) and one classification head. Cases, each one forward of
 the same batch: "bare" (the head on the bare encoder), "one adapter" (adapter 0 for every row), "routed" (row i runs
 adapter i mod N: with batch 32 and N 32, every row a different adapter), "routed + fusion" (as routed, but every
-fourth row runs a dynamic fusion over the first --fusion-size adapters and every eighth the plain model). All inside
+fourth row runs a dynamic fusion over --fusion-size adapters, the --fusions fusions in turn, each over its own
+adapters, and every eighth row the plain model). All inside
 inference_cache() and torch.no_grad(), in one process, interleaved round-robin after a warm-up round. Ratios are
 per-round paired ratios to "bare" with a bootstrap 95 % interval (_stats.py); absolute times depend on whatever else
-the machine is doing, so only ratios from one run mean anything. Before timing, two routed rows are checked against
-the same rows run alone (max |Δ logits|).
+the machine is doing, so only ratios from one run mean anything. Before timing, routed rows (adapter, fusion and
+plain ones) are checked against the same rows run alone (max |Δ logits|).
 
 Targets (issue #24): routed ≤ 1.05x the bare encoder, where one adapter for all rows costs about 1.02x.
 """
@@ -31,14 +32,16 @@ from transformers import AutoModel
 import adapterfusion as af
 
 
-def build(num_adapters: int, fusion_size: int) -> af.AdaptedModel:
+def build(num_adapters: int, fusion_size: int, fusions: int = 1) -> af.AdaptedModel:
     torch.manual_seed(0)
     model = af.wrap(AutoModel.from_pretrained(af.default_encoder_path()))
     for i in range(num_adapters):
         model.add_adapter(f"task{i}", af.AdapterConfig.pfeiffer(reduction_factor=16))
         for parameter in model.adapter_parameters(f"task{i}"):  # not near-identity: speed must not depend on it
             torch.nn.init.normal_(parameter, std=0.02)
-    model.add_fusion("fusion", [f"task{i}" for i in range(fusion_size)], af.FusionConfig.dynamic())
+    for k in range(fusions):  # fusion k over the fusion_size adapters from k * fusion_size on
+        fused = [f"task{(k * fusion_size + i) % num_adapters}" for i in range(fusion_size)]
+        model.add_fusion(f"fusion{k}", fused, af.FusionConfig.dynamic())
     model.add_head("head", af.ClassificationHead(num_labels=2))
     model.activate(head="head")
     return model.eval()
@@ -54,13 +57,15 @@ def single(model: af.AdaptedModel, inputs: dict[str, torch.Tensor], adapter: str
 
 
 def check_rows(model: af.AdaptedModel, inputs: dict[str, torch.Tensor], names: list[str | None]) -> float:
-    """max |Δ logits| of two routed rows against the same rows run alone with their choice."""
+    """max |Δ logits| of routed rows (the first two, and the first fusion and plain rows) against the same rows run
+    alone with their choice."""
     routed = forward(model, inputs, adapter_names=names)
     gap = 0.0
-    for row in (0, 1):
+    for row in sorted({0, 1, *(row for row in (3, 7, 11) if row < len(names))}):
         one = {key: value[row : row + 1] for key, value in inputs.items()}
-        fusion = names[row] == "fusion"
-        with model.activated(adapter=None if fusion else names[row], fusion="fusion" if fusion else None, head="head"):
+        name = names[row]
+        fusion = name if name is not None and name.startswith("fusion") else None
+        with model.activated(adapter=None if fusion else name, fusion=fusion, head="head"):
             gap = max(gap, (model(**one).logits[0] - routed[row]).abs().max().item())
     return gap
 
@@ -78,13 +83,14 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--adapters", type=int, default=32)
     parser.add_argument("--fusion-size", type=int, default=4)
+    parser.add_argument("--fusions", type=int, default=1, help="distinct fusions among the fusion rows")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="torch device of the model and the batch")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    model = build(args.adapters, min(args.fusion_size, args.adapters)).to(device)
+    model = build(args.adapters, min(args.fusion_size, args.adapters), args.fusions).to(device)
     generator = torch.Generator().manual_seed(0)
     inputs = {
         "input_ids": torch.randint(1000, 20000, (args.batch, args.seq), generator=generator),
@@ -93,7 +99,8 @@ def main() -> None:
     inputs = {key: value.to(device) for key, value in inputs.items()}
     routed: list[str | None] = [f"task{i % args.adapters}" for i in range(args.batch)]
     mixed: list[str | None] = [
-        None if i % 8 == 7 else "fusion" if i % 4 == 3 else name for i, name in enumerate(routed)
+        None if i % 8 == 7 else f"fusion{(i // 8) % args.fusions}" if i % 4 == 3 else name
+        for i, name in enumerate(routed)
     ]
     cases: dict[str, Callable[[], torch.Tensor]] = {
         "bare": functools.partial(single, model, inputs, None),
@@ -115,7 +122,8 @@ def main() -> None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {args.threads} threads"
     print(
         f"MiniLM-L6 (d=384), batch {args.batch} x {args.seq} tokens, {distinct} distinct adapters of {args.adapters} "
-        f"(Pfeiffer rf 16), {where}, {args.repeats} rounds, torch {torch.__version__}"
+        f"(Pfeiffer rf 16), fusion rows of {args.fusions} fusion(s) over {args.fusion_size}, {where}, {args.repeats} "
+        f"rounds, torch {torch.__version__}"
     )
     print("| case | median ms | / bare (95 % CI) | target | max |Δ logits| vs rows alone |")
     print("|---|---:|---|---|---:|")
