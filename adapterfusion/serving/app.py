@@ -38,8 +38,8 @@ def model_executor() -> ThreadPoolExecutor:
     (`executor.submit(load_setup, ...).result()`): torch's OpenMP gives every thread that runs a parallel operator
     its own pool of worker threads, and once a second pool exists (the main thread's, left over from loading the
     model) libgomp counts more threads than cores and stops its workers spinning between operators, so every
-    operator waits for them to wake. On 2 CPU cores that made each forward on the worker thread 1.4x slower (MiniLM,
-    the load test's batches replayed: 9.2 against 6.3 ms per input)."""
+    operator waits for them to wake. On 2 CPU cores that made each forward on the worker thread 1.42x slower
+    (benchmarks/model_thread.py: MiniLM, the load test's batches)."""
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="adapterfusion-model")
 
 
