@@ -85,9 +85,7 @@ class SitePlan:
     block_groups: tuple[BlockGroup, ...] = ()
     # a group's names -> the adapters of the stack it gathers from inside inference_cache(), that stack's key and the
     # group's slots in it: worked out once per call for the sites sharing this plan (_stack_for)
-    stacks: dict[tuple[str, ...], tuple[tuple[str, ...], str, torch.Tensor]] = field(
-        default_factory=dict, compare=False
-    )
+    stacks: dict[tuple[str, ...], SharedStack] = field(default_factory=dict, compare=False)
 
     @property
     def active(self) -> bool:
