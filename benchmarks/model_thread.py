@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,6 @@ class _Inline(Executor):
     """Runs a call on the calling thread (the "main thread" case)."""
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        from concurrent.futures import Future
-
         future: Future[Any] = Future()
         future.set_result(fn(*args, **kwargs))
         return future

@@ -327,13 +327,12 @@ def _stack_for(site: AdapterSite, plan: SitePlan, group: AdapterGroup) -> tuple[
 
 def _sharing(site: AdapterSite, names: tuple[str, ...]) -> tuple[str, ...]:
     """The adapters at `site` whose stack can serve a group of `names` (see _stack_for)."""
-    chosen = [site.adapter(name) for name in names]
+    chosen = _adapters_at(site, names)
     size = max(adapter.bottleneck_size for adapter in chosen)
     kind = placement_kind(chosen[0].config)
+    here = zip(site.adapters, _adapters_at(site, list(site.adapters)), strict=True)
     return tuple(
-        name
-        for name in site.adapters
-        if placement_kind(site.adapter(name).config) == kind and site.adapter(name).bottleneck_size <= size
+        name for name, adapter in here if placement_kind(adapter.config) == kind and adapter.bottleneck_size <= size
     )
 
 
