@@ -53,6 +53,7 @@ def create_app(
     try:
         from fastapi import FastAPI, Request
         from fastapi.responses import JSONResponse, PlainTextResponse, Response
+        from starlette.exceptions import HTTPException
     except ImportError:
         raise ConfigError("serving needs FastAPI and uvicorn: pip install 'adapterfusion[serve]'") from None
     config = config or ServeConfig()
@@ -105,6 +106,13 @@ def create_app(
     async def refused(_: Request, error: RequestError) -> JSONResponse:
         return _error(error.status, error.message)
 
+    @app.exception_handler(HTTPException)
+    async def routing_refused(_: Request, error: HTTPException) -> JSONResponse:  # FastAPI's own 404, 405
+        headers = {key.lower(): value for key, value in (error.headers or {}).items()}
+        allowed = f"; this path takes {headers['allow']}" if "allow" in headers else ""
+        known = "" if allowed else f"; the endpoints are {', '.join(ROUTES)}"
+        return _error(error.status_code, f"{error.detail}{allowed or known}")
+
     @app.exception_handler(Exception)
     async def failed(request: Request, _: Exception) -> JSONResponse:  # a safety net: the endpoints catch their own
         return _error(500, "the server failed on this request; the error is in the server's log")
@@ -155,6 +163,7 @@ def create_app(
     async def load_piece(request: Request) -> JSONResponse:
         nonlocal catalog
         _check_key(request, config.api_key)
+        _require_json(request)
         piece = parse_piece(read_body(await _body(request, config), config))
         loader = getattr(model, f"load_{piece.kind}")
 
@@ -194,6 +203,16 @@ async def _body(request: "Request", config: ServeConfig) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > config.max_body_bytes:
         raise RequestError(413, f"the request body has {declared} bytes, over the limit of {config.max_body_bytes}")
     return await request.body()
+
+
+def _require_json(request: "Request") -> None:
+    """415 unless the body is declared JSON: a web page can post a form or text/plain to a local server without
+    asking (no CORS preflight), but not application/json, so this keeps pages from loading pieces into it."""
+    declared = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if declared != "application/json":
+        raise RequestError(
+            415, f"POST /v1/pieces takes a JSON body; send 'Content-Type: application/json' (got {declared or 'none'})"
+        )
 
 
 def _check_key(request: "Request", key: str | None) -> None:

@@ -55,6 +55,11 @@ class ServeConfig:
             )
         if self.api_key is not None and len(self.api_key) < 8:
             raise ConfigError("the API key must have at least 8 characters (or give none)")
+        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable()):
+            raise ConfigError(
+                "the API key must be printable ASCII (letters, digits, punctuation): HTTP headers carry no other "
+                "characters, so no client could send it"
+            )
 
     @staticmethod
     def key_from_env(given: str | None) -> str | None:

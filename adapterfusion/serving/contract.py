@@ -39,6 +39,8 @@ SERVED_HEAD_KINDS = ("classification", "regression")
 _PREDICT_KEYS = ("inputs", "adapter", "fusion", "block", "head")
 _GENERATE_KEYS = ("inputs", "adapter", "fusion", "block", "max_new_tokens", "chat", "temperature", "top_p", "top_k")
 MAX_TEMPERATURE = 100.0
+# Below this, logits / temperature overflows to inf in float32 and sampling fails; 0 means greedy.
+MIN_TEMPERATURE = 1e-3
 # A BLOCK's JSON: its kind's key -> the block, and how deep and large one may be.
 _BLOCKS = {"stack": Stack, "average": Average, "fuse": Fuse}
 _BLOCK_OPTIONS = {"stack": (), "average": ("weights",), "fuse": ("name",)}
@@ -150,7 +152,9 @@ def read_body(body: bytes, config: ServeConfig) -> dict[str, Any]:
         )
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except RecursionError:
+        raise RequestError(400, "the request body nests JSON too deeply to read; send a flat JSON object") from None
+    except ValueError as error:  # not JSON, not UTF-8, or a number longer than Python reads (4300 digits)
         raise RequestError(400, f"the request body is not valid JSON ({error}); send a JSON object") from None
     if not isinstance(data, dict):
         raise RequestError(422, f"the request body must be a JSON object, not {type(data).__name__}")
@@ -204,9 +208,11 @@ def parse_generate(data: dict[str, Any], catalog: Catalog, config: ServeConfig) 
 def _parse_sampling(data: dict[str, Any]) -> Sampling | None:
     """The request's temperature, top_p and top_k; None (greedy) at temperature 0, where the others have no say."""
     temperature = data.get("temperature", 0.0)
-    if not _is_number(temperature) or not 0.0 <= temperature <= MAX_TEMPERATURE:
+    if not _is_number(temperature) or not (temperature == 0.0 or MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE):
         raise RequestError(
-            422, f"'temperature' is {_short(temperature)}; give 0 (greedy) or a number up to {MAX_TEMPERATURE:g}"
+            422,
+            f"'temperature' is {_short(temperature)}; give 0 (greedy) or a number from {MIN_TEMPERATURE:g} to "
+            f"{MAX_TEMPERATURE:g}",
         )
     top_p, top_k = data.get("top_p", 1.0), data.get("top_k", 0)
     if not _is_number(top_p) or not 0.0 < top_p <= 1.0:
@@ -273,6 +279,8 @@ def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
         else:
             raise RequestError(422, f"'{where}.{kind}[{index}]' is {_short(child)}; a child is a name or a block")
     options = {key: value[key] for key in _BLOCK_OPTIONS[kind] if key in value}
+    if kind == "fuse" and isinstance(options.get("name"), str):
+        _require("fusion", options["name"], list(catalog.fusions))
     try:
         return cast(Block, _BLOCKS[kind](*parsed, **options))
     except (ConfigError, TypeError, ValueError) as error:  # the block's own checks: nesting, weights, names
@@ -287,6 +295,8 @@ def parse_piece(data: dict[str, Any]) -> PieceRequest:
         raise RequestError(422, f"'kind' is {kind!r}; give one of {list(PIECE_KINDS)}")
     if not isinstance(source, str) or not source:
         raise RequestError(422, "'source' must be a piece's folder on the server or a Hub id 'org/name'")
+    if "\x00" in source or not _is_unicode(source):
+        raise RequestError(422, f"'source' {_short(source)} holds a NUL or a lone surrogate; no path or Hub id does")
     if name is not None and (not isinstance(name, str) or not name):
         raise RequestError(422, f"'name' is {name!r}; give a non-empty name or leave it out (the saved name)")
     return PieceRequest(kind, source, name)
@@ -316,6 +326,11 @@ def _parse_inputs(value: Any, config: ServeConfig) -> tuple[tuple[str, str | Non
             raise RequestError(
                 422, f"inputs[{index}] = {_short(entry)} has the wrong shape; each entry is a text or a pair of texts"
             )
+        broken = next((text for text in texts if not _is_unicode(text)), None)
+        if broken is not None:
+            raise RequestError(
+                422, f"inputs[{index}] holds a lone surrogate ({_short(broken)}), which is not text; send valid Unicode"
+            )
         longest = max(len(text) for text in texts)
         if longest > config.max_text_chars:
             raise RequestError(
@@ -323,6 +338,15 @@ def _parse_inputs(value: Any, config: ServeConfig) -> tuple[tuple[str, str | Non
             )
         rows.append((texts[0], texts[1] if len(texts) == 2 else None))
     return tuple(rows)
+
+
+def _is_unicode(text: str) -> bool:
+    """False for a string JSON allowed but no tokenizer or file system takes: one holding a lone surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _require(kind: str, name: Any, loaded: list[str]) -> None:

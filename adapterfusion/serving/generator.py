@@ -60,6 +60,10 @@ class Generator:
         """The request's prompts tokenised (on the event loop); 413 where a prompt leaves no room for its tokens."""
         prompts = tuple(self._tokens(prompt, request.chat) for prompt in request.prompts)
         for index, prompt in enumerate(prompts):
+            if not prompt:  # generate() needs a token to start from; this tokenizer adds none of its own
+                raise RequestError(
+                    422, f"inputs[{index}] is {len(request.prompts[index])} characters that make no tokens; send text"
+                )
             if len(prompt) + request.max_new_tokens > self.max_length:
                 raise RequestError(
                     413,

@@ -29,10 +29,7 @@ def load_setup(
     in eval mode on `device` in `dtype`."""
     if dtype not in DTYPES:
         raise ConfigError(f"dtype {dtype!r} is not one of {list(DTYPES)}")
-    try:
-        target = torch.device(device)
-    except RuntimeError:
-        raise ConfigError(f"device {device!r} is not a torch device such as 'cpu' or 'cuda:0'") from None
+    target = _available_device(device)
     base = base if base is not None else default_encoder_path()
     tokenizer = load_tokenizer(resolve_encoder(base))
     model = AdaptedModel.from_pretrained(base, setup)
@@ -53,6 +50,14 @@ def serve(
     import uvicorn
 
     config = config or ServeConfig()
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"port {port!r} is not a TCP port; give a number from 1 to 65535 (0: any free port)")
+    if isinstance(drain_seconds, bool) or not isinstance(drain_seconds, int) or drain_seconds < 1:
+        raise ConfigError(
+            f"drain_seconds={drain_seconds!r} must be a whole number of seconds >= 1: the time requests in flight "
+            "get to finish when the server stops"
+        )
+    _available_device(device)  # before the minutes of loading, not after
     executor = model_executor()  # the model is loaded on the thread that will run it (model_executor says why)
     try:
         model, tokenizer = executor.submit(load_setup, setup, base, device, dtype).result()
@@ -65,6 +70,23 @@ def serve(
         )
     app = create_app(model, tokenizer, config, executor)
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=drain_seconds, log_level="info")
+
+
+def _available_device(device: str) -> torch.device:
+    """`device` as a torch device this machine has (ConfigError naming what it has otherwise)."""
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device {device!r} is not a torch device such as 'cpu' or 'cuda:0'") from None
+    if target.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device {device!r}: this machine's torch sees no CUDA GPU; serve with --device cpu")
+        if target.index is not None and target.index >= count:
+            raise ConfigError(f"device {device!r}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
+    elif target.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device {device!r}: MPS is not available on this machine; serve with --device cpu")
+    return target
 
 
 def _is_loopback(host: str) -> bool:

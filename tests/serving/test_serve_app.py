@@ -296,3 +296,20 @@ def test_serve_loads_the_model_on_the_thread_that_runs_it(model, tokenizer, monk
         response = client.post("/v1/predict", json={"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"})
     assert response.status_code == 200, response.text
     assert threads["load"] is threads["forward"] and threads["load"] is not threading.main_thread()
+
+
+def test_routing_refusals_and_piece_loads_without_json_get_the_error_body(model, tokenizer):
+    """FastAPI's own 404 and 405 answer in the server's {"error": ...} form; POST /v1/pieces takes only a body
+    declared JSON (a web page may post text/plain or a form to a local server without a CORS preflight)."""
+    with running(create_app(model, tokenizer)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for method, path, status, words in [
+            ("GET", "/v1/predict", 405, "this path takes POST"),
+            ("POST", "/v1/nope", 404, "the endpoints are /healthz"),
+        ]:
+            response = client.request(method, path)
+            assert response.status_code == status and words in response.json()["error"]["message"], response.text
+        body = json.dumps({"kind": "adapter", "source": "anywhere"})
+        for headers in [{"Content-Type": "text/plain"}, {}]:
+            response = client.post("/v1/pieces", content=body, headers=headers)
+            assert response.status_code == 415 and "application/json" in response.json()["error"]["message"]
+        assert client.get("/v1/pieces").json()["adapters"] == list(model.adapter_names)  # nothing loaded

@@ -19,6 +19,7 @@ httpx = pytest.importorskip("httpx")
 from serve_helpers import TEXTS, choice_of, load_tokenizer, offline, tiny_served_model  # noqa: E402
 
 import adapterfusion as af  # noqa: E402
+from adapterfusion.serving import ServeConfig, server  # noqa: E402
 from tiny_models import tiny_encoder  # noqa: E402
 from tolerances import assert_close  # noqa: E402
 
@@ -76,3 +77,27 @@ def test_serve_command_answers_and_drains_in_flight_requests_on_sigterm(tmp_path
         expected = offline(reference, tokenizer, body["inputs"][0], **choice_of(body))
         assert got.get("label") == expected.get("label")
         assert_close(got["scores"], expected["scores"], dtype=reference.dtype)
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (dict(port=70000), "is not a TCP port"),
+        (dict(port=-1), "is not a TCP port"),
+        (dict(drain_seconds=-1), "drain_seconds=-1"),
+        (dict(drain_seconds=0), "drain_seconds=0"),
+        (dict(device="banana"), "is not a torch device"),
+        (dict(device="cuda:99"), "cuda:99"),
+    ],
+)
+def test_serve_options_are_refused_before_the_setup_loads(options, words, monkeypatch, tmp_path):
+    """A port uvicorn cannot bind, a drain time that cancels requests in flight, or a device this machine lacks
+    is a clear error before the minutes of loading, not a traceback after them."""
+    monkeypatch.setattr(server, "load_setup", lambda *args: pytest.fail("the setup was loaded"))
+    with pytest.raises(af.ConfigError, match=words):
+        server.serve(tmp_path / "setup", **options)
+
+
+def test_an_api_key_no_header_can_carry_is_refused():
+    with pytest.raises(af.ConfigError, match="printable ASCII"):
+        ServeConfig(api_key="ключ-секрет-123")

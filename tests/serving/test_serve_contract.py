@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 
 from adapterfusion.serving import ServeConfig
-from adapterfusion.serving.contract import Catalog, HeadInfo, RequestError, parse_piece, parse_predict
+from adapterfusion.serving.contract import (
+    Catalog,
+    GenerateRequest,
+    HeadInfo,
+    RequestError,
+    parse_piece,
+    parse_predict,
+    read_body,
+)
+from adapterfusion.serving.generator import Generator
 
 CATALOG = Catalog(
     adapters=("rte", "mnli"),
@@ -44,6 +53,9 @@ def test_the_head_defaults_to_the_one_named_like_the_piece_then_to_the_active_on
         ({"inputs": ["a"], "adapter": 3, "head": "rte"}, 422, "'adapter' is 3"),
         ({"inputs": [["a", 1]], "head": "rte"}, 422, "wrong shape"),
         ({"inputs": [["a"]], "head": "unknown"}, 404, "loaded heads: ['rte', 'sts', 'copa']"),
+        ({"inputs": ["a\ud800b"], "head": "rte"}, 422, "lone surrogate"),  # valid JSON, but no tokenizer takes it
+        ({"inputs": [["a", "\udfff"]], "head": "rte"}, 422, "inputs[0] holds a lone surrogate"),
+        ({"inputs": ["a"], "block": {"fuse": ["rte", "mnli"], "name": "zz"}, "head": "rte"}, 404, "no fusion named"),
     ],
 )
 def test_refusals_name_the_problem(body, status, words):
@@ -58,6 +70,33 @@ def test_piece_bodies():
         ({"kind": "adapter"}, "'source' must be"),
         ({"kind": "adapter", "source": "x", "name": ""}, "'name' is ''"),
         ({"kind": "adapter", "source": "x", "overwrite": True}, "unknown field"),
+        ({"kind": "adapter", "source": "/tmp/a\x00b"}, "holds a NUL"),
     ]:
         with pytest.raises(RequestError, match=words):
             parse_piece(body)
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nests JSON too deeply"),  # json.loads: RecursionError, a 500 before
+        (b'{"inputs": [' + b"9" * 5000 + b"]}", "not valid JSON"),  # over Python's 4300 digits: ValueError
+        (b"\xff\xfe{}", "not valid JSON"),
+    ],
+)
+def test_unreadable_bodies_are_400(body, words):
+    with pytest.raises(RequestError, match=words) as refused:
+        read_body(body, ServeConfig(max_body_bytes=1_000_000))
+    assert refused.value.status == 400
+
+
+def test_a_prompt_that_makes_no_tokens_is_refused_alone_and_in_company():
+    """A tokenizer that adds no special tokens (GPT-2's) makes nothing of '': generate() has no token to start from.
+    Refused when the request is encoded, so the answer cannot depend on what shares its batch."""
+    generator = Generator.__new__(Generator)  # only encode's tokenizer and limit matter here
+    generator.tokenizer = lambda text: {"input_ids": [7] * len(text.split())}
+    generator.max_length = 64
+    for prompts in [("",), ("hello", "   ")]:
+        with pytest.raises(RequestError, match="make no tokens") as refused:
+            generator.encode(GenerateRequest(prompts, None, 4))
+        assert refused.value.status == 422

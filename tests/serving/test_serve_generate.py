@@ -120,7 +120,8 @@ def test_bad_generate_requests_get_json_errors(tokenizer: Any):
         ({"inputs": ["word " * 200], "max_new_tokens": 8}, 413, "exceeds the model's"),
         ({"inputs": ["x"], "temperature": -0.5}, 422, "'temperature'"),
         ({"inputs": ["x"], "temperature": "hot"}, 422, "'temperature'"),
-        ({"inputs": ["x"], "temperature": 1000}, 422, "up to 100"),
+        ({"inputs": ["x"], "temperature": 1000}, 422, "to 100"),
+        ({"inputs": ["x"], "temperature": 1e-45}, 422, "from 0.001"),  # logits / t overflowed: a 500 before
         ({"inputs": ["x"], "temperature": 1, "top_p": 0}, 422, "'top_p'"),
         ({"inputs": ["x"], "temperature": 1, "top_p": 1.5}, 422, "'top_p'"),
         ({"inputs": ["x"], "temperature": 1, "top_k": 2.5}, 422, "'top_k'"),
