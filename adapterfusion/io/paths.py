@@ -90,6 +90,8 @@ def describe(path: str | os.PathLike) -> str:
         mode = os.stat(path).st_mode
     except OSError as error:
         return _unreachable(path, error)
+    except ValueError:  # the OS takes no path with a NUL in it
+        return "no path the OS can open (it holds a NUL character)"
     kinds = (
         (stat.S_ISDIR, "a folder"),
         (stat.S_ISREG, "a file"),

@@ -52,6 +52,23 @@ def _saved(kind: str, edit: Callable[[dict], None] | None = None, **load: Any) -
     return prepare
 
 
+def _nul_paths(folder: Path) -> None:
+    """Saving and loading through paths with a NUL in them: each must be the library's own error naming the NUL
+    (the first two are checked here, the last one's error is the case's)."""
+    calls = (
+        lambda: _model().load_adapter(f"{folder}/a\x00b"),
+        lambda: _model(fused=True).save_adapter("a", f"{folder}/a\x00b"),
+    )
+    for call in calls:
+        try:
+            call()
+        except af.AdapterFusionError as error:
+            assert "NUL character" in str(error), error
+        else:
+            raise AssertionError("a path with a NUL character was accepted")
+    af.AdaptedModel.from_pretrained(tiny_encoder("bert"), f"{folder}/s\x00")
+
+
 def _config(kind: str, **changes: Any) -> Callable[[Path], Action]:
     return _saved(kind, lambda document: document["config"].update(changes))
 
@@ -535,5 +552,13 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("query_norm=True", "cannot be exported to AdapterHub"),
         _exported_query_norm_fusion,
+    ),
+    B(
+        "piece-path-nul",
+        "saved pieces",
+        "load_adapter, save_adapter and from_pretrained given a path with a NUL character (a raw ValueError before)",
+        af.AdapterFusionError,
+        ("NUL character",),
+        lambda folder: lambda: _nul_paths(folder),
     ),
 )
