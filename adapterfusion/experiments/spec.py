@@ -75,7 +75,7 @@ from adapterfusion.io.paths import check_readable_file
 from adapterfusion.tasks.builtin import BUILTIN_TASKS
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import list_tasks, load_task_file, register_task
-from adapterfusion.tasks.spec import ROLES, suggest
+from adapterfusion.tasks.spec import GENERATION, ROLES, suggest
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON, TrainingConfig
 from adapterfusion.training.multitask import MT_A
 from adapterfusion.training.setups import get_setup, list_setups
@@ -713,6 +713,27 @@ def _check_max_lengths(
                 raise _fail(f"{path}.max_length", str(err)) from None
 
 
+# Setups that train a classification head of their own, which a generation task (scored by the language model's own
+# head) has no use for: refused when the file is read, not in every job at run time.
+_HEADED_SETUPS = ("head", MT_A)
+
+
+def _check_generation_setups(
+    variants: Sequence[SetupVariant], tasks: tuple[str, ...], task_specs: Mapping[str, Mapping[str, Any]]
+) -> None:
+    generation = [task for task in tasks if task_specs.get(task, {}).get("kind") == GENERATION]
+    for variant in variants:
+        if variant.setup in _HEADED_SETUPS:
+            clashing = [task for task in generation if variant.runs_on(task)]
+            if clashing:
+                raise _fail(
+                    f"setups ({variant.id})",
+                    f"{variant.setup} trains a classification head of its own, but {clashing} are generation tasks, "
+                    "which the language model's own head scores; give the entry 'tasks:' without them, or train "
+                    "them with st-a and fusion-st-a",
+                )
+
+
 def _setup_option_defaults(setup: str) -> Mapping[str, Any]:
     return MULTITASK_OPTIONS[setup] if setup in MULTITASK_OPTIONS else get_setup(setup).options
 
@@ -780,6 +801,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     encoder = _encoder(data.get("encoder"), base_dir)
     local_encoder = named_encoder(encoder)
     variants = _resolve_poolings(variants, entries, local_encoder)
+    _check_generation_setups(variants, tasks, task_specs)
     _check_max_lengths(global_training, entries, task_training, local_encoder)
     zoo = _zoo(data.get("zoo"), base_dir)
     if zoo is not None:

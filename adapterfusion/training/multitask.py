@@ -145,6 +145,12 @@ def _resolve_specs(tasks: Sequence[str | TaskSpec]) -> list[TaskSpec]:
     if isinstance(tasks, (str, TaskSpec)) or not isinstance(tasks, Sequence) or not tasks:
         raise TrainingError(f"tasks={tasks!r} must be a non-empty list of task names, e.g. ['mnli', 'rte']")
     specs = [resolve_task(task) for task in tasks]
+    generation = [spec.name for spec in specs if spec.is_generation]
+    if generation:
+        raise TrainingError(
+            f"mt-a trains one classification head per task; {generation} are generation tasks, which the language "
+            "model's own head scores: train them with st-a (one adapter each) and fuse those with fusion-st-a"
+        )
     names = [piece_name(spec) for spec in specs]
     if len(set(names)) != len(names):
         raise TrainingError(f"tasks {[s.name for s in specs]} name a task twice; MT-A trains each task once")

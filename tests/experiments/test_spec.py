@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import ConfigError, TrainingError
 from adapterfusion.experiments import ExperimentSpec, ExperimentSpecError, plan_jobs
+from adapterfusion.tasks import instruction_task
+from adapterfusion.training.multitask import train_multitask
 
 BASE = {"name": "x", "tasks": ["rte", "cb"], "setups": ["head", "st-a", "fusion-st-a"], "output_dir": "/tmp/x"}
 
@@ -146,3 +148,20 @@ def test_a_data_dir_reached_through_a_link_is_recorded_as_the_file_writes_it(tmp
         assert loaded.recorded_dict()["data_dir"] == "../shared/data"
         hashes.append(loaded.spec_hash())
     assert hashes[0] == hashes[1]
+
+
+@pytest.mark.parametrize("setups", [["head"], ["mt-a"], [{"name": "mt-a", "tasks": ["rte", "answers"]}]])
+def test_setups_with_a_head_of_their_own_refuse_generation_tasks_when_the_file_is_read(tmp_path, setups):
+    """head and mt-a train a classifier; on an instruction (generation) task every job failed at run time, mt-a's
+    with 'num_labels=0'. Refused up front, naming the tasks; the same entry limited to other tasks is accepted."""
+    (tmp_path / "answers.json").write_text(json.dumps(instruction_task("answers", data_files={}).to_dict()))
+    with pytest.raises(ExperimentSpecError, match=r"\['answers'\] are generation tasks"):
+        spec(tasks=["rte", "answers"], setups=setups, task_files=[str(tmp_path / "answers.json")])
+    limited = [{"name": "mt-a", "tasks": ["rte", "cb"]}, "st-a"]
+    spec(tasks=["rte", "cb", "answers"], setups=limited, task_files=[str(tmp_path / "answers.json")])
+
+
+def test_mt_a_refuses_a_generation_task_before_loading_anything(tmp_path):
+    with pytest.raises(TrainingError, match="generation tasks"):
+        train_multitask(["rte", instruction_task("answers", data_files={})], output_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []
