@@ -96,7 +96,7 @@ def build_head(model: AdaptedModel, name: str, config: HeadConfig, overwrite: bo
             "supported; classification, regression and multiple-choice heads are, and the model's own LM head "
             "(labels=target ids, answers with generate())"
         )
-    if model.architecture.pools_last_token and config.pooling == "cls":
+    if model.architecture.pools_last_token and config.pooling == "cls" and not config.per_token:
         kind = "an encoder-decoder's decoder" if model.architecture.decoder is not None else "a decoder"
         raise ConfigError(
             f"head {name!r}: pooling='cls' reads the first token, which in {kind} ({model.fingerprint.model_type}) "

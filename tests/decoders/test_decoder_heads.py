@@ -78,3 +78,18 @@ def test_multiple_choice_on_a_decoder(model_type: str) -> None:
     ids = torch.randint(5, 100, (2, 3, 6))
     output = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([0, 2]))
     assert output.logits.shape == (2, 3) and torch.isfinite(output.loss)
+
+
+@pytest.mark.parametrize(
+    "head", [af.QuestionAnsweringHead(), af.TokenClassificationHead(num_labels=3)], ids=lambda h: h.kind
+)
+def test_per_token_heads_on_a_decoder_are_not_refused_over_pooling(head: af.HeadConfig) -> None:
+    """QA and tagging heads read every token and never pool, so the cls-pooling refusal (whose advice, pooling=
+    'last', changed nothing for them) does not apply: with the default config each token gets its logits."""
+    model = af.wrap(tiny_decoder("llama"))
+    model.add_head("h", head)
+    model.activate(head="h")
+    inputs = tiny_decoder_inputs("llama")
+    with torch.no_grad():
+        output = model(**inputs)
+    assert output.logits.shape[:2] == inputs["input_ids"].shape  # QA: [batch, tokens, 2] start and end logits
