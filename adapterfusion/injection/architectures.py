@@ -288,6 +288,8 @@ def get_submodule(root: nn.Module, path: str) -> nn.Module:
         return root.get_submodule(path)
     except AttributeError as error:
         raise UnsupportedArchitectureError(
-            f"{type(root).__name__} has no sub-module {path!r} ({error}); this transformers version lays the "
+            f"{type(root).__name__} has no sub-module {path!r} ({error}). Either it is a variant of its model "
+            "type without that part (an encoder alone, such as T5EncoderModel, has no decoder; load the whole model "
+            "with AutoModel, AutoModelForCausalLM or AutoModelForSeq2SeqLM), or this transformers version lays the "
             "model out differently from adapterfusion/injection/architectures.py::ARCHITECTURES"
         ) from None

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 import torch
+import transformers
 from torch import nn
 
 import adapterfusion as af
-from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_inputs
+from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_config, tiny_decoder_inputs
 from tolerances import assert_close
 
 SEQ2SEQ = ("t5", "bart")
@@ -183,3 +184,11 @@ def test_seq2seq_generation_with_the_cache_equals_generation_without_it(model_ty
     assert torch.equal(cached, model.generate(**inputs, use_cache=False, **options))
     model.activate()
     assert not torch.equal(cached, model.generate(**inputs, **options))
+
+
+def test_t5_encoder_alone_is_refused_naming_what_to_load() -> None:
+    """T5EncoderModel shares model_type 't5' with the whole model but has no decoder: the error says so, instead of
+    blaming the transformers version alone."""
+    encoder_only = transformers.T5EncoderModel(tiny_decoder_config("t5"))
+    with pytest.raises(af.UnsupportedArchitectureError, match="T5EncoderModel, has no decoder.*AutoModelForSeq2SeqLM"):
+        af.wrap(encoder_only)
