@@ -135,7 +135,7 @@ def create_app(
         except Exception:
             logger.exception("%s failed", key)
             return _error(500, "the forward failed on the server; the error is in the server's log")
-        finally:
+        if key == "predictions":  # the histogram is of answered predict requests, not of refusals or generations
             metrics.latency.observe(time.perf_counter() - start)
         metrics.predictions += len(answers)
         return JSONResponse({key: answers})

@@ -72,7 +72,7 @@ class Metrics:
             _block(
                 "predict_latency_seconds",
                 "histogram",
-                "Time from receiving a predict request to its answer.",
+                "Time from receiving a predict request to its answer (answered requests only).",
                 self.latency.lines(f"{PREFIX}_predict_latency_seconds"),
             ),
             _block(
@@ -87,7 +87,7 @@ class Metrics:
             _block(
                 "failed_forwards_total",
                 "counter",
-                "Forwards that raised (their requests got 500).",
+                "Forwards that raised (then each request ran alone: refused by a check 422, failing 500).",
                 [f"{PREFIX}_failed_forwards_total {self.failed_forwards}"],
             ),
         ]

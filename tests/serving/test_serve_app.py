@@ -126,7 +126,9 @@ def test_bad_requests_get_json_errors_naming_the_problem(model, tokenizer, serve
             assert error["status"] == status and words in error["message"], (body, error)
         good = {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}
         response = client.post("/v1/predict", json=good)
+        metrics = client.get("/metrics").text
     assert response.status_code == 200
+    assert "adapterfusion_serve_predict_latency_seconds_count 1\n" in metrics  # the answered one, no refusal
     _check(copy.deepcopy(model), tokenizer, good, response.json())
 
 
