@@ -23,7 +23,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from adapterfusion.errors import SerializationError, UnknownFormatVersionWarning
-from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
+from adapterfusion.io.atomic import atomic_write_files
 from adapterfusion.io.documents import read_json
 from adapterfusion.io.paths import check_readable_file, check_writable_folder
 from adapterfusion.piece import PIECE_FORMAT
@@ -135,16 +135,18 @@ def write_folder(
     tensors: Mapping[str, torch.Tensor],
     use_safetensors: bool = True,
 ) -> Path:
-    """Weights first, config last, both atomically, under the names adapters 1.3.0 reads. A file of those names
-    already there is refused, not overwritten: an export and an AdapterHub download look alike."""
+    """Weights and config as one write (io/atomic.py atomic_write_files: a failure leaves neither, so a retry works),
+    under the names adapters 1.3.0 reads. A file of those names already there is refused, not overwritten: an
+    export and an AdapterHub download look alike."""
     directory = check_writable_folder(directory, f"export_adapterhub: the {kind} folder", writes=FILES[kind])
     config_name, safe_name, bin_name = FILES[kind]
     payload = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
     if use_safetensors:
-        atomic_write_bytes(directory / safe_name, save_safetensors_bytes(payload, metadata={"format": "pt"}))
+        files = {directory / safe_name: save_safetensors_bytes(payload, metadata={"format": "pt"})}
     else:
         buffer = io.BytesIO()
         torch.save(payload, buffer)
-        atomic_write_bytes(directory / bin_name, buffer.getvalue())
-    atomic_write_json(directory / config_name, dict(document))
+        files = {directory / bin_name: buffer.getvalue()}
+    files[directory / config_name] = (json.dumps(dict(document), indent=2, sort_keys=True) + "\n").encode("utf-8")
+    atomic_write_files(files)
     return directory

@@ -154,6 +154,46 @@ def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def atomic_write_files(files: Mapping[Path, bytes]) -> None:
+    """Write several files as one: every file goes to a temp file beside it first, and only once all of them are
+    written (the part that fails: disk full, quota, Ctrl-C) are they renamed into place, in the order given. A
+    failure before the renames leaves every old file as it was and removes the temps and any folder this call
+    created; what remains is the moment between renames, which readers detect by digests (serialization/)."""
+    created: list[Path] = []
+    temps: dict[Path, Path] = {}
+    try:
+        for path, data in files.items():
+            created += _make_folders(path.parent)
+            fd, temps[path] = create_temp_file(path)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        for path, tmp in temps.items():
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp in temps.values():
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):  # not empty: a file was renamed into it, or is not ours
+                folder.rmdir()
+        raise
+    for folder in dict.fromkeys(path.parent for path in files):
+        _fsync_directory(folder)
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Create `folder` and its missing parents; returns those created, outermost first."""
+    missing = []
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir(exist_ok=True)
+    return list(reversed(missing))
+
+
 def replace_folder(final: str | os.PathLike, write: Callable[[Path], object]) -> Path:
     """Fill a new temp folder beside `final` with `write(tmp)`, then rename it to `final`, replacing an old one: a
     crash leaves the old folder or the new one, never a mix (plus a temp folder, which the next writer removes)."""

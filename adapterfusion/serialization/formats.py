@@ -24,7 +24,8 @@ def read_piece(directory: str | Path, kind: str, layout: EncoderLayout) -> Piece
     return piece_from_folder(directory, kind, layout.fingerprint)
 
 
-def write_piece(piece: Piece, directory: str | Path, layout: EncoderLayout) -> Path:
-    """Save `piece` into `directory` in our format. AdapterHub's format has one way out, `export_adapterhub` (a model's
-    piece) through `piece_to_adapterhub` (a Piece), both in interop/adapterhub.py."""
-    return piece_to_folder(piece, directory, layout.fingerprint)
+def write_piece(piece: Piece, directory: str | Path, layout: EncoderLayout, overwrite: bool = False) -> Path:
+    """Save `piece` into `directory` in our format (`overwrite`: over a piece of another name saved there).
+    AdapterHub's format has one way out, `export_adapterhub` (a model's piece) through `piece_to_adapterhub` (a
+    Piece), both in interop/adapterhub.py."""
+    return piece_to_folder(piece, directory, layout.fingerprint, overwrite)

@@ -110,9 +110,10 @@ def install_piece(
     return piece.name
 
 
-def save_piece(model: AdaptedModel, kind: str, name: str, directory: str | Path) -> Path:
-    """Write the model's `kind` `name` into `directory` (serialization/formats.py write_piece)."""
-    return write_piece(export_piece(model, kind, name), directory, layout(model))
+def save_piece(model: AdaptedModel, kind: str, name: str, directory: str | Path, overwrite: bool = False) -> Path:
+    """Write the model's `kind` `name` into `directory` (serialization/formats.py write_piece); a piece of another
+    name saved there is replaced only with `overwrite`."""
+    return write_piece(export_piece(model, kind, name), directory, layout(model), overwrite)
 
 
 def load_piece(
@@ -130,9 +131,10 @@ def load_piece(
 
 
 # AdaptedModel's methods, one per kind: the public names of save_piece and load_piece.
-def save_adapter(model: AdaptedModel, name: str, directory: str | Path) -> Path:
-    """Save adapter `name` into `directory` (adapter.safetensors + adapter_config.json, serialization/pieces.py)."""
-    return save_piece(model, "adapter", name, directory)
+def save_adapter(model: AdaptedModel, name: str, directory: str | Path, overwrite: bool = False) -> Path:
+    """Save adapter `name` into `directory` (adapter.safetensors + adapter_config.json, serialization/pieces.py).
+    Saving it again there replaces it; an adapter of another name saved there is replaced only with `overwrite`."""
+    return save_piece(model, "adapter", name, directory, overwrite)
 
 
 def load_adapter(model: AdaptedModel, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
@@ -142,9 +144,10 @@ def load_adapter(model: AdaptedModel, directory: str | Path, name: str | None = 
     return load_piece(model, "adapter", directory, name, overwrite)
 
 
-def save_fusion(model: AdaptedModel, name: str, directory: str | Path) -> Path:
-    """Save fusion `name` (its Q/K/V at every site and the names of the adapters it fuses) into `directory`."""
-    return save_piece(model, "fusion", name, directory)
+def save_fusion(model: AdaptedModel, name: str, directory: str | Path, overwrite: bool = False) -> Path:
+    """Save fusion `name` (its Q/K/V at every site and the names of the adapters it fuses) into `directory`;
+    `overwrite` as in save_adapter."""
+    return save_piece(model, "fusion", name, directory, overwrite)
 
 
 def load_fusion(model: AdaptedModel, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
@@ -153,9 +156,9 @@ def load_fusion(model: AdaptedModel, directory: str | Path, name: str | None = N
     return load_piece(model, "fusion", directory, name, overwrite)
 
 
-def save_head(model: AdaptedModel, name: str, directory: str | Path) -> Path:
-    """Save head `name` into `directory` (head.safetensors + head_config.json)."""
-    return save_piece(model, "head", name, directory)
+def save_head(model: AdaptedModel, name: str, directory: str | Path, overwrite: bool = False) -> Path:
+    """Save head `name` into `directory` (head.safetensors + head_config.json); `overwrite` as in save_adapter."""
+    return save_piece(model, "head", name, directory, overwrite)
 
 
 def load_head(

@@ -18,18 +18,21 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
-from adapterfusion._validation import check_piece_name, naming_file
+from adapterfusion._validation import check_bool, check_piece_name, naming_file
 from adapterfusion._version import __version__
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.errors import SerializationError
+from adapterfusion.errors import ConfigError, SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import head_config_from_dict
-from adapterfusion.io.atomic import atomic_write_bytes, atomic_write_json
+from adapterfusion.io.atomic import atomic_write_files
 from adapterfusion.io.documents import read_json
 from adapterfusion.io.paths import check_readable_file, check_writable_folder
 from adapterfusion.piece import PIECE_FORMAT, EncoderFingerprint, Piece, PieceConfig
 
 PIECE_FORMAT_VERSION = 1
+# The config's record of its weights file's sha256: the two files are renamed into place one after the other, and a
+# save cut off between the renames leaves a config beside weights it was not written with, which loading refuses.
+WEIGHTS_DIGEST = "weights_sha256"
 # kind -> the config class's reader of its to_dict() form
 CONFIG_READERS: dict[str, Callable[[Mapping[str, Any]], PieceConfig]] = {
     "adapter": AdapterConfig.from_dict,
@@ -60,15 +63,36 @@ def weights_path(directory: Path, kind: str) -> Path:
     return directory / f"{kind}.safetensors"
 
 
-def check_piece_folder(directory: str | Path, kind: str) -> Path:
+def check_piece_folder(directory: str | Path, kind: str, name: str | None = None, overwrite: bool = False) -> Path:
     """`directory` if save_piece may write a `kind` there (io/paths.py): a folder that is, or can be made, writable,
-    whose `<kind>.safetensors` and `<kind>_config.json`, if there, are a piece we saved. Files beside them stay."""
-    return check_writable_folder(
+    whose `<kind>.safetensors` and `<kind>_config.json`, if there, are a piece we saved; with `name`, a piece of that
+    name unless `overwrite` (replacing another trained piece by mistake is as bad as replacing a user's file). Files
+    beside them stay."""
+    check_bool(overwrite, "overwrite")
+    directory = check_writable_folder(
         directory,
         f"save_{kind}: the {kind} folder",
         writes=(weights_path(Path(), kind).name, config_path(Path(), kind).name),
         ours=lambda folder: holds_our_piece(folder, kind),
     )
+    saved = saved_piece_name(directory, kind)
+    if name is not None and saved is not None and saved != name and not overwrite:
+        raise ConfigError(
+            f"save_{kind}: the {kind} folder {str(directory)!r} already holds the {kind} {saved!r}; saving {name!r} "
+            f"there would replace it. Choose another folder, or pass overwrite=True to replace {saved!r}"
+        )
+    return directory
+
+
+def saved_piece_name(directory: Path, kind: str) -> str | None:
+    """The name of the `kind` saved in `directory` (None if none of ours is, or its name is unreadable)."""
+    if not holds_our_piece(directory, kind):
+        return None
+    try:
+        name = json.loads(config_path(directory, kind).read_text(encoding="utf-8")).get("name")
+    except (OSError, ValueError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def holds_our_piece(directory: Path, kind: str) -> bool:
@@ -96,11 +120,28 @@ def save_piece(
     tensors: Mapping[str, torch.Tensor],
     encoder: EncoderFingerprint,
     extra: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> Path:
-    """Weights first, config last: a directory with a config always has the weights that go with it."""
-    directory = check_piece_folder(directory, kind)
+    """Both files as one write (io/atomic.py atomic_write_files): a failure leaves the earlier save as it was, and a
+    retry works. `overwrite` lets it replace a piece of another name saved there."""
+    directory = check_piece_folder(directory, kind, name, overwrite)
+    atomic_write_files(piece_files(directory, kind, name, config, tensors, encoder, extra))
+    return directory
+
+
+def piece_files(
+    directory: Path,
+    kind: str,
+    name: str,
+    config: Mapping[str, Any],
+    tensors: Mapping[str, torch.Tensor],
+    encoder: EncoderFingerprint,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[Path, bytes]:
+    """The bytes of a piece's two files, config first: renamed in that order, a save cut off between the renames
+    leaves our config (so a retry may write there) beside weights that its digest refuses."""
     payload = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
-    atomic_write_bytes(weights_path(directory, kind), save_safetensors_bytes(payload, metadata={"format": "pt"}))
+    weights = save_safetensors_bytes(payload, metadata={"format": "pt"})
     document = {
         "format": PIECE_FORMAT,
         "format_version": PIECE_FORMAT_VERSION,
@@ -111,8 +152,9 @@ def save_piece(
         "base_model": encoder.to_dict(),
     }
     document.update(extra or {})
-    atomic_write_json(config_path(directory, kind), document)
-    return directory
+    document[WEIGHTS_DIGEST] = hashlib.sha256(weights).hexdigest()
+    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    return {config_path(directory, kind): text.encode("utf-8"), weights_path(directory, kind): weights}
 
 
 def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
@@ -158,18 +200,29 @@ def check_weights(tensors: Mapping[str, torch.Tensor], source: str | Path) -> No
             )
 
 
-def read_piece_weights(directory: str | Path, kind: str) -> dict[str, torch.Tensor]:
+def read_piece_weights(directory: str | Path, kind: str, digest: object = None) -> dict[str, torch.Tensor]:
+    """The weights saved in `directory`; with `digest` (the config's WEIGHTS_DIGEST), refused unless they are the
+    ones that config was saved with (configs saved before the digest was recorded have none)."""
     path = check_readable_file(
         weights_path(Path(directory), kind),
         f"save the {kind} again, or load another folder",
         missing=f"the {kind} was not saved completely",
     )
+    data = path.read_bytes()
     try:
-        return load_safetensors_bytes(path.read_bytes())
+        tensors = load_safetensors_bytes(data)
     except (SafetensorError, ValueError, RuntimeError) as error:
         raise SerializationError(
             f"{path} is not a readable safetensors file ({error}); it is corrupt or truncated"
         ) from None
+    if digest is not None and digest != hashlib.sha256(data).hexdigest():
+        check_weights(tensors, directory)  # weights that cannot be trained ones have the more specific message
+        raise SerializationError(
+            f"{path} is not the weights file that {config_path(Path(directory), kind).name} was saved with (its "
+            f"sha256 differs from the config's {WEIGHTS_DIGEST}): a save there was cut off between its two files, "
+            "or one was replaced. Save the piece again"
+        )
+    return tensors
 
 
 # ---- the translator: folder <-> Piece ---------------------------------------------------------------------------
@@ -190,12 +243,21 @@ def piece_from_folder(directory: str | Path, kind: str, encoder: EncoderFingerpr
         )
     with naming_file(config_path(directory, kind)):
         config = CONFIG_READERS[kind](document["config"])
-    return Piece(
-        kind, document["name"], config, read_piece_weights(directory, kind), tuple(adapters), source=str(directory)
+    weights = read_piece_weights(directory, kind, document.get(WEIGHTS_DIGEST))
+    return Piece(kind, document["name"], config, weights, tuple(adapters), source=str(directory))
+
+
+def piece_to_folder(piece: Piece, directory: str | Path, encoder: EncoderFingerprint, overwrite: bool = False) -> Path:
+    """Save `piece` as save_piece lays it out, recording `encoder` (and a fusion's adapters) in its config."""
+    return save_piece(
+        directory, piece.kind, piece.name, piece.config.to_dict(), piece.tensors, encoder, _extra(piece), overwrite
     )
 
 
-def piece_to_folder(piece: Piece, directory: str | Path, encoder: EncoderFingerprint) -> Path:
-    """Save `piece` as save_piece lays it out, recording `encoder` (and a fusion's adapters) in its config."""
-    extra = {"adapters": list(piece.adapters)} if piece.kind == "fusion" else None
-    return save_piece(directory, piece.kind, piece.name, piece.config.to_dict(), piece.tensors, encoder, extra=extra)
+def piece_to_files(piece: Piece, directory: Path, encoder: EncoderFingerprint) -> dict[Path, bytes]:
+    """The files piece_to_folder would write, for a caller that writes several pieces as one (a whole setup)."""
+    return piece_files(directory, piece.kind, piece.name, piece.config.to_dict(), piece.tensors, encoder, _extra(piece))
+
+
+def _extra(piece: Piece) -> dict[str, Any] | None:
+    return {"adapters": list(piece.adapters)} if piece.kind == "fusion" else None

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 import tempfile
 import warnings
@@ -30,13 +32,19 @@ from adapterfusion._version import __version__
 from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder
 from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
-from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
+from adapterfusion.io.atomic import atomic_write_files, atomic_write_text, replace_folder
 from adapterfusion.io.documents import read_json
 from adapterfusion.io.hub import HubRef, download, hub_ref, locate, upload
 from adapterfusion.io.paths import check_readable_file, check_writable_folder, path_part
 from adapterfusion.piece import PIECE_KINDS
 from adapterfusion.serialization.model_card import render_model_card
-from adapterfusion.serialization.pieces import check_piece_folder, config_path, piece_folder, weights_path
+from adapterfusion.serialization.pieces import (
+    check_piece_folder,
+    config_path,
+    piece_folder,
+    piece_to_files,
+    weights_path,
+)
 from adapterfusion.serialization.provenance import describe_origin
 
 if TYPE_CHECKING:
@@ -45,6 +53,10 @@ if TYPE_CHECKING:
 SETUP_FILE = "adapterfusion_setup.json"
 SETUP_FORMAT = "adapterfusion-setup"
 SETUP_FORMAT_VERSION = 1
+# Each piece's entry in the index records the sha256 of its config (which records its weights'): a save over an
+# earlier setup renames its files into place one after another, and one cut off between the renames would otherwise
+# leave a mix of old and new pieces that loads without a word.
+CONFIG_DIGEST = "config_sha256"
 CARD_FILE = "README.md"
 
 Names = str | Sequence[str] | None
@@ -131,9 +143,11 @@ def save_pretrained(
 ) -> Path:
     """Every piece, or the named ones (with the adapters of each named fusion), and the active setup restricted to
     them, in one folder; `provenance` maps a piece name to the run folder or store entry it was trained in
-    (serialization/provenance.py), for its model card. Onto a setup saved before, our files are updated in place (each
-    atomically) and the pieces it listed that are no longer saved are removed; nothing else in the folder is
-    touched. AdaptedModel.save_pretrained."""
+    (serialization/provenance.py), for its model card. A new setup is built in a temp folder and renamed into place.
+    Onto a setup saved before, every file is written first and only then renamed over the old ones, index last, so
+    a failure while writing leaves the old setup whole (and one between the renames is refused on load by the
+    index's digests); then the pieces it listed that are no longer saved are removed. Nothing else in the folder is
+    touched, and nothing is written or removed through a symlink leading out of it. AdaptedModel.save_pretrained."""
     directory = check_writable_folder(
         directory,
         "save_pretrained: the folder",
@@ -144,7 +158,9 @@ def save_pretrained(
     chosen = _chosen(model, adapters, fusions, heads)
     for kind in PIECE_KINDS:  # every piece's folder, before anything is written
         for name in chosen[kind]:
-            check_piece_folder(directory / piece_folder(kind, path_part(name, f"the {kind} name")), kind)
+            folder = directory / piece_folder(kind, path_part(name, f"the {kind} name"))
+            _check_inside(directory, folder)
+            check_piece_folder(folder, kind, name)
     saved = {name for names in chosen.values() for name in names}
     stray = sorted(set(provenance or {}) - saved)
     if stray:
@@ -166,12 +182,41 @@ def save_pretrained(
     }
 
     earlier = _saved_pieces(directory)
-    for piece in index["pieces"]:
-        getattr(model, f"save_{piece['kind']}")(piece["name"], directory / piece_folder(piece["kind"], piece["name"]))
-    atomic_write_json(directory / SETUP_FILE, index)  # last: the index lists only pieces saved completely
+    if not os.path.lexists(directory):
+        replace_folder(directory, lambda tmp: atomic_write_files(_setup_files(model, tmp, index)))
+        return directory
+    atomic_write_files(_setup_files(model, directory, index))
     for kind, name in sorted(earlier - {(p["kind"], p["name"]) for p in index["pieces"]}):
         _remove_saved_piece(directory, kind, name)
     return directory
+
+
+def _setup_files(model: AdaptedModel, directory: Path, index: dict[str, Any]) -> dict[Path, bytes]:
+    """Every file of the setup `index` describes, as saved in `directory`, the index last: it lists only pieces whose
+    files are in place, with the digest of each piece's config."""
+    files: dict[Path, bytes] = {}
+    for piece in index["pieces"]:
+        kind, folder = piece["kind"], directory / piece_folder(piece["kind"], piece["name"])
+        written = piece_to_files(model.export_piece(kind, piece["name"]), folder, model.fingerprint)
+        piece[CONFIG_DIGEST] = hashlib.sha256(written[config_path(folder, kind)]).hexdigest()
+        files.update(written)
+    files[directory / SETUP_FILE] = (json.dumps(index, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    return files
+
+
+def _check_inside(directory: Path, folder: Path) -> None:
+    """Refuse a piece folder that a symlink leads out of the setup `directory`: saving would overwrite the files
+    where it leads, which are not the setup's."""
+    if not _is_inside(directory, folder):
+        raise ConfigError(
+            f"save_pretrained: {str(folder)!r} leads out of the setup folder (to {os.path.realpath(folder)!r}) through "
+            "a symlink; we write only inside the setup. Replace the link with a folder, or save into another folder"
+        )
+
+
+def _is_inside(directory: Path, path: Path) -> bool:
+    """Whether `path`, symlinks followed, lies inside `directory` (symlinks followed too)."""
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(directory))
 
 
 def _saved_pieces(directory: Path) -> set[tuple[str, str]]:
@@ -187,10 +232,13 @@ def _saved_pieces(directory: Path) -> set[tuple[str, str]]:
 
 def _remove_saved_piece(directory: Path, kind: str, name: str) -> None:
     """Delete the two files we wrote for a piece no longer saved, then its folders if that left them empty: a file
-    the user put beside them stays, and so does its folder."""
+    the user put beside them stays, and so does its folder. A piece folder or file that is a symlink (the user
+    shares a piece kept elsewhere) is the user's: nothing is removed through it, nor the link itself."""
     folder = directory / piece_folder(kind, name)
+    if folder.is_symlink() or folder.parent.is_symlink() or not _is_inside(directory, folder):
+        return
     for path in (weights_path(folder, kind), config_path(folder, kind)):
-        if path.is_file():
+        if path.is_file() and not path.is_symlink():
             path.unlink()
     for empty in (folder, folder.parent):
         with contextlib.suppress(OSError):  # not empty (or gone): what is left there is not ours to remove
@@ -266,12 +314,29 @@ def from_pretrained(
             )
         for piece in index["pieces"]:
             kind, name = piece["kind"], piece["name"]
+            _check_config_digest(folder, piece)
             getattr(model, f"load_{kind}")(folder / piece_folder(kind, name), name=name)
         ActiveSetup.from_dict(index.get("active", {}), folder / SETUP_FILE).apply(model)
     except BaseException:
         model.unload()
         raise
     return model
+
+
+def _check_config_digest(folder: Path, piece: Mapping[str, Any]) -> None:
+    """Refuse a piece whose config is not the one the index was saved with: a save_pretrained over an earlier setup
+    was cut off between its renames, and the folder mixes pieces of two saves (indexes saved before the digest was
+    recorded have none)."""
+    expected = piece.get(CONFIG_DIGEST)
+    path = config_path(folder / piece_folder(piece["kind"], piece["name"]), piece["kind"])
+    if expected is None or not path.is_file():  # a missing config is reported by the piece's own reader
+        return
+    if hashlib.sha256(path.read_bytes()).hexdigest() != expected:
+        raise SerializationError(
+            f"{path} is not the {piece['kind']} config that {folder / SETUP_FILE} was saved with (its sha256 differs "
+            f"from the index's {CONFIG_DIGEST}): a save_pretrained there was cut off part-way, or the file was "
+            "replaced, so the folder mixes two saves. Save the setup again"
+        )
 
 
 def _fetch_setup(place: HubRef) -> Path:

@@ -23,6 +23,8 @@ from adapterfusion.interop.adapterhub_config import (
     fusion_config_from_adapterhub,
     fusion_config_to_adapterhub,
 )
+from adapterfusion.io import atomic
+from tiny_models import tiny_encoder
 from tolerances import assert_close
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub"
@@ -422,3 +424,25 @@ def test_head_round_trip(config, tmp_path):
     assert target.heads["h"].config == config
     for p, q in zip(source.heads["h"].parameters(), target.heads["h"].parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def test_an_interrupted_export_leaves_nothing_in_the_way_of_its_retry(tmp_path, monkeypatch):
+    """#F9: cut off after the weights, an export used to leave them behind, and its retry refused them as maybe
+    not ours. Both files are now written before either is renamed into place."""
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", "pfeiffer")
+    original, calls = atomic.create_temp_file, [0]
+
+    def interrupted(final):
+        calls[0] += 1
+        if calls[0] == 2:
+            raise KeyboardInterrupt
+        return original(final)
+
+    monkeypatch.setattr(atomic, "create_temp_file", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export_adapterhub(model, "adapter", "a", tmp_path / "hub")
+    monkeypatch.undo()
+    assert not (tmp_path / "hub").exists()
+    export_adapterhub(model, "adapter", "a", tmp_path / "hub")
+    assert sorted(p.name for p in (tmp_path / "hub").iterdir()) == ["adapter.safetensors", "adapter_config.json"]

@@ -248,3 +248,92 @@ def test_failed_overwrite_keeps_the_existing_adapter(tmp_path):
     assert target.adapter_names == ["a"]
     target.activate(adapter="a")
     assert torch.equal(_output(target), expected)
+
+
+# ---- a piece's two files are saved as one (#F4, #F9) ------------------------------------------------------------
+def _fail_call(monkeypatch, target, attribute: str, n: int, error: BaseException) -> None:
+    """Make the `n`-th call of target.attribute raise `error` (disk full, Ctrl-C) and the others run."""
+    original, calls = getattr(target, attribute), [0]
+
+    def flaky(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            raise error
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(target, attribute, flaky)
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+def test_a_save_that_fails_on_its_second_file_keeps_the_earlier_save_and_can_be_retried(tmp_path, monkeypatch, error):
+    """#F4/#F9: the config's write failing after the weights' used to leave new weights beside the old config."""
+    old = _with_adapter("a")
+    old.save_adapter("a", tmp_path / "a")
+    before = _files(tmp_path / "a")
+    new = af.wrap(tiny_encoder("bert"))
+    new.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=8))
+    _fail_call(monkeypatch, atomic, "create_temp_file", 2, error)
+    with pytest.raises(type(error)):
+        new.save_adapter("a", tmp_path / "a")
+    monkeypatch.undo()
+    assert _files(tmp_path / "a") == before  # no temp file left either
+    target = af.wrap(tiny_encoder("bert"))
+    target.load_adapter(tmp_path / "a")
+    assert target.adapter_configs["a"] == old.adapter_configs["a"]
+    new.save_adapter("a", tmp_path / "a")  # the retry
+    assert af.wrap(tiny_encoder("bert")).load_adapter(tmp_path / "a") == "a"
+
+
+@pytest.mark.parametrize("kind", ["adapter", "fusion", "head"])
+def test_a_first_save_cut_off_leaves_nothing_in_the_way_of_its_retry(tmp_path, monkeypatch, kind):
+    """#F9: an interrupted first save used to leave our weights file alone, and the retry called it not ours."""
+    model = _with_adapter("a")
+    model.add_adapter("b", PRESETS["pfeiffer"])
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    name = {"adapter": "a", "fusion": "f", "head": "h"}[kind]
+    save = getattr(model, f"save_{kind}")
+    _fail_call(monkeypatch, atomic, "create_temp_file", 2, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        save(name, tmp_path / "out" / name)
+    monkeypatch.undo()
+    assert not (tmp_path / "out").exists()  # the folders it created went too
+    save(name, tmp_path / "out" / name)
+    assert sorted(_files(tmp_path / "out" / name)) == [f"{kind}.safetensors", f"{kind}_config.json"]
+
+
+def test_a_save_cut_off_between_its_renames_is_refused_on_load_and_can_be_retried(tmp_path, monkeypatch):
+    """The config is renamed into place first: cut off before the weights follow, the folder holds our config (so
+    the retry may write there) beside weights its digest refuses, never a silent mix."""
+    _with_adapter("a").save_adapter("a", tmp_path / "a")
+    new = _with_adapter("a")  # same shapes: only the digest can tell the weights apart
+    for site in new.sites_with_adapter("a"):
+        randomise(site.adapters["a"], std=0.5)
+    _fail_call(monkeypatch, os, "replace", 2, OSError(5, "Input/output error"))
+    with pytest.raises(OSError):
+        new.save_adapter("a", tmp_path / "a")
+    monkeypatch.undo()
+    with pytest.raises(af.SerializationError, match="cut off between its two files"):
+        af.wrap(tiny_encoder("bert")).load_adapter(tmp_path / "a")
+    new.save_adapter("a", tmp_path / "a")
+    target = af.wrap(tiny_encoder("bert"))
+    target.load_adapter(tmp_path / "a")
+    assert all(torch.equal(target.state_dict()[k], v) for k, v in new.state_dict().items())
+
+
+def test_save_over_a_piece_of_another_name_needs_overwrite(tmp_path):
+    """#F7: saving 'scratch' where 'trained' was saved is refused; the same name, or overwrite=True, replaces it."""
+    model = _with_adapter("trained")
+    model.add_adapter("scratch", PRESETS["houlsby"])
+    model.save_adapter("trained", tmp_path / "a")
+    before = _files(tmp_path / "a")
+    with pytest.raises(af.ConfigError, match="already holds the adapter 'trained'.*overwrite=True"):
+        model.save_adapter("scratch", tmp_path / "a")
+    assert _files(tmp_path / "a") == before
+    model.save_adapter("trained", tmp_path / "a")  # saving it again after more training
+    model.save_adapter("scratch", tmp_path / "a", overwrite=True)
+    assert af.wrap(tiny_encoder("bert")).load_adapter(tmp_path / "a") == "scratch"

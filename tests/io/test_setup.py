@@ -5,6 +5,7 @@ index's checks, and which strings name a local folder, a Hub id or an error (wit
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from transformers import AutoModel
 
 import adapterfusion as af
 from adapterfusion.injection.site import AdapterSite
+from adapterfusion.io import atomic
 from adapterfusion.io.hub import HubRef, locate
 from adapterfusion.serialization.setup import SETUP_FILE, ActiveSetup, BaseModelMismatchWarning
 from setup_fixtures import assert_same_model, build_setup
@@ -175,3 +177,99 @@ def test_saving_onto_a_saved_setup_keeps_what_the_user_put_there(tmp_path):
     assert restored.adapter_names == ["a", "only"] and restored.head_names == []
     mine, theirs = restored.state_dict(), small.state_dict()
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+# ---- a setup is saved as a whole, and only what we wrote inside it is removed (#F5, #F6, #F9) --------------------
+def _fail_call(monkeypatch, target, attribute: str, n: int, error: BaseException) -> None:
+    """Make the `n`-th call of target.attribute raise `error` (disk full, Ctrl-C) and the others run."""
+    original, calls = getattr(target, attribute), [0]
+
+    def flaky(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            raise error
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(target, attribute, flaky)
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _other_setup() -> af.AdaptedModel:
+    """build_setup's pieces, with other weights of the same shapes: a mix of the two would load without a word."""
+    model = build_setup()
+    torch.manual_seed(7)
+    for module in [
+        *model.heads.values(),
+        *(m for s in model.sites for m in (*s.adapters.values(), *s.fusions.values())),
+    ]:
+        for parameter in module.parameters():
+            parameter.data.normal_(0.0, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("fail_at", [1, 3, 7])
+def test_a_failed_save_over_a_setup_leaves_the_earlier_setup_whole(tmp_path, monkeypatch, fail_at):
+    """#F5: a write failing part-way used to leave the first pieces new and the rest (and the index) old."""
+    earlier = build_setup()
+    earlier.save_pretrained(tmp_path / "setup")
+    before = _tree(tmp_path / "setup")
+    _fail_call(monkeypatch, atomic, "create_temp_file", fail_at, OSError(28, "No space left on device"))
+    with pytest.raises(OSError, match="No space left"):
+        _other_setup().save_pretrained(tmp_path / "setup")
+    monkeypatch.undo()
+    assert _tree(tmp_path / "setup") == before
+    assert_same_model(af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "setup"), build_setup())
+
+
+def test_a_save_over_a_setup_cut_off_between_its_renames_is_refused_on_load(tmp_path, monkeypatch):
+    """The renames come after every write; cut off among them, the index's digests refuse the mix of two saves."""
+    build_setup().save_pretrained(tmp_path / "setup")
+    newer = _other_setup()
+    _fail_call(monkeypatch, os, "replace", 3, OSError(5, "Input/output error"))
+    with pytest.raises(OSError):
+        newer.save_pretrained(tmp_path / "setup")
+    monkeypatch.undo()
+    with pytest.raises(af.SerializationError, match="cut off"):
+        af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "setup")
+    newer.save_pretrained(tmp_path / "setup")  # the retry
+    assert_same_model(af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "setup"), newer)
+
+
+def test_an_interrupted_first_save_leaves_nothing_in_the_way_of_its_retry(tmp_path, monkeypatch):
+    """#F9: the retry used to find a folder holding 'adapters' but no index, and refuse it as not a saved setup."""
+    model = build_setup()
+    _fail_call(monkeypatch, atomic, "create_temp_file", 4, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        model.save_pretrained(tmp_path / "setup")
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+    model.save_pretrained(tmp_path / "setup")
+    assert_same_model(af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "setup"), model)
+
+
+def test_dropping_a_piece_never_removes_files_through_a_symlink(tmp_path):
+    """#F6: the user shares adapter b from their own library through a symlink in the setup; saving the setup
+    without b used to delete the library's files. The link and the library stay; b is no longer listed."""
+    model = af.wrap(tiny_encoder())
+    for name in ("a", "b"):
+        model.add_adapter(name, "pfeiffer")
+    library = tmp_path / "library" / "b"
+    model.save_adapter("b", library)
+    kept = _tree(library)
+    model.save_pretrained(tmp_path / "setup")
+    link = tmp_path / "setup" / "adapters" / "b"
+    for path in link.iterdir():
+        path.unlink()
+    link.rmdir()
+    link.symlink_to(library)
+    model.save_pretrained(tmp_path / "setup", adapters="a")
+    assert _tree(library) == kept and link.is_symlink()
+    assert af.AdaptedModel.from_pretrained(tiny_encoder(), tmp_path / "setup").adapter_names == ["a"]
+    (tmp_path / "setup" / "adapters").rename(tmp_path / "elsewhere")  # the whole adapters/ a link, files inside
+    (tmp_path / "setup" / "adapters").symlink_to(tmp_path / "elsewhere")
+    af.wrap(tiny_encoder()).save_pretrained(tmp_path / "setup")
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["a", "b"]
+    assert (tmp_path / "elsewhere" / "a" / "adapter.safetensors").is_file()

@@ -55,6 +55,38 @@ def _save_adapter_over(name: str, make: Callable[[Path], Any]) -> Callable[[Path
     return prepare
 
 
+def _save_over_another_name(kind: str, overwrite: object = False) -> Callable[[Path], Action]:
+    """The folder holds a `kind` saved under another name ('trained'); saving 'scratch' there would replace it."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model("trained")
+        model.add_adapter("scratch", "pfeiffer")
+        if kind == "fusion":
+            model.add_fusion("trained", ["trained", "scratch"])
+            model.add_fusion("scratch", ["scratch", "trained"])
+        if kind == "head":
+            model.add_head("trained", af.ClassificationHead(num_labels=2))
+            model.add_head("scratch", af.ClassificationHead(num_labels=3))
+        save = getattr(model, f"save_{kind}")
+        save("trained", folder / "piece")
+        return lambda: save("scratch", folder / "piece", overwrite=overwrite)
+
+    return prepare
+
+
+def _save_pretrained_through_symlinked_piece(folder: Path) -> Action:
+    """The user replaced the setup's adapters/b with a symlink to their own copy of b, kept outside the setup."""
+    model = _model()
+    model.add_adapter("b", "pfeiffer")
+    model.save_adapter("b", folder / "library" / "b")
+    model.save_pretrained(folder / "setup")
+    for path in (folder / "setup" / "adapters" / "b").iterdir():
+        path.unlink()
+    (folder / "setup" / "adapters" / "b").rmdir()
+    (folder / "setup" / "adapters" / "b").symlink_to(folder / "library" / "b")
+    return lambda: model.save_pretrained(folder / "setup")
+
+
 def _export_adapterhub_over(folder: Path) -> Action:
     model = _model()
     (folder / "hub").mkdir()
@@ -253,6 +285,46 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("adapter_config.json", "is a folder", "where our file goes"),
         _save_adapter_over("adapter_config.json", Path.mkdir),
+    ),
+    B(
+        "save-adapter-over-another-name",
+        "output paths",
+        "save_adapter('scratch', <a folder holding the adapter 'trained'>)",
+        af.ConfigError,
+        ("save_adapter", "'trained'", "'scratch'", "overwrite=True", "another folder"),
+        _save_over_another_name("adapter"),
+    ),
+    B(
+        "save-fusion-over-another-name",
+        "output paths",
+        "save_fusion('scratch', <a folder holding the fusion 'trained'>)",
+        af.ConfigError,
+        ("save_fusion", "'trained'", "'scratch'", "overwrite=True"),
+        _save_over_another_name("fusion"),
+    ),
+    B(
+        "save-head-over-another-name",
+        "output paths",
+        "save_head('scratch', <a folder holding the head 'trained'>)",
+        af.ConfigError,
+        ("save_head", "'trained'", "'scratch'", "overwrite=True"),
+        _save_over_another_name("head"),
+    ),
+    B(
+        "save-adapter-overwrite-not-bool",
+        "output paths",
+        "save_adapter('scratch', <a folder holding the adapter 'trained'>, overwrite='no')",
+        af.ConfigError,
+        ("overwrite='no'", "expected true or false"),
+        _save_over_another_name("adapter", overwrite="no"),
+    ),
+    B(
+        "save-pretrained-through-symlinked-piece",
+        "output paths",
+        "save_pretrained onto our setup whose adapters/b is a symlink to the user's adapter kept outside the setup",
+        af.ConfigError,
+        ("adapters/b", "symlink", "only inside the setup"),
+        _save_pretrained_through_symlinked_piece,
     ),
     B(
         "export-adapterhub-over-files",
