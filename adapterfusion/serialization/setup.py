@@ -30,7 +30,7 @@ from torch import nn
 from adapterfusion._validation import check_name, check_names, naming_file, reject_unknown_keys
 from adapterfusion._version import __version__
 from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder
-from adapterfusion.errors import ConfigError, NameNotFoundError, SerializationError
+from adapterfusion.errors import ConfigError, IncompatibleModelError, NameNotFoundError, SerializationError
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
 from adapterfusion.io.atomic import atomic_write_files, atomic_write_text, replace_folder
 from adapterfusion.io.documents import read_json
@@ -300,7 +300,7 @@ def from_pretrained(
     place = locate(source, "saved setup")
     folder = place if isinstance(place, Path) else _fetch_setup(place)
     index = read_index(folder)
-    model = model_class(_base_encoder(base, model_class, index["base_model"].get("class")))
+    model = model_class(_base_encoder(base, model_class, index["base_model"], folder / SETUP_FILE))
     try:
         model.fingerprint.check_compatible(index["base_model"], folder / SETUP_FILE)
         saved_digest = index["base_model"].get("weights_sha256")
@@ -345,9 +345,12 @@ def _fetch_setup(place: HubRef) -> Path:
     return download(place, [SETUP_FILE] + [f"{piece_folder(p['kind'], p['name'])}/*" for p in pieces])
 
 
-def _base_encoder(base: nn.Module | str | os.PathLike, model_class: type, saved_class: str | None = None) -> nn.Module:
+def _base_encoder(
+    base: nn.Module | str | os.PathLike, model_class: type, saved: Mapping[str, Any], index: Path
+) -> nn.Module:
     """`base` itself, or loaded from its folder or Hub id as the class the setup was saved with (a decoder's
-    *ForCausalLM keeps its LM head)."""
+    *ForCausalLM keeps its LM head); a local folder of another model type than the setup's is refused before
+    loading (transformers would load it into the saved class with every weight missing)."""
     if isinstance(base, model_class):
         raise ConfigError(
             "base is already an AdaptedModel; pass the plain HuggingFace encoder (model.unload() "
@@ -355,7 +358,23 @@ def _base_encoder(base: nn.Module | str | os.PathLike, model_class: type, saved_
         )
     if isinstance(base, nn.Module):
         return base
-    return load_encoder_model(resolve_encoder(base, tokenizer=False), saved_class)
+    encoder = resolve_encoder(base, tokenizer=False)
+    _check_base_type(encoder.folder, saved, index)
+    return load_encoder_model(encoder, saved.get("class"))
+
+
+def _check_base_type(folder: Path | None, saved: Mapping[str, Any], index: Path) -> None:
+    """IncompatibleModelError when the local `folder`'s config.json names another model_type than `saved`."""
+    expected = saved.get("model_type")
+    if folder is None or not expected or not (folder / "config.json").is_file():
+        return
+    found = read_json(folder / "config.json").get("model_type")
+    if found and found != expected:
+        raise IncompatibleModelError(
+            f"{index} was saved on a {expected!r} model ({saved.get('name_or_path') or 'unnamed'}), but the base "
+            f"{str(folder)!r} is a {found!r} model; pass the base the setup was trained on (base=..., or --base "
+            "for adapterfusion serve)"
+        )
 
 
 def piece_source(source: str | os.PathLike, kind: str) -> Path:

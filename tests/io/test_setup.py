@@ -18,6 +18,7 @@ from adapterfusion.io import atomic
 from adapterfusion.io.hub import HubRef, locate
 from adapterfusion.serialization.setup import SETUP_FILE, ActiveSetup, BaseModelMismatchWarning
 from setup_fixtures import assert_same_model, build_setup
+from tiny_decoders import tiny_decoder
 from tiny_models import tiny_encoder
 
 
@@ -273,3 +274,14 @@ def test_dropping_a_piece_never_removes_files_through_a_symlink(tmp_path):
     af.wrap(tiny_encoder()).save_pretrained(tmp_path / "setup")
     assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["a", "b"]
     assert (tmp_path / "elsewhere" / "a" / "adapter.safetensors").is_file()
+
+
+def test_a_setup_over_a_base_of_another_model_type_is_refused_before_loading(tmp_path: Path) -> None:
+    """A Llama setup given a BERT folder as its base (serve's default base is MiniLM): transformers would load the
+    BERT weights into LlamaForCausalLM with every weight missing, and the error came later, blaming the layout."""
+    decoder = af.wrap(tiny_decoder("llama"))
+    decoder.add_adapter("a")
+    decoder.save_pretrained(tmp_path / "setup")
+    tiny_encoder("bert").save_pretrained(tmp_path / "bert")
+    with pytest.raises(af.IncompatibleModelError, match="saved on a 'llama' model.*is a 'bert' model"):
+        af.AdaptedModel.from_pretrained(tmp_path / "bert", tmp_path / "setup")
