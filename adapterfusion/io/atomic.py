@@ -105,22 +105,23 @@ def temp_path(final: str | os.PathLike) -> Path:
 
 
 def create_temp_file(final: str | os.PathLike) -> tuple[int, Path]:
-    """A new temp file beside `final`, opened for writing: (file descriptor, path)."""
+    """A new temp file beside `final`, opened for writing: (file descriptor, path). Its mode is what the user's
+    umask gives any new file (0o666 masked), so saved setups and reports are as readable as the user's other files."""
     for _ in range(100):
         path = temp_path(final)
         try:
-            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), path
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), path
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temp name beside {final}")
 
 
 def create_temp_dir(final: str | os.PathLike) -> Path:
-    """A new empty temp folder beside `final`."""
+    """A new empty temp folder beside `final`, with the mode the user's umask gives any new folder."""
     for _ in range(100):
         path = temp_path(final)
         try:
-            path.mkdir(mode=0o700)
+            path.mkdir(mode=0o777)
             return path
         except FileExistsError:
             continue
