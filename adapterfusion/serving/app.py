@@ -168,7 +168,18 @@ def create_app(
         loader = getattr(model, f"load_{piece.kind}")
 
         def load() -> tuple[str, Catalog]:
-            return loader(piece.source, piece.name), Catalog.of(model)
+            # An adapter and a fusion of one name could not be told apart in a request's JSON block.
+            other = {"adapter": "fusion", "fusion": "adapter"}.get(piece.kind)
+            taken = set(getattr(model, f"{other}_names")) if other else set()
+            if piece.name in taken:
+                raise ConfigError(f"a {other} named {piece.name!r} is loaded; load the {piece.kind} under another name")
+            name = loader(piece.source, piece.name)
+            if name in taken:
+                getattr(model, f"delete_{piece.kind}")(name)
+                raise ConfigError(
+                    f"the {piece.kind} is saved as {name!r}, the name of a loaded {other}; give it another 'name'"
+                )
+            return name, Catalog.of(model)
 
         try:
             name, catalog = await asyncio.get_running_loop().run_in_executor(executor, load)

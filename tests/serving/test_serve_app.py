@@ -244,6 +244,7 @@ def test_pieces_are_listed_and_loaded_behind_the_api_key(model, tokenizer, tmp_p
             ({**load, "kind": "lora"}, 422, "'kind' is 'lora'"),
             ({**load, "source": str(tmp_path / "missing")}, 422, "missing"),
             ({**load, "name": "a"}, 422, "'a'"),  # already loaded
+            ({**load, "name": "f"}, 422, "a fusion named 'f' is loaded"),  # a JSON block could not tell them apart
         ]:
             refused = client.post("/v1/pieces", json=bad, headers={"X-API-Key": KEY})
             assert refused.status_code == status and words in refused.json()["error"]["message"], refused.text
