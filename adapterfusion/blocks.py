@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
 
 import torch
 
+from adapterfusion._validation import check_bool
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError, NameNotFoundError
 
@@ -187,25 +189,42 @@ def _is_leaf(value: Any) -> bool:
     return isinstance(value, tuple) and len(value) == 2 and value[0] in (ADAPTER, FUSION) and isinstance(value[1], str)
 
 
+# The largest weight an Average or average_adapters takes once scaled: beyond it the adapters' outputs (or weights)
+# are blown up, not averaged, which happens when normalised weights nearly cancel (weights=[1, -0.999999]).
+MAX_AVERAGE_WEIGHT = 1e6
+
+
 def _average_weights(count: int, weights: Sequence[float] | None, normalize: bool) -> tuple[float, ...]:
+    """The weights an Average (or average_adapters) applies: equal by default, else checked, and scaled to sum to 1
+    with normalize (divided by their largest magnitude first, so huge finite weights cannot overflow the sum)."""
+    check_bool(normalize, "normalize_weights")
     if weights is None:
         return tuple(1.0 / count for _ in range(count)) if count else ()
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise ConfigError(f"Average(weights={weights!r}): give one number per adapter, e.g. weights=[0.3, 0.7]")
     values = list(weights)
     if len(values) != count or any(
-        isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) for w in values
+        isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) for w in values
     ):
         raise ConfigError(
             f"Average(weights={values!r}) for {count} adapters: give one finite number per adapter, e.g. "
             f"weights={[round(1 / max(count, 1), 3)] * count}"
         )
-    if not normalize:
-        return tuple(float(w) for w in values)
-    total = sum(values)
-    if total == 0:
-        raise ConfigError(f"Average(weights={values!r}) sum to 0, so they cannot be scaled to sum to 1")
-    return tuple(float(w) / total for w in values)
+    scaled = [float(w) for w in values]
+    if normalize:
+        largest = max(abs(w) for w in scaled)
+        total = math.fsum(w / largest for w in scaled) if largest else 0.0
+        if total == 0:
+            raise ConfigError(f"Average(weights={values!r}) sum to 0, so they cannot be scaled to sum to 1")
+        scaled = [w / largest / total for w in scaled]
+    if max(abs(w) for w in scaled) > MAX_AVERAGE_WEIGHT:
+        raise ConfigError(
+            f"Average(weights={values!r}) would weight an adapter by {max(scaled, key=abs):.3g}"
+            + (" once scaled to sum to 1 (they nearly cancel)" if normalize else "")
+            + f"; each weight must stay within ±{MAX_AVERAGE_WEIGHT:g}: give weights that do not cancel"
+            + (" or normalize_weights=False" if normalize else "")
+        )
+    return tuple(scaled)
 
 
 # ---- checking a block against a model -----------------------------------------------------------------------------
@@ -223,7 +242,28 @@ def resolve(model: AdaptedModel, block: Block, *, layout: bool = True) -> Block:
     if isinstance(block, Fuse):
         return _resolve_fuse(model, block)
     children = tuple(_resolve_child(model, block, child) for child in block.children)
+    if isinstance(block, Average):
+        _check_one_placement(model, [child[1] for child in children])
     return _rebuilt(block, children)
+
+
+# What the adapters of an Average must share: it places x and the residual once, as for its first adapter, at the
+# sites they all hold, so any difference here would silently give every adapter the first one's placement.
+AVERAGE_SHARED_OPTIONS = ("positions", "leave_out", "original_ln_before", "original_ln_after", "residual_before_ln")
+
+
+def _check_one_placement(model: AdaptedModel, names: Sequence[str]) -> None:
+    """Refuse an Average over adapters placed differently, naming the first option they differ in."""
+    first = model.adapter_configs[names[0]]
+    for name in names[1:]:
+        config = model.adapter_configs[name]
+        for option in AVERAGE_SHARED_OPTIONS:
+            if getattr(config, option) != getattr(first, option):
+                raise ConfigError(
+                    f"Average{tuple(names)}: adapter {name!r} has {option}={getattr(config, option)!r} but "
+                    f"{names[0]!r} has {option}={getattr(first, option)!r}; an Average runs its adapters on one "
+                    f"placed input, so average adapters that agree on {', '.join(AVERAGE_SHARED_OPTIONS)}"
+                )
 
 
 def _rebuilt(block: BlockT, children: tuple[Any, ...], **fields: Any) -> BlockT:

@@ -20,7 +20,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from adapterfusion import blocks, composition, generation, routing, trainable
-from adapterfusion._validation import check_choice, check_layers, require_loaded
+from adapterfusion._validation import check_bool, check_choice, check_layers, require_loaded
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.encoders import check_wrappable
 from adapterfusion.errors import ConfigError
@@ -215,17 +215,20 @@ class AdaptedModel(nn.Module):
         return inject.attach_head(self, name, inject.build_head(self, name, config, overwrite))
 
     def delete_adapter(self, name: str) -> None:
-        """Remove adapter `name` (refused while a fusion uses it); if it was active, the bare encoder runs."""
+        """Remove adapter `name` (refused while a fusion uses it); if it was active, alone or in the active block,
+        the bare encoder runs."""
         inject.remove_adapter(self, name)
         if self.active_adapter == name:
             self.activate(head=self.active_head)
+        self._set_state(self._checked(self._state))  # an active block that used it no longer runs
 
     def delete_fusion(self, name: str) -> None:
-        """Remove fusion `name` and its mask; if it was active, the bare encoder runs."""
+        """Remove fusion `name` and its mask; if it was active, alone or in the active block, the bare encoder runs."""
         inject.remove_fusion(self, name)
         self._set_state(fusion_controls.with_mask(self._state, name, (), None))
         if self.active_fusion == name:
             self.activate(head=self.active_head)
+        self._set_state(self._checked(self._state))  # an active block that used it no longer runs
 
     def delete_head(self, name: str) -> None:
         """Remove head `name`; if it was active, the forward returns the wrapped model's own output."""
@@ -359,17 +362,22 @@ class AdaptedModel(nn.Module):
 
     # ---- forward -------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def inference_cache(self) -> Iterator[None]:
+    def inference_cache(self, check_values: bool = True) -> Iterator[None]:
         """Fold each fusion's weights once and reuse them for every forward inside the block (evaluation,
         serving, generate); saves about 3·(M + N)·d² per fusion layer and forward. Weights must not change inside:
-        it runs under torch.no_grad(). A later block reuses a site's last fold while its weights are unchanged."""
+        it runs under torch.no_grad(). A later block reuses a site's last fold while its weights are unchanged,
+        checked by a hash of their values on the block's first use of each site (writes through `p.data` change
+        nothing else). check_values=False skips that hash, trusting the tensors' identity and version alone: for a
+        caller whose weights change only by optimizer steps, in-place operations, `.to()` or loading (the server)."""
         check_wrapped(self.sites)
-        with self._runtime.caching(), torch.no_grad():
+        check_bool(check_values, "inference_cache(check_values)")
+        with self._runtime.caching(check_values), torch.no_grad():
             yield
 
     def recording_fusion_attentions(self, enabled: bool = True) -> contextlib.AbstractContextManager[Recorder | None]:
         """Inside the block every fusion site records its softmax weights into the yielded dict, keyed (layer,
         position); with enabled=False nothing is recorded and None is yielded."""
+        check_bool(enabled, "recording_fusion_attentions(enabled)")
         check_wrapped(self.sites)
         return self._runtime.recording(enabled)
 
@@ -419,6 +427,7 @@ class AdaptedModel(nn.Module):
         go to the encoder; forward_inputs.check_call refuses those it does not take, and every malformed input.
         adapter_names / head_names: one entry per example, an adapter, a fusion or None (the plain model) / a head,
         for a batch whose examples run different pieces (routing.py); each example gets what it would alone."""
+        check_bool(output_fusion_attentions, "output_fusion_attentions")  # "no" would record: a str is truthy
         head_name = self.active_head
         inputs = dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask)
         if isinstance(self._state.block, blocks.Parallel):  # every example once per child: a routed call

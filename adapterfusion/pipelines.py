@@ -24,6 +24,7 @@ import torch
 import transformers
 from torch import nn
 
+from adapterfusion.blocks import LAYOUT_BLOCKS
 from adapterfusion.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -53,6 +54,12 @@ class PipelineModel(nn.Module):
         skip_layers: Iterable[int] = (),
     ) -> None:
         super().__init__()
+        if isinstance(adapter, LAYOUT_BLOCKS):
+            raise ConfigError(
+                f"a pipeline cannot run {type(adapter).__name__}: it lays out the batch (rows per child), and the "
+                "pipeline reads one prediction per input, so every other child's would be dropped; make one pipeline "
+                "per adapter, or call the model with adapter_names=[...]"
+            )
         self.adapted = model
         self.choice: dict[str, Any] = dict(adapter=adapter, fusion=fusion, head=head, skip_layers=tuple(skip_layers))
         with model.activated(**self.choice):  # checks the choice now, naming what is loaded

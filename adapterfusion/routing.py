@@ -108,7 +108,12 @@ def prepare(
 def example_choices(model: AdaptedModel, adapter_names: Sequence[Any] | None, examples: int) -> tuple[Choice, ...]:
     """Each of `examples` examples' choice: its adapter_names entry, checked (ConfigError / NameNotFoundError naming
     the entry), or with adapter_names None what an active BatchSplit gives it, else what is active."""
-    if adapter_names is None and isinstance(model.state.block, BatchSplit):
+    if isinstance(model.state.block, BatchSplit):
+        if adapter_names is not None:
+            raise ConfigError(
+                "a BatchSplit block is active, which already gives every example its adapter; pass adapter_names=... "
+                "without it (model.activate(...) something else first) or drop adapter_names"
+            )
         return tuple(_resolved(entry) for entry in model.state.block.entries(examples))
     if adapter_names is None:
         return (_active_choice(model),) * examples

@@ -397,3 +397,39 @@ def test_blocks_on_cuda_equal_the_cpu(model: af.AdaptedModel) -> None:
     finally:
         model.cpu()
         model.set_fusion_mask("f", None)
+
+
+def test_huge_finite_average_weights_are_scaled_not_overflowed(model: af.AdaptedModel) -> None:
+    """[1e308, 1e308] overflow when summed; they mean equal weights, in a block and in a weight-space average."""
+    assert af.Average("a", "d", weights=[1e308, 1e308]).weights == (0.5, 0.5)
+    assert af.Average("a", "d", weights=[1e308, -5e307]).weights == (2.0, -1.0)
+    model.average_adapters("ad", ["a", "d"], weights=[5e307, 1.5e308])  # sum: inf
+    for site in model.sites_with_adapter("ad"):
+        for key, value in site.adapters["ad"].state_dict().items():
+            a, d = site.adapters["a"].state_dict()[key], site.adapters["d"].state_dict()[key]
+            assert_close(value, 0.25 * a + 0.75 * d)
+    model.delete_adapter("ad")
+
+
+def test_deleting_a_piece_of_the_active_block_deactivates_the_block(model: af.AdaptedModel) -> None:
+    """The block no longer runs what it was made of: the bare encoder runs (with the head kept), not a block
+    silently missing a child."""
+    inputs = _inputs(2)
+    with model.activated(head="cls"), torch.no_grad():
+        bare = model(**inputs).logits
+    for block, delete, fused in (
+        (lambda: af.Stack("e", "b"), lambda: model.delete_adapter("e"), False),
+        (lambda: af.Average("a", "e"), lambda: model.delete_adapter("e"), False),
+        (lambda: af.Stack("a", af.Fuse("a", "e")), lambda: model.delete_fusion("g"), True),
+    ):
+        model.add_adapter("e", CONFIGS["a"])
+        if fused:
+            model.add_fusion("g", ["a", "e"])
+        model.activate(block(), head="cls")
+        delete()
+        assert model.active_block is None and model.active_head == "cls"
+        with torch.no_grad():
+            assert_close(model(**inputs).logits, bare)
+        if "e" in model.adapter_names:
+            model.delete_adapter("e")
+    model.activate()

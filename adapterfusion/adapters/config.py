@@ -14,6 +14,7 @@ from adapterfusion._validation import (
     check_layers,
     check_number,
     check_positive,
+    reject_unknown_keys,
     versioned_fields,
 )
 from adapterfusion.adapters.activations import ACTIVATION_NAMES
@@ -109,6 +110,7 @@ class AdapterConfig:
     def pfeiffer(cls, reduction_factor: ReductionFactor = 16.0, **overrides: Any) -> AdapterConfig:
         """ST-A (AdapterFusion Fig. 5 right): one adapter after the feed-forward block, pretrained LayerNorm
         before and after, no new LayerNorm."""
+        _check_overrides(cls, overrides, "pfeiffer")
         return cls(reduction_factor=reduction_factor, **overrides)
 
     @classmethod
@@ -124,6 +126,7 @@ class AdapterConfig:
             residual_before_ln=True,
             train_layer_norm=True,
         )
+        _check_overrides(cls, overrides, "houlsby")
         settings.update(overrides)
         return cls(**settings)
 
@@ -184,6 +187,11 @@ class AdapterConfig:
                     raise ConfigError(f"adapter config {key}={data[key]!r} must be a list")
                 data[key] = tuple(data[key])
         return cls(**data)
+
+
+def _check_overrides(cls: type[AdapterConfig], overrides: Mapping[str, Any], preset: str) -> None:
+    """A misspelt preset option refused by name as a dict config's is (the dataclass would raise a bare TypeError)."""
+    reject_unknown_keys(dict(overrides), [f.name for f in dataclasses.fields(cls)], f"AdapterConfig.{preset}(...)")
 
 
 def resolve_adapter_config(config: AdapterConfig | str | Mapping[str, Any] | None) -> AdapterConfig:

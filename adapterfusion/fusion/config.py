@@ -14,6 +14,7 @@ from adapterfusion._validation import (
     check_int,
     check_number,
     check_positive,
+    reject_unknown_keys,
     versioned_fields,
 )
 from adapterfusion.errors import ConfigError
@@ -23,6 +24,7 @@ FUSION_KINDS = ("attention", "scalearn")
 SCALE_SHAPES = ("vector", "scalar")
 # The fields only one kind reads. to_dict writes a kind's own fields only, so an attention fusion's config (and every
 # experiment spec hash made from it) is what it was before ScaLearn existed.
+SCALE_LIMIT = 1e4
 SCALEARN_FIELDS = ("scale_shape", "scale_init", "scale_init_std", "scale_dropout", "share_layers")
 ATTENTION_FIELDS = (
     "query",
@@ -88,8 +90,17 @@ class FusionConfig:
     def __post_init__(self) -> None:
         check_choice(self.kind, FUSION_KINDS, "fusion kind")
         check_choice(self.scale_shape, SCALE_SHAPES, "fusion scale_shape")
-        check_number(self.scale_init, "scale_init")
-        check_number(self.scale_init_std, "scale_init_std", minimum=0, expected="a number >= 0")
+        # The scales multiply the adapters' outputs: beyond SCALE_LIMIT the sum overflows (scale_init=1e308: every
+        # logit NaN) long before it means anything; the authors start at 2 with noise 0.001.
+        bounds = f"a number between -{SCALE_LIMIT:g} and {SCALE_LIMIT:g}"
+        check_number(self.scale_init, "scale_init", minimum=-SCALE_LIMIT, below=SCALE_LIMIT, expected=bounds)
+        check_number(
+            self.scale_init_std,
+            "scale_init_std",
+            minimum=0,
+            below=SCALE_LIMIT,
+            expected=f"a number in [0, {SCALE_LIMIT:g})",
+        )
         check_number(self.scale_dropout, "scale_dropout", minimum=0, below=1, expected="a number in [0, 1)")
         check_bool(self.share_layers, "fusion share_layers")
         foreign = ATTENTION_FIELDS if self.kind == "scalearn" else SCALEARN_FIELDS
@@ -112,34 +123,40 @@ class FusionConfig:
     @classmethod
     def dynamic(cls, **overrides: Any) -> FusionConfig:
         """The paper's AdapterFusion: learned Q, K and V, V regularised towards identity."""
-        return cls(**overrides)
+        return cls._preset("dynamic", {}, overrides)
 
     @classmethod
     def static(cls, **overrides: Any) -> FusionConfig:
         """Q and K only: a convex combination of the adapters' outputs, no value projection."""
-        settings: dict[str, Any] = dict(value=False, regularization=False)
-        settings.update(overrides)
-        return cls(**settings)
+        return cls._preset("static", dict(value=False, regularization=False), overrides)
 
     @classmethod
     def scalearn(cls, **overrides: Any) -> FusionConfig:
         """ScaLearn: a learned vector of d scales per adapter and site, o = sum_n w_n * z_n + r."""
-        return cls(**{"kind": "scalearn", **overrides})
+        return cls._preset("scalearn", {"kind": "scalearn"}, overrides)
 
     @classmethod
     def scalearn_uniform(cls, **overrides: Any) -> FusionConfig:
         """ScaLearnUniform: one learned scale per adapter and site, the same for every hidden dimension."""
-        return cls(**{"kind": "scalearn", "scale_shape": "scalar", **overrides})
+        return cls._preset("scalearn_uniform", {"kind": "scalearn", "scale_shape": "scalar"}, overrides)
 
     @classmethod
     def scalearn_plus_plus(cls, **overrides: Any) -> FusionConfig:
         """ScaLearn++: ScaLearn's vectors of d scales per adapter, one set shared by every layer."""
-        return cls(**{"kind": "scalearn", "share_layers": True, **overrides})
+        return cls._preset("scalearn_plus_plus", {"kind": "scalearn", "share_layers": True}, overrides)
 
     @classmethod
     def scalearn_uniform_plus_plus(cls, **overrides: Any) -> FusionConfig:
         """ScaLearnUniform++: one scale per adapter, shared by every layer (N parameters in all)."""
-        return cls(**{"kind": "scalearn", "scale_shape": "scalar", "share_layers": True, **overrides})
+        settings = {"kind": "scalearn", "scale_shape": "scalar", "share_layers": True}
+        return cls._preset("scalearn_uniform_plus_plus", settings, overrides)
+
+    @classmethod
+    def _preset(cls, preset: str, settings: dict[str, Any], overrides: dict[str, Any]) -> FusionConfig:
+        """The preset's settings with `overrides`, a misspelt option refused by name as a dict config's is (the
+        dataclass would raise a bare TypeError)."""
+        reject_unknown_keys(overrides, [f.name for f in dataclasses.fields(cls)], f"FusionConfig.{preset}(...)")
+        return cls(**{**settings, **overrides})
 
     @classmethod
     def from_name(cls, name: str, **overrides: Any) -> FusionConfig:

@@ -60,6 +60,29 @@ def _averaged(adapters: Any, **options: Any) -> Callable[[Path], Action]:
     return prepare
 
 
+def _mixed_placements(make: Callable[[af.AdaptedModel], Any]) -> Callable[[Path], Action]:
+    """make(model) on _model() plus adapter p (Pfeiffer, residual_before_ln=False) and h (Houlsby)."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model()
+        model.add_adapter("p", af.AdapterConfig.pfeiffer(reduction_factor=8, residual_before_ln=False))
+        model.add_adapter("h", af.AdapterConfig.houlsby(reduction_factor=8))
+        return lambda: make(model)
+
+    return prepare
+
+
+def _with_block(block: Any, make: Callable[[af.AdaptedModel], Any]) -> Callable[[Path], Action]:
+    """make(model) on _model() with `block` active."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model()
+        model.activate(block)
+        return lambda: make(model)
+
+    return prepare
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "block-empty",
@@ -156,5 +179,101 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("['b']", "another config", "'a'"),
         _averaged(["a", "b"]),
+    ),
+    B(
+        "block-average-weights-cancel",
+        GROUP,
+        "af.Average('a', 'b', weights=[1, -0.999999999]) (scaled to sum to 1: about ±1e9)",
+        af.ConfigError,
+        ("nearly cancel", "normalize_weights=False"),
+        _made(lambda: af.Average("a", "b", weights=[1, -0.999999999])),
+    ),
+    B(
+        "block-average-weights-huge-unnormalised",
+        GROUP,
+        "af.Average('a', 'b', weights=[1e308, 1e308], normalize_weights=False)",
+        af.ConfigError,
+        ("1e+308", "within"),
+        _made(lambda: af.Average("a", "b", weights=[1e308, 1e308], normalize_weights=False)),
+    ),
+    B(
+        "block-average-normalize-str",
+        GROUP,
+        "af.Average('a', 'b', weights=[1, 3], normalize_weights='no')",
+        af.ConfigError,
+        ("normalize_weights='no'", "str"),
+        _made(lambda: af.Average("a", "b", weights=[1, 3], normalize_weights="no")),
+    ),
+    B(
+        "block-average-adapters-normalize-none",
+        GROUP,
+        "model.average_adapters('avg', ['a', 'b'], normalize_weights=None)",
+        af.ConfigError,
+        ("normalize_weights=None", "NoneType"),
+        _averaged(["a", "b"], normalize_weights=None),
+    ),
+    B(
+        "block-average-mixed-residual",
+        GROUP,
+        "model.activate(af.Average('a', 'p')) (p: residual_before_ln=False)",
+        af.ConfigError,
+        ("'p'", "residual_before_ln=False", "'a'"),
+        _mixed_placements(lambda model: model.activate(af.Average("a", "p"))),
+    ),
+    B(
+        "block-average-mixed-positions",
+        GROUP,
+        "model(**batch, adapter_names=[af.Average('h', 'a'), 'a', None]) (Houlsby with Pfeiffer)",
+        af.ConfigError,
+        ("'a'", "positions=('output',)", "'h'"),
+        _mixed_placements(lambda model: model(**tiny_inputs(batch=3), adapter_names=[af.Average("h", "a"), "a", None])),
+    ),
+    B(
+        "block-scalearn-scale-init-huge",
+        GROUP,
+        "model.add_fusion('s', ['a', 'b'], af.FusionConfig.scalearn(scale_init=1e308))",
+        af.ConfigError,
+        ("scale_init=1e+308", "between"),
+        _with_block(None, lambda model: model.add_fusion("s", ["a", "b"], af.FusionConfig.scalearn(scale_init=1e308))),
+    ),
+    B(
+        "block-scalearn-preset-typo",
+        GROUP,
+        "af.FusionConfig.scalearn(scale_shap='scalar')",
+        af.ConfigError,
+        ("scale_shap", "scale_shape", "FusionConfig.scalearn"),
+        _made(lambda: af.FusionConfig.scalearn(scale_shap="scalar")),
+    ),
+    B(
+        "block-adapter-preset-typo",
+        GROUP,
+        "af.AdapterConfig.houlsby(8, non_linarity='relu')",
+        af.ConfigError,
+        ("non_linarity", "non_linearity", "AdapterConfig.houlsby"),
+        _made(lambda: af.AdapterConfig.houlsby(8, non_linarity="relu")),
+    ),
+    B(
+        "block-parallel-in-pipeline",
+        GROUP,
+        "model.for_pipeline(adapter=af.Parallel('a', 'b'))",
+        af.ConfigError,
+        ("Parallel", "one prediction per input"),
+        _with_block(None, lambda model: model.for_pipeline(adapter=af.Parallel("a", "b"))),
+    ),
+    B(
+        "block-batch-split-with-adapter-names",
+        GROUP,
+        "BatchSplit('a', 'b', batch_sizes=[1, 2]) active, model(**batch, adapter_names=['a', 'a', 'a'])",
+        af.ConfigError,
+        ("BatchSplit", "drop adapter_names"),
+        _called(lambda: af.BatchSplit("a", "b", batch_sizes=[1, 2]), adapter_names=["a", "a", "a"]),
+    ),
+    B(
+        "block-output-fusion-attentions-str",
+        GROUP,
+        "model(**batch, output_fusion_attentions='no')",
+        af.ConfigError,
+        ("output_fusion_attentions='no'", "str"),
+        _with_block(None, lambda model: model(**tiny_inputs(batch=2), output_fusion_attentions="no")),
     ),
 )

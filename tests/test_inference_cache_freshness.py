@@ -1,0 +1,127 @@
+"""inference_cache() keeps what it prepares (folds, lanes, routed stacks) between blocks while the weights are
+unchanged. A write through `p.data` (the EMA / weight-averaging idiom) changes the values but bumps no version
+counter: the next block must still see the new weights. Each cached result is compared in float64 to a deep copy of
+the changed model run without the cache (a model that never prepared anything)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+import adapterfusion as af
+from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_inputs
+from tiny_models import tiny_encoder, tiny_inputs
+
+
+def _scale_through_data(model: af.AdaptedModel, part: str, factor: float) -> None:
+    """Scale every parameter whose name holds `part` in place through `.data`, as EMA code does."""
+    for name, parameter in model.named_parameters():
+        if part in name:
+            parameter.data.mul_(factor)
+
+
+def _uncached_copy_logits(model: af.AdaptedModel, **inputs: object) -> torch.Tensor:
+    with torch.no_grad():
+        return copy.deepcopy(model)(**inputs).logits
+
+
+def _cached_logits(model: af.AdaptedModel, **inputs: object) -> torch.Tensor:
+    with model.inference_cache():
+        return model(**inputs).logits
+
+
+def _encoder_with(*adapters: str) -> af.AdaptedModel:
+    model = af.wrap(tiny_encoder().double())
+    for name in adapters:
+        model.add_adapter(name)
+    return model
+
+
+def test_a_routed_batch_sees_adapter_weights_changed_through_data() -> None:
+    model = _encoder_with("a", "b")
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    model.activate(head="h")
+    randomise_pieces(model, seed=3)
+    inputs = dict(tiny_inputs(batch=3), adapter_names=["a", "b", None])
+    _cached_logits(model, **inputs)  # prepares the routed stack
+    _scale_through_data(model, ".adapters.a.", 3.0)
+    expected = _uncached_copy_logits(model, **inputs)
+    torch.testing.assert_close(_cached_logits(model, **inputs), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_fusion_sees_fusion_weights_changed_through_data() -> None:
+    model = _encoder_with("a", "b")
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    model.activate(fusion="f", head="h")
+    randomise_pieces(model, seed=4)
+    inputs = tiny_inputs(batch=3)
+    _cached_logits(model, **inputs)  # folds the fusion
+    _scale_through_data(model, ".fusions.f.", 1.7)
+    expected = _uncached_copy_logits(model, **inputs)
+    torch.testing.assert_close(_cached_logits(model, **inputs), expected, rtol=1e-12, atol=1e-12)
+    _scale_through_data(model, ".adapters.b.", -2.0)  # the adapters the fold is made from
+    expected = _uncached_copy_logits(model, **inputs)
+    torch.testing.assert_close(_cached_logits(model, **inputs), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_change_of_one_value_is_seen() -> None:
+    model = _encoder_with("a", "b")
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    model.activate(fusion="f", head="h")
+    randomise_pieces(model, seed=5)
+    inputs = tiny_inputs(batch=2)
+    _cached_logits(model, **inputs)
+    weight = next(p for name, p in model.named_parameters() if ".fusions.f." in name and p.dim() == 2)
+    weight.data[0, 0] += 1e-6  # about 1e-7 in the logits
+    expected = _uncached_copy_logits(model, **inputs)
+    torch.testing.assert_close(_cached_logits(model, **inputs), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_generate_and_decoder_lanes_see_weights_changed_through_data() -> None:
+    for model_type, fused in (("gpt2", True), ("llama", False)):  # a fold; a pre-norm lane of one adapter
+        model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+        model.add_adapter("a")
+        model.add_adapter("b")
+        if fused:
+            model.add_fusion("f", ["a", "b"])
+            model.activate(fusion="f")
+        else:
+            model.activate("a")
+        randomise_pieces(model, seed=1, std=0.5)
+        inputs = tiny_decoder_inputs(model_type, batch=1)
+        options = dict(max_new_tokens=6, pad_token_id=0, eos_token_id=None)
+        model.generate(**inputs, **options)  # prepares once
+        _scale_through_data(model, ".adapters.", -3.0)
+        _scale_through_data(model, ".fusions.", 2.0)
+        reference = copy.deepcopy(model)
+        assert torch.equal(model.generate(**inputs, **options), reference.generate(**inputs, **options))
+        expected = _uncached_copy_logits(model, **inputs)
+        torch.testing.assert_close(_cached_logits(model, **inputs), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_without_the_value_check_tracked_changes_are_still_seen() -> None:
+    """check_values=False (the server's) trusts identity and version: an in-place change torch tracks (here under
+    no_grad, as optimizers and EMA with torch._foreach ops do) and a replaced tensor are still seen."""
+    model = _encoder_with("a", "b")
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    model.activate(fusion="f", head="h")
+    randomise_pieces(model, seed=6)
+    inputs = tiny_inputs(batch=2)
+
+    def cached() -> torch.Tensor:
+        with model.inference_cache(check_values=False):
+            return model(**inputs).logits
+
+    cached()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".fusions.f." in name:
+                parameter.mul_(1.5)
+    torch.testing.assert_close(cached(), _uncached_copy_logits(model, **inputs), rtol=1e-12, atol=1e-12)
+    weight = next(p for name, p in model.named_parameters() if ".adapters.a." in name and p.dim() == 2)
+    weight.data = weight.data * -1.0  # a new tensor: its storage differs
+    torch.testing.assert_close(cached(), _uncached_copy_logits(model, **inputs), rtol=1e-12, atol=1e-12)
