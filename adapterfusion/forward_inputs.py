@@ -29,6 +29,7 @@ import torch
 import transformers.modeling_flash_attention_utils as flash_attention_utils
 import transformers.utils.generic as transformers_generic
 from torch import nn
+from transformers.cache_utils import Cache
 from transformers.modeling_outputs import Seq2SeqModelOutput
 
 from adapterfusion.encoder_limits import limit_reason, max_input_length
@@ -92,17 +93,21 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     weight = _input_embeddings(model.model).weight
     shape = _token_shape(given, choices, head, weight.shape[1], weight.dtype)
     limits = _limits(model.model)
-    _check_length(shape[-1], limits)
-    _check_per_token(given, shape)
+    seq2seq = _is_seq2seq(model.model)
+    past = _past_length(given, shape[0], head)
+    _check_length(shape[-1] + (0 if seq2seq else past), limits)
+    _check_per_token(given, shape, 0 if seq2seq else past)
     _check_devices(model.model, {**given, "labels": labels}, weight.device)
     _check_values(given, weight.shape[0], limits)
+    own_labels = labels if head is None else None  # a head's labels are class ids, not the decoder's tokens
+    decoder = _check_decoder_inputs(given, shape, weight, limits, past, own_labels) if seq2seq else None
     if head_config is not None and head_config.pooling == "last":
         _check_last_token_mask(model, given, shape[0], str(head))
     if labels is not None:
         if head is not None and head_config is not None:
             check_head_labels(labels, head_config, head, shape)
         else:
-            given["labels"] = _passed_labels(model, labels, shape)
+            given["labels"] = _passed_labels(model, labels, shape, decoder, limits)
     num_choices = None
     if choices and head is not None:  # our head pools each choice: [batch, choices, ...] -> [batch * choices, ...]
         num_choices = shape[1]
@@ -273,43 +278,45 @@ def _input_embeddings(model: nn.Module) -> nn.Embedding:
 
 
 def _token_shape(
-    given: Mapping[str, Any], choices: bool, head: str | None, width: int, dtype: torch.dtype
+    given: Mapping[str, Any], choices: bool, head: str | None, width: int, dtype: torch.dtype, prefix: str = ""
 ) -> torch.Size:
     """The [batch, (choices,) seq] shape of the call, from input_ids or inputs_embeds (of the embeddings' `width`
-    and `dtype`), checked."""
+    and `dtype`), checked; prefix 'decoder_': an encoder-decoder's decoder inputs, checked by the same rules."""
     for key in _TOKEN_INPUTS:
-        if key in given:
-            _require_tensor(key, given[key])
-    ids, embeds = given.get("input_ids"), given.get("inputs_embeds")
+        if prefix + key in given:
+            _require_tensor(prefix + key, given[prefix + key])
+    ids, embeds = given.get(f"{prefix}input_ids"), given.get(f"{prefix}inputs_embeds")
     if (ids is None) == (embeds is None):
         which = "neither" if ids is None else "both"
+        hint = "" if prefix else ". Pass the tokenizer's output: model(**tokenizer(texts, return_tensors='pt', "
+        hint += "" if prefix else "padding=True))"
         raise ConfigError(
-            f"a model call takes input_ids or inputs_embeds, not both and not neither; got {which}. Pass the "
-            "tokenizer's output: model(**tokenizer(texts, return_tensors='pt', padding=True))"
+            f"a model call takes {prefix}input_ids or {prefix}inputs_embeds, not both and not neither; got {which}"
+            + hint
         )
     rank = 3 if choices else 2
     layout = "[batch, num_choices, seq]" if choices else "[batch, seq]"
     if ids is not None:
-        key, value, shape = "input_ids", ids, ids.shape
+        key, value, shape = f"{prefix}input_ids", ids, ids.shape
         if ids.dtype not in _INTEGER_DTYPES:
             raise ConfigError(
-                f"input_ids have dtype {ids.dtype}; token ids must be an integer tensor (torch.long), e.g. "
-                "input_ids.long() or the tokenizer's output"
+                f"{key} have dtype {ids.dtype}; token ids must be an integer tensor (torch.long), e.g. "
+                f"{key}.long() or the tokenizer's output"
             )
     else:
         embeds = cast(torch.Tensor, embeds)
-        key, value, shape, layout = "inputs_embeds", embeds, embeds.shape[:-1], layout[:-1] + ", hidden]"
+        key, value, shape, layout = f"{prefix}inputs_embeds", embeds, embeds.shape[:-1], layout[:-1] + ", hidden]"
         if not embeds.is_floating_point() or embeds.shape[-1:] != (width,):
             raise ConfigError(
-                f"inputs_embeds of shape {tuple(embeds.shape)} and dtype {embeds.dtype}: they must be a float tensor "
+                f"{key} of shape {tuple(embeds.shape)} and dtype {embeds.dtype}: they must be a float tensor "
                 f"whose last dimension is the embedding width {width}"
             )
         if embeds.dtype != dtype:
             raise ConfigError(
-                f"inputs_embeds have dtype {embeds.dtype} but the model's weights are {dtype}; pass "
-                f"inputs_embeds.to({dtype}) (or convert the model with model.to({embeds.dtype}))"
+                f"{key} have dtype {embeds.dtype} but the model's weights are {dtype}; pass "
+                f"{key}.to({dtype}) (or convert the model with model.to({embeds.dtype}))"
             )
-    if value.dim() != rank + (key == "inputs_embeds"):
+    if value.dim() != rank + key.endswith("inputs_embeds"):
         raise ConfigError(f"{key} of shape {tuple(value.shape)} must be {layout}{_rank_hint(value.dim(), rank, head)}")
     if 0 in shape:
         raise ConfigError(
@@ -354,30 +361,106 @@ def _limits(model: nn.Module) -> _Limits:
     return limits
 
 
-def _check_length(length: int, limits: _Limits) -> None:
+def _check_length(length: int, limits: _Limits, what: str = "the inputs") -> None:
     limit = limits.max_length
     if limit is not None and length > limit:
         raise ConfigError(
-            f"the inputs have {length} tokens per sequence, more than this {limits.config.model_type} encoder takes: "
+            f"{what} have {length} tokens per sequence, more than this {limits.config.model_type} encoder takes: "
             f"{limit} ({limit_reason(limits.config)}); truncate them, e.g. tokenizer(..., truncation=True, "
             f"max_length={limit})"
         )
 
 
-def _check_per_token(given: Mapping[str, Any], shape: torch.Size) -> None:
-    for key in PER_TOKEN:
+def _check_per_token(given: Mapping[str, Any], shape: torch.Size, past: int = 0, prefix: str = "") -> None:
+    """One value per token. After `past` cached tokens the attention mask covers them and the new ones, as
+    transformers' generate builds it: a mask of the new tokens alone would be read as the whole sequence's."""
+    for key in PER_TOKEN if not prefix else (f"{prefix}attention_mask",):
         value = given.get(key)
         if value is None:
             continue
+        _require_tensor(key, value)
+        expected = (*shape[:-1], shape[-1] + past) if key.endswith("attention_mask") else tuple(shape)
         shared = key == "position_ids" and len(shape) == 2 and value.shape == (1, shape[1])
-        if value.shape != shape and not shared:
+        if value.shape != expected and not shared:
+            cached = (
+                f" ({past} cached tokens + {shape[-1]} new: a cached step's mask covers the past_key_values' tokens "
+                "and the new ones)"
+                if past and key.endswith("attention_mask")
+                else ""
+            )
             raise ConfigError(
-                f"{key} of shape {tuple(value.shape)} does not match the inputs' {tuple(shape)}: pass one value per "
-                "token of the same batch (the tokenizer's output, padded together)"
+                f"{key} of shape {tuple(value.shape)} does not match the inputs' {expected}{cached}: pass one value "
+                "per token of the same batch (the tokenizer's output, padded together)"
             )
         integer = value.dtype in _INTEGER_DTYPES
         if not integer and not (key == "attention_mask" and (value.dtype == torch.bool or value.is_floating_point())):
             raise ConfigError(f"{key} have dtype {value.dtype}; pass an integer tensor (torch.long)")
+
+
+def _is_seq2seq(model: nn.Module) -> bool:
+    return bool(getattr(cast(Any, model).config, "is_encoder_decoder", False))
+
+
+def _past_length(given: Mapping[str, Any], batch: int, head: str | None) -> int:
+    """How many tokens the given past_key_values hold already (0: none): a transformers Cache of this batch's rows,
+    which a head cannot use (it pools the whole sequence; a cached step runs the new tokens only)."""
+    past = given.get("past_key_values")
+    if past is None:
+        return 0
+    if head is not None:
+        raise ConfigError(
+            f"head {head!r} is active: a head pools the whole sequence, but a step with past_key_values runs only "
+            "the new tokens; run the head on the whole sequence, or activate(head=None) for cached decoding"
+        )
+    if not isinstance(past, Cache):
+        raise ConfigError(
+            f"past_key_values is a {type(past).__name__}, not a transformers Cache; pass the past_key_values a "
+            "previous call with use_cache=True returned (a DynamicCache), or DynamicCache() to start one"
+        )
+    rows = _cache_rows(past)
+    if rows is not None and rows != batch:
+        raise ConfigError(
+            f"past_key_values hold {rows} rows but the inputs have {batch}; a cached step continues the batch the "
+            f"cache was made with: pass the next tokens of those {rows} rows"
+        )
+    return int(past.get_seq_length())
+
+
+def _cache_rows(cache: Cache) -> int | None:
+    """The batch size of a filled cache (an encoder-decoder's: of its decoder's self-attention), from its shapes."""
+    inner = getattr(cache, "self_attention_cache", cache)
+    for layer in getattr(inner, "layers", ()):
+        keys = getattr(layer, "keys", None)
+        if isinstance(keys, torch.Tensor) and keys.dim() > 1 and keys.numel():
+            return int(keys.shape[0])
+    return None
+
+
+_DECODER_KEYS = ("decoder_input_ids", "decoder_inputs_embeds", "decoder_attention_mask")
+
+
+def _check_decoder_inputs(
+    given: Mapping[str, Any], shape: torch.Size, weight: torch.Tensor, limits: _Limits, past: int, labels: Any
+) -> torch.Size | None:
+    """An encoder-decoder's decoder inputs, checked by the rules of the encoder's (same batch, ids in the
+    vocabulary, a 0/1 mask of their length plus the `past` cached tokens, finite embeddings); their [batch, seq]
+    shape, or None when the model makes them itself (from labels, or BART from input_ids)."""
+    if not any(key in given for key in _DECODER_KEYS):
+        return None
+    decoder = None
+    if "decoder_input_ids" in given or "decoder_inputs_embeds" in given:
+        decoder = _token_shape(given, False, None, weight.shape[1], weight.dtype, prefix="decoder_")
+        _check_length(decoder[-1] + past, limits, "the decoder inputs" + (" with the cached tokens" if past else ""))
+    made = labels.shape if isinstance(labels, torch.Tensor) and labels.dim() == 2 else shape
+    own = decoder if decoder is not None else torch.Size(made)
+    if own[0] != shape[0]:
+        raise ConfigError(
+            f"the decoder inputs have {own[0]} rows but the encoder inputs {shape[0]}: pass one decoder sequence per "
+            "example"
+        )
+    _check_per_token(given, own, past, prefix="decoder_")
+    _check_values(given, weight.shape[0], limits, prefix="decoder_")
+    return decoder
 
 
 def _check_devices(model: nn.Module, given: Mapping[str, Any], device: torch.device) -> None:
@@ -392,25 +475,26 @@ def _check_devices(model: nn.Module, given: Mapping[str, Any], device: torch.dev
             )
 
 
-def _check_values(given: Mapping[str, Any], vocabulary: int, limits: _Limits) -> None:
+def _check_values(given: Mapping[str, Any], vocabulary: int, limits: _Limits, prefix: str = "") -> None:
     """Ids inside their tables and a mask of 0/1 with a real token in each row. CPU tensors only (module docstring):
-    on CUDA reading a value waits for the device."""
-    ids = given.get("input_ids")
+    on CUDA reading a value waits for the device. prefix 'decoder_': an encoder-decoder's decoder inputs."""
+    ids = given.get(f"{prefix}input_ids")
     if ids is not None and ids.device.type == "cpu":
-        _check_range(ids, "input_ids", vocabulary, "the encoder's vocabulary", "was the tokenizer made for this model?")
+        hint = "was the tokenizer made for this model?"
+        _check_range(ids, f"{prefix}input_ids", vocabulary, "the model's vocabulary", hint)
     types, count = given.get("token_type_ids"), limits.token_types
     if types is not None and types.device.type == "cpu" and count > 0:
         _check_range(types, "token_type_ids", count, f"type_vocab_size={count}", "pass 0 for one segment")
     positions, rows = given.get("position_ids"), limits.positions
     if positions is not None and positions.device.type == "cpu" and rows is not None:
         _check_range(positions, "position_ids", rows, f"max_position_embeddings={rows}", "leave position_ids out")
-    mask = given.get("attention_mask")
+    mask = given.get(f"{prefix}attention_mask")
     if mask is not None and mask.device.type == "cpu":
-        _check_mask(mask)
-    embeds = given.get("inputs_embeds")
+        _check_mask(mask, f"{prefix}attention_mask")
+    embeds = given.get(f"{prefix}inputs_embeds")
     if embeds is not None and embeds.device.type == "cpu" and not bool(torch.isfinite(embeds).all()):
         raise ConfigError(
-            "inputs_embeds hold NaN or infinite values, so every output would be NaN; check how they were made"
+            f"{prefix}inputs_embeds hold NaN or infinite values, so every output would be NaN; check how they were made"
         )
 
 
@@ -421,18 +505,18 @@ def _check_range(values: torch.Tensor, key: str, count: int, table: str, hint: s
         raise ConfigError(f"{key} holds {bad[:5]}, outside 0..{count - 1} ({table}); {hint}")
 
 
-def _check_mask(mask: torch.Tensor) -> None:
+def _check_mask(mask: torch.Tensor, key: str = "attention_mask") -> None:
     if mask.dtype != torch.bool:
         if bool(((mask != 0) & (mask != 1)).any()):  # 0.5 or 2 would be added into the attention scores
             odd = mask[(mask != 0) & (mask != 1)]
             raise ConfigError(
-                f"attention_mask holds {sorted(set(odd.tolist()))[:5]}; it must hold only 0 and 1 (1 = a real token)"
+                f"{key} holds {sorted(set(odd.tolist()))[:5]}; it must hold only 0 and 1 (1 = a real token)"
             )
     if not bool(mask.any(dim=-1).all()):
         empty = ~mask.any(dim=-1)
         where = [tuple(index) if len(index) > 1 else index[0] for index in empty.nonzero().tolist()]
         raise ConfigError(
-            f"attention_mask rows {where[:10]} have no token (all 0): their output would be made of padding alone; "
+            f"{key} rows {where[:10]} have no token (all 0): their output would be made of padding alone; "
             "drop those examples (an empty text still tokenises to [CLS] [SEP], which the mask marks 1)"
         )
 
@@ -493,8 +577,11 @@ def check_head_labels(labels: Any, config: HeadConfig, name: str, shape: torch.S
         )
 
 
-def _passed_labels(model: AdaptedModel, labels: Any, shape: torch.Size) -> torch.Tensor:
-    """Labels for the wrapped HF task model's own loss, when no head of ours is active and it takes labels."""
+def _passed_labels(
+    model: AdaptedModel, labels: Any, shape: torch.Size, decoder: torch.Size | None, limits: _Limits
+) -> torch.Tensor:
+    """Labels for the wrapped HF task model's own loss, when no head of ours is active and it takes labels;
+    `decoder`: the shape of an encoder-decoder's own decoder inputs."""
     task_model = model.model
     name = type(task_model).__name__
     accepted = accepted_keywords(task_model)
@@ -513,7 +600,14 @@ def _passed_labels(model: AdaptedModel, labels: Any, shape: torch.Size) -> torch
         )
     labels = _labels_tensor(labels, shape[0], name)
     config: Any = task_model.config
-    if name.endswith("ForMultipleChoice"):
+    kind = _language_model_kind(task_model)
+    if kind is not None:
+        expected = decoder if kind == "seq2seq" else shape
+        if kind == "seq2seq" and decoder is None and labels.dim() == 2:
+            _check_length(labels.shape[-1], limits, "the labels (the decoder's inputs, shifted)")
+            expected = labels.shape
+        _check_token_labels(labels, kind, expected, _output_vocabulary(task_model), name)
+    elif name.endswith("ForMultipleChoice"):
         _check_class_ids(labels, shape[1], f"{name} ({shape[1]} choices per example)", "the task's label ids")
     elif (
         name.endswith("ForSequenceClassification")
@@ -524,6 +618,62 @@ def _passed_labels(model: AdaptedModel, labels: Any, shape: torch.Size) -> torch
         owner = f"{name} (num_labels={config.num_labels})"
         _check_class_ids(labels, config.num_labels, owner, "the task's label ids or the model config's num_labels")
     return labels
+
+
+def _language_model_kind(model: nn.Module) -> str | None:
+    """'causal', 'seq2seq' or 'masked' for a wrapped language model, whose labels are token ids, one per token;
+    None for other task models."""
+    if type(model).__name__.endswith("ForMaskedLM"):
+        return "masked"
+    can_generate = getattr(model, "can_generate", None)
+    if not callable(can_generate) or not can_generate():
+        return None
+    return "seq2seq" if _is_seq2seq(model) else "causal"
+
+
+def _output_vocabulary(model: nn.Module) -> int:
+    """How many tokens the language-model head scores (the rows of its output embeddings)."""
+    output = cast(Any, model).get_output_embeddings()
+    weight = getattr(output, "weight", None)
+    return int(weight.shape[0]) if isinstance(weight, torch.Tensor) else int(cast(Any, model).config.vocab_size)
+
+
+_IGNORED = -100  # the label transformers' losses skip
+
+
+def _check_token_labels(
+    labels: torch.Tensor, kind: str, expected: torch.Size | None, vocabulary: int, name: str
+) -> None:
+    """A language model's labels: integer token ids in its vocabulary or -100, one per (decoder) token, at least
+    one counted. Otherwise cross_entropy fails deep in torch, reads a [batch, seq, 1] tensor as other positions, or
+    averages over no token at all: a NaN loss (0/0), silently. Read on every device, as _check_class_ids is."""
+    if labels.dtype not in _INTEGER_DTYPES or labels.dtype == torch.uint8:
+        raise ConfigError(
+            f"{name}: labels have dtype {labels.dtype}; a language model's labels are token ids, an integer tensor "
+            f"(torch.long) with {_IGNORED} where no loss is counted, e.g. labels = input_ids.clone()"
+        )
+    like = "decoder_input_ids" if kind == "seq2seq" else "input_ids"
+    if expected is not None and labels.shape != expected or labels.dim() != 2:
+        raise ConfigError(
+            f"{name}: labels of shape {tuple(labels.shape)} must be shaped like the {like}"
+            f"{'' if expected is None else ' ' + str(tuple(expected))}: one token id per token, [batch, seq] "
+            f"({_IGNORED} where no loss is counted{'; transformers shifts them itself' if kind == 'causal' else ''})"
+        )
+    wrong = (labels != _IGNORED) & ((labels < 0) | (labels >= vocabulary))
+    if bool(wrong.any()):
+        values = sorted(set(labels[wrong].tolist()))
+        raise ConfigError(
+            f"{name}: labels hold {values[:5]}, which are not token ids of its vocabulary of {vocabulary}: labels "
+            f"must be in 0..{vocabulary - 1}, or {_IGNORED} (not -1) where no loss is counted"
+        )
+    counted = labels[:, 1:] if kind == "causal" else labels
+    if not bool((counted != _IGNORED).any()):
+        first = " (a causal LM predicts token i from those before it, so labels[:, 0] is never counted)"
+        raise ConfigError(
+            f"{name}: no label token is counted: every label is {_IGNORED}"
+            f"{first if kind == 'causal' else ''}, so the loss would be NaN (0/0); label at least one token of "
+            "the batch, or skip batches with nothing to learn"
+        )
 
 
 def _labels_tensor(labels: Any, batch: int, owner: str) -> torch.Tensor:
@@ -555,3 +705,66 @@ def _check_class_ids(labels: torch.Tensor, count: int, owner: str, fix: str) -> 
         raise ConfigError(
             f"labels {values[:5]} are not class ids of {owner}: labels must be integers in 0..{count - 1}; check {fix}"
         )
+
+
+# ---- generate() --------------------------------------------------------------------------------------------------
+GENERATE_INPUTS = (
+    "input_ids",
+    "inputs_embeds",
+    "attention_mask",
+    "position_ids",
+    "token_type_ids",
+    "decoder_input_ids",
+    "decoder_attention_mask",
+    "decoder_inputs_embeds",
+)
+
+
+def check_generate_inputs(
+    model: AdaptedModel, inputs: Mapping[str, Any], max_new_tokens: int | None, max_length: int | None
+) -> None:
+    """generate()'s model inputs, checked by the rules of check_call (transformers' generate would broadcast a
+    one-row mask, embed a bad id deep in its loop, or run out of positions mid-generation), and the longest
+    sequence it may reach (`max_new_tokens` after the prompt, else `max_length`) against the model's positions,
+    before any step runs."""
+    wrapped = model.model
+    given = {key: value for key, value in inputs.items() if value is not None}
+    if "input_ids" in given and "inputs_embeds" in given:
+        given.pop("input_ids")  # transformers runs the embeddings and keeps the ids only to return them
+    weight = _input_embeddings(wrapped).weight
+    limits = _limits(wrapped)
+    prompt, padding = 1, 0  # with no prompt, generation starts from the start (or bos) token alone
+    shape = None
+    if "input_ids" in given or "inputs_embeds" in given:
+        shape = _token_shape(given, False, None, weight.shape[1], weight.dtype)
+        _check_per_token(given, shape)
+    _check_devices(wrapped, given, weight.device)
+    _check_values(given, weight.shape[0], limits)
+    if shape is not None and _is_seq2seq(wrapped):
+        _check_length(shape[-1], limits, "the prompts")
+        decoder = _check_decoder_inputs(given, shape, weight, limits, 0, None)
+        prompt = decoder[-1] if decoder is not None else 1
+    elif shape is not None:
+        prompt = _longest_row(given.get("attention_mask"), shape[-1])
+        padding = shape[-1] - prompt
+        _check_length(prompt, limits, "the prompts")
+    new = max_new_tokens if max_new_tokens is not None and max_new_tokens > 0 else None
+    total = prompt + new if new is not None else (max_length - padding if max_length is not None else None)
+    limit = limits.max_length
+    if limit is not None and total is not None and total > limit:
+        fix = (
+            f"lower max_new_tokens to at most {max(limit - prompt, 0)}"
+            if new is not None
+            else f"lower max_length to at most {limit + padding}"
+        )
+        asked = f"{prompt} prompt tokens + max_new_tokens={new}" if new is not None else f"max_length={max_length}"
+        raise ConfigError(
+            f"generate() could reach {total} tokens per sequence ({asked}), more than this {limits.config.model_type} "
+            f"model has positions for: {limit} ({limit_reason(limits.config)}); {fix}, or truncate the prompts"
+        )
+
+
+def _longest_row(mask: torch.Tensor | None, width: int) -> int:
+    """The most real tokens in a prompt row: generate numbers a decoder's positions by its attention mask, so the
+    left padding of a batch takes none."""
+    return int(mask.sum(-1).max()) if isinstance(mask, torch.Tensor) else width

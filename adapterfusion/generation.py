@@ -26,7 +26,9 @@ import torch
 from torch import nn
 
 from adapterfusion.blocks import BatchSplit, Parallel
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import AdapterFusionError, ConfigError
+from adapterfusion.forward_inputs import GENERATE_INPUTS, check_generate_inputs
+from adapterfusion.injection.unloaded import check_wrapped
 from adapterfusion.routing import example_choices
 
 if TYPE_CHECKING:
@@ -51,6 +53,11 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
             "language-model head, not a prediction head; activate the adapter or fusion without it "
             "(model.activate(adapter=..., head=None)) to generate, and use the head through model(**inputs).logits"
         )
+    if "head_names" in kwargs:
+        raise ConfigError(
+            "generate() takes no head_names: it picks tokens with the wrapped model's language-model head, and no "
+            "prediction head plays a part; route each prompt to its adapter or fusion with adapter_names=[...]"
+        )
     if "output_fusion_attentions" in kwargs:
         raise ConfigError(
             "generate() takes no output_fusion_attentions; record them around the call: "
@@ -61,11 +68,35 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
             "a Parallel block is active, which runs every example once per child; generate() keeps one row per "
             "prompt: repeat the prompts once per child and pass adapter_names=[child, ...] instead"
         )
+    check_wrapped(model.sites)  # in train mode no inference_cache() below would tell an unloaded model
+    check_generate_inputs(model, _model_inputs(args, kwargs), *_lengths(wrapped, kwargs))
     routed = adapter_names is not None or isinstance(model.state.block, BatchSplit)
     caching = model.inference_cache() if not model.training else contextlib.nullcontext()
     routing = _routed_rows(model, wrapped, _prompts(args, kwargs), adapter_names) if routed else None
     with caching, model.recording_generation(), routing or contextlib.nullcontext():
-        return wrapped.generate(*args, **kwargs)
+        try:
+            return wrapped.generate(*args, **kwargs)
+        except ValueError as error:  # transformers' refusal of a generation setting, e.g. max_new_tokens=0
+            if isinstance(error, AdapterFusionError):
+                raise
+            raise ConfigError(f"generate(): {error}") from error
+
+
+def _model_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The model inputs among generate()'s arguments; its first positional one (`inputs`) is the prompts' ids."""
+    inputs = {key: kwargs[key] for key in GENERATE_INPUTS if key in kwargs}
+    prompts = args[0] if args else kwargs.get("inputs")
+    if prompts is not None and "input_ids" not in inputs:
+        inputs["input_ids"] = prompts
+    return inputs
+
+
+def _lengths(wrapped: Any, kwargs: dict[str, Any]) -> tuple[int | None, int | None]:
+    """max_new_tokens and max_length as generate() will read them: its keywords, else its generation config."""
+    config = kwargs.get("generation_config") or getattr(wrapped, "generation_config", None)
+    found = [kwargs.get(key, getattr(config, key, None)) for key in ("max_new_tokens", "max_length")]
+    new, total = (value if isinstance(value, int) and not isinstance(value, bool) else None for value in found)
+    return new, total
 
 
 _ROW_INPUTS = ("decoder_input_ids", "decoder_inputs_embeds", "input_ids", "inputs_embeds")

@@ -14,6 +14,7 @@ import transformers
 import adapterfusion as af
 from adapterfusion.experiments.errors import ExperimentSpecError
 from catalogue import Action, BadInput, cli, experiment
+from tiny_decoders import tiny_decoder, tiny_decoder_inputs
 from tiny_models import tiny_config, tiny_encoder, tiny_inputs
 
 B = BadInput
@@ -101,6 +102,70 @@ def _train_adapter_max_length(folder: Path) -> Action:
 
 def _regression_head() -> af.AdaptedModel:
     return _headed(kind="regression")
+
+
+def _lm(model_type: str) -> af.AdaptedModel:
+    """A tiny language model of `model_type` (tiny_decoders.py) with adapter 'a' active and no head."""
+    model = af.wrap(tiny_decoder(model_type))
+    model.add_adapter("a")
+    model.activate(adapter="a")
+    return model
+
+
+def _lm_call(model_type: str, **changes: Any) -> Callable[[Path], Action]:
+    """model(**tiny_decoder_inputs(model_type) with `changes`) of _lm(model_type); a value None drops that input."""
+
+    def prepare(folder: Path) -> Action:
+        model = _lm(model_type)
+        inputs: dict[str, Any] = {**tiny_decoder_inputs(model_type), **changes}
+        return lambda: model(**{key: value for key, value in inputs.items() if value is not None})
+
+    return prepare
+
+
+def _generate(model_type: str = "gpt2", unload: bool = False, **changes: Any) -> Callable[[Path], Action]:
+    """_lm(model_type).generate(**tiny_decoder_inputs(model_type), max_new_tokens=2, pad_token_id=0, with
+    `changes`); a value None drops that input. unload: unload() the model first and put it in train mode."""
+
+    def prepare(folder: Path) -> Action:
+        model = _lm(model_type)
+        if unload:
+            model.unload()
+            model.train()
+        inputs: dict[str, Any] = {**tiny_decoder_inputs(model_type), "max_new_tokens": 2, "pad_token_id": 0}
+        inputs.update(changes)
+        return lambda: model.generate(**{key: value for key, value in inputs.items() if value is not None})
+
+    return prepare
+
+
+def _cached_step(new_rows: int = 2, mask: int | None = 1, past: str = "cache") -> Callable[[Path], Action]:
+    """A tiny Llama run on 7 tokens with use_cache=True, then a step of 1 new token per row of `new_rows` rows, its
+    attention_mask covering `mask` tokens (None: no mask); past 'tuple': the cache as a legacy tuple of tuples."""
+
+    def prepare(folder: Path) -> Action:
+        model = _lm("llama")
+        ids = tiny_decoder_inputs("llama")["input_ids"]
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+        given = ((torch.zeros(2, 2, 7, 8),) * 2,) * 2 if past == "tuple" else cache
+        step = torch.full((new_rows, 1), 7)
+        attention = None if mask is None else torch.ones(new_rows, mask, dtype=torch.long)
+        return lambda: model(input_ids=step, attention_mask=attention, past_key_values=given)
+
+    return prepare
+
+
+def _labelled(model_type: str, labels: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Path], Action]:
+    """_lm_call(model_type) with labels made from its (decoder) input ids."""
+    inputs = tiny_decoder_inputs(model_type)
+    return _lm_call(model_type, labels=labels(inputs.get("decoder_input_ids", inputs["input_ids"])))
+
+
+def _ignored_but_first(ids: torch.Tensor) -> torch.Tensor:
+    """Causal-LM labels with only position 0 labelled, which no position predicts."""
+    labels = torch.full_like(ids, -100)
+    labels[:, 0] = ids[:, 0]
+    return labels
 
 
 CASES: tuple[BadInput, ...] = (
@@ -463,5 +528,404 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("heads=['a', 'b']", "list", "mapping"),
         _parallel(heads=["a", "b"]),
+    ),
+    # cached steps (past_key_values)
+    B(
+        "forward-cache-mask-new-tokens-only",
+        GROUP,
+        "a cached step's attention_mask of shape (2, 1), the new token only, after 7 cached tokens (was silently "
+        "accepted, with logits unlike the full forward's)",
+        af.ConfigError,
+        ("attention_mask", "(2, 1)", "(2, 8)", "7 cached tokens"),
+        _cached_step(mask=1),
+    ),
+    B(
+        "forward-cache-mask-too-long",
+        GROUP,
+        "a cached step's attention_mask of shape (2, 9) after 7 cached tokens and 1 new one",
+        af.ConfigError,
+        ("attention_mask", "(2, 9)", "(2, 8)"),
+        _cached_step(mask=9),
+    ),
+    B(
+        "forward-cache-other-batch",
+        GROUP,
+        "past_key_values of 2 rows with input_ids of 3 rows (was a RuntimeError from transformers' cache)",
+        af.ConfigError,
+        ("past_key_values", "2 rows", "3"),
+        _cached_step(new_rows=3, mask=None),
+    ),
+    B(
+        "forward-cache-legacy-tuple",
+        GROUP,
+        "past_key_values as a legacy tuple of tuples (was an AttributeError from transformers)",
+        af.ConfigError,
+        ("past_key_values", "tuple", "Cache"),
+        _cached_step(past="tuple", mask=None),
+    ),
+    # language-model labels
+    B(
+        "lm-labels-shorter",
+        GROUP,
+        "causal-LM labels (2, 5) for input_ids (2, 7) (was a misleading ValueError from torch)",
+        af.ConfigError,
+        ("labels", "(2, 5)", "(2, 7)"),
+        _labelled("gpt2", lambda ids: ids[:, :5]),
+    ),
+    B(
+        "lm-labels-one-per-example",
+        GROUP,
+        "causal-LM labels of shape [batch] (was a misleading ValueError from torch)",
+        af.ConfigError,
+        ("labels", "(2,)", "(2, 7)"),
+        _labelled("gpt2", lambda ids: ids[:, 0]),
+    ),
+    B(
+        "lm-labels-trailing-dim",
+        GROUP,
+        "causal-LM labels of shape (2, 7, 1) (was a NaN loss, without a word)",
+        af.ConfigError,
+        ("labels", "(2, 7, 1)", "(2, 7)"),
+        _labelled("gpt2", lambda ids: ids.unsqueeze(-1)),
+    ),
+    B(
+        "lm-labels-out-of-vocab",
+        GROUP,
+        "causal-LM labels holding 100 with a vocabulary of 100 (was an IndexError from torch)",
+        af.ConfigError,
+        ("labels", "[100]", "0..99"),
+        _labelled("gpt2", lambda ids: ids.masked_fill(ids == ids[0, 1], 100)),
+    ),
+    B(
+        "lm-labels-minus-one",
+        GROUP,
+        "causal-LM labels holding -1 for the padding, not -100 (was an IndexError from torch)",
+        af.ConfigError,
+        ("labels", "[-1]", "-100"),
+        _labelled("llama", lambda ids: ids.masked_fill(ids == 0, -1)),
+    ),
+    B(
+        "lm-labels-float",
+        GROUP,
+        "float causal-LM labels (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("labels", "torch.float32", "torch.long"),
+        _labelled("gpt2", lambda ids: ids.float()),
+    ),
+    B(
+        "lm-labels-bool",
+        GROUP,
+        "bool causal-LM labels (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("labels", "torch.bool", "torch.long"),
+        _labelled("gpt2", lambda ids: ids > 50),
+    ),
+    B(
+        "lm-labels-all-ignored",
+        GROUP,
+        "causal-LM labels all -100 (was a NaN loss, without a word; transformers' own loss is NaN too)",
+        af.ConfigError,
+        ("no label token is counted", "-100", "NaN"),
+        _labelled("gpt2", lambda ids: torch.full_like(ids, -100)),
+    ),
+    B(
+        "lm-labels-first-only",
+        GROUP,
+        "causal-LM labels -100 but at position 0, which no position predicts (was a NaN loss, without a word)",
+        af.ConfigError,
+        ("no label token is counted", "labels[:, 0]"),
+        _labelled("llama", _ignored_but_first),
+    ),
+    B(
+        "seq2seq-labels-out-of-vocab",
+        GROUP,
+        "T5 labels holding 100 with a vocabulary of 100 (was an IndexError in the decoder's embedding)",
+        af.ConfigError,
+        ("labels", "[100]", "0..99"),
+        _labelled("t5", lambda ids: ids.masked_fill(ids == ids[0, 1], 100)),
+    ),
+    B(
+        "seq2seq-labels-one-per-example",
+        GROUP,
+        "BART labels of shape [batch] (was an IndexError from transformers)",
+        af.ConfigError,
+        ("labels", "(2,)", "[batch, seq]"),
+        _labelled("bart", lambda ids: ids[:, 0]),
+    ),
+    B(
+        "seq2seq-labels-vs-decoder-ids",
+        GROUP,
+        "T5 labels (2, 3) with decoder_input_ids (2, 6) (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("labels", "(2, 3)", "decoder_input_ids", "(2, 6)"),
+        _labelled("t5", lambda ids: ids[:, :3]),
+    ),
+    # an encoder-decoder's decoder inputs
+    B(
+        "seq2seq-decoder-ids-float",
+        GROUP,
+        "float decoder_input_ids to T5 (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("decoder_input_ids", "torch.float32", "integer"),
+        _lm_call("t5", decoder_input_ids=torch.full((2, 6), 7.0)),
+    ),
+    B(
+        "seq2seq-decoder-ids-out-of-vocab",
+        GROUP,
+        "BART decoder_input_ids holding 100 with a vocabulary of 100 (was an IndexError from torch)",
+        af.ConfigError,
+        ("decoder_input_ids", "[100]", "0..99"),
+        _lm_call("bart", decoder_input_ids=torch.full((2, 6), 100)),
+    ),
+    B(
+        "seq2seq-decoder-ids-1d",
+        GROUP,
+        "1-D decoder_input_ids to T5 (was an IndexError from transformers)",
+        af.ConfigError,
+        ("decoder_input_ids", "(6,)", "[batch, seq]"),
+        _lm_call("t5", decoder_input_ids=torch.full((6,), 7)),
+    ),
+    B(
+        "seq2seq-decoder-ids-other-batch",
+        GROUP,
+        "decoder_input_ids of 3 rows for input_ids of 2 rows, BART (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("decoder inputs have 3 rows", "2"),
+        _lm_call("bart", decoder_input_ids=torch.full((3, 6), 7)),
+    ),
+    B(
+        "seq2seq-decoder-ids-empty",
+        GROUP,
+        "decoder_input_ids of shape (2, 0), T5 (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("decoder_input_ids", "(2, 0)", "empty"),
+        _lm_call("t5", decoder_input_ids=torch.zeros(2, 0, dtype=torch.long)),
+    ),
+    B(
+        "seq2seq-decoder-mask-shape",
+        GROUP,
+        "decoder_attention_mask (2, 3) for decoder_input_ids (2, 6), T5 (was silently accepted)",
+        af.ConfigError,
+        ("decoder_attention_mask", "(2, 3)", "(2, 6)"),
+        _lm_call("t5", decoder_attention_mask=torch.ones(2, 3, dtype=torch.long)),
+    ),
+    B(
+        "seq2seq-decoder-mask-two",
+        GROUP,
+        "decoder_attention_mask holding 2, BART (was silently accepted)",
+        af.ConfigError,
+        ("decoder_attention_mask", "[2]", "only 0 and 1"),
+        _lm_call("bart", decoder_attention_mask=torch.full((2, 6), 2)),
+    ),
+    B(
+        "seq2seq-decoder-ids-too-long",
+        GROUP,
+        "BART decoder_input_ids of 100 tokens, 64 positions (was an IndexError from torch)",
+        af.ConfigError,
+        ("decoder inputs", "100 tokens", "64"),
+        _lm_call("bart", decoder_input_ids=torch.full((2, 100), 7)),
+    ),
+    B(
+        "seq2seq-decoder-embeds-width",
+        GROUP,
+        "decoder_inputs_embeds of width 16 for hidden 32, T5 (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("decoder_inputs_embeds", "(2, 6, 16)", "32"),
+        _lm_call("t5", decoder_input_ids=None, decoder_inputs_embeds=torch.zeros(2, 6, 16)),
+    ),
+    B(
+        "seq2seq-decoder-ids-and-embeds",
+        GROUP,
+        "decoder_input_ids and decoder_inputs_embeds both, BART (was a ValueError naming input_ids)",
+        af.ConfigError,
+        ("decoder_input_ids", "decoder_inputs_embeds", "both"),
+        _lm_call("bart", decoder_inputs_embeds=torch.zeros(2, 6, 32)),
+    ),
+    B(
+        "seq2seq-decoder-embeds-nan",
+        GROUP,
+        "NaN decoder_inputs_embeds, T5 (was every logit NaN, without a word)",
+        af.ConfigError,
+        ("decoder_inputs_embeds", "NaN"),
+        _lm_call("t5", decoder_input_ids=None, decoder_inputs_embeds=torch.full((2, 6, 32), math.nan)),
+    ),
+    # generate()
+    B(
+        "generate-ids-float",
+        GROUP,
+        "generate(input_ids=<float tensor>) (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("input_ids", "torch.float32", "integer"),
+        _generate(input_ids=torch.full((2, 7), 7.0), attention_mask=None),
+    ),
+    B(
+        "generate-ids-1d",
+        GROUP,
+        "generate(input_ids=<1-D tensor>) (was an IndexError from transformers)",
+        af.ConfigError,
+        ("input_ids", "(7,)", "unsqueeze(0)"),
+        _generate(input_ids=torch.full((7,), 7), attention_mask=None),
+    ),
+    B(
+        "generate-ids-empty",
+        GROUP,
+        "generate(input_ids of shape (2, 0)) (was an IndexError from transformers)",
+        af.ConfigError,
+        ("input_ids", "(2, 0)", "empty"),
+        _generate(input_ids=torch.zeros(2, 0, dtype=torch.long), attention_mask=None),
+    ),
+    B(
+        "generate-ids-out-of-vocab",
+        GROUP,
+        "generate() with an input id of 100, vocabulary 100, Llama (was an IndexError from torch)",
+        af.ConfigError,
+        ("input_ids", "[100]", "0..99"),
+        _generate("llama", input_ids=torch.full((2, 7), 100)),
+    ),
+    B(
+        "generate-ids-list",
+        GROUP,
+        "generate(input_ids=[[...]]) a list (was an AttributeError from transformers)",
+        af.ConfigError,
+        ("input_ids", "list", "torch.Tensor"),
+        _generate(input_ids=[[7] * 7] * 2, attention_mask=None),
+    ),
+    B(
+        "generate-mask-shape",
+        GROUP,
+        "generate() with an attention_mask (2, 5) for input_ids (2, 7) (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("attention_mask", "(2, 5)", "(2, 7)"),
+        _generate(attention_mask=torch.ones(2, 5, dtype=torch.long)),
+    ),
+    B(
+        "generate-mask-one-row",
+        GROUP,
+        "generate() with an attention_mask of 1 row for 2 prompts, BART (was broadcast silently: row 1 generated "
+        "with row 0's mask)",
+        af.ConfigError,
+        ("attention_mask", "(1, 7)", "(2, 7)"),
+        _generate("bart", attention_mask=torch.ones(1, 7, dtype=torch.long)),
+    ),
+    B(
+        "generate-mask-two",
+        GROUP,
+        "generate() with an attention_mask holding 2 (was silently accepted)",
+        af.ConfigError,
+        ("attention_mask", "[2]", "only 0 and 1"),
+        _generate(attention_mask=torch.full((2, 7), 2)),
+    ),
+    B(
+        "generate-mask-empty-row",
+        GROUP,
+        "generate() with an all-zero attention_mask row (was tokens generated from padding alone)",
+        af.ConfigError,
+        ("attention_mask", "rows [1]", "no token"),
+        _generate("t5", attention_mask=torch.tensor([[1] * 7, [0] * 7])),
+    ),
+    B(
+        "generate-embeds-nan",
+        GROUP,
+        "generate(inputs_embeds=<NaN>) (was every generated token 0, without a word)",
+        af.ConfigError,
+        ("inputs_embeds", "NaN"),
+        _generate("llama", input_ids=None, inputs_embeds=torch.full((2, 7, 32), math.nan)),
+    ),
+    B(
+        "generate-embeds-width",
+        GROUP,
+        "generate(inputs_embeds of width 16, hidden 32) (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("inputs_embeds", "(2, 7, 16)", "32"),
+        _generate(input_ids=None, inputs_embeds=torch.zeros(2, 7, 16)),
+    ),
+    B(
+        "generate-embeds-float64",
+        GROUP,
+        "generate(float64 inputs_embeds) for a float32 model (was a RuntimeError from torch)",
+        af.ConfigError,
+        ("inputs_embeds", "torch.float64", "torch.float32"),
+        _generate("llama", input_ids=None, inputs_embeds=torch.zeros(2, 7, 32, dtype=torch.float64)),
+    ),
+    B(
+        "generate-decoder-ids-out-of-vocab",
+        GROUP,
+        "T5 generate() with decoder_input_ids holding 100 (was an IndexError from torch)",
+        af.ConfigError,
+        ("decoder_input_ids", "[100]", "0..99"),
+        _generate("t5", decoder_input_ids=torch.full((2, 1), 100)),
+    ),
+    B(
+        "generate-prompt-too-long",
+        GROUP,
+        "generate() with a 70-token prompt, GPT-2 of 64 positions (was an IndexError from torch)",
+        af.ConfigError,
+        ("prompts have 70 tokens", "64"),
+        _generate(input_ids=torch.full((2, 70), 7), attention_mask=None),
+    ),
+    B(
+        "generate-past-positions",
+        GROUP,
+        "generate() of a 60-token prompt with max_new_tokens=10, GPT-2 of 64 positions (was an IndexError "
+        "mid-generation)",
+        af.ConfigError,
+        ("70 tokens", "max_new_tokens=10", "64", "at most 4"),
+        _generate(input_ids=torch.full((2, 60), 7), attention_mask=None, max_new_tokens=10),
+    ),
+    B(
+        "generate-seq2seq-past-positions",
+        GROUP,
+        "BART generate() with max_new_tokens=80, 64 positions (was an IndexError mid-generation)",
+        af.ConfigError,
+        ("81 tokens", "max_new_tokens=80", "64"),
+        _generate("bart", decoder_input_ids=None, max_new_tokens=80),
+    ),
+    B(
+        "generate-max-length-past-positions",
+        GROUP,
+        "generate(max_length=100), GPT-2 of 64 positions (was an IndexError mid-generation)",
+        af.ConfigError,
+        ("max_length=100", "64"),
+        _generate(max_new_tokens=None, max_length=100),
+    ),
+    B(
+        "generate-max-new-tokens-zero",
+        GROUP,
+        "generate(max_new_tokens=0) (was a ValueError from transformers)",
+        af.ConfigError,
+        ("generate()", "max_new_tokens", "greater than 0"),
+        _generate(max_new_tokens=0),
+    ),
+    B(
+        "generate-keyword-typo",
+        GROUP,
+        "generate(max_new_token=2), a typo (was a ValueError from transformers)",
+        af.ConfigError,
+        ("generate()", "max_new_token", "not used"),
+        _generate(max_new_token=2),
+    ),
+    B(
+        "generate-head-names",
+        GROUP,
+        "generate(head_names=[...]) (was a ValueError from transformers naming model_kwargs)",
+        af.ConfigError,
+        ("head_names", "language-model head", "adapter_names"),
+        _generate(head_names=["h", "h"]),
+    ),
+    B(
+        "generate-more-sequences-than-beams",
+        GROUP,
+        "generate(num_beams=2, num_return_sequences=3) (was a ValueError from transformers)",
+        af.ConfigError,
+        ("generate()", "num_return_sequences", "num_beams"),
+        _generate(num_beams=2, num_return_sequences=3),
+    ),
+    B(
+        "generate-unloaded-train-mode",
+        GROUP,
+        "unload(), model.train(), then generate() (was the plain model generating, without a word)",
+        af.ModelUnloadedError,
+        ("unloaded",),
+        _generate(unload=True),
     ),
 )
