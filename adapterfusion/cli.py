@@ -22,11 +22,14 @@ from adapterfusion.experiments.plan import jobs_per_variant, plan_jobs
 from adapterfusion.experiments.ray_executor import RayExecutor
 from adapterfusion.experiments.report_files import REPORT_DIR, write_report
 from adapterfusion.experiments.spec import load_spec
+from adapterfusion.experiments.store import DB_FILE
 from adapterfusion.experiments.sweep import MAX_JOBS_WITHOUT_CONFIRMATION, check_job_count
 from adapterfusion.injection.architectures import ArchitectureSpec
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_file
-from adapterfusion.pruning import prune_fusion
+from adapterfusion.pruning import PRUNING_FILE, prune_fusion
+from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, METRICS_FILE
+from adapterfusion.serialization.setup import SETUP_FILE
 from adapterfusion.serving.config import API_KEY_ENV, ServeConfig
 from adapterfusion.serving.server import serve
 from adapterfusion.tasks import get_task, list_tasks
@@ -197,13 +200,46 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_writer(path: str | None) -> Callable[[Any], None]:
+# What marks a folder whose files we wrote and read back (a file of one, named as --json, would be replaced).
+RECORD_MARKERS = (
+    ((DB_FILE,), "an experiment's output dir"),
+    ((ENTRY_FILE,), "an AdapterStore entry"),
+    ((CONFIG_FILE, METRICS_FILE), "a run folder"),
+    ((SETUP_FILE,), "a saved setup"),
+    ((PRUNING_FILE,), "a prune output"),
+)
+
+
+def _record_owner(path: Path, run_dir: str) -> str | None:
+    """What holds the existing file `path` as one of its own records: the run being evaluated or pruned, or any
+    folder of ours above it (RECORD_MARKERS). None for a new file, or one of the user's, which --json may replace."""
+    if not os.path.lexists(path):
+        return None
+    target = path.resolve()
+    if target.is_relative_to(Path(run_dir).resolve()):
+        return f"the run folder {run_dir!r} itself"
+    for folder in target.parents:
+        for markers, owner in RECORD_MARKERS:
+            if all((folder / marker).is_file() for marker in markers):
+                return f"{owner} ({str(folder)!r})"
+    return None
+
+
+def _json_writer(path: str | None, run_dir: str) -> Callable[[Any], None]:
     """For `--json PATH`: check now, before the long work, that PATH can be written (so a mistyped folder fails in
-    a second, not after an evaluation), and return what writes the result there at the end (no-op without it)."""
+    a second, not after an evaluation) and is no file of the run's or of another folder of ours (a tab-completed
+    RUN/config.json would make the run unreadable), and return what writes the result there at the end (no-op
+    without it)."""
     if not path:
         return lambda result: None
 
-    check_writable_file(path, "--json")
+    target = check_writable_file(path, "--json")
+    owner = _record_owner(target, run_dir)
+    if owner is not None:
+        raise af.ConfigError(
+            f"--json {path!r} is a file of {owner}, which we wrote and read back; the result would replace it. "
+            "Give a path outside it, e.g. result.json in the current folder"
+        )
 
     def write(result: Any) -> None:
         atomic_write_json(path, result)
@@ -213,7 +249,7 @@ def _json_writer(path: str | None) -> Callable[[Any], None]:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    write_json = _json_writer(args.json)
+    write_json = _json_writer(args.json, args.run_dir)
     result = evaluate_run(
         args.run_dir,
         split=args.split,
@@ -240,7 +276,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    write_json = _json_writer(args.json)
+    write_json = _json_writer(args.json, args.run_dir)
     result = prune_fusion(
         args.run_dir,
         keep=args.keep,

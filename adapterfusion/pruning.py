@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 PRUNING_FILE = "pruning.json"
+SOURCE_KEY = "source_run"  # in an --output's pruning.json: the resolved run folder it was pruned from, its owner
 # Activations are means of float32 softmax weights in [0, 1]: digits below 1e-6 are rounding, which must not
 # decide between adapters, so ranking compares them at 6 decimals.
 TIE_DECIMALS = 6
@@ -104,6 +105,40 @@ def _holds_our_result(folder: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(document, dict) and {"before", "after", "kept", "dropped"} <= document.keys()
+
+
+def _pruned_from(folder: Path) -> Path | None:
+    """The run folder (resolved) whose prune wrote `folder`: the `source_run` its pruning.json records; None if
+    it holds no pruning.json of ours, or one written before prune recorded its source."""
+    if not _holds_our_result(folder):
+        return None
+    source = json.loads((folder / PRUNING_FILE).read_text(encoding="utf-8")).get(SOURCE_KEY)
+    return Path(source) if isinstance(source, str) and source else None
+
+
+def _check_output(output: str | os.PathLike, run_dir: Path) -> Path:
+    """`output` if prune may write its fusion/, head/ and pruning.json there: a new or empty folder, or one an earlier
+    prune of this same run wrote (its pruning.json names the run). Any other folder that holds something is
+    refused: another run folder or an AdapterStore entry holds trained pieces of the same kinds, which would be
+    replaced, and a prune of another run is that run's result."""
+    if Path(output).resolve() == run_dir.resolve():
+        raise ConfigError(
+            f"output={str(output)!r} is the run folder itself; the pruned fusion would replace the "
+            "trained one there. Choose another folder"
+        )
+    path = check_writable_folder(output, "output", writes=(PRUNING_FILE,), ours=_holds_our_result)
+    held = sorted(entry.name for entry in path.iterdir()) if path.is_dir() else []
+    if held and _pruned_from(path) != run_dir.resolve():
+        shown = ", ".join(repr(name) for name in held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        raise ConfigError(
+            f"output={str(output)!r} already holds {shown} and is not an earlier prune output of {str(run_dir)!r} "
+            f"(whose {PRUNING_FILE} names that run); writing the pruned fusion and head there would replace what "
+            "another run, an AdapterStore entry or another prune saved, which we did not write there. Choose "
+            "another folder: a new or empty one"
+        )
+    for kind in ("fusion", "head"):  # nothing we did not write is overwritten there: not a piece's files either
+        check_piece_folder(path / kind, kind)
+    return path
 
 
 def check_criterion(keep: int | None, mass: float | None, count: int | None = None) -> None:
@@ -283,15 +318,8 @@ def prune_fusion(
     adapter, then load_fusion, load_head."""
     check_criterion(keep, mass)
     run_dir = Path(run_dir)
-    if output is not None and Path(output).resolve() == run_dir.resolve():
-        raise ConfigError(
-            f"output={str(output)!r} is the run folder itself; the pruned fusion would replace the "
-            "trained one there. Choose another folder"
-        )
-    if output is not None:  # nothing we did not write is overwritten there: not pruning.json, nor a piece's files
-        check_writable_folder(output, "output", writes=(PRUNING_FILE,), ours=_holds_our_result)
-        for kind in ("fusion", "head"):
-            check_piece_folder(Path(output) / kind, kind)
+    if output is not None:
+        output = _check_output(output, run_dir)
     run = rebuild_run(run_dir, store=store, device=device)
     if run.fusion is None:
         raise ConfigError(
@@ -323,5 +351,5 @@ def prune_fusion(
         output = Path(output)
         run.model.save_fusion(result.after.fusion, output / "fusion")
         run.model.save_head(run.head, output / "head")
-        atomic_write_json(output / PRUNING_FILE, result.to_dict())
+        atomic_write_json(output / PRUNING_FILE, {**result.to_dict(), SOURCE_KEY: str(run_dir.resolve())})
     return result

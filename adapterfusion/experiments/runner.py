@@ -14,6 +14,7 @@ training run rewrites, training/progress.py) and an ETA.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -33,9 +34,9 @@ from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.plan import Job, plan_jobs
 from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
-from adapterfusion.experiments.store import DB_FILE, ResultsStore, RunnerLock
-from adapterfusion.experiments.writers import clear_dead_writers, registered_writer
-from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.experiments.store import DB_FILE, LOCK_FILE, ResultsStore, RunnerLock
+from adapterfusion.experiments.writers import WRITERS_DIR, clear_dead_writers, registered_writer
+from adapterfusion.io.atomic import atomic_write_json, is_temp_name
 from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.training.progress import read_progress
 from adapterfusion.training.run import clear_run_dir
@@ -113,6 +114,44 @@ def _folder_given(path: Path) -> str:
     return f"{said}; give the path of a .yaml or .json experiment file"
 
 
+def _made_by_a_runner(folder: Path) -> bool:
+    """Whether `folder` is an experiment's output dir: it holds the results store, or the record of the experiment
+    a runner wrote (a committed results folder, whose store git ignores), or only what a runner creates before
+    either (its lock, writers/, the lock's temp file), as a runner killed at its start leaves."""
+    if (folder / DB_FILE).is_file() or _is_spec_record(folder):
+        return True  # ResultsStore refuses a damaged one, or a SQLite database of something else
+    return all(
+        name in (LOCK_FILE, WRITERS_DIR) or (name.startswith(f".{LOCK_FILE}.") and is_temp_name(name))
+        for name in os.listdir(folder)
+    )
+
+
+def _is_spec_record(folder: Path) -> bool:
+    """Whether `folder`'s experiment.json is the record a runner wrote (it holds the spec_hash we add), not an
+    experiment file of the user's that happens to have that name."""
+    try:
+        record = json.loads((folder / SPEC_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and "spec_hash" in record
+
+
+def _check_output_dir(spec: ExperimentSpec) -> Path:
+    """The experiment's output dir, if the runner may write there: a new or empty folder, or an output dir of an
+    earlier run (resumed). A folder of the user's own files ('~', '.', a results folder) is refused: experiment.json
+    and report/ there would be overwritten. So is a user's experiment.json there, e.g. the experiment file itself."""
+    out = check_writable_folder(
+        spec.output_dir,
+        "output_dir",
+        only_ours=f"an experiment's output dir (one that holds {DB_FILE})",
+        ours=_made_by_a_runner,
+        error=ExperimentSpecError,
+    )
+    return check_writable_folder(
+        out, "output_dir", writes=(SPEC_FILE,), ours=_is_spec_record, error=ExperimentSpecError
+    )
+
+
 def run_experiment(
     spec_or_path: ExperimentSpec | Mapping[str, Any] | str | os.PathLike,
     executor: str | Executor = "inprocess",
@@ -134,7 +173,7 @@ def run_experiment(
     jobs = plan_jobs(spec)
     if spec.encoder is not None:  # once, not per job: a Hub id that is neither cached nor reachable fails here
         resolve_encoder(named_encoder(spec.encoder))
-    out = check_writable_folder(spec.output_dir, "output_dir")
+    out = _check_output_dir(spec)
     start = time.perf_counter()
     summary = ExperimentSummary(spec.name, out)
     with registered_writer(out), RunnerLock(out):

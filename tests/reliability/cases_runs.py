@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import adapterfusion as af
 import adapterfusion.training
 from adapterfusion.errors import ConfigError
+from adapterfusion.experiments import ResultsStore
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.tasks import TaskError
 from adapterfusion.training import AdapterStore, TrainingError
 from adapterfusion.training.errors import RunFileError
-from catalogue import Action, BadInput, a_file, cli, experiment
+from catalogue import Action, BadInput, a_file, cli, experiment, experiment_dict
 from task_data import DATA_DIR
 
 B = BadInput
@@ -140,6 +143,77 @@ def _fuse_over_unfinished_source(folder: Path) -> Action:
 
 def _train(*args: Any, **kwargs: Any):
     return lambda folder: lambda: af.training.train(*args, output_dir=folder / "runs", data_dir=DATA_DIR, **kwargs)
+
+
+# ---- output paths that hold another run's, a store's or the user's files -------------------------------------------
+def _prune_into(target: Callable[[Path], Path]) -> Callable[[Path], Action]:
+    """prune of the finished fusion run runs/rte/fusion-st-a/seed-1 with --output `target(folder)`."""
+
+    def prepare(folder: Path) -> Action:
+        run = _finished_run(folder, "rte", "fusion-st-a", 1)
+        output = target(folder)
+        return lambda: cli("prune", str(run), "--keep", "1", "--output", str(output))
+
+    return prepare
+
+
+def _another_runs_prune(folder: Path) -> Path:
+    """A folder an earlier prune of another run (seed-2) wrote: its pruning.json names that run."""
+    other = _finished_run(folder, "rte", "fusion-st-a", 2)
+    (folder / "pruned" / "fusion").mkdir(parents=True)
+    record = {"before": {}, "after": {}, "kept": ["rte"], "dropped": ["cb"], "source_run": str(other.resolve())}
+    (folder / "pruned" / "pruning.json").write_text(json.dumps(record))
+    return folder / "pruned"
+
+
+def _store_entry(folder: Path) -> Path:
+    _finished_run(folder / "st-a", "rte", "st-a", 1, stored=True)
+    return AdapterStore(folder / "st-a" / "store").path(str(af.default_encoder_path()), "rte", "st-a", 1)
+
+
+def _json_onto(target: Callable[[Path, Path], Path], command: str = "evaluate") -> Callable[[Path], Action]:
+    """`adapterfusion <command> RUN --json <target(folder, RUN)>`, RUN a finished run inside an experiment's output
+    dir (out/, with its experiment.db) and next to an AdapterStore (store/)."""
+
+    def prepare(folder: Path) -> Action:
+        run = _finished_run(folder / "out", "rte", "st-a", 1, stored=True)
+        ResultsStore(folder / "out").close()
+        extra = ("--keep", "1") if command == "prune" else ()
+        return lambda: cli(command, str(run), *extra, "--json", str(target(folder, run)))
+
+    return prepare
+
+
+def _output_dir_holding(files: dict[str, str], output_dir: str = "mine", home: bool = False):
+    """`adapterfusion run` of an experiment whose output_dir (relative to the experiment file, or '~' with HOME at
+    it when `home`) already holds the user's `files`."""
+
+    def prepare(folder: Path) -> Action:
+        mine = folder / "mine"
+        for name, text in files.items():
+            (mine / name).parent.mkdir(parents=True, exist_ok=True)
+            (mine / name).write_text(text)
+        path = mine / "experiment.json" if "experiment.json" in files else folder / "experiment.json"
+        path.write_text(json.dumps(experiment_dict(folder, output_dir=output_dir)))
+        run = lambda: cli("run", str(path), "--no-progress")  # noqa: E731
+        if not home:
+            return run
+        return lambda: _with_home(mine, run)
+
+    return prepare
+
+
+def _with_home(home: Path, action: Action) -> Any:
+    with mock.patch.dict(os.environ, {"HOME": str(home)}):
+        return action()
+
+
+def _ours_holding_the_experiment_file(folder: Path) -> Action:
+    """The experiment file saved as experiment.json in an experiment's output dir, with output_dir '.'."""
+    ResultsStore(folder / "out").close()
+    path = folder / "out" / "experiment.json"
+    path.write_text(json.dumps(experiment_dict(folder, output_dir=".")))
+    return lambda: cli("run", str(path), "--no-progress")
 
 
 CASES: tuple[BadInput, ...] = (
@@ -360,5 +434,106 @@ CASES: tuple[BadInput, ...] = (
         ConfigError,
         ("resume='no'", "true or false"),
         _train("rte", "st-a", resume="no"),
+    ),
+    # output paths: another run's, a store entry's or the user's files would be replaced (data loss)
+    B(
+        "prune-output-another-run",
+        "silent acceptances",
+        "adapterfusion prune RUN --output <another finished run folder> (its trained fusion and head were replaced)",
+        ConfigError,
+        ("seed-2", "is not an earlier prune output", "seed-1", "another folder"),
+        _prune_into(lambda folder: _finished_run(folder, "rte", "fusion-st-a", 2)),
+        cli=True,
+    ),
+    B(
+        "prune-output-store-entry",
+        "silent acceptances",
+        "adapterfusion prune RUN --output <an AdapterStore entry> (its stored head was replaced by the fusion's)",
+        ConfigError,
+        ("entry.json", "is not an earlier prune output", "AdapterStore entry", "another folder"),
+        _prune_into(_store_entry),
+        cli=True,
+    ),
+    B(
+        "prune-output-another-prune",
+        "silent acceptances",
+        "adapterfusion prune RUN --output <the folder an earlier prune of another run wrote>",
+        ConfigError,
+        ("pruning.json", "is not an earlier prune output", "seed-1", "another folder"),
+        _prune_into(_another_runs_prune),
+        cli=True,
+    ),
+    B(
+        "run-output-dir-user-files",
+        "silent acceptances",
+        "experiment output_dir = a folder of the user's files (experiment.json, report/tables.md were overwritten)",
+        ExperimentSpecError,
+        ("output_dir", "is not empty", "'report'", "experiment.db", "new or empty folder"),
+        _output_dir_holding({"notes.json": "{}", "report/tables.md": "# my tables"}),
+        cli=True,
+    ),
+    B(
+        "run-output-dir-home",
+        "silent acceptances",
+        "experiment output_dir '~' (the home folder's report/tables.md was overwritten)",
+        ExperimentSpecError,
+        ("output_dir", "is not empty", "'report'", "new or empty folder"),
+        _output_dir_holding({"report/tables.md": "# my tables"}, output_dir="~", home=True),
+        cli=True,
+    ),
+    B(
+        "run-output-dir-is-experiment-folder",
+        "silent acceptances",
+        "adapterfusion run exp/experiment.json with output_dir '.' (the experiment file itself was overwritten)",
+        ExperimentSpecError,
+        ("output_dir", "is not empty", "'experiment.json'", "new or empty folder"),
+        _output_dir_holding({"experiment.json": ""}, output_dir="."),
+        cli=True,
+    ),
+    B(
+        "run-output-dir-ours-holding-experiment-file",
+        "silent acceptances",
+        "adapterfusion run out/experiment.json, a hand-written experiment file in an experiment's output dir, with "
+        "output_dir '.' (the runner's record would replace it)",
+        ExperimentSpecError,
+        ("output_dir", "'experiment.json'", "which we did not write there"),
+        _ours_holding_the_experiment_file,
+        cli=True,
+    ),
+    B(
+        "evaluate-json-run-config",
+        "silent acceptances",
+        "adapterfusion evaluate RUN --json RUN/config.json (the run's record was replaced; the run was lost)",
+        ConfigError,
+        ("--json", "config.json", "the run folder", "path outside it"),
+        _json_onto(lambda folder, run: run / "config.json"),
+        cli=True,
+    ),
+    B(
+        "evaluate-json-run-weights",
+        "silent acceptances",
+        "adapterfusion evaluate RUN --json RUN/adapter/adapter.safetensors",
+        ConfigError,
+        ("--json", "adapter.safetensors", "the run folder", "path outside it"),
+        _json_onto(lambda folder, run: run / "adapter" / "adapter.safetensors"),
+        cli=True,
+    ),
+    B(
+        "prune-json-experiment-db",
+        "silent acceptances",
+        "adapterfusion prune RUN --json <the experiment.db of the experiment RUN belongs to>",
+        ConfigError,
+        ("--json", "experiment.db", "an experiment's output dir", "path outside it"),
+        _json_onto(lambda folder, run: folder / "out" / "experiment.db", "prune"),
+        cli=True,
+    ),
+    B(
+        "evaluate-json-store-entry",
+        "silent acceptances",
+        "adapterfusion evaluate RUN --json <a file of an AdapterStore entry>",
+        ConfigError,
+        ("--json", "entry.json", "an AdapterStore entry", "path outside it"),
+        _json_onto(lambda folder, run: next((folder / "out" / "store").rglob("entry.json"))),
+        cli=True,
     ),
 )
