@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import adapterfusion as af
-from adapterfusion.experiments import OutputDirLockedError, run_experiment, writers
+from adapterfusion.experiments import OutputDirLockedError, ResultsStore, run_experiment, writers
 from adapterfusion.experiments.processes import ProcessRecord
 from adapterfusion.io.atomic import (
     atomic_write_json,
@@ -73,7 +73,8 @@ def _dead_writer(out: Path, leftovers: list[str]) -> list[Path]:
 
 
 def test_the_runner_removes_only_the_temp_files_its_dead_writers_recorded(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # output_dir "." beside the user's own files
+    monkeypatch.chdir(tmp_path)  # output_dir ".", an earlier runner's, where the user put files of their own
+    ResultsStore(tmp_path).close()
     foreign = [_touch(tmp_path / name) for name in FOREIGN]
     leftovers = _dead_writer(
         Path("."),
@@ -106,6 +107,8 @@ def test_a_live_writer_of_a_gone_runner_is_waited_for_and_then_refused(tmp_path,
     write beside it. Once it has been killed, its recorded temp file goes and the runner starts."""
     out = tmp_path / "out"
     (out / "runs").mkdir(parents=True)
+    ResultsStore(out).close()  # the killed runner's results store
+    recorded = (out / "experiment.db").read_bytes()
     orphan = subprocess.Popen(
         [sys.executable, "-c", ORPHAN, str(out)],
         stdout=subprocess.PIPE,
@@ -125,7 +128,7 @@ def test_a_live_writer_of_a_gone_runner_is_waited_for_and_then_refused(tmp_path,
                 {**EXPERIMENT, "output_dir": str(out)}, executor=DoneExecutor(), progress=False, report=False
             )
         assert leftover.exists() and not (out / "runner.lock").exists()
-        assert not (out / "experiment.db").exists()  # refused before the results store was touched
+        assert (out / "experiment.db").read_bytes() == recorded  # refused before the results store was touched
     finally:
         orphan.kill()
         orphan.wait()

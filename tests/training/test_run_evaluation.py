@@ -19,6 +19,7 @@ from adapterfusion.cli import main
 from adapterfusion.demo import demo_data_dir
 from adapterfusion.evaluation import evaluate_run, load_run_split, predict, run_batches
 from adapterfusion.pruning import PRUNING_FILE, prune_fusion
+from adapterfusion.serialization.pieces import WEIGHTS_DIGEST
 from adapterfusion.tasks import get_task
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.rebuild import rebuild_run
@@ -179,6 +180,11 @@ def test_prune_fusion_run_and_load_the_saved_piece(runs, tmp_path, tiny_encoder_
     assert set(result.kept) == set(ranked[:2])
     assert result.before.ms_per_batch > 0 and result.after.ms_per_batch > 0
     assert json.loads((tmp_path / "pruned" / PRUNING_FILE).read_text())["kept"] == list(result.kept)
+    # The folder an earlier prune of this same run wrote is ours: pruning again replaces it; another run's is not.
+    again = prune_fusion(runs["fusion-st-a"], keep=2, repeats=1, output=tmp_path / "pruned", device="cpu")
+    assert json.loads((tmp_path / "pruned" / PRUNING_FILE).read_text())["kept"] == list(again.kept)
+    with pytest.raises(af.ConfigError, match="is not an earlier prune output of"):
+        prune_fusion(runs["st-a"], keep=1, output=tmp_path / "pruned")
 
     # The saved pruned fusion + head, loaded into a fresh model with the kept adapters, gives the same numbers.
     store = AdapterStore(json.loads((runs["fusion-st-a"] / "config.json").read_text())["store"])
@@ -204,6 +210,10 @@ def test_prune_keeps_the_target_adapter_of_a_uniform_fusion(runs, tmp_path):
     queries = [key for key in weights if ".query." in key]
     assert queries
     save_file({k: torch.zeros_like(v) if k in queries else v for k, v in weights.items()}, str(weights_file))
+    config_file = weights_file.with_name("fusion_config.json")  # the config records its weights' digest
+    config = json.loads(config_file.read_text())
+    config[WEIGHTS_DIGEST] = hashlib.sha256(weights_file.read_bytes()).hexdigest()
+    config_file.write_text(json.dumps(config))
     result = prune_fusion(uniform, keep=1, repeats=1, device="cpu")
     assert result.before.adapters == ("cb", "sst2", "rte") and len(set(result.activation.values())) == 1
     assert result.kept == ("rte",) and result.target_adapter == "rte"
