@@ -3,6 +3,8 @@ shared by test_setup.py and test_hub.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 import adapterfusion as af
@@ -47,3 +49,16 @@ def assert_same_model(restored: af.AdaptedModel, saved: af.AdaptedModel) -> None
         for model in (restored, saved):
             model.activate(adapter=adapter, head=head)
         assert torch.equal(outputs(restored), outputs(saved))
+
+
+def fail_call(monkeypatch: Any, target: Any, attribute: str, n: int, error: BaseException) -> None:
+    """Make the `n`-th call of target.attribute raise `error` (disk full, Ctrl-C) and the others run."""
+    original, calls = getattr(target, attribute), [0]
+
+    def flaky(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            raise error
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(target, attribute, flaky)

@@ -11,6 +11,7 @@ import torch
 
 import adapterfusion as af
 from adapterfusion.io import atomic
+from setup_fixtures import fail_call
 from tiny_models import randomise, tiny_encoder, tiny_inputs
 
 PRESETS = {
@@ -251,19 +252,6 @@ def test_failed_overwrite_keeps_the_existing_adapter(tmp_path):
 
 
 # ---- a piece's two files are saved as one (#F4, #F9) ------------------------------------------------------------
-def _fail_call(monkeypatch, target, attribute: str, n: int, error: BaseException) -> None:
-    """Make the `n`-th call of target.attribute raise `error` (disk full, Ctrl-C) and the others run."""
-    original, calls = getattr(target, attribute), [0]
-
-    def flaky(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == n:
-            raise error
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(target, attribute, flaky)
-
-
 def _files(folder) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
@@ -276,7 +264,7 @@ def test_a_save_that_fails_on_its_second_file_keeps_the_earlier_save_and_can_be_
     before = _files(tmp_path / "a")
     new = af.wrap(tiny_encoder("bert"))
     new.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=8))
-    _fail_call(monkeypatch, atomic, "create_temp_file", 2, error)
+    fail_call(monkeypatch, atomic, "create_temp_file", 2, error)
     with pytest.raises(type(error)):
         new.save_adapter("a", tmp_path / "a")
     monkeypatch.undo()
@@ -297,7 +285,7 @@ def test_a_first_save_cut_off_leaves_nothing_in_the_way_of_its_retry(tmp_path, m
     model.add_head("h", af.ClassificationHead(num_labels=2))
     name = {"adapter": "a", "fusion": "f", "head": "h"}[kind]
     save = getattr(model, f"save_{kind}")
-    _fail_call(monkeypatch, atomic, "create_temp_file", 2, KeyboardInterrupt())
+    fail_call(monkeypatch, atomic, "create_temp_file", 2, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         save(name, tmp_path / "out" / name)
     monkeypatch.undo()
@@ -313,7 +301,7 @@ def test_a_save_cut_off_between_its_renames_is_refused_on_load_and_can_be_retrie
     new = _with_adapter("a")  # same shapes: only the digest can tell the weights apart
     for site in new.sites_with_adapter("a"):
         randomise(site.adapters["a"], std=0.5)
-    _fail_call(monkeypatch, os, "replace", 2, OSError(5, "Input/output error"))
+    fail_call(monkeypatch, os, "replace", 2, OSError(5, "Input/output error"))
     with pytest.raises(OSError):
         new.save_adapter("a", tmp_path / "a")
     monkeypatch.undo()

@@ -17,7 +17,7 @@ from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io import atomic
 from adapterfusion.io.hub import HubRef, locate
 from adapterfusion.serialization.setup import SETUP_FILE, ActiveSetup, BaseModelMismatchWarning
-from setup_fixtures import assert_same_model, build_setup
+from setup_fixtures import assert_same_model, build_setup, fail_call
 from tiny_decoders import tiny_decoder
 from tiny_models import tiny_encoder
 
@@ -181,19 +181,6 @@ def test_saving_onto_a_saved_setup_keeps_what_the_user_put_there(tmp_path):
 
 
 # ---- a setup is saved as a whole, and only what we wrote inside it is removed (#F5, #F6, #F9) --------------------
-def _fail_call(monkeypatch, target, attribute: str, n: int, error: BaseException) -> None:
-    """Make the `n`-th call of target.attribute raise `error` (disk full, Ctrl-C) and the others run."""
-    original, calls = getattr(target, attribute), [0]
-
-    def flaky(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == n:
-            raise error
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(target, attribute, flaky)
-
-
 def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -217,7 +204,7 @@ def test_a_failed_save_over_a_setup_leaves_the_earlier_setup_whole(tmp_path, mon
     earlier = build_setup()
     earlier.save_pretrained(tmp_path / "setup")
     before = _tree(tmp_path / "setup")
-    _fail_call(monkeypatch, atomic, "create_temp_file", fail_at, OSError(28, "No space left on device"))
+    fail_call(monkeypatch, atomic, "create_temp_file", fail_at, OSError(28, "No space left on device"))
     with pytest.raises(OSError, match="No space left"):
         _other_setup().save_pretrained(tmp_path / "setup")
     monkeypatch.undo()
@@ -229,7 +216,7 @@ def test_a_save_over_a_setup_cut_off_between_its_renames_is_refused_on_load(tmp_
     """The renames come after every write; cut off among them, the index's digests refuse the mix of two saves."""
     build_setup().save_pretrained(tmp_path / "setup")
     newer = _other_setup()
-    _fail_call(monkeypatch, os, "replace", 3, OSError(5, "Input/output error"))
+    fail_call(monkeypatch, os, "replace", 3, OSError(5, "Input/output error"))
     with pytest.raises(OSError):
         newer.save_pretrained(tmp_path / "setup")
     monkeypatch.undo()
@@ -242,7 +229,7 @@ def test_a_save_over_a_setup_cut_off_between_its_renames_is_refused_on_load(tmp_
 def test_an_interrupted_first_save_leaves_nothing_in_the_way_of_its_retry(tmp_path, monkeypatch):
     """#F9: the retry used to find a folder holding 'adapters' but no index, and refuse it as not a saved setup."""
     model = build_setup()
-    _fail_call(monkeypatch, atomic, "create_temp_file", 4, KeyboardInterrupt())
+    fail_call(monkeypatch, atomic, "create_temp_file", 4, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         model.save_pretrained(tmp_path / "setup")
     monkeypatch.undo()
