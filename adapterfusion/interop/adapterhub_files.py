@@ -23,7 +23,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from adapterfusion.errors import SerializationError, UnknownFormatVersionWarning
-from adapterfusion.io.atomic import atomic_write_files
+from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_json
 from adapterfusion.io.paths import check_readable_file, check_writable_folder
 from adapterfusion.piece import PIECE_FORMAT
@@ -147,6 +147,6 @@ def write_folder(
         buffer = io.BytesIO()
         torch.save(payload, buffer)
         files = {directory / bin_name: buffer.getvalue()}
-    files[directory / config_name] = (json.dumps(dict(document), indent=2, sort_keys=True) + "\n").encode("utf-8")
+    files[directory / config_name] = json_text(dict(document)).encode("utf-8")
     atomic_write_files(files)
     return directory

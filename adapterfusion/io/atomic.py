@@ -152,7 +152,12 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, json_text(data))
+
+
+def json_text(data: Any) -> str:
+    """How every JSON file we write is laid out (atomic_write_json, and the files atomic_write_files writes as one)."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
 def atomic_write_files(files: Mapping[Path, bytes]) -> None:

@@ -24,7 +24,7 @@ from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError, SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import head_config_from_dict
-from adapterfusion.io.atomic import atomic_write_files
+from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_json
 from adapterfusion.io.paths import check_readable_file, check_writable_folder
 from adapterfusion.piece import PIECE_FORMAT, EncoderFingerprint, Piece, PieceConfig
@@ -153,7 +153,7 @@ def piece_files(
     }
     document.update(extra or {})
     document[WEIGHTS_DIGEST] = hashlib.sha256(weights).hexdigest()
-    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    text = json_text(document)
     return {config_path(directory, kind): text.encode("utf-8"), weights_path(directory, kind): weights}
 
 

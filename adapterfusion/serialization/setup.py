@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
 import os
 import tempfile
 import warnings
@@ -32,7 +31,7 @@ from adapterfusion._version import __version__
 from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder
 from adapterfusion.errors import ConfigError, IncompatibleModelError, NameNotFoundError, SerializationError
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
-from adapterfusion.io.atomic import atomic_write_files, atomic_write_text, replace_folder
+from adapterfusion.io.atomic import atomic_write_files, atomic_write_text, json_text, replace_folder
 from adapterfusion.io.documents import read_json
 from adapterfusion.io.hub import HubRef, download, hub_ref, locate, upload
 from adapterfusion.io.paths import check_readable_file, check_writable_folder, path_part
@@ -200,7 +199,7 @@ def _setup_files(model: AdaptedModel, directory: Path, index: dict[str, Any]) ->
         written = piece_to_files(model.export_piece(kind, piece["name"]), folder, model.fingerprint)
         piece[CONFIG_DIGEST] = hashlib.sha256(written[config_path(folder, kind)]).hexdigest()
         files.update(written)
-    files[directory / SETUP_FILE] = (json.dumps(index, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    files[directory / SETUP_FILE] = json_text(index).encode("utf-8")
     return files
 
 
