@@ -75,6 +75,16 @@ class AdaptedModelOutput(ModelOutput):
 _PASSED_THROUGH = frozenset(AdaptedModelOutput.__dataclass_fields__) - {"loss", "logits", "row_logits"}
 
 
+def _take_own_head_output(output: AdaptedModelOutput, encoded: Mapping[str, Any]) -> None:
+    """The wrapped task model's own logits and loss into `output`, and the outputs our fields do not name under their
+    transformers names (a QA model's start_logits / end_logits, GPT2DoubleHeadsModel's mc_logits and mc_loss):
+    `output.start_logits` and `output["start_logits"]` work as on the wrapped model."""
+    output.logits, output.task_loss = encoded.get("logits"), encoded.get("loss")
+    for key, value in encoded.items():
+        if key not in AdaptedModelOutput.__dataclass_fields__ and value is not None:
+            output[key] = value
+
+
 class AdaptedModel(nn.Module):
     """A HuggingFace encoder with an AdapterSite at each insertion site, and the named adapters, fusions and heads
     added to it. Build it with `wrap(model)` (or `from_pretrained`); `unload()` gives the plain model back.
@@ -439,7 +449,7 @@ class AdaptedModel(nn.Module):
             encoded = call.encoder(**call.inputs)
         output = AdaptedModelOutput(**{key: value for key, value in encoded.items() if key in _PASSED_THROUGH})
         if head_name is None:  # the wrapped model's own output (and loss, for a task model given labels)
-            output.logits, output.task_loss = getattr(encoded, "logits", None), getattr(encoded, "loss", None)
+            _take_own_head_output(output, encoded)
         else:
             head = self.get_head(head_name)
             output.logits = head(encoded.last_hidden_state, call.head_mask, call.num_choices)
@@ -476,7 +486,7 @@ class AdaptedModel(nn.Module):
             self._set_state(previous)
         output = AdaptedModelOutput(**{key: value for key, value in encoded.items() if key in _PASSED_THROUGH})
         if head is None:  # no head anywhere: the wrapped model's own output, as forward() gives it
-            output.logits, output.task_loss = getattr(encoded, "logits", None), getattr(encoded, "loss", None)
+            _take_own_head_output(output, encoded)
         else:
             heads = routing.apply_heads(self, routed, encoded.last_hidden_state, labels)
             output.logits, output.row_logits, output.task_loss = heads.logits, heads.row_logits, heads.task_loss
