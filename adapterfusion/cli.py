@@ -30,7 +30,7 @@ from adapterfusion.io.paths import check_writable_file
 from adapterfusion.pruning import PRUNING_FILE, prune_fusion
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, METRICS_FILE
 from adapterfusion.serialization.setup import SETUP_FILE
-from adapterfusion.serving.config import API_KEY_ENV, ServeConfig
+from adapterfusion.serving.config import API_KEY_ENV, CHARS_PER_TOKEN, ServeConfig
 from adapterfusion.serving.server import serve
 from adapterfusion.tasks import get_task, list_tasks
 from adapterfusion.training import train
@@ -562,9 +562,16 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max-wait-ms", type=float, default=5.0, help="wait for a batch to fill (default 5)")
     server.add_argument("--max-queue", type=int, default=256, help="requests queued before 429 (default 256)")
     server.add_argument("--max-inputs", type=int, default=None, help="inputs per request (default: max batch size)")
-    server.add_argument("--max-text-chars", type=int, default=20_000, help="characters per text (default 20000)")
+    server.add_argument(
+        "--max-text-chars",
+        type=int,
+        default=None,
+        help=f"characters per text (default: {CHARS_PER_TOKEN} per token of --max-length)",
+    )
     server.add_argument("--max-body-bytes", type=int, default=2_000_000, help="bytes per request (default 2 MB)")
-    server.add_argument("--max-length", type=int, default=None, help="tokens kept per input (default: the model's)")
+    server.add_argument(
+        "--max-length", type=int, default=None, help="tokens kept per input, at most the model's (default: the model's)"
+    )
     server.add_argument(
         "--max-new-tokens", type=int, default=256, help="tokens one /v1/generate request may ask for (default 256)"
     )

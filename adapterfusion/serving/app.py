@@ -2,25 +2,44 @@
 
 Everything that touches the model (forwards and loading pieces) runs on one worker thread, one thing at a time; the
 event loop only parses, queues and answers. Load the model on that thread too (`model_executor`, as `serve` does).
-Every refusal is a JSON body {"error": {"status", "message"}}; an error inside a forward fails only the requests it
-belongs to (batcher.py), never the server."""
+Every refusal is a JSON body {"error": {"status", "message"}} (429 and 503 with a Retry-After header); an error inside
+a forward fails only the requests it belongs to (batcher.py), never the server. Refusals name what the client sent,
+never what is on the server's disk: a piece that does not load is answered by the kind of fault, and its detail (paths,
+what the folders hold) goes to the server's log."""
 
 import asyncio
 import contextlib
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion.errors import AdapterFusionError, ConfigError, NameNotFoundError
+from adapterfusion.errors import (
+    AdapterFusionError,
+    ConfigError,
+    HubError,
+    IncompatibleModelError,
+    NameNotFoundError,
+    SerializationError,
+)
 from adapterfusion.serving.batcher import Batcher
 from adapterfusion.serving.config import ServeConfig
-from adapterfusion.serving.contract import Catalog, RequestError, parse_generate, parse_piece, parse_predict, read_body
+from adapterfusion.serving.contract import (
+    Catalog,
+    PieceRequest,
+    RequestError,
+    body_too_large,
+    parse_generate,
+    parse_piece,
+    parse_predict,
+    read_body,
+)
 from adapterfusion.serving.generator import Generator
 from adapterfusion.serving.metrics import CONTENT_TYPE, Metrics
-from adapterfusion.serving.predictor import Predictor
+from adapterfusion.serving.predictor import Predictor, check_max_length, model_limit
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -49,7 +68,8 @@ def create_app(
     """The app serving `model` (with its loaded adapters, fusions and heads) through `tokenizer`, running the model on
     `executor` (`model_executor()`, best the one the model was loaded on; default: a new one), which the app shuts
     down when it stops. FastAPI is imported here, not at the top, so that the package imports without the `serve`
-    extra; the endpoints' annotations are evaluated here too, where FastAPI reads them."""
+    extra; the endpoints' annotations are evaluated here too, where FastAPI reads them. ConfigError for a
+    config.max_length over what the model takes."""
     try:
         from fastapi import FastAPI, Request
         from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -57,6 +77,9 @@ def create_app(
     except ImportError:
         raise ConfigError("serving needs FastAPI and uvicorn: pip install 'adapterfusion[serve]'") from None
     config = config or ServeConfig()
+    check_max_length(config.max_length, getattr(model.model, "config", None), tokenizer)
+    # The tokens kept of an input, fixed now, so that the default of max_text_chars follows from it too.
+    config = replace(config, max_length=config.max_length or model_limit(model, tokenizer))
     predictor = Predictor(model, tokenizer, config.max_length)
     metrics = Metrics()
     executor = executor if executor is not None else model_executor()
@@ -104,7 +127,7 @@ def create_app(
 
     @app.exception_handler(RequestError)
     async def refused(_: Request, error: RequestError) -> JSONResponse:
-        return _error(error.status, error.message)
+        return _error(error.status, error.message, error.headers)
 
     @app.exception_handler(HTTPException)
     async def routing_refused(_: Request, error: HTTPException) -> JSONResponse:  # FastAPI's own 404, 405
@@ -172,21 +195,26 @@ def create_app(
             other = {"adapter": "fusion", "fusion": "adapter"}.get(piece.kind)
             taken = set(getattr(model, f"{other}_names")) if other else set()
             if piece.name in taken:
-                raise ConfigError(f"a {other} named {piece.name!r} is loaded; load the {piece.kind} under another name")
+                raise RequestError(
+                    422, f"a {other} named {piece.name!r} is loaded; load the {piece.kind} under another name"
+                )
+            if piece.name in getattr(model, f"{piece.kind}_names"):
+                raise RequestError(422, f"{piece.kind} {piece.name!r} is loaded already; give another 'name'")
             name = loader(piece.source, piece.name)
             if name in taken:
                 getattr(model, f"delete_{piece.kind}")(name)
-                raise ConfigError(
-                    f"the {piece.kind} is saved as {name!r}, the name of a loaded {other}; give it another 'name'"
+                raise RequestError(
+                    422, f"the {piece.kind} is saved as {name!r}, the name of a loaded {other}; give it another 'name'"
                 )
             return name, Catalog.of(model)
 
         try:
             name, catalog = await asyncio.get_running_loop().run_in_executor(executor, load)
-        except NameNotFoundError as error:
-            raise RequestError(404, str(error)) from None
+        except RequestError:
+            raise
         except AdapterFusionError as error:
-            raise RequestError(422, str(error)) from None
+            logger.warning("loading %s from %r was refused: %s", piece.kind, piece.source, error)
+            raise _load_refused(error, piece) from None
         except Exception:  # e.g. weights that do not load: this request fails, the server goes on
             logger.exception("loading %s from %s failed", piece.kind, piece.source)
             return _error(500, "loading the piece failed on the server; the error is in the server's log")
@@ -209,11 +237,49 @@ def create_app(
 
 
 async def _body(request: "Request", config: ServeConfig) -> bytes:
-    """The body, refused (413) from its Content-Length before it is read when that is over the limit."""
+    """The body, refused (413) over max_body_bytes: from its Content-Length before any of it is read, else (a chunked
+    body, which declares no length) as soon as the bytes read so far pass the limit, so no oversized body is held."""
+    limit = config.max_body_bytes
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > config.max_body_bytes:
-        raise RequestError(413, f"the request body has {declared} bytes, over the limit of {config.max_body_bytes}")
-    return await request.body()
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise body_too_large(declared, config)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise body_too_large(f"at least {len(body)}", config)
+    return bytes(body)
+
+
+def _load_refused(error: AdapterFusionError, piece: PieceRequest) -> RequestError:
+    """What a client is told of a piece that did not load: the kind of fault, in terms of the 'source' it sent. Not the
+    library's message, which names the paths it resolved on the server and lists what the folders there hold."""
+    kind, source = piece.kind, repr(piece.source)
+    if isinstance(error, NameNotFoundError):
+        return RequestError(
+            404,
+            f"the {kind} in {source} needs pieces this server has not loaded (a fusion's adapters); load them first "
+            "(GET /v1/pieces lists what is loaded)",
+        )
+    if isinstance(error, IncompatibleModelError):
+        return RequestError(422, f"the {kind} in {source} was saved for another encoder than the one this server runs")
+    if isinstance(error, HubError):
+        return RequestError(
+            422,
+            f"{source} is no folder on this server, and as a Hub id it could not be loaded (no such repository or "
+            f"{kind} in it, or the Hub is out of reach)",
+        )
+    if isinstance(error, SerializationError):
+        return RequestError(
+            422,
+            f"{source} holds no {kind} this server can read: it is no folder on the server, or it holds no saved "
+            f"{kind} (ours or AdapterHub's, or a saved setup with one), or a file of it is missing or damaged",
+        )
+    return RequestError(
+        422,
+        f"the {kind} in {source} was refused: a loaded {kind} may have its saved name (give another 'name'), or "
+        f"{source} is a saved setup with several {kind}s (give the folder of one)",
+    )
 
 
 def _require_json(request: "Request") -> None:
@@ -235,7 +301,7 @@ def _check_key(request: "Request", key: str | None) -> None:
         raise RequestError(401, "loading pieces needs the server's API key: send 'Authorization: Bearer KEY'")
 
 
-def _error(status: int, message: str) -> "JSONResponse":
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> "JSONResponse":
     from fastapi.responses import JSONResponse
 
-    return JSONResponse({"error": {"status": status, "message": message}}, status_code=status)
+    return JSONResponse({"error": {"status": status, "message": message}}, status_code=status, headers=headers)

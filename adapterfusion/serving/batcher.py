@@ -1,18 +1,21 @@
 """Dynamic batching: requests that arrive together share one forward.
 
-Requests wait in a bounded queue (full: QueueFullError, which the app answers with 429). One loop takes the oldest
-waiting request, then, in arrival order, every other waiting or arriving request that fits, until max_batch_size
-inputs or max_wait_ms have passed. A request fits while the batch stays within max_batch_size inputs and within
-max_batch_tokens padded tokens (inputs x the longest input: a batch is padded to its longest), so a long input is
-left for a batch of its own kind rather than padding many short ones; it waits at most until it is the oldest.
-The batch runs in one call of `predict` on the model's own thread, so the event loop keeps answering while the
-model works. A batch that raises is run again one request at a time, so one bad request fails alone. `close` lets
-every queued request finish before the loop ends (graceful shutdown)."""
+Requests wait in a bounded queue (full: QueueFullError, which the app answers with 429 and a Retry-After of the last
+forward's seconds, rounded up: a place in the queue opens when the running forward ends and the loop takes the next
+batch, so a client that waits that long finds room). One loop takes the oldest waiting request, then, in arrival
+order, every other waiting or arriving request that fits, until max_batch_size inputs or max_wait_ms have passed. A
+request fits while the batch stays within max_batch_size inputs and within max_batch_tokens padded tokens (inputs x
+the longest input: a batch is padded to its longest), so a long input is left for a batch of its own kind rather
+than padding many short ones; it waits at most until it is the oldest. The batch runs in one call of `predict` on the
+model's own thread, so the event loop keeps answering while the model works. A batch that raises is run again one
+request at a time, so one bad request fails alone. `close` lets every queued request finish before the loop ends
+(graceful shutdown)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -38,9 +41,20 @@ class Item(Protocol):
 ItemT = TypeVar("ItemT", bound=Item)
 
 
+# Seconds a client is told to wait (Retry-After) when the server is not running its model: stopping (another replica
+# or a restart takes over) or not yet started.
+UNAVAILABLE_RETRY_SECONDS = 5
+
+
 class QueueFullError(RequestError):
-    def __init__(self, size: int) -> None:
-        super().__init__(429, f"the server's queue holds {size} requests, its limit; retry after a short wait")
+    """429: the queue is full; `retry_after` seconds (Retry-After) until a place is likely to open."""
+
+    def __init__(self, size: int, retry_after: int = 1) -> None:
+        super().__init__(
+            429,
+            f"the server's queue holds {size} requests, its limit; retry after {retry_after} s (Retry-After)",
+            {"Retry-After": str(retry_after)},
+        )
 
 
 @dataclass
@@ -69,11 +83,18 @@ class Batcher(Generic[ItemT]):
         self._arrived = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._forward_seconds = 0.0  # how long the last forward took, for Retry-After
 
     @property
     def waiting(self) -> int:
         """Requests queued and not yet taken into a forward."""
         return len(self._waiting)
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds (HTTP's Retry-After, at least 1) until the queue likely has room: the last forward's time plus
+        the wait for a batch to fill, since the loop takes the next batch from the queue as soon as a forward ends."""
+        return max(1, math.ceil(self._forward_seconds + self._max_wait))
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -81,9 +102,13 @@ class Batcher(Generic[ItemT]):
     async def submit(self, item: ItemT) -> list[Prediction]:
         """The request's predictions, once its forward has run (QueueFullError at once when the queue is full)."""
         if self._task is None or self._task.done() or self._closing:
-            raise RequestError(503, "the server is not running its model (starting up or shutting down)")
+            raise RequestError(
+                503,
+                "the server is not running its model (starting up or shutting down)",
+                {"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)},
+            )
         if len(self._waiting) >= self._max_queue:
-            raise QueueFullError(self._max_queue)
+            raise QueueFullError(self._max_queue, self.retry_after)
         future: asyncio.Future[list[Prediction]] = asyncio.get_running_loop().create_future()
         self._waiting.append(_Job(item, future))
         self._arrived.set()
@@ -137,9 +162,11 @@ class Batcher(Generic[ItemT]):
             return
         loop = asyncio.get_running_loop()
         rows = sum(job.item.rows for job in jobs)
+        started = loop.time()
         try:
             answers = await loop.run_in_executor(self._executor, self._predict, [job.item for job in jobs])
         except Exception as error:
+            self._forward_seconds = loop.time() - started
             self._on_forward(rows, True)
             if len(jobs) == 1:
                 logger.exception("a forward failed")
@@ -148,6 +175,7 @@ class Batcher(Generic[ItemT]):
             for job in jobs:  # one at a time: only the request that fails gets the error
                 await self._run([job])
             return
+        self._forward_seconds = loop.time() - started
         self._on_forward(rows, False)
         for job, answer in zip(jobs, answers, strict=True):
             _settle(job, answer)

@@ -9,6 +9,12 @@ from dataclasses import dataclass
 from adapterfusion.errors import ConfigError
 
 API_KEY_ENV = "ADAPTERFUSION_API_KEY"
+# The tokens an input keeps when neither its tokenizer nor its model's position table says (predictor.model_limit).
+DEFAULT_MAX_LENGTH = 512
+# The default characters of one text per token of max_length. English runs ~4-5 characters a token (WordPiece, BPE),
+# so a longer text is cut by truncation anyway; and tokenising runs on the event loop, whose pause grows with the
+# characters (up to ~2 ms per 1000 on 2 cores, emoji through a BPE tokenizer), not with the tokens kept.
+CHARS_PER_TOKEN = 8
 
 
 @dataclass(frozen=True)
@@ -17,34 +23,35 @@ class ServeConfig:
     longest; None: no limit), which keeps long inputs from padding batches of short ones (a request over it alone
     still runs, alone); max_wait_ms: how long the first request of a batch waits for others to join it; max_queue:
     requests waiting for a forward before new ones get 429; max_inputs: inputs in one request (at most
-    max_batch_size, so a request always fits one forward); max_text_chars: characters of one text; max_body_bytes:
-    bytes of one request body; max_length: tokens kept of an input (None: the tokenizer's and the model's limit);
-    max_new_tokens: the most tokens one generate request may ask for; api_key: required by POST /v1/pieces when
-    set."""
+    max_batch_size, so a request always fits one forward); max_text_chars: characters of one text (None:
+    CHARS_PER_TOKEN per token of max_length, which bounds the tokenising the event loop does per request);
+    max_body_bytes: bytes of one request body; max_length: tokens kept of an input (None: the tokenizer's and the
+    model's limit; more is refused when the app is made); max_new_tokens: the most tokens one generate request may
+    ask for; api_key: required by POST /v1/pieces when set."""
 
     max_batch_size: int = 32
     max_batch_tokens: int | None = 4096
     max_wait_ms: float = 5.0
     max_queue: int = 256
     max_inputs: int = 32
-    max_text_chars: int = 20_000
+    max_text_chars: int | None = None
     max_body_bytes: int = 2_000_000
     max_length: int | None = None
     max_new_tokens: int = 256
     api_key: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_size", "max_queue", "max_inputs", "max_text_chars", "max_body_bytes", "max_new_tokens"):
+        for name in ("max_batch_size", "max_queue", "max_inputs", "max_body_bytes", "max_new_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive whole number")
-        if self.max_batch_tokens is not None and (
-            isinstance(self.max_batch_tokens, bool)
-            or not isinstance(self.max_batch_tokens, int)
-            or self.max_batch_tokens < 1
+        for name in ("max_batch_tokens", "max_text_chars"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{name}={value!r} must be a positive whole number, or None")
+        if self.max_length is not None and (
+            isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 2
         ):
-            raise ConfigError(f"max_batch_tokens={self.max_batch_tokens!r} must be a positive whole number, or None")
-        if self.max_length is not None and (not isinstance(self.max_length, int) or self.max_length < 2):
             raise ConfigError(f"max_length={self.max_length!r} must be a whole number of tokens >= 2, or None")
         if not isinstance(self.max_wait_ms, (int, float)) or not 0 <= self.max_wait_ms <= 10_000:
             raise ConfigError(f"max_wait_ms={self.max_wait_ms!r} must be between 0 and 10000 milliseconds")
@@ -60,6 +67,14 @@ class ServeConfig:
                 "the API key must be printable ASCII (letters, digits, punctuation): HTTP headers carry no other "
                 "characters, so no client could send it"
             )
+
+    @property
+    def text_chars(self) -> int:
+        """The characters one text may have: max_text_chars, else CHARS_PER_TOKEN per token of max_length (of
+        DEFAULT_MAX_LENGTH while that is None; create_app sets it to the model's limit)."""
+        if self.max_text_chars is not None:
+            return self.max_text_chars
+        return CHARS_PER_TOKEN * (self.max_length or DEFAULT_MAX_LENGTH)
 
     @staticmethod
     def key_from_env(given: str | None) -> str | None:

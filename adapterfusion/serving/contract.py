@@ -23,6 +23,7 @@ active head. BLOCK, a composition block (blocks.py) as JSON: {"stack": [CHILD, .
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -51,12 +52,14 @@ _INPUTS_FORM = 'a list of texts ["...", ...] or of text pairs [["...", "..."], .
 
 
 class RequestError(ConfigError):
-    """A request the server refuses, with the HTTP status that says why."""
+    """A request the server refuses, with the HTTP status that says why and any headers the answer needs (429 and 503
+    carry Retry-After)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = dict(headers or {})
 
 
 @dataclass(frozen=True)
@@ -147,9 +150,7 @@ class PieceRequest:
 def read_body(body: bytes, config: ServeConfig) -> dict[str, Any]:
     """The JSON object of a request body (413 over max_body_bytes, 400 not JSON, 422 not an object)."""
     if len(body) > config.max_body_bytes:
-        raise RequestError(
-            413, f"the request body has {len(body)} bytes, over the limit of {config.max_body_bytes}; send fewer inputs"
-        )
+        raise body_too_large(str(len(body)), config)
     try:
         data = json.loads(body)
     except RecursionError:
@@ -159,6 +160,15 @@ def read_body(body: bytes, config: ServeConfig) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RequestError(422, f"the request body must be a JSON object, not {type(data).__name__}")
     return data
+
+
+def body_too_large(size: str, config: ServeConfig) -> RequestError:
+    """413 for a body of `size` bytes ("at least N" where it was refused while still arriving)."""
+    return RequestError(
+        413,
+        f"the request body has {size} bytes, over the limit of {config.max_body_bytes}; send fewer inputs, or start "
+        "the server with a higher --max-body-bytes (ServeConfig.max_body_bytes)",
+    )
 
 
 def parse_predict(data: dict[str, Any], catalog: Catalog, config: ServeConfig) -> PredictRequest:
@@ -332,9 +342,11 @@ def _parse_inputs(value: Any, config: ServeConfig) -> tuple[tuple[str, str | Non
                 422, f"inputs[{index}] holds a lone surrogate ({_short(broken)}), which is not text; send valid Unicode"
             )
         longest = max(len(text) for text in texts)
-        if longest > config.max_text_chars:
+        if longest > config.text_chars:  # checked before tokenising, which runs on the event loop
             raise RequestError(
-                413, f"inputs[{index}] has a text of {longest} characters, over the limit of {config.max_text_chars}"
+                413,
+                f"inputs[{index}] has a text of {longest} characters, over the limit of {config.text_chars}; send a "
+                "shorter text, or start the server with a higher --max-text-chars (ServeConfig.max_text_chars)",
             )
         rows.append((texts[0], texts[1] if len(texts) == 2 else None))
     return tuple(rows)

@@ -65,20 +65,23 @@ class Generator:
                     422, f"inputs[{index}] is {len(request.prompts[index])} characters that make no tokens; send text"
                 )
             if len(prompt) + request.max_new_tokens > self.max_length:
+                tokens = f"{len(prompt)}" if len(prompt) < self.max_length else f"at least {len(prompt)}"  # cut
                 raise RequestError(
                     413,
-                    f"inputs[{index}] has {len(prompt)} tokens, which with max_new_tokens={request.max_new_tokens} "
+                    f"inputs[{index}] has {tokens} tokens, which with max_new_tokens={request.max_new_tokens} "
                     f"exceeds the model's {self.max_length}; shorten the prompt or ask for fewer tokens",
                 )
         return EncodedPrompts(request, prompts)
 
     def _tokens(self, prompt: str, chat: bool) -> list[int]:
+        """The prompt's tokens, cut at max_length: a longer one is refused anyway, so no more are kept."""
+        cut = {"truncation": True, "max_length": self.max_length}
         if not chat:
-            return list(self.tokenizer(prompt)["input_ids"])
+            return list(self.tokenizer(prompt, **cut)["input_ids"])
         if getattr(self.tokenizer, "chat_template", None) is None:
             raise RequestError(422, "'chat' is true, but this model's tokenizer has no chat template; send false")
         turn = [{"role": "user", "content": prompt}]
-        return list(self.tokenizer.apply_chat_template(turn, add_generation_prompt=True, return_dict=False))
+        return list(self.tokenizer.apply_chat_template(turn, add_generation_prompt=True, return_dict=False, **cut))
 
     def generate(self, batch: Sequence[EncodedPrompts]) -> list[list[Prediction]]:
         """Each request's generations, from one greedy generate() per group of prompts of similar length."""

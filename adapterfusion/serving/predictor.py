@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from adapterfusion.encoder_limits import limit_reason, max_input_length
+from adapterfusion.errors import ConfigError
+from adapterfusion.serving.config import DEFAULT_MAX_LENGTH
 from adapterfusion.serving.contract import PredictRequest
 
 if TYPE_CHECKING:
@@ -140,8 +143,38 @@ def _prediction(logits: torch.Tensor, request: PredictRequest) -> Prediction:
 
 
 def model_limit(model: AdaptedModel, tokenizer: Any) -> int:
-    """The tokens an input may have: the tokenizer's model_max_length, at most the encoder's position table."""
-    positions = getattr(getattr(model.model, "config", None), "max_position_embeddings", None)
-    limits = [limit for limit in (getattr(tokenizer, "model_max_length", None), positions) if isinstance(limit, int)]
-    limits = [limit for limit in limits if 1 < limit < 1_000_000]  # transformers' "no limit" is a huge int
-    return min(limits) if limits else 512
+    """The tokens an input may have: token_limit, else DEFAULT_MAX_LENGTH where neither tokenizer nor model says."""
+    return token_limit(getattr(model.model, "config", None), tokenizer) or DEFAULT_MAX_LENGTH
+
+
+def token_limit(model_config: Any, tokenizer: Any) -> int | None:
+    """The most tokens one input may have: the tokenizer's model_max_length where it is finite, at most the positions
+    the model's table holds (encoder_limits.max_input_length: RoBERTa's skip the padding id); None: neither says."""
+    limits = [limit for _, limit in _limits(model_config, tokenizer)]
+    return min(limits) if limits else None
+
+
+def check_max_length(max_length: int | None, model_config: Any, tokenizer: Any) -> None:
+    """ConfigError for a max_length over token_limit: longer inputs would fail in the model's embeddings (or run past
+    what it was trained on) at the first long request, long after the server started."""
+    limits = _limits(model_config, tokenizer)
+    if max_length is None or not limits:
+        return
+    reason, limit = min(limits, key=lambda named: named[1])
+    if max_length > limit:
+        raise ConfigError(
+            f"max_length={max_length} is more tokens than this model takes: {limit} ({reason}); serve with "
+            f"--max-length {limit} or less (ServeConfig.max_length), or leave it out to use the model's limit"
+        )
+
+
+def _limits(model_config: Any, tokenizer: Any) -> list[tuple[str, int]]:
+    """(why, tokens) for each limit that the tokenizer and the model's config set."""
+    limits = []
+    told = getattr(tokenizer, "model_max_length", None)
+    if isinstance(told, int) and not isinstance(told, bool) and 1 < told < 1_000_000:  # "no limit" is a huge int
+        limits.append((f"its tokenizer's model_max_length={told}", told))
+    positions = max_input_length(model_config) if model_config is not None else None
+    if positions is not None and positions > 1:
+        limits.append((f"its config's {limit_reason(model_config)}", positions))
+    return limits

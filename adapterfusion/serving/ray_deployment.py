@@ -25,7 +25,8 @@ class AdapterServer:
 
     def __init__(self, setup: str, base: str | None, config: ServeConfig, device: str, dtype: str) -> None:
         self.executor = model_executor()
-        self.model, self.tokenizer = self.executor.submit(load_setup, setup, base, device, dtype).result()
+        loading = self.executor.submit(load_setup, setup, base, device, dtype, config.max_length)
+        self.model, self.tokenizer = loading.result()
         self.config = config
 
     def __serve_build_asgi_app__(self) -> Any:

@@ -11,11 +11,13 @@ from typing import Any
 import torch
 
 from adapterfusion.defaults import default_encoder_path
+from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.encoders import load_tokenizer, resolve_encoder
 from adapterfusion.errors import ConfigError
 from adapterfusion.model import AdaptedModel
 from adapterfusion.serving.app import create_app, model_executor
 from adapterfusion.serving.config import ServeConfig
+from adapterfusion.serving.predictor import check_max_length
 
 logger = logging.getLogger(__name__)
 
@@ -23,15 +25,23 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
 
 
 def load_setup(
-    setup: str | os.PathLike, base: str | os.PathLike | None = None, device: str = "cpu", dtype: str = "float32"
+    setup: str | os.PathLike,
+    base: str | os.PathLike | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    max_length: int | None = None,
 ) -> tuple[AdaptedModel, Any]:
     """The model save_pretrained wrote to `setup`, on `base` (default: the shipped encoder), with base's tokenizer,
-    in eval mode on `device` in `dtype`."""
+    in eval mode on `device` in `dtype`. A `max_length` (the server's) over what base's tokenizer and config allow is
+    refused before the weights load (where base's config is on disk or in the Hub cache; else create_app refuses
+    it)."""
     if dtype not in DTYPES:
         raise ConfigError(f"dtype {dtype!r} is not one of {list(DTYPES)}")
     target = _available_device(device)
     base = base if base is not None else default_encoder_path()
-    tokenizer = load_tokenizer(resolve_encoder(base))
+    encoder = resolve_encoder(base)
+    tokenizer = load_tokenizer(encoder)
+    check_max_length(max_length, encoder_config(encoder.folder or encoder.given), tokenizer)
     model = AdaptedModel.from_pretrained(base, setup)
     return model.to(device=target, dtype=DTYPES[dtype]).eval(), tokenizer
 
@@ -60,7 +70,7 @@ def serve(
     _available_device(device)  # before the minutes of loading, not after
     executor = model_executor()  # the model is loaded on the thread that will run it (model_executor says why)
     try:
-        model, tokenizer = executor.submit(load_setup, setup, base, device, dtype).result()
+        model, tokenizer = executor.submit(load_setup, setup, base, device, dtype, config.max_length).result()
     except BaseException:
         executor.shutdown(wait=False)
         raise

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -212,6 +214,7 @@ def test_a_full_queue_answers_429_and_the_queued_requests_still_finish(model, to
             refused = client.post("/v1/predict", json=body)
             assert refused.status_code == 429, refused.text
             assert "retry" in refused.json()["error"]["message"]
+            assert int(refused.headers["retry-after"]) >= 1  # whole seconds, as HTTP's Retry-After takes them
             assert first.result().status_code == 200 and second.result().status_code == 200
 
 
@@ -242,7 +245,7 @@ def test_pieces_are_listed_and_loaded_behind_the_api_key(model, tokenizer, tmp_p
         assert response.status_code == 201 and response.json() == {"kind": "adapter", "name": "d2"}
         for bad, status, words in [
             ({**load, "kind": "lora"}, 422, "'kind' is 'lora'"),
-            ({**load, "source": str(tmp_path / "missing")}, 422, "missing"),
+            ({**load, "source": str(tmp_path / "missing"), "name": "d3"}, 422, "missing"),
             ({**load, "name": "a"}, 422, "'a'"),  # already loaded
             ({**load, "name": "f"}, 422, "a fusion named 'f' is loaded"),  # a JSON block could not tell them apart
         ]:
@@ -316,3 +319,134 @@ def test_routing_refusals_and_piece_loads_without_json_get_the_error_body(model,
             response = client.post("/v1/pieces", content=body, headers=headers)
             assert response.status_code == 415 and "application/json" in response.json()["error"]["message"]
         assert client.get("/v1/pieces").json()["adapters"] == list(model.adapter_names)  # nothing loaded
+
+
+def _post_unfinished(url: str, path: str, chunks: list[bytes]) -> tuple[int, dict]:
+    """POST `chunks` as a chunked body (no Content-Length) that never ends, and read the answer the server gives
+    before the end; a server that waits to read the body whole never answers."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        head = [f"POST {path} HTTP/1.1", f"Host: {host}", "Content-Type: application/json"]
+        sock.sendall(("\r\n".join([*head, "Transfer-Encoding: chunked"]) + "\r\n\r\n").encode())
+        for chunk in chunks:
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        received = b""
+        try:
+            while b"\r\n\r\n" not in received or len(received.partition(b"\r\n\r\n")[2]) < _length(received):
+                data = sock.recv(65536)
+                assert data, f"the server closed the connection without an answer: {received!r}"
+                received += data
+        except TimeoutError:
+            pytest.fail(f"no answer to {path} before the body ended: the server waits to read an oversized body whole")
+    status_line, _, rest = received.partition(b"\r\n")
+    return int(status_line.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2][: _length(received)])
+
+
+def _length(received: bytes) -> int:
+    """The Content-Length of an answer's head (received so far), or 1 << 30 while the head is not in."""
+    head, done, _ = received.partition(b"\r\n\r\n")
+    lines = [line.split(b":", 1) for line in head.split(b"\r\n")[1:]] if done else []
+    return next((int(value) for key, value in lines if key.strip().lower() == b"content-length"), 1 << 30)
+
+
+def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit_on_every_endpoint(model, tokenizer):
+    """A body sent chunked declares no length: the server counts it as it arrives and answers 413 once it passes
+    max_body_bytes, without waiting for (or holding) the rest; a chunked body within the limit is read as usual."""
+    config = ServeConfig(max_wait_ms=0, max_body_bytes=1000)
+    with running(create_app(model, tokenizer, config)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for path in ("/v1/predict", "/v1/generate", "/v1/pieces"):
+            status, answer = _post_unfinished(url, path, [b'{"inputs": ["' + b"y" * 600, b"y" * 600])
+            assert status == 413 and answer["error"]["status"] == 413, (path, answer)
+            assert "over the limit of 1000" in answer["error"]["message"], answer
+            assert "--max-body-bytes" in answer["error"]["message"], answer
+        pieces = [b'{"inputs": [', b'"A man is playing a guitar."], ', b'"adapter": "a", "head": "nli"}']
+        response = client.post("/v1/predict", content=iter(pieces), headers={"Content-Type": "application/json"})
+        assert response.status_code == 200, response.text
+        _check(copy.deepcopy(model), tokenizer, {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}, response.json())
+
+
+def test_the_default_text_limit_follows_the_tokens_the_model_reads(model, tokenizer):
+    """Tokenising runs on the event loop, so each text is held to CHARS_PER_TOKEN (8) characters per token kept: the
+    tiny model reads 128 tokens, so 1024 characters pass (cut to 128 tokens) and 1025 are refused before tokenising,
+    naming the limit and the setting that raises it (/v1/generate: test_serve_generate.py)."""
+    long = ("word " * 205)[:1024]
+    with running(create_app(model, tokenizer, ServeConfig(max_wait_ms=0))) as url:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            response = client.post("/v1/predict", json={"inputs": [[TEXTS[0], long]], "head": "nli"})
+            assert response.status_code == 200, response.text
+            refused = client.post("/v1/predict", json={"inputs": [[TEXTS[0], long + "s"]], "head": "nli"})
+            message = refused.json()["error"]["message"]
+            assert refused.status_code == 413 and "1025 characters, over the limit of 1024" in message, message
+            assert "--max-text-chars" in message
+    assert len(tokenizer(TEXTS[0], long)["input_ids"]) > 128
+    cut = tokenizer(TEXTS[0], long, truncation=True, max_length=128, return_tensors="pt")
+    with model.activated(head="nli"), torch.no_grad():
+        scores = model(**cut).logits[0].softmax(-1)
+    assert_close(response.json()["predictions"][0]["scores"], scores.tolist(), dtype=model.dtype)
+
+
+@pytest.mark.parametrize("limit, reason", [("positions", "max_position_embeddings=128"), ("tokenizer", "=64")])
+def test_a_max_length_over_what_the_model_takes_is_refused_when_the_app_is_made(model, limit, reason):
+    """The tiny model's position table holds 128 tokens; a tokenizer may say less. A longer max_length would fail in
+    the embeddings at the first long input, so create_app (which `serve` and the Ray replicas call) refuses it."""
+    tokenizer = load_tokenizer()
+    tokenizer.model_max_length = 64 if limit == "tokenizer" else tokenizer.model_max_length
+    most = 64 if limit == "tokenizer" else 128
+    words = f"max_length={most + 1} is more tokens than this model takes: {most}"
+    with pytest.raises(af.ConfigError, match=words) as refused:
+        create_app(model, tokenizer, ServeConfig(max_length=most + 1))
+    assert reason in str(refused.value) and f"--max-length {most} or less" in str(refused.value)
+    create_app(model, tokenizer, ServeConfig(max_length=most))  # the limit itself is fine
+
+
+def test_a_piece_that_does_not_load_is_answered_without_the_servers_paths_or_folders(
+    model, tokenizer, tmp_path, monkeypatch, caplog
+):
+    """POST /v1/pieces names what is wrong with the 'source' the client sent, never what the server's folders hold or
+    paths it resolved there (a client could map the disk with it); the server's log keeps the detail."""
+    (tmp_path / "stuff").mkdir()
+    for secret in ("id_rsa", "payroll-2026.xlsx"):
+        (tmp_path / "stuff" / secret).write_text("x")
+    model.save_adapter("a", tmp_path / "saved-adapter")
+    model.save_pretrained(tmp_path / "setup")
+    leaks = ["id_rsa", "payroll", "adapter.safetensors", "adapter_config.json", "adapters/", "holds ["]
+    requests = [
+        ({"kind": "adapter", "source": str(tmp_path / "stuff")}, 422),
+        ({"kind": "fusion", "source": str(tmp_path / "saved-adapter")}, 422),
+        ({"kind": "head", "source": str(tmp_path / "saved-adapter")}, 422),
+        ({"kind": "adapter", "source": str(tmp_path / "setup"), "name": "new"}, 422),  # holds 3: lists their folders
+    ]
+    # Each kind of library error, its message full of server paths, as the loader raises it.
+    secret = "/srv/private/models holds ['id_rsa', 'payroll-2026.xlsx'] (cache /root/.cache/huggingface/hub)"
+    errors = [
+        (af.SerializationError(secret), 422),
+        (af.HubError(secret), 422),
+        (af.IncompatibleModelError(secret), 422),
+        (af.NameNotFoundError(secret), 404),
+        (af.ConfigError(secret), 422),
+    ]
+    caplog.set_level(logging.WARNING, logger="adapterfusion.serving.app")
+    with running(create_app(model, tokenizer, ServeConfig(max_wait_ms=0))) as url:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            answers = [(body, status, client.post("/v1/pieces", json=body)) for body, status in requests]
+            for error, status in errors:
+                monkeypatch.setattr(model, "load_head", _raising(error))
+                body = {"kind": "head", "source": "org/name"}
+                answers.append((body, status, client.post("/v1/pieces", json=body)))
+            assert client.get("/v1/pieces").json()["adapters"] == ["a", "b", "c"]  # nothing loaded, still serving
+    for body, status, response in answers:
+        assert response.status_code == status, (body, response.text)
+        message = response.json()["error"]["message"]
+        assert repr(body["source"]) in message, message  # names what the client sent
+        rest = message.replace(repr(body["source"]), "")
+        assert not [leak for leak in [*leaks, str(tmp_path), "/srv", "/root"] if leak in rest], message
+    assert "id_rsa" in caplog.text and "/srv/private/models" in caplog.text  # the detail stays in the server's log
+
+
+def _raising(error: Exception):
+    """A loader that raises `error`."""
+
+    def load(*_args):
+        raise error
+
+    return load

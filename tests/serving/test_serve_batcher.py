@@ -6,14 +6,15 @@ finishes everything queued."""
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
 
 from adapterfusion.errors import ConfigError
-from adapterfusion.serving import ServeConfig
-from adapterfusion.serving.batcher import Batcher, QueueFullError
+from adapterfusion.serving import RequestError, ServeConfig
+from adapterfusion.serving.batcher import UNAVAILABLE_RETRY_SECONDS, Batcher, QueueFullError
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,33 @@ def test_a_full_queue_refuses_at_once_and_the_rest_finish():
     refused = [a for a in answers if isinstance(a, QueueFullError)]
     assert len(refused) == 3 and refused[0].status == 429  # the loop had not started taking: 2 queued, 3 refused
     assert batches == [["0"], ["1"]]
+
+
+def test_refusals_say_when_to_come_back():
+    """429 carries Retry-After: the last forward's seconds plus the batch wait, rounded up and at least 1, since a place
+    in the queue opens when the running forward ends; 503 (no model loop running) carries one too."""
+
+    def slow(batch):
+        time.sleep(1.2)
+        return [[{"label": 0, "scores": [item.tag]}] for item in batch]
+
+    async def main():
+        with ThreadPoolExecutor(1) as executor:
+            batcher = Batcher(slow, executor, max_batch_size=1, max_wait_ms=50.0, max_queue=1)
+            with pytest.raises(RequestError) as stopped:
+                await batcher.submit(Item("before the start"))
+            batcher.start()
+            # a waits in the queue (its limit is 1), b is refused; then again, once a forward took 1.2 s
+            first = await asyncio.gather(batcher.submit(Item("a")), batcher.submit(Item("b")), return_exceptions=True)
+            later = await asyncio.gather(batcher.submit(Item("c")), batcher.submit(Item("d")), return_exceptions=True)
+            await batcher.close()
+        return stopped.value, first, later
+
+    stopped, first, later = asyncio.run(main())
+    assert stopped.status == 503 and stopped.headers == {"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)}
+    assert isinstance(first[1], QueueFullError) and first[1].headers == {"Retry-After": "1"}  # no forward timed yet
+    assert isinstance(later[1], QueueFullError) and later[1].headers == {"Retry-After": "2"}  # ceil(1.2 + 0.05)
+    assert "retry after 2 s" in later[1].message and first[0][0]["scores"] == ["a"]
 
 
 def test_a_failing_request_fails_alone():

@@ -4,6 +4,7 @@ process exits 0."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import transformers
 
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
@@ -19,6 +21,7 @@ httpx = pytest.importorskip("httpx")
 from serve_helpers import TEXTS, choice_of, load_tokenizer, offline, tiny_served_model  # noqa: E402
 
 import adapterfusion as af  # noqa: E402
+from adapterfusion import cli  # noqa: E402
 from adapterfusion.serving import ServeConfig, server  # noqa: E402
 from tiny_models import tiny_encoder  # noqa: E402
 from tolerances import assert_close  # noqa: E402
@@ -101,3 +104,34 @@ def test_serve_options_are_refused_before_the_setup_loads(options, words, monkey
 def test_an_api_key_no_header_can_carry_is_refused():
     with pytest.raises(af.ConfigError, match="printable ASCII"):
         ServeConfig(api_key="ключ-секрет-123")
+
+
+@pytest.mark.parametrize("limit, most", [("positions", 128), ("tokenizer", 64)])
+def test_a_max_length_over_what_the_base_takes_is_refused_before_the_weights_load(
+    limit, most, tiny_encoder_dir, tmp_path, monkeypatch, capsys
+):
+    """`serve --max-length N` over what the base takes (its 128 positions, or less where its tokenizer says so) is
+    refused with `error: ...` and exit 2 once its config and tokenizer are read, before the weights load; N at the
+    limit goes on to load them."""
+    base = tiny_encoder_dir
+    if limit == "tokenizer":
+        base = tmp_path / "base"
+        shutil.copytree(tiny_encoder_dir, base)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(base)
+        tokenizer.model_max_length = 64
+        tokenizer.save_pretrained(base)
+    loads = []
+
+    def from_pretrained(*args, **kwargs):
+        loads.append(args)
+        raise af.ConfigError("the weights began to load")
+
+    monkeypatch.setattr(af.AdaptedModel, "from_pretrained", from_pretrained)
+    command = ["serve", str(tmp_path / "setup"), "--base", str(base), "--max-length"]
+    assert cli.main([*command, str(most + 1)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: max_length={most + 1} is more tokens than this model takes: {most} "), error
+    reason = "tokenizer's model_max_length=64" if limit == "tokenizer" else "config's max_position_embeddings=128"
+    assert reason in error and f"serve with --max-length {most} or less" in error and not loads
+    assert cli.main([*command, str(most)]) == 2
+    assert "the weights began to load" in capsys.readouterr().err and len(loads) == 1

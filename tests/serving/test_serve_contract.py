@@ -29,8 +29,8 @@ CATALOG = Catalog(
 )
 
 
-def _parse(body, catalog=CATALOG):
-    return parse_predict(body, catalog, ServeConfig())
+def _parse(body, catalog=CATALOG, config=None):
+    return parse_predict(body, catalog, config or ServeConfig())
 
 
 def test_the_head_defaults_to_the_one_named_like_the_piece_then_to_the_active_one():
@@ -64,6 +64,25 @@ def test_refusals_name_the_problem(body, status, words):
     assert refused.value.status == status and words in refused.value.message
 
 
+@pytest.mark.parametrize(
+    "config, limit",
+    [
+        (ServeConfig(), 8 * 512),  # max_length None: the server sets it to the model's limit; 512 where none is known
+        (ServeConfig(max_length=128), 1024),
+        (ServeConfig(max_length=128, max_text_chars=5000), 5000),
+    ],
+)
+def test_the_text_limit_is_eight_characters_per_token_kept_unless_set(config, limit):
+    """Texts are tokenised on the event loop, at a cost that grows with their characters: by default each may have 8
+    per token of max_length (more is cut by truncation anyway); refused before tokenising, naming the setting."""
+    assert _parse({"inputs": [["a", "x" * limit]], "head": "rte"}, config=config).inputs[0][1] == "x" * limit
+    with pytest.raises(RequestError) as refused:
+        _parse({"inputs": ["a", ["b", "x" * (limit + 1)]], "head": "rte"}, config=config)
+    message = refused.value.message
+    assert refused.value.status == 413 and f"inputs[1] has a text of {limit + 1} characters" in message
+    assert f"over the limit of {limit}" in message and "--max-text-chars (ServeConfig.max_text_chars)" in message
+
+
 def test_piece_bodies():
     assert parse_piece({"kind": "head", "source": "me/repo"}).name is None
     for body, words in [
@@ -94,9 +113,27 @@ def test_a_prompt_that_makes_no_tokens_is_refused_alone_and_in_company():
     """A tokenizer that adds no special tokens (GPT-2's) makes nothing of '': generate() has no token to start from.
     Refused when the request is encoded, so the answer cannot depend on what shares its batch."""
     generator = Generator.__new__(Generator)  # only encode's tokenizer and limit matter here
-    generator.tokenizer = lambda text: {"input_ids": [7] * len(text.split())}
+    generator.tokenizer = lambda text, **_: {"input_ids": [7] * len(text.split())}
     generator.max_length = 64
     for prompts in [("",), ("hello", "   ")]:
         with pytest.raises(RequestError, match="make no tokens") as refused:
             generator.encode(GenerateRequest(prompts, None, 4))
         assert refused.value.status == 422
+
+
+def test_prompts_are_tokenised_cut_at_the_length_the_model_takes():
+    """A prompt's tokens are cut at max_length as they are made (a longer prompt is refused anyway), so a request
+    never holds more tokens than the model reads; the refusal says the count was cut."""
+    asked = []
+
+    def tokenizer(text, truncation=False, max_length=None):
+        asked.append((truncation, max_length))
+        ids = [7] * len(text.split())
+        return {"input_ids": ids[:max_length] if truncation else ids}
+
+    generator = Generator.__new__(Generator)
+    generator.tokenizer, generator.max_length = tokenizer, 64
+    assert generator.encode(GenerateRequest(("a b c",), None, 4)).prompts == ([7, 7, 7],)
+    with pytest.raises(RequestError, match="has at least 64 tokens, which with max_new_tokens=4") as refused:
+        generator.encode(GenerateRequest(("w " * 5000,), None, 4))
+    assert refused.value.status == 413 and asked == [(True, 64), (True, 64)]

@@ -118,6 +118,7 @@ def test_bad_generate_requests_get_json_errors(tokenizer: Any):
         ({"inputs": ["x"], "chat": "yes"}, 422, "'chat'"),
         ({"inputs": ["x"], "chat": True}, 422, "no chat template"),
         ({"inputs": ["word " * 200], "max_new_tokens": 8}, 413, "exceeds the model's"),
+        ({"inputs": ["w" * 1025]}, 413, "over the limit of 1024; send a shorter text, or start the server with a"),
         ({"inputs": ["x"], "temperature": -0.5}, 422, "'temperature'"),
         ({"inputs": ["x"], "temperature": "hot"}, 422, "'temperature'"),
         ({"inputs": ["x"], "temperature": 1000}, 422, "to 100"),
