@@ -28,6 +28,7 @@ from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.plan import MULTITASK_KIND, SINGLE_KIND
 from adapterfusion.experiments.span_ablation import run_ablation_job
 from adapterfusion.experiments.writers import registered_writer
+from adapterfusion.tasks.registry import register_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.api import train
 from adapterfusion.training.multitask import train_multitask
@@ -59,7 +60,9 @@ class JobPayload:
     kind: str = SINGLE_KIND
     experiment_dir: str | None = None  # the worker registers there as a writer (experiments/writers.py)
     resume: bool = False
-    task_spec: dict[str, Any] | None = None  # a task of the experiment's task_files, which a worker cannot look up
+    # The experiment's own tasks (its task_files: name -> TaskSpec dict), which a worker cannot look up: registered
+    # before the job runs, as the job's task, a fusion's source or an MT-A task may be one of them.
+    task_specs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def payload_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -116,7 +119,7 @@ def _train_single(payload: JobPayload) -> Path:
         "job %s: train(%r, %r, seed=%d) pid %d", payload.job_id, payload.task, payload.setup, payload.seed, os.getpid()
     )
     result = train(
-        TaskSpec.from_dict(payload.task_spec) if payload.task_spec else payload.task,
+        payload.task,
         payload.setup,
         seed=payload.seed,
         encoder=payload.encoder,
@@ -158,10 +161,14 @@ def _train_multitask(payload: JobPayload) -> Path:
 def _span_ablation(payload: JobPayload) -> Path:
     """A trained adapter evaluated with each span of layers removed; the result is the run dir's metrics.json."""
     logging.getLogger(__name__).info("job %s: span ablation %s pid %d", payload.job_id, payload.options, os.getpid())
-    task = TaskSpec.from_dict(payload.task_spec) if payload.task_spec else payload.task
     experiment_dir = payload.experiment_dir or str(Path(payload.output_dir).parent.parent)
     return run_ablation_job(
-        payload.options, task, payload.run_dir, experiment_dir, encoder=payload.encoder, data_dir=payload.data_dir
+        payload.options,
+        payload.task,
+        payload.run_dir,
+        experiment_dir,
+        encoder=payload.encoder,
+        data_dir=payload.data_dir,
     )
 
 
@@ -209,6 +216,8 @@ def execute_job(payload: JobPayload) -> dict[str, Any]:
                 raise ExperimentSpecError(
                     f"job {payload.job_id}: unknown kind {payload.kind!r}; known: {', '.join(JOB_KINDS)}"
                 )
+            for task_spec in payload.task_specs.values():  # replaced as the experiment file's re-reading does
+                register_task(TaskSpec.from_dict(task_spec), overwrite=True)
             written = JOB_KINDS[payload.kind](payload)
             if written.resolve() != run_dir.resolve():
                 raise RuntimeError(f"the {payload.kind} run wrote {written}, the plan expected {run_dir}")

@@ -94,8 +94,15 @@ def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayl
         kind=job.kind,
         experiment_dir=str(out),
         resume=resume,
-        task_spec=spec.task_specs.get(job.task),
+        task_specs=spec.task_specs,
     )
+
+
+def experiment_record(spec: ExperimentSpec, out: Path) -> dict[str, Any]:
+    """What the output dir `out` records of the experiment as its SPEC_FILE: paths relative to the experiment file,
+    which `source` names relative to `out`, so it is the same in every clone and `load_spec` reads it back."""
+    source = relative_to_experiment_file(spec.source, str(out / SPEC_FILE))
+    return {**spec.recorded_dict(), "spec_hash": spec.spec_hash(), "source": source}
 
 
 def _folder_given(path: Path) -> str:
@@ -105,8 +112,8 @@ def _folder_given(path: Path) -> str:
     if (path / DB_FILE).is_file():
         return (
             f"{said}: it is an experiment's output dir (it holds {DB_FILE}). See its jobs with `adapterfusion status "
-            f"{path}`, its tables with `adapterfusion report {path}`, or run it again from its experiment file "
-            f"({str(path / SPEC_FILE)!r} is a copy of it)"
+            f"{path}`, its tables with `adapterfusion report {path}`, or resume it with `adapterfusion run "
+            f"{path / SPEC_FILE}` (the runner's record of the experiment)"
         )
     found = sorted(p.name for p in path.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
     if found:
@@ -181,11 +188,7 @@ def run_experiment(
         with ResultsStore(out) as store:
             reset = set(store.bind(spec, jobs, force=force))
             store.requeue_unfinished()
-            # paths relative to the experiment file, which is named relative to this folder: the same in every clone
-            source = relative_to_experiment_file(spec.source, str(out / SPEC_FILE))
-            atomic_write_json(
-                out / SPEC_FILE, {**spec.recorded_dict(), "spec_hash": spec.spec_hash(), "source": source}
-            )
+            atomic_write_json(out / SPEC_FILE, experiment_record(spec, out))
             states = store.states()
             summary.skipped = [job.id for job in jobs if states[job.id] == "done"]
             resumable = frozenset(

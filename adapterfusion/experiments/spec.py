@@ -45,6 +45,13 @@ per task and seed, the best dev variant of a sweep (experiments/selection.py; no
 changes no result). `task_files` lists task descriptions (JSON/YAML, relative to this file) that `tasks` may name.
 `analyses` lists Houlsby et al.'s §3.6 analyses (experiments/analyses.py: span-ablation, init-scale, adapter-size),
 which add span-ablation jobs and report tables and figures; not part of the spec hash either.
+
+The record a runner writes as `<output_dir>/experiment.json` (recorded_dict, plus `spec_hash` and `source`: the
+experiment file's path relative to the record's folder) is read as an experiment file too, so `adapterfusion run
+<output_dir>/experiment.json` repeats or resumes the experiment. It holds the resolved `variants` and `task_specs` in
+place of `setups`, `training` and `task_files`, and its paths are relative to the folder of the file named by `source`
+(a record without one holds absolute paths). Each variant is checked as a setup entry would be; `spec_hash` is only
+checked to be a digest, as an output dir refuses a different experiment itself (store.py).
 """
 
 from __future__ import annotations
@@ -67,7 +74,7 @@ from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMi
 from adapterfusion.experiments.analyses import ANALYSES_KEY, parse_analyses
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.paths import relative_to_experiment_file
-from adapterfusion.experiments.sweep import SWEEP_KEY, parse_select, sweep_combinations, sweep_id
+from adapterfusion.experiments.sweep import SELECT_KEY, SWEEP_KEY, parse_select, sweep_combinations, sweep_id
 from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.documents import read_document
@@ -75,10 +82,11 @@ from adapterfusion.io.paths import check_readable_file
 from adapterfusion.tasks.builtin import BUILTIN_TASKS
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import list_tasks, load_task_file, register_task
-from adapterfusion.tasks.spec import GENERATION, ROLES, suggest
+from adapterfusion.tasks.spec import GENERATION, ROLES, TaskSpec, suggest
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON, TrainingConfig
+from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.multitask import MT_A
-from adapterfusion.training.setups import get_setup, list_setups
+from adapterfusion.training.setups import LAYERNORM_ONLY, check_layer_norms, get_setup, list_setups
 from adapterfusion.training.store import SHIPPED
 
 SPEC_FORMAT_VERSION = 1
@@ -101,6 +109,17 @@ TOP_LEVEL_KEYS = (
     "analyses",
     "format_version",
 )
+# A runner's record of an experiment (runner.SPEC_FILE): the file's keys with `variants` and `task_specs`, as
+# recorded_dict writes them, in place of the `setups`, `training` and `task_files` they were resolved from.
+RECORD_KEYS = (
+    *(key for key in TOP_LEVEL_KEYS if key not in ("setups", "training", "task_files")),
+    "variants",
+    "task_specs",
+    "spec_hash",
+    "source",
+)
+_VARIANT_KEYS = ("id", "setup", "options", "training", "adapter_variant", "tasks", "sweep")  # SetupVariant.to_dict
+_MISSING = object()
 DEFAULT_SEEDS = (42,)
 BUILTIN_TASK_NAMES = frozenset(task.name for task in BUILTIN_TASKS)
 DEFAULT_REDUCTION_FACTOR = 16
@@ -261,7 +280,8 @@ class ExperimentSpec:
     def from_dict(
         cls, data: Any, base_dir: str | os.PathLike | None = None, source: str | None = None
     ) -> ExperimentSpec:
-        """Validate an experiment mapping; relative paths resolve against `base_dir` (default: the working dir)."""
+        """Validate an experiment mapping; relative paths resolve against `base_dir` (default: the working dir), for
+        a runner's record the folder it lies in."""
         return _parse(data, Path(base_dir) if base_dir is not None else Path.cwd(), source)
 
     @classmethod
@@ -272,6 +292,8 @@ class ExperimentSpec:
             path, "give the path of a .yaml or .json experiment file", "experiment file", ExperimentSpecError
         )
         data = read_document(path, ExperimentSpecError)  # UTF-8, and a key given twice is refused
+        if _is_record(data):  # its `source` is relative to the output dir as the runner named it, links unresolved
+            return _parse(data, Path(os.path.abspath(path)).parent, None)
         return _parse(data, path.resolve().parent, str(path.resolve()))
 
 
@@ -377,14 +399,153 @@ def _task_files(value: Any, base_dir: Path) -> dict[str, dict[str, Any]]:
     for i, raw in enumerate(_string_list(value, "task_files")):
         path = _resolve_path(raw, f"task_files[{i}]", base_dir)
         try:
-            task = load_task_file(str(path), register=False)
-            if task.name in BUILTIN_TASK_NAMES:
-                raise TaskError(f"it describes {task.name!r}, a built-in task; give the task another name")
-            register_task(task, overwrite=True)  # the same file read again (a re-run) replaces its own entry
+            task = _register_user_task(load_task_file(str(path), register=False))
         except TaskError as err:
             raise _fail(f"task_files[{i}]", str(err)) from None
         out[task.name] = task.to_dict()
     return out
+
+
+def _register_user_task(task: TaskSpec) -> TaskSpec:
+    """Register a task of the experiment's own, so that `tasks` and `fusion` may name it."""
+    if task.name in BUILTIN_TASK_NAMES:
+        raise TaskError(f"it describes {task.name!r}, a built-in task; give the task another name")
+    return register_task(task, overwrite=True)  # the same file read again (a re-run) replaces its own entry
+
+
+# ---- a runner's record (<output_dir>/experiment.json) read back -----------------------------------------------------
+def _is_record(data: Any) -> bool:
+    """Whether `data` is a runner's record of an experiment (its resolved `variants`), not an experiment file."""
+    return isinstance(data, Mapping) and "variants" in data
+
+
+def _record_origin(data: Mapping[str, Any], record_dir: Path) -> tuple[Path, str | None]:
+    """The folder a record's relative paths start from, and the experiment file it records: `source`, relative to
+    the record's folder. A record of an experiment given as a mapping has no source, and absolute paths."""
+    source = data.get("source")
+    if source is None:
+        return record_dir, None
+    if not isinstance(source, str) or not source:
+        raise _fail(
+            "source",
+            "must be the path of the experiment file this record was run from, relative to the record's folder (as "
+            f"the runner writes it), or null; got {source!r}",
+        )
+    original = _absolute(Path(source).expanduser(), record_dir)
+    return original.parent, str(original)
+
+
+def _recorded_tasks(value: Any, base_dir: Path) -> dict[str, dict[str, Any]]:
+    """A record's `task_specs` (name -> TaskSpec dict, data files relative to the experiment file), registered as
+    their task_files were."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _fail("task_specs", f"must map a task name to its task description, got {value!r}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, raw in value.items():
+        try:
+            if not isinstance(raw, Mapping):
+                raise TaskError(f"must be a task description (a mapping), got {raw!r}")
+            files = raw.get("data_files")
+            if isinstance(files, Mapping):  # made absolute as the task file's own paths were, without links followed
+                files = {
+                    role: str(_absolute(Path(f), base_dir)) if isinstance(f, str) else f for role, f in files.items()
+                }
+                raw = {**raw, "data_files": files}
+            task = TaskSpec.from_dict(raw)
+            if task.name != name:
+                raise TaskError(f"describes a task named {task.name!r}; a task is listed under its own name")
+            task = _register_user_task(task)
+        except TaskError as err:
+            raise _fail(f"task_specs.{name}", str(err)) from None
+        out[task.name] = task.to_dict()
+    return out
+
+
+def _recorded_entries(raw: Any, tasks: tuple[str, ...]) -> list[tuple[int, SetupVariant, Any]]:
+    """A record's `variants`, each checked as the setup entry that gives exactly it (its id, options and merged
+    training), then given the `sweep` and `adapter_variant` it records, which are checked against the others."""
+    setups = list_setups()
+    given: list[Mapping[str, Any]] = []
+    entries: list[dict[str, Any]] = []
+    for i, variant in enumerate(_string_list(raw, "variants")):
+        path = f"variants[{i}]"
+        if not isinstance(variant, Mapping):
+            raise _fail(path, f"must be a setup variant as the runner records it ({', '.join(_VARIANT_KEYS)})")
+        _reject_unknown(variant, _VARIANT_KEYS, path)
+        for key in ("id", "setup"):
+            if key not in variant:
+                raise _fail(f"{path}.{key}", "missing")
+        if variant["setup"] not in setups:
+            raise _fail(
+                f"{path}.setup",
+                f"unknown setup {variant['setup']!r}.{suggest(str(variant['setup']), setups)} "
+                f"Known setups: {', '.join(setups)}",
+            )
+        parts = {key: variant.get(key) or {} for key in ("options", "training")}
+        for key, part in parts.items():
+            if not isinstance(part, Mapping):
+                raise _fail(f"{path}.{key}", f"must be a mapping, got {part!r}")
+        # The zoo is the experiment's (top-level `zoo`), written into each fusion-st-a variant as it is read.
+        options = {k: v for k, v in parts["options"].items() if k != "zoo"}
+        entry = {"name": variant["setup"], "id": variant["id"], **options, **parts["training"]}
+        if variant.get("tasks") is not None:
+            entry["tasks"] = variant["tasks"]
+        given.append(variant)
+        entries.append(entry)
+    out = _setup_entries(entries, {}, tasks, key="variants")
+    stage1 = {v.id: v for _, v, _ in out if v.is_stage1}
+    for k, ((i, variant, entry), recorded) in enumerate(zip(out, given, strict=True)):
+        path = f"variants[{i}]"
+        adapter_variant = recorded.get("adapter_variant")
+        if variant.is_fusion:
+            fused = stage1.get(adapter_variant) if isinstance(adapter_variant, str) else None
+            if fused is None or fused.setup != variant.fused_setup:
+                choices = [v.id for v in stage1.values() if v.setup == variant.fused_setup]
+                raise _fail(
+                    f"{path}.adapter_variant",
+                    f"{adapter_variant!r} is not a {variant.fused_setup} variant of this record; choose one of "
+                    f"{choices}",
+                )
+        elif adapter_variant is not None:
+            raise _fail(f"{path}.adapter_variant", f"only a fusion variant fuses adapters; {variant.id} is none")
+        sweep = _recorded_sweep(recorded.get("sweep"), variant, path)
+        out[k] = (i, dataclasses.replace(variant, adapter_variant=adapter_variant, sweep=sweep), entry)
+    return out
+
+
+def _recorded_sweep(value: Any, variant: SetupVariant, path: str) -> dict[str, Any] | None:
+    """A recorded variant's `sweep` ({"group", "settings"}), whose settings must be the variant's own values."""
+    if value is None:
+        return None
+    path = f"{path}.{SWEEP_KEY}"
+    if variant.is_fusion or variant.is_multitask:
+        raise _fail(path, f"{variant.setup} variants are not swept")
+    if (
+        not isinstance(value, Mapping)
+        or set(value) != {"group", "settings"}
+        or not isinstance(value["group"], str)
+        or not isinstance(value["settings"], Mapping)
+        or not value["settings"]
+    ):
+        raise _fail(path, f"must be {{group: <its sweep>, settings: {{<swept key>: <value>}}}}, got {value!r}")
+    own = {**variant.options, **variant.training}
+    for key, setting in value["settings"].items():
+        if own.get(key, _MISSING) != setting:
+            raise _fail(f"{path}.settings.{key}", f"{setting!r}, but the variant's {key} is {own.get(key)!r}")
+    return {"group": value["group"], "settings": dict(value["settings"])}
+
+
+def _recorded_select(value: Any) -> Any:
+    """A record's `select` (a list of rows, {name, sweep, ...}, in the file's order) as the file's mapping."""
+    if value is None or isinstance(value, Mapping):  # a mapping, as the file has it, is taken as it is
+        return value
+    rows = _string_list(value, SELECT_KEY)
+    if not all(isinstance(row, Mapping) and isinstance(row.get("name"), str) for row in rows):
+        raise _fail(SELECT_KEY, f"must be a list of rows {{name: <row>, sweep: <sweep>, ...}}, got {value!r}")
+    _no_duplicates([row["name"] for row in rows], SELECT_KEY)
+    return {row["name"]: {k: v for k, v in row.items() if k != "name"} for row in rows}
 
 
 def _seeds(value: Any) -> tuple[int, ...]:
@@ -451,13 +612,14 @@ def _variant_tasks(value: Any, tasks: tuple[str, ...], path: str) -> tuple[str, 
 
 
 def _setup_entries(
-    raw: Any, global_training: dict[str, Any], tasks: tuple[str, ...]
+    raw: Any, global_training: dict[str, Any], tasks: tuple[str, ...], key: str = "setups"
 ) -> list[tuple[int, SetupVariant, Any]]:
-    """Each entry's variants (fusion variants still without adapter_variant) with their index and raw entry."""
+    """Each entry's variants (fusion variants still without adapter_variant) with their index and raw entry; `key`
+    is the list's name in error messages (a record's `variants` are checked as entries too)."""
     setups = list_setups()
     out: list[tuple[int, SetupVariant, Any]] = []
-    for i, entry in enumerate(_string_list(raw, "setups")):
-        path = f"setups[{i}]"
+    for i, entry in enumerate(_string_list(raw, key)):
+        path = f"{key}[{i}]"
         entry = {"name": entry} if isinstance(entry, str) else entry
         if not isinstance(entry, Mapping):
             raise _fail(path, f"must be a setup name or a mapping with 'name', got {entry!r}")
@@ -544,14 +706,14 @@ def _setup_entries(
         try:
             check_name(variant.id, "setup variant")
         except ConfigError as err:
-            raise _fail(f"setups[{i}].id", str(err)) from None
+            raise _fail(f"{key}[{i}].id", str(err)) from None
     ids = [variant.id for _, variant, _ in out]
     for k, (i, variant, _) in enumerate(out):
         if variant.id in ids[:k]:
             first = out[ids.index(variant.id)][0]
             raise _fail(
-                f"setups[{i}]",
-                f"duplicate setup variant {variant.id!r} (also from setups[{first}]); give one of them an 'id'",
+                f"{key}[{i}]",
+                f"duplicate setup variant {variant.id!r} (also from {key}[{first}]); give one of them an 'id'",
             )
     return out
 
@@ -666,7 +828,10 @@ def _task_training(raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVar
 
 
 def _resolve_poolings(
-    variants: Sequence[SetupVariant], entries: Sequence[tuple[int, SetupVariant, Any]], encoder: str | None
+    variants: Sequence[SetupVariant],
+    entries: Sequence[tuple[int, SetupVariant, Any]],
+    encoder: str | None,
+    key: str = "setups",
 ) -> list[SetupVariant]:
     """Every variant with a `pooling` option gets it spelled out (the entry's, else the encoder's own: mean for the
     shipped MiniLM, see heads/pooling.py), so job hashes and the saved spec say which pooling each run used."""
@@ -683,7 +848,7 @@ def _resolve_poolings(
         try:
             pooling = resolve_pooling(variant.options.get("pooling"), encoder, default_pooling(encoder))
         except ConfigError as err:
-            raise _fail(f"setups[{i}].pooling", str(err)) from None
+            raise _fail(f"{key}[{i}].pooling", str(err)) from None
         out.append(dataclasses.replace(variant, options={**variant.options, "pooling": pooling}))
     return out
 
@@ -693,6 +858,7 @@ def _check_max_lengths(
     entries: Sequence[tuple[int, SetupVariant, Any]],
     task_training: Mapping[str, Mapping[str, Any]],
     encoder: str | None,
+    key: str = "setups",
 ) -> None:
     """A max_length above the encoder's positions, refused here when its config can be read without the network
     (else the job refuses it before training: training/api.py)."""
@@ -702,7 +868,7 @@ def _check_max_lengths(
         return
     sources = [
         ("training", global_training),
-        *((f"setups[{i}]", entry) for i, _, entry in entries),
+        *((f"{key}[{i}]", entry) for i, _, entry in entries),
         *((f"task_training.{task}", overrides) for task, overrides in task_training.items()),
     ]
     for path, overrides in sources:
@@ -734,6 +900,23 @@ def _check_generation_setups(
                 )
 
 
+def _check_layer_norms(
+    variants: Sequence[SetupVariant], entries: Sequence[tuple[int, SetupVariant, Any]], encoder: str | None, key: str
+) -> None:
+    """layernorm-only on an encoder without torch.nn.LayerNorm (RMSNorm decoders: SmolLM2, Llama, Qwen, ...) is
+    refused here, from the encoder's config, not by every job at run time (the jobs still refuse an encoder whose
+    config cannot be read without the network). The shipped MiniLM (encoder null) has LayerNorms."""
+    first = next(
+        (i for variant, (i, _, _) in zip(variants, entries, strict=True) if variant.setup == LAYERNORM_ONLY), None
+    )
+    if first is None or encoder is None:
+        return
+    try:
+        check_layer_norms(encoder)
+    except TrainingError as err:
+        raise _fail(f"{key}[{first}]", str(err)) from None
+
+
 def _setup_option_defaults(setup: str) -> Mapping[str, Any]:
     return MULTITASK_OPTIONS[setup] if setup in MULTITASK_OPTIONS else get_setup(setup).options
 
@@ -744,13 +927,26 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
             "",
             f"an experiment file must hold a mapping of keys ({', '.join(TOP_LEVEL_KEYS)}), got {type(data).__name__}",
         )
-    _reject_unknown(data, TOP_LEVEL_KEYS, "")
+    recorded = _is_record(data)
+    if recorded:
+        if "setups" in data:
+            raise _fail(
+                "setups",
+                "given beside 'variants': an experiment file lists setups, a runner's record (experiment.json) the "
+                "variants they resolved to; keep one of them",
+            )
+        digest = data.get("spec_hash")  # its form only: the output dir's store refuses a different experiment
+        if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{16}", digest)):
+            raise _fail("spec_hash", f"must be the 16 hex digits the runner records, got {digest!r}; or leave it out")
+        base_dir, source = _record_origin(data, base_dir)
+    _reject_unknown(data, RECORD_KEYS if recorded else TOP_LEVEL_KEYS, "")
     version = data.get("format_version", SPEC_FORMAT_VERSION)
     if version != SPEC_FORMAT_VERSION:
         raise _fail("format_version", f"{version!r} is not supported; this version reads {SPEC_FORMAT_VERSION}")
-    for key in ("name", "tasks", "setups"):
+    required = ("name", "tasks", "variants" if recorded else "setups")
+    for key in required:
         if key not in data:
-            raise _fail(key, "missing (required keys: name, tasks, setups)")
+            raise _fail(key, f"missing (required keys: {', '.join(required)})")
     name = data["name"]
     try:
         check_name(name, "experiment")
@@ -759,7 +955,9 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     description = data.get("description", "")
     if not isinstance(description, str):
         raise _fail("description", f"must be text, got {description!r}")
-    task_specs = _task_files(data.get("task_files"), base_dir)
+    task_specs = (
+        _recorded_tasks(data.get("task_specs"), base_dir) if recorded else _task_files(data.get("task_files"), base_dir)
+    )
     task_list = _string_list(data["tasks"], "tasks")
     for i, task in enumerate(task_list):
         _task_name(task, f"tasks[{i}]")
@@ -771,11 +969,14 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     _reject_unknown(global_training, _TRAINING_FIELDS, "training")
     _training(global_training, "st-a", "training")
 
-    entries = _setup_entries(data["setups"], dict(global_training), tasks)
+    if recorded:
+        entries = _recorded_entries(data["variants"], tasks)
+    else:
+        entries = _setup_entries(data["setups"], dict(global_training), tasks)
     stage1 = [variant for _, variant, _ in entries if variant.is_stage1]
     variants = [
         dataclasses.replace(variant, adapter_variant=_adapter_variant(i, variant, entry, stage1))
-        if variant.is_fusion
+        if variant.is_fusion and variant.adapter_variant is None  # a record names it
         else variant
         for i, variant, entry in entries
     ]
@@ -800,9 +1001,11 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     task_training = _task_training(data.get("task_training"), tasks, variants)
     encoder = _encoder(data.get("encoder"), base_dir)
     local_encoder = named_encoder(encoder)
-    variants = _resolve_poolings(variants, entries, local_encoder)
+    key = "variants" if recorded else "setups"
+    variants = _resolve_poolings(variants, entries, local_encoder, key)
     _check_generation_setups(variants, tasks, task_specs)
-    _check_max_lengths(global_training, entries, task_training, local_encoder)
+    _check_layer_norms(variants, entries, local_encoder, key)
+    _check_max_lengths(global_training, entries, task_training, local_encoder, key)
     zoo = _zoo(data.get("zoo"), base_dir)
     if zoo is not None:
         if not any(v.setup == "fusion-st-a" for v in variants):
@@ -811,6 +1014,9 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
             dataclasses.replace(v, options={**v.options, "zoo": zoo}) if v.setup == "fusion-st-a" else v
             for v in variants
         ]
+    fusion = data.get("fusion")
+    if recorded and fusion == {}:  # what a record holds when the experiment has no fusion setup
+        fusion = None
     return ExperimentSpec(
         name=name,
         description=description,
@@ -819,13 +1025,13 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         variants=tuple(variants),
         seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))),
         encoder=encoder,
-        fusion=_fusion(data.get("fusion"), tasks, any(v.is_fusion for v in variants)),
+        fusion=_fusion(fusion, tasks, any(v.is_fusion for v in variants)),
         data_dir=_resolve_path(data.get("data_dir"), "data_dir", base_dir),
         output_dir=output_dir,
         max_examples=_max_examples(data.get("max_examples")),
         source=source,
         task_training=task_training,
         zoo=zoo,
-        select=parse_select(data.get("select"), variants),
+        select=parse_select(_recorded_select(data.get("select")) if recorded else data.get("select"), variants),
         analyses=parse_analyses(data.get(ANALYSES_KEY), variants, tasks, base_dir),
     )

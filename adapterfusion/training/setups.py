@@ -14,7 +14,7 @@ a `prepare`: it trains several tasks in one run, so `train_multitask` (training/
 | st-a | Pfeiffer adapter + head (option reduction_factor: 2/16/64, default 16; init_std, default 1e-2) | "ST-A" |
 | st-a-houlsby | Houlsby adapters (+ their LayerNorm copies) + head (option reduction_factor) | "ST-A Houlsby" |
 | top-k | the top k encoder layers + head (option k, default 1) | Houlsby "variable fine-tuning" |
-| layernorm-only | every LayerNorm of the encoder + head | Houlsby §3.6 |
+| layernorm-only | every LayerNorm of the encoder + head (a model with RMSNorms only is refused) | Houlsby §3.6 |
 | fusion-st-a | fused stored ST-A adapters + head (options: see _fusion_st_a) | "Fusion w/ ST-A" |
 
 A generation task (instruction data, tasks/instruction.py) trains the wrapped language model's own head and loss, so
@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
 from adapterfusion._validation import check_mapping, check_name
 from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.heads.config import (
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
     from adapterfusion.training.store import AdapterStore
 
 MT_A = "mt-a"
+LAYERNORM_ONLY = "layernorm-only"
 MARKER_FILE = "mt_a.json"  # beside an MT-A run's fine-tuned encoder: the base encoder, seed, tasks and run folder
 
 
@@ -267,29 +270,64 @@ def _top_k(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     return SetupPlan(head=head, trainable=top + _head_parameters(model, head), save_encoder=True)
 
 
+def missing_layer_norms(model: nn.Module) -> str | None:
+    """Why layernorm-only cannot train `model`: it has no torch.nn.LayerNorm. An RMSNorm (Llama-style decoders such
+    as SmolLM2, Mistral, Qwen, Gemma; T5) is none: it has no bias and does not centre, so Houlsby's baseline is not
+    defined for it. None when the model has LayerNorms."""
+    if any(isinstance(module, nn.LayerNorm) for module in model.modules()):
+        return None
+    norms = sorted({type(module).__name__ for module in model.modules() if "norm" in type(module).__name__.lower()})
+    found = f" (its norms are {', '.join(norms)}, which it does not train)" if norms else ""
+    return (
+        f"{LAYERNORM_ONLY}: {type(model).__name__} has no torch.nn.LayerNorm modules to train{found}; use it with an "
+        "encoder that has LayerNorms (BERT-style encoders, GPT-2), or train this model with st-a, top-k or full"
+    )
+
+
+def check_layer_norms(encoder: str | os.PathLike) -> None:
+    """Refuse layernorm-only for `encoder` before any work, from its config alone: its modules are built on the meta
+    device, so no weights are read. Silent when the config cannot be read without the network, or the model cannot
+    be built from it here: the run refuses it once it has loaded the model."""
+    from transformers import AutoModel
+
+    config = encoder_config(encoder)
+    if config is None:
+        return
+    try:
+        with torch.device("meta"):
+            skeleton = AutoModel.from_config(config)
+    except Exception:  # noqa: BLE001 - e.g. remote code; the run loads the model itself and checks it then
+        return
+    reason = missing_layer_norms(skeleton)
+    if reason is not None:
+        raise TrainingError(f"{reason} (encoder {os.fspath(encoder)!r})")
+
+
 def _layernorm_only(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     head = _add_head(model, context)
     _freeze_all_but_head(model, head)
+    reason = missing_layer_norms(model.model)
+    if reason is not None:
+        raise TrainingError(reason)
     norms = [p for module in model.model.modules() if isinstance(module, nn.LayerNorm) for p in module.parameters()]
-    if not norms:
-        raise TrainingError(f"layernorm-only: {type(model.model).__name__} has no torch.nn.LayerNorm modules to train")
     for parameter in norms:
         parameter.requires_grad_(True)
     return SetupPlan(head=head, trainable=norms + _head_parameters(model, head), save_encoder=True)
 
 
 def check_fusion_options(options: Mapping[str, Any]) -> None:
-    """A fusion's sources must be registered tasks and its adapter_seed a seed, or its stored adapters would be
+    """A fusion's sources must be a list of task names and its adapter_seed a seed, or its stored adapters would be
     looked for under names and seeds no run can have (and the user told to "train it first"); its fusion_config
-    must resolve (a preset such as 'dynamic' or 'scalearn', or a FusionConfig dict)."""
+    must resolve (a preset such as 'dynamic' or 'scalearn', or a FusionConfig dict). Whether each source is a known
+    task is asked only before training (check_fusion_sources): a finished run is rebuilt from the adapters its
+    config.json names, also those of tasks that no registry of the rebuilding process holds (an experiment's
+    task_files)."""
     sources = options["sources"]
     if isinstance(sources, str) or not isinstance(sources, Sequence):
         raise TrainingError(f"fusion sources={sources!r} must be a list of task names")
     for task in sources:
-        try:
-            get_task(task)
-        except TaskError as err:
-            raise TaskError(f"fusion source: {err}") from None
+        if not isinstance(task, str):
+            raise TrainingError(f"fusion sources={list(sources)!r} must be task names; {task!r} is none")
     repeated = sorted({task for task in sources if list(sources).count(task) > 1})
     if repeated:
         raise TrainingError(f"fusion sources {list(sources)!r} name {repeated} more than once; list each task once")
@@ -298,6 +336,18 @@ def check_fusion_options(options: Mapping[str, Any]) -> None:
         raise TrainingError(f"adapter_seed={seed!r} must be an integer in 0..{MAX_SEED} (or None: the run's seed)")
     if options.get("fusion_config") is not None:  # a bad preset or field fails here, not when the job runs
         resolve_fusion_config(options["fusion_config"])
+
+
+def check_fusion_sources(options: Mapping[str, Any], target: TaskSpec) -> None:
+    """Before a fusion trains: each source is a registered task (or the target itself, which may be given as a
+    TaskSpec), so that a mistyped source fails now, naming the known tasks, not as a missing store entry."""
+    for task in options.get("sources", ()):
+        if task == target.name:
+            continue
+        try:
+            get_task(task)
+        except TaskError as err:
+            raise TaskError(f"fusion source: {err}") from None
 
 
 def check_source_runs(
@@ -437,9 +487,7 @@ for _setup in (
         stores_adapter=True,
     ),
     Setup("top-k", _top_k, {"k": 1, "pooling": None}, "fine-tune the top k encoder layers and the head"),
-    Setup(
-        "layernorm-only", _layernorm_only, {"pooling": None}, "train the encoder's LayerNorm parameters and the head"
-    ),
+    Setup(LAYERNORM_ONLY, _layernorm_only, {"pooling": None}, "train the encoder's LayerNorm parameters and the head"),
     Setup(
         "fusion-st-a",
         _fusion_st_a,

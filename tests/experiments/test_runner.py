@@ -372,3 +372,29 @@ def test_a_clone_elsewhere_records_the_same_experiment_file_and_report(tmp_path)
         db.executemany("UPDATE jobs SET config_hash = ? WHERE id = ?", [(h, i) for i, h in older.items()])
     assert spec.spec_hash(absolute_paths=True) != spec.spec_hash()
     assert run_experiment(spec, executor=DoneExecutor(), progress=False).ran == []
+
+
+def test_running_its_record_resumes_the_experiment_without_its_file(tmp_path, tiny_encoder_dir, capsys):
+    """`adapterfusion run <output_dir>/experiment.json` (the runner's record: resolved variants, recorded-only keys,
+    paths relative to the experiment file) was refused ('source: unknown key'). It now repeats the experiment from
+    the record alone: into the same output dir, where the failed job runs again and the finished ones are kept."""
+    experiment = tmp_path / "examples" / "tiny.json"
+    experiment.parent.mkdir()
+    experiment.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, "results/tiny")))
+    first = run_experiment(experiment, executor=_ScriptedExecutor(fail={"fusion-st-a/rte/seed-1"}), progress=False)
+    assert list(first.failed) == ["fusion-st-a/rte/seed-1"] and len(first.ran) == 5
+    record = first.output_dir / "experiment.json"
+    written = record.read_bytes()
+    with ResultsStore(first.output_dir, readonly=True) as store:
+        done = {r.id: (r.finished_at, r.metrics) for r in store.jobs() if r.state == "done"}
+    experiment.unlink()
+
+    again = _ScriptedExecutor(fail=set())
+    summary = run_experiment(record, executor=again, progress=False)
+    assert summary.ok and summary.output_dir == first.output_dir and again.submitted == ["fusion-st-a/rte/seed-1"]
+    assert sorted(summary.skipped) == sorted(done) and record.read_bytes() == written
+    with ResultsStore(first.output_dir, readonly=True) as store:
+        assert {r.id: (r.finished_at, r.metrics) for r in store.jobs() if r.id in done} == done
+    capsys.readouterr()
+    assert main(["run", str(record), "--no-progress"]) == 0
+    assert "0 job(s) run, 6 already done" in capsys.readouterr().out

@@ -1,13 +1,19 @@
 """Every mistake in an experiment file names its key path and what is allowed."""
 
 import json
+from pathlib import Path
 
 import pytest
+import transformers
 
+from adapterfusion.defaults import default_encoder_path
 from adapterfusion.errors import ConfigError, TrainingError
-from adapterfusion.experiments import ExperimentSpec, ExperimentSpecError, plan_jobs
+from adapterfusion.experiments import ExperimentSpec, ExperimentSpecError, plan_jobs, run_experiment
+from adapterfusion.experiments.plan import config_hashes
+from adapterfusion.experiments.runner import SPEC_FILE, experiment_record
 from adapterfusion.tasks import instruction_task
 from adapterfusion.training.multitask import train_multitask
+from tiny_decoders import tiny_decoder
 
 BASE = {"name": "x", "tasks": ["rte", "cb"], "setups": ["head", "st-a", "fusion-st-a"], "output_dir": "/tmp/x"}
 
@@ -165,3 +171,150 @@ def test_mt_a_refuses_a_generation_task_before_loading_anything(tmp_path):
     with pytest.raises(TrainingError, match="generation tasks"):
         train_multitask(["rte", instruction_task("answers", data_files={})], output_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- the runner's record (<output_dir>/experiment.json) read back as the experiment ---------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write_record(spec_: ExperimentSpec) -> Path:
+    """The record the runner writes into the spec's output dir (runner.experiment_record)."""
+    out = Path(spec_.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SPEC_FILE).write_text(json.dumps(experiment_record(spec_, out), indent=2, sort_keys=True))
+    return out / SPEC_FILE
+
+
+def _reviews_task(folder: Path) -> Path:
+    """A task description of the user's own (a text classification task from CSV files beside it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    task = {
+        "name": "reviews",
+        "kind": "single",
+        "text_fields": ["text"],
+        "label_names": ["negative", "positive"],
+        "data_files": {"train": "train.csv", "validation": "dev.csv"},
+    }
+    (folder / "reviews.json").write_text(json.dumps(task))
+    return folder / "reviews.json"
+
+
+def test_a_record_reads_back_as_the_experiment_it_records(tmp_path):
+    """Every kind of entry resolves into the record (rf variants, sweeps and select, a fusion of a chosen rf, a
+    ScaLearn fusion, mt-a and fusion-mt-a, a task of task_files, per-task training, an analysis): read back from the
+    record alone, the experiment file gone, it is the same experiment, down to its spec hash and job digests."""
+    _reviews_task(tmp_path / "tasks")
+    file = tmp_path / "examples" / "rich.json"
+    file.parent.mkdir()
+    file.write_text(
+        json.dumps(
+            {
+                "name": "rich",
+                "task_files": ["../tasks/reviews.json"],
+                "tasks": ["rte", "cb", "reviews"],
+                "seeds": [1, 2],
+                "data_dir": "../data",
+                "output_dir": "results/rich",
+                "max_examples": {"train": 16},
+                "training": {"max_steps": 2},
+                "task_training": {"cb": {"learning_rate": 1e-3}},
+                "setups": [
+                    {"name": "head", "tasks": ["rte", "cb"]},
+                    {"name": "st-a", "reduction_factors": [16, 4]},
+                    {"name": "st-a-houlsby", "sweep": {"learning_rate": [1e-3, 1e-2], "reduction_factor": [8, 4]}},
+                    {"name": "fusion-st-a", "adapter_reduction_factor": 4, "tasks": ["rte"]},
+                    {"name": "fusion-st-a", "id": "scalearn", "fusion_config": "scalearn"},
+                    "mt-a",
+                    {"name": "fusion-mt-a", "tasks": ["cb"]},
+                ],
+                "fusion": {"rte": ["cb", "reviews"]},
+                "select": {
+                    "Adapters": "st-a-houlsby",
+                    "Adapters (rf 4)": {"sweep": "st-a-houlsby", "reduction_factor": 4},
+                },
+                "analyses": [{"kind": "span-ablation", "variant": "st-a-rf16", "tasks": ["rte"]}],
+            }
+        )
+    )
+    original = ExperimentSpec.load(file)
+    record = _write_record(original)
+    file.unlink()
+    reread = ExperimentSpec.load(record)
+    assert reread.to_dict() == original.to_dict() and reread.source == original.source
+    assert reread.spec_hash() == original.spec_hash() == json.loads(record.read_text())["spec_hash"]
+    assert config_hashes(reread, plan_jobs(reread)) == config_hashes(original, plan_jobs(original))
+    assert experiment_record(reread, record.parent) == json.loads(record.read_text())  # rewritten as it was
+    moved = tmp_path / "elsewhere" / "results" / "rich"  # paths start from its experiment file's folder (`source`)
+    (tmp_path / "examples").rename(tmp_path / "elsewhere")
+    assert ExperimentSpec.load(moved / "experiment.json").output_dir == str(moved)
+
+
+@pytest.mark.parametrize("name", ["paper-minilm", "houlsby-minilm", "houlsby-init-size-minilm", "scalearn-minilm"])
+def test_committed_records_read_back_as_their_experiment_files(name):
+    """The main job's and other committed results folders' experiment.json (zoo, sweeps and select, analyses,
+    ScaLearn fusions) each read back as their experiment file, into their own folder."""
+    record = ROOT / "examples" / "results" / name / SPEC_FILE
+    reread, original = ExperimentSpec.load(record), ExperimentSpec.load(ROOT / "examples" / f"{name}.yaml")
+    assert reread.to_dict() == original.to_dict() and reread.output_dir == str(record.parent)
+    assert reread.spec_hash() == json.loads(record.read_text())["spec_hash"]
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda r: r.update(setups=["head"]), r"setups: given beside 'variants'"),
+        (lambda r: r.update(training={"max_steps": 2}), r"^training: unknown key.*Allowed keys: .*variants"),
+        (lambda r: r.update(source=3), r"source: must be the path of the experiment file"),
+        (lambda r: r.update(spec_hash="edited"), r"spec_hash: must be the 16 hex digits"),
+        (lambda r: r["variants"][1].update(setup="st-b"), r"variants\[1\].setup: unknown setup 'st-b'"),
+        (lambda r: r["variants"][1].update(seed=3), r"variants\[1\].seed: unknown key"),
+        (lambda r: r["variants"][1]["options"].update(reduction_factor=0), r"variants\[1\].reduction_factors\[0\]"),
+        (lambda r: r["variants"][1]["training"].update(learning_rate=-1), r"variants\[1\].learning_rate: learning_"),
+        (lambda r: r["variants"][2].update(adapter_variant="head"), r"variants\[2\].adapter_variant: 'head' is not"),
+        (lambda r: r["variants"][0].update(adapter_variant="st-a-rf16"), r"variants\[0\].adapter_variant: only a"),
+        (
+            lambda r: r["variants"][1].update(sweep={"group": "st-a", "settings": {"reduction_factor": 4}}),
+            r"variants\[1\].sweep.settings.reduction_factor: 4, but the variant's reduction_factor is 16",
+        ),
+        (lambda r: r["task_specs"]["reviews"].update(name="other"), r"task_specs.reviews: describes a task named"),
+    ],
+)
+def test_an_edited_record_is_checked_as_an_experiment_file_is(tmp_path, edit, match):
+    _reviews_task(tmp_path)
+    file = tmp_path / "x.json"
+    file.write_text(
+        json.dumps({**BASE, "tasks": ["rte", "reviews"], "task_files": ["reviews.json"], "output_dir": "out"})
+    )
+    record = json.loads(_write_record(ExperimentSpec.load(file)).read_text())
+    edit(record)
+    (tmp_path / "out" / SPEC_FILE).write_text(json.dumps(record))
+    with pytest.raises(ExperimentSpecError, match=match):
+        ExperimentSpec.load(tmp_path / "out" / SPEC_FILE)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama (RMSNorm, no LayerNorm) saved with the shipped tokenizer."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(default_encoder_path())
+    path = tmp_path_factory.mktemp("decoders") / "tiny-llama"
+    tiny_decoder("llama", vocab_size=tokenizer.vocab_size).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_layernorm_only_on_an_rmsnorm_decoder_is_refused_when_the_file_is_read(
+    tmp_path, tiny_llama_dir, tiny_encoder_dir
+):
+    """Every layernorm-only job on a Llama-style decoder failed at run time ('has no torch.nn.LayerNorm modules');
+    the encoder's config tells as much when the file is read (its modules built on the meta device), so the file is
+    refused then, naming the entry and its norms, before any job or output dir. An encoder with LayerNorms passes."""
+    file = tmp_path / "x.json"
+    setups = ["head", {"name": "layernorm-only", "tasks": ["rte"]}]
+    file.write_text(json.dumps({**BASE, "encoder": str(tiny_llama_dir), "setups": setups, "output_dir": "out"}))
+    match = r"setups\[1\]: layernorm-only: LlamaModel has no torch.nn.LayerNorm modules to train \(its norms are "
+    with pytest.raises(ExperimentSpecError, match=match + r"LlamaRMSNorm.*st-a, top-k or full"):
+        ExperimentSpec.load(file)
+    with pytest.raises(ExperimentSpecError, match=match):
+        run_experiment(file, progress=False)
+    assert not (tmp_path / "out").exists()
+    assert spec(encoder=str(tiny_encoder_dir), setups=setups).variant("layernorm-only").tasks == ("rte",)

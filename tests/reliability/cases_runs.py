@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import transformers
+
 import adapterfusion as af
 import adapterfusion.training
 from adapterfusion.errors import ConfigError
@@ -22,6 +24,7 @@ from adapterfusion.training import AdapterStore, TrainingError
 from adapterfusion.training.errors import RunFileError
 from catalogue import Action, BadInput, a_file, cli, experiment, experiment_dict
 from task_data import DATA_DIR
+from tiny_decoders import tiny_decoder
 
 B = BadInput
 
@@ -214,6 +217,31 @@ def _ours_holding_the_experiment_file(folder: Path) -> Action:
     path = folder / "out" / "experiment.json"
     path.write_text(json.dumps(experiment_dict(folder, output_dir=".")))
     return lambda: cli("run", str(path), "--no-progress")
+
+
+def _edited_record(folder: Path) -> Action:
+    """`adapterfusion run out/experiment.json`, the runner's record of an experiment, edited to name no setup."""
+    record = {
+        "name": "tiny",
+        "encoder": "some-org/some-encoder",
+        "tasks": ["rte"],
+        "variants": [{"id": "head", "setup": "hed", "options": {}, "training": {}, "adapter_variant": None}],
+        "output_dir": "out",
+        "spec_hash": "0123456789abcdef",
+        "source": "../experiment.json",
+    }
+    ResultsStore(folder / "out").close()
+    (folder / "out" / "experiment.json").write_text(json.dumps(record))
+    return lambda: cli("run", str(folder / "out" / "experiment.json"), "--no-progress")
+
+
+def _layernorm_only_on_llama(folder: Path) -> Action:
+    """An experiment of layernorm-only on a tiny Llama-style decoder (RMSNorm only) saved in the case's folder."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    llama = tiny_decoder("llama", vocab_size=tokenizer.vocab_size)
+    llama.save_pretrained(folder / "llama")
+    tokenizer.save_pretrained(folder / "llama")
+    return experiment(encoder=str(folder / "llama"), setups=["head", "layernorm-only"])(folder)
 
 
 CASES: tuple[BadInput, ...] = (
@@ -498,6 +526,24 @@ CASES: tuple[BadInput, ...] = (
         ExperimentSpecError,
         ("output_dir", "'experiment.json'", "which we did not write there"),
         _ours_holding_the_experiment_file,
+        cli=True,
+    ),
+    B(
+        "run-edited-record",
+        "experiment files",
+        "adapterfusion run out/experiment.json, the runner's record edited to name an unknown setup",
+        ExperimentSpecError,
+        ("variants[0].setup", "unknown setup 'hed'", "Did you mean 'head'?", "Known setups"),
+        _edited_record,
+        cli=True,
+    ),
+    B(
+        "run-layernorm-only-rmsnorm-decoder",
+        "experiment files",
+        "layernorm-only in an experiment on a Llama-style decoder (every job failed at run time: no LayerNorm)",
+        ExperimentSpecError,
+        ("setups[1]", "layernorm-only", "LlamaModel has no torch.nn.LayerNorm", "LlamaRMSNorm", "st-a"),
+        _layernorm_only_on_llama,
         cli=True,
     ),
     B(

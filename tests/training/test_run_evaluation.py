@@ -18,9 +18,11 @@ import adapterfusion as af
 from adapterfusion.cli import main
 from adapterfusion.demo import demo_data_dir
 from adapterfusion.evaluation import evaluate_run, load_run_split, predict, run_batches
+from adapterfusion.experiments import run_experiment
 from adapterfusion.pruning import PRUNING_FILE, prune_fusion
 from adapterfusion.serialization.pieces import WEIGHTS_DIGEST
-from adapterfusion.tasks import get_task
+from adapterfusion.tasks import get_task, list_tasks
+from adapterfusion.tasks import registry as task_registry
 from adapterfusion.training import AdapterStore, TrainingError, train
 from adapterfusion.training.rebuild import rebuild_run
 from tolerances import assert_close
@@ -249,3 +251,54 @@ def test_cli_evaluate_and_prune(runs, tmp_path, capsys):
     assert "prune needs a fusion run" in capsys.readouterr().err
     assert main(["prune", str(runs["fusion-st-a"]), "--mass", "0"]) == 2
     assert "mass=0.0 must lie in (0, 1]" in capsys.readouterr().err
+
+
+def _user_task(folder, name: str, labels: tuple[str, str]) -> str:
+    """A task of the user's own: a description and tiny CSV files in which the label word is in the text."""
+    (folder / name).mkdir()
+    for role, rows, offset in (("train", 24, 0), ("validation", 16, 100)):
+        lines = ["text,label", *(f"item {i} is {labels[i % 2]},{labels[i % 2]}" for i in range(offset, offset + rows))]
+        (folder / name / f"{role}.csv").write_text("\n".join(lines) + "\n")
+    description = {
+        "name": name,
+        "kind": "single",
+        "text_fields": ["text"],
+        "label_names": list(labels),
+        "data_files": {"train": "train.csv", "validation": "validation.csv"},
+    }
+    (folder / name / "task.json").write_text(json.dumps(description))
+    return f"{name}/task.json"
+
+
+def test_a_fusion_of_task_files_tasks_trains_in_workers_then_evaluates_and_prunes(
+    tmp_path, tiny_encoder_dir, monkeypatch, capsys
+):
+    """Fusion sources given as task_files (tasks of the experiment file, not built-in): the fusion jobs failed in a
+    process pool's workers, and `evaluate` / `prune` of the fusion run in any other process than the one that read
+    the experiment file ("fusion source: unknown task 'alpha'"). Workers get the experiment's tasks; a rebuild takes
+    the adapters its run fused from its config.json, whatever tasks they were trained on."""
+    experiment = {
+        "name": "own-tasks",
+        "encoder": str(tiny_encoder_dir),
+        "task_files": [_user_task(tmp_path, "alpha", ("yes", "no")), _user_task(tmp_path, "beta", ("up", "down"))],
+        "tasks": ["alpha", "beta"],
+        "output_dir": "out",
+        "training": FAST,
+        "setups": ["st-a", "fusion-st-a"],
+    }
+    (tmp_path / "own.json").write_text(json.dumps(experiment))
+    summary = run_experiment(tmp_path / "own.json", executor="process", workers=1, progress=False, report=False)
+    assert summary.ok and len(summary.ran) == 4, summary
+    for name in ("alpha", "beta"):  # a new process knows only the built-in tasks
+        monkeypatch.delitem(task_registry._REGISTRY, name)
+    assert "alpha" not in list_tasks()
+
+    run = tmp_path / "out" / "runs" / "fusion-st-a" / "alpha" / "fusion-st-a" / "seed-42"
+    recorded = json.loads((run / "metrics.json").read_text())["best"]
+    assert evaluate_run(run)["metrics"]["accuracy"] == pytest.approx(recorded["accuracy"])
+    capsys.readouterr()
+    assert main(["evaluate", str(run)]) == 0
+    assert "alpha / fusion-st-a / seed 42: validation split, 16 examples" in capsys.readouterr().out
+    assert main(["prune", str(run), "--keep", "1", "--output", str(tmp_path / "pruned")]) == 0
+    assert "kept 1 of 2 adapters" in capsys.readouterr().out
+    assert json.loads((tmp_path / "pruned" / PRUNING_FILE).read_text())["before"]["adapters"] == ["alpha", "beta"]

@@ -6,7 +6,17 @@ import pytest
 import torch
 
 from adapterfusion.evaluation import evaluate_run
+from adapterfusion.model import wrap
+from adapterfusion.tasks import get_task
 from adapterfusion.training import TrainingError, train
+from adapterfusion.training.setups import (
+    LAYERNORM_ONLY,
+    SetupContext,
+    check_layer_norms,
+    get_setup,
+    missing_layer_norms,
+)
+from tiny_decoders import tiny_decoder
 from training_helpers import encoder_state, fresh_model
 
 FAST = dict(max_steps=4, batch_size=16, max_length=64, learning_rate=1e-2, logging_steps=1, patience=None)
@@ -125,3 +135,16 @@ def test_unknown_setup_and_option_are_refused(tmp_path, tiny_encoder_dir, demo_d
         _run(tmp_path, tiny_encoder_dir, demo_data_dir, "lora")
     with pytest.raises(TrainingError, match="reduction_factor"):
         _run(tmp_path, tiny_encoder_dir, demo_data_dir, "st-a", options={"rf": 2})
+
+
+def test_layernorm_only_names_the_rmsnorms_of_a_llama_style_model_and_checks_a_config_it_can_read():
+    """A model without torch.nn.LayerNorm is refused with the same message when a run prepares it and when an
+    experiment file is read (check_layer_norms, from the config alone); a config that cannot be read without the
+    network is left to the run."""
+    model = wrap(tiny_decoder("llama"))
+    context = SetupContext(get_task("rte"), get_setup(LAYERNORM_ONLY).resolve_options({}), 1, "tiny-llama")
+    with pytest.raises(TrainingError, match=r"LlamaForCausalLM has no torch.nn.LayerNorm.*LlamaRMSNorm") as refused:
+        get_setup(LAYERNORM_ONLY).prepare(model, context)
+    assert refused.value.args[0] == missing_layer_norms(model.model)
+    assert missing_layer_norms(tiny_decoder("gpt2")) is None
+    check_layer_norms("some-org/an-encoder-not-in-the-cache")
