@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
+import functools
 import math
 import numbers
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar, cast
 
 from torch import nn
 
@@ -17,6 +20,7 @@ from adapterfusion.errors import ConfigError, NameNotFoundError
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_\-]+$")
 # Adapter, fusion and head names become keys of an nn.ModuleDict, which refuses a key that is one of its attributes.
 _MODULE_ATTRIBUTES = frozenset(dir(nn.ModuleDict()))
+_Config = TypeVar("_Config")
 
 
 def check_name(name: object, what: str) -> str:
@@ -153,10 +157,44 @@ def check_positive(value: object, field: str) -> float:
     return check_number(value, field, above=0, expected="a positive number")
 
 
-def reject_unknown_keys(data: dict, known: Iterable[str], what: str) -> None:
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} in {what}; known keys are {sorted(known)}")
+def closest(value: str, known: Iterable[str]) -> str | None:
+    """The known name `value` is most likely a misspelling of, or None when none is close."""
+    matches = difflib.get_close_matches(value, list(known), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def reject_unknown_keys(data: Mapping[str, Any], known: Iterable[str], what: str) -> None:
+    """Refuse the keys of `data` (a config dict, a preset's or a dataclass's keyword arguments) that are not `known`,
+    with the known key each one most likely misspells."""
+    known = sorted(known)
+    unknown = sorted(set(data) - set(known), key=str)
+    if not unknown:
+        return
+    close = {key: match for key in unknown if (match := closest(str(key), known)) is not None}
+    if len(unknown) == 1 and close:
+        hint = f" (did you mean {close[unknown[0]]!r}?)"
+    else:
+        hint = f" (did you mean {', '.join(f'{m!r} for {k!r}' for k, m in close.items())}?)" if close else ""
+    raise ConfigError(f"unknown key(s) {unknown} in {what}{hint}; known keys are {known}")
+
+
+def reject_unknown_fields(cls: type[_Config]) -> type[_Config]:
+    """Dataclass `cls` (decorated above its @dataclass) whose constructor refuses a misspelt keyword with
+    reject_unknown_keys' ConfigError, as its dict form and presets do, instead of the dataclass's bare TypeError
+    ("unexpected keyword argument"). Everything else (positional arguments, defaults, repr, equality, the signature
+    that mypy and help() read) is the dataclass's own."""
+    init = cls.__init__
+    known = frozenset(field.name for field in dataclasses.fields(cast(Any, cls)) if field.init)
+    what = f"{cls.__name__}(...)"
+
+    @functools.wraps(init)
+    def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not known.issuperset(kwargs):
+            reject_unknown_keys(kwargs, known, what)
+        init(self, *args, **kwargs)
+
+    setattr(cls, "__init__", checked_init)  # noqa: B010 - mypy refuses assigning to a method
+    return cls
 
 
 def versioned_fields(data: object, cls: type, version: int, what: str) -> dict:

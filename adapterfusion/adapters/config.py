@@ -14,6 +14,7 @@ from adapterfusion._validation import (
     check_layers,
     check_number,
     check_positive,
+    reject_unknown_fields,
     reject_unknown_keys,
     versioned_fields,
 )
@@ -30,6 +31,7 @@ CONFIG_FORMAT_VERSION = 1
 ReductionFactor = float | Mapping[str, float]
 
 
+@reject_unknown_fields
 @dataclass(frozen=True)
 class AdapterConfig:
     """One bottleneck adapter d -> m -> d with an internal skip connection, m = d // reduction_factor.

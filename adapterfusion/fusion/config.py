@@ -14,6 +14,7 @@ from adapterfusion._validation import (
     check_int,
     check_number,
     check_positive,
+    reject_unknown_fields,
     reject_unknown_keys,
     versioned_fields,
 )
@@ -44,6 +45,7 @@ ATTENTION_FIELDS = (
 )
 
 
+@reject_unknown_fields
 @dataclass(frozen=True)
 class FusionConfig:
     """Query Q, key K and value V per layer; V starts at identity plus noise of norm ~value_init_noise and is

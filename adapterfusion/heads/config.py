@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from adapterfusion._validation import check_choice, check_int, check_number, reject_unknown_keys
+from adapterfusion._validation import check_choice, check_int, check_number, reject_unknown_fields, reject_unknown_keys
 from adapterfusion.errors import ConfigError, IncompatibleModelError
 
 POOLINGS = ("cls", "mean", "last")  # last: the last non-padding token, what a decoder has read whole
 HEAD_ACTIVATIONS = ("tanh", "relu", "gelu", "swish")
 
 
+@reject_unknown_fields
 @dataclass(frozen=True)
 class HeadConfig:
     """Shared fields: `layers` linear layers on the pooled representation (AdapterHub's default: 2, tanh)."""
@@ -67,6 +68,7 @@ class HeadConfig:
         return data
 
 
+@reject_unknown_fields
 @dataclass(frozen=True)
 class ClassificationHead(HeadConfig):
     """Single text or text pair -> one of num_labels classes; cross-entropy loss."""
@@ -74,6 +76,7 @@ class ClassificationHead(HeadConfig):
     kind: ClassVar[str] = "classification"
 
 
+@reject_unknown_fields
 @dataclass(frozen=True)
 class RegressionHead(HeadConfig):
     """One real value per input; mean-squared-error loss."""
@@ -82,6 +85,7 @@ class RegressionHead(HeadConfig):
     num_labels: int = 1
 
 
+@reject_unknown_fields
 @dataclass(frozen=True)
 class MultipleChoiceHead(HeadConfig):
     """Inputs of shape [batch, num_choices, seq], each (context, choice) pair scored with one logit;
@@ -99,6 +103,7 @@ class MultipleChoiceHead(HeadConfig):
         super().__post_init__()
 
 
+@reject_unknown_fields
 @dataclass(frozen=True)
 class QuestionAnsweringHead(HeadConfig):
     """Extractive QA: a start and an end logit per token (outputs [batch, seq, 2]); labels [batch, 2] hold each
@@ -119,6 +124,7 @@ class QuestionAnsweringHead(HeadConfig):
         super().__post_init__()
 
 
+@reject_unknown_fields
 @dataclass(frozen=True)
 class TokenClassificationHead(HeadConfig):
     """Tagging (e.g. named entities): num_labels logits per token (outputs [batch, seq, num_labels]); labels

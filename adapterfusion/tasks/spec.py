@@ -7,12 +7,12 @@ a local copy laid out like it, and a user's own CSV/JSONL files.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapterfusion._validation import closest
 from adapterfusion.tasks.errors import TaskError
 
 SPEC_FORMAT_VERSION = 1
@@ -63,8 +63,8 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
 
 def suggest(value: str, known: list[str] | tuple[str, ...]) -> str:
     """A ' Did you mean ...?' hint for a misspelt name, or '' when nothing is close."""
-    close = difflib.get_close_matches(value, list(known), n=1, cutoff=0.6)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    close = closest(value, known)
+    return f" Did you mean {close!r}?" if close is not None else ""
 
 
 def piece_name(task: str | TaskSpec) -> str:

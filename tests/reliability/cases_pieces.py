@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
 import adapterfusion as af
+from adapterfusion.heads.config import HEAD_KINDS
 from adapterfusion.interop import export_adapterhub
 from catalogue import Action, BadInput, edit_json, load_into, saved_piece
 from tiny_models import tiny_encoder
@@ -120,6 +121,20 @@ def _call(method: str, *args: Any, fused: bool = True, **kwargs: Any) -> Callabl
 
 def _construct(factory: Callable[..., Any], **kwargs: Any) -> Callable[[Path], Action]:
     return lambda folder: lambda: factory(**kwargs)
+
+
+def _every_head_kind(**kwargs: Any) -> None:
+    """Each head kind's config called with `kwargs`: each must refuse them as ConfigError naming its class (the
+    others are checked here, TokenClassificationHead's error is the case's)."""
+    kinds = sorted(HEAD_KINDS.values(), key=lambda kind: kind is af.TokenClassificationHead)
+    for kind in kinds[:-1]:
+        try:
+            kind(**kwargs)
+        except af.ConfigError as error:
+            assert f"{kind.__name__}(...)" in str(error), error
+        else:
+            raise AssertionError(f"{kind.__name__}(**{kwargs}) was accepted")
+    kinds[-1](**kwargs)
 
 
 def _exported_query_norm_fusion(folder: Path) -> Action:
@@ -552,6 +567,41 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("query_norm=True", "cannot be exported to AdapterHub"),
         _exported_query_norm_fusion,
+    ),
+    # a misspelt keyword in a direct call of a config dataclass (its dict form and presets already named it)
+    B(
+        "fusion-config-keyword-typo",
+        "model calls",
+        "af.FusionConfig(temprature=2.0) (was a TypeError from the dataclass: unexpected keyword argument)",
+        af.ConfigError,
+        ("'temprature'", "FusionConfig(...)", "did you mean 'temperature'?", "known keys"),
+        _construct(af.FusionConfig, temprature=2.0),
+    ),
+    B(
+        "adapter-config-keyword-typo",
+        "model calls",
+        "af.AdapterConfig(reduction_factr=4) (was a TypeError from the dataclass: unexpected keyword argument)",
+        af.ConfigError,
+        ("'reduction_factr'", "AdapterConfig(...)", "did you mean 'reduction_factor'?"),
+        _construct(af.AdapterConfig, reduction_factr=4),
+    ),
+    B(
+        "head-config-keyword-typo",
+        "model calls",
+        "af.ClassificationHead(num_lables=3, dropuot=0.2) (was a TypeError from the dataclass: unexpected keyword "
+        "argument)",
+        af.ConfigError,
+        ("ClassificationHead(...)", "'num_labels' for 'num_lables'", "'dropout' for 'dropuot'"),
+        _construct(af.ClassificationHead, num_lables=3, dropuot=0.2),
+    ),
+    B(
+        "every-head-config-keyword-typo",
+        "model calls",
+        "layer=2 for layers=, to each head kind's config, TokenClassificationHead last (was a TypeError from the "
+        "dataclass)",
+        af.ConfigError,
+        ("TokenClassificationHead(...)", "'layer'", "did you mean 'layers'?"),
+        lambda folder: lambda: _every_head_kind(layer=2),
     ),
     B(
         "piece-path-nul",
