@@ -414,12 +414,13 @@ class AdaptedModel(nn.Module):
         return bool(callable(can_generate) and can_generate())
 
     def for_pipeline(
-        self, adapter: str | None = None, fusion: str | None = None, head: str | None = None
+        self, adapter: str | None = None, fusion: str | None = None, head: str | None = None, task: str | None = None
     ) -> PipelineModel:
         """This model with `adapter` or `fusion` and `head` fixed, as `transformers.pipeline(task, model=...)` takes
         it (a config with the head's labels, device, can_generate); each call runs that choice and puts back what
-        was active. af.pipeline(task, model, tokenizer, adapter=..., head=...) builds the pipeline in one call."""
-        return PipelineModel(self, adapter=adapter, fusion=fusion, head=head, skip_layers=self.skip_layers)
+        was active. `task`: the pipeline task it will serve, so that a head of the wrong kind or a misspelt task is
+        refused now. af.pipeline(task, model, tokenizer, adapter=..., head=...) builds the pipeline in one call."""
+        return PipelineModel(self, adapter=adapter, fusion=fusion, head=head, skip_layers=self.skip_layers, task=task)
 
     def forward(
         self,

@@ -10,6 +10,8 @@ whatever was active before, so one AdaptedModel can serve several pipelines, eac
     classify("A man is playing a guitar.")  # [{'label': 'entailment', 'score': 0.93}]
 
 or `transformers.pipeline("text-classification", model=model.for_pipeline(adapter="rte", head="rte"), tokenizer=...)`.
+Which head a task reads is checked before any text runs (`check_task`): af.pipeline knows the task; a view built
+without it is only refused when it gives no logits at all.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 import transformers
 from torch import nn
 
+from adapterfusion._validation import closest
 from adapterfusion.blocks import LAYOUT_BLOCKS
 from adapterfusion.errors import ConfigError
 
@@ -36,6 +39,24 @@ _PROBLEM_TYPES = {
     "classification": "single_label_classification",
     "regression": "regression",
     "token_classification": None,
+}
+_GENERATES = "generate"  # the wrapped model's own language-model head, through generate()
+# The transformers tasks a PipelineModel serves, and what each reads: the logits of one of these kinds of our heads,
+# or, with head=None, the output of the wrapped model's own head, a class whose name ends so ('' any model: its first
+# output, the hidden states of a bare encoder). Any other pairing fails inside transformers (a KeyError 'logits', an
+# IndexError on logits of another shape) or reads the wrong logits without a word.
+_TASK_READS: dict[str, tuple[tuple[str, ...], str]] = {
+    "text-classification": (("classification", "regression"), "ForSequenceClassification"),
+    "zero-shot-classification": (("classification",), "ForSequenceClassification"),
+    "token-classification": (("token_classification",), "ForTokenClassification"),
+    "fill-mask": ((), "ForMaskedLM"),
+    "feature-extraction": ((), ""),
+    "text-generation": ((), _GENERATES),
+}
+_OWN_HEAD_CLASSES = {  # what to load a model with to give it that head of its own
+    "ForSequenceClassification": "AutoModelForSequenceClassification",
+    "ForTokenClassification": "AutoModelForTokenClassification",
+    "ForMaskedLM": "AutoModelForMaskedLM",
 }
 
 
@@ -52,7 +73,10 @@ class PipelineModel(nn.Module):
         fusion: str | None = None,
         head: str | None = None,
         skip_layers: Iterable[int] = (),
+        task: str | None = None,
     ) -> None:
+        """task: the transformers pipeline task it serves, checked against the choice now (check_task); None (not
+        known, as in transformers.pipeline(task, model=view)) checks only that the choice gives logits or tokens."""
         super().__init__()
         if isinstance(adapter, LAYOUT_BLOCKS):
             raise ConfigError(
@@ -60,10 +84,12 @@ class PipelineModel(nn.Module):
                 "pipeline reads one prediction per input, so every other child's would be dropped; make one pipeline "
                 "per adapter, or call the model with adapter_names=[...]"
             )
+        self.task = pipeline_task(task) if task is not None else None
         self.adapted = model
         self.choice: dict[str, Any] = dict(adapter=adapter, fusion=fusion, head=head, skip_layers=tuple(skip_layers))
         with model.activated(**self.choice):  # checks the choice now, naming what is loaded
             pass
+        check_task(model, self.task, head)
         wrapped: Any = model.model
         self.config = _config_for(model, head)
         self.generation_config = getattr(wrapped, "generation_config", None)
@@ -93,16 +119,105 @@ class PipelineModel(nn.Module):
         return self.choice["head"] is None and self.adapted.can_generate()
 
     def forward(self, **inputs: Any) -> Any:
+        """The model's output with the choice; a regression head's logits [batch] as [batch, 1], one column per
+        label as a transformers regression model gives them (text-classification reads a row of scores: with
+        top_k=None it would iterate over a single number)."""
         with self.adapted.activated(**self.choice):
-            return self.adapted(**inputs)
+            output = self.adapted(**inputs)
+        if self.config.problem_type == "regression" and output.logits is not None and output.logits.dim() == 1:
+            output.logits = output.logits.unsqueeze(-1)
+        return output
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         with self.adapted.activated(**self.choice):
             return self.adapted.generate(*args, **kwargs)
 
     def extra_repr(self) -> str:
-        chosen = ", ".join(f"{key}={value!r}" for key, value in self.choice.items() if value)
+        chosen = ", ".join(f"{key}={value!r}" for key, value in {**self.choice, "task": self.task}.items() if value)
         return chosen or "bare encoder"
+
+
+def pipeline_task(task: object) -> str:
+    """`task` as transformers names it (its aliases resolved: sentiment-analysis, ner), if a PipelineModel serves it;
+    else a ConfigError with the closest task name, instead of transformers' KeyError."""
+    served = ", ".join(_TASK_READS)
+    if not isinstance(task, str):
+        raise ConfigError(f"task={task!r} has type {type(task).__name__}; expected a pipeline task name: {served}")
+    try:
+        name: str = transformers.pipelines.check_task(task)[0]
+    except KeyError as error:  # not a task, or one transformers 5 removed (question-answering, summarization, ...)
+        known = [*_TASK_READS, *transformers.pipelines.PIPELINE_REGISTRY.task_aliases]
+        match = closest(task, known)
+        why = f"did you mean {match!r}?" if match is not None else ""
+        why = str(error.args[0]) if "removed" in str(error) else why
+        raise ConfigError(
+            f"unknown pipeline task {task!r}{f' ({why})' if why else ''}; a pipeline on an AdaptedModel serves {served}"
+        ) from None
+    if name not in _TASK_READS:
+        raise ConfigError(
+            f"pipeline task {task!r} is not one an AdaptedModel serves (it reads images, audio or tables, or a "
+            f"model kind this library does not wrap); use one of {served}"
+        )
+    return name
+
+
+def check_task(model: AdaptedModel, task: str | None, head: str | None) -> None:
+    """Refuse a `head` (None: the wrapped model's own) whose output the pipeline `task` (pipeline_task's name; None:
+    not known yet) cannot read: no logits at all, or those of another kind of head. Transformers would fail deep
+    inside the pipeline (a KeyError 'logits', an IndexError) or read the wrong logits without a word."""
+    wrapped = type(model.model).__name__
+    if task is None:
+        makes_logits = model.can_generate() or model.model is not cast(Any, model.model).base_model
+        if head is None and not makes_logits:
+            raise ConfigError(
+                f"head=None: the wrapped {wrapped} has no head of its own, so a pipeline would find no logits to read "
+                f"(a KeyError 'logits' inside transformers); pass head= {_loaded_heads(model, ())}, or for the "
+                "encoder's hidden states build af.pipeline('feature-extraction', model, tokenizer, ...)"
+            )
+        return
+    kinds, own = _TASK_READS[task]
+    if head is None:
+        if model.can_generate() if own == _GENERATES else wrapped.endswith(own):
+            return
+        if own == _GENERATES:
+            raise ConfigError(
+                "text-generation needs a decoder wrapped with its language-model head (AutoModelForCausalLM); the "
+                f"wrapped {wrapped} has none"
+            )
+        if not kinds:
+            raise ConfigError(
+                f"{task} reads the wrapped model's own {own} head, and the wrapped {wrapped} has none; wrap the "
+                f"model loaded with {_OWN_HEAD_CLASSES[own]}"
+            )
+        raise ConfigError(
+            f"{task} reads the logits of a {' or '.join(kinds)} head, and with head=None the wrapped {wrapped} has "
+            f"none of its own; pass head= {_loaded_heads(model, kinds)}, or wrap the model loaded with "
+            f"{_OWN_HEAD_CLASSES[own]}"
+        )
+    kind = model.get_head(head).config.kind
+    if kind in kinds:
+        return
+    if not kinds:
+        reads = {_GENERATES: "the tokens of the language-model head", "": "the encoder's hidden states"}.get(
+            own, f"the logits of the wrapped model's own {own} head"
+        )
+        raise ConfigError(
+            f"{task} reads {reads}, and no prediction head of ours plays a part (got head={head!r}, a {kind} head); "
+            "pass head=None"
+        )
+    raise ConfigError(
+        f"{task} reads the logits of a {' or '.join(kinds)} head, but head {head!r} is a {kind} head; pass head= "
+        f"{_loaded_heads(model, kinds)}"
+    )
+
+
+def _loaded_heads(model: AdaptedModel, kinds: tuple[str, ...]) -> str:
+    """The loaded heads of `kinds` (any kind when empty), as a fix names them."""
+    what = f"{' or '.join(kinds)} head" if kinds else "head"
+    names = [name for name in model.head_names if not kinds or model.get_head(name).config.kind in kinds]
+    if names:
+        return f"one of the loaded {what}s {names}"
+    return f"a {what} added with add_head() first (loaded heads: {model.head_names or 'none'})"
 
 
 def _config_for(model: AdaptedModel, head: str | None) -> Any:
@@ -136,17 +251,7 @@ def pipeline(
 ) -> Any:
     """transformers.pipeline(task, ...) running `model` with `adapter` or `fusion` and `head` (see the module
     docstring); `kwargs` go to transformers.pipeline (device, batch_size, top_k, max_new_tokens, ...)."""
-    view = PipelineModel(model, adapter=adapter, fusion=fusion, head=head, skip_layers=model.skip_layers)
-    if task == "text-generation" and not view.can_generate():
-        raise ConfigError(
-            "text-generation needs a decoder wrapped with its language-model head (AutoModelForCausalLM) and no "
-            f"prediction head of ours (got head={head!r}); pass head=None"
-        )
-    own_classifier = type(model.model).__name__.endswith("ForSequenceClassification")
-    if task in ("text-classification", "sentiment-analysis") and head is None and not own_classifier:
-        raise ConfigError(
-            f"{task} reads the logits of a head of ours: pass head= one of the loaded heads {model.head_names}"
-        )
+    view = PipelineModel(model, adapter=adapter, fusion=fusion, head=head, skip_layers=model.skip_layers, task=task)
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
     with _quiet_model_type_check():
         return build(task, model=view, tokenizer=tokenizer, **kwargs)

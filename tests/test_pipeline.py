@@ -115,3 +115,73 @@ def test_refusals(model, tokenizer):
     model.add_head("mc", af.MultipleChoiceHead())
     with pytest.raises(af.ConfigError, match="multiple_choice head"):
         model.for_pipeline(adapter="a", head="mc")
+
+
+def test_regression_head_with_every_score(model, tokenizer):
+    """top_k=None asks for a score per label: a regression head has one, its value (its logits [batch] were read
+    as one number, which transformers cannot iterate over)."""
+    regress = af.pipeline("text-classification", model, tokenizer, adapter="a", head="score", top_k=None)
+    with model.activated(adapter="a", head="score"), torch.no_grad():
+        values = [float(model(**tokenizer(text, return_tensors="pt")).logits.flatten()[0]) for text in TEXTS[:2]]
+    answers = regress(TEXTS[:2])
+    assert [[item["label"] for item in answer] for answer in answers] == [["LABEL_0"], ["LABEL_0"]]
+    assert [answer[0]["score"] for answer in answers] == pytest.approx(values, rel=1e-5)
+
+
+def test_token_classification_with_a_tagging_head(model, tokenizer):
+    model.add_head("tags", af.TokenClassificationHead(num_labels=3, labels=["O", "B-X", "I-X"]))
+    randomise(model.heads["tags"], std=0.5)
+    tag = af.pipeline("token-classification", model, tokenizer, adapter="a", head="tags", ignore_labels=[])
+    inputs = tokenizer(TEXTS[0], return_tensors="pt")
+    with model.activated(adapter="a", head="tags"), torch.no_grad():
+        expected = model(**inputs).logits[0, 1:-1].argmax(-1)  # [CLS] and [SEP] get no entity
+    assert [entity["entity"] for entity in tag(TEXTS[0])] == [["O", "B-X", "I-X"][int(i)] for i in expected]
+
+
+def test_feature_extraction_reads_the_hidden_states_without_a_head(model, tokenizer):
+    extract = af.pipeline("feature-extraction", model, tokenizer, adapter="a")
+    inputs = tokenizer(TEXTS[0], return_tensors="pt")
+    with model.activated(adapter="a"), torch.no_grad():
+        expected = model(**inputs).last_hidden_state
+    torch.testing.assert_close(extract(TEXTS[0], return_tensors=True), expected)
+
+
+@pytest.mark.parametrize(
+    ("task", "choice", "message"),
+    [
+        ("text-clasification", dict(head="nli"), "unknown pipeline task 'text-clasification' \\(did you mean "),
+        ("question-answering", dict(head="nli"), "removed from transformers"),
+        ("image-classification", dict(head="nli"), "not one an AdaptedModel serves"),
+        ("token-classification", dict(head="nli"), "token_classification head, but head 'nli' is a classification"),
+        ("ner", dict(), "with head=None the wrapped BertModel has none of its own; pass head= a token_classif"),
+        ("zero-shot-classification", dict(head="score"), "classification head, but head 'score' is a regression"),
+        ("fill-mask", dict(head="nli"), "no prediction head of ours plays a part .*pass head=None"),
+        ("fill-mask", dict(), "own ForMaskedLM head, and the wrapped BertModel has none; .*AutoModelForMaskedLM"),
+        ("feature-extraction", dict(head="nli"), "reads the encoder's hidden states.*pass head=None"),
+    ],
+)
+def test_a_task_that_cannot_read_the_choice_is_refused_before_any_text_runs(model, tokenizer, task, choice, message):
+    """Each was a KeyError (an unknown task; logits a bare encoder does not make), an IndexError (logits of another
+    kind of head) or wrong scores without a word, from inside transformers."""
+    with pytest.raises(af.ConfigError, match=message):
+        af.pipeline(task, model, tokenizer, adapter="a", **choice)
+    with pytest.raises(af.ConfigError, match=message):  # the view checks it itself, given the task
+        af.PipelineModel(model, adapter="a", task=task, **choice)
+    with pytest.raises(af.ConfigError, match=message):
+        model.for_pipeline(adapter="a", task=task, **choice)
+
+
+def test_a_view_without_a_task_that_gives_no_logits_is_refused(model, tokenizer):
+    """for_pipeline() does not know the task; with no head on a bare encoder no pipeline but feature-extraction
+    finds anything to read (transformers.pipeline("text-classification", ...) failed with a KeyError 'logits')."""
+    with pytest.raises(af.ConfigError, match="no head of its own.*pass head= one of the loaded heads.*feature-extr"):
+        model.for_pipeline(adapter="a")
+    own = af.wrap(transformers.BertForSequenceClassification(model.model.config))
+    assert own.for_pipeline().config.num_labels == own.model.config.num_labels  # its own head makes the logits
+
+
+def test_text_generation_refuses_a_head(tokenizer):
+    model = af.wrap(tiny_decoder("llama", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id))
+    model.add_head("c", af.ClassificationHead(pooling="last"))
+    with pytest.raises(af.ConfigError, match="text-generation reads the tokens of the language-model head.*head=None"):
+        af.pipeline("text-generation", model, tokenizer, head="c")
