@@ -31,7 +31,9 @@ import transformers.utils.generic as transformers_generic
 from torch import nn
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import Seq2SeqModelOutput
+from transformers.utils import ModelOutput
 
+from adapterfusion._validation import check_bool
 from adapterfusion.encoder_limits import limit_reason, max_input_length
 from adapterfusion.errors import ConfigError
 from adapterfusion.heads.config import HeadConfig
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
 PER_TOKEN = ("attention_mask", "token_type_ids", "position_ids", "task_type_ids")
 _TOKEN_INPUTS = ("input_ids", "inputs_embeds", *PER_TOKEN)
 _COMMON_FLAGS = ("output_attentions", "output_hidden_states", "return_dict")
+# Flags a model call takes as True or False, which transformers reads by truth value: use_cache='no' would cache.
+_FLAGS = (*_COMMON_FLAGS, "use_cache")
 
 
 def _typed_dict_keys(*typed_dicts: Any) -> frozenset[str] | None:
@@ -71,9 +75,10 @@ _ROUTING_HINT = (
 
 @dataclass(frozen=True)
 class ForwardCall:
-    """A checked call: run `encoder(**inputs)`; a multiple-choice head reads `num_choices` per example. `rows` is
-    the encoder's batch size (examples x choices); `head_mask` which positions of its last hidden state a head
-    pools (None: all): the attention mask, or on an encoder-decoder given its own decoder inputs, theirs."""
+    """A checked call: run `encoder(**inputs)`; a multiple-choice head, or a wrapped multiple-choice model, reads
+    `num_choices` per example. `rows` is the encoder's batch size (examples x choices); `head_mask` which positions
+    of its last hidden state a head pools (None: all): the attention mask, or on an encoder-decoder given its own
+    decoder inputs, theirs."""
 
     encoder: Callable[..., Any]
     inputs: dict[str, Any]
@@ -89,17 +94,20 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     given = {key: value for key, value in inputs.items() if value is not None}
     _check_keywords(encoder, given)
     head_config = model.get_head(head).config if head is not None else None
-    choices = head_config.kind == "multiple_choice" if head_config is not None else _is_multiple_choice(encoder)
+    choices = head_config.kind == "multiple_choice" if head_config is not None else _is_multiple_choice(encoder, given)
     weight = _input_embeddings(model.model).weight
-    shape = _token_shape(given, choices, head, weight.shape[1], weight.dtype)
-    limits = _limits(model.model)
     seq2seq = _is_seq2seq(model.model)
+    shape = _call_shape(given, choices, head, weight, seq2seq)
+    limits = _limits(model.model)
     past = _past_length(given, shape[0], head)
+    _check_logits_to_keep(given.get("logits_to_keep"), None if seq2seq else shape[-1])
     _check_length(shape[-1] + (0 if seq2seq else past), limits)
     _check_per_token(given, shape, 0 if seq2seq else past)
     _check_devices(model.model, {**given, "labels": labels}, weight.device)
     _check_values(given, weight.shape[0], limits)
     own_labels = labels if head is None else None  # a head's labels are class ids, not the decoder's tokens
+    if seq2seq and head is None:
+        _check_decoder_source(model.model, given, labels)
     decoder = _check_decoder_inputs(given, shape, weight, limits, past, own_labels) if seq2seq else None
     if head_config is not None and head_config.pooling == "last":
         _check_last_token_mask(model, given, shape[0], str(head))
@@ -108,11 +116,10 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
             check_head_labels(labels, head_config, head, shape)
         else:
             given["labels"] = _passed_labels(model, labels, shape, decoder, limits)
-    num_choices = None
+    num_choices = shape[1] if choices else None
     if choices and head is not None:  # our head pools each choice: [batch, choices, ...] -> [batch * choices, ...]
-        num_choices = shape[1]
         given = {k: v.flatten(0, 1) if k in _TOKEN_INPUTS and v.shape[:2] == shape[:2] else v for k, v in given.items()}
-    rows = shape[0] * (num_choices or 1)
+    rows = shape[0] * (num_choices or 1)  # a wrapped multiple-choice model flattens the choices the same way itself
     if head is not None and model.architecture.decoder is not None:
         own = "decoder_input_ids" in given or "decoder_inputs_embeds" in given  # the decoder's length, not the input's
         if own and head_config is not None and head_config.pooling == "last":
@@ -208,10 +215,9 @@ def _check_keywords(encoder: nn.Module, given: Mapping[str, Any]) -> None:
             f"ignored; it takes {', '.join(shown)} (and the model's own labels=, output_fusion_attentions=, "
             "adapter_names= and head_names=)"
         )
-    for flag in _COMMON_FLAGS:
-        if flag in given and not isinstance(given[flag], bool):
-            value = given[flag]
-            raise ConfigError(f"{flag}={value!r} has type {type(value).__name__}; pass True or False")
+    for flag in _FLAGS:
+        if flag in given:
+            check_bool(given[flag], flag)
     if given.get("return_dict") is False:
         raise ConfigError(
             "return_dict=False: the model returns an AdaptedModelOutput whatever return_dict says; drop it and call "
@@ -267,14 +273,144 @@ def _typed_kwargs(annotation: Any, forward: Any) -> set[str] | None:
     return set(keys) if keys is not None else None
 
 
-def _is_multiple_choice(model: nn.Module) -> bool:
-    """A transformers *ForMultipleChoice model reads [batch, num_choices, seq] inputs (and flattens them itself)."""
-    return type(model).__name__.endswith("ForMultipleChoice")
+def _is_multiple_choice(model: nn.Module, given: Mapping[str, Any]) -> bool:
+    """A transformers *ForMultipleChoice model reads [batch, num_choices, seq] inputs (and flattens them itself); a
+    *DoubleHeadsModel (GPT-2's LM + multiple-choice model) reads that layout or plain [batch, seq], as given."""
+    name = type(model).__name__
+    if name.endswith("DoubleHeadsModel"):
+        ids, embeds = given.get("input_ids"), given.get("inputs_embeds")
+        value, rank = (ids, 3) if ids is not None else (embeds, 4)
+        return isinstance(value, torch.Tensor) and value.dim() == rank
+    return name.endswith("ForMultipleChoice")
 
 
 # ---- token inputs ------------------------------------------------------------------------------------------------
 def _input_embeddings(model: nn.Module) -> nn.Embedding:
     return cast(nn.Embedding, cast(Any, model).get_input_embeddings())
+
+
+def _call_shape(
+    given: Mapping[str, Any], choices: bool, head: str | None, weight: torch.Tensor, seq2seq: bool
+) -> torch.Size:
+    """The [batch, (choices,) seq] shape of the call (_token_shape); an encoder-decoder given encoder_outputs needs
+    no input_ids, and where both are given they must be of the same rows and tokens."""
+    encoded = _encoder_outputs_shape(given.get("encoder_outputs"), weight) if seq2seq else None
+    if encoded is not None and "input_ids" not in given and "inputs_embeds" not in given:
+        return encoded
+    shape = _token_shape(given, choices, head, weight.shape[1], weight.dtype)
+    _check_encoded_tokens(encoded, shape)
+    return shape
+
+
+def _check_encoded_tokens(encoded: torch.Size | None, shape: torch.Size) -> None:
+    """encoder_outputs given with input_ids (or inputs_embeds) are of those inputs: the model encodes nothing then,
+    and reads the attention_mask of the inputs' tokens as the encoder states'."""
+    if encoded is not None and encoded != shape:
+        raise ConfigError(
+            f"encoder_outputs hold states of shape {tuple(encoded)} (batch, seq) but the inputs are {tuple(shape)}; "
+            "pass the encoder's output for these inputs, or leave the inputs out (the model reads only the "
+            "encoder_outputs and the attention_mask of the same tokens)"
+        )
+
+
+def _encoder_outputs_shape(outputs: Any, weight: torch.Tensor, generating: bool = False) -> torch.Size | None:
+    """The [batch, seq] of an encoder-decoder's encoder_outputs (None: not given), checked. Transformers documents
+    them as the encoder's ModelOutput or a tuple (last_hidden_state, optional hidden_states, optional attentions);
+    a bare tensor would be read as that tuple, its first row taken for the last hidden state. generate() reads
+    them as a ModelOutput only (its last_hidden_state)."""
+    if outputs is None:
+        return None
+    tuples = () if generating else (tuple, list)
+    first = None
+    if isinstance(outputs, ModelOutput) and len(outputs):
+        first = outputs.to_tuple()[0]
+    elif isinstance(outputs, tuples) and outputs:
+        first = outputs[0]
+    if not isinstance(first, torch.Tensor):
+        got = f"a {type(outputs).__name__}"
+        got += f" of shape {tuple(outputs.shape)}" if isinstance(outputs, torch.Tensor) else ""
+        fix = "" if generating else ", or a tuple whose first item is its last hidden state: encoder_outputs=(hidden,)"
+        raise ConfigError(
+            f"encoder_outputs is {got}; pass what the encoder returned, a BaseModelOutput "
+            f"(model.model.get_encoder()(input_ids=..., attention_mask=...)){fix}"
+        )
+    width = weight.shape[1]
+    if first.dim() != 3 or first.shape[-1] != width or not first.is_floating_point() or 0 in first.shape:
+        raise ConfigError(
+            f"encoder_outputs' last hidden state has shape {tuple(first.shape)} and dtype {first.dtype}; it must be "
+            f"a float tensor [batch, seq, {width}] (the encoder's width), as the encoder returns it"
+        )
+    return first.shape[:-1]
+
+
+def _check_decoder_source(seq2seq: nn.Module, given: Mapping[str, Any], labels: Any) -> None:
+    """An encoder-decoder's own forward needs decoder inputs: given, made from labels (shifted right), or, in the
+    BART family, from input_ids. Without them transformers fails with a message about the encoder's inputs."""
+    if "decoder_input_ids" in given or "decoder_inputs_embeds" in given or labels is not None:
+        return
+    name = type(seq2seq).__name__
+    from_ids = _shifts_input_ids(cast(Any, type(cast(Any, seq2seq).base_model)))
+    if from_ids and "input_ids" in given:
+        return
+    made = (
+        f"; it makes them from input_ids, which this call does not give ({', '.join(sorted(given))})"
+        if from_ids
+        else ""
+    )
+    start = getattr(cast(Any, seq2seq).config, "decoder_start_token_id", None)
+    raise ConfigError(
+        f"{name} was called with no decoder inputs{made}: pass decoder_input_ids (the target tokens so far, first "
+        f"the decoder start token {start}), or labels, which it shifts right into decoder_input_ids; to generate "
+        "text, call model.generate(input_ids=...)"
+    )
+
+
+@functools.cache
+def _shifts_input_ids(model_class: Any) -> bool:
+    """Whether `model_class.forward` makes the decoder's inputs from input_ids when it is given none (BART, mBART,
+    Pegasus: shift_tokens_right(input_ids, ...)); True when its source cannot be read, leaving the call to it."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(model_class.forward))))
+    except (OSError, TypeError, SyntaxError):
+        return True
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, (ast.Name, ast.Attribute))
+        and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr).endswith("shift_tokens_right")
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id == "input_ids"
+        for node in ast.walk(tree)
+    )
+
+
+def _check_logits_to_keep(value: Any, length: int | None) -> None:
+    """logits_to_keep as transformers documents it: an int N >= 0 (the last N positions; 0 all), or a 1-D tensor
+    of the positions to keep, inside the `length` positions run (None: not known here). Anything else fails in
+    torch's indexing, or (a bool, a negative N) drops positions without a word."""
+    if value is None:
+        return
+    expected = (
+        "an integer N >= 0 (the logits of the last N positions; 0: all) or a 1-D integer tensor of the positions "
+        "to keep"
+    )
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 1 or value.dtype not in _INTEGER_DTYPES:
+            raise ConfigError(
+                f"logits_to_keep is a tensor of shape {tuple(value.shape)} and dtype {value.dtype}; expected {expected}"
+            )
+        if length is not None and value.device.type == "cpu":
+            outside = value[(value < -length) | (value >= length)]
+            if outside.numel():
+                raise ConfigError(
+                    f"logits_to_keep holds {sorted(set(outside.tolist()))[:5]}, outside the {length} positions of "
+                    f"the inputs (-{length}..{length - 1}); pass positions of these inputs"
+                )
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"logits_to_keep={value!r} has type {type(value).__name__}; expected {expected}")
+    if value < 0:
+        raise ConfigError(f"logits_to_keep={value!r} is negative; expected {expected}")
 
 
 def _token_shape(
@@ -653,7 +789,7 @@ def _check_token_labels(
             f"(torch.long) with {_IGNORED} where no loss is counted, e.g. labels = input_ids.clone()"
         )
     like = "decoder_input_ids" if kind == "seq2seq" else "input_ids"
-    if expected is not None and labels.shape != expected or labels.dim() != 2:
+    if labels.shape != expected if expected is not None else labels.dim() != 2:  # GPT2DoubleHeadsModel's are 3-D
         raise ConfigError(
             f"{name}: labels of shape {tuple(labels.shape)} must be shaped like the {like}"
             f"{'' if expected is None else ' ' + str(tuple(expected))}: one token id per token, [batch, seq] "
@@ -708,6 +844,18 @@ def _check_class_ids(labels: torch.Tensor, count: int, owner: str, fix: str) -> 
 
 
 # ---- generate() --------------------------------------------------------------------------------------------------
+# generate()'s flags, which transformers reads by truth value: use_cache='no' would cache, return_dict_in_generate='no'
+# return a dict.
+_GENERATE_FLAGS = (
+    "use_cache",
+    "do_sample",
+    "output_attentions",
+    "output_hidden_states",
+    "output_scores",
+    "output_logits",
+    "return_dict_in_generate",
+)
+# What check_generate_inputs reads of generate()'s keywords: the model inputs and the flags.
 GENERATE_INPUTS = (
     "input_ids",
     "inputs_embeds",
@@ -717,6 +865,9 @@ GENERATE_INPUTS = (
     "decoder_input_ids",
     "decoder_attention_mask",
     "decoder_inputs_embeds",
+    "encoder_outputs",
+    "logits_to_keep",
+    *_GENERATE_FLAGS,
 )
 
 
@@ -729,18 +880,26 @@ def check_generate_inputs(
     before any step runs."""
     wrapped = model.model
     given = {key: value for key, value in inputs.items() if value is not None}
+    for flag in _GENERATE_FLAGS:
+        if flag in given:
+            check_bool(given[flag], flag)
+    _check_logits_to_keep(given.get("logits_to_keep"), None)
     if "input_ids" in given and "inputs_embeds" in given:
         given.pop("input_ids")  # transformers runs the embeddings and keeps the ids only to return them
     weight = _input_embeddings(wrapped).weight
     limits = _limits(wrapped)
+    seq2seq = _is_seq2seq(wrapped)
+    encoded = _encoder_outputs_shape(given.get("encoder_outputs"), weight, generating=True) if seq2seq else None
     prompt, padding = 1, 0  # with no prompt, generation starts from the start (or bos) token alone
-    shape = None
+    shape = encoded  # an encoder-decoder's prompts given encoded, or None
     if "input_ids" in given or "inputs_embeds" in given:
         shape = _token_shape(given, False, None, weight.shape[1], weight.dtype)
+        _check_encoded_tokens(encoded, shape)
+    if shape is not None:
         _check_per_token(given, shape)
     _check_devices(wrapped, given, weight.device)
     _check_values(given, weight.shape[0], limits)
-    if shape is not None and _is_seq2seq(wrapped):
+    if shape is not None and seq2seq:
         _check_length(shape[-1], limits, "the prompts")
         decoder = _check_decoder_inputs(given, shape, weight, limits, 0, None)
         prompt = decoder[-1] if decoder is not None else 1

@@ -83,7 +83,8 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
 
 
 def _model_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The model inputs among generate()'s arguments; its first positional one (`inputs`) is the prompts' ids."""
+    """What check_generate_inputs reads among generate()'s arguments (the model inputs and flags of GENERATE_INPUTS);
+    its first positional one (`inputs`) is the prompts' ids."""
     inputs = {key: kwargs[key] for key in GENERATE_INPUTS if key in kwargs}
     prompts = args[0] if args else kwargs.get("inputs")
     if prompts is not None and "input_ids" not in inputs:

@@ -88,12 +88,6 @@ def prepare(
     single_head = heads is None or len(set(heads)) == 1
     call = check_call(model, inputs, first_head, labels if single_head else None)
     examples = call.rows // (call.num_choices or 1)
-    given = call.inputs.get("input_ids", call.inputs.get("inputs_embeds"))
-    if given is not None and given.shape[0] != call.rows:  # a wrapped *ForMultipleChoice flattens the choices itself
-        raise ConfigError(
-            "adapter_names/head_names route examples of [batch, num_choices, seq] inputs through a "
-            "MultipleChoiceHead of ours; add one (af.MultipleChoiceHead()) and activate it"
-        )
     if heads is not None and len(heads) != examples:
         raise ConfigError(
             f"head_names has {len(heads)} entries for a batch of {examples} examples; give one per example"

@@ -8,11 +8,12 @@ import contextlib
 
 import pytest
 import torch
+import transformers
 from torch.overrides import TorchFunctionMode
 
 import adapterfusion as af
 from tiny_decoders import tiny_decoder, tiny_decoder_inputs
-from tiny_models import randomise, tiny_encoder, tiny_inputs
+from tiny_models import randomise, tiny_config, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 PFEIFFER = {
@@ -272,6 +273,22 @@ def test_multiple_choice_head_routes_whole_examples():
     out = model(**inputs, adapter_names=["b", "a"])
     for row, choice in enumerate(["b", "a"]):
         assert_close(out.logits[row], _alone(model, inputs, row, choice, "mc").logits[0], label=f"example {row}")
+
+
+def test_a_wrapped_multiple_choice_model_routes_whole_examples():
+    """BertForMultipleChoice flattens [batch, choices, seq] itself: each example's choice runs all its choices (the
+    rows were matched to examples one to one, so examples ran other examples' adapters, silently)."""
+    model = af.wrap(transformers.BertForMultipleChoice(tiny_config("bert")).double().eval())
+    for name in ("a", "b"):
+        model.add_adapter(name, PFEIFFER[name])
+        _randomised(model, name)
+    inputs = {key: value.view(2, 2, -1) for key, value in _inputs(4).items()}
+    labels = torch.tensor([1, 0])
+    out = model(**inputs, labels=labels, adapter_names=["b", None])
+    rows = [_alone(model, {**inputs, "labels": labels}, row, choice, None) for row, choice in enumerate(["b", None])]
+    for row, alone in enumerate(rows):
+        assert_close(out.logits[row], alone.logits[0], label=f"example {row}")
+    assert_close(out.loss, (rows[0].loss + rows[1].loss) / 2, label="the model's own loss")
 
 
 # ---- refusals --------------------------------------------------------------------------------------------------

@@ -42,3 +42,18 @@ def test_double_heads_model_keeps_its_choice_logits() -> None:
         own = model.model(input_ids=ids)
         output = model(input_ids=ids)
     assert torch.equal(output.logits, own.logits) and torch.equal(output.mc_logits, own.mc_logits)
+
+
+def test_double_heads_model_reads_its_choices_layout_and_labels() -> None:
+    """[batch, num_choices, seq] ids with mc_token_ids, mc_labels and LM labels of that shape, as GPT-2's docs give
+    them (they were refused as inputs only a MultipleChoiceHead reads)."""
+    model = _wrapped(transformers.GPT2DoubleHeadsModel(tiny_decoder_config("gpt2")))
+    ids = torch.randint(5, 60, (2, 3, 6), generator=torch.Generator().manual_seed(0))
+    choice_tokens, choice_labels = torch.tensor([[5, 5, 4], [5, 3, 5]]), torch.tensor([2, 0])
+    with model.activated(adapter="a"):
+        own = model.model(input_ids=ids, mc_token_ids=choice_tokens, mc_labels=choice_labels, labels=ids)
+        output = model(input_ids=ids, mc_token_ids=choice_tokens, mc_labels=choice_labels, labels=ids)
+    assert torch.equal(output.mc_logits, own.mc_logits) and torch.equal(output.mc_loss, own.mc_loss)
+    assert torch.equal(output.loss, own.loss) and torch.equal(output.logits, own.logits)
+    routed = model(input_ids=ids, mc_token_ids=choice_tokens, adapter_names=[None, "a"])
+    assert torch.allclose(routed.mc_logits[1], own.mc_logits[1], atol=1e-12)
