@@ -100,9 +100,13 @@ def _plan(args: argparse.Namespace) -> int:
     rows = [(variant, str(count)) for variant, count in jobs_per_variant(jobs).items()]
     _print_table(("setup variant", "jobs"), rows)
     analysed = sum(job.kind == SPAN_ABLATION for job in jobs)  # analyses' jobs (experiments/analyses.py)
+    grid = len(spec.tasks) * len(spec.variants) * len(spec.seeds)
+    # Per-setup `tasks:` lists (and analyses) make the count differ from the full grid: say so instead of a product.
+    shape = "" if grid == len(jobs) - analysed else " (setups limited to some of the tasks)"
     print(
-        f"{len(jobs)} jobs: {len(spec.tasks)} tasks x {len(spec.variants)} setup variants x {len(spec.seeds)} seeds"
-        + (f", {analysed} of them span-ablation evaluations" if analysed else "")
+        f"{len(jobs)} jobs: {len(spec.tasks)} tasks, {len(spec.variants)} setup variants, {len(spec.seeds)} seeds"
+        + shape
+        + (f"; {analysed} of them span-ablation evaluations" if analysed else "")
     )
     if len(jobs) > MAX_JOBS_WITHOUT_CONFIRMATION:
         print(f"more than {MAX_JOBS_WITHOUT_CONFIRMATION} jobs: `adapterfusion run` needs --yes to start them")
@@ -410,7 +414,12 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="a registered task (see list-tasks)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--encoder", default=None, help="encoder folder or Hub id (default: the shipped MiniLM)")
-    parser.add_argument("--data-dir", default=None, help="folder of task data (default: the Hub / demo data)")
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="folder of task data in the Hub's field layout (default: the task's Hub dataset; the "
+        "package's demo data: python -c 'import adapterfusion.demo as d; print(d.demo_data_dir())')",
+    )
     parser.add_argument("--output-dir", default="runs", help="where the run folder goes (default: runs)")
     parser.add_argument("--store", default="adapters", help="the AdapterStore folder (default: adapters)")
     parser.add_argument("--max-examples", type=int, default=None, help="keep a seeded subset of each split")

@@ -101,8 +101,13 @@ def test_duplicates_are_rejected(model):
     model.add_adapter("a")
     model.add_head("h", af.ClassificationHead())
     model.add_fusion("f", ["a"])
-    with pytest.raises(af.ConfigError, match="already exists"):
-        model.add_adapter("a")
+    with pytest.raises(af.ConfigError, match=r"already exists; fusion\(s\) \['f'\] use it.*use another name"):
+        model.add_adapter("a")  # overwrite=True, which the message used to suggest, fails too while 'f' uses it
+    with pytest.raises(af.ConfigError, match="used by fusion"):
+        model.add_adapter("a", overwrite=True)
+    model.add_adapter("b")
+    with pytest.raises(af.ConfigError, match=r"already exists; delete_adapter\('b'\), pass overwrite=True"):
+        model.add_adapter("b")
     with pytest.raises(af.ConfigError, match="already exists"):
         model.add_head("h", af.ClassificationHead())
     with pytest.raises(af.ConfigError, match="already exists"):

@@ -113,10 +113,14 @@ def attach_head(model: AdaptedModel, name: str, head: PredictionHead) -> Predict
     return head
 
 
+def _fusions_using(model: AdaptedModel, adapter: str) -> list[str]:
+    return [fusion for fusion, setup in model.fusion_setups.items() if adapter in setup.adapters]
+
+
 def remove_adapter(model: AdaptedModel, name: str) -> None:
     """Take adapter `name` out of its sites and the registry (refused while a fusion uses it)."""
     model.require("adapter", name)
-    users = [fusion for fusion, setup in model.fusion_setups.items() if name in setup.adapters]
+    users = _fusions_using(model, name)
     if users:
         raise ConfigError(f"adapter {name!r} is used by fusion(s) {users}; delete those fusions first")
     for site in model.sites_with_adapter(name):
@@ -137,7 +141,13 @@ def _refuse_existing(model: AdaptedModel, kind: str, name: str, overwrite: bool)
     if name in (model.adapter_configs if kind == "adapter" else model.fusion_setups):
         if not check_bool(overwrite, "overwrite"):
             article = "an" if kind == "adapter" else "a"
-            raise ConfigError(
-                f"{article} {kind} named {name!r} already exists; delete_{kind}({name!r}) or pass overwrite=True"
+            users = _fusions_using(model, name) if kind == "adapter" else []
+            # An adapter a fusion uses can be neither deleted nor overwritten: only another name works.
+            fix = (
+                f"fusion(s) {users} use it, so it can be neither deleted nor overwritten: use another name "
+                "(load_adapter(..., name=...))"
+                if users
+                else f"delete_{kind}({name!r}), pass overwrite=True, or use another name"
             )
+            raise ConfigError(f"{article} {kind} named {name!r} already exists; {fix}")
         (model.delete_adapter if kind == "adapter" else model.delete_fusion)(name)

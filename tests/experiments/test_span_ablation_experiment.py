@@ -67,7 +67,7 @@ def test_plan_counts_the_ablation_jobs(tmp_path, capsys):
     assert main(["plan", str(path)]) == 0
     out = capsys.readouterr().out
     assert "span-ablation-st-a-rf16  4" in out
-    assert "12 jobs: 2 tasks x 2 setup variants x 2 seeds, 4 of them span-ablation evaluations" in out
+    assert "12 jobs: 2 tasks, 2 setup variants, 2 seeds; 4 of them span-ablation evaluations" in out
 
 
 @pytest.mark.parametrize(

@@ -154,7 +154,13 @@ def test_plan_shows_the_job_count_and_run_wants_yes_above_1000(tmp_path, capsys)
     )
     assert main(["plan", str(small)]) == 0
     out = capsys.readouterr().out
-    assert "st-a-rf16-ep1  1" in out and "2 jobs: 1 tasks x 2 setup variants x 1 seeds" in out
+    assert "st-a-rf16-ep1  1" in out and "2 jobs: 1 tasks, 2 setup variants, 1 seeds" in out
+    limited = tmp_path / "limited.json"  # a setup limited to one task: 3 jobs, not the grid's 2 x 2 x 1
+    limited.write_text(
+        json.dumps({"name": "l", "tasks": ["rte", "cb"], "setups": ["st-a", {"name": "head", "tasks": ["cb"]}]})
+    )
+    assert main(["plan", str(limited)]) == 0
+    assert "3 jobs: 2 tasks, 2 setup variants, 1 seeds (setups limited to some of the tasks)" in capsys.readouterr().out
     big = tmp_path / "big.json"
     seeds = list(range(1, 21))
     sweep = {**HOULSBY_SWEEP, "warmup_ratio": [0.0, 0.1]}  # 36 variants x 2 tasks x 20 seeds = 1,440 jobs

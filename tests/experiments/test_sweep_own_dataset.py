@@ -56,7 +56,7 @@ def test_own_csv_to_task_to_sweep_to_table(tmp_path, tiny_encoder_dir, capsys):
     path.write_text(json.dumps(experiment))
 
     assert main(["plan", str(path)]) == 0
-    assert "6 jobs: 1 tasks x 6 setup variants x 1 seeds" in capsys.readouterr().out
+    assert "6 jobs: 1 tasks, 6 setup variants, 1 seeds" in capsys.readouterr().out
     assert main(["run", str(path), "--no-progress"]) == 0
     capsys.readouterr()
     out = tmp_path / "results"
