@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar, cast
 
+import torch
 from torch import nn
 
 from adapterfusion.errors import ConfigError, NameNotFoundError
@@ -119,6 +120,17 @@ def check_int(value: object, field: str, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise ConfigError(f"{field}={value!r} must be {expected}")
     return int(value)
+
+
+def check_has_values(tensors: Iterable[torch.Tensor], what: str, consequence: str) -> None:
+    """Refuse tensors on the meta device (shapes, no values: `model.to('meta')`, `init_empty_weights`), where a
+    save, a load or a forward would fail deep in torch or quietly keep nothing."""
+    if any(tensor.is_meta for tensor in tensors):
+        raise ConfigError(
+            f"{what} on the meta device, which holds shapes but no values, so {consequence}; give the model real "
+            "weights first (load it without device='meta' or init_empty_weights, or model.to_empty(device='cpu') "
+            "and then load its weights)"
+        )
 
 
 def check_bool(value: object, field: str) -> bool:

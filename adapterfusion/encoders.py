@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from adapterfusion._validation import check_has_values
 from adapterfusion.errors import AdapterFusionError, ConfigError, IncompatibleModelError, UnsupportedArchitectureError
 from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES
@@ -321,6 +322,7 @@ def encoder_digest(model: AdaptedModel) -> str:
     remembered = _DIGESTS.get(model)
     if remembered is not None and remembered[0] == version:
         return remembered[1]
+    check_has_values(weights, "the encoder's weights are", "there is nothing to record or compare a setup by")
     digest = hashlib.sha256()
     for parameter in weights:
         digest.update(parameter.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())

@@ -33,7 +33,7 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import Seq2SeqModelOutput
 from transformers.utils import ModelOutput
 
-from adapterfusion._validation import check_bool
+from adapterfusion._validation import check_bool, check_has_values
 from adapterfusion.encoder_limits import limit_reason, max_input_length
 from adapterfusion.errors import ConfigError
 from adapterfusion.heads.config import HeadConfig
@@ -601,9 +601,11 @@ def _check_decoder_inputs(
 
 def _check_devices(model: nn.Module, given: Mapping[str, Any], device: torch.device) -> None:
     """Every input (and labels) on the embeddings' device, where add_head puts heads too (unless accelerate places
-    the model and moves the inputs itself)."""
-    if device.type == "meta" or getattr(model, "hf_device_map", None):
+    the model and moves the inputs itself). A model on the meta device has no values to compute with."""
+    if getattr(model, "hf_device_map", None):
         return
+    if device.type == "meta":
+        check_has_values(model.parameters(), "the model's weights are", "it cannot compute outputs")
     for key, value in given.items():
         if isinstance(value, torch.Tensor) and value.device != device:
             raise ConfigError(

@@ -121,6 +121,10 @@ def locate(source: str | os.PathLike, what: str) -> Path | HubRef:
     does not exist, a file) is a SerializationError naming `what` and both accepted forms."""
     if not isinstance(source, (str, os.PathLike)):
         raise ConfigError(f"{what} must be a folder or a Hub id 'org/name', got {type(source).__name__}")
+    if isinstance(source, str) and not source.strip():  # Path('') is '.', the working folder nobody named
+        raise ConfigError(
+            f"{what} is {source!r}, an empty name; pass a folder ('.' for the working folder) or a Hub id 'org/name'"
+        )
     path = Path(source).expanduser()
     found = describe(path)  # io/paths.py: a FIFO, a device, a symlink loop or a dangling symlink is said as such
     if found == "a folder":
@@ -139,8 +143,9 @@ def locate(source: str | os.PathLike, what: str) -> Path | HubRef:
 
 
 @contextlib.contextmanager
-def hub_errors(ref: HubRef | str, action: str) -> Iterator[None]:
-    """Translate huggingface_hub's (and transformers' download) errors into a HubError that says what to do."""
+def hub_errors(ref: HubRef | str, action: str, hint: str | None = None) -> Iterator[None]:
+    """Translate huggingface_hub's (and transformers' download) errors into a HubError that says what to do: `hint`
+    for a failed transfer, by default a reader's (a local folder, the cache)."""
     try:
         yield
     except HubError:
@@ -153,11 +158,12 @@ def hub_errors(ref: HubRef | str, action: str) -> Iterator[None]:
         ) from None
     except _TRANSPORT_ERRORS as error:
         reason = (str(error).strip().splitlines() or [""])[0]
-        raise HubError(
-            f"{action} {ref} failed ({type(error).__name__}: {reason}); check the network and the id, or pass a "
-            f"local folder instead (with HF_HUB_OFFLINE=1 only what is already in the local cache {cache_dir()} "
-            "loads)"
-        ) from None
+        if hint is None:
+            hint = (
+                f"check the network and the id, or pass a local folder instead (with HF_HUB_OFFLINE=1 only what is "
+                f"already in the local cache {cache_dir()} loads)"
+            )
+        raise HubError(f"{action} {ref} failed ({type(error).__name__}: {reason}); {hint}") from None
 
 
 def download(ref: HubRef, patterns: list[str] | None = None) -> Path:
@@ -187,7 +193,11 @@ def upload(
 ) -> None:
     """Create the repo if needed and upload `folder` into `ref`'s folder (files already there and not in `folder`
     stay)."""
-    with hub_errors(ref, "pushing to"):
+    hint = (
+        "check the network and the id, and push again online (HF_HUB_OFFLINE unset) and logged in (`hf auth login` "
+        "or HF_TOKEN); save_pretrained(folder) keeps the setup on disk meanwhile"
+    )
+    with hub_errors(ref, "pushing to", hint):
         huggingface_hub.create_repo(ref.repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True, token=token)
         huggingface_hub.HfApi(token=token).upload_folder(
             repo_id=ref.repo_id,

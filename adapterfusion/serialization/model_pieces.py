@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from adapterfusion._validation import check_choice, naming_file
+from adapterfusion._validation import check_choice, check_has_values, naming_file
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, FusionSetup
@@ -79,6 +79,8 @@ def install_piece(
     """Add `piece` to the model (replacing one of that name with overwrite=True); returns its name. Everything is
     checked on modules built on the side, so a bad piece never replaces or half-adds anything. `labels` (heads only,
     e.g. a task's label_names): refuse a head saved for another label set. A fusion's adapters must be loaded first."""
+    consequence = f"the {piece.kind} {piece.name!r} loaded into it would keep none of its values"
+    check_has_values(model.model.parameters(), "this model's weights are", consequence)
     with naming_file(piece.blame) if piece.blame is not None else contextlib.nullcontext():
         if piece.kind == "head":
             assert isinstance(piece.config, HeadConfig)

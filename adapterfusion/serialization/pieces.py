@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
-from adapterfusion._validation import check_bool, check_piece_name, naming_file
+from adapterfusion._validation import check_bool, check_has_values, check_piece_name, naming_file
 from adapterfusion._version import __version__
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError, SerializationError
@@ -140,6 +140,7 @@ def piece_files(
 ) -> dict[Path, bytes]:
     """The bytes of a piece's two files, config first: renamed in that order, a save cut off between the renames
     leaves our config (so a retry may write there) beside weights that its digest refuses."""
+    check_has_values(tensors.values(), f"{kind} {name!r} has weights", "there is nothing to save")
     payload = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     weights = save_safetensors_bytes(payload, metadata={"format": "pt"})
     document = {

@@ -96,6 +96,8 @@ def _available_device(device: str) -> torch.device:
             raise ConfigError(f"device {device!r}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
     elif target.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"device {device!r}: MPS is not available on this machine; serve with --device cpu")
+    elif target.type == "meta":
+        raise ConfigError(f"device {device!r} holds shapes but no values, so it cannot serve; use cpu or cuda:N")
     return target
 
 

@@ -19,6 +19,7 @@ import adapterfusion as af
 import adapterfusion.training
 from adapterfusion.errors import HubError
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.serving.server import serve
 from adapterfusion.training import AdapterStore
 from adapterfusion.zoo import load_zoo_adapter
 from catalogue import Action, BadInput, experiment
@@ -124,6 +125,12 @@ def _adapter_by_canonical_id(folder: Path) -> Action:
     return _in_hub(lambda: model.load_adapter("bert-base-uncased"), folder)
 
 
+def _push_offline(folder: Path) -> Action:
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    return _in_hub(lambda: model.push_to_hub("org/name"), folder)
+
+
 def _store_of_another_encoder(folder: Path) -> Action:
     """An adapter stored from one encoder at /a/x/model, loaded into another at /b/x/model: one store key."""
     trained = af.wrap(tiny_encoder("bert", seed=0))
@@ -185,6 +192,30 @@ CASES: tuple[BadInput, ...] = (
         HubError,
         ("downloading bert-base-uncased failed", "local cache"),
         _adapter_by_canonical_id,
+    ),
+    B(
+        "load-adapter-empty-string",
+        "encoders",
+        "model.load_adapter('') (was read as '.', the working folder, and its files listed)",
+        af.ConfigError,
+        ("adapter folder is ''", "empty name", "Hub id"),
+        lambda folder: lambda: af.wrap(tiny_encoder("bert")).load_adapter(""),
+    ),
+    B(
+        "push-to-hub-offline",
+        "encoders",
+        "model.push_to_hub('org/name') with HF_HUB_OFFLINE=1 (was told to 'pass a local folder instead')",
+        HubError,
+        ("pushing to org/name failed", "push again online", "save_pretrained(folder)"),
+        _push_offline,
+    ),
+    B(
+        "serve-device-meta",
+        "encoders",
+        "serve(setup, device='meta') (was accepted: every request would fail on weights without values)",
+        af.ConfigError,
+        ("device 'meta'", "no values", "cpu"),
+        lambda folder: lambda: serve(str(folder), device="meta"),
     ),
     # encoder folders: what from_pretrained and training need (defect 7: a 5-token tokenizer trained on [UNK])
     B(
