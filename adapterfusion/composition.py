@@ -80,6 +80,7 @@ def forward_parallel(
         )
     _check_routes(model, fusion, fused, heads, fusion_head)
 
+    model.check_cache_placement()
     call = check_call(model, {key: value for key, value in inputs.items() if key != "labels"}, fusion_head)
     inputs, num_choices, batch = call.inputs, call.num_choices, call.rows
     routes = tuple(heads)

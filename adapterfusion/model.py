@@ -381,8 +381,13 @@ class AdaptedModel(nn.Module):
         caller whose weights change only by optimizer steps, in-place operations, `.to()` or loading (the server)."""
         check_wrapped(self.sites)
         check_bool(check_values, "inference_cache(check_values)")
-        with self._runtime.caching(check_values), torch.no_grad():
+        with self._runtime.caching(check_values, (self.dtype, self.device)), torch.no_grad():
             yield
+
+    def check_cache_placement(self) -> None:
+        """Inside inference_cache(): refuse a forward after the model was cast or moved in the block."""
+        if self._runtime.is_caching:
+            self._runtime.check_placement((self.dtype, self.device))
 
     def recording_fusion_attentions(self, enabled: bool = True) -> contextlib.AbstractContextManager[Recorder | None]:
         """Inside the block every fusion site records its softmax weights into the yielded dict, keyed (layer,
@@ -439,6 +444,7 @@ class AdaptedModel(nn.Module):
         adapter_names / head_names: one entry per example, an adapter, a fusion or None (the plain model) / a head,
         for a batch whose examples run different pieces (routing.py); each example gets what it would alone."""
         check_bool(output_fusion_attentions, "output_fusion_attentions")  # "no" would record: a str is truthy
+        self.check_cache_placement()
         head_name = self.active_head
         inputs = dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask)
         if isinstance(self._state.block, blocks.Parallel):  # every example once per child: a routed call

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.layer import FoldedFusion
 
 Recorder = dict[tuple[int, str], torch.Tensor]
@@ -30,6 +31,7 @@ class ForwardRuntime:
         self._recorder: Recorder | None = None
         self._folded: dict[tuple[str, str, str], Any] | None = None
         self._check_values = True  # the current caching block's: hash weight values in stamps (see weights_stamp)
+        self._placement: tuple[torch.dtype, torch.device] | None = None  # the model's when the caching block began
         # The last KEPT_PER_SITE folds (lanes, stacks) of each site and kind, kept between blocks with the weights each
         # was made from: a later block (the next generate(), evaluation call or served batch) reuses one while those
         # weights are unchanged (see `prepared`). (kind, site) -> key -> (stamp, what was made), oldest use first.
@@ -46,16 +48,31 @@ class ForwardRuntime:
             self._recorder = previous
 
     @contextlib.contextmanager
-    def caching(self, check_values: bool = True) -> Iterator[None]:
+    def caching(
+        self, check_values: bool = True, placement: tuple[torch.dtype, torch.device] | None = None
+    ) -> Iterator[None]:
         """Inside the block `folded` folds each fusion site's weights once; the folds are dropped on exit.
         check_values=False: a fold kept from an earlier block is trusted on the tensors' identity and version
-        alone (no hash of their values; see weights_stamp)."""
-        previous = self._folded, self._check_values
-        self._folded, self._check_values = {}, check_values
+        alone (no hash of their values; see weights_stamp). `placement`: the model's dtype and device now, which
+        `check_placement` holds each forward of the block to."""
+        previous = self._folded, self._check_values, self._placement
+        self._folded, self._check_values, self._placement = {}, check_values, placement
         try:
             yield
         finally:
-            self._folded, self._check_values = previous
+            self._folded, self._check_values, self._placement = previous
+
+    def check_placement(self, placement: tuple[torch.dtype, torch.device]) -> None:
+        """Refuse a forward inside a caching block after the model was cast or moved (`model.to(...)` inside it):
+        the folds and lanes the block made are of the old dtype and device, and would fail deep in torch (or, cast
+        back, silently run the old weights)."""
+        if self._folded is not None and self._placement is not None and placement != self._placement:
+            (dtype, device), (now_dtype, now_device) = self._placement, placement
+            raise ConfigError(
+                f"the model was cast or moved inside inference_cache() (from {dtype} on {device} to {now_dtype} on "
+                f"{now_device}); what the block prepared is of the old weights. Call model.to(...) outside the block "
+                "and enter a new one: `with model.inference_cache(): ...`"
+            )
 
     @contextlib.contextmanager
     def extending(self) -> Iterator[None]:

@@ -46,6 +46,23 @@ def _call(build: Callable[[], af.AdaptedModel], **changes: Any) -> Callable[[Pat
     return prepare
 
 
+def _cast_inside_cache(folder: Path) -> Action:
+    """A fused model's forward inside inference_cache(), after model.to(bfloat16) in the same block."""
+    model = _headed()
+    model.add_adapter("a")
+    model.add_adapter("b")
+    model.add_fusion("f", ["a", "b"])
+    model.activate(fusion="f", head=model.active_head)
+
+    def act() -> None:
+        with model.inference_cache():
+            model(**tiny_inputs())
+            model.to(torch.bfloat16)
+            model(**tiny_inputs())
+
+    return act
+
+
 def _ids(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
     return torch.full(shape, 7, dtype=dtype)
 
@@ -426,6 +443,24 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("labels", "meta", "cpu", ".to("),
         _call(_headed, labels=torch.tensor([0, 1], device="meta")),
+    ),
+    B(
+        "forward-model-on-meta",
+        GROUP,
+        "model.to('meta'), then a forward (was a RuntimeError 'Tensor.item() cannot be called on meta tensors' from "
+        "transformers' mask code)",
+        af.ConfigError,
+        ("the model's weights", "meta device", "no values", "to_empty"),
+        _call(lambda: _headed().to("meta")),
+    ),
+    B(
+        "forward-cast-inside-inference-cache",
+        GROUP,
+        "model.to(torch.bfloat16) inside inference_cache(), then a fused forward (was a RuntimeError 'mat1 and mat2 "
+        "must have the same dtype' from torch: the block's folds were float32)",
+        af.ConfigError,
+        ("cast or moved inside inference_cache()", "torch.bfloat16", "outside the block"),
+        _cast_inside_cache,
     ),
     B(
         "forward-labels-without-loss",
