@@ -45,12 +45,25 @@ def _check_columns(spec: TaskSpec, dataset, origin: str) -> None:
 
 def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
     """Texts must be strings; MC rows need exactly num_choices string choices and, if used, the blank."""
-    for name, column in zip(spec.text_fields, fields.text_columns(batch, spec), strict=True):
+    columns = fields.text_columns(batch, spec)
+    for name, column in zip(spec.text_fields, columns, strict=True):
         for i, value in enumerate(column):
+            if value is None:
+                raise TaskError(
+                    f"{_where(spec, origin)}, row {offset + i}: field {name!r} is missing or empty; fill it in "
+                    "or drop the row."
+                )
             if not isinstance(value, str):
                 raise TaskError(
-                    f"{_where(spec, origin)}, row {offset + i}: field {name!r} is {value!r}, not text; fill it in "
-                    "or drop the row."
+                    f"{_where(spec, origin)}, row {offset + i}: field {name!r} is {value!r} (of type "
+                    f"{type(value).__name__}), not text; write it as a string (in JSON, in quotes)."
+                )
+    if spec.kind in ("single", "pair"):  # a row whose input holds no text at all trains on nothing but its label
+        for i, texts in enumerate(zip(*columns, strict=True)):
+            if not any(text.strip() for text in texts):
+                raise TaskError(
+                    f"{_where(spec, origin)}, row {offset + i}: field(s) {list(spec.text_fields)} hold no text "
+                    f"({list(texts)!r}); fill them in or drop the row."
                 )
     if not spec.is_multiple_choice:
         return
@@ -62,7 +75,10 @@ def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
                 f"{list(spec.choice_fields)}, found {count}; fix the row or the task's num_choices/choice_fields."
             )
         if not all(isinstance(c, str) for c in choices):
-            raise TaskError(f"{_where(spec, origin)}, row {offset + i}: choices {choices!r} must all be text.")
+            raise TaskError(
+                f"{_where(spec, origin)}, row {offset + i}: choices {choices!r} in {list(spec.choice_fields)} must "
+                "all be text; fill in the missing choice or drop the row."
+            )
     if spec.blank is None:
         return
     for i, context in enumerate(fields.contexts(batch, spec)):
@@ -71,6 +87,11 @@ def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
                 f"{_where(spec, origin)}, row {offset + i}: context has no blank {spec.blank!r} for the choices "
                 "to fill; fix the row or the task's blank."
             )
+
+
+def _missing(raw: Any) -> bool:
+    """No value at all: None, an empty string or a NaN (JSON's NaN, pandas' missing number)."""
+    return raw is None or raw == "" or (isinstance(raw, float) and math.isnan(raw))
 
 
 def _label_key(raw: Any) -> str:
@@ -106,7 +127,10 @@ def _label_lookup(spec: TaskSpec) -> dict[str, int]:
     a user's file may write "positive" for the task's label named "positive"."""
     lookup = spec.label_lookup()
     names = {name: i for i, name in enumerate(spec.label_names) if name not in lookup}
-    return {**lookup, **names} if not spec.label_values else lookup
+    lookup = {**lookup, **names} if not spec.label_values else lookup
+    # A CSV written by pandas from a label column with a gap holds "1.0" where the label is 1.
+    floats = {f"{key}.0": i for key, i in lookup.items() if key.lstrip("-").isdigit() and f"{key}.0" not in lookup}
+    return {**lookup, **floats}
 
 
 def _score(raw: Any) -> float | None:
@@ -125,7 +149,7 @@ def _check_scores(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
     is no number."""
     unlabelled = []
     for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
-        if raw is None or raw == "" or (isinstance(raw, float) and math.isnan(raw)):
+        if _missing(raw) or (isinstance(raw, str) and raw.strip().lower() == "nan"):  # CSV cells are text
             unlabelled.append(offset + i)
         elif _score(raw) is None:
             raise TaskError(
@@ -145,11 +169,11 @@ def _check_labels(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
     unlabelled = []
     for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
         key = _label_key(raw)
-        if raw is None or key in UNLABELLED_VALUES:
+        if _missing(raw) or key in UNLABELLED_VALUES:
             unlabelled.append(offset + i)
         elif key not in lookup:
             allowed = list(spec.label_lookup())
-            names = [name for name in lookup if name not in allowed]
+            names = [name for name in spec.label_names if name in lookup and name not in allowed]
             also = f" (or the label names {names})" if names else ""
             raise _UnknownLabel(
                 f"{_where(spec, origin)}, row {offset + i}: label {raw!r} in field {spec.label_field!r} is not one "

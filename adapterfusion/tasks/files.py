@@ -2,15 +2,19 @@
 SQuAD's JSON and CoNLL's text files for span tasks, tasks/span_files.py).
 
 Files are read with the `datasets` json/csv builders so they get Arrow cache files, which is what lets
-`Dataset.map` cache tokenisation between runs.
+`Dataset.map` cache tokenisation between runs. CSV cells are read as the text they hold (pandas would read "007" as 7,
+"NA" and "null" as missing and "True" as a bool); only an empty cell is missing.
 """
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from adapterfusion.io.paths import check_readable_file
 from adapterfusion.tasks.errors import TaskError
@@ -55,6 +59,35 @@ def _is_empty(path: Path) -> bool:
         return not handle.read(4096).strip()
 
 
+def _csv_header(path: Path) -> list[str]:
+    """A CSV file's column names as pandas names them (an empty name becomes "Unnamed: <i>"); a TaskError for a name
+    used twice, which pandas would silently rename to "<name>.1"."""
+    try:
+        with _open(path) as handle:
+            text = io.TextIOWrapper(handle, encoding="utf-8-sig", newline="")
+            header = next(csv.reader(text), [])
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as err:
+        raise TaskError(
+            f"data file {str(path)!r}: the header row cannot be read ({err}); save it as UTF-8 CSV."
+        ) from err
+    names = [name or f"Unnamed: {i}" for i, name in enumerate(header)]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise TaskError(
+            f"data file {str(path)!r}, line 1: column name(s) {twice} appear more than once in the header "
+            f"{header}; give every column its own name."
+        )
+    return names
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise ValueError(f"key(s) {twice} appear more than once in one object; give every field its own name")
+    return dict(pairs)
+
+
 def _json_problem(path: Path) -> str | None:
     """Where a JSON data file first goes wrong ("line 6: Expecting ',' delimiter (column 31)"), found by reading it
     ourselves: the `datasets` builder says only that generating the dataset failed."""
@@ -70,17 +103,21 @@ def _json_problem(path: Path) -> str | None:
             return f"line {number}: not UTF-8 text ({err.reason} at column {err.start + 1})"
     if "\n".join(lines).lstrip().startswith("["):  # one JSON list of objects, not JSON Lines
         try:
-            json.loads("\n".join(lines))
+            json.loads("\n".join(lines), object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as err:
             return f"line {err.lineno}: {err.msg} (column {err.colno})"
+        except ValueError as err:
+            return str(err)
         return None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as err:
             return f"line {number}: {err.msg} (column {err.colno})"
+        except ValueError as err:
+            return f"line {number}: {err}"
         if not isinstance(row, dict):
             return f"line {number}: a JSON {type(row).__name__}, not an object holding the example's fields"
     return None
@@ -105,9 +142,19 @@ def read_data_file(path: str | Path, cache_dir: str | None = None):
         raise TaskError(f"data file {str(path)!r} cannot be read ({err}); is it a valid (gzip) file?") from err
     if empty:
         raise TaskError(f"data file {str(path)!r} is empty; it must hold at least one example.")
+    options: dict[str, Any] = {}
+    if builder == "csv":
+        header = _csv_header(path)
+        features = datasets.Features({name: datasets.Value("string") for name in header})
+        options = {"features": features, "keep_default_na": False, "na_values": [""]}
     try:
-        dataset = datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir)
+        dataset = datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir, **options)
     except Exception as err:  # the builders raise many types; all mean "this file does not parse"
+        if "corresponds to no data" in str(err):  # a CSV header alone, or an empty JSON list (datasets' words)
+            raise TaskError(
+                f"data file {str(path)!r} has no rows (only a header, or an empty list); it must hold at least one "
+                "example."
+            ) from err
         problem = _json_problem(path) if builder == "json" else None
         if problem is not None:
             raise TaskError(

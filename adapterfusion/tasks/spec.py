@@ -272,6 +272,16 @@ class TaskSpec:
                 f"label_names={list(self.label_names)} must hold at least 2 distinct names "
                 "(for multiple choice, one per choice, or give num_choices)."
             )
+        ids = [str(i) for i in range(len(self.label_names))]
+        misread = [(n, i) for i, n in enumerate(self.label_names) if n in ids and n != ids[i]]
+        if misread and not self.label_values:  # a raw label "1" could mean id 1 or the name "1"
+            name, index = misread[0]
+            raise self._fail(
+                f"label_names={list(self.label_names)} are numbers that are also label ids 0..{len(ids) - 1} "
+                f"(the name {name!r} has id {index}), so a raw label {name!r} in a file is ambiguous; give "
+                f"label_values={list(self.label_names)} if the files write these names, or "
+                f"label_values={ids} if they write ids."
+            )
         if self.label_values:
             if len(self.label_values) != len(self.label_names):
                 raise self._fail(

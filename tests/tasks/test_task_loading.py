@@ -190,7 +190,7 @@ def folder(tmp_path, write_jsonl):
     [
         ([{"a": "x", "c": "y", "label": 0}], r"missing field\(s\) \['b'\].*the file has"),
         ([*GOOD, {"a": "x", "b": "y", "label": 7}], r"row 6: label 7 in field 'label' is not one of \['0', '1'\]"),
-        ([*GOOD, {"a": None, "b": "y", "label": 0}], r"row 6: field 'a' is None, not text"),
+        ([*GOOD, {"a": None, "b": "y", "label": 0}], r"row 6: field 'a' is missing or empty"),
         ([*GOOD, {"a": "x", "b": "y", "label": -1}], r"row 6: no gold label .*drop_unlabelled=True"),
     ],
 )
