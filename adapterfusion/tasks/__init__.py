@@ -4,7 +4,7 @@ tasks, loading and checking their data, tokenising it for a model, and scoring p
 from adapterfusion.tasks.carving import CarveOut, carve_indices, subsample_indices
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import EncodedTask, TruncationReport, encode_task, segments
-from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.errors import TaskDataWarning, TaskError
 from adapterfusion.tasks.loading import ENV_DATA_DIR, SplitOrigin, TaskData, TaskDataInfo, load_task_data
 from adapterfusion.tasks.metrics import accuracy, compute_metrics, f1, matthews_correlation, pearson, spearman
 from adapterfusion.tasks.registry import (
@@ -25,6 +25,7 @@ __all__ = [
     "TaskCollator",
     "TaskData",
     "TaskDataInfo",
+    "TaskDataWarning",
     "TaskError",
     "TaskSpec",
     "TruncationReport",

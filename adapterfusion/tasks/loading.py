@@ -5,6 +5,7 @@ where every split came from (Hub, local file, or a seeded carve-out) so that rep
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any, NamedTuple
 from adapterfusion.io.paths import describe
 from adapterfusion.tasks.carving import CarveOut, carve_indices, subsample_indices
 from adapterfusion.tasks.checks import check_split
-from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.errors import TaskDataWarning, TaskError
 from adapterfusion.tasks.files import EXTENSIONS, find_split_file, read_data_file
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import ROLES, TaskSpec
@@ -234,6 +235,25 @@ def _limit_for(max_examples: int | Mapping[str, int] | None, role: str) -> int |
     return max_examples.get(role) if isinstance(max_examples, Mapping) else max_examples
 
 
+def _missing_classes(spec: TaskSpec, train: Any) -> list[str]:
+    """A note (and a TaskDataWarning) when a classification task's train split has no example of some label: a
+    model cannot learn to predict it, and one class alone trains a constant predictor. Nothing is refused: a small
+    subsample may miss a rare class on purpose."""
+    if train is None or spec.kind not in ("single", "pair") or spec.regression or len(train) == 0:
+        return []
+    present = set(train.unique("label"))
+    missing = [name for index, name in enumerate(spec.label_names) if index not in present]
+    if not missing:
+        return []
+    note = (
+        f"the train split has no example of label(s) {missing} ({len(present)} of {len(spec.label_names)} classes "
+        f"in {len(train)} rows): the model cannot learn to predict them"
+        + ("; with one class alone it learns a constant answer" if len(present) == 1 else "")
+    )
+    warnings.warn(f"task {spec.name!r}: {note}", TaskDataWarning, stacklevel=3)
+    return [note]
+
+
 def load_task_data(
     task: str | TaskSpec,
     data_dir: str | os.PathLike | None = None,
@@ -284,6 +304,7 @@ def load_task_data(
         if limit is not None:
             splits[role] = splits[role].select(subsample_indices(len(splits[role]), limit, seed, ROLES.index(role)))
             origins[role] = replace(origins[role], num_rows=len(splits[role]))
+    notes += _missing_classes(spec, splits.get("train"))
     ordered = [r for r in ROLES if r in splits]
     info = TaskDataInfo(
         task=spec.name,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
-from adapterfusion.tasks import TaskError, TaskSpec, instruction_task, load_task_data
+from adapterfusion.tasks import TaskDataWarning, TaskError, TaskSpec, instruction_task, load_task_data
 
 
 def _spec(tmp_path, name: str, text: str, **fields) -> TaskSpec:
@@ -57,3 +58,15 @@ def test_rows_without_any_text_are_refused(tmp_path) -> None:
     rows = "".join(json.dumps(r) + "\n" for r in ({"text": "a", "label": 1}, {"text": "  ", "label": 0}))
     with pytest.raises(TaskError, match=r"row 1: field\(s\) \['text'\] hold no text"):
         load_task_data(_spec(tmp_path, "d.jsonl", rows))
+
+
+def test_a_class_missing_from_train_is_noted_and_warned(tmp_path) -> None:
+    """One class alone trains a constant predictor without a word; the run's data record now says so."""
+    spec = _spec(tmp_path, "d.csv", "text,label\na,pos\nb,pos\n")
+    with pytest.warns(TaskDataWarning, match=r"no example of label\(s\) \['neg'\].*constant answer"):
+        _, info = load_task_data(spec)
+    assert any("['neg']" in note for note in info.notes) and "note: the train split" in info.describe()
+    both = _spec(tmp_path, "e.csv", "text,label\na,pos\nb,neg\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TaskDataWarning)
+        assert load_task_data(both)[1].notes == ()
