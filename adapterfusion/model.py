@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -71,6 +72,8 @@ class AdaptedModelOutput(ModelOutput):
     row_logits: tuple[torch.Tensor, ...] | None = None
 
 
+_Forward = Callable[..., "AdaptedModelOutput"]
+
 # The wrapped model's outputs a forward hands on as they are (its loss and logits are decided per head).
 _PASSED_THROUGH = frozenset(AdaptedModelOutput.__dataclass_fields__) - {"loss", "logits", "row_logits"}
 
@@ -83,6 +86,30 @@ def _take_own_head_output(output: AdaptedModelOutput, encoded: Mapping[str, Any]
     for key, value in encoded.items():
         if key not in AdaptedModelOutput.__dataclass_fields__ and value is not None:
             output[key] = value
+
+
+def _explains_dtype_errors(forward: _Forward) -> _Forward:
+    """`forward` turning torch's dtype mismatch into the library's error where a piece was cast by hand to another
+    dtype than the encoder's (`model.get_head(name).to(torch.bfloat16)`): torch names two matrices, not the piece.
+    Costs nothing until torch fails."""
+
+    @functools.wraps(forward)
+    def checked(self: AdaptedModel, *args: Any, **kwargs: Any) -> AdaptedModelOutput:
+        try:
+            return forward(self, *args, **kwargs)
+        except RuntimeError as err:
+            odd = self.pieces_of_other_dtype() if "dtype" in str(err) else {}
+            if not odd:
+                raise
+            listed = ", ".join(f"{piece} ({dtype})" for piece, dtype in odd.items())
+            raise ConfigError(
+                f"{listed} {'holds' if len(odd) == 1 else 'hold'} weights of another dtype than the encoder's "
+                f"{self.dtype}, so the forward mixes "
+                f"dtypes; cast the whole model instead (model.to({self.dtype}) puts every piece in the encoder's "
+                "dtype, model.to(dtype) moves all of them together)"
+            ) from err
+
+    return cast(_Forward, checked)
 
 
 class AdaptedModel(nn.Module):
@@ -427,6 +454,21 @@ class AdaptedModel(nn.Module):
         refused now. af.pipeline(task, model, tokenizer, adapter=..., head=...) builds the pipeline in one call."""
         return PipelineModel(self, adapter=adapter, fusion=fusion, head=head, skip_layers=self.skip_layers, task=task)
 
+    def pieces_of_other_dtype(self) -> dict[str, torch.dtype]:
+        """Each adapter, fusion and head ("adapter 'a'") holding a floating-point weight of another dtype than the
+        encoder's embeddings, with that dtype."""
+        pieces = [(f"adapter {name!r}", self.adapter_parameters(name)) for name in self.adapter_names]
+        pieces += [(f"fusion {name!r}", self.fusion_parameters(name)) for name in self.fusion_names]
+        pieces += [(f"head {name!r}", list(self.heads[name].parameters())) for name in self.head_names]
+        dtype = self.dtype
+        odd = {}
+        for piece, parameters in pieces:
+            other = next((p.dtype for p in parameters if p.is_floating_point() and p.dtype != dtype), None)
+            if other is not None:
+                odd[piece] = other
+        return odd
+
+    @_explains_dtype_errors
     def forward(
         self,
         input_ids: torch.Tensor | None = None,

@@ -63,6 +63,13 @@ def _cast_inside_cache(folder: Path) -> Action:
     return act
 
 
+def _head_cast_by_hand(folder: Path) -> Action:
+    """model.get_head('h').to(torch.bfloat16) on a float32 encoder, then a forward."""
+    model = _headed()
+    model.get_head("h").to(torch.bfloat16)
+    return lambda: model(**tiny_inputs())
+
+
 def _ids(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
     return torch.full(shape, 7, dtype=dtype)
 
@@ -461,6 +468,15 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("cast or moved inside inference_cache()", "torch.bfloat16", "outside the block"),
         _cast_inside_cache,
+    ),
+    B(
+        "forward-head-cast-by-hand",
+        GROUP,
+        "model.get_head('h').to(torch.bfloat16) on a float32 encoder, then a forward (was torch's 'mat1 and mat2 "
+        "must have the same dtype', naming no piece)",
+        af.ConfigError,
+        ("head 'h' (torch.bfloat16)", "another dtype than the encoder's torch.float32", "model.to(torch.float32)"),
+        _head_cast_by_hand,
     ),
     B(
         "forward-labels-without-loss",
