@@ -26,15 +26,32 @@ def _uncached_copy_logits(model: af.AdaptedModel, **inputs: object) -> torch.Ten
         return copy.deepcopy(model)(**inputs).logits
 
 
-def _cached_logits(model: af.AdaptedModel, **inputs: object) -> torch.Tensor:
-    with model.inference_cache():
+def _cached_logits(model: af.AdaptedModel, check_values: bool = True, **inputs: object) -> torch.Tensor:
+    with model.inference_cache(check_values=check_values):
         return model(**inputs).logits
+
+
+def _assert_cache_sees_the_weights(model: af.AdaptedModel, check_values: bool = True, **inputs: object) -> None:
+    """The cached logits equal those of a copy of the model as it is now, run without the cache (float64)."""
+    expected = _uncached_copy_logits(model, **inputs)
+    actual = _cached_logits(model, check_values, **inputs)
+    torch.testing.assert_close(actual, expected, rtol=1e-12, atol=1e-12)
 
 
 def _encoder_with(*adapters: str) -> af.AdaptedModel:
     model = af.wrap(tiny_encoder().double())
     for name in adapters:
         model.add_adapter(name)
+    return model
+
+
+def _fused_encoder(seed: int) -> af.AdaptedModel:
+    """A float64 tiny encoder running fusion 'f' over adapters a and b with head 'h', every piece randomised."""
+    model = _encoder_with("a", "b")
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    model.activate(fusion="f", head="h")
+    randomise_pieces(model, seed=seed)
     return model
 
 
@@ -46,38 +63,26 @@ def test_a_routed_batch_sees_adapter_weights_changed_through_data() -> None:
     inputs = dict(tiny_inputs(batch=3), adapter_names=["a", "b", None])
     _cached_logits(model, **inputs)  # prepares the routed stack
     _scale_through_data(model, ".adapters.a.", 3.0)
-    expected = _uncached_copy_logits(model, **inputs)
-    torch.testing.assert_close(_cached_logits(model, **inputs), expected, rtol=1e-12, atol=1e-12)
+    _assert_cache_sees_the_weights(model, **inputs)
 
 
 def test_a_fusion_sees_fusion_weights_changed_through_data() -> None:
-    model = _encoder_with("a", "b")
-    model.add_fusion("f", ["a", "b"])
-    model.add_head("h", af.ClassificationHead(num_labels=2))
-    model.activate(fusion="f", head="h")
-    randomise_pieces(model, seed=4)
+    model = _fused_encoder(seed=4)
     inputs = tiny_inputs(batch=3)
     _cached_logits(model, **inputs)  # folds the fusion
     _scale_through_data(model, ".fusions.f.", 1.7)
-    expected = _uncached_copy_logits(model, **inputs)
-    torch.testing.assert_close(_cached_logits(model, **inputs), expected, rtol=1e-12, atol=1e-12)
+    _assert_cache_sees_the_weights(model, **inputs)
     _scale_through_data(model, ".adapters.b.", -2.0)  # the adapters the fold is made from
-    expected = _uncached_copy_logits(model, **inputs)
-    torch.testing.assert_close(_cached_logits(model, **inputs), expected, rtol=1e-12, atol=1e-12)
+    _assert_cache_sees_the_weights(model, **inputs)
 
 
 def test_a_change_of_one_value_is_seen() -> None:
-    model = _encoder_with("a", "b")
-    model.add_fusion("f", ["a", "b"])
-    model.add_head("h", af.ClassificationHead(num_labels=2))
-    model.activate(fusion="f", head="h")
-    randomise_pieces(model, seed=5)
+    model = _fused_encoder(seed=5)
     inputs = tiny_inputs(batch=2)
     _cached_logits(model, **inputs)
     weight = next(p for name, p in model.named_parameters() if ".fusions.f." in name and p.dim() == 2)
     weight.data[0, 0] += 1e-6  # about 1e-7 in the logits
-    expected = _uncached_copy_logits(model, **inputs)
-    torch.testing.assert_close(_cached_logits(model, **inputs), expected, rtol=1e-12, atol=1e-12)
+    _assert_cache_sees_the_weights(model, **inputs)
 
 
 def test_generate_and_decoder_lanes_see_weights_changed_through_data() -> None:
@@ -98,30 +103,20 @@ def test_generate_and_decoder_lanes_see_weights_changed_through_data() -> None:
         _scale_through_data(model, ".fusions.", 2.0)
         reference = copy.deepcopy(model)
         assert torch.equal(model.generate(**inputs, **options), reference.generate(**inputs, **options))
-        expected = _uncached_copy_logits(model, **inputs)
-        torch.testing.assert_close(_cached_logits(model, **inputs), expected, rtol=1e-12, atol=1e-12)
+        _assert_cache_sees_the_weights(model, **inputs)
 
 
 def test_without_the_value_check_tracked_changes_are_still_seen() -> None:
     """check_values=False (the server's) trusts identity and version: an in-place change torch tracks (here under
     no_grad, as optimizers and EMA with torch._foreach ops do) and a replaced tensor are still seen."""
-    model = _encoder_with("a", "b")
-    model.add_fusion("f", ["a", "b"])
-    model.add_head("h", af.ClassificationHead(num_labels=2))
-    model.activate(fusion="f", head="h")
-    randomise_pieces(model, seed=6)
+    model = _fused_encoder(seed=6)
     inputs = tiny_inputs(batch=2)
-
-    def cached() -> torch.Tensor:
-        with model.inference_cache(check_values=False):
-            return model(**inputs).logits
-
-    cached()
+    _cached_logits(model, check_values=False, **inputs)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if ".fusions.f." in name:
                 parameter.mul_(1.5)
-    torch.testing.assert_close(cached(), _uncached_copy_logits(model, **inputs), rtol=1e-12, atol=1e-12)
+    _assert_cache_sees_the_weights(model, check_values=False, **inputs)
     weight = next(p for name, p in model.named_parameters() if ".adapters.a." in name and p.dim() == 2)
     weight.data = weight.data * -1.0  # a new tensor: its storage differs
-    torch.testing.assert_close(cached(), _uncached_copy_logits(model, **inputs), rtol=1e-12, atol=1e-12)
+    _assert_cache_sees_the_weights(model, check_values=False, **inputs)
