@@ -215,9 +215,7 @@ def _check_keywords(encoder: nn.Module, given: Mapping[str, Any]) -> None:
             f"ignored; it takes {', '.join(shown)} (and the model's own labels=, output_fusion_attentions=, "
             "adapter_names= and head_names=)"
         )
-    for flag in _FLAGS:
-        if flag in given:
-            check_bool(given[flag], flag)
+    _check_flags(given, _FLAGS)
     if given.get("return_dict") is False:
         raise ConfigError(
             "return_dict=False: the model returns an AdaptedModelOutput whatever return_dict says; drop it and call "
@@ -260,6 +258,13 @@ def _reads(function: Any, name: str) -> bool:
         return True
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else []
     return not body or any(isinstance(node, ast.Name) and node.id == name for stmt in body for node in ast.walk(stmt))
+
+
+def _check_flags(given: Mapping[str, Any], flags: tuple[str, ...]) -> None:
+    """Each of `flags` given must be a bool: transformers reads them by truth value, so 'no' would mean True."""
+    for flag in flags:
+        if flag in given:
+            check_bool(given[flag], flag)
 
 
 def _typed_kwargs(annotation: Any, forward: Any) -> set[str] | None:
@@ -882,9 +887,7 @@ def check_generate_inputs(
     before any step runs."""
     wrapped = model.model
     given = {key: value for key, value in inputs.items() if value is not None}
-    for flag in _GENERATE_FLAGS:
-        if flag in given:
-            check_bool(given[flag], flag)
+    _check_flags(given, _GENERATE_FLAGS)
     _check_logits_to_keep(given.get("logits_to_keep"), None)
     if "input_ids" in given and "inputs_embeds" in given:
         given.pop("input_ids")  # transformers runs the embeddings and keeps the ids only to return them
