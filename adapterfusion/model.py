@@ -102,11 +102,11 @@ def _explains_dtype_errors(forward: _Forward) -> _Forward:
             if not odd:
                 raise
             listed = ", ".join(f"{piece} ({dtype})" for piece, dtype in odd.items())
+            dtype = self.dtype
             raise ConfigError(
                 f"{listed} {'holds' if len(odd) == 1 else 'hold'} weights of another dtype than the encoder's "
-                f"{self.dtype}, so the forward mixes "
-                f"dtypes; cast the whole model instead (model.to({self.dtype}) puts every piece in the encoder's "
-                "dtype, model.to(dtype) moves all of them together)"
+                f"{dtype}, so the forward mixes dtypes; cast the whole model instead (model.to({dtype}) puts every "
+                "piece in the encoder's dtype, model.to(dtype) moves all of them together)"
             ) from err
 
     return cast(_Forward, checked)
@@ -408,13 +408,18 @@ class AdaptedModel(nn.Module):
         caller whose weights change only by optimizer steps, in-place operations, `.to()` or loading (the server)."""
         check_wrapped(self.sites)
         check_bool(check_values, "inference_cache(check_values)")
-        with self._runtime.caching(check_values, (self.dtype, self.device)), torch.no_grad():
+        with self._runtime.caching(check_values, self._placement()), torch.no_grad():
             yield
 
     def check_cache_placement(self) -> None:
         """Inside inference_cache(): refuse a forward after the model was cast or moved in the block."""
         if self._runtime.is_caching:
-            self._runtime.check_placement((self.dtype, self.device))
+            self._runtime.check_placement(self._placement())
+
+    def _placement(self) -> tuple[torch.dtype, torch.device]:
+        """(dtype, device) of the embeddings, from one lookup: checked on every forward inside the cache."""
+        weight = cast(nn.Embedding, cast(Any, self.model).get_input_embeddings()).weight
+        return weight.dtype, weight.device
 
     def recording_fusion_attentions(self, enabled: bool = True) -> contextlib.AbstractContextManager[Recorder | None]:
         """Inside the block every fusion site records its softmax weights into the yielded dict, keyed (layer,
