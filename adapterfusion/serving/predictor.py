@@ -143,19 +143,15 @@ def _prediction(logits: torch.Tensor, request: PredictRequest) -> Prediction:
 
 
 def model_limit(model: AdaptedModel, tokenizer: Any) -> int:
-    """The tokens an input may have: token_limit, else DEFAULT_MAX_LENGTH where neither tokenizer nor model says."""
-    return token_limit(getattr(model.model, "config", None), tokenizer) or DEFAULT_MAX_LENGTH
-
-
-def token_limit(model_config: Any, tokenizer: Any) -> int | None:
     """The most tokens one input may have: the tokenizer's model_max_length where it is finite, at most the positions
-    the model's table holds (encoder_limits.max_input_length: RoBERTa's skip the padding id); None: neither says."""
-    limits = [limit for _, limit in _limits(model_config, tokenizer)]
-    return min(limits) if limits else None
+    the model's table holds (encoder_limits.max_input_length: RoBERTa's skip the padding id); DEFAULT_MAX_LENGTH
+    where neither says."""
+    limits = [limit for _, limit in _limits(getattr(model.model, "config", None), tokenizer)]
+    return min(limits) if limits else DEFAULT_MAX_LENGTH
 
 
 def check_max_length(max_length: int | None, model_config: Any, tokenizer: Any) -> None:
-    """ConfigError for a max_length over token_limit: longer inputs would fail in the model's embeddings (or run past
+    """ConfigError for a max_length over model_limit: longer inputs would fail in the model's embeddings (or run past
     what it was trained on) at the first long request, long after the server started."""
     limits = _limits(model_config, tokenizer)
     if max_length is None or not limits:
