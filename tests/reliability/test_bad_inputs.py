@@ -34,6 +34,8 @@ import cases_files
 import cases_forward
 import cases_pieces
 import cases_runs
+import cases_task_data
+import cases_unchecked
 from adapterfusion.experiments import ResultsStore
 from adapterfusion.experiments.errors import ExperimentError, ExperimentSpecError, ResultsStoreError
 from adapterfusion.experiments.plan import plan_jobs
@@ -1145,6 +1147,8 @@ CASES: tuple[BadInput, ...] = (
     *cases_pieces.CASES,
     *cases_runs.CASES,
     *cases_blocks.CASES,
+    *cases_task_data.CASES,
+    *cases_unchecked.CASES,
 )
 
 
