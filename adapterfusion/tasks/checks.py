@@ -12,12 +12,13 @@ from typing import Any
 
 from adapterfusion.tasks import fields
 from adapterfusion.tasks.errors import TaskError
-from adapterfusion.tasks.spec import UNLABELLED_VALUES, TaskSpec, suggest
+from adapterfusion.tasks.spec import GENERATION, UNLABELLED_VALUES, TaskSpec, suggest
 from adapterfusion.tasks.squad import check_qa_split
 from adapterfusion.tasks.tagging import check_tagging_split
 
 LABEL_COLUMN = "label"
 _CHUNK = 10_000
+_EVERY_TEXT_NEEDED = ("single", "pair", GENERATION)  # kinds whose every text field is one input, none optional
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,21 @@ def _check_columns(spec: TaskSpec, dataset, origin: str) -> None:
         )
 
 
+def _blank_text(spec: TaskSpec, origin: str, row: int, blank: list[tuple[str, str]]) -> str:
+    """The message for a row with a blank text field: a blank input trains on nothing but the label, one blank side
+    of a pair on half an input, and a blank prompt on an answer to no question."""
+    where = f"{_where(spec, origin)}, row {row}"
+    if spec.is_generation:
+        name, text = blank[0]
+        return (
+            f"{where}: the prompt in field {name!r} is blank ({text!r}); every row needs a prompt before its answer "
+            "(with no prompt token, the answer's first token is never trained on); write the prompt or drop the row."
+        )
+    names, texts = [name for name, _ in blank], [text for _, text in blank]
+    every = f" (a {spec.kind} task reads every one of {list(spec.text_fields)})" if len(spec.text_fields) > 1 else ""
+    return f"{where}: field(s) {names} hold no text ({texts!r}){every}; fill them in or drop the row."
+
+
 def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
     """Texts must be strings; MC rows need exactly num_choices string choices and, if used, the blank."""
     columns = fields.text_columns(batch, spec)
@@ -58,13 +74,11 @@ def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
                     f"{_where(spec, origin)}, row {offset + i}: field {name!r} is {value!r} (of type "
                     f"{type(value).__name__}), not text; write it as a string (in JSON, in quotes)."
                 )
-    if spec.kind in ("single", "pair"):  # a row whose input holds no text at all trains on nothing but its label
+    if spec.kind in _EVERY_TEXT_NEEDED:
         for i, texts in enumerate(zip(*columns, strict=True)):
-            if not any(text.strip() for text in texts):
-                raise TaskError(
-                    f"{_where(spec, origin)}, row {offset + i}: field(s) {list(spec.text_fields)} hold no text "
-                    f"({list(texts)!r}); fill them in or drop the row."
-                )
+            blank = [(name, text) for name, text in zip(spec.text_fields, texts, strict=True) if not text.strip()]
+            if blank:
+                raise TaskError(_blank_text(spec, origin, offset + i, blank))
     if not spec.is_multiple_choice:
         return
     for i, choices in enumerate(fields.choice_lists(batch, spec)):
@@ -90,8 +104,18 @@ def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
 
 
 def _missing(raw: Any) -> bool:
-    """No value at all: None, an empty string or a NaN (JSON's NaN, pandas' missing number)."""
-    return raw is None or raw == "" or (isinstance(raw, float) and math.isnan(raw))
+    """No value at all: None, blank text, a NaN (JSON's NaN, pandas' missing number) or the text "NaN" (what pandas
+    writes to a CSV for a gap, and a CSV cell is read as the text it holds)."""
+    if isinstance(raw, str):
+        return raw.strip().lower() in ("", "nan")
+    return raw is None or (isinstance(raw, float) and math.isnan(raw))
+
+
+def _unlabelled(raw: Any, lookup: dict[str, int]) -> bool:
+    """No gold label: a missing value or one of UNLABELLED_VALUES, unless the text is one of the task's own labels
+    (a task may name a label "nan")."""
+    key = _label_key(raw)
+    return key in UNLABELLED_VALUES or (_missing(raw) and not (isinstance(raw, str) and raw in lookup))
 
 
 def _label_key(raw: Any) -> str:
@@ -149,7 +173,7 @@ def _check_scores(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
     is no number."""
     unlabelled = []
     for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
-        if _missing(raw) or (isinstance(raw, str) and raw.strip().lower() == "nan"):  # CSV cells are text
+        if _missing(raw):
             unlabelled.append(offset + i)
         elif _score(raw) is None:
             raise TaskError(
@@ -169,7 +193,7 @@ def _check_labels(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
     unlabelled = []
     for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
         key = _label_key(raw)
-        if _missing(raw) or key in UNLABELLED_VALUES:
+        if _unlabelled(raw, lookup):
             unlabelled.append(offset + i)
         elif key not in lookup:
             allowed = list(spec.label_lookup())
@@ -186,9 +210,10 @@ def _labels_found(spec: TaskSpec, dataset, limit: int = 20) -> str:
     """' The column holds labels [...]': every distinct label of the split (the first `limit`), so that a file
     labelled with other names shows them all at once."""
     found: dict[str, None] = {}
+    lookup = _label_lookup(spec)
     for batch in dataset.select_columns([fields.top_level(spec.label_field)]).iter(batch_size=_CHUNK):
         found.update(dict.fromkeys(_label_key(v) for v in fields.field_values(batch, spec.label_field)))
-    names = sorted(k for k in found if k not in UNLABELLED_VALUES)
+    names = sorted(k for k in found if not _unlabelled(k, lookup))
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return (
         f" The column holds {len(names)} distinct labels: {names[:limit]}{more}. If these are your labels, describe "
@@ -225,8 +250,9 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
         return CheckedSplit(dataset=None, dropped_unlabelled=len(unlabelled))
     if unlabelled and not spec.drop_unlabelled:
         raise TaskError(
-            f"{_where(spec, origin)}, row {unlabelled[0]}: no gold label ({len(unlabelled)} such rows in the "
-            f"{role} split); remove them or set drop_unlabelled=True in the task description."
+            f"{_where(spec, origin)}, row {unlabelled[0]}: no gold label in field {spec.label_field!r} "
+            f"({len(unlabelled)} such rows in the {role} split); remove them or set drop_unlabelled=True in the task "
+            "description."
         )
     if unlabelled:
         keep = sorted(set(range(len(dataset))) - set(unlabelled))

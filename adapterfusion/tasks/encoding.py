@@ -164,12 +164,14 @@ def encode_task(
                 "load_task_data so labels are checked and converted to ids."
             )
         drop = dataset.column_names if spec.is_generation else [c for c in dataset.column_names if c != LABEL_COLUMN]
+        options = {"spec": spec, "tokenizer": tokenizer, "max_length": length}
         mapped = dataset.map(
             encode_instruction_batch if spec.is_generation else _encode_batch,
             batched=True,
+            with_indices=spec.is_generation,  # a prompt without tokens is named by its row
             remove_columns=drop,
             num_proc=num_proc,
-            fn_kwargs={"spec": spec, "tokenizer": tokenizer, "max_length": length},
+            fn_kwargs={**options, "split": role} if spec.is_generation else options,
             desc=f"{spec.name}/{role}: tokenising",
         )
         truncated[role] = int(sum(mapped[TRUNCATED_COLUMN]))

@@ -13,6 +13,7 @@ import gzip
 import io
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,21 +56,53 @@ def _open(path: Path):
 
 
 def _is_empty(path: Path) -> bool:
+    """Nothing but whitespace, however long the file (its first 4096 bytes being blank say nothing of the rest)."""
     with _open(path) as handle:
-        return not handle.read(4096).strip()
+        while chunk := handle.read(1 << 16):
+            if chunk.strip():
+                return False
+    return True
 
 
-def _csv_header(path: Path) -> list[str]:
-    """A CSV file's column names as pandas names them (an empty name becomes "Unnamed: <i>"); a TaskError for a name
-    used twice, which pandas would silently rename to "<name>.1"."""
-    try:
-        with _open(path) as handle:
-            text = io.TextIOWrapper(handle, encoding="utf-8-sig", newline="")
-            header = next(csv.reader(text), [])
-    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as err:
-        raise TaskError(
-            f"data file {str(path)!r}: the header row cannot be read ({err}); save it as UTF-8 CSV."
-        ) from err
+def _no_rows(path: Path) -> TaskError:
+    return TaskError(
+        f"data file {str(path)!r} has no rows (only a header, or an empty list); it must hold at least one example."
+    )
+
+
+def _first_non_utf8_line(path: Path) -> str | None:
+    """'line 6: not UTF-8 text (...)' for the first line that does not decode; None when every line does."""
+    with _open(path) as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                return f"line {number}: not UTF-8 text ({err.reason} at column {err.start + 1})"
+    return None
+
+
+def _csv_records(text: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
+    """(first line number, cells) of every CSV record, leaving out the lines pandas skips: empty ones and unquoted
+    whitespace-only ones (a quoted "  " is a row)."""
+    last = [""]
+
+    def lines() -> Iterator[str]:
+        for line in text:
+            last[0] = line
+            yield line
+
+    reader = csv.reader(lines())
+    start = 1
+    for record in reader:
+        blank = reader.line_num == start and len(record) == 1 and not last[0].strip()
+        if record and not blank:
+            yield start, record
+        start = reader.line_num + 1
+
+
+def _header_names(path: Path, header: list[str]) -> list[str]:
+    """Column names as pandas names them (an empty name becomes "Unnamed: <i>"); a TaskError for a name used twice,
+    which pandas would silently rename to "<name>.1"."""
     names = [name or f"Unnamed: {i}" for i, name in enumerate(header)]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
@@ -80,6 +113,38 @@ def _csv_header(path: Path) -> list[str]:
     return names
 
 
+def _csv_layout(path: Path) -> tuple[list[str], int]:
+    """A CSV file's column names and number of rows, read here, before pandas, so that each problem is named by its
+    line: a name used twice, and a row with more or fewer cells than the header (pandas fills missing cells in, so
+    the row's last field looks empty, and a cell too many on every row makes the first cell an index, shifting
+    every column)."""
+    limit = csv.field_size_limit(2**31 - 1)  # pandas reads a long text cell; the csv module stops at 128 KiB
+    header: list[str] | None = None
+    names: list[str] = []
+    rows = 0
+    try:
+        with _open(path) as handle:
+            for line, record in _csv_records(io.TextIOWrapper(handle, encoding="utf-8-sig", newline="")):
+                if header is None:
+                    header, names = record, _header_names(path, record)
+                    continue
+                if len(record) != len(header):
+                    raise TaskError(
+                        f"data file {str(path)!r}, line {line} (row {rows}): {len(record)} cell(s) where the header "
+                        f"has {len(header)} columns {header}; give every row one cell per column (quote a text that "
+                        "holds a comma, and leave a missing value as an empty cell between commas)."
+                    )
+                rows += 1
+    except UnicodeDecodeError as err:
+        where = _first_non_utf8_line(path) or f"not UTF-8 text ({err.reason})"
+        raise TaskError(f"data file {str(path)!r}, {where}; save it as UTF-8 CSV.") from err
+    except (OSError, EOFError, csv.Error) as err:
+        raise TaskError(f"data file {str(path)!r} cannot be read as CSV ({err}); save it as UTF-8 CSV.") from err
+    finally:
+        csv.field_size_limit(limit)
+    return names, rows
+
+
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
     twice = sorted({key for key in keys if keys.count(key) > 1})
@@ -88,39 +153,38 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def _json_problem(path: Path) -> str | None:
-    """Where a JSON data file first goes wrong ("line 6: Expecting ',' delimiter (column 31)"), found by reading it
-    ourselves: the `datasets` builder says only that generating the dataset failed."""
+def _json_rows(path: Path) -> int | None:
+    """How many examples a JSON data file holds, read ourselves when the `datasets` builder fails (it says only that
+    generating the dataset failed); a ValueError saying where the file first goes wrong ("line 6: Expecting ','
+    delimiter (column 31)"); None when the file cannot be read."""
     try:
+        problem = _first_non_utf8_line(path)
         with _open(path) as handle:
-            lines = handle.read().split(b"\n")
+            text = handle.read().decode("utf-8", errors="replace")
     except (OSError, EOFError):
         return None
-    for number, raw in enumerate(lines, 1):
+    if problem is not None:
+        raise ValueError(problem)
+    if text.lstrip().startswith("["):  # one JSON list of objects, not JSON Lines
         try:
-            lines[number - 1] = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            return f"line {number}: not UTF-8 text ({err.reason} at column {err.start + 1})"
-    if "\n".join(lines).lstrip().startswith("["):  # one JSON list of objects, not JSON Lines
-        try:
-            json.loads("\n".join(lines), object_pairs_hook=_no_duplicate_keys)
+            rows = json.loads(text, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as err:
-            return f"line {err.lineno}: {err.msg} (column {err.colno})"
-        except ValueError as err:
-            return str(err)
-        return None
-    for number, line in enumerate(lines, 1):
+            raise ValueError(f"line {err.lineno}: {err.msg} (column {err.colno})") from None
+        return len(rows) if isinstance(rows, list) else None
+    count = 0
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as err:
-            return f"line {number}: {err.msg} (column {err.colno})"
+            raise ValueError(f"line {number}: {err.msg} (column {err.colno})") from None
         except ValueError as err:
-            return f"line {number}: {err}"
+            raise ValueError(f"line {number}: {err}") from None
         if not isinstance(row, dict):
-            return f"line {number}: a JSON {type(row).__name__}, not an object holding the example's fields"
-    return None
+            raise ValueError(f"line {number}: a JSON {type(row).__name__}, not an object holding the example's fields")
+        count += 1
+    return count
 
 
 def read_data_file(path: str | Path, cache_dir: str | None = None):
@@ -144,27 +208,28 @@ def read_data_file(path: str | Path, cache_dir: str | None = None):
         raise TaskError(f"data file {str(path)!r} is empty; it must hold at least one example.")
     options: dict[str, Any] = {}
     if builder == "csv":
-        header = _csv_header(path)
+        header, rows = _csv_layout(path)
+        if rows == 0:
+            raise _no_rows(path)
         features = datasets.Features({name: datasets.Value("string") for name in header})
         options = {"features": features, "keep_default_na": False, "na_values": [""]}
     try:
         dataset = datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir, **options)
     except Exception as err:  # the builders raise many types; all mean "this file does not parse"
-        if "corresponds to no data" in str(err):  # a CSV header alone, or an empty JSON list (datasets' words)
-            raise TaskError(
-                f"data file {str(path)!r} has no rows (only a header, or an empty list); it must hold at least one "
-                "example."
-            ) from err
-        problem = _json_problem(path) if builder == "json" else None
-        if problem is not None:
-            raise TaskError(
-                f"data file {str(path)!r}, {problem}; each line must be one JSON object (JSON Lines), "
-                "or the whole file one JSON list of objects."
-            ) from err
+        if builder == "json":
+            try:
+                count = _json_rows(path)
+            except ValueError as problem:
+                raise TaskError(
+                    f"data file {str(path)!r}, {problem}; each line must be one JSON object (JSON Lines), "
+                    "or the whole file one JSON list of objects."
+                ) from err
+            if count == 0:  # an empty JSON list
+                raise _no_rows(path) from err
         raise TaskError(
             f"data file {str(path)!r} could not be parsed as {builder.upper()} ({type(err).__name__}: {err}); "
             "JSON files need one object per line (or a list of objects), CSV files a header row."
         ) from err
     if len(dataset) == 0:
-        raise TaskError(f"data file {str(path)!r} has no rows; it must hold at least one example.")
+        raise _no_rows(path)
     return dataset

@@ -7,7 +7,9 @@
 prompt is tokenised with the tokenizer's special tokens (a Llama BOS), or, with the task's `chat_template`, as one user
 turn of the tokenizer's chat template followed by its generation prompt; the answer is tokenised on its own, so the
 separating space or newline belongs at the end of the prompt or the start of the answer. The end token is the
-tokenizer's eos (a chat model's end of turn), else its sep token.
+tokenizer's eos (a chat model's end of turn), else its sep token. A prompt must give at least one token: the answer's
+first token is trained by the position before it, which a tokenizer without BOS (GPT-2) does not add to an empty
+prompt; load_task_data refuses blank prompts, and the encoding a prompt with no tokens.
 
 Truncation to max_length cuts the prompt from the left first (the tokens nearest the answer stay); only an answer
 that does not fit beside one prompt token loses its tail, and that is counted apart (`ANSWER_CUT_COLUMN`) and warned
@@ -76,16 +78,25 @@ def instruction_example(prompt: list[int], answer: list[int], end: int, max_leng
     return InstructionExample(ids, labels, len(ids) < len(prompt) + len(target), len(kept_target) < len(target))
 
 
-def encode_instruction_batch(batch: Mapping[str, list], spec: TaskSpec, tokenizer: Any, max_length: int) -> dict:
-    """A column batch of a generation task as input_ids, attention_mask, labels and the two truncation flags."""
+def encode_instruction_batch(
+    batch: Mapping[str, list], indices: list[int], spec: TaskSpec, tokenizer: Any, max_length: int, split: str
+) -> dict:
+    """A column batch (rows `indices` of split `split`) of a generation task as input_ids, attention_mask, labels
+    and the two truncation flags."""
     end = end_token_id(tokenizer)
     prompts = fields.text_columns(batch, spec)[0]
     answers = [str(a) for a in fields.field_values(batch, spec.label_field)]
     answer_ids = tokenizer(answers, add_special_tokens=False)["input_ids"]
-    examples = [
-        instruction_example(prompt_ids(tokenizer, p, spec.chat_template), list(a), end, max_length)
-        for p, a in zip(prompts, answer_ids, strict=True)
-    ]
+    examples = []
+    for row, prompt, answer in zip(indices, prompts, answer_ids, strict=True):
+        ids = prompt_ids(tokenizer, prompt, spec.chat_template)
+        if not ids:  # load_task_data refuses a blank prompt; data handed in some other way reaches this
+            raise TaskError(
+                f"task {spec.name!r}, split {split!r}, row {row}: the prompt in field {spec.text_fields[0]!r} "
+                f"({prompt!r}) has no tokens and the tokenizer {type(tokenizer).__name__} adds no BOS token, so no "
+                "position would predict the answer's first token; give the row a prompt or drop it."
+            )
+        examples.append(instruction_example(ids, list(answer), end, max_length))
     return {
         "input_ids": [e.input_ids for e in examples],
         "attention_mask": [[1] * len(e.input_ids) for e in examples],

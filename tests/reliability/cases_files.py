@@ -14,9 +14,20 @@ import adapterfusion as af
 from adapterfusion.evaluation import evaluate_run
 from adapterfusion.experiments.errors import ExperimentError, ExperimentSpecError
 from adapterfusion.interop import export_adapterhub
-from adapterfusion.tasks import TaskError, TaskSpec, load_task_data, load_task_file
+from adapterfusion.tasks import TaskError, load_task_file
 from adapterfusion.training.store import AdapterStore
-from catalogue import Action, BadInput, a_file, cli, experiment, experiment_dict, load_into, read_only, saved_piece
+from catalogue import (
+    Action,
+    BadInput,
+    a_file,
+    cli,
+    experiment,
+    experiment_dict,
+    load_into,
+    own_file,
+    read_only,
+    saved_piece,
+)
 from task_data import DATA_DIR
 from tiny_models import tiny_encoder
 
@@ -250,18 +261,6 @@ def _task_file_latin1(folder: Path) -> Action:
     path = folder / "task.json"
     path.write_bytes(b'{"name": "caf\xe9", "kind": "single", "text_fields": ["t"], "label_names": ["a", "b"]}')
     return lambda: load_task_file(path, register=False)
-
-
-def _own_file(name: str, text: str, **fields: Any) -> Callable[[Path], Action]:
-    """A user's own data file `name` holding `text`, loaded as a single-text task's train and validation split."""
-
-    def prepare(folder: Path) -> Action:
-        path = folder / name
-        path.write_text(text, encoding="utf-8")
-        spec = {"name": "own", "kind": "single", "text_fields": ["text"], "label_names": ["neg", "pos"], **fields}
-        return lambda: load_task_data(TaskSpec(**spec, data_files={"train": str(path), "validation": str(path)}))
-
-    return prepare
 
 
 CASES: tuple[BadInput, ...] = (
@@ -606,7 +605,7 @@ CASES: tuple[BadInput, ...] = (
         "CSV header 'text,text,label' (pandas silently renamed the second column 'text.1')",
         TaskError,
         ("train.csv', line 1", "['text']", "more than once"),
-        _own_file("train.csv", "text,text,label\na,b,pos\nc,d,neg\n"),
+        own_file("train.csv", "text,text,label\na,b,pos\nc,d,neg\n"),
     ),
     B(
         "csv-header-only",
@@ -614,7 +613,7 @@ CASES: tuple[BadInput, ...] = (
         "CSV file with a header row and no rows (was 'could not be parsed as CSV')",
         TaskError,
         ("train.csv", "has no rows", "at least one example"),
-        _own_file("train.csv", "text,label\n"),
+        own_file("train.csv", "text,label\n"),
     ),
     B(
         "jsonl-duplicate-key",
@@ -622,7 +621,7 @@ CASES: tuple[BadInput, ...] = (
         "JSON Lines row with the key 'text' twice (was 'An error occurred while generating the dataset')",
         TaskError,
         ("train.jsonl', line 2", "['text']", "more than once"),
-        _own_file("train.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "text": "c", "label": 0}\n'),
+        own_file("train.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "text": "c", "label": 0}\n'),
     ),
     B(
         "label-names-numeric",
@@ -631,7 +630,7 @@ CASES: tuple[BadInput, ...] = (
         "as id 4",
         TaskError,
         ("label_names", "ambiguous", "label_values=['1', '2', '3', '4', '5']"),
-        _own_file("train.csv", "text,label\na,1\nb,5\n", label_names=["1", "2", "3", "4", "5"]),
+        own_file("train.csv", "text,label\na,1\nb,5\n", label_names=["1", "2", "3", "4", "5"]),
     ),
     B(
         "text-blank",
@@ -639,7 +638,7 @@ CASES: tuple[BadInput, ...] = (
         "row whose text is whitespace only (was trained on as an empty input)",
         TaskError,
         ("train.jsonl, row 1", "hold no text", "fill them in or drop the row"),
-        _own_file("train.jsonl", '{"text": "a", "label": 1}\n{"text": "  ", "label": 0}\n'),
+        own_file("train.jsonl", '{"text": "a", "label": 1}\n{"text": "  ", "label": 0}\n'),
     ),
     B(
         "text-is-number",
@@ -647,6 +646,6 @@ CASES: tuple[BadInput, ...] = (
         "JSON Lines row whose text is the number 5",
         TaskError,
         ("train.jsonl, row 0", "is 5 (of type int)", "write it as a string"),
-        _own_file("train.jsonl", '{"text": 5, "label": 1}\n{"text": "b", "label": 0}\n'),
+        own_file("train.jsonl", '{"text": 5, "label": 1}\n{"text": "b", "label": 0}\n'),
     ),
 )

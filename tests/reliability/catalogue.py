@@ -23,6 +23,7 @@ import huggingface_hub
 import adapterfusion as af
 from adapterfusion.cli import main as cli_main
 from adapterfusion.errors import AdapterFusionError
+from adapterfusion.tasks import TaskSpec, load_task_data
 from tiny_models import tiny_encoder
 
 Action = Callable[[], Any]
@@ -156,6 +157,18 @@ def read_only(directory: Path):
             yield
     finally:
         directory.chmod(0o755)
+
+
+def own_file(name: str, text: str, **fields: Any) -> Callable[[Path], Action]:
+    """A user's own data file `name` holding `text`, loaded as a single-text task's train and validation split."""
+
+    def prepare(folder: Path) -> Action:
+        path = folder / name
+        path.write_text(text, encoding="utf-8")
+        spec = {"name": "own", "kind": "single", "text_fields": ["text"], "label_names": ["neg", "pos"], **fields}
+        return lambda: load_task_data(TaskSpec(**spec, data_files={"train": str(path), "validation": str(path)}))
+
+    return prepare
 
 
 def snapshot(folder: Path) -> dict[str, str]:
