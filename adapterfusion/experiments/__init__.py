@@ -19,8 +19,9 @@ from adapterfusion.experiments.ray_executor import RayExecutor  # imports ray on
 from adapterfusion.experiments.report import build_report
 from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.runner import ExperimentSummary, run_experiment
-from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant, load_spec
+from adapterfusion.experiments.spec import ExperimentSpec, load_spec
 from adapterfusion.experiments.store import JobRecord, ResultsStore, RunnerLock
+from adapterfusion.experiments.variants import SetupVariant
 
 __all__ = [
     "EXECUTORS",

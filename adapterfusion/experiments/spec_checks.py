@@ -1,0 +1,109 @@
+"""The checks every part of an experiment file's reading shares (the file's top-level keys, its setup entries, a
+runner's record of it): each raises ExperimentSpecError naming the key path of the bad value and what it may be.
+
+A module of its own so that spec.py, variants.py, record.py and the modules of single keys use one wording.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from adapterfusion.errors import ConfigError
+from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.tasks.registry import list_tasks
+from adapterfusion.tasks.spec import suggest
+from adapterfusion.training.config import TrainingConfig
+from adapterfusion.training.setups import list_setups
+
+# Per-run settings the experiment owns: the seed comes from `seeds`, the fusion's sources from `fusion`, and the
+# fused adapters' seed is the fusion run's own seed (so each seed is an independent replicate of both stages).
+OWNED = {"seed": "seeds", "sources": "fusion", "adapter_seed": "seeds", "zoo": "zoo"}
+# The TrainingConfig fields an experiment file may set (`training`, a setup entry, `task_training`).
+TRAINING_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f.name != "seed")
+
+
+def fail(path: str, message: str) -> ExperimentSpecError:
+    """The error for the value at key path `path` ('' for the whole file)."""
+    return ExperimentSpecError(f"{path}: {message}" if path else message)
+
+
+def reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], path: str) -> None:
+    for key in data:
+        if key not in allowed:
+            where = f"{path}.{key}" if path else str(key)
+            hint = f" ({key!r} is set by {OWNED[key]!r})" if key in OWNED else suggest(str(key), list(allowed))
+            raise fail(where, f"unknown key.{hint} Allowed keys: {', '.join(allowed)}")
+
+
+def task_name(value: Any, path: str) -> str:
+    known = list_tasks()
+    if value not in known:
+        raise fail(path, f"unknown task {value!r}.{suggest(str(value), known)} Known tasks: {', '.join(known)}")
+    return value
+
+
+def experiment_task(value: Any, tasks: Sequence[str], path: str) -> None:
+    """`value` must be one of the experiment's `tasks` (a setup entry's tasks, a fusion target, a task_training key)."""
+    if value not in tasks:
+        raise fail(
+            path,
+            f"{value!r} is not one of the experiment's tasks ({', '.join(tasks)}).{suggest(str(value), list(tasks))}",
+        )
+
+
+def setup_name(value: Any, path: str) -> Any:
+    """`value` must name a registered setup (training/setups.py)."""
+    setups = list_setups()
+    if value not in setups:
+        raise fail(path, f"unknown setup {value!r}.{suggest(str(value), setups)} Known setups: {', '.join(setups)}")
+    return value
+
+
+def string_list(value: Any, path: str) -> list[Any]:
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        raise fail(path, f"must be a non-empty list, got {value!r}")
+    return list(value)
+
+
+def no_duplicates(values: Sequence[Any], path: str) -> None:
+    for i, value in enumerate(values):
+        if value in values[:i]:
+            raise fail(f"{path}[{i}]", f"duplicate {value!r} (also at {path}[{values.index(value)}])")
+
+
+def resolve_path(value: Any, path: str, base_dir: Path) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise fail(path, f"must be a path (a string), got {value!r}")
+    return str(absolute_path(Path(value).expanduser(), base_dir))
+
+
+def absolute_path(path: Path, base_dir: Path) -> Path:
+    """`path` relative to the experiment file's folder, made absolute without following symbolic links: a clone
+    whose ../shared is a link records the same relative paths (and spec hash) as one where it is a folder."""
+    return path if path.is_absolute() else Path(os.path.normpath(base_dir / path))
+
+
+def positive_number(value: Any, path: str) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise fail(path, f"must be a positive number (the paper uses 2, 16 or 64), got {value!r}")
+    return value
+
+
+def checked_training(overrides: Mapping[str, Any], setup: str, path: str) -> dict[str, Any]:
+    """Check each TrainingConfig override on its own (so the error names its key), then all together."""
+    for key, value in overrides.items():
+        try:
+            TrainingConfig.for_setup(setup, **{key: value})
+        except (ConfigError, TypeError) as err:
+            raise fail(f"{path}.{key}" if path else key, str(err)) from None
+    try:
+        TrainingConfig.for_setup(setup, **overrides)
+    except (ConfigError, TypeError) as err:
+        raise fail(path or "training", str(err)) from None
+    return dict(overrides)

@@ -1,0 +1,123 @@
+"""What an experiment file says of its tasks beyond their names: the tasks of its own (`task_files`, registered so
+that `tasks` and `fusion` may name them), each target's fusion sources (`fusion`), the TrainingConfig overrides of
+one task (`task_training`), and the setups a generation task refuses (they train a classification head).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from adapterfusion.experiments.spec_checks import (
+    TRAINING_FIELDS,
+    checked_training,
+    experiment_task,
+    fail,
+    no_duplicates,
+    reject_unknown,
+    resolve_path,
+    string_list,
+    task_name,
+)
+from adapterfusion.experiments.variants import SetupVariant
+from adapterfusion.tasks.builtin import BUILTIN_TASKS
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.registry import load_task_file, register_task
+from adapterfusion.tasks.spec import GENERATION, TaskSpec
+from adapterfusion.training.multitask import MT_A
+from adapterfusion.training.setups import get_setup, list_setups
+
+BUILTIN_TASK_NAMES = frozenset(task.name for task in BUILTIN_TASKS)
+# Setups that train a classification head of their own, which a generation task (scored by the language model's own
+# head) has no use for: refused when the file is read, not in every job at run time.
+_HEADED_SETUPS = ("head", MT_A)
+
+
+def parse_task_files(value: Any, base_dir: Path) -> dict[str, dict[str, Any]]:
+    """Register the tasks described in `task_files` (JSON/YAML task descriptions, relative to the experiment file),
+    so that `tasks` may name them: name -> the task's TaskSpec dict, which the jobs carry to their workers."""
+    if value is None:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for i, raw in enumerate(string_list(value, "task_files")):
+        path = resolve_path(raw, f"task_files[{i}]", base_dir)
+        try:
+            task = register_user_task(load_task_file(str(path), register=False))
+        except TaskError as err:
+            raise fail(f"task_files[{i}]", str(err)) from None
+        out[task.name] = task.to_dict()
+    return out
+
+
+def register_user_task(task: TaskSpec) -> TaskSpec:
+    """Register a task of the experiment's own, so that `tasks` and `fusion` may name it."""
+    if task.name in BUILTIN_TASK_NAMES:
+        raise TaskError(f"it describes {task.name!r}, a built-in task; give the task another name")
+    return register_task(task, overwrite=True)  # the same file read again (a re-run) replaces its own entry
+
+
+def parse_fusion(raw: Any, tasks: tuple[str, ...], has_fusion: bool) -> dict[str, tuple[str, ...]]:
+    """`fusion`: every task's fusion sources, the target included (default: all the tasks), when the experiment has
+    a fusion setup; else nothing."""
+    if raw is not None and not has_fusion:
+        fusion_setups = [s for s in list_setups() if "sources" in get_setup(s).options]
+        raise fail("fusion", f"given, but setups has no fusion setup; add one of {', '.join(fusion_setups)}")
+    if not has_fusion:
+        return {}
+    raw = {} if raw is None else raw
+    if not isinstance(raw, Mapping):
+        raise fail("fusion", f"must map a target task to its source tasks, e.g. {{rte: [mnli, rte]}}; got {raw!r}")
+    for target in raw:
+        experiment_task(target, tasks, f"fusion.{target}")
+    out: dict[str, tuple[str, ...]] = {}
+    for target in tasks:
+        path = f"fusion.{target}"
+        sources = raw.get(target, "all")
+        sources = list(tasks) if sources == "all" else string_list(sources, path)
+        for j, source in enumerate(sources):
+            task_name(source, f"{path}[{j}]")
+        no_duplicates(sources, path)
+        out[target] = tuple(dict.fromkeys([*sources, target]))  # the target's own adapter is always fused
+    return out
+
+
+def parse_task_training(
+    raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVariant]
+) -> dict[str, dict[str, Any]]:
+    """Per-task TrainingConfig overrides, each checked with every setup that runs on that task."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise fail(
+            "task_training", f"must map a task to TrainingConfig overrides, e.g. {{cb: {{epochs: 10}}}}; got {raw!r}"
+        )
+    out: dict[str, dict[str, Any]] = {}
+    for task, overrides in raw.items():
+        path = f"task_training.{task}"
+        experiment_task(task, tasks, path)
+        if not isinstance(overrides, Mapping):
+            raise fail(path, f"must be a mapping of TrainingConfig fields, got {overrides!r}")
+        reject_unknown(overrides, TRAINING_FIELDS, path)
+        for variant in variants:
+            if variant.runs_on(task) and not variant.is_multitask:
+                checked_training({**variant.training, **overrides}, variant.setup, path)
+        out[str(task)] = dict(overrides)
+    return out
+
+
+def check_generation_setups(
+    variants: Sequence[SetupVariant], tasks: tuple[str, ...], task_specs: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """A setup that trains a head of its own, refused on the generation tasks it would run on."""
+    generation = [task for task in tasks if task_specs.get(task, {}).get("kind") == GENERATION]
+    for variant in variants:
+        if variant.setup in _HEADED_SETUPS:
+            clashing = [task for task in generation if variant.runs_on(task)]
+            if clashing:
+                raise fail(
+                    f"setups ({variant.id})",
+                    f"{variant.setup} trains a classification head of its own, but {clashing} are generation tasks, "
+                    "which the language model's own head scores; give the entry 'tasks:' without them, or train "
+                    "them with st-a and fusion-st-a",
+                )
