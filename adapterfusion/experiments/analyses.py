@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.experiments.spec_checks import fail
 
 ANALYSES_KEY = "analyses"
 SPAN_ABLATION = "span-ablation"
@@ -45,10 +45,6 @@ _COUNTS = {  # a span-ablation's optional integer settings
 ABLATION_PREFIX = "span-ablation-"  # a span-ablation job's variant: span-ablation-<variant> or span-ablation-zoo
 
 
-def _fail(path: str, message: str) -> ExperimentSpecError:
-    return ExperimentSpecError(f"{path}: {message}")
-
-
 def ablation_variant(analysis: Mapping[str, Any]) -> str:
     """The variant id of a span-ablation's jobs: span-ablation-<adapters' variant>, or span-ablation-zoo."""
     return ABLATION_PREFIX + (analysis["variant"] if "variant" in analysis else "zoo")
@@ -60,23 +56,23 @@ def parse_analyses(raw: Any, variants: Sequence[Any], tasks: Sequence[str], base
     if raw is None:
         return ()
     if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence) or not raw:
-        raise _fail(ANALYSES_KEY, f"must be a non-empty list of analyses ({', '.join(KINDS)}); got {raw!r}")
+        raise fail(ANALYSES_KEY, f"must be a non-empty list of analyses ({', '.join(KINDS)}); got {raw!r}")
     out: list[dict[str, Any]] = []
     for i, entry in enumerate(raw):
         path = f"{ANALYSES_KEY}[{i}]"
         if not isinstance(entry, Mapping) or entry.get("kind") not in KINDS:
             got = entry.get("kind") if isinstance(entry, Mapping) else entry
-            raise _fail(path, f"needs a 'kind', one of {', '.join(KINDS)}; got {got!r}")
+            raise fail(path, f"needs a 'kind', one of {', '.join(KINDS)}; got {got!r}")
         kind = entry["kind"]
         unknown = [k for k in entry if k not in _KEYS[kind]]
         if unknown:
-            raise _fail(f"{path}.{unknown[0]}", f"unknown key for {kind}; allowed: {', '.join(_KEYS[kind])}")
+            raise fail(f"{path}.{unknown[0]}", f"unknown key for {kind}; allowed: {', '.join(_KEYS[kind])}")
         parse = {SPAN_ABLATION: _span_ablation, INIT_SCALE: _init_scale, ADAPTER_SIZE: _adapter_size}[kind]
         out.append(parse(entry, variants, tasks, base_dir, path))
     ids = [ablation_variant(a) for a in out if a["kind"] == SPAN_ABLATION]
     for k, variant_id in enumerate(ids):
         if variant_id in ids[:k]:
-            raise _fail(ANALYSES_KEY, f"two span-ablation entries ablate the same adapters ({variant_id}); merge them")
+            raise fail(ANALYSES_KEY, f"two span-ablation entries ablate the same adapters ({variant_id}); merge them")
     return tuple(out)
 
 
@@ -84,12 +80,12 @@ def _span_ablation(
     entry: Mapping[str, Any], variants: Sequence[Any], tasks: Sequence[str], base_dir: Path, path: str
 ) -> dict[str, Any]:
     if ("variant" in entry) == ("zoo" in entry):
-        raise _fail(path, "give either 'variant' (a stage-1 setup variant of this experiment) or 'zoo', not both")
+        raise fail(path, "give either 'variant' (a stage-1 setup variant of this experiment) or 'zoo', not both")
     out: dict[str, Any] = {"kind": SPAN_ABLATION}
     if "variant" in entry:
         stage1 = [v.id for v in variants if v.is_stage1 and not v.is_multitask]
         if entry["variant"] not in stage1:
-            raise _fail(
+            raise fail(
                 f"{path}.variant",
                 f"{entry['variant']!r} is not a single-task adapter variant of this experiment; choose one of {stage1}",
             )
@@ -98,12 +94,12 @@ def _span_ablation(
     else:
         zoo = entry["zoo"]
         if not isinstance(zoo, str) or not zoo:
-            raise _fail(f"{path}.zoo", f"must be {SHIPPED!r} or the folder of an AdapterStore; got {zoo!r}")
+            raise fail(f"{path}.zoo", f"must be {SHIPPED!r} or the folder of an AdapterStore; got {zoo!r}")
         if zoo != SHIPPED:
             folder = Path(zoo).expanduser()
             folder = folder if folder.is_absolute() else (base_dir / folder).resolve()
             if not folder.is_dir():
-                raise _fail(f"{path}.zoo", f"{str(folder)!r} is not a folder; give {SHIPPED!r} or a store folder")
+                raise fail(f"{path}.zoo", f"{str(folder)!r} is not a folder; give {SHIPPED!r} or a store folder")
             zoo = str(folder)
         out["zoo"] = zoo
 
@@ -114,20 +110,20 @@ def _span_ablation(
     if "tasks" in entry:
         given = entry["tasks"]
         if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not given:
-            raise _fail(f"{path}.tasks", f"must be a non-empty list of the experiment's tasks; got {given!r}")
+            raise fail(f"{path}.tasks", f"must be a non-empty list of the experiment's tasks; got {given!r}")
         for j, task in enumerate(given):
             if task not in tasks:
-                raise _fail(f"{path}.tasks[{j}]", f"{task!r} is not one of the experiment's tasks ({', '.join(tasks)})")
+                raise fail(f"{path}.tasks[{j}]", f"{task!r} is not one of the experiment's tasks ({', '.join(tasks)})")
         chosen = list(dict.fromkeys(given))
     not_trained = [t for t in chosen if not runs_on(t)]
     if not_trained:
-        raise _fail(f"{path}.tasks", f"{out.get('variant')} trains no adapter for {not_trained}; leave them out")
+        raise fail(f"{path}.tasks", f"{out.get('variant')} trains no adapter for {not_trained}; leave them out")
     out["tasks"] = chosen
     for key, what in _COUNTS.items():
         if key in entry:
             count = entry[key]
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise _fail(f"{path}.{key}", f"must be an integer >= 1 ({what}); got {count!r}")
+                raise fail(f"{path}.{key}", f"must be an integer >= 1 ({what}); got {count!r}")
             out[key] = count
     return out
 
@@ -138,10 +134,10 @@ def _sweep_settings(entry: Mapping[str, Any], variants: Sequence[Any], path: str
     swept = [v for v in variants if v.sweep is not None and v.sweep["group"] == group]
     if not swept:
         groups = sorted({v.sweep["group"] for v in variants if v.sweep is not None})
-        raise _fail(f"{path}.sweep", f"no sweep called {group!r}; the experiment's sweeps are {groups}")
+        raise fail(f"{path}.sweep", f"no sweep called {group!r}; the experiment's sweeps are {groups}")
     values = list(dict.fromkeys(v.sweep["settings"].get(key) for v in swept))
     if None in values or len(values) < 2:
-        raise _fail(f"{path}.sweep", f"{group!r} must sweep {key} over two or more values; it sweeps {values}")
+        raise fail(f"{path}.sweep", f"{group!r} must sweep {key} over two or more values; it sweeps {values}")
     return values
 
 
@@ -150,7 +146,7 @@ def _init_scale(
 ) -> dict[str, Any]:
     for value in _sweep_settings(entry, variants, path, "init_std"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise _fail(f"{path}.sweep", f"init_std {value!r} must be a positive number (the paper: 1e-7 .. 1)")
+            raise fail(f"{path}.sweep", f"init_std {value!r} must be a positive number (the paper: 1e-7 .. 1)")
     return {"kind": INIT_SCALE, "sweep": entry["sweep"]}
 
 
@@ -160,9 +156,9 @@ def _adapter_size(
     _sweep_settings(entry, variants, path, "reduction_factor")
     lines = entry.get("lines", [])
     if isinstance(lines, (str, bytes)) or not isinstance(lines, Sequence):
-        raise _fail(f"{path}.lines", f"must be a list of setup variant ids (e.g. [head, full]); got {lines!r}")
+        raise fail(f"{path}.lines", f"must be a list of setup variant ids (e.g. [head, full]); got {lines!r}")
     ids = [v.id for v in variants]
     for j, line in enumerate(lines):
         if line not in ids:
-            raise _fail(f"{path}.lines[{j}]", f"{line!r} is not a setup variant of this experiment; choose from {ids}")
+            raise fail(f"{path}.lines[{j}]", f"{line!r} is not a setup variant of this experiment; choose from {ids}")
     return {"kind": ADAPTER_SIZE, "sweep": entry["sweep"], "lines": list(lines)}

@@ -22,16 +22,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.experiments.spec_checks import fail
 
 SWEEP_KEY = "sweep"
 SELECT_KEY = "select"
 _ORDER = ("reduction_factor", "learning_rate", "epochs")  # the keys whose values lead a variant id, in this order
 _LABELS = {"reduction_factor": "rf", "learning_rate": "lr", "epochs": "ep"}
 MAX_JOBS_WITHOUT_CONFIRMATION = 1000
-
-
-def _fail(path: str, message: str) -> ExperimentSpecError:
-    return ExperimentSpecError(f"{path}: {message}")
 
 
 def number_text(value: Any) -> str:
@@ -59,22 +56,20 @@ def sweep_combinations(raw: Any, allowed: Sequence[str], given: Mapping[str, Any
     slowest). `allowed`: the keys this setup can sweep; `given`: the entry's other keys, which must not set a swept
     key too."""
     if not isinstance(raw, Mapping) or not raw:
-        raise _fail(
-            path, f"must map settings to lists of values, e.g. {{learning_rate: [3.0e-4, 3.0e-3]}}; got {raw!r}"
-        )
+        raise fail(path, f"must map settings to lists of values, e.g. {{learning_rate: [3.0e-4, 3.0e-3]}}; got {raw!r}")
     keys = ordered_keys(raw)
     for key in keys:
         if key not in allowed:
-            raise _fail(f"{path}.{key}", f"cannot be swept here; sweepable keys: {', '.join(allowed)}")
+            raise fail(f"{path}.{key}", f"cannot be swept here; sweepable keys: {', '.join(allowed)}")
         if key in given:
-            raise _fail(f"{path}.{key}", f"is set by the entry too ({key}: {given[key]!r}); give it in one place")
+            raise fail(f"{path}.{key}", f"is set by the entry too ({key}: {given[key]!r}); give it in one place")
         values = raw[key]
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise _fail(f"{path}.{key}", f"must be a non-empty list of values, got {values!r}")
+            raise fail(f"{path}.{key}", f"must be a non-empty list of values, got {values!r}")
         labels = [setting_label(key, v) for v in values]
         for i, label in enumerate(labels):
             if label in labels[:i]:
-                raise _fail(f"{path}.{key}[{i}]", f"{values[i]!r} repeats {values[labels.index(label)]!r}")
+                raise fail(f"{path}.{key}[{i}]", f"{values[i]!r} repeats {values[labels.index(label)]!r}")
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(list(raw[k]) for k in keys))]
 
 
@@ -89,7 +84,7 @@ def parse_select(raw: Any, variants: Sequence[Any]) -> dict[str, dict[str, Any]]
     if raw is None:
         return {}
     if not isinstance(raw, Mapping) or not raw:
-        raise _fail(SELECT_KEY, f"must map a row name to a sweep (its entry's id or setup name); got {raw!r}")
+        raise fail(SELECT_KEY, f"must map a row name to a sweep (its entry's id or setup name); got {raw!r}")
     groups: dict[str, list[dict[str, Any]]] = {}
     for variant in variants:
         if variant.sweep is not None:
@@ -98,21 +93,21 @@ def parse_select(raw: Any, variants: Sequence[Any]) -> dict[str, dict[str, Any]]
     for name, rule in raw.items():
         path = f"{SELECT_KEY}.{name}"
         if not isinstance(name, str) or not name.strip():
-            raise _fail(path, "a row name must be non-empty text")
+            raise fail(path, "a row name must be non-empty text")
         rule = {SWEEP_KEY: rule} if isinstance(rule, str) else rule
         if not isinstance(rule, Mapping) or SWEEP_KEY not in rule:
-            raise _fail(path, f"must be a sweep's name or a mapping with 'sweep' (and settings to fix); got {rule!r}")
+            raise fail(path, f"must be a sweep's name or a mapping with 'sweep' (and settings to fix); got {rule!r}")
         group = rule[SWEEP_KEY]
         if group not in groups:
-            raise _fail(f"{path}.sweep", f"no sweep called {group!r}; the experiment's sweeps are {sorted(groups)}")
+            raise fail(f"{path}.sweep", f"no sweep called {group!r}; the experiment's sweeps are {sorted(groups)}")
         fixed = {k: v for k, v in rule.items() if k != SWEEP_KEY}
         swept = groups[group][0]
         for key, value in fixed.items():
             if key not in swept:
-                raise _fail(f"{path}.{key}", f"is not swept by {group!r}; it sweeps {list(swept)}")
+                raise fail(f"{path}.{key}", f"is not swept by {group!r}; it sweeps {list(swept)}")
             if not any(settings[key] == value for settings in groups[group]):
                 choices = list(dict.fromkeys(settings[key] for settings in groups[group]))
-                raise _fail(f"{path}.{key}", f"{value!r} is not one of the swept values {choices}")
+                raise fail(f"{path}.{key}", f"{value!r} is not one of the swept values {choices}")
         out[name] = {SWEEP_KEY: group, **fixed}
     return out
 
