@@ -1,4 +1,4 @@
-"""What a model call accepts (adapterfusion/forward_inputs.py): what must still pass and give the wrapped HF model's
+"""What a model call accepts (adapterfusion/forward_inputs/): what must still pass and give the wrapped HF model's
 own results. The refusals are in the bad-input catalogue (tests/reliability/cases_forward.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import transformers
 
 import adapterfusion as af
 from adapterfusion.encoder_limits import check_max_length, max_input_length
-from adapterfusion.forward_inputs import accepted_keywords
+from adapterfusion.forward_inputs.encoder_decoder import shifts_input_ids
+from adapterfusion.forward_inputs.keywords import accepted_keywords
+from tiny_decoders import TINY_DECODER_CONFIGS
 from tiny_models import TINY_CONFIGS, tiny_config, tiny_encoder, tiny_inputs, tiny_pair
 
 
@@ -131,3 +133,32 @@ def test_an_untyped_var_keyword_adds_keywords_only_when_the_forward_passes_it_on
     assert "foo" not in loose and "use_cahce" not in loose
     assert accepted_keywords(Swallowing()) == {"input_ids", "return_dict"}
     assert accepted_keywords(Typed()) == {"input_ids", "attention_mask", "return_dict"}
+
+
+# Encoder-decoder families (the BART-style config kwargs fit mBART, Pegasus and Marian) and whether their forward
+# makes decoder inputs from input_ids alone.
+_SHIFTS_INPUT_IDS = {
+    "T5Config": False,
+    "BartConfig": True,
+    "MBartConfig": True,
+    "PegasusConfig": False,
+    "MarianConfig": False,
+}
+
+
+@pytest.mark.parametrize("config_class", sorted(_SHIFTS_INPUT_IDS))
+def test_shifts_input_ids_says_what_the_model_does_with_input_ids_alone(config_class):
+    """shifts_input_ids reads transformers' source; it must agree with what the model's base (the class that
+    check_decoder_source asks about) does when called with input_ids and no decoder inputs: run, or refuse."""
+    kwargs = TINY_DECODER_CONFIGS["t5" if config_class == "T5Config" else "bart"][1]
+    torch.manual_seed(0)
+    base = transformers.AutoModelForSeq2SeqLM.from_config(getattr(transformers, config_class)(**kwargs)).base_model
+    try:
+        with torch.no_grad():
+            base.eval()(input_ids=torch.tensor([[5, 6, 7]]))
+    except ValueError:
+        made = False
+    else:
+        made = True
+    assert made is _SHIFTS_INPUT_IDS[config_class]
+    assert shifts_input_ids(type(base)) is made

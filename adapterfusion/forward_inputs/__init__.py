@@ -1,0 +1,33 @@
+"""What a model call accepts: the one check of the inputs of `AdaptedModel.forward`, `forward_parallel` and
+`generate`.
+
+transformers ignores keywords its forward does not name, accepts an attention_mask of another shape, and fails deep
+in torch on a list, a float id, an empty batch, a sequence longer than its positions or an id outside its
+vocabulary. `check_call` refuses each of these with a ConfigError naming the value and the fix, and says what to
+hand the encoder: which module runs, its inputs (multiple-choice inputs flattened; labels included when the wrapped
+HF task model computes the loss itself) and the choice count. `check_generate_inputs` holds generate()'s inputs to
+the same rules before any step runs.
+
+It runs on every forward, training included, so it reads only shapes, dtypes and devices, except for value checks
+(id ranges, empty mask rows), which need the values: those run on CPU tensors only, where they cost microseconds.
+On an accelerator they would wait for the device (a sync per step), so there they are skipped and the device
+reports a bad id itself; class ids in labels are the exception (labels.py).
+
+The modules, each importing only those listed before it:
+- `keywords`: the keywords a forward takes, and the flags that must be bools;
+- `limits`: the tokens, positions and token types the model's config allows, read once per model;
+- `tokens`: input_ids / inputs_embeds and the per-token inputs (type, dtype, shape, device, id ranges, masks) and
+  logits_to_keep;
+- `cache`: past_key_values, and how many tokens they hold;
+- `encoder_decoder`: an encoder-decoder's encoder_outputs and decoder inputs, and whether a call has any;
+- `seq2seq_head`: what a head of ours on an encoder-decoder runs, its decoder on the input shifted right;
+- `labels`: a head's labels, or those of the wrapped HF task model's own loss;
+- `call`: `check_call` and the `ForwardCall` it returns;
+- `generate`: `check_generate_inputs`.
+"""
+
+from adapterfusion.forward_inputs.call import ForwardCall, check_call
+from adapterfusion.forward_inputs.generate import GENERATE_INPUTS, check_generate_inputs
+from adapterfusion.forward_inputs.labels import check_head_labels
+
+__all__ = ["GENERATE_INPUTS", "ForwardCall", "check_call", "check_generate_inputs", "check_head_labels"]

@@ -1,0 +1,114 @@
+"""`check_generate_inputs`: generate()'s model inputs held to check_call's rules before any step runs (transformers'
+generate would broadcast a one-row mask, embed a bad id deep in its loop, or run out of positions mid-generation),
+and the longest sequence generation may reach against the model's positions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from adapterfusion.encoder_limits import limit_reason
+from adapterfusion.errors import ConfigError
+from adapterfusion.forward_inputs.encoder_decoder import (
+    check_decoder_inputs,
+    check_encoded_tokens,
+    encoder_outputs_shape,
+    is_seq2seq,
+)
+from adapterfusion.forward_inputs.keywords import check_flags
+from adapterfusion.forward_inputs.limits import check_length, model_limits
+from adapterfusion.forward_inputs.tokens import (
+    check_devices,
+    check_logits_to_keep,
+    check_per_token,
+    check_values,
+    input_embeddings,
+    token_shape,
+)
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+# generate()'s flags, which transformers reads by truth value: use_cache='no' would cache, return_dict_in_generate='no'
+# return a dict.
+_GENERATE_FLAGS = (
+    "use_cache",
+    "do_sample",
+    "output_attentions",
+    "output_hidden_states",
+    "output_scores",
+    "output_logits",
+    "return_dict_in_generate",
+)
+# What check_generate_inputs reads of generate()'s keywords: the model inputs and the flags.
+GENERATE_INPUTS = (
+    "input_ids",
+    "inputs_embeds",
+    "attention_mask",
+    "position_ids",
+    "token_type_ids",
+    "decoder_input_ids",
+    "decoder_attention_mask",
+    "decoder_inputs_embeds",
+    "encoder_outputs",
+    "logits_to_keep",
+    *_GENERATE_FLAGS,
+)
+
+
+def check_generate_inputs(
+    model: AdaptedModel, inputs: Mapping[str, Any], max_new_tokens: int | None, max_length: int | None
+) -> None:
+    """generate()'s model inputs, checked by the rules of check_call (transformers' generate would broadcast a
+    one-row mask, embed a bad id deep in its loop, or run out of positions mid-generation), and the longest
+    sequence it may reach (`max_new_tokens` after the prompt, else `max_length`) against the model's positions,
+    before any step runs."""
+    wrapped = model.model
+    given = {key: value for key, value in inputs.items() if value is not None}
+    check_flags(given, _GENERATE_FLAGS)
+    check_logits_to_keep(given.get("logits_to_keep"), None)
+    if "input_ids" in given and "inputs_embeds" in given:
+        given.pop("input_ids")  # transformers runs the embeddings and keeps the ids only to return them
+    weight = input_embeddings(wrapped).weight
+    limits = model_limits(wrapped)
+    seq2seq = is_seq2seq(wrapped)
+    encoded = encoder_outputs_shape(given.get("encoder_outputs"), weight, generating=True) if seq2seq else None
+    prompt, padding = 1, 0  # with no prompt, generation starts from the start (or bos) token alone
+    shape = encoded  # an encoder-decoder's prompts given encoded, or None
+    if "input_ids" in given or "inputs_embeds" in given:
+        shape = token_shape(given, False, None, weight.shape[1], weight.dtype)
+        check_encoded_tokens(encoded, shape)
+    if shape is not None:
+        check_per_token(given, shape)
+    check_devices(wrapped, given, weight.device)
+    check_values(given, weight.shape[0], limits)
+    if shape is not None and seq2seq:
+        check_length(shape[-1], limits, "the prompts")
+        decoder = check_decoder_inputs(given, shape, weight, limits, 0, None)
+        prompt = decoder[-1] if decoder is not None else 1
+    elif shape is not None:
+        prompt = _longest_row(given.get("attention_mask"), shape[-1])
+        padding = shape[-1] - prompt
+        check_length(prompt, limits, "the prompts")
+    new = max_new_tokens if max_new_tokens is not None and max_new_tokens > 0 else None
+    total = prompt + new if new is not None else (max_length - padding if max_length is not None else None)
+    limit = limits.max_length
+    if limit is not None and total is not None and total > limit:
+        fix = (
+            f"lower max_new_tokens to at most {max(limit - prompt, 0)}"
+            if new is not None
+            else f"lower max_length to at most {limit + padding}"
+        )
+        asked = f"{prompt} prompt tokens + max_new_tokens={new}" if new is not None else f"max_length={max_length}"
+        raise ConfigError(
+            f"generate() could reach {total} tokens per sequence ({asked}), more than this {limits.config.model_type} "
+            f"model has positions for: {limit} ({limit_reason(limits.config)}); {fix}, or truncate the prompts"
+        )
+
+
+def _longest_row(mask: torch.Tensor | None, width: int) -> int:
+    """The most real tokens in a prompt row: generate numbers a decoder's positions by its attention mask, so the
+    left padding of a batch takes none."""
+    return int(mask.sum(-1).max()) if isinstance(mask, torch.Tensor) else width

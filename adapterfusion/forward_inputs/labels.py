@@ -1,0 +1,180 @@
+"""The labels of a call: for a head of ours one class id or target per example (per token for question answering
+and tagging heads); for the wrapped HF task model's own loss, token ids of a language model or class ids.
+
+cross_entropy would fail deep in torch on a bad class id (a device-side assert on CUDA that ends the process),
+truncate a float one, or average over no token into a NaN loss. So unlike the token inputs' values, labels are read
+on every device: a forward with labels computes a loss the caller reads anyway."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+from torch import nn
+
+from adapterfusion.errors import ConfigError
+from adapterfusion.forward_inputs.encoder_decoder import is_seq2seq
+from adapterfusion.forward_inputs.keywords import accepted_keywords
+from adapterfusion.forward_inputs.limits import Limits, check_length
+from adapterfusion.forward_inputs.tokens import INTEGER_DTYPES
+from adapterfusion.heads.config import HeadConfig
+from adapterfusion.heads.question_answering import check_qa_labels
+from adapterfusion.heads.token_classification import check_tagging_labels
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+
+def check_head_labels(labels: Any, config: HeadConfig, name: str, shape: torch.Size) -> None:
+    """One class id (or target) per example, inside the head's classes; a per-token head's own layout
+    (heads/question_answering.py, heads/token_classification.py)."""
+    labels = _labels_tensor(labels, shape[0], f"head {name!r}")
+    if config.kind == "question_answering":
+        check_qa_labels(labels, name, shape)
+        return
+    if config.kind == "token_classification":
+        check_tagging_labels(labels, name, config.num_labels, shape)
+        return
+    if labels.dim() != 1:
+        raise ConfigError(f"head {name!r}: labels of shape {tuple(labels.shape)} must be [batch], one per example")
+    if config.kind == "multiple_choice":
+        _check_class_ids(labels, shape[1], f"head {name!r} ({shape[1]} choices per example)", "the task's label ids")
+    elif config.kind == "classification":
+        owner = f"head {name!r} (num_labels={config.num_labels})"
+        _check_class_ids(labels, config.num_labels, owner, "the task's label ids or the head's num_labels")
+    elif not bool(torch.isfinite(labels).all()):
+        bad = sorted({str(value) for value in labels[~torch.isfinite(labels)].tolist()})
+        raise ConfigError(
+            f"head {name!r}: regression labels hold {bad}; the loss would be {bad[0]}: drop those examples or fix "
+            "their targets"
+        )
+
+
+def passed_labels(
+    model: AdaptedModel, labels: Any, shape: torch.Size, decoder: torch.Size | None, limits: Limits
+) -> torch.Tensor:
+    """Labels for the wrapped HF task model's own loss, when no head of ours is active and it takes labels;
+    `decoder`: the shape of an encoder-decoder's own decoder inputs."""
+    task_model = model.model
+    name = type(task_model).__name__
+    accepted = accepted_keywords(task_model)
+    # Whether its forward takes labels decides; a model that is its own base (T5ForConditionalGeneration) may.
+    has_own_loss = "labels" in accepted if accepted is not None else task_model is not task_model.base_model
+    if not has_own_loss:
+        loaded = list(model.heads)
+        fix = (
+            f"activate(head=...) one of the loaded heads {loaded} or add_head() one first"
+            if loaded
+            else "add_head(name, af.ClassificationHead(...)) and activate(head=name)"
+        )
+        raise ConfigError(
+            f"labels were given but no head is active and the wrapped {name} has no task head of its own, so "
+            f"nothing computes a loss; {fix}"
+        )
+    labels = _labels_tensor(labels, shape[0], name)
+    config: Any = task_model.config
+    kind = _language_model_kind(task_model)
+    if kind is not None:
+        expected = decoder if kind == "seq2seq" else shape
+        if kind == "seq2seq" and decoder is None and labels.dim() == 2:
+            check_length(labels.shape[-1], limits, "the labels (the decoder's inputs, shifted)")
+            expected = labels.shape
+        _check_token_labels(labels, kind, expected, _output_vocabulary(task_model), name)
+    elif name.endswith("ForMultipleChoice"):
+        _check_class_ids(labels, shape[1], f"{name} ({shape[1]} choices per example)", "the task's label ids")
+    elif (
+        name.endswith("ForSequenceClassification")
+        and config.num_labels > 1
+        and labels.dtype in INTEGER_DTYPES
+        and config.problem_type in (None, "single_label_classification")
+    ):  # the cases transformers computes a cross-entropy over num_labels classes for
+        owner = f"{name} (num_labels={config.num_labels})"
+        _check_class_ids(labels, config.num_labels, owner, "the task's label ids or the model config's num_labels")
+    return labels
+
+
+def _language_model_kind(model: nn.Module) -> str | None:
+    """'causal', 'seq2seq' or 'masked' for a wrapped language model, whose labels are token ids, one per token;
+    None for other task models."""
+    if type(model).__name__.endswith("ForMaskedLM"):
+        return "masked"
+    can_generate = getattr(model, "can_generate", None)
+    if not callable(can_generate) or not can_generate():
+        return None
+    return "seq2seq" if is_seq2seq(model) else "causal"
+
+
+def _output_vocabulary(model: nn.Module) -> int:
+    """How many tokens the language-model head scores (the rows of its output embeddings)."""
+    output = cast(Any, model).get_output_embeddings()
+    weight = getattr(output, "weight", None)
+    return int(weight.shape[0]) if isinstance(weight, torch.Tensor) else int(cast(Any, model).config.vocab_size)
+
+
+_IGNORED = -100  # the label transformers' losses skip
+
+
+def _check_token_labels(
+    labels: torch.Tensor, kind: str, expected: torch.Size | None, vocabulary: int, name: str
+) -> None:
+    """A language model's labels: integer token ids in its vocabulary or -100, one per (decoder) token, at least
+    one counted. Otherwise cross_entropy fails deep in torch, reads a [batch, seq, 1] tensor as other positions, or
+    averages over no token at all: a NaN loss (0/0), silently. Read on every device, as _check_class_ids is."""
+    if labels.dtype not in INTEGER_DTYPES or labels.dtype == torch.uint8:
+        raise ConfigError(
+            f"{name}: labels have dtype {labels.dtype}; a language model's labels are token ids, an integer tensor "
+            f"(torch.long) with {_IGNORED} where no loss is counted, e.g. labels = input_ids.clone()"
+        )
+    like = "decoder_input_ids" if kind == "seq2seq" else "input_ids"
+    if labels.shape != expected if expected is not None else labels.dim() != 2:  # GPT2DoubleHeadsModel's are 3-D
+        raise ConfigError(
+            f"{name}: labels of shape {tuple(labels.shape)} must be shaped like the {like}"
+            f"{'' if expected is None else ' ' + str(tuple(expected))}: one token id per token, [batch, seq] "
+            f"({_IGNORED} where no loss is counted{'; transformers shifts them itself' if kind == 'causal' else ''})"
+        )
+    wrong = (labels != _IGNORED) & ((labels < 0) | (labels >= vocabulary))
+    if bool(wrong.any()):
+        values = sorted(set(labels[wrong].tolist()))
+        raise ConfigError(
+            f"{name}: labels hold {values[:5]}, which are not token ids of its vocabulary of {vocabulary}: labels "
+            f"must be in 0..{vocabulary - 1}, or {_IGNORED} (not -1) where no loss is counted"
+        )
+    counted = labels[:, 1:] if kind == "causal" else labels
+    if not bool((counted != _IGNORED).any()):
+        first = " (a causal LM predicts token i from those before it, so labels[:, 0] is never counted)"
+        raise ConfigError(
+            f"{name}: no label token is counted: every label is {_IGNORED}"
+            f"{first if kind == 'causal' else ''}, so the loss would be NaN (0/0); label at least one token of "
+            "the batch, or skip batches with nothing to learn"
+        )
+
+
+def _labels_tensor(labels: Any, batch: int, owner: str) -> torch.Tensor:
+    """`labels` as a tensor of one row per example, or a ConfigError saying what to pass."""
+    if not isinstance(labels, torch.Tensor):
+        preview = labels[:5] if isinstance(labels, (list, tuple)) else labels
+        raise ConfigError(
+            f"labels are a {type(labels).__name__} ({preview!r}), not a torch.Tensor; pass the class ids (or "
+            "regression targets) as torch.tensor([...]), one per example (map label names to their ids first)"
+        )
+    if labels.is_complex() or labels.dim() == 0 or labels.shape[0] != batch:
+        count = labels.shape[0] if labels.dim() else "a single value as"
+        raise ConfigError(
+            f"{owner}: {count} labels for a batch of {batch} examples; pass one real label per example, shape [batch]"
+        )
+    return labels
+
+
+def _check_class_ids(labels: torch.Tensor, count: int, owner: str, fix: str) -> None:
+    """Class ids must index `count` outputs. Otherwise cross_entropy fails deep in torch (an IndexError on CPU, a
+    device-side assert on CUDA that ends the process) or, for a float label like 1.5, truncates it silently. Unlike
+    the checks of the inputs, this reads the values on every device: a forward with labels computes a loss the
+    caller reads anyway."""
+    low, high = torch.aminmax(labels)
+    fractional = labels.is_floating_point() and not bool((labels == labels.round()).all())
+    if float(low) < 0 or float(high) >= count or fractional:
+        wrong = (labels < 0) | (labels >= count) | (labels != labels.round())
+        values = sorted(set(labels[wrong].tolist()))
+        raise ConfigError(
+            f"labels {values[:5]} are not class ids of {owner}: labels must be integers in 0..{count - 1}; check {fix}"
+        )
