@@ -30,7 +30,7 @@ from adapterfusion.io.paths import check_writable_file
 from adapterfusion.pruning import PRUNING_FILE, prune_fusion
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, METRICS_FILE
 from adapterfusion.serialization.setup import SETUP_FILE
-from adapterfusion.serving.config import API_KEY_ENV, CHARS_PER_TOKEN, ServeConfig
+from adapterfusion.serving.config import API_KEY_ENV, CHARS_PER_TOKEN, DEFAULT_MAX_NEW_TOKENS, ServeConfig
 from adapterfusion.serving.server import serve
 from adapterfusion.tasks import get_task, list_tasks
 from adapterfusion.training import train
@@ -582,7 +582,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-length", type=int, default=None, help="tokens kept per input, at most the model's (default: the model's)"
     )
     server.add_argument(
-        "--max-new-tokens", type=int, default=256, help="tokens one /v1/generate request may ask for (default 256)"
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"tokens one /v1/generate request may ask for, fewer than --max-length (default {DEFAULT_MAX_NEW_TOKENS}, "
+        "at most what the model's positions leave after a one-token prompt)",
     )
     server.add_argument(
         "--api-key", default=None, help=f"key that POST /v1/pieces requires (default: ${API_KEY_ENV}, else none)"

@@ -37,7 +37,7 @@ from adapterfusion.serving.contract import (
     parse_predict,
     read_body,
 )
-from adapterfusion.serving.generator import Generator
+from adapterfusion.serving.generator import Generator, new_tokens_limit
 from adapterfusion.serving.metrics import CONTENT_TYPE, Metrics
 from adapterfusion.serving.predictor import Predictor, check_max_length, model_limit
 
@@ -69,7 +69,8 @@ def create_app(
     `executor` (`model_executor()`, best the one the model was loaded on; default: a new one), which the app shuts
     down when it stops. FastAPI is imported here, not at the top, so that the package imports without the `serve`
     extra; the endpoints' annotations are evaluated here too, where FastAPI reads them. ConfigError for a
-    config.max_length over what the model takes."""
+    config.max_length over what the model takes, and (a model that generates) a config.max_new_tokens that leaves
+    no room for a prompt in it."""
     try:
         from fastapi import FastAPI, Request
         from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -77,7 +78,11 @@ def create_app(
     except ImportError:
         raise ConfigError("serving needs FastAPI and uvicorn: pip install 'adapterfusion[serve]'") from None
     config = config or ServeConfig()
-    check_max_length(config.max_length, getattr(model.model, "config", None), tokenizer)
+    model_config = getattr(model.model, "config", None)
+    check_max_length(config.max_length, model_config, tokenizer)
+    if model.can_generate():
+        new_tokens = new_tokens_limit(config.max_new_tokens, config.max_length, model_config, tokenizer)
+        config = replace(config, max_new_tokens=new_tokens)
     # The tokens kept of an input, fixed now, so that the default of max_text_chars follows from it too.
     config = replace(config, max_length=config.max_length or model_limit(model, tokenizer))
     predictor = Predictor(model, tokenizer, config.max_length)

@@ -15,6 +15,9 @@ DEFAULT_MAX_LENGTH = 512
 # so a longer text is cut by truncation anyway; and tokenising runs on the event loop, whose pause grows with the
 # characters (up to ~2 ms per 1000 on 2 cores, emoji through a BPE tokenizer), not with the tokens kept.
 CHARS_PER_TOKEN = 8
+# The new tokens one generate request may ask for when the server is not told (create_app caps it so that a one-token
+# prompt still fits the model's positions: a tiny or old decoder may hold fewer).
+DEFAULT_MAX_NEW_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,8 @@ class ServeConfig:
     CHARS_PER_TOKEN per token of max_length, which bounds the tokenising the event loop does per request);
     max_body_bytes: bytes of one request body; max_length: tokens kept of an input (None: the tokenizer's and the
     model's limit; more is refused when the app is made); max_new_tokens: the most tokens one generate request may
-    ask for; api_key: required by POST /v1/pieces when set."""
+    ask for (None: DEFAULT_MAX_NEW_TOKENS, at most what the model's positions leave after a one-token prompt; more
+    is refused when the app is made); api_key: required by POST /v1/pieces when set."""
 
     max_batch_size: int = 32
     max_batch_tokens: int | None = 4096
@@ -37,15 +41,15 @@ class ServeConfig:
     max_text_chars: int | None = None
     max_body_bytes: int = 2_000_000
     max_length: int | None = None
-    max_new_tokens: int = 256
+    max_new_tokens: int | None = None
     api_key: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_size", "max_queue", "max_inputs", "max_body_bytes", "max_new_tokens"):
+        for name in ("max_batch_size", "max_queue", "max_inputs", "max_body_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive whole number")
-        for name in ("max_batch_tokens", "max_text_chars"):
+        for name in ("max_batch_tokens", "max_text_chars", "max_new_tokens"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{name}={value!r} must be a positive whole number, or None")
@@ -75,6 +79,12 @@ class ServeConfig:
         if self.max_text_chars is not None:
             return self.max_text_chars
         return CHARS_PER_TOKEN * (self.max_length or DEFAULT_MAX_LENGTH)
+
+    @property
+    def new_tokens(self) -> int:
+        """The most new tokens one generate request may ask for: max_new_tokens, else DEFAULT_MAX_NEW_TOKENS (create_app
+        sets it to what the model's positions allow)."""
+        return self.max_new_tokens if self.max_new_tokens is not None else DEFAULT_MAX_NEW_TOKENS
 
     @staticmethod
     def key_from_env(given: str | None) -> str | None:

@@ -202,7 +202,7 @@ def parse_generate(data: dict[str, Any], catalog: Catalog, config: ServeConfig) 
     paired = [index for index, (_, pair) in enumerate(inputs) if pair is not None]
     if paired:
         raise RequestError(422, f"inputs[{paired[0]}] is a pair of texts; each prompt to generate from is one text")
-    limit = config.max_new_tokens
+    limit = config.new_tokens
     new_tokens = data.get("max_new_tokens", min(DEFAULT_NEW_TOKENS, limit))
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise RequestError(422, f"'max_new_tokens' is {_short(new_tokens)}; give a whole number from 1 to {limit}")

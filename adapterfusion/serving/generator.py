@@ -16,11 +16,43 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from adapterfusion.errors import ConfigError
+from adapterfusion.serving.config import DEFAULT_MAX_LENGTH, DEFAULT_MAX_NEW_TOKENS
 from adapterfusion.serving.contract import GenerateRequest, RequestError, Sampling
-from adapterfusion.serving.predictor import Prediction, forward_cost, length_groups, model_limit
+from adapterfusion.serving.predictor import Prediction, forward_cost, length_groups, length_limits, model_limit
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
+
+
+def new_tokens_limit(max_new_tokens: int | None, max_length: int | None, model_config: Any, tokenizer: Any) -> int:
+    """The most new tokens one generate request may ask for: `max_new_tokens`, or DEFAULT_MAX_NEW_TOKENS cut so that
+    a one-token prompt fits. A prompt and its new tokens share the server's `max_length` (None: the model's limit,
+    `model_config` None where not known yet), so a max_new_tokens that leaves no room for any prompt would have every
+    request asking for it refused, long after the server started: ConfigError now."""
+    limits = length_limits(model_config, tokenizer)
+    model_most = min((limit for _, limit in limits), default=None)
+    if max_length is not None:
+        longest, why = max_length, f"--max-length {max_length}, ServeConfig.max_length"
+    elif limits:
+        why, longest = min(limits, key=lambda named: named[1])
+    else:
+        longest = DEFAULT_MAX_LENGTH
+        why = f"neither its config nor its tokenizer states a limit, so the server keeps {DEFAULT_MAX_LENGTH}"
+    if max_new_tokens is None:
+        return min(DEFAULT_MAX_NEW_TOKENS, longest - 1)
+    if max_new_tokens < longest:
+        return max_new_tokens
+    more = ""
+    if model_most is None:
+        more = f", or {'raise' if max_length is not None else 'give'} --max-length for longer sequences"
+    elif longest < model_most:
+        more = f", or raise --max-length up to the model's {model_most}"
+    raise ConfigError(
+        f"max_new_tokens={max_new_tokens} leaves no room for a prompt: a prompt and its new tokens together hold at "
+        f"most {longest} tokens on this server ({why}), so every request asking for {max_new_tokens} new tokens would "
+        f"be refused; serve with --max-new-tokens {longest - 1} or less (ServeConfig.max_new_tokens){more}"
+    )
 
 
 @dataclass(frozen=True)

@@ -146,14 +146,14 @@ def model_limit(model: AdaptedModel, tokenizer: Any) -> int:
     """The most tokens one input may have: the tokenizer's model_max_length where it is finite, at most the positions
     the model's table holds (encoder_limits.max_input_length: RoBERTa's skip the padding id); DEFAULT_MAX_LENGTH
     where neither says."""
-    limits = [limit for _, limit in _limits(getattr(model.model, "config", None), tokenizer)]
+    limits = [limit for _, limit in length_limits(getattr(model.model, "config", None), tokenizer)]
     return min(limits) if limits else DEFAULT_MAX_LENGTH
 
 
 def check_max_length(max_length: int | None, model_config: Any, tokenizer: Any) -> None:
     """ConfigError for a max_length over model_limit: longer inputs would fail in the model's embeddings (or run past
     what it was trained on) at the first long request, long after the server started."""
-    limits = _limits(model_config, tokenizer)
+    limits = length_limits(model_config, tokenizer)
     if max_length is None or not limits:
         return
     reason, limit = min(limits, key=lambda named: named[1])
@@ -164,8 +164,8 @@ def check_max_length(max_length: int | None, model_config: Any, tokenizer: Any) 
         )
 
 
-def _limits(model_config: Any, tokenizer: Any) -> list[tuple[str, int]]:
-    """(why, tokens) for each limit that the tokenizer and the model's config set."""
+def length_limits(model_config: Any, tokenizer: Any) -> list[tuple[str, int]]:
+    """(why, tokens) for each limit that the tokenizer and the model's config (None: not known) set."""
     limits = []
     told = getattr(tokenizer, "model_max_length", None)
     if isinstance(told, int) and not isinstance(told, bool) and 1 < told < 1_000_000:  # "no limit" is a huge int

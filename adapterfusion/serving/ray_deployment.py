@@ -25,7 +25,8 @@ class AdapterServer:
 
     def __init__(self, setup: str, base: str | None, config: ServeConfig, device: str, dtype: str) -> None:
         self.executor = model_executor()
-        loading = self.executor.submit(load_setup, setup, base, device, dtype, config.max_length)
+        limits = (config.max_length, config.max_new_tokens)
+        loading = self.executor.submit(load_setup, setup, base, device, dtype, *limits)
         self.model, self.tokenizer = loading.result()
         self.config = config
 

@@ -6,17 +6,21 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 
 from adapterfusion.defaults import default_encoder_path
 from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.encoders import load_tokenizer, resolve_encoder
 from adapterfusion.errors import ConfigError
 from adapterfusion.model import AdaptedModel
+from adapterfusion.serialization.setup import SETUP_FILE, read_index
 from adapterfusion.serving.app import create_app, model_executor
 from adapterfusion.serving.config import ServeConfig
+from adapterfusion.serving.generator import new_tokens_limit
 from adapterfusion.serving.predictor import check_max_length
 
 logger = logging.getLogger(__name__)
@@ -30,18 +34,23 @@ def load_setup(
     device: str = "cpu",
     dtype: str = "float32",
     max_length: int | None = None,
+    max_new_tokens: int | None = None,
 ) -> tuple[AdaptedModel, Any]:
     """The model save_pretrained wrote to `setup`, on `base` (default: the shipped encoder), with base's tokenizer,
-    in eval mode on `device` in `dtype`. A `max_length` (the server's) over what base's tokenizer and config allow is
-    refused before the weights load (where base's config is on disk or in the Hub cache; else create_app refuses
-    it)."""
+    in eval mode on `device` in `dtype`. A `max_length` (the server's) over what base's tokenizer and config allow,
+    and for a setup saved on a model that generates a `max_new_tokens` that leaves no room for a prompt, are refused
+    before the weights load (where base's config is on disk or in the Hub cache and the setup is a local folder;
+    else create_app refuses them)."""
     if dtype not in DTYPES:
         raise ConfigError(f"dtype {dtype!r} is not one of {list(DTYPES)}")
     target = _available_device(device)
     base = base if base is not None else default_encoder_path()
     encoder = resolve_encoder(base)
     tokenizer = load_tokenizer(encoder)
-    check_max_length(max_length, encoder_config(encoder.folder or encoder.given), tokenizer)
+    config = encoder_config(encoder.folder or encoder.given)
+    check_max_length(max_length, config, tokenizer)
+    if config is not None and _setup_generates(setup):
+        new_tokens_limit(max_new_tokens, max_length, config, tokenizer)
     model = AdaptedModel.from_pretrained(base, setup)
     return model.to(device=target, dtype=DTYPES[dtype]).eval(), tokenizer
 
@@ -70,7 +79,8 @@ def serve(
     _available_device(device)  # before the minutes of loading, not after
     executor = model_executor()  # the model is loaded on the thread that will run it (model_executor says why)
     try:
-        model, tokenizer = executor.submit(load_setup, setup, base, device, dtype, config.max_length).result()
+        loading = executor.submit(load_setup, setup, base, device, dtype, config.max_length, config.max_new_tokens)
+        model, tokenizer = loading.result()
     except BaseException:
         executor.shutdown(wait=False)
         raise
@@ -80,6 +90,17 @@ def serve(
         )
     app = create_app(model, tokenizer, config, executor)
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=drain_seconds, log_level="info")
+
+
+def _setup_generates(setup: str | os.PathLike) -> bool:
+    """Whether the setup in the local folder `setup` was saved on a model with a language-model head (the class
+    from_pretrained loads), read from its index before any weights load; False for a Hub id (create_app checks)."""
+    folder = Path(setup).expanduser()
+    if not (folder / SETUP_FILE).is_file():
+        return False
+    saved = read_index(folder)["base_model"].get("class")
+    can_generate = getattr(getattr(transformers, saved, None) if isinstance(saved, str) else None, "can_generate", None)
+    return bool(callable(can_generate) and can_generate())
 
 
 def _available_device(device: str) -> torch.device:
@@ -98,6 +119,14 @@ def _available_device(device: str) -> torch.device:
         raise ConfigError(f"device {device!r}: MPS is not available on this machine; serve with --device cpu")
     elif target.type == "meta":
         raise ConfigError(f"device {device!r} holds shapes but no values, so it cannot serve; use cpu or cuda:N")
+    elif target.type != "cpu":
+        try:  # xpu, hpu, xla, ...: only a tensor placed there says whether this torch has that backend
+            torch.empty(0, device=target)
+        except Exception as error:  # noqa: BLE001 - each backend fails its own way (AssertionError, ImportError, ...)
+            raise ConfigError(
+                f"device {device!r}: this machine's torch cannot place tensors on {target.type} "
+                f"({type(error).__name__}); serve with --device cpu, or cuda:N on a machine with CUDA GPUs"
+            ) from None
     return target
 
 
