@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
 
 import torch
 
-from adapterfusion._validation import check_bool
+from adapterfusion._validation import check_bool, check_has_values
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError, NameNotFoundError
 
@@ -351,7 +351,12 @@ def average_adapters(
     """Add adapter `name` whose every weight is sum_i w_i * (that weight of adapters[i]): AdapterSoup's and
     AdapterHub's `average_adapter` (linear). `adapters` a list (weights default to equal) or {name: weight}; the
     weights are scaled to sum to 1 unless normalize_weights=False. The adapters must share one config (its init
-    options aside), else ConfigError. Returns the new adapter's config (as add_adapter does); it is not activated."""
+    options aside), else ConfigError. Returns the new adapter's config (as add_adapter does); it is not activated.
+
+    Adapters cast by hand to other dtypes or devices mix: the sum runs in float64 on the CPU, and the new adapter is
+    cast once to the dtype and device add_adapter gives it (the encoder's, which the forward needs), so a bfloat16
+    adapter's products are not rounded to bfloat16. An adapter with no values (meta) or with NaN/inf weights, or an
+    average beyond the encoder's dtype, is refused before the model changes."""
     if isinstance(adapters, Mapping):
         if weights is not None:
             raise ConfigError("average_adapters: give weights either in the {adapter: weight} mapping or as weights=")
@@ -377,12 +382,42 @@ def average_adapters(
             f"average_adapters: adapters {different} have another config than {names[0]!r}; only adapters of one "
             "config (size, placement, non-linearity, leave_out) can be averaged weight by weight"
         )
+    averaged = _averaged_weights(model, names, scale)
     model.add_adapter(name, configs[0], overwrite=overwrite)
     with torch.no_grad():
         for site in model.sites_with_adapter(name):
-            sources = [site.adapter(adapter).state_dict() for adapter in names]
-            averaged = {
-                key: sum(w * source[key] for w, source in zip(scale, sources, strict=True)) for key in sources[0]
-            }
-            site.adapter(name).load_state_dict(averaged)
+            site.adapter(name).load_state_dict(averaged[site.key])  # copied into its own dtype and device
     return configs[0]
+
+
+def _averaged_weights(
+    model: AdaptedModel, names: Sequence[str], scale: Sequence[float]
+) -> dict[str, dict[str, torch.Tensor]]:
+    """{site key: {parameter: sum_i scale_i * adapter i's}}, summed in float64 on the CPU in the order of `names`,
+    after checking that every adapter holds finite values and that the sum fits the encoder's dtype."""
+    dtype = model.dtype
+    averaged: dict[str, dict[str, torch.Tensor]] = {}
+    for site in model.sites_with_adapter(names[0]):
+        sources = [(adapter, site.adapter(adapter).state_dict()) for adapter in names]
+        for adapter, state in sources:
+            check_has_values(state.values(), f"average_adapters: adapter {adapter!r} is", "there is nothing to average")
+        averaged[site.key] = {}
+        for key in sources[0][1]:
+            total = torch.zeros(sources[0][1][key].shape, dtype=torch.float64)
+            for w, (adapter, state) in zip(scale, sources, strict=True):
+                value = state[key].detach().to(device="cpu", dtype=torch.float64)
+                bad = int((~torch.isfinite(value)).sum())
+                if bad:
+                    raise ConfigError(
+                        f"average_adapters: adapter {adapter!r} holds {bad} NaN or infinite value(s) in {key} at "
+                        f"{site.key}, which would make the average NaN there; reload or retrain it, or leave it out"
+                    )
+                total += w * value
+            if not bool(torch.isfinite(total.to(dtype)).all()):
+                raise ConfigError(
+                    f"average_adapters: the average of {list(names)} with weights {list(scale)} overflows the "
+                    f"encoder's {str(dtype).removeprefix('torch.')} in {key} at {site.key} (up to "
+                    f"{float(total.abs().max()):.3g}); give smaller weights, or cast the model to float32 or float64"
+                )
+            averaged[site.key][key] = total
+    return averaged
