@@ -185,8 +185,15 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
 def check_weights(tensors: Mapping[str, torch.Tensor], source: str | Path) -> None:
     """Refuse weights that cannot be trained ones: integer, bool or complex tensors (loading would cast them silently)
     and weights holding NaN or inf (saved from a run that diverged: loaded, they would turn every output that passes
-    through them into NaN, far from the file that caused it)."""
+    through them into NaN, far from the file that caused it), or on the meta device (a pickle saved from a model
+    with no values keeps them there whatever map_location says: torch would fail reading them)."""
     for key, tensor in tensors.items():
+        if tensor.is_meta:
+            raise SerializationError(
+                f"{source}: tensor {key!r} is on the meta device, which holds shapes but no values: the file was saved "
+                "from a model built without weights (device='meta' or init_empty_weights). Save the piece again from "
+                "a model with real weights"
+            )
         if not tensor.is_floating_point():
             raise SerializationError(
                 f"{source}: tensor {key!r} has dtype {str(tensor.dtype).removeprefix('torch.')}, but weights are "

@@ -29,11 +29,21 @@ from torch import nn
 from adapterfusion._validation import check_name, check_names, naming_file, reject_unknown_keys
 from adapterfusion._version import __version__
 from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder
-from adapterfusion.errors import ConfigError, IncompatibleModelError, NameNotFoundError, SerializationError
+from adapterfusion.errors import ConfigError, HubError, IncompatibleModelError, NameNotFoundError, SerializationError
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
 from adapterfusion.io.atomic import atomic_write_files, atomic_write_text, json_text, replace_folder
 from adapterfusion.io.documents import read_json
-from adapterfusion.io.hub import HubRef, download, hub_ref, locate, upload
+from adapterfusion.io.hub import (
+    OFFLINE_VARIABLES,
+    HubRef,
+    cache_dir,
+    cached_folder,
+    download,
+    hub_ref,
+    locate,
+    offline,
+    upload,
+)
 from adapterfusion.io.paths import check_readable_file, check_writable_folder, path_part
 from adapterfusion.piece import PIECE_KINDS
 from adapterfusion.serialization.model_card import render_model_card
@@ -340,8 +350,28 @@ def _check_config_digest(folder: Path, piece: Mapping[str, Any]) -> None:
 
 def _fetch_setup(place: HubRef) -> Path:
     """The index, then the folders of the pieces it lists (nothing else the repo holds)."""
-    pieces = read_index(download(place, [SETUP_FILE]))["pieces"]
-    return download(place, [SETUP_FILE] + [f"{piece_folder(p['kind'], p['name'])}/*" for p in pieces])
+    listing = download(place, [SETUP_FILE])
+    if offline() and not (listing / SETUP_FILE).is_file():
+        raise _partly_cached(place, "saved setup", SETUP_FILE)
+    pieces = read_index(listing)["pieces"]
+    folder = download(place, [SETUP_FILE] + [f"{piece_folder(p['kind'], p['name'])}/*" for p in pieces])
+    for piece in pieces if offline() else ():
+        relative = piece_folder(piece["kind"], piece["name"])
+        weights = weights_path(folder / relative, piece["kind"])
+        if not weights.is_file():
+            raise _partly_cached(place.child(relative), piece["kind"], weights.name)
+    return folder
+
+
+def _partly_cached(ref: HubRef, what: str, missing: str) -> HubError:
+    """Offline, snapshot_download hands back whatever an earlier download cached of a repo (the JSON files of a
+    look-up, another piece); the error for `missing` not being among it, instead of calling the saved files
+    incomplete or the path wrong."""
+    return HubError(
+        f"{what} {ref} is only partly in the local Hugging Face cache ({cache_dir()}): {missing} is not there, and "
+        f"offline mode is on ({' or '.join(OFFLINE_VARIABLES)}); load it once with the network on (unset "
+        f"{OFFLINE_VARIABLES[0]}) to fetch the rest, or pass a local folder that holds all of it"
+    )
 
 
 def _base_encoder(
@@ -386,11 +416,17 @@ def piece_source(source: str | os.PathLike, kind: str) -> Path:
     relative = _piece_in(listing, kind, lambda rel: str(place.child(rel)))
     config_names = (config_path(listing, kind).name, ADAPTERHUB_FILES[kind][0])
     if not relative and not any((listing / name).is_file() for name in config_names):
+        if offline():
+            raise _partly_cached(place, f"{kind} folder", f"{' or '.join(config_names)} or {SETUP_FILE}")
         raise SerializationError(
             f"the Hub folder {place} holds neither a {kind} ({' or '.join(config_names)}) nor a saved setup "
             f"({SETUP_FILE}); check the id"
         )
-    return download(place.child(relative))
+    child = place.child(relative)
+    weights = tuple(dict.fromkeys((weights_path(Path(), kind).name, *ADAPTERHUB_FILES[kind][1:])))  # ours, AdapterHub's
+    if offline() and not any(cached_folder(child, name) for name in weights):
+        raise _partly_cached(child, kind, " or ".join(weights))
+    return download(child)
 
 
 def _piece_in(folder: Path, kind: str, label: Callable[[str], str]) -> str:
