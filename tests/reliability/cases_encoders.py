@@ -3,14 +3,11 @@ wrapped models, tokenizers)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
-import huggingface_hub
 import torch
 import transformers
 from huggingface_hub.utils import httpx
@@ -22,39 +19,13 @@ from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.serving.server import serve
 from adapterfusion.training import AdapterStore
 from adapterfusion.zoo import load_zoo_adapter
-from catalogue import Action, BadInput, experiment
+from catalogue import Action, BadInput, experiment, in_hub
 from tiny_models import tiny_encoder
 
 B = BadInput
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _hub(folder: Path, offline: bool = True, model_info: Callable[..., Any] | None = None) -> Iterator[None]:
-    """An empty local Hugging Face cache in `folder`, offline mode on or off, and huggingface_hub.model_info replaced
-    (by default: the test fails if the Hub is asked at all). Never the network."""
-
-    def never(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the Hub was asked")
-
-    switch = "1" if offline else "0"
-    environment = {"HF_HUB_CACHE": str(folder / "hf-cache"), "HF_HUB_OFFLINE": switch, "TRANSFORMERS_OFFLINE": switch}
-    with (
-        mock.patch.object(huggingface_hub.constants, "HF_HUB_OFFLINE", offline),
-        mock.patch.dict("os.environ", environment),
-        mock.patch.object(huggingface_hub, "model_info", model_info or never),
-    ):
-        yield
-
-
-def _in_hub(action: Callable[[], Any], folder: Path, **hub: Any) -> Action:
-    def run() -> Any:
-        with _hub(folder, **hub):
-            return action()
-
-    return run
-
-
 def _unreachable(repo_id: str, **kwargs: Any) -> Any:
     raise httpx.ConnectError("[Errno -2] Name or service not known")
 
@@ -64,7 +35,7 @@ def _train_on(encoder: Any) -> Callable[[Path], Action]:
 
 
 def _train_offline(encoder: str, **hub: Any) -> Callable[[Path], Action]:
-    return lambda folder: _in_hub(_train_on(encoder)(folder), folder, **hub)
+    return lambda folder: in_hub(_train_on(encoder)(folder), folder, **hub)
 
 
 def _encoder_folder(folder: Path, tokenizer: bool = True, **config: Any) -> Path:
@@ -117,18 +88,18 @@ def _base_by_canonical_id(folder: Path) -> Action:
     model = af.wrap(tiny_encoder("bert"))
     model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
     model.save_pretrained(folder / "setup")
-    return _in_hub(lambda: af.AdaptedModel.from_pretrained("bert-base-uncased", folder / "setup"), folder)
+    return in_hub(lambda: af.AdaptedModel.from_pretrained("bert-base-uncased", folder / "setup"), folder)
 
 
 def _adapter_by_canonical_id(folder: Path) -> Action:
     model = af.wrap(tiny_encoder("bert"))
-    return _in_hub(lambda: model.load_adapter("bert-base-uncased"), folder)
+    return in_hub(lambda: model.load_adapter("bert-base-uncased"), folder)
 
 
 def _push_offline(folder: Path) -> Action:
     model = af.wrap(tiny_encoder("bert"))
     model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
-    return _in_hub(lambda: model.push_to_hub("org/name"), folder)
+    return in_hub(lambda: model.push_to_hub("org/name"), folder)
 
 
 def _store_of_another_encoder(folder: Path) -> Action:
@@ -149,7 +120,7 @@ CASES: tuple[BadInput, ...] = (
         "experiment encoder: some-org/some-encoder, not in the cache, HF_HUB_OFFLINE=1 (was: 47 s of retries per job)",
         HubError,
         ("some-org/some-encoder", "not in the local Hugging Face cache", "HF_HUB_OFFLINE", "hf-cache"),
-        lambda folder: _in_hub(experiment(encoder="some-org/some-encoder")(folder), folder),
+        lambda folder: in_hub(experiment(encoder="some-org/some-encoder")(folder), folder),
         cli=True,
     ),
     B(

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,6 +169,34 @@ def own_file(name: str, text: str, **fields: Any) -> Callable[[Path], Action]:
         return lambda: load_task_data(TaskSpec(**spec, data_files={"train": str(path), "validation": str(path)}))
 
     return prepare
+
+
+@contextlib.contextmanager
+def offline_hub(folder: Path, offline: bool = True, model_info: Callable[..., Any] | None = None) -> Iterator[None]:
+    """An empty local Hugging Face cache in `folder`, offline mode on or off, and huggingface_hub.model_info replaced
+    (by default: the test fails if the Hub is asked at all). Never the network."""
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the Hub was asked")
+
+    switch = "1" if offline else "0"
+    environment = {"HF_HUB_CACHE": str(folder / "hf-cache"), "HF_HUB_OFFLINE": switch, "TRANSFORMERS_OFFLINE": switch}
+    with (
+        mock.patch.object(huggingface_hub.constants, "HF_HUB_OFFLINE", offline),
+        mock.patch.dict("os.environ", environment),
+        mock.patch.object(huggingface_hub, "model_info", model_info or never),
+    ):
+        yield
+
+
+def in_hub(action: Callable[[], Any], folder: Path, **hub: Any) -> Action:
+    """`action` run inside offline_hub(folder, **hub)."""
+
+    def run() -> Any:
+        with offline_hub(folder, **hub):
+            return action()
+
+    return run
 
 
 def snapshot(folder: Path) -> dict[str, str]:
