@@ -92,6 +92,8 @@ class PipelineModel(nn.Module):
         check_task(model, self.task, head)
         wrapped: Any = model.model
         self.config = _config_for(model, head)
+        if self.task == "zero-shot-classification":
+            _check_entailment_label(self.config, head)
         self.generation_config = getattr(wrapped, "generation_config", None)
 
     @property
@@ -211,6 +213,21 @@ def check_task(model: AdaptedModel, task: str | None, head: str | None) -> None:
     )
 
 
+def _check_entailment_label(config: Any, head: str | None) -> None:
+    """zero-shot-classification scores each candidate label by the NLI entailment logit, found as the label whose
+    name starts with 'entail'; without one transformers logs a line and reads the last class, so every score would
+    come from an arbitrary class."""
+    names = [str(name) for name in (config.label2id or {})]
+    if any(name.lower().startswith("entail") for name in names):
+        return
+    owner = f"head {head!r}" if head is not None else "the wrapped model's own head"
+    raise ConfigError(
+        f"zero-shot-classification reads the logit of an NLI head's 'entailment' label, and {owner} has labels "
+        f"{names}, none of which starts with 'entail'; pass a head trained on an NLI task (e.g. mnli), whose labels "
+        "name entailment"
+    )
+
+
 def _loaded_heads(model: AdaptedModel, kinds: tuple[str, ...]) -> str:
     """The loaded heads of `kinds` (any kind when empty), as a fix names them."""
     what = f"{' or '.join(kinds)} head" if kinds else "head"
@@ -251,6 +268,11 @@ def pipeline(
 ) -> Any:
     """transformers.pipeline(task, ...) running `model` with `adapter` or `fusion` and `head` (see the module
     docstring); `kwargs` go to transformers.pipeline (device, batch_size, top_k, max_new_tokens, ...)."""
+    if task is None:
+        raise ConfigError(
+            "af.pipeline needs a task (transformers infers one only from a Hub model id); pass one of "
+            f"{', '.join(_TASK_READS)}"
+        )
     view = PipelineModel(model, adapter=adapter, fusion=fusion, head=head, skip_layers=model.skip_layers, task=task)
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
     with _quiet_model_type_check():

@@ -158,6 +158,7 @@ def test_feature_extraction_reads_the_hidden_states_without_a_head(model, tokeni
         ("fill-mask", dict(head="nli"), "no prediction head of ours plays a part .*pass head=None"),
         ("fill-mask", dict(), "own ForMaskedLM head, and the wrapped BertModel has none; .*AutoModelForMaskedLM"),
         ("feature-extraction", dict(head="nli"), "reads the encoder's hidden states.*pass head=None"),
+        ("zero-shot-classification", dict(head="plain"), "head 'plain' has labels \\['LABEL_0', 'LABEL_1'\\], none of"),
     ],
 )
 def test_a_task_that_cannot_read_the_choice_is_refused_before_any_text_runs(model, tokenizer, task, choice, message):
@@ -169,6 +170,23 @@ def test_a_task_that_cannot_read_the_choice_is_refused_before_any_text_runs(mode
         af.PipelineModel(model, adapter="a", task=task, **choice)
     with pytest.raises(af.ConfigError, match=message):
         model.for_pipeline(adapter="a", task=task, **choice)
+
+
+def test_zero_shot_reads_the_entailment_logit_of_an_nli_head(model, tokenizer):
+    """A head with no label starting 'entail' was accepted, and transformers then scored every candidate with the
+    last class's logit; an NLI head's scores are the entailment logits of (text, hypothesis) softmaxed over labels."""
+    classify = af.pipeline("zero-shot-classification", model, tokenizer, head="nli", adapter="a")
+    answer = classify(TEXTS[0], candidate_labels=["music", "sport"], hypothesis_template="This is about {}.")
+    with model.activated(adapter="a", head="nli"), torch.no_grad():
+        pairs = tokenizer([TEXTS[0]] * 2, ["This is about music.", "This is about sport."], return_tensors="pt")
+        expected = dict(zip(["music", "sport"], model(**pairs).logits[:, 0].softmax(-1).tolist(), strict=True))
+    assert dict(zip(answer["labels"], answer["scores"], strict=True)) == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_pipeline_needs_a_task(model, tokenizer):
+    """task=None made transformers look the model up on the Hub (a RuntimeError about model ids)."""
+    with pytest.raises(af.ConfigError, match="af.pipeline needs a task .*text-classification"):
+        af.pipeline(None, model, tokenizer, head="nli")
 
 
 def test_a_view_without_a_task_that_gives_no_logits_is_refused(model, tokenizer):
