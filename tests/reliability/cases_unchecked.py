@@ -1,5 +1,5 @@
 """Bad-input cases at one boundary, paths no sweep had checked: averaging adapters across dtypes, map_location, zoo
-pulls offline, and the server's generation limits at start."""
+pulls offline, the server's generation limits at start, and pipeline tasks a head cannot serve."""
 
 from __future__ import annotations
 
@@ -137,6 +137,19 @@ def _served_llama(**config: Any) -> Callable[[Path], Action]:
     return prepare
 
 
+# ---- pipelines ----------------------------------------------------------------------------------------------------
+def _pipeline(task: Any, head: str) -> Callable[[Path], Action]:
+    """af.pipeline(task, ...) on a tiny encoder over the shipped tokenizer with a 3-topic classification head."""
+
+    def prepare(folder: Path) -> Action:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+        model = af.wrap(tiny_encoder("bert", vocab_size=len(tokenizer), max_position_embeddings=128))
+        model.add_head("topic", af.ClassificationHead(num_labels=3, labels=["sports", "politics", "tech"]))
+        return lambda: af.pipeline(task, model, tokenizer, head=head)
+
+    return prepare
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "average-adapters-mixed-dtypes",
@@ -216,5 +229,22 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("at most 32 tokens", "--max-length 32", "raise --max-length up to the model's 64"),
         _served_llama(max_length=32, max_new_tokens=40),
+    ),
+    B(
+        "pipeline-zero-shot-without-entailment",
+        "model calls",
+        "af.pipeline('zero-shot-classification', model, tokenizer, head='topic'), labels sports/politics/tech "
+        "(transformers read the last class as entailment)",
+        af.ConfigError,
+        ("zero-shot-classification", "'entailment'", "head 'topic'", "NLI task"),
+        _pipeline("zero-shot-classification", "topic"),
+    ),
+    B(
+        "pipeline-task-none",
+        "model calls",
+        "af.pipeline(None, model, tokenizer, head='topic') (transformers asked the Hub for a task)",
+        af.ConfigError,
+        ("needs a task", "text-classification"),
+        _pipeline(None, "topic"),
     ),
 )
