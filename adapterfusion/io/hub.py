@@ -179,6 +179,7 @@ def download(ref: HubRef, patterns: list[str] | None = None) -> Path:
             repo_type=REPO_TYPE,
             revision=ref.revision,
             allow_patterns=allow,
+            cache_dir=cache_dir(),  # the cache the messages name, also when HF_HUB_CACHE was set after import
             library_name="adapterfusion",
             library_version=__version__,
         )

@@ -233,7 +233,14 @@ def resolve_zoo(zoo: str | os.PathLike) -> AdapterStore:
         return zoo_store()
     root = Path(zoo)
     if not root.is_dir():
-        raise ZooError(f"zoo {str(zoo)!r} is neither {SHIPPED!r} nor an existing AdapterStore folder")
+        looks_like_hub_id = str(zoo).count("/") == 1 and not str(zoo).startswith((".", "/", "~"))
+        hint = (
+            "; if it is a Hub id: zoos are read from folders, never pulled from the Hub, so download it first "
+            f"(hf download {zoo} --local-dir DIR) and pass DIR"
+            if looks_like_hub_id
+            else ""
+        )
+        raise ZooError(f"zoo {str(zoo)!r} is neither {SHIPPED!r} nor an existing AdapterStore folder{hint}")
     return AdapterStore(root)
 
 

@@ -209,7 +209,7 @@ CASES: tuple[BadInput, ...] = (
         "encoders",
         "load_zoo_adapter(model, 'rte', zoo='some-org/zoo') offline (zoos are folders: fails at once, no look-up)",
         ZooError,
-        ("'some-org/zoo'", "neither 'shipped' nor an existing AdapterStore folder"),
+        ("'some-org/zoo'", "neither 'shipped' nor an existing AdapterStore folder", "never pulled from the Hub"),
         _zoo_by_hub_id,
     ),
     B(
