@@ -74,6 +74,14 @@ class AdaptedModelOutput(ModelOutput):
 
 _Forward = Callable[..., "AdaptedModelOutput"]
 
+# Why a recording_fusion_attentions() block refuses a routed call (forward's or generate's): a site records one
+# fusion's weights for all rows, and the rows of such a call run different pieces (or the batch once per child).
+_ROUTED_RECORDING = (
+    "recording fusion attentions records one fusion's weights for every row, which a call routing each example to "
+    "its own choice (adapter_names=, an active BatchSplit or Parallel) does not run; run the fusion's examples alone "
+    "inside recording_fusion_attentions(): `with model.activated(fusion=...): model(**batch)`"
+)
+
 # The wrapped model's outputs a forward hands on as they are (its loss and logits are decided per head).
 _PASSED_THROUGH = frozenset(AdaptedModelOutput.__dataclass_fields__) - {"loss", "logits", "row_logits"}
 
@@ -423,7 +431,11 @@ class AdaptedModel(nn.Module):
 
     def recording_fusion_attentions(self, enabled: bool = True) -> contextlib.AbstractContextManager[Recorder | None]:
         """Inside the block every fusion site records its softmax weights into the yielded dict, keyed (layer,
-        position); with enabled=False nothing is recorded and None is yielded."""
+        position): around model(...), model.model(...), forward_parallel or generate, whatever their own
+        output_fusion_attentions (a call's own recording fills its output and this dict alike; after several calls
+        the dict holds the last one's, during generate every position run). With enabled=False this block records
+        nothing of its own and yields None; a block around it still records. One fusion's weights per site and
+        call: a routed call (adapter_names=, BatchSplit, Parallel) and a Stack of two fusions are refused inside."""
         check_bool(enabled, "recording_fusion_attentions(enabled)")
         check_wrapped(self.sites)
         return self._runtime.recording(enabled)
@@ -530,6 +542,8 @@ class AdaptedModel(nn.Module):
         output_fusion_attentions: bool,
     ) -> AdaptedModelOutput:
         """forward() with a choice per example (routing.py): the sites run each row's choice, each head its rows."""
+        if self._runtime.is_recording:
+            raise ConfigError(_ROUTED_RECORDING)
         routed = routing.prepare(self, inputs, adapter_names, head_names, labels, output_fusion_attentions)
         head = routed.heads[0][0]
         previous = self._state
@@ -575,11 +589,7 @@ class AdaptedModel(nn.Module):
         len(choices) examples in order (each repeated rows // len(choices) times, as generate repeats a prompt for
         beams), each copy with its example's choice (generation.py); what ran before is back on exit."""
         if self._runtime.is_recording:
-            raise ConfigError(
-                "recording fusion attentions records one fusion's weights for every row, which a call routing each "
-                "example to its own choice does not run; run the fusion's examples alone inside "
-                "recording_fusion_attentions()"
-            )
+            raise ConfigError(_ROUTED_RECORDING)
         states: dict[tuple[int, torch.device], ActiveState] = {}
 
         def run_rows(rows: int, device: torch.device) -> None:

@@ -41,6 +41,8 @@ def run_node(site: AdapterSite, node: Any, h: torch.Tensor, r: torch.Tensor | No
     """The site's output for `node` (a resolved leaf or block) on h, r; `end`: finish as the sub-layer does."""
     if isinstance(node, Stack):
         present = [child for child in node.children if held_at(site, child)]
+        if site._runtime.is_recording:
+            _check_one_fusion(site, present)
         for index, child in enumerate(present):
             h = run_node(site, child, h, r, end and index == len(present) - 1)
         return h
@@ -52,6 +54,19 @@ def run_node(site: AdapterSite, node: Any, h: torch.Tensor, r: torch.Tensor | No
         keep, kept = _mask(site, node.name, names, h.device)
         return site.adapt_with(h, r, end, node.name, names, keep, kept)
     return site.adapt_with(h, r, end, None, (node[1],), None, None)
+
+
+def _check_one_fusion(site: AdapterSite, present: list[Any]) -> None:
+    """Refuse to record a Stack that runs several fusions at `site`: a recording holds one fusion's weights per site
+    (fusion_attentions_by_site[(layer, position)]), and a second one's would silently replace the first's."""
+    fusions = [child.name for child in present if isinstance(child, Fuse)]
+    if len(fusions) > 1:
+        raise ConfigError(
+            f"recording fusion attentions records one fusion's weights per site, which a Stack running fusions "
+            f"{fusions} one after the other at {site.key} does not give; record each fusion activated alone: "
+            f"`with model.activated(fusion={fusions[0]!r}): model(**batch, output_fusion_attentions=True)`, or "
+            "activate a Stack with one fusion"
+        )
 
 
 def _average(site: AdapterSite, node: Average, h: torch.Tensor, r: torch.Tensor | None, end: bool) -> torch.Tensor:

@@ -28,7 +28,9 @@ class ForwardRuntime:
     """Off until a block switches a part on: `recording()` collects fusion attention, `caching()` keeps folds."""
 
     def __init__(self) -> None:
-        self._recorder: Recorder | None = None
+        # One dict per open recording block, outermost first: each forward inside records into all of them, so a
+        # forward's own recording (output_fusion_attentions=True) never hides its weights from a block around it.
+        self._recorders: tuple[Recorder, ...] = ()
         self._folded: dict[tuple[str, str, str], Any] | None = None
         self._check_values = True  # the current caching block's: hash weight values in stamps (see weights_stamp)
         self._placement: tuple[torch.dtype, torch.device] | None = None  # the model's when the caching block began
@@ -40,12 +42,18 @@ class ForwardRuntime:
 
     @contextlib.contextmanager
     def recording(self, enabled: bool = True) -> Iterator[Recorder | None]:
-        """Inside the block `record` fills the yielded dict (None, and nothing recorded, with enabled=False)."""
-        previous, self._recorder = self._recorder, {} if enabled else None
+        """Inside the block `record` fills the yielded dict and those of the recording blocks around it. With
+        enabled=False the block records nothing of its own and yields None, and the blocks around it go on
+        recording: a forward opens one with its output_fusion_attentions, which must not switch off its caller's."""
+        if not enabled:
+            yield None
+            return
+        recorder: Recorder = {}
+        previous, self._recorders = self._recorders, (*self._recorders, recorder)
         try:
-            yield self._recorder
+            yield recorder
         finally:
-            self._recorder = previous
+            self._recorders = previous
 
     @contextlib.contextmanager
     def caching(
@@ -86,7 +94,7 @@ class ForwardRuntime:
 
     @property
     def is_recording(self) -> bool:
-        return self._recorder is not None
+        return bool(self._recorders)
 
     @property
     def is_caching(self) -> bool:
@@ -99,13 +107,13 @@ class ForwardRuntime:
         return self._folded
 
     def record(self, layer: int, position: str, weights: torch.Tensor) -> None:
-        """Keep the fusion site (layer, position)'s softmax weights, if recording."""
-        if self._recorder is None:
-            return
-        earlier = self._recorder.get((layer, position)) if self._extending else None
-        if earlier is not None and earlier.shape[:-2] == weights.shape[:-2]:
-            weights = torch.cat([earlier, weights], dim=-2)
-        self._recorder[(layer, position)] = weights
+        """Keep the fusion site (layer, position)'s softmax weights in every open recording block."""
+        for recorder in self._recorders:
+            earlier = recorder.get((layer, position)) if self._extending else None
+            if earlier is not None and earlier.shape[:-2] == weights.shape[:-2]:
+                recorder[(layer, position)] = torch.cat([earlier, weights], dim=-2)
+            else:
+                recorder[(layer, position)] = weights
 
     def folded(
         self,

@@ -33,6 +33,7 @@ import cases_encoders
 import cases_files
 import cases_forward
 import cases_pieces
+import cases_recording
 import cases_runs
 import cases_task_data
 import cases_unchecked
@@ -1149,6 +1150,7 @@ CASES: tuple[BadInput, ...] = (
     *cases_blocks.CASES,
     *cases_task_data.CASES,
     *cases_unchecked.CASES,
+    *cases_recording.CASES,
 )
 
 
