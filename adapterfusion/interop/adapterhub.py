@@ -27,6 +27,9 @@ from adapterfusion.heads.config import HeadConfig
 from adapterfusion.interop.adapterhub_config import (
     adapter_config_from_adapterhub,
     adapter_config_to_adapterhub,
+    adapterhub_config_value,
+    adapterhub_head_dropout,
+    adapterhub_pooling,
     fusion_config_from_adapterhub,
     fusion_config_to_adapterhub,
     head_config_from_adapterhub,
@@ -132,7 +135,8 @@ def _read_fusion(layout: EncoderLayout, directory: Path, document: dict[str, Any
     adapters = document.get("adapter_names")
     if not isinstance(adapters, list) or not adapters:
         raise SerializationError(f"{directory}: adapter_fusion_config.json has no 'adapter_names' list")
-    attention_dropout = float(getattr(layout.config, "attention_probs_dropout_prob", 0.0) or 0.0)
+    model_type = layout.fingerprint.model_type
+    attention_dropout = adapterhub_config_value(layout.config, model_type, "attention_probs_dropout_prob") or 0.0
     config = fusion_config_from_adapterhub(document["config"], attention_dropout)
     saved_name = str(document.get("name") or ",".join(adapters))
     tensors = _site_tensors(layout, read_weights(directory, "fusion"), f"adapter_fusion_layer.{saved_name}", directory)
@@ -143,9 +147,9 @@ def _read_fusion(layout: EncoderLayout, directory: Path, document: dict[str, Any
 
 def _read_head(layout: EncoderLayout, directory: Path, document: dict[str, Any]) -> Piece:
     saved_name = str(document.get("name", ""))
-    dropout = getattr(layout.config, "classifier_dropout", None)
-    default_dropout = float(dropout if dropout is not None else getattr(layout.config, "hidden_dropout_prob", 0.1))
-    config = head_config_from_adapterhub(document["config"], default_dropout)
+    default_dropout = adapterhub_head_dropout(layout.config, layout.fingerprint.model_type)
+    pooling = adapterhub_pooling(layout.architecture.pools_last_token)
+    config = head_config_from_adapterhub(document["config"], default_dropout, pooling)
     prefix = f"heads.{saved_name}."
     weights = read_weights(directory, "head")
     stray = sorted(k for k in weights if not k.startswith(prefix))
@@ -208,10 +212,11 @@ def piece_to_adapterhub(
 
 
 def _adapter_model_class(layout: EncoderLayout) -> str:
-    """adapters records the flex-head model class (BertModel -> BertAdapterModel); its load_head refuses
-    a head saved from any other class."""
+    """adapters records the flex-head model class (BertModel -> BertAdapterModel); its load_head refuses a head
+    saved from any other class. T5ForConditionalGeneration is its own base model: T5 -> T5AdapterModel."""
     base = layout.base_model_class
-    return f"{base[: -len('Model')]}AdapterModel" if base.endswith("Model") else base
+    stem = base.removesuffix("Model") if base.endswith("Model") else base.partition("For")[0]
+    return f"{stem}AdapterModel"
 
 
 def _their_key(layout: EncoderLayout, site: str, container: str, param: str) -> str:
@@ -270,7 +275,8 @@ def _write_head(piece: Piece, layout: EncoderLayout) -> tuple[dict[str, Any], di
     config = piece.config
     assert isinstance(config, HeadConfig)
     tensors = {f"heads.{piece.name}.{key[len('layers.') :]}": value for key, value in piece.tensors.items()}
-    return {"config": head_config_to_adapterhub(config), "name": piece.name}, tensors
+    pooling = adapterhub_pooling(layout.architecture.pools_last_token)
+    return {"config": head_config_to_adapterhub(config, pooling), "name": piece.name}, tensors
 
 
 _WRITERS = {"adapter": _write_adapter, "fusion": _write_fusion, "head": _write_head}

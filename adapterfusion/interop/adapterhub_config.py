@@ -261,10 +261,50 @@ def fusion_config_to_adapterhub(config: FusionConfig) -> dict[str, Any]:
     }
 
 
+# ---- values adapters reads from the model's config ----------------------------------------------------
+# adapters reads these values by BERT's config names, aliased per model type where the model's config spells them
+# otherwise (the aliased types among those we translate); a value found under neither name counts as 0.0 there.
+_ADAPTERHUB_CONFIG_NAMES: dict[str, dict[str, str]] = {
+    "bart": {"hidden_dropout_prob": "dropout", "attention_probs_dropout_prob": "attention_dropout"},
+    "distilbert": {
+        "hidden_dropout_prob": "dropout",
+        "attention_probs_dropout_prob": "attention_dropout",
+        "classifier_dropout": "seq_classif_dropout",
+    },
+    "gpt2": {"hidden_dropout_prob": "resid_pdrop", "attention_probs_dropout_prob": "attn_pdrop"},
+    "t5": {"hidden_dropout_prob": "dropout_rate", "attention_probs_dropout_prob": "dropout_rate"},
+}
+
+
+def adapterhub_config_value(model_config: Any, model_type: str, name: str) -> float | None:
+    """The value adapters reads as `name` (BERT's config name) from a `model_type` model's config; None if none."""
+    value = getattr(model_config, _ADAPTERHUB_CONFIG_NAMES.get(model_type, {}).get(name, name), None)
+    return None if value is None else float(value)
+
+
+def adapterhub_head_dropout(model_config: Any, model_type: str) -> float:
+    """The dropout adapters gives a head saved with dropout_prob None: the model's classifier dropout, else its
+    hidden dropout, else 0.0."""
+    for name in ("classifier_dropout", "hidden_dropout_prob"):
+        value = adapterhub_config_value(model_config, model_type, name)
+        if value is not None:
+            return value
+    return 0.0
+
+
 # ---- heads -------------------------------------------------------------------------------------------
-def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: float) -> HeadConfig:
-    """Our head config for head_config.json's "config". `default_dropout`: what adapters uses when
-    dropout_prob is None (the encoder's classifier_dropout, else hidden_dropout_prob)."""
+def adapterhub_pooling(pools_last_token: bool) -> str:
+    """The token AdapterHub's sequence heads read: token 0 on encoders; on decoders (GPT2/Llama/MistralAdapterModel,
+    classification heads only) the last non-padding token, and on encoder-decoders (Bart/T5AdapterModel) the decoder's
+    state at the last end-of-sequence token, which is the last non-padding one for inputs that end with it. Our
+    `last` pooling reads that position under left padding too, where adapters' count of non-pad tokens points
+    elsewhere (docs/adapterhub-decoders.md)."""
+    return "last" if pools_last_token else "cls"
+
+
+def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: float, pooling: str = "cls") -> HeadConfig:
+    """Our head config for head_config.json's "config". `default_dropout`: what adapters uses when dropout_prob is
+    None (adapterhub_head_dropout); `pooling`: the token adapters' heads read on this model (adapterhub_pooling)."""
     head_type = config.get("head_type")
     if head_type not in ("classification", "multiple_choice", *_SPAN_HEAD_TYPES):
         raise ConfigError(
@@ -272,7 +312,9 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
             "becomes a RegressionHead), 'multiple_choice', 'question_answering' and 'tagging'"
         )
     if config.get("use_pooler"):
-        raise ConfigError("AdapterHub head option use_pooler=True is not supported: our heads read token 0 directly")
+        raise ConfigError(
+            "AdapterHub head option use_pooler=True is not supported: our heads read the hidden state directly"
+        )
     if config.get("bias", True) is False:
         raise ConfigError("AdapterHub head option bias=False is not supported: our output layer has a bias")
     layers = check_int(config.get("layers", 2), "AdapterHub head layers", minimum=1)
@@ -289,7 +331,7 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
         dropout=default_dropout if dropout is None else dropout,
     )
     if head_type == "multiple_choice":
-        return MultipleChoiceHead(num_labels=config.get("num_choices", 2), **settings)
+        return MultipleChoiceHead(num_labels=config.get("num_choices", 2), pooling=pooling, **settings)
     num_labels = check_int(config.get("num_labels", 2), "AdapterHub head num_labels", minimum=1)
     if head_type == "question_answering":  # its two outputs are start and end; label2id names nothing
         if num_labels != 2:
@@ -299,8 +341,8 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
     if head_type == "tagging":
         return TokenClassificationHead(num_labels=num_labels, labels=labels, **settings)
     if num_labels == 1:
-        return RegressionHead(**settings)
-    return ClassificationHead(num_labels=num_labels, labels=labels, **settings)
+        return RegressionHead(pooling=pooling, **settings)
+    return ClassificationHead(num_labels=num_labels, labels=labels, pooling=pooling, **settings)
 
 
 def _labels(label2id: Any, num_labels: int) -> tuple[str, ...] | None:
@@ -309,11 +351,23 @@ def _labels(label2id: Any, num_labels: int) -> tuple[str, ...] | None:
     return tuple(label for label, _ in sorted(label2id.items(), key=lambda item: item[1]))
 
 
-def head_config_to_adapterhub(config: HeadConfig) -> dict[str, Any]:
+def head_config_to_adapterhub(config: HeadConfig, pooling: str = "cls") -> dict[str, Any]:
+    """head_config.json's "config" for our head; `pooling`: the token adapters' heads read on this model
+    (adapterhub_pooling), which the head must read too, as adapters has no option for it."""
     if config.per_token:  # question answering, tagging: their heads take no use_pooler or bias option
         return _span_head_config_to_adapterhub(config)
-    if config.pooling != "cls":
-        raise ConfigError(f"head pooling={config.pooling!r} cannot be exported: AdapterHub heads pool token 0")
+    if config.kind == "multiple_choice" and pooling == "last":
+        raise ConfigError(
+            "a multiple-choice head cannot be exported for a decoder or encoder-decoder: AdapterHub's models for "
+            "them (GPT2/Llama/Mistral/Bart/T5AdapterModel) have no multiple-choice head; their classification heads "
+            "are supported"
+        )
+    if config.pooling != pooling:
+        reads = "the last non-padding token" if pooling == "last" else "token 0"
+        raise ConfigError(
+            f"head pooling={config.pooling!r} cannot be exported: on this model AdapterHub's heads read {reads} "
+            f"(pooling={pooling!r}), and adapters has no option for another; train the head with pooling={pooling!r}"
+        )
     common = {
         "activation_function": config.activation,
         "dropout_prob": config.dropout,
