@@ -27,7 +27,7 @@ from torch import nn
 
 from adapterfusion.blocks import BatchSplit, Parallel
 from adapterfusion.errors import AdapterFusionError, ConfigError
-from adapterfusion.forward_inputs import GENERATE_INPUTS, check_generate_inputs
+from adapterfusion.forward_inputs import GENERATE_INPUTS, check_generate_inputs, check_generate_settings
 from adapterfusion.injection.unloaded import check_wrapped
 from adapterfusion.routing import example_choices
 
@@ -69,14 +69,16 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
             "prompt: repeat the prompts once per child and pass adapter_names=[child, ...] instead"
         )
     check_wrapped(model.sites)  # in train mode no inference_cache() below would tell an unloaded model
-    check_generate_inputs(model, _model_inputs(args, kwargs), *_lengths(wrapped, kwargs))
+    settings = check_generate_settings(wrapped, args, kwargs)
+    args, kwargs = settings.args, settings.kwargs  # with numpy / torch scalars as the Python numbers they hold
+    check_generate_inputs(model, _model_inputs(args, kwargs), settings.max_new_tokens, settings.max_length)
     routed = adapter_names is not None or isinstance(model.state.block, BatchSplit)
     caching = model.inference_cache() if not model.training else contextlib.nullcontext()
     routing = _routed_rows(model, wrapped, _prompts(args, kwargs), adapter_names) if routed else None
     with caching, model.recording_generation(), routing or contextlib.nullcontext():
         try:
             return wrapped.generate(*args, **kwargs)
-        except ValueError as error:  # transformers' refusal of a generation setting, e.g. max_new_tokens=0
+        except ValueError as error:  # transformers' refusal of settings together, e.g. 3 sequences of 2 beams
             if isinstance(error, AdapterFusionError):
                 raise
             raise ConfigError(f"generate(): {error}") from error
@@ -90,14 +92,6 @@ def _model_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, An
     if prompts is not None and "input_ids" not in inputs:
         inputs["input_ids"] = prompts
     return inputs
-
-
-def _lengths(wrapped: Any, kwargs: dict[str, Any]) -> tuple[int | None, int | None]:
-    """max_new_tokens and max_length as generate() will read them: its keywords, else its generation config."""
-    config = kwargs.get("generation_config") or getattr(wrapped, "generation_config", None)
-    found = [kwargs.get(key, getattr(config, key, None)) for key in ("max_new_tokens", "max_length")]
-    new, total = (value if isinstance(value, int) and not isinstance(value, bool) else None for value in found)
-    return new, total
 
 
 _ROW_INPUTS = ("decoder_input_ids", "decoder_inputs_embeds", "input_ids", "inputs_embeds")

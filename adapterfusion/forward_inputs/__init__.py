@@ -6,7 +6,8 @@ in torch on a list, a float id, an empty batch, a sequence longer than its posit
 vocabulary. `check_call` refuses each of these with a ConfigError naming the value and the fix, and says what to
 hand the encoder: which module runs, its inputs (multiple-choice inputs flattened; labels included when the wrapped
 HF task model computes the loss itself) and the choice count. `check_generate_inputs` holds generate()'s inputs to
-the same rules before any step runs.
+the same rules before any step runs, and `check_generate_settings` its numeric settings (num_beams=0, top_p=2) to
+their ranges.
 
 It runs on every forward, training included, so it reads only shapes, dtypes and devices, except for value checks
 (id ranges, empty mask rows), which need the values: those run on CPU tensors only, where they cost microseconds.
@@ -23,11 +24,22 @@ The modules, each importing only those listed before it:
 - `seq2seq_head`: what a head of ours on an encoder-decoder runs, its decoder on the input shifted right;
 - `labels`: a head's labels, or those of the wrapped HF task model's own loss;
 - `call`: `check_call` and the `ForwardCall` it returns;
-- `generate`: `check_generate_inputs`.
+- `generate`: `check_generate_inputs`;
+- `generate_settings`: `check_generate_settings`, generate()'s numeric settings (max_new_tokens, num_beams, top_p,
+  ...) checked, numpy and torch scalars among them read as the Python numbers they hold.
 """
 
 from adapterfusion.forward_inputs.call import ForwardCall, check_call
 from adapterfusion.forward_inputs.generate import GENERATE_INPUTS, check_generate_inputs
+from adapterfusion.forward_inputs.generate_settings import GenerateSettings, check_generate_settings
 from adapterfusion.forward_inputs.labels import check_head_labels
 
-__all__ = ["GENERATE_INPUTS", "ForwardCall", "check_call", "check_generate_inputs", "check_head_labels"]
+__all__ = [
+    "GENERATE_INPUTS",
+    "ForwardCall",
+    "GenerateSettings",
+    "check_call",
+    "check_generate_inputs",
+    "check_generate_settings",
+    "check_head_labels",
+]

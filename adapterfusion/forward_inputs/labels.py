@@ -53,8 +53,9 @@ def check_head_labels(labels: Any, config: HeadConfig, name: str, shape: torch.S
 def passed_labels(
     model: AdaptedModel, labels: Any, shape: torch.Size, decoder: torch.Size | None, limits: Limits
 ) -> torch.Tensor:
-    """Labels for the wrapped HF task model's own loss, when no head of ours is active and it takes labels;
-    `decoder`: the shape of an encoder-decoder's own decoder inputs."""
+    """Labels for the wrapped HF task model's own loss, when no head of ours is active and it takes labels, as
+    torch.long (an int32 label would fail in its cross-entropy); `decoder`: the shape of an encoder-decoder's own
+    decoder inputs."""
     task_model = model.model
     name = type(task_model).__name__
     accepted = accepted_keywords(task_model)
@@ -90,6 +91,8 @@ def passed_labels(
     ):  # the cases transformers computes a cross-entropy over num_labels classes for
         owner = f"{name} (num_labels={config.num_labels})"
         _check_class_ids(labels, config.num_labels, owner, "the task's label ids or the model config's num_labels")
+    if labels.dtype in INTEGER_DTYPES and labels.dtype != torch.long:
+        labels = labels.long()  # transformers' cross-entropy losses take ids as torch.long only, as our heads cast them
     return labels
 
 
@@ -121,9 +124,11 @@ def _check_token_labels(
     one counted. Otherwise cross_entropy fails deep in torch, reads a [batch, seq, 1] tensor as other positions, or
     averages over no token at all: a NaN loss (0/0), silently. Read on every device, as _check_class_ids is."""
     if labels.dtype not in INTEGER_DTYPES or labels.dtype == torch.uint8:
+        unsigned = " (which uint8 cannot hold)" if labels.dtype == torch.uint8 else ""
         raise ConfigError(
-            f"{name}: labels have dtype {labels.dtype}; a language model's labels are token ids, an integer tensor "
-            f"(torch.long) with {_IGNORED} where no loss is counted, e.g. labels = input_ids.clone()"
+            f"{name}: labels have dtype {labels.dtype}; a language model's labels are token ids, a signed integer "
+            f"tensor (torch.long, or int32) with {_IGNORED}{unsigned} where no loss is counted, e.g. "
+            "labels = input_ids.clone()"
         )
     like = "decoder_input_ids" if kind == "seq2seq" else "input_ids"
     if labels.shape != expected if expected is not None else labels.dim() != 2:  # GPT2DoubleHeadsModel's are 3-D

@@ -22,6 +22,9 @@ from adapterfusion.forward_inputs.limits import Limits
 PER_TOKEN = ("attention_mask", "token_type_ids", "position_ids", "task_type_ids")
 TOKEN_INPUTS = ("input_ids", "inputs_embeds", *PER_TOKEN)
 INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+# The dtypes torch's embedding and gather take indices in: ids, token types and positions of any other integer dtype
+# fail deep in torch ("Expected tensor for argument #1 'indices' ..."), and a uint8 index tensor is read as a mask.
+INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 def input_embeddings(model: nn.Module) -> nn.Embedding:
@@ -50,11 +53,7 @@ def token_shape(
     layout = "[batch, num_choices, seq]" if choices else "[batch, seq]"
     if ids is not None:
         key, value, shape = f"{prefix}input_ids", ids, ids.shape
-        if ids.dtype not in INTEGER_DTYPES:
-            raise ConfigError(
-                f"{key} have dtype {ids.dtype}; token ids must be an integer tensor (torch.long), e.g. "
-                f"{key}.long() or the tokenizer's output"
-            )
+        _check_index_dtype(key, ids, "token ids")
     else:
         embeds = cast(torch.Tensor, embeds)
         key, value, shape, layout = f"{prefix}inputs_embeds", embeds, embeds.shape[:-1], layout[:-1] + ", hidden]"
@@ -117,9 +116,22 @@ def check_per_token(given: Mapping[str, Any], shape: torch.Size, past: int = 0, 
                 f"{key} of shape {tuple(value.shape)} does not match the inputs' {expected}{cached}: pass one value "
                 "per token of the same batch (the tokenizer's output, padded together)"
             )
-        integer = value.dtype in INTEGER_DTYPES
-        if not integer and not (key == "attention_mask" and (value.dtype == torch.bool or value.is_floating_point())):
+        if not key.endswith("attention_mask"):
+            _check_index_dtype(key, value, "token types and positions")
+        elif value.dtype not in INTEGER_DTYPES and not (
+            key == "attention_mask" and (value.dtype == torch.bool or value.is_floating_point())
+        ):  # a mask is only compared and multiplied, so any integer dtype does
             raise ConfigError(f"{key} have dtype {value.dtype}; pass an integer tensor (torch.long)")
+
+
+def _check_index_dtype(key: str, value: torch.Tensor, what: str) -> None:
+    """Ids, token types and positions are looked up in the model's tables, by torch's embedding (or gather), which
+    takes INDEX_DTYPES only."""
+    if value.dtype not in INDEX_DTYPES:
+        raise ConfigError(
+            f"{key} have dtype {value.dtype}; {what} must be integers of dtype torch.long (or torch.int32), the index "
+            f"dtypes the model's embedding tables take: pass {key}.long() (a tokenizer's output is torch.long)"
+        )
 
 
 def check_devices(model: nn.Module, given: Mapping[str, Any], device: torch.device) -> None:
@@ -189,11 +201,11 @@ def check_logits_to_keep(value: Any, length: int | None) -> None:
     if value is None:
         return
     expected = (
-        "an integer N >= 0 (the logits of the last N positions; 0: all) or a 1-D integer tensor of the positions "
-        "to keep"
+        "an integer N >= 0 (the logits of the last N positions; 0: all) or a 1-D integer tensor (torch.long or "
+        "torch.int32) of the positions to keep"
     )
     if isinstance(value, torch.Tensor):
-        if value.dim() != 1 or value.dtype not in INTEGER_DTYPES:
+        if value.dim() != 1 or value.dtype not in INDEX_DTYPES:  # a uint8 tensor would index as a mask
             raise ConfigError(
                 f"logits_to_keep is a tensor of shape {tuple(value.shape)} and dtype {value.dtype}; expected {expected}"
             )

@@ -32,6 +32,7 @@ import cases_blocks
 import cases_encoders
 import cases_files
 import cases_forward
+import cases_generate
 import cases_pieces
 import cases_recording
 import cases_runs
@@ -1151,6 +1152,7 @@ CASES: tuple[BadInput, ...] = (
     *cases_task_data.CASES,
     *cases_unchecked.CASES,
     *cases_recording.CASES,
+    *cases_generate.CASES,
 )
 
 

@@ -1,0 +1,162 @@
+"""`check_generate_settings`: generate()'s numeric settings (max_new_tokens, num_beams, temperature, top_p, ...)
+checked before transformers reads them. transformers compares max_new_tokens='3' with an int (a TypeError), divides
+by num_beams=0, makes a tensor of num_beams=-1 rows, and ignores top_p=2 or no_repeat_ngram_size=-1 without a word.
+
+Each setting is read where generate() reads it: its keyword, else the generation_config passed, else the model's
+own. A numpy or torch scalar (np.int64(100), torch.tensor(100)) counts as the Python number it holds, and is handed
+on as that number, so the positions check sees it too; a float is no integer setting (max_new_tokens=100.0)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from transformers import GenerationConfig
+
+from adapterfusion.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """An integer (else a real number) setting, the values `allowed`, and what it must be, said in the message."""
+
+    integer: bool
+    allowed: Callable[[float], bool]
+    expected: str
+
+
+def _positive(value: float) -> bool:
+    return value > 0
+
+
+def _not_negative(value: float) -> bool:
+    return value >= 0
+
+
+def _fraction(value: float) -> bool:
+    return 0 <= value <= 1
+
+
+def _up_to_one(value: float) -> bool:
+    return 0 < value <= 1
+
+
+def _below_one(value: float) -> bool:
+    return 0 <= value < 1
+
+
+def _any(value: float) -> bool:
+    return True
+
+
+_SETTINGS: dict[str, _Setting] = {
+    "max_new_tokens": _Setting(True, _positive, "an integer greater than 0 (the tokens to generate after the prompt)"),
+    "max_length": _Setting(True, _positive, "an integer greater than 0 (the most tokens, prompt included)"),
+    "min_new_tokens": _Setting(True, _not_negative, "an integer >= 0 (the fewest tokens to generate)"),
+    "min_length": _Setting(True, _not_negative, "an integer >= 0 (the fewest tokens, prompt included)"),
+    "num_beams": _Setting(True, _positive, "an integer greater than 0 (beams per prompt; 1: no beam search)"),
+    "num_return_sequences": _Setting(True, _positive, "an integer greater than 0 (sequences returned per prompt)"),
+    "num_beam_groups": _Setting(True, _positive, "an integer greater than 0 (groups of beams; 1: one group)"),
+    "top_k": _Setting(True, _not_negative, "an integer >= 0 (sample among the k likeliest tokens; 0: all)"),
+    "no_repeat_ngram_size": _Setting(True, _not_negative, "an integer >= 0 (no n-gram of it repeats; 0: off)"),
+    "encoder_no_repeat_ngram_size": _Setting(
+        True, _not_negative, "an integer >= 0 (no n-gram of the prompt of it recurs; 0: off)"
+    ),
+    "prompt_lookup_num_tokens": _Setting(True, _positive, "an integer greater than 0 (candidate tokens per step)"),
+    "max_matching_ngram_size": _Setting(True, _positive, "an integer greater than 0 (the longest n-gram matched)"),
+    "num_assistant_tokens": _Setting(True, _positive, "an integer greater than 0 (the assistant's tokens per step)"),
+    "temperature": _Setting(False, _not_negative, "a number >= 0 (> 0 when sampling, do_sample=True; 1: unchanged)"),
+    "top_p": _Setting(False, _fraction, "a number in 0..1 (sample among the likeliest tokens of that mass; 1: all)"),
+    "min_p": _Setting(False, _fraction, "a number in 0..1 (a token's least probability, times the top one's)"),
+    "typical_p": _Setting(False, _up_to_one, "a number greater than 0 and at most 1 (1: off)"),
+    "epsilon_cutoff": _Setting(False, _below_one, "a number >= 0 and below 1 (0: off)"),
+    "eta_cutoff": _Setting(False, _below_one, "a number >= 0 and below 1 (0: off)"),
+    "repetition_penalty": _Setting(False, _positive, "a number greater than 0 (1: no penalty)"),
+    "encoder_repetition_penalty": _Setting(False, _positive, "a number greater than 0 (1: no penalty)"),
+    "length_penalty": _Setting(False, _any, "a finite number (beam scores are divided by length ** it)"),
+    "max_time": _Setting(False, _positive, "a number of seconds greater than 0"),
+}
+
+
+@dataclass(frozen=True)
+class GenerateSettings:
+    """generate()'s arguments with its numeric settings as Python numbers (`args`, `kwargs`: hand these to the
+    wrapped model's generate), and the value of each setting it will read (`values`; one not set anywhere: absent)."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    values: dict[str, int | float]
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self._integer("max_new_tokens")
+
+    @property
+    def max_length(self) -> int | None:
+        return self._integer("max_length")
+
+    def _integer(self, name: str) -> int | None:
+        value = self.values.get(name)
+        return int(value) if value is not None else None
+
+
+def check_generate_settings(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> GenerateSettings:
+    """Check the numeric settings generate(*args, **kwargs) of the transformers `model` will read (its keywords,
+    else the generation_config passed, its second positional argument or keyword, else the model's own); each
+    one of the wrong type or outside its range is a ConfigError naming it, the value and what it must be."""
+    args, kwargs = tuple(args), dict(kwargs)
+    passed = kwargs["generation_config"] if "generation_config" in kwargs else args[1] if len(args) > 1 else None
+    if passed is not None and not isinstance(passed, GenerationConfig):
+        raise ConfigError(
+            f"generate(): generation_config is a {type(passed).__name__}, not a transformers GenerationConfig; pass "
+            "GenerationConfig(...) of it, or its settings as keywords, e.g. generate(..., max_new_tokens=20)"
+        )
+    own = getattr(model, "generation_config", None)
+    values: dict[str, int | float] = {}
+    copied: GenerationConfig | None = None
+    for name, setting in _SETTINGS.items():
+        value, where = _read(name, kwargs, passed, own)
+        if value is None:
+            continue
+        number = _number(value, f"{where}{name}", setting)
+        values[name] = number
+        if type(value) in (int, float):
+            continue
+        if where == "generation_config.":  # a numpy or torch scalar in the passed config: a copy holds the number
+            copied = copied or copy.deepcopy(passed)
+            setattr(copied, name, number)
+        else:  # a keyword, or the model's own config, which a keyword overrides
+            kwargs[name] = number
+    if copied is not None:
+        if "generation_config" in kwargs:
+            kwargs["generation_config"] = copied
+        else:
+            args = (args[0], copied, *args[2:])
+    return GenerateSettings(args, kwargs, values)
+
+
+def _read(name: str, kwargs: dict[str, Any], passed: Any, own: Any) -> tuple[Any, str]:
+    """The value of setting `name` generate() reads, and where from (the prefix of its name in a message): a keyword
+    (even None, which unsets it), else the passed generation_config's value, else the model's own (None: unset)."""
+    if name in kwargs:
+        return kwargs[name], ""
+    value = getattr(passed, name, None)
+    if value is not None:
+        return value, "generation_config."
+    return getattr(own, name, None), "the model's generation_config."
+
+
+def _number(value: Any, field: str, setting: _Setting) -> int | float:
+    """`value` as the Python number `setting` takes (a numpy or torch scalar read as the number it holds), or a
+    ConfigError naming `field`."""
+    held: Any = value.item() if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)) else value
+    if isinstance(held, bool) or not isinstance(held, numbers.Integral if setting.integer else numbers.Real):
+        raise ConfigError(f"generate(): {field}={value!r} has type {type(value).__name__}; expected {setting.expected}")
+    number = int(cast(Any, held)) if setting.integer else float(cast(Any, held))  # numbers' ABCs type neither
+    if not math.isfinite(number) or not setting.allowed(number):
+        raise ConfigError(f"generate(): {field}={value!r} must be {setting.expected}")
+    return number

@@ -1,0 +1,152 @@
+"""generate()'s numeric settings (forward_inputs/generate_settings.py): a value of the wrong type or outside its
+range is a ConfigError naming the setting, whether given as a keyword, in a passed generation_config or in the
+model's own, routed or not; a numpy or torch integer scalar is the integer it holds, generating what the Python int
+generates and held to the positions check like it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from transformers import GenerationConfig
+
+import adapterfusion as af
+from tiny_decoders import tiny_decoder, tiny_decoder_inputs
+
+OPTIONS: dict[str, Any] = dict(pad_token_id=0, eos_token_id=None, do_sample=False)
+
+
+def _model(model_type: str = "llama") -> af.AdaptedModel:
+    model = af.wrap(tiny_decoder(model_type))
+    model.add_adapter("a")
+    model.add_adapter("b")
+    model.activate(adapter="a")
+    return model
+
+
+def _prompts(model_type: str = "llama") -> dict[str, torch.Tensor]:
+    inputs = tiny_decoder_inputs(model_type)
+    inputs.pop("decoder_input_ids", None)
+    return inputs
+
+
+# (setting, bad value, words of the message): each reached transformers raw, or was ignored without a word.
+BAD = [
+    ("max_new_tokens", "3", ("max_new_tokens='3'", "type str", "an integer greater than 0")),
+    ("max_new_tokens", 2.0, ("max_new_tokens=2.0", "type float", "an integer")),
+    ("max_new_tokens", True, ("max_new_tokens=True", "type bool")),
+    ("max_new_tokens", -1, ("max_new_tokens=-1", "greater than 0")),
+    ("max_length", 0, ("max_length=0", "greater than 0")),
+    ("max_length", 3.5, ("max_length=3.5", "type float")),
+    ("min_new_tokens", -1, ("min_new_tokens=-1", ">= 0")),
+    ("min_length", "2", ("min_length='2'", "type str")),
+    ("num_beams", 0, ("num_beams=0", "greater than 0")),
+    ("num_beams", -1, ("num_beams=-1", "greater than 0")),
+    ("num_beams", "2", ("num_beams='2'", "type str")),
+    ("num_beams", torch.tensor([2]), ("num_beams=tensor([2])", "type Tensor")),
+    ("num_return_sequences", 0, ("num_return_sequences=0", "greater than 0")),
+    ("num_beam_groups", 0, ("num_beam_groups=0", "greater than 0")),
+    ("top_k", -1, ("top_k=-1", ">= 0")),
+    ("top_k", 1.5, ("top_k=1.5", "type float")),
+    ("top_p", 2.0, ("top_p=2.0", "0..1")),
+    ("top_p", "0.9", ("top_p='0.9'", "type str")),
+    ("temperature", -1.0, ("temperature=-1.0", ">= 0")),
+    ("temperature", float("nan"), ("temperature=nan", ">= 0")),
+    ("repetition_penalty", 0, ("repetition_penalty=0", "greater than 0")),
+    ("no_repeat_ngram_size", -1, ("no_repeat_ngram_size=-1", ">= 0")),
+    ("length_penalty", "x", ("length_penalty='x'", "type str", "a finite number")),
+    ("typical_p", 0.0, ("typical_p=0.0", "greater than 0 and at most 1")),
+    ("epsilon_cutoff", 1.0, ("epsilon_cutoff=1.0", "below 1")),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "words"), BAD, ids=[f"{name}={value!r}" for name, value, _ in BAD])
+def test_a_bad_setting_as_a_keyword_is_refused_naming_it(name: str, value: Any, words: tuple[str, ...]) -> None:
+    model = _model()
+    options = {**OPTIONS, "max_new_tokens": 2, "num_beams": 2, name: value}
+    with pytest.raises(af.ConfigError) as caught:
+        model.generate(**_prompts(), **options)
+    message = str(caught.value)
+    assert message.startswith("generate(): ")
+    assert all(word in message for word in words), message
+
+
+@pytest.mark.parametrize("model_type", ["llama", "t5"])
+def test_bad_beams_are_refused_with_adapter_names_routing(model_type: str) -> None:
+    model = _model(model_type)
+    for value in (0, -1, "2"):
+        with pytest.raises(af.ConfigError, match=rf"generate\(\): num_beams={value!r}"):
+            model.generate(**_prompts(model_type), adapter_names=["a", "b"], max_new_tokens=2, num_beams=value)
+    assert model.state.routing is None  # refused before anything was routed
+
+
+def test_a_bad_setting_in_a_passed_generation_config_is_refused_naming_it() -> None:
+    model = _model()
+    config = GenerationConfig(max_new_tokens=2, num_beams=0, pad_token_id=0, eos_token_id=None)
+    with pytest.raises(af.ConfigError, match=r"generation_config\.num_beams=0 must be an integer greater than 0"):
+        model.generate(**_prompts(), generation_config=config)
+    inputs = _prompts()
+    with pytest.raises(af.ConfigError, match=r"generation_config\.num_beams=0"):  # the config given by position
+        model.generate(inputs["input_ids"], config, attention_mask=inputs["attention_mask"])
+    # a keyword overrides the config's value, as in transformers
+    out = model.generate(**_prompts(), generation_config=config, num_beams=1)
+    assert out.shape == (2, 9)
+
+
+def test_a_bad_setting_in_the_models_own_generation_config_is_refused_naming_it() -> None:
+    model = _model()
+    model.model.generation_config.top_k = -3
+    with pytest.raises(af.ConfigError, match=r"the model's generation_config\.top_k=-3 must be an integer >= 0"):
+        model.generate(**_prompts(), max_new_tokens=2, do_sample=True)
+    assert model.generate(**_prompts(), max_new_tokens=2, top_k=0, **{**OPTIONS, "do_sample": True}).shape == (2, 9)
+
+
+def test_a_generation_config_of_another_type_is_refused() -> None:
+    with pytest.raises(af.ConfigError, match=r"generation_config is a dict, not a transformers GenerationConfig"):
+        _model().generate(**_prompts(), generation_config={"max_new_tokens": 2})
+
+
+INTEGERS = [np.int64(4), np.int32(4), torch.tensor(4), torch.tensor(4, dtype=torch.int32), np.array(4)]
+
+
+@pytest.mark.parametrize("value", INTEGERS, ids=lambda value: f"{type(value).__name__}-{getattr(value, 'dtype', '')}")
+def test_a_numpy_or_torch_integer_scalar_generates_what_the_int_generates(value: Any) -> None:
+    model = _model()
+    expected = model.generate(**_prompts(), max_new_tokens=4, num_beams=2, num_return_sequences=2, **OPTIONS)
+    given = model.generate(**_prompts(), max_new_tokens=value, num_beams=value // 2, num_return_sequences=2, **OPTIONS)
+    assert torch.equal(given, expected)
+    config = GenerationConfig(max_new_tokens=value, num_beams=value // 2, num_return_sequences=2, **OPTIONS)
+    assert torch.equal(model.generate(**_prompts(), generation_config=config), expected)
+    assert config.max_new_tokens is value  # the caller's config is left as it was (generate read a copy)
+
+
+def test_real_scalars_are_taken_for_real_settings() -> None:
+    model = _model()
+    options = dict(max_new_tokens=3, top_k=0, **{**OPTIONS, "do_sample": True})
+    torch.manual_seed(3)
+    expected = model.generate(**_prompts(), temperature=0.7, top_p=0.9, **options)
+    torch.manual_seed(3)
+    scalars = dict(temperature=np.float64(0.7), top_p=torch.tensor(0.9, dtype=torch.float64))
+    given = model.generate(**_prompts(), **scalars, **options)
+    assert torch.equal(given, expected)
+
+
+@pytest.mark.parametrize("value", [np.int64(100), torch.tensor(100)], ids=["numpy", "torch"])
+@pytest.mark.parametrize("setting", ["max_new_tokens", "max_length"])
+def test_a_numpy_or_torch_length_is_held_to_the_positions(setting: str, value: Any) -> None:
+    """GPT-2 of 64 positions, a 6-token prompt: the scalar is checked like the int 100 (was an IndexError)."""
+    model = af.wrap(tiny_decoder("gpt2"))
+    ids = torch.randint(5, 100, (1, 6))
+    with pytest.raises(af.ConfigError, match=rf"{setting}=100\b.*64"):
+        model.generate(input_ids=ids, **{setting: value}, eos_token_id=None)
+    config = GenerationConfig(**{setting: value}, eos_token_id=None)
+    with pytest.raises(af.ConfigError, match=rf"{setting}=100\b.*64"):
+        model.generate(input_ids=ids, generation_config=config)
+
+
+def test_a_float_length_is_refused_not_truncated() -> None:
+    model = af.wrap(tiny_decoder("gpt2"))
+    with pytest.raises(af.ConfigError, match=r"max_new_tokens=100\.0 has type float; expected an integer"):
+        model.generate(input_ids=torch.randint(5, 100, (1, 6)), max_new_tokens=100.0, eos_token_id=None)
