@@ -34,14 +34,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import TypedDict
 
-ADAPTERS_VERSION = "1.3.0"
+from fixture_runs import ADAPTERS_VERSION, rebuild, require_adapters, run_offline
+
 TRANSFORMERS_VERSION = "4.57.6"
 TORCH_VERSION = "2.13.0"
 SEED = 1234
@@ -563,25 +562,10 @@ def main() -> int:
     if args.make_venv is not None:
         return make_venv_and_rerun(args.make_venv, ["--out", str(args.out.resolve())])
 
-    try:
-        import adapters
-    except ImportError:
-        sys.exit("adapters is not installed here; run with --make-venv DIR or with that venv's python")
-    if adapters.__version__ != ADAPTERS_VERSION:
-        sys.exit(f"need adapters=={ADAPTERS_VERSION}, found {adapters.__version__}")
-
-    for kind in ("bert", "roberta"):
-        target = args.out / kind
-        if target.exists():
-            shutil.rmtree(target)
-        build(kind, target)
-        verify(kind, target)
-    total = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
-    print(f"total fixture size: {total / 1024:.1f} KiB")
+    require_adapters("run with --make-venv DIR or with that venv's python")
+    rebuild(("bert", "roberta"), args.out, build, verify)
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    sys.exit(main())
+    run_offline(main)

@@ -39,17 +39,15 @@ import argparse
 import functools
 import importlib
 import json
-import os
-import shutil
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
+from fixture_runs import rebuild, require_adapters, run_offline
 from torch import nn
 
-ADAPTERS_VERSION = "1.3.0"
 SEED = 2929
 ADAPTER_STD = 0.1  # adapter down/up weights and biases
 HEAD_STD = 0.3  # head weights and biases: large enough for clearly different logits per class
@@ -315,29 +313,14 @@ def main() -> int:
     parser.add_argument("--verify-only", action="store_true", help="check existing fixtures, write nothing")
     args = parser.parse_args()
 
-    try:
-        adapters = importlib.import_module("adapters")
-    except ImportError:
-        sys.exit("adapters is not installed here; run with benchmarks/.venv-adapters/bin/python")
-    if adapters.__version__ != ADAPTERS_VERSION:
-        sys.exit(f"need adapters=={ADAPTERS_VERSION}, found {adapters.__version__}")
-
+    require_adapters()
     types = [t for t in args.only.split(",") if t] or list(MODEL_TYPES)
     for model_type in types:
         if model_type not in MODEL_TYPES:
             sys.exit(f"{model_type}: not one of {', '.join(MODEL_TYPES)}")
-        target = args.out / model_type
-        if not args.verify_only:
-            if target.exists():
-                shutil.rmtree(target)
-            build(model_type, target)
-        verify(model_type, target)
-    total = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
-    print(f"total fixture size under {args.out}: {total / 1024:.1f} KiB")
+    rebuild(types, args.out, build, verify, args.verify_only)
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    sys.exit(main())
+    run_offline(main)

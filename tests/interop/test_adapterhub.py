@@ -8,7 +8,9 @@ import importlib.util
 import json
 import pickle
 import shutil
+import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -164,9 +166,11 @@ def test_adapter_with_its_own_skip_order_matches_adapters(tmp_path):
 
 # ---- fusion options the fixtures do not record, against the fixture script's independent reference ----------
 def _reference_module():
+    """The fixture script as a module (it imports its sibling scripts/fixture_runs.py)."""
     spec = importlib.util.spec_from_file_location("make_adapterhub_fixtures", SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with mock.patch.object(sys, "path", [str(SCRIPT.parent), *sys.path]):
+        spec.loader.exec_module(module)
     return module
 
 
