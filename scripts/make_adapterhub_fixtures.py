@@ -204,7 +204,8 @@ def save_twice(save_fn, directory: Path, *args, **kwargs) -> dict:
     try:
         save_fn(str(directory), *args, use_safetensors=True, **kwargs)
     except RuntimeError as err:
-        return {"bin": True, "safetensors": " ".join(str(err).split())[:200]}
+        text = " ".join(str(err).split())
+        return {"bin": True, "safetensors": text.split(": [")[0]}  # without its list of names: a set, in any order
     return {"bin": True, "safetensors": True}
 
 
@@ -315,7 +316,7 @@ def build(kind: str, out: Path) -> None:
                             setup=describe_setup(setup),
                             layer=int(layer_idx),
                             location=loc,
-                            adapters=list(setup.flatten()) if hasattr(setup, "flatten") else None,
+                            adapters=[str(child) for child in setup.children],  # fusion order (flatten() is a set)
                         )
             logits = model(input_ids=ids, attention_mask=mask, head="cls", return_dict=True).logits
             record(
