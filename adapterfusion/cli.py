@@ -197,7 +197,8 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
     activation = load_fusion_activation(args.run_dir)
     info = activation.info
     target = f" (target {info['task']}, seed {info.get('seed')})" if "task" in info else ""
-    print(f"{activation.fusion}: mean softmax weight per layer and adapter over {activation.tokens} dev tokens{target}")
+    what = "learned output scale (ScaLearn: not a softmax weight)" if activation.is_scalearn else "softmax weight"
+    print(f"{activation.fusion}: mean {what} per layer and adapter over {activation.tokens} dev tokens{target}")
     print(activation.table())
     if heatmap is not None:
         print(f"heatmap: {plot_run_fusion_attention(activation, heatmap)}")
@@ -234,10 +235,10 @@ def _json_writer(path: str | None, run_dir: str) -> Callable[[Any], None]:
     a second, not after an evaluation) and is no file of the run's or of another folder of ours (a tab-completed
     RUN/config.json would make the run unreadable), and return what writes the result there at the end (no-op
     without it)."""
-    if not path:
+    if path is None:
         return lambda result: None
 
-    target = check_writable_file(path, "--json")
+    target = check_writable_file(path, "--json")  # '' is refused as no path, as every empty path is
     owner = _record_owner(target, run_dir)
     if owner is not None:
         raise af.ConfigError(
@@ -343,7 +344,16 @@ def _print_result(result) -> None:
     print(f"run folder: {result.run_dir}" + (f"; stored as {result.store_path}" if result.store_path else ""))
 
 
+def _check_resume(args: argparse.Namespace) -> None:
+    if args.resume and args.overwrite:
+        raise af.ConfigError(
+            "--resume and --overwrite contradict each other: --resume continues the earlier run from its newest "
+            "checkpoint, --overwrite replaces it and starts again; give one of them"
+        )
+
+
 def _train_adapter(args: argparse.Namespace) -> int:
+    _check_resume(args)
     result = train(
         args.task,
         args.setup,
@@ -363,6 +373,10 @@ def _train_adapter(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.max_batch_tokens < 0:  # 0 is the flag's "no limit", which ServeConfig spells None
+        raise af.ConfigError(
+            f"--max-batch-tokens {args.max_batch_tokens} must be a whole number of tokens >= 1, or 0 for no limit"
+        )
     config = ServeConfig(
         max_batch_size=args.max_batch_size,
         max_batch_tokens=args.max_batch_tokens or None,
@@ -386,6 +400,7 @@ def _fuse(args: argparse.Namespace) -> int:
             f"--sources {args.sources!r} names no source task; give comma-separated task names, "
             "e.g. --sources mnli,sst2 (the target's own adapter is always added)"
         )
+    _check_resume(args)
     result = train(
         args.task,
         "fusion-st-a",

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from adapterfusion.errors import ConfigError
+from adapterfusion.io.paths import as_path
 from adapterfusion.scoring import Predictions, predict, score, score_generation
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
@@ -77,6 +78,23 @@ def load_run_split(
     return encoded[split]
 
 
+def check_count(value: object, name: str, what: str) -> None:
+    """`value` None or a positive integer; else ConfigError naming `name` and what it counts. Checked before a run
+    is rebuilt and its data loaded, so a bad setting fails in a second."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"{name}={value!r} must be a positive integer ({what})")
+
+
+def check_run_dir(run_dir: str | os.PathLike) -> None:
+    """A run folder that is not there is named as such, not as one without a config.json."""
+    path = as_path(run_dir, "run folder")
+    if not path.exists():
+        raise ConfigError(
+            f"run folder {str(path)!r} does not exist; give a run folder written by train(): "
+            "<output_dir>/<task>/<setup>/seed-<seed>"
+        )
+
+
 def eval_batch_size(run: RebuiltRun, batch_size: int | None = None) -> int:
     """`batch_size`, else the run's eval batch size (TrainingConfig.eval_batch_size, else batch_size)."""
     training = run.config["training"]
@@ -112,6 +130,8 @@ def evaluate_run(
     """Score the trained model of `run_dir` on `split`. Returns a JSON-ready dict: the run's task, setup and
     seed, the split and its size, `metrics` (the task's metrics and loss) and, for the validation split,
     `recorded` (the same keys from the run's metrics.json)."""
+    check_count(batch_size, "batch_size", "examples per evaluation batch")
+    check_run_dir(run_dir)
     run = rebuild_run(run_dir, store=store, device=device)
     dataset = load_run_split(run, split, data_dir, max_examples)
     batches = run_batches(run, dataset, batch_size)

@@ -27,7 +27,7 @@ import torch
 
 from adapterfusion.analysis.fusion_attention import mean_fusion_attention
 from adapterfusion.errors import ConfigError
-from adapterfusion.evaluation import load_run_split, run_batches
+from adapterfusion.evaluation import check_count, check_run_dir, load_run_split, run_batches
 from adapterfusion.fusion.scalearn import ScaLearnLayer
 from adapterfusion.fusion.subset import add_fusion_subset
 from adapterfusion.io.atomic import atomic_write_json
@@ -204,7 +204,7 @@ def time_fusions(
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ConfigError(f"repeats={repeats!r} must be a positive integer")
     if not batches:
-        raise ConfigError("time_fusions: no batches to time (the split is empty, or timing_batches < 1)")
+        raise ConfigError("no dev batches to time (the split is empty, or timing_batches < 1)")
     device = next(model.parameters()).device
     inputs = [{k: v.to(device) for k, v in batch.items() if k != "labels"} for batch in batches]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -247,6 +247,7 @@ def compare_pruned(
     restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters)."""
     model.require("fusion", fusion)
     check_criterion(keep, mass, len(model.fusion_setup(fusion).adapters))
+    check_count(timing_batches, "timing_batches", "dev batches per timing round")
     pruned_name = pruned_name or f"{fusion}_pruned"
     if pruned_name == fusion:
         raise ConfigError(f"pruned_name={pruned_name!r} would replace the fusion being pruned; choose another name")
@@ -317,9 +318,13 @@ def prune_fusion(
     pruned fusion (fusion/), the run's head (head/) and pruning.json; load it with load_adapter for each kept
     adapter, then load_fusion, load_head."""
     check_criterion(keep, mass)
+    check_count(repeats, "repeats", "timing rounds, the median taken")
+    check_count(timing_batches, "timing_batches", "dev batches per timing round")
+    check_count(batch_size, "batch_size", "examples per evaluation batch")
     run_dir = Path(run_dir)
-    if output is not None:
+    if output is not None:  # the output first: a wrong --output is said whatever the run folder holds
         output = _check_output(output, run_dir)
+    check_run_dir(run_dir)
     run = rebuild_run(run_dir, store=store, device=device)
     if run.fusion is None:
         raise ConfigError(
@@ -331,6 +336,7 @@ def prune_fusion(
             f"prune compares a fusion's head metric before and after; {run_dir} trained the generation task "
             f"{run.task.name!r}, which has no head of ours: pruning generation fusions is not supported yet"
         )
+    check_criterion(keep, mass, len(run.model.fusion_setup(run.fusion).adapters))  # before the data loads
     batches = run_batches(run, load_run_split(run, "validation", data_dir, max_examples), batch_size)
     own = piece_name(run.task)
     result = compare_pruned(

@@ -11,7 +11,9 @@ span-ablation evaluates each trained adapter on its task's dev set with the adap
 span of layers [i, j] (the model's skip_layers): one job per task and seed (per task for a zoo, whose adapters have
 one seed), after the job that trained the adapter (experiments/span_ablation.py). Optional: `tasks` (a subset of
 the experiment's), `max_examples` (dev examples per evaluation, a seeded subset; default the experiment's),
-`max_length` and `batch_size` (default the trained run's; 128 and 64 for a zoo).
+`max_length` and `batch_size` (default the trained run's; 128 and 64 for a zoo). A generation task is refused: the
+language model's own head scores it, so there is no head to score the ablated model with; it is refused rather than
+left out, so that the report never lacks a task the file asked for without saying why.
 init-scale and adapter-size read the sweep's finished runs; they train nothing of their own.
 
 Analyses are not part of the spec hash: they change no training result, and the span-ablation jobs carry their own
@@ -25,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.experiments.spec_checks import fail
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.registry import get_task
+from adapterfusion.tasks.spec import GENERATION
 
 ANALYSES_KEY = "analyses"
 SPAN_ABLATION = "span-ablation"
@@ -118,6 +123,13 @@ def _span_ablation(
     not_trained = [t for t in chosen if not runs_on(t)]
     if not_trained:
         raise fail(f"{path}.tasks", f"{out.get('variant')} trains no adapter for {not_trained}; leave them out")
+    generation = [t for t in chosen if _is_generation(t)]
+    if generation:
+        raise fail(
+            f"{path}.tasks",
+            f"{generation} are generation tasks, which have no head to score the ablated model with (the language "
+            "model's own head scores them); give 'tasks:' without them",
+        )
     out["tasks"] = chosen
     for key, what in _COUNTS.items():
         if key in entry:
@@ -126,6 +138,13 @@ def _span_ablation(
                 raise fail(f"{path}.{key}", f"must be an integer >= 1 ({what}); got {count!r}")
             out[key] = count
     return out
+
+
+def _is_generation(task: str) -> bool:
+    try:
+        return get_task(task).kind == GENERATION
+    except TaskError:  # an unknown task is the tasks check's to refuse
+        return False
 
 
 def _sweep_settings(entry: Mapping[str, Any], variants: Sequence[Any], path: str, key: str) -> list[Any]:

@@ -1,6 +1,7 @@
 """What an experiment's encoder decides when its file is read: the `encoder` value itself (a folder, a Hub id or
 the default decoder by name), the head pooling of every variant spelled out (default: the encoder's own), and the
-settings its config refuses (a max_length above its positions, layernorm-only without LayerNorms). Read from the
+settings its config refuses (a max_length above its positions, layernorm-only without LayerNorms, pooling: cls on a
+decoder, a generation task on an encoder or encoder-decoder). Read from the
 encoder's config, without the network, so a bad file is refused before any job runs, not by every job.
 """
 
@@ -12,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.defaults import DEFAULT_DECODER, default_decoder_gguf, default_encoder_path
-from adapterfusion.encoder_limits import check_max_length
+from adapterfusion.encoder_limits import check_max_length, encoder_config
 from adapterfusion.encoders import check_encoder, default_pooling
 from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError
 from adapterfusion.experiments.spec_checks import fail
 from adapterfusion.experiments.variants import Entry, SetupVariant, setup_option_defaults
 from adapterfusion.heads.pooling import resolve_pooling
+from adapterfusion.injection.architectures import ARCHITECTURES, ArchitectureSpec
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.registry import get_task
+from adapterfusion.tasks.spec import EXTRACTIVE_QA, GENERATION, TOKEN_CLASSIFICATION
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.setups import LAYERNORM_ONLY, check_layer_norms
 
@@ -108,3 +113,64 @@ def check_layernorm_only(
         check_layer_norms(encoder)
     except TrainingError as err:
         raise fail(f"{key}[{first}]", str(err)) from None
+
+
+def _architecture(encoder: str | None) -> tuple[str, ArchitectureSpec] | None:
+    """(model_type, table row) of `encoder` (None: the shipped MiniLM), from its config alone; None when that cannot
+    be read without the network or names no supported architecture (the jobs then check it on the loaded model)."""
+    try:
+        checked = encoder if encoder is not None else str(default_encoder_path())
+    except DefaultModelMissingError:
+        return None
+    config = encoder_config(checked)
+    model_type = getattr(config, "model_type", None)
+    spec = ARCHITECTURES.get(model_type) if isinstance(model_type, str) else None
+    return None if spec is None else (str(model_type), spec)
+
+
+def _task_kind(task: str) -> str | None:
+    try:
+        return get_task(task).kind
+    except TaskError:  # an unknown task is the tasks check's to refuse
+        return None
+
+
+def check_architecture_fit(
+    variants: Sequence[SetupVariant], entries: Sequence[Entry], tasks: Sequence[str], encoder: str | None, key: str
+) -> None:
+    """What the encoder's architecture refuses, here rather than in every job (injection/inject.py and
+    training/api.py refuse the same on the loaded model): a head with pooling 'cls' on a decoder or encoder-decoder
+    (its first token has seen no other token), and a generation task on a model that is not a decoder (generation
+    trains a decoder's language model on prompt + answer)."""
+    found = _architecture(encoder)
+    if found is None:
+        return
+    model_type, architecture = found
+    shown = "null (the shipped MiniLM)" if encoder is None else repr(encoder)
+    per_token = (EXTRACTIVE_QA, TOKEN_CLASSIFICATION)  # their heads score every token and pool nothing
+    if architecture.pools_last_token:
+        for variant, (i, _, _) in zip(variants, entries, strict=True):
+            pooled = [t for t in tasks if variant.runs_on(t) and _task_kind(t) not in (*per_token, GENERATION)]
+            if variant.options.get("pooling") == "cls" and pooled:
+                kind = (
+                    "an encoder-decoder ({}), whose decoder"
+                    if architecture.decoder is not None
+                    else "a decoder ({}), which"
+                )
+                raise fail(
+                    f"{key}[{i}].pooling",
+                    f"'cls' reads the first token, but encoder {shown} is {kind.format(model_type)} reads its input "
+                    "left to right, so the first token has seen no other; use pooling: last (the last non-padding "
+                    "token, as transformers' *ForSequenceClassification models do) or pooling: mean, or leave it out",
+                )
+    if architecture.causal:
+        return
+    kind = "an encoder-decoder" if architecture.decoder is not None else "an encoder"
+    for j, task in enumerate(tasks):
+        if _task_kind(task) == GENERATION and any(variant.runs_on(task) for variant in variants):
+            raise fail(
+                f"tasks[{j}]",
+                f"{task!r} is a generation task, which trains a decoder's language model on prompt + answer, but "
+                f"encoder {shown} is {kind} ({model_type}); set encoder to a decoder (e.g. default-decoder, or a "
+                "Llama/GPT-2 folder), or leave the task out",
+            )

@@ -113,6 +113,14 @@ def capture_logs(log_file: Path) -> Iterator[None]:
         stream.close()
 
 
+def data_dir_for(payload: JobPayload, tasks: list[str]) -> str | None:
+    """The data folder the job's `tasks` load from: none when every one of them is an experiment task with its own
+    data_files, which then win over the experiment's data_dir (that serves the other tasks; loading.load_task_data
+    would otherwise prefer the folder). A multi-task run that mixes both still reads all its tasks from data_dir."""
+    own = [task for task in tasks if payload.task_specs.get(task, {}).get("data_files")]
+    return None if own and len(own) == len(tasks) else payload.data_dir
+
+
 def _train_single(payload: JobPayload) -> Path:
     """train() of the job's one task; returns the run dir it wrote."""
     logging.getLogger(__name__).info(
@@ -123,7 +131,7 @@ def _train_single(payload: JobPayload) -> Path:
         payload.setup,
         seed=payload.seed,
         encoder=payload.encoder,
-        data_dir=payload.data_dir,
+        data_dir=data_dir_for(payload, [payload.task]),
         output_dir=payload.output_dir,
         store=AdapterStore(payload.store_dir) if payload.store_dir else None,
         training_config=payload.training,
@@ -146,7 +154,7 @@ def _train_multitask(payload: JobPayload) -> Path:
         tasks,
         seed=payload.seed,
         encoder=payload.encoder,
-        data_dir=payload.data_dir,
+        data_dir=data_dir_for(payload, list(tasks)),
         output_dir=payload.output_dir,
         store=payload.store_dir,
         training_config=payload.training,
@@ -168,7 +176,7 @@ def _span_ablation(payload: JobPayload) -> Path:
         payload.run_dir,
         experiment_dir,
         encoder=payload.encoder,
-        data_dir=payload.data_dir,
+        data_dir=data_dir_for(payload, [payload.task]),
     )
 
 

@@ -157,10 +157,16 @@ def ablate_run(
     """Span ablation of the adapter a finished st-a / st-a-houlsby run trained, on the run's own dev split (its
     source and subsample, or a seeded subset of `max_examples`)."""
     run = rebuild_run(run_dir, device=device)
+    if run.adapter is not None and run.head is None:  # a generation task: the language model's own head scores it
+        raise ConfigError(
+            f"{run_dir} trained an adapter for {run.task.name!r}, a generation task, which has no head of its own to "
+            "score the ablated model with; span ablation needs a classification task: leave it out of the "
+            "analysis's tasks"
+        )
     if run.adapter is None or run.head is None:
         raise ConfigError(
-            f"{run_dir} is a {run.setup!r} run: span ablation needs a run that trained one adapter and a head "
-            "(st-a or st-a-houlsby)"
+            f"{run_dir} is a {run.setup!r} run, which trained no single adapter: span ablation needs a run that "
+            "trained one adapter and a head (st-a or st-a-houlsby)"
         )
     dataset = load_run_split(run, "validation", max_examples=max_examples)
     batches, ordered = length_sorted_batches(dataset, run.tokenizer, eval_batch_size(run, batch_size))

@@ -72,6 +72,7 @@ from adapterfusion.defaults import named_encoder
 from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.analyses import ANALYSES_KEY, parse_analyses
 from adapterfusion.experiments.encoder_checks import (
+    check_architecture_fit,
     check_layernorm_only,
     check_max_lengths,
     parse_encoder,
@@ -355,6 +356,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     variants = resolve_poolings(variants, entries, local_encoder, key)
     check_generation_setups(variants, tasks, task_specs)
     check_layernorm_only(variants, entries, local_encoder, key)
+    check_architecture_fit(variants, entries, tasks, local_encoder, key)
     check_max_lengths(global_training, entries, task_training, local_encoder, key)
     zoo = _zoo(data.get("zoo"), base_dir)
     if zoo is not None:
@@ -364,6 +366,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
             dataclasses.replace(v, options={**v.options, "zoo": zoo}) if v.setup == "fusion-st-a" else v
             for v in variants
         ]
+    data_dir = resolve_path(data.get("data_dir"), "data_dir", base_dir)
     fusion = data.get("fusion")
     if recorded and fusion == {}:  # what a record holds when the experiment has no fusion setup
         fusion = None
@@ -376,7 +379,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))),
         encoder=encoder,
         fusion=parse_fusion(fusion, tasks, any(v.is_fusion for v in variants)),
-        data_dir=resolve_path(data.get("data_dir"), "data_dir", base_dir),
+        data_dir=data_dir,
         output_dir=output_dir,
         max_examples=_max_examples(data.get("max_examples")),
         source=source,

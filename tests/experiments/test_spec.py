@@ -157,14 +157,22 @@ def test_a_data_dir_reached_through_a_link_is_recorded_as_the_file_writes_it(tmp
 
 
 @pytest.mark.parametrize("setups", [["head"], ["mt-a"], [{"name": "mt-a", "tasks": ["rte", "answers"]}]])
-def test_setups_with_a_head_of_their_own_refuse_generation_tasks_when_the_file_is_read(tmp_path, setups):
+def test_setups_with_a_head_of_their_own_refuse_generation_tasks_when_the_file_is_read(
+    tmp_path, setups, tiny_llama_dir
+):
     """head and mt-a train a classifier; on an instruction (generation) task every job failed at run time, mt-a's
-    with 'num_labels=0'. Refused up front, naming the tasks; the same entry limited to other tasks is accepted."""
+    with 'num_labels=0'. Refused up front, naming the tasks; the same entry limited to other tasks is accepted (on a
+    decoder: st-a on a generation task needs one)."""
     (tmp_path / "answers.json").write_text(json.dumps(instruction_task("answers", data_files={}).to_dict()))
     with pytest.raises(ExperimentSpecError, match=r"\['answers'\] are generation tasks"):
         spec(tasks=["rte", "answers"], setups=setups, task_files=[str(tmp_path / "answers.json")])
     limited = [{"name": "mt-a", "tasks": ["rte", "cb"]}, "st-a"]
-    spec(tasks=["rte", "cb", "answers"], setups=limited, task_files=[str(tmp_path / "answers.json")])
+    spec(
+        tasks=["rte", "cb", "answers"],
+        setups=limited,
+        task_files=[str(tmp_path / "answers.json")],
+        encoder=str(tiny_llama_dir),
+    )
 
 
 def test_mt_a_refuses_a_generation_task_before_loading_anything(tmp_path):

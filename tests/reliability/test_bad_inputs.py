@@ -30,6 +30,7 @@ import adapterfusion as af
 import adapterfusion.training
 import cases_blocks
 import cases_encoders
+import cases_experiments
 import cases_files
 import cases_forward
 import cases_generate
@@ -1153,6 +1154,7 @@ CASES: tuple[BadInput, ...] = (
     *cases_unchecked.CASES,
     *cases_recording.CASES,
     *cases_generate.CASES,
+    *cases_experiments.CASES,
 )
 
 

@@ -1,0 +1,131 @@
+"""Bad-input cases at one boundary, experiment files and the run commands around them: combinations an experiment's
+encoder, tasks and analyses refuse, caught when the file is read instead of by every job at run time, and the
+arguments of `evaluate`, `prune` and the training commands, checked before any data loads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import transformers
+
+import adapterfusion as af
+from adapterfusion.errors import ConfigError
+from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.tasks import instruction_task
+from catalogue import Action, BadInput, cli, experiment
+from tiny_decoders import tiny_decoder
+
+B = BadInput
+GROUP = "experiment files"
+
+
+def _tiny_model(folder: Path, kind: str) -> Path:
+    """A tiny random Llama ('llama') or BERT ('bert') saved with the shipped tokenizer in the case's folder."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    if kind == "llama":
+        model = tiny_decoder("llama", vocab_size=tokenizer.vocab_size)
+    else:
+        config = transformers.BertConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            vocab_size=tokenizer.vocab_size, max_position_embeddings=128,
+        )  # fmt: skip
+        model = transformers.BertModel(config)
+    model.save_pretrained(folder / kind)
+    tokenizer.save_pretrained(folder / kind)
+    return folder / kind
+
+
+def _generation_task(folder: Path) -> Path:
+    path = folder / "answers.json"
+    path.write_text(json.dumps(instruction_task("answers", data_files={}).to_dict()))
+    return path
+
+
+def _on(model: str, generation: bool = False, **changes) -> Callable[[Path], Action]:
+    """An experiment on a tiny `model` saved in the case's folder (with the generation task 'answers' if asked)."""
+
+    def prepare(folder: Path) -> Action:
+        extra = {"task_files": [str(_generation_task(folder))]} if generation else {}
+        return experiment(encoder=str(_tiny_model(folder, model)), **extra, **changes)(folder)
+
+    return prepare
+
+
+CASES: tuple[BadInput, ...] = (
+    B(
+        "experiment-pooling-cls-on-decoder",
+        GROUP,
+        "setups: [{name: head, pooling: cls}] on a Llama encoder (every job failed at run time)",
+        ExperimentSpecError,
+        ("setups[0].pooling", "'cls'", "a decoder (llama)", "pooling: last"),
+        _on("llama", setups=[{"name": "head", "pooling": "cls"}]),
+        cli=True,
+    ),
+    B(
+        "experiment-generation-on-encoder",
+        GROUP,
+        "a generation task (task_files) with a BERT encoder (every job failed at run time)",
+        ExperimentSpecError,
+        ("tasks[2]", "'answers' is a generation task", "an encoder (bert)", "set encoder to a decoder"),
+        _on("bert", generation=True, tasks=["rte", "cb", "answers"], setups=["st-a"]),
+        cli=True,
+    ),
+    B(
+        "experiment-span-ablation-generation",
+        GROUP,
+        "analyses: [{kind: span-ablation, variant: st-a-rf16}] over tasks with a generation task (its job failed "
+        "saying an st-a run was no st-a run)",
+        ExperimentSpecError,
+        ("analyses[0].tasks", "['answers'] are generation tasks", "no head", "without them"),
+        _on(
+            "llama",
+            generation=True,
+            tasks=["rte", "answers"],
+            setups=["st-a"],
+            analyses=[{"kind": "span-ablation", "variant": "st-a-rf16"}],
+        ),
+        cli=True,
+    ),
+    B(
+        "evaluate-json-empty",
+        "command line",
+        "adapterfusion evaluate RUN --json '' (did nothing and exited 0)",
+        ConfigError,
+        ("--json ''", "is not a path"),
+        lambda folder: lambda: cli("evaluate", str(folder / "run"), "--json", ""),
+        cli=True,
+    ),
+    B(
+        "evaluate-missing-run",
+        "command line",
+        "adapterfusion evaluate /nonexistent (said the folder 'has no config.json')",
+        ConfigError,
+        ("run folder", "does not exist", "<output_dir>/<task>/<setup>/seed-<seed>"),
+        lambda folder: lambda: cli("evaluate", str(folder / "nowhere")),
+        cli=True,
+    ),
+    B(
+        "prune-repeats-zero",
+        "command line",
+        "adapterfusion prune RUN --keep 1 --repeats 0 (checked only after the data had loaded)",
+        ConfigError,
+        ("repeats=0", "positive integer"),
+        lambda folder: lambda: cli("prune", str(folder / "nowhere"), "--keep", "1", "--repeats", "0"),
+        cli=True,
+    ),
+    B(
+        "train-resume-and-overwrite",
+        "command line",
+        "adapterfusion train-adapter --resume --overwrite (silently resumed)",
+        ConfigError,
+        ("--resume and --overwrite", "give one of them"),
+        lambda folder: (
+            lambda: cli(
+                "train-adapter", "--task", "rte", "--output-dir", str(folder / "runs"), "--resume", "--overwrite"
+            )
+        ),
+        cli=True,
+    ),
+)

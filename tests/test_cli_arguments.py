@@ -1,0 +1,49 @@
+"""The evaluate, prune and training commands refuse bad arguments before any model or data loads, as one
+'error: ...' line and exit status 2."""
+
+import pytest
+
+from adapterfusion.cli import main
+
+
+def _error(capsys, *argv: str) -> str:
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+    return err
+
+
+@pytest.mark.parametrize("command", [["evaluate"], ["prune", "--keep", "1"]])
+def test_an_empty_json_path_is_refused(command, capsys, tmp_path):
+    err = _error(capsys, command[0], str(tmp_path), *command[1:], "--json", "")
+    assert err.startswith("error: --json '' is not a path")
+
+
+def test_a_missing_run_folder_is_named_as_missing(capsys, tmp_path):
+    assert "does not exist" in _error(capsys, "evaluate", str(tmp_path / "nowhere"))
+    assert "does not exist" in _error(capsys, "prune", str(tmp_path / "nowhere"), "--keep", "1")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["evaluate", "RUN", "--batch-size", "0"], "batch_size=0 must be a positive integer"),
+        (["prune", "RUN", "--keep", "1", "--batch-size", "0"], "batch_size=0 must be a positive integer"),
+        (["prune", "RUN", "--keep", "1", "--repeats", "0"], "repeats=0 must be a positive integer"),
+        (["prune", "RUN", "--keep", "1", "--timing-batches", "0"], "timing_batches=0 must be a positive integer"),
+        (["prune", "RUN", "--keep", "0"], "keep=0 must be a positive integer"),
+    ],
+)
+def test_counts_are_checked_before_the_run_is_read(argv, message, capsys, tmp_path):
+    """The run folder does not even exist: the count is refused first, not after the data has loaded."""
+    err = _error(capsys, *[str(tmp_path / "nowhere") if a == "RUN" else a for a in argv])
+    assert message in err and "time_fusions" not in err
+
+
+@pytest.mark.parametrize("command", [["train-adapter"], ["fuse", "--sources", "cb"]])
+def test_resume_and_overwrite_together_are_refused(command, capsys, tmp_path):
+    err = _error(
+        capsys, command[0], "--task", "rte", "--output-dir", str(tmp_path), *command[1:], "--resume", "--overwrite"
+    )
+    assert "--resume and --overwrite" in err
+    assert not any(tmp_path.iterdir())
