@@ -3,14 +3,16 @@ dataset's real tokens (Pfeiffer et al. 2021, Fig. 4 and 6: "average softmax acti
 dev set"). Padding tokens are left out: their attention says nothing about the task.
 
 The result is a `FusionActivation` ([layers, N] numpy array plus names), saved by fusion runs as
-`<run_dir>/fusion_attention.json`.
+`<run_dir>/fusion_attention.json`. A ScaLearn fusion (fusion/scalearn.py) has no softmax: what it records is each
+adapter's learned output scale (mean over the hidden dimensions), which may leave [0, 1] or be negative; such a
+record says so (`fusion_kind`), and `value_label` names what the values are.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +27,16 @@ if TYPE_CHECKING:
 
 FUSION_ATTENTION_FILE = "fusion_attention.json"
 FORMAT_VERSION = 1
+SCALEARN_KIND = "scalearn"  # info["fusion_kind"] of a ScaLearn fusion's record; an attention fusion writes none
+SOFTMAX_LABEL = "mean softmax weight"
+SCALE_LABEL = "mean ScaLearn scale"
 
 
 @dataclass(frozen=True)
 class FusionActivation:
     """values[i, j]: mean softmax weight of adapter `adapters[j]` at encoder layer `layers[i]`, averaged over
-    `tokens` real tokens. `info` holds context such as the target task, setup and seed of the run."""
+    `tokens` real tokens (a ScaLearn fusion's: its mean learned scale). `info` holds context such as the target
+    task, setup and seed of the run, and `fusion_kind` for a ScaLearn fusion."""
 
     fusion: str
     adapters: tuple[str, ...]
@@ -74,6 +80,15 @@ class FusionActivation:
         info = {k: v for k, v in data.items() if k not in core and k != "format_version"}
         return cls(**core, info=info)
 
+    @property
+    def is_scalearn(self) -> bool:
+        """Whether the values are a ScaLearn fusion's learned scales rather than softmax weights."""
+        return self.info.get("fusion_kind") == SCALEARN_KIND
+
+    @property
+    def value_label(self) -> str:
+        return SCALE_LABEL if self.is_scalearn else SOFTMAX_LABEL
+
     def table(self, digits: int = 3) -> str:
         """A plain-text table: one row per layer (numbered from 1 = lowest), one column per adapter."""
         header = ["layer", *self.adapters]
@@ -103,16 +118,33 @@ def average_activations(activations: Sequence[FusionActivation]) -> FusionActiva
     return FusionActivation(first.fusion, first.adapters, first.layers, values, tokens, info)
 
 
+def _run_is_scalearn(run_dir: Path) -> bool:
+    """Whether the run folder's config.json names a ScaLearn fusion config: records written before they said so."""
+    from adapterfusion.fusion.config import resolve_fusion_config
+    from adapterfusion.training.run_files import CONFIG_FILE
+
+    try:
+        config = read_json(run_dir / CONFIG_FILE, "", RunFileError)
+        fusion_config = (config.get("setup_options") or {}).get("fusion_config")
+        return fusion_config is not None and resolve_fusion_config(fusion_config).is_scalearn
+    except (RunFileError, ConfigError, AttributeError, TypeError):
+        return False
+
+
 def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
-    """Read a fusion_attention.json, or the one inside a run folder."""
+    """Read a fusion_attention.json, or the one inside a run folder. A record without `fusion_kind` beside a run
+    config of a ScaLearn fusion is marked as one."""
     path = Path(path)
     if path.is_dir():
         path = path / FUSION_ATTENTION_FILE
-    return FusionActivation.from_dict(
+    activation = FusionActivation.from_dict(
         read_json(
             path, "fusion runs (fusion-st-a, fusion-mt-a) write it after training; give the folder of one", RunFileError
         )
     )
+    if "fusion_kind" not in activation.info and _run_is_scalearn(path.parent):
+        activation = replace(activation, info={**activation.info, "fusion_kind": SCALEARN_KIND})
+    return activation
 
 
 def _token_mask(batch: Mapping[str, torch.Tensor], attention: torch.Tensor) -> torch.Tensor:
@@ -152,6 +184,7 @@ def mean_fusion_attention(
     and train/eval mode are restored afterwards."""
     model.require("fusion", fusion_name)
     adapters = model.fusion_setup(fusion_name).adapters
+    scalearn = model.fusion_setup(fusion_name).config.is_scalearn
     was_training = model.training
     device = next(model.parameters()).device
     try:
@@ -170,4 +203,5 @@ def mean_fusion_attention(
         )
     layers = tuple(sorted(sums))
     values = torch.stack([sums[layer] for layer in layers]).div(tokens).cpu().numpy()
-    return FusionActivation(fusion=fusion_name, adapters=adapters, layers=layers, values=values, tokens=tokens)
+    info = {"fusion_kind": SCALEARN_KIND} if scalearn else {}
+    return FusionActivation(fusion_name, adapters, layers, values, tokens, info)

@@ -191,7 +191,9 @@ def _score_table(
 
 def _metric_note(report: Report, tasks: Sequence[str]) -> str:
     metrics = ", ".join(f"{t}: {report.metrics.get(t, '?')}" for t in tasks)
-    return f"Best-checkpoint dev score in percent, mean ± std over seeds ({metrics})."
+    lower = [t for t in tasks if report.lower_is_better(t)]
+    as_is = f" {', '.join(lower)}: as recorded, not in percent; lower is better." if lower else ""
+    return f"Best-checkpoint dev score in percent, mean ± std over seeds ({metrics}).{as_is}"
 
 
 SPAN_ABLATION_FILE = "span_ablation.json"

@@ -3,8 +3,8 @@
 * Figure 3 of Pfeiffer et al.: per task, each setup's dev score minus Full's (grouped bars), when `full` ran;
 * Figures 4/6 there: per fusion variant, a grid of per-layer heatmaps of the mean softmax weight each target
   task's fusion gives each adapter (rows = target task, columns = adapter), averaged over seeds, on the fixed
-  colour scale [0, 1] (see ATTENTION_SCALE); for a ScaLearn variant the mean scale instead, on a scale widened
-  to hold scales outside [0, 1];
+  colour scale [0, 1] (see ATTENTION_SCALE); for a ScaLearn variant its mean learned scale instead, coloured
+  over the data's own range (a diverging map symmetric about 0 when a scale is negative);
 * Houlsby et al.'s trade-off: mean dev score against trained parameters (log scale), when two or more of head,
   adapters, top-k, LayerNorm-only and full fine-tuning ran.
 """
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adapterfusion.analysis.fusion_attention import FusionActivation, average_activations
+from adapterfusion.analysis.fusion_attention import SCALE_LABEL, FusionActivation, average_activations
 from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.io.atomic import atomic_write_bytes
 
@@ -35,6 +35,8 @@ DPI = 150
 # every panel and figure shares one scale. Not centred on 1/N: the rows of one grid may fuse different N.
 ATTENTION_SCALE = (0.0, 1.0)
 NOT_FUSED_NOTE = "hatched n/a: the adapter is not in that target's fusion"
+DIVERGING = "RdBu_r"
+SCALE_BAR_LABEL = f"{SCALE_LABEL} (learned, not a softmax weight)"
 
 
 def pyplot() -> Any:
@@ -57,19 +59,31 @@ def _save(figure, path: Path) -> Path:
     return path
 
 
-def _annotate(axis, grid: np.ndarray, fontsize: int) -> None:
+def _scale_colours(values: np.ndarray) -> tuple[str, float, float]:
+    """Colour map and limits for ScaLearn scales: no fixed range bounds a learned scale, so the data's own range,
+    on a diverging map symmetric about 0 when a scale is negative (the sign then reads at a glance)."""
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return "viridis", *ATTENTION_SCALE
+    low, high = float(finite.min()), float(finite.max())
+    if low < 0:
+        bound = max(-low, abs(high))
+        return DIVERGING, -bound, bound
+    if high - low < 1e-9:  # one value everywhere: a range around it, so it is not drawn at an end of the bar
+        pad = max(abs(high) * 0.05, 1e-3)
+        return "viridis", low - pad, high + pad
+    return "viridis", low, high
+
+
+def _annotate(axis, grid: np.ndarray, fontsize: int, colours: tuple[str, float, float] = ("viridis", 0.0, 1.0)) -> None:
     """Write each finite value into its heatmap cell, dark on light cells and light on dark ones; a NaN cell (an
     adapter the target does not fuse) stays blank, hatched and labelled n/a, so it cannot pass for a zero."""
+    cmap, low, high = colours
     for (r, c), value in np.ndenumerate(grid):
         if np.isfinite(value):
+            light = abs(value) < 0.6 * high if cmap == DIVERGING else value > low + 0.6 * (high - low)
             axis.text(
-                c,
-                r,
-                f"{value:.2f}",
-                ha="center",
-                va="center",
-                fontsize=fontsize,
-                color="black" if value > 0.6 * ATTENTION_SCALE[1] else "white",
+                c, r, f"{value:.2f}", ha="center", va="center", fontsize=fontsize, color="black" if light else "white"
             )
         else:
             axis.add_patch(
@@ -85,7 +99,7 @@ def plot_delta_vs_full(report: Report, path: str | os.PathLike) -> Path | None:
     if not base:
         return None
     variants = [v["id"] for v in report.variants if v["id"] != full and report.task_means(v["id"])]
-    tasks = [t for t in report.tasks if t in base]
+    tasks = [t for t in report.averaged(report.tasks) if t in base]  # points: a loss has none
     if not variants or not tasks:
         return None
     width = 0.8 / len(variants)
@@ -110,11 +124,12 @@ def plot_fusion_attention(
     path: str | os.PathLike,
     title: str = "fusion attention",
     value_label: str = "mean softmax weight",
+    scales: bool = False,
 ) -> Path:
     """A grid with one heatmap per layer: rows = target tasks, columns = adapters, value = mean softmax weight
     (annotated), on ATTENTION_SCALE. Adapters a target does not fuse are left blank, hatched, marked n/a and
-    explained in a caption. A ScaLearn fusion's values are scales (`value_label` says so), which may leave [0, 1]:
-    then the scale widens to hold them."""
+    explained in a caption. With `scales` the values are a ScaLearn fusion's learned scales (`value_label` says
+    so), coloured over their own range (_scale_colours)."""
     targets = list(by_target)
     adapters = list(dict.fromkeys(a for act in by_target.values() for a in act.adapters))
     layers = sorted({layer for act in by_target.values() for layer in act.layers})
@@ -125,8 +140,12 @@ def plot_fusion_attention(
             for j, adapter in enumerate(act.adapters):
                 grids[layer][row, adapters.index(adapter)] = act.values[i, j]
     values = np.concatenate([grid[~np.isnan(grid)] for grid in grids.values()])
-    low = min(ATTENTION_SCALE[0], float(values.min(initial=ATTENTION_SCALE[0])))
-    high = max(ATTENTION_SCALE[1], float(values.max(initial=ATTENTION_SCALE[1])))
+    if scales:
+        colours = _scale_colours(values)
+    else:
+        low = min(ATTENTION_SCALE[0], float(values.min(initial=ATTENTION_SCALE[0])))
+        high = max(ATTENTION_SCALE[1], float(values.max(initial=ATTENTION_SCALE[1])))
+        colours = ("viridis", low, high)
     ncols = min(len(layers), 4 if len(layers) > 6 else 3)
     nrows = math.ceil(len(layers) / ncols)
     cell = 0.55
@@ -141,8 +160,9 @@ def plot_fusion_attention(
             axis.axis("off")
             continue
         grid = grids[layers[k]]
-        image = axis.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=low, vmax=high, aspect="auto")
-        _annotate(axis, grid, fontsize)
+        cmap, low, high = colours
+        image = axis.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=low, vmax=high, aspect="auto")
+        _annotate(axis, grid, fontsize, ("viridis", 0.0, 1.0) if not scales else colours)
         axis.set_title(f"layer {layers[k] + 1}", fontsize=9)
         axis.set_xticks(range(len(adapters)), adapters, rotation=45, ha="right", fontsize=7)
         axis.set_yticks(range(len(targets)), targets if k % ncols == 0 else [""] * len(targets), fontsize=7)
@@ -166,7 +186,7 @@ def plot_tradeoff(report: Report, path: str | os.PathLike) -> Path | None:
     ]
     if len(points) < 2:
         return None
-    common = set(report.tasks)
+    common = set(report.averaged(report.tasks))  # a mean in percent: a loss is not averaged in
     for variant, _ in points:
         common &= set(report.task_means(variant["id"]))
     if not common:
@@ -215,7 +235,7 @@ def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
         by_target = fusion_attention_by_target(report, variant["id"])
         if by_target:
             seeds = max(len(r) for r in report.activations[variant["id"]].values())
-            scalearn = _is_scalearn(variant)
+            scalearn = _is_scalearn(variant) or any(a.is_scalearn for a in by_target.values())
             what = "mean ScaLearn scale (over the hidden dimensions)" if scalearn else "mean fusion attention"
             written.append(
                 plot_fusion_attention(
@@ -223,7 +243,8 @@ def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
                     directory / f"fusion_attention_{variant['id']}.png",
                     f"{report.name} · {variant['id']}: {what} on the dev set (rows: target task, "
                     f"columns: adapter; mean over up to {seeds} seed(s))",
-                    "mean scale" if scalearn else "mean softmax weight",
+                    SCALE_BAR_LABEL if scalearn else "mean softmax weight",
+                    scales=scalearn,
                 )
             )
     written.append(plot_tradeoff(report, directory / "tradeoff_parameters.png"))
@@ -238,20 +259,23 @@ def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
 
 
 def plot_run_fusion_attention(activation: FusionActivation, path: str | os.PathLike) -> Path:
-    """One fusion run's heatmap, rows = layers, columns = adapters (annotated), for `adapterfusion analyze-fusion`."""
+    """One fusion run's heatmap, rows = layers, columns = adapters (annotated), for `adapterfusion analyze-fusion`:
+    softmax weights on ATTENTION_SCALE, a ScaLearn fusion's scales over their own range (_scale_colours)."""
     values = activation.values
+    scalearn = activation.is_scalearn
+    cmap, low, high = _scale_colours(values) if scalearn else ("viridis", *ATTENTION_SCALE)
     figure, axis = pyplot().subplots(
         figsize=(max(3.5, 0.7 * len(activation.adapters) + 2), max(2.5, 0.4 * len(activation.layers) + 1.2))
     )
-    image = axis.imshow(values, cmap="viridis", vmin=ATTENTION_SCALE[0], vmax=ATTENTION_SCALE[1], aspect="auto")
-    _annotate(axis, values, 8)
+    image = axis.imshow(values, cmap=cmap, vmin=low, vmax=high, aspect="auto")
+    _annotate(axis, values, 8, (cmap, low, high))
     axis.set_xticks(range(len(activation.adapters)), activation.adapters, rotation=45, ha="right")
     axis.set_yticks(range(len(activation.layers)), [f"layer {layer + 1}" for layer in activation.layers])
     target = activation.info.get("task")
     axis.set_title(
-        f"{activation.fusion}{f' (target {target})' if target else ''}: mean fusion attention over "
-        f"{activation.tokens} dev tokens",
+        f"{activation.fusion}{f' (target {target})' if target else ''}: "
+        f"{SCALE_LABEL if scalearn else 'mean fusion attention'} over {activation.tokens} dev tokens",
         fontsize=9,
     )
-    figure.colorbar(image, ax=axis, label="mean softmax weight")
+    figure.colorbar(image, ax=axis, label=SCALE_BAR_LABEL if scalearn else "mean softmax weight")
     return _save(figure, Path(path))

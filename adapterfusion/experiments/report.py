@@ -4,6 +4,9 @@
   plus a mean row (Pfeiffer et al. Table 1);
 * Table 2 — each fusion variant against the variant whose adapters it fuses: per-task delta with ↗ (> +0.3),
   ↘ (< −0.3) or →, and an "Improved k/n" row (Table 2 there);
+* a metric that is best at its least (tasks/spec.py's LOWER_IS_BETTER, the set training's checkpoint choice uses:
+  a generation task's answer_loss) is shown as it is, not ×100, left out of the mean rows, and compared with the
+  sign flipped (↗ marks a decrease); selection.py picks its minimum;
 * Table 3 — adapter variants by reduction factor, when more than one ran (appendix Table 3);
 * figures (adapterfusion.experiments.figures) when matplotlib is installed.
 
@@ -29,6 +32,7 @@ from adapterfusion.errors import SerializationError
 from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.store import ResultsStore
 from adapterfusion.tasks.extra_dev import extra_dev_label
+from adapterfusion.tasks.spec import LOWER_IS_BETTER
 from adapterfusion.training.errors import RunFileError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
@@ -124,7 +128,8 @@ class Table:
 
 @dataclass
 class Report:
-    """Everything the tables and figures are made of. scores[variant][task] = [(seed, dev metric in percent)];
+    """Everything the tables and figures are made of. scores[variant][task] = [(seed, dev metric in percent, or as
+    recorded when lower is better)];
     parameters[variant] = trained parameter counts of its runs; activations[variant][task] = one
     FusionActivation per seed; carved[task] = how its missing splits were made."""
 
@@ -160,6 +165,15 @@ class Report:
 
     def table(self, table_id: str) -> Table | None:
         return next((t for t in self.tables if t.id == table_id), None)
+
+    def lower_is_better(self, row: str) -> bool:
+        """Whether a row's (a task's, or a further dev set's) metric is best at its least, as training's checkpoint
+        choice decides it (LOWER_IS_BETTER): its scores are as recorded, not in percent."""
+        return self.metrics.get(self.extra_rows.get(row, row)) in LOWER_IS_BETTER
+
+    def averaged(self, rows: Sequence[str]) -> tuple[str, ...]:
+        """The rows a mean row averages: those scored in percent (a loss is not averaged with accuracies)."""
+        return tuple(row for row in rows if not self.lower_is_better(row))
 
     def task_means(self, variant_id: str) -> dict[str, float]:
         """Mean over seeds per task, for the tasks this variant has results on."""
@@ -216,7 +230,8 @@ class Report:
 
 # ---- reading the results -------------------------------------------------------------------------------------
 def _dev_score(metrics: dict[str, Any]) -> tuple[str, float] | None:
-    """(metric name, best-checkpoint dev value in percent) of a metrics.json record."""
+    """(metric name, best-checkpoint dev value) of a metrics.json record: in percent, but a lower-is-better metric
+    (a loss) as it is."""
     key = metrics.get("metric_for_best")
     if not isinstance(key, str) or not key:
         return None
@@ -224,7 +239,8 @@ def _dev_score(metrics: dict[str, Any]) -> tuple[str, float] | None:
     value = best.get(key, best.get(f"eval_{key}"))
     if not isinstance(value, (int, float)) or math.isinf(value):
         return None
-    return key, 100.0 * float(value)  # NaN stays: an undefined score (a correlation of a constant prediction)
+    scale = 1.0 if key in LOWER_IS_BETTER else 100.0
+    return key, scale * float(value)  # NaN stays: an undefined score (a correlation of a constant prediction)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -360,12 +376,12 @@ def _score_table(report: Report, table_id: str, title: str, columns: Sequence[st
         by_task = report.scores.get(column, {})
         for task in report.tasks:
             cells[(task, column)] = score_cell(by_task.get(task, []))
-        cells[("mean", column)] = mean_cell(means[column], report.tasks)
+        cells[("mean", column)] = mean_cell(means[column], report.averaged(report.tasks))
     rows: tuple[str, ...] = (*report.tasks, "mean")
     # Columns that ran on different tasks (a setup entry's `tasks`) get a comparable mean over the tasks they share.
     with_results = [column for column in columns if means[column]]
-    shared = [t for t in report.tasks if all(t in means[c] for c in with_results)]
-    if shared and any(len(means[c]) > len(shared) for c in with_results):
+    shared = [t for t in report.averaged(report.tasks) if all(t in means[c] for c in with_results)]
+    if shared and any(len(report.averaged(list(means[c]))) > len(shared) for c in with_results):
         shared_row = f"mean ({', '.join(shared)})"
         for column in columns:
             cells[(shared_row, column)] = mean_cell(means[column], shared)
@@ -374,11 +390,27 @@ def _score_table(report: Report, table_id: str, title: str, columns: Sequence[st
     return Table(table_id, title, rows, tuple(columns), cells, marks, tuple(notes))
 
 
+def direction_note(report: Report, rows: Sequence[str]) -> list[str]:
+    """The note on `rows` whose metric is lower-is-better (empty without such rows): shown as it is, not in
+    percent, and left out of the means."""
+    lower = [row for row in rows if report.lower_is_better(row)]
+    if not lower:
+        return []
+    names = sorted({report.metrics[report.extra_rows.get(row, row)] for row in lower})
+    return [
+        f"{', '.join(lower)}: dev {'/'.join(names)} as recorded, not in percent; lower is better, so the least "
+        "is best (checkpoint and dev selection alike). Left out of the means, which average the scores in percent."
+    ]
+
+
 def _score_notes(report: Report) -> list[str]:
-    names = sorted(set(report.metrics.values())) or ["metric"]
+    percent = sorted({m for m in report.metrics.values() if m not in LOWER_IS_BETTER})
+    as_is = sorted({m for m in report.metrics.values() if m in LOWER_IS_BETTER})
+    what = f"{'/'.join(percent or ['metric'])} in percent" if percent or not as_is else "/".join(as_is)
     notes = [
-        f"Dev-set {'/'.join(names)} in percent: mean ± sample standard deviation (n − 1) over seeds; a cell "
-        f"from one seed shows no ±. The mean row averages the per-task means. {MISSING} = no finished run."
+        f"Dev-set {what}: mean ± sample standard deviation (n − 1) over seeds; a cell "
+        f"from one seed shows no ±. The mean row averages the per-task means. {MISSING} = no finished run.",
+        *direction_note(report, report.tasks),
     ]
     if report.carved:
         notes.append(f"{CARVED_MARK} splits carved out of the available data (see Splits below).")
@@ -410,7 +442,7 @@ def table2(report: Report) -> Table | None:
                 cells[(task, column)] = Cell(None)
                 continue
             delta = ours[task] - theirs[task]
-            arrow = trend_arrow(delta)
+            arrow = trend_arrow(-delta if report.lower_is_better(task) else delta)  # a lower loss is better
             compared += 1
             improved += arrow == "↗"
             cells[(task, column)] = Cell(delta, None, 1, f"{delta:+.2f} {arrow}")
@@ -421,6 +453,12 @@ def table2(report: Report) -> Table | None:
         f"Difference of the per-task means in percentage points: ↗ > +{TREND_THRESHOLD}, ↘ < −{TREND_THRESHOLD}, "
         f"→ otherwise. Improved k/n: tasks with ↗ among the n tasks both setups finished."
     ]
+    lower = [task for task in report.tasks if report.lower_is_better(task)]
+    if lower:
+        notes.append(
+            f"{', '.join(lower)}: lower is better, so the difference is in the metric's own units and its arrow is "
+            f"flipped: ↗ marks a decrease of more than {TREND_THRESHOLD} (an improvement), ↘ an increase."
+        )
     marks = {task: CARVED_MARK for task in report.tasks if task in report.carved}
     return Table(
         "table2",

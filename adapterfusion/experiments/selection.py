@@ -1,5 +1,7 @@
 """Model selection on the dev set, as Houlsby et al. 2019 choose their "Adapters (8-256)" and "Adapters (64)" rows:
-per task and seed, of the variants a `select` rule admits (experiments/sweep.py), the one with the best dev score.
+per task and seed, of the variants a `select` rule admits (experiments/sweep.py), the one with the best dev score:
+the highest, or the least for a lower-is-better metric (a generation task's answer_loss), as training's checkpoint
+choice decides.
 
 Only dev scores are looked at (a report holds no other), and a further dev set of a task (MNLI mismatched) reports
 the variant that the task's main dev set (MNLI matched) chose, so it never selects. An undefined score (NaN: a
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapterfusion.experiments.report import MISSING, Cell, Report, Table, mean_cell, score_cell
+from adapterfusion.experiments.report import MISSING, Cell, Report, Table, direction_note, mean_cell, score_cell
 from adapterfusion.experiments.sweep import SWEEP_KEY, ordered_keys, setting_label
 
 PARAMETERS_COLUMN = "params / task (%)"
@@ -26,7 +28,8 @@ MEAN_COLUMN = "mean"
 
 @dataclass(frozen=True)
 class Choice:
-    """The variant chosen for one task and seed, and its dev score in percent (NaN: undefined)."""
+    """The variant chosen for one task and seed, and its dev score in percent, or as recorded when lower is better
+    (NaN: undefined)."""
 
     seed: int
     variant: str
@@ -60,7 +63,8 @@ def select(report: Report, rule: Mapping[str, Any]) -> dict[str, list[Choice]]:
             scored = [(vid, _by_seed(report, vid, task).get(seed)) for vid in ids]
             finite = [(vid, s) for vid, s in scored if s is not None and math.isfinite(s)]
             if finite:
-                best = max(finite, key=lambda pair: pair[1])  # max keeps the first of equal scores
+                pick = min if report.lower_is_better(task) else max  # both keep the first of equal scores
+                best = pick(finite, key=lambda pair: pair[1])
             else:  # every candidate's score is undefined: the row says so
                 best = next((vid, s) for vid, s in scored if s is not None)
             chosen.setdefault(task, []).append(Choice(seed, best[0], best[1]))
@@ -102,7 +106,7 @@ def selection_tables(report: Report, rules: Mapping[str, Mapping[str, Any]] | No
             finite = [s for _, s in runs if math.isfinite(s)]
             if finite:
                 means[row] = statistics.mean(finite)
-        cells[(name, MEAN_COLUMN)] = mean_cell(means, report.tasks)
+        cells[(name, MEAN_COLUMN)] = mean_cell(means, report.averaged(report.tasks))
         shares = [
             share
             for task in report.tasks
@@ -120,6 +124,7 @@ def selection_tables(report: Report, rules: Mapping[str, Mapping[str, Any]] | No
         "runs, so they are optimistic; the paper reports the GLUE test server's scores of its choices.",
         f"{PARAMETERS_COLUMN}: trained parameters of the chosen runs (head included), in % of the encoder's, "
         "averaged over tasks and seeds. Mean: the mean of the row's task columns.",
+        *direction_note(report, report.tasks),
     )
     houlsby = Table(
         "houlsby_table1",
