@@ -5,7 +5,8 @@ event loop only parses, queues and answers. Load the model on that thread too (`
 Every refusal is a JSON body {"error": {"status", "message"}} (429 and 503 with a Retry-After header); an error inside
 a forward fails only the requests it belongs to (batcher.py), never the server. Refusals name what the client sent,
 never what is on the server's disk: a piece that does not load is answered by the kind of fault, and its detail (paths,
-what the folders hold) goes to the server's log."""
+what the folders hold) goes to the server's log. When the server stops (`app.state.begin_stopping`, which server.py
+calls), requests still unanswered after the drain time get a 503 rather than being cut off."""
 
 import asyncio
 import contextlib
@@ -15,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from adapterfusion.errors import (
     AdapterFusionError,
@@ -25,7 +26,7 @@ from adapterfusion.errors import (
     NameNotFoundError,
     SerializationError,
 )
-from adapterfusion.serving.batcher import Batcher
+from adapterfusion.serving.batcher import Batcher, drain_ran_out
 from adapterfusion.serving.config import ServeConfig
 from adapterfusion.serving.contract import (
     Catalog,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ROUTES = ("/healthz", "/v1/predict", "/v1/generate", "/v1/pieces", "/metrics")
+_T = TypeVar("_T")
 
 
 def model_executor() -> ThreadPoolExecutor:
@@ -104,6 +106,18 @@ def create_app(
     batchers = [batcher, *([generations] if generations is not None else [])]
     in_flight = 0
     catalog = Catalog.of(model)  # replaced (on the model's thread) after each load
+    drained = asyncio.Event()  # set when the drain time of a stopping server ran out
+
+    def begin_stopping(drain_seconds: float) -> None:
+        """On the event loop, when the server stops taking connections: whatever is unanswered `drain_seconds` later
+        gets drain_ran_out()'s 503, before the server cancels it (which would answer a bare 500)."""
+
+        def drain_over() -> None:
+            for each in batchers:
+                each.stop(drain_ran_out())
+            drained.set()
+
+        asyncio.get_running_loop().call_later(drain_seconds, drain_over)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -117,6 +131,7 @@ def create_app(
             executor.shutdown(wait=True)
 
     app = FastAPI(title="adapterfusion", lifespan=lifespan)
+    app.state.begin_stopping = begin_stopping
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -214,7 +229,7 @@ def create_app(
             return name, Catalog.of(model)
 
         try:
-            name, catalog = await asyncio.get_running_loop().run_in_executor(executor, load)
+            name, catalog = await _unless_drained(drained, asyncio.get_running_loop().run_in_executor(executor, load))
         except RequestError:
             raise
         except AdapterFusionError as error:
@@ -239,6 +254,18 @@ def create_app(
         return PlainTextResponse(metrics.render(gauges), media_type=CONTENT_TYPE)
 
     return app
+
+
+async def _unless_drained(drained: asyncio.Event, work: "asyncio.Future[_T]") -> _T:
+    """`work`'s result, or drain_ran_out() if `drained` is set first (`work` then ends unheard on the model thread)."""
+    waiter: asyncio.Future[Any] = asyncio.ensure_future(drained.wait())
+    try:
+        await asyncio.wait([work, waiter], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if not work.done():
+        raise drain_ran_out()
+    return work.result()
 
 
 async def _body(request: "Request", config: ServeConfig) -> bytes:

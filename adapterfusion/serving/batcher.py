@@ -9,7 +9,7 @@ the longest input: a batch is padded to its longest), so a long input is left fo
 than padding many short ones; it waits at most until it is the oldest. The batch runs in one call of `predict` on the
 model's own thread, so the event loop keeps answering while the model works. A batch that raises is run again one
 request at a time, so one bad request fails alone. `close` lets every queued request finish before the loop ends
-(graceful shutdown)."""
+(graceful shutdown); `stop` answers every request not yet answered with a 503 (the drain time ran out)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,16 @@ ItemT = TypeVar("ItemT", bound=Item)
 UNAVAILABLE_RETRY_SECONDS = 5
 
 
+def drain_ran_out() -> RequestError:
+    """503 for a request still unanswered when the server's drain time (--drain-seconds) ran out."""
+    return RequestError(
+        503,
+        "the server is stopping and this request did not finish within its drain time (--drain-seconds); send it "
+        f"again after {UNAVAILABLE_RETRY_SECONDS} s (Retry-After), to the restarted server or another replica",
+        {"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)},
+    )
+
+
 class QueueFullError(RequestError):
     """429: the queue is full; `retry_after` seconds (Retry-After) until a place is likely to open."""
 
@@ -80,8 +90,10 @@ class Batcher(Generic[ItemT]):
         self._max_rows, self._max_tokens, self._max_wait = max_batch_size, max_batch_tokens, max_wait_ms / 1000
         self._max_queue = max_queue
         self._waiting: deque[_Job[ItemT]] = deque()
+        self._running: list[_Job[ItemT]] = []  # the jobs of the forward on the model's thread
         self._arrived = asyncio.Event()
         self._closing = False
+        self._stopped: RequestError | None = None  # what `stop` answers, also to a batch being gathered
         self._task: asyncio.Task[None] | None = None
         self._forward_seconds = 0.0  # how long the last forward took, for Retry-After
 
@@ -120,6 +132,15 @@ class Batcher(Generic[ItemT]):
         self._arrived.set()
         if self._task is not None:
             await self._task
+
+    def stop(self, error: RequestError) -> None:
+        """Take no more requests and answer every one queued or in the running forward with `error` at once; that
+        forward still runs to its end on the model's thread (a thread cannot be interrupted), its answers unsent."""
+        self._closing, self._stopped = True, error
+        for job in [*self._waiting, *self._running]:
+            _settle(job, error=error)
+        self._waiting.clear()
+        self._arrived.set()
 
     async def _loop(self) -> None:
         while True:
@@ -160,9 +181,14 @@ class Batcher(Generic[ItemT]):
     async def _run(self, jobs: list[_Job[ItemT]]) -> None:
         if not jobs:
             return
+        if self._stopped is not None:
+            for job in jobs:
+                _settle(job, error=self._stopped)
+            return
         loop = asyncio.get_running_loop()
         rows = sum(job.item.rows for job in jobs)
         started = loop.time()
+        self._running = jobs
         try:
             answers = await loop.run_in_executor(self._executor, self._predict, [job.item for job in jobs])
         except Exception as error:

@@ -88,6 +88,12 @@ class ServeConfig:
 
     @staticmethod
     def key_from_env(given: str | None) -> str | None:
-        """`given` (a --api-key flag), else ADAPTERFUSION_API_KEY, else None; an empty value means none."""
+        """`given` (a --api-key flag), else ADAPTERFUSION_API_KEY, else None; an empty variable means none, an empty
+        flag is refused (a key meant but lost, e.g. --api-key "$UNSET", would leave the server open)."""
+        if given == "":
+            raise ConfigError(
+                "--api-key is empty; give a key of at least 8 characters, or leave the flag out for a server "
+                f"without one (or with ${API_KEY_ENV}'s)"
+            )
         key = given if given is not None else os.environ.get(API_KEY_ENV)
         return key or None

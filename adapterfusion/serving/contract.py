@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from adapterfusion._validation import check_piece_name
 from adapterfusion.blocks import Average, Block, Fuse, Stack
 from adapterfusion.errors import ConfigError
 from adapterfusion.piece import PIECE_KINDS
@@ -148,11 +149,14 @@ class PieceRequest:
 
 
 def read_body(body: bytes, config: ServeConfig) -> dict[str, Any]:
-    """The JSON object of a request body (413 over max_body_bytes, 400 not JSON, 422 not an object)."""
+    """The JSON object of a request body (413 over max_body_bytes, 400 not JSON or a key given twice in one object,
+    422 not an object)."""
     if len(body) > config.max_body_bytes:
         raise body_too_large(str(len(body)), config)
     try:
-        data = json.loads(body)
+        data = json.loads(body, object_pairs_hook=_unique_keys)
+    except RequestError:
+        raise
     except RecursionError:
         raise RequestError(400, "the request body nests JSON too deeply to read; send a flat JSON object") from None
     except ValueError as error:  # not JSON, not UTF-8, or a number longer than Python reads (4300 digits)
@@ -160,6 +164,23 @@ def read_body(body: bytes, config: ServeConfig) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RequestError(422, f"the request body must be a JSON object, not {type(data).__name__}")
     return data
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; 400 for a key given twice, of which json.loads would keep the last unsaid."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise RequestError(
+                400, f"the request body gives the key {_short(key)} more than once in one object; give each key once"
+            )
+        data[key] = value
+    return data
+
+
+def no_tokens(index: int, text: str) -> RequestError:
+    """422 for inputs[index], whose `text` (all of it, or of a pair) this tokenizer turns into no tokens at all."""
+    return RequestError(422, f"inputs[{index}] is {len(text)} characters that make no tokens; send text")
 
 
 def body_too_large(size: str, config: ServeConfig) -> RequestError:
@@ -289,12 +310,40 @@ def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
         else:
             raise RequestError(422, f"'{where}.{kind}[{index}]' is {_short(child)}; a child is a name or a block")
     options = {key: value[key] for key in _BLOCK_OPTIONS[kind] if key in value}
-    if kind == "fuse" and isinstance(options.get("name"), str):
-        _require("fusion", options["name"], list(catalog.fusions))
+    if kind == "fuse" and all(isinstance(child, str) for child in parsed):
+        _check_fuse(tuple(parsed), options.get("name"), catalog, where)
     try:
         return cast(Block, _BLOCKS[kind](*parsed, **options))
     except (ConfigError, TypeError, ValueError) as error:  # the block's own checks: nesting, weights, names
         raise RequestError(422, f"'{where}': {error}") from None
+
+
+def _check_fuse(adapters: tuple[str, ...], name: Any, catalog: Catalog, where: str) -> None:
+    """A fuse block's adapters (and 'name') matched against the loaded fusions here, so that the refusal speaks of the
+    request's fields, not of the Python API (blocks.py's message at forward time)."""
+    if isinstance(name, str):
+        _require("fusion", name, list(catalog.fusions))
+        if adapters != catalog.fusions[name]:
+            raise RequestError(
+                422,
+                f"'{where}' names fusion {name!r}, which fuses {list(catalog.fusions[name])}; list those adapters in "
+                f"that order in '{where}.fuse'",
+            )
+        return
+    if name is not None:
+        return  # Fuse's own check names the bad type
+    matches = [fusion for fusion, fused in catalog.fusions.items() if fused == adapters]
+    if not matches:
+        loaded = {fusion: list(fused) for fusion, fused in catalog.fusions.items()}
+        raise RequestError(
+            422,
+            f"'{where}': no loaded fusion fuses exactly {list(adapters)} in this order (loaded fusions: "
+            f"{loaded or 'none'}); list a loaded fusion's adapters in its order, or load one with POST /v1/pieces",
+        )
+    if len(matches) > 1:
+        raise RequestError(
+            422, f"'{where}': fusions {matches} all fuse {list(adapters)}; say which with a 'name' field in the block"
+        )
 
 
 def parse_piece(data: dict[str, Any]) -> PieceRequest:
@@ -309,6 +358,11 @@ def parse_piece(data: dict[str, Any]) -> PieceRequest:
         raise RequestError(422, f"'source' {_short(source)} holds a NUL or a lone surrogate; no path or Hub id does")
     if name is not None and (not isinstance(name, str) or not name):
         raise RequestError(422, f"'name' is {name!r}; give a non-empty name or leave it out (the saved name)")
+    if name is not None:
+        try:
+            check_piece_name(name, kind)
+        except ConfigError as error:
+            raise RequestError(422, f"'name': {error}") from None
     return PieceRequest(kind, source, name)
 
 

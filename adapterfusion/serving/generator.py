@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from adapterfusion.errors import ConfigError
 from adapterfusion.serving.config import DEFAULT_MAX_LENGTH, DEFAULT_MAX_NEW_TOKENS
-from adapterfusion.serving.contract import GenerateRequest, RequestError, Sampling
+from adapterfusion.serving.contract import GenerateRequest, RequestError, Sampling, no_tokens
 from adapterfusion.serving.predictor import Prediction, forward_cost, length_groups, length_limits, model_limit
 
 if TYPE_CHECKING:
@@ -93,9 +93,7 @@ class Generator:
         prompts = tuple(self._tokens(prompt, request.chat) for prompt in request.prompts)
         for index, prompt in enumerate(prompts):
             if not prompt:  # generate() needs a token to start from; this tokenizer adds none of its own
-                raise RequestError(
-                    422, f"inputs[{index}] is {len(request.prompts[index])} characters that make no tokens; send text"
-                )
+                raise no_tokens(index, request.prompts[index])
             if len(prompt) + request.max_new_tokens > self.max_length:
                 tokens = f"{len(prompt)}" if len(prompt) < self.max_length else f"at least {len(prompt)}"  # cut
                 raise RequestError(

@@ -20,7 +20,7 @@ import torch
 from adapterfusion.encoder_limits import limit_reason, max_input_length
 from adapterfusion.errors import ConfigError
 from adapterfusion.serving.config import DEFAULT_MAX_LENGTH
-from adapterfusion.serving.contract import PredictRequest
+from adapterfusion.serving.contract import PredictRequest, no_tokens
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -55,11 +55,16 @@ class Predictor:
         self.max_length = max_length or model_limit(model, tokenizer)
 
     def encode(self, request: PredictRequest) -> Encoded:
-        """The request's inputs tokenised (on the event loop, while the model runs other requests)."""
+        """The request's inputs tokenised (on the event loop, while the model runs other requests); 422 for an input
+        of no tokens (an empty text where the tokenizer adds none of its own: GPT-2, Llama, BART)."""
         features = tuple(
             dict(self.tokenizer(text, pair, truncation=True, max_length=self.max_length))
             for text, pair in request.inputs
         )
+        for index, feature in enumerate(features):
+            if not feature["input_ids"]:
+                text, pair = request.inputs[index]
+                raise no_tokens(index, text + (pair or ""))
         return Encoded(request, features)
 
     def predict(self, batch: Sequence[Encoded]) -> list[list[Prediction]]:

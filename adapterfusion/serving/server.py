@@ -1,11 +1,13 @@
 """`adapterfusion serve`: load a saved setup onto its base encoder and serve it with uvicorn until SIGINT/SIGTERM,
-which stops taking connections, lets the requests in flight finish, then ends."""
+which stops taking connections, lets the requests in flight finish for --drain-seconds, answers those still running
+503 (Retry-After), then ends."""
 
 from __future__ import annotations
 
 import ipaddress
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ from adapterfusion.serving.predictor import check_max_length
 
 logger = logging.getLogger(__name__)
 
+# Seconds uvicorn waits past the drain before it cancels what is left: time for the app's 503s to be written.
+STOP_GRACE_SECONDS = 5
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -77,6 +81,7 @@ def serve(
             "get to finish when the server stops"
         )
     _available_device(device)  # before the minutes of loading, not after
+    _check_can_listen(host, port)
     executor = model_executor()  # the model is loaded on the thread that will run it (model_executor says why)
     try:
         loading = executor.submit(load_setup, setup, base, device, dtype, config.max_length, config.max_new_tokens)
@@ -89,7 +94,46 @@ def serve(
             "serving on %s without an API key: anyone who reaches it can load pieces (POST /v1/pieces)", host
         )
     app = create_app(model, tokenizer, config, executor)
-    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=drain_seconds, log_level="info")
+    server_config = uvicorn.Config(
+        app, host=host, port=port, timeout_graceful_shutdown=drain_seconds + STOP_GRACE_SECONDS, log_level="info"
+    )
+    draining_server(server_config, drain_seconds).run()
+
+
+def draining_server(config: Any, drain_seconds: float) -> Any:
+    """A uvicorn.Server for `config` (its app made by create_app) that, when it stops, tells the app to answer what
+    is still running after `drain_seconds` with a 503; give the config a timeout_graceful_shutdown above
+    `drain_seconds`, or uvicorn cancels those requests first (a plain-text 500 and a traceback each)."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            config.app.state.begin_stopping(drain_seconds)
+            await super().shutdown(sockets)
+
+    return DrainingServer(config)
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """Refuse a host that names no address and a port in use before the model loads, not after (uvicorn's way)."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as error:
+        reason = error.strerror if isinstance(error, socket.gaierror) else "not a host name"
+        raise ConfigError(
+            f"host {host!r} is no address this machine can listen on ({reason}); give an IP address such as "
+            "127.0.0.1 (this machine only) or 0.0.0.0 (all interfaces), or a name that resolves"
+        ) from None
+    for family, kind, protocol, _, address in addresses:
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            try:
+                probe.bind(address)
+            except OSError as error:
+                raise ConfigError(
+                    f"cannot listen on {host}:{port} ({error.strerror}): another server may hold the port, or the "
+                    "address is not this machine's; give another --port (0: any free port) or --host"
+                ) from None
 
 
 def _setup_generates(setup: str | os.PathLike) -> bool:

@@ -37,6 +37,7 @@ import cases_generate
 import cases_pieces
 import cases_recording
 import cases_runs
+import cases_serving
 import cases_task_data
 import cases_unchecked
 from adapterfusion.experiments import ResultsStore
@@ -1155,6 +1156,7 @@ CASES: tuple[BadInput, ...] = (
     *cases_recording.CASES,
     *cases_generate.CASES,
     *cases_experiments.CASES,
+    *cases_serving.CASES,
 )
 
 

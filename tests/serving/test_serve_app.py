@@ -278,8 +278,7 @@ def test_serve_loads_the_model_on_the_thread_that_runs_it(model, tokenizer, monk
     """`serve` loads the setup on the app's model thread, not the main thread, and the forwards run on that same thread
     (app.model_executor: a second OpenMP pool, left on the main thread by loading there, slows every forward)."""
     import threading
-
-    import uvicorn
+    import types
 
     import adapterfusion.serving.server as server
 
@@ -295,7 +294,11 @@ def test_serve_loads_the_model_on_the_thread_that_runs_it(model, tokenizer, monk
 
     apps = []
     monkeypatch.setattr(server, "load_setup", load)
-    monkeypatch.setattr(uvicorn, "run", lambda app, **options: apps.append(app))
+
+    def not_run(config, drain_seconds):  # the uvicorn.Server serve would run: its app is kept, not served
+        return types.SimpleNamespace(run=lambda: apps.append(config.app))
+
+    monkeypatch.setattr(server, "draining_server", not_run)
     server.serve("a-setup-folder", host="127.0.0.1", port=0)
     monkeypatch.setattr(model, "forward", forward)
     with running(apps[0]) as url, httpx.Client(base_url=url, timeout=30) as client:

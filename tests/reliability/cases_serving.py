@@ -1,0 +1,82 @@
+"""Bad-input cases at one boundary, the server's request contract (serving/contract.py, serving/predictor.py): what a
+client sends that the server must refuse with a message naming the field and the fix, before the model runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import transformers
+
+import adapterfusion as af
+from adapterfusion.serving.config import ServeConfig
+from adapterfusion.serving.contract import Catalog, parse_piece, parse_predict, read_body
+from adapterfusion.serving.predictor import Predictor
+from catalogue import Action, BadInput
+from tiny_models import tiny_encoder
+
+B = BadInput
+GROUP = "server"
+
+
+def _read(body: bytes) -> Callable[[Path], Action]:
+    """read_body(body) with the default limits."""
+    return lambda folder: lambda: read_body(body, ServeConfig())
+
+
+def _piece(data: dict[str, str]) -> Callable[[Path], Action]:
+    """parse_piece(data), a POST /v1/pieces body."""
+    return lambda folder: lambda: parse_piece(data)
+
+
+def _predict_on_gpt2_tokenizer(texts: list[str]) -> Callable[[Path], Action]:
+    """Predictor.encode of a predict request for `texts`, through a tokenizer that adds no special tokens (as GPT-2's,
+    Llama's: "" makes no tokens)."""
+
+    def prepare(folder: Path) -> Action:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+        model = af.wrap(tiny_encoder(vocab_size=len(tokenizer)))
+        model.add_head("cls", af.ClassificationHead(num_labels=2))
+        request = parse_predict({"inputs": texts, "head": "cls"}, Catalog.of(model), ServeConfig())
+        encode = Predictor(model, _NoSpecialTokens(tokenizer), 64).encode
+        return lambda: encode(request)
+
+    return prepare
+
+
+class _NoSpecialTokens:
+    """`tokenizer` called with add_special_tokens=False, as a tokenizer that adds none of its own."""
+
+    def __init__(self, tokenizer: object) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self.tokenizer(*args, add_special_tokens=False, **kwargs)  # type: ignore[operator]
+
+
+CASES: tuple[BadInput, ...] = (
+    B(
+        "serve-duplicate-key",
+        GROUP,
+        'a request body {"inputs": ["x"], "adapter": "a", "adapter": "b"} (a key twice)',
+        af.ConfigError,
+        ('"adapter"', "more than once", "give each key once"),
+        _read(b'{"inputs": ["x"], "adapter": "a", "adapter": "b"}'),
+    ),
+    B(
+        "serve-piece-invalid-name",
+        GROUP,
+        'POST /v1/pieces {"kind": "adapter", "source": "org/x", "name": "../x"}',
+        af.ConfigError,
+        ("'name'", "'../x'", "letters, digits"),
+        _piece({"kind": "adapter", "source": "org/x", "name": "../x"}),
+    ),
+    B(
+        "serve-predict-no-tokens",
+        GROUP,
+        'POST /v1/predict {"inputs": ["Hello there", ""]} on a tokenizer that adds no special tokens',
+        af.ConfigError,
+        ("inputs[1]", "0 characters that make no tokens", "send text"),
+        _predict_on_gpt2_tokenizer(["Hello there", ""]),
+    ),
+)
