@@ -23,6 +23,7 @@ import transformers
 
 import adapterfusion as af
 from adapterfusion.demo import demo_data_dir as _demo_data_dir
+from adapterfusion.experiments import figures
 from task_data import DATA_DIR, real_data_present
 from tiny_models import tiny_inputs
 
@@ -38,6 +39,20 @@ def _no_hub_lookups(monkeypatch) -> None:
     test's made-up id ('some-org/some-encoder') fails, if at all, where it would with the network on. Tests of the
     look-up itself replace this."""
     monkeypatch.setattr(huggingface_hub, "model_info", lambda repo_id, **kwargs: None)
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> list:
+    """The figures the plot functions save, kept for inspection (the PNGs are still written)."""
+    seen = []
+    save = figures._save
+
+    def recording(figure, path):
+        seen.append(figure)
+        return save(figure, path)
+
+    monkeypatch.setattr(figures, "_save", recording)
+    return seen
 
 
 @pytest.fixture

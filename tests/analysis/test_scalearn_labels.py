@@ -19,19 +19,6 @@ SCALES = np.array([[1.0094, 0.9985], [1.0144, 0.9848]])
 SCALEARN = {"fusion_kind": SCALEARN_KIND}
 
 
-@pytest.fixture
-def drawn(monkeypatch) -> list:
-    seen = []
-    save = figures._save
-
-    def recording(figure, path):
-        seen.append(figure)
-        return save(figure, path)
-
-    monkeypatch.setattr(figures, "_save", recording)
-    return seen
-
-
 def _run_dir(tmp_path, fusion_config, info=None):
     record = FusionActivation("fusion_rte", ("rte", "sst2"), (0, 1), SCALES, 244, {"task": "rte", **(info or {})})
     (tmp_path / "fusion_attention.json").write_text(json.dumps(record.to_dict()))

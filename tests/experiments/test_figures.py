@@ -4,27 +4,11 @@ and cells for adapters a target does not fuse are masked, hatched, labelled n/a 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from adapterfusion.analysis import FusionActivation
-from adapterfusion.experiments import figures
 from adapterfusion.experiments.figures import plot_fusion_attention, plot_run_fusion_attention
 
 NEAR_UNIFORM = FusionActivation("f", ("a", "b", "c"), (0, 1), np.array([[0.33, 0.34, 0.33], [0.335, 0.33, 0.335]]), 10)
-
-
-@pytest.fixture
-def drawn(monkeypatch) -> list:
-    """The figures the plot functions save, kept for inspection (the PNGs are still written)."""
-    seen = []
-    save = figures._save
-
-    def recording(figure, path):
-        seen.append(figure)
-        return save(figure, path)
-
-    monkeypatch.setattr(figures, "_save", recording)
-    return seen
 
 
 def _images(figure) -> list:
