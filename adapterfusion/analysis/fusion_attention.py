@@ -20,7 +20,9 @@ import numpy as np
 import torch
 
 from adapterfusion.errors import ConfigError, RunFileError, SerializationError
+from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.io.documents import read_json
+from adapterfusion.run_layout import CONFIG_FILE
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -120,9 +122,6 @@ def average_activations(activations: Sequence[FusionActivation]) -> FusionActiva
 
 def _run_is_scalearn(run_dir: Path) -> bool:
     """Whether the run folder's config.json names a ScaLearn fusion config: records written before they said so."""
-    from adapterfusion.fusion.config import resolve_fusion_config
-    from adapterfusion.training.run_files import CONFIG_FILE
-
     try:
         config = read_json(run_dir / CONFIG_FILE, "", RunFileError)
         fusion_config = (config.get("setup_options") or {}).get("fusion_config")
