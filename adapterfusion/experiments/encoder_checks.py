@@ -49,16 +49,23 @@ def parse_encoder(value: Any, base_dir: Path) -> str | None:
     return str(local) if local is not None else value
 
 
+def _local_or_shipped(encoder: str | None) -> str | None:
+    """`encoder`, or for None the shipped MiniLM's folder; None where that is not installed (the checks that read
+    the encoder's config then leave it to the jobs)."""
+    if encoder is not None:
+        return encoder
+    try:
+        return str(default_encoder_path())
+    except DefaultModelMissingError:
+        return None
+
+
 def resolve_poolings(
     variants: Sequence[SetupVariant], entries: Sequence[Entry], encoder: str | None, key: str = "setups"
 ) -> list[SetupVariant]:
     """Every variant with a `pooling` option gets it spelled out (the entry's, else the encoder's own: mean for the
     shipped MiniLM, see heads/pooling.py), so job hashes and the saved spec say which pooling each run used."""
-    if encoder is None:
-        try:
-            encoder = str(default_encoder_path())
-        except DefaultModelMissingError:
-            encoder = None
+    encoder = _local_or_shipped(encoder)
     out = []
     for variant, (i, _, _) in zip(variants, entries, strict=True):
         if "pooling" not in variant.options and "pooling" not in setup_option_defaults(variant.setup):
@@ -81,9 +88,8 @@ def check_max_lengths(
 ) -> None:
     """A max_length above the encoder's positions, refused here when its config can be read without the network
     (else the job refuses it before training: training/api.py)."""
-    try:
-        checked = encoder if encoder is not None else str(default_encoder_path())
-    except DefaultModelMissingError:
+    checked = _local_or_shipped(encoder)
+    if checked is None:
         return
     sources = [
         ("training", global_training),
@@ -118,9 +124,8 @@ def check_layernorm_only(
 def _architecture(encoder: str | None) -> tuple[str, ArchitectureSpec] | None:
     """(model_type, table row) of `encoder` (None: the shipped MiniLM), from its config alone; None when that cannot
     be read without the network or names no supported architecture (the jobs then check it on the loaded model)."""
-    try:
-        checked = encoder if encoder is not None else str(default_encoder_path())
-    except DefaultModelMissingError:
+    checked = _local_or_shipped(encoder)
+    if checked is None:
         return None
     config = encoder_config(checked)
     model_type = getattr(config, "model_type", None)
