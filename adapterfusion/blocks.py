@@ -307,6 +307,12 @@ def _resolve_child(model: AdaptedModel, parent: Block, child: Any) -> Any:
     )
 
 
+def matching_fusions(adapters: tuple[str, ...], fusions: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """The fusions (name -> fused adapters) that a Fuse of `adapters` without a name means: those fusing exactly
+    these adapters in this order. The model resolves blocks by it, and the server checks requests by it."""
+    return [name for name, fused in fusions.items() if fused == adapters]
+
+
 def _resolve_fuse(model: AdaptedModel, fuse: Fuse) -> Fuse:
     adapters = tuple(child[1] if _is_leaf(child) else child for child in fuse.children)
     if fuse.name is not None:
@@ -318,7 +324,7 @@ def _resolve_fuse(model: AdaptedModel, fuse: Fuse) -> Fuse:
                 "order, or give only name="
             )
         return _rebuilt(fuse, tuple((ADAPTER, a) for a in fused))
-    matches = [name for name, setup in model.fusion_setups.items() if setup.adapters == adapters]
+    matches = matching_fusions(adapters, {name: setup.adapters for name, setup in model.fusion_setups.items()})
     if len(matches) != 1:
         loaded = {name: list(setup.adapters) for name, setup in model.fusion_setups.items()}
         problem = "no loaded fusion fuses" if not matches else f"fusions {matches} all fuse"

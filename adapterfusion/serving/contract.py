@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from adapterfusion._validation import check_piece_name
-from adapterfusion.blocks import Average, Block, Fuse, Stack
+from adapterfusion.blocks import Average, Block, Fuse, Stack, matching_fusions
 from adapterfusion.errors import ConfigError
 from adapterfusion.piece import PIECE_KINDS
 
@@ -332,7 +332,7 @@ def _check_fuse(adapters: tuple[str, ...], name: Any, catalog: Catalog, where: s
         return
     if name is not None:
         return  # Fuse's own check names the bad type
-    matches = [fusion for fusion, fused in catalog.fusions.items() if fused == adapters]
+    matches = matching_fusions(adapters, catalog.fusions)
     if not matches:
         loaded = {fusion: list(fused) for fusion, fused in catalog.fusions.items()}
         raise RequestError(
