@@ -13,6 +13,7 @@ import json.decoder
 import json.scanner
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,18 @@ def _skip_whitespace(text: str, index: int) -> int:
     match = _WHITESPACE.match(text, index)
     assert match is not None  # `*` matches the empty string anywhere
     return match.end()
+
+
+def repeated_keys(pairs: Sequence[tuple[str, Any]]) -> list[str]:
+    """The keys a JSON object's pairs (json.loads' object_pairs_hook) give more than once, in the order they repeat:
+    json.loads would keep the last of each without a word."""
+    seen: set[str] = set()
+    repeated: list[str] = []
+    for key, _ in pairs:
+        if key in seen and key not in repeated:
+            repeated.append(key)
+        seen.add(key)
+    return repeated
 
 
 class _StrictJSONDecoder(json.JSONDecoder):

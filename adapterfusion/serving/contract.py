@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 from adapterfusion._validation import check_piece_name
 from adapterfusion.blocks import Average, Block, Fuse, Stack, matching_fusions
 from adapterfusion.errors import ConfigError
+from adapterfusion.io.documents import repeated_keys
 from adapterfusion.piece import PIECE_KINDS
 
 if TYPE_CHECKING:
@@ -168,14 +169,13 @@ def read_body(body: bytes, config: ServeConfig) -> dict[str, Any]:
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object's pairs as a dict; 400 for a key given twice, of which json.loads would keep the last unsaid."""
-    data: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in data:
-            raise RequestError(
-                400, f"the request body gives the key {_short(key)} more than once in one object; give each key once"
-            )
-        data[key] = value
-    return data
+    repeated = repeated_keys(pairs)
+    if repeated:
+        raise RequestError(
+            400,
+            f"the request body gives the key {_short(repeated[0])} more than once in one object; give each key once",
+        )
+    return dict(pairs)
 
 
 def no_tokens(index: int, text: str) -> RequestError:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.io.documents import repeated_keys
 from adapterfusion.io.paths import check_readable_file
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.span_files import (
@@ -146,8 +147,7 @@ def _csv_layout(path: Path) -> tuple[list[str], int]:
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    twice = sorted({key for key in keys if keys.count(key) > 1})
+    twice = sorted(repeated_keys(pairs))
     if twice:
         raise ValueError(f"key(s) {twice} appear more than once in one object; give every field its own name")
     return dict(pairs)
