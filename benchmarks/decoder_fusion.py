@@ -14,9 +14,9 @@ machine, `--model <SmolLM2 folder>/config.json` times the same shape).
 Cases: bare, one Pfeiffer adapter (rf 16), dynamic fusion over N of them. One worker process per (library, case)
 (`_decoder_worker.py`, `_worker.py`'s protocol); ours draws the adapter and fusion weights and exports them,
 adapters loads the same files. Each round runs every (case, library) once, the order reversed every other round; the
-first round is a discarded warm-up. Per decoded token = the time between generation steps (the prompt's forward
-excluded). Ratios to the same library's bare model are paired per round, median with a bootstrap 95 % interval
-(`_stats.py`); a target is met or missed only when the whole interval says so.
+first round is a discarded warm-up, run by every worker at once. Per decoded token = the time between generation
+steps (the prompt's forward excluded). Ratios to the same library's bare model are paired per round, median with a
+bootstrap 95 % interval (`_stats.py`); a target is met or missed only when the whole interval says so.
 """
 
 from __future__ import annotations
@@ -125,13 +125,17 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
                 }
             )["info"]
             print(f"  set up {library} {case_name(case)}", file=sys.stderr, flush=True)
+        for worker in workers.values():  # the discarded warm-up round, every worker at once: on CUDA with
+            worker.send({"cmd": "run", "repeats": 1})  # --cache static each worker compiles (~40 s a batch
+        for worker in workers.values():  # size), which one after the other would take most of a GPU lease
+            worker.receive()
+        print("  round 0 (warm-up, all workers at once) done", file=sys.stderr, flush=True)
         order = list(workers)
-        for round_index in range(1 + args.rounds):
+        for round_index in range(1, 1 + args.rounds):
             for key in order if round_index % 2 == 0 else order[::-1]:
                 reply = workers[key].ask({"cmd": "run", "repeats": 1})["ms"]
-                if round_index > 0:
-                    for measure, values in reply.items():
-                        workers[key].measures.setdefault(measure, []).extend(values)
+                for measure, values in reply.items():
+                    workers[key].measures.setdefault(measure, []).extend(values)
             loads.append(os.getloadavg())
             print(f"  round {round_index}/{args.rounds} done, load {loads[-1][0]:.2f}", file=sys.stderr, flush=True)
     finally:
@@ -243,7 +247,7 @@ def main() -> None:
         if "adapters" in info
         else ""
     )
-    load_1min = [load[0] for load in loads[1:]] or [loads[0][0]]
+    load_1min = [load[0] for load in loads]
     print(
         f"{start_clock}–{time.strftime('%H:%M')}: {cpu_model()}, {os.cpu_count()} CPUs, {args.threads} threads, "
         f"load average (1 min, after each timed round, this benchmark included) {min(load_1min):.2f}–"

@@ -43,9 +43,17 @@ class Worker:
     peak_mib: float = float("nan")
 
     def ask(self, request: dict) -> dict:
-        assert self.process.stdin is not None and self.process.stdout is not None  # started with both piped
+        self.send(request)
+        return self.receive()
+
+    def send(self, request: dict) -> None:
+        """Send without waiting, so several workers can work at once (see receive)."""
+        assert self.process.stdin is not None  # started with stdin piped
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
+
+    def receive(self) -> dict:
+        assert self.process.stdout is not None  # started with stdout piped
         line = self.process.stdout.readline()
         if not line:
             raise SystemExit(f"{self.library} worker for {self.case} died (see its stderr above)")

