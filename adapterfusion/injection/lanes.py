@@ -136,19 +136,28 @@ def _fusion_lane(
     inference: the key-bias term is left out (the softmax cancels it) and no score dropout or temperature acts;
     softmax weights below `flush_below` become 0 (SUBNORMAL_WEIGHT).
 
-    Per adapter sums and spreads go through a 0/1 block matrix (`blocks`: column j sums adapter j's `size`
+    Eagerly, per adapter sums and spreads go through a 0/1 block matrix (`blocks`: column j sums adapter j's `size`
     units), so a decode step runs nine operators and no reshapes: scores = blocks-sum of activation * projected
-    query + the value-side term, one addmm; the weights spread back over each adapter's units, one mm."""
+    query + the value-side term, one addmm; the weights spread back over each adapter's units, one mm. Traced by
+    torch.compile (a static cache on a GPU: CUDA graphs), operators cost nothing to dispatch but every kernel costs
+    its launch, so the traced form (`_traced_fusion_step`) runs two matmuls and lets the compiler fuse the rest."""
     joint_weight, joint_bias = joint[0].t(), joint[1]
     total = count * size
     blocks = torch.block_diag(*[torch.ones(size, 1, dtype=by_activation.dtype)] * count).to(by_activation.device)
     spread = blocks.t().contiguous()
+    both_outputs = torch.cat([by_activation, by_probability])  # [total + count, d]: the traced form's one product
+    by_activation, by_probability = both_outputs[:total], both_outputs[total:]  # views of it: no second copy
+    traced = functools.partial(
+        _traced_fusion_step, activation=activation, outputs=both_outputs, count=count, flush_below=flush_below
+    )
     activation = _in_place(activation)
 
     def lane(h: torch.Tensor, r: torch.Tensor | None) -> torch.Tensor:
         x, residual = place(h, r)
         rows = x.reshape(-1, x.shape[-1])
         both = torch.addmm(joint_bias, rows, joint_weight)
+        if torch.compiler.is_compiling():
+            return traced(both, residual).view(residual.shape)
         activations = activation(both[:, :total])
         value_term = both[:, 2 * total : 2 * total + count]  # the key-bias column after it: cancelled
         scores = torch.addmm(value_term, activations * both[:, total : 2 * total], blocks)
@@ -159,3 +168,27 @@ def _fusion_lane(
         return out.addmm_(probs, by_probability).view(residual.shape)  # in place: out is this lane's own tensor
 
     return lane
+
+
+def _traced_fusion_step(
+    both: torch.Tensor,
+    residual: torch.Tensor,
+    activation: Callable[[torch.Tensor], torch.Tensor],
+    outputs: torch.Tensor,
+    count: int,
+    flush_below: float | None,
+) -> torch.Tensor:
+    """The fusion lane from its joint product `both` on, in the form torch.compile turns into few kernels: sums over
+    each adapter's units as a reduction over a reshape (not a block matmul), and the two output products as one
+    over [weighted activations, probabilities] with `outputs` = [by_activation; by_probability]. Nothing in place:
+    the compiler decides buffers. The eager lane's numbers up to the order of its sums."""
+    rows = both.shape[0]
+    total = outputs.shape[0] - count
+    activations = activation(both[:, :total]).view(rows, count, -1)
+    query = both[:, total : 2 * total].view(rows, count, -1)
+    scores = (activations * query).sum(-1) + both[:, 2 * total : 2 * total + count]
+    probs = scores.softmax(dim=-1)
+    if flush_below is not None:
+        probs = torch.threshold(probs, flush_below, 0.0)
+    weighted = (activations * probs.unsqueeze(-1)).view(rows, total)
+    return torch.addmm(residual.reshape(rows, -1), torch.cat([weighted, probs], dim=1), outputs)

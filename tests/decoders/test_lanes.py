@@ -186,3 +186,32 @@ def test_subnormal_fusion_weights_become_zero_at_inference_without_changing_the_
     with torch.no_grad():
         assert_close(general, unflushed, dtype=torch.float32)
         assert_close(lane(h, r), unflushed, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("model_type", DECODER_TYPES)
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_the_traced_fusion_lane_gives_what_the_general_path_gives(
+    model_type: str, adapter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under torch.compile the fusion lane takes its traced form (two matmuls, sums over reshaped units: few kernels
+    for CUDA graphs). The eager backend runs exactly the traced operators, so float64 pins its numbers."""
+    torch._dynamo.reset()
+    traced_steps: list[int] = []
+    original = lanes_module._traced_fusion_step
+
+    def counted(*args: Any, **kwargs: Any) -> torch.Tensor:
+        traced_steps.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(lanes_module, "_traced_fusion_step", counted)
+    model = _model(model_type, adapter)
+    model.activate(fusion="f")
+    inputs = tiny_decoder_inputs(model_type)
+    with torch.no_grad():
+        general = model(**inputs).logits
+        with model.inference_cache():
+            model.model(**inputs)  # the block's lanes, prepared eagerly (as generate's first step does)
+            assert not traced_steps  # eagerly, the nine-operator form
+            traced = torch.compile(model.model, backend="eager", fullgraph=True)(**inputs).logits
+    assert len(traced_steps) >= sum(site.is_active for site in model.sites)  # every fusion site, traced
+    assert_close(traced, general, dtype=torch.float64)
