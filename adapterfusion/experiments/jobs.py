@@ -113,12 +113,11 @@ def capture_logs(log_file: Path) -> Iterator[None]:
         stream.close()
 
 
-def data_dir_for(payload: JobPayload, tasks: list[str]) -> str | None:
-    """The data folder the job's `tasks` load from: none when every one of them is an experiment task with its own
-    data_files, which then win over the experiment's data_dir (that serves the other tasks; loading.load_task_data
-    would otherwise prefer the folder). A multi-task run that mixes both still reads all its tasks from data_dir."""
-    own = [task for task in tasks if payload.task_specs.get(task, {}).get("data_files")]
-    return None if own and len(own) == len(tasks) else payload.data_dir
+def data_dir_for(payload: JobPayload, task: str) -> str | None:
+    """The data folder `task` loads from in this job: none for an experiment task with its own data_files, which
+    then win over the experiment's data_dir (that serves the other tasks; loading.load_task_data would otherwise
+    prefer the folder), in single-task and multi-task jobs alike."""
+    return None if payload.task_specs.get(task, {}).get("data_files") else payload.data_dir
 
 
 def _train_single(payload: JobPayload) -> Path:
@@ -131,7 +130,7 @@ def _train_single(payload: JobPayload) -> Path:
         payload.setup,
         seed=payload.seed,
         encoder=payload.encoder,
-        data_dir=data_dir_for(payload, [payload.task]),
+        data_dir=data_dir_for(payload, payload.task),
         output_dir=payload.output_dir,
         store=AdapterStore(payload.store_dir) if payload.store_dir else None,
         training_config=payload.training,
@@ -154,7 +153,7 @@ def _train_multitask(payload: JobPayload) -> Path:
         tasks,
         seed=payload.seed,
         encoder=payload.encoder,
-        data_dir=data_dir_for(payload, list(tasks)),
+        data_dir={task: data_dir_for(payload, task) for task in tasks},
         output_dir=payload.output_dir,
         store=payload.store_dir,
         training_config=payload.training,
@@ -176,7 +175,7 @@ def _span_ablation(payload: JobPayload) -> Path:
         payload.run_dir,
         experiment_dir,
         encoder=payload.encoder,
-        data_dir=data_dir_for(payload, [payload.task]),
+        data_dir=data_dir_for(payload, payload.task),
     )
 
 

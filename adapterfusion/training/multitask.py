@@ -172,12 +172,36 @@ def _check_config(config: TrainingConfig) -> None:
         )
 
 
+def _data_dirs(
+    specs: list[TaskSpec], data_dir: str | os.PathLike | Mapping[str, str | os.PathLike | None] | None
+) -> dict[str, str | os.PathLike | None]:
+    """Each task's data folder (None: its own source), checked before any run folder is written."""
+    names = [spec.name for spec in specs]
+    if isinstance(data_dir, Mapping):
+        unknown = sorted(set(map(str, data_dir)) - set(names))
+        if unknown:
+            raise TrainingError(
+                f"data_dir names {unknown}, which are not among the tasks {names}; key it by the tasks' names"
+            )
+        folders = {name: data_dir.get(name) for name in names}
+    else:
+        folders = dict.fromkeys(names, data_dir)
+    for folder in folders.values():
+        check_data_dir(folder)
+    return folders
+
+
 def _load_tasks(
-    specs: list[TaskSpec], data_dir: Any, seed: int, max_examples: Any, tokenizer: Any, max_length: int | None
+    specs: list[TaskSpec],
+    data_dirs: Mapping[str, str | os.PathLike | None],
+    seed: int,
+    max_examples: Any,
+    tokenizer: Any,
+    max_length: int | None,
 ) -> TaskData:
     data = TaskData(specs, [], [], [], [])
     for spec in specs:
-        splits, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
+        splits, info = load_task_data(spec, data_dirs[spec.name], seed, max_examples=max_examples)
         missing = [split for split in ("train", "validation") if split not in splits]
         if missing:
             raise TrainingError(
@@ -458,7 +482,7 @@ def train_multitask(
     tasks: Sequence[str | TaskSpec],
     seed: int = 42,
     encoder: str | os.PathLike | None = None,
-    data_dir: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | Mapping[str, str | os.PathLike | None] | None = None,
     output_dir: str | os.PathLike = "runs",
     store: AdapterStore | str | os.PathLike | None = None,
     training_config: TrainingConfig | Mapping[str, Any] | None = None,
@@ -472,6 +496,8 @@ def train_multitask(
     """Train MT-A on `tasks` (see the module docstring). training_config: a TrainingConfig or overrides of
     TrainingConfig.for_setup("mt-a") (lr 1e-4); `epochs` counts MT-A epochs (sum of task sizes / batch size
     steps); `metric_for_best`, if set, must be a metric of every task. max_examples applies to every task.
+    data_dir: one folder for every task, or a mapping of task name to folder where tasks come from different places
+    (a task it leaves out, or maps to None, loads from its own source: its data_files, else the Hub).
     pooling: the heads' pooling (None: the encoder's own, see heads/pooling.py). overwrite: replace an earlier
     MT-A run of the same seed in `output_dir` and its store entries; without it they are refused before any work.
     resume: continue an interrupted run of the same settings from the newest complete checkpoint in its
@@ -480,7 +506,7 @@ def train_multitask(
     names = [piece_name(spec) for spec in specs]
     config = training_config_for(MT_A, training_config, seed)
     check_max_examples(max_examples)
-    check_data_dir(data_dir)
+    data_dirs = _data_dirs(specs, data_dir)
     check_precision(config)  # refuses fp16 without CUDA; warns of bf16 on a CPU without native bf16
     _check_config(config)
     metrics = [resolve_metric(spec, config) for spec in specs]
@@ -496,7 +522,7 @@ def train_multitask(
         except ConfigError as err:
             raise TrainingError(str(err)) from None
         tokenizer = run.begin()
-        data = _load_tasks(specs, data_dir, seed, max_examples, tokenizer, config.max_length)
+        data = _load_tasks(specs, data_dirs, seed, max_examples, tokenizer, config.max_length)
         model = run.wrapped_encoder()
         _add_pieces(model, names, specs, adapter, heads_pooling)
         plan = _step_plan(data.sizes, config, seed, schedule)

@@ -96,5 +96,5 @@ def test_own_data_files_win_over_data_dir_for_their_task_only(tmp_path):
     payload = JobPayload(
         "j", "own", "st-a", 1, "out", "out/run", data_dir=loaded.data_dir, task_specs=loaded.task_specs
     )
-    assert data_dir_for(payload, ["own"]) is None
-    assert data_dir_for(payload, ["rte"]) == str(tmp_path)
+    assert data_dir_for(payload, "own") is None
+    assert data_dir_for(payload, "rte") == str(tmp_path)

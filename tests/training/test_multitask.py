@@ -1,6 +1,7 @@
 """MT-A: annealed task sampling, one joint run over several tasks, and Fusion w/ MT-A on top of it."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from safetensors.torch import load_file
 import adapterfusion as af
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
+from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.loading import load_task_data
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training import (
@@ -284,3 +286,33 @@ def test_fusion_mt_a_and_mt_a_refuse_misuse(mt_a, tiny_encoder_dir, demo_data_di
         train("rte", "mt-a", encoder=tiny_encoder_dir, **common)
     with pytest.raises(TrainingError, match="twice"):
         train_multitask(["rte", "rte"], encoder=tiny_encoder_dir, data_dir=demo_data_dir, output_dir=tmp_path)
+
+
+def _own_files_task(folder: Path) -> TaskSpec:
+    """A two-class task from the user's own CSV files (no folder of its name in any data_dir)."""
+    rows = "".join(f"{'good' if i % 2 else 'bad'} example {i},{'pos' if i % 2 else 'neg'}\n" for i in range(12))
+    for split in ("train", "validation"):
+        (folder / f"{split}.csv").write_text("text,label\n" + rows)
+    return TaskSpec(
+        name="own",
+        kind="single",
+        text_fields=("text",),
+        label_names=("neg", "pos"),
+        data_files={split: str(folder / f"{split}.csv") for split in ("train", "validation")},  # type: ignore[arg-type]
+    )
+
+
+def test_mt_a_takes_a_data_folder_per_task(tiny_encoder_dir, demo_data_dir, tmp_path):
+    """One data_dir for all would send the own-files task to demo_data_dir/own (which does not exist); a mapping
+    gives rte its folder and leaves `own` to its files. Keys that are not tasks are refused before any run folder."""
+    own = _own_files_task(tmp_path)
+    common = dict(encoder=tiny_encoder_dir, training_config=dict(FAST, max_steps=1), max_examples=SLICE)
+    with pytest.raises(TaskError, match="own"):
+        train_multitask(["rte", own], data_dir=demo_data_dir, output_dir=tmp_path / "all", **common)
+    with pytest.raises(TrainingError, match=r"\['rtee'\].*not among the tasks"):
+        train_multitask(["rte", own], data_dir={"rtee": demo_data_dir}, output_dir=tmp_path / "typo", **common)
+    assert not (tmp_path / "typo").exists()
+    result = train_multitask(["rte", own], data_dir={"rte": demo_data_dir}, output_dir=tmp_path / "runs", **common)
+    config = json.loads((Path(result.run_dir) / "config.json").read_text())
+    sources = {entry["task"]: (entry["source"], entry["location"]) for entry in config["data"]}
+    assert sources == {"rte": ("local", str(demo_data_dir)), "own": ("files", "data_files")}
