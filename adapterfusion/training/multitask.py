@@ -186,7 +186,9 @@ def _data_dirs(
         folders = {name: data_dir.get(name) for name in names}
     else:
         folders = dict.fromkeys(names, data_dir)
-    for folder in folders.values():
+    for name, folder in folders.items():
+        if folder is not None and not isinstance(folder, (str, os.PathLike)):
+            raise TrainingError(f"data_dir[{name!r}]={folder!r} must be a folder path or None (the task's own source)")
         check_data_dir(folder)
     return folders
 

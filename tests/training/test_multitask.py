@@ -311,6 +311,8 @@ def test_mt_a_takes_a_data_folder_per_task(tiny_encoder_dir, demo_data_dir, tmp_
         train_multitask(["rte", own], data_dir=demo_data_dir, output_dir=tmp_path / "all", **common)
     with pytest.raises(TrainingError, match=r"\['rtee'\].*not among the tasks"):
         train_multitask(["rte", own], data_dir={"rtee": demo_data_dir}, output_dir=tmp_path / "typo", **common)
+    with pytest.raises(TrainingError, match=r"data_dir\['rte'\]=3 must be a folder path"):
+        train_multitask(["rte", own], data_dir={"rte": 3}, output_dir=tmp_path / "typo", **common)
     assert not (tmp_path / "typo").exists()
     result = train_multitask(["rte", own], data_dir={"rte": demo_data_dir}, output_dir=tmp_path / "runs", **common)
     config = json.loads((Path(result.run_dir) / "config.json").read_text())
