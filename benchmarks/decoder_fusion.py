@@ -104,27 +104,33 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
     }
     loads = []
     try:
-        for (library, case), worker in workers.items():  # imports ran in parallel; loading is sequential
-            worker.info = worker.ask(
-                {
-                    "cmd": "setup",
-                    "library": library,
-                    "model": str(args.model),
-                    "device": args.device,
-                    "cache": args.cache,
-                    "kind": case[0],
-                    "n": case[1],
-                    "pieces": str(pieces / f"{case[0]}{case[1]}"),
-                    "decode_batches": args.decode_batches,
-                    "prompt": args.prompt,
-                    "new_tokens": args.new_tokens,
-                    "prefill_batch": args.prefill_batch,
-                    "prefill_seq": args.prefill_seq,
-                    "threads": args.threads,
-                    "seed": args.seed,
-                }
-            )["info"]
-            print(f"  set up {library} {case_name(case)}", file=sys.stderr, flush=True)
+        # Imports ran in parallel. Each library's workers set up at once (on CUDA with --cache static each compiles
+        # batch 1 as it checks its tokens), ours first: it writes the pieces adapters' workers load.
+        for library in sorted(args.libraries, key=lambda name: name != "ours"):
+            group = {key: worker for key, worker in workers.items() if key[0] == library}
+            for (_, case), worker in group.items():
+                worker.send(
+                    {
+                        "cmd": "setup",
+                        "library": library,
+                        "model": str(args.model),
+                        "device": args.device,
+                        "cache": args.cache,
+                        "kind": case[0],
+                        "n": case[1],
+                        "pieces": str(pieces / f"{case[0]}{case[1]}"),
+                        "decode_batches": args.decode_batches,
+                        "prompt": args.prompt,
+                        "new_tokens": args.new_tokens,
+                        "prefill_batch": args.prefill_batch,
+                        "prefill_seq": args.prefill_seq,
+                        "threads": args.threads,
+                        "seed": args.seed,
+                    }
+                )
+            for (_, case), worker in group.items():
+                worker.info = worker.receive()["info"]
+                print(f"  set up {library} {case_name(case)}", file=sys.stderr, flush=True)
         for worker in workers.values():  # the discarded warm-up round, every worker at once: on CUDA with
             worker.send({"cmd": "run", "repeats": 1})  # --cache static each worker compiles (~40 s a batch
         for worker in workers.values():  # size), which one after the other would take most of a GPU lease
