@@ -5,7 +5,7 @@
 # weights of the same shape, on which speed does not depend) and SmolLM2-135M's config.json. Everything goes to .gpu/,
 # which git ignores through .git/info/exclude; carry it with the lease's command:
 #     bash benchmarks/gpu_lease/prepare.sh           # here, once
-#     run(command="bash benchmarks/gpu_lease/run.sh", carry=[".gpu"], timeout_s=580)
+#     run(command="bash benchmarks/gpu_lease/run.sh", carry=[".gpu"], timeout_s=600)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}

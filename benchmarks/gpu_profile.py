@@ -1,0 +1,157 @@
+"""Where a forward's time goes on a GPU: per call, wall time, GPU busy time (the sum of its kernels' durations),
+kernel launches and host-device synchronisations, for the cases the speed targets of #23 and #24 compare.
+
+    python benchmarks/gpu_profile.py --device cuda [--part routing decode] [--json out.json]
+
+The speed tables (routing_speed.py, decoder_fusion.py) say how much slower a case is; this says why. If wall ≈ GPU
+busy, the GPU is the limit and only fewer or faster kernels help; if wall ≫ GPU busy, the GPU waits on the host
+(dispatch, guards, Python) or on synchronisations. One-off measurements under torch.profiler (which adds its own
+overhead to the host side): for explanation, never for the targets.
+
+Parts: `routing`, the shipped MiniLM's shape at batch 32 × 128 (bare, one adapter, every row its own adapter of
+32, and fusion rows mixed in; routing_speed.py's model and batch), inside `inference_cache()`; `decode`, a
+SmolLM2-135M-shaped decoder (`--decoder-config`, seeded random weights) generating with a static cache, which
+transformers compiles into CUDA graphs on a GPU (bare, one adapter, fusion N=8 inside `inference_cache()`), per
+decoded token. On a CPU the same runs with host timings only, to try the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from routing_speed import build, forward, single  # noqa: E402  (benchmarks/ is not a package)
+
+import adapterfusion as af  # noqa: E402
+
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy ")
+LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC")
+
+
+def summarise(run: Callable[[], Any], device: torch.device, calls: int, per: int = 1) -> dict[str, Any]:
+    """Profile `calls` runs of `run` (after two warm ones); figures per unit (`per` units a run: decoded tokens)."""
+    run(), run()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    with profile(activities=activities) as trace:
+        for _ in range(calls):
+            run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    wall = time.perf_counter() - start
+    units = calls * per
+    events = list(trace.events())
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0]
+    busy_us = sum(e.device_time_total for e in kernels if not e.name.startswith("Memcpy"))
+    by_name: dict[str, float] = {}
+    for event in kernels:
+        by_name[event.name] = by_name.get(event.name, 0.0) + event.device_time_total
+    top = sorted(by_name.items(), key=lambda item: -item[1])[:6]
+    return {
+        "wall_ms": 1000 * wall / units,
+        "gpu_busy_ms": busy_us / 1000 / units if device.type == "cuda" else None,
+        "kernels": len(kernels) / units,
+        "launch_calls": sum(1 for e in events if e.name.startswith(LAUNCH_CALLS)) / units,
+        "syncs": sum(1 for e in events if e.name.startswith(SYNC_CALLS)) / units,
+        "host_ops": sum(1 for e in events if e.name.startswith("aten::")) / units,
+        "top_kernels_ms": [(name[:80], t / 1000 / units) for name, t in top],
+    }
+
+
+def routing_part(device: torch.device, calls: int) -> dict[str, dict[str, Any]]:
+    model = build(32, 4).to(device)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 20000, (32, 128), generator=generator)
+    inputs = {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
+    routed: list[str | None] = [f"task{i}" for i in range(32)]
+    mixed = [None if i % 8 == 7 else "fusion0" if i % 4 == 3 else name for i, name in enumerate(routed)]
+    cases = {
+        "bare": functools.partial(single, model, inputs, None),
+        "one adapter": functools.partial(single, model, inputs, "task0"),
+        "routed": functools.partial(forward, model, inputs, adapter_names=routed),
+        "routed + fusion": functools.partial(forward, model, inputs, adapter_names=mixed),
+    }
+    with model.inference_cache():
+        return {name: summarise(run, device, calls) for name, run in cases.items()}
+
+
+def decode_part(device: torch.device, calls: int, config_file: Path, tokens: int) -> dict[str, dict[str, Any]]:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(config_file.parent if config_file.name == "config.json" else config_file)
+    results = {}
+    for case in ("bare", "one adapter", "fusion N=8"):
+        torch.manual_seed(0)
+        model = af.wrap(AutoModelForCausalLM.from_config(config).to(device)).eval()
+        names = [f"a{i}" for i in range(8 if case.startswith("fusion") else 1 if case == "one adapter" else 0)]
+        for name in names:
+            model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=16))
+        if case == "one adapter":
+            model.activate(adapter="a0")
+        elif names:
+            model.add_fusion("f", names, af.FusionConfig.dynamic())
+            model.activate(fusion="f")
+        prompt = torch.randint(1000, 20000, (1, 16), generator=torch.Generator().manual_seed(0)).to(device)
+        options = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
+        with model.inference_cache():
+            run = functools.partial(model.generate, input_ids=prompt, cache_implementation="static", **options)
+            results[case] = summarise(run, device, calls, per=tokens)
+        del model
+        torch._dynamo.reset()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--part", nargs="+", choices=["routing", "decode"], default=["routing", "decode"])
+    parser.add_argument("--calls", type=int, default=5, help="profiled calls per case")
+    parser.add_argument("--tokens", type=int, default=16, help="decoded tokens per generate call (decode part)")
+    parser.add_argument("--decoder-config", type=Path, default=None, help="config.json of the decoder's shape")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    results: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
+    if "routing" in args.part:
+        results["routing"] = routing_part(device, args.calls)
+    if "decode" in args.part:
+        if args.decoder_config is None:
+            raise SystemExit("--decoder-config: the config.json of the decoder's shape (SmolLM2-135M's)")
+        results["decode"] = decode_part(device, args.calls, args.decoder_config, args.tokens)
+    for part in ("routing", "decode"):
+        if part not in results:
+            continue
+        unit = "per forward" if part == "routing" else "per decoded token"
+        print(f"\n{part} ({results['device']}, {unit}; under torch.profiler)")
+        print("| case | wall ms | GPU busy ms | kernels | launch calls | syncs | host aten ops |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for case, figures in results[part].items():
+            busy = f"{figures['gpu_busy_ms']:.2f}" if figures["gpu_busy_ms"] is not None else "-"
+            print(
+                f"| {case} | {figures['wall_ms']:.2f} | {busy} | {figures['kernels']:.0f} | "
+                f"{figures['launch_calls']:.0f} | {figures['syncs']:.1f} | {figures['host_ops']:.0f} |"
+            )
+        for case, figures in results[part].items():
+            top = ", ".join(f"{name} {ms:.3f}" for name, ms in figures["top_kernels_ms"][:4])
+            if top:
+                print(f"- {case}: {top}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
