@@ -106,7 +106,7 @@ def decode_part(device: torch.device, calls: int, config_file: Path, tokens: int
             model.add_fusion("f", names, af.FusionConfig.dynamic())
             model.activate(fusion="f")
         prompt = torch.randint(1000, 20000, (1, 16), generator=torch.Generator().manual_seed(0)).to(device)
-        options = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
+        options: dict[str, Any] = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
         with model.inference_cache():
             run = functools.partial(model.generate, input_ids=prompt, cache_implementation="static", **options)
             results[case] = summarise(run, device, calls, per=tokens)

@@ -248,6 +248,17 @@ def forwards(server: str) -> tuple[float, float]:
     return float(values["adapterfusion_serve_batch_rows_sum"]), float(values["adapterfusion_serve_batch_rows_count"])
 
 
+def sample_server(args: argparse.Namespace, load: Load, number: int) -> subprocess.Popen[bytes] | None:
+    """With --py-spy, sample the server's Python stacks for the first seconds of `load`'s first round (collapsed
+    stacks, one file per load beside --json): where a server process bound at one core spends it, on any device."""
+    if args.py_spy is None:
+        return None
+    out = (args.json.parent if args.json else Path(".")) / f"py_spy_load{number}.txt"
+    command = [args.py_spy, "record", "--pid", str(load.pid), "--duration", str(args.py_spy_seconds), "--rate", "250"]
+    command += ["--format", "raw", "--nonblocking", "--output", str(out)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def start_server(folder: Path, args: argparse.Namespace, max_batch: int) -> tuple[subprocess.Popen[str], str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -304,6 +315,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="the server's torch device")
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
     parser.add_argument("--max-batch-tokens", type=int, default=4096, help="the server's (0: no limit)")
+    parser.add_argument("--py-spy", help="a py-spy executable: sample the server during each load's first round")
+    parser.add_argument("--py-spy-seconds", type=int, default=8, help="how long each sample lasts")
     parser.add_argument("--time-limit", type=float, default=900.0, help="seconds for all the loads together")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
@@ -338,8 +351,11 @@ def main() -> None:
                 share = args.requests // args.rounds
                 for index in range(args.rounds):
                     part = slice(index * share, args.requests if index == args.rounds - 1 else (index + 1) * share)
-                    for load in loads:
+                    for number, load in enumerate(loads):
+                        sampler = sample_server(args, load, number) if index == 0 else None
                         run_round(load, load.bodies[part], args.clients, pool, parts, deadline)
+                        if sampler is not None:
+                            sampler.wait(30)
                     print(f"round {index + 1}/{args.rounds} done", flush=True)
         finally:
             for process in (batching, per_request):

