@@ -253,10 +253,24 @@ def sample_server(args: argparse.Namespace, load: Load, number: int) -> subproce
     stacks, one file per load beside --json): where a server process bound at one core spends it, on any device."""
     if args.py_spy is None:
         return None
-    out = (args.json.parent if args.json else Path(".")) / f"py_spy_load{number}.txt"
+    out = (Path(args.json).parent if args.json else Path(".")) / f"py_spy_load{number}.txt"
     command = [args.py_spy, "record", "--pid", str(load.pid), "--duration", str(args.py_spy_seconds), "--rate", "250"]
     command += ["--format", "raw", "--nonblocking", "--output", str(out)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def sampled_leaves(path: Path, top: int = 8) -> list[tuple[str, float]]:
+    """The functions a py-spy sample (collapsed stacks: 'frame;frame;... count') found running most: share of
+    samples by the innermost frame, idle ones included (a waiting event loop is where an idle server sits)."""
+    counts: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        leaf = stack.rsplit(";", 1)[-1].split(" (")[0]
+        counts[leaf] = counts.get(leaf, 0) + int(count)
+    total = sum(counts.values()) or 1
+    return [(leaf, n / total) for leaf, n in sorted(counts.items(), key=lambda item: -item[1])[:top]]
 
 
 def start_server(folder: Path, args: argparse.Namespace, max_batch: int) -> tuple[subprocess.Popen[str], str]:
@@ -414,6 +428,11 @@ def main() -> None:
     print(f"lost (not sent before the time limit): {lost}; failed or wrong answers: {len(failures)}")
     for failure in failures[:5]:
         print(f"  {failure}")
+    for number, load in enumerate(loads):
+        sample = (Path(args.json).parent if args.json else Path(".")) / f"py_spy_load{number}.txt"
+        if args.py_spy is not None and sample.is_file():
+            leaves = ", ".join(f"{leaf} {share:.0%}" for leaf, share in sampled_leaves(sample))
+            print(f"server samples, {load.name} (innermost frames): {leaves}")
     if args.json:
         atomic_write_json(
             args.json,
