@@ -155,6 +155,59 @@ _NESTED: dict[type, tuple[type, ...]] = {
 }
 
 
+class BlockNestingError(ConfigError):
+    """A block holding a block it cannot hold. `json_message` says the same in the server's JSON terms
+    ({"stack": [...]}, ...), where the message's Python constructors would mean nothing to an HTTP client."""
+
+    def __init__(self, message: str, json_message: str) -> None:
+        super().__init__(message)
+        self.json_message = json_message
+
+
+# Why a block cannot hold another, and what to write instead: (Python, JSON), by the outer block's kind.
+_NESTING_HINTS: dict[type, tuple[str, str]] = {
+    Fuse: (
+        "to feed one adapter's output to a fusion, write Stack('base', Fuse('a', 'b'))",
+        'to feed one adapter\'s output to a fusion, send {"stack": ["base", {"fuse": ["a", "b"]}]}',
+    ),
+    Average: (
+        "an Average mixes adapters' outputs: list the adapters themselves, or put the Average in a Stack",
+        "an average mixes adapters' outputs: list the adapters themselves, or put the average in a stack",
+    ),
+    Stack: (
+        "a Stack inside a Stack is one Stack: Stack('a', Stack('b', 'c')) is Stack('a', 'b', 'c')",
+        'a stack inside a stack is one stack: list its children in the outer one, {"stack": ["a", "b", "c"]}',
+    ),
+}
+_LAYOUT_HINT = "BatchSplit and Parallel lay out the whole batch, so they are only the outermost block"
+
+
+def _nesting_error(block: Block, child: Block, index: int) -> BlockNestingError:
+    kind, inner = type(block).__name__, type(child).__name__
+    allowed = _NESTED[type(block)]
+    python_hint, json_hint = (
+        (_LAYOUT_HINT, _LAYOUT_HINT)
+        if isinstance(child, LAYOUT_BLOCKS)
+        else _NESTING_HINTS.get(type(block), (_LAYOUT_HINT, _LAYOUT_HINT))
+    )
+    takes = _listed(["names", *(t.__name__ for t in allowed)]) if allowed else "names only"
+    json_takes = _listed(["names", *(f"{t.__name__.lower()} blocks" for t in allowed)]) if allowed else "names only"
+    outer, json_inner = kind.lower(), inner.lower()
+    return BlockNestingError(
+        f"{kind} cannot hold {inner} (child {index}); {_article(kind)} {kind} takes {takes}; {python_hint}",
+        f"{_article(outer)} {outer} block cannot hold {_article(json_inner)} {json_inner} block (child {index}); it "
+        f"takes {json_takes}; {json_hint}",
+    )
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 def _check_children(block: Block) -> None:
     kind = type(block).__name__
     if not block.children and not (isinstance(block, Fuse) and block.name is not None):
@@ -168,16 +221,7 @@ def _check_children(block: Block) -> None:
             continue
         if isinstance(child, Block):
             if not isinstance(child, _NESTED[type(block)]):
-                allowed = ", ".join(t.__name__ for t in _NESTED[type(block)]) or "no block"
-                hint = (
-                    "to feed one adapter's output to a fusion, write Stack('base', Fuse('a', 'b'))"
-                    if isinstance(block, Fuse)
-                    else "BatchSplit and Parallel lay out the whole batch, so they are only the outermost block"
-                )
-                raise ConfigError(
-                    f"{kind} cannot hold {type(child).__name__} (child {index}); a {kind} takes names and {allowed}; "
-                    f"{hint}"
-                )
+                raise _nesting_error(block, child, index)
             continue
         raise ConfigError(
             f"{kind} child {index} = {child!r} has type {type(child).__name__}; a child is a loaded adapter's or "

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from adapterfusion._validation import check_piece_name
-from adapterfusion.blocks import Average, Block, Fuse, Stack, matching_fusions
+from adapterfusion.blocks import Average, Block, BlockNestingError, Fuse, Stack, matching_fusions
 from adapterfusion.errors import ConfigError
 from adapterfusion.io.documents import repeated_keys
 from adapterfusion.piece import PIECE_KINDS
@@ -314,7 +314,9 @@ def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
         _check_fuse(tuple(parsed), options.get("name"), catalog, where)
     try:
         return cast(Block, _BLOCKS[kind](*parsed, **options))
-    except (ConfigError, TypeError, ValueError) as error:  # the block's own checks: nesting, weights, names
+    except BlockNestingError as error:  # in the request's JSON terms, not the Python constructors'
+        raise RequestError(422, f"'{where}': {error.json_message}") from None
+    except (ConfigError, TypeError, ValueError) as error:  # the block's own checks: weights, names
         raise RequestError(422, f"'{where}': {error}") from None
 
 

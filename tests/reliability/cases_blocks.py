@@ -133,6 +133,14 @@ CASES: tuple[BadInput, ...] = (
         _made(lambda: af.Fuse(af.Stack("base", "a"), af.Stack("base", "b"))),
     ),
     B(
+        "block-average-of-stack",
+        GROUP,
+        "af.Average('a', af.Stack('b')) (was told that BatchSplit and Parallel are only the outermost block)",
+        af.ConfigError,
+        ("Average cannot hold Stack", "an Average mixes adapters' outputs", "list the adapters themselves"),
+        _made(lambda: af.Average("a", af.Stack("b"))),
+    ),
+    B(
         "block-unknown-adapter",
         GROUP,
         "model.activate(af.Stack('a', 'nope'))",

@@ -54,6 +54,20 @@ class _NoSpecialTokens:
         return self.tokenizer(*args, add_special_tokens=False, **kwargs)  # type: ignore[operator]
 
 
+def _predict_block(block: dict[str, object]) -> Callable[[Path], Action]:
+    """parse_predict of a request naming `block`, on a model holding adapters a and b."""
+
+    def prepare(folder: Path) -> Action:
+        model = af.wrap(tiny_encoder())
+        for name in ("a", "b"):
+            model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        model.add_head("cls", af.ClassificationHead(num_labels=2))
+        catalog = Catalog.of(model)
+        return lambda: parse_predict({"inputs": ["x"], "block": block, "head": "cls"}, catalog, ServeConfig())
+
+    return prepare
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "serve-duplicate-key",
@@ -78,5 +92,13 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("inputs[1]", "0 characters that make no tokens", "send text"),
         _predict_on_gpt2_tokenizer(["Hello there", ""]),
+    ),
+    B(
+        "serve-block-fuse-of-stack",
+        GROUP,
+        'POST /v1/predict {"block": {"fuse": ["a", {"stack": ["b"]}]}} (was told to write Stack(\'base\', Fuse(...)))',
+        af.ConfigError,
+        ("'block'", "a fuse block cannot hold a stack block", '{"stack": ["base", {"fuse": ["a", "b"]}]}'),
+        _predict_block({"fuse": ["a", {"stack": ["b"]}]}),
     ),
 )

@@ -104,7 +104,14 @@ BAD = [
     ({"inputs": ["x"], "block": {"stack": []}, "head": "nli"}, 422, "1 to 64 children"),
     ({"inputs": ["x"], "block": {"stack": ["a", 3]}, "head": "nli"}, 422, "'block.stack[1]' is 3"),
     ({"inputs": ["x"], "block": {"average": ["a", "b"], "weights": [1]}, "head": "nli"}, 422, "'block'"),
-    ({"inputs": ["x"], "block": {"average": ["a", {"stack": ["b"]}]}, "head": "nli"}, 422, "Average cannot hold"),
+    ({"inputs": ["x"], "block": {"average": ["a", {"stack": ["b"]}]}, "head": "nli"}, 422, "an average block cannot"),
+    (
+        {"inputs": ["x"], "block": {"fuse": ["a", {"stack": ["b"]}]}, "head": "nli"},
+        422,
+        "a fuse block cannot hold a stack block (child 1); it takes names only; to feed one adapter's output to a "
+        'fusion, send {"stack": ["base", {"fuse": ["a", "b"]}]}',
+    ),
+    ({"inputs": ["x"], "block": {"stack": ["a", {"stack": ["b"]}]}, "head": "nli"}, 422, "list its children in the"),
     ({"inputs": ["x"], "block": {"stack": ["a"], "weights": [1]}, "head": "nli"}, 422, "unknown field(s) ['weights']"),
     ({"inputs": ["x"], "block": {"stack": ["a"]}}, 422, "no 'head' given"),
     ({"inputs": ["x"], "block": {"fuse": ["a", "c"]}, "head": "nli"}, 422, "no loaded fusion fuses"),  # at forward
