@@ -26,7 +26,7 @@ _Config = TypeVar("_Config")
 
 def check_name(name: object, what: str) -> str:
     """Names become module keys and folder names, so they must be plain identifiers."""
-    if not isinstance(name, str) or not _NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not _NAME_PATTERN.fullmatch(name):
         raise ConfigError(
             f"invalid {what} name {name!r}: use letters, digits, '_' or '-' only "
             "(it becomes a module key and a file name)"

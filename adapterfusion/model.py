@@ -139,6 +139,8 @@ class AdaptedModel(nn.Module):
         check_wrappable(model)
         super().__init__()
         self.model = model
+        # train_* freeze the encoder; unload() gives the model back with the flags it came with
+        self._wrapped_requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
         self.training = model.training  # wrapping an eval-mode encoder gives an eval-mode model
         self.architecture: ArchitectureSpec = architecture_for(model)
         config: Any = model.config
@@ -162,8 +164,12 @@ class AdaptedModel(nn.Module):
         return cast(nn.ModuleList, get_submodule(cast(nn.Module, self.model.base_model), self.architecture.layers))
 
     def unload(self) -> nn.Module:
-        """Put every original sub-module back and return the plain HuggingFace model."""
+        """Put every original sub-module back and return the plain HuggingFace model, each parameter trainable or
+        frozen as it was when wrapped (train_adapter and train_fusion freeze the encoder)."""
         self.sites = inject.unload_sites(self)  # every later use of the sites refuses, naming af.wrap
+        for name, parameter in self.model.named_parameters():
+            if name in self._wrapped_requires_grad:
+                parameter.requires_grad_(self._wrapped_requires_grad[name])
         return self.model
 
     # ---- what is loaded ------------------------------------------------------------------------------
@@ -356,7 +362,8 @@ class AdaptedModel(nn.Module):
         parallel_split_site: str | None = None,
     ) -> Iterator[ActiveState]:
         """activate(...) for the `with` block only: on leaving it, also through an exception, the state before it
-        runs again (masks and fusion controls included). parallel_routes (composition.forward_parallel, with a
+        runs again (masks and fusion controls included; a piece of it deleted inside the block is left out, as
+        delete_* leave an active state). parallel_routes (composition.forward_parallel, with a
         fusion): adapters of the fusion that each run alone on their own slice of a batch repeated per route
         (at the input, or at site key `parallel_split_site`)."""
         previous = self._state
@@ -367,7 +374,19 @@ class AdaptedModel(nn.Module):
         try:
             yield self._state
         finally:
-            self._set_state(self._checked(previous))
+            self._set_state(self._restorable(previous))
+
+    def _restorable(self, state: ActiveState) -> ActiveState:
+        """`state` as the pieces loaded now allow it: one whose adapter or fusion was deleted since (inside the
+        `activated` block that now ends) runs the bare encoder, one whose head was deleted the wrapped model's own
+        output, as delete_* leave an active state."""
+        if (state.adapter is not None and state.adapter not in self.adapter_configs) or (
+            state.fusion is not None and state.fusion not in self.fusion_setups
+        ):
+            state = dataclasses.replace(state, adapter=None, fusion=None)
+        if state.head is not None and state.head not in self.heads:
+            state = dataclasses.replace(state, head=None)
+        return self._checked(state)
 
     def _checked(self, state: ActiveState) -> ActiveState:
         fusions = {name: setup.adapters for name, setup in self.fusion_setups.items()}

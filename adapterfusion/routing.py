@@ -203,6 +203,11 @@ def parallel_inputs(
         else value
         for key, value in inputs.items()
     }
+    if isinstance(labels, torch.Tensor) and labels.dim() and labels.shape[0] != batch:
+        raise ConfigError(
+            f"{labels.shape[0]} labels for a batch of {batch} examples under a Parallel block of {copies} children; "
+            f"pass one label per input example ({batch}): each child's copy of the batch gets the same labels"
+        )
     labels = per_route(labels, copies) if isinstance(labels, torch.Tensor) and labels.dim() else labels
     return repeated, labels, [child for child in block.children for _ in range(batch)]
 

@@ -40,6 +40,12 @@ class ForwardRuntime:
         self._kept: dict[tuple[str, str], dict[str, tuple[WeightsStamp, Any]]] = {}
         self._extending = False
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (copy.deepcopy, pickle, torch.save of the model) starts outside every block with nothing kept: the
+        blocks belong to the original's `with` statements, and a copy that kept the original's folds would run them
+        for good, whatever its weights became."""
+        return ForwardRuntime().__dict__
+
     @contextlib.contextmanager
     def recording(self, enabled: bool = True) -> Iterator[Recorder | None]:
         """Inside the block `record` fills the yielded dict and those of the recording blocks around it. With

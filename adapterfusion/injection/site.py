@@ -94,6 +94,12 @@ class AdapterSite(nn.Module):
         self.adapterhub_module_path = ""
         self.set_state(ActiveState())
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy keeps no lane of the original's inference_cache() block nor a residual of its running forward."""
+        state = dict(super().__getstate__())
+        state.update(_known_lane=None, _residual=None)
+        return state
+
     def listen_for_residual(self, norm: nn.Module) -> None:
         """PRE_NORM sites: take the residual stream r from the input of `norm`, the block's norm in front of this
         sub-layer, on each forward that adapts here (injection/architectures.py `residual_input`). The hook is on

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from adapterfusion._validation import naming_file
+from adapterfusion._validation import check_has_values, naming_file
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError, SerializationError, UnsupportedArchitectureError
@@ -200,6 +200,7 @@ def piece_to_adapterhub(
     """Write `piece` (from the encoder `layout` describes) as AdapterHub's `adapters` 1.3.0 saves it."""
     if piece.kind != "head":
         _require_adapterhub_sites(layout)
+    check_has_values(piece.tensors.values(), f"{piece.kind} {piece.name!r} has weights", "there is nothing to export")
     document, tensors = _WRITERS[piece.kind](piece, layout)
     document.update(
         hidden_size=layout.fingerprint.hidden_size,

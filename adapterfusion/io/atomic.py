@@ -34,7 +34,7 @@ def temp_prefix(path: Path) -> str:
 
 
 def is_temp_name(name: str) -> bool:
-    return bool(_TEMP_NAME.match(name))
+    return bool(_TEMP_NAME.fullmatch(name))
 
 
 def active_journal() -> Path | None:

@@ -63,7 +63,7 @@ def hub_ref(value: str) -> HubRef | None:
     """`value` as a HubRef if it is shaped like a Hub id ('org/name', or a canonical 'name' such as
     bert-base-uncased, with an optional '/subfolder' after 'org/name' and '@revision'), else None; no network
     access."""
-    match = _HUB_ID.match(value) if isinstance(value, str) else None
+    match = _HUB_ID.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         return None
     try:

@@ -189,7 +189,7 @@ class TaskSpec:
         object.__setattr__(self, "data_files", tuple((str(role), str(path)) for role, path in pairs))
 
     def _check_identity(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_PATTERN.match(self.name):
+        if not isinstance(self.name, str) or not _NAME_PATTERN.fullmatch(self.name):
             raise TaskError(
                 f"task name {self.name!r} is invalid: use letters, digits, '_', '-' or '.', starting with a "
                 "letter or digit (it names the task's data folder)."

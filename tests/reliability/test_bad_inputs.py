@@ -38,6 +38,7 @@ import cases_pieces
 import cases_recording
 import cases_runs
 import cases_serving
+import cases_sweep_pieces
 import cases_task_data
 import cases_unchecked
 from adapterfusion.experiments import ResultsStore
@@ -1157,6 +1158,7 @@ CASES: tuple[BadInput, ...] = (
     *cases_generate.CASES,
     *cases_experiments.CASES,
     *cases_serving.CASES,
+    *cases_sweep_pieces.CASES,
 )
 
 

@@ -1,0 +1,84 @@
+"""Bad-input cases found by the twelfth session's sweep of the Python API: names that end in a newline (a `$` in the
+name patterns matched before it), AdapterHub export of a model on the meta device, and labels under a Parallel
+block counted per copy of the batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import adapterfusion as af
+from adapterfusion.interop import export_adapterhub
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.spec import TaskSpec
+from catalogue import Action, BadInput
+from tiny_models import tiny_encoder
+
+B = BadInput
+GROUP = "pieces"
+
+
+def _two_adapters() -> af.AdaptedModel:
+    model = af.wrap(tiny_encoder("bert"))
+    for name in "ab":
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    return model
+
+
+def _on_model(act: Callable[[af.AdaptedModel], object]) -> Callable[[Path], Action]:
+    def prepare(folder: Path) -> Action:
+        model = _two_adapters()
+        return lambda: act(model)
+
+    return prepare
+
+
+def _meta_export(folder: Path) -> Action:
+    model = _two_adapters().to("meta")
+    return lambda: export_adapterhub(model, "adapter", "a", folder / "exported")
+
+
+def _parallel_labels(model: af.AdaptedModel) -> object:
+    model.activate(af.Parallel("a", "b"), head="h")
+    return model(input_ids=torch.randint(1, 50, (4, 7)), labels=torch.tensor([0, 1, 0, 1, 1, 0, 1, 0]))
+
+
+CASES: tuple[BadInput, ...] = (
+    B(
+        "name-trailing-newline",
+        GROUP,
+        "model.add_adapter('a\\n', ...) (accepted: the name pattern's $ matched before the newline; saved as a folder "
+        "'a\\n')",
+        af.ConfigError,
+        ("invalid adapter name", "letters, digits"),
+        _on_model(lambda model: model.add_adapter("a\n", af.AdapterConfig.pfeiffer(reduction_factor=4))),
+    ),
+    B(
+        "task-name-trailing-newline",
+        "tasks",
+        "TaskSpec(name='reviews\\n', ...) (accepted, as adapter names were)",
+        TaskError,
+        ("task name 'reviews\\n' is invalid", "letters, digits"),
+        lambda folder: lambda: TaskSpec(name="reviews\n", kind="single", text_fields=("text",), label_names=("a", "b")),
+    ),
+    B(
+        "export-adapterhub-meta",
+        GROUP,
+        "export_adapterhub(model.to('meta'), 'adapter', 'a', folder) (NotImplementedError: Cannot copy out of meta "
+        "tensor)",
+        af.ConfigError,
+        ("adapter 'a'", "meta device", "nothing to export"),
+        _meta_export,
+    ),
+    B(
+        "parallel-labels-per-copy",
+        "blocks",
+        "model(input_ids of 4 rows, labels of 8) under af.Parallel('a', 'b') (told '16 labels for a batch of 8')",
+        af.ConfigError,
+        ("8 labels for a batch of 4 examples", "Parallel block of 2 children", "one label per input example (4)"),
+        _on_model(_parallel_labels),
+    ),
+)
