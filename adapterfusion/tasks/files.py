@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.io.documents import repeated_keys
-from adapterfusion.io.paths import check_readable_file
+from adapterfusion.io.paths import check_readable_file, describe
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.span_files import (
     CONLL_EXTENSIONS,
@@ -34,7 +34,10 @@ EXTENSIONS = (".jsonl.gz", ".jsonl", ".json.gz", ".json", ".csv.gz", ".csv")
 def find_split_file(task_dir: Path, stems: list[str]) -> Path | None:
     """The one file in `task_dir` named `<stem><ext>` for the first stem that has any; None if none has."""
     for stem in stems:
-        found = (task_dir / f"{stem}{ext}" for ext in (*EXTENSIONS, *CONLL_EXTENSIONS))
+        found = [task_dir / f"{stem}{ext}" for ext in (*EXTENSIONS, *CONLL_EXTENSIONS)]
+        for path in found:
+            if path.exists() and not path.is_file():  # skipped, it would leave the split to a silent carve-out
+                raise TaskError(f"{path} is {describe(path)}, not a data file; replace it with the {stem} split's file")
         hits = [path for path in found if path.is_file()]
         if len(hits) > 1:
             raise TaskError(f"{task_dir}: several files for split {stem!r}: {[h.name for h in hits]}; keep only one.")

@@ -179,6 +179,16 @@ _READERS = {"hub": _hub_splits, "local": _local_splits, "files": _file_splits}
 # -- assembling the splits ----------------------------------------------------------------------------
 
 
+def _carve_note(spec: TaskSpec, kind: str, location: str, carve_out: CarveOut | None, absent: list[str]) -> list[str]:
+    """A warning where a carve-out stands in for a split the task has (its Hub copy ships it) but the local files
+    lack: a train file missing from a data folder would otherwise train on most of the validation file in silence."""
+    if carve_out is None or kind == "hub" or not absent:
+        return []
+    note = f"no {' or '.join(absent)} file in {location} although the task has that split; {carve_out.describe()}"
+    warnings.warn(f"task {spec.name!r}: {note}", TaskDataWarning, stacklevel=3)
+    return [note]
+
+
 def _carve(splits: dict[str, Any], origins: dict[str, SplitOrigin], fraction: float, seed: int) -> CarveOut | None:
     """Make missing train/validation splits from what exists, in place; None when nothing was missing."""
     if "train" in splits and "validation" in splits:
@@ -298,7 +308,9 @@ def load_task_data(
         )
     if not splits:
         raise TaskError(f"task {spec.name!r}: no labelled split found at {location}; add a train or validation file.")
+    absent = [role for role in spec.hub_splits if role not in splits]  # before the carve-out fills them in
     carve_out = _carve(splits, origins, carve_fraction, seed)
+    notes += _carve_note(spec, kind, location, carve_out, absent)
     for role in list(splits):
         limit = _limit_for(max_examples, role)
         if limit is not None:

@@ -47,3 +47,16 @@ def test_a_held_lock_refuses_a_second_claim_and_resume_does_not_retrain_a_finish
     with pytest.raises(TrainingError, match="finished run"):
         check_can_train(run_state(run), [], "rte/st-a seed 1", overwrite=False, resume=True)
     check_can_train(run_state(run), [], "rte/st-a seed 1", overwrite=True)
+
+
+def test_overwrite_refuses_a_store_entry_holding_a_users_file_before_any_work(tmp_path):
+    """The check the store makes when it writes the entry, made before the earlier run is replaced: otherwise the
+    new run trained, replaced the finished one, and only then found the file (the run and the store disagreed)."""
+    run, entry = tmp_path / "run", tmp_path / "store" / "enc" / "rte" / "st-a" / "seed-1"
+    run.mkdir()
+    (run / "metrics.json").write_text("{}")
+    entry.mkdir(parents=True)
+    (entry / "notes.txt").write_text("mine")
+    with pytest.raises(TrainingError, match=r"holds 'notes.txt', which we did not write"):
+        check_can_train(run_state(run), [entry], "rte/st-a seed 1", overwrite=True)
+    assert (entry / "notes.txt").read_text() == "mine" and (run / "metrics.json").is_file()
