@@ -136,6 +136,12 @@ def _job(spec: ExperimentSpec, variant: SetupVariant, task: str, seed: int) -> J
     assert variant.adapter_variant is not None  # load_spec gives every fusion variant the variant it fuses
     adapter = spec.variant(variant.adapter_variant)
     sources = spec.fusion[task]
+    if not set(sources) - {task}:
+        raise ExperimentSpecError(
+            f"fusion.{task}: the {variant.id} run of {task!r} would fuse its own adapter alone (a fusion of one "
+            f"adapter is ST-A with a trained value matrix); list source tasks in fusion.{task} (or more tasks), or "
+            f"leave {task!r} out of the {variant.id} entry's tasks"
+        )
     zoo = variant.options.get("zoo")
     if zoo is not None:  # every source but the target from the zoo; the target's own adapter from this experiment
         _check_zoo_sources(spec, [s for s in sources if s != task], zoo, f"fusion.{task}")

@@ -340,7 +340,15 @@ def check_fusion_options(options: Mapping[str, Any]) -> None:
 
 def check_fusion_sources(options: Mapping[str, Any], target: TaskSpec) -> None:
     """Before a fusion trains: each source is a registered task (or the target itself, which may be given as a
-    TaskSpec), so that a mistyped source fails now, naming the known tasks, not as a missing store entry."""
+    TaskSpec), so that a mistyped source fails now, naming the known tasks, not as a missing store entry; and one
+    besides the target at least: a fusion of one adapter has an attention of 1.0 everywhere (ST-A with a trained
+    value matrix, reported as a fusion)."""
+    # fusion-st-a's options (fusion-mt-a's empty sources mean every task of its MT-A run)
+    if "adapter_setup" in options and not set(options.get("sources", ())) - {target.name}:
+        raise TrainingError(
+            f"the fusion of {target.name!r} would fuse its own adapter alone (sources={list(options['sources'])!r}); "
+            "name at least one source task besides the target (CLI: --sources mnli,sst2)"
+        )
     for task in options.get("sources", ()):
         if task == target.name:
             continue

@@ -59,7 +59,7 @@ def test_end_to_end_on_a_process_pool_then_nothing_left(tmp_path, tiny_encoder_d
     with pytest.raises(SpecMismatchError, match="--force"):
         run_experiment(tiny_experiment(tiny_encoder_dir, out, seeds=[1, 2]), progress=False)
     other = tmp_path / "other.json"
-    other.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, tasks=["rte"])))
+    other.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, tasks=["rte"], setups=["head", "st-a"])))
     capsys.readouterr()
     assert main(["run", str(other), "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -194,8 +194,9 @@ def test_a_store_of_an_older_runner_keeps_only_the_fusions_whose_adapters_finish
         tiny_experiment(
             tiny_encoder_dir,
             tmp_path / "out",
+            tasks=["rte", "sst2", "cb"],
             setups=["st-a", "fusion-st-a"],
-            fusion={"rte": ["rte"], "sst2": ["rte", "sst2"]},
+            fusion={"rte": ["rte", "cb"], "sst2": ["rte", "sst2"], "cb": ["cb", "rte"]},
         )
     )
     jobs = plan_jobs(spec)

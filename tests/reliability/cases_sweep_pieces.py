@@ -1,6 +1,6 @@
-"""Bad-input cases found by the twelfth session's sweep of the Python API: names that end in a newline (a `$` in the
-name patterns matched before it), AdapterHub export of a model on the meta device, and labels under a Parallel
-block counted per copy of the batch."""
+"""Bad-input cases found by the twelfth session's sweeps: names that end in a newline (a `$` in the name patterns
+matched before it), AdapterHub export of a model on the meta device, labels under a Parallel block counted per copy
+of the batch, and a fusion of the target's own adapter alone."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import adapterfusion as af
 from adapterfusion.interop import export_adapterhub
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.spec import TaskSpec
-from catalogue import Action, BadInput
+from catalogue import Action, BadInput, cli
 from tiny_models import tiny_encoder
 
 B = BadInput
@@ -44,6 +44,12 @@ def _meta_export(folder: Path) -> Action:
 def _parallel_labels(model: af.AdaptedModel) -> object:
     model.activate(af.Parallel("a", "b"), head="h")
     return model(input_ids=torch.randint(1, 50, (4, 7)), labels=torch.tensor([0, 1, 0, 1, 1, 0, 1, 0]))
+
+
+def _fuse_own_alone(folder: Path) -> Action:
+    """adapterfusion fuse --task cb --sources cb: the target's own adapter as the only source."""
+    runs, store = str(folder / "runs"), str(folder / "store")
+    return lambda: cli("fuse", "--task", "cb", "--sources", "cb", "--output-dir", runs, "--store", store)
 
 
 CASES: tuple[BadInput, ...] = (
@@ -80,5 +86,14 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("8 labels for a batch of 4 examples", "Parallel block of 2 children", "one label per input example (4)"),
         _on_model(_parallel_labels),
+    ),
+    B(
+        "fuse-own-adapter-alone",
+        "silent acceptances",
+        "adapterfusion fuse --task cb --sources cb (trained a one-adapter 'fusion': attention 1.0 everywhere)",
+        af.ConfigError,
+        ("the fusion of 'cb' would fuse its own adapter alone", "at least one source task besides the target"),
+        _fuse_own_alone,
+        cli=True,
     ),
 )
