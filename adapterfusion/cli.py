@@ -281,6 +281,11 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
+    if args.json and args.output and Path(args.json).resolve().is_relative_to(Path(args.output).resolve()):
+        raise af.ConfigError(
+            f"--json {args.json!r} is inside --output {args.output!r}, the prune output this command writes (its "
+            f"{PRUNING_FILE} is its record); give a path outside it, e.g. result.json in the current folder"
+        )
     write_json = _json_writer(args.json, args.run_dir)
     result = prune_fusion(
         args.run_dir,
@@ -623,9 +628,24 @@ def _quiet_stdout() -> None:
         pass
 
 
+# Arguments that name a file or folder: '' would be read as the current folder (or the default) in silence.
+PATH_ARGUMENTS = ("run_dir", "experiment", "output", "output_dir", "data_dir", "store", "json", "base", "encoder")
+
+
+def _refuse_empty_paths(args: argparse.Namespace, argv: list[str]) -> None:
+    for dest in PATH_ARGUMENTS:
+        if getattr(args, dest, None) == "":
+            option = f"--{dest.replace('_', '-')}"
+            named = option if any(arg == option or arg.startswith(f"{option}=") for arg in argv) else dest.upper()
+            raise af.ConfigError(f"{named} '' is not a path; give a folder or file path")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _refuse_empty_paths(args, sys.argv[1:] if argv is None else argv)
+        if args.run is _analyze_fusion and args.no_plot and args.output is not None:
+            raise af.ConfigError("--output names the heatmap's file and --no-plot draws none; give one of them")
         code = args.run(args)
         sys.stdout.flush()  # a reader that went away (`status | head`) shows up here, not at interpreter exit
         return code
@@ -636,7 +656,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"interrupted at {datetime.now():%H:%M:%S}; run the same command again to resume", file=sys.stderr)
+        resumable = args.run in (_run, _train_adapter, _fuse)  # what trains; other commands have nothing to resume
+        print(
+            f"interrupted at {datetime.now():%H:%M:%S}"
+            + ("; run the same command again to resume" if resumable else ""),
+            file=sys.stderr,
+        )
         return 130
 
 

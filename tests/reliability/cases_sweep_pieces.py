@@ -52,6 +52,11 @@ def _fuse_own_alone(folder: Path) -> Action:
     return lambda: cli("fuse", "--task", "cb", "--sources", "cb", "--output-dir", runs, "--store", store)
 
 
+def _cli(*argv: str) -> Callable[[Path], Action]:
+    """The command `adapterfusion *argv`, '{folder}' in an argument replaced by the case's folder."""
+    return lambda folder: lambda: cli(*(arg.replace("{folder}", str(folder)) for arg in argv))
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "name-trailing-newline",
@@ -94,6 +99,33 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("the fusion of 'cb' would fuse its own adapter alone", "at least one source task besides the target"),
         _fuse_own_alone,
+        cli=True,
+    ),
+    B(
+        "prune-json-inside-output",
+        "silent acceptances",
+        "adapterfusion prune RUN --keep 1 --output p --json p/pruning.json (the result replaced the prune's record)",
+        af.ConfigError,
+        ("--json", "is inside --output", "pruning.json is its record"),
+        _cli("prune", "{folder}/run", "--keep", "1", "--output", "{folder}/p", "--json", "{folder}/p/pruning.json"),
+        cli=True,
+    ),
+    B(
+        "analyze-no-plot-with-output",
+        "silent acceptances",
+        "adapterfusion analyze-fusion RUN --no-plot --output x.png (--output ignored without a word)",
+        af.ConfigError,
+        ("--output", "--no-plot", "give one of them"),
+        _cli("analyze-fusion", "{folder}/run", "--no-plot", "--output", "{folder}/x.png"),
+        cli=True,
+    ),
+    B(
+        "report-empty-path",
+        "silent acceptances",
+        "adapterfusion report '' (reported the experiment in the working folder)",
+        af.ConfigError,
+        ("OUTPUT_DIR '' is not a path",),
+        _cli("report", ""),
         cli=True,
     ),
 )
