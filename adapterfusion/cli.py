@@ -655,6 +655,10 @@ def main(argv: list[str] | None = None) -> int:
     except af.AdapterFusionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except PermissionError as error:  # a file or folder this user may not read or write, wherever it was met
+        where = f" {error.filename!r}" if error.filename else ""
+        print(f"error: permission denied on{where} ({error.strerror}); check its permissions", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         resumable = args.run in (_run, _train_adapter, _fuse)  # what trains; other commands have nothing to resume
         print(

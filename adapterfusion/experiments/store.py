@@ -158,6 +158,11 @@ class ResultsStore:
     def _damaged(self, detail: str, readonly: bool) -> str:
         """The message for a results database that cannot be read."""
         refused = "" if readonly else "; the runner leaves it as it is rather than start over on top of it"
+        if _unreadable(self.path):
+            return (  # a permission problem, not damage: moving the file aside would throw every result away
+                f"{self.path} cannot be read by this user ({detail}); give it (and its folder) read permission, or "
+                "run as the user who owns it"
+            )
         return (
             f"{self.path} cannot be read as an experiment's results ({detail}){refused}. If it is damaged, move "
             f"it aside (e.g. to {self.path.name}.damaged) and run the experiment again, which re-runs every job "
@@ -462,3 +467,14 @@ class RunnerLock:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+def _unreadable(path: Path) -> bool:
+    """Whether opening `path` for reading is refused by its permissions (the process's, capabilities included)."""
+    try:
+        with open(path, "rb"):
+            return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False

@@ -47,9 +47,12 @@ def read_document(path: str | os.PathLike, error: Error = ConfigError) -> Any:
     """The parsed content of a `.json` file (anything else is read as YAML); every problem raises `error` naming
     the file and, where it has one, the line."""
     path = Path(path)
-    raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        raw = path.read_bytes()
+    except OSError as err:  # unreadable (permissions), a folder, a file gone since it was found
+        raise error(f"{path} cannot be read ({err.strerror or err}); check that it is a file you may read") from None
+    try:
+        text = raw.decode("utf-8-sig")  # a byte-order mark (Windows editors write one) is no part of the text
     except UnicodeDecodeError as err:
         where = _position(raw.decode("latin-1"), err.start)  # one character per byte, so the offsets agree
         raise error(
