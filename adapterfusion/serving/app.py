@@ -126,9 +126,16 @@ def create_app(
         try:
             yield
         finally:  # the server stopped taking requests and waited for those in flight; finish anything still queued
-            for each in batchers:
-                await each.close()
-            executor.shutdown(wait=True)
+            forced = False
+            try:
+                for each in batchers:
+                    await each.close()
+            except asyncio.CancelledError:  # a second interrupt: stop now, answering what is queued with a 503
+                forced = True
+                for each in batchers:
+                    each.stop(drain_ran_out())
+                logger.warning("forced shutdown: requests still queued were answered 503")
+            executor.shutdown(wait=not forced, cancel_futures=forced)
 
     app = FastAPI(title="adapterfusion", lifespan=lifespan)
     app.state.begin_stopping = begin_stopping

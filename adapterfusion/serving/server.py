@@ -4,6 +4,7 @@ which stops taking connections, lets the requests in flight finish for --drain-s
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import os
@@ -111,7 +112,21 @@ def draining_server(config: Any, drain_seconds: float) -> Any:
             config.app.state.begin_stopping(drain_seconds)
             await super().shutdown(sockets)
 
+    lifespan_logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _ForcedExitFilter) for f in lifespan_logger.filters):
+        lifespan_logger.addFilter(_ForcedExitFilter())
     return DrainingServer(config)
+
+
+class _ForcedExitFilter(logging.Filter):
+    """Drops the traceback uvicorn logs when a second interrupt cancels the app's shutdown (a CancelledError in the
+    lifespan): the app says 'forced shutdown' itself, and the user asked for exactly that."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[0] is asyncio.CancelledError:
+            return False
+        message = record.getMessage()  # starlette hands uvicorn the lifespan's traceback as text
+        return not (message.startswith("Traceback") and message.rstrip().endswith("CancelledError"))
 
 
 def _check_can_listen(host: str, port: int) -> None:
