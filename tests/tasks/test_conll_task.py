@@ -133,7 +133,7 @@ def test_metrics_from_padded_logits_by_hand():
     assert recorded["top_prediction_share"] == pytest.approx(2 / 5)  # "O" on 2 of the 5 words
 
 
-def test_train_st_a_and_fusion_and_evaluate(conll_dir, tiny_encoder_dir, tmp_path):
+def test_train_st_a_and_fusion_and_evaluate(conll_dir, tiny_encoder_dir, demo_data_dir, tmp_path):
     store = AdapterStore(tmp_path / "store")
     config = {"epochs": 2, "batch_size": 8, "learning_rate": 1e-3, "max_length": 64}
     common = dict(encoder=tiny_encoder_dir, data_dir=conll_dir, output_dir=tmp_path / "runs", training_config=config)
@@ -142,7 +142,10 @@ def test_train_st_a_and_fusion_and_evaluate(conll_dir, tiny_encoder_dir, tmp_pat
     evaluated = evaluate_run(single.run_dir)["metrics"]
     for name in ("f1", "accuracy"):
         assert evaluated[name] == pytest.approx(single.metrics[name])
-    fused = train("conll2003", "fusion-st-a", seed=1, store=store, setup_options={"sources": ["conll2003"]}, **common)
+    source = dict(common, data_dir=demo_data_dir, training_config=dict(config, max_steps=2))  # a second adapter
+    train("rte", "st-a", seed=1, store=store, max_examples={"train": 16, "validation": 16}, **source)
+    options = {"sources": ["rte", "conll2003"]}  # a fusion of the target's adapter alone is refused
+    fused = train("conll2003", "fusion-st-a", seed=1, store=store, setup_options=options, **common)
     assert evaluate_run(fused.run_dir)["metrics"]["f1"] == pytest.approx(fused.metrics["f1"])
     head = train("conll2003", "head", seed=1, **common)  # a per-token head trains on the encoder's token outputs
     assert "f1" in head.metrics

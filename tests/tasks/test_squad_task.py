@@ -182,7 +182,7 @@ def test_a_too_short_max_length_or_slow_tokenizer_is_refused(squad_dir, tokenize
         encode_task("squad", splits, left, MAX_LENGTH)
 
 
-def test_train_st_a_and_fusion_and_evaluate(squad_dir, tiny_encoder_dir, tmp_path):
+def test_train_st_a_and_fusion_and_evaluate(squad_dir, tiny_encoder_dir, demo_data_dir, tmp_path):
     store = AdapterStore(tmp_path / "store")
     config = {"epochs": 2, "batch_size": 8, "learning_rate": 1e-3, "max_length": MAX_LENGTH}
     common = dict(encoder=tiny_encoder_dir, data_dir=squad_dir, output_dir=tmp_path / "runs", training_config=config)
@@ -193,7 +193,10 @@ def test_train_st_a_and_fusion_and_evaluate(squad_dir, tiny_encoder_dir, tmp_pat
     assert evaluated["metrics"]["f1"] == pytest.approx(single.metrics["f1"])
     assert evaluated["metrics"]["exact_match"] == pytest.approx(single.metrics["exact_match"])
     assert evaluated["examples"] > 12  # windows, not questions
-    fused = train("squad", "fusion-st-a", seed=1, store=store, setup_options={"sources": ["squad"]}, **common)
+    source = dict(common, data_dir=demo_data_dir, training_config=dict(config, max_steps=2))  # a second adapter
+    train("rte", "st-a", seed=1, store=store, max_examples={"train": 16, "validation": 16}, **source)
+    options = {"sources": ["rte", "squad"]}  # a fusion of the target's adapter alone is refused
+    fused = train("squad", "fusion-st-a", seed=1, store=store, setup_options=options, **common)
     assert (fused.run_dir / "fusion").is_dir() and (fused.run_dir / "head").is_dir()
     assert evaluate_run(fused.run_dir)["metrics"]["f1"] == pytest.approx(fused.metrics["f1"])
 
