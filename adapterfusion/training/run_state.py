@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapterfusion._validation import check_bool
-from adapterfusion.io.paths import check_replaceable
 from adapterfusion.training.errors import RunFileError, TrainingError
 from adapterfusion.training.run_files import LOCK_FILE, METRICS_FILE
 from adapterfusion.training.run_lock import hold_lock, lock_holder
-from adapterfusion.training.store import ENTRY_FILES
+from adapterfusion.training.store import check_entry_replaceable
 
 
 class RunState(enum.Enum):
@@ -92,7 +91,7 @@ def check_can_train(
         raise TrainingError(f"{what}: {status.describe()}; {unfinished_fix(status)}")
     if overwrite:
         for entry in entries:  # before the earlier run is replaced, not after the new one trained
-            check_replaceable(entry, "the store entry", lambda name: name in ENTRY_FILES, TrainingError)
+            check_entry_replaceable(entry, TrainingError)
         return
     stored = [f"the store holds its adapter at {entry}" for entry in entries if entry.exists()]
     if status.state is RunState.FINISHED or (stored and status.state is RunState.ABSENT):

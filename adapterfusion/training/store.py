@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from adapterfusion._validation import naming_file
 from adapterfusion.defaults import STORE_DIR, ZOO_DIR
 from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
-from adapterfusion.errors import ConfigError, SerializationError, ZooError
+from adapterfusion.errors import AdapterFusionError, ConfigError, SerializationError, ZooError
 from adapterfusion.io.atomic import atomic_write_json, replace_folder
 from adapterfusion.io.paths import as_path, check_replaceable, describe, path_part
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, SEED_PREFIX, seed_folder, seed_of
@@ -45,6 +45,11 @@ ENTRY_FILES = frozenset(
     }
 )
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def check_entry_replaceable(entry: Path, error: type[AdapterFusionError] = ConfigError) -> None:
+    """Refuse to replace the store entry `entry` while it holds a file we did not write (one of the user's)."""
+    check_replaceable(entry, "the store entry", lambda name: name in ENTRY_FILES, error)
 
 
 def encoder_key(encoder: str | os.PathLike) -> str:
@@ -163,7 +168,7 @@ class AdapterStore:
         final = self.path(encoder, task, setup, seed)
         if final.exists() and not overwrite:
             raise TrainingError(f"the store already holds {final}; pass overwrite=True to replace it")
-        check_replaceable(final, "the store entry", lambda name: name in ENTRY_FILES)  # no user file is lost
+        check_entry_replaceable(final)  # no user file is lost
 
         def write_entry(tmp: Path) -> None:
             write(tmp)
