@@ -182,6 +182,8 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif
 
 
 def _analyze_fusion(args: argparse.Namespace) -> int:
+    if args.no_plot and args.output is not None:
+        raise af.ConfigError("--output names the heatmap's file and --no-plot draws none; give one of them")
     source = Path(args.run_dir)
     default = (source if source.is_dir() else source.parent) / Path(FUSION_ATTENTION_FILE).with_suffix(".png")
     heatmap = (
@@ -644,8 +646,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         _refuse_empty_paths(args, sys.argv[1:] if argv is None else argv)
-        if args.run is _analyze_fusion and args.no_plot and args.output is not None:
-            raise af.ConfigError("--output names the heatmap's file and --no-plot draws none; give one of them")
         code = args.run(args)
         sys.stdout.flush()  # a reader that went away (`status | head`) shows up here, not at interpreter exit
         return code
