@@ -50,9 +50,16 @@ def tiny_served_model(tokenizer: Any) -> af.AdaptedModel:
 @contextlib.contextmanager
 def running(app: Any) -> Iterator[str]:
     """`app` served by uvicorn in a thread on 127.0.0.1; yields its base URL; stops it (gracefully) on exit."""
+    with served(uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=20))) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def served(server: uvicorn.Server) -> Iterator[str]:
+    """`server` run in a thread on a free port of 127.0.0.1; yields its base URL once it has started; on exit tells
+    it to stop (as SIGTERM does) and checks that it did."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=20))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -5,7 +5,6 @@ refused before the setup loads (a port in use, a host that resolves to nothing, 
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -16,7 +15,7 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 
-from serve_helpers import load_tokenizer, running, tiny_served_model  # noqa: E402
+from serve_helpers import load_tokenizer, running, served, tiny_served_model  # noqa: E402
 
 import adapterfusion as af  # noqa: E402
 from adapterfusion import cli  # noqa: E402
@@ -105,29 +104,14 @@ def test_requests_running_when_the_drain_ends_get_503_with_retry_after(tokenizer
     model = tiny_served_model(tokenizer)
     model.register_forward_pre_hook(lambda *_: time.sleep(4))
     app = create_app(model, tokenizer, ServeConfig(max_batch_size=2, max_inputs=2, max_wait_ms=0))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=1 + server.STOP_GRACE_SECONDS)
     stoppable = server.draining_server(config, drain_seconds=1)
-    thread = threading.Thread(target=stoppable.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not stoppable.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1/predict"
     body = {"inputs": ["x", "y"], "adapter": "a", "head": "a"}
-    try:
-        with ThreadPoolExecutor(3) as pool:
-            answers = [pool.submit(httpx.post, url, json=body, timeout=30) for _ in range(3)]
-            time.sleep(0.5)  # one forward running, two requests queued behind it
-            stoppable.should_exit = True  # what SIGTERM does
-            responses = [answer.result() for answer in answers]
-    finally:
-        stoppable.should_exit = True
-        thread.join(30)
-        sock.close()
-    assert not thread.is_alive(), "the server did not stop"
+    with served(stoppable) as base, ThreadPoolExecutor(3) as pool:
+        answers = [pool.submit(httpx.post, base + "/v1/predict", json=body, timeout=30) for _ in range(3)]
+        time.sleep(0.5)  # one forward running, two requests queued behind it
+        stoppable.should_exit = True  # what SIGTERM does
+        responses = [answer.result() for answer in answers]
     for response in responses:
         assert response.status_code == 503, response.text
         assert response.headers["retry-after"] == "5"
