@@ -12,7 +12,7 @@ import adapterfusion as af
 from adapterfusion.serving.config import ServeConfig
 from adapterfusion.serving.contract import Catalog, parse_piece, parse_predict, read_body
 from adapterfusion.serving.predictor import Predictor
-from catalogue import Action, BadInput
+from catalogue import Action, BadInput, adapters_a_and_b
 from tiny_models import tiny_encoder
 
 B = BadInput
@@ -58,11 +58,7 @@ def _predict_block(block: dict[str, object]) -> Callable[[Path], Action]:
     """parse_predict of a request naming `block`, on a model holding adapters a and b."""
 
     def prepare(folder: Path) -> Action:
-        model = af.wrap(tiny_encoder())
-        for name in ("a", "b"):
-            model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
-        model.add_head("cls", af.ClassificationHead(num_labels=2))
-        catalog = Catalog.of(model)
+        catalog = Catalog.of(adapters_a_and_b("cls"))
         return lambda: parse_predict({"inputs": ["x"], "block": block, "head": "cls"}, catalog, ServeConfig())
 
     return prepare

@@ -13,31 +13,22 @@ import adapterfusion as af
 from adapterfusion.interop import export_adapterhub
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.spec import TaskSpec
-from catalogue import Action, BadInput, cli
-from tiny_models import tiny_encoder
+from catalogue import Action, BadInput, adapters_a_and_b, cli
 
 B = BadInput
 GROUP = "pieces"
 
 
-def _two_adapters() -> af.AdaptedModel:
-    model = af.wrap(tiny_encoder("bert"))
-    for name in "ab":
-        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
-    model.add_head("h", af.ClassificationHead(num_labels=2))
-    return model
-
-
 def _on_model(act: Callable[[af.AdaptedModel], object]) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
-        model = _two_adapters()
+        model = adapters_a_and_b("h")
         return lambda: act(model)
 
     return prepare
 
 
 def _meta_export(folder: Path) -> Action:
-    model = _two_adapters().to("meta")
+    model = adapters_a_and_b("h").to("meta")
     return lambda: export_adapterhub(model, "adapter", "a", folder / "exported")
 
 

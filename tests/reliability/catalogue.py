@@ -100,6 +100,15 @@ def saved_piece(folder: Path, kind: str = "adapter", **encoder: Any) -> Path:
     return model.save_head("h", folder / "h")
 
 
+def adapters_a_and_b(head: str) -> af.AdaptedModel:
+    """A tiny BERT with Pfeiffer adapters a and b (reduction factor 4) and a two-class head named `head`."""
+    model = af.wrap(tiny_encoder("bert"))
+    for name in ("a", "b"):
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+    model.add_head(head, af.ClassificationHead(num_labels=2))
+    return model
+
+
 def edit_json(path: Path, edit: Callable[[dict], None]) -> None:
     document = json.loads(path.read_text())
     edit(document)
