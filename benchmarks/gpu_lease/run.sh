@@ -7,12 +7,13 @@
 # Needs .gpu/ from prepare.sh carried along. DEVICE=cpu runs the same steps on a CPU, to try the plumbing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/gpu_lease_out}
+OUT=${OUT:-$PWD/.gpu/out}  # the lease sets OUT; a try here writes beside the carried files
 DEVICE=${DEVICE:-cuda}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/.gpu/site:$PWD TOKENIZERS_PARALLELISM=false
+PACKAGES=$PWD/.gpu/packages  # the carried wheels, installed (git ignores .gpu/)
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PACKAGES:$PWD/.gpu/site:$PWD TOKENIZERS_PARALLELISM=false
 if [ -z "${SKIP_WHEELS:-}" ]; then  # SKIP_WHEELS=1 where the packages are there already (a try on the CPU)
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$PACKAGES" \
         .gpu/whl/*.whl || exit 1
 fi
 {
