@@ -248,12 +248,17 @@ def forwards(server: str) -> tuple[float, float]:
     return float(values["adapterfusion_serve_batch_rows_sum"]), float(values["adapterfusion_serve_batch_rows_count"])
 
 
+def sample_file(args: argparse.Namespace, number: int) -> Path:
+    """Where py-spy's sample of load `number` goes: beside --json, else in the working folder."""
+    return (Path(args.json).parent if args.json else Path(".")) / f"py_spy_load{number}.txt"
+
+
 def sample_server(args: argparse.Namespace, load: Load, number: int) -> subprocess.Popen[bytes] | None:
     """With --py-spy, sample the server's Python stacks for the first seconds of `load`'s first round (collapsed
     stacks, one file per load beside --json): where a server process bound at one core spends it, on any device."""
     if args.py_spy is None:
         return None
-    out = (Path(args.json).parent if args.json else Path(".")) / f"py_spy_load{number}.txt"
+    out = sample_file(args, number)
     command = [args.py_spy, "record", "--pid", str(load.pid), "--duration", str(args.py_spy_seconds), "--rate", "250"]
     command += ["--format", "raw", "--nonblocking", "--output", str(out)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -429,7 +434,7 @@ def main() -> None:
     for failure in failures[:5]:
         print(f"  {failure}")
     for number, load in enumerate(loads):
-        sample = (Path(args.json).parent if args.json else Path(".")) / f"py_spy_load{number}.txt"
+        sample = sample_file(args, number)
         if args.py_spy is not None and sample.is_file():
             leaves = ", ".join(f"{leaf} {share:.0%}" for leaf, share in sampled_leaves(sample))
             print(f"server samples, {load.name} (innermost frames): {leaves}")
