@@ -486,7 +486,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="adapterfusion", description="Adapters and AdapterFusion for HF encoders")
+    parser = argparse.ArgumentParser(
+        prog="adapterfusion",
+        description="Adapters and AdapterFusion for HuggingFace encoders, decoders and encoder-decoders",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("info", help="version, default encoder and supported architectures").set_defaults(run=_info)
     commands.add_parser("list-tasks", help="the registered tasks").set_defaults(run=_list_tasks)
