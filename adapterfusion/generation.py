@@ -27,7 +27,12 @@ from torch import nn
 
 from adapterfusion.blocks import BatchSplit, Parallel
 from adapterfusion.errors import AdapterFusionError, ConfigError
-from adapterfusion.forward_inputs import GENERATE_INPUTS, check_generate_inputs, check_generate_settings
+from adapterfusion.forward_inputs import (
+    GENERATE_INPUTS,
+    check_generate_inputs,
+    check_generate_settings,
+    check_token_ids,
+)
 from adapterfusion.injection.unloaded import check_wrapped
 from adapterfusion.routing import example_choices
 
@@ -69,9 +74,16 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
             "prompt: repeat the prompts once per child and pass adapter_names=[child, ...] instead"
         )
     check_wrapped(model.sites)  # in train mode no inference_cache() below would tell an unloaded model
+    if isinstance(kwargs.get("assistant_model"), nn.Module) and hasattr(kwargs["assistant_model"], "sites"):
+        raise ConfigError(
+            "generate(): assistant_model is an AdaptedModel; pass the transformers model inside it, "
+            "assistant_model=draft.model (the draft's active adapter or fusion runs in it)"
+        )
     settings = check_generate_settings(wrapped, args, kwargs)
     args, kwargs = settings.args, settings.kwargs  # with numpy / torch scalars as the Python numbers they hold
-    check_generate_inputs(model, _model_inputs(args, kwargs), settings.max_new_tokens, settings.max_length)
+    check_token_ids(wrapped, args, kwargs, int(wrapped.get_input_embeddings().weight.shape[0]))
+    copies = int(settings.values.get("num_beams", 1)) * int(settings.values.get("num_return_sequences", 1))
+    check_generate_inputs(model, _model_inputs(args, kwargs), settings.max_new_tokens, settings.max_length, copies)
     routed = adapter_names is not None or isinstance(model.state.block, BatchSplit)
     caching = model.inference_cache() if not model.training else contextlib.nullcontext()
     routing = _routed_rows(model, wrapped, _prompts(args, kwargs), adapter_names) if routed else None

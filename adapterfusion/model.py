@@ -153,6 +153,7 @@ class AdaptedModel(nn.Module):
             hidden_size=self.hidden_size,
             num_layers=self.num_layers,
             name_or_path=str(getattr(config, "_name_or_path", "") or ""),
+            decoder_layers=inject.decoder_layers(self),
         )
         self.heads = nn.ModuleDict().train(model.training)
         self.adapter_configs: dict[str, AdapterConfig] = {}

@@ -56,20 +56,28 @@ class EncoderFingerprint:
 
     model_type: str
     hidden_size: int
-    num_layers: int
+    num_layers: int  # an encoder-decoder's count both stacks: its layers are numbered on from the encoder's
     name_or_path: str = ""
+    # An encoder-decoder's decoder layers (None: one stack). With num_layers it fixes where the encoder's end: a piece
+    # saved from 2 + 2 layers must not load into 3 + 1, where its decoder layer 0 would land in encoder layer 2.
+    decoder_layers: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        decoder = {"decoder_layers": self.decoder_layers} if self.decoder_layers is not None else {}
         return {
             "model_type": self.model_type,
             "hidden_size": self.hidden_size,
             "num_layers": self.num_layers,
+            **decoder,
             "name_or_path": self.name_or_path,
         }
 
     def check_compatible(self, saved: Mapping[str, Any], source: Path, check_layers: bool = True) -> None:
+        """Refuse a piece saved for another encoder: model type, hidden size and (`check_layers`) its layers, and an
+        encoder-decoder's decoder layers where the file records them (files saved before it was recorded do not)."""
         _check_saved_fingerprint(saved, source)
-        for field_name in ("model_type", "hidden_size") + (("num_layers",) if check_layers else ()):
+        layers = ("num_layers", "decoder_layers") if check_layers else ()
+        for field_name in ("model_type", "hidden_size", *layers):
             if field_name in saved and saved[field_name] != getattr(self, field_name):
                 raise IncompatibleModelError(
                     f"{source} was saved for an encoder with {field_name}={saved[field_name]!r}, but this encoder has "
@@ -82,7 +90,14 @@ def _check_saved_fingerprint(saved: object, source: Path) -> None:
     """A saved fingerprint of the wrong shape is a damaged file, not another encoder: say which field is wrong."""
     if not isinstance(saved, Mapping):
         raise SerializationError(f"{source}: base_model has type {type(saved).__name__}; expected a JSON object")
-    for field_name, expected in (("model_type", str), ("hidden_size", int), ("num_layers", int)):
+    for field_name, expected in (
+        ("model_type", str),
+        ("hidden_size", int),
+        ("num_layers", int),
+        ("decoder_layers", int),
+    ):
+        if field_name == "decoder_layers" and saved.get(field_name) is None:
+            continue
         value = saved.get(field_name, expected())
         if isinstance(value, bool) or not isinstance(value, expected):
             raise SerializationError(

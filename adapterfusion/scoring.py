@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from adapterfusion.errors import ConfigError
+from adapterfusion.forward_inputs.limits import model_limits
 from adapterfusion.tasks.instruction import IGNORE_INDEX, end_token_id, prompt_length
 from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import TaskSpec
@@ -150,16 +151,51 @@ def _greedy_matches(
     label_rows = labels.tolist()
     prompts = [input_ids[i, : prompt_length(row)] for i, row in enumerate(label_rows)]
     answers = [[t for t in row if t != IGNORE_INDEX] for row in label_rows]
+    limit = model_limits(model.model).max_length
+    return sum(
+        _group_matches(model, [prompts[i] for i in group], [answers[i] for i in group], end_token_id, pad_token_id)
+        for group in _generation_groups([len(p) for p in prompts], [len(a) for a in answers], limit)
+    )
+
+
+def _generation_groups(prompt_lengths: list[int], answer_lengths: list[int], limit: int | None) -> list[list[int]]:
+    """The rows in groups that generate together within the model's `limit` positions: a group's longest prompt plus
+    its longest answer fits (two rows that each fit may not fit together, left-padded in one batch)."""
+    if limit is None:
+        return [list(range(len(prompt_lengths)))]
+    groups: list[list[int]] = []
+    widest, longest = 0, 0
+    for row in sorted(range(len(prompt_lengths)), key=lambda i: (prompt_lengths[i], answer_lengths[i])):
+        width, answer = max(widest, prompt_lengths[row]), max(longest, answer_lengths[row])
+        if groups and width + answer <= limit:
+            groups[-1].append(row)
+            widest, longest = width, answer
+        else:
+            groups.append([row])
+            widest, longest = prompt_lengths[row], answer_lengths[row]
+    return groups
+
+
+def _group_matches(
+    model: AdaptedModel, prompts: list[torch.Tensor], answers: list[list[int]], end_token_id: int, pad_token_id: int
+) -> int:
+    """_greedy_matches for rows that generate together; a row's answer tokens past the model's positions are a miss,
+    as truncation makes them."""
     width = max(len(p) for p in prompts)
-    padded = input_ids.new_full((len(prompts), width), pad_token_id)
+    padded = prompts[0].new_full((len(prompts), width), pad_token_id)
     mask = torch.zeros_like(padded)
     for i, prompt in enumerate(prompts):
         padded[i, width - len(prompt) :] = prompt
         mask[i, width - len(prompt) :] = 1
+    limit = model_limits(model.model).max_length
+    new_tokens = max(len(a) for a in answers)
+    new_tokens = min(new_tokens, limit - width) if limit is not None else new_tokens
+    if new_tokens < 1:
+        return 0
     generated = model.generate(
         input_ids=padded,
         attention_mask=mask,
-        max_new_tokens=max(len(a) for a in answers),
+        max_new_tokens=new_tokens,
         do_sample=False,
         num_beams=1,
         eos_token_id=end_token_id,

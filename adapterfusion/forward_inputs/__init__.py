@@ -31,7 +31,7 @@ The modules, each importing only those listed before it:
 
 from adapterfusion.forward_inputs.call import ForwardCall, check_call
 from adapterfusion.forward_inputs.generate import GENERATE_INPUTS, check_generate_inputs
-from adapterfusion.forward_inputs.generate_settings import GenerateSettings, check_generate_settings
+from adapterfusion.forward_inputs.generate_settings import GenerateSettings, check_generate_settings, check_token_ids
 from adapterfusion.forward_inputs.labels import check_head_labels
 
 __all__ = [
@@ -41,5 +41,6 @@ __all__ = [
     "check_call",
     "check_generate_inputs",
     "check_generate_settings",
+    "check_token_ids",
     "check_head_labels",
 ]

@@ -25,6 +25,7 @@ from adapterfusion.forward_inputs.encoder_decoder import (
 from adapterfusion.forward_inputs.keywords import check_keywords
 from adapterfusion.forward_inputs.labels import check_head_labels, passed_labels
 from adapterfusion.forward_inputs.limits import check_length, model_limits
+from adapterfusion.forward_inputs.padding import padding_to_the_right, positions_from_mask
 from adapterfusion.forward_inputs.seq2seq_head import decoder_inputs_for_head, seq2seq_states
 from adapterfusion.forward_inputs.tokens import (
     TOKEN_INPUTS,
@@ -91,9 +92,11 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
         own = "decoder_input_ids" in given or "decoder_inputs_embeds" in given  # the decoder's length, not the input's
         if own and head_config is not None and head_config.pooling == "last":
             _check_last_token_mask(model, given, rows, str(head), prefix="decoder_")
-        given = decoder_inputs_for_head(model, given, head)
+        given = decoder_inputs_for_head(model, given if own else padding_to_the_right(given), head)
         mask = given.get("decoder_attention_mask" if own else "attention_mask")
         return ForwardCall(partial(seq2seq_states, model.model), given, num_choices, rows, mask)
+    if head is not None and model.architecture.pools_last_token:  # a decoder: left padding must not shift positions
+        given = positions_from_mask(encoder, given)
     return ForwardCall(encoder, given, num_choices, rows, given.get("attention_mask"))
 
 

@@ -11,6 +11,7 @@ import torch
 
 from adapterfusion.encoder_limits import limit_reason
 from adapterfusion.errors import ConfigError
+from adapterfusion.forward_inputs.cache import past_length
 from adapterfusion.forward_inputs.encoder_decoder import (
     check_decoder_inputs,
     check_encoded_tokens,
@@ -54,17 +55,19 @@ GENERATE_INPUTS = (
     "decoder_inputs_embeds",
     "encoder_outputs",
     "logits_to_keep",
+    "past_key_values",
     *_GENERATE_FLAGS,
 )
 
 
 def check_generate_inputs(
-    model: AdaptedModel, inputs: Mapping[str, Any], max_new_tokens: int | None, max_length: int | None
+    model: AdaptedModel, inputs: Mapping[str, Any], max_new_tokens: int | None, max_length: int | None, copies: int = 1
 ) -> None:
     """generate()'s model inputs, checked by the rules of check_call (transformers' generate would broadcast a
     one-row mask, embed a bad id deep in its loop, or run out of positions mid-generation), and the longest
     sequence it may reach (`max_new_tokens` after the prompt, else `max_length`) against the model's positions,
-    before any step runs."""
+    before any step runs. `copies`: the rows generate makes of each prompt (beams times sequences returned), which a
+    given past_key_values, made for the prompts' rows, cannot follow."""
     wrapped = model.model
     given = {key: value for key, value in inputs.items() if value is not None}
     check_flags(given, _GENERATE_FLAGS)
@@ -82,6 +85,7 @@ def check_generate_inputs(
         check_encoded_tokens(encoded, shape)
     if shape is not None:
         check_per_token(given, shape)
+        _check_past(given, shape, copies, seq2seq)
     check_devices(wrapped, given, weight.device)
     check_values(given, weight.shape[0], limits)
     if shape is not None and seq2seq:
@@ -105,6 +109,26 @@ def check_generate_inputs(
         raise ConfigError(
             f"generate() could reach {total} tokens per sequence ({asked}), more than this {limits.config.model_type} "
             f"model has positions for: {limit} ({limit_reason(limits.config)}); {fix}, or truncate the prompts"
+        )
+
+
+def _check_past(given: Mapping[str, Any], shape: torch.Size, copies: int, seq2seq: bool) -> None:
+    """A past_key_values handed to generate: a Cache of the prompts' rows (past_length), which beams or several
+    sequences per prompt would need repeated, holding fewer tokens than a decoder's prompts (generate runs the
+    prompt's tokens after the cached ones)."""
+    held = past_length(given, shape[0], None)
+    if "past_key_values" not in given or held == 0:
+        return
+    if copies > 1:
+        raise ConfigError(
+            f"generate() with past_key_values and {copies} rows per prompt (num_beams x num_return_sequences): the "
+            "cache holds one row per prompt; generate without past_key_values, or with num_beams=1 and "
+            "num_return_sequences=1"
+        )
+    if not seq2seq and held >= shape[-1]:
+        raise ConfigError(
+            f"past_key_values hold {held} tokens, but the prompts have {shape[-1]}; generate() reads the whole "
+            "sequence in input_ids (the cached tokens, then at least one new one) and runs only the uncached ones"
         )
 
 

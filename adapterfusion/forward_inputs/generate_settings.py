@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+import torch
 from transformers import GenerationConfig
 
 from adapterfusion.errors import ConfigError
@@ -160,3 +161,39 @@ def _number(value: Any, field: str, setting: _Setting) -> int | float:
     if not math.isfinite(number) or not setting.allowed(number):
         raise ConfigError(f"generate(): {field}={value!r} must be {setting.expected}")
     return number
+
+
+# The token ids generate() feeds back into the embedding or compares with the chosen ones: each an int in the
+# vocabulary (eos_token_id also a list of them).
+_TOKEN_IDS = ("pad_token_id", "bos_token_id", "decoder_start_token_id", "eos_token_id")
+
+
+def check_token_ids(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int) -> None:
+    """The special token ids generate(*args, **kwargs) will read from its keywords or the generation_config passed:
+    each an integer (eos_token_id: or a list of them) in 0..vocabulary-1, else a ConfigError naming it; transformers
+    would embed an id outside the vocabulary steps later (torch's IndexError) or fail on a str inside its loop. The
+    model's own decoder_start_token_id, which every encoder-decoder generation embeds first, is checked too."""
+    passed = kwargs["generation_config"] if "generation_config" in kwargs else args[1] if len(args) > 1 else None
+    for name in _TOKEN_IDS:
+        value, where = _read(name, kwargs, passed, None)
+        if value is None and name == "decoder_start_token_id" and getattr(model.config, "is_encoder_decoder", False):
+            value, where = getattr(model.generation_config, name, None), "the model's generation_config."
+        if value is None:
+            continue
+        many = name == "eos_token_id" and isinstance(value, (list, tuple, torch.Tensor))
+        ids = list(value.tolist() if isinstance(value, torch.Tensor) else value) if many else [value]
+        for token in ids:
+            held = (
+                token.item() if getattr(token, "ndim", None) == 0 and callable(getattr(token, "item", None)) else token
+            )
+            if isinstance(held, bool) or not isinstance(held, numbers.Integral):
+                kind = "an integer token id" + (" (or a list of them)" if name == "eos_token_id" else "")
+                raise ConfigError(
+                    f"generate(): {where}{name}={value!r} has type {type(token).__name__}; expected {kind}"
+                )
+            if not 0 <= int(held) < vocabulary:
+                raise ConfigError(
+                    f"generate(): {where}{name}={value!r} is outside this model's vocabulary (ids 0 to "
+                    f"{vocabulary - 1}); "
+                    "give a token id of its tokenizer, e.g. tokenizer.pad_token_id"
+                )

@@ -49,6 +49,15 @@ def inject_sites(model: AdaptedModel, runtime: ForwardRuntime) -> list[AdapterSi
     return sites
 
 
+def decoder_layers(model: AdaptedModel) -> int | None:
+    """An encoder-decoder's number of decoder layers (None for one stack), which with the total fixes where its
+    encoder's layers end (EncoderFingerprint.decoder_layers)."""
+    decoder = model.architecture.decoder
+    if decoder is None:
+        return None
+    return len(cast(nn.ModuleList, get_submodule(cast(nn.Module, model.model.base_model), decoder.layers)))
+
+
 def unload_sites(model: AdaptedModel) -> UnloadedSites:
     """Put every original sub-module back; the sites list that replaces the model's refuses every later use."""
     base = cast(nn.Module, model.model.base_model)

@@ -42,10 +42,12 @@ def test_last_token_pooling_equals_each_row_alone(model_type: str, side: str) ->
         place = slice(0, len(row)) if side == "right" else slice(width - len(row), width)
         ids[i, place], mask[i, place] = row, 1
     with torch.no_grad():
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() gives them: each row's tokens from 0
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+        # no position_ids: a head call numbers each row's tokens from 0 (GPT-2's learned positions would shift)
+        logits = model(input_ids=ids, attention_mask=mask).logits
         for i, row in enumerate(rows):
             assert_close(logits[i], _alone(model, row), dtype=torch.float64, label=f"row {i}")
+        routed = model(input_ids=ids, attention_mask=mask, adapter_names=["a", "a"]).logits  # routed calls alike
+        assert_close(routed, logits, dtype=torch.float64)
 
 
 def test_cls_pooling_is_refused_on_a_decoder() -> None:

@@ -72,6 +72,24 @@ def test_a_head_reads_the_decoder_on_the_input_shifted_right(model_type: str) ->
 
 
 @pytest.mark.parametrize("model_type", SEQ2SEQ_TYPES)
+def test_a_left_padded_row_gives_what_it_gives_alone(model_type: str) -> None:
+    """Left padding would put the decoder's start token far from the row's first token (BART's learned positions,
+    T5's relative buckets): each row's tokens are moved to the front before the shift, so padding on either side, or
+    a mix of both, gives each row's own logits."""
+    model = _model(model_type)
+    rows = [[11, 12, 13, 14, 15, 2], [21, 22, 23, 2], [31, 32, 2]]
+    ids = torch.zeros(3, 8, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, (row, start) in enumerate(zip(rows, (2, 4, 1), strict=True)):  # rows 0, 1 left-padded, row 2 both sides
+        ids[i, start : start + len(row)], mask[i, start : start + len(row)] = torch.tensor(row), 1
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        for i, row in enumerate(rows):
+            alone = model(input_ids=torch.tensor([row])).logits[0]
+            assert_close(logits[i], alone, dtype=torch.float64, label=f"row {i}")
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ_TYPES)
 def test_decoder_inputs_of_their_own_length_are_pooled_by_their_own_mask(model_type: str) -> None:
     """decoder_input_ids given by the caller (here 3 tokens for inputs of 6) are used as given: the head pools each
     row's last token under decoder_attention_mask (not the input's mask, which has another length)."""

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 import adapterfusion as af
+from adapterfusion.scoring import score_answers
 from catalogue import Action, BadInput
 from tiny_decoders import tiny_decoder, tiny_decoder_inputs
 
@@ -53,6 +54,44 @@ def _int32_labels(folder: Path) -> Action:
     return action
 
 
+def _cached_generate(rows: int, prompt_tokens: int, **settings: Any) -> Callable[[Path], Action]:
+    """A tiny Llama's generate() of `rows` x `prompt_tokens` prompts, given the cache of a forward over 2 x 10."""
+
+    def prepare(folder: Path) -> Action:
+        model = _lm("llama")
+        ids = torch.randint(5, 100, (2, 10), generator=torch.Generator().manual_seed(0))
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+        return lambda: model.generate(
+            input_ids=ids[:rows, :prompt_tokens], past_key_values=cache, max_new_tokens=2, **settings
+        )
+
+    return prepare
+
+
+def _assisted(folder: Path) -> Action:
+    """generate(assistant_model=<an AdaptedModel>): transformers reads the draft's config, which it has not."""
+    model, draft = _lm("llama"), _lm("llama")
+    return lambda: model.generate(**tiny_decoder_inputs("llama"), max_new_tokens=2, assistant_model=draft)
+
+
+def _exact_match_of_long_rows(folder: Path) -> Action:
+    """Exact match on a dev batch of a 60-token prompt with a 3-token answer and a 4-token prompt with a 59-token
+    one (each 64 tokens with its end token: a tiny Llama's 64 positions), which cannot generate in one batch."""
+    model = _lm("llama")
+    ids, labels = torch.zeros(2, 64, dtype=torch.long), torch.full((2, 64), -100)
+    for row, (prompt, answer) in enumerate(((60, 3), (4, 59))):
+        answer_ids = torch.tensor([7] * answer + [2])
+        ids[row, :prompt], ids[row, prompt:] = torch.arange(5, 5 + prompt), answer_ids
+        labels[row, prompt:] = answer_ids
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+    def action() -> str:
+        scores = score_answers(model, [batch], end_token_id=2, pad_token_id=0, exact_match=True)
+        return f"scored both rows: exact_match={scores['exact_match']:.1f}"
+
+    return action
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "generate-max-new-tokens-numpy",
@@ -87,5 +126,72 @@ CASES: tuple[BadInput, ...] = (
         None,
         ("int32 labels give the int64 labels' loss: True",),
         _int32_labels,
+    ),
+    B(
+        "generate-pad-token-out-of-vocabulary",
+        GROUP,
+        "generate(pad_token_id=500) on a model of 100 tokens, sampling until rows finish (was torch's IndexError "
+        "from the embedding, steps in)",
+        af.ConfigError,
+        ("pad_token_id=500", "outside this model's vocabulary", "0 to 99"),
+        _generate("llama", pad_token_id=500, do_sample=True, eos_token_id=list(range(5, 40))),
+    ),
+    B(
+        "generate-decoder-start-negative",
+        GROUP,
+        "T5 generate(decoder_start_token_id=-1) (was torch's IndexError from the embedding)",
+        af.ConfigError,
+        ("decoder_start_token_id=-1", "outside this model's vocabulary"),
+        _generate("t5", decoder_input_ids=None, decoder_start_token_id=-1),
+    ),
+    B(
+        "generate-eos-token-str",
+        GROUP,
+        "generate(eos_token_id='2') (was a TypeError from transformers: invalid data type 'str')",
+        af.ConfigError,
+        ("eos_token_id='2'", "has type str", "an integer token id"),
+        _generate("llama", eos_token_id="2"),
+    ),
+    B(
+        "generate-cache-of-other-rows",
+        GROUP,
+        "generate(past_key_values=<cache of 2 rows>) for 1 prompt (was a RuntimeError from transformers' cache)",
+        af.ConfigError,
+        ("past_key_values hold 2 rows", "the inputs have 1"),
+        _cached_generate(1, 10),
+    ),
+    B(
+        "generate-cache-longer-than-prompt",
+        GROUP,
+        "generate(past_key_values=<cache of 10 tokens>) of 5-token prompts (was a RuntimeError from a reshape)",
+        af.ConfigError,
+        ("past_key_values hold 10 tokens", "the prompts have 5", "input_ids"),
+        _cached_generate(2, 5),
+    ),
+    B(
+        "generate-cache-with-beams",
+        GROUP,
+        "generate(past_key_values=..., num_beams=2) (was a RuntimeError: the cache has one row per prompt)",
+        af.ConfigError,
+        ("past_key_values", "2 rows per prompt", "num_beams=1"),
+        _cached_generate(2, 10, num_beams=2),
+    ),
+    B(
+        "generate-assistant-adapted-model",
+        GROUP,
+        "generate(assistant_model=<AdaptedModel>) (was an AttributeError: 'AdaptedModel' object has no attribute "
+        "'config')",
+        af.ConfigError,
+        ("assistant_model is an AdaptedModel", "assistant_model=draft.model"),
+        _assisted,
+    ),
+    B(
+        "exact-match-rows-too-long-together",
+        GROUP,
+        "exact_match over a dev batch whose two rows each fit 64 positions but not left-padded together (was a "
+        "ConfigError after training: 'lower max_new_tokens', which scoring sets itself)",
+        None,
+        ("scored both rows: exact_match=",),
+        _exact_match_of_long_rows,
     ),
 )

@@ -1,6 +1,7 @@
-"""Bad-input cases found by the twelfth session's sweeps: names that end in a newline (a `$` in the name patterns
-matched before it), AdapterHub export of a model on the meta device, labels under a Parallel block counted per copy
-of the batch, and a fusion of the target's own adapter alone."""
+"""Bad-input cases found by the twelfth and thirteenth sessions' sweeps: names that end in a newline (a `$` in the
+name patterns matched before it), AdapterHub export of a model on the meta device, labels under a Parallel block
+counted per copy of the batch, a fusion of the target's own adapter alone, and an encoder-decoder's adapter loaded
+into another split of the same number of layers."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from adapterfusion.interop import export_adapterhub
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.spec import TaskSpec
 from catalogue import Action, BadInput, adapters_a_and_b, cli
+from tiny_decoders import tiny_decoder
 
 B = BadInput
 GROUP = "pieces"
@@ -46,6 +48,15 @@ def _fuse_own_alone(folder: Path) -> Action:
 def _cli(*argv: str) -> Callable[[Path], Action]:
     """The command `adapterfusion *argv`, '{folder}' in an argument replaced by the case's folder."""
     return lambda folder: lambda: cli(*(arg.replace("{folder}", str(folder)) for arg in argv))
+
+
+def _other_split(folder: Path) -> Action:
+    """An adapter saved from a T5 of 2 encoder + 2 decoder layers, loaded into one of 3 + 1 (4 layers both)."""
+    saved = af.wrap(tiny_decoder("t5"))
+    saved.add_adapter("a")
+    saved.save_adapter("a", folder / "a")
+    other = af.wrap(tiny_decoder("t5", num_layers=3, num_decoder_layers=1))
+    return lambda: other.load_adapter(folder / "a")
 
 
 CASES: tuple[BadInput, ...] = (
@@ -118,5 +129,14 @@ CASES: tuple[BadInput, ...] = (
         ("OUTPUT_DIR '' is not a path",),
         _cli("report", ""),
         cli=True,
+    ),
+    B(
+        "load-adapter-other-encoder-decoder-split",
+        GROUP,
+        "a T5 adapter saved from 2 encoder + 2 decoder layers loaded into T5 of 3 + 1 (was loaded silently, its "
+        "decoder layer 0 into encoder layer 2)",
+        af.IncompatibleModelError,
+        ("decoder_layers=2", "decoder_layers=1", "matching encoder"),
+        _other_split,
     ),
 )

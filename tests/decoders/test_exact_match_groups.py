@@ -1,0 +1,52 @@
+"""Exact match on a dev batch generates the rows left-padded together: two rows that each fit the model's positions
+(a long prompt with a short answer, a short prompt with a long answer) may not fit together, so they generate in
+groups that do. Checked against each row generated alone, and the group split against its definition."""
+
+from __future__ import annotations
+
+import torch
+
+import adapterfusion as af
+from adapterfusion.scoring import _generation_groups, score_answers
+from tiny_decoders import tiny_decoder
+
+END, PAD = 2, 0
+
+
+def _row(prompt: int, answer: int, token: int) -> tuple[list[int], list[int]]:
+    """prompt + answer + end tokens, with their labels (-100 on the prompt)."""
+    answer_ids = [token] * answer + [END]
+    return list(range(5, 5 + prompt)) + answer_ids, [-100] * prompt + answer_ids
+
+
+def test_rows_that_fit_alone_are_scored_even_when_they_cannot_generate_together() -> None:
+    torch.manual_seed(0)
+    model = af.wrap(tiny_decoder("llama"))  # 64 positions
+    model.add_adapter("a")
+    model.activate(adapter="a")
+    rows = [_row(60, 3, 7), _row(4, 59, 7), _row(10, 5, 9)]  # each 64, 64 and 16 tokens; 60 + 60 > 64 together
+    ids = torch.full((3, 64), PAD)
+    labels = torch.full((3, 64), -100)
+    mask = torch.zeros(3, 64, dtype=torch.long)
+    for i, (tokens, row_labels) in enumerate(rows):
+        ids[i, : len(tokens)], labels[i, : len(tokens)], mask[i, : len(tokens)] = (
+            torch.tensor(tokens),
+            torch.tensor(row_labels),
+            1,
+        )
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    scored = score_answers(model, [batch], END, PAD, exact_match=True)
+    alone = [
+        score_answers(model, [{key: value[i : i + 1] for key, value in batch.items()}], END, PAD, exact_match=True)
+        for i in range(3)
+    ]
+    assert scored["exact_match"] == sum(row["exact_match"] for row in alone) / 3
+
+
+def test_generation_groups_fit_the_positions_and_keep_every_row_once() -> None:
+    prompts, answers = [60, 4, 10, 30, 2], [4, 60, 6, 30, 1]
+    groups = _generation_groups(prompts, answers, 64)
+    assert sorted(row for group in groups for row in group) == list(range(5))
+    for group in groups:
+        assert len(group) == 1 or max(prompts[i] for i in group) + max(answers[i] for i in group) <= 64
+    assert _generation_groups(prompts, answers, None) == [list(range(5))]
