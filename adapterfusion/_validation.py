@@ -87,6 +87,12 @@ def check_mapping(value: object, field: str, example: str) -> dict:
     return dict(value)
 
 
+def short_repr(value: object, limit: int = 80) -> str:
+    """repr(value), cut to about `limit` characters for a message (an int of 400 digits, a long list)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
+
+
 def check_number(
     value: object,
     field: str,
@@ -99,9 +105,12 @@ def check_number(
     naming `field`, the value, its type where that is wrong, and what is `expected`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected {expected}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float: 10**400
+        number = math.inf
     if not math.isfinite(number):
-        raise ConfigError(f"{field}={value!r} is not a finite number; expected {expected}")
+        raise ConfigError(f"{field}={short_repr(value)} is not a finite number; expected {expected}")
     if (
         (minimum is not None and number < minimum)
         or (above is not None and number <= above)
@@ -111,14 +120,18 @@ def check_number(
     return number
 
 
-def check_int(value: object, field: str, minimum: int | None = None) -> int:
+def check_int(
+    value: object, field: str, minimum: int | None = None, maximum: int | None = None, why_maximum: str = ""
+) -> int:
     """`value` if it is an integer (not a bool, not a float such as 2.0) of at least `minimum`; else a ConfigError
     naming `field`, the value, its type where that is wrong, and the range."""
     expected = "an integer" + (f" >= {minimum}" if minimum is not None else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected {expected}")
     if minimum is not None and value < minimum:
-        raise ConfigError(f"{field}={value!r} must be {expected}")
+        raise ConfigError(f"{field}={short_repr(value)} must be {expected}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{field}={short_repr(value)} must be at most {maximum}{why_maximum}")
     return int(value)
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
 
 import torch
 
-from adapterfusion._validation import check_bool, check_has_values
+from adapterfusion._validation import check_bool, check_has_values, short_repr
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError, NameNotFoundError
 
@@ -238,20 +238,32 @@ def _is_leaf(value: Any) -> bool:
 MAX_AVERAGE_WEIGHT = 1e6
 
 
-def _average_weights(count: int, weights: Sequence[float] | None, normalize: bool) -> tuple[float, ...]:
-    """The weights an Average (or average_adapters) applies: equal by default, else checked, and scaled to sum to 1
-    with normalize (divided by their largest magnitude first, so huge finite weights cannot overflow the sum)."""
+def _finite(value: object) -> bool:
+    """A real number (not a bool) that a float holds finitely: not NaN, not infinite, not an int beyond any float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _average_weights(
+    count: int, weights: Sequence[float] | None, normalize: bool, caller: str = "Average"
+) -> tuple[float, ...]:
+    """The weights an Average (or average_adapters, `caller`) applies: equal by default, else checked, and scaled to
+    sum to 1 with normalize (divided by their largest magnitude first, so huge finite weights cannot overflow the
+    sum)."""
     check_bool(normalize, "normalize_weights")
     if weights is None:
         return tuple(1.0 / count for _ in range(count)) if count else ()
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-        raise ConfigError(f"Average(weights={weights!r}): give one number per adapter, e.g. weights=[0.3, 0.7]")
+        raise ConfigError(f"{caller}(weights={weights!r}): give one number per adapter, e.g. weights=[0.3, 0.7]")
     values = list(weights)
-    if len(values) != count or any(
-        isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) for w in values
-    ):
+    shown = short_repr(values)
+    if len(values) != count or not all(_finite(w) for w in values):
         raise ConfigError(
-            f"Average(weights={values!r}) for {count} adapters: give one finite number per adapter, e.g. "
+            f"{caller}(weights={shown}) for {count} adapters: give one finite number per adapter, e.g. "
             f"weights={[round(1 / max(count, 1), 3)] * count}"
         )
     scaled = [float(w) for w in values]
@@ -259,11 +271,11 @@ def _average_weights(count: int, weights: Sequence[float] | None, normalize: boo
         largest = max(abs(w) for w in scaled)
         total = math.fsum(w / largest for w in scaled) if largest else 0.0
         if total == 0:
-            raise ConfigError(f"Average(weights={values!r}) sum to 0, so they cannot be scaled to sum to 1")
+            raise ConfigError(f"{caller}(weights={shown}) sum to 0, so they cannot be scaled to sum to 1")
         scaled = [w / largest / total for w in scaled]
     if max(abs(w) for w in scaled) > MAX_AVERAGE_WEIGHT:
         raise ConfigError(
-            f"Average(weights={values!r}) would weight an adapter by {max(scaled, key=abs):.3g}"
+            f"{caller}(weights={shown}) would weight an adapter by {max(scaled, key=abs):.3g}"
             + (" once scaled to sum to 1 (they nearly cancel)" if normalize else "")
             + f"; each weight must stay within ±{MAX_AVERAGE_WEIGHT:g}: give weights that do not cancel"
             + (" or normalize_weights=False" if normalize else "")
@@ -423,7 +435,7 @@ def average_adapters(
         )
     for adapter in names:
         model.require("adapter", adapter)
-    scale = _average_weights(len(names), weights, normalize_weights)
+    scale = _average_weights(len(names), weights, normalize_weights, "average_adapters")
     configs = [model.adapter_configs[adapter] for adapter in names]
     plain = [dataclasses.replace(config, init="houlsby", init_std=1e-2) for config in configs]
     different = [adapter for adapter, config in zip(names, plain, strict=True) if config != plain[0]]

@@ -12,6 +12,14 @@ class ConfigError(AdapterFusionError, ValueError):
     """A configuration value is missing, unknown or out of range."""
 
 
+class PieceExistsError(ConfigError):
+    """A piece of that kind and name is loaded already (add_*, load_* without overwrite=True); `name` is the name."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 class UnsupportedArchitectureError(AdapterFusionError, ValueError):
     """The encoder's architecture has no row in the injection table."""
 

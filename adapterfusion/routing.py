@@ -193,7 +193,8 @@ def parallel_inputs(
             "a Parallel block is active, which runs every example once per child; pass adapter_names=... without it "
             "(model.activate(...) something else first) or drop adapter_names"
         )
-    given = inputs.get("input_ids", inputs.get("inputs_embeds"))
+    given = inputs.get("input_ids")
+    given = given if given is not None else inputs.get("inputs_embeds")
     if not isinstance(given, torch.Tensor) or given.dim() == 0:
         raise ConfigError("a Parallel block needs input_ids or inputs_embeds with a batch dimension")
     batch, copies = given.shape[0], len(block.children)

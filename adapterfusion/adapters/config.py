@@ -29,6 +29,8 @@ INITS = ("houlsby", "bert", "zero_up")
 CONFIG_FORMAT_VERSION = 1
 
 ReductionFactor = float | Mapping[str, float]
+# A bottleneck at most this many times the hidden size (reduction_factor >= 1/64): wider adapters than any paper uses.
+MAX_WIDENING = 64
 
 
 @reject_unknown_fields
@@ -158,6 +160,12 @@ class AdapterConfig:
             raise ConfigError(
                 f"reduction_factor {self.reduction_factor_for(layer)} leaves no bottleneck for hidden size "
                 f"{hidden_size} (layer {layer}); use a reduction factor of at most {hidden_size}"
+            )
+        if size > MAX_WIDENING * hidden_size:  # 1e-9 asks for terabytes: refused here, not by torch's allocator
+            raise ConfigError(
+                f"reduction_factor {self.reduction_factor_for(layer)} makes a bottleneck of {size} units for hidden "
+                f"size {hidden_size} (layer {layer}), more than {MAX_WIDENING} times the hidden size; use a reduction "
+                f"factor of at least {1 / MAX_WIDENING:g} (16 is the paper's default)"
             )
         return size
 

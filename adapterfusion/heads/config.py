@@ -30,7 +30,7 @@ class HeadConfig:
     labels: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        check_int(self.num_labels, "num_labels", minimum=1)
+        check_int(self.num_labels, "num_labels", minimum=1, maximum=2**31 - 1, why_maximum=" (a torch dimension)")
         if self.kind == "classification" and self.num_labels < 2:  # cross-entropy over one class is always 0
             raise ConfigError(
                 f"num_labels={self.num_labels}: a classification head over one class learns nothing (its loss is "

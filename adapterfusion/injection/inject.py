@@ -12,7 +12,7 @@ from torch import nn
 
 from adapterfusion._validation import check_bool, check_piece_name
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import ConfigError, PieceExistsError
 from adapterfusion.fusion.config import FusionSetup
 from adapterfusion.heads.config import HeadConfig
 from adapterfusion.heads.module import PredictionHead
@@ -98,7 +98,9 @@ def build_head(model: AdaptedModel, name: str, config: HeadConfig, overwrite: bo
             f"got {type(config).__name__}"
         )
     if name in model.heads and not check_bool(overwrite, "overwrite"):
-        raise ConfigError(f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True")
+        raise PieceExistsError(
+            f"a head named {name!r} already exists; delete_head({name!r}) or pass overwrite=True", name
+        )
     if model.architecture.decoder is not None and config.kind in ("question_answering", "token_classification"):
         raise ConfigError(
             f"head {name!r}: {config.kind} heads on encoder-decoders ({model.fingerprint.model_type}) are not "
@@ -158,5 +160,5 @@ def _refuse_existing(model: AdaptedModel, kind: str, name: str, overwrite: bool)
                 if users
                 else f"delete_{kind}({name!r}), pass overwrite=True, or use another name"
             )
-            raise ConfigError(f"{article} {kind} named {name!r} already exists; {fix}")
+            raise PieceExistsError(f"{article} {kind} named {name!r} already exists; {fix}", name)
         (model.delete_adapter if kind == "adapter" else model.delete_fusion)(name)

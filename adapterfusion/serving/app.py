@@ -24,6 +24,7 @@ from adapterfusion.errors import (
     HubError,
     IncompatibleModelError,
     NameNotFoundError,
+    PieceExistsError,
     SerializationError,
 )
 from adapterfusion.serving.batcher import Batcher, drain_ran_out
@@ -157,8 +158,16 @@ def create_app(
         return _error(error.status, error.message, error.headers)
 
     @app.exception_handler(HTTPException)
-    async def routing_refused(_: Request, error: HTTPException) -> JSONResponse:  # FastAPI's own 404, 405
+    async def routing_refused(request: Request, error: HTTPException) -> JSONResponse:  # FastAPI's own 404, 405
         headers = {key.lower(): value for key, value in (error.headers or {}).items()}
+        if "allow" in headers:  # Starlette names the first route of the path's methods only; a path may have several
+            methods = {
+                m
+                for route in app.routes
+                if getattr(route, "path", None) == request.url.path
+                for m in getattr(route, "methods", None) or ()
+            } - {"HEAD"}
+            headers["allow"] = ", ".join(sorted(methods)) or headers["allow"]
         allowed = f"; this path takes {headers['allow']}" if "allow" in headers else ""
         known = "" if allowed else f"; the endpoints are {', '.join(ROUTES)}"
         return _error(error.status_code, f"{error.detail}{allowed or known}")
@@ -223,7 +232,10 @@ def create_app(
             taken = set(getattr(model, f"{other}_names")) if other else set()
             if piece.name in taken:
                 raise RequestError(
-                    422, f"a {other} named {piece.name!r} is loaded; load the {piece.kind} under another name"
+                    422,
+                    f"an {other} named {piece.name!r} is loaded; load the {piece.kind} under another name"
+                    if other == "adapter"
+                    else f"a {other} named {piece.name!r} is loaded; load the {piece.kind} under another name",
                 )
             if piece.name in getattr(model, f"{piece.kind}_names"):
                 raise RequestError(422, f"{piece.kind} {piece.name!r} is loaded already; give another 'name'")
@@ -299,6 +311,10 @@ def _load_refused(error: AdapterFusionError, piece: PieceRequest) -> RequestErro
             404,
             f"the {kind} in {source} needs pieces this server has not loaded (a fusion's adapters); load them first "
             "(GET /v1/pieces lists what is loaded)",
+        )
+    if isinstance(error, PieceExistsError):
+        return RequestError(
+            422, f"the {kind} in {source} is saved as {error.name!r}, which is loaded already; give another 'name'"
         )
     if isinstance(error, IncompatibleModelError):
         return RequestError(422, f"the {kind} in {source} was saved for another encoder than the one this server runs")

@@ -431,10 +431,16 @@ def _default_head(catalog: Catalog, choice: dict[str, str] | Block | None) -> st
     active = catalog.active["head"]
     if active is not None:
         return active
+    if not catalog.heads:
+        raise RequestError(
+            422,
+            "this server has no heads loaded, and /v1/predict answers with a head; load one with POST /v1/pieces "
+            "(kind 'head'), or, on a language model, ask /v1/generate",
+        )
     raise RequestError(
         422,
         f"no 'head' given and none is named like the {'piece' if named else 'request'} or active; give 'head', "
-        f"one of {list(catalog.heads) or 'none (load one with POST /v1/pieces)'}",
+        f"one of {list(catalog.heads)}",
     )
 
 

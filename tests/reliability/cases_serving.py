@@ -64,6 +64,12 @@ def _predict_block(block: dict[str, object]) -> Callable[[Path], Action]:
     return prepare
 
 
+def _predict_without_heads(folder: Path) -> Action:
+    """parse_predict of a request naming no head, on a model that has none (a language model's setup)."""
+    catalog = Catalog.of(af.wrap(tiny_encoder()))
+    return lambda: parse_predict({"inputs": ["x"]}, catalog, ServeConfig())
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "serve-duplicate-key",
@@ -96,5 +102,22 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("'block'", "a fuse block cannot hold a stack block", '{"stack": ["base", {"fuse": ["a", "b"]}]}'),
         _predict_block({"fuse": ["a", {"stack": ["b"]}]}),
+    ),
+    B(
+        "serve-block-average-int-beyond-float",
+        GROUP,
+        'POST /v1/predict {"block": {"average": ["a", "b"], "weights": [10**400, 1]}} (was a 500 "the forward failed": '
+        "an OverflowError parsing the request)",
+        af.ConfigError,
+        ("'block'", "give one finite number per adapter"),
+        _predict_block({"average": ["a", "b"], "weights": [10**400, 1]}),
+    ),
+    B(
+        "serve-predict-no-heads-loaded",
+        GROUP,
+        'POST /v1/predict {"inputs": ["x"]} to a server with no heads (was "give \'head\', one of none")',
+        af.ConfigError,
+        ("no heads loaded", "POST /v1/pieces", "/v1/generate"),
+        _predict_without_heads,
     ),
 )

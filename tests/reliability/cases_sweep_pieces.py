@@ -59,6 +59,16 @@ def _other_split(folder: Path) -> Action:
     return lambda: other.load_adapter(folder / "a")
 
 
+def _parallel_embeds(model: af.AdaptedModel) -> str:
+    model.activate(af.Parallel("a", "b"), head="h")
+    shape = tuple(model(inputs_embeds=torch.randn(3, 7, model.hidden_size)).logits.shape)
+    return f"Parallel over inputs_embeds gives logits {shape}"
+
+
+def _tiny_reduction(model: af.AdaptedModel) -> object:
+    return model.add_adapter("wide", af.AdapterConfig.pfeiffer(reduction_factor=1e-9))
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "name-trailing-newline",
@@ -138,5 +148,53 @@ CASES: tuple[BadInput, ...] = (
         af.IncompatibleModelError,
         ("decoder_layers=2", "decoder_layers=1", "matching encoder"),
         _other_split,
+    ),
+    B(
+        "parallel-inputs-embeds",
+        GROUP,
+        "model(inputs_embeds=...) under an active Parallel('a', 'b') (was refused: 'needs input_ids or inputs_embeds')",
+        None,
+        ("Parallel over inputs_embeds gives logits (6, 2)",),
+        _on_model(_parallel_embeds),
+    ),
+    B(
+        "average-weight-int-beyond-float",
+        GROUP,
+        "af.Average('a', 'b', weights=[10**400, 1]) (was an OverflowError: int too large to convert to float)",
+        af.ConfigError,
+        ("Average(weights=", "give one finite number per adapter"),
+        lambda folder: lambda: af.Average("a", "b", weights=[10**400, 1]),
+    ),
+    B(
+        "adapter-scaling-int-beyond-float",
+        GROUP,
+        "AdapterConfig.pfeiffer(scaling=10**400) (was an OverflowError naming no parameter)",
+        af.ConfigError,
+        ("scaling=", "is not a finite number"),
+        lambda folder: lambda: af.AdapterConfig.pfeiffer(scaling=10**400),
+    ),
+    B(
+        "head-num-labels-beyond-torch",
+        GROUP,
+        "ClassificationHead(num_labels=10**400) (was accepted, then a C++ TypeError from torch at add_head)",
+        af.ConfigError,
+        ("num_labels=", "must be at most 2147483647"),
+        lambda folder: lambda: af.ClassificationHead(num_labels=10**400),
+    ),
+    B(
+        "adapter-reduction-factor-tiny",
+        GROUP,
+        "add_adapter with reduction_factor=1e-9 (was torch's allocator failing on terabytes)",
+        af.ConfigError,
+        ("reduction_factor 1e-09", "more than 64 times the hidden size", "at least 0.015625"),
+        _on_model(_tiny_reduction),
+    ),
+    B(
+        "average-adapters-weights-cancel",
+        GROUP,
+        "model.average_adapters('soup', {'a': 1, 'b': -1}) (the message named Average(...), a block never built)",
+        af.ConfigError,
+        ("average_adapters(weights=[1, -1])", "sum to 0"),
+        _on_model(lambda model: model.average_adapters("soup", {"a": 1, "b": -1})),
     ),
 )

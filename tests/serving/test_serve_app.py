@@ -232,6 +232,7 @@ def test_pieces_are_listed_and_loaded_behind_the_api_key(model, tokenizer, tmp_p
     randomise(torch.nn.ModuleList(site.adapters["d"] for site in donor.sites_with_adapter("d")), std=0.3)
     donor.double()
     donor.save_adapter("d", tmp_path / "d")
+    donor.save_adapter("a", tmp_path / "a")  # saved as 'a', a name the server has loaded
     reference.load_adapter(tmp_path / "d", name="d2")
     config = ServeConfig(max_wait_ms=0, api_key=KEY)
     load = {"kind": "adapter", "source": str(tmp_path / "d"), "name": "d2"}
@@ -255,6 +256,7 @@ def test_pieces_are_listed_and_loaded_behind_the_api_key(model, tokenizer, tmp_p
             ({**load, "source": str(tmp_path / "missing"), "name": "d3"}, 422, "missing"),
             ({**load, "name": "a"}, 422, "'a'"),  # already loaded
             ({**load, "name": "f"}, 422, "a fusion named 'f' is loaded"),  # a JSON block could not tell them apart
+            ({"kind": "adapter", "source": str(tmp_path / "a")}, 422, "is saved as 'a', which is loaded already"),
         ]:
             refused = client.post("/v1/pieces", json=bad, headers={"X-API-Key": KEY})
             assert refused.status_code == status and words in refused.json()["error"]["message"], refused.text
@@ -320,6 +322,7 @@ def test_routing_refusals_and_piece_loads_without_json_get_the_error_body(model,
     with running(create_app(model, tokenizer)) as url, httpx.Client(base_url=url, timeout=30) as client:
         for method, path, status, words in [
             ("GET", "/v1/predict", 405, "this path takes POST"),
+            ("PUT", "/v1/pieces", 405, "this path takes GET, POST"),  # both routes of the path, not the first one's
             ("POST", "/v1/nope", 404, "the endpoints are /healthz"),
         ]:
             response = client.request(method, path)
