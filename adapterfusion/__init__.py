@@ -34,7 +34,8 @@ from adapterfusion.heads import (
     word_labels_to_tokens,
 )
 from adapterfusion.injection.architectures import ARCHITECTURES
-from adapterfusion.model import AdaptedModel, AdaptedModelOutput, wrap
+from adapterfusion.model import AdaptedModel, wrap
+from adapterfusion.outputs import AdaptedModelOutput
 from adapterfusion.parameters import ParameterReport
 from adapterfusion.pipelines import PipelineModel, pipeline
 

@@ -123,16 +123,18 @@ def check_number(
 def check_int(
     value: object, field: str, minimum: int | None = None, maximum: int | None = None, why_maximum: str = ""
 ) -> int:
-    """`value` if it is an integer (not a bool, not a float such as 2.0) of at least `minimum`; else a ConfigError
-    naming `field`, the value, its type where that is wrong, and the range."""
+    """`value` if it is an integer (not a bool, not a float such as 2.0) of at least `minimum` and at most `maximum`
+    (`why_maximum` says why, e.g. " (a torch dimension)"); else a ConfigError naming `field`, the value, its type
+    where that is wrong, and the range."""
     expected = "an integer" + (f" >= {minimum}" if minimum is not None else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected {expected}")
-    if minimum is not None and value < minimum:
+    number = int(value)
+    if minimum is not None and number < minimum:
         raise ConfigError(f"{field}={short_repr(value)} must be {expected}")
-    if maximum is not None and value > maximum:
+    if maximum is not None and number > maximum:
         raise ConfigError(f"{field}={short_repr(value)} must be at most {maximum}{why_maximum}")
-    return int(value)
+    return number
 
 
 def check_has_values(tensors: Iterable[torch.Tensor], what: str, consequence: str) -> None:

@@ -12,88 +12,42 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import torch
 from torch import nn
-from transformers.utils import ModelOutput
 
-from adapterfusion import blocks, composition, generation, routing, trainable
+from adapterfusion import (
+    blocks,
+    composition,
+    forward_runtime,
+    generation,
+    pipelines,
+    routed_forward,
+    routing,
+    trainable,
+)
 from adapterfusion._validation import check_bool, check_choice, check_layers, require_loaded
-from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
+from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoders import check_wrappable
 from adapterfusion.errors import ConfigError
 from adapterfusion.forward_inputs import check_call
-from adapterfusion.fusion.config import FusionConfig, FusionSetup, resolve_fusion_config
-from adapterfusion.fusion.layer import FusionLayer
-from adapterfusion.heads.config import HeadConfig
+from adapterfusion.fusion.config import FusionSetup
 from adapterfusion.heads.module import PredictionHead
 from adapterfusion.injection import controls as fusion_controls
 from adapterfusion.injection import inject
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
-from adapterfusion.injection.placement import adapter_modules, fused_adapters, fusion_modules
-from adapterfusion.injection.routing import ADAPTER, BLOCK, FUSION, Choice, RowRouting
-from adapterfusion.injection.runtime import ForwardRuntime, Recorder
+from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.injection.state import ActiveState, checked, with_routes
-from adapterfusion.injection.unloaded import check_wrapped
+from adapterfusion.outputs import AdaptedModelOutput, add_loss, passed_through, take_own_head_output
 from adapterfusion.piece import PIECE_KINDS, EncoderFingerprint
-from adapterfusion.pipelines import PipelineModel
 from adapterfusion.serialization import model_pieces, setup
 
-
-@dataclass
-class AdaptedModelOutput(ModelOutput):
-    """loss = task_loss + fusion_regularization while a fusion with a trainable V is trained.
-    fusion_attentions[layer]: [batch, seq, N] softmax weights of the 'output' site (else 'attention' site),
-    None for layers without fusion; every site's weights are in fusion_attentions_by_site[(layer, position)].
-    The wrapped model's other outputs pass through under their transformers names (a decoder's past_key_values, an
-    encoder-decoder's encoder_* and decoder_* states)."""
-
-    loss: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
-    last_hidden_state: torch.Tensor | None = None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
-    past_key_values: Any = None
-    encoder_last_hidden_state: torch.Tensor | None = None
-    encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
-    encoder_attentions: tuple[torch.Tensor, ...] | None = None
-    decoder_hidden_states: tuple[torch.Tensor, ...] | None = None
-    decoder_attentions: tuple[torch.Tensor, ...] | None = None
-    cross_attentions: tuple[torch.Tensor, ...] | None = None
-    task_loss: torch.Tensor | None = None
-    fusion_regularization: torch.Tensor | None = None
-    fusion_attentions: tuple[torch.Tensor | None, ...] | None = None
-    fusion_attentions_by_site: dict[tuple[int, str], torch.Tensor] | None = None
-    # A routed call whose heads give logits of different shapes: each example's logits (then `logits` is None).
-    row_logits: tuple[torch.Tensor, ...] | None = None
-
-
-_Forward = Callable[..., "AdaptedModelOutput"]
-
-# Why a recording_fusion_attentions() block refuses a routed call (forward's or generate's): a site records one
-# fusion's weights for all rows, and the rows of such a call run different pieces (or the batch once per child).
-_ROUTED_RECORDING = (
-    "recording fusion attentions records one fusion's weights for every row, which a call routing each example to "
-    "its own choice (adapter_names=, an active BatchSplit or Parallel) does not run; run the fusion's examples alone "
-    "inside recording_fusion_attentions(): `with model.activated(fusion=...): model(**batch)`"
-)
-
-# The wrapped model's outputs a forward hands on as they are (its loss and logits are decided per head).
-_PASSED_THROUGH = frozenset(AdaptedModelOutput.__dataclass_fields__) - {"loss", "logits", "row_logits"}
-
-
-def _take_own_head_output(output: AdaptedModelOutput, encoded: Mapping[str, Any]) -> None:
-    """The wrapped task model's own logits and loss into `output`, and the outputs our fields do not name under their
-    transformers names (a QA model's start_logits / end_logits, GPT2DoubleHeadsModel's mc_logits and mc_loss):
-    `output.start_logits` and `output["start_logits"]` work as on the wrapped model."""
-    output.logits, output.task_loss = encoded.get("logits"), encoded.get("loss")
-    for key, value in encoded.items():
-        if key not in AdaptedModelOutput.__dataclass_fields__ and value is not None:
-            output[key] = value
+# Which site's fusion weights output.fusion_attentions[layer] holds where a layer has several (outputs.py).
+_FIRST_SITES = ("output", "attention", "cross")
+_Forward = Callable[..., AdaptedModelOutput]
 
 
 def _explains_dtype_errors(forward: _Forward) -> _Forward:
@@ -106,7 +60,7 @@ def _explains_dtype_errors(forward: _Forward) -> _Forward:
         try:
             return forward(self, *args, **kwargs)
         except RuntimeError as err:
-            odd = self.pieces_of_other_dtype() if "dtype" in str(err) else {}
+            odd = trainable.pieces_of_other_dtype(self) if "dtype" in str(err) else {}
             if not odd:
                 raise
             listed = ", ".join(f"{piece} ({dtype})" for piece, dtype in odd.items())
@@ -145,8 +99,8 @@ class AdaptedModel(nn.Module):
         self.architecture: ArchitectureSpec = architecture_for(model)
         config: Any = model.config
         self.hidden_size = int(config.hidden_size)
-        self._runtime = ForwardRuntime()  # what forwards record and reuse, shared by every site
-        self.sites: list[AdapterSite] = inject.inject_sites(self, self._runtime)
+        self.runtime = ForwardRuntime()  # what forwards record and reuse (recording, folded fusions), every site's
+        self.sites: list[AdapterSite] = inject.inject_sites(self, self.runtime)
         self.num_layers = 1 + self.sites[-1].layer_index  # an encoder-decoder's count both stacks
         self.fingerprint = EncoderFingerprint(
             model_type=config.model_type,
@@ -158,7 +112,7 @@ class AdaptedModel(nn.Module):
         self.heads = nn.ModuleDict().train(model.training)
         self.adapter_configs: dict[str, AdapterConfig] = {}
         self.fusion_setups: dict[str, FusionSetup] = {}  # read fusion_setup(name); change with add_/delete_fusion
-        self._set_state(ActiveState())
+        self.set_state(ActiveState())
 
     def encoder_layers(self) -> nn.ModuleList:
         """The HF ModuleList of encoder layers (the architecture spec says where it is)."""
@@ -206,88 +160,22 @@ class AdaptedModel(nn.Module):
         self.require("head", name)
         return cast(PredictionHead, self.heads[name])
 
-    def sites_with_adapter(self, name: str) -> list[AdapterSite]:
-        """The sites that hold adapter `name` (its positions, without its leave_out layers), in layer order."""
-        return [site for site in self.sites if name in site.adapters]
-
-    def sites_with_fusion(self, name: str) -> list[AdapterSite]:
-        """The sites that hold a layer of fusion `name`, in layer order."""
-        return [site for site in self.sites if name in site.fusions]
-
-    def _fusion_layers(self, name: str) -> list[FusionLayer]:
-        """Fusion `name`'s attention layers, whose V the loss regularises (a ScaLearn fusion has none)."""
-        layers = [site.fusions[name] for site in self.sites_with_fusion(name)]
-        return [layer for layer in layers if isinstance(layer, FusionLayer)]
-
-    def adapter_parameters(self, name: str) -> list[nn.Parameter]:
-        """Adapter `name`'s parameters at every site (with Houlsby's own LayerNorm copies)."""
-        return [p for site in self.sites_with_adapter(name) for p in site.adapters[name].parameters()]
-
-    def fusion_parameters(self, name: str) -> list[nn.Parameter]:
-        """Fusion `name`'s parameters at every site (Q/K/V, or ScaLearn's scales), each once: ScaLearn++ shares one
-        Parameter among all its sites."""
-        found = [p for site in self.sites_with_fusion(name) for p in site.fusions[name].parameters()]
-        return list({id(p): p for p in found}.values())
-
-    def encoder_parameters(self) -> list[nn.Parameter]:
-        """The pretrained weights: everything in the HF model that is not an adapter or a fusion layer."""
-        added = {id(p) for site in self.sites for module in (site.adapters, site.fusions) for p in module.parameters()}
-        return [p for p in self.model.parameters() if id(p) not in added]
-
+    sites_with_adapter = trainable.sites_with_adapter
+    sites_with_fusion = trainable.sites_with_fusion
+    fusion_layers = trainable.fusion_layers
+    adapter_parameters = trainable.adapter_parameters
+    fusion_parameters = trainable.fusion_parameters
+    encoder_parameters = trainable.encoder_parameters
     parameter_report = trainable.parameter_report
+    pieces_of_other_dtype = trainable.pieces_of_other_dtype
 
     # ---- adding and deleting pieces (injection/inject.py) ----------------------------------------------
-    def add_adapter(
-        self, name: str, config: AdapterConfig | str | Mapping[str, Any] | None = None, overwrite: bool = False
-    ) -> AdapterConfig:
-        """Add a new adapter `name` at the sites `config` places it (a config, a preset name such as 'pfeiffer' or
-        'houlsby', a dict, or None for Pfeiffer); returns the resolved config. It is not activated."""
-        config = resolve_adapter_config(config)
-        modules = adapter_modules(self.sites, name, config, self.num_layers, self.hidden_size)
-        inject.attach_adapter(self, name, config, modules, overwrite)
-        return config
-
-    def add_fusion(
-        self,
-        name: str,
-        adapters: Sequence[str],
-        config: FusionConfig | str | Mapping[str, Any] | None = None,
-        overwrite: bool = False,
-    ) -> FusionConfig:
-        """Add a new fusion `name` over loaded `adapters` (same placement, same leave_out layers), with `config` a
-        FusionConfig, preset name ('dynamic', 'static'), dict or None ('dynamic'); returns the resolved config."""
-        config = resolve_fusion_config(config)
-        adapters = fused_adapters(name, adapters)
-        modules = fusion_modules(self.sites, name, adapters, config, self.adapter_configs, self.hidden_size)
-        inject.attach_fusion(self, name, FusionSetup(config, adapters), modules, overwrite)
-        return config
-
-    def add_head(self, name: str, config: HeadConfig, overwrite: bool = False) -> PredictionHead:
-        """Add a new prediction head `name` (e.g. af.ClassificationHead(num_labels=2)); returns its module."""
-        return inject.attach_head(self, name, inject.build_head(self, name, config, overwrite))
-
-    def delete_adapter(self, name: str) -> None:
-        """Remove adapter `name` (refused while a fusion uses it); if it was active, alone or in the active block,
-        the bare encoder runs."""
-        inject.remove_adapter(self, name)
-        if self.active_adapter == name:
-            self.activate(head=self.active_head)
-        self._set_state(self._checked(self._state))  # an active block that used it no longer runs
-
-    def delete_fusion(self, name: str) -> None:
-        """Remove fusion `name` and its mask; if it was active, alone or in the active block, the bare encoder runs."""
-        inject.remove_fusion(self, name)
-        self._set_state(fusion_controls.with_mask(self._state, name, (), None))
-        if self.active_fusion == name:
-            self.activate(head=self.active_head)
-        self._set_state(self._checked(self._state))  # an active block that used it no longer runs
-
-    def delete_head(self, name: str) -> None:
-        """Remove head `name`; if it was active, the forward returns the wrapped model's own output."""
-        self.require("head", name)
-        del self.heads[name]
-        if self.active_head == name:
-            self._set_state(dataclasses.replace(self._state, head=None))
+    add_adapter = inject.add_adapter
+    add_fusion = inject.add_fusion
+    add_head = inject.add_head
+    delete_adapter = inject.delete_adapter
+    delete_fusion = inject.delete_fusion
+    delete_head = inject.delete_head
 
     # ---- what runs (injection/state.py, injection/controls.py) -----------------------------------------
     @property
@@ -330,28 +218,26 @@ class AdaptedModel(nn.Module):
         """Choose what runs: one adapter, one fusion or a composition block in place of the adapter (af.Stack,
         af.Average, af.BatchSplit, af.Parallel: blocks.py), or none of them (the bare encoder); and a head or none.
         skip_layers: layers whose sites run as the bare encoder (AdapterDrop). Fusion masks and controls stay."""
-        self._set_state(self._activation(adapter, fusion, head, skip_layers))
+        self.set_state(self.state_for(adapter, fusion, head, skip_layers))
 
-    def _activation(
-        self, adapter: str | blocks.Block | None, fusion: str | None, head: str | None, skip_layers: Iterable[int]
+    def state_for(
+        self,
+        adapter: str | blocks.Block | None = None,
+        fusion: str | None = None,
+        head: str | None = None,
+        skip_layers: Iterable[int] = (),
     ) -> ActiveState:
-        """The current state with activate()'s choice, checked."""
+        """The state activate(...) would set (the current one with that choice), checked, without setting it."""
         if adapter is not None and fusion is not None:
             raise ConfigError("activate() takes an adapter or a fusion, not both (a fusion already runs its adapters)")
         skip = check_layers(skip_layers, "skip_layers", self.num_layers)
         block = blocks.resolve(self, adapter) if isinstance(adapter, blocks.Block) else None
+        adapter = None if isinstance(adapter, blocks.Block) else adapter
         state = dataclasses.replace(
-            self._state,
-            adapter=None if isinstance(adapter, blocks.Block) else adapter,
-            fusion=fusion,
-            head=head,
-            skip_layers=skip,
-            parallel_routes=None,
-            block=block,
+            self._state, adapter=adapter, fusion=fusion, head=head, skip_layers=skip, parallel_routes=None, block=block
         )
         return self._checked(state)
 
-    @contextlib.contextmanager
     def activated(
         self,
         adapter: str | blocks.Block | None = None,
@@ -361,56 +247,62 @@ class AdaptedModel(nn.Module):
         *,
         parallel_routes: Sequence[str] | None = None,
         parallel_split_site: str | None = None,
-    ) -> Iterator[ActiveState]:
-        """activate(...) for the `with` block only: on leaving it, also through an exception, the state before it
-        runs again (masks and fusion controls included; a piece of it deleted inside the block is left out, as
-        delete_* leave an active state). parallel_routes (composition.forward_parallel, with a
+    ) -> contextlib.AbstractContextManager[ActiveState]:
+        """activate(...) for the `with` block only (`running`). parallel_routes (composition.forward_parallel, with a
         fusion): adapters of the fusion that each run alone on their own slice of a batch repeated per route
         (at the input, or at site key `parallel_split_site`)."""
-        previous = self._state
-        state = self._activation(adapter, fusion, head, skip_layers)
+        state = self.state_for(adapter, fusion, head, skip_layers)
         if parallel_routes is not None:
             state = with_routes(state, parallel_routes, parallel_split_site)
-        self._set_state(state)
+        return self.running(state)
+
+    @contextlib.contextmanager
+    def running(self, state: ActiveState) -> Iterator[ActiveState]:
+        """Run `state` inside the block; on leaving it, also through an exception, the state before it runs again
+        (masks and fusion controls included; a piece of it deleted inside the block is left out, as delete_* leave
+        an active state)."""
+        previous = self._state
+        self.set_state(state)
         try:
             yield self._state
         finally:
-            self._set_state(self._restorable(previous))
+            self.set_state(self._restorable(previous))
 
     def _restorable(self, state: ActiveState) -> ActiveState:
-        """`state` as the pieces loaded now allow it: one whose adapter or fusion was deleted since (inside the
-        `activated` block that now ends) runs the bare encoder, one whose head was deleted the wrapped model's own
-        output, as delete_* leave an active state."""
+        """`state` without what was deleted since: a deleted adapter or fusion leaves the bare encoder, a deleted head
+        the wrapped model's own output."""
         if (state.adapter is not None and state.adapter not in self.adapter_configs) or (
             state.fusion is not None and state.fusion not in self.fusion_setups
         ):
             state = dataclasses.replace(state, adapter=None, fusion=None)
         if state.head is not None and state.head not in self.heads:
             state = dataclasses.replace(state, head=None)
-        return self._checked(state)
+        return state
 
     def _checked(self, state: ActiveState) -> ActiveState:
         fusions = {name: setup.adapters for name, setup in self.fusion_setups.items()}
         return checked(state, self.adapter_configs, fusions, list(self.heads), self.num_layers)
 
-    def _set_state(self, state: ActiveState) -> None:
-        """The one place that changes what runs: the model and every site get the same value."""
+    def set_state(self, state: ActiveState) -> None:
+        """Run `state` from now on (`model.state`, or one from state_for), checked against the loaded pieces: the
+        one place that changes what runs; the model and every site get the same value."""
+        state = self._checked(state)
         for site in self.sites:
             site.set_state(state)
         self._state = state
 
     def set_fusion_implementation(self, implementation: str) -> None:
         """'fast' (default) or 'reference' (the paper's equations computed literally, for checking)."""
-        self._set_state(fusion_controls.with_implementation(self._state, implementation))
+        self.set_state(fusion_controls.with_implementation(self._state, implementation))
 
     def set_fusion_step(self, step: int) -> None:
         """The training step that drives the fusion softmax temperature schedule, if one is configured."""
-        self._set_state(fusion_controls.with_step(self._state, step))
+        self.set_state(fusion_controls.with_step(self._state, step))
 
     def set_fusion_mask(self, fusion: str, keep: Sequence[str] | None) -> None:
         """Fuse only the adapters in `keep` (others get zero attention), or all of them with keep=None."""
         fused = self.fusion_setup(fusion).adapters
-        self._set_state(fusion_controls.with_mask(self._state, fusion, fused, keep))
+        self.set_state(fusion_controls.with_mask(self._state, fusion, fused, keep))
 
     # ---- what trains (trainable.py) ----------------------------------------------------------------
     train_adapter = trainable.train_adapter
@@ -422,48 +314,14 @@ class AdaptedModel(nn.Module):
         name = name if name is not None else self.active_fusion
         if name is not None:
             self.require("fusion", name)
-        layers = self._fusion_layers(name) if name is not None else []
+        layers = self.fusion_layers(name) if name is not None else []
         return fusion_controls.regularization(layers, next(self.model.parameters()))
 
     # ---- forward -------------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def inference_cache(self, check_values: bool = True) -> Iterator[None]:
-        """Fold each fusion's weights once and reuse them for every forward inside the block (evaluation,
-        serving, generate); saves about 3·(M + N)·d² per fusion layer and forward. Weights must not change inside:
-        it runs under torch.no_grad(). A later block reuses a site's last fold while its weights are unchanged,
-        checked by a hash of their values on the block's first use of each site (writes through `p.data` change
-        nothing else). check_values=False skips that hash, trusting the tensors' identity and version alone: for a
-        caller whose weights change only by optimizer steps, in-place operations, `.to()` or loading (the server)."""
-        check_wrapped(self.sites)
-        check_bool(check_values, "inference_cache(check_values)")
-        with self._runtime.caching(check_values, self._placement()), torch.no_grad():
-            yield
-
-    def check_cache_placement(self) -> None:
-        """Inside inference_cache(): refuse a forward after the model was cast or moved in the block."""
-        if self._runtime.is_caching:
-            self._runtime.check_placement(self._placement())
-
-    def _placement(self) -> tuple[torch.dtype, torch.device]:
-        """(dtype, device) of the embeddings, from one lookup: checked on every forward inside the cache."""
-        weight = cast(nn.Embedding, cast(Any, self.model).get_input_embeddings()).weight
-        return weight.dtype, weight.device
-
-    def recording_fusion_attentions(self, enabled: bool = True) -> contextlib.AbstractContextManager[Recorder | None]:
-        """Inside the block every fusion site records its softmax weights into the yielded dict, keyed (layer,
-        position): around model(...), model.model(...), forward_parallel or generate, whatever their own
-        output_fusion_attentions (a call's own recording fills its output and this dict alike; after several calls
-        the dict holds the last one's, during generate every position run). With enabled=False this block records
-        nothing of its own and yields None; a block around it still records. One fusion's weights per site and
-        call: a routed call (adapter_names=, BatchSplit, Parallel) and a Stack of two fusions are refused inside."""
-        check_bool(enabled, "recording_fusion_attentions(enabled)")
-        check_wrapped(self.sites)
-        return self._runtime.recording(enabled)
-
-    def recording_generation(self) -> contextlib.AbstractContextManager[None]:
-        """Inside the block a recording of fusion attentions grows by the positions of each step (generation.py)."""
-        return self._runtime.extending()
-
+    inference_cache = forward_runtime.inference_cache
+    check_cache_placement = forward_runtime.check_cache_placement
+    recording_fusion_attentions = forward_runtime.recording_fusion_attentions
+    recording_generation = forward_runtime.recording_generation
     generate = generation.generate
 
     # ---- what a transformers pipeline reads of a model (pipelines.py) ------------------------------------------
@@ -482,28 +340,7 @@ class AdaptedModel(nn.Module):
         can_generate = getattr(self.model, "can_generate", None)
         return bool(callable(can_generate) and can_generate())
 
-    def for_pipeline(
-        self, adapter: str | None = None, fusion: str | None = None, head: str | None = None, task: str | None = None
-    ) -> PipelineModel:
-        """This model with `adapter` or `fusion` and `head` fixed, as `transformers.pipeline(task, model=...)` takes
-        it (a config with the head's labels, device, can_generate); each call runs that choice and puts back what
-        was active. `task`: the pipeline task it will serve, so that a head of the wrong kind or a misspelt task is
-        refused now. af.pipeline(task, model, tokenizer, adapter=..., head=...) builds the pipeline in one call."""
-        return PipelineModel(self, adapter=adapter, fusion=fusion, head=head, skip_layers=self.skip_layers, task=task)
-
-    def pieces_of_other_dtype(self) -> dict[str, torch.dtype]:
-        """Each adapter, fusion and head ("adapter 'a'") holding a floating-point weight of another dtype than the
-        encoder's embeddings, with that dtype."""
-        pieces = [(f"adapter {name!r}", self.adapter_parameters(name)) for name in self.adapter_names]
-        pieces += [(f"fusion {name!r}", self.fusion_parameters(name)) for name in self.fusion_names]
-        pieces += [(f"head {name!r}", list(self.heads[name].parameters())) for name in self.head_names]
-        dtype = self.dtype
-        odd = {}
-        for piece, parameters in pieces:
-            other = next((p.dtype for p in parameters if p.is_floating_point() and p.dtype != dtype), None)
-            if other is not None:
-                odd[piece] = other
-        return odd
+    for_pipeline = pipelines.for_pipeline
 
     @_explains_dtype_errors
     def forward(
@@ -529,108 +366,29 @@ class AdaptedModel(nn.Module):
         if isinstance(self._state.block, blocks.Parallel):  # every example once per child: a routed call
             inputs, labels, adapter_names = routing.parallel_inputs(self._state.block, inputs, labels, adapter_names)
         if adapter_names is not None or head_names is not None or isinstance(self._state.block, blocks.BatchSplit):
-            return self._routed_forward(inputs, adapter_names, head_names, labels, output_fusion_attentions)
+            return routed_forward.routed_forward(
+                self, inputs, adapter_names, head_names, labels, output_fusion_attentions
+            )
         call = check_call(self, inputs, head_name, labels)
         with self.recording_fusion_attentions(output_fusion_attentions) as recorder:
             encoded = call.encoder(**call.inputs)
-        output = AdaptedModelOutput(**{key: value for key, value in encoded.items() if key in _PASSED_THROUGH})
+        output = passed_through(encoded)
         if head_name is None:  # the wrapped model's own output (and loss, for a task model given labels)
-            _take_own_head_output(output, encoded)
+            take_own_head_output(output, encoded)
         else:
             head = self.get_head(head_name)
             output.logits = head(encoded.last_hidden_state, call.head_mask, call.num_choices)
             output.task_loss = head.loss(output.logits, labels) if labels is not None else None
-        if output.task_loss is not None:
-            output.loss = output.task_loss
-            fusion = self.active_fusion
-            if self.training and fusion is not None and fusion_controls.value_trains(self._fusion_layers(fusion)):
-                output.fusion_regularization = self.fusion_regularization()
-                output.loss = output.loss + output.fusion_regularization
+        add_loss(self, output, [self.active_fusion] if self.active_fusion is not None else [])
         if recorder is not None:
             output.fusion_attentions_by_site = dict(recorder)
             output.fusion_attentions = tuple(
-                recorder.get((layer, "output"), recorder.get((layer, "attention"))) for layer in range(self.num_layers)
+                next((recorder[(layer, at)] for at in _FIRST_SITES if (layer, at) in recorder), None)
+                for layer in range(self.num_layers)
             )
         return output
 
-    def _routed_forward(
-        self,
-        inputs: dict[str, Any],
-        adapter_names: Sequence[Any] | None,
-        head_names: Sequence[str] | None,
-        labels: Any,
-        output_fusion_attentions: bool,
-    ) -> AdaptedModelOutput:
-        """forward() with a choice per example (routing.py): the sites run each row's choice, each head its rows."""
-        if self._runtime.is_recording:
-            raise ConfigError(_ROUTED_RECORDING)
-        routed = routing.prepare(self, inputs, adapter_names, head_names, labels, output_fusion_attentions)
-        head = routed.heads[0][0]
-        previous = self._state
-        self._set_state(self._routed_state(routed.row_choices, head, routed.device))
-        try:
-            encoded = routed.call.encoder(**routed.call.inputs)
-        finally:
-            self._set_state(previous)
-        output = AdaptedModelOutput(**{key: value for key, value in encoded.items() if key in _PASSED_THROUGH})
-        if head is None:  # no head anywhere: the wrapped model's own output, as forward() gives it
-            _take_own_head_output(output, encoded)
-        else:
-            heads = routing.apply_heads(self, routed, encoded.last_hidden_state, labels)
-            output.logits, output.row_logits, output.task_loss = heads.logits, heads.row_logits, heads.task_loss
-        if output.task_loss is not None:
-            output.loss = output.task_loss
-            trained = [name for name in routed.fusions if fusion_controls.value_trains(self._fusion_layers(name))]
-            if self.training and trained:
-                output.fusion_regularization = torch.stack([self.fusion_regularization(name) for name in trained]).sum()
-                output.loss = output.loss + output.fusion_regularization
-        return output
-
-    def _routed_state(self, row_choices: Sequence[Choice], head: str | None, device: torch.device) -> ActiveState:
-        """The state that runs row i of the encoder with row_choices[i] (routing.py; forward and generate): where
-        every row chose the same, exactly what activated(...) runs, with no routing."""
-        first = row_choices[0]
-        if len(set(row_choices)) == 1:
-            adapter, fusion = (first[1], None) if first and first[0] in (ADAPTER, BLOCK) else (None, first and first[1])
-            return self._activation(adapter, fusion, head, self.skip_layers)
-        fusions = dict.fromkeys(choice[1] for choice in row_choices if choice and choice[0] == FUSION)
-        row_routing = RowRouting(
-            choices=tuple(row_choices),
-            fused={name: self.fusion_setups[name].adapters for name in fusions},
-            masks=self._state.fusion_masks,
-            fast=self._state.fusion_implementation == "fast",
-            device=device,
-        )
-        return dataclasses.replace(self._activation(None, None, head, self.skip_layers), routing=row_routing)
-
-    @contextlib.contextmanager
-    def routing_copies(self, choices: Sequence[Choice]) -> Iterator[Callable[[int, torch.device], None]]:
-        """Inside the block, run_rows(rows, device) makes the next forwards run a batch of `rows` rows, copies of the
-        len(choices) examples in order (each repeated rows // len(choices) times, as generate repeats a prompt for
-        beams), each copy with its example's choice (generation.py); what ran before is back on exit."""
-        if self._runtime.is_recording:
-            raise ConfigError(_ROUTED_RECORDING)
-        states: dict[tuple[int, torch.device], ActiveState] = {}
-
-        def run_rows(rows: int, device: torch.device) -> None:
-            if rows % len(choices):
-                raise ConfigError(
-                    f"a forward of {rows} rows ran for {len(choices)} routed examples, which cannot be copies of "
-                    "them; per-example choices follow generate's greedy search, sampling, beam search and "
-                    "num_return_sequences, which repeat each example in place"
-                )
-            if (rows, device) not in states:
-                copies = rows // len(choices)
-                row_choices = [choice for choice in choices for _ in range(copies)]
-                states[(rows, device)] = self._routed_state(row_choices, None, device)
-            self._set_state(states[(rows, device)])
-
-        previous = self._state
-        try:
-            yield run_rows
-        finally:
-            self._set_state(previous)
-
+    routing_copies = routed_forward.routing_copies
     forward_parallel = composition.forward_parallel
     average_adapters = blocks.average_adapters
 

@@ -257,6 +257,20 @@ def _config_for(model: AdaptedModel, head: str | None) -> Any:
     return config
 
 
+def for_pipeline(
+    model: AdaptedModel,
+    adapter: str | None = None,
+    fusion: str | None = None,
+    head: str | None = None,
+    task: str | None = None,
+) -> PipelineModel:
+    """`model` with `adapter` or `fusion` and `head` fixed, as `transformers.pipeline(task, model=...)` takes it (a
+    config with the head's labels, device, can_generate); each call runs that choice and puts back what was active.
+    `task`: the pipeline task it will serve, so that a head of the wrong kind or a misspelt task is refused now.
+    af.pipeline(task, model, tokenizer, adapter=..., head=...) builds the pipeline in one call."""
+    return PipelineModel(model, adapter=adapter, fusion=fusion, head=head, skip_layers=model.skip_layers, task=task)
+
+
 def pipeline(
     task: str,
     model: AdaptedModel,
@@ -273,7 +287,7 @@ def pipeline(
             "af.pipeline needs a task (transformers infers one only from a Hub model id); pass one of "
             f"{', '.join(_TASK_READS)}"
         )
-    view = PipelineModel(model, adapter=adapter, fusion=fusion, head=head, skip_layers=model.skip_layers, task=task)
+    view = for_pipeline(model, adapter, fusion, head, task)
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
     with _quiet_model_type_check():
         return build(task, model=view, tokenizer=tokenizer, **kwargs)

@@ -1,6 +1,8 @@
 """What trains: each call freezes every parameter of an AdaptedModel, then unfreezes one piece (with its head, and the
 encoder where the setup trains it) and activates what it trains. AdaptedModel.train_adapter, train_fusion and
-train_head are these (training/setups.py picks one per setup), and parameter_report counts what trains.
+train_head are these (training/setups.py picks one per setup), and parameter_report counts what trains. Which
+parameters are whose (adapter_parameters, fusion_parameters, encoder_parameters, and the sites holding each piece)
+is worked out here too, for the model's methods of those names.
 """
 
 from __future__ import annotations
@@ -8,12 +10,63 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import torch
 from torch import nn
 
+from adapterfusion.fusion.layer import FusionLayer
+from adapterfusion.injection.site import AdapterSite
 from adapterfusion.parameters import ParameterReport, build_parameter_report
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
+
+
+def sites_with_adapter(model: AdaptedModel, name: str) -> list[AdapterSite]:
+    """The sites that hold adapter `name` (its positions, without its leave_out layers), in layer order."""
+    return [site for site in model.sites if name in site.adapters]
+
+
+def sites_with_fusion(model: AdaptedModel, name: str) -> list[AdapterSite]:
+    """The sites that hold a layer of fusion `name`, in layer order."""
+    return [site for site in model.sites if name in site.fusions]
+
+
+def fusion_layers(model: AdaptedModel, name: str) -> list[FusionLayer]:
+    """Fusion `name`'s attention layers, whose V the loss regularises (a ScaLearn fusion has none)."""
+    layers = [site.fusions[name] for site in sites_with_fusion(model, name)]
+    return [layer for layer in layers if isinstance(layer, FusionLayer)]
+
+
+def adapter_parameters(model: AdaptedModel, name: str) -> list[nn.Parameter]:
+    """Adapter `name`'s parameters at every site (with Houlsby's own LayerNorm copies)."""
+    return [p for site in sites_with_adapter(model, name) for p in site.adapters[name].parameters()]
+
+
+def fusion_parameters(model: AdaptedModel, name: str) -> list[nn.Parameter]:
+    """Fusion `name`'s parameters at every site (Q/K/V, or ScaLearn's scales), each once: ScaLearn++ shares one
+    Parameter among all its sites."""
+    found = [p for site in sites_with_fusion(model, name) for p in site.fusions[name].parameters()]
+    return list({id(p): p for p in found}.values())
+
+
+def encoder_parameters(model: AdaptedModel) -> list[nn.Parameter]:
+    """The pretrained weights: everything in the HF model that is not an adapter or a fusion layer."""
+    added = {id(p) for site in model.sites for module in (site.adapters, site.fusions) for p in module.parameters()}
+    return [p for p in model.model.parameters() if id(p) not in added]
+
+
+def pieces_of_other_dtype(model: AdaptedModel) -> dict[str, torch.dtype]:
+    """Each adapter, fusion and head ("adapter 'a'") holding a floating-point weight of another dtype than the
+    encoder's embeddings, with that dtype."""
+    pieces = [(f"adapter {name!r}", adapter_parameters(model, name)) for name in model.adapter_names]
+    pieces += [(f"fusion {name!r}", fusion_parameters(model, name)) for name in model.fusion_names]
+    pieces += [(f"head {name!r}", list(model.heads[name].parameters())) for name in model.head_names]
+    odd = {}
+    for piece, parameters in pieces:
+        other = next((p.dtype for p in parameters if p.is_floating_point() and p.dtype != model.dtype), None)
+        if other is not None:
+            odd[piece] = other
+    return odd
 
 
 def train_adapter(model: AdaptedModel, name: str, head: str | None = None, train_encoder: bool = False) -> None:

@@ -15,9 +15,9 @@ Package level: a package is adapterfusion.<x>, a sub-package or a top-level modu
 root package is its own node. The layers, lowest first (a package imports only its own layer's packages, without a
 circle, and the layers below; within a layer the order is the one given):
   1. foundations: errors, _version, run_layout, parameters -> _validation, encoder_limits, io -> defaults
-  2. components: adapters -> blocks -> heads -> fusion -> injection -> piece, encoders, forward_inputs, composition,
-     routing, pipelines, trainable, generation; tasks -> scoring; analysis (the read-only fusion attention that
-     training records)
+  2. components: adapters -> blocks -> heads -> fusion -> injection -> piece, encoders, forward_inputs,
+     forward_runtime, outputs, composition, routing, routed_forward, pipelines, trainable, generation; tasks ->
+     scoring; analysis (the read-only fusion attention that training records)
   3. formats: interop -> serialization (pieces as files, whole setups, provenance, model card)
   4. the model: model -> the root package (the public API)
   5. recipes: training
@@ -179,8 +179,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset("adapterfusion" if name == "<root>" else f"adapterfusion.{name}" for name in layer.split())
     for layer in (
         "errors _version run_layout parameters _validation encoder_limits io defaults",
-        "adapters blocks heads fusion injection piece encoders forward_inputs composition routing pipelines trainable "
-        "generation tasks scoring analysis",
+        "adapters blocks heads fusion injection piece encoders forward_inputs forward_runtime outputs composition "
+        "routing routed_forward pipelines trainable generation tasks scoring analysis",
         "interop serialization",
         "model <root>",  # <root>: adapterfusion/__init__.py, the public API
         "training",

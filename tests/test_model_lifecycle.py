@@ -43,7 +43,7 @@ def test_a_copy_made_inside_inference_cache_starts_outside_it(copier) -> None:
     with model.inference_cache():
         model(**inputs)  # the block has folded the fusion
         inside = copier(model)
-    assert not inside._runtime.is_caching
+    assert not inside.runtime.is_caching
     with torch.no_grad():
         for site in inside.sites:  # the copy's own weights change after the block
             if "f" in site.fusions:

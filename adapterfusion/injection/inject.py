@@ -1,22 +1,25 @@
 """Putting AdapterSites into an encoder and pieces into an AdaptedModel, and taking them out again (PEFT's
 BaseTuner.inject_adapter / delete_adapter). The model keeps the registries (`adapter_configs`, `fusion_setups`,
-`heads`); these functions are the only writers besides its delete_* methods, which also change what runs.
+`heads`); these functions are their only writers. AdaptedModel.add_* and delete_* are add_* and delete_* here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, cast
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
 
 from adapterfusion._validation import check_bool, check_piece_name
-from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.errors import ConfigError, PieceExistsError
-from adapterfusion.fusion.config import FusionSetup
+from adapterfusion.fusion.config import FusionConfig, FusionSetup, resolve_fusion_config
 from adapterfusion.heads.config import HeadConfig
 from adapterfusion.heads.module import PredictionHead
+from adapterfusion.injection import controls
 from adapterfusion.injection.architectures import get_submodule
+from adapterfusion.injection.placement import adapter_modules, fused_adapters, fusion_modules
 from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.injection.unloaded import UnloadedSites, check_wrapped
@@ -65,6 +68,66 @@ def unload_sites(model: AdaptedModel) -> UnloadedSites:
         parent_path, _, attribute = site.module_path.rpartition(".")
         setattr(get_submodule(base, parent_path), attribute, site.unwrap())
     return UnloadedSites()
+
+
+def add_adapter(
+    model: AdaptedModel,
+    name: str,
+    config: AdapterConfig | str | Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> AdapterConfig:
+    """Add a new adapter `name` at the sites `config` places it (a config, a preset name such as 'pfeiffer' or
+    'houlsby', a dict, or None for Pfeiffer); returns the resolved config. It is not activated."""
+    config = resolve_adapter_config(config)
+    modules = adapter_modules(model.sites, name, config, model.num_layers, model.hidden_size)
+    attach_adapter(model, name, config, modules, overwrite)
+    return config
+
+
+def add_fusion(
+    model: AdaptedModel,
+    name: str,
+    adapters: Sequence[str],
+    config: FusionConfig | str | Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> FusionConfig:
+    """Add a new fusion `name` over loaded `adapters` (same placement, same leave_out layers), with `config` a
+    FusionConfig, preset name ('dynamic', 'static'), dict or None ('dynamic'); returns the resolved config."""
+    config = resolve_fusion_config(config)
+    adapters = fused_adapters(name, adapters)
+    modules = fusion_modules(model.sites, name, adapters, config, model.adapter_configs, model.hidden_size)
+    attach_fusion(model, name, FusionSetup(config, adapters), modules, overwrite)
+    return config
+
+
+def add_head(model: AdaptedModel, name: str, config: HeadConfig, overwrite: bool = False) -> PredictionHead:
+    """Add a new prediction head `name` (e.g. af.ClassificationHead(num_labels=2)); returns its module."""
+    return attach_head(model, name, build_head(model, name, config, overwrite))
+
+
+def delete_adapter(model: AdaptedModel, name: str) -> None:
+    """Remove adapter `name` (refused while a fusion uses it); if it was active, alone or in the active block,
+    the bare encoder runs."""
+    remove_adapter(model, name)
+    if model.active_adapter == name:
+        model.activate(head=model.active_head)
+    model.set_state(model.state)  # an active block that used it no longer runs
+
+
+def delete_fusion(model: AdaptedModel, name: str) -> None:
+    """Remove fusion `name` and its mask; if it was active, alone or in the active block, the bare encoder runs."""
+    remove_fusion(model, name)
+    if model.active_fusion == name:
+        model.activate(head=model.active_head)
+    model.set_state(controls.with_mask(model.state, name, (), None))  # nor does an active block that used it
+
+
+def delete_head(model: AdaptedModel, name: str) -> None:
+    """Remove head `name`; if it was active, the forward returns the wrapped model's own output."""
+    model.require("head", name)
+    del model.heads[name]
+    if model.active_head == name:
+        model.set_state(dataclasses.replace(model.state, head=None))
 
 
 def attach_adapter(

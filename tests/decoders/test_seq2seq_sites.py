@@ -13,7 +13,7 @@ import transformers
 from torch import nn
 
 import adapterfusion as af
-from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_config, tiny_decoder_inputs
+from tiny_decoders import SEQ2SEQ_TYPES, randomise_pieces, tiny_decoder, tiny_decoder_config, tiny_decoder_inputs
 from tolerances import assert_close
 
 SEQ2SEQ = ("t5", "bart")
@@ -192,3 +192,19 @@ def test_t5_encoder_alone_is_refused_naming_what_to_load() -> None:
     encoder_only = transformers.T5EncoderModel(tiny_decoder_config("t5"))
     with pytest.raises(af.UnsupportedArchitectureError, match="T5EncoderModel, has no decoder.*AutoModelForSeq2SeqLM"):
         af.wrap(encoder_only)
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ_TYPES)
+def test_a_fusion_only_at_cross_attention_is_in_fusion_attentions(model_type: str) -> None:
+    """fusion_attentions[layer] falls back from 'output' and 'attention' to the 'cross' site: a fusion of adapters
+    placed only after cross-attention shows in the per-layer tuple, not only per site."""
+    model = af.wrap(tiny_decoder(model_type))
+    for name in ("a", "b"):
+        model.add_adapter(name, {"positions": ["cross"]})
+    model.add_fusion("f", ["a", "b"])
+    model.activate(fusion="f")
+    output = model(**tiny_decoder_inputs(model_type), output_fusion_attentions=True)
+    by_site = output.fusion_attentions_by_site
+    assert by_site and all(position == "cross" for _, position in by_site)
+    for layer, weights in enumerate(output.fusion_attentions):
+        assert weights is by_site.get((layer, "cross"))

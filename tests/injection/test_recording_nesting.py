@@ -75,7 +75,7 @@ def test_a_call_recording_its_own_inside_a_block_fills_both() -> None:
     with model.recording_fusion_attentions(enabled=False) as alone:
         output = model(**batch)
     assert alone is None and output.fusion_attentions_by_site is None
-    assert not model._runtime.is_recording
+    assert not model.runtime.is_recording
 
 
 def test_the_block_holds_the_last_call_of_several() -> None:
@@ -143,7 +143,7 @@ def test_a_stack_of_two_fusions_refuses_to_record_and_runs_unrecorded() -> None:
     for call in calls.values():
         with pytest.raises(af.ConfigError, match=r"one fusion's weights per site.*\['f', 'g'\].*activated"):
             call()
-        assert not model._runtime.is_recording
+        assert not model.runtime.is_recording
     assert torch.equal(model(**batch).logits, plain.logits)
 
 
