@@ -186,6 +186,8 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
         raise af.ConfigError("--output names the heatmap's file and --no-plot draws none; give one of them")
     source = Path(args.run_dir)
     default = (source if source.is_dir() else source.parent) / Path(FUSION_ATTENTION_FILE).with_suffix(".png")
+    if args.output is None and not args.no_plot and os.path.lexists(default):
+        _check_default_heatmap_ours(default)
     heatmap = (
         None
         if args.no_plot
@@ -215,6 +217,16 @@ RECORD_MARKERS = (
     ((SETUP_FILE,), "a saved setup"),
     ((PRUNING_FILE,), "a prune output"),
 )
+
+
+def _check_default_heatmap_ours(heatmap: Path) -> None:
+    """The default heatmap beside a fusion_attention.json is replaced only in a run folder (its config.json beside
+    it), where it is analyze-fusion's own output; elsewhere a file of that name may be the user's."""
+    if not (heatmap.parent / CONFIG_FILE).is_file():
+        raise af.ConfigError(
+            f"{str(heatmap)!r} exists, and {str(heatmap.parent)!r} is not a run folder, so it may not be ours; we "
+            "never overwrite a file you did not name: pass --output with the file to write (that path, to replace it)"
+        )
 
 
 def _record_owner(path: Path, run_dir: str) -> str | None:

@@ -25,12 +25,18 @@ REPORT_FILES = ("tables.md", "tables.json", "table1.csv", "table2.csv", "table3.
 
 def _writable_report_dir(output_dir: Path) -> Path:
     """`<output_dir>/report/`, checked before the report is built: anything but a folder this process can write in
-    there (a file, a read-only results folder) is refused (io/paths.py)."""
+    there (a file, a read-only results folder) is refused (io/paths.py). report/ is ours, each report rewrites its
+    files, unless it is a link: we make it a plain folder, so a link leads to a folder of the user's, which may hold
+    files of our names (tables.md) and is written into only while it is empty."""
+    linked = (output_dir / REPORT_DIR).is_symlink()
     return check_writable_folder(
         output_dir / REPORT_DIR,
         "the report folder",
         writes=REPORT_FILES,
-        ours=lambda folder: True,  # report/ in an experiment's output dir is ours: each run rewrites its files
+        ours=lambda folder: not linked,
+        only_ours=f"a folder we made (it is a link to {os.path.realpath(output_dir / REPORT_DIR)!r})"
+        if linked
+        else None,
         error=ExperimentError,
         fix=f"copy {output_dir} to a folder you can write to and run `adapterfusion report` on the copy",
     )

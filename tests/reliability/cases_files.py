@@ -167,6 +167,19 @@ def _json_onto_fifo(folder: Path) -> Action:
     return lambda: cli("evaluate", str(folder / "run"), "--json", str(folder / "result.json"))
 
 
+def _report_dir_linked_to_user_files(folder: Path) -> Action:
+    (folder / "mydocs").mkdir()
+    (folder / "mydocs" / "tables.md").write_text("MY THESIS TABLE\n")
+    (folder / "report").symlink_to(folder / "mydocs")
+    return lambda: cli("report", str(folder), "--no-figures")
+
+
+def _heatmap_over_user_file(folder: Path) -> Action:
+    (folder / "fusion_attention.json").write_text("{}")
+    (folder / "fusion_attention.png").write_text("my own figure\n")
+    return lambda: cli("analyze-fusion", str(folder / "fusion_attention.json"))
+
+
 def _report_dir_is_file(folder: Path) -> Action:
     a_file(folder, "report")
     return lambda: cli("report", str(folder))
@@ -419,6 +432,26 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("--json", "is a FIFO", "not a regular file"),
         _json_onto_fifo,
+        cli=True,
+    ),
+    B(
+        "report-dir-linked-to-user-files",
+        "output paths",
+        "adapterfusion report OUTDIR where OUTDIR/report is a link to the user's folder holding tables.md (was "
+        "written into, the user's tables.md replaced)",
+        ExperimentError,
+        ("/report'", "is not empty", "a folder we made", "a link to"),
+        _report_dir_linked_to_user_files,
+        cli=True,
+    ),
+    B(
+        "analyze-fusion-default-heatmap-exists",
+        "output paths",
+        "adapterfusion analyze-fusion X/fusion_attention.json beside the user's own fusion_attention.png, X not a run "
+        "folder (was replaced without a word)",
+        af.ConfigError,
+        ("fusion_attention.png' exists", "not a run folder", "--output"),
+        _heatmap_over_user_file,
         cli=True,
     ),
     B(
