@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapterfusion._validation import versioned_fields
+from adapterfusion._validation import short_repr, versioned_fields
 from adapterfusion.errors import ConfigError
 from adapterfusion.tasks.spec import suggest
 
@@ -58,12 +58,20 @@ def _positive_int(
         raise ConfigError(f"{field}={value!r} must be an integer {bound}" + (" or None" if allow_none else "") + why)
 
 
+# The optimizer's settings become float32 inside torch's Adam: a larger one fails there, after every check passed.
+_FLOAT32_MAX = 3.4e38
+
+
 def _number(value: Any, field: str, low: float, high: float | None = None, low_open: bool = False) -> None:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    try:
+        ok = ok and math.isfinite(value)
+    except OverflowError:  # an int beyond any float: 10**400
+        ok = False
     ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
     if not ok:
-        bound = f"{'>' if low_open else '>='} {low}" + (f" and <= {high}" if high is not None else "")
-        raise ConfigError(f"{field}={value!r} must be a finite number {bound}")
+        bound = f"{'>' if low_open else '>='} {low}" + (f" and <= {high:g}" if high is not None else "")
+        raise ConfigError(f"{field}={short_repr(value)} must be a finite number {bound}")
 
 
 @dataclass(frozen=True)
@@ -110,13 +118,13 @@ class TrainingConfig:
     fast_dropout: bool = True
 
     def __post_init__(self) -> None:
-        _number(self.learning_rate, "learning_rate", 0.0, low_open=True)  # 0 would train nothing and report it done
+        _number(self.learning_rate, "learning_rate", 0.0, _FLOAT32_MAX, low_open=True)  # 0 would train nothing
         _number(self.epochs, "epochs", 0.0, low_open=True)
         _positive_int(self.batch_size, "batch_size")
         _positive_int(self.eval_batch_size, "eval_batch_size", allow_none=True)
         _number(self.warmup_ratio, "warmup_ratio", 0.0, 0.99)
-        _number(self.weight_decay, "weight_decay", 0.0)
-        _number(self.adam_epsilon, "adam_epsilon", 0.0, low_open=True)
+        _number(self.weight_decay, "weight_decay", 0.0, _FLOAT32_MAX)
+        _number(self.adam_epsilon, "adam_epsilon", 0.0, _FLOAT32_MAX, low_open=True)
         _number(self.max_grad_norm, "max_grad_norm", 0.0)
         _positive_int(self.patience, "patience", allow_none=True)
         _positive_int(self.max_steps, "max_steps", allow_none=True)

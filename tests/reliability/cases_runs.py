@@ -282,6 +282,16 @@ CASES: tuple[BadInput, ...] = (
         cli=True,
     ),
     B(
+        "training-lr-beyond-float32-experiment",
+        "experiment files",
+        "training: {learning_rate: 1.0e+39} in an experiment file (passed every check, then failed inside torch's "
+        "Adam: 'value cannot be converted to type float without overflow', leaving an unfinished run folder)",
+        ExperimentSpecError,
+        ("training.learning_rate", "learning_rate=1e+39", "<= 3.4e+38"),
+        experiment(training={"learning_rate": 1.0e39}),
+        cli=True,
+    ),
+    B(
         "training-lr-zero-cli",
         "command line",
         "adapterfusion train-adapter --learning-rate 0",
