@@ -93,6 +93,17 @@ def short_repr(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
 
 
+def is_finite_number(value: object) -> bool:
+    """A real number (not a bool) that a float holds finitely: not NaN, not infinite, not an int beyond any float
+    (10**400, which math.isfinite cannot even convert)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_number(
     value: object,
     field: str,
@@ -105,12 +116,9 @@ def check_number(
     naming `field`, the value, its type where that is wrong, and what is `expected`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected {expected}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int beyond any float: 10**400
-        number = math.inf
-    if not math.isfinite(number):
+    if not is_finite_number(value):
         raise ConfigError(f"{field}={short_repr(value)} is not a finite number; expected {expected}")
+    number = float(value)
     if (
         (minimum is not None and number < minimum)
         or (above is not None and number <= above)

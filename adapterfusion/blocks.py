@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
 
 import torch
 
-from adapterfusion._validation import check_bool, check_has_values, short_repr
+from adapterfusion._validation import check_bool, check_has_values, is_finite_number, short_repr
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError, NameNotFoundError
 
@@ -238,16 +237,6 @@ def _is_leaf(value: Any) -> bool:
 MAX_AVERAGE_WEIGHT = 1e6
 
 
-def _finite(value: object) -> bool:
-    """A real number (not a bool) that a float holds finitely: not NaN, not infinite, not an int beyond any float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
 def _average_weights(
     count: int, weights: Sequence[float] | None, normalize: bool, caller: str = "Average"
 ) -> tuple[float, ...]:
@@ -261,7 +250,7 @@ def _average_weights(
         raise ConfigError(f"{caller}(weights={weights!r}): give one number per adapter, e.g. weights=[0.3, 0.7]")
     values = list(weights)
     shown = short_repr(values)
-    if len(values) != count or not all(_finite(w) for w in values):
+    if len(values) != count or not all(is_finite_number(w) for w in values):
         raise ConfigError(
             f"{caller}(weights={shown}) for {count} adapters: give one finite number per adapter, e.g. "
             f"weights={[round(1 / max(count, 1), 3)] * count}"

@@ -153,7 +153,9 @@ def _greedy_matches(
     answers = [[t for t in row if t != IGNORE_INDEX] for row in label_rows]
     limit = model_limits(model.model).max_length
     return sum(
-        _group_matches(model, [prompts[i] for i in group], [answers[i] for i in group], end_token_id, pad_token_id)
+        _group_matches(
+            model, [prompts[i] for i in group], [answers[i] for i in group], end_token_id, pad_token_id, limit
+        )
         for group in _generation_groups([len(p) for p in prompts], [len(a) for a in answers], limit)
     )
 
@@ -177,17 +179,21 @@ def _generation_groups(prompt_lengths: list[int], answer_lengths: list[int], lim
 
 
 def _group_matches(
-    model: AdaptedModel, prompts: list[torch.Tensor], answers: list[list[int]], end_token_id: int, pad_token_id: int
+    model: AdaptedModel,
+    prompts: list[torch.Tensor],
+    answers: list[list[int]],
+    end_token_id: int,
+    pad_token_id: int,
+    limit: int | None,
 ) -> int:
-    """_greedy_matches for rows that generate together; a row's answer tokens past the model's positions are a miss,
-    as truncation makes them."""
+    """_greedy_matches for rows that generate together; a row's answer tokens past the model's `limit` positions are
+    a miss, as truncation makes them."""
     width = max(len(p) for p in prompts)
     padded = prompts[0].new_full((len(prompts), width), pad_token_id)
     mask = torch.zeros_like(padded)
     for i, prompt in enumerate(prompts):
         padded[i, width - len(prompt) :] = prompt
         mask[i, width - len(prompt) :] = 1
-    limit = model_limits(model.model).max_length
     new_tokens = max(len(a) for a in answers)
     new_tokens = min(new_tokens, limit - width) if limit is not None else new_tokens
     if new_tokens < 1:

@@ -110,7 +110,7 @@ def check_generate_settings(model: Any, args: tuple[Any, ...], kwargs: dict[str,
     else the generation_config passed, its second positional argument or keyword, else the model's own); each
     one of the wrong type or outside its range is a ConfigError naming it, the value and what it must be."""
     args, kwargs = tuple(args), dict(kwargs)
-    passed = kwargs["generation_config"] if "generation_config" in kwargs else args[1] if len(args) > 1 else None
+    passed = _passed_config(args, kwargs)
     if passed is not None and not isinstance(passed, GenerationConfig):
         raise ConfigError(
             f"generate(): generation_config is a {type(passed).__name__}, not a transformers GenerationConfig; pass "
@@ -140,6 +140,16 @@ def check_generate_settings(model: Any, args: tuple[Any, ...], kwargs: dict[str,
     return GenerateSettings(args, kwargs, values)
 
 
+def _passed_config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The generation_config generate() was given: its keyword, else its second positional argument (None: none)."""
+    return kwargs["generation_config"] if "generation_config" in kwargs else args[1] if len(args) > 1 else None
+
+
+def _held(value: Any) -> Any:
+    """The Python number a numpy or torch scalar holds; any other value as it is."""
+    return value.item() if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)) else value
+
+
 def _read(name: str, kwargs: dict[str, Any], passed: Any, own: Any) -> tuple[Any, str]:
     """The value of setting `name` generate() reads, and where from (the prefix of its name in a message): a keyword
     (even None, which unsets it), else the passed generation_config's value, else the model's own (None: unset)."""
@@ -154,7 +164,7 @@ def _read(name: str, kwargs: dict[str, Any], passed: Any, own: Any) -> tuple[Any
 def _number(value: Any, field: str, setting: _Setting) -> int | float:
     """`value` as the Python number `setting` takes (a numpy or torch scalar read as the number it holds), or a
     ConfigError naming `field`."""
-    held: Any = value.item() if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)) else value
+    held = _held(value)
     if isinstance(held, bool) or not isinstance(held, numbers.Integral if setting.integer else numbers.Real):
         raise ConfigError(f"generate(): {field}={value!r} has type {type(value).__name__}; expected {setting.expected}")
     number = int(cast(Any, held)) if setting.integer else float(cast(Any, held))  # numbers' ABCs type neither
@@ -173,7 +183,7 @@ def check_token_ids(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], v
     each an integer (eos_token_id: or a list of them) in 0..vocabulary-1, else a ConfigError naming it; transformers
     would embed an id outside the vocabulary steps later (torch's IndexError) or fail on a str inside its loop. The
     model's own decoder_start_token_id, which every encoder-decoder generation embeds first, is checked too."""
-    passed = kwargs["generation_config"] if "generation_config" in kwargs else args[1] if len(args) > 1 else None
+    passed = _passed_config(args, kwargs)
     for name in _TOKEN_IDS:
         value, where = _read(name, kwargs, passed, None)
         if value is None and name == "decoder_start_token_id" and getattr(model.config, "is_encoder_decoder", False):
@@ -183,9 +193,7 @@ def check_token_ids(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], v
         many = name == "eos_token_id" and isinstance(value, (list, tuple, torch.Tensor))
         ids = list(value.tolist() if isinstance(value, torch.Tensor) else value) if many else [value]
         for token in ids:
-            held = (
-                token.item() if getattr(token, "ndim", None) == 0 and callable(getattr(token, "item", None)) else token
-            )
+            held = _held(token)
             if isinstance(held, bool) or not isinstance(held, numbers.Integral):
                 kind = "an integer token id" + (" (or a list of them)" if name == "eos_token_id" else "")
                 raise ConfigError(

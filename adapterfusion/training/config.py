@@ -16,12 +16,11 @@ warm-up (Houlsby et al. 2019), early stopping on the task's first dev metric.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapterfusion._validation import short_repr, versioned_fields
+from adapterfusion._validation import is_finite_number, short_repr, versioned_fields
 from adapterfusion.errors import ConfigError
 from adapterfusion.tasks.spec import suggest
 
@@ -63,11 +62,7 @@ _FLOAT32_MAX = 3.4e38
 
 
 def _number(value: Any, field: str, low: float, high: float | None = None, low_open: bool = False) -> None:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float))
-    try:
-        ok = ok and math.isfinite(value)
-    except OverflowError:  # an int beyond any float: 10**400
-        ok = False
+    ok = isinstance(value, (int, float)) and is_finite_number(value)
     ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
     if not ok:
         bound = f"{'>' if low_open else '>='} {low}" + (f" and <= {high:g}" if high is not None else "")
