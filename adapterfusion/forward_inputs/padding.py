@@ -10,11 +10,12 @@ call (call.py)."""
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 from torch import nn
+
+from adapterfusion.forward_inputs.keywords import accepted_keywords
 
 # The per-token inputs of an encoder-decoder head call moved with their row's tokens (inputs_embeds: [rows, seq, d]).
 _MOVED = ("input_ids", "attention_mask", "inputs_embeds")
@@ -26,7 +27,8 @@ def positions_from_mask(decoder: nn.Module, given: dict[str, Any]) -> dict[str, 
     mask = given.get("attention_mask")
     if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or "position_ids" in given:
         return given
-    if given.get("past_key_values") is not None or "position_ids" not in inspect.signature(decoder.forward).parameters:
+    takes = accepted_keywords(decoder)  # read once per class, as check_keywords reads it
+    if given.get("past_key_values") is not None or takes is None or "position_ids" not in takes:
         return given
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
     return dict(given, position_ids=positions)
