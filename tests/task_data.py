@@ -35,6 +35,16 @@ def write_jsonl(path: Path, rows: list[dict], gz: bool = False) -> Path:
     return path
 
 
+def train_and_dev(path: Path | str) -> dict[str, str]:
+    """data_files for a task trained and scored on the rows of `path`: the validation split is a copy of the same
+    name in a dev/ folder beside it (one file for both roles is refused: dev scores on the training rows)."""
+    path = Path(path)
+    dev = path.parent / "dev" / path.name
+    dev.parent.mkdir(exist_ok=True)
+    dev.write_bytes(path.read_bytes())
+    return {"train": str(path), "validation": str(dev)}
+
+
 def read_rows(path: Path) -> list[dict]:
     """Rows of a (gzip'd) JSON-lines file, for comparing loaded data with its source."""
     opener = gzip.open if path.suffix == ".gz" else open

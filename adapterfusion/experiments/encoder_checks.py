@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.defaults import DEFAULT_DECODER, default_decoder_gguf, default_encoder_path
 from adapterfusion.encoder_limits import check_max_length, encoder_config
 from adapterfusion.encoders import check_encoder, default_pooling
@@ -179,3 +180,25 @@ def check_architecture_fit(
                 f"encoder {shown} is {kind} ({model_type}); set encoder to a decoder (e.g. default-decoder, or a "
                 "Llama/GPT-2 folder), or leave the task out",
             )
+
+
+def check_bottlenecks(
+    variants: Sequence[SetupVariant], entries: Sequence[Entry], encoder: str | None, key: str
+) -> None:
+    """A reduction factor that leaves no bottleneck for the encoder's hidden size (or widens it absurdly), refused
+    from the encoder's config when the file is read, not by every job once the model is loaded."""
+    checked = _local_or_shipped(encoder)
+    if checked is None:
+        return
+    hidden = getattr(encoder_config(checked), "hidden_size", None)
+    if not isinstance(hidden, int):
+        return
+    for variant, (i, _, entry) in zip(variants, entries, strict=True):
+        rf = variant.options.get("reduction_factor")
+        if rf is None:
+            continue
+        try:
+            AdapterConfig.pfeiffer(reduction_factor=rf).bottleneck_size(hidden, 0)
+        except ConfigError as err:
+            field = "reduction_factors" if "reduction_factors" in entry else "reduction_factor"
+            raise fail(f"{key}[{i}].{field}", str(err)) from None

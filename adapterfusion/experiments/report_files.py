@@ -6,11 +6,18 @@ table3.csv), tables.json and, with matplotlib installed, the figures (experiment
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from adapterfusion.experiments.analysis_figures import write_analysis_figures
-from adapterfusion.experiments.analysis_report import analysis_tables, read_analyses, write_ablation_records
+from adapterfusion.experiments.analysis_report import (
+    SPAN_ABLATION_FILE,
+    analysis_tables,
+    read_analyses,
+    write_ablation_records,
+)
 from adapterfusion.experiments.errors import ExperimentError
 from adapterfusion.experiments.figures import write_figures
 from adapterfusion.experiments.report import Report, build_report
@@ -51,7 +58,8 @@ def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     analyses = read_analyses(output_dir, store)  # Houlsby §3.6: span ablation, init scale, adapter size
     report.tables += analysis_tables(report, analyses)
     directory.mkdir(parents=True, exist_ok=True)
-    write_ablation_records(analyses, directory)
+    before = _files_of_report(directory)
+    ablations = write_ablation_records(analyses, directory)
     if figures:
         try:
             write_figures(report, directory)
@@ -62,4 +70,32 @@ def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
         atomic_write_text(directory / f"{table.id}.csv", table.csv())
     atomic_write_json(directory / "tables.json", report.to_dict())
     atomic_write_text(directory / "tables.md", report.markdown())
+    now = _named_files(report.to_dict()) | ({ablations.name} if ablations is not None else set())
+    _remove_stale(directory, before - now)
     return report
+
+
+def _named_files(record: dict[str, Any]) -> set[str]:
+    """The files a report wrote besides tables.md and tables.json, from its tables.json record."""
+    names = {str(name) for name in record.get("figures", [])}
+    names |= {f"{table['id']}.csv" for table in record.get("tables", []) if isinstance(table, dict) and "id" in table}
+    return names | {SPAN_ABLATION_FILE}
+
+
+def _files_of_report(directory: Path) -> set[str]:
+    """What the report already in `directory` wrote, as its tables.json lists it (empty when there is none)."""
+    try:
+        record = json.loads((directory / "tables.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    return _named_files(record) if isinstance(record, dict) else set()
+
+
+def _remove_stale(directory: Path, names: set[str]) -> None:
+    """Files an earlier report wrote that this one does not (a variant's heatmap that is gone, a table no longer
+    made, figures left by a report run with figures=False): removed, so the folder shows one report. Only plain
+    files with the earlier report's own names; a name that is not a plain file name is left alone."""
+    for name in names:
+        path = directory / name
+        if Path(name).name == name and not path.is_symlink() and path.is_file():
+            path.unlink()

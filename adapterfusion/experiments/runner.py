@@ -57,6 +57,7 @@ class ExperimentSummary:
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     blocked: dict[str, str] = field(default_factory=dict)
+    warnings: dict[str, list[str]] = field(default_factory=dict)  # id -> its metrics.json warnings (jobs run now)
     counts: dict[str, int] = field(default_factory=dict)
     wall_seconds: float = 0.0
 
@@ -72,6 +73,7 @@ class ExperimentSummary:
         )
         details = [f"  failed  {i}: {e.strip().splitlines()[-1] if e.strip() else e}" for i, e in self.failed.items()]
         details += [f"  blocked {i}: {r}" for i, r in self.blocked.items()]
+        details += [f"  warning {i}: {w}" for i, found in self.warnings.items() for w in found]
         return "\n".join([line, *details])
 
 
@@ -272,6 +274,9 @@ def _schedule(
                     store.mark_done(job.id, outcome["metrics"])
                     states[job.id] = "done"
                     summary.ran.append(job.id)
+                    found = outcome["metrics"].get("warnings") or []
+                    if found:
+                        summary.warnings[job.id] = [str(w) for w in found]
                 else:
                     store.mark_failed(job.id, outcome["error"])
                     states[job.id] = "failed"

@@ -73,6 +73,7 @@ from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.analyses import ANALYSES_KEY, parse_analyses
 from adapterfusion.experiments.encoder_checks import (
     check_architecture_fit,
+    check_bottlenecks,
     check_layernorm_only,
     check_max_lengths,
     parse_encoder,
@@ -95,6 +96,7 @@ from adapterfusion.experiments.spec_checks import (
 from adapterfusion.experiments.sweep import parse_select
 from adapterfusion.experiments.task_settings import (
     check_generation_setups,
+    check_metrics_for_best,
     parse_fusion,
     parse_task_files,
     parse_task_training,
@@ -243,8 +245,23 @@ class ExperimentSpec:
         )
         data = read_document(path, ExperimentSpecError)  # UTF-8, and a key given twice is refused
         if is_record(data):  # its `source` is relative to the output dir as the runner named it, links unresolved
-            return _parse(data, Path(os.path.abspath(path)).parent, None)
+            return _check_record_place(_parse(data, Path(os.path.abspath(path)).parent, None), path)
         return _parse(data, path.resolve().parent, str(path.resolve()))
+
+
+def _check_record_place(spec: ExperimentSpec, record: Path) -> ExperimentSpec:
+    """A record is its output dir's: read from elsewhere (the folder moved or copied, or reached by its real path
+    where the experiment named it through a link) its relative paths lead to another output dir, and the runner
+    would start the experiment over there. Refused instead."""
+    here = record.resolve().parent
+    if Path(spec.output_dir).resolve() == here:
+        return spec
+    raise ExperimentSpecError(
+        f"{record} records an experiment whose output_dir leads to {spec.output_dir} (its paths are relative to "
+        f"its experiment file, {spec.source or 'none recorded'}), not to the folder it lies in ({here}): the folder "
+        "was moved or copied, or reached through another path than the experiment's (a link). Run it through the "
+        "path the experiment named, or run the experiment file; nothing was run."
+    )
 
 
 def load_spec(spec_or_path: ExperimentSpec | Mapping[str, Any] | str | os.PathLike) -> ExperimentSpec:
@@ -357,6 +374,8 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     check_generation_setups(variants, tasks, task_specs)
     check_layernorm_only(variants, entries, local_encoder, key)
     check_architecture_fit(variants, entries, tasks, local_encoder, key)
+    check_bottlenecks(variants, entries, local_encoder, key)
+    check_metrics_for_best(variants, entries, tasks, task_training, key)
     check_max_lengths(global_training, entries, task_training, local_encoder, key)
     zoo = _zoo(data.get("zoo"), base_dir)
     if zoo is not None:

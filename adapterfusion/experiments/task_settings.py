@@ -23,7 +23,7 @@ from adapterfusion.experiments.spec_checks import (
 from adapterfusion.experiments.variants import SetupVariant
 from adapterfusion.tasks.builtin import BUILTIN_TASKS
 from adapterfusion.tasks.errors import TaskError
-from adapterfusion.tasks.registry import load_task_file, register_task
+from adapterfusion.tasks.registry import get_task, load_task_file, register_task
 from adapterfusion.tasks.spec import GENERATION, TaskSpec
 from adapterfusion.training.multitask import MT_A
 from adapterfusion.training.setups import get_setup, list_setups
@@ -120,4 +120,37 @@ def check_generation_setups(
                     f"{variant.setup} trains a classification head of its own, but {clashing} are generation tasks, "
                     "which the language model's own head scores; give the entry 'tasks:' without them, or train "
                     "them with st-a and fusion-st-a",
+                )
+
+
+def check_metrics_for_best(
+    variants: Sequence[SetupVariant],
+    entries: Sequence[tuple[int, SetupVariant, Mapping[str, Any]]],
+    tasks: tuple[str, ...],
+    task_training: Mapping[str, Mapping[str, Any]],
+    key: str = "setups",
+) -> None:
+    """A metric_for_best that a task it applies to does not score, refused when the file is read (each job would
+    fail at its start, once per seed), naming where it was set: task_training, the setup entry, or training."""
+    for variant, (i, _, entry) in zip(variants, entries, strict=True):
+        for task in tasks:
+            own = task_training.get(task, {})
+            metric = own.get("metric_for_best", variant.training.get("metric_for_best"))
+            if metric is None or not variant.runs_on(task):
+                continue
+            try:
+                known = get_task(task).metrics
+            except TaskError:  # an unknown task is the tasks check's to refuse
+                continue
+            if metric not in known:
+                where = (
+                    f"task_training.{task}"
+                    if "metric_for_best" in own
+                    else f"{key}[{i}]"
+                    if "metric_for_best" in entry
+                    else "training"
+                )
+                raise fail(
+                    f"{where}.metric_for_best",
+                    f"{metric!r} is not a metric of task {task!r} (setup variant {variant.id!r}); it has {list(known)}",
                 )

@@ -28,8 +28,9 @@ from adapterfusion.experiments.spec_checks import (
 )
 from adapterfusion.experiments.sweep import SWEEP_KEY, sweep_combinations, sweep_id
 from adapterfusion.fusion.config import resolve_fusion_config
+from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.multitask import MT_A
-from adapterfusion.training.setups import get_setup, list_setups
+from adapterfusion.training.setups import check_init_std, get_setup, list_setups
 
 DEFAULT_REDUCTION_FACTOR = 16
 # MT-A trains all its tasks in one run (train_multitask: one job per seed, plan.MULTITASK_KIND), with these options;
@@ -206,6 +207,11 @@ def setup_entries(
             check_name(variant.id, "setup variant")
         except ConfigError as err:
             raise fail(f"{key}[{i}].id", str(err)) from None
+        if variant.options.get("init_std") is not None:  # a job would refuse it once the model is loaded
+            try:
+                check_init_std(variant.options["init_std"])
+            except TrainingError as err:
+                raise fail(f"{key}[{i}].init_std", str(err)) from None
     ids = [variant.id for _, variant, _ in out]
     for k, (i, variant, _) in enumerate(out):
         if variant.id in ids[:k]:

@@ -47,6 +47,7 @@ class TaskDataInfo:
     splits: tuple[SplitOrigin, ...]
     carve_out: CarveOut | None = None
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # the notes a result must carry (also in `notes`): data that trains a poor model
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for result files."""
@@ -153,12 +154,16 @@ def _local_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[
             f"task {spec.name!r}: data folder {str(task_dir)!r} does not exist; create it with "
             f"<split>{EXTENSIONS[0]} files or point data_dir/{ENV_DATA_DIR} elsewhere."
         )
-    raw = {}
+    found = {}
     for role in ROLES:
         stems = list(dict.fromkeys(s for s in (spec.split_name(role), role) if s))
         path = find_split_file(task_dir, stems)
         if path is not None:
-            raw[role] = _Raw(read_data_file(path, cache_dir), path.name.split(".")[0], str(path))
+            found[role] = path
+    _check_distinct_files(spec, found)
+    raw = {
+        role: _Raw(read_data_file(path, cache_dir), path.name.split(".")[0], str(path)) for role, path in found.items()
+    }
     if not raw:
         wanted = list(dict.fromkeys(s for r in ROLES for s in (spec.split_name(r), r) if s))  # train first
         raise TaskError(
@@ -170,7 +175,23 @@ def _local_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[
 
 def _file_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[str, _Raw]:
     """The task's own `data_files` (role -> path)."""
+    _check_distinct_files(spec, {role: Path(path) for role, path in spec.data_files})
     return {role: _Raw(read_data_file(path, cache_dir), role, str(path)) for role, path in spec.data_files}
+
+
+def _check_distinct_files(spec: TaskSpec, files: Mapping[str, Path]) -> None:
+    """One file serving two roles (train and validation, through the same name or a link) would select and score
+    on the training rows: refused rather than reported as a dev result."""
+    seen: dict[Path, str] = {}
+    for role, path in files.items():
+        key = path.resolve() if path.exists() else path.absolute()
+        if key in seen:
+            raise TaskError(
+                f"task {spec.name!r}: the {seen[key]} and {role} splits are the same file ({str(path)!r}), so "
+                f"{role} scores would be measured on the {seen[key]} rows; give a held-out {role} file, or leave "
+                f"{role} out (a missing validation split is carved from train)."
+            )
+        seen[key] = role
 
 
 _READERS = {"hub": _hub_splits, "local": _local_splits, "files": _file_splits}
@@ -310,13 +331,14 @@ def load_task_data(
         raise TaskError(f"task {spec.name!r}: no labelled split found at {location}; add a train or validation file.")
     absent = [role for role in spec.hub_splits if role not in splits]  # before the carve-out fills them in
     carve_out = _carve(splits, origins, carve_fraction, seed)
-    notes += _carve_note(spec, kind, location, carve_out, absent)
+    warned = _carve_note(spec, kind, location, carve_out, absent)
     for role in list(splits):
         limit = _limit_for(max_examples, role)
         if limit is not None:
             splits[role] = splits[role].select(subsample_indices(len(splits[role]), limit, seed, ROLES.index(role)))
             origins[role] = replace(origins[role], num_rows=len(splits[role]))
-    notes += _missing_classes(spec, splits.get("train"))
+    warned += _missing_classes(spec, splits.get("train"))
+    notes += warned
     ordered = [r for r in ROLES if r in splits]
     info = TaskDataInfo(
         task=spec.name,
@@ -326,5 +348,6 @@ def load_task_data(
         splits=tuple(origins[r] for r in ordered),
         carve_out=carve_out,
         notes=tuple(notes),
+        warnings=tuple(warned),
     )
     return TaskData(datasets.DatasetDict({r: splits[r] for r in ordered}), info)

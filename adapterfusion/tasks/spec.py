@@ -219,6 +219,11 @@ class TaskSpec:
         names = [*self.text_fields, *self.choice_fields, self.label_field]
         if not all(isinstance(n, str) and n for n in names):
             raise self._fail(f"field names must be non-empty strings, got {names}.")
+        if self.label_field in (*self.text_fields, *self.choice_fields):
+            raise self._fail(
+                f"field {self.label_field!r} is both the label field and a text field; the model would read the "
+                "answer. Name the text column(s) in text_fields (choice_fields) and the label column in label_field."
+            )
         if self.chat_template and self.kind != GENERATION:
             raise self._fail("chat_template is for kind='generation' only (it wraps a prompt); remove it.")
         if self.kind != "multiple_choice":
@@ -309,6 +314,13 @@ class TaskSpec:
             bad = [r for r in roles if r not in ROLES]
             if bad:
                 raise self._fail(f"{what} uses unknown split role(s) {bad}; use {list(ROLES)}.")
+        paths = [path for _, path in self.data_files]
+        twice = sorted({path for path in paths if paths.count(path) > 1})
+        if twice:
+            raise self._fail(
+                f"data_files names {twice} for more than one split role; each role needs its own file (scores on "
+                "the training rows are no dev result). Leave validation out to carve it from train."
+            )
 
     def _check_metrics(self) -> None:
         if self.kind in _SPAN_METRICS:

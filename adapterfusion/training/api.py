@@ -220,7 +220,7 @@ def train(
             "global_step": outcome.global_step,
             "stopped_early": outcome.stopped_early,
             "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir)),
-            "warnings": run_warnings(outcome.best_metrics, len(encoded["validation"])),
+            "warnings": [*info.warnings, *run_warnings(outcome.best_metrics, len(encoded["validation"]))],
             "parameters": {
                 "trainable": sum(p.numel() for p in plan.trainable),
                 "total": report.total,

@@ -113,6 +113,7 @@ class TaskData:
     dev_sets: list[Any]
     infos: list[dict[str, Any]]
     truncations: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)  # data that trains a poor model, "<task>: <note>"
 
     @property
     def names(self) -> list[str]:
@@ -213,6 +214,7 @@ def _load_tasks(
         data.train_sets.append(encoded["train"])
         data.dev_sets.append(encoded["validation"])
         data.infos.append(info.to_dict())
+        data.warnings += [f"{spec.name}: {warning}" for warning in info.warnings]
         data.truncations.append(truncation.to_dict())
     return data
 
@@ -371,6 +373,7 @@ def _results(
         "total_steps": plan.total_steps,
         "steps_per_epoch": plan.steps_per_epoch,
         "stopped_early": outcome.stopped_early,
+        "warnings": data.warnings,
         "parameters": {
             "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "total": report.total,

@@ -213,7 +213,7 @@ def _check_reduction_factor(value: Any) -> float:
     return float(value)
 
 
-def _check_init_std(value: Any) -> float:
+def check_init_std(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
         raise TrainingError(f"init_std={value!r} must be a positive number (the adapter's init std; default 1e-2)")
     return float(value)
@@ -247,7 +247,7 @@ def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[[AdaptedMod
         init_std = context.options.get("init_std")  # None: AdapterConfig's default (Houlsby §3.6 sweeps it)
         config = preset(
             reduction_factor=_check_reduction_factor(context.options["reduction_factor"]),
-            **({} if init_std is None else {"init_std": _check_init_std(init_std)}),
+            **({} if init_std is None else {"init_std": check_init_std(init_std)}),
         )
         model.add_adapter(name, config)
         model.train_adapter(name, head=head)

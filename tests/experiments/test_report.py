@@ -186,6 +186,23 @@ def test_pngs_are_written(written):
         assert path.parent == out / "report" and len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_report_removes_the_files_only_an_earlier_report_wrote(tmp_path):
+    """Figures of an earlier report that this one does not make (here: all of them, figures=False) go, so tables
+    and figures agree; the user's own files in report/ stay, also one with a figure's suffix."""
+    out = _fake_experiment(tmp_path / "again")
+    first = write_report(out)
+    folder = out / "report"
+    (folder / "notes.md").write_text("mine")
+    (folder / "mine.png").write_bytes(b"not ours")
+    assert first.figures and all(path.is_file() for path in first.figures)
+    second = write_report(out, figures=False)
+    assert second.figures == [] and not any(path.exists() for path in first.figures)
+    assert (folder / "notes.md").read_text() == "mine" and (folder / "mine.png").read_bytes() == b"not ours"
+    assert {p.name for p in folder.iterdir()} >= {"tables.md", "tables.json", "table1.csv", "table2.csv"}
+    third = write_report(out)
+    assert sorted(p.name for p in third.figures) == sorted(p.name for p in first.figures)
+
+
 def test_missing_cells_and_partial_means(tmp_path):
     out = _fake_experiment(
         tmp_path / "partial",

@@ -98,3 +98,30 @@ def test_own_csv_to_task_to_sweep_to_table(tmp_path, tiny_encoder_dir, capsys):
     full_share = cells[("Full fine-tuning", "params / task (%)")]["value"]
     adapter_share = cells[("Adapters", "params / task (%)")]["value"]
     assert full_share > 100 > adapter_share > 0  # fine-tuning trains the encoder and a head; adapters a few %
+
+
+def test_a_run_says_which_jobs_trained_on_data_missing_a_label(tmp_path, tiny_encoder_dir, capsys):
+    """A train split with one label only trains a constant predictor: `run` names the job and the missing label
+    (it used to be only in the run's config.json), and the report lists it under its warnings."""
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"a great film {i},positive\n" for i in range(8)))
+    _write_csv(tmp_path / "dev.csv", 8, 100)
+    task = {"name": "reviews", "kind": "single", "text_fields": ["text"], "label_names": ["negative", "positive"]}
+    task["data_files"] = {"train": "train.csv", "validation": "dev.csv"}
+    (tmp_path / "reviews.json").write_text(json.dumps(task))
+    experiment = {
+        "name": "one-label",
+        "encoder": str(tiny_encoder_dir),
+        "task_files": ["reviews.json"],
+        "tasks": ["reviews"],
+        "seeds": [1],
+        "output_dir": "results",
+        "training": {"max_steps": 1, "batch_size": 8, "max_length": 32, "patience": None},
+        "setups": ["st-a"],
+    }
+    path = tmp_path / "one-label.json"
+    path.write_text(json.dumps(experiment))
+    assert main(["run", str(path), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "warning st-a-rf16/reviews/seed-1: the train split has no example of label(s) ['negative']" in printed
+    tables = (tmp_path / "results" / "report" / "tables.md").read_text()
+    assert "has no example of label(s) ['negative']" in tables

@@ -14,7 +14,7 @@ import adapterfusion as af
 from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.tasks import instruction_task
-from catalogue import Action, BadInput, cli, experiment
+from catalogue import Action, BadInput, cli, experiment, experiment_dict
 from tiny_decoders import tiny_decoder
 
 B = BadInput
@@ -51,6 +51,19 @@ def _on(model: str, generation: bool = False, **changes) -> Callable[[Path], Act
         return experiment(encoder=str(_tiny_model(folder, model)), **extra, **changes)(folder)
 
     return prepare
+
+
+def _moved_record(folder: Path) -> Action:
+    """The record a runner writes for an experiment in `<dir>/out`, found in another folder (the output dir was
+    moved or copied): its paths lead back to `<dir>/out`, not to where it lies."""
+    from adapterfusion.experiments.runner import SPEC_FILE, experiment_record
+    from adapterfusion.experiments.spec import load_spec
+
+    spec = load_spec(experiment_dict(folder, setups=["st-a"]))
+    moved = folder / "archive" / "out"
+    moved.mkdir(parents=True)
+    (moved / SPEC_FILE).write_text(json.dumps(experiment_record(spec, Path(spec.output_dir))))
+    return lambda: cli("run", str(moved / SPEC_FILE), "--no-progress")
 
 
 CASES: tuple[BadInput, ...] = (
@@ -126,6 +139,44 @@ CASES: tuple[BadInput, ...] = (
                 "train-adapter", "--task", "rte", "--output-dir", str(folder / "runs"), "--resume", "--overwrite"
             )
         ),
+        cli=True,
+    ),
+    B(
+        "experiment-init-std-negative",
+        GROUP,
+        "setups: [{name: st-a, init_std: -1.0}] (accepted by plan, every job failed at run time)",
+        ExperimentSpecError,
+        ("setups[0].init_std", "must be a positive number"),
+        experiment(encoder=None, setups=[{"name": "st-a", "init_std": -1.0}]),
+        cli=True,
+    ),
+    B(
+        "experiment-reduction-factor-no-bottleneck",
+        GROUP,
+        "setups: [{name: st-a, reduction_factors: [100000]}] on the shipped MiniLM (hidden 384; every job failed "
+        "once the model had loaded)",
+        ExperimentSpecError,
+        ("setups[0].reduction_factors", "leaves no bottleneck for hidden size 384", "at most 384"),
+        experiment(encoder=None, setups=[{"name": "st-a", "reduction_factors": [100000]}]),
+        cli=True,
+    ),
+    B(
+        "experiment-metric-for-best-unknown",
+        GROUP,
+        "task_training: {cb: {metric_for_best: f1}} where CB scores accuracy only (each job failed at its start)",
+        ExperimentSpecError,
+        ("task_training.cb.metric_for_best", "'f1' is not a metric of task 'cb'", "['accuracy']"),
+        experiment(setups=["st-a"], task_training={"cb": {"metric_for_best": "f1"}}),
+        cli=True,
+    ),
+    B(
+        "experiment-record-moved",
+        GROUP,
+        "adapterfusion run <moved output dir>/experiment.json (started the experiment over in the folder its "
+        "relative paths led to)",
+        ExperimentSpecError,
+        ("not to the folder it lies in", "moved or copied", "nothing was run"),
+        _moved_record,
         cli=True,
     ),
 )

@@ -9,7 +9,7 @@ from unittest import mock
 
 import datasets
 
-from adapterfusion.tasks import TaskError
+from adapterfusion.tasks import TaskError, TaskSpec, load_task_data
 from catalogue import Action, BadInput, own_file
 
 B = BadInput
@@ -35,6 +35,19 @@ def _datasets_reworded(prepare: Callable[[Path], Action]) -> Callable[[Path], Ac
         return reworded
 
     return prepared
+
+
+def _own_task(**changes: object) -> TaskSpec:
+    fields: dict = {"name": "own", "kind": "single", "text_fields": ("text",), "label_names": ("neg", "pos")}
+    return TaskSpec(**{**fields, **changes})
+
+
+def _linked_dev(folder: Path) -> Action:
+    """train.csv, and dev.csv a link to it: one file for both roles under two names."""
+    (folder / "train.csv").write_text("text,label\na,pos\nb,neg\n", encoding="utf-8")
+    (folder / "dev.csv").symlink_to(folder / "train.csv")
+    files = {"train": str(folder / "train.csv"), "validation": str(folder / "dev.csv")}
+    return lambda: load_task_data(_own_task(data_files=files))
 
 
 CASES: tuple[BadInput, ...] = (
@@ -82,5 +95,30 @@ CASES: tuple[BadInput, ...] = (
         TaskError,
         ("train.csv", "has no rows", "at least one example"),
         _datasets_reworded(own_file("train.csv", "text,label\n")),
+    ),
+    B(
+        "text-field-is-label-field",
+        GROUP,
+        "task whose text_fields names its label_field (every job died inside the tokenizer)",
+        TaskError,
+        ("field 'label' is both the label field and a text field", "Name the text column"),
+        lambda folder: lambda: _own_task(text_fields=("label",)),
+    ),
+    B(
+        "data-files-one-file-twice",
+        GROUP,
+        "task whose data_files give train.csv for train and validation (dev scores were measured on the training "
+        "rows, without a word)",
+        TaskError,
+        ("data_files names", "for more than one split role", "Leave validation out"),
+        lambda folder: lambda: _own_task(data_files={"train": "train.csv", "validation": "train.csv"}),
+    ),
+    B(
+        "data-files-linked-twice",
+        GROUP,
+        "task whose validation file is a link to its train file (dev scores on the training rows)",
+        TaskError,
+        ("the train and validation splits are the same file", "give a held-out validation file"),
+        _linked_dev,
     ),
 )

@@ -169,13 +169,16 @@ def read_only(directory: Path):
 
 
 def own_file(name: str, text: str, **fields: Any) -> Callable[[Path], Action]:
-    """A user's own data file `name` holding `text`, loaded as a single-text task's train and validation split."""
+    """A user's own data file `name` holding `text`, loaded as a single-text task's train split and (a copy of the
+    same name in dev/) its validation split."""
 
     def prepare(folder: Path) -> Action:
-        path = folder / name
-        path.write_text(text, encoding="utf-8")
+        path, dev = folder / name, folder / "dev" / name
+        dev.parent.mkdir()
+        for each in (path, dev):
+            each.write_text(text, encoding="utf-8")
         spec = {"name": "own", "kind": "single", "text_fields": ["text"], "label_names": ["neg", "pos"], **fields}
-        return lambda: load_task_data(TaskSpec(**spec, data_files={"train": str(path), "validation": str(path)}))
+        return lambda: load_task_data(TaskSpec(**spec, data_files={"train": str(path), "validation": str(dev)}))
 
     return prepare
 

@@ -3,6 +3,7 @@ Ray Serve's HTTP proxy on 127.0.0.1, every answer the offline prediction of the 
 
 from __future__ import annotations
 
+import shutil
 import socket
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +47,8 @@ def test_two_replicas_answer_as_the_offline_model(tmp_path, monkeypatch):
         {"inputs": [TEXTS[i % len(TEXTS)]], **choice}
         for i, choice in enumerate([{"adapter": "a", "head": "nli"}, {"fusion": "f", "head": "a"}, {"head": "nli"}] * 4)
     ]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=tempfile.mkdtemp(prefix="afsrv"))
+    temp = tempfile.mkdtemp(prefix="afsrv")  # short: Ray's socket paths must fit in 107 characters
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         app = deployment(
@@ -62,6 +64,7 @@ def test_two_replicas_answer_as_the_offline_model(tmp_path, monkeypatch):
     finally:
         serve.shutdown()
         ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
     assert replicas == {"RUNNING": 2}
     assert refused.status_code == 422 and "'inputs' is empty" in refused.json()["error"]["message"]
     for body, response in zip(bodies, responses, strict=True):

@@ -25,6 +25,7 @@ from adapterfusion.tasks import (
 from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.training import AdapterStore, train
 from span_task_data import conll_sentences, write_conll
+from task_data import train_and_dev
 
 TAGS = get_task("conll2003").label_names
 
@@ -66,11 +67,7 @@ def test_json_lines_with_tag_names_or_hub_ids_load_alike(tmp_path, write_jsonl):
     for rows in (names, ids):
         path = write_jsonl(tmp_path / "rows.jsonl", rows)
         spec = TaskSpec.from_dict(
-            {
-                **get_task("conll2003").to_dict(),
-                "name": "mine",
-                "data_files": {"train": str(path), "validation": str(path)},
-            }
+            {**get_task("conll2003").to_dict(), "name": "mine", "data_files": train_and_dev(path)}
         )
         assert load_task_data(spec).splits["train"]["label"] == [[1, 0]]
 

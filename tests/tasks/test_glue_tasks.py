@@ -26,6 +26,7 @@ from adapterfusion.tasks import (
 )
 from adapterfusion.tasks.extra_dev import extra_dev_label, load_extra_dev_splits
 from adapterfusion.tasks.metrics import dev_metrics
+from task_data import train_and_dev
 
 
 def _slow_matthews(preds, gold) -> float:
@@ -177,7 +178,7 @@ def test_label_names_in_a_users_file_are_read_and_other_strings_listed(tmp_path)
     spec = dict(name="acceptability", kind="single", text_fields=("text",), label_names=("bad", "good"))
     good = tmp_path / "good.csv"
     good.write_text("text,label\n" + "".join(f"s{i},{('bad', 'good')[i % 2]}\n" for i in range(10)))
-    splits, _ = load_task_data(TaskSpec(**spec, data_files={"train": str(good), "validation": str(good)}))
+    splits, _ = load_task_data(TaskSpec(**spec, data_files=train_and_dev(good)))
     assert list(splits["train"]["label"]) == [i % 2 for i in range(10)]
     other = tmp_path / "other.csv"
     other.write_text("text,label\n" + "".join(f"s{i},{('no', 'yes', 'maybe')[i % 3]}\n" for i in range(10)))

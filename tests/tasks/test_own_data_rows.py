@@ -17,6 +17,7 @@ import tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from adapterfusion.tasks import TaskError, TaskSpec, encode_task, instruction_task, load_task_data
+from task_data import train_and_dev
 
 JSONL_AND_CSV = ("d.jsonl", "d.jsonl.gz", "d.csv", "d.csv.gz")
 
@@ -43,7 +44,7 @@ def _own(tmp_path: Path, name: str, text: str, **fields) -> TaskSpec:
     """A task whose train and validation file is `name`, holding `text`."""
     path = _write(tmp_path / name, text)
     options = {"name": "own", "kind": "single", "text_fields": ("text",), "label_names": ("neg", "pos"), **fields}
-    return TaskSpec(**options, data_files={"train": str(path), "validation": str(path)})
+    return TaskSpec(**options, data_files=train_and_dev(path))
 
 
 def _refused(spec: TaskSpec, match: str) -> str:
@@ -68,7 +69,7 @@ def test_a_blank_prompt_is_refused_with_its_row_and_field(tmp_path, name, prompt
     else:
         match = rf"d\.{name.split('.', 1)[1]}, row 1: the prompt in field 'prompt' is blank \('{prompt}'\)"
     path = _write(tmp_path / name, text)
-    message = _refused(instruction_task("qa", {"train": str(path), "validation": str(path)}), match)
+    message = _refused(instruction_task("qa", train_and_dev(path)), match)
     assert "write the prompt or drop the row" in message or "fill it in or drop the row" in message
 
 

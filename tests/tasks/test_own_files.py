@@ -8,6 +8,7 @@ import warnings
 import pytest
 
 from adapterfusion.tasks import TaskDataWarning, TaskError, TaskSpec, instruction_task, load_task_data
+from task_data import train_and_dev
 
 
 def _spec(tmp_path, name: str, text: str, **fields) -> TaskSpec:
@@ -15,7 +16,7 @@ def _spec(tmp_path, name: str, text: str, **fields) -> TaskSpec:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     options = {"name": "own", "kind": "single", "text_fields": ("text",), "label_names": ("neg", "pos"), **fields}
-    return TaskSpec(**options, data_files={"train": str(path), "validation": str(path)})
+    return TaskSpec(**options, data_files=train_and_dev(path))
 
 
 def test_csv_cells_are_read_as_the_text_they_hold(tmp_path) -> None:
@@ -24,7 +25,7 @@ def test_csv_cells_are_read_as_the_text_they_hold(tmp_path) -> None:
     data, _ = load_task_data(_spec(tmp_path, "d.csv", csv))
     assert data["validation"]["text"] == ["007", "NA", "null", "True"]
     (tmp_path / "qa.csv").write_text("prompt,answer\ncode?,007\nprice?,1.50\n", encoding="utf-8")
-    spec = instruction_task("qa", {"train": str(tmp_path / "qa.csv"), "validation": str(tmp_path / "qa.csv")})
+    spec = instruction_task("qa", train_and_dev(tmp_path / "qa.csv"))
     data, _ = load_task_data(spec)
     assert data["train"]["answer"] == ["007", "1.50"]
 
