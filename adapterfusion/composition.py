@@ -25,6 +25,7 @@ from torch import nn
 
 from adapterfusion.errors import ConfigError, NameNotFoundError
 from adapterfusion.forward_inputs import check_call
+from adapterfusion.forward_runtime import keep_state_in_recompute
 from adapterfusion.injection.architectures import SiteKind
 from adapterfusion.injection.site import AdapterSite, per_route
 
@@ -81,6 +82,7 @@ def forward_parallel(
     _check_routes(model, fusion, fused, heads, fusion_head)
 
     model.check_cache_placement()
+    keep_state_in_recompute(model)
     call = check_call(model, {key: value for key, value in inputs.items() if key != "labels"}, fusion_head)
     inputs, num_choices, batch = call.inputs, call.num_choices, call.rows
     routes = tuple(heads)

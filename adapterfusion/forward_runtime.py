@@ -6,7 +6,8 @@ methods of these names are these functions.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -60,6 +61,78 @@ def recording_fusion_attentions(
     return model.runtime.recording(enabled)
 
 
-def recording_generation(model: AdaptedModel) -> contextlib.AbstractContextManager[None]:
-    """Inside the block a recording of fusion attentions grows by the positions of each step (generation.py)."""
-    return model.runtime.extending()
+@contextlib.contextmanager
+def recording_generation(model: AdaptedModel, generating: nn.Module) -> Iterator[None]:
+    """Inside the block a recording of fusion attentions grows by the positions of each cached step of
+    `generating` (the transformers model whose generate() runs; generation.py): each of its forwards says where
+    it starts (its cache's length), so an uncached step, which runs every position again, replaces the recording."""
+
+    def step_start(_module: nn.Module, _args: Any, kwargs: dict[str, Any]) -> None:
+        model.runtime.starting_at(cached_length(kwargs))
+
+    handle = generating.register_forward_pre_hook(step_start, with_kwargs=True)
+    try:
+        with model.runtime.extending():
+            yield
+    finally:
+        handle.remove()
+
+
+def cached_length(kwargs: dict[str, Any]) -> int:
+    """How many positions a forward's KV cache holds before it runs (0 without one): its first token's position."""
+    cache = kwargs.get("past_key_values")
+    if cache is None:
+        return 0
+    positions = kwargs.get("cache_position")
+    if isinstance(positions, torch.Tensor) and positions.numel() > 0:
+        return int(positions.reshape(-1)[0])
+    length = getattr(cache, "get_seq_length", None)
+    return int(length()) if callable(length) else 0
+
+
+def keep_state_in_recompute(model: AdaptedModel) -> None:
+    """Under gradient checkpointing the wrapped model's layers run again in backward(), after the call that set
+    what runs has returned (a routed call, forward_parallel, an `activated` block): each checkpointing layer's
+    function is wrapped once so that its recompute runs the state its first run had, not the model's state at
+    backward time (routed rows otherwise got another adapter's gradients, silently). Training calls only."""
+    if not (model.training and torch.is_grad_enabled()):
+        return
+    for module in model.model.modules():
+        inner = getattr(module, "_gradient_checkpointing_func", None)
+        if getattr(module, "gradient_checkpointing", False) is not True or inner is None:
+            continue
+        if isinstance(inner, _ReplayingCheckpoint):
+            if inner.owner() is model:
+                continue
+            inner = inner.inner  # a copy's wrapper (deepcopy, pickle) still points at the original model
+        setattr(module, "_gradient_checkpointing_func", _ReplayingCheckpoint(model, inner))  # noqa: B010 - not a Module
+
+
+class _ReplayingCheckpoint:
+    """A layer's checkpoint function that replays, in the recompute, the model state of the forward it checkpoints."""
+
+    def __init__(self, model: AdaptedModel, inner: Callable[..., Any]) -> None:
+        self.owner: Callable[[], AdaptedModel | None] = weakref.ref(model)
+        self.inner = inner
+
+    def __call__(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        model = self.owner()
+        if model is None:
+            return self.inner(function, *args, **kwargs)
+        state = model.state
+
+        def replay(*replay_args: Any, **replay_kwargs: Any) -> Any:
+            if model.state is state:  # the first run
+                return function(*replay_args, **replay_kwargs)
+            with model.running(state):  # the recompute in backward()
+                return function(*replay_args, **replay_kwargs)
+
+        return self.inner(replay, *args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A copy is the wrapped function itself: the next training forward of the copy wraps it for the copy."""
+        return (_unwrapped, (self.inner,))
+
+
+def _unwrapped(inner: Callable[..., Any]) -> Callable[..., Any]:
+    return inner

@@ -87,7 +87,7 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
     routed = adapter_names is not None or isinstance(model.state.block, BatchSplit)
     caching = model.inference_cache() if not model.training else contextlib.nullcontext()
     routing = _routed_rows(model, wrapped, _prompts(args, kwargs), adapter_names) if routed else None
-    with caching, model.recording_generation(), routing or contextlib.nullcontext():
+    with caching, model.recording_generation(wrapped), routing or contextlib.nullcontext():
         try:
             return wrapped.generate(*args, **kwargs)
         except ValueError as error:  # transformers' refusal of settings together, e.g. 3 sequences of 2 beams

@@ -361,6 +361,7 @@ class AdaptedModel(nn.Module):
         for a batch whose examples run different pieces (routing.py); each example gets what it would alone."""
         check_bool(output_fusion_attentions, "output_fusion_attentions")  # "no" would record: a str is truthy
         self.check_cache_placement()
+        forward_runtime.keep_state_in_recompute(self)
         head_name = self.active_head
         inputs = dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask)
         if isinstance(self._state.block, blocks.Parallel):  # every example once per child: a routed call

@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 _EXAMPLE = "e.g. adapter_names=['rte', 'cb_fusion', None] for three examples"
 
 
+_DEVICE_INPUTS = (
+    "input_ids", "inputs_embeds", "decoder_input_ids", "decoder_inputs_embeds", "attention_mask"
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class RoutedCall:
     """A checked routed call: per example its choice (`choices`, one per example), per head the example rows that
@@ -44,9 +49,21 @@ class RoutedCall:
 
     @property
     def device(self) -> torch.device:
-        """Where the inputs (and so the model) are."""
-        ids = self.call.inputs.get("input_ids")
-        return (ids if ids is not None else self.call.inputs["inputs_embeds"]).device
+        """Where the inputs (and so the model) are: the first tensor among them (a cached encoder-decoder step has
+        only decoder ids and the encoder's outputs)."""
+        inputs = self.call.inputs
+        for key in _DEVICE_INPUTS:
+            if isinstance(inputs.get(key), torch.Tensor):
+                return inputs[key].device
+        encoded = inputs.get("encoder_outputs")
+        first = (
+            encoded[0]
+            if isinstance(encoded, (tuple, list)) and encoded
+            else getattr(encoded, "last_hidden_state", None)
+        )
+        if isinstance(first, torch.Tensor):
+            return first.device
+        return next(tensor.device for tensor in inputs.values() if isinstance(tensor, torch.Tensor))
 
     @property
     def row_choices(self) -> tuple[Choice, ...]:

@@ -12,7 +12,7 @@ import transformers
 from torch.overrides import TorchFunctionMode
 
 import adapterfusion as af
-from tiny_decoders import tiny_decoder, tiny_decoder_inputs
+from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_inputs
 from tiny_models import randomise, tiny_config, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
@@ -152,6 +152,26 @@ def test_decoders_route_each_example(model_type):
     out = model(**inputs, adapter_names=choices)
     for row, choice in enumerate(choices):
         assert_close(out.logits[row], _alone(model, inputs, row, choice, None).logits[0], label=f"row {row}")
+
+
+def test_an_encoder_decoder_step_on_encoder_outputs_routes_each_example():
+    """A decoder step given the encoder's outputs (no input_ids, as generate() makes it) routes each example as the
+    full forward does (it raised a KeyError looking for input_ids or inputs_embeds)."""
+    model = af.wrap(tiny_decoder("t5", dtype=torch.float64))
+    model.add_adapter("a", "pfeiffer")
+    randomise_pieces(model, 1, std=0.5)
+    model.eval()
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(5, 100, (2, 6), generator=generator)
+    decoder_ids = torch.randint(5, 100, (2, 4), generator=generator)
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, adapter_names=["a", None])
+        encoded = (full.encoder_last_hidden_state,)
+        routed = model(
+            encoder_outputs=encoded, attention_mask=mask, decoder_input_ids=decoder_ids, adapter_names=["a", None]
+        )
+    assert_close(routed.logits, full.logits, dtype=torch.float64)
 
 
 def test_heads_of_different_sizes_give_logits_per_example_and_the_mean_loss():

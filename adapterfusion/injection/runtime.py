@@ -39,6 +39,7 @@ class ForwardRuntime:
         # weights are unchanged (see `prepared`). (kind, site) -> key -> (stamp, what was made), oldest use first.
         self._kept: dict[tuple[str, str], dict[str, tuple[WeightsStamp, Any]]] = {}
         self._extending = False
+        self._step_start = 0  # inside `extending`: the position the running forward starts at (its cached length)
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (copy.deepcopy, pickle, torch.save of the model) starts outside every block with nothing kept: the
@@ -90,13 +91,20 @@ class ForwardRuntime:
 
     @contextlib.contextmanager
     def extending(self) -> Iterator[None]:
-        """Inside the block a recording grows along the positions instead of being replaced: generation's steps
-        (one new position each, with the KV cache) add up to the weights of every position the model ran."""
-        previous, self._extending = self._extending, True
+        """Inside the block a recording grows along the positions instead of being replaced: a forward that starts
+        where the recording ends (`starting_at`: a generation step on the KV cache) adds its positions; one that
+        starts at 0 (the prompt, or every step of uncached generation, which runs the whole sequence again) replaces
+        it, so the block ends with the weights of every position once, of this generate() call alone."""
+        previous = self._extending, self._step_start
+        self._extending, self._step_start = True, 0
         try:
             yield
         finally:
-            self._extending = previous
+            self._extending, self._step_start = previous
+
+    def starting_at(self, position: int) -> None:
+        """The position the next forward's first token has (the cache's length), inside `extending`."""
+        self._step_start = position
 
     @property
     def is_recording(self) -> bool:
@@ -115,8 +123,12 @@ class ForwardRuntime:
     def record(self, layer: int, position: str, weights: torch.Tensor) -> None:
         """Keep the fusion site (layer, position)'s softmax weights in every open recording block."""
         for recorder in self._recorders:
-            earlier = recorder.get((layer, position)) if self._extending else None
-            if earlier is not None and earlier.shape[:-2] == weights.shape[:-2]:
+            earlier = recorder.get((layer, position)) if self._extending and self._step_start > 0 else None
+            if (
+                earlier is not None
+                and earlier.shape[:-2] == weights.shape[:-2]
+                and earlier.shape[-2] == self._step_start
+            ):
                 recorder[(layer, position)] = torch.cat([earlier, weights], dim=-2)
             else:
                 recorder[(layer, position)] = weights

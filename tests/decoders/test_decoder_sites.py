@@ -239,6 +239,27 @@ def test_fusion_attentions_recorded_during_generation_cover_every_position_run()
         assert_close(per_site.sum(-1), torch.ones(per_site.shape[:-1], dtype=torch.float64), dtype=torch.float64)
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generations_recorded_weights_equal_one_forward_over_what_it_ran(use_cache: bool) -> None:
+    """With the cache each step adds its position; without it each step runs every position again and replaces the
+    recording. Either way the block ends with one forward's weights over the generated sequence (but the last
+    token), and a second generate() in the block replaces the first's (it used to be appended to it)."""
+    model = _generating("llama")
+    inputs = _left_padded("llama")
+    options = dict(max_new_tokens=4, do_sample=False, pad_token_id=0, use_cache=use_cache)
+    with model.recording_fusion_attentions() as weights:
+        model.generate(**{key: value[:, 1:] for key, value in inputs.items()}, **options)  # another length first
+        generated = model.generate(**inputs, **options)
+    mask = torch.cat([inputs["attention_mask"], torch.ones(2, 3, dtype=torch.long)], dim=1)
+    with model.inference_cache(), model.recording_fusion_attentions() as expected:  # the folds generate() used
+        model(input_ids=generated[:, :-1], attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
+    assert weights is not None and expected is not None and weights.keys() == expected.keys()
+    for site, per_site in weights.items():
+        real = mask.bool()  # padded positions attend to nothing, their weights are not compared
+        assert per_site.shape == expected[site].shape
+        assert_close(per_site[real], expected[site][real], dtype=torch.float64)
+
+
 def test_beam_search_and_sampling_run_with_a_fusion() -> None:
     model = _generating("qwen2")
     inputs = _left_padded("qwen2")

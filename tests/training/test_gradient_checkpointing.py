@@ -2,6 +2,7 @@
 fusions inside it), the gradients of the trained pieces are those of the plain backward, in float64 to the tight
 tolerance, with dropout on, for every supported architecture; fit() turns it on for the run and off afterwards."""
 
+import copy
 import json
 
 import pytest
@@ -11,6 +12,7 @@ import adapterfusion as af
 from adapterfusion.training import TrainingError, train
 from adapterfusion.training.callbacks import FusionStepCallback
 from adapterfusion.training.gradient_checkpointing import checkpointed_activations
+from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_inputs
 from tiny_models import TINY_CONFIGS, randomise, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
@@ -107,3 +109,71 @@ def test_a_run_with_gradient_checkpointing_equals_the_plain_run(
         runs[True].model.named_parameters(), runs[False].model.named_parameters(), strict=True
     ):
         assert_close(checkpointed, plain, label=name)
+
+
+def _routed_gradients(
+    model_type: str, reentrant: bool | None, how: str, copied: bool = False
+) -> tuple[float, dict[str, torch.Tensor]]:
+    """Loss and gradients of two adapters trained in one call, row 0 on a and row 1 on b, through `how`: the layers
+    that checkpointing recomputes in backward() must run each row's adapter again, not the model's active one."""
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    for name in ("a", "b"):
+        model.add_adapter(name, "pfeiffer")
+    randomise_pieces(model, 1, std=0.5)
+    model.train_adapter("a")
+    model.train()
+    for name, parameter in model.named_parameters():
+        if ".adapters.b." in name:
+            parameter.requires_grad_(True)
+    if reentrant is not None:
+        model.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    if copied:  # a copy of a model whose layers were wrapped: the copy's recompute replays the copy's state
+        model(**tiny_decoder_inputs(model_type, 2, 7), adapter_names=["a", "b"])
+        model = copy.deepcopy(model)
+    inputs = tiny_decoder_inputs(model_type, 2, 7)
+    labels = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
+    if how == "adapter_names":
+        output = model(**inputs, labels=labels, adapter_names=["a", "b"])
+    elif how == "batch_split":
+        with model.activated(af.BatchSplit("a", "b", batch_sizes=[1, 1])):
+            output = model(**inputs, labels=labels)
+    else:  # activated for the call only: backward() runs after the block
+        with model.activated(adapter="b"):
+            output = model(**inputs, labels=labels)
+    output.loss.backward()
+    return output.loss.item(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+@pytest.mark.parametrize(
+    ("model_type", "how"), [("llama", "adapter_names"), ("gpt2", "batch_split"), ("llama", "block")]
+)
+def test_routed_and_block_calls_recompute_with_their_own_state(model_type: str, how: str, reentrant: bool) -> None:
+    """(They gave other gradients silently with use_reentrant=True, up to 3e-2 off with adapter b's missing, and
+    torch's CheckpointError with use_reentrant=False.)"""
+    loss, expected = _routed_gradients(model_type, None, how)
+    checkpointed_loss, gradients = _routed_gradients(model_type, reentrant, how, copied=how == "block")
+    assert checkpointed_loss == pytest.approx(loss, rel=1e-12) and gradients.keys() == expected.keys()
+    for name, gradient in gradients.items():
+        assert_close(gradient, expected[name], dtype=torch.float64, label=name)
+
+
+def test_forward_parallel_recomputes_its_routes() -> None:
+    def gradients(reentrant: bool | None) -> dict[str, torch.Tensor]:
+        model = _model("bert", "fusion")
+        for name in ("a", "b"):
+            model.add_head(name, af.ClassificationHead(num_labels=2))
+        model.double()
+        if reentrant is not None:
+            model.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        torch.manual_seed(7)
+        output = model.forward_parallel("f", heads={"a": "a", "b": "b"}, fusion_head="h", **tiny_inputs(3, 7))
+        (output.fusion_logits.sum() + sum(v.sum() for v in output.adapter_logits.values())).backward()
+        return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+    expected = gradients(None)
+    for reentrant in (True, False):
+        got = gradients(reentrant)
+        assert got.keys() == expected.keys()
+        for name, gradient in got.items():
+            assert_close(gradient, expected[name], dtype=torch.float64, label=name)
