@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import nn
 
-from adapterfusion.errors import ConfigError, NameNotFoundError
+from adapterfusion.errors import ConfigError, NameNotFoundError, PieceExistsError
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_\-]+$")
 # Adapter, fusion and head names become keys of an nn.ModuleDict, which refuses a key that is one of its attributes.
@@ -247,8 +247,13 @@ def versioned_fields(data: object, cls: type, version: int, what: str) -> dict:
 
 @contextlib.contextmanager
 def naming_file(path: str | os.PathLike) -> Iterator[None]:
-    """A ConfigError raised inside names `path` first: a bad value read from a file is fixed in that file."""
+    """A ConfigError raised inside names `path` first: a bad value read from a file is fixed in that file. A name
+    already loaded is about the model, not the file, and passes as it is; the error keeps its type and attributes
+    (a subclass may take more than a message)."""
     try:
         yield
+    except PieceExistsError:
+        raise
     except ConfigError as error:
-        raise type(error)(f"{path}: {error}") from None
+        error.args = (f"{path}: {error}",)
+        raise error.with_traceback(None) from None

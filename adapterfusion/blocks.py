@@ -408,6 +408,7 @@ def average_adapters(
     cast once to the dtype and device add_adapter gives it (the encoder's, which the forward needs), so a bfloat16
     adapter's products are not rounded to bfloat16. An adapter with no values (meta) or with NaN/inf weights, or an
     average beyond the encoder's dtype, is refused before the model changes."""
+    check_bool(overwrite, "average_adapters(overwrite)")
     if isinstance(adapters, Mapping):
         if weights is not None:
             raise ConfigError("average_adapters: give weights either in the {adapter: weight} mapping or as weights=")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from adapterfusion._validation import check_bool
 from adapterfusion.errors import ConfigError, NameNotFoundError
 from adapterfusion.forward_inputs import check_call
 from adapterfusion.forward_runtime import keep_state_in_recompute
@@ -65,6 +66,8 @@ def forward_parallel(
     **inputs: Any,
 ) -> ParallelOutput:
     """See AdaptedModel.forward_parallel."""
+    check_bool(share_encoder_prefix, "forward_parallel(share_encoder_prefix)")
+    check_bool(output_fusion_attentions, "forward_parallel(output_fusion_attentions)")
     model.require("fusion", fusion)
     fused = model.fusion_setup(fusion).adapters
     if heads is not None and not isinstance(heads, Mapping):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from adapterfusion._validation import check_bool
 from adapterfusion.fusion.layer import FusionLayer
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.parameters import ParameterReport, build_parameter_report
@@ -73,6 +74,7 @@ def train_adapter(model: AdaptedModel, name: str, head: str | None = None, train
     """Freeze everything but adapter `name` (with its own LayerNorm copies, for Houlsby) and its head. The head
     defaults to the one named like the adapter, else the active head. train_encoder=True also trains the encoder
     (MT-A, Stickland & Murray 2019)."""
+    check_bool(train_encoder, "train_encoder")  # "no" would train the whole encoder: a str is truthy
     model.require("adapter", name)
     head = _default_head(model, head, name, model.active_head)
     model.activate(adapter=name, head=head, skip_layers=model.skip_layers)
@@ -92,6 +94,7 @@ def train_fusion(model: AdaptedModel, name: str, head: str | None = None) -> Non
 def train_head(model: AdaptedModel, name: str, train_encoder: bool = False) -> None:
     """The 'Head' baseline (frozen encoder) or, with train_encoder=True, full fine-tuning. Keeps the active adapter or
     fusion running but frozen."""
+    check_bool(train_encoder, "train_encoder")
     model.require("head", name)
     model.activate(adapter=model.active_adapter, fusion=model.active_fusion, head=name, skip_layers=model.skip_layers)
     _set_trainable(model, _head_parameters(model, name) + (model.encoder_parameters() if train_encoder else []))

@@ -120,3 +120,32 @@ def test_without_the_value_check_tracked_changes_are_still_seen() -> None:
     weight = next(p for name, p in model.named_parameters() if ".adapters.a." in name and p.dim() == 2)
     weight.data = weight.data * -1.0  # a new tensor: its storage differs
     _assert_cache_sees_the_weights(model, check_values=False, **inputs)
+
+
+def test_a_piece_replaced_inside_the_block_runs_its_own_weights_and_stays_active(tmp_path) -> None:
+    """load_fusion/load_adapter(..., overwrite=True) inside inference_cache(): the block ran the old fusion's folds
+    (the new one has its name), and the replaced piece had been switched off, leaving the bare encoder."""
+    other = _fused_encoder(seed=2)
+    other.save_fusion("f", tmp_path / "f")
+    other.save_adapter("a", tmp_path / "a")
+    inputs = tiny_inputs()
+
+    def outputs(replace: str, cached: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        model = _fused_encoder(seed=1).eval()
+        if replace == "adapter":  # an adapter no fusion uses, active alone
+            model.delete_fusion("f")
+            model.activate(adapter="a", head="h")
+        with model.inference_cache() if cached else torch.no_grad():
+            before = model(**inputs).logits
+            model.load_fusion(tmp_path / "f", overwrite=True) if replace == "fusion" else model.load_adapter(
+                tmp_path / "a", overwrite=True
+            )
+            after = model(**inputs).logits
+        assert (model.active_fusion, model.active_adapter)[replace == "adapter"] == replace[0]
+        return before, after
+
+    for replace in ("fusion", "adapter"):
+        before, after = outputs(replace, cached=True)
+        _, expected = outputs(replace, cached=False)
+        assert not torch.allclose(before, after)
+        torch.testing.assert_close(after, expected, rtol=0, atol=1e-12)

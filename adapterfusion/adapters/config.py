@@ -74,9 +74,14 @@ class AdapterConfig:
                 )
             normalised = {}
             for key, value in rf.items():
-                key = str(key)
-                if key != "default" and not key.isdigit():
-                    raise ConfigError(f"reduction_factor key {key!r} must be 'default' or a layer index like '3'")
+                key = str(key) if not isinstance(key, bool) else repr(key)
+                if key != "default" and not (key.isascii() and key.isdigit() and key == str(int(key))):
+                    raise ConfigError(
+                        f"reduction_factor key {key!r} must be 'default' or a layer index written like '3' (ASCII "
+                        "digits, no leading zero: the layer it names is looked up by that spelling)"
+                    )
+                if key in normalised:
+                    raise ConfigError(f"reduction_factor names layer {key!r} twice; give each layer once")
                 check_positive(value, f"reduction_factor[{key!r}]")
                 normalised[key] = float(value)
             object.__setattr__(self, "reduction_factor", normalised)

@@ -6,6 +6,7 @@ BaseTuner.inject_adapter / delete_adapter). The model keeps the registries (`ada
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -22,6 +23,7 @@ from adapterfusion.injection.architectures import get_submodule
 from adapterfusion.injection.placement import adapter_modules, fused_adapters, fusion_modules
 from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.site import AdapterSite
+from adapterfusion.injection.state import ActiveState
 from adapterfusion.injection.unloaded import UnloadedSites, check_wrapped
 
 if TYPE_CHECKING:
@@ -133,21 +135,46 @@ def delete_head(model: AdaptedModel, name: str) -> None:
 def attach_adapter(
     model: AdaptedModel, name: str, config: AdapterConfig, modules: Mapping[AdapterSite, nn.Module], overwrite: bool
 ) -> None:
-    """Register adapter `name`, built per site by placement.py, replacing one with overwrite=True."""
-    _refuse_existing(model, "adapter", name, overwrite)
+    """Register adapter `name`, built per site by placement.py, replacing one with overwrite=True (what ran keeps
+    running, the new piece in the old one's place: _keep_running)."""
+    previous = model.state
+    replaced = _refuse_existing(model, "adapter", name, overwrite)
     for site, module in modules.items():
         site.adapters[name] = module
     model.adapter_configs[name] = config
+    model.runtime.pieces_changed()
+    if replaced:
+        _keep_running(model, previous, "adapter", name)
 
 
 def attach_fusion(
     model: AdaptedModel, name: str, setup: FusionSetup, modules: Mapping[AdapterSite, nn.Module], overwrite: bool
 ) -> None:
-    """Register fusion `name`, built per site by placement.py, replacing one with overwrite=True."""
-    _refuse_existing(model, "fusion", name, overwrite)
+    """Register fusion `name`, built per site by placement.py, replacing one with overwrite=True (what ran keeps
+    running: _keep_running)."""
+    previous = model.state
+    replaced = _refuse_existing(model, "fusion", name, overwrite)
     for site, module in modules.items():
         site.fusions[name] = module
     model.fusion_setups[name] = setup
+    model.runtime.pieces_changed()
+    if replaced:
+        _keep_running(model, previous, "fusion", name)
+
+
+def _keep_running(model: AdaptedModel, previous: ActiveState, kind: str, name: str) -> None:
+    """After a piece was replaced under its name (overwrite=True), the state that ran before runs again, the new
+    piece where the old one was, as a replaced head stays active: deleting the old one had fallen back to the bare
+    model, silently. A state the new piece does not fit (a fusion mask over other adapters) stays off, with a
+    warning that says so."""
+    try:
+        model.set_state(previous)
+    except ConfigError as error:
+        warnings.warn(
+            f"the {kind} {name!r} was replaced, and what ran before cannot run with the new one ({error}); "
+            "nothing is active now: activate what should run",
+            stacklevel=4,
+        )
 
 
 def build_head(model: AdaptedModel, name: str, config: HeadConfig, overwrite: bool) -> PredictionHead:
@@ -200,6 +227,7 @@ def remove_adapter(model: AdaptedModel, name: str) -> None:
     for site in model.sites_with_adapter(name):
         del site.adapters[name]
     del model.adapter_configs[name]
+    model.runtime.pieces_changed()
 
 
 def remove_fusion(model: AdaptedModel, name: str) -> None:
@@ -208,10 +236,11 @@ def remove_fusion(model: AdaptedModel, name: str) -> None:
     for site in model.sites_with_fusion(name):
         del site.fusions[name]
     del model.fusion_setups[name]
+    model.runtime.pieces_changed()
 
 
-def _refuse_existing(model: AdaptedModel, kind: str, name: str, overwrite: bool) -> None:
-    """Refuse a name already loaded, or with overwrite=True delete the loaded piece (model.delete_*)."""
+def _refuse_existing(model: AdaptedModel, kind: str, name: str, overwrite: bool) -> bool:
+    """Refuse a name already loaded, or with overwrite=True delete the loaded piece (model.delete_*): True then."""
     if name in (model.adapter_configs if kind == "adapter" else model.fusion_setups):
         if not check_bool(overwrite, "overwrite"):
             article = "an" if kind == "adapter" else "a"
@@ -225,3 +254,5 @@ def _refuse_existing(model: AdaptedModel, kind: str, name: str, overwrite: bool)
             )
             raise PieceExistsError(f"{article} {kind} named {name!r} already exists; {fix}", name)
         (model.delete_adapter if kind == "adapter" else model.delete_fusion)(name)
+        return True
+    return False

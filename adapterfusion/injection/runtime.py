@@ -77,6 +77,14 @@ class ForwardRuntime:
         finally:
             self._folded, self._check_values, self._placement = previous
 
+    def pieces_changed(self) -> None:
+        """An adapter or fusion was added, replaced or removed: inside a caching block, what the block prepared so
+        far is dropped (a new block object, so sites make their lanes again), since a replaced piece keeps its name
+        and would otherwise run the old one's folds. Folds kept between blocks are checked by their weights'
+        stamps, which a new module's tensors do not match."""
+        if self._folded is not None:
+            self._folded = {}
+
     def check_placement(self, placement: tuple[torch.dtype, torch.device]) -> None:
         """Refuse a forward inside a caching block after the model was cast or moved (`model.to(...)` inside it):
         the folds and lanes the block made are of the old dtype and device, and would fail deep in torch (or, cast

@@ -239,6 +239,11 @@ def _carve(splits: dict[str, Any], origins: dict[str, SplitOrigin], fraction: fl
 def check_data_dir(data_dir: str | os.PathLike | None) -> None:
     """A data folder that is given must be a folder: said before any run folder is written, and in those words
     rather than as '<file>/<task> does not exist'."""
+    if data_dir is not None and not os.fspath(data_dir):  # Path('') is the working folder
+        raise TaskError(
+            f"data_dir='' is not a path; give the folder that holds <task>/<split>{EXTENSIONS[0]} files, or leave "
+            f"data_dir out (None: the task's own files, ${ENV_DATA_DIR}, or the Hub)."
+        )
     if data_dir is None or Path(data_dir).is_dir():
         return
     found = describe(data_dir)

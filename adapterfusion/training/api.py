@@ -134,8 +134,8 @@ def train(
         if plan.fused_adapters:  # exactly which stored adapters this fusion is trained on (rebuild_run checks them)
             run_config["fused_adapters"] = plan.fused_adapters
         resume_from = resume_point(run_dir, run_config) if resume else None
-        if overwrite:  # the earlier run's end marker goes now: a crash from here on must not leave it looking finished
-            run.metrics_path.unlink(missing_ok=True)
+        if overwrite:
+            run.start_over()
         run.write_config(run_config)
 
         if (

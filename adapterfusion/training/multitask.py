@@ -533,8 +533,8 @@ def train_multitask(
         plan = _step_plan(data.sizes, config, seed, schedule)
         run_config = _run_config(data, run, adapter, heads_pooling, schedule, plan, metrics, config)
         resume_from = resume_point(run_dir, run_config, MT_A_RESUME_KEYS) if resume else None
-        if overwrite:  # the earlier run's end marker goes now: a crash from here on must not leave it looking finished
-            run.metrics_path.unlink(missing_ok=True)
+        if overwrite:
+            run.start_over()
         run.write_config(run_config)
 
         loop_data = _loop_data(model, names, data, plan, metrics, TaskCollator(tokenizer), config)

@@ -222,6 +222,18 @@ class Run(RunFolder):
     def source(self) -> Encoder:
         return self.resolved or resolve_encoder(self.encoder, reach_hub=False)
 
+    def start_over(self) -> None:
+        """For overwrite=True, before the new config.json: the earlier run's end marker goes (a crash from here on
+        must not leave it looking finished), and so do its checkpoints (a later resume=True would continue the
+        earlier run's weights under the new run's settings)."""
+        if self.writes:
+            self.metrics_path.unlink(missing_ok=True)
+            checkpoints = self.run_dir / "checkpoints"
+            if checkpoints.is_dir() and not checkpoints.is_symlink():
+                shutil.rmtree(checkpoints)
+            elif os.path.lexists(checkpoints):
+                checkpoints.unlink()
+
     def write_config(self, settings: Mapping[str, Any]) -> None:
         """config.json: the format version, `settings` and the provenance."""
         if self.writes:

@@ -53,6 +53,12 @@ def _saved(kind: str, edit: Callable[[dict], None] | None = None, **load: Any) -
     return prepare
 
 
+def _loaded_twice() -> Action:
+    model = af.wrap(AutoModel.from_pretrained(HUB / "base_model"))
+    model.load_adapter(HUB / "adapters" / "pf")
+    return lambda: model.load_adapter(HUB / "adapters" / "pf")
+
+
 def _nul_paths(folder: Path) -> None:
     """Saving and loading through paths with a NUL in them: each must be the library's own error naming the NUL
     (the first two are checked here, the last one's error is the case's)."""
@@ -634,5 +640,62 @@ CASES: tuple[BadInput, ...] = (
         af.AdapterFusionError,
         ("NUL character",),
         lambda folder: lambda: _nul_paths(folder),
+    ),
+    B(
+        "train-encoder-string",
+        "model calls",
+        "model.train_adapter('a', train_encoder='no') (a str is truthy: the whole encoder was unfrozen)",
+        af.ConfigError,
+        ("train_encoder='no'", "expected true or false"),
+        lambda folder: lambda: _model(fused=True).train_adapter("a", train_encoder="no"),
+    ),
+    B(
+        "average-adapters-overwrite-string",
+        "model calls",
+        "model.average_adapters('c', ['a', 'b'], overwrite='no') (accepted)",
+        af.ConfigError,
+        ("average_adapters(overwrite)='no'", "expected true or false"),
+        lambda folder: lambda: _model(fused=True).average_adapters("c", ["a", "b"], overwrite="no"),
+    ),
+    B(
+        "forward-parallel-share-prefix-string",
+        "model calls",
+        "model.forward_parallel('f', share_encoder_prefix='no', ...) (accepted as True)",
+        af.ConfigError,
+        ("forward_parallel(share_encoder_prefix)='no'", "expected true or false"),
+        lambda folder: (
+            lambda: _model(fused=True).forward_parallel(
+                "f",
+                heads={"a": "h", "b": "h"},
+                fusion_head="h",
+                share_encoder_prefix="no",
+                input_ids=torch.ones(1, 4, dtype=torch.long),
+            )
+        ),
+    ),
+    B(
+        "reduction-factor-key-leading-zero",
+        "model calls",
+        "AdapterConfig(reduction_factor={'default': 16, '01': 4}) (passed the layer check, never applied: layer 1 "
+        "got the default bottleneck)",
+        af.ConfigError,
+        ("reduction_factor key '01'", "no leading zero"),
+        lambda folder: lambda: af.AdapterConfig.pfeiffer(reduction_factor={"default": 16, "01": 4}),
+    ),
+    B(
+        "reduction-factor-layer-twice",
+        "model calls",
+        "AdapterConfig(reduction_factor={'default': 16, 1: 4, '1': 8}) (the last one won silently)",
+        af.ConfigError,
+        ("names layer '1' twice",),
+        lambda folder: lambda: af.AdapterConfig.pfeiffer(reduction_factor={"default": 16, 1: 4, "1": 8}),
+    ),
+    B(
+        "adapterhub-adapter-loaded-twice",
+        "saved pieces",
+        "the same AdapterHub adapter folder loaded twice (TypeError: PieceExistsError.__init__() missing 'name')",
+        af.PieceExistsError,
+        ("an adapter named", "already exists", "overwrite=True"),
+        lambda folder: _loaded_twice(),
     ),
 )

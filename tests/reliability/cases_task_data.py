@@ -121,4 +121,13 @@ CASES: tuple[BadInput, ...] = (
         ("the train and validation splits are the same file", "give a held-out validation file"),
         _linked_dev,
     ),
+    B(
+        "data-dir-empty",
+        GROUP,
+        "load_task_data('rte', data_dir='') (read the working folder's rte/, or said \"data folder 'rte' does not "
+        'exist")',
+        TaskError,
+        ("data_dir='' is not a path", "leave data_dir out"),
+        lambda folder: lambda: load_task_data("rte", ""),
+    ),
 )

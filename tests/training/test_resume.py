@@ -186,6 +186,41 @@ def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_di
         run(resume=True, learning_rate=1e-3)
 
 
+def test_overwrite_starts_over_without_the_earlier_runs_checkpoints(
+    tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
+):
+    """overwrite=True killed before its first checkpoint, then resume=True: it used to continue from the earlier
+    run's checkpoint (other settings) and record the result as the new run's."""
+    run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
+    with monkeypatch.context() as patch:
+        _kill_after_saving(STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            run()
+    checkpoints = tmp_path / "rte" / "st-a" / "seed-3" / "checkpoints"
+    assert any(checkpoints.iterdir())
+
+    def killed_in_step(self, args, state, control, **kwargs):
+        raise Killed("killed in the first step")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FusionStepCallback, "on_step_end", killed_in_step, raising=False)
+        with pytest.raises(Killed):
+            train(
+                "rte",
+                "st-a",
+                seed=3,
+                encoder=tiny_encoder_dir,
+                data_dir=demo_data_dir,
+                output_dir=tmp_path,
+                training_config={**SETTINGS, "learning_rate": 1e-4},
+                max_examples=SLICE,
+                overwrite=True,
+            )
+    assert not checkpoints.exists() or not any(checkpoints.iterdir())  # the new run's own, none saved yet
+    resumed = run(resume=True, learning_rate=1e-4, max_steps=2)
+    assert json.loads(resumed.metrics_path.read_text())["resumed_from"] is None
+
+
 def test_resume_accepts_a_run_saved_before_a_training_setting_existed(
     tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
 ):
