@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from adapterfusion._validation import check_has_values, naming_file
+from adapterfusion._validation import check_bool, check_has_values, naming_file, short_repr
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError, SerializationError, UnsupportedArchitectureError
@@ -64,6 +64,7 @@ def load_adapterhub(
     """Load an AdapterHub adapter, fusion or head folder into `model`; returns the name it is loaded under. `labels`
     (heads only) are the label names the head must have been trained for."""
     require_wrapped(model, "load_adapterhub")
+    check_bool(overwrite, "overwrite")
     piece = piece_from_adapterhub(directory, kind, model.layout())
     return model.install_piece(piece.renamed(name), overwrite, labels)
 
@@ -74,6 +75,7 @@ def export_adapterhub(
     """Write adapter, fusion or head `name` of `model` as AdapterHub's `adapters` 1.3.0 saves it, so that
     `adapters`' load_adapter / load_adapter_fusion / load_head reads it (safetensors unless told otherwise)."""
     require_wrapped(model, "export_adapterhub")
+    check_bool(use_safetensors, "use_safetensors")
     if kind not in _WRITERS:
         raise ConfigError(f"kind={kind!r} is not exportable; choose one of {', '.join(_WRITERS)}")
     return piece_to_adapterhub(model.export_piece(kind, name), directory, model.layout(), use_safetensors)
@@ -122,7 +124,7 @@ def _adapter_param(
         twin = all_tensors.get(param_key(site, f"adapter_norm_before.{leaf}"))
         if twin is None:
             return param_key(site, f"ln_before.{leaf}"), value
-        if not torch.equal(twin, value):
+        if not _same_bits(twin, value):
             raise SerializationError(f"{directory}: {key} differs from adapter_norm_before.{leaf}, which it must equal")
         return None, value
     if module in _ADAPTER_PARAMS:
@@ -130,11 +132,22 @@ def _adapter_param(
     raise SerializationError(f"{directory}: unexpected AdapterHub adapter weight {key!r} (parameter {module!r})")
 
 
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same values bit for bit, whatever their dtype (torch.equal computes nothing in
+    float8, whose weights check_weights refuses later with a message of its own)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+
+
 def _read_fusion(layout: EncoderLayout, directory: Path, document: dict[str, Any]) -> Piece:
     _require_adapterhub_sites(layout)
     adapters = document.get("adapter_names")
-    if not isinstance(adapters, list) or not adapters:
-        raise SerializationError(f"{directory}: adapter_fusion_config.json has no 'adapter_names' list")
+    if not isinstance(adapters, list) or not adapters or not all(isinstance(a, str) for a in adapters):
+        raise SerializationError(
+            f"{directory}: adapter_fusion_config.json has no 'adapter_names' list of adapter names (it holds "
+            f'{short_repr(adapters)}); expected a non-empty list of strings, e.g. ["a", "b"]'
+        )
     model_type = layout.fingerprint.model_type
     attention_dropout = adapterhub_config_value(layout.config, model_type, "attention_probs_dropout_prob") or 0.0
     config = fusion_config_from_adapterhub(document["config"], attention_dropout)
@@ -198,6 +211,7 @@ def piece_to_adapterhub(
     piece: Piece, directory: str | Path, layout: EncoderLayout, use_safetensors: bool = True
 ) -> Path:
     """Write `piece` (from the encoder `layout` describes) as AdapterHub's `adapters` 1.3.0 saves it."""
+    check_bool(use_safetensors, "use_safetensors")
     if piece.kind != "head":
         _require_adapterhub_sites(layout)
     check_has_values(piece.tensors.values(), f"{piece.kind} {piece.name!r} has weights", "there is nothing to export")

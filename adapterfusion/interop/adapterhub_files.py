@@ -22,9 +22,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
+from adapterfusion._validation import check_bool
 from adapterfusion.errors import SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_files, json_text
-from adapterfusion.io.documents import read_json
+from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.paths import check_readable_file, check_writable_folder
 from adapterfusion.piece import PIECE_FORMAT
 
@@ -48,7 +49,7 @@ def is_adapterhub_dir(directory: str | Path, kind: str) -> bool:
     "format": "adapterfusion", AdapterHub's a "config" object and usually a "version" like "adapters.1.3.0".
     """
     path = Path(directory) / FILES[kind][0]
-    if not path.is_file():
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):  # our own reader says what is wrong
         return False
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
@@ -94,15 +95,17 @@ def read_weights(directory: Path, kind: str) -> dict[str, torch.Tensor]:
     if not os.path.lexists(safe_path):
         return read_bin(check_readable_file(bin_path, f"AdapterHub keeps the {kind} weights in that file"))
     check_readable_file(safe_path, f"AdapterHub keeps the {kind} weights in that file")
+    data = read_bytes(safe_path, f"AdapterHub keeps the {kind} weights in that file")
     try:
-        return load_safetensors_bytes(safe_path.read_bytes())
+        return load_safetensors_bytes(data)
     except (SafetensorError, ValueError, RuntimeError) as error:
         raise SerializationError(f"{safe_path} is not a readable safetensors file ({error})") from None
 
 
 def read_bin(path: Path) -> dict[str, torch.Tensor]:
+    data = read_bytes(path, "AdapterHub keeps the weights in that file")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         raise SerializationError(
             f"{path} was refused as unsafe: torch.load(weights_only=True) found objects other than tensors "
@@ -138,6 +141,7 @@ def write_folder(
     """Weights and config as one write (io/atomic.py atomic_write_files: a failure leaves neither, so a retry works),
     under the names adapters 1.3.0 reads. A file of those names already there is refused, not overwritten: an
     export and an AdapterHub download look alike."""
+    check_bool(use_safetensors, "use_safetensors")
     directory = check_writable_folder(directory, f"export_adapterhub: the {kind} folder", writes=FILES[kind])
     config_name, safe_name, bin_name = FILES[kind]
     payload = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}

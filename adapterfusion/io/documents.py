@@ -7,6 +7,7 @@ the zoo manifest): not strict about repeated keys, since we never write one, and
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import json.decoder
@@ -18,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.errors import AdapterFusionError, ConfigError, SerializationError
-from adapterfusion.io.paths import check_readable_file
+from adapterfusion.io.paths import check_readable_file, permission_denied
 
 Error = type[AdapterFusionError]
+_CORRUPT = "the file is corrupt or truncated"  # what read_json says of a file it cannot parse, unless told the fix
 
 
 class _DuplicateKey(Exception):
@@ -50,6 +52,8 @@ def read_document(path: str | os.PathLike, error: Error = ConfigError) -> Any:
     try:
         raw = path.read_bytes()
     except OSError as err:  # unreadable (permissions), a folder, a file gone since it was found
+        if err.errno in (errno.EACCES, errno.EPERM):
+            raise permission_denied(path, error=error) from None
         raise error(f"{path} cannot be read ({err.strerror or err}); check that it is a file you may read") from None
     try:
         text = raw.decode("utf-8-sig")  # a byte-order mark (Windows editors write one) is no part of the text
@@ -64,22 +68,33 @@ def read_document(path: str | os.PathLike, error: Error = ConfigError) -> Any:
         raise error(duplicate.describe(path)) from None
 
 
-def read_json(
-    path: str | os.PathLike, fix: str = "the file is corrupt or truncated", error: Error = SerializationError
-) -> Any:
+def read_json(path: str | os.PathLike, fix: str | None = None, error: Error = SerializationError) -> Any:
     """The content of a JSON file adapterfusion wrote; `error` naming the file, what is wrong with it and `fix` (what
-    to do about it) when it is missing, unreadable or not JSON."""
+    to do about it; by default, for a file that is not JSON, that it is corrupt or truncated) when it is missing,
+    unreadable or not JSON. A file this user may not read is said as such (io/paths.py permission_denied)."""
     path = Path(path)
     if os.path.lexists(path):  # a folder, a device (/dev/zero would never end), a FIFO, a loop: said, never read
-        check_readable_file(path, fix, error=error)
+        check_readable_file(path, fix or _CORRUPT, error=error)
+    raw = read_bytes(path, fix, error)  # outside the try: the library's errors are ValueErrors too
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise error(f"{path} does not exist; {fix}") from None
-    except OSError as err:
-        raise error(f"{path} cannot be read ({err.strerror or err}); {fix}") from None
+        return json.loads(raw.decode("utf-8"))
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
-        raise error(f"{path} is not valid JSON ({err}); {fix}") from None
+        raise error(f"{path} is not valid JSON ({err}); {fix or _CORRUPT}") from None
+
+
+def read_bytes(path: str | os.PathLike, fix: str | None = None, error: Error = SerializationError) -> bytes:
+    """The bytes of a file adapterfusion reads; `error` naming the file and what happened when it is gone or cannot
+    be read (this user may not: permission_denied, or the OS says why), with `fix` appended where given."""
+    path = Path(path)
+    then = f"; {fix}" if fix else ""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path} does not exist{then}") from None
+    except OSError as err:
+        if err.errno in (errno.EACCES, errno.EPERM):
+            raise permission_denied(path, error=error) from None
+        raise error(f"{path} cannot be read ({err.strerror or err}){then}") from None
 
 
 # ---- JSON --------------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ Output paths are checked up front (`check_writable_folder`, `check_writable_file
 device where a folder goes, a folder where a file goes, a symlink loop or a dangling symlink, a name too long, a
 read-only place. And nothing already there that we did not write is overwritten: a folder we write files into says
 which files (`writes`) and how to tell that what is there is ours (`ours`); anything else in it is left alone.
-Files to read are checked by `check_readable_file`, which says what is there instead of calling it "missing"."""
+Files and folders to read are checked by `check_readable_file` and `check_readable_folder`, which say what is there
+instead of calling it "missing", and name a file or folder this user may not read (`permission_denied`) as such
+instead of calling it corrupt."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ PATH_MAX = 4096  # bytes in a whole path on Linux
 # A file is written as `.<name>.<8 random characters>.tmp` first, then renamed (io/atomic.py): 14 bytes more.
 TEMP_NAME_EXTRA = len("..12345678.tmp")
 Error = type[AdapterFusionError]
+_DENIED = (errno.EACCES, errno.EPERM)
 
 
 def as_path(value: object, what: str, error: Error = ConfigError) -> Path:
@@ -74,7 +77,7 @@ def check_name_length(
     size, limit = len(os.fsencode(name)), name_max(where)
     if size > limit - extra:
         shown = name if len(name) <= 40 else f"{name[:20]}...{name[-12:]}"
-        temp = f" ({limit - extra} for a file, first written under a temp name {extra} bytes longer)" if extra else ""
+        temp = f" ({limit - extra} for one first written under a temp name {extra} bytes longer)" if extra else ""
         raise error(
             f"{what} {shown!r} is {size} bytes long; a file or folder name may have at most {limit} bytes on this "
             f"file system{temp}; choose a shorter name"
@@ -107,6 +110,8 @@ def describe(path: str | os.PathLike) -> str:
 
 
 def _unreachable(path: Path, error: OSError) -> str:
+    if error.errno in _DENIED:
+        return "out of this user's reach (a folder on its path may not be searched: permission denied)"
     if error.errno == errno.ELOOP:
         return "a symlink loop (a link that leads back to itself, which no file or folder can be created through)"
     if error.errno == errno.ENAMETOOLONG:
@@ -118,11 +123,11 @@ def _unreachable(path: Path, error: OSError) -> str:
     return f"unreachable ({error.strerror})"
 
 
-def _check_lengths(path: Path, what: str, is_file: bool, error: Error) -> None:
+def _check_lengths(path: Path, what: str, is_file: bool, error: Error, temp_folder: bool = False) -> None:
     """Every name in `path` within the file system's limit (the last with room for its temp name when it is a
-    file we write), and the whole path within PATH_MAX."""
+    file we write, or a folder first built under a temp name), and the whole path within PATH_MAX."""
     for i, part in enumerate(path.parts):
-        extra = TEMP_NAME_EXTRA if is_file and i == len(path.parts) - 1 else 0
+        extra = TEMP_NAME_EXTRA if (is_file or temp_folder) and i == len(path.parts) - 1 else 0
         check_name_length(part, f"{what} {_short(path)!r}: the name", path, extra, error)
     if len(os.fsencode(os.path.abspath(path))) + TEMP_NAME_EXTRA > PATH_MAX:
         raise error(
@@ -145,16 +150,19 @@ def check_writable_folder(
     only_ours: str | None = None,
     error: Error = ConfigError,
     fix: str = "choose a folder you can write in, or change its permissions",
+    built_aside: bool = False,
 ) -> Path:
     """`path` as a Path if it is, or can be created as, a folder this process may write in; else `error` naming
     `what`. Checked before any work, so a bad output path fails at once instead of after a computation.
+    `built_aside`: a new folder is first built whole under a temp name beside it and then renamed (io/atomic.py
+    replace_folder), so its name must leave room for that temp name.
 
     Nothing already there that we did not write is overwritten: each of the files `writes` names that exists must
     be a regular file, and one of ours if `ours` is given (`ours(path)`: the folder holds what we wrote there). With
     `only_ours` (what ours is, e.g. 'a saved setup'), a folder holding anything must be ours as a whole. `fix`:
     what to do about a read-only place."""
     path = as_path(path, what, error)
-    _check_lengths(path, what, is_file=False, error=error)
+    _check_lengths(path, what, is_file=False, error=error, temp_folder=built_aside and not os.path.lexists(path))
     found = describe(path)
     if found not in ("a folder", "nothing"):
         fix = "choose a folder path (or remove the file)" if found == "a file" else "choose another folder path"
@@ -185,12 +193,15 @@ def _check_nothing_foreign(
 ) -> None:
     """Refuse to write into `path` where that would overwrite (or, for a whole setup, mix with) what we did not
     write."""
-    held = sorted(entry.name for entry in path.iterdir())
-    if only_ours and held and ours is not None and not ours(path):
-        raise error(
-            f"{what} {str(path)!r} is not empty (it holds {_listing(held)}) and is not {only_ours}; we never "
-            "overwrite or delete what we did not write: save into a new or empty folder"
+    if only_ours and ours is not None:
+        held = sorted(
+            entry.name for entry in check_readable_folder(path, f"{what} {str(path)!r}", error=error).iterdir()
         )
+        if held and not ours(path):
+            raise error(
+                f"{what} {str(path)!r} is not empty (it holds {_listing(held)}) and is not {only_ours}; we never "
+                "overwrite or delete what we did not write: save into a new or empty folder"
+            )
     for name in writes:
         target = path / name
         if not os.path.lexists(target):
@@ -234,18 +245,91 @@ def check_readable_file(
     error: Error = SerializationError,
     missing: str | None = None,
 ) -> Path:
-    """`path` as a Path if it is a regular file to read; else `error` saying what is there instead (nothing, a
-    folder, a device, a FIFO, a symlink loop...) and `fix` (`missing`, if given, when nothing is there). A device is
-    never read: /dev/zero would never end. The message starts with `what` and the quoted path, or with the bare path
-    when `what` is None."""
+    """`path` as a Path if it is a regular file this user may read; else `error` saying what is there instead
+    (nothing, a folder, a device, a FIFO, a symlink loop...) and `fix` (`missing`, if given, when nothing is there),
+    or that this user may not read it (permission_denied). A device is never read: /dev/zero would never end. The
+    message starts with `what` and the quoted path, or with the bare path when `what` is None."""
     path = Path(path)
     found = describe(path)
-    if found == "a file":
-        return path
     subject = str(path) if what is None else f"{what} {str(path)!r}"
+    if found == "a file":
+        if not os.access(path, os.R_OK):
+            raise permission_denied(path, subject, error)
+        return path
     if found == "nothing":
         raise error(f"{subject} is missing; {missing or fix}")
+    if out_of_reach(path):
+        raise permission_denied(path, subject, error)
     raise error(f"{subject} is {found}, not a file; {fix}")
+
+
+def check_readable_folder(
+    path: str | os.PathLike, subject: str | None = None, error: Error = SerializationError
+) -> Path:
+    """`path` as a Path if it is a folder this user may list and open files in; else `error` naming `subject`
+    (default: the path) and what is there instead, or that this user may not read it (permission_denied)."""
+    path = Path(path)
+    subject = subject or str(path)
+    found = describe(path)
+    if found == "a folder":
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise permission_denied(path, subject, error)
+        return path
+    if out_of_reach(path):
+        raise permission_denied(path, subject, error)
+    raise error(f"{subject} is {found}, not a folder; pass a folder")
+
+
+def out_of_reach(path: Path) -> bool:
+    """Whether this user may not even look at `path`: a folder on its path may not be searched."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        return err.errno in _DENIED
+    except ValueError:
+        return False
+    return False
+
+
+def permission_denied(
+    path: str | os.PathLike, subject: str | None = None, error: Error = SerializationError
+) -> AdapterFusionError:
+    """The error for a file or folder (`subject`, default its path) that this user may not read: which folder on its
+    path is closed to it, and the fix. Never "corrupt": nothing is wrong with the file itself."""
+    path = Path(path)
+    subject = subject or str(path)
+    blocked = next(
+        (
+            folder
+            for folder in reversed(Path(os.path.abspath(path)).parents)
+            if os.path.isdir(folder) and not os.access(folder, os.X_OK)
+        ),
+        None,
+    )
+    if blocked is not None:
+        return error(
+            f"{subject} cannot be read by this user: the folder {str(blocked)!r} on its path may not be searched "
+            f"(permission denied); check its permissions (e.g. chmod u+rx {str(blocked)!r} as its owner), or read "
+            "it as a user who may"
+        )
+    flags = "u+rx" if os.path.isdir(path) else "u+r"
+    return error(
+        f"{subject} cannot be read by this user (permission denied); check its permissions (e.g. chmod {flags} "
+        f"{str(path)!r} as its owner), or read it as a user who may"
+    )
+
+
+def check_writable_tree(folder: str | os.PathLike, what: str, fix: str, error: Error = ConfigError) -> None:
+    """Refuse `folder` unless this user may remove what is in it: it and every folder below it writable and
+    searchable (and readable, to be walked). Checked before anything is written, so a removal never fails half-way."""
+    walk = os.walk(os.fspath(folder), onerror=lambda err: _raise_denied(err, what, fix, error))  # links not followed
+    for root, _, _ in walk:
+        if not os.access(root, os.W_OK | os.X_OK | os.R_OK):
+            raise error(f"{what}: {str(root)!r} is read-only for this user; {fix}")
+
+
+def _raise_denied(err: OSError, what: str, fix: str, error: Error) -> None:
+    raise error(f"{what}: {err.filename!r} cannot be read by this user ({err.strerror}); {fix}")
 
 
 def foreign_files(folder: str | os.PathLike, ours: Callable[[str], bool]) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,8 @@ from adapterfusion.errors import ConfigError, SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import head_config_from_dict
 from adapterfusion.io.atomic import atomic_write_files, json_text
-from adapterfusion.io.documents import read_json
-from adapterfusion.io.paths import check_readable_file, check_writable_folder
+from adapterfusion.io.documents import read_bytes, read_json
+from adapterfusion.io.paths import check_readable_file, check_readable_folder, check_writable_folder, out_of_reach
 from adapterfusion.piece import PIECE_FORMAT, EncoderFingerprint, Piece, PieceConfig
 
 PIECE_FORMAT_VERSION = 1
@@ -39,19 +40,21 @@ CONFIG_READERS: dict[str, Callable[[Mapping[str, Any]], PieceConfig]] = {
     "fusion": FusionConfig.from_dict,
     "head": head_config_from_dict,
 }
+# The dtypes weights are trained and loaded in; other floating-point ones (float8, float4) only store values.
+TRAINED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def piece_digest(directory: str | Path) -> str:
     """sha256 of a saved piece: its files' names and bytes (weights and config). A fusion run records the digests
     of the adapters it fused, so a later rebuild can tell that the store's adapters were replaced since."""
-    directory = Path(directory)
+    directory = check_readable_folder(directory)
     files = sorted(p for p in directory.rglob("*") if p.is_file())
     if not files:
         raise SerializationError(f"{directory} holds no saved piece files")
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.relative_to(directory).as_posix().encode("utf-8") + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(hashlib.sha256(read_bytes(path)).digest())
     return digest.hexdigest()
 
 
@@ -98,7 +101,7 @@ def saved_piece_name(directory: Path, kind: str) -> str | None:
 def holds_our_piece(directory: Path, kind: str) -> bool:
     """Whether `directory` holds a `kind` config that save_piece wrote (a regular file: a device is never read)."""
     path = config_path(directory, kind)
-    if not path.is_file():
+    if not os.path.isfile(path):  # also when this user may not look into `directory`
         return False
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
@@ -161,9 +164,9 @@ def piece_files(
 def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
     directory = Path(directory)
     path = config_path(directory, kind)
-    if not directory.is_dir():
+    if not os.path.isdir(directory) and not out_of_reach(directory):  # else said by check_readable_folder
         raise SerializationError(f"{directory} is not a directory; pass the folder that {kind}_config.json is in")
-    present = sorted(p.name for p in directory.iterdir())
+    present = sorted(p.name for p in check_readable_folder(directory).iterdir())
     check_readable_file(
         path, f"save the {kind} again, or load another folder", missing=f"the folder holds {present or 'nothing'}"
     )
@@ -183,8 +186,9 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
 
 
 def check_weights(tensors: Mapping[str, torch.Tensor], source: str | Path) -> None:
-    """Refuse weights that cannot be trained ones: integer, bool or complex tensors (loading would cast them silently)
-    and weights holding NaN or inf (saved from a run that diverged: loaded, they would turn every output that passes
+    """Refuse weights that cannot be trained ones: integer, bool or complex tensors (loading would cast them silently),
+    float8 or other storage-only floating-point dtypes (torch computes nothing in them, not even isfinite) and weights
+    holding NaN or inf (saved from a run that diverged: loaded, they would turn every output that passes
     through them into NaN, far from the file that caused it), or on the meta device (a pickle saved from a model
     with no values keeps them there whatever map_location says: torch would fail reading them)."""
     for key, tensor in tensors.items():
@@ -194,9 +198,16 @@ def check_weights(tensors: Mapping[str, torch.Tensor], source: str | Path) -> No
                 "from a model built without weights (device='meta' or init_empty_weights). Save the piece again from "
                 "a model with real weights"
             )
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if tensor.is_floating_point() and tensor.dtype not in TRAINED_DTYPES:
+            raise SerializationError(
+                f"{source}: tensor {key!r} has dtype {dtype}, a storage format that weights are neither trained nor "
+                "loaded in (float32, float16, bfloat16 and float64 are); convert the file's tensors to one of those "
+                "(e.g. tensor.to(torch.float32)), or save the piece again from the trained model"
+            )
         if not tensor.is_floating_point():
             raise SerializationError(
-                f"{source}: tensor {key!r} has dtype {str(tensor.dtype).removeprefix('torch.')}, but weights are "
+                f"{source}: tensor {key!r} has dtype {dtype}, but weights are "
                 "floating point (float32, float16, bfloat16 or float64); the file is damaged or was not written as "
                 "an adapter, fusion or head. Save the piece again"
             )
@@ -216,7 +227,7 @@ def read_piece_weights(directory: str | Path, kind: str, digest: object = None) 
         f"save the {kind} again, or load another folder",
         missing=f"the {kind} was not saved completely",
     )
-    data = path.read_bytes()
+    data = read_bytes(path, f"save the {kind} again, or load another folder")
     try:
         tensors = load_safetensors_bytes(data)
     except (SafetensorError, ValueError, RuntimeError) as error:

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from adapterfusion._validation import check_name, check_names, naming_file, reject_unknown_keys
+from adapterfusion._validation import check_bool, check_name, check_names, naming_file, reject_unknown_keys
 from adapterfusion._version import __version__
 from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder
 from adapterfusion.errors import ConfigError, HubError, IncompatibleModelError, NameNotFoundError, SerializationError
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
 from adapterfusion.io.atomic import atomic_write_files, atomic_write_text, json_text, replace_folder
-from adapterfusion.io.documents import read_json
+from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.hub import (
     OFFLINE_VARIABLES,
     HubRef,
@@ -44,7 +44,13 @@ from adapterfusion.io.hub import (
     offline,
     upload,
 )
-from adapterfusion.io.paths import check_readable_file, check_writable_folder, path_part
+from adapterfusion.io.paths import (
+    check_readable_file,
+    check_readable_folder,
+    check_writable_folder,
+    out_of_reach,
+    path_part,
+)
 from adapterfusion.piece import PIECE_KINDS
 from adapterfusion.serialization.model_card import render_model_card
 from adapterfusion.serialization.pieces import (
@@ -126,11 +132,14 @@ class ActiveSetup:
             raise SerializationError(f"{path}: 'active' must be an object with a 'fusion_masks' object")
         with naming_file(path):
             reject_unknown_keys(dict(data), [f.name for f in dataclasses.fields(cls)], "the active setup")
+        lists = [data.get("skip_layers", []), *data.get("fusion_masks", {}).values()]
+        if not all(isinstance(value, list) for value in lists):  # tuple("ab") would be the mask ('a', 'b')
+            raise SerializationError(f"{path}: 'skip_layers' and each fusion mask must be lists")
+        masks = {fusion: tuple(keep) for fusion, keep in data.get("fusion_masks", {}).items()}
         try:
-            masks = {fusion: tuple(keep) for fusion, keep in data.get("fusion_masks", {}).items()}
-            return cls(**{**data, "skip_layers": tuple(data.get("skip_layers", ())), "fusion_masks": masks})
-        except TypeError:
-            raise SerializationError(f"{path}: 'skip_layers' and each fusion mask must be lists") from None
+            return cls(**{**data, "skip_layers": tuple(data.get("skip_layers", [])), "fusion_masks": masks})
+        except TypeError as error:
+            raise SerializationError(f"{path}: 'active' holds values of the wrong kind ({error})") from None
 
     def apply(self, model: AdaptedModel) -> None:
         for fusion, keep in self.fusion_masks.items():
@@ -163,6 +172,7 @@ def save_pretrained(
         writes=(SETUP_FILE,),
         ours=lambda folder: (folder / SETUP_FILE).is_file(),
         only_ours="a saved setup",
+        built_aside=True,  # a new setup is built in a temp folder beside it (io/atomic.py replace_folder)
     )
     chosen = _chosen(model, adapters, fusions, heads)
     for kind in PIECE_KINDS:  # every piece's folder, before anything is written
@@ -170,6 +180,9 @@ def save_pretrained(
             folder = directory / piece_folder(kind, path_part(name, f"the {kind} name"))
             _check_inside(directory, folder)
             check_piece_folder(folder, kind, name)
+    dropped = sorted(_saved_pieces(directory) - {(kind, name) for kind in PIECE_KINDS for name in chosen[kind]})
+    for kind, name in dropped:  # and the folders of the earlier setup's pieces it removes
+        _check_removable(directory, kind, name)
     saved = {name for names in chosen.values() for name in names}
     stray = sorted(set(provenance or {}) - saved)
     if stray:
@@ -190,12 +203,11 @@ def save_pretrained(
         "provenance": {name: describe_origin(origin) for name, origin in (provenance or {}).items()},
     }
 
-    earlier = _saved_pieces(directory)
     if not os.path.lexists(directory):
         replace_folder(directory, lambda tmp: atomic_write_files(_setup_files(model, tmp, index)))
         return directory
     atomic_write_files(_setup_files(model, directory, index))
-    for kind, name in sorted(earlier - {(p["kind"], p["name"]) for p in index["pieces"]}):
+    for kind, name in dropped:
         _remove_saved_piece(directory, kind, name)
     return directory
 
@@ -239,16 +251,43 @@ def _saved_pieces(directory: Path) -> set[tuple[str, str]]:
         return set()
 
 
+def _ours_to_remove(directory: Path, kind: str, name: str) -> list[Path]:
+    """The files we wrote for the piece `kind` `name` of the setup in `directory` that are there to remove. A piece
+    folder or file that is a symlink (the user shares a piece kept elsewhere) is the user's: nothing is removed
+    through it, nor the link itself."""
+    folder = directory / piece_folder(kind, name)
+    if os.path.islink(folder) or os.path.islink(folder.parent) or not _is_inside(directory, folder):
+        return []
+    files = (weights_path(folder, kind), config_path(folder, kind))
+    return [path for path in files if os.path.isfile(path) and not os.path.islink(path)]
+
+
+def _check_removable(directory: Path, kind: str, name: str) -> None:
+    """Refuse, before anything is written, a save that drops a piece of the earlier setup whose files this user may
+    not remove: its folder must be one this user may write in."""
+    folder = directory / piece_folder(kind, name)
+    if not _ours_to_remove(directory, kind, name) and not out_of_reach(folder):
+        return
+    check_writable_folder(
+        folder,
+        f"save_pretrained: the setup saved there before holds the {kind} {name!r}, which this save drops, so its "
+        "files must be removed; its folder",
+        fix=f"change the folder's permissions, save the {kind} too, or save into another folder",
+    )
+
+
 def _remove_saved_piece(directory: Path, kind: str, name: str) -> None:
     """Delete the two files we wrote for a piece no longer saved, then its folders if that left them empty: a file
-    the user put beside them stays, and so does its folder. A piece folder or file that is a symlink (the user
-    shares a piece kept elsewhere) is the user's: nothing is removed through it, nor the link itself."""
+    the user put beside them stays, and so does its folder (see _ours_to_remove)."""
     folder = directory / piece_folder(kind, name)
-    if folder.is_symlink() or folder.parent.is_symlink() or not _is_inside(directory, folder):
-        return
-    for path in (weights_path(folder, kind), config_path(folder, kind)):
-        if path.is_file() and not path.is_symlink():
+    try:
+        for path in _ours_to_remove(directory, kind, name):
             path.unlink()
+    except OSError as error:  # checked up front (_check_removable); only a change since then gets here
+        raise SerializationError(
+            f"save_pretrained saved the setup in {directory}, but could not remove the files of the {kind} {name!r} "
+            f"it no longer holds ({error.strerror}: {error.filename}); remove {str(folder)!r} yourself"
+        ) from None
     for empty in (folder, folder.parent):
         with contextlib.suppress(OSError):  # not empty (or gone): what is left there is not ours to remove
             empty.rmdir()
@@ -272,7 +311,7 @@ def _chosen(model: AdaptedModel, adapters: Names, fusions: Names, heads: Names) 
 
 # ---- load ------------------------------------------------------------------------------------------------
 def read_index(folder: Path) -> dict[str, Any]:
-    present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    present = sorted(p.name for p in check_readable_folder(folder).iterdir()) if os.path.isdir(folder) else []
     path = check_readable_file(
         folder / SETUP_FILE,
         "it must be the index that save_pretrained wrote: save the setup again",
@@ -338,9 +377,10 @@ def _check_config_digest(folder: Path, piece: Mapping[str, Any]) -> None:
     recorded have none)."""
     expected = piece.get(CONFIG_DIGEST)
     path = config_path(folder / piece_folder(piece["kind"], piece["name"]), piece["kind"])
-    if expected is None or not path.is_file():  # a missing config is reported by the piece's own reader
+    if expected is None or (not os.path.isfile(path) and not out_of_reach(path)):  # said by the piece reader
         return
-    if hashlib.sha256(path.read_bytes()).hexdigest() != expected:
+    check_readable_file(path, "save the setup again")
+    if hashlib.sha256(read_bytes(path)).hexdigest() != expected:
         raise SerializationError(
             f"{path} is not the {piece['kind']} config that {folder / SETUP_FILE} was saved with (its sha256 differs "
             f"from the index's {CONFIG_DIGEST}): a save_pretrained there was cut off part-way, or the file was "
@@ -397,7 +437,8 @@ def _check_base_type(folder: Path | None, saved: Mapping[str, Any], index: Path)
     expected = saved.get("model_type")
     if folder is None or not expected or not (folder / "config.json").is_file():
         return
-    found = read_json(folder / "config.json").get("model_type")
+    document = read_json(folder / "config.json")
+    found = document.get("model_type") if isinstance(document, dict) else None
     if found and found != expected:
         raise IncompatibleModelError(
             f"{index} was saved on a {expected!r} model ({saved.get('name_or_path') or 'unnamed'}), but the base "
@@ -411,6 +452,7 @@ def piece_source(source: str | os.PathLike, kind: str) -> Path:
     id is fetched in two steps: its JSON files (to find the piece), then that piece's folder only."""
     place = locate(source, f"{kind} folder")
     if isinstance(place, Path):
+        check_readable_folder(place)
         return place / _piece_in(place, kind, lambda relative: str(place / relative))
     listing = download(place, ["*.json"])
     relative = _piece_in(listing, kind, lambda rel: str(place.child(rel)))
@@ -431,7 +473,7 @@ def piece_source(source: str | os.PathLike, kind: str) -> Path:
 
 def _piece_in(folder: Path, kind: str, label: Callable[[str], str]) -> str:
     """'' if `folder` is a piece folder (or not a setup); else the path of the setup's one `kind` within it."""
-    if not (folder / SETUP_FILE).is_file() or config_path(folder, kind).is_file():
+    if not os.path.isfile(folder / SETUP_FILE) or os.path.isfile(config_path(folder, kind)):
         return ""
     names = [piece["name"] for piece in read_index(folder)["pieces"] if piece["kind"] == kind]
     if len(names) == 1:
@@ -458,6 +500,8 @@ def push_to_hub(
     """save_pretrained into Hub repo folder `repo_id` ('org/name' or 'org/name/subfolder') with a README.md model
     card; returns the id that from_pretrained and load_adapter/load_fusion/load_head (with '/adapters/<name>' etc.)
     take. AdaptedModel.push_to_hub."""
+    if private is not None:
+        check_bool(private, "private")  # "no" would be read as true
     ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
     if ref is None or "/" not in ref.repo_id:  # a bare name would land in the token's own namespace, not at `repo_id`
         raise ConfigError(

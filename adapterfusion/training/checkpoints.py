@@ -12,9 +12,11 @@ nothing of the Trainer's private checkpoint code is overridden. Runs saved befor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,6 +25,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
+from transformers import TrainerState
 
 from adapterfusion.io.atomic import atomic_write_bytes
 from adapterfusion.training.errors import TrainingError
@@ -126,7 +129,80 @@ def _complete(checkpoint: Path) -> bool:
     return True
 
 
+def resumable_checkpoints(checkpoint_dir: str | os.PathLike) -> Iterator[Path]:
+    """The complete checkpoints with finite weights in `checkpoint_dir`, newest first, each judged when reached."""
+    return (c for c in _checkpoints_newest_first(checkpoint_dir) if _complete(c) and _finite_weights(c))
+
+
 def resumable_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint with finite weights in `checkpoint_dir` (None if there is none): where an
     interrupted run continues."""
-    return next((c for c in _checkpoints_newest_first(checkpoint_dir) if _complete(c) and _finite_weights(c)), None)
+    return next(resumable_checkpoints(checkpoint_dir), None)
+
+
+def checkpoint_damage(checkpoint: Path) -> str | None:
+    """What is wrong with a complete checkpoint that the Trainer's resume would fail on deep inside torch or
+    transformers (None: nothing found): a torch.save archive (optimizer, scheduler, RNG or scaler state) that is
+    damaged, or a trainer_state.json that is not a trainer state. Read, not loaded: nothing of it is unpickled."""
+    for path in sorted(checkpoint.glob("*.pt")) + sorted(checkpoint.glob("rng_state*.pth")):
+        problem = _archive_damage(path)
+        if problem:
+            return f"{path.name} {problem}"
+    return _trainer_state_damage(checkpoint / "trainer_state.json")
+
+
+def _archive_damage(path: Path) -> str | None:
+    """Why the torch.save archive `path` cannot be loaded (truncated, overwritten, unreadable), or None."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()  # reads every entry and checks its CRC
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
+        return f"is not a readable torch.save archive ({type(error).__name__}: {error})"
+    return f"holds a damaged entry {bad!r}" if bad is not None else None
+
+
+_STATE_FIELDS = frozenset(field.name for field in dataclasses.fields(TrainerState))
+_NUMBER = (int, float)
+# The trainer state's fields the Trainer computes with on resume: the types it needs them in, and whether they must be
+# there (the others may be left out or null).
+_STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
+    "global_step": ((int,), True),
+    "max_steps": ((int,), True),
+    "log_history": ((list,), True),
+    "epoch": (_NUMBER, False),
+    "num_train_epochs": (_NUMBER, False),
+    "logging_steps": (_NUMBER, False),
+    "eval_steps": (_NUMBER, False),
+    "save_steps": (_NUMBER, False),
+    "train_batch_size": ((int,), False),
+    "best_metric": (_NUMBER, False),
+    "best_global_step": ((int,), False),
+    "best_model_checkpoint": ((str,), False),
+    "stateful_callbacks": ((dict,), False),
+}
+
+
+def _trainer_state_damage(path: Path) -> str | None:
+    """Why `path` is not a trainer state the Trainer can resume from, or None."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return f"{path.name} cannot be read as JSON ({error})"
+    if not isinstance(state, dict):
+        return f"{path.name} holds a JSON {type(state).__name__}, not a trainer state object"
+    unknown = sorted(set(state) - _STATE_FIELDS)
+    if unknown:
+        return f"{path.name} holds keys a trainer state does not have: {unknown[:5]}"
+    wrong = [key for key, (types, required) in _STATE_TYPES.items() if not _fits(state.get(key), types, required)]
+    if wrong:
+        return f"{path.name} lacks the trainer state's {wrong} or holds values of the wrong type there"
+    if not all(isinstance(entry, dict) for entry in state["log_history"]):
+        return f"{path.name}: its log_history holds entries that are not objects"
+    return None
+
+
+def _fits(value: object, types: tuple[type, ...], required: bool) -> bool:
+    """Whether a trainer state field's `value` (None when null or left out) is one of `types` (a bool is no number)."""
+    if value is None:
+        return not required
+    return isinstance(value, types) and not isinstance(value, bool)

@@ -30,6 +30,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 from transformers import EarlyStoppingCallback, TrainerCallback, TrainerState
 
+from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.scoring import score_generation
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.metrics import dev_metrics
@@ -166,6 +167,7 @@ def fit(
     training/resume.py) continues it: the Trainer restores the trainable weights (through TrainableWeights), the
     optimizer, scheduler, RNG, trainer and callback states, and the resumed steps see the same batches."""
     check_compile(config)
+    check_writable_folder(checkpoint_dir, "the run's checkpoints folder", error=TrainingError)
     callbacks: list[TrainerCallback] = [FusionStepCallback(model), *data.callbacks, *extra_callbacks]
     if progress_dir is not None:
         callbacks.append(data.progress(progress_dir))

@@ -4,12 +4,15 @@ Every recipe resumes through this one check, naming the config keys that make a 
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.training.checkpoints import resumable_checkpoint
+from adapterfusion.errors import RunFileError
+from adapterfusion.io.paths import describe
+from adapterfusion.training.checkpoints import checkpoint_damage, resumable_checkpoints
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
@@ -23,15 +26,29 @@ TRAINING_SETTINGS_ADDED_LATER: dict[str, Any] = {"fast_dropout": False}
 
 def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[str] = RESUME_KEYS) -> Path | None:
     """The checkpoint an interrupted run continues from (None: nothing to resume, start over). A checkpoint left by
-    a run whose config.json differs from `run_config` in any of `keys` is refused."""
-    checkpoint = resumable_checkpoint(run_dir / "checkpoints")
-    if checkpoint is None:
+    a run whose config.json differs from `run_config` in any of `keys` is refused, and so is a damaged one (a file
+    that the Trainer would fail to load), with which checkpoint to remove."""
+    folder = run_dir / "checkpoints"
+    start_over = f"remove {folder} to start over (or train with overwrite=True)"
+    found = describe(folder)
+    if found not in ("a folder", "nothing"):
+        raise TrainingError(
+            f"cannot resume {run_dir}: its checkpoints path {str(folder)!r} is {found}, not a folder; remove it to "
+            "start the run over (or train with overwrite=True)"
+        )
+    checkpoints = list(itertools.islice(resumable_checkpoints(folder), 2))  # the newest, and the one before it
+    if not checkpoints:
         return None
-    start_over = f"remove {run_dir / 'checkpoints'} to start over"
+    checkpoint = checkpoints[0]
     previous = read_json(
         run_dir / CONFIG_FILE,
         f"it says which run the checkpoint {checkpoint.name} belongs to, so {run_dir} cannot be resumed; {start_over}",
     )
+    if not isinstance(previous, dict):
+        raise RunFileError(
+            f"{run_dir / CONFIG_FILE} holds a JSON {type(previous).__name__}, not the object train() writes; it says "
+            f"which run the checkpoint {checkpoint.name} belongs to, so {run_dir} cannot be resumed; {start_over}"
+        )
     current = json.loads(json.dumps({key: run_config[key] for key in keys}))  # as config.json holds it
     if isinstance(previous.get("training"), dict):
         previous["training"] = TRAINING_SETTINGS_ADDED_LATER | previous["training"]
@@ -42,7 +59,21 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[st
             f"({'; '.join(change for change in changed if change)}); train with the settings it was started with, "
             f"or {start_over}"
         )
+    _check_undamaged(checkpoint, checkpoints[1:], start_over)
     return checkpoint
+
+
+def _check_undamaged(checkpoint: Path, older: Sequence[Path], start_over: str) -> None:
+    """Refuse to resume from `checkpoint` if the Trainer would fail to load it, saying which one to go back to."""
+    damage = checkpoint_damage(checkpoint)
+    if damage is None:
+        return
+    fix = (
+        f"Remove {checkpoint} to resume from the one before it ({older[0].name}), or {start_over}"
+        if older
+        else f"No checkpoint before it is complete: {start_over}"
+    )
+    raise TrainingError(f"cannot resume from the checkpoint {checkpoint}: it is damaged ({damage}). {fix}")
 
 
 def _describe_change(key: str, previous: Any, current: Any) -> str:

@@ -20,12 +20,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion._validation import naming_file
+from adapterfusion._validation import check_bool, naming_file
 from adapterfusion.defaults import STORE_DIR, ZOO_DIR
 from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
 from adapterfusion.errors import AdapterFusionError, ConfigError, SerializationError, ZooError
 from adapterfusion.io.atomic import atomic_write_json, replace_folder
-from adapterfusion.io.paths import as_path, check_replaceable, describe, path_part
+from adapterfusion.io.paths import (
+    as_path,
+    check_readable_file,
+    check_readable_folder,
+    check_replaceable,
+    check_writable_folder,
+    check_writable_tree,
+    describe,
+    out_of_reach,
+    path_part,
+    permission_denied,
+)
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, SEED_PREFIX, seed_folder, seed_of
 from adapterfusion.serialization.pieces import piece_digest
 from adapterfusion.tasks.spec import GENERATION
@@ -83,7 +94,7 @@ class AdapterStore:
         )
 
     def has(self, encoder: str, task: str, setup: str, seed: int) -> bool:
-        return (self.path(encoder, task, setup, seed) / ENTRY_FILE).is_file()
+        return os.path.isfile(self.path(encoder, task, setup, seed) / ENTRY_FILE)
 
     def adapter_record(self, encoder: str, task: str, setup: str, seed: int) -> dict[str, str]:
         """Which stored adapter this is, exactly: its entry folder and the sha256 of its files (piece_digest)."""
@@ -100,8 +111,11 @@ class AdapterStore:
     def put(self, run_dir: str | os.PathLike, overwrite: bool = False) -> Path:
         """Copy the adapter and head a `train()` run saved in `run_dir` into the store (a generation task's run has
         no head: its adapter alone)."""
+        check_bool(overwrite, "overwrite")
         run_dir = Path(run_dir)
         config_file = run_dir / CONFIG_FILE
+        if os.path.lexists(run_dir) or out_of_reach(run_dir):  # one this user may not read is said as such
+            check_readable_folder(run_dir, f"the run folder {str(run_dir)!r}", TrainingError)
         if not config_file.is_file():
             raise TrainingError(f"{run_dir} has no config.json; put() takes the run folder that train() wrote")
         run = read_json(config_file, "put() takes the run folder that train() wrote")
@@ -120,6 +134,10 @@ class AdapterStore:
             raise TrainingError(
                 f"run {run_dir} saved no {missing}; only adapter setups (st-a, st-a-houlsby) go into a store"
             )
+        for piece in pieces.values():  # copied into the store: each file must be one this user may read
+            for path in check_readable_folder(piece, error=TrainingError).iterdir():
+                if path.is_file():
+                    check_readable_file(path, "put() copies it into the store", error=TrainingError)
         return self._commit(
             run["encoder"],
             run["task"],
@@ -144,6 +162,7 @@ class AdapterStore:
     ) -> Path:
         """Save adapter `adapter` (and head `head`) of a live model into the store."""
         require_wrapped(model, "AdapterStore.put_model")
+        check_bool(overwrite, "overwrite")
 
         def write(tmp: Path) -> None:
             model.save_adapter(adapter, tmp / "adapter")
@@ -166,9 +185,10 @@ class AdapterStore:
         identity: Mapping[str, Any] | None,
     ) -> Path:
         final = self.path(encoder, task, setup, seed)
-        if final.exists() and not overwrite:
+        if final.exists() and not check_bool(overwrite, "overwrite"):
             raise TrainingError(f"the store already holds {final}; pass overwrite=True to replace it")
         check_entry_replaceable(final)  # no user file is lost
+        self._check_writable(final)
 
         def write_entry(tmp: Path) -> None:
             write(tmp)
@@ -187,6 +207,16 @@ class AdapterStore:
 
         return replace_folder(final, write_entry)
 
+    def _check_writable(self, entry: Path) -> None:
+        """Refuse, before anything is written, an entry this user could not write: the store (the entry is built in
+        a temp folder beside it) or, when the entry is replaced, the old entry's folders (removed afterwards)."""
+        check_writable_folder(self.root, "store")  # as train() checks its store
+        fix = "choose a store you can write in, or change its permissions"
+        check_writable_folder(entry.parent, "the store's folder", fix=fix)
+        check_writable_folder(entry, "the store entry", fix=fix, built_aside=True)
+        if entry.is_dir():
+            check_writable_tree(entry, f"replacing the store entry {str(entry)!r} removes the old one", fix)
+
     def load_into(
         self,
         model: AdaptedModel,
@@ -203,8 +233,12 @@ class AdapterStore:
         `encoder` defaults to the path the model was loaded from; with `labels` (the task's label names) a head
         saved for another label set is refused, as in AdaptedModel.load_head."""
         require_wrapped(model, "AdapterStore.load_into")
+        check_bool(head, "head")
+        check_bool(overwrite, "overwrite")
         encoder = encoder if encoder is not None else model.fingerprint.name_or_path
         entry = self.path(encoder, task, setup, seed)
+        if out_of_reach(entry / ENTRY_FILE):
+            raise permission_denied(entry / ENTRY_FILE, error=TrainingError)
         if not (entry / ENTRY_FILE).is_file():
             raise TrainingError(
                 f"no stored adapter for task={task!r}, setup={setup!r}, seed={seed} "

@@ -272,3 +272,20 @@ def test_a_setup_over_a_base_of_another_model_type_is_refused_before_loading(tmp
     tiny_encoder("bert").save_pretrained(tmp_path / "bert")
     with pytest.raises(af.IncompatibleModelError, match="saved on a 'llama' model.*is a 'bert' model"):
         af.AdaptedModel.from_pretrained(tmp_path / "bert", tmp_path / "setup")
+
+
+def test_a_fusion_mask_saved_as_a_string_is_refused_not_split_into_characters(tmp_path: Path) -> None:
+    """'ab' was read as the mask ('a', 'b'): with adapters a, b and ab that silently kept two other adapters."""
+    model = af.wrap(tiny_encoder().double())
+    for name in ("a", "b", "ab"):
+        model.add_adapter(name, "pfeiffer")
+    model.add_fusion("f", ["a", "b", "ab"])
+    model.set_fusion_mask("f", ["ab"])
+    model.save_pretrained(tmp_path / "setup")
+    index_path = tmp_path / "setup" / "adapterfusion_setup.json"
+    index = json.loads(index_path.read_text())
+    assert index["active"]["fusion_masks"] == {"f": ["ab"]}
+    index["active"]["fusion_masks"] = {"f": "ab"}
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(af.SerializationError, match="each fusion mask must be lists"):
+        af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "setup")

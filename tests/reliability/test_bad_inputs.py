@@ -37,6 +37,7 @@ import cases_generate
 import cases_pieces
 import cases_recording
 import cases_runs
+import cases_saved_files
 import cases_serving
 import cases_sweep_pieces
 import cases_task_data
@@ -1159,6 +1160,7 @@ CASES: tuple[BadInput, ...] = (
     *cases_experiments.CASES,
     *cases_serving.CASES,
     *cases_sweep_pieces.CASES,
+    *cases_saved_files.CASES,
 )
 
 

@@ -1,0 +1,336 @@
+"""Bad-input cases at one boundary, saved files and the folders that hold them: flags of the store and AdapterHub
+calls given as strings, weights in a dtype nothing is computed in, pieces, setups and stores this user may not read
+or write, a new setup folder whose temp name would be too long, an AdapterHub fusion naming its adapters with
+numbers. Permission cases chmod inside the action and restore the mode after it, so the runner's byte-for-byte check
+can read every file; as root, which ignores permission bits, os.access answers as the kernel answers another user."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel
+
+import adapterfusion as af
+from adapterfusion.interop import export_adapterhub
+from adapterfusion.io.paths import TEMP_NAME_EXTRA, name_max
+from adapterfusion.training.store import AdapterStore
+from catalogue import Action, BadInput, edit_json, load_into, read_only, saved_piece
+from tiny_models import tiny_encoder
+
+B = BadInput
+HUB = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "bert"
+
+
+# ---- helpers -------------------------------------------------------------------------------------------------------
+def _model(*adapters: str, head: str | None = None) -> af.AdaptedModel:
+    """A tiny BERT with Pfeiffer adapters `adapters` (reduction factor 4) and a two-class head `head`."""
+    model = af.wrap(tiny_encoder("bert"))
+    for name in adapters:
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+    if head is not None:
+        model.add_head(head, af.ClassificationHead(num_labels=2))
+    return model
+
+
+@contextlib.contextmanager
+def unreadable(path: Path, mode: int = 0o000) -> Iterator[None]:
+    """`path` given `mode` (000: nothing; 0311 for a folder: it cannot be listed). Root ignores permission bits, so
+    for root os.access answers for `path`, and for what is inside it, as the kernel answers its owner."""
+    previous = stat.S_IMODE(path.stat().st_mode)
+    target = path.resolve()
+    owner = (mode >> 6) & 0o7  # os.R_OK, W_OK, X_OK are the owner's bits 4, 2, 1
+    real_access = os.access
+
+    def access(where: Any, wanted: int, *args: Any, **kwargs: Any) -> bool:
+        place = Path(where).resolve()
+        if place == target and wanted & ~owner:
+            return False
+        if place.is_relative_to(target) and place != target and wanted and not owner & os.X_OK:
+            return False
+        return real_access(where, wanted, *args, **kwargs)
+
+    path.chmod(mode)
+    try:
+        with mock.patch("os.access", access) if os.geteuid() == 0 else contextlib.nullcontext():
+            yield
+    finally:
+        path.chmod(previous)
+
+
+def _while_unreadable(path: Callable[[Path], Path], action: Callable[[], Any], mode: int = 0o000) -> Callable:
+    """The action run while `path(folder)` is unreadable; a message that blames the file itself is a failure."""
+
+    def prepare(folder: Path) -> Action:
+        def run() -> Any:
+            with unreadable(path(folder), mode):
+                try:
+                    return action()
+                except af.AdapterFusionError as error:
+                    assert "corrupt" not in str(error) and "truncated" not in str(error), error
+                    raise
+
+        return run
+
+    return prepare
+
+
+def _unreadable_piece(part: str, mode: int = 0o000) -> Callable[[Path], Action]:
+    """A saved adapter whose file or folder `part` ('' for the folder itself) this user may not read."""
+
+    def prepare(folder: Path) -> Action:
+        saved = saved_piece(folder)
+        action = load_into(_model(), "adapter", saved)
+        return _while_unreadable(lambda _: saved / part if part else saved, action, mode)(folder)
+
+    return prepare
+
+
+def _unreadable_setup_folder(folder: Path) -> Action:
+    """A saved setup whose adapters/ folder this user may not open: from_pretrained."""
+    _model("a").save_pretrained(folder / "s")
+    action = lambda: af.AdaptedModel.from_pretrained(tiny_encoder("bert"), folder / "s")  # noqa: E731
+    return _while_unreadable(lambda f: f / "s" / "adapters", action)(folder)
+
+
+def _float8_weights(folder: Path) -> Action:
+    """A saved adapter whose weights were rewritten in float8 (and its config's digest updated to match): torch's
+    isfinite has no float8 kernel."""
+    saved = saved_piece(folder)
+    path = saved / "adapter.safetensors"
+    save_file({k: v.to(torch.float8_e4m3fn) for k, v in load_file(path).items()}, path, metadata={"format": "pt"})
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    edit_json(saved / "adapter_config.json", lambda document: document.update(weights_sha256=digest))
+    return load_into(_model(), "adapter", saved)
+
+
+def _adapterhub_float8(folder: Path) -> Action:
+    """AdapterHub's adapter 'pf_ln' (ln_before: its LayerNorm is stored twice and compared) in float8."""
+    copy = folder / "pf_ln"
+    shutil.copytree(HUB / "adapters" / "pf_ln", copy)
+    path = copy / "pytorch_adapter.bin"
+    tensors = torch.load(path, weights_only=True)
+    torch.save({key: value.to(torch.float8_e5m2) for key, value in tensors.items()}, path)
+    return load_into(af.wrap(AutoModel.from_pretrained(HUB / "base_model")), "adapter", copy)
+
+
+def _store_put_model(overwrite: Any) -> Callable[[Path], Action]:
+    """put_model over a stored adapter with a non-bool `overwrite`: it replaced the trained adapter."""
+
+    def prepare(folder: Path) -> Action:
+        store = AdapterStore(folder / "store")
+        store.put_model(_model("a", head="h"), "a", "h", "enc", "rte", "st-a", 1)
+        other = _model("a", head="h")
+        return lambda: store.put_model(other, "a", "h", "enc", "rte", "st-a", 1, overwrite=overwrite)
+
+    return prepare
+
+
+def _store_load_head_string(folder: Path) -> Action:
+    store = AdapterStore(folder / "store")
+    store.put_model(_model("a", head="h"), "a", "h", "enc", "rte", "st-a", 1)
+    return _load_into(store, head="no")
+
+
+def _load_into(store: AdapterStore, **kwargs: Any) -> Action:
+    model = _model()
+
+    def action() -> Any:
+        try:
+            return store.load_into(model, "rte", "st-a", 1, encoder="enc", **kwargs)
+        finally:
+            assert model.adapter_names == [] and model.head_names == [], "the refused load changed the model"
+
+    return action
+
+
+def _export_use_safetensors(folder: Path) -> Action:
+    model = _model("a")
+    return lambda: export_adapterhub(model, "adapter", "a", folder / "hub", use_safetensors="no")
+
+
+def _store_read_only(folder: Path) -> Action:
+    (folder / "store").mkdir()
+    model = _model("a", head="h")
+
+    def action() -> Any:
+        with read_only(folder / "store"):
+            return AdapterStore(folder / "store").put_model(model, "a", "h", "enc", "rte", "st-a", 1)
+
+    return action
+
+
+def _store_entry_parent_read_only(folder: Path) -> Action:
+    """overwrite=True onto an entry whose folder (<store>/enc/rte/st-a) is read-only: the new entry is built there."""
+    store = AdapterStore(folder / "store")
+    model = _model("a", head="h")
+    entry = store.put_model(model, "a", "h", "enc", "rte", "st-a", 1)
+
+    def action() -> Any:
+        with read_only(entry.parent):
+            return store.put_model(model, "a", "h", "enc", "rte", "st-a", 1, overwrite=True)
+
+    return action
+
+
+def _save_pretrained_dropping_read_only_piece(folder: Path) -> Action:
+    """A setup of adapters a and b saved again with a alone, b's folder read-only: the new index was written, then
+    removing b's files failed."""
+    _model("a", "b").save_pretrained(folder / "setup")
+    model = _model("a")
+
+    def action() -> Any:
+        with read_only(folder / "setup" / "adapters" / "b"):
+            return model.save_pretrained(folder / "setup")
+
+    return action
+
+
+def _save_pretrained_name_near_limit(folder: Path) -> Action:
+    """A new setup folder whose name fits the file system, but not the temp folder it is built in first."""
+    name = "s" * (name_max(folder) - TEMP_NAME_EXTRA + 1)
+    model = _model("a")
+    return lambda: model.save_pretrained(folder / name)
+
+
+def _adapterhub_fusion_names(names: list) -> Callable[[Path], Action]:
+    """An AdapterHub fusion folder (exported from a tiny BERT) whose adapter_names are `names`."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model("a", "b")
+        model.add_fusion("f", ["a", "b"])
+        export_adapterhub(model, "fusion", "f", folder / "f")
+        edit_json(folder / "f" / "adapter_fusion_config.json", lambda document: document.update(adapter_names=names))
+        return load_into(_model("a", "b"), "fusion", folder / "f")
+
+    return prepare
+
+
+CASES: tuple[BadInput, ...] = (
+    # ---- flags given as strings: "no" is truthy -----------------------------------------------------------------
+    B(
+        "store-put-model-overwrite-string",
+        "saved files",
+        "AdapterStore.put_model(..., overwrite='no') onto a stored adapter (it replaced the trained adapter)",
+        af.ConfigError,
+        ("overwrite='no'", "has type str", "expected true or false"),
+        _store_put_model("no"),
+    ),
+    B(
+        "store-load-into-head-string",
+        "saved files",
+        "AdapterStore.load_into(..., head='no') (it loaded the head)",
+        af.ConfigError,
+        ("head='no'", "expected true or false"),
+        _store_load_head_string,
+    ),
+    B(
+        "export-adapterhub-use-safetensors-string",
+        "saved files",
+        "export_adapterhub(..., use_safetensors='no') (it wrote safetensors)",
+        af.ConfigError,
+        ("use_safetensors='no'", "expected true or false"),
+        _export_use_safetensors,
+    ),
+    # ---- weights in a dtype nothing is computed in --------------------------------------------------------------
+    B(
+        "adapter-weights-float8",
+        "saved files",
+        "load_adapter of a saved adapter whose weights are float8_e4m3fn (torch: isfinite not implemented)",
+        af.SerializationError,
+        ("/a:", "tensor 'layer.", "float8_e4m3fn", "float32"),
+        _float8_weights,
+    ),
+    B(
+        "adapterhub-weights-float8",
+        "saved files",
+        "load_adapter of an AdapterHub adapter (ln_before) whose pytorch_adapter.bin holds float8_e5m2 tensors",
+        af.SerializationError,
+        ("pf_ln", "float8_e5m2", "float32"),
+        _adapterhub_float8,
+    ),
+    # ---- what this user may not read ----------------------------------------------------------------------------
+    B(
+        "adapter-weights-unreadable",
+        "saved files",
+        "load_adapter of a saved adapter whose adapter.safetensors has mode 000",
+        af.SerializationError,
+        ("/a/adapter.safetensors", "cannot be read by this user", "permission denied", "chmod"),
+        _unreadable_piece("adapter.safetensors"),
+    ),
+    B(
+        "adapter-config-unreadable",
+        "saved files",
+        "load_adapter of a saved adapter whose adapter_config.json has mode 000 (it was called corrupt or truncated)",
+        af.SerializationError,
+        ("/a/adapter_config.json", "cannot be read by this user", "permission denied", "chmod"),
+        _unreadable_piece("adapter_config.json"),
+    ),
+    B(
+        "adapter-folder-unlistable",
+        "saved files",
+        "load_adapter of a saved adapter whose folder has mode 0311 (it cannot be listed)",
+        af.SerializationError,
+        ("/a", "cannot be read by this user", "permission denied", "chmod u+rx"),
+        _unreadable_piece("", 0o311),
+    ),
+    B(
+        "setup-adapters-folder-unreadable",
+        "saved files",
+        "from_pretrained of a saved setup whose adapters/ folder has mode 000",
+        af.SerializationError,
+        ("/s/adapters", "cannot be read by this user", "permission denied", "chmod u+rx"),
+        _unreadable_setup_folder,
+    ),
+    # ---- what this user may not write ---------------------------------------------------------------------------
+    B(
+        "save-pretrained-drops-read-only-piece",
+        "saved files",
+        "save_pretrained of adapter a onto a setup of a and b whose adapters/b is read-only (mode 555)",
+        af.ConfigError,
+        ("/setup/adapters/b'", "adapter 'b'", "drops", "read-only for this user"),
+        _save_pretrained_dropping_read_only_piece,
+    ),
+    B(
+        "store-put-model-read-only",
+        "saved files",
+        "AdapterStore.put_model into a store folder that is read-only (mode 555)",
+        af.ConfigError,
+        ("store '", "/store'", "read-only for this user"),
+        _store_read_only,
+    ),
+    B(
+        "store-overwrite-entry-folder-read-only",
+        "saved files",
+        "AdapterStore.put_model(..., overwrite=True) onto an entry whose folder <store>/enc/rte/st-a is read-only",
+        af.ConfigError,
+        ("/store/enc/rte/st-a'", "read-only for this user"),
+        _store_entry_parent_read_only,
+    ),
+    # ---- names and documents ------------------------------------------------------------------------------------
+    B(
+        "save-pretrained-name-near-limit",
+        "saved files",
+        "save_pretrained into a new folder whose name is 242 bytes (its temp folder's would be 256)",
+        af.ConfigError,
+        ("bytes long", "a file or folder name may have at most", "temp name 14 bytes longer"),
+        _save_pretrained_name_near_limit,
+    ),
+    B(
+        "adapterhub-fusion-names-not-strings",
+        "saved files",
+        "load_fusion of an AdapterHub fusion whose adapter_fusion_config.json has adapter_names [1, 2]",
+        af.SerializationError,
+        ("adapter_fusion_config.json", "adapter_names", "[1, 2]", "list of strings"),
+        _adapterhub_fusion_names([1, 2]),
+    ),
+)
