@@ -153,6 +153,15 @@ def check_architecture_fit(
         return
     model_type, architecture = found
     shown = "null (the shipped MiniLM)" if encoder is None else repr(encoder)
+    if not architecture.layer_norm_copies:
+        for variant, (i, _, _) in zip(variants, entries, strict=True):
+            if variant.setup == "st-a-houlsby" and variant.options.get("train_layer_norm") is not False:
+                raise fail(
+                    f"{key}[{i}]",
+                    f"st-a-houlsby trains LayerNorm copies beside its adapters, but encoder {shown} ({model_type}) "
+                    "applies its LayerNorms inside its blocks, where no copy can take their place; add "
+                    "train_layer_norm: false to the entry (Houlsby adapters without the copies)",
+                )
     per_token = (EXTRACTIVE_QA, TOKEN_CLASSIFICATION)  # their heads score every token and pool nothing
     if architecture.pools_last_token:
         for variant, (i, _, _) in zip(variants, entries, strict=True):

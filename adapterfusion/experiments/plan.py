@@ -56,14 +56,20 @@ class Job:
     encoder_run: str | None = None
 
     def config_hash(
-        self, spec: ExperimentSpec, dependencies: Mapping[str, str] | None = None, absolute_paths: bool = False
+        self,
+        spec: ExperimentSpec,
+        dependencies: Mapping[str, str] | None = None,
+        absolute_paths: bool = False,
+        task_specs: bool = True,
     ) -> str:
         """Digest of everything that decides this job's result, the config hashes of the jobs it depends on
         included (`dependencies`: id -> hash, see config_hashes), so a fusion whose adapters are re-trained with
         other settings is re-run too; a job whose hash changed is re-run. Without `dependencies`: the hash older
         runners recorded, which named the dependencies by id only (ResultsStore.bind upgrades such records). Paths
         count as the experiment file writes them (ExperimentSpec.recorded_dict), so a clone elsewhere keeps its
-        results; absolute_paths: the hash older runners recorded, of the absolute paths."""
+        results; absolute_paths: the hash older runners recorded, of the absolute paths. The description of a task of
+        the experiment's own (task_files: its data files, labels, template) counts too, so editing it re-runs its
+        jobs; task_specs=False: the hash runners recorded before it did."""
         paths = spec.to_dict() if absolute_paths else spec.recorded_dict()
         data = {
             "setup": self.setup,
@@ -83,6 +89,11 @@ class Job:
             data["depends_on"] = {d: dependencies[d] for d in self.depends_on}
         if self.kind != SINGLE_KIND or self.encoder_run is not None:  # only then: older jobs keep their hashes
             data.update(kind=self.kind, encoder_run=self.encoder_run)
+        own = paths.get("task_specs") or {}
+        tasks = self.options.get("tasks", [self.task]) if self.kind == MULTITASK_KIND else [self.task]
+        described = {task: own[task] for task in tasks if task in own}
+        if task_specs and described:  # only then: jobs on built-in tasks keep their hashes
+            data["task_specs"] = described
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
 
     def variant_dir(self, output_dir: str | Path) -> Path:
@@ -267,12 +278,14 @@ def jobs_per_variant(jobs: list[Job]) -> dict[str, int]:
     return counts
 
 
-def config_hashes(spec: ExperimentSpec, jobs: list[Job], absolute_paths: bool = False) -> dict[str, str]:
+def config_hashes(
+    spec: ExperimentSpec, jobs: list[Job], absolute_paths: bool = False, task_specs: bool = True
+) -> dict[str, str]:
     """Job id -> config hash, each job's folding in its dependencies' (and so, through theirs, every job it
     needs, transitively)."""
     hashes: dict[str, str] = {}
     for job in topological_order(jobs):
-        hashes[job.id] = job.config_hash(spec, hashes, absolute_paths)
+        hashes[job.id] = job.config_hash(spec, hashes, absolute_paths, task_specs)
     return hashes
 
 

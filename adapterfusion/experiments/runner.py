@@ -34,6 +34,7 @@ from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.plan import Job, plan_jobs
 from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
+from adapterfusion.experiments.stale import stale_jobs
 from adapterfusion.experiments.store import DB_FILE, LOCK_FILE, ResultsStore, RunnerLock
 from adapterfusion.experiments.writers import WRITERS_DIR, clear_dead_writers, registered_writer
 from adapterfusion.io.atomic import atomic_write_json, is_temp_name
@@ -189,6 +190,9 @@ def run_experiment(
         clear_dead_writers(out)  # a killed runner's workers have ended; the temp files its writers left are removed
         with ResultsStore(out) as store:
             reset = set(store.bind(spec, jobs, force=force))
+            stale = stale_jobs(jobs, store.states(), out)  # a fusion whose store adapters were replaced since
+            store.requeue(stale)
+            reset |= set(stale)
             store.requeue_unfinished()
             atomic_write_json(out / SPEC_FILE, experiment_record(spec, out))
             states = store.states()

@@ -218,6 +218,9 @@ class ResultsStore:
         spec_hash = spec.spec_hash()
         hashes = config_hashes(spec, jobs)
         older = config_hashes(spec, jobs, absolute_paths=True)  # what older runners recorded, at the same place
+        # what runners recorded before a job's hash covered its own task's description: the same job only while
+        # the experiment (whose spec hash always covered the descriptions) is unchanged
+        untasked = config_hashes(spec, jobs, task_specs=False) if meta.get("spec_hash") == spec_hash else {}
         # an older runner hashed the absolute paths: the same experiment, still at the same place
         if meta.get("spec_hash") not in (None, spec_hash, spec.spec_hash(absolute_paths=True)) and not force:
             raise SpecMismatchError(
@@ -262,7 +265,9 @@ class ResultsStore:
                     )
                     continue
                 recorded = existing[job.id]["config_hash"]
-                keep = recorded in (config_hash, older[job.id]) or _upgradable(job, spec, existing, reset)
+                keep = recorded in (config_hash, older[job.id], untasked.get(job.id)) or _upgradable(
+                    job, spec, existing, reset
+                )
                 if not keep:
                     reset.append(job.id)
                 self._db.execute(
@@ -300,6 +305,11 @@ class ResultsStore:
         """Whether no live runner holds this output dir, so that the jobs recorded `running` were interrupted (their
         runner was killed, stopped with Ctrl-C, or the machine rebooted); a runner on another host counts as live."""
         return RunnerLock(self.output_dir).holder() is None
+
+    def requeue(self, ids: list[str]) -> None:
+        """Jobs to run again though done (their inputs changed on disk: experiments/stale.py); results cleared."""
+        for job_id in ids:
+            self._transaction("UPDATE jobs SET state = 'queued', metrics = NULL WHERE id = ?", (job_id,))
 
     def requeue_unfinished(self) -> list[str]:
         """Jobs a killed runner left running, and failed or blocked jobs, go back to queued for this run."""

@@ -131,26 +131,38 @@ def check_metrics_for_best(
     key: str = "setups",
 ) -> None:
     """A metric_for_best that a task it applies to does not score, refused when the file is read (each job would
-    fail at its start, once per seed), naming where it was set: task_training, the setup entry, or training."""
+    fail at its start, once per seed), naming where it was set: task_training, the setup entry, or training. So are
+    two variants of one task that select on different metrics: the report puts their dev scores in one row (and
+    `select` and Table 2 compare them), which holds one metric."""
+    chosen: dict[str, tuple[str, str]] = {}  # task -> (metric, variant id) of its first variant
     for variant, (i, _, entry) in zip(variants, entries, strict=True):
         for task in tasks:
+            if not variant.runs_on(task):
+                continue
             own = task_training.get(task, {})
             metric = own.get("metric_for_best", variant.training.get("metric_for_best"))
-            if metric is None or not variant.runs_on(task):
-                continue
+            where = (
+                f"task_training.{task}"
+                if "metric_for_best" in own
+                else f"{key}[{i}]"
+                if "metric_for_best" in entry or "metric_for_best" in (entry.get("sweep") or {})
+                else "training"
+            )
             try:
                 known = get_task(task).metrics
             except TaskError:  # an unknown task is the tasks check's to refuse
                 continue
-            if metric not in known:
-                where = (
-                    f"task_training.{task}"
-                    if "metric_for_best" in own
-                    else f"{key}[{i}]"
-                    if "metric_for_best" in entry
-                    else "training"
-                )
+            if metric is not None and metric not in known:
                 raise fail(
                     f"{where}.metric_for_best",
                     f"{metric!r} is not a metric of task {task!r} (setup variant {variant.id!r}); it has {list(known)}",
+                )
+            metric = metric or known[0]
+            first, first_variant = chosen.setdefault(task, (metric, variant.id))
+            if metric != first:
+                raise fail(
+                    f"{where}.metric_for_best",
+                    f"setup variant {variant.id!r} selects on {metric!r} for task {task!r}, but {first_variant!r} "
+                    f"on {first!r}; the report compares a task's variants on one metric, so give them one "
+                    f"metric_for_best (e.g. in task_training.{task})",
                 )

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapterfusion._validation import check_name
+from adapterfusion._validation import check_bool, check_name
 from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.spec_checks import (
     OWNED,
@@ -207,6 +207,11 @@ def setup_entries(
             check_name(variant.id, "setup variant")
         except ConfigError as err:
             raise fail(f"{key}[{i}].id", str(err)) from None
+        if variant.options.get("train_layer_norm") is not None:
+            try:
+                check_bool(variant.options["train_layer_norm"], "train_layer_norm")
+            except ConfigError as err:
+                raise fail(f"{key}[{i}].train_layer_norm", str(err)) from None
         if variant.options.get("init_std") is not None:  # a job would refuse it once the model is loaded
             try:
                 check_init_std(variant.options["init_std"])

@@ -125,6 +125,13 @@ class ArchitectureSpec:
         return any(stack.cross is not None for stack in self.stacks())
 
     @property
+    def layer_norm_copies(self) -> bool:
+        """Whether Houlsby adapters can train their own LayerNorm copies at the attention and output sites (not
+        where the block applies its LayerNorm itself: PRE_RESIDUAL)."""
+        sites = [stack.site(position) for stack in self.stacks() for position in ("attention", "output")]
+        return all(site.kind is not SiteKind.PRE_RESIDUAL for site in sites)
+
+    @property
     def in_adapterhub(self) -> bool:
         """Whether AdapterHub 1.3.0 has adapters on this architecture at the same places, so that its files
         translate: BERT-style output modules, or the decoder blocks it patches."""

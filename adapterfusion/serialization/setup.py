@@ -481,7 +481,19 @@ def _piece_in(folder: Path, kind: str, label: Callable[[str], str]) -> str:
     if not names:
         raise NameNotFoundError(f"the saved setup {label('')} holds no {kind}")
     choices = ", ".join(repr(label(piece_folder(kind, name))) for name in names)
-    raise ConfigError(f"the saved setup {label('')} holds {len(names)} {kind}s; load one of {choices}")
+    raise SeveralPiecesError(
+        f"the saved setup {label('')} holds {len(names)} {kind}s; load one of {choices}",
+        tuple(piece_folder(kind, name) for name in names),
+    )
+
+
+class SeveralPiecesError(ConfigError):
+    """A saved setup given where one piece is loaded holds several of that kind; `choices` are their folders
+    relative to the setup (the server names them under the client's own source)."""
+
+    def __init__(self, message: str, choices: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.choices = choices
 
 
 # ---- push ------------------------------------------------------------------------------------------------

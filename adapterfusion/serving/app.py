@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,7 @@ from adapterfusion.errors import (
     PieceExistsError,
     SerializationError,
 )
+from adapterfusion.serialization.setup import SeveralPiecesError
 from adapterfusion.serving.batcher import Batcher, drain_ran_out
 from adapterfusion.serving.config import ServeConfig
 from adapterfusion.serving.contract import (
@@ -145,13 +147,15 @@ def create_app(
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         nonlocal in_flight
         in_flight += 1
+        status = 500  # what the safety net answers when the call raises past every handler
         try:
             response = await call_next(request)
+            status = response.status_code
+            return response
         finally:
             in_flight -= 1
-        path = request.url.path
-        metrics.requests[(path if path in ROUTES else "other", response.status_code)] += 1
-        return response
+            path = request.url.path
+            metrics.requests[(path if path in ROUTES else "other", status)] += 1
 
     @app.exception_handler(RequestError)
     async def refused(_: Request, error: RequestError) -> JSONResponse:
@@ -166,17 +170,17 @@ def create_app(
                 for route in app.routes
                 if getattr(route, "path", None) == request.url.path
                 for m in getattr(route, "methods", None) or ()
-            } - {"HEAD"}
+            }
             headers["allow"] = ", ".join(sorted(methods)) or headers["allow"]
         allowed = f"; this path takes {headers['allow']}" if "allow" in headers else ""
         known = "" if allowed else f"; the endpoints are {', '.join(ROUTES)}"
-        return _error(error.status_code, f"{error.detail}{allowed or known}")
+        return _error(error.status_code, f"{error.detail}{allowed or known}", headers)  # a 405 names Allow
 
     @app.exception_handler(Exception)
     async def failed(request: Request, _: Exception) -> JSONResponse:  # a safety net: the endpoints catch their own
         return _error(500, "the server failed on this request; the error is in the server's log")
 
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])  # HEAD: probes that want the status alone
     async def healthz() -> dict[str, Any]:
         return {"status": "ok", "adapters": len(catalog.adapters), "fusions": len(catalog.fusions)}
 
@@ -194,10 +198,20 @@ def create_app(
         except Exception:
             logger.exception("%s failed", key)
             return _error(500, "the forward failed on the server; the error is in the server's log")
+        try:
+            response = JSONResponse({key: answers})
+        except ValueError:  # NaN or infinity, which JSON cannot carry
+            bad = [index for index, each in enumerate(answers) if not _finite(each)]
+            logger.error("%s: the model gave non-finite values for inputs %s: %r", key, bad, answers)
+            return _error(
+                500,
+                f"the model gave non-finite values (NaN or infinity) for inputs {bad} of this request, which cannot "
+                "be answered; the server's log has them (check the model's dtype and attention kernel)",
+            )
         if key == "predictions":  # the histogram is of answered predict requests, not of refusals or generations
             metrics.latency.observe(time.perf_counter() - start)
         metrics.predictions += len(answers)
-        return JSONResponse({key: answers})
+        return response
 
     @app.post("/v1/predict")
     async def predict(request: Request) -> JSONResponse:
@@ -214,7 +228,7 @@ def create_app(
 
         return await answer(request, encode, generations or batcher, "generations")
 
-    @app.get("/v1/pieces")
+    @app.api_route("/v1/pieces", methods=["GET", "HEAD"])  # HEAD: probes that want the status alone
     async def pieces() -> dict[str, Any]:
         return catalog.to_dict()
 
@@ -260,7 +274,7 @@ def create_app(
         logger.info("loaded %s %r from %s", piece.kind, name, piece.source)
         return JSONResponse({"kind": piece.kind, "name": name}, status_code=201)
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=["GET", "HEAD"])  # HEAD: probes that want the status alone
     async def metrics_text() -> PlainTextResponse:
         gauges = {
             "queue_waiting": (sum(each.waiting for each in batchers), "Requests queued for a forward or generation."),
@@ -330,11 +344,24 @@ def _load_refused(error: AdapterFusionError, piece: PieceRequest) -> RequestErro
             f"{source} holds no {kind} this server can read: it is no folder on the server, or it holds no saved "
             f"{kind} (ours or AdapterHub's, or a saved setup with one), or a file of it is missing or damaged",
         )
-    return RequestError(
-        422,
-        f"the {kind} in {source} was refused: a loaded {kind} may have its saved name (give another 'name'), or "
-        f"{source} is a saved setup with several {kind}s (give the folder of one)",
-    )
+    if isinstance(error, SeveralPiecesError):  # how many, not their names: those are the server's folders
+        return RequestError(
+            422,
+            f"{source} is a saved setup holding {len(error.choices)} {kind}s; give the folder of one as 'source' "
+            f"(the setup's {kind}s folder holds one folder per {kind}, named like it)",
+        )
+    return RequestError(422, f"the {kind} in {source} was refused; the reason is in the server's log")
+
+
+def _finite(value: Any) -> bool:
+    """Whether an answer holds only finite numbers (JSON has no NaN or infinity)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, Mapping):
+        return all(_finite(each) for each in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(each) for each in value)
+    return True
 
 
 def _require_json(request: "Request") -> None:

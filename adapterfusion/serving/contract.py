@@ -24,11 +24,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from adapterfusion._validation import check_piece_name
-from adapterfusion.blocks import Average, Block, BlockNestingError, Fuse, Stack, matching_fusions
+from adapterfusion.blocks import (
+    AVERAGE_SHARED_OPTIONS,
+    Average,
+    Block,
+    BlockNestingError,
+    Fuse,
+    Stack,
+    matching_fusions,
+)
 from adapterfusion.errors import ConfigError
 from adapterfusion.io.documents import repeated_keys
 from adapterfusion.piece import PIECE_KINDS
@@ -81,6 +89,8 @@ class Catalog:
     heads: dict[str, HeadInfo]
     active: dict[str, str | None]
     generates: bool = False  # the model has a language-model head (POST /v1/generate)
+    # adapter -> its placement options (blocks.AVERAGE_SHARED_OPTIONS): an average block needs them alike
+    placements: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, model: AdaptedModel) -> Catalog:
@@ -94,6 +104,10 @@ class Catalog:
             heads,
             {"adapter": model.active_adapter, "fusion": model.active_fusion, "head": model.active_head},
             model.can_generate(),
+            {
+                name: tuple(getattr(model.adapter_configs[name], option) for option in AVERAGE_SHARED_OPTIONS)
+                for name in model.adapter_names
+            },
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -311,7 +325,10 @@ def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
             raise RequestError(422, f"'{where}.{kind}[{index}]' is {_short(child)}; a child is a name or a block")
     options = {key: value[key] for key in _BLOCK_OPTIONS[kind] if key in value}
     if kind == "fuse" and all(isinstance(child, str) for child in parsed):
-        _check_fuse(tuple(parsed), options.get("name"), catalog, where)
+        # the fusion matched now is the one that runs, whatever is loaded before the request's forward
+        options["name"] = _check_fuse(tuple(parsed), options.get("name"), catalog, where)
+    if kind == "average":
+        _check_average(parsed, catalog, where)
     try:
         return cast(Block, _BLOCKS[kind](*parsed, **options))
     except BlockNestingError as error:  # in the request's JSON terms, not the Python constructors'
@@ -320,9 +337,38 @@ def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
         raise RequestError(422, f"'{where}': {error}") from None
 
 
-def _check_fuse(adapters: tuple[str, ...], name: Any, catalog: Catalog, where: str) -> None:
+def _check_average(children: list[Any], catalog: Catalog, where: str) -> None:
+    """An average block's named children must be adapters placed alike (blocks.py refuses the rest at forward time,
+    failing the whole batch the request joined): refused here, in the request's fields."""
+    named = [(index, child) for index, child in enumerate(children) if isinstance(child, str)]
+    for index, child in named:
+        if child not in catalog.adapters:
+            raise RequestError(
+                422, f"'{where}.average[{index}]' = {child!r} is a fusion; an average block takes adapters only"
+            )
+    if not named:
+        return
+    first_index, first = named[0]
+    for index, child in named[1:]:
+        for option, mine, theirs in zip(
+            AVERAGE_SHARED_OPTIONS, catalog.placements.get(child, ()), catalog.placements.get(first, ()), strict=False
+        ):
+            if mine != theirs:
+                raise RequestError(
+                    422,
+                    f"'{where}.average[{index}]' = {child!r} is placed otherwise than '{where}.average[{first_index}]' "
+                    f"= {first!r} ({option}: {_json_value(mine)} against {_json_value(theirs)}); an average block "
+                    "takes adapters placed alike",
+                )
+
+
+def _json_value(value: Any) -> str:
+    return json.dumps(list(value) if isinstance(value, tuple) else value)
+
+
+def _check_fuse(adapters: tuple[str, ...], name: Any, catalog: Catalog, where: str) -> Any:
     """A fuse block's adapters (and 'name') matched against the loaded fusions here, so that the refusal speaks of the
-    request's fields, not of the Python API (blocks.py's message at forward time)."""
+    request's fields, not of the Python API (blocks.py's message at forward time); returns the fusion's name."""
     if isinstance(name, str):
         _require("fusion", name, list(catalog.fusions))
         if adapters != catalog.fusions[name]:
@@ -331,9 +377,9 @@ def _check_fuse(adapters: tuple[str, ...], name: Any, catalog: Catalog, where: s
                 f"'{where}' names fusion {name!r}, which fuses {list(catalog.fusions[name])}; list those adapters in "
                 f"that order in '{where}.fuse'",
             )
-        return
+        return name
     if name is not None:
-        return  # Fuse's own check names the bad type
+        return name  # Fuse's own check names the bad type
     matches = matching_fusions(adapters, catalog.fusions)
     if not matches:
         loaded = {fusion: list(fused) for fusion, fused in catalog.fusions.items()}
@@ -346,6 +392,7 @@ def _check_fuse(adapters: tuple[str, ...], name: Any, catalog: Catalog, where: s
         raise RequestError(
             422, f"'{where}': fusions {matches} all fuse {list(adapters)}; say which with a 'name' field in the block"
         )
+    return matches[0]
 
 
 def parse_piece(data: dict[str, Any]) -> PieceRequest:

@@ -120,7 +120,7 @@ class Generator:
         limits = [item.request.max_new_tokens for item in batch for _ in item.prompts]
         samplings = [item.request.sampling for item in batch for _ in item.prompts]
         made: list[Prediction | None] = [None] * len(prompts)
-        for group in self._groups(prompts, samplings):
+        for group in self._groups(prompts, samplings, limits):
             padded = self.tokenizer.pad(
                 [{"input_ids": prompts[i]} for i in group],
                 padding=True,
@@ -145,8 +145,12 @@ class Generator:
             first += item.rows
         return answers
 
-    def _groups(self, prompts: Sequence[list[int]], samplings: Sequence[Sampling | None]) -> list[list[int]]:
-        """The prompts (indices) cut into generate() calls: one per decoding setting, each cut by length."""
+    def _groups(
+        self, prompts: Sequence[list[int]], samplings: Sequence[Sampling | None], limits: Sequence[int]
+    ) -> list[list[int]]:
+        """The prompts (indices) cut into generate() calls: one per decoding setting, each cut by length, and cut
+        again where a decoder's longest prompt plus the most new tokens asked would pass its positions (each
+        request fits alone; a short prompt asking for many tokens beside a long one would not)."""
         by_setting: dict[Sampling | None, list[int]] = {}
         for index, sampling in enumerate(samplings):
             by_setting.setdefault(sampling, []).append(index)
@@ -154,8 +158,24 @@ class Generator:
         groups = []
         for members in by_setting.values():
             for group in length_groups([len(prompts[i]) for i in members], cost):
-                groups.append([members[k] for k in group])
+                groups += self._within_positions([members[k] for k in group], prompts, limits)
         return groups
+
+    def _within_positions(
+        self, group: list[int], prompts: Sequence[list[int]], limits: Sequence[int]
+    ) -> list[list[int]]:
+        if self.encoder_decoder:  # the prompt is the encoder's, the new tokens the decoder's
+            return [group]
+        parts: list[list[int]] = [[]]
+        longest = most = 0
+        for index in sorted(group, key=lambda i: len(prompts[i])):
+            wider, more = max(longest, len(prompts[index])), max(most, limits[index])
+            if parts[-1] and wider + more > self.max_length:
+                parts.append([])
+                wider, more = len(prompts[index]), limits[index]
+            parts[-1].append(index)
+            longest, most = wider, more
+        return parts
 
     def _answer(self, tokens: list[int]) -> Prediction:
         """The new tokens up to and including the first end token, as text."""

@@ -134,8 +134,8 @@ def train(
         if plan.fused_adapters:  # exactly which stored adapters this fusion is trained on (rebuild_run checks them)
             run_config["fused_adapters"] = plan.fused_adapters
         resume_from = resume_point(run_dir, run_config) if resume else None
-        if overwrite:
-            run.start_over()
+        if overwrite:  # the runner's re-run of an interrupted job (overwrite and resume) keeps what it resumes
+            run.start_over(keep_checkpoints=resume_from is not None)
         run.write_config(run_config)
 
         if (

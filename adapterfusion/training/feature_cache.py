@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from adapterfusion.forward_inputs import check_call
 from adapterfusion.heads.module import PredictionHead
 from adapterfusion.tasks.collator import TaskCollator
 
@@ -31,8 +32,6 @@ def pooled_features(
     """Each example's pooled encoder output as head `head` pools it ([n, hidden], or [n, choices, hidden] for
     multiple choice) and its label, from the model run in eval mode with its current activation."""
     module = model.get_head(head)
-    encoder = model.model.base_model
-    assert isinstance(encoder, nn.Module)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -40,12 +39,11 @@ def pooled_features(
     try:
         for batch in batches:
             batch = {k: v.to(device) for k, v in batch.items()}
-            inputs = {k: v for k, v in batch.items() if k != "labels"}
-            choices = inputs["input_ids"].shape[1] if inputs["input_ids"].dim() == 3 else None
-            if choices is not None:
-                inputs = {k: v.flatten(0, 1) for k, v in inputs.items()}
-            hidden = encoder(**inputs).last_hidden_state
-            pooled = module.pool(hidden, inputs.get("attention_mask"))
+            # the head's own forward path: an encoder-decoder's decoder inputs, a decoder's positions, the choices
+            call = check_call(model, {k: v for k, v in batch.items() if k != "labels"}, head)
+            hidden = call.encoder(**call.inputs).last_hidden_state
+            pooled = module.pool(hidden, call.head_mask)
+            choices = call.num_choices
             features.append((pooled.view(-1, choices, pooled.shape[-1]) if choices else pooled).cpu())
             labels.append(batch["labels"].cpu())
     finally:

@@ -74,9 +74,8 @@ def check_fused_adapters(run_dir: Path, config: dict[str, Any], loaded: dict[str
         raise TrainingError(
             f"cannot rebuild {run_dir}: the store's adapter(s) {', '.join(changed)} changed since this fusion was "
             "trained, so its fusion weights belong to adapters the store no longer holds; train the fusion again on "
-            "the current adapters (`adapterfusion run` re-runs it when its adapters' settings changed, or "
-            "`adapterfusion fuse`), or pass --store (store=...) pointing to a store with the adapters it was "
-            "trained on"
+            "the current adapters (`adapterfusion run` of its experiment re-runs it, or `adapterfusion fuse`), or "
+            "pass --store (store=...) pointing to a store with the adapters it was trained on"
         )
 
 

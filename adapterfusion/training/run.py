@@ -222,12 +222,14 @@ class Run(RunFolder):
     def source(self) -> Encoder:
         return self.resolved or resolve_encoder(self.encoder, reach_hub=False)
 
-    def start_over(self) -> None:
+    def start_over(self, keep_checkpoints: bool = False) -> None:
         """For overwrite=True, before the new config.json: the earlier run's end marker goes (a crash from here on
         must not leave it looking finished), and so do its checkpoints (a later resume=True would continue the
-        earlier run's weights under the new run's settings)."""
+        earlier run's weights under the new run's settings), unless this run resumes from one of them."""
         if self.writes:
             self.metrics_path.unlink(missing_ok=True)
+            if keep_checkpoints:
+                return
             checkpoints = self.run_dir / "checkpoints"
             if checkpoints.is_dir() and not checkpoints.is_symlink():
                 shutil.rmtree(checkpoints)

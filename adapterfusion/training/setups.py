@@ -12,7 +12,7 @@ a `prepare`: it trains several tasks in one run, so `train_multitask` (training/
 | head | classifier only, encoder frozen | AdapterFusion "Head" |
 | full | encoder + head | "Full" |
 | st-a | Pfeiffer adapter + head (option reduction_factor: 2/16/64, default 16; init_std, default 1e-2) | "ST-A" |
-| st-a-houlsby | Houlsby adapters (+ their LayerNorm copies) + head (option reduction_factor) | "ST-A Houlsby" |
+| st-a-houlsby | Houlsby adapters (+ LayerNorm copies unless train_layer_norm: false) + head | "ST-A Houlsby" |
 | top-k | the top k encoder layers + head (option k, default 1) | Houlsby "variable fine-tuning" |
 | layernorm-only | every LayerNorm of the encoder + head (a model with RMSNorms only is refused) | Houlsby §3.6 |
 | fusion-st-a | fused stored ST-A adapters + head (options: see _fusion_st_a) | "Fusion w/ ST-A" |
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from adapterfusion._validation import check_mapping, check_name
+from adapterfusion._validation import check_bool, check_mapping, check_name
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.errors import ConfigError
@@ -245,9 +245,11 @@ def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[[AdaptedMod
         head = _add_head(model, context)
         name = piece_name(context.task)
         init_std = context.options.get("init_std")  # None: AdapterConfig's default (Houlsby §3.6 sweeps it)
+        layer_norm = context.options.get("train_layer_norm")  # None: the preset's (Houlsby's copies trained)
         config = preset(
             reduction_factor=_check_reduction_factor(context.options["reduction_factor"]),
             **({} if init_std is None else {"init_std": check_init_std(init_std)}),
+            **({} if layer_norm is None else {"train_layer_norm": check_bool(layer_norm, "train_layer_norm")}),
         )
         model.add_adapter(name, config)
         model.train_adapter(name, head=head)
@@ -490,7 +492,7 @@ for _setup in (
     Setup(
         "st-a-houlsby",
         _adapter_setup(AdapterConfig.houlsby),
-        {"reduction_factor": 16, "pooling": None, "init_std": None},
+        {"reduction_factor": 16, "pooling": None, "init_std": None, "train_layer_norm": None},
         "single-task Houlsby adapters",
         stores_adapter=True,
     ),

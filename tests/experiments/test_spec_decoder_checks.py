@@ -98,3 +98,16 @@ def test_own_data_files_win_over_data_dir_for_their_task_only(tmp_path):
     )
     assert data_dir_for(payload, "own") is None
     assert data_dir_for(payload, "rte") == str(tmp_path)
+
+
+def test_houlsby_layer_norm_copies_on_bart_are_refused_and_can_be_left_out(bart_dir, llama_dir):
+    """BART applies its LayerNorms inside its blocks: st-a-houlsby's copies failed every job at run time, with a fix
+    an experiment file could not give; train_layer_norm: false is that fix."""
+    with pytest.raises(ExperimentSpecError, match=r"setups\[0\]: st-a-houlsby trains LayerNorm copies.*bart.*"
+                       r"train_layer_norm: false"):  # fmt: skip
+        spec(encoder=str(bart_dir), setups=["st-a-houlsby"])
+    plain = spec(encoder=str(bart_dir), setups=[{"name": "st-a-houlsby", "train_layer_norm": False}])
+    assert plain.variants[0].options["train_layer_norm"] is False
+    assert spec(encoder=str(llama_dir), setups=["st-a-houlsby"]).variants[0].setup == "st-a-houlsby"
+    with pytest.raises(ExperimentSpecError, match=r"setups\[0\].train_layer_norm: .*expected true or false"):
+        spec(setups=[{"name": "st-a-houlsby", "train_layer_norm": "no"}])

@@ -4,6 +4,7 @@ command, which `run` leaves byte for byte as it was."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 from adapterfusion.cli import main
 from adapterfusion.experiments import ResultsStore, ResultsStoreError, load_spec, plan_jobs, run_experiment
+from adapterfusion.experiments.plan import config_hashes
 from tiny_experiments import DoneExecutor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -174,3 +176,56 @@ def test_disk_full_is_recognised_on_python_3_10_without_sqlite3_SQLITE_FULL(monk
     monkeypatch.delattr(sqlite3, "SQLITE_FULL", raising=False)
     assert _disk_full(sqlite3.OperationalError("database or disk is full"))
     assert not _disk_full(sqlite3.OperationalError("no such table: jobs"))
+
+
+def _own_task_experiment(folder: Path, train_file: str) -> dict:
+    (folder / f"{train_file}").write_text("text,label\na,pos\nb,neg\n")
+    (folder / "dev.csv").write_text("text,label\nc,pos\nd,neg\n")
+    task = {"name": "mine", "kind": "single", "text_fields": ["text"], "label_names": ["neg", "pos"]}
+    (folder / "mine.json").write_text(
+        json.dumps({**task, "data_files": {"train": train_file, "validation": "dev.csv"}})
+    )
+    experiment = {**EXPERIMENT, "tasks": ["mine", "rte"], "task_files": ["mine.json"], "output_dir": "out"}
+    (folder / "exp.json").write_text(json.dumps(experiment))
+    return load_spec(folder / "exp.json")
+
+
+def test_editing_an_own_task_re_runs_its_jobs_and_keeps_the_others(tmp_path):
+    """A job's hash covers its own task's description: a task pointed at new training data re-runs (with --force;
+    it used to stay 'done' with results of the old data), jobs on built-in tasks are kept, and a record made before
+    the hash covered the description keeps its results while the experiment is unchanged."""
+    spec = _own_task_experiment(tmp_path, "train_v1.csv")
+    assert run_experiment(spec, executor=DoneExecutor(), progress=False, report=False).ok
+    with ResultsStore(spec.output_dir) as store:  # as a runner before this change recorded the own task's job
+        legacy = config_hashes(spec, plan_jobs(spec), task_specs=False)
+        with store._writing():
+            store._db.execute(
+                "UPDATE jobs SET config_hash = ? WHERE id = ?", (legacy["head/mine/seed-42"], "head/mine/seed-42")
+            )
+        assert store.bind(spec, plan_jobs(spec)) == []
+    edited = _own_task_experiment(tmp_path, "train_v2.csv")
+    with ResultsStore(edited.output_dir) as store:
+        assert sorted(store.bind(edited, plan_jobs(edited), force=True)) == ["head/mine/seed-42"]
+
+
+def test_a_done_fusion_whose_store_adapter_was_replaced_runs_again(tmp_path):
+    """Its settings are unchanged, but the adapter it fused was re-trained by another experiment: evaluate refuses
+    the fusion, and `run` used to keep it done (and in the report)."""
+    from adapterfusion.serialization.pieces import piece_digest
+
+    experiment = {**EXPERIMENT, "setups": ["st-a", "fusion-st-a"], "seeds": [1], "output_dir": str(tmp_path / "out")}
+    spec = load_spec(experiment)
+    assert run_experiment(spec, executor=DoneExecutor(), progress=False, report=False).ok
+    adapter = tmp_path / "elsewhere" / "cb" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter.safetensors").write_bytes(b"first weights")
+    fusion = next(job for job in plan_jobs(spec) if job.id == "fusion-st-a/rte/seed-1")
+    run_dir = fusion.run_dir(spec.output_dir)
+    run_dir.mkdir(parents=True)
+    record = {"entry": str(adapter.parent), "sha256": piece_digest(adapter)}
+    (run_dir / "config.json").write_text(json.dumps({"fused_adapters": {"cb": record}}))
+    again = run_experiment(spec, executor=DoneExecutor(), progress=False, report=False)
+    assert again.ran == []
+    (adapter / "adapter.safetensors").write_bytes(b"other weights")
+    again = run_experiment(spec, executor=DoneExecutor(), progress=False, report=False)
+    assert again.ran == ["fusion-st-a/rte/seed-1"]

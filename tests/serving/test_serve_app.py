@@ -322,11 +322,16 @@ def test_routing_refusals_and_piece_loads_without_json_get_the_error_body(model,
     with running(create_app(model, tokenizer)) as url, httpx.Client(base_url=url, timeout=30) as client:
         for method, path, status, words in [
             ("GET", "/v1/predict", 405, "this path takes POST"),
-            ("PUT", "/v1/pieces", 405, "this path takes GET, POST"),  # both routes of the path, not the first one's
+            ("PUT", "/v1/pieces", 405, "this path takes GET, HEAD, POST"),  # every route of the path
             ("POST", "/v1/nope", 404, "the endpoints are /healthz"),
         ]:
             response = client.request(method, path)
             assert response.status_code == status and words in response.json()["error"]["message"], response.text
+            if status == 405:  # RFC 9110: a 405 names what the path takes
+                assert response.headers["allow"] == words.removeprefix("this path takes ")
+        for path in ("/healthz", "/metrics", "/v1/pieces"):  # probes that want the status alone
+            head = client.head(path)
+            assert head.status_code == 200 and head.content == b"", path
         body = json.dumps({"kind": "adapter", "source": "anywhere"})
         for headers in [{"Content-Type": "text/plain"}, {}]:
             response = client.post("/v1/pieces", content=body, headers=headers)
@@ -463,3 +468,21 @@ def _raising(error: Exception):
         raise error
 
     return load
+
+
+def test_non_finite_scores_are_a_json_500_counted_in_the_metrics(model, tokenizer):
+    """A head whose weights hold NaN: the answer cannot be JSON. It was Starlette's bare 500 with an ASGI traceback,
+    missing from requests_total, while predictions_total counted the inputs never answered."""
+    with torch.no_grad():
+        for parameter in model.get_head("nli").parameters():
+            parameter.fill_(float("nan"))
+    body = {"inputs": TEXTS[:2], "adapter": "a", "head": "nli"}
+    with running(create_app(model, tokenizer, ServeConfig(max_wait_ms=0))) as url:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            response = client.post("/v1/predict", json=body)
+            assert response.status_code == 500, response.text
+            assert "non-finite values (NaN or infinity) for inputs [0, 1]" in response.json()["error"]["message"]
+            assert client.get("/healthz").status_code == 200
+            metrics = client.get("/metrics").text
+    assert 'adapterfusion_serve_requests_total{endpoint="/v1/predict",status="500"} 1' in metrics
+    assert _sample(metrics, "adapterfusion_serve_predictions_total") == 0

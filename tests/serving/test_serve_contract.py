@@ -137,3 +137,25 @@ def test_prompts_are_tokenised_cut_at_the_length_the_model_takes():
     with pytest.raises(RequestError, match="has at least 64 tokens, which with max_new_tokens=4") as refused:
         generator.encode(GenerateRequest(("w " * 5000,), None, 4))
     assert refused.value.status == 413 and asked == [(True, 64), (True, 64)]
+
+
+def test_average_and_fuse_blocks_are_judged_when_the_request_arrives():
+    """An average over a fusion, or over adapters placed otherwise, failed inside the forward (with every request of
+    its batch); a fuse block runs the fusion it matched on arrival, whatever is loaded before its forward."""
+    placed = Catalog(
+        adapters=("rte", "mnli", "houlsby"),
+        fusions={"rte_fusion": ("rte", "mnli")},
+        heads=CATALOG.heads,
+        active=CATALOG.active,
+        placements={"rte": (("output",),), "mnli": (("output",),), "houlsby": (("attention", "output"),)},
+    )
+    for block, words in [
+        ({"average": ["rte", "rte_fusion"]}, r"'block.average\[1\]' = 'rte_fusion' is a fusion"),
+        ({"average": ["rte", "houlsby"]}, r"'block.average\[1\]' = 'houlsby' is placed otherwise than"),
+    ]:
+        with pytest.raises(RequestError, match=words) as refused:
+            _parse({"inputs": ["a"], "block": block, "head": "rte"}, placed)
+        assert refused.value.status == 422
+    assert _parse({"inputs": ["a"], "block": {"average": ["rte", "mnli"]}, "head": "rte"}, placed).choice
+    fused = _parse({"inputs": ["a"], "block": {"fuse": ["rte", "mnli"]}, "head": "rte"}, placed).choice
+    assert fused.name == "rte_fusion"

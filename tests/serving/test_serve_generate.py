@@ -28,18 +28,18 @@ def tokenizer() -> Any:
     return load_tokenizer()
 
 
-def _generating(tokenizer: Any, model_type: str = "llama") -> af.AdaptedModel:
+def _generating(tokenizer: Any, model_type: str = "llama", positions: int = 128) -> af.AdaptedModel:
     """A tiny float64 LM over the shipped tokenizer's vocabulary with adapters a, b (at every site, cross-attention's
     too on BART) and fusion f over them, all random so that each choice changes the tokens."""
     if model_type == "llama":
         config: Any = transformers.LlamaConfig(
             vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions,
             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.sep_token_id,
         )  # fmt: skip
         torch.manual_seed(0)
         base: Any = transformers.LlamaForCausalLM(config)
-        positions: tuple[str, ...] = ("attention", "output")
+        sites: tuple[str, ...] = ("attention", "output")
     else:
         config = transformers.BartConfig(
             vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -49,10 +49,10 @@ def _generating(tokenizer: Any, model_type: str = "llama") -> af.AdaptedModel:
         )  # fmt: skip
         torch.manual_seed(0)
         base = transformers.BartForConditionalGeneration(config)
-        positions = ("attention", "cross", "output")
+        sites = ("attention", "cross", "output")
     model = af.wrap(base.double())
     for name in ("a", "b"):
-        model.add_adapter(name, af.AdapterConfig.pfeiffer(4, positions=positions))
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(4, positions=sites))
         randomise(torch.nn.ModuleList(site.adapters[name] for site in model.sites_with_adapter(name)), std=0.5)
     model.add_fusion("f", ["a", "b"])
     randomise(torch.nn.ModuleList(site.fusions["f"] for site in model.sites_with_fusion("f")), std=0.5)
@@ -166,3 +166,21 @@ def test_sampling_requests_share_a_batch_with_greedy_ones(tokenizer: Any):
     assert greedy == [_alone(reference, tokenizer, TEXTS[2], 6, fusion="f")]
     assert 1 <= sampled[0]["tokens"] <= 6
     assert sampled != [_alone(reference, tokenizer, TEXTS[3], 6, adapter="b")]
+
+
+def test_requests_that_fit_alone_are_never_grouped_past_the_models_positions(tokenizer: Any):
+    """A short prompt asking for many tokens beside a long prompt asking for few: each fits the 32 positions alone,
+    together (the longest prompt plus the most new tokens) they did not, so the batch failed and ran again one by one,
+    counted in failed_forwards_total."""
+    model = _generating(tokenizer, positions=32)
+    short = {"inputs": ["hi"], "adapter": "a", "max_new_tokens": 24}
+    long_ = {"inputs": [" ".join(["word"] * 20)], "adapter": "b", "max_new_tokens": 4}
+    with running(create_app(model, tokenizer, ServeConfig(max_wait_ms=300))) as url:
+        with httpx.Client(base_url=url, timeout=60) as client, ThreadPoolExecutor(2) as pool:
+            together = list(pool.map(lambda body: client.post("/v1/generate", json=body), [short, long_]))
+            metrics = client.get("/metrics").text
+    assert [response.status_code for response in together] == [200, 200], [r.text for r in together]
+    assert "adapterfusion_serve_failed_forwards_total 0" in metrics
+    for body, response in zip([short, long_], together, strict=True):
+        expected = _alone(model, tokenizer, body["inputs"][0], body["max_new_tokens"], adapter=body["adapter"])
+        assert response.json()["generations"] == [expected]

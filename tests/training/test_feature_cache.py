@@ -14,6 +14,7 @@ from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.training import train
 from adapterfusion.training.feature_cache import HeadOnFeatures, pooled_features
 from adapterfusion.training.setups import head_config_for
+from tiny_decoders import tiny_decoder
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
@@ -25,12 +26,24 @@ def test_cached_features_of_a_multiple_choice_task(tiny_encoder_dir, data_dir):
     _check_cached_features(tiny_encoder_dir, data_dir, "winogrande", "mean")
 
 
-def _check_cached_features(tiny_encoder_dir, data_dir, task, pooling):
+@pytest.mark.parametrize(("model_type", "pooling"), [("t5", "mean"), ("bart", "last"), ("llama", "last")])
+def test_cached_features_of_decoders_and_encoder_decoders(tiny_encoder_dir, demo_data_dir, model_type, pooling):
+    """The features are the head's own forward path: an encoder-decoder's decoder runs on the shifted input (T5's
+    cached head training failed inside transformers without it)."""
+    _check_cached_features(tiny_encoder_dir, demo_data_dir, "rte", pooling, model_type)
+
+
+def _check_cached_features(tiny_encoder_dir, data_dir, task, pooling, model_type="bert"):
     """In float64 and eval mode, head(cached pooled features) == the AdaptedModel's own forward."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_encoder_dir)
+    if model_type != "bert":  # as these models' own tokenizers: no token_type_ids
+        tokenizer.model_input_names = ["input_ids", "attention_mask"]
     data, _ = load_task_data(task, data_dir, 1, max_examples={"train": 8, "validation": 8})
     encoded, _ = encode_task(task, data, tokenizer, 32)
-    model = af.wrap(transformers.AutoModel.from_pretrained(tiny_encoder_dir)).double()
+    if model_type == "bert":
+        model = af.wrap(transformers.AutoModel.from_pretrained(tiny_encoder_dir)).double()
+    else:
+        model = af.wrap(tiny_decoder(model_type, vocab_size=len(tokenizer), dtype=torch.float64))
     model.add_head("t", head_config_for(resolve_task(task), pooling))
     model.double().activate(head="t")
     batches = list(DataLoader(encoded["validation"], batch_size=3, collate_fn=TaskCollator(tokenizer)))
