@@ -380,6 +380,20 @@ def _resolve_fuse(model: AdaptedModel, fuse: Fuse) -> Fuse:
     return _rebuilt(fuse, tuple((ADAPTER, a) for a in adapters), name=matches[0])
 
 
+def fusions_in(block: Block | None) -> tuple[str, ...]:
+    """The fusions a resolved block runs (its Fuse children's, at any depth, and fusions named as leaves), in order:
+    those whose V regulariser belongs in the loss of a call that runs the block."""
+    if block is None:
+        return ()
+    found: list[str] = [block.name] if isinstance(block, Fuse) and block.name is not None else []
+    for child in block.children:
+        if isinstance(child, Block):
+            found += fusions_in(child)
+        elif _is_leaf(child) and child[0] == FUSION:
+            found.append(child[1])
+    return tuple(dict.fromkeys(found))
+
+
 def is_loaded(block: Block, adapters: Collection[str], fusions: Collection[str]) -> bool:
     """Whether every adapter and fusion a resolved block names is among the loaded `adapters` and `fusions`."""
     for child in block.children:

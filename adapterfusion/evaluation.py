@@ -136,9 +136,9 @@ def evaluate_run(
     dataset = load_run_split(run, split, data_dir, max_examples)
     batches = run_batches(run, dataset, batch_size)
     if run.task.is_generation:  # the language model's own head: answer loss, perplexity, token accuracy
-        metrics = score_generation(run.model, batches, run.task, run.tokenizer)
-    else:
-        metrics = score(run.task, predict(run.model, batches), dataset)  # the features decode QA answers
+        metrics = score_generation(run.model, batches, run.task, run.tokenizer, bf16=run.bf16)
+    else:  # under bf16 autocast where the run trained so: the precision its recorded dev metrics were scored in
+        metrics = score(run.task, predict(run.model, batches, bf16=run.bf16), dataset)  # features decode QA answers
     result = {
         "run_dir": str(run.run_dir),
         "task": run.task.name,

@@ -380,7 +380,8 @@ class AdaptedModel(nn.Module):
             head = self.get_head(head_name)
             output.logits = head(encoded.last_hidden_state, call.head_mask, call.num_choices)
             output.task_loss = head.loss(output.logits, labels) if labels is not None else None
-        add_loss(self, output, [self.active_fusion] if self.active_fusion is not None else [])
+        active = [self.active_fusion] if self.active_fusion is not None else []
+        add_loss(self, output, [*active, *blocks.fusions_in(self._state.block)])
         if recorder is not None:
             output.fusion_attentions_by_site = dict(recorder)
             output.fusion_attentions = tuple(

@@ -92,9 +92,21 @@ class PipelineModel(nn.Module):
         check_task(model, self.task, head)
         wrapped: Any = model.model
         self.config = _config_for(model, head)
+        self._head_config = model.get_head(head).config if head is not None else None
         if self.task == "zero-shot-classification":
             _check_entailment_label(self.config, head)
         self.generation_config = getattr(wrapped, "generation_config", None)
+
+    def _follow_head(self) -> None:
+        """The labels the pipeline reads (config.id2label) are the head's now: a head replaced under its name
+        (load_head(..., overwrite=True)) may have other labels, and transformers reads them after each forward."""
+        head = self.choice["head"]
+        if head is None:
+            return
+        current = self.adapted.get_head(head).config
+        if current is not self._head_config:
+            check_task(self.adapted, self.task, head)
+            self.config, self._head_config = _config_for(self.adapted, head), current
 
     @property
     def device(self) -> torch.device:
@@ -125,6 +137,7 @@ class PipelineModel(nn.Module):
         label as a transformers regression model gives them (text-classification reads a row of scores: with
         top_k=None it would iterate over a single number)."""
         with self.adapted.activated(**self.choice):
+            self._follow_head()
             output = self.adapted(**inputs)
         if self.config.problem_type == "regression" and output.logits is not None and output.logits.dim() == 1:
             output.logits = output.logits.unsqueeze(-1)

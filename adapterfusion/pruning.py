@@ -246,6 +246,7 @@ def compare_pruned(
     fusion as `pruned_name` (default `<fusion>_pruned`), and evaluate and time both. The model's activation is
     restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters)."""
     model.require("fusion", fusion)
+    _check_scored_task(task)
     check_criterion(keep, mass, len(model.fusion_setup(fusion).adapters))
     check_count(timing_batches, "timing_batches", "dev batches per timing round")
     pruned_name = pruned_name or f"{fusion}_pruned"
@@ -300,6 +301,17 @@ def _shares(
     return {name: float(value) for name, value in zip(activation.adapters, activation.values.mean(axis=0), strict=True)}
 
 
+def _check_scored_task(task: TaskSpec) -> None:
+    """Pruning scores the fusion's head on dev batches; an extractive QA task's metrics need its answers decoded
+    from the windows of each context (training/qa_loop.py), which this comparison does not do."""
+    if task.is_extractive_qa:
+        raise ConfigError(
+            f"prune compares a fusion's dev metric before and after, and task {task.name!r} is extractive QA, whose "
+            "exact match and F1 come from answers decoded across the windows of each context: pruning extractive QA "
+            "fusions is not supported yet (record the fusion's attention with analyze-fusion instead)"
+        )
+
+
 def prune_fusion(
     run_dir: str | os.PathLike,
     keep: int | None = None,
@@ -336,6 +348,7 @@ def prune_fusion(
             f"prune compares a fusion's head metric before and after; {run_dir} trained the generation task "
             f"{run.task.name!r}, which has no head of ours: pruning generation fusions is not supported yet"
         )
+    _check_scored_task(run.task)
     check_criterion(keep, mass, len(run.model.fusion_setup(run.fusion).adapters))  # before the data loads
     batches = run_batches(run, load_run_split(run, "validation", data_dir, max_examples), batch_size)
     own = piece_name(run.task)

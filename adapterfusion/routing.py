@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from adapterfusion.blocks import BatchSplit, Block, Fuse, Parallel, resolve
+from adapterfusion.blocks import BatchSplit, Block, Fuse, Parallel, fusions_in, resolve
 from adapterfusion.errors import ConfigError, NameNotFoundError
 from adapterfusion.forward_inputs import ForwardCall, check_call, check_head_labels
 from adapterfusion.injection.routing import ADAPTER, BLOCK, FUSION, Choice
@@ -73,8 +73,12 @@ class RoutedCall:
 
     @property
     def fusions(self) -> tuple[str, ...]:
-        """The fusions some example runs."""
-        return tuple(dict.fromkeys(choice[1] for choice in self.choices if choice and choice[0] == FUSION))
+        """The fusions some example runs, alone or inside its block."""
+        named = [choice[1] for choice in self.choices if choice and choice[0] == FUSION]
+        inside = [
+            fusion for choice in self.choices if choice and choice[0] == BLOCK for fusion in fusions_in(choice[1])
+        ]
+        return tuple(dict.fromkeys([*named, *inside]))
 
 
 def prepare(

@@ -7,6 +7,7 @@ is worked out here too, for the model's methods of those names.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -96,7 +97,7 @@ def train_head(model: AdaptedModel, name: str, train_encoder: bool = False) -> N
     fusion running but frozen."""
     check_bool(train_encoder, "train_encoder")
     model.require("head", name)
-    model.activate(adapter=model.active_adapter, fusion=model.active_fusion, head=name, skip_layers=model.skip_layers)
+    model.set_state(dataclasses.replace(model.state, head=name))  # whatever runs keeps running, a block too
     _set_trainable(model, _head_parameters(model, name) + (model.encoder_parameters() if train_encoder else []))
 
 

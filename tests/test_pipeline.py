@@ -203,3 +203,13 @@ def test_text_generation_refuses_a_head(tokenizer):
     model.add_head("c", af.ClassificationHead(pooling="last"))
     with pytest.raises(af.ConfigError, match="text-generation reads the tokens of the language-model head.*head=None"):
         af.pipeline("text-generation", model, tokenizer, head="c")
+
+
+def test_a_head_replaced_under_its_name_answers_with_its_own_labels(model, tokenizer):
+    """The pipeline read the labels once: after the head was replaced (overwrite=True) by a 3-label one it raised
+    transformers' KeyError, and a 2-label one answered with the old names."""
+    classify = af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli", top_k=None)
+    model.add_head("nli", af.ClassificationHead(num_labels=2, labels=["positive", "negative"]), overwrite=True)
+    assert {answer["label"] for answer in classify([TEXTS[0]])[0]} == {"positive", "negative"}
+    model.add_head("nli", af.ClassificationHead(num_labels=3, labels=["x", "y", "z"]), overwrite=True)
+    assert {answer["label"] for answer in classify([TEXTS[0]])[0]} == {"x", "y", "z"}

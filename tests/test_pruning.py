@@ -225,3 +225,13 @@ def test_time_fusions_reports_each_fusion():
     assert set(times) == {"f", "g"} and all(t > 0 for t in times.values())
     with pytest.raises(af.ConfigError, match="repeats=0"):
         time_fusions(model, ("f",), _batches(), head="h", repeats=0)
+
+
+def test_an_extractive_qa_fusion_is_refused_by_name():
+    """Its metrics need answers decoded across each context's windows: prune raised a TaskError from scoring."""
+    model = af.wrap(tiny_encoder())
+    for name in ("a", "b"):
+        model.add_adapter(name)
+    model.add_fusion("f", ["a", "b"])
+    with pytest.raises(af.ConfigError, match="'squad' is extractive QA.*not supported yet"):
+        compare_pruned(model, "f", get_task("squad"), [], keep=1)

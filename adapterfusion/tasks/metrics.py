@@ -87,8 +87,11 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 
 def spearman(x, y) -> float:
-    """Spearman rank correlation (Pearson of average ranks)."""
+    """Spearman rank correlation (Pearson of average ranks); nan where a value is not finite (ranks would place NaN
+    last and call the result finite, where Pearson's says nan)."""
     x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+    if x.shape == y.shape and x.size >= 2 and not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return float("nan")
     return pearson(_ranks(x), _ranks(y))
 
 

@@ -177,6 +177,8 @@ def train(
             extra_callbacks=subsets,
         )
         del trainer
+        if plan.fusion is not None:  # the best checkpoint's temperature for what is scored and saved from here on
+            model.set_fusion_step(scored_fusion_step(outcome.best_checkpoint, model.state.fusion_step))
         extra_dev, extra_dev_notes = score_extra_dev(model, spec, tokenizer, config, data_dir, seed, max_examples)
 
         def result(wall_seconds: float, pieces: dict[str, Path], store_path: Path | None) -> RunResult:
@@ -218,6 +220,7 @@ def train(
             "train_losses": outcome.train_losses,
             "train_seconds": outcome.train_seconds,
             "global_step": outcome.global_step,
+            "fusion_step": model.state.fusion_step if plan.fusion is not None else None,
             "stopped_early": outcome.stopped_early,
             "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir)),
             "warnings": [*info.warnings, *run_warnings(outcome.best_metrics, len(encoded["validation"]))],
@@ -241,6 +244,14 @@ def train(
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         written = run.write_metrics(metrics)
         return result(written["wall_seconds"], pieces, stored)
+
+
+def scored_fusion_step(best_checkpoint: str | None, last: int) -> int:
+    """The fusion step (temperature schedule) the best checkpoint was scored at: the callback sets the step before
+    each optimizer step, so the evaluation after step N ran at N - 1; `last` without a checkpoint to go by."""
+    name = Path(best_checkpoint).name if best_checkpoint else ""
+    number = name.removeprefix("checkpoint-")
+    return int(number) - 1 if name.startswith("checkpoint-") and number.isdigit() and int(number) > 0 else last
 
 
 def check_generation_model(spec: TaskSpec, model: Any, encoder: str) -> None:

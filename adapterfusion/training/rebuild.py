@@ -19,7 +19,7 @@ from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.hardware import training_device
 from adapterfusion.training.run import RunFolder
-from adapterfusion.training.run_files import CONFIG_FILE, read_run_json
+from adapterfusion.training.run_files import CONFIG_FILE, METRICS_FILE, read_run_json
 from adapterfusion.training.run_state import require_finished
 from adapterfusion.training.setups import SetupContext, get_setup
 from adapterfusion.training.store import AdapterStore, as_store
@@ -49,6 +49,12 @@ class RebuiltRun(RunFolder):
     def seed(self) -> int:
         return int(self.config["seed"])
 
+    @property
+    def bf16(self) -> bool:
+        """Whether the run trained (and so scored its dev set) under bfloat16 autocast."""
+        training = self.config.get("training")
+        return isinstance(training, dict) and training.get("bf16") is True
+
     def activate(self) -> None:
         """What the run trained runs: its fusion, else its adapter, else the bare (or fine-tuned) encoder."""
         self.model.activate(adapter=self.adapter, fusion=self.fusion, head=self.head)
@@ -77,6 +83,14 @@ def check_fused_adapters(run_dir: Path, config: dict[str, Any], loaded: dict[str
             "the current adapters (`adapterfusion run` of its experiment re-runs it, or `adapterfusion fuse`), or "
             "pass --store (store=...) pointing to a store with the adapters it was trained on"
         )
+
+
+def _fusion_step(run_dir: Path) -> int:
+    """The fusion step (its temperature schedule's) the run's best checkpoint was scored at, as metrics.json records
+    it; runs from before it was recorded: the last training step, where a schedule has ended."""
+    metrics = read_run_json(run_dir / METRICS_FILE)
+    step = metrics.get("fusion_step", metrics.get("global_step", 0))
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else 0
 
 
 def rebuild_run(
@@ -123,6 +137,7 @@ def rebuild_run(
     check_fused_adapters(run_dir, config, plan.fused_adapters)
     if plan.fusion is not None:
         model.load_fusion(run_dir / "fusion", name=plan.fusion, overwrite=True)
+        model.set_fusion_step(_fusion_step(run_dir))
     elif plan.adapters:
         model.load_adapter(run_dir / "adapter", name=plan.adapters[0], overwrite=True)
     if plan.head is not None:

@@ -90,6 +90,9 @@ def test_stsb_scores_are_spearman_then_pearson():
     assert scores["spearman"] == pytest.approx(_slow_spearman(pred.tolist(), gold.tolist()))
     assert scores["pearson"] == pytest.approx(np.corrcoef(pred.astype(np.float32), gold)[0, 1], rel=1e-6)
     assert compute_metrics("stsb", pred[:, None], gold) == pytest.approx(scores)  # a RegressionHead's [n, 1]
+    broken = pred.copy()
+    broken[3] = np.nan  # ranked last, it gave a finite Spearman (1.0 for a perfect rest) while Pearson said nan
+    assert all(math.isnan(value) for value in compute_metrics("stsb", broken, gold).values())
 
 
 def test_a_head_of_the_other_kind_is_refused_naming_both():
