@@ -157,7 +157,7 @@ def test_resume_without_a_checkpoint_trains_from_the_start(tmp_path, tiny_encode
 def _st_a_run(output_dir, encoder, data_dir):
     """train() of the RTE ST-A run these tests kill and resume, with SETTINGS changed by the call's keywords."""
 
-    def run(resume=False, **changes):
+    def run(resume=False, overwrite=False, **changes):
         return train(
             "rte",
             "st-a",
@@ -168,6 +168,7 @@ def _st_a_run(output_dir, encoder, data_dir):
             training_config={**SETTINGS, **changes},
             max_examples=SLICE,
             resume=resume,
+            overwrite=overwrite,
         )
 
     return run
@@ -205,17 +206,7 @@ def test_overwrite_starts_over_without_the_earlier_runs_checkpoints(
     with monkeypatch.context() as patch:
         patch.setattr(FusionStepCallback, "on_step_end", killed_in_step, raising=False)
         with pytest.raises(Killed):
-            train(
-                "rte",
-                "st-a",
-                seed=3,
-                encoder=tiny_encoder_dir,
-                data_dir=demo_data_dir,
-                output_dir=tmp_path,
-                training_config={**SETTINGS, "learning_rate": 1e-4},
-                max_examples=SLICE,
-                overwrite=True,
-            )
+            run(overwrite=True, learning_rate=1e-4)
     assert not checkpoints.exists() or not any(checkpoints.iterdir())  # the new run's own, none saved yet
     resumed = run(resume=True, learning_rate=1e-4, max_steps=2)
     assert json.loads(resumed.metrics_path.read_text())["resumed_from"] is None
