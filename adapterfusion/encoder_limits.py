@@ -75,3 +75,14 @@ def check_max_length(max_length: object, encoder: str | os.PathLike, field: str 
             f"{field}={max_length} is more tokens than encoder {os.fspath(encoder)!r} takes: {limit} "
             f"({limit_reason(config)}); set {field} to at most {limit}"
         )
+
+
+def cap_tokenizer_length(tokenizer: Any, config: Any) -> Any:
+    """`tokenizer` with its model_max_length no more than the tokens the model of `config` takes: a task's default
+    max_length (encoding caps it at model_max_length) then fits the model, where a tokenizer that states no limit
+    (or another model's) would let examples past its positions and the run fail at its first step."""
+    limit = max_input_length(config) if config is not None else None
+    current = getattr(tokenizer, "model_max_length", None)
+    if limit is not None and (not isinstance(current, int) or current > limit):
+        tokenizer.model_max_length = limit
+    return tokenizer

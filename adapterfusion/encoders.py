@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from adapterfusion._validation import check_has_values
+from adapterfusion.encoder_limits import cap_tokenizer_length
 from adapterfusion.errors import AdapterFusionError, ConfigError, IncompatibleModelError, UnsupportedArchitectureError
 from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES
@@ -212,7 +213,9 @@ def load_tokenizer(encoder: Encoder) -> Any:
     )
     with _loading(encoder, "tokenizer", fix):
         tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
-        vocab_size = getattr(AutoConfig.from_pretrained(name, **kwargs), "vocab_size", None)
+        config = AutoConfig.from_pretrained(name, **kwargs)
+        vocab_size = getattr(config, "vocab_size", None)
+    cap_tokenizer_length(tokenizer, config)
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token  # decoders ship without one; padding is masked out anyway
     ids = tokenizer(_PLAIN_WORDS, add_special_tokens=False)["input_ids"]

@@ -144,6 +144,25 @@ def score_answers(
     return {**metrics, "exact_match": matches / rows} if exact_match else metrics
 
 
+# Greedy decoding with nothing else on the logits: what exact_match means, whatever a model's generation_config
+# asks for by default (Qwen2.5-Instruct's repetition_penalty=1.05, a no_repeat_ngram_size, a minimum length).
+PLAIN_GREEDY: dict[str, Any] = {
+    "do_sample": False,
+    "num_beams": 1,
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_repetition_penalty": 1.0,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "bad_words_ids": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "sequence_bias": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+}
+
+
 def _greedy_matches(
     model: AdaptedModel, input_ids: torch.Tensor, labels: torch.Tensor, end_token_id: int, pad_token_id: int
 ) -> int:
@@ -202,9 +221,13 @@ def _group_matches(
         input_ids=padded,
         attention_mask=mask,
         max_new_tokens=new_tokens,
-        do_sample=False,
-        num_beams=1,
         eos_token_id=end_token_id,
         pad_token_id=pad_token_id,
+        **PLAIN_GREEDY,  # not the model's own generation_config (a repetition penalty would change the answers)
     )[:, width:].tolist()
-    return sum(row[: len(answer)] == answer for row, answer in zip(generated, answers, strict=True))
+    # an answer cut by max_length lost its end token: no generation is that answer and its end, so it is a miss
+    whole = [bool(answer) and answer[-1] == end_token_id for answer in answers]
+    return sum(
+        complete and row[: len(answer)] == answer
+        for row, answer, complete in zip(generated, answers, whole, strict=True)
+    )

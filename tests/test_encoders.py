@@ -175,3 +175,20 @@ def test_a_cached_hub_decoder_defaults_to_last_token_pooling_without_the_hub(off
     assert default_pooling(decoder) == "last"
     assert default_pooling("org/encoder") == default_pooling(tiny_encoder_dir) == "cls"
     assert default_pooling("org/not-downloaded") == "cls"
+
+
+def test_the_tokenizer_of_a_run_takes_no_more_tokens_than_the_model(tmp_path, tiny_encoder_dir):
+    """A task's default max_length (128) on a model of 64 positions whose tokenizer states 512: encoding capped only
+    at the tokenizer's limit, and the run failed at its first step telling a train() caller to truncate."""
+    import transformers
+
+    from adapterfusion.encoders import load_tokenizer
+    from tiny_decoders import tiny_decoder
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_encoder_dir)
+    tiny_decoder("llama", vocab_size=len(tokenizer), max_position_embeddings=64).save_pretrained(tmp_path / "short")
+    tokenizer.save_pretrained(tmp_path / "short")
+    assert tokenizer.model_max_length == 512
+    assert load_tokenizer(resolve_encoder(str(tmp_path / "short"))).model_max_length == 64
+    positions = transformers.AutoConfig.from_pretrained(tiny_encoder_dir).max_position_embeddings
+    assert load_tokenizer(resolve_encoder(str(tiny_encoder_dir))).model_max_length == min(512, positions)

@@ -103,6 +103,9 @@ class ArchitectureSpec:
     # Encoder-decoders: the decoder's layers, numbered after the encoder's (AdapterHub's global layer index, which
     # leave_out, skip_layers, per-layer reduction factors and fusion attentions use).
     decoder: LayerStack | None = None
+    # Whether adapters 1.3.0 runs this model type at all (it refuses CamemBERT, Data2Vec-text and ERNIE, though
+    # their layers are BERT's): its files then translate where the sites do (in_adapterhub).
+    adapterhub_model: bool = True
 
     def site(self, position: str) -> SiteSpec:
         return self.attention if position == "attention" else self.output
@@ -136,7 +139,9 @@ class ArchitectureSpec:
         """Whether AdapterHub 1.3.0 has adapters on this architecture at the same places, so that its files
         translate: BERT-style output modules, or the decoder blocks it patches."""
         sites = [stack.site(position) for stack in self.stacks() for position in stack.positions]
-        return all(site.kind is SiteKind.POST_LN_OUTPUT or site.adapterhub_path is not None for site in sites)
+        return self.adapterhub_model and all(
+            site.kind is SiteKind.POST_LN_OUTPUT or site.adapterhub_path is not None for site in sites
+        )
 
 
 _BERT_LIKE = ArchitectureSpec(
@@ -237,10 +242,10 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "bert": _BERT_LIKE,
     "roberta": _BERT_LIKE,
     "xlm-roberta": _BERT_LIKE,
-    "camembert": _BERT_LIKE,
+    "camembert": dataclasses.replace(_BERT_LIKE, adapterhub_model=False),
     "electra": _BERT_LIKE,
-    "data2vec-text": _BERT_LIKE,
-    "ernie": _BERT_LIKE,
+    "data2vec-text": dataclasses.replace(_BERT_LIKE, adapterhub_model=False),
+    "ernie": dataclasses.replace(_BERT_LIKE, adapterhub_model=False),
     "deberta": _BERT_LIKE,
     "deberta-v2": dataclasses.replace(_BERT_LIKE, prefix_blockers=("encoder.conv",)),
     "mpnet": ArchitectureSpec(

@@ -177,7 +177,8 @@ def _require_adapterhub_sites(layout: EncoderLayout) -> None:
             f"AdapterHub 1.3.0 has no adapters at the sites adapterfusion uses on {layout.fingerprint.model_type!r} "
             f"(sites of kind {sorted(k.value for k in layout.site_kinds)}), so its adapter and fusion files do not "
             "translate; save in adapterfusion's own format (the default) instead. AdapterHub's files translate for "
-            "BERT-style encoders and for the decoders it supports (GPT-2, Llama, Mistral, Qwen2, Qwen3)"
+            "the BERT-style encoders it runs (not CamemBERT, Data2Vec-text or ERNIE) and for the decoders it "
+            "supports (GPT-2, Llama, Mistral, Qwen2, Qwen3)"
         )
 
 
@@ -214,6 +215,8 @@ def piece_to_adapterhub(
     check_bool(use_safetensors, "use_safetensors")
     if piece.kind != "head":
         _require_adapterhub_sites(layout)
+    else:
+        _require_head_model(layout)
     check_has_values(piece.tensors.values(), f"{piece.kind} {piece.name!r} has weights", "there is nothing to export")
     document, tensors = _WRITERS[piece.kind](piece, layout)
     document.update(
@@ -232,6 +235,29 @@ def _adapter_model_class(layout: EncoderLayout) -> str:
     base = layout.base_model_class
     stem = base.removesuffix("Model") if base.endswith("Model") else base.partition("For")[0]
     return f"{stem}AdapterModel"
+
+
+def _require_head_model(layout: EncoderLayout) -> None:
+    """adapters' load_head refuses a head of a model class it does not have (its load_adapter reads no class)."""
+    name = _adapter_model_class(layout)
+    if name not in ADAPTERHUB_HEAD_MODELS:
+        raise UnsupportedArchitectureError(
+            f"AdapterHub 1.3.0 has no head model for {layout.fingerprint.model_type!r} (no {name}), so a head exported "
+            "for it would not load there; export the adapters and fusions, and save the head in adapterfusion's own "
+            "format (save_head)"
+        )
+
+
+# The flex-head model classes of adapters 1.3.0 (`dir(adapters)`), whose names its head files record.
+ADAPTERHUB_HEAD_MODELS = frozenset(
+    {
+        "AlbertAdapterModel", "BartAdapterModel", "BeitAdapterModel", "BertAdapterModel",
+        "BertGenerationAdapterModel", "CLIPAdapterModel", "DebertaAdapterModel", "DebertaV2AdapterModel",
+        "DistilBertAdapterModel", "ElectraAdapterModel", "GPT2AdapterModel", "GPTJAdapterModel", "LlamaAdapterModel",
+        "MBartAdapterModel", "MT5AdapterModel", "MistralAdapterModel", "PLBartAdapterModel", "RobertaAdapterModel",
+        "T5AdapterModel", "ViTAdapterModel", "WhisperAdapterModel", "XLMRobertaAdapterModel", "XmodAdapterModel",
+    }
+)  # fmt: skip
 
 
 def _their_key(layout: EncoderLayout, site: str, container: str, param: str) -> str:

@@ -318,7 +318,9 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
     if config.get("bias", True) is False:
         raise ConfigError("AdapterHub head option bias=False is not supported: our output layer has a bias")
     layers = check_int(config.get("layers", 2), "AdapterHub head layers", minimum=1)
-    activation = config.get("activation_function") or "tanh"
+    activation = config.get("activation_function", "tanh")  # None: no activation between its layers
+    if layers == 1 and activation is None:  # one layer has no activation to apply
+        activation = "tanh"
     if not isinstance(activation, str) or (layers > 1 and activation.lower() not in _HEAD_ACTIVATION_IN):
         raise ConfigError(
             f"AdapterHub head activation_function={activation!r} is not supported; "

@@ -170,12 +170,13 @@ def check_max_length(max_length: int | None, model_config: Any, tokenizer: Any) 
 
 
 def length_limits(model_config: Any, tokenizer: Any) -> list[tuple[str, int]]:
-    """(why, tokens) for each limit that the tokenizer and the model's config (None: not known) set."""
+    """(why, tokens) for each limit that the model's config (None: not known) and the tokenizer set; the config's
+    first, so that where both say the same (load_tokenizer caps a tokenizer at the model's positions) it is named."""
     limits = []
-    told = getattr(tokenizer, "model_max_length", None)
-    if isinstance(told, int) and not isinstance(told, bool) and 1 < told < 1_000_000:  # "no limit" is a huge int
-        limits.append((f"its tokenizer's model_max_length={told}", told))
     positions = max_input_length(model_config) if model_config is not None else None
     if positions is not None and positions > 1:
         limits.append((f"its config's {limit_reason(model_config)}", positions))
+    told = getattr(tokenizer, "model_max_length", None)
+    if isinstance(told, int) and not isinstance(told, bool) and 1 < told < 1_000_000:  # "no limit" is a huge int
+        limits.append((f"its tokenizer's model_max_length={told}", told))
     return limits

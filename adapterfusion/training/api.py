@@ -293,9 +293,10 @@ def _save_fusion_attention(
     Fig. 4/6), computed with the best checkpoint's weights; the report's heatmaps are drawn from this file."""
     from torch.utils.data import DataLoader
 
-    batches = DataLoader(
-        dev_set, batch_size=config.eval_batch_size or config.batch_size, collate_fn=TaskCollator(tokenizer)
-    )
+    # right-padded, as training and evaluation run a language model's own forward (its positions count from the
+    # first token; a head's pooling reads either side alike)
+    collator = TaskCollator(tokenizer, padding_side="right")
+    batches = DataLoader(dev_set, batch_size=config.eval_batch_size or config.batch_size, collate_fn=collator)
     activation = mean_fusion_attention(model, plan.fusion, batches, head=plan.head)
     path = run_dir / FUSION_ATTENTION_FILE
     atomic_write_json(path, {**activation.to_dict(), **info})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adapterfusion.encoder_limits import cap_tokenizer_length
 from adapterfusion.io.paths import as_path
 from adapterfusion.model import wrap
 from adapterfusion.tasks.spec import TaskSpec
@@ -119,6 +120,7 @@ def rebuild_run(
     try:
         tokenizer = AutoTokenizer.from_pretrained(encoder)
         model = wrap((AutoModelForCausalLM if task.is_generation else AutoModel).from_pretrained(encoder))
+        cap_tokenizer_length(tokenizer, model.model.config)  # the task's max_length as training capped it
     except OSError as err:
         raise TrainingError(f"cannot load the encoder of {run_dir} from {encoder} ({err})") from None
 

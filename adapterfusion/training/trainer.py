@@ -90,6 +90,25 @@ class AdaptedTrainer(_TrainerBase):
     def __init__(self, model: nn.Module, *args: Any, evaluator: Evaluator | None = None, **kwargs: Any) -> None:
         super().__init__(model if isinstance(model, TrainableWeights) else TrainableWeights(model), *args, **kwargs)
         self.evaluator = evaluator
+        self._window_tokens = 0  # answer tokens in the optimizer step's micro-batches (a language model's own loss)
+
+    def _answer_targets(self, batch: dict[str, Any]) -> torch.Tensor | None:
+        """The tokens a language model's own loss averages over (its labels, shifted on a decoder), or None where the
+        loss is a head's, per example."""
+        model, labels = self.trained_model, batch.get("labels")
+        if getattr(model, "active_head", "") is not None or not isinstance(labels, torch.Tensor) or labels.dim() != 2:
+            return None
+        causal = getattr(getattr(model, "architecture", None), "causal", False)
+        return labels[..., 1:] if causal else labels
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
+        """The optimizer step's micro-batches; counts their answer tokens, so that compute_loss weighs each micro-batch
+        by its tokens: with gradient accumulation the step's loss is then the mean over all its answer tokens, as one
+        batch of them gives (the mean of micro-batch means weighed micro-batches of few tokens up)."""
+        samples, items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        targets = [self._answer_targets(batch) for batch in samples]
+        self._window_tokens = sum(int((t != -100).sum()) for t in targets if t is not None)
+        return samples, items
 
     @property
     def trained_model(self) -> nn.Module:
@@ -105,6 +124,13 @@ class AdaptedTrainer(_TrainerBase):
         loss = outputs.loss
         if loss is None:
             raise TrainingError("the model returned no loss: the batch has no 'labels' or no head is active")
+        targets = self._answer_targets(inputs) if getattr(model, "training", False) else None
+        if targets is not None and self._window_tokens and outputs.task_loss is not None:
+            # the Trainer divides each micro-batch's loss by the step's micro-batch count: this micro-batch's share of
+            # the step's answer tokens, times that count, leaves its token-weighted share of the step's mean
+            steps = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
+            weight = int((targets != -100).sum()) * steps / self._window_tokens
+            loss = outputs.task_loss * weight + (loss - outputs.task_loss)  # the fusion regularisation as before
         if not torch.isfinite(loss.detach()).all():
             task_loss = None if outputs.task_loss is None else outputs.task_loss.item()
             raise TrainingError(non_finite_loss_message(loss.item(), task_loss, self.state, self.args))

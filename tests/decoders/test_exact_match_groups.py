@@ -50,3 +50,31 @@ def test_generation_groups_fit_the_positions_and_keep_every_row_once() -> None:
     for group in groups:
         assert len(group) == 1 or max(prompts[i] for i in group) + max(answers[i] for i in group) <= 64
     assert _generation_groups(prompts, answers, None) == [list(range(5))]
+
+
+def test_exact_match_is_plain_greedy_and_a_cut_answer_is_a_miss(monkeypatch) -> None:
+    """The model's own generation_config (a repetition penalty, as Qwen2.5-Instruct ships) changed the answers
+    exact_match compared; and an answer whose end token max_length cut off counted as matched by its prefix."""
+    torch.manual_seed(0)
+    model = af.wrap(tiny_decoder("llama"))
+    model.model.generation_config.repetition_penalty = 1.5
+    model.model.generation_config.no_repeat_ngram_size = 2
+    plain = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "do_sample": False, "num_beams": 1}
+    seen: list[dict] = []
+    generate = model.generate
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs)
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", recording)
+    prompt = torch.tensor([[5, 6, 7, 8]])
+    greedy = generate(input_ids=prompt, max_new_tokens=3, **plain, pad_token_id=PAD)[0, 4:].tolist()
+    cut = greedy  # its end token cut off: labels hold the answer's prefix only
+    batch = {
+        "input_ids": torch.tensor([[5, 6, 7, 8, *cut]]),
+        "attention_mask": torch.ones(1, 7, dtype=torch.long),
+        "labels": torch.tensor([[-100] * 4 + cut]),
+    }
+    assert score_answers(model, [batch], END, PAD, exact_match=True)["exact_match"] == 0.0
+    assert all(seen[-1][key] == value for key, value in plain.items())

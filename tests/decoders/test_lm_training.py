@@ -259,3 +259,23 @@ def test_an_interrupted_lm_run_resumes_to_the_same_result(tiny_decoder_dir, tmp_
     for name in expected:
         assert_close(trained[name], expected[name], dtype=torch.float32, label=name)
     assert_close(got["best"]["answer_loss"], want["best"]["answer_loss"], dtype=torch.float32, label="dev loss")
+
+
+def test_gradient_accumulation_weighs_micro_batches_by_their_answer_tokens(tiny_decoder_dir, tmp_path) -> None:
+    """Two micro-batches of 2 rows accumulated make the step of one 4-row batch: the mean over all its answer tokens.
+    Each micro-batch's mean counted alike, so one with few answer tokens weighed more (10.8077 against 10.8104)."""
+    rows = [
+        {"prompt": "a", "answer": "blue"},
+        {"prompt": "b", "answer": "very very dark green"},
+        {"prompt": "c", "answer": "white"},
+        {"prompt": "d", "answer": "red"},
+    ]
+    files = {"train": _write(tmp_path, "train", rows), "validation": _write(tmp_path, "validation", rows)}
+    spec = instruction_task("uneven", data_files=files)
+    losses = []
+    for batch, accumulation in ((4, 1), (2, 2)):
+        settings = dict(FAST, batch_size=batch, grad_accumulation=accumulation, max_steps=1, group_by_length=False)
+        run = train(spec, "st-a", seed=1, encoder=tiny_decoder_dir, output_dir=tmp_path / f"b{batch}",
+                    training_config=settings)  # fmt: skip
+        losses.append(json.loads(run.metrics_path.read_text())["train_losses"][0]["loss"])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)

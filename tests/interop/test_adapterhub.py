@@ -26,6 +26,7 @@ from adapterfusion.interop.adapterhub_config import (
     fusion_config_to_adapterhub,
 )
 from adapterfusion.io import atomic
+from tiny_decoders import tiny_decoder
 from tiny_models import tiny_encoder
 from tolerances import assert_close
 
@@ -450,3 +451,24 @@ def test_an_interrupted_export_leaves_nothing_in_the_way_of_its_retry(tmp_path, 
     assert not (tmp_path / "hub").exists()
     export_adapterhub(model, "adapter", "a", tmp_path / "hub")
     assert sorted(p.name for p in (tmp_path / "hub").iterdir()) == ["adapter.safetensors", "adapter_config.json"]
+
+
+def test_head_configs_without_an_activation_or_a_head_model_are_refused(tmp_path):
+    """An AdapterHub head with activation_function=None (no activation between its layers) was read as tanh; a head
+    exported for a model type adapters 1.3.0 has no head model for (Qwen2) named a class its load_head refuses; a
+    CamemBERT adapter exported although adapters.init refuses CamemBERT."""
+    from adapterfusion.interop.adapterhub_config import head_config_from_adapterhub
+
+    config = {"head_type": "classification", "num_labels": 2, "layers": 2, "activation_function": None}
+    with pytest.raises(af.ConfigError, match="activation_function=None is not supported"):
+        head_config_from_adapterhub(config, 0.1)
+    one_layer = head_config_from_adapterhub({**config, "layers": 1}, 0.1)
+    assert one_layer.layers == 1
+    qwen = af.wrap(tiny_decoder("qwen2"))
+    qwen.add_head("h", af.ClassificationHead(num_labels=2, pooling="last"))
+    with pytest.raises(af.UnsupportedArchitectureError, match="no head model for 'qwen2'.*Qwen2AdapterModel"):
+        export_adapterhub(qwen, "head", "h", tmp_path / "qwen")
+    camembert = af.wrap(tiny_encoder("camembert"))
+    camembert.add_adapter("a")
+    with pytest.raises(af.UnsupportedArchitectureError, match="not CamemBERT, Data2Vec-text or ERNIE"):
+        export_adapterhub(camembert, "adapter", "a", tmp_path / "camembert")
