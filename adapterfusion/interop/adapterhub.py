@@ -24,6 +24,7 @@ from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError, SerializationError, UnsupportedArchitectureError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import HeadConfig
+from adapterfusion.injection.architectures import SiteKind
 from adapterfusion.interop.adapterhub_config import (
     adapter_config_from_adapterhub,
     adapter_config_to_adapterhub,
@@ -292,6 +293,13 @@ def _write_adapter(piece: Piece, layout: EncoderLayout) -> tuple[dict[str, Any],
                 tensors[_their_key(layout, site, container, f"{theirs}.{leaf}")] = value
                 if module == "ln_before":  # adapters registers this LayerNorm a second time as adapter_down.0
                     tensors[_their_key(layout, site, container, f"adapter_down.0.{leaf}")] = value
+    if config.residual_before_ln == "post_add" and SiteKind.PRE_NORM in layout.site_kinds:
+        raise ConfigError(
+            f"adapter {piece.name!r}: residual_before_ln='post_add' cannot be exported for "
+            f"{layout.fingerprint.model_type!r}: adapters 1.3.0 gives its pre-norm sites no LayerNorm, and its "
+            "'post_add' residual is set only with one, so the loaded adapter fails on its first forward; keep it in "
+            "adapterfusion's own format, or use residual_before_ln=True there"
+        )
     return {"config": adapter_config_to_adapterhub(config), "name": piece.name}, tensors
 
 

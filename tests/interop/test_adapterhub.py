@@ -472,3 +472,18 @@ def test_head_configs_without_an_activation_or_a_head_model_are_refused(tmp_path
     camembert.add_adapter("a")
     with pytest.raises(af.UnsupportedArchitectureError, match="not CamemBERT, Data2Vec-text or ERNIE"):
         export_adapterhub(camembert, "adapter", "a", tmp_path / "camembert")
+
+
+def test_post_add_adapters_are_not_exported_where_adapterhub_gives_no_layer_norm(tmp_path):
+    """adapters 1.3.0 loaded a 'post_add' adapter exported from GPT-2 or Llama and failed on its first forward
+    (UnboundLocalError: its pre-norm sites have no LayerNorm); on BERT-style sites it exports as before."""
+    config = af.AdapterConfig.pfeiffer(reduction_factor=4, residual_before_ln="post_add")
+    for model_type in ("gpt2", "llama"):
+        model = af.wrap(tiny_decoder(model_type))
+        model.add_adapter("a", config)
+        with pytest.raises(af.ConfigError, match="'post_add' cannot be exported for"):
+            export_adapterhub(model, "adapter", "a", tmp_path / model_type)
+        assert not (tmp_path / model_type).exists()
+    bert = af.wrap(tiny_encoder())
+    bert.add_adapter("a", config)
+    assert is_adapterhub_dir(export_adapterhub(bert, "adapter", "a", tmp_path / "bert"), "adapter")
