@@ -241,10 +241,12 @@ def compare_pruned(
     repeats: int = 3,
     timing_batches: int = 4,
     target_adapter: str | None = None,
+    bf16: bool = False,
 ) -> PruningResult:
     """Prune fusion `fusion` of `model` by its activation on `batches` (labelled dev batches), add the pruned
     fusion as `pruned_name` (default `<fusion>_pruned`), and evaluate and time both. The model's activation is
-    restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters)."""
+    restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters).
+    `bf16`: score under bfloat16 autocast, as a run trained with it scored its dev set."""
     model.require("fusion", fusion)
     _check_scored_task(task)
     check_criterion(keep, mass, len(model.fusion_setup(fusion).adapters))
@@ -261,7 +263,7 @@ def compare_pruned(
         metrics = {}
         for name in (fusion, pruned):
             model.activate(fusion=name, head=head)
-            metrics[name] = score(task, predict(model, batches))
+            metrics[name] = score(task, predict(model, batches, bf16=bf16))
         timed = list(batches[:timing_batches])
         ms = time_fusions(model, (fusion, pruned), timed, head, repeats)
     figures = [
@@ -364,6 +366,7 @@ def prune_fusion(
         repeats=repeats,
         timing_batches=timing_batches,
         target_adapter=own if own in run.model.fusion_setup(run.fusion).adapters else None,
+        bf16=run.bf16,
     )
     result = dataclasses.replace(result, run_dir=str(run_dir), output=str(output) if output is not None else None)
     if output is not None:

@@ -42,3 +42,21 @@ def test_evaluate_scores_a_bf16_run_under_bf16(tmp_path, tiny_encoder_dir, demo_
                 max_examples={"train": 16, "validation": 16}, training_config=settings)  # fmt: skip
     recorded = json.loads(run.metrics_path.read_text())["best"]["loss"]
     assert abs(evaluate_run(run.run_dir)["metrics"]["loss"] - recorded) < 1e-6
+
+
+def test_prune_scores_a_bf16_fusion_as_training_did(tmp_path, tiny_encoder_dir, demo_data_dir):
+    """prune's full-fusion metrics are the run's recorded ones: under bf16 autocast for a run trained with it."""
+    from adapterfusion.pruning import prune_fusion
+
+    common = dict(
+        seed=1, data_dir=demo_data_dir, output_dir=tmp_path, store=tmp_path / "store", encoder=tiny_encoder_dir
+    )
+    slice_ = {"train": 16, "validation": 16}
+    settings = dict(epochs=1, batch_size=8, max_length=32, learning_rate=0.5, patience=None, bf16=True)
+    for task in ("rte", "sst2"):
+        train(task, "st-a", **common, max_examples=slice_, training_config=settings)
+    fused = train("rte", "fusion-st-a", **common, max_examples=slice_, training_config=settings,
+                  setup_options={"sources": ["sst2"]})  # fmt: skip
+    recorded = json.loads(fused.metrics_path.read_text())["best"]["loss"]
+    pruned = prune_fusion(fused.run_dir, keep=1, repeats=1, timing_batches=1)
+    assert abs(pruned.before.metrics["loss"] - recorded) < 1e-6
