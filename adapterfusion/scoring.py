@@ -175,13 +175,14 @@ def _greedy_matches(
         _group_matches(
             model, [prompts[i] for i in group], [answers[i] for i in group], end_token_id, pad_token_id, limit
         )
-        for group in _generation_groups([len(p) for p in prompts], [len(a) for a in answers], limit)
+        for group in groups_within_positions([len(p) for p in prompts], [len(a) for a in answers], limit)
     )
 
 
-def _generation_groups(prompt_lengths: list[int], answer_lengths: list[int], limit: int | None) -> list[list[int]]:
+def groups_within_positions(prompt_lengths: list[int], answer_lengths: list[int], limit: int | None) -> list[list[int]]:
     """The rows in groups that generate together within the model's `limit` positions: a group's longest prompt plus
-    its longest answer fits (two rows that each fit may not fit together, left-padded in one batch)."""
+    its longest answer (new tokens) fits (two rows that each fit may not fit together, left-padded in one batch).
+    Exact match's generation and the server's generate batches cut their rows by it."""
     if limit is None:
         return [list(range(len(prompt_lengths)))]
     groups: list[list[int]] = []

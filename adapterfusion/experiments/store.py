@@ -308,8 +308,8 @@ class ResultsStore:
 
     def requeue(self, ids: list[str]) -> None:
         """Jobs to run again though done (their inputs changed on disk: experiments/stale.py); results cleared."""
-        for job_id in ids:
-            self._transaction("UPDATE jobs SET state = 'queued', metrics = NULL WHERE id = ?", (job_id,))
+        with self._writing():
+            self._db.executemany("UPDATE jobs SET state = 'queued', metrics = NULL WHERE id = ?", [(i,) for i in ids])
 
     def requeue_unfinished(self) -> list[str]:
         """Jobs a killed runner left running, and failed or blocked jobs, go back to queued for this run."""

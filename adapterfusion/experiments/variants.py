@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,11 @@ from adapterfusion.training.multitask import MT_A
 from adapterfusion.training.setups import check_init_std, get_setup, list_setups
 
 DEFAULT_REDUCTION_FACTOR = 16
+# Setup options checked when the file is read, by the checks the setups apply (training/setups.py).
+_OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "train_layer_norm": lambda value: check_bool(value, "train_layer_norm"),
+    "init_std": check_init_std,
+}
 # MT-A trains all its tasks in one run (train_multitask: one job per seed, plan.MULTITASK_KIND), with these options;
 # fusion-mt-a fuses that run's adapters on the encoder it fine-tuned.
 MULTITASK_OPTIONS = {MT_A: {"reduction_factor": DEFAULT_REDUCTION_FACTOR, "pooling": None}}
@@ -207,16 +212,12 @@ def setup_entries(
             check_name(variant.id, "setup variant")
         except ConfigError as err:
             raise fail(f"{key}[{i}].id", str(err)) from None
-        if variant.options.get("train_layer_norm") is not None:
-            try:
-                check_bool(variant.options["train_layer_norm"], "train_layer_norm")
-            except ConfigError as err:
-                raise fail(f"{key}[{i}].train_layer_norm", str(err)) from None
-        if variant.options.get("init_std") is not None:  # a job would refuse it once the model is loaded
-            try:
-                check_init_std(variant.options["init_std"])
-            except TrainingError as err:
-                raise fail(f"{key}[{i}].init_std", str(err)) from None
+        for option, check in _OPTION_CHECKS.items():  # what a job would refuse once the model is loaded
+            if variant.options.get(option) is not None:
+                try:
+                    check(variant.options[option])
+                except (ConfigError, TrainingError) as err:
+                    raise fail(f"{key}[{i}].{option}", str(err)) from None
     ids = [variant.id for _, variant, _ in out]
     for k, (i, variant, _) in enumerate(out):
         if variant.id in ids[:k]:

@@ -38,8 +38,8 @@ class ForwardRuntime:
         # was made from: a later block (the next generate(), evaluation call or served batch) reuses one while those
         # weights are unchanged (see `prepared`). (kind, site) -> key -> (stamp, what was made), oldest use first.
         self._kept: dict[tuple[str, str], dict[str, tuple[WeightsStamp, Any]]] = {}
-        self._extending = False
-        self._step_start = 0  # inside `extending`: the position the running forward starts at (its cached length)
+        # inside `extending`: the position the running forward starts at (its cached length); 0 outside it
+        self._step_start = 0
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (copy.deepcopy, pickle, torch.save of the model) starts outside every block with nothing kept: the
@@ -103,12 +103,11 @@ class ForwardRuntime:
         where the recording ends (`starting_at`: a generation step on the KV cache) adds its positions; one that
         starts at 0 (the prompt, or every step of uncached generation, which runs the whole sequence again) replaces
         it, so the block ends with the weights of every position once, of this generate() call alone."""
-        previous = self._extending, self._step_start
-        self._extending, self._step_start = True, 0
+        previous, self._step_start = self._step_start, 0
         try:
             yield
         finally:
-            self._extending, self._step_start = previous
+            self._step_start = previous
 
     def starting_at(self, position: int) -> None:
         """The position the next forward's first token has (the cache's length), inside `extending`."""
@@ -131,7 +130,7 @@ class ForwardRuntime:
     def record(self, layer: int, position: str, weights: torch.Tensor) -> None:
         """Keep the fusion site (layer, position)'s softmax weights in every open recording block."""
         for recorder in self._recorders:
-            earlier = recorder.get((layer, position)) if self._extending and self._step_start > 0 else None
+            earlier = recorder.get((layer, position)) if self._step_start > 0 else None
             if (
                 earlier is not None
                 and earlier.shape[:-2] == weights.shape[:-2]

@@ -76,7 +76,6 @@ def export_adapterhub(
     """Write adapter, fusion or head `name` of `model` as AdapterHub's `adapters` 1.3.0 saves it, so that
     `adapters`' load_adapter / load_adapter_fusion / load_head reads it (safetensors unless told otherwise)."""
     require_wrapped(model, "export_adapterhub")
-    check_bool(use_safetensors, "use_safetensors")
     if kind not in _WRITERS:
         raise ConfigError(f"kind={kind!r} is not exportable; choose one of {', '.join(_WRITERS)}")
     return piece_to_adapterhub(model.export_piece(kind, name), directory, model.layout(), use_safetensors)
@@ -212,8 +211,8 @@ def _site_tensors(
 def piece_to_adapterhub(
     piece: Piece, directory: str | Path, layout: EncoderLayout, use_safetensors: bool = True
 ) -> Path:
-    """Write `piece` (from the encoder `layout` describes) as AdapterHub's `adapters` 1.3.0 saves it."""
-    check_bool(use_safetensors, "use_safetensors")
+    """Write `piece` (from the encoder `layout` describes) as AdapterHub's `adapters` 1.3.0 saves it (write_folder
+    checks use_safetensors)."""
     if piece.kind != "head":
         _require_adapterhub_sites(layout)
     else:

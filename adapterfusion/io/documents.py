@@ -7,7 +7,6 @@ the zoo manifest): not strict about repeated keys, since we never write one, and
 
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import json.decoder
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.errors import AdapterFusionError, ConfigError, SerializationError
-from adapterfusion.io.paths import check_readable_file, permission_denied
+from adapterfusion.io.paths import DENIED_ERRNOS, check_readable_file, permission_denied
 
 Error = type[AdapterFusionError]
 _CORRUPT = "the file is corrupt or truncated"  # what read_json says of a file it cannot parse, unless told the fix
@@ -52,7 +51,7 @@ def read_document(path: str | os.PathLike, error: Error = ConfigError) -> Any:
     try:
         raw = path.read_bytes()
     except OSError as err:  # unreadable (permissions), a folder, a file gone since it was found
-        if err.errno in (errno.EACCES, errno.EPERM):
+        if err.errno in DENIED_ERRNOS:
             raise permission_denied(path, error=error) from None
         raise error(f"{path} cannot be read ({err.strerror or err}); check that it is a file you may read") from None
     try:
@@ -92,7 +91,7 @@ def read_bytes(path: str | os.PathLike, fix: str | None = None, error: Error = S
     except FileNotFoundError:
         raise error(f"{path} does not exist{then}") from None
     except OSError as err:
-        if err.errno in (errno.EACCES, errno.EPERM):
+        if err.errno in DENIED_ERRNOS:
             raise permission_denied(path, error=error) from None
         raise error(f"{path} cannot be read ({err.strerror or err}){then}") from None
 

@@ -27,7 +27,7 @@ PATH_MAX = 4096  # bytes in a whole path on Linux
 # A file is written as `.<name>.<8 random characters>.tmp` first, then renamed (io/atomic.py): 14 bytes more.
 TEMP_NAME_EXTRA = len("..12345678.tmp")
 Error = type[AdapterFusionError]
-_DENIED = (errno.EACCES, errno.EPERM)
+DENIED_ERRNOS = (errno.EACCES, errno.EPERM)  # what an OSError says when this user may not read
 
 
 def as_path(value: object, what: str, error: Error = ConfigError) -> Path:
@@ -110,7 +110,7 @@ def describe(path: str | os.PathLike) -> str:
 
 
 def _unreachable(path: Path, error: OSError) -> str:
-    if error.errno in _DENIED:
+    if error.errno in DENIED_ERRNOS:
         return "out of this user's reach (a folder on its path may not be searched: permission denied)"
     if error.errno == errno.ELOOP:
         return "a symlink loop (a link that leads back to itself, which no file or folder can be created through)"
@@ -285,7 +285,7 @@ def out_of_reach(path: Path) -> bool:
     try:
         os.stat(path)
     except OSError as err:
-        return err.errno in _DENIED
+        return err.errno in DENIED_ERRNOS
     except ValueError:
         return False
     return False

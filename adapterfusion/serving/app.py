@@ -245,11 +245,9 @@ def create_app(
             other = {"adapter": "fusion", "fusion": "adapter"}.get(piece.kind)
             taken = set(getattr(model, f"{other}_names")) if other else set()
             if piece.name in taken:
+                article = "an" if other == "adapter" else "a"
                 raise RequestError(
-                    422,
-                    f"an {other} named {piece.name!r} is loaded; load the {piece.kind} under another name"
-                    if other == "adapter"
-                    else f"a {other} named {piece.name!r} is loaded; load the {piece.kind} under another name",
+                    422, f"{article} {other} named {piece.name!r} is loaded; load the {piece.kind} under another name"
                 )
             if piece.name in getattr(model, f"{piece.kind}_names"):
                 raise RequestError(422, f"{piece.kind} {piece.name!r} is loaded already; give another 'name'")

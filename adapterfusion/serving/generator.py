@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from adapterfusion.errors import ConfigError
+from adapterfusion.scoring import groups_within_positions
 from adapterfusion.serving.config import DEFAULT_MAX_LENGTH, DEFAULT_MAX_NEW_TOKENS
 from adapterfusion.serving.contract import GenerateRequest, RequestError, Sampling, no_tokens
 from adapterfusion.serving.predictor import Prediction, forward_cost, length_groups, length_limits, model_limit
@@ -166,16 +167,8 @@ class Generator:
     ) -> list[list[int]]:
         if self.encoder_decoder:  # the prompt is the encoder's, the new tokens the decoder's
             return [group]
-        parts: list[list[int]] = [[]]
-        longest = most = 0
-        for index in sorted(group, key=lambda i: len(prompts[i])):
-            wider, more = max(longest, len(prompts[index])), max(most, limits[index])
-            if parts[-1] and wider + more > self.max_length:
-                parts.append([])
-                wider, more = len(prompts[index]), limits[index]
-            parts[-1].append(index)
-            longest, most = wider, more
-        return parts
+        lengths, new_tokens = [len(prompts[i]) for i in group], [limits[i] for i in group]
+        return [[group[k] for k in part] for part in groups_within_positions(lengths, new_tokens, self.max_length)]
 
     def _answer(self, tokens: list[int]) -> Prediction:
         """The new tokens up to and including the first end token, as text."""

@@ -29,6 +29,7 @@ from adapterfusion.tasks.metrics import collapse_warning
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.adapter_subsets import AdapterSubsetCallback
+from adapterfusion.training.checkpoints import checkpoint_step
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.extra_dev import score_extra_dev
@@ -249,9 +250,8 @@ def train(
 def scored_fusion_step(best_checkpoint: str | None, last: int) -> int:
     """The fusion step (temperature schedule) the best checkpoint was scored at: the callback sets the step before
     each optimizer step, so the evaluation after step N ran at N - 1; `last` without a checkpoint to go by."""
-    name = Path(best_checkpoint).name if best_checkpoint else ""
-    number = name.removeprefix("checkpoint-")
-    return int(number) - 1 if name.startswith("checkpoint-") and number.isdigit() and int(number) > 0 else last
+    step = checkpoint_step(best_checkpoint) if best_checkpoint else None
+    return step - 1 if step else last
 
 
 def check_generation_model(spec: TaskSpec, model: Any, encoder: str) -> None:

@@ -91,12 +91,15 @@ def adopt_legacy_weights(checkpoint: Path) -> None:
         os.replace(checkpoint / LEGACY_TRAINABLE_FILE, checkpoint / TRAINABLE_FILE)
 
 
+def checkpoint_step(checkpoint: str | os.PathLike) -> int | None:
+    """The optimizer step a `checkpoint-<step>` folder was saved after (None: not such a name)."""
+    name = Path(checkpoint).name
+    step = name.rpartition("-")[2]
+    return int(step) if name.startswith("checkpoint-") and step.isdigit() else None
+
+
 def _checkpoints_newest_first(checkpoint_dir: str | os.PathLike) -> list[Path]:
-    steps = [
-        (int(p.name.rpartition("-")[2]), p)
-        for p in Path(checkpoint_dir).glob("checkpoint-*")
-        if p.name.rpartition("-")[2].isdigit()
-    ]
+    steps = [(step, p) for p in Path(checkpoint_dir).glob("checkpoint-*") if (step := checkpoint_step(p)) is not None]
     return [checkpoint for _, checkpoint in sorted(steps, reverse=True)]
 
 

@@ -84,10 +84,15 @@ def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False, al
     run_dir = Path(run_dir)
     kept = {"checkpoints", CONFIG_FILE} if keep_checkpoints else set()
     for name in (*RUN_ENTRIES, *also):
-        entry = run_dir / name
-        if name in kept or not os.path.lexists(entry):
-            continue
-        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        if name not in kept:
+            _remove_entry(run_dir / name, ignore_errors=True)
+
+
+def _remove_entry(entry: Path, ignore_errors: bool = False) -> None:
+    """Remove a file, link or folder the run wrote (a link itself, never what it leads to), if it is there."""
+    if not os.path.lexists(entry):
+        return
+    shutil.rmtree(entry, ignore_errors=ignore_errors) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
 
 
 def save_encoder(model, tokenizer: Any, directory: Path) -> Path:
@@ -228,13 +233,8 @@ class Run(RunFolder):
         earlier run's weights under the new run's settings), unless this run resumes from one of them."""
         if self.writes:
             self.metrics_path.unlink(missing_ok=True)
-            if keep_checkpoints:
-                return
-            checkpoints = self.run_dir / "checkpoints"
-            if checkpoints.is_dir() and not checkpoints.is_symlink():
-                shutil.rmtree(checkpoints)
-            elif os.path.lexists(checkpoints):
-                checkpoints.unlink()
+            if not keep_checkpoints:
+                _remove_entry(self.run_dir / "checkpoints")
 
     def write_config(self, settings: Mapping[str, Any]) -> None:
         """config.json: the format version, `settings` and the provenance."""

@@ -111,7 +111,6 @@ class AdapterStore:
     def put(self, run_dir: str | os.PathLike, overwrite: bool = False) -> Path:
         """Copy the adapter and head a `train()` run saved in `run_dir` into the store (a generation task's run has
         no head: its adapter alone)."""
-        check_bool(overwrite, "overwrite")
         run_dir = Path(run_dir)
         config_file = run_dir / CONFIG_FILE
         if os.path.lexists(run_dir) or out_of_reach(run_dir):  # one this user may not read is said as such
@@ -162,7 +161,6 @@ class AdapterStore:
     ) -> Path:
         """Save adapter `adapter` (and head `head`) of a live model into the store."""
         require_wrapped(model, "AdapterStore.put_model")
-        check_bool(overwrite, "overwrite")
 
         def write(tmp: Path) -> None:
             model.save_adapter(adapter, tmp / "adapter")
@@ -184,8 +182,9 @@ class AdapterStore:
         source: str,
         identity: Mapping[str, Any] | None,
     ) -> Path:
+        check_bool(overwrite, "overwrite")  # "no" would replace a stored adapter: a str is truthy
         final = self.path(encoder, task, setup, seed)
-        if final.exists() and not check_bool(overwrite, "overwrite"):
+        if final.exists() and not overwrite:
             raise TrainingError(f"the store already holds {final}; pass overwrite=True to replace it")
         check_entry_replaceable(final)  # no user file is lost
         self._check_writable(final)

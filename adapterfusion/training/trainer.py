@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from transformers import TrainerState, TrainingArguments
 
+from adapterfusion.tasks.instruction import IGNORE_INDEX
 from adapterfusion.tasks.spec import LOWER_IS_BETTER
 from adapterfusion.training.batching import length_grouping
 from adapterfusion.training.checkpoints import TrainableWeights, last_good_checkpoint
@@ -107,7 +108,7 @@ class AdaptedTrainer(_TrainerBase):
         batch of them gives (the mean of micro-batch means weighed micro-batches of few tokens up)."""
         samples, items = super().get_batch_samples(epoch_iterator, num_batches, device)
         targets = [self._answer_targets(batch) for batch in samples]
-        self._window_tokens = sum(int((t != -100).sum()) for t in targets if t is not None)
+        self._window_tokens = sum(int((t != IGNORE_INDEX).sum()) for t in targets if t is not None)
         return samples, items
 
     @property
@@ -129,7 +130,7 @@ class AdaptedTrainer(_TrainerBase):
             # the Trainer divides each micro-batch's loss by the step's micro-batch count: this micro-batch's share of
             # the step's answer tokens, times that count, leaves its token-weighted share of the step's mean
             steps = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
-            weight = int((targets != -100).sum()) * steps / self._window_tokens
+            weight = (targets != IGNORE_INDEX).sum() * (steps / self._window_tokens)  # a tensor: no device sync
             loss = outputs.task_loss * weight + (loss - outputs.task_loss)  # the fusion regularisation as before
         if not torch.isfinite(loss.detach()).all():
             task_loss = None if outputs.task_loss is None else outputs.task_loss.item()

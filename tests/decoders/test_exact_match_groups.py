@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 import adapterfusion as af
-from adapterfusion.scoring import _generation_groups, score_answers
+from adapterfusion.scoring import groups_within_positions, score_answers
 from tiny_decoders import tiny_decoder
 
 END, PAD = 2, 0
@@ -45,11 +45,11 @@ def test_rows_that_fit_alone_are_scored_even_when_they_cannot_generate_together(
 
 def test_generation_groups_fit_the_positions_and_keep_every_row_once() -> None:
     prompts, answers = [60, 4, 10, 30, 2], [4, 60, 6, 30, 1]
-    groups = _generation_groups(prompts, answers, 64)
+    groups = groups_within_positions(prompts, answers, 64)
     assert sorted(row for group in groups for row in group) == list(range(5))
     for group in groups:
         assert len(group) == 1 or max(prompts[i] for i in group) + max(answers[i] for i in group) <= 64
-    assert _generation_groups(prompts, answers, None) == [list(range(5))]
+    assert groups_within_positions(prompts, answers, None) == [list(range(5))]
 
 
 def test_exact_match_is_plain_greedy_and_a_cut_answer_is_a_miss(monkeypatch) -> None:
