@@ -26,8 +26,8 @@ def inference_cache(model: AdaptedModel, check_values: bool = True) -> Iterator[
     """Fold each fusion's weights once and reuse them for every forward inside the block (evaluation,
     serving, generate); saves about 3·(M + N)·d² per fusion layer and forward. Weights must not change inside:
     it runs under torch.no_grad(). A later block reuses a site's last fold while its weights are unchanged,
-    checked by a hash of their values on the block's first use of each site (writes through `p.data` change
-    nothing else). check_values=False skips that hash, trusting the tensors' identity and version alone: for a
+    checked by a hash of their values, of every kept fold at once on the block's entry (writes through `p.data`
+    change nothing else). check_values=False skips that hash, trusting the tensors' identity and version alone: for a
     caller whose weights change only by optimizer steps, in-place operations, `.to()` or loading (the server)."""
     check_wrapped(model.sites)
     check_bool(check_values, "inference_cache(check_values)")
@@ -65,7 +65,12 @@ def recording_fusion_attentions(
 def recording_generation(model: AdaptedModel, generating: nn.Module) -> Iterator[None]:
     """Inside the block a recording of fusion attentions grows by the positions of each cached step of
     `generating` (the transformers model whose generate() runs; generation.py): each of its forwards says where
-    it starts (its cache's length), so an uncached step, which runs every position again, replaces the recording."""
+    it starts (its cache's length), so an uncached step, which runs every position again, replaces the recording.
+    Without a recording open around generate() no hook is set: reading the cache's length is a host sync and a graph
+    break inside the decode step that transformers compiles for a static cache (CUDA graphs)."""
+    if not model.runtime.is_recording:
+        yield
+        return
 
     def step_start(_module: nn.Module, _args: Any, kwargs: dict[str, Any]) -> None:
         model.runtime.starting_at(cached_length(kwargs))

@@ -23,7 +23,7 @@ import torch
 from adapterfusion.blocks import BatchSplit, Block, Fuse, Parallel, fusions_in, resolve
 from adapterfusion.errors import ConfigError, NameNotFoundError
 from adapterfusion.forward_inputs import ForwardCall, check_call, check_head_labels
-from adapterfusion.injection.routing import ADAPTER, BLOCK, FUSION, Choice
+from adapterfusion.injection.routing import ADAPTER, BLOCK, FUSION, Choice, on_device
 from adapterfusion.injection.site import per_route
 
 if TYPE_CHECKING:
@@ -262,7 +262,7 @@ def _head_rows(
     rows: dict[str, list[int]] = {}
     for example, head in enumerate(heads):
         rows.setdefault(head, []).append(example)
-    return tuple((head, torch.tensor(members, device=device)) for head, members in rows.items())
+    return tuple((head, on_device(members, torch.long, device)) for head, members in rows.items())
 
 
 @dataclass

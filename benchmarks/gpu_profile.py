@@ -11,8 +11,9 @@ overhead to the host side): for explanation, never for the targets.
 Parts: `routing`, the shipped MiniLM's shape at batch 32 × 128 (bare, one adapter, every row its own adapter of
 32, and fusion rows mixed in; routing_speed.py's model and batch), inside `inference_cache()`; `decode`, a
 SmolLM2-135M-shaped decoder (`--decoder-config`, seeded random weights) generating with a static cache, which
-transformers compiles into CUDA graphs on a GPU (bare, one adapter, fusion N=8 inside `inference_cache()`), per
-decoded token. On a CPU the same runs with host timings only, to try the script.
+transformers compiles into CUDA graphs on a GPU (bare, one adapter, fusion N=8 inside `inference_cache()`, and
+fusion N=8 again without the lane kernels), per decoded token. On a CPU the same runs with host timings only, to
+try the script.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -94,7 +96,10 @@ def decode_part(device: torch.device, calls: int, config_file: Path, tokens: int
 
     config = AutoConfig.from_pretrained(config_file.parent if config_file.name == "config.json" else config_file)
     results = {}
-    for case in ("bare", "one adapter", "fusion N=8"):
+    given = os.environ.get("ADAPTERFUSION_TRITON", "1")
+    for case in ("bare", "one adapter", "fusion N=8", "fusion N=8, no lane kernels"):
+        # the last case without injection/lane_kernels.py (read when the lanes are built): what its kernels save
+        os.environ["ADAPTERFUSION_TRITON"] = "0" if case.endswith("no lane kernels") else given
         torch.manual_seed(0)
         model = af.wrap(AutoModelForCausalLM.from_config(config).to(device)).eval()
         names = [f"a{i}" for i in range(8 if case.startswith("fusion") else 1 if case == "one adapter" else 0)]

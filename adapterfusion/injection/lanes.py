@@ -5,7 +5,8 @@ and the Python around them (`AdapterSite.adapt_with` resolves names, configs and
 calls go through torch's hook machinery). Inside `inference_cache()` the weights cannot change and nothing needs a
 gradient, so a site can decide all of that once: a lane holds the transposed weights as plain tensors and runs only
 the operators of its case, the same ones in the same order as the general path, so the numbers are identical
-(tests/decoders/test_lanes.py).
+(tests/decoders/test_lanes.py). Traced by torch.compile for CUDA, a decode step's few rows run lane_kernels.py
+instead: one kernel an adapter site, the joint product and one kernel a fusion site (equal up to float32 rounding).
 
 Lanes cover the cases decoders run, at PRE_NORM sites: one adapter, or an attention fusion (the paper's) whose query
 is the adapters' input, without new LayerNorms around the adapters. Anything else (`build_lane` gives None) runs
@@ -24,6 +25,7 @@ from torch import nn
 
 from adapterfusion.adapters.bottleneck import BottleneckAdapter
 from adapterfusion.fusion.layer import SUBNORMAL_WEIGHT, FusionLayer, flushes_subnormal_weights, fold_fusion
+from adapterfusion.injection import lane_kernels
 
 # lane(h, r) -> the site's output: h the sub-layer output, r the residual stream (None where the site does not need it).
 Lane = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
@@ -113,9 +115,13 @@ def _adapter_lane(adapter: BottleneckAdapter, place: Placement) -> Lane:
     down_weight, down_bias = adapter.down.weight, adapter.down.bias
     up_weight, up_bias = adapter.up.weight, adapter.up.bias
     activation, scaling = _in_place(adapter.activation), adapter.config.scaling
+    kernel_activation = lane_kernels.activation_kind(adapter.activation)
+    kernels = lane_kernels.prepare(down_weight) if kernel_activation is not None else None
 
     def lane(h: torch.Tensor, r: torch.Tensor | None) -> torch.Tensor:
         x, residual = place(h, r)
+        if kernels is not None and kernel_activation is not None and lane_kernels.fits(x, residual):
+            return lane_kernels.adapter_site(kernels, x, residual, adapter.down, adapter.up, scaling, kernel_activation)
         z = F.linear(activation(F.linear(x, down_weight, down_bias)), up_weight, up_bias)
         return (z.mul_(scaling) if scaling != 1.0 else z).add_(residual)
 
@@ -140,7 +146,8 @@ def _fusion_lane(
     units), so a decode step runs nine operators and no reshapes: scores = blocks-sum of activation * projected
     query + the value-side term, one addmm; the weights spread back over each adapter's units, one mm. Traced by
     torch.compile (a static cache on a GPU: CUDA graphs), operators cost nothing to dispatch but every kernel costs
-    its launch, so the traced form (`_traced_fusion_step`) runs two matmuls and lets the compiler fuse the rest."""
+    its launch, so the traced form (`_traced_fusion_step`) runs two matmuls and lets the compiler fuse the rest; on
+    CUDA for a decode step's few rows, the joint product and one kernel of lane_kernels.py."""
     joint_weight, joint_bias = joint[0].t(), joint[1]
     total = count * size
     blocks = torch.block_diag(*[torch.ones(size, 1, dtype=by_activation.dtype)] * count).to(by_activation.device)
@@ -150,6 +157,8 @@ def _fusion_lane(
     traced = functools.partial(
         _traced_fusion_step, activation=activation, outputs=both_outputs, count=count, flush_below=flush_below
     )
+    kernel_activation = lane_kernels.activation_kind(activation) if isinstance(activation, nn.Module) else None
+    kernels = lane_kernels.prepare(both_outputs) if kernel_activation is not None else None
     activation = _in_place(activation)
 
     def lane(h: torch.Tensor, r: torch.Tensor | None) -> torch.Tensor:
@@ -157,6 +166,11 @@ def _fusion_lane(
         rows = x.reshape(-1, x.shape[-1])
         both = torch.addmm(joint_bias, rows, joint_weight)
         if torch.compiler.is_compiling():
+            if kernels is not None and kernel_activation is not None and lane_kernels.fits(both, residual):
+                tail = lane_kernels.fusion_tail(
+                    kernels, both, residual, both_outputs, count, kernel_activation, flush_below
+                )
+                return tail.view(residual.shape)
             return traced(both, residual).view(residual.shape)
         activations = activation(both[:, :total])
         value_term = both[:, 2 * total : 2 * total + count]  # the key-bias column after it: cancelled

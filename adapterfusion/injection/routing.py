@@ -176,14 +176,20 @@ class RowRouting:
         return choice[1]
 
     def _tensor(self, values: Sequence[Any], dtype: torch.dtype = torch.long) -> torch.Tensor:
-        return torch.tensor(values, dtype=dtype, device=self.device)
+        return on_device(values, dtype, self.device)
 
     def _tensors(self, lists: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Each of `lists` as a long tensor on the device, all moved there in one copy."""
         if not lists:
             return []
-        joined = torch.tensor([value for values in lists for value in values], dtype=torch.long)
-        return list(joined.to(self.device).split([len(values) for values in lists]))
+        joined = on_device([value for values in lists for value in values], torch.long, self.device)
+        return list(joined.split([len(values) for values in lists]))
+
+
+def on_device(values: Sequence[Any], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`values` as a tensor on `device`, copied without waiting for the device's queued work: a blocking copy (what
+    torch.tensor(..., device=cuda) does) makes the host wait until the GPU has run everything queued before it."""
+    return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
 
 def name_in(site: AdapterSite, choice: tuple[str, Any]) -> bool:
@@ -310,7 +316,7 @@ def _stack_for(site: AdapterSite, plan: SitePlan, group: AdapterGroup) -> tuple[
     shared = plan.stacks.get(group.names)
     if shared is None:
         sharing = _sharing(site, group.names)
-        where = torch.tensor([sharing.index(name) for name in group.names], device=group.slots.device)
+        where = on_device([sharing.index(name) for name in group.names], torch.long, group.slots.device)
         shared = plan.stacks[group.names] = (sharing, ",".join(sharing), where[group.slots])
     sharing, key, slots = shared
     adapters, norm = partial(_adapters_at, site, sharing), _site_norm(site)

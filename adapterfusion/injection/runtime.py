@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 from torch import nn
@@ -32,12 +32,12 @@ class ForwardRuntime:
         # forward's own recording (output_fusion_attentions=True) never hides its weights from a block around it.
         self._recorders: tuple[Recorder, ...] = ()
         self._folded: dict[tuple[str, str, str], Any] | None = None
-        self._check_values = True  # the current caching block's: hash weight values in stamps (see weights_stamp)
+        self._check_values = True  # the current caching block's: hash weight values (see `prepared`)
         self._placement: tuple[torch.dtype, torch.device] | None = None  # the model's when the caching block began
         # The last KEPT_PER_SITE folds (lanes, stacks) of each site and kind, kept between blocks with the weights each
         # was made from: a later block (the next generate(), evaluation call or served batch) reuses one while those
-        # weights are unchanged (see `prepared`). (kind, site) -> key -> (stamp, what was made), oldest use first.
-        self._kept: dict[tuple[str, str], dict[str, tuple[WeightsStamp, Any]]] = {}
+        # weights are unchanged (see `prepared`). (kind, site) -> key -> Kept, oldest use first.
+        self._kept: dict[tuple[str, str], dict[str, Kept]] = {}
         # inside `extending`: the position the running forward starts at (its cached length); 0 outside it
         self._step_start = 0
 
@@ -68,10 +68,12 @@ class ForwardRuntime:
     ) -> Iterator[None]:
         """Inside the block `folded` folds each fusion site's weights once; the folds are dropped on exit.
         check_values=False: a fold kept from an earlier block is trusted on the tensors' identity and version
-        alone (no hash of their values; see weights_stamp). `placement`: the model's dtype and device now, which
+        alone (no hash of their values; see `prepared`). `placement`: the model's dtype and device now, which
         `check_placement` holds each forward of the block to."""
         previous = self._folded, self._check_values, self._placement
         self._folded, self._check_values, self._placement = {}, check_values, placement
+        if check_values:
+            self._drop_changed_values()
         try:
             yield
         finally:
@@ -170,17 +172,48 @@ class ForwardRuntime:
             return None
         entry = (kind, site, key)
         if entry not in self._folded:
-            stamp = weights_stamp(list(weights()), self._check_values)
+            tensors = tuple(weights())
+            identity = weights_identity(tensors)
             kept = self._kept.setdefault((kind, site), {})
             earlier = kept.pop(key, None)
-            if earlier is None or earlier[0] != stamp:
-                earlier = (stamp, make())
+            if earlier is None or earlier.identity != identity:  # values: checked for every kept one on entry
+                values = (contents_hash(_flat(tensors)).item(),) if self._check_values and tensors else ()
+                earlier = Kept(identity, values, tensors, make())
             kept[key] = earlier  # now the most recent
-            made = earlier[1]
             while len(kept) > KEPT_PER_SITE:
                 del kept[next(iter(kept))]
-            self._folded[entry] = made
+            self._folded[entry] = earlier.made
         return self._folded[entry]
+
+    def _drop_changed_values(self) -> None:
+        """Forget every kept fold, lane or stack whose weights' values changed since it was made (a write through
+        `p.data`, which changes neither a tensor's identity nor its version), or whose values were never hashed (made
+        in a check_values=False block). All kept ones are hashed at once, on the block's entry, with one host read
+        per device: a read per site, while the forward's kernels are queued, would make the host wait on each."""
+        stale: list[tuple[tuple[str, str], str]] = []
+        pending: dict[torch.device, list[tuple[tuple[str, str], str, float, torch.Tensor]]] = {}
+        for place, kept in self._kept.items():
+            for key, one in kept.items():
+                if one.tensors and not one.values:
+                    stale.append((place, key))
+                elif one.tensors:
+                    now = contents_hash(_flat(one.tensors))
+                    pending.setdefault(now.device, []).append((place, key, one.values[0], now))
+        for checks in pending.values():
+            hashes = torch.stack([now for *_, now in checks]).tolist()
+            stale.extend((place, key) for (place, key, then, _), now in zip(checks, hashes, strict=True) if now != then)
+        for place, key in stale:
+            del self._kept[place][key]
+
+
+class Kept(NamedTuple):
+    """A prepared thing kept between blocks: the identity and (where hashed) values of the tensors it was made
+    from, those tensors (to hash again on a later block's entry) and what was made."""
+
+    identity: tuple[tuple[int, int, int, torch.dtype], ...]
+    values: tuple[float, ...]
+    tensors: tuple[torch.Tensor, ...]
+    made: Any
 
 
 # How many prepared things (folds, lanes, stacks) of one kind a site keeps between blocks. A fold costs about 3·M·d
@@ -189,20 +222,19 @@ class ForwardRuntime:
 KEPT_PER_SITE = 4
 
 
-WeightsStamp = tuple[tuple[tuple[int, int, int, torch.dtype], ...], tuple[float, ...]]
+def weights_identity(weights: Sequence[torch.Tensor]) -> tuple[tuple[int, int, int, torch.dtype], ...]:
+    """Which tensors, in which state: object, storage, in-place version and dtype of each. Values are hashed apart
+    (`contents_hash`), since a write through `p.data` (the EMA / weight-averaging idiom) changes them and nothing
+    else."""
+    return tuple((id(w), w.data_ptr(), w._version, w.dtype) for w in weights)
 
 
-def weights_stamp(weights: Sequence[torch.Tensor], values: bool = True) -> WeightsStamp:
-    """Which tensors, in which state: object, storage, in-place version and dtype of each, and (with `values`) a
-    hash of their values, since a write through `p.data` (the EMA / weight-averaging idiom) changes the values and
-    nothing else."""
-    identity = tuple((id(w), w.data_ptr(), w._version, w.dtype) for w in weights)
-    if not weights or not values:
-        return identity, ()
+def _flat(weights: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The weights' values as one 1-D tensor for contents_hash (float32 at least)."""
     with torch.no_grad():
         flat = [_real(w.detach()).reshape(-1) for w in weights]
         dtype = torch.float64 if any(w.dtype == torch.float64 for w in flat) else torch.float32
-        return identity, (contents_hash(torch.cat([w.to(dtype) for w in flat])).item(),)
+        return torch.cat([w.to(dtype) for w in flat])
 
 
 def _real(weight: torch.Tensor) -> torch.Tensor:
@@ -238,7 +270,7 @@ def contents_hash(flat: torch.Tensor) -> torch.Tensor:
 
 def parameters_of(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
     """Every parameter of `modules` and their submodules (a shared one may come twice): what a prepared fold or
-    lane is stamped with (weights_stamp) on each inference_cache block's first use, walked directly
+    lane is stamped with (weights_identity, contents_hash) on each inference_cache block's first use, walked directly
     because Module.parameters() costs tens of microseconds per module in its de-duplicating generators."""
     found: list[torch.Tensor] = []
     pending = list(modules)

