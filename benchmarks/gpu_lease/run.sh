@@ -44,8 +44,7 @@ step() {  # step NAME SECONDS COMMAND...: one check, cut at its limit, its outpu
     STEP_STATUS[$name]=$status
     echo "== $name exit $status $(date +%T)" | tee -a "$OUT/steps.log"
 }
-step lane_kernels "${KERNELS_LIMIT:-100}" python3 -m pytest -q -rfE -p no:cacheprovider \
-    tests/decoders/test_lane_kernels.py tests/decoders/test_compile.py
+step lane_kernels "${KERNELS_LIMIT:-100}" python3 -m pytest -q -rfE -p no:cacheprovider tests/decoders/test_lane_kernels.py
 if [ "${STEP_STATUS[lane_kernels]:-0}" != 0 ]; then
     export ADAPTERFUSION_TRITON=0  # the benchmarks below then run the torch lanes
     echo "lane kernels failed their tests here: ADAPTERFUSION_TRITON=0 for the steps below" | tee -a "$OUT/steps.log"
@@ -54,8 +53,8 @@ step decoder_static "${DECODER_LIMIT:-220}" python3 benchmarks/decoder_fusion.py
     --sizes 8 --libraries ours --rounds "${DECODER_ROUNDS:-8}" --model .gpu/smollm2/config.json \
     --json "$OUT/decoder_static.json"
 step routing "${ROUTING_LIMIT:-50}" python3 benchmarks/routing_speed.py --device "$DEVICE" --repeats "${REPEATS:-30}"
-step cuda_tests "${TESTS_LIMIT:-50}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
-    tests/test_blocks.py tests/fusion/test_scalearn.py -k cuda
+step cuda_tests "${TESTS_LIMIT:-80}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
+    tests/test_blocks.py tests/fusion/test_scalearn.py tests/decoders/test_compile.py -k "cuda or compile"
 step profile "${PROFILE_LIMIT:-120}" python3 benchmarks/gpu_profile.py --device "$DEVICE" --part ${PROFILE_PARTS:-decode} \
     --decoder-config .gpu/smollm2/config.json --json "$OUT/gpu_profile.json"
 step serve_load "${SERVE_LIMIT:-120}" python3 benchmarks/serve_load.py --device "$DEVICE" --client-processes 4 \
