@@ -149,3 +149,32 @@ def test_a_piece_replaced_inside_the_block_runs_its_own_weights_and_stays_active
         _, expected = outputs(replace, cached=False)
         assert not torch.allclose(before, after)
         torch.testing.assert_close(after, expected, rtol=0, atol=1e-12)
+
+
+def test_a_fold_made_under_autocast_is_not_reused_outside_it_nor_the_other_way(monkeypatch) -> None:
+    """A fold made under bf16 autocast is of bf16 precision: a later block without autocast must fold again (and one
+    under autocast must not take a float32 fold), so each context gives what a fresh model gives in it; each context
+    keeps its own, so switching back folds nothing again."""
+    model = _fused_encoder(seed=3).float()
+    inputs = tiny_inputs(batch=2, seq=6)
+    folds: list[int] = []
+    original = af.injection.site.fold_fusion
+    monkeypatch.setattr(af.injection.site, "fold_fusion", lambda *a, **k: folds.append(1) or original(*a, **k))
+
+    def cached(bf16: bool) -> torch.Tensor:
+        with model.inference_cache(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return model(**inputs).logits.float()
+
+    def fresh(bf16: bool) -> torch.Tensor:
+        copied = copy.deepcopy(model)
+        with copied.inference_cache(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return copied(**inputs).logits.float()
+
+    in_bf16 = cached(True)
+    in_float32 = cached(False)  # after a block that folded under autocast
+    folded = len(folds)
+    again_in_bf16 = cached(True)  # after a block that folded in float32
+    assert folded == 2 * sum(site.is_active for site in model.sites) and len(folds) == folded
+    assert torch.equal(in_float32, fresh(False))
+    assert torch.equal(in_bf16, fresh(True)) and torch.equal(again_in_bf16, in_bf16)
+    assert not torch.equal(in_bf16, in_float32)  # the two precisions differ, so the test can tell them apart

@@ -438,6 +438,8 @@ class AdapterSite(nn.Module):
                 adapters, options["keep"] = [adapters[i] for i in kept], None
             if self.state.fusion_implementation == "fast" and self._runtime.is_caching:
                 cache_key = fusion_name if kept is None else f"{fusion_name}:{','.join(map(str, kept))}"
+                if torch.is_autocast_enabled(x.device.type):  # a fold made under autocast is of its precision
+                    cache_key = f"{cache_key}@{torch.get_autocast_dtype(x.device.type)}"
                 fold = partial(fold_fusion, fusion, adapters)
                 modules = (fusion, *adapters)
                 sources = partial(parameters_of, modules)  # read only when the block has no fold for this site yet
