@@ -13,7 +13,7 @@ import triton.language as tl
 def _activate(x, KIND: tl.constexpr, slope):  # noqa: N803 - Triton's constexpr convention
     """lane_kernels.activation_kind's numbering: ReLU, SiLU, GELU (erf), GELU (tanh), Tanh, LeakyReLU."""
     if KIND == 0:
-        y = tl.maximum(x, 0.0)
+        y = tl.where(x < 0.0, 0.0, x)  # NaN stays NaN, as in torch.relu (tl.maximum would make it 0)
     elif KIND == 1:
         y = x * tl.sigmoid(x)
     elif KIND == 2:

@@ -27,6 +27,12 @@ from torch import nn
 MAX_ROWS = 16  # rows a kernel serves: each program recomputes its row's bottleneck, cheap for a decode step's few
 BLOCK_N = 32  # output columns a program writes: d / BLOCK_N programs a row
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# Each of a row's d / BLOCK_N programs reads the whole down-projection (d x m) again: past this many numbers read per
+# row (d^2 m / BLOCK_N; SmolLM2's 576^2 * 36 / 32 = 373k) the reads cost more than the launches saved, and a
+# bottleneck past MAX_UNITS would not fit a program's registers. Larger sites run the torch lane.
+MAX_REREAD = 1 << 20
+MAX_UNITS = 64
+MAX_FUSED = 16  # adapters a fusion kernel takes (its per-adapter loop is unrolled)
 
 
 def activation_kind(activation: nn.Module) -> tuple[int, float] | None:
@@ -52,6 +58,11 @@ def prepare(weight: torch.Tensor) -> ModuleType | None:
     if importlib.util.find_spec("triton") is None:
         return None
     return importlib.import_module("adapterfusion.injection._lane_triton")
+
+
+def adapter_fits(d: int, units: int) -> bool:
+    """Whether an adapter site of width `d` and `units` bottleneck units (a fusion: per adapter) suits the kernels."""
+    return units <= MAX_UNITS and d * d * units <= MAX_REREAD * BLOCK_N
 
 
 def fits(*tensors: torch.Tensor) -> bool:

@@ -116,7 +116,9 @@ def _adapter_lane(adapter: BottleneckAdapter, place: Placement) -> Lane:
     up_weight, up_bias = adapter.up.weight, adapter.up.bias
     activation, scaling = _in_place(adapter.activation), adapter.config.scaling
     kernel_activation = lane_kernels.activation_kind(adapter.activation)
-    kernels = lane_kernels.prepare(down_weight) if kernel_activation is not None else None
+    d, units = down_weight.shape[1], down_weight.shape[0]
+    usable = kernel_activation is not None and lane_kernels.adapter_fits(d, units)
+    kernels = lane_kernels.prepare(down_weight) if usable else None
 
     def lane(h: torch.Tensor, r: torch.Tensor | None) -> torch.Tensor:
         x, residual = place(h, r)
@@ -158,7 +160,8 @@ def _fusion_lane(
         _traced_fusion_step, activation=activation, outputs=both_outputs, count=count, flush_below=flush_below
     )
     kernel_activation = lane_kernels.activation_kind(activation) if isinstance(activation, nn.Module) else None
-    kernels = lane_kernels.prepare(both_outputs) if kernel_activation is not None else None
+    usable = kernel_activation is not None and size <= lane_kernels.MAX_UNITS and count <= lane_kernels.MAX_FUSED
+    kernels = lane_kernels.prepare(both_outputs) if usable else None
     activation = _in_place(activation)
 
     def lane(h: torch.Tensor, r: torch.Tensor | None) -> torch.Tensor:

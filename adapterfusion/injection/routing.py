@@ -187,9 +187,11 @@ class RowRouting:
 
 
 def on_device(values: Sequence[Any], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """`values` as a tensor on `device`, copied without waiting for the device's queued work: a blocking copy (what
-    torch.tensor(..., device=cuda) does) makes the host wait until the GPU has run everything queued before it."""
-    return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+    """`values` as a tensor on `device`, copied to a CUDA device without waiting for its queued work: a blocking copy
+    (what torch.tensor(..., device=cuda) does) makes the host wait until the GPU has run everything queued before it.
+    Only CUDA: there the driver stages a pageable source before the call returns; other backends (MPS) may read the
+    freed source later."""
+    return torch.tensor(values, dtype=dtype).to(device, non_blocking=device.type == "cuda")
 
 
 def name_in(site: AdapterSite, choice: tuple[str, Any]) -> bool:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 import torch
 from torch import nn
@@ -72,9 +73,8 @@ class ForwardRuntime:
         `check_placement` holds each forward of the block to."""
         previous = self._folded, self._check_values, self._placement
         self._folded, self._check_values, self._placement = {}, check_values, placement
-        if check_values:
-            self._drop_changed_values()
         try:
+            self._drop_stale(check_values)  # inside: an error here (out of memory, Ctrl-C) still ends the block
             yield
         finally:
             self._folded, self._check_values, self._placement = previous
@@ -167,37 +167,43 @@ class ForwardRuntime:
         alternates between) are kept after the block and reused by a later one while every one of those tensors is
         the same tensor, unmodified (same storage, same version counter, same contents: `p.data` writes bump no
         version), so repeated short calls (generation, serving) prepare once; any change of the weights makes it
-        again."""
+        again. Identity and version are compared here; contents are hashed for all kept ones at once when a block
+        opens (`_drop_stale`), not here, where the host would wait for the forward's queued kernels."""
         if self._folded is None:
             return None
         entry = (kind, site, key)
         if entry not in self._folded:
             tensors = tuple(weights())
-            identity = weights_identity(tensors)
             kept = self._kept.setdefault((kind, site), {})
             earlier = kept.pop(key, None)
-            if earlier is None or earlier.identity != identity:  # values: checked for every kept one on entry
+            if earlier is None or not earlier.made_from(tensors):  # values: checked for every kept one on entry
                 values = (contents_hash(tensors).item(),) if self._check_values and tensors else ()
-                earlier = Kept(identity, values, tensors, make())
+                earlier = Kept.of(tensors, values, make())
             kept[key] = earlier  # now the most recent
             while len(kept) > KEPT_PER_SITE:
                 del kept[next(iter(kept))]
             self._folded[entry] = earlier.made
         return self._folded[entry]
 
-    def _drop_changed_values(self) -> None:
-        """Forget every kept fold, lane or stack whose weights' values changed since it was made (a write through
-        `p.data`, which changes neither a tensor's identity nor its version), or whose values were never hashed (made
-        in a check_values=False block). All kept ones are hashed at once, on the block's entry, with one host read
-        per device: a read per site, while the forward's kernels are queued, would make the host wait on each."""
+    def _drop_stale(self, check_values: bool) -> None:
+        """Forget every kept fold, lane or stack whose weights are gone (a piece deleted or replaced: the kept one
+        holds them only weakly, so they are freed) and, with `check_values`, every one whose weights' values changed
+        since it was made (a write through `p.data`, which changes neither a tensor's identity nor its version) or
+        were never hashed (made in a check_values=False block). All kept ones are hashed at once, on the block's
+        entry, with one host read per device: a read per site, while the forward's kernels are queued, would make the
+        host wait on each."""
         stale: list[tuple[tuple[str, str], str]] = []
         pending: dict[torch.device, list[tuple[tuple[str, str], str, float, torch.Tensor]]] = {}
         for place, kept in self._kept.items():
             for key, one in kept.items():
-                if one.tensors and not one.values:
+                tensors = one.tensors()
+                if tensors is None or not check_values:
+                    if tensors is None:
+                        stale.append((place, key))
+                elif tensors and not one.values:
                     stale.append((place, key))
-                elif one.tensors:
-                    now = contents_hash(one.tensors)
+                elif tensors:
+                    now = contents_hash(tensors)
                     pending.setdefault(now.device, []).append((place, key, one.values[0], now))
         for checks in pending.values():
             hashes = torch.stack([now for *_, now in checks]).tolist()
@@ -207,13 +213,31 @@ class ForwardRuntime:
 
 
 class Kept(NamedTuple):
-    """A prepared thing kept between blocks: the identity and (where hashed) values of the tensors it was made
-    from, those tensors (to hash again on a later block's entry) and what was made."""
+    """A prepared thing kept between blocks: weak references to the tensors it was made from (a deleted piece's
+    weights are freed, not kept alive here), their storage, version and dtype then, the hash of their values (where
+    hashed) and what was made."""
 
-    identity: tuple[tuple[int, int, int, torch.dtype], ...]
+    refs: tuple[weakref.ref[torch.Tensor], ...]
+    state: tuple[tuple[int, int, torch.dtype], ...]
     values: tuple[float, ...]
-    tensors: tuple[torch.Tensor, ...]
     made: Any
+
+    @classmethod
+    def of(cls, tensors: Sequence[torch.Tensor], values: tuple[float, ...], made: Any) -> Kept:
+        return cls(tuple(weakref.ref(t) for t in tensors), weights_state(tensors), values, made)
+
+    def tensors(self) -> tuple[torch.Tensor, ...] | None:
+        """The tensors it was made from, or None where one of them is gone."""
+        tensors = tuple(ref() for ref in self.refs)
+        return None if any(t is None for t in tensors) else cast(tuple[torch.Tensor, ...], tensors)
+
+    def made_from(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether `tensors` are the very tensors it was made from, in the same state (storage, version, dtype)."""
+        return (
+            len(tensors) == len(self.refs)
+            and all(ref() is t for ref, t in zip(self.refs, tensors, strict=True))
+            and weights_state(tensors) == self.state
+        )
 
 
 # How many prepared things (folds, lanes, stacks) of one kind a site keeps between blocks. A fold costs about 3·M·d
@@ -222,11 +246,10 @@ class Kept(NamedTuple):
 KEPT_PER_SITE = 4
 
 
-def weights_identity(weights: Sequence[torch.Tensor]) -> tuple[tuple[int, int, int, torch.dtype], ...]:
-    """Which tensors, in which state: object, storage, in-place version and dtype of each. Values are hashed apart
-    (`contents_hash`), since a write through `p.data` (the EMA / weight-averaging idiom) changes them and nothing
-    else."""
-    return tuple((id(w), w.data_ptr(), w._version, w.dtype) for w in weights)
+def weights_state(weights: Sequence[torch.Tensor]) -> tuple[tuple[int, int, torch.dtype], ...]:
+    """Storage, in-place version and dtype of each tensor. Values are hashed apart (`contents_hash`), since a write
+    through `p.data` (the EMA / weight-averaging idiom) changes them and nothing else."""
+    return tuple((w.data_ptr(), w._version, w.dtype) for w in weights)
 
 
 def _real(weight: torch.Tensor) -> torch.Tensor:
@@ -276,7 +299,7 @@ def _without_autocast(device_type: str) -> contextlib.AbstractContextManager[Any
 
 def parameters_of(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
     """Every parameter of `modules` and their submodules (a shared one may come twice): what a prepared fold or
-    lane is stamped with (weights_identity, contents_hash) on each inference_cache block's first use, walked directly
+    lane is stamped with (weights_state, contents_hash) on each inference_cache block's first use, walked directly
     because Module.parameters() costs tens of microseconds per module in its de-duplicating generators."""
     found: list[torch.Tensor] = []
     pending = list(modules)

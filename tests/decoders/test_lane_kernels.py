@@ -119,3 +119,22 @@ def test_a_compiled_static_cache_decode_runs_the_kernels_and_the_eager_tokens(
     torch._dynamo.reset()
     assert calls and set(calls) == {"fusion_tail" if active == "fusion" else "adapter_site"}
     assert torch.equal(compiled, eager)
+
+
+def test_relu_keeps_a_nan_as_torch_does() -> None:
+    """A NaN pre-activation stays NaN through the kernel's ReLU (a maximum with 0 would hide it as 0)."""
+    d, size = 8, 4
+    down, up = nn.Linear(d, size).to(DEVICE), nn.Linear(size, d).to(DEVICE)
+    x = torch.zeros(1, d, device=DEVICE)
+    with torch.no_grad():
+        down.bias[0] = float("nan")
+        got = lane_kernels.adapter_site(KERNELS, x, torch.zeros_like(x), down, up, 1.0, (0, 0.0))
+        expected = up(torch.relu(down(x)))
+    assert torch.isnan(expected).all() and torch.isnan(got).all()
+
+
+def test_large_sites_run_the_torch_lane() -> None:
+    """Each program rereads the down-projection: past a size that costs more than the launches it saves."""
+    assert lane_kernels.adapter_fits(576, 36)  # SmolLM2 at reduction factor 16
+    assert not lane_kernels.adapter_fits(4096, 256)  # a 7B model's: the torch lane
+    assert not lane_kernels.adapter_fits(64, lane_kernels.MAX_UNITS + 1)

@@ -103,3 +103,40 @@ def test_one_kept_from_a_block_without_the_value_check_is_made_again_by_a_block_
     _use(runtime, maker, "f", weight, "s")
     _use(runtime, maker, "f", weight, "s")
     assert maker.made == ["f", "f"]  # made again once, then hashed and kept
+
+
+def test_a_kept_one_does_not_keep_its_weights_alive_and_goes_once_they_are_gone() -> None:
+    """Deleting a piece frees its weights: a kept fold holds them weakly, and the next block drops it."""
+    import gc
+    import weakref
+
+    runtime, maker = ForwardRuntime(), Maker()
+    weights = [torch.randn(64, 64)]
+    _use(runtime, maker, "f", weights)
+    alive = weakref.ref(weights[0])
+    del weights
+    gc.collect()
+    assert alive() is None
+    with runtime.caching():
+        pass
+    assert runtime._kept[("fold", "layer.0.output")] == {}
+
+
+def test_a_failure_while_checking_kept_values_still_ends_the_block(monkeypatch) -> None:
+    """An error on the block's entry (out of memory, Ctrl-C while waiting on the device) must not leave the runtime
+    caching: later forwards, training ones included, would run stale folds."""
+    import pytest
+
+    from adapterfusion.injection import runtime as runtime_module
+
+    runtime, maker = ForwardRuntime(), Maker()
+    weights = [torch.ones(3)]
+    _use(runtime, maker, "f", weights)
+
+    def failing(tensors):
+        raise MemoryError("simulated")
+
+    monkeypatch.setattr(runtime_module, "contents_hash", failing)
+    with pytest.raises(MemoryError), runtime.caching():
+        pass
+    assert not runtime.is_caching
