@@ -50,6 +50,9 @@ def load_decoder(path: str, device: str = "cpu") -> Any:
     return model.to(device).eval()
 
 
+TORCH_LANE = "-torch-lane"  # a kind's suffix (decoder_fusion.py --torch-lanes): ours with ADAPTERFUSION_TRITON=0
+
+
 def build_ours(spec: dict) -> tuple[Any, dict]:
     import adapterfusion as af
     from adapterfusion.interop import export_adapterhub
@@ -115,6 +118,9 @@ class _Clock(transformers.LogitsProcessor):
 
 class DecoderCase:
     def __init__(self, spec: dict):
+        if spec["kind"].endswith(TORCH_LANE):  # ours without the lane kernels (read when its lanes are built)
+            os.environ["ADAPTERFUSION_TRITON"] = "0"
+            spec = {**spec, "kind": spec["kind"].removesuffix(TORCH_LANE)}
         torch.set_num_threads(spec["threads"])
         torch.manual_seed(spec["seed"])
         build = build_ours if spec["library"] == "ours" else build_adapters

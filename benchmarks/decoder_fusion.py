@@ -77,7 +77,8 @@ def random_decoder(config_file: Path, folder: Path, seed: int) -> Path:
 
 def case_name(case: tuple[str, int]) -> str:
     kind, n = case
-    return {"bare": "bare", "adapter": "one adapter"}.get(kind, f"fusion N={n}")
+    lane = " (torch lane)" if kind.endswith("torch-lane") else ""
+    return {"bare": "bare", "adapter": "one adapter"}.get(kind.split("-")[0], f"fusion N={n}") + lane
 
 
 def cpu_model() -> str:
@@ -91,6 +92,8 @@ def cpu_model() -> str:
 def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) -> tuple[list[DecoderWorker], list]:
     """Start one worker per (library, case), set them up (ours first: it writes the weights), time them in rounds."""
     cases = [("bare", 0), ("adapter", 1)] + [("fusion", n) for n in args.sizes]
+    if args.torch_lanes:  # ours again without the lane kernels: what they change, in the same paired rounds
+        cases += [("adapter-torch-lane", 1), ("fusion-torch-lane", max(args.sizes))]
     workers = {
         (library, case): DecoderWorker(
             library,
@@ -101,6 +104,7 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
         )
         for case in cases
         for library in args.libraries
+        if library == "ours" or not case[0].endswith("torch-lane")
     }
     loads = []
     try:
@@ -168,6 +172,8 @@ def table(workers: list[DecoderWorker], args: argparse.Namespace) -> tuple[list[
     checks = []
     for library in args.libraries:
         for case in dict.fromkeys(w.case for w in workers):
+            if (library, case) not in by_key:  # a case of ours alone (--torch-lanes)
+                continue
             worker, bare = by_key[(library, case)], by_key[(library, ("bare", 0))]
             ours = by_key[("ours", case)]
             cells = []
@@ -224,6 +230,12 @@ def main() -> None:
         "--adapters-python",
         default=str(DEFAULT_ADAPTERS_PYTHON),
         help="python of a venv with adapters==1.3.0, gguf and accelerate (benchmarks/setup_adapters_venv.sh)",
+    )
+    parser.add_argument(
+        "--torch-lanes",
+        action="store_true",
+        help="also time ours' one adapter and largest fusion with ADAPTERFUSION_TRITON=0 (no lane kernels: on a GPU "
+        "with --cache static, what they change)",
     )
     parser.add_argument("--json", type=Path, help="also write the per-round times and worker info here")
     args = parser.parse_args()
