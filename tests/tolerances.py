@@ -10,6 +10,8 @@ with the precision the values were computed in (torchtune's habit), never a boun
   training run wrote, a float32 path against a float64 truth): rtol 1e-4, atol 1e-4, about 1000 float32 ulps at
   unit scale. That is the rounding of a whole encoder's forward under any kernel (one CPU gave 1.4e-5 absolute
   where another gave less), not the few ulps a single machine happens to produce.
+- bfloat16, only for a kernel whose output is bfloat16 against a float64 truth of the same (bf16-rounded) inputs:
+  4 ulps relative.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class Tolerance(NamedTuple):
 TOLERANCES: dict[torch.dtype, Tolerance] = {
     torch.float64: Tolerance(rtol=1e-10, atol=1e-12),
     torch.float32: Tolerance(rtol=1e-4, atol=1e-4),
+    # bfloat16 outputs (8 significant bits, one rounding is up to 2^-9 = 0.2 % relative): 4 ulps relative, and an
+    # absolute term for values near 0 whose rounding came from larger intermediate sums
+    torch.bfloat16: Tolerance(rtol=1.6e-2, atol=1e-2),
 }
 
 

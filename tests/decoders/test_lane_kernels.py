@@ -138,3 +138,26 @@ def test_large_sites_run_the_torch_lane() -> None:
     assert lane_kernels.adapter_fits(576, 36)  # SmolLM2 at reduction factor 16
     assert not lane_kernels.adapter_fits(4096, 256)  # a 7B model's: the torch lane
     assert not lane_kernels.adapter_fits(64, lane_kernels.MAX_UNITS + 1)
+
+
+def test_the_kernels_take_bfloat16_and_round_once() -> None:
+    """bf16 weights and activations: sums in float32, one rounding of the output (the float64 truth of the same
+    bf16-rounded inputs, within 4 bf16 ulps)."""
+    generator = torch.Generator().manual_seed(7)
+    d, size, count = 72, 9, 3
+    down, up = nn.Linear(d, size), nn.Linear(size, d)
+    with torch.no_grad():
+        for parameter in [*down.parameters(), *up.parameters()]:
+            parameter.copy_(_randn(*parameter.shape, generator=generator, scale=0.3).cpu())
+    down, up = down.bfloat16().to(DEVICE), up.bfloat16().to(DEVICE)
+    x, residual = (_randn(2, d, generator=generator).bfloat16() for _ in range(2))
+    truth = residual.double() + up.double()(torch.relu(down.double()(x.double())))
+    got = lane_kernels.adapter_site(KERNELS, x, residual, down, up, 1.0, (0, 0.0))
+    assert got.dtype == torch.bfloat16
+    assert_close(got, truth, dtype=torch.bfloat16)
+    both = _randn(2, 2 * count * size + count + 1, generator=generator).bfloat16()
+    outputs = _randn(count * size + count, d, generator=generator, scale=0.3).bfloat16()
+    truth = _traced_fusion_step(both.double(), residual.double(), nn.ReLU(), outputs.double(), count, None)
+    got = lane_kernels.fusion_tail(KERNELS, both, residual, outputs, count, (0, 0.0), None)
+    assert got.dtype == torch.bfloat16
+    assert_close(got.view(truth.shape), truth, dtype=torch.bfloat16)
