@@ -55,8 +55,8 @@ def prepare(weight: torch.Tensor) -> ModuleType | None:
     off), else None. Called when the lane is built, outside any trace: the traced step only checks shapes."""
     if os.environ.get("ADAPTERFUSION_TRITON", "1") == "0" or not weight.is_cuda or weight.dtype not in DTYPES:
         return None
-    if importlib.util.find_spec("triton") is None:
-        return None
+    if importlib.util.find_spec("triton") is None or torch.cuda.get_device_capability(weight.device) < (7, 0):
+        return None  # Triton compiles for Volta and later
     return importlib.import_module("adapterfusion.injection._lane_triton")
 
 
