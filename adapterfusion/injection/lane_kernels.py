@@ -8,21 +8,30 @@ product and the residual). Each program computes a slice of one row's output and
 needs (a row's bottleneck), so no program waits on another.
 
 Used only where it pays and is safe: on CUDA, with Triton installed, while torch.compile traces, for at most
-MAX_ROWS rows (decode steps; a prefill's hundreds of rows run the matmuls), float32/bfloat16/float16, and an
-activation listed in ACTIVATIONS. `ADAPTERFUSION_TRITON=0` turns it off (to compare, or to rule it out). The numbers
+MAX_ROWS rows (decode steps; a prefill's hundreds of rows run the matmuls), float32/bfloat16/float16, an activation
+`activation_kind` knows, and sites small enough (`adapter_fits`). `ADAPTERFUSION_TRITON=0` turns it off (to compare,
+or to rule it out). A lane asks for its kernel once when it is built (`adapter_kernel`, `fusion_kernel`: None where
+the kernels do not take the site) and runs it where its traced step `fits`. The numbers
 are those of the traced torch lane up to rounding: sums accumulate in float32 in another order
 (tests/decoders/test_lane_kernels.py; on a CPU through Triton's interpreter).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
 from torch import nn
+
+from adapterfusion.adapters.bottleneck import BottleneckAdapter
+
+# kernel(x or the joint product, residual) -> the site's output
+SiteKernel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 MAX_ROWS = 16  # rows a kernel serves: each program recomputes its row's bottleneck, cheap for a decode step's few
 BLOCK_N = 32  # output columns a program writes: d / BLOCK_N programs a row
@@ -58,6 +67,40 @@ def prepare(weight: torch.Tensor) -> ModuleType | None:
     if importlib.util.find_spec("triton") is None or torch.cuda.get_device_capability(weight.device) < (7, 0):
         return None  # Triton compiles for Volta and later
     return importlib.import_module("adapterfusion.injection._lane_triton")
+
+
+def adapter_kernel(adapter: BottleneckAdapter) -> SiteKernel | None:
+    """`adapter`'s site as one kernel, kernel(x, residual) (lanes._adapter_lane), or None where the kernels do not
+    take it (an activation they lack, a site too large, no CUDA or Triton)."""
+    kind, weight = activation_kind(adapter.activation), adapter.down.weight
+    if kind is None or not adapter_fits(weight.shape[1], weight.shape[0]):
+        return None
+    kernels = prepare(weight)
+    if kernels is None:
+        return None
+    down, up, scaling = adapter.down, adapter.up, adapter.config.scaling
+    return functools.partial(adapter_site, kernels, down=down, up=up, scaling=scaling, activation=kind)
+
+
+def fusion_kernel(
+    activation: Callable[[torch.Tensor], torch.Tensor],
+    count: int,
+    size: int,
+    outputs: torch.Tensor,
+    flush_below: float | None,
+) -> SiteKernel | None:
+    """A fusion lane's tail as one kernel, kernel(joint product, residual) (lanes._traced_fusion_step), or None
+    where the kernels do not take it (an activation they lack, more than MAX_FUSED adapters or MAX_UNITS units
+    each, no CUDA or Triton)."""
+    kind = activation_kind(activation) if isinstance(activation, nn.Module) else None
+    if kind is None or size > MAX_UNITS or count > MAX_FUSED:
+        return None
+    kernels = prepare(outputs)
+    if kernels is None:
+        return None
+    return functools.partial(
+        fusion_tail, kernels, outputs=outputs, count=count, activation=kind, flush_below=flush_below
+    )
 
 
 def adapter_fits(d: int, units: int) -> bool:

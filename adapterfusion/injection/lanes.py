@@ -115,15 +115,12 @@ def _adapter_lane(adapter: BottleneckAdapter, place: Placement) -> Lane:
     down_weight, down_bias = adapter.down.weight, adapter.down.bias
     up_weight, up_bias = adapter.up.weight, adapter.up.bias
     activation, scaling = _in_place(adapter.activation), adapter.config.scaling
-    kernel_activation = lane_kernels.activation_kind(adapter.activation)
-    d, units = down_weight.shape[1], down_weight.shape[0]
-    usable = kernel_activation is not None and lane_kernels.adapter_fits(d, units)
-    kernels = lane_kernels.prepare(down_weight) if usable else None
+    kernel = lane_kernels.adapter_kernel(adapter)
 
     def lane(h: torch.Tensor, r: torch.Tensor | None) -> torch.Tensor:
         x, residual = place(h, r)
-        if kernels is not None and kernel_activation is not None and lane_kernels.fits(x, residual):
-            return lane_kernels.adapter_site(kernels, x, residual, adapter.down, adapter.up, scaling, kernel_activation)
+        if kernel is not None and lane_kernels.fits(x, residual):
+            return kernel(x, residual)
         z = F.linear(activation(F.linear(x, down_weight, down_bias)), up_weight, up_bias)
         return (z.mul_(scaling) if scaling != 1.0 else z).add_(residual)
 
@@ -159,9 +156,7 @@ def _fusion_lane(
     traced = functools.partial(
         _traced_fusion_step, activation=activation, outputs=both_outputs, count=count, flush_below=flush_below
     )
-    kernel_activation = lane_kernels.activation_kind(activation) if isinstance(activation, nn.Module) else None
-    usable = kernel_activation is not None and size <= lane_kernels.MAX_UNITS and count <= lane_kernels.MAX_FUSED
-    kernels = lane_kernels.prepare(both_outputs) if usable else None
+    kernel = lane_kernels.fusion_kernel(activation, count, size, both_outputs, flush_below)
     activation = _in_place(activation)
 
     def lane(h: torch.Tensor, r: torch.Tensor | None) -> torch.Tensor:
@@ -169,12 +164,8 @@ def _fusion_lane(
         rows = x.reshape(-1, x.shape[-1])
         both = torch.addmm(joint_bias, rows, joint_weight)
         if torch.compiler.is_compiling():
-            if kernels is not None and kernel_activation is not None and lane_kernels.fits(both, residual):
-                tail = lane_kernels.fusion_tail(
-                    kernels, both, residual, both_outputs, count, kernel_activation, flush_below
-                )
-                return tail.view(residual.shape)
-            return traced(both, residual).view(residual.shape)
+            tail = kernel if kernel is not None and lane_kernels.fits(both, residual) else traced
+            return tail(both, residual).view(residual.shape)
         activations = activation(both[:, :total])
         value_term = both[:, 2 * total : 2 * total + count]  # the key-bias column after it: cancelled
         scores = torch.addmm(value_term, activations * both[:, total : 2 * total], blocks)

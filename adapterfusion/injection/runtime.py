@@ -197,12 +197,9 @@ class ForwardRuntime:
         for place, kept in self._kept.items():
             for key, one in kept.items():
                 tensors = one.tensors()
-                if tensors is None or not check_values:
-                    if tensors is None:
-                        stale.append((place, key))
-                elif tensors and not one.values:
+                if tensors is None or (check_values and tensors and not one.values):
                     stale.append((place, key))
-                elif tensors:
+                elif check_values and tensors:
                     now = contents_hash(tensors)
                     pending.setdefault(now.device, []).append((place, key, one.values[0], now))
         for checks in pending.values():
