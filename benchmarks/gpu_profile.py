@@ -12,7 +12,8 @@ Parts: `routing`, the shipped MiniLM's shape at batch 32 × 128 (bare, one adapt
 32, and fusion rows mixed in; routing_speed.py's model and batch), inside `inference_cache()`; `decode`, a
 SmolLM2-135M-shaped decoder (`--decoder-config`, seeded random weights) generating with a static cache, which
 transformers compiles into CUDA graphs on a GPU (bare, one adapter, fusion N=8 inside `inference_cache()`, and
-fusion N=8 again without the lane kernels), per decoded token. On a CPU the same runs with host timings only, to
+fusion N=8 again without the lane kernels), per decoded token, and the time an empty inference_cache() block takes
+to open and close (the kept folds' hash: once per generate() call). On a CPU the same runs with host timings only, to
 try the script.
 """
 
@@ -74,6 +75,22 @@ def summarise(run: Callable[[], Any], device: torch.device, calls: int, per: int
     }
 
 
+def block_entry_ms(model: af.AdaptedModel, device: torch.device, repeats: int = 20) -> float:
+    """Median time to open and close an empty inference_cache() block (what every generate() call, served batch or
+    evaluation call pays once: each kept fold or lane's weights hashed), without the profiler."""
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        with model.inference_cache():
+            pass
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 1000 * sorted(times)[len(times) // 2]
+
+
 def routing_part(device: torch.device, calls: int) -> dict[str, dict[str, Any]]:
     model = build(32, 4).to(device)
     generator = torch.Generator().manual_seed(0)
@@ -115,6 +132,7 @@ def decode_part(device: torch.device, calls: int, config_file: Path, tokens: int
         with model.inference_cache():
             run = functools.partial(model.generate, input_ids=prompt, cache_implementation="static", **options)
             results[case] = summarise(run, device, calls, per=tokens)
+        results[case]["entry_ms"] = block_entry_ms(model, device)
         del model
         torch._dynamo.reset()
     return results
@@ -150,6 +168,9 @@ def main() -> None:
                 f"| {case} | {figures['wall_ms']:.2f} | {busy} | {figures['kernels']:.0f} | "
                 f"{figures['launch_calls']:.0f} | {figures['syncs']:.1f} | {figures['host_ops']:.0f} |"
             )
+        entries = [f"{case} {fig['entry_ms']:.2f}" for case, fig in results[part].items() if "entry_ms" in fig]
+        if entries:
+            print(f"- an empty inference_cache() block, ms (each generate() opens one): {', '.join(entries)}")
         for case, figures in results[part].items():
             top = ", ".join(f"{name} {ms:.3f}" for name, ms in figures["top_kernels_ms"][:4])
             if top:

@@ -177,7 +177,7 @@ class ForwardRuntime:
             kept = self._kept.setdefault((kind, site), {})
             earlier = kept.pop(key, None)
             if earlier is None or not earlier.made_from(tensors):  # values: checked for every kept one on entry
-                values = (contents_hash(tensors).item(),) if self._check_values and tensors else ()
+                values = contents_hashes(tensors) if self._check_values and tensors else ()
                 earlier = Kept.of(tensors, values, make())
             kept[key] = earlier  # now the most recent
             while len(kept) > KEPT_PER_SITE:
@@ -190,21 +190,25 @@ class ForwardRuntime:
         holds them only weakly, so they are freed) and, with `check_values`, every one whose weights' values changed
         since it was made (a write through `p.data`, which changes neither a tensor's identity nor its version) or
         were never hashed (made in a check_values=False block). All kept ones are hashed at once, on the block's
-        entry, with one host read per device: a read per site, while the forward's kernels are queued, would make the
-        host wait on each."""
+        entry, each tensor once (a site's fold and lane share theirs), in a few operations over the whole list and
+        one host read per device: a read per site, while the forward's kernels are queued, would make the host wait
+        on each, and operations per tensor cost the host more than the device's work (thousands for a fused decoder:
+        tens of milliseconds a block on a GPU)."""
         stale: list[tuple[tuple[str, str], str]] = []
-        pending: dict[torch.device, list[tuple[tuple[str, str], str, float, torch.Tensor]]] = {}
+        checked: list[tuple[tuple[str, str], str, tuple[torch.Tensor, ...], tuple[float, ...]]] = []
         for place, kept in self._kept.items():
             for key, one in kept.items():
                 tensors = one.tensors()
                 if tensors is None or (check_values and tensors and not one.values):
                     stale.append((place, key))
                 elif check_values and tensors:
-                    now = contents_hash(tensors)
-                    pending.setdefault(now.device, []).append((place, key, one.values[0], now))
-        for checks in pending.values():
-            hashes = torch.stack([now for *_, now in checks]).tolist()
-            stale.extend((place, key) for (place, key, then, _), now in zip(checks, hashes, strict=True) if now != then)
+                    checked.append((place, key, tensors, one.values))
+        if checked:
+            unique = {id(t): t for *_, tensors, _ in checked for t in tensors}
+            now = dict(zip(unique, contents_hashes(list(unique.values())), strict=True))
+            for place, key, tensors, then in checked:
+                if tuple(now[id(t)] for t in tensors) != then:
+                    stale.append((place, key))
         for place, key in stale:
             del self._kept[place][key]
 
@@ -244,48 +248,98 @@ KEPT_PER_SITE = 4
 
 
 def weights_state(weights: Sequence[torch.Tensor]) -> tuple[tuple[int, int, torch.dtype], ...]:
-    """Storage, in-place version and dtype of each tensor. Values are hashed apart (`contents_hash`), since a write
+    """Storage, in-place version and dtype of each tensor. Values are hashed apart (`contents_hashes`), since a write
     through `p.data` (the EMA / weight-averaging idiom) changes them and nothing else."""
     return tuple((w.data_ptr(), w._version, w.dtype) for w in weights)
 
 
-def _real(weight: torch.Tensor) -> torch.Tensor:
-    """A complex weight as its real and imaginary parts."""
-    return torch.view_as_real(weight) if weight.is_complex() else weight
+# A weight's hash: the sum of its values, each weighted by a fixed pseudo-random number in (0, 1) by position, in
+# float64. Any change of one value moves it by about change·weight, relative to that value (a float32 weight's change
+# of a unit in its last place is seen, whatever the tensor's size), and a sign flip, abs_() or permutation moves it too.
+# On a CPU, a product per tensor in float64 (each copied into one reused buffer: cheaper than an allocation each); on
+# a GPU, where each operation costs the host more than the device's work, torch's _foreach operators over the whole
+# list at once, in chunks of HASH_CHUNK numbers: the float32 products' sums of absolute values and of positive parts,
+# accumulated in float64, give the signed sum as 2·positive − absolute. (The hash per kept fold it replaces, over the
+# concatenation of its weights, cost a fused 30-layer decoder ~8,700 operations on each block's entry.)
+HASH_CHUNK = 1 << 24
+HASHED_ONE_BY_ONE = {"cpu"}  # device types whose tensors are hashed a tensor at a time (the rest: _foreach, batched)
 
 
-# A weight's hash: its values projected on pseudo-random weights, one per column of HASH_COLUMNS (a matrix-vector
-# product in the weight's precision, float32 at least: one read of the weights, a fifth to a third of a fold's time on
-# CPU; a one-forward block of a d=768 fused encoder measured +1 ms against +11 ms to refold) times one per row (in
-# float64). Any change moves it by about change·weight; one below the rounding of a row's sum (float32: ~1e-6
-# of the row's size) can go unseen, and is then as small as the rounding noise the fold itself adds. The hash kept
-# is the one the fold was made from, so such changes cannot add up unseen over many blocks. (One product per weight
-# instead of one over their concatenation copies nothing but took 0.37 ms a d=576 fusion site against 0.21-0.32: the
-# 37 weights' operators cost more than copying them.)
-HASH_COLUMNS = 1024
+@functools.lru_cache(maxsize=256)
+def _noise(shape: torch.Size, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The same pseudo-random weights in (0, 1) for every tensor of this shape, aligned with no pattern weights have."""
+    angles = torch.arange(1, shape.numel() + 1, dtype=torch.float64, device=device) * 12.9898 + 0.25
+    return (torch.sin(angles) * 0.5 + 0.5001).to(dtype).view(shape)
 
 
-@functools.lru_cache(maxsize=16)
-def _pseudo_random(count: int, salt: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """`count` weights in (0, 1), the same on every call, aligned with no pattern weights have."""
-    angles = torch.arange(1, count + 1, dtype=torch.float64, device=device) * 12.9898 + salt
-    return (torch.sin(angles) * 0.5 + 0.5001).to(dtype)
+def _hashable(weight: torch.Tensor) -> torch.Tensor:
+    """A weight as real floating-point numbers (a complex one as its real and imaginary parts). No detach: the hash runs
+    under no_grad, and an operation per tensor is what it avoids on a GPU."""
+    if weight.is_complex():
+        return torch.view_as_real(weight)
+    return weight if weight.is_floating_point() else weight.to(torch.float64)
 
 
-def contents_hash(weights: Sequence[torch.Tensor]) -> torch.Tensor:
-    """A float64 0-d tensor that moves with the values of `weights` (computed without autocast: the same inside a
-    forward under autocast as on a block's entry)."""
+def contents_hashes(weights: Sequence[torch.Tensor]) -> tuple[float, ...]:
+    """One float per tensor of `weights`, in order, that moves with its values (see HASH_CHUNK): one host read per
+    device, computed without autocast (the same inside a forward under autocast as on a block's entry). Each tensor's
+    hash is its own, whatever else the list holds."""
+    real = [_hashable(w) for w in weights]
+    by_device: dict[torch.device, list[int]] = {}
+    for i, w in enumerate(real):
+        by_device.setdefault(w.device, []).append(i)
+    hashes = [0.0] * len(real)
     with torch.no_grad():
-        parts = [_real(w.detach()).reshape(-1) for w in weights]
-        dtype = torch.float64 if any(w.dtype == torch.float64 for w in parts) else torch.float32
-        flat = torch.cat([w.to(dtype) for w in parts])
-        whole = flat.numel() - flat.numel() % HASH_COLUMNS
-        columns = _pseudo_random(HASH_COLUMNS, 0.25, flat.device, flat.dtype)
-        with _without_autocast(flat.device.type):
-            sums = torch.cat(
-                [flat[:whole].view(-1, HASH_COLUMNS) @ columns, flat[whole:] @ columns[: flat.numel() - whole, None]]
-            )
-            return sums.to(torch.float64) @ _pseudo_random(sums.numel(), 0.75, flat.device, torch.float64)
+        for device, members in by_device.items():
+            with _without_autocast(device.type):
+                order, sums = _hashes_on(device, [(i, real[i]) for i in members])
+            for i, value in zip(order, sums.tolist(), strict=True):
+                hashes[i] = value
+    return tuple(hashes)
+
+
+def _hashes_on(device: torch.device, members: list[tuple[int, torch.Tensor]]) -> tuple[list[int], torch.Tensor]:
+    """The hashes of one device's tensors, as (their indices, a float64 tensor of their hashes in that order)."""
+    if device.type in HASHED_ONE_BY_ONE:
+        # each tensor's float64 copy into one buffer: a fresh allocation per tensor costs more than the product
+        buffer = torch.empty(max(w.numel() for _, w in members), dtype=torch.float64)
+        sums = []
+        for _, w in members:
+            part = buffer[: w.numel()]
+            part.view(w.shape).copy_(w)
+            sums.append(torch.dot(part, _noise(part.shape, device, torch.float64)))
+        return [i for i, _ in members], torch.stack(sums)
+    groups: dict[tuple[torch.dtype, bool], list[tuple[int, torch.Tensor]]] = {}
+    for i, w in members:  # like with like: a list of one dtype and layout takes the fused path, the same on each call
+        groups.setdefault((w.dtype, w.is_contiguous()), []).append((i, w))
+    order: list[int] = []
+    parts: list[torch.Tensor] = []
+    for (dtype, _), group in groups.items():
+        noise_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        for chunk in _chunks(group):
+            tensors = [w for _, w in chunk]
+            products = torch._foreach_mul(tensors, [_noise(w.shape, device, noise_dtype) for w in tensors])
+            absolute = torch.stack(torch._foreach_norm(products, 1, dtype=torch.float64))
+            torch._foreach_clamp_min_(products, 0.0)
+            positive = torch.stack(torch._foreach_norm(products, 1, dtype=torch.float64))
+            parts.append(2 * positive - absolute)
+            order.extend(i for i, _ in chunk)
+    return order, torch.cat(parts)
+
+
+def _chunks(members: list[tuple[int, torch.Tensor]]) -> Iterator[list[tuple[int, torch.Tensor]]]:
+    """`members` in runs of at most HASH_CHUNK numbers together (a larger tensor alone): the products' memory."""
+    run: list[tuple[int, torch.Tensor]] = []
+    total = 0
+    for member in members:
+        size = member[1].numel()
+        if run and total + size > HASH_CHUNK:
+            yield run
+            run, total = [], 0
+        run.append(member)
+        total += size
+    if run:
+        yield run
 
 
 def _without_autocast(device_type: str) -> contextlib.AbstractContextManager[Any]:
@@ -296,7 +350,7 @@ def _without_autocast(device_type: str) -> contextlib.AbstractContextManager[Any
 
 def parameters_of(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
     """Every parameter of `modules` and their submodules (a shared one may come twice): what a prepared fold or
-    lane is stamped with (weights_state, contents_hash) on each inference_cache block's first use, walked directly
+    lane is stamped with (weights_state, contents_hashes) on each inference_cache block's first use, walked directly
     because Module.parameters() costs tens of microseconds per module in its de-duplicating generators."""
     found: list[torch.Tensor] = []
     pending = list(modules)

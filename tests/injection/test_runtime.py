@@ -67,16 +67,19 @@ def test_nothing_is_prepared_outside_a_block() -> None:
 
 def test_kept_values_are_checked_on_a_blocks_entry_in_one_read_and_never_inside(monkeypatch) -> None:
     """A host read per site while the forward's kernels are queued makes the host wait on each (on a GPU): every kept
-    one is hashed when the block opens, with one read, and a first use inside the block reads nothing."""
+    one is hashed when the block opens, in one call over all their tensors with one read, and a first use inside the
+    block reads nothing but the hash of the one made again."""
     from adapterfusion.injection import runtime as runtime_module
 
     runtime, maker = ForwardRuntime(), Maker()
-    weights = {f"layer.{i}": [torch.randn(5, 3)] for i in range(4)}
+    weights = {f"layer.{i}": [torch.randn(5, 3), torch.randn(3)] for i in range(4)}
     for site, tensors in weights.items():
         _use(runtime, maker, "f", tensors, site)
-    hashed: list[bool] = []
-    original = runtime_module.contents_hash
-    monkeypatch.setattr(runtime_module, "contents_hash", lambda flat: hashed.append(inside) or original(flat))
+    hashed: list[tuple[bool, int]] = []
+    original = runtime_module.contents_hashes
+    monkeypatch.setattr(
+        runtime_module, "contents_hashes", lambda tensors: hashed.append((inside, len(tensors))) or original(tensors)
+    )
     reads: list[int] = []
     original_tolist = torch.Tensor.tolist
     monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append(1) or original_tolist(self))
@@ -86,9 +89,34 @@ def test_kept_values_are_checked_on_a_blocks_entry_in_one_read_and_never_inside(
         inside = True
         for site, tensors in weights.items():
             runtime.prepared("fold", site, "f", lambda site=site: maker(site), lambda tensors=tensors: tensors)
-    assert hashed.count(False) == 4 and len(reads) == 1  # on entry: the four kept ones, one read
-    assert hashed == [False] * 4 + [True]  # inside: only the one made again is hashed (for the next block)
+    assert hashed[0] == (False, 8) and reads[0] == 1  # on entry: the four kept ones' eight tensors, one read
+    assert hashed[1:] == [(True, 2)]  # inside: only the one made again is hashed (for the next block)
     assert maker.made == ["f"] * 4 + ["layer.2"]
+
+
+def test_a_tensor_several_kept_ones_share_is_hashed_once_on_entry(monkeypatch) -> None:
+    """A site's fold and lane are made from the same weights: hashing them once per block halves the work."""
+    from adapterfusion.injection import runtime as runtime_module
+
+    runtime, maker = ForwardRuntime(), Maker()
+    shared, own = torch.randn(4, 4), torch.randn(4)
+    with runtime.caching():
+        runtime.prepared("fold", "s", "f", lambda: maker("fold"), lambda: [shared, own])
+        runtime.prepared("lane", "s", "f", lambda: maker("lane"), lambda: [shared])
+    counts: list[int] = []
+    original = runtime_module.contents_hashes
+    monkeypatch.setattr(
+        runtime_module, "contents_hashes", lambda tensors: counts.append(len(tensors)) or original(tensors)
+    )
+    with runtime.caching():
+        runtime.prepared("fold", "s", "f", lambda: maker("fold"), lambda: [shared, own])
+        runtime.prepared("lane", "s", "f", lambda: maker("lane"), lambda: [shared])
+    assert counts == [2] and maker.made == ["fold", "lane"]
+    shared.data.mul_(-1.0)  # a sign flip through .data: both are made again
+    with runtime.caching():
+        runtime.prepared("fold", "s", "f", lambda: maker("fold"), lambda: [shared, own])
+        runtime.prepared("lane", "s", "f", lambda: maker("lane"), lambda: [shared])
+    assert maker.made == ["fold", "lane", "fold", "lane"]
 
 
 def test_one_kept_from_a_block_without_the_value_check_is_made_again_by_a_block_with_it() -> None:
@@ -136,7 +164,7 @@ def test_a_failure_while_checking_kept_values_still_ends_the_block(monkeypatch) 
     def failing(tensors):
         raise MemoryError("simulated")
 
-    monkeypatch.setattr(runtime_module, "contents_hash", failing)
+    monkeypatch.setattr(runtime_module, "contents_hashes", failing)
     with pytest.raises(MemoryError), runtime.caching():
         pass
     assert not runtime.is_caching
