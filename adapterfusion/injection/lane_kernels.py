@@ -22,7 +22,7 @@ import functools
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import ModuleType
 
 import torch
@@ -42,6 +42,12 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_REREAD = 1 << 20
 MAX_UNITS = 64
 MAX_FUSED = 16  # adapters a fusion kernel takes (its per-adapter loop is unrolled)
+# Each kernel's block sizes (powers of two; Triton's default warps). The first lease that ran the kernels
+# (benchmarks/README.md, the third lease) measured 6.4 us an adapter site and 7.8 us a fusion tail at SmolLM2's
+# shape; benchmarks/lane_kernel_sweep.py times other block sizes and warps on a GPU through `launch=` (warps only
+# there, outside a trace). BLOCK_N above stays the size rule's (adapter_fits).
+ADAPTER_LAUNCH = {"BLOCK_K": 128, "BLOCK_N": BLOCK_N}
+FUSION_LAUNCH = {"BLOCK_N": BLOCK_N}
 
 
 def activation_kind(activation: nn.Module) -> tuple[int, float] | None:
@@ -127,13 +133,16 @@ def adapter_site(
     up: nn.Linear,
     scaling: float,
     activation: tuple[int, float],
+    launch: Mapping[str, int] | None = None,
 ) -> torch.Tensor:
-    """residual + scaling * up(act(down(x))), one kernel: as lanes._adapter_lane computes it."""
+    """residual + scaling * up(act(down(x))), one kernel: as lanes._adapter_lane computes it. `launch`: block sizes and
+    warps other than ADAPTER_LAUNCH (the sweep's)."""
+    settings = {**ADAPTER_LAUNCH, **(launch or {})}
     rows = x.reshape(-1, x.shape[-1]).contiguous()
     res = residual.reshape(rows.shape[0], -1).contiguous()
     out = torch.empty_like(res)
     d_in, size, d_out = rows.shape[1], down.weight.shape[0], up.weight.shape[0]
-    grid = (rows.shape[0], -(-d_out // BLOCK_N))
+    grid = (rows.shape[0], -(-d_out // settings["BLOCK_N"]))
     kernels.adapter_kernel[grid](
         rows,
         res,
@@ -151,8 +160,7 @@ def adapter_site(
         HAS_UP_BIAS=up.bias is not None,
         KIND=activation[0],
         BLOCK_M=_power_of_two(size),
-        BLOCK_K=128,
-        BLOCK_N=BLOCK_N,
+        **settings,
     )
     return out.view(residual.shape)
 
@@ -165,16 +173,19 @@ def fusion_tail(
     count: int,
     activation: tuple[int, float],
     flush_below: float | None,
+    launch: Mapping[str, int] | None = None,
 ) -> torch.Tensor:
     """lanes._traced_fusion_step in one kernel: from the joint product `both` ([rows, 2 * total + count + 1]: the
     adapters' pre-activations, the projected query, the value term, the cancelled key-bias column) and `outputs`
-    ([by_activation; by_probability], [total + count, d]) to residual + the fused output."""
+    ([by_activation; by_probability], [total + count, d]) to residual + the fused output. `launch`: block sizes and
+    warps other than FUSION_LAUNCH."""
+    settings = {**FUSION_LAUNCH, **(launch or {})}
     both = both.contiguous()
     res = residual.reshape(both.shape[0], -1).contiguous()
     out = torch.empty_like(res)
     total, d = outputs.shape[0] - count, outputs.shape[1]
     size = total // count
-    grid = (both.shape[0], -(-d // BLOCK_N))
+    grid = (both.shape[0], -(-d // settings["BLOCK_N"]))
     kernels.fusion_tail_kernel[grid](
         both,
         res,
@@ -190,7 +201,7 @@ def fusion_tail(
         FLUSH=flush_below is not None,
         BLOCK_C=_power_of_two(count),
         BLOCK_S=_power_of_two(size),
-        BLOCK_N=BLOCK_N,
+        **settings,
     )
     return out
 

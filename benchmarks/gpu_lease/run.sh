@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One GPU lease's checks, in one command (a lease is 15 minutes of device time, the machine's start included): the
-# lane kernels' tests first (where they fail, the steps after run without them), the decoder targets of #23 with a
-# static cache (CUDA graphs), #24's routing, the CUDA tests, where the decode time goes (gpu_profile.py), the load
-# test. By default the first four (about 530 s with their limits: a 15-minute lease has ~600 s for one command after
-# its start); STEPS="profile serve_load" runs those, STEPS="..." any set. Each step has its own time limit and writes
+# lane kernels' tests first (where they fail, the steps after run without them), their launch settings timed
+# (lane_kernel_sweep.py), the decoder targets of #23 with a static cache (CUDA graphs), the CUDA tests, #24's routing,
+# where the decode time goes (gpu_profile.py), the load test. By default lane_kernels, kernel_sweep, decoder_static
+# and cuda_tests (about 500 s with their limits: a 15-minute lease has ~600 s for one command after its start);
+# STEPS="routing profile serve_load" runs the others, STEPS="..." any set. Each step has its own time limit and writes
 # under $OUT as it goes (steps.log, each step's JSON and py-spy's samples of the load test's server: a lease returns
 # at most 8 files), so a step cut short still leaves the others' figures.
 # Needs .gpu/ from prepare.sh carried along. DEVICE=cpu runs the same steps on a CPU, to try the plumbing.
@@ -37,7 +38,7 @@ declare -A STEP_STATUS  # each step's exit status, by name
 step() {  # step NAME SECONDS COMMAND...: one check, cut at its limit, its output added to $OUT/steps.log
     local name=$1 limit=$2
     shift 2
-    [[ " ${STEPS:-lane_kernels decoder_static routing cuda_tests} " == *" $name "* ]] || return 0
+    [[ " ${STEPS:-lane_kernels kernel_sweep decoder_static cuda_tests} " == *" $name "* ]] || return 0
     echo "== $name (limit ${limit}s) $(date +%T)" | tee -a "$OUT/steps.log"
     timeout "$limit" "$@" 2>&1 | tee -a "$OUT/steps.log"
     local status=${PIPESTATUS[0]}
@@ -49,13 +50,17 @@ if [ "${STEP_STATUS[lane_kernels]:-0}" != 0 ]; then
     export ADAPTERFUSION_TRITON=0  # the benchmarks below then run the torch lanes
     echo "lane kernels failed their tests here: ADAPTERFUSION_TRITON=0 for the steps below" | tee -a "$OUT/steps.log"
 fi
+step kernel_sweep "${SWEEP_LIMIT:-200}" python3 benchmarks/lane_kernel_sweep.py --device "$DEVICE" \
+    --json "$OUT/kernel_sweep.json"
 step decoder_static "${DECODER_LIMIT:-300}" python3 benchmarks/decoder_fusion.py --device "$DEVICE" --cache static \
     --sizes 8 --libraries ours --torch-lanes --rounds "${DECODER_ROUNDS:-6}" --model .gpu/smollm2/config.json \
     --json "$OUT/decoder_static.json"
 step routing "${ROUTING_LIMIT:-50}" python3 benchmarks/routing_speed.py --device "$DEVICE" --repeats "${REPEATS:-30}"
 step cuda_tests "${TESTS_LIMIT:-80}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
-    tests/test_blocks.py tests/fusion/test_scalearn.py tests/decoders/test_compile.py -k "cuda or compile"
-step profile "${PROFILE_LIMIT:-120}" python3 benchmarks/gpu_profile.py --device "$DEVICE" --part ${PROFILE_PARTS:-decode} \
+    tests/test_blocks.py tests/fusion/test_scalearn.py tests/decoders/test_compile.py \
+    tests/injection/test_contents_hashes.py -k "cuda or compile"
+step profile "${PROFILE_LIMIT:-250}" python3 benchmarks/gpu_profile.py --device "$DEVICE" --part ${PROFILE_PARTS:-decode} \
+    --calls "${PROFILE_CALLS:-2}" \
     --decoder-config .gpu/smollm2/config.json --json "$OUT/gpu_profile.json"
 step serve_load "${SERVE_LIMIT:-120}" python3 benchmarks/serve_load.py --device "$DEVICE" --client-processes 4 \
     --requests "${REQUESTS:-600}" --rounds 2 --time-limit "${SERVE_TIME:-90}" --json "$OUT/serve_load.json" \

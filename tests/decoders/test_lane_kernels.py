@@ -73,6 +73,36 @@ def test_the_fusion_kernel_is_the_traced_fusion_step(
         assert not torch.allclose(_traced_fusion_step(both, residual, activation, outputs, count, None), expected)
 
 
+@pytest.mark.parametrize("launch", [{"BLOCK_K": 64, "BLOCK_N": 16}, {"BLOCK_K": 256, "BLOCK_N": 128}])
+def test_other_block_sizes_compute_the_same_sites(launch: dict[str, int]) -> None:
+    """lane_kernel_sweep.py times other launches: each must still be the site (masks at other block edges)."""
+    generator = torch.Generator().manual_seed(7)
+    d, size, count = 72, 9, 3
+    down, up = nn.Linear(d, size).double().to(DEVICE), nn.Linear(size, d).double().to(DEVICE)
+    x, residual = _randn(2, 1, d, generator=generator), _randn(2, 1, d, generator=generator)
+    expected = residual + up(nn.SiLU()(down(x)))  # float64 truth, before .float() casts the modules in place
+    kind = lane_kernels.activation_kind(nn.SiLU())
+    assert kind is not None
+    got = lane_kernels.adapter_site(
+        KERNELS, x.float(), residual.float(), down.float(), up.float(), 1.0, kind, launch=launch
+    )
+    assert_close(got, expected, dtype=torch.float32)
+    both = _randn(2, 2 * count * size + count + 1, generator=generator)
+    outputs = _randn(count * size + count, d, generator=generator, scale=0.3)
+    expected = _traced_fusion_step(both, residual, nn.SiLU(), outputs, count, None)
+    tail = lane_kernels.fusion_tail(
+        KERNELS,
+        both.float(),
+        residual.float(),
+        outputs.float(),
+        count,
+        kind,
+        None,
+        launch={"BLOCK_N": launch["BLOCK_N"]},
+    )
+    assert_close(tail.view(expected.shape), expected, dtype=torch.float32)
+
+
 def test_the_kernels_stay_out_of_eager_calls_cpu_tensors_and_when_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     tensor = torch.zeros(4, 8, device=DEVICE)
     assert not lane_kernels.fits(tensor)  # not compiling: the eager lane runs
