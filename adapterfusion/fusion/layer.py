@@ -200,17 +200,19 @@ def fuse_fast(
     # (at a decode step of one token the cost is the number of operations, not their size).
     rows = x.reshape(-1, x.shape[-1])
 
+    # Column slices as one split each (one operator, not one per slice: on a GPU each costs the host microseconds).
     if folded.joint is not None and query is x:  # one matmul for the adapters' down-projections and the scores
         both = torch.addmm(folded.joint[1], rows, folded.joint[0].t())
-        activations = _activate(adapters, both[:, :total])  # [tokens, M]
-        projected = both[:, total:]  # [tokens, M + N (+ 1)]
+        pre, by_unit, by_adapter, key_column = both.split([total, total, count, both.shape[1] - 2 * total - count], 1)
+        activations = _activate(adapters, pre)  # [tokens, M]
     else:
         activations = _bottleneck_activations(adapters, rows, folded.down)
         projected = F.linear(query.reshape(-1, query.shape[-1]), folded.score_weight, folded.score_bias)
-    scores = _segment_sum(activations * projected[:, :total], sizes).add_(projected[:, total : total + count])
+        by_unit, by_adapter, key_column = projected.split([total, count, projected.shape[1] - total - count], 1)
+    scores = _segment_sum(activations * by_unit, sizes).add_(by_adapter)  # [tokens, N]
     score_dropout = layer.training and config.score_dropout > 0
     if layer.key is not None and (score_dropout or torch.is_grad_enabled()):  # the key-bias term, for every adapter
-        key_term = projected[:, -1:]
+        key_term = key_column
         if not score_dropout:
             # Nothing acts on single scores, so the softmax cancels the term and its true gradient is zero (without
             # gradients it is left out: the softmax gives the same weights):

@@ -374,7 +374,7 @@ class RoutedStack(NamedTuple):
     config and one non-linearity serve all."""
 
     projections: torch.Tensor  # [A, 2m, d]: rows :m the down-projection, rows m: the up-projection transposed
-    biases: torch.Tensor  # [A, m + d]: the down-projection's bias, then the up-projection's
+    biases: torch.Tensor  # [A, 1, m + d]: the down-projection's bias, then the up-projection's (a row: baddbmm's)
     bottleneck: int  # m
     config: AdapterConfig
     activation: nn.Module
@@ -394,7 +394,7 @@ def stack_routed(adapters: Sequence[BottleneckAdapter], site_norm: nn.Module | N
     ends = [a.layer_norm if a.layer_norm is not None else site_norm for a in adapters]
     return RoutedStack(
         torch.cat([down, up.transpose(1, 2)], dim=1),
-        torch.stack(biases),
+        torch.stack(biases)[:, None],
         size,
         first.config,
         first.activation,
@@ -406,18 +406,17 @@ def stack_routed(adapters: Sequence[BottleneckAdapter], site_norm: nn.Module | N
 
 def gathered_delta(stack: RoutedStack, slots: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """adapters[slots[i]].delta(x[i]) for every row i of x [rows, ..., d]: each row's projections gathered from the
-    stack (one index_select for both weights, one for both biases), one baddbmm down and one up."""
-    flat = x.flatten(1, -2)  # [rows, tokens, d]
+    stack (one index_select for both weights, one for both biases), one baddbmm down and one up. Few operators: on a
+    GPU each costs the host more than its kernel costs the device (a routed batch is host-bound there)."""
+    three_d = x.dim() == 3
+    flat = x if three_d else x.flatten(1, -2)  # [rows, tokens, d]
     if stack.ln_before is not None:  # placement_kind: all or none of a group have one
         flat = normalised(stack.ln_before, slots, flat)
-    weights, biases, size = (
-        stack.projections.index_select(0, slots),
-        stack.biases.index_select(0, slots),
-        stack.bottleneck,
-    )
-    pre = torch.baddbmm(biases[:, None, :size], flat, weights[:, :size].transpose(1, 2))
-    up = torch.baddbmm(biases[:, None, size:], stack.activation(pre), weights[:, size:])
-    return up.view_as(x)
+    size = stack.bottleneck
+    down, up = stack.projections.index_select(0, slots).split(size, dim=1)
+    down_bias, up_bias = stack.biases.index_select(0, slots).split([size, stack.biases.shape[-1] - size], dim=2)
+    delta = torch.baddbmm(up_bias, stack.activation(torch.baddbmm(down_bias, flat, down.transpose(1, 2))), up)
+    return delta if three_d else delta.view_as(x)
 
 
 def _scaled(adapter: BottleneckAdapter, tensor: torch.Tensor, scaled: bool) -> torch.Tensor:
