@@ -134,6 +134,27 @@ def test_bf16_autocast_fusion_keeps_the_residual_stream_in_float32() -> None:
     assert relative < 2e-2, f"bf16 autocast drifted {relative:.3g} from float32"  # bf16 has 8 significant bits
 
 
+def test_a_cast_round_trip_is_seen_without_the_value_check() -> None:
+    """The caching allocator hands a freed block of the same size straight back: after `model.half().float()` the
+    weights could sit at their old addresses with their old version and dtype and new (rounded) values, which
+    check_values=False (the server's) would take for the weights its folds were made from."""
+    import copy
+
+    torch.manual_seed(0)
+    model = _fused(af.wrap(tiny_encoder("bert")), "pfeiffer").to(CUDA)
+    inputs = _on(tiny_inputs(batch=2, seq=7), CUDA)
+    with model.inference_cache(check_values=False):
+        model(**inputs)
+    addresses = {p.data_ptr() for p in model.fusion_parameters("f")}
+    model.half().float()  # every value rounded to float16
+    assert not addresses & {p.data_ptr() for p in model.fusion_parameters("f")}
+    with model.inference_cache(check_values=False):
+        cached = model(**inputs).last_hidden_state
+    with torch.no_grad():
+        fresh = copy.deepcopy(model)(**inputs).last_hidden_state
+    torch.testing.assert_close(cached, fresh, rtol=0, atol=0)
+
+
 def test_routed_rows_on_cuda_equal_the_cpu_inside_and_outside_the_inference_cache() -> None:
     """Per-example routing gathers stacked adapter weights by row index: on CUDA those gathers and the kept stacks of
     inference_cache() must land on the device and give the CPU's rows."""

@@ -187,7 +187,9 @@ class ForwardRuntime:
 
     def _drop_stale(self, check_values: bool) -> None:
         """Forget every kept fold, lane or stack whose weights are gone (a piece deleted or replaced: the kept one
-        holds them only weakly, so they are freed) and, with `check_values`, every one whose weights' values changed
+        holds them only weakly, so they are freed) or moved (cast, moved or reloaded since: `made_from` would make it
+        again anyway, and dropping it now frees the storages it holds) and, with `check_values`, every one whose
+        weights' values changed
         since it was made (a write through `p.data`, which changes neither a tensor's identity nor its version) or
         were never hashed (made in a check_values=False block). All kept ones are hashed at once, on the block's
         entry, each tensor once (a site's fold and lane share theirs), in a few operations over the whole list and
@@ -199,7 +201,7 @@ class ForwardRuntime:
         for place, kept in self._kept.items():
             for key, one in kept.items():
                 tensors = one.tensors()
-                if tensors is None or (check_values and tensors and not one.values):
+                if tensors is None or not one.made_from(tensors) or (check_values and tensors and not one.values):
                     stale.append((place, key))
                 elif check_values and tensors:
                     checked.append((place, key, tensors, one.values))
@@ -215,17 +217,22 @@ class ForwardRuntime:
 
 class Kept(NamedTuple):
     """A prepared thing kept between blocks: weak references to the tensors it was made from (a deleted piece's
-    weights are freed, not kept alive here), their storage, version and dtype then, the hash of their values (where
-    hashed) and what was made."""
+    tensors are freed, not kept alive here), their storage, version and dtype then, the hash of their values (where
+    hashed) and what was made. It holds their storages while it is kept, so that no later tensor can take the
+    address of one (a CUDA caching allocator hands a freed block of the same size straight back:
+    `model.half().float()` would give the weights their old addresses with the same version and dtype, and new
+    values, which check_values=False would not see); `_drop_stale` lets them go on the next block's entry."""
 
     refs: tuple[weakref.ref[torch.Tensor], ...]
     state: tuple[tuple[int, int, torch.dtype], ...]
     values: tuple[float, ...]
     made: Any
+    storages: tuple[torch.UntypedStorage, ...] = ()
 
     @classmethod
     def of(cls, tensors: Sequence[torch.Tensor], values: tuple[float, ...], made: Any) -> Kept:
-        return cls(tuple(weakref.ref(t) for t in tensors), weights_state(tensors), values, made)
+        storages = tuple(t.untyped_storage() for t in tensors)
+        return cls(tuple(weakref.ref(t) for t in tensors), weights_state(tensors), values, made, storages)
 
     def tensors(self) -> tuple[torch.Tensor, ...] | None:
         """The tensors it was made from, or None where one of them is gone."""

@@ -168,3 +168,25 @@ def test_a_failure_while_checking_kept_values_still_ends_the_block(monkeypatch) 
     with pytest.raises(MemoryError), runtime.caching():
         pass
     assert not runtime.is_caching
+
+
+def test_a_kept_one_holds_its_weights_storages_so_no_later_tensor_takes_their_address() -> None:
+    """A caching allocator gives a freed block of the same size to the next tensor that asks: a weight cast and cast
+    back (`model.half().float()`) could then have its old address, version and dtype with new values, which a block
+    without the value check would trust. While a fold is kept, the storages it was made from stay allocated; the next
+    block's entry lets them go once the weights moved."""
+    runtime, maker = ForwardRuntime(), Maker()
+    weight = torch.nn.Parameter(torch.randn(64, 64))
+    with runtime.caching(check_values=False):
+        runtime.prepared("fold", "s", "f", lambda: maker("f"), lambda: [weight])
+    address = weight.data_ptr()
+    weight.data = weight.data.half()  # what nn.Module.half() does: the float32 storage is the parameter's no more
+    weight.data = weight.data.float()
+    (kept,) = runtime._kept[("fold", "s")].values()
+    assert [storage.data_ptr() for storage in kept.storages] == [address] and weight.data_ptr() != address
+    with runtime.caching(check_values=False):
+        assert runtime._kept[("fold", "s")] == {}  # dropped on entry: its weights moved
+        runtime.prepared("fold", "s", "f", lambda: maker("f"), lambda: [weight])
+    assert maker.made == ["f", "f"]
+    (kept,) = runtime._kept[("fold", "s")].values()
+    assert [storage.data_ptr() for storage in kept.storages] == [weight.data_ptr()]
