@@ -19,7 +19,7 @@ import json
 import os
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ def time_us(run: Callable[[], Any], device: torch.device) -> float | None:
     return statistics.median(times)
 
 
-def adapter_cases(args: argparse.Namespace, device: torch.device, rows: int, kernels: Any) -> list[dict[str, Any]]:
+def adapter_cases(args: argparse.Namespace, device: torch.device, rows: int, kernels: Any) -> Iterator[dict[str, Any]]:
     generator = torch.Generator().manual_seed(rows)
     down, up = nn.Linear(args.d, args.size).to(device), nn.Linear(args.size, args.d).to(device)
     with torch.no_grad():
@@ -79,7 +79,7 @@ def adapter_cases(args: argparse.Namespace, device: torch.device, rows: int, ker
         return residual + up(activation(down(x)))
 
     expected = torch_site()
-    results = [{"site": "adapter", "rows": rows, "setting": "torch operators", "us": time_us(torch_site, device)}]
+    yield {"site": "adapter", "rows": rows, "setting": "torch operators", "us": time_us(torch_site, device)}
     settings = [
         {"BLOCK_K": k, "BLOCK_N": n, "num_warps": w}
         for k, n, w in itertools.product(args.block_k, args.block_n, args.warps)
@@ -90,11 +90,10 @@ def adapter_cases(args: argparse.Namespace, device: torch.device, rows: int, ker
         )
         torch.testing.assert_close(run(), expected, rtol=1e-4, atol=1e-4)
         in_use = {key: setting[key] for key in lane_kernels.ADAPTER_LAUNCH} == lane_kernels.ADAPTER_LAUNCH
-        results.append(_row("adapter", rows, setting, time_us(run, device), in_use and setting["num_warps"] == 4))
-    return results
+        yield _row("adapter", rows, setting, time_us(run, device), in_use and setting["num_warps"] == 4)
 
 
-def fusion_cases(args: argparse.Namespace, device: torch.device, rows: int, kernels: Any) -> list[dict[str, Any]]:
+def fusion_cases(args: argparse.Namespace, device: torch.device, rows: int, kernels: Any) -> Iterator[dict[str, Any]]:
     generator = torch.Generator().manual_seed(100 + rows)
     total = args.count * args.size
     both = torch.randn(rows, 2 * total + args.count + 1, generator=generator).to(device)
@@ -108,7 +107,7 @@ def fusion_cases(args: argparse.Namespace, device: torch.device, rows: int, kern
         return _traced_fusion_step(both, residual, activation, outputs, args.count, None)
 
     expected = torch_tail()
-    results = [{"site": "fusion tail", "rows": rows, "setting": "torch operators", "us": time_us(torch_tail, device)}]
+    yield {"site": "fusion tail", "rows": rows, "setting": "torch operators", "us": time_us(torch_tail, device)}
     for n, w in itertools.product(args.block_n, args.warps):
         setting = {"BLOCK_N": n, "num_warps": w}
         run = lambda setting=setting: lane_kernels.fusion_tail(  # noqa: E731
@@ -116,8 +115,7 @@ def fusion_cases(args: argparse.Namespace, device: torch.device, rows: int, kern
         )
         torch.testing.assert_close(run().view(expected.shape), expected, rtol=1e-4, atol=1e-4)
         in_use = n == lane_kernels.FUSION_LAUNCH["BLOCK_N"] and w == 4
-        results.append(_row("fusion tail", rows, setting, time_us(run, device), in_use))
-    return results
+        yield _row("fusion tail", rows, setting, time_us(run, device), in_use)
 
 
 def _row(site: str, rows: int, setting: dict[str, int], us: float | None, in_use: bool) -> dict[str, Any]:
@@ -133,28 +131,29 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=8, help="fused adapters")
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 8], help="decode batch sizes")
     parser.add_argument("--block-k", type=int, nargs="+", default=[64, 128, 256])
-    parser.add_argument("--block-n", type=int, nargs="+", default=[16, 32, 64, 128])
-    parser.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--block-n", type=int, nargs="+", default=[16, 32, 64, 128, 256])
+    parser.add_argument("--warps", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cpu":  # the interpreter: a few settings, to check the plumbing
         args.block_k, args.block_n, args.warps = args.block_k[:1], args.block_n[:2], args.warps[:1]
     kernels = __import__("adapterfusion.injection._lane_triton", fromlist=["_"])
-    results: list[dict[str, Any]] = []
-    with torch.no_grad():
-        for rows in args.rows:
-            results += adapter_cases(args, device, rows, kernels)
-            results += fusion_cases(args, device, rows, kernels)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton's interpreter: untimed)"
     print(f"{name}; d={args.d}, {args.size} units, fusion of {args.count}; float32; µs per launch from a CUDA graph")
     print("| site | rows | setting | µs |")
-    print("|---|---:|---|---:|")
-    for row in results:
-        us = f"{row['us']:.2f}" if row["us"] is not None else "-"
-        print(f"| {row['site']} | {row['rows']} | {row['setting']} | {us} |")
-    if args.json:
-        args.json.write_text(json.dumps({"device": name, "results": results}, indent=1))
+    print("|---|---:|---|---:|", flush=True)
+    results: list[dict[str, Any]] = []  # each row printed as it comes: a run cut short keeps what it timed
+    with torch.no_grad():
+        for rows in args.rows:
+            for row in itertools.chain(
+                adapter_cases(args, device, rows, kernels), fusion_cases(args, device, rows, kernels)
+            ):
+                results.append(row)
+                us = f"{row['us']:.2f}" if row["us"] is not None else "-"
+                print(f"| {row['site']} | {row['rows']} | {row['setting']} | {us} |", flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps({"device": name, "results": results}, indent=1))
 
 
 if __name__ == "__main__":
