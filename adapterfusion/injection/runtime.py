@@ -308,14 +308,28 @@ def contents_hashes(weights: Sequence[torch.Tensor]) -> tuple[float, ...]:
 def _hashes_on(device: torch.device, members: list[tuple[int, torch.Tensor]]) -> tuple[list[int], torch.Tensor]:
     """The hashes of one device's tensors, as (their indices, a float64 tensor of their hashes in that order)."""
     if device.type in HASHED_ONE_BY_ONE:
-        # each tensor's float64 copy into one buffer: a fresh allocation per tensor costs more than the product
-        buffer = torch.empty(max(w.numel() for _, w in members), dtype=torch.float64)
-        sums = []
-        for _, w in members:
-            part = buffer[: w.numel()]
-            part.view(w.shape).copy_(w)
-            sums.append(torch.dot(part, _noise(part.shape, device, torch.float64)))
-        return [i for i, _ in members], torch.stack(sums)
+        return _one_by_one(members)
+    try:
+        return _batched(device, members)
+    except (RuntimeError, NotImplementedError, TypeError):  # a backend without these _foreach forms or float64 (MPS)
+        return _one_by_one(members)
+
+
+def _one_by_one(members: list[tuple[int, torch.Tensor]]) -> tuple[list[int], torch.Tensor]:
+    """On the CPU, a tensor at a time: each tensor's float64 copy into one buffer (a fresh allocation per tensor costs
+    more than the product), then its product with the noise."""
+    buffer = torch.empty(max(w.numel() for _, w in members), dtype=torch.float64)
+    cpu = buffer.device
+    sums = []
+    for _, w in members:
+        part = buffer[: w.numel()]
+        part.view(w.shape).copy_(w)
+        sums.append(torch.dot(part, _noise(part.shape, cpu, torch.float64)))
+    return [i for i, _ in members], torch.stack(sums)
+
+
+def _batched(device: torch.device, members: list[tuple[int, torch.Tensor]]) -> tuple[list[int], torch.Tensor]:
+    """On a GPU, the whole list in a few _foreach operators per dtype and layout (see HASH_CHUNK)."""
     groups: dict[tuple[torch.dtype, bool], list[tuple[int, torch.Tensor]]] = {}
     for i, w in members:  # like with like: a list of one dtype and layout takes the fused path, the same on each call
         groups.setdefault((w.dtype, w.is_contiguous()), []).append((i, w))

@@ -95,3 +95,16 @@ def test_hashing_many_tensors_on_cuda_takes_a_few_operations() -> None:
         contents_hashes(weights)
     called = [event for event in trace.events() if event.name.startswith("aten::") and event.cpu_parent is None]
     assert len(called) < 30  # the operations called from Python (those torch runs inside them cost far less)
+
+
+def test_a_device_without_the_batched_operators_is_hashed_one_tensor_at_a_time(monkeypatch) -> None:
+    """A backend that lacks the _foreach forms or float64 (MPS) falls back to the host's way, with the host's hashes."""
+    weights = _weights(torch.device("cpu"))
+    expected = contents_hashes(weights)
+    monkeypatch.setattr(runtime_module, "HASHED_ONE_BY_ONE", set())
+
+    def missing(*args, **kwargs):
+        raise NotImplementedError("no _foreach_norm with dtype here")
+
+    monkeypatch.setattr(torch, "_foreach_norm", missing)
+    assert contents_hashes(weights) == expected
