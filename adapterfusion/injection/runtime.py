@@ -189,13 +189,12 @@ class ForwardRuntime:
         """Forget every kept fold, lane or stack whose weights are gone (a piece deleted or replaced: the kept one
         holds them only weakly, so they are freed) or moved (cast, moved or reloaded since: `made_from` would make it
         again anyway, and dropping it now frees the storages it holds) and, with `check_values`, every one whose
-        weights' values changed
-        since it was made (a write through `p.data`, which changes neither a tensor's identity nor its version) or
-        were never hashed (made in a check_values=False block). All kept ones are hashed at once, on the block's
-        entry, each tensor once (a site's fold and lane share theirs), in a few operations over the whole list and
-        one host read per device: a read per site, while the forward's kernels are queued, would make the host wait
-        on each, and operations per tensor cost the host more than the device's work (thousands for a fused decoder:
-        tens of milliseconds a block on a GPU)."""
+        weights' values changed since it was made (a write through `p.data`, which changes neither a tensor's
+        identity nor its version) or were never hashed (made in a check_values=False block). All kept ones are
+        hashed at once, on the block's entry, each tensor once (a site's fold and lane share theirs), in a few
+        operations over the whole list and one host read per device: a read per site, while the forward's kernels
+        are queued, would make the host wait on each, and operations per tensor cost the host more than the device's
+        work (thousands for a fused decoder: tens of milliseconds a block on a GPU)."""
         stale: list[tuple[tuple[str, str], str]] = []
         checked: list[tuple[tuple[str, str], str, tuple[torch.Tensor, ...], tuple[float, ...]]] = []
         for place, kept in self._kept.items():
