@@ -84,12 +84,16 @@ def adapter_cases(args: argparse.Namespace, device: torch.device, rows: int, ker
         {"BLOCK_K": k, "BLOCK_N": n, "num_warps": w}
         for k, n, w in itertools.product(args.block_k, args.block_n, args.warps)
     ]
+    settings += [  # the site as two kernels: BLOCK_U units a program, then the output columns
+        {"BLOCK_U": u, "BLOCK_K": k, "BLOCK_N": n, "num_warps": 4}
+        for u, k, n in itertools.product(args.split_units, args.block_k[-2:], [32, 64])
+    ]
     for setting in settings:
         run = lambda setting=setting: lane_kernels.adapter_site(  # noqa: E731
             kernels, x, residual, down, up, 1.0, kind, launch=setting
         )
         torch.testing.assert_close(run(), expected, rtol=1e-4, atol=1e-4)
-        in_use = {key: setting[key] for key in lane_kernels.ADAPTER_LAUNCH} == lane_kernels.ADAPTER_LAUNCH
+        in_use = {key: setting[key] for key in setting if key != "num_warps"} == lane_kernels.ADAPTER_LAUNCH
         yield _row("adapter", rows, setting, time_us(run, device), in_use and setting["num_warps"] == 4)
 
 
@@ -108,13 +112,19 @@ def fusion_cases(args: argparse.Namespace, device: torch.device, rows: int, kern
 
     expected = torch_tail()
     yield {"site": "fusion tail", "rows": rows, "setting": "torch operators", "us": time_us(torch_tail, device)}
-    for n, w in itertools.product(args.block_n, args.warps):
-        setting = {"BLOCK_N": n, "num_warps": w}
+    settings: list[dict[str, int]] = [
+        {"BLOCK_N": n, "num_warps": w} for n, w in itertools.product(args.block_n, args.warps)
+    ]
+    settings += [  # the output product over a flat unit index, BLOCK_R rows of the outputs at a time
+        {"BLOCK_R": r, "BLOCK_N": n, "num_warps": w}
+        for r, n, w in itertools.product(args.flat_rows, args.block_n[:3], args.warps[:2])
+    ]
+    for setting in settings:
         run = lambda setting=setting: lane_kernels.fusion_tail(  # noqa: E731
             kernels, both, residual, outputs, args.count, kind, None, launch=setting
         )
         torch.testing.assert_close(run().view(expected.shape), expected, rtol=1e-4, atol=1e-4)
-        in_use = n == lane_kernels.FUSION_LAUNCH["BLOCK_N"] and w == 4
+        in_use = setting == {**lane_kernels.FUSION_LAUNCH, "num_warps": 4}
         yield _row("fusion tail", rows, setting, time_us(run, device), in_use)
 
 
@@ -133,11 +143,14 @@ def main() -> None:
     parser.add_argument("--block-k", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--block-n", type=int, nargs="+", default=[16, 32, 64, 128, 256])
     parser.add_argument("--warps", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--split-units", type=int, nargs="+", default=[4, 8], help="BLOCK_U of the two-kernel site")
+    parser.add_argument("--flat-rows", type=int, nargs="+", default=[16, 32, 64], help="BLOCK_R of the flat tail")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cpu":  # the interpreter: a few settings, to check the plumbing
-        args.block_k, args.block_n, args.warps = args.block_k[:1], args.block_n[:2], args.warps[:1]
+        args.block_k, args.block_n, args.warps = args.block_k[:2], args.block_n[:2], args.warps[:1]
+        args.split_units, args.flat_rows = args.split_units[:1], args.flat_rows[:1]
     kernels = __import__("adapterfusion.injection._lane_triton", fromlist=["_"])
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton's interpreter: untimed)"
     print(f"{name}; d={args.d}, {args.size} units, fusion of {args.count}; float32; µs per launch from a CUDA graph")

@@ -78,6 +78,102 @@ def adapter_kernel(
 
 
 @triton.jit
+def _probabilities(
+    base,
+    flush,
+    slope,
+    COUNT: tl.constexpr,  # noqa: N803
+    SIZE: tl.constexpr,  # noqa: N803
+    KIND: tl.constexpr,  # noqa: N803
+    FLUSH: tl.constexpr,  # noqa: N803
+    BLOCK_C: tl.constexpr,  # noqa: N803
+    BLOCK_S: tl.constexpr,  # noqa: N803
+):
+    """(act(a) as [BLOCK_C, BLOCK_S], p = softmax(sum_units(act(a) * q) + v) as [BLOCK_C]) of the joint product's row at
+    `base`; 0 outside COUNT adapters and SIZE units."""
+    total = COUNT * SIZE
+    adapters = tl.arange(0, BLOCK_C)
+    units = tl.arange(0, BLOCK_S)
+    adapter_mask = adapters < COUNT
+    tile_mask = adapter_mask[:, None] & (units < SIZE)[None, :]
+    at = adapters[:, None] * SIZE + units[None, :]
+    a = tl.load(base + at, mask=tile_mask, other=0.0).to(tl.float32)
+    a = tl.where(tile_mask, _activate(a, KIND, slope), 0.0)
+    q = tl.load(base + total + at, mask=tile_mask, other=0.0).to(tl.float32)
+    v = tl.load(base + 2 * total + adapters, mask=adapter_mask, other=0.0).to(tl.float32)
+    scores = tl.where(adapter_mask, tl.sum(a * q, axis=1) + v, float("-inf"))
+    e = tl.where(adapter_mask, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
+    p = e / tl.sum(e, axis=0)
+    if FLUSH:
+        p = tl.where(p > flush, p, 0.0)
+    return a, p
+
+
+@triton.jit
+def adapter_down_kernel(
+    x_ptr,
+    down_ptr,
+    down_bias_ptr,
+    z_ptr,
+    d_in,
+    size,
+    slope,
+    HAS_DOWN_BIAS: tl.constexpr,  # noqa: N803
+    KIND: tl.constexpr,  # noqa: N803
+    BLOCK_U: tl.constexpr,  # noqa: N803
+    BLOCK_K: tl.constexpr,  # noqa: N803
+):
+    """z[row, units] = act(down(x[row]))[units] for BLOCK_U units a program (float32): the first half of an adapter
+    site split in two kernels, so that no program reads the whole down-projection (adapter_kernel's each do)."""
+    row = tl.program_id(0)
+    units = tl.program_id(1) * BLOCK_U + tl.arange(0, BLOCK_U)
+    unit_mask = units < size
+    z = tl.zeros([BLOCK_U], dtype=tl.float32)
+    for start in range(0, d_in, BLOCK_K):
+        k = start + tl.arange(0, BLOCK_K)
+        k_mask = k < d_in
+        xk = tl.load(x_ptr + row * d_in + k, mask=k_mask, other=0.0).to(tl.float32)
+        w = tl.load(
+            down_ptr + units[:, None] * d_in + k[None, :], mask=unit_mask[:, None] & k_mask[None, :], other=0.0
+        ).to(tl.float32)
+        z += tl.sum(w * xk[None, :], axis=1)
+    if HAS_DOWN_BIAS:
+        z += tl.load(down_bias_ptr + units, mask=unit_mask, other=0.0).to(tl.float32)
+    tl.store(z_ptr + row * size + units, _activate(z, KIND, slope), mask=unit_mask)
+
+
+@triton.jit
+def adapter_up_kernel(
+    z_ptr,
+    residual_ptr,
+    up_ptr,
+    up_bias_ptr,
+    out_ptr,
+    size,
+    d_out,
+    scaling,
+    HAS_UP_BIAS: tl.constexpr,  # noqa: N803
+    BLOCK_M: tl.constexpr,  # noqa: N803
+    BLOCK_N: tl.constexpr,  # noqa: N803
+):
+    """out[row, cols] = residual + scaling * (up(z[row]))[cols]: the second half of the split adapter site."""
+    row = tl.program_id(0)
+    units = tl.arange(0, BLOCK_M)
+    unit_mask = units < size
+    z = tl.load(z_ptr + row * size + units, mask=unit_mask, other=0.0)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < d_out
+    u = tl.load(
+        up_ptr + cols[:, None] * size + units[None, :], mask=col_mask[:, None] & unit_mask[None, :], other=0.0
+    ).to(tl.float32)
+    y = tl.sum(u * z[None, :], axis=1)
+    if HAS_UP_BIAS:
+        y += tl.load(up_bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    y = y * scaling + tl.load(residual_ptr + row * d_out + cols, mask=col_mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * d_out + cols, y.to(out_ptr.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
 def fusion_tail_kernel(
     both_ptr,
     residual_ptr,
@@ -103,18 +199,8 @@ def fusion_tail_kernel(
     units = tl.arange(0, BLOCK_S)
     adapter_mask = adapters < COUNT
     unit_mask = units < SIZE
-    tile_mask = adapter_mask[:, None] & unit_mask[None, :]
-    at = adapters[:, None] * SIZE + units[None, :]
     base = both_ptr + row * width
-    a = tl.load(base + at, mask=tile_mask, other=0.0).to(tl.float32)
-    a = tl.where(tile_mask, _activate(a, KIND, slope), 0.0)
-    q = tl.load(base + total + at, mask=tile_mask, other=0.0).to(tl.float32)
-    v = tl.load(base + 2 * total + adapters, mask=adapter_mask, other=0.0).to(tl.float32)
-    scores = tl.where(adapter_mask, tl.sum(a * q, axis=1) + v, float("-inf"))
-    e = tl.where(adapter_mask, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
-    p = e / tl.sum(e, axis=0)
-    if FLUSH:
-        p = tl.where(p > flush, p, 0.0)
+    a, p = _probabilities(base, flush, slope, COUNT, SIZE, KIND, FLUSH, BLOCK_C, BLOCK_S)
     weighted = a * p[:, None]
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < d
@@ -127,6 +213,57 @@ def fusion_tail_kernel(
             other=0.0,
         ).to(tl.float32)
         acc += tl.sum(o * mine[:, None], axis=0)
+    o = tl.load(
+        outputs_ptr + (total + adapters)[:, None] * d + cols[None, :],
+        mask=adapter_mask[:, None] & col_mask[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    acc += tl.sum(o * p[:, None], axis=0)
+    acc += tl.load(residual_ptr + row * d + cols, mask=col_mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * d + cols, acc.to(out_ptr.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
+def fusion_tail_flat_kernel(
+    both_ptr,
+    residual_ptr,
+    outputs_ptr,
+    out_ptr,
+    width,
+    d,
+    flush,
+    slope,
+    COUNT: tl.constexpr,  # noqa: N803
+    SIZE: tl.constexpr,  # noqa: N803
+    KIND: tl.constexpr,  # noqa: N803
+    FLUSH: tl.constexpr,  # noqa: N803
+    BLOCK_C: tl.constexpr,  # noqa: N803
+    BLOCK_S: tl.constexpr,  # noqa: N803
+    BLOCK_R: tl.constexpr,  # noqa: N803
+    BLOCK_N: tl.constexpr,  # noqa: N803
+):
+    """fusion_tail_kernel's output, its output product taken over the adapters' units as one flat index in runs of
+    BLOCK_R rows of `outputs` (no per-adapter tile padded from SIZE to BLOCK_S units)."""
+    row = tl.program_id(0)
+    total = COUNT * SIZE
+    adapters = tl.arange(0, BLOCK_C)
+    adapter_mask = adapters < COUNT
+    base = both_ptr + row * width
+    _, p = _probabilities(base, flush, slope, COUNT, SIZE, KIND, FLUSH, BLOCK_C, BLOCK_S)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < d
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in tl.static_range(0, total, BLOCK_R):
+        j = start + tl.arange(0, BLOCK_R)
+        j_mask = j < total
+        a = tl.load(base + j, mask=j_mask, other=0.0).to(tl.float32)
+        a = tl.where(j_mask, _activate(a, KIND, slope), 0.0)
+        owner = j // SIZE
+        weight = a * tl.sum(tl.where(owner[:, None] == adapters[None, :], p[None, :], 0.0), axis=1)
+        o = tl.load(
+            outputs_ptr + j[:, None] * d + cols[None, :], mask=j_mask[:, None] & col_mask[None, :], other=0.0
+        ).to(tl.float32)
+        acc += tl.sum(o * weight[:, None], axis=0)
     o = tl.load(
         outputs_ptr + (total + adapters)[:, None] * d + cols[None, :],
         mask=adapter_mask[:, None] & col_mask[None, :],

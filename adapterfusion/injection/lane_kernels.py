@@ -136,11 +136,14 @@ def adapter_site(
     launch: Mapping[str, int] | None = None,
 ) -> torch.Tensor:
     """residual + scaling * up(act(down(x))), one kernel: as lanes._adapter_lane computes it. `launch`: block sizes and
-    warps other than ADAPTER_LAUNCH (the sweep's)."""
+    warps other than ADAPTER_LAUNCH (the sweep's); with BLOCK_U, the site as two kernels (`_split_adapter_site`)."""
     settings = {**ADAPTER_LAUNCH, **(launch or {})}
     rows = x.reshape(-1, x.shape[-1]).contiguous()
     res = residual.reshape(rows.shape[0], -1).contiguous()
     out = torch.empty_like(res)
+    if "BLOCK_U" in settings:
+        _split_adapter_site(kernels, rows, res, out, down, up, scaling, activation, settings)
+        return out.view(residual.shape)
     d_in, size, d_out = rows.shape[1], down.weight.shape[0], up.weight.shape[0]
     grid = (rows.shape[0], -(-d_out // settings["BLOCK_N"]))
     kernels.adapter_kernel[grid](
@@ -165,6 +168,52 @@ def adapter_site(
     return out.view(residual.shape)
 
 
+def _split_adapter_site(
+    kernels: ModuleType,
+    rows: torch.Tensor,
+    res: torch.Tensor,
+    out: torch.Tensor,
+    down: nn.Linear,
+    up: nn.Linear,
+    scaling: float,
+    activation: tuple[int, float],
+    settings: Mapping[str, int],
+) -> None:
+    """adapter_site in two kernels: BLOCK_U bottleneck units a program (no program reads the whole down-projection,
+    as each of the one kernel's does), then BLOCK_N output columns a program from the activations in float32."""
+    d_in, size, d_out = rows.shape[1], down.weight.shape[0], up.weight.shape[0]
+    warps = {key: settings[key] for key in ("num_warps", "num_stages") if key in settings}
+    z = torch.empty(rows.shape[0], size, device=rows.device, dtype=torch.float32)
+    kernels.adapter_down_kernel[(rows.shape[0], -(-size // settings["BLOCK_U"]))](
+        rows,
+        down.weight.contiguous(),
+        down.bias if down.bias is not None else down.weight,
+        z,
+        d_in,
+        size,
+        float(activation[1]),
+        HAS_DOWN_BIAS=down.bias is not None,
+        KIND=activation[0],
+        BLOCK_U=settings["BLOCK_U"],
+        BLOCK_K=settings["BLOCK_K"],
+        **warps,
+    )
+    kernels.adapter_up_kernel[(rows.shape[0], -(-d_out // settings["BLOCK_N"]))](
+        z,
+        res,
+        up.weight.contiguous(),
+        up.bias if up.bias is not None else up.weight,
+        out,
+        size,
+        d_out,
+        float(scaling),
+        HAS_UP_BIAS=up.bias is not None,
+        BLOCK_M=_power_of_two(size),
+        BLOCK_N=settings["BLOCK_N"],
+        **warps,
+    )
+
+
 def fusion_tail(
     kernels: ModuleType,
     both: torch.Tensor,
@@ -178,7 +227,8 @@ def fusion_tail(
     """lanes._traced_fusion_step in one kernel: from the joint product `both` ([rows, 2 * total + count + 1]: the
     adapters' pre-activations, the projected query, the value term, the cancelled key-bias column) and `outputs`
     ([by_activation; by_probability], [total + count, d]) to residual + the fused output. `launch`: block sizes and
-    warps other than FUSION_LAUNCH."""
+    warps other than FUSION_LAUNCH; with BLOCK_R, the output product over the adapters' units as one flat index in
+    runs of BLOCK_R (fusion_tail_flat_kernel: no per-adapter tile padded to a power of two)."""
     settings = {**FUSION_LAUNCH, **(launch or {})}
     both = both.contiguous()
     res = residual.reshape(both.shape[0], -1).contiguous()
@@ -186,7 +236,8 @@ def fusion_tail(
     total, d = outputs.shape[0] - count, outputs.shape[1]
     size = total // count
     grid = (both.shape[0], -(-d // settings["BLOCK_N"]))
-    kernels.fusion_tail_kernel[grid](
+    kernel = kernels.fusion_tail_flat_kernel if "BLOCK_R" in settings else kernels.fusion_tail_kernel
+    kernel[grid](
         both,
         res,
         outputs.contiguous(),

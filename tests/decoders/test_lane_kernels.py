@@ -54,10 +54,11 @@ def test_the_adapter_kernel_is_the_adapter(activation: nn.Module, bias: bool, ro
     assert_close(got, expected, dtype=torch.float32)
 
 
+@pytest.mark.parametrize("launch", [None, {"BLOCK_R": 16}], ids=["per adapter", "flat"])
 @pytest.mark.parametrize("activation", ACTIVATIONS[:3], ids=lambda a: repr(a))
 @pytest.mark.parametrize(("count", "size", "flush"), [(8, 6, None), (3, 5, 0.2)])
 def test_the_fusion_kernel_is_the_traced_fusion_step(
-    activation: nn.Module, count: int, size: int, flush: float | None
+    activation: nn.Module, count: int, size: int, flush: float | None, launch: dict[str, int] | None
 ) -> None:
     generator = torch.Generator().manual_seed(count)
     d, rows, total = 40, 2, count * size
@@ -67,13 +68,19 @@ def test_the_fusion_kernel_is_the_traced_fusion_step(
     expected = _traced_fusion_step(both, residual, activation, outputs, count, flush)  # float64
     kind = lane_kernels.activation_kind(activation)
     assert kind is not None
-    got = lane_kernels.fusion_tail(KERNELS, both.float(), residual.float(), outputs.float(), count, kind, flush)
+    got = lane_kernels.fusion_tail(
+        KERNELS, both.float(), residual.float(), outputs.float(), count, kind, flush, launch=launch
+    )
     assert_close(got.view(expected.shape), expected, dtype=torch.float32)
     if flush is not None:  # the case tests the flush: it cut some adapter's weight to 0
         assert not torch.allclose(_traced_fusion_step(both, residual, activation, outputs, count, None), expected)
 
 
-@pytest.mark.parametrize("launch", [{"BLOCK_K": 64, "BLOCK_N": 16}, {"BLOCK_K": 256, "BLOCK_N": 128}])
+@pytest.mark.parametrize(
+    "launch",
+    [{"BLOCK_K": 64, "BLOCK_N": 16}, {"BLOCK_K": 256, "BLOCK_N": 128}, {"BLOCK_U": 4, "BLOCK_K": 32, "BLOCK_N": 16}],
+    ids=["narrow", "wide", "split in two kernels"],
+)
 def test_other_block_sizes_compute_the_same_sites(launch: dict[str, int]) -> None:
     """lane_kernel_sweep.py times other launches: each must still be the site (masks at other block edges)."""
     generator = torch.Generator().manual_seed(7)
@@ -90,15 +97,9 @@ def test_other_block_sizes_compute_the_same_sites(launch: dict[str, int]) -> Non
     both = _randn(2, 2 * count * size + count + 1, generator=generator)
     outputs = _randn(count * size + count, d, generator=generator, scale=0.3)
     expected = _traced_fusion_step(both, residual, nn.SiLU(), outputs, count, None)
+    tail_launch = {"BLOCK_N": launch["BLOCK_N"], **({"BLOCK_R": 8} if "BLOCK_U" in launch else {})}  # flat, runs of 8
     tail = lane_kernels.fusion_tail(
-        KERNELS,
-        both.float(),
-        residual.float(),
-        outputs.float(),
-        count,
-        kind,
-        None,
-        launch={"BLOCK_N": launch["BLOCK_N"]},
+        KERNELS, both.float(), residual.float(), outputs.float(), count, kind, None, launch=tail_launch
     )
     assert_close(tail.view(expected.shape), expected, dtype=torch.float32)
 
