@@ -69,6 +69,8 @@ def summarise(run: Callable[[], Any], device: torch.device, calls: int, per: int
         "gpu_busy_ms": busy_us / 1000 / units if device.type == "cuda" else None,
         "kernels": len(kernels) / units,
         "launch_calls": sum(1 for e in events if e.name.startswith(LAUNCH_CALLS)) / units,
+        # CUDA graph replays: one per compiled step, unless the step's graph was cut into pieces
+        "graph_launches": sum(1 for e in events if e.name.startswith("cudaGraphLaunch")) / units,
         "syncs": sum(1 for e in events if e.name.startswith(SYNC_CALLS)) / units,
         "host_ops": sum(1 for e in events if e.name.startswith("aten::")) / units,
         "top_kernels_ms": [(name[:80], t / 1000 / units) for name, t in top],
@@ -165,13 +167,14 @@ def main() -> None:
             continue
         unit = "per forward" if part == "routing" else "per decoded token"
         print(f"\n{part} ({results['device']}, {unit}; under torch.profiler)")
-        print("| case | wall ms | GPU busy ms | kernels | launch calls | syncs | host aten ops |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("| case | wall ms | GPU busy ms | kernels | launch calls | graph launches | syncs | host aten ops |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for case, figures in results[part].items():
             busy = f"{figures['gpu_busy_ms']:.2f}" if figures["gpu_busy_ms"] is not None else "-"
             print(
                 f"| {case} | {figures['wall_ms']:.2f} | {busy} | {figures['kernels']:.0f} | "
-                f"{figures['launch_calls']:.0f} | {figures['syncs']:.1f} | {figures['host_ops']:.0f} |"
+                f"{figures['launch_calls']:.0f} | {figures['graph_launches']:.1f} | {figures['syncs']:.1f} | "
+                f"{figures['host_ops']:.0f} |"
             )
         entries = [f"{case} {fig['entry_ms']:.2f}" for case, fig in results[part].items() if "entry_ms" in fig]
         if entries:
