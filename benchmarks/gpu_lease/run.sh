@@ -50,17 +50,19 @@ if [ "${STEP_STATUS[lane_kernels]:-0}" != 0 ]; then
     export ADAPTERFUSION_TRITON=0  # the benchmarks below then run the torch lanes
     echo "lane kernels failed their tests here: ADAPTERFUSION_TRITON=0 for the steps below" | tee -a "$OUT/steps.log"
 fi
+# perf_hints (decoder_static, profile): Inductor says why it skips or splits a CUDA graph, if it does (the third
+# lease's one adapter cost more a token than fusion N=8, though it adds less GPU time)
 step kernel_sweep "${SWEEP_LIMIT:-200}" python3 benchmarks/lane_kernel_sweep.py --device "$DEVICE" \
     --json "$OUT/kernel_sweep.json"
-step decoder_static "${DECODER_LIMIT:-300}" python3 benchmarks/decoder_fusion.py --device "$DEVICE" --cache static \
-    --sizes 8 --libraries ours --torch-lanes --rounds "${DECODER_ROUNDS:-6}" --model .gpu/smollm2/config.json \
-    --json "$OUT/decoder_static.json"
+step decoder_static "${DECODER_LIMIT:-300}" env TORCH_LOGS="${PROFILE_LOGS:-perf_hints}" \
+    python3 benchmarks/decoder_fusion.py --device "$DEVICE" --cache static --sizes 8 --libraries ours --torch-lanes \
+    --rounds "${DECODER_ROUNDS:-6}" --model .gpu/smollm2/config.json --json "$OUT/decoder_static.json"
 step routing "${ROUTING_LIMIT:-50}" python3 benchmarks/routing_speed.py --device "$DEVICE" --repeats "${REPEATS:-30}"
 step cuda_tests "${TESTS_LIMIT:-80}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
     tests/test_blocks.py tests/fusion/test_scalearn.py tests/decoders/test_compile.py \
     tests/injection/test_contents_hashes.py -k "cuda or compile"
-step profile "${PROFILE_LIMIT:-250}" python3 benchmarks/gpu_profile.py --device "$DEVICE" --part ${PROFILE_PARTS:-decode} \
-    --calls "${PROFILE_CALLS:-2}" \
+step profile "${PROFILE_LIMIT:-250}" env TORCH_LOGS="${PROFILE_LOGS:-perf_hints}" \
+    python3 benchmarks/gpu_profile.py --device "$DEVICE" --part ${PROFILE_PARTS:-decode} --calls "${PROFILE_CALLS:-2}" \
     --decoder-config .gpu/smollm2/config.json --json "$OUT/gpu_profile.json"
 step serve_load "${SERVE_LIMIT:-120}" python3 benchmarks/serve_load.py --device "$DEVICE" --client-processes 4 \
     --requests "${REQUESTS:-600}" --rounds 2 --time-limit "${SERVE_TIME:-90}" --json "$OUT/serve_load.json" \
