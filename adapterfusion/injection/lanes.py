@@ -158,6 +158,7 @@ def _fusion_lane(
     )
     kernel = lane_kernels.fusion_kernel(activation, count, size, both_outputs, flush_below)
     activation = _in_place(activation)
+    widths = [total, total, count, joint_weight.shape[1] - 2 * total - count]
 
     def lane(h: torch.Tensor, r: torch.Tensor | None) -> torch.Tensor:
         x, residual = place(h, r)
@@ -166,9 +167,10 @@ def _fusion_lane(
         if torch.compiler.is_compiling():
             tail = kernel if kernel is not None and lane_kernels.fits(both, residual) else traced
             return tail(both, residual).view(residual.shape)
-        activations = activation(both[:, :total])
-        value_term = both[:, 2 * total : 2 * total + count]  # the key-bias column after it: cancelled
-        scores = torch.addmm(value_term, activations * both[:, total : 2 * total], blocks)
+        # one split for the three column ranges (one operator, not one per slice); the key-bias column: cancelled
+        pre, by_unit, value_term, _ = both.split(widths, dim=1)
+        activations = activation(pre)
+        scores = torch.addmm(value_term, activations * by_unit, blocks)
         probs = scores.softmax(dim=-1)
         if flush_below is not None:
             probs = torch.threshold(probs, flush_below, 0.0)
