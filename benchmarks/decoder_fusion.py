@@ -90,18 +90,21 @@ def cpu_model() -> str:
 
 
 def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) -> tuple[list[DecoderWorker], list]:
-    """Start one worker per (library, case), set them up (ours first: it writes the weights), time them in rounds."""
+    """Start `--processes` workers per (library, case), set them up (ours first: it writes the weights), time them in
+    rounds (round r runs every case's copy r mod K). Returns one worker per (library, case) holding every round's
+    times, in round order."""
     cases = [("bare", 0), ("adapter", 1)] + [("fusion", n) for n in args.sizes]
     if args.torch_lanes:  # ours again without the lane kernels: what they change, in the same paired rounds
         cases += [("adapter-torch-lane", 1), ("fusion-torch-lane", max(args.sizes))]
     workers = {
-        (library, case): DecoderWorker(
+        (library, case, copy): DecoderWorker(
             library,
             case,
             subprocess.Popen(
                 [pythons[library], str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
             ),
         )
+        for copy in range(args.processes)
         for case in cases
         for library in args.libraries
         if library == "ours" or not case[0].endswith("torch-lane")
@@ -112,7 +115,7 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
         # batch 1 as it checks its tokens), ours first: it writes the pieces adapters' workers load.
         for library in sorted(args.libraries, key=lambda name: name != "ours"):
             group = {key: worker for key, worker in workers.items() if key[0] == library}
-            for (_, case), worker in group.items():
+            for (_, case, copy), worker in group.items():
                 worker.send(
                     {
                         "cmd": "setup",
@@ -122,7 +125,7 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
                         "cache": args.cache,
                         "kind": case[0],
                         "n": case[1],
-                        "pieces": str(pieces / f"{case[0]}{case[1]}"),
+                        "pieces": str(pieces / f"{case[0]}{case[1]}-{copy}"),  # each copy's own pieces
                         "decode_batches": args.decode_batches,
                         "prompt": args.prompt,
                         "new_tokens": args.new_tokens,
@@ -132,26 +135,28 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
                         "seed": args.seed,
                     }
                 )
-            for (_, case), worker in group.items():
+            for (_, case, copy), worker in group.items():
                 worker.info = worker.receive()["info"]
-                print(f"  set up {library} {case_name(case)}", file=sys.stderr, flush=True)
+                print(f"  set up {library} {case_name(case)} (process {copy + 1})", file=sys.stderr, flush=True)
         for worker in workers.values():  # the discarded warm-up round, every worker at once: on CUDA with
             worker.send({"cmd": "run", "repeats": 1})  # --cache static each worker compiles (~40 s a batch
         for worker in workers.values():  # size), which one after the other would take most of a GPU lease
             worker.receive()
         print("  round 0 (warm-up, all workers at once) done", file=sys.stderr, flush=True)
-        order = list(workers)
+        order = [(library, case) for library, case, copy in workers if copy == 0]
+        merged = {(library, case): workers[(library, case, 0)] for library, case in order}  # copy 0 reports them all
         for round_index in range(1, 1 + args.rounds):
-            for key in order if round_index % 2 == 0 else order[::-1]:
-                reply = workers[key].ask({"cmd": "run", "repeats": 1})["ms"]
+            copy = (round_index - 1) % args.processes  # a process's own speed then varies between rounds too
+            for library, case in order if round_index % 2 == 0 else order[::-1]:
+                reply = workers[(library, case, copy)].ask({"cmd": "run", "repeats": 1})["ms"]
                 for measure, values in reply.items():
-                    workers[key].measures.setdefault(measure, []).extend(values)
+                    merged[(library, case)].measures.setdefault(measure, []).extend(values)
             loads.append(os.getloadavg())
             print(f"  round {round_index}/{args.rounds} done, load {loads[-1][0]:.2f}", file=sys.stderr, flush=True)
     finally:
         for worker in workers.values():
             worker.close()
-    return list(workers.values()), loads
+    return list(merged.values()), loads
 
 
 def ratio_cell(estimate: RatioEstimate) -> str:
@@ -237,10 +242,20 @@ def main() -> None:
         help="also time ours' one adapter and largest fusion with ADAPTERFUSION_TRITON=0 (no lane kernels: on a GPU "
         "with --cache static, what they change)",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="worker processes per case, taking the rounds in turn: on a CPU a process's speed varies with where its "
+        "weights landed (SmolLM2's batch-8 ratio ran 1.07-1.21x from one process to the next), which the rounds of "
+        "one process cannot show; 2 or more put that spread in the intervals",
+    )
     parser.add_argument("--json", type=Path, help="also write the per-round times and worker info here")
     args = parser.parse_args()
     if args.quick:
         args.rounds = 3
+    if args.processes < 1:
+        raise SystemExit("--processes: at least 1")
     args.model = args.model or default_gguf()
     if "ours" not in args.libraries:
         raise SystemExit("--libraries must include ours: it draws the weights that adapters loads")
@@ -271,7 +286,8 @@ def main() -> None:
         f"load average (1 min, after each timed round, this benchmark included) {min(load_1min):.2f}–"
         f"{max(load_1min):.2f}; device {info['ours']['device']}; {model_name} in float32; {args.cache} cache; greedy, "
         f"{args.new_tokens} new tokens (min = max) after a {args.prompt}-token prompt; median of {args.rounds} rounds "
-        f"after 1 warm-up; ours {info['ours']['version']} (transformers {info['ours']['transformers']}), "
+        f"after 1 warm-up, {args.processes} process(es) a case; ours {info['ours']['version']} "
+        f"(transformers {info['ours']['transformers']}), "
         f"{adapters_text}torch {info['ours']['torch']}; wall {time.time() - started:.0f} s"
     )
     print("\n".join(lines))
