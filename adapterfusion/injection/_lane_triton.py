@@ -29,6 +29,65 @@ def _activate(x, KIND: tl.constexpr, slope):  # noqa: N803 - Triton's constexpr 
 
 
 @triton.jit
+def _bottleneck(
+    x_ptr,
+    down_ptr,
+    down_bias_ptr,
+    row,
+    units,
+    unit_mask,
+    d_in,
+    slope,
+    HAS_DOWN_BIAS: tl.constexpr,  # noqa: N803
+    KIND: tl.constexpr,  # noqa: N803
+    BLOCK_K: tl.constexpr,  # noqa: N803
+):
+    """act(down(x[row]))[units] in float32, 0 where `unit_mask` is not set: the down-projection in BLOCK_K columns at
+    a time."""
+    z = tl.zeros(units.shape, dtype=tl.float32)
+    for start in range(0, d_in, BLOCK_K):
+        k = start + tl.arange(0, BLOCK_K)
+        k_mask = k < d_in
+        xk = tl.load(x_ptr + row * d_in + k, mask=k_mask, other=0.0).to(tl.float32)
+        w = tl.load(
+            down_ptr + units[:, None] * d_in + k[None, :], mask=unit_mask[:, None] & k_mask[None, :], other=0.0
+        ).to(tl.float32)
+        z += tl.sum(w * xk[None, :], axis=1)
+    if HAS_DOWN_BIAS:
+        z += tl.load(down_bias_ptr + units, mask=unit_mask, other=0.0).to(tl.float32)
+    return tl.where(unit_mask, _activate(z, KIND, slope), 0.0)
+
+
+@triton.jit
+def _up_to_out(
+    z,
+    residual_ptr,
+    up_ptr,
+    up_bias_ptr,
+    out_ptr,
+    row,
+    units,
+    unit_mask,
+    size,
+    d_out,
+    scaling,
+    HAS_UP_BIAS: tl.constexpr,  # noqa: N803
+    BLOCK_N: tl.constexpr,  # noqa: N803
+):
+    """out[row, cols] = residual + scaling * (up(z))[cols] for this program's BLOCK_N output columns."""
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < d_out
+    u = tl.load(
+        up_ptr + cols[:, None] * size + units[None, :], mask=col_mask[:, None] & unit_mask[None, :], other=0.0
+    ).to(tl.float32)
+    y = tl.sum(u * z[None, :], axis=1)
+    if HAS_UP_BIAS:
+        y += tl.load(up_bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    y = y * scaling + tl.load(residual_ptr + row * d_out + cols, mask=col_mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * d_out + cols, y.to(out_ptr.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
 def adapter_kernel(
     x_ptr,
     residual_ptr,
@@ -53,28 +112,10 @@ def adapter_kernel(
     row = tl.program_id(0)
     units = tl.arange(0, BLOCK_M)
     unit_mask = units < size
-    z = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for start in range(0, d_in, BLOCK_K):
-        k = start + tl.arange(0, BLOCK_K)
-        k_mask = k < d_in
-        xk = tl.load(x_ptr + row * d_in + k, mask=k_mask, other=0.0).to(tl.float32)
-        w = tl.load(
-            down_ptr + units[:, None] * d_in + k[None, :], mask=unit_mask[:, None] & k_mask[None, :], other=0.0
-        ).to(tl.float32)
-        z += tl.sum(w * xk[None, :], axis=1)
-    if HAS_DOWN_BIAS:
-        z += tl.load(down_bias_ptr + units, mask=unit_mask, other=0.0).to(tl.float32)
-    z = tl.where(unit_mask, _activate(z, KIND, slope), 0.0)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_mask = cols < d_out
-    u = tl.load(
-        up_ptr + cols[:, None] * size + units[None, :], mask=col_mask[:, None] & unit_mask[None, :], other=0.0
-    ).to(tl.float32)
-    y = tl.sum(u * z[None, :], axis=1)
-    if HAS_UP_BIAS:
-        y += tl.load(up_bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    y = y * scaling + tl.load(residual_ptr + row * d_out + cols, mask=col_mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * d_out + cols, y.to(out_ptr.dtype.element_ty), mask=col_mask)
+    z = _bottleneck(x_ptr, down_ptr, down_bias_ptr, row, units, unit_mask, d_in, slope, HAS_DOWN_BIAS, KIND, BLOCK_K)
+    _up_to_out(
+        z, residual_ptr, up_ptr, up_bias_ptr, out_ptr, row, units, unit_mask, size, d_out, scaling, HAS_UP_BIAS, BLOCK_N
+    )
 
 
 @triton.jit
@@ -128,18 +169,8 @@ def adapter_down_kernel(
     row = tl.program_id(0)
     units = tl.program_id(1) * BLOCK_U + tl.arange(0, BLOCK_U)
     unit_mask = units < size
-    z = tl.zeros([BLOCK_U], dtype=tl.float32)
-    for start in range(0, d_in, BLOCK_K):
-        k = start + tl.arange(0, BLOCK_K)
-        k_mask = k < d_in
-        xk = tl.load(x_ptr + row * d_in + k, mask=k_mask, other=0.0).to(tl.float32)
-        w = tl.load(
-            down_ptr + units[:, None] * d_in + k[None, :], mask=unit_mask[:, None] & k_mask[None, :], other=0.0
-        ).to(tl.float32)
-        z += tl.sum(w * xk[None, :], axis=1)
-    if HAS_DOWN_BIAS:
-        z += tl.load(down_bias_ptr + units, mask=unit_mask, other=0.0).to(tl.float32)
-    tl.store(z_ptr + row * size + units, _activate(z, KIND, slope), mask=unit_mask)
+    z = _bottleneck(x_ptr, down_ptr, down_bias_ptr, row, units, unit_mask, d_in, slope, HAS_DOWN_BIAS, KIND, BLOCK_K)
+    tl.store(z_ptr + row * size + units, z, mask=unit_mask)
 
 
 @triton.jit
@@ -161,16 +192,9 @@ def adapter_up_kernel(
     units = tl.arange(0, BLOCK_M)
     unit_mask = units < size
     z = tl.load(z_ptr + row * size + units, mask=unit_mask, other=0.0)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_mask = cols < d_out
-    u = tl.load(
-        up_ptr + cols[:, None] * size + units[None, :], mask=col_mask[:, None] & unit_mask[None, :], other=0.0
-    ).to(tl.float32)
-    y = tl.sum(u * z[None, :], axis=1)
-    if HAS_UP_BIAS:
-        y += tl.load(up_bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    y = y * scaling + tl.load(residual_ptr + row * d_out + cols, mask=col_mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * d_out + cols, y.to(out_ptr.dtype.element_ty), mask=col_mask)
+    _up_to_out(
+        z, residual_ptr, up_ptr, up_bias_ptr, out_ptr, row, units, unit_mask, size, d_out, scaling, HAS_UP_BIAS, BLOCK_N
+    )
 
 
 @triton.jit
@@ -190,9 +214,12 @@ def fusion_tail_kernel(
     BLOCK_C: tl.constexpr,  # noqa: N803
     BLOCK_S: tl.constexpr,  # noqa: N803
     BLOCK_N: tl.constexpr,  # noqa: N803
+    BLOCK_R: tl.constexpr,  # noqa: N803
 ):
     """out[row, cols] = residual + [act(a) * p, p] @ outputs[:, cols], p = softmax(sum_units(act(a) * q) + v):
-    lanes._traced_fusion_step from the joint product on (a, q, v: a row of `both`, `width` wide)."""
+    lanes._traced_fusion_step from the joint product on (a, q, v: a row of `both`, `width` wide). The output product
+    per adapter (BLOCK_R 0: a [BLOCK_S, BLOCK_N] tile each, units padded to a power of two) or over the adapters'
+    units as one flat index, BLOCK_R rows of `outputs` at a time (nothing padded)."""
     row = tl.program_id(0)
     total = COUNT * SIZE
     adapters = tl.arange(0, BLOCK_C)
@@ -205,65 +232,27 @@ def fusion_tail_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < d
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for adapter in tl.static_range(COUNT):
-        mine = tl.sum(tl.where(adapters[:, None] == adapter, weighted, 0.0), axis=0)
-        o = tl.load(
-            outputs_ptr + (adapter * SIZE + units)[:, None] * d + cols[None, :],
-            mask=unit_mask[:, None] & col_mask[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        acc += tl.sum(o * mine[:, None], axis=0)
-    o = tl.load(
-        outputs_ptr + (total + adapters)[:, None] * d + cols[None, :],
-        mask=adapter_mask[:, None] & col_mask[None, :],
-        other=0.0,
-    ).to(tl.float32)
-    acc += tl.sum(o * p[:, None], axis=0)
-    acc += tl.load(residual_ptr + row * d + cols, mask=col_mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * d + cols, acc.to(out_ptr.dtype.element_ty), mask=col_mask)
-
-
-@triton.jit
-def fusion_tail_flat_kernel(
-    both_ptr,
-    residual_ptr,
-    outputs_ptr,
-    out_ptr,
-    width,
-    d,
-    flush,
-    slope,
-    COUNT: tl.constexpr,  # noqa: N803
-    SIZE: tl.constexpr,  # noqa: N803
-    KIND: tl.constexpr,  # noqa: N803
-    FLUSH: tl.constexpr,  # noqa: N803
-    BLOCK_C: tl.constexpr,  # noqa: N803
-    BLOCK_S: tl.constexpr,  # noqa: N803
-    BLOCK_R: tl.constexpr,  # noqa: N803
-    BLOCK_N: tl.constexpr,  # noqa: N803
-):
-    """fusion_tail_kernel's output, its output product taken over the adapters' units as one flat index in runs of
-    BLOCK_R rows of `outputs` (no per-adapter tile padded from SIZE to BLOCK_S units)."""
-    row = tl.program_id(0)
-    total = COUNT * SIZE
-    adapters = tl.arange(0, BLOCK_C)
-    adapter_mask = adapters < COUNT
-    base = both_ptr + row * width
-    _, p = _probabilities(base, flush, slope, COUNT, SIZE, KIND, FLUSH, BLOCK_C, BLOCK_S)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_mask = cols < d
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in tl.static_range(0, total, BLOCK_R):
-        j = start + tl.arange(0, BLOCK_R)
-        j_mask = j < total
-        a = tl.load(base + j, mask=j_mask, other=0.0).to(tl.float32)
-        a = tl.where(j_mask, _activate(a, KIND, slope), 0.0)
-        owner = j // SIZE
-        weight = a * tl.sum(tl.where(owner[:, None] == adapters[None, :], p[None, :], 0.0), axis=1)
-        o = tl.load(
-            outputs_ptr + j[:, None] * d + cols[None, :], mask=j_mask[:, None] & col_mask[None, :], other=0.0
-        ).to(tl.float32)
-        acc += tl.sum(o * weight[:, None], axis=0)
+    if BLOCK_R == 0:
+        for adapter in tl.static_range(COUNT):
+            mine = tl.sum(tl.where(adapters[:, None] == adapter, weighted, 0.0), axis=0)
+            o = tl.load(
+                outputs_ptr + (adapter * SIZE + units)[:, None] * d + cols[None, :],
+                mask=unit_mask[:, None] & col_mask[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            acc += tl.sum(o * mine[:, None], axis=0)
+    else:
+        for start in tl.static_range(0, total, BLOCK_R):
+            j = start + tl.arange(0, BLOCK_R)
+            j_mask = j < total
+            a_j = tl.load(base + j, mask=j_mask, other=0.0).to(tl.float32)
+            a_j = tl.where(j_mask, _activate(a_j, KIND, slope), 0.0)
+            owner = j // SIZE  # the adapter of each unit, whose weight scales it
+            scale = tl.sum(tl.where(owner[:, None] == adapters[None, :], p[None, :], 0.0), axis=1)
+            o = tl.load(
+                outputs_ptr + j[:, None] * d + cols[None, :], mask=j_mask[:, None] & col_mask[None, :], other=0.0
+            ).to(tl.float32)
+            acc += tl.sum(o * (a_j * scale)[:, None], axis=0)
     o = tl.load(
         outputs_ptr + (total + adapters)[:, None] * d + cols[None, :],
         mask=adapter_mask[:, None] & col_mask[None, :],

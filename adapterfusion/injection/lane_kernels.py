@@ -228,7 +228,7 @@ def fusion_tail(
     adapters' pre-activations, the projected query, the value term, the cancelled key-bias column) and `outputs`
     ([by_activation; by_probability], [total + count, d]) to residual + the fused output. `launch`: block sizes and
     warps other than FUSION_LAUNCH; with BLOCK_R, the output product over the adapters' units as one flat index in
-    runs of BLOCK_R (fusion_tail_flat_kernel: no per-adapter tile padded to a power of two)."""
+    runs of BLOCK_R (no per-adapter tile padded to a power of two)."""
     settings = {**FUSION_LAUNCH, **(launch or {})}
     both = both.contiguous()
     res = residual.reshape(both.shape[0], -1).contiguous()
@@ -236,8 +236,7 @@ def fusion_tail(
     total, d = outputs.shape[0] - count, outputs.shape[1]
     size = total // count
     grid = (both.shape[0], -(-d // settings["BLOCK_N"]))
-    kernel = kernels.fusion_tail_flat_kernel if "BLOCK_R" in settings else kernels.fusion_tail_kernel
-    kernel[grid](
+    kernels.fusion_tail_kernel[grid](
         both,
         res,
         outputs.contiguous(),
@@ -252,6 +251,7 @@ def fusion_tail(
         FLUSH=flush_below is not None,
         BLOCK_C=_power_of_two(count),
         BLOCK_S=_power_of_two(size),
+        BLOCK_R=settings.pop("BLOCK_R", 0),  # 0: the output product per adapter
         **settings,
     )
     return out
