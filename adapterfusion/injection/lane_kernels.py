@@ -149,10 +149,8 @@ def adapter_site(
     kernels.adapter_kernel[grid](
         rows,
         res,
-        down.weight.contiguous(),
-        down.bias if down.bias is not None else down.weight,
-        up.weight.contiguous(),
-        up.bias if up.bias is not None else up.weight,
+        *_weight_and_bias(down),
+        *_weight_and_bias(up),
         out,
         d_in,
         size,
@@ -186,8 +184,7 @@ def _split_adapter_site(
     z = torch.empty(rows.shape[0], size, device=rows.device, dtype=torch.float32)
     kernels.adapter_down_kernel[(rows.shape[0], -(-size // settings["BLOCK_U"]))](
         rows,
-        down.weight.contiguous(),
-        down.bias if down.bias is not None else down.weight,
+        *_weight_and_bias(down),
         z,
         d_in,
         size,
@@ -201,8 +198,7 @@ def _split_adapter_site(
     kernels.adapter_up_kernel[(rows.shape[0], -(-d_out // settings["BLOCK_N"]))](
         z,
         res,
-        up.weight.contiguous(),
-        up.bias if up.bias is not None else up.weight,
+        *_weight_and_bias(up),
         out,
         size,
         d_out,
@@ -255,6 +251,12 @@ def fusion_tail(
         **settings,
     )
     return out
+
+
+def _weight_and_bias(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+    """A projection's weight and bias as a kernel takes them: the weight again in place of a missing bias (the kernel
+    reads it only where its HAS_*_BIAS flag is set)."""
+    return linear.weight.contiguous(), linear.bias if linear.bias is not None else linear.weight
 
 
 def _power_of_two(n: int) -> int:

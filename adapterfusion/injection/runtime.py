@@ -200,7 +200,11 @@ class ForwardRuntime:
         for place, kept in self._kept.items():
             for key, one in kept.items():
                 tensors = one.tensors()
-                if tensors is None or not one.made_from(tensors) or (check_values and tensors and not one.values):
+                if (
+                    tensors is None
+                    or weights_state(tensors) != one.state
+                    or (check_values and tensors and not one.values)
+                ):
                     stale.append((place, key))
                 elif check_values and tensors:
                     checked.append((place, key, tensors, one.values))
@@ -226,7 +230,7 @@ class Kept(NamedTuple):
     state: tuple[tuple[int, int, torch.dtype], ...]
     values: tuple[float, ...]
     made: Any
-    storages: tuple[torch.UntypedStorage, ...] = ()
+    storages: tuple[torch.UntypedStorage, ...]
 
     @classmethod
     def of(cls, tensors: Sequence[torch.Tensor], values: tuple[float, ...], made: Any) -> Kept:
