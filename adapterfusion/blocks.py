@@ -282,7 +282,8 @@ def resolve(model: AdaptedModel, block: Block, *, layout: bool = True) -> Block:
     if not layout and isinstance(block, LAYOUT_BLOCKS):
         raise ConfigError(
             f"{type(block).__name__} lays out the whole batch, so it cannot be one example's choice in adapter_names; "
-            "activate it (model.activate(af.BatchSplit(...))) or give each example its own entry"
+            f"activate it for the whole batch (model.activate(af.{type(block).__name__}(...))) or give each example "
+            "its own entry"
         )
     if isinstance(block, Fuse):
         return _resolve_fuse(model, block)
@@ -442,12 +443,17 @@ def average_adapters(
     scale = _average_weights(len(names), weights, normalize_weights, "average_adapters")
     configs = [model.adapter_configs[adapter] for adapter in names]
     plain = [dataclasses.replace(config, init="houlsby", init_std=1e-2) for config in configs]
-    different = [adapter for adapter, config in zip(names, plain, strict=True) if config != plain[0]]
-    if different:
-        raise ConfigError(
-            f"average_adapters: adapters {different} have another config than {names[0]!r}; only adapters of one "
-            "config (size, placement, non-linearity, leave_out) can be averaged weight by weight"
-        )
+    for adapter, config in zip(names[1:], plain[1:], strict=True):
+        if config != plain[0]:
+            option = next(
+                f.name for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(plain[0], f.name)
+            )
+            value, first = getattr(configs[names.index(adapter)], option), getattr(configs[0], option)
+            raise ConfigError(
+                f"average_adapters: adapter {adapter!r} has {option}={value!r} but {names[0]!r} has "
+                f"{option}={first!r}; only adapters of one config (size, placement, non-linearity, leave_out) can be "
+                "averaged weight by weight"
+            )
     averaged = _averaged_weights(model, names, scale)
     model.add_adapter(name, configs[0], overwrite=overwrite)
     with torch.no_grad():

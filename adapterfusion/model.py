@@ -340,6 +340,13 @@ class AdaptedModel(nn.Module):
         can_generate = getattr(self.model, "can_generate", None)
         return bool(callable(can_generate) and can_generate())
 
+    config = property(pipelines.model_config)
+
+    @property
+    def generation_config(self) -> Any:
+        """The wrapped model's generation settings (None where it has none)."""
+        return getattr(self.model, "generation_config", None)
+
     for_pipeline = pipelines.for_pipeline
 
     @_explains_dtype_errors
@@ -380,6 +387,8 @@ class AdaptedModel(nn.Module):
             head = self.get_head(head_name)
             output.logits = head(encoded.last_hidden_state, call.head_mask, call.num_choices)
             output.task_loss = head.loss(output.logits, labels) if labels is not None else None
+            if output.logits.dim() == 1 and pipelines.reading_pipeline() is not None:
+                output.logits = output.logits.unsqueeze(-1)  # a regression head's [batch] as transformers gives it
         active = [self.active_fusion] if self.active_fusion is not None else []
         add_loss(self, output, [*active, *blocks.fusions_in(self._state.block)])
         if recorder is not None:

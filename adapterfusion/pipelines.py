@@ -11,14 +11,20 @@ whatever was active before, so one AdaptedModel can serve several pipelines, eac
 
 or `transformers.pipeline("text-classification", model=model.for_pipeline(adapter="rte", head="rte"), tokenizer=...)`.
 Which head a task reads is checked before any text runs (`check_task`): af.pipeline knows the task; a view built
-without it is only refused when it gives no logits at all.
+without it learns it from the pipeline that first reads its config (`reading_pipeline`), before that pipeline reads
+any logits. `transformers.pipeline(task, model=model)` runs whatever is active at each call: `AdaptedModel.config`
+(`model_config`) is the wrapped model's config, with the active head's labels where a head of ours is active, and is
+checked against the reading pipeline's task the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import logging
+import os
+import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,6 +34,7 @@ from torch import nn
 
 from adapterfusion._validation import closest
 from adapterfusion.blocks import LAYOUT_BLOCKS
+from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -91,11 +98,24 @@ class PipelineModel(nn.Module):
             pass
         check_task(model, self.task, head)
         wrapped: Any = model.model
-        self.config = _config_for(model, head)
+        self._config = _config_for(model, head)
         self._head_config = model.get_head(head).config if head is not None else None
         if self.task == "zero-shot-classification":
-            _check_entailment_label(self.config, head)
+            _check_entailment_label(self._config, head)
         self.generation_config = getattr(wrapped, "generation_config", None)
+
+    @property
+    def config(self) -> Any:
+        """The wrapped model's config with the head's labels. Built without a task, the view takes the task of the
+        first transformers pipeline that reads this (before it reads any logits) and checks the head against it."""
+        if self.task is None:
+            task = served_task(reading_pipeline())
+            if task is not None:
+                check_task(self.adapted, task, self.choice["head"])
+                if task == "zero-shot-classification":
+                    _check_entailment_label(self._config, self.choice["head"])
+                self.task = task
+        return self._config
 
     def _follow_head(self) -> None:
         """The labels the pipeline reads (config.id2label) are the head's now: a head replaced under its name
@@ -106,7 +126,7 @@ class PipelineModel(nn.Module):
         current = self.adapted.get_head(head).config
         if current is not self._head_config:
             check_task(self.adapted, self.task, head)
-            self.config, self._head_config = _config_for(self.adapted, head), current
+            self._config, self._head_config = _config_for(self.adapted, head), current
 
     @property
     def device(self) -> torch.device:
@@ -139,7 +159,7 @@ class PipelineModel(nn.Module):
         with self.adapted.activated(**self.choice):
             self._follow_head()
             output = self.adapted(**inputs)
-        if self.config.problem_type == "regression" and output.logits is not None and output.logits.dim() == 1:
+        if self._config.problem_type == "regression" and output.logits is not None and output.logits.dim() == 1:
             output.logits = output.logits.unsqueeze(-1)
         return output
 
@@ -150,6 +170,67 @@ class PipelineModel(nn.Module):
     def extra_repr(self) -> str:
         chosen = ", ".join(f"{key}={value!r}" for key, value in {**self.choice, "task": self.task}.items() if value)
         return chosen or "bare encoder"
+
+
+def reading_pipeline(depth: int = 8) -> Any | None:
+    """The transformers Pipeline whose code reads the model now (a config or a forward), found among the `depth`
+    frames above the caller's caller; None for any other reader. A pipeline tells a model nothing of its task, and
+    without it a head of the wrong kind fails inside transformers (a KeyError on a label index) or reads wrong."""
+    frame: Any = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        reader = frame.f_locals.get("self")
+        if isinstance(reader, transformers.Pipeline):
+            return reader
+        frame = frame.f_back
+    return None
+
+
+def served_task(reader: Any | None) -> str | None:
+    """The task of the pipeline `reader` as pipeline_task names it, or None: no pipeline, or a task not served here
+    (a pipeline subclass of the user's, whose reads we cannot know)."""
+    task = getattr(reader, "task", None)
+    if not isinstance(task, str) or not task:
+        return None
+    try:
+        return pipeline_task(task)
+    except ConfigError:
+        return None
+
+
+def model_config(model: AdaptedModel) -> Any:
+    """AdaptedModel.config, what transformers reads of a model: the wrapped model's config itself, or, while a
+    classification, regression or token-classification head of ours is active, a copy with that head's labels
+    (num_labels, id2label, label2id, problem_type), kept while the head is the same. Read by a transformers
+    pipeline, the active choice is first checked against the pipeline's task (check_task)."""
+    head = model.active_head
+    task = served_task(reading_pipeline())
+    if task is not None:
+        check_active_for_pipeline(model, task, head)
+    wrapped: Any = model.model
+    if head is None or model.get_head(head).config.kind not in _PROBLEM_TYPES:
+        return wrapped.config
+    head_config = model.get_head(head).config
+    kept = model.__dict__.get("_pipeline_config")
+    if kept is None or kept[0] is not head_config or kept[1] is not wrapped.config:
+        kept = (head_config, wrapped.config, _config_for(model, head))
+        model.__dict__["_pipeline_config"] = kept
+    return kept[2]
+
+
+def check_active_for_pipeline(model: AdaptedModel, task: str, head: str | None) -> None:
+    """What is active in `model`, checked for a pipeline of `task` that runs the model itself (not a view)."""
+    block = model.state.block
+    if isinstance(block, LAYOUT_BLOCKS):
+        raise ConfigError(
+            f"a {task} pipeline reads one prediction per input, and the active {type(block).__name__} lays out the "
+            "batch (rows per child), so every other child's would be dropped; activate one adapter or fusion, or "
+            "build one pipeline per choice with af.pipeline(task, model, tokenizer, adapter=..., head=...)"
+        )
+    check_task(model, task, head)
+    if task == "zero-shot-classification":
+        _check_entailment_label(_config_for(model, head), head)
 
 
 def pipeline_task(task: object) -> str:
@@ -276,12 +357,26 @@ def for_pipeline(
     fusion: str | None = None,
     head: str | None = None,
     task: str | None = None,
+    skip_layers: Iterable[int] = (),
 ) -> PipelineModel:
-    """`model` with `adapter` or `fusion` and `head` fixed, as `transformers.pipeline(task, model=...)` takes it (a
-    config with the head's labels, device, can_generate); each call runs that choice and puts back what was active.
-    `task`: the pipeline task it will serve, so that a head of the wrong kind or a misspelt task is refused now.
-    af.pipeline(task, model, tokenizer, adapter=..., head=...) builds the pipeline in one call."""
-    return PipelineModel(model, adapter=adapter, fusion=fusion, head=head, skip_layers=model.skip_layers, task=task)
+    """`model` with `adapter` or `fusion`, `head` and `skip_layers` fixed (what is active in the model plays no
+    part), as `transformers.pipeline(task, model=...)` takes it (a config with the head's labels, device,
+    can_generate); each call runs that choice and puts back what was active. `task`: the pipeline task it will
+    serve, so that a head of the wrong kind or a misspelt task is refused now. af.pipeline(task, model, tokenizer,
+    adapter=..., head=...) builds the pipeline in one call."""
+    return PipelineModel(model, adapter=adapter, fusion=fusion, head=head, skip_layers=skip_layers, task=task)
+
+
+# transformers.pipeline's arguments that load or build a model: given a loaded model, transformers ignores them.
+_LOADING_ARGUMENTS = {
+    "dtype": "cast the model first: model.to(torch.bfloat16)",
+    "torch_dtype": "cast the model first: model.to(torch.bfloat16)",
+    "device_map": "place the model first (model.to('cuda')), or pass device=",
+    "model_kwargs": "load the wrapped model with them before af.wrap",
+    "config": "the pipeline reads the model's own config, with the head's labels",
+    "trust_remote_code": "load the wrapped model with it before af.wrap",
+    "revision": "load the wrapped model (and tokenizer) at that revision before af.wrap",
+}
 
 
 def pipeline(
@@ -291,19 +386,79 @@ def pipeline(
     adapter: str | None = None,
     fusion: str | None = None,
     head: str | None = None,
+    skip_layers: Iterable[int] = (),
     **kwargs: Any,
 ) -> Any:
-    """transformers.pipeline(task, ...) running `model` with `adapter` or `fusion` and `head` (see the module
-    docstring); `kwargs` go to transformers.pipeline (device, batch_size, top_k, max_new_tokens, ...)."""
+    """transformers.pipeline(task, ...) running `model` with `adapter` or `fusion`, `head` and `skip_layers` (see
+    the module docstring); `kwargs` go to transformers.pipeline (device, batch_size, top_k, max_new_tokens, ...),
+    and one that neither it nor the task's pipeline takes is refused (transformers would drop it without a word)."""
     if task is None:
         raise ConfigError(
             "af.pipeline needs a task (transformers infers one only from a Hub model id); pass one of "
             f"{', '.join(_TASK_READS)}"
         )
-    view = for_pipeline(model, adapter, fusion, head, task)
+    require_wrapped(model, "af.pipeline")
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        raise ConfigError(
+            f"af.pipeline needs the model's tokenizer, got {tokenizer!r}; load it first: "
+            "AutoTokenizer.from_pretrained(<the wrapped model's folder or Hub id>)"
+        )
+    loading = sorted(set(kwargs) & set(_LOADING_ARGUMENTS))
+    if loading:
+        raise ConfigError(
+            f"af.pipeline({loading[0]}=...): transformers uses {loading[0]} only to load a model, and this one is "
+            f"loaded, so it would be ignored; {_LOADING_ARGUMENTS[loading[0]]}"
+        )
+    view = for_pipeline(model, adapter, fusion, head, task, skip_layers)
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
     with _quiet_model_type_check():
-        return build(task, model=view, tokenizer=tokenizer, **kwargs)
+        built = build(task, model=view, tokenizer=tokenizer, **kwargs)
+    _refuse_unread_arguments(built, tokenizer, kwargs)
+    return built
+
+
+def _passed_through(built: Any) -> int | None:
+    """Which of the pipeline's preprocess / forward / postprocess settings (0, 1, 2) gets a keyword its
+    _sanitize_parameters does not know, or None where such a keyword is dropped or refused."""
+    probe = "_adapterfusion_unknown_keyword"
+    try:
+        steps = type(built)._sanitize_parameters(built, **{probe: None})
+    except TypeError:  # no **kwargs: transformers refuses the keyword itself
+        return None
+    return next((step for step, params in enumerate(steps) if probe in (params or {})), None)
+
+
+# What transformers.Pipeline.__init__ takes out of its **kwargs before the task's _sanitize_parameters sees them.
+_PIPELINE_OWN_ARGUMENTS = {"batch_size", "num_workers", "args_parser", "assistant_model", "assistant_tokenizer"}
+
+
+def _refuse_unread_arguments(built: Any, tokenizer: Any, kwargs: dict[str, Any]) -> None:
+    """A keyword that neither transformers.pipeline nor the task's pipeline reads (`adapter_name=` for adapter=):
+    dropped without a word, or handed to the tokenizer, which ignores what it does not know, it would run another
+    choice than the one meant. Generation settings are the model's generate()'s to check."""
+    named = set(inspect.signature(transformers.pipeline).parameters) | _PIPELINE_OWN_ARGUMENTS
+    named |= set(inspect.signature(transformers.Pipeline.__init__).parameters)
+    named |= set(inspect.signature(type(built)._sanitize_parameters).parameters)
+    taken = named | set(getattr(built, "_generate_kwargs", None) or {})
+    through = _passed_through(built)
+    tokenizes = set(inspect.signature(type(tokenizer).__call__).parameters)
+    for step, params in enumerate((built._preprocess_params, built._forward_params, built._postprocess_params)):
+        # Where a pipeline passes on what it does not know: to the tokenizer (read there, or ignored), or to
+        # generate() (which checks what it is given itself).
+        passed_on = step == through and step != 1
+        taken |= {key for key in params if not passed_on or key in named or (step == 0 and key in tokenizes)}
+    unread = sorted(set(kwargs) - taken)
+    if unread:
+        ours = ["adapter", "fusion", "head", "skip_layers"]
+        shown = [
+            f"{name!r}" + (f" (did you mean {match!r}?)" if (match := closest(name, ours)) else "") for name in unread
+        ]
+        raise ConfigError(
+            f"af.pipeline: {', '.join(shown)} {'is not an argument' if len(unread) == 1 else 'are not arguments'} of "
+            f"af.pipeline, of transformers.pipeline or of its {type(built).__name__}, so transformers would ignore "
+            f"{'it' if len(unread) == 1 else 'them'}; af.pipeline takes {', '.join(ours)}, and the pipeline's own "
+            "settings (device, batch_size, top_k, max_new_tokens, ...)"
+        )
 
 
 @contextlib.contextmanager

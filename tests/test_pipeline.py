@@ -213,3 +213,122 @@ def test_a_head_replaced_under_its_name_answers_with_its_own_labels(model, token
     assert {answer["label"] for answer in classify([TEXTS[0]])[0]} == {"positive", "negative"}
     model.add_head("nli", af.ClassificationHead(num_labels=3, labels=["x", "y", "z"]), overwrite=True)
     assert {answer["label"] for answer in classify([TEXTS[0]])[0]} == {"x", "y", "z"}
+
+
+def test_transformers_pipeline_runs_the_wrapped_model_with_what_is_active(model, tokenizer):
+    """transformers.pipeline(model=wrapped) failed with AttributeError 'config': model.config is now the wrapped
+    model's config, with the active head's labels, and each call runs what is active at that call."""
+    labels = ["entailment", "neutral", "contradiction"]
+    model.activate(fusion="f", head="nli")
+    classify = transformers.pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=None)
+    for choice in (dict(fusion="f", head="nli"), dict(adapter="b", head="nli")):
+        model.activate(**choice)
+        expected = _expected(model, tokenizer, TEXTS[:2], **choice)
+        for answer, probabilities in zip(classify(TEXTS[:2]), expected, strict=True):
+            got = {item["label"]: item["score"] for item in answer}
+            torch.testing.assert_close(torch.tensor([got[label] for label in labels]), probabilities)
+    model.activate(adapter="a", head="score")  # a regression head: its value, as for_pipeline gives it
+    with torch.no_grad():
+        value = float(model(**tokenizer(TEXTS[0], return_tensors="pt")).logits[0])
+    assert classify(TEXTS[0])[0][0]["score"] == pytest.approx(value, rel=1e-5)
+    assert model(**tokenizer(TEXTS[0], return_tensors="pt")).logits.shape == (1,)  # outside a pipeline: [batch]
+    model.activate(adapter="a")
+    assert model.config is model.model.config and model.config.num_labels == 2
+    model.activate(adapter="a", head="nli")
+    assert model.config.id2label == dict(enumerate(labels)) and model.config is model.config  # kept, not rebuilt
+    assert model.model.config.num_labels == 2  # the wrapped model's own config is untouched
+
+
+@pytest.mark.parametrize(
+    ("active", "message"),
+    [
+        (dict(adapter="a"), "with head=None the wrapped BertModel has none of its own; pass head="),
+        (dict(adapter="a", head="tags"), "but head 'tags' is a token_classification head"),
+        (dict(adapter=af.Parallel("a", "b"), head="nli"), "the active Parallel lays out the batch"),
+    ],
+)
+def test_transformers_pipeline_refuses_an_active_choice_its_task_cannot_read(model, tokenizer, active, message):
+    """Each failed inside transformers (KeyError 'logits', KeyError on a label index) or read rows of a layout."""
+    model.add_head("tags", af.TokenClassificationHead(num_labels=3))
+    classify = transformers.pipeline("text-classification", model=model, tokenizer=tokenizer)
+    model.activate(**active)
+    with pytest.raises(af.ConfigError, match=message):
+        classify(TEXTS[0])
+
+
+def test_a_view_built_without_a_task_is_checked_by_the_pipeline_that_reads_it(model, tokenizer):
+    """transformers.pipeline("text-classification", model=model.for_pipeline(head=<a tagging head>)) answered with
+    transformers' KeyError: 16 (a token index read as a label)."""
+    model.add_head("tags", af.TokenClassificationHead(num_labels=3))
+    view = model.for_pipeline(adapter="a", head="tags")
+    with pytest.raises(af.ConfigError, match="text-classification reads .* but head 'tags' is a token_classification"):
+        transformers.pipeline("text-classification", model=view, tokenizer=tokenizer)(TEXTS[0])
+    assert view.task is None  # refused, so not settled: a token-classification pipeline may still read it
+    tag = transformers.pipeline("token-classification", model=view, tokenizer=tokenizer, ignore_labels=[])
+    assert len(tag(TEXTS[0])) > 0 and view.task == "token-classification"
+
+
+def test_transformers_text_generation_runs_the_wrapped_decoder(tokenizer):
+    model = af.wrap(tiny_decoder("llama", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id))
+    model.add_adapter("lm")
+    randomise(torch.nn.ModuleList(site.adapters["lm"] for site in model.sites_with_adapter("lm")), std=0.3)
+    model.activate(adapter="lm")
+    generate = transformers.pipeline("text-generation", model=model, tokenizer=tokenizer)
+    answer = generate("the cat sat", max_new_tokens=5, do_sample=False, return_full_text=False)[0]["generated_text"]
+    view = af.pipeline("text-generation", model, tokenizer, adapter="lm")
+    assert answer == view("the cat sat", max_new_tokens=5, do_sample=False, return_full_text=False)[0]["generated_text"]
+    assert model.generation_config is model.model.generation_config
+
+
+def test_a_pipeline_runs_exactly_the_choice_it_was_given(model, tokenizer):
+    """for_pipeline copied the skip_layers active when it was built; af.pipeline had no skip_layers= (it went to
+    transformers, which dropped it)."""
+    with model.activated(adapter="b", head="nli", skip_layers=[0, 1]):
+        classify = af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli", top_k=None)
+    skipping = af.pipeline(
+        "text-classification", model, tokenizer, adapter="a", head="nli", skip_layers=[0], top_k=None
+    )
+    plain, skipped = dict(adapter="a", head="nli"), dict(adapter="a", head="nli", skip_layers=[0])
+    for pipe, choice in ((classify, plain), (skipping, skipped)):
+        expected = _expected(model, tokenizer, TEXTS[:1], **choice)[0]
+        got = {item["label"]: item["score"] for item in pipe(TEXTS[0])[0]}
+        torch.testing.assert_close(torch.tensor([got[k] for k in ["entailment", "neutral", "contradiction"]]), expected)
+    assert skipping.model.choice["skip_layers"] == (0,) and classify.model.choice["skip_layers"] == ()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (dict(adapter_name="a"), "'adapter_name' \\(did you mean 'adapter'\\?\\) is not an argument of af.pipeline"),
+        (dict(skip_layer=[0]), "'skip_layer' \\(did you mean 'skip_layers'\\?\\)"),
+        (dict(colour="red", size=2), "'colour', 'size' are not arguments .* would ignore them"),
+        (dict(dtype=torch.float64), "dtype only to load a model.*model.to\\("),
+        (dict(device_map="auto"), "device_map only to load a model"),
+    ],
+)
+def test_af_pipeline_refuses_arguments_transformers_would_drop(model, tokenizer, arguments, message):
+    with pytest.raises(af.ConfigError, match=message):
+        af.pipeline("text-classification", model, tokenizer, head="nli", **arguments)
+
+
+@pytest.mark.parametrize(
+    ("task", "choice", "arguments"),
+    [
+        ("text-classification", dict(head="nli"), dict(top_k=None, function_to_apply="sigmoid", batch_size=2)),
+        ("text-classification", dict(head="nli"), dict(truncation=True, max_length=8, num_workers=0, device="cpu")),
+        ("token-classification", dict(head="tags"), dict(ignore_labels=[], aggregation_strategy="simple")),
+        ("zero-shot-classification", dict(head="nli"), dict(hypothesis_template="About {}.", multi_label=True)),
+        ("feature-extraction", dict(), dict(return_tensors=True, tokenize_kwargs=dict(truncation=True))),
+    ],
+)
+def test_af_pipeline_takes_the_arguments_transformers_reads(model, tokenizer, task, choice, arguments):
+    model.add_head("tags", af.TokenClassificationHead(num_labels=3, labels=["O", "B-X", "I-X"]))
+    af.pipeline(task, model, tokenizer, adapter="a", **choice, **arguments)
+
+
+def test_af_pipeline_refuses_a_model_it_cannot_run(model, tokenizer):
+    with pytest.raises(af.ConfigError, match="af.pipeline takes a wrapped model .*, got a BertModel"):
+        af.pipeline("text-classification", model.model, tokenizer, head="nli")
+    for bad in (None, "bert-base-uncased"):
+        with pytest.raises(af.ConfigError, match="needs the model's tokenizer.*AutoTokenizer.from_pretrained"):
+            af.pipeline("text-classification", model, bad, head="nli")

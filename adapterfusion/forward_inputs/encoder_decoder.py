@@ -17,6 +17,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from adapterfusion.errors import ConfigError
+from adapterfusion.forward_inputs.keywords import accepted_keywords
 from adapterfusion.forward_inputs.limits import Limits, check_length
 from adapterfusion.forward_inputs.tokens import check_per_token, check_values, token_shape
 
@@ -82,10 +83,18 @@ def check_decoder_source(seq2seq: nn.Module, given: Mapping[str, Any], labels: A
         else ""
     )
     start = getattr(cast(Any, seq2seq).config, "decoder_start_token_id", None)
+    # A bare T5Model or BartModel takes no labels and cannot generate: only advise what this model does.
+    takes_labels = "labels" in (accepted_keywords(seq2seq) or ())
+    can_generate = getattr(seq2seq, "can_generate", None)
+    labels_hint = ", or labels, which it shifts right into decoder_input_ids" if takes_labels else ""
+    generate_hint = (
+        "; to generate text, call model.generate(input_ids=...)"
+        if callable(can_generate) and can_generate()
+        else "; to generate text, wrap the model loaded with AutoModelForSeq2SeqLM"
+    )
     raise ConfigError(
         f"{name} was called with no decoder inputs{made}: pass decoder_input_ids (the target tokens so far, first "
-        f"the decoder start token {start}), or labels, which it shifts right into decoder_input_ids; to generate "
-        "text, call model.generate(input_ids=...)"
+        f"the decoder start token {start}){labels_hint}{generate_hint}"
     )
 
 

@@ -64,12 +64,29 @@ def check_keywords(encoder: nn.Module, given: Mapping[str, Any]) -> None:
             f"ignored; it takes {', '.join(shown)} (and the model's own labels=, output_fusion_attentions=, "
             "adapter_names= and head_names=)"
         )
+    _check_positions_read(encoder, given)
     check_flags(given, _FLAGS)
     if given.get("return_dict") is False:
         raise ConfigError(
             "return_dict=False: the model returns an AdaptedModelOutput whatever return_dict says; drop it and call "
             ".to_tuple() on the output for a tuple"
         )
+
+
+def _check_positions_read(encoder: nn.Module, given: Mapping[str, Any]) -> None:
+    """position_ids where the forward does not name them (T5, BART): transformers passes them on in its **kwargs,
+    and only flash attention's packed sequences read them there; these models count positions themselves (or use
+    relative ones), so any other attention ignores them without a word."""
+    if "position_ids" not in given or "position_ids" in inspect.signature(type(encoder).forward).parameters:
+        return
+    implementation = getattr(getattr(encoder, "config", None), "_attn_implementation", None)
+    if isinstance(implementation, str) and implementation.startswith("flash"):
+        return
+    raise ConfigError(
+        f"{type(encoder).__name__} counts token positions itself, so position_ids would be silently ignored (only "
+        f"flash attention's packed sequences read them, and this model runs {implementation!r} attention); leave "
+        "position_ids out"
+    )
 
 
 def check_flags(given: Mapping[str, Any], flags: tuple[str, ...]) -> None:

@@ -158,14 +158,18 @@ def save_pretrained(
     fusions: Names = None,
     heads: Names = None,
     provenance: Provenance = None,
+    overwrite: bool = False,
 ) -> Path:
     """Every piece, or the named ones (with the adapters of each named fusion), and the active setup restricted to
     them, in one folder; `provenance` maps a piece name to the run folder or store entry it was trained in
     (serialization/provenance.py), for its model card. A new setup is built in a temp folder and renamed into place.
     Onto a setup saved before, every file is written first and only then renamed over the old ones, index last, so
     a failure while writing leaves the old setup whole (and one between the renames is refused on load by the
-    index's digests); then the pieces it listed that are no longer saved are removed. Nothing else in the folder is
-    touched, and nothing is written or removed through a symlink leading out of it. AdaptedModel.save_pretrained."""
+    index's digests). A save that leaves out pieces the earlier setup listed would remove them: it is refused unless
+    `overwrite=True` (as save_adapter refuses to replace another adapter), and then their files are removed last.
+    Nothing else in the folder is touched, and nothing is written or removed through a symlink leading out of it.
+    AdaptedModel.save_pretrained."""
+    check_bool(overwrite, "save_pretrained(overwrite)")
     directory = check_writable_folder(
         directory,
         "save_pretrained: the folder",
@@ -181,6 +185,8 @@ def save_pretrained(
             _check_inside(directory, folder)
             check_piece_folder(folder, kind, name)
     dropped = sorted(_saved_pieces(directory) - {(kind, name) for kind in PIECE_KINDS for name in chosen[kind]})
+    if dropped and not overwrite:
+        _refuse_dropping(directory, dropped)
     for kind, name in dropped:  # and the folders of the earlier setup's pieces it removes
         _check_removable(directory, kind, name)
     saved = {name for names in chosen.values() for name in names}
@@ -210,6 +216,19 @@ def save_pretrained(
     for kind, name in dropped:
         _remove_saved_piece(directory, kind, name)
     return directory
+
+
+def _refuse_dropping(directory: Path, dropped: Sequence[tuple[str, str]]) -> None:
+    """A save that would remove pieces saved there before, without overwrite=True: updating one piece of a setup
+    (save_pretrained(folder, adapters="rte")) would otherwise delete the others without a word."""
+    listed = ", ".join(f"{kind} {name!r}" for kind, name in dropped)
+    kinds = sorted({kind for kind, _ in dropped})
+    include = ", ".join(f"{kind}s=[...]" for kind in kinds)
+    raise ConfigError(
+        f"save_pretrained: the setup saved in {str(directory)!r} holds the {listed}, which this save leaves out, so "
+        f"their files would be removed; pass overwrite=True to replace the setup, include them ({include}, or save "
+        "every piece the model holds), or save into another folder"
+    )
 
 
 def _setup_files(model: AdaptedModel, directory: Path, index: dict[str, Any]) -> dict[Path, bytes]:

@@ -84,3 +84,19 @@ def test_use_cache_as_a_bool():
     assert model(**inputs, use_cache=False).past_key_values is None
     cached = model.generate(**inputs, max_new_tokens=2, pad_token_id=0, use_cache=True)
     assert torch.equal(model.generate(**inputs, max_new_tokens=2, pad_token_id=0, use_cache=False), cached)
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_position_ids_are_refused_where_the_model_counts_positions_itself(model_type):
+    """T5 and BART take position_ids only in their **kwargs (for flash attention's packed sequences) and ignore them
+    otherwise: reversed positions gave the same logits without a word. A decoder that reads them still takes them."""
+    model = _adapted(model_type)
+    inputs = tiny_decoder_inputs(model_type)
+    positions = torch.arange(inputs["input_ids"].shape[1]).flip(0).expand_as(inputs["input_ids"])
+    with pytest.raises(af.ConfigError, match="counts token positions itself, so position_ids would be silently"):
+        model(**inputs, position_ids=positions)
+    llama = _adapted("llama")
+    inputs = tiny_decoder_inputs("llama")
+    positions = torch.arange(inputs["input_ids"].shape[1]).flip(0).expand_as(inputs["input_ids"])
+    with torch.no_grad():
+        assert not torch.equal(llama(**inputs, position_ids=positions).logits, llama(**inputs).logits)

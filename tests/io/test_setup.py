@@ -75,7 +75,7 @@ def test_saving_replaces_a_saved_setup_but_not_another_folder(tmp_path):
     build_setup().save_pretrained(tmp_path / "setup")
     small = af.wrap(tiny_encoder().double())
     small.add_adapter("only", "pfeiffer")
-    small.save_pretrained(tmp_path / "setup")
+    small.save_pretrained(tmp_path / "setup", overwrite=True)
     assert sorted(p.name for p in (tmp_path / "setup").iterdir()) == ["adapterfusion_setup.json", "adapters"]
     assert [p.name for p in (tmp_path / "setup" / "adapters").iterdir()] == ["only"]
     (tmp_path / "other").mkdir()
@@ -168,7 +168,7 @@ def test_saving_onto_a_saved_setup_keeps_what_the_user_put_there(tmp_path):
     small = af.wrap(tiny_encoder().double())
     small.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
     small.add_adapter("only", "pfeiffer")
-    small.save_pretrained(setup)
+    small.save_pretrained(setup, overwrite=True)  # it leaves out b, f and the heads
     assert (setup / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in (setup / "adapters").iterdir()) == ["a", "b", "mine", "only"]
     assert [p.name for p in (setup / "adapters" / "b").iterdir()] == ["why.txt"]  # our files of b are gone
@@ -178,6 +178,28 @@ def test_saving_onto_a_saved_setup_keeps_what_the_user_put_there(tmp_path):
     assert restored.adapter_names == ["a", "only"] and restored.head_names == []
     mine, theirs = restored.state_dict(), small.state_dict()
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def test_a_save_that_leaves_out_saved_pieces_needs_overwrite(tmp_path):
+    """Updating one piece of a setup (save_pretrained(folder, adapters="b")) deleted the others without a word, and
+    a setup of another model saved into the folder replaced it whole. Now both are refused, the folder unchanged,
+    naming what would go; overwrite=True replaces the setup, and saving the same pieces again needs no flag."""
+    setup = tmp_path / "setup"
+    model = build_setup()
+    model.save_pretrained(setup)
+    before = _tree(setup)
+    with pytest.raises(af.ConfigError, match="holds the adapter 'a'.*leaves out.*overwrite=True.*adapters=\\[...\\]"):
+        model.save_pretrained(setup, adapters="b")
+    other = af.wrap(tiny_decoder("llama"))
+    other.add_adapter("b")
+    with pytest.raises(af.ConfigError, match="fusion 'f'.*head 'reg'.*overwrite=True"):
+        other.save_pretrained(setup)
+    with pytest.raises(af.ConfigError, match="overwrite"):
+        model.save_pretrained(setup, adapters="b", overwrite="yes")
+    assert _tree(setup) == before
+    model.save_pretrained(setup)  # the same pieces again: an update
+    model.save_pretrained(setup, adapters="b", overwrite=True)
+    assert af.AdaptedModel.from_pretrained(tiny_encoder().double(), setup).adapter_names == ["b"]
 
 
 # ---- a setup is saved as a whole, and only what we wrote inside it is removed (#F5, #F6, #F9) --------------------
@@ -253,12 +275,12 @@ def test_dropping_a_piece_never_removes_files_through_a_symlink(tmp_path):
         path.unlink()
     link.rmdir()
     link.symlink_to(library)
-    model.save_pretrained(tmp_path / "setup", adapters="a")
+    model.save_pretrained(tmp_path / "setup", adapters="a", overwrite=True)
     assert _tree(library) == kept and link.is_symlink()
     assert af.AdaptedModel.from_pretrained(tiny_encoder(), tmp_path / "setup").adapter_names == ["a"]
     (tmp_path / "setup" / "adapters").rename(tmp_path / "elsewhere")  # the whole adapters/ a link, files inside
     (tmp_path / "setup" / "adapters").symlink_to(tmp_path / "elsewhere")
-    af.wrap(tiny_encoder()).save_pretrained(tmp_path / "setup")
+    af.wrap(tiny_encoder()).save_pretrained(tmp_path / "setup", overwrite=True)
     assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["a", "b"]
     assert (tmp_path / "elsewhere" / "a" / "adapter.safetensors").is_file()
 

@@ -177,7 +177,7 @@ CASES: tuple[BadInput, ...] = (
         GROUP,
         "model(**batch, adapter_names=['a', af.Parallel('a', 'b'), 'b'])",
         af.ConfigError,
-        ("Parallel", "cannot be one example's choice"),
+        ("Parallel", "cannot be one example's choice", "model.activate(af.Parallel(...))"),
         _called(lambda: None, adapter_names=["a", af.Parallel("a", "b"), "b"]),
     ),
     B(
@@ -185,7 +185,7 @@ CASES: tuple[BadInput, ...] = (
         GROUP,
         "model.average_adapters('avg', ['a', 'b']) (bottleneck 4 and 2)",
         af.ConfigError,
-        ("['b']", "another config", "'a'"),
+        ("adapter 'b' has reduction_factor=", "but 'a' has reduction_factor=", "of one config"),
         _averaged(["a", "b"]),
     ),
     B(

@@ -136,6 +136,15 @@ def _lm(model_type: str) -> af.AdaptedModel:
     return model
 
 
+def _bare_t5_call(folder: Path) -> Action:
+    """A bare T5Model (no LM head) with adapter 'a' active, called with input_ids and no decoder inputs."""
+    model = af.wrap(transformers.T5Model(tiny_decoder("t5").config))
+    model.add_adapter("a")
+    model.activate(adapter="a")
+    inputs = tiny_decoder_inputs("t5")
+    return lambda: model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+
+
 def _lm_call(model_type: str, **changes: Any) -> Callable[[Path], Action]:
     """model(**tiny_decoder_inputs(model_type) with `changes`) of _lm(model_type); a value None drops that input."""
 
@@ -808,6 +817,23 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("no decoder inputs", "decoder_input_ids", "labels", "generate"),
         _lm_call("t5", decoder_input_ids=None),
+    ),
+    B(
+        "seq2seq-bare-no-decoder-inputs",
+        GROUP,
+        "a bare T5Model (AutoModel, no LM head) called with input_ids alone (the fix advised labels and generate(), "
+        "which it takes neither)",
+        af.ConfigError,
+        ("no decoder inputs", "decoder_input_ids", "wrap the model loaded with AutoModelForSeq2SeqLM"),
+        _bare_t5_call,
+    ),
+    B(
+        "seq2seq-position-ids",
+        GROUP,
+        "BART given position_ids, which it takes in its **kwargs and ignores (was accepted; the logits unchanged)",
+        af.ConfigError,
+        ("BartForConditionalGeneration counts token positions itself", "leave position_ids out"),
+        _lm_call("bart", position_ids=torch.arange(7).flip(0).expand(2, 7)),
     ),
     B(
         "seq2seq-embeds-no-decoder-inputs",

@@ -183,16 +183,23 @@ def _store_entry_parent_read_only(folder: Path) -> Action:
 
 
 def _save_pretrained_dropping_read_only_piece(folder: Path) -> Action:
-    """A setup of adapters a and b saved again with a alone, b's folder read-only: the new index was written, then
-    removing b's files failed."""
+    """A setup of adapters a and b saved again with a alone (overwrite=True), b's folder read-only: the new index was
+    written, then removing b's files failed."""
     _model("a", "b").save_pretrained(folder / "setup")
     model = _model("a")
 
     def action() -> Any:
         with read_only(folder / "setup" / "adapters" / "b"):
-            return model.save_pretrained(folder / "setup")
+            return model.save_pretrained(folder / "setup", overwrite=True)
 
     return action
+
+
+def _save_pretrained_leaving_out_pieces(folder: Path) -> Action:
+    """A setup of adapters a and b saved again with a alone and no overwrite=True: b's files were deleted."""
+    _model("a", "b").save_pretrained(folder / "setup")
+    model = _model("a")
+    return lambda: model.save_pretrained(folder / "setup", adapters="a")
 
 
 def _save_pretrained_name_near_limit(folder: Path) -> Action:
@@ -295,10 +302,18 @@ CASES: tuple[BadInput, ...] = (
     B(
         "save-pretrained-drops-read-only-piece",
         "saved files",
-        "save_pretrained of adapter a onto a setup of a and b whose adapters/b is read-only (mode 555)",
+        "save_pretrained(overwrite=True) of adapter a onto a setup of a and b whose adapters/b is read-only (mode 555)",
         af.ConfigError,
         ("/setup/adapters/b'", "adapter 'b'", "drops", "read-only for this user"),
         _save_pretrained_dropping_read_only_piece,
+    ),
+    B(
+        "save-pretrained-leaves-out-pieces",
+        "saved files",
+        "save_pretrained(folder, adapters='a') onto a setup of adapters a and b (b's files went without a word)",
+        af.ConfigError,
+        ("holds the adapter 'b'", "leaves out", "overwrite=True", "adapters=[...]"),
+        _save_pretrained_leaving_out_pieces,
     ),
     B(
         "store-put-model-read-only",
