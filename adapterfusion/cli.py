@@ -407,6 +407,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_length=args.max_length,
         max_new_tokens=args.max_new_tokens,
         api_key=ServeConfig.key_from_env(args.api_key),
+        allowed_hosts=tuple(args.allowed_host) if args.allowed_host else None,
     )
     serve(args.setup, args.base, args.host, args.port, config, args.device, args.dtype, args.drain_seconds)
     return 0
@@ -627,6 +628,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server.add_argument(
         "--api-key", default=None, help=f"key that POST /v1/pieces requires (default: ${API_KEY_ENV}, else none)"
+    )
+    server.add_argument(
+        "--allowed-host",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a host name clients may give in their Host header (repeatable; default on a loopback address: "
+        "127.0.0.1, localhost and ::1; elsewhere: any)",
     )
     server.add_argument("--drain-seconds", type=int, default=30, help="time in-flight requests get at shutdown")
     server.set_defaults(run=_serve)

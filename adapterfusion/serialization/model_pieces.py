@@ -33,6 +33,14 @@ if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 
+class AdaptersNotLoadedError(NameNotFoundError):
+    """A fusion loaded before the adapters it fuses; `fused` are its adapters' names, `missing` those not loaded."""
+
+    def __init__(self, message: str, fused: tuple[str, ...], missing: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.fused, self.missing = fused, missing
+
+
 def layout(model: AdaptedModel) -> EncoderLayout:
     """What a file format may know of the model's encoder: fingerprint, where each site is, its HF config and each
     site's pretrained LayerNorm (for formats that store weights by module path)."""
@@ -99,9 +107,11 @@ def install_piece(
             assert isinstance(piece.config, FusionConfig)
             missing = [a for a in piece.adapters if a not in model.adapter_configs]
             if missing:
-                raise NameNotFoundError(
+                raise AdaptersNotLoadedError(
                     f"the fusion in {piece.source} fuses adapters {list(piece.adapters)}, of which {missing} are "
-                    "not loaded; load_adapter() each of them first"
+                    "not loaded; load_adapter() each of them first",
+                    tuple(piece.adapters),
+                    tuple(missing),
                 )
             check_weights(piece.tensors, piece.source)
             modules = fusion_modules(

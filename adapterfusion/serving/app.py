@@ -28,6 +28,7 @@ from adapterfusion.errors import (
     PieceExistsError,
     SerializationError,
 )
+from adapterfusion.serialization.model_pieces import AdaptersNotLoadedError
 from adapterfusion.serialization.setup import SeveralPiecesError
 from adapterfusion.serving.batcher import Batcher, drain_ran_out
 from adapterfusion.serving.config import ServeConfig
@@ -110,17 +111,24 @@ def create_app(
     in_flight = 0
     catalog = Catalog.of(model)  # replaced (on the model's thread) after each load
     drained = asyncio.Event()  # set when the drain time of a stopping server ran out
+    forced = False  # stop_now ran: the lifespan does not wait for the model's thread
+
+    def drain_over() -> None:
+        for each in batchers:
+            each.stop(drain_ran_out())
+        drained.set()
 
     def begin_stopping(drain_seconds: float) -> None:
         """On the event loop, when the server stops taking connections: whatever is unanswered `drain_seconds` later
         gets drain_ran_out()'s 503, before the server cancels it (which would answer a bare 500)."""
-
-        def drain_over() -> None:
-            for each in batchers:
-                each.stop(drain_ran_out())
-            drained.set()
-
         asyncio.get_running_loop().call_later(drain_seconds, drain_over)
+
+    def stop_now() -> None:
+        """On the event loop, at a second interrupt: the drain is over now (server.py gives the 503s a moment to be
+        sent before it forces the exit), and the model's thread is not waited for."""
+        nonlocal forced
+        forced = True
+        drain_over()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -129,7 +137,7 @@ def create_app(
         try:
             yield
         finally:  # the server stopped taking requests and waited for those in flight; finish anything still queued
-            forced = False
+            nonlocal forced
             try:
                 for each in batchers:
                     await each.close()
@@ -137,11 +145,22 @@ def create_app(
                 forced = True
                 for each in batchers:
                     each.stop(drain_ran_out())
-                logger.warning("forced shutdown: requests still queued were answered 503")
+            if forced:
+                logger.warning("forced shutdown: requests still unanswered were answered 503")
             executor.shutdown(wait=not forced, cancel_futures=forced)
 
-    app = FastAPI(title="adapterfusion", lifespan=lifespan)
+    # No /docs, /redoc or /openapi.json (the endpoints are ROUTES, documented in the README), and no redirect of
+    # /v1/pieces/ to a URL built from the request's Host header.
+    app = FastAPI(
+        title="adapterfusion",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        redirect_slashes=False,
+    )
     app.state.begin_stopping = begin_stopping
+    app.state.stop_now = stop_now
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -149,6 +168,10 @@ def create_app(
         in_flight += 1
         status = 500  # what the safety net answers when the call raises past every handler
         try:
+            refused = _foreign_host(request, config.allowed_hosts)
+            if refused is not None:
+                status = refused.status
+                return _error(refused.status, refused.message)
             response = await call_next(request)
             status = response.status_code
             return response
@@ -190,7 +213,11 @@ def create_app(
         """A request read, checked and encoded by `encode`, run in `queue`'s next batch, answered as {key: [...]}."""
         start = time.perf_counter()
         try:
-            answers = await queue.submit(encode(read_body(await _body(request, config), config)))
+            answers = await _unless_client_left(
+                request, queue.submit(encode(read_body(await _body(request, config), config)))
+            )
+        except ClientLeft:
+            return _error(CLIENT_CLOSED, "the client closed the connection before its answer")
         except RequestError:
             raise
         except AdapterFusionError as error:  # a check inside the forward refused this request's inputs
@@ -287,6 +314,65 @@ def create_app(
     return app
 
 
+class ClientLeft(Exception):
+    """The client closed its connection while its request waited: the request leaves the queue unrun."""
+
+
+# The status logged and counted for a request whose client left first (nginx's 499); nobody receives it.
+CLIENT_CLOSED = 499
+
+
+async def _unless_client_left(request: "Request", work: Awaitable[_T]) -> _T:
+    """`work`'s result, or ClientLeft if the client disconnects first; `work` is then cancelled, which takes its
+    request out of the queue (a request in the running forward still runs, its answer unsent). Starlette does not
+    cancel a handler whose client left, so without this a client could queue forwards and hang up."""
+    task = asyncio.ensure_future(work)
+    left = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait([task, left], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        left.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ClientLeft
+    return task.result()
+
+
+async def _disconnected(request: "Request") -> None:
+    """Returns when the client disconnects: once the body is read, the server's next message is that."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _foreign_host(request: "Request", allowed: tuple[str, ...] | None) -> RequestError | None:
+    """400 for a Host header naming none of `allowed` (None: any): a web page on another site whose name was made to
+    resolve to 127.0.0.1 (DNS rebinding) sends its own name as the Host, and would otherwise reach a loopback server
+    as if it were its own origin, JSON posts included."""
+    if allowed is None:
+        return None
+    given = request.headers.get("host")
+    if given is None:  # HTTP/1.0 clients may send none; browsers always do
+        return None
+    name = host_name(given)
+    if name in allowed:
+        return None
+    return RequestError(
+        400,
+        f"this server answers to the host names {list(allowed)}, and the request's Host header is {given[:80]!r}; "
+        "connect by one of those (or start the server with --allowed-host NAME)",
+    )
+
+
+def host_name(header: str) -> str:
+    """The host name of a Host header, without its port, lower-cased ('[::1]:8000' -> '::1')."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
 async def _unless_drained(drained: asyncio.Event, work: "asyncio.Future[_T]") -> _T:
     """`work`'s result, or drain_ran_out() if `drained` is set first (`work` then ends unheard on the model thread)."""
     waiter: asyncio.Future[Any] = asyncio.ensure_future(drained.wait())
@@ -318,11 +404,11 @@ def _load_refused(error: AdapterFusionError, piece: PieceRequest) -> RequestErro
     """What a client is told of a piece that did not load: the kind of fault, in terms of the 'source' it sent. Not the
     library's message, which names the paths it resolved on the server and lists what the folders there hold."""
     kind, source = piece.kind, repr(piece.source)
-    if isinstance(error, NameNotFoundError):
+    if isinstance(error, AdaptersNotLoadedError):  # adapter names, not paths: the client needs them
         return RequestError(
             404,
-            f"the {kind} in {source} needs pieces this server has not loaded (a fusion's adapters); load them first "
-            "(GET /v1/pieces lists what is loaded)",
+            f"the fusion in {source} fuses adapters {list(error.fused)}, of which {list(error.missing)} are not loaded "
+            "here; load them first (POST /v1/pieces; GET /v1/pieces lists what is loaded)",
         )
     if isinstance(error, PieceExistsError):
         return RequestError(
@@ -330,17 +416,13 @@ def _load_refused(error: AdapterFusionError, piece: PieceRequest) -> RequestErro
         )
     if isinstance(error, IncompatibleModelError):
         return RequestError(422, f"the {kind} in {source} was saved for another encoder than the one this server runs")
-    if isinstance(error, HubError):
+    if isinstance(error, (HubError, SerializationError, NameNotFoundError)):
+        # One answer whether or not a folder of that name exists here: a client must not learn the server's paths.
         return RequestError(
             422,
-            f"{source} is no folder on this server, and as a Hub id it could not be loaded (no such repository or "
-            f"{kind} in it, or the Hub is out of reach)",
-        )
-    if isinstance(error, SerializationError):
-        return RequestError(
-            422,
-            f"{source} holds no {kind} this server can read: it is no folder on the server, or it holds no saved "
-            f"{kind} (ours or AdapterHub's, or a saved setup with one), or a file of it is missing or damaged",
+            f"no {kind} could be loaded from {source}: no such folder on the server, or no saved {kind} in it (ours "
+            f"or AdapterHub's, or a saved setup with one), or a file of it missing or damaged; and as a Hub id, no "
+            f"such repository or {kind} in it, or the Hub out of reach",
         )
     if isinstance(error, SeveralPiecesError):  # how many, not their names: those are the server's folders
         return RequestError(
@@ -376,7 +458,8 @@ def _check_key(request: "Request", key: str | None) -> None:
     """401 unless the request carries `key` (Authorization: Bearer KEY, or X-API-Key: KEY); no key: open."""
     if key is None:
         return
-    given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
+    scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
+    given = request.headers.get("x-api-key") or (token.strip() if scheme.lower() == "bearer" else "")
     if not hmac.compare_digest(given.encode(), key.encode()):
         raise RequestError(401, "loading pieces needs the server's API key: send 'Authorization: Bearer KEY'")
 

@@ -14,6 +14,7 @@ request at a time, so one bad request fails alone. `close` lets every queued req
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from collections import deque
@@ -122,9 +123,15 @@ class Batcher(Generic[ItemT]):
         if len(self._waiting) >= self._max_queue:
             raise QueueFullError(self._max_queue, self.retry_after)
         future: asyncio.Future[list[Prediction]] = asyncio.get_running_loop().create_future()
-        self._waiting.append(_Job(item, future))
+        job = _Job(item, future)
+        self._waiting.append(job)
         self._arrived.set()
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:  # its client left (app.py): it no longer holds a place in the queue
+            with contextlib.suppress(ValueError):
+                self._waiting.remove(job)
+            raise
 
     async def close(self) -> None:
         """Finish every queued request, then stop the loop."""

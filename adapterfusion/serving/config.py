@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from adapterfusion.errors import ConfigError
 
 API_KEY_ENV = "ADAPTERFUSION_API_KEY"
+# The names a client on this machine reaches a loopback server by.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 # The tokens an input keeps when neither its tokenizer nor its model's position table says (predictor.model_limit).
 DEFAULT_MAX_LENGTH = 512
 # The default characters of one text per token of max_length. English runs ~4-5 characters a token (WordPiece, BPE),
@@ -31,7 +33,9 @@ class ServeConfig:
     max_body_bytes: bytes of one request body; max_length: tokens kept of an input (None: the tokenizer's and the
     model's limit; more is refused when the app is made); max_new_tokens: the most tokens one generate request may
     ask for (None: DEFAULT_MAX_NEW_TOKENS, at most what the model's positions leave after a one-token prompt; more
-    is refused when the app is made); api_key: required by POST /v1/pieces when set."""
+    is refused when the app is made); api_key: required by POST /v1/pieces when set; allowed_hosts: the host names
+    a request's Host header may give (None: any; `serve` on a loopback address defaults to LOOPBACK_NAMES), which
+    keeps web pages of other sites from reaching a local server through DNS rebinding."""
 
     max_batch_size: int = 32
     max_batch_tokens: int | None = 4096
@@ -43,8 +47,17 @@ class ServeConfig:
     max_length: int | None = None
     max_new_tokens: int | None = None
     api_key: str | None = None
+    allowed_hosts: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.allowed_hosts is not None:
+            hosts = self.allowed_hosts
+            if isinstance(hosts, str) or not all(isinstance(h, str) and h.strip() for h in hosts) or not hosts:
+                raise ConfigError(
+                    f"allowed_hosts={hosts!r} must be a non-empty tuple of host names such as ('localhost',), or None "
+                    "for any"
+                )
+            object.__setattr__(self, "allowed_hosts", tuple(h.strip().lower().strip("[]") for h in hosts))
         for name in ("max_batch_size", "max_queue", "max_inputs", "max_body_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

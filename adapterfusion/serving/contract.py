@@ -56,6 +56,9 @@ MIN_TEMPERATURE = 1e-3
 _BLOCKS = {"stack": Stack, "average": Average, "fuse": Fuse}
 _BLOCK_OPTIONS = {"stack": (), "average": ("weights",), "fuse": ("name",)}
 MAX_BLOCK_DEPTH, MAX_BLOCK_CHILDREN = 4, 64
+# Adapters one block may run at each site (a stack of 64 averages of 64 adapters ran 4,096 and held the model's
+# thread for minutes), or as many as the largest loaded fusion fuses, a cost the server took on by loading it.
+MAX_BLOCK_ADAPTER_RUNS = 16
 DEFAULT_NEW_TOKENS = 32  # what a generate request without max_new_tokens gets (at most the server's limit)
 _PIECE_KEYS = ("kind", "source", "name")
 _INPUTS_FORM = 'a list of texts ["...", ...] or of text pairs [["...", "..."], ...]'
@@ -193,8 +196,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def no_tokens(index: int, text: str) -> RequestError:
-    """422 for inputs[index], whose `text` (all of it, or of a pair) this tokenizer turns into no tokens at all."""
-    return RequestError(422, f"inputs[{index}] is {len(text)} characters that make no tokens; send text")
+    """422 for inputs[index], whose `text` (all of it, or of a pair) this tokenizer turns into no token of text."""
+    return RequestError(
+        422,
+        f"inputs[{index}] is {len(text)} characters that make no tokens of text (none but the tokenizer's "
+        "own); send text",
+    )
 
 
 def body_too_large(size: str, config: ServeConfig) -> RequestError:
@@ -285,7 +292,15 @@ def _parse_choice(data: dict[str, Any], catalog: Catalog) -> dict[str, str] | Bl
     if len(given) > 1:
         raise RequestError(422, f"give one of 'adapter', 'fusion' and 'block', not {' and '.join(given)}")
     if given == ["block"]:
-        return _parse_block(data["block"], catalog, "block", 1)
+        block = _parse_block(data["block"], catalog, "block", 1)
+        runs, limit = adapter_runs(block, catalog), max([MAX_BLOCK_ADAPTER_RUNS, *map(len, catalog.fusions.values())])
+        if runs > limit:
+            raise RequestError(
+                413,
+                f"'block' runs {runs} adapters at each site, over this server's limit of {limit} (each costs about "
+                "what the model's own layers do); send a smaller block, or one request per choice",
+            )
+        return block
     choice = None
     for kind, loaded in (("adapter", list(catalog.adapters)), ("fusion", list(catalog.fusions))):
         name = data.get(kind)
@@ -293,6 +308,15 @@ def _parse_choice(data: dict[str, Any], catalog: Catalog) -> dict[str, str] | Bl
             _require(kind, name, loaded)
             choice = {kind: name}
     return choice
+
+
+def adapter_runs(block: Any, catalog: Catalog) -> int:
+    """How many adapters `block` (or a name in it) runs at each site: a fusion runs each adapter it fuses."""
+    if isinstance(block, str):
+        return len(catalog.fusions.get(block, ())) or 1
+    if isinstance(block, Fuse):
+        return len(block.children)
+    return sum(adapter_runs(child, catalog) for child in block.children)
 
 
 def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
@@ -304,7 +328,9 @@ def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
     kind = kinds[0]
     extra = sorted(set(value) - {kind, *_BLOCK_OPTIONS[kind]})
     if extra:
-        raise RequestError(422, f"'{where}' has unknown field(s) {extra}; a {kind} block takes {_BLOCK_OPTIONS[kind]}")
+        options = _BLOCK_OPTIONS[kind]
+        takes = " and ".join(f"'{option}'" for option in (kind, *options))
+        raise RequestError(422, f"'{where}' has unknown field(s) {extra}; a {kind} block has the fields {takes} only")
     children = value[kind]
     if not isinstance(children, list) or not 1 <= len(children) <= MAX_BLOCK_CHILDREN:
         raise RequestError(422, f"'{where}.{kind}' must list 1 to {MAX_BLOCK_CHILDREN} children: names or blocks")
@@ -379,7 +405,7 @@ def _check_fuse(adapters: tuple[str, ...], name: Any, catalog: Catalog, where: s
             )
         return name
     if name is not None:
-        return name  # Fuse's own check names the bad type
+        raise RequestError(422, f"'{where}.name' is {_short(name)}; give the name of a loaded fusion, a string")
     matches = matching_fusions(adapters, catalog.fusions)
     if not matches:
         loaded = {fusion: list(fused) for fusion, fused in catalog.fusions.items()}

@@ -56,13 +56,16 @@ class Predictor:
 
     def encode(self, request: PredictRequest) -> Encoded:
         """The request's inputs tokenised (on the event loop, while the model runs other requests); 422 for an input
-        of no tokens (an empty text where the tokenizer adds none of its own: GPT-2, Llama, BART)."""
+        that makes no token of text: none at all (an empty text where the tokenizer adds none of its own: GPT-2,
+        Llama, BART), or only the tokenizer's own ([CLS] [SEP] of an empty or invisible text), whose prediction would
+        say nothing of what was sent."""
+        special = set(getattr(self.tokenizer, "all_special_ids", None) or ())
         features = tuple(
             dict(self.tokenizer(text, pair, truncation=True, max_length=self.max_length))
             for text, pair in request.inputs
         )
         for index, feature in enumerate(features):
-            if not feature["input_ids"]:
+            if all(token in special for token in feature["input_ids"]):
                 text, pair = request.inputs[index]
                 raise no_tokens(index, text + (pair or ""))
         return Encoded(request, features)

@@ -8,7 +8,9 @@ import asyncio
 import ipaddress
 import logging
 import os
+import signal
 import socket
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from adapterfusion.errors import ConfigError
 from adapterfusion.model import AdaptedModel
 from adapterfusion.serialization.setup import SETUP_FILE, read_index
 from adapterfusion.serving.app import create_app, model_executor
-from adapterfusion.serving.config import ServeConfig
+from adapterfusion.serving.config import LOOPBACK_NAMES, ServeConfig
 from adapterfusion.serving.generator import new_tokens_limit
 from adapterfusion.serving.predictor import check_max_length
 
@@ -30,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 # Seconds uvicorn waits past the drain before it cancels what is left: time for the app's 503s to be written.
 STOP_GRACE_SECONDS = 5
+# After a second interrupt, the seconds the app's 503s get to be written before the exit is forced.
+FORCED_ANSWER_SECONDS = 1.0
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -90,10 +94,13 @@ def serve(
     except BaseException:
         executor.shutdown(wait=False)
         raise
+    _log_to_stderr()
     if config.api_key is None and not _is_loopback(host):
         logger.warning(
             "serving on %s without an API key: anyone who reaches it can load pieces (POST /v1/pieces)", host
         )
+    if config.allowed_hosts is None and _is_loopback(host):
+        config = replace(config, allowed_hosts=tuple(dict.fromkeys((*LOOPBACK_NAMES, host.lower()))))
     app = create_app(model, tokenizer, config, executor)
     server_config = uvicorn.Config(
         app, host=host, port=port, timeout_graceful_shutdown=drain_seconds + STOP_GRACE_SECONDS, log_level="info"
@@ -108,9 +115,23 @@ def draining_server(config: Any, drain_seconds: float) -> Any:
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
+        stopping: asyncio.AbstractEventLoop | None = None
+
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            self.stopping = asyncio.get_running_loop()
             config.app.state.begin_stopping(drain_seconds)
             await super().shutdown(sockets)
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            """A second interrupt while draining: uvicorn's forced exit would cancel the requests still running,
+            each answered a plain-text 500; the app answers them its 503 first, and the exit is forced once those
+            had FORCED_ANSWER_SECONDS to be sent (sooner if every connection closes)."""
+            loop = self.stopping
+            if loop is None or not self.should_exit or self.force_exit or sig != signal.SIGINT:
+                super().handle_exit(sig, frame)
+                return
+            loop.call_soon_threadsafe(config.app.state.stop_now)
+            loop.call_soon_threadsafe(loop.call_later, FORCED_ANSWER_SECONDS, setattr, self, "force_exit", True)
 
     lifespan_logger = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, _ForcedExitFilter) for f in lifespan_logger.filters):
@@ -127,6 +148,18 @@ class _ForcedExitFilter(logging.Filter):
             return False
         message = record.getMessage()  # starlette hands uvicorn the lifespan's traceback as text
         return not (message.startswith("Traceback") and message.rstrip().endswith("CancelledError"))
+
+
+def _log_to_stderr() -> None:
+    """The library's log lines (pieces loaded at run time and refused, forwards that failed) beside uvicorn's, with
+    time and level, unless the application configured the `adapterfusion` logger itself."""
+    library = logging.getLogger("adapterfusion")
+    if library.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    library.addHandler(handler)
+    library.setLevel(logging.INFO)
 
 
 def _check_can_listen(host: str, port: int) -> None:

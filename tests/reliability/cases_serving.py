@@ -72,6 +72,23 @@ def _predict_without_heads(folder: Path) -> Action:
 
 CASES: tuple[BadInput, ...] = (
     B(
+        "serve-block-too-many-adapter-runs",
+        GROUP,
+        'POST /v1/predict {"block": {"stack": [{"average": ["a", "b"] * 32}] * 64}} (ran 4,096 adapters a site and '
+        "held the model's thread for minutes)",
+        af.ConfigError,
+        ("'block' runs 4096 adapters at each site", "limit of 16", "smaller block"),
+        _predict_block({"stack": [{"average": ["a", "b"] * 32}] * 64}),
+    ),
+    B(
+        "serve-block-fuse-name-not-text",
+        GROUP,
+        'POST /v1/predict {"block": {"fuse": ["a", "b"], "name": 5}} (was told "Fuse(name=5) has type int")',
+        af.ConfigError,
+        ("'block.name' is 5", "name of a loaded fusion"),
+        _predict_block({"fuse": ["a", "b"], "name": 5}),
+    ),
+    B(
         "serve-duplicate-key",
         GROUP,
         'a request body {"inputs": ["x"], "adapter": "a", "adapter": "b"} (a key twice)',
@@ -92,7 +109,7 @@ CASES: tuple[BadInput, ...] = (
         GROUP,
         'POST /v1/predict {"inputs": ["Hello there", ""]} on a tokenizer that adds no special tokens',
         af.ConfigError,
-        ("inputs[1]", "0 characters that make no tokens", "send text"),
+        ("inputs[1]", "0 characters that make no tokens of text", "send text"),
         _predict_on_gpt2_tokenizer(["Hello there", ""]),
     ),
     B(

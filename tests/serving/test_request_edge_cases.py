@@ -93,7 +93,9 @@ def test_a_text_of_no_tokens_is_refused_naming_the_input(tokenizer, inputs, inde
         response = httpx.post(base + "/v1/predict", json={"inputs": inputs, "adapter": "a", "head": "a"}, timeout=30)
         message = response.json()["error"]["message"]
         assert response.status_code == 422, message
-        assert message == f"inputs[{index}] is 0 characters that make no tokens; send text"
+        assert message == (
+            f"inputs[{index}] is 0 characters that make no tokens of text (none but the tokenizer's own); send text"
+        )
         ok = httpx.post(base + "/v1/predict", json={"inputs": ["Hello"], "adapter": "a", "head": "a"}, timeout=30)
         assert ok.status_code == 200, ok.text
 

@@ -440,7 +440,7 @@ def test_a_piece_that_does_not_load_is_answered_without_the_servers_paths_or_fol
         (af.SerializationError(secret), 422),
         (af.HubError(secret), 422),
         (af.IncompatibleModelError(secret), 422),
-        (af.NameNotFoundError(secret), 404),
+        (af.NameNotFoundError(secret), 422),
         (af.ConfigError(secret), 422),
     ]
     caplog.set_level(logging.WARNING, logger="adapterfusion.serving.app")

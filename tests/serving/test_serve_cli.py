@@ -135,3 +135,45 @@ def test_a_max_length_over_what_the_base_takes_is_refused_before_the_weights_loa
     assert reason in error and f"serve with --max-length {most} or less" in error and not loads
     assert cli.main([*command, str(most)]) == 2
     assert "the weights began to load" in capsys.readouterr().err and len(loads) == 1
+
+
+@pytest.mark.slow
+def test_a_second_interrupt_answers_the_requests_still_waiting_with_a_json_503(tmp_path):
+    """Ctrl-C twice during the drain: uvicorn's forced exit cancelled the requests still waiting, and each client got
+    a plain-text 500. Now the app answers them its 503 (JSON, Retry-After) before the exit is forced."""
+    tokenizer = load_tokenizer()
+    base = tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128)
+    base.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    tiny_served_model(tokenizer).save_pretrained(tmp_path / "setup")
+    port = _free_port()
+    command = [sys.executable, "-m", "adapterfusion.cli", "serve", str(tmp_path / "setup")]
+    command += ["--base", str(tmp_path / "base"), "--port", str(port), "--max-wait-ms", "5000", "--drain-seconds", "30"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
+            try:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        body = {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}
+        with ThreadPoolExecutor(3) as pool:
+            sent = [pool.submit(httpx.post, url + "/v1/predict", json=body, timeout=30) for _ in range(3)]
+            time.sleep(1.0)  # the requests wait for their batch to fill (5 s) when the signals come
+            process.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+            process.send_signal(signal.SIGINT)
+            responses = [future.result() for future in sent]
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = process.stdout.read() if process.stdout else ""
+    for response in responses:
+        assert response.status_code == 503, (response.text, output)
+        assert response.json()["error"]["status"] == 503 and response.headers["retry-after"] == "5"
+    assert "forced shutdown: requests still unanswered were answered 503" in output
