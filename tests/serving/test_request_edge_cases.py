@@ -15,17 +15,12 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 
-from serve_helpers import load_tokenizer, running, served, tiny_served_model  # noqa: E402
+from serve_helpers import running, served, tiny_served_model  # noqa: E402
 
 import adapterfusion as af  # noqa: E402
 from adapterfusion import cli  # noqa: E402
 from adapterfusion.serving import ServeConfig, server  # noqa: E402
 from adapterfusion.serving.app import create_app  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return load_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -28,16 +28,6 @@ from tolerances import assert_close  # noqa: E402
 KEY = "test-key-0123456789"
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer()
-
-
-@pytest.fixture()
-def model(tokenizer):
-    return tiny_served_model(tokenizer)
-
-
 def _check(reference, tokenizer, body, answer) -> None:
     """Each prediction equals the offline one of its input (same label; scores to float64 tolerance)."""
     predictions = answer["predictions"]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import transformers
@@ -33,28 +34,37 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _serving(folder: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """`adapterfusion serve` of serve_helpers' tiny setup (saved with its base encoder into `folder`) in its own
+    process with `flags`, once it answers /healthz; the process and its base URL."""
+    tokenizer = load_tokenizer()
+    base = tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128)  # the served model's encoder
+    base.save_pretrained(folder / "base")
+    tokenizer.save_pretrained(folder / "base")
+    tiny_served_model(tokenizer).save_pretrained(folder / "setup")
+    port = _free_port()
+    command = [sys.executable, "-m", "adapterfusion.cli", "serve", str(folder / "setup")]
+    command += ["--base", str(folder / "base"), "--port", str(port), *flags]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the server did not start: {process.communicate()[0]}")
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_serve_command_answers_and_drains_in_flight_requests_on_sigterm(tmp_path):
     tokenizer = load_tokenizer()
-    base = tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128)  # the served model's encoder
-    base.save_pretrained(tmp_path / "base")
-    tokenizer.save_pretrained(tmp_path / "base")
-    tiny_served_model(tokenizer).save_pretrained(tmp_path / "setup")
+    process, url = _serving(tmp_path, "--dtype", "float64", "--max-wait-ms", "3000")
     reference = af.AdaptedModel.from_pretrained(str(tmp_path / "base"), tmp_path / "setup").double().eval()
-    port = _free_port()
-    command = [sys.executable, "-m", "adapterfusion.cli", "serve", str(tmp_path / "setup")]
-    command += ["--base", str(tmp_path / "base"), "--port", str(port), "--dtype", "float64", "--max-wait-ms", "3000"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
-            try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
         bodies = [
             {"inputs": [TEXTS[i]], **choice}
             for i, choice in enumerate(
@@ -141,25 +151,8 @@ def test_a_max_length_over_what_the_base_takes_is_refused_before_the_weights_loa
 def test_a_second_interrupt_answers_the_requests_still_waiting_with_a_json_503(tmp_path):
     """Ctrl-C twice during the drain: uvicorn's forced exit cancelled the requests still waiting, and each client got
     a plain-text 500. Now the app answers them its 503 (JSON, Retry-After) before the exit is forced."""
-    tokenizer = load_tokenizer()
-    base = tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128)
-    base.save_pretrained(tmp_path / "base")
-    tokenizer.save_pretrained(tmp_path / "base")
-    tiny_served_model(tokenizer).save_pretrained(tmp_path / "setup")
-    port = _free_port()
-    command = [sys.executable, "-m", "adapterfusion.cli", "serve", str(tmp_path / "setup")]
-    command += ["--base", str(tmp_path / "base"), "--port", str(port), "--max-wait-ms", "5000", "--drain-seconds", "30"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process, url = _serving(tmp_path, "--max-wait-ms", "5000", "--drain-seconds", "30")
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
-            try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
         body = {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}
         with ThreadPoolExecutor(3) as pool:
             sent = [pool.submit(httpx.post, url + "/v1/predict", json=body, timeout=30) for _ in range(3)]

@@ -15,17 +15,12 @@ import transformers
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from serve_helpers import TEXTS, load_tokenizer, running, tiny_served_model  # noqa: E402
+from serve_helpers import TEXTS, running, tiny_served_model  # noqa: E402
 
 import adapterfusion as af  # noqa: E402
 from adapterfusion.serving import ServeConfig  # noqa: E402
 from adapterfusion.serving.app import create_app  # noqa: E402
 from tiny_models import randomise  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return load_tokenizer()
 
 
 def _generating(tokenizer: Any, model_type: str = "llama", positions: int = 128) -> af.AdaptedModel:

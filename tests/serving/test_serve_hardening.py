@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from serve_helpers import TEXTS, load_tokenizer, running, tiny_served_model  # noqa: E402
+from serve_helpers import TEXTS, running, tiny_served_model  # noqa: E402
 
 import adapterfusion as af  # noqa: E402
 from adapterfusion.serving import ServeConfig, server  # noqa: E402
@@ -21,16 +21,6 @@ from adapterfusion.serving.app import create_app, host_name, model_executor  # n
 from adapterfusion.serving.contract import MAX_BLOCK_ADAPTER_RUNS  # noqa: E402
 
 KEY = "test-key-0123456789"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer()
-
-
-@pytest.fixture()
-def model(tokenizer):
-    return tiny_served_model(tokenizer)
 
 
 def test_a_foreign_host_header_is_refused_before_any_endpoint_runs(model, tokenizer, tmp_path):

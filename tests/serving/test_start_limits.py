@@ -25,11 +25,6 @@ from adapterfusion.serving.generator import new_tokens_limit  # noqa: E402
 from tiny_decoders import tiny_decoder  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return load_tokenizer()  # model_max_length 512
-
-
 def _llama(tokenizer: Any, positions: int = 64) -> af.AdaptedModel:
     return af.wrap(tiny_decoder("llama", vocab_size=len(tokenizer), max_position_embeddings=positions))
 
