@@ -328,8 +328,7 @@ def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
     kind = kinds[0]
     extra = sorted(set(value) - {kind, *_BLOCK_OPTIONS[kind]})
     if extra:
-        options = _BLOCK_OPTIONS[kind]
-        takes = " and ".join(f"'{option}'" for option in (kind, *options))
+        takes = " and ".join(f"'{field}'" for field in (kind, *_BLOCK_OPTIONS[kind]))
         raise RequestError(422, f"'{where}' has unknown field(s) {extra}; a {kind} block has the fields {takes} only")
     children = value[kind]
     if not isinstance(children, list) or not 1 <= len(children) <= MAX_BLOCK_CHILDREN:
