@@ -30,6 +30,7 @@ from adapterfusion.encoder_limits import cap_tokenizer_length
 from adapterfusion.errors import AdapterFusionError, ConfigError, IncompatibleModelError, UnsupportedArchitectureError
 from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES
+from adapterfusion.injection.runtime import contents_hashes
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.hub import HubRef, cached_folder, hub_errors, hub_ref, reach
 
@@ -318,10 +319,12 @@ _DIGESTS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, str]] = weakref.Weak
 
 def encoder_digest(model: AdaptedModel) -> str:
     """sha256 of the base encoder's weights (as float32, in module order): tells apart two checkpoints of one
-    architecture, which the fingerprint's sizes cannot. Remembered per model until a weight changes."""
+    architecture, which the fingerprint's sizes cannot. Remembered per model until a weight changes, which a cheap
+    hash of each weight's values tells (runtime.contents_hashes): a write through `p.data` leaves `_version` as it
+    was, and a digest remembered by version went stale."""
     base = {id(p) for p in cast(nn.Module, model.model.base_model).parameters()}
     weights = [p for p in model.encoder_parameters() if id(p) in base]
-    version = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in weights)
+    version = (tuple((p.data_ptr(), p.dtype, p.device) for p in weights), contents_hashes(weights))
     remembered = _DIGESTS.get(model)
     if remembered is not None and remembered[0] == version:
         return remembered[1]

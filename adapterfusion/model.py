@@ -36,7 +36,7 @@ from adapterfusion.forward_inputs import check_call
 from adapterfusion.fusion.config import FusionSetup
 from adapterfusion.heads.module import PredictionHead
 from adapterfusion.injection import controls as fusion_controls
-from adapterfusion.injection import inject
+from adapterfusion.injection import inject, plain_save
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.site import AdapterSite
@@ -101,6 +101,7 @@ class AdaptedModel(nn.Module):
         self.hidden_size = int(config.hidden_size)
         self.runtime = ForwardRuntime()  # what forwards record and reuse (recording, folded fusions), every site's
         self.sites: list[AdapterSite] = inject.inject_sites(self, self.runtime)
+        plain_save.guard_save(model)  # its own save_pretrained writes the plain model's weights while wrapped
         self.num_layers = 1 + self.sites[-1].layer_index  # an encoder-decoder's count both stacks
         self.fingerprint = EncoderFingerprint(
             model_type=config.model_type,
@@ -122,6 +123,7 @@ class AdaptedModel(nn.Module):
         """Put every original sub-module back and return the plain HuggingFace model, each parameter trainable or
         frozen as it was when wrapped (train_adapter and train_fusion freeze the encoder)."""
         self.sites = inject.unload_sites(self)  # every later use of the sites refuses, naming af.wrap
+        plain_save.release_save(self.model)
         for name, parameter in self.model.named_parameters():
             if name in self._wrapped_requires_grad:
                 parameter.requires_grad_(self._wrapped_requires_grad[name])

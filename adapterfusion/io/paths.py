@@ -32,12 +32,13 @@ DENIED_ERRNOS = (errno.EACCES, errno.EPERM)  # what an OSError says when this us
 
 def as_path(value: object, what: str, error: Error = ConfigError) -> Path:
     """`value` as a Path if it is a non-empty str or os.PathLike; else `error` naming `what`. An empty string would
-    be Path('.'), the current folder, and None a TypeError from pathlib."""
+    be Path('.'), the current folder, and None a TypeError from pathlib. A leading ~ is the user's home, as when the
+    path is read (io/hub.py locate): saving to '~/x' wrote a folder named '~' in the current one."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
         raise error(f"{what} {value!r} is not a path; give a folder or file path (a non-empty string or Path)")
-    return Path(value)
+    return Path(value).expanduser()
 
 
 def path_part(value: object, what: str) -> str:

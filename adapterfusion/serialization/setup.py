@@ -56,6 +56,7 @@ from adapterfusion.serialization.model_card import render_model_card
 from adapterfusion.serialization.pieces import (
     check_piece_folder,
     config_path,
+    holds_our_piece,
     piece_folder,
     piece_to_files,
     weights_path,
@@ -184,11 +185,13 @@ def save_pretrained(
             folder = directory / piece_folder(kind, path_part(name, f"the {kind} name"))
             _check_inside(directory, folder)
             check_piece_folder(folder, kind, name)
-    dropped = sorted(_saved_pieces(directory) - {(kind, name) for kind in PIECE_KINDS for name in chosen[kind]})
+    earlier = _saved_pieces(directory)
+    kept = {(kind, name) for kind in PIECE_KINDS for name in chosen[kind]}
+    dropped = sorted((kind, name, digest) for (kind, name), digest in earlier.items() if (kind, name) not in kept)
     if dropped and not overwrite:
-        _refuse_dropping(directory, dropped)
-    for kind, name in dropped:  # and the folders of the earlier setup's pieces it removes
-        _check_removable(directory, kind, name)
+        _refuse_dropping(directory, [(kind, name) for kind, name, _ in dropped])
+    for kind, name, digest in dropped:  # and the folders of the earlier setup's pieces it removes
+        _check_removable(directory, kind, name, digest)
     saved = {name for names in chosen.values() for name in names}
     stray = sorted(set(provenance or {}) - saved)
     if stray:
@@ -213,8 +216,8 @@ def save_pretrained(
         replace_folder(directory, lambda tmp: atomic_write_files(_setup_files(model, tmp, index)))
         return directory
     atomic_write_files(_setup_files(model, directory, index))
-    for kind, name in dropped:
-        _remove_saved_piece(directory, kind, name)
+    for kind, name, digest in dropped:
+        _remove_saved_piece(directory, kind, name, digest)
     return directory
 
 
@@ -259,33 +262,40 @@ def _is_inside(directory: Path, path: Path) -> bool:
     return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(directory))
 
 
-def _saved_pieces(directory: Path) -> set[tuple[str, str]]:
-    """(kind, name) of each piece the setup already in `directory` lists: the only pieces there that are ours to
-    remove; none for a new folder, or for an index that cannot be read (then nothing is removed)."""
+def _saved_pieces(directory: Path) -> dict[tuple[str, str], str | None]:
+    """(kind, name) of each piece the setup already in `directory` lists, with the digest of the config its index
+    recorded (None in an index of before digests): the only pieces there that may be ours to remove; none for a new
+    folder, or for an index that cannot be read (then nothing is removed)."""
     if not (directory / SETUP_FILE).is_file():
-        return set()
+        return {}
     try:
-        return {(piece["kind"], piece["name"]) for piece in read_index(directory)["pieces"]}
+        return {(piece["kind"], piece["name"]): piece.get(CONFIG_DIGEST) for piece in read_index(directory)["pieces"]}
     except SerializationError:
-        return set()
+        return {}
 
 
-def _ours_to_remove(directory: Path, kind: str, name: str) -> list[Path]:
-    """The files we wrote for the piece `kind` `name` of the setup in `directory` that are there to remove. A piece
-    folder or file that is a symlink (the user shares a piece kept elsewhere) is the user's: nothing is removed
-    through it, nor the link itself."""
+def _ours_to_remove(directory: Path, kind: str, name: str, digest: str | None) -> list[Path]:
+    """The files we wrote for the piece `kind` `name` of the setup in `directory` that are there to remove: only while
+    its config is the one we wrote (ours in format, and the bytes whose `digest` the index recorded). A piece folder
+    or file that is a symlink (the user shares a piece kept elsewhere) is the user's: nothing is removed through it,
+    nor the link itself; nor are files put there since (an AdapterHub export of the user's under that name)."""
     folder = directory / piece_folder(kind, name)
     if os.path.islink(folder) or os.path.islink(folder.parent) or not _is_inside(directory, folder):
         return []
-    files = (weights_path(folder, kind), config_path(folder, kind))
+    config = config_path(folder, kind)
+    if os.path.islink(config) or not holds_our_piece(folder, kind):
+        return []
+    if digest is not None and hashlib.sha256(config.read_bytes()).hexdigest() != digest:
+        return []
+    files = (weights_path(folder, kind), config)
     return [path for path in files if os.path.isfile(path) and not os.path.islink(path)]
 
 
-def _check_removable(directory: Path, kind: str, name: str) -> None:
+def _check_removable(directory: Path, kind: str, name: str, digest: str | None) -> None:
     """Refuse, before anything is written, a save that drops a piece of the earlier setup whose files this user may
     not remove: its folder must be one this user may write in."""
     folder = directory / piece_folder(kind, name)
-    if not _ours_to_remove(directory, kind, name) and not out_of_reach(folder):
+    if not _ours_to_remove(directory, kind, name, digest) and not out_of_reach(folder):
         return
     check_writable_folder(
         folder,
@@ -295,12 +305,12 @@ def _check_removable(directory: Path, kind: str, name: str) -> None:
     )
 
 
-def _remove_saved_piece(directory: Path, kind: str, name: str) -> None:
+def _remove_saved_piece(directory: Path, kind: str, name: str, digest: str | None) -> None:
     """Delete the two files we wrote for a piece no longer saved, then its folders if that left them empty: a file
     the user put beside them stays, and so does its folder (see _ours_to_remove)."""
     folder = directory / piece_folder(kind, name)
     try:
-        for path in _ours_to_remove(directory, kind, name):
+        for path in _ours_to_remove(directory, kind, name, digest):
             path.unlink()
     except OSError as error:  # checked up front (_check_removable); only a change since then gets here
         raise SerializationError(

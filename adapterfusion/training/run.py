@@ -30,7 +30,7 @@ from adapterfusion._version import __version__
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE
 from adapterfusion.defaults import default_encoder_path, named_encoder
 from adapterfusion.encoders import Encoder, load_encoder_model, load_language_model, load_tokenizer, resolve_encoder
-from adapterfusion.injection.site import AdapterSite
+from adapterfusion.injection import plain_save
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder, path_part
 from adapterfusion.model import AdaptedModel, wrap
@@ -105,19 +105,10 @@ def save_encoder(model, tokenizer: Any, directory: Path) -> Path:
 
 def plain_encoder_state(model) -> dict[str, Any]:
     """The encoder's state dict under the unwrapped model's keys (what `model.unload()` would save), without
-    unloading: each site's `<site>.base_layer.` prefix becomes `<site>.`. Only for models without adapters."""
+    unloading (injection/plain_save.py). Only for models without adapters."""
     if model.adapter_names or model.fusion_names:
         raise TrainingError("plain_encoder_state: the model holds adapters or fusions; save those with save_* instead")
-    prefixes = {
-        f"{name}.base_layer.": f"{name}."
-        for name, module in model.model.named_modules()
-        if isinstance(module, AdapterSite)
-    }
-    state = {}
-    for key, value in model.model.state_dict().items():
-        prefix = next((p for p in prefixes if key.startswith(p)), None)
-        state[prefixes[prefix] + key[len(prefix) :] if prefix else key] = value
-    return state
+    return plain_save.plain_state(model.model)
 
 
 # ---- reading back ------------------------------------------------------------------------------------------------

@@ -202,6 +202,31 @@ def test_a_save_that_leaves_out_saved_pieces_needs_overwrite(tmp_path):
     assert af.AdaptedModel.from_pretrained(tiny_encoder().double(), setup).adapter_names == ["b"]
 
 
+def test_overwrite_removes_only_the_dropped_pieces_files_we_wrote(tmp_path):
+    """save_pretrained(overwrite=True) dropping adapter b deleted whatever b's folder held under our two file names:
+    here the user's own AdapterHub export put there since, and a config of ours the user edited since the save."""
+    from adapterfusion.interop import export_adapterhub
+
+    setup = tmp_path / "setup"
+    model = af.wrap(tiny_encoder())
+    for name in ("a", "b", "c"):
+        model.add_adapter(name, "pfeiffer")
+    model.save_pretrained(setup)
+    theirs = setup / "adapters" / "b"
+    for path in theirs.iterdir():
+        path.unlink()
+    export_adapterhub(model, "adapter", "b", theirs)  # the user's files, AdapterHub's names
+    edited = setup / "adapters" / "c" / "adapter_config.json"
+    edited.write_text(edited.read_text() + "\n")  # still our format, but not the bytes the index recorded
+    kept = {**_tree(theirs), **{str(edited): edited.read_bytes()}}
+    model.save_pretrained(setup, adapters="a", overwrite=True)
+    assert {**_tree(theirs), **{str(edited): edited.read_bytes()}} == kept
+    assert (setup / "adapters" / "c" / "adapter.safetensors").is_file()
+    assert af.AdaptedModel.from_pretrained(tiny_encoder(), setup).adapter_names == ["a"]
+    with pytest.raises(af.ConfigError, match="which we did not write"):  # b's folder is the user's now
+        model.save_pretrained(setup, overwrite=True)
+
+
 # ---- a setup is saved as a whole, and only what we wrote inside it is removed (#F5, #F6, #F9) --------------------
 def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -311,3 +336,17 @@ def test_a_fusion_mask_saved_as_a_string_is_refused_not_split_into_characters(tm
     index_path.write_text(json.dumps(index))
     with pytest.raises(af.SerializationError, match="each fusion mask must be lists"):
         af.AdaptedModel.from_pretrained(tiny_encoder().double(), tmp_path / "setup")
+
+
+def test_a_path_from_home_is_the_same_folder_to_save_and_to_load(tmp_path, monkeypatch):
+    """save_adapter('~/x') wrote a folder named '~' in the current folder, and load_adapter('~/x') then read the
+    home folder's x, which did not exist."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    model = build_setup()
+    model.save_adapter("a", "~/pieces/a")
+    model.save_pretrained("~/setup")
+    assert (tmp_path / "home" / "pieces" / "a").is_dir() and not (tmp_path / "~").exists()
+    restored = af.wrap(tiny_encoder().double())
+    assert restored.load_adapter("~/pieces/a") == "a"
+    assert_same_model(af.AdaptedModel.from_pretrained(tiny_encoder().double(), "~/setup"), model)

@@ -57,3 +57,7 @@ def test_the_digest_is_remembered_until_a_weight_changes():
     with torch.no_grad():
         model.model.embeddings.word_embeddings.weight[0, 0] += 1.0
     assert encoder_digest(model) != first
+    second = encoder_digest(model)
+    model.model.encoder.layer[0].intermediate.dense.weight.data.mul_(1.5)  # a write `_version` does not see
+    third = encoder_digest(model)
+    assert third != second and encoder_digest(model) == third
