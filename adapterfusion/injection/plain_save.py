@@ -40,7 +40,7 @@ def plain_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def _save_plain(model: nn.Module, *args: Any, **kwargs: Any) -> Any:
     if kwargs.get("state_dict") is None:
         kwargs["state_dict"] = plain_state(model)
-    return type(model).save_pretrained(model, *args, **kwargs)
+    return getattr(type(model), _OVERRIDE)(model, *args, **kwargs)
 
 
 def guard_save(model: nn.Module) -> None:
