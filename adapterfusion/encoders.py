@@ -324,11 +324,11 @@ def encoder_digest(model: AdaptedModel) -> str:
     was, and a digest remembered by version went stale."""
     base = {id(p) for p in cast(nn.Module, model.model.base_model).parameters()}
     weights = [p for p in model.encoder_parameters() if id(p) in base]
+    check_has_values(weights, "the encoder's weights are", "there is nothing to record or compare a setup by")
     version = (tuple((p.data_ptr(), p.dtype, p.device) for p in weights), contents_hashes(weights))
     remembered = _DIGESTS.get(model)
     if remembered is not None and remembered[0] == version:
         return remembered[1]
-    check_has_values(weights, "the encoder's weights are", "there is nothing to record or compare a setup by")
     digest = hashlib.sha256()
     for parameter in weights:
         digest.update(parameter.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())

@@ -21,7 +21,7 @@ import torch
 from adapterfusion._validation import check_bool, check_has_values, naming_file, short_repr
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoders import require_wrapped
-from adapterfusion.errors import ConfigError, SerializationError, UnsupportedArchitectureError
+from adapterfusion.errors import ConfigError, IncompatibleModelError, SerializationError, UnsupportedArchitectureError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import HeadConfig
 from adapterfusion.injection.architectures import SiteKind
@@ -199,12 +199,26 @@ def _site_tensors(
         module, found, param = stripped.partition(marker)
         site = sites.get(f"{module}.") if found else None
         if site is None:
+            layer = _layer_of(module, layout)
+            if layer is not None and layer >= layout.fingerprint.num_layers:
+                raise IncompatibleModelError(
+                    f"{directory}: weight {key!r} is of layer {layer}, and this {layout.fingerprint.model_type} "
+                    f"encoder has {layout.fingerprint.num_layers} layers; it was saved from an encoder with at least "
+                    f"{layer + 1}: load it into a model of that encoder"
+                )
             raise SerializationError(
                 f"{directory}: weight {key!r} is not at an adapter site of this {layout.fingerprint.model_type} "
                 f"encoder (expected '[{base_prefix}]{layout.architecture.layers}.<i>.<site>{marker}...')"
             )
         out[param_key(site, param)] = value
     return out
+
+
+def _layer_of(module: str, layout: EncoderLayout) -> int | None:
+    """The layer index in an AdapterHub module path `<layers>.<i>.<...>` (None for any other path)."""
+    head, _, rest = module.partition(f"{layout.architecture.layers}.")
+    number = rest.partition(".")[0]
+    return int(number) if not head and number.isdigit() else None
 
 
 # ---- writing -----------------------------------------------------------------------------------------

@@ -54,7 +54,9 @@ def is_adapterhub_dir(directory: str | Path, kind: str) -> bool:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, OSError):
-        return False  # let our own reader report the broken file
+        # A broken file of a name only AdapterHub writes (adapter_fusion_config.json) is AdapterHub's: its reader
+        # names the JSON error. One of a name both formats use (adapter_config.json) our own reader reports.
+        return path.name != f"{kind}_config.json"
     if not isinstance(document, dict) or document.get("format") == PIECE_FORMAT:
         return False
     version = str(document.get("version", ""))

@@ -18,7 +18,7 @@ from torch import nn
 
 from adapterfusion._validation import check_choice, check_has_values, naming_file
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.errors import NameNotFoundError, SerializationError
+from adapterfusion.errors import IncompatibleModelError, NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, FusionSetup
 from adapterfusion.heads.config import HeadConfig, check_head_labels
 from adapterfusion.injection import inject
@@ -196,6 +196,15 @@ def _load_site_tensors(piece: Piece, modules: Mapping[AdapterSite, nn.Module]) -
     if stray:
         raise SerializationError(
             f"{piece.source}: weights for sites this encoder's config does not place ({stray[:5]})"
+        )
+    empty = sorted({site.layer_index for site in modules if site.key not in per_site})
+    if empty and per_site:  # some sites get weights and others none: saved from another encoder
+        held = sorted({site.layer_index for site in modules if site.key in per_site})
+        raise IncompatibleModelError(
+            f"{piece.source}: the {piece.kind} holds weights for the sites of layers {held} but none for layers "
+            f"{empty}, where its config places it on this encoder of {len({s.layer_index for s in modules})} "
+            "adapted layers; it was saved from an encoder with another number of layers (or with leave_out): load "
+            "it into a model of that encoder"
         )
     for site, module in modules.items():
         _load_state(module, per_site.get(site.key, {}), piece.source)

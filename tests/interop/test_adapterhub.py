@@ -487,3 +487,20 @@ def test_post_add_adapters_are_not_exported_where_adapterhub_gives_no_layer_norm
     bert = af.wrap(tiny_encoder())
     bert.add_adapter("a", config)
     assert is_adapterhub_dir(export_adapterhub(bert, "adapter", "a", tmp_path / "bert"), "adapter")
+
+
+@pytest.mark.parametrize(
+    ("saved", "loaded", "message"),
+    [
+        (4, 2, "is of layer [23], and this bert encoder has 2 layers; it was saved from an encoder with at least [34]"),
+        (2, 4, "holds weights for the sites of layers \\[0, 1\\] but none for layers \\[2, 3\\]"),
+    ],
+)
+def test_an_adapterhub_adapter_of_another_layer_count_is_refused_naming_the_counts(tmp_path, saved, loaded, message):
+    """Loaded into an encoder of another depth, it was 'weights do not match the saved config (missing [...])' or
+    'not at an adapter site', naming neither count."""
+    model = af.wrap(tiny_encoder("bert", num_hidden_layers=saved))
+    model.add_adapter("a", "pfeiffer")
+    export_adapterhub(model, "adapter", "a", tmp_path / "a")
+    with pytest.raises(af.IncompatibleModelError, match=message):
+        af.wrap(tiny_encoder("bert", num_hidden_layers=loaded)).load_adapter(tmp_path / "a")

@@ -222,6 +222,15 @@ def _adapterhub_fusion_names(names: list) -> Callable[[Path], Action]:
     return prepare
 
 
+def _adapterhub_fusion_truncated(folder: Path) -> Action:
+    """An AdapterHub fusion folder (exported from a tiny BERT) whose adapter_fusion_config.json was cut to '{'."""
+    model = _model("a", "b")
+    model.add_fusion("f", ["a", "b"])
+    export_adapterhub(model, "fusion", "f", folder / "f")
+    (folder / "f" / "adapter_fusion_config.json").write_text("{")
+    return load_into(_model("a", "b"), "fusion", folder / "f")
+
+
 CASES: tuple[BadInput, ...] = (
     # ---- flags given as strings: "no" is truthy -----------------------------------------------------------------
     B(
@@ -347,5 +356,14 @@ CASES: tuple[BadInput, ...] = (
         af.SerializationError,
         ("adapter_fusion_config.json", "adapter_names", "[1, 2]", "list of strings"),
         _adapterhub_fusion_names([1, 2]),
+    ),
+    B(
+        "adapterhub-fusion-config-truncated",
+        "saved files",
+        "load_fusion of an AdapterHub fusion whose adapter_fusion_config.json is cut to '{' (was told that "
+        "fusion_config.json is missing)",
+        af.SerializationError,
+        ("adapter_fusion_config.json is not valid JSON", "corrupt or truncated"),
+        _adapterhub_fusion_truncated,
     ),
 )
