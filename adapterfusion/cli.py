@@ -351,9 +351,28 @@ def _number(value) -> str:
     return f"{value:.4f}" if isinstance(value, (int, float)) else ""
 
 
+# `--patience none`: no early stopping (patience=None), which a flag left out (None: the setup's default) cannot say.
+NO_EARLY_STOPPING = "none"
+
+
+def _patience(value: str) -> int | str:
+    """--patience N (an int), or 'none' to train every epoch."""
+    if value.strip().lower() in (NO_EARLY_STOPPING, "off"):
+        return NO_EARLY_STOPPING
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a whole number of evaluations, or 'none' for no early stopping"
+        ) from None
+
+
 def _training_overrides(args: argparse.Namespace) -> dict:
     names = ("learning_rate", "epochs", "batch_size", "max_steps", "max_length", "patience")
-    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if given.get("patience") == NO_EARLY_STOPPING:
+        given["patience"] = None
+    return given
 
 
 def _print_result(result) -> None:
@@ -464,9 +483,15 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
         ("batch-size", int),
         ("max-steps", int),
         ("max-length", int),
-        ("patience", int),
     ):
         parser.add_argument(f"--{name}", type=kind, default=None, help="override the setup's paper default")
+    parser.add_argument(
+        "--patience",
+        type=_patience,
+        default=None,
+        help="evaluations without improvement before training stops (override the setup's default; 'none': train "
+        "every epoch)",
+    )
     parser.add_argument(
         "--overwrite",
         action="store_true",

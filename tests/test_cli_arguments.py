@@ -3,7 +3,7 @@
 
 import pytest
 
-from adapterfusion.cli import main
+from adapterfusion.cli import _training_overrides, build_parser, main
 
 
 def _error(capsys, *argv: str) -> str:
@@ -47,3 +47,16 @@ def test_resume_and_overwrite_together_are_refused(command, capsys, tmp_path):
     )
     assert "--resume and --overwrite" in err
     assert not any(tmp_path.iterdir())
+
+
+def test_patience_none_turns_early_stopping_off_and_a_word_is_refused(capsys):
+    """'--patience 0' said 'must be an integer >= 1 or None', and '--patience none' was argparse's 'invalid int'."""
+    parser = build_parser()
+    args = parser.parse_args(["train-adapter", "--task", "rte", "--patience", "none"])
+    assert _training_overrides(args)["patience"] is None
+    three = parser.parse_args(["train-adapter", "--task", "rte", "--patience", "3"])
+    assert _training_overrides(three)["patience"] == 3
+    assert "patience" not in _training_overrides(parser.parse_args(["train-adapter", "--task", "rte"]))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train-adapter", "--task", "rte", "--patience", "soon"])
+    assert "'soon' is not a whole number of evaluations, or 'none'" in capsys.readouterr().err

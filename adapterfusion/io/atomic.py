@@ -10,6 +10,7 @@ without fsync: it survives the writer's death, not a power cut, after which a te
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -200,9 +201,11 @@ def _make_folders(folder: Path) -> list[Path]:
     return list(reversed(missing))
 
 
-def replace_folder(final: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], replace: bool = True) -> Path:
     """Fill a new temp folder beside `final` with `write(tmp)`, then rename it to `final`, replacing an old one: a
-    crash leaves the old folder or the new one, never a mix (plus a temp folder, which the next writer removes)."""
+    crash leaves the old folder or the new one, never a mix (plus a temp folder, which the next writer removes).
+    replace=False: a `final` that exists when the rename comes (another process wrote it meanwhile) is kept, and
+    FileExistsError raised; the rename itself refuses a folder that is not empty, so no check-then-write race."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of `final` that was killed
@@ -211,7 +214,14 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object]) ->
     tmp = create_temp_dir(final)
     try:
         write(tmp)
-        if final.exists():
+        if not replace:
+            try:
+                os.rename(tmp, final)  # fails on a folder that is not empty (an empty one holds nothing to keep)
+            except OSError as error:
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                    raise
+                raise FileExistsError(errno.EEXIST, "written meanwhile by another process", str(final)) from None
+        elif final.exists():
             old = temp_path(final)
             os.replace(final, old)
             os.replace(tmp, final)

@@ -61,6 +61,22 @@ class RunResult(RunFolder):
     model: Any = field(default=None, repr=False)  # the trained AdaptedModel (best checkpoint), for inspection
 
 
+def check_carve_matches_adapter(info: Any, options: Mapping[str, Any], seed: int) -> None:
+    """A fusion whose target's data is carved by seed (one split cut into train and validation) must fuse the
+    target adapter trained on this seed's carve: another seed's train split overlaps this run's validation split (for
+    MNLI in the demo data, 491 of 600 validation rows), so the fusion would be scored on its adapter's training rows."""
+    adapter_seed = options.get("adapter_seed")
+    carve = info.carve_out
+    if adapter_seed is None or carve is None or carve.seed != seed or adapter_seed == seed:
+        return  # no carve, or one that does not follow the run's seed: the adapter saw the same train split
+    raise TrainingError(
+        f"adapter_seed={adapter_seed}: task {info.task!r} has no separate validation split, so each seed carves its "
+        f"own ({carve.describe()}); the target's adapter of seed {adapter_seed} was trained on rows of this run's "
+        f"validation split (seed {seed}), which would score the fusion on its adapter's training data. Fuse the "
+        f"adapter of seed {seed} (leave adapter_seed out), or run the fusion with seed {adapter_seed}"
+    )
+
+
 def train(
     task: str | TaskSpec,
     setup: str,
@@ -109,6 +125,7 @@ def train(
         data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
         if "validation" not in data:
             raise TrainingError(f"task {spec.name!r} loaded no validation split; early stopping needs one")
+        check_carve_matches_adapter(info, options, seed)
         encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
         model = run.wrapped_encoder(language_model=spec.is_generation)
         check_generation_model(spec, model, run.encoder)

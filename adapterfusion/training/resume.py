@@ -16,8 +16,19 @@ from adapterfusion.training.checkpoints import checkpoint_damage, resumable_chec
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
-# What makes a checkpoint belong to a train() run: the same task, setup, seed, encoder, data, store and training config.
-RESUME_KEYS = ("task_spec", "setup", "setup_options", "seed", "encoder_key", "store", "training", "data")
+# What makes a checkpoint belong to a train() run: the same task, setup, seed, encoder (its path and the digest of its
+# weights: other weights saved at the same path would finish another encoder's run), data, store and training config.
+RESUME_KEYS = (
+    "task_spec",
+    "setup",
+    "setup_options",
+    "seed",
+    "encoder_key",
+    "encoder_identity",
+    "store",
+    "training",
+    "data",
+)
 
 # TrainingConfig fields added after runs were already saved, with the value that behaves as those runs did: a run
 # saved before a field existed resumes when the call sets that value.
@@ -52,6 +63,8 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[st
     current = json.loads(json.dumps({key: run_config[key] for key in keys}))  # as config.json holds it
     if isinstance(previous.get("training"), dict):
         previous["training"] = TRAINING_SETTINGS_ADDED_LATER | previous["training"]
+    if "encoder_identity" in keys and "encoder_identity" not in previous:  # saved before runs recorded it
+        previous["encoder_identity"] = current["encoder_identity"]
     changed = [_describe_change(key, previous.get(key), current[key]) for key in keys]
     if any(changed):
         raise TrainingError(
@@ -85,4 +98,11 @@ def _describe_change(key: str, previous: Any, current: Any) -> str:
         return "training differs: " + ", ".join(
             f"{name} was {previous.get(name, '<unset>')!r}, now {current.get(name, '<unset>')!r}" for name in fields
         )
+    if key == "encoder_identity" and isinstance(previous, dict) and isinstance(current, dict):
+        digest = "weights_sha256"
+        if previous.get(digest) != current.get(digest):
+            return (
+                f"the encoder's weights differ (sha256 {str(previous.get(digest))[:12]} then, "
+                f"{str(current.get(digest))[:12]} now: other weights were saved at its path)"
+            )
     return f"{key} differs"

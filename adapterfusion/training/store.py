@@ -204,7 +204,14 @@ class AdapterStore:
                 },
             )
 
-        return replace_folder(final, write_entry)
+        try:
+            return replace_folder(final, write_entry, replace=overwrite)
+        except FileExistsError:  # checked above, so another run stored this entry while this one ran
+            raise TrainingError(
+                f"the store already holds {final}: another run stored that entry while this one ran (both were "
+                "started before either finished), and an entry is replaced only with overwrite=True; this run's "
+                "own results stay in its run folder"
+            ) from None
 
     def _check_writable(self, entry: Path) -> None:
         """Refuse, before anything is written, an entry this user could not write: the store (the entry is built in

@@ -9,8 +9,10 @@ from transformers import TrainingArguments
 
 import adapterfusion as af
 from adapterfusion.errors import IncompatibleModelError
+from adapterfusion.tasks import CarveOut
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.training import AdaptedTrainer, AdapterStore, TrainingError, fusion_value_parameters, train
+from adapterfusion.training.api import check_carve_matches_adapter
 from adapterfusion.training.checkpoints import TRAINABLE_FILE
 from tolerances import assert_close
 from training_helpers import encoder_state, fresh_model
@@ -236,3 +238,20 @@ def test_train_adapter_rerun_needs_overwrite_and_then_replaces_the_run(
     assert json.loads((run_dir / "config.json").read_text())["training"]["learning_rate"] == 0.5
     entry = AdapterStore(tmp_path / "store").path(str(tiny_encoder_dir), "rte", "st-a", 3)
     assert json.loads((entry / "entry.json").read_text())["source"] == str(run_dir)
+
+
+def test_a_fusion_refuses_a_target_adapter_trained_on_another_seeds_carve():
+    """fuse --seed 2 --adapter-seed 1 on MNLI (carved per seed from one split) scored the fusion on 491 of 600
+    validation rows its target adapter had trained on."""
+
+    def info(carve_seed):
+        carve = CarveOut("validation_matched", 3000, 0.2, carve_seed, 2400, 600, ("train", "validation"))
+        return type("Info", (), {"task": "mnli", "carve_out": carve})()
+
+    with pytest.raises(TrainingError, match="adapter_seed=1: task 'mnli' has no separate validation split"):
+        check_carve_matches_adapter(info(2), {"adapter_seed": 1}, seed=2)
+    check_carve_matches_adapter(info(2), {"adapter_seed": 2}, seed=2)  # the same seed's carve
+    check_carve_matches_adapter(info(2), {"adapter_seed": None}, seed=2)  # the run's seed
+    check_carve_matches_adapter(info(0), {"adapter_seed": 1}, seed=2)  # a carve that does not follow the seed
+    no_carve = type("Info", (), {"task": "rte", "carve_out": None})()
+    check_carve_matches_adapter(no_carve, {"adapter_seed": 1}, seed=2)

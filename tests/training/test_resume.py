@@ -232,6 +232,29 @@ def test_resume_accepts_a_run_saved_before_a_training_setting_existed(
     assert json.loads(result.metrics_path.read_text())["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
 
 
+def test_resume_refuses_a_checkpoint_of_other_encoder_weights(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
+    """Other weights saved at the encoder's path between the kill and the resume: the run went on, mixing epochs
+    of two encoders, and recorded only the new digest. A run saved before runs recorded the digest still resumes."""
+    run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
+    with monkeypatch.context() as patch:
+        _kill_after_saving(STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            run()
+    config_path = tmp_path / "rte" / "st-a" / "seed-3" / "config.json"
+    saved = json.loads(config_path.read_text())
+    digest = saved["encoder_identity"]["weights_sha256"]
+    saved["encoder_identity"]["weights_sha256"] = "0" * 64  # as if the run had started on other weights
+    config_path.write_text(json.dumps(saved))
+    with pytest.raises(
+        TrainingError, match=rf"the encoder's weights differ \(sha256 000000000000 then, {digest[:12]} now"
+    ):
+        run(resume=True)
+    del saved["encoder_identity"]  # as a version before the digest wrote it
+    config_path.write_text(json.dumps(saved))
+    result = run(resume=True)
+    assert json.loads(result.metrics_path.read_text())["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
+
+
 def test_resumable_checkpoint_skips_incomplete_ones(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
     with monkeypatch.context() as patch:
         _kill_after_saving(2 * STEPS_PER_EPOCH, patch)

@@ -11,6 +11,7 @@ import torch
 
 import adapterfusion as af
 from adapterfusion.encoders import encoder_digest
+from adapterfusion.errors import TrainingError
 from adapterfusion.training import AdapterStore
 from adapterfusion.training.store import ENTRY_FILE
 from tiny_models import tiny_encoder
@@ -61,3 +62,25 @@ def test_the_digest_is_remembered_until_a_weight_changes():
     model.model.encoder.layer[0].intermediate.dense.weight.data.mul_(1.5)  # a write `_version` does not see
     third = encoder_digest(model)
     assert third != second and encoder_digest(model) == third
+
+
+def test_an_entry_stored_by_another_run_meanwhile_is_kept(tmp_path, monkeypatch):
+    """Two runs of one task, setup and seed into one store: both passed the start's check, and the one that finished
+    last replaced the other's entry without overwrite. The rename now refuses an entry that appeared meanwhile."""
+    from adapterfusion.training import store as store_module
+
+    real = store_module.replace_folder
+
+    def racing(final, write, replace=True):
+        real(final, lambda tmp: (tmp / ENTRY_FILE).write_text('{"other": true}'))  # the other run, finishing first
+        return real(final, write, replace)
+
+    model = af.wrap(tiny_encoder("bert", seed=0))
+    model.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    store = AdapterStore(tmp_path / "store")
+    monkeypatch.setattr(store_module, "replace_folder", racing)
+    with pytest.raises(TrainingError, match="another run stored that entry while this one ran"):
+        store.put_model(model, "rte", None, "/a/x/model", "rte", "st-a", 1)
+    entry = store.path("/a/x/model", "rte", "st-a", 1)
+    assert json.loads((entry / ENTRY_FILE).read_text()) == {"other": True}
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name]  # no temp folder left
