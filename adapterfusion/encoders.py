@@ -30,7 +30,6 @@ from adapterfusion.encoder_limits import cap_tokenizer_length
 from adapterfusion.errors import AdapterFusionError, ConfigError, IncompatibleModelError, UnsupportedArchitectureError
 from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES
-from adapterfusion.injection.runtime import contents_hashes
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.hub import HubRef, cached_folder, hub_errors, hub_ref, reach
 
@@ -319,13 +318,14 @@ _DIGESTS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, str]] = weakref.Weak
 
 def encoder_digest(model: AdaptedModel) -> str:
     """sha256 of the base encoder's weights (as float32, in module order): tells apart two checkpoints of one
-    architecture, which the fingerprint's sizes cannot. Remembered per model until a weight changes, which a cheap
-    hash of each weight's values tells (runtime.contents_hashes): a write through `p.data` leaves `_version` as it
-    was, and a digest remembered by version went stale."""
+    architecture, which the fingerprint's sizes cannot. Remembered per model until a weight changes: its storage,
+    `_version` (in-place operators) or a strided sample of its values (a write through `p.data` leaves `_version` as
+    it was, and a digest remembered by version alone went stale), a few dozen values a tensor, so a repeat call costs
+    little whatever the model's size."""
     base = {id(p) for p in cast(nn.Module, model.model.base_model).parameters()}
     weights = [p for p in model.encoder_parameters() if id(p) in base]
     check_has_values(weights, "the encoder's weights are", "there is nothing to record or compare a setup by")
-    version = (tuple((p.data_ptr(), p.dtype, p.device) for p in weights), contents_hashes(weights))
+    version = tuple((p.data_ptr(), p._version, p.dtype, p.device, _sampled(p)) for p in weights)
     remembered = _DIGESTS.get(model)
     if remembered is not None and remembered[0] == version:
         return remembered[1]
@@ -334,6 +334,13 @@ def encoder_digest(model: AdaptedModel) -> str:
         digest.update(parameter.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     _DIGESTS[model] = (version, digest.hexdigest())
     return digest.hexdigest()
+
+
+def _sampled(weight: torch.Tensor) -> float:
+    """The sum of about 64 of `weight`'s values, evenly spaced (a NaN compares unequal: the digest is taken again)."""
+    with torch.no_grad():
+        flat = weight.detach().reshape(-1)
+        return float(flat[:: max(1, flat.numel() // 64)].double().sum())
 
 
 def encoder_identity(model: AdaptedModel) -> dict[str, Any]:

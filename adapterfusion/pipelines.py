@@ -23,7 +23,6 @@ import contextlib
 import copy
 import inspect
 import logging
-import os
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -398,9 +397,9 @@ def pipeline(
             f"{', '.join(_TASK_READS)}"
         )
     require_wrapped(model, "af.pipeline")
-    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+    if tokenizer is None:
         raise ConfigError(
-            f"af.pipeline needs the model's tokenizer, got {tokenizer!r}; load it first: "
+            "af.pipeline needs the model's tokenizer, got None; pass it, or its folder or Hub id: "
             "AutoTokenizer.from_pretrained(<the wrapped model's folder or Hub id>)"
         )
     loading = sorted(set(kwargs) & set(_LOADING_ARGUMENTS))

@@ -38,7 +38,7 @@ def plain_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _save_plain(model: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    if kwargs.get("state_dict") is None:
+    if kwargs.get("state_dict") is None and len(args) < 3:  # (save_directory, is_main_process, state_dict, ...)
         kwargs["state_dict"] = plain_state(model)
     return getattr(type(model), _OVERRIDE)(model, *args, **kwargs)
 

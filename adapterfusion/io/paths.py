@@ -38,7 +38,7 @@ def as_path(value: object, what: str, error: Error = ConfigError) -> Path:
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
         raise error(f"{what} {value!r} is not a path; give a folder or file path (a non-empty string or Path)")
-    return Path(value).expanduser()
+    return Path(os.path.expanduser(value))  # '~name' of no such user stays as written (Path.expanduser raises)
 
 
 def path_part(value: object, what: str) -> str:

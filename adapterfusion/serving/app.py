@@ -125,7 +125,8 @@ def create_app(
 
     def stop_now() -> None:
         """On the event loop, at a second interrupt: the drain is over now (server.py gives the 503s a moment to be
-        sent before it forces the exit), and the model's thread is not waited for."""
+        sent before it forces the exit), and the lifespan does not wait for the batchers; the process still ends only
+        once a forward running on the model's thread ends (a thread cannot be interrupted)."""
         nonlocal forced
         forced = True
         drain_over()
@@ -139,7 +140,7 @@ def create_app(
         finally:  # the server stopped taking requests and waited for those in flight; finish anything still queued
             nonlocal forced
             try:
-                for each in batchers:
+                for each in batchers if not forced else ():
                     await each.close()
             except asyncio.CancelledError:  # a second interrupt: stop now, answering what is queued with a 503
                 forced = True
@@ -330,6 +331,9 @@ async def _unless_client_left(request: "Request", work: Awaitable[_T]) -> _T:
     left = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait([task, left], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the handler itself cancelled (the server's shutdown timeout): its request too
+        task.cancel()
+        raise
     finally:
         left.cancel()
     if not task.done():

@@ -59,7 +59,10 @@ class Predictor:
         that makes no token of text: none at all (an empty text where the tokenizer adds none of its own: GPT-2,
         Llama, BART), or only the tokenizer's own ([CLS] [SEP] of an empty or invisible text), whose prediction would
         say nothing of what was sent."""
-        special = set(getattr(self.tokenizer, "all_special_ids", None) or ())
+        # [UNK] is a special token but stands for text (emoji, a script the vocabulary lacks): it counts as a word
+        special = set(getattr(self.tokenizer, "all_special_ids", None) or ()) - {
+            getattr(self.tokenizer, "unk_token_id", None)
+        }
         features = tuple(
             dict(self.tokenizer(text, pair, truncation=True, max_length=self.max_length))
             for text, pair in request.inputs

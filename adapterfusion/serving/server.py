@@ -152,9 +152,9 @@ class _ForcedExitFilter(logging.Filter):
 
 def _log_to_stderr() -> None:
     """The library's log lines (pieces loaded at run time and refused, forwards that failed) beside uvicorn's, with
-    time and level, unless the application configured the `adapterfusion` logger itself."""
+    time and level, unless the application configured logging itself (the `adapterfusion` logger or the root's)."""
     library = logging.getLogger("adapterfusion")
-    if library.handlers:
+    if library.handlers or logging.getLogger().handlers:  # configured by the application: its handlers print them
         return
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -206,6 +206,14 @@ class AdapterStore:
 
         try:
             return replace_folder(final, write_entry, replace=overwrite)
+        except FileNotFoundError as error:  # another writer of this entry removed this one's temp folder
+            if not final.parent.exists():
+                raise
+            raise TrainingError(
+                f"storing {final} failed ({error.strerror}: {error.filename}): another run is storing the same entry "
+                "into this store at the same time; an entry is replaced only with overwrite=True, and this run's own "
+                "results stay in its run folder"
+            ) from None
         except FileExistsError:  # checked above, so another run stored this entry while this one ran
             raise TrainingError(
                 f"the store already holds {final}: another run stored that entry while this one ran (both were "

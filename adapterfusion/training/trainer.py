@@ -89,7 +89,14 @@ class AdaptedTrainer(_TrainerBase):
         return object.__new__(_with_trainer(cls))
 
     def __init__(self, model: nn.Module, *args: Any, evaluator: Evaluator | None = None, **kwargs: Any) -> None:
-        super().__init__(model if isinstance(model, TrainableWeights) else TrainableWeights(model), *args, **kwargs)
+        view = model if isinstance(model, TrainableWeights) else TrainableWeights(model)
+        # transformers.Trainer sets model.config.use_cache to its argument (False) on any model with a config, which
+        # an AdaptedModel has (its wrapped model's): the wrapped model would keep it after training, and save it.
+        wrapped_config: Any = getattr(getattr(view.model, "model", None), "config", None)
+        use_cache = getattr(wrapped_config, "use_cache", None)
+        super().__init__(view, *args, **kwargs)
+        if use_cache is not None:
+            wrapped_config.use_cache = use_cache
         self.evaluator = evaluator
         self._window_tokens = 0  # answer tokens in the optimizer step's micro-batches (a language model's own loss)
 

@@ -16,6 +16,7 @@ import adapterfusion as af
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io import atomic
 from adapterfusion.io.hub import HubRef, locate
+from adapterfusion.io.paths import as_path
 from adapterfusion.serialization.setup import SETUP_FILE, ActiveSetup, BaseModelMismatchWarning
 from setup_fixtures import assert_same_model, build_setup, fail_call
 from tiny_decoders import tiny_decoder
@@ -350,3 +351,8 @@ def test_a_path_from_home_is_the_same_folder_to_save_and_to_load(tmp_path, monke
     restored = af.wrap(tiny_encoder().double())
     assert restored.load_adapter("~/pieces/a") == "a"
     assert_same_model(af.AdaptedModel.from_pretrained(tiny_encoder().double(), "~/setup"), model)
+
+
+def test_a_path_of_another_users_home_that_does_not_exist_stays_as_written():
+    """Path.expanduser raised a bare RuntimeError for '~name' of no such user."""
+    assert as_path("~no-such-user-af/x", "folder") == Path("~no-such-user-af/x")

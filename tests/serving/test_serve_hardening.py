@@ -162,3 +162,5 @@ def test_a_text_of_no_word_is_refused(model, tokenizer, text):
         assert answer.json()["error"]["message"].startswith("inputs[1] is ")
         pair = httpx.post(url + "/v1/predict", json={"inputs": [[text, "Hi"]], "adapter": "a", "head": "nli"})
         assert pair.status_code == 200  # one text of a pair may be empty: the other is read
+        unknown = httpx.post(url + "/v1/predict", json={"inputs": ["日本語 😀"], "adapter": "a", "head": "nli"})
+        assert unknown.status_code == 200  # [UNK] stands for text the vocabulary lacks: it is read

@@ -14,6 +14,7 @@ from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.training import AdaptedTrainer, AdapterStore, TrainingError, fusion_value_parameters, train
 from adapterfusion.training.api import check_carve_matches_adapter
 from adapterfusion.training.checkpoints import TRAINABLE_FILE
+from tiny_decoders import tiny_decoder
 from tolerances import assert_close
 from training_helpers import encoder_state, fresh_model
 
@@ -255,3 +256,14 @@ def test_a_fusion_refuses_a_target_adapter_trained_on_another_seeds_carve():
     check_carve_matches_adapter(info(0), {"adapter_seed": 1}, seed=2)  # a carve that does not follow the seed
     no_carve = type("Info", (), {"task": "rte", "carve_out": None})()
     check_carve_matches_adapter(no_carve, {"adapter_seed": 1}, seed=2)
+
+
+def test_the_trainer_leaves_the_wrapped_models_use_cache_as_it_was(tmp_path):
+    """transformers.Trainer sets model.config.use_cache to its argument (False) on any model with a config; an
+    AdaptedModel has one (its wrapped model's), so training would have turned the wrapped decoder's cache off."""
+    model = af.wrap(tiny_decoder("llama"))
+    model.add_adapter("a")
+    model.train_adapter("a")
+    assert model.model.config.use_cache is True
+    AdaptedTrainer(model=model, args=TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[]))
+    assert model.model.config.use_cache is True
