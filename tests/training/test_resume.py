@@ -174,12 +174,17 @@ def _st_a_run(output_dir, encoder, data_dir):
     return run
 
 
-def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
-    run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
+def _killed_after_the_first_epoch(run, monkeypatch) -> None:
+    """`run()` killed right after it saved its first epoch's checkpoint."""
     with monkeypatch.context() as patch:
         _kill_after_saving(STEPS_PER_EPOCH, patch)
         with pytest.raises(Killed):
             run()
+
+
+def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
+    run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
+    _killed_after_the_first_epoch(run, monkeypatch)
     with pytest.raises(
         TrainingError,
         match=r"other settings \(training differs: learning_rate was 0.003, now 0.001\).*remove .*checkpoints to start",
@@ -193,10 +198,7 @@ def test_overwrite_starts_over_without_the_earlier_runs_checkpoints(
     """overwrite=True killed before its first checkpoint, then resume=True: it used to continue from the earlier
     run's checkpoint (other settings) and record the result as the new run's."""
     run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
-    with monkeypatch.context() as patch:
-        _kill_after_saving(STEPS_PER_EPOCH, patch)
-        with pytest.raises(Killed):
-            run()
+    _killed_after_the_first_epoch(run, monkeypatch)
     checkpoints = tmp_path / "rte" / "st-a" / "seed-3" / "checkpoints"
     assert any(checkpoints.iterdir())
 
@@ -236,10 +238,7 @@ def test_resume_refuses_a_checkpoint_of_other_encoder_weights(tmp_path, tiny_enc
     """Other weights saved at the encoder's path between the kill and the resume: the run went on, mixing epochs
     of two encoders, and recorded only the new digest. A run saved before runs recorded the digest still resumes."""
     run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
-    with monkeypatch.context() as patch:
-        _kill_after_saving(STEPS_PER_EPOCH, patch)
-        with pytest.raises(Killed):
-            run()
+    _killed_after_the_first_epoch(run, monkeypatch)
     config_path = tmp_path / "rte" / "st-a" / "seed-3" / "config.json"
     saved = json.loads(config_path.read_text())
     digest = saved["encoder_identity"]["weights_sha256"]
@@ -440,10 +439,7 @@ def test_a_checkpoint_saved_under_the_old_weights_name_still_resumes(
     """Checkpoints written before the Trainer saved its trainable weights as model.safetensors named them
     trainable.safetensors; a resume takes such a checkpoint too."""
     run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
-    with monkeypatch.context() as patch:
-        _kill_after_saving(STEPS_PER_EPOCH, patch)
-        with pytest.raises(Killed):
-            run()
+    _killed_after_the_first_epoch(run, monkeypatch)
     checkpoint = tmp_path / "rte" / "st-a" / "seed-3" / "checkpoints" / f"checkpoint-{STEPS_PER_EPOCH}"
     (checkpoint / TRAINABLE_FILE).rename(checkpoint / LEGACY_TRAINABLE_FILE)
     assert resumable_checkpoint(checkpoint.parent) == checkpoint
