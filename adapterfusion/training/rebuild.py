@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.encoder_limits import cap_tokenizer_length
+from adapterfusion.encoders import check_same_encoder
 from adapterfusion.io.paths import as_path
 from adapterfusion.model import wrap
 from adapterfusion.tasks.spec import TaskSpec
@@ -123,6 +124,8 @@ def rebuild_run(
         cap_tokenizer_length(tokenizer, model.model.config)  # the task's max_length as training capped it
     except OSError as err:
         raise TrainingError(f"cannot load the encoder of {run_dir} from {encoder} ({err})") from None
+    if encoder == Path(config["encoder"]):  # not a run's own trained encoder: other weights saved at its path since
+        check_same_encoder(model, config.get("encoder_identity"), run_dir)  # would score another model than trained
 
     context = SetupContext(
         task=task,

@@ -115,6 +115,21 @@ def test_fusion_run_without_a_recorded_store_needs_one(runs, tmp_path):
     assert evaluate_run(old, store=store)["metrics"] == evaluate_run(runs["fusion-st-a"])["metrics"]
 
 
+def test_a_run_is_not_scored_on_other_encoder_weights(runs, tmp_path):
+    """Other weights saved at the encoder's path after training: evaluate scored the st-a run on them without a
+    word (0.5625 against the 0.5312 metrics.json records); a fusion run was already refused."""
+    moved = tmp_path / "st-a-run"
+    shutil.copytree(runs["st-a"], moved)
+    config = json.loads((moved / "config.json").read_text())
+    config["encoder_identity"]["weights_sha256"] = "0" * 64  # as if trained on other weights than the folder's now
+    (moved / "config.json").write_text(json.dumps(config))
+    with pytest.raises(af.IncompatibleModelError, match="was trained on the encoder .* has other weights"):
+        evaluate_run(moved)
+    del config["encoder_identity"]  # a run written before runs recorded it: scored as before
+    (moved / "config.json").write_text(json.dumps(config))
+    assert evaluate_run(moved)["metrics"] == evaluate_run(runs["st-a"])["metrics"]
+
+
 def _piece_sha256(folder) -> str:
     """An independent digest of a saved piece: sha256 over each file's relative name and sha256, sorted by name."""
     digest = hashlib.sha256()
