@@ -62,7 +62,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -273,6 +273,22 @@ def load_spec(spec_or_path: ExperimentSpec | Mapping[str, Any] | str | os.PathLi
     return ExperimentSpec.load(spec_or_path)
 
 
+def _check_adapter_subsets(variants: Sequence[SetupVariant], fusion: Mapping[str, Sequence[str]]) -> None:
+    """A fusion variant's adapter_subset must not exceed the adapters some target's fusion fuses: refused when the
+    file is read, not after the stage-1 jobs ran (each of its fusion jobs failed then)."""
+    for variant in variants:
+        size = variant.options.get("adapter_subset")
+        if not variant.is_fusion or isinstance(size, bool) or not isinstance(size, int):
+            continue  # a value of the wrong type: the run's own check names it
+        for target, fused in fusion.items():
+            if variant.runs_on(target) and size > len(fused):
+                raise fail(
+                    f"{variant.id}.adapter_subset",
+                    f"{size} is more adapters than the {len(fused)} the fusion of {target!r} fuses "
+                    f"({', '.join(fused)}); give at most {len(fused)}, or null to fuse all of them in every step",
+                )
+
+
 def _zoo(value: Any, base_dir: Path) -> str | None:
     """None, 'shipped' (the package's adapter zoo) or an AdapterStore folder (relative to the file)."""
     if value is None or value == SHIPPED:
@@ -389,6 +405,8 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     fusion = data.get("fusion")
     if recorded and fusion == {}:  # what a record holds when the experiment has no fusion setup
         fusion = None
+    fused = parse_fusion(fusion, tasks, any(v.is_fusion for v in variants))
+    _check_adapter_subsets(variants, fused)
     return ExperimentSpec(
         name=name,
         description=description,
@@ -397,7 +415,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         variants=tuple(variants),
         seeds=_seeds(data.get("seeds", list(DEFAULT_SEEDS))),
         encoder=encoder,
-        fusion=parse_fusion(fusion, tasks, any(v.is_fusion for v in variants)),
+        fusion=fused,
         data_dir=data_dir,
         output_dir=output_dir,
         max_examples=_max_examples(data.get("max_examples")),

@@ -71,6 +71,10 @@ def spec(**changes):
             dict(setups=[{"name": "mt-a", "torch_compile": True}]),
             r"setups\[0\].torch_compile: mt-a's own training loop",
         ),
+        (  # it passed the file's reading and failed as each fusion job, after the stage-1 jobs trained
+            dict(setups=["st-a", {"name": "fusion-st-a", "adapter_subset": 9}]),
+            r"fusion-st-a.adapter_subset: 9 is more adapters than the \d the fusion of '\w+' fuses .*at most \d",
+        ),
         (
             dict(setups=["st-a", "mt-a", {"name": "fusion-st-a", "adapter_setup": "mt-a"}]),
             r"setups\[2\].adapter_setup: 'mt-a' is not a stage-1 adapter setup of fusion-st-a "
