@@ -443,12 +443,12 @@ def average_adapters(
     scale = _average_weights(len(names), weights, normalize_weights, "average_adapters")
     configs = [model.adapter_configs[adapter] for adapter in names]
     plain = [dataclasses.replace(config, init="houlsby", init_std=1e-2) for config in configs]
-    for adapter, config in zip(names[1:], plain[1:], strict=True):
-        if config != plain[0]:
+    for adapter, config, compared in zip(names[1:], configs[1:], plain[1:], strict=True):
+        if compared != plain[0]:
             option = next(
-                f.name for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(plain[0], f.name)
+                f.name for f in dataclasses.fields(compared) if getattr(compared, f.name) != getattr(plain[0], f.name)
             )
-            value, first = getattr(configs[names.index(adapter)], option), getattr(configs[0], option)
+            value, first = getattr(config, option), getattr(configs[0], option)
             raise ConfigError(
                 f"average_adapters: adapter {adapter!r} has {option}={value!r} but {names[0]!r} has "
                 f"{option}={first!r}; only adapters of one config (size, placement, non-linearity, leave_out) can be "

@@ -95,12 +95,10 @@ class PipelineModel(nn.Module):
         self.choice: dict[str, Any] = dict(adapter=adapter, fusion=fusion, head=head, skip_layers=tuple(skip_layers))
         with model.activated(**self.choice):  # checks the choice now, naming what is loaded
             pass
-        check_task(model, self.task, head)
+        check_reads(model, self.task, head)
         wrapped: Any = model.model
         self._config = _config_for(model, head)
         self._head_config = model.get_head(head).config if head is not None else None
-        if self.task == "zero-shot-classification":
-            _check_entailment_label(self._config, head)
         self.generation_config = getattr(wrapped, "generation_config", None)
 
     @property
@@ -110,9 +108,7 @@ class PipelineModel(nn.Module):
         if self.task is None:
             task = served_task(reading_pipeline())
             if task is not None:
-                check_task(self.adapted, task, self.choice["head"])
-                if task == "zero-shot-classification":
-                    _check_entailment_label(self._config, self.choice["head"])
+                check_reads(self.adapted, task, self.choice["head"])
                 self.task = task
         return self._config
 
@@ -208,9 +204,9 @@ def model_config(model: AdaptedModel) -> Any:
     if task is not None:
         check_active_for_pipeline(model, task, head)
     wrapped: Any = model.model
-    if head is None or model.get_head(head).config.kind not in _PROBLEM_TYPES:
+    head_config = model.get_head(head).config if head is not None else None
+    if head_config is None or head_config.kind not in _PROBLEM_TYPES:
         return wrapped.config
-    head_config = model.get_head(head).config
     kept = model.__dict__.get("_pipeline_config")
     if kept is None or kept[0] is not head_config or kept[1] is not wrapped.config:
         kept = (head_config, wrapped.config, _config_for(model, head))
@@ -227,6 +223,12 @@ def check_active_for_pipeline(model: AdaptedModel, task: str, head: str | None) 
             "batch (rows per child), so every other child's would be dropped; activate one adapter or fusion, or "
             "build one pipeline per choice with af.pipeline(task, model, tokenizer, adapter=..., head=...)"
         )
+    check_reads(model, task, head)
+
+
+def check_reads(model: AdaptedModel, task: str | None, head: str | None) -> None:
+    """check_task, and for zero-shot-classification that `head`'s labels name entailment (_check_entailment_label):
+    what a pipeline of `task` needs of the model's output."""
     check_task(model, task, head)
     if task == "zero-shot-classification":
         _check_entailment_label(_config_for(model, head), head)

@@ -77,7 +77,7 @@ def _check_positions_read(encoder: nn.Module, given: Mapping[str, Any]) -> None:
     """position_ids where the forward does not name them (T5, BART): transformers passes them on in its **kwargs,
     and only flash attention's packed sequences read them there; these models count positions themselves (or use
     relative ones), so any other attention ignores them without a word."""
-    if "position_ids" not in given or "position_ids" in inspect.signature(type(encoder).forward).parameters:
+    if "position_ids" not in given or _names_positions(cast(Any, type(encoder))):
         return
     implementation = getattr(getattr(encoder, "config", None), "_attn_implementation", None)
     if isinstance(implementation, str) and implementation.startswith("flash"):
@@ -87,6 +87,12 @@ def _check_positions_read(encoder: nn.Module, given: Mapping[str, Any]) -> None:
         f"flash attention's packed sequences read them, and this model runs {implementation!r} attention); leave "
         "position_ids out"
     )
+
+
+@functools.cache
+def _names_positions(module_class: Any) -> bool:
+    """Whether `module_class.forward` names position_ids itself (read once per class, as _keywords_of is)."""
+    return "position_ids" in inspect.signature(module_class.forward).parameters
 
 
 def check_flags(given: Mapping[str, Any], flags: tuple[str, ...]) -> None:

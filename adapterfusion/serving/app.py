@@ -328,20 +328,28 @@ async def _unless_client_left(request: "Request", work: Awaitable[_T]) -> _T:
     request out of the queue (a request in the running forward still runs, its answer unsent). Starlette does not
     cancel a handler whose client left, so without this a client could queue forwards and hang up."""
     task = asyncio.ensure_future(work)
-    left = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait([task, left], return_when=asyncio.FIRST_COMPLETED)
+        finished = await _finished_first(task, _disconnected(request))
     except asyncio.CancelledError:  # the handler itself cancelled (the server's shutdown timeout): its request too
         task.cancel()
         raise
-    finally:
-        left.cancel()
-    if not task.done():
+    if not finished:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         raise ClientLeft
     return task.result()
+
+
+async def _finished_first(work: "asyncio.Future[Any]", watcher: Awaitable[Any]) -> bool:
+    """Whether `work` is done when it or `watcher` (a client's disconnect, the drain's end) completes first; the
+    watcher is cancelled either way, `work` never."""
+    waiting = asyncio.ensure_future(watcher)
+    try:
+        await asyncio.wait([work, waiting], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+    return work.done()
 
 
 async def _disconnected(request: "Request") -> None:
@@ -379,12 +387,7 @@ def host_name(header: str) -> str:
 
 async def _unless_drained(drained: asyncio.Event, work: "asyncio.Future[_T]") -> _T:
     """`work`'s result, or drain_ran_out() if `drained` is set first (`work` then ends unheard on the model thread)."""
-    waiter: asyncio.Future[Any] = asyncio.ensure_future(drained.wait())
-    try:
-        await asyncio.wait([work, waiter], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-    if not work.done():
+    if not await _finished_first(work, drained.wait()):
         raise drain_ran_out()
     return work.result()
 

@@ -53,22 +53,23 @@ class Predictor:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_length = max_length or model_limit(model, tokenizer)
+        # The ids that are no token of text. [UNK] is special but stands for text (emoji, a script the vocabulary
+        # lacks): it counts as a word.
+        self._special = set(getattr(tokenizer, "all_special_ids", None) or ()) - {
+            getattr(tokenizer, "unk_token_id", None)
+        }
 
     def encode(self, request: PredictRequest) -> Encoded:
         """The request's inputs tokenised (on the event loop, while the model runs other requests); 422 for an input
         that makes no token of text: none at all (an empty text where the tokenizer adds none of its own: GPT-2,
         Llama, BART), or only the tokenizer's own ([CLS] [SEP] of an empty or invisible text), whose prediction would
         say nothing of what was sent."""
-        # [UNK] is a special token but stands for text (emoji, a script the vocabulary lacks): it counts as a word
-        special = set(getattr(self.tokenizer, "all_special_ids", None) or ()) - {
-            getattr(self.tokenizer, "unk_token_id", None)
-        }
         features = tuple(
             dict(self.tokenizer(text, pair, truncation=True, max_length=self.max_length))
             for text, pair in request.inputs
         )
         for index, feature in enumerate(features):
-            if all(token in special for token in feature["input_ids"]):
+            if all(token in self._special for token in feature["input_ids"]):
                 text, pair = request.inputs[index]
                 raise no_tokens(index, text + (pair or ""))
         return Encoded(request, features)
