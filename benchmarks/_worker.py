@@ -23,6 +23,7 @@ import gc
 import json
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -217,6 +218,9 @@ def main() -> None:
 
 def serve(make_case: Callable[[dict], Served]) -> None:
     """Answer the driver's JSON lines (setup, run, memory, quit) for the one case `make_case` builds from setup."""
+    # A step limit's SIGTERM reaches the whole process group: the driver ends its workers itself (and reports the
+    # rounds they finished); a worker whose driver died reads the end of its stdin and stops.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # library prints and warnings must not corrupt the protocol stream
     sys.stdout = sys.stderr

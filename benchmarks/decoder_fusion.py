@@ -25,6 +25,7 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -89,6 +90,14 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
+class CutShort(Exception):
+    """SIGTERM during the timed rounds: report the rounds finished (a GPU lease's step limit cut two of six)."""
+
+
+def _cut_short(signum: int, frame: object) -> None:
+    raise CutShort
+
+
 def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) -> tuple[list[DecoderWorker], list]:
     """Start `--processes` workers per (library, case), set them up (ours first: it writes the weights), time them in
     rounds (round r runs every case's copy r mod K). Returns one worker per (library, case) holding every round's
@@ -109,7 +118,8 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
         for library in args.libraries
         if library == "ours" or not case[0].endswith("torch-lane")
     }
-    loads = []
+    loads, cut = [], False
+    signal.signal(signal.SIGTERM, _cut_short)  # a lease's `timeout` ends a step with SIGTERM (its workers ignore it)
     try:
         # Imports ran in parallel. Each library's workers set up at once (on CUDA with --cache static each compiles
         # batch 1 as it checks its tokens), ours first: it writes the pieces adapters' workers load.
@@ -145,17 +155,34 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
         print("  round 0 (warm-up, all workers at once) done", file=sys.stderr, flush=True)
         order = [(library, case) for library, case, copy in workers if copy == 0]
         merged = {(library, case): workers[(library, case, 0)] for library, case in order}  # copy 0 reports them all
-        for round_index in range(1, 1 + args.rounds):
-            copy = (round_index - 1) % args.processes  # a process's own speed then varies between rounds too
-            for library, case in order if round_index % 2 == 0 else order[::-1]:
-                reply = workers[(library, case, copy)].ask({"cmd": "run", "repeats": 1})["ms"]
-                for measure, values in reply.items():
-                    merged[(library, case)].measures.setdefault(measure, []).extend(values)
-            loads.append(os.getloadavg())
-            print(f"  round {round_index}/{args.rounds} done, load {loads[-1][0]:.2f}", file=sys.stderr, flush=True)
+        try:
+            for round_index in range(1, 1 + args.rounds):
+                copy = (round_index - 1) % args.processes  # a process's own speed then varies between rounds too
+                replies = {
+                    (library, case): workers[(library, case, copy)].ask({"cmd": "run", "repeats": 1})["ms"]
+                    for library, case in (order if round_index % 2 == 0 else order[::-1])
+                }
+                for key, reply in replies.items():  # whole rounds only: the ratios are paired by round
+                    for measure, values in reply.items():
+                        merged[key].measures.setdefault(measure, []).extend(values)
+                loads.append(os.getloadavg())
+                print(f"  round {round_index}/{args.rounds} done, load {loads[-1][0]:.2f}", file=sys.stderr, flush=True)
+        except CutShort:
+            cut = True
+            if not loads:
+                raise
+            print(f"  cut short: the table has the {len(loads)} round(s) finished", file=sys.stderr, flush=True)
+            args.rounds = len(loads)
+    except CutShort:
+        cut = True
+        raise SystemExit("cut short before a timed round finished: nothing to report") from None
     finally:
         for worker in workers.values():
-            worker.close()
+            if cut:  # one may be mid-round: not asked to quit, stopped
+                worker.process.kill()
+                worker.process.wait()
+            else:
+                worker.close()
     return list(merged.values()), loads
 
 

@@ -242,7 +242,8 @@ def fusion_tail_kernel(
             ).to(tl.float32)
             acc += tl.sum(o * mine[:, None], axis=0)
     else:
-        for start in tl.static_range(0, total, BLOCK_R):
+        # COUNT * SIZE, not `total`: an assigned value is a runtime int to Triton's compiler (its interpreter takes it)
+        for start in tl.static_range(0, COUNT * SIZE, BLOCK_R):
             j = start + tl.arange(0, BLOCK_R)
             j_mask = j < total
             a_j = tl.load(base + j, mask=j_mask, other=0.0).to(tl.float32)

@@ -4,7 +4,9 @@
 # (lane_kernel_sweep.py), the decoder targets of #23 with a static cache (CUDA graphs), the CUDA tests, #24's routing,
 # where the decode time goes (gpu_profile.py), the load test. By default lane_kernels, kernel_sweep, decoder_static
 # and cuda_tests (about 500 s with their limits: a 15-minute lease has ~600 s for one command after its start);
-# STEPS="routing profile serve_load" runs the others, STEPS="..." any set. Each step has its own time limit and writes
+# STEPS="routing profile serve_load" runs the others, STEPS="..." any set, always in this file's order (not STEPS's).
+# decoder_static with its 6 rounds needs its 300 s on a cold machine (the fourth lease cut it at 210 s after 2 rounds;
+# a step cut short still prints the rounds it finished). Each step has its own time limit and writes
 # under $OUT as it goes (steps.log, each step's JSON and py-spy's samples of the load test's server: a lease returns
 # at most 8 files), so a step cut short still leaves the others' figures.
 # Needs .gpu/ from prepare.sh carried along. DEVICE=cpu runs the same steps on a CPU, to try the plumbing.
