@@ -11,6 +11,7 @@ from adapterfusion.blocks import Average, BatchSplit, Block, Fuse, Parallel, Sta
 from adapterfusion.defaults import default_decoder_path, default_encoder_path
 from adapterfusion.errors import (
     AdapterFusionError,
+    BaseModelMismatchWarning,
     ConfigError,
     DefaultModelMissingError,
     HubError,
@@ -45,6 +46,7 @@ __all__ = [
     "AdaptedModelOutput",
     "AdapterConfig",
     "AdapterFusionError",
+    "BaseModelMismatchWarning",
     "Average",
     "BatchSplit",
     "Block",

@@ -52,6 +52,11 @@ class UnknownFormatVersionWarning(UserWarning):
     as the known format, which may misread it."""
 
 
+class BaseModelMismatchWarning(UserWarning):
+    """A piece or setup is loaded into an encoder of the architecture and sizes it was saved for, but other weights
+    (another checkpoint of that architecture, or the same one in another precision)."""
+
+
 class HubError(AdapterFusionError, OSError):
     """The Hugging Face Hub could not be reached, or has no repository, revision or file asked for."""
 

@@ -12,6 +12,7 @@ An adapter's or fusion's tensors are keyed `<site key>.<parameter>`, e.g. `layer
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +22,13 @@ import torch
 
 from adapterfusion._validation import check_piece_name
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.errors import IncompatibleModelError, SerializationError
+from adapterfusion.errors import BaseModelMismatchWarning, IncompatibleModelError, SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import HeadConfig
 from adapterfusion.injection.architectures import ArchitectureSpec, SiteKind
 
 PIECE_KINDS = ("adapter", "fusion", "head")
+WEIGHTS_SAMPLE = "weights_sample_sha256"  # base_model's record of EncoderFingerprint.weights_sample
 PIECE_FORMAT = "adapterfusion"  # the "format" field of our piece configs; AdapterHub's readers refuse it by that
 
 
@@ -61,15 +63,20 @@ class EncoderFingerprint:
     # An encoder-decoder's decoder layers (None: one stack). With num_layers it fixes where the encoder's end: a piece
     # saved from 2 + 2 layers must not load into 3 + 1, where its decoder layer 0 would land in encoder layer 2.
     decoder_layers: int | None = None
+    # encoders.encoder_sample_digest of the weights, where taken (a model's layout(): what a saved piece records and
+    # is compared with when loaded); "" where not
+    weights_sample: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         decoder = {"decoder_layers": self.decoder_layers} if self.decoder_layers is not None else {}
+        sample = {WEIGHTS_SAMPLE: self.weights_sample} if self.weights_sample else {}
         return {
             "model_type": self.model_type,
             "hidden_size": self.hidden_size,
             "num_layers": self.num_layers,
             **decoder,
             "name_or_path": self.name_or_path,
+            **sample,
         }
 
     def check_compatible(self, saved: Mapping[str, Any], source: Path, check_layers: bool = True) -> None:
@@ -84,6 +91,17 @@ class EncoderFingerprint:
                     f"{field_name}={getattr(self, field_name)!r} (saved from "
                     f"{saved.get('name_or_path') or 'an unnamed model'}); load it into a matching encoder"
                 )
+        recorded = saved.get(WEIGHTS_SAMPLE)
+        if self.weights_sample and isinstance(recorded, str) and recorded and recorded != self.weights_sample:
+            saved_name = str(saved.get("name_or_path") or "")
+            names = f" ({saved_name!r}; this one: {self.name_or_path!r})" if saved_name != self.name_or_path else ""
+            warnings.warn(
+                f"{source} was saved from an encoder with other weights than this one{names}, of the same "
+                "architecture and sizes: it was trained for those weights and may not fit these. Load it into the "
+                "encoder it was saved from (this is expected if you loaded that encoder in another precision)",
+                BaseModelMismatchWarning,
+                stacklevel=2,
+            )
 
 
 def _check_saved_fingerprint(saved: object, source: Path) -> None:

@@ -9,6 +9,7 @@ only through `layout(model)`. AdaptedModel's export_piece, install_piece, save_*
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from torch import nn
 
 from adapterfusion._validation import check_choice, check_has_values, naming_file
 from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.encoders import encoder_sample_digest
 from adapterfusion.errors import IncompatibleModelError, NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, FusionSetup
 from adapterfusion.heads.config import HeadConfig, check_head_labels
@@ -42,11 +44,12 @@ class AdaptersNotLoadedError(NameNotFoundError):
 
 
 def layout(model: AdaptedModel) -> EncoderLayout:
-    """What a file format may know of the model's encoder: fingerprint, where each site is, its HF config and each
-    site's pretrained LayerNorm (for formats that store weights by module path)."""
+    """What a file format may know of the model's encoder: fingerprint (with a sample digest of its weights, which
+    our pieces record), where each site is, its HF config and each site's pretrained LayerNorm (for formats that
+    store weights by module path)."""
     architecture = model.architecture
     return EncoderLayout(
-        fingerprint=model.fingerprint,
+        fingerprint=dataclasses.replace(model.fingerprint, weights_sample=encoder_sample_digest(model)),
         architecture=architecture,
         site_paths={site.key: site.adapterhub_module_path for site in model.sites},
         base_model_prefix=str(getattr(model.model, "base_model_prefix", "") or ""),

@@ -29,7 +29,14 @@ from torch import nn
 from adapterfusion._validation import check_bool, check_name, check_names, naming_file, reject_unknown_keys
 from adapterfusion._version import __version__
 from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder
-from adapterfusion.errors import ConfigError, HubError, IncompatibleModelError, NameNotFoundError, SerializationError
+from adapterfusion.errors import (
+    BaseModelMismatchWarning,
+    ConfigError,
+    HubError,
+    IncompatibleModelError,
+    NameNotFoundError,
+    SerializationError,
+)
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
 from adapterfusion.io.atomic import atomic_write_files, atomic_write_text, json_text, replace_folder
 from adapterfusion.io.documents import read_bytes, read_json
@@ -77,10 +84,6 @@ CARD_FILE = "README.md"
 
 Names = str | Sequence[str] | None
 Provenance = Mapping[str, str | os.PathLike | Mapping[str, Any]] | None
-
-
-class BaseModelMismatchWarning(UserWarning):
-    """The base encoder has the saved architecture and sizes but other weights than the setup was saved with."""
 
 
 @dataclass(frozen=True)
@@ -238,9 +241,10 @@ def _setup_files(model: AdaptedModel, directory: Path, index: dict[str, Any]) ->
     """Every file of the setup `index` describes, as saved in `directory`, the index last: it lists only pieces whose
     files are in place, with the digest of each piece's config."""
     files: dict[Path, bytes] = {}
+    fingerprint = model.layout().fingerprint  # with its weights' sample digest: a piece loaded alone is checked too
     for piece in index["pieces"]:
         kind, folder = piece["kind"], directory / piece_folder(piece["kind"], piece["name"])
-        written = piece_to_files(model.export_piece(kind, piece["name"]), folder, model.fingerprint)
+        written = piece_to_files(model.export_piece(kind, piece["name"]), folder, fingerprint)
         piece[CONFIG_DIGEST] = hashlib.sha256(written[config_path(folder, kind)]).hexdigest()
         files.update(written)
     files[directory / SETUP_FILE] = json_text(index).encode("utf-8")
@@ -389,10 +393,12 @@ def from_pretrained(
                 BaseModelMismatchWarning,
                 stacklevel=2,
             )
-        for piece in index["pieces"]:
-            kind, name = piece["kind"], piece["name"]
-            _check_config_digest(folder, piece)
-            getattr(model, f"load_{kind}")(folder / piece_folder(kind, name), name=name)
+        with warnings.catch_warnings():  # said once above for the whole setup, not again for each of its pieces
+            warnings.simplefilter("ignore", BaseModelMismatchWarning)
+            for piece in index["pieces"]:
+                kind, name = piece["kind"], piece["name"]
+                _check_config_digest(folder, piece)
+                getattr(model, f"load_{kind}")(folder / piece_folder(kind, name), name=name)
         ActiveSetup.from_dict(index.get("active", {}), folder / SETUP_FILE).apply(model)
     except BaseException:
         model.unload()
