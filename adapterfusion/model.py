@@ -411,6 +411,7 @@ class AdaptedModel(nn.Module):
     install_piece = model_pieces.install_piece
 
     fusion_state_dict = model_pieces.fusion_state_dict
+    load_state_dict = model_pieces.load_state_dict  # names the pieces it lacks before torch lists their tensors
     save_adapter = model_pieces.save_adapter
     load_adapter = model_pieces.load_adapter
     save_fusion = model_pieces.save_fusion

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -191,6 +191,49 @@ def load_head(
 def fusion_state_dict(model: AdaptedModel, name: str) -> dict[str, torch.Tensor]:
     """Fusion `name`'s Q/K/V weights keyed `<site key>.<param>` (piece.py): the tensors of its Piece."""
     return dict(export_piece(model, "fusion", name).tensors)
+
+
+def load_state_dict(
+    model: AdaptedModel, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+) -> Any:
+    """nn.Module.load_state_dict, with the pieces a strict load would miss named first: a state dict taken from a
+    model that held adapters, fusions or heads this one lacks failed with torch's list of every unexpected tensor,
+    which does not say that the fix is adding those pieces (a state dict carries no piece configs)."""
+    if strict:
+        lacking = _pieces_lacking(model, state_dict.keys())
+        if lacking:
+            listed = "; ".join(f"{kind}s {names}" for kind, names in lacking.items())
+            raise NameNotFoundError(
+                f"load_state_dict: the state dict holds {listed}, which this model has not. A state dict has no "
+                "piece configs: add each piece first with the config it was made with (add_adapter, add_fusion, "
+                "add_head), or move pieces with save_adapter/load_adapter (and _fusion, _head) or save_pretrained, "
+                "which keep them; strict=False loads the rest and returns their keys as unexpected"
+            )
+    return nn.Module.load_state_dict(model, state_dict, strict=strict, assign=assign)
+
+
+def _pieces_lacking(model: AdaptedModel, keys: Iterable[str]) -> dict[str, list[str]]:
+    """Names of the adapters, fusions and heads whose tensors `keys` hold (at this model's sites, or its heads) but
+    this model has not, by kind."""
+    sites = {path for path, module in model.named_modules() if isinstance(module, AdapterSite)}
+    have = {"adapter": set(model.adapter_configs), "fusion": set(model.fusion_names), "head": set(model.heads)}
+    lacking: dict[str, list[str]] = {}
+    for key in keys:
+        kind, name = _piece_of_key(key, sites)
+        if kind is not None and name not in have[kind] and name not in lacking.setdefault(kind, []):
+            lacking[kind].append(name)
+    return {kind: names for kind, names in lacking.items() if names}
+
+
+def _piece_of_key(key: str, sites: set[str]) -> tuple[str | None, str]:
+    """('adapter' | 'fusion' | 'head', name) of a state dict key of a piece's tensor, else (None, '')."""
+    if key.startswith("heads."):
+        return "head", key.split(".", 2)[1]
+    for kind in ("adapter", "fusion"):
+        site, found, rest = key.partition(f".{kind}s.")
+        if found and site in sites:
+            return kind, rest.split(".", 1)[0]
+    return None, ""
 
 
 def _load_site_tensors(piece: Piece, modules: Mapping[AdapterSite, nn.Module]) -> None:

@@ -698,4 +698,13 @@ CASES: tuple[BadInput, ...] = (
         ("an adapter named", "already exists", "overwrite=True"),
         lambda folder: _loaded_twice(),
     ),
+    B(
+        "state-dict-of-pieces-the-model-lacks",
+        "model calls",
+        "model.load_state_dict(state dict of a model with adapters a and b, fusion f and head h) into a model without "
+        "them (torch's RuntimeError listing every unexpected tensor)",
+        af.NameNotFoundError,
+        ("adapters ['a', 'b']", "fusions ['f']", "heads ['h']", "add each piece first"),
+        lambda folder: lambda: _model().load_state_dict(_model(fused=True).state_dict()),
+    ),
 )
