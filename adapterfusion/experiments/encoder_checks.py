@@ -191,6 +191,26 @@ def check_architecture_fit(
             )
 
 
+def check_top_k(variants: Sequence[SetupVariant], entries: Sequence[Entry], encoder: str | None, key: str) -> None:
+    """top-k's k above the encoder's layer count (from its config), refused when the file is read: every top-k job
+    would otherwise load the encoder and fail (training/setups.py _top_k refuses it on the loaded model)."""
+    tops = [(variant, i) for variant, (i, _, _) in zip(variants, entries, strict=True) if variant.setup == "top-k"]
+    checked = _local_or_shipped(encoder) if tops else None
+    if checked is None:
+        return
+    layers = getattr(encoder_config(checked), "num_hidden_layers", None)
+    if not isinstance(layers, int):
+        return
+    for variant, i in tops:
+        k = variant.options.get("k", setup_option_defaults("top-k").get("k"))
+        if isinstance(k, int) and not isinstance(k, bool) and k > layers:
+            shown = "null (the shipped MiniLM)" if encoder is None else repr(encoder)
+            raise fail(
+                f"{key}[{i}].k",
+                f"top-k trains the top k layers, but encoder {shown} has {layers}; use k: 1 to {layers}",
+            )
+
+
 def check_bottlenecks(
     variants: Sequence[SetupVariant], entries: Sequence[Entry], encoder: str | None, key: str
 ) -> None:

@@ -76,6 +76,7 @@ from adapterfusion.experiments.encoder_checks import (
     check_bottlenecks,
     check_layernorm_only,
     check_max_lengths,
+    check_top_k,
     parse_encoder,
     resolve_poolings,
 )
@@ -391,6 +392,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     check_layernorm_only(variants, entries, local_encoder, key)
     check_architecture_fit(variants, entries, tasks, local_encoder, key)
     check_bottlenecks(variants, entries, local_encoder, key)
+    check_top_k(variants, entries, local_encoder, key)
     check_metrics_for_best(variants, entries, tasks, task_training, key)
     check_max_lengths(global_training, entries, task_training, local_encoder, key)
     zoo = _zoo(data.get("zoo"), base_dir)

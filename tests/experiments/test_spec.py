@@ -330,3 +330,19 @@ def test_layernorm_only_on_an_rmsnorm_decoder_is_refused_when_the_file_is_read(
         run_experiment(file, progress=False)
     assert not (tmp_path / "out").exists()
     assert spec(encoder=str(tiny_encoder_dir), setups=setups).variant("layernorm-only").tasks == ("rte",)
+
+
+def test_top_k_above_the_encoders_layers_is_refused_when_the_file_is_read(tmp_path, tiny_encoder_dir):
+    """Every top-k job with k above the encoder's layer count failed once it had loaded the encoder; its config says
+    the count (2 for the tiny BERT, 6 for the shipped MiniLM), so the file is refused when read, naming the entry."""
+    file = tmp_path / "x.json"
+    setups = ["head", {"name": "top-k", "k": 3}]
+    file.write_text(json.dumps({**BASE, "encoder": str(tiny_encoder_dir), "setups": setups, "output_dir": "out"}))
+    with pytest.raises(
+        ExperimentSpecError, match=r"setups\[1\]\.k: top-k trains the top k layers, .* has 2; use k: 1 to 2"
+    ):
+        ExperimentSpec.load(file)
+    assert spec(encoder=str(tiny_encoder_dir), setups=["head", {"name": "top-k", "k": 2}]).variant("top-k")
+    assert spec(setups=["head", {"name": "top-k", "k": 6}]).variant("top-k")  # the shipped MiniLM's 6 layers
+    with pytest.raises(ExperimentSpecError, match=r"null \(the shipped MiniLM\) has 6"):
+        spec(setups=["head", {"name": "top-k", "k": 7}])
