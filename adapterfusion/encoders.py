@@ -343,11 +343,14 @@ def encoder_sample_digest(model: AdaptedModel) -> str:
     """sha256 of about SAMPLED_VALUES evenly spaced values of each base weight (as float32) and of its shape: two
     checkpoints of one architecture differ in nearly every value, so this tells them apart in milliseconds at any
     model size, where encoder_digest reads every weight (a minute on a 7B decoder). Recorded with each saved piece,
-    for a warning when it is loaded into other weights; not a proof that two encoders are equal."""
+    for a warning when it is loaded into other weights; not a proof that two encoders are equal. "" where a weight
+    has no values (the meta device): nothing to record or compare, and what needs values says so itself."""
     base = {id(p) for p in cast(nn.Module, model.model.base_model).parameters()}
     digest = hashlib.sha256()
     with torch.no_grad():
         for weight in (p for p in model.encoder_parameters() if id(p) in base):
+            if weight.is_meta:
+                return ""
             flat = weight.detach().reshape(-1)
             sample = flat[:: max(1, flat.numel() // SAMPLED_VALUES)].to("cpu", torch.float32).contiguous()
             digest.update(repr(tuple(weight.shape)).encode())
