@@ -71,14 +71,21 @@ def load_adapterhub(
 
 
 def export_adapterhub(
-    model: PieceHolder, kind: str, name: str, directory: str | Path, use_safetensors: bool = True
+    model: PieceHolder,
+    kind: str,
+    name: str,
+    directory: str | Path,
+    use_safetensors: bool = True,
+    overwrite: bool = False,
 ) -> Path:
     """Write adapter, fusion or head `name` of `model` as AdapterHub's `adapters` 1.3.0 saves it, so that
-    `adapters`' load_adapter / load_adapter_fusion / load_head reads it (safetensors unless told otherwise)."""
+    `adapters`' load_adapter / load_adapter_fusion / load_head reads it (safetensors unless told otherwise). AdapterHub
+    files of that kind already in `directory` are replaced only with `overwrite` (an export and a download look
+    alike)."""
     require_wrapped(model, "export_adapterhub")
     if kind not in _WRITERS:
         raise ConfigError(f"kind={kind!r} is not exportable; choose one of {', '.join(_WRITERS)}")
-    return piece_to_adapterhub(model.export_piece(kind, name), directory, model.layout(), use_safetensors)
+    return piece_to_adapterhub(model.export_piece(kind, name), directory, model.layout(), use_safetensors, overwrite)
 
 
 # ---- reading -----------------------------------------------------------------------------------------
@@ -223,10 +230,10 @@ def _layer_of(module: str, layout: EncoderLayout) -> int | None:
 
 # ---- writing -----------------------------------------------------------------------------------------
 def piece_to_adapterhub(
-    piece: Piece, directory: str | Path, layout: EncoderLayout, use_safetensors: bool = True
+    piece: Piece, directory: str | Path, layout: EncoderLayout, use_safetensors: bool = True, overwrite: bool = False
 ) -> Path:
     """Write `piece` (from the encoder `layout` describes) as AdapterHub's `adapters` 1.3.0 saves it (write_folder
-    checks use_safetensors)."""
+    checks use_safetensors and `overwrite`)."""
     if piece.kind != "head":
         _require_adapterhub_sites(layout)
     else:
@@ -240,7 +247,7 @@ def piece_to_adapterhub(
         model_type=layout.fingerprint.model_type,
         version=ADAPTERHUB_VERSION,
     )
-    return write_folder(directory, piece.kind, document, tensors, use_safetensors)
+    return write_folder(directory, piece.kind, document, tensors, use_safetensors, overwrite)
 
 
 def _adapter_model_class(layout: EncoderLayout) -> str:

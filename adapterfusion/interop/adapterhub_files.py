@@ -23,7 +23,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from adapterfusion._validation import check_bool
-from adapterfusion.errors import SerializationError, UnknownFormatVersionWarning
+from adapterfusion.errors import ConfigError, SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.paths import check_readable_file, check_writable_folder
@@ -139,12 +139,22 @@ def write_folder(
     document: Mapping[str, Any],
     tensors: Mapping[str, torch.Tensor],
     use_safetensors: bool = True,
+    overwrite: bool = False,
 ) -> Path:
     """Weights and config as one write (io/atomic.py atomic_write_files: a failure leaves neither, so a retry works),
-    under the names adapters 1.3.0 reads. A file of those names already there is refused, not overwritten: an
-    export and an AdapterHub download look alike."""
+    under the names adapters 1.3.0 reads. A file of those names already there is refused unless `overwrite`: an
+    export and an AdapterHub download look alike. With `overwrite`, the other weights format's file of that kind (an
+    earlier export's) is removed after the write, so adapters cannot load it instead."""
     check_bool(use_safetensors, "use_safetensors")
-    directory = check_writable_folder(directory, f"export_adapterhub: the {kind} folder", writes=FILES[kind])
+    check_bool(overwrite, "overwrite")
+    what = f"export_adapterhub: the {kind} folder"
+    held = [name for name in FILES[kind] if os.path.isfile(Path(directory) / name)] if not overwrite else []
+    if held:
+        raise ConfigError(
+            f"{what} {str(directory)!r} already holds AdapterHub {kind} files ({', '.join(held)}), which may not be "
+            "ours (an export and a download look alike); pass overwrite=True to replace them, or choose another folder"
+        )
+    directory = check_writable_folder(directory, what, writes=FILES[kind], ours=lambda _: overwrite)
     config_name, safe_name, bin_name = FILES[kind]
     payload = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
     if use_safetensors:
@@ -155,4 +165,7 @@ def write_folder(
         files = {directory / bin_name: buffer.getvalue()}
     files[directory / config_name] = json_text(dict(document)).encode("utf-8")
     atomic_write_files(files)
+    stale = directory / (bin_name if use_safetensors else safe_name)
+    if overwrite and os.path.isfile(stale) and not os.path.islink(stale):
+        stale.unlink()
     return directory

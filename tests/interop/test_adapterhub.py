@@ -504,3 +504,29 @@ def test_an_adapterhub_adapter_of_another_layer_count_is_refused_naming_the_coun
     export_adapterhub(model, "adapter", "a", tmp_path / "a")
     with pytest.raises(af.IncompatibleModelError, match=message):
         af.wrap(tiny_encoder("bert", num_hidden_layers=loaded)).load_adapter(tmp_path / "a")
+
+
+def test_an_export_again_into_its_folder_needs_overwrite(tmp_path):
+    """Exporting an adapter again after more training was refused with no way through but another folder; now
+    overwrite=True replaces the AdapterHub files of that kind (what is read back is the newer adapter), removing an
+    earlier export's weights of the other format, which adapters could load instead; nothing else there is touched."""
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", "pfeiffer")
+    export_adapterhub(model, "adapter", "a", tmp_path / "hub", use_safetensors=False)
+    (tmp_path / "hub" / "notes.txt").write_text("mine")
+    with pytest.raises(af.ConfigError, match=r"already holds AdapterHub adapter files .*overwrite=True"):
+        export_adapterhub(model, "adapter", "a", tmp_path / "hub")
+    with torch.no_grad():  # "more training"
+        for name, parameter in model.named_parameters():
+            if ".adapters.a." in name:
+                parameter.add_(0.5)
+    export_adapterhub(model, "adapter", "a", tmp_path / "hub", overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "hub").iterdir()) == [
+        "adapter.safetensors",
+        "adapter_config.json",
+        "notes.txt",
+    ]
+    back = af.wrap(tiny_encoder("bert"))
+    back.load_adapter(tmp_path / "hub")
+    for key, value in back.export_piece("adapter", "a").tensors.items():
+        assert torch.equal(value, model.export_piece("adapter", "a").tensors[key]), key

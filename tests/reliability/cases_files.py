@@ -355,7 +355,7 @@ CASES: tuple[BadInput, ...] = (
         "output paths",
         "export_adapterhub(model, 'adapter', 'a', <a folder holding an adapter_config.json>)",
         af.ConfigError,
-        ("adapter_config.json", "may not be ours", "another folder"),
+        ("adapter_config.json", "may not be ours", "overwrite=True", "another folder"),
         _export_adapterhub_over,
     ),
     B(
