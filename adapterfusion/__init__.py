@@ -5,6 +5,8 @@ model = af.wrap(AutoModel.from_pretrained(af.default_encoder_path()))
 model.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=16))
 """
 
+# First: as the `adapterfusion` command, a Ctrl-C during the imports below (seconds) ends it without a traceback.
+import adapterfusion._startup  # noqa: F401, I001 - imported for that effect, before anything else
 from adapterfusion._version import __version__ as __version__
 from adapterfusion.adapters import AdapterConfig, BottleneckAdapter
 from adapterfusion.blocks import Average, BatchSplit, Block, Fuse, Parallel, Stack, average_adapters

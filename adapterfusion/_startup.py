@@ -1,0 +1,40 @@
+"""Ctrl-C while the `adapterfusion` command imports torch and transformers (seconds, before cli.main can catch
+anything) printed a KeyboardInterrupt traceback from deep inside an import. Run as that command, the package's first
+import sets a SIGINT handler that ends the process quietly; cli.main puts Python's own handler back, and from then on
+its `except KeyboardInterrupt` speaks. Imported as a library (a notebook, a script), nothing changes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+COMMAND = "adapterfusion"  # the console script's name (pyproject.toml [project.scripts])
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+
+
+def quiet_interrupt_while_importing() -> None:
+    """Set the quiet SIGINT handler when this process is the `adapterfusion` command (and SIGINT is not ignored, as
+    it is for a background job of a non-interactive shell)."""
+    if Path(sys.argv[0]).name != COMMAND or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return
+    signal.signal(signal.SIGINT, _exit_quietly)
+
+
+def restore_interrupt() -> None:
+    """Python's own SIGINT handler again (KeyboardInterrupt), where the quiet one was set."""
+    if signal.getsignal(signal.SIGINT) is _exit_quietly:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _exit_quietly(signum: int, frame: FrameType | None) -> None:
+    # Only imports have run: nothing is written yet, so nothing needs unwinding (os._exit skips half-imported
+    # modules' finalizers, which could raise again).
+    sys.stderr.write("interrupted while starting\n")
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
+
+
+quiet_interrupt_while_importing()  # on import: the package imports this module before anything else

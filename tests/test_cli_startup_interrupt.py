@@ -1,0 +1,65 @@
+"""Ctrl-C while the `adapterfusion` command is still importing torch and transformers ends it with one line and exit
+status 130, not a KeyboardInterrupt traceback from inside an import; imported as a library, SIGINT stays Python's."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="sends itself a POSIX SIGINT")
+
+# Sends itself SIGINT as the first `import torch` starts: after the package's first import set its handler, while
+# the imports run (as a user's Ctrl-C during the seconds they take would).
+INTERRUPTED_IMPORT = """
+import builtins, os, signal, sys
+real_import = builtins.__import__
+def interrupting(name, *args, **kwargs):
+    if name == "torch":
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = interrupting
+from adapterfusion.cli import main
+sys.exit(main(["info"]))
+"""
+
+
+def _run(script: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+
+
+def test_ctrl_c_while_the_command_imports_ends_it_quietly(tmp_path: Path) -> None:
+    script = tmp_path / "adapterfusion"  # the console script's name: sys.argv[0]
+    script.write_text(INTERRUPTED_IMPORT)
+    done = _run(script)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.strip() == "interrupted while starting"
+
+
+def test_a_library_import_leaves_sigint_to_python(tmp_path: Path) -> None:
+    script = tmp_path / "notebook.py"
+    script.write_text(
+        "import signal, adapterfusion\nprint(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    )
+    done = _run(script)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+
+
+def test_once_main_runs_ctrl_c_is_the_commands_own_answer(tmp_path: Path) -> None:
+    """After the imports, main's `except KeyboardInterrupt` answers (exit 130, its own line), as before."""
+    script = tmp_path / "adapterfusion"
+    script.write_text(
+        "import os, signal, sys\n"
+        "import adapterfusion.cli as cli\n"
+        "def interrupted(args):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    signal.pause()\n"
+        "cli._info = interrupted\n"  # what `info` runs, looked up when main builds its parser
+        "sys.exit(cli.main(['info']))\n"
+    )
+    done = _run(script)
+    assert done.returncode == 130 and "interrupted at" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # this process: untouched
