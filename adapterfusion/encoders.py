@@ -1,6 +1,7 @@
 """What an encoder is: the one place that resolves an encoder argument (a local model folder or a HuggingFace Hub
 id `org/name`, `name` or `org/name@revision`), checks that af.wrap was given a model, and says which weights an
-encoder has (its identity, recorded with the adapters trained on it).
+encoder has (its identity, recorded with the adapters trained on it, and the digests of a local folder's weight
+files, recorded with each run).
 
 transformers sends any string that is not an existing folder to the Hub, so a mistyped local path costs a round of
 network retries (minutes per job when offline) and ends in a message about the Hub; an empty or half-copied folder
@@ -28,6 +29,7 @@ from torch import nn
 from adapterfusion._validation import check_has_values
 from adapterfusion.encoder_limits import cap_tokenizer_length
 from adapterfusion.errors import AdapterFusionError, ConfigError, IncompatibleModelError, UnsupportedArchitectureError
+from adapterfusion.file_digests import file_sha256
 from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES
 from adapterfusion.injection.site import AdapterSite
@@ -43,6 +45,7 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")  # single files and shards of the formats a folder may hold
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -368,6 +371,24 @@ def _sampled(weight: torch.Tensor) -> float:
 def encoder_identity(model: AdaptedModel) -> dict[str, Any]:
     """What is recorded beside adapters trained on `model`'s encoder: its fingerprint and the digest of its weights."""
     return {**model.fingerprint.to_dict(), "weights_sha256": encoder_digest(model)}
+
+
+def weight_file_digests(folder: Path) -> dict[str, str]:
+    """{file name: sha256} of the files in a model folder that may hold its weights (WEIGHT_FILES, shards, GGUF)."""
+    return {
+        path.name: file_sha256(path)
+        for path in sorted(folder.iterdir())
+        if path.is_file() and (path.name in WEIGHT_FILES or path.name.endswith(WEIGHT_SUFFIXES))
+    }
+
+
+def encoder_files(encoder: Encoder) -> dict[str, Any] | None:
+    """What a run records of a local encoder's weight files, {"folder": ..., "sha256": weight_file_digests}: which
+    weights it started from, judged from the files without loading the model (the default decoder's take ~30 s), so
+    the experiment runner can tell that other weights were saved at that path since. None for a Hub id."""
+    if encoder.folder is None:
+        return None
+    return {"folder": str(encoder.folder), "sha256": weight_file_digests(encoder.folder)}
 
 
 def check_same_encoder(model: AdaptedModel, recorded: Mapping[str, Any] | None, source: Path) -> None:

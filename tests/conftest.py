@@ -22,6 +22,7 @@ import torch
 import transformers
 
 import adapterfusion as af
+from adapterfusion import file_digests
 from adapterfusion.demo import demo_data_dir as _demo_data_dir
 from adapterfusion.experiments import figures
 from task_data import DATA_DIR, real_data_present
@@ -58,6 +59,20 @@ def drawn(monkeypatch) -> list:
 @pytest.fixture
 def inputs() -> dict[str, torch.Tensor]:
     return tiny_inputs()
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list[str]:
+    """The paths whose bytes file_digests.file_sha256 reads (not answered from what the process remembers), in order."""
+    seen: list[str] = []
+    read = file_digests._read_sha256
+
+    def counting(path: str) -> str:
+        seen.append(path)
+        return read(path)
+
+    monkeypatch.setattr(file_digests, "_read_sha256", counting)
+    return seen
 
 
 _REAL_DATA = (

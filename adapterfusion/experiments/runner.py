@@ -3,8 +3,11 @@ executor, and record every state change in the output dir's results store.
 
 A job found `running` (its runner was killed) or `failed` is re-run: its run dir is emptied first, except for the
 checkpoints of a single-task run, which continues from the newest one (train(resume=True)) unless the job's settings
-changed or a job it depends on runs again. Before that, the runner waits for the killed runner's workers to end and
-removes the temp files its writers recorded (experiments/writers.py), and nothing else.
+changed, a job it depends on runs again, or an input its run recorded changed on disk since (experiments/stale.py).
+A done job whose inputs changed on disk (store adapters it fused, its local data files, its encoder's weight files)
+runs again with the done jobs that depend on it; the summary says why, job by job.
+Before that, the runner waits for the killed runner's workers to end and removes the temp files its writers recorded
+(experiments/writers.py), and nothing else.
 A failed job does not stop independent jobs; the jobs that need it are marked `blocked` with the reason.
 The progress display shows jobs done / running / left, each running job's epoch (from the progress.json its
 training run rewrites, training/progress.py) and an ETA.
@@ -50,7 +53,8 @@ Hook = Callable[[ExperimentSpec, ResultsStore], None]
 @dataclass
 class ExperimentSummary:
     """What one call of run_experiment did: `ran` this time, `skipped` (done before), `failed` and `blocked`
-    (id -> error text / reason), and the final `counts` per state."""
+    (id -> error text / reason), `rerun` (id -> why a job that had run starts afresh though its settings are
+    unchanged: an input changed on disk), and the final `counts` per state."""
 
     name: str
     output_dir: Path
@@ -58,6 +62,7 @@ class ExperimentSummary:
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     blocked: dict[str, str] = field(default_factory=dict)
+    rerun: dict[str, str] = field(default_factory=dict)
     warnings: dict[str, list[str]] = field(default_factory=dict)  # id -> its metrics.json warnings (jobs run now)
     counts: dict[str, int] = field(default_factory=dict)
     wall_seconds: float = 0.0
@@ -72,7 +77,8 @@ class ExperimentSummary:
             f"{len(self.failed)} failed, {len(self.blocked)} blocked in {self.wall_seconds:.1f}s; results in "
             f"{self.output_dir}"
         )
-        details = [f"  failed  {i}: {e.strip().splitlines()[-1] if e.strip() else e}" for i, e in self.failed.items()]
+        details = [f"  re-run  {i}: {why}" for i, why in self.rerun.items()]
+        details += [f"  failed  {i}: {e.strip().splitlines()[-1] if e.strip() else e}" for i, e in self.failed.items()]
         details += [f"  blocked {i}: {r}" for i, r in self.blocked.items()]
         details += [f"  warning {i}: {w}" for i, found in self.warnings.items() for w in found]
         return "\n".join([line, *details])
@@ -190,9 +196,9 @@ def run_experiment(
         clear_dead_writers(out)  # a killed runner's workers have ended; the temp files its writers left are removed
         with ResultsStore(out) as store:
             reset = set(store.bind(spec, jobs, force=force))
-            stale = stale_jobs(jobs, store.states(), out)  # a fusion whose store adapters were replaced since
-            store.requeue(stale)
-            reset |= set(stale)
+            summary.rerun = stale_jobs(jobs, store.states(), out)  # inputs changed on disk since they ran
+            store.requeue(list(summary.rerun))
+            reset |= set(summary.rerun)
             store.requeue_unfinished()
             atomic_write_json(out / SPEC_FILE, experiment_record(spec, out))
             states = store.states()

@@ -1,55 +1,105 @@
-"""Finished jobs whose inputs changed on disk since they ran, though their settings did not: a fusion trained on
-store adapters that were replaced since (another experiment re-trained the zoo or store it fuses from). Their config
-hash is unchanged, so the results store keeps them done; the runner re-runs them (and the jobs that depend on them),
-as `evaluate`, `prune` and `serve` refuse such a fusion (training/rebuild.py check_fused_adapters)."""
+"""Jobs whose inputs changed on disk since they ran, though their settings did not: a fusion trained on store adapters
+that were replaced since (another experiment re-trained the zoo or store it fuses from), a job whose local data files
+were edited, or whose encoder folder holds other weights now. Their config hash is unchanged, so the results store
+keeps them done; the runner re-runs them (and the done jobs that depend on them), as `evaluate`, `prune` and `serve`
+refuse such a fusion (training/rebuild.py check_fused_adapters). An interrupted one starts over rather than resume
+checkpoints trained on the old inputs.
+
+Each check compares what the run's config.json recorded with the files now. What a run did not record (runs of an
+older version, a Hub encoder) or what is gone (an output dir copied to another machine, whose zoo, data and encoder
+live elsewhere) cannot be judged and counts as unchanged. File digests are remembered per process (file_digests.py),
+so 36 jobs on one encoder read its weights once."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from adapterfusion.encoders import weight_file_digests
 from adapterfusion.errors import AdapterFusionError
 from adapterfusion.experiments.plan import Job
+from adapterfusion.file_digests import file_sha256
 from adapterfusion.run_layout import CONFIG_FILE
 from adapterfusion.serialization.pieces import piece_digest
 
 
-def stale_jobs(jobs: Sequence[Job], states: Mapping[str, str], output_dir: Path) -> list[str]:
-    """Ids of the done jobs whose fused adapters changed, and of every job depending on one, in plan order."""
+def stale_jobs(jobs: Sequence[Job], states: Mapping[str, str], output_dir: Path) -> dict[str, str]:
+    """Why each job must run afresh (id -> reason), in plan order: the jobs whose run recorded inputs that changed
+    since (done, or interrupted: then not resumed), and every done job that depends on one."""
     digests: dict[Path, str | None] = {}
-    stale = {job.id for job in jobs if states.get(job.id) == "done" and _fused_changed(job, output_dir, digests)}
+    why = {job.id: change for job in jobs if (change := _changed_input(job, output_dir, digests)) is not None}
+    again = dict(why)
     for job in jobs:  # topologically ordered: a dependency is decided before its dependents
-        if any(dependency in stale for dependency in job.depends_on):
-            stale.add(job.id)
-    return [job.id for job in jobs if job.id in stale and states.get(job.id) == "done"]
+        needed = next((dependency for dependency in job.depends_on if dependency in again), None)
+        if job.id not in again and needed is not None:
+            again[job.id] = f"it needs {needed}, which runs again"
+    kept = [job.id for job in jobs if job.id in why or (job.id in again and states.get(job.id) == "done")]
+    return {job_id: again[job_id] for job_id in kept}
 
 
-def _fused_changed(job: Job, output_dir: Path, digests: dict[Path, str | None]) -> bool:
-    """Whether a store adapter the job's run recorded fusing now holds other files. An entry that is gone (an
-    output dir copied to another machine, whose zoo lives elsewhere) cannot be judged and counts as unchanged."""
+def _changed_input(job: Job, output_dir: Path, digests: dict[Path, str | None]) -> str | None:
+    """What changed since the job's run recorded its inputs (None: nothing, or nothing that can be judged)."""
     try:
         config = json.loads((job.run_dir(output_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    fused = config.get("fused_adapters") if isinstance(config, dict) else None
+        return None
+    if not isinstance(config, dict):
+        return None
+    return _fused_changed(config, digests) or _data_changed(config) or _encoder_changed(config)
+
+
+def _fused_changed(config: Mapping[str, Any], digests: dict[Path, str | None]) -> str | None:
+    """A store adapter the run recorded fusing that now holds other files."""
+    fused = config.get("fused_adapters")
     if not isinstance(fused, dict):
-        return False
-    for record in fused.values():
+        return None
+    for name, record in fused.items():
         if not isinstance(record, dict) or not isinstance(record.get("entry"), str):
             continue
         adapter = Path(record["entry"]) / "adapter"
         if adapter not in digests:
-            digests[adapter] = _digest(adapter)
+            digests[adapter] = _piece_digest(adapter)
         if digests[adapter] is not None and digests[adapter] != record.get("sha256"):
-            return True
-    return False
+            return f"the store adapter {name!r} it fused ({record['entry']}) was replaced since it ran"
+    return None
 
 
-def _digest(adapter: Path) -> str | None:
+def _piece_digest(adapter: Path) -> str | None:
     if not adapter.is_dir():
         return None
     try:
         return piece_digest(adapter)
     except (AdapterFusionError, OSError):
         return None
+
+
+def _data_changed(config: Mapping[str, Any]) -> str | None:
+    """A local data file the run read that now holds other bytes."""
+    recorded = config.get("data_files")
+    if not isinstance(recorded, dict):
+        return None
+    for path, digest in recorded.items():
+        try:
+            now = file_sha256(path)
+        except OSError:
+            continue
+        if now != digest:
+            return f"its data file {path} changed since it ran"
+    return None
+
+
+def _encoder_changed(config: Mapping[str, Any]) -> str | None:
+    """The run's local encoder folder holding other weight files now (a folder without any counts as gone)."""
+    recorded = config.get("encoder_files")
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("folder"), str):
+        return None
+    folder = Path(recorded["folder"])
+    try:
+        now = weight_file_digests(folder)
+    except OSError:
+        return None
+    if now and now != recorded.get("sha256"):
+        return f"other weights were saved at its encoder {folder} since it ran"
+    return None

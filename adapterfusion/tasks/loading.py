@@ -61,6 +61,13 @@ class TaskDataInfo:
             "notes": list(self.notes),
         }
 
+    def local_files(self) -> tuple[str, ...]:
+        """The files its splits were read from (absolute paths, each once), none for the Hub: a run records their
+        digests, so that the experiment runner can tell that the data was edited since."""
+        if self.source == "hub":
+            return ()
+        return tuple(dict.fromkeys(os.path.abspath(split.location) for split in self.splits))
+
     def describe(self) -> str:
         """One line per fact, for a report's data section."""
         lines = [f"{self.task}: {self.source} ({self.location})"]

@@ -19,7 +19,8 @@ from typing import Any
 
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, mean_fusion_attention
 from adapterfusion.encoder_limits import check_max_length
-from adapterfusion.encoders import encoder_identity
+from adapterfusion.encoders import encoder_files, encoder_identity
+from adapterfusion.file_digests import files_sha256
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.tasks.collator import TaskCollator
@@ -142,10 +143,13 @@ def train(
             "encoder_key": encoder_key(run.encoder),
             # the store refuses its adapter for an encoder of other weights
             "encoder_identity": encoder_identity(model),
+            # its weight files, which the experiment runner compares without loading the model (experiments/stale.py)
+            "encoder_files": encoder_files(run.source),
             # where a fusion's adapters are reloaded from
             "store": str(store.root.resolve()) if store is not None else None,
             "training": config.to_dict(),
             "data": info.to_dict(),
+            "data_files": files_sha256(info.local_files()),  # the bytes it read: an edited file is other data
             "truncation": truncation.to_dict(),
             "plan_notes": plan.notes,
         }

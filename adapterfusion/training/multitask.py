@@ -49,8 +49,9 @@ from torch.utils.data import DataLoader
 
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoder_limits import check_max_length
-from adapterfusion.encoders import default_pooling
+from adapterfusion.encoders import default_pooling, encoder_files
 from adapterfusion.errors import ConfigError
+from adapterfusion.file_digests import files_sha256
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.run_layout import CONFIG_FILE
@@ -80,8 +81,20 @@ if TYPE_CHECKING:
 
 __all__ = ["MARKER_FILE", "MT_A", "MultiTaskResult", "read_mt_a_marker", "train_multitask"]
 
-# What makes a checkpoint belong to an MT-A run: the same tasks, seed, encoder, pieces, sampling, data and training.
-MT_A_RESUME_KEYS = ("tasks", "task_specs", "seed", "encoder_key", "adapter", "pooling", "sampling", "training", "data")
+# What makes a checkpoint belong to an MT-A run: the same tasks, seed, encoder, pieces, sampling, data (its files'
+# bytes too) and training.
+MT_A_RESUME_KEYS = (
+    "tasks",
+    "task_specs",
+    "seed",
+    "encoder_key",
+    "adapter",
+    "pooling",
+    "sampling",
+    "training",
+    "data",
+    "data_files",
+)
 
 
 @dataclass
@@ -114,6 +127,7 @@ class TaskData:
     infos: list[dict[str, Any]]
     truncations: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)  # data that trains a poor model, "<task>: <note>"
+    data_files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every local file read
 
     @property
     def names(self) -> list[str]:
@@ -214,6 +228,7 @@ def _load_tasks(
         data.train_sets.append(encoded["train"])
         data.dev_sets.append(encoded["validation"])
         data.infos.append(info.to_dict())
+        data.data_files.update(files_sha256(info.local_files()))
         data.warnings += [f"{spec.name}: {warning}" for warning in info.warnings]
         data.truncations.append(truncation.to_dict())
     return data
@@ -466,6 +481,7 @@ def _run_config(
         "seed": run.seed,
         "encoder": run.encoder,
         "encoder_key": encoder_key(run.encoder),
+        "encoder_files": encoder_files(run.source),
         "adapter": adapter.to_dict(),
         "pooling": pooling,
         "sampling": {
@@ -479,6 +495,7 @@ def _run_config(
         "selection": "best mean over tasks of each task's metric_for_best on its dev set",
         "training": config.to_dict(),
         "data": data.infos,
+        "data_files": data.data_files,
         "truncation": data.truncations,
     }
 

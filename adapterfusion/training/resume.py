@@ -17,7 +17,9 @@ from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
 # What makes a checkpoint belong to a train() run: the same task, setup, seed, encoder (its path and the digest of its
-# weights: other weights saved at the same path would finish another encoder's run), data, store and training config.
+# weights: other weights saved at the same path would finish another encoder's run), data (where from, how many rows,
+# and the sha256 of the files read: an edited file would finish the run on other rows), store and training config.
+# Not "encoder_files": the digest of the weights themselves is exact, where files may be re-saved with equal weights.
 RESUME_KEYS = (
     "task_spec",
     "setup",
@@ -28,7 +30,11 @@ RESUME_KEYS = (
     "store",
     "training",
     "data",
+    "data_files",
 )
+
+# Keys a config.json saved before runs recorded them lacks: such a run resumes as it did then (nothing to compare).
+RECORDED_LATER = ("encoder_identity", "data_files")
 
 # TrainingConfig fields added after runs were already saved, with the value that behaves as those runs did: a run
 # saved before a field existed resumes when the call sets that value.
@@ -63,8 +69,9 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[st
     current = json.loads(json.dumps({key: run_config[key] for key in keys}))  # as config.json holds it
     if isinstance(previous.get("training"), dict):
         previous["training"] = TRAINING_SETTINGS_ADDED_LATER | previous["training"]
-    if "encoder_identity" in keys and "encoder_identity" not in previous:  # saved before runs recorded it
-        previous["encoder_identity"] = current["encoder_identity"]
+    for key in RECORDED_LATER:
+        if key in keys and key not in previous:
+            previous[key] = current[key]
     changed = [_describe_change(key, previous.get(key), current[key]) for key in keys]
     if any(changed):
         raise TrainingError(
@@ -105,4 +112,11 @@ def _describe_change(key: str, previous: Any, current: Any) -> str:
                 f"the encoder's weights differ (sha256 {str(previous.get(digest))[:12]} then, "
                 f"{str(current.get(digest))[:12]} now: other weights were saved at its path)"
             )
+    if key == "data_files" and isinstance(previous, dict) and isinstance(current, dict):
+        return "the data files differ: " + ", ".join(
+            f"{path} (sha256 {str(previous.get(path, '<not read>'))[:12]} then, "
+            f"{str(current.get(path, '<not read>'))[:12]} now)"
+            for path in sorted(previous.keys() | current.keys())
+            if previous.get(path) != current.get(path)
+        )
     return f"{key} differs"

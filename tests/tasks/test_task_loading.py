@@ -7,7 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from adapterfusion.tasks import TaskError, TaskSpec, get_task, list_tasks, load_task_data, task_from_dict
+from adapterfusion.tasks import (
+    TaskDataWarning,
+    TaskError,
+    TaskSpec,
+    get_task,
+    list_tasks,
+    load_task_data,
+    task_from_dict,
+)
 
 # qqp is in the paper but has no offline copy (see shared/data/README.md), nor have Houlsby's cola, stsb and qnli;
 # sick-r reads SICK's rows from its own folder, which the demo pack has (tests/tasks/test_glue_tasks.py loads it).
@@ -113,6 +121,7 @@ def test_hub_source_uses_task_split_names_and_skips_unlabelled_splits(monkeypatc
     assert calls[0][0] == ("nyu-mll/glue", "mnli")
     assert set(splits) == {"train", "validation"} and info.source == "hub" and info.carve_out is None
     assert info.splits[1].split_name == "validation_matched"
+    assert info.local_files() == ()  # nothing on disk for a run to record the digest of
 
 
 def test_hub_failure_says_how_to_work_offline(monkeypatch):
@@ -149,6 +158,18 @@ def test_user_task_from_csv_and_jsonl(tmp_path, write_jsonl):
     splits, info = load_task_data(spec)
     assert info.source == "files" and len(splits["train"]) == 20 and len(splits["validation"]) == 6
     assert splits["train"]["label"][:4] == [0, 1, 0, 1] and splits["validation"]["label"][:2] == [0, 1]
+
+
+def test_local_files_are_the_files_read_each_once(tmp_path, demo_data_dir, write_jsonl):
+    """What a run records the digests of: each split's file as an absolute path, a file carved into two splits once."""
+    info = load_task_data("rte", demo_data_dir, max_examples=4).info
+    assert info.local_files() == tuple(str(demo_data_dir / "rte" / f"{s}.jsonl.gz") for s in ("train", "validation"))
+    write_jsonl(tmp_path / "train.jsonl", [{"text": f"t {i}", "label": i % 2} for i in range(20)])
+    own = {"name": "own", "kind": "single", "text_fields": ["text"], "label_names": ["a", "b"]}
+    spec = task_from_dict({**own, "data_files": {"train": "train.jsonl"}}, base_dir=tmp_path)
+    with pytest.warns(TaskDataWarning, match="validation carved from 'train'"):
+        info = load_task_data(spec).info
+    assert info.carve_out is not None and info.local_files() == (str(tmp_path / "train.jsonl"),)
 
 
 def test_user_multiple_choice_task_with_list_choices(tmp_path, write_jsonl):

@@ -4,6 +4,8 @@ metrics per epoch and training losses, in float64 to the tight tolerance, for an
 (`train_multitask(..., resume=True)`, killed mid-epoch)."""
 
 import json
+import re
+import shutil
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ import torch
 from adapterfusion.training import AdapterStore, TrainingError, train, train_multitask
 from adapterfusion.training.callbacks import FusionStepCallback
 from adapterfusion.training.checkpoints import LEGACY_TRAINABLE_FILE, RESUME_FILES, TRAINABLE_FILE, resumable_checkpoint
+from task_data import read_rows, write_jsonl
 from tolerances import assert_close
 
 STEPS_PER_EPOCH = 4  # 32 training examples in batches of 8
@@ -249,6 +252,29 @@ def test_resume_refuses_a_checkpoint_of_other_encoder_weights(tmp_path, tiny_enc
     ):
         run(resume=True)
     del saved["encoder_identity"]  # as a version before the digest wrote it
+    config_path.write_text(json.dumps(saved))
+    result = run(resume=True)
+    assert json.loads(result.metrics_path.read_text())["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
+
+
+def test_resume_refuses_a_checkpoint_of_other_data_files(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
+    """A data file edited between the kill and the resume, with as many rows as before: the run went on training on
+    other rows. A run saved before runs recorded the files' digests still resumes."""
+    data = tmp_path / "data"
+    shutil.copytree(demo_data_dir / "rte", data / "rte")
+    run = _st_a_run(tmp_path / "runs", tiny_encoder_dir, data)
+    _killed_after_the_first_epoch(run, monkeypatch)
+    train_file = data / "rte" / "train.jsonl.gz"
+    rows = read_rows(train_file)
+    write_jsonl(train_file, [{**rows[0], "sentence1": "an edited premise"}, *rows[1:]], gz=True)
+    with pytest.raises(
+        TrainingError,
+        match=rf"the data files differ: {re.escape(str(train_file))} \(sha256 \w{{12}} then, \w{{12}} now\)",
+    ):
+        run(resume=True)
+    config_path = tmp_path / "runs" / "rte" / "st-a" / "seed-3" / "config.json"
+    saved = json.loads(config_path.read_text())
+    del saved["data_files"]  # as a version before the digests wrote it
     config_path.write_text(json.dumps(saved))
     result = run(resume=True)
     assert json.loads(result.metrics_path.read_text())["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
