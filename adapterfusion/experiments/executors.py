@@ -21,12 +21,15 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Protocol
 
+import torch
+
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.jobs import JobPayload, execute_job, work_for
+from adapterfusion.experiments.plan import Job
 from adapterfusion.experiments.ray_executor import RayExecutor  # which imports ray, an optional extra, when used
 
 WATCHDOG_SECONDS = 1.0  # how often a process-pool worker checks that its runner lives
@@ -127,3 +130,20 @@ def make_executor(name: str, workers: int | None = None) -> Executor:
     if name not in EXECUTORS:
         raise ExperimentSpecError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
     return EXECUTORS[name](workers)
+
+
+LOCAL_EXECUTORS = ("inprocess", "process")  # run the jobs on this machine (ray may send them to GPU nodes)
+
+
+def check_runs_here(executor: str | Executor, jobs: Sequence[Job]) -> None:
+    """Refuse, before any job, what no job can do on this machine under a local executor: fp16 without a CUDA GPU
+    (train() refuses it too, so each job would fail on its own, and every fusion after it be blocked)."""
+    if executor not in LOCAL_EXECUTORS or torch.cuda.is_available():
+        return
+    first = next((job for job in jobs if job.training.get("fp16")), None)
+    if first is not None:
+        raise ExperimentSpecError(
+            f"job {first.id} trains with fp16: true, which needs a CUDA GPU, and none is visible here (executor "
+            f"{executor!r} runs the jobs on this machine); use bf16: true (CPUs run bfloat16) or no mixed precision, "
+            "or run with executor ray on GPU machines"
+        )

@@ -31,7 +31,7 @@ from typing import Any
 from adapterfusion.defaults import named_encoder
 from adapterfusion.encoders import resolve_encoder
 from adapterfusion.experiments.errors import ExperimentSpecError
-from adapterfusion.experiments.executors import Executor, make_executor
+from adapterfusion.experiments.executors import Executor, check_runs_here, make_executor
 from adapterfusion.experiments.jobs import JOB_LOG, JobPayload, payload_options
 from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.plan import Job, plan_jobs
@@ -195,6 +195,8 @@ def run_experiment(
     with registered_writer(out), RunnerLock(out):
         clear_dead_writers(out)  # a killed runner's workers have ended; the temp files its writers left are removed
         with ResultsStore(out) as store:
+            if store.meta().get("spec_hash") != spec.spec_hash():  # a spec bound before ran (or was refused) already
+                check_runs_here(executor, jobs)
             reset = set(store.bind(spec, jobs, force=force))
             summary.rerun = stale_jobs(jobs, store.states(), out)  # inputs changed on disk since they ran
             store.requeue(list(summary.rerun))

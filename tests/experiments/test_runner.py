@@ -24,13 +24,14 @@ from adapterfusion.experiments import (
     run_experiment,
     runner,
 )
+from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.plan import config_hashes
 from adapterfusion.experiments.processes import ProcessRecord
 from adapterfusion.experiments.report import build_report
 from adapterfusion.experiments.runner import describe_running
 from adapterfusion.training import AdapterStore
 from adapterfusion.training.progress import RunProgress, read_progress, write_progress
-from tiny_experiments import DoneExecutor, tiny_experiment
+from tiny_experiments import FAST, DoneExecutor, tiny_experiment
 
 
 @pytest.mark.slow
@@ -399,3 +400,20 @@ def test_running_its_record_resumes_the_experiment_without_its_file(tmp_path, ti
     capsys.readouterr()
     assert main(["run", str(record), "--no-progress"]) == 0
     assert "0 job(s) run, 6 already done" in capsys.readouterr().out
+
+
+def test_fp16_on_a_machine_without_cuda_is_refused_before_any_job_then_runs_once_fixed(
+    tmp_path, tiny_encoder_dir, monkeypatch
+):
+    """fp16 under a local executor on a CPU machine failed every job on its own (train() refuses it) and blocked the
+    fusions; the runner now refuses it before recording anything, so the fixed file runs without --force. Under an
+    executor of the user's own (or ray: GPU nodes) it is left to the jobs."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    spec = tiny_experiment(tiny_encoder_dir, tmp_path / "out", training={**FAST, "fp16": True})
+    with pytest.raises(ExperimentSpecError, match=r"fp16: true, which needs a CUDA GPU.*bf16: true"):
+        run_experiment(spec, executor="inprocess", progress=False)
+    assert not (tmp_path / "out" / "experiment.json").exists()
+    fixed = tiny_experiment(tiny_encoder_dir, tmp_path / "out")
+    assert run_experiment(fixed, executor=DoneExecutor(), progress=False).ok
+    elsewhere = tiny_experiment(tiny_encoder_dir, tmp_path / "other", training={**FAST, "fp16": True})
+    assert run_experiment(elsewhere, executor=DoneExecutor(), progress=False).ok
