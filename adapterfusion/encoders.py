@@ -45,7 +45,9 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")  # single files and shards of the formats a folder may hold
+# Shards of the weight files above (model-00001-of-00002.safetensors, ...) and GGUF files; not any .bin (a trainer's
+# training_args.bin beside the weights is no weights)
+WEIGHT_SHARDS = (("model", (".safetensors",)), ("pytorch_model", (".bin",)), ("", (".gguf",)))
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -343,12 +345,14 @@ SAMPLED_VALUES = 4096  # values of each weight encoder_sample_digest reads
 
 
 def encoder_sample_digest(model: AdaptedModel) -> str:
-    """sha256 of about SAMPLED_VALUES evenly spaced values of each base weight (as float32) and of its shape: two
-    checkpoints of one architecture differ in nearly every value, so this tells them apart in milliseconds at any
-    model size, where encoder_digest reads every weight (a minute on a 7B decoder). Recorded with each saved piece,
-    for a warning when it is loaded into other weights; not a proof that two encoders are equal. "" where a weight
-    has no values (the meta device): nothing to record or compare, and what needs values says so itself."""
-    base = {id(p) for p in cast(nn.Module, model.model.base_model).parameters()}
+    """sha256 of about SAMPLED_VALUES evenly spaced values of each weight of the encoder's layers (as float32) and of
+    its shape: two checkpoints of one architecture differ in nearly every value, so this tells them apart in
+    milliseconds at any model size, where encoder_digest reads every weight (a minute on a 7B decoder). Recorded with
+    each saved piece, for a warning when it is loaded into other weights; not a proof that two encoders are equal.
+    The layers alone: a checkpoint without some weights outside them (roberta-base's pooler) gets them initialised at
+    random on each load, which must not read as other weights. "" where a weight has no values (the meta device):
+    nothing to record or compare, and what needs values says so itself."""
+    base = {id(p) for p in model.encoder_layers().parameters()}
     digest = hashlib.sha256()
     with torch.no_grad():
         for weight in (p for p in model.encoder_parameters() if id(p) in base):
@@ -378,7 +382,11 @@ def weight_file_digests(folder: Path) -> dict[str, str]:
     return {
         path.name: file_sha256(path)
         for path in sorted(folder.iterdir())
-        if path.is_file() and (path.name in WEIGHT_FILES or path.name.endswith(WEIGHT_SUFFIXES))
+        if path.is_file()
+        and (
+            path.name in WEIGHT_FILES
+            or any(path.name.startswith(stem) and path.name.endswith(ends) for stem, ends in WEIGHT_SHARDS)
+        )
     }
 
 

@@ -11,9 +11,11 @@ An adapter's or fusion's tensors are keyed `<site key>.<parameter>`, e.g. `layer
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -92,6 +94,8 @@ class EncoderFingerprint:
                     f"{saved.get('name_or_path') or 'an unnamed model'}); load it into a matching encoder"
                 )
         recorded = saved.get(WEIGHTS_SAMPLE)
+        if not _CHECK_WEIGHTS_SAMPLE.get():
+            return
         if self.weights_sample and isinstance(recorded, str) and recorded and recorded != self.weights_sample:
             saved_name = str(saved.get("name_or_path") or "")
             names = f" ({saved_name!r}; this one: {self.name_or_path!r})" if saved_name != self.name_or_path else ""
@@ -102,6 +106,20 @@ class EncoderFingerprint:
                 BaseModelMismatchWarning,
                 stacklevel=2,
             )
+
+
+_CHECK_WEIGHTS_SAMPLE: contextvars.ContextVar[bool] = contextvars.ContextVar("check_weights_sample", default=True)
+
+
+@contextlib.contextmanager
+def weights_sample_unchecked() -> Iterator[None]:
+    """Pieces loaded inside are not compared by their weights sample: a whole setup's loader has compared the
+    encoder's weights once, for all of them (a warnings filter would also reset Python's once-per-place record)."""
+    token = _CHECK_WEIGHTS_SAMPLE.set(False)
+    try:
+        yield
+    finally:
+        _CHECK_WEIGHTS_SAMPLE.reset(token)
 
 
 def _check_saved_fingerprint(saved: object, source: Path) -> None:

@@ -58,7 +58,7 @@ from adapterfusion.io.paths import (
     out_of_reach,
     path_part,
 )
-from adapterfusion.piece import PIECE_KINDS
+from adapterfusion.piece import PIECE_KINDS, weights_sample_unchecked
 from adapterfusion.serialization.model_card import render_model_card
 from adapterfusion.serialization.pieces import (
     check_piece_folder,
@@ -393,8 +393,7 @@ def from_pretrained(
                 BaseModelMismatchWarning,
                 stacklevel=2,
             )
-        with warnings.catch_warnings():  # said once above for the whole setup, not again for each of its pieces
-            warnings.simplefilter("ignore", BaseModelMismatchWarning)
+        with weights_sample_unchecked():  # said once above for the whole setup, not again for each of its pieces
             for piece in index["pieces"]:
                 kind, name = piece["kind"], piece["name"]
                 _check_config_digest(folder, piece)

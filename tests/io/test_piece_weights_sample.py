@@ -6,6 +6,8 @@ whole setup (warned once, by its own full digest) stay silent."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -47,12 +49,23 @@ def test_the_same_weights_load_silently_also_from_their_files(tmp_path: Path) ->
 
 
 def test_one_changed_weight_value_changes_the_sample_only_where_sampled() -> None:
-    """The digest reads a sample: a change to a sampled value is seen (a first element always is)."""
+    """The digest reads a sample of the layers' weights: a change to a sampled value is seen (a first element
+    always is)."""
     model = af.wrap(tiny_encoder(seed=0))
     before = encoder_sample_digest(model)
     with torch.no_grad():
-        next(iter(model.model.parameters())).view(-1)[0] += 1.0
+        next(iter(model.encoder_layers().parameters())).view(-1)[0] += 1.0
     assert encoder_sample_digest(model) != before
+
+
+def test_weights_a_checkpoint_lacks_do_not_count(tmp_path: Path) -> None:
+    """roberta-base has no pooler weights: AutoModel draws a new pooler on every load. Two loads of the same
+    checkpoint differ there and nowhere else, and must not warn."""
+    _with_adapter(seed=0).save_adapter("a", tmp_path / "a")
+    encoder = tiny_encoder(seed=0)
+    torch.manual_seed(123)
+    encoder.pooler.dense.reset_parameters()
+    _load_quietly(af.wrap(encoder), tmp_path / "a")
 
 
 def test_files_saved_before_the_record_load_silently(tmp_path: Path) -> None:
@@ -75,3 +88,21 @@ def test_a_setup_on_other_weights_warns_once(tmp_path: Path) -> None:
     # a piece of the setup loaded alone is checked by its own record
     with pytest.warns(af.BaseModelMismatchWarning, match="other weights than this one"):
         af.wrap(tiny_encoder(seed=1)).load_adapter(tmp_path / "setup" / "adapters" / "a")
+
+
+def test_a_setup_loaded_again_from_one_place_warns_once_under_default_filters(tmp_path: Path) -> None:
+    """Python shows a warning once per place by default; silencing the pieces' own check with a warnings filter
+    reset that record, and three loads in a loop printed three warnings."""
+    _with_adapter(seed=0).save_pretrained(tmp_path / "setup")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import adapterfusion as af; from tiny_models import tiny_encoder\n"
+        "for seed in (1, 2, 3):\n"
+        "    af.AdaptedModel.from_pretrained(tiny_encoder(seed=seed), sys.argv[2])\n"
+    )
+    tests = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", code, tests, str(tmp_path / "setup")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("BaseModelMismatchWarning") == 1, done.stderr
