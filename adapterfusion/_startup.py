@@ -5,6 +5,7 @@ its `except KeyboardInterrupt` speaks. Imported as a library (a notebook, a scri
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -16,9 +17,15 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ct
 
 
 def quiet_interrupt_while_importing() -> None:
-    """Set the quiet SIGINT handler when this process is the `adapterfusion` command (and SIGINT is not ignored, as
-    it is for a background job of a non-interactive shell)."""
-    if Path(sys.argv[0]).name != COMMAND or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    """Set the quiet SIGINT handler when this process is the `adapterfusion` command: not a worker it spawned (which
+    inherits its argv, and whose Ctrl-C its own code answers), and not where SIGINT is ignored (a background job of a
+    non-interactive shell). sys.argv may be empty or missing where Python is embedded."""
+    argv = getattr(sys, "argv", None) or [""]
+    if (
+        Path(str(argv[0])).name != COMMAND
+        or multiprocessing.parent_process() is not None
+        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    ):
         return
     signal.signal(signal.SIGINT, _exit_quietly)
 

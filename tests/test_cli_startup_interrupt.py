@@ -63,3 +63,27 @@ def test_once_main_runs_ctrl_c_is_the_commands_own_answer(tmp_path: Path) -> Non
     done = _run(script)
     assert done.returncode == 130 and "interrupted at" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # this process: untouched
+
+
+def test_a_worker_the_command_spawns_keeps_pythons_sigint(tmp_path: Path) -> None:
+    """A spawned worker (the process executor's) inherits the command's argv: it must not take the quiet handler,
+    which would end a job with os._exit on Ctrl-C, skipping its cleanup."""
+    script = tmp_path / "adapterfusion"
+    script.write_text(
+        "import multiprocessing, signal\n"
+        "def probe():\n"
+        "    import adapterfusion\n"
+        "    return signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+        "if __name__ == '__main__':\n"
+        "    with multiprocessing.get_context('spawn').Pool(1) as pool:\n"
+        "        print(pool.apply(probe))\n"
+    )
+    done = _run(script)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+
+
+def test_an_empty_or_missing_argv_imports() -> None:
+    for setup in ("sys.argv = []", "del sys.argv"):
+        code = f"import sys; {setup}; import adapterfusion; print('ok')"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert done.stdout.strip() == "ok", done.stderr
