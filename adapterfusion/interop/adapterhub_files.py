@@ -26,7 +26,7 @@ from adapterfusion._validation import check_bool
 from adapterfusion.errors import ConfigError, SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json
-from adapterfusion.io.paths import check_readable_file, check_writable_folder
+from adapterfusion.io.paths import as_path, check_readable_file, check_writable_folder
 from adapterfusion.piece import PIECE_FORMAT
 
 ADAPTERHUB_VERSION = "adapters.1.3.0"
@@ -143,16 +143,24 @@ def write_folder(
 ) -> Path:
     """Weights and config as one write (io/atomic.py atomic_write_files: a failure leaves neither, so a retry works),
     under the names adapters 1.3.0 reads. A file of those names already there is refused unless `overwrite`: an
-    export and an AdapterHub download look alike. With `overwrite`, the other weights format's file of that kind (an
-    earlier export's) is removed after the write, so adapters cannot load it instead."""
+    export and an AdapterHub download look alike. With `overwrite`, the weights file of the other format that the
+    replaced piece left (an earlier export's, or a save_* of ours: its config is replaced, so the file holds nothing
+    loadable) is removed after the write, so that nothing loads it instead."""
     check_bool(use_safetensors, "use_safetensors")
     check_bool(overwrite, "overwrite")
     what = f"export_adapterhub: the {kind} folder"
-    held = [name for name in FILES[kind] if os.path.isfile(Path(directory) / name)] if not overwrite else []
-    if held:
+    directory = as_path(directory, what)
+    held = [name for name in FILES[kind] if os.path.isfile(directory / name)]
+    if held and not overwrite:
+        article = "an" if kind[0] in "aeiou" else "a"
+        whose = (
+            f"{article} AdapterHub {kind}"
+            if is_adapterhub_dir(directory, kind)
+            else f"{article} {kind} saved by save_{kind}"
+        )
         raise ConfigError(
-            f"{what} {str(directory)!r} already holds AdapterHub {kind} files ({', '.join(held)}), which may not be "
-            "ours (an export and a download look alike); pass overwrite=True to replace them, or choose another folder"
+            f"{what} {str(directory)!r} already holds {', '.join(held)} of {whose}, which may not be ours (an export "
+            "and a download look alike); pass overwrite=True to replace them, or choose another folder"
         )
     directory = check_writable_folder(directory, what, writes=FILES[kind], ours=lambda _: overwrite)
     config_name, safe_name, bin_name = FILES[kind]
@@ -166,6 +174,6 @@ def write_folder(
     files[directory / config_name] = json_text(dict(document)).encode("utf-8")
     atomic_write_files(files)
     stale = directory / (bin_name if use_safetensors else safe_name)
-    if overwrite and os.path.isfile(stale) and not os.path.islink(stale):
+    if held and os.path.isfile(stale) and not os.path.islink(stale):
         stale.unlink()
     return directory

@@ -514,7 +514,10 @@ def test_an_export_again_into_its_folder_needs_overwrite(tmp_path):
     model.add_adapter("a", "pfeiffer")
     export_adapterhub(model, "adapter", "a", tmp_path / "hub", use_safetensors=False)
     (tmp_path / "hub" / "notes.txt").write_text("mine")
-    with pytest.raises(af.ConfigError, match=r"already holds AdapterHub adapter files .*overwrite=True"):
+    with pytest.raises(
+        af.ConfigError,
+        match=r"already holds adapter_config.json, pytorch_adapter.bin of an AdapterHub adapter.*overwrite=True",
+    ):
         export_adapterhub(model, "adapter", "a", tmp_path / "hub")
     with torch.no_grad():  # "more training"
         for name, parameter in model.named_parameters():
@@ -530,3 +533,16 @@ def test_an_export_again_into_its_folder_needs_overwrite(tmp_path):
     back.load_adapter(tmp_path / "hub")
     for key, value in back.export_piece("adapter", "a").tensors.items():
         assert torch.equal(value, model.export_piece("adapter", "a").tensors[key]), key
+
+
+def test_an_export_over_our_own_save_names_it_and_bad_folders_get_our_error(tmp_path):
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", "pfeiffer")
+    model.save_adapter("a", tmp_path / "ours")
+    with pytest.raises(af.ConfigError, match=r"of an adapter saved by save_adapter.*overwrite=True"):
+        export_adapterhub(model, "adapter", "a", tmp_path / "ours")
+    export_adapterhub(model, "adapter", "a", tmp_path / "ours", use_safetensors=False, overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "ours").iterdir()) == ["adapter_config.json", "pytorch_adapter.bin"]
+    for bad in (None, 5, ""):
+        with pytest.raises(af.ConfigError, match="is not a path"):
+            export_adapterhub(model, "adapter", "a", bad)
