@@ -205,6 +205,9 @@ class Served(Protocol):
     def peak_mib(self) -> float: ...
 
 
+DRIVER_ENDS_WORKERS = "ADAPTERFUSION_BENCH_DRIVER_ENDS_WORKERS"  # set by a driver that stops its workers itself
+
+
 def _set_up(case: Served | None) -> Served:
     """The case a 'setup' request made; the driver always sends one first."""
     if case is None:
@@ -218,9 +221,11 @@ def main() -> None:
 
 def serve(make_case: Callable[[dict], Served]) -> None:
     """Answer the driver's JSON lines (setup, run, memory, quit) for the one case `make_case` builds from setup."""
-    # A step limit's SIGTERM reaches the whole process group: the driver ends its workers itself (and reports the
-    # rounds they finished); a worker whose driver died reads the end of its stdin and stops.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # A step limit's SIGTERM reaches the whole process group. A driver that ends its workers itself when cut short
+    # (decoder_fusion.py: it reports the rounds they finished) says so; a worker whose driver died reads the end of
+    # its stdin and stops. Other drivers' workers end with the signal.
+    if os.environ.get(DRIVER_ENDS_WORKERS) == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # library prints and warnings must not corrupt the protocol stream
     sys.stdout = sys.stderr

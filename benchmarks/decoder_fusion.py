@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 import transformers
 from _stats import RatioEstimate, paired_ratio, verdict
+from _worker import DRIVER_ENDS_WORKERS
 from fusion_speed import DEFAULT_ADAPTERS_PYTHON, LIBRARIES, Worker
 
 HERE = Path(__file__).resolve().parent
@@ -110,7 +111,12 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
             library,
             case,
             subprocess.Popen(
-                [pythons[library], str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+                [pythons[library], str(WORKER)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                env={**os.environ, DRIVER_ENDS_WORKERS: "1"},  # they leave a step limit's SIGTERM to run_rounds
             ),
         )
         for copy in range(args.processes)
@@ -119,7 +125,8 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
         if library == "ours" or not case[0].endswith("torch-lane")
     }
     loads, cut = [], False
-    signal.signal(signal.SIGTERM, _cut_short)  # a lease's `timeout` ends a step with SIGTERM (its workers ignore it)
+    # a lease's `timeout` ends a step with SIGTERM (its workers ignore it); the driver's own handler is back after
+    before = signal.signal(signal.SIGTERM, _cut_short)
     try:
         # Imports ran in parallel. Each library's workers set up at once (on CUDA with --cache static each compiles
         # batch 1 as it checks its tokens), ours first: it writes the pieces adapters' workers load.
@@ -183,6 +190,7 @@ def run_rounds(args: argparse.Namespace, pythons: dict[str, str], pieces: Path) 
                 worker.process.wait()
             else:
                 worker.close()
+        signal.signal(signal.SIGTERM, before)
     return list(merged.values()), loads
 
 

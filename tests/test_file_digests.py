@@ -35,3 +35,21 @@ def test_files_sha256_names_each_file_by_its_absolute_path(tmp_path, monkeypatch
     assert files_sha256(["a.csv"]) == {str(tmp_path / "a.csv"): hashlib.sha256(b"x\n1\n").hexdigest()}
     with pytest.raises(FileNotFoundError):
         file_sha256(tmp_path / "gone.csv")
+
+
+def test_an_encoder_folders_weight_files_are_its_weights_and_shards_not_a_trainers_other_files(tmp_path):
+    from adapterfusion.encoders import weight_file_digests
+
+    names = [
+        "model.safetensors",
+        "model-00001-of-00002.safetensors",
+        "pytorch_model-00001-of-00002.bin",
+        "SmolLM2.Q4_1.gguf",
+        "training_args.bin",
+        "optimizer.bin",
+        "tokenizer.json",
+        "config.json",
+    ]
+    for name in names:
+        (tmp_path / name).write_text(name)
+    assert sorted(weight_file_digests(tmp_path)) == sorted(names[:4])
