@@ -249,7 +249,7 @@ def load_encoder_model(encoder: Encoder, model_class: str | None = None) -> nn.M
     if not (isinstance(loader, type) and hasattr(loader, "from_pretrained")):
         loader = transformers.AutoModel
     name, kwargs = encoder.pretrained()
-    with _loading(encoder, "model", "save it again with model.save_pretrained(folder)"):
+    with _loading(encoder, "model", "save it again with model.save_pretrained(folder)"), same_missing_weights():
         return cast(nn.Module, loader.from_pretrained(name, **kwargs))
 
 
@@ -259,10 +259,24 @@ def load_language_model(encoder: Encoder) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     name, kwargs = encoder.pretrained()
-    with _loading(encoder, "language model", "save it again with model.save_pretrained(folder)"):
+    with (
+        _loading(encoder, "language model", "save it again with model.save_pretrained(folder)"),
+        same_missing_weights(),
+    ):
         seq2seq = bool(getattr(AutoConfig.from_pretrained(name, **kwargs), "is_encoder_decoder", False))
         auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
         return cast(nn.Module, auto.from_pretrained(name, **kwargs))
+
+
+@contextlib.contextmanager
+def same_missing_weights() -> Iterator[None]:
+    """Weights a checkpoint lacks (roberta-base has no pooler) drawn the same on every load, from a fixed seed, and
+    the caller's random streams left as they were: transformers draws them from the global generator, so each load
+    of the same checkpoint was another model to the digests that tell encoders apart (a run's evaluation, the store,
+    a saved setup refused or warned of other weights), and the draw shifted the training's random stream."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        yield
 
 
 @contextlib.contextmanager

@@ -192,3 +192,30 @@ def test_the_tokenizer_of_a_run_takes_no_more_tokens_than_the_model(tmp_path, ti
     assert load_tokenizer(resolve_encoder(str(tmp_path / "short"))).model_max_length == 64
     positions = transformers.AutoConfig.from_pretrained(tiny_encoder_dir).max_position_embeddings
     assert load_tokenizer(resolve_encoder(str(tiny_encoder_dir))).model_max_length == min(512, positions)
+
+
+def test_weights_a_checkpoint_lacks_are_the_same_on_every_load_and_leave_the_callers_randomness(
+    tmp_path, tiny_encoder_dir
+):
+    """roberta-base has no pooler weights: transformers drew a new pooler from the global generator on each load, so
+    two loads of one checkpoint were other encoders to the weight digests (a run's evaluation refused it, a saved
+    setup warned), and the draw shifted the caller's random stream. Our loaders draw such weights from a fixed seed
+    in a forked generator."""
+    import torch
+    import transformers
+
+    import adapterfusion as af
+    from adapterfusion.encoders import check_same_encoder, encoder_identity, load_encoder_model
+
+    shutil.copytree(tiny_encoder_dir, tmp_path / "mlm")  # its tokenizer; the weights of a masked LM: no pooler
+    masked_lm = transformers.BertForMaskedLM(transformers.AutoConfig.from_pretrained(tiny_encoder_dir))
+    masked_lm.save_pretrained(tmp_path / "mlm")
+    encoder = resolve_encoder(str(tmp_path / "mlm"))
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    first = af.wrap(load_encoder_model(encoder))
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(8)  # another run's seed: the missing pooler must not follow it
+    second = af.wrap(load_encoder_model(encoder))
+    assert torch.equal(first.model.pooler.dense.weight, second.model.pooler.dense.weight)
+    check_same_encoder(second, encoder_identity(first), tmp_path / "run")  # the same encoder: no error

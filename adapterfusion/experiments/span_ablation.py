@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.defaults import default_encoder_path
+from adapterfusion.encoders import same_missing_weights
 from adapterfusion.errors import ConfigError
 from adapterfusion.evaluation import eval_batch_size, load_run_split
 from adapterfusion.io.atomic import atomic_write_json
@@ -194,7 +195,8 @@ def ablate_zoo(
     store = resolve_zoo(zoo)
     seed = zoo_seed(store, encoder, spec.name)
     tokenizer = AutoTokenizer.from_pretrained(encoder)
-    model = wrap(AutoModel.from_pretrained(encoder))
+    with same_missing_weights():  # as the zoo's adapters were trained on it
+        model = wrap(AutoModel.from_pretrained(encoder))
     labels = spec.label_names or None
     name = store.load_into(model, spec.name, ZOO_SETUP, seed, encoder=encoder, head=True, labels=labels)
     model.requires_grad_(False)

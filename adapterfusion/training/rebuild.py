@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.encoder_limits import cap_tokenizer_length
-from adapterfusion.encoders import check_same_encoder
+from adapterfusion.encoders import check_same_encoder, same_missing_weights
 from adapterfusion.io.paths import as_path
 from adapterfusion.model import wrap
 from adapterfusion.tasks.spec import TaskSpec
@@ -120,7 +120,8 @@ def rebuild_run(
     task = TaskSpec.from_dict(config["task_spec"])
     try:
         tokenizer = AutoTokenizer.from_pretrained(encoder)
-        model = wrap((AutoModelForCausalLM if task.is_generation else AutoModel).from_pretrained(encoder))
+        with same_missing_weights():  # as training loaded it: weights the checkpoint lacks drawn the same
+            model = wrap((AutoModelForCausalLM if task.is_generation else AutoModel).from_pretrained(encoder))
         cap_tokenizer_length(tokenizer, model.model.config)  # the task's max_length as training capped it
     except OSError as err:
         raise TrainingError(f"cannot load the encoder of {run_dir} from {encoder} ({err})") from None
