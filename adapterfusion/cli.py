@@ -23,6 +23,7 @@ from adapterfusion.experiments.plan import jobs_per_variant, plan_jobs
 from adapterfusion.experiments.ray_executor import RayExecutor
 from adapterfusion.experiments.report_files import REPORT_DIR, write_report
 from adapterfusion.experiments.spec import load_spec
+from adapterfusion.experiments.stale import changed_since_run
 from adapterfusion.experiments.store import DB_FILE
 from adapterfusion.experiments.sweep import MAX_JOBS_WITHOUT_CONFIRMATION, check_job_count
 from adapterfusion.injection.architectures import ArchitectureSpec
@@ -137,6 +138,8 @@ def _status(args: argparse.Namespace) -> int:
         counts["interrupted"] = counts.pop("running")
     print(f"experiment {meta.get('name')!r} (spec {meta.get('spec_hash')}) in {args.output_dir}")
     rows = []
+    stale = 0
+    digests: dict[Path, str | None] = {}  # store adapters' digests, shared between the jobs' checks
     for record in records:
         scores = []
         for task, metrics in record.task_metrics().items():  # one per task of a multi-task job
@@ -148,6 +151,10 @@ def _status(args: argparse.Namespace) -> int:
         progress = read_progress(record.run_dir) if record.state == "running" and record.run_dir else None
         note = [progress.describe()] if progress is not None else note
         state = "interrupted" if record.state == "running" and interrupted else record.state
+        changed = changed_since_run(Path(record.run_dir), digests) if state == "done" and record.run_dir else None
+        if changed is not None:
+            note = [f"stale: {changed}; `adapterfusion run` re-runs it"]
+            stale += 1
         if state == "interrupted":
             note = [(f"stopped at {note[0]}; " if note else "") + "runner gone; `adapterfusion run` re-runs it"]
         rows.append(
@@ -161,7 +168,8 @@ def _status(args: argparse.Namespace) -> int:
             )
         )
     _print_table(("job", "state", "attempts", "time", "dev metric", "note"), rows)
-    print(", ".join(f"{n} {state}" for state, n in counts.items() if n))
+    stale_text = f" ({stale} of them stale: their inputs changed since they ran)" if stale else ""
+    print(", ".join(f"{n} {state}" + (stale_text if state == "done" else "") for state, n in counts.items() if n))
     return 0
 
 

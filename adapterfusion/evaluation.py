@@ -10,12 +10,13 @@ rebuilt run's data.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from adapterfusion.errors import ConfigError
+from adapterfusion.file_digests import files_sha256
 from adapterfusion.io.paths import as_path
 from adapterfusion.scoring import Predictions, predict, score, score_generation
 from adapterfusion.tasks.collator import TaskCollator
@@ -46,6 +47,20 @@ def recorded_limits(data_info: Mapping[str, Any]) -> dict[str, int] | None:
     return limits or None
 
 
+def check_same_data(recorded: object, read: Sequence[str]) -> None:
+    """Refuse to score a run on its own data files when one of them holds other bytes than when it ran: its numbers
+    would not be the run's, with nothing to tell (a run recorded before runs kept the digests is not checked)."""
+    if not isinstance(recorded, Mapping):
+        return
+    for path, digest in files_sha256(p for p in read if p in recorded).items():
+        if digest != recorded[path]:
+            raise ConfigError(
+                f"the run's data file {path} changed since it ran (sha256 {str(recorded[path])[:12]} then, "
+                f"{digest[:12]} now), so its scores here would not be the run's; restore the file, or pass --data-dir "
+                "(data_dir=) to score the run on the data there as other data"
+            )
+
+
 def load_run_split(
     run: RebuiltRun,
     split: str = "validation",
@@ -60,12 +75,15 @@ def load_run_split(
     if split not in ROLES:
         raise ConfigError(f"split={split!r} is not a split role; use one of {list(ROLES)}")
     data_info = run.config["data"]
+    own_data = data_dir is None and task is None  # the files the run read, not others the caller names
     if data_dir is None and data_info["source"] == "local":
         data_dir = data_info["location"]
     own_subsample = max_examples is None and task is None  # the run's own split, subsampled as it was
     limits = recorded_limits(data_info) if own_subsample else max_examples
     task = run.task if task is None else task
-    data, _ = load_task_data(task, data_dir, run.seed, max_examples=limits)
+    data, info = load_task_data(task, data_dir, run.seed, max_examples=limits)
+    if own_data:
+        check_same_data(run.config.get("data_files"), info.local_files())
     if split not in data:
         raise ConfigError(
             f"task {task.name!r} has no labelled {split!r} split at "

@@ -24,12 +24,19 @@ from adapterfusion.file_digests import file_sha256
 from adapterfusion.run_layout import CONFIG_FILE
 from adapterfusion.serialization.pieces import piece_digest
 
+RAN = ("done", "running", "failed")  # states of a job whose run folder is its current settings' (blocked, queued: not)
+
 
 def stale_jobs(jobs: Sequence[Job], states: Mapping[str, str], output_dir: Path) -> dict[str, str]:
-    """Why each job must run afresh (id -> reason), in plan order: the jobs whose run recorded inputs that changed
-    since (done, or interrupted: then not resumed), and every done job that depends on one."""
+    """Why each job must run afresh (id -> reason), in plan order: the jobs that ran (done, or interrupted or failed:
+    then not resumed) and whose run recorded inputs that changed since, and every done job that depends on one. A
+    blocked or queued job's folder may hold a run of older settings: what it recorded is not this job's."""
     digests: dict[Path, str | None] = {}
-    why = {job.id: change for job in jobs if (change := _changed_input(job, output_dir, digests)) is not None}
+    why = {
+        job.id: change
+        for job in jobs
+        if states.get(job.id) in RAN and (change := changed_since_run(job.run_dir(output_dir), digests)) is not None
+    }
     again = dict(why)
     for job in jobs:  # topologically ordered: a dependency is decided before its dependents
         needed = next((dependency for dependency in job.depends_on if dependency in again), None)
@@ -39,10 +46,12 @@ def stale_jobs(jobs: Sequence[Job], states: Mapping[str, str], output_dir: Path)
     return {job_id: again[job_id] for job_id in kept}
 
 
-def _changed_input(job: Job, output_dir: Path, digests: dict[Path, str | None]) -> str | None:
-    """What changed since the job's run recorded its inputs (None: nothing, or nothing that can be judged)."""
+def changed_since_run(run_dir: Path, digests: dict[Path, str | None] | None = None) -> str | None:
+    """What changed since the run in `run_dir` recorded its inputs (None: nothing, or nothing that can be judged).
+    `digests`: store adapters' digests already taken, shared between calls."""
+    digests = {} if digests is None else digests
     try:
-        config = json.loads((job.run_dir(output_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
+        config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(config, dict):

@@ -204,3 +204,21 @@ def test_real_runs_record_their_inputs_and_run_again_once_they_change(tmp_path, 
     replaced = run_experiment(experiment, progress=False, report=False)
     assert replaced.ok and replaced.ran == jobs
     assert replaced.rerun == dict.fromkeys(jobs, f"other weights were saved at its encoder {encoder} since it ran")
+
+
+def test_status_marks_a_stale_job_and_a_blocked_job_gets_no_reason(tmp_path, capsys):
+    """`status` showed a job whose data changed as plainly done; a blocked job whose folder held an older run's
+    config got that run's change as its re-run reason (it never ran under these settings)."""
+    from adapterfusion.cli import main
+    from adapterfusion.experiments.stale import stale_jobs
+
+    spec = _done(tmp_path)
+    train = write_jsonl(tmp_path / "data" / "train.jsonl", [{"text": "a", "label": 0}])
+    _record(spec, ADAPTER, data_files=files_sha256([train]))
+    write_jsonl(train, [{"text": "a", "label": 1}])
+    assert main(["status", str(spec.output_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "stale: its data file" in out and "(1 of them stale" in out  # the note column is cut at 80 characters
+    jobs = plan_jobs(spec)
+    states = {job.id: "done" for job in jobs} | {ADAPTER: "blocked"}
+    assert ADAPTER not in stale_jobs(jobs, states, spec.output_dir)

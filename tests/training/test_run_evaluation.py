@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import shutil
 
 import numpy as np
@@ -317,3 +318,23 @@ def test_a_fusion_of_task_files_tasks_trains_in_workers_then_evaluates_and_prune
     assert main(["prune", str(run), "--keep", "1", "--output", str(tmp_path / "pruned")]) == 0
     assert "kept 1 of 2 adapters" in capsys.readouterr().out
     assert json.loads((tmp_path / "pruned" / PRUNING_FILE).read_text())["before"]["adapters"] == ["alpha", "beta"]
+
+
+def test_a_run_is_not_scored_on_its_data_files_once_they_changed(runs, tmp_path):
+    """evaluate scored a run on its validation file after the file was edited, without a word (other numbers than
+    metrics.json, exit 0). Now refused, naming the file; --data-dir scores other data on purpose; a run recorded
+    before runs kept the digests is scored as before."""
+    moved = tmp_path / "st-a-run"
+    shutil.copytree(runs["st-a"], moved)
+    config = json.loads((moved / "config.json").read_text())
+    recorded = config["data_files"]
+    assert recorded and all(os.path.isabs(path) for path in recorded)
+    config["data_files"] = dict.fromkeys(recorded, "0" * 64)  # as if the files had held other bytes
+    (moved / "config.json").write_text(json.dumps(config))
+    with pytest.raises(af.ConfigError, match=r"the run's data file .* changed since it ran .*--data-dir"):
+        evaluate_run(moved)
+    expected = evaluate_run(runs["st-a"])["metrics"]
+    assert evaluate_run(moved, data_dir=demo_data_dir())["metrics"] == expected
+    del config["data_files"]
+    (moved / "config.json").write_text(json.dumps(config))
+    assert evaluate_run(moved)["metrics"] == expected
