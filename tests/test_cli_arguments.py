@@ -60,3 +60,20 @@ def test_patience_none_turns_early_stopping_off_and_a_word_is_refused(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["train-adapter", "--task", "rte", "--patience", "soon"])
     assert "'soon' is not a whole number of evaluations, or 'none'" in capsys.readouterr().err
+
+
+def test_status_and_report_say_what_was_given_instead_of_an_output_dir(tmp_path, capsys, monkeypatch):
+    """`report exp.yaml` said the report folder could not be made in a file; `status` of a missing folder said it
+    held no results; `status '~/out'` did not expand the home folder as the experiment file's output_dir does."""
+    from adapterfusion.cli import main
+
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text("name: x\n")
+    assert main(["report", str(experiment)]) == 2
+    assert "is a file, not an experiment's output dir" in capsys.readouterr().err
+    assert main(["status", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "out").mkdir()
+    assert main(["status", "~/out"]) == 2
+    assert f"{tmp_path / 'out'} holds no experiment results" in capsys.readouterr().err

@@ -52,6 +52,9 @@ def _writable_report_dir(output_dir: Path) -> Path:
 def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = None, figures: bool = True) -> Report:
     """Build the report and write `<output_dir>/report/`: tables.md, one CSV per table, tables.json and, with
     matplotlib installed, the figures. Returns the Report (its `figures` lists the PNGs written)."""
+    if store is None and not os.path.isdir(output_dir):  # the experiment file or a missing folder: said as such
+        with ResultsStore(output_dir, readonly=True):
+            pass
     directory = _writable_report_dir(Path(output_dir))
     report = build_report(output_dir, store)
     report.tables += selection_tables(report)  # the experiment's `select` rows (Houlsby Table 1), if it has any

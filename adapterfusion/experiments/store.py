@@ -23,6 +23,7 @@ from adapterfusion.experiments.errors import ExperimentError, OutputDirLockedErr
 from adapterfusion.experiments.plan import config_hashes
 from adapterfusion.experiments.processes import GONE, ProcessRecord
 from adapterfusion.io.atomic import create_temp_file
+from adapterfusion.io.paths import as_path
 
 if TYPE_CHECKING:
     from adapterfusion.experiments.plan import Job
@@ -96,9 +97,16 @@ class ResultsStore:
     """Job states and metrics of the experiment in `output_dir`. Open read-only for `status`."""
 
     def __init__(self, output_dir: str | os.PathLike, readonly: bool = False) -> None:
-        self.output_dir = Path(output_dir)
+        self.output_dir = as_path(output_dir, "output_dir", ExperimentError)  # '~/out' as the experiment file wrote it
         self.path = self.output_dir / DB_FILE
         if readonly and not self.path.is_file():
+            if not self.output_dir.exists():
+                raise ExperimentError(f"{self.output_dir} does not exist; give an experiment's output_dir")
+            if self.output_dir.is_file():
+                raise ExperimentError(
+                    f"{self.output_dir} is a file, not an experiment's output dir; give the output_dir the experiment "
+                    "file names (the folder `adapterfusion run` prints at the end)"
+                )
             raise ExperimentError(f"{self.output_dir} holds no experiment results ({DB_FILE} is missing)")
         if not readonly:
             self.output_dir.mkdir(parents=True, exist_ok=True)
