@@ -14,7 +14,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,6 +91,24 @@ class JobRecord:
             return {self.task: self.metrics}
         metric, best = self.metrics.get("metric_for_best") or {}, self.metrics.get("best") or {}
         return {task: {"metric_for_best": metric.get(task), "best": best.get(task) or {}} for task in tasks}
+
+
+_AS_WRITTEN = {"variants": "setups or training (the variants they make)"}  # a recorded key -> the file's words
+
+
+def _what_changed(recorded: str | None, current: Mapping[str, Any]) -> str:
+    """', which differs in <keys>': the experiment file's top-level keys whose values differ from the spec the
+    output dir recorded ('' where it recorded none, or nothing differs at that level)."""
+    try:
+        before = json.loads(recorded) if recorded else None
+    except ValueError:
+        return ""
+    if not isinstance(before, dict):
+        return ""
+    now = json.loads(json.dumps(current, sort_keys=True, default=str))
+    keys = sorted(key for key in before.keys() | now.keys() if before.get(key) != now.get(key))
+    shown = [_AS_WRITTEN.get(key, key) for key in keys]
+    return f", which differs in {', '.join(shown)}" if keys else ""
 
 
 class ResultsStore:
@@ -233,8 +251,9 @@ class ResultsStore:
         if meta.get("spec_hash") not in (None, spec_hash, spec.spec_hash(absolute_paths=True)) and not force:
             raise SpecMismatchError(
                 f"{self.output_dir} holds results of experiment {meta.get('name')!r} (spec {meta['spec_hash']}), "
-                f"not of this spec {spec.name!r} ({spec_hash}); choose another output_dir, or pass --force "
-                "(force=True) to reuse it: jobs whose settings changed are re-run, the others are kept"
+                f"not of this spec {spec.name!r} ({spec_hash}){_what_changed(meta.get('spec'), spec.to_dict())}; "
+                "choose another output_dir, or pass --force (force=True) to reuse it: jobs whose settings changed "
+                "are re-run, the others are kept"
             )
         now = time.time()
         reset: list[str] = []

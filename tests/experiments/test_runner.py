@@ -417,3 +417,11 @@ def test_fp16_on_a_machine_without_cuda_is_refused_before_any_job_then_runs_once
     assert run_experiment(fixed, executor=DoneExecutor(), progress=False).ok
     elsewhere = tiny_experiment(tiny_encoder_dir, tmp_path / "other", training={**FAST, "fp16": True})
     assert run_experiment(elsewhere, executor=DoneExecutor(), progress=False).ok
+
+
+def test_an_edited_experiment_file_is_refused_naming_what_differs(tmp_path, tiny_encoder_dir):
+    """The refusal gave two spec hashes and nothing a user could act on; it now names the keys that differ."""
+    assert run_experiment(tiny_experiment(tiny_encoder_dir, tmp_path / "out"), executor=DoneExecutor()).ok
+    edited = tiny_experiment(tiny_encoder_dir, tmp_path / "out", seeds=[1, 2], training={**FAST, "max_steps": 3})
+    with pytest.raises(SpecMismatchError, match=r"which differs in seeds, setups or training .*; .*--force"):
+        run_experiment(edited, executor=DoneExecutor(), progress=False)
