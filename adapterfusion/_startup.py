@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 
@@ -34,6 +35,18 @@ def restore_interrupt() -> None:
     """Python's own SIGINT handler again (KeyboardInterrupt), where the quiet one was set."""
     if signal.getsignal(signal.SIGINT) is _exit_quietly:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def terminate_as_interrupt() -> None:
+    """SIGTERM (`kill PID`, a batch scheduler's stop) raises KeyboardInterrupt, so a command ends as on Ctrl-C: the
+    runner marks its running job interrupted and says how to resume. Left alone where SIGTERM already has a handler
+    (an application embedding the CLI) or off the main thread, where no handler can be set."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def _exit_quietly(signum: int, frame: FrameType | None) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import adapterfusion as af
-from adapterfusion._startup import restore_interrupt
+from adapterfusion._startup import restore_interrupt, terminate_as_interrupt
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, load_fusion_activation
 from adapterfusion.evaluation import evaluate_run
 from adapterfusion.experiments import Executor, ResultsStore, run_experiment
@@ -703,6 +703,8 @@ def _refuse_empty_paths(args: argparse.Namespace, argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     restore_interrupt()  # the imports are done: Ctrl-C is a KeyboardInterrupt again, answered below
     args = build_parser().parse_args(argv)
+    if args.run is not _serve:  # serve drains on SIGTERM (uvicorn's handlers), then ends by it
+        terminate_as_interrupt()  # a scheduler's or a user's `kill` ends the command as Ctrl-C does
     try:
         _refuse_empty_paths(args, sys.argv[1:] if argv is None else argv)
         code = args.run(args)

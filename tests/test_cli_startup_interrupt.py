@@ -94,3 +94,20 @@ def test_an_empty_or_missing_argv_imports() -> None:
         code = f"import sys; {setup}; import adapterfusion; print('ok')"
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_sigterm_ends_a_command_as_ctrl_c_does(tmp_path: Path) -> None:
+    """`kill PID` (a scheduler's stop) ended a run with status -15 and no word on resuming; it is answered as Ctrl-C
+    is (exit 130, the interrupted line), except by `serve`, which drains on SIGTERM (tests/serving)."""
+    script = tmp_path / "adapterfusion"
+    script.write_text(
+        "import os, signal, sys\n"
+        "import adapterfusion.cli as cli\n"
+        "def terminated(args):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    signal.pause()\n"
+        "cli._info = terminated\n"
+        "sys.exit(cli.main(['info']))\n"
+    )
+    done = _run(script)
+    assert done.returncode == 130 and "interrupted at" in done.stderr and "Traceback" not in done.stderr, done.stderr
