@@ -14,6 +14,7 @@ before any work. Every caller (experiment files, train(), from_pretrained's base
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -37,6 +38,7 @@ from adapterfusion.io.hub import HubRef, cached_folder, hub_errors, hub_ref, rea
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
+    from adapterfusion.piece import EncoderFingerprint
 
 MODEL_CONFIG = "config.json"
 WEIGHT_FILES = (
@@ -372,18 +374,27 @@ def encoder_sample_digest(model: AdaptedModel) -> str:
         for weight in (p for p in model.encoder_parameters() if id(p) in base):
             if weight.is_meta:
                 return ""
-            flat = weight.detach().reshape(-1)
-            sample = flat[:: max(1, flat.numel() // SAMPLED_VALUES)].to("cpu", torch.float32).contiguous()
+            sample = _evenly_spaced(weight, SAMPLED_VALUES).to("cpu", torch.float32).contiguous()
             digest.update(repr(tuple(weight.shape)).encode())
             digest.update(sample.numpy().tobytes())
     return digest.hexdigest()
 
 
+def sampled_fingerprint(model: AdaptedModel) -> EncoderFingerprint:
+    """The model's fingerprint with the sample digest of its weights, as our saved pieces record it."""
+    return dataclasses.replace(model.fingerprint, weights_sample=encoder_sample_digest(model))
+
+
 def _sampled(weight: torch.Tensor) -> float:
     """The sum of about 64 of `weight`'s values, evenly spaced (a NaN compares unequal: the digest is taken again)."""
     with torch.no_grad():
-        flat = weight.detach().reshape(-1)
-        return float(flat[:: max(1, flat.numel() // 64)].double().sum())
+        return float(_evenly_spaced(weight, 64).double().sum())
+
+
+def _evenly_spaced(weight: torch.Tensor, count: int) -> torch.Tensor:
+    """About `count` of `weight`'s values (at least `count`, all of a smaller one), evenly spaced, flattened."""
+    flat = weight.detach().reshape(-1)
+    return flat[:: max(1, flat.numel() // count)]
 
 
 def encoder_identity(model: AdaptedModel) -> dict[str, Any]:

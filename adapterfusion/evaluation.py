@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from adapterfusion.errors import ConfigError
-from adapterfusion.file_digests import files_sha256
+from adapterfusion.file_digests import first_changed
 from adapterfusion.io.paths import as_path
 from adapterfusion.scoring import Predictions, predict, score, score_generation
 from adapterfusion.tasks.collator import TaskCollator
@@ -52,13 +52,14 @@ def check_same_data(recorded: object, read: Sequence[str]) -> None:
     would not be the run's, with nothing to tell (a run recorded before runs kept the digests is not checked)."""
     if not isinstance(recorded, Mapping):
         return
-    for path, digest in files_sha256(p for p in read if p in recorded).items():
-        if digest != recorded[path]:
-            raise ConfigError(
-                f"the run's data file {path} changed since it ran (sha256 {str(recorded[path])[:12]} then, "
-                f"{digest[:12]} now), so its scores here would not be the run's; restore the file, or pass --data-dir "
-                "(data_dir=) to score the run on the data there as other data"
-            )
+    changed = first_changed({path: recorded[path] for path in read if path in recorded})
+    if changed is not None:
+        path, now = changed
+        raise ConfigError(
+            f"the run's data file {path} changed since it ran (sha256 {str(recorded[path])[:12]} then, "
+            f"{now[:12]} now), so its scores here would not be the run's; restore the file, or pass --data-dir "
+            "(data_dir=) to score the run on the data there as other data"
+        )
 
 
 def load_run_split(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 _CHUNK = 1 << 20  # read in pieces: an encoder's weights may be larger than the memory to spare
 _known: dict[tuple[str, int, int, int, int], str] = {}
@@ -26,6 +26,19 @@ def file_sha256(path: str | os.PathLike) -> str:
 def files_sha256(paths: Iterable[str | os.PathLike]) -> dict[str, str]:
     """{absolute path: sha256} of each file, as a run's config.json records the files it read."""
     return {os.path.abspath(path): file_sha256(path) for path in paths}
+
+
+def first_changed(recorded: Mapping[str, object]) -> tuple[str, str] | None:
+    """(path, sha256 now) of the first file of `recorded` ({path: sha256 then}) that holds other bytes now; a file
+    that cannot be read (gone: an output dir copied to another machine) cannot be judged and is passed over."""
+    for path, digest in recorded.items():
+        try:
+            now = file_sha256(path)
+        except OSError:
+            continue
+        if now != digest:
+            return path, now
+    return None
 
 
 def _read_sha256(path: str) -> str:

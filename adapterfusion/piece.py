@@ -93,9 +93,9 @@ class EncoderFingerprint:
                     f"{field_name}={getattr(self, field_name)!r} (saved from "
                     f"{saved.get('name_or_path') or 'an unnamed model'}); load it into a matching encoder"
                 )
-        recorded = saved.get(WEIGHTS_SAMPLE)
         if not _CHECK_WEIGHTS_SAMPLE.get():
             return
+        recorded = saved.get(WEIGHTS_SAMPLE)
         if self.weights_sample and isinstance(recorded, str) and recorded and recorded != self.weights_sample:
             saved_name = str(saved.get("name_or_path") or "")
             names = f" ({saved_name!r}; this one: {self.name_or_path!r})" if saved_name != self.name_or_path else ""

@@ -22,7 +22,7 @@ from adapterfusion.experiments.errors import ExperimentError
 from adapterfusion.experiments.figures import write_figures
 from adapterfusion.experiments.report import Report, build_report
 from adapterfusion.experiments.selection import selection_tables
-from adapterfusion.experiments.store import ResultsStore
+from adapterfusion.experiments.store import ResultsStore, check_results_dir
 from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
 from adapterfusion.io.paths import check_writable_folder
 
@@ -53,8 +53,7 @@ def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     """Build the report and write `<output_dir>/report/`: tables.md, one CSV per table, tables.json and, with
     matplotlib installed, the figures. Returns the Report (its `figures` lists the PNGs written)."""
     if store is None and not os.path.isdir(output_dir):  # the experiment file or a missing folder: said as such
-        with ResultsStore(output_dir, readonly=True):
-            pass
+        check_results_dir(output_dir)
     directory = _writable_report_dir(Path(output_dir))
     report = build_report(output_dir, store)
     report.tables += selection_tables(report)  # the experiment's `select` rows (Houlsby Table 1), if it has any

@@ -20,7 +20,7 @@ from typing import Any
 from adapterfusion.encoders import weight_file_digests
 from adapterfusion.errors import AdapterFusionError
 from adapterfusion.experiments.plan import Job
-from adapterfusion.file_digests import file_sha256
+from adapterfusion.file_digests import first_changed
 from adapterfusion.run_layout import CONFIG_FILE
 from adapterfusion.serialization.pieces import piece_digest
 
@@ -87,16 +87,8 @@ def _piece_digest(adapter: Path) -> str | None:
 def _data_changed(config: Mapping[str, Any]) -> str | None:
     """A local data file the run read that now holds other bytes."""
     recorded = config.get("data_files")
-    if not isinstance(recorded, dict):
-        return None
-    for path, digest in recorded.items():
-        try:
-            now = file_sha256(path)
-        except OSError:
-            continue
-        if now != digest:
-            return f"its data file {path} changed since it ran"
-    return None
+    changed = first_changed(recorded) if isinstance(recorded, dict) else None
+    return f"its data file {changed[0]} changed since it ran" if changed is not None else None
 
 
 def _encoder_changed(config: Mapping[str, Any]) -> str | None:

@@ -111,21 +111,30 @@ def _what_changed(recorded: str | None, current: Mapping[str, Any]) -> str:
     return f", which differs in {', '.join(shown)}" if keys else ""
 
 
+def check_results_dir(output_dir: str | os.PathLike) -> Path:
+    """`output_dir` as a Path ('~/out' as the experiment file wrote it) if it holds an experiment's results, else an
+    ExperimentError saying what it is instead: missing, a file (the experiment file itself), or a folder without."""
+    path = as_path(output_dir, "output_dir", ExperimentError)
+    if (path / DB_FILE).is_file():
+        return path
+    if not path.exists():
+        raise ExperimentError(f"{path} does not exist; give an experiment's output_dir")
+    if path.is_file():
+        raise ExperimentError(
+            f"{path} is a file, not an experiment's output dir; give the output_dir the experiment file names (the "
+            "folder `adapterfusion run` prints at the end)"
+        )
+    raise ExperimentError(f"{path} holds no experiment results ({DB_FILE} is missing)")
+
+
 class ResultsStore:
     """Job states and metrics of the experiment in `output_dir`. Open read-only for `status`."""
 
     def __init__(self, output_dir: str | os.PathLike, readonly: bool = False) -> None:
-        self.output_dir = as_path(output_dir, "output_dir", ExperimentError)  # '~/out' as the experiment file wrote it
+        self.output_dir = (
+            check_results_dir(output_dir) if readonly else as_path(output_dir, "output_dir", ExperimentError)
+        )
         self.path = self.output_dir / DB_FILE
-        if readonly and not self.path.is_file():
-            if not self.output_dir.exists():
-                raise ExperimentError(f"{self.output_dir} does not exist; give an experiment's output_dir")
-            if self.output_dir.is_file():
-                raise ExperimentError(
-                    f"{self.output_dir} is a file, not an experiment's output dir; give the output_dir the experiment "
-                    "file names (the folder `adapterfusion run` prints at the end)"
-                )
-            raise ExperimentError(f"{self.output_dir} holds no experiment results ({DB_FILE} is missing)")
         if not readonly:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         try:

@@ -9,7 +9,6 @@ only through `layout(model)`. AdaptedModel's export_piece, install_piece, save_*
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,7 @@ from torch import nn
 
 from adapterfusion._validation import check_choice, check_has_values, naming_file
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.encoders import encoder_sample_digest
+from adapterfusion.encoders import sampled_fingerprint
 from adapterfusion.errors import IncompatibleModelError, NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, FusionSetup
 from adapterfusion.heads.config import HeadConfig, check_head_labels
@@ -49,7 +48,7 @@ def layout(model: AdaptedModel) -> EncoderLayout:
     store weights by module path)."""
     architecture = model.architecture
     return EncoderLayout(
-        fingerprint=dataclasses.replace(model.fingerprint, weights_sample=encoder_sample_digest(model)),
+        fingerprint=sampled_fingerprint(model),
         architecture=architecture,
         site_paths={site.key: site.adapterhub_module_path for site in model.sites},
         base_model_prefix=str(getattr(model.model, "base_model_prefix", "") or ""),

@@ -28,7 +28,7 @@ from torch import nn
 
 from adapterfusion._validation import check_bool, check_name, check_names, naming_file, reject_unknown_keys
 from adapterfusion._version import __version__
-from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder
+from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder, sampled_fingerprint
 from adapterfusion.errors import (
     BaseModelMismatchWarning,
     ConfigError,
@@ -241,7 +241,7 @@ def _setup_files(model: AdaptedModel, directory: Path, index: dict[str, Any]) ->
     """Every file of the setup `index` describes, as saved in `directory`, the index last: it lists only pieces whose
     files are in place, with the digest of each piece's config."""
     files: dict[Path, bytes] = {}
-    fingerprint = model.layout().fingerprint  # with its weights' sample digest: a piece loaded alone is checked too
+    fingerprint = sampled_fingerprint(model)  # what each piece records: one loaded alone is checked by it too
     for piece in index["pieces"]:
         kind, folder = piece["kind"], directory / piece_folder(piece["kind"], piece["name"])
         written = piece_to_files(model.export_piece(kind, piece["name"]), folder, fingerprint)
