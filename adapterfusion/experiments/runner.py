@@ -37,7 +37,7 @@ from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.plan import Job, plan_jobs
 from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
-from adapterfusion.experiments.stale import stale_jobs
+from adapterfusion.experiments.stale import settings_changed, stale_jobs
 from adapterfusion.experiments.store import DB_FILE, LOCK_FILE, ResultsStore, RunnerLock
 from adapterfusion.experiments.writers import WRITERS_DIR, clear_dead_writers, registered_writer
 from adapterfusion.io.atomic import atomic_write_json, is_temp_name
@@ -53,8 +53,8 @@ Hook = Callable[[ExperimentSpec, ResultsStore], None]
 @dataclass
 class ExperimentSummary:
     """What one call of run_experiment did: `ran` this time, `skipped` (done before), `failed` and `blocked`
-    (id -> error text / reason), `rerun` (id -> why a job that had run starts afresh though its settings are
-    unchanged: an input changed on disk), and the final `counts` per state."""
+    (id -> error text / reason), `rerun` (id -> why a job that had finished starts afresh: its settings changed under
+    --force, or an input changed on disk), and the final `counts` per state."""
 
     name: str
     output_dir: Path
@@ -197,8 +197,10 @@ def run_experiment(
         with ResultsStore(out) as store:
             if store.meta().get("spec_hash") != spec.spec_hash():  # a spec bound before ran (or was refused) already
                 check_runs_here(executor, jobs)
+            before = store.states()
             reset = set(store.bind(spec, jobs, force=force))
-            summary.rerun = stale_jobs(jobs, store.states(), out)  # inputs changed on disk since they ran
+            summary.rerun = settings_changed(jobs, reset, before)  # --force on an edited experiment file
+            summary.rerun |= stale_jobs(jobs, store.states(), out)  # inputs changed on disk since they ran
             store.requeue(list(summary.rerun))
             reset |= set(summary.rerun)
             store.requeue_unfinished()

@@ -8,7 +8,8 @@ checkpoints trained on the old inputs.
 Each check compares what the run's config.json recorded with the files now. What a run did not record (runs of an
 older version, a Hub encoder) or what is gone (an output dir copied to another machine, whose zoo, data and encoder
 live elsewhere) cannot be judged and counts as unchanged. File digests are remembered per process (file_digests.py),
-so 36 jobs on one encoder read its weights once."""
+so 36 jobs on one encoder read its weights once. `settings_changed` says the same, job by job, of the done jobs an
+edited experiment file sent back to the queue (--force)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,18 @@ def stale_jobs(jobs: Sequence[Job], states: Mapping[str, str], output_dir: Path)
             again[job.id] = f"it needs {needed}, which runs again"
     kept = [job.id for job in jobs if job.id in why or (job.id in again and states.get(job.id) == "done")]
     return {job_id: again[job_id] for job_id in kept}
+
+
+def settings_changed(jobs: Sequence[Job], reset: set[str], states: Mapping[str, str]) -> dict[str, str]:
+    """Why each done job that binding an edited spec (--force) sent back to the queue runs again (id -> reason), in
+    plan order: its own settings changed, or those of a job it needs (a job's settings include its dependencies')."""
+    why: dict[str, str] = {}
+    for job in jobs:  # topologically ordered: a dependency is decided before its dependents
+        if job.id not in reset or states.get(job.id) != "done":
+            continue
+        needed = next((dependency for dependency in job.depends_on if dependency in reset), None)
+        why[job.id] = "its settings changed" if needed is None else f"it needs {needed}, whose settings changed"
+    return why
 
 
 def changed_since_run(run_dir: Path, digests: dict[Path, str | None] | None = None) -> str | None:

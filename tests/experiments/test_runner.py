@@ -177,7 +177,11 @@ def test_force_after_changing_the_adapters_settings_re_runs_the_fusions_that_fus
     assert run_experiment(spec, executor=_ScriptedExecutor(fail=set()), progress=False).ok
     changed = {**spec, "setups": ["head", {"name": "st-a", "learning_rate": 5e-3}, "fusion-st-a"]}
     rerun = _ScriptedExecutor(fail=set())
-    assert run_experiment(changed, executor=rerun, force=True, progress=False).ok
+    summary = run_experiment(changed, executor=rerun, force=True, progress=False)
+    assert summary.ok
+    assert summary.rerun["st-a-rf16/rte/seed-1"] == "its settings changed"
+    assert summary.rerun["fusion-st-a/sst2/seed-1"].startswith("it needs st-a-rf16/")
+    assert sorted(summary.rerun) == sorted(rerun.submitted) and "re-run  st-a-rf16/sst2/seed-1" in str(summary)
     assert rerun.submitted == [
         "st-a-rf16/rte/seed-1",
         "st-a-rf16/sst2/seed-1",
