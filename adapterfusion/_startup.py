@@ -19,11 +19,15 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ct
 
 def quiet_interrupt_while_importing() -> None:
     """Set the quiet SIGINT handler when this process is the `adapterfusion` command: not a worker it spawned (which
-    inherits its argv, and whose Ctrl-C its own code answers), and not where SIGINT is ignored (a background job of a
-    non-interactive shell). sys.argv may be empty or missing where Python is embedded."""
+    inherits its argv and imports it as its main module while it starts, and whose Ctrl-C its own code answers),
+    and not where SIGINT is ignored (a background job of a non-interactive shell). sys.argv may be empty or missing
+    where Python is embedded."""
     argv = getattr(sys, "argv", None) or [""]
     if (
         Path(str(argv[0])).name != COMMAND
+        # a spawned child is named (SpawnProcess-1) before it imports its parent's main module, and has a
+        # parent_process() only after that import
+        or multiprocessing.current_process().name != "MainProcess"
         or multiprocessing.parent_process() is not None
         or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     ):

@@ -701,10 +701,10 @@ def _refuse_empty_paths(args: argparse.Namespace, argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    restore_interrupt()  # the imports are done: Ctrl-C is a KeyboardInterrupt again, answered below
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # under the quiet Ctrl-C handler still: nothing is written yet
     if args.run is not _serve:  # serve drains on SIGTERM (uvicorn's handlers), then ends by it
         terminate_as_interrupt()  # a scheduler's or a user's `kill` ends the command as Ctrl-C does
+    restore_interrupt()  # from here Ctrl-C is a KeyboardInterrupt again, answered below
     try:
         _refuse_empty_paths(args, sys.argv[1:] if argv is None else argv)
         code = args.run(args)

@@ -16,14 +16,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any, Protocol
+from types import FrameType
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -33,6 +35,8 @@ from adapterfusion.experiments.plan import Job
 from adapterfusion.experiments.ray_executor import RayExecutor  # which imports ray, an optional extra, when used
 
 WATCHDOG_SECONDS = 1.0  # how often a process-pool worker checks that its runner lives
+INTERRUPT_GRACE_SECONDS = 10.0  # how long an interrupted runner's workers get to unwind their jobs before a kill
+INTERRUPT_EVERY_SECONDS = 0.5  # how often they are interrupted again meanwhile
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -66,11 +70,27 @@ class InProcessExecutor:
 
 
 def _init_worker(threads: int, runner: int) -> None:
+    # A worker starts with SIGINT blocked (ProcessExecutor.submit), so a Ctrl-C while it imports cannot end it with
+    # a traceback and break the pool. Idle, it ignores SIGINT (which drops one still pending): a Ctrl-C is for the
+    # jobs (_run_job), not for the pool's loop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     work_for(runner)
     _die_with_runner(runner)
     import torch
 
     torch.set_num_threads(threads)
+
+
+def _run_job(payload: JobPayload) -> dict[str, Any]:
+    """execute_job in a pool worker, interruptible by SIGINT (Ctrl-C, or the runner's ProcessExecutor.shutdown)
+    while the job runs; the worker's idle loop ignores it, so an idle worker waits for the pool's own end."""
+    signal.signal(signal.SIGINT, _interrupt_once)
+    try:
+        return execute_job(payload)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _die_with_runner(runner: int) -> None:
@@ -91,9 +111,30 @@ def _watch_runner(runner: int) -> None:
     os._exit(1)
 
 
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT held back in this thread meanwhile: one that comes is delivered when the block ends, not lost."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _interrupt_once(signum: int, frame: FrameType | None) -> None:
+    """A job's first SIGINT raises KeyboardInterrupt; later ones (a second Ctrl-C, the runner's repeats) are ignored,
+    so they cannot cut short the cleanup the first one started (the job's finally blocks)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 class ProcessExecutor:
     """A pool of `workers` spawned processes (default: CPU count); each gets CPU count / workers torch threads.
-    The workers die with the runner (_die_with_runner)."""
+    The workers die with the runner (_die_with_runner). A shutdown with jobs still running (the runner was
+    interrupted: Ctrl-C, SIGTERM) interrupts them, as a terminal's Ctrl-C does, instead of waiting for them to end."""
 
     def __init__(self, workers: int | None = None) -> None:
         cpus = os.cpu_count() or 1
@@ -107,12 +148,47 @@ class ProcessExecutor:
             initializer=_init_worker,
             initargs=(max(1, cpus // workers), os.getpid()),
         )
+        self._in_flight: set[Future[dict[str, Any]]] = set()
 
     def submit(self, payload: JobPayload) -> Future[dict[str, Any]]:
-        return self._pool.submit(execute_job, payload)
+        with _sigint_blocked():  # inherited by a worker the pool spawns here: it unblocks once ready (_init_worker)
+            future = self._pool.submit(_run_job, payload)
+        self._in_flight.add(future)
+        future.add_done_callback(self._in_flight.discard)
+        return future
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if not self._in_flight:  # every job ended: the workers end on the pool's own signal
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            return
+        # The runner was interrupted. Waiting on the pool's own end waited for the running jobs to finish, and a
+        # second Ctrl-C during that wait could leave a worker without its stop signal, so the command hung at exit
+        # (joining the workers). Each running job is interrupted instead and given INTERRUPT_GRACE_SECONDS to unwind
+        # (its finally blocks run; its run stays resumable from its last checkpoint); what still runs then is killed.
+        # ProcessPoolExecutor names its processes only in `_processes`.
+        workers = list((getattr(self._pool, "_processes", None) or {}).values())
+        try:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            _interrupt_until_ended(workers, INTERRUPT_GRACE_SECONDS)
+        finally:
+            for worker in workers:
+                if worker.is_alive():
+                    worker.kill()
+
+
+def _interrupt_until_ended(workers: Sequence[multiprocessing.process.BaseProcess], seconds: float) -> None:
+    """SIGINT each worker, again every INTERRUPT_EVERY_SECONDS, until all ended or `seconds` passed: a running job
+    raises KeyboardInterrupt (once: _interrupt_once), an idle worker ignores it, and one that was still starting or
+    just took a queued job when the first came is reached by a later one. Waits without reaping them (the pool's
+    own thread joins them)."""
+    deadline = time.monotonic() + seconds
+    left = {worker.sentinel: worker.pid for worker in workers if worker.pid is not None}
+    while left and (timeout := deadline - time.monotonic()) > 0:
+        for pid in left.values():
+            with contextlib.suppress(OSError):  # ended since
+                os.kill(pid, signal.SIGINT)
+        for ended in multiprocessing.connection.wait(list(left), min(timeout, INTERRUPT_EVERY_SECONDS)):
+            left.pop(cast(int, ended))
 
 
 def _ray_executor(workers: int | None = None) -> Executor:

@@ -133,3 +133,45 @@ def test_process_pool_workers_die_with_a_killed_runner_and_the_next_runner_start
     summary = run_experiment(experiment, executor=DoneExecutor(), progress=False, report=False)
     assert summary.ok and sorted(summary.ran) == ["head/rte/seed-1", "head/sst2/seed-1"]
     assert not list((out / "writers").glob("*.journal")) and not [p for p in out.rglob("*") if is_temp_name(p.name)]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the workers in /proc")
+@pytest.mark.parametrize("interrupts", [1, 2])
+def test_an_interrupted_process_pool_runner_ends_its_running_jobs_at_once(tmp_path, tiny_encoder_dir, interrupts):
+    """SIGINT (or SIGTERM) to the runner alone, as `kill -INT PID` or a scheduler sends it: the runner waited for the
+    running jobs to finish before it ended, and a second Ctrl-C during that wait hung it at exit. Now its jobs are
+    interrupted, it ends within seconds with the interrupted line and status 130, and nothing is left running."""
+    out = tmp_path / "out"
+    experiment = tmp_path / "experiment.json"
+    slow = {**FAST, "max_steps": 100_000}  # the jobs are still training when the runner is interrupted
+    experiment.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, setups=["head"], training=slow)))
+    command = [sys.executable, "-m", "adapterfusion.cli", "run", str(experiment), "--executor", "process"]
+    runner = subprocess.Popen(
+        [*command, "--workers", "2", "--no-progress"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal, also under nohup
+    )
+    try:
+        deadline = time.time() + 300
+        while runner.poll() is None and time.time() < deadline and _running(out / "experiment.db") < 2:
+            time.sleep(0.2)
+        time.sleep(1.0)  # into the jobs' training
+        workers = _workers_of(runner.pid)
+        assert runner.poll() is None and len(workers) == 2, "both jobs should be running in two workers"
+        for _ in range(interrupts):
+            runner.send_signal(signal.SIGINT)
+            time.sleep(0.2)
+        _, stderr = runner.communicate(timeout=30)  # a 100,000-step job would take many minutes to finish
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert runner.returncode == 130, stderr
+    assert "interrupted at" in stderr and "Traceback" not in stderr and "leaked" not in stderr, stderr
+    assert not [pid for pid in workers if _alive(pid)], "a worker outlived its interrupted runner"
+    assert _running(out / "experiment.db") == 2  # left as interrupted: the next run resumes them
