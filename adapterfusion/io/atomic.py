@@ -25,6 +25,8 @@ TEMP_SUFFIX = ".tmp"
 # for the runner lock; nothing else this library writes looks like that.
 _TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 _TEMP_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+# in each temp folder replace_folder fills, until the rename: only a marked one is removed as a killed writer's
+WRITING_MARKER = ".adapterfusion-writing"
 _random = random.SystemRandom()
 _journal: Path | None = None  # the journal of this process while journal_temp_files() is active
 
@@ -203,17 +205,20 @@ def _make_folders(folder: Path) -> list[Path]:
 
 def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], replace: bool = True) -> Path:
     """Fill a new temp folder beside `final` with `write(tmp)`, then rename it to `final`, replacing an old one: a
-    crash leaves the old folder or the new one, never a mix (plus a temp folder, which the next writer removes).
+    crash leaves the old folder or the new one, never a mix (plus a temp folder, which the next writer removes: one
+    marked as ours, never a folder that merely has such a name).
     replace=False: a `final` that exists when the rename comes (another process wrote it meanwhile) is kept, and
     FileExistsError raised; the rename itself refuses a folder that is not empty, so no check-then-write race."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of `final` that was killed
-        if is_temp_name(stale.name):
+        if _is_ours(stale):
             shutil.rmtree(stale, ignore_errors=True)
     tmp = create_temp_dir(final)
     try:
+        (tmp / WRITING_MARKER).touch()
         write(tmp)
+        (tmp / WRITING_MARKER).unlink()
         if not replace:
             try:
                 os.rename(tmp, final)  # fails on a folder that is not empty (an empty one holds nothing to keep)
@@ -224,6 +229,8 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], re
         elif final.exists():
             old = temp_path(final)
             os.replace(final, old)
+            with contextlib.suppress(OSError):  # a crash before the removal below leaves it for the next writer
+                (old / WRITING_MARKER).touch()
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
         else:
@@ -232,6 +239,12 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], re
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _is_ours(path: Path) -> bool:
+    """A temp folder a writer of ours left (killed mid-write): temp-named and marked. A name alone proves nothing: a
+    user's `.setup.20240101.tmp` backup has one."""
+    return is_temp_name(path.name) and not path.is_symlink() and (path / WRITING_MARKER).is_file()
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -16,6 +16,7 @@ import adapterfusion as af
 from adapterfusion.experiments import OutputDirLockedError, ResultsStore, run_experiment, writers
 from adapterfusion.experiments.processes import ProcessRecord
 from adapterfusion.io.atomic import (
+    WRITING_MARKER,
     atomic_write_json,
     journal_temp_files,
     read_journal,
@@ -145,9 +146,26 @@ def test_a_store_entry_cleans_what_a_killed_writer_of_it_left(tmp_path):
     store = AdapterStore(tmp_path)
     entry = store.path("enc", "rte", "st-a", 1)
     half = _touch(entry.parent / ".seed-1.abcdefgh.tmp" / "adapter" / "adapter.safetensors", "half")
+    _touch(half.parents[1] / WRITING_MARKER, "")  # as replace_folder marks the folder it fills
     old = _touch(entry.parent / ".seed-1.0a1b2c3d.tmp" / "entry.json", "{}")  # killed between its two renames
+    _touch(old.parent / WRITING_MARKER, "")
     other = _touch(entry.parent / ".seed-10.abcdefgh.tmp" / "entry.json", "{}")  # another entry's: not ours to touch
+    _touch(other.parent / WRITING_MARKER, "")
+    users = _touch(entry.parent / ".seed-1.20240101.tmp" / "notes.txt")  # named like a temp folder, not marked
     store.put_model(model, "rte", None, "enc", "rte", "st-a", 1)
     store.put_model(model, "rte", None, "enc", "rte", "st-a", 1, overwrite=True)
-    assert not half.exists() and not old.exists() and other.exists()
-    assert sorted(os.listdir(entry.parent)) == [".seed-10.abcdefgh.tmp", "seed-1"]
+    assert not half.exists() and not old.exists() and other.exists() and users.read_text() == "x"
+    assert sorted(os.listdir(entry.parent)) == [".seed-1.20240101.tmp", ".seed-10.abcdefgh.tmp", "seed-1"]
+    assert not (entry / WRITING_MARKER).exists()
+
+
+def test_a_saved_setup_keeps_a_users_folder_named_like_its_temp_folder(tmp_path):
+    """save_pretrained removed every sibling named `.<name>.<8 characters>.tmp` as a killed writer's leftover: a
+    user's `.rte-setup.20240101.tmp` backup, contents included, was deleted by saving `rte-setup`."""
+    model = af.wrap(tiny_encoder())
+    model.add_adapter("rte", "pfeiffer")
+    backup = _touch(tmp_path / ".rte-setup.20240101.tmp" / "precious.txt", "my only copy")
+    killed = _touch(tmp_path / ".rte-setup.k2j_x9q0.tmp" / WRITING_MARKER, "")  # a killed save's, marked
+    model.save_pretrained(tmp_path / "rte-setup")
+    assert backup.read_text() == "my only copy" and not killed.parent.exists()
+    assert not (tmp_path / "rte-setup" / WRITING_MARKER).exists()
