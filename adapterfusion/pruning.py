@@ -25,22 +25,26 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from adapterfusion._validation import check_bool
 from adapterfusion.analysis.fusion_attention import mean_fusion_attention
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import ConfigError, PieceExistsError
 from adapterfusion.evaluation import check_count, check_run_dir, load_run_split, run_batches
 from adapterfusion.fusion.scalearn import ScaLearnLayer
 from adapterfusion.fusion.subset import add_fusion_subset
-from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.io.atomic import atomic_write_json, replace_folder
 from adapterfusion.io.paths import check_writable_folder
+from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, METRICS_FILE
 from adapterfusion.scoring import predict, score
 from adapterfusion.serialization.pieces import check_piece_folder
 from adapterfusion.tasks.spec import TaskSpec, piece_name
+from adapterfusion.training.progress import PROGRESS_FILE
 from adapterfusion.training.rebuild import rebuild_run
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 PRUNING_FILE = "pruning.json"
+_OUTPUT_NAMES = frozenset({"fusion", "head", PRUNING_FILE})  # what an --output holds: prune writes it whole
 SOURCE_KEY = "source_run"  # in an --output's pruning.json: the resolved run folder it was pruned from, its owner
 # Activations are means of float32 softmax weights in [0, 1]: digits below 1e-6 are rounding, which must not
 # decide between adapters, so ranking compares them at 6 decimals.
@@ -126,7 +130,8 @@ def _check_output(output: str | os.PathLike, run_dir: Path) -> Path:
             f"output={str(output)!r} is the run folder itself; the pruned fusion would replace the "
             "trained one there. Choose another folder"
         )
-    path = check_writable_folder(output, "output", writes=(PRUNING_FILE,), ours=_holds_our_result)
+    path = check_writable_folder(output, "output", writes=(PRUNING_FILE,), ours=_holds_our_result, built_aside=True)
+    _check_not_inside_pieces(path, run_dir)
     held = sorted(entry.name for entry in path.iterdir()) if path.is_dir() else []
     if held and _pruned_from(path) != run_dir.resolve():
         shown = ", ".join(repr(name) for name in held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
@@ -136,9 +141,33 @@ def _check_output(output: str | os.PathLike, run_dir: Path) -> Path:
             "another run, an AdapterStore entry or another prune saved, which we did not write there. Choose "
             "another folder: a new or empty one"
         )
+    extra = [name for name in held if name not in _OUTPUT_NAMES]
+    if extra:  # the new output replaces the old folder whole
+        raise ConfigError(
+            f"output={str(output)!r}, an earlier prune output of this run, also holds {', '.join(map(repr, extra))}, "
+            "which prune did not write and a new prune would remove; move it out first, or choose another folder"
+        )
     for kind in ("fusion", "head"):  # nothing we did not write is overwritten there: not a piece's files either
         check_piece_folder(path / kind, kind)
     return path
+
+
+def _check_not_inside_pieces(path: Path, run_dir: Path) -> None:
+    """Refuse an output below a run folder or an AdapterStore entry: a re-run empties its run folder, and files
+    added to a stored adapter change its digest, so every fusion run trained on it counts as stale."""
+    resolved = path.resolve()
+    for folder in resolved.parents:
+        if folder == run_dir.resolve() or (folder / ENTRY_FILE).is_file() or _is_run_folder(folder):
+            what = "an AdapterStore entry" if (folder / ENTRY_FILE).is_file() else "a run folder"
+            raise ConfigError(
+                f"output={str(path)!r} is inside {what}, {str(folder)!r}: a re-run or a store update would remove "
+                "it, and files added there change what the experiment recorded. Choose a folder outside it"
+            )
+
+
+def _is_run_folder(folder: Path) -> bool:
+    """A folder train() wrote: a config.json and a metrics.json or progress.json beside it."""
+    return (folder / CONFIG_FILE).is_file() and any((folder / name).is_file() for name in (METRICS_FILE, PROGRESS_FILE))
 
 
 def check_criterion(keep: int | None, mass: float | None, count: int | None = None) -> None:
@@ -242,22 +271,31 @@ def compare_pruned(
     timing_batches: int = 4,
     target_adapter: str | None = None,
     bf16: bool = False,
+    overwrite: bool = False,
 ) -> PruningResult:
     """Prune fusion `fusion` of `model` by its activation on `batches` (labelled dev batches), add the pruned
     fusion as `pruned_name` (default `<fusion>_pruned`), and evaluate and time both. The model's activation is
     restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters).
-    `bf16`: score under bfloat16 autocast, as a run trained with it scored its dev set."""
+    `bf16`: score under bfloat16 autocast, as a run trained with it scored its dev set. `overwrite`: replace a
+    fusion the model already has under `pruned_name` (an earlier prune's); without it that is refused."""
     model.require("fusion", fusion)
     _check_scored_task(task)
     check_criterion(keep, mass, len(model.fusion_setup(fusion).adapters))
     check_count(timing_batches, "timing_batches", "dev batches per timing round")
+    check_bool(overwrite, "overwrite")
     pruned_name = pruned_name or f"{fusion}_pruned"
     if pruned_name == fusion:
         raise ConfigError(f"pruned_name={pruned_name!r} would replace the fusion being pruned; choose another name")
+    if pruned_name in model.fusion_names and not overwrite:  # before the dev forwards, not after
+        raise PieceExistsError(
+            f"the model already has a fusion {pruned_name!r}; pass pruned_name= another name, or overwrite=True to "
+            "replace it with the pruned one",
+            pruned_name,
+        )
     head = head if head is not None else model.active_head
     shares = _shares(model, fusion, batches, head)
     pruned = add_fusion_subset(
-        model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name, overwrite=True
+        model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name, overwrite=overwrite
     )
     with model.activated(fusion=fusion, head=head):  # what ran before runs again afterwards
         metrics = {}
@@ -370,8 +408,13 @@ def prune_fusion(
     )
     result = dataclasses.replace(result, run_dir=str(run_dir), output=str(output) if output is not None else None)
     if output is not None:
-        output = Path(output)
-        run.model.save_fusion(result.after.fusion, output / "fusion")
-        run.model.save_head(run.head, output / "head")
-        atomic_write_json(output / PRUNING_FILE, {**result.to_dict(), SOURCE_KEY: str(run_dir.resolve())})
+        model, head, record = run.model, run.head, {**result.to_dict(), SOURCE_KEY: str(run_dir.resolve())}
+
+        def write(folder: Path) -> None:
+            model.save_fusion(result.after.fusion, folder / "fusion")
+            model.save_head(head, folder / "head")
+            atomic_write_json(folder / PRUNING_FILE, record)
+
+        # built whole beside it, then renamed over an earlier prune's output: a crash leaves the old or the new one
+        replace_folder(output, write)
     return result

@@ -139,7 +139,7 @@ def test_pruning_keeps_the_adapter_the_fusion_attends_to_most():
     assert_close(result.kept_share, float(expected[1]), dtype=torch.float64)
 
     mass = float(expected[1] + expected[2] / 2)  # b alone is not enough, b + c is
-    assert compare_pruned(model, "f", RTE, _batches(), mass=mass, repeats=1).kept == ("b", "c")
+    assert compare_pruned(model, "f", RTE, _batches(), mass=mass, repeats=1, overwrite=True).kept == ("b", "c")
 
 
 def test_uniform_fusion_keeps_the_target_adapter():
@@ -150,7 +150,8 @@ def test_uniform_fusion_keeps_the_target_adapter():
     result = compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1, target_adapter="rte")
     assert len(set(result.activation.values())) == 1
     assert result.kept == ("rte",) and result.target_adapter == "rte"
-    assert compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1).kept == ("cb",)  # no target: fusion order
+    again = compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1, overwrite=True)
+    assert again.kept == ("cb",)  # no target: fusion order
 
 
 def test_pruned_logits_equal_the_masked_reference_and_skip_dropped_adapters():
@@ -216,6 +217,19 @@ def test_compare_pruned_checks_keep_and_name_first():
     with pytest.raises(af.ConfigError, match="pruned_name='f' would replace the fusion being pruned"):
         compare_pruned(model, "f", RTE, _batches(), keep=1, pruned_name="f")
     assert model.fusion_names == ["f"]
+
+
+def test_compare_pruned_keeps_a_fusion_already_named_like_its_result():
+    """It replaced a fusion the user had under `<fusion>_pruned` with no word; every add_*/load_* refuses that."""
+    model = _fused_model()
+    model.add_fusion("f_pruned", ["a", "b"], af.FusionConfig.dynamic())
+    before = {k: v.clone() for k, v in model.export_piece("fusion", "f_pruned").tensors.items()}
+    with pytest.raises(af.PieceExistsError, match="already has a fusion 'f_pruned'.*overwrite=True"):
+        compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1)
+    after = model.export_piece("fusion", "f_pruned").tensors
+    assert model.fusion_setup("f_pruned").adapters == ("a", "b") and all(after[k].equal(v) for k, v in before.items())
+    result = compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1, overwrite=True)
+    assert model.fusion_setup("f_pruned").adapters == result.kept
 
 
 def test_time_fusions_reports_each_fusion():

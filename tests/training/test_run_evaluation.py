@@ -218,6 +218,41 @@ def test_prune_fusion_run_and_load_the_saved_piece(runs, tmp_path, tiny_encoder_
     assert float(np.mean(loaded.logits.argmax(-1) == loaded.labels)) == result.after.metrics["accuracy"]
 
 
+def test_a_prune_output_is_replaced_whole_or_not_at_all(runs, tmp_path, monkeypatch):
+    """fusion/, head/ and pruning.json were written one after another: a prune that failed while saving its head
+    left the new fusion beside the old pruning.json. The output is now built beside it and renamed into place."""
+    output = tmp_path / "pruned"
+    first = prune_fusion(runs["fusion-st-a"], keep=2, repeats=1, timing_batches=1, output=output, device="cpu")
+    saved = {p.relative_to(output): p.read_bytes() for p in output.rglob("*") if p.is_file()}
+
+    def failing(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(af.AdaptedModel, "save_head", failing)
+    with pytest.raises(OSError, match="No space left"):
+        prune_fusion(runs["fusion-st-a"], keep=1, repeats=1, timing_batches=1, output=output, device="cpu")
+    assert {p.relative_to(output): p.read_bytes() for p in output.rglob("*") if p.is_file()} == saved
+    assert json.loads((output / PRUNING_FILE).read_text())["kept"] == list(first.kept)
+    assert sorted(os.listdir(tmp_path)) == ["pruned"]  # no temp folder left
+    monkeypatch.undo()
+    (output / "notes.txt").write_text("mine")  # the new output replaces the folder: a file of the user's is refused
+    with pytest.raises(af.ConfigError, match="also holds 'notes.txt', which prune did not write"):
+        prune_fusion(runs["fusion-st-a"], keep=1, output=output)
+
+
+def test_a_prune_output_inside_a_store_entry_or_a_run_folder_is_refused(runs):
+    """Inside a stored adapter's folder it changed that adapter's digest, so the fusion run trained on it turned
+    stale and could no longer be evaluated; inside a run folder a re-run would delete it."""
+    store = AdapterStore(json.loads((runs["fusion-st-a"] / "config.json").read_text())["store"])
+    entry = next(path.parent for path in store.root.rglob("entry.json"))
+    with pytest.raises(af.ConfigError, match="is inside an AdapterStore entry"):
+        prune_fusion(runs["fusion-st-a"], keep=1, output=entry / "adapter" / "pruned")
+    for run in (runs["fusion-st-a"], runs["st-a"]):
+        with pytest.raises(af.ConfigError, match="is inside a run folder"):
+            prune_fusion(runs["fusion-st-a"], keep=1, output=run / "pruned")
+    assert not (entry / "adapter" / "pruned").exists() and not (runs["st-a"] / "pruned").exists()
+
+
 def test_prune_keeps_the_target_adapter_of_a_uniform_fusion(runs, tmp_path):
     """With Q zeroed every score is 0, so all adapters tie exactly; rte, the target's own adapter, is listed last
     in the fusion (cb, sst2, rte) and must still be the one kept."""
