@@ -1,6 +1,7 @@
 """`mean_fusion_attention`: the average softmax weight a fusion gives each of its adapters, per layer, over a
 dataset's real tokens (Pfeiffer et al. 2021, Fig. 4 and 6: "average softmax activation of each adapter over the
-dev set"). Padding tokens are left out: their attention says nothing about the task.
+dev set"). Padding tokens are left out: their attention says nothing about the task. A layer with several fusion
+sites (Houlsby adapters: after attention and after the feed-forward) counts each site's weights alike.
 
 The result is a `FusionActivation` ([layers, N] numpy array plus names), saved by fusion runs as
 `<run_dir>/fusion_attention.json`. A ScaLearn fusion (fusion/scalearn.py) has no softmax: what it records is each
@@ -146,32 +147,51 @@ def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
     return activation
 
 
-def _token_mask(batch: Mapping[str, torch.Tensor], attention: torch.Tensor) -> torch.Tensor:
-    """[batch(*choices), seq] float mask of real tokens, matching the fusion attention's leading dims."""
-    mask = batch.get("attention_mask")
+def _token_mask(inputs: Mapping[str, torch.Tensor], attention: torch.Tensor, decoder_side: bool) -> torch.Tensor:
+    """[batch(*choices), seq] mask of the real tokens a site's weights cover: the input's attention_mask, or on an
+    encoder-decoder's decoder side its decoder_attention_mask, else the positions whose labels count (not -100)."""
+    if decoder_side:
+        mask = inputs.get("decoder_attention_mask")
+        if mask is None and "labels" in inputs:
+            mask = inputs["labels"] != -100
+    else:
+        mask = inputs.get("attention_mask")
     if mask is None:
         return torch.ones(attention.shape[:2], device=attention.device, dtype=torch.long)
     return mask.reshape(attention.shape[:2]).to(attention.device)  # multiple choice: [batch * choices, seq]
 
 
+def _forward_inputs(model: AdaptedModel, batch: Mapping[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
+    """The batch's tensors for the forward. Labels are left out (they only add a loss), except where an
+    encoder-decoder needs them to build its decoder inputs."""
+    keep_labels = model.fingerprint.decoder_layers is not None and "decoder_input_ids" not in batch
+    return {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor) and (k != "labels" or keep_labels)}
+
+
 def _accumulate(
     model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], device: torch.device
-) -> tuple[dict[int, torch.Tensor], int]:
-    """Per layer, the sum over real tokens of the fusion softmax weights; and the number of real tokens."""
+) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor], int]:
+    """Per layer, the sum of the fusion softmax weights over every fusion site of the layer (a Houlsby fusion's
+    attention and output sites) and its real tokens, and how many (site, token) pairs that sums; and the number of
+    real input tokens."""
+    decoders = model.fingerprint.decoder_layers
+    first_decoder = model.num_layers - decoders if decoders is not None else model.num_layers
     sums: dict[int, torch.Tensor] = {}
+    counts: dict[int, torch.Tensor] = {}
     tokens = 0
     for batch in batches:
-        inputs = {k: v.to(device) for k, v in batch.items() if k != "labels" and isinstance(v, torch.Tensor)}
+        inputs = _forward_inputs(model, batch, device)
         output = model(**inputs, output_fusion_attentions=True)
-        recorded = [(layer, a) for layer, a in enumerate(output.fusion_attentions) if a is not None]
-        if not recorded:
+        sites = sorted((output.fusion_attentions_by_site or {}).items())
+        if not sites:
             continue
-        mask = _token_mask(inputs, recorded[0][1]).double()
-        tokens += int(mask.sum().item())
-        for layer, attention in recorded:
+        tokens += int(_token_mask(inputs, sites[0][1], sites[0][0][0] >= first_decoder).sum().item())
+        for (layer, _), attention in sites:
+            mask = _token_mask(inputs, attention, layer >= first_decoder).double()
             weighted = (attention.double() * mask.unsqueeze(-1)).sum(dim=(0, 1))
             sums[layer] = sums[layer] + weighted if layer in sums else weighted
-    return sums, tokens
+            counts[layer] = counts[layer] + mask.sum() if layer in counts else mask.sum()
+    return sums, counts, tokens
 
 
 @torch.no_grad()
@@ -179,8 +199,9 @@ def mean_fusion_attention(
     model: AdaptedModel, fusion_name: str, batches: Iterable[Mapping[str, torch.Tensor]], head: str | None = None
 ) -> FusionActivation:
     """Run `batches` (model inputs; labels are ignored) through the model with `fusion_name` active, in eval mode,
-    and average each layer's softmax weights over the real tokens (attention_mask == 1). The model's activation
-    and train/eval mode are restored afterwards."""
+    and average each layer's softmax weights over the real tokens (attention_mask == 1) and over the layer's fusion
+    sites (a Houlsby fusion has two: after attention and after the feed-forward). The model's activation and
+    train/eval mode are restored afterwards."""
     model.require("fusion", fusion_name)
     adapters = model.fusion_setup(fusion_name).adapters
     scalearn = model.fusion_setup(fusion_name).config.is_scalearn
@@ -192,7 +213,7 @@ def mean_fusion_attention(
         ):
             model.eval()
             with model.inference_cache():
-                sums, tokens = _accumulate(model, batches, device)
+                sums, counts, tokens = _accumulate(model, batches, device)
     finally:
         model.train(was_training)
     if not sums or tokens == 0:
@@ -201,6 +222,6 @@ def mean_fusion_attention(
             "(no batches, no real tokens, or every fusion layer skipped)"
         )
     layers = tuple(sorted(sums))
-    values = torch.stack([sums[layer] for layer in layers]).div(tokens).cpu().numpy()
+    values = torch.stack([sums[layer] / counts[layer] for layer in layers]).cpu().numpy()
     info = {"fusion_kind": SCALEARN_KIND} if scalearn else {}
     return FusionActivation(fusion_name, adapters, layers, values, tokens, info)

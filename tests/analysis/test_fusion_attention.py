@@ -73,6 +73,74 @@ def test_mean_counts_only_real_tokens(fused):
     assert_close(result.values.sum(axis=1), np.ones(len(result.layers)), dtype=torch.float64)
 
 
+def test_a_houlsby_fusion_counts_both_sites_of_each_layer():
+    """A Houlsby fusion has a site after attention and one after the feed-forward in every layer; only the output
+    site reached the record (and so the heatmaps and prune's ranking). Each layer's mean now covers both alike."""
+    model = af.wrap(tiny_encoder("bert").double())
+    for name in ADAPTERS:
+        model.add_adapter(name, af.AdapterConfig.houlsby(reduction_factor=4))
+        _randomise(model.adapter_parameters(name))
+    model.add_fusion("f", ADAPTERS, af.FusionConfig.dynamic())
+    _randomise([p for p in model.fusion_parameters("f") if p.dim() == 2])
+    batches = _batches()
+    result = mean_fusion_attention(model, "f", batches)
+
+    model.activate(fusion="f")
+    model.eval()
+    sums, counts = {}, {}
+    with torch.no_grad():
+        for batch in batches:
+            out = model(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_fusion_attentions=True
+            )
+            assert {site for _, site in out.fusion_attentions_by_site} == {"attention", "output"}
+            for (layer, _), attention in out.fusion_attentions_by_site.items():
+                for b, t in batch["attention_mask"].nonzero().tolist():
+                    sums[layer] = sums.get(layer, np.zeros(len(ADAPTERS))) + attention[b, t].numpy()
+                    counts[layer] = counts.get(layer, 0) + 1
+    expected = np.stack([sums[layer] / counts[layer] for layer in sorted(sums)])
+    assert result.tokens == 8 + 5 + 2 + 6 and all(count == 2 * result.tokens for count in counts.values())
+    assert_close(result.values, expected, dtype=torch.float64)
+
+
+def test_an_encoder_decoder_fusion_counts_each_stacks_own_real_tokens():
+    """T5's decoder layers' sites cover the decoder's positions: those were masked with the encoder's mask (a shape
+    error), and without labels the model had no decoder inputs. Labels build them; -100 positions do not count."""
+    import transformers
+
+    config = transformers.T5Config(
+        d_model=32,
+        d_ff=37,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=2,
+        d_kv=16,
+        vocab_size=99,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = af.wrap(transformers.T5ForConditionalGeneration(config).double())
+    for name in ADAPTERS:
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        _randomise(model.adapter_parameters(name))
+    model.add_fusion("f", ADAPTERS, af.FusionConfig.dynamic())
+    _randomise([p for p in model.fusion_parameters("f") if p.dim() == 2])
+    batch = tiny_inputs(batch=2, seq=6, seed=3)
+    batch["attention_mask"][1, 4:] = 0
+    batch["labels"] = torch.tensor([[5, 6, 7], [8, -100, -100]])
+    result = mean_fusion_attention(model, "f", [batch])
+
+    model.activate(fusion="f")
+    model.eval()
+    with torch.no_grad():
+        out = model(**batch, output_fusion_attentions=True)
+    real = {False: batch["attention_mask"].bool(), True: batch["labels"] != -100}
+    expected = [out.fusion_attentions[layer][real[layer >= 2]].mean(dim=0).numpy() for layer in range(model.num_layers)]
+    assert result.layers == (0, 1, 2, 3) and result.tokens == 6 + 4
+    assert_close(result.values, np.stack(expected), dtype=torch.float64)
+
+
 def test_padding_does_not_count(fused):
     batches = _batches()
     base = mean_fusion_attention(fused, "f", batches)
