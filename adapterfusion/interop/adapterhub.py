@@ -44,6 +44,7 @@ from adapterfusion.interop.adapterhub_files import (
     read_weights,
     write_folder,
 )
+from adapterfusion.io.paths import as_path
 from adapterfusion.piece import EncoderLayout, Piece, PieceHolder, by_site, param_key, split_param_key
 
 __all__ = ["export_adapterhub", "is_adapterhub_dir", "load_adapterhub", "piece_from_adapterhub", "piece_to_adapterhub"]
@@ -66,6 +67,7 @@ def load_adapterhub(
     (heads only) are the label names the head must have been trained for."""
     require_wrapped(model, "load_adapterhub")
     check_bool(overwrite, "overwrite")
+    _check_kind(kind, "loadable")
     piece = piece_from_adapterhub(directory, kind, model.layout())
     return model.install_piece(piece.renamed(name), overwrite, labels)
 
@@ -83,16 +85,20 @@ def export_adapterhub(
     files of that kind already in `directory` are replaced only with `overwrite` (an export and a download look
     alike)."""
     require_wrapped(model, "export_adapterhub")
-    if kind not in _WRITERS:
-        raise ConfigError(f"kind={kind!r} is not exportable; choose one of {', '.join(_WRITERS)}")
+    _check_kind(kind, "exportable")
     return piece_to_adapterhub(model.export_piece(kind, name), directory, model.layout(), use_safetensors, overwrite)
+
+
+def _check_kind(kind: object, able: str) -> None:
+    if not isinstance(kind, str) or kind not in _WRITERS:
+        raise ConfigError(f"kind={kind!r} is not {able}; choose one of {', '.join(map(repr, _WRITERS))}")
 
 
 # ---- reading -----------------------------------------------------------------------------------------
 def piece_from_adapterhub(directory: str | Path, kind: str, layout: EncoderLayout) -> Piece:
     """The AdapterHub `kind` in `directory` as a Piece for the encoder `layout` describes. Its name is the saved one
     (a fusion's: its adapters joined by '-', as AdapterHub's 'a,b' is no valid module key)."""
-    directory = Path(directory)
+    directory = as_path(directory, f"the AdapterHub {kind} folder")
     document = read_document(directory, kind)
     saved: dict[str, Any] = {key: document[key] for key in ("model_type", "hidden_size") if key in document}
     layout.fingerprint.check_compatible(saved, directory, check_layers=False)

@@ -59,6 +59,8 @@ BN_DEFAULTS: dict[str, Any] = {
     "stochastic_depth": 0.0,
     "use_gating": False,
 }
+# BnConfig's fields without a default (adapters 1.3.0): a config lacking one is not an AdapterHub adapter's.
+BN_REQUIRED = ("mh_adapter", "output_adapter", "reduction_factor", "non_linearity")
 # Our positions and the BnConfig flags that put an adapter there ('cross': in an encoder-decoder's decoder layers).
 _POSITION_FLAGS = (("attention", "mh_adapter"), ("cross", "cross_adapter"), ("output", "output_adapter"))
 # Options whose non-default value changes the forward in a way we cannot express.
@@ -124,6 +126,12 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
     unknown = sorted(k for k in config if k not in known and not _is_off(config[k]))
     if unknown:
         raise ConfigError(f"AdapterHub adapter option(s) {unknown} are unknown to this importer; cannot import")
+    missing = [option for option in BN_REQUIRED if option not in config]
+    if missing:  # a default would change the adapter silently (relu for a swish adapter)
+        raise ConfigError(
+            f"AdapterHub adapter config lacks {', '.join(missing)}, which BnConfig requires (adapters does not load it "
+            "either); restore them from the source of this adapter, or export it again"
+        )
     c = {**BN_DEFAULTS, **config}
     for option, what in _REFUSED.items():
         if not _is_off(c[option]):
@@ -171,7 +179,7 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
         ln_after=ln_after,
         skip_before_ln_after=skip_before_ln_after,
         scaling=c["scaling"],
-        init=_INIT_IN.get(c["init_weights"], "bert"),
+        init=_INIT_IN.get(c["init_weights"], "bert") if isinstance(c["init_weights"], str) else "bert",  # fresh init
         train_layer_norm=False,  # adapters never trains a private copy of the pretrained LayerNorm
         leave_out=c["leave_out"] or (),
     )
@@ -348,7 +356,12 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
 
 
 def _labels(label2id: Any, num_labels: int) -> tuple[str, ...] | None:
-    if not isinstance(label2id, Mapping) or sorted(label2id.values()) != list(range(num_labels)) or num_labels < 2:
+    if (
+        not isinstance(label2id, Mapping)
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in label2id.values())
+        or sorted(label2id.values()) != list(range(num_labels))
+        or num_labels < 2
+    ):
         return None
     return tuple(label for label, _ in sorted(label2id.items(), key=lambda item: item[1]))
 

@@ -275,6 +275,43 @@ def test_unsupported_adapter_options_are_refused(option, value, tmp_path):
     assert model.adapter_names == []
 
 
+@pytest.mark.parametrize("option", ["non_linearity", "reduction_factor", "mh_adapter", "output_adapter"])
+def test_a_config_lacking_a_required_option_is_refused(option, tmp_path):
+    """BnConfig has no default for these (adapters refuses such a config); we filled ours in, so a swish adapter
+    whose non_linearity was lost imported as relu, with other outputs and no word."""
+    folder = edited_copy(FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path)
+    document = json.loads((folder / "adapter_config.json").read_text())
+    del document["config"][option]
+    (folder / "adapter_config.json").write_text(json.dumps(document))
+    model = fresh_model("bert")
+    with pytest.raises(af.ConfigError, match=f"lacks {option}, which BnConfig requires"):
+        model.load_adapter(folder)
+    assert model.adapter_names == []
+
+
+def test_bad_arguments_and_odd_config_values_get_library_errors(tmp_path):
+    """A misspelt or listed kind raised KeyError or TypeError, a None folder TypeError; label2id with a string value
+    and a listed init_weights raised TypeError from sorting and hashing inside the importer."""
+    from adapterfusion.interop import load_adapterhub
+
+    model = fresh_model("bert")
+    for kind in ("adaptr", ["adapter"]):
+        with pytest.raises(af.ConfigError, match="is not loadable; choose one of 'adapter', 'fusion', 'head'"):
+            load_adapterhub(model, kind, FIXTURES / "bert" / "adapters" / "pf")
+        with pytest.raises(af.ConfigError, match="is not exportable"):
+            export_adapterhub(model, kind, "x", tmp_path / "x")
+    with pytest.raises(af.ConfigError, match="the AdapterHub adapter folder None is not a path"):
+        load_adapterhub(model, "adapter", None)
+    odd = edited_copy(
+        FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path, config={"init_weights": ["bert"]}
+    )
+    assert model.load_adapter(odd) in model.adapter_names  # init_weights only sets a fresh adapter's weights
+    head = edited_copy(
+        FIXTURES / "bert" / "heads" / "cls", "head_config.json", tmp_path, config={"label2id": {"no": 0, "yes": "1"}}
+    )
+    assert model.load_head(head) in model.head_names  # label names that do not count 0..n-1 are not used
+
+
 def test_a_cross_attention_adapter_needs_an_encoder_decoder(tmp_path):
     """cross_adapter=True is our 'cross' position (tests/decoders: T5 and BART); an encoder has no such site."""
     folder = edited_copy(
