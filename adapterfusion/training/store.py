@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from adapterfusion._validation import check_bool, naming_file
 from adapterfusion.defaults import STORE_DIR, ZOO_DIR
 from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
-from adapterfusion.errors import AdapterFusionError, ConfigError, SerializationError, ZooError
+from adapterfusion.errors import AdapterFusionError, ConfigError, PieceExistsError, SerializationError, ZooError
 from adapterfusion.io.atomic import atomic_write_json, replace_folder
 from adapterfusion.io.paths import (
     as_path,
@@ -261,9 +261,22 @@ class AdapterStore:
             )
         recorded = read_json(entry / ENTRY_FILE, "the store entry is damaged; put its adapter into the store again")
         check_same_encoder(model, recorded.get("encoder_identity") if isinstance(recorded, dict) else None, entry)
-        loaded = model.load_adapter(entry / "adapter", name=name or task, overwrite=overwrite)
+        name = name or task
+        if head and name in model.head_names and not overwrite:  # before the adapter loads, not after
+            raise PieceExistsError(
+                f"the model already has a head {name!r}; pass name= another name, or overwrite=True to replace its "
+                "adapter and head",
+                name,
+            )
+        had_adapter = name in model.adapter_names
+        loaded = model.load_adapter(entry / "adapter", name=name, overwrite=overwrite)
         if head:
-            model.load_head(entry / "head", name=loaded, overwrite=overwrite, labels=labels)
+            try:
+                model.load_head(entry / "head", name=loaded, overwrite=overwrite, labels=labels)
+            except BaseException:  # all or nothing: the adapter alone would stay loaded, and block a retry
+                if not had_adapter:
+                    model.delete_adapter(loaded)
+                raise
         return loaded
 
 
@@ -284,7 +297,7 @@ def resolve_zoo(zoo: str | os.PathLike) -> AdapterStore:
     """`shipped` (this package's zoo) or the folder of an AdapterStore (e.g. `<experiment>/adapters/st-a-rf16`)."""
     if str(zoo) == SHIPPED:
         return zoo_store()
-    root = Path(zoo)
+    root = as_path(zoo, "zoo", ZooError)
     if not root.is_dir():
         looks_like_hub_id = str(zoo).count("/") == 1 and not str(zoo).startswith((".", "/", "~"))
         hint = (

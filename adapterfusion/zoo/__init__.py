@@ -57,10 +57,14 @@ def load_zoo_adapter(
     head: bool = False,
     zoo: str | os.PathLike = SHIPPED,
     encoder: str | None = None,
+    overwrite: bool = False,
 ) -> str:
-    """Load the zoo's adapter for `task` into `model` (as `name`, default the task), with its head if `head`."""
+    """Load the zoo's adapter for `task` into `model` (as `name`, default the task), with its head if `head`;
+    `overwrite` replaces an adapter (and head) of that name already loaded."""
     require_wrapped(model, "load_zoo_adapter")
     store = resolve_zoo(zoo)
     encoder = encoder if encoder is not None else model.fingerprint.name_or_path
     seed = zoo_seed(store, encoder, task)
-    return store.load_into(model, task, ZOO_SETUP, seed, encoder=encoder, name=name or piece_name(task), head=head)
+    return store.load_into(
+        model, task, ZOO_SETUP, seed, encoder=encoder, name=name or piece_name(task), head=head, overwrite=overwrite
+    )

@@ -61,15 +61,15 @@ def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
     assert store.load_into(fresh_model(tiny_encoder_dir), "cb", "st-a", 1, head=True) == "cb"
     rte_labels = resolve_task("rte").label_names
     assert store.load_into(fresh_model(tiny_encoder_dir), "rte", "st-a", 1, head=True, labels=rte_labels) == "rte"
+    model = fresh_model(tiny_encoder_dir)
     with pytest.raises(IncompatibleModelError, match="labels"):
-        store.load_into(
-            fresh_model(tiny_encoder_dir),
-            "rte",
-            "st-a",
-            1,
-            head=True,
-            labels=("entailment", "neutral", "contradiction"),
-        )
+        store.load_into(model, "rte", "st-a", 1, head=True, labels=("entailment", "neutral", "contradiction"))
+    assert model.adapter_names == []  # all or nothing: the adapter alone stayed, and a retry was refused for it
+    model.add_head("rte", af.ClassificationHead(num_labels=2))
+    with pytest.raises(af.PieceExistsError, match="already has a head 'rte'.*overwrite=True"):
+        store.load_into(model, "rte", "st-a", 1, head=True)
+    assert model.adapter_names == []
+    assert store.load_into(model, "rte", "st-a", 1, head=True, overwrite=True) == "rte"
     with pytest.raises(TrainingError, match="train it first"):
         store.load_into(fresh_model(tiny_encoder_dir), "mnli", "st-a", 1)
 
