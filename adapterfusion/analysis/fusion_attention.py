@@ -12,7 +12,7 @@ record says so (`fusion_kind`), and `value_label` names what the values are.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +68,7 @@ class FusionActivation:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FusionActivation:
+        _check_record_types(data)
         try:
             core = {
                 "fusion": data["fusion"],
@@ -102,6 +103,26 @@ class FusionActivation:
         rows.append(["mean", *(f"{v:.{digits}f}" for v in self.values.mean(axis=0))])
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows])
+
+
+def _check_record_types(data: Any) -> None:
+    """A record's names are strings and its layers and token count integers; a damaged one otherwise failed later,
+    with a TypeError from inside the table or the figure code."""
+    if not isinstance(data, Mapping):
+        raise SerializationError(f"not a fusion activation record: a JSON object was expected, found {type(data)}")
+    expected: dict[str, tuple[str, Callable[[Any], bool]]] = {
+        "fusion": ("a string", lambda v: isinstance(v, str)),
+        "adapters": ("a list of names", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v)),
+        "layers": ("a list of layer indices", lambda v: isinstance(v, list) and all(map(_is_count, v))),
+        "tokens": ("a count", _is_count),
+    }
+    for key, (what, check) in expected.items():
+        if key in data and not check(data[key]):
+            raise SerializationError(f"not a fusion activation record: {key!r} must be {what}, found {data[key]!r}")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def average_activations(activations: Sequence[FusionActivation]) -> FusionActivation:

@@ -185,3 +185,21 @@ def test_json_round_trip_and_seed_average(tmp_path):
     with pytest.raises(ConfigError, match="cannot average"):
         average_activations([one, FusionActivation("f", ("b", "a"), (0, 1), one.values, 1)])
     assert "mean" in one.table() and "0.750" in one.table()
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("layers", ["0", "1"], "'layers' must be a list of layer indices"),
+        ("adapters", [1, 2], "'adapters' must be a list of names"),
+        ("tokens", "10", "'tokens' must be a count"),
+        ("fusion", None, "'fusion' must be a string"),
+    ],
+)
+def test_a_damaged_record_is_named_when_read(tmp_path, key, value, message):
+    """String layers or integer adapter names were read in and failed later, as a TypeError inside analyze-fusion's
+    table and the report's figures."""
+    record = FusionActivation("f", ("a", "b"), (0, 1), np.array([[0.5, 0.5], [0.25, 0.75]]), 10).to_dict()
+    (tmp_path / "fusion_attention.json").write_text(json.dumps({**record, key: value}))
+    with pytest.raises(af.SerializationError, match=message):
+        load_fusion_activation(tmp_path)
