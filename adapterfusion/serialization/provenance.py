@@ -4,11 +4,13 @@ zoo's adapters, of adapterfusion/zoo/manifest.json. Local paths are left out: a 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from adapterfusion._validation import short_repr
 from adapterfusion.defaults import STORE_DIR, ZOO_DIR, zoo_manifest
 from adapterfusion.errors import ConfigError
 from adapterfusion.io.documents import read_json
@@ -22,7 +24,15 @@ def describe_origin(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, 
     """Provenance from a run folder, a store entry, a piece folder inside either (run_dir/adapter), or a mapping
     given as is (e.g. {"task": "rte", "dev_metrics": {"accuracy": 0.71}})."""
     if isinstance(source, Mapping):
+        try:  # it goes into the index and the card as it is
+            json.dumps(source, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"provenance {short_repr(source)} must hold JSON values only ({error})") from None
         return dict(source)
+    if not isinstance(source, (str, os.PathLike)) or not str(source):
+        raise ConfigError(
+            f"provenance {short_repr(source)} is neither a folder (a run folder or store entry) nor a dict"
+        )
     folder = Path(source)
     for candidate in (folder, folder.parent):
         if all((candidate / name).is_file() for name in RUN_FILES):

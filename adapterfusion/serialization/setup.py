@@ -196,6 +196,10 @@ def save_pretrained(
     for kind, name, digest in dropped:  # and the folders of the earlier setup's pieces it removes
         _check_removable(directory, kind, name, digest)
     saved = {name for names in chosen.values() for name in names}
+    if provenance is not None and not isinstance(provenance, Mapping):
+        raise ConfigError(
+            f"provenance must map piece names to run folders, store entries or dicts; got {type(provenance).__name__}"
+        )
     stray = sorted(set(provenance or {}) - saved)
     if stray:
         raise ConfigError(

@@ -70,6 +70,15 @@ def test_partial_save_takes_the_fusions_adapters_and_restricts_the_active_setup(
         saved.save_pretrained(tmp_path / "bad", heads="nope")
     with pytest.raises(af.ConfigError, match="provenance is given for \\['c'\\]"):
         saved.save_pretrained(tmp_path / "bad", adapters="a", provenance={"c": tmp_path})
+    # a tensor in a dict, a list, a non-mapping: json's, pathlib's and an AttributeError's tracebacks before
+    for provenance, message in (
+        ({"a": {"dev": torch.ones(1)}}, "must hold JSON values only"),
+        ({"a": [1, 2]}, "is neither a folder"),
+        (["a"], "provenance must map piece names"),
+    ):
+        with pytest.raises(af.ConfigError, match=message):
+            saved.save_pretrained(tmp_path / "bad", adapters="a", provenance=provenance)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_saving_replaces_a_saved_setup_but_not_another_folder(tmp_path):
