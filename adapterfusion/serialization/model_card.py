@@ -4,6 +4,7 @@ came from (the index's provenance) and how to load it, under YAML metadata writt
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import Any
@@ -88,7 +89,10 @@ def _base_names(name_or_path: str) -> tuple[bool, str | None]:
     path = PurePath(name_or_path)
     if path.name == "model" and path.parent.name == DEFAULT_ENCODER_PACKAGE:
         return True, DEFAULT_ENCODER_HUB_ID
-    return False, name_or_path if hub_ref(name_or_path) and not path.is_absolute() else None
+    # a relative folder ('enc', 'exp/enc') is shaped like a Hub id; from_pretrained loads the folder where one
+    # exists, so that is what it was
+    local = path.is_absolute() or os.path.exists(name_or_path)
+    return False, name_or_path if hub_ref(name_or_path) and not local else None
 
 
 def _metrics(metrics: Any) -> str:

@@ -173,3 +173,15 @@ def _raiser(error: BaseException):
         raise error
 
     return fail
+
+
+def test_a_model_card_names_no_local_folder_as_the_base_models_hub_id(tmp_path, monkeypatch):
+    """A base loaded from a relative folder ('enc', 'exp/enc') is shaped like a Hub id, and the card published it
+    as `base_model: enc`, with load code that would fetch that id from the Hub."""
+    from adapterfusion.serialization.model_card import _base_names
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "exp" / "enc").mkdir(parents=True)
+    (tmp_path / "enc").mkdir()
+    assert _base_names("enc") == (False, None) and _base_names("exp/enc") == (False, None)
+    assert _base_names("org/name") == (False, "org/name") and _base_names(str(tmp_path / "enc")) == (False, None)
