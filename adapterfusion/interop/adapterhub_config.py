@@ -363,7 +363,9 @@ def _labels(label2id: Any, num_labels: int) -> tuple[str, ...] | None:
         or num_labels < 2
     ):
         return None
-    return tuple(label for label, _ in sorted(label2id.items(), key=lambda item: item[1]))
+    labels = tuple(label for label, _ in sorted(label2id.items(), key=lambda item: item[1]))
+    # the names transformers gives a head that was given none (adapters writes them for such a head): none
+    return None if labels == tuple(f"LABEL_{i}" for i in range(num_labels)) else labels
 
 
 def head_config_to_adapterhub(config: HeadConfig, pooling: str = "cls") -> dict[str, Any]:
