@@ -321,7 +321,8 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
         )
     if config.get("use_pooler"):
         raise ConfigError(
-            "AdapterHub head option use_pooler=True is not supported: our heads read the hidden state directly"
+            f"AdapterHub head option use_pooler={config['use_pooler']!r} is not supported (a pooler layer; only "
+            "use_pooler=false can be imported): our heads read the hidden state directly"
         )
     if config.get("bias", True) is False:
         raise ConfigError("AdapterHub head option bias=False is not supported: our output layer has a bias")

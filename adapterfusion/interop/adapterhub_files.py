@@ -82,6 +82,11 @@ def warn_unknown_version(document: Mapping[str, Any], path: Path) -> None:
 def read_document(directory: Path, kind: str) -> dict[str, Any]:
     path = directory / FILES[kind][0]
     document = read_json(path)
+    if isinstance(document, dict) and document.get("format") == PIECE_FORMAT:
+        raise SerializationError(
+            f"{directory} holds a {kind} saved by save_{kind} (adapterfusion's own format), not an AdapterHub one; "
+            f"load it with model.load_{kind}"
+        )
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         raise SerializationError(f"{path} has no 'config' object; it is not an AdapterHub {kind} config")
     warn_unknown_version(document, path)

@@ -299,6 +299,11 @@ def test_bad_arguments_and_odd_config_values_get_library_errors(tmp_path):
             export_adapterhub(model, kind, "x", tmp_path / "x")
     with pytest.raises(af.ConfigError, match="the AdapterHub adapter folder None is not a path"):
         load_adapterhub(model, "adapter", None)
+    ours = fresh_model("bert")
+    ours.add_adapter("mine", "pfeiffer")
+    ours.save_adapter("mine", tmp_path / "mine")  # its options were listed as unknown AdapterHub ones
+    with pytest.raises(af.SerializationError, match="saved by save_adapter .*load it with model.load_adapter"):
+        load_adapterhub(model, "adapter", tmp_path / "mine")
     odd = edited_copy(
         FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path, config={"init_weights": ["bert"]}
     )
