@@ -79,8 +79,18 @@ def warn_unknown_version(document: Mapping[str, Any], path: Path) -> None:
     )
 
 
+def pending_name(kind: str) -> str:
+    """The file an export of `kind` keeps beside its files while it renames them into place (atomic_write_files)."""
+    return f".adapterfusion-{kind}-export-pending"
+
+
 def read_document(directory: Path, kind: str) -> dict[str, Any]:
     path = directory / FILES[kind][0]
+    if os.path.lexists(directory / pending_name(kind)):
+        raise SerializationError(
+            f"an export of this {kind} into {directory} was interrupted between writing its files, so its weights and "
+            f"config may not belong together; export it again (export_adapterhub(..., overwrite=True))"
+        )
     document = read_json(path)
     if isinstance(document, dict) and document.get("format") == PIECE_FORMAT:
         raise SerializationError(
@@ -177,7 +187,7 @@ def write_folder(
         torch.save(payload, buffer)
         files = {directory / bin_name: buffer.getvalue()}
     files[directory / config_name] = json_text(dict(document)).encode("utf-8")
-    atomic_write_files(files)
+    atomic_write_files(files, pending=directory / pending_name(kind))  # the format has no digest to tell a mix
     stale = directory / (bin_name if use_safetensors else safe_name)
     if held and os.path.isfile(stale) and not os.path.islink(stale):
         stale.unlink()

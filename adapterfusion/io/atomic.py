@@ -163,13 +163,16 @@ def json_text(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def atomic_write_files(files: Mapping[Path, bytes]) -> None:
+def atomic_write_files(files: Mapping[Path, bytes], pending: Path | None = None) -> None:
     """Write several files as one: every file goes to a temp file beside it first, and only once all of them are
     written (the part that fails: disk full, quota, Ctrl-C) are they renamed into place, in the order given. A
     failure before the renames leaves every old file as it was and removes the temps and any folder this call
-    created; what remains is the moment between renames, which readers detect by digests (serialization/)."""
+    created; what remains is the moment between renames, which readers detect by digests (serialization/), or,
+    for a format without them, by `pending`: a file that exists from just before the first rename until the last
+    one is done, so a reader finding it knows the files may not belong together."""
     created: list[Path] = []
     temps: dict[Path, Path] = {}
+    renamed = 0
     try:
         for path, data in files.items():
             created += _make_folders(path.parent)
@@ -178,9 +181,17 @@ def atomic_write_files(files: Mapping[Path, bytes]) -> None:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+        if pending is not None:
+            atomic_write_bytes(pending, "\n".join(path.name for path in files).encode("utf-8"))
         for path, tmp in temps.items():
             os.replace(tmp, path)
+            renamed += 1
+        if pending is not None:
+            pending.unlink()
     except BaseException:
+        if pending is not None and not renamed:  # every old file is as it was
+            with contextlib.suppress(OSError):
+                pending.unlink()
         for tmp in temps.values():
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

@@ -492,6 +492,35 @@ def test_an_interrupted_export_leaves_nothing_in_the_way_of_its_retry(tmp_path, 
     assert sorted(p.name for p in (tmp_path / "hub").iterdir()) == ["adapter.safetensors", "adapter_config.json"]
 
 
+def test_an_export_cut_off_between_its_renames_is_refused_until_exported_again(tmp_path, monkeypatch):
+    """New weights beside the old config loaded without a word as neither adapter (AdapterHub's format has no
+    digest to tell). The export keeps a pending file beside them from the first rename to the last."""
+    folder = tmp_path / "hub"
+    for seed in (0, 1):
+        model = af.wrap(tiny_encoder("bert"))
+        torch.manual_seed(seed)
+        model.add_adapter("a", af.AdapterConfig.pfeiffer(non_linearity=("relu", "tanh")[seed]))
+        if seed == 0:
+            export_adapterhub(model, "adapter", "a", folder)
+    real = atomic.os.replace
+
+    def cut_off(source, target):
+        if Path(target).name == "adapter_config.json":  # the weights are in place, the config is not
+            raise KeyboardInterrupt
+        return real(source, target)
+
+    monkeypatch.setattr(atomic.os, "replace", cut_off)
+    with pytest.raises(KeyboardInterrupt):
+        export_adapterhub(model, "adapter", "a", folder, overwrite=True)
+    monkeypatch.undo()
+    with pytest.raises(af.SerializationError, match="was interrupted between writing its files.*export it again"):
+        fresh_model("bert").load_adapter(folder)
+    export_adapterhub(model, "adapter", "a", folder, overwrite=True)
+    loaded = fresh_model("bert")
+    assert loaded.adapter_configs[loaded.load_adapter(folder)].non_linearity == "tanh"
+    assert sorted(p.name for p in folder.iterdir()) == ["adapter.safetensors", "adapter_config.json"]
+
+
 def test_head_configs_without_an_activation_or_a_head_model_are_refused(tmp_path):
     """An AdapterHub head with activation_function=None (no activation between its layers) was read as tanh; a head
     exported for a model type adapters 1.3.0 has no head model for (Qwen2) named a class its load_head refuses; a
