@@ -10,9 +10,10 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, MappingView, Set
 from typing import Any, TypeVar, cast
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -85,6 +86,46 @@ def check_mapping(value: object, field: str, example: str) -> dict:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected a mapping, e.g. {example}")
     return dict(value)
+
+
+def check_ordered(value: object, field: str, paired: str, fix: str) -> None:
+    """Refuse a set or a dict view (keys(), items()) as `field` (e.g. "average_adapters: adapters"), whose entries
+    are `paired` by position with something: a set's order follows string hashing, which changes from process to
+    process. `fix` says what to pass instead."""
+    if isinstance(value, (Set, MappingView)):
+        raise ConfigError(
+            f"{field}={short_repr(value)} is a {type(value).__name__}, whose order is not fixed, and its entries are "
+            f"paired by position with {paired}, which would then change from run to run; {fix}"
+        )
+
+
+def plain_scalar(value: object) -> object:
+    """`value` as the plain bool, int or float that JSON writes where it is another kind of real number or truth value
+    (np.float32(2.0), np.bool_(True), a 0-d torch tensor, Fraction(1, 2)); anything else as it is, for the checks to
+    judge."""
+    if type(value) in (bool, int, float):
+        return value
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_meta:
+        value = value.item()
+    elif isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
+def plain_fields(config: Any) -> None:
+    """Set every field of the frozen dataclass `config` to plain_scalar of itself (its __post_init__ calls this before
+    its checks), so the config always serialises to JSON and equals one made from plain numbers."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        plain = plain_scalar(value)
+        if plain is not value:
+            object.__setattr__(config, field.name, plain)
 
 
 def short_repr(value: object, limit: int = 80) -> str:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
 
 import torch
 
-from adapterfusion._validation import check_bool, check_has_values, is_finite_number, short_repr
+from adapterfusion._validation import check_bool, check_has_values, check_ordered, is_finite_number, short_repr
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError, NameNotFoundError
 
@@ -244,8 +244,10 @@ def _average_weights(
     sum to 1 with normalize (divided by their largest magnitude first, so huge finite weights cannot overflow the
     sum)."""
     check_bool(normalize, "normalize_weights")
+    if not count:  # no adapters: the caller's own error says so (Average(): 'has no children')
+        return ()
     if weights is None:
-        return tuple(1.0 / count for _ in range(count)) if count else ()
+        return tuple(1.0 / count for _ in range(count))
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise ConfigError(f"{caller}(weights={weights!r}): give one number per adapter, e.g. weights=[0.3, 0.7]")
     values = list(weights)
@@ -431,6 +433,12 @@ def average_adapters(
     elif isinstance(adapters, (str, bytes)) or not isinstance(adapters, Iterable):
         raise ConfigError(f"average_adapters(adapters={adapters!r}): pass a list of loaded adapters' names")
     else:
+        check_ordered(
+            adapters,
+            "average_adapters: adapters",
+            "the weights (and the first adapter gives the new one its config)",
+            "pass a list, e.g. adapters=['a', 'b'] with weights=[0.3, 0.7], or a mapping {'a': 0.3, 'b': 0.7}",
+        )
         names = list(adapters)
     if not names:
         raise ConfigError("average_adapters: name at least one loaded adapter to average")

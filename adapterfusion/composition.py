@@ -29,6 +29,7 @@ from adapterfusion.forward_inputs import check_call
 from adapterfusion.forward_runtime import keep_state_in_recompute
 from adapterfusion.injection.architectures import SiteKind
 from adapterfusion.injection.site import AdapterSite, per_route
+from adapterfusion.injection.state import ActiveState
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -118,6 +119,23 @@ def forward_parallel(
         fusion_logits=model.heads[fusion_head](hidden[-1], mask, num_choices),
         fusion_attentions_by_site=dict(recorder) if recorder is not None else None,
     )
+
+
+def check_route_rows(state: ActiveState, rows: int) -> None:
+    """Refuse a batch of `rows` rows that cannot be the examples repeated once per parallel route and once for the
+    fusion, as `state`'s routes (activated(..., parallel_routes=...)) read it: each site would fail in torch's
+    unflatten."""
+    routes = state.parallel_routes
+    if routes is None or state.parallel_split_site is not None:  # a split site repeats the plain batch itself
+        return
+    copies = len(routes) + 1
+    if rows % copies:
+        raise ConfigError(
+            f"parallel_routes={list(routes)} runs the batch as {copies} equal slices, one per route and the last "
+            f"for fusion {state.fusion!r}, so the batch must be the examples repeated {copies} times along the batch "
+            f"dimension (e.g. input_ids.repeat({copies}, 1)); got {rows} rows, not a multiple of {copies}. "
+            "model.forward_parallel(fusion, heads=...) repeats the batch itself"
+        )
 
 
 def split_site(model: AdaptedModel, fusion: str) -> AdapterSite | None:

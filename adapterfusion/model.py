@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
@@ -28,10 +29,10 @@ from adapterfusion import (
     routing,
     trainable,
 )
-from adapterfusion._validation import check_bool, check_choice, check_layers, require_loaded
+from adapterfusion._validation import check_bool, check_choice, check_layers, check_ordered, require_loaded
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoders import check_wrappable
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import AdapterFusionError, ConfigError
 from adapterfusion.forward_inputs import check_call
 from adapterfusion.fusion.config import FusionSetup
 from adapterfusion.heads.module import PredictionHead
@@ -255,14 +256,19 @@ class AdaptedModel(nn.Module):
         (at the input, or at site key `parallel_split_site`)."""
         state = self.state_for(adapter, fusion, head, skip_layers)
         if parallel_routes is not None:
+            check_ordered(
+                parallel_routes,
+                "activated: parallel_routes",
+                "the slices of the batch (slice n runs route n)",
+                "pass a list, e.g. parallel_routes=['a', 'b']",
+            )
             state = with_routes(state, parallel_routes, parallel_split_site)
         return self.running(state)
 
     @contextlib.contextmanager
     def running(self, state: ActiveState) -> Iterator[ActiveState]:
         """Run `state` inside the block; on leaving it, also through an exception, the state before it runs again
-        (masks and fusion controls included; a piece of it deleted inside the block is left out, as delete_* leave
-        an active state)."""
+        (masks and fusion controls included), checked again as activate() checks it (_restorable)."""
         previous = self._state
         self.set_state(state)
         try:
@@ -271,14 +277,30 @@ class AdaptedModel(nn.Module):
             self.set_state(self._restorable(previous))
 
     def _restorable(self, state: ActiveState) -> ActiveState:
-        """`state` without what was deleted since: a deleted adapter or fusion leaves the bare encoder, a deleted head
-        the wrapped model's own output."""
+        """`state` as it may run again after a `with` block that changed the pieces. What was deleted is left out, as
+        delete_* leave an active state (the bare encoder; a deleted head: the wrapped model's own output). What was
+        replaced (add_*(..., overwrite=True)) is checked again as activate() checks it; a block or parallel routes
+        the new piece does not fit leave nothing active but the head, with a warning, as such a replacement outside
+        a `with` block does."""
         if (state.adapter is not None and state.adapter not in self.adapter_configs) or (
             state.fusion is not None and state.fusion not in self.fusion_setups
         ):
-            state = dataclasses.replace(state, adapter=None, fusion=None)
+            state = _bare(state)
         if state.head is not None and state.head not in self.heads:
             state = dataclasses.replace(state, head=None)
+        state = self._checked(state)  # names, layers and masks; a block naming a deleted piece is dropped
+        try:
+            if state.block is not None:  # a Fuse must still match its fusion, an Average's adapters one placement
+                state = dataclasses.replace(state, block=blocks.resolve(self, state.block))
+            if state.parallel_routes is not None:  # still adapters of the (maybe replaced) fusion
+                state = with_routes(state, state.parallel_routes, state.parallel_split_site)
+        except AdapterFusionError as error:
+            warnings.warn(
+                f"a piece was replaced inside the `with` block, and what ran before it cannot run again ({error}); "
+                "nothing is active now but the head: activate what should run",
+                stacklevel=4,  # the `with` statement: here, running(), contextlib's __exit__
+            )
+            state = _bare(state)
         return state
 
     def _checked(self, state: ActiveState) -> ActiveState:
@@ -380,6 +402,7 @@ class AdaptedModel(nn.Module):
                 self, inputs, adapter_names, head_names, labels, output_fusion_attentions
             )
         call = check_call(self, inputs, head_name, labels)
+        composition.check_route_rows(self._state, call.rows)
         with self.recording_fusion_attentions(output_fusion_attentions) as recorder:
             encoded = call.encoder(**call.inputs)
         output = passed_through(encoded)
@@ -423,6 +446,14 @@ class AdaptedModel(nn.Module):
     save_pretrained = setup.save_pretrained
     from_pretrained = classmethod(setup.from_pretrained)
     push_to_hub = setup.push_to_hub
+
+
+def _bare(state: ActiveState) -> ActiveState:
+    """`state` with no adapter, fusion, block or parallel routes active (the head, skipped layers, masks and fusion
+    controls stay)."""
+    return dataclasses.replace(
+        state, adapter=None, fusion=None, block=None, parallel_routes=None, parallel_split_site=None
+    )
 
 
 def wrap(model: nn.Module) -> AdaptedModel:

@@ -23,15 +23,17 @@ import contextlib
 import copy
 import inspect
 import logging
+import numbers
+import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import transformers
 from torch import nn
 
-from adapterfusion._validation import closest
+from adapterfusion._validation import closest, short_repr
 from adapterfusion.blocks import LAYOUT_BLOCKS
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError
@@ -92,9 +94,8 @@ class PipelineModel(nn.Module):
             )
         self.task = pipeline_task(task) if task is not None else None
         self.adapted = model
-        self.choice: dict[str, Any] = dict(adapter=adapter, fusion=fusion, head=head, skip_layers=tuple(skip_layers))
-        with model.activated(**self.choice):  # checks the choice now, naming what is loaded
-            pass
+        state = model.state_for(adapter, fusion, head, skip_layers)  # checks the choice as activate() does
+        self.choice: dict[str, Any] = dict(adapter=adapter, fusion=fusion, head=head, skip_layers=state.skip_layers)
         check_reads(model, self.task, head)
         wrapped: Any = model.model
         self._config = _config_for(model, head)
@@ -273,6 +274,13 @@ def check_task(model: AdaptedModel, task: str | None, head: str | None) -> None:
             )
         return
     kinds, own = _TASK_READS[task]
+    if own == _GENERATES and model.architecture.decoder is not None:
+        raise ConfigError(
+            f"text-generation runs decoder-only models, and the wrapped {wrapped} is an encoder-decoder "
+            f"({model.fingerprint.model_type}): transformers' pipeline would return the prompt with nothing generated. "
+            "transformers 5 removed text2text-generation, the pipeline for encoder-decoders, so generate with the "
+            "model itself: `with model.activated(adapter=...): model.generate(**tokenizer(text, return_tensors='pt'))`"
+        )
     if head is None:
         if model.can_generate() if own == _GENERATES else wrapped.endswith(own):
             return
@@ -404,6 +412,8 @@ def pipeline(
             "af.pipeline needs the model's tokenizer, got None; pass it, or its folder or Hub id: "
             "AutoTokenizer.from_pretrained(<the wrapped model's folder or Hub id>)"
         )
+    if isinstance(tokenizer, os.PathLike):  # transformers loads a tokenizer named by a str only
+        tokenizer = os.fsdecode(tokenizer)
     loading = sorted(set(kwargs) & set(_LOADING_ARGUMENTS))
     if loading:
         raise ConfigError(
@@ -415,7 +425,70 @@ def pipeline(
     with _quiet_model_type_check():
         built = build(task, model=view, tokenizer=tokenizer, **kwargs)
     _refuse_unread_arguments(built, tokenizer, kwargs)
+    built.__class__ = _checked_class(type(built))
     return built
+
+
+# af.pipeline's own keywords: the choice a pipeline it builds runs, fixed then.
+_CHOICE_ARGUMENTS = ("adapter", "fusion", "head", "skip_layers")
+_CHECKED_CLASSES: dict[type, type] = {}
+
+
+def _checked_class(cls: type) -> type:
+    """`cls`, a transformers pipeline class, whose calls first pass _check_call (one subclass per class, of the same
+    name, with no fields of its own, so a built pipeline's class can be swapped for it)."""
+    if cls not in _CHECKED_CLASSES:
+
+        def checked_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            _check_call(self, args, kwargs)
+            return cls.__call__(self, *args, **kwargs)
+
+        namespace = {"__call__": checked_call, "__slots__": (), "__doc__": cls.__doc__, "__module__": __name__}
+        _CHECKED_CLASSES[cls] = type(cls.__name__, (cls,), namespace)
+    return _CHECKED_CLASSES[cls]
+
+
+def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Refuse af.pipeline's own keywords at a call of the pipeline `built` (the task's pipeline would hand them to the
+    tokenizer, which ignores them, and run the choice it was built with) and an input no pipeline of its task reads
+    (transformers fails on it with an IndexError or a tokenizer's error)."""
+    given = [name for name in _CHOICE_ARGUMENTS if name in kwargs]
+    if given:
+        choice = built.model.choice
+        chosen = ", ".join(f"{key}={value!r}" for key, value in choice.items() if value not in (None, ()))
+        raise ConfigError(
+            f"{given[0]}={short_repr(kwargs[given[0]])} given to a pipeline call: af.pipeline fixes the adapter, "
+            f"fusion, head and skip_layers when it builds the pipeline (this one runs {chosen or 'the bare model'}); "
+            f"build another for that choice, af.pipeline(task, model, tokenizer, {given[0]}=...)"
+        )
+    if args:
+        check_pipeline_input(built.task, args[0])
+
+
+def check_pipeline_input(task: str, value: object) -> None:
+    """Refuse what no pipeline of `task` reads as its input: None, a number, bytes, an empty list, an entry of those,
+    or (text-classification) a dict other than {'text': ..., 'text_pair': ...}. Generators and datasets pass as they
+    are: reading them would use them up."""
+    takes = "a text (str) or a non-empty list of texts"
+    if task == "text-classification":
+        takes += ", a text pair {'text': ..., 'text_pair': ...} or a list of those"
+    elif task == "text-generation":
+        takes += ", a chat (a list of {'role': ..., 'content': ...} messages) or a list of chats"
+    listed = isinstance(value, (list, tuple))
+    entries: list[Any] = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not entries:
+        raise ConfigError(f"a {task} pipeline was given an empty {type(value).__name__}; it takes {takes}")
+    for entry in entries:
+        if isinstance(entry, Mapping):  # a text pair, or one message of a chat
+            pair = task == "text-classification" and "text" in entry and set(entry) <= {"text", "text_pair"}
+            bad = not (pair or (listed and task == "text-generation"))
+        else:
+            bad = entry is None or isinstance(entry, (numbers.Number, bytes))
+        if bad:
+            raise ConfigError(
+                f"a {task} pipeline was given {'an entry ' if listed else ''}{short_repr(entry)} of type "
+                f"{type(entry).__name__}; it takes {takes}"
+            )
 
 
 def _passed_through(built: Any) -> int | None:
@@ -450,7 +523,7 @@ def _refuse_unread_arguments(built: Any, tokenizer: Any, kwargs: dict[str, Any])
         taken |= {key for key in params if not passed_on or key in named or (step == 0 and key in tokenizes)}
     unread = sorted(set(kwargs) - taken)
     if unread:
-        ours = ["adapter", "fusion", "head", "skip_layers"]
+        ours = list(_CHOICE_ARGUMENTS)
         shown = [
             f"{name!r}" + (f" (did you mean {match!r}?)" if (match := closest(name, ours)) else "") for name in unread
         ]

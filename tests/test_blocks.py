@@ -293,6 +293,8 @@ def test_bad_blocks_are_refused_on_activation(model: af.AdaptedModel, case: str)
     ("make", "match"),
     [
         (lambda: af.Stack(), "has no children"),
+        (lambda: af.Average(weights=[]), "has no children"),  # was max()'s ValueError on an empty sequence
+        (lambda: af.Average(weights=[], normalize_weights=False), "has no children"),
         (lambda: af.Average("a", "b", weights=[1.0]), "one finite number per adapter"),
         (lambda: af.Average("a", "b", weights=[1.0, -1.0]), "sum to 0"),
         (lambda: af.BatchSplit("a", "b", batch_sizes=[1]), "one row count per child"),
@@ -489,3 +491,60 @@ def test_a_block_that_no_longer_fits_a_replaced_piece_stops_with_a_warning():
     with pytest.warns(UserWarning, match="the fusion 'f' was replaced, and what ran before cannot run"):
         model.add_fusion("f", ["a", "b", "c"], overwrite=True)
     assert model.active_block is None and model.active_fusion is None
+
+
+def _placed_otherwise(model: af.AdaptedModel) -> None:
+    """Replace adapter d by one placed otherwise than a (another LayerNorm and residual option)."""
+    config = af.AdapterConfig.pfeiffer(reduction_factor=8, original_ln_before=False, residual_before_ln=False)
+    model.add_adapter("d", config, overwrite=True)
+
+
+@pytest.mark.parametrize(
+    ("block", "replace", "match"),
+    [
+        (
+            af.Stack("h", af.Fuse("a", "b")),
+            lambda model: model.add_fusion("f", ["a", "b", "d"], overwrite=True),
+            r"fusion 'f', which fuses \['a', 'b', 'd'\]",
+        ),
+        (af.Average("a", "d"), _placed_otherwise, "adapter 'd' has original_ln_before=False"),
+    ],
+    ids=["fuse-of-a-replaced-fusion", "average-of-a-replaced-adapter"],
+)
+def test_a_block_put_back_by_activated_is_checked_again(block: Any, replace: Callable, match: str) -> None:
+    """On leaving `with model.activated(...)` the block active before came back unchecked: a fusion or adapter
+    replaced inside (overwrite=True) left it running a combination activate() refuses, without a word. It now stops
+    with a warning, leaving the state and outputs of the same replacement made outside a `with` block."""
+    torch.manual_seed(0)
+    inside = _model()
+    torch.manual_seed(0)
+    outside = _model()
+    for model in (inside, outside):
+        model.activate(block, head="cls", skip_layers=[1])
+    resolved = inside.active_block
+    with pytest.warns(UserWarning, match=f"replaced inside the `with` block.*{match}"):
+        with inside.activated("a", head="cls"):
+            replace(inside)
+    with pytest.warns(UserWarning, match=match):
+        replace(outside)
+    assert inside.state == outside.state
+    assert (inside.active_block, inside.active_adapter, inside.head_names, inside.skip_layers) == (
+        None,
+        None,
+        ["cls"],
+        (1,),
+    )
+    with pytest.raises(af.ConfigError, match=match):  # what ran before, as activate() judges it now
+        inside.activate(resolved, head="cls")
+    with torch.no_grad():
+        assert torch.equal(inside(**_inputs(3)).logits, outside(**_inputs(3)).logits)
+
+
+def test_a_block_put_back_by_activated_keeps_running_a_replacement_that_fits() -> None:
+    """A replacement the block still fits changes nothing but the piece, inside a `with` block as outside one."""
+    model = _model()
+    model.activate(af.Stack("h", af.Fuse("a", "b")), head="cls")
+    before = model.active_block
+    with model.activated("a"):
+        model.add_fusion("f", ["a", "b"], overwrite=True)
+    assert model.active_block == before and model.active_head == "cls"

@@ -228,3 +228,41 @@ def test_clear_errors_and_the_activation_is_kept_after_one() -> None:
         model.forward_parallel("f", fusion_head="a", attention_mask=inputs["attention_mask"])
     assert (model.active_adapter, model.active_fusion, model.active_head) == ("a", None, "a")
     assert all(site.state.parallel_routes is None for site in model.sites)
+
+
+def test_parallel_routes_outside_forward_parallel_need_the_batch_once_per_route() -> None:
+    """activated(fusion=..., parallel_routes=[...]) with a batch that is not the examples repeated once per route
+    failed in torch's unflatten at the first site; routes given as a set split the batch in hash order."""
+    model = _setup("bert", {name: af.AdapterConfig.pfeiffer(reduction_factor=4) for name in ("a", "b")})
+    inputs = _padded_inputs()
+    with (
+        model.activated(fusion="f", head="f", parallel_routes=["a"]),
+        pytest.raises(
+            af.ConfigError, match=r"2 equal slices.*repeated 2 times.*got 3 rows, not a multiple of 2.*forward_parallel"
+        ),
+    ):
+        model(**inputs)
+    repeated = {key: value.repeat(2, 1) for key, value in inputs.items()}
+    with torch.no_grad():
+        with model.activated(fusion="f", head="f", parallel_routes=["a"]):
+            both = model(**repeated).logits
+        out = model.forward_parallel("f", heads={"a": "f"}, **inputs)
+    assert_close(both[:3], out.adapter_logits["a"])
+    assert_close(both[3:], out.fusion_logits)
+    with pytest.raises(af.ConfigError, match=r"parallel_routes=\{'a'\} is a set, whose order is not fixed"):
+        model.activated(fusion="f", parallel_routes={"a"})
+    with pytest.raises(af.ConfigError, match="is a dict_keys, whose order is not fixed"):
+        model.activated(fusion="f", parallel_routes={"a": 1}.keys())
+
+
+def test_parallel_routes_put_back_by_activated_are_checked_again() -> None:
+    """An outer activated(parallel_routes=['a']) came back unchecked after its fusion was replaced inside an inner
+    `with` block by one without 'a': adapter a ran as a route of a fusion that no longer fuses it."""
+    model = _setup("bert", {name: af.AdapterConfig.pfeiffer(reduction_factor=4) for name in ("a", "b")})
+    model.add_adapter("c", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    with model.activated(fusion="f", head="f", parallel_routes=["a"]):
+        with pytest.warns(UserWarning, match=r"cannot run again \(parallel_routes=\['a'\] must name adapters"):
+            with model.activated("b"):
+                model.add_fusion("f", ["b", "c"], overwrite=True)
+        assert (model.state.parallel_routes, model.active_fusion, model.active_head) == (None, None, "f")
+    assert model.state.parallel_routes is None

@@ -3,10 +3,14 @@ TypeError/KeyError from inside; a config that loads saves to JSON and loads back
 
 from __future__ import annotations
 
+import fractions
 import json
 import math
 import os
 
+import numpy as np
+import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,12 +51,17 @@ def _non_finite(valid: dict) -> st.SearchStrategy:
     )
 
 
-def _numbers(value) -> list[float]:
+def _scalars(value) -> list:
+    """Every value that is not a dict or list inside `value`, at any depth."""
     if isinstance(value, dict):
-        return [n for v in value.values() for n in _numbers(v)]
+        return [n for v in value.values() for n in _scalars(v)]
     if isinstance(value, (list, tuple)):
-        return [n for v in value for n in _numbers(v)]
-    return [value] if isinstance(value, float) else []
+        return [n for v in value for n in _scalars(v)]
+    return [value]
+
+
+def _numbers(value) -> list[float]:
+    return [n for n in _scalars(value) if isinstance(n, float)]
 
 
 def _loads_or_refuses(loader, data) -> None:
@@ -117,3 +126,42 @@ def test_head_config_loader(data) -> None:
 )
 def test_task_spec_loader(data) -> None:
     _loads_or_refuses(TaskSpec.from_dict, data)
+
+
+@pytest.mark.parametrize(
+    ("make", "plain"),
+    [
+        (
+            lambda: af.FusionConfig.scalearn(scale_init=np.float32(2.0), scale_dropout=np.float64(0.25)),
+            lambda: af.FusionConfig.scalearn(scale_init=2.0, scale_dropout=0.25),
+        ),
+        (
+            lambda: af.FusionConfig.dynamic(
+                regularization_weight=np.float32(0.5), temperature=np.bool_(True), temperature_steps=np.int64(7)
+            ),
+            lambda: af.FusionConfig.dynamic(regularization_weight=0.5, temperature=True, temperature_steps=7),
+        ),
+        (
+            lambda: af.AdapterConfig.pfeiffer(
+                scaling=np.float32(0.5), ln_before=np.bool_(True), init_std=torch.tensor(0.25), leave_out=[np.int64(1)]
+            ),
+            lambda: af.AdapterConfig.pfeiffer(scaling=0.5, ln_before=True, init_std=0.25, leave_out=[1]),
+        ),
+        (
+            lambda: af.AdapterConfig.houlsby(
+                skip_before_ln_after=torch.tensor(False), scaling=fractions.Fraction(1, 4)
+            ),
+            lambda: af.AdapterConfig.houlsby(skip_before_ln_after=False, scaling=0.25),
+        ),
+        (
+            lambda: af.ClassificationHead(num_labels=np.int64(3), layers=torch.tensor(1), dropout=np.float32(0.5)),
+            lambda: af.ClassificationHead(num_labels=3, layers=1, dropout=0.5),
+        ),
+    ],
+)
+def test_numpy_and_torch_scalars_become_plain_numbers(make, plain) -> None:
+    """np.float32(2.0) passed every check and was kept as it was, so saving the config (save_fusion,
+    save_pretrained) failed in json; np.bool_ was refused as 'type bool'. Each becomes the plain number or bool."""
+    config, expected = make(), plain()
+    assert config == expected and json.dumps(config.to_dict()) == json.dumps(expected.to_dict())
+    assert all(type(v) in (bool, int, float, str, type(None)) for v in _scalars(config.to_dict()))

@@ -4,6 +4,8 @@ and head (softmax of its logits; generate's tokens), and the model's own active 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import transformers
@@ -333,3 +335,76 @@ def test_af_pipeline_refuses_a_model_it_cannot_run(model, tokenizer):
         af.pipeline("text-classification", model, None, head="nli")
     by_name = af.pipeline("text-classification", model, str(af.default_encoder_path()), head="nli")  # loaded by name
     assert by_name(TEXTS[0])[0]["label"] in {"entailment", "neutral", "contradiction"}
+    by_path = af.pipeline("text-classification", model, Path(af.default_encoder_path()), head="nli")
+    assert by_path(TEXTS[0]) == by_name(TEXTS[0])  # a Path was kept as the tokenizer: a TypeError at the first call
+
+
+@pytest.mark.parametrize("skip_layers", [1, None, "0"])
+def test_a_pipelines_skip_layers_are_checked_as_activate_checks_them(model, tokenizer, skip_layers):
+    """skip_layers=1 or None raised tuple()'s TypeError inside for_pipeline."""
+    with pytest.raises(af.ConfigError) as activating:
+        model.activate("a", skip_layers=skip_layers)
+    assert "expected a list of layer indices" in str(activating.value)
+    for build in (
+        lambda: af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli", skip_layers=skip_layers),
+        lambda: model.for_pipeline(adapter="a", head="nli", skip_layers=skip_layers),
+        lambda: af.PipelineModel(model, adapter="a", head="nli", skip_layers=skip_layers),
+    ):
+        with pytest.raises(af.ConfigError) as building:
+            build()
+        assert str(building.value) == str(activating.value)
+
+
+@pytest.mark.parametrize(
+    "call", [dict(adapter="b"), dict(head="score"), dict(fusion="f"), dict(skip_layers=[0]), dict(adapter="a")]
+)
+def test_the_choice_given_at_call_time_is_refused(model, tokenizer, call):
+    """classify(text, adapter='b') went to the tokenizer, which ignored it: adapter a's answer came back."""
+    classify = af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli", top_k=None)
+    key = next(iter(call))
+    with pytest.raises(
+        af.ConfigError,
+        match=f"{key}=.* given to a pipeline call: af.pipeline fixes the adapter.*"
+        "this one runs adapter='a', head='nli'",
+    ):
+        classify(TEXTS[0], **call)
+    assert len(classify([TEXTS[0]])[0]) == 3  # the pipeline still runs as built
+
+
+@pytest.mark.parametrize(
+    ("task", "value", "words"),
+    [
+        ("text-classification", [], "was given an empty list"),
+        ("text-classification", None, "was given None of type NoneType"),
+        ("text-classification", 3, "was given 3 of type int"),
+        ("text-classification", {"txt": "x"}, "was given {'txt': 'x'} of type dict"),
+        ("text-classification", ["fine", None], "was given an entry None"),
+        ("token-classification", b"bytes", "was given b'bytes' of type bytes"),
+        ("token-classification", {"text": "x"}, "was given {'text': 'x'} of type dict"),
+        ("feature-extraction", (), "was given an empty tuple"),
+    ],
+)
+def test_what_no_pipeline_reads_is_refused_naming_what_it_takes(model, tokenizer, task, value, words):
+    """Each failed inside transformers: an IndexError on [], a tokenizer's ValueError on None, 3 or a dict."""
+    model.add_head("tags", af.TokenClassificationHead(num_labels=3))
+    head = {"text-classification": "nli", "token-classification": "tags"}.get(task)
+    pipe = af.pipeline(task, model, tokenizer, adapter="a", head=head)
+    with pytest.raises(af.ConfigError, match=f"a {task} pipeline {words}.*it takes a text \\(str\\)"):
+        pipe(value)
+    assert len(pipe(TEXTS[:2])) == len(list(pipe(x for x in TEXTS[:2]))) == 2  # texts, and a generator, still run
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_text_generation_refuses_an_encoder_decoder(tokenizer, model_type):
+    """transformers' text-generation pipeline feeds an encoder-decoder's decoder the prompt and returned the prompt
+    alone, without a word; transformers 5 has no pipeline for encoder-decoders (text2text-generation was removed)."""
+    model = af.wrap(tiny_decoder(model_type))
+    model.add_adapter("a")
+    message = "text-generation runs decoder-only models.*encoder-decoder.*text2text-generation.*model.generate"
+    with pytest.raises(af.ConfigError, match=message):
+        af.pipeline("text-generation", model, tokenizer, adapter="a")
+    with pytest.raises(af.ConfigError, match=message):
+        model.for_pipeline(adapter="a", task="text-generation")
+    model.activate("a")
+    with pytest.raises(af.ConfigError, match=message):
+        transformers.pipeline("text-generation", model=model, tokenizer=tokenizer)("the cat sat", max_new_tokens=2)

@@ -14,6 +14,7 @@ from adapterfusion._validation import (
     check_layers,
     check_number,
     check_positive,
+    plain_fields,
     reject_unknown_fields,
     reject_unknown_keys,
     versioned_fields,
@@ -66,6 +67,7 @@ class AdapterConfig:
     leave_out: tuple[int, ...] = field(default=())
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # np.float32(0.5) would pass every check and then fail json at save time
         rf = self.reduction_factor
         if isinstance(rf, Mapping):
             if "default" not in rf:

@@ -14,6 +14,7 @@ from adapterfusion._validation import (
     check_int,
     check_number,
     check_positive,
+    plain_fields,
     reject_unknown_fields,
     reject_unknown_keys,
     versioned_fields,
@@ -90,6 +91,7 @@ class FusionConfig:
     share_layers: bool = False
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # np.float32(2.0) would pass every check and then fail json at save time
         check_choice(self.kind, FUSION_KINDS, "fusion kind")
         check_choice(self.scale_shape, SCALE_SHAPES, "fusion scale_shape")
         # The scales multiply the adapters' outputs: beyond SCALE_LIMIT the sum overflows (scale_init=1e308: every

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from adapterfusion._validation import check_choice, check_int, check_number, reject_unknown_fields, reject_unknown_keys
+from adapterfusion._validation import (
+    check_choice,
+    check_int,
+    check_number,
+    plain_fields,
+    reject_unknown_fields,
+    reject_unknown_keys,
+)
 from adapterfusion.errors import ConfigError, IncompatibleModelError
 
 POOLINGS = ("cls", "mean", "last")  # last: the last non-padding token, what a decoder has read whole
@@ -30,6 +37,7 @@ class HeadConfig:
     labels: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # np.int64(3) would pass every check and then fail json at save time
         check_int(self.num_labels, "num_labels", minimum=1, maximum=2**31 - 1, why_maximum=" (a torch dimension)")
         if self.kind == "classification" and self.num_labels < 2:  # cross-entropy over one class is always 0
             raise ConfigError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -200,6 +201,16 @@ def test_save_and_load_like_a_fusion(tmp_path: Path) -> None:
             assert_close(loaded(**inputs).logits, expected, dtype=torch.float64)
     layer = fresh.sites_with_fusion("again")[0].fusions["again"]
     assert isinstance(layer, ScaLearnLayer) and layer.scales.shape == (len(NAMES), 1)
+
+
+def test_a_config_made_with_numpy_scalars_saves(tmp_path: Path) -> None:
+    """scale_init=np.float32(2.0) was accepted, ran and trained, and then save_fusion and save_pretrained failed with
+    json's TypeError, saving nothing."""
+    model = _encoder("bert", FusionConfig.scalearn_uniform(scale_init=np.float32(2.0), scale_dropout=np.float64(0)))
+    model.save_fusion("s", tmp_path / "fusion")
+    model.save_pretrained(tmp_path / "setup")
+    restored = af.AdaptedModel.from_pretrained(tiny_encoder("bert").double(), tmp_path / "setup")
+    assert restored.fusion_setup("s").config == FusionConfig.scalearn_uniform(scale_init=2.0, scale_dropout=0.0)
 
 
 def test_config_kinds_presets_and_serialised_form() -> None:

@@ -83,6 +83,12 @@ def _with_block(block: Any, make: Callable[[af.AdaptedModel], Any]) -> Callable[
     return prepare
 
 
+def _run_routes(model: af.AdaptedModel, routes: list[str], batch: int) -> Any:
+    """model(**batch of `batch`) inside activated(fusion='f', parallel_routes=routes)."""
+    with model.activated(fusion="f", parallel_routes=routes):
+        return model(**tiny_inputs(batch=batch))
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "block-empty",
@@ -283,5 +289,29 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("output_fusion_attentions='no'", "str"),
         _with_block(None, lambda model: model(**tiny_inputs(batch=2), output_fusion_attentions="no")),
+    ),
+    B(
+        "block-average-empty-weights",
+        GROUP,
+        "af.Average(weights=[]) (was max()'s ValueError)",
+        af.ConfigError,
+        ("Average()", "no children"),
+        _made(lambda: af.Average(weights=[])),
+    ),
+    B(
+        "block-average-adapters-set",
+        GROUP,
+        "model.average_adapters('avg', {'a', 'b'}, weights=[0.9, 0.1]) (a set: its order follows string hashing)",
+        af.ConfigError,
+        ("is a set", "order is not fixed", "weights", "pass a list"),
+        _averaged({"a", "b"}, weights=[0.9, 0.1]),
+    ),
+    B(
+        "block-parallel-routes-batch",
+        GROUP,
+        "model.activated(fusion='f', parallel_routes=['a']), a batch of 3 (not repeated once per route)",
+        af.ConfigError,
+        ("parallel_routes=['a']", "got 3 rows", "not a multiple of 2", "forward_parallel"),
+        _with_block(None, lambda model: _run_routes(model, ["a"], batch=3)),
     ),
 )
