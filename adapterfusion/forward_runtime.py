@@ -65,20 +65,27 @@ def recording_fusion_attentions(
 def recording_generation(model: AdaptedModel, generating: nn.Module) -> Iterator[None]:
     """Inside the block a recording of fusion attentions grows by the positions of each cached step of
     `generating` (the transformers model whose generate() runs; generation.py): each of its forwards says where
-    it starts (its cache's length), so an uncached step, which runs every position again, replaces the recording.
-    Without a recording open around generate() no hook is set: reading the cache's length is a host sync and a graph
-    break inside the decode step that transformers compiles for a static cache (CUDA graphs)."""
+    it starts (its cache's length), so an uncached step, which runs every position again, replaces the recording,
+    and a step after candidate tokens were rejected (assisted decoding) runs their positions again. At the end the
+    recording is cut to the cache's length: the positions generation kept. Without a recording open around
+    generate() no hook is set: reading the cache's length is a host sync and a graph break inside the decode step
+    that transformers compiles for a static cache (CUDA graphs)."""
     if not model.runtime.is_recording:
         yield
         return
+    caches: list[Any] = []
 
     def step_start(_module: nn.Module, _args: Any, kwargs: dict[str, Any]) -> None:
+        caches[:] = [kwargs.get("past_key_values")]
         model.runtime.starting_at(cached_length(kwargs))
 
     handle = generating.register_forward_pre_hook(step_start, with_kwargs=True)
     try:
         with model.runtime.extending():
             yield
+            length = getattr(caches[0], "get_seq_length", None) if caches else None
+            if callable(length):
+                model.runtime.ending_at(int(length()))
     finally:
         handle.remove()
 

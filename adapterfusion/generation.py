@@ -6,8 +6,8 @@ runs them at every step. Every site acts on each position alone (an adapter, a f
 per token), so a cached step computes exactly what the full forward computes for that position. Fusions run with
 their weights folded once for the whole call (`inference_cache`), as in evaluation. The LM head of the wrapped model
 picks the tokens; a prediction head of ours plays no part. Inside `recording_fusion_attentions()`, each fusion
-site's weights grow by one position per step: [rows, every position run, N] at the end (rows as generate runs them:
-beams are rows, and beam reordering is not followed).
+site's weights grow by the positions of each step: [rows, every position kept, N] at the end (rows as generate runs
+them: beams are rows, and beam reordering is not followed; assisted decoding's rejected candidates are dropped).
 
 Per-example routing: `generate(..., adapter_names=[...])` (one entry per prompt, as in `model(**batch,
 adapter_names=...)`; an active BatchSplit gives them too) runs every forward of the call with each row's choice.
@@ -32,6 +32,7 @@ from adapterfusion.forward_inputs import (
     check_generate_inputs,
     check_generate_settings,
     check_token_ids,
+    read_setting,
 )
 from adapterfusion.injection.unloaded import check_wrapped
 from adapterfusion.routing import example_choices
@@ -79,6 +80,7 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
             "generate(): assistant_model is an AdaptedModel; pass the transformers model inside it, "
             "assistant_model=draft.model (the draft's active adapter or fusion runs in it)"
         )
+    _check_recordable(model, args, kwargs)
     settings = check_generate_settings(wrapped, args, kwargs)
     args, kwargs = settings.args, settings.kwargs  # with numpy / torch scalars as the Python numbers they hold
     check_token_ids(wrapped, args, kwargs, int(wrapped.get_input_embeddings().weight.shape[0]))
@@ -94,6 +96,38 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
             if isinstance(error, AdapterFusionError):
                 raise
             raise ConfigError(f"generate(): {error}") from error
+
+
+# Decoding that drafts candidate tokens with the generating model itself, whose draft forwards a recording of its
+# fusion attentions cannot tell from the forwards that verify them.
+_SELF_DRAFTS = ("assistant_early_exit", "use_mtp")
+
+
+def _check_recordable(model: AdaptedModel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Inside recording_fusion_attentions(): refuse decoding whose forwards the recording cannot follow, a draft run
+    by the recorded model's own sites, and contrastive search (its candidates are extra rows). A separate draft
+    model and prompt lookup are followed (forward_runtime.recording_generation)."""
+    if not model.runtime.is_recording:
+        return
+    wrapped = model.model
+    drafts = [f"{name}={value!r}" for name in _SELF_DRAFTS if (value := read_setting(wrapped, args, kwargs, name))]
+    assistant, sites = kwargs.get("assistant_model"), {id(site) for site in model.sites}
+    if isinstance(assistant, nn.Module) and any(id(module) in sites for module in assistant.modules()):
+        drafts.append("assistant_model=<the recorded model>")
+    if drafts:
+        raise ConfigError(
+            f"generate() with {', '.join(drafts)} inside recording_fusion_attentions(): the draft runs the recorded "
+            "model's own fusion sites, whose draft steps the recording cannot tell from the steps that verify them; "
+            "draft with a separate model (assistant_model=<another transformers model>) or "
+            "prompt_lookup_num_tokens=..., or record outside this call"
+        )
+    alpha = read_setting(wrapped, args, kwargs, "penalty_alpha")
+    if isinstance(alpha, (int, float)) and alpha > 0:
+        raise ConfigError(
+            f"generate() with penalty_alpha={alpha!r} (contrastive search) inside recording_fusion_attentions(): it "
+            "runs each step's top_k candidate tokens as extra rows, which the recording cannot follow; record a "
+            "greedy, sampled, beam or assisted generate() instead, or record outside this call"
+        )
 
 
 def _model_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from adapterfusion._validation import check_bool
+from adapterfusion.forward_inputs.encoder_decoder import is_seq2seq
+from adapterfusion.forward_inputs.labels import language_model_kind
 from adapterfusion.fusion.layer import FusionLayer
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.parameters import ParameterReport, build_parameter_report
@@ -57,6 +59,25 @@ def encoder_parameters(model: AdaptedModel) -> list[nn.Parameter]:
     return [p for p in model.model.parameters() if id(p) not in added]
 
 
+def own_head_parameters(model: AdaptedModel) -> list[nn.Parameter]:
+    """The wrapped transformers task model's own output layer (score, classifier, classification_head, qa_outputs,
+    GPT-2's multiple_choice_head: what transformers initialises anew for the task), which its own loss reads when no
+    head of ours is active: its parameters outside the base model, but a language model's pretrained LM head (its
+    output embeddings, a masked LM's whole prediction head). None for a bare or language model."""
+    wrapped: Any = model.model  # a transformers PreTrainedModel; nn.Module types its attributes as Tensor | Module
+    if language_model_kind(wrapped) == "masked":
+        return []
+    if wrapped.base_model is not wrapped:
+        body = [wrapped.base_model]
+    elif is_seq2seq(wrapped):  # T5ForQuestionAnswering holds its stacks itself
+        body = [wrapped.get_encoder(), wrapped.get_decoder(), wrapped.get_input_embeddings()]
+    else:
+        return []
+    output = wrapped.get_output_embeddings()
+    known = {id(p) for module in (*body, *([output] if output is not None else [])) for p in module.parameters()}
+    return [p for p in wrapped.parameters() if id(p) not in known]
+
+
 def pieces_of_other_dtype(model: AdaptedModel) -> dict[str, torch.dtype]:
     """Each adapter, fusion and head ("adapter 'a'") holding a floating-point weight of another dtype than the
     encoder's embeddings, with that dtype."""
@@ -73,8 +94,8 @@ def pieces_of_other_dtype(model: AdaptedModel) -> dict[str, torch.dtype]:
 
 def train_adapter(model: AdaptedModel, name: str, head: str | None = None, train_encoder: bool = False) -> None:
     """Freeze everything but adapter `name` (with its own LayerNorm copies, for Houlsby) and its head. The head
-    defaults to the one named like the adapter, else the active head. train_encoder=True also trains the encoder
-    (MT-A, Stickland & Murray 2019)."""
+    defaults to the one named like the adapter, else the active head; with none, the wrapped task model's own output
+    layer trains (own_head_parameters). train_encoder=True also trains the encoder (MT-A, Stickland & Murray 2019)."""
     check_bool(train_encoder, "train_encoder")  # "no" would train the whole encoder: a str is truthy
     model.require("adapter", name)
     head = _default_head(model, head, name, model.active_head)
@@ -85,7 +106,7 @@ def train_adapter(model: AdaptedModel, name: str, head: str | None = None, train
 
 def train_fusion(model: AdaptedModel, name: str, head: str | None = None) -> None:
     """Freeze the encoder and all adapters; train the fusion's Q/K/V and the head (explicit, else the one named like
-    the fusion, else the active head)."""
+    the fusion, else the active head; with none, the wrapped task model's own output layer)."""
     model.require("fusion", name)
     head = _default_head(model, head, name, model.active_head)
     model.activate(fusion=name, head=head, skip_layers=model.skip_layers)
@@ -119,7 +140,9 @@ def _set_trainable(model: AdaptedModel, parameters: Iterable[nn.Parameter]) -> N
 
 
 def _head_parameters(model: AdaptedModel, head: str | None) -> list[nn.Parameter]:
-    return list(model.heads[head].parameters()) if head else []
+    """Head `head`'s parameters; with none of ours, those of the wrapped model's own output layer, which its own
+    loss then reads (left frozen, an adapter would be fitted to its random initialisation)."""
+    return list(model.heads[head].parameters()) if head else own_head_parameters(model)
 
 
 def _default_head(model: AdaptedModel, explicit: str | None, *candidates: str | None) -> str | None:

@@ -11,9 +11,9 @@ import transformers
 
 import adapterfusion as af
 from adapterfusion.encoder_limits import check_max_length, max_input_length
-from adapterfusion.forward_inputs.encoder_decoder import shifts_input_ids
+from adapterfusion.forward_inputs.encoder_decoder import shifts_input_ids, shifts_labels
 from adapterfusion.forward_inputs.keywords import accepted_keywords
-from tiny_decoders import TINY_DECODER_CONFIGS
+from tiny_decoders import TINY_DECODER_CONFIGS, tiny_decoder
 from tiny_models import TINY_CONFIGS, tiny_config, tiny_encoder, tiny_inputs, tiny_pair
 
 
@@ -162,3 +162,52 @@ def test_shifts_input_ids_says_what_the_model_does_with_input_ids_alone(config_c
         made = True
     assert made is _SHIFTS_INPUT_IDS[config_class]
     assert shifts_input_ids(type(base)) is made
+
+
+# Task models: whether their own forward shifts input_ids (T5's classification and QA models, self._shift_right) or
+# labels (the language models' token ids) right into the decoder's inputs.
+_TASK_MODEL_SHIFTS = {
+    "T5ForSequenceClassification": ("input_ids",),
+    "T5ForQuestionAnswering": ("input_ids",),
+    "T5ForConditionalGeneration": ("labels",),
+    "BartForConditionalGeneration": ("labels",),
+    "BartForSequenceClassification": (),  # BartModel, its base, shifts input_ids
+}
+
+
+@pytest.mark.parametrize("class_name", sorted(_TASK_MODEL_SHIFTS))
+def test_a_task_models_own_shift_is_read(class_name):
+    model_class = getattr(transformers, class_name)
+    assert shifts_input_ids(model_class) is ("input_ids" in _TASK_MODEL_SHIFTS[class_name])
+    assert shifts_labels(model_class) is ("labels" in _TASK_MODEL_SHIFTS[class_name])
+
+
+@pytest.mark.parametrize("class_name", ["T5ForSequenceClassification", "T5ForConditionalGeneration"])
+def test_a_call_with_no_decoder_inputs_advises_labels_only_where_they_are_shifted(class_name):
+    """T5ForSequenceClassification's labels are class ids, which make no decoder inputs: its refusal (given the
+    encoder's states, no input_ids) does not advise them; a language model's does."""
+    torch.manual_seed(0)
+    model = af.wrap(getattr(transformers, class_name)(transformers.T5Config(**TINY_DECODER_CONFIGS["t5"][1])).eval())
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        encoded = model.model.get_encoder()(input_ids=ids)
+    with pytest.raises(af.ConfigError, match=f"{class_name} was called with no decoder inputs") as caught:
+        model(encoder_outputs=encoded)
+    assert ("labels, which it shifts right" in str(caught.value)) is class_name.endswith("ConditionalGeneration")
+
+
+@pytest.mark.parametrize("model_type", ["llama", "t5"])
+def test_language_model_labels_of_other_rows_are_refused_as_token_id_rows(model_type):
+    """A language model's labels are token ids shaped like the (decoder) input ids: the refusal said 'one real label
+    per example, shape [batch]', the layout of class ids."""
+    model = af.wrap(tiny_decoder(model_type))
+    decoder = {"decoder_input_ids": torch.tensor([[0, 5]])} if model_type == "t5" else {}
+    with pytest.raises(af.ConfigError) as caught:
+        model(input_ids=torch.tensor([[5, 6, 7]]), **decoder, labels=torch.tensor([[5, 6], [5, 6]]))
+    assert "2 label rows for a batch of 1 examples" in str(caught.value)
+    assert "one row of token ids per example, shape [batch, seq]" in str(caught.value)
+    with pytest.raises(af.ConfigError, match=r"not a torch\.Tensor; pass the token ids as a tensor shaped like"):
+        model(input_ids=torch.tensor([[5, 6, 7]]), **decoder, labels=[[5, 6, 7]])
+    classifier = _task_pair("BertForSequenceClassification")[1]
+    with pytest.raises(af.ConfigError, match=r"3 labels for a batch of 2 examples; pass one real label per example"):
+        classifier(**tiny_inputs(batch=2), labels=torch.tensor([0, 1, 1]))

@@ -150,3 +150,56 @@ def test_a_float_length_is_refused_not_truncated() -> None:
     model = af.wrap(tiny_decoder("gpt2"))
     with pytest.raises(af.ConfigError, match=r"max_new_tokens=100\.0 has type float; expected an integer"):
         model.generate(input_ids=torch.randint(5, 100, (1, 6)), max_new_tokens=100.0, eos_token_id=None)
+
+
+# (setting, a value holding an id outside the tiny models' 100 tokens (or not an id), words of the message): each
+# reached transformers' logits processors raw (IndexError), or was ignored without a word (forced_bos_token_id on a
+# decoder, the suppress lists); bad_words_ids and sequence_bias were refused by transformers in its own words.
+BAD_TOKEN_IDS = [
+    ("forced_bos_token_id", 500, ("forced_bos_token_id=500 is outside this model's vocabulary", "0 to 99")),
+    ("forced_eos_token_id", 500, ("forced_eos_token_id=500 is outside", "0 to 99")),
+    ("forced_eos_token_id", [5, 500], ("forced_eos_token_id=[5, 500] holds 500, which is outside",)),
+    ("suppress_tokens", [500], ("suppress_tokens=[500] holds 500, which is outside",)),
+    ("suppress_tokens", [-1], ("suppress_tokens=[-1] holds -1",)),
+    ("suppress_tokens", ["a"], ("holds 'a', which has type str", "an integer token id or a list of them")),
+    ("begin_suppress_tokens", [7, 500], ("begin_suppress_tokens=[7, 500] holds 500",)),
+    ("bad_words_ids", [[5, 500]], ("bad_words_ids=[[5, 500]] holds 500",)),
+    ("bad_words_ids", [5], ("bad_words_ids=[5]: expected a list of lists of integer token ids",)),
+    ("sequence_bias", {(5, 500): 1.0}, ("sequence_bias={(5, 500): 1.0} holds 500",)),
+    ("sequence_bias", [[[500], 1.0]], ("holds 500",)),
+    ("sequence_bias", {5: 1.0}, ("sequence_bias={5: 1.0}: expected a dict {(token ids): bias}",)),
+]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "t5"])
+@pytest.mark.parametrize(("name", "value", "words"), BAD_TOKEN_IDS, ids=[f"{n}={v!r}" for n, v, _ in BAD_TOKEN_IDS])
+def test_a_token_id_setting_outside_the_vocabulary_is_refused_naming_it(
+    model_type: str, name: str, value: Any, words: tuple[str, ...]
+) -> None:
+    model = _model(model_type)
+    with pytest.raises(af.ConfigError) as caught:
+        model.generate(**_prompts(model_type), max_new_tokens=2, **OPTIONS, **{name: value})
+    message = str(caught.value)
+    assert message.startswith("generate(): ")
+    assert all(word in message for word in words), message
+    config = GenerationConfig(max_new_tokens=2, **OPTIONS, **{name: value})
+    with pytest.raises(af.ConfigError, match=rf"generation_config\.{name}="):
+        model.generate(**_prompts(model_type), generation_config=config)
+
+
+def test_token_id_settings_inside_the_vocabulary_generate_as_transformers_does() -> None:
+    """The same settings with ids of the vocabulary pass, generating what the bare model generates."""
+    model = _model()
+    model.activate()  # no adapter runs: the wrapped model generates what the bare model does
+    settings = dict(
+        suppress_tokens=[5, 6],
+        begin_suppress_tokens=[7],
+        bad_words_ids=[[8, 9], [10]],
+        sequence_bias={(11,): -2.0, (12, 13): 1.5},
+        forced_eos_token_id=[14, 15],
+        forced_bos_token_id=16,
+    )
+    prompts = _prompts()
+    generated = model.generate(**prompts, max_new_tokens=4, **OPTIONS, **settings)
+    bare = model.model.generate(**prompts, max_new_tokens=4, **OPTIONS, **settings)
+    assert torch.equal(generated, bare)

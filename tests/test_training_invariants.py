@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 
 import adapterfusion as af
-from tiny_models import HIDDEN, randomise, tiny_encoder, tiny_inputs
+from adapterfusion.trainable import own_head_parameters
+from tiny_decoders import tiny_decoder_config
+from tiny_models import HIDDEN, randomise, tiny_config, tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -104,6 +107,68 @@ def test_train_encoder_changes_the_encoder_but_not_other_adapters():
     ):
         assert key in changed
     assert any(".adapters.a." in k for k in changed) and any(k.startswith("heads.h.") for k in changed)
+
+
+# Wrapped transformers task models and the prefix of their own output layer's weights, which transformers initialises
+# anew for the task and the model's own loss reads when no head of ours is active.
+OWN_HEADS = {
+    "BertForSequenceClassification": ("bert", "model.classifier."),
+    "LlamaForSequenceClassification": ("llama", "model.score."),
+    "GPT2ForSequenceClassification": ("gpt2", "model.score."),
+    "BartForSequenceClassification": ("bart", "model.classification_head."),
+}
+
+
+@pytest.mark.parametrize("piece", ["adapter", "fusion"])
+@pytest.mark.parametrize("class_name", sorted(OWN_HEADS))
+def test_with_no_head_of_ours_the_task_models_own_output_layer_trains_too(class_name: str, piece: str) -> None:
+    """It was left frozen at its random initialisation, so the piece was fitted to a random classifier; the rest of
+    the base model stays bit-identical."""
+    model_type, own = OWN_HEADS[class_name]
+    config = tiny_config(model_type) if model_type == "bert" else tiny_decoder_config(model_type, num_labels=2)
+    torch.manual_seed(0)
+    model = af.wrap(getattr(transformers, class_name)(config))
+    for name in ("a", "b"):
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(4))
+    model.add_fusion("f", ["a", "b"])
+    before = _snapshot(model)
+    model.train_adapter("a") if piece == "adapter" else model.train_fusion("f")
+    inputs = tiny_inputs(batch=4, seq=6)
+    inputs["input_ids"][:, -1] = 2  # BART pools each row's end token (its eos id)
+    inputs["attention_mask"][:] = 1
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(**inputs, labels=torch.tensor([0, 1, 1, 0])).loss.backward()
+        optimizer.step()
+    changed = _changed(before, model)
+    pieces = ".adapters.a." if piece == "adapter" else ".fusions.f."
+    cancelling = {k for k in before if k.endswith(".fusions.f.key.bias")}  # as in test_train_fusion_...
+    assert changed == {k for k in before if pieces in k or k.startswith(own)} - cancelling
+    assert any(k.startswith(own) for k in changed)
+
+
+def test_a_language_models_head_is_not_its_own_task_layer() -> None:
+    """A language model's LM head (and a masked LM's whole prediction head) is pretrained: it stays frozen."""
+    heads = {}
+    for class_name, config in (
+        ("LlamaForCausalLM", tiny_decoder_config("llama", tie_word_embeddings=False)),
+        ("BertForMaskedLM", tiny_config("bert")),
+        ("GPT2DoubleHeadsModel", tiny_decoder_config("gpt2")),
+        ("T5ForQuestionAnswering", tiny_decoder_config("t5")),  # its own base model: the stacks are its own
+        ("T5ForConditionalGeneration", tiny_decoder_config("t5")),
+    ):
+        model = af.wrap(getattr(transformers, class_name)(config))
+        names = {id(p): n for n, p in model.model.named_parameters()}
+        heads[class_name] = sorted(names[id(p)] for p in own_head_parameters(model))
+    assert heads == {
+        "LlamaForCausalLM": [],
+        "BertForMaskedLM": [],
+        "GPT2DoubleHeadsModel": ["multiple_choice_head.summary.bias", "multiple_choice_head.summary.weight"],
+        "T5ForQuestionAnswering": ["qa_outputs.bias", "qa_outputs.weight"],
+        "T5ForConditionalGeneration": [],
+    }
 
 
 def test_value_gradient_includes_the_regulariser():

@@ -19,19 +19,28 @@ The modules, each importing only those listed before it:
 - `limits`: the tokens, positions and token types the model's config allows, read once per model;
 - `tokens`: input_ids / inputs_embeds and the per-token inputs (type, dtype, shape, device, id ranges, masks) and
   logits_to_keep;
-- `cache`: past_key_values, and how many tokens they hold;
 - `encoder_decoder`: an encoder-decoder's encoder_outputs and decoder inputs, and whether a call has any;
+- `cache`: past_key_values, made by this model (its layers, key/value heads and head size) for these rows, and how
+  many tokens they hold;
 - `seq2seq_head`: what a head of ours on an encoder-decoder runs, its decoder on the input shifted right;
 - `labels`: a head's labels, or those of the wrapped HF task model's own loss;
+- `task_pooling`: what a wrapped sequence classifier needs to find the token it pools (a decoder's pad_token_id,
+  an encoder-decoder's end tokens);
 - `call`: `check_call` and the `ForwardCall` it returns;
 - `generate`: `check_generate_inputs`;
 - `generate_settings`: `check_generate_settings`, generate()'s numeric settings (max_new_tokens, num_beams, top_p,
-  ...) checked, numpy and torch scalars among them read as the Python numbers they hold.
+  ...) checked, numpy and torch scalars among them read as the Python numbers they hold; `check_token_ids`, its
+  token-id settings (pad, eos, forced and suppressed tokens, bad words, sequence bias) inside the vocabulary.
 """
 
 from adapterfusion.forward_inputs.call import ForwardCall, check_call
 from adapterfusion.forward_inputs.generate import GENERATE_INPUTS, check_generate_inputs
-from adapterfusion.forward_inputs.generate_settings import GenerateSettings, check_generate_settings, check_token_ids
+from adapterfusion.forward_inputs.generate_settings import (
+    GenerateSettings,
+    check_generate_settings,
+    check_token_ids,
+    read_setting,
+)
 from adapterfusion.forward_inputs.labels import check_head_labels
 
 __all__ = [
@@ -43,4 +52,5 @@ __all__ = [
     "check_generate_settings",
     "check_token_ids",
     "check_head_labels",
+    "read_setting",
 ]

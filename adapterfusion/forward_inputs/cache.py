@@ -1,20 +1,31 @@
-"""The past_key_values of a cached step: a transformers Cache made for this batch's rows, which a head cannot use,
-and how many tokens it holds already (a cached step's attention mask covers those too)."""
+"""The past_key_values of a cached step: a transformers Cache made by this model for this batch's rows, which a head
+cannot use, and how many tokens it holds already (a cached step's attention mask covers those too). A cache of
+another model (other layer count, key/value heads or head size, an encoder-decoder's for a decoder) would fail in
+transformers' cache code, or, with more layers than the model, be read without a word."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers.cache_utils import Cache
+import transformers.configuration_utils as transformers_configs
+from transformers.cache_utils import Cache, EncoderDecoderCache
 
 from adapterfusion.errors import ConfigError
+from adapterfusion.forward_inputs.encoder_decoder import is_seq2seq
+from adapterfusion.injection.inject import decoder_layers
+
+if TYPE_CHECKING:
+    from adapterfusion.model import AdaptedModel
+
+_FIX = "pass the past_key_values this model returned (use_cache=True) for these rows, or DynamicCache() to start one"
 
 
-def past_length(given: Mapping[str, Any], batch: int, head: str | None) -> int:
-    """How many tokens the given past_key_values hold already (0: none): a transformers Cache of this batch's rows,
-    which a head cannot use (it pools the whole sequence; a cached step runs the new tokens only)."""
+def past_length(model: AdaptedModel, given: Mapping[str, Any], batch: int, head: str | None) -> int:
+    """How many tokens the given past_key_values hold already (0: none): a transformers Cache of this model's layout
+    (check_cache_layout) and this batch's rows, which a head cannot use (it pools the whole sequence; a cached step
+    runs the new tokens only)."""
     past = given.get("past_key_values")
     if past is None:
         return 0
@@ -28,6 +39,7 @@ def past_length(given: Mapping[str, Any], batch: int, head: str | None) -> int:
             f"past_key_values is a {type(past).__name__}, not a transformers Cache; pass the past_key_values a "
             "previous call with use_cache=True returned (a DynamicCache), or DynamicCache() to start one"
         )
+    check_cache_layout(model, past)
     rows = _cache_rows(past)
     if rows is not None and rows != batch:
         raise ConfigError(
@@ -37,11 +49,66 @@ def past_length(given: Mapping[str, Any], batch: int, head: str | None) -> int:
     return int(past.get_seq_length())
 
 
+def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
+    """A cache's filled layers are those of this model's (decoder's) layers: as many, each of the key/value heads
+    and head size its config gives; an EncoderDecoderCache only for an encoder-decoder (which also takes a
+    DynamicCache, of its decoder's self-attention)."""
+    wrapped = model.model
+    name = type(wrapped).__name__
+    if isinstance(cache, EncoderDecoderCache) and not is_seq2seq(wrapped):
+        raise ConfigError(
+            f"past_key_values is an EncoderDecoderCache, an encoder-decoder's, but {name} is a decoder; {_FIX}"
+        )
+    layers = decoder_layers(model) or model.num_layers
+    heads, sizes = _head_shapes(wrapped)
+    parts = (
+        (cache.self_attention_cache, cache.cross_attention_cache)
+        if isinstance(cache, EncoderDecoderCache)
+        else (cache,)
+    )
+    for part in parts:
+        filled = list(_filled_keys(part))
+        if filled and len(filled) != layers:
+            raise ConfigError(
+                f"past_key_values hold {len(filled)} layer{'s' * (len(filled) != 1)} but {name} has {layers}: they "
+                f"were made by another model; {_FIX}"
+            )
+        for index, keys in enumerate(filled):
+            expected = (_of_layer(heads, index), _of_layer(sizes, index))
+            if None not in expected and (keys.shape[1], keys.shape[-1]) != expected:
+                raise ConfigError(
+                    f"past_key_values hold keys of {keys.shape[1]} heads of size {keys.shape[-1]} at layer {index}, "
+                    f"but {name} has {expected[0]} key/value heads of size {expected[1]} there: they were made by "
+                    f"another model; {_FIX}"
+                )
+
+
+def _head_shapes(model: Any) -> tuple[Any, Any]:
+    """transformers' (key/value heads, head size) of the model's decoder, each an int or one per layer; (None,
+    None) where this transformers version cannot say."""
+    read = getattr(transformers_configs, "get_head_shapes", None)
+    try:
+        return read(model.config.get_text_config(decoder=True)) if callable(read) else (None, None)
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return None, None
+
+
+def _of_layer(value: Any, index: int) -> int | None:
+    """A per-model or per-layer value (_head_shapes) at layer `index`."""
+    if isinstance(value, (list, tuple)):
+        return int(value[index]) if index < len(value) else None
+    return int(value) if isinstance(value, int) else None
+
+
+def _filled_keys(cache: Cache) -> Iterator[torch.Tensor]:
+    """The keys of each layer of `cache` that holds some, [rows, heads, tokens, head size]."""
+    for layer in getattr(cache, "layers", ()):
+        keys = getattr(layer, "keys", None)
+        if isinstance(keys, torch.Tensor) and keys.dim() == 4 and keys.numel():
+            yield keys
+
+
 def _cache_rows(cache: Cache) -> int | None:
     """The batch size of a filled cache (an encoder-decoder's: of its decoder's self-attention), from its shapes."""
-    inner = getattr(cache, "self_attention_cache", cache)
-    for layer in getattr(inner, "layers", ()):
-        keys = getattr(layer, "keys", None)
-        if isinstance(keys, torch.Tensor) and keys.dim() > 1 and keys.numel():
-            return int(keys.shape[0])
-    return None
+    keys = next(_filled_keys(getattr(cache, "self_attention_cache", cache)), None)
+    return int(keys.shape[0]) if keys is not None else None

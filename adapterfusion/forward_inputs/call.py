@@ -27,6 +27,7 @@ from adapterfusion.forward_inputs.labels import check_head_labels, passed_labels
 from adapterfusion.forward_inputs.limits import check_length, model_limits
 from adapterfusion.forward_inputs.padding import padding_to_the_right, positions_from_mask
 from adapterfusion.forward_inputs.seq2seq_head import decoder_inputs_for_head, seq2seq_states
+from adapterfusion.forward_inputs.task_pooling import check_task_pooling
 from adapterfusion.forward_inputs.tokens import (
     TOKEN_INPUTS,
     check_devices,
@@ -67,7 +68,7 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     seq2seq = is_seq2seq(model.model)
     shape = _call_shape(given, choices, head, weight, seq2seq)
     limits = model_limits(model.model)
-    past = past_length(given, shape[0], head)
+    past = past_length(model, given, shape[0], head)
     check_logits_to_keep(given.get("logits_to_keep"), None if seq2seq else shape[-1])
     check_length(shape[-1] + (0 if seq2seq else past), limits)
     check_per_token(given, shape, 0 if seq2seq else past)
@@ -76,6 +77,8 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     own_labels = labels if head is None else None  # a head's labels are class ids, not the decoder's tokens
     if seq2seq and head is None:
         check_decoder_source(model.model, given, labels)
+    if head is None:
+        check_task_pooling(model, given, shape[0])
     decoder = check_decoder_inputs(given, shape, weight, limits, past, own_labels) if seq2seq else None
     if head_config is not None and head_config.pooling == "last":
         _check_last_token_mask(model, given, shape[0], str(head))

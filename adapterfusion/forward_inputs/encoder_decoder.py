@@ -17,7 +17,6 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from adapterfusion.errors import ConfigError
-from adapterfusion.forward_inputs.keywords import accepted_keywords
 from adapterfusion.forward_inputs.limits import Limits, check_length
 from adapterfusion.forward_inputs.tokens import check_per_token, check_values, token_shape
 
@@ -69,12 +68,16 @@ def check_encoded_tokens(encoded: torch.Size | None, shape: torch.Size) -> None:
 
 
 def check_decoder_source(seq2seq: nn.Module, given: Mapping[str, Any], labels: Any) -> None:
-    """An encoder-decoder's own forward needs decoder inputs: given, made from labels (shifted right), or, in the
-    BART family, from input_ids. Without them transformers fails with a message about the encoder's inputs."""
-    if "decoder_input_ids" in given or "decoder_inputs_embeds" in given or labels is not None:
+    """An encoder-decoder's own forward needs decoder inputs: given, made from labels (a language model shifts its
+    labels right), or made from input_ids (the BART family's base models, T5's task models for classification and
+    question answering). Without them transformers fails with a message about the encoder's inputs."""
+    if "decoder_input_ids" in given or "decoder_inputs_embeds" in given:
         return
-    name = type(seq2seq).__name__
-    from_ids = shifts_input_ids(cast(Any, type(cast(Any, seq2seq).base_model)))
+    model_class, base_class = cast(Any, type(seq2seq)), cast(Any, type(cast(Any, seq2seq).base_model))
+    from_labels = shifts_labels(model_class)
+    if labels is not None and from_labels:
+        return
+    from_ids = shifts_input_ids(model_class) or shifts_input_ids(base_class)
     if from_ids and "input_ids" in given:
         return
     made = (
@@ -83,28 +86,39 @@ def check_decoder_source(seq2seq: nn.Module, given: Mapping[str, Any], labels: A
         else ""
     )
     start = getattr(cast(Any, seq2seq).config, "decoder_start_token_id", None)
-    # A bare T5Model or BartModel takes no labels and cannot generate: only advise what this model does.
-    takes_labels = "labels" in (accepted_keywords(seq2seq) or ())
     can_generate = getattr(seq2seq, "can_generate", None)
-    labels_hint = ", or labels, which it shifts right into decoder_input_ids" if takes_labels else ""
+    labels_hint = ", or labels, which it shifts right into decoder_input_ids" if from_labels else ""
     generate_hint = (
         "; to generate text, call model.generate(input_ids=...)"
         if callable(can_generate) and can_generate()
         else "; to generate text, wrap the model loaded with AutoModelForSeq2SeqLM"
     )
     raise ConfigError(
-        f"{name} was called with no decoder inputs{made}: pass decoder_input_ids (the target tokens so far, first "
-        f"the decoder start token {start}){labels_hint}{generate_hint}"
+        f"{type(seq2seq).__name__} was called with no decoder inputs{made}: pass decoder_input_ids (the target "
+        f"tokens so far, first the decoder start token {start}){labels_hint}{generate_hint}"
     )
 
 
-@functools.cache
 def shifts_input_ids(model_class: Any) -> bool:
     """Whether `model_class.forward` makes the decoder's inputs from input_ids when it is given none (BART, mBART,
-    PLBart, LED: shift_tokens_right(input_ids, ...); not T5, Pegasus, Marian); True when its source cannot be read,
-    leaving the call to it. Read from the source because transformers says it nowhere else: no class attribute or
-    config field, and a probe would run the model. It misses a shift made inside a helper (FSMT's), a family with
-    no row in injection/architectures.py; tests/test_forward_inputs.py holds it to what the models do."""
+    PLBart, LED: shift_tokens_right(input_ids, ...); T5's task models: self._shift_right(input_ids); not T5Model,
+    T5ForConditionalGeneration, Pegasus, Marian); True when its source cannot be read, leaving the call to it."""
+    return _shifts_right(model_class, "input_ids")
+
+
+def shifts_labels(model_class: Any) -> bool:
+    """Whether `model_class.forward` makes the decoder's inputs from its labels (a language model's token ids:
+    BartForConditionalGeneration, T5ForConditionalGeneration), not from class ids (T5ForSequenceClassification)."""
+    return _shifts_right(model_class, "labels")
+
+
+@functools.cache
+def _shifts_right(model_class: Any, argument: str) -> bool:
+    """Whether `model_class.forward` calls a shift-right function (transformers' shift_tokens_right, T5's
+    _shift_right) on its `argument`; True when its source cannot be read. Read from the source because transformers
+    says it nowhere else: no class attribute or config field, and a probe would run the model. It misses a shift
+    made inside a helper (FSMT's), a family with no row in injection/architectures.py; tests/test_forward_inputs.py
+    holds it to what the models do."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(model_class.forward))))
     except (OSError, TypeError, SyntaxError):
@@ -112,10 +126,12 @@ def shifts_input_ids(model_class: Any) -> bool:
     return any(
         isinstance(node, ast.Call)
         and isinstance(node.func, (ast.Name, ast.Attribute))
-        and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr).endswith("shift_tokens_right")
+        and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr).endswith(
+            ("shift_tokens_right", "_shift_right")
+        )
         and bool(node.args)
         and isinstance(node.args[0], ast.Name)
-        and node.args[0].id == "input_ids"
+        and node.args[0].id == argument
         for node in ast.walk(tree)
     )
 

@@ -85,7 +85,7 @@ def check_generate_inputs(
         check_encoded_tokens(encoded, shape)
     if shape is not None:
         check_per_token(given, shape)
-        _check_past(given, shape, copies, seq2seq)
+        _check_past(model, given, shape, copies, seq2seq)
     check_devices(wrapped, given, weight.device)
     check_values(given, weight.shape[0], limits)
     if shape is not None and seq2seq:
@@ -112,11 +112,11 @@ def check_generate_inputs(
         )
 
 
-def _check_past(given: Mapping[str, Any], shape: torch.Size, copies: int, seq2seq: bool) -> None:
+def _check_past(model: AdaptedModel, given: Mapping[str, Any], shape: torch.Size, copies: int, seq2seq: bool) -> None:
     """A past_key_values handed to generate: a Cache of the prompts' rows (past_length), which beams or several
     sequences per prompt would need repeated, holding fewer tokens than a decoder's prompts (generate runs the
     prompt's tokens after the cached ones)."""
-    held = past_length(given, shape[0], None)
+    held = past_length(model, given, shape[0], None)
     if "past_key_values" not in given or held == 0:
         return
     if copies > 1:

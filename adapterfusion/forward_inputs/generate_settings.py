@@ -173,35 +173,68 @@ def _number(value: Any, field: str, setting: _Setting) -> int | float:
     return number
 
 
-# The token ids generate() feeds back into the embedding or compares with the chosen ones: each an int in the
-# vocabulary (eos_token_id also a list of them).
-_TOKEN_IDS = ("pad_token_id", "bos_token_id", "decoder_start_token_id", "eos_token_id")
+def read_setting(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
+    """The value of generate()'s setting `name` (None: unset): its keyword, else the generation_config passed, else
+    the model's own."""
+    return _read(name, kwargs, _passed_config(args, kwargs), getattr(model, "generation_config", None))[0]
+
+
+# The token-id settings generate() embeds, compares with the chosen tokens or indexes the logits with, and how each
+# nests its ids: 0 one id, 1 one id or a list of them, 2 a list of lists of them (sequence_bias: a dict keyed by
+# them, or a list of [ids, bias] pairs). transformers would embed or index an id outside the vocabulary steps later
+# (torch's IndexError) or, for forced_bos_token_id on a decoder and the suppress lists, ignore it without a word.
+_TOKEN_IDS = {
+    "pad_token_id": 0,
+    "bos_token_id": 0,
+    "decoder_start_token_id": 0,
+    "forced_bos_token_id": 0,
+    "eos_token_id": 1,
+    "forced_eos_token_id": 1,
+    "suppress_tokens": 1,
+    "begin_suppress_tokens": 1,
+    "bad_words_ids": 2,
+    "sequence_bias": 2,
+}
+_TOKEN_KINDS = ("an integer token id", "an integer token id or a list of them", "a list of lists of integer token ids")
 
 
 def check_token_ids(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int) -> None:
-    """The special token ids generate(*args, **kwargs) will read from its keywords or the generation_config passed:
-    each an integer (eos_token_id: or a list of them) in 0..vocabulary-1, else a ConfigError naming it; transformers
-    would embed an id outside the vocabulary steps later (torch's IndexError) or fail on a str inside its loop. The
-    model's own decoder_start_token_id, which every encoder-decoder generation embeds first, is checked too."""
+    """The token-id settings generate(*args, **kwargs) will read from its keywords or the generation_config passed
+    (_TOKEN_IDS): each id an integer in 0..vocabulary-1, else a ConfigError naming the setting. The model's own
+    decoder_start_token_id, which every encoder-decoder generation embeds first, is checked too."""
     passed = _passed_config(args, kwargs)
-    for name in _TOKEN_IDS:
+    for name, depth in _TOKEN_IDS.items():
         value, where = _read(name, kwargs, passed, None)
         if value is None and name == "decoder_start_token_id" and getattr(model.config, "is_encoder_decoder", False):
             value, where = getattr(model.generation_config, name, None), "the model's generation_config."
         if value is None:
             continue
-        many = name == "eos_token_id" and isinstance(value, (list, tuple, torch.Tensor))
-        ids = list(value.tolist() if isinstance(value, torch.Tensor) else value) if many else [value]
-        for token in ids:
+        field = f"generate(): {where}{name}={value!r}"
+        kind = "a dict {(token ids): bias}" if name == "sequence_bias" else _TOKEN_KINDS[depth]
+        for token in _token_ids(value, depth, name == "sequence_bias", f"{field}: expected {kind}"):
             held = _held(token)
+            what = "" if token is value else f" holds {token!r}, which"
             if isinstance(held, bool) or not isinstance(held, numbers.Integral):
-                kind = "an integer token id" + (" (or a list of them)" if name == "eos_token_id" else "")
-                raise ConfigError(
-                    f"generate(): {where}{name}={value!r} has type {type(token).__name__}; expected {kind}"
-                )
+                raise ConfigError(f"{field}{what} has type {type(token).__name__}; expected {kind}")
             if not 0 <= int(held) < vocabulary:
                 raise ConfigError(
-                    f"generate(): {where}{name}={value!r} is outside this model's vocabulary (ids 0 to "
-                    f"{vocabulary - 1}); "
-                    "give a token id of its tokenizer, e.g. tokenizer.pad_token_id"
+                    f"{field}{what} is outside this model's vocabulary (ids 0 to {vocabulary - 1}); give token ids "
+                    "of its tokenizer, e.g. tokenizer.pad_token_id or tokenizer.convert_tokens_to_ids(...)"
                 )
+
+
+def _token_ids(value: Any, depth: int, biases: bool, wrong: str) -> list[Any]:
+    """The ids a token-id setting nesting them `depth` deep holds (`biases`: sequence_bias's layout); `wrong`: the
+    message for a value not so nested."""
+    value = value.tolist() if isinstance(value, torch.Tensor) else value
+    if depth == 0 or (depth == 1 and not isinstance(value, (list, tuple))):
+        return [value]
+    if biases and isinstance(value, dict):
+        value = list(value)
+    elif biases and isinstance(value, (list, tuple)):
+        value = [pair[0] if isinstance(pair, (list, tuple)) and len(pair) == 2 else None for pair in value]
+    if not isinstance(value, (list, tuple)) or (
+        depth == 2 and not all(isinstance(ids, (list, tuple)) for ids in value)
+    ):
+        raise ConfigError(wrong)
+    return [token for ids in value for token in ids] if depth == 2 else list(value)

@@ -72,9 +72,9 @@ def passed_labels(
             f"labels were given but no head is active and the wrapped {name} has no task head of its own, so "
             f"nothing computes a loss; {fix}"
         )
-    labels = _labels_tensor(labels, shape[0], name)
+    kind = language_model_kind(task_model)
+    labels = _labels_tensor(labels, shape[0], name, token_ids=kind is not None)
     config: Any = task_model.config
-    kind = _language_model_kind(task_model)
     if kind is not None:
         expected = decoder if kind == "seq2seq" else shape
         if kind == "seq2seq" and decoder is None and labels.dim() == 2:
@@ -96,7 +96,7 @@ def passed_labels(
     return labels
 
 
-def _language_model_kind(model: nn.Module) -> str | None:
+def language_model_kind(model: nn.Module) -> str | None:
     """'causal', 'seq2seq' or 'masked' for a wrapped language model, whose labels are token ids, one per token;
     None for other task models."""
     if type(model).__name__.endswith("ForMaskedLM"):
@@ -154,19 +154,27 @@ def _check_token_labels(
         )
 
 
-def _labels_tensor(labels: Any, batch: int, owner: str) -> torch.Tensor:
-    """`labels` as a tensor of one row per example, or a ConfigError saying what to pass."""
+def _labels_tensor(labels: Any, batch: int, owner: str, token_ids: bool = False) -> torch.Tensor:
+    """`labels` as a tensor of one row per example, or a ConfigError saying what to pass; `token_ids`: a language
+    model's, one token id per (decoder) token."""
     if not isinstance(labels, torch.Tensor):
         preview = labels[:5] if isinstance(labels, (list, tuple)) else labels
-        raise ConfigError(
-            f"labels are a {type(labels).__name__} ({preview!r}), not a torch.Tensor; pass the class ids (or "
-            "regression targets) as torch.tensor([...]), one per example (map label names to their ids first)"
+        what = (
+            "the token ids as a tensor shaped like the (decoder) input ids, e.g. labels = input_ids.clone()"
+            if token_ids
+            else "the class ids (or regression targets) as torch.tensor([...]), one per example (map label names "
+            "to their ids first)"
         )
+        raise ConfigError(f"labels are a {type(labels).__name__} ({preview!r}), not a torch.Tensor; pass {what}")
     if labels.is_complex() or labels.dim() == 0 or labels.shape[0] != batch:
         count = labels.shape[0] if labels.dim() else "a single value as"
-        raise ConfigError(
-            f"{owner}: {count} labels for a batch of {batch} examples; pass one real label per example, shape [batch]"
+        what = (
+            "one row of token ids per example, shape [batch, seq]"
+            if token_ids
+            else "one real label per example, shape [batch]"
         )
+        noun = "label rows" if token_ids and labels.dim() else "labels"
+        raise ConfigError(f"{owner}: {count} {noun} for a batch of {batch} examples; pass {what}")
     return labels
 
 

@@ -39,8 +39,10 @@ class ForwardRuntime:
         # was made from: a later block (the next generate(), evaluation call or served batch) reuses one while those
         # weights are unchanged (see `prepared`). (kind, site) -> key -> Kept, oldest use first.
         self._kept: dict[tuple[str, str], dict[str, Kept]] = {}
-        # inside `extending`: the position the running forward starts at (its cached length); 0 outside it
-        self._step_start = 0
+        # inside `extending`: the position the running generation step starts at (its cached length); None outside
+        # one and before the first step (an encoder-decoder's encoder runs then), and the sites the steps recorded
+        self._step_start: int | None = None
+        self._stepped: set[tuple[int, str]] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (copy.deepcopy, pickle, torch.save of the model) starts outside every block with nothing kept: the
@@ -101,19 +103,31 @@ class ForwardRuntime:
 
     @contextlib.contextmanager
     def extending(self) -> Iterator[None]:
-        """Inside the block a recording grows along the positions instead of being replaced: a forward that starts
-        where the recording ends (`starting_at`: a generation step on the KV cache) adds its positions; one that
-        starts at 0 (the prompt, or every step of uncached generation, which runs the whole sequence again) replaces
-        it, so the block ends with the weights of every position once, of this generate() call alone."""
-        previous, self._step_start = self._step_start, 0
+        """Inside the block a recording grows along the positions instead of being replaced: a step that starts at
+        position s (`starting_at`: its KV cache's length) keeps the recording's first s positions and adds its own,
+        as the cache keeps its first s tokens (a step verifying candidate tokens, assisted decoding, runs positions
+        the next step runs again once the rejected ones are cropped); one that starts at 0 (the prompt, or every
+        step of uncached generation) replaces it. `ending_at` then cuts what the steps recorded to the cache's final
+        length, so the block ends with the weights of every position once, of this generate() call alone."""
+        previous = self._step_start, self._stepped
+        self._step_start, self._stepped = None, set()
         try:
             yield
         finally:
-            self._step_start = previous
+            self._step_start, self._stepped = previous
 
     def starting_at(self, position: int) -> None:
         """The position the next forward's first token has (the cache's length), inside `extending`."""
         self._step_start = position
+
+    def ending_at(self, length: int) -> None:
+        """Inside `extending`, after the last step: keep the first `length` positions (the cache's final length) of
+        what the steps recorded; a last step that verified candidate tokens ran rejected ones past it."""
+        for recorder in self._recorders:
+            for key in self._stepped:
+                weights = recorder.get(key)
+                if weights is not None and weights.shape[-2] > length:
+                    recorder[key] = weights[..., :length, :]
 
     @property
     def is_recording(self) -> bool:
@@ -131,14 +145,13 @@ class ForwardRuntime:
 
     def record(self, layer: int, position: str, weights: torch.Tensor) -> None:
         """Keep the fusion site (layer, position)'s softmax weights in every open recording block."""
+        start = self._step_start or 0
+        if self._step_start is not None:
+            self._stepped.add((layer, position))
         for recorder in self._recorders:
-            earlier = recorder.get((layer, position)) if self._step_start > 0 else None
-            if (
-                earlier is not None
-                and earlier.shape[:-2] == weights.shape[:-2]
-                and earlier.shape[-2] == self._step_start
-            ):
-                recorder[(layer, position)] = torch.cat([earlier, weights], dim=-2)
+            earlier = recorder.get((layer, position)) if start > 0 else None
+            if earlier is not None and earlier.shape[:-2] == weights.shape[:-2] and earlier.shape[-2] >= start:
+                recorder[(layer, position)] = torch.cat([earlier[..., :start, :], weights], dim=-2)
             else:
                 recorder[(layer, position)] = weights
 

@@ -197,7 +197,11 @@ class AdapterSite(nn.Module):
 
     def check_supports(self, config: AdapterConfig, name: str) -> None:
         """Refuse, before any weight is created, placements this kind of site cannot express."""
-        if self.spec.residual_input is not None and not config.original_ln_after:
+        if (
+            self.spec.kind is SiteKind.PRE_NORM
+            and self.spec.residual_input is not None
+            and not config.original_ln_after
+        ):
             raise ConfigError(
                 f"adapter {name!r}: original_ln_after=False is impossible at {self.spec.path!r} of this "
                 "architecture, whose pre-norm block adds the residual stream after the sub-layer itself; keep "

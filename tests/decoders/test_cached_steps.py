@@ -81,3 +81,51 @@ def test_generate_counts_a_decoders_positions_by_the_mask() -> None:
     mask[0] = 1
     with pytest.raises(af.ConfigError, match=r"70 tokens per sequence \(60 prompt tokens \+ max_new_tokens=10\)"):
         model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10, pad_token_id=0)
+
+
+def _cache_of(model_type: str, **overrides: int) -> object:
+    """The cache a tiny model of `model_type` returns after 3 tokens of one row."""
+    ids = torch.tensor([[11, 42, 17]])
+    decoder = {"decoder_input_ids": ids} if model_type in ("t5", "bart") else {}
+    with torch.no_grad():
+        return tiny_decoder(model_type, **overrides)(input_ids=ids, **decoder, use_cache=True).past_key_values
+
+
+# (whose cache, words of the message) for a tiny Llama of 2 layers, 2 key/value heads of size 8: each failed in
+# transformers' cache code (RuntimeError, IndexError, AttributeError), or was read without a word (3 layers).
+FOREIGN_CACHES = [
+    ("gpt2", {}, ("keys of 4 heads of size 8 at layer 0", "2 key/value heads of size 8")),
+    ("llama", {"head_dim": 4}, ("keys of 2 heads of size 4", "2 key/value heads of size 8")),
+    ("llama", {"num_hidden_layers": 1}, ("hold 1 layer but LlamaForCausalLM has 2",)),
+    ("llama", {"num_hidden_layers": 3}, ("hold 3 layers but LlamaForCausalLM has 2",)),
+    ("bart", {}, ("an EncoderDecoderCache, an encoder-decoder's", "LlamaForCausalLM is a decoder")),
+]
+
+
+@pytest.mark.parametrize(("other", "overrides", "words"), FOREIGN_CACHES, ids=lambda value: str(value))
+@pytest.mark.parametrize("call", ["forward", "generate"])
+def test_a_cache_made_by_another_model_is_refused(
+    call: str, other: str, overrides: dict[str, int], words: tuple[str, ...]
+) -> None:
+    model = af.wrap(tiny_decoder("llama"))
+    cache = _cache_of(other, **overrides)
+    ids = torch.tensor([[11, 42, 17, 88]])
+    with pytest.raises(af.ConfigError) as caught:
+        if call == "forward":
+            model(input_ids=ids[:, 3:], attention_mask=torch.ones_like(ids), past_key_values=cache)
+        else:
+            model.generate(input_ids=ids, past_key_values=cache, max_new_tokens=2)
+    assert all(word in str(caught.value) for word in words), str(caught.value)
+    assert "made by another model" in str(caught.value) or "a decoder" in str(caught.value)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma3_text", "t5", "bart"])
+def test_a_cache_of_the_same_model_still_passes(model_type: str) -> None:
+    """The model's own cache (an encoder-decoder's EncoderDecoderCache, or a DynamicCache of its self-attention)."""
+    model = af.wrap(tiny_decoder(model_type))
+    cache = _cache_of(model_type)
+    ids = torch.tensor([[11, 42, 17, 88]])
+    step = {"input_ids": ids, "decoder_input_ids": ids[:, 3:]} if model_type in ("t5", "bart") else {}
+    step = step or {"input_ids": ids[:, 3:], "attention_mask": torch.ones_like(ids)}
+    with torch.no_grad():
+        assert model(**step, past_key_values=cache).logits.shape[:2] == (1, 1)

@@ -260,6 +260,51 @@ def test_generations_recorded_weights_equal_one_forward_over_what_it_ran(use_cac
         assert_close(per_site[real], expected[site][real], dtype=torch.float64)
 
 
+@pytest.mark.parametrize("model_type", ["llama", "t5"])
+@pytest.mark.parametrize("drafting", ["assistant_model", "prompt_lookup_num_tokens"])
+def test_assisted_generations_recorded_weights_equal_one_forward_over_the_kept_tokens(
+    model_type: str, drafting: str
+) -> None:
+    """Assisted decoding verifies several candidate tokens in one forward, then crops the rejected ones from the
+    cache and runs their positions again: the recording follows the cache (it recorded the first step alone, or
+    its last step's positions, before), and ends with one forward's weights over the generated sequence."""
+    model = _generating(model_type)
+    draft = {
+        "assistant_model": tiny_decoder(model_type, dtype=torch.float64, seed=5),  # mostly rejected candidates
+        "prompt_lookup_num_tokens": 3,
+    }[drafting]
+    prompt = torch.tensor([[11, 42, 17, 88, 23, 42, 17]])
+    with model.recording_fusion_attentions() as weights:
+        generated = model.generate(input_ids=prompt, max_new_tokens=10, min_new_tokens=10, **{drafting: draft})
+    decoder = {"decoder_input_ids": generated[:, :-1]} if model_type == "t5" else {}
+    with model.inference_cache(), model.recording_fusion_attentions() as expected:
+        model(input_ids=prompt if decoder else generated[:, :-1], **decoder)
+    assert weights is not None and expected is not None and weights.keys() == expected.keys()
+    for site, per_site in weights.items():
+        assert per_site.shape == expected[site].shape
+        assert_close(per_site, expected[site], dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        ("assistant_early_exit", ("assistant_early_exit=1", "the recorded model's own fusion sites")),
+        ("assistant_model", ("assistant_model=<the recorded model>", "prompt_lookup_num_tokens")),
+        ("penalty_alpha", ("penalty_alpha=0.6", "contrastive search")),
+    ],
+)
+def test_recording_refuses_decoding_whose_forwards_it_cannot_follow(setting: str, words: tuple[str, ...]) -> None:
+    """A draft run by the recorded model itself records draft steps among the verifying ones; contrastive search
+    runs its candidates as extra rows."""
+    model = _fused("llama")
+    value = {"assistant_early_exit": 1, "assistant_model": model.model, "penalty_alpha": 0.6}[setting]
+    with model.recording_fusion_attentions(), pytest.raises(af.ConfigError) as error:
+        model.generate(input_ids=torch.tensor([[11, 42, 17]]), max_new_tokens=3, **{setting: value})
+    assert all(word in str(error.value) for word in words), str(error.value)
+    generated = model.generate(input_ids=torch.tensor([[11, 42, 17]]), max_new_tokens=3, assistant_early_exit=1)
+    assert generated.shape == (1, 6)  # not recording: generated as transformers does
+
+
 def test_beam_search_and_sampling_run_with_a_fusion() -> None:
     model = _generating("qwen2")
     inputs = _left_padded("qwen2")

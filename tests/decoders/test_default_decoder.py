@@ -5,6 +5,7 @@ adapters."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -83,14 +84,37 @@ def test_a_missing_gguf_package_names_the_install(monkeypatch: pytest.MonkeyPatc
     assert list(tmp_path.rglob("*.safetensors")) == []  # nothing half-written
 
 
-@pytest.mark.parametrize("content", [b"", b"not a GGUF file at all"])
+def _shipped_head(size: int) -> bytes:
+    """The first `size` bytes of the shipped GGUF file: a download cut in its header, metadata or tensor table."""
+    with af.defaults.default_decoder_gguf().open("rb") as shipped:
+        return shipped.read(size)
+
+
+def _huge_array() -> bytes:
+    """The shipped file's header with its first metadata value made an array of 2**62 integers."""
+    head = bytearray(_shipped_head(1 << 16))
+    value_type = 32 + int.from_bytes(head[24:32], "little")  # past the first key: its length, then its bytes
+    head[value_type : value_type + 16] = (
+        (9).to_bytes(4, "little") + (5).to_bytes(4, "little") + (1 << 62).to_bytes(8, "little")
+    )
+    return bytes(head)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"not a GGUF file at all", 10, 30, 200, 5000, 1_775_000, _huge_array],
+    ids=["empty", "not-gguf", "cut-10", "cut-30", "cut-200", "cut-5000", "cut-in-tensor-table", "huge-array"],
+)
 def test_a_damaged_decoder_file_names_the_reinstall(
-    content: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    content: bytes | int | Callable[[], bytes], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """An empty or corrupt GGUF file (a cut download) is the library's error saying to reinstall, not transformers'
-    or numpy's ValueError; nothing is left in the cache."""
+    """An empty, corrupt or cut GGUF file (a cut download) is the library's error saying to reinstall, not
+    transformers', numpy's or struct's error (a file cut in its header or tables was a raw struct.error); nothing is
+    left in the cache."""
     damaged = tmp_path / "package" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     damaged.parent.mkdir()
+    if not isinstance(content, bytes):
+        content = _shipped_head(content) if isinstance(content, int) else content()
     damaged.write_bytes(content)
     monkeypatch.setattr(af.defaults, "default_decoder_gguf", lambda: damaged)
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))

@@ -138,6 +138,27 @@ def test_a_cross_position_needs_cross_attention() -> None:
     assert "a" not in model.adapter_configs
 
 
+@pytest.mark.parametrize(
+    ("model_type", "words"),
+    [
+        ("bart", "whose block applies its LayerNorm after the sub-layer itself"),
+        ("t5", "whose pre-norm block adds the residual stream after the sub-layer itself"),
+        ("llama", "whose pre-norm block adds the residual stream after the sub-layer itself"),
+    ],
+)
+def test_original_ln_after_false_is_refused_for_the_block_the_site_is_in(model_type: str, words: str) -> None:
+    """BART's blocks are post-norm: its fc2 site (which takes the residual stream from fc1's input) was refused as
+    a "pre-norm block"; T5's and Llama's are pre-norm."""
+    model = af.wrap(tiny_decoder(model_type))
+    for positions in (("attention",), ("output",)):
+        with pytest.raises(af.ConfigError, match="original_ln_after=False is impossible") as caught:
+            model.add_adapter("a", af.AdapterConfig.pfeiffer(positions=positions, original_ln_after=False))
+        message = str(caught.value)
+        assert words in message, message
+        assert model_type != "bart" or "pre-norm" not in message
+    assert "a" not in model.adapter_configs
+
+
 # adapter config -> the fusion sites it gives on 2 encoder + 2 decoder layers
 FUSED_SITES = {
     "pfeiffer": dict(positions=("output",), sites=4),
