@@ -41,7 +41,7 @@ from adapterfusion.injection import inject, plain_save
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.site import AdapterSite
-from adapterfusion.injection.state import ActiveState, checked, with_routes
+from adapterfusion.injection.state import ActiveState, checked, refit, with_routes
 from adapterfusion.outputs import AdaptedModelOutput, add_loss, passed_through, take_own_head_output
 from adapterfusion.piece import PIECE_KINDS, EncoderFingerprint
 from adapterfusion.serialization import model_pieces, setup
@@ -288,12 +288,8 @@ class AdaptedModel(nn.Module):
             state = _bare(state)
         if state.head is not None and state.head not in self.heads:
             state = dataclasses.replace(state, head=None)
-        state = self._checked(state)  # names, layers and masks; a block naming a deleted piece is dropped
         try:
-            if state.block is not None:  # a Fuse must still match its fusion, an Average's adapters one placement
-                state = dataclasses.replace(state, block=blocks.resolve(self, state.block))
-            if state.parallel_routes is not None:  # still adapters of the (maybe replaced) fusion
-                state = with_routes(state, state.parallel_routes, state.parallel_split_site)
+            state = refit(self, state)
         except AdapterFusionError as error:
             warnings.warn(
                 f"a piece was replaced inside the `with` block, and what ran before it cannot run again ({error}); "

@@ -493,6 +493,24 @@ def test_a_block_that_no_longer_fits_a_replaced_piece_stops_with_a_warning():
     assert model.active_block is None and model.active_fusion is None
 
 
+def test_a_mask_or_routes_that_no_longer_fit_a_replaced_fusion_stop_with_a_warning():
+    """A fusion mask over adapters the replacing fusion lacks was dropped without a word, so the new fusion ran
+    unmasked; parallel routes were not checked again at all. Both now stop as a block that no longer fits does."""
+    model = af.wrap(tiny_encoder("bert").double())
+    for name in ("a", "b", "c"):
+        model.add_adapter(name, "pfeiffer")
+    model.add_fusion("f", ["a", "b", "c"])
+    model.set_fusion_mask("f", ["a", "c"])
+    model.activate(fusion="f")
+    with pytest.warns(UserWarning, match=r"the mask of fusion 'f' keeps \['a', 'c'\], which it no longer fuses"):
+        model.add_fusion("f", ["a", "b"], overwrite=True)
+    assert model.active_fusion is None
+    with model.activated(fusion="f", parallel_routes=["a", "b"]):
+        with pytest.warns(UserWarning, match="the fusion 'f' was replaced, and what ran before cannot run"):
+            model.add_fusion("f", ["b", "c"], overwrite=True)
+        assert model.active_fusion is None and model.state.parallel_routes is None
+
+
 def _placed_otherwise(model: af.AdaptedModel) -> None:
     """Replace adapter d by one placed otherwise than a (another LayerNorm and residual option)."""
     config = af.AdapterConfig.pfeiffer(reduction_factor=8, original_ln_before=False, residual_before_ln=False)

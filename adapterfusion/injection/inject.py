@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
 
-from adapterfusion import blocks
 from adapterfusion._validation import check_bool, check_piece_name
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.errors import ConfigError, PieceExistsError
@@ -24,7 +23,7 @@ from adapterfusion.injection.architectures import get_submodule
 from adapterfusion.injection.placement import adapter_modules, fused_adapters, fusion_modules
 from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.site import AdapterSite
-from adapterfusion.injection.state import ActiveState
+from adapterfusion.injection.state import ActiveState, refit
 from adapterfusion.injection.unloaded import UnloadedSites, check_wrapped
 
 if TYPE_CHECKING:
@@ -168,9 +167,8 @@ def _keep_running(model: AdaptedModel, previous: ActiveState, kind: str, name: s
     piece where the old one was, as a replaced head stays active: deleting the old one had fallen back to the bare
     model, silently. A state the new piece does not fit (a fusion mask over other adapters) stays off, with a
     warning that says so."""
-    try:  # a block is resolved again: its Fuse must still match the fusion, its Average still share placements
-        block = blocks.resolve(model, previous.block) if previous.block is not None else None
-        model.set_state(dataclasses.replace(previous, block=block))
+    try:
+        model.set_state(refit(model, previous))
     except ConfigError as error:
         warnings.warn(
             f"the {kind} {name!r} was replaced, and what ran before cannot run with the new one ({error}); "
