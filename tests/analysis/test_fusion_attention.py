@@ -12,6 +12,7 @@ import torch
 import adapterfusion as af
 from adapterfusion.analysis import FusionActivation, average_activations, load_fusion_activation, mean_fusion_attention
 from adapterfusion.errors import ConfigError
+from tiny_decoders import tiny_decoder
 from tiny_models import tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
@@ -106,21 +107,7 @@ def test_a_houlsby_fusion_counts_both_sites_of_each_layer():
 def test_an_encoder_decoder_fusion_counts_each_stacks_own_real_tokens():
     """T5's decoder layers' sites cover the decoder's positions: those were masked with the encoder's mask (a shape
     error), and without labels the model had no decoder inputs. Labels build them; -100 positions do not count."""
-    import transformers
-
-    config = transformers.T5Config(
-        d_model=32,
-        d_ff=37,
-        num_layers=2,
-        num_decoder_layers=2,
-        num_heads=2,
-        d_kv=16,
-        vocab_size=99,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    model = af.wrap(transformers.T5ForConditionalGeneration(config).double())
+    model = af.wrap(tiny_decoder("t5", dtype=torch.float64))
     for name in ADAPTERS:
         model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
         _randomise(model.adapter_parameters(name))
