@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
@@ -29,10 +28,10 @@ from adapterfusion import (
     routing,
     trainable,
 )
-from adapterfusion._validation import check_bool, check_choice, check_layers, check_ordered, require_loaded
+from adapterfusion._validation import check_bool, check_choice, check_layers, require_loaded
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoders import check_wrappable
-from adapterfusion.errors import AdapterFusionError, ConfigError
+from adapterfusion.errors import ConfigError
 from adapterfusion.forward_inputs import check_call
 from adapterfusion.fusion.config import FusionSetup
 from adapterfusion.heads.module import PredictionHead
@@ -41,7 +40,7 @@ from adapterfusion.injection import inject, plain_save
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.site import AdapterSite
-from adapterfusion.injection.state import ActiveState, checked, refit, with_routes
+from adapterfusion.injection.state import ActiveState, checked, restorable, with_routes
 from adapterfusion.outputs import AdaptedModelOutput, add_loss, passed_through, take_own_head_output
 from adapterfusion.piece import PIECE_KINDS, EncoderFingerprint
 from adapterfusion.serialization import model_pieces, setup
@@ -256,48 +255,19 @@ class AdaptedModel(nn.Module):
         (at the input, or at site key `parallel_split_site`)."""
         state = self.state_for(adapter, fusion, head, skip_layers)
         if parallel_routes is not None:
-            check_ordered(
-                parallel_routes,
-                "activated: parallel_routes",
-                "the slices of the batch (slice n runs route n)",
-                "pass a list, e.g. parallel_routes=['a', 'b']",
-            )
             state = with_routes(state, parallel_routes, parallel_split_site)
         return self.running(state)
 
     @contextlib.contextmanager
     def running(self, state: ActiveState) -> Iterator[ActiveState]:
         """Run `state` inside the block; on leaving it, also through an exception, the state before it runs again
-        (masks and fusion controls included), checked again as activate() checks it (_restorable)."""
+        (masks and fusion controls included), checked again as activate() checks it (injection/state.py restorable)."""
         previous = self._state
         self.set_state(state)
         try:
             yield self._state
         finally:
-            self.set_state(self._restorable(previous))
-
-    def _restorable(self, state: ActiveState) -> ActiveState:
-        """`state` as it may run again after a `with` block that changed the pieces. What was deleted is left out, as
-        delete_* leave an active state (the bare encoder; a deleted head: the wrapped model's own output). What was
-        replaced (add_*(..., overwrite=True)) is checked again as activate() checks it; a block or parallel routes
-        the new piece does not fit leave nothing active but the head, with a warning, as such a replacement outside
-        a `with` block does."""
-        if (state.adapter is not None and state.adapter not in self.adapter_configs) or (
-            state.fusion is not None and state.fusion not in self.fusion_setups
-        ):
-            state = _bare(state)
-        if state.head is not None and state.head not in self.heads:
-            state = dataclasses.replace(state, head=None)
-        try:
-            state = refit(self, state)
-        except AdapterFusionError as error:
-            warnings.warn(
-                f"a piece was replaced inside the `with` block, and what ran before it cannot run again ({error}); "
-                "nothing is active now but the head: activate what should run",
-                stacklevel=4,  # the `with` statement: here, running(), contextlib's __exit__
-            )
-            state = _bare(state)
-        return state
+            self.set_state(restorable(self, previous))
 
     def _checked(self, state: ActiveState) -> ActiveState:
         fusions = {name: setup.adapters for name, setup in self.fusion_setups.items()}
@@ -442,14 +412,6 @@ class AdaptedModel(nn.Module):
     save_pretrained = setup.save_pretrained
     from_pretrained = classmethod(setup.from_pretrained)
     push_to_hub = setup.push_to_hub
-
-
-def _bare(state: ActiveState) -> ActiveState:
-    """`state` with no adapter, fusion, block or parallel routes active (the head, skipped layers, masks and fusion
-    controls stay)."""
-    return dataclasses.replace(
-        state, adapter=None, fusion=None, block=None, parallel_routes=None, parallel_split_site=None
-    )
 
 
 def wrap(model: nn.Module) -> AdaptedModel:

@@ -10,13 +10,14 @@ activation, so a `with model.activated(...)` block can put back exactly what ran
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from adapterfusion._validation import check_int, require_loaded
+from adapterfusion._validation import check_int, check_ordered, require_loaded
 from adapterfusion.blocks import Block, is_loaded, resolve
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import AdapterFusionError, ConfigError
 from adapterfusion.injection.routing import RowRouting
 
 if TYPE_CHECKING:
@@ -106,6 +107,12 @@ def kept_adapters(fusion: str, fused: tuple[str, ...], keep: object) -> tuple[st
 def with_routes(state: ActiveState, routes: Sequence[str], split_site: str | None = None) -> ActiveState:
     """`state` with parallel routes: adapters of its active fusion, each run alone on its own slice of the batch
     (repeated from the plain batch at `split_site`, if given)."""
+    check_ordered(
+        routes,
+        "activated: parallel_routes",
+        "the slices of the batch (slice n runs route n)",
+        "pass a list, e.g. parallel_routes=['a', 'b']",
+    )
     routes = tuple(routes)
     if state.fusion is None or not routes or any(name not in state.fused for name in routes):
         raise ConfigError(
@@ -133,3 +140,33 @@ def refit(model: AdaptedModel, state: ActiveState) -> ActiveState:
     if fitted.parallel_routes is not None:
         fitted = with_routes(fitted, fitted.parallel_routes, fitted.parallel_split_site)
     return fitted
+
+
+def restorable(model: AdaptedModel, state: ActiveState) -> ActiveState:
+    """`state` as it may run again after a `with` block that changed the pieces. What was deleted is left out, as
+    delete_* leave an active state (the bare encoder; a deleted head: the wrapped model's own output). What was
+    replaced (add_*(..., overwrite=True)) is checked again (refit); what the new piece does not fit leaves nothing
+    active but the head, with a warning, as such a replacement outside a `with` block does."""
+    if (state.adapter is not None and state.adapter not in model.adapter_configs) or (
+        state.fusion is not None and state.fusion not in model.fusion_setups
+    ):
+        state = _bare(state)
+    if state.head is not None and state.head not in model.heads:
+        state = dataclasses.replace(state, head=None)
+    try:
+        return refit(model, state)
+    except AdapterFusionError as error:
+        warnings.warn(
+            f"a piece was replaced inside the `with` block, and what ran before it cannot run again ({error}); "
+            "nothing is active now but the head: activate what should run",
+            stacklevel=4,  # the `with` statement: here, model.running(), contextlib's __exit__
+        )
+        return _bare(state)
+
+
+def _bare(state: ActiveState) -> ActiveState:
+    """`state` with no adapter, fusion, block or parallel routes active (the head, skipped layers, masks and fusion
+    controls stay)."""
+    return dataclasses.replace(
+        state, adapter=None, fusion=None, block=None, parallel_routes=None, parallel_split_site=None
+    )
