@@ -79,8 +79,12 @@ def _init_worker(threads: int, runner: int) -> None:
     work_for(runner)
     _die_with_runner(runner)
     import torch
+    import tqdm
 
     torch.set_num_threads(threads)
+    # tqdm's default lock is a multiprocessing one, which a worker killed after its grace leaves for the resource
+    # tracker to report as leaked; a worker's bars share no stream with another process's
+    tqdm.tqdm.set_lock(threading.RLock())
 
 
 def _run_job(payload: JobPayload) -> dict[str, Any]:

@@ -158,8 +158,14 @@ def test_an_interrupted_process_pool_runner_ends_its_running_jobs_at_once(tmp_pa
     )
     try:
         deadline = time.time() + 300
-        while runner.poll() is None and time.time() < deadline and _running(out / "experiment.db") < 2:
-            time.sleep(0.2)
+        while (
+            runner.poll() is None
+            and time.time() < deadline
+            and not (_running(out / "experiment.db") == 2 and len(list((out / "writers").glob("*.journal"))) == 3)
+        ):
+            time.sleep(
+                0.2
+            )  # until both jobs run in their workers (each registers as a writer; the runner is the third)
         time.sleep(1.0)  # into the jobs' training
         workers = _workers_of(runner.pid)
         assert runner.poll() is None and len(workers) == 2, "both jobs should be running in two workers"
