@@ -169,14 +169,19 @@ def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
 
 
 def _token_mask(inputs: Mapping[str, torch.Tensor], attention: torch.Tensor, decoder_side: bool) -> torch.Tensor:
-    """[batch(*choices), seq] mask of the real tokens a site's weights cover: the input's attention_mask, or on an
-    encoder-decoder's decoder side its decoder_attention_mask, else the positions whose labels count (not -100)."""
+    """[batch(*choices), seq] mask of the real tokens a site's weights cover: the input's attention_mask; on an
+    encoder-decoder's decoder side its decoder_attention_mask, else the positions whose labels count (not -100)
+    where the model builds its decoder inputs from labels, else (a head of ours: the decoder reads the input shifted
+    right, forward_inputs/seq2seq_head.py) the input's mask shifted alike."""
+    mask = inputs.get("attention_mask")
     if decoder_side:
-        mask = inputs.get("decoder_attention_mask")
-        if mask is None and "labels" in inputs:
-            mask = inputs["labels"] != -100
-    else:
-        mask = inputs.get("attention_mask")
+        labels = inputs.get("labels")
+        if "decoder_attention_mask" in inputs:
+            mask = inputs["decoder_attention_mask"]
+        elif labels is not None:
+            mask = labels != -100
+        elif mask is not None:
+            mask = torch.cat([mask.new_ones((*mask.shape[:-1], 1)), mask[..., :-1]], dim=-1)
     if mask is None:
         return torch.ones(attention.shape[:2], device=attention.device, dtype=torch.long)
     return mask.reshape(attention.shape[:2]).to(attention.device)  # multiple choice: [batch * choices, seq]
@@ -184,8 +189,10 @@ def _token_mask(inputs: Mapping[str, torch.Tensor], attention: torch.Tensor, dec
 
 def _forward_inputs(model: AdaptedModel, batch: Mapping[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
     """The batch's tensors for the forward. Labels are left out (they only add a loss), except where an
-    encoder-decoder needs them to build its decoder inputs."""
-    keep_labels = model.fingerprint.decoder_layers is not None and "decoder_input_ids" not in batch
+    encoder-decoder with no head of ours needs them to build its decoder inputs."""
+    keep_labels = (
+        model.fingerprint.decoder_layers is not None and model.active_head is None and "decoder_input_ids" not in batch
+    )
     return {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor) and (k != "labels" or keep_labels)}
 
 

@@ -157,12 +157,12 @@ class ProcessExecutor:
     def submit(self, payload: JobPayload) -> Future[dict[str, Any]]:
         with _sigint_blocked():  # inherited by a worker the pool spawns here: it unblocks once ready (_init_worker)
             future = self._pool.submit(_run_job, payload)
-        self._in_flight.add(future)
+            self._in_flight.add(future)  # before a Ctrl-C held back meanwhile is raised
         future.add_done_callback(self._in_flight.discard)
         return future
 
     def shutdown(self) -> None:
-        if not self._in_flight:  # every job ended: the workers end on the pool's own signal
+        if all(future.done() for future in list(self._in_flight)):  # the workers end on the pool's own signal
             self._pool.shutdown(wait=True, cancel_futures=True)
             return
         # The runner was interrupted. Waiting on the pool's own end waited for the running jobs to finish, and a

@@ -128,6 +128,36 @@ def test_an_encoder_decoder_fusion_counts_each_stacks_own_real_tokens():
     assert_close(result.values, np.stack(expected), dtype=torch.float64)
 
 
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_an_encoder_decoder_fusion_under_a_head_of_ours_counts_the_shifted_input(model_type):
+    """With a head of ours the decoder reads the input shifted right, and the batch's labels are class ids: they were
+    taken for the decoder's mask, a shape error at the end of every fusion run on T5 or BART with a head."""
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    for name in ADAPTERS:
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        _randomise(model.adapter_parameters(name))
+    model.add_fusion("f", ADAPTERS, af.FusionConfig.dynamic())
+    _randomise([p for p in model.fusion_parameters("f") if p.dim() == 2])
+    model.add_head("h", af.ClassificationHead(num_labels=3, pooling="last", dropout=0.0))
+    ids = torch.tensor([[11, 12, 13, 14, 15, 2], [21, 22, 23, 2, 0, 0]])
+    batch = {"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": torch.tensor([0, 2])}
+    result = mean_fusion_attention(model, "f", [batch], head="h")
+
+    model.activate(fusion="f", head="h")
+    model.eval()
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=batch["attention_mask"], output_fusion_attentions=True)
+    mask = batch["attention_mask"].bool()
+    real = {False: mask, True: torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)}
+    first_decoder = model.num_layers - model.fingerprint.decoder_layers
+    expected = [
+        out.fusion_attentions[layer][real[layer >= first_decoder]].mean(dim=0).numpy()
+        for layer in range(model.num_layers)
+    ]
+    assert result.tokens == 6 + 4
+    assert_close(result.values, np.stack(expected), dtype=torch.float64)
+
+
 def test_padding_does_not_count(fused):
     batches = _batches()
     base = mean_fusion_attention(fused, "f", batches)
