@@ -268,13 +268,15 @@ class AdapterStore:
                 "adapter and head",
                 name,
             )
-        had_adapter = name in model.adapter_names
+        replaced = model.export_piece("adapter", name) if head and name in model.adapter_names else None
         loaded = model.load_adapter(entry / "adapter", name=name, overwrite=overwrite)
         if head:
             try:
                 model.load_head(entry / "head", name=loaded, overwrite=overwrite, labels=labels)
             except BaseException:  # all or nothing: the adapter alone would stay loaded, and block a retry
-                if not had_adapter:
+                if replaced is not None:
+                    model.install_piece(replaced, True)
+                else:
                     model.delete_adapter(loaded)
                 raise
         return loaded

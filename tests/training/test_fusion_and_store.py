@@ -70,6 +70,12 @@ def test_store_layout_and_isolation(stage_one, tiny_encoder_dir, tmp_path):
         store.load_into(model, "rte", "st-a", 1, head=True)
     assert model.adapter_names == []
     assert store.load_into(model, "rte", "st-a", 1, head=True, overwrite=True) == "rte"
+    with torch.no_grad():
+        model.adapter_parameters("rte")[0].add_(1.0)  # the loaded adapter, changed: a replacement must put it back
+        kept = {k: v.clone() for k, v in model.export_piece("adapter", "rte").tensors.items()}
+    with pytest.raises(IncompatibleModelError, match="labels"):  # overwrite=True: the adapter is replaced first
+        store.load_into(model, "rte", "st-a", 1, head=True, overwrite=True, labels=("a", "b", "c"))
+    assert all(torch.equal(v, kept[k]) for k, v in model.export_piece("adapter", "rte").tensors.items())
     with pytest.raises(TrainingError, match="train it first"):
         store.load_into(fresh_model(tiny_encoder_dir), "mnli", "st-a", 1)
 
