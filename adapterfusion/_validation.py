@@ -89,10 +89,10 @@ def check_mapping(value: object, field: str, example: str) -> dict:
 
 
 def check_ordered(value: object, field: str, paired: str, fix: str) -> None:
-    """Refuse a set or a dict view (keys(), items()) as `field` (e.g. "average_adapters: adapters"), whose entries
-    are `paired` by position with something: a set's order follows string hashing, which changes from process to
-    process. `fix` says what to pass instead."""
-    if isinstance(value, (Set, MappingView)):
+    """Refuse a set as `field` (e.g. "average_adapters: adapters"), whose entries are `paired` by position with
+    something: a set's order follows string hashing, which changes from process to process (a dict's views keep
+    its insertion order, and pass). `fix` says what to pass instead."""
+    if isinstance(value, Set) and not isinstance(value, MappingView):
         raise ConfigError(
             f"{field}={short_repr(value)} is a {type(value).__name__}, whose order is not fixed, and its entries are "
             f"paired by position with {paired}, which would then change from run to run; {fix}"

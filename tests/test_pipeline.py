@@ -394,6 +394,13 @@ def test_what_no_pipeline_reads_is_refused_naming_what_it_takes(model, tokenizer
     assert len(pipe(TEXTS[:2])) == len(list(pipe(x for x in TEXTS[:2]))) == 2  # texts, and a generator, still run
 
 
+def test_a_pipeline_built_under_a_task_alias_reads_text_pairs(model, tokenizer):
+    """The input check read the task as given: a sentiment-analysis pipeline refused {'text', 'text_pair'}."""
+    pair = {"text": TEXTS[0], "text_pair": TEXTS[1]}
+    expected = af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli")(pair)
+    assert af.pipeline("sentiment-analysis", model, tokenizer, adapter="a", head="nli")(pair) == expected
+
+
 @pytest.mark.parametrize("model_type", ["t5", "bart"])
 def test_text_generation_refuses_an_encoder_decoder(tokenizer, model_type):
     """transformers' text-generation pipeline feeds an encoder-decoder's decoder the prompt and returned the prompt

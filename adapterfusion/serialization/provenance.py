@@ -25,7 +25,7 @@ def describe_origin(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, 
     given as is (e.g. {"task": "rte", "dev_metrics": {"accuracy": 0.71}})."""
     if isinstance(source, Mapping):
         try:  # it goes into the index and the card as it is
-            json.dumps(source, allow_nan=False)
+            json.dumps(source)
         except (TypeError, ValueError) as error:
             raise ConfigError(f"provenance {short_repr(source)} must hold JSON values only ({error})") from None
         return dict(source)
