@@ -16,7 +16,6 @@ from torch import nn
 
 from adapterfusion._validation import check_bool
 from adapterfusion.forward_inputs.encoder_decoder import is_seq2seq
-from adapterfusion.forward_inputs.labels import language_model_kind
 from adapterfusion.fusion.layer import FusionLayer
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.parameters import ParameterReport, build_parameter_report
@@ -62,11 +61,10 @@ def encoder_parameters(model: AdaptedModel) -> list[nn.Parameter]:
 def own_head_parameters(model: AdaptedModel) -> list[nn.Parameter]:
     """The wrapped transformers task model's own output layer (score, classifier, classification_head, qa_outputs,
     GPT-2's multiple_choice_head: what transformers initialises anew for the task), which its own loss reads when no
-    head of ours is active: its parameters outside the base model, but a language model's pretrained LM head (its
-    output embeddings, a masked LM's whole prediction head). None for a bare or language model."""
+    head of ours is active: its parameters outside the base model and outside the module that holds its output
+    embeddings (a language model's pretrained LM head, with its transform: BERT's `cls`, RoBERTa's `lm_head`). None
+    for a bare or language model."""
     wrapped: Any = model.model  # a transformers PreTrainedModel; nn.Module types its attributes as Tensor | Module
-    if language_model_kind(wrapped) == "masked":
-        return []
     if wrapped.base_model is not wrapped:
         body = [wrapped.base_model]
     elif is_seq2seq(wrapped):  # T5ForQuestionAnswering holds its stacks itself
@@ -74,7 +72,9 @@ def own_head_parameters(model: AdaptedModel) -> list[nn.Parameter]:
     else:
         return []
     output = wrapped.get_output_embeddings()
-    known = {id(p) for module in (*body, *([output] if output is not None else [])) for p in module.parameters()}
+    if output is not None:
+        body += [child for child in wrapped.children() if any(module is output for module in child.modules())]
+    known = {id(p) for module in body for p in module.parameters()}
     return [p for p in wrapped.parameters() if id(p) not in known]
 
 

@@ -150,7 +150,8 @@ def test_with_no_head_of_ours_the_task_models_own_output_layer_trains_too(class_
 
 
 def test_a_language_models_head_is_not_its_own_task_layer() -> None:
-    """A language model's LM head (and a masked LM's whole prediction head) is pretrained: it stays frozen."""
+    """A language model's LM head is pretrained, with the module around it (a masked LM's whole prediction head,
+    BERT's LM transform, BertForPreTraining's next-sentence layer): it stays frozen."""
     heads = {}
     for class_name, config in (
         ("LlamaForCausalLM", tiny_decoder_config("llama", tie_word_embeddings=False)),
@@ -158,6 +159,9 @@ def test_a_language_models_head_is_not_its_own_task_layer() -> None:
         ("GPT2DoubleHeadsModel", tiny_decoder_config("gpt2")),
         ("T5ForQuestionAnswering", tiny_decoder_config("t5")),  # its own base model: the stacks are its own
         ("T5ForConditionalGeneration", tiny_decoder_config("t5")),
+        ("BertLMHeadModel", tiny_config("bert", is_decoder=True)),  # its LM head's dense + LayerNorm transform
+        ("RobertaForCausalLM", tiny_config("roberta", is_decoder=True)),
+        ("BertForPreTraining", tiny_config("bert")),  # and the pretrained next-sentence layer beside it
     ):
         model = af.wrap(getattr(transformers, class_name)(config))
         names = {id(p): n for n, p in model.model.named_parameters()}
@@ -168,6 +172,9 @@ def test_a_language_models_head_is_not_its_own_task_layer() -> None:
         "GPT2DoubleHeadsModel": ["multiple_choice_head.summary.bias", "multiple_choice_head.summary.weight"],
         "T5ForQuestionAnswering": ["qa_outputs.bias", "qa_outputs.weight"],
         "T5ForConditionalGeneration": [],
+        "BertLMHeadModel": [],
+        "RobertaForCausalLM": [],
+        "BertForPreTraining": [],
     }
 
 
