@@ -72,7 +72,7 @@ def passed_labels(
             f"labels were given but no head is active and the wrapped {name} has no task head of its own, so "
             f"nothing computes a loss; {fix}"
         )
-    kind = language_model_kind(task_model)
+    kind = _language_model_kind(task_model)
     labels = _labels_tensor(labels, shape[0], name, token_ids=kind is not None)
     config: Any = task_model.config
     if kind is not None:
@@ -96,7 +96,7 @@ def passed_labels(
     return labels
 
 
-def language_model_kind(model: nn.Module) -> str | None:
+def _language_model_kind(model: nn.Module) -> str | None:
     """'causal', 'seq2seq' or 'masked' for a wrapped language model, whose labels are token ids, one per token;
     None for other task models."""
     if type(model).__name__.endswith("ForMaskedLM"):
