@@ -33,11 +33,10 @@ from adapterfusion.fusion.scalearn import ScaLearnLayer
 from adapterfusion.fusion.subset import add_fusion_subset
 from adapterfusion.io.atomic import atomic_write_json, replace_folder
 from adapterfusion.io.paths import check_writable_folder
-from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, METRICS_FILE
+from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE
 from adapterfusion.scoring import predict, score
 from adapterfusion.serialization.pieces import check_piece_folder
 from adapterfusion.tasks.spec import TaskSpec, piece_name
-from adapterfusion.training.progress import PROGRESS_FILE
 from adapterfusion.training.rebuild import rebuild_run
 
 if TYPE_CHECKING:
@@ -153,21 +152,36 @@ def _check_output(output: str | os.PathLike, run_dir: Path) -> Path:
 
 
 def _check_not_inside_pieces(path: Path, run_dir: Path) -> None:
-    """Refuse an output below a run folder or an AdapterStore entry: a re-run empties its run folder, and files
-    added to a stored adapter change its digest, so every fusion run trained on it counts as stale."""
+    """Refuse an output that is the current folder or holds it (the output is renamed into place), or lies below a
+    run folder or an AdapterStore entry: a re-run empties its run folder, and files added to a stored adapter change
+    its digest, so every fusion run trained on it counts as stale."""
     resolved = path.resolve()
+    if Path.cwd().resolve().is_relative_to(resolved):
+        raise ConfigError(
+            f"output={str(path)!r} is the current folder or holds it; the pruned output is built beside the folder "
+            "and renamed into place, so give a folder below it, e.g. ./pruned"
+        )
     for folder in resolved.parents:
-        if folder == run_dir.resolve() or (folder / ENTRY_FILE).is_file() or _is_run_folder(folder):
-            what = "an AdapterStore entry" if (folder / ENTRY_FILE).is_file() else "a run folder"
+        store_entry = _records(folder / ENTRY_FILE, ("encoder", "task", "setup", "seed"))
+        if store_entry or folder == run_dir.resolve() or _records(folder / CONFIG_FILE, _RUN_KEYS):
+            what = "an AdapterStore entry" if store_entry else "a run folder"
             raise ConfigError(
                 f"output={str(path)!r} is inside {what}, {str(folder)!r}: a re-run or a store update would remove "
                 "it, and files added there change what the experiment recorded. Choose a folder outside it"
             )
 
 
-def _is_run_folder(folder: Path) -> bool:
-    """A folder train() wrote: a config.json and a metrics.json or progress.json beside it."""
-    return (folder / CONFIG_FILE).is_file() and any((folder / name).is_file() for name in (METRICS_FILE, PROGRESS_FILE))
+_RUN_KEYS = ("format_version", "task", "setup", "seed", "training")  # what every train() run's config.json holds
+
+
+def _records(path: Path, keys: Sequence[str]) -> bool:
+    """Whether `path` is a JSON object holding all of `keys`: a record train() or the store wrote, not a file of
+    the same name that a project keeps (a model's config.json)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and all(key in document for key in keys)
 
 
 def check_criterion(keep: int | None, mass: float | None, count: int | None = None) -> None:
@@ -416,5 +430,5 @@ def prune_fusion(
             atomic_write_json(folder / PRUNING_FILE, record)
 
         # built whole beside it, then renamed over an earlier prune's output: a crash leaves the old or the new one
-        replace_folder(output, write)
+        replace_folder(Path(output).resolve(), write)
     return result

@@ -253,6 +253,21 @@ def test_a_prune_output_inside_a_store_entry_or_a_run_folder_is_refused(runs):
     assert not (entry / "adapter" / "pruned").exists() and not (runs["st-a"] / "pruned").exists()
 
 
+def test_a_prune_output_may_lie_below_a_projects_own_config_but_not_be_the_current_folder(runs, tmp_path, monkeypatch):
+    """Any folder above holding a config.json and a metrics.json counted as a run folder; '.' (accepted as an
+    empty folder) failed after the whole evaluation with a raw ValueError from the rename."""
+    project = tmp_path / "project"
+    (project / "work").mkdir(parents=True)
+    (project / "config.json").write_text('{"model_type": "bert"}')  # a project's own files, not a run's
+    (project / "metrics.json").write_text("{}")
+    result = prune_fusion(runs["fusion-st-a"], keep=1, repeats=1, timing_batches=1, output=project / "work" / "out")
+    assert json.loads((project / "work" / "out" / PRUNING_FILE).read_text())["kept"] == list(result.kept)
+    monkeypatch.chdir(project / "work")
+    for output in (".", str(project)):
+        with pytest.raises(af.ConfigError, match="is the current folder or holds it"):
+            prune_fusion(runs["fusion-st-a"], keep=1, output=output)
+
+
 def test_prune_keeps_the_target_adapter_of_a_uniform_fusion(runs, tmp_path):
     """With Q zeroed every score is 0, so all adapters tie exactly; rte, the target's own adapter, is listed last
     in the fusion (cb, sst2, rte) and must still be the one kept."""
