@@ -5,11 +5,13 @@ transformers' cache code, or, with more layers than the model, be read without a
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 import transformers.configuration_utils as transformers_configs
+from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
 
 from adapterfusion.errors import ConfigError
@@ -83,14 +85,23 @@ def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
                 )
 
 
+_HEAD_SHAPES: weakref.WeakKeyDictionary[nn.Module, tuple[Any, tuple[Any, Any]]] = weakref.WeakKeyDictionary()
+
+
 def _head_shapes(model: Any) -> tuple[Any, Any]:
     """transformers' (key/value heads, head size) of the model's decoder, each an int or one per layer; (None,
-    None) where this transformers version cannot say."""
+    None) where this transformers version cannot say. Read again only when the config object is replaced: every
+    cached step checks its cache, and transformers builds per-layer configs to answer (about 0.25 ms at 32 layers)."""
+    known = _HEAD_SHAPES.get(model)
+    if known is not None and known[0] is model.config:
+        return known[1]
     read = getattr(transformers_configs, "get_head_shapes", None)
     try:
-        return read(model.config.get_text_config(decoder=True)) if callable(read) else (None, None)
+        shapes = read(model.config.get_text_config(decoder=True)) if callable(read) else (None, None)
     except (AttributeError, TypeError, ValueError, ZeroDivisionError):
-        return None, None
+        shapes = (None, None)
+    _HEAD_SHAPES[model] = (model.config, shapes)
+    return shapes
 
 
 def _of_layer(value: Any, index: int) -> int | None:
