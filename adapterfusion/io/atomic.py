@@ -25,7 +25,8 @@ TEMP_SUFFIX = ".tmp"
 # for the runner lock; nothing else this library writes looks like that.
 _TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 _TEMP_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
-# in each temp folder replace_folder fills, until the rename: only a marked one is removed as a killed writer's
+# in each temp folder replace_folder fills, until just before the rename: only a marked one is removed as a killed
+# writer's. A kill in the moment between the two leaves an unmarked copy that stays (litter, never a loss).
 WRITING_MARKER = ".adapterfusion-writing"
 _random = random.SystemRandom()
 _journal: Path | None = None  # the journal of this process while journal_temp_files() is active
