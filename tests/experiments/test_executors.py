@@ -79,43 +79,47 @@ def _running(db: Path) -> int:
         return 0
 
 
+def _start_training_runner(tmp_path: Path, encoder: Path, **popen) -> tuple[subprocess.Popen, Path]:
+    """`adapterfusion run` of two head jobs that train far longer than any test waits, on 2 pool workers."""
+    out = tmp_path / "out"
+    experiment = tmp_path / "experiment.json"
+    slow = {**FAST, "max_steps": 100_000}  # the jobs are still training when the test ends the runner
+    experiment.write_text(json.dumps(tiny_experiment(encoder, out, setups=["head"], training=slow)))
+    command = [sys.executable, "-m", "adapterfusion.cli", "run", str(experiment), "--executor", "process"]
+    runner = subprocess.Popen(
+        [*command, "--workers", "2", "--no-progress"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        **popen,
+    )
+    return runner, out
+
+
+def _wait_for_both_jobs(runner: subprocess.Popen, out: Path) -> list[int]:
+    """The two workers' pids, once both jobs run in them (each worker registers as a writer; the runner is the
+    third)."""
+    deadline = time.time() + 300
+    while (
+        runner.poll() is None
+        and time.time() < deadline
+        and not (_running(out / "experiment.db") == 2 and len(list((out / "writers").glob("*.journal"))) == 3)
+    ):
+        time.sleep(0.2)
+    workers = _workers_of(runner.pid)
+    assert runner.poll() is None and len(workers) == 2, "both jobs should be running in two workers"
+    return workers
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the workers in /proc")
 def test_process_pool_workers_die_with_a_killed_runner_and_the_next_runner_starts_clean(
     tmp_path, tiny_encoder_dir, capsys
 ):
-    out = tmp_path / "out"
+    runner, out = _start_training_runner(tmp_path, tiny_encoder_dir, stderr=subprocess.DEVNULL)
     experiment = tmp_path / "experiment.json"
-    slow = {**FAST, "max_steps": 100_000}  # the jobs are still training when the runner is killed
-    experiment.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, setups=["head"], training=slow)))
-    runner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "adapterfusion.cli",
-            "run",
-            str(experiment),
-            "--executor",
-            "process",
-            "--workers",
-            "2",
-            "--no-progress",
-        ],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
     try:
-        deadline = time.time() + 300
-        while (
-            runner.poll() is None
-            and time.time() < deadline
-            and not (_running(out / "experiment.db") == 2 and len(list((out / "writers").glob("*.journal"))) == 3)
-        ):
-            time.sleep(0.2)  # until both jobs run and both workers have registered (the runner is the third)
-        workers = _workers_of(runner.pid)
-        assert runner.poll() is None and len(workers) == 2, "both jobs should be running in two workers"
+        workers = _wait_for_both_jobs(runner, out)
     finally:
         runner.kill()  # SIGKILL: no clean-up of any kind in the runner
         runner.wait()
@@ -142,33 +146,16 @@ def test_an_interrupted_process_pool_runner_ends_its_running_jobs_at_once(tmp_pa
     """SIGINT (or SIGTERM) to the runner alone, as `kill -INT PID` or a scheduler sends it: the runner waited for the
     running jobs to finish before it ended, and a second Ctrl-C during that wait hung it at exit. Now its jobs are
     interrupted, it ends within seconds with the interrupted line and status 130, and nothing is left running."""
-    out = tmp_path / "out"
-    experiment = tmp_path / "experiment.json"
-    slow = {**FAST, "max_steps": 100_000}  # the jobs are still training when the runner is interrupted
-    experiment.write_text(json.dumps(tiny_experiment(tiny_encoder_dir, out, setups=["head"], training=slow)))
-    command = [sys.executable, "-m", "adapterfusion.cli", "run", str(experiment), "--executor", "process"]
-    runner = subprocess.Popen(
-        [*command, "--workers", "2", "--no-progress"],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
+    runner, out = _start_training_runner(
+        tmp_path,
+        tiny_encoder_dir,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal, also under nohup
     )
     try:
-        deadline = time.time() + 300
-        while (
-            runner.poll() is None
-            and time.time() < deadline
-            and not (_running(out / "experiment.db") == 2 and len(list((out / "writers").glob("*.journal"))) == 3)
-        ):
-            time.sleep(
-                0.2
-            )  # until both jobs run in their workers (each registers as a writer; the runner is the third)
+        workers = _wait_for_both_jobs(runner, out)
         time.sleep(1.0)  # into the jobs' training
-        workers = _workers_of(runner.pid)
-        assert runner.poll() is None and len(workers) == 2, "both jobs should be running in two workers"
         for _ in range(interrupts):
             runner.send_signal(signal.SIGINT)
             time.sleep(0.2)
