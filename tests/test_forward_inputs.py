@@ -40,6 +40,16 @@ def test_labels_reach_a_wrapped_multiple_choice_model_with_its_three_dimensional
     torch.testing.assert_close(model(**inputs, labels=labels).loss, reference(**inputs, labels=labels).loss)
 
 
+def test_token_tags_and_multi_label_targets_reach_a_wrapped_task_model():
+    """The checks of a token classifier's tags and of float (multi-label) targets let the valid ones through."""
+    reference, model = _task_pair("BertForTokenClassification")
+    inputs, tags = tiny_inputs(), torch.tensor([[0, 1, -100, 1, 0, -100, 1]] * 2)
+    torch.testing.assert_close(model(**inputs, labels=tags).loss, reference(**inputs, labels=tags).loss)
+    reference, model = _task_pair("BertForSequenceClassification")
+    targets = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    torch.testing.assert_close(model(**inputs, labels=targets).loss, reference(**inputs, labels=targets).loss)
+
+
 def test_a_head_of_ours_on_a_task_model_computes_the_loss_not_the_task_model():
     _, model = _task_pair("BertForSequenceClassification")
     model.add_head("h", af.ClassificationHead(num_labels=3))

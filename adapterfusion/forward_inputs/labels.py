@@ -83,14 +83,13 @@ def passed_labels(
         _check_token_labels(labels, kind, expected, _output_vocabulary(task_model), name)
     elif name.endswith("ForMultipleChoice"):
         _check_class_ids(labels, shape[1], f"{name} ({shape[1]} choices per example)", "the task's label ids")
-    elif (
-        name.endswith("ForSequenceClassification")
-        and config.num_labels > 1
-        and labels.dtype in INTEGER_DTYPES
-        and config.problem_type in (None, "single_label_classification")
-    ):  # the cases transformers computes a cross-entropy over num_labels classes for
-        owner = f"{name} (num_labels={config.num_labels})"
-        _check_class_ids(labels, config.num_labels, owner, "the task's label ids or the model config's num_labels")
+    elif name.endswith("ForTokenClassification"):
+        _check_tag_labels(labels, shape[:2], config.num_labels, name)
+    elif name.endswith("ForSequenceClassification") and config.num_labels > 1:
+        _check_label_kind(labels, config.num_labels, config.problem_type, name)
+        if labels.dtype in INTEGER_DTYPES:  # transformers computes a cross-entropy over num_labels classes
+            owner = f"{name} (num_labels={config.num_labels})"
+            _check_class_ids(labels, config.num_labels, owner, "the task's label ids or the model config's num_labels")
     if labels.dtype in INTEGER_DTYPES and labels.dtype != torch.long:
         labels = labels.long()  # transformers' cross-entropy losses take ids as torch.long only, as our heads cast them
     return labels
@@ -151,6 +150,50 @@ def _check_token_labels(
             f"{name}: no label token is counted: every label is {_IGNORED}"
             f"{first if kind == 'causal' else ''}, so the loss would be NaN (0/0); label at least one token of "
             "the batch, or skip batches with nothing to learn"
+        )
+
+
+def _check_tag_labels(labels: torch.Tensor, expected: torch.Size, tags: int, name: str) -> None:
+    """A token classifier's labels: integer tag ids in 0..tags-1 or -100, one per token, at least one counted
+    (else a NaN loss, 0/0, silently; other values fail deep in torch)."""
+    if labels.dtype not in INTEGER_DTYPES or labels.dtype == torch.uint8 or labels.shape != expected:
+        raise ConfigError(
+            f"{name}: labels of dtype {labels.dtype} and shape {tuple(labels.shape)}; a token classifier's labels are "
+            f"tag ids, a signed integer tensor shaped like input_ids {tuple(expected)}, with {_IGNORED} where no loss "
+            "is counted (sub-tokens after a word's first, padding)"
+        )
+    wrong = (labels != _IGNORED) & ((labels < 0) | (labels >= tags))
+    if bool(wrong.any()):
+        values = sorted(set(labels[wrong].tolist()))
+        raise ConfigError(
+            f"{name}: labels hold {values[:5]}, which are not tag ids of its num_labels={tags}: labels must be in "
+            f"0..{tags - 1}, or {_IGNORED} where no loss is counted; check the task's tags or the config's num_labels"
+        )
+    if not bool((labels != _IGNORED).any()):
+        raise ConfigError(
+            f"{name}: no label is counted: every label is {_IGNORED}, so the loss would be NaN (0/0); label at "
+            "least one token of the batch, or skip batches with nothing to learn"
+        )
+
+
+def _check_label_kind(labels: torch.Tensor, classes: int, problem_type: str | None, name: str) -> None:
+    """Float labels are multi-label targets, [batch, num_labels] (transformers picks a binary cross-entropy for
+    them, and keeps that problem_type from then on); integer ones class ids. A mix fails deep in torch."""
+    multi_label = labels.is_floating_point() and problem_type in (None, "multi_label_classification")
+    if multi_label and labels.shape != (labels.shape[0], classes):
+        raise ConfigError(
+            f"{name}: float labels of shape {tuple(labels.shape)} are read as multi-label targets, which are "
+            f"[batch, num_labels={classes}] (one 0/1 per class); for one class id per example pass integer labels"
+        )
+    if not multi_label and (labels.is_floating_point() or problem_type == "multi_label_classification"):
+        wanted = (
+            f"float multi-label targets [batch, num_labels={classes}]"
+            if problem_type == "multi_label_classification"
+            else "integer class ids"
+        )
+        raise ConfigError(
+            f"{name} computes a {problem_type} loss (transformers fixed the config's problem_type at its first call "
+            f"with labels), but the labels are of dtype {labels.dtype}; pass {wanted}"
         )
 
 

@@ -90,11 +90,16 @@ def _labels_without_loss(folder: Path) -> Action:
     return lambda: model(**tiny_inputs(), labels=torch.tensor([0, 1]))
 
 
-def _task_model_labels(labels: Any) -> Callable[[Path], Action]:
-    """af.wrap(BertForSequenceClassification) with no head of ours: labels go to transformers' loss."""
+def _task_model_labels(
+    labels: Any, task_model: str = "BertForSequenceClassification", earlier: Any = None
+) -> Callable[[Path], Action]:
+    """af.wrap(<task_model>) with no head of ours: labels go to transformers' loss (after a call with `earlier`
+    labels, which fixes the config's problem_type)."""
 
     def prepare(folder: Path) -> Action:
-        model = af.wrap(transformers.BertForSequenceClassification(tiny_config("bert")).eval())
+        model = af.wrap(getattr(transformers, task_model)(tiny_config("bert", num_labels=5)).eval())
+        if earlier is not None:
+            model(**tiny_inputs(), labels=earlier)
         return lambda: model(**tiny_inputs(), labels=labels)
 
     return prepare
@@ -502,6 +507,48 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("labels", "3", "batch of 2"),
         _task_model_labels(torch.tensor([0, 1, 1])),
+    ),
+    B(
+        "forward-task-model-float-class-labels",
+        GROUP,
+        "af.wrap(BertForSequenceClassification) with float labels [0., 1.] (was a ValueError from transformers' "
+        "binary cross-entropy, which it picks for float labels)",
+        af.ConfigError,
+        ("float labels", "multi-label targets", "[batch, num_labels=5]", "integer labels"),
+        _task_model_labels(torch.tensor([0.0, 1.0])),
+    ),
+    B(
+        "forward-task-model-labels-after-problem-type",
+        GROUP,
+        "af.wrap(BertForSequenceClassification): multi-hot float labels after a call with class ids (was a "
+        "ValueError: transformers had fixed problem_type to single-label)",
+        af.ConfigError,
+        ("single_label_classification", "problem_type", "integer class ids"),
+        _task_model_labels(torch.zeros(2, 5), earlier=torch.tensor([0, 1])),
+    ),
+    B(
+        "forward-token-task-model-all-ignored",
+        GROUP,
+        "af.wrap(BertForTokenClassification) with every label -100 (was a NaN loss, silently)",
+        af.ConfigError,
+        ("no label is counted", "-100", "NaN"),
+        _task_model_labels(torch.full((2, 7), -100), "BertForTokenClassification"),
+    ),
+    B(
+        "forward-token-task-model-tag-range",
+        GROUP,
+        "af.wrap(BertForTokenClassification) with a tag 7 of 5 (was an IndexError from cross_entropy)",
+        af.ConfigError,
+        ("labels hold [7]", "num_labels=5", "0..4"),
+        _task_model_labels(torch.full((2, 7), 7), "BertForTokenClassification"),
+    ),
+    B(
+        "forward-token-task-model-labels-shape",
+        GROUP,
+        "af.wrap(BertForTokenClassification) with one label per example (was a ValueError from cross_entropy)",
+        af.ConfigError,
+        ("shape (2,)", "shaped like input_ids (2, 7)"),
+        _task_model_labels(torch.tensor([0, 1]), "BertForTokenClassification"),
     ),
     # forward_parallel runs the same checks
     B(
