@@ -73,10 +73,22 @@ def check_keywords(encoder: nn.Module, given: Mapping[str, Any]) -> None:
         )
 
 
+# Inputs a forward names but reads only where its config's flag is on (DeBERTa-v3 adds no absolute positions).
+_READ_ONLY_WITH = {"position_ids": "position_biased_input", "task_type_ids": "use_task_id"}
+
+
 def _check_positions_read(encoder: nn.Module, given: Mapping[str, Any]) -> None:
-    """position_ids where the forward does not name them (T5, BART): transformers passes them on in its **kwargs,
+    """Inputs that a config flag switches off (DeBERTa-v3's position_ids, ERNIE's task_type_ids), and position_ids
+    where the forward does not name them (T5, BART): transformers passes them on in its **kwargs,
     and only flash attention's packed sequences read them there; these models count positions themselves (or use
     relative ones), so any other attention ignores them without a word."""
+    config = getattr(encoder, "config", None)
+    for key, flag in _READ_ONLY_WITH.items():  # named by the forward, but read only under a config flag
+        if key in given and getattr(config, flag, True) is False:
+            raise ConfigError(
+                f"{type(encoder).__name__} has {flag}=False in its config, so {key} would be silently ignored; "
+                f"leave {key} out"
+            )
     if "position_ids" not in given or _names_positions(cast(Any, type(encoder))):
         return
     implementation = getattr(getattr(encoder, "config", None), "_attn_implementation", None)

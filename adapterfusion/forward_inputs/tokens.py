@@ -158,6 +158,9 @@ def check_values(given: Mapping[str, Any], vocabulary: int, limits: Limits, pref
     types, count = given.get("token_type_ids"), limits.token_types
     if types is not None and types.device.type == "cpu" and count > 0:
         _check_range(types, "token_type_ids", count, f"type_vocab_size={count}", "pass 0 for one segment")
+    tasks, kinds = given.get("task_type_ids"), getattr(limits.config, "task_type_vocab_size", None)
+    if tasks is not None and tasks.device.type == "cpu" and isinstance(kinds, int) and kinds > 0:
+        _check_range(tasks, "task_type_ids", kinds, f"task_type_vocab_size={kinds}", "pass 0 for the default task")
     positions, rows = given.get("position_ids"), limits.positions
     if positions is not None and positions.device.type == "cpu" and rows is not None:
         _check_range(positions, "position_ids", rows, f"max_position_embeddings={rows}", "leave position_ids out")

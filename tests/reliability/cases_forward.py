@@ -550,6 +550,30 @@ CASES: tuple[BadInput, ...] = (
         ("shape (2,)", "shaped like input_ids (2, 7)"),
         _task_model_labels(torch.tensor([0, 1]), "BertForTokenClassification"),
     ),
+    B(
+        "forward-positions-not-biased",
+        GROUP,
+        "position_ids to a DeBERTa-v2 of position_biased_input=False, as DeBERTa-v3 is (was silently ignored)",
+        af.ConfigError,
+        ("position_biased_input=False", "position_ids would be silently ignored"),
+        _call(
+            lambda: af.wrap(transformers.AutoModel.from_config(tiny_config("deberta-v2", position_biased_input=False))),
+            position_ids=torch.arange(7).flip(0).expand(2, 7),
+        ),
+    ),
+    B(
+        "forward-task-type-ids-range",
+        GROUP,
+        "task_type_ids=5 to an ERNIE of use_task_id=True and 3 task types (was an IndexError from the embedding)",
+        af.ConfigError,
+        ("task_type_ids holds [5]", "task_type_vocab_size=3"),
+        _call(
+            lambda: af.wrap(
+                transformers.AutoModel.from_config(tiny_config("ernie", use_task_id=True, task_type_vocab_size=3))
+            ),
+            task_type_ids=torch.full((2, 7), 5),
+        ),
+    ),
     # forward_parallel runs the same checks
     B(
         "parallel-unknown-keyword",
