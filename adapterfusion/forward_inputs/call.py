@@ -23,7 +23,7 @@ from adapterfusion.forward_inputs.encoder_decoder import (
     is_seq2seq,
 )
 from adapterfusion.forward_inputs.keywords import check_keywords
-from adapterfusion.forward_inputs.labels import check_head_labels, passed_labels
+from adapterfusion.forward_inputs.labels import check_head_labels, check_span_positions, passed_labels
 from adapterfusion.forward_inputs.limits import check_length, model_limits
 from adapterfusion.forward_inputs.padding import padding_to_the_right, positions_from_mask
 from adapterfusion.forward_inputs.seq2seq_head import decoder_inputs_for_head, seq2seq_states
@@ -79,6 +79,7 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
         check_decoder_source(model.model, given, labels)
     if head is None:
         check_task_pooling(model, given, shape[0])
+        check_span_positions(model, given)
     decoder = check_decoder_inputs(given, shape, weight, limits, past, own_labels) if seq2seq else None
     if head_config is not None and head_config.pooling == "last":
         _check_last_token_mask(model, given, shape[0], str(head))

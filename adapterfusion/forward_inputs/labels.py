@@ -7,6 +7,7 @@ on every device: a forward with labels computes a loss the caller reads anyway."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -61,6 +62,11 @@ def passed_labels(
     accepted = accepted_keywords(task_model)
     # Whether its forward takes labels decides; a model that is its own base (T5ForConditionalGeneration) may.
     has_own_loss = "labels" in accepted if accepted is not None else task_model is not task_model.base_model
+    if not has_own_loss and accepted is not None and "start_positions" in accepted:  # *ForQuestionAnswering
+        raise ConfigError(
+            f"labels were given, but the wrapped {name} computes its own loss from start_positions and "
+            "end_positions (each answer's first and last token); pass those instead of labels"
+        )
     if not has_own_loss:
         loaded = list(model.heads)
         fix = (
@@ -93,6 +99,18 @@ def passed_labels(
     if labels.dtype in INTEGER_DTYPES and labels.dtype != torch.long:
         labels = labels.long()  # transformers' cross-entropy losses take ids as torch.long only, as our heads cast them
     return labels
+
+
+def check_span_positions(model: AdaptedModel, given: Mapping[str, Any]) -> None:
+    """A wrapped *ForQuestionAnswering computes its loss only from both start_positions and end_positions: one
+    alone gave loss=None without a word."""
+    present = [key for key in ("start_positions", "end_positions") if given.get(key) is not None]
+    if len(present) == 1:
+        other = "end_positions" if present[0] == "start_positions" else "start_positions"
+        raise ConfigError(
+            f"{present[0]} was given without {other}: the wrapped {type(model.model).__name__} computes its loss only "
+            f"from both, and would return none; pass {other} too"
+        )
 
 
 def _language_model_kind(model: nn.Module) -> str | None:

@@ -574,6 +574,25 @@ CASES: tuple[BadInput, ...] = (
             task_type_ids=torch.full((2, 7), 5),
         ),
     ),
+    B(
+        "forward-qa-task-model-labels",
+        GROUP,
+        "labels= to af.wrap(BertForQuestionAnswering) (was told it has no task head of its own)",
+        af.ConfigError,
+        ("computes its own loss from start_positions and end_positions", "instead of labels"),
+        _task_model_labels(torch.tensor([0, 1]), "BertForQuestionAnswering"),
+    ),
+    B(
+        "forward-qa-task-model-start-only",
+        GROUP,
+        "start_positions without end_positions to af.wrap(BertForQuestionAnswering) (was loss=None, silently)",
+        af.ConfigError,
+        ("start_positions was given without end_positions", "pass end_positions too"),
+        _call(
+            lambda: af.wrap(transformers.BertForQuestionAnswering(tiny_config("bert")).eval()),
+            start_positions=torch.tensor([1, 2]),
+        ),
+    ),
     # forward_parallel runs the same checks
     B(
         "parallel-unknown-keyword",
