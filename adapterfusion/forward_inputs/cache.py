@@ -56,6 +56,8 @@ def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
     and head size its config gives; an EncoderDecoderCache only for an encoder-decoder (which also takes a
     DynamicCache, of its decoder's self-attention)."""
     wrapped = model.model
+    if _CHECKED.get(cache) is wrapped:  # generate's own cache, every step after its first: the layout is unchanged
+        return
     name = type(wrapped).__name__
     if isinstance(cache, EncoderDecoderCache) and not is_seq2seq(wrapped):
         raise ConfigError(
@@ -68,8 +70,10 @@ def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
         if isinstance(cache, EncoderDecoderCache)
         else (cache,)
     )
+    complete = True
     for part in parts:
         filled = list(_filled_keys(part))
+        complete = complete and len(filled) == layers
         if filled and len(filled) != layers:
             raise ConfigError(
                 f"past_key_values hold {len(filled)} layer{'s' * (len(filled) != 1)} but {name} has {layers}: they "
@@ -83,8 +87,11 @@ def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
                     f"but {name} has {expected[0]} key/value heads of size {expected[1]} there: they were made by "
                     f"another model; {_FIX}"
                 )
+    if complete:  # every layer filled by this model's layout: the steps that grow it need no second look
+        _CHECKED[cache] = wrapped
 
 
+_CHECKED: weakref.WeakKeyDictionary[Cache, nn.Module] = weakref.WeakKeyDictionary()
 _HEAD_SHAPES: weakref.WeakKeyDictionary[nn.Module, tuple[Any, tuple[Any, Any]]] = weakref.WeakKeyDictionary()
 
 

@@ -129,3 +129,25 @@ def test_a_cache_of_the_same_model_still_passes(model_type: str) -> None:
     step = step or {"input_ids": ids[:, 3:], "attention_mask": torch.ones_like(ids)}
     with torch.no_grad():
         assert model(**step, past_key_values=cache).logits.shape[:2] == (1, 1)
+
+
+def test_a_decode_loop_checks_its_caches_layout_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hand-written decode loop (model(..., past_key_values=cache) per token) checked the cache's layout on every
+    step; a cache whose every layer this model filled is not looked at again, while a new one still is."""
+    from transformers.cache_utils import DynamicCache
+
+    from adapterfusion.forward_inputs import cache as cache_module
+
+    calls = []
+    real = cache_module._head_shapes  # read by each layout check that looks at the cache
+    monkeypatch.setattr(cache_module, "_head_shapes", lambda wrapped: calls.append(wrapped) or real(wrapped))
+    model = af.wrap(tiny_decoder("llama"))
+    ids = torch.tensor([[11, 42, 17, 88]])
+    for _ in range(2):
+        cache, step = DynamicCache(), ids
+        with torch.no_grad():
+            for position in range(6):
+                mask = torch.ones(1, ids.shape[1] + position, dtype=torch.long)
+                logits = model(input_ids=step, attention_mask=mask, past_key_values=cache).logits
+                step = logits[:, -1:].argmax(-1)
+    assert len(calls) == 2 * 2  # per loop: the empty cache of its first step, then the filled one once
