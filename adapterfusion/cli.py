@@ -410,7 +410,10 @@ def _train_adapter(args: argparse.Namespace) -> int:
         output_dir=args.output_dir,
         store=args.store,
         training_config=_training_overrides(args),
-        setup_options={"reduction_factor": args.reduction_factor},
+        setup_options={
+            "reduction_factor": args.reduction_factor,
+            **({"train_layer_norm": False} if args.no_train_layer_norm else {}),
+        },
         max_examples=args.max_examples,
         overwrite=args.overwrite,
         resume=args.resume,
@@ -620,6 +623,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_arguments(adapter)
     adapter.add_argument("--reduction-factor", type=float, default=16)
     adapter.add_argument("--setup", choices=("st-a", "st-a-houlsby"), default="st-a")
+    adapter.add_argument(
+        "--no-train-layer-norm",
+        action="store_true",
+        help="st-a-houlsby without its per-task LayerNorm copies (needed on DistilBERT and BART, whose block applies "
+        "the shared LayerNorm itself)",
+    )
     adapter.set_defaults(run=_train_adapter)
 
     fuse = commands.add_parser("fuse", help="train AdapterFusion over stored adapters for one target task")

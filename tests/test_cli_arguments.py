@@ -77,3 +77,24 @@ def test_status_and_report_say_what_was_given_instead_of_an_output_dir(tmp_path,
     (tmp_path / "out").mkdir()
     assert main(["status", "~/out"]) == 2
     assert f"{tmp_path / 'out'} holds no experiment results" in capsys.readouterr().err
+
+
+def test_train_adapter_can_leave_out_houlsbys_layer_norm_copies(monkeypatch):
+    """On DistilBERT and BART the refusal of the copies said to pass train_layer_norm=False, which the command had
+    no way to pass."""
+    import adapterfusion.cli as cli
+
+    seen = {}
+
+    def recorded(task, setup, **kwargs):
+        seen[setup] = kwargs["setup_options"]
+        raise KeyboardInterrupt  # enough: the options reached train()
+
+    monkeypatch.setattr(cli, "train", recorded)
+    for extra in ([], ["--no-train-layer-norm"]):
+        setup = "st-a-houlsby" if extra else "st-a"
+        assert main(["train-adapter", "--task", "rte", "--setup", setup, *extra]) == 130
+    assert seen == {
+        "st-a": {"reduction_factor": 16},
+        "st-a-houlsby": {"reduction_factor": 16, "train_layer_norm": False},
+    }

@@ -217,7 +217,8 @@ class AdapterSite(nn.Module):
             if config.train_layer_norm:
                 raise ConfigError(
                     f"adapter {name!r}: train_layer_norm=True is not supported at {self.spec.path!r} of this "
-                    "architecture (the block applies the shared LayerNorm itself); pass train_layer_norm=False"
+                    "architecture (the block applies the shared LayerNorm itself); pass train_layer_norm=False (CLI: "
+                    "train-adapter --no-train-layer-norm)"
                 )
 
     def build_adapter(self, config: AdapterConfig, hidden_size: int) -> BottleneckAdapter:
