@@ -50,6 +50,18 @@ def test_token_tags_and_multi_label_targets_reach_a_wrapped_task_model():
     torch.testing.assert_close(model(**inputs, labels=targets).loss, reference(**inputs, labels=targets).loss)
 
 
+@pytest.mark.parametrize("model_type", ["bert", "deberta", "deberta-v2"])
+def test_class_ids_shaped_batch_by_one_are_read_as_one_per_example(model_type):
+    """BERT's own loss flattens [batch, 1] class ids; DeBERTa's raised a RuntimeError from a view. Both now get
+    [batch], and the loss is the reference model's for [batch] labels."""
+    torch.manual_seed(0)
+    reference = transformers.AutoModelForSequenceClassification.from_config(tiny_config(model_type)).eval()
+    model = af.wrap(copy.deepcopy(reference))
+    inputs, labels = tiny_inputs(), torch.tensor([0, 1])
+    loss = model(**inputs, labels=labels.unsqueeze(-1)).loss
+    torch.testing.assert_close(loss, reference(**inputs, labels=labels).loss)
+
+
 def test_a_head_of_ours_on_a_task_model_computes_the_loss_not_the_task_model():
     _, model = _task_pair("BertForSequenceClassification")
     model.add_head("h", af.ClassificationHead(num_labels=3))

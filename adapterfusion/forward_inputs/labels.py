@@ -94,6 +94,13 @@ def passed_labels(
     elif name.endswith("ForSequenceClassification") and config.num_labels > 1:
         _check_label_kind(labels, config.num_labels, config.problem_type, name)
         if labels.dtype in INTEGER_DTYPES:  # transformers computes a cross-entropy over num_labels classes
+            if labels.dim() == 2 and labels.shape[1] == 1:  # as BERT's own loss reads them (DeBERTa's view fails)
+                labels = labels.reshape(-1)
+            if labels.dim() != 1:
+                raise ConfigError(
+                    f"{name}: integer labels of shape {tuple(labels.shape)}; class ids are one per example, [batch] "
+                    f"(for multi-label targets pass floats, [batch, num_labels={config.num_labels}])"
+                )
             owner = f"{name} (num_labels={config.num_labels})"
             _check_class_ids(labels, config.num_labels, owner, "the task's label ids or the model config's num_labels")
     if labels.dtype in INTEGER_DTYPES and labels.dtype != torch.long:

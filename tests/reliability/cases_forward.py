@@ -527,6 +527,15 @@ CASES: tuple[BadInput, ...] = (
         _task_model_labels(torch.zeros(2, 5), earlier=torch.tensor([0, 1])),
     ),
     B(
+        "forward-task-model-class-id-rows",
+        GROUP,
+        "af.wrap(BertForSequenceClassification) with integer labels of shape (2, 3) (was a ValueError from "
+        "transformers' cross-entropy)",
+        af.ConfigError,
+        ("integer labels of shape (2, 3)", "one per example, [batch]"),
+        _task_model_labels(torch.zeros(2, 3, dtype=torch.long)),
+    ),
+    B(
         "forward-token-task-model-all-ignored",
         GROUP,
         "af.wrap(BertForTokenClassification) with every label -100 (was a NaN loss, silently)",
