@@ -20,7 +20,8 @@ from adapterfusion.forward_inputs.limits import Limits, check_length
 from adapterfusion.forward_inputs.tokens import INTEGER_DTYPES
 from adapterfusion.heads.config import HeadConfig
 from adapterfusion.heads.question_answering import check_qa_labels
-from adapterfusion.heads.token_classification import check_tagging_labels
+from adapterfusion.heads.token_classification import IGNORE_INDEX as _IGNORED  # the label the losses skip
+from adapterfusion.heads.token_classification import check_tagging_labels, ids_outside
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -138,9 +139,6 @@ def _output_vocabulary(model: nn.Module) -> int:
     return int(weight.shape[0]) if isinstance(weight, torch.Tensor) else int(cast(Any, model).config.vocab_size)
 
 
-_IGNORED = -100  # the label transformers' losses skip
-
-
 def _check_token_labels(
     labels: torch.Tensor, kind: str, expected: torch.Size | None, vocabulary: int, name: str
 ) -> None:
@@ -161,11 +159,10 @@ def _check_token_labels(
             f"{'' if expected is None else ' ' + str(tuple(expected))}: one token id per token, [batch, seq] "
             f"({_IGNORED} where no loss is counted{'; transformers shifts them itself' if kind == 'causal' else ''})"
         )
-    wrong = (labels != _IGNORED) & ((labels < 0) | (labels >= vocabulary))
-    if bool(wrong.any()):
-        values = sorted(set(labels[wrong].tolist()))
+    values = ids_outside(labels, vocabulary)
+    if values:
         raise ConfigError(
-            f"{name}: labels hold {values[:5]}, which are not token ids of its vocabulary of {vocabulary}: labels "
+            f"{name}: labels hold {values}, which are not token ids of its vocabulary of {vocabulary}: labels "
             f"must be in 0..{vocabulary - 1}, or {_IGNORED} (not -1) where no loss is counted"
         )
     counted = labels[:, 1:] if kind == "causal" else labels
@@ -187,11 +184,10 @@ def _check_tag_labels(labels: torch.Tensor, expected: torch.Size, tags: int, nam
             f"tag ids, a signed integer tensor shaped like input_ids {tuple(expected)}, with {_IGNORED} where no loss "
             "is counted (sub-tokens after a word's first, padding)"
         )
-    wrong = (labels != _IGNORED) & ((labels < 0) | (labels >= tags))
-    if bool(wrong.any()):
-        values = sorted(set(labels[wrong].tolist()))
+    values = ids_outside(labels, tags)
+    if values:
         raise ConfigError(
-            f"{name}: labels hold {values[:5]}, which are not tag ids of its num_labels={tags}: labels must be in "
+            f"{name}: labels hold {values}, which are not tag ids of its num_labels={tags}: labels must be in "
             f"0..{tags - 1}, or {_IGNORED} where no loss is counted; check the task's tags or the config's num_labels"
         )
     if not bool((labels != _IGNORED).any()):

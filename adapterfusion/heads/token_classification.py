@@ -34,19 +34,24 @@ def check_tagging_labels(labels: torch.Tensor, name: str, num_labels: int, shape
         )
     if labels.is_floating_point() and not bool((labels == labels.round()).all()):
         raise ConfigError(f"head {name!r}: tags must be integer ids, got fractional values")
-    tagged = labels[labels != IGNORE_INDEX]
-    if tagged.numel() == 0:
+    if not bool((labels != IGNORE_INDEX).any()):
         raise ConfigError(
             f"head {name!r}: every label of the batch is {IGNORE_INDEX}, so there is nothing to learn from (the loss "
             "would be NaN); check the alignment of word tags to tokens"
         )
-    low, high = torch.aminmax(tagged)
-    if float(low) < 0 or float(high) >= num_labels:
-        bad = sorted({int(v) for v in tagged[(tagged < 0) | (tagged >= num_labels)].tolist()})
+    bad = ids_outside(labels, num_labels)
+    if bad:
         raise ConfigError(
-            f"head {name!r} (num_labels={num_labels}): tags {bad[:5]} are not ids in 0..{num_labels - 1} or "
+            f"head {name!r} (num_labels={num_labels}): tags {bad} are not ids in 0..{num_labels - 1} or "
             f"{IGNORE_INDEX}; check the task's label names"
         )
+
+
+def ids_outside(labels: torch.Tensor, count: int) -> list[int]:
+    """The first five values of `labels` (sorted) that are neither ids in 0..count-1 nor IGNORE_INDEX: what a
+    cross-entropy over `count` classes would fail on deep in torch (an IndexError, a device-side assert on CUDA)."""
+    wrong = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= count))
+    return sorted({int(value) for value in labels[wrong].tolist()})[:5] if bool(wrong.any()) else []
 
 
 def word_labels_to_tokens(word_ids: Sequence[int | None], word_labels: Sequence[int]) -> list[int]:
