@@ -462,7 +462,7 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
             f"build another for that choice, af.pipeline(task, model, tokenizer, {given[0]}=...)"
         )
     if args:
-        check_pipeline_input(pipeline_task(built.task), args[0])  # an alias (sentiment-analysis) as its task
+        check_pipeline_input(built.model.task, args[0])  # the task as PipelineModel resolved it (no alias)
 
 
 def check_pipeline_input(task: str, value: object) -> None:

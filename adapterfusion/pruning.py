@@ -102,12 +102,7 @@ class PruningResult:
 
 def _holds_our_result(folder: Path) -> bool:
     """Whether `folder`'s pruning.json is one prune_fusion wrote (a regular file holding a PruningResult)."""
-    path = folder / PRUNING_FILE
-    try:
-        document = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except (OSError, ValueError):
-        return False
-    return isinstance(document, dict) and {"before", "after", "kept", "dropped"} <= document.keys()
+    return _records(folder / PRUNING_FILE, ("before", "after", "kept", "dropped"))
 
 
 def _pruned_from(folder: Path) -> Path | None:
