@@ -40,7 +40,7 @@ from adapterfusion.injection import inject, plain_save
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for, get_submodule
 from adapterfusion.injection.runtime import ForwardRuntime
 from adapterfusion.injection.site import AdapterSite
-from adapterfusion.injection.state import ActiveState, checked, restorable, with_routes
+from adapterfusion.injection.state import ActiveState, checked_against, restorable, with_routes
 from adapterfusion.outputs import AdaptedModelOutput, add_loss, passed_through, take_own_head_output
 from adapterfusion.piece import PIECE_KINDS, EncoderFingerprint
 from adapterfusion.serialization import model_pieces, setup
@@ -238,7 +238,7 @@ class AdaptedModel(nn.Module):
         state = dataclasses.replace(
             self._state, adapter=adapter, fusion=fusion, head=head, skip_layers=skip, parallel_routes=None, block=block
         )
-        return self._checked(state)
+        return checked_against(self, state)
 
     def activated(
         self,
@@ -269,14 +269,10 @@ class AdaptedModel(nn.Module):
         finally:
             self.set_state(restorable(self, previous))
 
-    def _checked(self, state: ActiveState) -> ActiveState:
-        fusions = {name: setup.adapters for name, setup in self.fusion_setups.items()}
-        return checked(state, self.adapter_configs, fusions, list(self.heads), self.num_layers)
-
     def set_state(self, state: ActiveState) -> None:
         """Run `state` from now on (`model.state`, or one from state_for), checked against the loaded pieces: the
         one place that changes what runs; the model and every site get the same value."""
-        state = self._checked(state)
+        state = checked_against(self, state)
         for site in self.sites:
             site.set_state(state)
         self._state = state

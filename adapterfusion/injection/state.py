@@ -122,18 +122,23 @@ def with_routes(state: ActiveState, routes: Sequence[str], split_site: str | Non
     return dataclasses.replace(state, parallel_routes=routes, parallel_split_site=split_site)
 
 
+def checked_against(model: AdaptedModel, state: ActiveState) -> ActiveState:
+    """`checked` against the pieces `model` holds now."""
+    fusions = {name: setup.adapters for name, setup in model.fusion_setups.items()}
+    return checked(state, model.adapter_configs, fusions, list(model.heads), model.num_layers)
+
+
 def refit(model: AdaptedModel, state: ActiveState) -> ActiveState:
     """`state` checked again against the pieces `model` holds now, as activate() checks it, after a piece it names
     was replaced (add_*(..., overwrite=True)): a block is resolved again (a Fuse must still match its fusion, an
     Average's adapters share one placement), parallel routes must still be adapters of the fusion, and a fusion's
     mask its adapters. ConfigError where the state no longer fits; a block or mask of a deleted piece is dropped."""
-    fusions = {name: setup.adapters for name, setup in model.fusion_setups.items()}
-    fitted = checked(state, model.adapter_configs, fusions, list(model.heads), model.num_layers)
-    unfit = [fusion for fusion in state.fusion_masks if fusion in fusions and fusion not in fitted.fusion_masks]
+    fitted = checked_against(model, state)
+    unfit = [f for f in state.fusion_masks if f in model.fusion_setups and f not in fitted.fusion_masks]
     if unfit:
         raise ConfigError(
             f"the mask of fusion {unfit[0]!r} keeps {list(state.fusion_masks[unfit[0]])}, which it no longer fuses "
-            f"(it fuses {list(fusions[unfit[0]])})"
+            f"(it fuses {list(model.fusion_setups[unfit[0]].adapters)})"
         )
     if fitted.block is not None:
         fitted = dataclasses.replace(fitted, block=resolve(model, fitted.block))
