@@ -28,6 +28,7 @@ from types import FrameType
 from typing import Any, Protocol, cast
 
 import torch
+import tqdm
 
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.jobs import JobPayload, execute_job, work_for
@@ -78,9 +79,6 @@ def _init_worker(threads: int, runner: int) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     work_for(runner)
     _die_with_runner(runner)
-    import torch
-    import tqdm
-
     torch.set_num_threads(threads)
     # tqdm's default lock is a multiprocessing one, which a worker killed after its grace leaves for the resource
     # tracker to report as leaked; a worker's bars share no stream with another process's

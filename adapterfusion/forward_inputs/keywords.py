@@ -64,7 +64,7 @@ def check_keywords(encoder: nn.Module, given: Mapping[str, Any]) -> None:
             f"ignored; it takes {', '.join(shown)} (and the model's own labels=, output_fusion_attentions=, "
             "adapter_names= and head_names=)"
         )
-    _check_positions_read(encoder, given)
+    _check_inputs_read(encoder, given)
     check_flags(given, _FLAGS)
     if given.get("return_dict") is False:
         raise ConfigError(
@@ -77,7 +77,7 @@ def check_keywords(encoder: nn.Module, given: Mapping[str, Any]) -> None:
 _READ_ONLY_WITH = {"position_ids": "position_biased_input", "task_type_ids": "use_task_id"}
 
 
-def _check_positions_read(encoder: nn.Module, given: Mapping[str, Any]) -> None:
+def _check_inputs_read(encoder: nn.Module, given: Mapping[str, Any]) -> None:
     """Inputs that a config flag switches off (DeBERTa-v3's position_ids, ERNIE's task_type_ids), and position_ids
     where the forward does not name them (T5, BART): transformers passes them on in its **kwargs,
     and only flash attention's packed sequences read them there; these models count positions themselves (or use
@@ -91,7 +91,7 @@ def _check_positions_read(encoder: nn.Module, given: Mapping[str, Any]) -> None:
             )
     if "position_ids" not in given or _names_positions(cast(Any, type(encoder))):
         return
-    implementation = getattr(getattr(encoder, "config", None), "_attn_implementation", None)
+    implementation = getattr(config, "_attn_implementation", None)
     if isinstance(implementation, str) and implementation.startswith("flash"):
         return
     raise ConfigError(
