@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from adapterfusion.errors import ConfigError, RunFileError, SerializationError
+from adapterfusion.forward_inputs.seq2seq_head import shifted_right
 from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.io.documents import read_json
 from adapterfusion.run_layout import CONFIG_FILE
@@ -181,7 +182,7 @@ def _token_mask(inputs: Mapping[str, torch.Tensor], attention: torch.Tensor, dec
         elif labels is not None:
             mask = labels != -100
         elif mask is not None:
-            mask = torch.cat([mask.new_ones((*mask.shape[:-1], 1)), mask[..., :-1]], dim=-1)
+            mask = shifted_right(mask, 1)
     if mask is None:
         return torch.ones(attention.shape[:2], device=attention.device, dtype=torch.long)
     return mask.reshape(attention.shape[:2]).to(attention.device)  # multiple choice: [batch * choices, seq]

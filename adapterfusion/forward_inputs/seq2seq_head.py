@@ -76,9 +76,14 @@ def decoder_inputs_for_head(model: AdaptedModel, given: dict[str, Any], head: st
             f"head {head!r}: the model's config has no decoder_start_token_id to start its decoder with; set "
             "model.model.config.decoder_start_token_id, or pass decoder_input_ids"
         )
-    shifted = torch.cat([ids.new_full((*ids.shape[:-1], 1), start), ids[..., :-1]], dim=-1)
-    decoder = dict(given, decoder_input_ids=shifted)
+    decoder = dict(given, decoder_input_ids=shifted_right(ids, start))
     mask = given.get("attention_mask")
     if isinstance(mask, torch.Tensor):
-        decoder["decoder_attention_mask"] = torch.cat([mask.new_ones((*mask.shape[:-1], 1)), mask[..., :-1]], dim=-1)
+        decoder["decoder_attention_mask"] = shifted_right(mask, 1)
     return decoder
+
+
+def shifted_right(values: torch.Tensor, first: int) -> torch.Tensor:
+    """`values` shifted one position right along the last dimension, `first` in front: the input a head's decoder
+    reads, and its mask (fusion-attention records count the decoder's real positions by it)."""
+    return torch.cat([values.new_full((*values.shape[:-1], 1), first), values[..., :-1]], dim=-1)
