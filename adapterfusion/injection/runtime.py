@@ -13,7 +13,7 @@ import contextlib
 import functools
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import torch
 from torch import nn
@@ -22,6 +22,14 @@ from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.layer import FoldedFusion
 
 Recorder = dict[tuple[int, str], torch.Tensor]
+
+
+class LaneHolder(Protocol):
+    """A site that keeps a lane of the running block (site.py)."""
+
+    def forget_lane(self) -> None: ...
+
+
 Prepared = TypeVar("Prepared")
 
 
@@ -43,6 +51,9 @@ class ForwardRuntime:
         # one and before the first step (an encoder-decoder's encoder runs then), and the sites the steps recorded
         self._step_start: int | None = None
         self._stepped: set[tuple[int, str]] = set()
+        # The sites holding a lane of the running block (site.py `_lane`), told to drop it when the block ends,
+        # a recording begins or ends, or the pieces change.
+        self._lane_holders: list[LaneHolder] = []
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (copy.deepcopy, pickle, torch.save of the model) starts outside every block with nothing kept: the
@@ -60,10 +71,12 @@ class ForwardRuntime:
             return
         recorder: Recorder = {}
         previous, self._recorders = self._recorders, (*self._recorders, recorder)
+        self._forget_lanes()  # lanes record nothing: the general path runs while recording
         try:
             yield recorder
         finally:
             self._recorders = previous
+            self._forget_lanes()
 
     @contextlib.contextmanager
     def caching(
@@ -75,11 +88,13 @@ class ForwardRuntime:
         `check_placement` holds each forward of the block to."""
         previous = self._folded, self._check_values, self._placement
         self._folded, self._check_values, self._placement = {}, check_values, placement
+        self._forget_lanes()
         try:
             self._drop_stale(check_values)  # inside: an error here (out of memory, Ctrl-C) still ends the block
             yield
         finally:
             self._folded, self._check_values, self._placement = previous
+            self._forget_lanes()
 
     def pieces_changed(self) -> None:
         """An adapter or fusion was added, replaced or removed: inside a caching block, what the block prepared so
@@ -88,6 +103,7 @@ class ForwardRuntime:
         stamps, which a new module's tensors do not match."""
         if self._folded is not None:
             self._folded = {}
+            self._forget_lanes()
 
     def check_placement(self, placement: tuple[torch.dtype, torch.device]) -> None:
         """Refuse a forward inside a caching block after the model was cast or moved (`model.to(...)` inside it):
@@ -128,6 +144,15 @@ class ForwardRuntime:
                 weights = recorder.get(key)
                 if weights is not None and weights.shape[-2] > length:
                     recorder[key] = weights[..., :length, :]
+
+    def holds_lane(self, site: LaneHolder) -> None:
+        """`site` keeps a lane of the running block until `_forget_lanes`."""
+        self._lane_holders.append(site)
+
+    def _forget_lanes(self) -> None:
+        holders, self._lane_holders = self._lane_holders, []
+        for site in holders:
+            site.forget_lane()
 
     @property
     def is_recording(self) -> bool:

@@ -16,6 +16,7 @@ with sum_n s_n LN_n(out + r), s the fusion attention (fusion/layer.py `mix_layer
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypedDict, TypeVar, cast
@@ -79,7 +80,12 @@ class AdapterSite(nn.Module):
         self.adapters = nn.ModuleDict()
         self.fusions = nn.ModuleDict()
         self.train(base_layer.training)  # an eval-mode model wraps into eval-mode sites (and what they build)
-        self.spec = spec
+        # Its own copy: a compiled forward reads the spec through each site, and one object shared by every site
+        # would cost a Python aliasing guard per site and decode step (`site_i.spec is site_0.spec`).
+        self.spec = dataclasses.replace(spec)
+        # What forward asks of the spec's kind, as plain bools: an enum member is one object, shared by every site.
+        self._post_ln_output = spec.kind is SiteKind.POST_LN_OUTPUT
+        self._residual_is_input = spec.kind is SiteKind.PRE_RESIDUAL and spec.residual_input is None
         self.layer_index = layer_index
         self.position = position
         # The parent block owns this LayerNorm; registering it here would duplicate it in state_dict().
@@ -88,7 +94,7 @@ class AdapterSite(nn.Module):
         self._mask_key: tuple[Any, ...] | None = None
         self._residual: torch.Tensor | None = None  # PRE_NORM with residual_input: r of the running forward
         self._residual_hook: RemovableHandle | None = None
-        self._known_lane: tuple[object, str, Lane | None] | None = None
+        self._known_lane: tuple[str, Lane | None] | None = None  # (lane key, lane) of the running block
         # Where the site is below the HF base model, and where AdapterHub keeps its adapters for it (inject_sites).
         self.module_path = ""
         self.adapterhub_module_path = ""
@@ -253,7 +259,7 @@ class AdapterSite(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self._active:
             return self.base_layer(*args, **kwargs)
-        if self.spec.kind is SiteKind.POST_LN_OUTPUT:
+        if self._post_ln_output:
             hidden_states = args[0] if args else kwargs["hidden_states"]
             input_tensor = args[1] if len(args) > 1 else kwargs["input_tensor"]
             dense = getattr(self.base_layer, self.spec.dense)
@@ -262,7 +268,7 @@ class AdapterSite(nn.Module):
         output = self.base_layer(*args, **kwargs)
         hidden = output[0] if isinstance(output, tuple) else output
         residual_input = None
-        if self.spec.kind is SiteKind.PRE_RESIDUAL and self.spec.residual_input is None:
+        if self._residual_is_input:
             residual_input = args[0] if args else next(iter(kwargs.values()))
         elif self.spec.residual_input is not None and self._needs_residual:
             residual_input = self._residual
@@ -282,18 +288,28 @@ class AdapterSite(nn.Module):
 
     def _lane(self, hidden: torch.Tensor) -> Lane | None:
         """This state's lane, inside `inference_cache()` only, and only while nothing needs the general path
-        (recording fusion attentions, autocast)."""
-        runtime = self._runtime
-        block = runtime.block
-        if block is None or runtime.is_recording or torch.is_autocast_enabled(hidden.device.type):
+        (recording fusion attentions, autocast). A decode step asks once per token and site: the lane the site was
+        handed in this block is its own attribute, which the runtime clears when the block ends or anything that
+        voids it happens (`forget_lane`), so a compiled step reads nothing the sites share (each shared object read
+        through every site costs a Python aliasing guard per site and step)."""
+        if torch.is_autocast_enabled(hidden.device.type):
             return None
-        known = self._known_lane  # (block, state's lane key, lane): a decode step asks once per token and site
-        if known is not None and known[0] is block and known[1] == self._lane_key:
-            return known[2]
+        known = self._known_lane
+        if known is not None and known[0] == self._lane_key:
+            return known[1]
+        runtime = self._runtime
+        if runtime.block is None or runtime.is_recording:
+            return None
         assert self._lane_key is not None
         lane = runtime.prepared("lane", self.key, self._lane_key, self._make_lane, self._lane_weights)
-        self.__dict__["_known_lane"] = (block, self._lane_key, lane)
+        self.__dict__["_known_lane"] = (self._lane_key, lane)
+        runtime.holds_lane(self)
         return lane
+
+    def forget_lane(self) -> None:
+        """Drop the lane of the running block (injection/runtime.py: the block ended, a recording began or ended,
+        the pieces changed)."""
+        self.__dict__["_known_lane"] = None
 
     def _lane_pieces(self) -> tuple[list[BottleneckAdapter], FusionLayer | None]:
         if self._fusion is None:
