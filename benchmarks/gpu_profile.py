@@ -13,16 +13,21 @@ Parts: `routing`, the shipped MiniLM's shape at batch 32 × 128 (bare, one adapt
 SmolLM2-135M-shaped decoder (`--decoder-config`, seeded random weights) generating with a static cache, which
 transformers compiles into CUDA graphs on a GPU (bare, one adapter, fusion N=8 inside `inference_cache()`, and
 fusion N=8 again without the lane kernels), per decoded token, and the time an empty inference_cache() block takes
-to open and close (the kept folds' hash: once per generate() call). On a CPU the same runs with host timings only, to
-try the script.
+to open and close (the kept folds' hash: once per generate() call). Decode cases also get their time a token
+without the profiler (between generation steps, as decoder_fusion.py takes it), `--cases` picks some, and
+`--trace-dir` writes each one's timeline (gzipped Chrome trace: chrome://tracing or Perfetto) to read where a step's
+host and GPU time go. Every case lists the host's largest items by self time. On a CPU the same runs with host
+timings only, to try the script.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from torch.profiler import ProfilerActivity, profile
 
 HERE = Path(__file__).resolve().parent
@@ -43,8 +49,11 @@ SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC")
 
 
-def summarise(run: Callable[[], Any], device: torch.device, calls: int, per: int = 1) -> dict[str, Any]:
-    """Profile `calls` runs of `run` (after two warm ones); figures per unit (`per` units a run: decoded tokens)."""
+def summarise(
+    run: Callable[[], Any], device: torch.device, calls: int, per: int = 1, trace_file: Path | None = None
+) -> dict[str, Any]:
+    """Profile `calls` runs of `run` (after two warm ones); figures per unit (`per` units a run: decoded tokens).
+    `trace_file`: also one more run's timeline there, gzipped Chrome trace format (chrome://tracing, Perfetto)."""
     run(), run()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     if device.type == "cuda":
@@ -57,7 +66,11 @@ def summarise(run: Callable[[], Any], device: torch.device, calls: int, per: int
             torch.cuda.synchronize(device)
     wall = time.perf_counter() - start
     units = calls * per
+    if trace_file is not None:
+        _export_timeline(run, activities, trace_file)
     events = list(trace.events())
+    # where the host's time goes (self time: an event's own, its children's excluded), the largest first
+    host = sorted(trace.key_averages(), key=lambda e: -e.self_cpu_time_total)[:10]
     kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0]
     busy_us = sum(e.device_time_total for e in kernels if not e.name.startswith("Memcpy"))
     by_name: dict[str, float] = {}
@@ -74,7 +87,21 @@ def summarise(run: Callable[[], Any], device: torch.device, calls: int, per: int
         "syncs": sum(1 for e in events if e.name.startswith(SYNC_CALLS)) / units,
         "host_ops": sum(1 for e in events if e.name.startswith("aten::")) / units,
         "top_kernels_ms": [(name[:80], t / 1000 / units) for name, t in top],
+        "top_host_self_ms": [(e.key[:80], e.self_cpu_time_total / 1000 / units, e.count / units) for e in host],
     }
+
+
+def _export_timeline(run: Callable[[], Any], activities: list[ProfilerActivity], trace_file: Path) -> None:
+    """One run of `run` under the profiler, its timeline written gzipped to `trace_file`."""
+    with profile(activities=activities) as trace:
+        run()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    plain = trace_file.with_suffix("")
+    trace.export_chrome_trace(str(plain))
+    with plain.open("rb") as source, gzip.open(trace_file, "wb") as target:
+        shutil.copyfileobj(source, target)
+    plain.unlink()
 
 
 def block_entry_ms(model: af.AdaptedModel, device: torch.device, repeats: int = 20) -> float:
@@ -110,7 +137,43 @@ def routing_part(device: torch.device, calls: int) -> dict[str, dict[str, Any]]:
         return {name: summarise(run, device, calls) for name, run in cases.items()}
 
 
-def decode_part(device: torch.device, calls: int, config_file: Path, tokens: int) -> dict[str, dict[str, Any]]:
+DECODE_CASES = ("bare", "one adapter", "one adapter, frozen", "fusion N=8", "fusion N=8, no lane kernels")
+
+
+class _Clock(transformers.LogitsProcessor):
+    """Stamps the time each generation step hands its scores over (after the device has finished); changes nothing."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.stamps: list[float] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.stamps.append(time.perf_counter())
+        return scores
+
+
+def stamped_token_ms(generate: Callable[..., Any], device: torch.device, repeats: int = 5) -> float:
+    """Median time between decode steps without the profiler, as decoder_fusion.py measures it (the prompt's step
+    left out): the figure the tables compare, in this process beside the profile's explanation of it."""
+    figures = []
+    for _ in range(repeats):
+        clock = _Clock(device)
+        generate(logits_processor=transformers.LogitsProcessorList([clock]))
+        stamps = clock.stamps
+        figures.append(1000 * (stamps[-1] - stamps[0]) / (len(stamps) - 1))
+    return sorted(figures)[len(figures) // 2]
+
+
+def decode_part(
+    device: torch.device,
+    calls: int,
+    config_file: Path,
+    tokens: int,
+    cases: tuple[str, ...] = DECODE_CASES,
+    trace_dir: Path | None = None,
+) -> dict[str, dict[str, Any]]:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(config_file.parent if config_file.name == "config.json" else config_file)
@@ -118,7 +181,7 @@ def decode_part(device: torch.device, calls: int, config_file: Path, tokens: int
     given = os.environ.get("ADAPTERFUSION_TRITON", "1")
     # "one adapter, frozen": its weights without requires_grad. The third lease timed one adapter's token at 1.57x bare
     # against fusion N=8's 1.37x, though one adapter adds less GPU time; the trainable weights are one difference.
-    for case in ("bare", "one adapter", "one adapter, frozen", "fusion N=8", "fusion N=8, no lane kernels"):
+    for case in cases:
         # the last case without injection/lane_kernels.py (read when the lanes are built): what its kernels save
         os.environ["ADAPTERFUSION_TRITON"] = "0" if case.endswith("no lane kernels") else given
         torch.manual_seed(0)
@@ -136,9 +199,13 @@ def decode_part(device: torch.device, calls: int, config_file: Path, tokens: int
             model.activate(fusion="f")
         prompt = torch.randint(1000, 20000, (1, 16), generator=torch.Generator().manual_seed(0)).to(device)
         options: dict[str, Any] = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
+        trace_file = None
+        if trace_dir is not None:
+            trace_file = trace_dir / f"trace_{case.replace(' ', '_').replace(',', '').replace('=', '')}.json.gz"
         with model.inference_cache():
             run = functools.partial(model.generate, input_ids=prompt, cache_implementation="static", **options)
-            results[case] = summarise(run, device, calls, per=tokens)
+            results[case] = summarise(run, device, calls, per=tokens, trace_file=trace_file)
+            results[case]["stamped_token_ms"] = stamped_token_ms(run, device)
         results[case]["entry_ms"] = block_entry_ms(model, device)
         del model
         torch._dynamo.reset()
@@ -153,6 +220,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16, help="decoded tokens per generate call (decode part)")
     parser.add_argument("--decoder-config", type=Path, default=None, help="config.json of the decoder's shape")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--cases", nargs="+", choices=DECODE_CASES, default=DECODE_CASES, help="decode part's cases")
+    parser.add_argument("--trace-dir", type=Path, help="decode part: each case's timeline here (gzipped Chrome trace)")
     args = parser.parse_args()
     device = torch.device(args.device)
     results: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
@@ -161,20 +230,25 @@ def main() -> None:
     if "decode" in args.part:
         if args.decoder_config is None:
             raise SystemExit("--decoder-config: the config.json of the decoder's shape (SmolLM2-135M's)")
-        results["decode"] = decode_part(device, args.calls, args.decoder_config, args.tokens)
+        results["decode"] = decode_part(
+            device, args.calls, args.decoder_config, args.tokens, tuple(args.cases), args.trace_dir
+        )
     for part in ("routing", "decode"):
         if part not in results:
             continue
         unit = "per forward" if part == "routing" else "per decoded token"
         print(f"\n{part} ({results['device']}, {unit}; under torch.profiler)")
-        print("| case | wall ms | GPU busy ms | kernels | launch calls | graph launches | syncs | host aten ops |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        print(
+            "| case | wall ms | GPU busy ms | kernels | launch calls | graph launches | syncs | host aten ops "
+            "| unprofiled ms |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for case, figures in results[part].items():
             busy = f"{figures['gpu_busy_ms']:.2f}" if figures["gpu_busy_ms"] is not None else "-"
             print(
                 f"| {case} | {figures['wall_ms']:.2f} | {busy} | {figures['kernels']:.0f} | "
                 f"{figures['launch_calls']:.0f} | {figures['graph_launches']:.1f} | {figures['syncs']:.1f} | "
-                f"{figures['host_ops']:.0f} |"
+                f"{figures['host_ops']:.0f} | {figures.get('stamped_token_ms', float('nan')):.2f} |"
             )
         entries = [f"{case} {fig['entry_ms']:.2f}" for case, fig in results[part].items() if "entry_ms" in fig]
         if entries:
@@ -183,6 +257,9 @@ def main() -> None:
             top = ", ".join(f"{name} {ms:.3f}" for name, ms in figures["top_kernels_ms"][:4])
             if top:
                 print(f"- {case}: {top}")
+        for case, figures in results[part].items():
+            host = ", ".join(f"{name} {ms:.3f} ({count:.1f}x)" for name, ms, count in figures["top_host_self_ms"][:8])
+            print(f"- {case}, host self time ms: {host}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

