@@ -13,7 +13,7 @@ import adapterfusion as af
 from adapterfusion.encoder_limits import check_max_length, max_input_length
 from adapterfusion.forward_inputs.encoder_decoder import shifts_input_ids, shifts_labels
 from adapterfusion.forward_inputs.keywords import accepted_keywords
-from tiny_decoders import TINY_DECODER_CONFIGS, tiny_decoder
+from tiny_decoders import TINY_DECODER_CONFIGS, tiny_decoder, tiny_decoder_config
 from tiny_models import TINY_CONFIGS, tiny_config, tiny_encoder, tiny_inputs, tiny_pair
 
 
@@ -233,3 +233,56 @@ def test_language_model_labels_of_other_rows_are_refused_as_token_id_rows(model_
     classifier = _task_pair("BertForSequenceClassification")[1]
     with pytest.raises(af.ConfigError, match=r"3 labels for a batch of 2 examples; pass one real label per example"):
         classifier(**tiny_inputs(batch=2), labels=torch.tensor([0, 1, 1]))
+
+
+@pytest.mark.parametrize(
+    ("model_type", "class_name"),
+    [("modernbert", "ModernBertForMultipleChoice"), ("bert", "BertForMultipleChoice"), ("bert", "BertModel")],
+)
+def test_a_bool_attention_mask_gives_what_the_same_mask_as_integers_gives(model_type, class_name):
+    """Tokenizers give masks as torch.long, but users build bool ones. ModernBERT's multiple-choice model pools by
+    the mask's argmax, which torch refuses for bool (a RuntimeError from inside transformers): the call hands every
+    model a per-token mask as integers, the same mask."""
+    torch.manual_seed(0)
+    reference = getattr(transformers, class_name)(tiny_config(model_type)).eval()
+    model = af.wrap(copy.deepcopy(reference))
+    inputs = tiny_inputs()
+    if class_name.endswith("MultipleChoice"):
+        inputs = {key: value.unsqueeze(1).expand(-1, 3, -1).contiguous() for key, value in inputs.items()}
+    as_bool = dict(inputs, attention_mask=inputs["attention_mask"].bool())
+    out, expected = model(**as_bool), reference(**inputs)
+    name = "last_hidden_state" if class_name == "BertModel" else "logits"
+    torch.testing.assert_close(getattr(out, name), getattr(expected, name))
+
+
+@pytest.mark.parametrize(
+    ("class_name", "config", "keys"),
+    [
+        ("DistilBertForMultipleChoice", "distilbert", ("position_ids",)),
+        ("BertForMultipleChoice", "bert", ("token_type_ids", "position_ids")),
+        ("GPT2DoubleHeadsModel", "gpt2", ("token_type_ids", "position_ids")),
+    ],
+)
+def test_per_choice_positions_and_token_types_reach_a_wrapped_multiple_choice_model(class_name, config, keys):
+    """A wrapped multiple-choice model takes every per-token input as [batch, choices, seq]. DistilBERT's and
+    GPT-2's hand position_ids to their embeddings unflattened (a RuntimeError from inside transformers for the raw
+    models); the call flattens them for every such model, as BERT's does itself, so each gives what it gives for the
+    same values as [batch * choices, seq] (and BERT's its own result)."""
+    torch.manual_seed(0)
+    made = tiny_decoder_config(config) if config == "gpt2" else tiny_config(config)
+    reference = getattr(transformers, class_name)(made).eval()
+    model = af.wrap(copy.deepcopy(reference))
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(5, 90, (2, 3, 7), generator=generator)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    extra = {
+        "position_ids": torch.randint(0, 7, (2, 3, 7), generator=generator),
+        "token_type_ids": torch.randint(0, 2, (2, 3, 7), generator=generator),
+    }
+    inputs.update({key: extra[key] for key in keys})
+    flat = {key: value.flatten(0, 1) if key in keys else value for key, value in inputs.items()}
+    out = model(**inputs)
+    name = "mc_logits" if class_name == "GPT2DoubleHeadsModel" else "logits"
+    torch.testing.assert_close(getattr(out, name), getattr(reference(**flat), name))
+    if class_name == "BertForMultipleChoice":  # flattens them itself
+        torch.testing.assert_close(getattr(out, name), getattr(reference(**inputs), name))

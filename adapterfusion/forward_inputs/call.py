@@ -35,6 +35,7 @@ from adapterfusion.forward_inputs.tokens import (
     check_per_token,
     check_values,
     input_embeddings,
+    integer_masks,
     token_shape,
 )
 
@@ -74,6 +75,7 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     check_per_token(given, shape, 0 if seq2seq else past)
     check_devices(model.model, {**given, "labels": labels}, weight.device)
     check_values(given, weight.shape[0], limits)
+    given = integer_masks(given)
     own_labels = labels if head is None else None  # a head's labels are class ids, not the decoder's tokens
     if seq2seq and head is None:
         check_decoder_source(model.model, given, labels)
@@ -91,7 +93,9 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     num_choices = shape[1] if choices else None
     if choices and head is not None:  # our head pools each choice: [batch, choices, ...] -> [batch * choices, ...]
         given = {k: v.flatten(0, 1) if k in TOKEN_INPUTS and v.shape[:2] == shape[:2] else v for k, v in given.items()}
-    rows = shape[0] * (num_choices or 1)  # a wrapped multiple-choice model flattens the choices the same way itself
+    elif choices:  # a wrapped multiple-choice model flattens the choices itself, by its input_ids and mask ...
+        given = _flat_per_choice(given, shape)
+    rows = shape[0] * (num_choices or 1)  # ... the same way
     if head is not None and model.architecture.decoder is not None:
         own = "decoder_input_ids" in given or "decoder_inputs_embeds" in given  # the decoder's length, not the input's
         if own and head_config is not None and head_config.pooling == "last":
@@ -102,6 +106,22 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     if head is not None and model.architecture.pools_last_token:  # a decoder: left padding must not shift positions
         given = positions_from_mask(encoder, given)
     return ForwardCall(encoder, given, num_choices, rows, given.get("attention_mask"))
+
+
+# Per-token inputs a wrapped multiple-choice model passes on: not all flatten them (DistilBERT's hands position_ids of
+# [batch, choices, seq] to its embeddings as they are, which fails there); flattened here they reach the encoder right
+# whichever it does, as view(-1, seq) leaves [batch * choices, seq] as it is. input_ids and the mask stay as given:
+# the model counts the choices by them.
+_FLATTENED_FOR_THE_MODEL = ("token_type_ids", "position_ids", "task_type_ids")
+
+
+def _flat_per_choice(given: dict[str, Any], shape: tuple[int, ...]) -> dict[str, Any]:
+    return {
+        key: value.flatten(0, 1)
+        if key in _FLATTENED_FOR_THE_MODEL and isinstance(value, torch.Tensor) and value.shape[:2] == shape[:2]
+        else value
+        for key, value in given.items()
+    }
 
 
 def _is_multiple_choice(model: nn.Module, given: Mapping[str, Any]) -> bool:

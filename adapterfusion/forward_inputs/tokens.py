@@ -27,6 +27,21 @@ INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8
 INDEX_DTYPES = (torch.int64, torch.int32)
 
 
+MASKS = ("attention_mask", "decoder_attention_mask")
+
+
+def integer_masks(given: Mapping[str, Any]) -> dict[str, Any]:
+    """`given` with a bool mask of one value per token as torch.long, the dtype tokenizers give: the same mask, which
+    some transformers models take only as integers (ModernBERT's multiple-choice model pools by its argmax, which
+    torch refuses for bool). A 4-D mask (a decoder's own attention pattern) stays as given."""
+    return {
+        key: value.long()
+        if key in MASKS and isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.dim() <= 3
+        else value
+        for key, value in given.items()
+    }
+
+
 def input_embeddings(model: nn.Module) -> nn.Embedding:
     """The model's input embeddings, whose weight gives the vocabulary, width, dtype and device the inputs must fit."""
     return cast(nn.Embedding, cast(Any, model).get_input_embeddings())
