@@ -29,6 +29,7 @@ from adapterfusion.blocks import BatchSplit, Parallel
 from adapterfusion.errors import AdapterFusionError, ConfigError
 from adapterfusion.forward_inputs import (
     GENERATE_INPUTS,
+    check_early_exit,
     check_generate_inputs,
     check_generate_settings,
     check_token_ids,
@@ -82,6 +83,7 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
         )
     _check_recordable(model, args, kwargs)
     settings = check_generate_settings(wrapped, args, kwargs)
+    check_early_exit(wrapped, args, kwargs)
     args, kwargs = settings.args, settings.kwargs  # with numpy / torch scalars as the Python numbers they hold
     check_token_ids(wrapped, args, kwargs, int(wrapped.get_input_embeddings().weight.shape[0]))
     copies = int(settings.values.get("num_beams", 1)) * int(settings.values.get("num_return_sequences", 1))

@@ -30,13 +30,15 @@ The modules, each importing only those listed before it:
 - `generate`: `check_generate_inputs`;
 - `generate_settings`: `check_generate_settings`, generate()'s numeric settings (max_new_tokens, num_beams, top_p,
   ...) checked, numpy and torch scalars among them read as the Python numbers they hold; `check_token_ids`, its
-  token-id settings (pad, eos, forced and suppressed tokens, bad words, sequence bias) inside the vocabulary.
+  token-id settings (pad, eos, forced and suppressed tokens, bad words, sequence bias) inside the vocabulary;
+  `check_early_exit`, assistant_early_exit only on models whose layers stop where transformers' draft sets them.
 """
 
 from adapterfusion.forward_inputs.call import ForwardCall, check_call
 from adapterfusion.forward_inputs.generate import GENERATE_INPUTS, check_generate_inputs
 from adapterfusion.forward_inputs.generate_settings import (
     GenerateSettings,
+    check_early_exit,
     check_generate_settings,
     check_token_ids,
     read_setting,
@@ -48,6 +50,7 @@ __all__ = [
     "ForwardCall",
     "GenerateSettings",
     "check_call",
+    "check_early_exit",
     "check_generate_inputs",
     "check_generate_settings",
     "check_token_ids",

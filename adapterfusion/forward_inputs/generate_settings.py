@@ -9,6 +9,8 @@ on as that number, so the positions check sees it too; a float is no integer set
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import math
 import numbers
 from collections.abc import Callable
@@ -177,6 +179,34 @@ def read_setting(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], name
     """The value of generate()'s setting `name` (None: unset): its keyword, else the generation_config passed, else
     the model's own."""
     return _read(name, kwargs, _passed_config(args, kwargs), getattr(model, "generation_config", None))[0]
+
+
+def check_early_exit(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Refuse assistant_early_exit where transformers' early-exit drafting cannot run: it drafts with the model's own
+    first layers by lowering its base model's config.num_hidden_layers for the draft, which only a base model whose
+    layer loop stops there honours (Llama-style decoders). GPT-2's loop indexes its cache past the draft's layers (an
+    IndexError inside transformers) and T5's base model is not where transformers looks for it (an AttributeError)."""
+    layers = read_setting(model, args, kwargs, "assistant_early_exit")
+    if layers is None:
+        return
+    base = getattr(model, getattr(model, "base_model_prefix", ""), None)
+    if base is not None and _stops_at_num_hidden_layers(type(base)):
+        return
+    raise ConfigError(
+        f"generate(assistant_early_exit={layers!r}): transformers drafts with the model's first layers by lowering "
+        f"config.num_hidden_layers, where {type(model).__name__} does not stop (Llama-style decoders do: Llama, "
+        "Mistral, Qwen2/3, Gemma, Phi-3); draft with another model (assistant_model=...) or with "
+        "prompt_lookup_num_tokens=... instead"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _stops_at_num_hidden_layers(base_class: type) -> bool:
+    """Whether `base_class`'s forward reads config.num_hidden_layers (its layer loop's end), read once per class."""
+    try:
+        return "num_hidden_layers" in inspect.getsource(base_class.forward)
+    except (OSError, TypeError):  # no source to read (a compiled or generated class): leave it to transformers
+        return True
 
 
 # The token-id settings generate() embeds, compares with the chosen tokens or indexes the logits with, and how each

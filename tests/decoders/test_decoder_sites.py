@@ -305,6 +305,17 @@ def test_recording_refuses_decoding_whose_forwards_it_cannot_follow(setting: str
     assert generated.shape == (1, 6)  # not recording: generated as transformers does
 
 
+@pytest.mark.parametrize("model_type", ["gpt2", "t5"])
+def test_early_exit_drafting_is_refused_where_the_layers_do_not_stop_at_the_draft(model_type: str) -> None:
+    """transformers drafts with assistant_early_exit by lowering config.num_hidden_layers; GPT-2's layer loop does
+    not stop there (an IndexError inside transformers) and T5's base model is not where it looks (an AttributeError).
+    Llama's runs (the test above)."""
+    model = _fused(model_type)
+    inputs = {"input_ids": torch.tensor([[11, 42, 17]])}
+    with pytest.raises(af.ConfigError, match=r"assistant_early_exit=1.*Llama-style.*prompt_lookup_num_tokens"):
+        model.generate(**inputs, max_new_tokens=3, assistant_early_exit=1)
+
+
 def test_beam_search_and_sampling_run_with_a_fusion() -> None:
     model = _generating("qwen2")
     inputs = _left_padded("qwen2")

@@ -186,6 +186,15 @@ CASES: tuple[BadInput, ...] = (
         _assisted,
     ),
     B(
+        "generate-early-exit-gpt2",
+        GROUP,
+        "generate(assistant_early_exit=1) on GPT-2 (was an IndexError inside transformers' cache: its layer loop does "
+        "not stop where the draft sets config.num_hidden_layers)",
+        af.ConfigError,
+        ("assistant_early_exit=1", "GPT2LMHeadModel", "Llama-style", "assistant_model="),
+        _generate("gpt2", assistant_early_exit=1),
+    ),
+    B(
         "exact-match-rows-too-long-together",
         GROUP,
         "exact_match over a dev batch whose two rows each fit 64 positions but not left-padded together (was a "
