@@ -9,7 +9,6 @@ on as that number, so the positions check sees it too; a float is no integer set
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 import math
 import numbers
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
+from torch import nn
 from transformers import GenerationConfig
 
 from adapterfusion.errors import ConfigError
@@ -190,7 +190,7 @@ def check_early_exit(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     if layers is None:
         return
     base = getattr(model, getattr(model, "base_model_prefix", ""), None)
-    if base is not None and _stops_at_num_hidden_layers(type(base)):
+    if isinstance(base, nn.Module) and _stops_at_num_hidden_layers(type(base)):
         return
     raise ConfigError(
         f"generate(assistant_early_exit={layers!r}): transformers drafts with the model's first layers by lowering "
@@ -200,13 +200,18 @@ def check_early_exit(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     )
 
 
-@functools.lru_cache(maxsize=64)
-def _stops_at_num_hidden_layers(base_class: type) -> bool:
+_STOPS_AT_NUM_HIDDEN_LAYERS: dict[type[nn.Module], bool] = {}
+
+
+def _stops_at_num_hidden_layers(base_class: type[nn.Module]) -> bool:
     """Whether `base_class`'s forward reads config.num_hidden_layers (its layer loop's end), read once per class."""
-    try:
-        return "num_hidden_layers" in inspect.getsource(base_class.forward)
-    except (OSError, TypeError):  # no source to read (a compiled or generated class): leave it to transformers
-        return True
+    if base_class not in _STOPS_AT_NUM_HIDDEN_LAYERS:
+        try:
+            stops = "num_hidden_layers" in inspect.getsource(base_class.forward)
+        except (OSError, TypeError):  # no source to read (a compiled or generated class): leave it to transformers
+            stops = True
+        _STOPS_AT_NUM_HIDDEN_LAYERS[base_class] = stops
+    return _STOPS_AT_NUM_HIDDEN_LAYERS[base_class]
 
 
 # The token-id settings generate() embeds, compares with the chosen tokens or indexes the logits with, and how each
