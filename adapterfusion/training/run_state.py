@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from adapterfusion._validation import check_bool
 from adapterfusion.training.errors import RunFileError, TrainingError
-from adapterfusion.training.run_files import LOCK_FILE, METRICS_FILE
+from adapterfusion.training.run_files import CONFIG_FILE, LOCK_FILE, METRICS_FILE, read_json
 from adapterfusion.training.run_lock import hold_lock, lock_holder
 from adapterfusion.training.store import check_entry_replaceable
 
@@ -79,12 +81,38 @@ def unfinished_fix(status: RunStatus) -> str:
     return "continue it with --resume (train(..., resume=True)) or start it over with --overwrite (overwrite=True)"
 
 
+def settings_changed(run_dir: Path, setup_options: Mapping[str, Any]) -> str | None:
+    """How the run in `run_dir` was set up otherwise than a call that asks for `setup_options` (as plain JSON values:
+    a fusion's sources, its adapter setup), said as 'sources [...] (this call: [...])'; None where they agree or its
+    config cannot be read. A run folder is named by task, setup and seed alone, so two fusions over other sources
+    share it."""
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        earlier = read_json(path, "").get("setup_options")
+    except (RunFileError, AttributeError):
+        return None
+    asked = json.loads(json.dumps(dict(setup_options)))  # as the config file holds them
+    if not isinstance(earlier, dict) or earlier == asked:
+        return None
+    differing = [key for key in sorted(set(earlier) | set(asked)) if earlier.get(key) != asked.get(key)]
+    return ", ".join(f"{key} {earlier.get(key)!r} (this call: {asked.get(key)!r})" for key in differing)
+
+
 def check_can_train(
-    status: RunStatus, entries: Sequence[Path], what: str, overwrite: bool = False, resume: bool = False
+    status: RunStatus,
+    entries: Sequence[Path],
+    what: str,
+    overwrite: bool = False,
+    resume: bool = False,
+    changed: str | None = None,
 ) -> None:
     """Refuse (TrainingError), before any work, a training call that would replace an earlier result without
-    `overwrite` or collide with a run in progress. `entries`: the store entries the run would write. A finished run
-    is never continued by `resume`; an unfinished one is, by `resume` or `overwrite` (which starts it over)."""
+    `overwrite` or collide with a run in progress. `entries`: the store entries the run would write; `changed`: how
+    the finished run there was set up otherwise (settings_changed), which is then no result of this call to reuse. A
+    finished run is never continued by `resume`; an unfinished one is, by `resume` or `overwrite` (which starts it
+    over)."""
     check_bool(overwrite, "overwrite")
     check_bool(resume, "resume")
     if status.running_elsewhere:
@@ -94,6 +122,11 @@ def check_can_train(
             check_entry_replaceable(entry, TrainingError)
         return
     stored = [f"the store holds its adapter at {entry}" for entry in entries if entry.exists()]
+    if status.state is RunState.FINISHED and changed:
+        raise TrainingError(
+            f"{what} was trained before with other settings: {status.describe()}, with {changed}; choose another "
+            "output dir (CLI: --output-dir) to keep both, or pass overwrite=True (CLI: --overwrite) to replace it"
+        )
     if status.state is RunState.FINISHED or (stored and status.state is RunState.ABSENT):
         found = ([status.describe()] if status.state is RunState.FINISHED else []) + stored
         reuse = (
@@ -111,7 +144,13 @@ def check_can_train(
 
 @contextlib.contextmanager
 def claimed_run(
-    run_dir: Path, entries: Sequence[Path], what: str, overwrite: bool, resume: bool, writes: bool = True
+    run_dir: Path,
+    entries: Sequence[Path],
+    what: str,
+    overwrite: bool,
+    resume: bool,
+    writes: bool = True,
+    changed: str | None = None,
 ) -> Iterator[None]:
     """Judge `run_dir` (check_can_train), then hold its lock for the block and judge it again under the lock (another
     process may have finished it in between). `writes` False (the non-zero ranks of a distributed launch): rank 0
@@ -119,13 +158,13 @@ def claimed_run(
     if not writes:
         yield
         return
-    check_can_train(run_state(run_dir), entries, what, overwrite, resume)
+    check_can_train(run_state(run_dir), entries, what, overwrite, resume, changed)
     busy = RunStatus(run_dir, RunState.RUNNING, -1)
     with hold_lock(
         run_dir / LOCK_FILE,
         f"{what}: {run_dir} is being trained right now by another process (pid {{pid}}); {unfinished_fix(busy)}",
     ):
-        check_can_train(run_state(run_dir), entries, what, overwrite, resume)
+        check_can_train(run_state(run_dir), entries, what, overwrite, resume, changed)
         yield
 
 

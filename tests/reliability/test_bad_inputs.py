@@ -392,6 +392,19 @@ def _earlier_run(*parts: str) -> Callable[[Path], Action]:
     return prepare
 
 
+def _earlier_fusion_of_other_sources(folder: Path) -> Action:
+    """A finished fusion run of rte over mnli, then `adapterfusion fuse` of rte over cb with the same seed (which
+    names the same run folder: task, setup and seed)."""
+    run = folder / "runs" / "rte" / "fusion-st-a" / "seed-7"
+    run.mkdir(parents=True)
+    options = {"sources": ["mnli"], "adapter_setup": "st-a", "adapter_seed": None, "fusion_config": None}
+    (run / "config.json").write_text(json.dumps({"setup_options": {**options, "pooling": None, "zoo": None}}))
+    (run / "metrics.json").write_text('{"best": {"accuracy": 0.71}}\n')
+    runs, store = str(folder / "runs"), str(folder / "store")
+    command = ("fuse", "--sources", "cb", "--task", "rte", "--seed", "7")
+    return lambda: cli(*command, "--output-dir", runs, "--store", store)
+
+
 def _earlier_store_entry(folder: Path) -> Action:
     entry = AdapterStore(folder / "store").path(str(af.default_encoder_path()), "rte", "st-a", 42)
     entry.mkdir(parents=True)
@@ -1036,6 +1049,16 @@ _FIRST_CASES: tuple[BadInput, ...] = (
         af.training.TrainingError,
         ("rte/fusion-st-a seed 7 was trained before", "--overwrite"),
         _earlier_run("rte", "fusion-st-a", "seed-7"),
+        cli=True,
+    ),
+    B(
+        "fuse-rerun-other-sources",
+        "silent acceptances",
+        "adapterfusion fuse --sources cb where a fusion over mnli of the same task and seed finished (was told to "
+        "reuse it, as if it were this call's result)",
+        af.training.TrainingError,
+        ("trained before with other settings", "sources ['mnli'] (this call: ['cb'])", "--output-dir", "--overwrite"),
+        _earlier_fusion_of_other_sources,
         cli=True,
     ),
     B(
