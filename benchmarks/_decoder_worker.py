@@ -104,7 +104,7 @@ def now(device: str) -> float:
     return time.perf_counter()
 
 
-class _Clock(transformers.LogitsProcessor):
+class StepClock(transformers.LogitsProcessor):
     """Stamps the time each generation step hands its scores over; changes nothing."""
 
     def __init__(self, device: str) -> None:
@@ -163,7 +163,7 @@ class DecoderCase:
             return self.model(**self.prefill, use_cache=True, logits_to_keep=1).logits
 
     def _generate(self, batch: int) -> tuple[torch.Tensor, list[float]]:
-        clock = _Clock(self.device)
+        clock = StepClock(self.device)
         inputs = {key: value[:batch] for key, value in self.prompt.items()}
         start = now(self.device)
         with torch.no_grad():  # ours' generate opens inference_cache itself

@@ -41,7 +41,8 @@ from torch.profiler import ProfilerActivity, profile
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from routing_speed import build, forward, single  # noqa: E402  (benchmarks/ is not a package)
+from _decoder_worker import StepClock  # noqa: E402  (benchmarks/ is not a package)
+from routing_speed import build, forward, single  # noqa: E402
 
 import adapterfusion as af  # noqa: E402
 
@@ -140,26 +141,12 @@ def routing_part(device: torch.device, calls: int) -> dict[str, dict[str, Any]]:
 DECODE_CASES = ("bare", "one adapter", "one adapter, frozen", "fusion N=8", "fusion N=8, no lane kernels")
 
 
-class _Clock(transformers.LogitsProcessor):
-    """Stamps the time each generation step hands its scores over (after the device has finished); changes nothing."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.stamps: list[float] = []
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self.stamps.append(time.perf_counter())
-        return scores
-
-
 def stamped_token_ms(generate: Callable[..., Any], device: torch.device, repeats: int = 5) -> float:
     """Median time between decode steps without the profiler, as decoder_fusion.py measures it (the prompt's step
     left out): the figure the tables compare, in this process beside the profile's explanation of it."""
     figures = []
     for _ in range(repeats):
-        clock = _Clock(device)
+        clock = StepClock(device.type)  # decoder_fusion.py's own stamps
         generate(logits_processor=transformers.LogitsProcessorList([clock]))
         stamps = clock.stamps
         figures.append(1000 * (stamps[-1] - stamps[0]) / (len(stamps) - 1))

@@ -5,7 +5,7 @@ loss itself), the choice count and the mask a head pools by."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -91,10 +91,9 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
         else:
             given["labels"] = passed_labels(model, labels, shape, decoder, limits)
     num_choices = shape[1] if choices else None
-    if choices and head is not None:  # our head pools each choice: [batch, choices, ...] -> [batch * choices, ...]
-        given = {k: v.flatten(0, 1) if k in TOKEN_INPUTS and v.shape[:2] == shape[:2] else v for k, v in given.items()}
-    elif choices:  # a wrapped multiple-choice model flattens the choices itself, by its input_ids and mask ...
-        given = _flat_per_choice(given, shape)
+    if choices:  # our head pools each choice: [batch, choices, ...] -> [batch * choices, ...]; a wrapped
+        # multiple-choice model flattens the choices itself, by its input_ids and mask ...
+        given = _choices_flattened(given, shape, TOKEN_INPUTS if head is not None else _FLATTENED_FOR_THE_MODEL)
     rows = shape[0] * (num_choices or 1)  # ... the same way
     if head is not None and model.architecture.decoder is not None:
         own = "decoder_input_ids" in given or "decoder_inputs_embeds" in given  # the decoder's length, not the input's
@@ -115,10 +114,11 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
 _FLATTENED_FOR_THE_MODEL = ("token_type_ids", "position_ids", "task_type_ids")
 
 
-def _flat_per_choice(given: dict[str, Any], shape: tuple[int, ...]) -> dict[str, Any]:
+def _choices_flattened(given: dict[str, Any], shape: tuple[int, ...], keys: Sequence[str]) -> dict[str, Any]:
+    """`given` with its inputs named in `keys` of [batch, choices, ...] as [batch * choices, ...]."""
     return {
         key: value.flatten(0, 1)
-        if key in _FLATTENED_FOR_THE_MODEL and isinstance(value, torch.Tensor) and value.shape[:2] == shape[:2]
+        if key in keys and isinstance(value, torch.Tensor) and value.shape[:2] == shape[:2]
         else value
         for key, value in given.items()
     }

@@ -9,6 +9,7 @@ on as that number, so the positions check sees it too; a float is no integer set
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import math
 import numbers
@@ -190,7 +191,7 @@ def check_early_exit(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     if layers is None:
         return
     base = getattr(model, getattr(model, "base_model_prefix", ""), None)
-    if isinstance(base, nn.Module) and _stops_at_num_hidden_layers(type(base)):
+    if isinstance(base, nn.Module) and _stops_at_num_hidden_layers(cast(Any, type(base))):
         return
     raise ConfigError(
         f"generate(assistant_early_exit={layers!r}): transformers drafts with the model's first layers by lowering "
@@ -200,18 +201,14 @@ def check_early_exit(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     )
 
 
-_STOPS_AT_NUM_HIDDEN_LAYERS: dict[type[nn.Module], bool] = {}
-
-
-def _stops_at_num_hidden_layers(base_class: type[nn.Module]) -> bool:
-    """Whether `base_class`'s forward reads config.num_hidden_layers (its layer loop's end), read once per class."""
-    if base_class not in _STOPS_AT_NUM_HIDDEN_LAYERS:
-        try:
-            stops = "num_hidden_layers" in inspect.getsource(base_class.forward)
-        except (OSError, TypeError):  # no source to read (a compiled or generated class): leave it to transformers
-            stops = True
-        _STOPS_AT_NUM_HIDDEN_LAYERS[base_class] = stops
-    return _STOPS_AT_NUM_HIDDEN_LAYERS[base_class]
+@functools.cache
+def _stops_at_num_hidden_layers(base_class: Any) -> bool:
+    """Whether `base_class`'s forward reads config.num_hidden_layers (its layer loop's end), read once per class (as
+    encoder_decoder.py reads a forward's shifts); True where its source cannot be read, leaving it to transformers."""
+    try:
+        return "num_hidden_layers" in inspect.getsource(base_class.forward)
+    except (OSError, TypeError):
+        return True
 
 
 # The token-id settings generate() embeds, compares with the chosen tokens or indexes the logits with, and how each

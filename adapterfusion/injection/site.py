@@ -302,8 +302,9 @@ class AdapterSite(nn.Module):
             return None
         assert self._lane_key is not None
         lane = runtime.prepared("lane", self.key, self._lane_key, self._make_lane, self._lane_weights)
+        if known is None:  # a site that held one (another state's) is on the runtime's list already
+            runtime.holds_lane(self)
         self.__dict__["_known_lane"] = (self._lane_key, lane)
-        runtime.holds_lane(self)
         return lane
 
     def forget_lane(self) -> None:

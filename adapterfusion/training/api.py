@@ -40,7 +40,7 @@ from adapterfusion.training.loop import fit, instruction_task_data, resolve_metr
 from adapterfusion.training.qa_loop import qa_task_data
 from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, jsonable, save_encoder, training_config_for
-from adapterfusion.training.run_state import claimed_run, settings_changed
+from adapterfusion.training.run_state import claimed_run, options_changed
 from adapterfusion.training.setups import SetupContext, check_fusion_sources, check_source_runs, get_setup
 from adapterfusion.training.store import AdapterStore, as_store, encoder_key
 
@@ -121,7 +121,7 @@ def train(
         check_writable_folder(store.root, "store")
     entries = [store.path(run.encoder, spec.name, setup, seed)] if store is not None and keyed else []
     check_source_runs(options, spec.name, seed, run.encoder, store, Path(output_dir))
-    changed = settings_changed(run_dir, jsonable(options))
+    changed = options_changed(run_dir, jsonable(options))
     what = f"{spec.name}/{setup} seed {seed}"
     with claimed_run(run_dir, entries, what, overwrite, resume, run.writes, changed):
         tokenizer = run.begin()

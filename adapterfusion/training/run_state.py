@@ -81,7 +81,7 @@ def unfinished_fix(status: RunStatus) -> str:
     return "continue it with --resume (train(..., resume=True)) or start it over with --overwrite (overwrite=True)"
 
 
-def settings_changed(run_dir: Path, setup_options: Mapping[str, Any]) -> str | None:
+def options_changed(run_dir: Path, setup_options: Mapping[str, Any]) -> str | None:
     """How the run in `run_dir` was set up otherwise than a call that asks for `setup_options` (as plain JSON values:
     a fusion's sources, its adapter setup), said as 'sources [...] (this call: [...])'; None where they agree or its
     config cannot be read. A run folder is named by task, setup and seed alone, so two fusions over other sources
@@ -90,9 +90,10 @@ def settings_changed(run_dir: Path, setup_options: Mapping[str, Any]) -> str | N
     if not path.is_file():
         return None
     try:
-        earlier = read_json(path, "").get("setup_options")
-    except (RunFileError, AttributeError):
+        document = read_json(path, "")  # unreadable: nothing to say here (the run's own checks say it)
+    except RunFileError:
         return None
+    earlier = document.get("setup_options") if isinstance(document, dict) else None
     asked = json.loads(json.dumps(dict(setup_options)))  # as the config file holds them
     if not isinstance(earlier, dict) or earlier == asked:
         return None
@@ -110,7 +111,7 @@ def check_can_train(
 ) -> None:
     """Refuse (TrainingError), before any work, a training call that would replace an earlier result without
     `overwrite` or collide with a run in progress. `entries`: the store entries the run would write; `changed`: how
-    the finished run there was set up otherwise (settings_changed), which is then no result of this call to reuse. A
+    the finished run there was set up otherwise (options_changed), which is then no result of this call to reuse. A
     finished run is never continued by `resume`; an unfinished one is, by `resume` or `overwrite` (which starts it
     over)."""
     check_bool(overwrite, "overwrite")
