@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import torch
 from torch import nn
+from torch._utils import _flatten_dense_tensors
 
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.layer import FoldedFusion
@@ -301,16 +302,19 @@ def weights_state(weights: Sequence[torch.Tensor]) -> tuple[tuple[int, int, torc
     return tuple((w.data_ptr(), w._version, w.dtype) for w in weights)
 
 
-# A weight's hash: the sum of its values, each weighted by a fixed pseudo-random number in (0, 1) by position, in
-# float64. Any change of one value moves it by about change·weight, relative to that value (a float32 weight's change
-# of a unit in its last place is seen, whatever the tensor's size), and a sign flip, abs_() or permutation moves it too.
-# On a CPU, a product per tensor in float64 (each copied into one reused buffer: cheaper than an allocation each); on
-# a GPU, where each operation costs the host more than the device's work, torch's _foreach operators over the whole
-# list at once, in chunks of HASH_CHUNK numbers: the float32 products' sums of absolute values and of positive parts,
-# accumulated in float64, give the signed sum as 2·positive − absolute. (The hash per kept fold it replaces, over the
-# concatenation of its weights, cost a fused 30-layer decoder ~8,700 operations on each block's entry.)
-HASH_CHUNK = 1 << 24
-HASHED_ONE_BY_ONE = {"cpu"}  # device types whose tensors are hashed a tensor at a time (the rest: _foreach, batched)
+# A weight's hash. On a CPU: the sum of its values, each weighted by a fixed pseudo-random number in (0, 1) by
+# position, in float64 (a product per tensor, each copied into one reused buffer: cheaper than an allocation each). Any
+# change of one value moves it by about change·weight, relative to that value (a float32 weight's change of a unit in
+# its last place is seen, whatever the tensor's size), and a sign flip, abs_() or permutation moves it too.
+# On a GPU, where each operation costs the host more than the device's work: the weight's bit patterns as integers,
+# each times a pseudo-random odd int64 by position, summed per tensor modulo 2**64 (torch's integer arithmetic wraps).
+# Exact, so a tensor's sum is the same whatever the order of summation or the rest of the list, and a change of any one
+# value always moves it (a nonzero change of a 32-bit word times an odd number is never 0 modulo 2**64). All of a
+# dtype's tensors go through one flattened buffer per chunk of HASH_CHUNK numbers, a dozen operators whatever their
+# count: the _foreach form before it returned a tensor per tensor and operator to Python, 17 ms of host time a block for
+# a fused 30-layer decoder's ~1,100 kept tensors on an H100 (benchmarks/README.md, the fifth lease).
+HASH_CHUNK = 1 << 22  # numbers: a GPU's chunk takes about 40 bytes each at once (its int64 sums)
+HASHED_ONE_BY_ONE = {"cpu"}  # device types whose tensors are hashed a tensor at a time (the rest: in chunks)
 
 
 @functools.lru_cache(maxsize=256)
@@ -329,7 +333,7 @@ def _hashable(weight: torch.Tensor) -> torch.Tensor:
 
 
 def contents_hashes(weights: Sequence[torch.Tensor]) -> tuple[float, ...]:
-    """One float per tensor of `weights`, in order, that moves with its values (see HASH_CHUNK): one host read per
+    """One number per tensor of `weights`, in order, that moves with its values (see HASH_CHUNK): one host read per
     device, computed without autocast (the same inside a forward under autocast as on a block's entry). Each tensor's
     hash is its own, whatever else the list holds."""
     real = [_hashable(w) for w in weights]
@@ -347,12 +351,12 @@ def contents_hashes(weights: Sequence[torch.Tensor]) -> tuple[float, ...]:
 
 
 def _hashes_on(device: torch.device, members: list[tuple[int, torch.Tensor]]) -> tuple[list[int], torch.Tensor]:
-    """The hashes of one device's tensors, as (their indices, a float64 tensor of their hashes in that order)."""
+    """The hashes of one device's tensors, as (their indices, a tensor of their hashes in that order)."""
     if device.type in HASHED_ONE_BY_ONE:
         return _one_by_one(members)
     try:
         return _batched(device, members)
-    except (RuntimeError, NotImplementedError, TypeError):  # a backend without these _foreach forms or float64 (MPS)
+    except (RuntimeError, NotImplementedError, TypeError):  # a backend without int64 cumsum or float64 (MPS)
         return _one_by_one(members)
 
 
@@ -370,27 +374,45 @@ def _one_by_one(members: list[tuple[int, torch.Tensor]]) -> tuple[list[int], tor
 
 
 def _batched(device: torch.device, members: list[tuple[int, torch.Tensor]]) -> tuple[list[int], torch.Tensor]:
-    """On a GPU, the whole list in a few _foreach operators per dtype and layout (see HASH_CHUNK)."""
-    groups: dict[tuple[torch.dtype, bool], list[tuple[int, torch.Tensor]]] = {}
-    for i, w in members:  # like with like: a list of one dtype and layout takes the fused path, the same on each call
-        groups.setdefault((w.dtype, w.is_contiguous()), []).append((i, w))
+    """On a GPU, each dtype's tensors in chunks through one flattened buffer (see HASH_CHUNK)."""
+    groups: dict[torch.dtype, list[tuple[int, torch.Tensor]]] = {}
+    for i, w in members:
+        groups.setdefault(w.dtype, []).append((i, w))
     order: list[int] = []
     parts: list[torch.Tensor] = []
-    for (dtype, _), group in groups.items():
-        noise_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    for group in groups.values():
         for chunk in _chunks(group):
-            tensors = [w for _, w in chunk]
-            products = torch._foreach_mul(tensors, [_noise(w.shape, device, noise_dtype) for w in tensors])
-            absolute = torch.stack(torch._foreach_norm(products, 1, dtype=torch.float64))
-            torch._foreach_clamp_min_(products, 0.0)
-            positive = torch.stack(torch._foreach_norm(products, 1, dtype=torch.float64))
-            parts.append(2 * positive - absolute)
+            parts.append(_bit_sums(device, [w for _, w in chunk]))
             order.extend(i for i, _ in chunk)
     return order, torch.cat(parts)
 
 
+# Each number's bits as integers of at most 32 bits (a float64 as two): a change of a whole 64-bit word, such as a sign
+# flip of every float64 (2**63 each), would cancel modulo 2**64 over an even count.
+_WORDS_AS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int32}
+_POSITION_MIX = (-7046029254386353131, 1442695040888963407)  # odd multiplier and increment of a 64-bit LCG step
+
+
+def _bit_sums(device: torch.device, tensors: list[torch.Tensor]) -> torch.Tensor:
+    """int64 per tensor of one dtype: Σ word_k · c_k modulo 2**64 over its numbers' bits as words (_WORDS_AS), with c_k
+    odd and pseudo-random by position k in its own tensor (values in logical order, as a contiguous copy holds them)."""
+    flat = _flatten_dense_tensors(tensors)
+    words = flat.view(_WORDS_AS[flat.element_size()])
+    per_number = words.numel() // max(flat.numel(), 1)
+    bits = words.to(torch.int64)
+    lengths = torch.tensor([w.numel() * per_number for w in tensors], device=device)
+    ends = lengths.cumsum(0)
+    starts = ends - lengths
+    owner = torch.repeat_interleave(torch.arange(len(tensors), device=device), lengths, output_size=bits.numel())
+    position = torch.arange(bits.numel(), device=device).sub_(starts[owner])
+    mixed = position.mul_(_POSITION_MIX[0]).add_(_POSITION_MIX[1])
+    multipliers = mixed.bitwise_xor_(mixed >> 29).bitwise_or_(1)
+    running = torch.cat([bits.new_zeros(1), bits.mul_(multipliers).cumsum(0)])  # wraps: differences stay exact
+    return running[ends] - running[starts]
+
+
 def _chunks(members: list[tuple[int, torch.Tensor]]) -> Iterator[list[tuple[int, torch.Tensor]]]:
-    """`members` in runs of at most HASH_CHUNK numbers together (a larger tensor alone): the products' memory."""
+    """`members` in runs of at most HASH_CHUNK numbers together (a larger tensor alone): the sums' memory."""
     run: list[tuple[int, torch.Tensor]] = []
     total = 0
     for member in members:
