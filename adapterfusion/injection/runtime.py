@@ -403,8 +403,8 @@ def _bit_sums(device: torch.device, tensors: list[torch.Tensor]) -> torch.Tensor
     lengths = torch.tensor([w.numel() * per_number for w in tensors], device=device)
     ends = lengths.cumsum(0)
     starts = ends - lengths
-    owner = torch.repeat_interleave(torch.arange(len(tensors), device=device), lengths, output_size=bits.numel())
-    position = torch.arange(bits.numel(), device=device).sub_(starts[owner])
+    own_start = torch.repeat_interleave(starts, lengths, output_size=bits.numel())
+    position = torch.arange(bits.numel(), device=device).sub_(own_start)
     mixed = position.mul_(_POSITION_MIX[0]).add_(_POSITION_MIX[1])
     multipliers = mixed.bitwise_xor_(mixed >> 29).bitwise_or_(1)
     running = torch.cat([bits.new_zeros(1), bits.mul_(multipliers).cumsum(0)])  # wraps: differences stay exact
