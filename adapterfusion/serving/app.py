@@ -37,6 +37,8 @@ from adapterfusion.serving.contract import (
     PieceRequest,
     RequestError,
     body_too_large,
+    check_body_encoding,
+    check_no_query,
     parse_generate,
     parse_piece,
     parse_predict,
@@ -213,6 +215,7 @@ def create_app(
     ) -> JSONResponse:
         """A request read, checked and encoded by `encode`, run in `queue`'s next batch, answered as {key: [...]}."""
         start = time.perf_counter()
+        check_no_query(f"POST {request.url.path}", request.url.query)
         try:
             answers = await _unless_client_left(
                 request, queue.submit(encode(read_body(await _body(request, config), config)))
@@ -265,6 +268,7 @@ def create_app(
         nonlocal catalog
         _check_key(request, config.api_key)
         _require_json(request)
+        check_no_query("POST /v1/pieces", request.url.query)
         piece = parse_piece(read_body(await _body(request, config), config))
         loader = getattr(model, f"load_{piece.kind}")
 
@@ -395,6 +399,7 @@ async def _unless_drained(drained: asyncio.Event, work: "asyncio.Future[_T]") ->
 async def _body(request: "Request", config: ServeConfig) -> bytes:
     """The body, refused (413) over max_body_bytes: from its Content-Length before any of it is read, else (a chunked
     body, which declares no length) as soon as the bytes read so far pass the limit, so no oversized body is held."""
+    check_body_encoding(request.headers.get("content-encoding"))
     limit = config.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -410,7 +415,7 @@ async def _body(request: "Request", config: ServeConfig) -> bytes:
 def _load_refused(error: AdapterFusionError, piece: PieceRequest) -> RequestError:
     """What a client is told of a piece that did not load: the kind of fault, in terms of the 'source' it sent. Not the
     library's message, which names the paths it resolved on the server and lists what the folders there hold."""
-    kind, source = piece.kind, repr(piece.source)
+    kind, source = piece.kind, repr(piece.source)  # at most MAX_SOURCE_CHARS
     if isinstance(error, AdaptersNotLoadedError):  # adapter names, not paths: the client needs them
         return RequestError(
             404,

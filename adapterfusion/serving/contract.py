@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from adapterfusion._validation import check_piece_name
+from adapterfusion._validation import check_piece_name, short_repr
 from adapterfusion.blocks import (
     AVERAGE_SHARED_OPTIONS,
     Average,
@@ -61,7 +61,13 @@ MAX_BLOCK_DEPTH, MAX_BLOCK_CHILDREN = 4, 64
 MAX_BLOCK_ADAPTER_RUNS = 16
 DEFAULT_NEW_TOKENS = 32  # what a generate request without max_new_tokens gets (at most the server's limit)
 _PIECE_KEYS = ("kind", "source", "name")
+# The longest piece name POST /v1/pieces takes (it becomes a folder name when the setup is saved, which file systems
+# cap at 255 bytes) and the longest 'source' (Linux's PATH_MAX; a Hub id is far shorter).
+MAX_PIECE_NAME_CHARS, MAX_SOURCE_CHARS = 128, 4096
+# What a message quotes of a client's string: a refusal never echoes the megabyte a client sent.
+SHOWN_CHARS = 60
 _INPUTS_FORM = 'a list of texts ["...", ...] or of text pairs [["...", "..."], ...]'
+_PROMPTS_FORM = 'a list of prompts ["...", ...]'
 
 
 class RequestError(ConfigError):
@@ -195,6 +201,27 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def check_no_query(endpoint: str, query: str) -> None:
+    """400 for a query string on a POST endpoint, whose fields all go in the JSON body: a field sent in the URL would
+    otherwise be ignored unsaid (POST /v1/predict?adapter=b ran without adapter b)."""
+    if query:
+        raise RequestError(
+            400, f"{endpoint} takes no query parameters (got {_shown('?' + query)}); send every field in the JSON body"
+        )
+
+
+def check_body_encoding(encoding: str | None) -> None:
+    """415 for a body sent compressed (a Content-Encoding other than identity), which the server does not decode: it
+    would otherwise be refused as 'not valid JSON', naming a byte of the compressed data."""
+    if encoding is None or encoding.strip().lower() in ("", "identity"):
+        return
+    raise RequestError(
+        415,
+        f"the request body has Content-Encoding {_shown(encoding)}, which this server does not decode; send the "
+        "JSON uncompressed, without a Content-Encoding header",
+    )
+
+
 def no_tokens(index: int, text: str) -> RequestError:
     """422 for inputs[index], whose `text` (all of it, or of a pair) this tokenizer turns into no token of text."""
     return RequestError(
@@ -240,7 +267,7 @@ def parse_generate(data: dict[str, Any], catalog: Catalog, config: ServeConfig) 
             "setup on its AutoModelForCausalLM / AutoModelForSeq2SeqLM base, or use POST /v1/predict",
         )
     _reject_unknown(data, _GENERATE_KEYS)
-    inputs = _parse_inputs(data.get("inputs"), config)
+    inputs = _parse_inputs(data.get("inputs"), config, _PROMPTS_FORM)
     paired = [index for index, (_, pair) in enumerate(inputs) if pair is not None]
     if paired:
         raise RequestError(422, f"inputs[{paired[0]}] is a pair of texts; each prompt to generate from is one text")
@@ -249,7 +276,7 @@ def parse_generate(data: dict[str, Any], catalog: Catalog, config: ServeConfig) 
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise RequestError(422, f"'max_new_tokens' is {_short(new_tokens)}; give a whole number from 1 to {limit}")
     if new_tokens > limit:
-        raise RequestError(413, f"'max_new_tokens' is {new_tokens}, over this server's limit of {limit}")
+        raise RequestError(413, f"'max_new_tokens' is {_short(new_tokens)}, over this server's limit of {limit}")
     chat = data.get("chat", False)
     if not isinstance(chat, bool):
         raise RequestError(422, f"'chat' is {_short(chat)}; give true (apply the chat template) or false")
@@ -329,7 +356,9 @@ def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
     extra = sorted(set(value) - {kind, *_BLOCK_OPTIONS[kind]})
     if extra:
         takes = " and ".join(f"'{field}'" for field in (kind, *_BLOCK_OPTIONS[kind]))
-        raise RequestError(422, f"'{where}' has unknown field(s) {extra}; a {kind} block has the fields {takes} only")
+        raise RequestError(
+            422, f"'{where}' has unknown field(s) {_shown(extra)}; a {kind} block has the fields {takes} only"
+        )
     children = value[kind]
     if not isinstance(children, list) or not 1 <= len(children) <= MAX_BLOCK_CHILDREN:
         raise RequestError(422, f"'{where}.{kind}' must list 1 to {MAX_BLOCK_CHILDREN} children: names or blocks")
@@ -343,7 +372,7 @@ def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
             if child not in catalog.adapters and child not in catalog.fusions:
                 loaded = [*catalog.adapters, *catalog.fusions]
                 raise RequestError(
-                    404, f"'{where}.{kind}[{index}]' = {child!r} is no loaded adapter or fusion ({loaded})"
+                    404, f"'{where}.{kind}[{index}]' = {_shown(child)} is no loaded adapter or fusion ({loaded})"
                 )
             parsed.append(child)
         else:
@@ -354,6 +383,7 @@ def _parse_block(value: Any, catalog: Catalog, where: str, depth: int) -> Block:
         options["name"] = _check_fuse(tuple(parsed), options.get("name"), catalog, where)
     if kind == "average":
         _check_average(parsed, catalog, where)
+        _check_weights(options.get("weights"), len(parsed), where)
     try:
         return cast(Block, _BLOCKS[kind](*parsed, **options))
     except BlockNestingError as error:  # in the request's JSON terms, not the Python constructors'
@@ -385,6 +415,17 @@ def _check_average(children: list[Any], catalog: Catalog, where: str) -> None:
                     f"= {first!r} ({option}: {_json_value(mine)} against {_json_value(theirs)}); an average block "
                     "takes adapters placed alike",
                 )
+
+
+def _check_weights(weights: Any, count: int, where: str) -> None:
+    """An average block's 'weights', if given, must be a JSON list (blocks.py checks its numbers): a string or an
+    object is refused here, quoted short, where blocks.py would quote it whole."""
+    if weights is not None and not isinstance(weights, list):
+        raise RequestError(
+            422,
+            f"'{where}.weights' is {_short(weights)}; give a list of one number per adapter, e.g. "
+            f"{[round(1 / count, 3)] * count}, or leave it out for equal weights",
+        )
 
 
 def _json_value(value: Any) -> str:
@@ -425,13 +466,25 @@ def parse_piece(data: dict[str, Any]) -> PieceRequest:
     _reject_unknown(data, _PIECE_KEYS)
     kind, source, name = data.get("kind"), data.get("source"), data.get("name")
     if kind not in PIECE_KINDS:
-        raise RequestError(422, f"'kind' is {kind!r}; give one of {list(PIECE_KINDS)}")
+        given = "missing" if "kind" not in data else _given(kind)
+        raise RequestError(422, f"'kind' is {given}; give one of {list(PIECE_KINDS)}")
     if not isinstance(source, str) or not source:
-        raise RequestError(422, "'source' must be a piece's folder on the server or a Hub id 'org/name'")
+        given = "missing" if "source" not in data else _given(source)
+        raise RequestError(422, f"'source' is {given}; give a piece's folder on the server or a Hub id 'org/name'")
+    if len(source) > MAX_SOURCE_CHARS:
+        raise RequestError(
+            422, f"'source' has {len(source)} characters; no folder path or Hub id has more than {MAX_SOURCE_CHARS}"
+        )
     if "\x00" in source or not _is_unicode(source):
         raise RequestError(422, f"'source' {_short(source)} holds a NUL or a lone surrogate; no path or Hub id does")
     if name is not None and (not isinstance(name, str) or not name):
-        raise RequestError(422, f"'name' is {name!r}; give a non-empty name or leave it out (the saved name)")
+        raise RequestError(422, f"'name' is {_given(name)}; give a non-empty name or leave it out (the saved name)")
+    if name is not None and len(name) > MAX_PIECE_NAME_CHARS:
+        raise RequestError(
+            422,
+            f"'name' has {len(name)} characters; give at most {MAX_PIECE_NAME_CHARS} (it becomes a folder name when "
+            "the setup is saved)",
+        )
     if name is not None:
         try:
             check_piece_name(name, kind)
@@ -443,16 +496,17 @@ def parse_piece(data: dict[str, Any]) -> PieceRequest:
 def _reject_unknown(data: dict[str, Any], known: tuple[str, ...]) -> None:
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise RequestError(422, f"unknown field(s) {unknown}; this endpoint takes {list(known)}")
+        raise RequestError(422, f"unknown field(s) {_shown(unknown)}; this endpoint takes {list(known)}")
 
 
-def _parse_inputs(value: Any, config: ServeConfig) -> tuple[tuple[str, str | None], ...]:
+def _parse_inputs(value: Any, config: ServeConfig, form: str = _INPUTS_FORM) -> tuple[tuple[str, str | None], ...]:
+    """The request's 'inputs' as (text, pair or None) rows; `form` says what the endpoint takes."""
     if value is None:
-        raise RequestError(422, f"'inputs' is missing; give {_INPUTS_FORM}")
+        raise RequestError(422, f"'inputs' is missing; give {form}")
     if not isinstance(value, list):
-        raise RequestError(422, f"'inputs' is a {type(value).__name__}; give {_INPUTS_FORM}")
+        raise RequestError(422, f"'inputs' is a {type(value).__name__}; give {form}")
     if not value:
-        raise RequestError(422, f"'inputs' is empty; give at least one input, {_INPUTS_FORM}")
+        raise RequestError(422, f"'inputs' is empty; give at least one input, {form}")
     if len(value) > config.max_inputs:
         raise RequestError(
             413, f"'inputs' has {len(value)} entries, over the limit of {config.max_inputs}; split the request"
@@ -493,7 +547,7 @@ def _require(kind: str, name: Any, loaded: list[str]) -> None:
     if not isinstance(name, str):
         raise RequestError(422, f"'{kind}' is {_short(name)}; give the name of a loaded {kind}")
     if name not in loaded:
-        raise RequestError(404, f"no {kind} named {name!r} is loaded; loaded {kind}s: {loaded or 'none'}")
+        raise RequestError(404, f"no {kind} named {_shown(name)} is loaded; loaded {kind}s: {loaded or 'none'}")
 
 
 def _default_head(catalog: Catalog, choice: dict[str, str] | Block | None) -> str:
@@ -517,5 +571,16 @@ def _default_head(catalog: Catalog, choice: dict[str, str] | Block | None) -> st
 
 
 def _short(value: Any) -> str:
+    """A client's JSON value as a message quotes it, in JSON, cut to SHOWN_CHARS."""
     text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def _shown(value: Any) -> str:
+    """A name (or list of names) the client sent as a message quotes it: repr, cut to SHOWN_CHARS."""
+    return short_repr(value, SHOWN_CHARS)
+
+
+def _given(value: Any) -> str:
+    """A field's value as a message quotes it: a string as names are quoted ('x'), anything else in JSON (null)."""
+    return _shown(value) if isinstance(value, str) else _short(value)

@@ -10,7 +10,14 @@ import transformers
 
 import adapterfusion as af
 from adapterfusion.serving.config import ServeConfig
-from adapterfusion.serving.contract import Catalog, parse_piece, parse_predict, read_body
+from adapterfusion.serving.contract import (
+    Catalog,
+    check_body_encoding,
+    check_no_query,
+    parse_piece,
+    parse_predict,
+    read_body,
+)
 from adapterfusion.serving.predictor import Predictor
 from catalogue import Action, BadInput, adapters_a_and_b
 from tiny_models import tiny_encoder
@@ -24,7 +31,7 @@ def _read(body: bytes) -> Callable[[Path], Action]:
     return lambda folder: lambda: read_body(body, ServeConfig())
 
 
-def _piece(data: dict[str, str]) -> Callable[[Path], Action]:
+def _piece(data: dict[str, object]) -> Callable[[Path], Action]:
     """parse_piece(data), a POST /v1/pieces body."""
     return lambda folder: lambda: parse_piece(data)
 
@@ -64,6 +71,16 @@ def _predict_block(block: dict[str, object]) -> Callable[[Path], Action]:
     return prepare
 
 
+def _predict_naming(adapter: str) -> Callable[[Path], Action]:
+    """parse_predict of a request naming `adapter`, on a model holding adapters a and b."""
+
+    def prepare(folder: Path) -> Action:
+        catalog = Catalog.of(adapters_a_and_b("cls"))
+        return lambda: parse_predict({"inputs": ["x"], "adapter": adapter, "head": "cls"}, catalog, ServeConfig())
+
+    return prepare
+
+
 def _predict_without_heads(folder: Path) -> Action:
     """parse_predict of a request naming no head, on a model that has none (a language model's setup)."""
     catalog = Catalog.of(af.wrap(tiny_encoder()))
@@ -71,6 +88,49 @@ def _predict_without_heads(folder: Path) -> Action:
 
 
 CASES: tuple[BadInput, ...] = (
+    B(
+        "serve-name-of-a-megabyte",
+        GROUP,
+        'POST /v1/predict {"adapter": "x" * 1_000_000} (the 404 quoted the whole name back: a 1 MB error message)',
+        af.ConfigError,
+        ("no adapter named 'xxxxxxxxxx", "...", "loaded adapters: ['a', 'b']"),
+        _predict_naming("x" * 1_000_000),
+    ),
+    B(
+        "serve-piece-name-too-long",
+        GROUP,
+        'POST /v1/pieces {"kind": "adapter", "source": "org/x", "name": "n" * 5000} (was loaded; the setup then '
+        "could not be saved: a folder name has at most 255 bytes)",
+        af.ConfigError,
+        ("'name' has 5000 characters", "at most 128", "folder name"),
+        _piece({"kind": "adapter", "source": "org/x", "name": "n" * 5000}),
+    ),
+    B(
+        "serve-piece-source-not-text",
+        GROUP,
+        'POST /v1/pieces {"kind": "adapter", "source": 3} (was told "\'source\' must be ..." without what it got)',
+        af.ConfigError,
+        ("'source' is 3", "folder on the server", "Hub id"),
+        _piece({"kind": "adapter", "source": 3}),
+    ),
+    B(
+        "serve-query-parameters",
+        GROUP,
+        "POST /v1/predict?adapter=b with the other fields in the body (the query was ignored unsaid: the plain "
+        "encoder answered)",
+        af.ConfigError,
+        ("takes no query parameters", "'?adapter=b'", "JSON body"),
+        lambda folder: lambda: check_no_query("POST /v1/predict", "adapter=b"),
+    ),
+    B(
+        "serve-compressed-body",
+        GROUP,
+        "a request body sent with Content-Encoding: gzip (was \"not valid JSON ('utf-8' codec can't decode byte "
+        '0x8b ...)")',
+        af.ConfigError,
+        ("Content-Encoding 'gzip'", "does not decode", "uncompressed"),
+        lambda folder: lambda: check_body_encoding("gzip"),
+    ),
     B(
         "serve-block-too-many-adapter-runs",
         GROUP,

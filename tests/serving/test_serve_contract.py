@@ -86,7 +86,7 @@ def test_the_text_limit_is_eight_characters_per_token_kept_unless_set(config, li
 def test_piece_bodies():
     assert parse_piece({"kind": "head", "source": "me/repo"}).name is None
     for body, words in [
-        ({"kind": "adapter"}, "'source' must be"),
+        ({"kind": "adapter"}, "'source' is missing; give a piece's folder"),
         ({"kind": "adapter", "source": "x", "name": ""}, "'name' is ''"),
         ({"kind": "adapter", "source": "x", "overwrite": True}, "unknown field"),
         ({"kind": "adapter", "source": "/tmp/a\x00b"}, "holds a NUL"),
