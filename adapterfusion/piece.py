@@ -89,9 +89,9 @@ class EncoderFingerprint:
         for field_name in ("model_type", "hidden_size", *layers):
             if field_name in saved and saved[field_name] != getattr(self, field_name):
                 raise IncompatibleModelError(
-                    f"{source} was saved for an encoder with {field_name}={saved[field_name]!r}, but this encoder has "
+                    f"{source} was saved for a model with {field_name}={saved[field_name]!r}, but this model has "
                     f"{field_name}={getattr(self, field_name)!r} (saved from "
-                    f"{saved.get('name_or_path') or 'an unnamed model'}); load it into a matching encoder"
+                    f"{saved.get('name_or_path') or 'an unnamed model'}); load it into a matching model"
                 )
         if not _CHECK_WEIGHTS_SAMPLE.get():
             return

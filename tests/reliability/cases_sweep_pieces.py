@@ -146,7 +146,7 @@ CASES: tuple[BadInput, ...] = (
         "a T5 adapter saved from 2 encoder + 2 decoder layers loaded into T5 of 3 + 1 (was loaded silently, its "
         "decoder layer 0 into encoder layer 2)",
         af.IncompatibleModelError,
-        ("decoder_layers=2", "decoder_layers=1", "matching encoder"),
+        ("decoder_layers=2", "decoder_layers=1", "matching model"),
         _other_split,
     ),
     B(
