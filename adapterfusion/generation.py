@@ -30,6 +30,7 @@ from adapterfusion.errors import AdapterFusionError, ConfigError
 from adapterfusion.forward_inputs import (
     GENERATE_INPUTS,
     check_early_exit,
+    check_generate_arguments,
     check_generate_inputs,
     check_generate_settings,
     check_token_ids,
@@ -85,7 +86,9 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
     settings = check_generate_settings(wrapped, args, kwargs)
     check_early_exit(wrapped, args, kwargs)
     args, kwargs = settings.args, settings.kwargs  # with numpy / torch scalars as the Python numbers they hold
-    check_token_ids(wrapped, args, kwargs, int(wrapped.get_input_embeddings().weight.shape[0]))
+    vocabulary = int(wrapped.get_input_embeddings().weight.shape[0])
+    check_token_ids(wrapped, args, kwargs, vocabulary)
+    check_generate_arguments(wrapped, args, kwargs, vocabulary)
     copies = int(settings.values.get("num_beams", 1)) * int(settings.values.get("num_return_sequences", 1))
     check_generate_inputs(model, _model_inputs(args, kwargs), settings.max_new_tokens, settings.max_length, copies)
     routed = adapter_names is not None or isinstance(model.state.block, BatchSplit)

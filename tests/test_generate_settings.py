@@ -203,3 +203,77 @@ def test_token_id_settings_inside_the_vocabulary_generate_as_transformers_does()
     generated = model.generate(**prompts, max_new_tokens=4, **OPTIONS, **settings)
     bare = model.model.generate(**prompts, max_new_tokens=4, **OPTIONS, **settings)
     assert torch.equal(generated, bare)
+
+
+class _Streamer:
+    """A streamer that keeps what generate() hands it (transformers' BaseStreamer interface: put and end)."""
+
+    def __init__(self) -> None:
+        self.put_calls, self.ended = 0, False
+
+    def put(self, value: torch.Tensor) -> None:
+        self.put_calls += 1
+
+    def end(self) -> None:
+        self.ended = True
+
+
+def _keep(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    return scores
+
+
+def _never(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+
+# (argument, bad value, words of the message): each failed steps in, inside transformers' loop, with an
+# AttributeError or TypeError ("'str' object has no attribute '__call__'", "object of type 'function' has no len()").
+BAD_CALLBACKS = [
+    ("logits_processor", ["x"], ("logits_processor[0] = 'x' is a str, which cannot be called", "LogitsProcessorList")),
+    ("logits_processor", _keep, ("logits_processor is a function", "LogitsProcessorList")),
+    ("stopping_criteria", ["x"], ("stopping_criteria[0] = 'x' is a str", "StoppingCriteriaList")),
+    ("stopping_criteria", _never, ("stopping_criteria is a function", "StoppingCriteriaList")),
+    ("prefix_allowed_tokens_fn", [5, 6], ("prefix_allowed_tokens_fn is a list", "a function (batch_id, input_ids)")),
+    ("streamer", object(), ("streamer is a object, which has no put or end() method", "BaseStreamer")),
+    ("negative_prompt_ids", torch.full((2, 3), 500), ("negative_prompt_ids holds [500]", "0 to 99")),
+    ("negative_prompt_ids", [[5, 6]], ("negative_prompt_ids is a list", "[batch, seq] torch.long tensor")),
+    ("negative_prompt_ids", torch.full((2, 3), 5.0), ("dtype torch.float32", "[batch, seq] torch.long tensor")),
+    ("renormalize_logits", "no", ("renormalize_logits='no' has type str", "true or false")),
+]
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "t5"])
+@pytest.mark.parametrize(("name", "value", "words"), BAD_CALLBACKS, ids=[f"{n}={v!r}" for n, v, _ in BAD_CALLBACKS])
+def test_a_bad_callback_is_refused_before_the_first_step(
+    model_type: str, name: str, value: Any, words: tuple[str, ...]
+) -> None:
+    model = _model(model_type)
+    settings = {"guidance_scale": 1.5} if name == "negative_prompt_ids" else {}
+    with pytest.raises(af.ConfigError) as caught:
+        model.generate(**_prompts(model_type), max_new_tokens=2, **OPTIONS, **settings, **{name: value})
+    assert all(word in str(caught.value) for word in words), str(caught.value)
+
+
+def test_a_bad_callback_given_by_position_is_refused() -> None:
+    """generate(inputs, generation_config, logits_processor, ...): the positions of transformers' signature."""
+    model = _model()
+    with pytest.raises(af.ConfigError, match=r"logits_processor\[0\] = 'x' is a str"):
+        model.generate(_prompts()["input_ids"], GenerationConfig(max_new_tokens=2, **OPTIONS), ["x"])
+
+
+def test_good_callbacks_generate_what_the_bare_model_generates() -> None:
+    model = _model("gpt2")
+    model.activate()  # no adapter runs: the wrapped model generates what the bare model does
+    prompts, streamer = _prompts("gpt2"), _Streamer()
+    callbacks = dict(
+        logits_processor=[_keep],
+        stopping_criteria=[_never],
+        prefix_allowed_tokens_fn=lambda batch_id, ids: list(range(5, 50)),
+        negative_prompt_ids=torch.full((2, 3), 7),
+        guidance_scale=1.5,
+    )
+    one_row = {key: value[:1] for key, value in prompts.items()}  # a streamer takes one row
+    generated = model.generate(**prompts, max_new_tokens=3, **OPTIONS, **callbacks)
+    assert torch.equal(generated, model.model.generate(**prompts, max_new_tokens=3, **OPTIONS, **callbacks))
+    model.generate(**one_row, max_new_tokens=3, **OPTIONS, streamer=streamer)
+    assert streamer.put_calls == 4 and streamer.ended  # the prompt, then each new token

@@ -31,7 +31,9 @@ The modules, each importing only those listed before it:
 - `generate_settings`: `check_generate_settings`, generate()'s numeric settings (max_new_tokens, num_beams, top_p,
   ...) checked, numpy and torch scalars among them read as the Python numbers they hold; `check_token_ids`, its
   token-id settings (pad, eos, forced and suppressed tokens, bad words, sequence bias) inside the vocabulary;
-  `check_early_exit`, assistant_early_exit only on models whose layers stop where transformers' draft sets them.
+  `check_early_exit`, assistant_early_exit only on models whose layers stop where transformers' draft sets them;
+  `check_generate_arguments`, the callbacks it calls at each step (logits processors, stopping criteria, a streamer)
+  and negative_prompt_ids.
 """
 
 from adapterfusion.forward_inputs.call import ForwardCall, check_call
@@ -39,6 +41,7 @@ from adapterfusion.forward_inputs.generate import GENERATE_INPUTS, check_generat
 from adapterfusion.forward_inputs.generate_settings import (
     GenerateSettings,
     check_early_exit,
+    check_generate_arguments,
     check_generate_settings,
     check_token_ids,
     read_setting,
@@ -51,6 +54,7 @@ __all__ = [
     "GenerateSettings",
     "check_call",
     "check_early_exit",
+    "check_generate_arguments",
     "check_generate_inputs",
     "check_generate_settings",
     "check_token_ids",

@@ -1,7 +1,8 @@
 """The past_key_values of a cached step: a transformers Cache made by this model for this batch's rows, which a head
 cannot use, and how many tokens it holds already (a cached step's attention mask covers those too). A cache of
-another model (other layer count, key/value heads or head size, an encoder-decoder's for a decoder) would fail in
-transformers' cache code, or, with more layers than the model, be read without a word."""
+another model (other layer count, key/value heads or head size, an encoder-decoder's for a decoder, a decoder's for
+an encoder-decoder) would fail in transformers' cache code, or, with more layers than the model, be read without a
+word."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ from adapterfusion.injection.inject import decoder_layers
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
-_FIX = "pass the past_key_values this model returned (use_cache=True) for these rows, or DynamicCache() to start one"
+_FIX = "pass the past_key_values this model returned (use_cache=True) for these rows, or {start} to start one"
+
+
+def _fix(model: nn.Module) -> str:
+    """How to get a cache `model` takes: an encoder-decoder's holds its self- and cross-attention apart."""
+    start = "EncoderDecoderCache(DynamicCache(), DynamicCache())" if is_seq2seq(model) else "DynamicCache()"
+    return _FIX.format(start=start)
 
 
 def past_length(model: AdaptedModel, given: Mapping[str, Any], batch: int, head: str | None) -> int:
@@ -37,10 +44,7 @@ def past_length(model: AdaptedModel, given: Mapping[str, Any], batch: int, head:
             "the new tokens; run the head on the whole sequence, or activate(head=None) for cached decoding"
         )
     if not isinstance(past, Cache):
-        raise ConfigError(
-            f"past_key_values is a {type(past).__name__}, not a transformers Cache; pass the past_key_values a "
-            "previous call with use_cache=True returned (a DynamicCache), or DynamicCache() to start one"
-        )
+        raise ConfigError(f"past_key_values is a {type(past).__name__}, not a transformers Cache; {_fix(model.model)}")
     check_cache_layout(model, past)
     rows = _cache_rows(past)
     if rows is not None and rows != batch:
@@ -53,16 +57,21 @@ def past_length(model: AdaptedModel, given: Mapping[str, Any], batch: int, head:
 
 def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
     """A cache's filled layers are those of this model's (decoder's) layers: as many, each of the key/value heads
-    and head size its config gives; an EncoderDecoderCache only for an encoder-decoder (which also takes a
-    DynamicCache, of its decoder's self-attention)."""
+    and head size its config gives; an EncoderDecoderCache for an encoder-decoder and only for one. An
+    encoder-decoder's attention layers share any other Cache between self- and cross-attention, appending the encoder
+    states to the decoder's keys (a RuntimeError from the attention mask's shape)."""
     wrapped = model.model
     if _CHECKED.get(cache) is wrapped:  # generate's own cache, every step after its first: the layout is unchanged
         return
-    name = type(wrapped).__name__
-    if isinstance(cache, EncoderDecoderCache) and not is_seq2seq(wrapped):
-        raise ConfigError(
-            f"past_key_values is an EncoderDecoderCache, an encoder-decoder's, but {name} is a decoder; {_FIX}"
+    name, seq2seq = type(wrapped).__name__, is_seq2seq(wrapped)
+    if isinstance(cache, EncoderDecoderCache) != seq2seq:
+        held = (
+            f"a {type(cache).__name__}, but {name} is an encoder-decoder, whose decoder keeps its self-attention "
+            "and cross-attention apart in an EncoderDecoderCache"
+            if seq2seq
+            else f"an EncoderDecoderCache, an encoder-decoder's, but {name} is a decoder"
         )
+        raise ConfigError(f"past_key_values is {held}; {_fix(wrapped)}")
     layers = decoder_layers(model) or model.num_layers
     heads, sizes = _head_shapes(wrapped)
     parts = (
@@ -77,7 +86,7 @@ def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
         if filled and len(filled) != layers:
             raise ConfigError(
                 f"past_key_values hold {len(filled)} layer{'s' * (len(filled) != 1)} but {name} has {layers}: they "
-                f"were made by another model; {_FIX}"
+                f"were made by another model; {_fix(wrapped)}"
             )
         for index, keys in enumerate(filled):
             expected = (_of_layer(heads, index), _of_layer(sizes, index))
@@ -85,7 +94,7 @@ def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
                 raise ConfigError(
                     f"past_key_values hold keys of {keys.shape[1]} heads of size {keys.shape[-1]} at layer {index}, "
                     f"but {name} has {expected[0]} key/value heads of size {expected[1]} there: they were made by "
-                    f"another model; {_FIX}"
+                    f"another model; {_fix(wrapped)}"
                 )
     if complete:  # every layer filled by this model's layout: the steps that grow it need no second look
         _CHECKED[cache] = wrapped

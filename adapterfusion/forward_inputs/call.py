@@ -70,7 +70,7 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
     shape = _call_shape(given, choices, head, weight, seq2seq)
     limits = model_limits(model.model)
     past = past_length(model, given, shape[0], head)
-    check_logits_to_keep(given.get("logits_to_keep"), None if seq2seq else shape[-1])
+    check_logits_to_keep(given.get("logits_to_keep"), None if seq2seq else shape[-1], labels is not None)
     check_length(shape[-1] + (0 if seq2seq else past), limits)
     check_per_token(given, shape, 0 if seq2seq else past)
     check_devices(model.model, {**given, "labels": labels}, weight.device)

@@ -53,6 +53,16 @@ def encoder_outputs_shape(outputs: Any, weight: torch.Tensor, generating: bool =
             f"encoder_outputs' last hidden state has shape {tuple(first.shape)} and dtype {first.dtype}; it must be "
             f"a float tensor [batch, seq, {width}] (the encoder's width), as the encoder returns it"
         )
+    if first.dtype != weight.dtype:  # the decoder's cross-attention would multiply it with its weights in torch
+        raise ConfigError(
+            f"encoder_outputs' last hidden state has dtype {first.dtype} but the model's weights are {weight.dtype}; "
+            f"pass the states the encoder of this model returned, or .to({weight.dtype}) of them"
+        )
+    if first.device.type == "cpu" and not bool(torch.isfinite(first).all()):  # as inputs_embeds (tokens.py)
+        raise ConfigError(
+            "encoder_outputs' last hidden state holds NaN or infinite values, so every output would be NaN; check "
+            "how they were made"
+        )
     return first.shape[:-1]
 
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 # generate()'s flags, which transformers reads by truth value: use_cache='no' would cache, return_dict_in_generate='no'
-# return a dict.
+# return a dict, renormalize_logits='no' renormalize.
 _GENERATE_FLAGS = (
     "use_cache",
     "do_sample",
@@ -42,6 +42,10 @@ _GENERATE_FLAGS = (
     "output_scores",
     "output_logits",
     "return_dict_in_generate",
+    "renormalize_logits",
+    "remove_invalid_values",
+    "use_mtp",
+    "disable_compile",
 )
 # What check_generate_inputs reads of generate()'s keywords: the model inputs and the flags.
 GENERATE_INPUTS = (

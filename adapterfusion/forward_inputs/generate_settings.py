@@ -4,7 +4,10 @@ by num_beams=0, makes a tensor of num_beams=-1 rows, and ignores top_p=2 or no_r
 
 Each setting is read where generate() reads it: its keyword, else the generation_config passed, else the model's
 own. A numpy or torch scalar (np.int64(100), torch.tensor(100)) counts as the Python number it holds, and is handed
-on as that number, so the positions check sees it too; a float is no integer setting (max_new_tokens=100.0)."""
+on as that number, so the positions check sees it too; a float is no integer setting (max_new_tokens=100.0).
+
+Beside them: the token-id settings (check_token_ids), assistant_early_exit (check_early_exit), and the arguments
+transformers reads only steps in, its callbacks and negative_prompt_ids (check_generate_arguments)."""
 
 from __future__ import annotations
 
@@ -270,3 +273,81 @@ def _token_ids(value: Any, depth: int, biases: bool, wrong: str) -> list[Any]:
     ):
         raise ConfigError(wrong)
     return [token for ids in value for token in ids] if depth == 2 else list(value)
+
+
+# generate()'s arguments that transformers calls back at each step, and what each must be: a wrong one fails steps
+# in, in transformers' loop ("'str' object has no attribute '__call__'", "object of type 'function' has no len()").
+_CALLBACK_LISTS = {
+    "logits_processor": "LogitsProcessorList([...]) of LogitsProcessor objects (callables (input_ids, scores) -> "
+    "scores)",
+    "stopping_criteria": "StoppingCriteriaList([...]) of StoppingCriteria objects (callables (input_ids, scores) -> "
+    "a bool tensor per row)",
+}
+
+
+def check_generate_arguments(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int) -> None:
+    """generate()'s arguments that transformers reads only steps in, checked before the first: its callbacks
+    (_check_callbacks) and negative_prompt_ids (_check_negative_prompt), given by keyword or by position."""
+    given = _arguments(model, args, kwargs)
+    _check_callbacks(given)
+    _check_negative_prompt(given, vocabulary)
+
+
+def _check_callbacks(given: dict[str, Any]) -> None:
+    """logits_processor and stopping_criteria a list of callables, prefix_allowed_tokens_fn a callable, a streamer an
+    object with put() and end() (transformers' BaseStreamer)."""
+    for name, expected in _CALLBACK_LISTS.items():
+        value = given.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"generate(): {name} is a {type(value).__name__}; pass {expected}, e.g. [processor]")
+        for index, item in enumerate(value):
+            if not callable(item):
+                raise ConfigError(
+                    f"generate(): {name}[{index}] = {item!r} is a {type(item).__name__}, which cannot be called; "
+                    f"pass {expected}"
+                )
+    prefix = given.get("prefix_allowed_tokens_fn")
+    if prefix is not None and not callable(prefix):
+        raise ConfigError(
+            f"generate(): prefix_allowed_tokens_fn is a {type(prefix).__name__}; pass a function (batch_id, "
+            "input_ids) -> the list of token ids allowed next"
+        )
+    streamer = given.get("streamer")
+    missing = [method for method in ("put", "end") if not callable(getattr(streamer, method, None))]
+    if streamer is not None and missing:
+        raise ConfigError(
+            f"generate(): streamer is a {type(streamer).__name__}, which has no {' or '.join(missing)}() method; pass "
+            "a transformers streamer (TextStreamer(tokenizer), TextIteratorStreamer(tokenizer)) or a subclass of "
+            "transformers.generation.BaseStreamer"
+        )
+
+
+def _check_negative_prompt(given: dict[str, Any], vocabulary: int) -> None:
+    """negative_prompt_ids (classifier-free guidance's unconditional prompt, run through the model at every step): a
+    [batch, seq] integer tensor of ids in the vocabulary, else torch fails inside the guidance's own forward."""
+    ids = given.get("negative_prompt_ids")
+    if ids is None:
+        return
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
+        shape = f" of shape {tuple(ids.shape)} and dtype {ids.dtype}" if isinstance(ids, torch.Tensor) else ""
+        raise ConfigError(
+            f"generate(): negative_prompt_ids is a {type(ids).__name__}{shape}; pass the negative prompt's token ids "
+            "as a [batch, seq] torch.long tensor, e.g. tokenizer(texts, return_tensors='pt').input_ids"
+        )
+    outside = ids[(ids < 0) | (ids >= vocabulary)]
+    if outside.numel():
+        raise ConfigError(
+            f"generate(): negative_prompt_ids holds {sorted(set(outside.tolist()))[:5]}, outside this model's "
+            f"vocabulary (ids 0 to {vocabulary - 1}); give token ids of its tokenizer"
+        )
+
+
+def _arguments(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """generate()'s arguments by name, its positional ones included (none where they do not bind to its signature:
+    transformers then says what is wrong)."""
+    try:
+        return dict(inspect.signature(model.generate).bind_partial(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        return dict(kwargs)

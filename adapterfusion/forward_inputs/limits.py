@@ -12,6 +12,7 @@ from torch import nn
 
 from adapterfusion.encoder_limits import limit_reason, max_input_length
 from adapterfusion.errors import ConfigError
+from adapterfusion.forward_inputs.keywords import accepted_keywords
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class Limits:
     config: Any
     max_length: int | None  # tokens per sequence (encoder_limits.max_input_length)
     positions: int | None  # rows of the position table, when it has one
-    token_types: int  # type_vocab_size (0: token types unused)
+    token_types: int | None  # type_vocab_size (0: types unused; None: no type table, GPT-2 embeds them as tokens)
 
 
 _LIMITS: weakref.WeakKeyDictionary[nn.Module, Limits] = weakref.WeakKeyDictionary()
@@ -33,9 +34,11 @@ def model_limits(model: nn.Module) -> Limits:
     limits = _LIMITS.get(model)
     if limits is None or limits.config is not model.config:
         config: Any = model.config
-        max_length, token_types = max_input_length(config), getattr(config, "type_vocab_size", 0)
+        max_length, types = max_input_length(config), getattr(config, "type_vocab_size", None)
+        if types is None:  # no type table: GPT-2 takes token_type_ids and looks them up in its token embeddings
+            types = None if "token_type_ids" in (accepted_keywords(model) or ()) else 0
         positions = int(config.max_position_embeddings) if max_length is not None else None
-        limits = Limits(config, max_length, positions, token_types if isinstance(token_types, int) else 0)
+        limits = Limits(config, max_length, positions, types if types is None or isinstance(types, int) else 0)
         _LIMITS[model] = limits
     return limits
 

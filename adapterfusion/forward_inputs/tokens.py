@@ -171,8 +171,9 @@ def check_values(given: Mapping[str, Any], vocabulary: int, limits: Limits, pref
         hint = "was the tokenizer made for this model?"
         _check_range(ids, f"{prefix}input_ids", vocabulary, "the model's vocabulary", hint)
     types, count = given.get("token_type_ids"), limits.token_types
-    if types is not None and types.device.type == "cpu" and count > 0:
-        _check_range(types, "token_type_ids", count, f"type_vocab_size={count}", "pass 0 for one segment")
+    if types is not None and types.device.type == "cpu" and count != 0:
+        table = f"type_vocab_size={count}" if count else f"{limits.config.model_type} embeds token types as tokens"
+        _check_range(types, "token_type_ids", count or vocabulary, table, "pass 0 for one segment")
     tasks, kinds = given.get("task_type_ids"), getattr(limits.config, "task_type_vocab_size", None)
     if tasks is not None and tasks.device.type == "cpu" and isinstance(kinds, int) and kinds > 0:
         _check_range(tasks, "task_type_ids", kinds, f"task_type_vocab_size={kinds}", "pass 0 for the default task")
@@ -212,12 +213,20 @@ def _check_mask(mask: torch.Tensor, key: str = "attention_mask") -> None:
         )
 
 
-def check_logits_to_keep(value: Any, length: int | None) -> None:
+def check_logits_to_keep(value: Any, length: int | None, labelled: bool = False) -> None:
     """logits_to_keep as transformers documents it: an int N >= 0 (the last N positions; 0 all), or a 1-D tensor
     of the positions to keep, inside the `length` positions run (None: not known here). Anything else fails in
-    torch's indexing, or (a bool, a negative N) drops positions without a word."""
+    torch's indexing, or (a bool, a negative N) drops positions without a word. `labelled`: the call computes a
+    language model's loss, which needs every position's logits (_check_all_kept)."""
     if value is None:
         return
+    _check_form(value, length)
+    if labelled:
+        _check_all_kept(value, length)
+
+
+def _check_form(value: Any, length: int | None) -> None:
+    """logits_to_keep an int N >= 0, or a 1-D integer tensor of positions inside the `length` positions run."""
     expected = (
         "an integer N >= 0 (the logits of the last N positions; 0: all) or a 1-D integer tensor (torch.long or "
         "torch.int32) of the positions to keep"
@@ -239,3 +248,19 @@ def check_logits_to_keep(value: Any, length: int | None) -> None:
         raise ConfigError(f"logits_to_keep={value!r} has type {type(value).__name__}; expected {expected}")
     if value < 0:
         raise ConfigError(f"logits_to_keep={value!r} is negative; expected {expected}")
+
+
+def _check_all_kept(value: Any, length: int | None) -> None:
+    """A causal LM's loss compares each position's logits with the next label: logits of fewer positions than the
+    labels were torch's "Expected input batch_size (2) to match target batch_size (14)" from cross_entropy (and of
+    the positions reordered, a loss of the wrong pairs)."""
+    if isinstance(value, torch.Tensor):
+        everything = length is not None and torch.equal(value.cpu(), torch.arange(length, dtype=value.dtype))
+    else:
+        everything = value == 0 or (length is not None and value >= length)
+    if not everything:
+        shown = f"a tensor of {value.numel()} positions" if isinstance(value, torch.Tensor) else repr(value)
+        raise ConfigError(
+            f"logits_to_keep={shown} with labels: the loss needs the logits of every position, one per label; "
+            "drop logits_to_keep (or 0) to compute the loss, or compute it yourself from the logits kept"
+        )

@@ -121,7 +121,7 @@ def test_a_cache_made_by_another_model_is_refused(
 
 @pytest.mark.parametrize("model_type", ["llama", "gemma3_text", "t5", "bart"])
 def test_a_cache_of_the_same_model_still_passes(model_type: str) -> None:
-    """The model's own cache (an encoder-decoder's EncoderDecoderCache, or a DynamicCache of its self-attention)."""
+    """The model's own cache (a decoder's DynamicCache, an encoder-decoder's EncoderDecoderCache)."""
     model = af.wrap(tiny_decoder(model_type))
     cache = _cache_of(model_type)
     ids = torch.tensor([[11, 42, 17, 88]])
@@ -151,3 +151,26 @@ def test_a_decode_loop_checks_its_caches_layout_once(monkeypatch: pytest.MonkeyP
                 logits = model(input_ids=step, attention_mask=mask, past_key_values=cache).logits
                 step = logits[:, -1:].argmax(-1)
     assert len(calls) == 2 * 2  # per loop: the empty cache of its first step, then the filled one once
+
+
+@pytest.mark.parametrize("call", ["forward", "generate"])
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_a_decoders_cache_for_an_encoder_decoder_is_refused(call: str, model_type: str) -> None:
+    """T5 and BART share a plain Cache between their decoder's self-attention and cross-attention, appending the
+    encoder states to the decoder's keys: a RuntimeError from the mask's shape (forward and generate). The cache
+    the message advises generates what generate's own cache does."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    model = af.wrap(tiny_decoder(model_type))
+    inputs = tiny_decoder_inputs(model_type)
+    prompts = {key: value for key, value in inputs.items() if key != "decoder_input_ids"}
+    with pytest.raises(af.ConfigError) as caught:
+        if call == "forward":
+            model(**inputs, past_key_values=DynamicCache())
+        else:
+            model.generate(**prompts, past_key_values=DynamicCache(), max_new_tokens=2)
+    words = ("past_key_values is a DynamicCache", "is an encoder-decoder", "EncoderDecoderCache(DynamicCache(), Dyn")
+    assert all(word in str(caught.value) for word in words), str(caught.value)
+    advised = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    generated = model.generate(**prompts, past_key_values=advised, max_new_tokens=3)
+    assert torch.equal(generated, model.generate(**prompts, max_new_tokens=3))

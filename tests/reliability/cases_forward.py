@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 import transformers
+from transformers.cache_utils import DynamicCache
 
 import adapterfusion as af
 from adapterfusion.experiments.errors import ExperimentSpecError
@@ -375,6 +376,15 @@ CASES: tuple[BadInput, ...] = (
         _call(_headed, token_type_ids=torch.full((2, 7), 2)),
     ),
     B(
+        "forward-gpt2-token-type-out-of-vocab",
+        GROUP,
+        "token_type_ids holding 100 for a GPT-2 of 100 tokens, which has no type table and embeds token types with "
+        "its token embeddings (was an IndexError from the embedding)",
+        af.ConfigError,
+        ("token_type_ids", "[100]", "0..99", "gpt2 embeds token types as tokens"),
+        _lm_call("gpt2", token_type_ids=torch.full((2, 7), 100)),
+    ),
+    B(
         "forward-embeds-width",
         GROUP,
         "inputs_embeds of width 16 into an encoder of hidden size 32 (was a RuntimeError deep in a layer)",
@@ -722,6 +732,15 @@ CASES: tuple[BadInput, ...] = (
         ("past_key_values", "tuple", "Cache"),
         _cached_step(past="tuple", mask=None),
     ),
+    B(
+        "seq2seq-cache-dynamic",
+        GROUP,
+        "T5 given past_key_values=DynamicCache(), a decoder's cache, which T5 shares between its self- and "
+        "cross-attention (was a RuntimeError from the attention mask's shape)",
+        af.ConfigError,
+        ("past_key_values is a DynamicCache", "encoder-decoder", "EncoderDecoderCache(DynamicCache(), DynamicCache())"),
+        _lm_call("t5", past_key_values=DynamicCache()),
+    ),
     # language-model labels
     B(
         "lm-labels-shorter",
@@ -960,6 +979,22 @@ CASES: tuple[BadInput, ...] = (
         ("encoder_outputs", "(3, 7)", "(2, 7)"),
         _lm_call("bart", encoder_outputs=(torch.zeros(3, 7, 32),)),
     ),
+    B(
+        "seq2seq-encoder-outputs-float64",
+        GROUP,
+        "T5 given float64 encoder_outputs, its weights float32 (was a RuntimeError from torch in the cross-attention)",
+        af.ConfigError,
+        ("encoder_outputs", "torch.float64", "weights are torch.float32"),
+        _lm_call("t5", encoder_outputs=(torch.zeros(2, 7, 32, dtype=torch.float64),)),
+    ),
+    B(
+        "seq2seq-encoder-outputs-nan",
+        GROUP,
+        "BART given encoder_outputs holding NaN (was every logit NaN, without a word)",
+        af.ConfigError,
+        ("encoder_outputs", "NaN or infinite"),
+        _lm_call("bart", encoder_outputs=(torch.full((2, 7, 32), math.nan),)),
+    ),
     # options of a language model's call
     B(
         "lm-logits-to-keep-string",
@@ -992,6 +1027,15 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("logits_to_keep=-1", "negative", "N >= 0"),
         _lm_call("gpt2", logits_to_keep=-1),
+    ),
+    B(
+        "lm-logits-to-keep-with-labels",
+        GROUP,
+        "Llama given labels and logits_to_keep=1, which keeps one position's logits for 7 labels per row (was a "
+        "ValueError from cross_entropy: 'Expected input batch_size (2) to match target batch_size (14)')",
+        af.ConfigError,
+        ("logits_to_keep=1 with labels", "every position", "drop logits_to_keep"),
+        _lm_call("llama", labels=tiny_decoder_inputs("llama")["input_ids"], logits_to_keep=1),
     ),
     B(
         "lm-use-cache-string",

@@ -1,6 +1,6 @@
 """Bad-input cases at one boundary, generation settings: generate()'s numeric settings of the wrong type or value
-(forward_inputs/generate_settings.py), a numpy scalar among them, and integer ids or labels of another dtype than
-torch.long (forward_inputs/tokens.py, labels.py)."""
+(forward_inputs/generate_settings.py), a numpy scalar among them, its callbacks and negative prompt, and integer ids
+or labels of another dtype than torch.long (forward_inputs/tokens.py, labels.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers.cache_utils import DynamicCache
 
 import adapterfusion as af
 from adapterfusion.scoring import score_answers
@@ -90,6 +91,11 @@ def _exact_match_of_long_rows(folder: Path) -> Action:
         return f"scored both rows: exact_match={scores['exact_match']:.1f}"
 
     return action
+
+
+def _keep_scores(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """A logits processor that changes nothing (a function, where a list of them goes)."""
+    return scores
 
 
 CASES: tuple[BadInput, ...] = (
@@ -202,5 +208,66 @@ CASES: tuple[BadInput, ...] = (
         None,
         ("scored both rows: exact_match=",),
         _exact_match_of_long_rows,
+    ),
+    B(
+        "generate-logits-processor-strings",
+        GROUP,
+        "generate(logits_processor=['x']) (was an AttributeError from transformers' loop: 'str' object has no "
+        "attribute '__call__')",
+        af.ConfigError,
+        ("logits_processor[0] = 'x'", "cannot be called", "LogitsProcessorList"),
+        _generate("llama", logits_processor=["x"]),
+    ),
+    B(
+        "generate-logits-processor-function",
+        GROUP,
+        "generate(logits_processor=<a function>), not a list of them (was a TypeError from transformers: object of "
+        "type 'function' has no len())",
+        af.ConfigError,
+        ("logits_processor is a function", "LogitsProcessorList"),
+        _generate("t5", decoder_input_ids=None, logits_processor=_keep_scores),
+    ),
+    B(
+        "generate-stopping-criteria-strings",
+        GROUP,
+        "generate(stopping_criteria=['x']) (was a TypeError from transformers' loop: 'str' object is not callable)",
+        af.ConfigError,
+        ("stopping_criteria[0] = 'x'", "StoppingCriteriaList"),
+        _generate("gpt2", stopping_criteria=["x"]),
+    ),
+    B(
+        "generate-streamer-object",
+        GROUP,
+        "generate(streamer=object()), no put() or end() (was an AttributeError from transformers: 'object' object "
+        "has no attribute 'put')",
+        af.ConfigError,
+        ("streamer", "no put or end() method", "TextStreamer", "BaseStreamer"),
+        _generate("bart", decoder_input_ids=None, streamer=object()),
+    ),
+    B(
+        "generate-negative-prompt-out-of-vocab",
+        GROUP,
+        "generate(guidance_scale=1.5, negative_prompt_ids=<ids of 500>), vocabulary 100 (was torch's IndexError "
+        "from the embedding, in the guidance's forward)",
+        af.ConfigError,
+        ("negative_prompt_ids holds [500]", "0 to 99"),
+        _generate("qwen2", guidance_scale=1.5, negative_prompt_ids=torch.full((2, 3), 500)),
+    ),
+    B(
+        "generate-renormalize-string",
+        GROUP,
+        "generate(renormalize_logits='no') (was renormalized: 'no' is truthy)",
+        af.ConfigError,
+        ("renormalize_logits='no'", "true or false"),
+        _generate("llama", renormalize_logits="no"),
+    ),
+    B(
+        "generate-seq2seq-dynamic-cache",
+        GROUP,
+        "BART generate(past_key_values=DynamicCache()), a decoder's cache (was a RuntimeError from the attention "
+        "mask's shape: BART shares it between its self- and cross-attention)",
+        af.ConfigError,
+        ("past_key_values is a DynamicCache", "BartForConditionalGeneration is an encoder-decoder"),
+        _generate("bart", decoder_input_ids=None, past_key_values=DynamicCache()),
     ),
 )
