@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import inspect
 import json
 import os
 import weakref
@@ -210,7 +211,9 @@ def _local_copy(encoder: str | os.PathLike | None) -> Path | None:
 
 def load_tokenizer(encoder: Encoder) -> Any:
     """The encoder's tokenizer, refused when it does not load or is degenerate: transformers builds a tokenizer of a
-    few special tokens from a folder without tokenizer files, which maps every word to [UNK] and trains on nothing."""
+    few special tokens from a folder without tokenizer files, which maps every word to [UNK] and trains on nothing;
+    or when it cannot pad a batch. It makes no token_type_ids for a model that takes none (a decoder or DistilBERT
+    saved with a BERT tokenizer), whose forward would refuse them at a run's first step."""
     from transformers import AutoConfig, AutoTokenizer
 
     name, kwargs = encoder.pretrained()
@@ -223,6 +226,8 @@ def load_tokenizer(encoder: Encoder) -> Any:
         config = AutoConfig.from_pretrained(name, **kwargs)
         vocab_size = getattr(config, "vocab_size", None)
     cap_tokenizer_length(tokenizer, config)
+    if "token_type_ids" in tokenizer.model_input_names and not _takes_token_type_ids(config):
+        tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token  # decoders ship without one; padding is masked out anyway
     ids = tokenizer(_PLAIN_WORDS, add_special_tokens=False)["input_ids"]
@@ -239,7 +244,27 @@ def load_tokenizer(encoder: Encoder) -> Any:
             f"from it has {len(tokenizer)} tokens (the model has {vocab_size}) and maps every word of "
             f"{_PLAIN_WORDS!r} to {tokenizer.unk_token!r}; {fix}"
         )
+    if tokenizer.pad_token is None:  # refused here, not by the first batch of a run, after the data has loaded
+        where = str(encoder.folder or name)
+        raise ConfigError(
+            f"encoder {encoder} has a tokenizer ({type(tokenizer).__name__}) with neither a pad token nor an eos "
+            "token to pad with, so no batch of texts of different lengths can be made; give it one (padding is "
+            f"masked out, so any token does) and save it: tok = AutoTokenizer.from_pretrained({where!r}); "
+            f"tok.pad_token = tok.unk_token; tok.save_pretrained({where!r})"
+        )
     return tokenizer
+
+
+def _takes_token_type_ids(config: Any) -> bool:
+    """Whether the model of `config` (its transformers base class) takes token_type_ids; True where unknown."""
+    from transformers import MODEL_MAPPING
+
+    try:
+        found: Any = MODEL_MAPPING[type(config)]
+    except (KeyError, ValueError):  # a model type AutoModel does not map: left as the tokenizer says
+        return True
+    model_class = found[0] if isinstance(found, tuple) else found  # a few types map to several classes
+    return model_class is None or "token_type_ids" in inspect.signature(model_class.forward).parameters
 
 
 def load_encoder_model(encoder: Encoder, model_class: str | None = None) -> nn.Module:

@@ -150,6 +150,7 @@ def evaluate_run(
     seed, the split and its size, `metrics` (the task's metrics and loss) and, for the validation split,
     `recorded` (the same keys from the run's metrics.json)."""
     check_count(batch_size, "batch_size", "examples per evaluation batch")
+    check_count(max_examples, "max_examples", "a seeded subset of the split")
     check_run_dir(run_dir)
     run = rebuild_run(run_dir, store=store, device=device)
     dataset = load_run_split(run, split, data_dir, max_examples)

@@ -382,6 +382,7 @@ def prune_fusion(
     check_count(repeats, "repeats", "timing rounds, the median taken")
     check_count(timing_batches, "timing_batches", "dev batches per timing round")
     check_count(batch_size, "batch_size", "examples per evaluation batch")
+    check_count(max_examples, "max_examples", "a seeded subset of the split")
     run_dir = Path(run_dir)
     if output is not None:  # the output first: a wrong --output is said whatever the run folder holds
         output = _check_output(output, run_dir)

@@ -194,6 +194,28 @@ def test_the_tokenizer_of_a_run_takes_no_more_tokens_than_the_model(tmp_path, ti
     assert load_tokenizer(resolve_encoder(str(tiny_encoder_dir))).model_max_length == min(512, positions)
 
 
+def test_a_tokenizer_that_cannot_pad_is_refused_with_the_folder_and_the_fix(tmp_path, tiny_encoder_dir):
+    """No pad token and no eos token to pad with: refused when the folder is checked (an experiment's plan, train()'s
+    start) naming it; it was a TaskError 'set tokenizer.pad_token before collating' at a run's first batch, after the
+    data had loaded. With an eos token, that pads."""
+    import transformers
+
+    from adapterfusion.encoders import load_tokenizer
+    from tiny_decoders import tiny_decoder
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_encoder_dir)
+    tokenizer.pad_token = None
+    folder = tmp_path / "no-pad"
+    tiny_decoder("llama", vocab_size=len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    with pytest.raises(ConfigError, match=r"neither a pad token nor an eos token") as refused:
+        check_encoder(folder)
+    assert f"tok.pad_token = tok.unk_token; tok.save_pretrained({str(folder)!r})" in str(refused.value)
+    tokenizer.eos_token = "[SEP]"
+    tokenizer.save_pretrained(folder)
+    assert load_tokenizer(resolve_encoder(folder)).pad_token == "[SEP]"
+
+
 def test_weights_a_checkpoint_lacks_are_the_same_on_every_load_and_leave_the_callers_randomness(
     tmp_path, tiny_encoder_dir
 ):

@@ -254,6 +254,13 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
             f"({len(unlabelled)} such rows in the {role} split); remove them or set drop_unlabelled=True in the task "
             "description."
         )
+    if len(unlabelled) == len(dataset):  # drop_unlabelled would leave nothing to train or score on
+        gold = "an answer" if spec.is_generation else "a gold label"
+        raise TaskError(
+            f"{_where(spec, origin)}: none of the {len(dataset)} rows of the {role} split has {gold} in field "
+            f"{spec.label_field!r}, so drop_unlabelled=True would leave the split empty; check that label_field "
+            "names the column that holds them, or fill them in."
+        )
     if unlabelled:
         keep = sorted(set(range(len(dataset))) - set(unlabelled))
         dataset = dataset.select(keep)

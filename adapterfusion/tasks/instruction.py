@@ -57,9 +57,25 @@ def prompt_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
             f"chat_template=True, but the tokenizer {type(tokenizer).__name__} has no chat template; set "
             "chat_template=False in the task (the prompt is then used as it is)."
         )
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-    )
+    import jinja2
+
+    name = type(tokenizer).__name__
+    try:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+    except jinja2.TemplateError as error:  # raise_exception() in the template, or a template that does not compile
+        raise TaskError(
+            f"chat_template=True, but the chat template of the tokenizer {name} fails on a prompt as one user turn "
+            f"({type(error).__name__}: {str(error)[:200]}); set chat_template=False in the task and write the "
+            "template's text into the prompts, or fix tokenizer.chat_template and save it with the model."
+        ) from None
+    if prompt.strip() not in text:  # the model would be trained on answers to a question it never reads
+        raise TaskError(
+            f"chat_template=True, but the chat template of the tokenizer {name} leaves the prompt out of what it "
+            f"writes ({prompt!r} becomes {text[:120]!r}); set chat_template=False in the task, or fix "
+            "tokenizer.chat_template to write each message's content and save it with the model."
+        )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -88,13 +104,20 @@ def encode_instruction_batch(
     answers = [str(a) for a in fields.field_values(batch, spec.label_field)]
     answer_ids = tokenizer(answers, add_special_tokens=False)["input_ids"]
     examples = []
-    for row, prompt, answer in zip(indices, prompts, answer_ids, strict=True):
+    for row, prompt, text, answer in zip(indices, prompts, answers, answer_ids, strict=True):
         ids = prompt_ids(tokenizer, prompt, spec.chat_template)
         if not ids:  # load_task_data refuses a blank prompt; data handed in some other way reaches this
             raise TaskError(
                 f"task {spec.name!r}, split {split!r}, row {row}: the prompt in field {spec.text_fields[0]!r} "
                 f"({prompt!r}) has no tokens and the tokenizer {type(tokenizer).__name__} adds no BOS token, so no "
                 "position would predict the answer's first token; give the row a prompt or drop it."
+            )
+        if not answer:  # load_task_data refuses a blank answer; one of characters the tokenizer drops gets here
+            raise TaskError(
+                f"task {spec.name!r}, split {split!r}, row {row}: the answer in field {spec.label_field!r} "
+                f"({text!r}) has no tokens for the tokenizer {type(tokenizer).__name__} "
+                "(it drops every character of it), so the row would train only on the end token; write the answer "
+                "or drop the row."
             )
         examples.append(instruction_example(ids, list(answer), end, max_length))
     return {

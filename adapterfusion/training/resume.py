@@ -73,6 +73,16 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[st
         if key in keys and key not in previous:
             previous[key] = current[key]
     changed = [_describe_change(key, previous.get(key), current[key]) for key in keys]
+    if "encoder_key" in keys and previous.get("encoder_key") != current["encoder_key"]:  # another model: say which
+        then, now = (
+            previous.get("encoder", previous.get("encoder_key")),
+            run_config.get("encoder", current["encoder_key"]),
+        )
+        changed = [
+            f"the encoder was {then!r}, now {now!r}" if key == "encoder_key" else change
+            for key, change in zip(keys, changed, strict=True)
+            if key != "encoder_identity"
+        ]
     if any(changed):
         raise TrainingError(
             f"cannot resume {run_dir}: its checkpoint {checkpoint.name} was saved by a run with other settings "

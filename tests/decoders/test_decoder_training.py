@@ -63,3 +63,31 @@ def test_mt_a_trains_on_a_decoder(tiny_decoder_dir, demo_data_dir, tmp_path) -> 
     )
     model = result.model
     assert model.architecture.causal and {model.get_head(t).config.pooling for t in ("rte", "sst2")} == {"last"}
+
+
+def test_a_decoder_saved_with_a_bert_tokenizer_trains_without_token_type_ids(demo_data_dir, tmp_path) -> None:
+    """The tokenizer makes token_type_ids, which a Llama's forward takes none of: every classification run failed at
+    its first step ('LlamaModel.forward takes no token_type_ids'), leaving an unfinished run folder. Its tokenizer,
+    as every recipe loads it, now makes only what the model takes; a BERT keeps its segment ids."""
+    import transformers
+
+    import adapterfusion as af
+    from adapterfusion.encoders import load_tokenizer, resolve_encoder
+    from tiny_decoders import tiny_decoder
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    assert "token_type_ids" in tokenizer("a", "b")
+    tiny_decoder("llama", vocab_size=tokenizer.vocab_size).save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    assert set(load_tokenizer(resolve_encoder(tmp_path / "llama"))("a", "b")) == {"input_ids", "attention_mask"}
+    assert "token_type_ids" in load_tokenizer(resolve_encoder(af.default_encoder_path()))("a", "b")
+    result = train(
+        "rte",
+        "st-a",
+        encoder=tmp_path / "llama",
+        data_dir=demo_data_dir,
+        output_dir=tmp_path / "runs",
+        training_config=dict(FAST, max_steps=1),
+        max_examples={"train": 8, "validation": 4},
+    )
+    assert (result.run_dir / "metrics.json").is_file()

@@ -110,6 +110,41 @@ def test_hub_datasets_and_chat_templates(tiny_decoder_dir, monkeypatch) -> None:
     assert words == ["user", ":", "the", "sky", "is", "answer", ":", "blue", "[SEP]"]
 
 
+def test_an_answer_the_tokenizer_drops_whole_is_refused_by_its_row(tiny_decoder_dir, tmp_path) -> None:
+    """An answer of characters the tokenizer drops (a zero-width space to WordPiece) passed the blank-answer check
+    and trained on the end token alone."""
+    rows = [*_rows(3), {"prompt": "what colour is the sea ?", "answer": "\u200b"}]
+    files = {"train": _write(tmp_path, "train", rows), "validation": _write(tmp_path, "validation", _rows(2))}
+    spec = instruction_task("dropped", data_files=files)
+    data, _ = load_task_data(spec)
+    with pytest.raises(
+        TaskError, match=r"split 'train', row 3: the answer in field 'answer' \('\\u200b'\) has no tokens"
+    ):
+        encode_task(spec, data, _tokenizer(tiny_decoder_dir), 32)
+
+
+@pytest.mark.parametrize(
+    ("template", "refusal"),
+    [
+        ("{{ raise_exception('Conversation must start with a system message') }}", "fails on a prompt as one user"),
+        ("{% for m in messages %}{{ m['content'] | no_such_filter }}{% endfor %}", "fails on a prompt as one user"),
+        ("{% for m in messages %}<|{{ m['role'] }}|>{% endfor %}", "leaves the prompt out of what it writes"),
+    ],
+)
+def test_a_chat_template_that_fails_or_drops_the_prompt_is_refused(tiny_decoder_dir, template, refusal) -> None:
+    """A template raising (a raw jinja2 TemplateError) or writing no message content (the model would have learnt
+    answers to prompts it never read) is refused with the way out."""
+    import datasets
+
+    rows = {"prompt": ["the sky is"], "answer": ["blue"]}
+    data = datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)})
+    tokenizer = _tokenizer(tiny_decoder_dir)
+    tokenizer.chat_template = template
+    with pytest.raises(TaskError, match=refusal) as refused:
+        encode_task(instruction_task("chat", chat_template=True), data, tokenizer, 32)
+    assert "set chat_template=False" in str(refused.value)
+
+
 def test_the_loss_is_the_mean_over_answer_tokens(tiny_decoder_dir, tmp_path) -> None:
     tokenizer = _tokenizer(tiny_decoder_dir)
     spec = _task(tmp_path)

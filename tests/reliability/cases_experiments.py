@@ -66,6 +66,15 @@ def _moved_record(folder: Path) -> Action:
     return lambda: cli("run", str(moved / SPEC_FILE), "--no-progress")
 
 
+def _llama_that_cannot_pad(folder: Path) -> Action:
+    """An experiment on a tiny Llama whose tokenizer has neither a pad token nor an eos token."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    tokenizer.pad_token = None
+    tiny_decoder("llama", vocab_size=tokenizer.vocab_size).save_pretrained(folder / "llama")
+    tokenizer.save_pretrained(folder / "llama")
+    return experiment(encoder=str(folder / "llama"), setups=["st-a"])(folder)
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "experiment-pooling-cls-on-decoder",
@@ -177,6 +186,34 @@ CASES: tuple[BadInput, ...] = (
         ExperimentSpecError,
         ("not to the folder it lies in", "moved or copied", "nothing was run"),
         _moved_record,
+        cli=True,
+    ),
+    B(
+        "experiment-decoder-tokenizer-cannot-pad",
+        GROUP,
+        "an experiment on a decoder whose tokenizer has no pad and no eos token (planned, then every job failed at "
+        "its first batch: 'the tokenizer has no pad token; set tokenizer.pad_token before collating')",
+        ExperimentSpecError,
+        ("encoder", "neither a pad token nor an eos token", "tok.pad_token = tok.unk_token", "save_pretrained"),
+        _llama_that_cannot_pad,
+        cli=True,
+    ),
+    B(
+        "evaluate-max-examples-zero",
+        "command line",
+        "adapterfusion evaluate RUN --max-examples 0 (checked only after the run's model had loaded)",
+        ConfigError,
+        ("max_examples=0", "positive integer"),
+        lambda folder: lambda: cli("evaluate", str(folder / "nowhere"), "--max-examples", "0"),
+        cli=True,
+    ),
+    B(
+        "prune-max-examples-zero",
+        "command line",
+        "adapterfusion prune RUN --keep 1 --max-examples 0 (checked only after the run's model had loaded)",
+        ConfigError,
+        ("max_examples=0", "positive integer"),
+        lambda folder: lambda: cli("prune", str(folder / "nowhere"), "--keep", "1", "--max-examples", "0"),
         cli=True,
     ),
 )

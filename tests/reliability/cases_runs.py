@@ -244,6 +244,79 @@ def _layernorm_only_on_llama(folder: Path) -> Action:
     return experiment(encoder=str(folder / "llama"), setups=["head", "layernorm-only"])(folder)
 
 
+# ---- decoders: instruction data (prompt + answer) and resuming on another model -------------------------------------
+_LM_FAST = {"max_steps": 1, "batch_size": 4, "max_length": 32, "patience": None, "logging_steps": 1}
+
+
+def _tiny_llama(folder: Path, chat_template: str | None = None) -> Path:
+    """A tiny random Llama saved with the shipped tokenizer (and `chat_template`, if given) in the case's folder."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    tokenizer.chat_template = chat_template
+    tiny_decoder("llama", vocab_size=tokenizer.vocab_size).save_pretrained(folder / "llama")
+    tokenizer.save_pretrained(folder / "llama")
+    return folder / "llama"
+
+
+def _answers(folder: Path, train: list[dict[str, str]], **options: Any):
+    """A generation task over `train` rows (and four good validation rows), written into the case's folder."""
+    from adapterfusion.tasks import instruction_task
+    from task_data import write_jsonl
+
+    good = [{"prompt": f"what colour is thing {i} ?", "answer": "blue"} for i in range(4)]
+    files = {"train": write_jsonl(folder / "train.jsonl", train), "validation": write_jsonl(folder / "dev.jsonl", good)}
+    return instruction_task("answers", data_files={r: str(p) for r, p in files.items()}, **options)
+
+
+def _train_answers(train: list[dict[str, str]], template: str | None = None, **options: Any):
+    """train(<generation task of `train` rows and task `options`>, 'st-a') on a tiny Llama whose tokenizer has the
+    chat template `template`, into the case's folder."""
+
+    def prepare(folder: Path) -> Action:
+        spec, llama = _answers(folder, train, **options), _tiny_llama(folder, template)
+        return lambda: af.training.train(
+            spec, "st-a", encoder=llama, output_dir=folder / "runs", training_config=_LM_FAST
+        )
+
+    return prepare
+
+
+def _resume_on_another_model(folder: Path) -> Action:
+    """An rte st-a run on the tiny Llama cut short after its checkpoint (its metrics.json removed, as a kill would
+    leave it), then train(..., resume=True) with a copy of that model in another folder."""
+    import shutil
+
+    llama = _tiny_llama(folder)
+    settings = {**_LM_FAST, "keep_checkpoints": True}
+    common = dict(output_dir=folder / "runs", data_dir=DATA_DIR, max_examples={"train": 8, "validation": 4})
+    run = af.training.train("rte", "st-a", encoder=llama, training_config=settings, **common)
+    run.metrics_path.unlink()
+    other = shutil.copytree(llama, folder / "llama-copy")
+    return lambda: af.training.train("rte", "st-a", encoder=other, training_config=settings, resume=True, **common)
+
+
+def _head_on_llama_with_bert_tokenizer(folder: Path) -> Action:
+    """train('rte', 'head') on a tiny Llama saved with the shipped (BERT) tokenizer, which makes token_type_ids;
+    the run goes to a temporary folder, as the case's folder must stay as it was."""
+    import tempfile
+
+    llama = _tiny_llama(folder)
+
+    def action() -> str:
+        with tempfile.TemporaryDirectory() as runs:
+            result = af.training.train(
+                "rte",
+                "head",
+                encoder=llama,
+                data_dir=DATA_DIR,
+                output_dir=runs,
+                max_examples={"train": 8, "validation": 4},
+                training_config=_LM_FAST,
+            )
+        return f"trained a head on the decoder: accuracy={result.metrics['accuracy']:.2f}"
+
+    return action
+
+
 CASES: tuple[BadInput, ...] = (
     # silent acceptances: an earlier result replaced without a word (data loss)
     B(
@@ -591,5 +664,69 @@ CASES: tuple[BadInput, ...] = (
         ("--json", "entry.json", "an AdapterStore entry", "path outside it"),
         _json_onto(lambda folder, run: next((folder / "out" / "store").rglob("entry.json"))),
         cli=True,
+    ),
+    B(
+        "train-run-answer-without-tokens",
+        "silent acceptances",
+        "train() of a generation task with an answer of characters the tokenizer drops ('\\u200b' to WordPiece; it "
+        "passed the blank-answer check and the row trained on the end token alone)",
+        TaskError,
+        ("split 'train', row 0", "the answer in field 'answer'", "has no tokens", "write the answer or drop the row"),
+        _train_answers(
+            [{"prompt": "what colour is the sea ?", "answer": "\u200b"}, {"prompt": "sky", "answer": "blue"}]
+        ),
+    ),
+    B(
+        "train-run-chat-template-raises",
+        "silent acceptances",
+        "train() of a generation task with chat_template=True on a decoder whose template raises on a lone user turn "
+        "(a raw jinja2 TemplateError from the tokenizer)",
+        TaskError,
+        ("chat template", "fails on a prompt as one user turn", "must start with a system", "chat_template=False"),
+        _train_answers(
+            [{"prompt": "sky", "answer": "blue"}],
+            template="{{ raise_exception('Conversation must start with a system message') }}",
+            chat_template=True,
+        ),
+    ),
+    B(
+        "train-run-chat-template-drops-prompt",
+        "silent acceptances",
+        "train() of a generation task with chat_template=True on a decoder whose template writes the roles but no "
+        "message content (trained answers to prompts the model never read)",
+        TaskError,
+        ("chat template", "leaves the prompt out", "'sky' becomes", "chat_template=False"),
+        _train_answers(
+            [{"prompt": "sky", "answer": "blue"}],
+            template="{% for m in messages %}<|{{ m['role'] }}|>{% endfor %}",
+            chat_template=True,
+        ),
+    ),
+    B(
+        "train-run-every-answer-dropped",
+        "silent acceptances",
+        "train() of a generation task with drop_unlabelled=True whose train rows all lack an answer (a raw "
+        "ValueError from datasets: \"Column 'truncated' doesn't exist\")",
+        TaskError,
+        ("train.jsonl", "none of the 2 rows of the train split has an answer", "'answer'", "drop_unlabelled=True"),
+        _train_answers([{"prompt": "sky", "answer": ""}, {"prompt": "sea", "answer": ""}], drop_unlabelled=True),
+    ),
+    B(
+        "train-run-resume-another-model",
+        "silent acceptances",
+        "train(..., resume=True) of an interrupted decoder run, with another model folder (said 'encoder_key differs' "
+        "and that other weights were saved at the encoder's path)",
+        TrainingError,
+        ("cannot resume", "the encoder was", "llama'", "llama-copy'", "remove", "checkpoints"),
+        _resume_on_another_model,
+    ),
+    B(
+        "train-run-decoder-with-bert-tokenizer",
+        "silent acceptances",
+        "train('rte', 'head') on a decoder saved with a tokenizer that makes token_type_ids (not an error; was a "
+        "ConfigError at the first step, 'LlamaModel.forward takes no token_type_ids', over an unfinished run folder)",
+        None,
+        ("trained a head on the decoder: accuracy=",),
+        _head_on_llama_with_bert_tokenizer,
     ),
 )

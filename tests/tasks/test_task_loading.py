@@ -229,6 +229,17 @@ def test_drop_unlabelled_drops_and_records(folder):
     assert len(splits["train"]) == 6 and info.splits[0].dropped_unlabelled == 1
 
 
+@pytest.mark.parametrize("role", ["train", "validation"])
+def test_drop_unlabelled_refuses_to_leave_a_split_empty(folder, role):
+    """Every row without a label (a label_field naming the wrong column, say): the split came back empty and
+    training failed in datasets with "Column 'truncated' doesn't exist"."""
+    unlabelled = [{**r, "label": -1} for r in GOOD]
+    data = folder(**{"train": GOOD, "validation": GOOD, role: unlabelled})
+    spec = TaskSpec.from_dict({**PAIR.to_dict(), "drop_unlabelled": True})
+    with pytest.raises(TaskError, match=rf"none of the 6 rows of the {role} split has a gold label in field 'label'"):
+        load_task_data(spec, data)
+
+
 @pytest.mark.parametrize("test_rows", [[{**r, "label": -1} for r in GOOD], [{"a": "x", "b": "y"}]])
 def test_unlabelled_test_split_is_left_out_with_a_note(folder, test_rows):
     data = folder(train=GOOD, validation=GOOD, test=test_rows)

@@ -257,6 +257,22 @@ def test_resume_refuses_a_checkpoint_of_other_encoder_weights(tmp_path, tiny_enc
     assert json.loads(result.metrics_path.read_text())["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
 
 
+def test_resume_with_another_base_model_names_both(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch) -> None:
+    """Resumed with another model folder: refused naming the model the checkpoint was trained on and the one given
+    (it said 'encoder_key differs' and that other weights were saved at the encoder's path), checkpoint kept."""
+    run = _st_a_run(tmp_path / "runs", tiny_encoder_dir, demo_data_dir)
+    _killed_after_the_first_epoch(run, monkeypatch)
+    other = tmp_path / "other-bert"
+    shutil.copytree(tiny_encoder_dir, other)
+    resumed = _st_a_run(tmp_path / "runs", other, demo_data_dir)
+    with pytest.raises(TrainingError) as refused:
+        resumed(resume=True)
+    message = str(refused.value)
+    assert f"the encoder was {str(tiny_encoder_dir)!r}, now {str(other)!r}" in message, message
+    assert "encoder_key" not in message and "saved at its path" not in message
+    assert resumable_checkpoint(tmp_path / "runs" / "rte" / "st-a" / "seed-3" / "checkpoints") is not None
+
+
 def test_resume_refuses_a_checkpoint_of_other_data_files(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
     """A data file edited between the kill and the resume, with as many rows as before: the run went on training on
     other rows. A run saved before runs recorded the files' digests still resumes."""
