@@ -25,7 +25,9 @@ HEAD_ACTIVATIONS = ("tanh", "relu", "gelu", "swish")
 @reject_unknown_fields
 @dataclass(frozen=True)
 class HeadConfig:
-    """Shared fields: `layers` linear layers on the pooled representation (AdapterHub's default: 2, tanh)."""
+    """Shared fields: `layers` linear layers on the pooled representation (AdapterHub's default: 2, tanh).
+    `pooling` None: the model's own, set when the head is added: `last` on a decoder or an encoder-decoder, whose
+    first token has seen no other, `cls` on an encoder."""
 
     kind: ClassVar[str] = "base"
     per_token: ClassVar[bool] = False  # outputs one row of logits per token, not per (pooled) input
@@ -33,7 +35,7 @@ class HeadConfig:
     layers: int = 2
     activation: str = "tanh"
     dropout: float = 0.1
-    pooling: str = "cls"
+    pooling: str | None = None
     labels: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -47,7 +49,8 @@ class HeadConfig:
         check_int(self.layers, "layers", minimum=1)
         check_choice(self.activation, HEAD_ACTIVATIONS, "head activation")
         check_number(self.dropout, "head dropout", minimum=0, below=1, expected="a number in [0, 1)")
-        check_choice(self.pooling, POOLINGS, "pooling")
+        if self.pooling is not None:
+            check_choice(self.pooling, POOLINGS, "pooling")
         if self.labels is not None:
             if not isinstance(self.labels, (list, tuple)):
                 raise ConfigError(

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from adapterfusion.errors import ConfigError
 from adapterfusion.heads.config import HeadConfig
 from adapterfusion.heads.question_answering import qa_loss
 from adapterfusion.heads.token_classification import tagging_loss
@@ -29,6 +30,10 @@ class PredictionHead(nn.Module):
 
     def __init__(self, config: HeadConfig, hidden_size: int) -> None:
         super().__init__()
+        if config.pooling is None and not config.per_token:  # add_head sets the model's own first
+            raise ConfigError(
+                "a head's pooling must be set before its module is built: pass pooling='cls', 'mean' or 'last'"
+            )
         self.config = config
         self.hidden_size = hidden_size
         blocks: list[nn.Module] = []

@@ -197,6 +197,8 @@ def build_head(model: AdaptedModel, name: str, config: HeadConfig, overwrite: bo
             "supported; classification, regression and multiple-choice heads are, and the model's own LM head "
             "(labels=target ids, answers with generate())"
         )
+    if config.pooling is None and not config.per_token:  # a per-token head pools nothing
+        config = dataclasses.replace(config, pooling="last" if model.architecture.pools_last_token else "cls")
     if model.architecture.pools_last_token and config.pooling == "cls" and not config.per_token:
         kind = "an encoder-decoder's decoder" if model.architecture.decoder is not None else "a decoder"
         raise ConfigError(

@@ -8,6 +8,7 @@ import torch
 
 import adapterfusion as af
 from tiny_decoders import tiny_decoder, tiny_decoder_inputs
+from tiny_models import tiny_encoder
 from tolerances import assert_close
 
 # Gemma2 is left out: transformers runs it with eager attention only, which in float64 turns left padding into NaN.
@@ -50,11 +51,16 @@ def test_last_token_pooling_equals_each_row_alone(model_type: str, side: str) ->
         assert_close(routed, logits, dtype=torch.float64)
 
 
-def test_cls_pooling_is_refused_on_a_decoder() -> None:
+def test_cls_pooling_is_refused_on_a_decoder_and_a_head_pools_the_last_token_by_default() -> None:
     model = af.wrap(tiny_decoder("llama"))
     with pytest.raises(af.ConfigError, match="pooling='last'"):
-        model.add_head("h", af.ClassificationHead(num_labels=2))
+        model.add_head("h", af.ClassificationHead(num_labels=2, pooling="cls"))
     assert model.head_names == []
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    assert model.heads["h"].config.pooling == "last"
+    encoder = af.wrap(tiny_encoder("bert"))
+    encoder.add_head("h", af.ClassificationHead(num_labels=2))
+    assert encoder.heads["h"].config.pooling == "cls"
 
 
 def test_a_fusion_and_a_head_train_on_a_decoder() -> None:

@@ -123,10 +123,11 @@ def test_a_fusion_and_a_head_train_on_an_encoder_decoder(model_type: str) -> Non
 def test_what_an_encoder_decoder_head_cannot_do_is_refused_by_name() -> None:
     model = af.wrap(tiny_decoder("t5"))
     with pytest.raises(af.ConfigError, match="pooling='last'"):
-        model.add_head("h", af.ClassificationHead(num_labels=2))  # cls: the decoder's start token has read nothing
+        model.add_head("h", af.ClassificationHead(num_labels=2, pooling="cls"))  # the start token has read nothing
     with pytest.raises(af.ConfigError, match="encoder-decoders"):
         model.add_head("qa", af.QuestionAnsweringHead())
-    model.add_head("h", af.ClassificationHead(num_labels=2, pooling="last"))
+    model.add_head("h", af.ClassificationHead(num_labels=2))  # the model's own: the last non-padding token
+    assert model.heads["h"].config.pooling == "last"
     model.activate(head="h")
     with pytest.raises(af.ConfigError, match="decoder_input_ids"):
         model(inputs_embeds=torch.zeros(1, 4, 32))
