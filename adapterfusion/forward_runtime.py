@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from adapterfusion._validation import check_bool
+from adapterfusion.errors import ConfigError
 from adapterfusion.injection.runtime import Recorder
 from adapterfusion.injection.unloaded import check_wrapped
 
@@ -36,9 +37,19 @@ def inference_cache(model: AdaptedModel, check_values: bool = True) -> Iterator[
 
 
 def check_cache_placement(model: AdaptedModel) -> None:
-    """Inside inference_cache(): refuse a forward after the model was cast or moved in the block."""
+    """Inside inference_cache(): refuse a forward after the model was cast or moved in the block, or one with
+    gradients turned back on (torch.enable_grad() inside the block): the folds and stacked adapters the block makes
+    once would carry the first call's autograd graph into every later call, whose backward then fails in torch
+    ("backward through the graph a second time") or sends no gradient to the pieces the folds stand for."""
     if model.runtime.is_caching:
         model.runtime.check_placement(_placement(model))
+        if torch.is_grad_enabled():
+            raise ConfigError(
+                "a forward with gradients enabled inside inference_cache(): the block runs under torch.no_grad() and "
+                "reuses the fusion folds and adapter stacks it prepares once, which carry no gradient to later calls; "
+                "train or take gradients outside the block (drop torch.enable_grad() inside it, or leave "
+                "`with model.inference_cache():`)"
+            )
 
 
 def _placement(model: AdaptedModel) -> tuple[torch.dtype, torch.device]:

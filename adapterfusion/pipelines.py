@@ -37,6 +37,7 @@ from adapterfusion._validation import closest, short_repr
 from adapterfusion.blocks import LAYOUT_BLOCKS
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError
+from adapterfusion.io.hub import hub_errors
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -414,6 +415,11 @@ def pipeline(
         )
     if isinstance(tokenizer, os.PathLike):  # transformers loads a tokenizer named by a str only
         tokenizer = os.fsdecode(tokenizer)
+    if not isinstance(tokenizer, (str, transformers.PreTrainedTokenizerBase)):  # 3 was taken, and failed at a call
+        raise ConfigError(
+            f"af.pipeline(tokenizer={short_repr(tokenizer)}) has type {type(tokenizer).__name__}; pass the model's "
+            "tokenizer (AutoTokenizer.from_pretrained(...)), or its folder or Hub id"
+        )
     loading = sorted(set(kwargs) & set(_LOADING_ARGUMENTS))
     if loading:
         raise ConfigError(
@@ -421,8 +427,13 @@ def pipeline(
             f"loaded, so it would be ignored; {_LOADING_ARGUMENTS[loading[0]]}"
         )
     view = for_pipeline(model, adapter, fusion, head, task, skip_layers)
+    check_settings(pipeline_task(task), kwargs)
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
-    with _quiet_model_type_check():
+    # A tokenizer named by a str is the one thing transformers loads here: a wrong path or id is its OSError.
+    loading_tokenizer = (
+        hub_errors(tokenizer, "af.pipeline: loading the tokenizer") if isinstance(tokenizer, str) else None
+    )
+    with _quiet_model_type_check(), loading_tokenizer or contextlib.nullcontext():
         built = build(task, model=view, tokenizer=tokenizer, **kwargs)
     _refuse_unread_arguments(built, tokenizer, kwargs)
     built.__class__ = _checked_class(type(built))
@@ -461,8 +472,39 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
             f"fusion, head and skip_layers when it builds the pipeline (this one runs {chosen or 'the bare model'}); "
             f"build another for that choice, af.pipeline(task, model, tokenizer, {given[0]}=...)"
         )
+    task = built.model.task  # as PipelineModel resolved it (no alias)
     if args:
-        check_pipeline_input(built.model.task, args[0])  # the task as PipelineModel resolved it (no alias)
+        check_pipeline_input(task, args[0])
+    settings = dict(kwargs)
+    if task == "zero-shot-classification":  # the call's labels: a keyword, the second argument, or the pipeline's
+        built_with = (built._preprocess_params or {}).get("candidate_labels")
+        settings["candidate_labels"] = kwargs.get("candidate_labels", args[1] if len(args) > 1 else built_with)
+    check_settings(task, settings)
+
+
+def check_settings(task: str, settings: Mapping[str, Any]) -> None:
+    """Refuse a pipeline setting that transformers reads as something else than meant, without a word: a top_k
+    that is not a count of answers (text-classification slices its sorted scores with it, so top_k=0 answered
+    nothing and top_k=-1 dropped the last label, and it took top_k=1.5 or '2' as not given; fill-mask hands it to
+    torch.topk), and zero-shot candidate_labels that name no label (a ValueError or TypeError inside transformers)."""
+    top_k = settings.get("top_k")
+    if task in ("text-classification", "fill-mask") and top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            every = ", or top_k=None for every label" if task == "text-classification" else ""
+            raise ConfigError(
+                f"top_k={short_repr(top_k)} ({type(top_k).__name__}): a {task} pipeline answers the top_k best "
+                f"{'labels' if task == 'text-classification' else 'tokens'}, so give a whole number >= 1, e.g. "
+                f"top_k=3{every}"
+            )
+    if task == "zero-shot-classification" and "candidate_labels" in settings:
+        labels = settings["candidate_labels"]
+        entries = [labels] if isinstance(labels, str) else labels if isinstance(labels, (list, tuple)) else None
+        if not entries or not all(isinstance(label, str) and label.strip() for label in entries):
+            raise ConfigError(
+                f"candidate_labels={short_repr(labels)}: a zero-shot-classification pipeline scores each text against "
+                "the candidate labels, so give a non-empty list of label names (str), e.g. candidate_labels=['sports', "
+                "'politics']"
+            )
 
 
 def check_pipeline_input(task: str, value: object) -> None:
@@ -478,10 +520,27 @@ def check_pipeline_input(task: str, value: object) -> None:
     entries: list[Any] = list(value) if isinstance(value, (list, tuple)) else [value]
     if not entries:
         raise ConfigError(f"a {task} pipeline was given an empty {type(value).__name__}; it takes {takes}")
+    if isinstance(value, tuple) and task != "text-generation":
+        # A tuple is one input to transformers, which the tokenizer reads as a batch: text-classification and
+        # zero-shot-classification answered its first text alone, token-classification failed in the tokenizer.
+        as_pair = task == "text-classification" and len(entries) == 2
+        or_pair = f", or a text pair as {{'text': {short_repr(entries[0])}, 'text_pair': ...}}" if as_pair else ""
+        raise ConfigError(
+            f"a {task} pipeline was given a tuple of {len(entries)}, which transformers reads as one input, not as "
+            f"{len(entries)} texts; pass a list of texts{or_pair}"
+        )
     for entry in entries:
         if isinstance(entry, Mapping):  # a text pair, or one message of a chat
             pair = task == "text-classification" and "text" in entry and set(entry) <= {"text", "text_pair"}
             bad = not (pair or (listed and task == "text-generation"))
+            if pair and not bad and not _is_pair(entry):
+                raise ConfigError(
+                    f"a text-classification pipeline was given the text pair {short_repr(entry)}; a pair is one text "
+                    "and its pair, {'text': str, 'text_pair': str}: pass a list of such dicts for several pairs"
+                )
+        elif isinstance(entry, (list, tuple)) and task != "text-generation":
+            # A pair as a list: the pipeline answered its first text alone (zero-shot), or failed in the tokenizer.
+            bad = True
         else:
             bad = entry is None or isinstance(entry, (numbers.Number, bytes))
         if bad:
@@ -489,6 +548,12 @@ def check_pipeline_input(task: str, value: object) -> None:
                 f"a {task} pipeline was given {'an entry ' if listed else ''}{short_repr(entry)} of type "
                 f"{type(entry).__name__}; it takes {takes}"
             )
+
+
+def _is_pair(entry: Mapping[str, Any]) -> bool:
+    """Whether a {'text', 'text_pair'} dict holds one text and its pair (or no pair): lists in it were one answer for
+    the first pair alone, and other values failed inside the tokenizer."""
+    return isinstance(entry["text"], str) and isinstance(entry.get("text_pair"), (str, type(None)))
 
 
 def _passed_through(built: Any) -> int | None:

@@ -15,6 +15,8 @@ import torch
 from torch import nn
 
 from adapterfusion._validation import check_bool
+from adapterfusion.blocks import Block
+from adapterfusion.errors import ConfigError
 from adapterfusion.forward_inputs.encoder_decoder import is_seq2seq
 from adapterfusion.fusion.layer import FusionLayer
 from adapterfusion.injection.site import AdapterSite
@@ -97,6 +99,7 @@ def train_adapter(model: AdaptedModel, name: str, head: str | None = None, train
     defaults to the one named like the adapter, else the active head; with none, the wrapped task model's own output
     layer trains (own_head_parameters). train_encoder=True also trains the encoder (MT-A, Stickland & Murray 2019)."""
     check_bool(train_encoder, "train_encoder")  # "no" would train the whole encoder: a str is truthy
+    _refuse_block(name, "train_adapter")
     model.require("adapter", name)
     head = _default_head(model, head, name, model.active_head)
     model.activate(adapter=name, head=head, skip_layers=model.skip_layers)
@@ -107,10 +110,22 @@ def train_adapter(model: AdaptedModel, name: str, head: str | None = None, train
 def train_fusion(model: AdaptedModel, name: str, head: str | None = None) -> None:
     """Freeze the encoder and all adapters; train the fusion's Q/K/V and the head (explicit, else the one named like
     the fusion, else the active head; with none, the wrapped task model's own output layer)."""
+    _refuse_block(name, "train_fusion")
     model.require("fusion", name)
     head = _default_head(model, head, name, model.active_head)
     model.activate(fusion=name, head=head, skip_layers=model.skip_layers)
     _set_trainable(model, model.fusion_parameters(name) + _head_parameters(model, head))
+
+
+def _refuse_block(name: object, method: str) -> None:
+    """A composition block where one piece's name is expected, refused with the way to train under a block."""
+    if isinstance(name, Block):
+        piece = "f" if method == "train_fusion" else "b"
+        raise ConfigError(
+            f"{method}({name!r}): {method} trains one piece, named by a string, and a composition block is not one; "
+            f"train the piece that should learn, e.g. model.{method}({piece!r}), then run the block with "
+            f"model.activate(af.Stack('a', {piece!r}), head=...): activate changes what runs, not what trains"
+        )
 
 
 def train_head(model: AdaptedModel, name: str, train_encoder: bool = False) -> None:

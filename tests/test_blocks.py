@@ -324,6 +324,20 @@ def test_bad_calls_with_blocks_are_refused(model: af.AdaptedModel) -> None:
         model.average_adapters("x", {"a": 1.0}, weights=[1.0])
 
 
+def test_a_block_given_to_train_adapter_or_train_fusion_says_how_to_train_under_it() -> None:
+    """train_adapter(af.Stack(...)) said only that it expected a string: train one piece, then activate the block."""
+    model = _model()
+    with pytest.raises(af.ConfigError, match=r"train_adapter\(Stack.*model.train_adapter\('b'\), then .*activate"):
+        model.train_adapter(af.Stack("a", "b"))
+    with pytest.raises(af.ConfigError, match=r"train_fusion\(Fuse.*model.train_fusion\('f'\)"):
+        model.train_fusion(af.Fuse(name="f"))
+    model.train_adapter("b", head="cls")
+    model.activate(af.Stack("a", "b"), head="cls")  # what that says: b trains, under the Stack
+    model(**_inputs(2), labels=torch.tensor([0, 1])).loss.backward()
+    assert all(p.grad is not None for p in model.adapter_parameters("b"))
+    assert all(p.grad is None for p in model.adapter_parameters("a"))
+
+
 def test_parallel_routes_take_their_own_heads_and_a_stack_caches_its_fusion(model: af.AdaptedModel) -> None:
     inputs = _inputs(2)
     model.add_head("two", af.ClassificationHead(num_labels=2))

@@ -11,6 +11,7 @@ import torch
 import transformers
 
 import adapterfusion as af
+from adapterfusion.pipelines import check_settings
 from tiny_decoders import tiny_decoder
 from tiny_models import randomise, tiny_encoder
 
@@ -415,3 +416,68 @@ def test_text_generation_refuses_an_encoder_decoder(tokenizer, model_type):
     model.activate("a")
     with pytest.raises(af.ConfigError, match=message):
         transformers.pipeline("text-generation", model=model, tokenizer=tokenizer)("the cat sat", max_new_tokens=2)
+
+
+@pytest.mark.parametrize("top_k", [0, -1, 1.5, "2", True])
+def test_a_top_k_that_is_not_a_count_of_answers_is_refused(model, tokenizer, top_k):
+    """text-classification sliced its sorted scores with top_k (0: no answer, -1: the last label dropped) and took a
+    top_k that is not an int as not given (one answer), without a word; at a call and at the build alike."""
+    classify = af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli")
+    with pytest.raises(af.ConfigError, match=f"top_k={top_k!r}.*a whole number >= 1.*top_k=None for every label"):
+        classify(TEXTS[0], top_k=top_k)
+    with pytest.raises(af.ConfigError, match=f"top_k={top_k!r}"):
+        af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli", top_k=top_k)
+    with pytest.raises(af.ConfigError, match=f"top_k={top_k!r}.*fill-mask.*best tokens"):
+        check_settings("fill-mask", {"top_k": top_k})
+    assert len(classify(TEXTS[0], top_k=2)) == 2 and len(classify(TEXTS[0], top_k=None)) == 3
+
+
+@pytest.mark.parametrize(
+    ("task", "value", "words"),
+    [
+        ("text-classification", (TEXTS[0], TEXTS[1]), "a tuple of 2, which transformers reads as one input.*text pair"),
+        ("text-classification", [(TEXTS[0], TEXTS[1])], "an entry \\('A man.*of type tuple"),
+        ("text-classification", [[TEXTS[0], TEXTS[1]]], "an entry \\['A man.*of type list"),
+        ("text-classification", {"text": TEXTS[:2], "text_pair": TEXTS[1:]}, "the text pair .*one text and its pair"),
+        ("text-classification", {"text": TEXTS[0], "text_pair": 3}, "the text pair .*'text_pair': str"),
+        ("text-classification", {"text": None}, "the text pair \\{'text': None\\}"),
+        ("zero-shot-classification", (TEXTS[0], TEXTS[1]), "a tuple of 2, .*pass a list of texts"),
+        ("zero-shot-classification", [[TEXTS[0], TEXTS[1]]], "an entry \\['A man.*of type list"),
+        ("token-classification", (TEXTS[0],), "a tuple of 1"),
+    ],
+)
+def test_texts_in_a_shape_transformers_reads_as_one_input_are_refused(model, tokenizer, task, value, words):
+    """A tuple of texts, a pair as a list and a pair dict of lists were one input to transformers: the tokenizer read
+    them as a batch, and text- and zero-shot-classification answered the first text alone without a word (the others
+    failed inside the tokenizer)."""
+    model.add_head("tags", af.TokenClassificationHead(num_labels=3))
+    head = {"token-classification": "tags"}.get(task, "nli")
+    pipe = af.pipeline(task, model, tokenizer, adapter="a", head=head, **_LABELS.get(task, {}))
+    with pytest.raises(af.ConfigError, match=f"a {task} pipeline was given {words}"):
+        pipe(value)
+    assert len(pipe(list(TEXTS[:2]))) == 2
+
+
+_LABELS = {"zero-shot-classification": dict(candidate_labels=["music", "sport"])}
+
+
+def test_text_pairs_and_zero_shot_labels_that_transformers_reads(model, tokenizer):
+    classify = af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli")
+    pairs = [{"text": TEXTS[0], "text_pair": TEXTS[1]}, {"text": TEXTS[2], "text_pair": None}]
+    assert classify(pairs) == [classify(pairs[0]), *classify([TEXTS[2]])]
+    zero_shot = af.pipeline("zero-shot-classification", model, tokenizer, adapter="a", head="nli")
+    assert zero_shot(TEXTS[0], ["music", "sport"]) == zero_shot(TEXTS[0], candidate_labels="music, sport")
+    for call in [dict(), dict(candidate_labels=[]), dict(candidate_labels=["music", 3])]:  # a TypeError, a ValueError
+        with pytest.raises(af.ConfigError, match="candidate_labels=.*a non-empty list of label names"):
+            zero_shot(TEXTS[0], **call)
+    with pytest.raises(af.ConfigError, match="candidate_labels=\\[\\]"):
+        af.pipeline("zero-shot-classification", model, tokenizer, adapter="a", head="nli", candidate_labels=[])
+
+
+def test_a_tokenizer_that_is_not_one_is_refused(model, tokenizer, tmp_path):
+    """tokenizer=3 built a pipeline that failed at its first call; a folder without a tokenizer was transformers'
+    OSError (HFValidationError) about repo ids."""
+    with pytest.raises(af.ConfigError, match="af.pipeline\\(tokenizer=3\\) has type int; pass the model's tokenizer"):
+        af.pipeline("text-classification", model, 3, adapter="a", head="nli")
+    with pytest.raises(af.HubError, match="af.pipeline: loading the tokenizer .*missing.* failed"):
+        af.pipeline("text-classification", model, str(tmp_path / "missing"), adapter="a", head="nli")

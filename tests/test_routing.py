@@ -100,6 +100,26 @@ def test_inside_the_inference_cache_routed_rows_follow_the_weights_across_calls(
         assert_close(model(**inputs, adapter_names=mixes[0]).last_hidden_state, changed, label="after the change")
 
 
+def test_gradients_turned_back_on_inside_the_inference_cache_are_refused():
+    """inference_cache() runs under no_grad and keeps the adapter stacks and fusion folds it makes: with
+    torch.enable_grad() inside, the first routed call's stacks carried its autograd graph, and the second call's
+    backward failed in torch ("backward through the graph a second time"); an activated fusion's first one did."""
+    model = _model("bert", PFEIFFER)
+    inputs, mix = _inputs(3), ["a", "f", None]
+    expected = model(**inputs, adapter_names=mix).last_hidden_state.detach()
+    calls = [
+        lambda: model(**inputs, adapter_names=mix),
+        lambda: model.forward_parallel("f", heads={"a": "two"}, fusion_head="two", **inputs),
+    ]
+    for call in calls:
+        with model.inference_cache(), torch.enable_grad():
+            with pytest.raises(af.ConfigError, match=r"gradients enabled inside inference_cache\(\).*outside the"):
+                call()
+    with model.inference_cache():
+        assert_close(model(**inputs, adapter_names=mix).last_hidden_state, expected, label="the cache still runs")
+    model(**inputs, adapter_names=mix).last_hidden_state.sum().backward()  # and gradients flow outside it
+
+
 @pytest.mark.parametrize("cached", [False, True])
 def test_adapters_with_their_own_layer_norms_and_other_placements(cached):
     """New LayerNorms inside the adapters (gathered per row), the other residual placements and non-linearities (each

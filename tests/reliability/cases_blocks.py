@@ -7,6 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers
+
 import adapterfusion as af
 from catalogue import Action, BadInput
 from tiny_models import tiny_encoder, tiny_inputs
@@ -87,6 +90,31 @@ def _run_routes(model: af.AdaptedModel, routes: list[str], batch: int) -> Any:
     """model(**batch of `batch`) inside activated(fusion='f', parallel_routes=routes)."""
     with model.activated(fusion="f", parallel_routes=routes):
         return model(**tiny_inputs(batch=batch))
+
+
+def _routed_with_gradients(model: af.AdaptedModel) -> Any:
+    """A routed call inside inference_cache() with gradients turned back on, twice (the second reused the first's
+    autograd graph through the kept adapter stacks)."""
+    with model.inference_cache(), torch.enable_grad():
+        for _ in range(2):
+            model(
+                **tiny_inputs(batch=3), adapter_names=["a", af.Stack("a", "f"), None]
+            ).last_hidden_state.sum().backward()
+
+
+def _piped(task: str, *args: Any, tokenizer: Any = None, **call: Any) -> Callable[[Path], Action]:
+    """af.pipeline(task, model, tokenizer, adapter='a', head='nli')(*args, **call) on a tiny encoder over the shipped
+    tokenizer (`tokenizer`: another one given instead) with adapter a and an NLI head 'nli'."""
+
+    def prepare(folder: Path) -> Action:
+        shipped = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+        model = af.wrap(tiny_encoder("bert", vocab_size=len(shipped), max_position_embeddings=128))
+        model.add_adapter("a")
+        model.add_head("nli", af.ClassificationHead(num_labels=3, labels=["entailment", "neutral", "contradiction"]))
+        given = tokenizer if tokenizer is not None else shipped
+        return lambda: af.pipeline(task, model, given, adapter="a", head="nli")(*args, **call)
+
+    return prepare
 
 
 CASES: tuple[BadInput, ...] = (
@@ -313,5 +341,66 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("parallel_routes=['a']", "got 3 rows", "not a multiple of 2", "forward_parallel"),
         _with_block(None, lambda model: _run_routes(model, ["a"], batch=3)),
+    ),
+    B(
+        "block-train-adapter-stack",
+        GROUP,
+        "model.train_adapter(af.Stack('a', 'b')) (said only that it expected a string)",
+        af.ConfigError,
+        ("train_adapter(Stack(", "trains one piece", "model.train_adapter('b')", "model.activate(af.Stack("),
+        _with_block(None, lambda model: model.train_adapter(af.Stack("a", "b"))),
+    ),
+    B(
+        "block-routed-gradients-inside-inference-cache",
+        GROUP,
+        "model(**batch, adapter_names=['a', af.Stack('a', 'f'), None]) and backward(), twice, inside "
+        "inference_cache() under torch.enable_grad() (was torch's 'backward through the graph a second time')",
+        af.ConfigError,
+        ("gradients enabled inside inference_cache()", "torch.no_grad()", "outside the block"),
+        _with_block(None, _routed_with_gradients),
+    ),
+    B(
+        "block-pipeline-top-k-zero",
+        GROUP,
+        "af.pipeline('text-classification', model, tokenizer, adapter='a', head='nli')(text, top_k=0) (was an empty "
+        "answer; top_k=-1 dropped the last label)",
+        af.ConfigError,
+        ("top_k=0", "a whole number >= 1", "top_k=None for every label"),
+        _piped("text-classification", "A man plays.", top_k=0),
+    ),
+    B(
+        "block-pipeline-tuple-of-texts",
+        GROUP,
+        "af.pipeline('text-classification', ...)(('A man plays.', 'Nobody is here')) (was one answer, the first "
+        "text's)",
+        af.ConfigError,
+        ("a tuple of 2", "reads as one input", "pass a list of texts", "'text_pair'"),
+        _piped("text-classification", ("A man plays.", "Nobody is here")),
+    ),
+    B(
+        "block-pipeline-pair-of-lists",
+        GROUP,
+        "af.pipeline('text-classification', ...)({'text': ['a', 'b'], 'text_pair': ['c', 'd']}) (was one answer, "
+        "the first pair's)",
+        af.ConfigError,
+        ("the text pair", "{'text': str, 'text_pair': str}", "a list of such dicts"),
+        _piped("text-classification", {"text": ["a", "b"], "text_pair": ["c", "d"]}),
+    ),
+    B(
+        "block-pipeline-zero-shot-no-labels",
+        GROUP,
+        "af.pipeline('zero-shot-classification', ...)(text) with no candidate_labels (was a TypeError inside "
+        "transformers)",
+        af.ConfigError,
+        ("candidate_labels=None", "a non-empty list of label names"),
+        _piped("zero-shot-classification", "A man plays."),
+    ),
+    B(
+        "block-pipeline-tokenizer-type",
+        GROUP,
+        "af.pipeline('text-classification', model, 3, adapter='a', head='nli') (was built, and failed at a call)",
+        af.ConfigError,
+        ("tokenizer=3", "type int", "AutoTokenizer.from_pretrained"),
+        _piped("text-classification", "A man plays.", tokenizer=3),
     ),
 )
