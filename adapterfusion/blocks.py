@@ -249,7 +249,9 @@ def _average_weights(
     if weights is None:
         return tuple(1.0 / count for _ in range(count))
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-        raise ConfigError(f"{caller}(weights={weights!r}): give one number per adapter, e.g. weights=[0.3, 0.7]")
+        raise ConfigError(
+            f"{caller}(weights={short_repr(weights)}): give one number per adapter, e.g. weights=[0.3, 0.7]"
+        )
     values = list(weights)
     shown = short_repr(values)
     if len(values) != count or not all(is_finite_number(w) for w in values):

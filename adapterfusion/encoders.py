@@ -139,6 +139,12 @@ def check_model_folder(folder: Path, label: str, tokenizer: bool = True) -> None
     """ConfigError unless `folder` holds what from_pretrained needs: a config.json of a known, supported model type,
     weights, and (with `tokenizer`) a tokenizer that is not degenerate."""
     if not folder.is_dir():
+        if folder.suffix.lower() == ".gguf":  # transformers reads GGUF only into a model, not as a model folder
+            raise ConfigError(
+                f"{label} is a GGUF file ({str(folder)!r}); make a model folder of it once (dequantised), then give "
+                f"that folder: AutoModelForCausalLM.from_pretrained({str(folder.parent)!r}, gguf_file={folder.name!r})"
+                ".save_pretrained(folder), and the same with AutoTokenizer (the shipped SmolLM2 is 'default-decoder')"
+            )
         raise ConfigError(f"{label} is a file ({str(folder)!r}); give the folder a model was saved in")
     present = sorted(p.name for p in folder.iterdir())
     if MODEL_CONFIG not in present:

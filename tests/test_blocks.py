@@ -296,6 +296,7 @@ def test_bad_blocks_are_refused_on_activation(model: af.AdaptedModel, case: str)
         (lambda: af.Average(weights=[]), "has no children"),  # was max()'s ValueError on an empty sequence
         (lambda: af.Average(weights=[], normalize_weights=False), "has no children"),
         (lambda: af.Average("a", "b", weights=[1.0]), "one finite number per adapter"),
+        (lambda: af.Average("a", "b", weights={"w": "x" * 10**6}), r"^Average\(weights=\{'w': 'x{60,80}\.\.\.'\}\): "),
         (lambda: af.Average("a", "b", weights=[1.0, -1.0]), "sum to 0"),
         (lambda: af.BatchSplit("a", "b", batch_sizes=[1]), "one row count per child"),
         (lambda: af.BatchSplit("a", batch_sizes=[-1]), "an int >= 0"),

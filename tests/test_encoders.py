@@ -51,6 +51,9 @@ def test_an_existing_folder_must_hold_a_model(tmp_path, tiny_encoder_dir):
     assert check_encoder(tmp_path / "enc") == tmp_path / "enc"
     with pytest.raises(ConfigError, match="is a file"):
         check_encoder("enc/config.json", tmp_path)
+    (tmp_path / "model.Q4_1.gguf").write_bytes(b"GGUF")
+    with pytest.raises(ConfigError, match=r"is a GGUF file .*gguf_file='model\.Q4_1\.gguf'.*'default-decoder'"):
+        check_encoder("model.Q4_1.gguf", tmp_path)
 
 
 # ---- Hub ids: parsed in one place (io/hub.py), looked up once, fast ------------------------------------------------
