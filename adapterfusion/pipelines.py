@@ -486,7 +486,8 @@ def check_settings(task: str, settings: Mapping[str, Any]) -> None:
     """Refuse a pipeline setting that transformers reads as something else than meant, without a word: a top_k
     that is not a count of answers (text-classification slices its sorted scores with it, so top_k=0 answered
     nothing and top_k=-1 dropped the last label, and it took top_k=1.5 or '2' as not given; fill-mask hands it to
-    torch.topk), and zero-shot candidate_labels that name no label (a ValueError or TypeError inside transformers)."""
+    torch.topk), zero-shot candidate_labels that name no label (a ValueError or TypeError inside transformers), and a
+    token-classification aggregation_strategy transformers has no grouping of (a KeyError there)."""
     top_k = settings.get("top_k")
     if task in ("text-classification", "fill-mask") and top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -495,6 +496,19 @@ def check_settings(task: str, settings: Mapping[str, Any]) -> None:
                 f"top_k={short_repr(top_k)} ({type(top_k).__name__}): a {task} pipeline answers the top_k best "
                 f"{'labels' if task == 'text-classification' else 'tokens'}, so give a whole number >= 1, e.g. "
                 f"top_k=3{every}"
+            )
+    strategy = settings.get("aggregation_strategy")
+    if task == "token-classification" and strategy is not None:
+        from transformers.pipelines.token_classification import AggregationStrategy
+
+        names = [choice.value for choice in AggregationStrategy]
+        if (
+            not isinstance(strategy, (str, AggregationStrategy))
+            or str(getattr(strategy, "value", strategy)).lower() not in names
+        ):
+            raise ConfigError(  # transformers looks the name up in its enum: a KeyError with the name alone
+                f"aggregation_strategy={short_repr(strategy)}: a token-classification pipeline groups sub-tokens into "
+                f"words by one of {names}, e.g. aggregation_strategy='first'"
             )
     if task == "zero-shot-classification" and "candidate_labels" in settings:
         labels = settings["candidate_labels"]

@@ -141,6 +141,18 @@ def test_token_classification_with_a_tagging_head(model, tokenizer):
     assert [entity["entity"] for entity in tag(TEXTS[0])] == [["O", "B-X", "I-X"][int(i)] for i in expected]
 
 
+def test_an_aggregation_strategy_transformers_has_no_grouping_of_is_refused(model, tokenizer):
+    """transformers looks the name up in its enum: a KeyError naming 'firstt' alone, at the build."""
+    model.add_head("tags", af.TokenClassificationHead(num_labels=3, labels=["O", "B-X", "I-X"]))
+    for strategy in ("firstt", 3):
+        with pytest.raises(af.ConfigError, match=r"aggregation_strategy=.*one of \['none', 'simple', 'first'"):
+            af.pipeline(
+                "token-classification", model, tokenizer, adapter="a", head="tags", aggregation_strategy=strategy
+            )
+    tag = af.pipeline("token-classification", model, tokenizer, adapter="a", head="tags", aggregation_strategy="FIRST")
+    assert isinstance(tag(TEXTS[0]), list)
+
+
 def test_feature_extraction_reads_the_hidden_states_without_a_head(model, tokenizer):
     extract = af.pipeline("feature-extraction", model, tokenizer, adapter="a")
     inputs = tokenizer(TEXTS[0], return_tensors="pt")
