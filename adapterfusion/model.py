@@ -358,7 +358,9 @@ class AdaptedModel(nn.Module):
         head_name = self.active_head
         inputs = dict(encoder_inputs, input_ids=input_ids, attention_mask=attention_mask)
         if isinstance(self._state.block, blocks.Parallel):  # every example once per child: a routed call
-            inputs, labels, adapter_names = routing.parallel_inputs(self._state.block, inputs, labels, adapter_names)
+            inputs, labels, adapter_names, head_names = routing.parallel_inputs(
+                self._state.block, inputs, labels, adapter_names, head_names
+            )
         if adapter_names is not None or head_names is not None or isinstance(self._state.block, blocks.BatchSplit):
             return routed_forward.routed_forward(
                 self, inputs, adapter_names, head_names, labels, output_fusion_attentions

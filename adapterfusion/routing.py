@@ -205,10 +205,11 @@ def _resolved(entry: Any) -> Choice:
 
 
 def parallel_inputs(
-    block: Parallel, inputs: Mapping[str, Any], labels: Any, adapter_names: Any
-) -> tuple[dict[str, Any], Any, list[Any]]:
+    block: Parallel, inputs: Mapping[str, Any], labels: Any, adapter_names: Any, head_names: Any
+) -> tuple[dict[str, Any], Any, list[Any], Any]:
     """A Parallel block's call as a routed one: the inputs (and labels) repeated once per child along the batch, and
-    for each copy its child as every row's adapter_names entry (AdapterHub's layout: child i has rows i*B..(i+1)*B)."""
+    for each copy its child as every row's adapter_names entry (AdapterHub's layout: child i has rows i*B..(i+1)*B).
+    head_names: one per example (repeated for each child's copy, as the labels are) or one per output row."""
     if adapter_names is not None:
         raise ConfigError(
             "a Parallel block is active, which runs every example once per child; pass adapter_names=... without it "
@@ -231,7 +232,16 @@ def parallel_inputs(
             f"pass one label per input example ({batch}): each child's copy of the batch gets the same labels"
         )
     labels = per_route(labels, copies) if isinstance(labels, torch.Tensor) and labels.dim() else labels
-    return repeated, labels, [child for child in block.children for _ in range(batch)]
+    if head_names is not None:
+        heads = _check_list(head_names, "head_names")
+        if len(heads) not in (batch, batch * copies):
+            raise ConfigError(
+                f"head_names has {len(heads)} entries for a batch of {batch} examples under a Parallel block of "
+                f"{copies} children; give one per example ({batch}: each child's copy of an example gets its head) "
+                f"or one per output row ({batch * copies}, child by child)"
+            )
+        head_names = heads * copies if len(heads) == batch else heads
+    return repeated, labels, [child for child in block.children for _ in range(batch)], head_names
 
 
 def _active_choice(model: AdaptedModel) -> Choice:

@@ -353,6 +353,13 @@ def test_parallel_routes_take_their_own_heads_and_a_stack_caches_its_fusion(mode
             assert stacked.fusion_attentions is not None and stacked.fusion_attentions[0].shape[-1] == 2
             with model.inference_cache():  # the fusion folded once, reused inside the Stack
                 assert_close(model(**inputs).logits, stacked.logits)
+        with model.activated(af.Parallel("a", af.Stack("b", "f"))):  # one head per example: each copy takes it
+            per_example = model(**inputs, head_names=["cls", "two"])
+            per_row = model(**inputs, head_names=["cls", "two", "cls", "two"])
+            for got, want in zip(per_example.row_logits, per_row.row_logits, strict=True):
+                assert torch.equal(got, want)
+            with pytest.raises(af.ConfigError, match=r"3 entries for a batch of 2 examples under a Parallel .* \(4, "):
+                model(**inputs, head_names=["cls"] * 3)
     model.delete_head("two")
 
 
