@@ -103,7 +103,7 @@ def install_piece(
             assert isinstance(piece.config, AdapterConfig)
             check_weights(piece.tensors, piece.source)
             modules = adapter_modules(model.sites, piece.name, piece.config, model.num_layers, model.hidden_size)
-            _load_site_tensors(piece, modules)
+            _load_site_tensors(piece, modules, model.sites, {piece.name: piece.config})
             inject.attach_adapter(model, piece.name, piece.config, modules, overwrite)
         else:
             assert isinstance(piece.config, FusionConfig)
@@ -119,7 +119,8 @@ def install_piece(
             modules = fusion_modules(
                 model.sites, piece.name, piece.adapters, piece.config, model.adapter_configs, model.hidden_size
             )
-            _load_site_tensors(piece, modules)
+            placed_by = {adapter: model.adapter_configs[adapter] for adapter in piece.adapters}
+            _load_site_tensors(piece, modules, model.sites, placed_by)
             inject.attach_fusion(model, piece.name, FusionSetup(piece.config, piece.adapters), modules, overwrite)
     return piece.name
 
@@ -235,24 +236,66 @@ def _piece_of_key(key: str, sites: set[str]) -> tuple[str | None, str]:
     return None, ""
 
 
-def _load_site_tensors(piece: Piece, modules: Mapping[AdapterSite, nn.Module]) -> None:
+def _load_site_tensors(
+    piece: Piece,
+    modules: Mapping[AdapterSite, nn.Module],
+    sites: Sequence[AdapterSite],
+    placed_by: Mapping[str, AdapterConfig],
+) -> None:
+    """Load each site's tensors into its module, once every saved site is a placed one and back. `sites` are all
+    the model's sites; `placed_by` the adapter configs that decide where the piece sits (an adapter's own, or the
+    fused adapters' for a fusion)."""
     per_site = by_site(piece.tensors)
-    stray = sorted(set(per_site) - {site.key for site in modules})
-    if stray:
+    placed = {site.key for site in modules}
+    stray = sorted(set(per_site) - placed)
+    foreign = [key for key in stray if key not in {site.key for site in sites}]
+    if foreign:
         raise SerializationError(
-            f"{piece.source}: weights for sites this encoder's config does not place ({stray[:5]})"
+            f"{piece.source}: weights for sites this encoder's config does not place ({foreign[:5]})"
         )
-    empty = sorted({site.layer_index for site in modules if site.key not in per_site})
-    if empty and per_site:  # some sites get weights and others none: saved from another encoder
-        held = sorted({site.layer_index for site in modules if site.key in per_site})
+    empty = [site for site in modules if site.key not in per_site] if per_site else []
+    held_layers = {site.layer_index for site in modules if site.key in per_site}
+    if empty and not {site.layer_index for site in empty} <= held_layers:  # whole layers: another encoder's depth
+        held = sorted(held_layers)
         raise IncompatibleModelError(
             f"{piece.source}: the {piece.kind} holds weights for the sites of layers {held} but none for layers "
-            f"{empty}, where its config places it on this encoder of {len({s.layer_index for s in modules})} "
-            "adapted layers; it was saved from an encoder with another number of layers (or with leave_out): load "
-            "it into a model of that encoder"
+            f"{sorted({site.layer_index for site in empty} - held_layers)}, where its config places it on this "
+            f"encoder of {len({s.layer_index for s in modules})} adapted layers; it was saved from an encoder with "
+            "another number of layers (or with leave_out): load it into a model of that encoder"
         )
+    if stray or empty:  # sites of this model, at other positions or layers than those it is placed at here
+        raise _misplaced(piece, stray, [site.key for site in empty], placed_by)
     for site, module in modules.items():
         _load_state(module, per_site.get(site.key, {}), piece.source)
+
+
+def _misplaced(
+    piece: Piece, stray: Sequence[str], empty: Sequence[str], placed_by: Mapping[str, AdapterConfig]
+) -> Exception:
+    """The error for a piece whose saved sites are sites of this model, but not those it is placed at here: a
+    fusion saved over adapters of another placement (Houlsby vs Pfeiffer, another leave_out), or an adapter whose
+    weights and config come from two saves."""
+    where = "; ".join(
+        f"{name}: positions={list(config.positions)}, leave_out={list(config.leave_out)}"
+        for name, config in placed_by.items()
+    )
+    places = "the adapters it fuses place" if piece.kind == "fusion" else f"its config ({where}) places"
+    parts = (
+        f"weights at {list(stray[:5])}, where {places} none" if stray else "",
+        f"no weights for {list(empty[:5])}, where {places} it" if empty else "",
+    )
+    detail = " and ".join(part for part in parts if part)
+    if piece.kind == "fusion":
+        return IncompatibleModelError(
+            f"{piece.source}: the fusion holds {detail}. A fusion sits where the adapters it fuses do, and here they "
+            f"are placed as {where}: it was saved over adapters placed otherwise. Load the adapters it was saved "
+            "with (their saved folders, or save_pretrained's setup) before it, or fuse these with add_fusion and "
+            "train the fusion anew"
+        )
+    return SerializationError(
+        f"{piece.source}: the adapter holds {detail}: its weights and its config come from different saves or were "
+        "edited. Save the adapter again"
+    )
 
 
 def _load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str | Path) -> None:

@@ -136,6 +136,12 @@ class ActiveSetup:
             raise SerializationError(f"{path}: 'active' must be an object with a 'fusion_masks' object")
         with naming_file(path):
             reject_unknown_keys(dict(data), [f.name for f in dataclasses.fields(cls)], "the active setup")
+        for key in ("adapter", "fusion", "head"):  # activate(adapter=3) was refused as 'an adapter and a fusion'
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise SerializationError(
+                    f"{path}: active.{key}={data[key]!r} has type {type(data[key]).__name__}; expected the name of a "
+                    f"saved {key} or null. The file is damaged or was edited by hand: save the setup again"
+                )
         lists = [data.get("skip_layers", []), *data.get("fusion_masks", {}).values()]
         if not all(isinstance(value, list) for value in lists):  # tuple("ab") would be the mask ('a', 'b')
             raise SerializationError(f"{path}: 'skip_layers' and each fusion mask must be lists")
@@ -144,6 +150,19 @@ class ActiveSetup:
             return cls(**{**data, "skip_layers": tuple(data.get("skip_layers", [])), "fusion_masks": masks})
         except TypeError as error:
             raise SerializationError(f"{path}: 'active' holds values of the wrong kind ({error})") from None
+
+    def check_listed(self, pieces: Sequence[Mapping[str, Any]], path: Path) -> None:
+        """Refuse an active piece the index does not list: loading would blame the model ('no fusion named ...
+        is loaded; add it with add_fusion'), not the file."""
+        active = [("adapter", self.adapter), ("fusion", self.fusion), ("head", self.head)]
+        active += [("fusion", fusion) for fusion in self.fusion_masks]
+        for kind, name in active:
+            listed = [piece["name"] for piece in pieces if piece["kind"] == kind]
+            if name is not None and name not in listed:
+                raise SerializationError(
+                    f"{path}: the active setup names the {kind} {name!r}, which its 'pieces' do not list (saved "
+                    f"{kind}s: {listed or 'none'}); the file is damaged or was edited by hand: save the setup again"
+                )
 
     def apply(self, model: AdaptedModel) -> None:
         for fusion, keep in self.fusion_masks.items():
@@ -372,6 +391,13 @@ def read_index(folder: Path) -> dict[str, Any]:
     with naming_file(path):  # a saved name becomes a folder name below `folder`
         for piece in pieces:
             check_name(piece.get("name"), f"saved {piece['kind']}")
+    listed = [(piece["kind"], piece["name"]) for piece in pieces]
+    twice = sorted({entry for entry in listed if listed.count(entry) > 1})
+    if twice:  # the second load was refused as a piece the model already holds, blaming the model
+        raise SerializationError(
+            f"{path} lists the {', '.join(f'{kind} {name!r}' for kind, name in twice)} more than once in 'pieces'; "
+            "the file is damaged or was edited by hand: save the setup again"
+        )
     return index
 
 
@@ -398,11 +424,15 @@ def from_pretrained(
                 stacklevel=2,
             )
         with weights_sample_unchecked():  # said once above for the whole setup, not again for each of its pieces
-            for piece in index["pieces"]:
+            # adapters before the fusions that need them, whatever order the index lists them in
+            for piece in sorted(index["pieces"], key=lambda piece: PIECE_KINDS.index(piece["kind"])):
                 kind, name = piece["kind"], piece["name"]
                 _check_config_digest(folder, piece)
                 getattr(model, f"load_{kind}")(folder / piece_folder(kind, name), name=name)
-        ActiveSetup.from_dict(index.get("active", {}), folder / SETUP_FILE).apply(model)
+        active = ActiveSetup.from_dict(index.get("active", {}), folder / SETUP_FILE)
+        active.check_listed(index["pieces"], folder / SETUP_FILE)
+        with naming_file(folder / SETUP_FILE):  # a skip_layers or fusion step the file holds is fixed in the file
+            active.apply(model)
     except BaseException:
         model.unload()
         raise
@@ -467,7 +497,31 @@ def _base_encoder(
         return base
     encoder = resolve_encoder(base, tokenizer=False)
     _check_base_type(encoder.folder, saved, index)
-    return load_encoder_model(encoder, saved.get("class"))
+    return load_encoder_model(encoder, _saved_class(saved, index))
+
+
+def _saved_class(saved: Mapping[str, Any], index: Path) -> str | None:
+    """The transformers class name the setup's base was saved as, checked against its model type: a number there
+    failed inside getattr, and a class of another model type (BertModel for a 'gpt2' setup) loaded the base's
+    checkpoint into it with every weight missing, to fail only when wrapped."""
+    import transformers
+
+    name = saved.get("class")
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise SerializationError(
+            f"{index}: base_model.class={name!r} has type {type(name).__name__}; expected a transformers class name "
+            "such as 'GPT2LMHeadModel'. The file is damaged or was edited by hand: save the setup again"
+        )
+    found = getattr(getattr(getattr(transformers, name, None), "config_class", None), "model_type", None)
+    expected = saved.get("model_type")
+    if isinstance(found, str) and found and isinstance(expected, str) and found != expected:
+        raise SerializationError(
+            f"{index}: base_model.class={name!r} is a class of {found!r} models, but base_model.model_type is "
+            f"{expected!r}; the file is damaged or was edited by hand: save the setup again"
+        )
+    return name
 
 
 def _check_base_type(folder: Path | None, saved: Mapping[str, Any], index: Path) -> None:

@@ -145,7 +145,10 @@ def test_install_piece_checks_before_it_replaces_anything():
         source="somewhere",
     )
     before = {k: v.clone() for k, v in model.export_piece("adapter", "a").tensors.items()}
-    with pytest.raises(af.SerializationError, match=r"somewhere: weights for sites .*\['layer.0.attention'\]"):
+    with pytest.raises(
+        af.SerializationError,
+        match=r"somewhere: the adapter holds weights at \['layer.0.attention'\], where its config",
+    ):
         model.install_piece(broken, overwrite=True)
     after = model.export_piece("adapter", "a").tensors
     assert all(torch.equal(after[k], v) for k, v in before.items())

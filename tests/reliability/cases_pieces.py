@@ -16,7 +16,9 @@ from transformers import AutoModel
 import adapterfusion as af
 from adapterfusion.heads.config import HEAD_KINDS
 from adapterfusion.interop import export_adapterhub
+from adapterfusion.serialization.setup import SETUP_FILE
 from catalogue import Action, BadInput, edit_json, load_into, saved_piece
+from tiny_decoders import tiny_decoder
 from tiny_models import tiny_encoder
 
 B = BadInput
@@ -175,6 +177,39 @@ def _with_saved(kind: str, act: Callable[[af.AdaptedModel, Path], Any]) -> Calla
             "a" if kind == "adapter" else "h", folder / kind
         )
         return lambda: act(model, saved)
+
+    return prepare
+
+
+def _fusion_over(saved_over: af.AdapterConfig, loaded_over: af.AdapterConfig) -> Callable[[Path], Action]:
+    """A fusion saved from a tiny GPT-2 whose adapters a and b had `saved_over`, loaded into one whose a and b have
+    `loaded_over` (another placement)."""
+
+    def prepare(folder: Path) -> Action:
+        models = [af.wrap(tiny_decoder("gpt2")) for _ in range(2)]
+        for model, config in zip(models, (saved_over, loaded_over), strict=True):
+            for name in ("a", "b"):
+                model.add_adapter(name, config)
+        models[0].add_fusion("f", ["a", "b"])
+        return load_into(models[1], "fusion", models[0].save_fusion("f", folder / "f"))
+
+    return prepare
+
+
+def _setup_index(edit: Callable[[dict], None]) -> Callable[[Path], Action]:
+    """A tiny GPT-2 setup (adapters a and b, fusion f, head h) whose adapterfusion_setup.json was changed by `edit`,
+    loaded with from_pretrained onto the base saved in its folder."""
+
+    def prepare(folder: Path) -> Action:
+        tiny_decoder("gpt2").save_pretrained(folder / "base")
+        model = af.wrap(tiny_decoder("gpt2"))
+        for name in ("a", "b"):
+            model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        model.add_fusion("f", ["a", "b"])
+        model.add_head("h", af.ClassificationHead(num_labels=2, pooling="last"))
+        model.save_pretrained(folder / "setup")
+        edit_json(folder / "setup" / SETUP_FILE, edit)
+        return lambda: af.AdaptedModel.from_pretrained(folder / "base", folder / "setup")
 
     return prepare
 
@@ -706,5 +741,90 @@ CASES: tuple[BadInput, ...] = (
         af.NameNotFoundError,
         ("adapters ['a', 'b']", "fusions ['f']", "heads ['h']", "add each piece first"),
         lambda folder: lambda: _model().load_state_dict(_model(fused=True).state_dict()),
+    ),
+    # ---- decoders: pieces and setups saved on one placement or index, loaded on another -----------------------------
+    B(
+        "fusion-over-pfeiffer-into-houlsby-adapters",
+        "saved pieces",
+        "a GPT-2 fusion saved over Pfeiffer adapters, loaded over Houlsby adapters of the same names (was 'holds "
+        "weights for the sites of layers [0, 1] but none for layers [0, 1]... another number of layers')",
+        af.IncompatibleModelError,
+        ("no weights for ['layer.0.attention'", "the adapters it fuses", "positions=['attention', 'output']"),
+        _fusion_over(
+            af.AdapterConfig.pfeiffer(reduction_factor=4), af.AdapterConfig.houlsby(4, train_layer_norm=False)
+        ),
+    ),
+    B(
+        "fusion-over-houlsby-into-pfeiffer-adapters",
+        "saved pieces",
+        "a GPT-2 fusion saved over Houlsby adapters, loaded over Pfeiffer adapters of the same names (was 'weights "
+        "for sites this encoder's config does not place', blaming the encoder)",
+        af.IncompatibleModelError,
+        ("weights at ['layer.0.attention'", "positions=['output']", "Load the adapters it was saved with"),
+        _fusion_over(
+            af.AdapterConfig.houlsby(4, train_layer_norm=False), af.AdapterConfig.pfeiffer(reduction_factor=4)
+        ),
+    ),
+    B(
+        "fusion-over-adapters-with-leave-out",
+        "saved pieces",
+        "a GPT-2 fusion saved over adapters of every layer, loaded over adapters with leave_out=[0]",
+        af.IncompatibleModelError,
+        ("weights at ['layer.0.output']", "leave_out=[0]", "add_fusion"),
+        _fusion_over(
+            af.AdapterConfig.pfeiffer(reduction_factor=4), af.AdapterConfig.pfeiffer(reduction_factor=4, leave_out=[0])
+        ),
+    ),
+    B(
+        "setup-active-adapter-int",
+        "saved pieces",
+        'adapterfusion_setup.json with "active": {"adapter": 3} (was "activate() takes an adapter or a fusion, not '
+        'both")',
+        af.SerializationError,
+        ("adapterfusion_setup.json", "active.adapter=3", "has type int", "save the setup again"),
+        _setup_index(lambda index: index["active"].update(adapter=3)),
+    ),
+    B(
+        "setup-active-fusion-not-listed",
+        "saved pieces",
+        'adapterfusion_setup.json whose "active" fusion is one its "pieces" do not list (was "no fusion named \'zz\' '
+        'is loaded ... add it with add_fusion()", blaming the model)',
+        af.SerializationError,
+        ("adapterfusion_setup.json", "the fusion 'zz'", "do not list", "saved fusions: ['f']"),
+        _setup_index(lambda index: index["active"].update(fusion="zz")),
+    ),
+    B(
+        "setup-active-skip-layers-out-of-range",
+        "saved pieces",
+        'adapterfusion_setup.json with "active": {"skip_layers": [9]} (the message did not name the file)',
+        af.ConfigError,
+        ("adapterfusion_setup.json", "skip_layers [9]", "0..1"),
+        _setup_index(lambda index: index["active"].update(skip_layers=[9])),
+    ),
+    B(
+        "setup-piece-listed-twice",
+        "saved pieces",
+        "adapterfusion_setup.json listing adapter 'a' twice (was PieceExistsError 'an adapter named 'a' already "
+        "exists', blaming the model)",
+        af.SerializationError,
+        ("adapterfusion_setup.json", "adapter 'a' more than once", "save the setup again"),
+        _setup_index(lambda index: index["pieces"].append(dict(index["pieces"][0]))),
+    ),
+    B(
+        "setup-base-class-int",
+        "saved pieces",
+        'adapterfusion_setup.json with base_model "class": 5, the base given as a folder (a TypeError from getattr)',
+        af.SerializationError,
+        ("adapterfusion_setup.json", "base_model.class=5", "has type int", "transformers class name"),
+        _setup_index(lambda index: index["base_model"].update({"class": 5})),
+    ),
+    B(
+        "setup-base-class-of-another-model-type",
+        "saved pieces",
+        'a GPT-2 adapterfusion_setup.json with base_model "class": "BertModel", the base given as a folder (its '
+        "checkpoint was loaded into a BertModel with every weight missing, then refused when wrapped)",
+        af.SerializationError,
+        ("adapterfusion_setup.json", "base_model.class='BertModel'", "'bert' models", "model_type is 'gpt2'"),
+        _setup_index(lambda index: index["base_model"].update({"class": "BertModel"})),
     ),
 )
