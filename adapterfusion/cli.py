@@ -18,7 +18,7 @@ from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, load_
 from adapterfusion.evaluation import evaluate_run
 from adapterfusion.experiments import Executor, ResultsStore, run_experiment
 from adapterfusion.experiments.analyses import SPAN_ABLATION
-from adapterfusion.experiments.figures import plot_run_fusion_attention
+from adapterfusion.experiments.figures import check_figure_path, plot_run_fusion_attention
 from adapterfusion.experiments.plan import jobs_per_variant, plan_jobs
 from adapterfusion.experiments.ray_executor import RayExecutor
 from adapterfusion.experiments.report_files import REPORT_DIR, write_report
@@ -186,10 +186,6 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-# What matplotlib's savefig writes, by the path's suffix (any other suffix is a ValueError after the work).
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
-
-
 def _analyze_fusion(args: argparse.Namespace) -> int:
     if args.no_plot and args.output is not None:
         raise af.ConfigError("--output names the heatmap's file and --no-plot draws none; give one of them")
@@ -200,13 +196,8 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
     heatmap = (
         None
         if args.no_plot
-        else check_writable_file(args.output or default, "--output" if args.output else "the heatmap")
+        else check_figure_path(args.output or default, "--output" if args.output else "the heatmap")
     )
-    if heatmap is not None and heatmap.suffix.lower() not in FIGURE_SUFFIXES:
-        raise af.ConfigError(
-            f"--output {str(heatmap)!r}: a heatmap cannot be written as {heatmap.suffix or 'a file without suffix'}; "
-            f"end the path in one of {', '.join(FIGURE_SUFFIXES)}"
-        )
     activation = load_fusion_activation(args.run_dir)
     info = activation.info
     target = f" (target {info['task']}, seed {info.get('seed')})" if "task" in info else ""
@@ -401,6 +392,11 @@ def _check_resume(args: argparse.Namespace) -> None:
 
 def _train_adapter(args: argparse.Namespace) -> int:
     _check_resume(args)
+    if args.no_train_layer_norm and args.setup != "st-a-houlsby":
+        raise af.ConfigError(
+            f"--no-train-layer-norm applies to --setup st-a-houlsby (its per-task LayerNorm copies); --setup "
+            f"{args.setup} has none: drop the flag, or add --setup st-a-houlsby"
+        )
     result = train(
         args.task,
         args.setup,
@@ -728,6 +724,15 @@ def main(argv: list[str] | None = None) -> int:
     except PermissionError as error:  # a file or folder this user may not read or write, wherever it was met
         where = f" {error.filename!r}" if error.filename else ""
         print(f"error: permission denied on{where} ({error.strerror}); check its permissions", file=sys.stderr)
+        return 2
+    except OSError as error:  # a path the checks passed that the OS still refused: a full disk, a read-only mount
+        if error.filename is None:  # not about a path: a bug to see whole
+            raise
+        print(
+            f"error: {error.strerror or error} at {str(error.filename)!r}; check that path and the room left on its "
+            "disk, then run the command again",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         resumable = args.run in (_run, _train_adapter, _fuse)  # what trains; other commands have nothing to resume

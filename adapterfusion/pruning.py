@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 import time
@@ -209,6 +210,20 @@ def select_adapters(
     `target_adapter` (the target task's own adapter, which a near-uniform fusion must not lose to the order it
     happens to be listed in), then to the adapter listed first."""
     names = list(activation)
+    if not names:
+        raise ConfigError(
+            "select_adapters got no adapter activations; pass {adapter: activation} of the fusion's adapters"
+        )
+    bad = {
+        name: value
+        for name, value in activation.items()
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+    }
+    if bad:  # a NaN never reaches a mass and sorts anywhere: every adapter would be kept, or any
+        raise ConfigError(
+            f"select_adapters: the activations {bad} are not finite numbers >= 0 (a mean softmax weight or scale "
+            "magnitude); the fusion's outputs are not finite, or these are not activations: measure them again"
+        )
     check_criterion(keep, mass, len(names))
     if target_adapter is not None and target_adapter not in activation:
         raise ConfigError(

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from adapterfusion.errors import ConfigError
+from adapterfusion.forward_inputs.batches import check_batch, check_batches
 from adapterfusion.forward_inputs.limits import model_limits
 from adapterfusion.tasks.instruction import IGNORE_INDEX, end_token_id, prompt_length
 from adapterfusion.tasks.metrics import dev_metrics
@@ -39,6 +40,7 @@ class Predictions:
 def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], bf16: bool = False) -> Predictions:
     """Run `batches` through the model as it is activated, in eval mode and inside `inference_cache()`; with `bf16`
     under bfloat16 autocast, as a run trained with TrainingConfig.bf16 evaluates."""
+    check_batches(batches, "predict")
     device = next(model.parameters()).device
     was_training = model.training
     logits, labels, loss_sum, count = [], [], 0.0, 0
@@ -46,6 +48,7 @@ def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], 
     try:
         with model.inference_cache(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             for batch in batches:
+                check_batch(batch, "predict")
                 batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
                 output = model(**batch)
                 logits.append(output.logits.float().cpu().numpy())

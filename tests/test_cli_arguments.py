@@ -98,3 +98,31 @@ def test_train_adapter_can_leave_out_houlsbys_layer_norm_copies(monkeypatch):
         "st-a": {"reduction_factor": 16},
         "st-a-houlsby": {"reduction_factor": 16, "train_layer_norm": False},
     }
+
+
+def test_no_train_layer_norm_without_houlsby_names_the_flag(capsys, tmp_path):
+    """With the default --setup st-a it was refused as "setup 'st-a' has no option 'train_layer_norm'", after the
+    encoder had loaded, in the API's words rather than the command's."""
+    err = _error(capsys, "train-adapter", "--task", "rte", "--output-dir", str(tmp_path), "--no-train-layer-norm")
+    assert "--no-train-layer-norm applies to --setup st-a-houlsby" in err and "--setup st-a has none" in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_os_error_on_a_path_is_one_line(capsys, tmp_path, monkeypatch):
+    """A write the path checks let through and the OS refused (a full disk; /proc, which root's os.access calls
+    writable) was a FileNotFoundError or OSError traceback."""
+    import errno
+    import json
+
+    import adapterfusion.cli as cli
+
+    record = {"fusion": "f", "adapters": ["a", "b"], "layers": [0], "values": [[0.5, 0.5]], "tokens": 3}
+    (tmp_path / "fusion_attention.json").write_text(json.dumps(record))
+    temp = str(tmp_path / ".heat.png.x1.tmp")
+
+    def full(activation, path):
+        raise OSError(errno.ENOSPC, "No space left on device", temp)
+
+    monkeypatch.setattr(cli, "plot_run_fusion_attention", full)
+    err = _error(capsys, "analyze-fusion", str(tmp_path), "--output", str(tmp_path / "heat.png"))
+    assert err.startswith(f"error: No space left on device at {temp!r}; check that path and the room left")

@@ -101,6 +101,23 @@ def test_bad_criteria_are_refused(keep, mass, message):
         select_adapters(SHARES, keep=keep, mass=mass)
 
 
+@pytest.mark.parametrize(
+    "shares, message",
+    [
+        ({}, "got no adapter activations"),
+        ({"a": math.nan, "b": 0.5}, r"the activations \{'a': nan\} are not finite numbers >= 0"),
+        ({"a": 0.5, "b": -0.1}, r"the activations \{'b': -0.1\} are not finite"),
+        ({"a": "0.5", "b": 0.5}, r"the activations \{'a': '0.5'\} are not finite"),
+    ],
+)
+def test_activations_that_are_no_finite_shares_are_refused(shares, message):
+    """A NaN share never reached a mass and sorted anywhere: every adapter was kept (or any one), without a word;
+    no shares kept nothing; a string was a TypeError from round()."""
+    for criterion in ({"keep": 1}, {"mass": 0.5}):
+        with pytest.raises(af.ConfigError, match=message):
+            select_adapters(shares, **criterion)
+
+
 def test_target_adapter_must_be_in_the_fusion():
     with pytest.raises(af.ConfigError, match=r"target_adapter='rte' is not one of the fusion's adapters \['a', "):
         select_adapters(SHARES, keep=1, target_adapter="rte")

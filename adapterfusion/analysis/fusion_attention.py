@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from adapterfusion.errors import ConfigError, RunFileError, SerializationError
+from adapterfusion.forward_inputs.batches import check_batch, check_batches
 from adapterfusion.forward_inputs.seq2seq_head import shifted_right
 from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.io.documents import read_json
@@ -50,6 +51,11 @@ class FusionActivation:
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not self.adapters or not self.layers:  # its table and heatmap would be empty, drawn as if fine
+            raise ConfigError(
+                f"FusionActivation of {self.fusion!r} has {len(self.adapters)} adapters and {len(self.layers)} "
+                "layers; a fusion's activation has at least one of each (mean_fusion_attention records them)"
+            )
         if self.values.shape != (len(self.layers), len(self.adapters)):
             raise ConfigError(
                 f"FusionActivation values have shape {self.values.shape}, expected "
@@ -83,7 +89,10 @@ class FusionActivation:
         except (KeyError, TypeError, ValueError) as err:
             raise SerializationError(f"not a fusion activation record ({type(err).__name__}: {err})") from err
         info = {k: v for k, v in data.items() if k not in core and k != "format_version"}
-        return cls(**core, info=info)
+        try:
+            return cls(**core, info=info)
+        except ConfigError as err:
+            raise SerializationError(f"not a fusion activation record: {err}") from None
 
     @property
     def is_scalearn(self) -> bool:
@@ -173,7 +182,8 @@ def _token_mask(inputs: Mapping[str, torch.Tensor], attention: torch.Tensor, dec
     """[batch(*choices), seq] mask of the real tokens a site's weights cover: the input's attention_mask; on an
     encoder-decoder's decoder side its decoder_attention_mask, else the positions whose labels count (not -100)
     where the model builds its decoder inputs from labels, else (a head of ours: the decoder reads the input shifted
-    right, forward_inputs/seq2seq_head.py) the input's mask shifted alike."""
+    right, forward_inputs/seq2seq_head.py) the input's mask shifted alike; every position of decoder_input_ids given
+    without a mask (the model reads them all, whatever their length)."""
     mask = inputs.get("attention_mask")
     if decoder_side:
         labels = inputs.get("labels")
@@ -181,6 +191,8 @@ def _token_mask(inputs: Mapping[str, torch.Tensor], attention: torch.Tensor, dec
             mask = inputs["decoder_attention_mask"]
         elif labels is not None:
             mask = labels != -100
+        elif "decoder_input_ids" in inputs:  # the caller's own decoder inputs, unmasked: the model reads them all
+            mask = None
         elif mask is not None:
             mask = shifted_right(mask, 1)
     if mask is None:
@@ -191,6 +203,7 @@ def _token_mask(inputs: Mapping[str, torch.Tensor], attention: torch.Tensor, dec
 def _forward_inputs(model: AdaptedModel, batch: Mapping[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
     """The batch's tensors for the forward. Labels are left out (they only add a loss), except where an
     encoder-decoder with no head of ours needs them to build its decoder inputs."""
+    check_batch(batch, "mean_fusion_attention")
     keep_labels = (
         model.fingerprint.decoder_layers is not None and model.active_head is None and "decoder_input_ids" not in batch
     )
@@ -232,6 +245,7 @@ def mean_fusion_attention(
     sites (a Houlsby fusion has two: after attention and after the feed-forward). The model's activation and
     train/eval mode are restored afterwards."""
     model.require("fusion", fusion_name)
+    check_batches(batches, "mean_fusion_attention")
     adapters = model.fusion_setup(fusion_name).adapters
     scalearn = model.fusion_setup(fusion_name).config.is_scalearn
     was_training = model.training

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from adapterfusion.analysis.fusion_attention import SCALE_LABEL, FusionActivation, average_activations
+from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.io.atomic import atomic_write_bytes
+from adapterfusion.io.paths import check_writable_file
 
 if TYPE_CHECKING:
     from adapterfusion.experiments.report import Report
@@ -37,6 +39,8 @@ ATTENTION_SCALE = (0.0, 1.0)
 NOT_FUSED_NOTE = "hatched n/a: the adapter is not in that target's fusion"
 DIVERGING = "RdBu_r"
 SCALE_BAR_LABEL = f"{SCALE_LABEL} (learned, not a softmax weight)"
+# What _save writes, by the path's suffix (matplotlib's savefig raises a ValueError for any other, after the drawing).
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
 
 
 def pyplot() -> Any:
@@ -57,6 +61,18 @@ def _save(figure, path: Path) -> Path:
     pyplot().close(figure)
     atomic_write_bytes(path, buffer.getvalue())
     return path
+
+
+def check_figure_path(path: str | os.PathLike, what: str) -> Path:
+    """`path` as a Path if a figure can be written there, checked before any drawing: a file path in a writable
+    folder (io/paths.py: not a folder, not under a file) whose suffix names one of FIGURE_SUFFIXES."""
+    target = check_writable_file(path, what)
+    if target.suffix.lower() not in FIGURE_SUFFIXES:
+        raise ConfigError(
+            f"{what} {str(target)!r}: a figure cannot be written as {target.suffix or 'a file without suffix'}; end "
+            f"the path in one of {', '.join(FIGURE_SUFFIXES)}"
+        )
+    return target
 
 
 def _scale_colours(values: np.ndarray) -> tuple[str, float, float]:
@@ -94,6 +110,7 @@ def _annotate(axis, grid: np.ndarray, fontsize: int, colours: tuple[str, float, 
 
 def plot_delta_vs_full(report: Report, path: str | os.PathLike) -> Path | None:
     """Figure 3: per task, each variant's mean dev score minus Full's, in points; None when Full has no result."""
+    destination = check_figure_path(path, "the figure path")
     full = next((v["id"] for v in report.variants if v["setup"] == "full"), None)
     base = report.task_means(full) if full else {}
     if not base:
@@ -116,7 +133,7 @@ def plot_delta_vs_full(report: Report, path: str | os.PathLike) -> Path | None:
     axes.set_title(f"{report.name}: difference to full fine-tuning per task")
     axes.grid(axis="y", alpha=0.3)
     axes.legend(fontsize=8, ncols=min(4, len(variants)), loc="best")
-    return _save(figure, Path(path))
+    return _save(figure, destination)
 
 
 def plot_fusion_attention(
@@ -130,6 +147,12 @@ def plot_fusion_attention(
     (annotated), on ATTENTION_SCALE. Adapters a target does not fuse are left blank, hatched, marked n/a and
     explained in a caption. With `scales` the values are a ScaLearn fusion's learned scales (`value_label` says
     so), coloured over their own range (_scale_colours)."""
+    destination = check_figure_path(path, "the figure path")
+    if not by_target or not any(act.layers for act in by_target.values()):
+        raise ConfigError(
+            "plot_fusion_attention got no fusion activation to draw (no target task, or none with a layer); pass "
+            "{target task: FusionActivation} of fusion runs, e.g. from fusion_attention_by_target(report, variant)"
+        )
     targets = list(by_target)
     adapters = list(dict.fromkeys(a for act in by_target.values() for a in act.adapters))
     layers = sorted({layer for act in by_target.values() for layer in act.layers})
@@ -173,12 +196,13 @@ def plot_fusion_attention(
     figure.colorbar(image, cax=colorbar_axis, label=value_label)
     if any(np.isnan(grid).any() for grid in grids.values()):
         figure.text(0.46, 0.0, NOT_FUSED_NOTE, ha="center", va="top", fontsize=8)
-    return _save(figure, Path(path))
+    return _save(figure, destination)
 
 
 def plot_tradeoff(report: Report, path: str | os.PathLike) -> Path | None:
     """Houlsby's trade-off: mean dev score over the tasks every plotted variant finished against the median number
     of trained parameters (log x), one line per setup; None with fewer than two such variants."""
+    destination = check_figure_path(path, "the figure path")
     points = [
         (v, statistics.median(report.parameters[v["id"]]))
         for v in report.variants
@@ -210,7 +234,7 @@ def plot_tradeoff(report: Report, path: str | os.PathLike) -> Path | None:
     axes.set_title(f"{report.name}: accuracy vs trained parameters")
     axes.grid(alpha=0.3, which="both")
     axes.legend(fontsize=8)
-    return _save(figure, Path(path))
+    return _save(figure, destination)
 
 
 def _is_scalearn(variant: Mapping[str, Any]) -> bool:
@@ -261,7 +285,14 @@ def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
 def plot_run_fusion_attention(activation: FusionActivation, path: str | os.PathLike) -> Path:
     """One fusion run's heatmap, rows = layers, columns = adapters (annotated), for `adapterfusion analyze-fusion`:
     softmax weights on ATTENTION_SCALE, a ScaLearn fusion's scales over their own range (_scale_colours)."""
+    destination = check_figure_path(path, "the figure path")
     values = activation.values
+    broken = int((~np.isfinite(values)).sum())
+    if broken:  # drawn blank and hatched, they would read as adapters the fusion does not hold
+        raise ConfigError(
+            f"{activation.fusion}: {broken} of {values.size} fusion activation values are NaN or infinite, so the "
+            "heatmap would show nothing there; the run's fusion produced non-finite outputs: train it again"
+        )
     scalearn = activation.is_scalearn
     cmap, low, high = _scale_colours(values) if scalearn else ("viridis", *ATTENTION_SCALE)
     figure, axis = pyplot().subplots(
@@ -278,4 +309,4 @@ def plot_run_fusion_attention(activation: FusionActivation, path: str | os.PathL
         fontsize=9,
     )
     figure.colorbar(image, ax=axis, label=SCALE_BAR_LABEL if scalearn else "mean softmax weight")
-    return _save(figure, Path(path))
+    return _save(figure, destination)

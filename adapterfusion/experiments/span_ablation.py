@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.defaults import default_encoder_path
-from adapterfusion.encoders import same_missing_weights
+from adapterfusion.encoders import load_encoder_model, load_tokenizer, resolve_encoder
 from adapterfusion.errors import ConfigError
 from adapterfusion.evaluation import eval_batch_size, load_run_split
 from adapterfusion.io.atomic import atomic_write_json
@@ -188,15 +188,15 @@ def ablate_zoo(
 ) -> SpanAblation:
     """Span ablation of a zoo's adapter and head for `task` (default: the shipped zoo on the shipped MiniLM), on the
     task's dev split from `data_dir` (a seeded subset of `max_examples`, seeded with the adapter's seed)."""
-    from transformers import AutoModel, AutoTokenizer
-
     spec = task if isinstance(task, TaskSpec) else get_task(task)
     encoder = str(encoder) if encoder is not None else str(default_encoder_path())
     store = resolve_zoo(zoo)
     seed = zoo_seed(store, encoder, spec.name)
-    tokenizer = AutoTokenizer.from_pretrained(encoder)
-    with same_missing_weights():  # as the zoo's adapters were trained on it
-        model = wrap(AutoModel.from_pretrained(encoder))
+    # Loaded as training loads them (training/run.py): a decoder's tokenizer then makes no token_type_ids and pads
+    # with its eos token; weights the checkpoint lacks are drawn as when the zoo's adapters were trained on it.
+    source = resolve_encoder(encoder, reach_hub=False, tokenizer=False)
+    tokenizer = load_tokenizer(source)
+    model = wrap(load_encoder_model(source))
     labels = spec.label_names or None
     name = store.load_into(model, spec.name, ZOO_SETUP, seed, encoder=encoder, head=True, labels=labels)
     model.requires_grad_(False)

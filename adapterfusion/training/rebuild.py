@@ -13,8 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion.encoder_limits import cap_tokenizer_length
-from adapterfusion.encoders import check_same_encoder, same_missing_weights
+from adapterfusion.encoders import (
+    check_same_encoder,
+    load_encoder_model,
+    load_language_model,
+    load_tokenizer,
+    resolve_encoder,
+)
 from adapterfusion.io.paths import as_path
 from adapterfusion.model import wrap
 from adapterfusion.tasks.spec import TaskSpec
@@ -103,8 +108,6 @@ def rebuild_run(
     store: the AdapterStore a fusion run's adapters come from; default the one its config.json records (runs
     written before that was recorded need it given). device: default "cuda" when available, else "cpu".
     """
-    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
-
     run_dir = as_path(run_dir, "run folder")
     config = read_run_json(run_dir / CONFIG_FILE)
     require_finished(run_dir)  # only finished runs have their best weights saved
@@ -118,13 +121,11 @@ def rebuild_run(
     store = as_store(store)
     encoder = run_dir / "encoder" if (run_dir / "encoder").is_dir() else Path(config["encoder"])
     task = TaskSpec.from_dict(config["task_spec"])
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(encoder)
-        with same_missing_weights():  # as training loaded it: weights the checkpoint lacks drawn the same
-            model = wrap((AutoModelForCausalLM if task.is_generation else AutoModel).from_pretrained(encoder))
-        cap_tokenizer_length(tokenizer, model.model.config)  # the task's max_length as training capped it
-    except OSError as err:
-        raise TrainingError(f"cannot load the encoder of {run_dir} from {encoder} ({err})") from None
+    # Loaded as training loaded them (training/run.py): a decoder's tokenizer then makes no token_type_ids and pads
+    # with its eos token, and a T5 or BART generation run gets its seq2seq LM head, not a causal one.
+    source = resolve_encoder(str(encoder), reach_hub=False, tokenizer=False)  # ConfigError: a folder gone
+    tokenizer = load_tokenizer(source)  # ConfigError (HubError for a Hub id) naming the encoder and the fix
+    model = wrap((load_language_model if task.is_generation else load_encoder_model)(source))
     if encoder == Path(config["encoder"]):  # not a run's own trained encoder: other weights saved at its path since
         check_same_encoder(model, config.get("encoder_identity"), run_dir)  # would score another model than trained
 

@@ -220,3 +220,47 @@ def test_a_damaged_record_is_named_when_read(tmp_path, key, value, message):
     (tmp_path / "fusion_attention.json").write_text(json.dumps({**record, key: value}))
     with pytest.raises(af.SerializationError, match=message):
         load_fusion_activation(tmp_path)
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_an_encoder_decoder_fusion_counts_every_position_of_unmasked_decoder_inputs(model_type):
+    """decoder_input_ids given without a decoder_attention_mask were masked with the encoder's mask shifted right:
+    a shape error when their length differs from the input's, and at equal lengths the input's padding dropped
+    decoder positions the model had read. The model reads them all, and so does the mean now."""
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    for name in ADAPTERS:
+        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
+        _randomise(model.adapter_parameters(name))
+    model.add_fusion("f", ADAPTERS, af.FusionConfig.dynamic())
+    _randomise([p for p in model.fusion_parameters("f") if p.dim() == 2])
+    ids = torch.tensor([[11, 12, 13, 14, 15, 2], [21, 22, 23, 2, 0, 0]])
+    for length in (4, 6):
+        decoder_ids = torch.arange(30, 30 + 2 * length).reshape(2, length)
+        batch = {"input_ids": ids, "attention_mask": (ids != 0).long(), "decoder_input_ids": decoder_ids}
+        result = mean_fusion_attention(model, "f", [batch])
+        explicit = mean_fusion_attention(
+            model, "f", [{**batch, "decoder_attention_mask": torch.ones_like(decoder_ids)}]
+        )
+        assert result.tokens == 6 + 4
+        assert_close(result.values, explicit.values, dtype=torch.float64)
+
+
+def test_one_batch_or_a_batch_that_is_no_mapping_is_refused(fused):
+    """One batch passed as `batches` was iterated as its keys, and a tensor as a batch: AttributeErrors from inside."""
+    batch = _batches()[0]
+    with pytest.raises(ConfigError, match=r"got one batch; pass \[batch\]"):
+        mean_fusion_attention(fused, "f", batch)
+    with pytest.raises(ConfigError, match="a batch must be a mapping of model inputs .* got Tensor"):
+        mean_fusion_attention(fused, "f", [batch["input_ids"]])
+
+
+def test_an_activation_without_adapters_or_layers_is_refused(tmp_path):
+    """It made an empty table and heatmap, written as if fine; read from a file it is a damaged record."""
+    with pytest.raises(ConfigError, match="has 0 adapters and 0 layers"):
+        FusionActivation("f", (), (), np.zeros((0, 0)), 0)
+    with pytest.raises(ConfigError, match="has 1 adapters and 0 layers"):
+        FusionActivation("f", ("a",), (), np.zeros((0, 1)), 0)
+    record = {"fusion": "f", "adapters": [], "layers": [], "values": [], "tokens": 0}
+    (tmp_path / "fusion_attention.json").write_text(json.dumps(record))
+    with pytest.raises(af.SerializationError, match="not a fusion activation record: .* 0 adapters and 0 layers"):
+        load_fusion_activation(tmp_path)

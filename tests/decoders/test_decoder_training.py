@@ -91,3 +91,44 @@ def test_a_decoder_saved_with_a_bert_tokenizer_trains_without_token_type_ids(dem
         max_examples={"train": 8, "validation": 4},
     )
     assert (result.run_dir / "metrics.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["llama", "t5"])
+def test_a_decoder_run_is_evaluated_and_pruned_with_the_tokenizer_it_trained_with(
+    model_type, demo_data_dir, tmp_path
+) -> None:
+    """rebuild_run loaded the tokenizer as transformers gives it, not as training loads it: a decoder or T5 saved
+    with a BERT tokenizer trained, and then `adapterfusion evaluate` and `prune` of the run failed ('LlamaModel.forward
+    takes no token_type_ids'); a decoder tokenizer without a pad token could not pad the dev batches. Now scored as
+    training scored it."""
+    import json
+
+    import transformers
+
+    import adapterfusion as af
+    from adapterfusion.evaluation import evaluate_run
+    from adapterfusion.pruning import prune_fusion
+    from tiny_decoders import tiny_decoder
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    tokenizer.eos_token, tokenizer.pad_token = "[SEP]", None  # as decoders' tokenizers are: an eos, no pad
+    tiny_decoder(model_type, vocab_size=len(tokenizer)).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    common = dict(
+        encoder=tmp_path / "model",
+        data_dir=demo_data_dir,
+        output_dir=tmp_path / "runs",
+        store=AdapterStore(tmp_path / "store"),
+        training_config=dict(FAST, max_steps=1),
+        max_examples={"train": 8, "validation": 6},
+    )
+    for task in ("rte", "cb"):
+        train(task, "st-a", **common)
+    fused = train("rte", "fusion-st-a", setup_options={"sources": ["cb"]}, **common)
+    recorded = json.loads(fused.metrics_path.read_text())["best"]
+    result = evaluate_run(fused.run_dir)
+    assert result["metrics"]["accuracy"] == recorded["accuracy"]
+    assert abs(result["metrics"]["loss"] - recorded["loss"]) < 1e-5
+    pruned = prune_fusion(fused.run_dir, keep=1, repeats=1, timing_batches=1)
+    assert len(pruned.after.adapters) == 1 and pruned.before.metrics["accuracy"] == recorded["accuracy"]

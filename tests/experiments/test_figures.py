@@ -4,8 +4,10 @@ and cells for adapters a target does not fuse are masked, hatched, labelled n/a 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from adapterfusion.analysis import FusionActivation
+from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.figures import plot_fusion_attention, plot_run_fusion_attention
 
 NEAR_UNIFORM = FusionActivation("f", ("a", "b", "c"), (0, 1), np.array([[0.33, 0.34, 0.33], [0.335, 0.33, 0.335]]), 10)
@@ -45,3 +47,36 @@ def test_no_caption_when_every_target_fuses_every_adapter(drawn, tmp_path):
     (figure,) = drawn
     assert not any("n/a" in t.get_text() for axis in figure.axes for t in axis.texts)
     assert not any("not in that target's fusion" in t.get_text() for t in figure.texts)
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("heat.xyz", "a figure cannot be written as .xyz; end the path in one of .png"),
+        ("heat", "a figure cannot be written as a file without suffix"),
+        ("taken/heat.png", "the folder of the figure path .* is a file"),
+        (".", "is a folder; give a file path"),
+    ],
+)
+def test_a_figure_path_matplotlib_cannot_write_is_refused_before_drawing(name, message, drawn, tmp_path):
+    """Called from Python, an unknown suffix was matplotlib's ValueError after the drawing, a folder an
+    IsADirectoryError and a path under a file a FileExistsError; a path without suffix got PNG bytes."""
+    (tmp_path / "taken").write_text("a file the user keeps\n")
+    for plot in (
+        lambda path: plot_run_fusion_attention(NEAR_UNIFORM, path),
+        lambda path: plot_fusion_attention({"rte": NEAR_UNIFORM}, path),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            plot(tmp_path / name)
+    assert not drawn and sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_a_heatmap_of_nothing_or_of_non_finite_values_is_refused(drawn, tmp_path):
+    """plot_fusion_attention({}) was a ValueError from numpy; a run's record of NaN values was drawn blank and
+    hatched, as adapters the fusion does not hold, and written as if fine."""
+    with pytest.raises(ConfigError, match="no fusion activation to draw"):
+        plot_fusion_attention({}, tmp_path / "grid.png")
+    broken = FusionActivation("f", ("a", "b"), (0,), np.array([[np.nan, 0.5]]), 3)
+    with pytest.raises(ConfigError, match="1 of 2 fusion activation values are NaN or infinite"):
+        plot_run_fusion_attention(broken, tmp_path / "run.png")
+    assert not drawn and not any(tmp_path.iterdir())

@@ -134,3 +134,47 @@ def test_unknown_adapter_or_metric_is_refused():
         ablate_spans(model, task, "b", "a", _batches(1))
     with pytest.raises(ConfigError, match="not a metric"):
         ablate_spans(model, task, "a", "a", _batches(1), metric="f1")
+
+
+def test_one_batch_in_place_of_the_batches_is_refused():
+    """It was iterated as its keys: an AttributeError from inside predict."""
+    with pytest.raises(ConfigError, match=r"predict takes an iterable of batches .* got one batch; pass \[batch\]"):
+        ablate_spans(_model(), get_task("rte"), "a", "a", _batches(1)[0])
+
+
+@pytest.mark.slow
+def test_a_zoo_of_decoder_adapters_is_ablated_with_the_tokenizer_it_trained_with(demo_data_dir, tmp_path):
+    """ablate_zoo loaded the tokenizer as transformers gives it: on a Llama saved with a BERT tokenizer it made
+    token_type_ids, which the model's forward refuses, so a store of decoder adapters could not be ablated. Its
+    baseline is now the trained run's own ablation baseline."""
+    from adapterfusion.experiments.span_ablation import ablate_run, ablate_zoo
+    from adapterfusion.training import train
+    from tiny_decoders import tiny_decoder
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    tiny_decoder("llama", vocab_size=len(tokenizer), num_hidden_layers=2).save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    run = train(
+        "rte",
+        "st-a",
+        encoder=tmp_path / "llama",
+        data_dir=demo_data_dir,
+        output_dir=tmp_path / "runs",
+        store=tmp_path / "store",
+        training_config={"max_steps": 1, "batch_size": 4, "max_length": 32, "patience": None},
+        max_examples={"train": 8, "validation": 4},
+    )
+    zoo = ablate_zoo(
+        "rte",
+        zoo=tmp_path / "store",
+        encoder=tmp_path / "llama",
+        data_dir=demo_data_dir,
+        max_examples=4,
+        max_length=32,
+        batch_size=4,
+    )
+    own = ablate_run(run.run_dir, max_examples=4, batch_size=4)
+    assert zoo.num_layers == 2 and len(zoo.spans) == 3
+    assert zoo.examples == own.examples == 4
+    assert zoo.baseline["accuracy"] == own.baseline["accuracy"]
+    assert abs(zoo.baseline["loss"] - own.baseline["loss"]) < 1e-5

@@ -1,6 +1,6 @@
-"""Bad-input cases at one boundary, recording fusion attentions (`output_fusion_attentions=True` and
-`model.recording_fusion_attentions()`): calls whose fusion weights one recording, one fusion's weights per site and
-call, cannot hold."""
+"""Bad-input cases at one boundary, recording fusion attentions (`output_fusion_attentions=True`,
+`model.recording_fusion_attentions()` and `mean_fusion_attention`): calls whose fusion weights one recording, one
+fusion's weights per site and call, cannot hold, and batches the mean over real tokens must read right."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import adapterfusion as af
+from adapterfusion.analysis import mean_fusion_attention
 from catalogue import Action, BadInput
+from tiny_decoders import tiny_decoder
 from tiny_models import tiny_encoder, tiny_inputs
 
 B = BadInput
@@ -46,6 +50,28 @@ def _called(block: af.Block | None, recording: bool = False, **call: Any) -> Cal
     return prepare
 
 
+def _t5_mean_over_decoder_inputs(folder: Path) -> Action:
+    """mean_fusion_attention on a tiny T5 with a fusion f over a and b, one batch of 2 inputs of 6 tokens (row 1 with
+    2 padding) and decoder_input_ids of 4 tokens, no decoder_attention_mask."""
+    model = af.wrap(tiny_decoder("t5"))
+    for name in "ab":
+        model.add_adapter(name, "pfeiffer")
+    model.add_fusion("f", ["a", "b"])
+    ids = torch.tensor([[11, 12, 13, 14, 15, 2], [21, 22, 23, 2, 0, 0]])
+    batch = {"input_ids": ids, "attention_mask": (ids != 0).long(), "decoder_input_ids": torch.full((2, 4), 30)}
+
+    def action() -> str:
+        result = mean_fusion_attention(model, "f", [batch])
+        return f"layers {list(result.layers)}, {result.tokens} real input tokens, every decoder position counted"
+
+    return action
+
+
+def _one_batch_as_batches(folder: Path) -> Action:
+    model = _model()
+    return lambda: mean_fusion_attention(model, "f", tiny_inputs(batch=2))
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "recording-stack-of-fusions",
@@ -78,5 +104,24 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("one fusion's weights for every row", "Parallel"),
         _called(af.Parallel("f", "a"), recording=True),
+    ),
+    B(
+        "recording-mean-seq2seq-decoder-inputs",
+        GROUP,
+        "mean_fusion_attention(<T5 with fusion f>, 'f', [batch]) whose batch has decoder_input_ids of 4 tokens and "
+        "inputs of 6, no decoder_attention_mask (not an error; was a RuntimeError 'shape [2, 4] is invalid', and at "
+        "equal lengths the input's padding dropped decoder positions in silence)",
+        None,
+        ("layers [0, 1, 2, 3]", "10 real input tokens", "every decoder position"),
+        _t5_mean_over_decoder_inputs,
+    ),
+    B(
+        "recording-mean-one-batch-as-batches",
+        GROUP,
+        "mean_fusion_attention(model, 'f', tokenizer_output) (one batch, not a list of batches: was an AttributeError "
+        "'str' object has no attribute 'items')",
+        af.ConfigError,
+        ("got one batch", "[batch]"),
+        _one_batch_as_batches,
     ),
 )

@@ -1,5 +1,6 @@
 """Bad-input cases at one boundary, paths no sweep had checked: averaging adapters across dtypes, map_location, zoo
-pulls offline, the server's generation limits at start, and pipeline tasks a head cannot serve."""
+pulls offline, the server's generation limits at start, pipeline tasks a head cannot serve, evaluating a decoder's
+run, and the analysis functions (heatmaps, pruning) given what they cannot draw or rank."""
 
 from __future__ import annotations
 
@@ -9,17 +10,23 @@ from typing import Any
 from unittest import mock
 
 import huggingface_hub
+import numpy as np
 import torch
 import transformers
 
 import adapterfusion as af
+from adapterfusion.analysis import FusionActivation
+from adapterfusion.evaluation import evaluate_run
+from adapterfusion.experiments.figures import plot_run_fusion_attention
 from adapterfusion.interop import export_adapterhub
+from adapterfusion.pruning import select_adapters
 from adapterfusion.serving import ServeConfig
 from adapterfusion.serving.app import create_app
 from adapterfusion.serving.server import serve
 from adapterfusion.zoo import ZooError, load_zoo_adapter
-from catalogue import Action, BadInput, ModelTouched, contents, in_hub, load_into, saved_piece
+from catalogue import Action, BadInput, ModelTouched, cli, contents, in_hub, load_into, saved_piece
 from hub_cache import cached_repo
+from task_data import DATA_DIR
 from tiny_decoders import tiny_decoder
 from tiny_models import randomise, tiny_encoder
 
@@ -150,6 +157,38 @@ def _pipeline(task: Any, head: str) -> Callable[[Path], Action]:
     return prepare
 
 
+# ---- a finished run, scored again ---------------------------------------------------------------------------------
+def _evaluated_decoder_run(folder: Path) -> Action:
+    """An rte st-a run of a tiny Llama saved with the shipped (BERT) tokenizer, which makes token_type_ids and has
+    no pad token here (as decoders' tokenizers: an eos only), scored again by evaluate_run."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    tokenizer.eos_token, tokenizer.pad_token = "[SEP]", None
+    tiny_decoder("llama", vocab_size=len(tokenizer)).save_pretrained(folder / "llama")
+    tokenizer.save_pretrained(folder / "llama")
+    settings = {"max_steps": 1, "batch_size": 4, "max_length": 32, "patience": None}
+    run = af.training.train(
+        "rte",
+        "st-a",
+        encoder=folder / "llama",
+        output_dir=folder / "runs",
+        store=folder / "store",
+        data_dir=DATA_DIR,
+        training_config=settings,
+        max_examples={"train": 8, "validation": 4},
+    )
+
+    def action() -> str:
+        result = evaluate_run(run.run_dir)
+        same = result["metrics"]["accuracy"] == run.metrics["accuracy"]
+        return f"scored {result['examples']} dev examples; accuracy as training recorded it: {same}"
+
+    return action
+
+
+# ---- analysis: heatmaps and pruning -------------------------------------------------------------------------------
+_ACTIVATION = FusionActivation("f", ("a", "b"), (0, 1), np.array([[0.25, 0.75], [0.5, 0.5]]), 10)
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "average-adapters-mixed-dtypes",
@@ -246,5 +285,71 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("needs a task", "text-classification"),
         _pipeline(None, "topic"),
+    ),
+    B(
+        "evaluate-decoder-run-bert-tokenizer",
+        "model calls",
+        "evaluate_run(<an st-a run of a Llama saved with a BERT tokenizer, eos but no pad token>) (not an error; was "
+        "'LlamaModel.forward takes no token_type_ids' or 'the tokenizer has no pad token': `adapterfusion evaluate` "
+        "and `prune` rebuilt the run with another tokenizer than training's)",
+        None,
+        ("scored 4 dev examples", "as training recorded it: True"),
+        _evaluated_decoder_run,
+    ),
+    B(
+        "analysis-heatmap-unknown-suffix",
+        "output paths",
+        "plot_run_fusion_attention(activation, 'heat.txt') from Python (was matplotlib's ValueError 'Format txt is "
+        "not supported', after the drawing; the CLI checked it, the function did not)",
+        af.ConfigError,
+        ("heat.txt", "cannot be written as .txt", ".png"),
+        lambda folder: lambda: plot_run_fusion_attention(_ACTIVATION, folder / "heat.txt"),
+    ),
+    B(
+        "analysis-heatmap-onto-folder",
+        "output paths",
+        "plot_run_fusion_attention(activation, <an existing folder>) (was an IsADirectoryError after the drawing)",
+        af.ConfigError,
+        ("is a folder", "give a file path"),
+        lambda folder: lambda: plot_run_fusion_attention(_ACTIVATION, folder),
+    ),
+    B(
+        "analysis-empty-activation",
+        "silent acceptances",
+        "FusionActivation('f', (), (), np.zeros((0, 0)), 0) (was accepted: an empty table and an empty heatmap "
+        "written as if fine)",
+        af.ConfigError,
+        ("0 adapters and 0 layers", "at least one of each"),
+        lambda folder: lambda: FusionActivation("f", (), (), np.zeros((0, 0)), 0),
+    ),
+    B(
+        "analysis-select-adapters-nan-share",
+        "silent acceptances",
+        "select_adapters({'a': nan, 'b': 0.5}, mass=0.5) (was accepted: a NaN never reaches the mass, so every "
+        "adapter was kept without a word)",
+        af.ConfigError,
+        ("{'a': nan}", "not finite numbers >= 0", "measure them again"),
+        lambda folder: lambda: select_adapters({"a": float("nan"), "b": 0.5}, mass=0.5),
+    ),
+    B(
+        "cli-no-train-layer-norm-without-houlsby",
+        "command line",
+        "adapterfusion train-adapter --task rte --no-train-layer-norm (the default --setup st-a; was refused after "
+        "the encoder loaded, as \"setup 'st-a' has no option 'train_layer_norm'\")",
+        af.ConfigError,
+        ("--no-train-layer-norm applies to --setup st-a-houlsby", "drop the flag"),
+        lambda folder: (
+            lambda: cli(
+                "train-adapter",
+                "--task",
+                "rte",
+                "--no-train-layer-norm",
+                "--output-dir",
+                str(folder / "runs"),
+                "--store",
+                str(folder / "store"),
+            )
+        ),
+        cli=True,
     ),
 )
