@@ -128,16 +128,22 @@ def test_an_encoder_decoder_fusion_counts_each_stacks_own_real_tokens():
     assert_close(result.values, np.stack(expected), dtype=torch.float64)
 
 
-@pytest.mark.parametrize("model_type", ["t5", "bart"])
-def test_an_encoder_decoder_fusion_under_a_head_of_ours_counts_the_shifted_input(model_type):
-    """With a head of ours the decoder reads the input shifted right, and the batch's labels are class ids: they were
-    taken for the decoder's mask, a shape error at the end of every fusion run on T5 or BART with a head."""
+def _fused_seq2seq(model_type: str) -> af.AdaptedModel:
+    """A tiny float64 T5 or BART with fusion 'f' over ADAPTERS, random weights throughout."""
     model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
     for name in ADAPTERS:
         model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
         _randomise(model.adapter_parameters(name))
     model.add_fusion("f", ADAPTERS, af.FusionConfig.dynamic())
     _randomise([p for p in model.fusion_parameters("f") if p.dim() == 2])
+    return model
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_an_encoder_decoder_fusion_under_a_head_of_ours_counts_the_shifted_input(model_type):
+    """With a head of ours the decoder reads the input shifted right, and the batch's labels are class ids: they were
+    taken for the decoder's mask, a shape error at the end of every fusion run on T5 or BART with a head."""
+    model = _fused_seq2seq(model_type)
     model.add_head("h", af.ClassificationHead(num_labels=3, pooling="last", dropout=0.0))
     ids = torch.tensor([[11, 12, 13, 14, 15, 2], [21, 22, 23, 2, 0, 0]])
     batch = {"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": torch.tensor([0, 2])}
@@ -227,12 +233,7 @@ def test_an_encoder_decoder_fusion_counts_every_position_of_unmasked_decoder_inp
     """decoder_input_ids given without a decoder_attention_mask were masked with the encoder's mask shifted right:
     a shape error when their length differs from the input's, and at equal lengths the input's padding dropped
     decoder positions the model had read. The model reads them all, and so does the mean now."""
-    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
-    for name in ADAPTERS:
-        model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
-        _randomise(model.adapter_parameters(name))
-    model.add_fusion("f", ADAPTERS, af.FusionConfig.dynamic())
-    _randomise([p for p in model.fusion_parameters("f") if p.dim() == 2])
+    model = _fused_seq2seq(model_type)
     ids = torch.tensor([[11, 12, 13, 14, 15, 2], [21, 22, 23, 2, 0, 0]])
     for length in (4, 6):
         decoder_ids = torch.arange(30, 30 + 2 * length).reshape(2, length)
