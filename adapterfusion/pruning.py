@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import statistics
 import time
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from adapterfusion._validation import check_bool
+from adapterfusion._validation import check_bool, is_finite_number
 from adapterfusion.analysis.fusion_attention import mean_fusion_attention
 from adapterfusion.errors import ConfigError, PieceExistsError
 from adapterfusion.evaluation import check_count, check_run_dir, load_run_split, run_batches
@@ -214,11 +213,7 @@ def select_adapters(
         raise ConfigError(
             "select_adapters got no adapter activations; pass {adapter: activation} of the fusion's adapters"
         )
-    bad = {
-        name: value
-        for name, value in activation.items()
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
-    }
+    bad = {name: value for name, value in activation.items() if not (is_finite_number(value) and value >= 0)}
     if bad:  # a NaN never reaches a mass and sorts anywhere: every adapter would be kept, or any
         raise ConfigError(
             f"select_adapters: the activations {bad} are not finite numbers >= 0 (a mean softmax weight or scale "

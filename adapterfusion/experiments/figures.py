@@ -148,9 +148,9 @@ def plot_fusion_attention(
     explained in a caption. With `scales` the values are a ScaLearn fusion's learned scales (`value_label` says
     so), coloured over their own range (_scale_colours)."""
     destination = check_figure_path(path, "the figure path")
-    if not by_target or not any(act.layers for act in by_target.values()):
+    if not by_target:  # a FusionActivation itself holds at least one layer and adapter
         raise ConfigError(
-            "plot_fusion_attention got no fusion activation to draw (no target task, or none with a layer); pass "
+            "plot_fusion_attention got no fusion activation to draw (no target task); pass "
             "{target task: FusionActivation} of fusion runs, e.g. from fusion_attention_by_target(report, variant)"
         )
     targets = list(by_target)
