@@ -13,7 +13,7 @@ import json.decoder
 import json.scanner
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,14 @@ def repeated_keys(pairs: Sequence[tuple[str, Any]]) -> list[str]:
             repeated.append(key)
         seen.add(key)
     return repeated
+
+
+def changed_keys(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The keys, sorted, whose values differ between a JSON object read back from a file (`before`) and one about to
+    be written (`now`, compared as it would read back: tuples as lists, other values as their str). A key one side
+    lacks counts as null there."""
+    written = json.loads(json.dumps(dict(now), default=str))
+    return sorted(key for key in before.keys() | written.keys() if before.get(key) != written.get(key))
 
 
 class _StrictJSONDecoder(json.JSONDecoder):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion._validation import check_bool
+from adapterfusion.io.documents import changed_keys
 from adapterfusion.training.errors import RunFileError, TrainingError
 from adapterfusion.training.run_files import CONFIG_FILE, LOCK_FILE, METRICS_FILE, read_json
 from adapterfusion.training.run_lock import hold_lock, lock_holder
@@ -94,11 +95,11 @@ def options_changed(run_dir: Path, setup_options: Mapping[str, Any]) -> str | No
     except RunFileError:
         return None
     earlier = document.get("setup_options") if isinstance(document, dict) else None
-    asked = json.loads(json.dumps(dict(setup_options)))  # as the config file holds them
-    if not isinstance(earlier, dict) or earlier == asked:
+    if not isinstance(earlier, dict):
         return None
-    differing = [key for key in sorted(set(earlier) | set(asked)) if earlier.get(key) != asked.get(key)]
-    return ", ".join(f"{key} {earlier.get(key)!r} (this call: {asked.get(key)!r})" for key in differing)
+    differing = changed_keys(earlier, setup_options)
+    asked = json.loads(json.dumps(dict(setup_options), default=str))  # as the config file holds them
+    return ", ".join(f"{key} {earlier.get(key)!r} (this call: {asked.get(key)!r})" for key in differing) or None
 
 
 def check_can_train(
