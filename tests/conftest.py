@@ -28,6 +28,11 @@ from adapterfusion.experiments import figures
 from task_data import DATA_DIR, real_data_present
 from tiny_models import tiny_inputs
 
+# Under pytest-xdist (`-n 2`) each worker gets its share of the cores, so two workers do not fight over torch's
+# threads (twice as many threads as cores slowed the matmul-heavy tests more than the split gained).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
 
 @pytest.fixture(autouse=True)
 def _seed() -> None:
@@ -79,24 +84,25 @@ _REAL_DATA = (
     f"the real task data, not found at {DATA_DIR} (the 'shared/data' folder beside the repository, or the folder "
     "ADAPTERFUSION_TEST_DATA_DIR names)"
 )
-_SKIPPED_FOR_DATA = pytest.StashKey[int]()
+_SKIP_REASON = f"needs {_REAL_DATA}"
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Without the real task data, the tests that take `data_dir` are skipped, and counted for the summary line;
-    under CI=true that is a usage error (CI must run them)."""
-    if real_data_present():
+    """Without the real task data, the tests that take `data_dir` are skipped (the summary counts them); under
+    CI=true they are not, and the `data_dir` fixture fails each of them instead (CI must run them). A usage error
+    would not do: pytest-xdist's workers collect, and an error there is an internal error without the message."""
+    if real_data_present() or os.environ.get("CI"):
         return
-    needing = [item for item in items if "data_dir" in getattr(item, "fixturenames", ())]
-    if needing and os.environ.get("CI"):
-        raise pytest.UsageError(f"CI is set and {len(needing)} collected tests need {_REAL_DATA}")
-    for item in needing:
-        item.add_marker(pytest.mark.skip(reason=f"needs {_REAL_DATA}"))
-    config.stash[_SKIPPED_FOR_DATA] = len(needing)
+    for item in items:
+        if "data_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.skip(reason=_SKIP_REASON))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    skipped = config.stash.get(_SKIPPED_FOR_DATA, 0)
+    """Counted from the skip reports, which reach the main process under pytest-xdist too (collection runs in the
+    workers there)."""
+    reports = terminalreporter.stats.get("skipped", [])
+    skipped = sum(1 for report in reports if isinstance(report.longrepr, tuple) and _SKIP_REASON in report.longrepr[2])
     if skipped:
         terminalreporter.write_line(
             f"{skipped} tests skipped: they need {_REAL_DATA}; CI runs them (and fails without the data)",
@@ -108,6 +114,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The real task data (all tasks, full sizes). Tests that only need a demo-pack task take `demo_data_dir`."""
+    if not real_data_present():  # reached under CI=true only (pytest_collection_modifyitems skips them otherwise)
+        pytest.fail(f"CI is set and this test {_SKIP_REASON}", pytrace=False)
     return DATA_DIR
 
 

@@ -157,6 +157,25 @@ def test_an_untyped_var_keyword_adds_keywords_only_when_the_forward_passes_it_on
     assert accepted_keywords(Typed()) == {"input_ids", "attention_mask", "return_dict"}
 
 
+def test_a_forward_patched_with_a_bare_wrapper_hides_its_keywords_and_nothing_is_refused():
+    """A `(*args, **kwargs)` patch of a model class's forward (without functools.wraps) says nothing of what the
+    forward it calls takes: it was read as taking only transformers' passed-on kwargs, so input_ids was refused."""
+
+    class Patched(transformers.BertModel):
+        pass
+
+    original = Patched.forward
+
+    def counting(self, *args, **kwargs):
+        return original(self, *args, **kwargs)
+
+    Patched.forward = counting
+    model = Patched(tiny_config("bert"))
+    assert accepted_keywords(model) is None
+    wrapped = af.AdaptedModel(model)
+    wrapped(**tiny_inputs())  # refused before: "takes no 'attention_mask', 'input_ids'"
+
+
 # Encoder-decoder families (the BART-style config kwargs fit mBART, Pegasus and Marian) and whether their forward
 # makes decoder inputs from input_ids alone.
 _SHIFTS_INPUT_IDS = {

@@ -125,10 +125,14 @@ def _keywords_of(module_class: Any) -> frozenset[str] | None:
     (transformers' Unpack[TransformersKwargs]) and return_dict (every PreTrainedModel takes it). An untyped **kwargs
     that the body never reads (DeBERTa, MPNet) swallows what it is given, so it adds nothing; one the body passes on
     (GPT-2 hands it to its attention) takes what transformers documents for such kwargs, TransformersKwargs and
-    FlashAttentionKwargs: anything else would be swallowed silently. None only when those cannot be read."""
+    FlashAttentionKwargs: anything else would be swallowed silently. None when those cannot be read, or when the
+    forward is a bare `(*args, **kwargs)` wrapper (a patch or decorator without functools.wraps), which hides what
+    the forward it calls takes."""
     forward = module_class.forward
     parameters = list(inspect.signature(forward).parameters.values())
     names = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"self"}
+    if not names and any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return None
     for parameter in parameters:
         if parameter.kind is parameter.VAR_KEYWORD:
             typed = _typed_kwargs(parameter.annotation, inspect.unwrap(forward))
