@@ -5,6 +5,7 @@ Our own errors print as one line and exit with status 2."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from adapterfusion.serving.config import API_KEY_ENV, CHARS_PER_TOKEN, DEFAULT_M
 from adapterfusion.serving.server import serve
 from adapterfusion.tasks import get_task, list_tasks
 from adapterfusion.training import train
+from adapterfusion.training.config import MAX_SEED, MIN_MAX_LENGTH
 from adapterfusion.training.hardware import is_main_process
 from adapterfusion.training.progress import read_progress
 
@@ -367,6 +369,42 @@ def _patience(value: str) -> int | str:
         ) from None
 
 
+# What the count and size options of train-adapter and fuse take, checked before anything is read: the API checks
+# some only once the encoder and the task data have loaded. dest: (smallest, largest, what it is).
+_WHOLE_NUMBERS: dict[str, tuple[int, int | None, str]] = {
+    "batch_size": (1, None, "examples per training step"),
+    "max_steps": (1, None, "optimizer steps"),
+    "max_examples": (1, None, "examples kept per split"),
+    "max_length": (MIN_MAX_LENGTH, None, "tokens per input"),
+    "patience": (1, None, "evaluations without improvement, or 'none' for no early stopping"),
+    "seed": (0, MAX_SEED, "a 32-bit seed"),
+    "adapter_seed": (0, MAX_SEED, "a 32-bit seed"),
+}
+_POSITIVE_NUMBERS: dict[str, str] = {
+    "reduction_factor": "the hidden size divided by the adapter's bottleneck size; the paper uses 2, 16 or 64",
+    "epochs": "passes over the training data; a fraction is allowed",
+    "learning_rate": "the optimizer's step size, e.g. 1e-4",
+}
+
+
+def _refuse_bad_numbers(args: argparse.Namespace) -> None:
+    """Refuse a count or size option of train-adapter or fuse out of its range, naming the option and its range."""
+    for dest, (smallest, largest, what) in _WHOLE_NUMBERS.items():
+        value = getattr(args, dest, None)
+        if not isinstance(value, int) or smallest <= value <= (largest if largest is not None else value):
+            continue  # not given, not this command's, or 'none' (--patience)
+        takes = f"in {smallest}..{largest}" if largest is not None else f">= {smallest}"
+        raise af.ConfigError(
+            f"--{dest.replace('_', '-')} {value} is out of range: it takes a whole number {takes} ({what})"
+        )
+    for dest, what in _POSITIVE_NUMBERS.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, float) and not (math.isfinite(value) and value > 0):
+            raise af.ConfigError(
+                f"--{dest.replace('_', '-')} {value:g} is out of range: it takes a finite number > 0 ({what})"
+            )
+
+
 def _training_overrides(args: argparse.Namespace) -> dict:
     names = ("learning_rate", "epochs", "batch_size", "max_steps", "max_length", "patience")
     given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
@@ -391,6 +429,7 @@ def _check_resume(args: argparse.Namespace) -> None:
 
 
 def _train_adapter(args: argparse.Namespace) -> int:
+    _refuse_bad_numbers(args)
     _check_resume(args)
     if args.no_train_layer_norm and args.setup != "st-a-houlsby":
         raise af.ConfigError(
@@ -447,6 +486,7 @@ def _fuse(args: argparse.Namespace) -> int:
             f"--sources {args.sources!r} names no source task; give comma-separated task names, "
             "e.g. --sources mnli,sst2 (the target's own adapter is always added)"
         )
+    _refuse_bad_numbers(args)
     _check_resume(args)
     result = train(
         args.task,

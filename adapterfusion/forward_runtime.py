@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from adapterfusion import blocks
 from adapterfusion._validation import check_bool
 from adapterfusion.errors import ConfigError
 from adapterfusion.injection.runtime import Recorder
@@ -70,6 +71,30 @@ def recording_fusion_attentions(
     check_bool(enabled, "recording_fusion_attentions(enabled)")
     check_wrapped(model.sites)
     return model.runtime.recording(enabled)
+
+
+def check_fusion_to_record(model: AdaptedModel) -> None:
+    """Refuse output_fusion_attentions=True on a call that runs no fusion: its output would hold only Nones, as if
+    the fusion had recorded nothing. (A recording block around a call records silently whatever runs.)"""
+    if model.active_fusion is not None or blocks.fusions_in(model.active_block):
+        return
+    if model.active_block is not None:
+        active = f"a {type(model.active_block).__name__} block with no fusion in it"
+    elif model.active_adapter is not None:
+        active = f"adapter {model.active_adapter!r} alone"
+    else:
+        active = "no adapter or fusion (the plain encoder)"
+    loaded = model.fusion_names
+    how = (
+        f"activate one of the loaded fusions {loaded} first: model.activate(fusion={loaded[0]!r}), or "
+        f"`with model.activated(fusion={loaded[0]!r}):` around the call"
+        if loaded
+        else "no fusion is loaded: add_fusion() or load_fusion() one and activate it"
+    )
+    raise ConfigError(
+        f"output_fusion_attentions=True, but no fusion is active: this call runs {active}, so there are no fusion "
+        f"attentions to return; {how}, or drop output_fusion_attentions"
+    )
 
 
 @contextlib.contextmanager

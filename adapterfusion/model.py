@@ -348,8 +348,9 @@ class AdaptedModel(nn.Module):
     ) -> AdaptedModelOutput:
         """Run the encoder with what is active; with an active head, its logits (and with `labels` its loss, plus the
         fusion regularisation while a fusion's V trains; with no head, a wrapped HF task model's own loss).
-        output_fusion_attentions=True: each fusion site's softmax weights (AdaptedModelOutput). Other keyword arguments
-        go to the encoder; forward_inputs.check_call refuses those it does not take, and every malformed input.
+        output_fusion_attentions=True: each fusion site's softmax weights (AdaptedModelOutput); refused when no
+        fusion is active. Other keyword arguments go to the encoder; forward_inputs.check_call refuses those it does
+        not take, and every malformed input.
         adapter_names / head_names: one entry per example, an adapter, a fusion or None (the plain model) / a head,
         for a batch whose examples run different pieces (routing.py); each example gets what it would alone."""
         check_bool(output_fusion_attentions, "output_fusion_attentions")  # "no" would record: a str is truthy
@@ -367,6 +368,8 @@ class AdaptedModel(nn.Module):
             )
         call = check_call(self, inputs, head_name, labels)
         composition.check_route_rows(self._state, call.rows)
+        if output_fusion_attentions:
+            forward_runtime.check_fusion_to_record(self)
         with self.recording_fusion_attentions(output_fusion_attentions) as recorder:
             encoded = call.encoder(**call.inputs)
         output = passed_through(encoded)

@@ -23,7 +23,7 @@ class AdaptedModelOutput(ModelOutput):
     """loss = task_loss + fusion_regularization while a fusion with a trainable V is trained.
     fusion_attentions[layer]: [batch, seq, N] softmax weights of the 'output' site (else the 'attention' site, else
     an encoder-decoder's 'cross' site), None for layers without fusion; every site's weights are in
-    fusion_attentions_by_site[(layer, position)].
+    fusion_attentions_by_site[(layer, position)]. A call that runs no fusion refuses output_fusion_attentions=True.
     The wrapped model's other outputs pass through under their transformers names (a decoder's past_key_values, an
     encoder-decoder's encoder_* and decoder_* states)."""
 

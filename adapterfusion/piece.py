@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import json
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,16 @@ from adapterfusion.injection.architectures import ArchitectureSpec, SiteKind
 PIECE_KINDS = ("adapter", "fusion", "head")
 WEIGHTS_SAMPLE = "weights_sample_sha256"  # base_model's record of EncoderFingerprint.weights_sample
 PIECE_FORMAT = "adapterfusion"  # the "format" field of our piece configs; AdapterHub's readers refuse it by that
+
+
+def is_our_piece_config(path: Path, kind: str) -> bool:
+    """Whether `path` is a `kind` config that save_<kind> wrote (read as text: a file that is not one, or cannot be
+    read, is not)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and document.get("format") == PIECE_FORMAT and document.get("kind") == kind
 
 
 def param_key(site: str, param: str) -> str:

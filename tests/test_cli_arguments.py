@@ -126,3 +126,42 @@ def test_an_os_error_on_a_path_is_one_line(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "plot_run_fusion_attention", full)
     err = _error(capsys, "analyze-fusion", str(tmp_path), "--output", str(tmp_path / "heat.png"))
     assert err.startswith(f"error: No space left on device at {temp!r}; check that path and the room left")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["train-adapter", "--reduction-factor", "0"],
+            "--reduction-factor 0 is out of range: it takes a finite number",
+        ),
+        (["train-adapter", "--reduction-factor", "-4"], "--reduction-factor -4 is out of range"),
+        (["train-adapter", "--reduction-factor", "inf"], "--reduction-factor inf is out of range"),
+        (["train-adapter", "--max-examples", "0"], "--max-examples 0 is out of range: it takes a whole number >= 1"),
+        (["train-adapter", "--max-length", "4"], "--max-length 4 is out of range: it takes a whole number >= 8"),
+        (["train-adapter", "--patience", "0"], "--patience 0 is out of range"),
+        (["fuse", "--sources", "cb", "--max-steps", "0"], "--max-steps 0 is out of range"),
+        (["fuse", "--sources", "cb", "--adapter-seed", "-1"], "--adapter-seed -1 is out of range"),
+    ],
+)
+def test_training_counts_and_sizes_are_refused_by_their_option_before_anything_loads(
+    argv, message, capsys, tmp_path, monkeypatch
+):
+    """--reduction-factor 0 was refused only once the encoder and the task data had loaded."""
+
+    def never(*args, **kwargs):
+        raise AssertionError("train() was called")
+
+    monkeypatch.setattr("adapterfusion.cli.train", never)
+    err = _error(capsys, argv[0], "--task", "rte", "--output-dir", str(tmp_path), *argv[1:])
+    assert err.startswith(f"error: {message}")
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_fractional_reduction_factor_is_accepted(monkeypatch):
+    """The API takes any positive reduction factor (the bottleneck is hidden // factor); the CLI passes it on."""
+    seen = {}
+    monkeypatch.setattr("adapterfusion.cli.train", lambda *args, **kwargs: seen.update(kwargs) or None)
+    monkeypatch.setattr("adapterfusion.cli._print_result", lambda result: None)
+    assert main(["train-adapter", "--task", "rte", "--reduction-factor", "1.5"]) == 0
+    assert seen["setup_options"]["reduction_factor"] == 1.5

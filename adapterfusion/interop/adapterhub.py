@@ -83,7 +83,7 @@ def export_adapterhub(
     """Write adapter, fusion or head `name` of `model` as AdapterHub's `adapters` 1.3.0 saves it, so that
     `adapters`' load_adapter / load_adapter_fusion / load_head reads it (safetensors unless told otherwise). AdapterHub
     files of that kind already in `directory` are replaced only with `overwrite` (an export and a download look
-    alike)."""
+    alike); a config of that name that is neither AdapterHub's nor ours (a PEFT adapter's) is never replaced."""
     require_wrapped(model, "export_adapterhub")
     _check_kind(kind, "exportable")
     return piece_to_adapterhub(model.export_piece(kind, name), directory, model.layout(), use_safetensors, overwrite)

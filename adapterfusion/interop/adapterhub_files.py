@@ -27,7 +27,7 @@ from adapterfusion.errors import ConfigError, SerializationError, UnknownFormatV
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.paths import as_path, check_readable_file, check_writable_folder
-from adapterfusion.piece import PIECE_FORMAT
+from adapterfusion.piece import PIECE_FORMAT, is_our_piece_config
 
 ADAPTERHUB_VERSION = "adapters.1.3.0"
 """The `version` written on export: the release whose formats docs/adapterhub.md describes."""
@@ -61,6 +61,14 @@ def is_adapterhub_dir(directory: str | Path, kind: str) -> bool:
         return False
     version = str(document.get("version", ""))
     return version.startswith(("adapters.", "adapter-transformers")) or isinstance(document.get("config"), dict)
+
+
+def _replaceable(directory: Path, kind: str) -> bool:
+    """Whether an export with overwrite=True may replace the `kind` config in `directory`: there is none, or it is an
+    AdapterHub one or one that save_<kind> wrote, not another library's file of the same name (a PEFT adapter's
+    adapter_config.json) or a user's own."""
+    path = directory / FILES[kind][0]
+    return not os.path.lexists(path) or is_adapterhub_dir(directory, kind) or is_our_piece_config(path, kind)
 
 
 def warn_unknown_version(document: Mapping[str, Any], path: Path) -> None:
@@ -166,6 +174,12 @@ def write_folder(
     what = f"export_adapterhub: the {kind} folder"
     directory = as_path(directory, what)
     held = [name for name in FILES[kind] if os.path.isfile(directory / name)]
+    if held and not _replaceable(directory, kind):
+        raise ConfigError(
+            f"{what} {str(directory)!r} already holds {FILES[kind][0]}, which is neither an AdapterHub {kind} nor one "
+            f"that save_{kind} wrote (another library's file of that name, such as a PEFT adapter's, or your own); we "
+            "never overwrite a file we did not write, even with overwrite=True: choose another folder"
+        )
     if held and not overwrite:
         article = "an" if kind[0] in "aeiou" else "a"
         whose = (

@@ -28,7 +28,7 @@ from adapterfusion.heads.config import head_config_from_dict
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.paths import check_readable_file, check_readable_folder, check_writable_folder, out_of_reach
-from adapterfusion.piece import PIECE_FORMAT, EncoderFingerprint, Piece, PieceConfig
+from adapterfusion.piece import PIECE_FORMAT, EncoderFingerprint, Piece, PieceConfig, is_our_piece_config
 
 PIECE_FORMAT_VERSION = 1
 # The config's record of its weights file's sha256: the two files are renamed into place one after the other, and a
@@ -103,11 +103,7 @@ def holds_our_piece(directory: Path, kind: str) -> bool:
     path = config_path(directory, kind)
     if not os.path.isfile(path):  # also when this user may not look into `directory`
         return False
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(document, dict) and document.get("format") == PIECE_FORMAT and document.get("kind") == kind
+    return is_our_piece_config(path, kind)
 
 
 def piece_folder(kind: str, name: str) -> str:

@@ -28,6 +28,7 @@ TRAINING_CONFIG_FORMAT_VERSION = 1
 REPORT_TARGETS = ("none", "tensorboard", "mlflow", "wandb", "all")
 MAX_SEED = 2**32 - 1
 SEED_RANGE_REASON = " (numpy's and torch's seeding, which transformers.set_seed calls, take 32-bit seeds)"
+MIN_MAX_LENGTH = 8  # the shortest max_length (tokens per input) a run takes
 
 _SETUP_DEFAULTS: dict[str, dict[str, Any]] = {
     "head": dict(learning_rate=1e-3, epochs=20),
@@ -123,7 +124,7 @@ class TrainingConfig:
         _number(self.max_grad_norm, "max_grad_norm", 0.0)
         _positive_int(self.patience, "patience", allow_none=True)
         _positive_int(self.max_steps, "max_steps", allow_none=True)
-        _positive_int(self.max_length, "max_length", allow_none=True, minimum=8)
+        _positive_int(self.max_length, "max_length", allow_none=True, minimum=MIN_MAX_LENGTH)
         _positive_int(self.seed, "seed", minimum=0, maximum=MAX_SEED, why=SEED_RANGE_REASON)
         if self.metric_for_best is not None and (not isinstance(self.metric_for_best, str) or not self.metric_for_best):
             raise ConfigError(f"metric_for_best={self.metric_for_best!r} must be a metric name such as 'accuracy'")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from adapterfusion._validation import check_bool, check_mapping, check_name
+from adapterfusion._validation import check_bool, check_mapping, check_name, is_finite_number
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.errors import ConfigError
@@ -208,9 +208,18 @@ def _freeze_all_but_head(model: AdaptedModel, head: str | None) -> None:
 
 
 def _check_reduction_factor(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if not is_finite_number(value) or value <= 0:
         raise TrainingError(f"reduction_factor={value!r} must be a positive number (the paper uses 2, 16 or 64)")
     return float(value)
+
+
+def check_adapter_options(options: Mapping[str, Any]) -> None:
+    """st-a's options, refused before the encoder and the data load rather than when the adapter is added."""
+    _check_reduction_factor(options["reduction_factor"])
+    if options.get("init_std") is not None:
+        check_init_std(options["init_std"])
+    if options.get("train_layer_norm") is not None:
+        check_bool(options["train_layer_norm"], "train_layer_norm")
 
 
 def check_init_std(value: Any) -> float:
@@ -488,6 +497,7 @@ for _setup in (
         {"reduction_factor": 16, "pooling": None, "init_std": None},
         "single-task Pfeiffer adapter",
         stores_adapter=True,
+        check_options=check_adapter_options,
     ),
     Setup(
         "st-a-houlsby",
@@ -495,6 +505,7 @@ for _setup in (
         {"reduction_factor": 16, "pooling": None, "init_std": None, "train_layer_norm": None},
         "single-task Houlsby adapters",
         stores_adapter=True,
+        check_options=check_adapter_options,
     ),
     Setup("top-k", _top_k, {"k": 1, "pooling": None}, "fine-tune the top k encoder layers and the head"),
     Setup(LAYERNORM_ONLY, _layernorm_only, {"pooling": None}, "train the encoder's LayerNorm parameters and the head"),

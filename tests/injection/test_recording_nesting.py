@@ -175,3 +175,33 @@ def test_a_routed_call_inside_a_block_is_refused(routed: dict[str, Any]) -> None
             model(**batch, adapter_names=names)
     assert recorded == {} and model.state is state
     model(**batch, adapter_names=names)  # outside a block it runs
+
+
+@pytest.mark.parametrize(
+    "active, runs",
+    [
+        ({}, "no adapter or fusion (the plain encoder)"),
+        ({"adapter": "a"}, "adapter 'a' alone"),
+        ({"adapter": af.Stack("a", "b")}, "a Stack block with no fusion in it"),
+    ],
+)
+def test_output_fusion_attentions_without_an_active_fusion_is_refused(active: dict[str, Any], runs: str) -> None:
+    """It returned fusion_attentions of Nones, as a fusion that recorded nothing would. A block around such a call
+    still records in silence (nothing), and generate() records as before."""
+    model, inputs = MODELS["bert"]()
+    model.activate(**active)
+    with pytest.raises(af.ConfigError, match="no fusion is active") as refused:
+        model(**inputs, output_fusion_attentions=True)
+    assert runs in str(refused.value) and "model.activate(fusion='f')" in str(refused.value)
+    with model.recording_fusion_attentions() as weights:
+        model(**inputs)
+    assert weights == {}
+
+    decoder, prompt = MODELS["gpt2"]()
+    decoder.activate(**active)
+    with pytest.raises(af.ConfigError, match="no fusion is active"):
+        decoder(**prompt, output_fusion_attentions=True)
+    decoder.activate(fusion="f")
+    with torch.no_grad(), decoder.recording_fusion_attentions() as weights:
+        decoder.generate(**prompt, max_new_tokens=2, do_sample=False)
+    assert weights

@@ -16,7 +16,7 @@ from unittest import mock
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModel
+from transformers import AutoModel, AutoTokenizer
 
 import adapterfusion as af
 from adapterfusion.interop import export_adapterhub, is_adapterhub_dir
@@ -81,7 +81,7 @@ def run(model: af.AdaptedModel, kind: str):
             input_ids=rec["input_ids"],
             attention_mask=rec["attention_mask"],
             output_hidden_states=True,
-            output_fusion_attentions=True,
+            output_fusion_attentions=model.active_fusion is not None,  # refused where no fusion runs
         )
 
 
@@ -615,3 +615,45 @@ def test_an_export_over_our_own_save_names_it_and_bad_folders_get_our_error(tmp_
     for bad in (None, 5, ""):
         with pytest.raises(af.ConfigError, match="is not a path"):
             export_adapterhub(model, "adapter", "a", bad)
+
+
+def _digests(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def test_saves_and_exports_into_a_model_folder_write_only_their_own_files(tmp_path):
+    """save_adapter / save_fusion / save_head and export_adapterhub into a folder that holds a HuggingFace model
+    (config.json, model.safetensors, tokenizer files, a model card) add their own files and change none of the
+    model's; save_pretrained refuses such a folder as a whole."""
+    model = af.wrap(tiny_encoder("bert"))
+    for name in ("a", "b"):
+        model.add_adapter(name, "pfeiffer")
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    folder = tmp_path / "model"
+    tiny_encoder("bert").save_pretrained(folder)
+    AutoTokenizer.from_pretrained(af.default_encoder_path()).save_pretrained(folder)
+    (folder / "README.md").write_text("the model's card")
+    (folder / "pytorch_model.bin").write_bytes(b"the model's pickled weights")
+    before = _digests(folder)
+    for kind, name in (("adapter", "a"), ("fusion", "f"), ("head", "h")):
+        getattr(model, f"save_{kind}")(name, folder)
+    for kind, name in (("adapter", "a"), ("fusion", "f"), ("head", "h")):
+        export_adapterhub(model, kind, name, folder, use_safetensors=False, overwrite=True)
+    after = _digests(folder)
+    assert {key: after[key] for key in before} == before
+    with pytest.raises(af.ConfigError, match="is not empty.*is not a saved setup"):
+        model.save_pretrained(folder)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_an_export_never_replaces_another_librarys_config_of_the_same_name(tmp_path, overwrite):
+    """A PEFT adapter's adapter_config.json was replaced by export_adapterhub(..., overwrite=True), and without it
+    was called 'an adapter saved by save_adapter'."""
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", "pfeiffer")
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
+    before = _digests(tmp_path)
+    with pytest.raises(af.ConfigError, match="neither an AdapterHub adapter nor one that save_adapter wrote"):
+        export_adapterhub(model, "adapter", "a", tmp_path, overwrite=overwrite)
+    assert _digests(tmp_path) == before

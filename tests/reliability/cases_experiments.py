@@ -151,6 +151,39 @@ CASES: tuple[BadInput, ...] = (
         cli=True,
     ),
     B(
+        "train-reduction-factor-zero",
+        "command line",
+        "adapterfusion train-adapter --reduction-factor 0 (refused only once the encoder and the data had loaded)",
+        ConfigError,
+        ("--reduction-factor 0", "a finite number > 0", "bottleneck"),
+        lambda folder: (
+            lambda: cli("train-adapter", "--task", "rte", "--output-dir", str(folder), "--reduction-factor", "0")
+        ),
+        cli=True,
+    ),
+    B(
+        "train-reduction-factor-nan",
+        "command line",
+        "adapterfusion train-adapter --reduction-factor nan (refused only once the encoder and the data had loaded)",
+        ConfigError,
+        ("--reduction-factor nan", "a finite number > 0"),
+        lambda folder: (
+            lambda: cli("train-adapter", "--task", "rte", "--output-dir", str(folder), "--reduction-factor", "nan")
+        ),
+        cli=True,
+    ),
+    B(
+        "fuse-batch-size-zero",
+        "command line",
+        "adapterfusion fuse --batch-size 0 (refused as the API's batch_size=0, not by its option)",
+        ConfigError,
+        ("--batch-size 0", "a whole number >= 1"),
+        lambda folder: (
+            lambda: cli("fuse", "--task", "rte", "--sources", "cb", "--output-dir", str(folder), "--batch-size", "0")
+        ),
+        cli=True,
+    ),
+    B(
         "experiment-init-std-negative",
         GROUP,
         "setups: [{name: st-a, init_std: -1.0}] (accepted by plan, every job failed at run time)",

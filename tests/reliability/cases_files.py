@@ -105,6 +105,15 @@ def _export_adapterhub_over(folder: Path) -> Action:
     return lambda: export_adapterhub(model, "adapter", "a", folder / "hub")
 
 
+def _export_adapterhub_over_peft(folder: Path) -> Action:
+    """A HuggingFace model folder (config.json, model.safetensors) that also holds a PEFT LoRA's two files."""
+    model = _model()
+    tiny_encoder("bert").save_pretrained(folder / "hub")
+    (folder / "hub" / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
+    (folder / "hub" / "adapter_model.safetensors").write_bytes(b"the LoRA the user keeps")
+    return lambda: export_adapterhub(model, "adapter", "a", folder / "hub", overwrite=True)
+
+
 def _store_overwrite_with_notes(folder: Path) -> Action:
     model = _model()
     store = AdapterStore(folder / "store")
@@ -355,8 +364,17 @@ CASES: tuple[BadInput, ...] = (
         "output paths",
         "export_adapterhub(model, 'adapter', 'a', <a folder holding an adapter_config.json>)",
         af.ConfigError,
-        ("adapter_config.json", "may not be ours", "overwrite=True", "another folder"),
+        ("adapter_config.json", "neither an AdapterHub adapter", "we did not write", "another folder"),
         _export_adapterhub_over,
+    ),
+    B(
+        "export-adapterhub-overwrite-peft-config",
+        "output paths",
+        "export_adapterhub(model, 'adapter', 'a', <a model folder holding a PEFT adapter's adapter_config.json>, "
+        "overwrite=True) (replaced the PEFT config, a file we did not write)",
+        af.ConfigError,
+        ("adapter_config.json", "PEFT", "even with overwrite=True", "another folder"),
+        _export_adapterhub_over_peft,
     ),
     B(
         "store-overwrite-user-file",

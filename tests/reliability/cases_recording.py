@@ -30,7 +30,7 @@ def _model() -> af.AdaptedModel:
     return model
 
 
-def _called(block: af.Block | None, recording: bool = False, **call: Any) -> Callable[[Path], Action]:
+def _called(block: af.Block | str | None, recording: bool = False, **call: Any) -> Callable[[Path], Action]:
     """model(**batch of 2, **call) on _model() with `block` active, inside recording_fusion_attentions() if
     `recording`."""
 
@@ -123,5 +123,14 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("got one batch", "[batch]"),
         _one_batch_as_batches,
+    ),
+    B(
+        "recording-no-fusion-active",
+        GROUP,
+        "model.activate('a'); model(**batch, output_fusion_attentions=True) (returned fusion_attentions of Nones, as "
+        "if the fusion had recorded nothing)",
+        af.ConfigError,
+        ("no fusion is active", "adapter 'a' alone", "model.activate(fusion='f')", "drop output_fusion_attentions"),
+        _called("a", output_fusion_attentions=True),
     ),
 )

@@ -318,6 +318,16 @@ def _head_on_llama_with_bert_tokenizer(folder: Path) -> Action:
 
 
 CASES: tuple[BadInput, ...] = (
+    B(
+        "train-st-a-reduction-factor-zero",
+        "runs",
+        "train('rte', 'st-a', setup_options={'reduction_factor': 0}) (refused only once the encoder and data loaded)",
+        TrainingError,
+        ("reduction_factor=0", "positive number"),
+        lambda folder: (
+            lambda: af.training.train("rte", "st-a", output_dir=folder / "runs", setup_options={"reduction_factor": 0})
+        ),
+    ),
     # silent acceptances: an earlier result replaced without a word (data loss)
     B(
         "train-api-rerun",
@@ -369,7 +379,7 @@ CASES: tuple[BadInput, ...] = (
         "command line",
         "adapterfusion train-adapter --learning-rate 0",
         ConfigError,
-        ("learning_rate=0.0", "> 0"),
+        ("--learning-rate 0", "> 0"),
         lambda folder: _training_command(folder, "train-adapter", "--task", "rte", "--learning-rate", "0"),
         cli=True,
     ),
@@ -386,7 +396,7 @@ CASES: tuple[BadInput, ...] = (
         "command line",
         "adapterfusion train-adapter --epochs 0",
         ConfigError,
-        ("epochs=0.0", "> 0"),
+        ("--epochs 0", "> 0"),
         lambda folder: _training_command(folder, "train-adapter", "--task", "rte", "--epochs", "0"),
         cli=True,
     ),
@@ -395,7 +405,7 @@ CASES: tuple[BadInput, ...] = (
         "command line",
         "adapterfusion train-adapter --seed -1",
         ConfigError,
-        ("seed=-1", "0..4294967295"),
+        ("--seed -1", "0..4294967295"),
         lambda folder: _training_command(folder, "train-adapter", "--task", "rte", "--seed", "-1"),
         cli=True,
     ),
@@ -411,8 +421,8 @@ CASES: tuple[BadInput, ...] = (
         "fuse-adapter-seed-negative",
         "command line",
         "adapterfusion fuse --adapter-seed -1 (was told to train a seed -1 adapter first)",
-        TrainingError,
-        ("adapter_seed=-1", "0..4294967295"),
+        ConfigError,
+        ("--adapter-seed -1", "0..4294967295"),
         lambda folder: _training_command(folder, "fuse", "--task", "rte", "--sources", "cb", "--adapter-seed", "-1"),
         cli=True,
     ),

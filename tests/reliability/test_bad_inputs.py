@@ -842,7 +842,7 @@ _FIRST_CASES: tuple[BadInput, ...] = (
         "experiment files",
         "adapterfusion train-adapter --seed 4294967296",
         af.ConfigError,
-        ("seed=4294967296", "0..4294967295", "32-bit"),
+        ("--seed 4294967296", "0..4294967295", "32-bit"),
         lambda folder: (
             lambda: cli(
                 "train-adapter",

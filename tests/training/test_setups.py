@@ -137,6 +137,26 @@ def test_unknown_setup_and_option_are_refused(tmp_path, tiny_encoder_dir, demo_d
         _run(tmp_path, tiny_encoder_dir, demo_data_dir, "st-a", options={"rf": 2})
 
 
+@pytest.mark.parametrize(
+    "setup, options, message",
+    [
+        ("st-a", {"reduction_factor": 0}, "reduction_factor=0 must be a positive number"),
+        ("st-a-houlsby", {"reduction_factor": float("nan")}, "reduction_factor=nan must be a positive number"),
+        ("st-a", {"init_std": -1.0}, "init_std=-1.0 must be a positive number"),
+    ],
+)
+def test_adapter_options_are_refused_before_the_encoder_or_data_load(tmp_path, monkeypatch, setup, options, message):
+    """They were refused only when the adapter was added, after the encoder and the task data had loaded."""
+
+    def never(*args, **kwargs):
+        raise AssertionError("the task data was loaded")
+
+    monkeypatch.setattr("adapterfusion.training.api.load_task_data", never)
+    with pytest.raises(TrainingError, match=message):
+        train("rte", setup, output_dir=tmp_path / "runs", setup_options=options)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_layernorm_only_names_the_rmsnorms_of_a_llama_style_model_and_checks_a_config_it_can_read():
     """A model without torch.nn.LayerNorm is refused with the same message when a run prepares it and when an
     experiment file is read (check_layer_norms, from the config alone); a config that cannot be read without the
