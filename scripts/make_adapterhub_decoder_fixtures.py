@@ -2,7 +2,8 @@
 tests/fixtures/adapterhub/decoders/ (issue #23).
 
 For every architecture of tests/tiny_decoders.py that ``adapters`` 1.3.0 supports without a user-written interface
-(GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3 text, T5, BART; not Gemma or Phi-3) this saves, per model:
+(GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3 text, T5, BART, and from its EXTRA_SEQ2SEQ_CONFIGS mT5 and mBART;
+not Gemma, Phi-3, Marian or Pegasus) this saves, per model:
 
 * ``base_model/``      the bare transformers model with its LM head (``save_pretrained``: config.json +
                        model.safetensors, float32), so it can be rebuilt without ``adapters`` installed;
@@ -60,6 +61,8 @@ DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "adapterhub" / "decoders"
 UNSUPPORTED = {
     "gemma": "adapters.init raises 'Model gemma not pre-supported' (no models/gemma, not in wrappers/interfaces.py)",
     "phi3": "adapters.init raises 'Model phi3 not pre-supported' (its 'phi' interface is Phi-1/2's parallel block)",
+    "marian": "adapters.init raises 'Model marian not pre-supported' (no models/marian, no interface)",
+    "pegasus": "adapters.init raises 'Model pegasus not pre-supported' (no models/pegasus, no interface)",
 }
 
 # name -> (config class, kwargs). seq_bn (Pfeiffer) adapters sit at the feed-forward site only, double_seq_bn
@@ -76,7 +79,7 @@ FUSIONS: dict[str, tuple[list[str], str]] = {
     "pf_dynamic": (["pf", "pf_tanh", "pf_gelu"], "dynamic"),
     "hb_static": (["hb", "hb_relu"], "static"),
 }
-# Encoder-decoders (T5, BART) only: seq_bn adapters also after each decoder layer's cross-attention
+# Encoder-decoders (T5, BART, mT5, mBART) only: seq_bn adapters also after each decoder layer's cross-attention
 # (cross_adapter=True), and a fusion of them, which then fuses at the cross-attention sites too. Drawn after the
 # pieces above from the same generator, so those keep their weights.
 SEQ2SEQ_ADAPTERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -88,7 +91,7 @@ SEQ2SEQ_FUSIONS: dict[str, tuple[list[str], str]] = {"pf_cross_dynamic": (["pf_c
 
 def pieces(model_type: str) -> tuple[dict[str, tuple[str, dict[str, Any]]], dict[str, tuple[list[str], str]]]:
     """The adapters and fusions of `model_type`'s fixture, in the order their weights are drawn."""
-    if model_type not in tiny_decoders().SEQ2SEQ_TYPES:
+    if model_type not in seq2seq_types():
         return ADAPTERS, FUSIONS
     return {**ADAPTERS, **SEQ2SEQ_ADAPTERS}, {**FUSIONS, **SEQ2SEQ_FUSIONS}
 
@@ -99,8 +102,15 @@ def tiny_decoders() -> Any:
     return importlib.import_module("tiny_decoders")
 
 
+def seq2seq_types() -> tuple[str, ...]:
+    """The encoder-decoders of tests/tiny_decoders.py: its main table's and the extra ones kept out of it."""
+    td = tiny_decoders()
+    return (*td.SEQ2SEQ_TYPES, *td.EXTRA_SEQ2SEQ_CONFIGS)
+
+
 def supported_types() -> list[str]:
-    return [t for t in tiny_decoders().TINY_DECODER_CONFIGS if t not in UNSUPPORTED]
+    td = tiny_decoders()
+    return [t for t in (*td.TINY_DECODER_CONFIGS, *td.EXTRA_SEQ2SEQ_CONFIGS) if t not in UNSUPPORTED]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -267,7 +277,7 @@ def build(model_type: str, out: Path) -> None:
     save_file(tensors, str(out / "outputs.safetensors"))
 
     model.set_active_adapters("pf")
-    cache = None if model_type in td.SEQ2SEQ_TYPES else cache_check(model, inputs)
+    cache = None if model_type in seq2seq_types() else cache_check(model, inputs)
 
     sites = [
         {"module": name, "location": module.location_key, "adapters": sorted(module.adapters)}
@@ -277,7 +287,7 @@ def build(model_type: str, out: Path) -> None:
     manifest = {
         "model_type": model_type,
         "model_class": type(model).__name__,
-        "auto_class": "AutoModelForSeq2SeqLM" if model_type in td.SEQ2SEQ_TYPES else "AutoModelForCausalLM",
+        "auto_class": "AutoModelForSeq2SeqLM" if model_type in seq2seq_types() else "AutoModelForCausalLM",
         "seed": SEED,
         "std": {
             "adapter": ADAPTER_STD,
@@ -381,7 +391,7 @@ def site_table(model_type: str, model: Any) -> list[Site]:
                     last.post_feedforward_layernorm,
                 ),
             ]
-    elif model_type == "t5":
+    elif model_type in ("t5", "mt5"):  # mT5: T5's blocks (its gated-GELU feed-forward is inside DenseReluDense)
         for stack in ("encoder", "decoder"):
             for i, block in enumerate(getattr(model, stack).block):
                 attn, ff = block.layer[0], block.layer[-1]
@@ -414,6 +424,25 @@ def site_table(model_type: str, model: Any) -> list[Site]:
                         layer.encoder_attn,
                         layer.encoder_attn,
                         layer.encoder_attn_layer_norm,
+                    )
+                    sites.insert(-1, cross)
+    elif model_type == "mbart":
+        # Pre-norm, unlike BART: r + sub-layer(norm(r)); AdapterHub's layers get no norm (layer_norm=None), and r is
+        # the input of the norm in front of the sub-layer.
+        for stack in ("encoder", "decoder"):
+            for i, layer in enumerate(getattr(model.model, stack).layers):
+                p = f"model.{stack}.layers.{i}"
+                sites += [
+                    Site(f"{p}.attention_adapters", "mh_adapter", layer.self_attn, layer.self_attn_layer_norm, None),
+                    Site(f"{p}.output_adapters", "output_adapter", layer.fc2, layer.final_layer_norm, None),
+                ]
+                if stack == "decoder":  # r + encoder_attn(encoder_attn_layer_norm(r), encoder states)
+                    cross = Site(
+                        f"{p}.cross_attention_adapters",
+                        "cross_adapter",
+                        layer.encoder_attn,
+                        layer.encoder_attn_layer_norm,
+                        None,
                     )
                     sites.insert(-1, cross)
     else:

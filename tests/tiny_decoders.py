@@ -101,10 +101,64 @@ TINY_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
 DECODER_TYPES = tuple(t for t, (_, _, kind) in TINY_DECODER_CONFIGS.items() if kind == "causal")
 SEQ2SEQ_TYPES = tuple(t for t, (_, _, kind) in TINY_DECODER_CONFIGS.items() if kind == "seq2seq")
 
+# More encoder-decoders, in the same layout, kept out of TINY_DECODER_CONFIGS so that the tests parametrised over that
+# table do not run them: tests/decoders/test_more_seq2seq_architectures.py tests these rows. mT5 keeps its default
+# gated-GELU feed-forward (T5's tiny config has ReLU); mBART and Pegasus are BART's config with pre-norm layers, Marian
+# BART's post-norm layers under its own config.
+EXTRA_SEQ2SEQ_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "mt5": ("MT5Config", dict(TINY_DECODER_CONFIGS["t5"][1]), "seq2seq"),
+    "mbart": ("MBartConfig", dict(TINY_DECODER_CONFIGS["bart"][1]), "seq2seq"),
+    "marian": ("MarianConfig", dict(TINY_DECODER_CONFIGS["bart"][1]), "seq2seq"),
+    "pegasus": ("PegasusConfig", dict(TINY_DECODER_CONFIGS["bart"][1]), "seq2seq"),
+}
+
+
+# More decoders, kept out of TINY_DECODER_CONFIGS likewise: tests/decoders/test_more_decoder_architectures.py tests
+# these rows. Class names only, so that a transformers without one of them still imports this module. 4 experts, 2 per
+# token, run by the eager loop over experts (transformers 5's default grouped_mm has no float64); Qwen2-MoE's layer 0
+# keeps a dense MLP (mlp_only_layers) and SmolLM3's layer 1 has no rotary positions.
+_MOE: dict[str, Any] = dict(num_experts_per_tok=2, experts_implementation="eager")
+EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "starcoder2": ("Starcoder2Config", dict(_LLAMA_STYLE), "causal"),
+    "olmo": ("OlmoConfig", dict(_LLAMA_STYLE), "causal"),
+    "olmo2": ("Olmo2Config", dict(_LLAMA_STYLE), "causal"),
+    "smollm3": ("SmolLM3Config", dict(_LLAMA_STYLE, no_rope_layers=[1, 0]), "causal"),
+    "helium": ("HeliumConfig", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS), "causal"),
+    "glm": ("GlmConfig", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS), "causal"),
+    "glm4": ("Glm4Config", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS), "causal"),
+    "mixtral": ("MixtralConfig", dict(_LLAMA_STYLE, **_MOE, num_local_experts=4), "causal"),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        dict(
+            _LLAMA_STYLE,
+            **_MOE,
+            num_experts=4,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=32,
+            mlp_only_layers=[0],
+        ),
+        "causal",
+    ),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        dict(_LLAMA_STYLE, **_MOE, num_experts=4, moe_intermediate_size=16, head_dim=HIDDEN // HEADS),
+        "causal",
+    ),
+}
+
+
+def _row(model_type: str) -> tuple[str, dict[str, Any], str]:
+    """The (Config class name, kwargs, kind) of `model_type`, from whichever table has it."""
+    for table in (TINY_DECODER_CONFIGS, EXTRA_SEQ2SEQ_CONFIGS, EXTRA_DECODER_CONFIGS):
+        if model_type in table:
+            return table[model_type]
+    raise KeyError(f"no tiny config for model_type {model_type!r}")
+
 
 def tiny_decoder_config(model_type: str, **overrides: Any) -> transformers.PretrainedConfig:
-    """The tiny config of `model_type` (a key of TINY_DECODER_CONFIGS), eager attention, `overrides` applied."""
-    class_name, kwargs, _ = TINY_DECODER_CONFIGS[model_type]
+    """The tiny config of `model_type` (a key of TINY_DECODER_CONFIGS, EXTRA_SEQ2SEQ_CONFIGS or
+    EXTRA_DECODER_CONFIGS), eager attention, `overrides` applied."""
+    class_name, kwargs, _ = _row(model_type)
     config = getattr(transformers, class_name)(**{**kwargs, **overrides})
     config._attn_implementation = "eager"
     return config
@@ -113,16 +167,12 @@ def tiny_decoder_config(model_type: str, **overrides: Any) -> transformers.Pretr
 def tiny_decoder(
     model_type: str, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides: Any
 ) -> transformers.PreTrainedModel:
-    """A tiny random AutoModelForCausalLM (or AutoModelForSeq2SeqLM for T5/BART) in eval mode.
+    """A tiny random AutoModelForCausalLM (or AutoModelForSeq2SeqLM for T5/BART/mT5/mBART) in eval mode.
 
     Weights are drawn in float32 from `seed`, then cast to `dtype`, so a float64 model holds exactly the float32
     model's weights."""
     config = tiny_decoder_config(model_type, **overrides)
-    auto = (
-        transformers.AutoModelForSeq2SeqLM
-        if TINY_DECODER_CONFIGS[model_type][2] == "seq2seq"
-        else transformers.AutoModelForCausalLM
-    )
+    auto = transformers.AutoModelForSeq2SeqLM if _row(model_type)[2] == "seq2seq" else transformers.AutoModelForCausalLM
     torch.manual_seed(seed)
     model = auto.from_config(config, attn_implementation="eager")
     return model.to(dtype).eval()
@@ -138,8 +188,8 @@ def tiny_decoder_inputs(model_type: str, batch: int = 2, seq: int = 7, seed: int
         attention_mask[1, -2:] = 0
         input_ids[1, -2:] = PAD
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if TINY_DECODER_CONFIGS[model_type][2] == "seq2seq":
-        start = TINY_DECODER_CONFIGS[model_type][1]["decoder_start_token_id"]
+    if _row(model_type)[2] == "seq2seq":
+        start = _row(model_type)[1]["decoder_start_token_id"]
         decoder_input_ids = torch.randint(5, VOCAB, (batch, seq - 1), generator=generator)
         decoder_input_ids[:, 0] = start
         inputs["decoder_input_ids"] = decoder_input_ids

@@ -7,17 +7,18 @@ cross-attention, between the two). A site is one of three kinds:
   POST_LN_OUTPUT  a BERT-style output module `forward(hidden_states, input_tensor)` computing
                   LayerNorm(dropout(dense(hidden_states)) + input_tensor). Its sub-modules are called by
                   name; this is exactly the site of the Pfeiffer and Houlsby adapters.
-  PRE_RESIDUAL    a sub-layer whose output (or output[0]) goes into `LayerNorm(output + input)` computed by
-                  its parent block (DistilBERT, MPNet's attention, BART). The wrapped module's first input is
-                  the residual, unless `residual_input` names the module whose input it is (BART's fc2 site takes
-                  it from fc1); `layer_norm` names the parent's LayerNorm, relative to the layer.
-  PRE_NORM        a sub-layer of a pre-LayerNorm block whose output is added to the residual stream by the
-                  parent (decoders: GPT-2, Llama, Mistral, Qwen, Phi-3; ModernBERT). There is no LayerNorm after
-                  the sub-layer. `residual_input` names the block's norm in front of the sub-layer: its input is
-                  the residual stream r, which a forward pre-hook hands to the site, so that the adapter sees what
-                  AdapterHub's does (original_ln_before adds r to the adapter input; the block adds r after the
-                  site, as original_ln_after would). Without it (ModernBERT) the adapter sees the sub-layer output
-                  only and the LayerNorm options are ignored.
+  PRE_RESIDUAL    a sub-layer whose output (or output[0]) goes into `LayerNorm(output + input)` computed by its parent
+                  block (DistilBERT, MPNet's attention, BART, Marian). The wrapped module's first input is the
+                  residual, unless `residual_input` names the module whose input it is (BART's fc2 site takes it from
+                  fc1); `layer_norm` names the parent's LayerNorm, relative to the layer.
+  PRE_NORM        a sub-layer of a pre-LayerNorm block whose output is added to the residual stream by the parent
+                  (decoders: GPT-2, Llama, Mistral, Qwen, Phi-3; encoder-decoders: T5, mT5, mBART, Pegasus;
+                  ModernBERT). There is no LayerNorm after the sub-layer. `residual_input` names the block's norm in
+                  front of the sub-layer (OLMo2, with none there: the sub-layer itself): its input is the residual
+                  stream r, which a forward pre-hook hands to the site, so that the adapter sees what AdapterHub's
+                  does (original_ln_before adds r to the adapter input; the block adds r after the site, as
+                  original_ln_after would). Without it (ModernBERT) the adapter sees the sub-layer output only and the
+                  LayerNorm options are ignored.
 
 To support another encoder, add a row to ARCHITECTURES keyed by its `config.model_type`.
 
@@ -234,8 +235,28 @@ def _bart_stack(layers: str, decoder: bool) -> LayerStack:
     )
 
 
-def _encoder_decoder(encoder: LayerStack, decoder: LayerStack) -> ArchitectureSpec:
-    return ArchitectureSpec(encoder.layers, encoder.attention, encoder.output, decoder=decoder)
+def _mbart_stack(layers: str, decoder: bool) -> LayerStack:
+    """mBART's pre-norm layers (unlike BART's post-norm): r + self_attn(self_attn_layer_norm(r)), in the decoder
+    r + encoder_attn(encoder_attn_layer_norm(r), encoder states), then r + fc2(act(fc1(final_layer_norm(r)))); each
+    sub-layer's norm in front of it takes r as its input. The stack's own layer_norm after its last layer is outside
+    the layers and changes no site. AdapterHub hangs its adapter layers on the layer under BART's names, with no
+    LayerNorm."""
+
+    def site(path: str, norm: str, adapterhub_path: str) -> SiteSpec:
+        return SiteSpec(SiteKind.PRE_NORM, path, residual_input=norm, adapterhub_path=adapterhub_path)
+
+    return LayerStack(
+        layers,
+        attention=site("self_attn", "self_attn_layer_norm", "attention_adapters"),
+        output=site("fc2", "final_layer_norm", "output_adapters"),
+        cross=site("encoder_attn", "encoder_attn_layer_norm", "cross_attention_adapters") if decoder else None,
+    )
+
+
+def _encoder_decoder(encoder: LayerStack, decoder: LayerStack, adapterhub_model: bool = True) -> ArchitectureSpec:
+    return ArchitectureSpec(
+        encoder.layers, encoder.attention, encoder.output, decoder=decoder, adapterhub_model=adapterhub_model
+    )
 
 
 ARCHITECTURES: dict[str, ArchitectureSpec] = {
@@ -274,10 +295,56 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "gemma2": _GEMMA2_LIKE,
     "gemma3_text": _GEMMA2_LIKE,
     "phi3": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    # Llama's block under other names' configs (a LayerNorm with bias, OLMo's weightless one, SmolLM3's layers without
+    # rotary positions, GLM's partial rotary and fused gate_up_proj change nothing at the sites). StarCoder2 drops out
+    # the sub-layer output inside the sub-layer, as GPT-2 does, so the adapter sees it after that dropout.
+    "starcoder2": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "olmo": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "smollm3": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "helium": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "glm": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    # Mixture-of-experts feed-forwards: the site wraps the whole `mlp` (router and experts, Qwen2-MoE's shared expert,
+    # or a dense MLP in its mlp_only_layers), whose output (output[0] where a version returns the router logits too)
+    # the block adds to r; the router sees the normalised stream, as without adapters.
+    "mixtral": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "qwen2_moe": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "qwen3_moe": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    # Gemma2's post-norms under GLM-4's names.
+    "glm4": _pre_norm_decoder(
+        "layers",
+        ("self_attn", "input_layernorm", "post_self_attn_layernorm"),
+        ("mlp", "post_attention_layernorm", "post_mlp_layernorm"),
+        in_adapterhub=False,
+    ),
+    # Gemma2's post-norms without its pre-norms: r + LN(sub-layer(r)). No norm takes r in front of the sub-layer, so
+    # the site takes it from the sub-layer's own input.
+    "olmo2": _pre_norm_decoder(
+        "layers",
+        ("self_attn", "self_attn", "post_attention_layernorm"),
+        ("mlp", "mlp", "post_feedforward_layernorm"),
+        in_adapterhub=False,
+    ),
     # Encoder-decoders: sites in the encoder's layers and the decoder's self-attention, cross-attention and
     # feed-forward (the presets put nothing after cross-attention, as AdapterHub's do: positions=(..., 'cross')).
     "t5": _encoder_decoder(_t5_stack("encoder.block", decoder=False), _t5_stack("decoder.block", decoder=True)),
     "bart": _encoder_decoder(_bart_stack("encoder.layers", decoder=False), _bart_stack("decoder.layers", decoder=True)),
+    # mT5: T5's blocks (its gated-GELU feed-forward is inside DenseReluDense); mBART: pre-norm, unlike BART.
+    "mt5": _encoder_decoder(_t5_stack("encoder.block", decoder=False), _t5_stack("decoder.block", decoder=True)),
+    "mbart": _encoder_decoder(
+        _mbart_stack("encoder.layers", decoder=False), _mbart_stack("decoder.layers", decoder=True)
+    ),
+    # Own format only (adapters 1.3.0 refuses both, "not pre-supported"): Marian's layers are BART's post-norm ones,
+    # Pegasus's mBART's pre-norm ones, under the same module names.
+    "marian": _encoder_decoder(
+        _bart_stack("encoder.layers", decoder=False),
+        _bart_stack("decoder.layers", decoder=True),
+        adapterhub_model=False,
+    ),
+    "pegasus": _encoder_decoder(
+        _mbart_stack("encoder.layers", decoder=False),
+        _mbart_stack("decoder.layers", decoder=True),
+        adapterhub_model=False,
+    ),
     "modernbert": ArchitectureSpec(
         layers="layers", attention=SiteSpec(SiteKind.PRE_NORM, "attn"), output=SiteSpec(SiteKind.PRE_NORM, "mlp")
     ),

@@ -280,6 +280,8 @@ _ADAPTERHUB_CONFIG_NAMES: dict[str, dict[str, str]] = {
         "classifier_dropout": "seq_classif_dropout",
     },
     "gpt2": {"hidden_dropout_prob": "resid_pdrop", "attention_probs_dropout_prob": "attn_pdrop"},
+    "mbart": {"hidden_dropout_prob": "dropout", "attention_probs_dropout_prob": "attention_dropout"},
+    # Not "mt5": adapters aliases T5's names for "t5" only, so on mT5 it too reads no dropout (0.0).
     "t5": {"hidden_dropout_prob": "dropout_rate", "attention_probs_dropout_prob": "dropout_rate"},
 }
 

@@ -19,22 +19,24 @@ from adapterfusion.interop import export_adapterhub
 from tolerances import assert_close
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "decoders"
-DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "t5", "bart")
+SEQ2SEQ = ("t5", "bart", "mt5", "mbart")
+DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", *SEQ2SEQ)
 SETUPS = ("pf", "pf_tanh", "pf_gelu", "hb", "hb_relu", "fusion_pf_dynamic", "fusion_hb_static")
-# T5 and BART also: Pfeiffer adapters after cross-attention as well (cross_adapter=True), and their fusion.
+# The encoder-decoders also: Pfeiffer adapters after cross-attention as well (cross_adapter=True), and their fusion.
 CROSS_SETUPS = ("pf_cross", "pf_cross_tanh", "fusion_pf_cross_dynamic")
 POSITIONS = {"mh_adapter": "attention", "cross_adapter": "cross", "output_adapter": "output"}
 # On Gemma2/3 AdapterHub's Pfeiffer normalises x + r with the *last* layer's feed-forward post-norm in every layer (a
 # defect of its hooks, docs/adapterhub-decoders.md); ours uses each layer's own, so only Houlsby setups compare there.
 HOULSBY_SETUPS = ("hb", "hb_relu", "fusion_hb_static")
 # transformers 4.57 and 5 compute the bare Gemma3 text model differently by up to 8e-8: compare it at float32's row.
-PRECISION = {"gemma3_text": torch.float32, "t5": torch.float32}  # T5: up to 6.9e-7 between the versions
+# T5 and mT5: up to 6.9e-7 and 2.5e-6 between the versions, from their first layer on.
+PRECISION = {"gemma3_text": torch.float32, "t5": torch.float32, "mt5": torch.float32}
 
 
 def _loaded(model_type: str) -> tuple[af.AdaptedModel, dict, dict[str, torch.Tensor]]:
     folder = FIXTURES / model_type
     manifest = json.loads((folder / "manifest.json").read_text())
-    auto = getattr(transformers, manifest["auto_class"])  # AutoModelForCausalLM, or ...Seq2SeqLM for T5 and BART
+    auto = getattr(transformers, manifest["auto_class"])  # AutoModelForCausalLM, or ...Seq2SeqLM (encoder-decoders)
     base = auto.from_pretrained(folder / "base_model", dtype=torch.float64, attn_implementation="eager")
     model = af.wrap(base.eval())
     for name, entry in manifest["adapters"].items():
@@ -54,6 +56,11 @@ def _activate(model: af.AdaptedModel, manifest: dict, setup: str) -> list[str] |
     return adapters
 
 
+def test_every_decoder_row_whose_adapterhub_files_translate_has_fixtures_here() -> None:
+    translated = {t for t, spec in af.ARCHITECTURES.items() if spec.in_adapterhub and spec.pools_last_token}
+    assert translated == set(DECODERS)
+
+
 @pytest.mark.parametrize("model_type", DECODERS)
 def test_adapterhub_decoder_pieces_give_adapterhubs_outputs(model_type: str) -> None:
     model, manifest, expected = _loaded(model_type)
@@ -62,7 +69,7 @@ def test_adapterhub_decoder_pieces_give_adapterhubs_outputs(model_type: str) -> 
     with torch.no_grad():
         assert_close(model(**inputs).logits, expected["bare.logits"], dtype=dtype, label="bare")
         setups = HOULSBY_SETUPS if model_type.startswith("gemma") else SETUPS
-        for setup in (*setups, *CROSS_SETUPS) if model_type in ("t5", "bart") else setups:
+        for setup in (*setups, *CROSS_SETUPS) if model_type in SEQ2SEQ else setups:
             fused = _activate(model, manifest, setup)
             output = model(**inputs, output_hidden_states=True, output_fusion_attentions=fused is not None)
             assert_close(output.logits, expected[f"{setup}.logits"], dtype=dtype, label=setup)
@@ -100,7 +107,7 @@ def test_decoder_pieces_exported_to_adapterhub_load_back_to_the_same_outputs(mod
         assert_close(again(**inputs).logits, expected["fusion_pf_dynamic.logits"])
 
 
-@pytest.mark.parametrize("model_type", ["t5", "bart"])
+@pytest.mark.parametrize("model_type", SEQ2SEQ)
 def test_cross_attention_pieces_exported_to_adapterhub_load_back(model_type: str, tmp_path: Path) -> None:
     model, manifest, expected = _loaded(model_type)
     names, fusion = ("pf_cross", "pf_cross_tanh"), "pf_cross-pf_cross_tanh"
@@ -122,7 +129,7 @@ def test_cross_attention_pieces_exported_to_adapterhub_load_back(model_type: str
         assert_close(again(**inputs).logits, expected["fusion_pf_cross_dynamic.logits"], dtype=torch.float32)
 
 
-@pytest.mark.parametrize("model_type", ["gemma", "phi3"])
+@pytest.mark.parametrize("model_type", ["gemma", "phi3", "marian", "pegasus"])
 def test_decoders_adapterhub_lacks_are_refused_by_name(model_type: str, tmp_path: Path) -> None:
     from tiny_decoders import tiny_decoder
 

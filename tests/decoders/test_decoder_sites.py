@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import adapterfusion as af
-from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_inputs
+from tiny_decoders import EXTRA_DECODER_CONFIGS, randomise_pieces, tiny_decoder, tiny_decoder_inputs
 from tolerances import assert_close
 
 # model_type -> (layers under base_model, attention sub-layer, its norm, feed-forward sub-layer, its norm)
@@ -51,8 +51,9 @@ def _post_norms(layer: nn.Module, model_type: str) -> tuple[Any, Any]:
 
 
 def test_every_decoder_row_is_tested_here() -> None:
+    """Here, or in test_more_decoder_architectures.py, which tests the rows of EXTRA_DECODER_CONFIGS."""
     decoders = {t for t, spec in af.ARCHITECTURES.items() if spec.causal}
-    assert decoders == set(DECODERS)
+    assert decoders == set(DECODERS) | set(EXTRA_DECODER_CONFIGS)
 
 
 def _bottleneck(adapter: nn.Module, value: torch.Tensor, activation: Any) -> torch.Tensor:
