@@ -144,6 +144,22 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
         dict(_LLAMA_STYLE, **_MOE, num_experts=4, moe_intermediate_size=16, head_dim=HIDDEN // HEADS),
         "causal",
     ),
+    # Falcon-RW's sequential blocks (ALiBi positions, biases, a key/value head per query head; Falcon names its sizes
+    # ffn_hidden_size and num_kv_heads); StableLM-3B's, with the per-head query/key LayerNorms of StableLM-2.
+    "falcon": (
+        "FalconConfig",
+        dict(
+            {k: v for k, v in _LLAMA_STYLE.items() if k not in ("intermediate_size", "num_key_value_heads")},
+            ffn_hidden_size=INTERMEDIATE,
+            parallel_attn=False,
+            new_decoder_architecture=False,
+            multi_query=False,
+            alibi=True,
+            bias=True,
+        ),
+        "causal",
+    ),
+    "stablelm": ("StableLmConfig", dict(_LLAMA_STYLE, qk_layernorm=True), "causal"),
 }
 
 

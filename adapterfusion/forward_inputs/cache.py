@@ -112,12 +112,26 @@ def _head_shapes(model: Any) -> tuple[Any, Any]:
     if known is not None and known[0] is model.config:
         return known[1]
     read = getattr(transformers_configs, "get_head_shapes", None)
+    config = None
     try:
-        shapes = read(model.config.get_text_config(decoder=True)) if callable(read) else (None, None)
+        config = model.config.get_text_config(decoder=True)
+        shapes = read(config) if callable(read) else (None, None)
     except (AttributeError, TypeError, ValueError, ZeroDivisionError):
         shapes = (None, None)
+    if shapes[0] is not None and _multi_query_falcon(config):
+        shapes = (1, shapes[1])
     _HEAD_SHAPES[model] = (model.config, shapes)
     return shapes
+
+
+def _multi_query_falcon(config: Any) -> bool:
+    """Whether `config` is a Falcon's whose attention caches one key/value head (multi_query outside the new decoder
+    architecture), which transformers' get_head_shapes misses: it reads num_key_value_heads, which Falcon lacks."""
+    return (
+        getattr(config, "model_type", None) == "falcon"
+        and bool(getattr(config, "multi_query", False))
+        and not getattr(config, "new_decoder_architecture", False)
+    )
 
 
 def _of_layer(value: Any, index: int) -> int | None:

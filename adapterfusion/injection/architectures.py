@@ -107,6 +107,9 @@ class ArchitectureSpec:
     # Whether adapters 1.3.0 runs this model type at all (it refuses CamemBERT, Data2Vec-text and ERNIE, though
     # their layers are BERT's): its files then translate where the sites do (in_adapterhub).
     adapterhub_model: bool = True
+    # Config values without which the model type builds other blocks than the sites express, checked when a model is
+    # wrapped: (config attribute, the value it must have, what another value builds).
+    requires: tuple[tuple[str, object, str], ...] = ()
 
     def site(self, position: str) -> SiteSpec:
         return self.attention if position == "attention" else self.output
@@ -186,6 +189,8 @@ _GEMMA2_LIKE = _pre_norm_decoder(
 _LLAMA_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder(
     "layers", ("self_attn", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
 )
+
+_PARALLEL = "attention and feed-forward side by side on one residual stream"
 
 
 def _t5_stack(layers: str, decoder: bool) -> LayerStack:
@@ -324,6 +329,19 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
         ("mlp", "mlp", "post_feedforward_layernorm"),
         in_adapterhub=False,
     ),
+    # Llama's block where the config asks for sequential sub-layers (Falcon-RW; StableLM-3B and StableLM-2-1.6B), with
+    # their dropout of each sub-layer output in the block: after the site, so in training with a nonzero hidden or
+    # attention dropout it falls on the adapted output (as MPNet's); the released configs have none. Their parallel
+    # variants (Falcon-7B/40B/180B, StableLM-2-12B) are refused by `requires`.
+    "falcon": dataclasses.replace(
+        _pre_norm_decoder(
+            "h", ("self_attention", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
+        ),
+        requires=(("parallel_attn", False, _PARALLEL), ("new_decoder_architecture", False, _PARALLEL)),
+    ),
+    "stablelm": dataclasses.replace(
+        _LLAMA_LIKE_NOT_IN_ADAPTERHUB, requires=(("use_parallel_residual", False, _PARALLEL),)
+    ),
     # Encoder-decoders: sites in the encoder's layers and the decoder's self-attention, cross-attention and
     # feed-forward (the presets put nothing after cross-attention, as AdapterHub's do: positions=(..., 'cross')).
     "t5": _encoder_decoder(_t5_stack("encoder.block", decoder=False), _t5_stack("decoder.block", decoder=True)),
@@ -352,14 +370,24 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
 
 
 def architecture_for(model: nn.Module) -> ArchitectureSpec:
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
     if model_type not in ARCHITECTURES:
         raise UnsupportedArchitectureError(
             f"no adapter sites are known for model_type {model_type!r}. Supported: {', '.join(sorted(ARCHITECTURES))}. "
             "To add one, extend adapterfusion/injection/architectures.py::ARCHITECTURES with the module paths of "
             "its layers and of the attention-output and feed-forward-output sub-modules."
         )
-    return ARCHITECTURES[model_type]
+    spec = ARCHITECTURES[model_type]
+    for attribute, value, other in spec.requires:
+        actual = getattr(config, attribute, value)
+        if actual != value:
+            raise UnsupportedArchitectureError(
+                f"model_type {model_type!r} with {attribute}={actual!r} builds blocks with {other}, which no adapter "
+                f"site expresses exactly (docs/ARCHITECTURE.md, 'Decoders left out'); adapters run on its models with "
+                f"{attribute}={value!r} only"
+            )
+    return spec
 
 
 def get_submodule(root: nn.Module, path: str) -> nn.Module:

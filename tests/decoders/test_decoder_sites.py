@@ -37,8 +37,19 @@ PRE_NORM_BLOCKS: dict[str, tuple[str, str, str, str, str]] = {
     # sub-layer is the whole `mlp` (router and experts).
     **{
         model_type: ("layers", "self_attn", "input_layernorm", "mlp", "post_attention_layernorm")
-        for model_type in ("starcoder2", "olmo", "smollm3", "helium", "glm", "mixtral", "qwen2_moe", "qwen3_moe")
+        for model_type in (
+            "starcoder2",
+            "olmo",
+            "smollm3",
+            "helium",
+            "glm",
+            "mixtral",
+            "qwen2_moe",
+            "qwen3_moe",
+            "stablelm",
+        )
     },
+    "falcon": ("h", "self_attention", "input_layernorm", "mlp", "post_attention_layernorm"),
     "glm4": ("layers", "self_attn", "input_layernorm", "mlp", "post_attention_layernorm"),
     # OLMo2 has no norm in front of a sub-layer: r is the sub-layer's own input ("norm" = the sub-layer itself).
     "olmo2": ("layers", "self_attn", "self_attn", "mlp", "mlp"),

@@ -1,7 +1,7 @@
 """The decoder rows beyond issue #23's (tests/tiny_decoders.py EXTRA_DECODER_CONFIGS). test_decoder_sites.py checks
 their sites against the hand computation, fusion's fast path and cached generation, as for every decoder row; here,
-what that module does not: each tiny config is the shape the others are, and a saved setup and a classification head
-work on each.
+what that module does not: each tiny config is the shape the others are, a saved setup and a classification head
+work on each, and a row that holds only for sequential blocks refuses its model type's parallel-residual configs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,16 @@ import torch
 from test_decoder_sites import _fused, _generating, _left_padded
 
 import adapterfusion as af
-from tiny_decoders import EXTRA_DECODER_CONFIGS, HIDDEN, LAYERS, tiny_decoder, tiny_decoder_config, tiny_decoder_inputs
+from adapterfusion.injection.site import AdapterSite
+from tiny_decoders import (
+    EXTRA_DECODER_CONFIGS,
+    HIDDEN,
+    LAYERS,
+    randomise_pieces,
+    tiny_decoder,
+    tiny_decoder_config,
+    tiny_decoder_inputs,
+)
 from tolerances import assert_close
 
 DECODERS = tuple(EXTRA_DECODER_CONFIGS)
@@ -52,3 +61,43 @@ def test_a_classification_head_pools_each_rows_last_token(model_type: str) -> No
         for row, (ids, mask) in enumerate(zip(inputs["input_ids"], inputs["attention_mask"], strict=True)):
             alone = model(input_ids=ids[mask.bool()][None]).logits[0]
             assert_close(logits[row], alone, dtype=torch.float64, label=f"row {row}")
+
+
+@pytest.mark.parametrize(
+    ("model_type", "setting"),
+    [
+        ("falcon", {"parallel_attn": True}),
+        ("falcon", {"new_decoder_architecture": True}),
+        ("stablelm", {"use_parallel_residual": True}),
+    ],
+)
+def test_a_parallel_residual_config_of_a_sequential_row_is_refused_by_name(
+    model_type: str, setting: dict[str, bool]
+) -> None:
+    """r + attn(LN(r)) + mlp(LN'(r)) has no stream after attention for the feed-forward site, so wrapping refuses it
+    (nothing in the model is replaced) rather than adapt the wrong equation; the sequential config wraps."""
+    (attribute,) = setting
+    bare = tiny_decoder(model_type, **setting)
+    with pytest.raises(af.UnsupportedArchitectureError, match=f"{model_type!r} with {attribute}=True"):
+        af.wrap(bare)
+    assert not any(isinstance(module, AdapterSite) for module in bare.modules())
+    assert af.wrap(tiny_decoder(model_type)).architecture is af.ARCHITECTURES[model_type]
+
+
+def test_a_multi_query_falcons_own_cache_passes_and_a_multi_head_one_is_refused() -> None:
+    """A sequential Falcon with multi_query=True caches one key/value head, which transformers' get_head_shapes does
+    not know (it reads num_key_value_heads, which Falcon lacks): the cache layout check must take the model's own
+    cache, giving the full forward's logits, and still refuse the cache of the multi-head Falcon (4 heads)."""
+    model = af.wrap(tiny_decoder("falcon", dtype=torch.float64, multi_query=True))
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(4))
+    randomise_pieces(model, seed=3)
+    model.activate(adapter="a")
+    ids = tiny_decoder_inputs("falcon", batch=1)["input_ids"]
+    with torch.no_grad():
+        full = model(input_ids=ids).logits[0, -1]
+        cache = model(input_ids=ids[:, :-1], use_cache=True).past_key_values
+        step = model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=cache).logits[0, -1]
+        assert_close(step, full, dtype=torch.float64, label="cached step")
+        other = tiny_decoder("falcon", dtype=torch.float64)(input_ids=ids[:, :-1], use_cache=True).past_key_values
+        with pytest.raises(af.ConfigError, match="keys of 4 heads of size 8 at layer 0.*1 key/value heads"):
+            model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=other)
