@@ -204,8 +204,9 @@ def tiny_decoder_inputs(model_type: str, batch: int = 2, seq: int = 7, seed: int
         attention_mask[1, -2:] = 0
         input_ids[1, -2:] = PAD
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if _row(model_type)[2] == "seq2seq":
-        start = _row(model_type)[1]["decoder_start_token_id"]
+    _, kwargs, kind = _row(model_type)
+    if kind == "seq2seq":
+        start = kwargs["decoder_start_token_id"]
         decoder_input_ids = torch.randint(5, VOCAB, (batch, seq - 1), generator=generator)
         decoder_input_ids[:, 0] = start
         inputs["decoder_input_ids"] = decoder_input_ids

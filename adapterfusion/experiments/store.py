@@ -23,7 +23,7 @@ from adapterfusion.experiments.errors import ExperimentError, OutputDirLockedErr
 from adapterfusion.experiments.plan import config_hashes
 from adapterfusion.experiments.processes import GONE, ProcessRecord
 from adapterfusion.io.atomic import create_temp_file
-from adapterfusion.io.documents import changed_keys
+from adapterfusion.io.documents import as_written, changed_keys
 from adapterfusion.io.paths import as_path
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def _what_changed(recorded: str | None, current: Mapping[str, Any]) -> str:
         return ""
     if not isinstance(before, dict):
         return ""
-    keys = changed_keys(before, current)
+    keys = changed_keys(before, as_written(current))
     shown = [_AS_WRITTEN.get(key, key) for key in keys]
     return f", which differs in {', '.join(shown)}" if keys else ""
 

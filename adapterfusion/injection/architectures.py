@@ -33,6 +33,7 @@ optional convolution over the embeddings).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -258,10 +259,15 @@ def _mbart_stack(layers: str, decoder: bool) -> LayerStack:
     )
 
 
-def _encoder_decoder(encoder: LayerStack, decoder: LayerStack, adapterhub_model: bool = True) -> ArchitectureSpec:
-    return ArchitectureSpec(
-        encoder.layers, encoder.attention, encoder.output, decoder=decoder, adapterhub_model=adapterhub_model
-    )
+def _encoder_decoder(stack: Callable[[str, bool], LayerStack], encoder: str, decoder: str) -> ArchitectureSpec:
+    """An encoder-decoder whose two stacks are `stack`'s, at the `encoder` and `decoder` layer paths."""
+    first = stack(encoder, False)
+    return ArchitectureSpec(first.layers, first.attention, first.output, decoder=stack(decoder, True))
+
+
+_T5_LIKE = _encoder_decoder(_t5_stack, "encoder.block", "decoder.block")
+_BART_LIKE = _encoder_decoder(_bart_stack, "encoder.layers", "decoder.layers")
+_MBART_LIKE = _encoder_decoder(_mbart_stack, "encoder.layers", "decoder.layers")
 
 
 ARCHITECTURES: dict[str, ArchitectureSpec] = {
@@ -344,25 +350,15 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     ),
     # Encoder-decoders: sites in the encoder's layers and the decoder's self-attention, cross-attention and
     # feed-forward (the presets put nothing after cross-attention, as AdapterHub's do: positions=(..., 'cross')).
-    "t5": _encoder_decoder(_t5_stack("encoder.block", decoder=False), _t5_stack("decoder.block", decoder=True)),
-    "bart": _encoder_decoder(_bart_stack("encoder.layers", decoder=False), _bart_stack("decoder.layers", decoder=True)),
+    "t5": _T5_LIKE,
+    "bart": _BART_LIKE,
     # mT5: T5's blocks (its gated-GELU feed-forward is inside DenseReluDense); mBART: pre-norm, unlike BART.
-    "mt5": _encoder_decoder(_t5_stack("encoder.block", decoder=False), _t5_stack("decoder.block", decoder=True)),
-    "mbart": _encoder_decoder(
-        _mbart_stack("encoder.layers", decoder=False), _mbart_stack("decoder.layers", decoder=True)
-    ),
+    "mt5": _T5_LIKE,
+    "mbart": _MBART_LIKE,
     # Own format only (adapters 1.3.0 refuses both, "not pre-supported"): Marian's layers are BART's post-norm ones,
     # Pegasus's mBART's pre-norm ones, under the same module names.
-    "marian": _encoder_decoder(
-        _bart_stack("encoder.layers", decoder=False),
-        _bart_stack("decoder.layers", decoder=True),
-        adapterhub_model=False,
-    ),
-    "pegasus": _encoder_decoder(
-        _mbart_stack("encoder.layers", decoder=False),
-        _mbart_stack("decoder.layers", decoder=True),
-        adapterhub_model=False,
-    ),
+    "marian": dataclasses.replace(_BART_LIKE, adapterhub_model=False),
+    "pegasus": dataclasses.replace(_MBART_LIKE, adapterhub_model=False),
     "modernbert": ArchitectureSpec(
         layers="layers", attention=SiteSpec(SiteKind.PRE_NORM, "attn"), output=SiteSpec(SiteKind.PRE_NORM, "mlp")
     ),

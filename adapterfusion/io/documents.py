@@ -119,12 +119,16 @@ def repeated_keys(pairs: Sequence[tuple[str, Any]]) -> list[str]:
     return repeated
 
 
+def as_written(document: Mapping[str, Any]) -> dict[str, Any]:
+    """`document` as it reads back once written as JSON (tuples as lists, other values as their str), so that it
+    compares equal to what an earlier write left in a file."""
+    return json.loads(json.dumps(dict(document), default=str))
+
+
 def changed_keys(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """The keys, sorted, whose values differ between a JSON object read back from a file (`before`) and one about to
-    be written (`now`, compared as it would read back: tuples as lists, other values as their str). A key one side
-    lacks counts as null there."""
-    written = json.loads(json.dumps(dict(now), default=str))
-    return sorted(key for key in before.keys() | written.keys() if before.get(key) != written.get(key))
+    """The keys, sorted, whose values differ between two JSON objects (a key one side lacks counts as null there):
+    one read back from a file and one about to be written, taken `as_written`."""
+    return sorted(key for key in before.keys() | now.keys() if before.get(key) != now.get(key))
 
 
 class _StrictJSONDecoder(json.JSONDecoder):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion._validation import check_bool
-from adapterfusion.io.documents import changed_keys
+from adapterfusion.io.documents import as_written, changed_keys
 from adapterfusion.training.errors import RunFileError, TrainingError
 from adapterfusion.training.run_files import CONFIG_FILE, LOCK_FILE, METRICS_FILE, read_json
 from adapterfusion.training.run_lock import hold_lock, lock_holder
@@ -97,8 +96,8 @@ def options_changed(run_dir: Path, setup_options: Mapping[str, Any]) -> str | No
     earlier = document.get("setup_options") if isinstance(document, dict) else None
     if not isinstance(earlier, dict):
         return None
-    differing = changed_keys(earlier, setup_options)
-    asked = json.loads(json.dumps(dict(setup_options), default=str))  # as the config file holds them
+    asked = as_written(setup_options)  # as the config file holds them
+    differing = changed_keys(earlier, asked)
     return ", ".join(f"{key} {earlier.get(key)!r} (this call: {asked.get(key)!r})" for key in differing) or None
 
 
