@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -133,6 +134,48 @@ def check_encoder(value: str | os.PathLike, base_dir: str | os.PathLike | None =
     """The local folder `value` names, checked as resolve_encoder checks it, or None when `value` is a Hub id (not
     looked up)."""
     return resolve_encoder(value, base_dir, reach_hub=False).folder
+
+
+# A sharded checkpoint's weight files as transformers names them (not model_head.safetensors, an AdapterHub head's).
+_SHARD = re.compile(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)")
+
+
+def model_files_in(folder: Path) -> list[str]:
+    """The files that make `folder` a HuggingFace model folder: a config.json naming a model_type, weight files
+    (WEIGHT_FILES, shards, GGUF). Empty for any other folder, or one that cannot be listed."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.is_file())
+    except OSError:
+        return []
+    found = [name for name in names if name in WEIGHT_FILES or _SHARD.fullmatch(name) or name.endswith(".gguf")]
+    if MODEL_CONFIG in names:
+        try:
+            config = json.loads((folder / MODEL_CONFIG).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            config = None
+        if isinstance(config, dict) and "model_type" in config:  # not a run folder's config.json
+            found.insert(0, MODEL_CONFIG)
+    return found
+
+
+def check_not_model_folder(folder: Path, what: str, kind: str) -> None:
+    """Refuse to write a piece into a HuggingFace model's folder. None of our file names is one of the model's, but
+    the mix is harmful: with peft installed, transformers' from_pretrained reads an adapter_config.json in a model
+    folder as a PEFT adapter and fails on ours (AdapterHub's too), and whatever copies or uploads the model carries
+    the piece along. AdapterHub itself saves each piece in a folder of its own."""
+    found = model_files_in(folder)
+    if found:
+        shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+        peft = (
+            ": with peft installed, transformers reads an adapter_config.json beside a model as a PEFT adapter, so "
+            "from_pretrained of that model would fail on ours"
+            if kind == "adapter"
+            else ""
+        )
+        raise ConfigError(
+            f"{what} {str(folder)!r} holds a HuggingFace model ({shown}); each {kind} goes into a folder of its own, "
+            f"as AdapterHub keeps it, not among a model's files{peft}. Save the {kind} into a new or empty folder"
+        )
 
 
 def check_model_folder(folder: Path, label: str, tokenizer: bool = True) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from adapterfusion._validation import check_bool, check_int
+from adapterfusion._validation import check_bool, check_int, check_number, short_repr
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import FusionConfig
@@ -113,6 +113,27 @@ def _is_off(value: Any) -> bool:
     return value is None or value is False or value == 0 or value == [] or value == {}
 
 
+def _check_dropped_options(c: Mapping[str, Any]) -> None:
+    """Refuse a value of an option we drop on import (it acts in training or at init only) that adapters itself fails
+    on when it builds the adapter, so that we accept no file that adapters cannot load: nn.Dropout(p=dropout) takes
+    a number from 0 to 1, `stochastic_depth > 0.0` a number (and DropPath one of at most 1), init_weights one of its
+    three schemes and fix_seed(init_weights_seed) a 32-bit integer or null."""
+    broken = "adapters fails on it too, so the file is damaged or was edited by hand"
+    check_number(c["dropout"], "AdapterHub option dropout", expected="a number from 0 to 1 (the adapter's dropout)")
+    if not 0 <= c["dropout"] <= 1:
+        raise ConfigError(f"AdapterHub option dropout={c['dropout']!r} must be a number from 0 to 1; {broken}")
+    depth = check_number(c["stochastic_depth"], "AdapterHub option stochastic_depth", expected="a number")
+    if depth > 1:
+        raise ConfigError(f"AdapterHub option stochastic_depth={depth!r} must be a probability of at most 1; {broken}")
+    if not isinstance(c["init_weights"], str) or c["init_weights"] not in _INIT_IN:
+        raise ConfigError(
+            f"AdapterHub option init_weights={short_repr(c['init_weights'])} is none of adapters' init schemes "
+            f"({', '.join(_INIT_IN)}); {broken}"
+        )
+    if c["init_weights_seed"] is not None:
+        check_int(c["init_weights_seed"], "AdapterHub option init_weights_seed", minimum=0, maximum=2**32 - 1)
+
+
 # ---- adapters ----------------------------------------------------------------------------------------
 def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
     """Our AdapterConfig for a `BnConfig` dict (the "config" object of adapter_config.json)."""
@@ -141,13 +162,28 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
             f"AdapterHub option scaling={c['scaling']!r} (a learned scaling parameter) is not supported; "
             "only a constant scaling can be imported"
         )
+    if isinstance(c["scaling"], int) and not isinstance(c["scaling"], bool):  # adapters: isinstance(scaling, float)
+        raise ConfigError(
+            f"AdapterHub option scaling={c['scaling']} is written as a whole number, which adapters refuses ('Unknown "
+            f"scaling type'): it takes a constant scaling only as a float; write {float(c['scaling'])!r}"
+        )
+    _check_dropped_options(c)
+    if c["leave_out"] is None:  # adapters asks `layer_idx not in leave_out` of every layer
+        raise ConfigError(
+            "AdapterHub option leave_out=None: expected a list of layer indices ([] for none); adapters fails on null"
+        )
     positions = tuple(position for position, flag in _POSITION_FLAGS if _flag(c, flag))
     if not positions:
         raise ConfigError(
             "AdapterHub adapter has mh_adapter=False, cross_adapter=False and output_adapter=False: it sits nowhere"
         )
     name = c["non_linearity"]
-    non_linearity = _NON_LINEARITY_IN.get(name.lower()) if isinstance(name, str) else None
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"AdapterHub option non_linearity={short_repr(name)} has type {type(name).__name__}; expected the name "
+            f"of an activation, one of {', '.join(_NON_LINEARITY_IN)}"
+        )
+    non_linearity = _NON_LINEARITY_IN.get(name.lower())
     if non_linearity is None:
         raise ConfigError(
             f"AdapterHub non_linearity={name!r} is not supported; importable: {', '.join(_NON_LINEARITY_IN)}"
@@ -179,9 +215,9 @@ def adapter_config_from_adapterhub(config: Mapping[str, Any]) -> AdapterConfig:
         ln_after=ln_after,
         skip_before_ln_after=skip_before_ln_after,
         scaling=c["scaling"],
-        init=_INIT_IN.get(c["init_weights"], "bert") if isinstance(c["init_weights"], str) else "bert",  # fresh init
+        init=_INIT_IN[c["init_weights"]],  # for a fresh init only: the weights are loaded
         train_layer_norm=False,  # adapters never trains a private copy of the pretrained LayerNorm
-        leave_out=c["leave_out"] or (),
+        leave_out=c["leave_out"],
     )
 
 
@@ -206,7 +242,7 @@ def adapter_config_to_adapterhub(config: AdapterConfig) -> dict[str, Any]:
         "original_ln_before": config.original_ln_before,
         "reduction_factor": dict(reduction_factor) if isinstance(reduction_factor, dict) else reduction_factor,
         "residual_before_ln": config.residual_before_ln,
-        "scaling": config.scaling,
+        "scaling": float(config.scaling),  # adapters takes a constant scaling only as a float: 2 fails there
     }
 
 
@@ -218,6 +254,13 @@ def fusion_config_from_adapterhub(config: Mapping[str, Any], attention_dropout: 
     if unknown:
         raise ConfigError(f"AdapterHub fusion option(s) {unknown} are unknown to this importer; cannot import")
     c = {**FUSION_DEFAULTS, **config}
+    if c["dropout_prob"] is not None:  # adapters builds nn.Dropout(dropout_prob or the attention dropout)
+        dropout = check_number(c["dropout_prob"], "AdapterHub fusion option dropout_prob", expected="a number or null")
+        if not 0 <= dropout <= 1:
+            raise ConfigError(
+                f"AdapterHub fusion option dropout_prob={dropout!r} must be a number from 0 to 1, or null for the "
+                "model's attention dropout; adapters fails on it too, so the file is damaged or was edited by hand"
+            )
     return FusionConfig(
         query=_flag(c, "query"),
         key=_flag(c, "key"),
@@ -321,13 +364,25 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
             f"AdapterHub head_type={head_type!r} is not supported; importable: 'classification' (num_labels=1 "
             "becomes a RegressionHead), 'multiple_choice', 'question_answering' and 'tagging'"
         )
-    if config.get("use_pooler"):
+    # adapters reads use_pooler and bias by their truth value (nn.Linear(..., bias=bias)): null is off there
+    use_pooler = config.get("use_pooler")
+    if use_pooler is not None and check_bool(use_pooler, "AdapterHub head option use_pooler"):
         raise ConfigError(
-            f"AdapterHub head option use_pooler={config['use_pooler']!r} is not supported (a pooler layer; only "
-            "use_pooler=false can be imported): our heads read the hidden state directly"
+            "AdapterHub head option use_pooler=True is not supported (a pooler layer; only use_pooler=false can be "
+            "imported): our heads read the hidden state directly"
         )
-    if config.get("bias", True) is False:
-        raise ConfigError("AdapterHub head option bias=False is not supported: our output layer has a bias")
+    bias = config.get("bias", True)
+    if bias is None or not check_bool(bias, "AdapterHub head option bias"):
+        raise ConfigError(
+            f"AdapterHub head option bias={bias!r} (an output layer without a bias, as adapters builds it) is not "
+            "supported: our output layer has a bias"
+        )
+    label2id = config.get("label2id")
+    if label2id is not None and not isinstance(label2id, Mapping):  # adapters calls label2id.items()
+        raise ConfigError(
+            f"AdapterHub head option label2id={short_repr(label2id)} has type {type(label2id).__name__}; expected "
+            "an object of label -> id, or null; adapters fails on it too"
+        )
     layers = check_int(config.get("layers", 2), "AdapterHub head layers", minimum=1)
     activation = config.get("activation_function", "tanh")  # None: no activation between its layers
     if layers == 1 and activation is None:  # one layer has no activation to apply
@@ -344,13 +399,14 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
         dropout=default_dropout if dropout is None else dropout,
     )
     if head_type == "multiple_choice":
-        return MultipleChoiceHead(num_labels=config.get("num_choices", 2), pooling=pooling, **settings)
+        choices = check_int(config.get("num_choices", 2), "AdapterHub head num_choices", minimum=1)
+        return MultipleChoiceHead(num_labels=choices, pooling=pooling, **settings)
     num_labels = check_int(config.get("num_labels", 2), "AdapterHub head num_labels", minimum=1)
     if head_type == "question_answering":  # its two outputs are start and end; label2id names nothing
         if num_labels != 2:
             raise ConfigError(f"AdapterHub question_answering head num_labels={num_labels}: only 2 (start, end)")
         return QuestionAnsweringHead(**settings)
-    labels = _labels(config.get("label2id"), num_labels)
+    labels = _labels(label2id, num_labels)
     if head_type == "tagging":
         return TokenClassificationHead(num_labels=num_labels, labels=labels, **settings)
     if num_labels == 1:

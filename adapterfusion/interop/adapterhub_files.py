@@ -23,6 +23,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from adapterfusion._validation import check_bool
+from adapterfusion.encoders import check_not_model_folder
 from adapterfusion.errors import ConfigError, SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json
@@ -180,6 +181,7 @@ def write_folder(
             f"that save_{kind} wrote (another library's file of that name, such as a PEFT adapter's, or your own); we "
             "never overwrite a file we did not write, even with overwrite=True: choose another folder"
         )
+    check_not_model_folder(directory, what, kind)  # before overwrite=True is suggested for an earlier export there
     if held and not overwrite:
         article = "an" if kind[0] in "aeiou" else "a"
         whose = (

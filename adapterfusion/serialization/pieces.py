@@ -22,6 +22,7 @@ from safetensors.torch import save as save_safetensors_bytes
 from adapterfusion._validation import check_bool, check_has_values, check_piece_name, naming_file
 from adapterfusion._version import __version__
 from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.encoders import check_not_model_folder
 from adapterfusion.errors import ConfigError, SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import head_config_from_dict
@@ -69,8 +70,8 @@ def weights_path(directory: Path, kind: str) -> Path:
 def check_piece_folder(directory: str | Path, kind: str, name: str | None = None, overwrite: bool = False) -> Path:
     """`directory` if save_piece may write a `kind` there (io/paths.py): a folder that is, or can be made, writable,
     whose `<kind>.safetensors` and `<kind>_config.json`, if there, are a piece we saved; with `name`, a piece of that
-    name unless `overwrite` (replacing another trained piece by mistake is as bad as replacing a user's file). Files
-    beside them stay."""
+    name unless `overwrite` (replacing another trained piece by mistake is as bad as replacing a user's file), and
+    not a HuggingFace model's folder (encoders.check_not_model_folder). Files beside them stay."""
     check_bool(overwrite, "overwrite")
     directory = check_writable_folder(
         directory,
@@ -78,6 +79,7 @@ def check_piece_folder(directory: str | Path, kind: str, name: str | None = None
         writes=(weights_path(Path(), kind).name, config_path(Path(), kind).name),
         ours=lambda folder: holds_our_piece(folder, kind),
     )
+    check_not_model_folder(directory, f"save_{kind}: the {kind} folder", kind)
     saved = saved_piece_name(directory, kind)
     if name is not None and saved is not None and saved != name and not overwrite:
         raise ConfigError(

@@ -289,7 +289,8 @@ def test_a_config_lacking_a_required_option_is_refused(option, tmp_path):
 
 def test_bad_arguments_and_odd_config_values_get_library_errors(tmp_path):
     """A misspelt or listed kind raised KeyError or TypeError, a None folder TypeError; label2id with a string value
-    and a listed init_weights raised TypeError from sorting and hashing inside the importer."""
+    and a listed init_weights raised TypeError from sorting and hashing inside the importer (a listed init_weights
+    is now refused by name, as adapters fails on it)."""
     from adapterfusion.interop import load_adapterhub
 
     model = fresh_model("bert")
@@ -308,7 +309,8 @@ def test_bad_arguments_and_odd_config_values_get_library_errors(tmp_path):
     odd = edited_copy(
         FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path, config={"init_weights": ["bert"]}
     )
-    assert model.load_adapter(odd) in model.adapter_names  # init_weights only sets a fresh adapter's weights
+    with pytest.raises(af.ConfigError, match=r"init_weights=\['bert'\] is none of adapters' init schemes"):
+        model.load_adapter(odd)  # init only, but adapters itself fails on it: not a file adapters loads
     head = edited_copy(
         FIXTURES / "bert" / "heads" / "cls", "head_config.json", tmp_path, config={"label2id": {"no": 0, "yes": "1"}}
     )
@@ -324,6 +326,80 @@ def test_a_cross_attention_adapter_needs_an_encoder_decoder(tmp_path):
     with pytest.raises(af.ConfigError, match="cross-attention"):
         model.load_adapter(folder)
     assert model.adapter_names == []
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("dropout", "0.1"),
+        ("dropout", None),
+        ("dropout", 1.5),
+        ("stochastic_depth", "0"),
+        ("stochastic_depth", 2.0),
+        ("init_weights", "xavier"),
+        ("init_weights", None),
+        ("init_weights_seed", "7"),
+        ("scaling", 2),
+        ("scaling", None),
+        ("leave_out", None),
+        ("non_linearity", 3),
+        ("residual_before_ln", "yes"),
+        ("ln_after", "no"),
+        ("reduction_factor", "16"),
+    ],
+)
+def test_option_values_adapters_itself_fails_on_are_refused_by_name(option, value, tmp_path):
+    """Options we drop on import (dropout, stochastic_depth, init_weights, init_weights_seed) or read loosely still
+    make adapters fail when it builds the adapter from a value of the wrong type: such a file is refused, naming the
+    option and the file, not loaded as if it were a valid AdapterHub adapter."""
+    folder = edited_copy(FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path, config={option: value})
+    model = fresh_model("bert")
+    with pytest.raises(af.ConfigError, match=rf"adapter_config\.json: .*{option}="):
+        model.load_adapter(folder)
+    assert model.adapter_names == []
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("original_ln_before", None),  # adapters reads its flags by truth value: null is false there too
+        ("residual_before_ln", None),  # `not None`: the residual is h, as for False
+        ("init_weights_seed", 7),
+        ("stochastic_depth", -0.5),  # adapters adds DropPath only for a value > 0
+        ("dropout", 1),
+        ("phm_dim", "4"),  # read only by a PHM layer, which is refused anyway
+    ],
+)
+def test_option_values_adapters_reads_as_we_do_still_load(option, value, tmp_path):
+    folder = edited_copy(FIXTURES / "bert" / "adapters" / "pf", "adapter_config.json", tmp_path, config={option: value})
+    model = fresh_model("bert")
+    assert model.load_adapter(folder) in model.adapter_names
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("bias", None, "bias=None .*without a bias"),
+        ("bias", 1, "bias=1 has type int"),
+        ("use_pooler", "no", "use_pooler='no' has type str"),
+        ("label2id", ["a", "b"], "label2id=\\['a', 'b'\\] has type list"),
+        ("num_labels", "2", "num_labels='2' has type str"),
+    ],
+)
+def test_head_option_values_adapters_reads_otherwise_are_refused(option, value, message, tmp_path):
+    folder = edited_copy(FIXTURES / "bert" / "heads" / "cls", "head_config.json", tmp_path, config={option: value})
+    with pytest.raises(af.ConfigError, match=rf"head_config\.json: .*{message}"):
+        fresh_model("bert").load_head(folder)
+
+
+def test_an_integer_scaling_is_exported_as_the_float_adapters_requires(tmp_path):
+    """adapters takes a constant scaling only as a float (isinstance(scaling, float)); 2 written as 2 fails there."""
+    model = fresh_model("bert")
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4, scaling=2))
+    export_adapterhub(model, "adapter", "a", tmp_path / "a")
+    written = json.loads((tmp_path / "a" / "adapter_config.json").read_text())["config"]["scaling"]
+    assert written == 2.0 and isinstance(written, float)
+    assert fresh_model("bert").load_adapter(tmp_path / "a") == "a"
 
 
 @pytest.mark.parametrize("option, value", [("use_pooler", True), ("head_type", "dependency_parsing"), ("bias", False)])
@@ -621,10 +697,13 @@ def _digests(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
 
 
-def test_saves_and_exports_into_a_model_folder_write_only_their_own_files(tmp_path):
+def test_saves_and_exports_into_a_model_folder_are_refused_and_change_nothing(tmp_path):
     """save_adapter / save_fusion / save_head and export_adapterhub into a folder that holds a HuggingFace model
-    (config.json, model.safetensors, tokenizer files, a model card) add their own files and change none of the
-    model's; save_pretrained refuses such a folder as a whole."""
+    (config.json, model.safetensors, tokenizer files, a model card): none of our file names is one of the model's,
+    but the mix is harmful (with peft installed, transformers' from_pretrained reads an adapter_config.json beside a
+    model as a PEFT adapter and fails on ours), so each is refused, naming the folder and its model files, and
+    leaves every file as it was; save_pretrained refuses such a folder as a whole. A subfolder is a folder of its
+    own."""
     model = af.wrap(tiny_encoder("bert"))
     for name in ("a", "b"):
         model.add_adapter(name, "pfeiffer")
@@ -636,14 +715,35 @@ def test_saves_and_exports_into_a_model_folder_write_only_their_own_files(tmp_pa
     (folder / "README.md").write_text("the model's card")
     (folder / "pytorch_model.bin").write_bytes(b"the model's pickled weights")
     before = _digests(folder)
+    held = r"holds a HuggingFace model \(config\.json, model\.safetensors, pytorch_model\.bin\)"
     for kind, name in (("adapter", "a"), ("fusion", "f"), ("head", "h")):
-        getattr(model, f"save_{kind}")(name, folder)
-    for kind, name in (("adapter", "a"), ("fusion", "f"), ("head", "h")):
-        export_adapterhub(model, kind, name, folder, use_safetensors=False, overwrite=True)
-    after = _digests(folder)
-    assert {key: after[key] for key in before} == before
+        peft = ".*PEFT adapter" if kind == "adapter" else ""
+        with pytest.raises(af.ConfigError, match=rf"save_{kind}: .*{held}; each {kind} goes into a folder{peft}"):
+            getattr(model, f"save_{kind}")(name, folder)
+        with pytest.raises(af.ConfigError, match=rf"export_adapterhub: .*{held}"):
+            export_adapterhub(model, kind, name, folder, use_safetensors=False, overwrite=True)
     with pytest.raises(af.ConfigError, match="is not empty.*is not a saved setup"):
         model.save_pretrained(folder)
+    assert _digests(folder) == before and sorted(p.name for p in folder.iterdir() if p.is_dir()) == []
+    model.save_adapter("a", folder / "adapters" / "a")
+    export_adapterhub(model, "head", "h", folder / "hub-head")
+    assert _digests(folder) == before
+
+
+def test_a_folder_is_a_model_folder_by_its_config_or_weights_only(tmp_path):
+    """A run folder's config.json (no model_type) and an AdapterHub head's model_head.safetensors are no model."""
+    from adapterfusion.encoders import model_files_in
+
+    (tmp_path / "config.json").write_text(json.dumps({"task": "rte", "setup": "st-a"}))
+    (tmp_path / "model_head.safetensors").write_bytes(b"")
+    (tmp_path / "model_adapter_fusion.safetensors").write_bytes(b"")
+    assert model_files_in(tmp_path) == []
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"")
+    (tmp_path / "tiny.gguf").write_bytes(b"")
+    assert model_files_in(tmp_path) == ["model-00001-of-00002.safetensors", "tiny.gguf"]
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    assert model_files_in(tmp_path)[0] == "config.json"
+    assert model_files_in(tmp_path / "missing") == []
 
 
 @pytest.mark.parametrize("overwrite", [False, True])

@@ -114,6 +114,25 @@ def _export_adapterhub_over_peft(folder: Path) -> Action:
     return lambda: export_adapterhub(model, "adapter", "a", folder / "hub", overwrite=True)
 
 
+def _into_model_folder(kind: str, export: bool = False) -> Callable[[Path], Action]:
+    """save_<kind> (or export_adapterhub) of a tiny BERT's adapter 'a', fusion 'f' or head 'h' into the folder of a
+    HuggingFace model (save_pretrained: config.json, model.safetensors), beside its README.md."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model()
+        model.add_adapter("b", "pfeiffer")
+        model.add_fusion("f", ["a", "b"])
+        model.add_head("h", af.ClassificationHead(num_labels=2))
+        tiny_encoder("bert").save_pretrained(folder / "bert")
+        a_file(folder / "bert", "README.md")
+        name = {"adapter": "a", "fusion": "f", "head": "h"}[kind]
+        if export:
+            return lambda: export_adapterhub(model, kind, name, folder / "bert", overwrite=True)
+        return lambda: getattr(model, f"save_{kind}")(name, folder / "bert")
+
+    return prepare
+
+
 def _store_overwrite_with_notes(folder: Path) -> Action:
     model = _model()
     store = AdapterStore(folder / "store")
@@ -375,6 +394,32 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("adapter_config.json", "PEFT", "even with overwrite=True", "another folder"),
         _export_adapterhub_over_peft,
+    ),
+    B(
+        "save-adapter-into-model-folder",
+        "output paths",
+        "model.save_adapter('a', <a HuggingFace model's folder: config.json, model.safetensors>) (wrote "
+        "adapter_config.json beside the model, which transformers with peft installed then reads as a PEFT adapter)",
+        af.ConfigError,
+        ("save_adapter", "holds a HuggingFace model", "config.json, model.safetensors", "PEFT", "new or empty folder"),
+        _into_model_folder("adapter"),
+    ),
+    B(
+        "save-head-into-model-folder",
+        "output paths",
+        "model.save_head('h', <a HuggingFace model's folder>) (mixed the head's files with the model's)",
+        af.ConfigError,
+        ("save_head", "holds a HuggingFace model", "folder of its own", "new or empty folder"),
+        _into_model_folder("head"),
+    ),
+    B(
+        "export-adapterhub-into-model-folder",
+        "output paths",
+        "export_adapterhub(model, 'fusion', 'f', <a HuggingFace model's folder>, overwrite=True) (mixed the fusion's "
+        "files with the model's)",
+        af.ConfigError,
+        ("export_adapterhub", "holds a HuggingFace model", "config.json, model.safetensors", "new or empty folder"),
+        _into_model_folder("fusion", export=True),
     ),
     B(
         "store-overwrite-user-file",

@@ -3,6 +3,7 @@ controls of a wrapped model."""
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from tiny_models import tiny_encoder
 B = BadInput
 NAN, INF = math.nan, math.inf
 HUB = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "bert"
+FUSION_CONFIG = "adapter_fusion_config.json"
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------------
@@ -113,6 +115,23 @@ def _adapterhub(
             tensors[key] = tensors[key].to(dtype)
             save_file(tensors, copy / "adapter.safetensors")
         return load_into(af.wrap(AutoModel.from_pretrained(HUB / "base_model")), "adapter", copy)
+
+    return prepare
+
+
+def _adapterhub_other(kind: str, edit: Callable[[dict], None]) -> Callable[[Path], Action]:
+    """AdapterHub's head 'cls' or fusion 'dynamic' (into a model holding its adapters) with its config changed."""
+    source, config = {"head": ("heads/cls", "head_config.json"), "fusion": ("fusions/dynamic", FUSION_CONFIG)}[kind]
+
+    def prepare(folder: Path) -> Action:
+        copy = folder / kind
+        shutil.copytree(HUB / source, copy)
+        edit_json(copy / config, edit)
+        model = af.wrap(AutoModel.from_pretrained(HUB / "base_model"))
+        if kind == "fusion":
+            for name in json.loads((copy / config).read_text())["adapter_names"]:
+                model.load_adapter(HUB / "adapters" / name)
+        return load_into(model, kind, copy)
 
     return prepare
 
@@ -419,6 +438,79 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("adapter_config.json", "original_ln_before='false'", "has type str", "true or false"),
         _adapterhub(lambda document: document["config"].update(original_ln_before="false")),
+    ),
+    # options we drop on import, or read loosely, of a type adapters itself fails on
+    B(
+        "adapterhub-dropout-string",
+        "saved pieces",
+        'AdapterHub adapter_config.json with "dropout": "0.1" (dropped unread; adapters fails in nn.Dropout)',
+        af.ConfigError,
+        ("adapter_config.json", "dropout='0.1'", "has type str", "from 0 to 1"),
+        _adapterhub(lambda document: document["config"].update(dropout="0.1")),
+    ),
+    B(
+        "adapterhub-stochastic-depth-null",
+        "saved pieces",
+        'AdapterHub adapter_config.json with "stochastic_depth": null (dropped unread; adapters fails comparing it)',
+        af.ConfigError,
+        ("adapter_config.json", "stochastic_depth=None", "expected a number"),
+        _adapterhub(lambda document: document["config"].update(stochastic_depth=None)),
+    ),
+    B(
+        "adapterhub-init-weights-unknown",
+        "saved pieces",
+        'AdapterHub adapter_config.json with "init_weights": "xavier" (read as "bert"; adapters fails on it)',
+        af.ConfigError,
+        ("adapter_config.json", "init_weights='xavier'", "bert, houlsby, mam_adapter"),
+        _adapterhub(lambda document: document["config"].update(init_weights="xavier")),
+    ),
+    B(
+        "adapterhub-scaling-int",
+        "saved pieces",
+        'AdapterHub adapter_config.json with "scaling": 2 (loaded as 2.0; adapters fails: "Unknown scaling type")',
+        af.ConfigError,
+        ("adapter_config.json", "scaling=2", "whole number", "write 2.0"),
+        _adapterhub(lambda document: document["config"].update(scaling=2)),
+    ),
+    B(
+        "adapterhub-leave-out-null",
+        "saved pieces",
+        'AdapterHub adapter_config.json with "leave_out": null (read as []; adapters fails on it)',
+        af.ConfigError,
+        ("adapter_config.json", "leave_out=None", "list of layer indices"),
+        _adapterhub(lambda document: document["config"].update(leave_out=None)),
+    ),
+    B(
+        "adapterhub-non-linearity-int",
+        "saved pieces",
+        'AdapterHub adapter_config.json with "non_linearity": 3 (called unsupported, not of the wrong type)',
+        af.ConfigError,
+        ("adapter_config.json", "non_linearity=3", "has type int", "relu"),
+        _adapterhub(lambda document: document["config"].update(non_linearity=3)),
+    ),
+    B(
+        "adapterhub-head-bias-null",
+        "saved pieces",
+        'AdapterHub head_config.json with "bias": null (read as a bias; adapters builds its output layer without one)',
+        af.ConfigError,
+        ("head_config.json", "bias=None", "without a bias"),
+        _adapterhub_other("head", lambda document: document["config"].update(bias=None)),
+    ),
+    B(
+        "adapterhub-head-label2id-string",
+        "saved pieces",
+        'AdapterHub head_config.json with "label2id": "x" (ignored; adapters fails on it)',
+        af.ConfigError,
+        ("head_config.json", "label2id='x'", "has type str", "label -> id"),
+        _adapterhub_other("head", lambda document: document["config"].update(label2id="x")),
+    ),
+    B(
+        "adapterhub-fusion-dropout-string",
+        "saved pieces",
+        'AdapterHub adapter_fusion_config.json with "dropout_prob": "0.1" (blamed our own score_dropout field)',
+        af.ConfigError,
+        ("adapter_fusion_config.json", "dropout_prob='0.1'", "has type str"),
+        _adapterhub_other("fusion", lambda document: document["config"].update(dropout_prob="0.1")),
     ),
     # ---- names ------------------------------------------------------------------------------------------------------
     B(
