@@ -657,7 +657,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     adapter = commands.add_parser("train-adapter", help="train one single-task adapter (st-a) and store it")
     _add_training_arguments(adapter)
-    adapter.add_argument("--reduction-factor", type=float, default=16)
+    adapter.add_argument(
+        "--reduction-factor",
+        type=float,
+        default=16,
+        help="hidden size / the adapter's bottleneck size, a number > 0 (default 16; a fraction such as 2.5 works)",
+    )
     adapter.add_argument("--setup", choices=("st-a", "st-a-houlsby"), default="st-a")
     adapter.add_argument(
         "--no-train-layer-norm",

@@ -50,16 +50,26 @@ class Executor(Protocol):
     def shutdown(self) -> None: ...
 
 
+def check_workers(workers: object, executor: str) -> None:
+    """How many jobs `executor` runs at once: None (its default) or an integer >= 1, and 1 for inprocess, which runs
+    one job at a time."""
+    if workers is None:
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ExperimentSpecError(f"workers={workers!r} must be an integer >= 1")
+    if executor == "inprocess" and workers != 1:
+        raise ExperimentSpecError(
+            f"workers={workers}: the inprocess executor runs one job at a time; use executor='process' for more"
+        )
+
+
 class InProcessExecutor:
     """Runs each job in the calling process when submitted; the returned Future is already done."""
 
     capacity = 1
 
     def __init__(self, workers: int | None = None) -> None:
-        if workers not in (None, 1):
-            raise ExperimentSpecError(
-                f"workers={workers}: the inprocess executor runs one job at a time; use executor='process' for more"
-            )
+        check_workers(workers, "inprocess")
 
     def submit(self, payload: JobPayload) -> Future[dict[str, Any]]:
         future: Future[dict[str, Any]] = Future()
@@ -141,8 +151,7 @@ class ProcessExecutor:
     def __init__(self, workers: int | None = None) -> None:
         cpus = os.cpu_count() or 1
         workers = cpus if workers is None else workers
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ExperimentSpecError(f"workers={workers!r} must be an integer >= 1")
+        check_workers(workers, "process")
         self.capacity = workers
         self._pool = ProcessPoolExecutor(
             max_workers=workers,
@@ -204,9 +213,15 @@ EXECUTORS: dict[str, Callable[[int | None], Executor]] = {
 }
 
 
-def make_executor(name: str, workers: int | None = None) -> Executor:
+def check_executor(name: str, workers: int | None = None) -> None:
+    """make_executor's arguments, which run_experiment checks before it writes anything."""
     if name not in EXECUTORS:
         raise ExperimentSpecError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
+    check_workers(workers, name)
+
+
+def make_executor(name: str, workers: int | None = None) -> Executor:
+    check_executor(name, workers)
     return EXECUTORS[name](workers)
 
 

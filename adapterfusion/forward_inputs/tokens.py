@@ -120,6 +120,8 @@ def check_per_token(given: Mapping[str, Any], shape: torch.Size, past: int = 0, 
         _require_tensor(key, value)
         expected = (*shape[:-1], shape[-1] + past) if key.endswith("attention_mask") else tuple(shape)
         shared = key == "position_ids" and len(shape) == 2 and value.shape == (1, shape[1])
+        if key.endswith("attention_mask") and value.dim() > len(expected):
+            _refuse_pattern_mask(key, value, expected)
         if value.shape != expected and not shared:
             cached = (
                 f" ({past} cached tokens + {shape[-1]} new: a cached step's mask covers the past_key_values' tokens "
@@ -137,6 +139,19 @@ def check_per_token(given: Mapping[str, Any], shape: torch.Size, past: int = 0, 
             key == "attention_mask" and (value.dtype == torch.bool or value.is_floating_point())
         ):  # a mask is only compared and multiplied, so any integer dtype does
             raise ConfigError(f"{key} have dtype {value.dtype}; pass an integer tensor (torch.long)")
+
+
+def _refuse_pattern_mask(key: str, value: torch.Tensor, expected: tuple[int, ...]) -> None:
+    """A mask of more dimensions than the inputs: a custom attention pattern (transformers takes a 4-D float mask
+    [batch, 1, query, key] on Llama-style decoders). Not supported: our input checks, the heads' pooling and
+    generation read the mask as one value per token."""
+    raise ConfigError(
+        f"{key} of shape {tuple(value.shape)} is a {value.dim()}-D mask, a custom attention pattern over query and key "
+        f"positions, which adapterfusion does not take; pass the padding mask instead: one value per token, of shape "
+        f"{expected}, 1 for a token and 0 for padding, as the tokenizer returns it (a decoder builds its causal "
+        "pattern from it). Sequences packed into one row with a block-diagonal mask: give each its own row of a "
+        "padded batch"
+    )
 
 
 def _check_index_dtype(key: str, value: torch.Tensor, what: str) -> None:

@@ -21,6 +21,17 @@ B = BadInput
 GROUP = "experiment files"
 
 
+def _run_with_workers(workers: str) -> Callable[[Path], Action]:
+    """`adapterfusion run experiment.json --workers <workers>` of a valid two-task experiment file."""
+
+    def prepare(folder: Path) -> Action:
+        path = folder / "experiment.json"
+        path.write_text(json.dumps(experiment_dict(folder)))
+        return lambda: cli("run", str(path), "--no-progress", "--workers", workers)
+
+    return prepare
+
+
 def _tiny_model(folder: Path, kind: str) -> Path:
     """A tiny random Llama ('llama') or BERT ('bert') saved with the shipped tokenizer in the case's folder."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
@@ -170,6 +181,27 @@ CASES: tuple[BadInput, ...] = (
         lambda folder: (
             lambda: cli("train-adapter", "--task", "rte", "--output-dir", str(folder), "--reduction-factor", "nan")
         ),
+        cli=True,
+    ),
+    B(
+        "train-reduction-factor-negative",
+        "command line",
+        "adapterfusion train-adapter --reduction-factor -4",
+        ConfigError,
+        ("--reduction-factor -4", "a finite number > 0"),
+        lambda folder: (
+            lambda: cli("train-adapter", "--task", "rte", "--output-dir", str(folder), "--reduction-factor=-4")
+        ),
+        cli=True,
+    ),
+    B(
+        "run-workers-negative",
+        "command line",
+        "adapterfusion run experiment.json --workers -2 (was told the inprocess executor runs one job at a time, "
+        "and to use the process executor 'for more')",
+        ExperimentSpecError,
+        ("workers=-2", "an integer >= 1"),
+        _run_with_workers("-2"),
         cli=True,
     ),
     B(

@@ -1256,4 +1256,30 @@ CASES: tuple[BadInput, ...] = (
         ("unloaded",),
         _generate(unload=True),
     ),
+    # masks of an attention pattern, not of padding
+    B(
+        "lm-attention-mask-4d",
+        GROUP,
+        "Llama given a 4-D float attention_mask [batch, 1, query, key], as transformers takes one (was refused as "
+        "a shape mismatch that did not say what to pass instead)",
+        af.ConfigError,
+        ("attention_mask", "(2, 1, 7, 7)", "4-D mask", "custom attention pattern", "padding mask", "(2, 7)"),
+        _lm_call("llama", attention_mask=torch.zeros(2, 1, 7, 7)),
+    ),
+    B(
+        "generate-attention-mask-4d",
+        GROUP,
+        "generate() given a 4-D bool attention_mask [batch, 1, query, key]",
+        af.ConfigError,
+        ("attention_mask", "(2, 1, 7, 7)", "4-D mask", "padding mask", "(2, 7)"),
+        _generate("llama", attention_mask=torch.ones(2, 1, 7, 7, dtype=torch.bool).tril()),
+    ),
+    B(
+        "forward-attention-mask-3d",
+        GROUP,
+        "a BERT call given a 3-D attention_mask [batch, query, key]",
+        af.ConfigError,
+        ("attention_mask", "(2, 7, 7)", "3-D mask", "padding mask", "(2, 7)"),
+        _call(_headed, attention_mask=torch.ones(2, 7, 7, dtype=torch.long)),
+    ),
 )
