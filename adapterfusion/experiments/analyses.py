@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.experiments.spec_checks import fail
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import get_task
@@ -164,8 +165,10 @@ def _init_scale(
     entry: Mapping[str, Any], variants: Sequence[Any], tasks: Sequence[str], base_dir: Path, path: str
 ) -> dict[str, Any]:
     for value in _sweep_settings(entry, variants, path, "init_std"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise fail(f"{path}.sweep", f"init_std {value!r} must be a positive number (the paper: 1e-7 .. 1)")
+        if not is_finite_number(value) or value <= 0:
+            raise fail(
+                f"{path}.sweep", f"init_std {short_repr(value)} must be a positive number (the paper: 1e-7 .. 1)"
+            )
     return {"kind": INIT_SCALE, "sweep": entry["sweep"]}
 
 

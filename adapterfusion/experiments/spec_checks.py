@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.tasks.registry import list_tasks
@@ -90,8 +91,8 @@ def absolute_path(path: Path, base_dir: Path) -> Path:
 
 
 def positive_number(value: Any, path: str) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise fail(path, f"must be a positive number (the paper uses 2, 16 or 64), got {value!r}")
+    if not is_finite_number(value) or value <= 0:
+        raise fail(path, f"must be a positive number (the paper uses 2, 16 or 64), got {short_repr(value)}")
     return value
 
 

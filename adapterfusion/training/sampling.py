@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.training.errors import TrainingError
 
 
@@ -30,8 +31,8 @@ def sampling_probabilities(sizes: Sequence[int], alpha: float) -> np.ndarray:
     sizes_array = np.asarray(list(sizes), dtype=np.float64)
     if sizes_array.ndim != 1 or sizes_array.size == 0 or not np.all(sizes_array > 0):
         raise TrainingError(f"task sizes {list(sizes)} must be a non-empty list of positive example counts")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not np.isfinite(alpha):
-        raise TrainingError(f"alpha={alpha!r} must be a finite number (1 = size-proportional, 0 = uniform)")
+    if not is_finite_number(alpha):
+        raise TrainingError(f"alpha={short_repr(alpha)} must be a finite number (1 = size-proportional, 0 = uniform)")
     # Relative to the largest task, so N^alpha cannot overflow for large alpha.
     weights = (sizes_array / sizes_array.max()) ** float(alpha)
     return weights / weights.sum()
@@ -70,8 +71,8 @@ class AnnealedSchedule:
     def __post_init__(self) -> None:
         for name in ("start", "end"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-                raise TrainingError(f"annealed sampling: {name}={value!r} must be a finite number")
+            if not is_finite_number(value):
+                raise TrainingError(f"annealed sampling: {name}={short_repr(value)} must be a finite number")
 
     def alpha(self, step: int, steps_per_epoch: int, epochs: int) -> float:
         """alpha at 0-based optimizer `step` of a run planned as `epochs` epochs of `steps_per_epoch` steps."""

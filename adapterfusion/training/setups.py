@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from adapterfusion._validation import check_bool, check_mapping, check_name, is_finite_number
+from adapterfusion._validation import check_bool, check_mapping, check_name, is_finite_number, short_repr
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.errors import ConfigError
@@ -223,8 +223,10 @@ def check_adapter_options(options: Mapping[str, Any]) -> None:
 
 
 def check_init_std(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise TrainingError(f"init_std={value!r} must be a positive number (the adapter's init std; default 1e-2)")
+    if not is_finite_number(value) or not value > 0:  # also an int too large for a float (10**400)
+        raise TrainingError(
+            f"init_std={short_repr(value)} must be a positive number (the adapter's init std; default 1e-2)"
+        )
     return float(value)
 
 

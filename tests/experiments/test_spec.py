@@ -66,6 +66,18 @@ def spec(**changes):
         ),
         (dict(setups=[{"name": "mt-a", "reduction_factors": [2, 16]}]), r"setups\[0\].reduction_factors: unknown key"),
         (dict(setups=[{"name": "mt-a", "reduction_factor": 0}]), r"setups\[0\].reduction_factor: must be a positive"),
+        (  # NaN, inf and an int beyond any float passed `value <= 0` and failed later
+            dict(setups=[{"name": "st-a", "reduction_factors": [16, float("nan")]}]),
+            r"setups\[0\].reduction_factors\[1\]: must be a positive number .*got nan",
+        ),
+        (
+            dict(setups=[{"name": "mt-a", "reduction_factor": float("inf")}]),
+            r"setups\[0\].reduction_factor: must be a positive number .*got inf",
+        ),
+        (
+            dict(setups=["st-a", {"name": "fusion-st-a", "adapter_reduction_factor": 10**400}]),
+            r"setups\[1\].adapter_reduction_factor: must be a positive number .*got 1000.*\.\.\.00$",
+        ),
         (dict(setups=[{"name": "mt-a", "fp16": True}]), r"setups\[0\].fp16: mt-a trains without loss scaling.*bf16"),
         (
             dict(setups=[{"name": "mt-a", "torch_compile": True}]),

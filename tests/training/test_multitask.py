@@ -48,6 +48,15 @@ def test_sampling_probabilities_proportional_uniform_and_normalised():
         sampling_probabilities([10, 0], 1.0)
 
 
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), 10**400, True, "1"])
+def test_a_sampling_exponent_that_is_no_finite_number_is_refused(alpha):
+    """10**400 raised numpy's TypeError from np.isfinite, which takes no int beyond a float."""
+    with pytest.raises(TrainingError, match="alpha=.* must be a finite number"):
+        sampling_probabilities([10, 20], alpha)
+    with pytest.raises(TrainingError, match="annealed sampling: end=.* must be a finite number"):
+        AnnealedSchedule(end=alpha)
+
+
 def test_annealed_alpha_follows_stickland_and_murray_per_epoch():
     # alpha = 1 - 0.8 (e - 1) / (E - 1) for epoch e = 1..E (Stickland & Murray 2019, annealed sampling)
     assert [annealed_alpha(e, 5) for e in range(1, 6)] == pytest.approx([1.0, 0.8, 0.6, 0.4, 0.2], abs=1e-12)

@@ -143,6 +143,7 @@ def test_unknown_setup_and_option_are_refused(tmp_path, tiny_encoder_dir, demo_d
         ("st-a", {"reduction_factor": 0}, "reduction_factor=0 must be a positive number"),
         ("st-a-houlsby", {"reduction_factor": float("nan")}, "reduction_factor=nan must be a positive number"),
         ("st-a", {"init_std": -1.0}, "init_std=-1.0 must be a positive number"),
+        ("st-a", {"init_std": 10**400}, r"init_std=1000.*\.\.\.00 must be a positive number"),  # was OverflowError
     ],
 )
 def test_adapter_options_are_refused_before_the_encoder_or_data_load(tmp_path, monkeypatch, setup, options, message):
