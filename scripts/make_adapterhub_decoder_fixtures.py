@@ -63,6 +63,7 @@ UNSUPPORTED = {
     "phi3": "adapters.init raises 'Model phi3 not pre-supported' (its 'phi' interface is Phi-1/2's parallel block)",
     "marian": "adapters.init raises 'Model marian not pre-supported' (no models/marian, no interface)",
     "pegasus": "adapters.init raises 'Model pegasus not pre-supported' (no models/pegasus, no interface)",
+    "m2m_100": "adapters.init raises 'Model m2m_100 not pre-supported' (models/m2m_100 came after 1.3.0)",
 }
 
 # name -> (config class, kwargs). seq_bn (Pfeiffer) adapters sit at the feed-forward site only, double_seq_bn
@@ -79,7 +80,7 @@ FUSIONS: dict[str, tuple[list[str], str]] = {
     "pf_dynamic": (["pf", "pf_tanh", "pf_gelu"], "dynamic"),
     "hb_static": (["hb", "hb_relu"], "static"),
 }
-# Encoder-decoders (T5, BART, mT5, mBART) only: seq_bn adapters also after each decoder layer's cross-attention
+# Encoder-decoders (T5, BART, mT5, mBART, PLBART) only: seq_bn adapters also after each decoder layer's cross-attention
 # (cross_adapter=True), and a fusion of them, which then fuses at the cross-attention sites too. Drawn after the
 # pieces above from the same generator, so those keep their weights.
 SEQ2SEQ_ADAPTERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -403,7 +404,7 @@ def site_table(model_type: str, model: Any) -> list[Site]:
                 if stack == "decoder":  # T5LayerCrossAttention: r + EncDecAttention(layer_norm(r), encoder states)
                     cross = block.layer[1]
                     sites.insert(-1, Site(f"{p}.1", "cross_adapter", cross.EncDecAttention, cross.layer_norm, None))
-    elif model_type == "bart":
+    elif model_type in ("bart", "plbart"):  # PLBART: BART's layers under BART's names
         for stack in ("encoder", "decoder"):
             for i, layer in enumerate(getattr(model.model, stack).layers):
                 p = f"model.{stack}.layers.{i}"

@@ -103,13 +103,15 @@ SEQ2SEQ_TYPES = tuple(t for t, (_, _, kind) in TINY_DECODER_CONFIGS.items() if k
 
 # More encoder-decoders, in the same layout, kept out of TINY_DECODER_CONFIGS so that the tests parametrised over that
 # table do not run them: tests/decoders/test_more_seq2seq_architectures.py tests these rows. mT5 keeps its default
-# gated-GELU feed-forward (T5's tiny config has ReLU); mBART and Pegasus are BART's config with pre-norm layers, Marian
-# BART's post-norm layers under its own config.
+# gated-GELU feed-forward (T5's tiny config has ReLU); mBART, Pegasus and M2M-100 (NLLB's) are BART's config with
+# pre-norm layers, Marian and PLBART BART's post-norm layers under their own configs.
 EXTRA_SEQ2SEQ_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "mt5": ("MT5Config", dict(TINY_DECODER_CONFIGS["t5"][1]), "seq2seq"),
     "mbart": ("MBartConfig", dict(TINY_DECODER_CONFIGS["bart"][1]), "seq2seq"),
     "marian": ("MarianConfig", dict(TINY_DECODER_CONFIGS["bart"][1]), "seq2seq"),
     "pegasus": ("PegasusConfig", dict(TINY_DECODER_CONFIGS["bart"][1]), "seq2seq"),
+    "plbart": ("PLBartConfig", dict(TINY_DECODER_CONFIGS["bart"][1]), "seq2seq"),
+    "m2m_100": ("M2M100Config", dict(TINY_DECODER_CONFIGS["bart"][1]), "seq2seq"),
 }
 
 

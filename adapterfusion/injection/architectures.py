@@ -8,11 +8,11 @@ cross-attention, between the two). A site is one of three kinds:
                   LayerNorm(dropout(dense(hidden_states)) + input_tensor). Its sub-modules are called by
                   name; this is exactly the site of the Pfeiffer and Houlsby adapters.
   PRE_RESIDUAL    a sub-layer whose output (or output[0]) goes into `LayerNorm(output + input)` computed by its parent
-                  block (DistilBERT, MPNet's attention, BART, Marian). The wrapped module's first input is the
+                  block (DistilBERT, MPNet's attention, BART, Marian, PLBART). The wrapped module's first input is the
                   residual, unless `residual_input` names the module whose input it is (BART's fc2 site takes it from
                   fc1); `layer_norm` names the parent's LayerNorm, relative to the layer.
   PRE_NORM        a sub-layer of a pre-LayerNorm block whose output is added to the residual stream by the parent
-                  (decoders: GPT-2, Llama, Mistral, Qwen, Phi-3; encoder-decoders: T5, mT5, mBART, Pegasus;
+                  (decoders: GPT-2, Llama, Mistral, Qwen, Phi-3; encoder-decoders: T5, mT5, mBART, Pegasus, M2M-100;
                   ModernBERT). There is no LayerNorm after the sub-layer. `residual_input` names the block's norm in
                   front of the sub-layer (OLMo2, with none there: the sub-layer itself): its input is the residual
                   stream r, which a forward pre-hook hands to the site, so that the adapter sees what AdapterHub's
@@ -359,6 +359,10 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     # Pegasus's mBART's pre-norm ones, under the same module names.
     "marian": dataclasses.replace(_BART_LIKE, adapterhub_model=False),
     "pegasus": dataclasses.replace(_MBART_LIKE, adapterhub_model=False),
+    # PLBART: BART's layers, in adapters 1.3.0 under BART's names. M2M-100 (also NLLB-200's dense models): mBART's
+    # pre-norm layers; adapters 1.3.0 has no M2M-100 model, so own format only.
+    "plbart": _BART_LIKE,
+    "m2m_100": dataclasses.replace(_MBART_LIKE, adapterhub_model=False),
     "modernbert": ArchitectureSpec(
         layers="layers", attention=SiteSpec(SiteKind.PRE_NORM, "attn"), output=SiteSpec(SiteKind.PRE_NORM, "mlp")
     ),

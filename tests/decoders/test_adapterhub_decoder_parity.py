@@ -19,7 +19,7 @@ from adapterfusion.interop import export_adapterhub
 from tolerances import assert_close
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "decoders"
-SEQ2SEQ = ("t5", "bart", "mt5", "mbart")
+SEQ2SEQ = ("t5", "bart", "mt5", "mbart", "plbart")
 DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", *SEQ2SEQ)
 SETUPS = ("pf", "pf_tanh", "pf_gelu", "hb", "hb_relu", "fusion_pf_dynamic", "fusion_hb_static")
 # The encoder-decoders also: Pfeiffer adapters after cross-attention as well (cross_adapter=True), and their fusion.
@@ -129,7 +129,7 @@ def test_cross_attention_pieces_exported_to_adapterhub_load_back(model_type: str
         assert_close(again(**inputs).logits, expected["fusion_pf_cross_dynamic.logits"], dtype=torch.float32)
 
 
-@pytest.mark.parametrize("model_type", ["gemma", "phi3", "marian", "pegasus"])
+@pytest.mark.parametrize("model_type", ["gemma", "phi3", "marian", "pegasus", "m2m_100"])
 def test_decoders_adapterhub_lacks_are_refused_by_name(model_type: str, tmp_path: Path) -> None:
     from tiny_decoders import tiny_decoder
 

@@ -1,13 +1,14 @@
-"""Adapters and fusion on the encoder-decoders of EXTRA_SEQ2SEQ_CONFIGS (mT5, mBART, Marian, Pegasus), whose tiny
-models stay out of the tables the other decoder tests run over. mT5, mBART and Pegasus are pre-norm throughout (mBART
-and Pegasus, unlike BART, normalise in front of each sub-layer); Marian has BART's post-norm layers. Each site is
+"""Adapters and fusion on the encoder-decoders of EXTRA_SEQ2SEQ_CONFIGS (mT5, mBART, Marian, Pegasus, PLBART,
+M2M-100), whose tiny models stay out of the tables the other decoder tests run over. mT5, mBART, Pegasus and M2M-100
+are pre-norm throughout (mBART, Pegasus and M2M-100, unlike BART, normalise in front of each sub-layer); Marian and
+PLBART have BART's post-norm layers. Each site is
 checked in float64 against a hand computation from the bare sub-modules: hooks take the residual stream r, the
 sub-layer's output x, and where the block has added the two; the adapted model must carry r + x + A(N(x + r)) for
 Pfeiffer and r + x + A(x) for Houlsby, A = up(act(down(.))), N = the post-norm the block then applies to the sum
 (Marian; none on the pre-norm blocks), as at T5's and BART's sites. test_seq2seq_sites.py runs its tests that name
 no module (wrapping, fusion fast path against the reference, cached generation) on these rows too; parity with
-AdapterHub's own files and outputs on mT5 and mBART is in test_adapterhub_decoder_parity.py; adapters 1.3.0 has no
-Marian or Pegasus model, so those are in our own format only."""
+AdapterHub's own files and outputs on mT5, mBART and PLBART is in test_adapterhub_decoder_parity.py; adapters 1.3.0 has
+no Marian, Pegasus or M2M-100 model, so those are in our own format only."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ SITES: dict[str, dict[tuple[bool, str], Site]] = {
     },
     "mbart": _PRE_NORM_BART,
     "pegasus": _PRE_NORM_BART,
+    "m2m_100": _PRE_NORM_BART,
     "marian": {  # BART's post-norm layers: N(r + sub-layer(r)); the feed-forward's r is fc1's input
         (False, "attention"): ("self_attn", "self_attn", ("in", "self_attn_layer_norm"), "self_attn_layer_norm"),
         (False, "output"): ("fc1", "fc2", ("in", "final_layer_norm"), "final_layer_norm"),
@@ -54,14 +56,17 @@ SITES: dict[str, dict[tuple[bool, str], Site]] = {
         (True, "output"): ("fc1", "fc2", ("in", "final_layer_norm"), "final_layer_norm"),
     },
 }
+SITES["plbart"] = SITES["marian"]
 # What the rows are: the kind of every site, and whether AdapterHub's files translate (adapters 1.3.0 runs the model).
 KINDS = {
     "mt5": SiteKind.PRE_NORM,
     "mbart": SiteKind.PRE_NORM,
     "pegasus": SiteKind.PRE_NORM,
+    "m2m_100": SiteKind.PRE_NORM,
     "marian": SiteKind.PRE_RESIDUAL,
+    "plbart": SiteKind.PRE_RESIDUAL,
 }
-IN_ADAPTERHUB = {"mt5", "mbart"}
+IN_ADAPTERHUB = {"mt5", "mbart", "plbart"}
 # (global layer index, position): the encoder's last layer (1) and the decoder's last (3) of 2 + 2
 SITE_CASES = [(1, "attention"), (1, "output"), (3, "attention"), (3, "cross"), (3, "output")]
 
