@@ -109,9 +109,14 @@ def seq2seq_types() -> tuple[str, ...]:
     return (*td.SEQ2SEQ_TYPES, *td.EXTRA_SEQ2SEQ_CONFIGS)
 
 
+# The rows of tests/tiny_decoders.py's EXTRA_DECODER_CONFIGS that adapters 1.3.0 has models for (the others: none).
+ADAPTERHUB_EXTRA_DECODERS = ("gptj",)
+
+
 def supported_types() -> list[str]:
     td = tiny_decoders()
-    return [t for t in (*td.TINY_DECODER_CONFIGS, *td.EXTRA_SEQ2SEQ_CONFIGS) if t not in UNSUPPORTED]
+    types = (*td.TINY_DECODER_CONFIGS, *td.EXTRA_SEQ2SEQ_CONFIGS, *ADAPTERHUB_EXTRA_DECODERS)
+    return [t for t in types if t not in UNSUPPORTED]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -343,6 +348,8 @@ class Site:
     x:    module whose output is the sub-block output x (first element if it returns a tuple).
     r:    module whose input (first positional argument or `hidden_states=`) is the residual stream r.
     ln:   the normalisation AdapterHub applies to x + r before a seq_bn adapter (`original_ln_before`), or None.
+    r_adds: a parallel-residual block's module whose (adapted) output AdapterHub adds to r for this site (GPT-J's
+          output adapters take attention_adapters' result, r + the attention output, as their residual).
     The model itself then combines the new x' with r exactly as it combined x with r."""
 
     key: str
@@ -350,6 +357,7 @@ class Site:
     x: nn.Module
     r: nn.Module
     ln: nn.Module | None
+    r_adds: nn.Module | None = None
     layer: int = 0  # AdapterHub's global layer index (seq2seq: the encoder's layers first)
 
 
@@ -369,6 +377,15 @@ def site_table(model_type: str, model: Any) -> list[Site]:
             sites += [
                 Site(f"{p}.attention_adapters", "mh_adapter", layer.self_attn, layer.input_layernorm, None),
                 Site(f"{p}.output_adapters", "output_adapter", layer.mlp, layer.post_attention_layernorm, None),
+            ]
+    elif model_type == "gptj":
+        # r + attn(ln_1(r)) + mlp(ln_1(r)); AdapterHub's block: h = attention_adapters(attn, r), then
+        # output_adapters(mlp, h), so the feed-forward site's residual is r + the (adapted) attention output.
+        for i, layer in enumerate(model.transformer.h):
+            p = f"transformer.h.{i}"
+            sites += [
+                Site(f"{p}.attention_adapters", "mh_adapter", layer.attn, layer.ln_1, None),
+                Site(f"{p}.output_adapters", "output_adapter", layer.mlp, layer.ln_1, None, r_adds=layer.attn),
             ]
     elif model_type in ("gemma2", "gemma3_text"):
         # AdapterHub's interface hooks look the norm up through a closure over the loop variable of
@@ -567,20 +584,28 @@ def verify(model_type: str, out: Path, atol: float = 1e-12) -> None:
 
     def run(setup_id: str) -> tuple[Any, dict]:
         residual: dict[str, torch.Tensor] = {}
+        added: dict[str, torch.Tensor] = {}
         probs: dict[str, torch.Tensor] = {}
         handles = []
 
         def keep_r(site: Site, module: nn.Module, args: tuple, kwargs: dict) -> None:
             residual[site.key] = args[0] if args else kwargs["hidden_states"]
 
+        def keep_added(site: Site, module: nn.Module, args: tuple, output: Any) -> None:
+            added[site.key] = output[0] if isinstance(output, tuple) else output
+
         def replace_x(site: Site, module: nn.Module, args: tuple, output: Any) -> Any:
             x = output[0] if isinstance(output, tuple) else output
-            y = new_x(setup_id, site, x, residual.pop(site.key), probs)
+            r = residual.pop(site.key) + (added.pop(site.key) if site.r_adds is not None else 0)
+            y = new_x(setup_id, site, x, r, probs)
             return (y, *output[1:]) if isinstance(output, tuple) else y
 
         for site in sites:
             handles.append(site.r.register_forward_pre_hook(_bind(keep_r, site), with_kwargs=True))
             handles.append(site.x.register_forward_hook(_bind(replace_x, site)))
+        for site in sites:  # after every replace_x: they see the adapted output
+            if site.r_adds is not None:
+                handles.append(site.r_adds.register_forward_hook(_bind(keep_added, site)))
         try:
             inputs: dict[str, torch.Tensor] = {
                 k: rec[k] for k in ("input_ids", "attention_mask", "decoder_input_ids") if k in rec
@@ -594,7 +619,8 @@ def verify(model_type: str, out: Path, atol: float = 1e-12) -> None:
     key_to_layer = {s.key: s.layer for s in sites}  # AdapterHub's global layer index
     for setup_id in manifest["setups"]:
         o, probs = run(setup_id)
-        got = {"logits": o.logits, **hidden_state_tensors(o)}
+        # GPT-J's LM head casts its logits to float32 (in both libraries), so they were recorded at float32's rounding
+        got = {"logits": o.logits.to(torch.float64), **hidden_state_tensors(o)}
         for name, value in got.items():
             if f"{setup_id}.{name}" not in rec:
                 continue

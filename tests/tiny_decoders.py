@@ -162,6 +162,30 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
         "causal",
     ),
     "stablelm": ("StableLmConfig", dict(_LLAMA_STYLE, qk_layernorm=True), "causal"),
+    # Parallel-residual blocks, r + attention(N(r)) + mlp(N(r)): GPT-J (partial rotary), Phi-1/2 (partial rotary, a
+    # LayerNorm with bias), Cohere (a LayerNorm without bias, grouped-query attention, logits scaled).
+    "gptj": (
+        "GPTJConfig",
+        dict(
+            vocab_size=VOCAB,
+            n_embd=HIDDEN,
+            n_layer=LAYERS,
+            n_head=HEADS,
+            n_inner=INTERMEDIATE,
+            rotary_dim=4,
+            n_positions=64,
+            pad_token_id=PAD,
+            bos_token_id=BOS,
+            eos_token_id=EOS,
+        ),
+        "causal",
+    ),
+    "phi": (
+        "PhiConfig",
+        dict({k: v for k, v in _LLAMA_STYLE.items() if k != "num_key_value_heads"}, partial_rotary_factor=0.5),
+        "causal",
+    ),
+    "cohere": ("CohereConfig", dict(_LLAMA_STYLE, logit_scale=0.5), "causal"),
 }
 
 

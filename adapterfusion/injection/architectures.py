@@ -12,13 +12,13 @@ cross-attention, between the two). A site is one of three kinds:
                   residual, unless `residual_input` names the module whose input it is (BART's fc2 site takes it from
                   fc1); `layer_norm` names the parent's LayerNorm, relative to the layer.
   PRE_NORM        a sub-layer of a pre-LayerNorm block whose output is added to the residual stream by the parent
-                  (decoders: GPT-2, Llama, Mistral, Qwen, Phi-3; encoder-decoders: T5, mT5, mBART, Pegasus, M2M-100;
-                  ModernBERT). There is no LayerNorm after the sub-layer. `residual_input` names the block's norm in
-                  front of the sub-layer (OLMo2, with none there: the sub-layer itself): its input is the residual
-                  stream r, which a forward pre-hook hands to the site, so that the adapter sees what AdapterHub's
-                  does (original_ln_before adds r to the adapter input; the block adds r after the site, as
-                  original_ln_after would). Without it (ModernBERT) the adapter sees the sub-layer output only and the
-                  LayerNorm options are ignored.
+                  (decoders: GPT-2, Llama, Mistral, Qwen, Phi-3, GPT-J; encoder-decoders: T5, mT5, mBART,
+                  Pegasus, M2M-100; ModernBERT). There is no LayerNorm after the sub-layer. `residual_input` names the
+                  block's norm in front of the sub-layer (OLMo2, with none there: the sub-layer itself): its input is
+                  the residual stream r, which a forward pre-hook hands to the site, so that the adapter sees what
+                  AdapterHub's does (original_ln_before adds r to the adapter input; the block adds r after the site,
+                  as original_ln_after would). Without it (ModernBERT) the adapter sees the sub-layer output only and
+                  the LayerNorm options are ignored.
 
 To support another encoder, add a row to ARCHITECTURES keyed by its `config.model_type`.
 
@@ -64,6 +64,11 @@ class SiteSpec:
     # The module whose first input is the residual stream r, relative to the layer: PRE_NORM, the norm in front of
     # the sub-layer; PRE_RESIDUAL, when r is not the wrapped module's own input (BART's fc1 before the fc2 site).
     residual_input: str | None = None
+    # PRE_NORM in a parallel-residual block, r + attn(N(r)) + mlp(N'(r)): the sub-layer whose output the block adds
+    # beside this one's, relative to the layer. The site's residual stream is then r plus that (adapted) output, the
+    # stream after attention that the block never forms and AdapterHub's GPT-J block builds (attention adapters on
+    # r, then output adapters on their result).
+    residual_adds: str | None = None
     # Where AdapterHub 1.3.0 keeps its adapter layer for this site, relative to the layer, where that is not `path`
     # (it patches decoder blocks and hangs 'attention_adapters'/'output_adapters' on the layer).
     adapterhub_path: str | None = None
@@ -192,6 +197,32 @@ _LLAMA_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder(
 )
 
 _PARALLEL = "attention and feed-forward side by side on one residual stream"
+
+
+def _parallel_decoder(
+    layers: str, attention: str, norm: str, mlp: str, in_adapterhub: bool = True, **options: object
+) -> ArchitectureSpec:
+    """A decoder of parallel-residual blocks, r + attention(N(r)) + mlp(N(r)), one norm in front of both. As in
+    AdapterHub's GPT-J block, the attention site's residual stream is r and the feed-forward site's r plus the
+    attention site's output (`residual_adds`), so the block's own sum carries both sites' results."""
+    return ArchitectureSpec(
+        layers=layers,
+        attention=SiteSpec(
+            SiteKind.PRE_NORM,
+            attention,
+            residual_input=norm,
+            adapterhub_path="attention_adapters" if in_adapterhub else None,
+        ),
+        output=SiteSpec(
+            SiteKind.PRE_NORM,
+            mlp,
+            residual_input=norm,
+            residual_adds=attention,
+            adapterhub_path="output_adapters" if in_adapterhub else None,
+        ),
+        causal=True,
+        **options,  # type: ignore[arg-type]
+    )
 
 
 def _t5_stack(layers: str, decoder: bool) -> LayerStack:
@@ -348,6 +379,13 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "stablelm": dataclasses.replace(
         _LLAMA_LIKE_NOT_IN_ADAPTERHUB, requires=(("use_parallel_residual", False, _PARALLEL),)
     ),
+    # Parallel-residual blocks with one norm in front of both sub-layers. GPT-J in AdapterHub's files; Phi-1/2 and
+    # Cohere in our own format (adapters 1.3.0 has no Cohere model and reaches Phi only through a hand-written
+    # interface). Phi drops out each sub-layer's output in the block, after the site: exact in eval mode, and in
+    # training the dropout falls on the adapted outputs (as MPNet's).
+    "gptj": _parallel_decoder("h", "attn", "ln_1", "mlp"),
+    "phi": _parallel_decoder("layers", "self_attn", "input_layernorm", "mlp", in_adapterhub=False),
+    "cohere": _parallel_decoder("layers", "self_attn", "input_layernorm", "mlp", in_adapterhub=False),
     # Encoder-decoders: sites in the encoder's layers and the decoder's self-attention, cross-attention and
     # feed-forward (the presets put nothing after cross-attention, as AdapterHub's do: positions=(..., 'cross')).
     "t5": _T5_LIKE,

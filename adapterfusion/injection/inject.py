@@ -46,8 +46,9 @@ def inject_sites(model: AdaptedModel, runtime: ForwardRuntime) -> list[AdapterSi
                 site = AdapterSite(getattr(parent, attribute), spec, index, position, layer_norm, runtime)
                 site.module_path = f"{stack.layers}.{number}.{spec.path}"
                 site.adapterhub_module_path = f"{stack.layers}.{number}.{spec.adapterhub_path or spec.path}"
-                if spec.residual_input:
-                    site.listen_for_residual(get_submodule(layer, spec.residual_input))
+                if spec.residual_input:  # residual_adds names a sub-layer of an earlier position, wrapped by now
+                    added = get_submodule(layer, spec.residual_adds) if spec.residual_adds else None
+                    site.listen_for_residual(get_submodule(layer, spec.residual_input), added)
                 setattr(parent, attribute, site)
                 sites.append(site)
             index += 1

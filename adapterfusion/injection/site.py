@@ -94,6 +94,8 @@ class AdapterSite(nn.Module):
         self._mask_key: tuple[Any, ...] | None = None
         self._residual: torch.Tensor | None = None  # PRE_NORM with residual_input: r of the running forward
         self._residual_hook: RemovableHandle | None = None
+        self._added: torch.Tensor | None = None  # spec.residual_adds: that sub-layer's output in the running forward
+        self._added_hook: RemovableHandle | None = None
         self._known_lane: tuple[str, Lane | None] | None = None  # (lane key, lane) of the running block
         # Where the site is below the HF base model, and where AdapterHub keeps its adapters for it (inject_sites).
         self.module_path = ""
@@ -103,28 +105,38 @@ class AdapterSite(nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         """A copy keeps no lane of the original's inference_cache() block nor a residual of its running forward."""
         state = dict(super().__getstate__())
-        state.update(_known_lane=None, _residual=None)
+        state.update(_known_lane=None, _residual=None, _added=None)
         return state
 
-    def listen_for_residual(self, norm: nn.Module) -> None:
+    def listen_for_residual(self, norm: nn.Module, added: nn.Module | None = None) -> None:
         """PRE_NORM sites: take the residual stream r from the input of `norm`, the block's norm in front of this
-        sub-layer, on each forward that adapts here (injection/architectures.py `residual_input`). The hook is on
-        the norm only while the site is active: a module with hooks runs the slower call path of torch, which a bare
-        forward (and every site that stays inactive) should not pay."""
+        sub-layer, on each forward that adapts here (injection/architectures.py `residual_input`), plus the output of
+        `added` where the block is parallel (`residual_adds`: the attention sub-layer, or its site, which runs
+        first). The hooks are there only while the site is active: a module with hooks runs the slower call path of
+        torch, which a bare forward (and every site that stays inactive) should not pay."""
         self.__dict__["_residual_norm"] = norm  # the block owns it: not a submodule of the site
+        self.__dict__["_residual_added"] = added
         self._listen_while_active()
 
     def _listen_while_active(self) -> None:
-        norm = self.__dict__.get("_residual_norm")
+        norm, added = self.__dict__.get("_residual_norm"), self.__dict__.get("_residual_added")
         listen = norm is not None and self._active and self._needs_residual
         if norm is not None and listen and self._residual_hook is None:
             self._residual_hook = norm.register_forward_pre_hook(self._take_residual, with_kwargs=True)
+            if added is not None:
+                self._added_hook = added.register_forward_hook(self._take_added)
         elif self._residual_hook is not None and not listen:
             self._residual_hook.remove()
             self._residual_hook = None
+            if self._added_hook is not None:
+                self._added_hook.remove()
+                self._added_hook = None
 
     def _take_residual(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.__dict__["_residual"] = args[0] if args else next(iter(kwargs.values()))  # no nn.Module.__setattr__
+
+    def _take_added(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        self.__dict__["_added"] = output[0] if isinstance(output, tuple) else output
 
     def _residual_needed(self, state: ActiveState) -> bool:
         """Whether what `state` runs here reads the residual stream r. At a PRE_NORM site, of one adapter or one
@@ -245,7 +257,7 @@ class AdapterSite(nn.Module):
         return module.train(self.training)
 
     def unwrap(self) -> nn.Module:
-        self.__dict__["_residual_norm"] = None
+        self.__dict__.update(_residual_norm=None, _residual_added=None)
         self._listen_while_active()
         return self.base_layer
 
@@ -271,8 +283,16 @@ class AdapterSite(nn.Module):
         if self._residual_is_input:
             residual_input = args[0] if args else next(iter(kwargs.values()))
         elif self.spec.residual_input is not None and self._needs_residual:
-            residual_input = self._residual
-            self.__dict__["_residual"] = None
+            residual_input, added = self._residual, self._added
+            self.__dict__.update(_residual=None, _added=None)
+            if self.spec.residual_adds is not None and residual_input is not None:
+                if added is None:
+                    raise ConfigError(
+                        f"the adapter site {self.spec.path!r} of layer {self.layer_index} ran before "
+                        f"{self.spec.residual_adds!r}, whose output its residual stream adds; call the whole model (or "
+                        "the whole layer), not the sub-layer alone"
+                    )
+                residual_input = residual_input + added
             if residual_input is None:
                 raise ConfigError(
                     f"the adapter site {self.spec.path!r} of layer {self.layer_index} ran without its block: it "

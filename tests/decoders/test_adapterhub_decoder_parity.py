@@ -20,7 +20,7 @@ from tolerances import assert_close
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "decoders"
 SEQ2SEQ = ("t5", "bart", "mt5", "mbart", "plbart")
-DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", *SEQ2SEQ)
+DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "gptj", *SEQ2SEQ)
 SETUPS = ("pf", "pf_tanh", "pf_gelu", "hb", "hb_relu", "fusion_pf_dynamic", "fusion_hb_static")
 # The encoder-decoders also: Pfeiffer adapters after cross-attention as well (cross_adapter=True), and their fusion.
 CROSS_SETUPS = ("pf_cross", "pf_cross_tanh", "fusion_pf_cross_dynamic")
@@ -30,7 +30,8 @@ POSITIONS = {"mh_adapter": "attention", "cross_adapter": "cross", "output_adapte
 HOULSBY_SETUPS = ("hb", "hb_relu", "fusion_hb_static")
 # transformers 4.57 and 5 compute the bare Gemma3 text model differently by up to 8e-8: compare it at float32's row.
 # T5 and mT5: up to 6.9e-7 and 2.5e-6 between the versions, from their first layer on.
-PRECISION = {"gemma3_text": torch.float32, "t5": torch.float32, "mt5": torch.float32}
+# GPT-J's LM head casts its logits to float32, in both libraries.
+PRECISION = {"gemma3_text": torch.float32, "t5": torch.float32, "mt5": torch.float32, "gptj": torch.float32}
 
 
 def _loaded(model_type: str) -> tuple[af.AdaptedModel, dict, dict[str, torch.Tensor]]:
@@ -87,7 +88,7 @@ def test_adapterhub_decoder_pieces_give_adapterhubs_outputs(model_type: str) -> 
                         assert_close(recorded[site], weights, dtype=dtype, label=key)
 
 
-@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "gptj"])
 def test_decoder_pieces_exported_to_adapterhub_load_back_to_the_same_outputs(model_type: str, tmp_path: Path) -> None:
     model, manifest, expected = _loaded(model_type)
     fusion = "pf-pf_tanh-pf_gelu"
@@ -104,7 +105,8 @@ def test_decoder_pieces_exported_to_adapterhub_load_back_to_the_same_outputs(mod
     again.eval().activate(fusion=fusion)
     inputs = {"input_ids": expected["input_ids"], "attention_mask": expected["attention_mask"]}
     with torch.no_grad():
-        assert_close(again(**inputs).logits, expected["fusion_pf_dynamic.logits"])
+        dtype = PRECISION.get(model_type, torch.float64)
+        assert_close(again(**inputs).logits, expected["fusion_pf_dynamic.logits"], dtype=dtype)
 
 
 @pytest.mark.parametrize("model_type", SEQ2SEQ)

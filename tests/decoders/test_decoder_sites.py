@@ -53,7 +53,15 @@ PRE_NORM_BLOCKS: dict[str, tuple[str, str, str, str, str]] = {
     "glm4": ("layers", "self_attn", "input_layernorm", "mlp", "post_attention_layernorm"),
     # OLMo2 has no norm in front of a sub-layer: r is the sub-layer's own input ("norm" = the sub-layer itself).
     "olmo2": ("layers", "self_attn", "self_attn", "mlp", "mlp"),
+    # Parallel-residual blocks: one norm in front of both sub-layers (PARALLEL below).
+    "gptj": ("h", "attn", "ln_1", "mlp", "ln_1"),
+    "phi": ("layers", "self_attn", "input_layernorm", "mlp", "input_layernorm"),
+    "cohere": ("layers", "self_attn", "input_layernorm", "mlp", "input_layernorm"),
 }
+# r + attention(N(r)) + mlp(N(r)): the feed-forward reads N(r), not the stream after attention, and the block adds
+# both outputs to r. As AdapterHub's GPT-J block does, the feed-forward site's residual stream is r + the attention
+# site's output: r + a + x + A(x + r + a) for Pfeiffer, a the attention output.
+PARALLEL = ("gptj", "phi", "cohere")
 # Blocks that also normalise each sub-layer's output before adding it to r: (after attention, after feed-forward).
 POST_NORMS = {
     "gemma2": ("post_attention_layernorm", "post_feedforward_layernorm"),
@@ -145,10 +153,13 @@ def test_pfeiffer_on_a_decoder_is_r_plus_x_plus_adapter_of_x_plus_r(model_type: 
         _capture(layer.get_submodule(ffn_norm), seen, "r", input_=True),
         _capture(layer.get_submodule(ffn), seen, "x", input_=False),
         _capture(layer, seen, "out", input_=False),
+        _capture(layer.get_submodule(PRE_NORM_BLOCKS[model_type][1]), seen, "attention", input_=False),
     ]
     with torch.no_grad():
         model(**inputs)  # nothing active: the bare model
         r, x = seen["r"], seen["x"]
+        if model_type in PARALLEL:  # the stream after attention, which the block never forms
+            r = r + seen["attention"]
         adapter = model.sites_with_adapter("a")[0].adapters["a"]
         _, post = _post_norms(layer, model_type)
         expected = r + post(x + _bottleneck(adapter, post(x + r), torch.relu))
@@ -181,7 +192,8 @@ def test_houlsby_on_a_decoder_is_r_plus_x_plus_adapter_of_x(model_type: str) -> 
         attention_adapter, ffn_adapter = (site.adapters["h"] for site in model.sites_with_adapter("h"))
         after_attention, after_ffn = _post_norms(layer, model_type)
         middle = r + after_attention(x + _bottleneck(attention_adapter, x, F.silu))
-        ffn_out = layer.get_submodule(ffn)(_ffn_norm(layer, model_type)(middle))  # inactive site: the bare MLP
+        ffn_in = r if model_type in PARALLEL else middle  # a parallel block's feed-forward reads N(r)
+        ffn_out = layer.get_submodule(ffn)(_ffn_norm(layer, model_type)(ffn_in))  # inactive site: the bare MLP
         expected = middle + after_ffn(ffn_out + _bottleneck(ffn_adapter, ffn_out, F.silu))
         model.activate(adapter="h")
         model(**inputs)

@@ -6,6 +6,7 @@ work on each, and a row that holds only for sequential blocks refuses its model 
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,13 @@ from tolerances import assert_close
 DECODERS = tuple(EXTRA_DECODER_CONFIGS)
 
 
-def test_every_extra_tiny_decoder_is_an_own_format_decoder_row_of_the_common_shape() -> None:
-    assert all(af.ARCHITECTURES[t].causal and not af.ARCHITECTURES[t].in_adapterhub for t in DECODERS)
+# adapters 1.3.0 has a GPT-J model: its row translates AdapterHub's files (test_adapterhub_decoder_parity.py).
+IN_ADAPTERHUB = {"gptj"}
+
+
+def test_every_extra_tiny_decoder_is_a_decoder_row_of_the_common_shape() -> None:
+    assert all(af.ARCHITECTURES[t].causal for t in DECODERS)
+    assert {t for t in DECODERS if af.ARCHITECTURES[t].in_adapterhub} == IN_ADAPTERHUB
     for model_type in DECODERS:
         config = tiny_decoder_config(model_type)
         assert (config.model_type, config.hidden_size, config.num_hidden_layers) == (model_type, HIDDEN, LAYERS)
@@ -101,3 +107,31 @@ def test_a_multi_query_falcons_own_cache_passes_and_a_multi_head_one_is_refused(
         other = tiny_decoder("falcon", dtype=torch.float64)(input_ids=ids[:, :-1], use_cache=True).past_key_values
         with pytest.raises(af.ConfigError, match="keys of 4 heads of size 8 at layer 0.*1 key/value heads"):
             model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=other)
+
+
+def test_a_parallel_blocks_feed_forward_site_hooks_the_attention_site_only_while_it_needs_it() -> None:
+    """GPT-J: Pfeiffer's feed-forward site reads r + the attention site's output through a forward hook on that
+    site, held only while the adapter is active; a deep copy hooks its own attention sites."""
+    model = af.wrap(tiny_decoder("gptj", dtype=torch.float64)).eval()
+    inputs = tiny_decoder_inputs("gptj")
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    randomise_pieces(model, seed=5)
+    attention_sites = [s for s in model.sites if s.position == "attention"]
+
+    def hooked(sites: list[AdapterSite]) -> int:
+        return sum(len(site._forward_hooks) for site in sites)
+
+    assert hooked(attention_sites) == 0
+    model.activate(adapter="a")
+    assert hooked(attention_sites) == model.num_layers
+    with torch.no_grad():
+        adapted = model(**inputs).logits
+        twin = copy.deepcopy(model)
+        assert torch.equal(twin(**inputs).logits, adapted)
+        twin.activate()
+        assert hooked([s for s in twin.sites if s.position == "attention"]) == 0
+        assert hooked(attention_sites) == model.num_layers
+        model.activate(adapter="a", skip_layers=[0])
+        assert hooked(attention_sites) == model.num_layers - 1
+        model.activate()
+    assert hooked(attention_sites) == 0
