@@ -106,8 +106,8 @@ def test_requests_running_when_the_drain_ends_get_503_with_retry_after(tokenizer
     body = {"inputs": ["x", "y"], "adapter": "a", "head": "a"}
     with served(stoppable) as base, ThreadPoolExecutor(3) as pool:
         answers = [pool.submit(httpx.post, base + "/v1/predict", json=body, timeout=30) for _ in range(3)]
-        time.sleep(0.5)  # one forward running, two requests queued behind it
-        stoppable.should_exit = True  # what SIGTERM does
+        _wait_for_in_flight(base, 3)  # one forward running, two requests queued behind it (not a fixed sleep: a
+        stoppable.should_exit = True  # loaded machine may take longer to connect); then what SIGTERM does
         responses = [answer.result() for answer in answers]
     for response in responses:
         assert response.status_code == 503, response.text
@@ -115,6 +115,19 @@ def test_requests_running_when_the_drain_ends_get_503_with_retry_after(tokenizer
         assert "drain time" in response.json()["error"]["message"]
     assert "Traceback" not in caplog.text and "CancelledError" not in caplog.text
     assert "Cancel" not in caplog.text  # uvicorn cancelled nothing
+
+
+def _wait_for_in_flight(base: str, requests: int, seconds: float = 20.0) -> None:
+    """Until the server handles `requests` HTTP requests (its /metrics `in_flight` gauge, which counts the
+    /metrics request asking too), at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        text = httpx.get(base + "/metrics", timeout=10).text
+        gauge = next(line for line in text.splitlines() if line.startswith("adapterfusion_serve_in_flight "))
+        if float(gauge.split()[-1]) >= requests + 1:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the server did not get {requests} requests within {seconds} s")
 
 
 def _occupied_port() -> tuple[socket.socket, int]:
