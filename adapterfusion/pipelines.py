@@ -427,7 +427,7 @@ def pipeline(
             f"loaded, so it would be ignored; {_LOADING_ARGUMENTS[loading[0]]}"
         )
     view = for_pipeline(model, adapter, fusion, head, task, skip_layers)
-    check_settings(pipeline_task(task), kwargs)
+    check_settings(pipeline_task(task), kwargs, view._config.num_labels)
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
     # A tokenizer named by a str is the one thing transformers loads here: a wrong path or id is its OSError.
     loading_tokenizer = (
@@ -479,15 +479,30 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
     if task == "zero-shot-classification":  # the call's labels: a keyword, the second argument, or the pipeline's
         built_with = (built._preprocess_params or {}).get("candidate_labels")
         settings["candidate_labels"] = kwargs.get("candidate_labels", args[1] if len(args) > 1 else built_with)
-    check_settings(task, settings)
+    check_settings(task, settings, built.model._config.num_labels)
 
 
-def check_settings(task: str, settings: Mapping[str, Any]) -> None:
+def check_settings(task: str, settings: Mapping[str, Any], outputs: int | None = None) -> None:
     """Refuse a pipeline setting that transformers reads as something else than meant, without a word: a top_k
     that is not a count of answers (text-classification slices its sorted scores with it, so top_k=0 answered
     nothing and top_k=-1 dropped the last label, and it took top_k=1.5 or '2' as not given; fill-mask hands it to
     torch.topk), zero-shot candidate_labels that name no label (a ValueError or TypeError inside transformers), and a
-    token-classification aggregation_strategy transformers has no grouping of (a KeyError there)."""
+    token-classification aggregation_strategy transformers has no grouping of (a KeyError there). Also what fails
+    deep inside transformers or torch: a batch_size or num_workers that is no count (torch's sampler), a
+    function_to_apply it has no function of (a KeyError), a hypothesis_template without a {} for the label (an
+    IndexError, KeyError or ValueError), a zero-shot multi_label that is not a bool (multi_label='false' was true),
+    and, for a head of `outputs` 1 (a regression head), a softmax, which scored every text 1.0."""
+    _check_counts(settings)
+    if task == "text-classification":
+        _check_function_to_apply(settings.get("function_to_apply"), outputs)
+    if task == "zero-shot-classification" and "hypothesis_template" in settings:
+        _check_hypothesis_template(settings["hypothesis_template"])
+    multi_label = settings.get("multi_label")
+    if task == "zero-shot-classification" and multi_label is not None and not isinstance(multi_label, bool):
+        raise ConfigError(  # transformers reads it as true or false: 'false' scored the labels independently
+            f"multi_label={short_repr(multi_label)} ({type(multi_label).__name__}): give True (score each candidate "
+            "label on its own) or False (the labels' scores sum to 1)"
+        )
     top_k = settings.get("top_k")
     if task in ("text-classification", "fill-mask") and top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -519,6 +534,57 @@ def check_settings(task: str, settings: Mapping[str, Any]) -> None:
                 "the candidate labels, so give a non-empty list of label names (str), e.g. candidate_labels=['sports', "
                 "'politics']"
             )
+
+
+# The pipeline settings that count things, and the least each may be: torch's DataLoader refuses the rest deep inside
+# (batch_size='2' as "got batch_size=2").
+_COUNTS = {"batch_size": 1, "num_workers": 0}
+
+
+def _check_counts(settings: Mapping[str, Any]) -> None:
+    for name, least in _COUNTS.items():
+        value = settings.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ConfigError(
+                f"{name}={short_repr(value)} ({type(value).__name__}): give a whole number >= {least}, e.g. "
+                f"{name}={max(least, 2)}, or leave it out"
+            )
+
+
+def _check_function_to_apply(value: Any, outputs: int | None) -> None:
+    """A text-classification function_to_apply: one of transformers' ClassificationFunction names (any case), and
+    not softmax over the one output of a regression head (1.0 for every text)."""
+    if value is None:
+        return
+    from transformers.pipelines.text_classification import ClassificationFunction
+
+    names = [choice.value for choice in ClassificationFunction]
+    name = (
+        value.value if isinstance(value, ClassificationFunction) else value.lower() if isinstance(value, str) else None
+    )
+    if name not in names:
+        raise ConfigError(
+            f"function_to_apply={short_repr(value)}: a text-classification pipeline turns logits into scores with one "
+            f"of {names} (leave it out for the head's own: softmax over labels, none for a regression value)"
+        )
+    if name == "softmax" and outputs == 1:
+        raise ConfigError(
+            "function_to_apply='softmax' over a head of one output (a regression value) scores every text 1.0; "
+            "leave it out (or 'none') for the value itself, or 'sigmoid' to squash it into (0, 1)"
+        )
+
+
+def _check_hypothesis_template(template: Any) -> None:
+    """A zero-shot hypothesis_template must hold one {} that each candidate label fills."""
+    try:
+        fills = isinstance(template, str) and template.format("label") != template
+    except (IndexError, KeyError, ValueError):
+        fills = False
+    if not fills:
+        raise ConfigError(
+            f"hypothesis_template={short_repr(template)}: a zero-shot-classification pipeline writes one hypothesis "
+            "per candidate label into it, so give a text with one {} for the label, e.g. 'This example is {}.'"
+        )
 
 
 def check_pipeline_input(task: str, value: object) -> None:

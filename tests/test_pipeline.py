@@ -493,3 +493,48 @@ def test_a_tokenizer_that_is_not_one_is_refused(model, tokenizer, tmp_path):
         af.pipeline("text-classification", model, 3, adapter="a", head="nli")
     with pytest.raises(af.HubError, match="af.pipeline: loading the tokenizer .*missing.* failed"):
         af.pipeline("text-classification", model, str(tmp_path / "missing"), adapter="a", head="nli")
+
+
+@pytest.mark.parametrize(
+    ("task", "setting", "words"),
+    [
+        ("text-classification", dict(function_to_apply="bogus"), "function_to_apply='bogus'.*one of \\['sigmoid'"),
+        ("text-classification", dict(function_to_apply=3), "function_to_apply=3.*one of"),
+        ("text-classification", dict(batch_size=0), "batch_size=0 \\(int\\): give a whole number >= 1"),
+        ("text-classification", dict(batch_size="2"), "batch_size='2' \\(str\\)"),
+        ("feature-extraction", dict(num_workers=-1), "num_workers=-1 \\(int\\): give a whole number >= 0"),
+        (
+            "zero-shot-classification",
+            dict(hypothesis_template="no label here"),
+            "hypothesis_template='no label here'.*one \\{\\} for the label",
+        ),
+        ("zero-shot-classification", dict(hypothesis_template="{label}"), "hypothesis_template='\\{label\\}'"),
+        ("zero-shot-classification", dict(multi_label="false"), "multi_label='false' \\(str\\): give True"),
+    ],
+)
+def test_settings_that_fail_inside_transformers_or_torch_are_refused(model, tokenizer, task, setting, words):
+    """function_to_apply='bogus' was a KeyError 'BOGUS' from transformers' enum, batch_size=0 or '2' a ValueError
+    from torch's sampler ('got batch_size=2'), a hypothesis_template without {} a ValueError (or, '{label}', a
+    KeyError) at the first call, and multi_label='false' scored the labels as if true; at the build and at a call
+    alike."""
+    head = {"feature-extraction": None}.get(task, "nli")
+    with pytest.raises(af.ConfigError, match=words):
+        af.pipeline(task, model, tokenizer, adapter="a", head=head, **setting)
+    pipe = af.pipeline(task, model, tokenizer, adapter="a", head=head, **_LABELS.get(task, {}))
+    with pytest.raises(af.ConfigError, match=words):
+        pipe(list(TEXTS[:2]), **setting)
+    assert len(pipe(list(TEXTS[:2]))) == 2
+
+
+def test_a_softmax_over_a_regression_value_is_refused(model, tokenizer):
+    """Softmax over a regression head's one output scored every text 1.0, without a word; sigmoid squashes it."""
+    regress = af.pipeline("text-classification", model, tokenizer, adapter="a", head="score")
+    with pytest.raises(af.ConfigError, match="function_to_apply='softmax' over a head of one output.*1.0"):
+        regress(TEXTS[0], function_to_apply="softmax")
+    with pytest.raises(af.ConfigError, match="function_to_apply='softmax' over a head of one output"):
+        af.pipeline("text-classification", model, tokenizer, head="score", function_to_apply="SOFTMAX")
+    value = regress(TEXTS[0])[0]["score"]
+    squashed = regress(TEXTS[0], function_to_apply="sigmoid")[0]["score"]
+    assert squashed == pytest.approx(float(torch.sigmoid(torch.tensor(value))), rel=1e-5)
+    classify = af.pipeline("text-classification", model, tokenizer, head="nli", function_to_apply="softmax")
+    assert 0 < classify(TEXTS[0])[0]["score"] < 1

@@ -31,7 +31,7 @@ from adapterfusion.errors import (
 from adapterfusion.serialization.model_pieces import AdaptersNotLoadedError
 from adapterfusion.serialization.setup import SeveralPiecesError
 from adapterfusion.serving.batcher import Batcher, drain_ran_out
-from adapterfusion.serving.config import ServeConfig
+from adapterfusion.serving.config import ServeConfig, host_name
 from adapterfusion.serving.contract import (
     Catalog,
     PieceRequest,
@@ -46,7 +46,7 @@ from adapterfusion.serving.contract import (
 )
 from adapterfusion.serving.generator import Generator, new_tokens_limit
 from adapterfusion.serving.metrics import CONTENT_TYPE, Metrics
-from adapterfusion.serving.predictor import Predictor, check_max_length, model_limit
+from adapterfusion.serving.predictor import Predictor, check_max_length, check_vocabulary, model_limit
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -77,8 +77,8 @@ def create_app(
     `executor` (`model_executor()`, best the one the model was loaded on; default: a new one), which the app shuts
     down when it stops. FastAPI is imported here, not at the top, so that the package imports without the `serve`
     extra; the endpoints' annotations are evaluated here too, where FastAPI reads them. ConfigError for a
-    config.max_length over what the model takes, and (a model that generates) a config.max_new_tokens that leaves
-    no room for a prompt in it."""
+    config.max_length over what the model takes, a tokenizer whose vocabulary the model's embeddings do not hold,
+    and (a model that generates) a config.max_new_tokens that leaves no room for a prompt in it."""
     try:
         from fastapi import FastAPI, Request
         from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -88,6 +88,7 @@ def create_app(
     config = config or ServeConfig()
     model_config = getattr(model.model, "config", None)
     check_max_length(config.max_length, model_config, tokenizer)
+    check_vocabulary(model, tokenizer)
     if model.can_generate():
         new_tokens = new_tokens_limit(config.max_new_tokens, config.max_length, model_config, tokenizer)
         config = replace(config, max_new_tokens=new_tokens)
@@ -379,14 +380,6 @@ def _foreign_host(request: "Request", allowed: tuple[str, ...] | None) -> Reques
         f"this server answers to the host names {list(allowed)}, and the request's Host header is {given[:80]!r}; "
         "connect by one of those (or start the server with --allowed-host NAME)",
     )
-
-
-def host_name(header: str) -> str:
-    """The host name of a Host header, without its port, lower-cased ('[::1]:8000' -> '::1')."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        return header[1:].partition("]")[0]
-    return header.rpartition(":")[0] if header.count(":") == 1 else header
 
 
 async def _unless_drained(drained: asyncio.Event, work: "asyncio.Future[_T]") -> _T:

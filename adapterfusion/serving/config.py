@@ -57,7 +57,7 @@ class ServeConfig:
                     f"allowed_hosts={hosts!r} must be a non-empty tuple of host names such as ('localhost',), or None "
                     "for any"
                 )
-            object.__setattr__(self, "allowed_hosts", tuple(h.strip().lower().strip("[]") for h in hosts))
+            object.__setattr__(self, "allowed_hosts", tuple(_bare_host(h) for h in hosts))
         for name in ("max_batch_size", "max_queue", "max_inputs", "max_body_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -70,12 +70,17 @@ class ServeConfig:
             isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 2
         ):
             raise ConfigError(f"max_length={self.max_length!r} must be a whole number of tokens >= 2, or None")
-        if not isinstance(self.max_wait_ms, (int, float)) or not 0 <= self.max_wait_ms <= 10_000:
+        wait = self.max_wait_ms
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 10_000:
             raise ConfigError(f"max_wait_ms={self.max_wait_ms!r} must be between 0 and 10000 milliseconds")
         if self.max_inputs > self.max_batch_size:
             raise ConfigError(
                 f"max_inputs={self.max_inputs} exceeds max_batch_size={self.max_batch_size}: a request must fit one "
                 "forward; lower max_inputs or raise max_batch_size"
+            )
+        if self.api_key is not None and not isinstance(self.api_key, str):
+            raise ConfigError(
+                f"the API key must be a string (str) of at least 8 characters, not {type(self.api_key).__name__}"
             )
         if self.api_key is not None and len(self.api_key) < 8:
             raise ConfigError("the API key must have at least 8 characters (or give none)")
@@ -83,6 +88,12 @@ class ServeConfig:
             raise ConfigError(
                 "the API key must be printable ASCII (letters, digits, punctuation): HTTP headers carry no other "
                 "characters, so no client could send it"
+            )
+        if self.api_key is not None and self.api_key != self.api_key.strip():
+            raise ConfigError(
+                "the API key begins or ends with a space, which HTTP strips from a header's value, so no client could "
+                "send it and every POST /v1/pieces would be refused 401; remove the spaces (check --api-key or "
+                f"${API_KEY_ENV})"
             )
 
     @property
@@ -110,3 +121,27 @@ class ServeConfig:
             )
         key = given if given is not None else os.environ.get(API_KEY_ENV)
         return key or None
+
+
+def host_name(header: str) -> str:
+    """The host name of a Host header, without its port, lower-cased ('[::1]:8000' -> '::1')."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def _bare_host(given: str) -> str:
+    """An allowed_hosts entry as a Host header's name is compared with it; ConfigError for one with a scheme, a port
+    or a path, which no request's host name (its port dropped) could ever equal, so the server refused every
+    request ('localhost:8000' refused a Host header of 'localhost:8000')."""
+    name = given.strip().lower()
+    bare = name.strip("[]")
+    if "/" in name or any(c.isspace() for c in name) or host_name(name) != bare:
+        shown = host_name(name.partition("://")[2].partition("/")[0] if "://" in name else name.partition("/")[0])
+        shown = shown if shown and not any(c.isspace() for c in shown) else "localhost"
+        raise ConfigError(
+            f"allowed_hosts entry {given!r} is not a host name: give the name alone, without scheme, port or path, "
+            f"e.g. {shown!r} (the port of a request's Host header is not compared)"
+        )
+    return bare

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -164,9 +164,20 @@ def model_limit(model: AdaptedModel, tokenizer: Any) -> int:
 
 def check_max_length(max_length: int | None, model_config: Any, tokenizer: Any) -> None:
     """ConfigError for a max_length over model_limit: longer inputs would fail in the model's embeddings (or run past
-    what it was trained on) at the first long request, long after the server started."""
+    what it was trained on) at the first long request, long after the server started; and for one under
+    least_max_length, where a text pair loses a text (or every text makes no tokens) at every request."""
+    if max_length is None:
+        return
+    least = least_max_length(tokenizer)
+    if max_length < least:
+        raise ConfigError(
+            f"max_length={max_length} tokens leaves no room for text: this tokenizer adds {least - 2} tokens of its "
+            f"own to a text pair, so a pair needs {least} to keep a token of each text (with fewer, the tokenizer "
+            f"drops the first text, or cuts nothing at all); serve with --max-length {least} or more "
+            "(ServeConfig.max_length), or leave it out to use the model's limit"
+        )
     limits = length_limits(model_config, tokenizer)
-    if max_length is None or not limits:
+    if not limits:
         return
     reason, limit = min(limits, key=lambda named: named[1])
     if max_length > limit:
@@ -174,6 +185,34 @@ def check_max_length(max_length: int | None, model_config: Any, tokenizer: Any) 
             f"max_length={max_length} is more tokens than this model takes: {limit} ({reason}); serve with "
             f"--max-length {limit} or less (ServeConfig.max_length), or leave it out to use the model's limit"
         )
+
+
+def check_vocabulary(model: AdaptedModel, tokenizer: Any) -> None:
+    """ConfigError for a tokenizer whose vocabulary (its own, without added tokens) is larger than the model's
+    embedding table: every request holding a word past the table was refused 422 ("was the tokenizer made for this
+    model?"), a fault its client could not fix, while requests of other words were answered."""
+    try:
+        rows = int(cast(Any, model.model).get_input_embeddings().weight.shape[0])
+    except Exception:  # noqa: BLE001 - a model without one embedding table: its forward checks the ids
+        return
+    words = getattr(tokenizer, "vocab_size", None)
+    if isinstance(words, bool) or not isinstance(words, int) or words <= rows:
+        return
+    raise ConfigError(
+        f"the tokenizer has {words} tokens and the model's embedding table {rows}, so a text with a token past id "
+        f"{rows - 1} could not be read: this tokenizer was not made for this model; serve the model with the "
+        "tokenizer saved with it (its base's)"
+    )
+
+
+def least_max_length(tokenizer: Any) -> int:
+    """The fewest tokens an input may be cut to: the tokenizer's own tokens of a text pair ([CLS] a [SEP] b [SEP]:
+    3) and one token of each text; 2 where the tokenizer does not say."""
+    try:
+        own = tokenizer.num_special_tokens_to_add(pair=True)
+    except Exception:  # noqa: BLE001 - a tokenizer without the method, or one that cannot build pairs
+        own = 0
+    return 2 + (own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else 0)
 
 
 def length_limits(model_config: Any, tokenizer: Any) -> list[tuple[str, int]]:

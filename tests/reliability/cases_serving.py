@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import transformers
 
 import adapterfusion as af
+from adapterfusion.serving.app import create_app
 from adapterfusion.serving.config import ServeConfig
 from adapterfusion.serving.contract import (
     Catalog,
@@ -18,7 +20,7 @@ from adapterfusion.serving.contract import (
     parse_predict,
     read_body,
 )
-from adapterfusion.serving.predictor import Predictor
+from adapterfusion.serving.predictor import Predictor, check_max_length
 from catalogue import Action, BadInput, adapters_a_and_b
 from tiny_models import tiny_encoder
 
@@ -41,12 +43,37 @@ def _predict_on_gpt2_tokenizer(texts: list[str]) -> Callable[[Path], Action]:
     Llama's: "" makes no tokens)."""
 
     def prepare(folder: Path) -> Action:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+        tokenizer = _tokenizer()
         model = af.wrap(tiny_encoder(vocab_size=len(tokenizer)))
         model.add_head("cls", af.ClassificationHead(num_labels=2))
         request = parse_predict({"inputs": texts, "head": "cls"}, Catalog.of(model), ServeConfig())
         encode = Predictor(model, _NoSpecialTokens(tokenizer), 64).encode
         return lambda: encode(request)
+
+    return prepare
+
+
+def _tokenizer() -> Any:
+    """The shipped MiniLM's tokenizer."""
+    return transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+
+
+def _max_length(max_length: int) -> Callable[[Path], Action]:
+    """The server's check of a max_length (--max-length, ServeConfig.max_length) against the shipped tokenizer."""
+
+    def prepare(folder: Path) -> Action:
+        tokenizer = _tokenizer()
+        return lambda: check_max_length(max_length, None, tokenizer)
+
+    return prepare
+
+
+def _served_with_its_tokenizer(**encoder: Any) -> Callable[[Path], Action]:
+    """create_app for a tiny encoder made with `encoder`'s settings, served with the shipped tokenizer."""
+
+    def prepare(folder: Path) -> Action:
+        tokenizer, model = _tokenizer(), af.wrap(tiny_encoder(**encoder))
+        return lambda: create_app(model, tokenizer)
 
     return prepare
 
@@ -196,5 +223,32 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("no heads loaded", "POST /v1/pieces", "/v1/generate"),
         _predict_without_heads,
+    ),
+    B(
+        "serve-max-length-no-room-for-a-pair",
+        GROUP,
+        "serve --max-length 4 on a tokenizer that adds 3 tokens to a pair (a pair's first text was cut away: the "
+        "second was predicted alone)",
+        af.ConfigError,
+        ("max_length=4", "adds 3 tokens of its own to a text pair", "--max-length 5 or more"),
+        _max_length(4),
+    ),
+    B(
+        "serve-allowed-host-with-port",
+        GROUP,
+        "serve --allowed-host localhost:8000 (every request was refused 400, even one whose Host header was exactly "
+        "'localhost:8000': the header's port is not compared)",
+        af.ConfigError,
+        ("allowed_hosts entry 'localhost:8000' is not a host name", "without scheme, port or path", "'localhost'"),
+        lambda folder: lambda: ServeConfig(allowed_hosts=("localhost:8000",)),
+    ),
+    B(
+        "serve-tokenizer-not-the-models",
+        GROUP,
+        "create_app(<an encoder of 1000 embeddings>, <MiniLM's tokenizer of 30522>) (some texts were answered, others "
+        "refused 422 'was the tokenizer made for this model?', a fault no client could fix)",
+        af.ConfigError,
+        ("the tokenizer has 30522 tokens", "embedding table 1000", "tokenizer saved with it"),
+        _served_with_its_tokenizer(vocab_size=1000),
     ),
 )

@@ -5,6 +5,7 @@ adapters a fusion needs, an Authorization scheme in lower case, and texts that m
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -46,6 +47,45 @@ def test_a_foreign_host_header_is_refused_before_any_endpoint_runs(model, tokeni
     ]
     with pytest.raises(af.ConfigError, match="allowed_hosts"):
         ServeConfig(allowed_hosts="localhost")
+
+
+@pytest.mark.parametrize(
+    "entry, fix",
+    [
+        ("localhost:8000", "'localhost'"),
+        ("http://my.box:8000/", "'my.box'"),
+        ("[::1]:8000", "'::1'"),
+        ("a b", "'localhost'"),
+    ],
+)
+def test_an_allowed_host_with_a_port_scheme_or_path_is_refused(entry, fix):
+    """A request's host name is compared without its port, so --allowed-host localhost:8000 refused every request,
+    even one whose Host header was exactly 'localhost:8000', with a 400 that quoted the two as if they differed."""
+    with pytest.raises(af.ConfigError, match=re.escape(f"allowed_hosts entry {entry!r} is not a host name")) as refused:
+        ServeConfig(allowed_hosts=("localhost", entry))
+    assert f"e.g. {fix}" in str(refused.value)
+    assert ServeConfig(allowed_hosts=("[::1]", "Example.COM ", "fe80::1")).allowed_hosts == (
+        "::1",
+        "example.com",
+        "fe80::1",
+    )
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (dict(api_key=12345678), "the API key must be a string"),  # a TypeError: len() of an int
+        (dict(api_key=b"secret-key"), "the API key must be a string"),  # an AttributeError: isprintable
+        (dict(max_wait_ms=True), "max_wait_ms=True must be between"),  # taken as 1 ms
+        # HTTP strips the spaces around a header's value: every POST /v1/pieces was refused 401
+        (dict(api_key=" secret-key"), "the API key begins or ends with a space"),
+        (dict(api_key="secret-key "), "no client could send it"),
+    ],
+)
+def test_server_options_that_could_never_work_are_refused_naming_them(options, words):
+    with pytest.raises(af.ConfigError, match=words) as refused:
+        ServeConfig(**options)
+    assert "secret-key" not in str(refused.value)  # a message never shows the key
 
 
 def test_serve_on_a_loopback_address_answers_only_to_this_machines_names(monkeypatch):

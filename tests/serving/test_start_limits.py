@@ -23,6 +23,7 @@ from adapterfusion.serving.app import create_app  # noqa: E402
 from adapterfusion.serving.config import DEFAULT_MAX_NEW_TOKENS  # noqa: E402
 from adapterfusion.serving.generator import new_tokens_limit  # noqa: E402
 from tiny_decoders import tiny_decoder  # noqa: E402
+from tiny_models import tiny_encoder  # noqa: E402
 
 
 def _llama(tokenizer: Any, positions: int = 64) -> af.AdaptedModel:
@@ -82,7 +83,7 @@ def test_models_with_no_position_limit_still_start(tokenizer):
     unlimited.model_max_length = int(1e30)  # what transformers sets when a tokenizer names no limit
     create_app(huge, unlimited)
     create_app(huge, unlimited, ServeConfig(max_new_tokens=4_000))
-    stated_nothing = af.wrap(tiny_decoder("t5"))
+    stated_nothing = af.wrap(tiny_decoder("t5", vocab_size=len(unlimited)))
     create_app(stated_nothing, unlimited)
     with pytest.raises(af.ConfigError, match="states a limit, so the server keeps 512.*give --max-length"):
         create_app(stated_nothing, unlimited, ServeConfig(max_new_tokens=600))
@@ -125,3 +126,24 @@ def test_a_device_type_this_torch_cannot_use_is_refused_before_the_setup_loads(d
     monkeypatch.setattr(server, "load_setup", lambda *args: pytest.fail("the setup was loaded"))
     with pytest.raises(af.ConfigError, match=f"device '{device}': this machine's torch cannot place tensors"):
         server.serve(tmp_path / "setup", device=device)
+
+
+@pytest.mark.parametrize("max_length", [2, 3, 4])
+def test_a_max_length_that_leaves_no_room_for_a_text_pair_is_refused_when_the_app_is_made(tokenizer, max_length):
+    """MiniLM's tokenizer adds 3 tokens of its own to a pair ([CLS] a [SEP] b [SEP]). At --max-length 4 it cut the
+    first text away (a prediction of the second alone), at 3 every pair was refused as 'no tokens of text', and at 2
+    it cut nothing (inputs over max_length), each without a word at start."""
+    words = f"max_length={max_length} tokens leaves no room for text: this tokenizer adds 3 tokens of its own"
+    with pytest.raises(af.ConfigError, match=words) as refused:
+        create_app(tiny_served_model(tokenizer), tokenizer, ServeConfig(max_length=max_length))
+    assert "--max-length 5 or more" in str(refused.value)
+    create_app(tiny_served_model(tokenizer), tokenizer, ServeConfig(max_length=5))
+
+
+def test_a_tokenizer_whose_words_the_model_cannot_embed_is_refused_when_the_app_is_made(tokenizer):
+    """A model of 1000 embeddings served with MiniLM's 30522-word tokenizer answered some texts and refused others
+    422, 'was the tokenizer made for this model?', to clients who could do nothing about it."""
+    small = af.wrap(tiny_encoder(vocab_size=1000, max_position_embeddings=128))
+    with pytest.raises(af.ConfigError, match="the tokenizer has 30522 tokens and the model's embedding table 1000"):
+        create_app(small, tokenizer)
+    create_app(af.wrap(tiny_encoder(vocab_size=len(tokenizer) + 6, max_position_embeddings=128)), tokenizer)
