@@ -314,6 +314,21 @@ def _check_one_placement(model: AdaptedModel, names: Sequence[str]) -> None:
                     f"{names[0]!r} has {option}={getattr(first, option)!r}; an Average runs its adapters on one "
                     f"placed input, so average adapters that agree on {', '.join(AVERAGE_SHARED_OPTIONS)}"
                 )
+    copies = {name: _holds_layer_norm_copy(model, name) for name in names}
+    if len(set(copies.values())) > 1:
+        own, shared = ([name for name, held in copies.items() if held is kept] for kept in (True, False))
+        raise ConfigError(
+            f"Average{tuple(names)}: adapters {own} hold their own LayerNorm copies (train_layer_norm=True) and "
+            f"{shared} use the encoder's; an Average places its input with the first adapter's LayerNorm and ends "
+            "with the last one's, so the others' would be silently replaced: average adapters that agree on "
+            "train_layer_norm"
+        )
+
+
+def _holds_layer_norm_copy(model: AdaptedModel, name: str) -> bool:
+    """Whether adapter `name` places and ends with its own LayerNorm copy somewhere (train_layer_norm=True at a site
+    with a LayerNorm to copy; a pre-norm decoder's sites have none)."""
+    return any(site.adapter(name).layer_norm is not None for site in model.sites_with_adapter(name))
 
 
 def _rebuilt(block: BlockT, children: tuple[Any, ...], **fields: Any) -> BlockT:

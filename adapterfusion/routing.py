@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers.cache_utils import Cache
 
 from adapterfusion.blocks import BatchSplit, Block, Fuse, Parallel, fusions_in, resolve
 from adapterfusion.errors import ConfigError, NameNotFoundError
 from adapterfusion.forward_inputs import ForwardCall, check_call, check_head_labels
+from adapterfusion.forward_inputs.tokens import check_devices
 from adapterfusion.injection.routing import ADAPTER, BLOCK, FUSION, Choice, on_device
 from adapterfusion.injection.site import per_route
 
@@ -147,6 +149,7 @@ def _check_labels_per_head(model: AdaptedModel, labels: Any, routed: RoutedCall,
     assert first is not None
     if not isinstance(labels, torch.Tensor) or labels.dim() == 0 or labels.shape[0] != routed.examples:
         check_head_labels(labels, model.get_head(first).config, first, shape)  # refuses it, saying what to pass
+    check_devices(model.model, {"labels": labels}, routed.device)  # each head's rows are taken on the inputs' device
     for head, rows in routed.heads:
         assert head is not None and rows is not None
         rows_shape = torch.Size((rows.numel(), *shape[1:]))
@@ -215,20 +218,18 @@ def parallel_inputs(
             "a Parallel block is active, which runs every example once per child; pass adapter_names=... without it "
             "(model.activate(...) something else first) or drop adapter_names"
         )
-    given = inputs.get("input_ids")
-    given = given if given is not None else inputs.get("inputs_embeds")
-    if not isinstance(given, torch.Tensor) or given.dim() == 0:
-        raise ConfigError("a Parallel block needs input_ids or inputs_embeds with a batch dimension")
-    batch, copies = given.shape[0], len(block.children)
+    copies = len(block.children)
+    batch = _parallel_batch(inputs, copies)
     repeated = {
         key: per_route(value, copies)
         if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch
         else value
         for key, value in inputs.items()
     }
-    if isinstance(labels, torch.Tensor) and labels.dim() and labels.shape[0] != batch:
+    if isinstance(labels, torch.Tensor) and (labels.dim() == 0 or labels.shape[0] != batch):
+        given = f"{labels.shape[0]} labels" if labels.dim() else "a single value as labels"
         raise ConfigError(
-            f"{labels.shape[0]} labels for a batch of {batch} examples under a Parallel block of {copies} children; "
+            f"{given} for a batch of {batch} examples under a Parallel block of {copies} children; "
             f"pass one label per input example ({batch}): each child's copy of the batch gets the same labels"
         )
     labels = per_route(labels, copies) if isinstance(labels, torch.Tensor) and labels.dim() else labels
@@ -242,6 +243,49 @@ def parallel_inputs(
             )
         head_names = heads * copies if len(heads) == batch else heads
     return repeated, labels, [child for child in block.children for _ in range(batch)], head_names
+
+
+# The inputs a Parallel block repeats that hold one row per example: checked as given, since once repeated a
+# mismatch would be reported against a batch the caller never passed.
+_PARALLEL_ROWS = (
+    "input_ids", "inputs_embeds", "attention_mask", "token_type_ids",
+    "decoder_input_ids", "decoder_inputs_embeds", "decoder_attention_mask",
+)  # fmt: skip
+
+
+def _parallel_batch(inputs: Mapping[str, Any], copies: int) -> int:
+    """The examples of a call under a Parallel block of `copies` children, its per-example inputs checked as given
+    (ConfigError naming the input and its shape as passed). A cache holding tokens is refused: the block would repeat
+    the next tokens once per child, so they cannot continue the cache's rows, one per example and child."""
+    key = "input_ids" if inputs.get("input_ids") is not None else "inputs_embeds"
+    given = inputs.get(key)
+    if not isinstance(given, torch.Tensor):
+        raise ConfigError("a Parallel block needs input_ids or inputs_embeds with a batch dimension")
+    dims = 2 if key == "input_ids" else 3
+    if given.dim() < dims:
+        raise ConfigError(
+            f"{key} of shape {tuple(given.shape)} must be [batch, seq{', hidden' if dims == 3 else ''}] under a "
+            f"Parallel block, which repeats the batch once per child; for one sequence add the batch dimension: "
+            f"{key}.unsqueeze(0)"
+        )
+    batch = int(given.shape[0])
+    for name in _PARALLEL_ROWS:
+        value = inputs.get(name)
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] != batch:
+            raise ConfigError(
+                f"{name} of shape {tuple(value.shape)} has {value.shape[0]} rows but {key} has {batch} examples; "
+                f"under a Parallel block of {copies} children pass one row per example ({batch}), as without it: "
+                "each child's copy of the batch gets the same rows"
+            )
+    past = inputs.get("past_key_values")
+    if isinstance(past, Cache) and past.get_seq_length() > 0:
+        raise ConfigError(
+            f"past_key_values hold {past.get_seq_length()} tokens, but a Parallel block repeats the batch once per "
+            "child, so a cached step under it cannot line up its rows with the cache's; decode each child with it "
+            "activated alone, or repeat the prompts once per child yourself and pass adapter_names=[child, ...] "
+            "(one entry per row) with model.activate(None)"
+        )
+    return batch
 
 
 def _active_choice(model: AdaptedModel) -> Choice:

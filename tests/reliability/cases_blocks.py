@@ -12,6 +12,7 @@ import transformers
 
 import adapterfusion as af
 from catalogue import Action, BadInput
+from tiny_decoders import tiny_decoder, tiny_decoder_inputs
 from tiny_models import tiny_encoder, tiny_inputs
 
 B = BadInput
@@ -64,12 +65,14 @@ def _averaged(adapters: Any, **options: Any) -> Callable[[Path], Action]:
 
 
 def _mixed_placements(make: Callable[[af.AdaptedModel], Any]) -> Callable[[Path], Action]:
-    """make(model) on _model() plus adapter p (Pfeiffer, residual_before_ln=False) and h (Houlsby)."""
+    """make(model) on _model() plus adapters p (Pfeiffer, residual_before_ln=False), h (Houlsby) and n (Pfeiffer with
+    its own LayerNorm copies, train_layer_norm=True)."""
 
     def prepare(folder: Path) -> Action:
         model = _model()
         model.add_adapter("p", af.AdapterConfig.pfeiffer(reduction_factor=8, residual_before_ln=False))
         model.add_adapter("h", af.AdapterConfig.houlsby(reduction_factor=8))
+        model.add_adapter("n", af.AdapterConfig.pfeiffer(reduction_factor=8, train_layer_norm=True))
         return lambda: make(model)
 
     return prepare
@@ -115,6 +118,38 @@ def _piped(task: str, *args: Any, tokenizer: Any = None, **call: Any) -> Callabl
         return lambda: af.pipeline(task, model, given, adapter="a", head="nli")(*args, **call)
 
     return prepare
+
+
+def _parallel_call(edit: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[Path], Action]:
+    """model(**edit(batch of 3)) on _model() with af.Parallel('a', 'f') active."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model()
+        model.activate(af.Parallel("a", "f"))
+        return lambda: model(**edit(tiny_inputs(batch=3)))
+
+    return prepare
+
+
+def _parallel_cached_step(folder: Path) -> Action:
+    """A tiny Llama under af.Parallel('a', 'b'): a cached step of 2 examples on the cache the block made."""
+    model = af.wrap(tiny_decoder("llama"))
+    model.add_adapter("a")
+    model.add_adapter("b")
+    model.activate(af.Parallel("a", "b"))
+    with torch.no_grad():
+        cache = model(**tiny_decoder_inputs("llama", batch=2), use_cache=True).past_key_values
+    step = {"input_ids": torch.full((2, 1), 9), "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+    return lambda: model(**step, past_key_values=cache)
+
+
+def _labels_elsewhere(folder: Path) -> Action:
+    """On _model() with heads h (2 labels) and h3 (3): a call routed to both, its labels on the meta device."""
+    model = _model()
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    model.add_head("h3", af.ClassificationHead(num_labels=3))
+    labels = torch.tensor([0, 1, 1], device="meta")
+    return lambda: model(**tiny_inputs(batch=3), head_names=["h", "h3", "h"], labels=labels)
 
 
 CASES: tuple[BadInput, ...] = (
@@ -402,5 +437,50 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("tokenizer=3", "type int", "AutoTokenizer.from_pretrained"),
         _piped("text-classification", "A man plays.", tokenizer=3),
+    ),
+    B(
+        "block-parallel-mask-rows",
+        GROUP,
+        "model(input_ids of 3 rows, attention_mask of 2) under af.Parallel('a', 'f') (named the shapes the block "
+        "repeats: 'attention_mask of shape (4, 7) does not match the inputs' (6, 7)')",
+        af.ConfigError,
+        ("attention_mask of shape (2, 7)", "input_ids has 3 examples", "one row per example (3)"),
+        _parallel_call(lambda batch: {**batch, "attention_mask": batch["attention_mask"][:2]}),
+    ),
+    B(
+        "block-parallel-one-dimensional-ids",
+        GROUP,
+        "model(input_ids=ids[0]) (one sequence, no batch dimension) under af.Parallel('a', 'f') (was 'input_ids of "
+        "shape (14,)': its 7 tokens read as 7 examples and repeated per child)",
+        af.ConfigError,
+        ("input_ids of shape (7,)", "[batch, seq]", "unsqueeze(0)"),
+        _parallel_call(lambda batch: {"input_ids": batch["input_ids"][0]}),
+    ),
+    B(
+        "block-parallel-cached-step",
+        GROUP,
+        "a cached step (past_key_values of 7 tokens) under af.Parallel('a', 'b') on a tiny Llama (the next tokens of "
+        "2 examples were repeated to the cache's 4 rows and ran, every child continuing with the same tokens)",
+        af.ConfigError,
+        ("past_key_values hold 7 tokens", "Parallel block", "adapter_names=[child, ...]"),
+        _parallel_cached_step,
+    ),
+    B(
+        "block-head-names-labels-device",
+        GROUP,
+        "model(**batch, head_names=['h', 'h3', 'h'], labels=<on meta>) (several heads: was torch's 'Tensor.item() "
+        "cannot be called on meta tensors'; on CUDA, 'Expected all tensors to be on the same device')",
+        af.ConfigError,
+        ("labels is on meta", "the model is on cpu", ".to('cpu')"),
+        _labels_elsewhere,
+    ),
+    B(
+        "block-average-layer-norm-copies",
+        GROUP,
+        "model.activate(af.Average('a', 'n')) (n: train_layer_norm=True, its own LayerNorm copies; a uses the "
+        "encoder's) (ran with a's LayerNorm for both and n's at the end: weights=[1, 0] was not a)",
+        af.ConfigError,
+        ("['n'] hold their own LayerNorm copies", "['a'] use the encoder's", "agree on train_layer_norm"),
+        _mixed_placements(lambda model: model.activate(af.Average("a", "n"))),
     ),
 )
