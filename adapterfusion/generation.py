@@ -88,12 +88,13 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
     args, kwargs = settings.args, settings.kwargs  # with numpy / torch scalars as the Python numbers they hold
     vocabulary = int(wrapped.get_input_embeddings().weight.shape[0])
     check_token_ids(wrapped, args, kwargs, vocabulary)
-    check_generate_arguments(wrapped, args, kwargs, vocabulary)
     copies = int(settings.values.get("num_beams", 1)) * int(settings.values.get("num_return_sequences", 1))
+    prompts = _prompt_rows(args, kwargs)
+    check_generate_arguments(wrapped, args, kwargs, vocabulary, prompts * copies if prompts is not None else None)
     check_generate_inputs(model, _model_inputs(args, kwargs), settings.max_new_tokens, settings.max_length, copies)
     routed = adapter_names is not None or isinstance(model.state.block, BatchSplit)
     caching = model.inference_cache() if not model.training else contextlib.nullcontext()
-    routing = _routed_rows(model, wrapped, _prompts(args, kwargs), adapter_names) if routed else None
+    routing = _routed_rows(model, wrapped, _routed_prompts(prompts), adapter_names) if routed else None
     with caching, model.recording_generation(wrapped), routing or contextlib.nullcontext():
         try:
             return wrapped.generate(*args, **kwargs)
@@ -110,8 +111,9 @@ _SELF_DRAFTS = ("assistant_early_exit", "use_mtp")
 
 def _check_recordable(model: AdaptedModel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Inside recording_fusion_attentions(): refuse decoding whose forwards the recording cannot follow, a draft run
-    by the recorded model's own sites, and contrastive search (its candidates are extra rows). A separate draft
-    model and prompt lookup are followed (forward_runtime.recording_generation)."""
+    by the recorded model's own sites, contrastive search (its candidates are extra rows) and classifier-free guidance
+    (its negative prompt runs through the same sites beside each step). A separate draft model and prompt lookup are
+    followed (forward_runtime.recording_generation)."""
     if not model.runtime.is_recording:
         return
     wrapped = model.model
@@ -125,6 +127,14 @@ def _check_recordable(model: AdaptedModel, args: tuple[Any, ...], kwargs: dict[s
             "model's own fusion sites, whose draft steps the recording cannot tell from the steps that verify them; "
             "draft with a separate model (assistant_model=<another transformers model>) or "
             "prompt_lookup_num_tokens=..., or record outside this call"
+        )
+    scale = read_setting(wrapped, args, kwargs, "guidance_scale")
+    if scale is not None and scale != 1:
+        raise ConfigError(
+            f"generate() with guidance_scale={scale!r} (classifier-free guidance) inside "
+            "recording_fusion_attentions(): beside each step it runs the negative prompt through the recorded model's "
+            "own fusion sites, which the recording cannot tell from the step's; record without guidance_scale, or "
+            "record outside this call"
         )
     alpha = read_setting(wrapped, args, kwargs, "penalty_alpha")
     if isinstance(alpha, (int, float)) and alpha > 0:
@@ -148,15 +158,21 @@ def _model_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, An
 _ROW_INPUTS = ("decoder_input_ids", "decoder_inputs_embeds", "input_ids", "inputs_embeds")
 
 
-def _prompts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    """How many prompts generate() was given (the batch of its input tensor)."""
-    given = args[0] if args else next((kwargs[key] for key in ("inputs", *_ROW_INPUTS) if key in kwargs), None)
-    if not isinstance(given, torch.Tensor) or given.dim() < 2:
+def _prompt_rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """How many prompts generate() was given (the batch of its input tensor; None: none as a [batch, seq] tensor)."""
+    keys = ("inputs", *_ROW_INPUTS)
+    given = args[0] if args else next((kwargs[key] for key in keys if kwargs.get(key) is not None), None)
+    return int(given.shape[0]) if isinstance(given, torch.Tensor) and given.dim() >= 2 else None
+
+
+def _routed_prompts(prompts: int | None) -> int:
+    """The prompts routed generation gives one choice each, which it needs as a [batch, seq] tensor."""
+    if prompts is None:
         raise ConfigError(
             "generate() with adapter_names (or an active BatchSplit) needs the prompts as a [batch, seq] tensor "
             "(input_ids=... or inputs_embeds=...), one adapter_names entry per row"
         )
-    return int(given.shape[0])
+    return prompts
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ generates and held to the positions check like it."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,8 @@ BAD = [
     ("length_penalty", "x", ("length_penalty='x'", "type str", "a finite number")),
     ("typical_p", 0.0, ("typical_p=0.0", "greater than 0 and at most 1")),
     ("epsilon_cutoff", 1.0, ("epsilon_cutoff=1.0", "below 1")),
+    ("guidance_scale", "2", ("guidance_scale='2'", "type str", "a finite number")),  # was a TypeError steps in
+    ("guidance_scale", float("nan"), ("guidance_scale=nan", "a finite number")),  # was NaN scores: pad tokens
 ]
 
 
@@ -261,6 +264,8 @@ def test_a_bad_callback_is_refused_before_the_first_step(
 ) -> None:
     model = _model(model_type)
     settings = {"guidance_scale": 1.5} if name == "negative_prompt_ids" else {}
+    if settings and model_type == "t5":  # no guidance on an encoder-decoder, whatever its negative prompt
+        words = ("guidance_scale=1.5", "T5ForConditionalGeneration is an encoder-decoder")
     with pytest.raises(af.ConfigError) as caught:
         model.generate(**_prompts(model_type), max_new_tokens=2, **OPTIONS, **settings, **{name: value})
     assert all(word in str(caught.value) for word in words), str(caught.value)
@@ -289,3 +294,85 @@ def test_good_callbacks_generate_what_the_bare_model_generates() -> None:
     assert torch.equal(generated, model.model.generate(**prompts, max_new_tokens=3, **OPTIONS, **callbacks))
     model.generate(**one_row, max_new_tokens=3, **OPTIONS, streamer=streamer)
     assert streamer.put_calls == 4 and streamer.ended  # the prompt, then each new token
+
+
+BAD_DECAYS = [
+    (3, "expected a pair (start_index, decay_factor)"),  # was a TypeError steps in: 'int' object is not subscriptable
+    ((1,), "expected a pair"),  # was an IndexError steps in
+    (("1", 1.5), "its start_index '1' is no integer >= 0"),  # was a TypeError: can only concatenate str
+    ((-1, 1.5), "its start_index -1 is no integer >= 0"),
+    ((2, float("nan")), "its decay_factor nan is no finite number greater than 0"),
+    ((2, 1.5, 3), "expected a pair"),  # the third item was ignored
+]
+
+
+@pytest.mark.parametrize(("value", "words"), BAD_DECAYS, ids=[repr(value) for value, _ in BAD_DECAYS])
+def test_a_bad_exponential_decay_length_penalty_is_refused(value: Any, words: str) -> None:
+    with pytest.raises(af.ConfigError, match=re.escape(f"exponential_decay_length_penalty={value!r}: {words}")):
+        _model().generate(**_prompts(), max_new_tokens=2, **OPTIONS, exponential_decay_length_penalty=value)
+    config = GenerationConfig(max_new_tokens=2, exponential_decay_length_penalty=value)
+    with pytest.raises(af.ConfigError, match=re.escape("generation_config.exponential_decay_length_penalty")):
+        _model().generate(**_prompts(), generation_config=config)
+
+
+def test_a_good_exponential_decay_length_penalty_generates_what_the_bare_model_generates() -> None:
+    model = _model()
+    model.activate()
+    prompts = _prompts()
+    for value in ((1, 1.5), [0, 2]):
+        options = {**OPTIONS, "eos_token_id": 2, "max_new_tokens": 4, "exponential_decay_length_penalty": value}
+        assert torch.equal(model.generate(**prompts, **options), model.model.generate(**prompts, **options))
+
+
+NEGATIVE = torch.full((2, 3), 7)
+# (settings, words of the message): classifier-free guidance's negative prompt that failed steps in, inside the
+# guidance's own forward ("The size of tensor a (4) must match the size of tensor b (2)"), or played no part.
+BAD_GUIDANCE = [
+    ({"num_beams": 2}, ("negative_prompt_ids have 2 rows, but generate runs 4", "repeat_interleave")),
+    ({"do_sample": True, "num_return_sequences": 3}, ("negative_prompt_ids have 2 rows, but generate runs 6",)),
+    ({"negative_prompt_ids": NEGATIVE[:1]}, ("negative_prompt_ids have 1 row, but generate runs 2",)),
+    (
+        {"negative_prompt_attention_mask": torch.ones(2, 4, dtype=torch.long)},
+        ("negative_prompt_attention_mask is of shape (2, 4), but negative_prompt_ids are of shape (2, 3)",),
+    ),
+    (
+        {"negative_prompt_ids": None, "negative_prompt_attention_mask": torch.ones(2, 3, dtype=torch.long)},
+        ("negative_prompt_attention_mask without negative_prompt_ids",),
+    ),
+    ({"guidance_scale": None}, ("negative_prompt_ids given, but guidance_scale=None", "plays no part")),
+    ({"guidance_scale": 1}, ("guidance_scale=1, so classifier-free guidance is off",)),
+]
+
+
+@pytest.mark.parametrize(("settings", "words"), BAD_GUIDANCE, ids=range(len(BAD_GUIDANCE)))
+def test_a_negative_prompt_generate_cannot_run_is_refused(settings: dict[str, Any], words: tuple[str, ...]) -> None:
+    options = {**OPTIONS, "max_new_tokens": 2, "guidance_scale": 1.5, "negative_prompt_ids": NEGATIVE, **settings}
+    with pytest.raises(af.ConfigError) as caught:
+        _model().generate(**_prompts(), **{key: value for key, value in options.items() if value is not None})
+    assert all(word in str(caught.value) for word in words), str(caught.value)
+
+
+def test_a_negative_prompt_per_row_generates_what_the_bare_model_generates() -> None:
+    """One negative prompt per row generate runs (each prompt's repeated for its beams), with its mask."""
+    model = _model()
+    model.activate()
+    prompts = _prompts()
+    options = dict(
+        OPTIONS,
+        max_new_tokens=3,
+        num_beams=2,
+        guidance_scale=1.5,
+        negative_prompt_ids=NEGATIVE.repeat_interleave(2, dim=0),
+        negative_prompt_attention_mask=torch.ones(4, 3, dtype=torch.long),
+    )
+    assert torch.equal(model.generate(**prompts, **options), model.model.generate(**prompts, **options))
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_guidance_on_an_encoder_decoder_is_refused(model_type: str) -> None:
+    """transformers' guidance runs the negative prompt (by default each row's last token) through the whole model as
+    input_ids: T5 failed ("You must specify exactly one of input_ids or inputs_embeds"), BART read it as its encoder's
+    input, and each new token as a new encoder input, without a word."""
+    model = _model(model_type)
+    with pytest.raises(af.ConfigError, match="is an encoder-decoder, which would read it as the encoder's input"):
+        model.generate(**_prompts(model_type), max_new_tokens=2, guidance_scale=1.5)

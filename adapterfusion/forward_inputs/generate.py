@@ -19,7 +19,7 @@ from adapterfusion.forward_inputs.encoder_decoder import (
     is_seq2seq,
 )
 from adapterfusion.forward_inputs.keywords import check_flags
-from adapterfusion.forward_inputs.limits import check_length, model_limits
+from adapterfusion.forward_inputs.limits import Limits, check_length, model_limits
 from adapterfusion.forward_inputs.tokens import (
     check_devices,
     check_logits_to_keep,
@@ -76,17 +76,18 @@ def check_generate_inputs(
     given = {key: value for key, value in inputs.items() if value is not None}
     check_flags(given, _GENERATE_FLAGS)
     check_logits_to_keep(given.get("logits_to_keep"), None)
-    if "input_ids" in given and "inputs_embeds" in given:
-        given.pop("input_ids")  # transformers runs the embeddings and keeps the ids only to return them
+    seq2seq = is_seq2seq(wrapped)  # an encoder-decoder's generate takes input_ids or inputs_embeds, not both
+    beside = given.pop("input_ids") if "input_ids" in given and "inputs_embeds" in given and not seq2seq else None
     weight = input_embeddings(wrapped).weight
     limits = model_limits(wrapped)
-    seq2seq = is_seq2seq(wrapped)
     encoded = encoder_outputs_shape(given.get("encoder_outputs"), weight, generating=True) if seq2seq else None
     prompt, padding = 1, 0  # with no prompt, generation starts from the start (or bos) token alone
     shape = encoded  # an encoder-decoder's prompts given encoded, or None
     if "input_ids" in given or "inputs_embeds" in given:
         shape = token_shape(given, False, None, weight.shape[1], weight.dtype)
         check_encoded_tokens(encoded, shape)
+        if beside is not None:
+            _check_ids_beside_embeds(beside, shape, weight, limits)
     if shape is not None:
         check_per_token(given, shape)
         _check_past(model, given, shape, copies, seq2seq)
@@ -101,6 +102,14 @@ def check_generate_inputs(
         padding = shape[-1] - prompt
         check_length(prompt, limits, "the prompts")
     new = max_new_tokens if max_new_tokens is not None and max_new_tokens > 0 else None
+    width = prompt + padding  # what transformers counts against max_length: a decoder's padding, not embeddings
+    if new is None and max_length is not None and max_length <= width:
+        whose = "the decoder's prompts (decoder_input_ids, else its start token)" if seq2seq else "the prompts"
+        raise ConfigError(
+            f"generate() stops at max_length={max_length} tokens per sequence, prompt included, but {whose} already "
+            f"have {width}{' with their padding' if padding else ''}, so it would generate nothing; pass "
+            f"max_new_tokens=<the tokens to add> instead, or a max_length above {width}"
+        )
     total = prompt + new if new is not None else (max_length - padding if max_length is not None else None)
     limit = limits.max_length
     if limit is not None and total is not None and total > limit:
@@ -114,6 +123,21 @@ def check_generate_inputs(
             f"generate() could reach {total} tokens per sequence ({asked}), more than this {limits.config.model_type} "
             f"model has positions for: {limit} ({limit_reason(limits.config)}); {fix}, or truncate the prompts"
         )
+
+
+def _check_ids_beside_embeds(ids: Any, shape: torch.Size, weight: torch.Tensor, limits: Limits) -> None:
+    """input_ids given beside inputs_embeds: transformers runs the embeddings, but returns the ids ahead of the new
+    tokens and its logits processors read them (a repetition penalty indexes the scores with them), so they must be
+    the embedded tokens' ids, of their [batch, seq] (else a RuntimeError from a concatenation or the attention)."""
+    only = {"input_ids": ids}
+    held = token_shape(only, False, None, weight.shape[1], weight.dtype)
+    if held != shape:
+        raise ConfigError(
+            f"generate() given input_ids of shape {tuple(held)} beside inputs_embeds of shape {tuple(shape)} (batch, "
+            "seq): it runs the embeddings, but returns the ids ahead of the new tokens and its logits processors "
+            "read them; pass the ids of the embedded tokens, of the same [batch, seq], or leave input_ids out"
+        )
+    check_values(only, int(weight.shape[0]), limits)
 
 
 def _check_past(model: AdaptedModel, given: Mapping[str, Any], shape: torch.Size, copies: int, seq2seq: bool) -> None:

@@ -86,6 +86,7 @@ _SETTINGS: dict[str, _Setting] = {
     "encoder_repetition_penalty": _Setting(False, _positive, "a number greater than 0 (1: no penalty)"),
     "length_penalty": _Setting(False, _any, "a finite number (beam scores are divided by length ** it)"),
     "max_time": _Setting(False, _positive, "a number of seconds greater than 0"),
+    "guidance_scale": _Setting(False, _any, "a finite number (classifier-free guidance's weight; 1: off)"),
 }
 
 
@@ -143,7 +144,27 @@ def check_generate_settings(model: Any, args: tuple[Any, ...], kwargs: dict[str,
             kwargs["generation_config"] = copied
         else:
             args = (args[0], copied, *args[2:])
+    _check_decay(*_read("exponential_decay_length_penalty", kwargs, passed, own))
     return GenerateSettings(args, kwargs, values)
+
+
+def _check_decay(value: Any, where: str) -> None:
+    """exponential_decay_length_penalty: (start_index, decay_factor), an integer >= 0 (tokens generated before the
+    end token's score starts to grow) and a finite number greater than 0; transformers indexes and adds to it steps
+    in (a TypeError or IndexError there) and ignores a third item."""
+    if value is None:
+        return
+    field = f"generate(): {where}exponential_decay_length_penalty={value!r}"
+    expected = "a pair (start_index, decay_factor): an integer >= 0 and a number greater than 0, e.g. (10, 1.5)"
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ConfigError(f"{field}: expected {expected}")
+    start, factor = (_held(item) for item in value)
+    if isinstance(start, bool) or not isinstance(start, numbers.Integral) or int(start) < 0:
+        raise ConfigError(f"{field}: its start_index {value[0]!r} is no integer >= 0; expected {expected}")
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not 0 < float(factor) < math.inf:
+        raise ConfigError(
+            f"{field}: its decay_factor {value[1]!r} is no finite number greater than 0; expected {expected}"
+        )
 
 
 def _passed_config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -285,12 +306,15 @@ _CALLBACK_LISTS = {
 }
 
 
-def check_generate_arguments(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int) -> None:
+def check_generate_arguments(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int, rows: int | None = None
+) -> None:
     """generate()'s arguments that transformers reads only steps in, checked before the first: its callbacks
-    (_check_callbacks) and negative_prompt_ids (_check_negative_prompt), given by keyword or by position."""
+    (_check_callbacks) and classifier-free guidance's negative prompt (_check_guidance), given by keyword or by
+    position. `rows`: the rows generate runs (prompts x beams x sequences returned; None: unknown)."""
     given = _arguments(model, args, kwargs)
     _check_callbacks(given)
-    _check_negative_prompt(given, vocabulary)
+    _check_guidance(model, given, read_setting(model, args, kwargs, "guidance_scale"), vocabulary, rows)
 
 
 def _check_callbacks(given: dict[str, Any]) -> None:
@@ -324,10 +348,36 @@ def _check_callbacks(given: dict[str, Any]) -> None:
         )
 
 
-def _check_negative_prompt(given: dict[str, Any], vocabulary: int) -> None:
-    """negative_prompt_ids (classifier-free guidance's unconditional prompt, run through the model at every step): a
-    [batch, seq] integer tensor of ids in the vocabulary, else torch fails inside the guidance's own forward."""
-    ids = given.get("negative_prompt_ids")
+def _check_guidance(model: Any, given: dict[str, Any], scale: Any, vocabulary: int, rows: int | None) -> None:
+    """Classifier-free guidance (guidance_scale other than 1) and its negative prompt, which transformers runs through
+    the model as a decoder's input_ids beside every step: only a decoder's, and negative_prompt_ids (with its
+    negative_prompt_attention_mask) of the rows generate runs, else torch fails inside the guidance's forward. A
+    negative prompt without guidance plays no part."""
+    ids, mask = given.get("negative_prompt_ids"), given.get("negative_prompt_attention_mask")
+    if scale is None or scale == 1:
+        named = [
+            name
+            for name, value in (("negative_prompt_ids", ids), ("negative_prompt_attention_mask", mask))
+            if value is not None
+        ]
+        if named:
+            raise ConfigError(
+                f"generate(): {' and '.join(named)} given, but guidance_scale={scale!r}, so classifier-free guidance "
+                "is off and the negative prompt plays no part; pass guidance_scale (other than 1, e.g. 1.5) with "
+                "it, or leave it out"
+            )
+        return
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ConfigError(
+            f"generate(guidance_scale={scale!r}): transformers' classifier-free guidance runs the negative prompt "
+            f"through the model as a decoder's input_ids, but {type(model).__name__} is an encoder-decoder, which "
+            "would read it as the encoder's input (and each new token as a new one); leave guidance_scale unset"
+        )
+    if mask is not None and ids is None:
+        raise ConfigError(
+            "generate(): negative_prompt_attention_mask without negative_prompt_ids, whose tokens it would mask "
+            "(transformers' default negative prompt is each row's last token); pass negative_prompt_ids with it"
+        )
     if ids is None:
         return
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
@@ -341,6 +391,19 @@ def _check_negative_prompt(given: dict[str, Any], vocabulary: int) -> None:
         raise ConfigError(
             f"generate(): negative_prompt_ids holds {sorted(set(outside.tolist()))[:5]}, outside this model's "
             f"vocabulary (ids 0 to {vocabulary - 1}); give token ids of its tokenizer"
+        )
+    if rows is not None and ids.shape[0] != rows:
+        raise ConfigError(
+            f"generate(): negative_prompt_ids have {ids.shape[0]} row{'s' * (ids.shape[0] != 1)}, but generate runs "
+            f"{rows} (each prompt once per beam and sequence returned, num_beams x num_return_sequences, side by "
+            "side); give one negative prompt per row it runs, in that order: negative_prompt_ids.repeat_interleave("
+            "num_beams * num_return_sequences, dim=0) of one per prompt"
+        )
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.shape != ids.shape):
+        shape = f"of shape {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else f"a {type(mask).__name__}"
+        raise ConfigError(
+            f"generate(): negative_prompt_attention_mask is {shape}, but negative_prompt_ids are of shape "
+            f"{tuple(ids.shape)}; pass one 0/1 value per negative prompt token (the tokenizer's attention_mask)"
         )
 
 

@@ -61,9 +61,17 @@ def seq2seq_states(seq2seq: nn.Module, **inputs: Any) -> Seq2SeqModelOutput:
 def decoder_inputs_for_head(model: AdaptedModel, given: dict[str, Any], head: str) -> dict[str, Any]:
     """An encoder-decoder's head reads its decoder run on the input shifted right by one, the decoder's start token
     first, as transformers' BartForSequenceClassification and T5ForSequenceClassification do; the decoder's mask is
-    the input's, shifted alike (so left padding stays masked). Decoder inputs the caller gives are used as given."""
+    the input's, shifted alike (so left padding stays masked). Decoder inputs the caller gives are used as given; a
+    decoder_attention_mask without them is refused: it has no tokens of the caller's to mask (the shifted ids are
+    built here, after left padding is moved to the right)."""
     if "decoder_input_ids" in given or "decoder_inputs_embeds" in given:
         return given
+    if given.get("decoder_attention_mask") is not None:
+        raise ConfigError(
+            f"head {head!r}: decoder_attention_mask without decoder_input_ids; the head runs the decoder on input_ids "
+            "shifted right, under the input's attention_mask shifted alike, so a mask of its own has no tokens of the "
+            "caller's to mask: leave it out, or pass the decoder_input_ids it masks with it"
+        )
     ids = given.get("input_ids")
     if not isinstance(ids, torch.Tensor):
         raise ConfigError(

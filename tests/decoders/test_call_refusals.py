@@ -7,6 +7,7 @@ The catalogue holds one case of each (tests/reliability/cases_forward.py)."""
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -71,3 +72,56 @@ def test_labels_with_logits_to_keep_of_some_positions_are_refused(model_type: st
         full = model(**inputs, labels=labels).loss
         for every in (0, labels.shape[1], torch.arange(labels.shape[1])):
             torch.testing.assert_close(model(**inputs, labels=labels, logits_to_keep=every).loss, full)
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "llama"])
+def test_generate_ids_beside_embeds_of_other_tokens_are_refused(model_type: str) -> None:
+    """A decoder's generate takes input_ids beside inputs_embeds (it runs the embeddings and returns the ids ahead of
+    the new tokens): ids of another length or batch were a RuntimeError from the attention or a concatenation, ids
+    outside the vocabulary reached the logits processors unchecked. The embedded tokens' own ids generate what the
+    bare model generates; an encoder-decoder takes one of the two."""
+    bare = tiny_decoder(model_type)
+    model = af.wrap(copy.deepcopy(bare))
+    ids = tiny_decoder_inputs(model_type)["input_ids"][:, :5]
+    with torch.no_grad():
+        embeds = bare.get_input_embeddings()(ids)
+    options = dict(max_new_tokens=2, pad_token_id=0, do_sample=False)
+    for other in (ids[:, :3], ids[:1]):
+        shape = tuple(other.shape)
+        with pytest.raises(af.ConfigError, match=rf"input_ids of shape {re.escape(str(shape))} beside inputs_embeds"):
+            model.generate(input_ids=other, inputs_embeds=embeds, **options)
+    with pytest.raises(af.ConfigError, match=r"input_ids holds \[1\d\d"):
+        model.generate(input_ids=ids + 100, inputs_embeds=embeds, repetition_penalty=1.2, **options)
+    generated = model.generate(input_ids=ids, inputs_embeds=embeds, **options)
+    assert torch.equal(generated, bare.generate(input_ids=ids, inputs_embeds=embeds, **options))
+    seq2seq = af.wrap(tiny_decoder("t5"))
+    with torch.no_grad():
+        embeds = seq2seq.model.get_input_embeddings()(ids)
+    with pytest.raises(af.ConfigError, match="input_ids or inputs_embeds, not both"):
+        seq2seq.generate(input_ids=ids, inputs_embeds=embeds, **options)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "given", "whose"),
+    [
+        ("llama", "embeds", "the prompts already have 5"),
+        ("gpt2", "ids", "the prompts already have 5"),
+        ("t5", "ids", "the decoder's prompts (decoder_input_ids, else its start token) already have 1"),
+    ],
+)
+def test_generate_max_length_within_the_prompt_is_refused(model_type: str, given: str, whose: str) -> None:
+    """max_length counts the prompt: one no longer than it leaves nothing to generate. transformers refused it
+    too, but of inputs_embeds said "Input length of input_ids is 0, but `max_length` is set to -1" (it counts the
+    embeddings off max_length first). One token more generates one token, as the bare model does."""
+    bare = tiny_decoder(model_type)
+    model = af.wrap(copy.deepcopy(bare))
+    ids = tiny_decoder_inputs(model_type)["input_ids"][:, :5]
+    with torch.no_grad():
+        inputs = {"inputs_embeds": bare.get_input_embeddings()(ids)} if given == "embeds" else {"input_ids": ids}
+    width = 1 if model_type == "t5" else 5
+    with pytest.raises(af.ConfigError, match=rf"max_length={width} tokens per sequence, prompt included, but "):
+        model.generate(**inputs, max_length=width, pad_token_id=0)
+    with pytest.raises(af.ConfigError, match=re.escape(whose)):
+        model.generate(**inputs, max_length=width, pad_token_id=0)
+    options = dict(max_length=width + 1, pad_token_id=0, do_sample=False)
+    assert torch.equal(model.generate(**inputs, **options), bare.generate(**inputs, **options))

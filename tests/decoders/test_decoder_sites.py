@@ -341,13 +341,16 @@ def test_assisted_generations_recorded_weights_equal_one_forward_over_the_kept_t
         ("assistant_early_exit", ("assistant_early_exit=1", "the recorded model's own fusion sites")),
         ("assistant_model", ("assistant_model=<the recorded model>", "prompt_lookup_num_tokens")),
         ("penalty_alpha", ("penalty_alpha=0.6", "contrastive search")),
+        ("guidance_scale", ("guidance_scale=1.5", "classifier-free guidance", "negative prompt")),
     ],
 )
 def test_recording_refuses_decoding_whose_forwards_it_cannot_follow(setting: str, words: tuple[str, ...]) -> None:
     """A draft run by the recorded model itself records draft steps among the verifying ones; contrastive search
-    runs its candidates as extra rows."""
+    runs its candidates as extra rows; classifier-free guidance runs the negative prompt beside each step (a record
+    of one position per row, before it was refused)."""
     model = _fused("llama")
-    value = {"assistant_early_exit": 1, "assistant_model": model.model, "penalty_alpha": 0.6}[setting]
+    values = {"assistant_early_exit": 1, "assistant_model": model.model, "penalty_alpha": 0.6, "guidance_scale": 1.5}
+    value = values[setting]
     with model.recording_fusion_attentions(), pytest.raises(af.ConfigError) as error:
         model.generate(input_ids=torch.tensor([[11, 42, 17]]), max_new_tokens=3, **{setting: value})
     assert all(word in str(error.value) for word in words), str(error.value)

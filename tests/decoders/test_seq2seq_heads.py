@@ -133,3 +133,13 @@ def test_what_an_encoder_decoder_head_cannot_do_is_refused_by_name() -> None:
         model(inputs_embeds=torch.zeros(1, 4, 32))
     with pytest.raises(af.ConfigError, match="use_cache"):
         model(input_ids=torch.tensor([[5, 6, 2]]), use_cache=True)
+
+
+@pytest.mark.parametrize("model_type", SEQ2SEQ_TYPES)
+def test_a_decoder_mask_without_decoder_inputs_is_refused(model_type: str) -> None:
+    """The head builds its decoder's inputs from input_ids shifted right, under the input's mask shifted alike: a
+    decoder_attention_mask given without decoder_input_ids was replaced by that mask without a word."""
+    model = _model(model_type)
+    ids, mask = _padded([[11, 12, 13, 14, 15, 2], [21, 22, 23, 2]])
+    with pytest.raises(af.ConfigError, match="decoder_attention_mask without decoder_input_ids"):
+        model(input_ids=ids, attention_mask=mask, decoder_attention_mask=torch.ones_like(mask))

@@ -93,6 +93,20 @@ def _exact_match_of_long_rows(folder: Path) -> Action:
     return action
 
 
+def _recorded_guidance(folder: Path) -> Action:
+    """generate(guidance_scale=1.5) of a tiny Llama with a fusion active, inside recording_fusion_attentions()."""
+    model = _lm("llama")
+    model.add_adapter("b")
+    model.add_fusion("f", ["a", "b"])
+    model.activate(fusion="f")
+
+    def action() -> Any:
+        with model.recording_fusion_attentions():
+            return model.generate(**tiny_decoder_inputs("llama"), max_new_tokens=2, pad_token_id=0, guidance_scale=1.5)
+
+    return action
+
+
 def _keep_scores(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """A logits processor that changes nothing (a function, where a list of them goes)."""
     return scores
@@ -269,5 +283,81 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("past_key_values is a DynamicCache", "BartForConditionalGeneration is an encoder-decoder"),
         _generate("bart", decoder_input_ids=None, past_key_values=DynamicCache()),
+    ),
+    B(
+        "generate-guidance-scale-string",
+        GROUP,
+        "generate(guidance_scale='2') (was a TypeError from transformers' guidance, steps in: only integer tensors of "
+        "a single element can be converted to an index)",
+        af.ConfigError,
+        ("guidance_scale='2'", "has type str", "a finite number"),
+        _generate("llama", guidance_scale="2"),
+    ),
+    B(
+        "generate-negative-prompt-per-prompt-with-beams",
+        GROUP,
+        "generate(guidance_scale=1.5, num_beams=2, negative_prompt_ids=<one row per prompt>) (was a RuntimeError "
+        "from transformers' guidance: the size of tensor a (4) must match the size of tensor b (2))",
+        af.ConfigError,
+        ("negative_prompt_ids have 2 rows, but generate runs 4", "repeat_interleave"),
+        _generate("llama", guidance_scale=1.5, num_beams=2, negative_prompt_ids=torch.full((2, 3), 7)),
+    ),
+    B(
+        "generate-negative-prompt-without-guidance",
+        GROUP,
+        "generate(negative_prompt_ids=...) without guidance_scale (was generated without it, without a word)",
+        af.ConfigError,
+        ("negative_prompt_ids given, but guidance_scale=None", "plays no part"),
+        _generate("llama", negative_prompt_ids=torch.full((2, 3), 7)),
+    ),
+    B(
+        "generate-guidance-encoder-decoder",
+        GROUP,
+        "BART generate(guidance_scale=1.5) (was generated without a word, the negative prompt read as the encoder's "
+        "input; T5 failed in transformers: 'You must specify exactly one of input_ids or inputs_embeds')",
+        af.ConfigError,
+        ("guidance_scale=1.5", "BartForConditionalGeneration is an encoder-decoder", "leave guidance_scale unset"),
+        _generate("bart", decoder_input_ids=None, guidance_scale=1.5),
+    ),
+    B(
+        "generate-guidance-recorded",
+        GROUP,
+        "generate(guidance_scale=1.5) inside recording_fusion_attentions() (was a record of one position per row: "
+        "the negative prompt's forwards overwrote the steps')",
+        af.ConfigError,
+        ("guidance_scale=1.5", "recording_fusion_attentions()", "negative prompt"),
+        _recorded_guidance,
+    ),
+    B(
+        "generate-ids-beside-embeds-other-length",
+        GROUP,
+        "Llama generate(input_ids=<2 x 3>, inputs_embeds=<2 x 7 x 32>) (was a RuntimeError from the attention: the "
+        "size of tensor a (7) must match the size of tensor b (3))",
+        af.ConfigError,
+        ("input_ids of shape (2, 3) beside inputs_embeds of shape (2, 7)", "the ids of the embedded tokens"),
+        _generate(
+            "llama",
+            input_ids=tiny_decoder_inputs("llama")["input_ids"][:, :3],
+            inputs_embeds=torch.zeros(2, 7, 32),
+            attention_mask=None,
+        ),
+    ),
+    B(
+        "generate-max-length-within-embedded-prompt",
+        GROUP,
+        "Llama generate(inputs_embeds=<2 x 7 x 32>, max_length=5) (was transformers' message of another call: "
+        "'Input length of input_ids is 0, but `max_length` is set to -2')",
+        af.ConfigError,
+        ("max_length=5 tokens per sequence, prompt included", "already have 7", "max_new_tokens="),
+        _generate("llama", input_ids=None, inputs_embeds=torch.zeros(2, 7, 32), max_new_tokens=None, max_length=5),
+    ),
+    B(
+        "generate-decay-penalty-not-a-pair",
+        GROUP,
+        "generate(exponential_decay_length_penalty=3) (was a TypeError from transformers, steps in: 'int' object is "
+        "not subscriptable)",
+        af.ConfigError,
+        ("exponential_decay_length_penalty=3", "a pair (start_index, decay_factor)"),
+        _generate("llama", exponential_decay_length_penalty=3),
     ),
 )
