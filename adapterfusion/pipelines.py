@@ -35,6 +35,7 @@ from torch import nn
 
 from adapterfusion._validation import closest, short_repr
 from adapterfusion.blocks import LAYOUT_BLOCKS
+from adapterfusion.devices import available_device
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError
 from adapterfusion.io.hub import hub_errors
@@ -426,6 +427,8 @@ def pipeline(
             f"af.pipeline({loading[0]}=...): transformers uses {loading[0]} only to load a model, and this one is "
             f"loaded, so it would be ignored; {_LOADING_ARGUMENTS[loading[0]]}"
         )
+    if kwargs.get("device") is not None:
+        _check_device(kwargs["device"])
     view = for_pipeline(model, adapter, fusion, head, task, skip_layers)
     check_settings(pipeline_task(task), kwargs, view._config.num_labels)
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
@@ -480,6 +483,23 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
         built_with = (built._preprocess_params or {}).get("candidate_labels")
         settings["candidate_labels"] = kwargs.get("candidate_labels", args[1] if len(args) > 1 else built_with)
     check_settings(task, settings, built.model._config.num_labels)
+
+
+def _check_device(device: Any) -> None:
+    """The device transformers moves the model to: a torch device this machine has (else torch's assertion from
+    inside `.to()`), or an int, which transformers reads as the CPU (< 0) or accelerator number n (cuda:n where
+    CUDA is there, else another accelerator, else the CPU)."""
+    fix = "pass device='cpu' (or -1)"
+    if isinstance(device, bool) or not isinstance(device, (int, str, torch.device)):
+        raise ConfigError(
+            f"device={short_repr(device)} has type {type(device).__name__}; pass a torch device such as 'cpu' or "
+            "'cuda:0', a torch.device, or an int (-1: the CPU, n: accelerator n)"
+        )
+    if isinstance(device, int):
+        if device >= 0 and torch.cuda.is_available():
+            available_device(f"cuda:{device}", fix)
+        return
+    available_device(device, fix)
 
 
 def check_settings(task: str, settings: Mapping[str, Any], outputs: int | None = None) -> None:

@@ -15,7 +15,7 @@ Package level: a package is adapterfusion.<x>, a sub-package or a top-level modu
 root package is its own node. The layers, lowest first (a package imports only its own layer's packages, without a
 circle, and the layers below; within a layer the order is the one given):
   1. foundations: _startup, errors, _version, run_layout, parameters, file_digests -> _validation, encoder_limits,
-     io -> defaults
+     io -> defaults, devices
   2. components: adapters -> blocks -> heads -> fusion -> injection -> piece, encoders, forward_inputs,
      forward_runtime, outputs, composition, routing, routed_forward, pipelines, trainable, generation; tasks ->
      scoring; analysis (the read-only fusion attention that training records)
@@ -179,7 +179,7 @@ def test_the_graph_reader_sees_lazy_and_relative_imports(tmp_path):
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset("adapterfusion" if name == "<root>" else f"adapterfusion.{name}" for name in layer.split())
     for layer in (
-        "_startup errors _version run_layout parameters file_digests _validation encoder_limits io defaults",
+        "_startup errors _version run_layout parameters file_digests _validation encoder_limits io defaults devices",
         "adapters blocks heads fusion injection piece encoders forward_inputs forward_runtime outputs composition "
         "routing routed_forward pipelines trainable generation tasks scoring analysis",
         "interop serialization",

@@ -538,3 +538,22 @@ def test_a_softmax_over_a_regression_value_is_refused(model, tokenizer):
     assert squashed == pytest.approx(float(torch.sigmoid(torch.tensor(value))), rel=1e-5)
     classify = af.pipeline("text-classification", model, tokenizer, head="nli", function_to_apply="softmax")
     assert 0 < classify(TEXTS[0])[0]["score"] < 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        ("cuda:7", "device 'cuda:7': this machine's torch sees no CUDA GPU; pass device='cpu'"),
+        (torch.device("cuda"), "sees no CUDA GPU"),
+        ("gpu", "device 'gpu' is not a torch device such as 'cpu' or 'cuda:0'"),
+        (1.5, "device=1.5 has type float"),
+    ],
+)
+def test_a_device_this_machine_lacks_is_refused_before_the_model_moves(model, tokenizer, device, message):
+    """'cuda:7' on a machine without CUDA was torch's AssertionError from inside the pipeline's model.to()."""
+    with pytest.raises(af.ConfigError, match=message):
+        af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli", device=device)
+    assert model.device.type == "cpu"
+    for fine in ("cpu", -1, 0):  # 0: accelerator 0, which transformers reads as the CPU where there is none
+        af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli", device=fine)

@@ -18,6 +18,7 @@ import torch
 import transformers
 
 from adapterfusion.defaults import default_encoder_path
+from adapterfusion.devices import available_device
 from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.encoders import load_tokenizer, resolve_encoder
 from adapterfusion.errors import ConfigError
@@ -52,7 +53,7 @@ def load_setup(
     else create_app refuses them)."""
     if dtype not in DTYPES:
         raise ConfigError(f"dtype {dtype!r} is not one of {list(DTYPES)}")
-    target = _available_device(device)
+    target = available_device(device, "serve with --device cpu")
     base = base if base is not None else default_encoder_path()
     encoder = resolve_encoder(base)
     tokenizer = load_tokenizer(encoder)
@@ -85,7 +86,7 @@ def serve(
             f"drain_seconds={drain_seconds!r} must be a whole number of seconds >= 1: the time requests in flight "
             "get to finish when the server stops"
         )
-    _available_device(device)  # before the minutes of loading, not after
+    available_device(device, "serve with --device cpu")  # before the minutes of loading, not after
     _check_can_listen(host, port)
     executor = model_executor()  # the model is loaded on the thread that will run it (model_executor says why)
     try:
@@ -193,33 +194,6 @@ def _setup_generates(setup: str | os.PathLike) -> bool:
     saved = read_index(folder)["base_model"].get("class")
     can_generate = getattr(getattr(transformers, saved, None) if isinstance(saved, str) else None, "can_generate", None)
     return bool(callable(can_generate) and can_generate())
-
-
-def _available_device(device: str) -> torch.device:
-    """`device` as a torch device this machine has (ConfigError naming what it has otherwise)."""
-    try:
-        target = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ConfigError(f"device {device!r} is not a torch device such as 'cpu' or 'cuda:0'") from None
-    if target.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ConfigError(f"device {device!r}: this machine's torch sees no CUDA GPU; serve with --device cpu")
-        if target.index is not None and target.index >= count:
-            raise ConfigError(f"device {device!r}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
-    elif target.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device {device!r}: MPS is not available on this machine; serve with --device cpu")
-    elif target.type == "meta":
-        raise ConfigError(f"device {device!r} holds shapes but no values, so it cannot serve; use cpu or cuda:N")
-    elif target.type != "cpu":
-        try:  # xpu, hpu, xla, ...: only a tensor placed there says whether this torch has that backend
-            torch.empty(0, device=target)
-        except Exception as error:  # noqa: BLE001 - each backend fails its own way (AssertionError, ImportError, ...)
-            raise ConfigError(
-                f"device {device!r}: this machine's torch cannot place tensors on {target.type} "
-                f"({type(error).__name__}); serve with --device cpu, or cuda:N on a machine with CUDA GPUs"
-            ) from None
-    return target
 
 
 def _is_loopback(host: str) -> bool:

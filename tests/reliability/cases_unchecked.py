@@ -145,14 +145,15 @@ def _served_llama(**config: Any) -> Callable[[Path], Action]:
 
 
 # ---- pipelines ----------------------------------------------------------------------------------------------------
-def _pipeline(task: Any, head: str) -> Callable[[Path], Action]:
-    """af.pipeline(task, ...) on a tiny encoder over the shipped tokenizer with a 3-topic classification head."""
+def _pipeline(task: Any, head: str, **settings: Any) -> Callable[[Path], Action]:
+    """af.pipeline(task, ..., **settings) on a tiny encoder over the shipped tokenizer with a 3-topic classification
+    head."""
 
     def prepare(folder: Path) -> Action:
         tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
         model = af.wrap(tiny_encoder("bert", vocab_size=len(tokenizer), max_position_embeddings=128))
         model.add_head("topic", af.ClassificationHead(num_labels=3, labels=["sports", "politics", "tech"]))
-        return lambda: af.pipeline(task, model, tokenizer, head=head)
+        return lambda: af.pipeline(task, model, tokenizer, head=head, **settings)
 
     return prepare
 
@@ -285,6 +286,15 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("needs a task", "text-classification"),
         _pipeline(None, "topic"),
+    ),
+    B(
+        "pipeline-device-absent",
+        "model calls",
+        "af.pipeline('text-classification', model, tokenizer, head='topic', device='cuda:999') (torch's "
+        "AssertionError 'Torch not compiled with CUDA enabled' from inside the pipeline's model.to())",
+        af.ConfigError,
+        ("device 'cuda:999'", "CUDA GPU"),
+        _pipeline("text-classification", "topic", device="cuda:999"),
     ),
     B(
         "evaluate-decoder-run-bert-tokenizer",
