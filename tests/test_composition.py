@@ -251,6 +251,8 @@ def test_parallel_routes_outside_forward_parallel_need_the_batch_once_per_route(
     assert_close(both[3:], out.fusion_logits)
     with pytest.raises(af.ConfigError, match=r"parallel_routes=\{'a'\} is a set, whose order is not fixed"):
         model.activated(fusion="f", parallel_routes={"a"})
+    with pytest.raises(af.ConfigError, match=r"parallel_routes='ab' is a string; .*parallel_routes=\['ab'\]"):
+        model.activated(fusion="f", parallel_routes="ab")  # was read as ['a', 'b']
     with model.activated(fusion="f", parallel_routes={"a": 1}.keys()):  # a dict's keys keep their order
         pass
 

@@ -107,6 +107,10 @@ def kept_adapters(fusion: str, fused: tuple[str, ...], keep: object) -> tuple[st
 def with_routes(state: ActiveState, routes: Sequence[str], split_site: str | None = None) -> ActiveState:
     """`state` with parallel routes: adapters of its active fusion, each run alone on its own slice of the batch
     (repeated from the plain batch at `split_site`, if given)."""
+    if isinstance(routes, str):  # a str is a sequence of one-letter names: 'ab' was read as ['a', 'b']
+        raise ConfigError(
+            f"parallel_routes={routes!r} is a string; pass a list of adapter names, e.g. parallel_routes=[{routes!r}]"
+        )
     check_ordered(
         routes,
         "activated: parallel_routes",
