@@ -28,7 +28,7 @@ def _model(model_type: str = "llama") -> af.AdaptedModel:
 
 
 def _prompts(model_type: str = "llama") -> dict[str, torch.Tensor]:
-    inputs = tiny_decoder_inputs(model_type)
+    inputs = tiny_decoder_inputs(model_type, padding_side="left")  # a decoder generates from left-padded prompts
     inputs.pop("decoder_input_ids", None)
     return inputs
 

@@ -220,15 +220,19 @@ def tiny_decoder(
     return model.to(dtype).eval()
 
 
-def tiny_decoder_inputs(model_type: str, batch: int = 2, seq: int = 7, seed: int = 1) -> dict[str, torch.Tensor]:
-    """Token ids avoid 0..4 (special ids); row 1 is right-padded by 2. Seq2seq models also get decoder_input_ids
-    (starting with the decoder start id, one shorter than the source)."""
+def tiny_decoder_inputs(
+    model_type: str, batch: int = 2, seq: int = 7, seed: int = 1, padding_side: str = "right"
+) -> dict[str, torch.Tensor]:
+    """Token ids avoid 0..4 (special ids); row 1 is padded by 2, on the right (`padding_side="left"`: on the left, as
+    a decoder's generate needs its prompts). Seq2seq models also get decoder_input_ids (starting with the decoder
+    start id, one shorter than the source)."""
     generator = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(5, VOCAB, (batch, seq), generator=generator)
     attention_mask = torch.ones(batch, seq, dtype=torch.long)
     if batch > 1:
-        attention_mask[1, -2:] = 0
-        input_ids[1, -2:] = PAD
+        padded = slice(None, 2) if padding_side == "left" else slice(-2, None)
+        attention_mask[1, padded] = 0
+        input_ids[1, padded] = PAD
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
     _, kwargs, kind = _row(model_type)
     if kind == "seq2seq":

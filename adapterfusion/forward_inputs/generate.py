@@ -98,6 +98,7 @@ def check_generate_inputs(
         decoder = check_decoder_inputs(given, shape, weight, limits, 0, None)
         prompt = decoder[-1] if decoder is not None else 1
     elif shape is not None:
+        _check_left_padded(given.get("attention_mask"))
         prompt = _longest_row(given.get("attention_mask"), shape[-1])
         padding = shape[-1] - prompt
         check_length(prompt, limits, "the prompts")
@@ -122,6 +123,22 @@ def check_generate_inputs(
         raise ConfigError(
             f"generate() could reach {total} tokens per sequence ({asked}), more than this {limits.config.model_type} "
             f"model has positions for: {limit} ({limit_reason(limits.config)}); {fix}, or truncate the prompts"
+        )
+
+
+def _check_left_padded(mask: Any) -> None:
+    """A decoder's generate appends each new token after the last column, so a prompt padded on the right would
+    continue from its padding: a silently different answer from the same prompt alone (transformers only logs a
+    warning, and only where the last id is the pad id)."""
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or mask.shape[-1] == 0:
+        return
+    ends_padded = (mask[:, -1] == 0) & (mask != 0).any(dim=-1)
+    if bool(ends_padded.any()):
+        rows = ends_padded.nonzero().flatten().tolist()
+        raise ConfigError(
+            f"generate() on a decoder: the attention_mask of row(s) {rows[:5]} ends in padding, so the new tokens "
+            "would follow the padding and the answer differ from that prompt's alone; pad the prompts on the left "
+            "(tokenizer.padding_side = 'left' before tokenizing), as generation with a decoder needs"
         )
 
 

@@ -67,7 +67,7 @@ def test_bart_makes_its_decoder_inputs_from_input_ids_and_t5_from_labels():
 @pytest.mark.parametrize("model_type", ["gpt2", "llama"])
 def test_logits_to_keep_selects_positions_of_the_full_logits(model_type):
     model = _adapted(model_type)
-    inputs = tiny_decoder_inputs(model_type)
+    inputs = tiny_decoder_inputs(model_type, padding_side="left")
     with torch.no_grad():
         full = model(**inputs).logits
         torch.testing.assert_close(model(**inputs, logits_to_keep=2).logits, full[:, -2:])
@@ -79,7 +79,7 @@ def test_logits_to_keep_selects_positions_of_the_full_logits(model_type):
 
 def test_use_cache_as_a_bool():
     model = _adapted("llama")
-    inputs = tiny_decoder_inputs("llama")
+    inputs = tiny_decoder_inputs("llama", padding_side="left")
     assert model(**inputs, use_cache=True).past_key_values is not None
     assert model(**inputs, use_cache=False).past_key_values is None
     cached = model.generate(**inputs, max_new_tokens=2, pad_token_id=0, use_cache=True)

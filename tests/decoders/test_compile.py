@@ -67,7 +67,7 @@ def test_generation_with_a_static_cache_is_generation_with_the_dynamic_one(model
     """A static cache is what transformers compiles on a GPU; the tokens must not depend on the cache kind."""
     torch.manual_seed(0)
     model = _adapted(tiny_decoder(model_type, dtype=torch.float64), "fusion")
-    inputs = tiny_decoder_inputs(model_type)
+    inputs = tiny_decoder_inputs(model_type, padding_side="left")
     inputs.pop("decoder_input_ids", None)
     options = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
     with torch.no_grad():
@@ -89,7 +89,7 @@ def test_generate_compiles_its_decode_step_as_one_graph(recording: bool) -> None
     counters.clear()
     torch.manual_seed(0)
     model = _adapted(tiny_decoder("llama"), "fusion")
-    inputs = tiny_decoder_inputs("llama")
+    inputs = tiny_decoder_inputs("llama", padding_side="left")
     config = CompileConfig(backend="eager", dynamic=False, mode=None)
     config._compile_all_devices = True  # transformers compiles on CUDA only unless told
     options = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)

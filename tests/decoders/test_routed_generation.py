@@ -29,12 +29,8 @@ def _model(model_type: str) -> af.AdaptedModel:
 
 
 def _prompts(model_type: str) -> dict[str, torch.Tensor]:
-    inputs = tiny_decoder_inputs(model_type, batch=PROMPTS, seq=6)
+    inputs = tiny_decoder_inputs(model_type, batch=PROMPTS, seq=6, padding_side="left")  # as a decoder generates
     inputs.pop("decoder_input_ids", None)
-    if model_type in ("llama", "gpt2"):  # decoders batch left-padded prompts: row 1 padded by 2 on the left
-        ids, mask = inputs["input_ids"].clone(), torch.ones_like(inputs["input_ids"])
-        ids[1, :2], mask[1, :2] = 0, 0
-        inputs = {"input_ids": ids, "attention_mask": mask}
     return inputs
 
 

@@ -33,7 +33,7 @@ def _fused(base: torch.nn.Module) -> af.AdaptedModel:
 
 MODELS: dict[str, Callable[[], tuple[af.AdaptedModel, Batch]]] = {
     "bert": lambda: (_fused(tiny_encoder("bert")), tiny_inputs()),
-    "gpt2": lambda: (_fused(tiny_decoder("gpt2")), tiny_decoder_inputs("gpt2")),
+    "gpt2": lambda: (_fused(tiny_decoder("gpt2")), tiny_decoder_inputs("gpt2", padding_side="left")),
     "t5": lambda: (_fused(tiny_decoder("t5")), tiny_decoder_inputs("t5")),
 }
 
@@ -80,7 +80,7 @@ def test_a_call_recording_its_own_inside_a_block_fills_both() -> None:
 
 def test_the_block_holds_the_last_call_of_several() -> None:
     model, batch = MODELS["gpt2"]()
-    other = tiny_decoder_inputs("gpt2", batch=3, seed=5)
+    other = tiny_decoder_inputs("gpt2", batch=3, seed=5, padding_side="left")
     expected = model(**other, output_fusion_attentions=True).fusion_attentions_by_site
     assert expected is not None
     with model.recording_fusion_attentions() as recorded:

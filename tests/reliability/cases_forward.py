@@ -163,15 +163,16 @@ def _lm_call(model_type: str, **changes: Any) -> Callable[[Path], Action]:
 
 
 def _generate(model_type: str = "gpt2", unload: bool = False, **changes: Any) -> Callable[[Path], Action]:
-    """_lm(model_type).generate(**tiny_decoder_inputs(model_type), max_new_tokens=2, pad_token_id=0, with
-    `changes`); a value None drops that input. unload: unload() the model first and put it in train mode."""
+    """_lm(model_type).generate(**<tiny_decoder_inputs(model_type), left-padded>, max_new_tokens=2, pad_token_id=0,
+    with `changes`); a value None drops that input. unload: unload() the model first and put it in train mode."""
 
     def prepare(folder: Path) -> Action:
         model = _lm(model_type)
         if unload:
             model.unload()
             model.train()
-        inputs: dict[str, Any] = {**tiny_decoder_inputs(model_type), "max_new_tokens": 2, "pad_token_id": 0}
+        prompts = tiny_decoder_inputs(model_type, padding_side="left")
+        inputs: dict[str, Any] = {**prompts, "max_new_tokens": 2, "pad_token_id": 0}
         inputs.update(changes)
         return lambda: model.generate(**{key: value for key, value in inputs.items() if value is not None})
 

@@ -30,12 +30,16 @@ def _lm(model_type: str) -> af.AdaptedModel:
 
 
 def _generate(model_type: str = "gpt2", **changes: Any) -> Callable[[Path], Action]:
-    """_lm(model_type).generate(**tiny_decoder_inputs(model_type), max_new_tokens=2, pad_token_id=0, with
-    `changes`); a value None drops that input."""
+    """_lm(model_type).generate(**<tiny_decoder_inputs(model_type), left-padded>, max_new_tokens=2, pad_token_id=0,
+    with `changes`); a value None drops that input."""
 
     def prepare(folder: Path) -> Action:
         model = _lm(model_type)
-        inputs: dict[str, Any] = {**tiny_decoder_inputs(model_type), "max_new_tokens": 2, "pad_token_id": 0}
+        inputs: dict[str, Any] = {
+            **tiny_decoder_inputs(model_type, padding_side="left"),
+            "max_new_tokens": 2,
+            "pad_token_id": 0,
+        }
         inputs.update(changes)
         return lambda: model.generate(**{key: value for key, value in inputs.items() if value is not None})
 
@@ -45,7 +49,7 @@ def _generate(model_type: str = "gpt2", **changes: Any) -> Callable[[Path], Acti
 def _int32_labels(folder: Path) -> Action:
     """A tiny Llama's loss on int32 labels, compared with its loss on the same labels as int64."""
     model = _lm("llama")
-    inputs = tiny_decoder_inputs("llama")
+    inputs = tiny_decoder_inputs("llama", padding_side="left")
     labels = inputs["input_ids"]
 
     def action() -> str:
@@ -72,7 +76,9 @@ def _cached_generate(rows: int, prompt_tokens: int, **settings: Any) -> Callable
 def _assisted(folder: Path) -> Action:
     """generate(assistant_model=<an AdaptedModel>): transformers reads the draft's config, which it has not."""
     model, draft = _lm("llama"), _lm("llama")
-    return lambda: model.generate(**tiny_decoder_inputs("llama"), max_new_tokens=2, assistant_model=draft)
+    return lambda: model.generate(
+        **tiny_decoder_inputs("llama", padding_side="left"), max_new_tokens=2, assistant_model=draft
+    )
 
 
 def _exact_match_of_long_rows(folder: Path) -> Action:
@@ -102,7 +108,12 @@ def _recorded_guidance(folder: Path) -> Action:
 
     def action() -> Any:
         with model.recording_fusion_attentions():
-            return model.generate(**tiny_decoder_inputs("llama"), max_new_tokens=2, pad_token_id=0, guidance_scale=1.5)
+            return model.generate(
+                **tiny_decoder_inputs("llama", padding_side="left"),
+                max_new_tokens=2,
+                pad_token_id=0,
+                guidance_scale=1.5,
+            )
 
     return action
 
@@ -113,6 +124,15 @@ def _keep_scores(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
 
 
 CASES: tuple[BadInput, ...] = (
+    B(
+        "generate-decoder-right-padded",
+        GROUP,
+        "Llama generate() of a batch whose row 1 is padded on the right (its new tokens followed the padding: "
+        "another answer than the prompt alone, with at most a logged warning from transformers)",
+        af.ConfigError,
+        ("row(s) [1]", "ends in padding", "padding_side = 'left'"),
+        lambda folder: lambda: _lm("llama").generate(**tiny_decoder_inputs("llama"), max_new_tokens=2, pad_token_id=0),
+    ),
     B(
         "generate-max-new-tokens-numpy",
         GROUP,
@@ -136,7 +156,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(input_ids=<uint8 tensor>), Llama (was a RuntimeError from torch's embedding)",
         af.ConfigError,
         ("input_ids", "torch.uint8", "torch.long", "input_ids.long()"),
-        _generate("llama", input_ids=tiny_decoder_inputs("llama")["input_ids"].to(torch.uint8)),
+        _generate("llama", input_ids=tiny_decoder_inputs("llama", padding_side="left")["input_ids"].to(torch.uint8)),
     ),
     B(
         "lm-labels-int32",
@@ -337,7 +357,7 @@ CASES: tuple[BadInput, ...] = (
         ("input_ids of shape (2, 3) beside inputs_embeds of shape (2, 7)", "the ids of the embedded tokens"),
         _generate(
             "llama",
-            input_ids=tiny_decoder_inputs("llama")["input_ids"][:, :3],
+            input_ids=tiny_decoder_inputs("llama", padding_side="left")["input_ids"][:, :3],
             inputs_embeds=torch.zeros(2, 7, 32),
             attention_mask=None,
         ),
