@@ -84,13 +84,8 @@ def test_fusion_gradients_on_cuda_equal_the_cpu() -> None:
 def test_generation_on_cuda_is_the_cpu_generation_with_and_without_the_cache(model_type: str) -> None:
     torch.manual_seed(0)
     model = _fused(af.wrap(tiny_decoder(model_type, dtype=torch.float64)), "pfeiffer")
-    inputs = tiny_decoder_inputs(model_type)
+    inputs = tiny_decoder_inputs(model_type, padding_side="left")  # as decoders generate from it
     inputs.pop("decoder_input_ids", None)
-    if model_type != "t5":
-        inputs["input_ids"][1, -2:] = 0  # left padding as decoders generate from it
-        inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
-        inputs["attention_mask"][1, :2] = 0
-        inputs["input_ids"] = torch.cat([inputs["input_ids"][:, -2:], inputs["input_ids"][:, :-2]], dim=1)
     options = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
     with torch.no_grad():
         on_cpu = model.generate(**inputs, **options)
@@ -176,7 +171,7 @@ def test_routed_rows_on_cuda_equal_the_cpu_inside_and_outside_the_inference_cach
 def test_routed_generation_on_cuda_is_the_cpu_generation() -> None:
     torch.manual_seed(0)
     model = _fused(af.wrap(tiny_decoder("llama", dtype=torch.float64)), "pfeiffer")
-    inputs = tiny_decoder_inputs("llama")
+    inputs = tiny_decoder_inputs("llama", padding_side="left")
     inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
     names = ["f", "b"][: inputs["input_ids"].shape[0]]
     options = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, adapter_names=names)

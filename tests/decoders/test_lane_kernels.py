@@ -142,7 +142,7 @@ def test_a_compiled_static_cache_decode_runs_the_kernels_and_the_eager_tokens(
     model.add_fusion("f", list("abc"), af.FusionConfig.dynamic(value_init_noise=0.05))
     model.activate(**({"fusion": "f"} if active == "fusion" else {"adapter": "a"}))
     model.eval()
-    inputs = {key: value.to(DEVICE) for key, value in tiny_decoder_inputs("llama").items()}
+    inputs = {key: value.to(DEVICE) for key, value in tiny_decoder_inputs("llama", padding_side="left").items()}
     options = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
     with torch.no_grad():
         eager = model.generate(**inputs, **options)
