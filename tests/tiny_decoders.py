@@ -163,7 +163,8 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     ),
     "stablelm": ("StableLmConfig", dict(_LLAMA_STYLE, qk_layernorm=True), "causal"),
     # Parallel-residual blocks, r + attention(N(r)) + mlp(N(r)): GPT-J (partial rotary), Phi-1/2 (partial rotary, a
-    # LayerNorm with bias), Cohere (a LayerNorm without bias, grouped-query attention, logits scaled).
+    # LayerNorm with bias), Cohere (a LayerNorm without bias, grouped-query attention, logits scaled); GPT-NeoX with
+    # a second norm of r in front of its feed-forward.
     "gptj": (
         "GPTJConfig",
         dict(
@@ -186,6 +187,11 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
         "causal",
     ),
     "cohere": ("CohereConfig", dict(_LLAMA_STYLE, logit_scale=0.5), "causal"),
+    "gpt_neox": (
+        "GPTNeoXConfig",
+        dict({k: v for k, v in _LLAMA_STYLE.items() if k != "num_key_value_heads"}, rotary_pct=0.5),
+        "causal",
+    ),
 }
 
 

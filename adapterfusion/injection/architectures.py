@@ -200,11 +200,18 @@ _PARALLEL = "attention and feed-forward side by side on one residual stream"
 
 
 def _parallel_decoder(
-    layers: str, attention: str, norm: str, mlp: str, in_adapterhub: bool = True, **options: object
+    layers: str,
+    attention: str,
+    norm: str,
+    mlp: str,
+    mlp_norm: str | None = None,
+    in_adapterhub: bool = True,
+    **options: object,
 ) -> ArchitectureSpec:
-    """A decoder of parallel-residual blocks, r + attention(N(r)) + mlp(N(r)), one norm in front of both. As in
-    AdapterHub's GPT-J block, the attention site's residual stream is r and the feed-forward site's r plus the
-    attention site's output (`residual_adds`), so the block's own sum carries both sites' results."""
+    """A decoder of parallel-residual blocks, r + attention(N(r)) + mlp(N'(r)), N' = N unless `mlp_norm` names a
+    second norm of r (GPT-NeoX). As in AdapterHub's GPT-J block, the attention site's residual stream is r and the
+    feed-forward site's r plus the attention site's output (`residual_adds`), so the block's own sum carries both
+    sites' results."""
     return ArchitectureSpec(
         layers=layers,
         attention=SiteSpec(
@@ -216,7 +223,7 @@ def _parallel_decoder(
         output=SiteSpec(
             SiteKind.PRE_NORM,
             mlp,
-            residual_input=norm,
+            residual_input=mlp_norm or norm,
             residual_adds=attention,
             adapterhub_path="output_adapters" if in_adapterhub else None,
         ),
@@ -386,6 +393,18 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "gptj": _parallel_decoder("h", "attn", "ln_1", "mlp"),
     "phi": _parallel_decoder("layers", "self_attn", "input_layernorm", "mlp", in_adapterhub=False),
     "cohere": _parallel_decoder("layers", "self_attn", "input_layernorm", "mlp", in_adapterhub=False),
+    # GPT-NeoX (Pythia, GPT-NeoX-20B): a norm of r in front of each sub-layer, its dropouts after the sites (exact in
+    # eval mode and at hidden_dropout 0, the released configs'). use_parallel_residual=False builds a sequential
+    # block under the same modules, whose feed-forward norm already reads r + attention: refused by `requires`.
+    "gpt_neox": _parallel_decoder(
+        "layers",
+        "attention",
+        "input_layernorm",
+        "mlp",
+        "post_attention_layernorm",
+        in_adapterhub=False,
+        requires=(("use_parallel_residual", True, "attention and feed-forward in sequence"),),
+    ),
     # Encoder-decoders: sites in the encoder's layers and the decoder's self-attention, cross-attention and
     # feed-forward (the presets put nothing after cross-attention, as AdapterHub's do: positions=(..., 'cross')).
     "t5": _T5_LIKE,
@@ -421,9 +440,9 @@ def architecture_for(model: nn.Module) -> ArchitectureSpec:
         actual = getattr(config, attribute, value)
         if actual != value:
             raise UnsupportedArchitectureError(
-                f"model_type {model_type!r} with {attribute}={actual!r} builds blocks with {other}, which no adapter "
-                f"site expresses exactly (docs/ARCHITECTURE.md, 'Decoders left out'); adapters run on its models with "
-                f"{attribute}={value!r} only"
+                f"model_type {model_type!r} with {attribute}={actual!r} builds blocks with {other}, which its row's "
+                "adapter sites do not express exactly (docs/ARCHITECTURE.md, 'Decoders and configs left out'); "
+                f"adapters run on its models with {attribute}={value!r} only"
             )
     return spec
 

@@ -57,11 +57,12 @@ PRE_NORM_BLOCKS: dict[str, tuple[str, str, str, str, str]] = {
     "gptj": ("h", "attn", "ln_1", "mlp", "ln_1"),
     "phi": ("layers", "self_attn", "input_layernorm", "mlp", "input_layernorm"),
     "cohere": ("layers", "self_attn", "input_layernorm", "mlp", "input_layernorm"),
+    "gpt_neox": ("layers", "attention", "input_layernorm", "mlp", "post_attention_layernorm"),
 }
-# r + attention(N(r)) + mlp(N(r)): the feed-forward reads N(r), not the stream after attention, and the block adds
-# both outputs to r. As AdapterHub's GPT-J block does, the feed-forward site's residual stream is r + the attention
-# site's output: r + a + x + A(x + r + a) for Pfeiffer, a the attention output.
-PARALLEL = ("gptj", "phi", "cohere")
+# r + attention(N(r)) + mlp(N'(r)) (N' = N but on GPT-NeoX): the feed-forward reads N'(r), not the stream after
+# attention, and the block adds both outputs to r. As AdapterHub's GPT-J block does, the feed-forward site's residual
+# stream is r + the attention site's output: r + a + x + A(x + r + a) for Pfeiffer, a the attention output.
+PARALLEL = ("gptj", "phi", "cohere", "gpt_neox")
 # Blocks that also normalise each sub-layer's output before adding it to r: (after attention, after feed-forward).
 POST_NORMS = {
     "gemma2": ("post_attention_layernorm", "post_feedforward_layernorm"),

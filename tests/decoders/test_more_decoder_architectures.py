@@ -1,7 +1,7 @@
 """The decoder rows beyond issue #23's (tests/tiny_decoders.py EXTRA_DECODER_CONFIGS). test_decoder_sites.py checks
 their sites against the hand computation, fusion's fast path and cached generation, as for every decoder row; here,
 what that module does not: each tiny config is the shape the others are, a saved setup and a classification head
-work on each, and a row that holds only for sequential blocks refuses its model type's parallel-residual configs.
+work on each, and a row that holds only for sequential (or parallel) blocks refuses its model type's other configs.
 """
 
 from __future__ import annotations
@@ -75,16 +75,18 @@ def test_a_classification_head_pools_each_rows_last_token(model_type: str) -> No
         ("falcon", {"parallel_attn": True}),
         ("falcon", {"new_decoder_architecture": True}),
         ("stablelm", {"use_parallel_residual": True}),
+        ("gpt_neox", {"use_parallel_residual": False}),
     ],
 )
-def test_a_parallel_residual_config_of_a_sequential_row_is_refused_by_name(
+def test_a_config_that_builds_other_blocks_than_its_row_is_refused_by_name(
     model_type: str, setting: dict[str, bool]
 ) -> None:
-    """r + attn(LN(r)) + mlp(LN'(r)) has no stream after attention for the feed-forward site, so wrapping refuses it
-    (nothing in the model is replaced) rather than adapt the wrong equation; the sequential config wraps."""
-    (attribute,) = setting
+    """A sequential row's parallel-residual config, r + attn(LN(r)) + mlp(LN'(r)), would adapt the feed-forward on
+    the wrong residual stream, and GPT-NeoX's parallel row's sequential config would count the attention output
+    twice in it: wrapping refuses either (nothing in the model is replaced); the row's own config wraps."""
+    ((attribute, value),) = setting.items()
     bare = tiny_decoder(model_type, **setting)
-    with pytest.raises(af.UnsupportedArchitectureError, match=f"{model_type!r} with {attribute}=True"):
+    with pytest.raises(af.UnsupportedArchitectureError, match=f"{model_type!r} with {attribute}={value}"):
         af.wrap(bare)
     assert not any(isinstance(module, AdapterSite) for module in bare.modules())
     assert af.wrap(tiny_decoder(model_type)).architecture is af.ARCHITECTURES[model_type]
