@@ -165,22 +165,7 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     # Parallel-residual blocks, r + attention(N(r)) + mlp(N(r)): GPT-J (partial rotary), Phi-1/2 (partial rotary, a
     # LayerNorm with bias), Cohere (a LayerNorm without bias, grouped-query attention, logits scaled); GPT-NeoX with
     # a second norm of r in front of its feed-forward.
-    "gptj": (
-        "GPTJConfig",
-        dict(
-            vocab_size=VOCAB,
-            n_embd=HIDDEN,
-            n_layer=LAYERS,
-            n_head=HEADS,
-            n_inner=INTERMEDIATE,
-            rotary_dim=4,
-            n_positions=64,
-            pad_token_id=PAD,
-            bos_token_id=BOS,
-            eos_token_id=EOS,
-        ),
-        "causal",
-    ),
+    "gptj": ("GPTJConfig", dict(TINY_DECODER_CONFIGS["gpt2"][1], rotary_dim=4), "causal"),  # GPT-2's names
     "phi": (
         "PhiConfig",
         dict({k: v for k, v in _LLAMA_STYLE.items() if k != "num_key_value_heads"}, partial_rotary_factor=0.5),

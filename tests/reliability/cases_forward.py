@@ -14,7 +14,7 @@ from transformers.cache_utils import DynamicCache
 
 import adapterfusion as af
 from adapterfusion.experiments.errors import ExperimentSpecError
-from catalogue import Action, BadInput, cli, experiment
+from catalogue import Action, BadInput, cli, experiment, generating, tiny_lm
 from tiny_decoders import tiny_decoder, tiny_decoder_inputs
 from tiny_models import tiny_config, tiny_encoder, tiny_inputs
 
@@ -134,14 +134,6 @@ def _regression_head() -> af.AdaptedModel:
     return _headed(kind="regression")
 
 
-def _lm(model_type: str) -> af.AdaptedModel:
-    """A tiny language model of `model_type` (tiny_decoders.py) with adapter 'a' active and no head."""
-    model = af.wrap(tiny_decoder(model_type))
-    model.add_adapter("a")
-    model.activate(adapter="a")
-    return model
-
-
 def _bare_t5_call(folder: Path) -> Action:
     """A bare T5Model (no LM head) with adapter 'a' active, called with input_ids and no decoder inputs."""
     model = af.wrap(transformers.T5Model(tiny_decoder("t5").config))
@@ -152,29 +144,12 @@ def _bare_t5_call(folder: Path) -> Action:
 
 
 def _lm_call(model_type: str, **changes: Any) -> Callable[[Path], Action]:
-    """model(**tiny_decoder_inputs(model_type) with `changes`) of _lm(model_type); a value None drops that input."""
+    """model(**tiny_decoder_inputs(model_type) with `changes`) of tiny_lm(model_type); a value None drops that input."""
 
     def prepare(folder: Path) -> Action:
-        model = _lm(model_type)
+        model = tiny_lm(model_type)
         inputs: dict[str, Any] = {**tiny_decoder_inputs(model_type), **changes}
         return lambda: model(**{key: value for key, value in inputs.items() if value is not None})
-
-    return prepare
-
-
-def _generate(model_type: str = "gpt2", unload: bool = False, **changes: Any) -> Callable[[Path], Action]:
-    """_lm(model_type).generate(**<tiny_decoder_inputs(model_type), left-padded>, max_new_tokens=2, pad_token_id=0,
-    with `changes`); a value None drops that input. unload: unload() the model first and put it in train mode."""
-
-    def prepare(folder: Path) -> Action:
-        model = _lm(model_type)
-        if unload:
-            model.unload()
-            model.train()
-        prompts = tiny_decoder_inputs(model_type, padding_side="left")
-        inputs: dict[str, Any] = {**prompts, "max_new_tokens": 2, "pad_token_id": 0}
-        inputs.update(changes)
-        return lambda: model.generate(**{key: value for key, value in inputs.items() if value is not None})
 
     return prepare
 
@@ -184,7 +159,7 @@ def _cached_step(new_rows: int = 2, mask: int | None = 1, past: str = "cache") -
     attention_mask covering `mask` tokens (None: no mask); past 'tuple': the cache as a legacy tuple of tuples."""
 
     def prepare(folder: Path) -> Action:
-        model = _lm("llama")
+        model = tiny_lm("llama")
         ids = tiny_decoder_inputs("llama")["input_ids"]
         cache = model(input_ids=ids, use_cache=True).past_key_values
         given = ((torch.zeros(2, 2, 7, 8),) * 2,) * 2 if past == "tuple" else cache
@@ -1053,7 +1028,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(use_cache='no') (was generated with the cache: 'no' is truthy)",
         af.ConfigError,
         ("use_cache='no'", "str", "true or false"),
-        _generate(use_cache="no"),
+        generating(use_cache="no"),
     ),
     B(
         "generate-return-dict-string",
@@ -1061,7 +1036,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(return_dict_in_generate='no') (was a GenerateOutput returned, not the token ids: 'no' is truthy)",
         af.ConfigError,
         ("return_dict_in_generate='no'", "str", "true or false"),
-        _generate(return_dict_in_generate="no"),
+        generating(return_dict_in_generate="no"),
     ),
     B(
         "generate-logits-to-keep-string",
@@ -1069,7 +1044,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(logits_to_keep='x') (was a TypeError from torch at the first step)",
         af.ConfigError,
         ("logits_to_keep='x'", "str", "1-D integer tensor"),
-        _generate("llama", logits_to_keep="x"),
+        generating("llama", logits_to_keep="x"),
     ),
     B(
         "generate-encoder-outputs-tensor",
@@ -1077,7 +1052,7 @@ CASES: tuple[BadInput, ...] = (
         "BART generate(encoder_outputs=<a tensor>) (was an IndexError from transformers)",
         af.ConfigError,
         ("encoder_outputs", "Tensor", "BaseModelOutput"),
-        _generate("bart", encoder_outputs=torch.zeros(2, 7, 32)),
+        generating("bart", encoder_outputs=torch.zeros(2, 7, 32)),
     ),
     B(
         "generate-ids-float",
@@ -1085,7 +1060,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(input_ids=<float tensor>) (was a RuntimeError from torch)",
         af.ConfigError,
         ("input_ids", "torch.float32", "integer"),
-        _generate(input_ids=torch.full((2, 7), 7.0), attention_mask=None),
+        generating(input_ids=torch.full((2, 7), 7.0), attention_mask=None),
     ),
     B(
         "generate-ids-1d",
@@ -1093,7 +1068,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(input_ids=<1-D tensor>) (was an IndexError from transformers)",
         af.ConfigError,
         ("input_ids", "(7,)", "unsqueeze(0)"),
-        _generate(input_ids=torch.full((7,), 7), attention_mask=None),
+        generating(input_ids=torch.full((7,), 7), attention_mask=None),
     ),
     B(
         "generate-ids-empty",
@@ -1101,7 +1076,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(input_ids of shape (2, 0)) (was an IndexError from transformers)",
         af.ConfigError,
         ("input_ids", "(2, 0)", "empty"),
-        _generate(input_ids=torch.zeros(2, 0, dtype=torch.long), attention_mask=None),
+        generating(input_ids=torch.zeros(2, 0, dtype=torch.long), attention_mask=None),
     ),
     B(
         "generate-ids-out-of-vocab",
@@ -1109,7 +1084,7 @@ CASES: tuple[BadInput, ...] = (
         "generate() with an input id of 100, vocabulary 100, Llama (was an IndexError from torch)",
         af.ConfigError,
         ("input_ids", "[100]", "0..99"),
-        _generate("llama", input_ids=torch.full((2, 7), 100)),
+        generating("llama", input_ids=torch.full((2, 7), 100)),
     ),
     B(
         "generate-ids-list",
@@ -1117,7 +1092,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(input_ids=[[...]]) a list (was an AttributeError from transformers)",
         af.ConfigError,
         ("input_ids", "list", "torch.Tensor"),
-        _generate(input_ids=[[7] * 7] * 2, attention_mask=None),
+        generating(input_ids=[[7] * 7] * 2, attention_mask=None),
     ),
     B(
         "generate-mask-shape",
@@ -1125,7 +1100,7 @@ CASES: tuple[BadInput, ...] = (
         "generate() with an attention_mask (2, 5) for input_ids (2, 7) (was a RuntimeError from torch)",
         af.ConfigError,
         ("attention_mask", "(2, 5)", "(2, 7)"),
-        _generate(attention_mask=torch.ones(2, 5, dtype=torch.long)),
+        generating(attention_mask=torch.ones(2, 5, dtype=torch.long)),
     ),
     B(
         "generate-mask-one-row",
@@ -1134,7 +1109,7 @@ CASES: tuple[BadInput, ...] = (
         "with row 0's mask)",
         af.ConfigError,
         ("attention_mask", "(1, 7)", "(2, 7)"),
-        _generate("bart", attention_mask=torch.ones(1, 7, dtype=torch.long)),
+        generating("bart", attention_mask=torch.ones(1, 7, dtype=torch.long)),
     ),
     B(
         "generate-mask-two",
@@ -1142,7 +1117,7 @@ CASES: tuple[BadInput, ...] = (
         "generate() with an attention_mask holding 2 (was silently accepted)",
         af.ConfigError,
         ("attention_mask", "[2]", "only 0 and 1"),
-        _generate(attention_mask=torch.full((2, 7), 2)),
+        generating(attention_mask=torch.full((2, 7), 2)),
     ),
     B(
         "generate-mask-empty-row",
@@ -1150,7 +1125,7 @@ CASES: tuple[BadInput, ...] = (
         "generate() with an all-zero attention_mask row (was tokens generated from padding alone)",
         af.ConfigError,
         ("attention_mask", "rows [1]", "no token"),
-        _generate("t5", attention_mask=torch.tensor([[1] * 7, [0] * 7])),
+        generating("t5", attention_mask=torch.tensor([[1] * 7, [0] * 7])),
     ),
     B(
         "generate-embeds-nan",
@@ -1158,7 +1133,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(inputs_embeds=<NaN>) (was every generated token 0, without a word)",
         af.ConfigError,
         ("inputs_embeds", "NaN"),
-        _generate("llama", input_ids=None, inputs_embeds=torch.full((2, 7, 32), math.nan)),
+        generating("llama", input_ids=None, inputs_embeds=torch.full((2, 7, 32), math.nan)),
     ),
     B(
         "generate-embeds-width",
@@ -1166,7 +1141,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(inputs_embeds of width 16, hidden 32) (was a RuntimeError from torch)",
         af.ConfigError,
         ("inputs_embeds", "(2, 7, 16)", "32"),
-        _generate(input_ids=None, inputs_embeds=torch.zeros(2, 7, 16)),
+        generating(input_ids=None, inputs_embeds=torch.zeros(2, 7, 16)),
     ),
     B(
         "generate-embeds-float64",
@@ -1174,7 +1149,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(float64 inputs_embeds) for a float32 model (was a RuntimeError from torch)",
         af.ConfigError,
         ("inputs_embeds", "torch.float64", "torch.float32"),
-        _generate("llama", input_ids=None, inputs_embeds=torch.zeros(2, 7, 32, dtype=torch.float64)),
+        generating("llama", input_ids=None, inputs_embeds=torch.zeros(2, 7, 32, dtype=torch.float64)),
     ),
     B(
         "generate-decoder-ids-out-of-vocab",
@@ -1182,7 +1157,7 @@ CASES: tuple[BadInput, ...] = (
         "T5 generate() with decoder_input_ids holding 100 (was an IndexError from torch)",
         af.ConfigError,
         ("decoder_input_ids", "[100]", "0..99"),
-        _generate("t5", decoder_input_ids=torch.full((2, 1), 100)),
+        generating("t5", decoder_input_ids=torch.full((2, 1), 100)),
     ),
     B(
         "generate-prompt-too-long",
@@ -1190,7 +1165,7 @@ CASES: tuple[BadInput, ...] = (
         "generate() with a 70-token prompt, GPT-2 of 64 positions (was an IndexError from torch)",
         af.ConfigError,
         ("prompts have 70 tokens", "64"),
-        _generate(input_ids=torch.full((2, 70), 7), attention_mask=None),
+        generating(input_ids=torch.full((2, 70), 7), attention_mask=None),
     ),
     B(
         "generate-past-positions",
@@ -1199,7 +1174,7 @@ CASES: tuple[BadInput, ...] = (
         "mid-generation)",
         af.ConfigError,
         ("70 tokens", "max_new_tokens=10", "64", "at most 4"),
-        _generate(input_ids=torch.full((2, 60), 7), attention_mask=None, max_new_tokens=10),
+        generating(input_ids=torch.full((2, 60), 7), attention_mask=None, max_new_tokens=10),
     ),
     B(
         "generate-seq2seq-past-positions",
@@ -1207,7 +1182,7 @@ CASES: tuple[BadInput, ...] = (
         "BART generate() with max_new_tokens=80, 64 positions (was an IndexError mid-generation)",
         af.ConfigError,
         ("81 tokens", "max_new_tokens=80", "64"),
-        _generate("bart", decoder_input_ids=None, max_new_tokens=80),
+        generating("bart", decoder_input_ids=None, max_new_tokens=80),
     ),
     B(
         "generate-max-length-past-positions",
@@ -1215,7 +1190,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(max_length=100), GPT-2 of 64 positions (was an IndexError mid-generation)",
         af.ConfigError,
         ("max_length=100", "64"),
-        _generate(max_new_tokens=None, max_length=100),
+        generating(max_new_tokens=None, max_length=100),
     ),
     B(
         "generate-max-new-tokens-zero",
@@ -1223,7 +1198,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(max_new_tokens=0) (was a ValueError from transformers)",
         af.ConfigError,
         ("generate()", "max_new_tokens", "greater than 0"),
-        _generate(max_new_tokens=0),
+        generating(max_new_tokens=0),
     ),
     B(
         "generate-keyword-typo",
@@ -1231,7 +1206,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(max_new_token=2), a typo (was a ValueError from transformers)",
         af.ConfigError,
         ("generate()", "max_new_token", "not used"),
-        _generate(max_new_token=2),
+        generating(max_new_token=2),
     ),
     B(
         "generate-head-names",
@@ -1239,7 +1214,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(head_names=[...]) (was a ValueError from transformers naming model_kwargs)",
         af.ConfigError,
         ("head_names", "language-model head", "adapter_names"),
-        _generate(head_names=["h", "h"]),
+        generating(head_names=["h", "h"]),
     ),
     B(
         "generate-more-sequences-than-beams",
@@ -1247,7 +1222,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(num_beams=2, num_return_sequences=3) (was a ValueError from transformers)",
         af.ConfigError,
         ("generate()", "num_return_sequences", "num_beams"),
-        _generate(num_beams=2, num_return_sequences=3),
+        generating(num_beams=2, num_return_sequences=3),
     ),
     B(
         "generate-unloaded-train-mode",
@@ -1255,7 +1230,7 @@ CASES: tuple[BadInput, ...] = (
         "unload(), model.train(), then generate() (was the plain model generating, without a word)",
         af.ModelUnloadedError,
         ("unloaded",),
-        _generate(unload=True),
+        generating(unload=True),
     ),
     # masks of an attention pattern, not of padding
     B(
@@ -1273,7 +1248,7 @@ CASES: tuple[BadInput, ...] = (
         "generate() given a 4-D bool attention_mask [batch, 1, query, key]",
         af.ConfigError,
         ("attention_mask", "(2, 1, 7, 7)", "4-D mask", "padding mask", "(2, 7)"),
-        _generate("llama", attention_mask=torch.ones(2, 1, 7, 7, dtype=torch.bool).tril()),
+        generating("llama", attention_mask=torch.ones(2, 1, 7, 7, dtype=torch.bool).tril()),
     ),
     B(
         "forward-attention-mask-3d",

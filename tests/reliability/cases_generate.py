@@ -14,41 +14,16 @@ from transformers.cache_utils import DynamicCache
 
 import adapterfusion as af
 from adapterfusion.scoring import score_answers
-from catalogue import Action, BadInput
-from tiny_decoders import tiny_decoder, tiny_decoder_inputs
+from catalogue import Action, BadInput, generating, tiny_lm
+from tiny_decoders import tiny_decoder_inputs
 
 B = BadInput
 GROUP = "generation settings"
 
 
-def _lm(model_type: str) -> af.AdaptedModel:
-    """A tiny language model of `model_type` (tiny_decoders.py) with adapter 'a' active and no head."""
-    model = af.wrap(tiny_decoder(model_type))
-    model.add_adapter("a")
-    model.activate(adapter="a")
-    return model
-
-
-def _generate(model_type: str = "gpt2", **changes: Any) -> Callable[[Path], Action]:
-    """_lm(model_type).generate(**<tiny_decoder_inputs(model_type), left-padded>, max_new_tokens=2, pad_token_id=0,
-    with `changes`); a value None drops that input."""
-
-    def prepare(folder: Path) -> Action:
-        model = _lm(model_type)
-        inputs: dict[str, Any] = {
-            **tiny_decoder_inputs(model_type, padding_side="left"),
-            "max_new_tokens": 2,
-            "pad_token_id": 0,
-        }
-        inputs.update(changes)
-        return lambda: model.generate(**{key: value for key, value in inputs.items() if value is not None})
-
-    return prepare
-
-
 def _int32_labels(folder: Path) -> Action:
     """A tiny Llama's loss on int32 labels, compared with its loss on the same labels as int64."""
-    model = _lm("llama")
+    model = tiny_lm("llama")
     inputs = tiny_decoder_inputs("llama", padding_side="left")
     labels = inputs["input_ids"]
 
@@ -63,7 +38,7 @@ def _cached_generate(rows: int, prompt_tokens: int, **settings: Any) -> Callable
     """A tiny Llama's generate() of `rows` x `prompt_tokens` prompts, given the cache of a forward over 2 x 10."""
 
     def prepare(folder: Path) -> Action:
-        model = _lm("llama")
+        model = tiny_lm("llama")
         ids = torch.randint(5, 100, (2, 10), generator=torch.Generator().manual_seed(0))
         cache = model(input_ids=ids, use_cache=True).past_key_values
         return lambda: model.generate(
@@ -75,7 +50,7 @@ def _cached_generate(rows: int, prompt_tokens: int, **settings: Any) -> Callable
 
 def _assisted(folder: Path) -> Action:
     """generate(assistant_model=<an AdaptedModel>): transformers reads the draft's config, which it has not."""
-    model, draft = _lm("llama"), _lm("llama")
+    model, draft = tiny_lm("llama"), tiny_lm("llama")
     return lambda: model.generate(
         **tiny_decoder_inputs("llama", padding_side="left"), max_new_tokens=2, assistant_model=draft
     )
@@ -84,7 +59,7 @@ def _assisted(folder: Path) -> Action:
 def _exact_match_of_long_rows(folder: Path) -> Action:
     """Exact match on a dev batch of a 60-token prompt with a 3-token answer and a 4-token prompt with a 59-token
     one (each 64 tokens with its end token: a tiny Llama's 64 positions), which cannot generate in one batch."""
-    model = _lm("llama")
+    model = tiny_lm("llama")
     ids, labels = torch.zeros(2, 64, dtype=torch.long), torch.full((2, 64), -100)
     for row, (prompt, answer) in enumerate(((60, 3), (4, 59))):
         answer_ids = torch.tensor([7] * answer + [2])
@@ -101,7 +76,7 @@ def _exact_match_of_long_rows(folder: Path) -> Action:
 
 def _recorded_guidance(folder: Path) -> Action:
     """generate(guidance_scale=1.5) of a tiny Llama with a fusion active, inside recording_fusion_attentions()."""
-    model = _lm("llama")
+    model = tiny_lm("llama")
     model.add_adapter("b")
     model.add_fusion("f", ["a", "b"])
     model.activate(fusion="f")
@@ -131,7 +106,9 @@ CASES: tuple[BadInput, ...] = (
         "another answer than the prompt alone, with at most a logged warning from transformers)",
         af.ConfigError,
         ("row(s) [1]", "ends in padding", "padding_side = 'left'"),
-        lambda folder: lambda: _lm("llama").generate(**tiny_decoder_inputs("llama"), max_new_tokens=2, pad_token_id=0),
+        lambda folder: (
+            lambda: tiny_lm("llama").generate(**tiny_decoder_inputs("llama"), max_new_tokens=2, pad_token_id=0)
+        ),
     ),
     B(
         "generate-max-new-tokens-numpy",
@@ -140,7 +117,7 @@ CASES: tuple[BadInput, ...] = (
         "mid-generation: the positions check skipped a length that is not a Python int)",
         af.ConfigError,
         ("107 tokens", "max_new_tokens=100", "64", "at most 57"),
-        _generate(max_new_tokens=np.int64(100)),
+        generating(max_new_tokens=np.int64(100)),
     ),
     B(
         "generate-num-beams-zero",
@@ -148,7 +125,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(num_beams=0) (was a ZeroDivisionError from transformers)",
         af.ConfigError,
         ("generate()", "num_beams=0", "an integer greater than 0"),
-        _generate("llama", num_beams=0),
+        generating("llama", num_beams=0),
     ),
     B(
         "generate-ids-uint8",
@@ -156,7 +133,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(input_ids=<uint8 tensor>), Llama (was a RuntimeError from torch's embedding)",
         af.ConfigError,
         ("input_ids", "torch.uint8", "torch.long", "input_ids.long()"),
-        _generate("llama", input_ids=tiny_decoder_inputs("llama", padding_side="left")["input_ids"].to(torch.uint8)),
+        generating("llama", input_ids=tiny_decoder_inputs("llama", padding_side="left")["input_ids"].to(torch.uint8)),
     ),
     B(
         "lm-labels-int32",
@@ -174,7 +151,7 @@ CASES: tuple[BadInput, ...] = (
         "from the embedding, steps in)",
         af.ConfigError,
         ("pad_token_id=500", "outside this model's vocabulary", "0 to 99"),
-        _generate("llama", pad_token_id=500, do_sample=True, eos_token_id=list(range(5, 40))),
+        generating("llama", pad_token_id=500, do_sample=True, eos_token_id=list(range(5, 40))),
     ),
     B(
         "generate-decoder-start-negative",
@@ -182,7 +159,7 @@ CASES: tuple[BadInput, ...] = (
         "T5 generate(decoder_start_token_id=-1) (was torch's IndexError from the embedding)",
         af.ConfigError,
         ("decoder_start_token_id=-1", "outside this model's vocabulary"),
-        _generate("t5", decoder_input_ids=None, decoder_start_token_id=-1),
+        generating("t5", decoder_input_ids=None, decoder_start_token_id=-1),
     ),
     B(
         "generate-eos-token-str",
@@ -190,7 +167,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(eos_token_id='2') (was a TypeError from transformers: invalid data type 'str')",
         af.ConfigError,
         ("eos_token_id='2'", "has type str", "an integer token id"),
-        _generate("llama", eos_token_id="2"),
+        generating("llama", eos_token_id="2"),
     ),
     B(
         "generate-cache-of-other-rows",
@@ -232,7 +209,7 @@ CASES: tuple[BadInput, ...] = (
         "not stop where the draft sets config.num_hidden_layers)",
         af.ConfigError,
         ("assistant_early_exit=1", "GPT2LMHeadModel", "Llama-style", "assistant_model="),
-        _generate("gpt2", assistant_early_exit=1),
+        generating("gpt2", assistant_early_exit=1),
     ),
     B(
         "exact-match-rows-too-long-together",
@@ -250,7 +227,7 @@ CASES: tuple[BadInput, ...] = (
         "attribute '__call__')",
         af.ConfigError,
         ("logits_processor[0] = 'x'", "cannot be called", "LogitsProcessorList"),
-        _generate("llama", logits_processor=["x"]),
+        generating("llama", logits_processor=["x"]),
     ),
     B(
         "generate-logits-processor-function",
@@ -259,7 +236,7 @@ CASES: tuple[BadInput, ...] = (
         "type 'function' has no len())",
         af.ConfigError,
         ("logits_processor is a function", "LogitsProcessorList"),
-        _generate("t5", decoder_input_ids=None, logits_processor=_keep_scores),
+        generating("t5", decoder_input_ids=None, logits_processor=_keep_scores),
     ),
     B(
         "generate-stopping-criteria-strings",
@@ -267,7 +244,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(stopping_criteria=['x']) (was a TypeError from transformers' loop: 'str' object is not callable)",
         af.ConfigError,
         ("stopping_criteria[0] = 'x'", "StoppingCriteriaList"),
-        _generate("gpt2", stopping_criteria=["x"]),
+        generating("gpt2", stopping_criteria=["x"]),
     ),
     B(
         "generate-streamer-object",
@@ -276,7 +253,7 @@ CASES: tuple[BadInput, ...] = (
         "has no attribute 'put')",
         af.ConfigError,
         ("streamer", "no put or end() method", "TextStreamer", "BaseStreamer"),
-        _generate("bart", decoder_input_ids=None, streamer=object()),
+        generating("bart", decoder_input_ids=None, streamer=object()),
     ),
     B(
         "generate-negative-prompt-out-of-vocab",
@@ -285,7 +262,7 @@ CASES: tuple[BadInput, ...] = (
         "from the embedding, in the guidance's forward)",
         af.ConfigError,
         ("negative_prompt_ids holds [500]", "0 to 99"),
-        _generate("qwen2", guidance_scale=1.5, negative_prompt_ids=torch.full((2, 3), 500)),
+        generating("qwen2", guidance_scale=1.5, negative_prompt_ids=torch.full((2, 3), 500)),
     ),
     B(
         "generate-renormalize-string",
@@ -293,7 +270,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(renormalize_logits='no') (was renormalized: 'no' is truthy)",
         af.ConfigError,
         ("renormalize_logits='no'", "true or false"),
-        _generate("llama", renormalize_logits="no"),
+        generating("llama", renormalize_logits="no"),
     ),
     B(
         "generate-seq2seq-dynamic-cache",
@@ -302,7 +279,7 @@ CASES: tuple[BadInput, ...] = (
         "mask's shape: BART shares it between its self- and cross-attention)",
         af.ConfigError,
         ("past_key_values is a DynamicCache", "BartForConditionalGeneration is an encoder-decoder"),
-        _generate("bart", decoder_input_ids=None, past_key_values=DynamicCache()),
+        generating("bart", decoder_input_ids=None, past_key_values=DynamicCache()),
     ),
     B(
         "generate-guidance-scale-string",
@@ -311,7 +288,7 @@ CASES: tuple[BadInput, ...] = (
         "a single element can be converted to an index)",
         af.ConfigError,
         ("guidance_scale='2'", "has type str", "a finite number"),
-        _generate("llama", guidance_scale="2"),
+        generating("llama", guidance_scale="2"),
     ),
     B(
         "generate-negative-prompt-per-prompt-with-beams",
@@ -320,7 +297,7 @@ CASES: tuple[BadInput, ...] = (
         "from transformers' guidance: the size of tensor a (4) must match the size of tensor b (2))",
         af.ConfigError,
         ("negative_prompt_ids have 2 rows, but generate runs 4", "repeat_interleave"),
-        _generate("llama", guidance_scale=1.5, num_beams=2, negative_prompt_ids=torch.full((2, 3), 7)),
+        generating("llama", guidance_scale=1.5, num_beams=2, negative_prompt_ids=torch.full((2, 3), 7)),
     ),
     B(
         "generate-negative-prompt-without-guidance",
@@ -328,7 +305,7 @@ CASES: tuple[BadInput, ...] = (
         "generate(negative_prompt_ids=...) without guidance_scale (was generated without it, without a word)",
         af.ConfigError,
         ("negative_prompt_ids given, but guidance_scale=None", "plays no part"),
-        _generate("llama", negative_prompt_ids=torch.full((2, 3), 7)),
+        generating("llama", negative_prompt_ids=torch.full((2, 3), 7)),
     ),
     B(
         "generate-guidance-encoder-decoder",
@@ -337,7 +314,7 @@ CASES: tuple[BadInput, ...] = (
         "input; T5 failed in transformers: 'You must specify exactly one of input_ids or inputs_embeds')",
         af.ConfigError,
         ("guidance_scale=1.5", "BartForConditionalGeneration is an encoder-decoder", "leave guidance_scale unset"),
-        _generate("bart", decoder_input_ids=None, guidance_scale=1.5),
+        generating("bart", decoder_input_ids=None, guidance_scale=1.5),
     ),
     B(
         "generate-guidance-recorded",
@@ -355,7 +332,7 @@ CASES: tuple[BadInput, ...] = (
         "size of tensor a (7) must match the size of tensor b (3))",
         af.ConfigError,
         ("input_ids of shape (2, 3) beside inputs_embeds of shape (2, 7)", "the ids of the embedded tokens"),
-        _generate(
+        generating(
             "llama",
             input_ids=tiny_decoder_inputs("llama", padding_side="left")["input_ids"][:, :3],
             inputs_embeds=torch.zeros(2, 7, 32),
@@ -369,7 +346,7 @@ CASES: tuple[BadInput, ...] = (
         "'Input length of input_ids is 0, but `max_length` is set to -2')",
         af.ConfigError,
         ("max_length=5 tokens per sequence, prompt included", "already have 7", "max_new_tokens="),
-        _generate("llama", input_ids=None, inputs_embeds=torch.zeros(2, 7, 32), max_new_tokens=None, max_length=5),
+        generating("llama", input_ids=None, inputs_embeds=torch.zeros(2, 7, 32), max_new_tokens=None, max_length=5),
     ),
     B(
         "generate-decay-penalty-not-a-pair",
@@ -378,6 +355,6 @@ CASES: tuple[BadInput, ...] = (
         "not subscriptable)",
         af.ConfigError,
         ("exponential_decay_length_penalty=3", "a pair (start_index, decay_factor)"),
-        _generate("llama", exponential_decay_length_penalty=3),
+        generating("llama", exponential_decay_length_penalty=3),
     ),
 )

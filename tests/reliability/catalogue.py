@@ -24,6 +24,7 @@ import adapterfusion as af
 from adapterfusion.cli import main as cli_main
 from adapterfusion.errors import AdapterFusionError
 from adapterfusion.tasks import TaskSpec, load_task_data
+from tiny_decoders import tiny_decoder, tiny_decoder_inputs
 from tiny_models import tiny_encoder
 
 Action = Callable[[], Any]
@@ -107,6 +108,32 @@ def adapters_a_and_b(head: str) -> af.AdaptedModel:
         model.add_adapter(name, af.AdapterConfig.pfeiffer(reduction_factor=4))
     model.add_head(head, af.ClassificationHead(num_labels=2))
     return model
+
+
+def tiny_lm(model_type: str) -> af.AdaptedModel:
+    """A tiny language model of `model_type` (tiny_decoders.py) with adapter 'a' active and no head."""
+    model = af.wrap(tiny_decoder(model_type))
+    model.add_adapter("a")
+    model.activate(adapter="a")
+    return model
+
+
+def generating(model_type: str = "gpt2", unload: bool = False, **changes: Any) -> Callable[[Path], Action]:
+    """tiny_lm(model_type).generate(**<tiny_decoder_inputs(model_type), left-padded>, max_new_tokens=2,
+    pad_token_id=0, with `changes`); a value None drops that input. unload: unload() the model first and put it in
+    train mode."""
+
+    def prepare(folder: Path) -> Action:
+        model = tiny_lm(model_type)
+        if unload:
+            model.unload()
+            model.train()
+        prompts = tiny_decoder_inputs(model_type, padding_side="left")
+        inputs: dict[str, Any] = {**prompts, "max_new_tokens": 2, "pad_token_id": 0}
+        inputs.update(changes)
+        return lambda: model.generate(**{key: value for key, value in inputs.items() if value is not None})
+
+    return prepare
 
 
 def edit_json(path: Path, edit: Callable[[dict], None]) -> None:
