@@ -376,3 +376,15 @@ def test_guidance_on_an_encoder_decoder_is_refused(model_type: str) -> None:
     model = _model(model_type)
     with pytest.raises(af.ConfigError, match="is an encoder-decoder, which would read it as the encoder's input"):
         model.generate(**_prompts(model_type), max_new_tokens=2, guidance_scale=1.5)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"max_new_tokens": 10**400}, {"temperature": 10**400}, {"exponential_decay_length_penalty": (2, 10**400)}],
+    ids=["max_new_tokens", "temperature", "exponential_decay_length_penalty"],
+)
+def test_an_int_beyond_any_float_is_refused_by_name(settings: dict[str, Any]) -> None:
+    """math.isfinite and float() raised OverflowError ('int too large to convert to float') on these."""
+    ((name, _),) = settings.items()
+    with pytest.raises(af.ConfigError, match=rf"{name}=.*(is not a finite number|no finite number)"):
+        _model().generate(**_prompts(), **{"max_new_tokens": 2, **OPTIONS, **settings})

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import torch
 from torch import nn
 from transformers import GenerationConfig
 
+from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.errors import ConfigError
 
 
@@ -161,7 +161,7 @@ def _check_decay(value: Any, where: str) -> None:
     start, factor = (_held(item) for item in value)
     if isinstance(start, bool) or not isinstance(start, numbers.Integral) or int(start) < 0:
         raise ConfigError(f"{field}: its start_index {value[0]!r} is no integer >= 0; expected {expected}")
-    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not 0 < float(factor) < math.inf:
+    if not is_finite_number(factor) or not factor > 0:  # an int beyond any float too, which float() cannot convert
         raise ConfigError(
             f"{field}: its decay_factor {value[1]!r} is no finite number greater than 0; expected {expected}"
         )
@@ -194,8 +194,12 @@ def _number(value: Any, field: str, setting: _Setting) -> int | float:
     held = _held(value)
     if isinstance(held, bool) or not isinstance(held, numbers.Integral if setting.integer else numbers.Real):
         raise ConfigError(f"generate(): {field}={value!r} has type {type(value).__name__}; expected {setting.expected}")
+    if not is_finite_number(held):  # NaN, inf, or an int beyond any float, which math.isfinite cannot even convert
+        raise ConfigError(
+            f"generate(): {field}={short_repr(value)} is not a finite number; expected {setting.expected}"
+        )
     number = int(cast(Any, held)) if setting.integer else float(cast(Any, held))  # numbers' ABCs type neither
-    if not math.isfinite(number) or not setting.allowed(number):
+    if not setting.allowed(number):
         raise ConfigError(f"generate(): {field}={value!r} must be {setting.expected}")
     return number
 
