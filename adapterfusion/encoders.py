@@ -148,14 +148,19 @@ def model_files_in(folder: Path) -> list[str]:
     except OSError:
         return []
     found = [name for name in names if name in WEIGHT_FILES or _SHARD.fullmatch(name) or name.endswith(".gguf")]
-    if MODEL_CONFIG in names:
-        try:
-            config = json.loads((folder / MODEL_CONFIG).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            config = None
-        if isinstance(config, dict) and "model_type" in config:  # not a run folder's config.json
-            found.insert(0, MODEL_CONFIG)
+    config = _read_model_config(folder) if MODEL_CONFIG in names else None
+    if config is not None and "model_type" in config:  # not a run folder's config.json
+        found.insert(0, MODEL_CONFIG)
     return found
+
+
+def _read_model_config(folder: Path) -> dict[str, Any] | None:
+    """The JSON object of `folder`'s config.json; None where there is none, or it cannot be read as one."""
+    try:
+        config = json.loads((folder / MODEL_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def check_not_model_folder(folder: Path, what: str, kind: str) -> None:
@@ -236,11 +241,8 @@ def default_pooling(encoder: str | os.PathLike | None) -> str:
     cache, never looked up; one not downloaded yet counts as an encoder (its decoder head then needs
     `pooling: last`)."""
     folder = _local_copy(encoder)
-    try:
-        config = json.loads((folder / MODEL_CONFIG).read_text(encoding="utf-8")) if folder is not None else None
-        model_type = config.get("model_type") if isinstance(config, dict) else None
-    except (OSError, ValueError):
-        model_type = None
+    config = _read_model_config(folder) if folder is not None else None
+    model_type = config.get("model_type") if config is not None else None
     spec = ARCHITECTURES.get(model_type) if isinstance(model_type, str) else None
     if spec is not None and spec.pools_last_token:
         return "last"
