@@ -113,22 +113,28 @@ def _is_off(value: Any) -> bool:
     return value is None or value is False or value == 0 or value == [] or value == {}
 
 
+_BROKEN = "adapters fails on it too, so the file is damaged or was edited by hand"
+
+
+def _check_probability(value: Any, field: str, what: str) -> None:
+    """A dropout probability adapters builds nn.Dropout of, which takes a number from 0 to 1 (`what` says so)."""
+    if not 0 <= check_number(value, field, expected=what) <= 1:
+        raise ConfigError(f"{field}={value!r} must be {what}; {_BROKEN}")
+
+
 def _check_dropped_options(c: Mapping[str, Any]) -> None:
     """Refuse a value of an option we drop on import (it acts in training or at init only) that adapters itself fails
     on when it builds the adapter, so that we accept no file that adapters cannot load: nn.Dropout(p=dropout) takes
     a number from 0 to 1, `stochastic_depth > 0.0` a number (and DropPath one of at most 1), init_weights one of its
     three schemes and fix_seed(init_weights_seed) a 32-bit integer or null."""
-    broken = "adapters fails on it too, so the file is damaged or was edited by hand"
-    check_number(c["dropout"], "AdapterHub option dropout", expected="a number from 0 to 1 (the adapter's dropout)")
-    if not 0 <= c["dropout"] <= 1:
-        raise ConfigError(f"AdapterHub option dropout={c['dropout']!r} must be a number from 0 to 1; {broken}")
+    _check_probability(c["dropout"], "AdapterHub option dropout", "a number from 0 to 1 (the adapter's dropout)")
     depth = check_number(c["stochastic_depth"], "AdapterHub option stochastic_depth", expected="a number")
     if depth > 1:
-        raise ConfigError(f"AdapterHub option stochastic_depth={depth!r} must be a probability of at most 1; {broken}")
+        raise ConfigError(f"AdapterHub option stochastic_depth={depth!r} must be a probability of at most 1; {_BROKEN}")
     if not isinstance(c["init_weights"], str) or c["init_weights"] not in _INIT_IN:
         raise ConfigError(
             f"AdapterHub option init_weights={short_repr(c['init_weights'])} is none of adapters' init schemes "
-            f"({', '.join(_INIT_IN)}); {broken}"
+            f"({', '.join(_INIT_IN)}); {_BROKEN}"
         )
     if c["init_weights_seed"] is not None:
         check_int(c["init_weights_seed"], "AdapterHub option init_weights_seed", minimum=0, maximum=2**32 - 1)
@@ -255,12 +261,11 @@ def fusion_config_from_adapterhub(config: Mapping[str, Any], attention_dropout: 
         raise ConfigError(f"AdapterHub fusion option(s) {unknown} are unknown to this importer; cannot import")
     c = {**FUSION_DEFAULTS, **config}
     if c["dropout_prob"] is not None:  # adapters builds nn.Dropout(dropout_prob or the attention dropout)
-        dropout = check_number(c["dropout_prob"], "AdapterHub fusion option dropout_prob", expected="a number or null")
-        if not 0 <= dropout <= 1:
-            raise ConfigError(
-                f"AdapterHub fusion option dropout_prob={dropout!r} must be a number from 0 to 1, or null for the "
-                "model's attention dropout; adapters fails on it too, so the file is damaged or was edited by hand"
-            )
+        _check_probability(
+            c["dropout_prob"],
+            "AdapterHub fusion option dropout_prob",
+            "a number from 0 to 1, or null for the model's attention dropout",
+        )
     return FusionConfig(
         query=_flag(c, "query"),
         key=_flag(c, "key"),
