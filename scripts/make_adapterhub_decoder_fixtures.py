@@ -2,8 +2,8 @@
 tests/fixtures/adapterhub/decoders/ (issue #23).
 
 For every architecture of tests/tiny_decoders.py that ``adapters`` 1.3.0 supports without a user-written interface
-(GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3 text, T5, BART, and from its EXTRA_SEQ2SEQ_CONFIGS mT5 and mBART;
-not Gemma, Phi-3, Marian or Pegasus) this saves, per model:
+(GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3 text, T5, BART; from its EXTRA_SEQ2SEQ_CONFIGS mT5, mBART and
+PLBART, and from its EXTRA_DECODER_CONFIGS GPT-J; not Gemma, Phi-3, Marian, Pegasus or M2M-100) this saves, per model:
 
 * ``base_model/``      the bare transformers model with its LM head (``save_pretrained``: config.json +
                        model.safetensors, float32), so it can be rebuilt without ``adapters`` installed;
