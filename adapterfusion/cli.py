@@ -5,10 +5,10 @@ Our own errors print as one line and exit with status 2."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,10 +36,11 @@ from adapterfusion.serialization.setup import SETUP_FILE
 from adapterfusion.serving.config import API_KEY_ENV, CHARS_PER_TOKEN, DEFAULT_MAX_NEW_TOKENS, ServeConfig
 from adapterfusion.serving.server import serve
 from adapterfusion.tasks import get_task, list_tasks
-from adapterfusion.training import train
-from adapterfusion.training.config import MAX_SEED, MIN_MAX_LENGTH
+from adapterfusion.tasks.loading import check_max_examples
+from adapterfusion.training import get_setup, train
 from adapterfusion.training.hardware import is_main_process
 from adapterfusion.training.progress import read_progress
+from adapterfusion.training.run import training_config_for
 
 
 def _info(_: argparse.Namespace) -> int:
@@ -369,40 +370,28 @@ def _patience(value: str) -> int | str:
         ) from None
 
 
-# What the count and size options of train-adapter and fuse take, checked before anything is read: the API checks
-# some only once the encoder and the task data have loaded. dest: (smallest, largest, what it is).
-_WHOLE_NUMBERS: dict[str, tuple[int, int | None, str]] = {
-    "batch_size": (1, None, "examples per training step"),
-    "max_steps": (1, None, "optimizer steps"),
-    "max_examples": (1, None, "examples kept per split"),
-    "max_length": (MIN_MAX_LENGTH, None, "tokens per input"),
-    "patience": (1, None, "evaluations without improvement, or 'none' for no early stopping"),
-    "seed": (0, MAX_SEED, "a 32-bit seed"),
-    "adapter_seed": (0, MAX_SEED, "a 32-bit seed"),
-}
-_POSITIVE_NUMBERS: dict[str, str] = {
-    "reduction_factor": "the hidden size divided by the adapter's bottleneck size; the paper uses 2, 16 or 64",
-    "epochs": "passes over the training data; a fraction is allowed",
-    "learning_rate": "the optimizer's step size, e.g. 1e-4",
-}
+def _check_training_options(args: argparse.Namespace, setup: str, setup_options: dict[str, Any]) -> None:
+    """Refuse a setting of train-adapter or fuse that train() would refuse, before anything loads or is written:
+    train()'s own checks of its settings (training_config_for, the setup's options, check_max_examples) on what the
+    command passes it, each refusal naming the option rather than the API's field."""
+    with _naming_options(args):
+        training_config_for(setup, _training_overrides(args), args.seed)
+        get_setup(setup).resolve_options(setup_options)
+        check_max_examples(args.max_examples)
 
 
-def _refuse_bad_numbers(args: argparse.Namespace) -> None:
-    """Refuse a count or size option of train-adapter or fuse out of its range, naming the option and its range."""
-    for dest, (smallest, largest, what) in _WHOLE_NUMBERS.items():
-        value = getattr(args, dest, None)
-        if not isinstance(value, int) or smallest <= value <= (largest if largest is not None else value):
-            continue  # not given, not this command's, or 'none' (--patience)
-        takes = f"in {smallest}..{largest}" if largest is not None else f">= {smallest}"
-        raise af.ConfigError(
-            f"--{dest.replace('_', '-')} {value} is out of range: it takes a whole number {takes} ({what})"
-        )
-    for dest, what in _POSITIVE_NUMBERS.items():
-        value = getattr(args, dest, None)
-        if isinstance(value, float) and not (math.isfinite(value) and value > 0):
-            raise af.ConfigError(
-                f"--{dest.replace('_', '-')} {value:g} is out of range: it takes a finite number > 0 ({what})"
-            )
+@contextmanager
+def _naming_options(args: argparse.Namespace) -> Iterator[None]:
+    """An error raised inside that starts with `field=value` for one of the command's options (the library's checks
+    name a bad value so: `max_length=4 must be ...`) becomes a ConfigError that starts `--max-length 4 must be ...`."""
+    try:
+        yield
+    except af.AdapterFusionError as error:
+        message = str(error)
+        field = next((dest for dest in vars(args) if message.startswith(f"{dest}=")), None)
+        if field is None:
+            raise
+        raise af.ConfigError(f"--{field.replace('_', '-')} {message.removeprefix(f'{field}=')}") from None
 
 
 def _training_overrides(args: argparse.Namespace) -> dict:
@@ -429,13 +418,17 @@ def _check_resume(args: argparse.Namespace) -> None:
 
 
 def _train_adapter(args: argparse.Namespace) -> int:
-    _refuse_bad_numbers(args)
-    _check_resume(args)
     if args.no_train_layer_norm and args.setup != "st-a-houlsby":
         raise af.ConfigError(
             f"--no-train-layer-norm applies to --setup st-a-houlsby (its per-task LayerNorm copies); --setup "
             f"{args.setup} has none: drop the flag, or add --setup st-a-houlsby"
         )
+    setup_options = {
+        "reduction_factor": args.reduction_factor,
+        **({"train_layer_norm": False} if args.no_train_layer_norm else {}),
+    }
+    _check_training_options(args, args.setup, setup_options)
+    _check_resume(args)
     result = train(
         args.task,
         args.setup,
@@ -445,10 +438,7 @@ def _train_adapter(args: argparse.Namespace) -> int:
         output_dir=args.output_dir,
         store=args.store,
         training_config=_training_overrides(args),
-        setup_options={
-            "reduction_factor": args.reduction_factor,
-            **({"train_layer_norm": False} if args.no_train_layer_norm else {}),
-        },
+        setup_options=setup_options,
         max_examples=args.max_examples,
         overwrite=args.overwrite,
         resume=args.resume,
@@ -486,7 +476,8 @@ def _fuse(args: argparse.Namespace) -> int:
             f"--sources {args.sources!r} names no source task; give comma-separated task names, "
             "e.g. --sources mnli,sst2 (the target's own adapter is always added)"
         )
-    _refuse_bad_numbers(args)
+    setup_options = {"sources": sources, "adapter_setup": args.adapter_setup, "adapter_seed": args.adapter_seed}
+    _check_training_options(args, "fusion-st-a", setup_options)
     _check_resume(args)
     result = train(
         args.task,
@@ -497,7 +488,7 @@ def _fuse(args: argparse.Namespace) -> int:
         output_dir=args.output_dir,
         store=args.store,
         training_config=_training_overrides(args),
-        setup_options={"sources": sources, "adapter_setup": args.adapter_setup, "adapter_seed": args.adapter_seed},
+        setup_options=setup_options,
         max_examples=args.max_examples,
         overwrite=args.overwrite,
         resume=args.resume,

@@ -122,7 +122,7 @@ class TrainingConfig:
         _number(self.weight_decay, "weight_decay", 0.0, _FLOAT32_MAX)
         _number(self.adam_epsilon, "adam_epsilon", 0.0, _FLOAT32_MAX, low_open=True)
         _number(self.max_grad_norm, "max_grad_norm", 0.0)
-        _positive_int(self.patience, "patience", allow_none=True)
+        _positive_int(self.patience, "patience", allow_none=True, why=" (None: no early stopping)")
         _positive_int(self.max_steps, "max_steps", allow_none=True)
         _positive_int(self.max_length, "max_length", allow_none=True, minimum=MIN_MAX_LENGTH)
         _positive_int(self.seed, "seed", minimum=0, maximum=MAX_SEED, why=SEED_RANGE_REASON)

@@ -166,7 +166,7 @@ CASES: tuple[BadInput, ...] = (
         "command line",
         "adapterfusion train-adapter --reduction-factor 0 (refused only once the encoder and the data had loaded)",
         ConfigError,
-        ("--reduction-factor 0", "a finite number > 0", "bottleneck"),
+        ("--reduction-factor 0", "must be a positive number", "2, 16 or 64"),
         lambda folder: (
             lambda: cli("train-adapter", "--task", "rte", "--output-dir", str(folder), "--reduction-factor", "0")
         ),
@@ -177,7 +177,7 @@ CASES: tuple[BadInput, ...] = (
         "command line",
         "adapterfusion train-adapter --reduction-factor nan (refused only once the encoder and the data had loaded)",
         ConfigError,
-        ("--reduction-factor nan", "a finite number > 0"),
+        ("--reduction-factor nan", "must be a positive number"),
         lambda folder: (
             lambda: cli("train-adapter", "--task", "rte", "--output-dir", str(folder), "--reduction-factor", "nan")
         ),
@@ -188,7 +188,7 @@ CASES: tuple[BadInput, ...] = (
         "command line",
         "adapterfusion train-adapter --reduction-factor -4",
         ConfigError,
-        ("--reduction-factor -4", "a finite number > 0"),
+        ("--reduction-factor -4", "must be a positive number"),
         lambda folder: (
             lambda: cli("train-adapter", "--task", "rte", "--output-dir", str(folder), "--reduction-factor=-4")
         ),
@@ -209,7 +209,7 @@ CASES: tuple[BadInput, ...] = (
         "command line",
         "adapterfusion fuse --batch-size 0 (refused as the API's batch_size=0, not by its option)",
         ConfigError,
-        ("--batch-size 0", "a whole number >= 1"),
+        ("--batch-size 0", "must be an integer >= 1"),
         lambda folder: (
             lambda: cli("fuse", "--task", "rte", "--sources", "cb", "--output-dir", str(folder), "--batch-size", "0")
         ),

@@ -39,3 +39,9 @@ def test_rejects_unknown_keys_and_versions():
         TrainingConfig.from_dict({"lr": 1})
     with pytest.raises(ConfigError, match="format_version"):
         TrainingConfig.from_dict({"format_version": 99})
+
+
+def test_a_refusal_names_the_field_first_and_says_how_to_switch_off_early_stopping():
+    """The CLI names its option for the field that starts the message (`patience=0` -> `--patience 0`)."""
+    with pytest.raises(ConfigError, match=r"^patience=0 must be an integer >= 1 or None \(None: no early stopping\)$"):
+        TrainingConfig(patience=0)
