@@ -27,7 +27,7 @@ from adapterfusion.experiments.spec import load_spec
 from adapterfusion.experiments.stale import changed_since_run
 from adapterfusion.experiments.store import DB_FILE
 from adapterfusion.experiments.sweep import MAX_JOBS_WITHOUT_CONFIRMATION, check_job_count
-from adapterfusion.injection.architectures import ArchitectureSpec
+from adapterfusion.injection.architectures import ArchitectureSpec, architecture_rows, settings_text
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_file
 from adapterfusion.pruning import PRUNING_FILE, prune_fusion
@@ -54,7 +54,7 @@ def _info(_: argparse.Namespace) -> int:
     except af.DefaultModelMissingError as error:
         print(f"default decoder: not installed ({error})")
     print("supported architectures (config.model_type), their adapter sites and AdapterHub file support:")
-    rows = [(name, *_architecture_row(spec)) for name, spec in sorted(af.ARCHITECTURES.items())]
+    rows = [(name, *_architecture_row(spec)) for name, spec in architecture_rows()]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[3])
@@ -62,11 +62,14 @@ def _info(_: argparse.Namespace) -> int:
 
 
 def _architecture_row(spec: ArchitectureSpec) -> tuple[str, str, str]:
-    """(kind of model, site kinds, AdapterHub files) for `info`."""
+    """(kind of model, site kinds, AdapterHub files and, for a model type whose config chooses its blocks, which
+    blocks under which settings) for `info`."""
     kind = "encoder-decoder" if spec.decoder is not None else "decoder" if spec.causal else "encoder"
     sites = "+".join(sorted({stack.site(p).kind.value for stack in spec.stacks() for p in stack.positions}))
     cross = " (and after cross-attention)" if spec.has_cross_attention else ""
-    return kind, sites + cross, "AdapterHub files" if spec.in_adapterhub else "own format only"
+    files = "AdapterHub files" if spec.in_adapterhub else "own format only"
+    settings = settings_text(spec)
+    return kind, sites + cross, files + (f"; {spec.blocks} blocks where {settings}" if settings else "")
 
 
 def _list_tasks(_: argparse.Namespace) -> int:

@@ -71,7 +71,10 @@ def test_info_lists_each_architecture_with_its_kind_sites_and_adapterhub_support
 
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("  ")}
+    listed = [line.split() for line in out.splitlines() if line.startswith("  ")]
+    lines = {words[0]: words[1:] for words in listed}
     assert set(lines) == set(af.ARCHITECTURES)
+    falcon = [" ".join(words) for words in listed if words[0] == "falcon"]  # a line per block its config can choose
+    assert len(falcon) == 4 and "sequential (Falcon-RW) blocks where parallel_attn=False" in falcon[0]
     assert lines["llama"][:2] == ["decoder", "pre_norm"] and lines["t5"][0] == "encoder-decoder"
     assert lines["bert"][:2] == ["encoder", "post_ln_output"] and "own" in lines["phi3"]

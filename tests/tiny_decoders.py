@@ -180,8 +180,32 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
 }
 
 
+# The other blocks of model types whose config chooses them (architectures.py's `variants`), by name -> (model_type,
+# the settings that build them): Falcon-7B's parallel block with one norm, Falcon-40B's with a norm per sub-layer
+# (grouped-query attention, rotary positions), Falcon2-11B's with one; StableLM-2-12B's parallel block; GPT-NeoX's
+# sequential one.
+CONFIG_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "falcon_parallel": ("falcon", dict(parallel_attn=True)),
+    "falcon_new_decoder": (
+        "falcon",
+        dict(parallel_attn=True, new_decoder_architecture=True, num_kv_heads=KV_HEADS, alibi=False),
+    ),
+    "falcon_new_decoder_one_norm": (
+        "falcon",
+        dict(parallel_attn=True, new_decoder_architecture=True, num_ln_in_parallel_attn=1, alibi=False),
+    ),
+    "stablelm_parallel": ("stablelm", dict(use_parallel_residual=True)),
+    "gpt_neox_sequential": ("gpt_neox", dict(use_parallel_residual=False)),
+}
+
+
 def _row(model_type: str) -> tuple[str, dict[str, Any], str]:
-    """The (Config class name, kwargs, kind) of `model_type`, from whichever table has it."""
+    """The (Config class name, kwargs, kind) of `model_type` (or of a CONFIG_VARIANTS name), from whichever table has
+    it."""
+    if model_type in CONFIG_VARIANTS:
+        base, settings = CONFIG_VARIANTS[model_type]
+        class_name, kwargs, kind = _row(base)
+        return class_name, {**kwargs, **settings}, kind
     for table in (TINY_DECODER_CONFIGS, EXTRA_SEQ2SEQ_CONFIGS, EXTRA_DECODER_CONFIGS):
         if model_type in table:
             return table[model_type]
@@ -189,8 +213,8 @@ def _row(model_type: str) -> tuple[str, dict[str, Any], str]:
 
 
 def tiny_decoder_config(model_type: str, **overrides: Any) -> transformers.PretrainedConfig:
-    """The tiny config of `model_type` (a key of TINY_DECODER_CONFIGS, EXTRA_SEQ2SEQ_CONFIGS or
-    EXTRA_DECODER_CONFIGS), eager attention, `overrides` applied."""
+    """The tiny config of `model_type` (a key of TINY_DECODER_CONFIGS, EXTRA_SEQ2SEQ_CONFIGS, EXTRA_DECODER_CONFIGS or
+    CONFIG_VARIANTS), eager attention, `overrides` applied."""
     class_name, kwargs, _ = _row(model_type)
     config = getattr(transformers, class_name)(**{**kwargs, **overrides})
     config._attn_implementation = "eager"

@@ -16,11 +16,11 @@ from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.defaults import DEFAULT_DECODER, default_decoder_gguf, default_encoder_path
 from adapterfusion.encoder_limits import check_max_length, encoder_config
 from adapterfusion.encoders import check_encoder, default_pooling
-from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError
+from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError, UnsupportedArchitectureError
 from adapterfusion.experiments.spec_checks import fail
 from adapterfusion.experiments.variants import Entry, SetupVariant, setup_option_defaults
 from adapterfusion.heads.pooling import resolve_pooling
-from adapterfusion.injection.architectures import ARCHITECTURES, ArchitectureSpec
+from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for_config
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import get_task
 from adapterfusion.tasks.spec import EXTRACTIVE_QA, GENERATION, TOKEN_CLASSIFICATION
@@ -129,9 +129,10 @@ def _architecture(encoder: str | None) -> tuple[str, ArchitectureSpec] | None:
     if checked is None:
         return None
     config = encoder_config(checked)
-    model_type = getattr(config, "model_type", None)
-    spec = ARCHITECTURES.get(model_type) if isinstance(model_type, str) else None
-    return None if spec is None else (str(model_type), spec)
+    try:
+        return str(getattr(config, "model_type", None)), architecture_for_config(config)
+    except UnsupportedArchitectureError:
+        return None
 
 
 def _task_kind(task: str) -> str | None:

@@ -20,7 +20,8 @@ cross-attention, between the two). A site is one of three kinds:
                   as original_ln_after would). Without it (ModernBERT) the adapter sees the sub-layer output only and
                   the LayerNorm options are ignored.
 
-To support another encoder, add a row to ARCHITECTURES keyed by its `config.model_type`.
+To support another encoder, add a row to ARCHITECTURES keyed by its `config.model_type`; where its config chooses
+between blocks under the same modules, one row per block (`_config_rows`: `variants`, each with its `requires`).
 
 `batch_arguments` names the arguments of a layer's forward that carry one row per example besides the hidden
 states (the attention mask, MPNet's position bias). composition.forward_parallel uses them to run the encoder once
@@ -113,9 +114,14 @@ class ArchitectureSpec:
     # Whether adapters 1.3.0 runs this model type at all (it refuses CamemBERT, Data2Vec-text and ERNIE, though
     # their layers are BERT's): its files then translate where the sites do (in_adapterhub).
     adapterhub_model: bool = True
-    # Config values without which the model type builds other blocks than the sites express, checked when a model is
-    # wrapped: (config attribute, the value it must have, what another value builds).
-    requires: tuple[tuple[str, object, str], ...] = ()
+    # The config values under which the model type builds the blocks these sites express: (config attribute, the
+    # value it must have). Checked when a model is wrapped, against this row and its `variants`.
+    requires: tuple[tuple[str, object], ...] = ()
+    # The model type's other blocks, one row each, built under other config values (each with its own `requires`):
+    # Falcon's and StableLM's parallel-residual configs beside their sequential ones, GPT-NeoX's sequential beside its
+    # parallel one. `blocks` says what a row's blocks are, for error messages and `adapterfusion info`.
+    variants: tuple[ArchitectureSpec, ...] = ()
+    blocks: str = ""
 
     def site(self, position: str) -> SiteSpec:
         return self.attention if position == "attention" else self.output
@@ -195,8 +201,6 @@ _GEMMA2_LIKE = _pre_norm_decoder(
 _LLAMA_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder(
     "layers", ("self_attn", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
 )
-
-_PARALLEL = "attention and feed-forward side by side on one residual stream"
 
 
 def _parallel_decoder(
@@ -308,6 +312,20 @@ _BART_LIKE = _encoder_decoder(_bart_stack, "encoder.layers", "decoder.layers")
 _MBART_LIKE = _encoder_decoder(_mbart_stack, "encoder.layers", "decoder.layers")
 
 
+def _config_rows(*rows: tuple[ArchitectureSpec, str, dict[str, object]]) -> ArchitectureSpec:
+    """One model type's rows, each (spec, what its blocks are, the config values that build them): the first, holding
+    the others as its `variants`."""
+    specs = [dataclasses.replace(spec, blocks=blocks, requires=tuple(values.items())) for spec, blocks, values in rows]
+    return dataclasses.replace(specs[0], variants=tuple(specs[1:]))
+
+
+_ONE_NORM_PARALLEL = _parallel_decoder("layers", "self_attn", "input_layernorm", "mlp", in_adapterhub=False)
+_FALCON_SEQUENTIAL = _pre_norm_decoder(
+    "h", ("self_attention", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
+)
+_FALCON_ONE_NORM = _parallel_decoder("h", "self_attention", "input_layernorm", "mlp", in_adapterhub=False)
+
+
 ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "bert": _BERT_LIKE,
     "roberta": _BERT_LIKE,
@@ -373,37 +391,57 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
         ("mlp", "mlp", "post_feedforward_layernorm"),
         in_adapterhub=False,
     ),
-    # Llama's block where the config asks for sequential sub-layers (Falcon-RW; StableLM-3B and StableLM-2-1.6B), with
-    # their dropout of each sub-layer output in the block: after the site, so in training with a nonzero hidden or
-    # attention dropout it falls on the adapted output (as MPNet's); the released configs have none. Their parallel
-    # variants (Falcon-7B/40B/180B, StableLM-2-12B) are refused by `requires`.
-    "falcon": dataclasses.replace(
-        _pre_norm_decoder(
-            "h", ("self_attention", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
+    # Model types whose config chooses between sequential and parallel-residual blocks under the same modules: a row
+    # per block (`_config_rows`), chosen by the config when a model is wrapped. Their dropout of a sub-layer output in
+    # the block comes after the site, so in training with a nonzero hidden or attention dropout it falls on the adapted
+    # output (as MPNet's); the released configs have none.
+    "falcon": _config_rows(
+        (_FALCON_SEQUENTIAL, "sequential (Falcon-RW)", {"parallel_attn": False, "new_decoder_architecture": False}),
+        (
+            _FALCON_ONE_NORM,
+            "parallel, one norm (Falcon-7B)",
+            {"parallel_attn": True, "new_decoder_architecture": False},
         ),
-        requires=(("parallel_attn", False, _PARALLEL), ("new_decoder_architecture", False, _PARALLEL)),
+        (
+            _parallel_decoder("h", "self_attention", "ln_attn", "mlp", "ln_mlp", in_adapterhub=False),
+            "parallel, a norm per sub-layer (Falcon-40B/180B)",
+            {"new_decoder_architecture": True, "parallel_attn": True, "num_ln_in_parallel_attn": (2, None)},
+        ),
+        (
+            _FALCON_ONE_NORM,
+            "parallel, one norm (Falcon2-11B)",
+            {"new_decoder_architecture": True, "parallel_attn": True, "num_ln_in_parallel_attn": 1},
+        ),
     ),
-    "stablelm": dataclasses.replace(
-        _LLAMA_LIKE_NOT_IN_ADAPTERHUB, requires=(("use_parallel_residual", False, _PARALLEL),)
+    "stablelm": _config_rows(
+        (_LLAMA_LIKE_NOT_IN_ADAPTERHUB, "sequential (StableLM-3B, StableLM-2-1.6B)", {"use_parallel_residual": False}),
+        (_ONE_NORM_PARALLEL, "parallel, one norm (StableLM-2-12B)", {"use_parallel_residual": True}),
     ),
     # Parallel-residual blocks with one norm in front of both sub-layers. GPT-J in AdapterHub's files; Phi-1/2 and
     # Cohere in our own format (adapters 1.3.0 has no Cohere model and reaches Phi only through a hand-written
     # interface). Phi drops out each sub-layer's output in the block, after the site: exact in eval mode, and in
     # training the dropout falls on the adapted outputs (as MPNet's).
     "gptj": _parallel_decoder("h", "attn", "ln_1", "mlp"),
-    "phi": _parallel_decoder("layers", "self_attn", "input_layernorm", "mlp", in_adapterhub=False),
-    "cohere": _parallel_decoder("layers", "self_attn", "input_layernorm", "mlp", in_adapterhub=False),
+    "phi": _ONE_NORM_PARALLEL,
+    "cohere": _ONE_NORM_PARALLEL,
     # GPT-NeoX (Pythia, GPT-NeoX-20B): a norm of r in front of each sub-layer, its dropouts after the sites (exact in
-    # eval mode and at hidden_dropout 0, the released configs'). use_parallel_residual=False builds a sequential
-    # block under the same modules, whose feed-forward norm already reads r + attention: refused by `requires`.
-    "gpt_neox": _parallel_decoder(
-        "layers",
-        "attention",
-        "input_layernorm",
-        "mlp",
-        "post_attention_layernorm",
-        in_adapterhub=False,
-        requires=(("use_parallel_residual", True, "attention and feed-forward in sequence"),),
+    # eval mode and at hidden_dropout 0, the released configs'). use_parallel_residual=False builds a sequential block
+    # under the same modules, whose feed-forward norm reads r + attention.
+    "gpt_neox": _config_rows(
+        (
+            _parallel_decoder(
+                "layers", "attention", "input_layernorm", "mlp", "post_attention_layernorm", in_adapterhub=False
+            ),
+            "parallel, a norm per sub-layer (Pythia, GPT-NeoX-20B)",
+            {"use_parallel_residual": True},
+        ),
+        (
+            _pre_norm_decoder(
+                "layers", ("attention", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
+            ),
+            "sequential",
+            {"use_parallel_residual": False},
+        ),
     ),
     # Encoder-decoders: sites in the encoder's layers and the decoder's self-attention, cross-attention and
     # feed-forward (the presets put nothing after cross-attention, as AdapterHub's do: positions=(..., 'cross')).
@@ -427,7 +465,12 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
 
 
 def architecture_for(model: nn.Module) -> ArchitectureSpec:
-    config = getattr(model, "config", None)
+    """The row of `model`'s architecture: its model type's, or the variant its config chooses."""
+    return architecture_for_config(getattr(model, "config", None))
+
+
+def architecture_for_config(config: object) -> ArchitectureSpec:
+    """The row whose blocks a model built from `config` has (architecture_for, from the config alone)."""
     model_type = getattr(config, "model_type", None)
     if model_type not in ARCHITECTURES:
         raise UnsupportedArchitectureError(
@@ -436,15 +479,43 @@ def architecture_for(model: nn.Module) -> ArchitectureSpec:
             "its layers and of the attention-output and feed-forward-output sub-modules."
         )
     spec = ARCHITECTURES[model_type]
-    for attribute, value, other in spec.requires:
-        actual = getattr(config, attribute, value)
-        if actual != value:
-            raise UnsupportedArchitectureError(
-                f"model_type {model_type!r} with {attribute}={actual!r} builds blocks with {other}, which its row's "
-                "adapter sites do not express exactly (docs/ARCHITECTURE.md, 'Decoders and configs left out'); "
-                f"adapters run on its models with {attribute}={value!r} only"
-            )
-    return spec
+    rows = (spec, *spec.variants)
+    for row in rows:
+        if all(_matches(getattr(config, attribute, None), value) for attribute, value in row.requires):
+            return row
+    attributes = dict.fromkeys(attribute for row in rows for attribute, _ in row.requires)
+    given = ", ".join(f"{attribute}={getattr(config, attribute, None)!r}" for attribute in attributes)
+    known = "; ".join(f"{settings_text(row)} ({row.blocks})" for row in rows)
+    raise UnsupportedArchitectureError(
+        f"model_type {model_type!r} with {given} builds blocks none of its rows' adapter sites express; its rows "
+        f"take {known} (docs/ARCHITECTURE.md, 'Model types whose config chooses the block')"
+    )
+
+
+def _matches(actual: object, required: object) -> bool:
+    """Whether a config value is one a row requires: a tuple of values takes any of them, and a flag is read as the
+    model's code reads it (None and a missing attribute as False)."""
+    if isinstance(required, tuple):
+        return any(_matches(actual, value) for value in required)
+    if isinstance(required, bool):
+        flag = False if actual is None else actual
+        return isinstance(flag, (bool, int)) and bool(flag) is required
+    return actual == required
+
+
+def settings_text(row: ArchitectureSpec) -> str:
+    """The config settings that build `row`'s blocks, as a user writes them: 'parallel_attn=True, ...'."""
+
+    def shown(value: object) -> str:
+        return " or ".join(map(repr, value)) if isinstance(value, tuple) else repr(value)
+
+    return ", ".join(f"{attribute}={shown(value)}" for attribute, value in row.requires)
+
+
+def architecture_rows() -> list[tuple[str, ArchitectureSpec]]:
+    """Every (model_type, row), a model type's config variants after its first row: what `adapterfusion info`
+    lists."""
+    return [(name, row) for name, spec in sorted(ARCHITECTURES.items()) for row in (spec, *spec.variants)]
 
 
 def get_submodule(root: nn.Module, path: str) -> nn.Module:

@@ -19,7 +19,15 @@ from torch import nn
 from torch.nn import functional as F
 
 import adapterfusion as af
-from tiny_decoders import EXTRA_DECODER_CONFIGS, randomise_pieces, tiny_decoder, tiny_decoder_inputs
+from adapterfusion.injection.architectures import architecture_for_config, architecture_rows
+from tiny_decoders import (
+    CONFIG_VARIANTS,
+    EXTRA_DECODER_CONFIGS,
+    randomise_pieces,
+    tiny_decoder,
+    tiny_decoder_config,
+    tiny_decoder_inputs,
+)
 from tolerances import assert_close
 
 # model_type -> (layers under base_model, attention sub-layer, its norm, feed-forward sub-layer, its norm)
@@ -58,11 +66,26 @@ PRE_NORM_BLOCKS: dict[str, tuple[str, str, str, str, str]] = {
     "phi": ("layers", "self_attn", "input_layernorm", "mlp", "input_layernorm"),
     "cohere": ("layers", "self_attn", "input_layernorm", "mlp", "input_layernorm"),
     "gpt_neox": ("layers", "attention", "input_layernorm", "mlp", "post_attention_layernorm"),
+    # The other blocks of model types whose config chooses them (tiny_decoders.CONFIG_VARIANTS).
+    "falcon_parallel": ("h", "self_attention", "input_layernorm", "mlp", "input_layernorm"),
+    "falcon_new_decoder": ("h", "self_attention", "ln_attn", "mlp", "ln_mlp"),
+    "falcon_new_decoder_one_norm": ("h", "self_attention", "input_layernorm", "mlp", "input_layernorm"),
+    "stablelm_parallel": ("layers", "self_attn", "input_layernorm", "mlp", "input_layernorm"),
+    "gpt_neox_sequential": ("layers", "attention", "input_layernorm", "mlp", "post_attention_layernorm"),
 }
 # r + attention(N(r)) + mlp(N'(r)) (N' = N but on GPT-NeoX): the feed-forward reads N'(r), not the stream after
 # attention, and the block adds both outputs to r. As AdapterHub's GPT-J block does, the feed-forward site's residual
 # stream is r + the attention site's output: r + a + x + A(x + r + a) for Pfeiffer, a the attention output.
-PARALLEL = ("gptj", "phi", "cohere", "gpt_neox")
+PARALLEL = (
+    "gptj",
+    "phi",
+    "cohere",
+    "gpt_neox",
+    "falcon_parallel",
+    "falcon_new_decoder",
+    "falcon_new_decoder_one_norm",
+    "stablelm_parallel",
+)
 # Blocks that also normalise each sub-layer's output before adding it to r: (after attention, after feed-forward).
 POST_NORMS = {
     "gemma2": ("post_attention_layernorm", "post_feedforward_layernorm"),
@@ -89,9 +112,14 @@ def _ffn_norm(layer: nn.Module, model_type: str) -> Any:
 
 
 def test_every_decoder_row_is_tested_here() -> None:
-    decoders = {t for t, spec in af.ARCHITECTURES.items() if spec.causal}
-    assert decoders == set(DECODERS)
-    assert set(EXTRA_DECODER_CONFIGS) < decoders
+    """Every decoder row, a model type's config variants included, is the row of one tiny model here."""
+    rows = {(model_type, id(row)) for model_type, row in architecture_rows() if row.causal}
+    tested = {
+        (tiny_decoder_config(name).model_type, id(architecture_for_config(tiny_decoder_config(name))))
+        for name in DECODERS
+    }
+    assert tested == rows and len(DECODERS) == len(rows)
+    assert set(EXTRA_DECODER_CONFIGS) | set(CONFIG_VARIANTS) < set(DECODERS)
 
 
 def _unchanged(value: torch.Tensor) -> torch.Tensor:
@@ -114,7 +142,8 @@ def _capture(module: nn.Module, store: dict[str, torch.Tensor], key: str, *, inp
             lambda m, args, kwargs: store.__setitem__(key, args[0] if args else next(iter(kwargs.values()))),
             with_kwargs=True,
         )
-    return module.register_forward_hook(lambda m, args, output: store.__setitem__(key, _first(output)))
+    # A copy: Falcon's parallel block adds the attention output into the feed-forward's output in place.
+    return module.register_forward_hook(lambda m, args, output: store.__setitem__(key, _first(output).clone()))
 
 
 def _layers(model: nn.Module, model_type: str) -> nn.ModuleList:

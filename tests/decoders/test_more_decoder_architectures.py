@@ -1,7 +1,7 @@
 """The decoder rows beyond issue #23's (tests/tiny_decoders.py EXTRA_DECODER_CONFIGS). test_decoder_sites.py checks
 their sites against the hand computation, fusion's fast path and cached generation, as for every decoder row; here,
 what that module does not: each tiny config is the shape the others are, a saved setup and a classification head
-work on each, and a row that holds only for sequential (or parallel) blocks refuses its model type's other configs.
+work on each, and a model type whose config chooses its blocks gets the row of the blocks it built.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import torch
 from test_decoder_sites import _fused, _generating, _left_padded
 
 import adapterfusion as af
+from adapterfusion.injection.architectures import architecture_for_config
 from adapterfusion.injection.site import AdapterSite
 from tiny_decoders import (
+    CONFIG_VARIANTS,
     EXTRA_DECODER_CONFIGS,
     HIDDEN,
     LAYERS,
@@ -26,7 +28,7 @@ from tiny_decoders import (
 )
 from tolerances import assert_close
 
-DECODERS = tuple(EXTRA_DECODER_CONFIGS)
+DECODERS = (*EXTRA_DECODER_CONFIGS, *CONFIG_VARIANTS)
 
 
 # adapters 1.3.0 has a GPT-J model: its row translates AdapterHub's files (test_adapterhub_decoder_parity.py).
@@ -34,10 +36,12 @@ IN_ADAPTERHUB = {"gptj"}
 
 
 def test_every_extra_tiny_decoder_is_a_decoder_row_of_the_common_shape() -> None:
-    assert all(af.ARCHITECTURES[t].causal for t in DECODERS)
-    assert {t for t in DECODERS if af.ARCHITECTURES[t].in_adapterhub} == IN_ADAPTERHUB
-    for model_type in DECODERS:
-        config = tiny_decoder_config(model_type)
+    rows = {name: architecture_for_config(tiny_decoder_config(name)) for name in DECODERS}
+    assert all(row.causal for row in rows.values())
+    assert {name for name, row in rows.items() if row.in_adapterhub} == IN_ADAPTERHUB
+    for name in DECODERS:
+        config = tiny_decoder_config(name)
+        model_type = CONFIG_VARIANTS[name][0] if name in CONFIG_VARIANTS else name
         assert (config.model_type, config.hidden_size, config.num_hidden_layers) == (model_type, HIDDEN, LAYERS)
 
 
@@ -69,27 +73,30 @@ def test_a_classification_head_pools_each_rows_last_token(model_type: str) -> No
             assert_close(logits[row], alone, dtype=torch.float64, label=f"row {row}")
 
 
-@pytest.mark.parametrize(
-    ("model_type", "setting"),
-    [
-        ("falcon", {"parallel_attn": True}),
-        ("falcon", {"new_decoder_architecture": True}),
-        ("stablelm", {"use_parallel_residual": True}),
-        ("gpt_neox", {"use_parallel_residual": False}),
-    ],
-)
-def test_a_config_that_builds_other_blocks_than_its_row_is_refused_by_name(
-    model_type: str, setting: dict[str, bool]
-) -> None:
-    """A sequential row's parallel-residual config, r + attn(LN(r)) + mlp(LN'(r)), would adapt the feed-forward on
-    the wrong residual stream, and GPT-NeoX's parallel row's sequential config would count the attention output
-    twice in it: wrapping refuses either (nothing in the model is replaced); the row's own config wraps."""
-    ((attribute, value),) = setting.items()
-    bare = tiny_decoder(model_type, **setting)
-    with pytest.raises(af.UnsupportedArchitectureError, match=f"{model_type!r} with {attribute}={value}"):
+@pytest.mark.parametrize("name", CONFIG_VARIANTS)
+def test_a_config_variant_is_wrapped_with_its_own_row(name: str) -> None:
+    """Falcon, StableLM and GPT-NeoX build sequential or parallel-residual blocks under the same modules, as their
+    config says: each config gets the row of its blocks (the hand computations in test_decoder_sites.py check each),
+    and the model type's first row stays its default config's row here."""
+    model_type, settings = CONFIG_VARIANTS[name]
+    row = af.wrap(tiny_decoder(name)).architecture
+    assert row in af.ARCHITECTURES[model_type].variants
+    assert all(getattr(tiny_decoder_config(name), key) == value for key, value in row.requires if key in settings)
+    assert af.wrap(tiny_decoder(model_type)).architecture is af.ARCHITECTURES[model_type]
+
+
+def test_a_config_that_builds_blocks_no_row_expresses_is_refused_by_name() -> None:
+    """Falcon's new decoder architecture without parallel attention builds a layer whose forward fails (it reads the
+    ln_attn it did not make): wrapping refuses it, naming the settings and the rows there are, and replaces
+    nothing in the model."""
+    bare = tiny_decoder("falcon", new_decoder_architecture=True, parallel_attn=False)
+    with pytest.raises(
+        af.UnsupportedArchitectureError,
+        match=r"'falcon' with parallel_attn=False, new_decoder_architecture=True, num_ln_in_parallel_attn=2 builds "
+        r"blocks none of its rows.*parallel_attn=False, new_decoder_architecture=False \(sequential \(Falcon-RW\)\)",
+    ):
         af.wrap(bare)
     assert not any(isinstance(module, AdapterSite) for module in bare.modules())
-    assert af.wrap(tiny_decoder(model_type)).architecture is af.ARCHITECTURES[model_type]
 
 
 def test_a_multi_query_falcons_own_cache_passes_and_a_multi_head_one_is_refused() -> None:
