@@ -146,6 +146,59 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
         dict(_LLAMA_STYLE, **_MOE, num_experts=4, moe_intermediate_size=16, head_dim=HIDDEN // HEADS),
         "causal",
     ),
+    # Llama's block under other names (Ministral's sliding windows, ERNIE 4.5, Seed-OSS); GPT-2's (GPT-Neo with a local
+    # attention layer, GPT-BigCode's multi-query attention); GPT-OSS's and GLM-4.5's mixtures of experts (attention
+    # sinks, a dense first layer); OLMo2's post-norms under OLMo3 and EXAONE 4.
+    "ministral": ("MinistralConfig", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS, sliding_window=32), "causal"),
+    "ernie4_5": ("Ernie4_5Config", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS), "causal"),
+    "seed_oss": ("SeedOssConfig", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS), "causal"),
+    "gpt_neo": (
+        "GPTNeoConfig",
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_layers=LAYERS,
+            num_heads=HEADS,
+            intermediate_size=INTERMEDIATE,
+            max_position_embeddings=64,
+            attention_types=[[["global", "local"], 1]],
+            window_size=32,
+            pad_token_id=PAD,
+            bos_token_id=BOS,
+            eos_token_id=EOS,
+        ),
+        "causal",
+    ),
+    "gpt_bigcode": ("GPTBigCodeConfig", dict(TINY_DECODER_CONFIGS["gpt2"][1], multi_query=True), "causal"),
+    "gpt_oss": (
+        "GptOssConfig",
+        dict(
+            _LLAMA_STYLE,
+            **_MOE,
+            num_local_experts=4,
+            head_dim=HIDDEN // HEADS,
+            sliding_window=32,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        "causal",
+    ),
+    "glm4_moe": (
+        "Glm4MoeConfig",
+        dict(
+            _LLAMA_STYLE,
+            **_MOE,
+            n_routed_experts=4,
+            moe_intermediate_size=16,
+            first_k_dense_replace=1,
+            head_dim=HIDDEN // HEADS,
+            n_group=1,
+            topk_group=1,
+        ),
+        "causal",
+    ),
+    "olmo3": ("Olmo3Config", dict(_LLAMA_STYLE, sliding_window=32), "causal"),
+    "exaone4": ("Exaone4Config", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS, sliding_window=32), "causal"),
     # Falcon-RW's sequential blocks (ALiBi positions, biases, a key/value head per query head; Falcon names its sizes
     # ffn_hidden_size and num_kv_heads); StableLM-3B's, with the per-head query/key LayerNorms of StableLM-2.
     "falcon": (
@@ -172,6 +225,8 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
         "causal",
     ),
     "cohere": ("CohereConfig", dict(_LLAMA_STYLE, logit_scale=0.5), "causal"),
+    "cohere2": ("Cohere2Config", dict(_LLAMA_STYLE, logit_scale=0.5, sliding_window=32), "causal"),
+    "codegen": ("CodeGenConfig", dict(TINY_DECODER_CONFIGS["gpt2"][1], rotary_dim=4), "causal"),  # GPT-2's names
     "gpt_neox": (
         "GPTNeoXConfig",
         dict({k: v for k, v in _LLAMA_STYLE.items() if k != "num_key_value_heads"}, rotary_pct=0.5),

@@ -319,6 +319,13 @@ def _config_rows(*rows: tuple[ArchitectureSpec, str, dict[str, object]]) -> Arch
     return dataclasses.replace(specs[0], variants=tuple(specs[1:]))
 
 
+_GPT2_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder("h", ("attn", "ln_1"), ("mlp", "ln_2"), in_adapterhub=False)
+_OLMO2_LIKE = _pre_norm_decoder(
+    "layers",
+    ("self_attn", "self_attn", "post_attention_layernorm"),
+    ("mlp", "mlp", "post_feedforward_layernorm"),
+    in_adapterhub=False,
+)
 _ONE_NORM_PARALLEL = _parallel_decoder("layers", "self_attn", "input_layernorm", "mlp", in_adapterhub=False)
 _FALCON_SEQUENTIAL = _pre_norm_decoder(
     "h", ("self_attention", "input_layernorm"), ("mlp", "post_attention_layernorm"), in_adapterhub=False
@@ -370,12 +377,20 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "smollm3": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "helium": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "glm": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "ministral": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "ernie4_5": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "seed_oss": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    # GPT-2's block under GPT-Neo's and GPT-BigCode's configs (StarCoder, SantaCoder: multi-query attention).
+    "gpt_neo": _GPT2_LIKE_NOT_IN_ADAPTERHUB,
+    "gpt_bigcode": _GPT2_LIKE_NOT_IN_ADAPTERHUB,
     # Mixture-of-experts feed-forwards: the site wraps the whole `mlp` (router and experts, Qwen2-MoE's shared expert,
     # or a dense MLP in its mlp_only_layers), whose output (output[0] where a version returns the router logits too)
     # the block adds to r; the router sees the normalised stream, as without adapters.
     "mixtral": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "qwen2_moe": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "qwen3_moe": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "gpt_oss": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,  # its mlp returns (output, router scores)
+    "glm4_moe": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,  # dense MLPs in its first first_k_dense_replace layers
     # Gemma2's post-norms under GLM-4's names.
     "glm4": _pre_norm_decoder(
         "layers",
@@ -383,14 +398,11 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
         ("mlp", "post_attention_layernorm", "post_mlp_layernorm"),
         in_adapterhub=False,
     ),
-    # Gemma2's post-norms without its pre-norms: r + LN(sub-layer(r)). No norm takes r in front of the sub-layer, so
-    # the site takes it from the sub-layer's own input.
-    "olmo2": _pre_norm_decoder(
-        "layers",
-        ("self_attn", "self_attn", "post_attention_layernorm"),
-        ("mlp", "mlp", "post_feedforward_layernorm"),
-        in_adapterhub=False,
-    ),
+    # Gemma2's post-norms without its pre-norms: r + LN(sub-layer(r)) (OLMo2, OLMo3, EXAONE 4). No norm takes r in
+    # front of the sub-layer, so the site takes it from the sub-layer's own input.
+    "olmo2": _OLMO2_LIKE,
+    "olmo3": _OLMO2_LIKE,
+    "exaone4": _OLMO2_LIKE,
     # Model types whose config chooses between sequential and parallel-residual blocks under the same modules: a row
     # per block (`_config_rows`), chosen by the config when a model is wrapped. Their dropout of a sub-layer output in
     # the block comes after the site, so in training with a nonzero hidden or attention dropout it falls on the adapted
@@ -417,13 +429,15 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
         (_LLAMA_LIKE_NOT_IN_ADAPTERHUB, "sequential (StableLM-3B, StableLM-2-1.6B)", {"use_parallel_residual": False}),
         (_ONE_NORM_PARALLEL, "parallel, one norm (StableLM-2-12B)", {"use_parallel_residual": True}),
     ),
-    # Parallel-residual blocks with one norm in front of both sub-layers. GPT-J in AdapterHub's files; Phi-1/2 and
-    # Cohere in our own format (adapters 1.3.0 has no Cohere model and reaches Phi only through a hand-written
-    # interface). Phi drops out each sub-layer's output in the block, after the site: exact in eval mode, and in
-    # training the dropout falls on the adapted outputs (as MPNet's).
+    # Parallel-residual blocks with one norm in front of both sub-layers. GPT-J in AdapterHub's files; Phi-1/2,
+    # Cohere, Cohere2 (Command R7B) and CodeGen in our own format (adapters 1.3.0 has none of these models but reaches
+    # Phi through a hand-written interface). Phi drops out each sub-layer's output in the block, after the site:
+    # exact in eval mode, and in training the dropout falls on the adapted outputs (as MPNet's).
     "gptj": _parallel_decoder("h", "attn", "ln_1", "mlp"),
     "phi": _ONE_NORM_PARALLEL,
     "cohere": _ONE_NORM_PARALLEL,
+    "cohere2": _ONE_NORM_PARALLEL,
+    "codegen": _parallel_decoder("h", "attn", "ln_1", "mlp", in_adapterhub=False),
     # GPT-NeoX (Pythia, GPT-NeoX-20B): a norm of r in front of each sub-layer, its dropouts after the sites (exact in
     # eval mode and at hidden_dropout 0, the released configs'). use_parallel_residual=False builds a sequential block
     # under the same modules, whose feed-forward norm reads r + attention.

@@ -55,8 +55,19 @@ PRE_NORM_BLOCKS: dict[str, tuple[str, str, str, str, str]] = {
             "qwen2_moe",
             "qwen3_moe",
             "stablelm",
+            "ministral",
+            "ernie4_5",
+            "seed_oss",
+            "gpt_oss",
+            "glm4_moe",
         )
     },
+    "gpt_neo": ("h", "attn", "ln_1", "mlp", "ln_2"),
+    "gpt_bigcode": ("h", "attn", "ln_1", "mlp", "ln_2"),
+    "olmo3": ("layers", "self_attn", "self_attn", "mlp", "mlp"),
+    "exaone4": ("layers", "self_attn", "self_attn", "mlp", "mlp"),
+    "cohere2": ("layers", "self_attn", "input_layernorm", "mlp", "input_layernorm"),
+    "codegen": ("h", "attn", "ln_1", "mlp", "ln_1"),
     "falcon": ("h", "self_attention", "input_layernorm", "mlp", "post_attention_layernorm"),
     "glm4": ("layers", "self_attn", "input_layernorm", "mlp", "post_attention_layernorm"),
     # OLMo2 has no norm in front of a sub-layer: r is the sub-layer's own input ("norm" = the sub-layer itself).
@@ -80,6 +91,8 @@ PARALLEL = (
     "gptj",
     "phi",
     "cohere",
+    "cohere2",
+    "codegen",
     "gpt_neox",
     "falcon_parallel",
     "falcon_new_decoder",
@@ -92,9 +105,11 @@ POST_NORMS = {
     "gemma3_text": ("post_attention_layernorm", "post_feedforward_layernorm"),
     "glm4": ("post_self_attn_layernorm", "post_mlp_layernorm"),
     "olmo2": ("post_attention_layernorm", "post_feedforward_layernorm"),
+    "olmo3": ("post_attention_layernorm", "post_feedforward_layernorm"),
+    "exaone4": ("post_attention_layernorm", "post_feedforward_layernorm"),
 }
 DECODERS = tuple(PRE_NORM_BLOCKS)
-MIXTURES_OF_EXPERTS = ("mixtral", "qwen2_moe", "qwen3_moe")
+MIXTURES_OF_EXPERTS = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss")
 
 
 def _post_norms(layer: nn.Module, model_type: str) -> tuple[Any, Any]:
@@ -223,7 +238,7 @@ def test_houlsby_on_a_decoder_is_r_plus_x_plus_adapter_of_x(model_type: str) -> 
         after_attention, after_ffn = _post_norms(layer, model_type)
         middle = r + after_attention(x + _bottleneck(attention_adapter, x, F.silu))
         ffn_in = r if model_type in PARALLEL else middle  # a parallel block's feed-forward reads N(r)
-        ffn_out = layer.get_submodule(ffn)(_ffn_norm(layer, model_type)(ffn_in))  # inactive site: the bare MLP
+        ffn_out = _first(layer.get_submodule(ffn)(_ffn_norm(layer, model_type)(ffn_in)))  # inactive site: the bare MLP
         expected = middle + after_ffn(ffn_out + _bottleneck(ffn_adapter, ffn_out, F.silu))
         model.activate(adapter="h")
         model(**inputs)
@@ -259,7 +274,7 @@ def test_fusion_fast_path_equals_the_literal_reference_on_decoders(model_type: s
 
 
 # transformers has only eager attention for these: their prompts are not padded (see _generating).
-EAGER_ONLY = ("gemma2",)
+EAGER_ONLY = ("gemma2", "gpt_oss")
 
 
 def _generating(model_type: str) -> af.AdaptedModel:
