@@ -120,6 +120,18 @@ EXTRA_SEQ2SEQ_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
 # token, run by the eager loop over experts (transformers 5's default grouped_mm has no float64); Qwen2-MoE's layer 0
 # keeps a dense MLP (mlp_only_layers) and SmolLM3's layer 1 has no rotary positions.
 _MOE: dict[str, Any] = dict(num_experts_per_tok=2, experts_implementation="eager")
+# Multi-head latent attention (DeepSeek-V2/V3): keys and values from a compressed latent, which the cache holds; a
+# key/value head per query head, one expert group.
+_MLA: dict[str, Any] = dict(
+    num_key_value_heads=HEADS,
+    kv_lora_rank=16,
+    q_lora_rank=16,
+    qk_rope_head_dim=4,
+    qk_nope_head_dim=4,
+    v_head_dim=8,
+    n_group=1,
+    topk_group=1,
+)
 EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "starcoder2": ("Starcoder2Config", dict(_LLAMA_STYLE), "causal"),
     "olmo": ("OlmoConfig", dict(_LLAMA_STYLE), "causal"),
@@ -195,6 +207,16 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
             n_group=1,
             topk_group=1,
         ),
+        "causal",
+    ),
+    "deepseek_v2": (
+        "DeepseekV2Config",
+        dict(_LLAMA_STYLE, **_MLA, **_MOE, n_routed_experts=4, moe_intermediate_size=16, first_k_dense_replace=1),
+        "causal",
+    ),
+    "deepseek_v3": (
+        "DeepseekV3Config",
+        dict(_LLAMA_STYLE, **_MLA, **_MOE, n_routed_experts=4, moe_intermediate_size=16, first_k_dense_replace=1),
         "causal",
     ),
     "olmo3": ("Olmo3Config", dict(_LLAMA_STYLE, sliding_window=32), "causal"),

@@ -118,20 +118,27 @@ def _head_shapes(model: Any) -> tuple[Any, Any]:
         shapes = read(config) if callable(read) else (None, None)
     except (AttributeError, TypeError, ValueError, ZeroDivisionError):
         shapes = (None, None)
-    if shapes[0] is not None and _multi_query_falcon(config):
-        shapes = (1, shapes[1])
+    shapes = _cached_otherwise(config) or shapes
     _HEAD_SHAPES[model] = (model.config, shapes)
     return shapes
 
 
-def _multi_query_falcon(config: Any) -> bool:
-    """Whether `config` is a Falcon's whose attention caches one key/value head (multi_query outside the new decoder
-    architecture), which transformers' get_head_shapes misses: it reads num_key_value_heads, which Falcon lacks."""
-    return (
+def _cached_otherwise(config: Any) -> tuple[int, int] | None:
+    """(key heads, key size) where the attention caches other keys than transformers' get_head_shapes says (it reads
+    num_key_value_heads and head_dim): multi-head latent attention (DeepSeek-V2/V3) caches its compressed latent as
+    one head of kv_lora_rank, and a multi-query Falcon outside the new decoder architecture one key/value head (it
+    has no num_key_value_heads); None where get_head_shapes holds."""
+    latent = getattr(config, "kv_lora_rank", None)
+    if isinstance(latent, int) and not isinstance(latent, bool):
+        return 1, latent
+    multi_query_falcon = (
         getattr(config, "model_type", None) == "falcon"
         and bool(getattr(config, "multi_query", False))
         and not getattr(config, "new_decoder_architecture", False)
     )
+    if multi_query_falcon:
+        return 1, config.hidden_size // config.num_attention_heads
+    return None
 
 
 def _of_layer(value: Any, index: int) -> int | None:

@@ -391,6 +391,10 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "qwen3_moe": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "gpt_oss": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,  # its mlp returns (output, router scores)
     "glm4_moe": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,  # dense MLPs in its first first_k_dense_replace layers
+    # DeepSeek-V2/V3 (and Kimi K2's and Moonlight's configs): Llama's block with multi-head latent attention, whose
+    # cache holds the compressed latent (forward_inputs/cache.py), and a DeepSeek mixture of experts.
+    "deepseek_v2": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    "deepseek_v3": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     # Gemma2's post-norms under GLM-4's names.
     "glm4": _pre_norm_decoder(
         "layers",

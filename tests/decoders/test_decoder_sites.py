@@ -60,6 +60,8 @@ PRE_NORM_BLOCKS: dict[str, tuple[str, str, str, str, str]] = {
             "seed_oss",
             "gpt_oss",
             "glm4_moe",
+            "deepseek_v2",
+            "deepseek_v3",
         )
     },
     "gpt_neo": ("h", "attn", "ln_1", "mlp", "ln_2"),

@@ -118,6 +118,25 @@ def test_a_multi_query_falcons_own_cache_passes_and_a_multi_head_one_is_refused(
             model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=other)
 
 
+def test_a_latent_attention_models_own_cache_passes_and_a_llamas_is_refused() -> None:
+    """DeepSeek-V3 caches its compressed latent, one 'head' of kv_lora_rank (16) per layer, not the key/value heads
+    transformers' get_head_shapes reads from its config (4 of size 8): the cache check must take the model's own
+    cache, giving the full forward's logits, and refuse a Llama's of as many layers."""
+    model = af.wrap(tiny_decoder("deepseek_v3", dtype=torch.float64))
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(4))
+    randomise_pieces(model, seed=3)
+    model.activate(adapter="a")
+    ids = tiny_decoder_inputs("deepseek_v3", batch=1)["input_ids"]
+    with torch.no_grad():
+        full = model(input_ids=ids).logits[0, -1]
+        cache = model(input_ids=ids[:, :-1], use_cache=True).past_key_values
+        step = model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=cache).logits[0, -1]
+        assert_close(step, full, dtype=torch.float64, label="cached step")
+        other = tiny_decoder("llama", dtype=torch.float64)(input_ids=ids[:, :-1], use_cache=True).past_key_values
+        with pytest.raises(af.ConfigError, match="keys of 2 heads of size 8 at layer 0.*1 key/value heads of size 16"):
+            model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=other)
+
+
 def test_a_parallel_blocks_feed_forward_site_hooks_the_attention_site_only_while_it_needs_it() -> None:
     """GPT-J: Pfeiffer's feed-forward site reads r + the attention site's output through a forward hook on that
     site, held only while the adapter is active; a deep copy hooks its own attention sites."""
