@@ -20,6 +20,7 @@ from adapterfusion.serving.server import serve
 from adapterfusion.training import AdapterStore
 from adapterfusion.zoo import load_zoo_adapter
 from catalogue import Action, BadInput, experiment, in_hub
+from tiny_decoders import tiny_decoder
 from tiny_models import tiny_encoder
 
 B = BadInput
@@ -245,6 +246,15 @@ CASES: tuple[BadInput, ...] = (
         af.UnsupportedArchitectureError,
         ("'opt'", "no adapter sites", "bert"),
         _encoder_with(_config_edit(model_type="opt")),
+    ),
+    B(
+        "wrap-config-building-blocks-no-row-expresses",
+        "encoders",
+        "af.wrap(<a Falcon with new_decoder_architecture=True, parallel_attn=False>): a model type whose config "
+        "chooses its blocks, in a combination none of its rows express (its layer's forward fails)",
+        af.UnsupportedArchitectureError,
+        ("'falcon' with parallel_attn=False, new_decoder_architecture=True", "none of its rows", "Falcon-7B"),
+        lambda folder: lambda: af.wrap(tiny_decoder("falcon", new_decoder_architecture=True, parallel_attn=False)),
     ),
     B(
         "train-encoder-is-a-file",
