@@ -36,6 +36,7 @@ from adapterfusion.forward_inputs import (
     check_token_ids,
     read_setting,
 )
+from adapterfusion.forward_inputs.generate_callbacks import checked_callbacks
 from adapterfusion.injection.unloaded import check_wrapped
 from adapterfusion.routing import example_choices
 
@@ -91,8 +92,17 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
     copies = int(settings.values.get("num_beams", 1)) * int(settings.values.get("num_return_sequences", 1))
     prompts = _prompt_rows(args, kwargs)
     check_generate_arguments(wrapped, args, kwargs, vocabulary, prompts * copies if prompts is not None else None)
-    check_generate_inputs(model, _model_inputs(args, kwargs), settings.max_new_tokens, settings.max_length, copies)
+    inputs = _model_inputs(args, kwargs)
+    check_generate_inputs(model, inputs, settings.max_new_tokens, settings.max_length, copies, settings.least)
+    args, kwargs = checked_callbacks(wrapped, args, kwargs, vocabulary)
     routed = adapter_names is not None or isinstance(model.state.block, BatchSplit)
+    if routed and kwargs.get("cache_implementation") == "paged":
+        raise ConfigError(
+            "generate(cache_implementation='paged') with adapter_names (or an active BatchSplit): transformers' "
+            "continuous batching packs every prompt's tokens into one row, which per-prompt choices cannot follow "
+            "(its background loop fails and the prompts come back without new tokens); route without "
+            "cache_implementation='paged', or generate each choice's prompts in a call of their own"
+        )
     caching = model.inference_cache() if not model.training else contextlib.nullcontext()
     routing = _routed_rows(model, wrapped, _routed_prompts(prompts), adapter_names) if routed else None
     with caching, model.recording_generation(wrapped), routing or contextlib.nullcontext():
@@ -116,6 +126,12 @@ def _check_recordable(model: AdaptedModel, args: tuple[Any, ...], kwargs: dict[s
     followed (forward_runtime.recording_generation)."""
     if not model.runtime.is_recording:
         return
+    if kwargs.get("cache_implementation") == "paged":
+        raise ConfigError(
+            "generate(cache_implementation='paged') inside recording_fusion_attentions(): transformers' continuous "
+            "batching runs every prompt's tokens packed into one row, which the recording cannot follow; record "
+            "without cache_implementation='paged', or record outside this call"
+        )
     wrapped = model.model
     drafts = [f"{name}={value!r}" for name in _SELF_DRAFTS if (value := read_setting(wrapped, args, kwargs, name))]
     assistant, sites = kwargs.get("assistant_model"), {id(site) for site in model.sites}

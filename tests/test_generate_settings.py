@@ -11,9 +11,17 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from transformers import GenerationConfig
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    MaxLengthCriteria,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 import adapterfusion as af
+from adapterfusion.forward_inputs.generate_callbacks import checked_callbacks
 from tiny_decoders import tiny_decoder, tiny_decoder_inputs
 
 OPTIONS: dict[str, Any] = dict(pad_token_id=0, eos_token_id=None, do_sample=False)
@@ -62,6 +70,10 @@ BAD = [
     ("epsilon_cutoff", 1.0, ("epsilon_cutoff=1.0", "below 1")),
     ("guidance_scale", "2", ("guidance_scale='2'", "type str", "a finite number")),  # was a TypeError steps in
     ("guidance_scale", float("nan"), ("guidance_scale=nan", "a finite number")),  # was NaN scores: pad tokens
+    ("top_h", "0.5", ("top_h='0.5'", "type str", "greater than 0 and at most 1")),  # a TypeError when sampling
+    ("top_h", 0, ("top_h=0", "greater than 0 and at most 1")),
+    ("prefill_chunk_size", 0, ("prefill_chunk_size=0", "greater than 0")),  # was torch's RuntimeError from a split
+    ("prefill_chunk_size", 2.5, ("prefill_chunk_size=2.5", "type float")),  # was torch's TypeError from a split
 ]
 
 
@@ -164,7 +176,7 @@ BAD_TOKEN_IDS = [
     ("forced_eos_token_id", [5, 500], ("forced_eos_token_id=[5, 500] holds 500, which is outside",)),
     ("suppress_tokens", [500], ("suppress_tokens=[500] holds 500, which is outside",)),
     ("suppress_tokens", [-1], ("suppress_tokens=[-1] holds -1",)),
-    ("suppress_tokens", ["a"], ("holds 'a', which has type str", "an integer token id or a list of them")),
+    ("suppress_tokens", ["a"], ("holds 'a', which has type str", "a list of integer token ids")),
     ("begin_suppress_tokens", [7, 500], ("begin_suppress_tokens=[7, 500] holds 500",)),
     ("bad_words_ids", [[5, 500]], ("bad_words_ids=[[5, 500]] holds 500",)),
     ("bad_words_ids", [5], ("bad_words_ids=[5]: expected a list of lists of integer token ids",)),
@@ -188,6 +200,24 @@ def test_a_token_id_setting_outside_the_vocabulary_is_refused_naming_it(
     config = GenerationConfig(max_new_tokens=2, **OPTIONS, **{name: value})
     with pytest.raises(af.ConfigError, match=rf"generation_config\.{name}="):
         model.generate(**_prompts(model_type), generation_config=config)
+
+
+def test_a_watermarking_config_of_another_type_is_refused() -> None:
+    """transformers read it steps in: "'int' object has no attribute 'validate'"; a dict of its fields is taken."""
+    model = _model()
+    with pytest.raises(af.ConfigError, match=r"watermarking_config is a int; pass transformers' WatermarkingConfig"):
+        model.generate(**_prompts(), max_new_tokens=2, **OPTIONS, watermarking_config=5)
+    model.activate()
+    options = {**OPTIONS, "max_new_tokens": 3, "watermarking_config": {"bias": 2.0}}
+    assert torch.equal(model.generate(**_prompts(), **options), model.model.generate(**_prompts(), **options))
+
+
+@pytest.mark.parametrize("name", ["suppress_tokens", "begin_suppress_tokens"])
+def test_one_id_for_a_suppress_list_is_refused(name: str) -> None:
+    """transformers iterates the suppress lists: one id alone was a TypeError ('int' object is not iterable), from
+    its config's validation or its processor (a GenerationConfig refuses it itself, so only the keyword reaches)."""
+    with pytest.raises(af.ConfigError, match=rf"{name}=5: expected a list of integer token ids"):
+        _model().generate(**_prompts(), max_new_tokens=2, **OPTIONS, **{name: 5})
 
 
 def test_token_id_settings_inside_the_vocabulary_generate_as_transformers_does() -> None:
@@ -229,6 +259,14 @@ def _never(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     return torch.zeros(input_ids.shape[0], dtype=torch.bool)
 
 
+def _three(input_ids: torch.Tensor, scores: torch.Tensor, extra: int) -> torch.Tensor:
+    return scores
+
+
+def _one(input_ids: torch.Tensor) -> bool:
+    return False
+
+
 # (argument, bad value, words of the message): each failed steps in, inside transformers' loop, with an
 # AttributeError or TypeError ("'str' object has no attribute '__call__'", "object of type 'function' has no len()").
 BAD_CALLBACKS = [
@@ -238,6 +276,11 @@ BAD_CALLBACKS = [
     ("stopping_criteria", _never, ("stopping_criteria is a function", "StoppingCriteriaList")),
     ("prefix_allowed_tokens_fn", [5, 6], ("prefix_allowed_tokens_fn is a list", "a function (batch_id, input_ids)")),
     ("streamer", object(), ("streamer is a object, which has no put or end() method", "BaseStreamer")),
+    # transformers' own ValueError, steps in: "Make sure that all the required parameters ... are passed"
+    ("logits_processor", [_three], ("logits_processor[0] (_three) takes (input_ids", "(input_ids, scores) alone")),
+    ("stopping_criteria", [_one], ("stopping_criteria[0] (_one) takes (input_ids: 'torch.Tensor')",)),
+    ("custom_generate", 5, ("custom_generate is a int, which transformers ignores without a word",)),  # ignored
+    ("assistant_model", "x", ("assistant_model is a str", "a transformers model")),  # 'str' has no attribute 'config'
     ("negative_prompt_ids", torch.full((2, 3), 500), ("negative_prompt_ids holds [500]", "0 to 99")),
     ("negative_prompt_ids", [[5, 6]], ("negative_prompt_ids is a list", "[batch, seq] torch.long tensor")),
     ("negative_prompt_ids", torch.full((2, 3), 5.0), ("dtype torch.float32", "[batch, seq] torch.long tensor")),
@@ -252,6 +295,8 @@ def _case_id(value: object) -> str:
         return f"{value.dtype}{list(value.shape)}-max{value.max().item()}"
     if callable(value) or type(value) is object:
         return getattr(value, "__name__", type(value).__name__)
+    if isinstance(value, list):
+        return f"[{', '.join(_case_id(item) for item in value)}]"
     return repr(value)
 
 
@@ -388,3 +433,164 @@ def test_an_int_beyond_any_float_is_refused_by_name(settings: dict[str, Any]) ->
     ((name, _),) = settings.items()
     with pytest.raises(af.ConfigError, match=rf"{name}=.*(is not a finite number|no finite number)"):
         _model().generate(**_prompts(), **{"max_new_tokens": 2, **OPTIONS, **settings})
+
+
+class _Answering(StoppingCriteria, LogitsProcessor):
+    """A stopping criterion or logits processor whose answer at each step is `answer(input_ids, scores)`."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any) -> Any:  # no **kwargs: a processor list demands them
+        return self.answer(input_ids, scores)
+
+
+def _callback(name: str, answer: Any) -> Any:
+    """generate()'s argument `name` answering `answer` (a prefix function gets (batch_id, input_ids))."""
+    if name == "prefix_allowed_tokens_fn":
+        return lambda batch_id, input_ids: answer(input_ids, None)
+    return (StoppingCriteriaList if name == "stopping_criteria" else LogitsProcessorList)([_Answering(answer)])
+
+
+# (argument, its answer, words of the message): each failed steps in, inside transformers' loop (a TypeError,
+# RuntimeError or IndexError), or gave another answer without a word (marked "silent").
+BAD_ANSWERS = [
+    ("stopping_criteria", lambda ids, scores: None, ("stopping_criteria[0] (_Answering) returned None",)),
+    (
+        "stopping_criteria",
+        lambda ids, scores: torch.full(ids.shape[:1], 2),
+        ("int64 tensor", ".bool() of it"),
+    ),  # silent
+    ("stopping_criteria", lambda ids, scores: torch.zeros(ids.shape[0], 1, dtype=torch.bool), (", 1); a stop",)),
+    ("stopping_criteria", lambda ids, scores: [False] * ids.shape[0], ("of type list", "or a Python bool")),
+    ("stopping_criteria", lambda ids, scores: np.bool_(True), ("np.True_ of type numpy.bool",)),
+    ("logits_processor", lambda ids, scores: None, ("logits_processor[0] (_Answering) returned None",)),
+    ("logits_processor", lambda ids, scores: scores[0], ("shape (100,)", "a floating tensor of their shape")),  # silent
+    ("logits_processor", lambda ids, scores: scores[:, :-1], ("returned a torch.float32 tensor of shape",)),  # silent
+    ("logits_processor", lambda ids, scores: scores.long(), ("torch.int64",)),  # silent: every row picked token 0
+    (
+        "prefix_allowed_tokens_fn",
+        lambda ids, scores: None,
+        ("prefix_allowed_tokens_fn (_callback.<locals>.<lambda>) returned None",),
+    ),
+    ("prefix_allowed_tokens_fn", lambda ids, scores: [-1], ("[-1] of type list", "outside this model's vocabulary")),
+    ("prefix_allowed_tokens_fn", lambda ids, scores: {5, 6}, ("{5, 6} of type set", "a non-empty list of token ids")),
+    ("prefix_allowed_tokens_fn", lambda ids, scores: ["a"], ("which holds other things than token ids",)),
+    ("prefix_allowed_tokens_fn", lambda ids, scores: torch.tensor([5.0]), ("holds no integer token ids",)),
+]
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+@pytest.mark.parametrize("model_type", ["gpt2", "t5"])
+@pytest.mark.parametrize(
+    ("name", "answer", "words"), BAD_ANSWERS, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(BAD_ANSWERS)]
+)
+def test_a_callback_answering_what_transformers_cannot_use_is_refused_naming_it(
+    model_type: str, num_beams: int, name: str, answer: Any, words: tuple[str, ...]
+) -> None:
+    model = _model(model_type)
+    with pytest.raises(af.ConfigError) as caught:
+        model.generate(
+            **_prompts(model_type), max_new_tokens=2, **OPTIONS, num_beams=num_beams, **{name: _callback(name, answer)}
+        )
+    message = str(caught.value)
+    assert message.startswith("generate(): ") and " must return " in message, message
+    assert all(word in message for word in words), message
+
+
+# (argument, an answer transformers takes): a Python bool or one bool for every row, scores in half precision, the
+# allowed ids as a tensor, an array, a range or a bool mask over the vocabulary.
+GOOD_ANSWERS = [
+    ("stopping_criteria", lambda ids, scores: ids.shape[1] > 9),
+    ("stopping_criteria", lambda ids, scores: torch.tensor([ids.shape[1] > 9])),
+    ("stopping_criteria", lambda ids, scores: torch.tensor(ids.shape[1] > 9)),
+    ("stopping_criteria", lambda ids, scores: ids[:, -1] == 7),
+    ("logits_processor", lambda ids, scores: scores.half()),
+    ("logits_processor", lambda ids, scores: scores - ids[:, -1:]),
+    ("prefix_allowed_tokens_fn", lambda ids, scores: torch.arange(5, 50)),
+    ("prefix_allowed_tokens_fn", lambda ids, scores: np.arange(5, 50)),
+    ("prefix_allowed_tokens_fn", lambda ids, scores: range(5, 50)),
+    ("prefix_allowed_tokens_fn", lambda ids, scores: torch.arange(100) % 3 == 0),
+]
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+@pytest.mark.parametrize(("name", "answer"), GOOD_ANSWERS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(GOOD_ANSWERS)])
+def test_a_callback_answering_what_transformers_takes_generates_what_the_bare_model_generates(
+    num_beams: int, name: str, answer: Any
+) -> None:
+    model = _model()
+    model.activate()  # no adapter runs: the wrapped model generates what the bare model does
+    options = {**OPTIONS, "max_new_tokens": 4, "num_beams": num_beams, name: _callback(name, answer)}
+    assert torch.equal(model.generate(**_prompts(), **options), model.model.generate(**_prompts(), **options))
+
+
+def test_transformers_own_callbacks_are_handed_on_as_they_are() -> None:
+    """transformers' own criteria and processors return what its loop needs, and its merge with the ones it makes
+    finds them by their type (a MaxLengthCriteria given replaces its own): only the user's are wrapped."""
+    model = _model()
+    own, mine = MaxLengthCriteria(max_length=9), _Answering(lambda ids, scores: False)
+    args, kwargs = checked_callbacks(model.model, (), {"stopping_criteria": [own, mine]}, 100)
+    assert kwargs["stopping_criteria"][0] is own and kwargs["stopping_criteria"][1] is not mine
+    assert checked_callbacks(model.model, (), {"stopping_criteria": [own]}, 100)[1]["stopping_criteria"] == [own]
+    model.activate()
+    options = {**OPTIONS, "max_new_tokens": 6, "stopping_criteria": StoppingCriteriaList([own, mine])}
+    generated = model.generate(**_prompts(), **options)
+    assert generated.shape[1] == 9 and torch.equal(generated, model.model.generate(**_prompts(), **options))
+
+
+def test_a_callback_given_by_position_is_checked_at_each_step() -> None:
+    """generate(inputs, generation_config, logits_processor, stopping_criteria, prefix_allowed_tokens_fn)."""
+    model = _model()
+    config = GenerationConfig(max_new_tokens=2, **OPTIONS)
+    criteria = _callback("stopping_criteria", lambda ids, scores: None)
+    with pytest.raises(af.ConfigError, match=r"stopping_criteria\[0\] \(_Answering\) returned None"):
+        model.generate(_prompts()["input_ids"], config, None, criteria)
+
+
+# (settings, words of the message): a minimum beyond the maximum, which transformers only warned of (a UserWarning)
+# before stopping at the maximum, the sequences short of the minimum asked for.
+LEAST_BEYOND_MOST = [
+    (
+        {"min_new_tokens": 5, "max_new_tokens": 2},
+        ("min_new_tokens=5", "max_new_tokens=2 stops it after 2", "at most 2"),
+    ),
+    ({"min_length": 30, "max_new_tokens": 2}, ("min_length=30", "prompt included", "raise max_new_tokens")),
+    ({"min_length": 10, "max_length": 9, "max_new_tokens": None}, ("min_length=10", "max_length=9 stops it at 9")),
+]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "t5"])
+@pytest.mark.parametrize(("settings", "words"), LEAST_BEYOND_MOST, ids=["new-tokens", "length", "max-length"])
+def test_a_minimum_beyond_the_maximum_is_refused(
+    model_type: str, settings: dict[str, Any], words: tuple[str, ...]
+) -> None:
+    options = {key: value for key, value in {**OPTIONS, "eos_token_id": 2, **settings}.items() if value is not None}
+    with pytest.raises(af.ConfigError) as caught:
+        _model(model_type).generate(**_prompts(model_type), **options)
+    assert all(word in str(caught.value) for word in words), str(caught.value)
+
+
+def test_the_models_own_minimum_is_left_to_transformers() -> None:
+    """A summariser's own min_length (BART-large-CNN's 56) is its default for its own lengths: a call's
+    max_new_tokens below it generates what the bare model generates, as it did."""
+    model = _model("t5")
+    model.activate()
+    model.model.generation_config.min_length = 30
+    options = {**OPTIONS, "eos_token_id": 2, "max_new_tokens": 3}
+    assert torch.equal(model.generate(**_prompts("t5"), **options), model.model.generate(**_prompts("t5"), **options))
+
+
+def test_continuous_batching_is_refused_where_generate_follows_rows() -> None:
+    """cache_implementation='paged' packs every prompt's tokens into one row: per-prompt routing failed in its
+    background loop (only logged, the prompts came back without new tokens), and a recording cannot follow it."""
+    model = _model()
+    with pytest.raises(af.ConfigError, match=r"'paged'\) with adapter_names .* packs every prompt's tokens"):
+        model.generate(
+            **_prompts(), max_new_tokens=2, **OPTIONS, adapter_names=["a", "b"], cache_implementation="paged"
+        )
+    model.add_fusion("f", ["a", "b"])
+    model.activate(fusion="f")
+    with pytest.raises(af.ConfigError, match=r"'paged'\) inside recording_fusion_attentions\(\)"):
+        with model.recording_fusion_attentions():
+            model.generate(**_prompts(), max_new_tokens=2, **OPTIONS, cache_implementation="paged")

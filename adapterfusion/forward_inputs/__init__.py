@@ -28,12 +28,15 @@ The modules, each importing only those listed before it:
   an encoder-decoder's end tokens);
 - `call`: `check_call` and the `ForwardCall` it returns;
 - `generate`: `check_generate_inputs`;
+- `generate_callbacks`: the callables and objects generate() calls into at each step (logits processors, stopping
+  criteria, prefix_allowed_tokens_fn, a streamer, an assistant model, stop strings' tokenizer): `check_callbacks`
+  before the first step, and `checked_callbacks`, the user's callables wrapped so that an answer transformers cannot
+  use is a ConfigError naming the callable;
 - `generate_settings`: `check_generate_settings`, generate()'s numeric settings (max_new_tokens, num_beams, top_p,
   ...) checked, numpy and torch scalars among them read as the Python numbers they hold; `check_token_ids`, its
   token-id settings (pad, eos, forced and suppressed tokens, bad words, sequence bias) inside the vocabulary;
   `check_early_exit`, assistant_early_exit only on models whose layers stop where transformers' draft sets them;
-  `check_generate_arguments`, the callbacks it calls at each step (logits processors, stopping criteria, a streamer)
-  and negative_prompt_ids.
+  `check_generate_arguments`, the callbacks (generate_callbacks) and negative_prompt_ids.
 """
 
 from adapterfusion.forward_inputs.call import ForwardCall, check_call

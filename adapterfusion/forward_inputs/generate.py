@@ -65,13 +65,19 @@ GENERATE_INPUTS = (
 
 
 def check_generate_inputs(
-    model: AdaptedModel, inputs: Mapping[str, Any], max_new_tokens: int | None, max_length: int | None, copies: int = 1
+    model: AdaptedModel,
+    inputs: Mapping[str, Any],
+    max_new_tokens: int | None,
+    max_length: int | None,
+    copies: int = 1,
+    least: tuple[int | None, int | None] = (None, None),
 ) -> None:
     """generate()'s model inputs, checked by the rules of check_call (transformers' generate would broadcast a
     one-row mask, embed a bad id deep in its loop, or run out of positions mid-generation), and the longest
-    sequence it may reach (`max_new_tokens` after the prompt, else `max_length`) against the model's positions,
-    before any step runs. `copies`: the rows generate makes of each prompt (beams times sequences returned), which a
-    given past_key_values, made for the prompts' rows, cannot follow."""
+    sequence it may reach (`max_new_tokens` after the prompt, else `max_length`) against the model's positions and
+    the shortest it is asked for (`least`: min_new_tokens and min_length), before any step runs. `copies`: the rows
+    generate makes of each prompt (beams times sequences returned), which a given past_key_values, made for the
+    prompts' rows, cannot follow."""
     wrapped = model.model
     given = {key: value for key, value in inputs.items() if value is not None}
     check_flags(given, _GENERATE_FLAGS)
@@ -111,6 +117,7 @@ def check_generate_inputs(
             f"have {width}{' with their padding' if padding else ''}, so it would generate nothing; pass "
             f"max_new_tokens=<the tokens to add> instead, or a max_length above {width}"
         )
+    _check_least(least, new, max_length, width)
     total = prompt + new if new is not None else (max_length - padding if max_length is not None else None)
     limit = limits.max_length
     if limit is not None and total is not None and total > limit:
@@ -123,6 +130,29 @@ def check_generate_inputs(
         raise ConfigError(
             f"generate() could reach {total} tokens per sequence ({asked}), more than this {limits.config.model_type} "
             f"model has positions for: {limit} ({limit_reason(limits.config)}); {fix}, or truncate the prompts"
+        )
+
+
+def _check_least(least: tuple[int | None, int | None], new: int | None, max_length: int | None, width: int) -> None:
+    """min_new_tokens and min_length (`least`) within what max_new_tokens (else max_length) lets generate reach,
+    counted as transformers counts them, from the `width` of the ids it starts from (a decoder's prompts with their
+    padding, an encoder-decoder's decoder prompts): beyond it, transformers only warns and stops at the maximum,
+    the sequences ending short of the minimum asked for (an end token kept out only until the maximum)."""
+    most = width + new if new is not None else max_length
+    if most is None:
+        return
+    cap = f"max_new_tokens={new}" if new is not None else f"max_length={max_length}"
+    min_new, min_length = least
+    if min_new is not None and width + min_new > most:
+        raise ConfigError(
+            f"generate(): min_new_tokens={min_new} asks for at least {min_new} new tokens, but {cap} stops it after "
+            f"{most - width}; lower min_new_tokens to at most {most - width}, or raise {cap.split('=')[0]}"
+        )
+    if min_length is not None and min_length > most:
+        raise ConfigError(
+            f"generate(): min_length={min_length} asks for at least {min_length} tokens per sequence, prompt "
+            f"included, but {cap} stops it at {most}; lower min_length to at most {most}, or raise "
+            f"{cap.split('=')[0]}"
         )
 
 

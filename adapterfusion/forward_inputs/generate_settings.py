@@ -7,7 +7,8 @@ own. A numpy or torch scalar (np.int64(100), torch.tensor(100)) counts as the Py
 on as that number, so the positions check sees it too; a float is no integer setting (max_new_tokens=100.0).
 
 Beside them: the token-id settings (check_token_ids), assistant_early_exit (check_early_exit), and the arguments
-transformers reads only steps in, its callbacks and negative_prompt_ids (check_generate_arguments)."""
+transformers reads only steps in, its callbacks (generate_callbacks.py) and negative_prompt_ids
+(check_generate_arguments)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ from typing import Any, cast
 import torch
 from torch import nn
 from transformers import GenerationConfig
+from transformers.generation import BaseWatermarkingConfig
 
 from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.errors import ConfigError
+from adapterfusion.forward_inputs.generate_callbacks import check_callbacks
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ _SETTINGS: dict[str, _Setting] = {
     "num_assistant_tokens": _Setting(True, _positive, "an integer greater than 0 (the assistant's tokens per step)"),
     "temperature": _Setting(False, _not_negative, "a number >= 0 (> 0 when sampling, do_sample=True; 1: unchanged)"),
     "top_p": _Setting(False, _fraction, "a number in 0..1 (sample among the likeliest tokens of that mass; 1: all)"),
+    "top_h": _Setting(False, _up_to_one, "a number greater than 0 and at most 1 (an entropy share to sample within)"),
     "min_p": _Setting(False, _fraction, "a number in 0..1 (a token's least probability, times the top one's)"),
     "typical_p": _Setting(False, _up_to_one, "a number greater than 0 and at most 1 (1: off)"),
     "epsilon_cutoff": _Setting(False, _below_one, "a number >= 0 and below 1 (0: off)"),
@@ -86,6 +90,7 @@ _SETTINGS: dict[str, _Setting] = {
     "encoder_repetition_penalty": _Setting(False, _positive, "a number greater than 0 (1: no penalty)"),
     "length_penalty": _Setting(False, _any, "a finite number (beam scores are divided by length ** it)"),
     "max_time": _Setting(False, _positive, "a number of seconds greater than 0"),
+    "prefill_chunk_size": _Setting(True, _positive, "an integer greater than 0 (prompt tokens per prefill forward)"),
     "guidance_scale": _Setting(False, _any, "a finite number (classifier-free guidance's weight; 1: off)"),
 }
 
@@ -98,6 +103,7 @@ class GenerateSettings:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     values: dict[str, int | float]
+    asked: frozenset[str] = frozenset()  # the settings of `values` given in this call, not the model's own
 
     @property
     def max_new_tokens(self) -> int | None:
@@ -107,9 +113,18 @@ class GenerateSettings:
     def max_length(self) -> int | None:
         return self._integer("max_length")
 
+    @property
+    def least(self) -> tuple[int | None, int | None]:
+        """min_new_tokens and min_length given in this call; the model's own (a summariser's min_length=56) are
+        defaults for lengths of its own, left to transformers."""
+        return self._asked("min_new_tokens"), self._asked("min_length")
+
     def _integer(self, name: str) -> int | None:
         value = self.values.get(name)
         return int(value) if value is not None else None
+
+    def _asked(self, name: str) -> int | None:
+        return self._integer(name) if name in self.asked else None
 
 
 def check_generate_settings(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> GenerateSettings:
@@ -125,6 +140,7 @@ def check_generate_settings(model: Any, args: tuple[Any, ...], kwargs: dict[str,
         )
     own = getattr(model, "generation_config", None)
     values: dict[str, int | float] = {}
+    asked: set[str] = set()
     copied: GenerationConfig | None = None
     for name, setting in _SETTINGS.items():
         value, where = _read(name, kwargs, passed, own)
@@ -132,6 +148,8 @@ def check_generate_settings(model: Any, args: tuple[Any, ...], kwargs: dict[str,
             continue
         number = _number(value, f"{where}{name}", setting)
         values[name] = number
+        if not where.startswith("the model's"):
+            asked.add(name)
         if type(value) in (int, float):
             continue
         if where == "generation_config.":  # a numpy or torch scalar in the passed config: a copy holds the number
@@ -145,7 +163,8 @@ def check_generate_settings(model: Any, args: tuple[Any, ...], kwargs: dict[str,
         else:
             args = (args[0], copied, *args[2:])
     _check_decay(*_read("exponential_decay_length_penalty", kwargs, passed, own))
-    return GenerateSettings(args, kwargs, values)
+    _check_watermarking(*_read("watermarking_config", kwargs, passed, own))
+    return GenerateSettings(args, kwargs, values, frozenset(asked))
 
 
 def _check_decay(value: Any, where: str) -> None:
@@ -165,6 +184,17 @@ def _check_decay(value: Any, where: str) -> None:
         raise ConfigError(
             f"{field}: its decay_factor {value[1]!r} is no finite number greater than 0; expected {expected}"
         )
+
+
+def _check_watermarking(value: Any, where: str) -> None:
+    """watermarking_config: one of transformers' watermarking configs or a dict of one's fields; transformers reads
+    another value steps in ("'int' object has no attribute 'validate'")."""
+    if value is None or isinstance(value, (dict, BaseWatermarkingConfig)):
+        return
+    raise ConfigError(
+        f"generate(): {where}watermarking_config is a {type(value).__name__}; pass transformers' "
+        "WatermarkingConfig(...) or SynthIDTextWatermarkingConfig(...), or a dict of its fields"
+    )
 
 
 def _passed_config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -240,9 +270,10 @@ def _stops_at_num_hidden_layers(base_class: Any) -> bool:
 
 
 # The token-id settings generate() embeds, compares with the chosen tokens or indexes the logits with, and how each
-# nests its ids: 0 one id, 1 one id or a list of them, 2 a list of lists of them (sequence_bias: a dict keyed by
-# them, or a list of [ids, bias] pairs). transformers would embed or index an id outside the vocabulary steps later
-# (torch's IndexError) or, for forced_bos_token_id on a decoder and the suppress lists, ignore it without a word.
+# nests its ids: 0 one id, 1 one id or a list of them, 2 a list of them (the suppress lists, which transformers
+# iterates: one id alone was a TypeError), 3 a list of lists of them (sequence_bias: a dict keyed by them, or a list
+# of [ids, bias] pairs). transformers would embed or index an id outside the vocabulary steps later (torch's
+# IndexError) or, for forced_bos_token_id on a decoder and the suppress lists, ignore it without a word.
 _TOKEN_IDS = {
     "pad_token_id": 0,
     "bos_token_id": 0,
@@ -250,12 +281,17 @@ _TOKEN_IDS = {
     "forced_bos_token_id": 0,
     "eos_token_id": 1,
     "forced_eos_token_id": 1,
-    "suppress_tokens": 1,
-    "begin_suppress_tokens": 1,
-    "bad_words_ids": 2,
-    "sequence_bias": 2,
+    "suppress_tokens": 2,
+    "begin_suppress_tokens": 2,
+    "bad_words_ids": 3,
+    "sequence_bias": 3,
 }
-_TOKEN_KINDS = ("an integer token id", "an integer token id or a list of them", "a list of lists of integer token ids")
+_TOKEN_KINDS = (
+    "an integer token id",
+    "an integer token id or a list of them",
+    "a list of integer token ids",
+    "a list of lists of integer token ids",
+)
 
 
 def check_token_ids(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int) -> None:
@@ -294,62 +330,22 @@ def _token_ids(value: Any, depth: int, biases: bool, wrong: str) -> list[Any]:
     elif biases and isinstance(value, (list, tuple)):
         value = [pair[0] if isinstance(pair, (list, tuple)) and len(pair) == 2 else None for pair in value]
     if not isinstance(value, (list, tuple)) or (
-        depth == 2 and not all(isinstance(ids, (list, tuple)) for ids in value)
+        depth == 3 and not all(isinstance(ids, (list, tuple)) for ids in value)
     ):
         raise ConfigError(wrong)
-    return [token for ids in value for token in ids] if depth == 2 else list(value)
-
-
-# generate()'s arguments that transformers calls back at each step, and what each must be: a wrong one fails steps
-# in, in transformers' loop ("'str' object has no attribute '__call__'", "object of type 'function' has no len()").
-_CALLBACK_LISTS = {
-    "logits_processor": "LogitsProcessorList([...]) of LogitsProcessor objects (callables (input_ids, scores) -> "
-    "scores)",
-    "stopping_criteria": "StoppingCriteriaList([...]) of StoppingCriteria objects (callables (input_ids, scores) -> "
-    "a bool tensor per row)",
-}
+    return [token for ids in value for token in ids] if depth == 3 else list(value)
 
 
 def check_generate_arguments(
     model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int, rows: int | None = None
 ) -> None:
-    """generate()'s arguments that transformers reads only steps in, checked before the first: its callbacks
-    (_check_callbacks) and classifier-free guidance's negative prompt (_check_guidance), given by keyword or by
-    position. `rows`: the rows generate runs (prompts x beams x sequences returned; None: unknown)."""
+    """generate()'s arguments that transformers reads only steps in, checked before the first: its callbacks and
+    the objects it calls into (generate_callbacks.check_callbacks) and classifier-free guidance's negative prompt
+    (_check_guidance), given by keyword or by position. `rows`: the rows generate runs (prompts x beams x sequences
+    returned; None: unknown)."""
     given = _arguments(model, args, kwargs)
-    _check_callbacks(given)
+    check_callbacks(given, kwargs)
     _check_guidance(model, given, read_setting(model, args, kwargs, "guidance_scale"), vocabulary, rows)
-
-
-def _check_callbacks(given: dict[str, Any]) -> None:
-    """logits_processor and stopping_criteria a list of callables, prefix_allowed_tokens_fn a callable, a streamer an
-    object with put() and end() (transformers' BaseStreamer)."""
-    for name, expected in _CALLBACK_LISTS.items():
-        value = given.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"generate(): {name} is a {type(value).__name__}; pass {expected}, e.g. [processor]")
-        for index, item in enumerate(value):
-            if not callable(item):
-                raise ConfigError(
-                    f"generate(): {name}[{index}] = {item!r} is a {type(item).__name__}, which cannot be called; "
-                    f"pass {expected}"
-                )
-    prefix = given.get("prefix_allowed_tokens_fn")
-    if prefix is not None and not callable(prefix):
-        raise ConfigError(
-            f"generate(): prefix_allowed_tokens_fn is a {type(prefix).__name__}; pass a function (batch_id, "
-            "input_ids) -> the list of token ids allowed next"
-        )
-    streamer = given.get("streamer")
-    missing = [method for method in ("put", "end") if not callable(getattr(streamer, method, None))]
-    if streamer is not None and missing:
-        raise ConfigError(
-            f"generate(): streamer is a {type(streamer).__name__}, which has no {' or '.join(missing)}() method; pass "
-            "a transformers streamer (TextStreamer(tokenizer), TextIteratorStreamer(tokenizer)) or a subclass of "
-            "transformers.generation.BaseStreamer"
-        )
 
 
 def _check_guidance(model: Any, given: dict[str, Any], scale: Any, vocabulary: int, rows: int | None) -> None:

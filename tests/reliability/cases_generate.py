@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers import LogitsProcessor, StoppingCriteria
 from transformers.cache_utils import DynamicCache
 
 import adapterfusion as af
@@ -96,6 +97,32 @@ def _recorded_guidance(folder: Path) -> Action:
 def _keep_scores(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """A logits processor that changes nothing (a function, where a list of them goes)."""
     return scores
+
+
+class _ForgetsToReturn(StoppingCriteria):
+    """A stopping criterion whose __call__ computes its answer but returns nothing (None)."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> Any:
+        input_ids[:, -1] == 2  # noqa: B015 - the missing return is the bad input
+
+
+class _IntegerStop(StoppingCriteria):
+    """A stopping criterion answering 0 or 1 per row as an integer tensor, not a bool one."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> Any:
+        return (input_ids[:, -1] == 2).long()
+
+
+class _OneRowScores(LogitsProcessor):
+    """A logits processor returning the first row's scores alone."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores[0]
+
+
+def _last_token(batch_id: int, input_ids: torch.Tensor) -> list[int]:
+    """A prefix_allowed_tokens_fn allowing id -1, meant as "the end token" (no id)."""
+    return [-1]
 
 
 CASES: tuple[BadInput, ...] = (
@@ -356,5 +383,124 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("exponential_decay_length_penalty=3", "a pair (start_index, decay_factor)"),
         generating("llama", exponential_decay_length_penalty=3),
+    ),
+    B(
+        "generate-stopping-criterion-returns-none",
+        GROUP,
+        "generate(stopping_criteria=[<a StoppingCriteria returning None>]) (was a TypeError from transformers' "
+        "StoppingCriteriaList, steps in: unsupported operand type(s) for |: 'Tensor' and 'NoneType')",
+        af.ConfigError,
+        ("stopping_criteria[0] (_ForgetsToReturn) returned None", "a bool tensor of shape [2]", "or a Python bool"),
+        generating("llama", stopping_criteria=[_ForgetsToReturn()]),
+    ),
+    B(
+        "generate-stopping-criterion-integer-tensor",
+        GROUP,
+        "generate(num_beams=2, stopping_criteria=[<a criterion answering a long tensor>]) (was a RuntimeError from "
+        "transformers' beam search: where expected condition to be a boolean tensor; without beams 2 read as 'go on')",
+        af.ConfigError,
+        ("stopping_criteria[0] (_IntegerStop) returned a torch.int64 tensor", "a bool tensor", ".bool() of it"),
+        generating("gpt2", num_beams=2, stopping_criteria=[_IntegerStop()]),
+    ),
+    B(
+        "generate-logits-processor-one-row",
+        GROUP,
+        "generate(logits_processor=[<a processor returning scores[0]>]) of 2 prompts (was generated without a word: "
+        "the first row's scores broadcast to every row, each prompt given the first one's tokens)",
+        af.ConfigError,
+        (
+            "logits_processor[0] (_OneRowScores) returned a torch.float32 tensor of shape (100,)",
+            "of their shape (2, 100)",
+        ),
+        generating("llama", logits_processor=[_OneRowScores()]),
+    ),
+    B(
+        "generate-prefix-function-negative-id",
+        GROUP,
+        "BART generate(prefix_allowed_tokens_fn=<returns [-1]>) (was generated without a word: id -1 indexed the "
+        "vocabulary's last token, and only it was allowed)",
+        af.ConfigError,
+        ("prefix_allowed_tokens_fn (_last_token) returned [-1]", "outside this model's vocabulary (0 to 99)"),
+        generating("bart", decoder_input_ids=None, prefix_allowed_tokens_fn=_last_token),
+    ),
+    B(
+        "generate-suppress-tokens-one-id",
+        GROUP,
+        "generate(suppress_tokens=5), one id for a list (was a TypeError from transformers: 'int' object is not "
+        "iterable)",
+        af.ConfigError,
+        ("suppress_tokens=5", "expected a list of integer token ids"),
+        generating("llama", suppress_tokens=5),
+    ),
+    B(
+        "generate-min-new-tokens-beyond-max",
+        GROUP,
+        "generate(min_new_tokens=5, max_new_tokens=2, eos_token_id=2) (was 2 new tokens, the minimum dropped with a "
+        "UserWarning)",
+        af.ConfigError,
+        ("min_new_tokens=5", "max_new_tokens=2 stops it after 2", "lower min_new_tokens to at most 2"),
+        generating("llama", min_new_tokens=5, eos_token_id=2),
+    ),
+    B(
+        "generate-assistant-model-string",
+        GROUP,
+        "generate(assistant_model='gpt2'), a name, not a model (was an AttributeError from transformers: 'str' object "
+        "has no attribute 'config')",
+        af.ConfigError,
+        ("assistant_model is a str", "a transformers model"),
+        generating("llama", assistant_model="gpt2"),
+    ),
+    B(
+        "generate-stop-strings-tokenizer-without-vocab",
+        GROUP,
+        "generate(stop_strings=['x'], tokenizer=object()) (was an AttributeError from transformers' "
+        "StopStringCriteria: 'object' object has no attribute 'get_vocab')",
+        af.ConfigError,
+        ("tokenizer is a object, which has no get_vocab() method", "AutoTokenizer"),
+        generating("llama", stop_strings=["x"], tokenizer=object()),
+    ),
+    B(
+        "generate-custom-generate-number",
+        GROUP,
+        "generate(custom_generate=5) (was ignored without a word: transformers' own decoding ran)",
+        af.ConfigError,
+        ("custom_generate is a int", "ignores without a word", "a decoding function"),
+        generating("llama", custom_generate=5),
+    ),
+    B(
+        "generate-paged-routed",
+        GROUP,
+        "generate(adapter_names=['a', 'a'], cache_implementation='paged') (was the prompts back without new tokens: "
+        "continuous batching packs the prompts into one row, the routing failed in its background loop, only logged)",
+        af.ConfigError,
+        ("cache_implementation='paged'", "adapter_names", "packs every prompt's tokens into one row"),
+        generating("llama", adapter_names=["a", "a"], cache_implementation="paged"),
+    ),
+    B(
+        "generate-top-h-string",
+        GROUP,
+        "generate(do_sample=True, top_h='0.5') (was a TypeError from transformers' TopHLogitsWarper: '<' not "
+        "supported between instances of 'int' and 'str')",
+        af.ConfigError,
+        ("top_h='0.5' has type str", "greater than 0 and at most 1"),
+        generating("llama", do_sample=True, top_h="0.5"),
+    ),
+    B(
+        "generate-prefill-chunk-size-zero",
+        GROUP,
+        "generate(prefill_chunk_size=0) (was torch's RuntimeError from splitting the prompt: split_size can only be "
+        "0 if dimension size is 0)",
+        af.ConfigError,
+        ("prefill_chunk_size=0", "an integer greater than 0"),
+        generating("llama", prefill_chunk_size=0),
+    ),
+    B(
+        "generate-watermarking-config-number",
+        GROUP,
+        "generate(watermarking_config=5) (was an AttributeError from transformers: 'int' object has no attribute "
+        "'validate')",
+        af.ConfigError,
+        ("watermarking_config is a int", "WatermarkingConfig(...)", "a dict of its fields"),
+        generating("llama", watermarking_config=5),
     ),
 )

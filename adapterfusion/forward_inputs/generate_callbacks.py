@@ -1,0 +1,261 @@
+"""generate()'s callbacks, the callables and objects transformers calls into steps in: logits_processor's and
+stopping_criteria's entries, prefix_allowed_tokens_fn, custom_generate, a streamer, an assistant_model and the
+tokenizer of stop_strings.
+
+`check_callbacks` refuses one transformers cannot call as it will before the first step. `checked_callbacks` hands
+it each callable of the user's (transformers' own classes return what it needs, and its merge of the lists finds
+them by their type) wrapped so that an answer it cannot use is a ConfigError naming the callable and what it must
+return, not a TypeError or RuntimeError inside transformers' loop or a silently different answer (a stopping criterion's
+integer 2 reads as "go on", a logits processor's scores of one row are taken for every row, a prefix function's id
+-1 allows the last token). Each check is a type, dtype, shape and device compare per call; a prefix function's ids
+are held to the vocabulary where they are on the CPU (a min and a max of the tensor transformers would make of
+them, handed on in their place)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList
+from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
+
+from adapterfusion._validation import short_repr
+from adapterfusion.errors import ConfigError
+
+# generate()'s lists of callables it calls at each step as (input_ids, scores), and what each must be.
+_CALLBACK_LISTS = {
+    "logits_processor": "LogitsProcessorList([...]) of LogitsProcessor objects (callables (input_ids, scores) -> "
+    "scores)",
+    "stopping_criteria": "StoppingCriteriaList([...]) of StoppingCriteria objects (callables (input_ids, scores) -> "
+    "a bool tensor per row)",
+}
+_PREFIX_FUNCTION = "a function (batch_id, input_ids) -> the list of token ids allowed next"
+
+
+def check_callbacks(given: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """generate()'s arguments by name (`given`; `kwargs`: its keywords, where the tokenizer is): logits_processor
+    and stopping_criteria a list of callables taking (input_ids, scores), prefix_allowed_tokens_fn a callable taking
+    (batch_id, input_ids), custom_generate a callable or a repository's name, a streamer an object with put() and
+    end() (transformers' BaseStreamer), an assistant_model a transformers model, a tokenizer one with get_vocab()."""
+    for name, expected in _CALLBACK_LISTS.items():
+        value = given.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"generate(): {name} is a {type(value).__name__}; pass {expected}, e.g. [processor]")
+        for index, item in enumerate(value):
+            if not callable(item):
+                raise ConfigError(
+                    f"generate(): {name}[{index}] = {item!r} is a {type(item).__name__}, which cannot be called; "
+                    f"pass {expected}"
+                )
+            _check_arguments(item, f"{name}[{index}] ({_callable_name(item)})", "(input_ids, scores)", expected)
+    prefix = given.get("prefix_allowed_tokens_fn")
+    if prefix is not None and not callable(prefix):
+        raise ConfigError(f"generate(): prefix_allowed_tokens_fn is a {type(prefix).__name__}; pass {_PREFIX_FUNCTION}")
+    if prefix is not None:
+        name = f"prefix_allowed_tokens_fn ({_callable_name(prefix)})"
+        _check_arguments(prefix, name, "(batch_id, input_ids)", _PREFIX_FUNCTION)
+    custom = given.get("custom_generate")
+    if custom is not None and not isinstance(custom, str) and not callable(custom):
+        raise ConfigError(
+            f"generate(): custom_generate is a {type(custom).__name__}, which transformers ignores without a word; "
+            "pass a decoding function (called as transformers' own decoding loops are) or the name of a Hub "
+            "repository with a custom_generate/generate.py, or leave it out"
+        )
+    _check_helpers(given, kwargs)
+
+
+def _check_helpers(given: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """The objects generate() calls methods of: a streamer's put() and end(), an assistant model's config and
+    forward, a tokenizer's get_vocab() (for stop_strings)."""
+    streamer = given.get("streamer")
+    missing = [method for method in ("put", "end") if not callable(getattr(streamer, method, None))]
+    if streamer is not None and missing:
+        raise ConfigError(
+            f"generate(): streamer is a {type(streamer).__name__}, which has no {' or '.join(missing)}() method; pass "
+            "a transformers streamer (TextStreamer(tokenizer), TextIteratorStreamer(tokenizer)) or a subclass of "
+            "transformers.generation.BaseStreamer"
+        )
+    assistant = given.get("assistant_model")
+    # Imported here: transformers' modeling_utils is loaded by then (a model is generating), and importing it with
+    # this module would load it for every command of the CLI (tests/test_cli.py).
+    from transformers import PreTrainedModel
+
+    if assistant is not None and not isinstance(assistant, PreTrainedModel):
+        raise ConfigError(
+            f"generate(): assistant_model is a {type(assistant).__name__}; pass a transformers model that drafts "
+            "tokens with the same tokenizer (e.g. AutoModelForCausalLM.from_pretrained(<a smaller model>)), or "
+            "prompt_lookup_num_tokens=... to draft from the prompt"
+        )
+    tokenizer = kwargs.get("tokenizer")
+    if tokenizer is not None and not callable(getattr(tokenizer, "get_vocab", None)):
+        raise ConfigError(
+            f"generate(): tokenizer is a {type(tokenizer).__name__}, which has no get_vocab() method; pass the "
+            "model's transformers tokenizer (AutoTokenizer.from_pretrained(...)), which stop_strings and token healing "
+            "read"
+        )
+
+
+def _check_arguments(function: Callable[..., Any], name: str, arguments: str, expected: str) -> None:
+    """Refuse a callable that cannot be called with the two positional `arguments` transformers passes (one that
+    needs a third, or takes one); one whose signature cannot be read is left to transformers."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise ConfigError(
+            f"generate(): {name} takes {signature}, but generate calls it with {arguments} alone; pass {expected}"
+        ) from None
+
+
+def _callable_name(function: Any) -> str:
+    """A callable's name for a message: a function's own, else its class's."""
+    name = getattr(function, "__qualname__", None)
+    return name if isinstance(name, str) else type(function).__qualname__
+
+
+def _is_own(function: Any) -> bool:
+    """One of transformers' own processors or criteria, which return what its loop needs."""
+    return type(function).__module__.split(".")[0] == "transformers"
+
+
+def checked_callbacks(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """generate()'s arguments (given by keyword or by position) with the user's logits processors, stopping criteria
+    and prefix_allowed_tokens_fn wrapped to check each answer (the module docstring); `vocabulary`: the ids a prefix
+    function may allow. Arguments that do not bind to the model's generate() are handed on as they are."""
+    try:
+        bound = inspect.signature(model.generate).bind_partial(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args, kwargs
+    changed = False
+    for name, wrapper, of in (
+        ("logits_processor", _CheckedProcessor, LogitsProcessorList),
+        ("stopping_criteria", _CheckedCriterion, StoppingCriteriaList),
+    ):
+        given = bound.arguments.get(name)
+        if isinstance(given, (list, tuple)) and not all(_is_own(item) for item in given):
+            items = (item if _is_own(item) else wrapper(item, f"{name}[{i}]") for i, item in enumerate(given))
+            bound.arguments[name], changed = of(items), True
+    prefix = bound.arguments.get("prefix_allowed_tokens_fn")
+    if callable(prefix) and not _is_own(prefix):
+        bound.arguments["prefix_allowed_tokens_fn"], changed = _CheckedPrefix(prefix, vocabulary), True
+    return (tuple(bound.args), dict(bound.kwargs)) if changed else (args, kwargs)
+
+
+def _described(value: Any, device: torch.device | None = None) -> str:
+    """What a callable returned, for a message: a tensor by its dtype and shape (and device, where not `device`)."""
+    if isinstance(value, torch.Tensor):
+        where = f" on {value.device}" if device is not None and value.device != device else ""
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}{where}"
+    kind = type(value)
+    name = (
+        kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__qualname__}"
+    )
+    return "None" if value is None else f"{short_repr(value)} of type {name}"
+
+
+class _CheckedCriterion(StoppingCriteria):
+    """A user's stopping criterion whose answer transformers ORs into its bool tensor of the rows still running:
+    a bool tensor of one value per row (or one value) on their device, or a Python bool. None, a list or a float
+    tensor fail in its loop; an integer tensor fails under beam search and reads 2 as "go on" elsewhere."""
+
+    def __init__(self, criterion: Callable[..., Any], name: str) -> None:
+        self.criterion, self.name = criterion, f"{name} ({_callable_name(criterion)})"
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> Any:
+        done = self.criterion(input_ids, scores, **kwargs)
+        if type(done) is bool or (
+            isinstance(done, torch.Tensor)
+            and done.dtype == torch.bool
+            and (done.dim() == 0 or (done.dim() == 1 and done.shape[0] in (1, input_ids.shape[0])))
+            and (done.dim() == 0 or done.device == input_ids.device)
+        ):
+            return done
+        raise ConfigError(
+            f"generate(): {self.name} returned {_described(done, input_ids.device)}; a stopping criterion must "
+            f"return a bool tensor of shape [{input_ids.shape[0]}] (one per row of input_ids, True: that row is done) "
+            f"on {input_ids.device}, or a Python bool for every row, e.g. `return input_ids[:, -1] == stop_id` "
+            "(an integer tensor: .bool() of it)"
+        )
+
+
+class _CheckedProcessor(LogitsProcessor):
+    """A user's logits processor, whose answer transformers takes for the scores: a floating tensor of their shape
+    on their device. None fails in its loop; scores of other shape are broadcast or indexed past the vocabulary,
+    integer ones picked from without a word."""
+
+    def __init__(self, processor: Callable[..., Any], name: str) -> None:
+        self.processor, self.name = processor, f"{name} ({_callable_name(processor)})"
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        processed = self.processor(input_ids, scores)
+        if (
+            isinstance(processed, torch.Tensor)
+            and processed.shape == scores.shape
+            and processed.is_floating_point()
+            and processed.device == scores.device
+        ):
+            return processed
+        raise ConfigError(
+            f"generate(): {self.name} returned {_described(processed, scores.device)}; a logits processor must "
+            f"return the scores it is given, changed: a floating tensor of their shape {tuple(scores.shape)} "
+            f"([rows, vocabulary]) on {scores.device}"
+        )
+
+
+class _CheckedPrefix:
+    """A user's prefix_allowed_tokens_fn, whose answer transformers indexes each row's scores with: token ids in the
+    vocabulary (a list, a range, an integer tensor or array; or a bool tensor over the vocabulary). None, a set or a
+    string fail in its loop; a negative id allows a token counted from the vocabulary's end."""
+
+    def __init__(self, function: Callable[[int, torch.Tensor], Any], vocabulary: int) -> None:
+        self.function, self.vocabulary = function, vocabulary
+        self.name = f"prefix_allowed_tokens_fn ({_callable_name(function)})"
+
+    def __call__(self, batch_id: int, input_ids: torch.Tensor) -> Any:
+        allowed = self.function(batch_id, input_ids)
+        ids, problem = _checked_ids(allowed, self.vocabulary)
+        if problem is None:
+            return ids
+        raise ConfigError(
+            f"generate(): {self.name} returned {_described(allowed)} for batch_id {batch_id}{problem}; it must "
+            f"return the ids of the tokens allowed next: a non-empty list of token ids in 0..{self.vocabulary - 1} "
+            "(or a 1-d integer tensor of them)"
+        )
+
+
+def _checked_ids(allowed: Any, vocabulary: int) -> tuple[Any, str | None]:
+    """A prefix function's answer as transformers will index with it, and what is wrong with it, said after it in a
+    message (None: nothing transformers would not say itself, as it says an empty list is unsatisfiable). A list of
+    integer ids comes back as the tensor made once to check them, which transformers indexes with faster than with
+    the list (it would make the same tensor itself)."""
+    listed = isinstance(allowed, (list, tuple, range))
+    if listed and len(allowed) == 0:
+        return allowed, None
+    if not listed and not isinstance(allowed, (torch.Tensor, np.ndarray)):
+        return allowed, ""
+    try:
+        ids = torch.as_tensor(allowed)
+    except (TypeError, ValueError, RuntimeError):
+        return allowed, ", which holds other things than token ids"
+    if ids.dim() == 0:
+        return allowed, ""
+    if ids.dtype == torch.bool:
+        return allowed, None if ids.shape[-1] == vocabulary else f", a mask not of the {vocabulary} tokens"
+    if (ids.is_floating_point() and not listed) or ids.is_complex():
+        return allowed, ", which holds no integer token ids"
+    if ids.numel() == 0 or ids.device.type != "cpu":
+        return allowed, None  # on a device, its range would wait for the device at each row of each step
+    low, high = (int(bound) for bound in torch.aminmax(ids))
+    if low < 0 or high >= vocabulary:
+        return allowed, f", ids outside this model's vocabulary (0 to {vocabulary - 1})"
+    return (ids if listed and not ids.is_floating_point() else allowed), None
