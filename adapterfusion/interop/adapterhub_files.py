@@ -65,11 +65,26 @@ def is_adapterhub_dir(directory: str | Path, kind: str) -> bool:
 
 
 def _replaceable(directory: Path, kind: str) -> bool:
-    """Whether an export with overwrite=True may replace the `kind` config in `directory`: there is none, or it is an
-    AdapterHub one or one that save_<kind> wrote, not another library's file of the same name (a PEFT adapter's
-    adapter_config.json) or a user's own."""
+    """Whether an export with overwrite=True may replace the `kind` files in `directory`: a config says whose they
+    are, and it is an AdapterHub one or one that save_<kind> wrote, not another library's file of the same name (a
+    PEFT adapter's adapter_config.json) or a user's own. Weights with no config beside them are replaceable only as
+    what an interrupted export of ours left (its pending file says so): otherwise nothing says they are a piece."""
     path = directory / FILES[kind][0]
-    return not os.path.lexists(path) or is_adapterhub_dir(directory, kind) or is_our_piece_config(path, kind)
+    if not os.path.lexists(path):
+        return os.path.lexists(directory / pending_name(kind))
+    return is_adapterhub_dir(directory, kind) or is_our_piece_config(path, kind)
+
+
+def _check_not_hiding(directory: Path, kind: str, what: str) -> None:
+    """Refuse to export beside a `kind` that save_<kind> wrote under other file names (a fusion: fusion_config.json):
+    load_<kind> of the folder reads the AdapterHub one first, so the saved one would be hidden without a word."""
+    ours = directory / f"{kind}_config.json"
+    if ours.name != FILES[kind][0] and os.path.isfile(ours) and is_our_piece_config(ours, kind):
+        raise ConfigError(
+            f"{what} {str(directory)!r} holds a {kind} saved by save_{kind} ({ours.name}); an AdapterHub {kind} "
+            f"exported beside it would hide it, as load_{kind} of that folder reads the AdapterHub one. Export into "
+            "another folder (each piece goes into a folder of its own)"
+        )
 
 
 def warn_unknown_version(document: Mapping[str, Any], path: Path) -> None:
@@ -167,28 +182,39 @@ def write_folder(
 ) -> Path:
     """Weights and config as one write (io/atomic.py atomic_write_files: a failure leaves neither, so a retry works),
     under the names adapters 1.3.0 reads. A file of those names already there is refused unless `overwrite`: an
-    export and an AdapterHub download look alike. With `overwrite`, the weights file of the other format that the
-    replaced piece left (an earlier export's, or a save_* of ours: its config is replaced, so the file holds nothing
-    loadable) is removed after the write, so that nothing loads it instead."""
+    export and an AdapterHub download look alike; weights with no config beside them, or our own saved fusion
+    (whose files have other names), are refused even then. With `overwrite`, the weights file of the other format
+    that the replaced piece left (an earlier export's, or a save_* of ours: its config is replaced, so the file holds
+    nothing loadable) is removed after the write, so that nothing loads it instead."""
     check_bool(use_safetensors, "use_safetensors")
     check_bool(overwrite, "overwrite")
     what = f"export_adapterhub: the {kind} folder"
     directory = as_path(directory, what)
     held = [name for name in FILES[kind] if os.path.isfile(directory / name)]
-    if held and not _replaceable(directory, kind):
+    configured = os.path.lexists(directory / FILES[kind][0])
+    if held and not configured and not _replaceable(directory, kind):
+        raise ConfigError(
+            f"{what} {str(directory)!r} already holds {', '.join(held)} but no {FILES[kind][0]}, so nothing says it "
+            f"is an AdapterHub {kind} or one we wrote (a download cut short, another tool's file, or your own); we "
+            f"never overwrite a file we did not write, even with overwrite=True: choose another folder, or move "
+            f"{', '.join(held)} away"
+        )
+    if held and configured and not _replaceable(directory, kind):
         raise ConfigError(
             f"{what} {str(directory)!r} already holds {FILES[kind][0]}, which is neither an AdapterHub {kind} nor one "
             f"that save_{kind} wrote (another library's file of that name, such as a PEFT adapter's, or your own); we "
             "never overwrite a file we did not write, even with overwrite=True: choose another folder"
         )
     check_not_model_folder(directory, what, kind)  # before overwrite=True is suggested for an earlier export there
+    _check_not_hiding(directory, kind, what)
     if held and not overwrite:
         article = "an" if kind[0] in "aeiou" else "a"
-        whose = (
-            f"{article} AdapterHub {kind}"
-            if is_adapterhub_dir(directory, kind)
-            else f"{article} {kind} saved by save_{kind}"
-        )
+        if not configured:
+            whose = f"{article} {kind} whose export was interrupted"
+        elif is_adapterhub_dir(directory, kind):
+            whose = f"{article} AdapterHub {kind}"
+        else:
+            whose = f"{article} {kind} saved by save_{kind}"
         raise ConfigError(
             f"{what} {str(directory)!r} already holds {', '.join(held)} of {whose}, which may not be ours (an export "
             "and a download look alike); pass overwrite=True to replace them, or choose another folder"

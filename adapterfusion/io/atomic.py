@@ -241,9 +241,15 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], re
         elif final.exists():
             old = temp_path(final)
             os.replace(final, old)
-            with contextlib.suppress(OSError):  # a crash before the removal below leaves it for the next writer
-                (old / WRITING_MARKER).touch()
-            os.replace(tmp, final)
+            try:
+                with contextlib.suppress(OSError):  # a crash before the removal below leaves it for the next writer
+                    (old / WRITING_MARKER).touch()
+                os.replace(tmp, final)
+            except BaseException:  # the new folder is not in place: the old one goes back, unmarked
+                with contextlib.suppress(OSError):
+                    (old / WRITING_MARKER).unlink()
+                os.replace(old, final)
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)

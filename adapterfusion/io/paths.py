@@ -159,9 +159,9 @@ def check_writable_folder(
     replace_folder), so its name must leave room for that temp name.
 
     Nothing already there that we did not write is overwritten: each of the files `writes` names that exists must
-    be a regular file, and one of ours if `ours` is given (`ours(path)`: the folder holds what we wrote there). With
-    `only_ours` (what ours is, e.g. 'a saved setup'), a folder holding anything must be ours as a whole. `fix`:
-    what to do about a read-only place."""
+    be a regular file, one of ours if `ours` is given (`ours(path)`: the folder holds what we wrote there), and not
+    write-protected (check_not_protected). With `only_ours` (what ours is, e.g. 'a saved setup'), a folder holding
+    anything must be ours as a whole. `fix`: what to do about a read-only place."""
     path = as_path(path, what, error)
     _check_lengths(path, what, is_file=False, error=error, temp_folder=built_aside and not os.path.lexists(path))
     found = describe(path)
@@ -219,6 +219,19 @@ def _check_nothing_foreign(
                 f"{what} {str(path)!r} already holds {name!r}, {whose}; we never overwrite a file we did not write: "
                 f"choose another folder, or move {str(target)!r} away"
             )
+        check_not_protected(target, f"{what} {str(path)!r} holds {name!r}, which", error)
+
+
+def check_not_protected(path: Path, subject: str, error: Error) -> None:
+    """Refuse to replace the file `path` when it is read-only for this user: a rename replaces a file whatever its
+    mode, so the write protection a user gave a file (chmod a-w: keep this one) would be overridden without a word.
+    `subject` starts the message ('... which')."""
+    write_bits = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH  # none set: protected even for root, whom access() lets
+    if not os.access(path, os.W_OK) or not os.stat(path).st_mode & write_bits:
+        raise error(
+            f"{subject} is read-only (write-protected) for this user; we never replace a protected file: make it "
+            f"writable first (chmod u+w {str(path)!r}) if it is to be replaced, or choose another path"
+        )
 
 
 def _listing(names: list[str]) -> str:
@@ -226,8 +239,9 @@ def _listing(names: list[str]) -> str:
 
 
 def check_writable_file(path: str | os.PathLike, what: str, error: Error = ConfigError) -> Path:
-    """`path` as a Path if a file can be written there: nothing or a regular file there (replaced, as asked), in
-    a folder that is (or can be) writable. A folder, FIFO, device or symlink loop there is refused."""
+    """`path` as a Path if a file can be written there: nothing or a regular file there (replaced, as asked, unless
+    it is read-only: check_not_protected), in a folder that is (or can be) writable. A folder, FIFO, device or
+    symlink loop there is refused."""
     path = as_path(path, what, error)
     _check_lengths(path, what, is_file=True, error=error)
     found = describe(path)
@@ -236,6 +250,8 @@ def check_writable_file(path: str | os.PathLike, what: str, error: Error = Confi
     if found not in ("a file", "nothing"):
         raise error(f"{what} {str(path)!r} is {found}, not a regular file; give the path of a file to write")
     check_writable_folder(path.parent, f"the folder of {what}", error=error)
+    if found == "a file":
+        check_not_protected(path, f"{what} {str(path)!r}", error)
     return path
 
 

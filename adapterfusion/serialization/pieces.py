@@ -26,6 +26,8 @@ from adapterfusion.encoders import check_not_model_folder
 from adapterfusion.errors import ConfigError, SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import head_config_from_dict
+from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
+from adapterfusion.interop.adapterhub_files import is_adapterhub_dir
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.paths import check_readable_file, check_readable_folder, check_writable_folder, out_of_reach
@@ -71,7 +73,8 @@ def check_piece_folder(directory: str | Path, kind: str, name: str | None = None
     """`directory` if save_piece may write a `kind` there (io/paths.py): a folder that is, or can be made, writable,
     whose `<kind>.safetensors` and `<kind>_config.json`, if there, are a piece we saved; with `name`, a piece of that
     name unless `overwrite` (replacing another trained piece by mistake is as bad as replacing a user's file), and
-    not a HuggingFace model's folder (encoders.check_not_model_folder). Files beside them stay."""
+    not a HuggingFace model's folder (encoders.check_not_model_folder), nor one holding an AdapterHub `kind` that
+    loading would read instead (interop/adapterhub_files.py). Files beside them stay."""
     check_bool(overwrite, "overwrite")
     directory = check_writable_folder(
         directory,
@@ -80,6 +83,13 @@ def check_piece_folder(directory: str | Path, kind: str, name: str | None = None
         ours=lambda folder: holds_our_piece(folder, kind),
     )
     check_not_model_folder(directory, f"save_{kind}: the {kind} folder", kind)
+    if is_adapterhub_dir(directory, kind):  # a fusion: AdapterHub's files have other names than ours
+        config = ADAPTERHUB_FILES[kind][0]
+        raise ConfigError(
+            f"save_{kind}: the {kind} folder {str(directory)!r} holds an AdapterHub {kind} ({config}); load_{kind} of "
+            f"that folder reads it first, so the {kind} saved beside it would be hidden without a word. Save the "
+            f"{kind} into another folder (each piece goes into a folder of its own)"
+        )
     saved = saved_piece_name(directory, kind)
     if name is not None and saved is not None and saved != name and not overwrite:
         raise ConfigError(
@@ -142,6 +152,7 @@ def piece_files(
     """The bytes of a piece's two files, config first: renamed in that order, a save cut off between the renames
     leaves our config (so a retry may write there) beside weights that its digest refuses."""
     check_has_values(tensors.values(), f"{kind} {name!r} has weights", "there is nothing to save")
+    _check_finite(tensors, kind, name)
     payload = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     weights = save_safetensors_bytes(payload, metadata={"format": "pt"})
     document = {
@@ -157,6 +168,22 @@ def piece_files(
     document[WEIGHTS_DIGEST] = hashlib.sha256(weights).hexdigest()
     text = json_text(document)
     return {config_path(directory, kind): text.encode("utf-8"), weights_path(directory, kind): weights}
+
+
+def _check_finite(tensors: Mapping[str, torch.Tensor], kind: str, name: str) -> None:
+    """Refuse to save weights holding NaN or inf: loading refuses them (check_weights), so the save would put a piece
+    that cannot be loaded in place of the one saved there before."""
+    for key, tensor in tensors.items():
+        if tensor.dtype not in TRAINED_DTYPES:  # no NaN in integers; other floats are refused on load by dtype
+            continue
+        bad = int((~torch.isfinite(tensor)).sum())
+        if bad:
+            raise ConfigError(
+                f"{kind} {name!r} holds {bad} NaN or infinite value(s) of {tensor.numel()} in {key!r}: its training "
+                f"diverged, and loading refuses such weights, so the save would write a {kind} that cannot be loaded, "
+                "in place of any saved there before (nothing was written). Retrain it (lower the learning rate), or "
+                "save one from before it diverged"
+            )
 
 
 def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from adapterfusion.io.paths import (
     check_readable_file,
     check_readable_folder,
     check_writable_folder,
+    describe,
     out_of_reach,
     path_part,
 )
@@ -239,12 +240,27 @@ def save_pretrained(
     }
 
     if not os.path.lexists(directory):
-        replace_folder(directory, lambda tmp: atomic_write_files(_setup_files(model, tmp, index)))
+        _save_new(model, directory, index)
         return directory
     atomic_write_files(_setup_files(model, directory, index))
     for kind, name, digest in dropped:
         _remove_saved_piece(directory, kind, name, digest)
     return directory
+
+
+def _save_new(model: AdaptedModel, directory: Path, index: dict[str, Any]) -> None:
+    """The setup built whole in a temp folder and renamed to `directory`, which was not there when checked. Whatever
+    appeared there since (the user's folder, another save) is kept: replacing it would delete what we never saw."""
+    try:
+        replace_folder(directory, lambda tmp: atomic_write_files(_setup_files(model, tmp, index)), replace=False)
+    except FileExistsError as error:
+        if error.filename != str(directory):  # not the rename's refusal
+            raise
+        raise ConfigError(
+            f"save_pretrained: the folder {str(directory)!r} did not exist when the save began, and something was put "
+            f"there while the setup was being written ({describe(directory)} is there now); it is left as it is and "
+            "nothing was saved. Save again: into that folder if it is empty or a saved setup, else into another one"
+        ) from None
 
 
 def _refuse_dropping(directory: Path, dropped: Sequence[tuple[str, str]]) -> None:
@@ -564,8 +580,26 @@ def piece_source(source: str | os.PathLike, kind: str) -> Path:
 
 
 def _piece_in(folder: Path, kind: str, label: Callable[[str], str]) -> str:
-    """'' if `folder` is a piece folder (or not a setup); else the path of the setup's one `kind` within it."""
-    if not os.path.isfile(folder / SETUP_FILE) or os.path.isfile(config_path(folder, kind)):
+    """'' if `folder` is a piece folder (or not a setup); else the path of the setup's one `kind` within it. A setup
+    whose root holds a `kind` too (saved or exported there since) is refused: which of them is meant cannot be told,
+    and loading the root's would pass over the setup's without a word."""
+    if not os.path.isfile(folder / SETUP_FILE):
+        return ""
+    configs = dict.fromkeys((config_path(folder, kind).name, ADAPTERHUB_FILES[kind][0]))  # ours, AdapterHub's
+    at_root = [name for name in configs if (folder / name).is_file()]
+    if at_root:
+        try:
+            listed = [piece["name"] for piece in read_index(folder)["pieces"] if piece["kind"] == kind]
+        except SerializationError:  # not readable as a setup: the folder is the piece's
+            return ""
+        if listed:
+            choices = ", ".join(repr(label(piece_folder(kind, name))) for name in listed)
+            raise ConfigError(
+                f"{label('')} is a saved setup holding {len(listed)} {kind}(s) ({choices}), and its root holds "
+                f"another {kind} ({', '.join(at_root)}), saved or exported there since: which one to load cannot be "
+                f"told. Load one of the setup's by its folder, or move the root's {kind} files into a folder of their "
+                "own"
+            )
         return ""
     names = [piece["name"] for piece in read_index(folder)["pieces"] if piece["kind"] == kind]
     if len(names) == 1:

@@ -23,8 +23,10 @@ from transformers import AutoModel
 import adapterfusion as af
 from adapterfusion.interop import export_adapterhub
 from adapterfusion.io.paths import TEMP_NAME_EXTRA, name_max
+from adapterfusion.serialization import setup as saved_setups
 from adapterfusion.training.store import AdapterStore
-from catalogue import Action, BadInput, edit_json, load_into, read_only, saved_piece
+from catalogue import Action, BadInput, a_file, edit_json, load_into, read_only, saved_piece
+from tiny_decoders import randomise_pieces
 from tiny_models import tiny_encoder
 
 B = BadInput
@@ -231,6 +233,102 @@ def _adapterhub_fusion_truncated(folder: Path) -> Action:
     return load_into(_model("a", "b"), "fusion", folder / "f")
 
 
+# ---- what a later load would not find, and what appears while saving ---------------------------------------------
+def _export_over_lone_weights(folder: Path) -> Action:
+    """A folder holding only the user's own pytorch_adapter.bin (no config says whose it is), exported into with
+    overwrite=True: it used to be called 'an adapter saved by save_adapter', and the export deleted it."""
+    (folder / "x").mkdir()
+    (folder / "x" / "pytorch_adapter.bin").write_bytes(b"the user's own weights, of no known piece")
+    model = _model("a")
+    return lambda: export_adapterhub(model, "adapter", "a", folder / "x", overwrite=True)
+
+
+def _fusion_model() -> af.AdaptedModel:
+    model = _model("a", "b")
+    model.add_fusion("f", ["a", "b"])
+    return model
+
+
+def _save_fusion_beside_adapterhub_fusion(folder: Path) -> Action:
+    """save_fusion into a folder holding an AdapterHub fusion: ours is fusion_config.json, theirs
+    adapter_fusion_config.json, so both were written, and load_fusion of the folder read the AdapterHub one."""
+    export_adapterhub(_fusion_model(), "fusion", "f", folder / "f")
+    model = _fusion_model()
+    return lambda: model.save_fusion("f", folder / "f")
+
+
+def _export_fusion_beside_saved_fusion(folder: Path) -> Action:
+    """export_adapterhub of a fusion into the folder of one saved by save_fusion, overwrite=True: written beside it,
+    and load_fusion of the folder then read the export, hiding the saved fusion."""
+    _fusion_model().save_fusion("f", folder / "f")
+    model = _fusion_model()
+    return lambda: export_adapterhub(model, "fusion", "f", folder / "f", overwrite=True)
+
+
+def _save_pretrained_folder_appears(folder: Path) -> Action:
+    """save_pretrained into a new folder, which the user moves their own folder to while the setup is written: the
+    finished setup was renamed over it and the user's file deleted. The action moves the user's folder back once the
+    save is refused, so the runner's snapshot finds it byte for byte where it was (or finds it gone)."""
+    (folder / "incoming").mkdir()
+    a_file(folder / "incoming", "thesis.tex")
+    model, target = _model("a"), folder / "setup"
+    real = saved_setups.atomic_write_files
+
+    def racing(files: Any, *args: Any, **kwargs: Any) -> Any:
+        if not target.exists():
+            (folder / "incoming").rename(target)
+        return real(files, *args, **kwargs)
+
+    def action() -> Any:
+        try:
+            with mock.patch.object(saved_setups, "atomic_write_files", racing):
+                return model.save_pretrained(target)
+        finally:
+            if (target / "thesis.tex").is_file() and not (folder / "incoming").exists():
+                target.rename(folder / "incoming")
+
+    return action
+
+
+def _save_adapter_over_read_only(folder: Path) -> Action:
+    """save_adapter again over its earlier save whose adapter.safetensors the user made read-only (mode 444): a
+    rename replaces a file whatever its mode, so the protection was overridden."""
+    _model("a").save_adapter("a", folder / "a")
+    model = _model("a")
+    randomise_pieces(model, seed=1)  # other weights: replacing the file changes its bytes
+    save_again = _while_unreadable(
+        lambda f: f / "a" / "adapter.safetensors", lambda: model.save_adapter("a", f"{folder}/a"), 0o444
+    )
+    return save_again(folder)
+
+
+def _diverged_save_over_good_one(whole_setup: bool) -> Callable[[Path], Action]:
+    """A model's adapter saved while good, then its weights went NaN (a diverged run) and it was saved again there:
+    the good save was replaced by one that loading refuses as diverged."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model("a")
+        save = (
+            (lambda: model.save_pretrained(folder / "s"))
+            if whole_setup
+            else (lambda: model.save_adapter("a", folder / "a"))
+        )
+        save()
+        with torch.no_grad():
+            model.sites_with_adapter("a")[-1].adapters["a"].up.weight[3, 0] = float("nan")
+        return save
+
+    return prepare
+
+
+def _setup_with_a_piece_at_its_root(folder: Path) -> Action:
+    """A saved setup of adapter a, into whose root the adapter b was saved later: load_adapter(setup) loaded b, the
+    root's, passing over the setup's only adapter without a word."""
+    _model("a").save_pretrained(folder / "s")
+    _model("b").save_adapter("b", folder / "s")
+    return load_into(_model(), "adapter", folder / "s")
+
+
 CASES: tuple[BadInput, ...] = (
     # ---- flags given as strings: "no" is truthy -----------------------------------------------------------------
     B(
@@ -365,5 +463,77 @@ CASES: tuple[BadInput, ...] = (
         af.SerializationError,
         ("adapter_fusion_config.json is not valid JSON", "corrupt or truncated"),
         _adapterhub_fusion_truncated,
+    ),
+    # ---- what a later load would not find, and what appears while saving ----------------------------------------
+    B(
+        "export-adapterhub-overwrite-lone-weights",
+        "saved files",
+        "export_adapterhub(..., overwrite=True) into a folder holding only the user's pytorch_adapter.bin, no config "
+        "(it was called 'an adapter saved by save_adapter', then deleted)",
+        af.ConfigError,
+        ("pytorch_adapter.bin", "but no adapter_config.json", "nothing says", "even with overwrite=True"),
+        _export_over_lone_weights,
+    ),
+    B(
+        "save-fusion-beside-adapterhub-fusion",
+        "saved files",
+        "save_fusion('f', <a folder holding an AdapterHub fusion>) (saved beside it; load_fusion of the folder then "
+        "loaded the AdapterHub fusion, not the one saved)",
+        af.ConfigError,
+        ("/f'", "holds an AdapterHub fusion", "adapter_fusion_config.json", "hidden", "another folder"),
+        _save_fusion_beside_adapterhub_fusion,
+    ),
+    B(
+        "export-adapterhub-fusion-beside-saved-fusion",
+        "saved files",
+        "export_adapterhub(model, 'fusion', 'f', <the folder of a fusion saved by save_fusion>, overwrite=True) "
+        "(written beside it; load_fusion of the folder then read the export, hiding the saved fusion)",
+        af.ConfigError,
+        ("/f'", "saved by save_fusion", "fusion_config.json", "hide", "another folder"),
+        _export_fusion_beside_saved_fusion,
+    ),
+    B(
+        "save-pretrained-folder-appears-meanwhile",
+        "saved files",
+        "save_pretrained(<a new folder>) while the user moves their own folder (thesis.tex) to that path (the setup "
+        "was renamed over it: thesis.tex deleted)",
+        af.ConfigError,
+        ("/setup'", "did not exist when the save began", "left as it is", "nothing was saved"),
+        _save_pretrained_folder_appears,
+    ),
+    B(
+        "save-adapter-over-read-only-file",
+        "saved files",
+        "save_adapter('a', <its earlier save, whose adapter.safetensors is read-only (mode 444)>) (replaced: a rename "
+        "ignores the file's mode)",
+        af.ConfigError,
+        ("/a'", "'adapter.safetensors'", "read-only (write-protected)", "chmod u+w"),
+        _save_adapter_over_read_only,
+    ),
+    B(
+        "save-adapter-diverged-over-saved",
+        "saved files",
+        "save_adapter('a', <its earlier good save>) after its weights went NaN (the good adapter was replaced by one "
+        "that load_adapter refuses as diverged)",
+        af.ConfigError,
+        ("adapter 'a'", "1 NaN or infinite value(s)", "'layer.1.output.up.weight'", "diverged", "nothing was written"),
+        _diverged_save_over_good_one(whole_setup=False),
+    ),
+    B(
+        "save-pretrained-diverged-over-saved",
+        "saved files",
+        "save_pretrained(<its earlier good setup>) after adapter a's weights went NaN (the setup then failed to load)",
+        af.ConfigError,
+        ("adapter 'a'", "NaN or infinite", "diverged", "cannot be loaded"),
+        _diverged_save_over_good_one(whole_setup=True),
+    ),
+    B(
+        "load-adapter-setup-with-root-adapter",
+        "saved files",
+        "load_adapter(<a saved setup of adapter a, into whose root adapter b was saved later>) (loaded b, passing over "
+        "the setup's only adapter without a word)",
+        af.ConfigError,
+        ("/s is a saved setup holding 1 adapter(s)", "/s/adapters/a'", "another adapter", "cannot be told"),
+        _setup_with_a_piece_at_its_root,
     ),
 )
