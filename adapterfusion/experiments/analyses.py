@@ -11,9 +11,11 @@ span-ablation evaluates each trained adapter on its task's dev set with the adap
 span of layers [i, j] (the model's skip_layers): one job per task and seed (per task for a zoo, whose adapters have
 one seed), after the job that trained the adapter (experiments/span_ablation.py). Optional: `tasks` (a subset of
 the experiment's), `max_examples` (dev examples per evaluation, a seeded subset; default the experiment's),
-`max_length` and `batch_size` (default the trained run's; 128 and 64 for a zoo). A generation task is refused: the
-language model's own head scores it, so there is no head to score the ablated model with; it is refused rather than
-left out, so that the report never lacks a task the file asked for without saying why.
+`batch_size` (default the trained run's; 64 for a zoo) and, for a zoo only, `max_length` (default 128): a trained
+run's adapters are scored on its dev split as that run encoded it, so a max_length there would be ignored. A
+generation task is refused: the language model's own head scores it, so there is no head to score the ablated model
+with; it is refused rather than left out, so that the report never lacks a task the file asked for without saying
+why.
 init-scale and adapter-size read the sweep's finished runs; they train nothing of their own.
 
 Analyses are not part of the spec hash: they change no training result, and the span-ablation jobs carry their own
@@ -45,7 +47,7 @@ _KEYS = {
 SHIPPED = "shipped"
 _COUNTS = {  # a span-ablation's optional integer settings
     "max_examples": "dev examples per evaluation, a seeded subset",
-    "max_length": "tokens per input; default the trained run's, 128 for a zoo",
+    "max_length": "tokens per input of a zoo's dev examples; default 128",
     "batch_size": "examples per evaluation batch; default the run's eval batch size, 64 for a zoo",
 }
 ABLATION_PREFIX = "span-ablation-"  # a span-ablation job's variant: span-ablation-<variant> or span-ablation-zoo
@@ -138,6 +140,13 @@ def _span_ablation(
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise fail(f"{path}.{key}", f"must be an integer >= 1 ({what}); got {count!r}")
             out[key] = count
+    if "variant" in entry and "max_length" in entry:
+        raise fail(
+            f"{path}.max_length",
+            f"applies to a zoo's adapters only: {entry['variant']}'s adapters are scored on each run's dev split as "
+            "that run encoded it (the max_length it trained with), so this one would be ignored; drop it, or set "
+            "max_length in that setup's training",
+        )
     return out
 
 

@@ -18,7 +18,7 @@ import logging
 import os
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,9 @@ from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.plan import MULTITASK_KIND, SINGLE_KIND
 from adapterfusion.experiments.span_ablation import run_ablation_job
 from adapterfusion.experiments.writers import registered_writer
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.files import EXTENSIONS
+from adapterfusion.tasks.loading import check_data_dir
 from adapterfusion.tasks.registry import register_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.api import train
@@ -118,6 +121,25 @@ def data_dir_for(payload: JobPayload, task: str) -> str | None:
     then win over the experiment's data_dir (that serves the other tasks; loading.load_task_data would otherwise
     prefer the folder), in single-task and multi-task jobs alike."""
     return None if payload.task_specs.get(task, {}).get("data_files") else payload.data_dir
+
+
+def check_data_folders(data_dir: str | None, tasks: Sequence[str], task_specs: Mapping[str, Mapping[str, Any]]) -> None:
+    """The experiment's data_dir must be a folder holding <task>/ for every task that reads from it (data_dir_for):
+    said once, before the runner writes its output dir, not by every job at its start."""
+    if data_dir is None:
+        return
+    try:
+        check_data_dir(data_dir)
+    except TaskError as err:
+        raise ExperimentSpecError(f"data_dir: {err} Nothing was run.") from None
+    missing = [t for t in tasks if not task_specs.get(t, {}).get("data_files") and not (Path(data_dir) / t).is_dir()]
+    if missing:
+        held = sorted(p.name for p in Path(data_dir).iterdir() if p.is_dir())[:20]
+        raise ExperimentSpecError(
+            f"data_dir: {data_dir!r} holds no folder for task(s) {missing} (its folders: {held or 'none'}), so their "
+            f"jobs would find no data; each task reads <data_dir>/<task>/<split>{EXTENSIONS[0]}: point data_dir at "
+            "the folder that holds them, or give the task its own data_files. Nothing was run."
+        )
 
 
 def _train_single(payload: JobPayload) -> Path:

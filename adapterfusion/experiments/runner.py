@@ -32,7 +32,7 @@ from adapterfusion.defaults import named_encoder
 from adapterfusion.encoders import resolve_encoder
 from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.executors import Executor, check_executor, check_runs_here, make_executor
-from adapterfusion.experiments.jobs import JOB_LOG, JobPayload, payload_options
+from adapterfusion.experiments.jobs import JOB_LOG, JobPayload, check_data_folders, payload_options
 from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.plan import Job, plan_jobs
 from adapterfusion.experiments.report_files import write_report
@@ -189,6 +189,7 @@ def run_experiment(
     jobs = plan_jobs(spec)
     if spec.encoder is not None:  # once, not per job: a Hub id that is neither cached nor reachable fails here
         resolve_encoder(named_encoder(spec.encoder))
+    check_data_folders(spec.data_dir, spec.tasks, spec.task_specs)
     if isinstance(executor, str):  # before the output dir and its store are written
         check_executor(executor, workers)
     out = _check_output_dir(spec)

@@ -102,7 +102,7 @@ from adapterfusion.experiments.task_settings import (
     parse_task_files,
     parse_task_training,
 )
-from adapterfusion.experiments.variants import SetupVariant, fused_variants, setup_entries
+from adapterfusion.experiments.variants import Entry, SetupVariant, fused_variants, setup_entries
 from adapterfusion.io.documents import read_document
 from adapterfusion.io.paths import check_readable_file
 from adapterfusion.tasks.spec import ROLES
@@ -280,7 +280,7 @@ def _check_adapter_subsets(variants: Sequence[SetupVariant], fusion: Mapping[str
     for variant in variants:
         size = variant.options.get("adapter_subset")
         if not variant.is_fusion or isinstance(size, bool) or not isinstance(size, int):
-            continue  # a value of the wrong type: the run's own check names it
+            continue  # null: all of them; a value of another type setup_entries refused
         for target, fused in fusion.items():
             if variant.runs_on(target) and size > len(fused):
                 raise fail(
@@ -288,6 +288,12 @@ def _check_adapter_subsets(variants: Sequence[SetupVariant], fusion: Mapping[str
                     f"{size} is more adapters than the {len(fused)} the fusion of {target!r} fuses "
                     f"({', '.join(fused)}); give at most {len(fused)}, or null to fuse all of them in every step",
                 )
+
+
+def _swept_entries(variants: Sequence[SetupVariant], entries: Sequence[Entry]) -> list[Entry]:
+    """The swept variants as entries of their resolved training settings, so that the checks of an entry's settings
+    (check_max_lengths) see a value the entry gives only in its `sweep`, as they see its own."""
+    return [(i, v, v.training) for v, (i, _, _) in zip(variants, entries, strict=True) if v.sweep is not None]
 
 
 def _zoo(value: Any, base_dir: Path) -> str | None:
@@ -345,7 +351,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         base_dir, source = check_record(data, base_dir)
     reject_unknown(data, RECORD_KEYS if recorded else TOP_LEVEL_KEYS, "")
     version = data.get("format_version", SPEC_FORMAT_VERSION)
-    if version != SPEC_FORMAT_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version != SPEC_FORMAT_VERSION:  # true == 1
         raise fail("format_version", f"{version!r} is not supported; this version reads {SPEC_FORMAT_VERSION}")
     required = ("name", "tasks", "variants" if recorded else "setups")
     for key in required:
@@ -367,9 +373,10 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     task_list = string_list(data["tasks"], "tasks")
     for i, task in enumerate(task_list):
         task_name(task, f"tasks[{i}]")
-    no_duplicates(task_list, "tasks")
+    no_duplicates(task_list, "tasks", folders=True)
     tasks = tuple(task_list)
-    global_training = data.get("training") or {}
+    global_training = data.get("training")
+    global_training = {} if global_training is None else global_training  # not `or {}`: false, 0 and '' are refused
     if not isinstance(global_training, Mapping):
         raise fail("training", f"must be a mapping of TrainingConfig fields, got {global_training!r}")
     reject_unknown(global_training, TRAINING_FIELDS, "training")
@@ -383,7 +390,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     output_dir = resolve_path(data.get("output_dir", f"outputs/{name}"), "output_dir", base_dir)
     if output_dir is None:
         raise fail("output_dir", f"must be a path (a string), got null; leave it out for outputs/{name}")
-    task_training = parse_task_training(data.get("task_training"), tasks, variants)
+    task_training = parse_task_training(data.get("task_training"), tasks, variants, recorded)
     encoder = parse_encoder(data.get("encoder"), base_dir)
     local_encoder = named_encoder(encoder)
     key = "variants" if recorded else "setups"
@@ -395,6 +402,10 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     check_top_k(variants, entries, local_encoder, key)
     check_metrics_for_best(variants, entries, tasks, task_training, key)
     check_max_lengths(global_training, entries, task_training, local_encoder, key)
+    check_max_lengths({}, _swept_entries(variants, entries), {}, local_encoder, key)
+    analyses = parse_analyses(data.get(ANALYSES_KEY), variants, tasks, base_dir)
+    # a zoo span-ablation's max_length, checked as an entry's (the check reads only the entry's settings)
+    check_max_lengths({}, [(i, variants[0], a) for i, a in enumerate(analyses)], {}, local_encoder, ANALYSES_KEY)
     zoo = _zoo(data.get("zoo"), base_dir)
     if zoo is not None:
         if not any(v.setup == "fusion-st-a" for v in variants):
@@ -407,7 +418,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     fusion = data.get("fusion")
     if recorded and fusion == {}:  # what a record holds when the experiment has no fusion setup
         fusion = None
-    fused = parse_fusion(fusion, tasks, any(v.is_fusion for v in variants))
+    fused = parse_fusion(fusion, tasks, variants, recorded)
     _check_adapter_subsets(variants, fused)
     return ExperimentSpec(
         name=name,
@@ -425,5 +436,5 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         task_training=task_training,
         zoo=zoo,
         select=parse_select(recorded_select(data.get("select")) if recorded else data.get("select"), variants),
-        analyses=parse_analyses(data.get(ANALYSES_KEY), variants, tasks, base_dir),
+        analyses=analyses,
     )

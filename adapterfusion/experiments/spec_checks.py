@@ -70,10 +70,31 @@ def string_list(value: Any, path: str) -> list[Any]:
     return list(value)
 
 
-def no_duplicates(values: Sequence[Any], path: str) -> None:
+def no_duplicates(values: Sequence[Any], path: str, folders: bool = False) -> None:
+    """Refuse a value given twice; with `folders` (the values name folders) also two that differ only in case."""
     for i, value in enumerate(values):
         if value in values[:i]:
             raise fail(f"{path}[{i}]", f"duplicate {value!r} (also at {path}[{values.index(value)}])")
+        twin = case_twin(value, values[:i]) if folders else None
+        if twin is not None:
+            raise fail(f"{path}[{i}]", case_clash(value, values[twin], f"{path}[{twin}]"))
+
+
+def case_twin(value: Any, earlier: Sequence[Any]) -> int | None:
+    """The index of a name in `earlier` that differs from `value` only in case: tasks and setup variants name
+    folders (runs/<variant>/<task>, <data_dir>/<task>), which are one folder on a case-insensitive file system
+    (macOS, Windows), so their runs would overwrite each other there."""
+    if not isinstance(value, str):
+        return None
+    folded = value.casefold()
+    return next((j for j, other in enumerate(earlier) if isinstance(other, str) and other.casefold() == folded), None)
+
+
+def case_clash(value: str, other: str, where: str) -> str:
+    return (
+        f"{value!r} differs from {other!r} ({where}) only in case, and they name one folder on a case-insensitive "
+        "file system (macOS, Windows), where their runs would overwrite each other; rename one of them"
+    )
 
 
 def resolve_path(value: Any, path: str, base_dir: Path) -> str | None:

@@ -40,12 +40,24 @@ def parse_task_files(value: Any, base_dir: Path) -> dict[str, dict[str, Any]]:
     if value is None:
         return {}
     out: dict[str, dict[str, Any]] = {}
+    described: dict[str, int] = {}  # task name -> the index of the file that describes it
     for i, raw in enumerate(string_list(value, "task_files")):
         path = resolve_path(raw, f"task_files[{i}]", base_dir)
         try:
-            task = register_user_task(load_task_file(str(path), register=False))
+            task = load_task_file(str(path), register=False)
         except TaskError as err:
             raise fail(f"task_files[{i}]", str(err)) from None
+        if task.name in described:  # the later description would silently replace the earlier one
+            raise fail(
+                f"task_files[{i}]",
+                f"{path} describes task {task.name!r}, which task_files[{described[task.name]}] describes already; "
+                "give each task one description (list a file once, or rename one of the tasks)",
+            )
+        try:
+            register_user_task(task)
+        except TaskError as err:
+            raise fail(f"task_files[{i}]", str(err)) from None
+        described[task.name] = i
         out[task.name] = task.to_dict()
     return out
 
@@ -57,19 +69,30 @@ def register_user_task(task: TaskSpec) -> TaskSpec:
     return register_task(task, overwrite=True)  # the same file read again (a re-run) replaces its own entry
 
 
-def parse_fusion(raw: Any, tasks: tuple[str, ...], has_fusion: bool) -> dict[str, tuple[str, ...]]:
+def parse_fusion(
+    raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVariant], recorded: bool = False
+) -> dict[str, tuple[str, ...]]:
     """`fusion`: every task's fusion sources, the target included (default: all the tasks), when the experiment has
-    a fusion setup; else nothing."""
-    if raw is not None and not has_fusion:
+    a fusion setup; else nothing. A target no fusion variant runs on is refused (its sources would be ignored),
+    except in a runner's record, which lists every task's."""
+    fusions = [v for v in variants if v.is_fusion]
+    if raw is not None and not fusions:
         fusion_setups = [s for s in list_setups() if "sources" in get_setup(s).options]
         raise fail("fusion", f"given, but setups has no fusion setup; add one of {', '.join(fusion_setups)}")
-    if not has_fusion:
+    if not fusions:
         return {}
     raw = {} if raw is None else raw
     if not isinstance(raw, Mapping):
         raise fail("fusion", f"must map a target task to its source tasks, e.g. {{rte: [mnli, rte]}}; got {raw!r}")
     for target in raw:
         experiment_task(target, tasks, f"fusion.{target}")
+        if not recorded and not any(v.runs_on(target) for v in fusions):
+            runs = "; ".join(f"{v.id} runs on {', '.join(v.tasks or ())}" for v in fusions)
+            raise fail(
+                f"fusion.{target}",
+                f"no fusion setup runs on {target!r} ({runs}), so these sources would be ignored; add {target!r} to "
+                f"a fusion entry's tasks, or drop fusion.{target}",
+            )
     out: dict[str, tuple[str, ...]] = {}
     for target in tasks:
         path = f"fusion.{target}"
@@ -83,9 +106,11 @@ def parse_fusion(raw: Any, tasks: tuple[str, ...], has_fusion: bool) -> dict[str
 
 
 def parse_task_training(
-    raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVariant]
+    raw: Any, tasks: tuple[str, ...], variants: Sequence[SetupVariant], recorded: bool = False
 ) -> dict[str, dict[str, Any]]:
-    """Per-task TrainingConfig overrides, each checked with every setup that runs on that task."""
+    """Per-task TrainingConfig overrides, each checked with every setup that runs on that task; overrides of a task
+    that no single-task setup trains (MT-A's one run has no single task) would be ignored, so they are refused
+    (though not in a runner's record, which keeps what an older version accepted)."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -99,9 +124,21 @@ def parse_task_training(
         if not isinstance(overrides, Mapping):
             raise fail(path, f"must be a mapping of TrainingConfig fields, got {overrides!r}")
         reject_unknown(overrides, TRAINING_FIELDS, path)
-        for variant in variants:
-            if variant.runs_on(task) and not variant.is_multitask:
-                checked_training({**variant.training, **overrides}, variant.setup, path)
+        applied = [variant for variant in variants if variant.runs_on(task) and not variant.is_multitask]
+        for variant in applied:
+            checked_training({**variant.training, **overrides}, variant.setup, path)
+        if not applied and not recorded:
+            multitask = [variant.id for variant in variants if variant.is_multitask and variant.runs_on(task)]
+            if multitask:
+                why = f"{', '.join(multitask)} trains all its tasks in one run, which task_training does not apply to"
+                fix = f"set them in the {multitask[0]} entry"
+            else:
+                why, fix = "no setup entry's tasks include it", f"add {task!r} to a setup entry's tasks"
+            raise fail(
+                path,
+                f"no setup trains {task!r} on its own ({why}), so these overrides would be ignored; {fix}, or "
+                "drop them",
+            )
         out[str(task)] = dict(overrides)
     return out
 

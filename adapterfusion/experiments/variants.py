@@ -12,11 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapterfusion._validation import check_bool, check_name
+from adapterfusion._validation import check_bool, check_int, check_name
 from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.spec_checks import (
     OWNED,
     TRAINING_FIELDS,
+    case_clash,
+    case_twin,
     checked_training,
     experiment_task,
     fail,
@@ -28,15 +30,21 @@ from adapterfusion.experiments.spec_checks import (
 )
 from adapterfusion.experiments.sweep import SWEEP_KEY, sweep_combinations, sweep_id
 from adapterfusion.fusion.config import resolve_fusion_config
+from adapterfusion.io.paths import check_name_length
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.multitask import MT_A
 from adapterfusion.training.setups import check_init_std, get_setup, list_setups
 
 DEFAULT_REDUCTION_FACTOR = 16
-# Setup options checked when the file is read, by the checks the setups apply (training/setups.py).
+# Setup options checked when the file is read, by the checks the setups apply (training/setups.py), so that a bad
+# value fails no job once the model has loaded (nor a fusion once its stage-1 adapters trained). The bounds that
+# depend on the experiment are checked where it is known: top-k's k against the encoder's layers
+# (encoder_checks.check_top_k), adapter_subset against the fused adapters (spec._check_adapter_subsets).
 _OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     "train_layer_norm": lambda value: check_bool(value, "train_layer_norm"),
     "init_std": check_init_std,
+    "k": lambda value: check_int(value, "k", minimum=1),
+    "adapter_subset": lambda value: check_int(value, "adapter_subset", minimum=1),
 }
 # MT-A trains all its tasks in one run (train_multitask: one job per seed, plan.MULTITASK_KIND), with these options;
 # fusion-mt-a fuses that run's adapters on the encoder it fine-tuned.
@@ -208,10 +216,7 @@ def setup_entries(
         if SWEEP_KEY in entry:
             out[start:] = _swept(i, entry, out[start:], options, has_rf)
     for i, variant, _ in out:
-        try:
-            check_name(variant.id, "setup variant")
-        except ConfigError as err:
-            raise fail(f"{key}[{i}].id", str(err)) from None
+        _check_variant_id(variant.id, f"{key}[{i}].id")
         for option, check in _OPTION_CHECKS.items():  # what a job would refuse once the model is loaded
             if variant.options.get(option) is not None:
                 try:
@@ -226,7 +231,20 @@ def setup_entries(
                 f"{key}[{i}]",
                 f"duplicate setup variant {variant.id!r} (also from {key}[{first}]); give one of them an 'id'",
             )
+        twin = case_twin(variant.id, ids[:k])
+        if twin is not None:
+            raise fail(f"{key}[{i}].id", case_clash(variant.id, ids[twin], f"from {key}[{out[twin][0]}]"))
     return out
+
+
+def _check_variant_id(variant_id: str, path: str) -> None:
+    """A variant id names folders (runs/<id>, adapters/<id>): a plain name the file system takes, refused here rather
+    than once the runner has bound its store."""
+    try:
+        check_name(variant_id, "setup variant")
+        check_name_length(variant_id, "setup variant id")
+    except ConfigError as err:
+        raise fail(path, str(err)) from None
 
 
 def _swept(i: int, entry: Mapping[str, Any], bases: list[Entry], options: list[str], has_rf: bool) -> list[Entry]:
@@ -307,4 +325,9 @@ def fused_variants(entries: Sequence[Entry]) -> list[SetupVariant]:
     if len(set(ids)) != len(ids):
         dup = next(x for x in ids if ids.count(x) > 1)
         raise fail("setups", f"two fusion entries would both be called {dup!r}; give one of them an 'id'")
+    for (i, _, _), variant in zip(entries, variants, strict=True):
+        _check_variant_id(variant.id, f"setups[{i}].id")  # a fusion's id may be named after its adapters here
+        twin = case_twin(variant.id, ids[: ids.index(variant.id)])
+        if twin is not None:
+            raise fail(f"setups[{i}].id", case_clash(variant.id, ids[twin], f"from setups[{entries[twin][0]}]"))
     return variants

@@ -348,7 +348,8 @@ def test_a_clone_elsewhere_records_the_same_experiment_file_and_report(tmp_path)
     dir moved with its clone is still this experiment's."""
     written = []
     for clone in (tmp_path / "one", tmp_path / "elsewhere" / "two"):
-        (clone / "data").mkdir(parents=True)
+        for task in ("rte", "sst2"):  # the runner checks that data_dir holds a folder per task; DoneExecutor reads none
+            (clone / "data" / task).mkdir(parents=True)
         experiment = clone / "examples" / "tiny.json"
         experiment.parent.mkdir()
         spec = {**tiny_experiment(None, Path("results/tiny"), setups=["head"]), "encoder": None, "data_dir": "../data"}
@@ -429,3 +430,23 @@ def test_an_edited_experiment_file_is_refused_naming_what_differs(tmp_path, tiny
     edited = tiny_experiment(tiny_encoder_dir, tmp_path / "out", seeds=[1, 2], training={**FAST, "max_steps": 3})
     with pytest.raises(SpecMismatchError, match=r"which differs in seeds, setups or training .*; .*--force"):
         run_experiment(edited, executor=DoneExecutor(), progress=False)
+
+
+def test_a_data_dir_without_a_task_folder_is_refused_before_the_output_dir_is_made(tmp_path):
+    """Each job of a task reads <data_dir>/<task>/: a data_dir that lacks one (or a missing data_dir) failed every
+    job of that task after the output dir was written; now the runner refuses it first. A task with data_files of
+    its own does not read data_dir, so it needs no folder there."""
+    from adapterfusion.experiments.jobs import check_data_folders
+
+    (tmp_path / "data" / "rte").mkdir(parents=True)
+    experiment = tiny_experiment(None, tmp_path / "out", setups=["head"], data_dir=str(tmp_path / "data"))
+    with pytest.raises(ExperimentSpecError, match=r"holds no folder for task\(s\) \['sst2'\] \(its folders: \['rte'\]"):
+        run_experiment({**experiment, "encoder": None}, executor=DoneExecutor(), progress=False)
+    with pytest.raises(ExperimentSpecError, match=r"data_dir: the data folder .*nowhere' does not exist"):
+        run_experiment(
+            {**experiment, "encoder": None, "data_dir": str(tmp_path / "nowhere")},
+            executor=DoneExecutor(),
+            progress=False,
+        )
+    assert not (tmp_path / "out").exists()
+    check_data_folders(str(tmp_path / "data"), ["rte", "reviews"], {"reviews": {"data_files": {"train": "t.csv"}}})

@@ -358,3 +358,46 @@ def test_top_k_above_the_encoders_layers_is_refused_when_the_file_is_read(tmp_pa
     assert spec(setups=["head", {"name": "top-k", "k": 6}]).variant("top-k")  # the shipped MiniLM's 6 layers
     with pytest.raises(ExperimentSpecError, match=r"null \(the shipped MiniLM\) has 6"):
         spec(setups=["head", {"name": "top-k", "k": 7}])
+
+
+def test_a_fusion_on_some_targets_refuses_sources_of_others_but_its_record_reads_back(tmp_path):
+    """`fusion: {cb: ...}` where no fusion runs on cb would be ignored, so the file is refused; the runner's record
+    lists every task's sources (ExperimentSpec.to_dict), also where no fusion runs, and still reads back."""
+    limited = {"setups": ["st-a", {"name": "fusion-st-a", "tasks": ["rte"]}], "output_dir": str(tmp_path / "out")}
+    with pytest.raises(ExperimentSpecError, match=r"fusion.cb: no fusion setup runs on 'cb' \(fusion-st-a runs on rte"):
+        spec(**limited, fusion={"cb": ["rte"]})
+    written = spec(**limited, fusion={"rte": ["cb"]})
+    assert set(written.fusion) == {"rte", "cb"}
+    again = ExperimentSpec.load(_write_record(written))
+    assert again.fusion == written.fusion and again.spec_hash() == written.spec_hash()
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        (dict(setups=[{"name": "top-k", "k": True}]), r"setups\[0\].k: k=True has type bool"),
+        (dict(setups=[{"name": "top-k", "sweep": {"k": [0, 1]}}]), r"setups\[0\].k: k=0 must be an integer >= 1"),
+        (
+            dict(setups=["st-a", {"name": "fusion-st-a", "adapter_subset": "two"}]),
+            r"setups\[1\].adapter_subset: adapter_subset='two' has type str",
+        ),
+        (dict(tasks=["rte", "cb"], setups=[{"name": "head", "id": "A"}, {"name": "st-a", "id": "a"}]), r"only in case"),
+        (dict(seeds=[1], format_version=1.0), r"format_version: 1.0 is not supported"),
+        (dict(training=0), r"training: must be a mapping of TrainingConfig fields, got 0"),
+        (
+            dict(setups=["st-a", "mt-a"], task_training={"cb": {"epochs": 2}}),
+            None,  # st-a trains cb on its own: applied there
+        ),
+        (
+            dict(setups=[{"name": "st-a", "tasks": ["rte"]}], task_training={"cb": {"epochs": 2}}),
+            r"task_training.cb: no setup trains 'cb' on its own \(no setup entry's tasks include it\), so these "
+            r"overrides would be ignored; add 'cb' to a setup entry's tasks",
+        ),
+    ],
+)
+def test_values_a_run_would_refuse_or_ignore_are_refused_when_read(changes, match):
+    if match is None:
+        spec(**changes)
+        return
+    with pytest.raises(ExperimentSpecError, match=match):
+        spec(**changes)

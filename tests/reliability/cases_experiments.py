@@ -86,6 +86,28 @@ def _llama_that_cannot_pad(folder: Path) -> Action:
     return experiment(encoder=str(folder / "llama"), setups=["st-a"])(folder)
 
 
+def _run_in(folder: Path, data: str) -> Action:
+    """`adapterfusion run` of a valid experiment on the shipped MiniLM whose data_dir is `data` (in `folder`)."""
+    return experiment(encoder=None, setups=["head"], data_dir=str(folder / data))(folder)
+
+
+def _empty_data_dir(folder: Path) -> Action:
+    (folder / "data").mkdir()
+    return _run_in(folder, "data")
+
+
+def _one_task_described_twice(folder: Path) -> Action:
+    """Two task_files that both describe a task 'reviews' (other labels, other data), the second replacing the
+    first."""
+    paths = []
+    for name, labels in (("first", ["negative", "positive"]), ("second", ["neg", "pos", "neutral"])):
+        (folder / f"{name}.csv").write_text(f"text,label\nfine,{labels[0]}\n")
+        task = {"name": "reviews", "kind": "single", "text_fields": ["text"], "label_names": labels}
+        (folder / f"{name}.json").write_text(json.dumps({**task, "data_files": {"train": f"{name}.csv"}}))
+        paths.append(str(folder / f"{name}.json"))
+    return experiment(encoder=None, tasks=["rte", "reviews"], task_files=paths)(folder)
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "experiment-pooling-cls-on-decoder",
@@ -279,6 +301,148 @@ CASES: tuple[BadInput, ...] = (
         ConfigError,
         ("max_examples=0", "positive integer"),
         lambda folder: lambda: cli("prune", str(folder / "nowhere"), "--keep", "1", "--max-examples", "0"),
+        cli=True,
+    ),
+    B(
+        "experiment-top-k-k-zero",
+        GROUP,
+        "setups: [{name: top-k, k: 0}] (planned, then every top-k job failed once the encoder had loaded; k: true, "
+        "'two' and 1.5 alike)",
+        ExperimentSpecError,
+        ("setups[0].k", "k=0 must be an integer >= 1"),
+        experiment(encoder=None, setups=[{"name": "top-k", "k": 0}]),
+        cli=True,
+    ),
+    B(
+        "experiment-adapter-subset-zero",
+        GROUP,
+        "setups: [st-a, {name: fusion-st-a, adapter_subset: 0}] (every fusion job failed after the stage-1 adapters "
+        "had trained; true, -1 and 'two' alike)",
+        ExperimentSpecError,
+        ("setups[1].adapter_subset", "adapter_subset=0 must be an integer >= 1"),
+        experiment(encoder=None, setups=["st-a", {"name": "fusion-st-a", "adapter_subset": 0}]),
+        cli=True,
+    ),
+    B(
+        "experiment-data-dir-missing",
+        GROUP,
+        "experiment data_dir: a folder that does not exist (the runner wrote its output dir, then every job failed)",
+        ExperimentSpecError,
+        ("data_dir", "does not exist", "Nothing was run"),
+        lambda folder: _run_in(folder, "nowhere"),
+        cli=True,
+    ),
+    B(
+        "experiment-data-dir-without-tasks",
+        GROUP,
+        "experiment data_dir: a folder without <task>/ folders, e.g. one level too high (every job failed)",
+        ExperimentSpecError,
+        ("data_dir", "holds no folder for task(s) ['rte', 'cb']", "<data_dir>/<task>/", "Nothing was run"),
+        _empty_data_dir,
+        cli=True,
+    ),
+    B(
+        "experiment-sweep-max-length-over-positions",
+        GROUP,
+        "setups: [{name: head, sweep: {max_length: [128, 100000]}}] on the shipped MiniLM (the max_length check saw "
+        "the entry's own keys only: the 100000 jobs failed after the others had trained)",
+        ExperimentSpecError,
+        ("setups[0].max_length", "max_length=100000 is more tokens than", "at most 512"),
+        experiment(encoder=None, setups=[{"name": "head", "sweep": {"max_length": [128, 100000]}}]),
+        cli=True,
+    ),
+    B(
+        "experiment-variant-id-too-long",
+        GROUP,
+        "setups: [{name: head, id: <300 letters>}] (refused only after experiment.db and experiment.json were "
+        "written, without the key)",
+        ExperimentSpecError,
+        ("setups[0].id", "is 300 bytes long", "at most 255"),
+        experiment(encoder=None, setups=[{"name": "head", "id": "a" * 300}]),
+        cli=True,
+    ),
+    B(
+        "experiment-variant-ids-differ-in-case",
+        GROUP,
+        "setups: [{name: head, id: Base}, {name: st-a, id: base}] (accepted: one folder runs/base on macOS and "
+        "Windows, where the runs overwrote each other)",
+        ExperimentSpecError,
+        ("setups[1].id", "'base' differs from 'Base'", "only in case", "case-insensitive"),
+        experiment(encoder=None, setups=[{"name": "head", "id": "Base"}, {"name": "st-a", "id": "base"}]),
+        cli=True,
+    ),
+    B(
+        "experiment-task-training-unused",
+        GROUP,
+        "setups: [mt-a] with task_training: {cb: {epochs: 10}} (accepted and ignored: MT-A's one run has no "
+        "single task)",
+        ExperimentSpecError,
+        ("task_training.cb", "no setup trains 'cb' on its own", "mt-a trains all its tasks in one run", "ignored"),
+        experiment(encoder=None, setups=["mt-a"], task_training={"cb": {"epochs": 10}}),
+        cli=True,
+    ),
+    B(
+        "experiment-fusion-target-unused",
+        GROUP,
+        "setups: [st-a, {name: fusion-st-a, tasks: [rte]}] with fusion: {cb: [rte]} (accepted and ignored: no "
+        "fusion runs on cb)",
+        ExperimentSpecError,
+        ("fusion.cb", "no fusion setup runs on 'cb'", "fusion-st-a runs on rte", "ignored"),
+        experiment(encoder=None, setups=["st-a", {"name": "fusion-st-a", "tasks": ["rte"]}], fusion={"cb": ["rte"]}),
+        cli=True,
+    ),
+    B(
+        "experiment-span-ablation-variant-max-length",
+        GROUP,
+        "analyses: [{kind: span-ablation, variant: st-a-rf16, max_length: 256}] (accepted and ignored: a run's "
+        "adapters are scored on its dev split as it was encoded)",
+        ExperimentSpecError,
+        ("analyses[0].max_length", "a zoo's adapters only", "ignored"),
+        experiment(
+            encoder=None,
+            setups=["st-a"],
+            analyses=[{"kind": "span-ablation", "variant": "st-a-rf16", "max_length": 256}],
+        ),
+        cli=True,
+    ),
+    B(
+        "experiment-span-ablation-zoo-max-length-over-positions",
+        GROUP,
+        "analyses: [{kind: span-ablation, zoo: shipped, max_length: 100000}] on the shipped MiniLM (512 positions; "
+        "training refuses it, the ablation job did not)",
+        ExperimentSpecError,
+        ("analyses[0].max_length", "max_length=100000 is more tokens than", "at most 512"),
+        experiment(
+            encoder=None, setups=["st-a"], analyses=[{"kind": "span-ablation", "zoo": "shipped", "max_length": 100000}]
+        ),
+        cli=True,
+    ),
+    B(
+        "experiment-format-version-true",
+        GROUP,
+        "format_version: true (accepted as version 1, as true == 1 in Python; 1.0 alike)",
+        ExperimentSpecError,
+        ("format_version", "True is not supported", "reads 1"),
+        experiment(encoder=None, format_version=True),
+        cli=True,
+    ),
+    B(
+        "experiment-training-false",
+        GROUP,
+        "training: false (accepted as no overrides; 0 and '' alike)",
+        ExperimentSpecError,
+        ("training", "must be a mapping of TrainingConfig fields", "False"),
+        experiment(encoder=None, training=False),
+        cli=True,
+    ),
+    B(
+        "experiment-task-described-twice",
+        GROUP,
+        "task_files: [first.json, second.json], both describing a task 'reviews' (accepted: the second replaced the "
+        "first without a word)",
+        ExperimentSpecError,
+        ("task_files[1]", "describes task 'reviews', which task_files[0] describes already", "one description"),
+        _one_task_described_twice,
         cli=True,
     ),
 )
