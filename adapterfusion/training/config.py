@@ -16,6 +16,7 @@ warm-up (Houlsby et al. 2019), early stopping on the task's first dev metric.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,11 @@ def _positive_int(
     ):
         bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
         raise ConfigError(f"{field}={value!r} must be an integer {bound}" + (" or None" if allow_none else "") + why)
+    if maximum is None and value > sys.maxsize:  # a count beyond any index: islice and range fail steps in
+        raise ConfigError(
+            f"{field}={value!r} is a count beyond the largest Python can index ({sys.maxsize}); give a realistic "
+            "number" + why
+        )
 
 
 # The optimizer's settings become float32 inside torch's Adam: a larger one fails there, after every check passed.

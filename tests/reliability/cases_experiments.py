@@ -266,6 +266,16 @@ CASES: tuple[BadInput, ...] = (
         cli=True,
     ),
     B(
+        "experiment-batch-size-beyond-any-index",
+        GROUP,
+        "training: {batch_size: 10**23} (passed every check; every job then failed in islice: 'Stop argument for "
+        "islice() must be None or an integer')",
+        ExperimentSpecError,
+        ("batch_size=100000000000000000000000", "beyond the largest Python can index"),
+        experiment(setups=["st-a"], training={"batch_size": 10**23}),
+        cli=True,
+    ),
+    B(
         "experiment-record-moved",
         GROUP,
         "adapterfusion run <moved output dir>/experiment.json (started the experiment over in the folder its "
