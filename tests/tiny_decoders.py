@@ -221,6 +221,23 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     ),
     "olmo3": ("Olmo3Config", dict(_LLAMA_STYLE, sliding_window=32), "causal"),
     "exaone4": ("Exaone4Config", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS, sliding_window=32), "causal"),
+    # OPT's pre-norm blocks (OPT-125m), whose feed-forward runs on the batch flattened to [B*T, d].
+    "opt": (
+        "OPTConfig",
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            ffn_dim=INTERMEDIATE,
+            word_embed_proj_dim=HIDDEN,
+            max_position_embeddings=64,
+            pad_token_id=PAD,
+            bos_token_id=BOS,
+            eos_token_id=EOS,
+        ),
+        "causal",
+    ),
     # Falcon-RW's sequential blocks (ALiBi positions, biases, a key/value head per query head; Falcon names its sizes
     # ffn_hidden_size and num_kv_heads); StableLM-3B's, with the per-head query/key LayerNorms of StableLM-2.
     "falcon": (
@@ -260,7 +277,7 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
 # The other blocks of model types whose config chooses them (architectures.py's `variants`), by name -> (model_type,
 # the settings that build them): Falcon-7B's parallel block with one norm, Falcon-40B's with a norm per sub-layer
 # (grouped-query attention, rotary positions), Falcon2-11B's with one; StableLM-2-12B's parallel block; GPT-NeoX's
-# sequential one.
+# sequential one; OPT-350m's post-norm blocks.
 CONFIG_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "falcon_parallel": ("falcon", dict(parallel_attn=True)),
     "falcon_new_decoder": (
@@ -273,6 +290,7 @@ CONFIG_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "stablelm_parallel": ("stablelm", dict(use_parallel_residual=True)),
     "gpt_neox_sequential": ("gpt_neox", dict(use_parallel_residual=False)),
+    "opt_post_norm": ("opt", dict(do_layer_norm_before=False)),
 }
 
 

@@ -70,6 +70,10 @@ class SiteSpec:
     # stream after attention that the block never forms and AdapterHub's GPT-J block builds (attention adapters on
     # r, then output adapters on their result).
     residual_adds: str | None = None
+    # A sub-layer run on the batch flattened to [B*T, d] (OPT's feed-forward): the module, relative to the layer, whose
+    # first input is the layer's [B, T, d] stream; the site views the flattened rows back as [B, T, d] by its shape,
+    # so that per-example routing and fusion attentions see examples and tokens.
+    rows_from: str | None = None
     # Where AdapterHub 1.3.0 keeps its adapter layer for this site, relative to the layer, where that is not `path`
     # (it patches decoder blocks and hangs 'attention_adapters'/'output_adapters' on the layer).
     adapterhub_path: str | None = None
@@ -407,6 +411,39 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "olmo2": _OLMO2_LIKE,
     "olmo3": _OLMO2_LIKE,
     "exaone4": _OLMO2_LIKE,
+    # OPT: the feed-forward is no module of its own; the block runs fc1, fc2 and its dropout on the batch flattened
+    # to [B*T, d], so the site wraps fc2 (as BART's) and views the rows back by the attention's input (`rows_from`).
+    # do_layer_norm_before=False (OPT-350m) normalises after each sub-layer, as BART does.
+    "opt": _config_rows(
+        (
+            ArchitectureSpec(
+                layers="decoder.layers",
+                attention=SiteSpec(SiteKind.PRE_NORM, "self_attn", residual_input="self_attn_layer_norm"),
+                output=SiteSpec(
+                    SiteKind.PRE_NORM, "fc2", residual_input="final_layer_norm", rows_from="self_attn_layer_norm"
+                ),
+                causal=True,
+            ),
+            "pre-norm (OPT-125m, 1.3b and larger)",
+            {"do_layer_norm_before": True},
+        ),
+        (
+            ArchitectureSpec(
+                layers="decoder.layers",
+                attention=SiteSpec(SiteKind.PRE_RESIDUAL, "self_attn", layer_norm="self_attn_layer_norm"),
+                output=SiteSpec(
+                    SiteKind.PRE_RESIDUAL,
+                    "fc2",
+                    layer_norm="final_layer_norm",
+                    residual_input="fc1",
+                    rows_from="self_attn",
+                ),
+                causal=True,
+            ),
+            "post-norm (OPT-350m)",
+            {"do_layer_norm_before": False},
+        ),
+    ),
     # Model types whose config chooses between sequential and parallel-residual blocks under the same modules: a row
     # per block (`_config_rows`), chosen by the config when a model is wrapped. Their dropout of a sub-layer output in
     # the block comes after the site, so in training with a nonzero hidden or attention dropout it falls on the adapted

@@ -97,6 +97,8 @@ class AdapterSite(nn.Module):
         self._added: torch.Tensor | None = None  # spec.residual_adds: that sub-layer's output in the running forward
         self._added_hook: RemovableHandle | None = None
         self._known_lane: tuple[str, Lane | None] | None = None  # (lane key, lane) of the running block
+        self._rows: torch.Size | None = None  # spec.rows_from: [B, T] of the running forward
+        self._rows_hook: RemovableHandle | None = None
         # Where the site is below the HF base model, and where AdapterHub keeps its adapters for it (inject_sites).
         self.module_path = ""
         self.adapterhub_module_path = ""
@@ -105,7 +107,7 @@ class AdapterSite(nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         """A copy keeps no lane of the original's inference_cache() block nor a residual of its running forward."""
         state = dict(super().__getstate__())
-        state.update(_known_lane=None, _residual=None, _added=None)
+        state.update(_known_lane=None, _residual=None, _added=None, _rows=None)
         return state
 
     def listen_for_residual(self, norm: nn.Module, added: nn.Module | None = None) -> None:
@@ -118,7 +120,19 @@ class AdapterSite(nn.Module):
         self.__dict__["_residual_added"] = added
         self._listen_while_active()
 
+    def listen_for_rows(self, module: nn.Module) -> None:
+        """Sites whose sub-layer runs on the batch flattened to [B*T, d] (`rows_from`): take [B, T] from the input of
+        `module` on each forward that adapts here, to view the rows back as examples and tokens."""
+        self.__dict__["_rows_module"] = module  # the block owns it: not a submodule of the site
+        self._listen_while_active()
+
     def _listen_while_active(self) -> None:
+        rows = self.__dict__.get("_rows_module")
+        if rows is not None and self._active and self._rows_hook is None:
+            self._rows_hook = rows.register_forward_pre_hook(self._take_rows, with_kwargs=True)
+        elif self._rows_hook is not None and not (rows is not None and self._active):
+            self._rows_hook.remove()
+            self._rows_hook = None
         norm, added = self.__dict__.get("_residual_norm"), self.__dict__.get("_residual_added")
         listen = norm is not None and self._active and self._needs_residual
         if norm is not None and listen and self._residual_hook is None:
@@ -134,6 +148,10 @@ class AdapterSite(nn.Module):
 
     def _take_residual(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.__dict__["_residual"] = args[0] if args else next(iter(kwargs.values()))  # no nn.Module.__setattr__
+
+    def _take_rows(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        stream = args[0] if args else next(iter(kwargs.values()))
+        self.__dict__["_rows"] = stream.shape[:-1]
 
     def _take_added(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         self.__dict__["_added"] = output[0] if isinstance(output, tuple) else output
@@ -257,7 +275,7 @@ class AdapterSite(nn.Module):
         return module.train(self.training)
 
     def unwrap(self) -> nn.Module:
-        self.__dict__.update(_residual_norm=None, _residual_added=None)
+        self.__dict__.update(_residual_norm=None, _residual_added=None, _rows_module=None)
         self._listen_while_active()
         return self.base_layer
 
@@ -299,11 +317,17 @@ class AdapterSite(nn.Module):
                     f"takes the residual stream from {self.spec.residual_input!r}, which did not run before it; call "
                     "the whole model (or the whole layer), not the sub-layer alone"
                 )
+        rows = self._rows if hidden.dim() == 2 else None
+        if rows is not None:  # the batch flattened by the block (rows_from): adapted as [B, T, d], handed back flat
+            hidden = hidden.reshape(*rows, hidden.shape[-1])
+            residual_input = residual_input.reshape(hidden.shape) if residual_input is not None else None
         lane = self._lane(hidden) if self._lane_key is not None else None
         if lane is not None:
             adapted = lane(hidden, residual_input)
         else:
             adapted = self._adapt_any(hidden, residual_input, apply_final_ln=False)
+        if rows is not None:
+            adapted = adapted.reshape(-1, adapted.shape[-1])
         return (adapted, *output[1:]) if isinstance(output, tuple) else adapted
 
     def _lane(self, hidden: torch.Tensor) -> Lane | None:

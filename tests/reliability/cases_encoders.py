@@ -242,10 +242,10 @@ CASES: tuple[BadInput, ...] = (
     B(
         "train-encoder-unsupported-architecture",
         "encoders",
-        "train(..., encoder=<an OPT folder>): a model type transformers knows but adapters have no sites in",
+        "train(..., encoder=<an ALBERT folder>): a model type transformers knows but adapters have no sites in",
         af.UnsupportedArchitectureError,
-        ("'opt'", "no adapter sites", "bert"),
-        _encoder_with(_config_edit(model_type="opt")),
+        ("'albert'", "no adapter sites", "bert"),
+        _encoder_with(_config_edit(model_type="albert")),
     ),
     B(
         "wrap-config-building-blocks-no-row-expresses",
