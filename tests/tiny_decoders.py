@@ -132,6 +132,9 @@ _MLA: dict[str, Any] = dict(
     n_group=1,
     topk_group=1,
 )
+_GRANITE: dict[str, Any] = dict(
+    residual_multiplier=0.22, embedding_multiplier=12.0, attention_multiplier=0.0625, logits_scaling=8.0
+)
 EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "starcoder2": ("Starcoder2Config", dict(_LLAMA_STYLE), "causal"),
     "olmo": ("OlmoConfig", dict(_LLAMA_STYLE), "causal"),
@@ -221,6 +224,14 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     ),
     "olmo3": ("Olmo3Config", dict(_LLAMA_STYLE, sliding_window=32), "causal"),
     "exaone4": ("Exaone4Config", dict(_LLAMA_STYLE, head_dim=HIDDEN // HEADS, sliding_window=32), "causal"),
+    # Granite's blocks add r + residual_multiplier * output (with its embedding, attention and logits scales);
+    # GraniteMoE's feed-forward is a mixture of experts.
+    "granite": ("GraniteConfig", dict(_LLAMA_STYLE, **_GRANITE), "causal"),
+    "granitemoe": (
+        "GraniteMoeConfig",
+        dict(_LLAMA_STYLE, **_GRANITE, **_MOE, num_local_experts=4),
+        "causal",
+    ),
     # OPT's pre-norm blocks (OPT-125m), whose feed-forward runs on the batch flattened to [B*T, d].
     "opt": (
         "OPTConfig",

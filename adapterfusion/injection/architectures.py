@@ -40,6 +40,7 @@ from enum import Enum
 
 from torch import nn
 
+from adapterfusion._validation import is_finite_number
 from adapterfusion.errors import UnsupportedArchitectureError
 
 
@@ -70,6 +71,10 @@ class SiteSpec:
     # stream after attention that the block never forms and AdapterHub's GPT-J block builds (attention adapters on
     # r, then output adapters on their result).
     residual_adds: str | None = None
+    # PRE_NORM where the block adds r + m * output (Granite's residual_multiplier): the config attribute holding m. The
+    # site adapts the stream's share m * output, as the adapter would in a block without m, and hands the block back
+    # its output divided by m.
+    output_scale: str | None = None
     # A sub-layer run on the batch flattened to [B*T, d] (OPT's feed-forward): the module, relative to the layer, whose
     # first input is the layer's [B, T, d] stream; the site views the flattened rows back as [B, T, d] by its shape,
     # so that per-example routing and fusion attentions see examples and tokens.
@@ -323,6 +328,19 @@ def _config_rows(*rows: tuple[ArchitectureSpec, str, dict[str, object]]) -> Arch
     return dataclasses.replace(specs[0], variants=tuple(specs[1:]))
 
 
+def _granite(feed_forward: str) -> ArchitectureSpec:
+    """Llama's block that adds r + residual_multiplier * output, with `feed_forward` after post_attention_layernorm."""
+    spec = _pre_norm_decoder(
+        "layers", ("self_attn", "input_layernorm"), (feed_forward, "post_attention_layernorm"), in_adapterhub=False
+    )
+    scaled = {"output_scale": "residual_multiplier"}
+    return dataclasses.replace(
+        spec,
+        attention=dataclasses.replace(spec.attention, **scaled),  # type: ignore[arg-type]
+        output=dataclasses.replace(spec.output, **scaled),  # type: ignore[arg-type]
+    )
+
+
 _GPT2_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder("h", ("attn", "ln_1"), ("mlp", "ln_2"), in_adapterhub=False)
 _OLMO2_LIKE = _pre_norm_decoder(
     "layers",
@@ -381,6 +399,10 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "smollm3": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "helium": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "glm": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
+    # Granite adds each sub-layer's output to r scaled by residual_multiplier (`output_scale`); GraniteMoE's
+    # feed-forward is its block_sparse_moe.
+    "granite": _granite("mlp"),
+    "granitemoe": _granite("block_sparse_moe"),
     "ministral": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "ernie4_5": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "seed_oss": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
@@ -537,6 +559,7 @@ def architecture_for_config(config: object) -> ArchitectureSpec:
     rows = (spec, *spec.variants)
     for row in rows:
         if all(_matches(getattr(config, attribute, None), value) for attribute, value in row.requires):
+            _check_output_scales(row, config, model_type)
             return row
     attributes = dict.fromkeys(attribute for row in rows for attribute, _ in row.requires)
     given = ", ".join(f"{attribute}={getattr(config, attribute, None)!r}" for attribute in attributes)
@@ -545,6 +568,20 @@ def architecture_for_config(config: object) -> ArchitectureSpec:
         f"model_type {model_type!r} with {given} builds blocks none of its rows' adapter sites express; its rows "
         f"take {known} (docs/ARCHITECTURE.md, 'Model types whose config chooses the block')"
     )
+
+
+def _check_output_scales(row: ArchitectureSpec, config: object, model_type: str) -> None:
+    """A site whose block scales its output (`output_scale`) divides its result by that multiplier: it must be a
+    finite, nonzero number, said before any site replaces a module."""
+    for stack in row.stacks():
+        for position in stack.positions:
+            attribute = stack.site(position).output_scale
+            value = getattr(config, attribute, None) if attribute else 1.0
+            if not (is_finite_number(value) and value != 0):
+                raise UnsupportedArchitectureError(
+                    f"model_type {model_type!r} with {attribute}={value!r}: its blocks scale each sub-layer's output "
+                    "by it, and an adapter's output is divided by it, so adapters need a finite, nonzero number there"
+                )
 
 
 def _matches(actual: object, required: object) -> bool:

@@ -49,6 +49,8 @@ def inject_sites(model: AdaptedModel, runtime: ForwardRuntime) -> list[AdapterSi
                 if spec.residual_input:  # residual_adds names a sub-layer of an earlier position, wrapped by now
                     added = get_submodule(layer, spec.residual_adds) if spec.residual_adds else None
                     site.listen_for_residual(get_submodule(layer, spec.residual_input), added)
+                if spec.output_scale:
+                    site.scale_output(float(getattr(model.model.config, spec.output_scale)))
                 if spec.rows_from:  # a sub-layer of an earlier position, wrapped by now, or a norm
                     site.listen_for_rows(get_submodule(layer, spec.rows_from))
                 setattr(parent, attribute, site)

@@ -97,6 +97,7 @@ class AdapterSite(nn.Module):
         self._added: torch.Tensor | None = None  # spec.residual_adds: that sub-layer's output in the running forward
         self._added_hook: RemovableHandle | None = None
         self._known_lane: tuple[str, Lane | None] | None = None  # (lane key, lane) of the running block
+        self._output_scale: float | None = None  # spec.output_scale: the block's m in r + m * output
         self._rows: torch.Size | None = None  # spec.rows_from: [B, T] of the running forward
         self._rows_hook: RemovableHandle | None = None
         # Where the site is below the HF base model, and where AdapterHub keeps its adapters for it (inject_sites).
@@ -119,6 +120,12 @@ class AdapterSite(nn.Module):
         self.__dict__["_residual_norm"] = norm  # the block owns it: not a submodule of the site
         self.__dict__["_residual_added"] = added
         self._listen_while_active()
+
+    def scale_output(self, multiplier: float) -> None:
+        """Sites whose block adds r + m * output (`output_scale`, m = `multiplier`): the adapter works on m * output,
+        the sub-layer's share of the stream, and the site returns its result divided by m (a finite, nonzero m:
+        architecture_for_config checks it before any site is made)."""
+        self._output_scale = multiplier
 
     def listen_for_rows(self, module: nn.Module) -> None:
         """Sites whose sub-layer runs on the batch flattened to [B*T, d] (`rows_from`): take [B, T] from the input of
@@ -321,11 +328,16 @@ class AdapterSite(nn.Module):
         if rows is not None:  # the batch flattened by the block (rows_from): adapted as [B, T, d], handed back flat
             hidden = hidden.reshape(*rows, hidden.shape[-1])
             residual_input = residual_input.reshape(hidden.shape) if residual_input is not None else None
+        scale = self._output_scale
+        if scale is not None:  # the stream's share of the output, which the adapter sees as in a block without it
+            hidden = hidden * scale
         lane = self._lane(hidden) if self._lane_key is not None else None
         if lane is not None:
             adapted = lane(hidden, residual_input)
         else:
             adapted = self._adapt_any(hidden, residual_input, apply_final_ln=False)
+        if scale is not None:
+            adapted = adapted / scale
         if rows is not None:
             adapted = adapted.reshape(-1, adapted.shape[-1])
         return (adapted, *output[1:]) if isinstance(output, tuple) else adapted

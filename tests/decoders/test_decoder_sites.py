@@ -62,8 +62,10 @@ PRE_NORM_BLOCKS: dict[str, tuple[str, str, str, str, str]] = {
             "glm4_moe",
             "deepseek_v2",
             "deepseek_v3",
+            "granite",
         )
     },
+    "granitemoe": ("layers", "self_attn", "input_layernorm", "block_sparse_moe", "post_attention_layernorm"),
     "gpt_neo": ("h", "attn", "ln_1", "mlp", "ln_2"),
     "gpt_bigcode": ("h", "attn", "ln_1", "mlp", "ln_2"),
     "olmo3": ("layers", "self_attn", "self_attn", "mlp", "mlp"),
@@ -110,6 +112,8 @@ POST_NORMS = {
     "olmo3": ("post_attention_layernorm", "post_feedforward_layernorm"),
     "exaone4": ("post_attention_layernorm", "post_feedforward_layernorm"),
 }
+# Blocks that add r + m * output (Granite's residual_multiplier): the adapter works on m * output, the stream's share.
+SCALED = ("granite", "granitemoe")
 DECODERS = tuple(PRE_NORM_BLOCKS)
 # OPT's rows: its feed-forward is no module, so the hand computations here do not fit; test_opt.py has its own.
 FLATTENED = ("opt", "opt_post_norm")
@@ -122,6 +126,11 @@ def _post_norms(layer: nn.Module, model_type: str) -> tuple[Any, Any]:
     if names is None:
         return _unchanged, _unchanged
     return layer.get_submodule(names[0]), layer.get_submodule(names[1])
+
+
+def _scale(model: af.AdaptedModel, model_type: str) -> float:
+    """The m of a block that adds r + m * output (SCALED), else 1."""
+    return model.model.config.residual_multiplier if model_type in SCALED else 1.0
 
 
 def _ffn_norm(layer: nn.Module, model_type: str) -> Any:
@@ -206,7 +215,7 @@ def test_pfeiffer_on_a_decoder_is_r_plus_x_plus_adapter_of_x_plus_r(model_type: 
     ]
     with torch.no_grad():
         model(**inputs)  # nothing active: the bare model
-        r, x = seen["r"], seen["x"]
+        r, x = seen["r"], seen["x"] * _scale(model, model_type)
         if model_type in PARALLEL:  # the stream after attention, which the block never forms
             r = r + seen["attention"]
         adapter = model.sites_with_adapter("a")[0].adapters["a"]
@@ -237,12 +246,13 @@ def test_houlsby_on_a_decoder_is_r_plus_x_plus_adapter_of_x(model_type: str) -> 
     ]
     with torch.no_grad():
         model(**inputs)
-        r, x = seen["r"], seen["x"]
+        r, x = seen["r"], seen["x"] * _scale(model, model_type)
         attention_adapter, ffn_adapter = (site.adapters["h"] for site in model.sites_with_adapter("h"))
         after_attention, after_ffn = _post_norms(layer, model_type)
         middle = r + after_attention(x + _bottleneck(attention_adapter, x, F.silu))
         ffn_in = r if model_type in PARALLEL else middle  # a parallel block's feed-forward reads N(r)
         ffn_out = _first(layer.get_submodule(ffn)(_ffn_norm(layer, model_type)(ffn_in)))  # inactive site: the bare MLP
+        ffn_out = ffn_out * _scale(model, model_type)
         expected = middle + after_ffn(ffn_out + _bottleneck(ffn_adapter, ffn_out, F.silu))
         model.activate(adapter="h")
         model(**inputs)

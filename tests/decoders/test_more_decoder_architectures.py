@@ -99,6 +99,15 @@ def test_a_config_that_builds_blocks_no_row_expresses_is_refused_by_name() -> No
     assert not any(isinstance(module, AdapterSite) for module in bare.modules())
 
 
+@pytest.mark.parametrize("multiplier", [0.0, float("nan")])
+def test_a_granite_whose_residual_multiplier_no_output_can_be_divided_by_is_refused(multiplier: float) -> None:
+    """The site divides its result by residual_multiplier: 0 or NaN is refused before any module is replaced."""
+    bare = tiny_decoder("granite", residual_multiplier=multiplier)
+    with pytest.raises(af.UnsupportedArchitectureError, match="residual_multiplier=.*finite, nonzero"):
+        af.wrap(bare)
+    assert not any(isinstance(module, AdapterSite) for module in bare.modules())
+
+
 def test_a_multi_query_falcons_own_cache_passes_and_a_multi_head_one_is_refused() -> None:
     """A sequential Falcon with multi_query=True caches one key/value head, which transformers' get_head_shapes does
     not know (it reads num_key_value_heads, which Falcon lacks): the cache layout check must take the model's own

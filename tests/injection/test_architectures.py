@@ -153,14 +153,14 @@ def test_state_dict_keys_are_deterministic_and_sites_are_visible(model_type):
 
 
 def test_unsupported_architecture_names_the_table():
-    granite = transformers.GraniteModel(  # any model_type without a row
-        transformers.GraniteConfig(
+    albert = transformers.AlbertModel(  # any model_type without a row
+        transformers.AlbertConfig(
             hidden_size=32, num_hidden_layers=2, intermediate_size=64, num_attention_heads=4, vocab_size=100
         )
     )
     with pytest.raises(af.UnsupportedArchitectureError, match="architectures.py") as error:
-        af.wrap(granite)
-    assert "'granite'" in str(error.value)
+        af.wrap(albert)
+    assert "'albert'" in str(error.value)
 
 
 @pytest.mark.parametrize("model_type", ["distilbert", "mpnet"])
