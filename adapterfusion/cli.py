@@ -5,6 +5,7 @@ Our own errors print as one line and exit with status 2."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -215,7 +216,7 @@ def _analyze_fusion(args: argparse.Namespace) -> int:
     return 0
 
 
-# What marks a folder whose files we wrote and read back (a file of one, named as --json, would be replaced).
+# What marks a folder whose files we wrote and read back: a file of one, named as --json, is refused as that folder's.
 RECORD_MARKERS = (
     ((DB_FILE,), "an experiment's output dir"),
     ((ENTRY_FILE,), "an AdapterStore entry"),
@@ -237,7 +238,8 @@ def _check_default_heatmap_ours(heatmap: Path) -> None:
 
 def _record_owner(path: Path, run_dir: str) -> str | None:
     """What holds the existing file `path` as one of its own records: the run being evaluated or pruned, or any
-    folder of ours above it (RECORD_MARKERS). None for a new file, or one of the user's, which --json may replace."""
+    folder of ours above it (RECORD_MARKERS). None for a new file, or one no folder of ours holds (which --json
+    still replaces only if it is a result of ours: _is_our_result)."""
     if not os.path.lexists(path):
         return None
     target = path.resolve()
@@ -250,11 +252,31 @@ def _record_owner(path: Path, run_dir: str) -> str | None:
     return None
 
 
-def _json_writer(path: str | None, run_dir: str) -> Callable[[Any], None]:
-    """For `--json PATH`: check now, before the long work, that PATH can be written (so a mistyped folder fails in
-    a second, not after an evaluation) and is no file of the run's or of another folder of ours (a tab-completed
-    RUN/config.json would make the run unreadable), and return what writes the result there at the end (no-op
-    without it)."""
+# In each --json result: the command that wrote it. Only a file holding it is replaced by a later --json: any other
+# file there (a saved piece's config, another tool's JSON, the user's own) is not ours to overwrite.
+RESULT_MARK = "written_by"
+RESULT_WRITERS = ("adapterfusion evaluate --json", "adapterfusion prune --json")
+_RESULT_BYTES = 1 << 24  # a result is a few kilobytes: a larger file is not one, and is not read whole to find out
+
+
+def _is_our_result(path: Path) -> bool:
+    """Whether `path` is a --json result this CLI wrote: a regular file (we never write a link) holding a JSON object
+    whose RESULT_MARK names one of RESULT_WRITERS."""
+    try:
+        if os.path.islink(path) or not path.is_file() or path.stat().st_size > _RESULT_BYTES:
+            return False
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and document.get(RESULT_MARK) in RESULT_WRITERS
+
+
+def _json_writer(path: str | None, run_dir: str, command: str) -> Callable[[Any], None]:
+    """For `adapterfusion <command> --json PATH`: check now, before the long work, that PATH can be written (so a
+    mistyped folder fails in a second, not after an evaluation) and that an existing file there is a result of ours
+    (_is_our_result) and no file of the run's or of another folder of ours (a tab-completed RUN/config.json would
+    make the run unreadable), and return what writes the result there at the end, marked as ours (no-op without
+    it)."""
     if path is None:
         return lambda result: None
 
@@ -265,16 +287,31 @@ def _json_writer(path: str | None, run_dir: str) -> Callable[[Any], None]:
             f"--json {path!r} is a file of {owner}, which we wrote and read back; the result would replace it. "
             "Give a path outside it, e.g. result.json in the current folder"
         )
+    _check_ours_if_there(target, path, "")
+    writer = f"adapterfusion {command} --json"
 
     def write(result: Any) -> None:
-        atomic_write_json(path, result)
+        _check_ours_if_there(target, path, " since the command began (the result above was not written)")
+        atomic_write_json(target, {**result, RESULT_MARK: writer})
         print(f"written to {path}")
 
     return write
 
 
+def _check_ours_if_there(target: Path, path: str, when: str) -> None:
+    """Refuse a --json target where something is that is not a result of ours (_is_our_result)."""
+    if os.path.lexists(target) and not _is_our_result(target):
+        found = "a symbolic link" if os.path.islink(target) else "a file"
+        raise af.ConfigError(
+            f"--json {path!r} is {found}{when} that no adapterfusion evaluate or prune --json wrote (it holds no "
+            f"{RESULT_MARK!r} mark of ours: a saved piece's config, another tool's file or your own); we never "
+            "overwrite a file we did not write. Give a new path, e.g. result.json in the current folder, or move "
+            "that file away first"
+        )
+
+
 def _evaluate(args: argparse.Namespace) -> int:
-    write_json = _json_writer(args.json, args.run_dir)
+    write_json = _json_writer(args.json, args.run_dir, "evaluate")
     result = evaluate_run(
         args.run_dir,
         split=args.split,
@@ -306,7 +343,7 @@ def _prune(args: argparse.Namespace) -> int:
             f"--json {args.json!r} is inside --output {args.output!r}, the prune output this command writes (its "
             f"{PRUNING_FILE} is its record); give a path outside it, e.g. result.json in the current folder"
         )
-    write_json = _json_writer(args.json, args.run_dir)
+    write_json = _json_writer(args.json, args.run_dir, "prune")
     result = prune_fusion(
         args.run_dir,
         keep=args.keep,

@@ -25,7 +25,7 @@ import torch
 
 from adapterfusion._validation import check_piece_name
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.errors import BaseModelMismatchWarning, IncompatibleModelError, SerializationError
+from adapterfusion.errors import BaseModelMismatchWarning, ConfigError, IncompatibleModelError, SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import HeadConfig
 from adapterfusion.injection.architectures import ArchitectureSpec, SiteKind
@@ -193,6 +193,27 @@ class Piece:
     def renamed(self, name: str | None) -> Piece:
         """The same piece under `name` (checked: it becomes a module key), or under its own name when `name` is None."""
         return self if name is None else dataclasses.replace(self, name=check_piece_name(name, self.kind))
+
+
+# The dtypes weights are trained and loaded in; other floating-point ones (float8, float4) only store values.
+TRAINED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def check_finite_weights(tensors: Mapping[str, torch.Tensor], kind: str, name: str, writer: str) -> None:
+    """Refuse to write weights holding NaN or inf (`writer`: 'the save', 'export_adapterhub'): loading refuses
+    them (ours and AdapterHub's readers alike), so the write would put a piece that cannot be loaded in place of the
+    one written there before."""
+    for key, tensor in tensors.items():
+        if tensor.dtype not in TRAINED_DTYPES:  # no NaN in integers; other floats are refused on load by dtype
+            continue
+        bad = int((~torch.isfinite(tensor)).sum())
+        if bad:
+            raise ConfigError(
+                f"{kind} {name!r} holds {bad} NaN or infinite value(s) of {tensor.numel()} in {key!r}: its training "
+                f"diverged, and loading refuses such weights, so {writer} would write a {kind} that cannot be loaded, "
+                "in place of any written there before (nothing was written). Retrain it (lower the learning rate), or "
+                "write one from before it diverged"
+            )
 
 
 class PieceHolder(Protocol):

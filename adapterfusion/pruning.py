@@ -31,7 +31,7 @@ from adapterfusion.errors import ConfigError, PieceExistsError
 from adapterfusion.evaluation import check_count, check_run_dir, load_run_split, run_batches
 from adapterfusion.fusion.scalearn import ScaLearnLayer
 from adapterfusion.fusion.subset import add_fusion_subset
-from adapterfusion.io.atomic import atomic_write_json, replace_folder
+from adapterfusion.io.atomic import atomic_write_json, replace_folder, write_new_folder
 from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE
 from adapterfusion.scoring import predict, score
@@ -394,8 +394,10 @@ def prune_fusion(
     check_count(batch_size, "batch_size", "examples per evaluation batch")
     check_count(max_examples, "max_examples", "a seeded subset of the split")
     run_dir = Path(run_dir)
+    earlier = False  # output: an earlier prune output of this run, which the new one replaces
     if output is not None:  # the output first: a wrong --output is said whatever the run folder holds
         output = _check_output(output, run_dir)
+        earlier = output.is_dir() and any(output.iterdir())
     check_run_dir(run_dir)
     run = rebuild_run(run_dir, store=store, device=device)
     if run.fusion is None:
@@ -428,13 +430,31 @@ def prune_fusion(
     )
     result = dataclasses.replace(result, run_dir=str(run_dir), output=str(output) if output is not None else None)
     if output is not None:
-        model, head, record = run.model, run.head, {**result.to_dict(), SOURCE_KEY: str(run_dir.resolve())}
-
-        def write(folder: Path) -> None:
-            model.save_fusion(result.after.fusion, folder / "fusion")
-            model.save_head(head, folder / "head")
-            atomic_write_json(folder / PRUNING_FILE, record)
-
-        # built whole beside it, then renamed over an earlier prune's output: a crash leaves the old or the new one
-        replace_folder(Path(output).resolve(), write)
+        _write_output(
+            output, run_dir, earlier, run.model, run.head, {**result.to_dict(), SOURCE_KEY: str(run_dir.resolve())}
+        )
     return result
+
+
+def _write_output(
+    output: Path, run_dir: Path, earlier: bool, model: AdaptedModel, head: str, record: dict[str, Any]
+) -> None:
+    """Build the output whole beside it, then rename it into place: a crash leaves the old or the new one. It was
+    checked minutes ago (_check_output), before the evaluation: a folder new or empty then must still be (whatever
+    appeared there meanwhile is kept), and an earlier prune output of this run is checked again just before it is
+    replaced."""
+    fusion = record["after"]["fusion"]
+
+    def write(folder: Path) -> None:
+        model.save_fusion(fusion, folder / "fusion")
+        model.save_head(head, folder / "head")
+        atomic_write_json(folder / PRUNING_FILE, record)
+        if earlier:
+            _check_output(output, run_dir)
+
+    final = Path(output).resolve()
+    if earlier:
+        replace_folder(final, write)
+    else:
+        fix = "Prune again into a new or empty folder, or into an earlier prune output of this run"
+        write_new_folder(final, write, "output", "the prune", fix)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -78,3 +79,32 @@ def test_info_lists_each_architecture_with_its_kind_sites_and_adapterhub_support
     assert len(falcon) == 4 and "sequential (Falcon-RW) blocks where parallel_attn=False" in falcon[0]
     assert lines["llama"][:2] == ["decoder", "pre_norm"] and lines["t5"][0] == "encoder-decoder"
     assert lines["bert"][:2] == ["encoder", "post_ln_output"] and "own" in lines["phi3"]
+
+
+def test_json_replaces_only_a_result_of_ours(tmp_path, capsys):
+    """--json replaced whatever file it was given (a lone saved piece's config, the user's own JSON); now only a
+    result an earlier evaluate or prune --json wrote, as its mark says, and nothing that appears there meanwhile."""
+    from adapterfusion.cli import _json_writer
+
+    result, run = tmp_path / "result.json", str(tmp_path / "run")
+    _json_writer(str(result), run, "evaluate")({"metrics": {"accuracy": 0.5}})
+    first = result.read_bytes()
+    _json_writer(str(result), run, "prune")({"kept": ["a"]})  # our own result: replaced, as asked
+    assert json.loads(result.read_text()) == {"kept": ["a"], "written_by": "adapterfusion prune --json"}
+
+    result.write_bytes(first.replace(b"adapterfusion evaluate --json", b"someone else"))
+    before = result.read_bytes()
+    with pytest.raises(af.ConfigError, match="no adapterfusion evaluate or prune --json wrote"):
+        _json_writer(str(result), run, "evaluate")
+    link = tmp_path / "link.json"
+    link.symlink_to(result)  # to a result of ours: the link is no file we wrote
+    with pytest.raises(af.ConfigError, match="is a symbolic link that no adapterfusion"):
+        _json_writer(str(link), run, "evaluate")
+
+    late = tmp_path / "late.json"
+    write = _json_writer(str(late), run, "evaluate")
+    late.write_text("{}\n")  # the user's, put there while the evaluation ran
+    with pytest.raises(af.ConfigError, match="since the command began"):
+        write({"metrics": {}})
+    assert late.read_text() == "{}\n" and result.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late.json", "link.json", "result.json"]

@@ -45,7 +45,15 @@ from adapterfusion.interop.adapterhub_files import (
     write_folder,
 )
 from adapterfusion.io.paths import as_path
-from adapterfusion.piece import EncoderLayout, Piece, PieceHolder, by_site, param_key, split_param_key
+from adapterfusion.piece import (
+    EncoderLayout,
+    Piece,
+    PieceHolder,
+    by_site,
+    check_finite_weights,
+    param_key,
+    split_param_key,
+)
 
 __all__ = ["export_adapterhub", "is_adapterhub_dir", "load_adapterhub", "piece_from_adapterhub", "piece_to_adapterhub"]
 
@@ -245,6 +253,7 @@ def piece_to_adapterhub(
     else:
         _require_head_model(layout)
     check_has_values(piece.tensors.values(), f"{piece.kind} {piece.name!r} has weights", "there is nothing to export")
+    check_finite_weights(piece.tensors, piece.kind, piece.name, "export_adapterhub")
     document, tensors = _WRITERS[piece.kind](piece, layout)
     document.update(
         hidden_size=layout.fingerprint.hidden_size,

@@ -20,6 +20,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from adapterfusion.errors import ConfigError
+from adapterfusion.io.paths import describe
+
 TEMP_SUFFIX = ".tmp"
 # `.<final name>.<8 random characters>.tmp`: the names temp_path() gives, here, for AdapterStore's entry folders and
 # for the runner lock; nothing else this library writes looks like that.
@@ -220,8 +223,12 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], re
     crash leaves the old folder or the new one, never a mix (plus a temp folder, which the next writer removes: one
     marked as ours, never a folder that merely has such a name).
     replace=False: a `final` that exists when the rename comes (another process wrote it meanwhile) is kept, and
-    FileExistsError raised; the rename itself refuses a folder that is not empty, so no check-then-write race."""
+    FileExistsError raised; the rename itself refuses a folder that is not empty, so no check-then-write race.
+    A `final` that is a symbolic link is refused (ConfigError), before and again just before the rename: replacing
+    it would rename the user's link aside, mark the folder it points to as a temp folder of ours, and put our folder
+    in its place; the folder behind it is not ours to replace whole."""
     final = Path(final)
+    _refuse_link(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of `final` that was killed
         if _is_ours(stale):
@@ -238,25 +245,62 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], re
                 if error.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
                     raise
                 raise FileExistsError(errno.EEXIST, "written meanwhile by another process", str(final)) from None
-        elif final.exists():
-            old = temp_path(final)
-            os.replace(final, old)
-            try:
-                with contextlib.suppress(OSError):  # a crash before the removal below leaves it for the next writer
-                    (old / WRITING_MARKER).touch()
-                os.replace(tmp, final)
-            except BaseException:  # the new folder is not in place: the old one goes back, unmarked
-                with contextlib.suppress(OSError):
-                    (old / WRITING_MARKER).unlink()
-                os.replace(old, final)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, final)
+            _refuse_link(final)  # one put there while `write` ran
+            _swap_in(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """Rename the filled `tmp` to `final`, moving an old folder there aside first and removing it after; a failure
+    puts the old folder back."""
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    old = temp_path(final)
+    os.replace(final, old)
+    try:
+        with contextlib.suppress(OSError):  # a crash before the removal below leaves it for the next writer
+            (old / WRITING_MARKER).touch()
+        os.replace(tmp, final)
+    except BaseException:  # the new folder is not in place: the old one goes back, unmarked
+        with contextlib.suppress(OSError):
+            (old / WRITING_MARKER).unlink()
+        os.replace(old, final)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_new_folder(
+    final: str | os.PathLike, write: Callable[[Path], object], what: str, action: str, fix: str
+) -> Path:
+    """replace_folder(final, write, replace=False) for a `final` that was new or empty when the caller checked it,
+    maybe minutes before the rename: whatever appeared there since (the user's folder, another writer's) is kept,
+    and a ConfigError says so. `what` names the folder ('save_pretrained: the folder'), `action` the work ('the
+    save'); `fix` ends the message."""
+    final = Path(final)
+    try:
+        return replace_folder(final, write, replace=False)
+    except FileExistsError as error:
+        if error.filename != str(final):  # not the rename's refusal
+            raise
+        raise ConfigError(
+            f"{what} {str(final)!r} did not exist, or was empty, when {action} began, and something was put there "
+            f"while it ran ({describe(final)} is there now); it is left as it is and nothing was saved. {fix}"
+        ) from None
+
+
+def _refuse_link(final: Path) -> None:
+    """Raise ConfigError if `final` is a symbolic link (replace_folder)."""
+    if os.path.islink(final):
+        raise ConfigError(
+            f"{str(final)!r} is a symbolic link (to {os.readlink(final)!r}); a folder is written by building it "
+            "beside its path and renaming it there, which would replace the link, not fill the folder it points "
+            "to, so we never write over a link: give the path of the folder itself (or a new path)"
+        )
 
 
 def _is_ours(path: Path) -> bool:

@@ -31,7 +31,15 @@ from adapterfusion.interop.adapterhub_files import is_adapterhub_dir
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.paths import check_readable_file, check_readable_folder, check_writable_folder, out_of_reach
-from adapterfusion.piece import PIECE_FORMAT, EncoderFingerprint, Piece, PieceConfig, is_our_piece_config
+from adapterfusion.piece import (
+    PIECE_FORMAT,
+    TRAINED_DTYPES,
+    EncoderFingerprint,
+    Piece,
+    PieceConfig,
+    check_finite_weights,
+    is_our_piece_config,
+)
 
 PIECE_FORMAT_VERSION = 1
 # The config's record of its weights file's sha256: the two files are renamed into place one after the other, and a
@@ -43,8 +51,6 @@ CONFIG_READERS: dict[str, Callable[[Mapping[str, Any]], PieceConfig]] = {
     "fusion": FusionConfig.from_dict,
     "head": head_config_from_dict,
 }
-# The dtypes weights are trained and loaded in; other floating-point ones (float8, float4) only store values.
-TRAINED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def piece_digest(directory: str | Path) -> str:
@@ -152,7 +158,7 @@ def piece_files(
     """The bytes of a piece's two files, config first: renamed in that order, a save cut off between the renames
     leaves our config (so a retry may write there) beside weights that its digest refuses."""
     check_has_values(tensors.values(), f"{kind} {name!r} has weights", "there is nothing to save")
-    _check_finite(tensors, kind, name)
+    check_finite_weights(tensors, kind, name, "the save")
     payload = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     weights = save_safetensors_bytes(payload, metadata={"format": "pt"})
     document = {
@@ -168,22 +174,6 @@ def piece_files(
     document[WEIGHTS_DIGEST] = hashlib.sha256(weights).hexdigest()
     text = json_text(document)
     return {config_path(directory, kind): text.encode("utf-8"), weights_path(directory, kind): weights}
-
-
-def _check_finite(tensors: Mapping[str, torch.Tensor], kind: str, name: str) -> None:
-    """Refuse to save weights holding NaN or inf: loading refuses them (check_weights), so the save would put a piece
-    that cannot be loaded in place of the one saved there before."""
-    for key, tensor in tensors.items():
-        if tensor.dtype not in TRAINED_DTYPES:  # no NaN in integers; other floats are refused on load by dtype
-            continue
-        bad = int((~torch.isfinite(tensor)).sum())
-        if bad:
-            raise ConfigError(
-                f"{kind} {name!r} holds {bad} NaN or infinite value(s) of {tensor.numel()} in {key!r}: its training "
-                f"diverged, and loading refuses such weights, so the save would write a {kind} that cannot be loaded, "
-                "in place of any saved there before (nothing was written). Retrain it (lower the learning rate), or "
-                "save one from before it diverged"
-            )
 
 
 def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:

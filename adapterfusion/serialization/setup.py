@@ -38,7 +38,7 @@ from adapterfusion.errors import (
     SerializationError,
 )
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
-from adapterfusion.io.atomic import atomic_write_files, atomic_write_text, json_text, replace_folder
+from adapterfusion.io.atomic import atomic_write_files, atomic_write_text, json_text, write_new_folder
 from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.hub import (
     OFFLINE_VARIABLES,
@@ -55,7 +55,6 @@ from adapterfusion.io.paths import (
     check_readable_file,
     check_readable_folder,
     check_writable_folder,
-    describe,
     out_of_reach,
     path_part,
 )
@@ -251,16 +250,13 @@ def save_pretrained(
 def _save_new(model: AdaptedModel, directory: Path, index: dict[str, Any]) -> None:
     """The setup built whole in a temp folder and renamed to `directory`, which was not there when checked. Whatever
     appeared there since (the user's folder, another save) is kept: replacing it would delete what we never saw."""
-    try:
-        replace_folder(directory, lambda tmp: atomic_write_files(_setup_files(model, tmp, index)), replace=False)
-    except FileExistsError as error:
-        if error.filename != str(directory):  # not the rename's refusal
-            raise
-        raise ConfigError(
-            f"save_pretrained: the folder {str(directory)!r} did not exist when the save began, and something was put "
-            f"there while the setup was being written ({describe(directory)} is there now); it is left as it is and "
-            "nothing was saved. Save again: into that folder if it is empty or a saved setup, else into another one"
-        ) from None
+    write_new_folder(
+        directory,
+        lambda tmp: atomic_write_files(_setup_files(model, tmp, index)),
+        "save_pretrained: the folder",
+        "the save",
+        "Save again: into that folder if it is empty or a saved setup, else into another one",
+    )
 
 
 def _refuse_dropping(directory: Path, dropped: Sequence[tuple[str, str]]) -> None:

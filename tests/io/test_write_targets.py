@@ -1,10 +1,12 @@
 """What a write finds at its target and leaves there when it fails: an old folder that a failed replacement must not
-lose, a write-protected file, a folder that appears while a new setup is built, an AdapterHub export interrupted
-between its renames (which a retry may replace, unlike weights that no config claims)."""
+lose, a write-protected file, a folder that appears while a new setup or a prune output is built, a folder path that
+is a symlink, an AdapterHub export interrupted between its renames (which a retry may replace, unlike weights that
+no config claims)."""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 from pathlib import Path
 from unittest import mock
@@ -12,6 +14,7 @@ from unittest import mock
 import pytest
 
 import adapterfusion as af
+from adapterfusion import pruning
 from adapterfusion.interop import export_adapterhub
 from adapterfusion.io import atomic
 from adapterfusion.io.paths import check_writable_file
@@ -90,3 +93,63 @@ def test_an_export_cut_off_between_its_renames_is_replaced_by_its_retry(tmp_path
     export_adapterhub(model, "adapter", "a", folder, overwrite=True)
     assert sorted(p.name for p in folder.iterdir()) == ["adapter.safetensors", "adapter_config.json"]
     assert af.wrap(tiny_encoder("bert")).load_adapter(folder) == "a"
+
+
+@pytest.mark.parametrize("replace", [True, False])
+def test_a_folder_path_that_is_a_symlink_is_refused_and_its_target_left_alone(tmp_path, replace):
+    """The link was renamed aside, the marker of our temp folders written into the folder it points to, and our
+    folder put in the link's place: the user's link was gone and their folder marked as ours to remove."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("mine")
+    (tmp_path / "entry").symlink_to(mine)
+    with pytest.raises(af.ConfigError, match="is a symbolic link .to .*mine.*give the path of the folder itself"):
+        atomic.replace_folder(tmp_path / "entry", lambda tmp: (tmp / "weights").write_text("new"), replace=replace)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry", "mine"]
+    assert os.readlink(tmp_path / "entry") == str(mine)
+    assert _tree(mine) == {"thesis.tex": b"mine"}
+
+
+def _fused_model() -> af.AdaptedModel:
+    model = _model()
+    model.add_adapter("b", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    model.add_fusion("f", ["a", "b"])
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    return model
+
+
+def _racing_prune(monkeypatch, meanwhile) -> None:
+    """Run `meanwhile()` once, as prune writes its record into the temp folder (minutes after --output was checked)."""
+    real, done = pruning.atomic_write_json, []
+
+    def racing(path, data):
+        if not done:
+            done.append(meanwhile())
+        return real(path, data)
+
+    monkeypatch.setattr(pruning, "atomic_write_json", racing)
+
+
+def test_a_prune_output_that_appears_while_the_prune_runs_is_kept(tmp_path, monkeypatch):
+    """prune checked --output (new), evaluated for minutes, then renamed its output over whatever was there by then."""
+    output, incoming = tmp_path / "pruned", tmp_path / "incoming"
+    incoming.mkdir()
+    (incoming / "thesis.tex").write_text("mine")
+    _racing_prune(monkeypatch, lambda: incoming.rename(output))
+    with pytest.raises(af.ConfigError, match="did not exist, or was empty, when the prune began.*nothing was saved"):
+        pruning._write_output(output, tmp_path / "run", False, _fused_model(), "h", {"after": {"fusion": "f"}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pruned"]
+    assert _tree(output) == {"thesis.tex": b"mine"}
+
+
+def test_an_earlier_prune_output_is_checked_again_before_it_is_replaced(tmp_path, monkeypatch):
+    """An earlier prune output of this run is replaced whole: a file put into it while the prune ran is kept."""
+    run, output = tmp_path / "run", tmp_path / "pruned"
+    output.mkdir()
+    record = {"before": {}, "after": {"fusion": "f"}, "kept": [], "dropped": [], "source_run": str(run.resolve())}
+    (output / "pruning.json").write_text(json.dumps(record))
+    _racing_prune(monkeypatch, lambda: (output / "notes.txt").write_text("mine"))
+    with pytest.raises(af.ConfigError, match="also holds 'notes.txt', which prune did not write"):
+        pruning._write_output(output, run, True, _fused_model(), "h", record)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pruned"]
+    assert _tree(output) == {"notes.txt": b"mine", "pruning.json": json.dumps(record).encode()}

@@ -25,7 +25,7 @@ from adapterfusion.interop import export_adapterhub
 from adapterfusion.io.paths import TEMP_NAME_EXTRA, name_max
 from adapterfusion.serialization import setup as saved_setups
 from adapterfusion.training.store import AdapterStore
-from catalogue import Action, BadInput, a_file, edit_json, load_into, read_only, saved_piece
+from catalogue import Action, BadInput, a_file, cli, edit_json, load_into, read_only, saved_piece
 from tiny_decoders import randomise_pieces
 from tiny_models import tiny_encoder
 
@@ -321,6 +321,35 @@ def _diverged_save_over_good_one(whole_setup: bool) -> Callable[[Path], Action]:
     return prepare
 
 
+def _diverged_export_over_good_one(folder: Path) -> Action:
+    """An adapter exported to AdapterHub's format while good, then its weights went NaN and it was exported there
+    again with overwrite=True: the good export was replaced by weights that loading refuses."""
+    model = _model("a")
+    export_adapterhub(model, "adapter", "a", folder / "a")
+    with torch.no_grad():
+        model.sites_with_adapter("a")[-1].adapters["a"].up.weight[3, 0] = float("inf")
+    return lambda: export_adapterhub(model, "adapter", "a", folder / "a", overwrite=True)
+
+
+def _json_onto_saved(kind: str, command: str) -> Callable[[Path], Action]:
+    """`adapterfusion <command> RUN --json <the config of a lone saved `kind`>` (checked before RUN is read)."""
+
+    def prepare(folder: Path) -> Action:
+        model = _model("a", head="h")
+        name = {"adapter": "a", "head": "h"}[kind]
+        getattr(model, f"save_{kind}")(name, folder / kind)
+        extra = ("--keep", "1") if command == "prune" else ()
+        return lambda: cli(command, str(folder / "run"), *extra, "--json", str(folder / kind / f"{kind}_config.json"))
+
+    return prepare
+
+
+def _json_onto_user_file(folder: Path) -> Action:
+    """`adapterfusion evaluate RUN --json notes.json`, a JSON file of the user's (any file no --json of ours wrote)."""
+    (folder / "notes.json").write_text('{"mine": true}\n')
+    return lambda: cli("evaluate", str(folder / "run"), "--json", str(folder / "notes.json"))
+
+
 def _setup_with_a_piece_at_its_root(folder: Path) -> Action:
     """A saved setup of adapter a, into whose root the adapter b was saved later: load_adapter(setup) loaded b, the
     root's, passing over the setup's only adapter without a word."""
@@ -498,7 +527,7 @@ CASES: tuple[BadInput, ...] = (
         "save_pretrained(<a new folder>) while the user moves their own folder (thesis.tex) to that path (the setup "
         "was renamed over it: thesis.tex deleted)",
         af.ConfigError,
-        ("/setup'", "did not exist when the save began", "left as it is", "nothing was saved"),
+        ("/setup'", "did not exist, or was empty, when the save began", "left as it is", "nothing was saved"),
         _save_pretrained_folder_appears,
     ),
     B(
@@ -535,5 +564,42 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("/s is a saved setup holding 1 adapter(s)", "/s/adapters/a'", "another adapter", "cannot be told"),
         _setup_with_a_piece_at_its_root,
+    ),
+    B(
+        "export-adapterhub-diverged-over-exported",
+        "saved files",
+        "export_adapterhub(..., overwrite=True) over its earlier good export after the adapter's weights went inf "
+        "(the good export was replaced by weights that loading refuses)",
+        af.ConfigError,
+        ("adapter 'a'", "1 NaN or infinite value(s)", "export_adapterhub would write", "nothing was written"),
+        _diverged_export_over_good_one,
+    ),
+    B(
+        "evaluate-json-standalone-adapter-config",
+        "saved files",
+        "adapterfusion evaluate RUN --json <a lone saved adapter's adapter_config.json> (the adapter's config was "
+        "replaced by the result: the adapter was lost)",
+        af.ConfigError,
+        ("--json", "adapter_config.json", "no adapterfusion evaluate or prune --json wrote", "new path"),
+        _json_onto_saved("adapter", "evaluate"),
+        cli=True,
+    ),
+    B(
+        "prune-json-standalone-head-config",
+        "saved files",
+        "adapterfusion prune RUN --keep 1 --json <a lone saved head's head_config.json> (replaced by the result)",
+        af.ConfigError,
+        ("--json", "head_config.json", "no adapterfusion evaluate or prune --json wrote", "new path"),
+        _json_onto_saved("head", "prune"),
+        cli=True,
+    ),
+    B(
+        "evaluate-json-user-file",
+        "saved files",
+        "adapterfusion evaluate RUN --json notes.json, a JSON file of the user's (replaced by the result)",
+        af.ConfigError,
+        ("--json", "notes.json", "never overwrite a file we did not write", "move that file away"),
+        _json_onto_user_file,
+        cli=True,
     ),
 )
