@@ -227,11 +227,7 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     # Granite's blocks add r + residual_multiplier * output (with its embedding, attention and logits scales);
     # GraniteMoE's feed-forward is a mixture of experts.
     "granite": ("GraniteConfig", dict(_LLAMA_STYLE, **_GRANITE), "causal"),
-    "granitemoe": (
-        "GraniteMoeConfig",
-        dict(_LLAMA_STYLE, **_GRANITE, **_MOE, num_local_experts=4),
-        "causal",
-    ),
+    "granitemoe": ("GraniteMoeConfig", dict(_LLAMA_STYLE, **_GRANITE, **_MOE, num_local_experts=4), "causal"),
     # OPT's pre-norm blocks (OPT-125m), whose feed-forward runs on the batch flattened to [B*T, d].
     "opt": (
         "OPTConfig",
