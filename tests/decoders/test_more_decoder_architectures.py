@@ -108,42 +108,36 @@ def test_a_granite_whose_residual_multiplier_no_output_can_be_divided_by_is_refu
     assert not any(isinstance(module, AdapterSite) for module in bare.modules())
 
 
-def test_a_multi_query_falcons_own_cache_passes_and_a_multi_head_one_is_refused() -> None:
-    """A sequential Falcon with multi_query=True caches one key/value head, which transformers' get_head_shapes does
-    not know (it reads num_key_value_heads, which Falcon lacks): the cache layout check must take the model's own
-    cache, giving the full forward's logits, and still refuse the cache of the multi-head Falcon (4 heads)."""
-    model = af.wrap(tiny_decoder("falcon", dtype=torch.float64, multi_query=True))
+@pytest.mark.parametrize(
+    ("name", "settings", "other", "refusal"),
+    [
+        # A sequential Falcon with multi_query=True caches one key/value head; get_head_shapes reads
+        # num_key_value_heads, which Falcon lacks. The multi-head Falcon's cache (4 heads) is another model's.
+        ("falcon", {"multi_query": True}, "falcon", "keys of 4 heads of size 8 at layer 0.*1 key/value heads"),
+        # DeepSeek-V3 caches its compressed latent, one 'head' of kv_lora_rank (16) per layer, not the 4 heads of
+        # size 8 its config gives. A Llama's cache of as many layers is another model's.
+        ("deepseek_v3", {}, "llama", "keys of 2 heads of size 8 at layer 0.*1 key/value heads of size 16"),
+    ],
+)
+def test_a_cache_that_get_head_shapes_misreads_passes_and_another_models_is_refused(
+    name: str, settings: dict[str, bool], other: str, refusal: str
+) -> None:
+    """Attention that caches other keys than transformers' get_head_shapes says (forward_inputs/cache.py): the
+    cache layout check must take the model's own cache, giving the full forward's logits, and still refuse
+    another model's."""
+    model = af.wrap(tiny_decoder(name, dtype=torch.float64, **settings))
     model.add_adapter("a", af.AdapterConfig.pfeiffer(4))
     randomise_pieces(model, seed=3)
     model.activate(adapter="a")
-    ids = tiny_decoder_inputs("falcon", batch=1)["input_ids"]
+    ids = tiny_decoder_inputs(name, batch=1)["input_ids"]
     with torch.no_grad():
         full = model(input_ids=ids).logits[0, -1]
         cache = model(input_ids=ids[:, :-1], use_cache=True).past_key_values
         step = model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=cache).logits[0, -1]
         assert_close(step, full, dtype=torch.float64, label="cached step")
-        other = tiny_decoder("falcon", dtype=torch.float64)(input_ids=ids[:, :-1], use_cache=True).past_key_values
-        with pytest.raises(af.ConfigError, match="keys of 4 heads of size 8 at layer 0.*1 key/value heads"):
-            model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=other)
-
-
-def test_a_latent_attention_models_own_cache_passes_and_a_llamas_is_refused() -> None:
-    """DeepSeek-V3 caches its compressed latent, one 'head' of kv_lora_rank (16) per layer, not the key/value heads
-    transformers' get_head_shapes reads from its config (4 of size 8): the cache check must take the model's own
-    cache, giving the full forward's logits, and refuse a Llama's of as many layers."""
-    model = af.wrap(tiny_decoder("deepseek_v3", dtype=torch.float64))
-    model.add_adapter("a", af.AdapterConfig.pfeiffer(4))
-    randomise_pieces(model, seed=3)
-    model.activate(adapter="a")
-    ids = tiny_decoder_inputs("deepseek_v3", batch=1)["input_ids"]
-    with torch.no_grad():
-        full = model(input_ids=ids).logits[0, -1]
-        cache = model(input_ids=ids[:, :-1], use_cache=True).past_key_values
-        step = model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=cache).logits[0, -1]
-        assert_close(step, full, dtype=torch.float64, label="cached step")
-        other = tiny_decoder("llama", dtype=torch.float64)(input_ids=ids[:, :-1], use_cache=True).past_key_values
-        with pytest.raises(af.ConfigError, match="keys of 2 heads of size 8 at layer 0.*1 key/value heads of size 16"):
-            model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=other)
+        foreign = tiny_decoder(other, dtype=torch.float64)(input_ids=ids[:, :-1], use_cache=True).past_key_values
+        with pytest.raises(af.ConfigError, match=refusal):
+            model(input_ids=ids[:, -1:], attention_mask=torch.ones_like(ids), past_key_values=foreign)
 
 
 def test_a_parallel_blocks_feed_forward_site_hooks_the_attention_site_only_while_it_needs_it() -> None:
