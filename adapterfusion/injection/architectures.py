@@ -178,11 +178,15 @@ _BERT_LIKE = ArchitectureSpec(
 
 
 def _pre_norm_decoder(
-    layers: str, attention: tuple[str, ...], output: tuple[str, ...], in_adapterhub: bool = True
+    layers: str,
+    attention: tuple[str, ...],
+    output: tuple[str, ...],
+    in_adapterhub: bool = True,
+    output_scale: str | None = None,
 ) -> ArchitectureSpec:
     """A decoder of pre-norm blocks: (sub-layer, norm in front of it[, post-norm of its output]) for the attention
     and the feed-forward; `in_adapterhub`: whether AdapterHub 1.3.0 supports it (its adapter layers then sit on the
-    block)."""
+    block); `output_scale`: the config attribute by which the block scales each sub-layer's output (SiteSpec)."""
 
     def site(parts: tuple[str, ...], adapterhub_path: str) -> SiteSpec:
         return SiteSpec(
@@ -190,6 +194,7 @@ def _pre_norm_decoder(
             parts[0],
             residual_input=parts[1],
             layer_norm=parts[2] if len(parts) > 2 else None,
+            output_scale=output_scale,
             adapterhub_path=adapterhub_path if in_adapterhub else None,
         )
 
@@ -330,14 +335,12 @@ def _config_rows(*rows: tuple[ArchitectureSpec, str, dict[str, object]]) -> Arch
 
 def _granite(feed_forward: str) -> ArchitectureSpec:
     """Llama's block that adds r + residual_multiplier * output, with `feed_forward` after post_attention_layernorm."""
-    spec = _pre_norm_decoder(
-        "layers", ("self_attn", "input_layernorm"), (feed_forward, "post_attention_layernorm"), in_adapterhub=False
-    )
-    scaled = {"output_scale": "residual_multiplier"}
-    return dataclasses.replace(
-        spec,
-        attention=dataclasses.replace(spec.attention, **scaled),  # type: ignore[arg-type]
-        output=dataclasses.replace(spec.output, **scaled),  # type: ignore[arg-type]
+    return _pre_norm_decoder(
+        "layers",
+        ("self_attn", "input_layernorm"),
+        (feed_forward, "post_attention_layernorm"),
+        in_adapterhub=False,
+        output_scale="residual_multiplier",
     )
 
 

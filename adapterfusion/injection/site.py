@@ -49,6 +49,12 @@ class FuseOptions(TypedDict, total=False):
     folded: FoldedFusion | None
 
 
+def _first_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A module call's first input, given by position or as its first keyword (OPT's self_attn(hidden_states=...)):
+    the stream a hooked module or a PRE_RESIDUAL sub-layer receives."""
+    return args[0] if args else next(iter(kwargs.values()))
+
+
 class AdapterSite(nn.Module):
     """One wrapped insertion site: runs `base_layer` alone, or with the adapter or fusion the state activates."""
 
@@ -154,11 +160,10 @@ class AdapterSite(nn.Module):
                 self._added_hook = None
 
     def _take_residual(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.__dict__["_residual"] = args[0] if args else next(iter(kwargs.values()))  # no nn.Module.__setattr__
+        self.__dict__["_residual"] = _first_input(args, kwargs)  # no nn.Module.__setattr__
 
     def _take_rows(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        stream = args[0] if args else next(iter(kwargs.values()))
-        self.__dict__["_rows"] = stream.shape[:-1]
+        self.__dict__["_rows"] = _first_input(args, kwargs).shape[:-1]
 
     def _take_added(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         self.__dict__["_added"] = output[0] if isinstance(output, tuple) else output
@@ -306,7 +311,7 @@ class AdapterSite(nn.Module):
         hidden = output[0] if isinstance(output, tuple) else output
         residual_input = None
         if self._residual_is_input:
-            residual_input = args[0] if args else next(iter(kwargs.values()))
+            residual_input = _first_input(args, kwargs)
         elif self.spec.residual_input is not None and self._needs_residual:
             residual_input, added = self._residual, self._added
             self.__dict__.update(_residual=None, _added=None)
