@@ -8,7 +8,7 @@ encoder's config, without the network, so a bad file is refused before any job r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,24 +80,14 @@ def resolve_poolings(
     return out
 
 
-def check_max_lengths(
-    global_training: Mapping[str, Any],
-    entries: Sequence[Entry],
-    task_training: Mapping[str, Mapping[str, Any]],
-    encoder: str | None,
-    key: str = "setups",
-) -> None:
-    """A max_length above the encoder's positions, refused here when its config can be read without the network
-    (else the job refuses it before training: training/api.py)."""
+def check_max_lengths(settings: Iterable[tuple[str, Mapping[str, Any]]], encoder: str | None) -> None:
+    """A max_length above the encoder's positions in any of `settings` (its path in the file, its training
+    settings), refused here when the encoder's config can be read without the network (else the job refuses it
+    before training: training/api.py)."""
     checked = _local_or_shipped(encoder)
     if checked is None:
         return
-    sources = [
-        ("training", global_training),
-        *((f"{key}[{i}]", entry) for i, _, entry in entries),
-        *((f"task_training.{task}", overrides) for task, overrides in task_training.items()),
-    ]
-    for path, overrides in sources:
+    for path, overrides in settings:
         if "max_length" in overrides:
             try:
                 check_max_length(overrides["max_length"], checked)

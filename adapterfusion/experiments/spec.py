@@ -290,10 +290,10 @@ def _check_adapter_subsets(variants: Sequence[SetupVariant], fusion: Mapping[str
                 )
 
 
-def _swept_entries(variants: Sequence[SetupVariant], entries: Sequence[Entry]) -> list[Entry]:
-    """The swept variants as entries of their resolved training settings, so that the checks of an entry's settings
+def _swept_settings(variants: Sequence[SetupVariant], entries: Sequence[Entry]) -> list[tuple[int, dict[str, Any]]]:
+    """Each swept variant's entry index and resolved training settings, so that the checks of an entry's settings
     (check_max_lengths) see a value the entry gives only in its `sweep`, as they see its own."""
-    return [(i, v, v.training) for v, (i, _, _) in zip(variants, entries, strict=True) if v.sweep is not None]
+    return [(i, v.training) for v, (i, _, _) in zip(variants, entries, strict=True) if v.sweep is not None]
 
 
 def _zoo(value: Any, base_dir: Path) -> str | None:
@@ -401,11 +401,17 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     check_bottlenecks(variants, entries, local_encoder, key)
     check_top_k(variants, entries, local_encoder, key)
     check_metrics_for_best(variants, entries, tasks, task_training, key)
-    check_max_lengths(global_training, entries, task_training, local_encoder, key)
-    check_max_lengths({}, _swept_entries(variants, entries), {}, local_encoder, key)
     analyses = parse_analyses(data.get(ANALYSES_KEY), variants, tasks, base_dir)
-    # a zoo span-ablation's max_length, checked as an entry's (the check reads only the entry's settings)
-    check_max_lengths({}, [(i, variants[0], a) for i, a in enumerate(analyses)], {}, local_encoder, ANALYSES_KEY)
+    check_max_lengths(
+        [
+            ("training", global_training),
+            *((f"{key}[{i}]", entry) for i, _, entry in entries),
+            *((f"{key}[{i}]", swept) for i, swept in _swept_settings(variants, entries)),
+            *((f"task_training.{task}", overrides) for task, overrides in task_training.items()),
+            *((f"{ANALYSES_KEY}[{i}]", analysis) for i, analysis in enumerate(analyses)),  # a zoo span-ablation's
+        ],
+        local_encoder,
+    )
     zoo = _zoo(data.get("zoo"), base_dir)
     if zoo is not None:
         if not any(v.setup == "fusion-st-a" for v in variants):
