@@ -255,7 +255,16 @@ def _record_owner(path: Path, run_dir: str) -> str | None:
 # In each --json result: the command that wrote it. Only a file holding it is replaced by a later --json: any other
 # file there (a saved piece's config, another tool's JSON, the user's own) is not ours to overwrite.
 RESULT_MARK = "written_by"
-RESULT_WRITERS = ("adapterfusion evaluate --json", "adapterfusion prune --json")
+RESULT_COMMANDS = ("evaluate", "prune")
+
+
+def _result_writer(command: str) -> str:
+    """The RESULT_MARK value of a result `adapterfusion <command> --json` writes: one spelling for writing and
+    for recognising it."""
+    return f"adapterfusion {command} --json"
+
+
+RESULT_WRITERS = tuple(_result_writer(command) for command in RESULT_COMMANDS)
 _RESULT_BYTES = 1 << 24  # a result is a few kilobytes: a larger file is not one, and is not read whole to find out
 
 
@@ -288,7 +297,7 @@ def _json_writer(path: str | None, run_dir: str, command: str) -> Callable[[Any]
             "Give a path outside it, e.g. result.json in the current folder"
         )
     _check_ours_if_there(target, path, "")
-    writer = f"adapterfusion {command} --json"
+    writer = _result_writer(command)
 
     def write(result: Any) -> None:
         _check_ours_if_there(target, path, " since the command began (the result above was not written)")
