@@ -476,24 +476,7 @@ def _train_adapter(args: argparse.Namespace) -> int:
         "reduction_factor": args.reduction_factor,
         **({"train_layer_norm": False} if args.no_train_layer_norm else {}),
     }
-    _check_training_options(args, args.setup, setup_options)
-    _check_resume(args)
-    result = train(
-        args.task,
-        args.setup,
-        seed=args.seed,
-        encoder=args.encoder,
-        data_dir=args.data_dir,
-        output_dir=args.output_dir,
-        store=args.store,
-        training_config=_training_overrides(args),
-        setup_options=setup_options,
-        max_examples=args.max_examples,
-        overwrite=args.overwrite,
-        resume=args.resume,
-    )
-    _print_result(result)
-    return 0
+    return _train_and_print(args, args.setup, setup_options)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -526,11 +509,16 @@ def _fuse(args: argparse.Namespace) -> int:
             "e.g. --sources mnli,sst2 (the target's own adapter is always added)"
         )
     setup_options = {"sources": sources, "adapter_setup": args.adapter_setup, "adapter_seed": args.adapter_seed}
-    _check_training_options(args, "fusion-st-a", setup_options)
+    return _train_and_print(args, "fusion-st-a", setup_options)
+
+
+def _train_and_print(args: argparse.Namespace, setup: str, setup_options: dict[str, Any]) -> int:
+    """What train-adapter and fuse share: their options checked before any loading, one train() call, its result."""
+    _check_training_options(args, setup, setup_options)
     _check_resume(args)
     result = train(
         args.task,
-        "fusion-st-a",
+        setup,
         seed=args.seed,
         encoder=args.encoder,
         data_dir=args.data_dir,
