@@ -10,7 +10,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, MappingView, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, MappingView, Set
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -237,6 +237,20 @@ def closest(value: str, known: Iterable[str]) -> str | None:
     """The known name `value` is most likely a misspelling of, or None when none is close."""
     matches = difflib.get_close_matches(value, list(known), n=1, cutoff=0.6)
     return matches[0] if matches else None
+
+
+def preset_by_name(presets: Mapping[str, Callable[..., _Config]], name: object, kind: str, **overrides: Any) -> _Config:
+    """The `kind` preset called `name` (any case), built with `overrides`; a name that is no preset (or no string)
+    is refused naming the presets and the one it most likely misspells. The lookup is apart from the call, so that a
+    KeyError inside a preset is not taken for an unknown name."""
+    key = name.lower() if isinstance(name, str) else None
+    if key is None or key not in presets:
+        near = closest(key, presets) if key is not None else None
+        raise ConfigError(
+            f"unknown {kind} preset {name!r}; choose one of {', '.join(presets)}"
+            + (f" (did you mean {near!r}?)" if near else "")
+        )
+    return presets[key](**overrides)
 
 
 def reject_unknown_keys(data: Mapping[str, Any], known: Iterable[str], what: str) -> None:

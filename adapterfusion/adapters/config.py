@@ -15,6 +15,7 @@ from adapterfusion._validation import (
     check_number,
     check_positive,
     plain_fields,
+    preset_by_name,
     reject_unknown_fields,
     reject_unknown_keys,
     versioned_fields,
@@ -149,10 +150,7 @@ class AdapterConfig:
             "houlsby": cls.houlsby,
             "double_seq_bn": cls.houlsby,
         }
-        try:
-            return presets[name.lower()](**overrides)
-        except KeyError:
-            raise ConfigError(f"unknown adapter preset {name!r}; choose one of {', '.join(presets)}") from None
+        return preset_by_name(presets, name, "adapter", **overrides)
 
     # ---- derived values ------------------------------------------------------------------------------
     def reduction_factor_for(self, layer: int) -> float:

@@ -15,6 +15,7 @@ from adapterfusion._validation import (
     check_number,
     check_positive,
     plain_fields,
+    preset_by_name,
     reject_unknown_fields,
     reject_unknown_keys,
     versioned_fields,
@@ -172,10 +173,7 @@ class FusionConfig:
             "scalearn++": cls.scalearn_plus_plus,
             "scalearn-uniform++": cls.scalearn_uniform_plus_plus,
         }
-        try:
-            return presets[name.lower()](**overrides)
-        except KeyError:
-            raise ConfigError(f"unknown fusion preset {name!r}; choose one of {', '.join(presets)}") from None
+        return preset_by_name(presets, name, "fusion", **overrides)
 
     def temperature_at(self, step: int) -> float:
         if not self.temperature:

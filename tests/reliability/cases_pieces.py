@@ -719,6 +719,22 @@ CASES: tuple[BadInput, ...] = (
         _construct(af.AdapterConfig, reduction_factr=4),
     ),
     B(
+        "adapter-config-preset-not-a-string",
+        "model calls",
+        "af.AdapterConfig.from_name(3) (was an AttributeError: 'int' object has no attribute 'lower')",
+        af.ConfigError,
+        ("unknown adapter preset 3", "pfeiffer, seq_bn, houlsby, double_seq_bn"),
+        _construct(af.AdapterConfig.from_name, name=3),
+    ),
+    B(
+        "fusion-config-preset-misspelt",
+        "model calls",
+        "af.FusionConfig.from_name('dynamc')",
+        af.ConfigError,
+        ("unknown fusion preset 'dynamc'", "did you mean 'dynamic'?"),
+        _construct(af.FusionConfig.from_name, name="dynamc"),
+    ),
+    B(
         "head-config-keyword-typo",
         "model calls",
         "af.ClassificationHead(num_lables=3, dropuot=0.2) (was a TypeError from the dataclass: unexpected keyword "
