@@ -7,7 +7,8 @@ it each callable of the user's (transformers' own classes return what it needs, 
 them by their type) wrapped so that an answer it cannot use is a ConfigError naming the callable and what it must
 return, not a TypeError or RuntimeError inside transformers' loop or a silently different answer (a stopping criterion's
 integer 2 reads as "go on", a logits processor's scores of one row are taken for every row, a prefix function's id
--1 allows the last token). Each check is a type, dtype, shape and device compare per call; a prefix function's ids
+-1 allows the last token). Each check is a type, dtype, shape and device compare per call (and a logits processor's
+scores one reduction for NaN or a row of no finite score, read once per step); a prefix function's ids
 are held to the vocabulary where they are on the CPU (a min and a max of the tensor transformers would make of
 them, handed on in their place)."""
 
@@ -190,8 +191,10 @@ class _CheckedCriterion(StoppingCriteria):
 
 class _CheckedProcessor(LogitsProcessor):
     """A user's logits processor, whose answer transformers takes for the scores: a floating tensor of their shape
-    on their device. None fails in its loop; scores of other shape are broadcast or indexed past the vocabulary,
-    integer ones picked from without a word."""
+    on their device, each row with a finite score somewhere and NaN nowhere. None fails in its loop; scores of other
+    shape are broadcast or indexed past the vocabulary, integer ones picked from without a word; NaN scores or a row
+    of -inf (every token masked) fail in sampling's torch.multinomial, and greedy or beam search picks token 0 or
+    any other from them without a word."""
 
     def __init__(self, processor: Callable[..., Any], name: str) -> None:
         self.processor, self.name = processor, f"{name} ({_callable_name(processor)})"
@@ -204,12 +207,40 @@ class _CheckedProcessor(LogitsProcessor):
             and processed.is_floating_point()
             and processed.device == scores.device
         ):
+            _check_scores(self.name, scores, processed)
             return processed
         raise ConfigError(
             f"generate(): {self.name} returned {_described(processed, scores.device)}; a logits processor must "
             f"return the scores it is given, changed: a floating tensor of their shape {tuple(scores.shape)} "
             f"([rows, vocabulary]) on {scores.device}"
         )
+
+
+def _unusable_rows(scores: torch.Tensor) -> torch.Tensor:
+    """The rows of [rows, vocabulary] scores no token can be picked from: NaN anywhere, or no finite score (every
+    token masked with -inf, or +inf everywhere). -inf for some tokens is masking, which every row may do."""
+    return scores.isnan().any(dim=-1) | ~scores.isfinite().any(dim=-1)
+
+
+def _check_scores(name: str, scores: torch.Tensor, processed: torch.Tensor) -> None:
+    """Refuse scores a logits processor made unusable (_unusable_rows), naming it; rows it was given so (the model's
+    own NaN logits, or an earlier processor's) are left to transformers' remove_invalid_values. One reduction, read
+    once per step (generate's loop waits on the device each step anyway)."""
+    bad = _unusable_rows(processed)
+    if not bool(bad.any()):
+        return
+    bad &= ~_unusable_rows(scores)
+    if not bool(bad.any()):
+        return
+    rows = bad.nonzero().flatten().tolist()
+    row = processed[rows[0]]
+    what = "NaN scores" if bool(row.isnan().any()) else "no finite score (every token -inf or +inf)"
+    raise ConfigError(
+        f"generate(): {name} returned {what} in row(s) {rows[:5]} of {processed.shape[0]}, from which no token can "
+        "be picked (sampling fails in torch.multinomial, greedy and beam search pick an arbitrary token); mask "
+        "tokens with float('-inf') but leave each row a finite score, e.g. scores.masked_fill(banned, "
+        "float('-inf')) with banned not covering a whole row, and keep NaN out (torch.nan_to_num)"
+    )
 
 
 class _CheckedPrefix:
