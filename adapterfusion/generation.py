@@ -83,7 +83,8 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
             "generate(): assistant_model is an AdaptedModel; pass the transformers model inside it, "
             "assistant_model=draft.model (the draft's active adapter or fusion runs in it)"
         )
-    _check_recordable(model, args, kwargs)
+    paged = _continuous_batching(wrapped, args, kwargs)
+    _check_recordable(model, args, kwargs, paged)
     settings = check_generate_settings(wrapped, args, kwargs)
     check_early_exit(wrapped, args, kwargs)
     args, kwargs = settings.args, settings.kwargs  # with numpy / torch scalars as the Python numbers they hold
@@ -96,7 +97,7 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
     check_generate_inputs(model, inputs, settings.max_new_tokens, settings.max_length, copies, settings.least)
     args, kwargs = checked_callbacks(wrapped, args, kwargs, vocabulary)
     routed = adapter_names is not None or isinstance(model.state.block, BatchSplit)
-    if routed and kwargs.get("cache_implementation") == "paged":
+    if routed and paged:
         raise ConfigError(
             "generate(cache_implementation='paged') with adapter_names (or an active BatchSplit): transformers' "
             "continuous batching packs every prompt's tokens into one row, which per-prompt choices cannot follow "
@@ -119,14 +120,32 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
 _SELF_DRAFTS = ("assistant_early_exit", "use_mtp")
 
 
-def _check_recordable(model: AdaptedModel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _continuous_batching(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether generate() runs transformers' continuous batching, which it does for the keyword
+    cache_implementation='paged' alone. The same value in a generation_config (the one passed, or the model's own,
+    where read_setting finds it) is refused: transformers then runs an ordinary generation with a dynamic cache
+    without a word, not the continuous batching asked for."""
+    if kwargs.get("cache_implementation") == "paged":
+        return True
+    if read_setting(wrapped, args, kwargs, "cache_implementation") == "paged":
+        raise ConfigError(
+            "generate(): cache_implementation='paged' in a generation_config (the one passed, or the model's own): "
+            "transformers switches to continuous batching only for the keyword, and would run an ordinary "
+            "generation with a dynamic cache without a word; pass generate(..., cache_implementation='paged') "
+            "instead, or set the config's cache_implementation to None (the default cache)"
+        )
+    return False
+
+
+def _check_recordable(model: AdaptedModel, args: tuple[Any, ...], kwargs: dict[str, Any], paged: bool) -> None:
     """Inside recording_fusion_attentions(): refuse decoding whose forwards the recording cannot follow, a draft run
-    by the recorded model's own sites, contrastive search (its candidates are extra rows) and classifier-free guidance
-    (its negative prompt runs through the same sites beside each step). A separate draft model and prompt lookup are
-    followed (forward_runtime.recording_generation)."""
+    by the recorded model's own sites, continuous batching (`paged`, its prompts packed into one row), contrastive
+    search (its candidates are extra rows) and classifier-free guidance (its negative prompt runs through the same
+    sites beside each step). A separate draft model and prompt lookup are followed
+    (forward_runtime.recording_generation)."""
     if not model.runtime.is_recording:
         return
-    if kwargs.get("cache_implementation") == "paged":
+    if paged:
         raise ConfigError(
             "generate(cache_implementation='paged') inside recording_fusion_attentions(): transformers' continuous "
             "batching runs every prompt's tokens packed into one row, which the recording cannot follow; record "

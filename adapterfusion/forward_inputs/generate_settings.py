@@ -6,7 +6,8 @@ Each setting is read where generate() reads it: its keyword, else the generation
 own. A numpy or torch scalar (np.int64(100), torch.tensor(100)) counts as the Python number it holds, and is handed
 on as that number, so the positions check sees it too; a float is no integer setting (max_new_tokens=100.0).
 
-Beside them: the token-id settings (check_token_ids), assistant_early_exit (check_early_exit), and the arguments
+Beside them: the token-id settings (check_token_ids: ids in the vocabulary, no list of them empty, finite
+sequence biases, a token left unsuppressed), assistant_early_exit (check_early_exit), and the arguments
 transformers reads only steps in, its callbacks (generate_callbacks.py) and negative_prompt_ids
 (check_generate_arguments)."""
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 from transformers import GenerationConfig
-from transformers.generation import BaseWatermarkingConfig
+from transformers.generation import BaseWatermarkingConfig, WatermarkingConfig
 
 from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.errors import ConfigError
@@ -59,6 +61,10 @@ def _below_one(value: float) -> bool:
     return 0 <= value < 1
 
 
+def _inside_unit(value: float) -> bool:
+    return 0 < value < 1
+
+
 def _any(value: float) -> bool:
     return True
 
@@ -92,6 +98,18 @@ _SETTINGS: dict[str, _Setting] = {
     "max_time": _Setting(False, _positive, "a number of seconds greater than 0"),
     "prefill_chunk_size": _Setting(True, _positive, "an integer greater than 0 (prompt tokens per prefill forward)"),
     "guidance_scale": _Setting(False, _any, "a finite number (classifier-free guidance's weight; 1: off)"),
+    # transformers compares these with numbers (a TypeError from a string) or reads a value out of range as "off"
+    # without a word (penalty_alpha=-1: greedy search, not contrastive).
+    "penalty_alpha": _Setting(
+        False, _not_negative, "a number >= 0 (contrastive search's penalty, with top_k > 1; 0: off)"
+    ),
+    "max_cache_len": _Setting(True, _positive, "an integer greater than 0 (the tokens a static cache holds)"),
+    "assistant_confidence_threshold": _Setting(
+        False, _fraction, "a number in 0..1 (the assistant's confidence below which it stops drafting)"
+    ),
+    "assistant_ensemble_weight": _Setting(
+        False, _inside_unit, "a number greater than 0 and below 1 (the assistant's share of the mixed scores)"
+    ),
 }
 
 
@@ -187,9 +205,21 @@ def _check_decay(value: Any, where: str) -> None:
 
 
 def _check_watermarking(value: Any, where: str) -> None:
-    """watermarking_config: one of transformers' watermarking configs or a dict of one's fields; transformers reads
-    another value steps in ("'int' object has no attribute 'validate'")."""
-    if value is None or isinstance(value, (dict, BaseWatermarkingConfig)):
+    """watermarking_config: one of transformers' watermarking configs or a dict of WatermarkingConfig's fields;
+    transformers reads another value steps in ("'int' object has no attribute 'validate'"), and makes a
+    WatermarkingConfig of a dict with another key inside (a TypeError: unexpected keyword argument)."""
+    if isinstance(value, dict):
+        fields = inspect.signature(WatermarkingConfig.__init__).parameters
+        unknown = sorted(str(key) for key in value if key not in fields or key == "self")
+        if unknown:
+            raise ConfigError(
+                f"generate(): {where}watermarking_config={short_repr(value)} has key(s) {unknown}, which transformers' "
+                f"WatermarkingConfig (what it makes of a dict) does not take (a TypeError inside transformers); use "
+                f"its fields: {', '.join(name for name in fields if name != 'self')}, or pass "
+                "SynthIDTextWatermarkingConfig(...) itself"
+            )
+        return
+    if value is None or isinstance(value, BaseWatermarkingConfig):
         return
     raise ConfigError(
         f"generate(): {where}watermarking_config is a {type(value).__name__}; pass transformers' "
@@ -295,34 +325,100 @@ _TOKEN_KINDS = (
 
 
 def check_token_ids(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int) -> None:
-    """The token-id settings generate(*args, **kwargs) will read from its keywords or the generation_config passed
-    (_TOKEN_IDS): each id an integer in 0..vocabulary-1, else a ConfigError naming the setting. The model's own
-    decoder_start_token_id, which every encoder-decoder generation embeds first, is checked too."""
+    """The token-id settings generate(*args, **kwargs) will read from its keywords, the generation_config passed or
+    the model's own (_TOKEN_IDS): each id an integer in 0..vocabulary-1, and no list of them empty, else a
+    ConfigError naming the setting. The model's own ids are read as generate() reads them: an encoder-decoder's
+    decoder_start_token_id (every generation embeds it first), a decoder's not (it plays no part)."""
     passed = _passed_config(args, kwargs)
+    own = getattr(model, "generation_config", None)
+    seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     for name, depth in _TOKEN_IDS.items():
-        value, where = _read(name, kwargs, passed, None)
-        if value is None and name == "decoder_start_token_id" and getattr(model.config, "is_encoder_decoder", False):
-            value, where = getattr(model.generation_config, name, None), "the model's generation_config."
+        value, where = _read(name, kwargs, passed, own if seq2seq or name != "decoder_start_token_id" else None)
         if value is None:
             continue
         field = f"generate(): {where}{name}={value!r}"
         kind = "a dict {(token ids): bias}" if name == "sequence_bias" else _TOKEN_KINDS[depth]
-        for token in _token_ids(value, depth, name == "sequence_bias", f"{field}: expected {kind}"):
+        for token in _token_ids(value, depth, name, field, kind):
             held = _held(token)
             what = "" if token is value else f" holds {token!r}, which"
             if isinstance(held, bool) or not isinstance(held, numbers.Integral):
                 raise ConfigError(f"{field}{what} has type {type(token).__name__}; expected {kind}")
             if not 0 <= int(held) < vocabulary:
+                own_fix = f" (or set model.model.generation_config.{name})" if where.startswith("the model's") else ""
                 raise ConfigError(
                     f"{field}{what} is outside this model's vocabulary (ids 0 to {vocabulary - 1}); give token ids "
-                    "of its tokenizer, e.g. tokenizer.pad_token_id or tokenizer.convert_tokens_to_ids(...)"
+                    f"of its tokenizer{own_fix}, e.g. tokenizer.pad_token_id or tokenizer.convert_tokens_to_ids(...)"
                 )
+        if name == "sequence_bias":
+            _check_biases(value, field)
+    _check_suppressed(model, args, kwargs, vocabulary)
 
 
-def _token_ids(value: Any, depth: int, biases: bool, wrong: str) -> list[Any]:
-    """The ids a token-id setting nesting them `depth` deep holds (`biases`: sequence_bias's layout); `wrong`: the
-    message for a value not so nested."""
+def _check_biases(value: Any, field: str) -> None:
+    """sequence_bias's biases (a dict's values, or the second of each [ids, bias] pair): NaN or +inf, which sampling
+    turns into NaN probabilities (a RuntimeError from torch.multinomial steps in) and greedy search into an arbitrary
+    token; -inf (the sequence banned) and finite numbers are fine, their type transformers checks itself."""
+    biases = list(value.values()) if isinstance(value, dict) else [pair[1] for pair in value]
+    bad = [bias for bias in biases if isinstance(bias, float) and (math.isnan(bias) or bias == math.inf)]
+    if bad:
+        raise ConfigError(
+            f"{field} holds the bias {bad[0]!r}, which makes each row's scores unusable (sampling's probabilities "
+            "NaN: a RuntimeError from torch.multinomial; greedy search an arbitrary token); give finite biases, or "
+            "float('-inf') to ban a sequence"
+        )
+
+
+def _check_suppressed(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int) -> None:
+    """suppress_tokens with begin_suppress_tokens (both at the first step) covering every id of the vocabulary:
+    every score -inf, from which sampling fails (torch.multinomial's RuntimeError) and greedy search picks token 0
+    without a word."""
+    suppressed: set[int] = set()
+    for name in ("suppress_tokens", "begin_suppress_tokens"):
+        value = read_setting(model, args, kwargs, name)
+        value = value.tolist() if isinstance(value, torch.Tensor) else value
+        if isinstance(value, (list, tuple)):
+            suppressed.update(int(_held(token)) for token in value)
+    if len(suppressed) >= vocabulary and suppressed >= set(range(vocabulary)):
+        raise ConfigError(
+            f"generate(): suppress_tokens and begin_suppress_tokens together suppress all {vocabulary} tokens of the "
+            "vocabulary, so no token can be generated (sampling fails, greedy search picks token 0); suppress only "
+            "the tokens to keep out"
+        )
+
+
+# What an empty list of ids does in each token-id setting that takes lists (the suppress lists excepted: an empty
+# one suppresses nothing, as asked), and how to say what was meant.
+_EMPTY = {
+    "eos_token_id": (
+        "no end token: beam search fails on it with an IndexError inside transformers, other decoding never stops "
+        "early",
+        "give the end token's id (tokenizer.eos_token_id) or a non-empty list of them, or leave it unset for the "
+        "model's own (generation_config.eos_token_id)",
+    ),
+    "forced_eos_token_id": (
+        "no token to force at max_length",
+        "give the id of the token to end each sequence with (tokenizer.eos_token_id), or leave it unset",
+    ),
+    "bad_words_ids": (
+        "a banned sequence of no tokens, which transformers skips without a word",
+        "give each banned sequence's ids, e.g. tokenizer(words, add_special_tokens=False).input_ids, and leave out "
+        "empty ones (None: ban nothing)",
+    ),
+    "sequence_bias": (
+        "a biased sequence of no tokens, which transformers skips without a word",
+        "give each biased sequence's ids, e.g. {tuple(tokenizer.encode(word, add_special_tokens=False)): -2.0}, and "
+        "leave out empty ones (None: bias nothing)",
+    ),
+}
+
+
+def _token_ids(value: Any, depth: int, name: str, field: str, kind: str) -> list[Any]:
+    """The ids token-id setting `name` holds, nesting them `depth` deep (sequence_bias: a dict keyed by them, or
+    [ids, bias] pairs); `field`: the setting and its value as a message names them, `kind`: what it must be. A list
+    of ids with none in it is refused (_EMPTY): transformers fails on an empty eos_token_id steps in (beam search)
+    and skips an empty banned sequence without a word."""
     value = value.tolist() if isinstance(value, torch.Tensor) else value
+    biases = name == "sequence_bias"
     if depth == 0 or (depth == 1 and not isinstance(value, (list, tuple))):
         return [value]
     if biases and isinstance(value, dict):
@@ -332,7 +428,16 @@ def _token_ids(value: Any, depth: int, biases: bool, wrong: str) -> list[Any]:
     if not isinstance(value, (list, tuple)) or (
         depth == 3 and not all(isinstance(ids, (list, tuple)) for ids in value)
     ):
-        raise ConfigError(wrong)
+        raise ConfigError(f"{field}: expected {kind}")
+    if depth != 2 and (len(value) == 0 or (depth == 3 and not all(value))):
+        if depth == 3 and len(value) == 0:
+            raise ConfigError(
+                f"{field} holds no token sequences, which transformers refuses; give at least one, or leave {name} "
+                "unset (None)"
+            )
+        effect, fix = _EMPTY[name]
+        which = "no token ids" if len(value) == 0 else "an empty list of token ids"
+        raise ConfigError(f"{field} holds {which} ({effect}); {fix}")
     return [token for ids in value for token in ids] if depth == 3 else list(value)
 
 

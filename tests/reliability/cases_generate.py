@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import LogitsProcessor, StoppingCriteria
+from transformers import GenerationConfig, LogitsProcessor, StoppingCriteria
 from transformers.cache_utils import DynamicCache
 
 import adapterfusion as af
@@ -123,6 +123,42 @@ class _OneRowScores(LogitsProcessor):
 def _last_token(batch_id: int, input_ids: torch.Tensor) -> list[int]:
     """A prefix_allowed_tokens_fn allowing id -1, meant as "the end token" (no id)."""
     return [-1]
+
+
+class _NaNScores(LogitsProcessor):
+    """A logits processor that divides the scores by zero-centred ones, giving NaN everywhere (0 / 0)."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return (scores - scores) / (scores - scores)
+
+
+class _MasksEverything(LogitsProcessor):
+    """A logits processor banning every token of the vocabulary (a mask meant for some, built for all)."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores.masked_fill(torch.ones_like(scores, dtype=torch.bool), float("-inf"))
+
+
+def _own_config(model_type: str, prompts: bool = True, **changes: Any) -> Callable[[Path], Action]:
+    """generating(model_type) with `changes` set on the wrapped model's own generation_config, not passed;
+    prompts=False: generate() of no prompt (a decoder starts from its bos token)."""
+
+    def prepare(folder: Path) -> Action:
+        model = tiny_lm(model_type)
+        for name, value in changes.items():
+            setattr(model.model.generation_config, name, value)
+        inputs = tiny_decoder_inputs(model_type, padding_side="left") if prompts else {}
+        return lambda: model.generate(**inputs, max_new_tokens=2, pad_token_id=0)
+
+    return prepare
+
+
+def _paged_in_config(folder: Path) -> Action:
+    """A tiny Llama's generate(generation_config=GenerationConfig(cache_implementation='paged', ...))."""
+    model = tiny_lm("llama")
+    config = GenerationConfig(cache_implementation="paged", max_new_tokens=2, pad_token_id=0)
+    inputs = tiny_decoder_inputs("llama", padding_side="left")
+    return lambda: model.generate(**inputs, generation_config=config, adapter_names=["a", "a"])
 
 
 CASES: tuple[BadInput, ...] = (
@@ -502,5 +538,118 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("watermarking_config is a int", "WatermarkingConfig(...)", "a dict of its fields"),
         generating("llama", watermarking_config=5),
+    ),
+    B(
+        "generate-eos-token-empty-list",
+        GROUP,
+        "generate(eos_token_id=[], num_beams=2) (was torch's IndexError from transformers' beam search: index 0 is "
+        "out of bounds for dimension 0 with size 0; without beams it never stopped at the model's end token)",
+        af.ConfigError,
+        ("eos_token_id=[] holds no token ids", "beam search fails", "tokenizer.eos_token_id"),
+        generating("llama", eos_token_id=[], num_beams=2),
+    ),
+    B(
+        "generate-eos-token-empty-in-model-config",
+        GROUP,
+        "T5 generate() with its own generation_config.eos_token_id = [] and num_beams=2 (was torch's IndexError from "
+        "transformers' beam search)",
+        af.ConfigError,
+        ("the model's generation_config.eos_token_id=[]", "holds no token ids"),
+        _own_config("t5", eos_token_id=[], num_beams=2),
+    ),
+    B(
+        "generate-bad-words-empty-sequence",
+        GROUP,
+        "generate(generation_config=GenerationConfig(bad_words_ids=[[]])) (was generated without a word: "
+        "transformers skips the empty banned sequence, banning nothing)",
+        af.ConfigError,
+        ("generation_config.bad_words_ids=[[]]", "an empty list of token ids", "skips without a word"),
+        generating("gpt2", generation_config=GenerationConfig(bad_words_ids=[[]])),
+    ),
+    B(
+        "generate-logits-processor-nan",
+        GROUP,
+        "generate(do_sample=True, logits_processor=[<a processor returning NaN scores>]) (was a RuntimeError from "
+        "torch.multinomial: probability tensor contains either inf, nan or element < 0)",
+        af.ConfigError,
+        ("logits_processor[0] (_NaNScores) returned NaN scores in row(s) [0, 1]", "keep NaN out"),
+        generating("llama", do_sample=True, logits_processor=[_NaNScores()]),
+    ),
+    B(
+        "generate-logits-processor-masks-every-token",
+        GROUP,
+        "generate(logits_processor=[<a processor setting every score to -inf>]), greedy (was generated without a "
+        "word: argmax of a row of -inf picked token 0)",
+        af.ConfigError,
+        ("logits_processor[0] (_MasksEverything) returned no finite score", "leave each row a finite score"),
+        generating("gpt2", logits_processor=[_MasksEverything()]),
+    ),
+    B(
+        "generate-paged-in-generation-config",
+        GROUP,
+        "generate(generation_config=GenerationConfig(cache_implementation='paged'), adapter_names=[...]) (was an "
+        "ordinary generation without a word: transformers switches to continuous batching for the keyword alone)",
+        af.ConfigError,
+        (
+            "cache_implementation='paged' in a generation_config",
+            "only for the keyword",
+            "cache_implementation='paged')",
+        ),
+        _paged_in_config,
+    ),
+    B(
+        "generate-penalty-alpha-string",
+        GROUP,
+        "generate(penalty_alpha='0.6', top_k=4) (was a TypeError from transformers' GenerationConfig: '>' not "
+        "supported between instances of 'str' and 'int')",
+        af.ConfigError,
+        ("penalty_alpha='0.6' has type str", "a number >= 0"),
+        generating("llama", penalty_alpha="0.6", top_k=4),
+    ),
+    B(
+        "generate-max-cache-len-string",
+        GROUP,
+        "generate(cache_implementation='static', max_cache_len='64') (was a TypeError from transformers' static "
+        "cache: '>' not supported between instances of 'str' and 'int')",
+        af.ConfigError,
+        ("max_cache_len='64' has type str", "an integer greater than 0"),
+        generating("llama", cache_implementation="static", max_cache_len="64"),
+    ),
+    B(
+        "generate-bos-token-in-model-config-out-of-vocabulary",
+        GROUP,
+        "Llama generate() of no prompt, its own generation_config.bos_token_id = 500 of 100 tokens (was torch's "
+        "IndexError from the embedding)",
+        af.ConfigError,
+        ("the model's generation_config.bos_token_id=500", "outside this model's vocabulary"),
+        _own_config("llama", prompts=False, bos_token_id=500),
+    ),
+    B(
+        "generate-sequence-bias-nan",
+        GROUP,
+        "generate(do_sample=True, sequence_bias={(5,): nan}) (was a RuntimeError from torch.multinomial, steps in: "
+        "probability tensor contains either inf, nan or element < 0)",
+        af.ConfigError,
+        ("sequence_bias={(5,): nan} holds the bias nan", "give finite biases", "float('-inf')"),
+        generating("llama", do_sample=True, sequence_bias={(5,): float("nan")}),
+    ),
+    B(
+        "generate-suppress-every-token",
+        GROUP,
+        "generate(suppress_tokens=<ids 0..49>, begin_suppress_tokens=<ids 50..99>), vocabulary 100 (was generated "
+        "without a word: the first step's scores all -inf, greedy search picked token 0; sampling failed in "
+        "torch.multinomial)",
+        af.ConfigError,
+        ("suppress all 100 tokens of the vocabulary", "suppress only the tokens to keep out"),
+        generating("gpt2", suppress_tokens=list(range(50)), begin_suppress_tokens=list(range(50, 100))),
+    ),
+    B(
+        "generate-watermarking-dict-unknown-key",
+        GROUP,
+        "generate(watermarking_config={'strength': 2.0}) (was a TypeError from transformers' GenerationConfig: "
+        "WatermarkingConfig.__init__() got an unexpected keyword argument 'strength')",
+        af.ConfigError,
+        ("watermarking_config={'strength': 2.0} has key(s) ['strength']", "greenlist_ratio, bias"),
+        generating("llama", watermarking_config={"strength": 2.0}),
     ),
 )
