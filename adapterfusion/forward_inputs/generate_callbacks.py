@@ -127,15 +127,23 @@ def _is_own(function: Any) -> bool:
     return type(function).__module__.split(".")[0] == "transformers"
 
 
+def bind_generate(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> inspect.BoundArguments | None:
+    """generate(*args, **kwargs)'s arguments bound to the model's generate() signature, so a setting reads the same
+    given by keyword or by position; None where they do not bind (transformers then says what is wrong)."""
+    try:
+        return inspect.signature(model.generate).bind_partial(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+
+
 def checked_callbacks(
     model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], vocabulary: int
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """generate()'s arguments (given by keyword or by position) with the user's logits processors, stopping criteria
     and prefix_allowed_tokens_fn wrapped to check each answer (the module docstring); `vocabulary`: the ids a prefix
     function may allow. Arguments that do not bind to the model's generate() are handed on as they are."""
-    try:
-        bound = inspect.signature(model.generate).bind_partial(*args, **kwargs)
-    except (TypeError, ValueError):
+    bound = bind_generate(model, args, kwargs)
+    if bound is None:
         return args, kwargs
     changed = False
     for name, wrapper, of in (

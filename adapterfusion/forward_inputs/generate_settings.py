@@ -29,7 +29,7 @@ from transformers.generation import BaseWatermarkingConfig, WatermarkingConfig
 
 from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.errors import ConfigError
-from adapterfusion.forward_inputs.generate_callbacks import check_callbacks
+from adapterfusion.forward_inputs.generate_callbacks import bind_generate, check_callbacks
 
 
 @dataclass(frozen=True)
@@ -513,9 +513,6 @@ def _check_guidance(model: Any, given: dict[str, Any], scale: Any, vocabulary: i
 
 
 def _arguments(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """generate()'s arguments by name, its positional ones included (none where they do not bind to its signature:
-    transformers then says what is wrong)."""
-    try:
-        return dict(inspect.signature(model.generate).bind_partial(*args, **kwargs).arguments)
-    except (TypeError, ValueError):
-        return dict(kwargs)
+    """generate()'s arguments by name, its positional ones included (only its keywords where they do not bind)."""
+    bound = bind_generate(model, args, kwargs)
+    return dict(bound.arguments) if bound is not None else dict(kwargs)
