@@ -228,6 +228,29 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     # GraniteMoE's feed-forward is a mixture of experts.
     "granite": ("GraniteConfig", dict(_LLAMA_STYLE, **_GRANITE), "causal"),
     "granitemoe": ("GraniteMoeConfig", dict(_LLAMA_STYLE, **_GRANITE, **_MOE, num_local_experts=4), "causal"),
+    # GraniteMoE-shared: the experts plus a shared MLP, summed in the block (CONFIG_VARIANTS: without the shared MLP).
+    "granitemoeshared": (
+        "GraniteMoeSharedConfig",
+        dict(_LLAMA_STYLE, **_GRANITE, **_MOE, num_local_experts=4, shared_intermediate_size=32),
+        "causal",
+    ),
+    # BERT-generation's post-norm BERT layers as a causal decoder (BertGenerationDecoder); its encoder is tiny_models'.
+    "bert-generation": (
+        "BertGenerationConfig",
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            intermediate_size=INTERMEDIATE,
+            max_position_embeddings=64,
+            is_decoder=True,
+            pad_token_id=PAD,
+            bos_token_id=BOS,
+            eos_token_id=EOS,
+        ),
+        "causal",
+    ),
     # OPT's pre-norm blocks (OPT-125m), whose feed-forward runs on the batch flattened to [B*T, d].
     "opt": (
         "OPTConfig",
@@ -284,7 +307,7 @@ EXTRA_DECODER_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
 # The other blocks of model types whose config chooses them (architectures.py's `variants`), by name -> (model_type,
 # the settings that build them): Falcon-7B's parallel block with one norm, Falcon-40B's with a norm per sub-layer
 # (grouped-query attention, rotary positions), Falcon2-11B's with one; StableLM-2-12B's parallel block; GPT-NeoX's
-# sequential one; OPT-350m's post-norm blocks.
+# sequential one; OPT-350m's post-norm blocks; GraniteMoE-shared without its shared MLP (GraniteMoE's block).
 CONFIG_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "falcon_parallel": ("falcon", dict(parallel_attn=True)),
     "falcon_new_decoder": (
@@ -298,6 +321,7 @@ CONFIG_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "stablelm_parallel": ("stablelm", dict(use_parallel_residual=True)),
     "gpt_neox_sequential": ("gpt_neox", dict(use_parallel_residual=False)),
     "opt_post_norm": ("opt", dict(do_layer_norm_before=False)),
+    "granitemoeshared_experts_only": ("granitemoeshared", dict(shared_intermediate_size=0)),
 }
 
 

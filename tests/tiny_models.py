@@ -33,6 +33,7 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
     "electra": ("ElectraConfig", dict(_BERT_STYLE, embedding_size=HIDDEN)),
     "data2vec-text": ("Data2VecTextConfig", dict(_BERT_STYLE, pad_token_id=1)),
     "ernie": ("ErnieConfig", dict(_BERT_STYLE)),
+    "bert-generation": ("BertGenerationConfig", dict(_BERT_STYLE)),  # BertGenerationEncoder (is_decoder=False)
     "deberta": ("DebertaConfig", dict(_BERT_STYLE)),
     "deberta-v2": ("DebertaV2Config", dict(_BERT_STYLE)),
     "mpnet": ("MPNetConfig", dict(_BERT_STYLE, pad_token_id=1)),

@@ -18,7 +18,8 @@ cross-attention, between the two). A site is one of three kinds:
                   the residual stream r, which a forward pre-hook hands to the site, so that the adapter sees what
                   AdapterHub's does (original_ln_before adds r to the adapter input; the block adds r after the site,
                   as original_ln_after would). Without it (ModernBERT) the adapter sees the sub-layer output only and
-                  the LayerNorm options are ignored.
+                  the LayerNorm options are ignored. Where the block sums two sub-layers' outputs (GraniteMoE-shared's
+                  experts and shared MLP) the site wraps the second and `output_adds` names the first.
 
 To support another encoder, add a row to ARCHITECTURES keyed by its `config.model_type`; where its config chooses
 between blocks under the same modules, one row per block (`_config_rows`: `variants`, each with its `requires`).
@@ -75,6 +76,11 @@ class SiteSpec:
     # site adapts the stream's share m * output, as the adapter would in a block without m, and hands the block back
     # its output divided by m.
     output_scale: str | None = None
+    # PRE_NORM where the block sums this sub-layer's output with another's before adding them to the stream
+    # (GraniteMoE-shared: block_sparse_moe(x) + shared_mlp(x), this site on shared_mlp): that other sub-layer, relative
+    # to the layer, which the block runs first. A forward hook hands the site its output e; the site adapts the sum
+    # h + e, the feed-forward's whole output, and hands the block back its result less e.
+    output_adds: str | None = None
     # A sub-layer run on the batch flattened to [B*T, d] (OPT's feed-forward): the module, relative to the layer, whose
     # first input is the layer's [B, T, d] stream; the site views the flattened rows back as [B, T, d] by its shape,
     # so that per-example routing and fusion attentions see examples and tokens.
@@ -344,6 +350,25 @@ def _granite(feed_forward: str) -> ArchitectureSpec:
     )
 
 
+# GraniteMoE-shared's feed-forward is block_sparse_moe(x) + shared_mlp(x), summed in the block, which runs the experts
+# first: the site wraps shared_mlp and takes the experts' output from a forward hook (`output_adds`).
+_GRANITE_MOE = _granite("block_sparse_moe")
+_GRANITE_MOE_SHARED = dataclasses.replace(
+    _GRANITE_MOE, output=dataclasses.replace(_GRANITE_MOE.output, path="shared_mlp", output_adds="block_sparse_moe")
+)
+# BERT-generation's layers are BERT's (post-norm, BERT's module names): BertGenerationEncoder's, or with is_decoder=True
+# BertGenerationDecoder's causal ones. A decoder's cross-attention (add_cross_attention, for EncoderDecoderModel) has no
+# site: it runs as it is. adapters 1.3.0 has the encoder; its decoder in our own format only.
+_BERT_GENERATION = _config_rows(
+    (_BERT_LIKE, "encoder (BertGenerationEncoder)", {"is_decoder": False}),
+    (
+        dataclasses.replace(_BERT_LIKE, batch_arguments=(), causal=True, adapterhub_model=False),
+        "causal decoder (BertGenerationDecoder)",
+        {"is_decoder": True},
+    ),
+)
+
+
 _GPT2_LIKE_NOT_IN_ADAPTERHUB = _pre_norm_decoder("h", ("attn", "ln_1"), ("mlp", "ln_2"), in_adapterhub=False)
 _OLMO2_LIKE = _pre_norm_decoder(
     "layers",
@@ -367,6 +392,7 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "data2vec-text": dataclasses.replace(_BERT_LIKE, adapterhub_model=False),
     "ernie": dataclasses.replace(_BERT_LIKE, adapterhub_model=False),
     "deberta": _BERT_LIKE,
+    "bert-generation": _BERT_GENERATION,
     "deberta-v2": dataclasses.replace(_BERT_LIKE, prefix_blockers=("encoder.conv",)),
     "mpnet": ArchitectureSpec(
         layers="encoder.layer",
@@ -405,7 +431,17 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     # Granite adds each sub-layer's output to r scaled by residual_multiplier (`output_scale`); GraniteMoE's
     # feed-forward is its block_sparse_moe.
     "granite": _granite("mlp"),
-    "granitemoe": _granite("block_sparse_moe"),
+    "granitemoe": _GRANITE_MOE,
+    # GraniteMoE-shared: the experts plus a shared MLP (shared_intermediate_size > 0), whose sum the feed-forward site
+    # adapts (`output_adds`); without the shared MLP (0, its config's default) GraniteMoE's block.
+    "granitemoeshared": _config_rows(
+        (
+            _GRANITE_MOE_SHARED,
+            "experts + shared MLP (shared_intermediate_size > 0)",
+            {"shared_intermediate_size": True},
+        ),
+        (_GRANITE_MOE, "experts only (shared_intermediate_size 0)", {"shared_intermediate_size": False}),
+    ),
     "ministral": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "ernie4_5": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,
     "seed_oss": _LLAMA_LIKE_NOT_IN_ADAPTERHUB,

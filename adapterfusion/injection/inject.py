@@ -51,6 +51,8 @@ def inject_sites(model: AdaptedModel, runtime: ForwardRuntime) -> list[AdapterSi
                     site.listen_for_residual(get_submodule(layer, spec.residual_input), added)
                 if spec.output_scale:
                     site.scale_output(float(getattr(model.model.config, spec.output_scale)))
+                if spec.output_adds:  # a sub-layer the block runs before this one, never wrapped itself
+                    site.listen_for_summand(get_submodule(layer, spec.output_adds))
                 if spec.rows_from:  # a sub-layer of an earlier position, wrapped by now, or a norm
                     site.listen_for_rows(get_submodule(layer, spec.rows_from))
                 setattr(parent, attribute, site)

@@ -106,6 +106,8 @@ class AdapterSite(nn.Module):
         self._output_scale: float | None = None  # spec.output_scale: the block's m in r + m * output
         self._rows: torch.Size | None = None  # spec.rows_from: [B, T] of the running forward
         self._rows_hook: RemovableHandle | None = None
+        self._summand: torch.Tensor | None = None  # spec.output_adds: that sub-layer's output in the running forward
+        self._summand_hook: RemovableHandle | None = None
         # Where the site is below the HF base model, and where AdapterHub keeps its adapters for it (inject_sites).
         self.module_path = ""
         self.adapterhub_module_path = ""
@@ -114,7 +116,7 @@ class AdapterSite(nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         """A copy keeps no lane of the original's inference_cache() block nor a residual of its running forward."""
         state = dict(super().__getstate__())
-        state.update(_known_lane=None, _residual=None, _added=None, _rows=None)
+        state.update(_known_lane=None, _residual=None, _added=None, _rows=None, _summand=None)
         return state
 
     def listen_for_residual(self, norm: nn.Module, added: nn.Module | None = None) -> None:
@@ -139,7 +141,19 @@ class AdapterSite(nn.Module):
         self.__dict__["_rows_module"] = module  # the block owns it: not a submodule of the site
         self._listen_while_active()
 
+    def listen_for_summand(self, module: nn.Module) -> None:
+        """Sites whose block sums their sub-layer's output with `module`'s before adding it to the stream
+        (`output_adds`; `module` runs first): take its output on each forward that adapts here, to adapt the sum."""
+        self.__dict__["_summand_module"] = module  # the block owns it: not a submodule of the site
+        self._listen_while_active()
+
     def _listen_while_active(self) -> None:
+        summand = self.__dict__.get("_summand_module")
+        if summand is not None and self._active and self._summand_hook is None:
+            self._summand_hook = summand.register_forward_hook(self._take_summand)
+        elif self._summand_hook is not None and not (summand is not None and self._active):
+            self._summand_hook.remove()
+            self._summand_hook = None
         rows = self.__dict__.get("_rows_module")
         if rows is not None and self._active and self._rows_hook is None:
             self._rows_hook = rows.register_forward_pre_hook(self._take_rows, with_kwargs=True)
@@ -167,6 +181,9 @@ class AdapterSite(nn.Module):
 
     def _take_added(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         self.__dict__["_added"] = output[0] if isinstance(output, tuple) else output
+
+    def _take_summand(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        self.__dict__["_summand"] = output[0] if isinstance(output, tuple) else output
 
     def _residual_needed(self, state: ActiveState) -> bool:
         """Whether what `state` runs here reads the residual stream r. At a PRE_NORM site, of one adapter or one
@@ -287,7 +304,7 @@ class AdapterSite(nn.Module):
         return module.train(self.training)
 
     def unwrap(self) -> nn.Module:
-        self.__dict__.update(_residual_norm=None, _residual_added=None, _rows_module=None)
+        self.__dict__.update(_residual_norm=None, _residual_added=None, _rows_module=None, _summand_module=None)
         self._listen_while_active()
         return self.base_layer
 
@@ -329,6 +346,17 @@ class AdapterSite(nn.Module):
                     f"takes the residual stream from {self.spec.residual_input!r}, which did not run before it; call "
                     "the whole model (or the whole layer), not the sub-layer alone"
                 )
+        summand = None
+        if self.spec.output_adds is not None:  # the block sums this output with another's: adapt the sum
+            summand = self._summand
+            self.__dict__["_summand"] = None
+            if summand is None:
+                raise ConfigError(
+                    f"the adapter site {self.spec.path!r} of layer {self.layer_index} ran without "
+                    f"{self.spec.output_adds!r}, whose output its block adds to this one's; call the whole model (or "
+                    "the whole layer), not the sub-layer alone"
+                )
+            hidden = hidden + summand
         rows = self._rows if hidden.dim() == 2 else None
         if rows is not None:  # the batch flattened by the block (rows_from): adapted as [B, T, d], handed back flat
             hidden = hidden.reshape(*rows, hidden.shape[-1])
@@ -345,6 +373,8 @@ class AdapterSite(nn.Module):
             adapted = adapted / scale
         if rows is not None:
             adapted = adapted.reshape(-1, adapted.shape[-1])
+        if summand is not None:  # the block adds the other sub-layer's output back
+            adapted = adapted - summand
         return (adapted, *output[1:]) if isinstance(output, tuple) else adapted
 
     def _lane(self, hidden: torch.Tensor) -> Lane | None:

@@ -66,6 +66,15 @@ PRE_NORM_BLOCKS: dict[str, tuple[str, str, str, str, str]] = {
         )
     },
     "granitemoe": ("layers", "self_attn", "input_layernorm", "block_sparse_moe", "post_attention_layernorm"),
+    "granitemoeshared_experts_only": (
+        "layers",
+        "self_attn",
+        "input_layernorm",
+        "block_sparse_moe",
+        "post_attention_layernorm",
+    ),
+    # The feed-forward is block_sparse_moe(x) + shared_mlp(x) (SUMMED): the site sits on shared_mlp, run second.
+    "granitemoeshared": ("layers", "self_attn", "input_layernorm", "shared_mlp", "post_attention_layernorm"),
     "gpt_neo": ("h", "attn", "ln_1", "mlp", "ln_2"),
     "gpt_bigcode": ("h", "attn", "ln_1", "mlp", "ln_2"),
     "olmo3": ("layers", "self_attn", "self_attn", "mlp", "mlp"),
@@ -113,8 +122,17 @@ POST_NORMS = {
     "exaone4": ("post_attention_layernorm", "post_feedforward_layernorm"),
 }
 # Blocks that add r + m * output (Granite's residual_multiplier): the adapter works on m * output, the stream's share.
-SCALED = ("granite", "granitemoe")
-DECODERS = tuple(PRE_NORM_BLOCKS)
+SCALED = ("granite", "granitemoe", "granitemoeshared", "granitemoeshared_experts_only")
+# Blocks whose feed-forward output is the sum of two sub-layers' outputs: the one the block runs first, beside the
+# feed-forward sub-layer of PRE_NORM_BLOCKS (GraniteMoE-shared's experts beside its shared MLP).
+SUMMED = {"granitemoeshared": "block_sparse_moe"}
+PRE_NORM = tuple(PRE_NORM_BLOCKS)
+# Decoders of post-norm BERT layers (BERT's output modules, LN(dense(h) + r)): (layers under base_model, attention
+# output module, feed-forward output module, the intermediate in front of it).
+POST_NORM_BLOCKS: dict[str, tuple[str, str, str, str]] = {
+    "bert-generation": ("encoder.layer", "attention.output", "output", "intermediate")
+}
+DECODERS = (*PRE_NORM, *POST_NORM_BLOCKS)
 # OPT's rows: its feed-forward is no module, so the hand computations here do not fit; test_opt.py has its own.
 FLATTENED = ("opt", "opt_post_norm")
 MIXTURES_OF_EXPERTS = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss")
@@ -175,7 +193,17 @@ def _capture(module: nn.Module, store: dict[str, torch.Tensor], key: str, *, inp
 
 
 def _layers(model: nn.Module, model_type: str) -> nn.ModuleList:
-    return model.base_model.get_submodule(PRE_NORM_BLOCKS[model_type][0])
+    layers = PRE_NORM_BLOCKS[model_type][0] if model_type in PRE_NORM_BLOCKS else POST_NORM_BLOCKS[model_type][0]
+    return model.base_model.get_submodule(layers)
+
+
+def _ffn_output(layer: nn.Module, model_type: str, normed: torch.Tensor) -> torch.Tensor:
+    """The bare feed-forward's output on the normalised stream: its sub-layer's, plus the other sub-layer's the block
+    sums with it (SUMMED)."""
+    output = _first(layer.get_submodule(PRE_NORM_BLOCKS[model_type][3])(normed))  # inactive site: the bare MLP
+    if model_type in SUMMED:
+        output = output + _first(layer.get_submodule(SUMMED[model_type])(normed))
+    return output
 
 
 @pytest.mark.parametrize("model_type", DECODERS)
@@ -195,7 +223,7 @@ def test_wrapping_a_decoder_keeps_its_logits_and_loss(model_type: str) -> None:
         assert torch.equal(output.aux_loss, expected.aux_loss)
 
 
-@pytest.mark.parametrize("model_type", DECODERS)
+@pytest.mark.parametrize("model_type", PRE_NORM)
 def test_pfeiffer_on_a_decoder_is_r_plus_x_plus_adapter_of_x_plus_r(model_type: str) -> None:
     """Adapter at the last layer's feed-forward only: everything before it is the bare model's. With post-norms
     (Gemma2/3): r + LN(x + A(LN(x + r))), LN the block's norm of the feed-forward output."""
@@ -213,9 +241,11 @@ def test_pfeiffer_on_a_decoder_is_r_plus_x_plus_adapter_of_x_plus_r(model_type: 
         _capture(layer, seen, "out", input_=False),
         _capture(layer.get_submodule(PRE_NORM_BLOCKS[model_type][1]), seen, "attention", input_=False),
     ]
+    if model_type in SUMMED:
+        hooks.append(_capture(layer.get_submodule(SUMMED[model_type]), seen, "summed", input_=False))
     with torch.no_grad():
         model(**inputs)  # nothing active: the bare model
-        r, x = seen["r"], seen["x"] * _scale(model, model_type)
+        r, x = seen["r"], (seen["x"] + seen.get("summed", 0.0)) * _scale(model, model_type)
         if model_type in PARALLEL:  # the stream after attention, which the block never forms
             r = r + seen["attention"]
         adapter = model.sites_with_adapter("a")[0].adapters["a"]
@@ -229,14 +259,14 @@ def test_pfeiffer_on_a_decoder_is_r_plus_x_plus_adapter_of_x_plus_r(model_type: 
     assert (seen["out"] - (r + post(x))).abs().max() > 1e-3  # the adapter did change the layer
 
 
-@pytest.mark.parametrize("model_type", DECODERS)
+@pytest.mark.parametrize("model_type", PRE_NORM)
 def test_houlsby_on_a_decoder_is_r_plus_x_plus_adapter_of_x(model_type: str) -> None:
     """Houlsby at layer 0's attention and feed-forward; layer 0's output from the bare sub-modules by hand."""
     model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
     inputs = tiny_decoder_inputs(model_type)
     model.add_adapter("h", af.AdapterConfig.houlsby(4, leave_out=list(range(1, model.num_layers))))
     randomise_pieces(model, seed=3)
-    _, attention, attention_norm, ffn, _ = PRE_NORM_BLOCKS[model_type]
+    _, attention, attention_norm, _, _ = PRE_NORM_BLOCKS[model_type]
     layer = _layers(model.model, model_type)[0]
     seen: dict[str, torch.Tensor] = {}
     hooks = [
@@ -251,9 +281,70 @@ def test_houlsby_on_a_decoder_is_r_plus_x_plus_adapter_of_x(model_type: str) -> 
         after_attention, after_ffn = _post_norms(layer, model_type)
         middle = r + after_attention(x + _bottleneck(attention_adapter, x, F.silu))
         ffn_in = r if model_type in PARALLEL else middle  # a parallel block's feed-forward reads N(r)
-        ffn_out = _first(layer.get_submodule(ffn)(_ffn_norm(layer, model_type)(ffn_in)))  # inactive site: the bare MLP
-        ffn_out = ffn_out * _scale(model, model_type)
+        ffn_out = _ffn_output(layer, model_type, _ffn_norm(layer, model_type)(ffn_in)) * _scale(model, model_type)
         expected = middle + after_ffn(ffn_out + _bottleneck(ffn_adapter, ffn_out, F.silu))
+        model.activate(adapter="h")
+        model(**inputs)
+    for hook in hooks:
+        hook.remove()
+    assert_close(seen["out"], expected, dtype=torch.float64)
+
+
+def _capture_inputs(module: nn.Module, store: dict[str, tuple[torch.Tensor, ...]], key: str) -> Any:
+    """The positional inputs of a BERT output module, (sub-layer output before dense, residual r)."""
+    return module.register_forward_pre_hook(lambda m, args: store.__setitem__(key, args))
+
+
+@pytest.mark.parametrize("model_type", POST_NORM_BLOCKS)
+def test_pfeiffer_on_a_post_norm_decoder_is_bert_s_output_adapter(model_type: str) -> None:
+    """At the last layer's feed-forward output module, LN(dense(i) + r) becomes LN(h + A(LN(h + r)) + r), h = dense(i),
+    LN the module's own LayerNorm: the encoder's Pfeiffer site, in a causal decoder."""
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    inputs = tiny_decoder_inputs(model_type)
+    last = model.num_layers - 1
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(4, leave_out=list(range(last))))
+    randomise_pieces(model, seed=3)
+    _, _, output, _ = POST_NORM_BLOCKS[model_type]
+    layer = _layers(model.model, model_type)[last]
+    site = layer.get_submodule(output)
+    seen: dict[str, Any] = {}
+    hooks = [_capture_inputs(site, seen, "in"), _capture(layer, seen, "out", input_=False)]
+    with torch.no_grad():
+        model(**inputs)  # nothing active: the bare model
+        intermediate, r = seen["in"]
+        bare = site.base_layer
+        h = bare.dense(intermediate)
+        adapter = model.sites_with_adapter("a")[0].adapters["a"]
+        expected = bare.LayerNorm(h + _bottleneck(adapter, bare.LayerNorm(h + r), torch.relu) + r)
+        model.activate(adapter="a")
+        model(**inputs)
+    for hook in hooks:
+        hook.remove()
+    assert_close(seen["out"], expected, dtype=torch.float64)
+    assert (seen["out"] - bare.LayerNorm(h + r)).abs().max() > 1e-3  # the adapter did change the layer
+
+
+@pytest.mark.parametrize("model_type", POST_NORM_BLOCKS)
+def test_houlsby_on_a_post_norm_decoder_is_bert_s_two_adapters(model_type: str) -> None:
+    """Layer 0 by hand: LN_a(h + A(h) + r) after attention, then the feed-forward on it, LN_o(h' + A'(h') + r'), each
+    LN the adapter's own trained copy (randomised here) in place of the module's."""
+    model = af.wrap(tiny_decoder(model_type, dtype=torch.float64))
+    inputs = tiny_decoder_inputs(model_type)
+    model.add_adapter("h", af.AdapterConfig.houlsby(4, leave_out=list(range(1, model.num_layers))))
+    randomise_pieces(model, seed=3)
+    _, attention, output, intermediate = POST_NORM_BLOCKS[model_type]
+    layer = _layers(model.model, model_type)[0]
+    attention_site, output_site = layer.get_submodule(attention), layer.get_submodule(output)
+    seen: dict[str, Any] = {}
+    hooks = [_capture_inputs(attention_site, seen, "in"), _capture(layer, seen, "out", input_=False)]
+    with torch.no_grad():
+        model(**inputs)
+        context, r = seen["in"]
+        first, second = (site.adapters["h"] for site in model.sites_with_adapter("h"))
+        h = attention_site.base_layer.dense(context)
+        middle = first.layer_norm(h + _bottleneck(first, h, F.silu) + r)
+        h = output_site.base_layer.dense(layer.get_submodule(intermediate)(middle))
+        expected = second.layer_norm(h + _bottleneck(second, h, F.silu) + middle)
         model.activate(adapter="h")
         model(**inputs)
     for hook in hooks:

@@ -166,3 +166,34 @@ def test_a_parallel_blocks_feed_forward_site_hooks_the_attention_site_only_while
         assert hooked(attention_sites) == model.num_layers - 1
         model.activate()
     assert hooked(attention_sites) == 0
+
+
+def test_a_summed_feed_forward_site_hooks_the_other_sub_layer_only_while_active() -> None:
+    """GraniteMoE-shared: the shared_mlp site takes the experts' output through a forward hook on block_sparse_moe,
+    held only while the site is active; a deep copy hooks its own experts, and the site called without them says so."""
+    model = af.wrap(tiny_decoder("granitemoeshared", dtype=torch.float64)).eval()
+    inputs = tiny_decoder_inputs("granitemoeshared")
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    randomise_pieces(model, seed=5)
+    layers = model.model.base_model.layers
+
+    def hooked(model: af.AdaptedModel) -> int:
+        return sum(len(layer.block_sparse_moe._forward_hooks) for layer in model.model.base_model.layers)
+
+    assert hooked(model) == 0
+    model.activate(adapter="a")
+    assert hooked(model) == model.num_layers
+    with torch.no_grad():
+        adapted = model(**inputs).logits
+        twin = copy.deepcopy(model)
+        assert torch.equal(twin(**inputs).logits, adapted)
+        twin.activate()
+        assert hooked(twin) == 0 and hooked(model) == model.num_layers
+        model.activate(adapter="a", skip_layers=[0])
+        assert hooked(model) == model.num_layers - 1
+        model.add_adapter("h", af.AdapterConfig.houlsby(reduction_factor=4))  # reads no residual stream
+        model.activate(adapter="h")
+        with pytest.raises(af.ConfigError, match="ran without 'block_sparse_moe'"):
+            layers[0].shared_mlp(torch.zeros(1, 3, HIDDEN, dtype=torch.float64))
+        model.activate()
+    assert hooked(model) == 0
