@@ -265,11 +265,17 @@ def piece_to_adapterhub(
     return write_folder(directory, piece.kind, document, tensors, use_safetensors, overwrite)
 
 
+# Base model classes whose flex-head model adapters names otherwise than by the class's stem.
+_BASE_STEMS = {"BertGenerationEncoder": "BertGeneration"}
+
+
 def _adapter_model_class(layout: EncoderLayout) -> str:
     """adapters records the flex-head model class (BertModel -> BertAdapterModel); its load_head refuses a head
-    saved from any other class. T5ForConditionalGeneration is its own base model: T5 -> T5AdapterModel."""
+    saved from any other class. T5ForConditionalGeneration is its own base model: T5 -> T5AdapterModel, and
+    BERT-generation's base model is BertGenerationEncoder: BertGenerationAdapterModel."""
     base = layout.base_model_class
     stem = base.removesuffix("Model") if base.endswith("Model") else base.partition("For")[0]
+    stem = _BASE_STEMS.get(stem, stem)
     return f"{stem}AdapterModel"
 
 

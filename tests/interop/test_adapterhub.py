@@ -547,6 +547,19 @@ def test_head_round_trip(config, tmp_path):
         assert torch.equal(p, q)
 
 
+def test_a_bert_generation_head_is_exported_for_adapters_bert_generation_model(tmp_path):
+    """BERT-generation's base model is BertGenerationEncoder, whose flex-head model in adapters 1.3.0 is
+    BertGenerationAdapterModel (the head file names it; was refused as 'no BertGenerationEncoderAdapterModel')."""
+    source = af.wrap(tiny_encoder("bert-generation"))
+    source.add_head("h", af.ClassificationHead(num_labels=3))
+    folder = export_adapterhub(source, "head", "h", tmp_path / "h")
+    assert json.loads((folder / "head_config.json").read_text())["model_class"] == "BertGenerationAdapterModel"
+    target = af.wrap(tiny_encoder("bert-generation"))
+    target.load_head(folder)
+    for p, q in zip(source.heads["h"].parameters(), target.heads["h"].parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
 def test_an_interrupted_export_leaves_nothing_in_the_way_of_its_retry(tmp_path, monkeypatch):
     """#F9: cut off after the weights, an export used to leave them behind, and its retry refused them as maybe
     not ours. Both files are now written before either is renamed into place."""
