@@ -7,7 +7,8 @@
 prompt is tokenised with the tokenizer's special tokens (a Llama BOS), or, with the task's `chat_template`, as one user
 turn of the tokenizer's chat template followed by its generation prompt; the answer is tokenised on its own, so the
 separating space or newline belongs at the end of the prompt or the start of the answer. The end token is the
-tokenizer's eos (a chat model's end of turn), else its sep token. A prompt must give at least one token: the answer's
+tokenizer's eos (a chat model's end of turn), else its sep token; it is appended here, so an answer whose text
+holds it ("Paris.</s>") is refused. A prompt must give at least one token: the answer's
 first token is trained by the position before it, which a tokenizer without BOS (GPT-2) does not add to an empty
 prompt; load_task_data refuses blank prompts, and the encoding a prompt with no tokens.
 
@@ -38,10 +39,22 @@ class InstructionExample(NamedTuple):
 
 
 def end_token_id(tokenizer: Any) -> int:
-    """The token that ends an answer: eos, else sep (a BERT-style tokenizer); TaskError when there is neither."""
-    for candidate in (tokenizer.eos_token_id, getattr(tokenizer, "sep_token_id", None)):
-        if isinstance(candidate, int):
-            return candidate
+    """The token that ends an answer: eos, else sep (a BERT-style tokenizer); TaskError when there is neither, or when
+    it is not in the vocabulary (an eos_token set to text the vocabulary lacks gets the unknown token's id, so every
+    answer would end with, and generation stop at, the unknown token)."""
+    for name in ("eos", "sep"):
+        candidate = getattr(tokenizer, f"{name}_token_id", None)
+        if not isinstance(candidate, int):
+            continue
+        token, unknown = getattr(tokenizer, f"{name}_token", None), getattr(tokenizer, "unk_token", None)
+        if candidate == getattr(tokenizer, "unk_token_id", None) and token != unknown:  # GPT-2's unk is its eos
+            raise TaskError(
+                f"the {name} token {token!r} of the tokenizer {type(tokenizer).__name__} is not in its vocabulary "
+                f"(it gets the id {candidate} of the unknown token {unknown!r}), so every answer would end with "
+                f"{unknown!r}; set tokenizer.{name}_token to a token of its vocabulary (convert_ids_to_tokens shows "
+                "them), or add it with tokenizer.add_special_tokens and resize the model's embeddings."
+            )
+        return candidate
     raise TaskError(
         f"the tokenizer {type(tokenizer).__name__} has no eos or sep token to end an answer with; set "
         "tokenizer.eos_token (and save it with the model) before training a generation task."
@@ -119,6 +132,7 @@ def encode_instruction_batch(
                 "(it drops every character of it), so the row would train only on the end token; write the answer "
                 "or drop the row."
             )
+        check_answer_end(answer, end, tokenizer, f"task {spec.name!r}, split {split!r}, row {row}", spec, text)
         examples.append(instruction_example(ids, list(answer), end, max_length))
     return {
         "input_ids": [e.input_ids for e in examples],
@@ -127,6 +141,21 @@ def encode_instruction_batch(
         PROMPT_CUT_COLUMN: [e.truncated for e in examples],
         ANSWER_CUT_COLUMN: [e.answer_cut for e in examples],
     }
+
+
+def check_answer_end(answer: list[int], end: int, tokenizer: Any, where: str, spec: TaskSpec, text: str) -> None:
+    """Refuse an answer whose own tokens hold the end token (its text written into the answer, "Paris.</s>"): the
+    encoding appends the end token itself, so the model would learn to stop inside the answer, or to write the end
+    twice, and no greedy generation (which stops at the first end) could ever be that answer for exact_match."""
+    if end not in answer:
+        return
+    token = tokenizer.convert_ids_to_tokens(end)
+    at = "ends with" if answer.index(end) == len(answer) - 1 else "holds"
+    raise TaskError(
+        f"{where}: the answer in field {spec.label_field!r} ({text[:120]!r}) {at} the end token {token!r} "
+        f"(id {end}), which is appended to every answer already; the model would learn to stop there (or to write "
+        f"it twice), and exact_match could never match the row; remove {token!r} from the answers."
+    )
 
 
 def prompt_length(labels: list[int]) -> int:
