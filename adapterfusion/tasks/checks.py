@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from adapterfusion.tasks import fields
 from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.files import EXTENSIONS
+from adapterfusion.tasks.span_files import is_conll_file, is_squad_file
 from adapterfusion.tasks.spec import GENERATION, UNLABELLED_VALUES, TaskSpec, suggest
 from adapterfusion.tasks.squad import check_qa_split
 from adapterfusion.tasks.tagging import check_tagging_split
@@ -33,15 +36,52 @@ def _where(spec: TaskSpec, origin: str) -> str:
     return f"task {spec.name!r}, {origin}"
 
 
+_SEPARATORS = ((";", "semicolons"), ("\t", "tabs"), ("|", "'|' bars"))
+
+
+def _separated_otherwise(missing: list[str], present: list[str]) -> str | None:
+    """Why a file read as one column lacks the fields: a CSV separated by semicolons (a spreadsheet in many locales
+    writes them) or tabs reads as one column named by the whole header line, and the hint 'did you mean
+    "prompt;answer"' would have the task name that. None when the one column does not hold a missing name."""
+    if len(present) != 1:
+        return None
+    for separator, name in _SEPARATORS:
+        parts = [part.strip() for part in present[0].split(separator)]
+        if len(parts) > 1 and any(m in parts for m in missing):
+            return (
+                f"the file's one column {present[0]!r} holds the names {parts}: it is separated by {name}, not "
+                "commas; save it as comma-separated CSV (or JSON lines)."
+            )
+    return None
+
+
+def _read_as_span_format(spec: TaskSpec, origin: str) -> str | None:
+    """Why a file lacks the fields: its name made it read in a span task's own format (a .txt file as CoNLL's words
+    and tags, a .json file of {"data": ...} as SQuAD), whose columns it then shows instead of the file's."""
+    path = Path(origin)
+    if is_conll_file(path) and not spec.is_token_classification:
+        read = f"its name ({path.name}) made it read as CoNLL text (one word and its tag per line, as token tags are)"
+    elif not spec.is_extractive_qa and is_squad_file(path):
+        read = "its first key made it read as SQuAD JSON (a 'data' list of articles, as extractive QA is)"
+    else:
+        return None
+    kinds = ", ".join(EXTENSIONS)
+    return f"{read}; a {spec.kind!r} task's rows are read from CSV, JSON or JSON lines files ({kinds}): save them so."
+
+
 def _check_columns(spec: TaskSpec, dataset, origin: str) -> None:
     present = list(dataset.column_names)
     missing = [c for c in fields.required_columns(spec) if c not in present]
-    if missing:
-        hints = "".join(suggest(m, present) for m in missing)
-        raise TaskError(
-            f"{_where(spec, origin)}: missing field(s) {missing}; the file has {present}.{hints} "
-            "Fix the field names in the task description or the file."
-        )
+    if not missing:
+        return
+    why = _separated_otherwise(missing, present) or _read_as_span_format(spec, origin)
+    if why is not None:
+        raise TaskError(f"{_where(spec, origin)}: missing field(s) {missing}; {why}")
+    hints = "".join(dict.fromkeys(suggest(m, present) for m in missing))  # one hint per close name
+    raise TaskError(
+        f"{_where(spec, origin)}: missing field(s) {missing}; the file has {present}.{hints} "
+        "Fix the field names in the task description or the file."
+    )
 
 
 def _blank_text(spec: TaskSpec, origin: str, row: int, blank: list[tuple[str, str]]) -> str:

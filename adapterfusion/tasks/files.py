@@ -156,6 +156,12 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def _json_type(value: Any) -> str:
+    """A parsed JSON value's type as JSON names it (a Python list is a JSON array, a str a string)."""
+    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return names.get(type(value), type(value).__name__)
+
+
 def _json_rows(path: Path) -> int | None:
     """How many examples a JSON data file holds, read ourselves when the `datasets` builder fails (it says only that
     generating the dataset failed); a ValueError saying where the file first goes wrong ("line 6: Expecting ','
@@ -173,7 +179,15 @@ def _json_rows(path: Path) -> int | None:
             rows = json.loads(text, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as err:
             raise ValueError(f"line {err.lineno}: {err.msg} (column {err.colno})") from None
-        return len(rows) if isinstance(rows, list) else None
+        if not isinstance(rows, list):
+            return None
+        for index, row in enumerate(rows):  # `datasets` says only that generating the dataset failed
+            if row is not None and not isinstance(row, dict):
+                raise ValueError(
+                    f"item {index} of the list (row {index}): a JSON {_json_type(row)}, not an object holding the "
+                    "example's fields"
+                )
+        return len(rows)
     count = 0
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -185,7 +199,7 @@ def _json_rows(path: Path) -> int | None:
         except ValueError as err:
             raise ValueError(f"line {number}: {err}") from None
         if not isinstance(row, dict):
-            raise ValueError(f"line {number}: a JSON {type(row).__name__}, not an object holding the example's fields")
+            raise ValueError(f"line {number}: a JSON {_json_type(row)}, not an object holding the example's fields")
         count += 1
     return count
 

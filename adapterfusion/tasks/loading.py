@@ -144,9 +144,14 @@ def _hub_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[st
         if name is None:
             continue
         if name not in loaded:
+            carve = (  # a Hub dataset of one train split (instruction data often is) needs no validation split
+                " or set validation_split=None, and the validation split is carved from train"
+                if role == "validation" and "train" in spec.hub_splits
+                else ""
+            )
             raise TaskError(
                 f"task {spec.name!r}: {location} has no split {name!r} (it has {list(loaded)}); fix the task's "
-                f"{role}_split."
+                f"{role}_split{carve}."
             )
         raw[role] = _Raw(loaded[name], name, f"{location}[{name}]")
     return raw

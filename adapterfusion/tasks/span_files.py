@@ -60,7 +60,11 @@ def _squad_rows(document: Any, path: Path) -> dict[str, list[Any]]:
     for a, article in enumerate(articles):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
-            raise TaskError(f"{where}: article {a} has no 'paragraphs' list.")
+            raise TaskError(
+                f"{where}: article {a} has no 'paragraphs' list. A .json file of {{'data': [...]}} is read as SQuAD "
+                "(articles of paragraphs of questions); if its 'data' list holds one object per example, write that "
+                "list alone as the file (a JSON list of objects) or one object per line (JSON lines)."
+            )
         for p, paragraph in enumerate(paragraphs):
             context = paragraph.get("context") if isinstance(paragraph, dict) else None
             questions = paragraph.get("qas") if isinstance(paragraph, dict) else None

@@ -41,7 +41,13 @@ from adapterfusion.training.qa_loop import qa_task_data
 from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, jsonable, save_encoder, training_config_for
 from adapterfusion.training.run_state import claimed_run, options_changed
-from adapterfusion.training.setups import SetupContext, check_fusion_sources, check_source_runs, get_setup
+from adapterfusion.training.setups import (
+    SetupContext,
+    check_fusion_sources,
+    check_head_options,
+    check_source_runs,
+    get_setup,
+)
 from adapterfusion.training.store import AdapterStore, as_store, encoder_key
 
 
@@ -109,6 +115,7 @@ def train(
     recipe = get_setup(setup)
     options = recipe.resolve_options(setup_options)
     check_fusion_sources(options, spec)
+    check_head_options(options, spec)
     config = training_config_for(setup, training_config, seed)
     check_precision(config)
     check_max_examples(max_examples)

@@ -176,6 +176,18 @@ def head_config_for(task: TaskSpec, pooling: str = "cls") -> HeadConfig:
     return ClassificationHead(num_labels=task.num_labels, labels=tuple(task.label_names), pooling=pooling)
 
 
+def check_head_options(options: Mapping[str, Any], task: TaskSpec) -> None:
+    """Refuse a head option for a generation task, before any work: it has no head of ours (the language model's own
+    head predicts each answer token), so `pooling` would be accepted and have no effect on the run it names."""
+    pooling = options.get("pooling")
+    if task.is_generation and pooling is not None:
+        raise TrainingError(
+            f"setup option pooling={pooling!r} chooses how a classification head pools the tokens, but task "
+            f"{task.name!r} is a generation task, which adds no head (the language model's own head predicts each "
+            "answer token); leave pooling out"
+        )
+
+
 def _add_head(model: AdaptedModel, context: SetupContext) -> str | None:
     """A fresh head for the task, pooling as the `pooling` option says (None: the encoder's own, see
     heads/pooling.py; a decoder's is its last non-padding token). None for a generation task: the language model's

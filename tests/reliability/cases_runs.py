@@ -267,14 +267,24 @@ def _answers(folder: Path, train: list[dict[str, str]], **options: Any):
     return instruction_task("answers", data_files={r: str(p) for r, p in files.items()}, **options)
 
 
-def _train_answers(train: list[dict[str, str]], template: str | None = None, **options: Any):
-    """train(<generation task of `train` rows and task `options`>, 'st-a') on a tiny Llama whose tokenizer has the
-    chat template `template`, into the case's folder."""
+def _train_answers(
+    train: list[dict[str, str]],
+    template: str | None = None,
+    setup_options: dict[str, Any] | None = None,
+    **options: Any,
+):
+    """train(<generation task of `train` rows and task `options`>, 'st-a', setup_options=`setup_options`) on a tiny
+    Llama whose tokenizer has the chat template `template`, into the case's folder."""
 
     def prepare(folder: Path) -> Action:
         spec, llama = _answers(folder, train, **options), _tiny_llama(folder, template)
         return lambda: af.training.train(
-            spec, "st-a", encoder=llama, output_dir=folder / "runs", training_config=_LM_FAST
+            spec,
+            "st-a",
+            encoder=llama,
+            output_dir=folder / "runs",
+            training_config=_LM_FAST,
+            setup_options=setup_options,
         )
 
     return prepare
@@ -685,6 +695,24 @@ CASES: tuple[BadInput, ...] = (
         _train_answers(
             [{"prompt": "what colour is the sea ?", "answer": "\u200b"}, {"prompt": "sky", "answer": "blue"}]
         ),
+    ),
+    B(
+        "train-run-answer-holds-end-token",
+        "silent acceptances",
+        "train() of a generation task whose answers end with the end token's text ('blue [SEP]' to a tokenizer that "
+        "ends answers with [SEP]; trained on a doubled end, and exact_match could never match a row)",
+        TaskError,
+        ("split 'train', row 0", "ends with the end token '[SEP]'", "appended to every answer", "remove '[SEP]'"),
+        _train_answers([{"prompt": "what colour is the sky ?", "answer": "blue [SEP]"}]),
+    ),
+    B(
+        "train-run-generation-pooling",
+        "silent acceptances",
+        "train(<generation task>, 'st-a', setup_options={'pooling': 'mean'}) (accepted, and recorded in the run's "
+        "options, though a generation task has no head to pool for)",
+        TrainingError,
+        ("pooling='mean'", "'answers' is a generation task", "adds no head", "leave pooling out"),
+        _train_answers([{"prompt": "sky", "answer": "blue"}], setup_options={"pooling": "mean"}),
     ),
     B(
         "train-run-chat-template-raises",

@@ -37,6 +37,21 @@ def _datasets_reworded(prepare: Callable[[Path], Action]) -> Callable[[Path], Ac
     return prepared
 
 
+def _hub_of_train_only(folder: Path) -> Action:
+    """load_task_data of a generation task from a Hub dataset (replaced here) that has a train split alone, as
+    instruction datasets often do."""
+    from adapterfusion.tasks import instruction_task
+
+    rows = {"prompt": ["2+2=", "3+3="], "answer": ["4", "6"]}
+    loaded = datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)})
+
+    def action() -> object:
+        with mock.patch.object(datasets, "load_dataset", lambda *args, **kwargs: loaded):
+            return load_task_data(instruction_task("alpaca", hub_path="someone/alpaca"))
+
+    return action
+
+
 def _own_task(**changes: object) -> TaskSpec:
     fields: dict = {"name": "own", "kind": "single", "text_fields": ("text",), "label_names": ("neg", "pos")}
     return TaskSpec(**{**fields, **changes})
@@ -59,6 +74,51 @@ CASES: tuple[BadInput, ...] = (
         TaskError,
         ("train.jsonl, row 1", "field 'prompt' is blank", "first token is never trained on", "write the prompt"),
         own_file("train.jsonl", '{"prompt": "2+2=", "answer": "4"}\n{"prompt": "", "answer": "5"}\n', **GENERATION),
+    ),
+    B(
+        "generation-json-list-item-not-object",
+        GROUP,
+        "JSON file of one list whose second item is a string, not a row object (was 'could not be parsed as JSON "
+        "(DatasetGenerationError: An error occurred while generating the dataset)', naming no item)",
+        TaskError,
+        ("train.json'", "item 1 of the list (row 1)", "a JSON string, not an object", "one JSON list of objects"),
+        own_file("train.json", '[{"prompt": "2+2=", "answer": "4"}, "3+3= 6"]', **GENERATION),
+    ),
+    B(
+        "generation-json-data-key-rows",
+        GROUP,
+        "JSON file {'data': [<one object per example>]} (was read as SQuAD: 'article 0 has no paragraphs list', and "
+        "no word of how to give rows)",
+        TaskError,
+        ("train.json'", "article 0 has no 'paragraphs' list", "is read as SQuAD", "write that list alone as the file"),
+        own_file("train.json", '{"data": [{"prompt": "2+2=", "answer": "4"}]}', **GENERATION),
+    ),
+    B(
+        "generation-csv-semicolons",
+        GROUP,
+        "CSV file separated by semicolons, as a spreadsheet in many locales saves it (was: the file has one field "
+        "prompt;answer, and 'Did you mean' it twice: rename the task's fields to the header line)",
+        TaskError,
+        ("train.csv", "missing field(s) ['prompt', 'answer']", "separated by semicolons", "comma-separated CSV"),
+        own_file("train.csv", "prompt;answer\n2+2=;4\n", **GENERATION),
+    ),
+    B(
+        "generation-hub-train-split-only",
+        GROUP,
+        "generation task from a Hub dataset with a train split alone (was 'fix the task's validation_split', with "
+        "no word that None carves one from train)",
+        TaskError,
+        ("has no split 'validation'", "it has ['train']", "validation_split=None", "carved from train"),
+        _hub_of_train_only,
+    ),
+    B(
+        "generation-txt-read-as-conll",
+        GROUP,
+        "tab-separated prompt and answer in a .txt file (was: the file has id, tokens and ner_tags, the columns of "
+        "CoNLL, as which it was read, not the file's)",
+        TaskError,
+        ("train.txt", "missing field(s) ['prompt', 'answer']", "read as CoNLL text", "CSV, JSON or JSON lines files"),
+        own_file("train.txt", "2+2=\t4\n", **GENERATION),
     ),
     B(
         "pair-side-blank",
