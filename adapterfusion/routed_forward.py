@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from adapterfusion import outputs, routing
+from adapterfusion.blocks import Parallel
 from adapterfusion.errors import ConfigError
 from adapterfusion.injection.routing import ADAPTER, BLOCK, FUSION, Choice, RowRouting
 from adapterfusion.injection.state import ActiveState
@@ -39,6 +40,8 @@ def routed_forward(
     """model.forward() with a choice per example (routing.py): the sites run each row's choice, each head its rows."""
     if model.runtime.is_recording:
         raise ConfigError(ROUTED_RECORDING)
+    if isinstance(model.state.block, Parallel):  # routing.parallel_inputs made the call; checked, then repeated
+        inputs, labels = routing.repeated_for_parallel(model, model.state.block, inputs, labels, head_names)
     routed = routing.prepare(model, inputs, adapter_names, head_names, labels, output_fusion_attentions)
     head = routed.heads[0][0]
     with model.running(routed_state(model, routed.row_choices, head, routed.device)):

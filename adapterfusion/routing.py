@@ -98,14 +98,8 @@ def prepare(
             "does not run; run the fusion's examples alone: `with model.activated(fusion=...): model(**batch, "
             "output_fusion_attentions=True)`"
         )
-    heads = _check_list(head_names, "head_names") if head_names is not None else None
+    heads = _checked_heads(model, head_names) if head_names is not None else None
     if heads is not None:
-        for index, head in enumerate(heads):
-            if not isinstance(head, str):
-                raise ConfigError(
-                    f"head_names[{index}] = {head!r}: each entry names a loaded head ({model.head_names or 'none'})"
-                )
-            model.require("head", head)
         _check_same_inputs(model, heads)
     first_head = heads[0] if heads else model.active_head
     single_head = heads is None or len(set(heads)) == 1
@@ -162,6 +156,18 @@ def _example_shape(inputs: Mapping[str, Any]) -> torch.Size:
     return ids.shape if ids is not None else inputs["inputs_embeds"].shape[:-1]
 
 
+def _checked_heads(model: AdaptedModel, head_names: Any) -> list[str]:
+    """head_names as a list, each entry a loaded head's name (ConfigError / NameNotFoundError naming the entry)."""
+    heads = _check_list(head_names, "head_names")
+    for index, head in enumerate(heads):
+        if not isinstance(head, str):
+            raise ConfigError(
+                f"head_names[{index}] = {head!r}: each entry names a loaded head ({model.head_names or 'none'})"
+            )
+        model.require("head", head)
+    return heads
+
+
 def _check_list(value: Any, name: str) -> list[Any]:
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
         raise ConfigError(f"{name}={value!r} has type {type(value).__name__}; pass a list with one entry per example")
@@ -210,9 +216,10 @@ def _resolved(entry: Any) -> Choice:
 def parallel_inputs(
     block: Parallel, inputs: Mapping[str, Any], labels: Any, adapter_names: Any, head_names: Any
 ) -> tuple[dict[str, Any], Any, list[Any], Any]:
-    """A Parallel block's call as a routed one: the inputs (and labels) repeated once per child along the batch, and
-    for each copy its child as every row's adapter_names entry (AdapterHub's layout: child i has rows i*B..(i+1)*B).
-    head_names: one per example (repeated for each child's copy, as the labels are) or one per output row."""
+    """A Parallel block's call as a routed one: for each copy of the batch its child as every row's adapter_names
+    entry (AdapterHub's layout: child i has rows i*B..(i+1)*B), and head_names one per output row (given one per
+    example: repeated for each child's copy, as the labels are; or one per output row). The inputs and labels are
+    returned as given: `repeated_for_parallel` checks them as such, then repeats them once per child."""
     if adapter_names is not None:
         raise ConfigError(
             "a Parallel block is active, which runs every example once per child; pass adapter_names=... without it "
@@ -220,19 +227,12 @@ def parallel_inputs(
         )
     copies = len(block.children)
     batch = _parallel_batch(inputs, copies)
-    repeated = {
-        key: per_route(value, copies)
-        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch
-        else value
-        for key, value in inputs.items()
-    }
     if isinstance(labels, torch.Tensor) and (labels.dim() == 0 or labels.shape[0] != batch):
         given = f"{labels.shape[0]} labels" if labels.dim() else "a single value as labels"
         raise ConfigError(
             f"{given} for a batch of {batch} examples under a Parallel block of {copies} children; "
             f"pass one label per input example ({batch}): each child's copy of the batch gets the same labels"
         )
-    labels = per_route(labels, copies) if isinstance(labels, torch.Tensor) and labels.dim() else labels
     if head_names is not None:
         heads = _check_list(head_names, "head_names")
         if len(heads) not in (batch, batch * copies):
@@ -242,15 +242,36 @@ def parallel_inputs(
                 f"or one per output row ({batch * copies}, child by child)"
             )
         head_names = heads * copies if len(heads) == batch else heads
-    return repeated, labels, [child for child in block.children for _ in range(batch)], head_names
+    return dict(inputs), labels, [child for child in block.children for _ in range(batch)], head_names
+
+
+def repeated_for_parallel(
+    model: AdaptedModel, block: Parallel, inputs: Mapping[str, Any], labels: Any, head_names: Sequence[Any] | None
+) -> tuple[dict[str, Any], Any]:
+    """The inputs and labels of a call under `block` (parallel_inputs'), checked as the caller passed them, then
+    repeated once per child along the batch. Checked first, so that a refusal names the shapes given: once repeated,
+    labels of shape (3, 1) were refused as (6, 1), a 4-D mask of 3 rows as one of 6."""
+    heads = _checked_heads(model, head_names) if head_names is not None else None
+    first = heads[0] if heads else model.active_head
+    check_call(model, inputs, first, labels if heads is None or len(set(heads)) == 1 else None)
+    copies = len(block.children)
+    batch = _parallel_batch(inputs, copies)
+    repeated = {
+        key: per_route(value, copies)
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch
+        else value
+        for key, value in inputs.items()
+    }
+    return repeated, per_route(labels, copies) if isinstance(labels, torch.Tensor) and labels.dim() else labels
 
 
 # The inputs a Parallel block repeats that hold one row per example: checked as given, since once repeated a
-# mismatch would be reported against a batch the caller never passed.
+# mismatch would be reported against a batch the caller never passed. Position ids may also be one row for all.
 _PARALLEL_ROWS = (
     "input_ids", "inputs_embeds", "attention_mask", "token_type_ids",
-    "decoder_input_ids", "decoder_inputs_embeds", "decoder_attention_mask",
+    "decoder_input_ids", "decoder_inputs_embeds", "decoder_attention_mask", "position_ids", "decoder_position_ids",
 )  # fmt: skip
+_SHARED_ROW = ("position_ids", "decoder_position_ids")
 
 
 def _parallel_batch(inputs: Mapping[str, Any], copies: int) -> int:
@@ -259,7 +280,12 @@ def _parallel_batch(inputs: Mapping[str, Any], copies: int) -> int:
     the next tokens once per child, so they cannot continue the cache's rows, one per example and child."""
     key = "input_ids" if inputs.get("input_ids") is not None else "inputs_embeds"
     given = inputs.get(key)
-    if not isinstance(given, torch.Tensor):
+    if given is not None and not isinstance(given, torch.Tensor):  # as without the block, not 'needs input_ids'
+        raise ConfigError(
+            f"{key} is a {type(given).__name__}, not a torch.Tensor; pass the tokenizer's output with "
+            "return_tensors='pt', or torch.tensor(...) of it"
+        )
+    if given is None:
         raise ConfigError("a Parallel block needs input_ids or inputs_embeds with a batch dimension")
     dims = 2 if key == "input_ids" else 3
     if given.dim() < dims:
@@ -271,11 +297,20 @@ def _parallel_batch(inputs: Mapping[str, Any], copies: int) -> int:
     batch = int(given.shape[0])
     for name in _PARALLEL_ROWS:
         value = inputs.get(name)
-        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] != batch:
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.dim() < 2:  # a [seq] tensor whose length happened to equal the batch would be repeated as rows
             raise ConfigError(
-                f"{name} of shape {tuple(value.shape)} has {value.shape[0]} rows but {key} has {batch} examples; "
-                f"under a Parallel block of {copies} children pass one row per example ({batch}), as without it: "
-                "each child's copy of the batch gets the same rows"
+                f"{name} of shape {tuple(value.shape)} must be [batch, seq, ...] under a Parallel block, which "
+                f"repeats the batch once per child; give it the batch dimension of {key} ({batch} examples)"
+            )
+        rows = int(value.shape[0])
+        if rows != batch and not (rows == 1 and name in _SHARED_ROW):
+            one = " (or one row for all)" if name in _SHARED_ROW else ""
+            raise ConfigError(
+                f"{name} of shape {tuple(value.shape)} has {rows} rows but {key} has {batch} examples; under a "
+                f"Parallel block of {copies} children pass one row per example ({batch}){one}, as without it: each "
+                "child's copy of the batch gets the same rows"
             )
     past = inputs.get("past_key_values")
     if isinstance(past, Cache) and past.get_seq_length() > 0:

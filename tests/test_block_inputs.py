@@ -54,13 +54,56 @@ def _refused(model: af.AdaptedModel, match: str, **call: object) -> None:
         ),
         # was "a single value as labels for a batch of 6 examples"
         (lambda x: {**x, "labels": torch.tensor(1)}, r"a single value as labels for a batch of 3 examples"),
+        # was "position_ids of shape (2, 7) does not match the inputs' (6, 7)"
+        (
+            lambda x: {**x, "position_ids": torch.arange(7).expand(2, 7)},
+            r"position_ids of shape \(2, 7\) has 2 rows but input_ids has 3 examples; .*or one row for all",
+        ),
+        # was "token_type_ids of shape () does not match the inputs' (6, 7)"
+        (lambda x: {**x, "token_type_ids": torch.tensor(0)}, r"token_type_ids of shape \(\) must be \[batch, seq"),
+        # was "a Parallel block needs input_ids or inputs_embeds with a batch dimension"
+        (lambda x: {"input_ids": x["input_ids"].tolist()}, r"input_ids is a list, not a torch.Tensor"),
+        # the checks of every call, on the inputs as given: were "labels of shape (6, 1)", "attention_mask of shape
+        # (6, 1, 1, 7)", the batch repeated once per child
+        (lambda x: {**x, "labels": torch.tensor([[0], [1], [1]])}, r"labels of shape \(3, 1\) must be \[batch\]"),
+        (
+            lambda x: {**x, "attention_mask": x["attention_mask"][:, None, None, :].float()},
+            r"attention_mask of shape \(3, 1, 1, 7\) is a 4-D mask",
+        ),
     ],
-    ids=["one-dimensional-ids", "mask-rows", "token-type-rows", "scalar-label"],
+    ids=[
+        "one-dimensional-ids",
+        "mask-rows",
+        "token-type-rows",
+        "scalar-label",
+        "position-rows",
+        "scalar-types",
+        "list-ids",
+        "label-shape",
+        "four-dimensional-mask",
+    ],
 )
 def test_a_parallel_call_names_the_inputs_as_passed(edit, match: str) -> None:
     model = _encoder()
     model.activate(af.Parallel("a", "f"), head="h")
     _refused(model, match, **edit(tiny_inputs(batch=3)))
+
+
+def test_a_parallel_call_on_a_decoder_refuses_position_ids_as_long_as_the_batch_without_a_batch_dimension() -> None:
+    """[seq] position_ids of a batch of 7 prompts of 7 tokens: 7 'rows', which the block repeated as if they were the
+    examples' (then named against shape (14,))."""
+    model = _decoder("llama")
+    model.activate(af.Parallel("a", "b"))
+    ids = torch.randint(3, 50, (7, 7))
+    _refused(model, r"position_ids of shape \(7,\) must be \[batch, seq", input_ids=ids, position_ids=torch.arange(7))
+
+
+def test_one_row_of_position_ids_under_parallel_runs_as_every_examples() -> None:
+    model = _encoder()
+    model.activate(af.Parallel("a", "f"), head="h")
+    inputs = tiny_inputs(batch=3)
+    shared = model(**inputs, position_ids=torch.arange(7)[None]).logits
+    torch.testing.assert_close(shared, model(**inputs, position_ids=torch.arange(7).expand(3, 7)).logits)
 
 
 def test_a_parallel_call_on_an_encoder_decoder_names_the_decoder_rows_as_passed() -> None:

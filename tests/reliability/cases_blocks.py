@@ -483,4 +483,23 @@ CASES: tuple[BadInput, ...] = (
         ("['n'] hold their own LayerNorm copies", "['a'] use the encoder's", "agree on train_layer_norm"),
         _mixed_placements(lambda model: model.activate(af.Average("a", "n"))),
     ),
+    B(
+        "block-parallel-position-ids-rows",
+        GROUP,
+        "model(**batch of 3, position_ids of 2 rows) under af.Parallel('a', 'f') (was 'position_ids of shape (2, 7) "
+        "does not match the inputs' (6, 7)', a batch the caller never passed; a [seq] position_ids as long as the "
+        "batch was repeated as if it were rows)",
+        af.ConfigError,
+        ("position_ids of shape (2, 7)", "input_ids has 3 examples", "or one row for all"),
+        _parallel_call(lambda batch: {**batch, "position_ids": torch.arange(7).expand(2, 7)}),
+    ),
+    B(
+        "block-pipeline-call-adapter-names",
+        GROUP,
+        "af.pipeline('text-classification', model, tokenizer, adapter='a', head='nli')(text, adapter_names=['b']) "
+        "(was handed to the tokenizer, which ignores it: adapter a answered, unsaid)",
+        af.ConfigError,
+        ("adapter_names=['b']", "does not read it", "model(**batch, adapter_names=[...])"),
+        _piped("text-classification", "A man plays.", adapter_names=["b"]),
+    ),
 )
