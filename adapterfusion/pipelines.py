@@ -475,6 +475,7 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
             f"fusion, head and skip_layers when it builds the pipeline (this one runs {chosen or 'the bare model'}); "
             f"build another for that choice, af.pipeline(task, model, tokenizer, {given[0]}=...)"
         )
+    _refuse_unread_call_arguments(built, kwargs)
     task = built.model.task  # as PipelineModel resolved it (no alias)
     if args:
         check_pipeline_input(task, args[0])
@@ -697,6 +698,49 @@ def _refuse_unread_arguments(built: Any, tokenizer: Any, kwargs: dict[str, Any])
             f"af.pipeline, of transformers.pipeline or of its {type(built).__name__}, so transformers would ignore "
             f"{'it' if len(unread) == 1 else 'them'}; af.pipeline takes {', '.join(ours)}, and the pipeline's own "
             "settings (device, batch_size, top_k, max_new_tokens, ...)"
+        )
+
+
+# What a call's keyword means where a pipeline does not read it, said with the refusal.
+_CALL_HINTS = {
+    "adapter_names": "a pipeline runs the choice it was built with for every input; for a choice per example call "
+    "the model itself, model(**batch, adapter_names=[...])",
+    "head_names": "a pipeline runs the head it was built with for every input; for a head per example call the "
+    "model itself, model(**batch, head_names=[...])",
+}
+
+
+def _refuse_unread_call_arguments(built: Any, kwargs: dict[str, Any]) -> None:
+    """A keyword given to a call of the pipeline `built` that its task's pipeline does not read: transformers hands
+    it to the tokenizer, which ignores what it does not know (adapter_names=[...] ran the pipeline's own choice
+    unsaid), drops it (zero-shot), or fails with a TypeError inside transformers. Generation settings are the model's
+    generate()'s to check, as at build time."""
+    through = _passed_through(built)
+    if through == 1:
+        return
+    named = _PIPELINE_OWN_ARGUMENTS | set(inspect.signature(type(built)._sanitize_parameters).parameters)
+    keys = [key for key in kwargs if key not in named]
+    if not keys:
+        return
+    try:
+        steps = type(built)._sanitize_parameters(built, **{key: kwargs[key] for key in keys})
+    except TypeError:  # no **kwargs: none of them is read
+        steps = ({}, {}, {})
+    except Exception:  # noqa: BLE001 - a value the pipeline itself refuses: its own error, at the call
+        return
+    tokenizer = getattr(built, "tokenizer", None)
+    tokenizes = set(inspect.signature(type(tokenizer).__call__).parameters) if tokenizer is not None else set()
+    unread = [
+        key
+        for key in keys
+        if not any(key in (params or {}) and (step != through or key in tokenizes) for step, params in enumerate(steps))
+    ]
+    if unread:
+        key = unread[0]
+        hint = _CALL_HINTS.get(key, "give only the settings of the task's pipeline (top_k, truncation, ...)")
+        raise ConfigError(
+            f"{key}={short_repr(kwargs[key])} given to a pipeline call: its {type(built).__name__} does not read it, "
+            f"so transformers would ignore it; {hint}"
         )
 
 
