@@ -314,7 +314,7 @@ def _check_one_placement(model: AdaptedModel, names: Sequence[str]) -> None:
                     f"{names[0]!r} has {option}={getattr(first, option)!r}; an Average runs its adapters on one "
                     f"placed input, so average adapters that agree on {', '.join(AVERAGE_SHARED_OPTIONS)}"
                 )
-    copies = {name: _holds_layer_norm_copy(model, name) for name in names}
+    copies = {name: holds_layer_norm_copy(model, name) for name in names}
     if len(set(copies.values())) > 1:
         own, shared = ([name for name, held in copies.items() if held is kept] for kept in (True, False))
         raise ConfigError(
@@ -325,9 +325,10 @@ def _check_one_placement(model: AdaptedModel, names: Sequence[str]) -> None:
         )
 
 
-def _holds_layer_norm_copy(model: AdaptedModel, name: str) -> bool:
+def holds_layer_norm_copy(model: AdaptedModel, name: str) -> bool:
     """Whether adapter `name` places and ends with its own LayerNorm copy somewhere (train_layer_norm=True at a site
-    with a LayerNorm to copy; a pre-norm decoder's sites have none)."""
+    with a LayerNorm to copy; a pre-norm decoder's sites have none): an Average's adapters must agree on it, which
+    the server's Catalog records too."""
     return any(site.adapter(name).layer_norm is not None for site in model.sites_with_adapter(name))
 
 

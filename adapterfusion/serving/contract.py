@@ -35,6 +35,7 @@ from adapterfusion.blocks import (
     BlockNestingError,
     Fuse,
     Stack,
+    holds_layer_norm_copy,
     matching_fusions,
 )
 from adapterfusion.errors import ConfigError
@@ -59,6 +60,9 @@ MAX_BLOCK_DEPTH, MAX_BLOCK_CHILDREN = 4, 64
 # Adapters one block may run at each site (a stack of 64 averages of 64 adapters ran 4,096 and held the model's
 # thread for minutes), or as many as the largest loaded fusion fuses, a cost the server took on by loading it.
 MAX_BLOCK_ADAPTER_RUNS = 16
+# What the adapters of an average block must agree on (blocks.py refuses the rest when the block runs, which would
+# fail the forward the request shares): the placement options, and whether each holds its own LayerNorm copies.
+PLACEMENT_FIELDS = (*AVERAGE_SHARED_OPTIONS, "train_layer_norm")
 DEFAULT_NEW_TOKENS = 32  # what a generate request without max_new_tokens gets (at most the server's limit)
 _PIECE_KEYS = ("kind", "source", "name")
 # The longest piece name POST /v1/pieces takes (it becomes a folder name when the setup is saved, which file systems
@@ -98,7 +102,7 @@ class Catalog:
     heads: dict[str, HeadInfo]
     active: dict[str, str | None]
     generates: bool = False  # the model has a language-model head (POST /v1/generate)
-    # adapter -> its placement options (blocks.AVERAGE_SHARED_OPTIONS): an average block needs them alike
+    # adapter -> its PLACEMENT_FIELDS' values: an average block needs them alike
     placements: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     @classmethod
@@ -114,7 +118,10 @@ class Catalog:
             {"adapter": model.active_adapter, "fusion": model.active_fusion, "head": model.active_head},
             model.can_generate(),
             {
-                name: tuple(getattr(model.adapter_configs[name], option) for option in AVERAGE_SHARED_OPTIONS)
+                name: (
+                    *(getattr(model.adapter_configs[name], option) for option in AVERAGE_SHARED_OPTIONS),
+                    holds_layer_norm_copy(model, name),
+                )
                 for name in model.adapter_names
             },
         )
@@ -406,7 +413,7 @@ def _check_average(children: list[Any], catalog: Catalog, where: str) -> None:
     first_index, first = named[0]
     for index, child in named[1:]:
         for option, mine, theirs in zip(
-            AVERAGE_SHARED_OPTIONS, catalog.placements.get(child, ()), catalog.placements.get(first, ()), strict=False
+            PLACEMENT_FIELDS, catalog.placements.get(child, ()), catalog.placements.get(first, ()), strict=False
         ):
             if mine != theirs:
                 raise RequestError(

@@ -98,6 +98,16 @@ def _predict_block(block: dict[str, object]) -> Callable[[Path], Action]:
     return prepare
 
 
+def _predict_average_with_layer_norm_copies(folder: Path) -> Action:
+    """parse_predict of {"average": ["a", "n"]} on a model holding adapters a, b and n (n: train_layer_norm=True,
+    its own LayerNorm copies)."""
+    model = adapters_a_and_b("cls")
+    model.add_adapter("n", af.AdapterConfig.pfeiffer(reduction_factor=4, train_layer_norm=True))
+    catalog = Catalog.of(model)
+    body = {"inputs": ["x"], "block": {"average": ["a", "n"]}, "head": "cls"}
+    return lambda: parse_predict(body, catalog, ServeConfig())
+
+
 def _predict_naming(adapter: str) -> Callable[[Path], Action]:
     """parse_predict of a request naming `adapter`, on a model holding adapters a and b."""
 
@@ -250,5 +260,15 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("the tokenizer has 30522 tokens", "embedding table 1000", "tokenizer saved with it"),
         _served_with_its_tokenizer(vocab_size=1000),
+    ),
+    B(
+        "serve-block-average-layer-norm-copies",
+        GROUP,
+        'POST /v1/predict {"block": {"average": ["a", "n"]}} (n: train_layer_norm=True) (passed the request\'s check, '
+        "then failed the forward it shared: a traceback in the log, the batch rerun, and a 422 in Python terms, "
+        "\"Average('a', 'n'): adapters ['n'] hold their own LayerNorm copies\")",
+        af.ConfigError,
+        ("'block.average[1]' = 'n'", "train_layer_norm: true against false", "placed alike"),
+        _predict_average_with_layer_norm_copies,
     ),
 )
