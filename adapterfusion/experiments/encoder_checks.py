@@ -1,8 +1,10 @@
 """What an experiment's encoder decides when its file is read: the `encoder` value itself (a folder, a Hub id or
 the default decoder by name), the head pooling of every variant spelled out (default: the encoder's own), and the
 settings its config refuses (a max_length above its positions, layernorm-only without LayerNorms, pooling: cls on a
-decoder, a generation task on an encoder or encoder-decoder). Read from the
-encoder's config, without the network, so a bad file is refused before any job runs, not by every job.
+decoder, a generation task on an encoder or encoder-decoder or on a decoder saved without its language-model head,
+gradient_checkpointing on a model class without it), and what its tokenizer refuses of a generation task (no end
+token, a chat template it lacks or cannot apply). Read from the encoder's config and tokenizer, without the network
+or the weights, so a bad file is refused before any job runs, not by every job.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from typing import Any
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.defaults import DEFAULT_DECODER, default_decoder_gguf, default_encoder_path
 from adapterfusion.encoder_limits import check_max_length, encoder_config
-from adapterfusion.encoders import check_encoder, default_pooling
+from adapterfusion.encoders import check_encoder, default_pooling, load_tokenizer, resolve_encoder
 from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError, UnsupportedArchitectureError
 from adapterfusion.experiments.spec_checks import fail
 from adapterfusion.experiments.variants import Entry, SetupVariant, setup_option_defaults
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for_config
 from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.instruction import end_token_id, prompt_ids
 from adapterfusion.tasks.registry import get_task
 from adapterfusion.tasks.spec import EXTRACTIVE_QA, GENERATION, TOKEN_CLASSIFICATION
 from adapterfusion.training.errors import TrainingError
@@ -93,6 +96,33 @@ def check_max_lengths(settings: Iterable[tuple[str, Mapping[str, Any]]], encoder
                 check_max_length(overrides["max_length"], checked)
             except ConfigError as err:
                 raise fail(f"{path}.max_length", str(err)) from None
+
+
+def check_gradient_checkpointing(settings: Iterable[tuple[str, Mapping[str, Any]]], encoder: str | None) -> None:
+    """gradient_checkpointing: true in any of `settings` (its path in the file, its training settings) on an encoder
+    whose transformers model class does not support it (MPNet), refused from the encoder's config when the file is
+    read: each job that trains through the encoder refused it once the model had loaded
+    (training/gradient_checkpointing.py)."""
+    checked = _local_or_shipped(encoder)
+    config = encoder_config(checked) if checked is not None else None
+    if config is None:
+        return
+    from transformers import MODEL_MAPPING
+
+    try:
+        found = MODEL_MAPPING[type(config)]
+    except (KeyError, ValueError):  # a model type the base mapping lacks: left to the jobs
+        return
+    model_class = found[0] if isinstance(found, tuple) else found
+    if model_class is None or getattr(model_class, "supports_gradient_checkpointing", True):
+        return
+    for path, overrides in settings:
+        if overrides.get("gradient_checkpointing") is True:  # a swept value: in its variant's settings
+            raise fail(
+                f"{path}.gradient_checkpointing",
+                f"{model_class.__name__} (encoder {checked!r}) does not support gradient checkpointing in this "
+                "transformers version; set gradient_checkpointing: false (or leave it out)",
+            )
 
 
 def check_layernorm_only(
@@ -170,6 +200,7 @@ def check_architecture_fit(
                     "token, as transformers' *ForSequenceClassification models do) or pooling: mean, or leave it out",
                 )
     if architecture.causal:
+        _check_language_model_head(variants, tasks, encoder, shown)
         return
     kind = "an encoder-decoder" if architecture.decoder is not None else "an encoder"
     for j, task in enumerate(tasks):
@@ -180,6 +211,85 @@ def check_architecture_fit(
                 f"encoder {shown} is {kind} ({model_type}); set encoder to a decoder (e.g. default-decoder, or a "
                 "Llama/GPT-2 folder), or leave the task out",
             )
+
+
+def _headless_classes(architectures: Sequence[str]) -> list[str]:
+    """The classes in a config's `architectures` that transformers knows as models without a language-model head
+    (the bare model, LlamaModel; a classifier, LlamaForSequenceClassification); [] unless every class is one."""
+    from transformers.models.auto import modeling_auto as auto
+
+    def names(mapping: Mapping[str, str | tuple[str, ...]]) -> set[str]:
+        return {name for value in mapping.values() for name in ((value,) if isinstance(value, str) else value)}
+
+    headless = set().union(
+        *(
+            names(getattr(auto, mapping, {}))
+            for mapping in (
+                "MODEL_MAPPING_NAMES",
+                "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+                "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+                "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+            )
+        )
+    ) - names(getattr(auto, "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", {}))
+    known = [name for name in architectures if isinstance(name, str)]
+    return known if known and all(name in headless for name in known) else []
+
+
+def _check_language_model_head(
+    variants: Sequence[SetupVariant], tasks: Sequence[str], encoder: str | None, shown: str
+) -> None:
+    """A generation task on a decoder folder saved without its language-model head (from the bare model or a
+    classifier, with untied embeddings), refused from its config.json: AutoModelForCausalLM would draw the head at
+    random (transformers' load report, on stderr, is all that says so), and every run would train its adapter under
+    that head and report its answer_loss as if it were the model's."""
+    checked = _local_or_shipped(encoder)
+    config = encoder_config(checked) if checked is not None else None
+    if config is None or getattr(config, "tie_word_embeddings", True):
+        return  # tied: the head is the input embeddings, which every checkpoint of the model holds
+    saved = _headless_classes(getattr(config, "architectures", None) or [])
+    if not saved:
+        return
+    for j, task in enumerate(tasks):
+        if _task_kind(task) == GENERATION and any(variant.runs_on(task) for variant in variants):
+            raise fail(
+                f"tasks[{j}]",
+                f"{task!r} is a generation task, which trains under the decoder's language-model head, but encoder "
+                f"{shown} was saved as {', '.join(saved)}, without that head (and its embeddings are untied, so "
+                "none can be made from them): it would be drawn at random, and every run would train and score "
+                "under it. Save the model with its head (AutoModelForCausalLM.from_pretrained(...)"
+                ".save_pretrained(folder)), or leave the task out",
+            )
+
+
+_SAMPLE_PROMPT = "What is the capital of France?"  # what the chat template is tried on
+
+
+def check_generation_tokenizer(variants: Sequence[SetupVariant], tasks: Sequence[str], encoder: str | None) -> None:
+    """What the tokenizer of a local `encoder` folder refuses of the generation tasks some variant runs on, refused
+    from the tokenizer alone when the file is read (the jobs refuse the same as each encodes its data:
+    tasks/instruction.py): no eos or sep token to end an answer with, and a task's chat_template: true that the
+    tokenizer has no template for, or whose template fails on a prompt as one user turn or leaves the prompt out.
+    A Hub id's tokenizer is left to the jobs: it may have to be downloaded first."""
+    generation = [
+        (j, get_task(task))
+        for j, task in enumerate(tasks)
+        if _task_kind(task) == GENERATION and any(variant.runs_on(task) for variant in variants)
+    ]
+    checked = _local_or_shipped(encoder) if generation else None
+    if checked is None or not Path(checked).is_dir():
+        return
+    try:
+        tokenizer = load_tokenizer(resolve_encoder(checked, reach_hub=False, tokenizer=False))
+    except AdapterFusionError:  # parse_encoder has refused a tokenizer that does not load; the jobs say why
+        return
+    for j, task in generation:
+        try:
+            end_token_id(tokenizer)
+            if task.chat_template:
+                prompt_ids(tokenizer, _SAMPLE_PROMPT, chat_template=True)
+        except TaskError as err:
+            raise fail(f"tasks[{j}]", f"task {task.name!r} on encoder {checked!r}: {err}") from None
 
 
 def check_top_k(variants: Sequence[SetupVariant], entries: Sequence[Entry], encoder: str | None, key: str) -> None:

@@ -25,6 +25,7 @@ from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant
 from adapterfusion.io.paths import path_part
 from adapterfusion.run_layout import seed_folder
+from adapterfusion.tasks.spec import GENERATION
 from adapterfusion.training.run import run_dir_for
 from adapterfusion.training.store import resolve_zoo, zoo_seed
 
@@ -112,6 +113,18 @@ class Job:
 
     def encoder_dir(self, output_dir: str | Path) -> Path | None:
         return None if self.encoder_run is None else Path(output_dir) / self.encoder_run
+
+
+def train_options(spec: ExperimentSpec, job: Job) -> dict[str, Any]:
+    """The setup options a job's run is given: its own, less the `pooling` the spec spelled out for its variant
+    (encoder_checks.resolve_poolings) where the job's task is a generation task. That task has no head of ours to
+    pool for (the language model's own head predicts each answer token), and train() refuses a pooling there; a
+    variant's pooling is its heads' on the variant's other tasks. The job keeps it in its options, and so in its
+    config hash: a generation run recorded before keeps its hash and is not re-run."""
+    options = dict(job.options)
+    if job.kind == SINGLE_KIND and spec.task_specs.get(job.task, {}).get("kind") == GENERATION:
+        options.pop("pooling", None)
+    return options
 
 
 def job_id(variant: str, task: str, seed: int) -> str:

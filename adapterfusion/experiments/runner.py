@@ -34,7 +34,7 @@ from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.executors import Executor, check_executor, check_runs_here, make_executor
 from adapterfusion.experiments.jobs import JOB_LOG, JobPayload, check_data_folders, payload_options
 from adapterfusion.experiments.paths import relative_to_experiment_file
-from adapterfusion.experiments.plan import Job, plan_jobs
+from adapterfusion.experiments.plan import Job, plan_jobs, train_options
 from adapterfusion.experiments.report_files import write_report
 from adapterfusion.experiments.spec import ExperimentSpec, load_spec
 from adapterfusion.experiments.stale import settings_changed, stale_jobs
@@ -98,7 +98,7 @@ def job_payload(spec: ExperimentSpec, job: Job, resume: bool = False) -> JobPayl
         data_dir=spec.data_dir,
         store_dir=None if store is None else str(store),
         training=payload_options(job.training),
-        options=payload_options(job.options),
+        options=payload_options(train_options(spec, job)),
         max_examples=spec.max_examples,
         kind=job.kind,
         experiment_dir=str(out),

@@ -74,6 +74,8 @@ from adapterfusion.experiments.analyses import ANALYSES_KEY, parse_analyses
 from adapterfusion.experiments.encoder_checks import (
     check_architecture_fit,
     check_bottlenecks,
+    check_generation_tokenizer,
+    check_gradient_checkpointing,
     check_layernorm_only,
     check_max_lengths,
     check_top_k,
@@ -96,6 +98,7 @@ from adapterfusion.experiments.spec_checks import (
 )
 from adapterfusion.experiments.sweep import parse_select
 from adapterfusion.experiments.task_settings import (
+    check_generation_pooling,
     check_generation_setups,
     check_metrics_for_best,
     parse_fusion,
@@ -396,22 +399,24 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
     key = "variants" if recorded else "setups"
     variants = resolve_poolings(variants, entries, local_encoder, key)
     check_generation_setups(variants, tasks, task_specs)
+    if not recorded:
+        check_generation_pooling(variants, entries, tasks, task_specs)
     check_layernorm_only(variants, entries, local_encoder, key)
     check_architecture_fit(variants, entries, tasks, local_encoder, key)
+    check_generation_tokenizer(variants, tasks, local_encoder)
     check_bottlenecks(variants, entries, local_encoder, key)
     check_top_k(variants, entries, local_encoder, key)
     check_metrics_for_best(variants, entries, tasks, task_training, key)
     analyses = parse_analyses(data.get(ANALYSES_KEY), variants, tasks, base_dir)
-    check_max_lengths(
-        [
-            ("training", global_training),
-            *((f"{key}[{i}]", entry) for i, _, entry in entries),
-            *((f"{key}[{i}]", swept) for i, swept in _swept_settings(variants, entries)),
-            *((f"task_training.{task}", overrides) for task, overrides in task_training.items()),
-            *((f"{ANALYSES_KEY}[{i}]", analysis) for i, analysis in enumerate(analyses)),  # a zoo span-ablation's
-        ],
-        local_encoder,
-    )
+    settings = [
+        ("training", global_training),
+        *((f"{key}[{i}]", entry) for i, _, entry in entries),
+        *((f"{key}[{i}]", swept) for i, swept in _swept_settings(variants, entries)),
+        *((f"task_training.{task}", overrides) for task, overrides in task_training.items()),
+        *((f"{ANALYSES_KEY}[{i}]", analysis) for i, analysis in enumerate(analyses)),  # a zoo span-ablation's
+    ]
+    check_max_lengths(settings, local_encoder)
+    check_gradient_checkpointing(settings, local_encoder)
     zoo = _zoo(data.get("zoo"), base_dir)
     if zoo is not None:
         if not any(v.setup == "fusion-st-a" for v in variants):

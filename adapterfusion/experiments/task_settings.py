@@ -160,6 +160,32 @@ def check_generation_setups(
                 )
 
 
+def check_generation_pooling(
+    variants: Sequence[SetupVariant],
+    entries: Sequence[tuple[int, SetupVariant, Mapping[str, Any]]],
+    tasks: tuple[str, ...],
+    task_specs: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """A `pooling` given in a setup entry (or its sweep) that runs on generation tasks only, refused: those tasks have
+    no head of ours to pool for (the language model's own head predicts each answer token), so it would choose
+    nothing. On an entry that also runs on other tasks it is their heads' pooling (plan.train_options leaves it out
+    of the generation jobs). Not for a runner's record, whose variants carry the pooling the spec spelled out."""
+    generation = {task for task in tasks if task_specs.get(task, {}).get("kind") == GENERATION}
+    if not generation:
+        return
+    for variant, (i, _, entry) in zip(variants, entries, strict=True):
+        sweep = entry.get("sweep")
+        given = "pooling" in entry or (isinstance(sweep, Mapping) and "pooling" in sweep)
+        runs_on = [task for task in tasks if variant.runs_on(task)]
+        if given and runs_on and set(runs_on) <= generation:
+            raise fail(
+                f"setups[{i}].pooling",
+                f"chooses how a classification head pools the tokens, but {variant.id} runs on generation tasks only "
+                f"({runs_on}), which add no head (the language model's own head predicts each answer token), so it "
+                "would be ignored; leave pooling out",
+            )
+
+
 def check_metrics_for_best(
     variants: Sequence[SetupVariant],
     entries: Sequence[tuple[int, SetupVariant, Mapping[str, Any]]],

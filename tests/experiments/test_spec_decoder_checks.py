@@ -2,16 +2,21 @@
 task's own data_files win over the experiment's data_dir (jobs.data_dir_for)."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import transformers
 
 from adapterfusion.defaults import default_encoder_path
+from adapterfusion.demo import demo_data_dir
 from adapterfusion.experiments import ExperimentSpec, ExperimentSpecError
 from adapterfusion.experiments.jobs import JobPayload, data_dir_for
+from adapterfusion.experiments.plan import plan_jobs
+from adapterfusion.experiments.runner import job_payload, run_experiment
 from adapterfusion.tasks import instruction_task
 from tiny_decoders import tiny_decoder
+from tiny_experiments import FAST, SLICE
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +116,120 @@ def test_houlsby_layer_norm_copies_on_bart_are_refused_and_can_be_left_out(bart_
     assert spec(encoder=str(llama_dir), setups=["st-a-houlsby"]).variants[0].setup == "st-a-houlsby"
     with pytest.raises(ExperimentSpecError, match=r"setups\[0\].train_layer_norm: .*expected true or false"):
         spec(setups=[{"name": "st-a-houlsby", "train_layer_norm": "no"}])
+
+
+def _answers_with_data(tmp_path: Path) -> str:
+    """The generation task 'answers' over four rows of prompt and answer (the same in train and validation)."""
+    rows = "".join(json.dumps({"prompt": f"q{i} ", "answer": f"a{i}"}) + "\n" for i in range(4))
+    for split in ("train", "validation"):
+        (tmp_path / f"{split}.jsonl").write_text(rows)
+    task = instruction_task("answers", data_files={"train": "train.jsonl", "validation": "validation.jsonl"})
+    (tmp_path / "answers.json").write_text(json.dumps(task.to_dict()))
+    return str(tmp_path / "answers.json")
+
+
+def test_generation_jobs_are_given_no_pooling_and_keep_their_hashes(llama_dir, answers):
+    """The spec spells a variant's pooling out (the decoder's 'last'), and train() refuses a pooling on a generation
+    task: every generation job of an experiment failed. Its run is given none now; the job keeps it in its options
+    (and so in its config hash), and the variant's classification job keeps it."""
+    loaded = spec(encoder=str(llama_dir), tasks=["rte", "answers"], task_files=[answers])
+    jobs = {job.task: job for job in plan_jobs(loaded)}
+    assert jobs["answers"].options["pooling"] == "last"  # hashed as before
+    assert "pooling" not in job_payload(loaded, jobs["answers"]).options
+    assert job_payload(loaded, jobs["rte"]).options["pooling"] == "last"
+
+
+def test_a_generation_experiment_runs_on_a_decoder(llama_dir, tmp_path):
+    """st-a and a fusion of it on a generation task, end to end (each job failed at its start on the pooling the spec
+    spelled out for it)."""
+    summary = run_experiment(
+        {
+            "name": "answers",
+            "encoder": str(llama_dir),
+            "task_files": [_answers_with_data(tmp_path)],
+            "tasks": ["answers", "rte"],
+            "setups": ["st-a", {"name": "fusion-st-a", "tasks": ["answers"]}],
+            "data_dir": str(demo_data_dir()),
+            "max_examples": SLICE,
+            "training": {**FAST, "max_steps": 1},
+            "output_dir": str(tmp_path / "out"),
+        },
+        progress=False,
+        report=False,
+    )
+    assert summary.ok, summary.failed
+    assert sorted(summary.ran) == ["fusion-st-a/answers/seed-42", "st-a-rf16/answers/seed-42", "st-a-rf16/rte/seed-42"]
+
+
+def test_a_pooling_on_an_entry_of_generation_tasks_only_is_refused(llama_dir, answers):
+    """It would choose nothing (a generation task has no head of ours); on an entry that also runs on a
+    classification task it is that task's head's pooling."""
+    with pytest.raises(ExperimentSpecError, match=r"setups\[1\].pooling: .*st-a-rf16 runs on generation tasks only "
+                       r"\(\['answers'\]\).*leave pooling out"):  # fmt: skip
+        spec(
+            encoder=str(llama_dir),
+            tasks=["rte", "answers"],
+            task_files=[answers],
+            setups=[{"name": "head", "tasks": ["rte"]}, {"name": "st-a", "tasks": ["answers"], "pooling": "mean"}],
+        )
+    swept = {"name": "st-a", "tasks": ["answers"], "sweep": {"pooling": ["mean", "last"]}}
+    with pytest.raises(ExperimentSpecError, match=r"setups\[0\].pooling: .*runs on generation tasks only"):
+        spec(encoder=str(llama_dir), tasks=["rte", "answers"], task_files=[answers], setups=[swept])
+    mixed = spec(
+        encoder=str(llama_dir),
+        tasks=["rte", "answers"],
+        task_files=[answers],
+        setups=[{"name": "st-a", "pooling": "mean"}],
+    )
+    assert mixed.variants[0].options["pooling"] == "mean"
+
+
+@pytest.mark.parametrize("saved", ["bare", "classifier"])
+def test_a_decoder_saved_without_its_language_model_head_refuses_generation_tasks(saved, tokenizer, tmp_path, answers):
+    """AutoModelForCausalLM drew the missing head at random (transformers' load report on stderr said so), and every
+    run trained and scored under it. Tied embeddings are that head, and a classification task needs none."""
+    cls = transformers.LlamaModel if saved == "bare" else transformers.LlamaForSequenceClassification
+    for tied in (False, True):
+        config = tiny_decoder("llama", vocab_size=tokenizer.vocab_size, tie_word_embeddings=tied, pad_token_id=0).config
+        cls(config).save_pretrained(tmp_path / f"{saved}-{tied}")
+        tokenizer.save_pretrained(tmp_path / f"{saved}-{tied}")
+    untied, tied_dir = str(tmp_path / f"{saved}-False"), str(tmp_path / f"{saved}-True")
+    with pytest.raises(ExperimentSpecError, match=rf"tasks\[1\]: 'answers' is a generation task.*saved as "
+                       rf"{cls.__name__}, without that head.*save_pretrained\(folder\)"):  # fmt: skip
+        spec(encoder=untied, tasks=["rte", "answers"], task_files=[answers])
+    spec(encoder=tied_dir, tasks=["rte", "answers"], task_files=[answers])
+    spec(encoder=untied, tasks=["rte"])
+
+
+def test_a_chat_template_the_tokenizer_cannot_apply_is_refused_when_the_file_is_read(llama_dir, tokenizer, tmp_path):
+    """chat_template: true on a tokenizer without a template (or one that raises on a lone user turn) failed every
+    job of the task as it encoded its data; the tokenizer alone says so."""
+    task = instruction_task("chats", data_files={}, chat_template=True)
+    (tmp_path / "chats.json").write_text(json.dumps(task.to_dict()))
+    files = [str(tmp_path / "chats.json")]
+    with pytest.raises(ExperimentSpecError, match=r"tasks\[1\]: task 'chats' on encoder .*has no chat template"):
+        spec(encoder=str(llama_dir), tasks=["rte", "chats"], task_files=files)
+    spec(encoder=str(llama_dir), tasks=["rte", "chats"], task_files=files, setups=[{"name": "st-a", "tasks": ["rte"]}])
+    for template, works in (("{{ raise_exception('no lone turns') }}", False), ("{{ messages[0]['content'] }}", True)):
+        folder = tmp_path / f"templated-{works}"
+        shutil.copytree(llama_dir, folder)
+        templated = transformers.AutoTokenizer.from_pretrained(folder)
+        templated.chat_template = template
+        templated.save_pretrained(folder)
+        if works:
+            spec(encoder=str(folder), tasks=["rte", "chats"], task_files=files)
+        else:
+            with pytest.raises(ExperimentSpecError, match=r"tasks\[1\]: .*fails on a prompt as one user turn"):
+                spec(encoder=str(folder), tasks=["rte", "chats"], task_files=files)
+
+
+def test_a_tokenizer_with_no_token_to_end_an_answer_refuses_generation_tasks(llama_dir, tmp_path, answers):
+    """No eos and no sep token: each generation job failed as it encoded its data."""
+    folder = tmp_path / "no-end"
+    shutil.copytree(llama_dir, folder)
+    endless = transformers.AutoTokenizer.from_pretrained(folder)
+    endless.sep_token = endless.eos_token = None
+    endless.save_pretrained(folder)
+    with pytest.raises(ExperimentSpecError, match=r"tasks\[1\]: task 'answers' on encoder .*no eos or sep token"):
+        spec(encoder=str(folder), tasks=["rte", "answers"], task_files=[answers])
+    spec(encoder=str(folder), tasks=["rte"])

@@ -33,10 +33,17 @@ def _run_with_workers(workers: str) -> Callable[[Path], Action]:
 
 
 def _tiny_model(folder: Path, kind: str) -> Path:
-    """A tiny random Llama ('llama') or BERT ('bert') saved with the shipped tokenizer in the case's folder."""
+    """A tiny random Llama ('llama'), MPNet ('mpnet') or BERT ('bert') saved with the shipped tokenizer in the case's
+    folder."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
     if kind == "llama":
         model = tiny_decoder("llama", vocab_size=tokenizer.vocab_size)
+    elif kind == "mpnet":
+        mpnet = transformers.MPNetConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            vocab_size=tokenizer.vocab_size,
+        )  # fmt: skip
+        model = transformers.MPNetModel(mpnet)
     else:
         config = transformers.BertConfig(
             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
@@ -48,10 +55,18 @@ def _tiny_model(folder: Path, kind: str) -> Path:
     return folder / kind
 
 
-def _generation_task(folder: Path) -> Path:
+def _generation_task(folder: Path, **options) -> Path:
     path = folder / "answers.json"
-    path.write_text(json.dumps(instruction_task("answers", data_files={}).to_dict()))
+    path.write_text(json.dumps(instruction_task("answers", data_files={}, **options).to_dict()))
     return path
+
+
+def _chat_task_without_template(folder: Path) -> Action:
+    """An experiment of the generation task 'answers' with chat_template: true on a tiny Llama saved with the shipped
+    (BERT) tokenizer, which has no chat template."""
+    task = str(_generation_task(folder, chat_template=True))
+    model = str(_tiny_model(folder, "llama"))
+    return experiment(encoder=model, task_files=[task], tasks=["rte", "answers"], setups=["st-a"])(folder)
 
 
 def _on(model: str, generation: bool = False, **changes) -> Callable[[Path], Action]:
@@ -84,6 +99,17 @@ def _llama_that_cannot_pad(folder: Path) -> Action:
     tiny_decoder("llama", vocab_size=tokenizer.vocab_size).save_pretrained(folder / "llama")
     tokenizer.save_pretrained(folder / "llama")
     return experiment(encoder=str(folder / "llama"), setups=["st-a"])(folder)
+
+
+def _llama_without_lm_head(folder: Path) -> Action:
+    """An experiment of the generation task 'answers' on a tiny Llama saved as the bare LlamaModel, with untied
+    embeddings: its folder holds no language-model head."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    config = tiny_decoder("llama", vocab_size=tokenizer.vocab_size, tie_word_embeddings=False).config
+    transformers.LlamaModel(config).save_pretrained(folder / "llama")
+    tokenizer.save_pretrained(folder / "llama")
+    tasks = {"task_files": [str(_generation_task(folder))], "tasks": ["answers"], "setups": ["st-a"]}
+    return experiment(encoder=str(folder / "llama"), **tasks)(folder)
 
 
 def _run_in(folder: Path, data: str) -> Action:
@@ -141,6 +167,51 @@ CASES: tuple[BadInput, ...] = (
             setups=["st-a"],
             analyses=[{"kind": "span-ablation", "variant": "st-a-rf16"}],
         ),
+        cli=True,
+    ),
+    B(
+        "experiment-pooling-on-generation-tasks-only",
+        GROUP,
+        "setups: [{name: st-a, tasks: [answers], pooling: mean}] with 'answers' a generation task, on a Llama "
+        "(planned, then every job failed: train() refuses a pooling on a generation task)",
+        ExperimentSpecError,
+        ("setups[0].pooling", "runs on generation tasks only (['answers'])", "leave pooling out"),
+        _on(
+            "llama",
+            generation=True,
+            tasks=["rte", "answers"],
+            setups=[{"name": "st-a", "tasks": ["answers"], "pooling": "mean"}],
+        ),
+        cli=True,
+    ),
+    B(
+        "experiment-generation-on-decoder-without-lm-head",
+        GROUP,
+        "a generation task on a decoder folder saved as the bare LlamaModel with untied embeddings (ran: "
+        "AutoModelForCausalLM drew the LM head at random, and the runs trained and reported under it)",
+        ExperimentSpecError,
+        ("tasks[0]", "saved as LlamaModel, without that head", "drawn at random", "save_pretrained(folder)"),
+        _llama_without_lm_head,
+        cli=True,
+    ),
+    B(
+        "experiment-generation-chat-template-missing",
+        GROUP,
+        "a generation task with chat_template: true on a decoder whose tokenizer has no chat template (planned, "
+        "then every job of the task failed as it encoded its data)",
+        ExperimentSpecError,
+        ("tasks[1]", "task 'answers'", "has no chat template", "set chat_template=False"),
+        _chat_task_without_template,
+        cli=True,
+    ),
+    B(
+        "experiment-gradient-checkpointing-unsupported",
+        GROUP,
+        "training: {gradient_checkpointing: true} on an MPNet encoder, whose model class does not support it "
+        "(planned, then every st-a job failed once the encoder had loaded)",
+        ExperimentSpecError,
+        ("training.gradient_checkpointing", "MPNetModel", "does not support gradient checkpointing", "false"),
+        _on("mpnet", setups=["st-a"], training={"gradient_checkpointing": True}),
         cli=True,
     ),
     B(
