@@ -249,12 +249,42 @@ def fusion_attention_by_target(report: Report, variant: str) -> dict[str, Fusion
     return {task: average_activations(runs[task]) for task in report.tasks if runs.get(task)}
 
 
+_LOSS_ONLY = "scored by a loss (lower is better, e.g. a generation task's answer_loss), which is not in percent"
+
+
+def _delta_note(report: Report) -> str:
+    """Why Figure 3 was not drawn: no finished `full` run, no other setup beside it, or (an experiment of generation
+    tasks) no task they share scored in percent, so that the note does not ask for runs that have finished."""
+    full = next((v["id"] for v in report.variants if v["setup"] == "full"), None)
+    finished = set(report.task_means(full)) if full else set()
+    if not finished:
+        return "Figure 3 (delta vs Full) needs finished `full` runs."
+    if not set(report.averaged(report.tasks)) & finished:
+        return f"Figure 3 (delta vs Full) plots differences in points; every task `{full}` finished is {_LOSS_ONLY}."
+    return f"Figure 3 (delta vs Full) needs another setup's results beside `{full}`'s."
+
+
+def _tradeoff_note(report: Report) -> str:
+    """Why the trade-off curve was not drawn; as _delta_note, the tasks the variants share may all be losses."""
+    ran = [v["id"] for v in report.variants if v["setup"] in TRADEOFF_SETUPS and report.task_means(v["id"])]
+    shared = set(report.tasks).intersection(*(report.task_means(v) for v in ran)) if ran else set()
+    if len(ran) >= 2 and shared and not shared & set(report.averaged(report.tasks)):
+        return (
+            "The accuracy vs trained-parameters curve plots mean scores in percent; every task its setups share is "
+            f"{_LOSS_ONLY}."
+        )
+    return (
+        f"The accuracy vs trained-parameters curve needs two or more of {', '.join(TRADEOFF_SETUPS)} with results "
+        "on a common task."
+    )
+
+
 def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
     """Every figure the report's results allow, as PNGs in `directory`; added to report.figures / figure_notes."""
     directory = Path(directory)
     written: list[Path | None] = [plot_delta_vs_full(report, directory / "figure3_delta_vs_full.png")]
     if written[-1] is None:
-        report.figure_notes.append("Figure 3 (delta vs Full) needs finished `full` runs.")
+        report.figure_notes.append(_delta_note(report))
     for variant in report.variants:
         by_target = fusion_attention_by_target(report, variant["id"])
         if by_target:
@@ -273,10 +303,7 @@ def write_figures(report: Report, directory: str | os.PathLike) -> list[Path]:
             )
     written.append(plot_tradeoff(report, directory / "tradeoff_parameters.png"))
     if written[-1] is None:
-        report.figure_notes.append(
-            "The accuracy vs trained-parameters curve needs two or more of "
-            f"{', '.join(TRADEOFF_SETUPS)} with results on a common task."
-        )
+        report.figure_notes.append(_tradeoff_note(report))
     figures = [p for p in written if p is not None]
     report.figures.extend(figures)
     return figures

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from adapterfusion.experiments import ExperimentSpec, ResultsStore, plan_jobs
+from adapterfusion.experiments.figures import write_figures
 from adapterfusion.experiments.report import build_report
 from adapterfusion.experiments.selection import MEAN_COLUMN, select, selection_tables
 
@@ -109,3 +110,20 @@ def test_accuracy_only_reports_keep_their_notes(tmp_path):
     assert table1.notes[0].startswith("Dev-set accuracy in percent: mean ± sample standard deviation")
     assert len(table1.notes) == 1 and len(table2.notes) == 1
     assert table1.cell("mean", "st-a-rf16").text == "13.00"
+
+
+def test_figure_notes_say_a_loss_is_why_a_finished_full_run_drew_nothing(tmp_path):
+    """Tasks all scored by a loss (generation tasks): Figure 3 and the trade-off plot percent and draw nothing, and
+    their notes asked for `full` runs that had finished, and for results on a common task that the setups had."""
+    scores = {(variant, task): 2.0 for variant in ("st-a-rf16", "full") for task in METRIC}
+    losses = dict.fromkeys(METRIC, "answer_loss")
+    report = build_report(_fake(tmp_path / "out", ["st-a", "full"], scores, metric=losses))
+    for variant in ("st-a-rf16", "full"):
+        report.parameters[variant] = [1000 if variant == "full" else 10]
+    assert write_figures(report, tmp_path / "figures") == []
+    delta, tradeoff = report.figure_notes
+    assert "every task `full` finished is scored by a loss" in delta and "needs finished" not in delta
+    assert "every task its setups share is scored by a loss" in tradeoff and "common task" not in tradeoff
+    accuracy = build_report(_fake(tmp_path / "acc", ["st-a"], scores, metric=dict.fromkeys(METRIC, "accuracy")))
+    write_figures(accuracy, tmp_path / "acc-figures")
+    assert accuracy.figure_notes[0] == "Figure 3 (delta vs Full) needs finished `full` runs."
