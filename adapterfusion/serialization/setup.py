@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import tempfile
 import warnings
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
 from adapterfusion._validation import check_bool, check_name, check_names, naming_file, reject_unknown_keys
@@ -69,6 +71,7 @@ from adapterfusion.serialization.pieces import (
     weights_path,
 )
 from adapterfusion.serialization.provenance import describe_origin
+from adapterfusion.trainable import own_head_parameters
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -232,6 +235,7 @@ def save_pretrained(
             **model.fingerprint.to_dict(),
             "class": type(model.model).__name__,
             "weights_sha256": encoder_digest(model),
+            **_own_head_record(model),
         },
         "pieces": [{"kind": kind, "name": name} for kind in PIECE_KINDS for name in chosen[kind]],
         "active": ActiveSetup.of(model).restricted(chosen).to_dict(),
@@ -441,6 +445,7 @@ def from_pretrained(
                 kind, name = piece["kind"], piece["name"]
                 _check_config_digest(folder, piece)
                 getattr(model, f"load_{kind}")(folder / piece_folder(kind, name), name=name)
+        _check_own_head(model, index["base_model"], folder / SETUP_FILE)
         active = ActiveSetup.from_dict(index.get("active", {}), folder / SETUP_FILE)
         active.check_listed(index["pieces"], folder / SETUP_FILE)
         with naming_file(folder / SETUP_FILE):  # a skip_layers or fusion step the file holds is fixed in the file
@@ -449,6 +454,49 @@ def from_pretrained(
         model.unload()
         raise
     return model
+
+
+OWN_HEAD_DIGEST = "own_head_sha256"  # base_model's record of the wrapped task model's own output layer
+
+
+def _own_head_digest(model: AdaptedModel) -> tuple[str, list[str]] | None:
+    """sha256 of the wrapped task model's own output layer (trainable.own_head_parameters: score, classifier) as
+    float32, with those parameters' names; None for a bare or language model."""
+    parameters = own_head_parameters(model)
+    if not parameters:
+        return None
+    ids = {id(parameter) for parameter in parameters}
+    names = [name for name, parameter in model.model.named_parameters() if id(parameter) in ids]
+    digest = hashlib.sha256()
+    for parameter in parameters:
+        digest.update(parameter.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest(), names
+
+
+def _own_head_record(model: AdaptedModel) -> dict[str, str]:
+    """The index's record of the task model's own output layer, which the setup does not hold (it is the base
+    model's), for from_pretrained to compare (a freshly wrapped task model's is trainable too, so whether it was
+    trained cannot be told here)."""
+    found = _own_head_digest(model)
+    return {} if found is None else {OWN_HEAD_DIGEST: found[0]}
+
+
+def _check_own_head(model: AdaptedModel, saved: Mapping[str, Any], index: Path) -> None:
+    """Warn when the task model's own output layer differs from the one the setup was saved with: the setup does
+    not hold it, and the base's (a checkpoint without it draws it at random) gave other outputs with no word."""
+    recorded = saved.get(OWN_HEAD_DIGEST)
+    found = _own_head_digest(model)
+    if not isinstance(recorded, str) or found is None or found[0] == recorded:
+        return
+    warnings.warn(
+        f"{index}: the base's own output layer ({', '.join(found[1][:4])}) holds other weights than the "
+        f"{type(model.model).__name__} the setup was saved on, and the setup does not hold it (it is the base "
+        "model's): the model's own outputs (with no head of ours active) differ from those it gave, and weights "
+        "trained in it (train_adapter with no head of ours) are lost. Pass as base the model the setup was saved "
+        "on, or train a head of ours (add_head), which a setup saves",
+        BaseModelMismatchWarning,
+        stacklevel=3,
+    )
 
 
 def _check_config_digest(folder: Path, piece: Mapping[str, Any]) -> None:
@@ -509,7 +557,77 @@ def _base_encoder(
         return base
     encoder = resolve_encoder(base, tokenizer=False)
     _check_base_type(encoder.folder, saved, index)
-    return load_encoder_model(encoder, _saved_class(saved, index))
+    class_name = _saved_class(saved, index)
+    model = load_encoder_model(encoder, class_name)
+    _check_base_parts(encoder.folder, model, class_name, saved, index)
+    return model
+
+
+def _checkpoint_names(folder: Path) -> set[str] | None:
+    """The tensor names of the local checkpoint in `folder` (its safetensors headers or shard index; no tensor is
+    read), or None where they cannot be told cheaply (a pickle checkpoint, none at all)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        index = folder / "model.safetensors.index.json"
+        if index.is_file():
+            document = json.loads(index.read_text(encoding="utf-8"))
+            weight_map = document.get("weight_map") if isinstance(document, dict) else None
+            return set(weight_map) if isinstance(weight_map, dict) else None
+        single = folder / "model.safetensors"
+        if single.is_file():
+            with safe_open(str(single), framework="pt") as handle:
+                return set(handle.keys())
+    except (OSError, ValueError, RuntimeError, SafetensorError):  # unreadable: transformers' load said so, or coped
+        return None
+    return None
+
+
+def _check_base_parts(
+    folder: Path | None, model: nn.Module, class_name: str | None, saved: Mapping[str, Any], index: Path
+) -> None:
+    """Refuse a base folder whose checkpoint lacks a part of the class the setup was saved on: its LM head (a bare
+    LlamaModel's folder loaded as LlamaForCausalLM, whose lm_head is then drawn at random) or, for an
+    encoder-decoder, its whole decoder (a T5EncoderModel's folder loaded as T5ForConditionalGeneration).
+    transformers fills such weights at random and only logs it, so generate() and every output through them was
+    noise with no error. A part is looked for by its top-level name only (weights inside it that transformers
+    renames on load, such as LayerNorm gamma, still match); a part tied to the input embeddings is none of its own;
+    a checkpoint whose names cannot be read cheaply (a pickle, a Hub id) is not checked."""
+    if folder is None or class_name is None:
+        return
+    names = _checkpoint_names(folder)
+    if not names:
+        return
+
+    def held(part: str) -> bool:
+        return any(name.startswith(f"{part}.") or f".{part}." in name for name in names)
+
+    lacking: list[str] = []
+    base = getattr(model, "base_model", model)
+    get_output, get_input = getattr(model, "get_output_embeddings", None), getattr(model, "get_input_embeddings", None)
+    head = get_output() if callable(get_output) else None
+    # Only the pretrained LM head (and the part holding it: BERT's `cls`): a task head (score, classifier) is
+    # drawn anew for the task from any pretrained checkpoint, so one lacking it is no other model.
+    parts = [
+        (part, module)
+        for part, module in model.named_children()
+        if head is not None and module is not base and any(inner is head for inner in module.modules())
+    ]
+    tied = base if base is not model else get_input() if callable(get_input) else None
+    shared = {id(parameter) for parameter in tied.parameters()} if isinstance(tied, nn.Module) else set()
+    for part, module in parts:
+        own = [parameter for parameter in module.parameters() if id(parameter) not in shared]
+        if own and not held(part):
+            lacking.append(f"its {part} ({part}.*)")
+    if saved.get("decoder_layers") is not None and not held("decoder"):
+        lacking.append("its whole decoder (decoder.*)")
+    if lacking:
+        raise IncompatibleModelError(
+            f"{index} was saved on a {class_name}, but the base {str(folder)!r} holds a checkpoint without "
+            f"{' or '.join(lacking)}: it was saved from a model without that part (AutoModel, or an encoder alone), "
+            "and transformers would fill it with random weights, making every output that passes through it noise. "
+            f"Pass the folder of the whole model, saved from {class_name}, or the loaded model itself as base"
+        )
 
 
 def _saved_class(saved: Mapping[str, Any], index: Path) -> str | None:

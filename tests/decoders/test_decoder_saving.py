@@ -5,6 +5,7 @@ wrapped model's LM head."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -178,3 +179,29 @@ def test_a_bf16_setup_loads_into_fp32_and_back_unchanged(model_type: str, tmp_pa
         value = saved[key]
         assert widened[key].dtype == torch.float32 and torch.equal(widened[key], value.float()), key
         assert restored[key].dtype == torch.bfloat16 and torch.equal(restored[key], value), key
+
+
+def test_a_task_models_own_output_layer_left_out_of_a_setup_is_said(tmp_path: Path) -> None:
+    """A GPT-2 sequence classifier's own `score`, trained with no head of ours, was silently dropped: save_pretrained
+    does not hold it, and from_pretrained onto the base gave the base's score, other outputs with no word. The index
+    now records its digest and the load warns; a setup whose base holds the same score loads without a word."""
+    from transformers import GPT2ForSequenceClassification
+
+    from adapterfusion.trainable import train_adapter
+    from tiny_decoders import tiny_decoder_config
+
+    torch.manual_seed(0)
+    base = GPT2ForSequenceClassification(tiny_decoder_config("gpt2", num_labels=2)).eval()
+    base.save_pretrained(tmp_path / "base")
+    model = af.wrap(base)
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    model.save_pretrained(tmp_path / "untrained")  # as the base holds it: nothing to say
+    train_adapter(model, "a")  # no head of ours: the task model's own score trains
+    with torch.no_grad():
+        model.model.score.weight.add_(1.0)
+    model.save_pretrained(tmp_path / "trained")
+    with pytest.warns(af.BaseModelMismatchWarning, match=r"own output layer \(score.weight\) holds other weights"):
+        af.AdaptedModel.from_pretrained(tmp_path / "base", tmp_path / "trained")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", af.BaseModelMismatchWarning)
+        af.AdaptedModel.from_pretrained(tmp_path / "base", tmp_path / "untrained")
