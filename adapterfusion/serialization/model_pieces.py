@@ -246,6 +246,13 @@ def _load_site_tensors(
     the model's sites; `placed_by` the adapter configs that decide where the piece sits (an adapter's own, or the
     fused adapters' for a fusion)."""
     per_site = by_site(piece.tensors)
+    if not per_site and any(module.state_dict() for module in modules.values()):
+        # an empty weights file: each site's "weights do not match the saved config (missing [...])" blamed the config
+        raise SerializationError(
+            f"{piece.source}: the {piece.kind} file holds no weights at all, where its config places weights at "
+            f"{len(modules)} sites of this model; the weights file was written empty or cut short. Save the "
+            f"{piece.kind} again"
+        )
     placed = {site.key for site in modules}
     stray = sorted(set(per_site) - placed)
     foreign = [key for key in stray if key not in {site.key for site in sites}]
@@ -317,4 +324,24 @@ def _load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str |
             if part
         )
         raise SerializationError(f"{source}: weights do not match the saved config ({detail})")
+    _check_castable(state, own, source)
     module.load_state_dict(state)
+
+
+def _check_castable(state: Mapping[str, torch.Tensor], own: Mapping[str, torch.Tensor], source: str | Path) -> None:
+    """Refuse saved weights that the model's dtype cannot hold: load_state_dict casts them without a word, and a
+    float32 weight beyond float16's range (65504) became inf in a float16 model, so every output through it was
+    NaN, far from the file that caused it (a file's own NaN or inf check_weights refuses before)."""
+    for key, value in state.items():
+        target = own[key].dtype
+        if value.dtype == target or not target.is_floating_point:
+            continue
+        bad = int((~torch.isfinite(value.to(target))).sum())
+        if bad:
+            largest = float(value.detach().abs().max())
+            raise IncompatibleModelError(
+                f"{source}: weight {key!r} ({str(value.dtype).removeprefix('torch.')}) holds {bad} value(s) beyond "
+                f"what this model's {str(target).removeprefix('torch.')} can hold (largest magnitude {largest:.4g}): "
+                "cast, they would become inf and turn every output through them into NaN. Load the model in "
+                "float32 or bfloat16 (dtype=torch.float32) to use this piece"
+            )

@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
-from adapterfusion._validation import check_bool, check_has_values, check_piece_name, naming_file
+from adapterfusion._validation import check_bool, check_has_values, check_piece_name, naming_file, short_repr
 from adapterfusion._version import __version__
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoders import check_not_model_folder
@@ -186,6 +186,14 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
         path, f"save the {kind} again, or load another folder", missing=f"the folder holds {present or 'nothing'}"
     )
     document = read_json(path)
+    if isinstance(document, dict) and "peft_type" in document and document.get("format") != PIECE_FORMAT:
+        # PEFT names its config adapter_config.json too; "format/kind fields do not match" did not say whose it is
+        raise SerializationError(
+            f"{path} is a PEFT adapter's config (peft_type={short_repr(document['peft_type'])}), not an adapter "
+            f"that adapterfusion or AdapterHub saved: load_{kind} reads those two formats only. Load a PEFT adapter "
+            "with peft (PeftModel.from_pretrained), or pass the folder of an adapter saved by save_adapter or "
+            "AdapterHub"
+        )
     if not isinstance(document, dict) or document.get("format") != PIECE_FORMAT or document.get("kind") != kind:
         raise SerializationError(f"{path} is not an adapterfusion {kind} config (format/kind fields do not match)")
     if document.get("format_version") != PIECE_FORMAT_VERSION:

@@ -18,7 +18,7 @@ from unittest import mock
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModel
+from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 import adapterfusion as af
 from adapterfusion.interop import export_adapterhub
@@ -26,7 +26,7 @@ from adapterfusion.io.paths import TEMP_NAME_EXTRA, name_max
 from adapterfusion.serialization import setup as saved_setups
 from adapterfusion.training.store import AdapterStore
 from catalogue import Action, BadInput, a_file, cli, edit_json, load_into, read_only, saved_piece
-from tiny_decoders import randomise_pieces
+from tiny_decoders import randomise_pieces, tiny_decoder
 from tiny_models import tiny_encoder
 
 B = BadInput
@@ -358,6 +358,36 @@ def _setup_with_a_piece_at_its_root(folder: Path) -> Action:
     return load_into(_model(), "adapter", folder / "s")
 
 
+DECODER_HUB = Path(__file__).resolve().parents[1] / "fixtures" / "adapterhub" / "decoders"
+
+
+def _hub_t5_emptied(kind: str) -> Callable[[Path], Action]:
+    """AdapterHub's T5 `kind` (adapter pf_cross, or fusion pf_cross_dynamic over its adapters) copied with its
+    weights file rewritten holding no tensor, loaded into the T5 it was saved from."""
+
+    def prepare(folder: Path) -> Action:
+        source = DECODER_HUB / "t5" / ("adapters/pf_cross" if kind == "adapter" else "fusions/pf_cross_dynamic")
+        copy = Path(shutil.copytree(source, folder / kind))
+        weights = "adapter.safetensors" if kind == "adapter" else "model_adapter_fusion.safetensors"
+        save_file({}, copy / weights)
+        model = af.wrap(AutoModelForSeq2SeqLM.from_pretrained(DECODER_HUB / "t5" / "base_model"))
+        if kind == "fusion":
+            for name in ("pf_cross", "pf_cross_tanh"):
+                model.load_adapter(DECODER_HUB / "t5" / "adapters" / name)
+        return load_into(model, kind, copy)
+
+    return prepare
+
+
+def _peft_folder(folder: Path) -> Action:
+    """A PEFT LoRA's folder (adapter_config.json with peft_type, adapter_model.safetensors), loaded with
+    load_adapter into a tiny GPT-2."""
+    (folder / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8, "target_modules": ["c_attn"]}')
+    save_file({"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight": torch.zeros(8, 32)}, folder / "a.st")
+    (folder / "a.st").rename(folder / "adapter_model.safetensors")
+    return load_into(af.wrap(tiny_decoder("gpt2")), "adapter", folder)
+
+
 CASES: tuple[BadInput, ...] = (
     # ---- flags given as strings: "no" is truthy -----------------------------------------------------------------
     B(
@@ -601,5 +631,32 @@ CASES: tuple[BadInput, ...] = (
         ("--json", "notes.json", "never overwrite a file we did not write", "move that file away"),
         _json_onto_user_file,
         cli=True,
+    ),
+    B(
+        "adapterhub-t5-adapter-weights-empty",
+        "saved files",
+        "AdapterHub's T5 cross adapter whose adapter.safetensors holds no tensor (was 'weights do not match the saved "
+        "config (missing [...])', blaming the config)",
+        af.SerializationError,
+        ("/adapter: the adapter file", "holds no weights at all", "6 sites", "Save the adapter again"),
+        _hub_t5_emptied("adapter"),
+    ),
+    B(
+        "adapterhub-t5-fusion-weights-empty",
+        "saved files",
+        "AdapterHub's T5 fusion over cross adapters whose model_adapter_fusion.safetensors holds no tensor (was "
+        "'weights do not match the saved config (missing [...])')",
+        af.SerializationError,
+        ("holds no weights at all", "6 sites", "Save the fusion again"),
+        _hub_t5_emptied("fusion"),
+    ),
+    B(
+        "load-adapter-peft-folder",
+        "saved files",
+        "load_adapter(<a PEFT LoRA's folder>) on a GPT-2 (was 'is not an adapterfusion adapter config (format/kind "
+        "fields do not match)', which did not say whose file it is)",
+        af.SerializationError,
+        ("adapter_config.json", "PEFT adapter's config", "peft_type='LORA'", "PeftModel.from_pretrained"),
+        _peft_folder,
     ),
 )
