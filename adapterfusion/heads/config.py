@@ -20,6 +20,10 @@ from adapterfusion.errors import ConfigError, IncompatibleModelError
 
 POOLINGS = ("cls", "mean", "last")  # last: the last non-padding token, what a decoder has read whole
 HEAD_ACTIVATIONS = ("tanh", "relu", "gelu", "swish")
+# A head is a few layers on the pooled output (AdapterHub: 1 to 3). A head config of a million layers (a typo, or a
+# file handed to the server's POST /v1/pieces) built that many hidden x hidden layers and held the model's thread.
+MAX_HEAD_LAYERS = 64
+_WHY_MAX_LAYERS = " (a prediction head is a few linear layers on the pooled output: AdapterHub's are 1 to 3)"
 
 
 @reject_unknown_fields
@@ -46,7 +50,7 @@ class HeadConfig:
                 f"num_labels={self.num_labels}: a classification head over one class learns nothing (its loss is "
                 "always 0); use num_labels=2 for a yes/no task, or af.RegressionHead() for one real value"
             )
-        check_int(self.layers, "layers", minimum=1)
+        check_int(self.layers, "layers", minimum=1, maximum=MAX_HEAD_LAYERS, why_maximum=_WHY_MAX_LAYERS)
         check_choice(self.activation, HEAD_ACTIVATIONS, "head activation")
         check_number(self.dropout, "head dropout", minimum=0, below=1, expected="a number in [0, 1)")
         if self.pooling is not None:

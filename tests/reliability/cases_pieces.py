@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModel
+from transformers import AutoModel, T5EncoderModel
 
 import adapterfusion as af
 from adapterfusion.heads.config import HEAD_KINDS
@@ -231,6 +231,40 @@ def _setup_index(edit: Callable[[dict], None]) -> Callable[[Path], Action]:
         return lambda: af.AdaptedModel.from_pretrained(folder / "base", folder / "setup")
 
     return prepare
+
+
+def _setup_on_partial_base(model_type: str, save_part: Callable[[Any, Path], None]) -> Callable[[Path], Action]:
+    """A tiny `model_type` setup (adapter a) saved on its *ForCausalLM / *ForConditionalGeneration, loaded with
+    from_pretrained onto a base folder that `save_part` wrote from part of that model (the bare model, the encoder)."""
+
+    def prepare(folder: Path) -> Action:
+        whole = tiny_decoder(model_type)
+        save_part(whole, folder / "base")
+        model = af.wrap(whole)
+        model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+        model.save_pretrained(folder / "setup")
+        return lambda: af.AdaptedModel.from_pretrained(folder / "base", folder / "setup")
+
+    return prepare
+
+
+def _save_t5_encoder(whole: Any, folder: Path) -> None:
+    """The encoder stack of a T5 alone, as T5EncoderModel saves it (its config.json says is_encoder_decoder=false)."""
+    encoder = T5EncoderModel(whole.config)
+    encoder.load_state_dict(whole.state_dict(), strict=False)
+    encoder.save_pretrained(folder)
+
+
+def _adapter_beyond_float16(folder: Path) -> Action:
+    """A tiny GPT-2 adapter (float32) whose up-projection holds 1e5, loaded into the same GPT-2 in float16."""
+    model = af.wrap(tiny_decoder("gpt2"))
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".adapters.a." in name and name.endswith("up.weight"):
+                parameter.fill_(1e5)
+    saved = model.save_adapter("a", folder / "a")
+    return load_into(af.wrap(tiny_decoder("gpt2", dtype=torch.float16)), "adapter", saved)
 
 
 CASES: tuple[BadInput, ...] = (
@@ -735,6 +769,15 @@ CASES: tuple[BadInput, ...] = (
         _construct(af.FusionConfig.from_name, name="dynamc"),
     ),
     B(
+        "head-config-a-million-layers",
+        "model calls",
+        "af.ClassificationHead(layers=1_000_000) (was accepted: adding it built a million hidden x hidden layers, "
+        "and a server loading such a head_config.json through POST /v1/pieces hung its model thread)",
+        af.ConfigError,
+        ("layers=1000000", "at most 64", "a few linear layers"),
+        _construct(af.ClassificationHead, layers=1_000_000),
+    ),
+    B(
         "head-config-keyword-typo",
         "model calls",
         "af.ClassificationHead(num_lables=3, dropuot=0.2) (was a TypeError from the dataclass: unexpected keyword "
@@ -934,5 +977,38 @@ CASES: tuple[BadInput, ...] = (
         af.SerializationError,
         ("adapterfusion_setup.json", "base_model.class='BertModel'", "'bert' models", "model_type is 'gpt2'"),
         _setup_index(lambda index: index["base_model"].update({"class": "BertModel"})),
+    ),
+    B(
+        "setup-causal-lm-onto-bare-model-folder",
+        "saved pieces",
+        "a Llama setup saved on LlamaForCausalLM, loaded with from_pretrained onto the folder of the bare LlamaModel "
+        "(no lm_head.weight: transformers drew the LM head at random and only logged it; generate() gave noise)",
+        af.IncompatibleModelError,
+        ("adapterfusion_setup.json", "LlamaForCausalLM", "without its lm_head (lm_head.*)", "the whole model"),
+        _setup_on_partial_base("llama", lambda whole, folder: whole.model.save_pretrained(folder)),
+    ),
+    B(
+        "setup-seq2seq-onto-encoder-only-folder",
+        "saved pieces",
+        "a T5 setup saved on T5ForConditionalGeneration, loaded with from_pretrained onto a T5EncoderModel's folder "
+        "(the whole decoder drawn at random, with only a warning that the weights differ, 'expected' in another "
+        "precision)",
+        af.IncompatibleModelError,
+        (
+            "adapterfusion_setup.json",
+            "T5ForConditionalGeneration",
+            "without its whole decoder (decoder.*)",
+            "the whole model",
+        ),
+        _setup_on_partial_base("t5", _save_t5_encoder),
+    ),
+    B(
+        "adapter-float32-beyond-float16-model",
+        "saved pieces",
+        "a float32 GPT-2 adapter holding 1e5, loaded into the GPT-2 in float16 (cast to inf without a word: every "
+        "output NaN)",
+        af.IncompatibleModelError,
+        ("'up.weight' (float32)", "beyond what this model's float16 can hold", "1e+05", "Load the model in float32"),
+        _adapter_beyond_float16,
     ),
 )
