@@ -21,7 +21,7 @@ import json
 import os
 import re
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 from typing import TYPE_CHECKING, Any, cast
@@ -34,7 +34,7 @@ from adapterfusion.encoder_limits import cap_tokenizer_length
 from adapterfusion.errors import AdapterFusionError, ConfigError, IncompatibleModelError, UnsupportedArchitectureError
 from adapterfusion.file_digests import file_sha256
 from adapterfusion.heads.pooling import encoder_pooling
-from adapterfusion.injection.architectures import ARCHITECTURES
+from adapterfusion.injection.architectures import ARCHITECTURES, architecture_for_config
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.hub import HubRef, cached_folder, hub_errors, hub_ref, reach
 
@@ -343,7 +343,33 @@ def load_language_model(encoder: Encoder) -> nn.Module:
     ):
         seq2seq = bool(getattr(AutoConfig.from_pretrained(name, **kwargs), "is_encoder_decoder", False))
         auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
-        return cast(nn.Module, auto.from_pretrained(name, **kwargs))
+        model, info = cast(tuple[Any, dict[str, Any]], auto.from_pretrained(name, output_loading_info=True, **kwargs))
+    _check_head_loaded(cast(nn.Module, model), info.get("missing_keys", ()), encoder)
+    return cast(nn.Module, model)
+
+
+def _check_head_loaded(model: nn.Module, missing: Iterable[str], encoder: Encoder) -> None:
+    """Refuse a decoder language model whose checkpoint lacks its head's weights (a folder saved from the bare model
+    or a classifier, with embeddings the head is not tied to): transformers draws the head at random, says so only in
+    its load report, and every generation run would train and score under that random head."""
+    try:
+        if not architecture_for_config(model.config).causal:  # an encoder's head: the generation check refuses it
+            return
+    except UnsupportedArchitectureError:  # wrap() says so
+        return
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    if head is None:
+        return
+    name = next((path for path, module in model.named_modules() if module is head), None)
+    lost = sorted(key for key in missing if name and key.startswith(f"{name}."))
+    if lost:
+        raise ConfigError(
+            f"encoder {encoder} holds no weights for its language-model head ({', '.join(lost)} missing: it was saved "
+            "from the bare model or a classifier, and its embeddings are not tied to the head), so "
+            "the head would be drawn at random and a generation task would train and score under it; save the model "
+            "with its head (AutoModelForCausalLM.from_pretrained(...).save_pretrained(folder)), or use a task with a "
+            "head of ours"
+        )
 
 
 @contextlib.contextmanager
