@@ -203,14 +203,24 @@ def check_architecture_fit(
         _check_language_model_head(variants, tasks, encoder, shown)
         return
     kind = "an encoder-decoder" if architecture.decoder is not None else "an encoder"
-    for j, task in enumerate(tasks):
-        if _task_kind(task) == GENERATION and any(variant.runs_on(task) for variant in variants):
-            raise fail(
-                f"tasks[{j}]",
-                f"{task!r} is a generation task, which trains a decoder's language model on prompt + answer, but "
-                f"encoder {shown} is {kind} ({model_type}); set encoder to a decoder (e.g. default-decoder, or a "
-                "Llama/GPT-2 folder), or leave the task out",
-            )
+    if generation := _generation_tasks(variants, tasks):
+        j, task = generation[0]
+        raise fail(
+            f"tasks[{j}]",
+            f"{task!r} is a generation task, which trains a decoder's language model on prompt + answer, but "
+            f"encoder {shown} is {kind} ({model_type}); set encoder to a decoder (e.g. default-decoder, or a "
+            "Llama/GPT-2 folder), or leave the task out",
+        )
+
+
+def _generation_tasks(variants: Sequence[SetupVariant], tasks: Sequence[str]) -> list[tuple[int, str]]:
+    """(index in `tasks`, name) of each generation task some variant runs on: those the checks of a decoder's
+    language model and tokenizer concern."""
+    return [
+        (j, task)
+        for j, task in enumerate(tasks)
+        if _task_kind(task) == GENERATION and any(variant.runs_on(task) for variant in variants)
+    ]
 
 
 def _headless_classes(architectures: Sequence[str]) -> list[str]:
@@ -250,16 +260,16 @@ def _check_language_model_head(
     saved = _headless_classes(getattr(config, "architectures", None) or [])
     if not saved:
         return
-    for j, task in enumerate(tasks):
-        if _task_kind(task) == GENERATION and any(variant.runs_on(task) for variant in variants):
-            raise fail(
-                f"tasks[{j}]",
-                f"{task!r} is a generation task, which trains under the decoder's language-model head, but encoder "
-                f"{shown} was saved as {', '.join(saved)}, without that head (and its embeddings are untied, so "
-                "none can be made from them): it would be drawn at random, and every run would train and score "
-                "under it. Save the model with its head (AutoModelForCausalLM.from_pretrained(...)"
-                ".save_pretrained(folder)), or leave the task out",
-            )
+    if generation := _generation_tasks(variants, tasks):
+        j, task = generation[0]
+        raise fail(
+            f"tasks[{j}]",
+            f"{task!r} is a generation task, which trains under the decoder's language-model head, but encoder "
+            f"{shown} was saved as {', '.join(saved)}, without that head (and its embeddings are untied, so "
+            "none can be made from them): it would be drawn at random, and every run would train and score "
+            "under it. Save the model with its head (AutoModelForCausalLM.from_pretrained(...)"
+            ".save_pretrained(folder)), or leave the task out",
+        )
 
 
 _SAMPLE_PROMPT = "What is the capital of France?"  # what the chat template is tried on
@@ -271,11 +281,7 @@ def check_generation_tokenizer(variants: Sequence[SetupVariant], tasks: Sequence
     tasks/instruction.py): no eos or sep token to end an answer with, and a task's chat_template: true that the
     tokenizer has no template for, or whose template fails on a prompt as one user turn or leaves the prompt out.
     A Hub id's tokenizer is left to the jobs: it may have to be downloaded first."""
-    generation = [
-        (j, get_task(task))
-        for j, task in enumerate(tasks)
-        if _task_kind(task) == GENERATION and any(variant.runs_on(task) for variant in variants)
-    ]
+    generation = [(j, get_task(task)) for j, task in _generation_tasks(variants, tasks)]
     checked = _local_or_shipped(encoder) if generation else None
     if checked is None or not Path(checked).is_dir():
         return
