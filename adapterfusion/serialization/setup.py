@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors.torch import load as load_safetensors_bytes
+from safetensors.torch import save as save_safetensors_bytes
 from torch import nn
 
 from adapterfusion._validation import check_bool, check_name, check_names, naming_file, reject_unknown_keys
@@ -79,6 +81,10 @@ if TYPE_CHECKING:
 SETUP_FILE = "adapterfusion_setup.json"
 SETUP_FORMAT = "adapterfusion-setup"
 SETUP_FORMAT_VERSION = 1
+# The wrapped task model's own output layer (GPT2ForSequenceClassification's score), which no piece holds, and the
+# base_model entry recording its file's digest.
+OWN_HEAD_FILE = "own_head.safetensors"
+OWN_HEAD_DIGEST = "own_head_sha256"
 # Each piece's entry in the index records the sha256 of its config (which records its weights'): a save over an
 # earlier setup renames its files into place one after another, and one cut off between the renames would otherwise
 # leave a mix of old and new pieces that loads without a word.
@@ -199,7 +205,7 @@ def save_pretrained(
     directory = check_writable_folder(
         directory,
         "save_pretrained: the folder",
-        writes=(SETUP_FILE,),
+        writes=(SETUP_FILE, OWN_HEAD_FILE),
         ours=lambda folder: (folder / SETUP_FILE).is_file(),
         only_ours="a saved setup",
         built_aside=True,  # a new setup is built in a temp folder beside it (io/atomic.py replace_folder)
@@ -235,7 +241,6 @@ def save_pretrained(
             **model.fingerprint.to_dict(),
             "class": type(model.model).__name__,
             "weights_sha256": encoder_digest(model),
-            **_own_head_record(model),
         },
         "pieces": [{"kind": kind, "name": name} for kind in PIECE_KINDS for name in chosen[kind]],
         "active": ActiveSetup.of(model).restricted(chosen).to_dict(),
@@ -286,6 +291,11 @@ def _setup_files(model: AdaptedModel, directory: Path, index: dict[str, Any]) ->
         written = piece_to_files(model.export_piece(kind, piece["name"]), folder, fingerprint)
         piece[CONFIG_DIGEST] = hashlib.sha256(written[config_path(folder, kind)]).hexdigest()
         files.update(written)
+    own = _own_head_state(model)
+    if own:  # the task model's own output layer, which the base's checkpoint does not hold as trained here
+        data = save_safetensors_bytes({name: tensor.detach().to("cpu").contiguous() for name, tensor in own.items()})
+        files[directory / OWN_HEAD_FILE] = data
+        index["base_model"][OWN_HEAD_DIGEST] = hashlib.sha256(data).hexdigest()
     files[directory / SETUP_FILE] = json_text(index).encode("utf-8")
     return files
 
@@ -445,7 +455,7 @@ def from_pretrained(
                 kind, name = piece["kind"], piece["name"]
                 _check_config_digest(folder, piece)
                 getattr(model, f"load_{kind}")(folder / piece_folder(kind, name), name=name)
-        _check_own_head(model, index["base_model"], folder / SETUP_FILE)
+        _load_own_head(model, folder, index["base_model"], folder / SETUP_FILE)
         active = ActiveSetup.from_dict(index.get("active", {}), folder / SETUP_FILE)
         active.check_listed(index["pieces"], folder / SETUP_FILE)
         with naming_file(folder / SETUP_FILE):  # a skip_layers or fusion step the file holds is fixed in the file
@@ -456,47 +466,46 @@ def from_pretrained(
     return model
 
 
-OWN_HEAD_DIGEST = "own_head_sha256"  # base_model's record of the wrapped task model's own output layer
+def _own_head_state(model: AdaptedModel) -> dict[str, torch.Tensor]:
+    """The wrapped task model's own output layer (trainable.own_head_parameters: score, classifier) by parameter
+    name: trained when no head of ours is active, and a part of no piece, so a setup saves it beside them. {} for a
+    bare or language model."""
+    parameters = {id(parameter) for parameter in own_head_parameters(model)}
+    return {name: parameter for name, parameter in model.model.named_parameters() if id(parameter) in parameters}
 
 
-def _own_head_digest(model: AdaptedModel) -> tuple[str, list[str]] | None:
-    """sha256 of the wrapped task model's own output layer (trainable.own_head_parameters: score, classifier) as
-    float32, with those parameters' names; None for a bare or language model."""
-    parameters = own_head_parameters(model)
-    if not parameters:
-        return None
-    ids = {id(parameter) for parameter in parameters}
-    names = [name for name, parameter in model.model.named_parameters() if id(parameter) in ids]
-    digest = hashlib.sha256()
-    for parameter in parameters:
-        digest.update(parameter.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return digest.hexdigest(), names
-
-
-def _own_head_record(model: AdaptedModel) -> dict[str, str]:
-    """The index's record of the task model's own output layer, which the setup does not hold (it is the base
-    model's), for from_pretrained to compare (a freshly wrapped task model's is trainable too, so whether it was
-    trained cannot be told here)."""
-    found = _own_head_digest(model)
-    return {} if found is None else {OWN_HEAD_DIGEST: found[0]}
-
-
-def _check_own_head(model: AdaptedModel, saved: Mapping[str, Any], index: Path) -> None:
-    """Warn when the task model's own output layer differs from the one the setup was saved with: the setup does
-    not hold it, and the base's (a checkpoint without it draws it at random) gave other outputs with no word."""
-    recorded = saved.get(OWN_HEAD_DIGEST)
-    found = _own_head_digest(model)
-    if not isinstance(recorded, str) or found is None or found[0] == recorded:
+def _load_own_head(model: AdaptedModel, folder: Path, saved: Mapping[str, Any], index: Path) -> None:
+    """The task model's own output layer saved beside the pieces, put into the loaded base (whose checkpoint holds
+    it untrained, or not at all, drawn at random). A setup saved without one (a bare or language model, or saved
+    before this file existed) leaves the base's as it is."""
+    digest = saved.get(OWN_HEAD_DIGEST)
+    if digest is None:
         return
-    warnings.warn(
-        f"{index}: the base's own output layer ({', '.join(found[1][:4])}) holds other weights than the "
-        f"{type(model.model).__name__} the setup was saved on, and the setup does not hold it (it is the base "
-        "model's): the model's own outputs (with no head of ours active) differ from those it gave, and weights "
-        "trained in it (train_adapter with no head of ours) are lost. Pass as base the model the setup was saved "
-        "on, or train a head of ours (add_head), which a setup saves",
-        BaseModelMismatchWarning,
-        stacklevel=3,
-    )
+    path = folder / OWN_HEAD_FILE
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise SerializationError(
+            f"{index} lists the task model's own output layer in {OWN_HEAD_FILE}, which cannot be read "
+            f"({type(error).__name__}); save the setup again"
+        ) from None
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise SerializationError(
+            f"{path} is not the file {index} was saved with (its digest differs): a save over the setup was cut off "
+            "between its renames, or the file was replaced; save the setup again"
+        )
+    tensors = load_safetensors_bytes(data)
+    own = _own_head_state(model)
+    shapes = {name: tuple(tensor.shape) for name, tensor in tensors.items()}
+    if shapes != {name: tuple(parameter.shape) for name, parameter in own.items()}:
+        raise IncompatibleModelError(
+            f"{path} holds the own output layer {shapes} of the {saved.get('class')} the setup was saved on, but the "
+            f"base {type(model.model).__name__} has {dict((n, tuple(p.shape)) for n, p in own.items())}; pass as base "
+            "the model the setup was saved on (the same task class and number of labels)"
+        )
+    with torch.no_grad():
+        for name, parameter in own.items():
+            parameter.copy_(tensors[name])
 
 
 def _check_config_digest(folder: Path, piece: Mapping[str, Any]) -> None:
@@ -522,7 +531,8 @@ def _fetch_setup(place: HubRef) -> Path:
     if offline() and not (listing / SETUP_FILE).is_file():
         raise _partly_cached(place, "saved setup", SETUP_FILE)
     pieces = read_index(listing)["pieces"]
-    folder = download(place, [SETUP_FILE] + [f"{piece_folder(p['kind'], p['name'])}/*" for p in pieces])
+    own = [OWN_HEAD_FILE] if read_index(listing)["base_model"].get(OWN_HEAD_DIGEST) else []
+    folder = download(place, [SETUP_FILE, *own] + [f"{piece_folder(p['kind'], p['name'])}/*" for p in pieces])
     for piece in pieces if offline() else ():
         relative = piece_folder(piece["kind"], piece["name"])
         weights = weights_path(folder / relative, piece["kind"])

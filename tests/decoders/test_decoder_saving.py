@@ -5,7 +5,6 @@ wrapped model's LM head."""
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import torch
 import adapterfusion as af
 from adapterfusion.serialization.setup import SETUP_FILE
 from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_inputs
+from tolerances import assert_close
 
 
 def _setup(model_type: str, base: torch.nn.Module | None = None) -> af.AdaptedModel:
@@ -181,27 +181,35 @@ def test_a_bf16_setup_loads_into_fp32_and_back_unchanged(model_type: str, tmp_pa
         assert restored[key].dtype == torch.bfloat16 and torch.equal(restored[key], value), key
 
 
-def test_a_task_models_own_output_layer_left_out_of_a_setup_is_said(tmp_path: Path) -> None:
+def test_a_task_models_own_output_layer_is_saved_with_the_setup(tmp_path: Path) -> None:
     """A GPT-2 sequence classifier's own `score`, trained with no head of ours, was silently dropped: save_pretrained
-    does not hold it, and from_pretrained onto the base gave the base's score, other outputs with no word. The index
-    now records its digest and the load warns; a setup whose base holds the same score loads without a word."""
+    held no piece of it, and from_pretrained onto the base gave the base's score, other outputs with no word. The
+    setup now saves it (own_head.safetensors, its digest in the index) and from_pretrained puts it back; a base of
+    another number of labels is refused."""
     from transformers import GPT2ForSequenceClassification
 
+    from adapterfusion.serialization.setup import OWN_HEAD_FILE
     from adapterfusion.trainable import train_adapter
-    from tiny_decoders import tiny_decoder_config
+    from tiny_decoders import tiny_decoder_config, tiny_decoder_inputs
 
     torch.manual_seed(0)
     base = GPT2ForSequenceClassification(tiny_decoder_config("gpt2", num_labels=2)).eval()
     base.save_pretrained(tmp_path / "base")
     model = af.wrap(base)
     model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
-    model.save_pretrained(tmp_path / "untrained")  # as the base holds it: nothing to say
     train_adapter(model, "a")  # no head of ours: the task model's own score trains
     with torch.no_grad():
         model.model.score.weight.add_(1.0)
+    model.eval()
+    inputs = tiny_decoder_inputs("gpt2")
+    with torch.no_grad():
+        expected = model(**inputs).logits
     model.save_pretrained(tmp_path / "trained")
-    with pytest.warns(af.BaseModelMismatchWarning, match=r"own output layer \(score.weight\) holds other weights"):
-        af.AdaptedModel.from_pretrained(tmp_path / "base", tmp_path / "trained")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", af.BaseModelMismatchWarning)
-        af.AdaptedModel.from_pretrained(tmp_path / "base", tmp_path / "untrained")
+    assert (tmp_path / "trained" / OWN_HEAD_FILE).is_file()
+    loaded = af.AdaptedModel.from_pretrained(tmp_path / "base", tmp_path / "trained").eval()
+    assert torch.equal(loaded.model.score.weight, model.model.score.weight)
+    with torch.no_grad():
+        assert_close(loaded(**inputs).logits, expected)  # another load of the base: float32 rounding apart
+    GPT2ForSequenceClassification(tiny_decoder_config("gpt2", num_labels=3)).save_pretrained(tmp_path / "three")
+    with pytest.raises(af.IncompatibleModelError, match="own output layer"):
+        af.AdaptedModel.from_pretrained(tmp_path / "three", tmp_path / "trained")

