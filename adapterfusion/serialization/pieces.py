@@ -159,8 +159,7 @@ def piece_files(
     leaves our config (so a retry may write there) beside weights that its digest refuses."""
     check_has_values(tensors.values(), f"{kind} {name!r} has weights", "there is nothing to save")
     check_finite_weights(tensors, kind, name, "the save")
-    payload = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
-    weights = save_safetensors_bytes(payload, metadata={"format": "pt"})
+    weights = safetensors_bytes(tensors)
     document = {
         "format": PIECE_FORMAT,
         "format_version": PIECE_FORMAT_VERSION,
@@ -294,6 +293,13 @@ def piece_to_folder(piece: Piece, directory: str | Path, encoder: EncoderFingerp
     return save_piece(
         directory, piece.kind, piece.name, piece.config.to_dict(), piece.tensors, encoder, _extra(piece), overwrite
     )
+
+
+def safetensors_bytes(tensors: Mapping[str, torch.Tensor]) -> bytes:
+    """`tensors` as the bytes of a safetensors file (on the CPU, contiguous, as the format stores them), for the
+    atomic writes of a piece's weights and of the tensors a setup saves beside its pieces."""
+    payload = {key: tensor.detach().to("cpu").contiguous() for key, tensor in tensors.items()}
+    return save_safetensors_bytes(payload, metadata={"format": "pt"})
 
 
 def piece_to_files(piece: Piece, directory: Path, encoder: EncoderFingerprint) -> dict[Path, bytes]:

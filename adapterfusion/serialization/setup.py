@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load as load_safetensors_bytes
-from safetensors.torch import save as save_safetensors_bytes
 from torch import nn
 
 from adapterfusion._validation import check_bool, check_name, check_names, naming_file, reject_unknown_keys
@@ -70,6 +69,7 @@ from adapterfusion.serialization.pieces import (
     holds_our_piece,
     piece_folder,
     piece_to_files,
+    safetensors_bytes,
     weights_path,
 )
 from adapterfusion.serialization.provenance import describe_origin
@@ -293,7 +293,7 @@ def _setup_files(model: AdaptedModel, directory: Path, index: dict[str, Any]) ->
         files.update(written)
     own = _own_head_state(model)
     if own:  # the task model's own output layer, which the base's checkpoint does not hold as trained here
-        data = save_safetensors_bytes({name: tensor.detach().to("cpu").contiguous() for name, tensor in own.items()})
+        data = safetensors_bytes(own)
         files[directory / OWN_HEAD_FILE] = data
         index["base_model"][OWN_HEAD_DIGEST] = hashlib.sha256(data).hexdigest()
     files[directory / SETUP_FILE] = json_text(index).encode("utf-8")
@@ -482,13 +482,7 @@ def _load_own_head(model: AdaptedModel, folder: Path, saved: Mapping[str, Any], 
     if digest is None:
         return
     path = folder / OWN_HEAD_FILE
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise SerializationError(
-            f"{index} lists the task model's own output layer in {OWN_HEAD_FILE}, which cannot be read "
-            f"({type(error).__name__}); save the setup again"
-        ) from None
+    data = read_bytes(path, f"{index} lists the task model's own output layer there: save the setup again")
     if hashlib.sha256(data).hexdigest() != digest:
         raise SerializationError(
             f"{path} is not the file {index} was saved with (its digest differs): a save over the setup was cut off "
