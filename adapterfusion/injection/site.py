@@ -49,6 +49,27 @@ class FuseOptions(TypedDict, total=False):
     folded: FoldedFusion | None
 
 
+def _held(
+    hook: RemovableHandle | None,
+    module: nn.Module | None,
+    listen: bool,
+    take: Callable[..., None],
+    before: bool = False,
+) -> RemovableHandle | None:
+    """A site's hook `take` on `module` (before: a forward pre-hook, with the call's keywords; else on its output)
+    while the site listens, registered if not yet; removed when it stops or has no such module: a module with hooks
+    runs the slower call path of torch, which an inactive site should not cost it."""
+    if module is not None and listen:
+        if hook is not None:
+            return hook
+        return (
+            module.register_forward_pre_hook(take, with_kwargs=True) if before else module.register_forward_hook(take)
+        )
+    if hook is not None:
+        hook.remove()
+    return None
+
+
 def _first_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A module call's first input, given by position or as its first keyword (OPT's self_attn(hidden_states=...)):
     the stream a hooked module or a PRE_RESIDUAL sub-layer receives."""
@@ -148,30 +169,13 @@ class AdapterSite(nn.Module):
         self._listen_while_active()
 
     def _listen_while_active(self) -> None:
-        summand = self.__dict__.get("_summand_module")
-        if summand is not None and self._active and self._summand_hook is None:
-            self._summand_hook = summand.register_forward_hook(self._take_summand)
-        elif self._summand_hook is not None and not (summand is not None and self._active):
-            self._summand_hook.remove()
-            self._summand_hook = None
-        rows = self.__dict__.get("_rows_module")
-        if rows is not None and self._active and self._rows_hook is None:
-            self._rows_hook = rows.register_forward_pre_hook(self._take_rows, with_kwargs=True)
-        elif self._rows_hook is not None and not (rows is not None and self._active):
-            self._rows_hook.remove()
-            self._rows_hook = None
+        summand, rows = self.__dict__.get("_summand_module"), self.__dict__.get("_rows_module")
         norm, added = self.__dict__.get("_residual_norm"), self.__dict__.get("_residual_added")
-        listen = norm is not None and self._active and self._needs_residual
-        if norm is not None and listen and self._residual_hook is None:
-            self._residual_hook = norm.register_forward_pre_hook(self._take_residual, with_kwargs=True)
-            if added is not None:
-                self._added_hook = added.register_forward_hook(self._take_added)
-        elif self._residual_hook is not None and not listen:
-            self._residual_hook.remove()
-            self._residual_hook = None
-            if self._added_hook is not None:
-                self._added_hook.remove()
-                self._added_hook = None
+        listen = self._active and self._needs_residual
+        self._summand_hook = _held(self._summand_hook, summand, self._active, self._take_summand)
+        self._rows_hook = _held(self._rows_hook, rows, self._active, self._take_rows, before=True)
+        self._residual_hook = _held(self._residual_hook, norm, listen, self._take_residual, before=True)
+        self._added_hook = _held(self._added_hook, added if norm is not None else None, listen, self._take_added)
 
     def _take_residual(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.__dict__["_residual"] = _first_input(args, kwargs)  # no nn.Module.__setattr__
