@@ -61,7 +61,7 @@ def _alone(model: af.AdaptedModel, inputs: dict, row: int, choice, head: str | N
         return model(**single, **options)
 
 
-@pytest.mark.parametrize("model_type", ["bert", "distilbert"])
+@pytest.mark.parametrize("model_type", ["bert", "distilbert", "albert"])
 def test_each_example_equals_it_alone(model_type):
     """Adapters of two placements (Pfeiffer, Houlsby with own LayerNorms where the site has them), sizes, scaling and
     leave_out, a fusion and the plain model in one batch, with two heads of one output size. DistilBERT's blocks

@@ -34,6 +34,8 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
     "data2vec-text": ("Data2VecTextConfig", dict(_BERT_STYLE, pad_token_id=1)),
     "ernie": ("ErnieConfig", dict(_BERT_STYLE)),
     "bert-generation": ("BertGenerationConfig", dict(_BERT_STYLE)),  # BertGenerationEncoder (is_decoder=False)
+    # ALBERT: one group of two distinct layers (inner_group_num), run num_hidden_layers=2 times over
+    "albert": ("AlbertConfig", dict(_BERT_STYLE, embedding_size=16, inner_group_num=2)),
     "deberta": ("DebertaConfig", dict(_BERT_STYLE)),
     "deberta-v2": ("DebertaV2Config", dict(_BERT_STYLE)),
     "mpnet": ("MPNetConfig", dict(_BERT_STYLE, pad_token_id=1)),

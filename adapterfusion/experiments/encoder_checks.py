@@ -22,7 +22,7 @@ from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMi
 from adapterfusion.experiments.spec_checks import fail
 from adapterfusion.experiments.variants import Entry, SetupVariant, setup_option_defaults
 from adapterfusion.heads.pooling import resolve_pooling
-from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for_config
+from adapterfusion.injection.architectures import ArchitectureSpec, architecture_for_config, layer_count
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.instruction import end_token_id, prompt_ids
 from adapterfusion.tasks.registry import get_task
@@ -305,8 +305,8 @@ def check_top_k(variants: Sequence[SetupVariant], entries: Sequence[Entry], enco
     checked = _local_or_shipped(encoder) if tops else None
     if checked is None:
         return
-    layers = getattr(encoder_config(checked), "num_hidden_layers", None)
-    if not isinstance(layers, int):
+    layers = layer_count(encoder_config(checked))
+    if layers is None:
         return
     for variant, i in tops:
         k = variant.options.get("k", setup_option_defaults("top-k").get("k"))

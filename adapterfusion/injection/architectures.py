@@ -137,6 +137,11 @@ class ArchitectureSpec:
     # parallel one. `blocks` says what a row's blocks are, for error messages and `adapterfusion info`.
     variants: tuple[ArchitectureSpec, ...] = ()
     blocks: str = ""
+    # A model that runs its layers several times over in one forward, with the same weights (ALBERT): the module, from
+    # the HF base model, whose one call runs them all, and the config attribute counting its distinct layers (the
+    # layers sites are in, which leave_out, top-k and skip_layers count), where num_hidden_layers counts repetitions.
+    repeats: str | None = None
+    distinct_layers: str | None = None
 
     def site(self, position: str) -> SiteSpec:
         return self.attention if position == "attention" else self.output
@@ -394,6 +399,23 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
     "deberta": _BERT_LIKE,
     "bert-generation": _BERT_GENERATION,
     "deberta-v2": dataclasses.replace(_BERT_LIKE, prefix_blockers=("encoder.conv",)),
+    # ALBERT runs one group of layers (every released checkpoint has num_hidden_groups=1; inner_group_num layers in it)
+    # num_hidden_layers times over, so a site there is applied at every repetition with the same weights, and its
+    # layer index counts distinct layers, as AdapterHub's do. Both sub-layers end in the layer's own LayerNorm(r + x):
+    # the attention site wraps its output projection (r: the attention's input), the feed-forward site ffn_output (r:
+    # ffn's input). Own format only: AdapterHub's ALBERT attention adapter takes its input and residual swapped.
+    "albert": ArchitectureSpec(
+        layers="encoder.albert_layer_groups.0.albert_layers",
+        attention=SiteSpec(
+            SiteKind.PRE_RESIDUAL, "attention.dense", layer_norm="attention.LayerNorm", residual_input="attention"
+        ),
+        output=SiteSpec(SiteKind.PRE_RESIDUAL, "ffn_output", layer_norm="full_layer_layer_norm", residual_input="ffn"),
+        adapterhub_model=False,
+        requires=(("num_hidden_groups", 1),),
+        blocks="shared (one group of layers, run num_hidden_layers times)",
+        repeats="encoder",
+        distinct_layers="inner_group_num",
+    ),
     "mpnet": ArchitectureSpec(
         layers="encoder.layer",
         # MPNet applies dropout between the attention output and its LayerNorm in the parent module, so in
@@ -632,6 +654,18 @@ def _matches(actual: object, required: object) -> bool:
         flag = False if actual is None else actual
         return isinstance(flag, (bool, int)) and bool(flag) is required
     return actual == required
+
+
+def layer_count(config: object) -> int | None:
+    """How many distinct layers with adapter sites a model built from `config` has (ALBERT: those of its one
+    group, which it runs num_hidden_layers times), read from the config alone; None where it does not say."""
+    try:
+        row = architecture_for_config(config)
+    except UnsupportedArchitectureError:
+        row = None
+    attribute = row.distinct_layers if row is not None and row.distinct_layers else "num_hidden_layers"
+    count = getattr(config, attribute, None)
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def settings_text(row: ArchitectureSpec) -> str:

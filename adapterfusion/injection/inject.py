@@ -34,6 +34,7 @@ def inject_sites(model: AdaptedModel, runtime: ForwardRuntime) -> list[AdapterSi
     """Replace each insertion site of each layer with an AdapterSite reading `runtime`, in layer order: the
     encoder's layers, then an encoder-decoder's decoder layers, numbered on from the encoder's."""
     base = cast(nn.Module, model.model.base_model)
+    repeats = get_submodule(base, model.architecture.repeats) if model.architecture.repeats else None
     sites = []
     index = 0
     for stack in model.architecture.stacks():
@@ -55,6 +56,8 @@ def inject_sites(model: AdaptedModel, runtime: ForwardRuntime) -> list[AdapterSi
                     site.listen_for_summand(get_submodule(layer, spec.output_adds))
                 if spec.rows_from:  # a sub-layer of an earlier position, wrapped by now, or a norm
                     site.listen_for_rows(get_submodule(layer, spec.rows_from))
+                if repeats is not None:
+                    site.listen_for_repeats(repeats)
                 setattr(parent, attribute, site)
                 sites.append(site)
             index += 1

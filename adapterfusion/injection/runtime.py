@@ -169,8 +169,16 @@ class ForwardRuntime:
         remember its lane for."""
         return self._folded
 
-    def record(self, layer: int, position: str, weights: torch.Tensor) -> None:
-        """Keep the fusion site (layer, position)'s softmax weights in every open recording block."""
+    def record(self, layer: int, position: str, weights: torch.Tensor, application: int = 0) -> None:
+        """Keep the fusion site (layer, position)'s softmax weights in every open recording block. `application`: how
+        often the site ran before in this forward, where its layer runs several times (ALBERT): the recording is then
+        the mean over the applications, each weighing the same."""
+        if application > 0:
+            for recorder in self._recorders:
+                earlier = recorder.get((layer, position))
+                if earlier is not None and earlier.shape == weights.shape:
+                    recorder[(layer, position)] = earlier + (weights - earlier) / (application + 1)
+            return
         start = self._step_start or 0
         if self._step_start is not None:
             self._stepped.add((layer, position))

@@ -129,6 +129,11 @@ class AdapterSite(nn.Module):
         self._rows_hook: RemovableHandle | None = None
         self._summand: torch.Tensor | None = None  # spec.output_adds: that sub-layer's output in the running forward
         self._summand_hook: RemovableHandle | None = None
+        # A layer its model runs several times in one forward (ALBERT, `repeats`): how often this site has adapted in
+        # the running forward, reset by a hook on the module that repeats the layers; a recording averages them.
+        self._counts_applications = False
+        self._application = 0
+        self._repeats_hook: RemovableHandle | None = None
         # Where the site is below the HF base model, and where AdapterHub keeps its adapters for it (inject_sites).
         self.module_path = ""
         self.adapterhub_module_path = ""
@@ -137,7 +142,7 @@ class AdapterSite(nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         """A copy keeps no lane of the original's inference_cache() block nor a residual of its running forward."""
         state = dict(super().__getstate__())
-        state.update(_known_lane=None, _residual=None, _added=None, _rows=None, _summand=None)
+        state.update(_known_lane=None, _residual=None, _added=None, _rows=None, _summand=None, _application=0)
         return state
 
     def listen_for_residual(self, norm: nn.Module, added: nn.Module | None = None) -> None:
@@ -168,8 +173,18 @@ class AdapterSite(nn.Module):
         self.__dict__["_summand_module"] = module  # the block owns it: not a submodule of the site
         self._listen_while_active()
 
+    def listen_for_repeats(self, module: nn.Module) -> None:
+        """Sites of a layer that `module` runs several times in one call, with the same weights (ALBERT's shared
+        layers, `repeats`): count the site's applications from each call of `module` on, so that a recording keeps
+        the mean of the fusion weights of every application, not the last one's."""
+        self.__dict__["_repeats_module"] = module  # the model owns it: not a submodule of the site
+        self.__dict__["_counts_applications"] = True
+        self._listen_while_active()
+
     def _listen_while_active(self) -> None:
         summand, rows = self.__dict__.get("_summand_module"), self.__dict__.get("_rows_module")
+        repeats = self.__dict__.get("_repeats_module")
+        self._repeats_hook = _held(self._repeats_hook, repeats, self._active, self._take_start, before=True)
         norm, added = self.__dict__.get("_residual_norm"), self.__dict__.get("_residual_added")
         listen = self._active and self._needs_residual
         self._summand_hook = _held(self._summand_hook, summand, self._active, self._take_summand)
@@ -185,6 +200,9 @@ class AdapterSite(nn.Module):
 
     def _take_added(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         self.__dict__["_added"] = output[0] if isinstance(output, tuple) else output
+
+    def _take_start(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.__dict__["_application"] = 0
 
     def _take_summand(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         self.__dict__["_summand"] = output[0] if isinstance(output, tuple) else output
@@ -308,7 +326,9 @@ class AdapterSite(nn.Module):
         return module.train(self.training)
 
     def unwrap(self) -> nn.Module:
-        self.__dict__.update(_residual_norm=None, _residual_added=None, _rows_module=None, _summand_module=None)
+        self.__dict__.update(
+            _residual_norm=None, _residual_added=None, _rows_module=None, _summand_module=None, _repeats_module=None
+        )
         self._listen_while_active()
         return self.base_layer
 
@@ -322,6 +342,15 @@ class AdapterSite(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self._active:
             return self.base_layer(*args, **kwargs)
+        if not self._counts_applications:
+            return self._adapted_forward(args, kwargs)
+        try:
+            return self._adapted_forward(args, kwargs)
+        finally:
+            self.__dict__["_application"] += 1
+
+    def _adapted_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """forward of an active site: the base layer's output with what the state activates here."""
         if self._post_ln_output:
             hidden_states = args[0] if args else kwargs["hidden_states"]
             input_tensor = args[1] if len(args) > 1 else kwargs["input_tensor"]
@@ -540,7 +569,7 @@ class AdapterSite(nn.Module):
                 scalearn, adapters, x, residual, keep, kept
             )
             if self._runtime.is_recording:
-                self._runtime.record(self.layer_index, self.position, weights)
+                self._runtime.record(self.layer_index, self.position, weights, self._application)
         else:
             fusion = self.fusion(fusion_name)
             query = h if fusion.config.query_before_ln else x
@@ -564,7 +593,7 @@ class AdapterSite(nn.Module):
             out, probs = implementation.fuse(fusion, adapters, x, query, residual, **options)
             if self._runtime.is_recording:
                 weights = probs if kept is None else _scatter(probs, kept, len(names))
-                self._runtime.record(self.layer_index, self.position, weights)
+                self._runtime.record(self.layer_index, self.position, weights, self._application)
 
         if self._ends_with_layer_norm(config, apply_final_ln):
             r, layer_norm = self._around(r, layer_norm)

@@ -11,7 +11,7 @@ from tiny_models import tiny_encoder, tiny_inputs
 from tolerances import assert_close
 
 
-@pytest.mark.parametrize("model_type", ["bert", "distilbert", "modernbert"])
+@pytest.mark.parametrize("model_type", ["bert", "distilbert", "modernbert", "albert"])
 @pytest.mark.parametrize("preset", ["pfeiffer", "houlsby"])
 def test_fast_and_reference_agree_on_padded_batches(model_type: str, preset: str) -> None:
     model = af.wrap(tiny_encoder(model_type).double())  # pieces added later follow the encoder's dtype

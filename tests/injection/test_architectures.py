@@ -156,17 +156,22 @@ def test_state_dict_keys_are_deterministic_and_sites_are_visible(model_type):
 
 
 def test_unsupported_architecture_names_the_table():
-    albert = transformers.AlbertModel(  # any model_type without a row
-        transformers.AlbertConfig(
-            hidden_size=32, num_hidden_layers=2, intermediate_size=64, num_attention_heads=4, vocab_size=100
-        )
+    xlnet = transformers.XLNetModel(  # any model_type without a row
+        transformers.XLNetConfig(d_model=32, n_layer=2, n_head=4, d_inner=64, vocab_size=100)
     )
     with pytest.raises(af.UnsupportedArchitectureError, match="architectures.py") as error:
-        af.wrap(albert)
-    assert "'albert'" in str(error.value)
+        af.wrap(xlnet)
+    assert "'xlnet'" in str(error.value)
 
 
-@pytest.mark.parametrize("model_type", ["distilbert", "mpnet"])
+def test_albert_with_more_than_one_layer_group_is_refused_naming_the_setting():
+    """Layers in several groups have no one list of layers for the sites; every released ALBERT has one group."""
+    with pytest.raises(af.UnsupportedArchitectureError, match="num_hidden_groups=2") as error:
+        af.wrap(tiny_encoder("albert", num_hidden_groups=2))
+    assert "num_hidden_groups=1" in str(error.value)
+
+
+@pytest.mark.parametrize("model_type", ["distilbert", "mpnet", "albert"])
 def test_houlsby_layer_norm_copies_are_refused_at_pre_residual_sites(model_type):
     model = af.wrap(tiny_encoder(model_type))
     with pytest.raises(af.ConfigError, match="train_layer_norm"):

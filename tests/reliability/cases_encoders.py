@@ -242,10 +242,10 @@ CASES: tuple[BadInput, ...] = (
     B(
         "train-encoder-unsupported-architecture",
         "encoders",
-        "train(..., encoder=<an ALBERT folder>): a model type transformers knows but adapters have no sites in",
+        "train(..., encoder=<an XLNet folder>): a model type transformers knows but adapters have no sites in",
         af.UnsupportedArchitectureError,
-        ("'albert'", "no adapter sites", "bert"),
-        _encoder_with(_config_edit(model_type="albert")),
+        ("'xlnet'", "no adapter sites", "bert"),
+        _encoder_with(_config_edit(model_type="xlnet")),
     ),
     B(
         "wrap-config-building-blocks-no-row-expresses",
@@ -255,6 +255,15 @@ CASES: tuple[BadInput, ...] = (
         af.UnsupportedArchitectureError,
         ("'falcon' with parallel_attn=False, new_decoder_architecture=True", "none of its rows", "Falcon-7B"),
         lambda folder: lambda: af.wrap(tiny_decoder("falcon", new_decoder_architecture=True, parallel_attn=False)),
+    ),
+    B(
+        "wrap-albert-with-several-layer-groups",
+        "encoders",
+        "af.wrap(<an ALBERT with num_hidden_groups=2>): its layers sit in two groups, where every released ALBERT has "
+        "one and the sites take the layers of one",
+        af.UnsupportedArchitectureError,
+        ("'albert' with num_hidden_groups=2", "num_hidden_groups=1"),
+        lambda folder: lambda: af.wrap(tiny_encoder("albert", num_hidden_groups=2)),
     ),
     B(
         "train-encoder-is-a-file",
