@@ -36,7 +36,8 @@ from adapterfusion.forward_inputs import (
     check_token_ids,
     read_setting,
 )
-from adapterfusion.forward_inputs.generate_callbacks import checked_callbacks
+from adapterfusion.forward_inputs.generate_callbacks import checked_callbacks, checked_scores
+from adapterfusion.forward_inputs.generate_settings import score_scales
 from adapterfusion.injection.unloaded import check_wrapped
 from adapterfusion.routing import example_choices
 
@@ -106,7 +107,12 @@ def generate(model: AdaptedModel, *args: Any, adapter_names: Sequence[Any] | Non
         )
     caching = model.inference_cache() if not model.training else contextlib.nullcontext()
     routing = _routed_rows(model, wrapped, _routed_prompts(prompts), adapter_names) if routed else None
-    with caching, model.recording_generation(wrapped), routing or contextlib.nullcontext():
+    sampling = bool(read_setting(wrapped, args, kwargs, "do_sample"))
+    scaled = score_scales(settings, sampling)
+    # Greedy decoding with no setting that scales the scores skips the check: its per-step read of the device would
+    # cost every plain decode step a second wait on the GPU.
+    scores = checked_scores(wrapped, sampling, scaled) if sampling or scaled else contextlib.nullcontext()
+    with caching, model.recording_generation(wrapped), routing or contextlib.nullcontext(), scores:
         try:
             return wrapped.generate(*args, **kwargs)
         except ValueError as error:  # transformers' refusal of settings together, e.g. 3 sequences of 2 beams

@@ -65,7 +65,8 @@ BAD = [
     ("temperature", float("nan"), ("temperature=nan", ">= 0")),
     ("repetition_penalty", 0, ("repetition_penalty=0", "greater than 0")),
     ("no_repeat_ngram_size", -1, ("no_repeat_ngram_size=-1", ">= 0")),
-    ("length_penalty", "x", ("length_penalty='x'", "type str", "a finite number")),
+    ("length_penalty", "x", ("length_penalty='x'", "type str", "a number from -50 to 50")),
+    ("length_penalty", 1e308, ("length_penalty=1e+308", "a number from -50 to 50")),
     ("typical_p", 0.0, ("typical_p=0.0", "greater than 0 and at most 1")),
     ("epsilon_cutoff", 1.0, ("epsilon_cutoff=1.0", "below 1")),
     ("guidance_scale", "2", ("guidance_scale='2'", "type str", "a finite number")),  # was a TypeError steps in
@@ -594,3 +595,62 @@ def test_continuous_batching_is_refused_where_generate_follows_rows() -> None:
     with pytest.raises(af.ConfigError, match=r"'paged'\) inside recording_fusion_attentions\(\)"):
         with model.recording_fusion_attentions():
             model.generate(**_prompts(), max_new_tokens=2, **OPTIONS, cache_implementation="paged")
+
+
+# (settings, the setting named, what the scores held): settings that push the float32 scores past their range, from
+# which the bare model failed in torch.multinomial ("probability tensor contains either inf, nan or element < 0"; on
+# CUDA a device-side assert, which ends the process's use of the GPU).
+OVERFLOWING = [
+    ({"temperature": 1e-40}, "temperature=1e-40", "+inf"),
+    ({"temperature": 1e-40, "top_p": 0.5, "top_k": 5}, "temperature=1e-40", "+inf"),
+    ({"temperature": 1e-40, "num_beams": 2}, "temperature=1e-40", "no finite score"),
+    ({"repetition_penalty": 1e-40}, "repetition_penalty=1e-40", "+inf"),
+    ({"guidance_scale": 1e308}, "guidance_scale=1e+308", "+inf"),
+]
+
+
+@pytest.mark.parametrize(("settings", "named", "held"), OVERFLOWING)
+def test_sampling_settings_that_overflow_the_scores_are_refused_by_name(
+    settings: dict[str, Any], named: str, held: str
+) -> None:
+    model, prompts = _model(), _prompts()
+    options = {**OPTIONS, "do_sample": True, "max_new_tokens": 2, **settings}
+    with pytest.raises(RuntimeError, match="probability tensor contains"):
+        model.model.generate(**prompts, **options)
+    with pytest.raises(af.ConfigError, match=re.escape(f"decoding settings ({named}) left {held}")) as refused:
+        model.generate(**prompts, **options)
+    assert "do_sample=False" in str(refused.value)
+    assert "_get_logits_processor" not in vars(model.model)  # the check is gone after the call
+
+
+def test_a_warper_that_refuses_overflowed_scores_is_answered_naming_the_settings() -> None:
+    """eta_cutoff's Categorical refused the scores temperature=1e-40 made inf: torch's "Expected parameter logits"."""
+    options = {**OPTIONS, "do_sample": True, "max_new_tokens": 2, "temperature": 1e-40, "eta_cutoff": 0.1}
+    words = "a logits processor refused a step's scores ('Expected parameter logits"
+    with pytest.raises(af.ConfigError, match=re.escape(words) + ".*decoding settings \\(temperature=1e-40\\)"):
+        _model().generate(**_prompts(), **options)
+
+
+def test_sampling_at_a_small_temperature_the_scores_hold_generates_what_the_bare_model_generates() -> None:
+    model = _model()
+    model.activate()
+    prompts = _prompts()
+    for settings in ({"temperature": 1e-30}, {"temperature": 1e-30, "num_beams": 2}, {"temperature": 0.7}):
+        options = {**OPTIONS, "do_sample": True, "max_new_tokens": 3, **settings}
+        torch.manual_seed(0)
+        expected = model.model.generate(**prompts, **options)
+        torch.manual_seed(0)
+        assert torch.equal(model.generate(**prompts, **options), expected)
+
+
+def test_an_integer_temperature_or_penalty_samples_as_the_float_does() -> None:
+    """The bare model refused temperature=2: "`temperature` (=2) has to be a strictly positive float"."""
+    model, prompts = _model(), _prompts()
+    options = {**OPTIONS, "do_sample": True, "max_new_tokens": 3}
+    with pytest.raises(ValueError, match="strictly positive float"):
+        model.model.generate(**prompts, **options, temperature=2)
+    for name in ("temperature", "repetition_penalty"):
+        torch.manual_seed(0)
+        expected = model.generate(**prompts, **options, **{name: 2.0})
+        torch.manual_seed(0)
+        assert torch.equal(model.generate(**prompts, **options, **{name: 2}), expected)

@@ -10,12 +10,17 @@ integer 2 reads as "go on", a logits processor's scores of one row are taken for
 -1 allows the last token). Each check is a type, dtype, shape and device compare per call (and a logits processor's
 scores one reduction for NaN or a row of no finite score, read once per step); a prefix function's ids
 are held to the vocabulary where they are on the CPU (a min and a max of the tensor transformers would make of
-them, handed on in their place)."""
+them, handed on in their place).
+
+`checked_scores` checks the scores after all of transformers' processors, its own included: a setting such as
+temperature=1e-40 pushes them past float32's range, which sampling cannot draw from (torch.multinomial's error, a
+device-side assert on CUDA); the ConfigError names the settings instead."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -224,10 +229,12 @@ class _CheckedProcessor(LogitsProcessor):
         )
 
 
-def _unusable_rows(scores: torch.Tensor) -> torch.Tensor:
+def _unusable_rows(scores: torch.Tensor, sampling: bool = False) -> torch.Tensor:
     """The rows of [rows, vocabulary] scores no token can be picked from: NaN anywhere, or no finite score (every
-    token masked with -inf, or +inf everywhere). -inf for some tokens is masking, which every row may do."""
-    return scores.isnan().any(dim=-1) | ~scores.isfinite().any(dim=-1)
+    token masked with -inf, or +inf everywhere). -inf for some tokens is masking, which every row may do. Sampling
+    cannot draw from +inf anywhere either: softmax makes it NaN (inf - inf)."""
+    bad = scores.isnan().any(dim=-1) | ~scores.isfinite().any(dim=-1)
+    return bad | scores.isposinf().any(dim=-1) if sampling else bad
 
 
 def _check_scores(name: str, scores: torch.Tensor, processed: torch.Tensor) -> None:
@@ -298,3 +305,79 @@ def _checked_ids(allowed: Any, vocabulary: int) -> tuple[Any, str | None]:
     if low < 0 or high >= vocabulary:
         return allowed, f", ids outside this model's vocabulary (0 to {vocabulary - 1})"
     return (ids if listed and not ids.is_floating_point() else allowed), None
+
+
+# What to do about settings that push the scores past float32's range, said by each refusal of them.
+_MODERATE = (
+    "keep them moderate (e.g. temperature >= 1e-3, repetition_penalty near 1), or, for a temperature near 0, decode "
+    "greedily (do_sample=False), which it approaches"
+)
+
+
+class _CheckedScores(LogitsProcessorList):
+    """transformers' own list of processors for one generate() call (its settings' processors, the user's, then
+    sampling's warpers), whose scores are checked after the last: a setting that pushes float32 scores past their
+    range (temperature=1e-40 divides them by it, repetition_penalty=1e-40, guidance_scale=1e308) leaves NaN or inf,
+    from which torch.multinomial fails (a device-side assert on CUDA, which ends the process's use of the GPU) and
+    greedy search picks an arbitrary token. One reduction per step, read once (the loop waits on the device anyway)."""
+
+    sampling: bool = False
+    settings: str = ""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        try:
+            processed = super().__call__(input_ids, scores, **kwargs)
+        except ValueError as error:  # torch.distributions' check of scores made inf (EtaLogitsWarper's Categorical)
+            if isinstance(error, ConfigError) or not self.settings or "Expected parameter" not in str(error):
+                raise
+            raise ConfigError(
+                f"generate(): a logits processor refused a step's scores ({short_repr(str(error), 120)}) after the "
+                f"decoding settings ({self.settings}) scaled them, likely past float32's range (at most 3.4e38); "
+                f"{_MODERATE}"
+            ) from error
+        bad = _unusable_rows(processed, self.sampling)
+        if not bool(bad.any()):
+            return processed
+        given = _unusable_rows(scores, self.sampling)  # the model's own logits, before any processor
+        if not self.sampling and not bool((bad & ~given).any()):
+            return processed  # greedy from the model's own NaN logits: left to remove_invalid_values, as before
+        rows = bad.nonzero().flatten().tolist()
+        if bool(given[rows[0]]):
+            raise ConfigError(
+                f"generate(): the model's own logits held NaN or inf in row(s) {rows[:5]} at a step, from which no "
+                "token can be sampled (torch.multinomial fails); pass remove_invalid_values=True to replace them, or "
+                "run the model in float32 (half precision can overflow)"
+            )
+        row = processed[rows[0]]
+        what = "NaN" if bool(row.isnan().any()) else "+inf" if bool(row.isposinf().any()) else "no finite score"
+        named = f" ({self.settings})" if self.settings else ""
+        raise ConfigError(
+            f"generate(): the decoding settings{named} left {what} in "
+            f"the scores of row(s) {rows[:5]} at a step: they scale or shift float32 scores (at most 3.4e38) past "
+            "their range, and no token can be "
+            f"{'sampled (torch.multinomial fails)' if self.sampling else 'picked (argmax of NaN is arbitrary)'}; "
+            f"{_MODERATE}"
+        )
+
+
+@contextlib.contextmanager
+def checked_scores(model: Any, sampling: bool, settings: str) -> Iterator[None]:
+    """Inside the block, the transformers `model`'s generate() checks each step's scores after every processor
+    (_CheckedScores); `sampling`: whether it samples, `settings`: the score-changing settings given, named in the
+    message. transformers builds that list in its _get_logits_processor, which is wrapped for the block (an attribute
+    of the instance, removed after); a version without it generates unchecked."""
+    build = getattr(model, "_get_logits_processor", None)
+    if not callable(build) or "_get_logits_processor" in vars(model):
+        yield
+        return
+
+    def checked(*args: Any, **kwargs: Any) -> LogitsProcessorList:
+        processors = _CheckedScores(build(*args, **kwargs))
+        processors.sampling, processors.settings = sampling, settings
+        return processors
+
+    model._get_logits_processor = checked
+    try:
+        yield
+    finally:
+        del model._get_logits_processor

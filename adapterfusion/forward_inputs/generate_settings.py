@@ -69,6 +69,10 @@ def _any(value: float) -> bool:
     return True
 
 
+def _moderate_power(value: float) -> bool:
+    return -50 <= value <= 50
+
+
 _SETTINGS: dict[str, _Setting] = {
     "max_new_tokens": _Setting(True, _positive, "an integer greater than 0 (the tokens to generate after the prompt)"),
     "max_length": _Setting(True, _positive, "an integer greater than 0 (the most tokens, prompt included)"),
@@ -94,7 +98,11 @@ _SETTINGS: dict[str, _Setting] = {
     "eta_cutoff": _Setting(False, _below_one, "a number >= 0 and below 1 (0: off)"),
     "repetition_penalty": _Setting(False, _positive, "a number greater than 0 (1: no penalty)"),
     "encoder_repetition_penalty": _Setting(False, _positive, "a number greater than 0 (1: no penalty)"),
-    "length_penalty": _Setting(False, _any, "a finite number (beam scores are divided by length ** it)"),
+    # beyond ±50 the power overflows a float (an OverflowError inside transformers) or becomes 0 (every beam's
+    # score -inf, an arbitrary pick) for some length up to a million tokens
+    "length_penalty": _Setting(
+        False, _moderate_power, "a number from -50 to 50 (beam scores are divided by length ** it; 1: by length)"
+    ),
     "max_time": _Setting(False, _positive, "a number of seconds greater than 0"),
     "prefill_chunk_size": _Setting(True, _positive, "an integer greater than 0 (prompt tokens per prefill forward)"),
     "guidance_scale": _Setting(False, _any, "a finite number (classifier-free guidance's weight; 1: off)"),
@@ -111,6 +119,11 @@ _SETTINGS: dict[str, _Setting] = {
         False, _inside_unit, "a number greater than 0 and below 1 (the assistant's share of the mixed scores)"
     ),
 }
+
+
+# Settings whose transformers processor refuses an int ("`temperature` (=2) has to be a strictly positive float"),
+# handed on as the float they equal.
+_FLOATS_ONLY = ("temperature", "repetition_penalty", "encoder_repetition_penalty")
 
 
 @dataclass(frozen=True)
@@ -145,6 +158,22 @@ class GenerateSettings:
         return self._integer(name) if name in self.asked else None
 
 
+# The settings transformers scales or shifts the scores by (neutral at 1), which can push float32 scores past their
+# range: temperature=1e-40 divides them by it (sampling only), repetition_penalty=1e-40 a repeated token's.
+_SCORE_SCALES = ("temperature", "repetition_penalty", "encoder_repetition_penalty", "guidance_scale")
+
+
+def score_scales(settings: GenerateSettings, sampling: bool) -> str:
+    """The score-scaling settings of `settings` that act in this call (_SCORE_SCALES other than 1), as a message
+    names them, e.g. "temperature=1e-40"; empty where none does."""
+    acting = [
+        f"{name}={settings.values[name]!r}"
+        for name in _SCORE_SCALES
+        if settings.values.get(name, 1) != 1 and (sampling or name != "temperature")
+    ]
+    return ", ".join(acting)
+
+
 def check_generate_settings(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> GenerateSettings:
     """Check the numeric settings generate(*args, **kwargs) of the transformers `model` will read (its keywords,
     else the generation_config passed, its second positional argument or keyword, else the model's own); each
@@ -168,7 +197,7 @@ def check_generate_settings(model: Any, args: tuple[Any, ...], kwargs: dict[str,
         values[name] = number
         if not where.startswith("the model's"):
             asked.add(name)
-        if type(value) in (int, float):
+        if type(value) is float or (type(value) is int and name not in _FLOATS_ONLY):
             continue
         if where == "generation_config.":  # a numpy or torch scalar in the passed config: a copy holds the number
             copied = copied or copy.deepcopy(passed)

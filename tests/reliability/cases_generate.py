@@ -139,6 +139,21 @@ class _MasksEverything(LogitsProcessor):
         return scores.masked_fill(torch.ones_like(scores, dtype=torch.bool), float("-inf"))
 
 
+def _integer_temperature(folder: Path) -> Action:
+    """A tiny Llama's sampled generate() at temperature=2 against temperature=2.0, from the same seed."""
+    model = tiny_lm("llama")
+    inputs = {**tiny_decoder_inputs("llama", padding_side="left"), "max_new_tokens": 3, "pad_token_id": 0}
+
+    def action() -> str:
+        torch.manual_seed(0)
+        whole = model.generate(**inputs, do_sample=True, temperature=2)
+        torch.manual_seed(0)
+        same = torch.equal(whole, model.generate(**inputs, do_sample=True, temperature=2.0))
+        return f"temperature=2 samples as 2.0: {same}"
+
+    return action
+
+
 def _own_config(model_type: str, prompts: bool = True, **changes: Any) -> Callable[[Path], Action]:
     """generating(model_type) with `changes` set on the wrapped model's own generation_config, not passed;
     prompts=False: generate() of no prompt (a decoder starts from its bos token)."""
@@ -651,5 +666,59 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("watermarking_config={'strength': 2.0} has key(s) ['strength']", "greenlist_ratio, bias"),
         generating("llama", watermarking_config={"strength": 2.0}),
+    ),
+    B(
+        "generate-temperature-overflows-scores",
+        GROUP,
+        "generate(do_sample=True, temperature=1e-40) (was a RuntimeError from torch.multinomial, as on the bare "
+        "model: probability tensor contains either inf, nan or element < 0; on CUDA a device-side assert)",
+        af.ConfigError,
+        ("decoding settings (temperature=1e-40) left +inf", "float32", "do_sample=False"),
+        generating("llama", do_sample=True, temperature=1e-40),
+    ),
+    B(
+        "generate-beam-sampling-temperature-overflows-scores",
+        GROUP,
+        "generate(do_sample=True, num_beams=2, temperature=1e-40) (was a RuntimeError from torch.multinomial in "
+        "beam sampling: every log-probability divided to -inf)",
+        af.ConfigError,
+        ("decoding settings (temperature=1e-40) left no finite score", "row(s) [0, 1, 2, 3]"),
+        generating("gpt2", do_sample=True, num_beams=2, temperature=1e-40),
+    ),
+    B(
+        "generate-repetition-penalty-overflows-scores",
+        GROUP,
+        "generate(do_sample=True, repetition_penalty=1e-40) (was a RuntimeError from torch.multinomial: a repeated "
+        "token's score divided to +inf)",
+        af.ConfigError,
+        ("decoding settings (repetition_penalty=1e-40) left +inf", "repetition_penalty near 1"),
+        generating("llama", do_sample=True, repetition_penalty=1e-40),
+    ),
+    B(
+        "generate-decay-penalty-overflows-scores",
+        GROUP,
+        "generate(do_sample=True, exponential_decay_length_penalty=(0, 1e300)) (was a RuntimeError from "
+        "torch.multinomial: the end token's score grown to +inf)",
+        af.ConfigError,
+        ("decoding settings left +inf in the scores", "no token can be sampled"),
+        generating("llama", do_sample=True, exponential_decay_length_penalty=(0, 1e300)),
+    ),
+    B(
+        "generate-temperature-int",
+        GROUP,
+        "generate(do_sample=True, temperature=2) (not an error; was transformers' ValueError: '`temperature` (=2) "
+        "has to be a strictly positive float')",
+        None,
+        ("temperature=2 samples as 2.0: True",),
+        _integer_temperature,
+    ),
+    B(
+        "generate-length-penalty-overflows",
+        GROUP,
+        "generate(num_beams=2, length_penalty=1e308) (was an OverflowError from transformers' beam scores: "
+        "length ** 1e308; -1e308 made every beam's score -inf, an arbitrary pick, without a word)",
+        af.ConfigError,
+        ("length_penalty=1e+308", "a number from -50 to 50"),
+        generating("gpt2", num_beams=2, length_penalty=1e308),
     ),
 )
