@@ -145,6 +145,18 @@ def is_finite_number(value: object) -> bool:
         return False
 
 
+def blank_pair_text(text: str, pair: str) -> str | None:
+    """What is wrong with a (text, pair) one side of which is blank (empty or whitespace alone), said after "a pair
+    whose", or None: a tokenizer drops a blank second text without a word (the pair answered as its first text
+    alone) and reads a blank first one as half an input."""
+    if not pair.strip():
+        shown = short_repr(pair, 20)
+        return f"second text {shown} is blank, which the tokenizer drops without a word (the first answered alone)"
+    if not text.strip():
+        return f"first text {short_repr(text, 20)} is blank, leaving the model half an input"
+    return None
+
+
 def check_number(
     value: object,
     field: str,

@@ -33,7 +33,7 @@ import torch
 import transformers
 from torch import nn
 
-from adapterfusion._validation import closest, short_repr
+from adapterfusion._validation import blank_pair_text, closest, short_repr
 from adapterfusion.blocks import LAYOUT_BLOCKS
 from adapterfusion.devices import available_device
 from adapterfusion.encoders import require_wrapped
@@ -555,6 +555,12 @@ def check_settings(task: str, settings: Mapping[str, Any], outputs: int | None =
                 "the candidate labels, so give a non-empty list of label names (str), e.g. candidate_labels=['sports', "
                 "'politics']"
             )
+        twice = sorted({label for label in entries if entries.count(label) > 1})
+        if twice:
+            raise ConfigError(
+                f"candidate_labels={short_repr(labels)} names {short_repr(twice)} more than once, answered twice and "
+                "(the labels sharing one probability) each copy with a share of it; name each label once"
+            )
 
 
 # The pipeline settings that count things, and the least each may be: torch's DataLoader refuses the rest deep inside
@@ -608,10 +614,16 @@ def _check_hypothesis_template(template: Any) -> None:
         )
 
 
+# The tasks whose answer is about the text as a whole, which a blank text (the tokenizer's special tokens alone)
+# answers without a word; token-classification answers it with no entities, generation continues from nothing.
+_TEXT_READERS = ("text-classification", "zero-shot-classification")
+
+
 def check_pipeline_input(task: str, value: object) -> None:
     """Refuse what no pipeline of `task` reads as its input: None, a number, bytes, an empty list, an entry of those,
-    or (text-classification) a dict other than {'text': ..., 'text_pair': ...}. Generators and datasets pass as they
-    are: reading them would use them up."""
+    (text-classification) a dict other than {'text': ..., 'text_pair': ...} or a pair with a blank side, and a blank
+    text where the answer is about the whole text (_TEXT_READERS). Generators and datasets pass as they are: reading
+    them would use them up."""
     takes = "a text (str) or a non-empty list of texts"
     if task == "text-classification":
         takes += ", a text pair {'text': ..., 'text_pair': ...} or a list of those"
@@ -630,7 +642,15 @@ def check_pipeline_input(task: str, value: object) -> None:
             f"a {task} pipeline was given a tuple of {len(entries)}, which transformers reads as one input, not as "
             f"{len(entries)} texts; pass a list of texts{or_pair}"
         )
-    for entry in entries:
+    for index, entry in enumerate(entries):
+        where = f"entry [{index}] " if listed else ""
+        one = isinstance(entry, Mapping) and task == "text-classification" and entry.get("text_pair") is None
+        text = entry.get("text") if one else entry
+        if isinstance(text, str) and task in _TEXT_READERS and not text.strip():  # a text, or a pair dict of one
+            raise ConfigError(
+                f"a {task} pipeline was given {where}{short_repr(entry)}, which holds no text: the answer would be the "
+                "model's for its special tokens alone, saying nothing of what was sent; leave out blank texts"
+            )
         if isinstance(entry, Mapping):  # a text pair, or one message of a chat
             pair = task == "text-classification" and "text" in entry and set(entry) <= {"text", "text_pair"}
             bad = not (pair or (listed and task == "text-generation"))
@@ -638,6 +658,13 @@ def check_pipeline_input(task: str, value: object) -> None:
                 raise ConfigError(
                     f"a text-classification pipeline was given the text pair {short_repr(entry)}; a pair is one text "
                     "and its pair, {'text': str, 'text_pair': str}: pass a list of such dicts for several pairs"
+                )
+            paired = pair and isinstance(entry.get("text_pair"), str)
+            blank = blank_pair_text(entry["text"], entry["text_pair"]) if paired else None
+            if blank is not None:
+                raise ConfigError(
+                    f"a text-classification pipeline was given {where}the text pair {short_repr(entry)}, whose "
+                    f"{blank}; give text on both sides, or the one text alone as a plain string"
                 )
         elif isinstance(entry, (list, tuple)) and task != "text-generation":
             # A pair as a list: the pipeline answered its first text alone (zero-shot), or failed in the tokenizer.

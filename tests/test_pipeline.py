@@ -473,6 +473,38 @@ def test_texts_in_a_shape_transformers_reads_as_one_input_are_refused(model, tok
 _LABELS = {"zero-shot-classification": dict(candidate_labels=["music", "sport"])}
 
 
+def test_a_candidate_label_named_twice_is_refused(model, tokenizer):
+    """['music', 'music'] was answered 0.5 each whatever the text: the copies share the label's probability."""
+    classify = af.pipeline("zero-shot-classification", model, tokenizer, head="nli", adapter="a")
+    with pytest.raises(af.ConfigError, match=r"names \['music'\] more than once.*name each label once"):
+        classify(TEXTS[0], candidate_labels=["music", "sport", "music"])
+    assert len(classify(TEXTS[0], candidate_labels=["music", "sport"])["labels"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("task", "value", "words"),
+    [
+        ("text-classification", {"text": TEXTS[0], "text_pair": ""}, "whose second text '' is blank.*without a word"),
+        (
+            "text-classification",
+            [{"text": TEXTS[0], "text_pair": "b"}, {"text": "a", "text_pair": " "}],
+            "entry \\[1\\]",
+        ),
+        ("text-classification", {"text": "", "text_pair": TEXTS[1]}, "whose first text '' is blank"),
+        ("text-classification", [TEXTS[0], "  "], "entry \\[1\\] '  ', which holds no text"),
+        ("zero-shot-classification", "", "'', which holds no text"),
+        ("text-classification", {"text": " ", "text_pair": None}, "which holds no text"),
+    ],
+)
+def test_a_blank_text_or_side_of_a_pair_is_refused(model, tokenizer, task, value, words):
+    """A pair's empty text_pair was dropped by the tokenizer without a word, the text answered alone; a blank text
+    was answered from the special tokens alone (zero-shot: a ValueError from transformers, or an answer for '  ')."""
+    pipe = af.pipeline(task, model, tokenizer, adapter="a", head="nli", **_LABELS.get(task, {}))
+    with pytest.raises(af.ConfigError, match=f"a {task} pipeline was given .*{words}"):
+        pipe(value)
+    assert len(pipe({"text": TEXTS[0], "text_pair": None} if task == "text-classification" else TEXTS[0])) > 0
+
+
 def test_text_pairs_and_zero_shot_labels_that_transformers_reads(model, tokenizer):
     classify = af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli")
     pairs = [{"text": TEXTS[0], "text_pair": TEXTS[1]}, {"text": TEXTS[2], "text_pair": None}]

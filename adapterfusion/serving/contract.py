@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from adapterfusion._validation import check_piece_name, short_repr
+from adapterfusion._validation import blank_pair_text, check_piece_name, short_repr
 from adapterfusion.blocks import (
     AVERAGE_SHARED_OPTIONS,
     Average,
@@ -51,6 +51,9 @@ SERVED_HEAD_KINDS = ("classification", "regression")
 _PREDICT_KEYS = ("inputs", "adapter", "fusion", "block", "head")
 _GENERATE_KEYS = ("inputs", "adapter", "fusion", "block", "max_new_tokens", "chat", "temperature", "top_p", "top_k")
 MAX_TEMPERATURE = 100.0
+# More tokens than any vocabulary holds: a larger top_k (a JSON integer of 400 digits) failed the generate() it shared
+# as no finite number, a refusal in the Python API's terms after the batch ran.
+MAX_TOP_K = 1_000_000
 # Below this, logits / temperature overflows to inf in float32 and sampling fails; 0 means greedy.
 MIN_TEMPERATURE = 1e-3
 # A BLOCK's JSON: its kind's key -> the block, and how deep and large one may be.
@@ -303,8 +306,8 @@ def _parse_sampling(data: dict[str, Any]) -> Sampling | None:
     top_p, top_k = data.get("top_p", 1.0), data.get("top_k", 0)
     if not _is_number(top_p) or not 0.0 < top_p <= 1.0:
         raise RequestError(422, f"'top_p' is {_short(top_p)}; give a share above 0 and at most 1 (1: all tokens)")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise RequestError(422, f"'top_k' is {_short(top_k)}; give a whole number, 0 for no limit")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= MAX_TOP_K:
+        raise RequestError(422, f"'top_k' is {_short(top_k)}; give a whole number from 0 (no limit) to {MAX_TOP_K:,}")
     if temperature == 0.0:
         given = [key for key in ("top_p", "top_k") if key in data]
         if given:
@@ -529,6 +532,11 @@ def _parse_inputs(value: Any, config: ServeConfig, form: str = _INPUTS_FORM) -> 
         if broken is not None:
             raise RequestError(
                 422, f"inputs[{index}] holds a lone surrogate ({_short(broken)}), which is not text; send valid Unicode"
+            )
+        blank = blank_pair_text(*texts) if len(texts) == 2 else None
+        if blank is not None:
+            raise RequestError(
+                422, f"inputs[{index}] is a pair whose {blank}; send text on both sides, or the one text alone"
             )
         longest = max(len(text) for text in texts)
         if longest > config.text_chars:  # checked before tokenising, which runs on the event loop

@@ -20,7 +20,7 @@ import torch
 from adapterfusion.encoder_limits import limit_reason, max_input_length
 from adapterfusion.errors import ConfigError
 from adapterfusion.serving.config import DEFAULT_MAX_LENGTH
-from adapterfusion.serving.contract import PredictRequest, no_tokens
+from adapterfusion.serving.contract import PredictRequest, RequestError, no_tokens
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -64,15 +64,34 @@ class Predictor:
         that makes no token of text: none at all (an empty text where the tokenizer adds none of its own: GPT-2,
         Llama, BART), or only the tokenizer's own ([CLS] [SEP] of an empty or invisible text), whose prediction would
         say nothing of what was sent."""
-        features = tuple(
-            dict(self.tokenizer(text, pair, truncation=True, max_length=self.max_length))
-            for text, pair in request.inputs
-        )
-        for index, feature in enumerate(features):
-            if all(token in self._special for token in feature["input_ids"]):
-                text, pair = request.inputs[index]
+        encodings = [
+            self.tokenizer(text, pair, truncation=True, max_length=self.max_length) for text, pair in request.inputs
+        ]
+        for index, encoding in enumerate(encodings):
+            text, pair = request.inputs[index]
+            if all(token in self._special for token in encoding["input_ids"]):
                 raise no_tokens(index, text + (pair or ""))
-        return Encoded(request, features)
+            side = self._side_of_no_text(encoding) if pair is not None else None
+            if side is not None:  # text the contract's check of blank sides cannot see: a zero-width space
+                raise RequestError(
+                    422,
+                    f"inputs[{index}] is a pair whose {side} text makes no tokens of text (none but the tokenizer's "
+                    "own); send text on both sides, or the one text alone",
+                )
+        return Encoded(request, tuple(dict(encoding) for encoding in encodings))
+
+    def _side_of_no_text(self, encoding: Any) -> str | None:
+        """ "first" or "second": the text of a pair's encoding that holds no token of text (a fast tokenizer's
+        sequence_ids() say which text each token is of); None where both do, or a slow tokenizer cannot say."""
+        try:
+            sides = encoding.sequence_ids()
+        except (AttributeError, ValueError):
+            return None
+        for side, name in ((0, "first"), (1, "second")):
+            held = (token for token, of in zip(encoding["input_ids"], sides, strict=True) if of == side)
+            if all(token in self._special for token in held):
+                return name
+        return None
 
     def predict(self, batch: Sequence[Encoded]) -> list[list[Prediction]]:
         """Each request's predictions, from one routed forward per group of inputs of similar length."""

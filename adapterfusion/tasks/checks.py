@@ -133,6 +133,12 @@ def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
                 f"{_where(spec, origin)}, row {offset + i}: choices {choices!r} in {list(spec.choice_fields)} must "
                 "all be text; fill in the missing choice or drop the row."
             )
+        empty = [k for k, choice in enumerate(choices) if not choice.strip()]
+        if empty:  # scored as the context with an empty second text: a choice the model cannot tell from another
+            raise TaskError(
+                f"{_where(spec, origin)}, row {offset + i}: choice(s) {empty} of {choices!r} in "
+                f"{list(spec.choice_fields)} hold no text; fill in the missing choice or drop the row."
+            )
     if spec.blank is None:
         return
     for i, context in enumerate(fields.contexts(batch, spec)):

@@ -16,16 +16,18 @@ from adapterfusion.serving.contract import (
     Catalog,
     check_body_encoding,
     check_no_query,
+    parse_generate,
     parse_piece,
     parse_predict,
     read_body,
 )
 from adapterfusion.serving.predictor import Predictor, check_max_length
-from catalogue import Action, BadInput, adapters_a_and_b
+from catalogue import Action, BadInput, adapters_a_and_b, tiny_lm
 from tiny_models import tiny_encoder
 
 B = BadInput
 GROUP = "server"
+PIPELINES = "pipelines"
 
 
 def _read(body: bytes) -> Callable[[Path], Action]:
@@ -49,6 +51,36 @@ def _predict_on_gpt2_tokenizer(texts: list[str]) -> Callable[[Path], Action]:
         request = parse_predict({"inputs": texts, "head": "cls"}, Catalog.of(model), ServeConfig())
         encode = Predictor(model, _NoSpecialTokens(tokenizer), 64).encode
         return lambda: encode(request)
+
+    return prepare
+
+
+def _predict_encoded(inputs: list[object]) -> Callable[[Path], Action]:
+    """Predictor.encode of a predict request for `inputs`, through the shipped MiniLM tokenizer."""
+
+    def prepare(folder: Path) -> Action:
+        tokenizer = _tokenizer()
+        model = af.wrap(tiny_encoder(vocab_size=len(tokenizer)))
+        model.add_head("cls", af.ClassificationHead(num_labels=2))
+        request = parse_predict({"inputs": inputs, "head": "cls"}, Catalog.of(model), ServeConfig())
+        encode = Predictor(model, tokenizer, 64).encode
+        return lambda: encode(request)
+
+    return prepare
+
+
+def _classified(*args: object, **call: object) -> Callable[[Path], Action]:
+    """af.pipeline('text-classification' or, given candidate_labels, 'zero-shot-classification', ...)(*args, **call)
+    on a tiny encoder over the shipped tokenizer with adapter a and an NLI head; the pipelines' inputs meet the same
+    rules as the server's."""
+
+    def prepare(folder: Path) -> Action:
+        tokenizer = _tokenizer()
+        model = af.wrap(tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128))
+        model.add_adapter("a")
+        model.add_head("nli", af.ClassificationHead(num_labels=3, labels=["entailment", "neutral", "contradiction"]))
+        task = "zero-shot-classification" if "candidate_labels" in call else "text-classification"
+        return lambda: af.pipeline(task, model, tokenizer, adapter="a", head="nli")(*args, **call)
 
     return prepare
 
@@ -114,6 +146,26 @@ def _predict_naming(adapter: str) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
         catalog = Catalog.of(adapters_a_and_b("cls"))
         return lambda: parse_predict({"inputs": ["x"], "adapter": adapter, "head": "cls"}, catalog, ServeConfig())
+
+    return prepare
+
+
+def _predict_inputs(inputs: list[object]) -> Callable[[Path], Action]:
+    """parse_predict of a request for `inputs`, on a model holding adapters a and b and a head 'cls'."""
+
+    def prepare(folder: Path) -> Action:
+        catalog = Catalog.of(adapters_a_and_b("cls"))
+        return lambda: parse_predict({"inputs": inputs, "head": "cls"}, catalog, ServeConfig())
+
+    return prepare
+
+
+def _generate_body(body: dict[str, object]) -> Callable[[Path], Action]:
+    """parse_generate of a POST /v1/generate `body`, on a tiny GPT-2 with adapter a."""
+
+    def prepare(folder: Path) -> Action:
+        catalog = Catalog.of(tiny_lm("gpt2"))
+        return lambda: parse_generate(body, catalog, ServeConfig())
 
     return prepare
 
@@ -270,5 +322,67 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("'block.average[1]' = 'n'", "train_layer_norm: true against false", "placed alike"),
         _predict_average_with_layer_norm_copies,
+    ),
+    B(
+        "serve-pair-empty-second-text",
+        GROUP,
+        'POST /v1/predict {"inputs": ["x", ["a", ""]]} (was answered as the single text "a": the tokenizer drops an '
+        "empty second text without a word)",
+        af.ConfigError,
+        ("inputs[1] is a pair whose second text '' is blank", "drops without a word", "text on both sides"),
+        _predict_inputs(["x", ["a", ""]]),
+    ),
+    B(
+        "serve-pair-blank-first-text",
+        GROUP,
+        'POST /v1/predict {"inputs": [[" ", "b"]]} (was answered for half an input: [CLS] [SEP] b [SEP])',
+        af.ConfigError,
+        ("inputs[0] is a pair whose first text ' ' is blank", "half an input"),
+        _predict_inputs([[" ", "b"]]),
+    ),
+    B(
+        "serve-pair-zero-width-second-text",
+        GROUP,
+        'POST /v1/predict {"inputs": [["a", "\\u200b"]]} (was answered as the single text "a": the tokenizer reads '
+        "a zero-width space as no text and drops the empty second text)",
+        af.ConfigError,
+        ("inputs[0] is a pair whose second text makes no tokens of text", "text on both sides"),
+        _predict_encoded([["a", "\u200b"]]),
+    ),
+    B(
+        "pipeline-pair-empty-text-pair",
+        PIPELINES,
+        "af.pipeline('text-classification', ...)({'text': 'a', 'text_pair': ''}) (was answered as the text 'a' "
+        "alone: the tokenizer drops an empty text_pair)",
+        af.ConfigError,
+        ("the text pair {'text': 'a', 'text_pair': ''}", "second text '' is blank", "text on both sides"),
+        _classified({"text": "a", "text_pair": ""}),
+    ),
+    B(
+        "pipeline-blank-text",
+        PIPELINES,
+        "af.pipeline('text-classification', ...)(['a', '  ']) (the blank text was answered from [CLS] [SEP] alone)",
+        af.ConfigError,
+        ("entry [1] '  ', which holds no text", "leave out blank texts"),
+        _classified(["a", "  "]),
+    ),
+    B(
+        "pipeline-zero-shot-label-twice",
+        PIPELINES,
+        "af.pipeline('zero-shot-classification', ...)('a', candidate_labels=['x', 'x']) (was answered 0.5 each, "
+        "whatever the text: the copies share the label's probability)",
+        af.ConfigError,
+        ("candidate_labels=['x', 'x'] names ['x'] more than once", "name each label once"),
+        _classified("a", candidate_labels=["x", "x"]),
+    ),
+    B(
+        "serve-generate-top-k-beyond-any-vocabulary",
+        GROUP,
+        'POST /v1/generate {"temperature": 1, "top_k": 10**400} (passed the request\'s check, then failed the '
+        "generate() of its batch: the batch rerun, and a 422 in the Python API's terms, 'generate(): top_k=... is not "
+        "a finite number')",
+        af.ConfigError,
+        ("'top_k' is 1000", "a whole number from 0 (no limit) to 1,000,000"),
+        _generate_body({"inputs": ["x"], "temperature": 1, "top_k": 10**400}),
     ),
 )

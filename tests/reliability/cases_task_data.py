@@ -190,4 +190,20 @@ CASES: tuple[BadInput, ...] = (
         ("data_dir='' is not a path", "leave data_dir out"),
         lambda folder: lambda: load_task_data("rte", ""),
     ),
+    B(
+        "choice-blank",
+        GROUP,
+        "a multiple-choice row whose second choice is '' (was trained on as the context with an empty second text, "
+        "a choice no text told apart)",
+        TaskError,
+        ("row 0", "choice(s) [1] of ['x', '']", "hold no text", "fill in the missing choice"),
+        own_file(
+            "mc.jsonl",
+            '{"q": "q?", "options": ["x", ""], "label": 0}\n{"q": "r?", "options": ["x", "y"], "label": 1}\n',
+            kind="multiple_choice",
+            text_fields=["q"],
+            choice_fields=["options"],
+            num_choices=2,
+        ),
+    ),
 )

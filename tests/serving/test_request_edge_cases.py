@@ -81,7 +81,8 @@ class _NoSpecialTokens:
         return len(self._tokenizer)
 
 
-@pytest.mark.parametrize("inputs, index", [(["Hello there", "", "x"], 1), ([""], 0), ([["", ""]], 0)])
+# A pair with a blank side (["", ""]) is refused before tokenising, naming that side (test_serve_contract.py).
+@pytest.mark.parametrize("inputs, index", [(["Hello there", "", "x"], 1), ([""], 0)])
 def test_a_text_of_no_tokens_is_refused_naming_the_input(tokenizer, inputs, index):
     plain = _NoSpecialTokens(tokenizer)
     with running(create_app(tiny_served_model(tokenizer), plain)) as base:

@@ -56,6 +56,11 @@ def test_the_head_defaults_to_the_one_named_like_the_piece_then_to_the_active_on
         ({"inputs": ["a\ud800b"], "head": "rte"}, 422, "lone surrogate"),  # valid JSON, but no tokenizer takes it
         ({"inputs": [["a", "\udfff"]], "head": "rte"}, 422, "inputs[0] holds a lone surrogate"),
         ({"inputs": ["a"], "block": {"fuse": ["rte", "mnli"], "name": "zz"}, "head": "rte"}, 404, "no fusion named"),
+        # the tokenizer drops an empty second text without a word: the pair was answered as its first text alone
+        ({"inputs": ["a", ["b", ""]], "head": "rte"}, 422, "inputs[1] is a pair whose second text '' is blank"),
+        ({"inputs": [["b", " \n"]], "head": "rte"}, 422, "second text ' \\n' is blank"),
+        ({"inputs": [["", "b"]], "head": "rte"}, 422, "inputs[0] is a pair whose first text '' is blank"),
+        ({"inputs": [["a", None]], "head": "rte"}, 422, "wrong shape"),
     ],
 )
 def test_refusals_name_the_problem(body, status, words):

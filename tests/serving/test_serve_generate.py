@@ -122,6 +122,8 @@ def test_bad_generate_requests_get_json_errors(tokenizer: Any):
         ({"inputs": ["x"], "temperature": 1, "top_p": 1.5}, 422, "'top_p'"),
         ({"inputs": ["x"], "temperature": 1, "top_k": 2.5}, 422, "'top_k'"),
         ({"inputs": ["x"], "temperature": 1, "top_k": -1}, 422, "'top_k'"),
+        # a 400-digit top_k failed the batch's generate() as no finite number, answered in the Python API's terms
+        ({"inputs": ["x"], "temperature": 1, "top_k": 10**400}, 422, "'top_k' is 1000"),
         ({"inputs": ["x"], "top_k": 5}, 422, "act only when sampling"),
     ]
     with running(create_app(model, tokenizer, config)) as url, httpx.Client(base_url=url, timeout=30) as client:

@@ -195,12 +195,17 @@ def test_piece_loads_name_a_fusions_missing_adapters_and_not_whether_a_path_exis
 
 @pytest.mark.parametrize("text", ["", "\u200b", "   "])
 def test_a_text_of_no_word_is_refused(model, tokenizer, text):
-    """'' and a zero-width space were answered 200, scored on [CLS] [SEP] alone."""
+    """'' and a zero-width space were answered 200, scored on [CLS] [SEP] alone; as a side of a pair, the pair was
+    answered as its other text alone (an empty second text dropped) or as half an input."""
     with running(create_app(model, tokenizer, ServeConfig(max_wait_ms=0))) as url:
         answer = httpx.post(url + "/v1/predict", json={"inputs": ["Hi", text], "adapter": "a", "head": "nli"})
         assert answer.status_code == 422
         assert answer.json()["error"]["message"].startswith("inputs[1] is ")
+        pair = httpx.post(url + "/v1/predict", json={"inputs": [["Hi", text]], "adapter": "a", "head": "nli"})
+        assert pair.status_code == 422  # an empty second text was dropped: the pair answered as "Hi" alone
+        assert pair.json()["error"]["message"].startswith("inputs[0] is a pair whose second text ")
         pair = httpx.post(url + "/v1/predict", json={"inputs": [[text, "Hi"]], "adapter": "a", "head": "nli"})
-        assert pair.status_code == 200  # one text of a pair may be empty: the other is read
+        assert pair.status_code == 422  # half an input
+        assert pair.json()["error"]["message"].startswith("inputs[0] is a pair whose first text ")
         unknown = httpx.post(url + "/v1/predict", json={"inputs": ["日本語 😀"], "adapter": "a", "head": "nli"})
         assert unknown.status_code == 200  # [UNK] stands for text the vocabulary lacks: it is read
