@@ -9,7 +9,6 @@ checkpoints/ and are removed after a successful run unless TrainingConfig.keep_c
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import warnings
 from collections.abc import Mapping
@@ -39,7 +38,15 @@ from adapterfusion.training.hardware import check_precision, is_main_process, tr
 from adapterfusion.training.loop import fit, instruction_task_data, resolve_metric, single_task_data
 from adapterfusion.training.qa_loop import qa_task_data
 from adapterfusion.training.resume import resume_point
-from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, jsonable, save_encoder, training_config_for
+from adapterfusion.training.run import (
+    ENCODER_DIR,
+    Run,
+    RunFolder,
+    jsonable,
+    remove_run_entry,
+    save_encoder,
+    training_config_for,
+)
 from adapterfusion.training.run_state import claimed_run, options_changed
 from adapterfusion.training.setups import (
     SetupContext,
@@ -272,7 +279,7 @@ def train(
             stored = store.put(run_dir, overwrite=True)
             metrics["store_path"] = str(stored)
         if not config.keep_checkpoints:
-            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+            remove_run_entry(run_dir, "checkpoints", ignore_errors=True)
         written = run.write_metrics(metrics)
         return result(written["wall_seconds"], pieces, stored)
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +66,7 @@ from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.hardware import check_precision, launched_distributed
 from adapterfusion.training.loop import LoopData, TrainingOutcome, fit, resolve_metric
 from adapterfusion.training.resume import resume_point
-from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, save_encoder, training_config_for
+from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, remove_run_entry, save_encoder, training_config_for
 from adapterfusion.training.run_files import RUN_FORMAT_VERSION
 from adapterfusion.training.run_state import claimed_run
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
@@ -561,7 +560,7 @@ def train_multitask(
 
         pieces, store_paths = _save_outputs(model, names, data, tokenizer, run, resolved_store)
         if not config.keep_checkpoints:
-            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+            remove_run_entry(run_dir, "checkpoints", ignore_errors=True)
         results = _results(model, data, plan, outcome, metrics, seed, run_dir, pieces, store_paths)
         written = run.write_metrics(
             {**results, "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir))}

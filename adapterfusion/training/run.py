@@ -16,8 +16,9 @@ error type, RunFileError, whose message names the file and the fix.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
+import re
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
@@ -31,7 +32,7 @@ from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE
 from adapterfusion.defaults import default_encoder_path, named_encoder
 from adapterfusion.encoders import Encoder, load_encoder_model, load_language_model, load_tokenizer, resolve_encoder
 from adapterfusion.injection import plain_save
-from adapterfusion.io.atomic import atomic_write_json
+from adapterfusion.io.atomic import atomic_write_json, is_temp_name
 from adapterfusion.io.paths import check_writable_folder, path_part
 from adapterfusion.model import AdaptedModel, wrap
 from adapterfusion.run_layout import CONFIG_FILE, METRICS_FILE, seed_folder
@@ -77,22 +78,57 @@ def run_dir_for(output_dir: str | os.PathLike, task: str, setup: str, seed: int)
     return Path(output_dir) / path_part(task, "task") / path_part(setup, "setup") / seed_folder(seed)
 
 
+# What a run writes inside the folders of RUN_ENTRIES (paths relative to the run folder): a piece's two files
+# (serialization/pieces.py), the Trainer's checkpoint-<step>/ folders, and the files save_encoder and MT-A's marker
+# leave in encoder/ (HuggingFace's model, shard and tokenizer files). Removing a run removes these and nothing else: a
+# file the user put inside one of those folders (notes in adapter/, a plot in checkpoints/) stays, and so does its
+# folder.
+_RUN_WRITES = re.compile(
+    r"(?:tasks/[^/]+/)?(adapter|fusion|head)/\1(?:\.safetensors|_config\.json)"
+    r"|checkpoints/checkpoint-\d+/.+"
+    rf"|{ENCODER_DIR}/(?:(?:config|generation_config|tokenizer_config|tokenizer|special_tokens_map|added_tokens"
+    r"|vocab|merges|mt_a|model\.safetensors\.index|chat_template)\.(?:json|txt|jinja)"
+    r"|model(?:-\d+-of-\d+)?\.safetensors|(?:spiece|sentencepiece\.bpe|sentencepiece|tokenizer)\.model)"
+)
+
+
+def written_by_run(name: str) -> bool:
+    """Whether `name` (relative to a run folder, '/'-separated) inside one of RUN_ENTRIES' folders is a file a run
+    writes there, or the temp file a killed atomic write of one left (io/atomic.py)."""
+    return bool(_RUN_WRITES.fullmatch(name)) or ("/" in name and is_temp_name(name.rpartition("/")[2]))
+
+
 def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False, also: Iterable[str] = ()) -> None:
     """Remove what a run wrote in its folder (RUN_ENTRIES, and the names in `also`) before the run starts again;
-    anything else there, such as a file the user put beside the run, stays. With `keep_checkpoints` its
-    checkpoints/ stay for a resume, and the config.json that says which run they belong to."""
+    anything else there, such as a file the user put beside the run or inside one of its folders, stays. With
+    `keep_checkpoints` its checkpoints/ stay for a resume, and the config.json that says which run they belong to."""
     run_dir = Path(run_dir)
     kept = {"checkpoints", CONFIG_FILE} if keep_checkpoints else set()
     for name in (*RUN_ENTRIES, *also):
         if name not in kept:
-            _remove_entry(run_dir / name, ignore_errors=True)
+            remove_run_entry(run_dir, name, ignore_errors=True)
 
 
-def _remove_entry(entry: Path, ignore_errors: bool = False) -> None:
-    """Remove a file, link or folder the run wrote (a link itself, never what it leads to), if it is there."""
-    if not os.path.lexists(entry):
+def remove_run_entry(run_dir: Path, name: str, ignore_errors: bool = False) -> None:
+    """Remove the file, link or folder `name` a run wrote in `run_dir` (a link itself, never what it leads to), if
+    it is there. Of a folder only the files a run writes go (written_by_run), then the folders that leaves empty: a
+    file of the user's inside it stays where it is. `ignore_errors`: a folder's file that cannot be removed stays."""
+    entry = run_dir / name
+    if not os.path.isdir(entry) or os.path.islink(entry):
+        if os.path.lexists(entry):
+            entry.unlink()
         return
-    shutil.rmtree(entry, ignore_errors=ignore_errors) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    emptied = {str(entry)}  # the folders to remove once empty: the entry, and those something was removed from
+    for root, folders, files in os.walk(entry, topdown=False):  # links to folders are listed, not followed
+        relative = Path(root).relative_to(run_dir).as_posix()
+        with contextlib.suppress(*((OSError,) if ignore_errors else ())):
+            for file in (*files, *(f for f in folders if os.path.islink(os.path.join(root, f)))):
+                if written_by_run(f"{relative}/{file}"):
+                    os.unlink(os.path.join(root, file))
+                    emptied.add(root)
+            if (root in emptied or written_by_run(f"{relative}/x")) and not os.listdir(root):  # x: any file in it
+                os.rmdir(root)
+                emptied.add(os.path.dirname(root))
 
 
 def save_encoder(model, tokenizer: Any, directory: Path) -> Path:
@@ -225,7 +261,7 @@ class Run(RunFolder):
         if self.writes:
             self.metrics_path.unlink(missing_ok=True)
             if not keep_checkpoints:
-                _remove_entry(self.run_dir / "checkpoints")
+                remove_run_entry(self.run_dir, "checkpoints")
 
     def write_config(self, settings: Mapping[str, Any]) -> None:
         """config.json: the format version, `settings` and the provenance."""

@@ -38,7 +38,7 @@ from adapterfusion.io.paths import (
     permission_denied,
 )
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, SEED_PREFIX, seed_folder, seed_of
-from adapterfusion.serialization.pieces import piece_digest
+from adapterfusion.serialization.pieces import config_path, piece_digest, weights_path
 from adapterfusion.tasks.spec import GENERATION
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run_files import read_json
@@ -48,12 +48,25 @@ if TYPE_CHECKING:
 
 SHIPPED = "shipped"  # how experiment files and setup options name the shipped zoo
 ZOO_SETUP = "st-a"  # the setup of a zoo's adapters
+
+
+def _piece_files(kind: str) -> tuple[str, str]:
+    """The two files save_<kind> writes (serialization/pieces.py): all of a run's piece that a store entry holds."""
+    return weights_path(Path(), kind).name, config_path(Path(), kind).name
+
+
+def _copy_piece(source: Path, folder: Path, kind: str) -> Path:
+    """Copy a run's piece into a new entry folder: its own files only, so a file the user keeps beside them in the
+    run folder stays there, and never becomes an entry's file that no later put() may replace."""
+    folder.mkdir()
+    for name in _piece_files(kind):
+        shutil.copy2(source / name, folder / name)
+    return folder
+
+
 # Every file an entry holds (relative, '/'-separated): what replacing an entry may delete, and nothing else.
 ENTRY_FILES = frozenset(
-    {
-        ENTRY_FILE,
-        *(f"{kind}/{kind}{suffix}" for kind in ("adapter", "head") for suffix in (".safetensors", "_config.json")),
-    }
+    {ENTRY_FILE, *(f"{kind}/{name}" for kind in ("adapter", "head") for name in _piece_files(kind))}
 )
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
@@ -133,17 +146,22 @@ class AdapterStore:
             raise TrainingError(
                 f"run {run_dir} saved no {missing}; only adapter setups (st-a, st-a-houlsby) go into a store"
             )
-        for piece in pieces.values():  # copied into the store: each file must be one this user may read
-            for path in check_readable_folder(piece, error=TrainingError).iterdir():
-                if path.is_file():
-                    check_readable_file(path, "put() copies it into the store", error=TrainingError)
+        for kind, piece in pieces.items():  # copied into the store: each file must be one this user may read
+            check_readable_folder(piece, error=TrainingError)
+            for name in _piece_files(kind):
+                check_readable_file(
+                    piece / name,
+                    "put() copies it into the store",
+                    error=TrainingError,
+                    missing=f"the run saved no {kind} there (it was cut short, or the file was moved): train it again",
+                )
         return self._commit(
             run["encoder"],
             run["task"],
             run["setup"],
             run["seed"],
             overwrite,
-            lambda tmp: [shutil.copytree(src, tmp / kind) for kind, src in pieces.items()],
+            lambda tmp: [_copy_piece(src, tmp / kind, kind) for kind, src in pieces.items()],
             source=str(run_dir),
             identity=identity if isinstance(identity, Mapping) else None,
         )

@@ -22,9 +22,10 @@ from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.tasks import TaskError
 from adapterfusion.training import AdapterStore, TrainingError
 from adapterfusion.training.errors import RunFileError
-from catalogue import Action, BadInput, a_file, cli, experiment, experiment_dict
+from catalogue import Action, BadInput, a_file, cli, edit_json, experiment, experiment_dict
 from task_data import DATA_DIR
 from tiny_decoders import tiny_decoder
+from tiny_models import tiny_encoder
 
 B = BadInput
 
@@ -167,6 +168,25 @@ def _another_runs_prune(folder: Path) -> Path:
     record = {"before": {}, "after": {}, "kept": ["rte"], "dropped": ["cb"], "source_run": str(other.resolve())}
     (folder / "pruned" / "pruning.json").write_text(json.dumps(record))
     return folder / "pruned"
+
+
+def _put_run_missing(name: str) -> Callable[[Path], Action]:
+    """AdapterStore.put of a finished st-a run of a tiny BERT whose adapter/ lacks `name` and holds the user's notes."""
+
+    def prepare(folder: Path) -> Action:
+        run = _finished_run(folder, "rte", "st-a", 1)
+        (run / "adapter" / "adapter.safetensors").unlink()
+        model = af.wrap(tiny_encoder("bert"))
+        model.add_adapter("rte", "pfeiffer")
+        model.add_head("rte", af.ClassificationHead(num_labels=2))
+        model.save_adapter("rte", run / "adapter")
+        model.save_head("rte", run / "head")
+        (run / "adapter" / name).unlink()
+        (run / "adapter" / "notes.md").write_text("why this adapter is the good one")
+        edit_json(run / "config.json", lambda config: config.update(encoder="some-org/some-encoder"))
+        return lambda: AdapterStore(folder / "store").put(run)
+
+    return prepare
 
 
 def _store_entry(folder: Path) -> Path:
@@ -739,6 +759,15 @@ CASES: tuple[BadInput, ...] = (
             template="{% for m in messages %}<|{{ m['role'] }}|>{% endfor %}",
             chat_template=True,
         ),
+    ),
+    B(
+        "store-put-run-missing-adapter-config",
+        "silent acceptances",
+        "AdapterStore.put(RUN) of a run whose adapter/ lacks adapter_config.json and holds the user's notes.md (an "
+        "entry was stored without the config, which no load could read, with the notes copied into it)",
+        TrainingError,
+        ("adapter_config.json", "is missing", "the run saved no adapter there", "train it again"),
+        _put_run_missing("adapter_config.json"),
     ),
     B(
         "train-run-every-answer-dropped",

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapterfusion.training.run import RUN_ENTRIES, clear_run_dir
+from adapterfusion.training.run import RUN_ENTRIES, Run, clear_run_dir, remove_run_entry
+
+# A file of each kind a run writes inside its folders (training/run.py written_by_run).
+WRITTEN = (
+    "adapter/adapter.safetensors",
+    "fusion/fusion_config.json",
+    "head/head.safetensors",
+    "checkpoints/checkpoint-8/optimizer.pt",
+    "encoder/model.safetensors",
+    "encoder/vocab.txt",
+    "tasks/rte/adapter/adapter_config.json",
+)
+# The user's files inside those folders: no run writes them, so no removal of a run touches them.
+USERS = ("adapter/notes.txt", "checkpoints/best-by-hand/model.safetensors", "encoder/README.md", "tasks/rte/plot.png")
 
 
 def _run_folder(tmp_path: Path) -> Path:
@@ -13,9 +26,9 @@ def _run_folder(tmp_path: Path) -> Path:
         if "." in name:
             (run / name).parent.mkdir(parents=True, exist_ok=True)
             (run / name).write_text("{}")
-        else:
-            (run / name).mkdir(parents=True)
-            (run / name / "weights.safetensors").write_bytes(b"x")
+    for name in WRITTEN:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(b"x")
     (run / "job.log").write_text("log")
     (run / "notes.txt").write_text("what the user wrote beside the run")
     (run / "plots").mkdir()
@@ -39,3 +52,33 @@ def test_clear_run_dir_for_a_resume_keeps_checkpoints_and_config(tmp_path):
 def test_clear_run_dir_of_a_missing_folder_does_nothing(tmp_path):
     clear_run_dir(tmp_path / "absent")
     assert not (tmp_path / "absent").exists()
+
+
+def _files(run: Path) -> list[str]:
+    return sorted(p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file())
+
+
+def test_clear_run_dir_keeps_the_users_files_inside_the_runs_folders(tmp_path):
+    run = _run_folder(tmp_path)
+    for name in USERS:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text(f"the user's {name}")
+    clear_run_dir(run, also=("job.log",))
+    assert _files(run) == sorted(["notes.txt", "plots/mine.png", *USERS])
+    assert all((run / name).read_text() == f"the user's {name}" for name in USERS)
+
+
+def test_removing_checkpoints_keeps_the_users_files_and_the_folder_behind_a_link(tmp_path):
+    """What start_over (overwrite=True) and the end of a run without keep_checkpoints remove."""
+    run, elsewhere = _run_folder(tmp_path), tmp_path / "elsewhere"
+    (run / "checkpoints" / "how-i-trained.md").write_text("mine")
+    elsewhere.mkdir()
+    (elsewhere / "model.safetensors").write_bytes(b"mine")
+    (run / "checkpoints" / "checkpoint-9").symlink_to(elsewhere)
+    Run(run, seed=1, encoder="unused").start_over()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["checkpoint-9", "how-i-trained.md"]
+    assert (elsewhere / "model.safetensors").read_bytes() == b"mine"  # we never write a link: the user's, kept
+    (run / "checkpoints" / "how-i-trained.md").unlink()
+    (run / "checkpoints" / "checkpoint-9").unlink()
+    remove_run_entry(run, "checkpoints")
+    assert not (run / "checkpoints").exists()

@@ -13,7 +13,7 @@ import adapterfusion as af
 from adapterfusion.encoders import encoder_digest
 from adapterfusion.errors import TrainingError
 from adapterfusion.training import AdapterStore
-from adapterfusion.training.store import ENTRY_FILE
+from adapterfusion.training.store import ENTRY_FILE, ENTRY_FILES
 from tiny_models import tiny_encoder
 
 
@@ -84,3 +84,36 @@ def test_an_entry_stored_by_another_run_meanwhile_is_kept(tmp_path, monkeypatch)
     entry = store.path("/a/x/model", "rte", "st-a", 1)
     assert json.loads((entry / ENTRY_FILE).read_text()) == {"other": True}
     assert [p.name for p in entry.parent.iterdir()] == [entry.name]  # no temp folder left
+
+
+def _run_folder(tmp_path) -> tuple[af.AdaptedModel, object]:
+    """A finished st-a run's folder as train() leaves it, with the user's notes inside its adapter/ and head/."""
+    model = af.wrap(tiny_encoder("bert", seed=0))
+    model.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    model.add_head("rte", af.ClassificationHead(num_labels=2))
+    run = tmp_path / "runs" / "rte" / "st-a" / "seed-1"
+    model.save_adapter("rte", run / "adapter")
+    model.save_head("rte", run / "head")
+    (run / "config.json").write_text(json.dumps({"encoder": "/a/x/model", "task": "rte", "setup": "st-a", "seed": 1}))
+    for kind in ("adapter", "head"):
+        (run / kind / "notes.md").write_text(f"why this {kind} is the good one")
+    return model, run
+
+
+def test_put_copies_the_pieces_files_only_and_can_replace_the_entry_again(tmp_path):
+    """The user's notes stay in the run folder: copied into the entry, they would make it one that no later
+    put(overwrite=True), nor a re-run of its experiment, may replace."""
+    _, run = _run_folder(tmp_path)
+    store = AdapterStore(tmp_path / "store")
+    entry = store.put(run)
+    assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*") if p.is_file()) == sorted(ENTRY_FILES)
+    assert store.put(run, overwrite=True) == entry
+    assert (run / "adapter" / "notes.md").read_text() == "why this adapter is the good one"
+
+
+def test_put_of_a_run_whose_adapter_file_is_missing_is_refused(tmp_path):
+    _, run = _run_folder(tmp_path)
+    (run / "adapter" / "adapter_config.json").unlink()
+    with pytest.raises(TrainingError, match="adapter_config.json is missing; the run saved no adapter there"):
+        AdapterStore(tmp_path / "store").put(run)
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.json"))
