@@ -21,7 +21,7 @@ import json
 import os
 import re
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 from typing import TYPE_CHECKING, Any, cast
@@ -321,47 +321,37 @@ def _takes_token_type_ids(config: Any) -> bool:
 def load_encoder_model(encoder: Encoder, model_class: str | None = None) -> nn.Module:
     """The encoder's AutoModel, from its folder or Hub id (with its revision and subfolder); `model_class`, a
     transformers class name such as 'LlamaForCausalLM', loads that class instead (an unknown name: AutoModel)."""
+    return load_encoder_model_and_missing(encoder, model_class)[0]
+
+
+def load_encoder_model_and_missing(
+    encoder: Encoder, model_class: str | None = None
+) -> tuple[nn.Module, frozenset[str]]:
+    """load_encoder_model, with the names of the weights its checkpoint lacked, which transformers drew at random
+    and only logged (for `unloaded_parts`)."""
     import transformers
 
     loader: Any = getattr(transformers, model_class, None) if model_class else None
     if not (isinstance(loader, type) and hasattr(loader, "from_pretrained")):
         loader = transformers.AutoModel
-    name, kwargs = encoder.pretrained()
-    with _loading(encoder, "model", "save it again with model.save_pretrained(folder)"), same_missing_weights():
-        return cast(nn.Module, loader.from_pretrained(name, **kwargs))
+    return _from_pretrained(loader, encoder, "model")
 
 
 def load_language_model(encoder: Encoder) -> nn.Module:
     """The encoder with its language-model head: AutoModelForSeq2SeqLM for an encoder-decoder (T5, BART), else
-    AutoModelForCausalLM; what a generation task trains, with the model's own loss and no head of ours."""
+    AutoModelForCausalLM; what a generation task trains, with the model's own loss and no head of ours. A decoder
+    whose checkpoint lacks its head's weights (a folder saved from the bare model or a classifier, with embeddings
+    the head is not tied to) is refused: transformers draws the head at random, says so only in its load report,
+    and every generation run would train and score under that random head."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     name, kwargs = encoder.pretrained()
-    with (
-        _loading(encoder, "language model", "save it again with model.save_pretrained(folder)"),
-        same_missing_weights(),
-    ):
+    with _loading(encoder, "language model", _SAVE_AGAIN):
         seq2seq = bool(getattr(AutoConfig.from_pretrained(name, **kwargs), "is_encoder_decoder", False))
-        auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
-        model, info = cast(tuple[Any, dict[str, Any]], auto.from_pretrained(name, output_loading_info=True, **kwargs))
-    _check_head_loaded(cast(nn.Module, model), info.get("missing_keys", ()), encoder)
-    return cast(nn.Module, model)
-
-
-def _check_head_loaded(model: nn.Module, missing: Iterable[str], encoder: Encoder) -> None:
-    """Refuse a decoder language model whose checkpoint lacks its head's weights (a folder saved from the bare model
-    or a classifier, with embeddings the head is not tied to): transformers draws the head at random, says so only in
-    its load report, and every generation run would train and score under that random head."""
-    try:
-        if not architecture_for_config(model.config).causal:  # an encoder's head: the generation check refuses it
-            return
-    except UnsupportedArchitectureError:  # wrap() says so
-        return
-    head = getattr(model, "get_output_embeddings", lambda: None)()
-    if head is None:
-        return
-    name = next((path for path, module in model.named_modules() if module is head), None)
-    lost = sorted(key for key in missing if name and key.startswith(f"{name}."))
+    model, missing = _from_pretrained(
+        AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM, encoder, "language model"
+    )
+    lost = [key for keys in unloaded_parts(model, missing).values() for key in keys] if _causal(model) else []
     if lost:
         raise ConfigError(
             f"encoder {encoder} holds no weights for its language-model head ({', '.join(lost)} missing: it was saved "
@@ -370,6 +360,58 @@ def _check_head_loaded(model: nn.Module, missing: Iterable[str], encoder: Encode
             "with its head (AutoModelForCausalLM.from_pretrained(...).save_pretrained(folder)), or use a task with a "
             "head of ours"
         )
+    return model
+
+
+_SAVE_AGAIN = "save it again with model.save_pretrained(folder)"
+
+
+def _from_pretrained(loader: Any, encoder: Encoder, what: str) -> tuple[nn.Module, frozenset[str]]:
+    """`loader.from_pretrained` of the encoder, and the names of the weights its checkpoint lacked."""
+    name, kwargs = encoder.pretrained()
+    with _loading(encoder, what, _SAVE_AGAIN), same_missing_weights():
+        model, info = cast(tuple[Any, dict[str, Any]], loader.from_pretrained(name, output_loading_info=True, **kwargs))
+    return cast(nn.Module, model), frozenset(info.get("missing_keys", ()))
+
+
+def _causal(model: nn.Module) -> bool:
+    """Whether `model` is a decoder; an encoder's LM head is refused by the generation check, an unsupported
+    architecture by wrap()."""
+    try:
+        return architecture_for_config(model.config).causal
+    except UnsupportedArchitectureError:
+        return False
+
+
+def unloaded_parts(model: nn.Module, missing: Collection[str], parts: Iterable[nn.Module] = ()) -> dict[str, list[str]]:
+    """The parts of `model` whose own weights its checkpoint lacked (`missing`: transformers' loading info), each by
+    its module path with the missing weight names; transformers fills them at random and only logs it. The parts
+    looked at are the top-level one holding the pretrained language-model head (lm_head, BERT's `cls`), and
+    `parts` (an encoder-decoder's decoder). A task head (score, classifier) is drawn anew for the task from any
+    checkpoint, so it is none of them. A weight tied to one outside its part (GPT-2's or SmolLM2's head tied to the
+    input embeddings, T5's decoder embeddings to `shared`) is loaded there, so it never counts as lacking."""
+    base = getattr(model, "base_model", model)
+    get_output = getattr(model, "get_output_embeddings", None)
+    head = get_output() if callable(get_output) else None
+    looked_at = [
+        module
+        for module in model.children()
+        if head is not None and module is not base and any(inner is head for inner in module.modules())
+    ]
+    paths = {id(module): path for path, module in model.named_modules(remove_duplicate=False)}
+    named = list(model.named_parameters(remove_duplicate=False))
+    lacking: dict[str, list[str]] = {}
+    for module in [*looked_at, *parts]:
+        prefix = f"{paths[id(module)]}."
+        outside = {id(parameter) for name, parameter in named if not name.startswith(prefix)}
+        own: dict[int, list[str]] = {}
+        for name, parameter in named:
+            if name.startswith(prefix) and id(parameter) not in outside:
+                own.setdefault(id(parameter), []).append(name)
+        lost = sorted(name for names in own.values() if all(name in missing for name in names) for name in names)
+        if lost:
+            lacking[paths[id(module)]] = lost
+    return lacking
 
 
 @contextlib.contextmanager

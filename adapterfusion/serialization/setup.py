@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
 import os
 import tempfile
 import warnings
@@ -31,7 +30,13 @@ from torch import nn
 
 from adapterfusion._validation import check_bool, check_name, check_names, naming_file, reject_unknown_keys
 from adapterfusion._version import __version__
-from adapterfusion.encoders import encoder_digest, load_encoder_model, resolve_encoder, sampled_fingerprint
+from adapterfusion.encoders import (
+    encoder_digest,
+    load_encoder_model_and_missing,
+    resolve_encoder,
+    sampled_fingerprint,
+    unloaded_parts,
+)
 from adapterfusion.errors import (
     BaseModelMismatchWarning,
     ConfigError,
@@ -562,72 +567,33 @@ def _base_encoder(
     encoder = resolve_encoder(base, tokenizer=False)
     _check_base_type(encoder.folder, saved, index)
     class_name = _saved_class(saved, index)
-    model = load_encoder_model(encoder, class_name)
-    _check_base_parts(encoder.folder, model, class_name, saved, index)
+    model, missing = load_encoder_model_and_missing(encoder, class_name)
+    _check_base_parts(str(encoder), model, missing, class_name, saved, index)
     return model
 
 
-def _checkpoint_names(folder: Path) -> set[str] | None:
-    """The tensor names of the local checkpoint in `folder` (its safetensors headers or shard index; no tensor is
-    read), or None where they cannot be told cheaply (a pickle checkpoint, none at all)."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        index = folder / "model.safetensors.index.json"
-        if index.is_file():
-            document = json.loads(index.read_text(encoding="utf-8"))
-            weight_map = document.get("weight_map") if isinstance(document, dict) else None
-            return set(weight_map) if isinstance(weight_map, dict) else None
-        single = folder / "model.safetensors"
-        if single.is_file():
-            with safe_open(str(single), framework="pt") as handle:
-                return set(handle.keys())
-    except (OSError, ValueError, RuntimeError, SafetensorError):  # unreadable: transformers' load said so, or coped
-        return None
-    return None
-
-
 def _check_base_parts(
-    folder: Path | None, model: nn.Module, class_name: str | None, saved: Mapping[str, Any], index: Path
+    base: str, model: nn.Module, missing: frozenset[str], class_name: str | None, saved: Mapping[str, Any], index: Path
 ) -> None:
-    """Refuse a base folder whose checkpoint lacks a part of the class the setup was saved on: its LM head (a bare
+    """Refuse a base whose checkpoint lacks a part of the class the setup was saved on: its LM head (a bare
     LlamaModel's folder loaded as LlamaForCausalLM, whose lm_head is then drawn at random) or, for an
     encoder-decoder, its whole decoder (a T5EncoderModel's folder loaded as T5ForConditionalGeneration).
     transformers fills such weights at random and only logs it, so generate() and every output through them was
-    noise with no error. A part is looked for by its top-level name only (weights inside it that transformers
-    renames on load, such as LayerNorm gamma, still match); a part tied to the input embeddings is none of its own;
-    a checkpoint whose names cannot be read cheaply (a pickle, a Hub id) is not checked."""
-    if folder is None or class_name is None:
+    noise with no error. Which weights are a part's own, and which the checkpoint lacked, says
+    encoders.unloaded_parts."""
+    if class_name is None:
         return
-    names = _checkpoint_names(folder)
-    if not names:
-        return
-
-    def held(part: str) -> bool:
-        return any(name.startswith(f"{part}.") or f".{part}." in name for name in names)
-
-    lacking: list[str] = []
-    base = getattr(model, "base_model", model)
-    get_output, get_input = getattr(model, "get_output_embeddings", None), getattr(model, "get_input_embeddings", None)
-    head = get_output() if callable(get_output) else None
-    # Only the pretrained LM head (and the part holding it: BERT's `cls`): a task head (score, classifier) is
-    # drawn anew for the task from any pretrained checkpoint, so one lacking it is no other model.
-    parts = [
-        (part, module)
-        for part, module in model.named_children()
-        if head is not None and module is not base and any(inner is head for inner in module.modules())
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if saved.get("decoder_layers") is not None and callable(get_decoder) else None
+    parts = unloaded_parts(model, missing, [decoder] if isinstance(decoder, nn.Module) else [])
+    decoder_path = next((path for path, module in model.named_modules() if module is decoder), None)
+    lacking = [
+        f"{'its decoder' if path == decoder_path else f'its {path}'} ({path}.*: {len(names)} weight(s) missing)"
+        for path, names in parts.items()
     ]
-    tied = base if base is not model else get_input() if callable(get_input) else None
-    shared = {id(parameter) for parameter in tied.parameters()} if isinstance(tied, nn.Module) else set()
-    for part, module in parts:
-        own = [parameter for parameter in module.parameters() if id(parameter) not in shared]
-        if own and not held(part):
-            lacking.append(f"its {part} ({part}.*)")
-    if saved.get("decoder_layers") is not None and not held("decoder"):
-        lacking.append("its whole decoder (decoder.*)")
     if lacking:
         raise IncompatibleModelError(
-            f"{index} was saved on a {class_name}, but the base {str(folder)!r} holds a checkpoint without "
+            f"{index} was saved on a {class_name}, but the base {base!r} holds a checkpoint without "
             f"{' or '.join(lacking)}: it was saved from a model without that part (AutoModel, or an encoder alone), "
             "and transformers would fill it with random weights, making every output that passes through it noise. "
             f"Pass the folder of the whole model, saved from {class_name}, or the loaded model itself as base"
