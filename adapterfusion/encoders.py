@@ -63,6 +63,15 @@ TOKENIZER_FILES = (
     "tokenizer.model",
     "spm.model",
 )
+# What save_pretrained writes beside those, of a model (its generation settings) and of a tokenizer (the special
+# tokens, tokens added to the vocabulary, a chat template)
+SAVED_EXTRAS = (
+    "generation_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 _PLAIN_WORDS = "the quick brown fox jumps over the lazy dog"  # any working tokenizer of a text encoder knows some
 
 
@@ -138,6 +147,16 @@ def check_encoder(value: str | os.PathLike, base_dir: str | os.PathLike | None =
 
 # A sharded checkpoint's weight files as transformers names them (not model_head.safetensors, an AdapterHub head's).
 _SHARD = re.compile(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)")
+
+
+def saved_by_save_pretrained(name: str) -> bool:
+    """Whether a file `name` is one a model's and its tokenizer's save_pretrained write (safetensors weights, shards
+    and index, config, tokenizer files): what a run's saved encoder folder holds of its own."""
+    return (
+        name in (MODEL_CONFIG, *TOKENIZER_FILES, *SAVED_EXTRAS)
+        or (name in WEIGHT_FILES and "safetensors" in name)
+        or bool(_SHARD.fullmatch(name) and name.endswith(".safetensors"))
+    )
 
 
 def model_files_in(folder: Path) -> list[str]:

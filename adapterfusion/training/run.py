@@ -30,12 +30,19 @@ from adapterfusion._validation import check_mapping
 from adapterfusion._version import __version__
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE
 from adapterfusion.defaults import default_encoder_path, named_encoder
-from adapterfusion.encoders import Encoder, load_encoder_model, load_language_model, load_tokenizer, resolve_encoder
+from adapterfusion.encoders import (
+    Encoder,
+    load_encoder_model,
+    load_language_model,
+    load_tokenizer,
+    resolve_encoder,
+    saved_by_save_pretrained,
+)
 from adapterfusion.injection import plain_save
 from adapterfusion.io.atomic import atomic_write_json, is_temp_name
 from adapterfusion.io.paths import check_writable_folder, path_part
 from adapterfusion.model import AdaptedModel, wrap
-from adapterfusion.run_layout import CONFIG_FILE, METRICS_FILE, seed_folder
+from adapterfusion.run_layout import CONFIG_FILE, METRICS_FILE, MT_A_MARKER_FILE, seed_folder
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.hardware import hardware_info
@@ -78,24 +85,23 @@ def run_dir_for(output_dir: str | os.PathLike, task: str, setup: str, seed: int)
     return Path(output_dir) / path_part(task, "task") / path_part(setup, "setup") / seed_folder(seed)
 
 
-# What a run writes inside the folders of RUN_ENTRIES (paths relative to the run folder): a piece's two files
-# (serialization/pieces.py), the Trainer's checkpoint-<step>/ folders, and the files save_encoder and MT-A's marker
-# leave in encoder/ (HuggingFace's model, shard and tokenizer files). Removing a run removes these and nothing else: a
-# file the user put inside one of those folders (notes in adapter/, a plot in checkpoints/) stays, and so does its
-# folder.
+# What a run writes inside the folders of RUN_ENTRIES (paths relative to the run folder), besides the encoder's
+# files: a piece's two files (serialization/pieces.py) and the Trainer's checkpoint-<step>/ folders. Removing a run
+# removes these and nothing else: a file the user put inside one of those folders (notes in adapter/, a plot in
+# checkpoints/) stays, and so does its folder.
 _RUN_WRITES = re.compile(
-    r"(?:tasks/[^/]+/)?(adapter|fusion|head)/\1(?:\.safetensors|_config\.json)"
-    r"|checkpoints/checkpoint-\d+/.+"
-    rf"|{ENCODER_DIR}/(?:(?:config|generation_config|tokenizer_config|tokenizer|special_tokens_map|added_tokens"
-    r"|vocab|merges|mt_a|model\.safetensors\.index|chat_template)\.(?:json|txt|jinja)"
-    r"|model(?:-\d+-of-\d+)?\.safetensors|(?:spiece|sentencepiece\.bpe|sentencepiece|tokenizer)\.model)"
+    r"(?:tasks/[^/]+/)?(adapter|fusion|head)/\1(?:\.safetensors|_config\.json)|checkpoints/checkpoint-\d+/.+"
 )
 
 
 def written_by_run(name: str) -> bool:
     """Whether `name` (relative to a run folder, '/'-separated) inside one of RUN_ENTRIES' folders is a file a run
-    writes there, or the temp file a killed atomic write of one left (io/atomic.py)."""
-    return bool(_RUN_WRITES.fullmatch(name)) or ("/" in name and is_temp_name(name.rpartition("/")[2]))
+    writes there: a piece's file, a checkpoint's, one save_encoder or MT-A's marker leaves in encoder/ (HuggingFace's
+    model and tokenizer files), or the temp file a killed atomic write of one left (io/atomic.py)."""
+    folder, _, file = name.rpartition("/")
+    if folder == ENCODER_DIR and (saved_by_save_pretrained(file) or file == MT_A_MARKER_FILE):
+        return True
+    return bool(_RUN_WRITES.fullmatch(name)) or (bool(folder) and is_temp_name(file))
 
 
 def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False, also: Iterable[str] = ()) -> None:

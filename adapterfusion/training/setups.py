@@ -50,6 +50,7 @@ from adapterfusion.heads.config import (
     TokenClassificationHead,
 )
 from adapterfusion.heads.pooling import resolve_pooling
+from adapterfusion.run_layout import MT_A_MARKER_FILE
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import get_task
 from adapterfusion.tasks.spec import TaskSpec, piece_name, suggest
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
 
 MT_A = "mt-a"
 LAYERNORM_ONLY = "layernorm-only"
-MARKER_FILE = "mt_a.json"  # beside an MT-A run's fine-tuned encoder: the base encoder, seed, tasks and run folder
+MARKER_FILE = MT_A_MARKER_FILE
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapterfusion.training.run import RUN_ENTRIES, Run, clear_run_dir, remove_run_entry
+import transformers
+
+import adapterfusion as af
+from adapterfusion.training.run import RUN_ENTRIES, Run, clear_run_dir, remove_run_entry, save_encoder, written_by_run
+from tiny_decoders import tiny_decoder
+from tiny_models import tiny_encoder
 
 # A file of each kind a run writes inside its folders (training/run.py written_by_run).
 WRITTEN = (
@@ -82,3 +87,22 @@ def test_removing_checkpoints_keeps_the_users_files_and_the_folder_behind_a_link
     (run / "checkpoints" / "checkpoint-9").unlink()
     remove_run_entry(run, "checkpoints")
     assert not (run / "checkpoints").exists()
+
+
+def _written_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_every_file_save_encoder_writes_counts_as_the_runs_and_odd_names_do_not(tmp_path):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    tokenizer.add_tokens(["<added>"])
+    tokenizer.chat_template = "{{ messages }}"
+    save_encoder(af.wrap(tiny_encoder("bert")), tokenizer, tmp_path / "encoder")
+    tiny_decoder("llama").save_pretrained(tmp_path / "sharded", max_shard_size="20KB")  # model-0000k-of-n + index
+    written = [*_written_files(tmp_path / "encoder"), *_written_files(tmp_path / "sharded")]
+    assert "chat_template.jinja" in written and "model.safetensors.index.json" in written
+    assert sum("-of-" in name for name in written) > 1
+    assert [name for name in written if not written_by_run(f"encoder/{name}")] == []
+    odd = ("vocab.jinja", "config.txt", "pytorch_model.bin", "model-1-of-2.bin", "notes.json", "model.safetensors.bak")
+    assert [name for name in odd if written_by_run(f"encoder/{name}")] == []
+    assert written_by_run("encoder/mt_a.json") and not written_by_run("adapter/mt_a.json")
