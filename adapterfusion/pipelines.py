@@ -21,24 +21,29 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import logging
-import numbers
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import transformers
 from torch import nn
 
-from adapterfusion._validation import blank_pair_text, closest, short_repr
+from adapterfusion._validation import closest, short_repr
 from adapterfusion.blocks import LAYOUT_BLOCKS
-from adapterfusion.devices import available_device
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError
 from adapterfusion.io.hub import hub_errors
+from adapterfusion.pipeline_arguments import (
+    CHOICE_ARGUMENTS,
+    check_device,
+    check_pipeline_input,
+    check_settings,
+    refuse_unread_arguments,
+    refuse_unread_call_arguments,
+)
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -428,7 +433,7 @@ def pipeline(
             f"loaded, so it would be ignored; {_LOADING_ARGUMENTS[loading[0]]}"
         )
     if kwargs.get("device") is not None:
-        _check_device(kwargs["device"])
+        check_device(kwargs["device"])
     view = for_pipeline(model, adapter, fusion, head, task, skip_layers)
     check_settings(pipeline_task(task), kwargs, view._config.num_labels)
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
@@ -438,13 +443,11 @@ def pipeline(
     )
     with _quiet_model_type_check(), loading_tokenizer or contextlib.nullcontext():
         built = build(task, model=view, tokenizer=tokenizer, **kwargs)
-    _refuse_unread_arguments(built, tokenizer, kwargs)
+    refuse_unread_arguments(built, tokenizer, kwargs)
     built.__class__ = _checked_class(type(built))
     return built
 
 
-# af.pipeline's own keywords: the choice a pipeline it builds runs, fixed then.
-_CHOICE_ARGUMENTS = ("adapter", "fusion", "head", "skip_layers")
 _CHECKED_CLASSES: dict[type, type] = {}
 
 
@@ -466,7 +469,7 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
     """Refuse af.pipeline's own keywords at a call of the pipeline `built` (the task's pipeline would hand them to the
     tokenizer, which ignores them, and run the choice it was built with) and an input no pipeline of its task reads
     (transformers fails on it with an IndexError or a tokenizer's error)."""
-    given = [name for name in _CHOICE_ARGUMENTS if name in kwargs]
+    given = [name for name in CHOICE_ARGUMENTS if name in kwargs]
     if given:
         choice = built.model.choice
         chosen = ", ".join(f"{key}={value!r}" for key, value in choice.items() if value not in (None, ()))
@@ -475,7 +478,7 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
             f"fusion, head and skip_layers when it builds the pipeline (this one runs {chosen or 'the bare model'}); "
             f"build another for that choice, af.pipeline(task, model, tokenizer, {given[0]}=...)"
         )
-    _refuse_unread_call_arguments(built, kwargs)
+    refuse_unread_call_arguments(built, kwargs)
     task = built.model.task  # as PipelineModel resolved it (no alias)
     if args:
         check_pipeline_input(task, args[0])
@@ -484,291 +487,6 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
         built_with = (built._preprocess_params or {}).get("candidate_labels")
         settings["candidate_labels"] = kwargs.get("candidate_labels", args[1] if len(args) > 1 else built_with)
     check_settings(task, settings, built.model._config.num_labels)
-
-
-def _check_device(device: Any) -> None:
-    """The device transformers moves the model to: a torch device this machine has (else torch's assertion from
-    inside `.to()`), or an int, which transformers reads as the CPU (< 0) or accelerator number n (cuda:n where
-    CUDA is there, else another accelerator, else the CPU)."""
-    fix = "pass device='cpu' (or -1)"
-    if isinstance(device, bool) or not isinstance(device, (int, str, torch.device)):
-        raise ConfigError(
-            f"device={short_repr(device)} has type {type(device).__name__}; pass a torch device such as 'cpu' or "
-            "'cuda:0', a torch.device, or an int (-1: the CPU, n: accelerator n)"
-        )
-    if isinstance(device, int):
-        if device >= 0 and torch.cuda.is_available():
-            available_device(f"cuda:{device}", fix)
-        return
-    available_device(device, fix)
-
-
-def check_settings(task: str, settings: Mapping[str, Any], outputs: int | None = None) -> None:
-    """Refuse a pipeline setting that transformers reads as something else than meant, without a word: a top_k
-    that is not a count of answers (text-classification slices its sorted scores with it, so top_k=0 answered
-    nothing and top_k=-1 dropped the last label, and it took top_k=1.5 or '2' as not given; fill-mask hands it to
-    torch.topk), zero-shot candidate_labels that name no label (a ValueError or TypeError inside transformers), and a
-    token-classification aggregation_strategy transformers has no grouping of (a KeyError there). Also what fails
-    deep inside transformers or torch: a batch_size or num_workers that is no count (torch's sampler), a
-    function_to_apply it has no function of (a KeyError), a hypothesis_template without a {} for the label (an
-    IndexError, KeyError or ValueError), a zero-shot multi_label that is not a bool (multi_label='false' was true),
-    and, for a head of `outputs` 1 (a regression head), a softmax, which scored every text 1.0."""
-    _check_counts(settings)
-    if task == "text-classification":
-        _check_function_to_apply(settings.get("function_to_apply"), outputs)
-    if task == "zero-shot-classification" and "hypothesis_template" in settings:
-        _check_hypothesis_template(settings["hypothesis_template"])
-    multi_label = settings.get("multi_label")
-    if task == "zero-shot-classification" and multi_label is not None and not isinstance(multi_label, bool):
-        raise ConfigError(  # transformers reads it as true or false: 'false' scored the labels independently
-            f"multi_label={short_repr(multi_label)} ({type(multi_label).__name__}): give True (score each candidate "
-            "label on its own) or False (the labels' scores sum to 1)"
-        )
-    top_k = settings.get("top_k")
-    if task in ("text-classification", "fill-mask") and top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            every = ", or top_k=None for every label" if task == "text-classification" else ""
-            raise ConfigError(
-                f"top_k={short_repr(top_k)} ({type(top_k).__name__}): a {task} pipeline answers the top_k best "
-                f"{'labels' if task == 'text-classification' else 'tokens'}, so give a whole number >= 1, e.g. "
-                f"top_k=3{every}"
-            )
-    strategy = settings.get("aggregation_strategy")
-    if task == "token-classification" and strategy is not None:
-        from transformers.pipelines.token_classification import AggregationStrategy
-
-        names = [choice.value for choice in AggregationStrategy]
-        if (
-            not isinstance(strategy, (str, AggregationStrategy))
-            or str(getattr(strategy, "value", strategy)).lower() not in names
-        ):
-            raise ConfigError(  # transformers looks the name up in its enum: a KeyError with the name alone
-                f"aggregation_strategy={short_repr(strategy)}: a token-classification pipeline groups sub-tokens into "
-                f"words by one of {names}, e.g. aggregation_strategy='first'"
-            )
-    if task == "zero-shot-classification" and "candidate_labels" in settings:
-        labels = settings["candidate_labels"]
-        entries = [labels] if isinstance(labels, str) else labels if isinstance(labels, (list, tuple)) else None
-        if not entries or not all(isinstance(label, str) and label.strip() for label in entries):
-            raise ConfigError(
-                f"candidate_labels={short_repr(labels)}: a zero-shot-classification pipeline scores each text against "
-                "the candidate labels, so give a non-empty list of label names (str), e.g. candidate_labels=['sports', "
-                "'politics']"
-            )
-        twice = sorted({label for label in entries if entries.count(label) > 1})
-        if twice:
-            raise ConfigError(
-                f"candidate_labels={short_repr(labels)} names {short_repr(twice)} more than once, answered twice and "
-                "(the labels sharing one probability) each copy with a share of it; name each label once"
-            )
-
-
-# The pipeline settings that count things, and the least each may be: torch's DataLoader refuses the rest deep inside
-# (batch_size='2' as "got batch_size=2").
-_COUNTS = {"batch_size": 1, "num_workers": 0}
-
-
-def _check_counts(settings: Mapping[str, Any]) -> None:
-    for name, least in _COUNTS.items():
-        value = settings.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-            raise ConfigError(
-                f"{name}={short_repr(value)} ({type(value).__name__}): give a whole number >= {least}, e.g. "
-                f"{name}={max(least, 2)}, or leave it out"
-            )
-
-
-def _check_function_to_apply(value: Any, outputs: int | None) -> None:
-    """A text-classification function_to_apply: one of transformers' ClassificationFunction names (any case), and
-    not softmax over the one output of a regression head (1.0 for every text)."""
-    if value is None:
-        return
-    from transformers.pipelines.text_classification import ClassificationFunction
-
-    names = [choice.value for choice in ClassificationFunction]
-    name = (
-        value.value if isinstance(value, ClassificationFunction) else value.lower() if isinstance(value, str) else None
-    )
-    if name not in names:
-        raise ConfigError(
-            f"function_to_apply={short_repr(value)}: a text-classification pipeline turns logits into scores with one "
-            f"of {names} (leave it out for the head's own: softmax over labels, none for a regression value)"
-        )
-    if name == "softmax" and outputs == 1:
-        raise ConfigError(
-            "function_to_apply='softmax' over a head of one output (a regression value) scores every text 1.0; "
-            "leave it out (or 'none') for the value itself, or 'sigmoid' to squash it into (0, 1)"
-        )
-
-
-def _check_hypothesis_template(template: Any) -> None:
-    """A zero-shot hypothesis_template must hold one {} that each candidate label fills."""
-    try:
-        fills = isinstance(template, str) and template.format("label") != template
-    except (IndexError, KeyError, ValueError):
-        fills = False
-    if not fills:
-        raise ConfigError(
-            f"hypothesis_template={short_repr(template)}: a zero-shot-classification pipeline writes one hypothesis "
-            "per candidate label into it, so give a text with one {} for the label, e.g. 'This example is {}.'"
-        )
-
-
-# The tasks whose answer is about the text as a whole, which a blank text (the tokenizer's special tokens alone)
-# answers without a word; token-classification answers it with no entities, generation continues from nothing.
-_TEXT_READERS = ("text-classification", "zero-shot-classification")
-
-
-def check_pipeline_input(task: str, value: object) -> None:
-    """Refuse what no pipeline of `task` reads as its input: None, a number, bytes, an empty list, an entry of those,
-    (text-classification) a dict other than {'text': ..., 'text_pair': ...} or a pair with a blank side, and a blank
-    text where the answer is about the whole text (_TEXT_READERS). Generators and datasets pass as they are: reading
-    them would use them up."""
-    takes = "a text (str) or a non-empty list of texts"
-    if task == "text-classification":
-        takes += ", a text pair {'text': ..., 'text_pair': ...} or a list of those"
-    elif task == "text-generation":
-        takes += ", a chat (a list of {'role': ..., 'content': ...} messages) or a list of chats"
-    listed = isinstance(value, (list, tuple))
-    entries: list[Any] = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not entries:
-        raise ConfigError(f"a {task} pipeline was given an empty {type(value).__name__}; it takes {takes}")
-    if isinstance(value, tuple) and task != "text-generation":
-        # A tuple is one input to transformers, which the tokenizer reads as a batch: text-classification and
-        # zero-shot-classification answered its first text alone, token-classification failed in the tokenizer.
-        as_pair = task == "text-classification" and len(entries) == 2
-        or_pair = f", or a text pair as {{'text': {short_repr(entries[0])}, 'text_pair': ...}}" if as_pair else ""
-        raise ConfigError(
-            f"a {task} pipeline was given a tuple of {len(entries)}, which transformers reads as one input, not as "
-            f"{len(entries)} texts; pass a list of texts{or_pair}"
-        )
-    for index, entry in enumerate(entries):
-        where = f"entry [{index}] " if listed else ""
-        one = isinstance(entry, Mapping) and task == "text-classification" and entry.get("text_pair") is None
-        text = entry.get("text") if one else entry
-        if isinstance(text, str) and task in _TEXT_READERS and not text.strip():  # a text, or a pair dict of one
-            raise ConfigError(
-                f"a {task} pipeline was given {where}{short_repr(entry)}, which holds no text: the answer would be the "
-                "model's for its special tokens alone, saying nothing of what was sent; leave out blank texts"
-            )
-        if isinstance(entry, Mapping):  # a text pair, or one message of a chat
-            pair = task == "text-classification" and "text" in entry and set(entry) <= {"text", "text_pair"}
-            bad = not (pair or (listed and task == "text-generation"))
-            if pair and not bad and not _is_pair(entry):
-                raise ConfigError(
-                    f"a text-classification pipeline was given the text pair {short_repr(entry)}; a pair is one text "
-                    "and its pair, {'text': str, 'text_pair': str}: pass a list of such dicts for several pairs"
-                )
-            paired = pair and isinstance(entry.get("text_pair"), str)
-            blank = blank_pair_text(entry["text"], entry["text_pair"]) if paired else None
-            if blank is not None:
-                raise ConfigError(
-                    f"a text-classification pipeline was given {where}the text pair {short_repr(entry)}, whose "
-                    f"{blank}; give text on both sides, or the one text alone as a plain string"
-                )
-        elif isinstance(entry, (list, tuple)) and task != "text-generation":
-            # A pair as a list: the pipeline answered its first text alone (zero-shot), or failed in the tokenizer.
-            bad = True
-        else:
-            bad = entry is None or isinstance(entry, (numbers.Number, bytes))
-        if bad:
-            raise ConfigError(
-                f"a {task} pipeline was given {'an entry ' if listed else ''}{short_repr(entry)} of type "
-                f"{type(entry).__name__}; it takes {takes}"
-            )
-
-
-def _is_pair(entry: Mapping[str, Any]) -> bool:
-    """Whether a {'text', 'text_pair'} dict holds one text and its pair (or no pair): lists in it were one answer for
-    the first pair alone, and other values failed inside the tokenizer."""
-    return isinstance(entry["text"], str) and isinstance(entry.get("text_pair"), (str, type(None)))
-
-
-def _passed_through(built: Any) -> int | None:
-    """Which of the pipeline's preprocess / forward / postprocess settings (0, 1, 2) gets a keyword its
-    _sanitize_parameters does not know, or None where such a keyword is dropped or refused."""
-    probe = "_adapterfusion_unknown_keyword"
-    try:
-        steps = type(built)._sanitize_parameters(built, **{probe: None})
-    except TypeError:  # no **kwargs: transformers refuses the keyword itself
-        return None
-    return next((step for step, params in enumerate(steps) if probe in (params or {})), None)
-
-
-# What transformers.Pipeline.__init__ takes out of its **kwargs before the task's _sanitize_parameters sees them.
-_PIPELINE_OWN_ARGUMENTS = {"batch_size", "num_workers", "args_parser", "assistant_model", "assistant_tokenizer"}
-
-
-def _refuse_unread_arguments(built: Any, tokenizer: Any, kwargs: dict[str, Any]) -> None:
-    """A keyword that neither transformers.pipeline nor the task's pipeline reads (`adapter_name=` for adapter=):
-    dropped without a word, or handed to the tokenizer, which ignores what it does not know, it would run another
-    choice than the one meant. Generation settings are the model's generate()'s to check."""
-    named = set(inspect.signature(transformers.pipeline).parameters) | _PIPELINE_OWN_ARGUMENTS
-    named |= set(inspect.signature(transformers.Pipeline.__init__).parameters)
-    named |= set(inspect.signature(type(built)._sanitize_parameters).parameters)
-    taken = named | set(getattr(built, "_generate_kwargs", None) or {})
-    through = _passed_through(built)
-    tokenizes = set(inspect.signature(type(tokenizer).__call__).parameters)
-    for step, params in enumerate((built._preprocess_params, built._forward_params, built._postprocess_params)):
-        # Where a pipeline passes on what it does not know: to the tokenizer (read there, or ignored), or to
-        # generate() (which checks what it is given itself).
-        passed_on = step == through and step != 1
-        taken |= {key for key in params if not passed_on or key in named or (step == 0 and key in tokenizes)}
-    unread = sorted(set(kwargs) - taken)
-    if unread:
-        ours = list(_CHOICE_ARGUMENTS)
-        shown = [
-            f"{name!r}" + (f" (did you mean {match!r}?)" if (match := closest(name, ours)) else "") for name in unread
-        ]
-        raise ConfigError(
-            f"af.pipeline: {', '.join(shown)} {'is not an argument' if len(unread) == 1 else 'are not arguments'} of "
-            f"af.pipeline, of transformers.pipeline or of its {type(built).__name__}, so transformers would ignore "
-            f"{'it' if len(unread) == 1 else 'them'}; af.pipeline takes {', '.join(ours)}, and the pipeline's own "
-            "settings (device, batch_size, top_k, max_new_tokens, ...)"
-        )
-
-
-# What a call's keyword means where a pipeline does not read it, said with the refusal.
-_CALL_HINTS = {
-    "adapter_names": "a pipeline runs the choice it was built with for every input; for a choice per example call "
-    "the model itself, model(**batch, adapter_names=[...])",
-    "head_names": "a pipeline runs the head it was built with for every input; for a head per example call the "
-    "model itself, model(**batch, head_names=[...])",
-}
-
-
-def _refuse_unread_call_arguments(built: Any, kwargs: dict[str, Any]) -> None:
-    """A keyword given to a call of the pipeline `built` that its task's pipeline does not read: transformers hands
-    it to the tokenizer, which ignores what it does not know (adapter_names=[...] ran the pipeline's own choice
-    unsaid), drops it (zero-shot), or fails with a TypeError inside transformers. Generation settings are the model's
-    generate()'s to check, as at build time."""
-    through = _passed_through(built)
-    if through == 1:
-        return
-    named = _PIPELINE_OWN_ARGUMENTS | set(inspect.signature(type(built)._sanitize_parameters).parameters)
-    keys = [key for key in kwargs if key not in named]
-    if not keys:
-        return
-    try:
-        steps = type(built)._sanitize_parameters(built, **{key: kwargs[key] for key in keys})
-    except TypeError:  # no **kwargs: none of them is read
-        steps = ({}, {}, {})
-    except Exception:  # noqa: BLE001 - a value the pipeline itself refuses: its own error, at the call
-        return
-    tokenizer = getattr(built, "tokenizer", None)
-    tokenizes = set(inspect.signature(type(tokenizer).__call__).parameters) if tokenizer is not None else set()
-    unread = [
-        key
-        for key in keys
-        if not any(key in (params or {}) and (step != through or key in tokenizes) for step, params in enumerate(steps))
-    ]
-    if unread:
-        key = unread[0]
-        hint = _CALL_HINTS.get(key, "give only the settings of the task's pipeline (top_k, truncation, ...)")
-        raise ConfigError(
-            f"{key}={short_repr(kwargs[key])} given to a pipeline call: its {type(built).__name__} does not read it, "
-            f"so transformers would ignore it; {hint}"
-        )
 
 
 @contextlib.contextmanager

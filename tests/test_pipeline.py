@@ -11,7 +11,7 @@ import torch
 import transformers
 
 import adapterfusion as af
-from adapterfusion.pipelines import check_settings
+from adapterfusion.pipeline_arguments import check_settings
 from tiny_decoders import tiny_decoder
 from tiny_models import randomise, tiny_encoder
 
