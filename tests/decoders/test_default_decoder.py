@@ -136,3 +136,81 @@ def test_a_cache_setting_that_names_a_file_is_an_error_naming_the_setting(
     with pytest.raises(af.DefaultModelMissingError, match=f"a file is in its place.*point {CACHE_ENV}"):
         af.default_decoder_path()
     assert occupied.read_text() == "mine"
+
+
+def _stand_in_conversion(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Path]:
+    """The cache at tmp_path/'cache', and a conversion that writes a config.json in a moment; returns where each call
+    of the conversion wrote."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    calls: list[Path] = []
+
+    def convert(gguf: Path, staging: Path) -> None:
+        calls.append(staging)
+        (staging / "config.json").write_text("{}")
+
+    monkeypatch.setattr(af.defaults, "_convert_decoder", convert)
+    return calls
+
+
+def _target() -> Path:
+    return af.defaults.cache_dir() / f"smollm2-135m-instruct-{af.defaults.default_decoder_gguf().stat().st_size}"
+
+
+@pytest.mark.parametrize("occupant", ["file", "folder", "link", "dangling-link"])
+def test_a_cache_path_held_by_something_else_is_refused_before_converting(
+    occupant: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A file, a link or a folder of the user's where the converted decoder goes was a raw OSError from the rename
+    after the whole conversion (40 s); now our error before it, and the user's things are untouched."""
+    calls = _stand_in_conversion(monkeypatch, tmp_path)
+    target = _target()
+    target.parent.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if occupant == "file":
+        target.write_text("mine")
+    elif occupant == "folder":
+        target.mkdir()
+        (target / "notes.txt").write_text("mine")
+    else:
+        target.symlink_to(elsewhere if occupant == "link" else tmp_path / "gone")
+    before = sorted((p.name, p.is_symlink()) for p in target.parent.iterdir())
+    with pytest.raises(af.DefaultModelMissingError, match=f"not ours to replace.*point {CACHE_ENV}"):
+        af.default_decoder_path()
+    assert calls == []
+    assert sorted((p.name, p.is_symlink()) for p in target.parent.iterdir()) == before
+    if occupant == "file":
+        assert target.read_text() == "mine"
+    elif occupant == "folder":
+        assert [p.name for p in target.iterdir()] == ["notes.txt"]
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_conversion_fills_an_empty_folder_and_keeps_one_put_there_meanwhile(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = _stand_in_conversion(monkeypatch, tmp_path)
+    target = _target()
+    target.mkdir(parents=True)
+    assert af.default_decoder_path() == target and (target / "config.json").is_file()
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temp folder left
+    (target / "config.json").unlink()
+    target.rmdir()
+
+    def user_puts_a_file_there(gguf: Path, staging: Path) -> None:
+        calls.append(staging)
+        target.write_text("mine")
+
+    monkeypatch.setattr(af.defaults, "_convert_decoder", user_puts_a_file_there)
+    with pytest.raises(af.DefaultModelMissingError, match="not ours to replace"):
+        af.default_decoder_path()
+    assert target.read_text() == "mine" and [p.name for p in target.parent.iterdir()] == [target.name]
+
+
+def test_a_read_only_cache_folder_is_refused_before_converting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls = _stand_in_conversion(monkeypatch, tmp_path)
+    (tmp_path / "cache").mkdir()
+    monkeypatch.setattr(af.defaults.os, "access", lambda path, mode: False)  # root may write anywhere
+    with pytest.raises(af.DefaultModelMissingError, match=f"read-only for this user; point {CACHE_ENV}"):
+        af.default_decoder_path()
+    assert calls == []
