@@ -16,6 +16,7 @@ import os
 import random
 import re
 import shutil
+import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,11 @@ TEMP_SUFFIX = ".tmp"
 _TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 _TEMP_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 # in each temp folder replace_folder fills, until just before the rename: only a marked one is removed as a killed
-# writer's. A kill in the moment between the two leaves an unmarked copy that stays (litter, never a loss).
+# writer's. A kill in the moment between the two leaves an unmarked copy that stays (litter, never a loss). The marker
+# names its writer (host, boot, pid), so a writer of the same path in another process that is still filling its
+# folder keeps it (it was removed under it: a raw FileNotFoundError); an empty marker counts as a killed writer's.
 WRITING_MARKER = ".adapterfusion-writing"
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _random = random.SystemRandom()
 _journal: Path | None = None  # the journal of this process while journal_temp_files() is active
 
@@ -235,7 +239,7 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], re
             shutil.rmtree(stale, ignore_errors=True)
     tmp = create_temp_dir(final)
     try:
-        (tmp / WRITING_MARKER).touch()
+        _mark(tmp)
         write(tmp)
         (tmp / WRITING_MARKER).unlink()
         if not replace:
@@ -264,7 +268,7 @@ def _swap_in(tmp: Path, final: Path) -> None:
     os.replace(final, old)
     try:
         with contextlib.suppress(OSError):  # a crash before the removal below leaves it for the next writer
-            (old / WRITING_MARKER).touch()
+            _mark(old)
         os.replace(tmp, final)
     except BaseException:  # the new folder is not in place: the old one goes back, unmarked
         with contextlib.suppress(OSError):
@@ -304,9 +308,47 @@ def _refuse_link(final: Path) -> None:
 
 
 def _is_ours(path: Path) -> bool:
-    """A temp folder a writer of ours left (killed mid-write): temp-named and marked. A name alone proves nothing: a
-    user's `.setup.20240101.tmp` backup has one."""
-    return is_temp_name(path.name) and not path.is_symlink() and (path / WRITING_MARKER).is_file()
+    """A temp folder a writer of ours left (killed mid-write): temp-named and marked, by a writer that no longer
+    runs. A name alone proves nothing: a user's `.setup.20240101.tmp` backup has one."""
+    marker = path / WRITING_MARKER
+    return is_temp_name(path.name) and not path.is_symlink() and marker.is_file() and not _writer_runs(marker)
+
+
+def _writer() -> dict[str, Any]:
+    """This process as a marker names it: host, boot id (where Linux gives one) and pid."""
+    try:
+        boot = _BOOT_ID.read_text(encoding="utf-8").strip()
+    except OSError:
+        boot = ""
+    return {"host": socket.gethostname(), "boot": boot, "pid": os.getpid()}
+
+
+def _mark(folder: Path) -> None:
+    """Mark `folder` as a temp folder this process fills (WRITING_MARKER, naming the writer)."""
+    (folder / WRITING_MARKER).write_text(json.dumps(_writer()), encoding="utf-8")
+
+
+def _writer_runs(marker: Path) -> bool:
+    """Whether the writer `marker` names may still be filling its folder: one on another host (which we cannot ask),
+    or a running process of this host's boot. An empty or unreadable marker is a killed writer's."""
+    try:
+        stamp = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(stamp, dict) or not isinstance(stamp.get("pid"), int):
+        return False
+    here = _writer()
+    if stamp.get("host") != here["host"]:
+        return True
+    if stamp.get("boot") != here["boot"]:
+        return False
+    try:
+        os.kill(stamp["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it runs
+        return True
+    return True
 
 
 def _fsync_directory(directory: Path) -> None:

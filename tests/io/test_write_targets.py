@@ -8,6 +8,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from unittest import mock
 
@@ -153,3 +155,38 @@ def test_an_earlier_prune_output_is_checked_again_before_it_is_replaced(tmp_path
         pruning._write_output(output, run, True, _fused_model(), "h", record)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pruned"]
     assert _tree(output) == {"notes.txt": b"mine", "pruning.json": json.dumps(record).encode()}
+
+
+def test_a_temp_folder_another_writer_is_still_filling_is_not_removed_as_a_killed_ones(tmp_path):
+    """Each replace_folder of a path removed every marked temp folder beside it as a killed writer's: a second
+    process saving the same path removed the first one's folder while it was being filled, and the first failed with
+    a raw FileNotFoundError. The marker names its writer; only one that no longer runs has its folder removed."""
+    final = tmp_path / "setup"
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    here = atomic._writer()
+    writers = {
+        "running": here,
+        "killed": {**here, "pid": int(finished.stdout)},
+        "rebooted": {**here, "boot": "another boot", "pid": os.getpid()},
+        "elsewhere": {**here, "host": "another-host"},
+        "unnamed": None,  # a marker written before markers named their writer
+    }
+    for name, writer in writers.items():
+        folder = tmp_path / f".setup.{name[:8]:_<8}.tmp"
+        folder.mkdir()
+        (folder / "adapter.safetensors").write_text("half")
+        (folder / atomic.WRITING_MARKER).write_text("" if writer is None else json.dumps(writer))
+
+    def second_writer(tmp: Path) -> None:
+        (tmp / "adapter.safetensors").write_text("whole")
+
+    atomic.replace_folder(final, second_writer)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".setup.elsewher.tmp", ".setup.running_.tmp", "setup"]
+
+    def first_writer(tmp: Path) -> None:  # another writer of the path comes and goes while this one fills its folder
+        (tmp / "a").write_text("1")
+        atomic.replace_folder(final, second_writer)
+        (tmp / "b").write_text("2")
+
+    atomic.replace_folder(final, first_writer)
+    assert _tree(final) == {"a": b"1", "b": b"2"}
