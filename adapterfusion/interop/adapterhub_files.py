@@ -27,7 +27,7 @@ from adapterfusion.encoders import check_not_model_folder
 from adapterfusion.errors import ConfigError, SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json
-from adapterfusion.io.paths import as_path, check_readable_file, check_writable_folder
+from adapterfusion.io.paths import check_readable_file, check_writable_folder
 from adapterfusion.piece import PIECE_FORMAT, is_our_piece_config
 
 ADAPTERHUB_VERSION = "adapters.1.3.0"
@@ -189,7 +189,7 @@ def write_folder(
     check_bool(use_safetensors, "use_safetensors")
     check_bool(overwrite, "overwrite")
     what = f"export_adapterhub: the {kind} folder"
-    directory = as_path(directory, what)
+    directory = check_writable_folder(directory, what)  # the path itself first, before anything in it is read
     held = [name for name in FILES[kind] if os.path.isfile(directory / name)]
     configured = os.path.lexists(directory / FILES[kind][0])
     if held and not configured and not _replaceable(directory, kind):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.errors import AdapterFusionError, ConfigError, SerializationError
-from adapterfusion.io.paths import DENIED_ERRNOS, check_readable_file, permission_denied
+from adapterfusion.io.paths import DENIED_ERRNOS, check_readable_file, describe, permission_denied
 
 Error = type[AdapterFusionError]
 _CORRUPT = "the file is corrupt or truncated"  # what read_json says of a file it cannot parse, unless told the fix
@@ -94,6 +94,8 @@ def read_bytes(path: str | os.PathLike, fix: str | None = None, error: Error = S
         if err.errno in DENIED_ERRNOS:
             raise permission_denied(path, error=error) from None
         raise error(f"{path} cannot be read ({err.strerror or err}){then}") from None
+    except ValueError:  # the OS takes no path with a NUL in it
+        raise error(f"{str(path)!r} is {describe(path)}; {fix or 'give the path without it'}") from None
 
 
 # ---- JSON --------------------------------------------------------------------------------------------------

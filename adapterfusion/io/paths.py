@@ -200,7 +200,7 @@ def _check_nothing_foreign(
         )
         if held and not ours(path):
             raise error(
-                f"{what} {str(path)!r} is not empty (it holds {_listing(held)}) and is not {only_ours}; we never "
+                f"{what} {str(path)!r} is not empty (it holds {listing(held)}) and is not {only_ours}; we never "
                 "overwrite or delete what we did not write: save into a new or empty folder"
             )
     for name in writes:
@@ -234,7 +234,8 @@ def check_not_protected(path: Path, subject: str, error: Error) -> None:
         )
 
 
-def _listing(names: list[str]) -> str:
+def listing(names: list[str]) -> str:
+    """The first five `names` quoted, and how many more, for a message saying what a folder holds."""
     return ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
@@ -370,7 +371,7 @@ def check_replaceable(
     foreign = foreign_files(folder, ours) if Path(folder).is_dir() else []
     if foreign:
         raise error(
-            f"{what} {str(folder)!r} holds {_listing(foreign)}, which we did not write; replacing it would delete "
+            f"{what} {str(folder)!r} holds {listing(foreign)}, which we did not write; replacing it would delete "
             f"{'them' if len(foreign) > 1 else 'it'}: move {'them' if len(foreign) > 1 else 'it'} out of the folder "
             "first"
         )

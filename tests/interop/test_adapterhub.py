@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import importlib.util
 import json
+import os
 import pickle
 import shutil
 import sys
@@ -704,6 +705,15 @@ def test_an_export_over_our_own_save_names_it_and_bad_folders_get_our_error(tmp_
     for bad in (None, 5, ""):
         with pytest.raises(af.ConfigError, match="is not a path"):
             export_adapterhub(model, "adapter", "a", bad)
+    # the path is judged before anything in the folder is looked at (a NUL was a raw ValueError from os.scandir)
+    os.mkfifo(tmp_path / "fifo")
+    for bad, found in (("a\0b", "NUL character"), (tmp_path / "fifo", "FIFO"), (tmp_path / "ours" / "x" / "y", None)):
+        if found is None:  # a path through a file
+            (tmp_path / "ours" / "x").write_text("mine")
+            found = "is a file, not a folder"
+        with pytest.raises(af.ConfigError, match=found):
+            export_adapterhub(model, "adapter", "a", bad, overwrite=True)
+    assert (tmp_path / "ours" / "x").read_text() == "mine"
 
 
 def _digests(folder: Path) -> dict[str, bytes]:

@@ -6,8 +6,8 @@ import json
 import pytest
 import yaml
 
-from adapterfusion.errors import ConfigError
-from adapterfusion.io.documents import read_document
+from adapterfusion.errors import ConfigError, SerializationError
+from adapterfusion.io.documents import read_bytes, read_document, read_json
 
 DOCUMENT = {
     "name": "x",
@@ -60,3 +60,13 @@ def test_the_error_type_is_the_callers(tmp_path):
     path.write_bytes(b"a: 1\nb: \xff\n")
     with pytest.raises(SpecError, match=r"a.yaml is not UTF-8 text: byte 0xff at line 2, column 4"):
         read_document(path, SpecError)
+
+
+def test_a_path_with_a_nul_character_is_our_error_naming_it(tmp_path):
+    """The OS opens no path with a NUL in it: read_bytes (under read_json, and so load_adapterhub) let Python's
+    ValueError 'embedded null byte' through."""
+    for read in (read_bytes, read_json):
+        with pytest.raises(SerializationError, match=r"'.*x00b' is no path the OS can open \(it holds a NUL"):
+            read(f"{tmp_path}/a\0b")
+    with pytest.raises(ConfigError, match="NUL character.*; load another"):
+        read_bytes(f"{tmp_path}/a\0b", "load another", ConfigError)
