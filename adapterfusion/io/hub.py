@@ -189,16 +189,39 @@ def download(ref: HubRef, patterns: list[str] | None = None) -> Path:
     return folder
 
 
+_PUSH_HINT = (
+    "check the network and the id, and push again online (HF_HUB_OFFLINE unset) and logged in (`hf auth login` or "
+    "HF_TOKEN); save_pretrained(folder) keeps the setup on disk meanwhile"
+)
+
+
+def download_if_there(ref: HubRef, patterns: list[str]) -> Path | None:
+    """download(ref, patterns), or None where the repository (or its folder) is not there yet: what a push reads of
+    the folder it is about to write. Any other failure (the network, a revision) is a HubError as for download."""
+    allow = ["/".join(p for p in (ref.subfolder, pattern) if p) for pattern in patterns]
+    with hub_errors(ref, "reading before pushing to", _PUSH_HINT):
+        try:
+            root = huggingface_hub.snapshot_download(
+                ref.repo_id,
+                repo_type=REPO_TYPE,
+                revision=ref.revision,
+                allow_patterns=allow,
+                cache_dir=cache_dir(),
+                library_name="adapterfusion",
+                library_version=__version__,
+            )
+        except RepositoryNotFoundError:
+            return None
+    folder = Path(root, ref.subfolder)
+    return folder if folder.is_dir() else None
+
+
 def upload(
     folder: Path, ref: HubRef, commit_message: str, private: bool | None = None, token: str | None = None
 ) -> None:
     """Create the repo if needed and upload `folder` into `ref`'s folder (files already there and not in `folder`
     stay)."""
-    hint = (
-        "check the network and the id, and push again online (HF_HUB_OFFLINE unset) and logged in (`hf auth login` "
-        "or HF_TOKEN); save_pretrained(folder) keeps the setup on disk meanwhile"
-    )
-    with hub_errors(ref, "pushing to", hint):
+    with hub_errors(ref, "pushing to", _PUSH_HINT):
         huggingface_hub.create_repo(ref.repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True, token=token)
         huggingface_hub.HfApi(token=token).upload_folder(
             repo_id=ref.repo_id,

@@ -17,6 +17,14 @@ from adapterfusion.io.hub import HubRef, hub_ref
 from adapterfusion.serialization.pieces import config_path, piece_folder
 
 
+def is_our_card(text: str) -> bool:
+    """Whether a README.md is a card render_model_card wrote (its YAML metadata names adapterfusion as the library),
+    which a later push may replace; any other is the repository owner's."""
+    head, _, rest = text.partition("\n")
+    metadata = rest.partition("\n---")[0] if head.strip() == "---" else ""
+    return any(line.strip() == "library_name: adapterfusion" for line in metadata.splitlines())
+
+
 def render_model_card(folder: Path, index: Mapping[str, Any], ref: HubRef) -> str:
     """The card of the setup saved in `folder` (with its parsed `index`), to be pushed to `ref`."""
     base, pieces = index["base_model"], index["pieces"]

@@ -54,6 +54,7 @@ from adapterfusion.io.hub import (
     cache_dir,
     cached_folder,
     download,
+    download_if_there,
     hub_ref,
     locate,
     offline,
@@ -67,7 +68,7 @@ from adapterfusion.io.paths import (
     path_part,
 )
 from adapterfusion.piece import PIECE_KINDS, weights_sample_unchecked
-from adapterfusion.serialization.model_card import render_model_card
+from adapterfusion.serialization.model_card import is_our_card, render_model_card
 from adapterfusion.serialization.pieces import (
     check_piece_folder,
     config_path,
@@ -718,12 +719,16 @@ def push_to_hub(
     private: bool | None = None,
     token: str | None = None,
     commit_message: str | None = None,
+    overwrite: bool = False,
 ) -> str:
     """save_pretrained into Hub repo folder `repo_id` ('org/name' or 'org/name/subfolder') with a README.md model
     card; returns the id that from_pretrained and load_adapter/load_fusion/load_head (with '/adapters/<name>' etc.)
-    take. AdaptedModel.push_to_hub."""
+    take. As save_pretrained onto a saved setup, a push that would drop pieces the folder's setup lists is refused
+    unless `overwrite=True`, and so is one that would replace a README.md we did not write (the owner's card).
+    AdaptedModel.push_to_hub."""
     if private is not None:
         check_bool(private, "private")  # "no" would be read as true
+    check_bool(overwrite, "push_to_hub(overwrite)")
     ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
     if ref is None or "/" not in ref.repo_id:  # a bare name would land in the token's own namespace, not at `repo_id`
         raise ConfigError(
@@ -735,6 +740,8 @@ def push_to_hub(
             model, Path(tmp) / "setup", adapters=adapters, fusions=fusions, heads=heads, provenance=provenance
         )
         index = read_index(folder)
+        if not overwrite:
+            _check_remote_folder(ref, index)
         atomic_write_text(folder / CARD_FILE, render_model_card(folder, index, ref))
         listed = "; ".join(
             f"{kind}s {', '.join(p['name'] for p in index['pieces'] if p['kind'] == kind)}"
@@ -743,3 +750,30 @@ def push_to_hub(
         )
         upload(folder, ref, commit_message or f"adapterfusion {__version__}: {listed or 'no pieces'}", private, token)
     return str(ref)
+
+
+def _check_remote_folder(ref: HubRef, index: Mapping[str, Any]) -> None:
+    """Refuse a push that would drop what the Hub folder `ref` holds: pieces its setup lists that this push leaves
+    out (upload keeps their files, but the new index no longer lists them, so they no longer load), or a README.md
+    that is not our card. The folder's setup and card are read first; a repository not there yet holds neither."""
+    remote = download_if_there(ref, [SETUP_FILE, CARD_FILE])
+    if remote is None:
+        return
+    pushed = {(piece["kind"], piece["name"]) for piece in index["pieces"]}
+    if (remote / SETUP_FILE).is_file():
+        earlier = read_index(remote)
+        dropped = [(p["kind"], p["name"]) for p in earlier["pieces"] if (p["kind"], p["name"]) not in pushed]
+        if dropped:
+            listed = ", ".join(f"{kind} {name!r}" for kind, name in dropped)
+            raise ConfigError(
+                f"push_to_hub: the setup in {ref} lists the {listed}, which this push leaves out, so the pushed setup "
+                "would no longer list or load them; include them (push every piece, or name them), pass "
+                "overwrite=True to replace the setup, or push to another repository or subfolder"
+            )
+    card = remote / CARD_FILE
+    if card.is_file() and not is_our_card(read_bytes(card).decode("utf-8", errors="replace")):
+        raise ConfigError(
+            f"push_to_hub: {ref} holds a README.md that adapterfusion did not write (its metadata names no "
+            "library_name: adapterfusion), which this push would replace with a generated model card; pass "
+            "overwrite=True to replace it, or push to a subfolder ('org/name/subfolder')"
+        )

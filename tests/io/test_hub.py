@@ -164,6 +164,9 @@ def test_hub_failures_become_hub_errors(hub, monkeypatch):
         monkeypatch.setattr(huggingface_hub, "snapshot_download", _raiser(error))
         with pytest.raises(af.HubError, match=f"downloading me/x failed \\({type(error).__name__}.*check the network"):
             fresh().load_head("me/x")
+    with pytest.raises(af.HubError, match="reading before pushing to me/x failed .*push again online"):
+        build_setup().push_to_hub("me/x")  # what the folder holds is read first
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub.snapshot_download)
     monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", _raiser(httpx.ConnectError("connection refused")))
     with pytest.raises(af.HubError, match="pushing to me/x failed \\(ConnectError: connection refused\\)"):
         build_setup().push_to_hub("me/x")
@@ -203,3 +206,23 @@ def test_a_model_card_names_no_local_folder_as_the_base_models_hub_id(tmp_path, 
     (tmp_path / "enc").mkdir()
     assert _base_names("enc") == (False, None) and _base_names("exp/enc") == (False, None)
     assert _base_names("org/name") == (False, "org/name") and _base_names(str(tmp_path / "enc")) == (False, None)
+
+
+def test_a_push_that_would_drop_listed_pieces_or_the_owners_card_is_refused_unless_overwrite(hub):
+    saved = build_setup()
+    saved.push_to_hub("me/setup", adapters=["a", "b"])
+    with pytest.raises(af.ConfigError, match=r"me/setup lists the adapter 'b', which this push leaves out"):
+        saved.push_to_hub("me/setup", adapters="a")
+    saved.push_to_hub("me/setup", adapters=["a", "b", "c"])  # adding pieces, and replacing our own card, is fine
+    saved.push_to_hub("me/setup", adapters="a", overwrite=True)
+    index = json.loads((hub.repos / "me/setup" / SETUP_FILE).read_text())
+    assert [p["name"] for p in index["pieces"]] == ["a"]
+
+    hub.create_repo("me/owned")
+    (hub.repos / "me/owned" / "README.md").write_text("# My own card\n\nWritten by hand.\n")
+    with pytest.raises(af.ConfigError, match=r"me/owned holds a README.md that adapterfusion did not write"):
+        saved.push_to_hub("me/owned", adapters="a")
+    assert (hub.repos / "me/owned" / "README.md").read_text().startswith("# My own card")
+    assert saved.push_to_hub("me/owned/v1", adapters="a") == "me/owned/v1"  # a subfolder has its own card
+    saved.push_to_hub("me/owned", adapters="a", overwrite=True)
+    assert "library_name: adapterfusion" in (hub.repos / "me/owned" / "README.md").read_text()
