@@ -55,7 +55,7 @@ from adapterfusion.training.setups import (
     check_source_runs,
     get_setup,
 )
-from adapterfusion.training.store import AdapterStore, as_store, encoder_key
+from adapterfusion.training.store import AdapterStore, as_store, check_entry_encoder, encoder_key
 
 
 @dataclass
@@ -146,6 +146,8 @@ def train(
         encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
         model = run.wrapped_encoder(language_model=spec.is_generation)
         check_generation_model(spec, model, run.encoder)
+        for entry in (entry for entry in entries if entry.exists()):  # another encoder's adapter in its place:
+            check_entry_encoder(entry, run.encoder, encoder_identity(model), run_dir)  # refused before any is replaced
         context = SetupContext(task=spec, options=options, seed=seed, encoder=run.encoder, store=store)
         plan = recipe.prepare(model, context)
 

@@ -71,7 +71,7 @@ from adapterfusion.training.run_files import RUN_FORMAT_VERSION
 from adapterfusion.training.run_state import claimed_run
 from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
 from adapterfusion.training.setups import MARKER_FILE, MT_A, _check_reduction_factor, head_config_for, read_mt_a_marker
-from adapterfusion.training.store import AdapterStore, as_store, encoder_key
+from adapterfusion.training.store import AdapterStore, as_store, check_entry_encoder, encoder_key
 from adapterfusion.training.task_batches import TaskBatches, TaskStepCallback, ready_batch
 from adapterfusion.training.trainer import Evaluator
 
@@ -401,10 +401,15 @@ def _results(
     }
 
 
+def _task_dir(run_dir: Path, task: str) -> Path:
+    """Where an MT-A run saves one task's adapter and head (the folder its store entry is put from)."""
+    return run_dir / "tasks" / task
+
+
 def _save_task_pieces(
     model: AdaptedModel, name: str, spec: TaskSpec, encoder: str, seed: int, run_dir: Path, encoder_dir: Path
 ) -> dict[str, Path]:
-    task_dir = run_dir / "tasks" / spec.name
+    task_dir = _task_dir(run_dir, spec.name)
     atomic_write_json(
         task_dir / CONFIG_FILE,
         {
@@ -545,6 +550,8 @@ def train_multitask(
         tokenizer = run.begin()
         data = _load_tasks(specs, data_dirs, seed, max_examples, tokenizer, config.max_length)
         model = run.wrapped_encoder()
+        for entry, spec in zip(entries, specs, strict=False):  # another encoder's: refused before anything is replaced
+            check_entry_encoder(entry, run.encoder, None, _task_dir(run_dir, spec.name).resolve())
         _add_pieces(model, names, specs, adapter, heads_pooling)
         plan = _step_plan(data.sizes, config, seed, schedule)
         run_config = _run_config(data, run, adapter, heads_pooling, schedule, plan, metrics, config)

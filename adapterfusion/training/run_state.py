@@ -27,7 +27,7 @@ from adapterfusion.io.documents import as_written, changed_keys
 from adapterfusion.training.errors import RunFileError, TrainingError
 from adapterfusion.training.run_files import CONFIG_FILE, LOCK_FILE, METRICS_FILE, read_json
 from adapterfusion.training.run_lock import hold_lock, lock_holder
-from adapterfusion.training.store import check_entry_replaceable
+from adapterfusion.training.store import check_entry_replaceable, entry_encoder
 
 
 class RunState(enum.Enum):
@@ -122,7 +122,7 @@ def check_can_train(
         for entry in entries:  # before the earlier run is replaced, not after the new one trained
             check_entry_replaceable(entry, TrainingError)
         return
-    stored = [f"the store holds its adapter at {entry}" for entry in entries if entry.exists()]
+    stored = [f"the store holds its adapter at {entry}{_trained_on(entry)}" for entry in entries if entry.exists()]
     if status.state is RunState.FINISHED and changed:
         raise TrainingError(
             f"{what} was trained before with other settings: {status.describe()}, with {changed}; choose another "
@@ -141,6 +141,13 @@ def check_can_train(
         )
     if status.state is RunState.UNFINISHED and not resume:
         raise TrainingError(f"{what}: {status.describe()}; {unfinished_fix(status)}")
+
+
+def _trained_on(entry: Path) -> str:
+    """' (trained on the encoder X)': which encoder a store entry holds an adapter of. Its folder names the encoder
+    by the last two parts of its path only, so it may be another encoder's (AdapterStore.put refuses to replace it)."""
+    encoder = entry_encoder(entry)
+    return f" (trained on the encoder {encoder})" if encoder else ""
 
 
 @contextlib.contextmanager

@@ -7,8 +7,10 @@
 so stage 2 (fusion) finds the adapters of stage 1. The folder name says which encoder only by its last two path
 parts, so entry.json records the encoder's identity (sizes and a digest of its weights, encoders.encoder_identity)
 and loading refuses a model whose encoder has other weights; entries written before that (the shipped zoo) are
-matched by the folder name alone. Each entry is written into a temporary folder beside its
-final place and renamed into it, so a crash never leaves half an entry, and adding a task never touches others.
+matched by the folder name alone. Two encoders whose paths end alike (/a/models/bert, /b/models/bert) share a
+folder name: an entry is never replaced by another encoder's adapter, even with overwrite (check_entry_encoder).
+Each entry is written into a temporary folder beside its final place and renamed into it, so a crash never leaves
+half an entry, and adding a task never touches others.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 from adapterfusion._validation import check_bool, naming_file
 from adapterfusion.defaults import STORE_DIR, ZOO_DIR
 from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
-from adapterfusion.errors import AdapterFusionError, ConfigError, PieceExistsError, SerializationError, ZooError
+from adapterfusion.errors import (
+    AdapterFusionError,
+    ConfigError,
+    PieceExistsError,
+    RunFileError,
+    SerializationError,
+    ZooError,
+)
 from adapterfusion.io.atomic import atomic_write_json, replace_folder
 from adapterfusion.io.paths import (
     as_path,
@@ -74,6 +83,65 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 def check_entry_replaceable(entry: Path, error: type[AdapterFusionError] = ConfigError) -> None:
     """Refuse to replace the store entry `entry` while it holds a file we did not write (one of the user's)."""
     check_replaceable(entry, "the store entry", lambda name: name in ENTRY_FILES, error)
+
+
+def _place(encoder: str) -> str | None:
+    """Where `encoder` is, as far as its text says: an absolute path resolved, a Hub id (no such local path) as it is,
+    None for a relative local path (relative to a working dir that was not recorded)."""
+    if os.path.isabs(encoder):
+        return os.path.realpath(encoder)
+    return None if os.path.exists(encoder) else encoder
+
+
+def _entry_record(entry: Path) -> dict[str, Any]:
+    """The store entry's entry.json; {} where there is none, or it is damaged (check_entry_replaceable judges that)."""
+    try:
+        recorded = read_json(entry / ENTRY_FILE, "")
+    except RunFileError:
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def entry_encoder(entry: Path) -> str | None:
+    """The encoder the store entry `entry` recorded (None where no readable entry.json names one)."""
+    encoder = _entry_record(entry).get("encoder")
+    return encoder if isinstance(encoder, str) else None
+
+
+def check_entry_encoder(
+    entry: Path, encoder: str, identity: Mapping[str, Any] | None, run_dir: Path | None = None
+) -> None:
+    """Refuse (TrainingError), even with overwrite, to put an adapter of `encoder` into the entry `entry` that holds
+    another encoder's: the folder name keeps only the last two parts of an encoder's path (encoder_key), so
+    /a/models/bert and /b/models/bert share it. It is the same encoder at the same place (retrained there: its new
+    adapter replaces the old) or with the same weights (moved); else, or where neither is known, it is another, whose
+    entry is replaced only as the store entry of the run folder `run_dir` that put() copied it from (train() with
+    overwrite replaces a run and its entry, as the experiment runner re-runs a job whose encoder changed)."""
+    recorded = _entry_record(entry)
+    earlier = recorded.get("encoder")
+    if not isinstance(earlier, str):
+        return
+    then, now = _place(earlier), _place(str(encoder))
+    saved = recorded.get("encoder_identity")
+    saved_digest = saved.get("weights_sha256") if isinstance(saved, Mapping) else None
+    digest = identity.get("weights_sha256") if identity else None
+    source = recorded.get("source")
+    same_run = (
+        run_dir is not None
+        and isinstance(source, str)
+        and os.path.isabs(source)
+        and os.path.realpath(source) == os.path.realpath(run_dir)
+    )
+    if (then is not None and then == now) or (saved_digest is not None and saved_digest == digest) or same_run:
+        return
+    raise TrainingError(
+        f"the store entry {entry} holds the adapter of another encoder, {earlier!r}"
+        + (f" (weights sha256 {str(saved_digest)[:12]})" if saved_digest else "")
+        + f": the store names an encoder's folder by the last two parts of its path ({encoder_key(encoder)!r}), "
+        f"which {str(encoder)!r} shares, and an entry is never replaced by another encoder's adapter, even with "
+        "overwrite=True. Give this encoder's runs a store of their own (store=..., CLI: --store), or, if that "
+        "adapter is no longer needed, move the entry out of the store yourself"
+    )
 
 
 def encoder_key(encoder: str | os.PathLike) -> str:
@@ -162,7 +230,7 @@ class AdapterStore:
             run["seed"],
             overwrite,
             lambda tmp: [_copy_piece(src, tmp / kind, kind) for kind, src in pieces.items()],
-            source=str(run_dir),
+            run_dir=run_dir,
             identity=identity if isinstance(identity, Mapping) else None,
         )
 
@@ -186,7 +254,7 @@ class AdapterStore:
                 model.save_head(head, tmp / "head")
 
         return self._commit(
-            encoder, task, setup, seed, overwrite, write, source="model", identity=encoder_identity(model)
+            encoder, task, setup, seed, overwrite, write, run_dir=None, identity=encoder_identity(model)
         )
 
     def _commit(
@@ -197,11 +265,13 @@ class AdapterStore:
         seed: int,
         overwrite: bool,
         write,
-        source: str,
+        run_dir: Path | None,
         identity: Mapping[str, Any] | None,
     ) -> Path:
+        """Write the entry (`write` fills its temp folder) of a run folder `run_dir`'s pieces, or of a live model's."""
         check_bool(overwrite, "overwrite")  # "no" would replace a stored adapter: a str is truthy
         final = self.path(encoder, task, setup, seed)
+        check_entry_encoder(final, encoder, identity, run_dir)  # before "pass overwrite=True", not the fix here
         if final.exists() and not overwrite:
             raise TrainingError(f"the store already holds {final}; pass overwrite=True to replace it")
         check_entry_replaceable(final)  # no user file is lost
@@ -217,7 +287,8 @@ class AdapterStore:
                     "task": task,
                     "setup": setup,
                     "seed": int(seed),
-                    "source": source,
+                    # absolute: which run folder it came from, whatever the working dir (check_entry_encoder)
+                    "source": "model" if run_dir is None else str(Path(run_dir).absolute()),
                     **({"encoder_identity": dict(identity)} if identity else {}),
                 },
             )

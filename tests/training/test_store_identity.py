@@ -117,3 +117,61 @@ def test_put_of_a_run_whose_adapter_file_is_missing_is_refused(tmp_path):
     with pytest.raises(TrainingError, match="adapter_config.json is missing; the run saved no adapter there"):
         AdapterStore(tmp_path / "store").put(run)
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.json"))
+
+
+def test_another_encoder_whose_path_ends_alike_never_replaces_an_entry(tmp_path):
+    """/a/x/model and /b/x/model share the entry folder x--model: the second's adapter is refused, even with
+    overwrite=True (before: "pass overwrite=True", which then replaced the first encoder's adapter)."""
+    store, _ = _stored(tmp_path)
+    entry = store.path("/a/x/model", "rte", "st-a", 1)
+    before = {p: p.read_bytes() for p in entry.rglob("*") if p.is_file()}
+    other = af.wrap(tiny_encoder("bert", seed=1))
+    other.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    for overwrite in (False, True):
+        with pytest.raises(TrainingError, match="holds the adapter of another encoder, '/a/x/model'.*store of their"):
+            store.put_model(other, "rte", None, "/b/x/model", "rte", "st-a", 1, overwrite=overwrite)
+    assert {p: p.read_bytes() for p in entry.rglob("*") if p.is_file()} == before
+
+
+def test_the_same_encoder_replaces_its_entry_at_its_place_or_with_its_weights(tmp_path):
+    """overwrite=True still replaces an entry of the same encoder: retrained at the same place (new weights there),
+    or the same weights from another place (the folder moved)."""
+    store, _ = _stored(tmp_path)
+    retrained = af.wrap(tiny_encoder("bert", seed=1))
+    retrained.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    store.put_model(retrained, "rte", None, "/a/x/model", "rte", "st-a", 1, overwrite=True)
+    moved = af.wrap(tiny_encoder("bert", seed=1))
+    moved.add_adapter("rte", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    entry = store.put_model(moved, "rte", None, "/c/x/model", "rte", "st-a", 1, overwrite=True)
+    assert json.loads((entry / ENTRY_FILE).read_text())["encoder"] == "/c/x/model"
+
+
+def test_a_run_folders_own_entry_is_replaced_whatever_encoder_it_is_retrained_on(tmp_path):
+    """train(overwrite=True) replaces a run and its store entry: the same run folder retrained on another encoder
+    (the experiment runner re-running a job whose encoder changed under --force) replaces the entry it stored; another
+    run folder of an encoder whose path ends alike does not."""
+    import shutil
+
+    _, run = _run_folder(tmp_path)
+    store = AdapterStore(tmp_path / "store")
+    entry = store.put(run)
+    edit = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**edit, "encoder": "/b/x/model"}))
+    assert store.put(run, overwrite=True) == entry
+    other = shutil.copytree(run, tmp_path / "elsewhere" / "seed-1")
+    (other / "config.json").write_text(json.dumps({**edit, "encoder": "/c/x/model"}))
+    with pytest.raises(TrainingError, match="holds the adapter of another encoder, '/b/x/model'"):
+        store.put(other, overwrite=True)
+    assert json.loads((entry / ENTRY_FILE).read_text())["source"] == str(run)
+
+
+def test_an_entry_records_its_run_folder_as_an_absolute_path(tmp_path, monkeypatch):
+    """put('runs/...') from the working dir: the entry says which run folder it came from wherever it is read, so a
+    later put of that run folder (retrained on another encoder) is known as its own entry."""
+    _, run = _run_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    entry = AdapterStore("store").put(run.relative_to(tmp_path))
+    assert json.loads((entry / ENTRY_FILE).read_text())["source"] == str(run)
+    edit = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**edit, "encoder": "/b/x/model"}))
+    assert AdapterStore("store").put(run.relative_to(tmp_path), overwrite=True) == entry
