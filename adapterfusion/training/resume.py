@@ -73,7 +73,11 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[st
         if key in keys and key not in previous:
             previous[key] = current[key]
     changed = [_describe_change(key, previous.get(key), current[key]) for key in keys]
-    if "encoder_key" in keys and previous.get("encoder_key") != current["encoder_key"]:  # another model: say which
+    # another model: say which (its folder may end as the first one's, /a/models/bert and /b/models/bert, and share
+    # its encoder_key, when its other weights were not saved at the run's encoder path)
+    other_weights = "encoder_identity" in keys and previous.get("encoder_identity") != current["encoder_identity"]
+    moved = previous.get("encoder") != run_config.get("encoder")
+    if "encoder_key" in keys and (previous.get("encoder_key") != current["encoder_key"] or (other_weights and moved)):
         then, now = (
             previous.get("encoder", previous.get("encoder_key")),
             run_config.get("encoder", current["encoder_key"]),

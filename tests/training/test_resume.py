@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+import transformers
 
 from adapterfusion.training import AdapterStore, TrainingError, train, train_multitask
 from adapterfusion.training.callbacks import FusionStepCallback
@@ -271,6 +272,27 @@ def test_resume_with_another_base_model_names_both(tmp_path, tiny_encoder_dir, d
     assert f"the encoder was {str(tiny_encoder_dir)!r}, now {str(other)!r}" in message, message
     assert "encoder_key" not in message and "saved at its path" not in message
     assert resumable_checkpoint(tmp_path / "runs" / "rte" / "st-a" / "seed-3" / "checkpoints") is not None
+
+
+def test_resume_with_another_model_whose_path_ends_alike_names_both(
+    tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
+) -> None:
+    """/a/models/bert and /b/models/bert share an encoder_key: resumed with the second (other weights), it was refused
+    as if other weights had been saved at the first one's path; now it names both models."""
+    first, second = tmp_path / "a" / "models" / "bert", tmp_path / "b" / "models" / "bert"
+    shutil.copytree(tiny_encoder_dir, first)
+    shutil.copytree(tiny_encoder_dir, second)
+    model = transformers.AutoModel.from_pretrained(second)
+    with torch.no_grad():
+        model.embeddings.word_embeddings.weight.add_(1.0)
+    model.save_pretrained(second)
+    run = _st_a_run(tmp_path / "runs", first, demo_data_dir)
+    _killed_after_the_first_epoch(run, monkeypatch)
+    with pytest.raises(TrainingError) as refused:
+        _st_a_run(tmp_path / "runs", second, demo_data_dir)(resume=True)
+    message = str(refused.value)
+    assert f"the encoder was {str(first)!r}, now {str(second)!r}" in message, message
+    assert "saved at its path" not in message
 
 
 def test_resume_refuses_a_checkpoint_of_other_data_files(tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch):
