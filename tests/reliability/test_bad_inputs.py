@@ -34,8 +34,10 @@ import cases_experiments
 import cases_files
 import cases_forward
 import cases_generate
+import cases_overwrites
 import cases_pieces
 import cases_recording
+import cases_run_files
 import cases_runs
 import cases_saved_files
 import cases_serving
@@ -1184,6 +1186,8 @@ CASES: tuple[BadInput, ...] = (
     *cases_serving.CASES,
     *cases_sweep_pieces.CASES,
     *cases_saved_files.CASES,
+    *cases_overwrites.CASES,
+    *cases_run_files.CASES,
 )
 
 
