@@ -26,7 +26,7 @@ def _encoder_at(path: Path, seed: int) -> af.AdaptedModel:
     tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
     config = transformers.BertConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        vocab_size=tokenizer.vocab_size, max_position_embeddings=128,
+        vocab_size=tokenizer.vocab_size, max_position_embeddings=512,
     )  # fmt: skip
     transformers.set_seed(seed)
     transformers.BertModel(config).save_pretrained(path)
@@ -53,7 +53,7 @@ def _put_model_of_b(folder: Path) -> Action:
 
 def _train_adapter_of_b(folder: Path) -> Action:
     """train-adapter of encoder b, refused once b's weights are loaded (its data is tokenised by then): the progress
-    bars of that work are switched off, so stderr holds the error line alone."""
+    bars of that work are switched off, and nothing is truncated (no notice), so stderr holds the error line alone."""
     _stored_for_a(folder)
     _encoder_at(folder / "b" / "models" / "bert", seed=1)
     argv = ["--encoder", str(folder / "b" / "models" / "bert"), "--store", str(folder / "store"), "--overwrite"]
@@ -64,7 +64,7 @@ def _train_adapter_of_b(folder: Path) -> Action:
         try:
             return cli(
                 "train-adapter", "--task", "rte", "--seed", "1", "--data-dir", str(demo_data_dir()), "--output-dir",
-                str(folder / "runs"), "--max-steps", "1", "--max-examples", "16", "--max-length", "32", *argv,
+                str(folder / "runs"), "--max-steps", "1", "--max-examples", "16", "--max-length", "512", *argv,
             )  # fmt: skip
         finally:
             datasets.enable_progress_bars()
