@@ -169,24 +169,30 @@ def hub_errors(ref: HubRef | str, action: str, hint: str | None = None) -> Itera
 def download(ref: HubRef, patterns: list[str] | None = None) -> Path:
     """The files of `ref` that match `patterns` (relative to its folder; None: all of it) fetched into the local
     Hugging Face cache; returns the local copy of its folder. One piece costs one piece's bytes."""
+    with hub_errors(ref, "downloading"):
+        folder = _snapshot(ref, patterns)
+    if not folder.is_dir():
+        raise HubError(f"the Hub repository {ref.repo_id} has no folder {ref.subfolder!r}; check the id {ref}")
+    return folder
+
+
+def _snapshot(ref: HubRef, patterns: list[str] | None) -> Path:
+    """snapshot_download of `ref`'s files matching `patterns` (None: its whole folder) into cache_dir(); the local
+    copy of its folder, which is not there where the repository has no such folder."""
     if patterns is not None:
         allow: list[str] | None = ["/".join(p for p in (ref.subfolder, pattern) if p) for pattern in patterns]
     else:
         allow = [f"{ref.subfolder}/*"] if ref.subfolder else None
-    with hub_errors(ref, "downloading"):
-        root = huggingface_hub.snapshot_download(
-            ref.repo_id,
-            repo_type=REPO_TYPE,
-            revision=ref.revision,
-            allow_patterns=allow,
-            cache_dir=cache_dir(),  # the cache the messages name, also when HF_HUB_CACHE was set after import
-            library_name="adapterfusion",
-            library_version=__version__,
-        )
-    folder = Path(root, ref.subfolder)
-    if not folder.is_dir():
-        raise HubError(f"the Hub repository {ref.repo_id} has no folder {ref.subfolder!r}; check the id {ref}")
-    return folder
+    root = huggingface_hub.snapshot_download(
+        ref.repo_id,
+        repo_type=REPO_TYPE,
+        revision=ref.revision,
+        allow_patterns=allow,
+        cache_dir=cache_dir(),  # the cache the messages name, also when HF_HUB_CACHE was set after import
+        library_name="adapterfusion",
+        library_version=__version__,
+    )
+    return Path(root, ref.subfolder)
 
 
 _PUSH_HINT = (
@@ -198,21 +204,11 @@ _PUSH_HINT = (
 def download_if_there(ref: HubRef, patterns: list[str]) -> Path | None:
     """download(ref, patterns), or None where the repository (or its folder) is not there yet: what a push reads of
     the folder it is about to write. Any other failure (the network, a revision) is a HubError as for download."""
-    allow = ["/".join(p for p in (ref.subfolder, pattern) if p) for pattern in patterns]
     with hub_errors(ref, "reading before pushing to", _PUSH_HINT):
         try:
-            root = huggingface_hub.snapshot_download(
-                ref.repo_id,
-                repo_type=REPO_TYPE,
-                revision=ref.revision,
-                allow_patterns=allow,
-                cache_dir=cache_dir(),
-                library_name="adapterfusion",
-                library_version=__version__,
-            )
+            folder = _snapshot(ref, patterns)
         except RepositoryNotFoundError:
             return None
-    folder = Path(root, ref.subfolder)
     return folder if folder.is_dir() else None
 
 
