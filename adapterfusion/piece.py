@@ -35,6 +35,11 @@ WEIGHTS_SAMPLE = "weights_sample_sha256"  # base_model's record of EncoderFinger
 PIECE_FORMAT = "adapterfusion"  # the "format" field of our piece configs; AdapterHub's readers refuse it by that
 
 
+def piece_weights_name(kind: str) -> str:
+    """The weights file save_<kind> writes beside `<kind>_config.json` (an adapter's is AdapterHub's name too)."""
+    return f"{kind}.safetensors"
+
+
 def is_our_piece_config(path: Path, kind: str) -> bool:
     """Whether `path` is a `kind` config that save_<kind> wrote (read as text: a file that is not one, or cannot be
     read, is not)."""

@@ -28,7 +28,7 @@ from adapterfusion.errors import ConfigError, SerializationError, UnknownFormatV
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.paths import check_readable_file, check_writable_folder
-from adapterfusion.piece import PIECE_FORMAT, is_our_piece_config
+from adapterfusion.piece import PIECE_FORMAT, is_our_piece_config, piece_weights_name
 
 ADAPTERHUB_VERSION = "adapters.1.3.0"
 """The `version` written on export: the release whose formats docs/adapterhub.md describes."""
@@ -185,7 +185,8 @@ def write_folder(
     export and an AdapterHub download look alike; weights with no config beside them, or our own saved fusion
     (whose files have other names), are refused even then. With `overwrite`, the weights file of the other format
     that the replaced piece left (an earlier export's, or a save_* of ours: its config is replaced, so the file holds
-    nothing loadable) is removed after the write, so that nothing loads it instead."""
+    nothing loadable) is removed after the write, so that nothing loads it instead; a weights file that was not the
+    replaced piece's is kept, and refused where it would hide the new weights."""
     check_bool(use_safetensors, "use_safetensors")
     check_bool(overwrite, "overwrite")
     what = f"export_adapterhub: the {kind} folder"
@@ -219,8 +220,17 @@ def write_folder(
             f"{what} {str(directory)!r} already holds {', '.join(held)} of {whose}, which may not be ours (an export "
             "and a download look alike); pass overwrite=True to replace them, or choose another folder"
         )
-    directory = check_writable_folder(directory, what, writes=FILES[kind], ours=lambda _: overwrite)
     config_name, safe_name, bin_name = FILES[kind]
+    stale = directory / (bin_name if use_safetensors else safe_name)
+    stale_is_ours = held and _belongs_to_replaced(directory, kind, stale.name)
+    if not use_safetensors and os.path.lexists(stale) and not stale_is_ours:
+        raise ConfigError(
+            f"{what} {str(directory)!r} holds {safe_name}, which is not part of the {kind} being replaced (nothing "
+            f"we wrote says it is ours); a .bin export beside it would be hidden, as loaders read {safe_name} first, "
+            f"and we never delete a file we did not write: export with use_safetensors=True, move {safe_name} away, "
+            "or choose another folder"
+        )
+    directory = check_writable_folder(directory, what, writes=FILES[kind], ours=lambda _: overwrite)
     payload = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
     if use_safetensors:
         files = {directory / safe_name: save_safetensors_bytes(payload, metadata={"format": "pt"})}
@@ -230,7 +240,19 @@ def write_folder(
         files = {directory / bin_name: buffer.getvalue()}
     files[directory / config_name] = json_text(dict(document)).encode("utf-8")
     atomic_write_files(files, pending=directory / pending_name(kind))  # the format has no digest to tell a mix
-    stale = directory / (bin_name if use_safetensors else safe_name)
-    if held and os.path.isfile(stale) and not os.path.islink(stale):
+    if stale_is_ours and os.path.isfile(stale) and not os.path.islink(stale):
         stale.unlink()
     return directory
+
+
+def _belongs_to_replaced(directory: Path, kind: str, name: str) -> bool:
+    """Whether the file `name` in `directory` is part of the `kind` an export with overwrite=True replaces, so that
+    it may be removed once the new files are in place: every file of AdapterHub's names is, beside an AdapterHub
+    config or after an interrupted export of ours; beside a config that save_<kind> wrote, only the weights file
+    save_<kind> writes is (a .bin there is someone else's: save_<kind> never writes one)."""
+    config = directory / FILES[kind][0]
+    if not os.path.lexists(config):
+        return os.path.lexists(directory / pending_name(kind))
+    if is_adapterhub_dir(directory, kind):
+        return True
+    return is_our_piece_config(config, kind) and name == piece_weights_name(kind)

@@ -39,6 +39,7 @@ from adapterfusion.piece import (
     PieceConfig,
     check_finite_weights,
     is_our_piece_config,
+    piece_weights_name,
 )
 
 PIECE_FORMAT_VERSION = 1
@@ -72,7 +73,7 @@ def config_path(directory: Path, kind: str) -> Path:
 
 
 def weights_path(directory: Path, kind: str) -> Path:
-    return directory / f"{kind}.safetensors"
+    return directory / piece_weights_name(kind)
 
 
 def check_piece_folder(directory: str | Path, kind: str, name: str | None = None, overwrite: bool = False) -> Path:

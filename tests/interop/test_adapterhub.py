@@ -716,6 +716,35 @@ def test_an_export_over_our_own_save_names_it_and_bad_folders_get_our_error(tmp_
     assert (tmp_path / "ours" / "x").read_text() == "mine"
 
 
+def test_an_export_over_our_save_keeps_weights_files_the_save_did_not_write(tmp_path):
+    """A user's own pytorch_adapter.bin, then save_adapter into that folder, then export_adapterhub(overwrite=True)
+    there removed the .bin as the replaced adapter's leftover weights: save_adapter never writes a .bin, so it is
+    kept (the new adapter.safetensors is read first, so it hides nothing). A user's model_head.safetensors beside a
+    head saved by save_head would hide a .bin export, which is refused, leaving every file as it was."""
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", "pfeiffer")
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "pytorch_adapter.bin").write_bytes(b"my own weights")
+    model.save_adapter("a", folder)
+    export_adapterhub(model, "adapter", "a", folder, overwrite=True)
+    assert (folder / "pytorch_adapter.bin").read_bytes() == b"my own weights"
+    back = af.wrap(tiny_encoder("bert"))
+    back.load_adapter(folder)
+    for key, value in back.export_piece("adapter", "a").tensors.items():
+        assert torch.equal(value, model.export_piece("adapter", "a").tensors[key]), key
+
+    heads = tmp_path / "heads"
+    heads.mkdir()
+    (heads / "model_head.safetensors").write_bytes(b"my own head")
+    model.save_head("h", heads)
+    before = _digests(heads)
+    with pytest.raises(af.ConfigError, match=r"holds model_head.safetensors, which is not part of the head"):
+        export_adapterhub(model, "head", "h", heads, use_safetensors=False, overwrite=True)
+    assert _digests(heads) == before
+
+
 def _digests(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
 

@@ -87,6 +87,31 @@ def _beside_a_running_writer(folder: Path) -> Action:
     return run
 
 
+def _export_over_save_beside_users_weights(kind: str) -> Any:
+    """A user's own AdapterHub-named weights file (`kind` adapter: pytorch_adapter.bin; head: model_head.safetensors),
+    then save_<kind> into that folder, then export_adapterhub(overwrite=True) there: the user's file was removed as
+    the replaced piece's leftover weights. The adapter's export succeeds, so it runs in a folder beside the case's
+    (whose files must stay as they were); the head's is refused, in the case's folder."""
+
+    def prepare(case_folder: Path) -> Action:
+        folder = case_folder.with_name(f"{case_folder.name}-export") if kind == "adapter" else case_folder
+        folder.mkdir(exist_ok=True)
+        model = af.wrap(tiny_encoder("bert"))
+        model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+        model.add_head("a", af.ClassificationHead(num_labels=2))
+        mine = folder / ("pytorch_adapter.bin" if kind == "adapter" else "model_head.safetensors")
+        mine.write_bytes(b"my own weights")
+        getattr(model, f"save_{kind}")("a", folder)
+
+        def run() -> str:
+            export_adapterhub(model, kind, "a", folder, use_safetensors=kind == "adapter", overwrite=True)
+            return f"exported {sorted(os.listdir(folder))}; {mine.name} kept: {mine.read_bytes() == b'my own weights'}"
+
+        return run
+
+    return prepare
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "default-decoder-cache-taken-by-file",
@@ -133,5 +158,23 @@ CASES: tuple[BadInput, ...] = (
         None,
         ("the other writer's folder kept: True",),
         _beside_a_running_writer,
+    ),
+    B(
+        "export-over-save-beside-users-bin",
+        "overwrites",
+        "a user's own pytorch_adapter.bin, save_adapter into that folder, then export_adapterhub(..., "
+        "overwrite=True) there (not an error; the .bin was deleted as the replaced adapter's leftover weights)",
+        None,
+        ("pytorch_adapter.bin kept: True",),
+        _export_over_save_beside_users_weights("adapter"),
+    ),
+    B(
+        "export-bin-over-save-beside-users-safetensors",
+        "overwrites",
+        "a user's own model_head.safetensors, save_head into that folder, then export_adapterhub(..., "
+        "use_safetensors=False, overwrite=True) there (the user's file was deleted as the replaced head's leftover)",
+        af.ConfigError,
+        ("holds model_head.safetensors", "not part of the head being replaced", "use_safetensors=True"),
+        _export_over_save_beside_users_weights("head"),
     ),
 )
