@@ -29,6 +29,7 @@ from transformers import AutoModel, AutoTokenizer
 import adapterfusion as af
 import adapterfusion.training
 import cases_blocks
+import cases_cli_reports
 import cases_encoders
 import cases_experiments
 import cases_files
@@ -36,13 +37,16 @@ import cases_forward
 import cases_generate
 import cases_overwrites
 import cases_pieces
+import cases_pipelines_analysis
 import cases_recording
 import cases_run_files
 import cases_runs
 import cases_saved_files
 import cases_serving
+import cases_serving_http
 import cases_sweep_pieces
 import cases_task_data
+import cases_training_use
 import cases_unchecked
 from adapterfusion.experiments import ResultsStore
 from adapterfusion.experiments.errors import ExperimentError, ExperimentSpecError, ResultsStoreError
@@ -1188,6 +1192,10 @@ CASES: tuple[BadInput, ...] = (
     *cases_saved_files.CASES,
     *cases_overwrites.CASES,
     *cases_run_files.CASES,
+    *cases_serving_http.CASES,
+    *cases_training_use.CASES,
+    *cases_pipelines_analysis.CASES,
+    *cases_cli_reports.CASES,
 )
 
 
