@@ -61,6 +61,15 @@ class HubError(AdapterFusionError, OSError):
     """The Hugging Face Hub could not be reached, or has no repository, revision or file asked for."""
 
 
+class StorageFullError(AdapterFusionError, OSError):
+    """A write ran out of room (a full disk, a quota, a file-size limit) before anything was renamed into place, so
+    what was saved there before is as it was. `errno`, `strerror` and `filename` (the path being written) are the
+    OS's, so `except OSError` still catches it."""
+
+    def __str__(self) -> str:  # OSError's own would be "[Errno N] strerror: filename" once those are set
+        return str(self.args[0]) if self.args else ""
+
+
 class TrainingError(AdapterFusionError, RuntimeError):
     """A run cannot start or had to stop: unknown setup or option, a missing stage-1 adapter, a NaN/inf loss."""
 

@@ -10,6 +10,7 @@ without fsync: it survives the writer's death, not a power cut, after which a te
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import json
 import os
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import ConfigError, StorageFullError
 from adapterfusion.io.paths import describe
 
 TEMP_SUFFIX = ".tmp"
@@ -37,6 +38,37 @@ WRITING_MARKER = ".adapterfusion-writing"
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _random = random.SystemRandom()
 _journal: Path | None = None  # the journal of this process while journal_temp_files() is active
+
+
+# what the OS answers a write that runs out of room: a full disk, a quota, a file-size limit (ulimit -f)
+_OUT_OF_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_naming_full_disk: contextvars.ContextVar[Path | None] = contextvars.ContextVar("naming_full_disk", default=None)
+
+
+@contextlib.contextmanager
+def naming_a_full_disk(final: Path) -> Iterator[None]:
+    """The OS's error for a write that ran out of room names a temp file of ours and says nothing of what happened
+    to the earlier save; raised inside this block (before any rename into `final`), it becomes a StorageFullError
+    naming `final`, that nothing there changed, and the fix. Blocks nest (a setup's files written into its temp
+    folder): the outermost names the path, never a temp one inside it."""
+    if _naming_full_disk.get() is not None:
+        yield
+        return
+    token = _naming_full_disk.set(final)
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in _OUT_OF_ROOM or isinstance(error, StorageFullError):
+            raise
+        full = StorageFullError(
+            f"writing {str(final)!r} failed: {error.strerror or error} (errno {error.errno}); nothing there was "
+            "changed (what was saved before is as it was, and our temp files are removed). Free space on that disk "
+            "(or raise the quota), or write somewhere else, then run it again"
+        )
+        full.errno, full.strerror, full.filename = error.errno, error.strerror, str(final)
+        raise full from None
+    finally:
+        _naming_full_disk.reset(token)
 
 
 def temp_prefix(path: Path) -> str:
@@ -142,19 +174,20 @@ def create_temp_dir(final: str | os.PathLike) -> Path:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = create_temp_file(path)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
+    with naming_a_full_disk(path):
+        fd, tmp_name = create_temp_file(path)
         try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            try:
+                os.unlink(tmp_name)
+            except FileNotFoundError:
+                pass
+            raise
     _fsync_directory(path.parent)
 
 
@@ -183,12 +216,13 @@ def atomic_write_files(files: Mapping[Path, bytes], pending: Path | None = None)
     renamed = 0
     try:
         for path, data in files.items():
-            created += _make_folders(path.parent)
-            fd, temps[path] = create_temp_file(path)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+            with naming_a_full_disk(path):
+                created += _make_folders(path.parent)
+                fd, temps[path] = create_temp_file(path)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
         if pending is not None:
             atomic_write_bytes(pending, "\n".join(path.name for path in files).encode("utf-8"))
         for path, tmp in temps.items():
@@ -237,10 +271,12 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], re
     for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of `final` that was killed
         if _is_ours(stale):
             shutil.rmtree(stale, ignore_errors=True)
-    tmp = create_temp_dir(final)
+    with naming_a_full_disk(final):
+        tmp = create_temp_dir(final)
     try:
-        _mark(tmp)
-        write(tmp)
+        with naming_a_full_disk(final):
+            _mark(tmp)
+            write(tmp)
         (tmp / WRITING_MARKER).unlink()
         if not replace:
             try:

@@ -1,12 +1,13 @@
 """Bad-input cases at one boundary, paths already taken where we write: the default decoder's converted folder in the
 cache held by a user's file or folder (a raw OSError from the rename after a conversion of 40 s), and an AdapterHub
 export to, or import from, a path the OS cannot open (a raw ValueError: the export looked into the folder before the
-path was judged, the import read a file under it); and a save beside the temp folder another writer of the same
-path is still filling, which it removed as a killed writer's.
+path was judged, the import read a file under it); a save onto a full disk; and a save beside the temp folder
+another writer of the same path is still filling, which it removed as a killed writer's.
 The conversion is never run: it is replaced by one that fails the case, so a case shows the refusal comes first."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -112,6 +113,24 @@ def _export_over_save_beside_users_weights(kind: str) -> Any:
     return prepare
 
 
+def _save_onto_a_full_disk(folder: Path) -> Action:
+    """save_pretrained over an earlier save while the disk is full: every fsync fails with ENOSPC, as the kernel
+    reports delayed allocation running out of room after the write itself passed."""
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    model.save_pretrained(folder / "setup")
+    model.add_adapter("b", af.AdapterConfig.pfeiffer(reduction_factor=4))
+
+    def no_room(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def run() -> Any:
+        with mock.patch.object(os, "fsync", no_room):
+            return model.save_pretrained(folder / "setup")
+
+    return run
+
+
 CASES: tuple[BadInput, ...] = (
     B(
         "default-decoder-cache-taken-by-file",
@@ -176,5 +195,19 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("holds model_head.safetensors", "not part of the head being replaced", "use_safetensors=True"),
         _export_over_save_beside_users_weights("head"),
+    ),
+    B(
+        "save-pretrained-onto-a-full-disk",
+        "overwrites",
+        "save_pretrained(<dir>/setup) over an earlier save while the disk is full (a raw OSError '[Errno 28] No space "
+        "left on device' naming a temp file of ours, and not saying the earlier save was kept)",
+        af.StorageFullError,
+        (
+            "/setup/adapters/a/adapter_config.json' failed",
+            "No space left on device",
+            "nothing there was changed",
+            "Free space",
+        ),
+        _save_onto_a_full_disk,
     ),
 )
