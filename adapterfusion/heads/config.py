@@ -25,6 +25,9 @@ HEAD_ACTIVATIONS = ("tanh", "relu", "gelu", "swish")
 MAX_HEAD_LAYERS = 64
 _WHY_MAX_LAYERS = " (a prediction head is a few linear layers on the pooled output: AdapterHub's are 1 to 3)"
 
+MAX_LABELS = 2**31 - 1  # a head's output size is a torch dimension
+TORCH_DIMENSION = " (a torch dimension)"  # why_maximum of MAX_LABELS
+
 
 @reject_unknown_fields
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class HeadConfig:
 
     def __post_init__(self) -> None:
         plain_fields(self)  # np.int64(3) would pass every check and then fail json at save time
-        check_int(self.num_labels, "num_labels", minimum=1, maximum=2**31 - 1, why_maximum=" (a torch dimension)")
+        check_int(self.num_labels, "num_labels", minimum=1, maximum=MAX_LABELS, why_maximum=TORCH_DIMENSION)
         if self.kind == "classification" and self.num_labels < 2:  # cross-entropy over one class is always 0
             raise ConfigError(
                 f"num_labels={self.num_labels}: a classification head over one class learns nothing (its loss is "

@@ -15,6 +15,8 @@ from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import (
+    MAX_LABELS,
+    TORCH_DIMENSION,
     ClassificationHead,
     HeadConfig,
     MultipleChoiceHead,
@@ -404,9 +406,21 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
         dropout=default_dropout if dropout is None else dropout,
     )
     if head_type == "multiple_choice":
-        choices = check_int(config.get("num_choices", 2), "AdapterHub head num_choices", minimum=1)
+        choices = check_int(
+            config.get("num_choices", 2),
+            "AdapterHub head num_choices",
+            minimum=1,
+            maximum=MAX_LABELS,
+            why_maximum=TORCH_DIMENSION,
+        )
         return MultipleChoiceHead(num_labels=choices, pooling=pooling, **settings)
-    num_labels = check_int(config.get("num_labels", 2), "AdapterHub head num_labels", minimum=1)
+    num_labels = check_int(
+        config.get("num_labels", 2),
+        "AdapterHub head num_labels",
+        minimum=1,
+        maximum=MAX_LABELS,
+        why_maximum=TORCH_DIMENSION,
+    )
     if head_type == "question_answering":  # its two outputs are start and end; label2id names nothing
         if num_labels != 2:
             raise ConfigError(f"AdapterHub question_answering head num_labels={num_labels}: only 2 (start, end)")

@@ -385,6 +385,7 @@ def test_option_values_adapters_reads_as_we_do_still_load(option, value, tmp_pat
         ("use_pooler", "no", "use_pooler='no' has type str"),
         ("label2id", ["a", "b"], "label2id=\\['a', 'b'\\] has type list"),
         ("num_labels", "2", "num_labels='2' has type str"),
+        ("num_labels", 2**70, "num_labels=1180591620717411303424 must be at most 2147483647 \\(a torch dimension\\)"),
     ],
 )
 def test_head_option_values_adapters_reads_otherwise_are_refused(option, value, message, tmp_path):
