@@ -165,3 +165,23 @@ def test_numpy_and_torch_scalars_become_plain_numbers(make, plain) -> None:
     config, expected = make(), plain()
     assert config == expected and json.dumps(config.to_dict()) == json.dumps(expected.to_dict())
     assert all(type(v) in (bool, int, float, str, type(None)) for v in _scalars(config.to_dict()))
+
+
+@pytest.mark.parametrize("value", [2**70, -(2**70)])
+def test_an_integer_past_int64_in_a_float_option_is_that_float(value):
+    """AdapterConfig(scaling=2**70) and FusionConfig(value_init_noise=2**70) were raw OverflowErrors in the first
+    product with a tensor (torch takes a Python int as int64): the config keeps the float the value is."""
+    from tiny_models import tiny_encoder
+
+    adapter = af.AdapterConfig.pfeiffer(reduction_factor=4, scaling=value)
+    assert adapter.scaling == float(value) and isinstance(adapter.scaling, float)
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", adapter)
+    model.add_adapter("b", "pfeiffer")
+    model.activate("a")
+    assert model(input_ids=torch.tensor([[1, 2, 3]])).last_hidden_state.isfinite().all()  # up starts at zero
+    if value > 0:
+        fusion = af.FusionConfig.dynamic(value_init_noise=value, regularization_weight=value)
+        assert isinstance(fusion.value_init_noise, float) and isinstance(fusion.regularization_weight, float)
+        model.add_fusion("f", ["a", "b"], fusion)
+        assert af.FusionConfig.from_dict(fusion.to_dict()) == fusion

@@ -111,7 +111,8 @@ class AdapterConfig:
             check_bool(getattr(self, flag), flag)
         if self.skip_before_ln_after is not None:
             check_bool(self.skip_before_ln_after, "skip_before_ln_after")
-        check_number(self.scaling, "scaling")
+        # stored as the float it is: a Python int past 2**63 (2**70) was an OverflowError in every product with it
+        object.__setattr__(self, "scaling", check_number(self.scaling, "scaling"))
         check_choice(self.init, INITS, "init")
         check_positive(self.init_std, "init_std")
         # Whether they leave any layer for the adapter depends on the encoder: injection/placement.py checks that.

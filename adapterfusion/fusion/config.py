@@ -119,8 +119,9 @@ class FusionConfig:
         fields = type(self).__dataclass_fields__
         for flag in (name for name in ATTENTION_FIELDS if isinstance(fields[name].default, bool)):
             check_bool(getattr(self, flag), f"fusion {flag}")
-        check_number(self.value_init_noise, "value_init_noise", minimum=0, expected="a number >= 0")
-        check_number(self.regularization_weight, "regularization_weight", minimum=0, expected="a number >= 0")
+        # stored as the floats they are: a Python int past 2**63 was an OverflowError in a product with a tensor
+        for name in ("value_init_noise", "regularization_weight"):
+            object.__setattr__(self, name, check_number(getattr(self, name), name, minimum=0, expected="a number >= 0"))
         check_positive(self.temperature_start, "temperature_start")
         check_int(self.temperature_steps, "temperature_steps", minimum=1)
         check_number(self.score_dropout, "score_dropout", minimum=0, below=1, expected="a number in [0, 1)")
