@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from adapterfusion._validation import short_repr
 from adapterfusion.errors import (
     AdapterFusionError,
     ConfigError,
@@ -31,8 +32,9 @@ from adapterfusion.errors import (
 from adapterfusion.serialization.model_pieces import AdaptersNotLoadedError
 from adapterfusion.serialization.setup import SeveralPiecesError
 from adapterfusion.serving.batcher import Batcher, drain_ran_out
-from adapterfusion.serving.config import ServeConfig, host_name
+from adapterfusion.serving.config import ServeConfig, given_config, host_name
 from adapterfusion.serving.contract import (
+    SHOWN_CHARS,
     Catalog,
     PieceRequest,
     RequestError,
@@ -85,7 +87,7 @@ def create_app(
         from starlette.exceptions import HTTPException
     except ImportError:
         raise ConfigError("serving needs FastAPI and uvicorn: pip install 'adapterfusion[serve]'") from None
-    config = config or ServeConfig()
+    config = given_config(config)
     model_config = getattr(model.model, "config", None)
     check_max_length(config.max_length, model_config, tokenizer)
     check_vocabulary(model, tokenizer)
@@ -222,7 +224,7 @@ def create_app(
                 request, queue.submit(encode(read_body(await _body(request, config), config)))
             )
         except ClientLeft:
-            return _error(CLIENT_CLOSED, "the client closed the connection before its answer")
+            return _client_left()
         except RequestError:
             raise
         except AdapterFusionError as error:  # a check inside the forward refused this request's inputs
@@ -265,40 +267,21 @@ def create_app(
         return catalog.to_dict()
 
     @app.post("/v1/pieces")
-    async def load_piece(request: Request) -> JSONResponse:
+    async def post_piece(request: Request) -> JSONResponse:
         nonlocal catalog
         _check_key(request, config.api_key)
         _require_json(request)
         check_no_query("POST /v1/pieces", request.url.query)
-        piece = parse_piece(read_body(await _body(request, config), config))
-        loader = getattr(model, f"load_{piece.kind}")
-
-        def load() -> tuple[str, Catalog]:
-            # An adapter and a fusion of one name could not be told apart in a request's JSON block.
-            other = {"adapter": "fusion", "fusion": "adapter"}.get(piece.kind)
-            taken = set(getattr(model, f"{other}_names")) if other else set()
-            if piece.name in taken:
-                article = "an" if other == "adapter" else "a"
-                raise RequestError(
-                    422, f"{article} {other} named {piece.name!r} is loaded; load the {piece.kind} under another name"
-                )
-            if piece.name in getattr(model, f"{piece.kind}_names"):
-                raise RequestError(422, f"{piece.kind} {piece.name!r} is loaded already; give another 'name'")
-            name = loader(piece.source, piece.name)
-            if name in taken:
-                getattr(model, f"delete_{piece.kind}")(name)
-                raise RequestError(
-                    422, f"the {piece.kind} is saved as {name!r}, the name of a loaded {other}; give it another 'name'"
-                )
-            return name, Catalog.of(model)
-
         try:
-            name, catalog = await _unless_drained(drained, asyncio.get_running_loop().run_in_executor(executor, load))
+            body = await _body(request, config)
+        except ClientLeft:
+            return _client_left()
+        piece = parse_piece(read_body(body, config))
+        loading = asyncio.get_running_loop().run_in_executor(executor, load_piece, model, piece)
+        try:
+            name, catalog = await _unless_drained(drained, loading)
         except RequestError:
             raise
-        except AdapterFusionError as error:
-            logger.warning("loading %s from %r was refused: %s", piece.kind, piece.source, error)
-            raise _load_refused(error, piece) from None
         except Exception:  # e.g. weights that do not load: this request fails, the server goes on
             logger.exception("loading %s from %s failed", piece.kind, piece.source)
             return _error(500, "loading the piece failed on the server; the error is in the server's log")
@@ -326,6 +309,11 @@ class ClientLeft(Exception):
 
 # The status logged and counted for a request whose client left first (nginx's 499); nobody receives it.
 CLIENT_CLOSED = 499
+
+
+def _client_left() -> "JSONResponse":
+    """The answer counted for a request whose client left: not a server fault, so no 500 and no traceback."""
+    return _error(CLIENT_CLOSED, "the client closed the connection before its answer")
 
 
 async def _unless_client_left(request: "Request", work: Awaitable[_T]) -> _T:
@@ -397,12 +385,43 @@ async def _body(request: "Request", config: ServeConfig) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise body_too_large(declared, config)
+    from starlette.requests import ClientDisconnect
+
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise body_too_large(f"at least {len(body)}", config)
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise body_too_large(f"at least {len(body)}", config)
+    except ClientDisconnect:  # the client hung up mid-body: was a 500 and a traceback in the log
+        raise ClientLeft from None
     return bytes(body)
+
+
+def load_piece(model: "AdaptedModel", piece: PieceRequest) -> tuple[str, Catalog]:
+    """POST /v1/pieces' load of `piece` into `model` (on the model's thread): its name and the new Catalog; a
+    RequestError where it is refused, in terms of what the client sent (the library's message goes to the log)."""
+    # An adapter and a fusion of one name could not be told apart in a request's JSON block.
+    other = {"adapter": "fusion", "fusion": "adapter"}.get(piece.kind)
+    taken = set(getattr(model, f"{other}_names")) if other else set()
+    if piece.name in taken:
+        article = "an" if other == "adapter" else "a"
+        raise RequestError(
+            422, f"{article} {other} named {piece.name!r} is loaded; load the {piece.kind} under another name"
+        )
+    if piece.name in getattr(model, f"{piece.kind}_names"):
+        raise RequestError(422, f"{piece.kind} {piece.name!r} is loaded already; give another 'name'")
+    try:
+        name = getattr(model, f"load_{piece.kind}")(piece.source, piece.name)
+    except AdapterFusionError as error:
+        logger.warning("loading %s from %r was refused: %s", piece.kind, piece.source, error)
+        raise _load_refused(error, piece) from None
+    if name in taken:
+        getattr(model, f"delete_{piece.kind}")(name)
+        raise RequestError(
+            422, f"the {piece.kind} is saved as {name!r}, the name of a loaded {other}; give it another 'name'"
+        )
+    return name, Catalog.of(model)
 
 
 def _load_refused(error: AdapterFusionError, piece: PieceRequest) -> RequestError:
@@ -419,6 +438,13 @@ def _load_refused(error: AdapterFusionError, piece: PieceRequest) -> RequestErro
         return RequestError(
             422, f"the {kind} in {source} is saved as {error.name!r}, which is loaded already; give another 'name'"
         )
+    if isinstance(error, IncompatibleModelError) and kind == "fusion":  # its sites are where its adapters were
+        return RequestError(
+            422,
+            f"the fusion in {source} was saved for another encoder than the one this server runs, or over adapters of "
+            "the names it fuses placed otherwise than those loaded here (other layers or positions); load the adapters "
+            "it was saved with first, under those names",
+        )
     if isinstance(error, IncompatibleModelError):
         return RequestError(422, f"the {kind} in {source} was saved for another encoder than the one this server runs")
     if isinstance(error, (HubError, SerializationError, NameNotFoundError)):
@@ -434,6 +460,15 @@ def _load_refused(error: AdapterFusionError, piece: PieceRequest) -> RequestErro
             422,
             f"{source} is a saved setup holding {len(error.choices)} {kind}s; give the folder of one as 'source' "
             f"(the setup's {kind}s folder holds one folder per {kind}, named like it)",
+        )
+    file = f"{kind}_config.json"
+    if isinstance(error, ConfigError) and f"{file}: " in str(error):  # a saved setting this version refuses
+        reason = str(error).partition(f"{file}: ")[2]
+        said = f" ({reason[:200]})" if not any(sep in reason for sep in "/\\") else ""  # never a server's path
+        return RequestError(
+            422,
+            f"the {kind} in {source} was refused for a setting in its {file}{said}: a hand-edited or damaged file, "
+            f"or one saved by another version of adapterfusion; save the {kind} again with this version",
         )
     return RequestError(422, f"the {kind} in {source} was refused; the reason is in the server's log")
 
@@ -465,8 +500,21 @@ def _check_key(request: "Request", key: str | None) -> None:
         return
     scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
     given = request.headers.get("x-api-key") or (token.strip() if scheme.lower() == "bearer" else "")
-    if not hmac.compare_digest(given.encode(), key.encode()):
-        raise RequestError(401, "loading pieces needs the server's API key: send 'Authorization: Bearer KEY'")
+    if hmac.compare_digest(given.encode(), key.encode()):
+        return
+    send = "send 'Authorization: Bearer KEY' (or 'X-API-Key: KEY')"
+    if given:  # one message for every wrong key: it says nothing of the right one
+        problem = f"the API key sent is not this server's; {send} with the key the server was started with"
+    elif scheme.lower() == "bearer":
+        problem = f"the Authorization header holds no key after 'Bearer'; {send}"
+    elif scheme:
+        problem = (
+            f"the Authorization header is not of the Bearer scheme ({short_repr(scheme, SHOWN_CHARS)} ...); {send}"
+        )
+    else:
+        where = " (a key in the URL is not read)" if request.url.query else ""
+        problem = f"the request sent no API key{where}; {send}"
+    raise RequestError(401, f"loading pieces needs the server's API key: {problem}")
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> "JSONResponse":

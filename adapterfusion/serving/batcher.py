@@ -209,6 +209,13 @@ class Batcher(Generic[ItemT]):
                 await self._run([job])
             return
         self._forward_seconds = loop.time() - started
+        if len(answers) != len(jobs):  # a predictor fault: the batch's requests fail, the loop (and server) goes on
+            logger.error("a forward answered %d requests of %d", len(answers), len(jobs))
+            self._on_forward(rows, True)
+            fault = RuntimeError(f"the forward answered {len(answers)} of the {len(jobs)} requests it ran")
+            for job in jobs:
+                _settle(job, error=fault)
+            return
         self._on_forward(rows, False)
         for job, answer in zip(jobs, answers, strict=True):
             _settle(job, answer)

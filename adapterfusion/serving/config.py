@@ -28,8 +28,8 @@ class ServeConfig:
     longest; None: no limit), which keeps long inputs from padding batches of short ones (a request over it alone
     still runs, alone); max_wait_ms: how long the first request of a batch waits for others to join it; max_queue:
     requests waiting for a forward before new ones get 429; max_inputs: inputs in one request (at most
-    max_batch_size, so a request always fits one forward); max_text_chars: characters of one text (None:
-    CHARS_PER_TOKEN per token of max_length, which bounds the tokenising the event loop does per request);
+    max_batch_size, so a request always fits one forward; None: max_batch_size); max_text_chars: characters of one
+    text (None: CHARS_PER_TOKEN per token of max_length, which bounds the tokenising the event loop does per request);
     max_body_bytes: bytes of one request body; max_length: tokens kept of an input (None: the tokenizer's and the
     model's limit; more is refused when the app is made); max_new_tokens: the most tokens one generate request may
     ask for (None: DEFAULT_MAX_NEW_TOKENS, at most what the model's positions leave after a one-token prompt; more
@@ -41,7 +41,7 @@ class ServeConfig:
     max_batch_tokens: int | None = 4096
     max_wait_ms: float = 5.0
     max_queue: int = 256
-    max_inputs: int = 32
+    max_inputs: int | None = None
     max_text_chars: int | None = None
     max_body_bytes: int = 2_000_000
     max_length: int | None = None
@@ -58,36 +58,45 @@ class ServeConfig:
                     "for any"
                 )
             object.__setattr__(self, "allowed_hosts", tuple(_bare_host(h) for h in hosts))
+        if self.max_inputs is None:  # ServeConfig(max_batch_size=8) alone was refused: 32 inputs exceed 8
+            object.__setattr__(self, "max_inputs", self.max_batch_size)
         for name in ("max_batch_size", "max_queue", "max_inputs", "max_body_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be a positive whole number")
+                raise ConfigError(f"{name}={value!r} must be a positive whole number{_flag(name)}")
         for name in ("max_batch_tokens", "max_text_chars", "max_new_tokens"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"{name}={value!r} must be a positive whole number, or None")
+                raise ConfigError(f"{name}={value!r} must be a positive whole number, or None{_flag(name)}")
         if self.max_length is not None and (
             isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 2
         ):
-            raise ConfigError(f"max_length={self.max_length!r} must be a whole number of tokens >= 2, or None")
+            raise ConfigError(
+                f"max_length={self.max_length!r} must be a whole number of tokens >= 2, or None{_flag('max_length')}"
+            )
         wait = self.max_wait_ms
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 10_000:
-            raise ConfigError(f"max_wait_ms={self.max_wait_ms!r} must be between 0 and 10000 milliseconds")
-        if self.max_inputs > self.max_batch_size:
+            raise ConfigError(
+                f"max_wait_ms={self.max_wait_ms!r} must be between 0 and 10000 milliseconds{_flag('max_wait_ms')}"
+            )
+        if self.inputs_limit > self.max_batch_size:
             raise ConfigError(
                 f"max_inputs={self.max_inputs} exceeds max_batch_size={self.max_batch_size}: a request must fit one "
-                "forward; lower max_inputs or raise max_batch_size"
+                "forward; lower max_inputs or raise max_batch_size (serve's --max-inputs, --max-batch-size)"
             )
         if self.api_key is not None and not isinstance(self.api_key, str):
             raise ConfigError(
                 f"the API key must be a string (str) of at least 8 characters, not {type(self.api_key).__name__}"
             )
         if self.api_key is not None and len(self.api_key) < 8:
-            raise ConfigError("the API key must have at least 8 characters (or give none)")
+            raise ConfigError(
+                f"the API key must have at least 8 characters (or give none); check --api-key or ${API_KEY_ENV}, which "
+                "serve reads when the flag is not given"
+            )
         if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable()):
             raise ConfigError(
                 "the API key must be printable ASCII (letters, digits, punctuation): HTTP headers carry no other "
-                "characters, so no client could send it"
+                f"characters, so no client could send it (check --api-key or ${API_KEY_ENV})"
             )
         if self.api_key is not None and self.api_key != self.api_key.strip():
             raise ConfigError(
@@ -122,6 +131,33 @@ class ServeConfig:
         key = given if given is not None else os.environ.get(API_KEY_ENV)
         return key or None
 
+    @property
+    def inputs_limit(self) -> int:
+        """max_inputs as resolved (never None once the config is made)."""
+        return self.max_inputs if self.max_inputs is not None else self.max_batch_size
+
+
+def _flag(field: str) -> str:
+    """Where a ServeConfig field's refusal names the `adapterfusion serve` flag that set it, for an operator who
+    typed the flag, not the field."""
+    return f" (serve's --{field.replace('_', '-')})"
+
+
+def given_config(config: object) -> ServeConfig:
+    """`config` as create_app and serve take it: a ServeConfig, or None for the defaults; ConfigError for anything
+    else (a dict of its fields failed as "'dict' object has no attribute 'max_length'")."""
+    if config is None:
+        return ServeConfig()
+    if not isinstance(config, ServeConfig):
+        fields = (
+            f"ServeConfig(**{config!r})" if isinstance(config, dict) and len(repr(config)) < 80 else "ServeConfig(...)"
+        )
+        raise ConfigError(
+            f"config is a {type(config).__name__}, not a ServeConfig; pass {fields} (from adapterfusion.serving "
+            "import ServeConfig), or None for the defaults"
+        )
+    return config
+
 
 def host_name(header: str) -> str:
     """The host name of a Host header, without its port, lower-cased ('[::1]:8000' -> '::1')."""
@@ -143,5 +179,12 @@ def _bare_host(given: str) -> str:
         raise ConfigError(
             f"allowed_hosts entry {given!r} is not a host name: give the name alone, without scheme, port or path, "
             f"e.g. {shown!r} (the port of a request's Host header is not compared)"
+        )
+    if not all(c.isascii() and (c.isalnum() or c in "._-:%") for c in bare):  # '*', 'bücher.de': no Host equals them
+        raise ConfigError(
+            f"allowed_hosts entry {given!r} is not a host name, so no request's Host header could match it and every "
+            "request would be refused: give names of letters, digits, '.' and '-' (an international name in its "
+            "'xn--' form), one entry each; wildcards such as '*' are not read: to answer any host, give none "
+            "(ServeConfig.allowed_hosts=None; serve on a non-loopback --host without --allowed-host)"
         )
     return bare

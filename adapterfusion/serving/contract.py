@@ -23,6 +23,8 @@ active head. BLOCK, a composition block (blocks.py) as JSON: {"stack": [CHILD, .
 from __future__ import annotations
 
 import json
+import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -183,21 +185,67 @@ class PieceRequest:
 
 
 def read_body(body: bytes, config: ServeConfig) -> dict[str, Any]:
-    """The JSON object of a request body (413 over max_body_bytes, 400 not JSON or a key given twice in one object,
-    422 not an object)."""
+    """The JSON object of a request body (413 over max_body_bytes; 400 empty, not JSON (NaN, Infinity and numbers past
+    a float's range included) or a key given twice in one object; 422 not an object)."""
     if len(body) > config.max_body_bytes:
         raise body_too_large(str(len(body)), config)
+    if not body.strip():
+        raise RequestError(400, 'the request body is empty; send a JSON object, e.g. {"inputs": ["..."]}')
     try:
-        data = json.loads(body, object_pairs_hook=_unique_keys)
+        data = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=_not_json_number, parse_float=_float)
     except RequestError:
         raise
     except RecursionError:
         raise RequestError(400, "the request body nests JSON too deeply to read; send a flat JSON object") from None
-    except ValueError as error:  # not JSON, not UTF-8, or a number longer than Python reads (4300 digits)
+    except UnicodeDecodeError as error:  # e.g. Latin-1 text, whatever its Content-Type's charset says
+        byte = f"byte {error.object[error.start]:#04x} at offset {error.start}"
+        raise RequestError(
+            400,
+            f"the request body is not UTF-8 ({byte}); JSON is sent as UTF-8: encode the body so (or escape the "
+            "character as \\uXXXX)",
+        ) from None
+    except ValueError as error:  # not JSON, or an integer longer than Python converts
+        if "integer string conversion" in str(error):  # its advice, sys.set_int_max_str_digits(), is no client's
+            raise RequestError(
+                400,
+                f"the request body holds an integer of more than {sys.get_int_max_str_digits()} digits, the most this "
+                "server reads (no field takes more); send a shorter number",
+            ) from None
         raise RequestError(400, f"the request body is not valid JSON ({error}); send a JSON object") from None
     if not isinstance(data, dict):
-        raise RequestError(422, f"the request body must be a JSON object, not {type(data).__name__}")
+        raise RequestError(422, f"the request body must be a JSON object, not {_json_kind(data)}")
     return data
+
+
+def _not_json_number(literal: str) -> Any:
+    """400 for NaN, Infinity or -Infinity, which Python's json reads but JSON has not: the value would pass as a
+    number and be refused later in Python's terms (weights=[nan, 1]), or pass a check that NaN compares false with."""
+    raise RequestError(
+        400, f"the request body holds {literal}, which is not JSON (JSON has no NaN or infinity); send a finite number"
+    )
+
+
+def _float(literal: str) -> float:
+    """A JSON number with a fraction or exponent; 400 for one past a 64-bit float (1e400), which Python reads as
+    infinity, a value JSON has not, refused later in Python's terms (weights=[inf, 1])."""
+    value = float(literal)
+    if math.isinf(value):
+        raise RequestError(
+            400,
+            f"the request body holds the number {_shown(literal)}, beyond what a 64-bit float holds (about 1.8e308); "
+            "send a finite number",
+        )
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON name of a parsed value's type, as the client wrote it (not Python's: NoneType, dict, str)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    kinds = ((str, "a string"), ((int, float), "a number"), (list, "an array"), (dict, "an object"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -261,9 +309,14 @@ def parse_predict(data: dict[str, Any], catalog: Catalog, config: ServeConfig) -
     _require("head", head, list(catalog.heads))
     head_info = catalog.heads[head]
     kind = head_info.kind
-    if kind not in SERVED_HEAD_KINDS:
+    if kind not in SERVED_HEAD_KINDS:  # the fix names the heads that serve, as the client may not have named this one
+        served = [name for name, info in catalog.heads.items() if info.kind in SERVED_HEAD_KINDS]
+        chosen = "" if data.get("head") is not None else "no 'head' given, and the default "
+        fix = f"give 'head', one of {served}" if served else "load one with POST /v1/pieces (kind 'head')"
         raise RequestError(
-            422, f"head {head!r} is a {kind} head; the server predicts with {' or '.join(SERVED_HEAD_KINDS)} heads"
+            422,
+            f"{chosen}head {head!r} is a {kind} head; the server predicts with {' or '.join(SERVED_HEAD_KINDS)} "
+            f"heads: {fix}",
         )
     return PredictRequest(inputs, choice, head, kind, head_info.labels)
 
@@ -339,12 +392,26 @@ def _parse_choice(data: dict[str, Any], catalog: Catalog) -> dict[str, str] | Bl
             )
         return block
     choice = None
-    for kind, loaded in (("adapter", list(catalog.adapters)), ("fusion", list(catalog.fusions))):
+    for kind in ("adapter", "fusion"):
         name = data.get(kind)
         if name is not None:
-            _require(kind, name, loaded)
+            _require_piece(kind, name, catalog)
             choice = {kind: name}
     return choice
+
+
+def _require_piece(kind: str, name: Any, catalog: Catalog) -> None:
+    """_require for an 'adapter' or 'fusion' field; 422 naming the field to use where `name` is loaded as the other
+    kind (a 404 'no adapter named f' left the client to find that f is a fusion)."""
+    loaded = {"adapter": list(catalog.adapters), "fusion": list(catalog.fusions)}
+    other = "fusion" if kind == "adapter" else "adapter"
+    if isinstance(name, str) and name not in loaded[kind] and name in loaded[other]:
+        raise RequestError(
+            422,
+            f"'{kind}' names {_shown(name)}, which is a loaded {other}, not {'an' if kind == 'adapter' else 'a'} "
+            f"{kind}; send it as '{other}'",
+        )
+    _require(kind, name, loaded[kind])
 
 
 def adapter_runs(block: Any, catalog: Catalog) -> int:
@@ -428,13 +495,31 @@ def _check_average(children: list[Any], catalog: Catalog, where: str) -> None:
 
 
 def _check_weights(weights: Any, count: int, where: str) -> None:
-    """An average block's 'weights', if given, must be a JSON list (blocks.py checks its numbers): a string or an
-    object is refused here, quoted short, where blocks.py would quote it whole."""
-    if weights is not None and not isinstance(weights, list):
+    """An average block's 'weights', if given, must be a JSON list of one number per adapter, refused here in JSON's
+    terms ('weights[0]' is true) where blocks.py would refuse it in Python's (Average(weights=[True, 1])); blocks.py
+    checks what the numbers may be (a sum of 0)."""
+    if weights is None:
+        return
+    example = f"e.g. {[round(1 / count, 3)] * count}, or leave it out for equal weights"
+    if not isinstance(weights, list):
+        raise RequestError(
+            422, f"'{where}.weights' is {_short(weights)}; give a list of one number per adapter, {example}"
+        )
+    if len(weights) != count:
         raise RequestError(
             422,
-            f"'{where}.weights' is {_short(weights)}; give a list of one number per adapter, e.g. "
-            f"{[round(1 / count, 3)] * count}, or leave it out for equal weights",
+            f"'{where}.weights' lists {len(weights)} weight(s) for {count} adapters; give one per adapter, {example}",
+        )
+    for index, weight in enumerate(weights):
+        if not _is_number(weight):
+            raise RequestError(422, f"'{where}.weights[{index}]' is {_short(weight)}; give a number, {example}")
+    try:
+        total = math.fsum(weights)
+    except OverflowError:  # an integer past a float's range: blocks.py refuses it
+        return
+    if total == 0:
+        raise RequestError(
+            422, f"'{where}.weights' {_short(weights)} sum to 0, and an average scales them to sum to 1; {example}"
         )
 
 
@@ -478,7 +563,7 @@ def parse_piece(data: dict[str, Any]) -> PieceRequest:
     if kind not in PIECE_KINDS:
         given = "missing" if "kind" not in data else _given(kind)
         raise RequestError(422, f"'kind' is {given}; give one of {list(PIECE_KINDS)}")
-    if not isinstance(source, str) or not source:
+    if not isinstance(source, str) or not source.strip():  # blank: the library's refusal names the server's folder
         given = "missing" if "source" not in data else _given(source)
         raise RequestError(422, f"'source' is {given}; give a piece's folder on the server or a Hub id 'org/name'")
     if len(source) > MAX_SOURCE_CHARS:
@@ -514,12 +599,12 @@ def _parse_inputs(value: Any, config: ServeConfig, form: str = _INPUTS_FORM) -> 
     if value is None:
         raise RequestError(422, f"'inputs' is missing; give {form}")
     if not isinstance(value, list):
-        raise RequestError(422, f"'inputs' is a {type(value).__name__}; give {form}")
+        raise RequestError(422, f"'inputs' is {_json_kind(value)}; give {form}")
     if not value:
         raise RequestError(422, f"'inputs' is empty; give at least one input, {form}")
-    if len(value) > config.max_inputs:
+    if len(value) > config.inputs_limit:
         raise RequestError(
-            413, f"'inputs' has {len(value)} entries, over the limit of {config.max_inputs}; split the request"
+            413, f"'inputs' has {len(value)} entries, over the limit of {config.inputs_limit}; split the request"
         )
     rows = []
     for index, entry in enumerate(value):

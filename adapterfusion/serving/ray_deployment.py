@@ -15,7 +15,7 @@ from typing import Any
 
 from adapterfusion.errors import ConfigError
 from adapterfusion.serving.app import create_app, model_executor
-from adapterfusion.serving.config import ServeConfig
+from adapterfusion.serving.config import ServeConfig, given_config
 from adapterfusion.serving.server import load_setup
 
 
@@ -51,8 +51,9 @@ def deployment(
         raise ConfigError("a Ray Serve deployment needs Ray Serve: pip install 'ray[serve]'") from None
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ConfigError(f"replicas={replicas!r} must be a positive whole number")
+    config = given_config(config)  # here, not in each replica after its setup loaded
     ingress = serve.ingress()(AdapterServer)
     options = {"num_cpus": cpus, "num_gpus": gpus}
     app: Any = serve.deployment(ingress, name="adapterfusion", num_replicas=replicas, ray_actor_options=options)
     base_path = os.fspath(base) if base is not None else None
-    return app.bind(os.fspath(setup), base_path, config or ServeConfig(), device, dtype)
+    return app.bind(os.fspath(setup), base_path, config, device, dtype)

@@ -12,7 +12,7 @@ import signal
 import socket
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import transformers
@@ -21,11 +21,11 @@ from adapterfusion.defaults import default_encoder_path
 from adapterfusion.devices import available_device
 from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.encoders import load_tokenizer, resolve_encoder
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import ConfigError, IncompatibleModelError
 from adapterfusion.model import AdaptedModel
 from adapterfusion.serialization.setup import SETUP_FILE, read_index
 from adapterfusion.serving.app import create_app, model_executor
-from adapterfusion.serving.config import LOOPBACK_NAMES, ServeConfig
+from adapterfusion.serving.config import LOOPBACK_NAMES, ServeConfig, given_config
 from adapterfusion.serving.generator import new_tokens_limit
 from adapterfusion.serving.predictor import check_max_length
 
@@ -54,15 +54,26 @@ def load_setup(
     if dtype not in DTYPES:
         raise ConfigError(f"dtype {dtype!r} is not one of {list(DTYPES)}")
     target = available_device(device, "serve with --device cpu")
-    base = base if base is not None else default_encoder_path()
+    given_base, base = base, base if base is not None else default_encoder_path()
     encoder = resolve_encoder(base)
     tokenizer = load_tokenizer(encoder)
     config = encoder_config(encoder.folder or encoder.given)
     check_max_length(max_length, config, tokenizer)
     if config is not None and _setup_generates(setup):
         new_tokens_limit(max_new_tokens, max_length, config, tokenizer)
-    model = AdaptedModel.from_pretrained(base, setup)
+    try:
+        model = AdaptedModel.from_pretrained(base, setup)
+    except IncompatibleModelError as error:  # the library's fix is in Python's terms; a server's is its --base
+        raise IncompatibleModelError(f"{error}; {_base_advice(setup, given_base)}") from None
     return model.to(device=target, dtype=DTYPES[dtype]).eval(), tokenizer
+
+
+def _base_advice(setup: str | os.PathLike, given_base: str | os.PathLike | None) -> str:
+    """How to serve a setup that does not fit the base it was loaded on: the base it was saved on, as --base."""
+    saved_on = _saved_base_model(setup).get("name_or_path")
+    named = repr(saved_on) if isinstance(saved_on, str) and saved_on else "the encoder it was saved on"
+    used = "the shipped encoder, as no --base was given" if given_base is None else f"--base {os.fspath(given_base)!r}"
+    return f"it was loaded on {used}; serve it with --base {named} (load_setup's base), a folder or Hub id"
 
 
 def serve(
@@ -78,7 +89,12 @@ def serve(
     """Serve `setup` on host:port until stopped; requests in flight get `drain_seconds` to finish."""
     import uvicorn
 
-    config = config or ServeConfig()
+    config = given_config(config)
+    if not isinstance(host, str):  # None would listen on every interface, unasked
+        raise ConfigError(
+            f"host {host!r} is not an address; give one as a string: '127.0.0.1' (this machine only) or '0.0.0.0' "
+            "(all interfaces)"
+        )
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigError(f"port {port!r} is not a TCP port; give a number from 1 to 65535 (0: any free port)")
     if isinstance(drain_seconds, bool) or not isinstance(drain_seconds, int) or drain_seconds < 1:
@@ -188,16 +204,24 @@ def _check_can_listen(host: str, port: int) -> None:
 def _setup_generates(setup: str | os.PathLike) -> bool:
     """Whether the setup in the local folder `setup` was saved on a model with a language-model head (the class
     from_pretrained loads), read from its index before any weights load; False for a Hub id (create_app checks)."""
-    folder = Path(setup).expanduser()
-    if not (folder / SETUP_FILE).is_file():
-        return False
-    saved = read_index(folder)["base_model"].get("class")
+    saved = _saved_base_model(setup).get("class")
     can_generate = getattr(getattr(transformers, saved, None) if isinstance(saved, str) else None, "can_generate", None)
     return bool(callable(can_generate) and can_generate())
 
 
+def _saved_base_model(setup: str | os.PathLike) -> dict[str, Any]:
+    """The 'base_model' entry of the index of the setup in the local folder `setup`; {} for a Hub id."""
+    folder = Path(setup).expanduser()
+    if not (folder / SETUP_FILE).is_file():
+        return {}
+    return cast(dict[str, Any], read_index(folder)["base_model"])
+
+
 def _is_loopback(host: str) -> bool:
+    """Whether every address `host` names is a loopback one: by what it resolves to, not its spelling, so that
+    'LOCALHOST' or 'ip6-localhost' gets a loopback server's Host check (and no warning) as 'localhost' does."""
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        return bool(addresses) and all(ipaddress.ip_address(str(a).partition("%")[0]).is_loopback for a in addresses)
+    except (OSError, UnicodeError, ValueError):
+        return False

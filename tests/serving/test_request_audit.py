@@ -125,7 +125,7 @@ def test_a_piece_name_at_the_limit_is_taken():
 def test_a_generate_request_without_prompts_is_told_to_send_prompts_not_pairs():
     """'inputs': [] on /v1/generate was told to give 'text pairs', which that endpoint refuses."""
     catalog = Catalog(adapters=(), fusions={}, heads={}, active={}, generates=True)
-    for inputs, words in (([], "'inputs' is empty"), ("x", "'inputs' is a str"), (None, "'inputs' is missing")):
+    for inputs, words in (([], "'inputs' is empty"), ("x", "'inputs' is a string"), (None, "'inputs' is missing")):
         with pytest.raises(RequestError) as refused:
             parse_generate({"inputs": inputs}, catalog, ServeConfig())
         assert refused.value.message.startswith(words) and 'a list of prompts ["...", ...]' in refused.value.message

@@ -81,7 +81,7 @@ BAD = [
     (b"[1, 2]", 422, "JSON object"),
     ({"adapter": "a"}, 422, "'inputs' is missing"),
     ({"inputs": [], "adapter": "a"}, 422, "'inputs' is empty"),
-    ({"inputs": "one text", "adapter": "a"}, 422, "'inputs' is a str"),
+    ({"inputs": "one text", "adapter": "a"}, 422, "'inputs' is a string"),
     ({"inputs": [["a", "b", "c"]], "adapter": "a"}, 422, "inputs[0]"),
     ({"inputs": [3]}, 422, "wrong shape"),
     ({"inputs": ["x"], "adapter": "zz", "head": "nli"}, 404, "no adapter named 'zz'"),
@@ -93,7 +93,11 @@ BAD = [
     ({"inputs": ["x"], "block": {"stack": ["a", "zz"]}, "head": "nli"}, 404, "'block.stack[1]' = 'zz'"),
     ({"inputs": ["x"], "block": {"stack": []}, "head": "nli"}, 422, "1 to 64 children"),
     ({"inputs": ["x"], "block": {"stack": ["a", 3]}, "head": "nli"}, 422, "'block.stack[1]' is 3"),
-    ({"inputs": ["x"], "block": {"average": ["a", "b"], "weights": [1]}, "head": "nli"}, 422, "'block'"),
+    (
+        {"inputs": ["x"], "block": {"average": ["a", "b"], "weights": [1]}, "head": "nli"},
+        422,
+        "lists 1 weight(s) for 2",
+    ),
     ({"inputs": ["x"], "block": {"average": ["a", {"stack": ["b"]}]}, "head": "nli"}, 422, "an average block cannot"),
     (
         {"inputs": ["x"], "block": {"fuse": ["a", {"stack": ["b"]}]}, "head": "nli"},

@@ -102,6 +102,27 @@ def test_a_failing_request_fails_alone():
     assert batches == [["a", "boom", "c"], ["a"], ["boom"], ["c"]]
 
 
+def test_a_forward_answering_too_few_requests_fails_its_batch_and_the_loop_goes_on():
+    """A predictor that answered fewer requests than it ran ended the batcher's loop (zip(strict=True) raised in
+    it): that batch's clients and every later one waited forever. Now the batch fails and later requests run."""
+
+    def short(batch):
+        return [[{"label": 0, "scores": [item.tag]}] for item in batch][: 1 if batch[0].tag == "short" else None]
+
+    async def main():
+        with ThreadPoolExecutor(1) as executor:
+            batcher = Batcher(short, executor, 4, 50.0, 16, None)
+            batcher.start()
+            first = await asyncio.gather(*(batcher.submit(Item(t)) for t in ("short", "b")), return_exceptions=True)
+            later = await asyncio.wait_for(batcher.submit(Item("c")), 5)
+            await batcher.close()
+        return first, later
+
+    first, later = asyncio.run(main())
+    assert all(isinstance(a, RuntimeError) and "answered 1 of the 2 requests" in str(a) for a in first)
+    assert later[0]["scores"] == ["c"]
+
+
 def test_close_finishes_every_queued_request():
     answers, batches = _run([Item(str(i), 2) for i in range(6)], max_batch_size=2, max_wait_ms=1000)
     assert all(not isinstance(a, Exception) for a in answers) and len(batches) == 6
@@ -110,6 +131,9 @@ def test_close_finishes_every_queued_request():
 def test_config_refusals():
     with pytest.raises(ConfigError, match="max_inputs=8 exceeds max_batch_size=4"):
         ServeConfig(max_batch_size=4, max_inputs=8)
+    # max_inputs left out follows max_batch_size (a default of 32 refused ServeConfig(max_batch_size=8))
+    assert ServeConfig(max_batch_size=8).max_inputs == 8 == ServeConfig(max_batch_size=8).inputs_limit
+    assert ServeConfig().max_inputs == 32
     with pytest.raises(ConfigError, match="max_queue=0"):
         ServeConfig(max_queue=0)
     with pytest.raises(ConfigError, match="max_batch_tokens=0"):
