@@ -61,15 +61,20 @@ def end_token_id(tokenizer: Any) -> int:
     )
 
 
-def prompt_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
-    """The prompt's token ids: with the tokenizer's special tokens, or inside its chat template."""
-    if not chat_template:
-        return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+def require_chat_template(tokenizer: Any) -> None:
+    """A task with chat_template=True needs a tokenizer that has one."""
     if not getattr(tokenizer, "chat_template", None):
         raise TaskError(
             f"chat_template=True, but the tokenizer {type(tokenizer).__name__} has no chat template; set "
             "chat_template=False in the task (the prompt is then used as it is)."
         )
+
+
+def prompt_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
+    """The prompt's token ids: with the tokenizer's special tokens, or inside its chat template."""
+    if not chat_template:
+        return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    require_chat_template(tokenizer)
     import jinja2
 
     name = type(tokenizer).__name__
@@ -90,6 +95,14 @@ def prompt_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
             "tokenizer.chat_template to write each message's content and save it with the model."
         )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def check_instruction_tokenizer(spec: TaskSpec, tokenizer: Any) -> None:
+    """What the encoding of every row of a generation task needs of its tokenizer, refused before the data loads:
+    an end token, and with the task's chat_template a chat template (how it renders is judged on each row)."""
+    end_token_id(tokenizer)
+    if spec.chat_template:
+        require_chat_template(tokenizer)
 
 
 def instruction_example(prompt: list[int], answer: list[int], end: int, max_length: int) -> InstructionExample:

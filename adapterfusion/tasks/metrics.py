@@ -171,6 +171,32 @@ def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, floa
     return {name: _METRICS[name](spec, preds, gold) for name in spec.metrics}
 
 
+# the kinds with one label per example (span and generation tasks score other things)
+LABEL_KINDS = ("single", "pair", "multiple_choice")
+
+
+def constant_metric_reason(spec: TaskSpec, metric: str, labels) -> str | None:
+    """Why `metric` on a dev split of these gold `labels` has one value, or none, whatever the model predicts (a
+    correlation with fewer than 2 or constant scores; binary F1 without the positive class; Matthews correlation of
+    one class), else None: such a metric cannot tell checkpoints apart, so a run selecting on it is refused."""
+    if spec.kind not in LABEL_KINDS:
+        return None
+    gold = np.asarray(labels, dtype=np.float64).reshape(-1)
+    if spec.regression and metric in ("spearman", "pearson"):
+        if gold.size < 2:
+            return f"it has {gold.size} example(s), and a correlation needs 2 or more"
+        if np.all(gold == gold[0]):
+            return f"all {gold.size} of its gold scores are {gold[0]:g}, and a correlation with a constant is NaN"
+        return None
+    if metric == "f1" and not np.any(gold == spec.positive_label):
+        name = spec.label_names[spec.positive_label]
+        return f"it has no example of the positive label {name!r}, so binary F1 is 0 whatever the model predicts"
+    if metric == "matthews_correlation" and gold.size and np.all(gold == gold[0]):
+        name = spec.label_names[int(gold[0])]
+        return f"all its examples have the label {name!r}, so Matthews correlation is 0 whatever the model predicts"
+    return None
+
+
 TOP_PREDICTION_SHARE = "top_prediction_share"
 CONSTANT_PREDICTOR_SHARE = 1.0  # every dev prediction the same id: the run learnt nothing input-dependent
 

@@ -219,6 +219,13 @@ class TaskSpec:
         names = [*self.text_fields, *self.choice_fields, self.label_field]
         if not all(isinstance(n, str) and n for n in names):
             raise self._fail(f"field names must be non-empty strings, got {names}.")
+        for what, fields in (("text_fields", self.text_fields), ("choice_fields", self.choice_fields)):
+            twice = sorted({n for n in fields if fields.count(n) > 1})
+            if twice:  # a pair of a text with itself, or one choice offered twice: a task of other inputs
+                raise self._fail(
+                    f"{what}={list(fields)} names {twice} more than once; each field is read once, so name each "
+                    "column of the input once (a 'pair' task's two texts are two different columns)."
+                )
         if self.label_field in (*self.text_fields, *self.choice_fields):
             raise self._fail(
                 f"field {self.label_field!r} is both the label field and a text field; the model would read the "
@@ -277,6 +284,12 @@ class TaskSpec:
                 f"label_names={list(self.label_names)} must hold at least 2 distinct names "
                 "(for multiple choice, one per choice, or give num_choices)."
             )
+        stripped = [n.strip() for n in self.label_names]
+        if not all(stripped) or len(set(stripped)) != len(stripped):  # 'pos' and 'pos ' read as one label by anyone
+            raise self._fail(
+                f"label_names={list(self.label_names)} holds a blank name or names that differ only in spaces; give "
+                "each label a visible name of its own (the raw values a file writes go in label_values)."
+            )
         ids = [str(i) for i in range(len(self.label_names))]
         misread = [(n, i) for i, n in enumerate(self.label_names) if n in ids and n != ids[i]]
         if misread and not self.label_values:  # a raw label "1" could mean id 1 or the name "1"
@@ -323,6 +336,9 @@ class TaskSpec:
             )
 
     def _check_metrics(self) -> None:
+        twice = sorted({m for m in self.metrics if self.metrics.count(m) > 1})
+        if twice:  # each is scored and recorded once; a repeat would make the first (selecting) one ambiguous
+            raise self._fail(f"metrics={list(self.metrics)} lists {twice} more than once; name each metric once.")
         if self.kind in _SPAN_METRICS:
             self._check_span_metrics()
             return

@@ -24,6 +24,7 @@ from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
+from adapterfusion.tasks.instruction import check_instruction_tokenizer
 from adapterfusion.tasks.loading import check_data_dir, check_max_examples, load_task_data
 from adapterfusion.tasks.metrics import collapse_warning
 from adapterfusion.tasks.registry import resolve_task
@@ -34,8 +35,15 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.extra_dev import score_extra_dev
 from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
-from adapterfusion.training.hardware import check_precision, is_main_process, training_device
-from adapterfusion.training.loop import fit, instruction_task_data, resolve_metric, single_task_data
+from adapterfusion.training.hardware import check_precision, check_report_to, is_main_process, training_device
+from adapterfusion.training.loop import (
+    check_dev_split,
+    fit,
+    instruction_task_data,
+    resolve_metric,
+    single_task_data,
+    untrained_warning,
+)
 from adapterfusion.training.qa_loop import qa_task_data
 from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import (
@@ -124,11 +132,15 @@ def train(
     check_fusion_sources(options, spec)
     check_head_options(options, spec)
     config = training_config_for(setup, training_config, seed)
+    resolve_metric(spec, config)  # a misspelt metric_for_best is said now, not once the data is loaded and encoded
     check_precision(config)
+    check_report_to(config)
     check_max_examples(max_examples)
     check_data_dir(data_dir)
     run = Run.open(output_dir, spec.name, setup, seed, encoder, writes=is_main_process())
     check_max_length(config.max_length, run.encoder)  # before any file is written or data loaded
+    if recipe.check_encoder is not None:  # e.g. top-k's k against the encoder's layer count
+        recipe.check_encoder(options, run.encoder)
     run_dir, store = run.run_dir, as_store(store)
     keyed = store is not None and recipe.stores_adapter
     if store is not None and keyed and run.writes:  # before training, not when its adapter is put there
@@ -139,10 +151,13 @@ def train(
     what = f"{spec.name}/{setup} seed {seed}"
     with claimed_run(run_dir, entries, what, overwrite, resume, run.writes, changed):
         tokenizer = run.begin()
+        if spec.is_generation:  # no end token or a broken chat template: said before the data loads
+            check_instruction_tokenizer(spec, tokenizer)
         data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
         if "validation" not in data:
             raise TrainingError(f"task {spec.name!r} loaded no validation split; early stopping needs one")
         check_carve_matches_adapter(info, options, seed)
+        check_dev_split(spec, data["validation"], resolve_metric(spec, config))
         encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
         model = run.wrapped_encoder(language_model=spec.is_generation)
         check_generation_model(spec, model, run.encoder)
@@ -263,7 +278,12 @@ def train(
             "fusion_step": model.state.fusion_step if plan.fusion is not None else None,
             "stopped_early": outcome.stopped_early,
             "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir)),
-            "warnings": [*info.warnings, *run_warnings(outcome.best_metrics, len(encoded["validation"]))],
+            "warnings": [
+                *info.warnings,
+                *run_warnings(
+                    outcome.best_metrics, len(encoded["validation"]), untrained_warning(config, outcome.max_steps)
+                ),
+            ],
             "parameters": {
                 "trainable": sum(p.numel() for p in plan.trainable),
                 "total": report.total,
@@ -303,9 +323,10 @@ def check_generation_model(spec: TaskSpec, model: Any, encoder: str) -> None:
         )
 
 
-def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int) -> list[str]:
-    """What a user must know about a run's result (today: a constant predictor), also sent to the warnings module."""
-    found = [w for w in [collapse_warning(dict(best_metrics), num_dev_examples)] if w is not None]
+def run_warnings(best_metrics: Mapping[str, float], num_dev_examples: int, *found_before: str | None) -> list[str]:
+    """What a user must know about a run's result (a constant predictor, and `found_before`: e.g. a run that trained
+    nothing), also sent to the warnings module."""
+    found = [w for w in [*found_before, collapse_warning(dict(best_metrics), num_dev_examples)] if w is not None]
     for message in found:
         warnings.warn(message, RunQualityWarning, stacklevel=3)
     return found

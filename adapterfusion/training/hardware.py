@@ -1,6 +1,6 @@
 """The machine a run runs on: which device trains (the one choice every recipe uses), what the run's provenance
-records about it, whether it was launched as one of several processes, and which of the precision and compile
-switches it can honour."""
+records about it, whether it was launched as one of several processes, which of the precision and compile
+switches it can honour, and which logging integrations (report_to) it has installed."""
 
 from __future__ import annotations
 
@@ -108,4 +108,27 @@ def check_compile(config: TrainingConfig) -> None:
         raise TrainingError(
             f"torch_compile=True, but torch.compile fails on this machine ({problem}); on CPU "
             "TorchInductor needs a C++ compiler (e.g. apt-get install g++); or set torch_compile=False"
+        )
+
+
+# report_to target -> (the package to install, transformers' test of it, which the Trainer asks when it starts)
+_REPORT_PACKAGES = {
+    "tensorboard": ("tensorboard", "is_tensorboard_available"),
+    "mlflow": ("mlflow", "is_mlflow_available"),
+    "wandb": ("wandb", "is_wandb_available"),
+}
+
+
+def check_report_to(config: TrainingConfig) -> None:
+    """A report_to target whose package is not installed is refused before any data loads: the Trainer fails on it
+    (a RuntimeError of its own) only once the data is loaded and encoded. 'all' takes what is installed."""
+    if config.report_to not in _REPORT_PACKAGES:
+        return
+    package, test = _REPORT_PACKAGES[config.report_to]
+    from transformers import integrations
+
+    if not getattr(integrations, test)():
+        raise TrainingError(
+            f"report_to={config.report_to!r}, but {package} is not installed here; install it (pip install "
+            f"{package}), or set report_to='none' (or 'all': whichever integrations are installed)"
         )

@@ -33,8 +33,8 @@ from transformers import EarlyStoppingCallback, TrainerCallback, TrainerState
 from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.scoring import score_generation
 from adapterfusion.tasks.collator import TaskCollator
-from adapterfusion.tasks.metrics import dev_metrics
-from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.tasks.metrics import LABEL_KINDS, constant_metric_reason, dev_metrics
+from adapterfusion.tasks.spec import TaskSpec, suggest
 from adapterfusion.training.batching import sorted_by_length, with_lengths
 from adapterfusion.training.callbacks import FusionStepCallback, ProgressFileCallback
 from adapterfusion.training.checkpoints import adopt_legacy_weights
@@ -83,9 +83,46 @@ def resolve_metric(task: TaskSpec, config: TrainingConfig) -> str:
     metric = config.metric_for_best or task.metrics[0]
     if metric not in task.metrics:
         raise TrainingError(
-            f"metric_for_best={metric!r} is not a metric of task {task.name!r}; it has {list(task.metrics)}"
+            f"metric_for_best={metric!r} is not a metric of task {task.name!r}; it has {list(task.metrics)}."
+            f"{suggest(metric, task.metrics)} Set metric_for_best to one of them, or leave it out (None: the task's "
+            f"first metric, {task.metrics[0]!r})"
         )
     return metric
+
+
+def untrained_warning(config: TrainingConfig, steps: int) -> str | None:
+    """Why a run of `steps` optimizer steps trained nothing, or None: the linear warm-up starts at learning rate 0,
+    so a run of a single step with any warm-up leaves every weight as it was (and reports the untrained model)."""
+    if steps != 1 or config.warmup_ratio == 0:
+        return None
+    return (
+        f"the run took 1 optimizer step, which the learning-rate warm-up (warmup_ratio={config.warmup_ratio:g}) runs "
+        "at learning rate 0, so nothing was trained; set warmup_ratio=0, or train more steps (max_steps, epochs, or "
+        "a smaller batch_size)"
+    )
+
+
+def check_dev_split(task: TaskSpec, dev: Any, metric: str) -> None:
+    """Before training: refuse a validation split on which the selecting `metric` has one value (or none) whatever
+    the model predicts; every evaluation would tie, or be NaN, and the run's result would say nothing."""
+    if task.kind not in LABEL_KINDS:
+        return
+    labels = dev["label"]
+    reason = constant_metric_reason(task, metric, labels)
+    if reason is None:
+        return
+    others = [m for m in task.metrics if m != metric and constant_metric_reason(task, m, labels) is None]
+    instead = (
+        f", or set metric_for_best to {others[0]!r}"
+        if others
+        else " (a regression task has no metric but the correlations)"
+        if task.regression
+        else ", or add 'accuracy' to the task's metrics and set metric_for_best='accuracy'"
+    )
+    raise TrainingError(
+        f"task {task.name!r}: the validation split cannot select a checkpoint by {metric!r}: {reason}. Give a "
+        f"validation split with varied labels (more rows, or a larger max_examples['validation']){instead}"
+    )
 
 
 def single_task_data(

@@ -63,8 +63,8 @@ from adapterfusion.tasks.spec import TaskSpec, piece_name
 from adapterfusion.training.callbacks import StepEpochProgressCallback
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
-from adapterfusion.training.hardware import check_precision, launched_distributed
-from adapterfusion.training.loop import LoopData, TrainingOutcome, fit, resolve_metric
+from adapterfusion.training.hardware import check_precision, check_report_to, launched_distributed
+from adapterfusion.training.loop import LoopData, TrainingOutcome, check_dev_split, fit, resolve_metric
 from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, remove_run_entry, save_encoder, training_config_for
 from adapterfusion.training.run_files import RUN_FORMAT_VERSION
@@ -214,15 +214,17 @@ def _load_tasks(
     max_examples: Any,
     tokenizer: Any,
     max_length: int | None,
+    metrics: list[str],
 ) -> TaskData:
     data = TaskData(specs, [], [], [], [])
-    for spec in specs:
+    for spec, metric in zip(specs, metrics, strict=True):
         splits, info = load_task_data(spec, data_dirs[spec.name], seed, max_examples=max_examples)
         missing = [split for split in ("train", "validation") if split not in splits]
         if missing:
             raise TrainingError(
                 f"task {spec.name!r} loaded no {missing} split; MT-A trains on train and stops early on validation"
             )
+        check_dev_split(spec, splits["validation"], metric)  # the mean of every task's metric selects
         encoded, truncation = encode_task(spec, splits, tokenizer, max_length)
         data.train_sets.append(encoded["train"])
         data.dev_sets.append(encoded["validation"])
@@ -534,6 +536,7 @@ def train_multitask(
     check_max_examples(max_examples)
     data_dirs = _data_dirs(specs, data_dir)
     check_precision(config)  # refuses fp16 without CUDA; warns of bf16 on a CPU without native bf16
+    check_report_to(config)
     _check_config(config)
     metrics = [resolve_metric(spec, config) for spec in specs]
     adapter = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
@@ -548,7 +551,7 @@ def train_multitask(
         except ConfigError as err:
             raise TrainingError(str(err)) from None
         tokenizer = run.begin()
-        data = _load_tasks(specs, data_dirs, seed, max_examples, tokenizer, config.max_length)
+        data = _load_tasks(specs, data_dirs, seed, max_examples, tokenizer, config.max_length, metrics)
         model = run.wrapped_encoder()
         for entry, spec in zip(entries, specs, strict=False):  # another encoder's: refused before anything is replaced
             check_entry_encoder(entry, run.encoder, None, _task_dir(run_dir, spec.name).resolve())

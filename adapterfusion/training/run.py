@@ -38,6 +38,7 @@ from adapterfusion.encoders import (
     resolve_encoder,
     saved_by_save_pretrained,
 )
+from adapterfusion.errors import ConfigError
 from adapterfusion.injection import plain_save
 from adapterfusion.io.atomic import atomic_write_json, is_temp_name
 from adapterfusion.io.paths import check_writable_folder, path_part
@@ -200,11 +201,23 @@ def jsonable(value: Any) -> Any:
 # ---- start-up ------------------------------------------------------------------------------------------------------
 def training_config_for(setup: str, given: TrainingConfig | Mapping[str, Any] | None, seed: int) -> TrainingConfig:
     """The run's TrainingConfig with its seed: `given` as it is, or a dict of overrides of the setup's paper
-    defaults (TrainingConfig.for_setup)."""
+    defaults (TrainingConfig.for_setup). The run's seed is the `seed` argument (it names the run folder); a seed in
+    `given` that says otherwise is refused, where replacing it would train another seed than the one asked for."""
     if isinstance(given, TrainingConfig):
+        if given.seed not in (seed, TrainingConfig.seed):  # the class default: a config that set no seed
+            raise _conflicting_seed(f"TrainingConfig(seed={given.seed!r})", seed)
         return given.replace(seed=seed)
     overrides = check_mapping(given, "training_config", "{'learning_rate': 1e-4, 'epochs': 3}")
+    if "seed" in overrides and overrides["seed"] != seed:
+        raise _conflicting_seed(f"training_config={{'seed': {overrides['seed']!r}}}", seed)
     return TrainingConfig.for_setup(setup, **{**overrides, "seed": seed})
+
+
+def _conflicting_seed(given: str, seed: int) -> ConfigError:
+    return ConfigError(
+        f"{given} disagrees with the run's seed={seed!r}: a run's seed is the seed argument (it names the run folder "
+        f"seed-<seed>, and the default is 42); pass seed= the seed you want and leave it out of the training config"
+    )
 
 
 @dataclass

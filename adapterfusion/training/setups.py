@@ -50,6 +50,7 @@ from adapterfusion.heads.config import (
     TokenClassificationHead,
 )
 from adapterfusion.heads.pooling import resolve_pooling
+from adapterfusion.injection.architectures import layer_count
 from adapterfusion.run_layout import MT_A_MARKER_FILE
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import get_task
@@ -111,6 +112,8 @@ class Setup:
     description: str
     stores_adapter: bool = False  # a run's adapter + head may go into an AdapterStore (stage 1)
     check_options: Callable[[Mapping[str, Any]], None] | None = None  # refuses bad option values before any work
+    # refuses, from the encoder's config alone (no weights read), an encoder the setup cannot train with these options
+    check_encoder: Callable[[Mapping[str, Any], str], None] | None = None
 
     def _multitask_refusal(self) -> TrainingError:
         return TrainingError(
@@ -283,6 +286,26 @@ def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[[AdaptedMod
     return prepare
 
 
+def check_top_k_options(options: Mapping[str, Any]) -> None:
+    """top-k's k, refused before the encoder and the data load where no encoder has layers enough (its upper
+    bound, the encoder's layer count, is checked once the encoder is loaded)."""
+    k = options["k"]
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise TrainingError(f"top-k: k={k!r} must be an integer >= 1 (how many of the encoder's top layers train)")
+
+
+def check_top_k_layers(options: Mapping[str, Any], encoder: str | os.PathLike) -> None:
+    """k above the encoder's layer count (from its config, when it can be read without the network), refused before
+    the data loads; the recipe checks it again against the loaded model's layers."""
+    config = encoder_config(encoder)
+    layers = layer_count(config) if config is not None else None
+    if layers is not None and options["k"] > layers:
+        raise TrainingError(
+            f"top-k: k={options['k']!r} must be an integer in 1..{layers} (the layer count of encoder "
+            f"{os.fspath(encoder)!r})"
+        )
+
+
 def _top_k(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     k = context.options["k"]
     layers = model.encoder_layers()
@@ -380,8 +403,11 @@ def check_fusion_sources(options: Mapping[str, Any], target: TaskSpec) -> None:
             continue
         try:
             get_task(task)
-        except TaskError as err:
-            raise TaskError(f"fusion source: {err}") from None
+        except TaskError as err:  # a task of the user's own is named by its registered name, as the store keys it
+            raise TaskError(
+                f"fusion source: {err} A task of your own (a TaskSpec, as the target may be) is a source once it is "
+                f"registered: call adapterfusion.tasks.register_task(spec) (or load_task_file) before train()"
+            ) from None
 
 
 def check_source_runs(
@@ -522,8 +548,21 @@ for _setup in (
         stores_adapter=True,
         check_options=check_adapter_options,
     ),
-    Setup("top-k", _top_k, {"k": 1, "pooling": None}, "fine-tune the top k encoder layers and the head"),
-    Setup(LAYERNORM_ONLY, _layernorm_only, {"pooling": None}, "train the encoder's LayerNorm parameters and the head"),
+    Setup(
+        "top-k",
+        _top_k,
+        {"k": 1, "pooling": None},
+        "fine-tune the top k encoder layers and the head",
+        check_options=check_top_k_options,
+        check_encoder=check_top_k_layers,
+    ),
+    Setup(
+        LAYERNORM_ONLY,
+        _layernorm_only,
+        {"pooling": None},
+        "train the encoder's LayerNorm parameters and the head",
+        check_encoder=lambda options, encoder: check_layer_norms(encoder),
+    ),
     Setup(
         "fusion-st-a",
         _fusion_st_a,

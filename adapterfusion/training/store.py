@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion._validation import check_bool, naming_file
+from adapterfusion._validation import check_bool, check_int, naming_file
 from adapterfusion.defaults import STORE_DIR, ZOO_DIR
 from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
 from adapterfusion.errors import (
@@ -49,6 +49,7 @@ from adapterfusion.io.paths import (
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, SEED_PREFIX, seed_folder, seed_of
 from adapterfusion.serialization.pieces import config_path, piece_digest, weights_path
 from adapterfusion.tasks.spec import GENERATION
+from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run_files import read_json
 
@@ -165,7 +166,9 @@ class AdapterStore:
 
     def path(self, encoder: str, task: str, setup: str, seed: int) -> Path:
         """The entry's folder (whether or not it exists). `encoder` is a path or Hub id, or an encoder_key. `task`
-        and `setup` may come from a run's config.json, so each must be one plain folder name."""
+        and `setup` may come from a run's config.json, so each must be one plain folder name; `seed` a run's seed,
+        an integer (seed_folder would make 1.5 and True seed-1: another run's adapter)."""
+        check_int(seed, "seed", minimum=0, maximum=MAX_SEED, why_maximum=SEED_RANGE_REASON)
         return (
             self.root
             / encoder_key(encoder)
@@ -351,6 +354,11 @@ class AdapterStore:
         recorded = read_json(entry / ENTRY_FILE, "the store entry is damaged; put its adapter into the store again")
         check_same_encoder(model, recorded.get("encoder_identity") if isinstance(recorded, dict) else None, entry)
         name = name or task
+        if head and not (entry / "head").is_dir():  # said as the entry's, not as a head folder (or Hub id) not found
+            raise TrainingError(
+                f"the store entry {entry} holds no head (stored without one: put_model(head=None), or a generation "
+                "task's adapter); load its adapter alone (head=False), or store it again with its head"
+            )
         if head and name in model.head_names and not overwrite:  # before the adapter loads, not after
             raise PieceExistsError(
                 f"the model already has a head {name!r}; pass name= another name, or overwrite=True to replace its "

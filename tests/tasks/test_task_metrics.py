@@ -54,3 +54,28 @@ def test_top_prediction_share_and_the_constant_predictor_warning():
     warning = collapse_warning(constant, 4)
     assert "constant predictor" in warning and "all 4 dev examples" in warning
     assert collapse_warning(dev_metrics("rte", np.array([0, 1, 1, 1]), np.array([0, 1, 1, 0]))) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "metric", "labels", "reason"),
+    [
+        (dict(label_names=(), regression=True), "spearman", [2.0], "1 example(s)"),
+        (dict(label_names=(), regression=True), "pearson", [2.0, 2.0, 2.0], "gold scores are 2"),
+        (dict(metrics=("f1",)), "f1", [0, 0, 0], "no example of the positive label 'pos'"),
+        (dict(metrics=("matthews_correlation",)), "matthews_correlation", [1, 1], "the label 'pos'"),
+        (dict(label_names=(), regression=True), "spearman", [1.0, 2.0], None),
+        (dict(metrics=("f1",)), "f1", [0, 1], None),
+        (dict(), "accuracy", [0, 0], None),  # accuracy tells checkpoints apart on one class too
+    ],
+)
+def test_constant_metric_reason_names_a_dev_split_that_cannot_select(spec, metric, labels, reason):
+    """A selecting metric with one value (or NaN) whatever the model predicts: said before training, not as a NaN
+    best score (or TaskError after an epoch) at its end."""
+    from adapterfusion.tasks import TaskSpec
+    from adapterfusion.tasks.metrics import constant_metric_reason
+
+    task = TaskSpec(
+        **{"name": "own", "kind": "single", "text_fields": ("text",), "label_names": ("neg", "pos"), **spec}
+    )
+    found = constant_metric_reason(task, metric, labels)
+    assert found is None if reason is None else reason in found

@@ -53,6 +53,11 @@ def test_multiple_choice_num_choices_derived_from_names_or_names_from_count():
         ({"choice_fields": ("x",)}, "multiple_choice' only"),
         ({"train_split": None, "validation_split": None}, "all None"),
         ({"hub_splits": ("dev",)}, "unknown split role(s) ['dev']"),
+        # a field, label or metric named twice was accepted: a pair of a text with itself, two labels that read alike
+        ({"text_fields": ("a", "a")}, "text_fields=['a', 'a'] names ['a'] more than once"),
+        ({"label_names": ("yes", "yes ")}, "differ only in spaces"),
+        ({"label_names": ("", "yes")}, "a blank name"),
+        ({"metrics": ("accuracy", "accuracy")}, "lists ['accuracy'] more than once"),
     ],
 )
 def test_invalid_specs_name_the_problem(changes, message):
@@ -73,3 +78,9 @@ def test_from_dict_rejects_unknown_and_missing_keys():
         TaskSpec.from_dict({"name": "x", "text_fields": ["a"]})
     with pytest.raises(TaskError, match="format_version=9"):
         TaskSpec.from_dict({**PAIR, "format_version": 9})
+
+
+def test_choice_fields_named_twice_are_refused():
+    """One field per choice, one of them named twice: a three-way choice of which two options are always equal."""
+    with pytest.raises(TaskError, match=r"choice_fields=\['a', 'b', 'a'\] names \['a'\] more than once"):
+        TaskSpec(name="mc", kind="multiple_choice", text_fields=("q",), choice_fields=("a", "b", "a"), num_choices=3)

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -45,3 +46,20 @@ def test_a_refusal_names_the_field_first_and_says_how_to_switch_off_early_stoppi
     """The CLI names its option for the field that starts the message (`patience=0` -> `--patience 0`)."""
     with pytest.raises(ConfigError, match=r"^patience=0 must be an integer >= 1 or None \(None: no early stopping\)$"):
         TrainingConfig(patience=0)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"seed": 5}, "training_config={'seed': 5} disagrees with the run's seed=3"),
+        (TrainingConfig(seed=5), "TrainingConfig(seed=5) disagrees with the run's seed=3"),
+    ],
+)
+def test_a_training_config_seed_that_disagrees_with_the_run_seed_is_refused(given, message):
+    """The seed in a training config was replaced by train()'s seed (default 42) without a word: another seed."""
+    from adapterfusion.training.run import training_config_for
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        training_config_for("st-a", given, 3)
+    assert training_config_for("st-a", {"seed": 3}, 3).seed == 3
+    assert training_config_for("st-a", TrainingConfig(), 3).seed == 3  # a config that set no seed takes the run's

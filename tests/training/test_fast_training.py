@@ -141,3 +141,18 @@ def test_bf16_is_advised_exactly_where_the_cpu_runs_it_natively(monkeypatch, cap
     with caplog.at_level("INFO", logger=hardware.__name__):
         hardware.check_precision(TrainingConfig())
     assert ("bf16=True halves" in caplog.text) == (advised == "bf16")
+
+
+@pytest.mark.parametrize("target", ["tensorboard", "mlflow", "wandb"])
+def test_report_to_an_integration_not_installed_is_refused_before_the_data_loads(tmp_path, monkeypatch, target):
+    """The Trainer raised its own RuntimeError ('... requires wandb to be installed') once the data was loaded."""
+    from transformers import integrations
+
+    monkeypatch.setattr(integrations, f"is_{target}_available", lambda: False)
+    for run in (
+        lambda: train("rte", "st-a", output_dir=tmp_path / "runs", training_config={"report_to": target}),
+        lambda: train_multitask(["rte", "cb"], output_dir=tmp_path / "runs", training_config={"report_to": target}),
+    ):
+        with pytest.raises(TrainingError, match=f"report_to='{target}', but {target} is not installed.*pip install"):
+            run()
+    assert not (tmp_path / "runs").exists()

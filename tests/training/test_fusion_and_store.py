@@ -8,8 +8,8 @@ from safetensors.torch import load_file
 from transformers import TrainingArguments
 
 import adapterfusion as af
-from adapterfusion.errors import IncompatibleModelError
-from adapterfusion.tasks import CarveOut
+from adapterfusion.errors import ConfigError, IncompatibleModelError
+from adapterfusion.tasks import CarveOut, TaskError
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.training import AdaptedTrainer, AdapterStore, TrainingError, fusion_value_parameters, train
 from adapterfusion.training.api import check_carve_matches_adapter
@@ -273,3 +273,35 @@ def test_the_trainer_leaves_the_wrapped_models_use_cache_as_it_was(tmp_path):
     assert model.model.config.use_cache is True
     AdaptedTrainer(model=model, args=TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[]))
     assert model.model.config.use_cache is True
+
+
+@pytest.mark.parametrize("seed", [1.5, True, None, "1", -1])
+def test_store_entry_seed_must_be_an_integer(tmp_path, seed):
+    """seed 1.5 or True named the entry of seed 1 (another run's adapter was loaded); None failed with a TypeError."""
+    store = AdapterStore(tmp_path / "store")
+    with pytest.raises(ConfigError, match=r"^seed="):
+        store.path("some-org/some-encoder", "rte", "st-a", seed)
+    with pytest.raises(ConfigError, match=r"^seed="):
+        store.has("some-org/some-encoder", "rte", "st-a", seed)
+    assert not (tmp_path / "store").exists()
+
+
+def test_unregistered_own_task_as_fusion_source_says_how_to_name_it(tmp_path):
+    """A TaskSpec of the user's own named as a source got 'unknown task' and the built-in list, not the fix."""
+    with pytest.raises(TaskError, match=r"unknown task 'own2'.*register_task\(spec\)"):
+        train("rte", "fusion-st-a", output_dir=tmp_path / "runs", setup_options={"sources": ["own2"]})
+    assert not (tmp_path / "runs").exists()
+
+
+def test_store_load_with_head_of_an_entry_stored_without_one(tmp_path):
+    """load_into(head=True) of an entry stored with put_model(head=None) said 'head folder ... nor a Hub id'."""
+    from tiny_models import tiny_encoder
+
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("rte", "pfeiffer")
+    store = AdapterStore(tmp_path / "store")
+    store.put_model(model, "rte", None, "some-org/some-encoder", "rte", "st-a", 1)
+    fresh = af.wrap(tiny_encoder("bert"))
+    with pytest.raises(TrainingError, match=r"holds no head .*head=False"):
+        store.load_into(fresh, "rte", "st-a", 1, encoder="some-org/some-encoder", head=True)
+    assert fresh.adapter_names == [] and fresh.head_names == []  # nothing half loaded

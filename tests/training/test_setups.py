@@ -1,6 +1,7 @@
 """Every setup trains for a few steps, writes its run files, and changes only what it should."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -169,3 +170,26 @@ def test_layernorm_only_names_the_rmsnorms_of_a_llama_style_model_and_checks_a_c
     assert refused.value.args[0] == missing_layer_norms(model.model)
     assert missing_layer_norms(tiny_decoder("gpt2")) is None
     check_layer_norms("some-org/an-encoder-not-in-the-cache")
+
+
+@pytest.mark.parametrize("k", [0, 2.0, "1", True])
+def test_top_k_k_that_no_encoder_takes_is_refused_before_the_data_loads(tmp_path, k):
+    """k=0 was refused only once the encoder and the task's data had loaded (minutes for MNLI)."""
+    with pytest.raises(TrainingError, match=f"top-k: k={re.escape(repr(k))} must be an integer >= 1"):
+        train("rte", "top-k", output_dir=tmp_path / "runs", data_dir=tmp_path / "no-data", setup_options={"k": k})
+
+
+def test_encoder_a_setup_cannot_train_is_refused_before_the_data_loads(tmp_path, tiny_encoder_dir):
+    """top-k with k above the layer count, and layernorm-only on a model with RMSNorms only, were refused once the
+    encoder and the task's data had loaded; the encoder's config says it before either."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_encoder_dir)
+    tiny_decoder("llama", vocab_size=tokenizer.vocab_size).save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    common = dict(output_dir=tmp_path / "runs", data_dir=tmp_path)  # a data folder without the task's files
+    with pytest.raises(TrainingError, match=r"top-k: k=3 must be an integer in 1\.\.2 \(the layer count of encoder"):
+        train("rte", "top-k", encoder=tiny_encoder_dir, setup_options={"k": 3}, **common)
+    with pytest.raises(TrainingError, match="layernorm-only: LlamaModel has no torch.nn.LayerNorm"):
+        train("rte", "layernorm-only", encoder=tmp_path / "llama", **common)
+    assert not (tmp_path / "runs").exists()
