@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from adapterfusion._validation import check_bool
+from adapterfusion._validation import check_bool, short_repr
 from adapterfusion.errors import ConfigError, NameNotFoundError
 from adapterfusion.forward_inputs import check_call
 from adapterfusion.forward_runtime import keep_state_in_recompute
@@ -209,6 +209,11 @@ def _check_routes(
     loaded = list(model.heads)
     routes = [(f"adapter {name!r}", head) for name, head in heads.items()] + [(f"fusion {fusion!r}", fusion_head)]
     for route, head in routes:
+        if not isinstance(head, str):  # a list is no key of model.heads: torch's TypeError
+            raise ConfigError(
+                f"the head for {route} is {short_repr(head)} of type {type(head).__name__}, not a head name; give "
+                f"one loaded head's name (a str) with heads={{adapter: head}} / fusion_head=...; loaded heads: {loaded}"
+            )
         if head not in model.heads:
             raise NameNotFoundError(
                 f"no head named {head!r} is loaded for {route}; loaded heads: {loaded or 'none'}. Add it with "

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import inspect
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import Any
 
+import numpy as np
 import torch
 import transformers
 
@@ -47,8 +48,27 @@ def check_settings(task: str, settings: Mapping[str, Any], outputs: int | None =
     deep inside transformers or torch: a batch_size or num_workers that is no count (torch's sampler), a
     function_to_apply it has no function of (a KeyError), a hypothesis_template without a {} for the label (an
     IndexError, KeyError or ValueError), a zero-shot multi_label that is not a bool (multi_label='false' was true),
-    and, for a head of `outputs` 1 (a regression head), a softmax, which scored every text 1.0."""
+    and, for a head of `outputs` 1 (a regression head), a softmax, which scored every text 1.0. And what the tokenizer
+    or the task's pipeline fails on or misreads: truncation, padding and max_length, switches given as text
+    (return_full_text='no' was true), fill-mask targets and a top_k beyond the `outputs` (vocabulary) it ranks,
+    token-classification's stride, ignore_labels and delimiter, text-generation's prefix and handle_long_generation."""
     _check_counts(settings)
+    _check_tokenizer_settings(settings)
+    _check_flags(settings, _PIPELINE_FLAGS)
+    for name in ("tokenize_kwargs", "tokenizer_kwargs"):  # feature-extraction's, fill-mask's
+        kwargs = settings.get(name)
+        if kwargs is not None and not isinstance(kwargs, Mapping):  # transformers unpacks it: a TypeError there
+            raise ConfigError(
+                f"{name}={short_repr(kwargs)} ({type(kwargs).__name__}): a {task} pipeline hands the tokenizer these "
+                f"settings, so give a dict, e.g. {name}={{'truncation': True}}"
+            )
+        _check_tokenizer_settings(kwargs or {})
+    if task == "fill-mask":
+        _check_fill_mask_settings(settings, outputs)
+    if task == "token-classification":
+        _check_token_classification_settings(settings)
+    if task == "text-generation":
+        _check_generation_settings(settings)
     if task == "text-classification":
         _check_function_to_apply(settings.get("function_to_apply"), outputs)
     if task == "zero-shot-classification" and "hypothesis_template" in settings:
@@ -83,7 +103,9 @@ def check_settings(task: str, settings: Mapping[str, Any], outputs: int | None =
             )
     if task == "zero-shot-classification" and "candidate_labels" in settings:
         labels = settings["candidate_labels"]
-        entries = [labels] if isinstance(labels, str) else labels if isinstance(labels, (list, tuple)) else None
+        # transformers splits a str at its commas ('a, b' is two labels, 'a,a' the same label twice)
+        split = [label.strip() for label in labels.split(",") if label.strip()] if isinstance(labels, str) else None
+        entries = split if split is not None else labels if isinstance(labels, (list, tuple)) else None
         if not entries or not all(isinstance(label, str) and label.strip() for label in entries):
             raise ConfigError(
                 f"candidate_labels={short_repr(labels)}: a zero-shot-classification pipeline scores each text against "
@@ -111,6 +133,145 @@ def _check_counts(settings: Mapping[str, Any]) -> None:
                 f"{name}={short_repr(value)} ({type(value).__name__}): give a whole number >= {least}, e.g. "
                 f"{name}={max(least, 2)}, or leave it out"
             )
+
+
+# The switches a pipeline reads or passes on to the tokenizer: add_special_tokens='no' was a TypeError inside the
+# tokenizer, and return_token_type_ids='no' or return_full_text='no' (text-generation answered the prompt with its
+# continuation) were taken as true.
+_TOKENIZER_FLAGS = ("add_special_tokens", "return_token_type_ids", "return_attention_mask", "is_split_into_words")
+_PIPELINE_FLAGS = (
+    "return_full_text",
+    "return_text",
+    "return_tensors",
+    "clean_up_tokenization_spaces",
+    "continue_final_message",
+)
+
+
+def _check_flags(settings: Mapping[str, Any], names: tuple[str, ...]) -> None:
+    for name in names:
+        value = settings.get(name)
+        if value is not None and not isinstance(value, bool):  # a str was a TypeError there, or read as true
+            raise ConfigError(
+                f"{name}={short_repr(value)} ({type(value).__name__}): transformers reads it as true or false (a "
+                f"non-empty text as true); give {name}=True or False, or leave it out"
+            )
+
+
+def _check_fill_mask_settings(settings: Mapping[str, Any], vocabulary: int | None) -> None:
+    """fill-mask's targets (the words to score at the mask: a TypeError or ValueError inside transformers for an
+    int, an empty list or blank words) and a top_k beyond the `vocabulary` it ranks (torch.topk's RuntimeError)."""
+    targets = settings.get("targets")
+    entries = [targets] if isinstance(targets, str) else targets if isinstance(targets, (list, tuple)) else None
+    if targets is not None and (not entries or not all(isinstance(word, str) and word.strip() for word in entries)):
+        raise ConfigError(
+            f"targets={short_repr(targets)}: a fill-mask pipeline scores only these words at the mask, so give a word "
+            "or a non-empty list of words (str), e.g. targets=['paris', 'london'], or leave it out for every token"
+        )
+    top_k = settings.get("top_k")
+    if isinstance(top_k, int) and vocabulary is not None and top_k > vocabulary:
+        raise ConfigError(
+            f"top_k={top_k}: a fill-mask pipeline ranks the {vocabulary} tokens of the model's vocabulary, so give "
+            f"top_k <= {vocabulary}, e.g. top_k=5"
+        )
+
+
+def check_mask_tokens(value: object, mask_token: str | None) -> None:
+    """Every text given to a fill-mask pipeline holds the tokenizer's `mask_token`: without one transformers fails
+    building its own error (an AttributeError 'base_model_prefix' on the model view)."""
+    if mask_token is None:
+        return
+    entries = value if isinstance(value, (list, tuple)) else [value]
+    missing = [index for index, text in enumerate(entries) if isinstance(text, str) and mask_token not in text]
+    if missing:
+        where = f"entries {missing[:5]} of the list" if isinstance(value, (list, tuple)) else short_repr(value)
+        raise ConfigError(
+            f"a fill-mask pipeline fills the tokenizer's mask token {mask_token!r}, and there is none in {where}; put "
+            f"{mask_token} where the word to predict goes, e.g. 'Paris is the {mask_token} of France.'"
+        )
+
+
+def check_token_windows(value: object, settings: Mapping[str, Any]) -> None:
+    """A token-classification call's `settings` (the pipeline's own with the call's over them) read together with its
+    input: a stride splits a long text into windows whose entities only an aggregation_strategy other than 'none'
+    joins, and is_split_into_words=True takes texts as lists of words (a ValueError inside transformers for both)."""
+    strategy = settings.get("aggregation_strategy")
+    stride = settings.get("stride")
+    if stride is not None and strategy is not None and str(getattr(strategy, "value", strategy)).lower() == "none":
+        raise ConfigError(
+            f"stride={short_repr(stride)} splits a long text into overlapping windows, whose tokens only an "
+            "aggregation_strategy joins back into entities; give aggregation_strategy='simple' (or 'first', 'average', "
+            "'max') with it, or leave stride out"
+        )
+    if settings.get("is_split_into_words") and isinstance(value, str):
+        raise ConfigError(
+            f"is_split_into_words=True takes a text as a list of its words, e.g. ['Paris', 'is', 'big'], and was given "
+            f"the str {short_repr(value)}; pass its words, or leave is_split_into_words out"
+        )
+
+
+def _check_token_classification_settings(settings: Mapping[str, Any]) -> None:
+    """token-classification's stride (a count of tokens the windows overlap), ignore_labels (label names) and
+    delimiter (a text): other values failed inside transformers or the tokenizer (a TypeError, an OverflowError)."""
+    stride = settings.get("stride")
+    if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 0):
+        raise ConfigError(
+            f"stride={short_repr(stride)} ({type(stride).__name__}): the tokens by which the windows of a long text "
+            "overlap, so give a whole number >= 0 below the tokenizer's model_max_length, e.g. stride=16"
+        )
+    ignore = settings.get("ignore_labels")
+    if ignore is not None and not (isinstance(ignore, (list, tuple)) and all(isinstance(x, str) for x in ignore)):
+        raise ConfigError(
+            f"ignore_labels={short_repr(ignore)} ({type(ignore).__name__}): the labels to leave out of the answer, so "
+            "give a list of label names, e.g. ignore_labels=['O']"
+        )
+    delimiter = settings.get("delimiter")
+    if delimiter is not None and not isinstance(delimiter, str):
+        raise ConfigError(
+            f"delimiter={short_repr(delimiter)} ({type(delimiter).__name__}): the text that joins pre-split words, "
+            "so give a str, e.g. delimiter=' '"
+        )
+
+
+def _check_tokenizer_settings(settings: Mapping[str, Any]) -> None:
+    """The tokenizer settings a pipeline passes on (truncation, padding, max_length): a name transformers has no
+    strategy of failed inside it with a ValueError, a negative max_length with the tokenizer's OverflowError, and
+    max_length=0 was read as not given (nothing truncated)."""
+    from transformers.tokenization_utils_base import PaddingStrategy, TruncationStrategy
+
+    for name, strategies in (("truncation", TruncationStrategy), ("padding", PaddingStrategy)):
+        value = settings.get(name)
+        names = [choice.value for choice in strategies]
+        if value is None or isinstance(value, (bool, strategies)) or (isinstance(value, str) and value in names):
+            continue
+        raise ConfigError(
+            f"{name}={short_repr(value)} ({type(value).__name__}): the tokenizer takes {name}=True, False or one of "
+            f"{names}, e.g. {name}=True"
+        )
+    _check_flags(settings, _TOKENIZER_FLAGS)
+    max_length = settings.get("max_length")
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+        raise ConfigError(
+            f"max_length={short_repr(max_length)} ({type(max_length).__name__}): the most tokens a text is cut to, "
+            "so give a whole number >= 1 with truncation=True, e.g. max_length=128, or leave it out"
+        )
+
+
+def _check_generation_settings(settings: Mapping[str, Any]) -> None:
+    """text-generation's prefix is a text put before each prompt (another value failed in the tokenizer), and its
+    handle_long_generation None or 'hole' (another, a ValueError inside transformers)."""
+    prefix = settings.get("prefix")
+    if prefix is not None and not isinstance(prefix, str):
+        raise ConfigError(
+            f"prefix={short_repr(prefix)} ({type(prefix).__name__}): a text-generation pipeline puts the prefix text "
+            "before each prompt, so give a str, e.g. prefix='Once upon a time ', or leave it out"
+        )
+    handle = settings.get("handle_long_generation")
+    if handle not in (None, "hole"):
+        raise ConfigError(
+            f"handle_long_generation={short_repr(handle)}: a text-generation pipeline takes None (prompts as they are) "
+            "or 'hole' (cut a long prompt from the left to leave room for max_new_tokens)"
+        )
 
 
 def _check_function_to_apply(value: Any, outputs: int | None) -> None:
@@ -155,10 +316,11 @@ _TEXT_READERS = ("text-classification", "zero-shot-classification")
 
 
 def check_pipeline_input(task: str, value: object) -> None:
-    """Refuse what no pipeline of `task` reads as its input: None, a number, bytes, an empty list, an entry of those,
-    (text-classification) a dict other than {'text': ..., 'text_pair': ...} or a pair with a blank side, and a blank
-    text where the answer is about the whole text (_TEXT_READERS). Generators and datasets pass as they are: reading
-    them would use them up."""
+    """Refuse what no pipeline of `task` reads as its input: None, a number, bytes, a set, a tensor or array (read
+    as one input, whole), an empty list, an entry that is not a text, pair or chat, (text-classification) a dict other
+    than {'text': ..., 'text_pair': ...} or a pair with a blank side, (text-generation) a chat message without a role
+    or content, and a blank text where the answer is about the whole text (_TEXT_READERS). Generators and datasets
+    pass as they are: reading them would use them up."""
     takes = "a text (str) or a non-empty list of texts"
     if task == "text-classification":
         takes += ", a text pair {'text': ..., 'text_pair': ...} or a list of those"
@@ -177,6 +339,10 @@ def check_pipeline_input(task: str, value: object) -> None:
             f"a {task} pipeline was given a tuple of {len(entries)}, which transformers reads as one input, not as "
             f"{len(entries)} texts; pass a list of texts{or_pair}"
         )
+    if task == "text-generation":
+        for chat in [value] if any(isinstance(entry, Mapping) for entry in entries) else entries:
+            if isinstance(chat, (list, tuple)):
+                _check_chat(chat)
     for index, entry in enumerate(entries):
         where = f"entry [{index}] " if listed else ""
         one = isinstance(entry, Mapping) and task == "text-classification" and entry.get("text_pair") is None
@@ -204,12 +370,25 @@ def check_pipeline_input(task: str, value: object) -> None:
         elif isinstance(entry, (list, tuple)) and task != "text-generation":
             # A pair as a list: the pipeline answered its first text alone (zero-shot), or failed in the tokenizer.
             bad = True
-        else:
-            bad = entry is None or isinstance(entry, (numbers.Number, bytes))
+        elif listed:  # inside a list only texts, pairs and (text-generation) chats are inputs
+            bad = not isinstance(entry, (str, list, tuple))
+        else:  # containers transformers reads as one input, handing them whole to the tokenizer (a ValueError)
+            bad = entry is None or isinstance(entry, (numbers.Number, bytes, Set, torch.Tensor, np.ndarray))
         if bad:
             raise ConfigError(
                 f"a {task} pipeline was given {'an entry ' if listed else ''}{short_repr(entry)} of type "
                 f"{type(entry).__name__}; it takes {takes}"
+            )
+
+
+def _check_chat(chat: list | tuple) -> None:
+    """A chat a text-generation pipeline writes into a prompt with the tokenizer's chat template: a message without a
+    role or content failed inside transformers (a TypeError or KeyError)."""
+    for index, message in enumerate(chat):
+        if not (isinstance(message, Mapping) and isinstance(message.get("role"), str) and "content" in message):
+            raise ConfigError(
+                f"a text-generation pipeline was given a chat whose message [{index}] is {short_repr(message)}; each "
+                "message is {'role': 'user' (or 'system', 'assistant'), 'content': <the text>}"
             )
 
 

@@ -39,8 +39,10 @@ from adapterfusion.io.hub import hub_errors
 from adapterfusion.pipeline_arguments import (
     CHOICE_ARGUMENTS,
     check_device,
+    check_mask_tokens,
     check_pipeline_input,
     check_settings,
+    check_token_windows,
     refuse_unread_arguments,
     refuse_unread_call_arguments,
 )
@@ -130,6 +132,12 @@ class PipelineModel(nn.Module):
         if current is not self._head_config:
             check_task(self.adapted, self.task, head)
             self._config, self._head_config = _config_for(self.adapted, head), current
+
+    @property
+    def scored_outputs(self) -> int | None:
+        """How many scores the pipeline ranks: the head's labels, or for fill-mask the vocabulary's tokens."""
+        key = "vocab_size" if self.task == "fill-mask" else "num_labels"
+        return getattr(self._config, key, None)
 
     @property
     def device(self) -> torch.device:
@@ -435,7 +443,7 @@ def pipeline(
     if kwargs.get("device") is not None:
         check_device(kwargs["device"])
     view = for_pipeline(model, adapter, fusion, head, task, skip_layers)
-    check_settings(pipeline_task(task), kwargs, view._config.num_labels)
+    check_settings(view.task or pipeline_task(task), kwargs, view.scored_outputs)
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
     # A tokenizer named by a str is the one thing transformers loads here: a wrong path or id is its OSError.
     loading_tokenizer = (
@@ -482,11 +490,16 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
     task = built.model.task  # as PipelineModel resolved it (no alias)
     if args:
         check_pipeline_input(task, args[0])
+        if task == "fill-mask":
+            check_mask_tokens(args[0], getattr(built.tokenizer, "mask_token", None))
+    if task == "token-classification":  # the pipeline's own settings with the call's over them
+        own = {**(built._preprocess_params or {}), **(built._postprocess_params or {})}
+        check_token_windows(args[0] if args else None, {**own, **kwargs})
     settings = dict(kwargs)
     if task == "zero-shot-classification":  # the call's labels: a keyword, the second argument, or the pipeline's
         built_with = (built._preprocess_params or {}).get("candidate_labels")
         settings["candidate_labels"] = kwargs.get("candidate_labels", args[1] if len(args) > 1 else built_with)
-    check_settings(task, settings, built.model._config.num_labels)
+    check_settings(task, settings, built.model.scored_outputs)
 
 
 @contextlib.contextmanager

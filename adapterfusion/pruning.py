@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from adapterfusion._validation import check_bool, is_finite_number
+from adapterfusion._validation import check_bool, check_mapping, is_finite_number, short_repr
 from adapterfusion.analysis.fusion_attention import mean_fusion_attention
 from adapterfusion.errors import ConfigError, PieceExistsError
 from adapterfusion.evaluation import check_count, check_run_dir, load_run_split, run_batches
@@ -208,6 +208,7 @@ def select_adapters(
     whose activation reaches `mass` of the total. Activations equal to TIE_DECIMALS decimals tie; a tie goes to
     `target_adapter` (the target task's own adapter, which a near-uniform fusion must not lose to the order it
     happens to be listed in), then to the adapter listed first."""
+    activation = check_mapping(activation, "select_adapters(activation)", "{'a': 0.6, 'b': 0.4}")
     names = list(activation)
     if not names:
         raise ConfigError(
@@ -220,7 +221,7 @@ def select_adapters(
             "magnitude); the fusion's outputs are not finite, or these are not activations: measure them again"
         )
     check_criterion(keep, mass, len(names))
-    if target_adapter is not None and target_adapter not in activation:
+    if target_adapter is not None and (not isinstance(target_adapter, str) or target_adapter not in activation):
         raise ConfigError(
             f"target_adapter={target_adapter!r} is not one of the fusion's adapters {names}: "
             "pass one of them, or None for no preference"
@@ -298,10 +299,28 @@ def compare_pruned(
     `bf16`: score under bfloat16 autocast, as a run trained with it scored its dev set. `overwrite`: replace a
     fusion the model already has under `pruned_name` (an earlier prune's); without it that is refused."""
     model.require("fusion", fusion)
+    if not isinstance(task, TaskSpec):
+        raise ConfigError(
+            f"compare_pruned(task={short_repr(task)}) has type {type(task).__name__}; pass the TaskSpec whose metrics "
+            "score the dev batches, e.g. get_task('rte') (adapterfusion.tasks)"
+        )
     _check_scored_task(task)
     check_criterion(keep, mass, len(model.fusion_setup(fusion).adapters))
     check_count(timing_batches, "timing_batches", "dev batches per timing round")
+    check_count(repeats, "repeats", "timing rounds, the median taken")  # before the pruned fusion is added
     check_bool(overwrite, "overwrite")
+    if metric is not None and metric not in task.metrics:  # PruningResult.metric names the figure to compare
+        raise ConfigError(
+            f"metric={short_repr(metric)} is not one of task {task.name!r}'s metrics {list(task.metrics)}; pass one "
+            "of them, or leave it out for the first"
+        )
+    head = head if head is not None else model.active_head
+    if head is None:  # the dev metric is the head's: without one the forwards fail after the fusion was added
+        raise ConfigError(
+            f"compare_pruned scores fusion {fusion!r} with a head, and none is given or active; pass head= one of the "
+            f"loaded heads {model.head_names or '(none: add_head() or load_head() one first)'}"
+        )
+    model.require("head", head)
     pruned_name = pruned_name or f"{fusion}_pruned"
     if pruned_name == fusion:
         raise ConfigError(f"pruned_name={pruned_name!r} would replace the fusion being pruned; choose another name")
@@ -311,18 +330,29 @@ def compare_pruned(
             "replace it with the pruned one",
             pruned_name,
         )
-    head = head if head is not None else model.active_head
     shares = _shares(model, fusion, batches, head)
+    unlabelled = [index for index, batch in enumerate(batches) if isinstance(batch, Mapping) and "labels" not in batch]
+    if unlabelled:  # the scores compare predictions with labels: else a count mismatch deep in scoring
+        raise ConfigError(
+            f"compare_pruned scores both fusions on labelled dev batches, and batches {unlabelled[:5]} hold no "
+            "'labels'; pass the dev batches with their labels (as run_batches makes them)"
+        )
+    existed = pruned_name in model.fusion_names
     pruned = add_fusion_subset(
         model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name, overwrite=overwrite
     )
-    with model.activated(fusion=fusion, head=head):  # what ran before runs again afterwards
-        metrics = {}
-        for name in (fusion, pruned):
-            model.activate(fusion=name, head=head)
-            metrics[name] = score(task, predict(model, batches, bf16=bf16))
-        timed = list(batches[:timing_batches])
-        ms = time_fusions(model, (fusion, pruned), timed, head, repeats)
+    try:
+        with model.activated(fusion=fusion, head=head):  # what ran before runs again afterwards
+            metrics = {}
+            for name in (fusion, pruned):
+                model.activate(fusion=name, head=head)
+                metrics[name] = score(task, predict(model, batches, bf16=bf16))
+            timed = list(batches[:timing_batches])
+            ms = time_fusions(model, (fusion, pruned), timed, head, repeats)
+    except BaseException:
+        if not existed:  # a failed comparison leaves no half-made fusion in the model
+            model.delete_fusion(pruned)
+        raise
     figures = [
         FusionFigures(name, model.fusion_setup(name).adapters, metrics[name], ms[name]) for name in (fusion, pruned)
     ]

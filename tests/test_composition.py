@@ -268,3 +268,11 @@ def test_parallel_routes_put_back_by_activated_are_checked_again() -> None:
                 model.add_fusion("f", ["b", "c"], overwrite=True)
         assert (model.state.parallel_routes, model.active_fusion, model.active_head) == (None, None, "f")
     assert model.state.parallel_routes is None
+
+
+@pytest.mark.parametrize("heads, fusion_head", [({"a": ["a"]}, "f"), ({"a": "a"}, ["f"]), ({"a": 1}, "f")])
+def test_a_head_that_is_not_a_name_is_refused(heads, fusion_head) -> None:
+    """Before: a list was torch's TypeError (unhashable type) from inside the ModuleDict."""
+    model = _setup("bert", {"a": af.AdapterConfig.pfeiffer(reduction_factor=4), "b": af.AdapterConfig.pfeiffer()})
+    with pytest.raises(af.ConfigError, match="the head for .* not a head name"):
+        model.forward_parallel("f", heads=heads, fusion_head=fusion_head, **tiny_inputs())

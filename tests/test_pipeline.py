@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -13,7 +14,7 @@ import transformers
 import adapterfusion as af
 from adapterfusion.pipeline_arguments import check_settings
 from tiny_decoders import tiny_decoder
-from tiny_models import randomise, tiny_encoder
+from tiny_models import TINY_CONFIGS, randomise, tiny_encoder
 
 TEXTS = ["A man is playing a guitar.", "Nobody is here", "The cat sat on the mat and looked at the dog for long."]
 
@@ -589,3 +590,96 @@ def test_a_device_this_machine_lacks_is_refused_before_the_model_moves(model, to
     assert model.device.type == "cpu"
     for fine in ("cpu", -1, 0):  # 0: accelerator 0, which transformers reads as the CPU where there is none
         af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli", device=fine)
+
+
+@pytest.mark.parametrize(
+    ("task", "settings", "message"),
+    [
+        ("text-classification", {"truncation": "yes"}, r"truncation='yes' \(str\).*'only_first'"),
+        ("token-classification", {"truncation": 5}, r"truncation=5 \(int\)"),
+        ("text-classification", {"padding": "sideways"}, r"padding='sideways'.*'longest'"),
+        ("text-classification", {"truncation": True, "max_length": 0}, r"max_length=0 .*whole number >= 1"),
+        ("zero-shot-classification", {"max_length": -3}, r"max_length=-3"),
+        ("zero-shot-classification", {"candidate_labels": "x, x"}, r"names \['x'\] more than once"),
+        ("text-generation", {"prefix": 5}, r"prefix=5 \(int\).*give a str"),
+        ("text-generation", {"handle_long_generation": "cut"}, r"handle_long_generation='cut'.*'hole'"),
+        ("feature-extraction", {"tokenize_kwargs": ["x"]}, r"tokenize_kwargs=\['x'\] \(list\).*give a dict"),
+        ("feature-extraction", {"tokenize_kwargs": {"truncation": "yes"}}, r"truncation='yes'"),
+        ("token-classification", {"stride": -1}, r"stride=-1 \(int\).*whole number >= 0"),
+        ("token-classification", {"ignore_labels": "O"}, r"ignore_labels='O' \(str\).*\['O'\]"),
+        ("token-classification", {"delimiter": 5}, r"delimiter=5 \(int\)"),
+        ("text-classification", {"add_special_tokens": "no"}, r"add_special_tokens='no' \(str\).*True or False"),
+        ("text-classification", {"return_token_type_ids": "no"}, r"return_token_type_ids='no'"),
+        ("text-generation", {"return_full_text": "no"}, r"return_full_text='no' \(str\).*True or False"),
+    ],
+)
+def test_settings_transformers_fails_on_or_misreads_are_refused(task, settings, message):
+    """Before: a ValueError or OverflowError from inside transformers or the tokenizer; max_length=0 cut nothing
+    and 'x, x' (split at its commas) scored one label twice."""
+    with pytest.raises(af.ConfigError, match=message):
+        check_settings(task, settings)
+
+
+@pytest.mark.parametrize("settings", [{"truncation": "only_first", "padding": "longest", "max_length": 8}, {}])
+def test_tokenizer_settings_transformers_takes_pass(settings):
+    check_settings("text-classification", {"truncation": True, **settings})
+
+
+@pytest.mark.parametrize("texts", [{"a", "b"}, np.array(["a", "b"]), torch.tensor([1, 2]), ["a", 3.5], ["a", None]])
+def test_inputs_transformers_reads_as_one_whole_input_are_refused(model, tokenizer, texts):
+    """A set, array or tensor went to the tokenizer whole (its ValueError); a number in a list likewise."""
+    classify = af.pipeline("text-classification", model, tokenizer, head="nli")
+    with pytest.raises(af.ConfigError, match="a text-classification pipeline was given"):
+        classify(texts)
+
+
+def test_a_chat_message_without_content_is_refused(tokenizer):
+    model = af.wrap(tiny_decoder("llama", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id))
+    model.add_adapter("lm")
+    generate = af.pipeline("text-generation", model, tokenizer, adapter="lm")
+    for chat in ([{"role": "user"}], [[{"role": "user", "content": "hi"}, {"content": "x"}]]):
+        with pytest.raises(af.ConfigError, match=r"a chat whose message \[\d\] is .*'content'"):
+            generate(chat, max_new_tokens=1)
+
+
+@pytest.fixture()
+def fill(tokenizer):
+    """A fill-mask pipeline on a tiny BertForMaskedLM over the MiniLM tokenizer's vocabulary, with adapter a."""
+    config = transformers.BertConfig(**{**TINY_CONFIGS["bert"][1], "vocab_size": len(tokenizer)})
+    model = af.wrap(transformers.BertForMaskedLM(config))
+    model.add_adapter("a")
+    return af.pipeline("fill-mask", model.eval(), tokenizer, adapter="a")
+
+
+@pytest.mark.parametrize(
+    ("texts", "call", "message"),
+    [
+        ("no mask here", {}, r"mask token '\[MASK\]', and there is none in 'no mask here'"),  # AttributeError
+        (["a [MASK]", "none"], {}, r"none in entries \[1\] of the list"),
+        ("a [MASK]", {"targets": 5}, "targets=5: .*a non-empty list of words"),  # TypeError in transformers
+        ("a [MASK]", {"targets": [""]}, r"targets=\[''\]"),  # ValueError in transformers
+        ("a [MASK]", {"top_k": 10**6}, r"top_k=1000000: .*ranks the 30522 tokens"),  # torch.topk's RuntimeError
+        ("a [MASK]", {"tokenizer_kwargs": ["x"]}, r"tokenizer_kwargs=\['x'\] \(list\)"),  # TypeError
+    ],
+)
+def test_fill_mask_inputs_and_settings_it_cannot_read_are_refused(fill, texts, call, message):
+    with pytest.raises(af.ConfigError, match=message):
+        fill(texts, **call)
+
+
+def test_fill_mask_fills_each_mask(fill):
+    assert len(fill("a [MASK] b [MASK]", top_k=2)) == 2
+
+
+def test_token_classification_windows_and_split_words_are_checked_with_the_input(tokenizer):
+    """Before: ValueErrors from inside transformers; a stride given at the call to a pipeline built with
+    aggregation_strategy='none' passed transformers' own check."""
+    model = af.wrap(tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128))
+    model.add_head("tags", af.TokenClassificationHead(num_labels=3))
+    tag = af.pipeline("token-classification", model.eval(), tokenizer, head="tags", aggregation_strategy="none")
+    with pytest.raises(af.ConfigError, match="stride=2 splits a long text.*aggregation_strategy='simple'"):
+        tag("a text", stride=2)
+    with pytest.raises(af.ConfigError, match="is_split_into_words=True takes a text as a list of its words"):
+        tag("a text", is_split_into_words=True)
+    assert tag(["a", "text"], is_split_into_words=True)
+    assert tag("a text", stride=2, aggregation_strategy="simple") is not None

@@ -266,3 +266,44 @@ def test_an_extractive_qa_fusion_is_refused_by_name():
     model.add_fusion("f", ["a", "b"])
     with pytest.raises(af.ConfigError, match="'squad' is extractive QA.*not supported yet"):
         compare_pruned(model, "f", get_task("squad"), [], keep=1)
+
+
+def test_select_adapters_takes_a_mapping_and_a_name():
+    with pytest.raises(af.ConfigError, match="has type list; expected a mapping"):  # was an AttributeError
+        select_adapters(["a", "b"], keep=1)
+    with pytest.raises(af.ConfigError, match="target_adapter=\\['a'\\] is not one of"):  # was a TypeError
+        select_adapters({"a": 0.5, "b": 0.5}, keep=1, target_adapter=["a"])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"task": "rte"}, "task='rte'.* has type str"),  # an AttributeError
+        ({"repeats": 0}, "repeats=0 must be a positive integer"),  # refused after the dev forwards
+        ({"metric": "f1"}, r"metric='f1' is not one of task 'rte''s metrics \['accuracy'\]"),  # recorded as is
+        ({"head": None, "no_active_head": True}, "none is given or active"),  # failed in the scoring
+        ({"unlabelled": True}, "batches \\[0, 1\\] hold no 'labels'"),  # TaskError '5 predictions but 0 labels'
+    ],
+)
+def test_compare_pruned_refuses_bad_arguments_and_adds_no_fusion(options, message):
+    model = _fused_model()
+    if options.pop("no_active_head", False):
+        model.activate(fusion="f")
+    batches = _batches()
+    if options.pop("unlabelled", False):
+        batches = [{k: v for k, v in batch.items() if k != "labels"} for batch in batches]
+    with pytest.raises(af.ConfigError, match=message):
+        compare_pruned(model, "f", **{"task": RTE, **options}, batches=batches, keep=1)
+    assert model.fusion_names == ["f"]
+
+
+def test_a_comparison_that_fails_midway_removes_its_pruned_fusion(monkeypatch):
+    model = _fused_model()
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr("adapterfusion.pruning.time_fusions", fails)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        compare_pruned(model, "f", RTE, _batches(), keep=1)
+    assert model.fusion_names == ["f"]

@@ -11,6 +11,7 @@ record says so (`fusion_kind`), and `value_label` names what the values are.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,11 +21,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from adapterfusion._validation import check_int, short_repr
 from adapterfusion.errors import ConfigError, RunFileError, SerializationError
 from adapterfusion.forward_inputs.batches import check_batch, check_batches
 from adapterfusion.forward_inputs.seq2seq_head import shifted_right
 from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.io.documents import read_json
+from adapterfusion.io.paths import as_path
 from adapterfusion.run_layout import CONFIG_FILE
 
 if TYPE_CHECKING:
@@ -51,11 +54,26 @@ class FusionActivation:
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        fields = {key: getattr(self, key) for key in ("fusion", "adapters", "layers", "tokens", "info")}
+        _check_record_types(fields, ConfigError, "FusionActivation")
+        if not isinstance(self.values, np.ndarray):  # a nested list: the shape check and the table read an array
+            try:
+                object.__setattr__(self, "values", np.asarray(self.values, dtype=np.float64))
+            except (TypeError, ValueError) as err:
+                raise ConfigError(
+                    f"FusionActivation values of {self.fusion!r} are not a [layers, adapters] array of numbers ({err})"
+                ) from None
         if not self.adapters or not self.layers:  # its table and heatmap would be empty, drawn as if fine
             raise ConfigError(
                 f"FusionActivation of {self.fusion!r} has {len(self.adapters)} adapters and {len(self.layers)} "
                 "layers; a fusion's activation has at least one of each (mean_fusion_attention records them)"
             )
+        for what, names in (("adapters", self.adapters), ("layers", self.layers)):
+            if len(set(names)) != len(names):  # two rows or columns of one name: the table and heatmap say nothing
+                raise ConfigError(
+                    f"FusionActivation of {self.fusion!r} names {what} {list(names)}, one more than once; each row is "
+                    "one layer and each column one adapter of the fusion"
+                )
         if self.values.shape != (len(self.layers), len(self.adapters)):
             raise ConfigError(
                 f"FusionActivation values have shape {self.values.shape}, expected "
@@ -76,6 +94,12 @@ class FusionActivation:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FusionActivation:
         _check_record_types(data)
+        version = data.get("format_version", FORMAT_VERSION)
+        if version != FORMAT_VERSION:  # a newer layout read as this one would give wrong values, or fail later
+            raise SerializationError(
+                f"fusion activation record format_version {version!r} is not supported (this version of adapterfusion "
+                f"reads {FORMAT_VERSION}); upgrade adapterfusion, or record it again with mean_fusion_attention"
+            )
         try:
             core = {
                 "fusion": data["fusion"],
@@ -105,6 +129,7 @@ class FusionActivation:
 
     def table(self, digits: int = 3) -> str:
         """A plain-text table: one row per layer (numbered from 1 = lowest), one column per adapter."""
+        check_int(digits, "table(digits)", minimum=0, maximum=17, why_maximum=" (a float64 has no more)")
         header = ["layer", *self.adapters]
         rows = [
             [str(layer + 1), *(f"{v:.{digits}f}" for v in row)]
@@ -115,36 +140,56 @@ class FusionActivation:
         return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows])
 
 
-def _check_record_types(data: Any) -> None:
-    """A record's names are strings and its layers and token count integers; a damaged one otherwise failed later,
-    with a TypeError from inside the table or the figure code."""
+def _check_record_types(
+    data: Any, error: type[Exception] = SerializationError, what: str = "not a fusion activation record"
+) -> None:
+    """A record's names are strings and its layers and token count integers; a damaged one (or a FusionActivation
+    built by hand: `error`, `what`) otherwise failed later, with a TypeError from inside the table or the figure code,
+    or was drawn with layer 0 for a layer -1."""
     if not isinstance(data, Mapping):
-        raise SerializationError(f"not a fusion activation record: a JSON object was expected, found {type(data)}")
+        raise error(f"{what}: a JSON object was expected, found {type(data)}")
+    listed = (list, tuple)
     expected: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "fusion": ("a string", lambda v: isinstance(v, str)),
-        "adapters": ("a list of names", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v)),
-        "layers": ("a list of layer indices", lambda v: isinstance(v, list) and all(map(_is_count, v))),
+        "adapters": ("a list of names", lambda v: isinstance(v, listed) and all(isinstance(a, str) for a in v)),
+        "layers": ("a list of layer indices", lambda v: isinstance(v, listed) and all(map(_is_count, v))),
         "tokens": ("a count", _is_count),
+        "info": ("a mapping", lambda v: isinstance(v, Mapping)),
     }
-    for key, (what, check) in expected.items():
+    for key, (kind, check) in expected.items():
         if key in data and not check(data[key]):
-            raise SerializationError(f"not a fusion activation record: {key!r} must be {what}, found {data[key]!r}")
+            raise error(f"{what}: {key!r} must be {kind}, found {short_repr(data[key])}")
 
 
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0  # numpy's too
 
 
 def average_activations(activations: Sequence[FusionActivation]) -> FusionActivation:
-    """The plain mean over runs (e.g. seeds) of the same fusion layout; `tokens` is their total."""
+    """The plain mean over runs (e.g. seeds) of the same fusion layout and kind; `tokens` is their total."""
+    if isinstance(activations, FusionActivation):
+        raise ConfigError("average_activations takes a list of FusionActivations, got one; pass [activation]")
+    activations = list(activations)  # any iterable of them: a generator too
     if not activations:
         raise ConfigError("average_activations needs at least one FusionActivation")
+    stray = next((a for a in activations if not isinstance(a, FusionActivation)), None)
+    if stray is not None:
+        raise ConfigError(
+            f"average_activations takes FusionActivations (mean_fusion_attention, load_fusion_activation), got "
+            f"{type(stray).__name__} {short_repr(stray)}; read a record with load_fusion_activation(path) first"
+        )
     first = activations[0]
     for other in activations[1:]:
         if (other.adapters, other.layers) != (first.adapters, first.layers):
             raise ConfigError(
                 f"cannot average fusion activations over adapters {list(first.adapters)} and "
                 f"{list(other.adapters)} (layers {list(first.layers)} / {list(other.layers)})"
+            )
+        if other.is_scalearn != first.is_scalearn:  # the mean of softmax weights and scales is neither
+            raise ConfigError(
+                f"cannot average a {first.value_label} record of fusion {first.fusion!r} with a {other.value_label} "
+                f"record of fusion {other.fusion!r}: a ScaLearn fusion's scales are not softmax weights; average "
+                "the runs of each fusion kind apart"
             )
     values = np.mean([a.values for a in activations], axis=0)
     info = {**first.info, "runs": len(activations)}
@@ -165,7 +210,7 @@ def _run_is_scalearn(run_dir: Path) -> bool:
 def load_fusion_activation(path: str | os.PathLike) -> FusionActivation:
     """Read a fusion_attention.json, or the one inside a run folder. A record without `fusion_kind` beside a run
     config of a ScaLearn fusion is marked as one."""
-    path = Path(path)
+    path = as_path(path, "fusion activation record")
     if path.is_dir():
         path = path / FUSION_ATTENTION_FILE
     activation = FusionActivation.from_dict(
@@ -248,6 +293,13 @@ def mean_fusion_attention(
     check_batches(batches, "mean_fusion_attention")
     adapters = model.fusion_setup(fusion_name).adapters
     scalearn = model.fusion_setup(fusion_name).config.is_scalearn
+    layers = sorted({site.layer_index for site in model.sites_with_fusion(fusion_name)})
+    if layers and set(layers) <= set(model.skip_layers):  # before a pass over the whole dataset that records nothing
+        raise ConfigError(
+            f"mean_fusion_attention: fusion {fusion_name!r} runs at layers {layers}, and skip_layers="
+            f"{sorted(model.skip_layers)} skips every one of them, so it would record nothing; activate the model "
+            "with fewer skip_layers (e.g. model.activate(fusion=..., skip_layers=()))"
+        )
     was_training = model.training
     device = next(model.parameters()).device
     try:
@@ -264,7 +316,7 @@ def mean_fusion_attention(
             f"mean_fusion_attention: no fusion attention was recorded for {fusion_name!r} "
             "(no batches, no real tokens, or every fusion layer skipped)"
         )
-    layers = tuple(sorted(sums))
-    values = torch.stack([sums[layer] / counts[layer] for layer in layers]).cpu().numpy()
+    recorded = tuple(sorted(sums))
+    values = torch.stack([sums[layer] / counts[layer] for layer in recorded]).cpu().numpy()
     info = {"fusion_kind": SCALEARN_KIND} if scalearn else {}
-    return FusionActivation(fusion_name, adapters, layers, values, tokens, info)
+    return FusionActivation(fusion_name, adapters, recorded, values, tokens, info)

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from adapterfusion._validation import check_bool, check_names
 from adapterfusion.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -26,11 +27,18 @@ def add_fusion_subset(
     """Add fusion `name` over `adapters` (a non-empty subset of fusion `source`'s, kept in `source`'s order)
     with copies of `source`'s weights at every site; returns `name`."""
     model.require("fusion", source)
+    check_bool(overwrite, "overwrite")
     fused = model.fusion_setup(source).adapters
-    wanted = [adapters] if isinstance(adapters, str) else list(adapters)
+    wanted = check_names(adapters, "adapters")
     unknown = [a for a in wanted if a not in fused]
     if unknown or not wanted:
         raise ConfigError(f"a subset of fusion {source!r} must name some of its adapters {list(fused)}; got {wanted}")
+    twice = sorted({a for a in wanted if wanted.count(a) > 1})
+    if twice:  # the subset runs each adapter once: a name given twice was dropped without a word
+        raise ConfigError(
+            f"adapters={wanted} names {twice} more than once; a subset of fusion {source!r} fuses each adapter once, "
+            "so name each once"
+        )
     kept = tuple(a for a in fused if a in wanted)
     piece = model.export_piece("fusion", source)
     tensors = piece.tensors

@@ -265,3 +265,64 @@ def test_an_activation_without_adapters_or_layers_is_refused(tmp_path):
     (tmp_path / "fusion_attention.json").write_text(json.dumps(record))
     with pytest.raises(af.SerializationError, match="not a fusion activation record: .* 0 adapters and 0 layers"):
         load_fusion_activation(tmp_path)
+
+
+def _record(info: object = None, **fields) -> FusionActivation:
+    core = {"fusion": "f", "adapters": ("a", "b"), "layers": (0, 1), "values": np.array([[0.5, 0.5], [0.2, 0.8]])}
+    return FusionActivation(**{**core, "tokens": 3, **fields}, info={} if info is None else info)
+
+
+def test_average_takes_any_iterable_of_records_of_one_kind():
+    """Before: a generator was a TypeError, a dict one from inside numpy, and softmax weights and ScaLearn scales
+    were averaged in silence under the first record's label."""
+    assert average_activations(r for r in [_record(), _record()]).info["runs"] == 2
+    with pytest.raises(ConfigError, match="got dict"):
+        average_activations([{"a": 0.5}])
+    with pytest.raises(ConfigError, match="got one; pass \\[activation\\]"):
+        average_activations(_record())
+    with pytest.raises(ConfigError, match="mean softmax weight record.*mean ScaLearn scale record"):
+        average_activations([_record(), _record({"fusion_kind": "scalearn"})])
+
+
+def test_a_record_checks_its_values_names_and_version(tmp_path):
+    assert isinstance(_record(values=[[0.5, 0.5], [0.2, 0.8]]).values, np.ndarray)  # was an AttributeError
+    with pytest.raises(ConfigError, match="not a \\[layers, adapters\\] array of numbers"):
+        _record(values=[[0.5, "x"], [0.2, 0.8]])
+    for field, value in (("adapters", ("a", "a")), ("layers", (1, 1))):
+        with pytest.raises(ConfigError, match=f"names {field} .* one more than once"):
+            _record(**{field: value}, values=np.zeros((2, 2)))
+    with pytest.raises(ConfigError, match="table\\(digits\\)=-1"):
+        _record().table(-1)
+    path = tmp_path / "fusion_attention.json"
+    path.write_text(json.dumps({**_record().to_dict(), "format_version": 2}))
+    with pytest.raises(af.SerializationError, match="format_version 2 is not supported"):
+        load_fusion_activation(path)
+    with pytest.raises(ConfigError, match="None is not a path"):
+        load_fusion_activation(None)
+
+
+def test_every_fusion_layer_skipped_is_named_before_any_batch_runs(fused):
+    """Before: a pass over every batch, then 'no batches, no real tokens, or every fusion layer skipped'."""
+    fused.activate(fusion="f", skip_layers=[0, 1])
+
+    def never():
+        raise AssertionError("a batch was read")
+        yield
+
+    with pytest.raises(ConfigError, match=r"runs at layers \[0, 1\], and skip_layers=\[0, 1\] skips every one"):
+        mean_fusion_attention(fused, "f", never())
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tokens": -1}, "'tokens' must be a count"),
+        ({"layers": (-1, 0)}, "'layers' must be a list of layer indices"),  # was drawn as layer 0
+        ({"adapters": "ab"}, "'adapters' must be a list of names"),
+        ({"info": [1]}, "'info' must be a mapping"),  # was a TypeError in to_dict
+    ],
+)
+def test_a_record_built_by_hand_meets_the_rules_of_a_saved_one(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        _record(**fields)
+    assert _record(layers=(np.int64(0), np.int64(1))).layers == (0, 1)

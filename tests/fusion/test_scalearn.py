@@ -309,3 +309,18 @@ def test_plus_plus_shares_one_set_of_scales_across_layers(tmp_path: Path, preset
         assert_close(restored(**inputs).logits, masked, dtype=torch.float64)
     subset = [site.fusions["ac"] for site in restored.sites_with_fusion("ac")]
     assert all(layer.scales is subset[0].scales for layer in subset) and subset[0].scales.shape[0] == 2
+
+
+@pytest.mark.parametrize(
+    ("adapters", "options", "message"),
+    [
+        (["c", "c"], {}, r"names \['c'\] more than once"),  # was a subset of c alone, the copy dropped unsaid
+        (3, {}, "adapters=3 has type int"),  # was a TypeError: 'int' object is not iterable
+        (["a"], {"overwrite": "no"}, "overwrite='no' has type str"),  # was taken as true
+    ],
+)
+def test_a_subset_of_a_scalearn_fusion_refuses_what_it_cannot_mean(adapters, options, message: str) -> None:
+    model = _scalearn(tiny_encoder("bert"), FusionConfig.scalearn())
+    with pytest.raises(ConfigError, match=message):
+        add_fusion_subset(model, "s", adapters, "sub", **options)
+    assert "sub" not in model.fusion_names
