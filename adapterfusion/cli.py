@@ -100,7 +100,9 @@ def _run_executor(args: argparse.Namespace) -> str | Executor:
             )
         return executor
 
-    return RayExecutor(args.workers, **{key: value for key, value in ray_options.items() if value is not None})
+    ray = RayExecutor(args.workers, **{key: value for key, value in ray_options.items() if value is not None})
+    ray.check_address()  # before run_experiment writes the output dir: ray.init would retry it for minutes
+    return ray
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -190,6 +192,8 @@ def _report(args: argparse.Namespace) -> int:
     print(f"report written to {Path(args.output_dir) / REPORT_DIR}: {', '.join(written)}")
     for note in report.figure_notes:
         print(f"note: {note}")
+    for warning in report.warnings:  # runs to look at again, and done runs the tables leave out: not only in tables.md
+        print(f"warning: {warning}")
     return 0
 
 
@@ -489,7 +493,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_batch_tokens=args.max_batch_tokens or None,
         max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue,
-        max_inputs=args.max_inputs if args.max_inputs is not None else args.max_batch_size,
+        max_inputs=args.max_inputs,
         max_text_chars=args.max_text_chars,
         max_body_bytes=args.max_body_bytes,
         max_length=args.max_length,
@@ -778,6 +782,12 @@ def _refuse_empty_paths(args: argparse.Namespace, argv: list[str]) -> None:
             raise af.ConfigError(f"{named} '' is not a path; give a folder or file path")
 
 
+def _one_line(message: str) -> str:
+    """`message` on the one line the CLI promises: a line break inside a value it names (a path given with a newline,
+    a library's own text) shows as \\n, so no reader (a user, a log, a script taking the last line) sees it split."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # under the quiet Ctrl-C handler still: nothing is written yet
     if args.run is not _serve:  # serve drains on SIGTERM (uvicorn's handlers), then ends by it
@@ -792,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except af.AdapterFusionError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {_one_line(str(error))}", file=sys.stderr)
         return 2
     except PermissionError as error:  # a file or folder this user may not read or write, wherever it was met
         where = f" {error.filename!r}" if error.filename else ""

@@ -76,7 +76,19 @@ def test_status_and_report_say_what_was_given_instead_of_an_output_dir(tmp_path,
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "out").mkdir()
     assert main(["status", "~/out"]) == 2
-    assert f"{tmp_path / 'out'} holds no experiment results" in capsys.readouterr().err
+    assert f"{str(tmp_path / 'out')!r} holds no experiment results" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["status", "report"])
+@pytest.mark.parametrize(("given", "said"), [("no\nsuch", "does not exist"), ("out\0", "holds a NUL character")])
+def test_status_and_report_of_a_path_with_a_newline_or_nul_say_it_on_one_line(command, given, said, tmp_path, capsys):
+    """`status $'no\\nsuch'` printed the path as it is, so the error took two lines; a NUL in it was printed raw and
+    called missing."""
+    from adapterfusion.cli import main
+
+    assert main([command, str(tmp_path / given)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0] and "\0" not in lines[0]
 
 
 def test_train_adapter_can_leave_out_houlsbys_layer_norm_copies(monkeypatch):
@@ -176,3 +188,14 @@ def test_a_fractional_reduction_factor_is_accepted(monkeypatch):
     monkeypatch.setattr("adapterfusion.cli._print_result", lambda result: None)
     assert main(["train-adapter", "--task", "rte", "--reduction-factor", "1.5"]) == 0
     assert seen["setup_options"]["reduction_factor"] == 1.5
+
+
+@pytest.mark.parametrize("command", ["analyze-fusion", "evaluate", "status"])
+def test_every_error_is_one_line_whatever_its_message_quotes(command, tmp_path, capsys):
+    """A path with a newline, named unquoted by the library (`analyze-fusion $'no\\nsuch'`), split the CLI's one
+    `error:` line in two; the CLI now shows a line break inside a message as \\n."""
+    from adapterfusion.cli import main
+
+    assert main([command, str(tmp_path / "no\nsuch")]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "no\\nsuch" in lines[0], lines

@@ -12,7 +12,6 @@ The figures of the same numbers are drawn by experiments/analysis_figures.py.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -51,11 +50,10 @@ def read_analyses(output_dir: str | os.PathLike, store: ResultsStore | None = No
     own = store is None
     store = ResultsStore(output_dir, readonly=True) if store is None else store
     try:
-        meta, records = store.meta(), store.jobs()
+        records, spec = store.jobs(), store.recorded_spec()
     finally:
         if own:
             store.close()
-    spec = json.loads(meta["spec"]) if meta.get("spec") else {}
     results = AnalysisResults(analyses=list(spec.get(ANALYSES_KEY) or []))
     variants = {ablation_variant(a) for a in results.analyses if a.get("kind") == SPAN_ABLATION}
     for record in records:

@@ -30,7 +30,7 @@ from adapterfusion.experiments.span_ablation import run_ablation_job
 from adapterfusion.experiments.writers import registered_writer
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.files import EXTENSIONS
-from adapterfusion.tasks.loading import check_data_dir
+from adapterfusion.tasks.loading import ENV_DATA_DIR, check_data_dir
 from adapterfusion.tasks.registry import register_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.api import train
@@ -125,14 +125,22 @@ def data_dir_for(payload: JobPayload, task: str) -> str | None:
 
 def check_data_folders(data_dir: str | None, tasks: Sequence[str], task_specs: Mapping[str, Mapping[str, Any]]) -> None:
     """The experiment's data_dir must be a folder holding <task>/ for every task that reads from it (data_dir_for):
-    said once, before the runner writes its output dir, not by every job at its start."""
+    said once, before the runner writes its output dir, not by every job at its start. Without a data_dir, a
+    $ADAPTERFUSION_DATA_DIR that is set must be a folder: each task reads it only if it holds the task's folder, so
+    a mistyped one was passed over for the Hub without a word."""
+    readers = [t for t in tasks if not task_specs.get(t, {}).get("data_files")]  # tasks without files of their own
     if data_dir is None:
+        env_dir = os.environ.get(ENV_DATA_DIR)
+        try:
+            check_data_dir((env_dir or None) if readers else None)  # "" reads as unset
+        except TaskError as err:
+            raise ExperimentSpecError(f"${ENV_DATA_DIR}={env_dir!r}: {err} Or unset it. Nothing was run.") from None
         return
     try:
         check_data_dir(data_dir)
     except TaskError as err:
         raise ExperimentSpecError(f"data_dir: {err} Nothing was run.") from None
-    missing = [t for t in tasks if not task_specs.get(t, {}).get("data_files") and not (Path(data_dir) / t).is_dir()]
+    missing = [t for t in readers if not (Path(data_dir) / t).is_dir()]
     if missing:
         held = sorted(p.name for p in Path(data_dir).iterdir() if p.is_dir())[:20]
         raise ExperimentSpecError(

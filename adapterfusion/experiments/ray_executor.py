@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapterfusion._validation import check_positive
+from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.errors import ExperimentError
 from adapterfusion.experiments.jobs import JobPayload, execute_job
 
@@ -77,6 +78,25 @@ def import_ray() -> Any:
     return ray
 
 
+REACH_SECONDS = 5.0  # how long a cluster's head gets to answer a plain TCP connect
+
+
+def _check_answers(address: str) -> None:
+    """Refuse a HOST:PORT where nothing answers: ray.init retries such an address for many minutes before it gives
+    up, while a TCP connect says so in seconds. Other forms (auto, ray://...) are left to Ray."""
+    host, colon, port = address.rpartition(":")
+    if "://" in address or not colon or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_SECONDS):
+            pass
+    except (OSError, OverflowError) as err:  # OverflowError: a port beyond 65535
+        raise ExperimentError(
+            f"nothing answers at the Ray cluster address {address!r} ({err}); start the cluster there with "
+            "`ray start --head`, or give its head's HOST:PORT, or auto"
+        ) from None
+
+
 class RayExecutor:
     """Submits each job as a Ray task. `address`: "auto" (a cluster started on this machine with `ray start`),
     "host:port" (its head's GCS address), or None (RAY_ADDRESS if set, else a Ray instance started for this run).
@@ -92,6 +112,11 @@ class RayExecutor:
     ) -> None:
         if workers is not None:
             check_positive(workers, "workers")
+        if address is not None and (not isinstance(address, str) or not address.strip()):  # before any job starts
+            raise ConfigError(
+                f"the Ray address {address!r} (--ray-address) names no cluster; give auto or the head's HOST:PORT, or "
+                "leave it out for RAY_ADDRESS, else a Ray instance started for this run"
+            )
         self.request = RayRequest(cpus_per_job, gpus_per_job)
         self.address, self._workers = address, workers
         self._ray = import_ray()
@@ -106,9 +131,15 @@ class RayExecutor:
             self._connect()
         return self._task
 
+    def check_address(self) -> None:
+        """Refuse, in seconds and without connecting, a HOST:PORT address (given, or RAY_ADDRESS) where nothing
+        answers: the command line calls it before the output dir is written; the first use calls it too."""
+        _check_answers(self.address or os.environ.get("RAY_ADDRESS") or "")
+
     def _connect(self) -> None:
         ray = self._ray
         if not ray.is_initialized():
+            self.check_address()
             local = {} if self.address or os.environ.get("RAY_ADDRESS") else {"include_dashboard": False}
             try:
                 ray.init(address=self.address, log_to_driver=False, logging_level="warning", **local)

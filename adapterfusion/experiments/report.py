@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import statistics
@@ -27,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapterfusion._validation import short_repr
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, FusionActivation, load_fusion_activation
 from adapterfusion.errors import SerializationError
+from adapterfusion.experiments.analyses import SPAN_ABLATION
 from adapterfusion.experiments.paths import relative_to_experiment_file
 from adapterfusion.experiments.store import ResultsStore
 from adapterfusion.tasks.extra_dev import extra_dev_label
@@ -257,11 +258,10 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     own = store is None
     store = ResultsStore(output_dir, readonly=True) if store is None else store
     try:
-        meta, records, counts = store.meta(), store.jobs(), store.counts()
+        meta, records, counts, spec = store.meta(), store.jobs(), store.counts(), store.recorded_spec()
     finally:
         if own:
             store.close()
-    spec = json.loads(meta["spec"]) if meta.get("spec") else {}
     tasks = tuple(spec.get("tasks") or dict.fromkeys(r.task for r in records))
     variants = tuple(
         spec.get("variants")
@@ -291,6 +291,12 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
             if score is not None:
                 report.metrics.setdefault(task, score[0])
                 report.scores.setdefault(record.variant, {}).setdefault(task, []).append((record.seed, score[1]))
+            elif record.setup != SPAN_ABLATION:  # said: its cell would show the other seeds' mean as if complete
+                report.warnings.append(
+                    f"{record.variant}/{task} seed {record.seed}: done, but its metrics hold no finite dev "
+                    f"{metrics.get('metric_for_best') or 'score'} (best: {short_repr(metrics.get('best'))}); left out "
+                    "of the tables"
+                )
         for split, extra in (record.metrics.get("extra_dev") or {}).items():  # MNLI mismatched: a row of its own
             score = _dev_score({"metric_for_best": record.metrics.get("metric_for_best"), "best": extra})
             if score is not None:
@@ -320,7 +326,11 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
         if (run_dir / FUSION_ATTENTION_FILE).is_file():
             try:
                 activation = load_fusion_activation(run_dir / FUSION_ATTENTION_FILE)
-            except SerializationError:
+            except SerializationError as err:  # said, or the figure's mean over seeds would drop the run unseen
+                report.figure_notes.append(
+                    f"{record.variant}/{record.task} seed {record.seed}: left out of the fusion attention figure, "
+                    f"as its {FUSION_ATTENTION_FILE} cannot be read ({err})"
+                )
                 continue
             report.activations.setdefault(record.variant, {}).setdefault(record.task, []).append(activation)
     if report.extra_rows:  # each further dev set's row right after its task's

@@ -13,7 +13,7 @@ tasks × setup variants × seeds. Every mistake raises ExperimentSpecError namin
       cb: {epochs: 10}
     setups:
       - {name: head, tasks: [rte]}                                          # head runs on rte only
-      - {name: st-a, reduction_factors: [2, 16, 64], learning_rate: 1e-4}   # three variants: st-a-rf2, ...
+      - {name: st-a, reduction_factors: [2, 16, 64], learning_rate: 1.0e-4} # three variants: st-a-rf2, ...
       - {name: fusion-st-a, adapter_reduction_factor: 16}                   # fuses the st-a-rf16 adapters
       - {name: mt-a, tasks: [rte, cb]}                                      # one MT-A run per seed on rte and cb
       - fusion-mt-a                                                         # fuses that seed's MT-A adapters
@@ -88,9 +88,11 @@ from adapterfusion.experiments.record import check_record, is_record, recorded_e
 from adapterfusion.experiments.spec_checks import (
     TRAINING_FIELDS,
     absolute_path,
+    check_document_size,
     checked_training,
     fail,
     no_duplicates,
+    number_as_text,
     reject_unknown,
     resolve_path,
     string_list,
@@ -247,7 +249,14 @@ class ExperimentSpec:
         check_readable_file(
             path, "give the path of a .yaml or .json experiment file", "experiment file", ExperimentSpecError
         )
-        data = read_document(path, ExperimentSpecError)  # UTF-8, and a key given twice is refused
+        try:
+            data = read_document(path, ExperimentSpecError)  # UTF-8, and a key given twice is refused
+        except RecursionError:  # PyYAML's parser recurses once per level of nesting
+            raise ExperimentSpecError(
+                f"{path} nests its lists or mappings too deeply to be read (a bracket left open, or generated "
+                "text?); an experiment file needs a few levels"
+            ) from None
+        check_document_size(data, path)
         if is_record(data):  # its `source` is relative to the output dir as the runner named it, links unresolved
             return _check_record_place(_parse(data, Path(os.path.abspath(path)).parent, None), path)
         return _parse(data, path.resolve().parent, str(path.resolve()))
@@ -321,7 +330,10 @@ def _seeds(value: Any) -> tuple[int, ...]:
     seeds = [value] if isinstance(value, int) and not isinstance(value, bool) else string_list(value, "seeds")
     for i, seed in enumerate(seeds):
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-            raise fail(f"seeds[{i}]", f"seed {seed!r} must be an integer in 0..{MAX_SEED}{SEED_RANGE_REASON}")
+            raise fail(
+                f"seeds[{i}]",
+                f"seed {seed!r} must be an integer in 0..{MAX_SEED}{SEED_RANGE_REASON}{number_as_text(seed)}",
+            )
     no_duplicates(seeds, "seeds")
     return tuple(seeds)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,32 @@ TRAINING_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f.
 def fail(path: str, message: str) -> ExperimentSpecError:
     """The error for the value at key path `path` ('' for the whole file)."""
     return ExperimentSpecError(f"{path}: {message}" if path else message)
+
+
+# An experiment file is a few hundred values; YAML aliases (&a, *a) can make a short file stand for billions (each
+# alias repeats its anchor), which every walk of it, a repr in a message included, would then take hours over.
+MAX_DOCUMENT_VALUES = 100_000
+
+
+def check_document_size(data: Any, path: str | os.PathLike) -> None:
+    """Refuse a document whose values, each alias counted as the copy a reader sees, number more than
+    MAX_DOCUMENT_VALUES; counted once per shared object, so the count itself is quick."""
+    sizes: dict[int, int] = {}
+
+    def size(value: Any) -> int:
+        if not isinstance(value, (Mapping, list)):
+            return 1
+        if id(value) not in sizes:
+            sizes[id(value)] = 1  # a value that holds itself (&a [*a]) counts once
+            items = [*value.keys(), *value.values()] if isinstance(value, Mapping) else value
+            sizes[id(value)] = min(1 + sum(size(item) for item in items), MAX_DOCUMENT_VALUES + 1)
+        return sizes[id(value)]
+
+    if size(data) > MAX_DOCUMENT_VALUES:
+        raise ExperimentSpecError(
+            f"{path} stands for more than {MAX_DOCUMENT_VALUES:,} values once its YAML aliases (*name) are expanded; "
+            "an experiment needs a few hundred: write the values out, or use an alias only for a small mapping"
+        )
 
 
 def reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], path: str) -> None:
@@ -98,10 +125,19 @@ def case_clash(value: str, other: str, where: str) -> str:
 
 
 def resolve_path(value: Any, path: str, base_dir: Path) -> str | None:
+    """`value` (relative to the experiment file's folder) as an absolute path; refused with a line break, tab or other
+    control character in it, which no path a user means holds: YAML's block scalars (`|`, `>`) keep a final newline,
+    and the runner made a folder 'results\\n' beside the one meant."""
     if value is None:
         return None
     if not isinstance(value, str) or not value:
         raise fail(path, f"must be a path (a string), got {value!r}")
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise fail(
+            path,
+            f"{value!r} holds a line break, tab or other control character; write the path as a plain value on the "
+            "key's line (a YAML block scalar, | or >, keeps its final line break)",
+        )
     return str(absolute_path(Path(value).expanduser(), base_dir))
 
 
@@ -111,9 +147,30 @@ def absolute_path(path: Path, base_dir: Path) -> Path:
     return path if path.is_absolute() else Path(os.path.normpath(base_dir / path))
 
 
+def number_as_text(value: Any) -> str:
+    """'' unless `value` is a number written as text, then why and how to write it: YAML (1.1, as PyYAML reads it)
+    takes 1e-4 or 3e5, without a '.' and a signed exponent, as the text '1e-4', and a refusal that says 'must be a
+    number' of what looks like one leaves the user guessing."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        float(value)
+    except ValueError:
+        return ""
+    if not re.fullmatch(r"\s*[-+]?[\d_.]+[eE][-+]?\d+\s*", value):
+        return f"; {value!r} is text, not a number: write it without quotes"
+    return (
+        f"; {value!r} is text, not a number: YAML reads a number such as 1e-4 as text unless it has a '.' and a "
+        "signed exponent, so write 1.0e-4 (3.0e+5 for 3e5), without quotes"
+    )
+
+
 def positive_number(value: Any, path: str) -> float | int:
     if not is_finite_number(value) or value <= 0:
-        raise fail(path, f"must be a positive number (the paper uses 2, 16 or 64), got {short_repr(value)}")
+        raise fail(
+            path,
+            f"must be a positive number (the paper uses 2, 16 or 64), got {short_repr(value)}{number_as_text(value)}",
+        )
     return value
 
 
@@ -123,7 +180,7 @@ def checked_training(overrides: Mapping[str, Any], setup: str, path: str) -> dic
         try:
             TrainingConfig.for_setup(setup, **{key: value})
         except (ConfigError, TypeError) as err:
-            raise fail(f"{path}.{key}" if path else key, str(err)) from None
+            raise fail(f"{path}.{key}" if path else key, f"{err}{number_as_text(value)}") from None
     try:
         TrainingConfig.for_setup(setup, **overrides)
     except (ConfigError, TypeError) as err:

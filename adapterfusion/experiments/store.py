@@ -24,7 +24,7 @@ from adapterfusion.experiments.plan import config_hashes
 from adapterfusion.experiments.processes import GONE, ProcessRecord
 from adapterfusion.io.atomic import create_temp_file
 from adapterfusion.io.documents import as_written, changed_keys
-from adapterfusion.io.paths import as_path
+from adapterfusion.io.paths import as_path, describe
 
 if TYPE_CHECKING:
     from adapterfusion.experiments.plan import Job
@@ -55,6 +55,19 @@ CREATE TABLE IF NOT EXISTS jobs (
     error TEXT
 );
 """
+
+
+def _schema_columns() -> dict[str, frozenset[str]]:
+    """Each table of _SCHEMA and its columns, read from the schema itself (an in-memory database made by it)."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as db:
+        db.executescript(_SCHEMA)
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {table: frozenset(row[1] for row in db.execute(f"PRAGMA table_info({table})")) for table in tables}
+
+
+# What a results database must hold: a file with tables of these names but other columns (another program's `jobs`)
+# is no results store, and would fail at its first query.
+SCHEMA_COLUMNS = _schema_columns()
 
 
 @dataclass(frozen=True)
@@ -113,18 +126,20 @@ def _what_changed(recorded: str | None, current: Mapping[str, Any]) -> str:
 
 def check_results_dir(output_dir: str | os.PathLike) -> Path:
     """`output_dir` as a Path ('~/out' as the experiment file wrote it) if it holds an experiment's results, else an
-    ExperimentError saying what it is instead: missing, a file (the experiment file itself), or a folder without."""
+    ExperimentError saying what it is instead: missing, a file (the experiment file itself), a folder without, or no
+    path at all (a NUL in it). The path is quoted, so a newline in it cannot split the one-line error."""
     path = as_path(output_dir, "output_dir", ExperimentError)
     if (path / DB_FILE).is_file():
         return path
-    if not path.exists():
-        raise ExperimentError(f"{path} does not exist; give an experiment's output_dir")
-    if path.is_file():
-        raise ExperimentError(
-            f"{path} is a file, not an experiment's output dir; give the output_dir the experiment file names (the "
-            "folder `adapterfusion run` prints at the end)"
-        )
-    raise ExperimentError(f"{path} holds no experiment results ({DB_FILE} is missing)")
+    found, shown = describe(path), repr(str(path))
+    if found == "nothing":
+        raise ExperimentError(f"{shown} does not exist; give an experiment's output_dir")
+    if found == "a folder":
+        raise ExperimentError(f"{shown} holds no experiment results ({DB_FILE} is missing)")
+    raise ExperimentError(
+        f"{shown} is {found}, not an experiment's output dir; give the output_dir the experiment file names (the "
+        "folder `adapterfusion run` prints at the end)"
+    )
 
 
 class ResultsStore:
@@ -178,17 +193,29 @@ class ResultsStore:
         if problems != ["ok"]:
             raise ResultsStoreError(self._damaged("; ".join(problems[:3]), readonly))
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if {"meta", "jobs"} <= tables or (not tables and not readonly):
-            return
         if not tables:
+            if readonly:
+                raise ResultsStoreError(
+                    f"{self.path} holds no results yet (a runner was stopped while creating it); "
+                    f"`adapterfusion run` the experiment to fill it"
+                )
+            return
+        foreign = f"tables {sorted(tables)}" if not set(SCHEMA_COLUMNS) <= tables else self._lacking_columns()
+        if foreign:
             raise ResultsStoreError(
-                f"{self.path} holds no results yet (a runner was stopped while creating it); "
-                f"`adapterfusion run` the experiment to fill it"
+                f"{self.path} is a SQLite database of something else ({foreign}), not an experiment's results; "
+                "choose another output_dir, or move that file away"
             )
-        raise ResultsStoreError(
-            f"{self.path} is a SQLite database of something else (tables {sorted(tables)}), not "
-            f"an experiment's results; choose another output_dir, or move that file away"
-        )
+
+    def _lacking_columns(self) -> str:
+        """'' if every table of the schema has its columns, else which lack which: another program's database may
+        have tables named `meta` and `jobs` too."""
+        lacking = []
+        for table, columns in SCHEMA_COLUMNS.items():
+            missing = columns - {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if missing:
+                lacking.append(f"its table {table!r} has no column {', '.join(sorted(missing))}")
+        return "; ".join(lacking)
 
     def _damaged(self, detail: str, readonly: bool) -> str:
         """The message for a results database that cannot be read."""
@@ -243,6 +270,14 @@ class ResultsStore:
     # ---- experiment metadata ---------------------------------------------------------------------------------
     def meta(self) -> dict[str, str]:
         return {row["key"]: row["value"] for row in self._db.execute("SELECT key, value FROM meta")}
+
+    def recorded_spec(self) -> dict[str, Any]:
+        """The experiment as bind recorded it (ExperimentSpec.to_dict), {} before any bind; a record that is no JSON
+        object (the file was edited or damaged) is a ResultsStoreError, not a report of nothing."""
+        text = self.meta().get("spec")
+        if not text:
+            return {}
+        return _decoded(text, dict, self.path, "the recorded experiment (meta 'spec')")
 
     def bind(self, spec: ExperimentSpec, jobs: list[Job], force: bool = False) -> list[str]:
         """Record `spec` as this output dir's experiment and add its jobs, in one transaction. An output dir of a
@@ -320,13 +355,13 @@ class ResultsStore:
     def jobs(self, ids: Iterable[str] | None = None) -> list[JobRecord]:
         rows = self._db.execute("SELECT * FROM jobs ORDER BY position").fetchall()
         wanted = None if ids is None else set(ids)
-        return [_record(row) for row in rows if wanted is None or row["id"] in wanted]
+        return [_record(row, self.path) for row in rows if wanted is None or row["id"] in wanted]
 
     def job(self, job_id: str) -> JobRecord:
         row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise ExperimentError(f"no job {job_id!r} in {self.path}")
-        return _record(row)
+        return _record(row, self.path)
 
     def states(self) -> dict[str, str]:
         return {row["id"]: row["state"] for row in self._db.execute("SELECT id, state FROM jobs")}
@@ -413,7 +448,29 @@ def _upgradable(job: Job, spec: ExperimentSpec, existing: dict[str, sqlite3.Row]
     )
 
 
-def _record(row: sqlite3.Row) -> JobRecord:
+_JSON_KINDS: dict[type, str] = {dict: "object", list: "list"}
+
+
+def _decoded(text: str, kind: type, path: Path, what: str) -> Any:
+    """`text`, a JSON value of type `kind` (dict or list) the store wrote; else a ResultsStoreError naming `what`: a
+    raw JSON error (or a list where an object is due) would end `status` and `report` with a traceback."""
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        value, problem = None, f"is not JSON ({err})"
+    else:
+        problem = f"is a JSON {_JSON_KINDS.get(type(value), type(value).__name__)}, not a JSON {_JSON_KINDS[kind]}"
+    if isinstance(value, kind):
+        return value
+    raise ResultsStoreError(
+        f"{path}: {what} {problem}; the file was edited or damaged. Move it aside (e.g. to {path.name}.damaged) and "
+        "run the experiment again, which re-runs every job (or restore the file from a backup)"
+    )
+
+
+def _record(row: sqlite3.Row, path: Path) -> JobRecord:
+    job = f"of job {row['id']!r}"
+    metrics = row["metrics"]
     return JobRecord(
         id=row["id"],
         position=row["position"],
@@ -421,14 +478,14 @@ def _record(row: sqlite3.Row) -> JobRecord:
         setup=row["setup"],
         task=row["task"],
         seed=row["seed"],
-        depends_on=tuple(json.loads(row["depends_on"])),
+        depends_on=tuple(_decoded(row["depends_on"], list, path, f"the depends_on {job}")),
         config_hash=row["config_hash"],
         state=row["state"],
         attempts=row["attempts"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         run_dir=row["run_dir"],
-        metrics=json.loads(row["metrics"]) if row["metrics"] else None,
+        metrics=_decoded(metrics, dict, path, f"the metrics {job}") if metrics else None,
         error=row["error"],
     )
 

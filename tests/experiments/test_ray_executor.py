@@ -175,6 +175,10 @@ def test_a_ray_run_records_what_an_inprocess_run_does(tmp_path, tiny_encoder_dir
         (["--ray-cpus-per-job", "0"], "cpus_per_job=0.0 must be a positive number"),
         (["--executor", "ray", "--ray-gpus-per-job", "-1"], "gpus_per_job=-1.0 must be a positive number"),
         (["--executor", "ray", "--workers", "0"], "workers=0 must be a positive number"),
+        # '' was taken as no address in the message but given to ray.init, after the output dir had been written
+        (["--ray-address", ""], "the Ray address '' (--ray-address) names no cluster"),
+        (["--ray-address", " "], "the Ray address ' ' (--ray-address) names no cluster"),
+        (["--ray-address", "127.0.0.1:1"], "nothing answers at the Ray cluster address '127.0.0.1:1'"),
     ],
 )
 def test_cli_refuses_bad_ray_options_before_running(tmp_path, capsys, argv, message):
@@ -197,3 +201,19 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     with pytest.raises(ExperimentError, match=r"pip install 'adapterfusion\[ray\]'"):
         import_ray()
+
+
+@pytest.mark.parametrize("via_environment", [False, True])
+def test_an_address_where_nothing_answers_is_refused_in_seconds(monkeypatch, via_environment):
+    """--ray-address HOST:PORT (or RAY_ADDRESS) where no cluster listens: ray.init retried it for many minutes,
+    printing GCS time-outs, before the run failed."""
+    address = f"127.0.0.1:{_free_port()}"
+    if via_environment:
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    executor = RayExecutor(address=None if via_environment else address)
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: pytest.fail("ray.init was called"))
+    started = time.monotonic()
+    with pytest.raises(ExperimentError, match=f"nothing answers at the Ray cluster address '{address}'"):
+        _ = executor.capacity
+    assert time.monotonic() - started < 10
+    assert not ray.is_initialized()

@@ -203,6 +203,20 @@ def test_a_report_removes_the_files_only_an_earlier_report_wrote(tmp_path):
     assert sorted(p.name for p in third.figures) == sorted(p.name for p in first.figures)
 
 
+def test_a_fusion_run_whose_attention_record_is_damaged_is_named_not_dropped_unseen(tmp_path):
+    """A truncated fusion_attention.json was skipped in silence: the heatmap's mean over seeds left that run out and
+    said 'up to 3 seed(s)' as before."""
+    out = _fake_experiment(tmp_path / "damaged")
+    record = out / "runs" / "fusion-st-a" / "cb" / "fusion-st-a" / "seed-2" / "fusion_attention.json"
+    record.write_text(record.read_text()[:40])
+    report = build_report(out)
+    assert len(report.activations["fusion-st-a"]["cb"]) == 2
+    (note,) = [note for note in report.figure_notes if "fusion_attention.json" in note]
+    assert note.startswith("fusion-st-a/cb seed 2: left out of the fusion attention figure")
+    assert "not valid JSON" in note
+    assert note in report.markdown()
+
+
 def test_missing_cells_and_partial_means(tmp_path):
     out = _fake_experiment(
         tmp_path / "partial",
@@ -257,3 +271,19 @@ def test_cli_report_and_analyze_fusion(written, capsys):
     png = run_dir / "fusion_attention.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["analyze-fusion", str(out)]) == 2  # no fusion_attention.json there: one-line error
+
+
+def test_a_done_run_without_a_dev_score_is_named_not_dropped_unseen(tmp_path, capsys):
+    """A done job whose metrics hold no finite dev score (no evaluation recorded) was left out of its cell without
+    a word: the cell showed the other seeds' mean, and the report said 'Made from 36 of 36 jobs done'."""
+    out = _fake_experiment(tmp_path / "unscored")
+    with ResultsStore(out) as store:
+        job = store.job("head/rte/seed-2")
+        store.requeue([job.id])
+        store.mark_running(job.id, job.run_dir)
+        store.mark_done(job.id, {"metric_for_best": "accuracy", "best": {"accuracy": float("inf")}})
+    report = build_report(out)
+    warning = "head/rte seed 2: done, but its metrics hold no finite dev accuracy (best: {'accuracy': inf})"
+    assert [w for w in report.warnings if "head/rte" in w] == [f"{warning}; left out of the tables"]
+    assert main(["report", str(out), "--no-figures"]) == 0
+    assert f"warning: {warning}" in capsys.readouterr().out

@@ -450,3 +450,22 @@ def test_a_data_dir_without_a_task_folder_is_refused_before_the_output_dir_is_ma
         )
     assert not (tmp_path / "out").exists()
     check_data_folders(str(tmp_path / "data"), ["rte", "reviews"], {"reviews": {"data_files": {"train": "t.csv"}}})
+
+
+@pytest.mark.parametrize("value", ["nowhere", "a-file"])
+def test_an_adapterfusion_data_dir_that_is_no_folder_is_refused_before_the_output_dir_is_made(
+    tmp_path, monkeypatch, value
+):
+    """$ADAPTERFUSION_DATA_DIR mistyped (or naming a file): each task reads it only if it holds the task's folder,
+    so every job passed it over for the Hub without a word (and, offline, failed saying to set it)."""
+    from adapterfusion.experiments.jobs import check_data_folders
+
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("ADAPTERFUSION_DATA_DIR", str(tmp_path / value))
+    experiment = tiny_experiment(None, tmp_path / "out", setups=["head"])
+    with pytest.raises(ExperimentSpecError, match=r"\$ADAPTERFUSION_DATA_DIR='.*': the data folder .* Or unset it"):
+        run_experiment({**experiment, "encoder": None, "data_dir": None}, executor=DoneExecutor(), progress=False)
+    assert not (tmp_path / "out").exists()
+    check_data_folders(None, ["reviews"], {"reviews": {"data_files": {"train": "t.csv"}}})  # reads no data folder
+    monkeypatch.setenv("ADAPTERFUSION_DATA_DIR", "")  # set empty: unset
+    check_data_folders(None, ["rte"], {})

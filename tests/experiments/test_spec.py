@@ -1,6 +1,7 @@
 """Every mistake in an experiment file names its key path and what is allowed."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -401,3 +402,81 @@ def test_values_a_run_would_refuse_or_ignore_are_refused_when_read(changes, matc
         return
     with pytest.raises(ExperimentSpecError, match=match):
         spec(**changes)
+
+
+@pytest.mark.parametrize(
+    "setting, said",
+    [
+        ("training: {learning_rate: 1e-4}", "'1e-4' is text, not a number: YAML reads a number such as 1e-4 as text"),
+        ("setups: [{name: st-a, learning_rate: 3e-4}]", "write 1.0e-4"),
+        ("setups: [{name: st-a, sweep: {learning_rate: [1.0e-4, 3e-4]}}]", "'3e-4' is text"),
+        ("task_training: {rte: {learning_rate: 1e-4}}", "'1e-4' is text"),
+        ("setups: [{name: st-a, reduction_factors: [16, 6.4e1]}]", "'6.4e1' is text"),
+        ("training: {max_steps: '100'}", "'100' is text, not a number: write it without quotes"),
+        ("seeds: [1, '2']", "'2' is text, not a number: write it without quotes"),
+    ],
+)
+def test_a_number_yaml_reads_as_text_is_said_to_be_text(tmp_path, setting, said):
+    """YAML (1.1, PyYAML) reads `learning_rate: 1e-4` as the text '1e-4' (the module docstring's own example did
+    this): the refusal said that '1e-4' must be a finite number, and not why it was not one."""
+    path = tmp_path / "experiment.yaml"
+    path.write_text(f"name: x\nencoder: some-org/some-encoder\ntasks: [rte]\nsetups: [head]\n{setting}\n")
+    if setting.startswith("setups"):
+        path.write_text(path.read_text().replace("setups: [head]\n", ""))
+    with pytest.raises(ExperimentSpecError, match=re.escape(said)):
+        ExperimentSpec.load(path)
+
+
+def _aliases(levels: int) -> str:
+    """A YAML flow mapping whose last anchor stands for 10**levels values (each level: ten aliases of the one
+    before)."""
+    anchors = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    anchors += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "{" + ", ".join(anchors) + "}"
+
+
+@pytest.mark.parametrize("key", ["description", "tasks", "training", "select"])
+def test_yaml_aliases_that_expand_to_billions_of_values_are_refused_at_once(tmp_path, key):
+    """`description: {a0: &a0 [x, ...], a1: &a1 [*a0, ...], ...}` (a short file, 10**9 values once read): the
+    refusal's repr of the value ran for hours; every key that printed what it got did the same."""
+    path = tmp_path / "experiment.yaml"
+    lines = {"name": "x", "encoder": "some-org/some-encoder", "tasks": "[rte]", "setups": "[head]"}
+    lines[key] = _aliases(9)
+    path.write_text("".join(f"{name}: {value}\n" for name, value in lines.items()))
+    with pytest.raises(ExperimentSpecError, match=r"stands for more than 100,000 values once its YAML aliases"):
+        ExperimentSpec.load(path)
+
+
+def test_yaml_aliases_of_a_small_mapping_still_work(tmp_path):
+    path = tmp_path / "experiment.yaml"
+    path.write_text(
+        "name: x\nencoder: some-org/some-encoder\ntasks: [rte, cb]\ntraining: &t {max_steps: 3}\n"
+        "setups: [{<<: *t, name: head}, {<<: *t, name: st-a}]\n"
+    )
+    assert [v.training["max_steps"] for v in ExperimentSpec.load(path).variants] == [3, 3]
+
+
+def test_a_yaml_file_nested_too_deeply_is_an_experiment_spec_error(tmp_path):
+    """5000 open brackets: PyYAML's parser recursed past Python's limit, and the RecursionError traceback reached
+    the user."""
+    path = tmp_path / "experiment.yaml"
+    path.write_text("name: x\ndescription: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ExperimentSpecError, match="nests its lists or mappings too deeply to be read"):
+        ExperimentSpec.load(path)
+
+
+@pytest.mark.parametrize(
+    "setting, key",
+    [
+        ("output_dir: >\n  results/x\n", "output_dir"),
+        ("data_dir: |\n  data\n", "data_dir"),
+        ('data_dir: "d\\0"', "data_dir"),
+    ],
+)
+def test_a_path_with_a_line_break_or_control_character_is_refused(tmp_path, setting, key):
+    """`output_dir: >` followed by the path on the next line is 'results/x\\n' (a block scalar keeps its final line
+    break): the runner made a folder named 'x\\n' beside the one meant."""
+    path = tmp_path / "experiment.yaml"
+    path.write_text(f"name: x\nencoder: some-org/some-encoder\ntasks: [rte]\nsetups: [head]\n{setting}\n")
+    with pytest.raises(ExperimentSpecError, match=f"{key}: .* holds a line break, tab or other control character"):
+        ExperimentSpec.load(path)

@@ -126,16 +126,20 @@ def _damaged(out: Path, how: str) -> bytes:
         db.write_bytes(os.urandom(4096))
     elif how == "truncated":
         db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
-    else:  # a SQLite database of something else
+    else:  # a SQLite database of something else: its tables named otherwise, or as ours with other columns
         db.unlink()
         with sqlite3.connect(db) as connection:
-            connection.execute("CREATE TABLE users (name TEXT)")
+            tables = ("users (name TEXT)",) if how == "foreign" else ("meta (k TEXT)", "jobs (id TEXT, name TEXT)")
+            for table in tables:
+                connection.execute(f"CREATE TABLE {table}")
         connection.close()
     return db.read_bytes()
 
 
-@pytest.mark.parametrize("how", ["garbage", "truncated", "foreign"])
+@pytest.mark.parametrize("how", ["garbage", "truncated", "foreign", "foreign-named-as-ours"])
 def test_a_damaged_or_foreign_results_db_is_a_clear_error_and_run_leaves_it_alone(tmp_path, capsys, how):
+    """foreign-named-as-ours: another program's database with tables `meta` and `jobs` of other columns passed the
+    check of the tables' names, then status, report and run ended in sqlite3's 'no such column' traceback."""
     out = _results(tmp_path / "out")
     before = _damaged(out, how)
     experiment = tmp_path / "experiment.json"
@@ -147,6 +151,8 @@ def test_a_damaged_or_foreign_results_db_is_a_clear_error_and_run_leaves_it_alon
         assert err.startswith(f"error: {out / 'experiment.db'} ") and "Traceback" not in err, err
         if how == "foreign":
             assert "is a SQLite database of something else (tables ['users'])" in err
+        elif how == "foreign-named-as-ours":
+            assert "is a SQLite database of something else (its table 'meta' has no column key, value; its " in err
         else:
             assert "cannot be read as an experiment's results" in err and "move it aside" in err
             assert ("the runner leaves it as it is" in err) == (argv[0] == "run")
@@ -154,6 +160,39 @@ def test_a_damaged_or_foreign_results_db_is_a_clear_error_and_run_leaves_it_alon
     assert not (out / "runner.lock").exists()
     with pytest.raises(ResultsStoreError):
         ResultsStore(out)
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (
+            "UPDATE jobs SET metrics = '{\"best\": ', state = 'done'",
+            "the metrics of job 'head/rte/seed-42' is not JSON",
+        ),
+        ("UPDATE jobs SET metrics = '[1, 2]', state = 'done'", "is a JSON list, not a JSON object"),
+        ("UPDATE jobs SET depends_on = 'x'", "the depends_on of job 'head/rte/seed-42' is not JSON"),
+        ("UPDATE meta SET value = '{' WHERE key = 'spec'", "the recorded experiment (meta 'spec') is not JSON"),
+    ],
+)
+def test_a_damaged_record_in_the_results_db_is_a_clear_error(tmp_path, capsys, edit, said):
+    """A record the store reads back as JSON that is none (the file edited by hand, or damaged inside an intact
+    SQLite page) ended status and report in a JSONDecodeError or AttributeError traceback."""
+    out = tmp_path / "out"
+    spec = load_spec({**EXPERIMENT, "output_dir": str(out)})
+    with ResultsStore(out) as store:
+        store.bind(spec, plan_jobs(spec))
+    with sqlite3.connect(out / "experiment.db") as connection:
+        connection.execute(edit)
+    connection.close()
+    before = (out / "experiment.db").read_bytes()
+    for argv in (["status", str(out)], ["report", str(out), "--no-figures"]):
+        if argv[0] == "status" and "meta" in edit:
+            continue  # status shows no more of the recorded experiment than its name and hash
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {out / 'experiment.db'}: ") and said in err and "Move it aside" in err, err
+        assert len(err.splitlines()) == 1
+    assert (out / "experiment.db").read_bytes() == before
 
 
 def test_a_results_db_without_tables_yet(tmp_path, capsys):
