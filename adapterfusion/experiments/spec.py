@@ -88,7 +88,6 @@ from adapterfusion.experiments.record import check_record, is_record, recorded_e
 from adapterfusion.experiments.spec_checks import (
     TRAINING_FIELDS,
     absolute_path,
-    check_document_size,
     checked_training,
     fail,
     no_duplicates,
@@ -249,14 +248,8 @@ class ExperimentSpec:
         check_readable_file(
             path, "give the path of a .yaml or .json experiment file", "experiment file", ExperimentSpecError
         )
-        try:
-            data = read_document(path, ExperimentSpecError)  # UTF-8, and a key given twice is refused
-        except RecursionError:  # PyYAML's parser recurses once per level of nesting
-            raise ExperimentSpecError(
-                f"{path} nests its lists or mappings too deeply to be read (a bracket left open, or generated "
-                "text?); an experiment file needs a few levels"
-            ) from None
-        check_document_size(data, path)
+        # UTF-8; a key given twice, nesting too deep and aliases expanding past MAX_DOCUMENT_VALUES are refused
+        data = read_document(path, ExperimentSpecError)
         if is_record(data):  # its `source` is relative to the output dir as the runner named it, links unresolved
             return _check_record_place(_parse(data, Path(os.path.abspath(path)).parent, None), path)
         return _parse(data, path.resolve().parent, str(path.resolve()))

@@ -33,32 +33,6 @@ def fail(path: str, message: str) -> ExperimentSpecError:
     return ExperimentSpecError(f"{path}: {message}" if path else message)
 
 
-# An experiment file is a few hundred values; YAML aliases (&a, *a) can make a short file stand for billions (each
-# alias repeats its anchor), which every walk of it, a repr in a message included, would then take hours over.
-MAX_DOCUMENT_VALUES = 100_000
-
-
-def check_document_size(data: Any, path: str | os.PathLike) -> None:
-    """Refuse a document whose values, each alias counted as the copy a reader sees, number more than
-    MAX_DOCUMENT_VALUES; counted once per shared object, so the count itself is quick."""
-    sizes: dict[int, int] = {}
-
-    def size(value: Any) -> int:
-        if not isinstance(value, (Mapping, list)):
-            return 1
-        if id(value) not in sizes:
-            sizes[id(value)] = 1  # a value that holds itself (&a [*a]) counts once
-            items = [*value.keys(), *value.values()] if isinstance(value, Mapping) else value
-            sizes[id(value)] = min(1 + sum(size(item) for item in items), MAX_DOCUMENT_VALUES + 1)
-        return sizes[id(value)]
-
-    if size(data) > MAX_DOCUMENT_VALUES:
-        raise ExperimentSpecError(
-            f"{path} stands for more than {MAX_DOCUMENT_VALUES:,} values once its YAML aliases (*name) are expanded; "
-            "an experiment needs a few hundred: write the values out, or use an alias only for a small mapping"
-        )
-
-
 def reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], path: str) -> None:
     for key in data:
         if key not in allowed:

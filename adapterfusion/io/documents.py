@@ -1,5 +1,6 @@
-"""Read a JSON or YAML document strictly: UTF-8 text only, and a key written twice in one mapping is an error
-naming the key and both lines. `json.loads` and `yaml.safe_load` keep the last value of a repeated key without a
+"""Read a JSON or YAML document strictly: UTF-8 text only, a key written twice in one mapping is an error
+naming the key and both lines, and so are nesting too deep to parse and aliases that expand past
+MAX_DOCUMENT_VALUES. `json.loads` and `yaml.safe_load` keep the last value of a repeated key without a
 word, so a setting the user wrote (say a learning rate two lines up) would be dropped silently.
 
 `read_json` is the one reader of the JSON files adapterfusion itself wrote (run files, store entries, piece configs,
@@ -22,6 +23,10 @@ from adapterfusion.io.paths import DENIED_ERRNOS, check_readable_file, describe,
 
 Error = type[AdapterFusionError]
 _CORRUPT = "the file is corrupt or truncated"  # what read_json says of a file it cannot parse, unless told the fix
+# A file a user writes (an experiment, a task description) holds a few hundred values; YAML aliases (&a, *a) can make
+# a short file stand for billions (each alias repeats its anchor), which every walk of it, a repr in a message
+# included, would then take hours over.
+MAX_DOCUMENT_VALUES = 100_000
 
 
 class _DuplicateKey(Exception):
@@ -62,9 +67,38 @@ def read_document(path: str | os.PathLike, error: Error = ConfigError) -> Any:
             f"{path} is not UTF-8 text: byte {raw[err.start]:#04x} at {where} ({err.reason}); save the file as UTF-8"
         ) from None
     try:
-        return _parse_json(text, path, error) if path.suffix.lower() == ".json" else _parse_yaml(text, path, error)
+        data = _parse_json(text, path, error) if path.suffix.lower() == ".json" else _parse_yaml(text, path, error)
+        expanded = _value_count(data)
     except _DuplicateKey as duplicate:
         raise error(duplicate.describe(path)) from None
+    except RecursionError:  # both parsers recurse once per level of nesting: a raw RecursionError
+        raise error(
+            f"{path} nests its lists or mappings too deeply to be read (a bracket left open, or generated text?); a "
+            "settings file needs a few levels"
+        ) from None
+    if expanded > MAX_DOCUMENT_VALUES:
+        raise error(
+            f"{path} stands for more than {MAX_DOCUMENT_VALUES:,} values once its YAML aliases (*name) are expanded; "
+            "a settings file needs a few hundred: write the values out, or use an alias only for a small mapping"
+        )
+    return data
+
+
+def _value_count(data: Any) -> int:
+    """The values of a parsed document, each alias counted as the copy a reader sees (at most MAX_DOCUMENT_VALUES
+    + 1); counted once per shared object, so the count itself is quick."""
+    sizes: dict[int, int] = {}
+
+    def size(value: Any) -> int:
+        if not isinstance(value, (Mapping, list)):
+            return 1
+        if id(value) not in sizes:
+            sizes[id(value)] = 1  # a value that holds itself (&a [*a]) counts once
+            items = [*value.keys(), *value.values()] if isinstance(value, Mapping) else value
+            sizes[id(value)] = min(1 + sum(size(item) for item in items), MAX_DOCUMENT_VALUES + 1)
+        return sizes[id(value)]
+
+    return size(data)
 
 
 def read_json(path: str | os.PathLike, fix: str | None = None, error: Error = SerializationError) -> Any:

@@ -70,3 +70,25 @@ def test_a_path_with_a_nul_character_is_our_error_naming_it(tmp_path):
             read(f"{tmp_path}/a\0b")
     with pytest.raises(ConfigError, match="NUL character.*; load another"):
         read_bytes(f"{tmp_path}/a\0b", "load another", ConfigError)
+
+
+@pytest.mark.parametrize("name, text", [("deep.json", "[" * 5000 + "]" * 5000), ("deep.yaml", "[" * 5000)])
+def test_nesting_too_deep_to_parse_is_the_callers_error(tmp_path, name, text):
+    """Both parsers recurse once per level: 5000 brackets were a raw RecursionError (for task files too, which the
+    experiment reader's own check did not cover)."""
+    from adapterfusion.tasks.errors import TaskError
+
+    (tmp_path / name).write_text(text)
+    with pytest.raises(TaskError, match=rf"{name} nests its lists or mappings too deeply to be read"):
+        read_document(tmp_path / name, TaskError)
+
+
+def test_aliases_expanding_past_the_value_limit_are_refused_and_small_ones_read(tmp_path):
+    """A 600-byte YAML file whose aliases stand for 10**9 values took hours to walk (a billion laughs)."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    (tmp_path / "bomb.yaml").write_text("\n".join(lines))
+    with pytest.raises(ConfigError, match="stands for more than 100,000 values once its YAML aliases"):
+        read_document(tmp_path / "bomb.yaml")
+    (tmp_path / "small.yaml").write_text("base: &b {lr: 1}\none: *b\ntwo: *b\n")
+    assert read_document(tmp_path / "small.yaml") == {"base": {"lr": 1}, "one": {"lr": 1}, "two": {"lr": 1}}

@@ -162,6 +162,15 @@ def _report_to_missing(folder: Path) -> Action:
     return action
 
 
+def _task_file_alias_bomb(folder: Path) -> Action:
+    """A task description of 600 bytes whose YAML aliases stand for 10**9 values (a billion laughs)."""
+    lines = ["name: own", "kind: single", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    path = folder / "own.yaml"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return lambda: adapterfusion.tasks.load_task_file(path, register=False)
+
+
 CASES: tuple[BadInput, ...] = (
     # train settings: a seed in two places, a misspelt selecting metric
     B(
@@ -372,5 +381,14 @@ CASES: tuple[BadInput, ...] = (
         TaskError,
         ("unknown task 'own2'", "register_task(spec)"),
         _fuse_own_source,
+    ),
+    B(
+        "task-file-yaml-alias-bomb",
+        "datasets",
+        "load_task_file(own.yaml), 600 bytes whose YAML aliases expand to 10**9 values (hours walking them before "
+        "any error; the experiment reader's check did not cover task files)",
+        TaskError,
+        ("own.yaml stands for more than 100,000 values", "YAML aliases"),
+        _task_file_alias_bomb,
     ),
 )
