@@ -150,6 +150,7 @@ class ResultsStore:
             check_results_dir(output_dir) if readonly else as_path(output_dir, "output_dir", ExperimentError)
         )
         self.path = self.output_dir / DB_FILE
+        self._readonly = readonly
         if not readonly:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -244,7 +245,10 @@ class ResultsStore:
     def _writing(self) -> Iterator[None]:
         """One write transaction, committed at the end or rolled back. A full disk (at a statement or at COMMIT)
         becomes an ExperimentError: SQLite rolls the change back, so what was committed before is intact."""
-        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:  # locked past the wait: nothing begun, nothing to roll back
+            raise self._failed(error, "record a change in") from None
         try:
             yield
             self._db.execute("COMMIT")
@@ -260,7 +264,26 @@ class ResultsStore:
                     "back and everything recorded before it is intact; free some space and run the same command "
                     "again to resume"
                 ) from None
+            if isinstance(error, sqlite3.Error):
+                raise self._failed(error, "record a change in") from None
             raise
+
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        """The rows of one query; a SQLite error (a lock held past the 30 s wait, a disk I/O error, damage found
+        only now) as a ResultsStoreError naming the file and what to do, not a raw sqlite3 traceback."""
+        try:
+            return self._db.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as error:
+            raise self._failed(error, "read") from None
+
+    def _failed(self, error: sqlite3.Error, action: str) -> ResultsStoreError:
+        if "locked" in str(error) or "busy" in str(error):
+            return ResultsStoreError(
+                f"could not {action} {self.path}: another process held it locked for over 30 s ({error}); nothing "
+                "was changed. Wait for that process (another `adapterfusion run` of this experiment, or a program "
+                "that opened the file) to finish, then run the command again"
+            )
+        return ResultsStoreError(self._damaged(f"SQLite: {error}", self._readonly))
 
     def _transaction(self, sql: str, params: Iterable[Any] = ()) -> int:
         """One statement in its own write transaction; returns how many rows it changed."""
@@ -269,7 +292,7 @@ class ResultsStore:
 
     # ---- experiment metadata ---------------------------------------------------------------------------------
     def meta(self) -> dict[str, str]:
-        return {row["key"]: row["value"] for row in self._db.execute("SELECT key, value FROM meta")}
+        return {row["key"]: row["value"] for row in self._rows("SELECT key, value FROM meta")}
 
     def recorded_spec(self) -> dict[str, Any]:
         """The experiment as bind recorded it (ExperimentSpec.to_dict), {} before any bind; a record that is no JSON
@@ -353,22 +376,22 @@ class ResultsStore:
 
     # ---- jobs --------------------------------------------------------------------------------------------------
     def jobs(self, ids: Iterable[str] | None = None) -> list[JobRecord]:
-        rows = self._db.execute("SELECT * FROM jobs ORDER BY position").fetchall()
+        rows = self._rows("SELECT * FROM jobs ORDER BY position")
         wanted = None if ids is None else set(ids)
         return [_record(row, self.path) for row in rows if wanted is None or row["id"] in wanted]
 
     def job(self, job_id: str) -> JobRecord:
-        row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = next(iter(self._rows("SELECT * FROM jobs WHERE id = ?", (job_id,))), None)
         if row is None:
             raise ExperimentError(f"no job {job_id!r} in {self.path}")
         return _record(row, self.path)
 
     def states(self) -> dict[str, str]:
-        return {row["id"]: row["state"] for row in self._db.execute("SELECT id, state FROM jobs")}
+        return {row["id"]: row["state"] for row in self._rows("SELECT id, state FROM jobs")}
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(STATES, 0)
-        for row in self._db.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):
+        for row in self._rows("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):
             counts[row["state"]] = row["n"]
         return counts
 
@@ -384,9 +407,7 @@ class ResultsStore:
 
     def requeue_unfinished(self) -> list[str]:
         """Jobs a killed runner left running, and failed or blocked jobs, go back to queued for this run."""
-        ids = [
-            row["id"] for row in self._db.execute("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")
-        ]
+        ids = [row["id"] for row in self._rows("SELECT id FROM jobs WHERE state IN ('running', 'failed', 'blocked')")]
         self._transaction("UPDATE jobs SET state = 'queued' WHERE state IN ('running', 'failed', 'blocked')")
         return ids
 

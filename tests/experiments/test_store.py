@@ -208,6 +208,26 @@ def test_a_results_db_without_tables_yet(tmp_path, capsys):
         assert store.counts()["queued"] == 2
 
 
+def test_a_results_db_locked_by_another_process_is_a_clear_error_and_nothing_changes(tmp_path):
+    """A lock held past SQLite's wait (another program with the file open in a write transaction) was a raw
+    sqlite3.OperationalError 'database is locked' from the write that met it (reads go on: the file is in WAL mode)."""
+    folder = _results(tmp_path / "out")
+    store = ResultsStore(folder)
+    before = store.states()
+    store._db.execute("PRAGMA busy_timeout = 50")  # not 30 s
+    other = sqlite3.connect(folder / "experiment.db", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        assert store.states() == before
+        with pytest.raises(ResultsStoreError, match=r"another process held it locked for over 30 s.*nothing was"):
+            store.requeue(list(before))
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.states() == before
+    store.close()
+
+
 def test_disk_full_is_recognised_on_python_3_10_without_sqlite3_SQLITE_FULL(monkeypatch):
     """sqlite3.SQLITE_FULL exists from Python 3.11 on; on 3.10 the check must not raise AttributeError."""
     from adapterfusion.experiments.store import _disk_full
