@@ -191,12 +191,20 @@ def check_mask_tokens(value: object, mask_token: str | None) -> None:
         )
 
 
-def check_token_windows(value: object, settings: Mapping[str, Any]) -> None:
+def check_token_windows(value: object, settings: Mapping[str, Any], tokenizer: Any = None) -> None:
     """A token-classification call's `settings` (the pipeline's own with the call's over them) read together with its
-    input: a stride splits a long text into windows whose entities only an aggregation_strategy other than 'none'
-    joins, and is_split_into_words=True takes texts as lists of words (a ValueError inside transformers for both)."""
+    input and `tokenizer`: a stride splits a long text into windows whose entities only an aggregation_strategy other
+    than 'none' joins, and must stay below a window's tokens; is_split_into_words=True takes texts as lists of words
+    (a ValueError inside transformers for each)."""
     strategy = settings.get("aggregation_strategy")
     stride = settings.get("stride")
+    window = _window_tokens(tokenizer)
+    if isinstance(stride, int) and window is not None and stride >= window:
+        raise ConfigError(
+            f"stride={stride} must be below the {window} tokens of a window (the tokenizer's model_max_length less "
+            f"the special tokens it adds), as each window moves on by the tokens it does not share; e.g. "
+            f"stride={min(128, window // 4)}"
+        )
     if stride is not None and strategy is not None and str(getattr(strategy, "value", strategy)).lower() == "none":
         raise ConfigError(
             f"stride={short_repr(stride)} splits a long text into overlapping windows, whose tokens only an "
@@ -208,6 +216,17 @@ def check_token_windows(value: object, settings: Mapping[str, Any]) -> None:
             f"is_split_into_words=True takes a text as a list of its words, e.g. ['Paris', 'is', 'big'], and was given "
             f"the str {short_repr(value)}; pass its words, or leave is_split_into_words out"
         )
+
+
+def _window_tokens(tokenizer: Any) -> int | None:
+    """The text tokens one window of a token-classification input holds, or None where the tokenizer sets no bound."""
+    limit = getattr(tokenizer, "model_max_length", None)
+    if not isinstance(limit, int) or not 0 < limit < 10**9:  # transformers' "no limit" is a huge int
+        return None
+    try:
+        return limit - int(tokenizer.num_special_tokens_to_add(pair=False))
+    except (AttributeError, TypeError, ValueError):
+        return limit
 
 
 def _check_token_classification_settings(settings: Mapping[str, Any]) -> None:

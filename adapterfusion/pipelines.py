@@ -24,7 +24,7 @@ import copy
 import logging
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -102,6 +102,7 @@ class PipelineModel(nn.Module):
                 "per adapter, or call the model with adapter_names=[...]"
             )
         self.task = pipeline_task(task) if task is not None else None
+        _drop_model_type_line()  # before any pipeline reads this view and logs that its class is not one it lists
         self.adapted = model
         state = model.state_for(adapter, fusion, head, skip_layers)  # checks the choice as activate() does
         self.choice: dict[str, Any] = dict(adapter=adapter, fusion=fusion, head=head, skip_layers=state.skip_layers)
@@ -449,7 +450,7 @@ def pipeline(
     loading_tokenizer = (
         hub_errors(tokenizer, "af.pipeline: loading the tokenizer") if isinstance(tokenizer, str) else None
     )
-    with _quiet_model_type_check(), loading_tokenizer or contextlib.nullcontext():
+    with loading_tokenizer or contextlib.nullcontext():
         built = build(task, model=view, tokenizer=tokenizer, **kwargs)
     refuse_unread_arguments(built, tokenizer, kwargs)
     built.__class__ = _checked_class(type(built))
@@ -494,7 +495,7 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
             check_mask_tokens(args[0], getattr(built.tokenizer, "mask_token", None))
     if task == "token-classification":  # the pipeline's own settings with the call's over them
         own = {**(built._preprocess_params or {}), **(built._postprocess_params or {})}
-        check_token_windows(args[0] if args else None, {**own, **kwargs})
+        check_token_windows(args[0] if args else None, {**own, **kwargs}, built.tokenizer)
     settings = dict(kwargs)
     if task == "zero-shot-classification":  # the call's labels: a keyword, the second argument, or the pipeline's
         built_with = (built._preprocess_params or {}).get("candidate_labels")
@@ -502,17 +503,16 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
     check_settings(task, settings, built.model.scored_outputs)
 
 
-@contextlib.contextmanager
-def _quiet_model_type_check() -> Iterator[None]:
-    """Drop the pipeline's one log line that PipelineModel is not a transformers *For<Task> class (it says nothing
-    of whether it works: the pipeline reads only the attributes PipelineModel has)."""
+def _not_our_model_type_line(record: logging.LogRecord) -> bool:
+    """False for the pipeline's log line that PipelineModel is not a transformers *For<Task> class (it says nothing
+    of whether it works: the pipeline reads only the attributes PipelineModel has), a screenful of class names."""
+    message = record.getMessage()
+    return not (PipelineModel.__name__ in message and "is not supported for" in message)
+
+
+def _drop_model_type_line() -> None:
+    """Filter that line out of transformers' pipeline logger, once: for af.pipeline and for a view handed to
+    transformers.pipeline directly. Only lines naming PipelineModel are dropped."""
     logger = logging.getLogger("transformers.pipelines.base")
-
-    def keep(record: logging.LogRecord) -> bool:
-        return not (PipelineModel.__name__ in record.getMessage() and "is not supported for" in record.getMessage())
-
-    logger.addFilter(keep)
-    try:
-        yield
-    finally:
-        logger.removeFilter(keep)
+    if _not_our_model_type_line not in logger.filters:
+        logger.addFilter(_not_our_model_type_line)

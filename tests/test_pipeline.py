@@ -4,6 +4,7 @@ and head (softmax of its logits; generate's tokens), and the model's own active 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,29 @@ def test_text_classification_scores_are_the_models_with_the_choice(model, tokeni
         assert sorted(got) == sorted(labels)
         torch.testing.assert_close(torch.tensor([got[label] for label in labels]), probabilities, rtol=1e-5, atol=1e-6)
     assert (model.active_adapter, model.active_head) == ("b", "plain")  # the pipeline put back what was active
+
+
+def test_a_view_handed_to_transformers_pipeline_logs_no_screen_of_class_names(model, tokenizer):
+    """transformers.pipeline(model=model.for_pipeline(...)) logged an error line listing ~150 *For<Task> classes
+    because PipelineModel is not one of them (af.pipeline hid it); the view works, so the line is dropped."""
+    logger = logging.getLogger("transformers.pipelines.base")  # its filters act before any handler of it
+
+    class Kept(logging.Handler):
+        messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    handler = Kept()
+    logger.addHandler(handler)
+    try:
+        classify = transformers.pipeline(
+            "text-classification", model=model.for_pipeline(adapter="b", head="plain"), tokenizer=tokenizer
+        )
+        assert classify("A man plays.")[0]["label"] in ("LABEL_0", "LABEL_1")
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in handler.messages if "is not supported for" in m], handler.messages
 
 
 def test_two_pipelines_on_one_model_and_text_pairs(model, tokenizer):
@@ -683,3 +707,7 @@ def test_token_classification_windows_and_split_words_are_checked_with_the_input
         tag("a text", is_split_into_words=True)
     assert tag(["a", "text"], is_split_into_words=True)
     assert tag("a text", stride=2, aggregation_strategy="simple") is not None
+    # a stride no window holds: the tokenizer's ValueError (raised only once the text overflows a window)
+    window = tokenizer.model_max_length - tokenizer.num_special_tokens_to_add(pair=False)
+    with pytest.raises(af.ConfigError, match=rf"stride={window} must be below the {window} tokens of a window"):
+        tag("a text", stride=window, aggregation_strategy="simple")
