@@ -163,6 +163,23 @@ def test_zoo_must_be_shipped_or_a_folder(tmp_path):
         load_spec(path)
     with pytest.raises(ZooError, match="neither"):
         resolve_zoo(tmp_path / "missing")
+    # an empty folder was told "no adapters for encoder X (only for [])", as though it were a store of others
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ZooError, match="holds no store entries"):
+        resolve_zoo(tmp_path / "empty")
+
+
+def test_load_zoo_adapter_refuses_an_encoder_that_is_no_name():
+    """encoder=5 was read as the encoder '5' (then: no adapters for it)."""
+    from transformers import AutoModel
+
+    import adapterfusion as af
+
+    model = af.wrap(AutoModel.from_pretrained(_encoder()))
+    for encoder in (5, "", ["x"]):
+        with pytest.raises(ZooError, match="is not an encoder's name"):
+            load_zoo_adapter(model, "mnli", encoder=encoder)
+    assert model.adapter_names == []
 
 
 def test_zoo_seed_names_what_the_zoo_holds_when_a_task_is_missing():

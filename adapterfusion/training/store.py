@@ -406,7 +406,15 @@ def resolve_zoo(zoo: str | os.PathLike) -> AdapterStore:
             else ""
         )
         raise ZooError(f"zoo {str(zoo)!r} is neither {SHIPPED!r} nor an existing AdapterStore folder{hint}")
-    return AdapterStore(root)
+    store = AdapterStore(root)
+    # an empty folder was told "no adapters for encoder X (only for [])", as though it were a store of others
+    if next(root.glob(f"*/*/*/{SEED_PREFIX}*/{ENTRY_FILE}"), None) is None:
+        raise ZooError(
+            f"zoo {str(zoo)!r} holds no store entries (no <encoder>/<task>/<setup>/seed-<n>/{ENTRY_FILE}), so it is "
+            f"not an AdapterStore with adapters in it; give {SHIPPED!r} or the folder a run put its adapters into "
+            "(its store=)"
+        )
+    return store
 
 
 def zoo_seed(store: AdapterStore, encoder: str, task: str, setup: str = ZOO_SETUP) -> int:

@@ -62,6 +62,11 @@ def load_zoo_adapter(
     """Load the zoo's adapter for `task` into `model` (as `name`, default the task), with its head if `head`;
     `overwrite` replaces an adapter (and head) of that name already loaded."""
     require_wrapped(model, "load_zoo_adapter")
+    if encoder is not None and not (isinstance(encoder, str) and encoder.strip()):  # 5 was read as encoder '5'
+        raise ZooError(
+            f"encoder={encoder!r} is not an encoder's name; give the path or Hub id the zoo's adapters were trained "
+            "on (a str), or leave it out for the model's own"
+        )
     store = resolve_zoo(zoo)
     encoder = encoder if encoder is not None else model.fingerprint.name_or_path
     seed = zoo_seed(store, encoder, task)
