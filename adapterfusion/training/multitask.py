@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,9 +63,16 @@ from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec, piece_name
 from adapterfusion.training.callbacks import StepEpochProgressCallback
 from adapterfusion.training.config import TrainingConfig
-from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.hardware import check_precision, check_report_to, launched_distributed
-from adapterfusion.training.loop import LoopData, TrainingOutcome, check_dev_split, fit, resolve_metric
+from adapterfusion.training.loop import (
+    LoopData,
+    TrainingOutcome,
+    check_dev_split,
+    fit,
+    resolve_metric,
+    untrained_warning,
+)
 from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, remove_run_entry, save_encoder, training_config_for
 from adapterfusion.training.run_files import RUN_FORMAT_VERSION
@@ -571,6 +579,10 @@ def train_multitask(
         pieces, store_paths = _save_outputs(model, names, data, tokenizer, run, resolved_store)
         if not config.keep_checkpoints:
             remove_run_entry(run_dir, "checkpoints", ignore_errors=True)
+        untrained = untrained_warning(config, outcome.max_steps)
+        if untrained is not None:  # recorded in metrics.json and said, as train() does
+            data.warnings.append(untrained)
+            warnings.warn(untrained, RunQualityWarning, stacklevel=2)
         results = _results(model, data, plan, outcome, metrics, seed, run_dir, pieces, store_paths)
         written = run.write_metrics(
             {**results, "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir))}

@@ -28,3 +28,24 @@ def test_one_step_with_warm_up_is_reported_as_untrained(tmp_path, tiny_encoder_d
     assert bool(said) is warned and any("nothing was trained" in w for w in recorded) is warned
     if warned:
         assert "set warmup_ratio=0" in said[0]
+
+
+def test_an_mt_a_run_of_one_step_with_warm_up_is_reported_as_untrained(tmp_path, tiny_encoder_dir, demo_data_dir):
+    from adapterfusion.training import train_multitask
+
+    settings = {"max_steps": 1, "batch_size": 4, "max_length": 32, "patience": None, "warmup_ratio": 0.1}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = train_multitask(
+            ["sst2", "rte"],
+            seed=1,
+            encoder=tiny_encoder_dir,
+            data_dir=demo_data_dir,
+            output_dir=tmp_path / "runs",
+            training_config=settings,
+            max_examples={"train": 8, "validation": 8},
+            reduction_factor=4,
+        )
+    assert any(issubclass(w.category, RunQualityWarning) and "nothing was trained" in str(w.message) for w in caught)
+    recorded = json.loads((result.run_dir / "metrics.json").read_text())["warnings"]
+    assert any("nothing was trained" in w for w in recorded)
