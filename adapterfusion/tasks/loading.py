@@ -134,10 +134,14 @@ def _hub_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[st
     try:
         loaded = datasets.load_dataset(spec.hub_path, spec.hub_config, revision=spec.hub_revision, cache_dir=cache_dir)
     except Exception as err:  # network, auth and missing-config errors all mean "not available from the Hub"
-        raise TaskError(
-            f"task {spec.name!r}: could not load {location} ({type(err).__name__}: {err}). Offline, pass "
-            f"data_dir=... or set {ENV_DATA_DIR} to a folder with {spec.name}/<split>.jsonl.gz files."
-        ) from err
+        env_dir = os.environ.get(ENV_DATA_DIR)
+        fix = (  # set, it was passed over for lacking this task's folder: "set it" would send the user in a circle
+            f"{ENV_DATA_DIR}={env_dir!r} is set but holds no {spec.name}/ folder, so the Hub was tried; put "
+            f"{spec.name}/<split>.jsonl.gz files there, or pass data_dir=... a folder that has them"
+            if env_dir
+            else f"Offline, pass data_dir=... or set {ENV_DATA_DIR} to a folder with {spec.name}/<split>.jsonl.gz files"
+        )
+        raise TaskError(f"task {spec.name!r}: could not load {location} ({type(err).__name__}: {err}). {fix}.") from err
     raw = {}
     for role in spec.hub_splits:
         name = spec.split_name(role)

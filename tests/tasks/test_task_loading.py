@@ -137,6 +137,19 @@ def test_hub_failure_says_how_to_work_offline(monkeypatch):
         load_task_data("ukp_argument")
 
 
+def test_hub_failure_with_the_data_folder_set_but_lacking_the_task_says_so(monkeypatch, tmp_path):
+    """It told the user to set ADAPTERFUSION_DATA_DIR, which was set (to a folder without rte/)."""
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setenv("ADAPTERFUSION_DATA_DIR", str(tmp_path))
+    with pytest.raises(TaskError, match=r"ADAPTERFUSION_DATA_DIR='.*' is set but holds no rte/ folder"):
+        load_task_data("rte")
+
+
 # -- user tasks ---------------------------------------------------------------------------------------
 
 
