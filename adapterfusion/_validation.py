@@ -10,6 +10,7 @@ import math
 import numbers
 import os
 import re
+import reprlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, MappingView, Set
 from typing import Any, TypeVar, cast
 
@@ -75,7 +76,9 @@ def check_names(value: object, field: str) -> list[str]:
         return [value]
     if isinstance(value, (list, tuple)) and all(isinstance(name, str) for name in value):
         return list(value)
-    raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected a name or a list of names")
+    raise ConfigError(
+        f"{field}={short_repr(value)} has type {type(value).__name__}; expected a name or a list of names"
+    )
 
 
 def check_mapping(value: object, field: str, example: str) -> dict:
@@ -84,7 +87,9 @@ def check_mapping(value: object, field: str, example: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected a mapping, e.g. {example}")
+        raise ConfigError(
+            f"{field}={short_repr(value)} has type {type(value).__name__}; expected a mapping, e.g. {example}"
+        )
     return dict(value)
 
 
@@ -129,9 +134,27 @@ def plain_fields(config: Any) -> None:
 
 
 def short_repr(value: object, limit: int = 80) -> str:
-    """repr(value), cut to about `limit` characters for a message (an int of 400 digits, a long list)."""
-    text = repr(value)
+    """repr(value), cut to about `limit` characters for a message (an int of 400 digits, a long list). Never fails
+    and never takes long: an int past Python's 4300-digit str limit (repr raises a ValueError that would replace the
+    message) is described by its size, a container of thousands of items is shown through reprlib, and an object
+    whose repr raises by its type."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _REPR_BITS:
+        sign = "-" if value < 0 else ""
+        return f"{sign}<an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
+    try:
+        if isinstance(value, (list, tuple, set, frozenset, dict)) and len(value) > _REPR_ITEMS:
+            text = _LONG_CONTAINERS.repr(value)
+        else:
+            text = repr(value)
+    except Exception:  # noqa: BLE001 - a user's object whose __repr__ fails: the message must still be made
+        return f"<a {type(value).__name__} object>"
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
+
+
+_REPR_BITS = 4000 * 3  # below Python's 4300-digit limit on int <-> str conversion (10**4000 < 2**13288)
+_REPR_ITEMS = 1000
+_LONG_CONTAINERS = reprlib.Repr()
+_LONG_CONTAINERS.maxlist = _LONG_CONTAINERS.maxtuple = _LONG_CONTAINERS.maxset = _LONG_CONTAINERS.maxdict = 16
 
 
 def is_finite_number(value: object) -> bool:
@@ -168,7 +191,7 @@ def check_number(
     """`value` as a float if it is a finite real number (not a bool) within the given bounds; else a ConfigError
     naming `field`, the value, its type where that is wrong, and what is `expected`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected {expected}")
+        raise ConfigError(f"{field}={short_repr(value)} has type {type(value).__name__}; expected {expected}")
     if not is_finite_number(value):
         raise ConfigError(f"{field}={short_repr(value)} is not a finite number; expected {expected}")
     number = float(value)
@@ -177,7 +200,7 @@ def check_number(
         or (above is not None and number <= above)
         or (below is not None and number >= below)
     ):
-        raise ConfigError(f"{field}={value!r} must be {expected}")
+        raise ConfigError(f"{field}={short_repr(value)} must be {expected}")
     return number
 
 
@@ -189,7 +212,7 @@ def check_int(
     where that is wrong, and the range."""
     expected = "an integer" + (f" >= {minimum}" if minimum is not None else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected {expected}")
+        raise ConfigError(f"{field}={short_repr(value)} has type {type(value).__name__}; expected {expected}")
     number = int(value)
     if minimum is not None and number < minimum:
         raise ConfigError(f"{field}={short_repr(value)} must be {expected}")
@@ -211,7 +234,7 @@ def check_has_values(tensors: Iterable[torch.Tensor], what: str, consequence: st
 
 def check_bool(value: object, field: str) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{field}={value!r} has type {type(value).__name__}; expected true or false")
+        raise ConfigError(f"{field}={short_repr(value)} has type {type(value).__name__}; expected true or false")
     return value
 
 
@@ -219,13 +242,15 @@ def check_layers(values: object, field: str, num_layers: int | None = None) -> t
     """Layer indices, sorted: a list (or other iterable, not a string) of distinct integers >= 0, and below
     `num_layers` if given."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise ConfigError(f"{field}={values!r} has type {type(values).__name__}; expected a list of layer indices")
+        raise ConfigError(
+            f"{field}={short_repr(values)} has type {type(values).__name__}; expected a list of layer indices"
+        )
     values = list(values)
     top = f"0..{num_layers - 1}" if num_layers is not None else "integers >= 0"
     for value in values:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ConfigError(
-                f"{field} entry {value!r} has type {type(value).__name__}; expected a layer index ({top})"
+                f"{field} entry {short_repr(value)} has type {type(value).__name__}; expected a layer index ({top})"
             )
     bad = [v for v in values if v < 0 or (num_layers is not None and v >= num_layers)]
     if bad:
@@ -238,7 +263,7 @@ def check_layers(values: object, field: str, num_layers: int | None = None) -> t
 def check_choice(value: object, allowed: Iterable[object], field: str) -> None:
     allowed = tuple(allowed)
     if value not in allowed:
-        raise ConfigError(f"{field}={value!r} is not allowed; choose one of {', '.join(map(repr, allowed))}")
+        raise ConfigError(f"{field}={short_repr(value)} is not allowed; choose one of {', '.join(map(repr, allowed))}")
 
 
 def check_positive(value: object, field: str) -> float:

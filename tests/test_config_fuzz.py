@@ -185,3 +185,25 @@ def test_an_integer_past_int64_in_a_float_option_is_that_float(value):
         assert isinstance(fusion.value_init_noise, float) and isinstance(fusion.regularization_weight, float)
         model.add_fusion("f", ["a", "b"], fusion)
         assert af.FusionConfig.from_dict(fusion.to_dict()) == fusion
+
+
+def test_messages_about_integers_past_pythons_digit_limit_are_still_made():
+    """repr(10**5000) raises (Python refuses int -> str past 4300 digits), so a refusal whose message showed the value
+    was a raw ValueError telling the user to call sys.set_int_max_str_digits(); short_repr describes it by size."""
+    from adapterfusion._validation import short_repr
+    from adapterfusion.serving import ServeConfig
+    from adapterfusion.training import TrainingConfig
+
+    huge = 10**5000
+    assert short_repr(huge) == "<an integer of about 5001 digits>" and short_repr(-huge).startswith("-<an integer")
+    assert short_repr(list(range(10**6))).endswith("...]")  # a long container is cut before repr walks all of it
+    for make in (
+        lambda: af.ClassificationHead(num_labels=huge),
+        lambda: af.AdapterConfig.pfeiffer(leave_out=huge),
+        lambda: af.AdapterConfig.pfeiffer(positions=huge),
+        lambda: TrainingConfig(bf16=huge),
+        lambda: ServeConfig(max_inputs=huge),
+        lambda: TaskSpec(name="t", kind="single", text_fields=("text",), label_names=("a", "b"), positive_label=huge),
+    ):
+        with pytest.raises(af.AdapterFusionError, match="an integer of about 5001 digits"):
+            make()

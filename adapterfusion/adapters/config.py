@@ -18,6 +18,7 @@ from adapterfusion._validation import (
     preset_by_name,
     reject_unknown_fields,
     reject_unknown_keys,
+    short_repr,
     versioned_fields,
 )
 from adapterfusion.adapters.activations import ACTIVATION_NAMES
@@ -73,19 +74,21 @@ class AdapterConfig:
         if isinstance(rf, Mapping):
             if "default" not in rf:
                 raise ConfigError(
-                    f"per-layer reduction_factor {dict(rf)!r} needs a 'default' entry, e.g. {{'default': 16, '11': 8}}"
+                    f"per-layer reduction_factor {short_repr(dict(rf))} needs a 'default' entry, e.g. "
+                    f"{{'default': 16, '11': 8}}"
                 )
             normalised = {}
             for key, value in rf.items():
                 key = str(key) if not isinstance(key, bool) else repr(key)
                 if key != "default" and not (key.isascii() and key.isdigit() and key == str(int(key))):
                     raise ConfigError(
-                        f"reduction_factor key {key!r} must be 'default' or a layer index written like '3' (ASCII "
+                        f"reduction_factor key {short_repr(key)} must be 'default' or a layer index written "
+                        f"like '3' (ASCII "
                         "digits, no leading zero: the layer it names is looked up by that spelling)"
                     )
                 if key in normalised:
-                    raise ConfigError(f"reduction_factor names layer {key!r} twice; give each layer once")
-                check_positive(value, f"reduction_factor[{key!r}]")
+                    raise ConfigError(f"reduction_factor names layer {short_repr(key)} twice; give each layer once")
+                check_positive(value, f"reduction_factor[{short_repr(key)}]")
                 normalised[key] = float(value)
             object.__setattr__(self, "reduction_factor", normalised)
         else:
@@ -94,7 +97,8 @@ class AdapterConfig:
         check_choice(self.non_linearity, ACTIVATION_NAMES, "non_linearity")
         if not isinstance(self.positions, (str, list, tuple)):
             raise ConfigError(
-                f"positions={self.positions!r} has type {type(self.positions).__name__}; expected a list such as "
+                f"positions={short_repr(self.positions)} has type {type(self.positions).__name__}; expected a "
+                f"list such as "
                 "('output',) or ('attention', 'output')"
             )
         positions = tuple(self.positions) if not isinstance(self.positions, str) else (self.positions,)
@@ -103,10 +107,12 @@ class AdapterConfig:
         for position in positions:
             check_choice(position, POSITIONS, "positions")
         if len(set(positions)) != len(positions):
-            raise ConfigError(f"positions {positions!r} lists a position twice")
+            raise ConfigError(f"positions {short_repr(positions)} lists a position twice")
         object.__setattr__(self, "positions", tuple(p for p in POSITIONS if p in positions))
         if not (isinstance(self.residual_before_ln, bool) or self.residual_before_ln == "post_add"):
-            raise ConfigError(f"residual_before_ln={self.residual_before_ln!r}; choose True, False or 'post_add'")
+            raise ConfigError(
+                f"residual_before_ln={short_repr(self.residual_before_ln)}; choose True, False or 'post_add'"
+            )
         for flag in ("original_ln_before", "original_ln_after", "ln_before", "ln_after", "train_layer_norm"):
             check_bool(getattr(self, flag), flag)
         if self.skip_before_ln_after is not None:
@@ -200,7 +206,7 @@ class AdapterConfig:
         for key in ("positions", "leave_out"):
             if key in data:
                 if not isinstance(data[key], (list, tuple)):
-                    raise ConfigError(f"adapter config {key}={data[key]!r} must be a list")
+                    raise ConfigError(f"adapter config {key}={short_repr(data[key])} must be a list")
                 data[key] = tuple(data[key])
         return cls(**data)
 

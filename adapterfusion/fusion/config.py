@@ -18,6 +18,7 @@ from adapterfusion._validation import (
     preset_by_name,
     reject_unknown_fields,
     reject_unknown_keys,
+    short_repr,
     versioned_fields,
 )
 from adapterfusion.errors import ConfigError
@@ -113,7 +114,8 @@ class FusionConfig:
         if changed:
             owner = "kind='attention' (AdapterFusion)" if self.kind == "scalearn" else "kind='scalearn'"
             raise ConfigError(
-                f"fusion kind={self.kind!r} does not use {changed}: those options belong to {owner}; leave them out "
+                f"fusion kind={short_repr(self.kind)} does not use {changed}: those options belong to "
+                f"{owner}; leave them out "
                 f"or choose that kind"
             )
         fields = type(self).__dataclass_fields__

@@ -15,6 +15,7 @@ from adapterfusion._validation import (
     plain_fields,
     reject_unknown_fields,
     reject_unknown_keys,
+    short_repr,
 )
 from adapterfusion.errors import ConfigError, IncompatibleModelError
 
@@ -61,17 +62,19 @@ class HeadConfig:
         if self.labels is not None:
             if not isinstance(self.labels, (list, tuple)):
                 raise ConfigError(
-                    f"labels={self.labels!r} has type {type(self.labels).__name__}; expected a list of "
+                    f"labels={short_repr(self.labels)} has type {type(self.labels).__name__}; expected a list of "
                     f"{self.output_size} label names"
                 )
             labels = tuple(self.labels)
             if len(labels) != self.output_size or not all(isinstance(label, str) for label in labels):
                 raise ConfigError(
-                    f"labels {list(labels)!r} must be {self.output_size} strings, one per output of this head"
+                    f"labels {short_repr(list(labels))} must be {self.output_size} strings, one per output of this head"
                 )
             repeated = sorted({label for label in labels if labels.count(label) > 1})
             if repeated:
-                raise ConfigError(f"labels {list(labels)!r} name {repeated} twice; give each output its own name")
+                raise ConfigError(
+                    f"labels {short_repr(list(labels))} name {repeated} twice; give each output its own name"
+                )
             object.__setattr__(self, "labels", labels)
 
     @property
@@ -137,7 +140,7 @@ class QuestionAnsweringHead(HeadConfig):
         if self.num_labels != 2 or self.labels is not None:
             raise ConfigError(
                 f"QuestionAnsweringHead has exactly 2 outputs per token (start, end) and no labels; got "
-                f"num_labels={self.num_labels!r}, labels={self.labels!r}: leave both out"
+                f"num_labels={short_repr(self.num_labels)}, labels={short_repr(self.labels)}: leave both out"
             )
         super().__post_init__()
 
@@ -166,12 +169,12 @@ def head_config_from_dict(data: Mapping[str, Any]) -> HeadConfig:
     data = dict(data)
     kind = data.pop("kind", None)
     if not isinstance(kind, str) or kind not in HEAD_KINDS:
-        raise ConfigError(f"head kind {kind!r} is unknown; choose one of {', '.join(HEAD_KINDS)}")
+        raise ConfigError(f"head kind {short_repr(kind)} is unknown; choose one of {', '.join(HEAD_KINDS)}")
     cls = HEAD_KINDS[kind]
     reject_unknown_keys(data, [f.name for f in dataclasses.fields(cls)], f"{kind} head config")
     if data.get("labels") is not None:
         if not isinstance(data["labels"], (list, tuple)):
-            raise ConfigError(f"head labels={data['labels']!r} must be a list of label names")
+            raise ConfigError(f"head labels={short_repr(data['labels'])} must be a list of label names")
         data["labels"] = tuple(data["labels"])
     return cls(**data)
 
@@ -183,7 +186,8 @@ def check_head_labels(config: HeadConfig, labels: Sequence[str] | None, source: 
         return
     if not isinstance(labels, (list, tuple)) or not all(isinstance(label, str) for label in labels):
         raise ConfigError(
-            f"labels={labels!r} has type {type(labels).__name__}; expected a list of label names, e.g. a task's "
+            f"labels={short_repr(labels)} has type {type(labels).__name__}; expected a list of label names, "
+            f"e.g. a task's "
             "label_names"
         )
     labels = tuple(labels)

@@ -14,6 +14,7 @@ import json.decoder
 import json.scanner
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,13 @@ def read_document(path: str | os.PathLike, error: Error = ConfigError) -> Any:
         expanded = _value_count(data)
     except _DuplicateKey as duplicate:
         raise error(duplicate.describe(path)) from None
+    except ValueError as err:  # not a parse error of theirs: an integer past Python's str -> int digit limit
+        if "integer string conversion" not in str(err):
+            raise
+        raise error(
+            f"{path} holds an integer of more than {sys.get_int_max_str_digits()} digits, more than Python reads; "
+            "no setting takes such a number: write the value you meant"
+        ) from None
     except RecursionError:  # both parsers recurse once per level of nesting: a raw RecursionError
         raise error(
             f"{path} nests its lists or mappings too deeply to be read (a bracket left open, or generated text?); a "

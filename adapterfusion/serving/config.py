@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from adapterfusion._validation import short_repr
 from adapterfusion.errors import ConfigError
 
 API_KEY_ENV = "ADAPTERFUSION_API_KEY"
@@ -52,9 +53,14 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if self.allowed_hosts is not None:
             hosts = self.allowed_hosts
-            if isinstance(hosts, str) or not all(isinstance(h, str) and h.strip() for h in hosts) or not hosts:
+            if (
+                not isinstance(hosts, (tuple, list))
+                or not all(isinstance(h, str) and h.strip() for h in hosts)
+                or not hosts
+            ):
                 raise ConfigError(
-                    f"allowed_hosts={hosts!r} must be a non-empty tuple of host names such as ('localhost',), or None "
+                    f"allowed_hosts={short_repr(hosts)} must be a non-empty tuple of host names such as "
+                    f"('localhost',), or None "
                     "for any"
                 )
             object.__setattr__(self, "allowed_hosts", tuple(_bare_host(h) for h in hosts))
@@ -63,26 +69,29 @@ class ServeConfig:
         for name in ("max_batch_size", "max_queue", "max_inputs", "max_body_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be a positive whole number{_flag(name)}")
+                raise ConfigError(f"{name}={short_repr(value)} must be a positive whole number{_flag(name)}")
         for name in ("max_batch_tokens", "max_text_chars", "max_new_tokens"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"{name}={value!r} must be a positive whole number, or None{_flag(name)}")
+                raise ConfigError(f"{name}={short_repr(value)} must be a positive whole number, or None{_flag(name)}")
         if self.max_length is not None and (
             isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 2
         ):
             raise ConfigError(
-                f"max_length={self.max_length!r} must be a whole number of tokens >= 2, or None{_flag('max_length')}"
+                f"max_length={short_repr(self.max_length)} must be a whole number of tokens >= 2, or "
+                f"None{_flag('max_length')}"
             )
         wait = self.max_wait_ms
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 10_000:
             raise ConfigError(
-                f"max_wait_ms={self.max_wait_ms!r} must be between 0 and 10000 milliseconds{_flag('max_wait_ms')}"
+                f"max_wait_ms={short_repr(self.max_wait_ms)} must be between 0 and 10000 "
+                f"milliseconds{_flag('max_wait_ms')}"
             )
         if self.inputs_limit > self.max_batch_size:
             raise ConfigError(
-                f"max_inputs={self.max_inputs} exceeds max_batch_size={self.max_batch_size}: a request must fit one "
-                "forward; lower max_inputs or raise max_batch_size (serve's --max-inputs, --max-batch-size)"
+                f"max_inputs={short_repr(self.max_inputs)} exceeds max_batch_size={self.max_batch_size}: a request "
+                "must fit one forward; lower max_inputs or raise max_batch_size (serve's --max-inputs, "
+                "--max-batch-size)"
             )
         if self.api_key is not None and not isinstance(self.api_key, str):
             raise ConfigError(
@@ -150,7 +159,9 @@ def given_config(config: object) -> ServeConfig:
         return ServeConfig()
     if not isinstance(config, ServeConfig):
         fields = (
-            f"ServeConfig(**{config!r})" if isinstance(config, dict) and len(repr(config)) < 80 else "ServeConfig(...)"
+            f"ServeConfig(**{short_repr(config)})"
+            if isinstance(config, dict) and len(short_repr(config, 200)) < 80
+            else "ServeConfig(...)"
         )
         raise ConfigError(
             f"config is a {type(config).__name__}, not a ServeConfig; pass {fields} (from adapterfusion.serving "
@@ -177,12 +188,14 @@ def _bare_host(given: str) -> str:
         shown = host_name(name.partition("://")[2].partition("/")[0] if "://" in name else name.partition("/")[0])
         shown = shown if shown and not any(c.isspace() for c in shown) else "localhost"
         raise ConfigError(
-            f"allowed_hosts entry {given!r} is not a host name: give the name alone, without scheme, port or path, "
-            f"e.g. {shown!r} (the port of a request's Host header is not compared)"
+            f"allowed_hosts entry {short_repr(given)} is not a host name: give the name alone, without "
+            f"scheme, port or path, "
+            f"e.g. {short_repr(shown)} (the port of a request's Host header is not compared)"
         )
     if not all(c.isascii() and (c.isalnum() or c in "._-:%") for c in bare):  # '*', 'bücher.de': no Host equals them
         raise ConfigError(
-            f"allowed_hosts entry {given!r} is not a host name, so no request's Host header could match it and every "
+            f"allowed_hosts entry {short_repr(given)} is not a host name, so no request's Host header could "
+            f"match it and every "
             "request would be refused: give names of letters, digits, '.' and '-' (an international name in its "
             "'xn--' form), one entry each; wildcards such as '*' are not read: to answer any host, give none "
             "(ServeConfig.allowed_hosts=None; serve on a non-loopback --host without --allowed-host)"

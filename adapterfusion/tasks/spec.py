@@ -7,12 +7,13 @@ a local copy laid out like it, and a user's own CSV/JSONL files.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapterfusion._validation import closest
+from adapterfusion._validation import closest, short_repr
 from adapterfusion.tasks.errors import TaskError
 
 SPEC_FORMAT_VERSION = 1
@@ -64,7 +65,7 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
 def suggest(value: str, known: list[str] | tuple[str, ...]) -> str:
     """A ' Did you mean ...?' hint for a misspelt name, or '' when nothing is close."""
     close = closest(value, known)
-    return f" Did you mean {close!r}?" if close is not None else ""
+    return f" Did you mean {short_repr(close)}?" if close is not None else ""
 
 
 def piece_name(task: str | TaskSpec) -> str:
@@ -157,14 +158,14 @@ class TaskSpec:
     # -- validation -------------------------------------------------------------------------------
 
     def _fail(self, message: str) -> TaskError:
-        return TaskError(f"task {self.name!r}: {message}")
+        return TaskError(f"task {short_repr(self.name)}: {message}")
 
     def _check_scalar_types(self) -> None:
         for name, types in _SCALAR_TYPES.items():
             value = getattr(self, name)
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
                 wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-                raise TaskError(f"task {self.name!r}: {name}={value!r} must be {wanted}.")
+                raise TaskError(f"task {short_repr(self.name)}: {name}={short_repr(value)} must be {wanted}.")
 
     def _coerce_containers(self) -> None:
         """Accept lists (from JSON/YAML) and a dict for data_files, store tuples so the spec is hashable."""
@@ -176,7 +177,7 @@ class TaskSpec:
             allowed = (str, int) if name == "label_values" else (str,)
             if not isinstance(value, (list, tuple)) or not all(isinstance(item, allowed) for item in value):
                 kinds = "strings or integers" if len(allowed) > 1 else "strings"
-                raise self._fail(f"{name}={value!r} must be a list of {kinds}.")
+                raise self._fail(f"{name}={short_repr(value)} must be a list of {kinds}.")
             object.__setattr__(self, name, tuple(value))
         files = self.data_files
         pairs: Iterable[tuple[Any, Any]]  # a mapping or pairs from JSON/YAML, made a tuple of str pairs here
@@ -185,19 +186,34 @@ class TaskSpec:
         elif isinstance(files, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in files):
             pairs = files
         else:
-            raise self._fail(f"data_files={files!r} must map split roles to files, e.g. {{'train': 'train.csv'}}.")
-        object.__setattr__(self, "data_files", tuple((str(role), str(path)) for role, path in pairs))
+            raise self._fail(
+                f"data_files={short_repr(files)} must map split roles to files, e.g. {{'train': 'train.csv'}}."
+            )
+        pairs = list(pairs)
+        odd = [
+            (role, path)
+            for role, path in pairs
+            if not isinstance(role, str) or not isinstance(path, (str, os.PathLike))
+        ]
+        if odd:  # data_files={'train': 5} was read as the file '5'
+            raise self._fail(
+                f"data_files entry {short_repr(odd[0][0])}: {short_repr(odd[0][1])} must map a split role (a str) to "
+                "a file path (a str), e.g. {'train': 'train.csv'}."
+            )
+        object.__setattr__(self, "data_files", tuple((role, os.fspath(path)) for role, path in pairs))
 
     def _check_identity(self) -> None:
         if not isinstance(self.name, str) or not _NAME_PATTERN.fullmatch(self.name):
             raise TaskError(
-                f"task name {self.name!r} is invalid: use letters, digits, '_', '-' or '.', starting with a "
+                f"task name {short_repr(self.name)} is invalid: use letters, digits, '_', '-' or '.', starting with a "
                 "letter or digit (it names the task's data folder)."
             )
         if self.kind not in KINDS:
-            raise self._fail(f"kind {self.kind!r} is unknown; use one of {KINDS}.{suggest(str(self.kind), KINDS)}")
+            raise self._fail(
+                f"kind {short_repr(self.kind)} is unknown; use one of {KINDS}.{suggest(str(self.kind), KINDS)}"
+            )
         if not isinstance(self.max_length, int) or self.max_length < 8:
-            raise self._fail(f"max_length={self.max_length!r} must be an integer >= 8 (tokens per input).")
+            raise self._fail(f"max_length={short_repr(self.max_length)} must be an integer >= 8 (tokens per input).")
 
     def _check_fields(self) -> None:
         expected = {
@@ -213,7 +229,7 @@ class TaskSpec:
         two = self.kind in ("pair", EXTRACTIVE_QA)
         if (one and n_text != 1) or (two and n_text != 2) or n_text < 1:
             raise self._fail(
-                f"a {self.kind!r} task needs {expected[self.kind]} text field(s), got "
+                f"a {short_repr(self.kind)} task needs {expected[self.kind]} text field(s), got "
                 f"text_fields={list(self.text_fields)}."
             )
         names = [*self.text_fields, *self.choice_fields, self.label_field]
@@ -228,7 +244,8 @@ class TaskSpec:
                 )
         if self.label_field in (*self.text_fields, *self.choice_fields):
             raise self._fail(
-                f"field {self.label_field!r} is both the label field and a text field; the model would read the "
+                f"field {short_repr(self.label_field)} is both the label field and a text field; the model "
+                f"would read the "
                 "answer. Name the text column(s) in text_fields (choice_fields) and the label column in label_field."
             )
         if self.chat_template and self.kind != GENERATION:
@@ -253,12 +270,14 @@ class TaskSpec:
                 f"choice ({n_choices})."
             )
         if self.blank is not None and (not isinstance(self.blank, str) or not self.blank):
-            raise self._fail(f"blank={self.blank!r} must be a non-empty placeholder string such as '_'.")
+            raise self._fail(f"blank={short_repr(self.blank)} must be a non-empty placeholder string such as '_'.")
 
     def _check_labels(self) -> None:
         if self.regression:
             if self.kind not in ("single", "pair"):
-                raise self._fail(f"regression=True is for 'single' and 'pair' tasks, not {self.kind!r}; remove it.")
+                raise self._fail(
+                    f"regression=True is for 'single' and 'pair' tasks, not {short_repr(self.kind)}; remove it."
+                )
             if self.label_names or self.label_values:
                 raise self._fail(
                     "a regression task has no label_names or label_values: its label_field holds each row's score; "
@@ -296,14 +315,15 @@ class TaskSpec:
             name, index = misread[0]
             raise self._fail(
                 f"label_names={list(self.label_names)} are numbers that are also label ids 0..{len(ids) - 1} "
-                f"(the name {name!r} has id {index}), so a raw label {name!r} in a file is ambiguous; give "
+                f"(the name {short_repr(name)} has id {index}), so a raw label {short_repr(name)} in a file "
+                f"is ambiguous; give "
                 f"label_values={list(self.label_names)} if the files write these names, or "
                 f"label_values={ids} if they write ids."
             )
         if self.label_values:
             if len(self.label_values) != len(self.label_names):
                 raise self._fail(
-                    f"label_values={list(self.label_values)} must give one raw value per label name "
+                    f"label_values={short_repr(list(self.label_values))} must give one raw value per label name "
                     f"{list(self.label_names)}."
                 )
             keys = [str(v) for v in self.label_values]
@@ -352,7 +372,7 @@ class TaskSpec:
         for metric in self.metrics:
             if metric not in known:
                 raise self._fail(
-                    f"metric {metric!r} is unknown for a {self.kind!r} task; use {list(known)}."
+                    f"metric {short_repr(metric)} is unknown for a {short_repr(self.kind)} task; use {list(known)}."
                     f"{suggest(str(metric), known)}"
                 )
         if self.kind == GENERATION or self.regression:
@@ -360,14 +380,16 @@ class TaskSpec:
         if "f1" in self.metrics and (self.kind == "multiple_choice" or len(self.label_names) != 2):
             raise self._fail("metric 'f1' is binary F1; it needs a 2-class single/pair task. Remove 'f1'.")
         if not 0 <= self.positive_label < len(self.label_names):
-            raise self._fail(f"positive_label={self.positive_label} is not a label id 0..{len(self.label_names) - 1}.")
+            raise self._fail(
+                f"positive_label={short_repr(self.positive_label)} is not a label id 0..{len(self.label_names) - 1}."
+            )
 
     def _check_span_metrics(self) -> None:
         known = _SPAN_METRICS[self.kind]
         for metric in self.metrics:
             if metric not in known:
                 raise self._fail(
-                    f"metric {metric!r} is unknown for a {self.kind!r} task; use {list(known)}."
+                    f"metric {short_repr(metric)} is unknown for a {short_repr(self.kind)} task; use {list(known)}."
                     f"{suggest(str(metric), known)}"
                 )
 
@@ -401,7 +423,7 @@ class TaskSpec:
     def split_name(self, role: str) -> str | None:
         """The dataset's own name for a split role ("validation" -> "validation_matched" for MNLI)."""
         if role not in ROLES:
-            raise self._fail(f"split role {role!r} is unknown; use {list(ROLES)}.")
+            raise self._fail(f"split role {short_repr(role)} is unknown; use {list(ROLES)}.")
         return {"train": self.train_split, "validation": self.validation_split, "test": self.test_split}[role]
 
     def label_lookup(self) -> dict[str, int]:
@@ -435,17 +457,18 @@ class TaskSpec:
         label = data.get("name", "<unnamed>")
         if version != SPEC_FORMAT_VERSION:
             raise TaskError(
-                f"task {label!r}: format_version={version!r} is not supported; this library reads version "
+                f"task {short_repr(label)}: format_version={short_repr(version)} is not supported; this "
+                f"library reads version "
                 f"{SPEC_FORMAT_VERSION}."
             )
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = [k for k in data if k not in known]
         if unknown:
             hints = "".join(suggest(str(k), known) for k in unknown)
-            raise TaskError(f"task {label!r}: unknown key(s) {unknown}.{hints} Known keys: {known}.")
+            raise TaskError(f"task {short_repr(label)}: unknown key(s) {unknown}.{hints} Known keys: {known}.")
         missing = [k for k in ("name", "kind", "text_fields") if k not in data]
         if missing:
-            raise TaskError(f"task {label!r}: required key(s) {missing} are missing.")
+            raise TaskError(f"task {short_repr(label)}: required key(s) {missing} are missing.")
         return cls(**data)
 
 

@@ -56,11 +56,13 @@ def _positive_int(
         or (maximum is not None and value > maximum)
     ):
         bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
-        raise ConfigError(f"{field}={value!r} must be an integer {bound}" + (" or None" if allow_none else "") + why)
+        raise ConfigError(
+            f"{field}={short_repr(value)} must be an integer {bound}" + (" or None" if allow_none else "") + why
+        )
     if maximum is None and value > sys.maxsize:  # a count beyond any index: islice and range fail steps in
         raise ConfigError(
-            f"{field}={value!r} is a count beyond the largest Python can index ({sys.maxsize}); give a realistic "
-            "number" + why
+            f"{field}={short_repr(value)} is a count beyond the largest Python can index ({sys.maxsize}); give a "
+            "realistic number" + why
         )
 
 
@@ -133,7 +135,9 @@ class TrainingConfig:
         _positive_int(self.max_length, "max_length", allow_none=True, minimum=MIN_MAX_LENGTH)
         _positive_int(self.seed, "seed", minimum=0, maximum=MAX_SEED, why=SEED_RANGE_REASON)
         if self.metric_for_best is not None and (not isinstance(self.metric_for_best, str) or not self.metric_for_best):
-            raise ConfigError(f"metric_for_best={self.metric_for_best!r} must be a metric name such as 'accuracy'")
+            raise ConfigError(
+                f"metric_for_best={short_repr(self.metric_for_best)} must be a metric name such as 'accuracy'"
+            )
         _positive_int(self.grad_accumulation, "grad_accumulation")
         for flag in (
             "fp16",
@@ -146,11 +150,13 @@ class TrainingConfig:
             "fast_dropout",
         ):
             if not isinstance(getattr(self, flag), bool):
-                raise ConfigError(f"{flag}={getattr(self, flag)!r} must be true or false")
+                raise ConfigError(f"{flag}={short_repr(getattr(self, flag))} must be true or false")
         if self.fp16 and self.bf16:
             raise ConfigError("fp16 and bf16 are both set; choose one mixed-precision mode")
         if self.report_to not in REPORT_TARGETS:
-            raise ConfigError(f"report_to={self.report_to!r} is not allowed; choose one of {list(REPORT_TARGETS)}")
+            raise ConfigError(
+                f"report_to={short_repr(self.report_to)} is not allowed; choose one of {list(REPORT_TARGETS)}"
+            )
         _positive_int(self.save_total_limit, "save_total_limit")
         _positive_int(self.logging_steps, "logging_steps")
         _positive_int(self.dataloader_workers, "dataloader_workers", minimum=0)
@@ -162,7 +168,7 @@ class TrainingConfig:
         unknown = [key for key in overrides if key not in _FIELDS]
         if unknown:
             raise ConfigError(
-                f"training config has no setting {unknown[0]!r}.{suggest(str(unknown[0]), _FIELDS)} "
+                f"training config has no setting {short_repr(unknown[0])}.{suggest(str(unknown[0]), _FIELDS)} "
                 f"Known keys: {', '.join(_FIELDS)}"
             )
         return cls(**{**_SETUP_DEFAULTS.get(setup, {}), **overrides})

@@ -92,3 +92,12 @@ def test_aliases_expanding_past_the_value_limit_are_refused_and_small_ones_read(
         read_document(tmp_path / "bomb.yaml")
     (tmp_path / "small.yaml").write_text("base: &b {lr: 1}\none: *b\ntwo: *b\n")
     assert read_document(tmp_path / "small.yaml") == {"base": {"lr": 1}, "one": {"lr": 1}, "two": {"lr": 1}}
+
+
+@pytest.mark.parametrize("name", ["big.json", "big.yaml"])
+def test_an_integer_past_pythons_digit_limit_is_the_callers_error(tmp_path, name):
+    """Both parsers convert with int(), which refuses more than 4300 digits: a raw ValueError naming
+    sys.set_int_max_str_digits()."""
+    (tmp_path / name).write_text('{"epochs": ' + "9" * 5000 + "}" if name.endswith("json") else "epochs: " + "9" * 5000)
+    with pytest.raises(ConfigError, match=rf"{name} holds an integer of more than 4300 digits"):
+        read_document(tmp_path / name)

@@ -313,4 +313,14 @@ CASES: tuple[BadInput, ...] = (
         _yaml_experiment("description: " + "[" * 5000 + "]" * 5000),
         cli=True,
     ),
+    B(
+        "experiment-integer-past-digit-limit",
+        "experiment files",
+        "an experiment file with `seeds: [<a 5000-digit number>]` (a raw ValueError from PyYAML's int(), telling the "
+        "user to call sys.set_int_max_str_digits())",
+        ExperimentSpecError,
+        ("experiment.yaml holds an integer of more than 4300 digits", "write the value you meant"),
+        _yaml_experiment("seeds: [" + "9" * 5000 + "]"),
+        cli=True,
+    ),
 )

@@ -391,4 +391,13 @@ CASES: tuple[BadInput, ...] = (
         ("own.yaml stands for more than 100,000 values", "YAML aliases"),
         _task_file_alias_bomb,
     ),
+    B(
+        "training-config-integer-past-digit-limit",
+        "training",
+        "TrainingConfig(epochs=10**5000) (a raw ValueError: the message's repr of the value passed Python's 4300-digit "
+        "limit on int -> str)",
+        ConfigError,
+        ("epochs=<an integer of about 5001 digits>", "must be a finite number"),
+        lambda folder: lambda: TrainingConfig(epochs=10**5000),
+    ),
 )
