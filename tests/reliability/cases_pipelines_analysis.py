@@ -18,6 +18,7 @@ from adapterfusion.analysis import FusionActivation, average_activations, load_f
 from adapterfusion.fusion.subset import add_fusion_subset
 from adapterfusion.pruning import compare_pruned, select_adapters
 from adapterfusion.tasks import get_task
+from cases_serving import classified, shipped_tokenizer
 from catalogue import Action, BadInput, ModelTouched, contents
 from tiny_decoders import tiny_decoder
 from tiny_models import TINY_CONFIGS, tiny_encoder, tiny_inputs
@@ -26,31 +27,12 @@ B = BadInput
 PIPELINES, SCALEARN, PRUNING, ANALYSIS = "pipelines", "scalearn", "pruning", "analysis"
 
 
-def _tokenizer() -> Any:
-    return transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
-
-
-def _classify(*args: Any, **call: Any) -> Callable[[Path], Action]:
-    """af.pipeline('text-classification' or, given candidate_labels, 'zero-shot-classification', ...)(*args, **call)
-    on a tiny encoder over the shipped tokenizer with adapter a and an NLI head."""
-
-    def prepare(folder: Path) -> Action:
-        tokenizer = _tokenizer()
-        model = af.wrap(tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128))
-        model.add_adapter("a")
-        model.add_head("nli", af.ClassificationHead(num_labels=3, labels=["entailment", "neutral", "contradiction"]))
-        task = "zero-shot-classification" if "candidate_labels" in call else "text-classification"
-        return lambda: af.pipeline(task, model, tokenizer, adapter="a", head="nli")(*args, **call)
-
-    return prepare
-
-
 def _pipeline(task: str, *args: Any, built: dict[str, Any] | None = None, **call: Any) -> Callable[[Path], Action]:
     """af.pipeline(task, ..., **built)(*args, **call) on a tiny encoder over the shipped tokenizer with adapter a and
     a token-classification head tags (used by a token-classification pipeline only)."""
 
     def prepare(folder: Path) -> Action:
-        tokenizer = _tokenizer()
+        tokenizer = shipped_tokenizer()
         model = af.wrap(tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128))
         model.add_adapter("a")
         model.add_head("tags", af.TokenClassificationHead(num_labels=3))
@@ -65,7 +47,7 @@ def _fill(*args: Any, **call: Any) -> Callable[[Path], Action]:
     """af.pipeline('fill-mask', ...)(*args, **call) on a tiny BertForMaskedLM over the shipped tokenizer, adapter a."""
 
     def prepare(folder: Path) -> Action:
-        tokenizer = _tokenizer()
+        tokenizer = shipped_tokenizer()
         config = transformers.BertConfig(**{**TINY_CONFIGS["bert"][1], "vocab_size": len(tokenizer)})
         model = af.wrap(transformers.BertForMaskedLM(config))
         model.add_adapter("a")
@@ -79,7 +61,7 @@ def _generate(*args: Any, **call: Any) -> Callable[[Path], Action]:
     tokenizer with adapter lm."""
 
     def prepare(folder: Path) -> Action:
-        tokenizer = _tokenizer()
+        tokenizer = shipped_tokenizer()
         model = af.wrap(tiny_decoder("llama", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id))
         model.add_adapter("lm")
         return lambda: af.pipeline("text-generation", model, tokenizer, adapter="lm")(*args, max_new_tokens=2, **call)
@@ -167,7 +149,7 @@ CASES: tuple[BadInput, ...] = (
         "'yes is not a valid TruncationStrategy')",
         af.ConfigError,
         ("truncation='yes'", "'only_first'", "truncation=True"),
-        _classify("a text", truncation="yes"),
+        classified("a text", truncation="yes"),
     ),
     B(
         "pipeline-padding-unknown-strategy",
@@ -176,7 +158,7 @@ CASES: tuple[BadInput, ...] = (
         "transformers: 'sideways is not a valid PaddingStrategy')",
         af.ConfigError,
         ("padding='sideways'", "'longest'", "padding=True"),
-        _classify("a text", padding="sideways"),
+        classified("a text", padding="sideways"),
     ),
     B(
         "pipeline-max-length-negative",
@@ -185,7 +167,7 @@ CASES: tuple[BadInput, ...] = (
         "OverflowError 'can't convert negative int to unsigned'; max_length=0 was read as not given, nothing cut)",
         af.ConfigError,
         ("max_length=-3", "whole number >= 1", "max_length=128"),
-        _classify("a text", truncation=True, max_length=-3),
+        classified("a text", truncation=True, max_length=-3),
     ),
     B(
         "pipeline-tokenizer-switch-not-bool",
@@ -194,7 +176,7 @@ CASES: tuple[BadInput, ...] = (
         "return_token_type_ids='no' was taken as true)",
         af.ConfigError,
         ("add_special_tokens='no' (str)", "True or False"),
-        _classify("a text", add_special_tokens="no"),
+        classified("a text", add_special_tokens="no"),
     ),
     B(
         "pipeline-feature-extraction-tokenize-kwargs-not-dict",
@@ -266,7 +248,7 @@ CASES: tuple[BadInput, ...] = (
         "ValueError from the tokenizer, which transformers handed the whole array as one input)",
         af.ConfigError,
         ("of type ndarray", "a non-empty list of texts"),
-        _classify(np.array(["a", "b"])),
+        classified(np.array(["a", "b"])),
     ),
     B(
         "pipeline-input-set",
@@ -275,7 +257,7 @@ CASES: tuple[BadInput, ...] = (
         "to transformers)",
         af.ConfigError,
         ("of type set", "a non-empty list of texts"),
-        _classify({"a", "b"}),
+        classified({"a", "b"}),
     ),
     B(
         "pipeline-zero-shot-comma-labels-twice",
@@ -284,7 +266,7 @@ CASES: tuple[BadInput, ...] = (
         "str at its commas: the label was scored twice, 0.5 each whatever the text)",
         af.ConfigError,
         ("candidate_labels='sports, sports' names ['sports'] more than once", "name each label once"),
-        _classify("a", candidate_labels="sports, sports"),
+        classified("a", candidate_labels="sports, sports"),
     ),
     B(
         "pipeline-generation-prefix-not-text",

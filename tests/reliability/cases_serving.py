@@ -45,7 +45,7 @@ def _predict_on_gpt2_tokenizer(texts: list[str]) -> Callable[[Path], Action]:
     Llama's: "" makes no tokens)."""
 
     def prepare(folder: Path) -> Action:
-        tokenizer = _tokenizer()
+        tokenizer = shipped_tokenizer()
         model = af.wrap(tiny_encoder(vocab_size=len(tokenizer)))
         model.add_head("cls", af.ClassificationHead(num_labels=2))
         request = parse_predict({"inputs": texts, "head": "cls"}, Catalog.of(model), ServeConfig())
@@ -59,7 +59,7 @@ def _predict_encoded(inputs: list[object]) -> Callable[[Path], Action]:
     """Predictor.encode of a predict request for `inputs`, through the shipped MiniLM tokenizer."""
 
     def prepare(folder: Path) -> Action:
-        tokenizer = _tokenizer()
+        tokenizer = shipped_tokenizer()
         model = af.wrap(tiny_encoder(vocab_size=len(tokenizer)))
         model.add_head("cls", af.ClassificationHead(num_labels=2))
         request = parse_predict({"inputs": inputs, "head": "cls"}, Catalog.of(model), ServeConfig())
@@ -69,13 +69,13 @@ def _predict_encoded(inputs: list[object]) -> Callable[[Path], Action]:
     return prepare
 
 
-def _classified(*args: object, **call: object) -> Callable[[Path], Action]:
+def classified(*args: object, **call: object) -> Callable[[Path], Action]:
     """af.pipeline('text-classification' or, given candidate_labels, 'zero-shot-classification', ...)(*args, **call)
     on a tiny encoder over the shipped tokenizer with adapter a and an NLI head; the pipelines' inputs meet the same
     rules as the server's."""
 
     def prepare(folder: Path) -> Action:
-        tokenizer = _tokenizer()
+        tokenizer = shipped_tokenizer()
         model = af.wrap(tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128))
         model.add_adapter("a")
         model.add_head("nli", af.ClassificationHead(num_labels=3, labels=["entailment", "neutral", "contradiction"]))
@@ -85,7 +85,7 @@ def _classified(*args: object, **call: object) -> Callable[[Path], Action]:
     return prepare
 
 
-def _tokenizer() -> Any:
+def shipped_tokenizer() -> Any:
     """The shipped MiniLM's tokenizer."""
     return transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
 
@@ -94,7 +94,7 @@ def _max_length(max_length: int) -> Callable[[Path], Action]:
     """The server's check of a max_length (--max-length, ServeConfig.max_length) against the shipped tokenizer."""
 
     def prepare(folder: Path) -> Action:
-        tokenizer = _tokenizer()
+        tokenizer = shipped_tokenizer()
         return lambda: check_max_length(max_length, None, tokenizer)
 
     return prepare
@@ -104,7 +104,7 @@ def _served_with_its_tokenizer(**encoder: Any) -> Callable[[Path], Action]:
     """create_app for a tiny encoder made with `encoder`'s settings, served with the shipped tokenizer."""
 
     def prepare(folder: Path) -> Action:
-        tokenizer, model = _tokenizer(), af.wrap(tiny_encoder(**encoder))
+        tokenizer, model = shipped_tokenizer(), af.wrap(tiny_encoder(**encoder))
         return lambda: create_app(model, tokenizer)
 
     return prepare
@@ -356,7 +356,7 @@ CASES: tuple[BadInput, ...] = (
         "alone: the tokenizer drops an empty text_pair)",
         af.ConfigError,
         ("the text pair {'text': 'a', 'text_pair': ''}", "second text '' is blank", "text on both sides"),
-        _classified({"text": "a", "text_pair": ""}),
+        classified({"text": "a", "text_pair": ""}),
     ),
     B(
         "pipeline-blank-text",
@@ -364,7 +364,7 @@ CASES: tuple[BadInput, ...] = (
         "af.pipeline('text-classification', ...)(['a', '  ']) (the blank text was answered from [CLS] [SEP] alone)",
         af.ConfigError,
         ("entry [1] '  ', which holds no text", "leave out blank texts"),
-        _classified(["a", "  "]),
+        classified(["a", "  "]),
     ),
     B(
         "pipeline-zero-shot-label-twice",
@@ -373,7 +373,7 @@ CASES: tuple[BadInput, ...] = (
         "whatever the text: the copies share the label's probability)",
         af.ConfigError,
         ("candidate_labels=['x', 'x'] names ['x'] more than once", "name each label once"),
-        _classified("a", candidate_labels=["x", "x"]),
+        classified("a", candidate_labels=["x", "x"]),
     ),
     B(
         "serve-generate-top-k-beyond-any-vocabulary",
