@@ -30,7 +30,7 @@ GROUP = "server"
 PIPELINES = "pipelines"
 
 
-def _read(body: bytes) -> Callable[[Path], Action]:
+def read_with_defaults(body: bytes) -> Callable[[Path], Action]:
     """read_body(body) with the default limits."""
     return lambda folder: lambda: read_body(body, ServeConfig())
 
@@ -243,7 +243,7 @@ CASES: tuple[BadInput, ...] = (
         'a request body {"inputs": ["x"], "adapter": "a", "adapter": "b"} (a key twice)',
         af.ConfigError,
         ('"adapter"', "more than once", "give each key once"),
-        _read(b'{"inputs": ["x"], "adapter": "a", "adapter": "b"}'),
+        read_with_defaults(b'{"inputs": ["x"], "adapter": "a", "adapter": "b"}'),
     ),
     B(
         "serve-piece-invalid-name",

@@ -13,19 +13,15 @@ from unittest import mock
 import adapterfusion as af
 from adapterfusion.serving.app import _check_key, create_app, load_piece
 from adapterfusion.serving.config import API_KEY_ENV, ServeConfig
-from adapterfusion.serving.contract import Catalog, parse_piece, parse_predict, read_body
+from adapterfusion.serving.contract import Catalog, parse_piece, parse_predict
 from adapterfusion.serving.server import load_setup, serve
+from cases_serving import read_with_defaults
 from catalogue import Action, BadInput, adapters_a_and_b, cli, edit_json, saved_piece
 from tiny_models import tiny_encoder
 
 B = BadInput
 GROUP = "server"
 KEY = "secret-key-123"
-
-
-def _read(body: bytes) -> Callable[[Path], Action]:
-    """read_body(body) with the default limits."""
-    return lambda folder: lambda: read_body(body, ServeConfig())
 
 
 def _predict(body: dict[str, object]) -> Callable[[Path], Action]:
@@ -116,7 +112,7 @@ CASES: tuple[BadInput, ...] = (
         "number and refused in the Python API's terms, 'Average(weights=[nan, 1])')",
         af.ConfigError,
         ("holds NaN, which is not JSON", "send a finite number"),
-        _read(b'{"inputs": ["x"], "block": {"average": ["a", "b"], "weights": [NaN, 1]}, "head": "cls"}'),
+        read_with_defaults(b'{"inputs": ["x"], "block": {"average": ["a", "b"], "weights": [NaN, 1]}, "head": "cls"}'),
     ),
     B(
         "serve-body-float-past-range",
@@ -125,7 +121,7 @@ CASES: tuple[BadInput, ...] = (
         "Python's terms: 'top_p' is Infinity)",
         af.ConfigError,
         ("holds the number '1e400'", "beyond what a 64-bit float holds", "send a finite number"),
-        _read(b'{"inputs": ["x"], "temperature": 1, "top_p": 1e400}'),
+        read_with_defaults(b'{"inputs": ["x"], "temperature": 1, "top_p": 1e400}'),
     ),
     B(
         "serve-body-integer-too-long",
@@ -134,7 +130,7 @@ CASES: tuple[BadInput, ...] = (
         "sys.set_int_max_str_digits(), advice for the server's Python, not its client)",
         af.ConfigError,
         ("an integer of more than 4300 digits", "send a shorter number"),
-        _read(b'{"inputs": ["x"], "head": 1' + b"0" * 5000 + b"}"),
+        read_with_defaults(b'{"inputs": ["x"], "head": 1' + b"0" * 5000 + b"}"),
     ),
     B(
         "serve-body-latin-1",
@@ -143,7 +139,7 @@ CASES: tuple[BadInput, ...] = (
         "byte 0xe9 in position 16: invalid continuation byte)\"), naming Python's codec, not the fix)",
         af.ConfigError,
         ("not UTF-8 (byte 0xe9 at offset 16)", "JSON is sent as UTF-8"),
-        _read('{"inputs": ["café"], "head": "cls"}'.encode("latin-1")),
+        read_with_defaults('{"inputs": ["café"], "head": "cls"}'.encode("latin-1")),
     ),
     B(
         "serve-body-null",
@@ -151,7 +147,7 @@ CASES: tuple[BadInput, ...] = (
         "a request body of null (was 'must be a JSON object, not NoneType', Python's name for it)",
         af.ConfigError,
         ("must be a JSON object, not null",),
-        _read(b"null"),
+        read_with_defaults(b"null"),
     ),
     B(
         "serve-body-empty",
@@ -159,7 +155,7 @@ CASES: tuple[BadInput, ...] = (
         "POST /v1/predict with an empty body (was 'not valid JSON (Expecting value: line 1 column 1 (char 0))')",
         af.ConfigError,
         ("the request body is empty", "send a JSON object"),
-        _read(b""),
+        read_with_defaults(b""),
     ),
     B(
         "serve-inputs-an-object",
