@@ -30,7 +30,7 @@ def check_name(name: object, what: str) -> str:
     """Names become module keys and folder names, so they must be plain identifiers."""
     if not isinstance(name, str) or not _NAME_PATTERN.fullmatch(name):
         raise ConfigError(
-            f"invalid {what} name {name!r}: use letters, digits, '_' or '-' only "
+            f"invalid {what} name {short_repr(name)}: use letters, digits, '_' or '-' only "
             "(it becomes a module key and a file name)"
         )
     return name
@@ -41,7 +41,8 @@ def check_piece_name(name: object, kind: str) -> str:
     check_name(name, kind)
     if name in _MODULE_ATTRIBUTES:
         raise ConfigError(
-            f"invalid {kind} name {name!r}: it is the name of an attribute of torch's nn.Module, which cannot also "
+            f"invalid {kind} name {short_repr(name)}: it is the name of an attribute of torch's nn.Module, "
+            f"which cannot also "
             f"name a sub-module; choose another name, e.g. '{name}_1'"
         )
     return str(name)
@@ -53,7 +54,7 @@ def require_loaded(kind: str, name: str, known: Iterable[str]) -> None:
     check_one_name(name, kind)
     if name not in known:
         raise NameNotFoundError(
-            f"no {kind} named {name!r} is loaded; loaded {kind}s: {known or 'none'}. "
+            f"no {kind} named {short_repr(name)} is loaded; loaded {kind}s: {known or 'none'}. "
             f"Add it with add_{kind}() or load it with load_{kind}()"
         )
 
@@ -65,7 +66,7 @@ def check_one_name(name: object, kind: str) -> None:
     hint = ""
     if kind == "adapter" and isinstance(name, (list, tuple, set)):
         hint = "; to run several adapters together, add_fusion('f', [...]) them and activate(fusion='f')"
-    raise ConfigError(f"expected one {kind} name (a string), got {type(name).__name__} {name!r}{hint}")
+    raise ConfigError(f"expected one {kind} name (a string), got {type(name).__name__} {short_repr(name)}{hint}")
 
 
 def check_names(value: object, field: str) -> list[str]:
@@ -256,7 +257,7 @@ def check_layers(values: object, field: str, num_layers: int | None = None) -> t
     if bad:
         raise ConfigError(f"{field} {bad} are not layer indices ({top}" + (" of this encoder)" if num_layers else ")"))
     if len(set(values)) != len(values):
-        raise ConfigError(f"{field}={values!r} lists a layer twice")
+        raise ConfigError(f"{field}={short_repr(values)} lists a layer twice")
     return tuple(sorted(int(v) for v in values))
 
 
@@ -284,8 +285,8 @@ def preset_by_name(presets: Mapping[str, Callable[..., _Config]], name: object, 
     if key is None or key not in presets:
         near = closest(key, presets) if key is not None else None
         raise ConfigError(
-            f"unknown {kind} preset {name!r}; choose one of {', '.join(presets)}"
-            + (f" (did you mean {near!r}?)" if near else "")
+            f"unknown {kind} preset {short_repr(name)}; choose one of {', '.join(presets)}"
+            + (f" (did you mean {short_repr(near)}?)" if near else "")
         )
     return presets[key](**overrides)
 
@@ -301,7 +302,11 @@ def reject_unknown_keys(data: Mapping[str, Any], known: Iterable[str], what: str
     if len(unknown) == 1 and close:
         hint = f" (did you mean {close[unknown[0]]!r}?)"
     else:
-        hint = f" (did you mean {', '.join(f'{m!r} for {k!r}' for k, m in close.items())}?)" if close else ""
+        hint = (
+            f" (did you mean {', '.join(f'{short_repr(m)} for {short_repr(k)}' for k, m in close.items())}?)"
+            if close
+            else ""
+        )
     raise ConfigError(f"unknown key(s) {unknown} in {what}{hint}; known keys are {known}")
 
 
@@ -332,7 +337,7 @@ def versioned_fields(data: object, cls: type, version: int, what: str) -> dict:
     fields = dict(data)
     found = fields.pop("format_version", version)
     if found != version:
-        raise ConfigError(f"{what} format_version {found!r} is not supported (expected {version})")
+        raise ConfigError(f"{what} format_version {short_repr(found)} is not supported (expected {version})")
     reject_unknown_keys(fields, [f.name for f in dataclasses.fields(cls)], what)
     return fields
 

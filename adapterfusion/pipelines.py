@@ -256,7 +256,9 @@ def pipeline_task(task: object) -> str:
     else a ConfigError with the closest task name, instead of transformers' KeyError."""
     served = ", ".join(_TASK_READS)
     if not isinstance(task, str):
-        raise ConfigError(f"task={task!r} has type {type(task).__name__}; expected a pipeline task name: {served}")
+        raise ConfigError(
+            f"task={short_repr(task)} has type {type(task).__name__}; expected a pipeline task name: {served}"
+        )
     try:
         name: str = transformers.pipelines.check_task(task)[0]
     except KeyError as error:  # not a task, or one transformers 5 removed (question-answering, summarization, ...)
@@ -265,11 +267,13 @@ def pipeline_task(task: object) -> str:
         why = f"did you mean {match!r}?" if match is not None else ""
         why = str(error.args[0]) if "removed" in str(error) else why
         raise ConfigError(
-            f"unknown pipeline task {task!r}{f' ({why})' if why else ''}; a pipeline on an AdaptedModel serves {served}"
+            f"unknown pipeline task {short_repr(task)}{f' ({why})' if why else ''}; a pipeline on an "
+            f"AdaptedModel serves {served}"
         ) from None
     if name not in _TASK_READS:
         raise ConfigError(
-            f"pipeline task {task!r} is not one an AdaptedModel serves (it reads images, audio or tables, or a "
+            f"pipeline task {short_repr(task)} is not one an AdaptedModel serves (it reads images, audio or "
+            f"tables, or a "
             f"model kind this library does not wrap); use one of {served}"
         )
     return name

@@ -376,3 +376,24 @@ def test_pieces_added_after_eval_follow_the_models_mode(model):
     inputs = tiny_inputs()
     with torch.no_grad():
         assert torch.equal(model(**inputs).logits, model(**inputs).logits)
+
+
+def test_api_methods_given_no_name_state_piece_or_route_list_get_our_error():
+    """A fuzz of the public methods' arguments found raw errors from inside: a list as a name (torch's 'unhashable
+    type' from ModuleDict), set_state(None) and install_piece(None) (AttributeErrors), parallel_routes=3 (tuple())."""
+    from adapterfusion.trainable import adapter_parameters, fusion_layers, fusion_parameters, sites_with_adapter
+
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", "pfeiffer")
+    model.add_adapter("b", "pfeiffer")
+    model.add_fusion("f", ["a", "b"])
+    for lookup in (sites_with_adapter, adapter_parameters, fusion_layers, fusion_parameters):
+        with pytest.raises(af.ConfigError, match=r"name \(a string\), got list \['a'\]"):
+            lookup(model, ["a"])
+    with pytest.raises(af.ConfigError, match="set_state takes an ActiveState"):
+        model.set_state(None)
+    with pytest.raises(af.ConfigError, match="install_piece takes a Piece"):
+        model.install_piece(None)
+    with pytest.raises(af.ConfigError, match="parallel_routes=3 has type int"):
+        model.activated(fusion="f", parallel_routes=3)
+    assert model.active_fusion is None and model.adapter_names == ["a", "b"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from adapterfusion._validation import check_int, check_ordered, require_loaded
+from adapterfusion._validation import check_int, check_ordered, require_loaded, short_repr
 from adapterfusion.blocks import Block, is_loaded, resolve
 from adapterfusion.errors import AdapterFusionError, ConfigError
 from adapterfusion.injection.routing import RowRouting
@@ -90,7 +90,7 @@ def kept_adapters(fusion: str, fused: tuple[str, ...], keep: object) -> tuple[st
     them, each once."""
     if isinstance(keep, str) or not isinstance(keep, (list, tuple, set, frozenset)):
         raise ConfigError(
-            f"keep={keep!r} has type {type(keep).__name__}; expected a list of fusion {fusion!r}'s adapters "
+            f"keep={short_repr(keep)} has type {type(keep).__name__}; expected a list of fusion {fusion!r}'s adapters "
             f"{list(fused)}, e.g. keep=[{fused[0]!r}], or None for all of them"
         )
     keep = list(keep)
@@ -107,9 +107,15 @@ def kept_adapters(fusion: str, fused: tuple[str, ...], keep: object) -> tuple[st
 def with_routes(state: ActiveState, routes: Sequence[str], split_site: str | None = None) -> ActiveState:
     """`state` with parallel routes: adapters of its active fusion, each run alone on its own slice of the batch
     (repeated from the plain batch at `split_site`, if given)."""
+    if not isinstance(routes, Iterable):  # 3 was a raw TypeError from tuple(); sets and dicts: check_ordered
+        raise ConfigError(
+            f"parallel_routes={short_repr(routes)} has type {type(routes).__name__}; pass a list of adapter names, "
+            "e.g. parallel_routes=['a', 'b']"
+        )
     if isinstance(routes, str):  # a str is a sequence of one-letter names: 'ab' was read as ['a', 'b']
         raise ConfigError(
-            f"parallel_routes={routes!r} is a string; pass a list of adapter names, e.g. parallel_routes=[{routes!r}]"
+            f"parallel_routes={short_repr(routes)} is a string; pass a list of adapter names, e.g. "
+            f"parallel_routes=[{short_repr(routes)}]"
         )
     check_ordered(
         routes,
@@ -128,6 +134,11 @@ def with_routes(state: ActiveState, routes: Sequence[str], split_site: str | Non
 
 def checked_against(model: AdaptedModel, state: ActiveState) -> ActiveState:
     """`checked` against the pieces `model` holds now."""
+    if not isinstance(state, ActiveState):  # set_state(None) was an AttributeError deep in the check
+        raise ConfigError(
+            f"state={short_repr(state)} has type {type(state).__name__}; set_state takes an ActiveState (model.state, "
+            "or one model.state_for(...) made); to choose what runs, call activate(...)"
+        )
     fusions = {name: setup.adapters for name, setup in model.fusion_setups.items()}
     return checked(state, model.adapter_configs, fusions, list(model.heads), model.num_layers)
 

@@ -19,6 +19,7 @@ import stat
 from collections.abc import Callable, Collection
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from adapterfusion._validation import short_repr
 from adapterfusion.errors import AdapterFusionError, ConfigError, SerializationError
 
 _SEPARATORS = ("/", "\\", "\0")
@@ -37,7 +38,9 @@ def as_path(value: object, what: str, error: Error = ConfigError) -> Path:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
-        raise error(f"{what} {value!r} is not a path; give a folder or file path (a non-empty string or Path)")
+        raise error(
+            f"{what} {short_repr(value)} is not a path; give a folder or file path (a non-empty string or Path)"
+        )
     return Path(os.path.expanduser(value))  # '~name' of no such user stays as written (Path.expanduser raises)
 
 
@@ -52,8 +55,8 @@ def path_part(value: object, what: str) -> str:
         or PureWindowsPath(value).drive
     ):
         raise ConfigError(
-            f"{what} {value!r} cannot be a folder name: it must be one plain name without '/', '\\', '..' or a "
-            "drive, or it would lead outside the folder it is written to"
+            f"{what} {short_repr(value)} cannot be a folder name: it must be one plain name without '/', '\\', '..' "
+            "or a drive, or it would lead outside the folder it is written to"
         )
     return check_name_length(value, what)
 

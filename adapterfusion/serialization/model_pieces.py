@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from adapterfusion._validation import check_choice, check_has_values, naming_file
+from adapterfusion._validation import check_choice, check_has_values, naming_file, short_repr
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoders import sampled_fingerprint
-from adapterfusion.errors import IncompatibleModelError, NameNotFoundError, SerializationError
+from adapterfusion.errors import ConfigError, IncompatibleModelError, NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, FusionSetup
 from adapterfusion.heads.config import HeadConfig, check_head_labels
 from adapterfusion.injection import inject
@@ -89,6 +89,11 @@ def install_piece(
     """Add `piece` to the model (replacing one of that name with overwrite=True); returns its name. Everything is
     checked on modules built on the side, so a bad piece never replaces or half-adds anything. `labels` (heads only,
     e.g. a task's label_names): refuse a head saved for another label set. A fusion's adapters must be loaded first."""
+    if not isinstance(piece, Piece):  # None was an AttributeError ('kind') below
+        raise ConfigError(
+            f"piece={short_repr(piece)} has type {type(piece).__name__}; install_piece takes a Piece, as "
+            "export_piece(kind, name) or a format's reader (piece_from_folder) makes one"
+        )
     consequence = f"the {piece.kind} {piece.name!r} loaded into it would keep none of its values"
     check_has_values(model.model.parameters(), "this model's weights are", consequence)
     with naming_file(piece.blame) if piece.blame is not None else contextlib.nullcontext():
