@@ -132,7 +132,7 @@ def train(
     check_fusion_sources(options, spec)
     check_head_options(options, spec)
     config = training_config_for(setup, training_config, seed)
-    resolve_metric(spec, config)  # a misspelt metric_for_best is said now, not once the data is loaded and encoded
+    metric = resolve_metric(spec, config)  # a misspelt metric_for_best is said now, not once the data is loaded
     check_precision(config)
     check_report_to(config)
     check_max_examples(max_examples)
@@ -157,7 +157,7 @@ def train(
         if "validation" not in data:
             raise TrainingError(f"task {spec.name!r} loaded no validation split; early stopping needs one")
         check_carve_matches_adapter(info, options, seed)
-        check_dev_split(spec, data["validation"], resolve_metric(spec, config))
+        check_dev_split(spec, data["validation"], metric)
         encoded, truncation = encode_task(spec, data, tokenizer, config.max_length)
         model = run.wrapped_encoder(language_model=spec.is_generation)
         check_generation_model(spec, model, run.encoder)
@@ -269,7 +269,7 @@ def train(
             "task": spec.name,
             "setup": setup,
             "seed": seed,
-            "metric_for_best": resolve_metric(spec, config),
+            "metric_for_best": metric,
             "best": outcome.best_metrics,
             "epochs": outcome.epoch_metrics,
             "train_losses": outcome.train_losses,
