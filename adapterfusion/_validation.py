@@ -152,6 +152,12 @@ def short_repr(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
 
 
+def past_digit_limit(error: ValueError) -> bool:
+    """Whether `error` is Python's refusal to convert an integer of more than sys.get_int_max_str_digits() digits,
+    which json and yaml raise as a plain ValueError (its advice, sys.set_int_max_str_digits(), is no user's fix)."""
+    return "integer string conversion" in str(error)
+
+
 _REPR_BITS = 4000 * 3  # below Python's 4300-digit limit on int <-> str conversion (10**4000 < 2**13288)
 _REPR_ITEMS = 1000
 _LONG_CONTAINERS = reprlib.Repr()

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from adapterfusion._validation import past_digit_limit
 from adapterfusion.errors import AdapterFusionError, ConfigError, SerializationError
 from adapterfusion.io.paths import DENIED_ERRNOS, check_readable_file, describe, permission_denied
 
@@ -73,7 +74,7 @@ def read_document(path: str | os.PathLike, error: Error = ConfigError) -> Any:
     except _DuplicateKey as duplicate:
         raise error(duplicate.describe(path)) from None
     except ValueError as err:  # not a parse error of theirs: an integer past Python's str -> int digit limit
-        if "integer string conversion" not in str(err):
+        if not past_digit_limit(err):
             raise
         raise error(
             f"{path} holds an integer of more than {sys.get_int_max_str_digits()} digits, more than Python reads; "

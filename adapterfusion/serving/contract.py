@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from adapterfusion._validation import blank_pair_text, check_piece_name, short_repr
+from adapterfusion._validation import blank_pair_text, check_piece_name, past_digit_limit, short_repr
 from adapterfusion.blocks import (
     AVERAGE_SHARED_OPTIONS,
     Average,
@@ -205,7 +205,7 @@ def read_body(body: bytes, config: ServeConfig) -> dict[str, Any]:
             "character as \\uXXXX)",
         ) from None
     except ValueError as error:  # not JSON, or an integer longer than Python converts
-        if "integer string conversion" in str(error):  # its advice, sys.set_int_max_str_digits(), is no client's
+        if past_digit_limit(error):
             raise RequestError(
                 400,
                 f"the request body holds an integer of more than {sys.get_int_max_str_digits()} digits, the most this "
