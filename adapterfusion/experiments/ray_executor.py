@@ -132,8 +132,9 @@ class RayExecutor:
         return self._task
 
     def check_address(self) -> None:
-        """Refuse, in seconds and without connecting, a HOST:PORT address (given, or RAY_ADDRESS) where nothing
-        answers: the command line calls it before the output dir is written; the first use calls it too."""
+        """Refuse, in seconds and with a plain TCP connect rather than ray.init, a HOST:PORT address (given, or
+        RAY_ADDRESS) where nothing answers: the command line calls it before the output dir is written; the first
+        use calls it too."""
         _check_answers(self.address or os.environ.get("RAY_ADDRESS") or "")
 
     def _connect(self) -> None:
