@@ -10,6 +10,7 @@ then `status` shows it as interrupted (runner_gone). Only the runner's parent pr
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -57,17 +58,15 @@ CREATE TABLE IF NOT EXISTS jobs (
 """
 
 
-def _schema_columns() -> dict[str, frozenset[str]]:
-    """Each table of _SCHEMA and its columns, read from the schema itself (an in-memory database made by it)."""
+@functools.cache
+def schema_columns() -> dict[str, frozenset[str]]:
+    """What a results database must hold: each table of _SCHEMA and its columns, read from the schema itself (an
+    in-memory database made by it) when a store is first opened, not at import. A file with tables of these names but
+    other columns (another program's `jobs`) is no results store, and would fail at its first query."""
     with contextlib.closing(sqlite3.connect(":memory:")) as db:
         db.executescript(_SCHEMA)
         tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         return {table: frozenset(row[1] for row in db.execute(f"PRAGMA table_info({table})")) for table in tables}
-
-
-# What a results database must hold: a file with tables of these names but other columns (another program's `jobs`)
-# is no results store, and would fail at its first query.
-SCHEMA_COLUMNS = _schema_columns()
 
 
 @dataclass(frozen=True)
@@ -201,7 +200,7 @@ class ResultsStore:
                     f"`adapterfusion run` the experiment to fill it"
                 )
             return
-        foreign = f"tables {sorted(tables)}" if not set(SCHEMA_COLUMNS) <= tables else self._lacking_columns()
+        foreign = f"tables {sorted(tables)}" if not set(schema_columns()) <= tables else self._lacking_columns()
         if foreign:
             raise ResultsStoreError(
                 f"{self.path} is a SQLite database of something else ({foreign}), not an experiment's results; "
@@ -212,7 +211,7 @@ class ResultsStore:
         """'' if every table of the schema has its columns, else which lack which: another program's database may
         have tables named `meta` and `jobs` too."""
         lacking = []
-        for table, columns in SCHEMA_COLUMNS.items():
+        for table, columns in schema_columns().items():
             missing = columns - {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             if missing:
                 lacking.append(f"its table {table!r} has no column {', '.join(sorted(missing))}")
