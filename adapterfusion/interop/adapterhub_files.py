@@ -250,9 +250,6 @@ def _belongs_to_replaced(directory: Path, kind: str, name: str) -> bool:
     it may be removed once the new files are in place: every file of AdapterHub's names is, beside an AdapterHub
     config or after an interrupted export of ours; beside a config that save_<kind> wrote, only the weights file
     save_<kind> writes is (a .bin there is someone else's: save_<kind> never writes one)."""
-    config = directory / FILES[kind][0]
-    if not os.path.lexists(config):
-        return os.path.lexists(directory / pending_name(kind))
-    if is_adapterhub_dir(directory, kind):
-        return True
-    return is_our_piece_config(config, kind) and name == piece_weights_name(kind)
+    if not _replaceable(directory, kind):
+        return False
+    return not is_our_piece_config(directory / FILES[kind][0], kind) or name == piece_weights_name(kind)
