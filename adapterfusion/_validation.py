@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from adapterfusion.errors import ConfigError, NameNotFoundError, PieceExistsError
+from adapterfusion.errors import ConfigError, NameNotFoundError, PieceExistsError, SavedSettingError
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_\-]+$")
 # Adapter, fusion and head names become keys of an nn.ModuleDict, which refuses a key that is one of its attributes.
@@ -349,14 +349,18 @@ def versioned_fields(data: object, cls: type, version: int, what: str) -> dict:
 
 
 @contextlib.contextmanager
-def naming_file(path: str | os.PathLike) -> Iterator[None]:
-    """A ConfigError raised inside names `path` first: a bad value read from a file is fixed in that file. A name
-    already loaded is about the model, not the file, and passes as it is; the error keeps its type and attributes
-    (a subclass may take more than a message)."""
+def naming_file(path: str | os.PathLike, key: str | None = None) -> Iterator[None]:
+    """A ConfigError raised inside names `path` first: a bad value read from a file is fixed in that file. A plain
+    ConfigError becomes a SavedSettingError (file name, `key`: the file's entry being read, reason) that a caller can
+    inspect without reading the message. A name already loaded is about the model, not the file, and passes as it is,
+    as does a SavedSettingError already naming its file; another subclass keeps its type and attributes (it may take
+    more than a message), its message prefixed with `path`."""
     try:
         yield
-    except PieceExistsError:
+    except (PieceExistsError, SavedSettingError):
         raise
     except ConfigError as error:
+        if type(error) is ConfigError:
+            raise SavedSettingError(path, str(error), key) from None
         error.args = (f"{path}: {error}",)
         raise error.with_traceback(None) from None

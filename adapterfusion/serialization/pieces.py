@@ -203,7 +203,7 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
     for key in ("name", "config", "base_model"):
         if key not in document:
             raise SerializationError(f"{path} lacks the {key!r} field; the file is incomplete")
-    with naming_file(path):  # the saved name becomes a module key, and may become a folder name
+    with naming_file(path, "name"):  # the saved name becomes a module key, and may become a folder name
         check_piece_name(document["name"], f"saved {kind}")
     return document
 
@@ -283,7 +283,7 @@ def piece_from_folder(directory: str | Path, kind: str, encoder: EncoderFingerpr
         raise SerializationError(
             f"{directory}: the fusion config's 'adapters' is {adapters!r}; expected a non-empty list of adapter names"
         )
-    with naming_file(config_path(directory, kind)):
+    with naming_file(config_path(directory, kind), "config"):
         config = CONFIG_READERS[kind](document["config"])
     weights = read_piece_weights(directory, kind, document.get(WEIGHTS_DIGEST))
     return Piece(kind, document["name"], config, weights, tuple(adapters), source=str(directory))

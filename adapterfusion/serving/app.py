@@ -27,6 +27,7 @@ from adapterfusion.errors import (
     IncompatibleModelError,
     NameNotFoundError,
     PieceExistsError,
+    SavedSettingError,
     SerializationError,
 )
 from adapterfusion.serialization.model_pieces import AdaptersNotLoadedError
@@ -461,14 +462,13 @@ def _load_refused(error: AdapterFusionError, piece: PieceRequest) -> RequestErro
             f"{source} is a saved setup holding {len(error.choices)} {kind}s; give the folder of one as 'source' "
             f"(the setup's {kind}s folder holds one folder per {kind}, named like it)",
         )
-    file = f"{kind}_config.json"
-    if isinstance(error, ConfigError) and f"{file}: " in str(error):  # a saved setting this version refuses
-        reason = str(error).partition(f"{file}: ")[2]
-        said = f" ({reason[:200]})" if not any(sep in reason for sep in "/\\") else ""  # never a server's path
+    if isinstance(error, SavedSettingError):  # a saved setting this version refuses: its file's name, not its path
+        # a saved value may itself be a path on the server: then the file and the fix, not the reason
+        said = f" ({error.reason[:200]})" if not any(sep in error.reason for sep in "/\\") else ""
         return RequestError(
             422,
-            f"the {kind} in {source} was refused for a setting in its {file}{said}: a hand-edited or damaged file, "
-            f"or one saved by another version of adapterfusion; save the {kind} again with this version",
+            f"the {kind} in {source} was refused for a setting in its {error.file}{said}: a hand-edited or damaged "
+            f"file, or one saved by another version of adapterfusion; save the {kind} again with this version",
         )
     return RequestError(422, f"the {kind} in {source} was refused; the reason is in the server's log")
 

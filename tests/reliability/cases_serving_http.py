@@ -11,6 +11,7 @@ from pathlib import Path
 from unittest import mock
 
 import adapterfusion as af
+from adapterfusion.interop.adapterhub import export_adapterhub
 from adapterfusion.serving.app import _check_key, create_app, load_piece
 from adapterfusion.serving.config import API_KEY_ENV, ServeConfig
 from adapterfusion.serving.contract import Catalog, parse_piece, parse_predict
@@ -52,6 +53,20 @@ def _piece_with_setting(key: str, value: object) -> Callable[[Path], Action]:
         edit_json(saved / "adapter_config.json", lambda document: document["config"].update({key: value}))
         model = adapters_a_and_b("cls")
         return lambda: load_piece(model, parse_piece({"kind": "adapter", "source": str(saved), "name": "n"}))
+
+    return prepare
+
+
+def _adapterhub_fusion_with_setting(key: str, value: object) -> Callable[[Path], Action]:
+    """load_piece of an AdapterHub fusion over a and b whose adapter_fusion_config.json has `key` = `value`."""
+
+    def prepare(folder: Path) -> Action:
+        model = adapters_a_and_b("cls")
+        model.add_fusion("f", ["a", "b"])
+        exported = export_adapterhub(model, "fusion", "f", folder / "f")
+        edit_json(exported / "adapter_fusion_config.json", lambda document: document["config"].update({key: value}))
+        model.delete_fusion("f")
+        return lambda: load_piece(model, parse_piece({"kind": "fusion", "source": str(exported)}))
 
     return prepare
 
@@ -219,6 +234,16 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("refused for a setting in its adapter_config.json", "non_linearity='nope'", "save the adapter again"),
         _piece_with_setting("non_linearity", "nope"),
+    ),
+    B(
+        "serve-adapterhub-fusion-bad-setting",
+        GROUP,
+        'POST /v1/pieces of an AdapterHub fusion whose adapter_fusion_config.json has "dropout_prob": 7 (was told '
+        "the setting is in its 'fusion_config.json', a file the folder does not hold: the answer was cut out of the "
+        "message at '<kind>_config.json: ')",
+        af.ConfigError,
+        ("refused for a setting in its adapter_fusion_config.json", "dropout_prob=7 must be a number from 0 to 1"),
+        _adapterhub_fusion_with_setting("dropout_prob", 7),
     ),
     B(
         "serve-fusion-over-adapters-placed-otherwise",
