@@ -176,6 +176,42 @@ def _check_fill_mask_settings(settings: Mapping[str, Any], vocabulary: int | Non
         )
 
 
+def check_fill_mask_targets(targets: Any, tokenizer: Any) -> None:
+    """fill-mask `targets` as transformers' FillMaskPipeline.get_target_ids reads them: a word that is a key of the
+    tokenizer's vocabulary (a WordPiece '##s', a BPE 'ĠParis') or that the tokenizer makes one token of ('Paris' on an
+    uncased tokenizer, ' Paris' on one that marks a leading space) is scored as that token. Any other word transformers
+    cut to its first sub-token (or dropped, where there is none) with only a logged warning: another word's score."""
+    _check_fill_mask_settings({"targets": targets}, None)
+    try:
+        vocabulary = tokenizer.get_vocab()
+    except Exception:  # noqa: BLE001 - transformers falls back to tokenizing every target, as here
+        vocabulary = {}
+    for target in [targets] if isinstance(targets, str) else targets:
+        pieces = [] if target in vocabulary else _tokens(tokenizer, target)
+        if target in vocabulary or len(pieces) == 1:
+            continue
+        lost = (
+            f"the tokenizer splits it into {pieces}, of which transformers would score {pieces[0]!r} alone in its place"
+            if pieces
+            else "the tokenizer makes no token of it, and transformers would leave it out"
+        )
+        # A word a BPE tokenizer marks with its leading space, or a cased vocabulary's lower-case word, may be one.
+        near = (f" {target.strip()}", target.lower())
+        whole = next((word for word in near if word != target and len(_tokens(tokenizer, word)) == 1), None)
+        such = f" (such as {whole!r})" if whole is not None else ""
+        raise ConfigError(
+            f"targets: {target!r} is not one token of this tokenizer's vocabulary ({type(tokenizer).__name__}): "
+            f"{lost}, so the answer would not be that word's score; "
+            f"give whole-vocabulary words{such}, each one token by tokenizer.tokenize(word)"
+        )
+
+
+def _tokens(tokenizer: Any, text: str) -> list[str]:
+    """The tokens `tokenizer` makes of `text` alone, without special tokens (as get_target_ids tokenizes a target)."""
+    ids = tokenizer(text, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False)
+    return list(tokenizer.convert_ids_to_tokens(ids["input_ids"]))
+
+
 def check_mask_tokens(value: object, mask_token: str | None) -> None:
     """Every text given to a fill-mask pipeline holds the tokenizer's `mask_token`: without one transformers fails
     building its own error (an AttributeError 'base_model_prefix' on the model view)."""

@@ -11,8 +11,10 @@ whatever was active before, so one AdaptedModel can serve several pipelines, eac
 
 or `transformers.pipeline("text-classification", model=model.for_pipeline(adapter="rte", head="rte"), tokenizer=...)`.
 Which head a task reads is checked before any text runs (`check_task`): af.pipeline knows the task; a view built
-without it learns it from the pipeline that first reads its config (`reading_pipeline`), before that pipeline reads
-any logits. `transformers.pipeline(task, model=model)` runs whatever is active at each call: `AdaptedModel.config`
+without it learns it from the pipeline that first reads it (`reading_pipeline`), before that pipeline reads any
+logits. A pipeline meets its view as it is built (it reads the view's device first thing, `PipelineModel._meet`),
+and from then on its calls pass af.pipeline's call checks (`_checked_class`), however it was built.
+`transformers.pipeline(task, model=model)` runs whatever is active at each call: `AdaptedModel.config`
 (`model_config`) is the wrapped model's config, with the active head's labels where a head of ours is active, and is
 checked against the reading pipeline's task the same way.
 """
@@ -39,6 +41,7 @@ from adapterfusion.io.hub import hub_errors
 from adapterfusion.pipeline_arguments import (
     CHOICE_ARGUMENTS,
     check_device,
+    check_fill_mask_targets,
     check_mask_tokens,
     check_pipeline_input,
     check_settings,
@@ -117,11 +120,20 @@ class PipelineModel(nn.Module):
         """The wrapped model's config with the head's labels. Built without a task, the view takes the task of the
         first transformers pipeline that reads this (before it reads any logits) and checks the head against it."""
         if self.task is None:
-            task = served_task(reading_pipeline())
-            if task is not None:
-                check_reads(self.adapted, task, self.choice["head"])
-                self.task = task
+            self._meet(reading_pipeline())
         return self._config
+
+    def _meet(self, reader: Any | None) -> None:
+        """`reader`, a transformers pipeline of a task served here that runs this view (else nothing happens), is
+        checked as af.pipeline checks its own: the head against its task (check_reads; the view takes the task if it
+        has none), and each of its calls by _check_call, also where transformers.pipeline(task, model=view) built it."""
+        task = served_task(reader)
+        if task is None or getattr(reader, "model", None) is not self:
+            return
+        if task != self.task:
+            check_reads(self.adapted, task, self.choice["head"])
+            self.task = self.task or task
+        reader.__class__ = _checked_class(type(reader))
 
     def _follow_head(self) -> None:
         """The labels the pipeline reads (config.id2label) are the head's now: a head replaced under its name
@@ -142,6 +154,9 @@ class PipelineModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """The model's device. Every transformers pipeline reads it first thing as it is built (to move the model),
+        before it reads any setting, so this is where a pipeline built on this view meets it (_meet)."""
+        self._meet(reading_pipeline())
         return self.adapted.device
 
     @property
@@ -457,7 +472,7 @@ def pipeline(
     with loading_tokenizer or contextlib.nullcontext():
         built = build(task, model=view, tokenizer=tokenizer, **kwargs)
     refuse_unread_arguments(built, tokenizer, kwargs)
-    built.__class__ = _checked_class(type(built))
+    built.__class__ = _checked_class(type(built))  # _meet did so as transformers built it; not left to that
     return built
 
 
@@ -465,8 +480,11 @@ _CHECKED_CLASSES: dict[type, type] = {}
 
 
 def _checked_class(cls: type) -> type:
-    """`cls`, a transformers pipeline class, whose calls first pass _check_call (one subclass per class, of the same
-    name, with no fields of its own, so a built pipeline's class can be swapped for it)."""
+    """`cls`, a transformers pipeline class, whose calls first pass _check_call, and whose fill-mask targets (given
+    when it is built or at a call) pass check_fill_mask_targets where transformers resolves them to token ids (one
+    subclass per class, of the same name, with no fields of its own, so a pipeline's class can be swapped for it)."""
+    if cls in _CHECKED_CLASSES.values():
+        return cls
     if cls not in _CHECKED_CLASSES:
 
         def checked_call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -474,6 +492,13 @@ def _checked_class(cls: type) -> type:
             return cls.__call__(self, *args, **kwargs)
 
         namespace = {"__call__": checked_call, "__slots__": (), "__doc__": cls.__doc__, "__module__": __name__}
+        if issubclass(cls, transformers.FillMaskPipeline):
+
+            def checked_target_ids(self: Any, targets: Any) -> Any:
+                check_fill_mask_targets(targets, self.tokenizer)
+                return cast(Any, cls).get_target_ids(self, targets)
+
+            namespace["get_target_ids"] = checked_target_ids
         _CHECKED_CLASSES[cls] = type(cls.__name__, (cls,), namespace)
     return _CHECKED_CLASSES[cls]
 
@@ -487,12 +512,13 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
         choice = built.model.choice
         chosen = ", ".join(f"{key}={value!r}" for key, value in choice.items() if value not in (None, ()))
         raise ConfigError(
-            f"{given[0]}={short_repr(kwargs[given[0]])} given to a pipeline call: af.pipeline fixes the adapter, "
-            f"fusion, head and skip_layers when it builds the pipeline (this one runs {chosen or 'the bare model'}); "
-            f"build another for that choice, af.pipeline(task, model, tokenizer, {given[0]}=...)"
+            f"{given[0]}={short_repr(kwargs[given[0]])} given to a pipeline call: af.pipeline (or model.for_pipeline) "
+            f"fixes the adapter, fusion, head and skip_layers when the pipeline is built (this one runs "
+            f"{chosen or 'the bare model'}); build another for that choice, af.pipeline(task, model, tokenizer, "
+            f"{given[0]}=...)"
         )
     refuse_unread_call_arguments(built, kwargs)
-    task = built.model.task  # as PipelineModel resolved it (no alias)
+    task = served_task(built) or built.model.task  # the pipeline's own (a view may serve several), no alias
     if args:
         check_pipeline_input(task, args[0])
         if task == "fill-mask":

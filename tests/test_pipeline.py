@@ -402,7 +402,7 @@ def test_the_choice_given_at_call_time_is_refused(model, tokenizer, call):
     key = next(iter(call))
     with pytest.raises(
         af.ConfigError,
-        match=f"{key}=.* given to a pipeline call: af.pipeline fixes the adapter.*"
+        match=f"{key}=.* given to a pipeline call: af.pipeline \\(or model.for_pipeline\\) fixes the adapter.*"
         "this one runs adapter='a', head='nli'",
     ):
         classify(TEXTS[0], **call)
@@ -711,3 +711,92 @@ def test_token_classification_windows_and_split_words_are_checked_with_the_input
     window = tokenizer.model_max_length - tokenizer.num_special_tokens_to_add(pair=False)
     with pytest.raises(af.ConfigError, match=rf"stride={window} must be below the {window} tokens of a window"):
         tag("a text", stride=window, aggregation_strategy="simple")
+
+
+@pytest.mark.parametrize(
+    ("targets", "message"),
+    [
+        (["capitalxyz"], r"'capitalxyz' is not one token .*splits it into \['capital', '##xy', '##z'\], of which "),
+        ("capitalxyz", r"transformers would score 'capital' alone in its place"),  # a single word, as a str
+        (["paris", "capitalxyz"], r"targets: 'capitalxyz' is not one token of this tokenizer's vocabulary"),
+        (["\u200b"], r"makes no token of it, and transformers would leave it out"),  # transformers dropped it
+    ],
+)
+def test_fill_mask_targets_that_are_not_one_vocabulary_token_are_refused(fill, targets, message):
+    """Before: the first sub-token's score came back as the word's ('capitalxyz' answered as 'capital'), with only a
+    line logged by transformers."""
+    with pytest.raises(af.ConfigError, match=message) as refused:
+        fill("Paris is the [MASK] of France.", targets=targets)
+    assert "give whole-vocabulary words, each one token by tokenizer.tokenize(word)" in str(refused.value)
+
+
+def test_fill_mask_targets_given_when_the_pipeline_is_built_are_checked_too(fill, tokenizer):
+    with pytest.raises(af.ConfigError, match="'capitalxyz' is not one token"):
+        af.pipeline("fill-mask", fill.model.adapted, tokenizer, adapter="a", targets=["capitalxyz"])
+    with pytest.raises(af.ConfigError, match="'capitalxyz' is not one token"):
+        af.pipeline("fill-mask", fill.model.adapted, af.default_encoder_path(), adapter="a", targets="capitalxyz")
+
+
+def test_fill_mask_targets_the_tokenizer_makes_one_token_of_are_scored_as_that_token(fill):
+    """'Paris' is no key of the uncased vocabulary, and the tokenizer makes the one token 'paris' of it; '##s' is a
+    key (a word piece), which transformers looks up before tokenizing."""
+    text = "Paris is the [MASK] of France."
+    answers = fill(text, targets=["Paris", "LONDON", "##s"])
+    assert {answer["token_str"] for answer in answers} == {"paris", "london", "##s"}
+    lower = {answer["token_str"]: answer["score"] for answer in fill(text, targets=["paris", "london", "##s"])}
+    assert {answer["token_str"]: answer["score"] for answer in answers} == lower
+
+
+def test_fill_mask_targets_of_a_tokenizer_that_marks_a_leading_space():
+    """A GPT-2 style byte-level BPE: 'Paris' and ' London' (with its space marker, 'ĠLondon') are one token each,
+    'London' without the space is two, and the refusal names the one-token form."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from adapterfusion.pipeline_arguments import check_fill_mask_targets
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<mask>"], initial_alphabet=alphabet)
+    bpe.train_from_iterator(["Paris is the capital of France, and London is big."] * 20, trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, mask_token="<mask>")
+    assert tokenizer.tokenize("London") == ["Lon", "don"] and tokenizer.tokenize(" London") == ["ĠLondon"]
+    check_fill_mask_targets(["Paris", " London", "ĠLondon"], tokenizer)  # one token each, or a key of the vocabulary
+    with pytest.raises(af.ConfigError, match=r"'London' is not one token .*\['Lon', 'don'\].*\(such as ' London'\)"):
+        check_fill_mask_targets("London", tokenizer)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (dict(top_k=0), "top_k=0 .*a whole number >= 1"),  # answered nothing
+        (dict(truncation="yes"), "truncation='yes' .*truncation=True"),  # a ValueError inside transformers
+        (dict(adapter="b"), r"adapter='b' given to a pipeline call: .* \(this one runs adapter='a', head='nli'\)"),
+        (dict(adapter_names=["b"]), r"adapter_names=\['b'\] given to a pipeline call: .*does not read it"),
+    ],
+)
+def test_a_pipeline_built_by_transformers_on_a_view_checks_its_calls(model, tokenizer, call, message):
+    """transformers.pipeline(task, model=model.for_pipeline(...)) bypassed af.pipeline's call checks: each of these
+    was misread (adapter='b' ran adapter a unsaid) or failed inside transformers."""
+    classify = transformers.pipeline(
+        "text-classification", model=model.for_pipeline(adapter="a", head="nli"), tokenizer=tokenizer, top_k=None
+    )
+    with pytest.raises(af.ConfigError, match=message):
+        classify(TEXTS[0], **call)
+    with pytest.raises(af.ConfigError, match="was given None of type NoneType"):
+        classify(None)
+    assert len(classify([TEXTS[0]])[0]) == 3  # the pipeline still runs as built
+
+
+def test_a_fill_mask_pipeline_built_by_transformers_on_a_view_checks_targets_and_masks(fill, tokenizer):
+    view = fill.model.adapted.for_pipeline(adapter="a")
+    direct = transformers.pipeline("fill-mask", model=view, tokenizer=tokenizer)
+    assert view.task == "fill-mask"  # learnt from the pipeline as it was built
+    with pytest.raises(af.ConfigError, match=r"mask token '\[MASK\]', and there is none in 'no mask'"):
+        direct("no mask")  # an AttributeError inside transformers
+    with pytest.raises(af.ConfigError, match="'capitalxyz' is not one token"):
+        direct("a [MASK]", targets="capitalxyz")
+    with pytest.raises(af.ConfigError, match="'capitalxyz' is not one token"):
+        transformers.pipeline("fill-mask", model=view, tokenizer=tokenizer, targets=["capitalxyz"])
+    assert [answer["token_str"] for answer in direct("a [MASK]", targets=["paris"])] == ["paris"]

@@ -43,15 +43,44 @@ def _pipeline(task: str, *args: Any, built: dict[str, Any] | None = None, **call
     return prepare
 
 
-def _fill(*args: Any, **call: Any) -> Callable[[Path], Action]:
-    """af.pipeline('fill-mask', ...)(*args, **call) on a tiny BertForMaskedLM over the shipped tokenizer, adapter a."""
+def _fill(
+    *args: Any, built: dict[str, Any] | None = None, direct: bool = False, **call: Any
+) -> Callable[[Path], Action]:
+    """af.pipeline('fill-mask', ..., **built)(*args, **call) on a tiny BertForMaskedLM over the shipped tokenizer,
+    adapter a; `direct`: the pipeline built by transformers.pipeline('fill-mask', model=model.for_pipeline(...))."""
 
     def prepare(folder: Path) -> Action:
         tokenizer = shipped_tokenizer()
         config = transformers.BertConfig(**{**TINY_CONFIGS["bert"][1], "vocab_size": len(tokenizer)})
-        model = af.wrap(transformers.BertForMaskedLM(config))
+        model = af.wrap(transformers.BertForMaskedLM(config)).eval()
         model.add_adapter("a")
-        return lambda: af.pipeline("fill-mask", model.eval(), tokenizer, adapter="a")(*args, **call)
+        options = built or {}
+
+        def action() -> Any:
+            if direct:
+                view = model.for_pipeline(adapter="a")
+                fill = transformers.pipeline("fill-mask", model=view, tokenizer=tokenizer, **options)
+            else:
+                fill = af.pipeline("fill-mask", model, tokenizer, adapter="a", **options)
+            return fill(*args, **call)
+
+        return action
+
+    return prepare
+
+
+def _direct_classified(*args: Any, **call: Any) -> Callable[[Path], Action]:
+    """transformers.pipeline('text-classification', model=model.for_pipeline(adapter='a', head='nli'),
+    ...)(*args, **call) on a tiny encoder over the shipped tokenizer: built without af.pipeline."""
+
+    def prepare(folder: Path) -> Action:
+        tokenizer = shipped_tokenizer()
+        model = af.wrap(tiny_encoder(vocab_size=len(tokenizer), max_position_embeddings=128))
+        model.add_adapter("a")
+        model.add_adapter("b")
+        model.add_head("nli", af.ClassificationHead(num_labels=3, labels=["entailment", "neutral", "contradiction"]))
+        view = model.for_pipeline(adapter="a", head="nli")
+        return lambda: transformers.pipeline("text-classification", model=view, tokenizer=tokenizer)(*args, **call)
 
     return prepare
 
@@ -240,6 +269,60 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("targets=[]", "a non-empty list of words"),
         _fill("a [MASK]", targets=[]),
+    ),
+    B(
+        "pipeline-fill-mask-target-not-one-token",
+        PIPELINES,
+        "af.pipeline('fill-mask', ...)('Paris is the [MASK] of France.', targets=['capitalxyz']) (transformers scored "
+        "its first sub-token, 'capital', as the word, with only a logged warning)",
+        af.ConfigError,
+        ("'capitalxyz' is not one token", "['capital', '##xy', '##z']", "tokenizer.tokenize(word)"),
+        _fill("Paris is the [MASK] of France.", targets=["capitalxyz"]),
+    ),
+    B(
+        "pipeline-fill-mask-target-makes-no-token",
+        PIPELINES,
+        "af.pipeline('fill-mask', ..., targets='\\u200b') (a single word the tokenizer makes no token of: "
+        "transformers left it out with a logged warning, or failed with a ValueError when no target was left)",
+        af.ConfigError,
+        ("'\\u200b' is not one token", "makes no token of it", "whole-vocabulary words"),
+        _fill("Paris is the [MASK] of France.", built={"targets": "\u200b"}),
+    ),
+    B(
+        "pipeline-built-by-transformers-fill-mask-target-not-one-token",
+        PIPELINES,
+        "transformers.pipeline('fill-mask', model=model.for_pipeline(adapter='a'), ...)('a [MASK]', "
+        "targets='capitalxyz') (scored as 'capital', with only a logged warning)",
+        af.ConfigError,
+        ("'capitalxyz' is not one token", "would score 'capital' alone"),
+        _fill("a [MASK]", direct=True, targets="capitalxyz"),
+    ),
+    B(
+        "pipeline-built-by-transformers-no-mask-token",
+        PIPELINES,
+        "transformers.pipeline('fill-mask', model=model.for_pipeline(adapter='a'), ...)('no mask') (an "
+        "AttributeError from inside transformers: 'PipelineModel' object has no attribute 'base_model_prefix')",
+        af.ConfigError,
+        ("mask token '[MASK]'", "there is none in 'no mask'"),
+        _fill("no mask", direct=True),
+    ),
+    B(
+        "pipeline-built-by-transformers-call-top-k-zero",
+        PIPELINES,
+        "transformers.pipeline('text-classification', model=model.for_pipeline(...), ...)('a text', top_k=0) (an "
+        "empty answer: transformers sliced its sorted scores with it)",
+        af.ConfigError,
+        ("top_k=0 (int)", "whole number >= 1"),
+        _direct_classified("a text", top_k=0),
+    ),
+    B(
+        "pipeline-built-by-transformers-call-adapter",
+        PIPELINES,
+        "transformers.pipeline('text-classification', model=model.for_pipeline(adapter='a', ...), ...)('a text', "
+        "adapter='b') (handed to the tokenizer, which ignored it: adapter a's answer came back)",
+        af.ConfigError,
+        ("adapter='b' given to a pipeline call", "this one runs adapter='a', head='nli'", "build another"),
+        _direct_classified("a text", adapter="b"),
     ),
     B(
         "pipeline-input-numpy-array",
