@@ -142,13 +142,15 @@ def short_repr(value: object, limit: int = 80) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _REPR_BITS:
         sign = "-" if value < 0 else ""
         return f"{sign}<an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
+    container = isinstance(value, _CONTAINERS)
     try:
-        if isinstance(value, (list, tuple, set, frozenset, dict)) and len(value) > _REPR_ITEMS:
-            text = _LONG_CONTAINERS.repr(value)
-        else:
-            text = repr(value)
+        long = isinstance(value, _CONTAINERS) and len(value) > _REPR_ITEMS
+        text = _LONG_CONTAINERS.repr(value) if long else repr(value)
     except Exception:  # noqa: BLE001 - a user's object whose __repr__ fails: the message must still be made
-        return f"<a {type(value).__name__} object>"
+        try:  # a container holding an int past the digit limit (or an item whose repr fails): item by item
+            text = _LONG_CONTAINERS.repr(value) if container else f"<a {type(value).__name__} object>"
+        except Exception:  # noqa: BLE001
+            text = f"<a {type(value).__name__} object>"
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
 
 
@@ -160,7 +162,18 @@ def past_digit_limit(error: ValueError) -> bool:
 
 _REPR_BITS = 4000 * 3  # below Python's 4300-digit limit on int <-> str conversion (10**4000 < 2**13288)
 _REPR_ITEMS = 1000
-_LONG_CONTAINERS = reprlib.Repr()
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+class _ContainerRepr(reprlib.Repr):
+    """reprlib's short container repr, whose items never fail: an int past the digit limit by its size (reprlib
+    itself shows an item whose repr raises by its type and address)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        return short_repr(x)
+
+
+_LONG_CONTAINERS = _ContainerRepr()
 _LONG_CONTAINERS.maxlist = _LONG_CONTAINERS.maxtuple = _LONG_CONTAINERS.maxset = _LONG_CONTAINERS.maxdict = 16
 
 

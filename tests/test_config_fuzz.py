@@ -193,16 +193,31 @@ def test_messages_about_integers_past_pythons_digit_limit_are_still_made():
     from adapterfusion._validation import short_repr
     from adapterfusion.serving import ServeConfig
     from adapterfusion.training import TrainingConfig
+    from tiny_models import tiny_encoder
 
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a")
+    model.add_adapter("b")
     huge = 10**5000
     assert short_repr(huge) == "<an integer of about 5001 digits>" and short_repr(-huge).startswith("-<an integer")
     assert short_repr(list(range(10**6))).endswith("...]")  # a long container is cut before repr walks all of it
+    # inside a container too (repr of the list raises as well), and an item whose repr fails
+    assert short_repr(["a", [huge]]) == "['a', [<an integer of about 5001 digits>]]"
+    assert short_repr({"w": huge}) == "{'w': <an integer of about 5001 digits>}"
+
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    assert short_repr([1, Broken()]).startswith("[1, <Broken")
     for make in (
         lambda: af.ClassificationHead(num_labels=huge),
         lambda: af.AdapterConfig.pfeiffer(leave_out=huge),
         lambda: af.AdapterConfig.pfeiffer(positions=huge),
         lambda: TrainingConfig(bf16=huge),
         lambda: ServeConfig(max_inputs=huge),
+        lambda: model.add_fusion("f", ["a", huge]),
+        lambda: af.average_adapters(model, "c", ["a", "b"], weights=[huge, 1]),
         lambda: TaskSpec(name="t", kind="single", text_fields=("text",), label_names=("a", "b"), positive_label=huge),
     ):
         with pytest.raises(af.AdapterFusionError, match="an integer of about 5001 digits"):

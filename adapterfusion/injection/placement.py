@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from torch import nn
 
-from adapterfusion._validation import check_piece_name, require_loaded
+from adapterfusion._validation import check_piece_name, require_loaded, short_repr
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import FusionConfig
@@ -61,8 +61,8 @@ def fused_adapters(name: str, adapters: object) -> tuple[str, ...]:
         adapters = (adapters,)
     if not isinstance(adapters, (list, tuple)) or not all(isinstance(a, str) for a in adapters):
         raise ConfigError(
-            f"fusion {name!r}: adapters={adapters!r} has type {type(adapters).__name__}; expected a list of adapter "
-            "names, e.g. ['a', 'b']"
+            f"fusion {name!r}: adapters={short_repr(adapters)} has type {type(adapters).__name__}; expected a list of "
+            "adapter names, e.g. ['a', 'b']"
         )
     if not adapters:
         raise ConfigError(f"fusion {name!r} needs at least one adapter")

@@ -652,6 +652,15 @@ CASES: tuple[BadInput, ...] = (
         ("fusion 'g'", "adapters=None", "has type NoneType", "list of adapter names"),
         _call("add_fusion", "g", None),
     ),
+    B(
+        "add-fusion-huge-integer-in-list",
+        "model calls",
+        "add_fusion('g', ['a', 10**5000]) (a raw ValueError from repr: Python's 4300-digit limit, advising "
+        "sys.set_int_max_str_digits())",
+        af.ConfigError,
+        ("fusion 'g'", "an integer of about 5001 digits", "list of adapter names"),
+        _call("add_fusion", "g", ["a", 10**5000]),
+    ),
     # ---- a model after unload() -------------------------------------------------------------------------------------
     B(
         "unload-then-add-adapter",
