@@ -186,3 +186,23 @@ def test_zoo_seed_names_what_the_zoo_holds_when_a_task_is_missing():
     with pytest.raises(ZooError, match="no st-a adapter for task 'qqp'") as caught:
         zoo_seed(zoo_store(), _encoder(), "qqp")
     assert "mnli" in str(caught.value)
+
+
+def test_zoo_seed_counts_only_the_seed_folders_a_store_writes(tmp_path):
+    """A 'seed-old' folder (a backup moved by hand) beside an entry failed with int()'s ValueError, and 'seed-01'
+    counted as a second seed 1; neither is an entry, as no load looks there, so the one real entry is the zoo's."""
+    import adapterfusion as af
+    from adapterfusion.training import AdapterStore
+    from tiny_models import tiny_encoder
+
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    model.add_head("h", af.ClassificationHead(num_labels=2))
+    store = AdapterStore(tmp_path / "store")
+    entry = store.put_model(model, "a", "h", "org/enc", "rte", "st-a", 3)
+    for stray in ("seed-old", "seed-03"):
+        (entry.parent / stray).mkdir()
+        (entry.parent / stray / "entry.json").write_text("{}")
+    assert zoo_seed(store, "org/enc", "rte") == 3
+    assert [e["seed"] for e in store.entries()] == [3]
+    assert load_zoo_adapter(af.wrap(tiny_encoder("bert")), "rte", zoo=store.root, encoder="org/enc") == "rte"

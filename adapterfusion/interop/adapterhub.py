@@ -12,6 +12,7 @@ The translator sees the encoder only through that layout and never imports the m
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,13 @@ from adapterfusion.interop.adapterhub_config import (
 from adapterfusion.interop.adapterhub_files import (
     ADAPTERHUB_VERSION,
     FILES,
+    check_kind,
     is_adapterhub_dir,
     read_document,
     read_weights,
     write_folder,
 )
-from adapterfusion.io.paths import as_path
+from adapterfusion.io.paths import as_path, describe, out_of_reach
 from adapterfusion.piece import (
     EncoderLayout,
     Piece,
@@ -75,7 +77,7 @@ def load_adapterhub(
     (heads only) are the label names the head must have been trained for."""
     require_wrapped(model, "load_adapterhub")
     check_bool(overwrite, "overwrite")
-    _check_kind(kind, "loadable")
+    check_kind(kind, "loadable")
     piece = piece_from_adapterhub(directory, kind, model.layout())
     return model.install_piece(piece.renamed(name), overwrite, labels)
 
@@ -93,20 +95,25 @@ def export_adapterhub(
     files of that kind already in `directory` are replaced only with `overwrite` (an export and a download look
     alike); a config of that name that is neither AdapterHub's nor ours (a PEFT adapter's) is never replaced."""
     require_wrapped(model, "export_adapterhub")
-    _check_kind(kind, "exportable")
+    check_kind(kind, "exportable")
     return piece_to_adapterhub(model.export_piece(kind, name), directory, model.layout(), use_safetensors, overwrite)
-
-
-def _check_kind(kind: object, able: str) -> None:
-    if not isinstance(kind, str) or kind not in _WRITERS:
-        raise ConfigError(f"kind={kind!r} is not {able}; choose one of {', '.join(map(repr, _WRITERS))}")
 
 
 # ---- reading -----------------------------------------------------------------------------------------
 def piece_from_adapterhub(directory: str | Path, kind: str, layout: EncoderLayout) -> Piece:
     """The AdapterHub `kind` in `directory` as a Piece for the encoder `layout` describes. Its name is the saved one
     (a fusion's: its adapters joined by '-', as AdapterHub's 'a,b' is no valid module key)."""
-    directory = as_path(directory, f"the AdapterHub {kind} folder")
+    directory = as_path(directory, f"the AdapterHub {check_kind(kind, 'loadable')} folder")
+    found = describe(directory)  # anything else (a NUL in the path, no permission) the reader says as such
+    if found == "nothing" and not out_of_reach(directory):
+        raise SerializationError(
+            f"the AdapterHub {kind} folder {str(directory)!r} does not exist; this reads a local folder: check the "
+            f"path, or load a Hub repository's {kind} with model.load_{kind}('org/name/<folder>'), which downloads it"
+        )
+    if found == "a file":
+        raise SerializationError(
+            f"the AdapterHub {kind} folder {str(directory)!r} is a file; pass the folder holding it"
+        )
     document = read_document(directory, kind)
     saved: dict[str, Any] = {key: document[key] for key in ("model_type", "hidden_size") if key in document}
     layout.fingerprint.check_compatible(saved, directory, check_layers=False)
@@ -121,6 +128,7 @@ def _read_adapter(layout: EncoderLayout, directory: Path, document: dict[str, An
     _require_adapterhub_sites(layout)
     saved_name = str(document.get("name", ""))
     config = adapter_config_from_adapterhub(document["config"])
+    _check_post_add(config, layout, None)
     tensors = _site_tensors(layout, read_weights(directory, "adapter"), f"adapters.{saved_name}", directory)
     tensors = {
         key: value
@@ -187,6 +195,15 @@ def _read_head(layout: EncoderLayout, directory: Path, document: dict[str, Any])
     prefix = f"heads.{saved_name}."
     weights = read_weights(directory, "head")
     stray = sorted(k for k in weights if not k.startswith(prefix))
+    owners = {k.split(".")[1] for k in stray if k.startswith("heads.") and k.count(".") >= 2}
+    if stray and len(owners) == 1 and len(stray) == len(weights):
+        owner = owners.pop()
+        raise SerializationError(
+            f"{directory}: the weights are of head {owner!r} ({stray[0]!r}, ...), but head_config.json names the head "
+            f"{saved_name!r} (its 'name' field), so the config and the weights do not belong together: set 'name' "
+            f"back to {owner!r} if the file was edited by hand, or put the config and weights of one export in the "
+            "folder"
+        )
     if stray:
         raise SerializationError(f"{directory}: weights that are not head {saved_name!r}'s: {stray[:5]}")
     return Piece("head", saved_name, config, {f"layers.{k[len(prefix) :]}": v for k, v in weights.items()})
@@ -220,26 +237,67 @@ def _site_tensors(
         module, found, param = stripped.partition(marker)
         site = sites.get(f"{module}.") if found else None
         if site is None:
-            layer = _layer_of(module, layout)
-            if layer is not None and layer >= layout.fingerprint.num_layers:
-                raise IncompatibleModelError(
-                    f"{directory}: weight {key!r} is of layer {layer}, and this {layout.fingerprint.model_type} "
-                    f"encoder has {layout.fingerprint.num_layers} layers; it was saved from an encoder with at least "
-                    f"{layer + 1}: load it into a model of that encoder"
-                )
-            raise SerializationError(
-                f"{directory}: weight {key!r} is not at an adapter site of this {layout.fingerprint.model_type} "
-                f"encoder (expected '[{base_prefix}]{layout.architecture.layers}.<i>.<site>{marker}...')"
-            )
+            raise _unplaced(layout, key, stripped, container, directory)
         out[param_key(site, param)] = value
     return out
 
 
-def _layer_of(module: str, layout: EncoderLayout) -> int | None:
-    """The layer index in an AdapterHub module path `<layers>.<i>.<...>` (None for any other path)."""
-    head, _, rest = module.partition(f"{layout.architecture.layers}.")
-    number = rest.partition(".")[0]
-    return int(number) if not head and number.isdigit() else None
+def _unplaced(layout: EncoderLayout, key: str, stripped: str, container: str, directory: Path) -> Exception:
+    """The error for weight `key` that is at no site of this model under `container`: of a layer past the end of its
+    stack (the encoder's or, in an encoder-decoder, the decoder's), of another piece than the config names (its
+    'name' field edited, or weights of another piece beside it), or at no adapter site at all."""
+    model_type = layout.fingerprint.model_type
+    for stack, depth in _stack_depths(layout).items():
+        head, _, rest = stripped.partition(f"{stack}.")
+        number = rest.partition(".")[0]
+        if not head and number.isdigit() and int(number) >= depth:
+            layer, part = int(number), _stack_part(layout, stack)
+            where, whose = (
+                (f" of its {part}", f"{model_type} model's {part}") if part else ("", f"{model_type} encoder")
+            )
+            saved_from = "a decoder" if part == "decoder" else "an encoder"
+            return IncompatibleModelError(
+                f"{directory}: weight {key!r} is of layer {layer}{where}, and this {whose} has {depth} layers; it was "
+                f"saved from {saved_from} with at least {layer + 1}: load it into a model of that shape"
+            )
+    kind_marker, _, wanted = container.partition(".")
+    found = re.search(rf"\.{re.escape(kind_marker)}\.([^.]+)\.", stripped)
+    if found is not None and found.group(1) != wanted:
+        what = "adapter" if kind_marker == "adapters" else "fusion"
+        config_file = FILES[what][0]
+        return SerializationError(
+            f"{directory}: weight {key!r} is of {what} {found.group(1)!r}, but {config_file} names the {what} "
+            f"{wanted!r} (its 'name' field{'' if what == 'adapter' else ' or adapter_names'}), so the config and the "
+            f"weights do not belong together: set 'name' back to {found.group(1)!r} if the file was edited by hand, "
+            "or put the config and weights of one export in the folder"
+        )
+    patterns = " or ".join(
+        f"'[{_base_prefix(layout)}]{stack}.<i>.<site>.{container}...'" for stack in _stack_depths(layout)
+    )
+    return SerializationError(
+        f"{directory}: weight {key!r} is not at an adapter site of this {model_type} encoder (expected {patterns})"
+    )
+
+
+def _stack_depths(layout: EncoderLayout) -> dict[str, int]:
+    """Each layer stack's module path (the encoder's, then an encoder-decoder's decoder's) -> how many layers of it
+    have adapter sites in this model, counted from the site paths the weights are placed by."""
+    depths: dict[str, int] = {}
+    for stack in layout.architecture.stacks():
+        prefix = f"{stack.layers}."
+        numbers = [
+            path[len(prefix) :].partition(".")[0] for path in layout.site_paths.values() if path.startswith(prefix)
+        ]
+        depths[stack.layers] = max((int(n) + 1 for n in numbers if n.isdigit()), default=0)
+    return depths
+
+
+def _stack_part(layout: EncoderLayout, stack: str) -> str | None:
+    """'decoder' or 'encoder' for the stacks of an encoder-decoder, None for a model of one stack."""
+    decoder = layout.architecture.decoder
+    if decoder is None:
+        return None
+    return "decoder" if stack == decoder.layers else "encoder"
 
 
 # ---- writing -----------------------------------------------------------------------------------------
@@ -334,14 +392,30 @@ def _write_adapter(piece: Piece, layout: EncoderLayout) -> tuple[dict[str, Any],
                 tensors[_their_key(layout, site, container, f"{theirs}.{leaf}")] = value
                 if module == "ln_before":  # adapters registers this LayerNorm a second time as adapter_down.0
                     tensors[_their_key(layout, site, container, f"adapter_down.0.{leaf}")] = value
-    if config.residual_before_ln == "post_add" and SiteKind.PRE_NORM in layout.site_kinds:
-        raise ConfigError(
-            f"adapter {piece.name!r}: residual_before_ln='post_add' cannot be exported for "
-            f"{layout.fingerprint.model_type!r}: adapters 1.3.0 gives its pre-norm sites no LayerNorm, and its "
-            "'post_add' residual is set only with one, so the loaded adapter fails on its first forward; keep it in "
-            "adapterfusion's own format, or use residual_before_ln=True there"
-        )
+    _check_post_add(config, layout, piece.name)
     return {"config": adapter_config_to_adapterhub(config), "name": piece.name}, tensors
+
+
+def _check_post_add(config: AdapterConfig, layout: EncoderLayout, exporting: str | None) -> None:
+    """Refuse residual_before_ln='post_add' on a model with pre-norm sites, both ways: adapters 1.3.0 fails on it
+    there, so an export (of adapter `exporting`) would not load in adapters, and a file that says so on import was
+    not written by adapters for this model."""
+    if config.residual_before_ln != "post_add" or SiteKind.PRE_NORM not in layout.site_kinds:
+        return
+    model_type = layout.fingerprint.model_type
+    if exporting is not None:
+        what = f"adapter {exporting!r}: residual_before_ln='post_add' cannot be exported for {model_type!r}"
+        fix = "keep it in adapterfusion's own format, or use residual_before_ln=True there"
+    else:
+        what = f"AdapterHub option residual_before_ln='post_add' cannot be loaded into {model_type!r}"
+        fix = (
+            "the file was edited by hand or written for another model: restore residual_before_ln from the "
+            "adapter's source, or export it again"
+        )
+    raise ConfigError(
+        f"{what}: adapters 1.3.0 gives its pre-norm sites no LayerNorm, and its 'post_add' residual is set only with "
+        f"one, so the adapter fails on its first forward there; {fix}"
+    )
 
 
 def _same_state(a: dict[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:

@@ -27,7 +27,7 @@ from adapterfusion.encoders import check_not_model_folder
 from adapterfusion.errors import ConfigError, SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json
-from adapterfusion.io.paths import check_readable_file, check_writable_folder
+from adapterfusion.io.paths import as_path, check_readable_file, check_writable_folder
 from adapterfusion.piece import PIECE_FORMAT, is_our_piece_config, piece_weights_name
 
 ADAPTERHUB_VERSION = "adapters.1.3.0"
@@ -43,13 +43,20 @@ FILES: dict[str, tuple[str, str, str]] = {
 }
 
 
+def check_kind(kind: object, able: str) -> str:
+    """`kind` if it is one of FILES' kinds; else a ConfigError saying it is not `able` ('loadable', ...)."""
+    if not isinstance(kind, str) or kind not in FILES:
+        raise ConfigError(f"kind={kind!r} is not {able}; choose one of {', '.join(map(repr, FILES))}")
+    return kind
+
+
 def is_adapterhub_dir(directory: str | Path, kind: str) -> bool:
     """True if `directory` holds an AdapterHub `kind` rather than one saved by adapterfusion.
 
     adapter_config.json and head_config.json have the same names in both formats; ours carry
     "format": "adapterfusion", AdapterHub's a "config" object and usually a "version" like "adapters.1.3.0".
     """
-    path = Path(directory) / FILES[kind][0]
+    path = as_path(directory, f"the AdapterHub {check_kind(kind, 'an AdapterHub kind')} folder") / FILES[kind][0]
     if not os.path.isfile(path) or not os.access(path, os.R_OK):  # our own reader says what is wrong
         return False
     try:
@@ -58,7 +65,9 @@ def is_adapterhub_dir(directory: str | Path, kind: str) -> bool:
         # A broken file of a name only AdapterHub writes (adapter_fusion_config.json) is AdapterHub's: its reader
         # names the JSON error. One of a name both formats use (adapter_config.json) our own reader reports.
         return path.name != f"{kind}_config.json"
-    if not isinstance(document, dict) or document.get("format") == PIECE_FORMAT:
+    if not isinstance(document, dict):  # a JSON list or number: as a broken file (read_document names it)
+        return path.name != f"{kind}_config.json"
+    if document.get("format") == PIECE_FORMAT:
         return False
     version = str(document.get("version", ""))
     return version.startswith(("adapters.", "adapter-transformers")) or isinstance(document.get("config"), dict)
@@ -121,7 +130,12 @@ def read_document(directory: Path, kind: str) -> dict[str, Any]:
             f"{directory} holds a {kind} saved by save_{kind} (adapterfusion's own format), not an AdapterHub one; "
             f"load it with model.load_{kind}"
         )
-    if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
+    if not isinstance(document, dict):
+        raise SerializationError(
+            f"{path} holds a JSON {type(document).__name__}, not an object; an AdapterHub {kind} config is an object "
+            "with a 'config' object in it: the file is damaged or was edited by hand, so download or export it again"
+        )
+    if not isinstance(document.get("config"), dict):
         raise SerializationError(f"{path} has no 'config' object; it is not an AdapterHub {kind} config")
     warn_unknown_version(document, path)
     return document

@@ -125,7 +125,7 @@ def locate(source: str | os.PathLike, what: str) -> Path | HubRef:
         raise ConfigError(
             f"{what} is {source!r}, an empty name; pass a folder ('.' for the working folder) or a Hub id 'org/name'"
         )
-    path = Path(source).expanduser()
+    path = Path(os.path.expanduser(source))  # '~name' of no such user stays as written (Path.expanduser raises)
     found = describe(path)  # io/paths.py: a FIFO, a device, a symlink loop or a dangling symlink is said as such
     if found == "a folder":
         return path

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion._validation import check_bool, check_int, naming_file
+from adapterfusion._validation import check_bool, check_int, naming_file, short_repr
 from adapterfusion.defaults import STORE_DIR, ZOO_DIR
 from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
 from adapterfusion.errors import (
@@ -46,7 +46,7 @@ from adapterfusion.io.paths import (
     path_part,
     permission_denied,
 )
-from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, SEED_PREFIX, seed_folder, seed_of
+from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, SEED_PREFIX, seed_folder
 from adapterfusion.serialization.pieces import config_path, piece_digest, weights_path
 from adapterfusion.tasks.spec import GENERATION
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON
@@ -171,7 +171,7 @@ class AdapterStore:
         check_int(seed, "seed", minimum=0, maximum=MAX_SEED, why_maximum=SEED_RANGE_REASON)
         return (
             self.root
-            / encoder_key(encoder)
+            / encoder_key(_check_encoder(encoder))
             / path_part(task, "store entry task")
             / path_part(setup, "store entry setup")
             / seed_folder(seed)
@@ -188,14 +188,15 @@ class AdapterStore:
     def entries(self) -> list[dict[str, Any]]:
         """Every complete entry's entry.json content."""
         return [
-            read_json(p, "the store entry is damaged; put its adapter into the store again")
+            _read_entry(p)
             for p in sorted(self.root.glob(f"*/*/*/{SEED_PREFIX}*/{ENTRY_FILE}"))
+            if _entry_seed(p.parent.name) is not None
         ]
 
     def put(self, run_dir: str | os.PathLike, overwrite: bool = False) -> Path:
         """Copy the adapter and head a `train()` run saved in `run_dir` into the store (a generation task's run has
         no head: its adapter alone)."""
-        run_dir = Path(run_dir)
+        run_dir = as_path(run_dir, "the run folder", TrainingError)
         config_file = run_dir / CONFIG_FILE
         if os.path.lexists(run_dir) or out_of_reach(run_dir):  # one this user may not read is said as such
             check_readable_folder(run_dir, f"the run folder {str(run_dir)!r}", TrainingError)
@@ -341,7 +342,7 @@ class AdapterStore:
         require_wrapped(model, "AdapterStore.load_into")
         check_bool(head, "head")
         check_bool(overwrite, "overwrite")
-        encoder = encoder if encoder is not None else model.fingerprint.name_or_path
+        encoder = encoder if encoder is not None else model_encoder(model)
         entry = self.path(encoder, task, setup, seed)
         if out_of_reach(entry / ENTRY_FILE):
             raise permission_denied(entry / ENTRY_FILE, error=TrainingError)
@@ -351,8 +352,8 @@ class AdapterStore:
                 f"and encoder {encoder_key(encoder)!r} "
                 f"(looked in {entry}); train it first: train({task!r}, {setup!r}, seed={seed}, store=...)"
             )
-        recorded = read_json(entry / ENTRY_FILE, "the store entry is damaged; put its adapter into the store again")
-        check_same_encoder(model, recorded.get("encoder_identity") if isinstance(recorded, dict) else None, entry)
+        recorded = _read_entry(entry / ENTRY_FILE)
+        check_same_encoder(model, recorded.get("encoder_identity"), entry)
         name = name or task
         if head and not (entry / "head").is_dir():  # said as the entry's, not as a head folder (or Hub id) not found
             raise TrainingError(
@@ -377,6 +378,39 @@ class AdapterStore:
                     model.delete_adapter(loaded)
                 raise
         return loaded
+
+
+def _check_encoder(encoder: object) -> str | os.PathLike:
+    """`encoder` if it can name a store entry's encoder folder: a non-empty path or Hub id. None, 5 or '' were
+    filed under folders named 'None', '5' and 'encoder', where no load of that encoder's adapters looks."""
+    if isinstance(encoder, os.PathLike) or (isinstance(encoder, str) and encoder.strip()):
+        return encoder
+    raise ConfigError(
+        f"store entry encoder {short_repr(encoder)} ({type(encoder).__name__}) names no encoder; give the path or Hub "
+        "id the adapter was trained on (a non-empty str), as the model was loaded from"
+    )
+
+
+def model_encoder(model: AdaptedModel, error: type[AdapterFusionError] = ConfigError) -> str:
+    """The path or Hub id `model` was loaded from, which keys its adapters in a store; a model built from a config
+    (or whose name_or_path was cleared) names none, and its adapters were looked for under a folder 'encoder'."""
+    name = model.fingerprint.name_or_path
+    if not name.strip():
+        raise error(
+            "the model does not say which encoder it was loaded from (it was built from a config, or its "
+            "config.name_or_path is empty), and the store keys adapters by it; pass encoder= the path or Hub id the "
+            "adapters were trained on"
+        )
+    return name
+
+
+def _read_entry(path: Path) -> dict[str, Any]:
+    """A store entry's entry.json, which must be a JSON object (a list, or a number, is a damaged entry)."""
+    fix = "the store entry is damaged; put its adapter into the store again"
+    recorded = read_json(path, fix)
+    if not isinstance(recorded, dict):
+        raise RunFileError(f"{path} holds a JSON {type(recorded).__name__}, not an object; {fix}")
+    return recorded
 
 
 def as_store(store: AdapterStore | str | os.PathLike | None) -> AdapterStore | None:
@@ -408,7 +442,7 @@ def resolve_zoo(zoo: str | os.PathLike) -> AdapterStore:
         raise ZooError(f"zoo {str(zoo)!r} is neither {SHIPPED!r} nor an existing AdapterStore folder{hint}")
     store = AdapterStore(root)
     # an empty folder was told "no adapters for encoder X (only for [])", as though it were a store of others
-    if next(root.glob(f"*/*/*/{SEED_PREFIX}*/{ENTRY_FILE}"), None) is None:
+    if not any(_entry_seed(p.parent.name) is not None for p in root.glob(f"*/*/*/{SEED_PREFIX}*/{ENTRY_FILE}")):
         raise ZooError(
             f"zoo {str(zoo)!r} holds no store entries (no <encoder>/<task>/<setup>/seed-<n>/{ENTRY_FILE}), so it is "
             f"not an AdapterStore with adapters in it; give {SHIPPED!r} or the folder a run put its adapters into "
@@ -420,11 +454,11 @@ def resolve_zoo(zoo: str | os.PathLike) -> AdapterStore:
 def zoo_seed(store: AdapterStore, encoder: str, task: str, setup: str = ZOO_SETUP) -> int:
     """The seed of the zoo's one adapter for (encoder, task, setup); a zoo with several seeds of it is ambiguous."""
     folder = store.path(encoder, task, setup, 0).parent
-    seeds = sorted(seed_of(p.parent.name) for p in folder.glob(f"{SEED_PREFIX}*/{ENTRY_FILE}"))
+    seeds = _entry_seeds(folder)
     if len(seeds) == 1:
         return seeds[0]
     if not seeds:
-        held = sorted({e["task"] for e in store.entries() if e.get("encoder_key") == encoder_key(encoder)})
+        held = sorted({str(e.get("task")) for e in store.entries() if e.get("encoder_key") == encoder_key(encoder)})
         encoders = sorted({key for e in store.entries() if (key := e.get("encoder_key")) is not None})
         where = (
             f"it has {held} for this encoder"
@@ -435,3 +469,17 @@ def zoo_seed(store: AdapterStore, encoder: str, task: str, setup: str = ZOO_SETU
     raise ZooError(
         f"the zoo {store.root} holds {setup} adapters of {task!r} for seeds {seeds}; a zoo source must be one"
     )
+
+
+def _entry_seed(name: str) -> int | None:
+    """The seed of a store entry's folder `name`, spelt as AdapterStore.path spells it ('seed-3'); None for any other
+    name. A 'seed-old' or 'seed-01' folder of the user's is no entry, as no load looks there (int() failed on the one,
+    and the other counted as a second seed 1)."""
+    number = name.removeprefix(SEED_PREFIX)
+    return int(number) if number.isdigit() and seed_folder(int(number)) == name else None
+
+
+def _entry_seeds(folder: Path) -> list[int]:
+    """The seeds of the entries in `folder` (one encoder, task and setup): its seed folders holding an entry.json."""
+    found = (_entry_seed(path.parent.name) for path in folder.glob(f"{SEED_PREFIX}*/{ENTRY_FILE}") if path.is_file())
+    return sorted(seed for seed in found if seed is not None)

@@ -24,7 +24,7 @@ from adapterfusion.defaults import MANIFEST_FILE, STORE_DIR, ZOO_DIR, zoo_manife
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ZooError
 from adapterfusion.tasks.spec import piece_name
-from adapterfusion.training.store import SHIPPED, ZOO_SETUP, resolve_zoo, zoo_seed, zoo_store
+from adapterfusion.training.store import SHIPPED, ZOO_SETUP, model_encoder, resolve_zoo, zoo_seed, zoo_store
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -68,7 +68,7 @@ def load_zoo_adapter(
             "on (a str), or leave it out for the model's own"
         )
     store = resolve_zoo(zoo)
-    encoder = encoder if encoder is not None else model.fingerprint.name_or_path
+    encoder = encoder if encoder is not None else model_encoder(model, ZooError)
     seed = zoo_seed(store, encoder, task)
     return store.load_into(
         model, task, ZOO_SETUP, seed, encoder=encoder, name=name or piece_name(task), head=head, overwrite=overwrite

@@ -810,3 +810,24 @@ def test_an_export_never_replaces_another_librarys_config_of_the_same_name(tmp_p
     with pytest.raises(af.ConfigError, match="neither an AdapterHub adapter nor one that save_adapter wrote"):
         export_adapterhub(model, "adapter", "a", tmp_path, overwrite=overwrite)
     assert _digests(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("model_type", "deeper", "part"),
+    [
+        ("t5", {"num_layers": 2, "num_decoder_layers": 3}, "decoder"),
+        ("t5", {"num_layers": 3, "num_decoder_layers": 2}, "encoder"),
+        ("bart", {"encoder_layers": 2, "decoder_layers": 3}, "decoder"),
+        ("bart", {"encoder_layers": 3, "decoder_layers": 2}, "encoder"),
+    ],
+)
+def test_an_encoder_decoder_adapter_of_a_deeper_stack_names_that_stack(tmp_path, model_type, deeper, part):
+    """Only the encoder's layers were counted: a T5 or BART adapter from a deeper decoder, or a deeper encoder whose
+    extra layer the model's decoder numbering covers, was 'not at an adapter site ... expected encoder.block.<i>'."""
+    model = af.wrap(tiny_decoder(model_type, **deeper))
+    model.add_adapter("a", af.AdapterConfig.pfeiffer(reduction_factor=4))
+    export_adapterhub(model, "adapter", "a", tmp_path / "a")
+    with pytest.raises(
+        af.IncompatibleModelError, match=f"is of layer 2 of its {part}, and this .* {part} has 2 layers"
+    ):
+        af.wrap(tiny_decoder(model_type)).load_adapter(tmp_path / "a")
