@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from adapterfusion._validation import short_repr
 from adapterfusion.errors import ConfigError
 
 MAX_ANSWER_TOKENS = 30  # BERT's run_squad default: longer predicted spans are never taken
@@ -21,8 +22,37 @@ NOT_CONTEXT = -1  # the offset of a token that is not part of the context (quest
 
 
 def qa_labels(start_positions: torch.Tensor, end_positions: torch.Tensor) -> torch.Tensor:
-    """The model's `labels` for a QuestionAnsweringHead: [batch, 2] of start and end token positions."""
-    return torch.stack([start_positions.reshape(-1), end_positions.reshape(-1)], dim=-1).long()
+    """The model's `labels` for a QuestionAnsweringHead: [batch, 2] of start and end token positions. Refuses what
+    would pair the wrong start with an end (counts that differ) or change a position on the way (.long() truncates
+    1.5 and turns NaN into a huge number)."""
+    starts = _positions(start_positions, "start_positions")
+    ends = _positions(end_positions, "end_positions")
+    if len(starts) != len(ends):
+        raise ConfigError(
+            f"qa_labels: {len(starts)} start_positions but {len(ends)} end_positions; give one start and one end per "
+            "example (or per window of a long context)"
+        )
+    return torch.stack([starts, ends], dim=-1)
+
+
+def _positions(values: object, name: str) -> torch.Tensor:
+    """`values` (a tensor, array or list of token indices) as a flat long tensor; a ConfigError for anything else."""
+    try:
+        tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(values)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ConfigError(
+            f"qa_labels: {name}={short_repr(values)} are not token indices ({error}); pass a tensor or list of ints"
+        ) from None
+    tensor = tensor.reshape(-1)
+    if (
+        tensor.dtype == torch.bool
+        or tensor.is_complex()
+        or (tensor.is_floating_point() and not bool((tensor == tensor.round()).all()))
+    ):
+        raise ConfigError(
+            f"qa_labels: {name} must be whole token indices, got {short_repr(tensor.tolist())} ({tensor.dtype})"
+        )
+    return tensor.long()
 
 
 def qa_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -8,11 +8,14 @@ BERT's CoNLL-2003 recipe and of AdapterHub's TaggingHead).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.errors import ConfigError
 
 IGNORE_INDEX = -100
@@ -58,8 +61,42 @@ def word_labels_to_tokens(word_ids: Sequence[int | None], word_labels: Sequence[
     """One label per token from one label per word: the word's tag on its first sub-token, IGNORE_INDEX on the
     other sub-tokens and on tokens of no word (special tokens). `word_ids` is a fast tokenizer's
     `encoding.word_ids(i)`; a word cut off by truncation simply has no token."""
+    tags = _word_tags(word_labels)
     labels, previous = [], None
     for word in word_ids:
-        labels.append(IGNORE_INDEX if word is None or word == previous else int(word_labels[word]))
+        if word is not None and not (isinstance(word, numbers.Integral) and is_whole(word) and 0 <= word < len(tags)):
+            raise ConfigError(
+                f"word_labels_to_tokens: a token belongs to word {short_repr(word)}, but there are tags for words "
+                f"0..{len(tags) - 1} only ({len(tags)} tags); give one tag per word of the text that was tokenised "
+                "(word_ids from the same encoding)"
+            )
+        labels.append(IGNORE_INDEX if word is None or word == previous else tags[int(word)])
         previous = word
     return labels
+
+
+def _word_tags(word_labels: Sequence[int]) -> list[int]:
+    """`word_labels` (a list, tensor or array) as tag ids; a ConfigError for a tag name, a fraction or NaN, which
+    int() would turn into a ValueError or silently into another tag."""
+    if isinstance(word_labels, (torch.Tensor, np.ndarray)):
+        values = word_labels.reshape(-1).tolist()
+    elif isinstance(word_labels, Sequence) and not isinstance(word_labels, (str, bytes)):
+        values = list(word_labels)
+    else:
+        raise ConfigError(
+            f"word_labels_to_tokens: word_labels={short_repr(word_labels)} must be a list of tag ids, one per word"
+        )
+    wrong = [v for v in values if not is_whole(v)]
+    if wrong:
+        raise ConfigError(
+            f"word_labels_to_tokens: tag {short_repr(wrong[0])} is not a tag id; map tag names to their ids first "
+            "(the task's label_names, in order)"
+        )
+    return [int(v) for v in values]
+
+
+def is_whole(value: object) -> bool:
+    """An integer (not a bool), or a float or numpy number with a whole, finite value: an id int() keeps as is."""
+    if isinstance(value, numbers.Integral):
+        return not isinstance(value, bool)
+    return is_finite_number(value) and float(value).is_integer()  # type: ignore[arg-type]

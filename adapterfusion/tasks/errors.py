@@ -3,6 +3,10 @@ from deep inside `datasets`."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from adapterfusion.errors import AdapterFusionError
 
 
@@ -12,3 +16,16 @@ class TaskError(AdapterFusionError, ValueError):
 
 class TaskDataWarning(UserWarning):
     """Data that loads but will train a poor model (a class with no training example); also kept in the run's notes."""
+
+
+def refuse_nan_outputs(outputs: Any, what: str) -> None:
+    """A TaskError when a model's `outputs` (logits) hold NaN: argmax reads NaN as the largest value, so every such
+    example would be scored as a prediction of the first class (or span, or tag) without a word."""
+    values = np.asarray(outputs)
+    if np.issubdtype(values.dtype, np.floating) and bool(np.isnan(values).any()):
+        rows = np.isnan(values.reshape(len(values), -1)).any(axis=1) if values.ndim else np.array([True])
+        raise TaskError(
+            f"{what}: the model's outputs hold NaN ({int(rows.sum())} of {rows.size} examples), so no prediction "
+            "can be read from them; its weights or inputs hold NaN or inf (check the checkpoint with "
+            "torch.isfinite), or bf16 overflowed (evaluate in float32)."
+        )

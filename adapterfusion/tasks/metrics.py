@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.errors import TaskError, refuse_nan_outputs
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.tasks.squad import qa_needs_features
@@ -24,6 +24,7 @@ from adapterfusion.tasks.tagging import tagging_metrics, top_tag_share
 
 def _as_ids(predictions, labels) -> tuple[np.ndarray, np.ndarray]:
     """Predicted ids (logits are arg-maxed over the last axis) and labels, both 1-D and of equal length."""
+    refuse_nan_outputs(predictions, "scoring")
     preds = np.asarray(predictions)
     if preds.ndim == 2:
         preds = preds.argmax(axis=-1)
@@ -139,6 +140,21 @@ def _check_class_outputs(spec: TaskSpec, predictions) -> None:
         )
 
 
+def _check_predicted_ids(spec: TaskSpec, predictions, preds: np.ndarray) -> None:
+    """Logits of another width than the task's labels (a head built for another label set or number of choices),
+    or ids outside them: a TaskError, where argmax would score whatever ids came out as plain misses."""
+    outputs = np.asarray(predictions)
+    width = outputs.shape[1] if outputs.ndim == 2 else None
+    wrong = preds[(preds < 0) | (preds >= spec.num_labels)]
+    if (width is not None and width != spec.num_labels) or wrong.size:
+        what = f"logits of {width} outputs per example" if width is not None else f"predicted id {int(wrong[0])}"
+        raise TaskError(
+            f"task {spec.name!r} has {spec.num_labels} labels {list(spec.label_names)}, but the predictions are "
+            f"{what}; score the outputs of a head built for this task ({spec.num_labels} labels, or choices per "
+            "example for multiple choice)."
+        )
+
+
 def top_prediction_share(predictions) -> float:
     """Share of the predictions that go to the most often predicted id (class, or choice position for multiple
     choice; a regression head's score): 1.0 means a constant predictor, whatever its accuracy happens to be."""
@@ -162,6 +178,7 @@ def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, floa
         return {name: _METRICS[name](spec, scores, gold_scores) for name in spec.metrics}
     _check_class_outputs(spec, predictions)
     preds, gold = _as_ids(predictions, labels)
+    _check_predicted_ids(spec, predictions, preds)
     bad = gold[(gold < 0) | (gold >= spec.num_labels)]
     if bad.size:
         raise TaskError(

@@ -47,6 +47,14 @@ def squad_scores(predictions: Sequence[str], gold_answers: Sequence[Sequence[str
         raise TaskError(f"{len(predictions)} predicted answers but {len(gold_answers)} questions; they must match.")
     if not predictions:
         raise TaskError("no answers to score; the evaluation split is empty.")
+    for i, (prediction, gold) in enumerate(zip(predictions, gold_answers, strict=True)):
+        if not isinstance(prediction, str):
+            raise TaskError(f"question {i}: the predicted answer {prediction!r} is not a text; pass one string each.")
+        if isinstance(gold, str) or not isinstance(gold, Sequence) or not all(isinstance(g, str) for g in gold):
+            raise TaskError(
+                f"question {i}: gold answers {gold!r} must be a list of texts (a bare string would be read as one "
+                "answer per character); wrap a single answer in a list: [answer]."
+            )
     unanswerable = [i for i, answers in enumerate(gold_answers) if not answers]
     if unanswerable:
         raise TaskError(

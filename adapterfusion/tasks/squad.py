@@ -23,7 +23,7 @@ import numpy as np
 
 from adapterfusion.heads.question_answering import MAX_ANSWER_TOKENS, NOT_CONTEXT, best_span
 from adapterfusion.tasks import fields
-from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.errors import TaskError, refuse_nan_outputs
 from adapterfusion.tasks.qa_metrics import squad_scores
 from adapterfusion.tasks.spec import TaskSpec
 
@@ -72,7 +72,27 @@ def _check_row(spec: TaskSpec, question: Any, context: Any, answers: Any, where:
                 f"{where}: answer {text!r} starts at {start!r}, which does not place it inside the context of "
                 f"{len(context)} characters; answer_start is the answer's first character in the context."
             )
+        first, end = _answer_chars(text, start)  # what training reads: the answer without its outer whitespace
+        if context[first:end] != text.strip():
+            raise TaskError(f"{where}: {_misplaced(context, text, start)}")
     return bool(texts)
+
+
+def _misplaced(context: str, text: str, start: int) -> str:
+    """Why an answer whose answer_start does not point at its text is refused (training would learn the characters
+    found there, scoring would not know), and where the text does stand, if it does."""
+    core, lead = text.strip(), len(text) - len(text.lstrip())
+    found = [i - lead for i in range(len(context) - len(core) + 1) if context.startswith(core, i)]
+    where = (
+        f"the text stands at character {found[:5]}"
+        if found
+        else "the text is nowhere in the context (check its spelling)"
+    )
+    return (
+        f"answer {text!r} has answer_start {start}, where the context reads "
+        f"{context[start : start + len(text)]!r}; {where}. answer_start must be the character offset of the "
+        "answer text in the context (0-based, in characters, not bytes or tokens)."
+    )
 
 
 def check_qa_split(spec: TaskSpec, dataset: Any, origin: str, role: str) -> tuple[Any, int]:
@@ -243,6 +263,7 @@ def predicted_answers(
             "for an 'extractive_qa' task, in the order the logits were computed."
         )
     logits = np.asarray(logits)
+    refuse_nan_outputs(logits, "extractive QA")
     if logits.ndim != 3 or logits.shape[-1] != 2 or len(logits) != len(features):
         raise TaskError(
             f"QA logits of shape {list(logits.shape)} for {len(features)} features; expected [features, seq, 2] "

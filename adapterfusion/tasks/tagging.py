@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from adapterfusion.heads.token_classification import IGNORE_INDEX, word_labels_to_tokens
+from adapterfusion.heads.token_classification import IGNORE_INDEX, is_whole, word_labels_to_tokens
 from adapterfusion.tasks import fields
-from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.errors import TaskError, refuse_nan_outputs
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.tasks.tagging_metrics import entity_scores
 
@@ -68,15 +68,44 @@ def check_tagging_split(spec: TaskSpec, dataset: Any, origin: str, role: str) ->
     return dataset.add_column(LABEL_COLUMN, ids, feature=feature), 0
 
 
-def _encode_tagging_batch(batch: Mapping[str, list], spec: TaskSpec, tokenizer: Any, max_length: int) -> dict:
+def _encode_tagging_batch(
+    batch: Mapping[str, list], indices: list[int], spec: TaskSpec, tokenizer: Any, max_length: int, split: str
+) -> dict:
     words = fields.text_columns(batch, spec)[0]
     encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length, verbose=False)
     labels, cut = [], []
     for i, tags in enumerate(batch[LABEL_COLUMN]):
         word_ids = encoded.word_ids(i)
+        where = f"task {spec.name!r}, split {split!r}, row {indices[i]}"
+        outside = {j for j, tag in enumerate(tags) if _tag_name(spec, tag) == "O"}
+        full = len(encoded["input_ids"][i]) >= max_length
+        _refuse_dropped_words(where, words[i], word_ids, not full, tokenizer, outside)
         labels.append(word_labels_to_tokens(word_ids, tags))
         cut.append(len({w for w in word_ids if w is not None}) < len(tags))
     return {**dict(encoded), "labels": labels, _CUT_COLUMN: cut}
+
+
+def _tag_name(spec: TaskSpec, tag: Any) -> str | None:
+    names = spec.label_names
+    return names[tag] if isinstance(tag, int) and 0 <= tag < len(names) else None
+
+
+def _refuse_dropped_words(
+    where: str, words: list[str], word_ids: list[int | None], whole: bool, tokenizer: Any, outside: set[int]
+) -> None:
+    """A TaskError for a word tagged as part of an entity (not 'O', the indices in `outside`) that the tokenizer gave
+    no token (blank, zero-width or control characters only): its tag would be neither trained on nor scored, and
+    the entity lost. Such a word tagged 'O' carries no entity and passes. Words missing after the last one kept are
+    the truncation's when the encoding is full (`whole` False)."""
+    kept = {w for w in word_ids if w is not None}
+    last = max(kept, default=-1)
+    dropped = [w for w in range(len(words)) if w not in kept and (w < last or whole) and w not in outside]
+    if dropped:
+        raise TaskError(
+            f"{where}: word {dropped[0]} ({words[dropped[0]]!r}) has no token for the tokenizer "
+            f"{type(tokenizer).__name__} (it drops every character of it), so its tag would be neither trained on "
+            f"nor scored ({len(dropped)} such words in the row); remove the word and its tag from the row."
+        )
 
 
 def encode_tagging_split(
@@ -91,9 +120,10 @@ def encode_tagging_split(
     mapped = dataset.map(
         _encode_tagging_batch,
         batched=True,
+        with_indices=True,  # a word without tokens is named by its row
         remove_columns=dataset.column_names,
         num_proc=num_proc,
-        fn_kwargs={"spec": spec, "tokenizer": tokenizer, "max_length": max_length},
+        fn_kwargs={"spec": spec, "tokenizer": tokenizer, "max_length": max_length, "split": role},
         desc=f"{spec.name}/{role}: tokenising",
     )
     cut = int(sum(mapped[_CUT_COLUMN]))
@@ -103,9 +133,19 @@ def encode_tagging_split(
 def word_predictions(predictions: Any, labels: Any) -> tuple[list[list[int]], list[list[int]]]:
     """(predicted, gold) tag ids per sentence at its labelled tokens (labels != IGNORE_INDEX); predictions are ids
     [n, seq] or logits [n, seq, num_labels] (arg-maxed), padded alike."""
+    refuse_nan_outputs(predictions, "tagging")
     preds, gold = np.asarray(predictions), np.asarray(labels)
     if preds.ndim == 3:
         preds = preds.argmax(axis=-1)
+    for name, values in (("predictions", preds), ("labels", gold)):
+        if values.size and not np.issubdtype(values.dtype, np.integer):
+            whole = np.issubdtype(values.dtype, np.floating) and bool((np.isfinite(values) & (values % 1 == 0)).all())
+            if not whole:
+                raise TaskError(
+                    f"tagging {name} of dtype {values.dtype} hold values that are not tag ids; pass ids [sentences, "
+                    "tokens] or logits [sentences, tokens, tags]."
+                )
+    preds, gold = preds.astype(np.int64, copy=False), gold.astype(np.int64, copy=False)
     if preds.ndim != 2 or gold.shape != preds.shape:
         raise TaskError(
             f"tagging predictions of shape {list(np.asarray(predictions).shape)} and labels of shape "
@@ -147,5 +187,13 @@ def top_tag_share(predictions: Any, labels: Any) -> float:
 
 
 def word_tags(spec: TaskSpec, tag_ids: Sequence[int]) -> list[str]:
-    """Tag names of tag ids, e.g. for printing a model's predictions."""
-    return [spec.label_names[t] for t in tag_ids]
+    """Tag names of tag ids, e.g. for printing a model's predictions. An id outside 0..num_labels-1 is refused, not
+    read from the end of the names (-1 would print the last tag)."""
+    ids = np.asarray(tag_ids).reshape(-1).tolist() if not isinstance(tag_ids, list) else tag_ids
+    wrong = [t for t in ids if not is_whole(t) or not 0 <= t < spec.num_labels]
+    if wrong:
+        raise TaskError(
+            f"task {spec.name!r}: tag id {wrong[0]!r} is not one of the ids 0..{spec.num_labels - 1} of its tags "
+            f"{list(spec.label_names)}; pass the model's predicted ids (argmax over the tags)."
+        )
+    return [spec.label_names[int(t)] for t in ids]

@@ -166,3 +166,15 @@ def test_a_whole_setup_with_both_span_heads_saves_and_loads(tmp_path):
     assert (again.active_adapter, again.active_head) == ("a", "qa")
     assert again.get_head("ner").config == model.get_head("ner").config
     torch.testing.assert_close(again(**inputs).logits, before, rtol=0, atol=0)
+
+
+def test_qa_labels_pair_whole_positions_one_to_one():
+    assert af.qa_labels([1, 2], np.array([2.0, 3.0])).tolist() == [[1, 2], [2, 3]]
+    for starts, ends, message in (
+        (torch.tensor([1, 2]), torch.tensor([2]), "2 start_positions but 1 end_positions"),
+        (torch.tensor([1.5]), torch.tensor([2]), "start_positions must be whole token indices"),
+        (torch.tensor([1]), torch.tensor([math.nan]), "end_positions must be whole token indices"),
+        (["a"], [1], "are not token indices"),
+    ):
+        with pytest.raises(af.ConfigError, match=message):
+            af.qa_labels(starts, ends)

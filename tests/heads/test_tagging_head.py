@@ -3,6 +3,7 @@ labels, the alignment of word tags to first sub-tokens, and its use with adapter
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -112,3 +113,19 @@ def test_save_and_load_give_the_same_logits(tmp_path):
     torch.testing.assert_close(other(**inputs).logits, before, rtol=0, atol=0)
     with pytest.raises(af.IncompatibleModelError, match="saved for labels"):
         af.wrap(tiny_encoder()).load_head(tmp_path / "head", labels=["O", "B-LOC", "I-LOC"])
+
+
+def test_word_tags_may_come_as_a_list_tensor_or_array_but_only_as_ids():
+    word_ids = [None, 0, 0, np.int64(1), None]
+    expected = [IGNORE_INDEX, 2, IGNORE_INDEX, 0, IGNORE_INDEX]
+    for tags in ([2, 0], [2.0, 0.0], torch.tensor([2, 0]), np.array([2, 0])):
+        assert af.word_labels_to_tokens(word_ids, tags) == expected
+    for tags, message in (
+        ([2], "tags for words 0..0 only"),
+        (["B-PER", "O"], "tag 'B-PER' is not a tag id"),
+        ([2, 0.5], "tag 0.5 is not a tag id"),
+        ([True, 0], "tag True is not a tag id"),
+        ("20", "must be a list of tag ids"),
+    ):
+        with pytest.raises(af.ConfigError, match=message):
+            af.word_labels_to_tokens(word_ids, tags)

@@ -73,6 +73,8 @@ def test_squad_json_and_json_lines_load_alike(squad_dir, tmp_path, write_jsonl):
     ("answers", "message"),
     [
         ({"text": ["x"], "answer_start": [10_000]}, "does not place it inside the context"),
+        ({"text": ["x"], "answer_start": [0]}, "where the context reads 'T'; the text is nowhere in the context"),
+        ({"text": ["Omar Field"], "answer_start": [0]}, "the text stands at character \\[45\\]"),
         ({"text": ["x", "y"], "answer_start": [0]}, "2 answer texts but 1 answer_start"),
         ({"text": [""], "answer_start": [0]}, "not a non-empty text"),
         ("Paris", "it must hold the answers as"),
