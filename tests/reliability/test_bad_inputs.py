@@ -35,6 +35,7 @@ import cases_experiments
 import cases_files
 import cases_forward
 import cases_generate
+import cases_heads_spans
 import cases_overwrites
 import cases_pieces
 import cases_pipelines_analysis
@@ -44,6 +45,7 @@ import cases_runs
 import cases_saved_files
 import cases_serving
 import cases_serving_http
+import cases_store_interop
 import cases_sweep_pieces
 import cases_task_data
 import cases_training_use
@@ -1194,6 +1196,8 @@ CASES: tuple[BadInput, ...] = (
     *cases_run_files.CASES,
     *cases_serving_http.CASES,
     *cases_training_use.CASES,
+    *cases_store_interop.CASES,
+    *cases_heads_spans.CASES,
     *cases_pipelines_analysis.CASES,
     *cases_cli_reports.CASES,
 )
