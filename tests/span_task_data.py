@@ -12,10 +12,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from adapterfusion.tasks import TaskSpec
+
 PEOPLE = ["Ada Brook", "Omar Field", "Lena Stone", "Ivo Marsh", "Rosa Hill", "Tom Vale", "Mia Crane", "Nils Ford"]
 PLACES = ["Lisbon", "Quito", "Oslo", "Hanoi", "Perth", "Cairo", "Lima", "Riga"]
 THINGS = ["museum", "library", "school", "bakery", "theatre", "garden"]
 ORGS = ["Acme Corp", "Blue Bank", "Nordic Rail", "Sun Press"]
+# A three-tag person tagger over 'tokens' / 'ner_tags' rows, for tests that write a few rows of their own.
+PERSON_TAGGER = TaskSpec(
+    name="ner",
+    kind="token_classification",
+    text_fields=("tokens",),
+    label_field="ner_tags",
+    label_names=("O", "B-PER", "I-PER"),
+)
 
 
 def squad_examples(count: int, start: int = 0, several_answers: bool = False) -> list[dict]:

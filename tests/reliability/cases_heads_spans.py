@@ -22,17 +22,11 @@ from adapterfusion.tasks.qa_metrics import squad_scores
 from adapterfusion.tasks.squad import score_qa
 from adapterfusion.tasks.tagging import word_tags
 from catalogue import Action, BadInput
-from span_task_data import squad_examples
+from span_task_data import PERSON_TAGGER, squad_examples
 
 B = BadInput
 NAN = math.nan
-NER = TaskSpec(
-    name="ner",
-    kind="token_classification",
-    text_fields=("tokens",),
-    label_field="ner_tags",
-    label_names=("O", "B-PER", "I-PER"),
-)
+NER = PERSON_TAGGER
 CHOICE = TaskSpec(name="choice", kind="multiple_choice", text_fields=("q",), choice_fields=("choices",), num_choices=3)
 PAIR = TaskSpec(name="pair", kind="single", text_fields=("text",), label_names=("no", "yes"))
 

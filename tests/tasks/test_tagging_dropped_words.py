@@ -12,14 +12,7 @@ from transformers import AutoTokenizer
 
 import adapterfusion as af
 from adapterfusion.tasks import TaskError, TaskSpec, encode_task, load_task_data
-
-NER = TaskSpec(
-    name="ner",
-    kind="token_classification",
-    text_fields=("tokens",),
-    label_field="ner_tags",
-    label_names=("O", "B-PER", "I-PER"),
-)
+from span_task_data import PERSON_TAGGER
 
 
 def _encode(folder: Path, tag: int) -> None:
@@ -29,7 +22,7 @@ def _encode(folder: Path, tag: int) -> None:
     ]
     path = folder / "train.jsonl"
     path.write_text("\n".join(json.dumps(row) for row in rows * 3) + "\n")
-    spec = TaskSpec.from_dict({**NER.to_dict(), "data_files": {"train": str(path)}})
+    spec = TaskSpec.from_dict({**PERSON_TAGGER.to_dict(), "data_files": {"train": str(path)}})
     tokenizer = AutoTokenizer.from_pretrained(af.default_encoder_path())
     encode_task(spec, load_task_data(spec).splits, tokenizer, 32)
 
