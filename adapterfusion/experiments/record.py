@@ -27,6 +27,7 @@ from adapterfusion.experiments.spec_checks import (
 from adapterfusion.experiments.sweep import SELECT_KEY, SWEEP_KEY
 from adapterfusion.experiments.task_settings import register_user_task
 from adapterfusion.experiments.variants import Entry, SetupVariant, setup_entries
+from adapterfusion.io.paths import user_path
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.spec import TaskSpec
 
@@ -61,7 +62,7 @@ def check_record(data: Mapping[str, Any], record_dir: Path) -> tuple[Path, str |
             "must be the path of the experiment file this record was run from, relative to the record's folder (as "
             f"the runner writes it), or null; got {source!r}",
         )
-    original = absolute_path(Path(source).expanduser(), record_dir)
+    original = absolute_path(user_path(source), record_dir)
     return original.parent, str(original)
 
 

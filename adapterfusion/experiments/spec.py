@@ -108,7 +108,7 @@ from adapterfusion.experiments.task_settings import (
 )
 from adapterfusion.experiments.variants import Entry, SetupVariant, fused_variants, setup_entries
 from adapterfusion.io.documents import read_document
-from adapterfusion.io.paths import check_readable_file
+from adapterfusion.io.paths import check_readable_file, user_path
 from adapterfusion.tasks.spec import ROLES
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON
 from adapterfusion.training.store import SHIPPED
@@ -309,7 +309,7 @@ def _zoo(value: Any, base_dir: Path) -> str | None:
         raise fail(
             "zoo", f"must be {SHIPPED!r} (the adapters shipped in the package) or an AdapterStore folder; got {value!r}"
         )
-    folder = absolute_path(Path(value).expanduser(), base_dir)
+    folder = absolute_path(user_path(value), base_dir)
     if not folder.is_dir():
         raise fail(
             "zoo",

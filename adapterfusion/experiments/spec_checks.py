@@ -16,6 +16,7 @@ from typing import Any
 from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.io.paths import user_path
 from adapterfusion.tasks.registry import list_tasks
 from adapterfusion.tasks.spec import suggest
 from adapterfusion.training.config import TrainingConfig
@@ -112,7 +113,7 @@ def resolve_path(value: Any, path: str, base_dir: Path) -> str | None:
             f"{value!r} holds a line break, tab or other control character; write the path as a plain value on the "
             "key's line (a YAML block scalar, | or >, keeps its final line break)",
         )
-    return str(absolute_path(Path(value).expanduser(), base_dir))
+    return str(absolute_path(user_path(value), base_dir))
 
 
 def absolute_path(path: Path, base_dir: Path) -> Path:

@@ -23,7 +23,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from adapterfusion._version import __version__
 from adapterfusion.errors import ConfigError, HubError, SerializationError
-from adapterfusion.io.paths import describe
+from adapterfusion.io.paths import describe, user_path
 
 REPO_TYPE = "model"
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
@@ -125,7 +125,7 @@ def locate(source: str | os.PathLike, what: str) -> Path | HubRef:
         raise ConfigError(
             f"{what} is {source!r}, an empty name; pass a folder ('.' for the working folder) or a Hub id 'org/name'"
         )
-    path = Path(os.path.expanduser(source))  # '~name' of no such user stays as written (Path.expanduser raises)
+    path = user_path(source)  # '~name' of no such user stays as written
     found = describe(path)  # io/paths.py: a FIFO, a device, a symlink loop or a dangling symlink is said as such
     if found == "a folder":
         return path

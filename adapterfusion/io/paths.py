@@ -31,6 +31,12 @@ Error = type[AdapterFusionError]
 DENIED_ERRNOS = (errno.EACCES, errno.EPERM)  # what an OSError says when this user may not read
 
 
+def user_path(path: str | os.PathLike[str]) -> Path:
+    """`path` with a leading '~' or '~name' expanded to that home folder; a '~name' of no such user stays as written
+    (and is then said to be missing by whatever reads it), where pathlib's expanduser raises a RuntimeError."""
+    return Path(os.path.expanduser(os.fspath(path)))
+
+
 def as_path(value: object, what: str, error: Error = ConfigError) -> Path:
     """`value` as a Path if it is a non-empty str or os.PathLike; else `error` naming `what`. An empty string would
     be Path('.'), the current folder, and None a TypeError from pathlib. A leading ~ is the user's home, as when the
@@ -41,7 +47,7 @@ def as_path(value: object, what: str, error: Error = ConfigError) -> Path:
         raise error(
             f"{what} {short_repr(value)} is not a path; give a folder or file path (a non-empty string or Path)"
         )
-    return Path(os.path.expanduser(value))  # '~name' of no such user stays as written (Path.expanduser raises)
+    return user_path(value)
 
 
 def path_part(value: object, what: str) -> str:

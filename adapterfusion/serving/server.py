@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -22,6 +21,7 @@ from adapterfusion.devices import available_device
 from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.encoders import load_tokenizer, resolve_encoder
 from adapterfusion.errors import ConfigError, IncompatibleModelError
+from adapterfusion.io.paths import user_path
 from adapterfusion.model import AdaptedModel
 from adapterfusion.serialization.setup import SETUP_FILE, read_index
 from adapterfusion.serving.app import create_app, model_executor
@@ -211,7 +211,7 @@ def _setup_generates(setup: str | os.PathLike) -> bool:
 
 def _saved_base_model(setup: str | os.PathLike) -> dict[str, Any]:
     """The 'base_model' entry of the index of the setup in the local folder `setup`; {} for a Hub id."""
-    folder = Path(setup).expanduser()
+    folder = user_path(setup)
     if not (folder / SETUP_FILE).is_file():
         return {}
     return cast(dict[str, Any], read_index(folder)["base_model"])
