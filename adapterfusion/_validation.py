@@ -41,9 +41,8 @@ def check_piece_name(name: object, kind: str) -> str:
     check_name(name, kind)
     if name in _MODULE_ATTRIBUTES:
         raise ConfigError(
-            f"invalid {kind} name {short_repr(name)}: it is the name of an attribute of torch's nn.Module, "
-            f"which cannot also "
-            f"name a sub-module; choose another name, e.g. '{name}_1'"
+            f"invalid {kind} name {short_repr(name)}: it is the name of an attribute of torch's nn.Module, which "
+            f"cannot also name a sub-module; choose another name, e.g. '{name}_1'"
         )
     return str(name)
 
@@ -142,15 +141,14 @@ def short_repr(value: object, limit: int = 80) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _REPR_BITS:
         sign = "-" if value < 0 else ""
         return f"{sign}<an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
-    container = isinstance(value, _CONTAINERS)
     try:
         long = isinstance(value, _CONTAINERS) and len(value) > _REPR_ITEMS
         text = _LONG_CONTAINERS.repr(value) if long else repr(value)
     except Exception:  # noqa: BLE001 - a user's object whose __repr__ fails: the message must still be made
-        try:  # a container holding an int past the digit limit (or an item whose repr fails): item by item
-            text = _LONG_CONTAINERS.repr(value) if container else f"<a {type(value).__name__} object>"
-        except Exception:  # noqa: BLE001
-            text = f"<a {type(value).__name__} object>"
+        text = f"<a {type(value).__name__} object>"
+        if isinstance(value, _CONTAINERS):  # one holding an int past the digit limit, or a failing item: item by item
+            with contextlib.suppress(Exception):
+                text = _LONG_CONTAINERS.repr(value)
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
 
 

@@ -73,9 +73,8 @@ def forward_parallel(
     fused = model.fusion_setup(fusion).adapters
     if heads is not None and not isinstance(heads, Mapping):
         raise ConfigError(
-            f"heads={short_repr(heads)} has type {type(heads).__name__}; expected a mapping of adapter -> "
-            f"head name, e.g. "
-            f"heads={{{fused[0]!r}: {fused[0]!r}}} (leave it out for the heads named like the adapters)"
+            f"heads={short_repr(heads)} has type {type(heads).__name__}; expected a mapping of adapter -> head name, "
+            f"e.g. heads={{{fused[0]!r}: {fused[0]!r}}} (leave it out for the heads named like the adapters)"
         )
     heads = dict(heads) if heads is not None else {name: name for name in fused}
     fusion_head = fusion_head if fusion_head is not None else fusion

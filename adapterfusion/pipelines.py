@@ -287,8 +287,8 @@ def pipeline_task(task: object) -> str:
         ) from None
     if name not in _TASK_READS:
         raise ConfigError(
-            f"pipeline task {short_repr(task)} is not one an AdaptedModel serves (it reads images, audio or "
-            f"tables, or a "
+            f"pipeline task {short_repr(task)} is not one an AdaptedModel serves (it reads images, audio or tables, "
+            "or a "
             f"model kind this library does not wrap); use one of {served}"
         )
     return name

@@ -83,8 +83,7 @@ class AdapterConfig:
                 if key != "default" and not (key.isascii() and key.isdigit() and key == str(int(key))):
                     raise ConfigError(
                         f"reduction_factor key {short_repr(key)} must be 'default' or a layer index written "
-                        f"like '3' (ASCII "
-                        "digits, no leading zero: the layer it names is looked up by that spelling)"
+                        "like '3' (ASCII digits, no leading zero: the layer it names is looked up by that spelling)"
                     )
                 if key in normalised:
                     raise ConfigError(f"reduction_factor names layer {short_repr(key)} twice; give each layer once")
@@ -98,8 +97,7 @@ class AdapterConfig:
         if not isinstance(self.positions, (str, list, tuple)):
             raise ConfigError(
                 f"positions={short_repr(self.positions)} has type {type(self.positions).__name__}; expected a "
-                f"list such as "
-                "('output',) or ('attention', 'output')"
+                "list such as ('output',) or ('attention', 'output')"
             )
         positions = tuple(self.positions) if not isinstance(self.positions, str) else (self.positions,)
         if not positions:

@@ -114,9 +114,8 @@ class FusionConfig:
         if changed:
             owner = "kind='attention' (AdapterFusion)" if self.kind == "scalearn" else "kind='scalearn'"
             raise ConfigError(
-                f"fusion kind={short_repr(self.kind)} does not use {changed}: those options belong to "
-                f"{owner}; leave them out "
-                f"or choose that kind"
+                f"fusion kind={short_repr(self.kind)} does not use {changed}: those options belong to {owner}; "
+                "leave them out or choose that kind"
             )
         fields = type(self).__dataclass_fields__
         for flag in (name for name in ATTENTION_FIELDS if isinstance(fields[name].default, bool)):

@@ -186,9 +186,8 @@ def check_head_labels(config: HeadConfig, labels: Sequence[str] | None, source: 
         return
     if not isinstance(labels, (list, tuple)) or not all(isinstance(label, str) for label in labels):
         raise ConfigError(
-            f"labels={short_repr(labels)} has type {type(labels).__name__}; expected a list of label names, "
-            f"e.g. a task's "
-            "label_names"
+            f"labels={short_repr(labels)} has type {type(labels).__name__}; expected a list of label names, e.g. a "
+            "task's label_names"
         )
     labels = tuple(labels)
     if config.num_labels != len(labels) or (config.labels is not None and config.labels != labels):

@@ -60,8 +60,7 @@ class ServeConfig:
             ):
                 raise ConfigError(
                     f"allowed_hosts={short_repr(hosts)} must be a non-empty tuple of host names such as "
-                    f"('localhost',), or None "
-                    "for any"
+                    "('localhost',), or None for any"
                 )
             object.__setattr__(self, "allowed_hosts", tuple(_bare_host(h) for h in hosts))
         if self.max_inputs is None:  # ServeConfig(max_batch_size=8) alone was refused: 32 inputs exceed 8
@@ -158,11 +157,8 @@ def given_config(config: object) -> ServeConfig:
     if config is None:
         return ServeConfig()
     if not isinstance(config, ServeConfig):
-        fields = (
-            f"ServeConfig(**{short_repr(config)})"
-            if isinstance(config, dict) and len(short_repr(config, 200)) < 80
-            else "ServeConfig(...)"
-        )
+        shown = short_repr(config, 200)
+        fields = f"ServeConfig(**{shown})" if isinstance(config, dict) and len(shown) < 80 else "ServeConfig(...)"
         raise ConfigError(
             f"config is a {type(config).__name__}, not a ServeConfig; pass {fields} (from adapterfusion.serving "
             "import ServeConfig), or None for the defaults"
@@ -188,16 +184,15 @@ def _bare_host(given: str) -> str:
         shown = host_name(name.partition("://")[2].partition("/")[0] if "://" in name else name.partition("/")[0])
         shown = shown if shown and not any(c.isspace() for c in shown) else "localhost"
         raise ConfigError(
-            f"allowed_hosts entry {short_repr(given)} is not a host name: give the name alone, without "
-            f"scheme, port or path, "
-            f"e.g. {short_repr(shown)} (the port of a request's Host header is not compared)"
+            f"allowed_hosts entry {short_repr(given)} is not a host name: give the name alone, without scheme, "
+            f"port or path, e.g. {short_repr(shown)} (the port of a request's Host header is not compared)"
         )
     if not all(c.isascii() and (c.isalnum() or c in "._-:%") for c in bare):  # '*', 'bücher.de': no Host equals them
         raise ConfigError(
             f"allowed_hosts entry {short_repr(given)} is not a host name, so no request's Host header could "
-            f"match it and every "
-            "request would be refused: give names of letters, digits, '.' and '-' (an international name in its "
-            "'xn--' form), one entry each; wildcards such as '*' are not read: to answer any host, give none "
-            "(ServeConfig.allowed_hosts=None; serve on a non-loopback --host without --allowed-host)"
+            "match it and every request would be refused: give names of letters, digits, '.' and '-' (an "
+            "international name in its 'xn--' form), one entry each; wildcards such as '*' are not read: to answer "
+            "any host, give none (ServeConfig.allowed_hosts=None; serve on a non-loopback --host without "
+            "--allowed-host)"
         )
     return bare
