@@ -27,23 +27,18 @@ class PieceExistsError(ConfigError):
 class SavedSettingError(ConfigError):
     """A value read from a saved file (a piece's adapter_config.json, an AdapterHub adapter_fusion_config.json, a
     setup's index) that this version refuses; the fix is in that file. Structured, so a caller that must not show the
-    server's paths (serving/app.py) need not parse the message: `file` is the file's name without its folder, `key`
-    the entry of the file whose value was refused ('config', 'name') or None where the reader does not say, and
-    `reason` what is wrong with it, the refusal of the check that read it. The message is `<path>: <reason>`."""
+    server's paths (serving/app.py) need not parse the message: `path` is the file as given, `file` its name
+    without its folder, `key` the entry of the file whose value was refused ('config', 'name') or None where the
+    reader does not say, and `reason` what is wrong with it, the refusal of the check that read it. The message is
+    `<path>: <reason>`."""
 
     def __init__(self, path: str | os.PathLike[str], reason: str, key: str | None = None) -> None:
         super().__init__(f"{path}: {reason}")
-        self.file, self.key, self.reason = Path(path).name, key, reason
+        self.path, self.key, self.reason = os.fspath(path), key, reason
+        self.file = Path(self.path).name
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled across processes (a Ray replica) with its fields
-        return _saved_setting_error, (str(self.args[0]) if self.args else "", self.file, self.key, self.reason)
-
-
-def _saved_setting_error(message: str, file: str, key: str | None, reason: str) -> SavedSettingError:
-    error = SavedSettingError.__new__(SavedSettingError)
-    ConfigError.__init__(error, message)
-    error.file, error.key, error.reason = file, key, reason
-    return error
+        return type(self), (self.path, self.reason, self.key)
 
 
 class UnsupportedArchitectureError(AdapterFusionError, ValueError):

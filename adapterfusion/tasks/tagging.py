@@ -74,32 +74,33 @@ def _encode_tagging_batch(
     words = fields.text_columns(batch, spec)[0]
     encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length, verbose=False)
     labels, cut = [], []
+    outside = spec.label_names.index("O") if "O" in spec.label_names else None  # the tag of no entity
     for i, tags in enumerate(batch[LABEL_COLUMN]):
         word_ids = encoded.word_ids(i)
         where = f"task {spec.name!r}, split {split!r}, row {indices[i]}"
-        outside = {j for j, tag in enumerate(tags) if _tag_name(spec, tag) == "O"}
         full = len(encoded["input_ids"][i]) >= max_length
-        _refuse_dropped_words(where, words[i], word_ids, not full, tokenizer, outside)
+        _refuse_dropped_words(where, words[i], tags, word_ids, not full, tokenizer, outside)
         labels.append(word_labels_to_tokens(word_ids, tags))
         cut.append(len({w for w in word_ids if w is not None}) < len(tags))
     return {**dict(encoded), "labels": labels, _CUT_COLUMN: cut}
 
 
-def _tag_name(spec: TaskSpec, tag: Any) -> str | None:
-    names = spec.label_names
-    return names[tag] if isinstance(tag, int) and 0 <= tag < len(names) else None
-
-
 def _refuse_dropped_words(
-    where: str, words: list[str], word_ids: list[int | None], whole: bool, tokenizer: Any, outside: set[int]
+    where: str,
+    words: list[str],
+    tags: list[int],
+    word_ids: list[int | None],
+    whole: bool,
+    tokenizer: Any,
+    outside: int | None,
 ) -> None:
-    """A TaskError for a word tagged as part of an entity (not 'O', the indices in `outside`) that the tokenizer gave
-    no token (blank, zero-width or control characters only): its tag would be neither trained on nor scored, and
+    """A TaskError for a word tagged as part of an entity (any tag but `outside`, the id of 'O') that the tokenizer
+    gave no token (blank, zero-width or control characters only): its tag would be neither trained on nor scored, and
     the entity lost. Such a word tagged 'O' carries no entity and passes. Words missing after the last one kept are
     the truncation's when the encoding is full (`whole` False)."""
     kept = {w for w in word_ids if w is not None}
     last = max(kept, default=-1)
-    dropped = [w for w in range(len(words)) if w not in kept and (w < last or whole) and w not in outside]
+    dropped = [w for w in range(len(words)) if w not in kept and (w < last or whole) and tags[w] != outside]
     if dropped:
         raise TaskError(
             f"{where}: word {dropped[0]} ({words[dropped[0]]!r}) has no token for the tokenizer "
