@@ -84,25 +84,25 @@ def test_info_lists_each_architecture_with_its_kind_sites_and_adapterhub_support
 def test_json_replaces_only_a_result_of_ours(tmp_path, capsys):
     """--json replaced whatever file it was given (a lone saved piece's config, the user's own JSON); now only a
     result an earlier evaluate or prune --json wrote, as its mark says, and nothing that appears there meanwhile."""
-    from adapterfusion.cli import _json_writer
+    from adapterfusion.cli_outputs import json_writer
 
     result, run = tmp_path / "result.json", str(tmp_path / "run")
-    _json_writer(str(result), run, "evaluate")({"metrics": {"accuracy": 0.5}})
+    json_writer(str(result), run, "evaluate")({"metrics": {"accuracy": 0.5}})
     first = result.read_bytes()
-    _json_writer(str(result), run, "prune")({"kept": ["a"]})  # our own result: replaced, as asked
+    json_writer(str(result), run, "prune")({"kept": ["a"]})  # our own result: replaced, as asked
     assert json.loads(result.read_text()) == {"kept": ["a"], "written_by": "adapterfusion prune --json"}
 
     result.write_bytes(first.replace(b"adapterfusion evaluate --json", b"someone else"))
     before = result.read_bytes()
     with pytest.raises(af.ConfigError, match="no adapterfusion evaluate or prune --json wrote"):
-        _json_writer(str(result), run, "evaluate")
+        json_writer(str(result), run, "evaluate")
     link = tmp_path / "link.json"
     link.symlink_to(result)  # to a result of ours: the link is no file we wrote
     with pytest.raises(af.ConfigError, match="is a symbolic link that no adapterfusion"):
-        _json_writer(str(link), run, "evaluate")
+        json_writer(str(link), run, "evaluate")
 
     late = tmp_path / "late.json"
-    write = _json_writer(str(late), run, "evaluate")
+    write = json_writer(str(late), run, "evaluate")
     late.write_text("{}\n")  # the user's, put there while the evaluation ran
     with pytest.raises(af.ConfigError, match="since the command began"):
         write({"metrics": {}})

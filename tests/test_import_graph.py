@@ -23,7 +23,7 @@ circle, and the layers below; within a layer the order is the one given):
   4. the model: model -> the root package (the public API)
   5. recipes: training
   6. what works on run folders: zoo, evaluation -> pruning; experiments; serving (the inference server)
-  7. cli
+  7. cli_outputs (which files the command line may write) -> cli
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "model <root>",  # <root>: adapterfusion/__init__.py, the public API
         "training",
         "zoo evaluation pruning experiments serving",
-        "cli",
+        "cli_outputs cli",
     )
 )
 
