@@ -229,6 +229,8 @@ def create_app(
         except RequestError:
             raise
         except AdapterFusionError as error:  # a check inside the forward refused this request's inputs
+            # The arrival checks (contract.py) should have: the log shows the operator which one they missed.
+            logger.warning("%s: a check inside the forward refused a request the contract let pass: %s", key, error)
             raise RequestError(422, str(error)) from None
         except Exception:
             logger.exception("%s failed", key)

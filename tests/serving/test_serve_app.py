@@ -203,6 +203,23 @@ def test_a_failing_request_fails_alone_and_the_server_keeps_serving(model, token
     assert _sample(metrics, "adapterfusion_serve_failed_forwards_total") >= 1
 
 
+def test_a_library_check_inside_the_forward_is_a_422_the_log_shows(model, tokenizer, monkeypatch, caplog):
+    """A refusal from a check inside the forward (one the arrival checks let pass) answers 422 with its message and
+    is logged, so the operator sees which check the contract missed; the server goes on."""
+
+    def refusing(self, *args, **kwargs):
+        raise af.ConfigError("a check the contract missed")
+
+    monkeypatch.setattr(_Tokenizer, "pad", refusing)
+    body = {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}
+    with running(create_app(model, _Tokenizer(tokenizer), ServeConfig(max_wait_ms=0))) as url:
+        with httpx.Client(base_url=url, timeout=30) as client, caplog.at_level(logging.WARNING):
+            refused = client.post("/v1/predict", json=body)
+            assert client.get("/healthz").status_code == 200
+    assert refused.status_code == 422 and refused.json()["error"]["message"].endswith("a check the contract missed")
+    assert "refused a request the contract let pass: a check the contract missed" in caplog.text
+
+
 def test_a_full_queue_answers_429_and_the_queued_requests_still_finish(model, tokenizer):
     config = ServeConfig(max_batch_size=1, max_wait_ms=0, max_queue=1, max_inputs=1)
     body = {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}
