@@ -313,7 +313,9 @@ class AdaptedModel(nn.Module):
     # ---- what a transformers pipeline reads of a model (pipelines.py) ------------------------------------------
     @property
     def device(self) -> torch.device:
-        """The device of the embeddings, where inputs must be."""
+        """The device of the embeddings, where inputs must be. A transformers pipeline reads it first thing as it
+        is built: where it runs this model, its calls are checked from then on (pipelines.meet_pipeline)."""
+        pipelines.meet_pipeline(self)
         return cast(nn.Embedding, cast(Any, self.model).get_input_embeddings()).weight.device
 
     @property

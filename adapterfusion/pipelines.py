@@ -16,7 +16,7 @@ logits. A pipeline meets its view as it is built (it reads the view's device fir
 and from then on its calls pass af.pipeline's call checks (`_checked_class`), however it was built.
 `transformers.pipeline(task, model=model)` runs whatever is active at each call: `AdaptedModel.config`
 (`model_config`) is the wrapped model's config, with the active head's labels where a head of ours is active, and is
-checked against the reading pipeline's task the same way.
+checked against the reading pipeline's task the same way; the pipeline that reads it gets the same call checks.
 """
 
 from __future__ import annotations
@@ -105,7 +105,6 @@ class PipelineModel(nn.Module):
                 "per adapter, or call the model with adapter_names=[...]"
             )
         self.task = pipeline_task(task) if task is not None else None
-        _drop_model_type_line()  # before any pipeline reads this view and logs that its class is not one it lists
         self.adapted = model
         state = model.state_for(adapter, fusion, head, skip_layers)  # checks the choice as activate() does
         self.choice: dict[str, Any] = dict(adapter=adapter, fusion=fusion, head=head, skip_layers=state.skip_layers)
@@ -244,6 +243,15 @@ def model_config(model: AdaptedModel) -> Any:
         kept = (head_config, wrapped.config, _config_for(model, head))
         model.__dict__["_pipeline_config"] = kept
     return kept[2]
+
+
+def meet_pipeline(model: AdaptedModel) -> None:
+    """For AdaptedModel.device, which every transformers pipeline reads first thing as it is built: a pipeline of a
+    task served here that runs `model` itself passes af.pipeline's call checks from then on (_checked_class), as a
+    view's does (PipelineModel._meet)."""
+    reader = reading_pipeline()
+    if served_task(reader) is not None and getattr(reader, "model", None) is model:
+        reader.__class__ = _checked_class(type(reader))
 
 
 def check_active_for_pipeline(model: AdaptedModel, task: str, head: str | None) -> None:
@@ -509,14 +517,7 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
     (transformers fails on it with an IndexError or a tokenizer's error)."""
     given = [name for name in CHOICE_ARGUMENTS if name in kwargs]
     if given:
-        choice = built.model.choice
-        chosen = ", ".join(f"{key}={value!r}" for key, value in choice.items() if value not in (None, ()))
-        raise ConfigError(
-            f"{given[0]}={short_repr(kwargs[given[0]])} given to a pipeline call: af.pipeline (or model.for_pipeline) "
-            f"fixes the adapter, fusion, head and skip_layers when the pipeline is built (this one runs "
-            f"{chosen or 'the bare model'}); build another for that choice, af.pipeline(task, model, tokenizer, "
-            f"{given[0]}=...)"
-        )
+        _refuse_choice_at_call(built.model, given[0], kwargs[given[0]])
     refuse_unread_call_arguments(built, kwargs)
     task = served_task(built) or built.model.task  # the pipeline's own (a view may serve several), no alias
     if args:
@@ -530,19 +531,65 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
     if task == "zero-shot-classification":  # the call's labels: a keyword, the second argument, or the pipeline's
         built_with = (built._preprocess_params or {}).get("candidate_labels")
         settings["candidate_labels"] = kwargs.get("candidate_labels", args[1] if len(args) > 1 else built_with)
-    check_settings(task, settings, built.model.scored_outputs)
+    check_settings(task, settings, _scored_outputs(built.model, task))
+
+
+def _refuse_choice_at_call(model: Any, name: str, value: Any) -> None:
+    """An adapter, fusion, head or skip_layers given to a pipeline's call: the pipeline would hand it to the
+    tokenizer, which ignores it, and run its model's choice unsaid."""
+    if isinstance(model, PipelineModel):
+        chosen = ", ".join(f"{key}={each!r}" for key, each in model.choice.items() if each not in (None, ()))
+        raise ConfigError(
+            f"{name}={short_repr(value)} given to a pipeline call: af.pipeline (or model.for_pipeline) fixes the "
+            f"adapter, fusion, head and skip_layers when the pipeline is built (this one runs "
+            f"{chosen or 'the bare model'}); build another for that choice, af.pipeline(task, model, tokenizer, "
+            f"{name}=...)"
+        )
+    raise ConfigError(
+        f"{name}={short_repr(value)} given to a pipeline call: a pipeline built on the model itself runs what is "
+        f"active in it ({_active_text(model)}); activate the choice first, model.activate({name}=...), or build "
+        f"a pipeline for it, af.pipeline(task, model, tokenizer, {name}=...)"
+    )
+
+
+def _active_text(model: AdaptedModel) -> str:
+    """What `model` runs now, as activate()'s keywords."""
+    active = {
+        "adapter": model.active_adapter,
+        "fusion": model.active_fusion,
+        "block": model.active_block,
+        "head": model.active_head,
+        "skip_layers": model.skip_layers,
+    }
+    shown = ", ".join(f"{key}={value!r}" for key, value in active.items() if value not in (None, ()))
+    return shown or "nothing: the bare model"
+
+
+def _scored_outputs(model: Any, task: str | None) -> int | None:
+    """How many scores the pipeline ranks: the head's labels, or for fill-mask the vocabulary's tokens, of a view
+    or of the model itself (its active head's)."""
+    if isinstance(model, PipelineModel):
+        return model.scored_outputs
+    return getattr(model.config, "vocab_size" if task == "fill-mask" else "num_labels", None)
+
+
+# The classes transformers' pipelines do not list among a task's models, though they run them: a view, the model.
+_OUR_MODEL_CLASSES = ("PipelineModel", "AdaptedModel")
 
 
 def _not_our_model_type_line(record: logging.LogRecord) -> bool:
-    """False for the pipeline's log line that PipelineModel is not a transformers *For<Task> class (it says nothing
-    of whether it works: the pipeline reads only the attributes PipelineModel has), a screenful of class names."""
+    """False for the pipeline's log line that a view or the model is not a transformers *For<Task> class (it says
+    nothing of whether it works: the pipeline reads only the attributes both have), a screenful of class names."""
     message = record.getMessage()
-    return not (PipelineModel.__name__ in message and "is not supported for" in message)
+    return not ("is not supported for" in message and any(f"'{name}'" in message for name in _OUR_MODEL_CLASSES))
 
 
 def _drop_model_type_line() -> None:
-    """Filter that line out of transformers' pipeline logger, once: for af.pipeline and for a view handed to
-    transformers.pipeline directly. Only lines naming PipelineModel are dropped."""
+    """Filter that line out of transformers' pipeline logger, once (at import: a pipeline logs it as it is built,
+    before it reads anything of the model). Only lines naming one of _OUR_MODEL_CLASSES are dropped."""
     logger = logging.getLogger("transformers.pipelines.base")
     if _not_our_model_type_line not in logger.filters:
         logger.addFilter(_not_our_model_type_line)
+
+
+_drop_model_type_line()

@@ -5,6 +5,7 @@ and head (softmax of its logits; generate's tokens), and the model's own active 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -294,6 +295,35 @@ def test_transformers_pipeline_refuses_an_active_choice_its_task_cannot_read(mod
     model.activate(**active)
     with pytest.raises(af.ConfigError, match=message):
         classify(TEXTS[0])
+
+
+def test_transformers_pipeline_on_the_model_itself_checks_its_calls_and_logs_no_class_names(model, tokenizer):
+    """A pipeline built on the model itself handed adapter= and unknown keywords of a call to the tokenizer, which
+    ignored them (the active choice ran, unsaid), took top_k=0 (answering nothing), and logged a screen of class
+    names that AdaptedModel is not one of; now its calls pass the checks a view's do, and the line is dropped."""
+    logger = logging.getLogger("transformers.pipelines.base")
+    messages: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        model.activate(adapter="a", head="nli")
+        classify = transformers.pipeline("text-classification", model=model, tokenizer=tokenizer)
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in messages if "is not supported for" in m], messages
+    assert classify(TEXTS[0])[0]["label"] in ("entailment", "neutral", "contradiction")
+    for keywords, words in [
+        (dict(adapter="b"), "runs what is active in it (adapter='a', head='nli'); activate the choice first"),
+        (dict(head="plain"), "model.activate(head=...)"),
+        (dict(adapter_names=["b"]), "adapter_names=['b'] given to a pipeline call: its TextClassificationPipeline"),
+        (dict(top_k=0), "top_k"),
+    ]:
+        with pytest.raises(af.ConfigError, match=re.escape(words)):
+            classify(TEXTS[0], **keywords)
+    model.activate(adapter="a", head="score")  # the scores a call ranks follow the head active at that call
+    with pytest.raises(af.ConfigError, match="softmax"):
+        classify(TEXTS[0], function_to_apply="softmax")
 
 
 def test_a_view_built_without_a_task_is_checked_by_the_pipeline_that_reads_it(model, tokenizer):

@@ -69,9 +69,10 @@ def _fill(
     return prepare
 
 
-def _direct_classified(*args: Any, **call: Any) -> Callable[[Path], Action]:
+def _direct_classified(*args: Any, view: bool = True, **call: Any) -> Callable[[Path], Action]:
     """transformers.pipeline('text-classification', model=model.for_pipeline(adapter='a', head='nli'),
-    ...)(*args, **call) on a tiny encoder over the shipped tokenizer: built without af.pipeline."""
+    ...)(*args, **call) on a tiny encoder over the shipped tokenizer: built without af.pipeline. view=False: on the
+    model itself, with adapter a and head nli active."""
 
     def prepare(folder: Path) -> Action:
         tokenizer = shipped_tokenizer()
@@ -79,8 +80,9 @@ def _direct_classified(*args: Any, **call: Any) -> Callable[[Path], Action]:
         model.add_adapter("a")
         model.add_adapter("b")
         model.add_head("nli", af.ClassificationHead(num_labels=3, labels=["entailment", "neutral", "contradiction"]))
-        view = model.for_pipeline(adapter="a", head="nli")
-        return lambda: transformers.pipeline("text-classification", model=view, tokenizer=tokenizer)(*args, **call)
+        model.activate(adapter="a", head="nli")
+        run = model.for_pipeline(adapter="a", head="nli") if view else model
+        return lambda: transformers.pipeline("text-classification", model=run, tokenizer=tokenizer)(*args, **call)
 
     return prepare
 
@@ -323,6 +325,24 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("adapter='b' given to a pipeline call", "this one runs adapter='a', head='nli'", "build another"),
         _direct_classified("a text", adapter="b"),
+    ),
+    B(
+        "pipeline-on-the-model-call-adapter",
+        PIPELINES,
+        "transformers.pipeline('text-classification', model=model, ...)('a text', adapter='b') on the model itself "
+        "with adapter a active (handed to the tokenizer, which ignored it: adapter a's answer came back)",
+        af.ConfigError,
+        ("adapter='b' given to a pipeline call", "runs what is active in it (adapter='a', head='nli')", "activate"),
+        _direct_classified("a text", adapter="b", view=False),
+    ),
+    B(
+        "pipeline-on-the-model-call-top-k-zero",
+        PIPELINES,
+        "transformers.pipeline('text-classification', model=model, ...)('a text', top_k=0) on the model itself (an "
+        "empty answer: transformers sliced its sorted scores with it)",
+        af.ConfigError,
+        ("top_k=0 (int)", "whole number >= 1"),
+        _direct_classified("a text", top_k=0, view=False),
     ),
     B(
         "pipeline-input-numpy-array",
