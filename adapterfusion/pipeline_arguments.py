@@ -468,10 +468,11 @@ def _passed_through(built: Any) -> int | None:
 _PIPELINE_OWN_ARGUMENTS = {"batch_size", "num_workers", "args_parser", "assistant_model", "assistant_tokenizer"}
 
 
-def refuse_unread_arguments(built: Any, tokenizer: Any, kwargs: dict[str, Any]) -> None:
+def refuse_unread_arguments(built: Any, tokenizer: Any, kwargs: dict[str, Any], ours: bool = True) -> None:
     """A keyword that neither transformers.pipeline nor the task's pipeline reads (`adapter_name=` for adapter=):
     dropped without a word, or handed to the tokenizer, which ignores what it does not know, it would run another
-    choice than the one meant. Generation settings are the model's generate()'s to check."""
+    choice than the one meant. Generation settings are the model's generate()'s to check. `ours`: built by
+    af.pipeline (False: by transformers.pipeline on a view or the model)."""
     named = set(inspect.signature(transformers.pipeline).parameters) | _PIPELINE_OWN_ARGUMENTS
     named |= set(inspect.signature(transformers.Pipeline.__init__).parameters)
     named |= set(inspect.signature(type(built)._sanitize_parameters).parameters)
@@ -482,19 +483,29 @@ def refuse_unread_arguments(built: Any, tokenizer: Any, kwargs: dict[str, Any]) 
         # Where a pipeline passes on what it does not know: to the tokenizer (read there, or ignored), or to
         # generate() (which checks what it is given itself).
         passed_on = step == through and step != 1
-        taken |= {key for key in params if not passed_on or key in named or (step == 0 and key in tokenizes)}
+        taken |= {key for key in params or {} if not passed_on or key in named or (step == 0 and key in tokenizes)}
     unread = sorted(set(kwargs) - taken)
-    if unread:
-        ours = list(CHOICE_ARGUMENTS)
-        shown = [
-            f"{name!r}" + (f" (did you mean {match!r}?)" if (match := closest(name, ours)) else "") for name in unread
-        ]
+    if not unread:
+        return
+    choices = list(CHOICE_ARGUMENTS)
+    shown = [
+        f"{name!r}" + (f" (did you mean {match!r}?)" if (match := closest(name, choices)) else "") for name in unread
+    ]
+    one = len(unread) == 1
+    if ours:
         raise ConfigError(
-            f"af.pipeline: {', '.join(shown)} {'is not an argument' if len(unread) == 1 else 'are not arguments'} of "
+            f"af.pipeline: {', '.join(shown)} {'is not an argument' if one else 'are not arguments'} of "
             f"af.pipeline, of transformers.pipeline or of its {type(built).__name__}, so transformers would ignore "
-            f"{'it' if len(unread) == 1 else 'them'}; af.pipeline takes {', '.join(ours)}, and the pipeline's own "
+            f"{'it' if one else 'them'}; af.pipeline takes {', '.join(choices)}, and the pipeline's own "
             "settings (device, batch_size, top_k, max_new_tokens, ...)"
         )
+    raise ConfigError(
+        f"transformers.pipeline: {', '.join(shown)} {'is not an argument' if one else 'are not arguments'} of "
+        f"transformers.pipeline or of its {type(built).__name__}, so transformers would ignore "
+        f"{'it' if one else 'them'}; give the pipeline's own settings (device, batch_size, top_k, ...), and choose "
+        "the adapter, fusion and head in the model (model.for_pipeline(adapter=..., head=...)) or build with "
+        "af.pipeline(task, model, tokenizer, adapter=..., head=...)"
+    )
 
 
 # What a call's keyword means where a pipeline does not read it, said with the refusal.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import os
 import sys
@@ -113,6 +114,7 @@ class PipelineModel(nn.Module):
         self._config = _config_for(model, head)
         self._head_config = model.get_head(head).config if head is not None else None
         self.generation_config = getattr(wrapped, "generation_config", None)
+        self.checked_by_af_pipeline = False  # True: af.pipeline builds the pipeline and checks what it is given
 
     @property
     def config(self) -> Any:
@@ -472,6 +474,7 @@ def pipeline(
         check_device(kwargs["device"])
     view = for_pipeline(model, adapter, fusion, head, task, skip_layers)
     check_settings(view.task or pipeline_task(task), kwargs, view.scored_outputs)
+    view.checked_by_af_pipeline = True  # its settings here, its unread keywords after the build
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
     # A tokenizer named by a str is the one thing transformers loads here: a wrong path or id is its OSError.
     loading_tokenizer = (
@@ -499,7 +502,27 @@ def _checked_class(cls: type) -> type:
             _check_call(self, args, kwargs)
             return cls.__call__(self, *args, **kwargs)
 
-        namespace = {"__call__": checked_call, "__slots__": (), "__doc__": cls.__doc__, "__module__": __name__}
+        @functools.wraps(cast(Any, cls)._sanitize_parameters)  # its signature: what names it reads
+        def checked_sanitize(self: Any, **kwargs: Any) -> Any:
+            # Not a call's settings (_check_call read them) nor af.pipeline's (it checks its own): the settings given
+            # to transformers.pipeline as it builds this one.
+            building = not hasattr(self, "_preprocess_params")
+            building = building and not getattr(self.model, "checked_by_af_pipeline", False)
+            if building:
+                _check_build_settings(self, kwargs)
+            steps = cast(Any, cls)._sanitize_parameters(self, **kwargs)
+            if building:  # stored as the pipeline stores them, for refuse_unread_arguments (and its probe) to read
+                self._preprocess_params, self._forward_params, self._postprocess_params = steps
+                refuse_unread_arguments(self, self.tokenizer, kwargs, ours=False)
+            return steps
+
+        namespace = {
+            "__call__": checked_call,
+            "_sanitize_parameters": checked_sanitize,
+            "__slots__": (),
+            "__doc__": cls.__doc__,
+            "__module__": __name__,
+        }
         if issubclass(cls, transformers.FillMaskPipeline):
 
             def checked_target_ids(self: Any, targets: Any) -> Any:
@@ -532,6 +555,21 @@ def _check_call(built: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
         built_with = (built._preprocess_params or {}).get("candidate_labels")
         settings["candidate_labels"] = kwargs.get("candidate_labels", args[1] if len(args) > 1 else built_with)
     check_settings(task, settings, _scored_outputs(built.model, task))
+
+
+def _check_build_settings(built: Any, settings: dict[str, Any]) -> None:
+    """The settings given to transformers.pipeline(task, model=view or model, ...) itself, checked as af.pipeline
+    checks its own as it builds (check_settings), before transformers reads them: top_k=0 there answered nothing.
+    On the model itself, what a head's labels bound (a top_k beyond them, a softmax of one value) waits for the
+    calls: the head that answers is the one active at each call."""
+    task = served_task(built) or getattr(built.model, "task", None)
+    if task is None:
+        return
+    given = {**settings}
+    for name in ("batch_size", "num_workers"):  # taken out by the pipeline before the others
+        if getattr(built, f"_{name}", None) is not None:
+            given[name] = getattr(built, f"_{name}")
+    check_settings(task, given, built.model.scored_outputs if isinstance(built.model, PipelineModel) else None)
 
 
 def _refuse_choice_at_call(model: Any, name: str, value: Any) -> None:

@@ -326,6 +326,27 @@ def test_transformers_pipeline_on_the_model_itself_checks_its_calls_and_logs_no_
         classify(TEXTS[0], function_to_apply="softmax")
 
 
+@pytest.mark.parametrize("on_view", [False, True])
+def test_settings_given_to_transformers_pipeline_are_checked_as_it_builds(model, tokenizer, on_view):
+    """The settings given to transformers.pipeline(...) on a view or on the model itself reached transformers
+    unchecked (top_k=0 answered nothing; adapter_name= went to the tokenizer, which ignored it); af.pipeline keeps
+    its own words for its own."""
+    model.activate(adapter="a", head="nli")
+    run = model.for_pipeline(adapter="a", head="nli") if on_view else model
+    for settings, words in [
+        (dict(top_k=0), "top_k=0 (int)"),
+        (dict(batch_size=0), "batch_size=0 (int)"),
+        (dict(function_to_apply="bogus"), "function_to_apply='bogus'"),
+        (dict(adapter_name="b"), "transformers.pipeline: 'adapter_name' (did you mean 'adapter'?) is not an argument"),
+    ]:
+        with pytest.raises(af.ConfigError, match=re.escape(words)):
+            transformers.pipeline("text-classification", model=run, tokenizer=tokenizer, **settings)
+    kept = transformers.pipeline("text-classification", model=run, tokenizer=tokenizer, top_k=2, batch_size=2)
+    assert [len(answer) for answer in kept([TEXTS[0], TEXTS[1]])] == [2, 2]
+    with pytest.raises(af.ConfigError, match=re.escape("af.pipeline: 'adapter_name' (did you mean 'adapter'?)")):
+        af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli", adapter_name="b")
+
+
 def test_a_view_built_without_a_task_is_checked_by_the_pipeline_that_reads_it(model, tokenizer):
     """transformers.pipeline("text-classification", model=model.for_pipeline(head=<a tagging head>)) answered with
     transformers' KeyError: 16 (a token index read as a label)."""

@@ -69,10 +69,12 @@ def _fill(
     return prepare
 
 
-def _direct_classified(*args: Any, view: bool = True, **call: Any) -> Callable[[Path], Action]:
-    """transformers.pipeline('text-classification', model=model.for_pipeline(adapter='a', head='nli'),
-    ...)(*args, **call) on a tiny encoder over the shipped tokenizer: built without af.pipeline. view=False: on the
-    model itself, with adapter a and head nli active."""
+def _direct_classified(
+    *args: Any, view: bool = True, built: dict[str, Any] | None = None, **call: Any
+) -> Callable[[Path], Action]:
+    """transformers.pipeline('text-classification', model=model.for_pipeline(adapter='a', head='nli'), ...,
+    **built)(*args, **call) on a tiny encoder over the shipped tokenizer: built without af.pipeline. view=False: on
+    the model itself, with adapter a and head nli active."""
 
     def prepare(folder: Path) -> Action:
         tokenizer = shipped_tokenizer()
@@ -82,7 +84,9 @@ def _direct_classified(*args: Any, view: bool = True, **call: Any) -> Callable[[
         model.add_head("nli", af.ClassificationHead(num_labels=3, labels=["entailment", "neutral", "contradiction"]))
         model.activate(adapter="a", head="nli")
         run = model.for_pipeline(adapter="a", head="nli") if view else model
-        return lambda: transformers.pipeline("text-classification", model=run, tokenizer=tokenizer)(*args, **call)
+        return lambda: transformers.pipeline("text-classification", model=run, tokenizer=tokenizer, **(built or {}))(
+            *args, **call
+        )
 
     return prepare
 
@@ -343,6 +347,24 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("top_k=0 (int)", "whole number >= 1"),
         _direct_classified("a text", top_k=0, view=False),
+    ),
+    B(
+        "pipeline-built-by-transformers-top-k-zero",
+        PIPELINES,
+        "transformers.pipeline('text-classification', model=model.for_pipeline(...), ..., top_k=0) (a setting of the "
+        "build, handed to transformers unchecked: every call answered nothing)",
+        af.ConfigError,
+        ("top_k=0 (int)", "whole number >= 1"),
+        _direct_classified("a text", built=dict(top_k=0)),
+    ),
+    B(
+        "pipeline-on-the-model-built-with-unread-keyword",
+        PIPELINES,
+        "transformers.pipeline('text-classification', model=model, ..., adapter_name='b') (no setting of the "
+        "pipeline's: handed to the tokenizer at each call, which ignored it)",
+        af.ConfigError,
+        ("transformers.pipeline: 'adapter_name' (did you mean 'adapter'?)", "model.for_pipeline(adapter=..."),
+        _direct_classified("a text", view=False, built=dict(adapter_name="b")),
     ),
     B(
         "pipeline-input-numpy-array",
