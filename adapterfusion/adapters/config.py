@@ -50,7 +50,10 @@ class AdapterConfig:
     ln_before / ln_after add newly trained LayerNorms inside the adapter; skip_before_ln_after says whether the
     skip connection is added before ln_after (None: before, unless residual_before_ln is False). train_layer_norm gives
     the adapter its own trainable copy of the site's pretrained LayerNorm (Houlsby §2.1 trains layer norms per task),
-    so training one task never changes the encoder shared by the others.
+    so training one task never changes the encoder shared by the others. init: "houlsby" (weights of std init_std,
+    near the identity where the adapter's input is of LayerNorm scale, as in an encoder; not on a decoder whose
+    residual stream holds very large values, such as SmolLM2's: README, Decoders), "bert" (std 0.02, AdapterHub's
+    default) or "zero_up" (a zero up-projection: exactly the identity until trained).
     """
 
     reduction_factor: ReductionFactor = 16.0
