@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.errors import ConfigError, StorageFullError
-from adapterfusion.io.paths import describe
+from adapterfusion.io.paths import OUT_OF_ROOM, describe
 
 TEMP_SUFFIX = ".tmp"
 # `.<final name>.<8 random characters>.tmp`: the names temp_path() gives, here, for AdapterStore's entry folders and
@@ -40,35 +40,77 @@ _random = random.SystemRandom()
 _journal: Path | None = None  # the journal of this process while journal_temp_files() is active
 
 
-# what the OS answers a write that runs out of room: a full disk, a quota, a file-size limit (ulimit -f)
-_OUT_OF_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-_naming_full_disk: contextvars.ContextVar[Path | None] = contextvars.ContextVar("naming_full_disk", default=None)
+# what it answers a write the place refuses although the checks before it passed (io/paths.py check_writable_folder):
+# a permission changed since, an immutable file or folder, a security module, a read-only remount, a name the file
+# system does not take (':' on FAT), a path too long for it
+REFUSED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.EINVAL, errno.ENAMETOOLONG, errno.ELOOP})
+_naming_target: contextvars.ContextVar[Path | None] = contextvars.ContextVar("naming_target", default=None)
+
+
+class UnwritableTargetError(ConfigError, OSError):
+    """A write the OS refused before anything was renamed into place, so what was saved there before is as it was.
+    `errno`, `strerror` and `filename` are the OS's, so `except OSError` still catches it."""
+
+    def __str__(self) -> str:  # OSError's own would be "[Errno N] strerror: filename" once those are set
+        return str(self.args[0]) if self.args else ""
 
 
 @contextlib.contextmanager
-def naming_a_full_disk(final: Path) -> Iterator[None]:
-    """The OS's error for a write that ran out of room names a temp file of ours and says nothing of what happened
-    to the earlier save; raised inside this block (before any rename into `final`), it becomes a StorageFullError
-    naming `final`, that nothing there changed, and the fix. Blocks nest (a setup's files written into its temp
-    folder): the outermost names the path, never a temp one inside it."""
-    if _naming_full_disk.get() is not None:
+def naming_the_target(final: Path) -> Iterator[None]:
+    """The OS's error for a write that ran out of room, or that the place refused, names a temp file of ours (or
+    nothing) and says nothing of what happened to the earlier save; raised inside this block (before any rename into
+    `final`), it becomes a StorageFullError or an UnwritableTargetError naming `final`, why, that nothing there
+    changed, and the fix. An error about a file elsewhere (a source being read) stays as it is. Blocks nest (a
+    setup's files written into its temp folder): the outermost names the path, never a temp one inside it."""
+    if _naming_target.get() is not None:
         yield
         return
-    token = _naming_full_disk.set(final)
+    token = _naming_target.set(final)
     try:
         yield
     except OSError as error:
-        if error.errno not in _OUT_OF_ROOM or isinstance(error, StorageFullError):
+        if isinstance(error, (StorageFullError, UnwritableTargetError)):
             raise
-        full = StorageFullError(
-            f"writing {str(final)!r} failed: {error.strerror or error} (errno {error.errno}); nothing there was "
-            "changed (what was saved before is as it was, and our temp files are removed). Free space on that disk "
-            "(or raise the quota), or write somewhere else, then run it again"
-        )
-        full.errno, full.strerror, full.filename = error.errno, error.strerror, str(final)
-        raise full from None
+        if error.errno in OUT_OF_ROOM:
+            raise _os_error(
+                StorageFullError(
+                    f"writing {str(final)!r} failed: {error.strerror or error} (errno {error.errno}); nothing there "
+                    "was changed (what was saved before is as it was, and our temp files are removed). Free space on "
+                    "that disk (or raise the quota), or write somewhere else, then run it again"
+                ),
+                error,
+                final,
+            ) from None
+        if error.errno in REFUSED and _about(error, final):
+            code = errno.errorcode.get(error.errno, str(error.errno))
+            raise _os_error(
+                UnwritableTargetError(
+                    f"writing {str(final)!r} failed: the OS refused to write {str(error.filename)!r} "
+                    f"({error.strerror or error}, {code}); nothing there was changed (what was saved before is as it "
+                    "was, and our temp files are removed). Check that place's permissions and file system (a "
+                    "read-only or immutable file or folder, a name that file system does not take), or write "
+                    "somewhere else"
+                ),
+                error,
+                final,
+            ) from None
+        raise
     finally:
-        _naming_full_disk.reset(token)
+        _naming_target.reset(token)
+
+
+def _about(error: OSError, final: Path) -> bool:
+    """Whether `error` is about the place written (`final`, its temp names beside it, what is inside them), not
+    about a file read from elsewhere while writing."""
+    if not isinstance(error.filename, (str, bytes, os.PathLike)):
+        return False
+    place = os.path.abspath(final.parent)
+    return os.path.abspath(os.fsdecode(error.filename)).startswith(place.rstrip(os.sep) + os.sep)
+
+
+def _os_error(ours: OSError, error: OSError, final: Path) -> OSError:
+    ours.errno, ours.strerror, ours.filename = error.errno, error.strerror, str(final)
+    return ours
 
 
 def temp_prefix(path: Path) -> str:
@@ -174,7 +216,7 @@ def create_temp_dir(final: str | os.PathLike) -> Path:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with naming_a_full_disk(path):
+    with naming_the_target(path):
         fd, tmp_name = create_temp_file(path)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -216,7 +258,7 @@ def atomic_write_files(files: Mapping[Path, bytes], pending: Path | None = None)
     renamed = 0
     try:
         for path, data in files.items():
-            with naming_a_full_disk(path):
+            with naming_the_target(path):
                 created += _make_folders(path.parent)
                 fd, temps[path] = create_temp_file(path)
                 with os.fdopen(fd, "wb") as handle:
@@ -271,10 +313,10 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], re
     for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of `final` that was killed
         if _is_ours(stale):
             shutil.rmtree(stale, ignore_errors=True)
-    with naming_a_full_disk(final):
+    with naming_the_target(final):
         tmp = create_temp_dir(final)
     try:
-        with naming_a_full_disk(final):
+        with naming_the_target(final):
             _mark(tmp)
             write(tmp)
         (tmp / WRITING_MARKER).unlink()

@@ -209,7 +209,35 @@ def download_if_there(ref: HubRef, patterns: list[str]) -> Path | None:
             folder = _snapshot(ref, patterns)
         except RepositoryNotFoundError:
             return None
+        except RevisionNotFoundError as error:
+            raise _no_branch(ref, error) from None
     return folder if folder.is_dir() else None
+
+
+def _no_branch(ref: HubRef, error: RevisionNotFoundError) -> Exception:
+    """What to raise for a push to 'org/name@branch' of a branch the repository lacks: hub_errors said it as a
+    repository or revision 'that you may read', which 'no local folder' names. `error` itself where no branch was
+    named (hub_errors says it)."""
+    if ref.revision is None:
+        return error
+    return HubError(
+        f"pushing to {ref}: the repository {ref.repo_id} has no branch {ref.revision!r}, and a push does not create "
+        f"one; create it first (huggingface_hub.create_branch({ref.repo_id!r}, branch={ref.revision!r})), or push "
+        f"without '@{ref.revision}' to its main branch"
+    )
+
+
+def _check_private(ref: HubRef, token: str | None) -> None:
+    """Refuse to push with private=True into a repository that exists and is public: create_repo applies `private`
+    only to a repository it creates, so the files were published to everyone while the caller asked for privacy."""
+    info = huggingface_hub.model_info(ref.repo_id, token=token)
+    if getattr(info, "private", None) is False:
+        raise ConfigError(
+            f"push_to_hub(private=True): the repository {ref.repo_id} already exists and is public, and private= only "
+            "applies to a repository the push creates, so the files would be published to everyone; nothing was "
+            f"pushed. Make it private first (huggingface_hub.update_repo_settings({ref.repo_id!r}, private=True)), "
+            "push to a new repository, or pass private=False to publish"
+        )
 
 
 def upload(
@@ -219,11 +247,16 @@ def upload(
     stay)."""
     with hub_errors(ref, "pushing to", _PUSH_HINT):
         huggingface_hub.create_repo(ref.repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True, token=token)
-        huggingface_hub.HfApi(token=token).upload_folder(
-            repo_id=ref.repo_id,
-            folder_path=folder,
-            path_in_repo=ref.subfolder or None,
-            repo_type=REPO_TYPE,
-            revision=ref.revision,
-            commit_message=commit_message,
-        )
+        if private:
+            _check_private(ref, token)
+        try:
+            huggingface_hub.HfApi(token=token).upload_folder(
+                repo_id=ref.repo_id,
+                folder_path=folder,
+                path_in_repo=ref.subfolder or None,
+                repo_type=REPO_TYPE,
+                revision=ref.revision,
+                commit_message=commit_message,
+            )
+        except RevisionNotFoundError as error:
+            raise _no_branch(ref, error) from None

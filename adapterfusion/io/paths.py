@@ -13,9 +13,11 @@ instead of calling it corrupt."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import tempfile
 from collections.abc import Callable, Collection
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -27,6 +29,10 @@ NAME_MAX = 255  # bytes per file or folder name on Linux (ext4, xfs, btrfs, tmpf
 PATH_MAX = 4096  # bytes in a whole path on Linux
 # A file is written as `.<name>.<8 random characters>.tmp` first, then renamed (io/atomic.py): 14 bytes more.
 TEMP_NAME_EXTRA = len("..12345678.tmp")
+# The empty temp folder check_writable_folder creates and removes to ask the file system whether it takes new entries.
+PROBE_NAME = "af-probe"
+# What the OS answers a write that runs out of room: a full disk, a quota, a file-size limit (ulimit -f).
+OUT_OF_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 Error = type[AdapterFusionError]
 DENIED_ERRNOS = (errno.EACCES, errno.EPERM)  # what an OSError says when this user may not read
 
@@ -188,9 +194,32 @@ def check_writable_folder(
     if not os.access(existing, os.W_OK | os.X_OK):
         state = "is" if existing == path else f"would be created in {str(existing)!r}, which is"
         raise error(f"{what} {str(path)!r} {state} read-only for this user; {fix}")
+    _check_can_create(existing, f"{what} {str(path)!r}", fix, error)
     if existing == path:
         _check_nothing_foreign(path, what, writes, ours, only_ours, error)
     return path
+
+
+def _check_can_create(folder: Path, subject: str, fix: str, error: Error) -> None:
+    """Ask the file system itself whether `folder` takes new entries, by creating an empty temp folder there and
+    removing it: os.access answers from permission bits, and for root from nothing at all, so /proc and /sys (which
+    refuse any new file, to root too) passed it and the save failed half-way with a raw OSError. A full disk is left
+    to the writer, whose StorageFullError says what happened to the earlier save."""
+    try:  # named as io/atomic.py names its temp folders, `.<name>.<8 random characters>.tmp`
+        probe = Path(tempfile.mkdtemp(prefix=f".{PROBE_NAME}.", suffix=".tmp", dir=folder))
+    except FileExistsError:  # no free temp name: nothing learnt, the writer will tell
+        return
+    except OSError as err:
+        if err.errno in OUT_OF_ROOM:
+            return
+        code = errno.errorcode.get(err.errno or 0, str(err.errno))
+        raise error(
+            f"{subject} cannot be written: the file system refuses to create anything in {str(folder)!r} "
+            f"({err.strerror}, {code}), as a kernel file system such as /proc or /sys does, or a read-only mount, or "
+            f"a place this user may not write; nothing was written. {fix[:1].upper()}{fix[1:]}"
+        ) from None
+    with contextlib.suppress(OSError):
+        probe.rmdir()
 
 
 def _check_nothing_foreign(

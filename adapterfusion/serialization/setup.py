@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load as load_safetensors_bytes
 from torch import nn
 
-from adapterfusion._validation import check_bool, check_name, check_names, naming_file, reject_unknown_keys
+from adapterfusion._validation import check_bool, check_name, check_names, naming_file, reject_unknown_keys, short_repr
 from adapterfusion._version import __version__
 from adapterfusion.encoders import (
     encoder_digest,
@@ -726,15 +726,7 @@ def push_to_hub(
     take. As save_pretrained onto a saved setup, a push that would drop pieces the folder's setup lists is refused
     unless `overwrite=True`, and so is one that would replace a README.md we did not write (the owner's card).
     AdaptedModel.push_to_hub."""
-    if private is not None:
-        check_bool(private, "private")  # "no" would be read as true
-    check_bool(overwrite, "push_to_hub(overwrite)")
-    ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
-    if ref is None or "/" not in ref.repo_id:  # a bare name would land in the token's own namespace, not at `repo_id`
-        raise ConfigError(
-            f"repo_id {repo_id!r} is not a Hub id to push to; use 'org/name' or 'org/name/subfolder' (your user or "
-            "organisation name first)"
-        )
+    ref = _check_push_arguments(repo_id, private, token, commit_message, overwrite)
     with tempfile.TemporaryDirectory() as tmp:
         folder = save_pretrained(
             model, Path(tmp) / "setup", adapters=adapters, fusions=fusions, heads=heads, provenance=provenance
@@ -752,6 +744,36 @@ def push_to_hub(
     return str(ref)
 
 
+def _check_push_arguments(
+    repo_id: object, private: object, token: object, commit_message: object, overwrite: object
+) -> HubRef:
+    """Every argument of a push that goes to huggingface_hub, checked before anything is saved or the Hub is asked:
+    a token of the wrong type failed only after the save, offline as "reading before pushing failed", and online
+    deep inside huggingface_hub (a token with a newline from the file it was read from: an invalid HTTP header)."""
+    if private is not None:
+        check_bool(private, "push_to_hub(private)")  # "no" would be read as true
+    check_bool(overwrite, "push_to_hub(overwrite)")
+    ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
+    if ref is None or "/" not in ref.repo_id:  # a bare name would land in the token's own namespace, not at `repo_id`
+        raise ConfigError(
+            f"repo_id {short_repr(repo_id)} is not a Hub id to push to; use 'org/name' or 'org/name/subfolder' (your "
+            "user or organisation name first), with '@<branch>' to push to a branch"
+        )
+    if token is not None and (not isinstance(token, str) or not token.strip() or token != token.strip()):
+        kind = type(token).__name__
+        problem = "is empty or has spaces or a newline around it" if isinstance(token, str) else f"has type {kind}"
+        raise ConfigError(
+            f"push_to_hub(token) {problem}; expected the access token as a string ('hf_...', stripped of the "
+            "newline a file read with it ends in), or None to use the saved login (`hf auth login` or HF_TOKEN)"
+        )
+    if commit_message is not None and (not isinstance(commit_message, str) or not commit_message.strip()):
+        raise ConfigError(
+            f"push_to_hub(commit_message)={short_repr(commit_message)} ({type(commit_message).__name__}) is no "
+            "commit message; give a non-empty string, or None for the generated one"
+        )
+    return ref
+
+
 def _check_remote_folder(ref: HubRef, index: Mapping[str, Any]) -> None:
     """Refuse a push that would drop what the Hub folder `ref` holds: pieces its setup lists that this push leaves
     out (upload keeps their files, but the new index no longer lists them, so they no longer load), or a README.md
@@ -761,7 +783,14 @@ def _check_remote_folder(ref: HubRef, index: Mapping[str, Any]) -> None:
         return
     pushed = {(piece["kind"], piece["name"]) for piece in index["pieces"]}
     if (remote / SETUP_FILE).is_file():
-        earlier = read_index(remote)
+        try:
+            earlier = read_index(remote)
+        except SerializationError as error:  # it named the file's copy in the local cache, which nobody edits
+            raise ConfigError(
+                f"push_to_hub: the Hub folder {ref} holds an {SETUP_FILE} that is not a setup this library reads "
+                f"({str(error).replace(str(remote / SETUP_FILE), 'it')}), so what this push would drop cannot be "
+                "told; pass overwrite=True to replace it, or push to another repository or subfolder"
+            ) from None
         dropped = [(p["kind"], p["name"]) for p in earlier["pieces"] if (p["kind"], p["name"]) not in pushed]
         if dropped:
             listed = ", ".join(f"{kind} {name!r}" for kind, name in dropped)

@@ -6,8 +6,10 @@
 
 so stage 2 (fusion) finds the adapters of stage 1. The folder name says which encoder only by its last two path
 parts, so entry.json records the encoder's identity (sizes and a digest of its weights, encoders.encoder_identity)
-and loading refuses a model whose encoder has other weights; entries written before that (the shipped zoo) are
-matched by the folder name alone. Two encoders whose paths end alike (/a/models/bert, /b/models/bert) share a
+and loading refuses a model whose encoder has other weights. An entry is found by its folder, so entry.json also
+records what it was stored for (encoder folder, task, setup, seed) and the sha256 of its adapter and head files, and
+loading refuses an entry copied, renamed or overwritten by hand; entries written before those records (the shipped
+zoo) are matched by the folder name alone. Two encoders whose paths end alike (/a/models/bert, /b/models/bert) share a
 folder name: an entry is never replaced by another encoder's adapter, even with overwrite (check_entry_encoder).
 Each entry is written into a temporary folder beside its final place and renamed into it, so a crash never leaves
 half an entry, and adding a task never touches others.
@@ -293,6 +295,12 @@ class AdapterStore:
                     "seed": int(seed),
                     # absolute: which run folder it came from, whatever the working dir (check_entry_encoder)
                     "source": "model" if run_dir is None else str(Path(run_dir).absolute()),
+                    # what _check_entry_pieces compares the entry's files with when it is loaded
+                    **{
+                        _digest_key(kind): piece_digest(tmp / kind)
+                        for kind in ("adapter", "head")
+                        if (tmp / kind).is_dir()
+                    },
                     **({"encoder_identity": dict(identity)} if identity else {}),
                 },
             )
@@ -324,6 +332,27 @@ class AdapterStore:
         if entry.is_dir():
             check_writable_tree(entry, f"replacing the store entry {str(entry)!r} removes the old one", fix)
 
+    def _held_for_other_encoders(self, entry: Path) -> str:
+        """The part of a 'no stored adapter' message naming the encoder folders that hold an entry of the same task,
+        setup and seed: an encoder spelt otherwise than when it was stored (a relative path, 'bert' for
+        '/models/bert') has another folder, and 'train it first' would train it again."""
+        relative = entry.relative_to(entry.parents[2])
+        try:
+            folders = sorted(self.root.iterdir())
+        except OSError:  # no store yet, or one this user may not list: nothing to add
+            return ""
+        held = [
+            folder.name
+            for folder in folders
+            if folder != entry.parents[2] and (folder / relative / ENTRY_FILE).is_file()
+        ]
+        if not held:
+            return ""
+        return (
+            f". The store holds that entry for the encoder folder(s) {held}: if the encoder is one of those, spelt "
+            "otherwise when the adapter was stored, pass encoder= as it was spelt then (its entry.json says)"
+        )
+
     def load_into(
         self,
         model: AdaptedModel,
@@ -351,9 +380,12 @@ class AdapterStore:
                 f"no stored adapter for task={task!r}, setup={setup!r}, seed={seed} "
                 f"and encoder {encoder_key(encoder)!r} "
                 f"(looked in {entry}); train it first: train({task!r}, {setup!r}, seed={seed}, store=...)"
+                + self._held_for_other_encoders(entry)
             )
         recorded = _read_entry(entry / ENTRY_FILE)
+        _check_entry_matches(entry, recorded, {"task": task, "setup": setup, "seed": seed})
         check_same_encoder(model, recorded.get("encoder_identity"), entry)
+        _check_entry_pieces(entry, recorded, ("adapter", "head") if head else ("adapter",))
         name = name or task
         if head and not (entry / "head").is_dir():  # said as the entry's, not as a head folder (or Hub id) not found
             raise TrainingError(
@@ -378,6 +410,51 @@ class AdapterStore:
                     model.delete_adapter(loaded)
                 raise
         return loaded
+
+
+def _digest_key(kind: str) -> str:
+    return f"{kind}_sha256"
+
+
+def _check_entry_matches(entry: Path, recorded: Mapping[str, Any], asked: Mapping[str, Any]) -> None:
+    """Refuse an entry whose entry.json records another encoder, task, setup or seed than the folder it was found in
+    (`asked`, and the encoder folder's name): the store finds an entry by its folder alone, so one copied or renamed
+    by hand (seed-1 copied to seed-2, rte/ to cb/) handed back another adapter than the one asked for, without a
+    word. A field an older entry does not record is not checked."""
+    expected = {"encoder_key": entry.parents[2].name, **asked}
+    differing = [key for key, value in expected.items() if key in recorded and recorded[key] != value]
+    if differing:
+        found = ", ".join(f"{key}={recorded[key]!r}" for key in differing)
+        wanted = ", ".join(f"{key}={expected[key]!r}" for key in differing)
+        raise TrainingError(
+            f"the store entry {entry} is not the one its folder names: its {ENTRY_FILE} records {found}, where its "
+            f"folder stands for {wanted}; it was copied, renamed or edited by hand, and loading it would hand back "
+            "another adapter than the one asked for. Move it back to the folder of what it records, or store the "
+            "right adapter there (put(run_folder, overwrite=True))"
+        )
+
+
+def _check_entry_pieces(entry: Path, recorded: Mapping[str, Any], kinds: Sequence[str]) -> None:
+    """Refuse an entry whose adapter or head files are not those it was stored with (the sha256 its entry.json
+    records): copied over by hand from another entry or run, they loaded as the entry's own. Entries stored before
+    the digest was recorded (the shipped zoo) are not checked."""
+    for kind in kinds:
+        saved = recorded.get(_digest_key(kind))
+        if saved is not None and not isinstance(saved, str):
+            raise RunFileError(
+                f"{entry / ENTRY_FILE}: {_digest_key(kind)}={short_repr(saved)} is not a sha256; the store entry is "
+                "damaged: put its adapter into the store again"
+            )
+        if saved is None or not (entry / kind).is_dir():  # a missing folder: said by the loader
+            continue
+        found = piece_digest(entry / kind)
+        if found != saved:
+            raise TrainingError(
+                f"the {kind} files in {entry / kind} are not those this store entry was stored with (their sha256 "
+                f"{found[:12]} differs from the {_digest_key(kind)} {saved[:12]} its {ENTRY_FILE} records): they "
+                f"were replaced or copied there by hand, and are another {kind} than the one asked for. Store the "
+                "right one again (put(run_folder, overwrite=True)), or remove the entry"
+            )
 
 
 def _check_encoder(encoder: object) -> str | os.PathLike:
@@ -426,8 +503,10 @@ def zoo_store() -> AdapterStore:
     return AdapterStore(ZOO_DIR / STORE_DIR)
 
 
-def resolve_zoo(zoo: str | os.PathLike) -> AdapterStore:
-    """`shipped` (this package's zoo) or the folder of an AdapterStore (e.g. `<experiment>/adapters/st-a-rf16`)."""
+def resolve_zoo(zoo: AdapterStore | str | os.PathLike) -> AdapterStore:
+    """`shipped` (this package's zoo), the folder of an AdapterStore (e.g. `<experiment>/adapters/st-a-rf16`), or an
+    AdapterStore itself (the store a run put its adapters into: it was refused as 'not a path')."""
+    zoo = zoo.root if isinstance(zoo, AdapterStore) else zoo
     if str(zoo) == SHIPPED:
         return zoo_store()
     root = as_path(zoo, "zoo", ZooError)

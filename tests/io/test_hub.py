@@ -6,6 +6,7 @@ and provenance (of a real train() run and of the shipped zoo); Hub failures beco
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import huggingface_hub
 import pytest
@@ -226,3 +227,54 @@ def test_a_push_that_would_drop_listed_pieces_or_the_owners_card_is_refused_unle
     assert saved.push_to_hub("me/owned/v1", adapters="a") == "me/owned/v1"  # a subfolder has its own card
     saved.push_to_hub("me/owned", adapters="a", overwrite=True)
     assert "library_name: adapterfusion" in (hub.repos / "me/owned" / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"token": 123}, r"push_to_hub\(token\) has type int"),
+        ({"token": b"hf_abc"}, r"push_to_hub\(token\) has type bytes"),
+        ({"token": True}, r"push_to_hub\(token\) has type bool.*None to use the saved login"),
+        ({"token": "hf_abc\n"}, r"push_to_hub\(token\) is empty or has spaces or a newline"),
+        ({"token": ""}, r"push_to_hub\(token\) is empty"),
+        ({"commit_message": 5}, r"push_to_hub\(commit_message\)=5 \(int\) is no commit message"),
+        ({"commit_message": "  "}, r"push_to_hub\(commit_message\)='  ' \(str\) is no commit message"),
+        ({"private": "no"}, r"push_to_hub\(private\)='no' has type str"),
+    ],
+)
+def test_push_arguments_of_the_wrong_kind_are_refused_before_the_hub_is_asked(hub, arguments, expected):
+    """They reached huggingface_hub only after the save and the look-up of the folder's setup; offline that failed
+    as 'reading before pushing failed', and a token's newline online as an invalid HTTP header."""
+    with pytest.raises(af.ConfigError, match=expected) as caught:
+        build_setup().push_to_hub("me/x", **arguments)
+    assert "hf_abc" not in str(caught.value)  # the token is a secret: never in a message
+    assert hub.downloads == [] and hub.commits == [] and not hub.repos.exists()
+
+
+def test_a_private_push_into_a_public_repository_is_refused(hub, monkeypatch):
+    """create_repo applies private= only to a repository it creates: the files went public without a word."""
+    public = {"me/public"}
+    monkeypatch.setattr(
+        huggingface_hub, "model_info", lambda repo_id, **kwargs: SimpleNamespace(private=repo_id not in public)
+    )
+    hub.create_repo("me/public")
+    with pytest.raises(af.ConfigError, match=r"me/public already exists and is public.*nothing was pushed"):
+        build_setup().push_to_hub("me/public", private=True)
+    assert hub.commits == [] and hub.files("me/public") == []
+    assert build_setup().push_to_hub("me/new", private=True) == "me/new"  # created private by the push
+    assert build_setup().push_to_hub("me/public", private=False) == "me/public"
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [("not json", "it is not valid JSON"), ('{"format": "adapterfusion-setup", "format_version": 99}', "reads 1")],
+)
+def test_a_push_over_a_setup_index_it_cannot_read_names_the_hub_folder_not_the_cache(hub, content, reason):
+    """The refusal named the file's copy in the local cache, which tells nothing of where it is or what to do."""
+    hub.create_repo("me/x")
+    (hub.repos / "me/x" / SETUP_FILE).write_text(content)
+    with pytest.raises(af.ConfigError, match=f"the Hub folder me/x holds an {SETUP_FILE} .*{reason}.*overwrite=True"):
+        build_setup().push_to_hub("me/x")
+    assert hub.commits == []
+    build_setup().push_to_hub("me/x", overwrite=True)
+    assert json.loads((hub.repos / "me/x" / SETUP_FILE).read_text())["format_version"] == 1

@@ -19,7 +19,7 @@ import adapterfusion as af
 from adapterfusion import pruning
 from adapterfusion.interop import export_adapterhub
 from adapterfusion.io import atomic
-from adapterfusion.io.paths import check_writable_file
+from adapterfusion.io.paths import check_writable_file, check_writable_folder
 from adapterfusion.serialization import setup as saved_setups
 from setup_fixtures import fail_call
 from tiny_models import tiny_encoder
@@ -190,3 +190,71 @@ def test_a_temp_folder_another_writer_is_still_filling_is_not_removed_as_a_kille
 
     atomic.replace_folder(final, first_writer)
     assert _tree(final) == {"a": b"1", "b": b"2"}
+
+
+def test_a_place_that_takes_no_new_folder_is_refused_up_front_and_the_probe_leaves_nothing(tmp_path, monkeypatch):
+    """os.access answers from permission bits (for root: always yes), so /proc and /sys, which refuse any new entry,
+    passed the check and the save failed half-way with a raw OSError. The check asks the file system itself, by
+    creating and removing an empty temp folder."""
+    assert check_writable_folder(tmp_path / "new" / "setup", "the folder") == tmp_path / "new" / "setup"
+    assert list(tmp_path.iterdir()) == []  # the probe is gone
+
+    def refuse(path, *args, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+
+    monkeypatch.setattr(os, "mkdir", refuse)
+    with pytest.raises(af.ConfigError, match=r"the folder '.*/new/setup' cannot be written: the file system refuses"):
+        check_writable_folder(tmp_path / "new" / "setup", "the folder")
+    with pytest.raises(af.ConfigError, match=r"save_adapter: the adapter folder .* \(Operation not permitted, EPERM\)"):
+        _model().save_adapter("a", tmp_path / "a")
+
+
+def test_a_full_disk_found_by_the_probe_is_left_to_the_writer(tmp_path, monkeypatch):
+    """Its StorageFullError says what became of the earlier save; the check says nothing of it."""
+
+    def full(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(os, "mkdir", full)
+    assert check_writable_folder(tmp_path, "the folder") == tmp_path
+
+
+@pytest.mark.parametrize("place", ["/proc/af-probe-x", "/sys/af-probe-x/y"])
+def test_kernel_file_systems_are_refused_as_places_to_save(tmp_path, place):
+    if not os.path.isdir("/" + place.split("/")[1]):
+        pytest.skip("no such kernel file system here")
+    with pytest.raises(af.ConfigError, match=f"save_pretrained: the folder '{place}'"):
+        _model().save_pretrained(place)
+
+
+def test_a_write_the_os_refuses_after_the_checks_names_the_target_and_keeps_the_earlier_save(tmp_path, monkeypatch):
+    """An immutable folder, a security module or a permission changed since the check: the OS's PermissionError
+    named a temp file of ours. It is now our error (still an OSError), naming the target; the earlier save stays."""
+    model = _model()
+    saved = model.save_adapter("a", tmp_path / "a")
+    before = _tree(saved)
+    real_open = os.open
+
+    def refusing(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and os.fsdecode(path).startswith(str(saved)):
+            raise PermissionError(errno.EPERM, "Operation not permitted", os.fsdecode(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+    with pytest.raises(atomic.UnwritableTargetError, match=r"/a/adapter_config.json' failed: the OS refused") as caught:
+        model.save_adapter("a", saved)
+    assert isinstance(caught.value, OSError) and caught.value.errno == errno.EPERM
+    assert _tree(saved) == before and sorted(p.name for p in saved.iterdir()) == sorted(before)
+
+
+def test_an_error_reading_a_source_while_writing_is_not_said_to_be_the_targets(tmp_path):
+    """Only an error about the place written becomes UnwritableTargetError; a source that cannot be read stays the
+    OS's error about that source."""
+
+    def read_elsewhere(tmp):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path.parent / "source"))
+
+    with pytest.raises(PermissionError) as caught:
+        atomic.replace_folder(tmp_path / "out", read_elsewhere)
+    assert not isinstance(caught.value, atomic.UnwritableTargetError)
+    assert list(tmp_path.iterdir()) == []

@@ -30,18 +30,21 @@ import adapterfusion as af
 import adapterfusion.training
 import cases_blocks
 import cases_cli_reports
+import cases_decoder_training
 import cases_encoders
 import cases_experiments
 import cases_files
 import cases_forward
 import cases_generate
 import cases_heads_spans
+import cases_metrics
 import cases_overwrites
 import cases_pieces
 import cases_pipelines_analysis
 import cases_recording
 import cases_run_files
 import cases_runs
+import cases_save_targets
 import cases_saved_files
 import cases_serving
 import cases_serving_http
@@ -1200,6 +1203,9 @@ CASES: tuple[BadInput, ...] = (
     *cases_heads_spans.CASES,
     *cases_pipelines_analysis.CASES,
     *cases_cli_reports.CASES,
+    *cases_save_targets.CASES,
+    *cases_metrics.CASES,
+    *cases_decoder_training.CASES,
 )
 
 
