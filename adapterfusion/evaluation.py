@@ -22,6 +22,7 @@ from adapterfusion.scoring import Predictions, predict, score, score_generation
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
+from adapterfusion.tasks.metrics import undefined_metric_notes
 from adapterfusion.tasks.spec import ROLES, TaskSpec
 from adapterfusion.training.rebuild import RebuiltRun, rebuild_run
 
@@ -147,18 +148,22 @@ def evaluate_run(
     device: str | None = None,
 ) -> dict[str, Any]:
     """Score the trained model of `run_dir` on `split`. Returns a JSON-ready dict: the run's task, setup and
-    seed, the split and its size, `metrics` (the task's metrics and loss) and, for the validation split,
-    `recorded` (the same keys from the run's metrics.json)."""
+    seed, the split and its size, `metrics` (the task's metrics and loss), `undefined` (the reason each NaN metric
+    has no value, only when there is one) and, for the validation split, `recorded` (the same keys from the run's
+    metrics.json)."""
     check_count(batch_size, "batch_size", "examples per evaluation batch")
     check_count(max_examples, "max_examples", "a seeded subset of the split")
     check_run_dir(run_dir)
     run = rebuild_run(run_dir, store=store, device=device)
     dataset = load_run_split(run, split, data_dir, max_examples)
     batches = run_batches(run, dataset, batch_size)
+    undefined: dict[str, str] = {}
     if run.task.is_generation:  # the language model's own head: answer loss, perplexity, token accuracy
         metrics = score_generation(run.model, batches, run.task, run.tokenizer, bf16=run.bf16)
     else:  # under bf16 autocast where the run trained so: the precision its recorded dev metrics were scored in
-        metrics = score(run.task, predict(run.model, batches, bf16=run.bf16), dataset)  # features decode QA answers
+        predictions = predict(run.model, batches, bf16=run.bf16)
+        metrics = score(run.task, predictions, dataset)  # features decode QA answers
+        undefined = undefined_metric_notes(run.task, metrics, predictions.logits, predictions.labels)
     result = {
         "run_dir": str(run.run_dir),
         "task": run.task.name,
@@ -169,6 +174,8 @@ def evaluate_run(
         "batch_size": eval_batch_size(run, batch_size),
         "metrics": metrics,
     }
+    if undefined:  # a NaN metric (e.g. a correlation with constant scores) comes with its reason
+        result["undefined"] = undefined
     if split == "validation":
         recorded = run.recorded_metrics()
         result["recorded"] = {k: recorded[k] for k in metrics if k in recorded}

@@ -86,6 +86,11 @@ def score(task: TaskSpec, predictions: Predictions, features: Any = None) -> dic
             raise qa_needs_features(task)
         metrics = score_qa(features, predictions.logits, task.metrics)
         return {**metrics, "loss": predictions.loss} if predictions.loss is not None else metrics
+    if predictions.labels.size == 0 and predictions.logits.size:
+        raise ConfigError(
+            f"score: the predictions for task {task.name!r} have no gold labels (the batches held no 'labels'); "
+            "predict on batches that carry them (load the split with its labels: load_task_data, encode_task)"
+        )
     metrics = dev_metrics(task, predictions.logits, predictions.labels)
     return {**metrics, "loss": predictions.loss} if predictions.loss is not None else metrics
 
@@ -118,16 +123,19 @@ def score_answers(
     model's own loss averages), `perplexity` (its exp), `token_accuracy` (teacher-forced argmax == answer token);
     with `exact_match`, the share of rows whose greedy generation from the prompt is the answer and its end token.
     Sums are kept per batch, so no [rows, seq, vocab] logits of the whole split are ever held."""
+    check_batches(batches, "score_answers")
     device = next(model.parameters()).device
     was_training = model.training
     loss_sum, correct, tokens, matches, rows = 0.0, 0, 0, 0, 0
     model.eval()
     try:
         with model.inference_cache(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            for batch in batches:
-                batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
-                labels = batch.pop("labels")
+            for number, batch in enumerate(batches):
+                check_batch(batch, "score_answers")
+                labels = _answer_labels(batch, number).to(device)
+                batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor) and k != "labels"}
                 logits = model(**batch).logits
+                _check_answer_ids(labels, logits.shape[-1], number)
                 targets = labels[:, 1:]  # position t predicts token t + 1, as the model's own loss shifts
                 answer = targets != IGNORE_INDEX
                 chosen, gold = logits[:, :-1][answer], targets[answer]
@@ -145,6 +153,35 @@ def score_answers(
     loss = loss_sum / tokens
     metrics = {"answer_loss": loss, "perplexity": math.exp(min(loss, 700.0)), "token_accuracy": correct / tokens}
     return {**metrics, "exact_match": matches / rows} if exact_match else metrics
+
+
+def _answer_labels(batch: Mapping[str, Any], number: int) -> torch.Tensor:
+    """The batch's answer token labels: an integer tensor shaped like its input_ids."""
+    labels, ids = batch.get("labels"), batch.get("input_ids")
+    if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.dtype == torch.bool:
+        found = f"'labels' of type {type(labels).__name__}" if labels is not None else "no 'labels'"
+        found = f"'labels' of dtype {labels.dtype}" if isinstance(labels, torch.Tensor) else found
+        raise ConfigError(
+            f"score_answers: batch {number} holds {found}; each batch needs per-token answer labels (a tensor), "
+            f"token ids with {IGNORE_INDEX} off the answer (encode_task of an instruction task gives them)"
+        )
+    if isinstance(ids, torch.Tensor) and labels.shape != ids.shape:
+        raise ConfigError(
+            f"score_answers: batch {number} has labels of shape {list(labels.shape)} for input_ids of shape "
+            f"{list(ids.shape)}; give one label per input token ({IGNORE_INDEX} off the answer)"
+        )
+    return labels
+
+
+def _check_answer_ids(labels: torch.Tensor, vocab: int, number: int) -> None:
+    """Answer labels are token ids of the model's vocabulary (or IGNORE_INDEX), else cross-entropy fails deep in
+    torch ('Target -1 is out of bounds')."""
+    wrong = labels[(labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab))]
+    if wrong.numel():
+        raise ConfigError(
+            f"score_answers: batch {number} has label {int(wrong[0])}, neither a token id of the model's {vocab} "
+            f"nor {IGNORE_INDEX} (off the answer); encode the data with this model's tokenizer"
+        )
 
 
 # Greedy decoding with nothing else on the logits: what exact_match means, whatever a model's generation_config

@@ -139,6 +139,13 @@ def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
                 f"{_where(spec, origin)}, row {offset + i}: choice(s) {empty} of {choices!r} in "
                 f"{list(spec.choice_fields)} hold no text; fill in the missing choice or drop the row."
             )
+        if len({_choice_text(choice) for choice in choices}) == 1:
+            raise TaskError(
+                f"{_where(spec, origin)}, row {offset + i}: all {len(choices)} choices in {list(spec.choice_fields)} "
+                f"are the same text {choices[0]!r} (ignoring case and spacing), so no model can tell them apart: its "
+                "label is arbitrary, never learnt, and scored right only when it is the first choice; fix the "
+                "choices or drop the row."
+            )
     if spec.blank is None:
         return
     for i, context in enumerate(fields.contexts(batch, spec)):
@@ -147,6 +154,11 @@ def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
                 f"{_where(spec, origin)}, row {offset + i}: context has no blank {spec.blank!r} for the choices "
                 "to fill; fix the row or the task's blank."
             )
+
+
+def _choice_text(choice: str) -> str:
+    """A choice as an uncased tokenizer reads it: case and runs of whitespace do not tell two choices apart."""
+    return " ".join(choice.split()).casefold()
 
 
 def _missing(raw: Any) -> bool:

@@ -2,8 +2,11 @@
 tasks (STS-B) and score-valued analyses.
 
 Undefined values: Matthews correlation is 0 when predictions or labels hold one class (sklearn's and GLUE's
-convention: no better than chance); a correlation with a constant input is NaN (it has no value), which reports
-show as "undefined" rather than as a number.
+convention: no better than chance); binary F1 is 0 when the positive class is neither predicted nor present; a
+correlation with a constant input, or with a predicted score that is not finite, is NaN (it has no value), which
+reports show as "undefined" rather than as a number. Everything else that cannot be scored (ragged rows, text or
+bool ids, NaN logits, ids or labels outside the task's labels, -100/-1 labels of unlabelled examples, gold scores
+that are NaN) is a TaskError naming it: metric_inputs.py checks what the metrics are handed.
 
 `compute_metrics` accepts predicted ids or logits ([n, num_labels], arg-maxed), so it plugs into a training loop
 or the HF Trainer's EvalPrediction unchanged.
@@ -11,25 +14,24 @@ or the HF Trainer's EvalPrediction unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from adapterfusion.tasks.errors import TaskError, refuse_nan_outputs
+from adapterfusion.heads.token_classification import IGNORE_INDEX
+from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.metric_inputs import as_array, gold_ids, predicted_ids, real_values, token_rows
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.tasks.squad import qa_needs_features
 from adapterfusion.tasks.tagging import tagging_metrics, top_tag_share
 
 
-def _as_ids(predictions, labels) -> tuple[np.ndarray, np.ndarray]:
-    """Predicted ids (logits are arg-maxed over the last axis) and labels, both 1-D and of equal length."""
-    refuse_nan_outputs(predictions, "scoring")
-    preds = np.asarray(predictions)
-    if preds.ndim == 2:
-        preds = preds.argmax(axis=-1)
-    gold = np.asarray(labels).reshape(-1)
-    preds = preds.reshape(-1)
+def _as_ids(predictions, labels, spec: TaskSpec | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted ids (logits are arg-maxed over the last axis) and labels, both 1-D, checked (metric_inputs.py) and
+    of equal length; given the task, within its labels too."""
+    preds, gold = predicted_ids(spec, predictions), gold_ids(spec, labels)
     if preds.shape != gold.shape:
         raise TaskError(f"{preds.shape[0]} predictions but {gold.shape[0]} labels; they must match one to one.")
     if gold.size == 0:
@@ -65,12 +67,28 @@ def matthews_correlation(predictions, labels) -> float:
     return float(cov / denom) if denom else 0.0
 
 
-def pearson(x, y) -> float:
-    """Pearson correlation; nan when either input is constant."""
-    x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+def _pair(x, y, name: str) -> tuple[np.ndarray, np.ndarray]:
+    x, y = real_values(x, f"{name}'s first input").ravel(), real_values(y, f"{name}'s second input").ravel()
     if x.shape != y.shape or x.size < 2:
-        raise TaskError(f"pearson needs two equal-length inputs of 2+ values, got {x.size} and {y.size}.")
-    xc, yc = x - x.mean(), y - y.mean()
+        raise TaskError(f"{name} needs two equal-length inputs of 2+ values, got {x.size} and {y.size}.")
+    return x, y
+
+
+def _unit_scale(values: np.ndarray) -> np.ndarray:
+    """`values` divided by their largest magnitude: the correlation is the same, and squares of 1e200 no longer
+    overflow to inf (which turned a correlation into 0.0)."""
+    top = np.abs(values).max()
+    return values / top if top else values
+
+
+def pearson(x, y) -> float:
+    """Pearson correlation; nan when either input is constant or holds a value that is not finite (no numpy
+    warning: the value is undefined, and reports show it as such)."""
+    x, y = _pair(x, y, "pearson")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return float("nan")
+    x, y = _unit_scale(x), _unit_scale(y)
+    xc, yc = _unit_scale(x - x.mean()), _unit_scale(y - y.mean())
     denom = np.sqrt(np.sum(xc * xc) * np.sum(yc * yc))
     return float(np.sum(xc * yc) / denom) if denom else float("nan")
 
@@ -90,8 +108,8 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 def spearman(x, y) -> float:
     """Spearman rank correlation (Pearson of average ranks); nan where a value is not finite (ranks would place NaN
     last and call the result finite, where Pearson's says nan)."""
-    x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
-    if x.shape == y.shape and x.size >= 2 and not (np.isfinite(x).all() and np.isfinite(y).all()):
+    x, y = _pair(x, y, "spearman")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
         return float("nan")
     return pearson(_ranks(x), _ranks(y))
 
@@ -107,8 +125,9 @@ _METRICS: dict[str, Callable[[TaskSpec, np.ndarray, np.ndarray], float]] = {
 
 def _as_scores(spec: TaskSpec, predictions, labels) -> tuple[np.ndarray, np.ndarray]:
     """A regression task's predicted and gold scores, 1-D; [n, 1] outputs are squeezed. [n, k > 1] outputs are a
-    classification head's: refused, naming both."""
-    preds = np.asarray(predictions, dtype=np.float64)
+    classification head's: refused, naming both. A gold score that is not finite is no score: refused; a predicted
+    one makes the correlations NaN (undefined), as a constant one does."""
+    preds = real_values(predictions, "the predictions")
     if preds.ndim == 2 and preds.shape[1] == 1:
         preds = preds[:, 0]
     if preds.ndim != 1:
@@ -116,53 +135,50 @@ def _as_scores(spec: TaskSpec, predictions, labels) -> tuple[np.ndarray, np.ndar
             f"task {spec.name!r} is a regression task (one score per example), but the predictions have shape "
             f"{list(preds.shape)}, a classification head's logits; give it af.RegressionHead()."
         )
-    gold = np.asarray(labels, dtype=np.float64).reshape(-1)
+    gold = real_values(labels, "the labels")
+    gold = gold[:, 0] if gold.ndim == 2 and gold.shape[1] == 1 else gold
+    if gold.ndim != 1:
+        raise TaskError(f"labels of shape {list(gold.shape)}; a regression task's labels are one score per example.")
     if preds.shape != gold.shape:
         raise TaskError(f"{preds.shape[0]} predictions but {gold.shape[0]} labels; they must match one to one.")
     if gold.size == 0:
         raise TaskError("no predictions to score; the evaluation split is empty.")
+    missing = np.flatnonzero(~np.isfinite(gold))
+    if missing.size:
+        raise TaskError(
+            f"task {spec.name!r}: gold score {gold[missing[0]]} of example {missing[0]} is not a number "
+            f"({missing.size} such); score only examples with a gold score."
+        )
     return preds, gold
-
-
-def _check_class_outputs(spec: TaskSpec, predictions) -> None:
-    """A classification task scored from real-valued 1-D outputs got a regression head's: refused, naming both."""
-    preds = np.asarray(predictions)
-    if (
-        preds.ndim == 1
-        and preds.size
-        and np.issubdtype(preds.dtype, np.floating)
-        and not np.all(preds == np.round(preds))
-    ):
-        raise TaskError(
-            f"task {spec.name!r} is a classification task ({spec.num_labels} labels), but the predictions are one "
-            "real value per example, a regression head's; give it a classification head with "
-            f"num_labels={spec.num_labels}."
-        )
-
-
-def _check_predicted_ids(spec: TaskSpec, predictions, preds: np.ndarray) -> None:
-    """Logits of another width than the task's labels (a head built for another label set or number of choices),
-    or ids outside them: a TaskError, where argmax would score whatever ids came out as plain misses."""
-    outputs = np.asarray(predictions)
-    width = outputs.shape[1] if outputs.ndim == 2 else None
-    wrong = preds[(preds < 0) | (preds >= spec.num_labels)]
-    if (width is not None and width != spec.num_labels) or wrong.size:
-        what = f"logits of {width} outputs per example" if width is not None else f"predicted id {int(wrong[0])}"
-        raise TaskError(
-            f"task {spec.name!r} has {spec.num_labels} labels {list(spec.label_names)}, but the predictions are "
-            f"{what}; score the outputs of a head built for this task ({spec.num_labels} labels, or choices per "
-            "example for multiple choice)."
-        )
 
 
 def top_prediction_share(predictions) -> float:
     """Share of the predictions that go to the most often predicted id (class, or choice position for multiple
     choice; a regression head's score): 1.0 means a constant predictor, whatever its accuracy happens to be."""
-    preds = np.asarray(predictions)
+    preds = as_array(predictions, "the predictions")
     preds = (preds.argmax(axis=-1) if preds.ndim == 2 and preds.shape[1] > 1 else preds).reshape(-1)
     if preds.size == 0:
         raise TaskError("no predictions to summarise; the evaluation split is empty.")
     return float(np.unique(preds, return_counts=True)[1].max() / preds.size)
+
+
+def _tag_ids(spec: TaskSpec, predictions, labels) -> tuple[np.ndarray, np.ndarray]:
+    """A tagging task's predicted and gold tag ids [sentences, tokens], padded alike (sentences given as lists may
+    be of their own lengths) and checked as class ids are, at the tokens that carry a label."""
+    predictions, labels = token_rows(predictions, labels)
+    gold = gold_ids(spec, labels, per_token=True)
+    if np.asarray(predictions).shape[:2] != gold.shape:
+        raise TaskError(
+            f"tagging predictions of shape {list(np.shape(predictions))} and labels of shape {list(gold.shape)}: "
+            "expected [sentences, tokens(, tags)] and [sentences, tokens], padded alike."
+        )
+    scored = gold != IGNORE_INDEX
+    if gold.size and not scored.any():
+        raise TaskError(
+            f"task {spec.name!r}: all {gold.size} tagging labels are {IGNORE_INDEX} (not scored), so no word has a tag "
+            "to score; give each word's first token its tag id (encode_task does), -100 only elsewhere."
+        )
+    return predicted_ids(spec, predictions, per_token=True, scored=scored), gold
 
 
 def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, float]:
@@ -170,21 +186,19 @@ def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, floa
     task's from predicted scores."""
     spec = resolve_task(task)
     if spec.is_token_classification:  # one tag per word, at each word's first token (tasks/tagging.py)
-        return tagging_metrics(spec, predictions, labels)
+        return tagging_metrics(spec, *_tag_ids(spec, predictions, labels))
     if spec.is_extractive_qa:  # answers are decoded with the features' offsets and contexts
         raise qa_needs_features(spec)
+    if spec.is_generation:  # no head of its own: the language model's answer tokens are what is scored
+        raise TaskError(
+            f"task {spec.name!r} generates its answers: it has no labels to compare predicted ids with; score it with "
+            "adapterfusion.scoring.score_generation(model, batches, task, tokenizer) (answer loss, perplexity, "
+            "token accuracy, exact match)."
+        )
     if spec.regression:
         scores, gold_scores = _as_scores(spec, predictions, labels)
         return {name: _METRICS[name](spec, scores, gold_scores) for name in spec.metrics}
-    _check_class_outputs(spec, predictions)
-    preds, gold = _as_ids(predictions, labels)
-    _check_predicted_ids(spec, predictions, preds)
-    bad = gold[(gold < 0) | (gold >= spec.num_labels)]
-    if bad.size:
-        raise TaskError(
-            f"task {spec.name!r}: label {int(bad[0])} is outside 0..{spec.num_labels - 1}; pass label ids, "
-            "not raw labels."
-        )
+    preds, gold = _as_ids(predictions, labels, spec)
     return {name: _METRICS[name](spec, preds, gold) for name in spec.metrics}
 
 
@@ -214,6 +228,31 @@ def constant_metric_reason(spec: TaskSpec, metric: str, labels) -> str | None:
     return None
 
 
+def undefined_metric_notes(spec: TaskSpec, metrics: Mapping[str, float], predictions, labels) -> dict[str, str]:
+    """Why each of `metrics` that is NaN has no value (constant gold scores, or predicted scores that are constant or
+    not finite: a correlation is undefined), so that a report gives the reason next to the NaN."""
+    notes = {}
+    for name, value in metrics.items():
+        if isinstance(value, float) and math.isnan(value):
+            notes[name] = constant_metric_reason(spec, name, labels) or _predicted_scores_reason(predictions)
+    return notes
+
+
+def _predicted_scores_reason(predictions) -> str:
+    scores = real_values(predictions, "the predictions").reshape(-1)
+    wrong = int((~np.isfinite(scores)).sum())
+    if wrong:
+        return (
+            f"{wrong} of the {scores.size} predicted scores are not finite (NaN or inf): the model's weights or "
+            "inputs hold NaN or inf, or bf16 overflowed (evaluate in float32)"
+        )
+    if scores.size and np.all(scores == scores[0]):
+        return (
+            f"the model predicts {scores[0]:g} for all {scores.size} examples, and a correlation with a constant is NaN"
+        )
+    return "the metric has no value on these predictions"
+
+
 TOP_PREDICTION_SHARE = "top_prediction_share"
 CONSTANT_PREDICTOR_SHARE = 1.0  # every dev prediction the same id: the run learnt nothing input-dependent
 
@@ -222,6 +261,8 @@ def dev_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, float]:
     """What training and evaluation record on a dev set: the task's metrics plus `top_prediction_share`, so a run
     that collapsed to a constant predictor is visible next to its accuracy."""
     spec = resolve_task(task)
+    if spec.is_token_classification:
+        predictions, labels = _tag_ids(spec, predictions, labels)
     share = top_tag_share(predictions, labels) if spec.is_token_classification else top_prediction_share(predictions)
     return {**compute_metrics(spec, predictions, labels), TOP_PREDICTION_SHARE: share}
 

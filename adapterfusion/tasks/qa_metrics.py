@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from adapterfusion.tasks.errors import TaskError
 
@@ -41,8 +42,22 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def _one_per_question(values: Any, what: str, each: str) -> list[Any]:
+    """`values` as a list with one entry per question: a bare text (scored per character), a mapping (the official
+    script's {question id: answer}, whose keys would be scored) and None are refused."""
+    if isinstance(values, (str, Mapping)) or not isinstance(values, Iterable):
+        shown = f"a {type(values).__name__}" if isinstance(values, Mapping) else repr(values)[:80]
+        raise TaskError(
+            f"the {what} are {shown}; pass a list with {each} per question, in the order of the questions (a dict "
+            "{question id: answer}, as the official script reads, must first be put in that order)."
+        )
+    return list(values)
+
+
 def squad_scores(predictions: Sequence[str], gold_answers: Sequence[Sequence[str]]) -> dict[str, float]:
     """{"exact_match", "f1"}: per question the best over its gold answers, averaged over the questions."""
+    predictions = _one_per_question(predictions, "predicted answers", "one text")
+    gold_answers = _one_per_question(gold_answers, "gold answers", "a list of gold texts")
     if len(predictions) != len(gold_answers):
         raise TaskError(f"{len(predictions)} predicted answers but {len(gold_answers)} questions; they must match.")
     if not predictions:
@@ -50,11 +65,13 @@ def squad_scores(predictions: Sequence[str], gold_answers: Sequence[Sequence[str
     for i, (prediction, gold) in enumerate(zip(predictions, gold_answers, strict=True)):
         if not isinstance(prediction, str):
             raise TaskError(f"question {i}: the predicted answer {prediction!r} is not a text; pass one string each.")
-        if isinstance(gold, str) or not isinstance(gold, Sequence) or not all(isinstance(g, str) for g in gold):
+        texts = not isinstance(gold, (str, Mapping)) and isinstance(gold, Iterable)
+        if not texts or not all(isinstance(g, str) for g in gold):
             raise TaskError(
                 f"question {i}: gold answers {gold!r} must be a list of texts (a bare string would be read as one "
                 "answer per character); wrap a single answer in a list: [answer]."
             )
+    gold_answers = [list(gold) for gold in gold_answers]
     unanswerable = [i for i, answers in enumerate(gold_answers) if not answers]
     if unanswerable:
         raise TaskError(

@@ -24,6 +24,7 @@ import numpy as np
 from adapterfusion.heads.question_answering import MAX_ANSWER_TOKENS, NOT_CONTEXT, best_span
 from adapterfusion.tasks import fields
 from adapterfusion.tasks.errors import TaskError, refuse_nan_outputs
+from adapterfusion.tasks.metric_inputs import as_array
 from adapterfusion.tasks.qa_metrics import squad_scores
 from adapterfusion.tasks.spec import TaskSpec
 
@@ -33,6 +34,7 @@ OFFSETS_COLUMN = "context_offsets"
 CONTEXT_COLUMN = "context_text"
 GOLD_COLUMN = "gold_answers"
 _CUT_COLUMN = "question_cut"
+QA_METRICS = ("exact_match", "f1")  # what squad_scores gives
 
 
 def doc_stride(max_length: int) -> int:
@@ -256,22 +258,24 @@ def predicted_answers(
 ) -> tuple[list[int], list[str]]:
     """(example indices, answer texts): each example's best span over its windows. `logits` [features, seq, 2] in
     the order of `features` (a split encoded by encode_qa_split, any order or subset of its rows)."""
-    missing = [c for c in (EXAMPLE_COLUMN, OFFSETS_COLUMN, CONTEXT_COLUMN) if c not in features.column_names]
-    if missing:
-        raise TaskError(
-            f"the features have no {missing} columns: QA answers are decoded from a split encoded by encode_task "
-            "for an 'extractive_qa' task, in the order the logits were computed."
-        )
-    logits = np.asarray(logits)
+    _check_features(features, (EXAMPLE_COLUMN, OFFSETS_COLUMN, CONTEXT_COLUMN))
+    pair = isinstance(logits, (tuple, list)) and len(logits) == 2 and len(features) != 2
+    logits = as_array(logits, "the QA logits")  # torch tensors (bf16 too) and lists of them; ragged rows refused
     refuse_nan_outputs(logits, "extractive QA")
     if logits.ndim != 3 or logits.shape[-1] != 2 or len(logits) != len(features):
+        hint = " (a (start_logits, end_logits) pair: np.stack((start, end), axis=-1) them)" if pair else ""
         raise TaskError(
             f"QA logits of shape {list(logits.shape)} for {len(features)} features; expected [features, seq, 2] "
-            "from a QuestionAnsweringHead."
+            f"from a QuestionAnsweringHead{hint}."
         )
     best: dict[int, tuple[float, str]] = {}
     columns = features.select_columns([EXAMPLE_COLUMN, OFFSETS_COLUMN, CONTEXT_COLUMN])
     for row, feature in enumerate(columns):
+        if len(feature[OFFSETS_COLUMN]) > logits.shape[1]:  # best_span would read only the tokens the logits cover
+            raise TaskError(
+                f"feature {row} has {len(feature[OFFSETS_COLUMN])} tokens but the logits cover {logits.shape[1]} "
+                "positions: they come from other inputs; pass the logits of these features, in their order."
+            )
         span = best_span(logits[row, :, 0], logits[row, :, 1], np.asarray(feature[OFFSETS_COLUMN]), max_answer_tokens)
         example = feature[EXAMPLE_COLUMN]
         if span is not None and (example not in best or span.score > best[example][0]):
@@ -281,8 +285,27 @@ def predicted_answers(
     return order, [best[example][1] for example in order]
 
 
+def _check_features(features: Any, columns: Sequence[str]) -> None:
+    """The encoded split (a datasets.Dataset) with the columns QA scoring reads."""
+    if not hasattr(features, "column_names"):
+        raise TaskError(
+            f"the features are a {type(features).__name__}; pass the encoded split (a datasets.Dataset from "
+            "encode_task of an 'extractive_qa' task) the logits were computed from."
+        )
+    missing = [c for c in columns if c not in features.column_names]
+    if missing:
+        raise TaskError(
+            f"the features have no {missing} columns: QA answers are decoded from a split encoded by encode_task "
+            "for an 'extractive_qa' task, in the order the logits were computed."
+        )
+
+
 def score_qa(features: Any, logits: np.ndarray, metrics: Sequence[str] | None = None) -> dict[str, float]:
     """SQuAD's exact match and F1 (fractions) of the decoded answers against every gold answer, per example."""
+    _check_features(features, (GOLD_COLUMN,))
+    unknown = [name for name in metrics or () if name not in QA_METRICS]
+    if unknown:
+        raise TaskError(f"QA metrics {unknown} are unknown; extractive QA is scored with {list(QA_METRICS)}.")
     examples, answers = predicted_answers(features, logits)
     gold: dict[int, list[str]] = {}
     for example, texts in zip(features[EXAMPLE_COLUMN], features[GOLD_COLUMN], strict=True):

@@ -17,6 +17,7 @@ import numpy as np
 from adapterfusion.heads.token_classification import IGNORE_INDEX, is_whole, word_labels_to_tokens
 from adapterfusion.tasks import fields
 from adapterfusion.tasks.errors import TaskError, refuse_nan_outputs
+from adapterfusion.tasks.metric_inputs import token_rows
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.tasks.tagging_metrics import entity_scores
 
@@ -133,9 +134,9 @@ def encode_tagging_split(
 
 def word_predictions(predictions: Any, labels: Any) -> tuple[list[list[int]], list[list[int]]]:
     """(predicted, gold) tag ids per sentence at its labelled tokens (labels != IGNORE_INDEX); predictions are ids
-    [n, seq] or logits [n, seq, num_labels] (arg-maxed), padded alike."""
-    refuse_nan_outputs(predictions, "tagging")
-    preds, gold = np.asarray(predictions), np.asarray(labels)
+    [n, seq] or logits [n, seq, num_labels] (arg-maxed), padded alike, or lists of one row per sentence."""
+    preds, gold = token_rows(predictions, labels)  # numpy arrays; sentences as lists may be of their own lengths
+    refuse_nan_outputs(preds, "tagging")
     if preds.ndim == 3:
         preds = preds.argmax(axis=-1)
     for name, values in (("predictions", preds), ("labels", gold)):

@@ -74,3 +74,7 @@ def test_bad_input_is_refused():
         entity_scores([["O"]], [["O", "O"]])
     with pytest.raises(TaskError, match="2 predicted sentences but 1"):
         entity_scores([["O"], ["O"]], [["O"]])
+    with pytest.raises(TaskError, match="tag 1 \\(of type int\\) is not a tag name"):
+        entity_scores([[1, 0]], [[1, 0]])
+    with pytest.raises(TaskError, match="predicted sentence 0 is 'B-PER', not a list of tag names"):
+        entity_scores(["B-PER", "O"], ["B-PER", "O"])

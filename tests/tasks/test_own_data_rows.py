@@ -124,6 +124,18 @@ def test_a_multiple_choice_context_piece_may_be_blank(tmp_path) -> None:
     assert len(load_task_data(spec).splits["train"]) == 2
 
 
+def test_a_multiple_choice_row_of_identical_choices_is_refused(tmp_path) -> None:
+    """Choices no model can tell apart (the same text, up to case and spacing) make the label arbitrary: scored right
+    only as choice 0, never learnt. Two equal choices beside a third still tell something apart and pass."""
+    rows = [{"q": "a", "opts": ["x", "y", "x"], "label": 1}, {"q": "b", "opts": ["Yes ", "yes", " yes"], "label": 2}]
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    choice = {"kind": "multiple_choice", "text_fields": ("q",), "choice_fields": ("opts",), "label_names": ()}
+    message = _refused(_own(tmp_path, "d.jsonl", text, **choice, num_choices=3), "row 1: all 3 choices")
+    assert "are the same text 'Yes '" in message and "drop the row" in message
+    spec = _own(tmp_path, "e.jsonl", "".join(json.dumps(row) + "\n" for row in rows[:1] * 2), **choice, num_choices=3)
+    assert len(load_task_data(spec).splits["train"]) == 2
+
+
 # -- 3. a CSV row must have one cell per header column ---------------------------------------------------------
 
 

@@ -65,3 +65,8 @@ def test_bad_inputs_are_refused():
         squad_scores(["a"], [[]])
     with pytest.raises(TaskError, match="empty"):
         squad_scores([], [])
+    with pytest.raises(TaskError, match="the predicted answers are 'abc'"):  # not one answer per character
+        squad_scores("abc", [["a"], ["b"], ["c"]])
+    with pytest.raises(TaskError, match="the predicted answers are a dict"):  # the official {id: answer}
+        squad_scores({"q1": "a"}, [["a"]])
+    assert squad_scores(("Paris",), [("Paris", "paris!")])["exact_match"] == 1.0  # any sequence of texts will do
