@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -27,7 +28,7 @@ def main() -> None:
     folder = af.default_decoder_path()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = af.wrap(AutoModelForCausalLM.from_pretrained(folder).eval())
-    prompt = tokenizer.apply_chat_template(
+    prompt: Any = tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True, return_tensors="pt"
     )
 
@@ -48,7 +49,11 @@ def main() -> None:
             for name in ("a", "b"):
                 model.add_adapter(name, af.AdapterConfig.pfeiffer(init=init))
             model.add_fusion("f", ["a", "b"])
-            for kind, choice in (("adapter", {"adapter": "a"}), ("fusion", {"fusion": "f"})):
+            choices: tuple[tuple[str, dict[str, Any]], ...] = (
+                ("adapter", {"adapter": "a"}),
+                ("fusion", {"fusion": "f"}),
+            )
+            for kind, choice in choices:
                 with model.activated(**choice), torch.no_grad():
                     moved[kind].append(float((model(**prompt).logits[0, -1] - bare_logits).abs().max()))
                     changed[kind] += answer() != bare_answer

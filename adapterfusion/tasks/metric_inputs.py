@@ -187,9 +187,9 @@ def gold_ids(spec: TaskSpec | None, labels: Any, per_token: bool = False) -> np.
         expected = "[sentences, tokens]" if per_token else "[examples]: one class id each"
         raise TaskError(f"labels of shape {list(gold.shape)}; expected {expected}.")
     if not (np.isfinite(gold).all() and _whole(gold)):
-        bad = float(gold[~np.isfinite(gold) | (gold % 1 != 0)].reshape(-1)[0])
+        first = float(gold[~np.isfinite(gold) | (gold % 1 != 0)].reshape(-1)[0])
         raise TaskError(
-            f"label {bad!r} is not a class id (a whole number); a classification label is the index of its class "
+            f"label {first!r} is not a class id (a whole number); a classification label is the index of its class "
             "(a regression task's scores need a task with regression=True)."
         )
     gold = gold.astype(np.int64)
