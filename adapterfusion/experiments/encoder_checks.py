@@ -155,6 +155,24 @@ def _architecture(encoder: str | None) -> tuple[str, ArchitectureSpec] | None:
         return None
 
 
+def check_weights_dtype(encoder: str | None) -> None:
+    """An encoder whose config.json says it was saved in float16 loads so, and every job's adapters and heads with it:
+    their training is refused by each job (training/hardware.py check_trainable_precision), so the file is refused
+    here, from the config alone."""
+    checked = _local_or_shipped(encoder)
+    config = encoder_config(checked) if checked is not None else None
+    saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if str(saved).removeprefix("torch.") != "float16":
+        return
+    raise fail(
+        "encoder",
+        f"encoder {checked!r} was saved in float16 (its config.json's dtype), which it loads in, and so would every "
+        "job's adapters and heads: AdamW's steps underflow in float16 and the loss becomes NaN within a few steps. "
+        "Save the model in float32 (or bfloat16) and give that folder: "
+        "AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).save_pretrained(folder), with its tokenizer",
+    )
+
+
 def _task_kind(task: str) -> str | None:
     try:
         return get_task(task).kind
@@ -167,8 +185,9 @@ def check_architecture_fit(
 ) -> None:
     """What the encoder's architecture refuses, here rather than in every job (injection/inject.py and
     training/api.py refuse the same on the loaded model): a head with pooling 'cls' on a decoder or encoder-decoder
-    (its first token has seen no other token), and a generation task on a model that is not a decoder (generation
-    trains a decoder's language model on prompt + answer)."""
+    (its first token has seen no other token), a span task (extractive QA, tagging) on an encoder-decoder (no
+    per-token head is built on one), and a generation task on a model that is not a decoder (generation trains a
+    decoder's language model on prompt + answer)."""
     found = _architecture(encoder)
     if found is None:
         return
@@ -199,6 +218,17 @@ def check_architecture_fit(
                     "left to right, so the first token has seen no other; use pooling: last (the last non-padding "
                     "token, as transformers' *ForSequenceClassification models do) or pooling: mean, or leave it out",
                 )
+    if architecture.decoder is not None:  # build_head refuses their heads on the loaded model, in every job
+        spans = [(j, t) for j, t in enumerate(tasks) if _task_kind(t) in per_token and _runs(variants, t)]
+        if spans:
+            j, task = spans[0]
+            raise fail(
+                f"tasks[{j}]",
+                f"{task!r} is {_SPAN_KINDS[str(_task_kind(task))]} task, whose head scores every token of the input, "
+                f"but encoder {shown} is an encoder-decoder ({model_type}), on which adapterfusion has no such "
+                "head (classification, regression and multiple-choice heads only); set encoder to an encoder or a "
+                "decoder, or leave the task out",
+            )
     if architecture.causal:
         _check_language_model_head(variants, tasks, encoder, shown)
         return
@@ -213,14 +243,18 @@ def check_architecture_fit(
         )
 
 
+_SPAN_KINDS = {EXTRACTIVE_QA: "an extractive question-answering", TOKEN_CLASSIFICATION: "a token-classification"}
+
+
+def _runs(variants: Sequence[SetupVariant], task: str) -> bool:
+    """Whether some variant runs on `task`."""
+    return any(variant.runs_on(task) for variant in variants)
+
+
 def _generation_tasks(variants: Sequence[SetupVariant], tasks: Sequence[str]) -> list[tuple[int, str]]:
     """(index in `tasks`, name) of each generation task some variant runs on: those the checks of a decoder's
     language model and tokenizer concern."""
-    return [
-        (j, task)
-        for j, task in enumerate(tasks)
-        if _task_kind(task) == GENERATION and any(variant.runs_on(task) for variant in variants)
-    ]
+    return [(j, task) for j, task in enumerate(tasks) if _task_kind(task) == GENERATION and _runs(variants, task)]
 
 
 def _headless_classes(architectures: Sequence[str]) -> list[str]:

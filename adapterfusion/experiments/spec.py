@@ -79,6 +79,7 @@ from adapterfusion.experiments.encoder_checks import (
     check_layernorm_only,
     check_max_lengths,
     check_top_k,
+    check_weights_dtype,
     parse_encoder,
     resolve_poolings,
 )
@@ -408,6 +409,7 @@ def _parse(data: Any, base_dir: Path, source: str | None) -> ExperimentSpec:
         check_generation_pooling(variants, entries, tasks, task_specs)
     check_layernorm_only(variants, entries, local_encoder, key)
     check_architecture_fit(variants, entries, tasks, local_encoder, key)
+    check_weights_dtype(local_encoder)
     check_generation_tokenizer(variants, tasks, local_encoder)
     check_bottlenecks(variants, entries, local_encoder, key)
     check_top_k(variants, entries, local_encoder, key)

@@ -11,11 +11,15 @@ Truncation is counted per example (an MC example counts once if any of its choic
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from adapterfusion._validation import short_repr
 from adapterfusion.tasks import fields
 from adapterfusion.tasks.checks import LABEL_COLUMN
 from adapterfusion.tasks.collator import TaskCollator
@@ -26,7 +30,15 @@ from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.tasks.squad import encode_qa_split
 from adapterfusion.tasks.tagging import encode_tagging_split
 
-__all__ = ["EncodedTask", "TaskCollator", "TruncationReport", "encode_task", "effective_max_length", "segments"]
+__all__ = [
+    "EncodedTask",
+    "TaskCollator",
+    "TruncationReport",
+    "encode_task",
+    "encoded_sha256",
+    "effective_max_length",
+    "segments",
+]
 
 TRUNCATED_COLUMN = PROMPT_CUT_COLUMN
 _HUGE_MODEL_MAX = 1_000_000  # tokenizers without a limit report ~1e30 as model_max_length
@@ -53,6 +65,16 @@ class TruncationReport:
         cut = [f"{role} {n}" for role, n in self.answers_cut.items() if n]
         answers = f"; answers cut: {', '.join(cut)}" if cut else ""
         return f"{self.task}: truncated to {self.max_length} tokens: " + ", ".join(parts) + answers
+
+    def answers_cut_warning(self) -> str | None:
+        """What a generation task's answers cut by max_length cost (None if none was): the model never sees their
+        end token, so it never learns to stop them, and exact_match cannot match those rows."""
+        if not any(self.answers_cut.values()):
+            return None
+        return (
+            f"{self.describe()}: answers longer than max_length lost their end, so the model never learns to stop "
+            "them; raise max_length to at least the longest answer's tokens + 2"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -133,9 +155,48 @@ def effective_max_length(spec: TaskSpec, tokenizer, max_length: int | None = Non
     if not isinstance(wanted, int) or wanted < 8:
         raise TaskError(f"task {spec.name!r}: max_length={wanted!r} must be an integer >= 8.")
     model_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(model_max, int) and 0 < model_max < 8:  # every example would be cut to it, said only in the report
+        raise TaskError(
+            f"task {spec.name!r}: the tokenizer's model_max_length={model_max} caps max_length={wanted} below the 8 "
+            "tokens an input needs at least; set tokenizer.model_max_length to what the model takes (its "
+            "max_position_embeddings) and save the tokenizer"
+        )
     if isinstance(model_max, int) and 0 < model_max < _HUGE_MODEL_MAX:
         return min(wanted, model_max)
     return wanted
+
+
+def _check_arguments(spec: TaskSpec, data: Any, tokenizer: Any, num_proc: Any) -> None:
+    """What encode_task is handed, refused in its terms rather than by datasets or the tokenizer."""
+    import datasets
+
+    if not isinstance(data, (datasets.Dataset, datasets.DatasetDict)):
+        raise TaskError(
+            f"task {spec.name!r}: the data to encode is a {type(data).__name__}; pass what load_task_data returns (a "
+            "datasets.DatasetDict of splits), or one datasets.Dataset (datasets.Dataset.from_list(rows))"
+        )
+    if not callable(tokenizer):
+        raise TaskError(
+            f"task {spec.name!r}: tokenizer={short_repr(tokenizer)} is not a tokenizer; pass one, e.g. "
+            "transformers.AutoTokenizer.from_pretrained(<the model's folder>)"
+        )
+    if num_proc is not None and (isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 0):
+        raise TaskError(
+            f"num_proc={short_repr(num_proc)} must be a number of worker processes (an integer >= 1), or None (or 0) "
+            "to encode in this process"
+        )
+
+
+def _check_split(spec: TaskSpec, role: str, dataset: Any) -> None:
+    """A split with rows and the columns the task reads (the label's is checked before)."""
+    missing = [c for c in dict.fromkeys(map(fields.top_level, spec.text_fields)) if c not in dataset.column_names]
+    if missing:
+        raise TaskError(
+            f"task {spec.name!r}, split {role!r}: no {missing} column (it has {dataset.column_names}); name the "
+            "columns as the task's text_fields do, or load the data with load_task_data, which says which is missing"
+        )
+    if len(dataset) == 0:  # its encoding would have no columns at all
+        raise TaskError(f"task {spec.name!r}, split {role!r} has no rows to encode; give it rows or leave it out")
 
 
 def encode_task(
@@ -149,6 +210,7 @@ def encode_task(
     import datasets
 
     spec = resolve_task(task)
+    _check_arguments(spec, data, tokenizer, num_proc)
     length = effective_max_length(spec, tokenizer, max_length)
     splits = data if isinstance(data, datasets.DatasetDict) else datasets.DatasetDict({"data": data})
     encoded, truncated, totals, answers_cut = {}, {}, {}, {}
@@ -163,6 +225,7 @@ def encode_task(
                 f"task {spec.name!r}, split {role!r}: no {gold!r} column; load the data with "
                 "load_task_data so labels are checked and converted to ids."
             )
+        _check_split(spec, role, dataset)
         drop = dataset.column_names if spec.is_generation else [c for c in dataset.column_names if c != LABEL_COLUMN]
         options = {"spec": spec, "tokenizer": tokenizer, "max_length": length}
         mapped = dataset.map(
@@ -181,13 +244,35 @@ def encode_task(
             mapped = mapped.remove_columns(ANSWER_CUT_COLUMN)
         encoded[role] = mapped.remove_columns(TRUNCATED_COLUMN)
     report = TruncationReport(spec.name, length, truncated, totals, answers_cut)
-    if any(answers_cut.values()):
-        _log.warning(
-            "%s: answers longer than max_length lost their end, so the model never learns to stop them; raise "
-            "max_length to at least the longest answer's tokens + 2",
-            report.describe(),
-        )
+    if (cut := report.answers_cut_warning()) is not None:
+        _log.warning("%s", cut)
     elif report.any_truncated:  # warned here, and recorded in each run's config.json by the training recipes
         _log.warning("%s (examples cut / examples); raise max_length to keep more of the text", report.describe())
     result = datasets.DatasetDict(encoded) if isinstance(data, datasets.DatasetDict) else encoded["data"]
     return EncodedTask(result, report)
+
+
+_DIGEST_BATCH = 65_536  # rows hashed at a time (a fixed size: the digest must not depend on how a split is chunked)
+
+
+def encoded_sha256(dataset: Any) -> str:
+    """sha256 of an encoded split: every column's values, row by row. A run records it beside the sha256 of its data
+    files, since the same files give other tokens once the tokenizer is edited (its vocabulary, end token or chat
+    template): resuming such a run would finish it on other examples than it started with."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    digest = hashlib.sha256()
+    for batch in dataset.with_format("arrow").iter(batch_size=_DIGEST_BATCH):
+        for name in sorted(batch.column_names):
+            array = batch.column(name).combine_chunks()
+            digest.update(f"{name}:{array.type}".encode())
+            while pa.types.is_list(array.type) or pa.types.is_large_list(array.type):  # lengths, then the values
+                lengths = pc.fill_null(array.value_lengths(), -1)
+                digest.update(lengths.to_numpy(zero_copy_only=False).astype(np.int64).tobytes())
+                array = array.flatten()
+            if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+                digest.update("\0".join(map(str, array.to_pylist())).encode())
+            else:
+                digest.update(np.ascontiguousarray(array.to_numpy(zero_copy_only=False)).tobytes())
+    return digest.hexdigest()

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from adapterfusion._validation import short_repr
 from adapterfusion.tasks import fields
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.spec import TaskSpec
@@ -127,7 +128,10 @@ def encode_instruction_batch(
     and the two truncation flags."""
     end = end_token_id(tokenizer)
     prompts = fields.text_columns(batch, spec)[0]
-    answers = [str(a) for a in fields.field_values(batch, spec.label_field)]
+    answers = fields.field_values(batch, spec.label_field)
+    for row, prompt, answer in zip(indices, prompts, answers, strict=True):
+        check_row_texts(spec, split, row, prompt, answer)
+    answers = [str(a) for a in answers]
     answer_ids = tokenizer(answers, add_special_tokens=False)["input_ids"]
     examples = []
     for row, prompt, text, answer in zip(indices, prompts, answers, answer_ids, strict=True):
@@ -154,6 +158,24 @@ def encode_instruction_batch(
         PROMPT_CUT_COLUMN: [e.truncated for e in examples],
         ANSWER_CUT_COLUMN: [e.answer_cut for e in examples],
     }
+
+
+def check_row_texts(spec: TaskSpec, split: str, row: int, prompt: Any, answer: Any) -> None:
+    """A row's prompt must be text and its answer text or a number (written out as text). load_task_data checks as
+    much; data handed to encode_task some other way reaches the tokenizer (a ValueError of its own), or is trained
+    on: a missing answer became the text 'None'."""
+    where = f"task {spec.name!r}, split {split!r}, row {row}"
+    if not isinstance(prompt, str):
+        raise TaskError(
+            f"{where}: the prompt in field {spec.text_fields[0]!r} is {short_repr(prompt)} (of type "
+            f"{type(prompt).__name__}), not text; write it as a string, or drop the row"
+        )
+    if answer is None or isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+        raise TaskError(
+            f"{where}: the answer in field {spec.label_field!r} is {short_repr(answer)} (of type "
+            f"{type(answer).__name__}), not text; write the answer as a string, or drop the row (load_task_data "
+            "with drop_unlabelled=True drops rows without one)"
+        )
 
 
 def check_answer_end(answer: list[int], end: int, tokenizer: Any, where: str, spec: TaskSpec, text: str) -> None:

@@ -23,7 +23,7 @@ from adapterfusion.file_digests import files_sha256
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder
 from adapterfusion.tasks.collator import TaskCollator
-from adapterfusion.tasks.encoding import encode_task
+from adapterfusion.tasks.encoding import encode_task, encoded_sha256
 from adapterfusion.tasks.instruction import check_instruction_tokenizer
 from adapterfusion.tasks.loading import check_data_dir, check_max_examples, load_task_data
 from adapterfusion.tasks.metrics import collapse_warning
@@ -35,7 +35,14 @@ from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
 from adapterfusion.training.extra_dev import score_extra_dev
 from adapterfusion.training.feature_cache import HeadOnFeatures, cached_head_training_set, stack_features
-from adapterfusion.training.hardware import check_precision, check_report_to, is_main_process, training_device
+from adapterfusion.training.hardware import (
+    bfloat16_warning,
+    check_precision,
+    check_report_to,
+    check_trainable_precision,
+    is_main_process,
+    training_device,
+)
 from adapterfusion.training.loop import (
     check_dev_split,
     fit,
@@ -64,6 +71,7 @@ from adapterfusion.training.setups import (
     get_setup,
 )
 from adapterfusion.training.store import AdapterStore, as_store, check_entry_encoder, encoder_key
+from adapterfusion.training.vocabulary import check_tokenizer_vocabulary
 
 
 @dataclass
@@ -153,6 +161,7 @@ def train(
         tokenizer = run.begin()
         if spec.is_generation:  # no end token or a broken chat template: said before the data loads
             check_instruction_tokenizer(spec, tokenizer)
+        check_tokenizer_vocabulary(tokenizer, run.encoder, spec.is_generation)
         data, info = load_task_data(spec, data_dir, seed, max_examples=max_examples)
         if "validation" not in data:
             raise TrainingError(f"task {spec.name!r} loaded no validation split; early stopping needs one")
@@ -165,6 +174,7 @@ def train(
             check_entry_encoder(entry, run.encoder, encoder_identity(model), run_dir)  # refused before any is replaced
         context = SetupContext(task=spec, options=options, seed=seed, encoder=run.encoder, store=store)
         plan = recipe.prepare(model, context)
+        check_trainable_precision(plan.trainable, run.encoder)
 
         run_config = {
             "task": spec.name,
@@ -183,6 +193,8 @@ def train(
             "training": config.to_dict(),
             "data": info.to_dict(),
             "data_files": files_sha256(info.local_files()),  # the bytes it read: an edited file is other data
+            # the tokens it trains on: an edited tokenizer (vocabulary, end token, chat template) gives other ones
+            "encoded_sha256": {role: encoded_sha256(encoded[role]) for role in ("train", "validation")},
             "truncation": truncation.to_dict(),
             "plan_notes": plan.notes,
         }
@@ -281,7 +293,11 @@ def train(
             "warnings": [
                 *info.warnings,
                 *run_warnings(
-                    outcome.best_metrics, len(encoded["validation"]), untrained_warning(config, outcome.max_steps)
+                    outcome.best_metrics,
+                    len(encoded["validation"]),
+                    untrained_warning(config, outcome.max_steps),
+                    truncation.answers_cut_warning(),  # in the log as the data was encoded; here in metrics.json too
+                    bfloat16_warning(plan.trainable, run.encoder),
                 ),
             ],
             "parameters": {

@@ -9,6 +9,7 @@ import logging
 import os
 import platform
 import warnings
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -89,6 +90,40 @@ def check_precision(config: TrainingConfig) -> None:
             SlowPrecisionWarning,
             stacklevel=3,
         )
+
+
+def check_trainable_precision(parameters: Iterable[torch.nn.Parameter], encoder: str) -> None:
+    """Refuse to train float16 parameters, which a model saved in float16 gets (transformers loads a checkpoint in
+    its saved dtype, and new adapters and heads take the model's): AdamW's update underflows in float16 (its eps,
+    1e-8, is 0 there), so the loss becomes NaN within a few steps, with or without fp16=True, whose loss scaler
+    needs float32 weights to unscale into. bfloat16 keeps float32's range and trains."""
+    half = [parameter for parameter in parameters if parameter.dtype == torch.float16]
+    if not half:
+        return
+    count = sum(parameter.numel() for parameter in half)
+    raise TrainingError(
+        f"encoder {encoder!r} holds float16 weights (the dtype it was saved in, which it loads in), so the {count} "
+        "parameters this run trains would be float16 too, and AdamW's steps underflow there: the loss becomes NaN "
+        "within a few steps. Save the model in float32 (or bfloat16) and train that one: "
+        "AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).save_pretrained(folder), with its "
+        "tokenizer; fp16=True then trains in mixed precision on a GPU"
+    )
+
+
+def bfloat16_warning(parameters: Iterable[torch.nn.Parameter], encoder: str) -> str | None:
+    """Why bfloat16 parameters to train (a model saved in bfloat16 loads so) train less than asked, or None: with 8
+    bits of mantissa, an AdamW step smaller than 1/256 of a weight rounds away, so a fusion's value matrices, which
+    start at the identity, keep their diagonal at 1 at the fusion learning rate (5e-5), without a word."""
+    half = [parameter for parameter in parameters if parameter.dtype == torch.bfloat16]
+    if not half:
+        return None
+    return (
+        f"encoder {encoder!r} holds bfloat16 weights (the dtype it was saved in, which it loads in), so the "
+        f"{sum(parameter.numel() for parameter in half)} parameters this run trained were bfloat16 too, where an "
+        "update smaller than 1/256 of a weight is lost to rounding (a fusion's value matrices keep their diagonal "
+        "at 1); for full-precision training save the model in float32 and train with bf16=True (bfloat16 compute, "
+        "float32 weights)"
+    )
 
 
 @functools.lru_cache(maxsize=1)

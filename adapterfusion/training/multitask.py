@@ -57,14 +57,20 @@ from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.run_layout import CONFIG_FILE
 from adapterfusion.scoring import predict, score
 from adapterfusion.tasks.collator import TaskCollator
-from adapterfusion.tasks.encoding import encode_task
+from adapterfusion.tasks.encoding import encode_task, encoded_sha256
 from adapterfusion.tasks.loading import check_data_dir, check_max_examples, load_task_data
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec, piece_name
 from adapterfusion.training.callbacks import StepEpochProgressCallback
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import RunQualityWarning, TrainingError
-from adapterfusion.training.hardware import check_precision, check_report_to, launched_distributed
+from adapterfusion.training.hardware import (
+    bfloat16_warning,
+    check_precision,
+    check_report_to,
+    check_trainable_precision,
+    launched_distributed,
+)
 from adapterfusion.training.loop import (
     LoopData,
     TrainingOutcome,
@@ -82,6 +88,7 @@ from adapterfusion.training.setups import MARKER_FILE, MT_A, _check_reduction_fa
 from adapterfusion.training.store import AdapterStore, as_store, check_entry_encoder, encoder_key
 from adapterfusion.training.task_batches import TaskBatches, TaskStepCallback, ready_batch
 from adapterfusion.training.trainer import Evaluator
+from adapterfusion.training.vocabulary import check_tokenizer_vocabulary
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -101,6 +108,7 @@ MT_A_RESUME_KEYS = (
     "training",
     "data",
     "data_files",
+    "encoded_sha256",
 )
 
 
@@ -135,6 +143,7 @@ class TaskData:
     truncations: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)  # data that trains a poor model, "<task>: <note>"
     data_files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every local file read
+    encoded: dict[str, dict[str, str]] = field(default_factory=dict)  # task -> split -> encoded_sha256
 
     @property
     def names(self) -> list[str]:
@@ -238,6 +247,7 @@ def _load_tasks(
         data.dev_sets.append(encoded["validation"])
         data.infos.append(info.to_dict())
         data.data_files.update(files_sha256(info.local_files()))
+        data.encoded[spec.name] = {role: encoded_sha256(encoded[role]) for role in ("train", "validation")}
         data.warnings += [f"{spec.name}: {warning}" for warning in info.warnings]
         data.truncations.append(truncation.to_dict())
     return data
@@ -510,6 +520,7 @@ def _run_config(
         "training": config.to_dict(),
         "data": data.infos,
         "data_files": data.data_files,
+        "encoded_sha256": data.encoded,
         "truncation": data.truncations,
     }
 
@@ -559,11 +570,13 @@ def train_multitask(
         except ConfigError as err:
             raise TrainingError(str(err)) from None
         tokenizer = run.begin()
+        check_tokenizer_vocabulary(tokenizer, run.encoder)
         data = _load_tasks(specs, data_dirs, seed, max_examples, tokenizer, config.max_length, metrics)
         model = run.wrapped_encoder()
         for entry, spec in zip(entries, specs, strict=False):  # another encoder's: refused before anything is replaced
             check_entry_encoder(entry, run.encoder, None, _task_dir(run_dir, spec.name).resolve())
         _add_pieces(model, names, specs, adapter, heads_pooling)
+        check_trainable_precision((p for p in model.parameters() if p.requires_grad), run.encoder)
         plan = _step_plan(data.sizes, config, seed, schedule)
         run_config = _run_config(data, run, adapter, heads_pooling, schedule, plan, metrics, config)
         resume_from = resume_point(run_dir, run_config, MT_A_RESUME_KEYS) if resume else None
@@ -579,10 +592,11 @@ def train_multitask(
         pieces, store_paths = _save_outputs(model, names, data, tokenizer, run, resolved_store)
         if not config.keep_checkpoints:
             remove_run_entry(run_dir, "checkpoints", ignore_errors=True)
-        untrained = untrained_warning(config, outcome.max_steps)
-        if untrained is not None:  # recorded in metrics.json and said, as train() does
-            data.warnings.append(untrained)
-            warnings.warn(untrained, RunQualityWarning, stacklevel=2)
+        trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
+        for found in (untrained_warning(config, outcome.max_steps), bfloat16_warning(trained, run.encoder)):
+            if found is not None:  # recorded in metrics.json and said, as train() does
+                data.warnings.append(found)
+                warnings.warn(found, RunQualityWarning, stacklevel=2)
         results = _results(model, data, plan, outcome, metrics, seed, run_dir, pieces, store_paths)
         written = run.write_metrics(
             {**results, "resumed_from": None if resume_from is None else str(resume_from.relative_to(run_dir))}

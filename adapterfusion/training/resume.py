@@ -18,7 +18,8 @@ from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
 # What makes a checkpoint belong to a train() run: the same task, setup, seed, encoder (its path and the digest of its
 # weights: other weights saved at the same path would finish another encoder's run), data (where from, how many rows,
-# and the sha256 of the files read: an edited file would finish the run on other rows), store and training config.
+# the sha256 of the files read: an edited file would finish the run on other rows; and of the encoded splits: an edited
+# tokenizer gives other tokens from the same files), store and training config.
 # Not "encoder_files": the digest of the weights themselves is exact, where files may be re-saved with equal weights.
 RESUME_KEYS = (
     "task_spec",
@@ -31,10 +32,11 @@ RESUME_KEYS = (
     "training",
     "data",
     "data_files",
+    "encoded_sha256",
 )
 
 # Keys a config.json saved before runs recorded them lacks: such a run resumes as it did then (nothing to compare).
-RECORDED_LATER = ("encoder_identity", "data_files")
+RECORDED_LATER = ("encoder_identity", "data_files", "encoded_sha256")
 
 # TrainingConfig fields added after runs were already saved, with the value that behaves as those runs did: a run
 # saved before a field existed resumes when the call sets that value.
@@ -132,5 +134,10 @@ def _describe_change(key: str, previous: Any, current: Any) -> str:
             f"{str(current.get(path, '<not read>'))[:12]} now)"
             for path in sorted(previous.keys() | current.keys())
             if previous.get(path) != current.get(path)
+        )
+    if key == "encoded_sha256":
+        return (
+            "the encoded data differ, from the same data files: the encoder's tokenizer (its vocabulary, special "
+            "tokens or chat template) was edited since the run started, or another adapterfusion version encodes them"
         )
     return f"{key} differs"
