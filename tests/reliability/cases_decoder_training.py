@@ -110,8 +110,6 @@ def _token_added_after_the_model(token: str) -> Callable[[Path], Action]:
 def _answers_longer_than_max_length(folder: Path) -> Action:
     """train(<generation task whose train answers are 40 words>, 'st-a', max_length=32) on a tiny Llama, into a
     temporary folder; the action returns the warnings the run recorded in its metrics.json."""
-    import json
-    import tempfile
 
     from adapterfusion.tasks import instruction_task
     from task_data import write_jsonl
@@ -122,9 +120,18 @@ def _answers_longer_than_max_length(folder: Path) -> Action:
     files = {"train": write_jsonl(folder / "train.jsonl", long), "validation": write_jsonl(folder / "dev.jsonl", short)}
     task = instruction_task("answers", {role: str(path) for role, path in files.items()})
 
+    return _warnings_of_run(task, llama)
+
+
+def _warnings_of_run(task: Any, encoder: Path) -> Action:
+    """train(task, 'st-a') on `encoder`, into a temporary folder; the action returns the warnings the run recorded in
+    its metrics.json."""
+    import json
+    import tempfile
+
     def action() -> str:
         with tempfile.TemporaryDirectory() as runs:
-            result = af.training.train(task, "st-a", encoder=llama, output_dir=runs, training_config=_LM_FAST)
+            result = af.training.train(task, "st-a", encoder=encoder, output_dir=runs, training_config=_LM_FAST)
             return " | ".join(json.loads(result.metrics_path.read_text())["warnings"])
 
     return action
@@ -144,8 +151,6 @@ def _float16_llama(folder: Path, dtype: str = "float16") -> Path:
 def _bfloat16_run_warnings(folder: Path) -> Action:
     """train(<generation task>, 'st-a') on a tiny Llama saved in bfloat16, into a temporary folder; the action returns
     the warnings the run recorded in its metrics.json."""
-    import json
-    import tempfile
 
     from adapterfusion.tasks import instruction_task
     from task_data import write_jsonl
@@ -155,12 +160,7 @@ def _bfloat16_run_warnings(folder: Path) -> Action:
     files = {role: write_jsonl(folder / f"{role}.jsonl", rows) for role in ("train", "validation")}
     task = instruction_task("answers", {role: str(path) for role, path in files.items()})
 
-    def action() -> str:
-        with tempfile.TemporaryDirectory() as runs:
-            result = af.training.train(task, "st-a", encoder=llama, output_dir=runs, training_config=_LM_FAST)
-            return " | ".join(json.loads(result.metrics_path.read_text())["warnings"])
-
-    return action
+    return _warnings_of_run(task, llama)
 
 
 def _llama_saved_in_float16(folder: Path) -> Action:
