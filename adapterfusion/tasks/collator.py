@@ -103,8 +103,7 @@ class TaskCollator:
         elif label_key is not None:  # one label per token
             batch["labels"] = _padded([f[label_key] for f in features], seq_len, IGNORE_INDEX, left, label_key)
         if "start_positions" in features[0]:  # extractive QA: one (start, end) token pair per example
-            spans = [[int(f["start_positions"]), int(f["end_positions"])] for f in features]
-            batch["labels"] = torch.tensor(spans, dtype=torch.long)
+            batch["labels"] = _span_labels(features)
         return batch
 
 
@@ -168,6 +167,28 @@ def _example_labels(labels: list[Any], key: str) -> torch.Tensor:
     if score:
         return torch.tensor([float(label) for label in labels], dtype=torch.float32)
     return torch.tensor([int(label) for label in labels], dtype=torch.long)
+
+
+def _span_labels(features: list[dict[str, Any]]) -> torch.Tensor:
+    """Extractive QA's labels [batch, 2]: each example's answer start and end token, whole indices >= 0 (0, the
+    first token, where the window holds no answer); None, text or a fraction was a TypeError or truncated."""
+    spans = []
+    for i, feature in enumerate(features):
+        pair: list[Any] = [feature.get(key) for key in ("start_positions", "end_positions")]
+        pair = [
+            value.item() if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 0 else value
+            for value in pair
+        ]
+        if not all(
+            isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0 for value in pair
+        ):
+            raise TaskError(
+                f"example {i} of the batch has start_positions={short_repr(pair[0])}, end_positions="
+                f"{short_repr(pair[1])}; an extractive QA example's answer is its start and end token, whole indices "
+                ">= 0 (0 where the window holds no answer): encode the examples with encode_task"
+            )
+        spans.append([int(value) for value in pair])
+    return torch.tensor(spans, dtype=torch.long)
 
 
 def _padded(rows: list[Sequence[int]], length: int, value: int, left: bool, key: str) -> torch.Tensor:

@@ -213,6 +213,17 @@ CASES: tuple[BadInput, ...] = (
         _collating({"input_ids": [5, 6], "labels": [-100, 6, 2]}, {"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}),
     ),
     B(
+        "collate-qa-start-none",
+        GROUP,
+        "an extractive QA example with start_positions=None (was a TypeError from int() inside the collator)",
+        TaskError,
+        ("example 1 of the batch has start_positions=None, end_positions=2", "whole indices >= 0"),
+        _collating(
+            {"input_ids": [1, 2, 3], "start_positions": 1, "end_positions": 2},
+            {"input_ids": [1, 2, 3], "start_positions": None, "end_positions": 2},
+        ),
+    ),
+    B(
         "collate-example-without-mask",
         GROUP,
         "a batch whose second example lacks the attention_mask the first has (was a KeyError from the collator)",
