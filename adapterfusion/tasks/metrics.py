@@ -261,9 +261,11 @@ def dev_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, float]:
     """What training and evaluation record on a dev set: the task's metrics plus `top_prediction_share`, so a run
     that collapsed to a constant predictor is visible next to its accuracy."""
     spec = resolve_task(task)
-    if spec.is_token_classification:
-        predictions, labels = _tag_ids(spec, predictions, labels)
-    share = top_tag_share(predictions, labels) if spec.is_token_classification else top_prediction_share(predictions)
+    if spec.is_token_classification:  # checked once, for both
+        tags, gold = _tag_ids(spec, predictions, labels)
+        share = top_tag_share(tags, gold)
+        return {**tagging_metrics(spec, tags, gold), TOP_PREDICTION_SHARE: share}
+    share = top_prediction_share(predictions)
     return {**compute_metrics(spec, predictions, labels), TOP_PREDICTION_SHARE: share}
 
 

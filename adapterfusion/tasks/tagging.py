@@ -16,8 +16,7 @@ import numpy as np
 
 from adapterfusion.heads.token_classification import IGNORE_INDEX, is_whole, word_labels_to_tokens
 from adapterfusion.tasks import fields
-from adapterfusion.tasks.errors import TaskError, refuse_nan_outputs
-from adapterfusion.tasks.metric_inputs import token_rows
+from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.tasks.tagging_metrics import entity_scores
 
@@ -132,39 +131,19 @@ def encode_tagging_split(
     return mapped.remove_columns(_CUT_COLUMN), cut, len(dataset)
 
 
-def word_predictions(predictions: Any, labels: Any) -> tuple[list[list[int]], list[list[int]]]:
-    """(predicted, gold) tag ids per sentence at its labelled tokens (labels != IGNORE_INDEX); predictions are ids
-    [n, seq] or logits [n, seq, num_labels] (arg-maxed), padded alike, or lists of one row per sentence."""
-    preds, gold = token_rows(predictions, labels)  # numpy arrays; sentences as lists may be of their own lengths
-    refuse_nan_outputs(preds, "tagging")
-    if preds.ndim == 3:
-        preds = preds.argmax(axis=-1)
-    for name, values in (("predictions", preds), ("labels", gold)):
-        if values.size and not np.issubdtype(values.dtype, np.integer):
-            whole = np.issubdtype(values.dtype, np.floating) and bool((np.isfinite(values) & (values % 1 == 0)).all())
-            if not whole:
-                raise TaskError(
-                    f"tagging {name} of dtype {values.dtype} hold values that are not tag ids; pass ids [sentences, "
-                    "tokens] or logits [sentences, tokens, tags]."
-                )
-    preds, gold = preds.astype(np.int64, copy=False), gold.astype(np.int64, copy=False)
-    if preds.ndim != 2 or gold.shape != preds.shape:
-        raise TaskError(
-            f"tagging predictions of shape {list(np.asarray(predictions).shape)} and labels of shape "
-            f"{list(gold.shape)}: expected [sentences, tokens(, tags)] and [sentences, tokens], padded alike."
-        )
-    kept = gold != IGNORE_INDEX
-    return [p[k].tolist() for p, k in zip(preds, kept, strict=True)], [
-        g[k].tolist() for g, k in zip(gold, kept, strict=True)
+def word_predictions(predictions: np.ndarray, labels: np.ndarray) -> tuple[list[list[int]], list[list[int]]]:
+    """(predicted, gold) tag ids per sentence at its labelled tokens (labels != IGNORE_INDEX), from tag ids
+    [sentences, tokens] as metrics._tag_ids checks them (padded alike, predicted ids arg-maxed and in range where a
+    token is labelled)."""
+    kept = labels != IGNORE_INDEX
+    return [p[k].tolist() for p, k in zip(predictions, kept, strict=True)], [
+        g[k].tolist() for g, k in zip(labels, kept, strict=True)
     ]
 
 
-def tagging_metrics(spec: TaskSpec, predictions: Any, labels: Any) -> dict[str, float]:
-    """The task's metrics (entity precision, recall, F1; word accuracy) from token predictions and labels."""
+def tagging_metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """The task's metrics (entity precision, recall, F1; word accuracy) from checked tag ids (word_predictions)."""
     predicted, gold = word_predictions(predictions, labels)
-    bad = sorted({t for sentence in gold for t in sentence if not 0 <= t < spec.num_labels})
-    if bad:
-        raise TaskError(f"task {spec.name!r}: tag ids {bad[:5]} are outside 0..{spec.num_labels - 1}.")
     if set(spec.metrics) <= {"accuracy"}:  # tags that are not entity chunks (e.g. part of speech)
         words = sum(len(sentence) for sentence in gold)
         if words == 0:
@@ -173,14 +152,14 @@ def tagging_metrics(spec: TaskSpec, predictions: Any, labels: Any) -> dict[str, 
         return {"accuracy": right / words}
     names = spec.label_names
     scores = entity_scores(
-        [[names[t] if 0 <= t < len(names) else "O" for t in sentence] for sentence in predicted],
-        [[names[t] for t in sentence] for sentence in gold],
+        [[names[t] for t in sentence] for sentence in predicted], [[names[t] for t in sentence] for sentence in gold]
     )
     return {name: scores[name] for name in spec.metrics}
 
 
-def top_tag_share(predictions: Any, labels: Any) -> float:
-    """Share of the scored words given the most often predicted tag (1.0: a constant tagger, e.g. all "O")."""
+def top_tag_share(predictions: np.ndarray, labels: np.ndarray) -> float:
+    """Share of the scored words given the most often predicted tag (1.0: a constant tagger, e.g. all "O"), from
+    checked tag ids (word_predictions)."""
     predicted, _ = word_predictions(predictions, labels)
     flat = np.asarray([t for sentence in predicted for t in sentence])
     if flat.size == 0:
