@@ -27,7 +27,7 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -114,7 +114,7 @@ class PipelineModel(nn.Module):
         self._config = _config_for(model, head)
         self._head_config = model.get_head(head).config if head is not None else None
         self.generation_config = getattr(wrapped, "generation_config", None)
-        self.checked_by_af_pipeline = False  # True: af.pipeline builds the pipeline and checks what it is given
+        self.checked_by_af_pipeline = False  # True while af.pipeline builds on it (it checks what it is given)
 
     @property
     def config(self) -> Any:
@@ -128,13 +128,10 @@ class PipelineModel(nn.Module):
         """`reader`, a transformers pipeline of a task served here that runs this view (else nothing happens), is
         checked as af.pipeline checks its own: the head against its task (check_reads; the view takes the task if it
         has none), and each of its calls by _check_call, also where transformers.pipeline(task, model=view) built it."""
-        task = served_task(reader)
-        if task is None or getattr(reader, "model", None) is not self:
-            return
-        if task != self.task:
+        task = _checked_reader(reader, self)
+        if task is not None and task != self.task:
             check_reads(self.adapted, task, self.choice["head"])
             self.task = self.task or task
-        reader.__class__ = _checked_class(type(reader))
 
     def _follow_head(self) -> None:
         """The labels the pipeline reads (config.id2label) are the head's now: a head replaced under its name
@@ -249,11 +246,20 @@ def model_config(model: AdaptedModel) -> Any:
 
 def meet_pipeline(model: AdaptedModel) -> None:
     """For AdaptedModel.device, which every transformers pipeline reads first thing as it is built: a pipeline of a
-    task served here that runs `model` itself passes af.pipeline's call checks from then on (_checked_class), as a
-    view's does (PipelineModel._meet)."""
-    reader = reading_pipeline()
-    if served_task(reader) is not None and getattr(reader, "model", None) is model:
-        reader.__class__ = _checked_class(type(reader))
+    task served here that runs `model` itself passes af.pipeline's call checks from then on, as a view's does
+    (PipelineModel._meet)."""
+    _checked_reader(reading_pipeline(), model)
+
+
+def _checked_reader(reader: Any | None, model: Any) -> str | None:
+    """The task of `reader` where it is a transformers pipeline of a task served here that runs `model` (a view or
+    the model itself), whose calls pass af.pipeline's call checks from now on (_checked_class); None for any other
+    reader, left as it is."""
+    task = served_task(reader)
+    if task is None or getattr(reader, "model", None) is not model:
+        return None
+    reader.__class__ = _checked_class(type(reader))
+    return task
 
 
 def check_active_for_pipeline(model: AdaptedModel, task: str, head: str | None) -> None:
@@ -482,6 +488,7 @@ def pipeline(
     )
     with loading_tokenizer or contextlib.nullcontext():
         built = build(task, model=view, tokenizer=tokenizer, **kwargs)
+    view.checked_by_af_pipeline = False  # built: another transformers.pipeline on this view checks its own
     refuse_unread_arguments(built, tokenizer, kwargs)
     built.__class__ = _checked_class(type(built))  # _meet did so as transformers built it; not left to that
     return built
@@ -576,7 +583,7 @@ def _refuse_choice_at_call(model: Any, name: str, value: Any) -> None:
     """An adapter, fusion, head or skip_layers given to a pipeline's call: the pipeline would hand it to the
     tokenizer, which ignores it, and run its model's choice unsaid."""
     if isinstance(model, PipelineModel):
-        chosen = ", ".join(f"{key}={each!r}" for key, each in model.choice.items() if each not in (None, ()))
+        chosen = _choice_text(model.choice)
         raise ConfigError(
             f"{name}={short_repr(value)} given to a pipeline call: af.pipeline (or model.for_pipeline) fixes the "
             f"adapter, fusion, head and skip_layers when the pipeline is built (this one runs "
@@ -599,8 +606,12 @@ def _active_text(model: AdaptedModel) -> str:
         "head": model.active_head,
         "skip_layers": model.skip_layers,
     }
-    shown = ", ".join(f"{key}={value!r}" for key, value in active.items() if value not in (None, ()))
-    return shown or "nothing: the bare model"
+    return _choice_text(active) or "nothing: the bare model"
+
+
+def _choice_text(choice: Mapping[str, Any]) -> str:
+    """A choice as keywords, those given only: "adapter='a', head='nli'"."""
+    return ", ".join(f"{key}={value!r}" for key, value in choice.items() if value not in (None, ()))
 
 
 def _scored_outputs(model: Any, task: str | None) -> int | None:
