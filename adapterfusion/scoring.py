@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from adapterfusion.errors import ConfigError
 from adapterfusion.forward_inputs.batches import check_batch, check_batches
 from adapterfusion.forward_inputs.limits import model_limits
+from adapterfusion.heads.token_classification import ids_outside
 from adapterfusion.tasks.instruction import IGNORE_INDEX, end_token_id, prompt_length
 from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.spec import TaskSpec
@@ -176,10 +177,10 @@ def _answer_labels(batch: Mapping[str, Any], number: int) -> torch.Tensor:
 def _check_answer_ids(labels: torch.Tensor, vocab: int, number: int) -> None:
     """Answer labels are token ids of the model's vocabulary (or IGNORE_INDEX), else cross-entropy fails deep in
     torch ('Target -1 is out of bounds')."""
-    wrong = labels[(labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab))]
-    if wrong.numel():
+    wrong = ids_outside(labels, vocab)
+    if wrong:
         raise ConfigError(
-            f"score_answers: batch {number} has label {int(wrong[0])}, neither a token id of the model's {vocab} "
+            f"score_answers: batch {number} has label {wrong[0]}, neither a token id of the model's {vocab} "
             f"nor {IGNORE_INDEX} (off the answer); encode the data with this model's tokenizer"
         )
 
