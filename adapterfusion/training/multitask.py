@@ -576,7 +576,8 @@ def train_multitask(
         for entry, spec in zip(entries, specs, strict=False):  # another encoder's: refused before anything is replaced
             check_entry_encoder(entry, run.encoder, None, _task_dir(run_dir, spec.name).resolve())
         _add_pieces(model, names, specs, adapter, heads_pooling)
-        check_trainable_precision((p for p in model.parameters() if p.requires_grad), run.encoder)
+        trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
+        check_trainable_precision(trained, run.encoder)
         plan = _step_plan(data.sizes, config, seed, schedule)
         run_config = _run_config(data, run, adapter, heads_pooling, schedule, plan, metrics, config)
         resume_from = resume_point(run_dir, run_config, MT_A_RESUME_KEYS) if resume else None
@@ -592,7 +593,6 @@ def train_multitask(
         pieces, store_paths = _save_outputs(model, names, data, tokenizer, run, resolved_store)
         if not config.keep_checkpoints:
             remove_run_entry(run_dir, "checkpoints", ignore_errors=True)
-        trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
         for found in (untrained_warning(config, outcome.max_steps), bfloat16_warning(trained, run.encoder)):
             if found is not None:  # recorded in metrics.json and said, as train() does
                 data.warnings.append(found)
