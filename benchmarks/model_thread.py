@@ -50,7 +50,8 @@ def worker(case: str, folder: str, batches: int, threads: int) -> None:
 
     from adapterfusion.serving import ServeConfig
     from adapterfusion.serving.app import model_executor
-    from adapterfusion.serving.contract import Catalog, parse_predict
+    from adapterfusion.serving.catalog import Catalog
+    from adapterfusion.serving.contract import parse_predict
     from adapterfusion.serving.predictor import Predictor
     from adapterfusion.serving.server import load_setup
 

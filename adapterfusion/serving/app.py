@@ -33,23 +33,14 @@ from adapterfusion.errors import (
 from adapterfusion.serialization.model_pieces import AdaptersNotLoadedError
 from adapterfusion.serialization.setup import SeveralPiecesError
 from adapterfusion.serving.batcher import Batcher, drain_ran_out
+from adapterfusion.serving.catalog import Catalog
 from adapterfusion.serving.config import ServeConfig, given_config, host_name
-from adapterfusion.serving.contract import (
-    SHOWN_CHARS,
-    Catalog,
-    PieceRequest,
-    RequestError,
-    body_too_large,
-    check_body_encoding,
-    check_no_query,
-    parse_generate,
-    parse_piece,
-    parse_predict,
-    read_body,
-)
+from adapterfusion.serving.contract import PieceRequest, parse_generate, parse_piece, parse_predict
 from adapterfusion.serving.generator import Generator, new_tokens_limit
 from adapterfusion.serving.metrics import CONTENT_TYPE, Metrics
 from adapterfusion.serving.predictor import Predictor, check_max_length, check_vocabulary, model_limit
+from adapterfusion.serving.request_body import body_too_large, check_body_encoding, check_no_query, read_body
+from adapterfusion.serving.request_errors import SHOWN_CHARS, RequestError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request

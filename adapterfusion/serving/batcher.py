@@ -23,8 +23,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from adapterfusion.serving.contract import RequestError
 from adapterfusion.serving.predictor import Prediction
+from adapterfusion.serving.request_errors import RequestError
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, cast
 from adapterfusion.errors import ConfigError
 from adapterfusion.scoring import groups_within_positions
 from adapterfusion.serving.config import DEFAULT_MAX_LENGTH, DEFAULT_MAX_NEW_TOKENS
-from adapterfusion.serving.contract import GenerateRequest, RequestError, Sampling, no_tokens
+from adapterfusion.serving.contract import GenerateRequest, Sampling, no_tokens
 from adapterfusion.serving.predictor import Prediction, forward_cost, length_groups, length_limits, model_limit
+from adapterfusion.serving.request_errors import RequestError
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel

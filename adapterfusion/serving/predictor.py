@@ -20,7 +20,8 @@ import torch
 from adapterfusion.encoder_limits import limit_reason, max_input_length
 from adapterfusion.errors import ConfigError
 from adapterfusion.serving.config import DEFAULT_MAX_LENGTH
-from adapterfusion.serving.contract import PredictRequest, RequestError, no_tokens
+from adapterfusion.serving.contract import PredictRequest, no_tokens
+from adapterfusion.serving.request_errors import RequestError
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel

@@ -11,17 +11,11 @@ import transformers
 
 import adapterfusion as af
 from adapterfusion.serving.app import create_app
+from adapterfusion.serving.catalog import Catalog
 from adapterfusion.serving.config import ServeConfig
-from adapterfusion.serving.contract import (
-    Catalog,
-    check_body_encoding,
-    check_no_query,
-    parse_generate,
-    parse_piece,
-    parse_predict,
-    read_body,
-)
+from adapterfusion.serving.contract import parse_generate, parse_piece, parse_predict
 from adapterfusion.serving.predictor import Predictor, check_max_length
+from adapterfusion.serving.request_body import check_body_encoding, check_no_query, read_body
 from catalogue import Action, BadInput, adapters_a_and_b, tiny_lm
 from tiny_models import tiny_encoder
 

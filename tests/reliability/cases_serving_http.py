@@ -13,8 +13,9 @@ from unittest import mock
 import adapterfusion as af
 from adapterfusion.interop.adapterhub import export_adapterhub
 from adapterfusion.serving.app import _check_key, create_app, load_piece
+from adapterfusion.serving.catalog import Catalog
 from adapterfusion.serving.config import API_KEY_ENV, ServeConfig
-from adapterfusion.serving.contract import Catalog, parse_piece, parse_predict
+from adapterfusion.serving.contract import parse_piece, parse_predict
 from adapterfusion.serving.server import load_setup, serve
 from cases_serving import read_with_defaults
 from catalogue import Action, BadInput, adapters_a_and_b, cli, edit_json, saved_piece

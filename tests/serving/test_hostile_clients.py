@@ -24,7 +24,10 @@ import adapterfusion as af  # noqa: E402
 from adapterfusion import cli  # noqa: E402
 from adapterfusion.serving import ServeConfig, server  # noqa: E402
 from adapterfusion.serving.app import create_app, load_piece  # noqa: E402
-from adapterfusion.serving.contract import Catalog, RequestError, parse_piece, parse_predict, read_body  # noqa: E402
+from adapterfusion.serving.catalog import Catalog  # noqa: E402
+from adapterfusion.serving.contract import parse_piece, parse_predict  # noqa: E402
+from adapterfusion.serving.request_body import read_body  # noqa: E402
+from adapterfusion.serving.request_errors import RequestError  # noqa: E402
 
 KEY = "secret-key-123"
 

@@ -15,7 +15,8 @@ import pytest
 import adapterfusion as af
 from adapterfusion.interop.adapterhub import export_adapterhub
 from adapterfusion.serving.app import load_piece
-from adapterfusion.serving.contract import RequestError, parse_piece
+from adapterfusion.serving.contract import parse_piece
+from adapterfusion.serving.request_errors import RequestError
 from tiny_models import tiny_encoder
 
 FIX = "a hand-edited or damaged file, or one saved by another version of adapterfusion"

@@ -20,7 +20,9 @@ from serve_helpers import TEXTS, running, tiny_served_model  # noqa: E402
 
 from adapterfusion.serving import ServeConfig  # noqa: E402
 from adapterfusion.serving.app import create_app  # noqa: E402
-from adapterfusion.serving.contract import MAX_PIECE_NAME_CHARS, Catalog, RequestError, parse_generate, parse_piece  # noqa: E402
+from adapterfusion.serving.catalog import Catalog  # noqa: E402
+from adapterfusion.serving.contract import MAX_PIECE_NAME_CHARS, parse_generate, parse_piece  # noqa: E402
+from adapterfusion.serving.request_errors import RequestError  # noqa: E402
 
 GOOD = {"inputs": [TEXTS[0]], "adapter": "a", "head": "nli"}
 BIG = "x" * 200_000

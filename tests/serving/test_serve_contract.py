@@ -6,16 +6,11 @@ from __future__ import annotations
 import pytest
 
 from adapterfusion.serving import ServeConfig
-from adapterfusion.serving.contract import (
-    Catalog,
-    GenerateRequest,
-    HeadInfo,
-    RequestError,
-    parse_piece,
-    parse_predict,
-    read_body,
-)
+from adapterfusion.serving.catalog import Catalog, HeadInfo
+from adapterfusion.serving.contract import GenerateRequest, parse_piece, parse_predict
 from adapterfusion.serving.generator import Generator
+from adapterfusion.serving.request_body import read_body
+from adapterfusion.serving.request_errors import RequestError
 
 CATALOG = Catalog(
     adapters=("rte", "mnli"),

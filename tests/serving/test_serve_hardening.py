@@ -19,7 +19,7 @@ from serve_helpers import TEXTS, running, tiny_served_model  # noqa: E402
 import adapterfusion as af  # noqa: E402
 from adapterfusion.serving import ServeConfig, server  # noqa: E402
 from adapterfusion.serving.app import create_app, host_name, model_executor  # noqa: E402
-from adapterfusion.serving.contract import MAX_BLOCK_ADAPTER_RUNS  # noqa: E402
+from adapterfusion.serving.request_blocks import MAX_BLOCK_ADAPTER_RUNS  # noqa: E402
 
 KEY = "test-key-0123456789"
 
