@@ -22,7 +22,6 @@ checked against the reading pipeline's task the same way; the pipeline that read
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import logging
 import os
@@ -34,7 +33,7 @@ import torch
 import transformers
 from torch import nn
 
-from adapterfusion._validation import closest, short_repr
+from adapterfusion._validation import short_repr
 from adapterfusion.blocks import LAYOUT_BLOCKS
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError
@@ -50,35 +49,19 @@ from adapterfusion.pipeline_arguments import (
     refuse_unread_arguments,
     refuse_unread_call_arguments,
 )
+from adapterfusion.pipeline_tasks import (
+    PROBLEM_TYPES,
+    TASK_READS,
+    check_active_for_pipeline,
+    check_reads,
+    check_task,
+    config_for,
+    pipeline_task,
+    served_task,
+)
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
-
-# The head kinds a pipeline can read through config.num_labels / id2label, and the problem_type that tells the
-# text-classification pipeline how to turn logits into scores (softmax, none).
-_PROBLEM_TYPES = {
-    "classification": "single_label_classification",
-    "regression": "regression",
-    "token_classification": None,
-}
-_GENERATES = "generate"  # the wrapped model's own language-model head, through generate()
-# The transformers tasks a PipelineModel serves, and what each reads: the logits of one of these kinds of our heads,
-# or, with head=None, the output of the wrapped model's own head, a class whose name ends so ('' any model: its first
-# output, the hidden states of a bare encoder). Any other pairing fails inside transformers (a KeyError 'logits', an
-# IndexError on logits of another shape) or reads the wrong logits without a word.
-_TASK_READS: dict[str, tuple[tuple[str, ...], str]] = {
-    "text-classification": (("classification", "regression"), "ForSequenceClassification"),
-    "zero-shot-classification": (("classification",), "ForSequenceClassification"),
-    "token-classification": (("token_classification",), "ForTokenClassification"),
-    "fill-mask": ((), "ForMaskedLM"),
-    "feature-extraction": ((), ""),
-    "text-generation": ((), _GENERATES),
-}
-_OWN_HEAD_CLASSES = {  # what to load a model with to give it that head of its own
-    "ForSequenceClassification": "AutoModelForSequenceClassification",
-    "ForTokenClassification": "AutoModelForTokenClassification",
-    "ForMaskedLM": "AutoModelForMaskedLM",
-}
 
 
 class PipelineModel(nn.Module):
@@ -111,7 +94,7 @@ class PipelineModel(nn.Module):
         self.choice: dict[str, Any] = dict(adapter=adapter, fusion=fusion, head=head, skip_layers=state.skip_layers)
         check_reads(model, self.task, head)
         wrapped: Any = model.model
-        self._config = _config_for(model, head)
+        self._config = config_for(model, head)
         self._head_config = model.get_head(head).config if head is not None else None
         self.generation_config = getattr(wrapped, "generation_config", None)
         self.checked_by_af_pipeline = False  # True while af.pipeline builds on it (it checks what it is given)
@@ -142,7 +125,7 @@ class PipelineModel(nn.Module):
         current = self.adapted.get_head(head).config
         if current is not self._head_config:
             check_task(self.adapted, self.task, head)
-            self._config, self._head_config = _config_for(self.adapted, head), current
+            self._config, self._head_config = config_for(self.adapted, head), current
 
     @property
     def scored_outputs(self) -> int | None:
@@ -212,18 +195,6 @@ def reading_pipeline(depth: int = 8) -> Any | None:
     return None
 
 
-def served_task(reader: Any | None) -> str | None:
-    """The task of the pipeline `reader` as pipeline_task names it, or None: no pipeline, or a task not served here
-    (a pipeline subclass of the user's, whose reads we cannot know)."""
-    task = getattr(reader, "task", None)
-    if not isinstance(task, str) or not task:
-        return None
-    try:
-        return pipeline_task(task)
-    except ConfigError:
-        return None
-
-
 def model_config(model: AdaptedModel) -> Any:
     """AdaptedModel.config, what transformers reads of a model: the wrapped model's config itself, or, while a
     classification, regression or token-classification head of ours is active, a copy with that head's labels
@@ -235,11 +206,11 @@ def model_config(model: AdaptedModel) -> Any:
         check_active_for_pipeline(model, task, head)
     wrapped: Any = model.model
     head_config = model.get_head(head).config if head is not None else None
-    if head_config is None or head_config.kind not in _PROBLEM_TYPES:
+    if head_config is None or head_config.kind not in PROBLEM_TYPES:
         return wrapped.config
     kept = model.__dict__.get("_pipeline_config")
     if kept is None or kept[0] is not head_config or kept[1] is not wrapped.config:
-        kept = (head_config, wrapped.config, _config_for(model, head))
+        kept = (head_config, wrapped.config, config_for(model, head))
         model.__dict__["_pipeline_config"] = kept
     return kept[2]
 
@@ -260,155 +231,6 @@ def _checked_reader(reader: Any | None, model: Any) -> str | None:
         return None
     reader.__class__ = _checked_class(type(reader))
     return task
-
-
-def check_active_for_pipeline(model: AdaptedModel, task: str, head: str | None) -> None:
-    """What is active in `model`, checked for a pipeline of `task` that runs the model itself (not a view)."""
-    block = model.state.block
-    if isinstance(block, LAYOUT_BLOCKS):
-        raise ConfigError(
-            f"a {task} pipeline reads one prediction per input, and the active {type(block).__name__} lays out the "
-            "batch (rows per child), so every other child's would be dropped; activate one adapter or fusion, or "
-            "build one pipeline per choice with af.pipeline(task, model, tokenizer, adapter=..., head=...)"
-        )
-    check_reads(model, task, head)
-
-
-def check_reads(model: AdaptedModel, task: str | None, head: str | None) -> None:
-    """check_task, and for zero-shot-classification that `head`'s labels name entailment (_check_entailment_label):
-    what a pipeline of `task` needs of the model's output."""
-    check_task(model, task, head)
-    if task == "zero-shot-classification":
-        _check_entailment_label(_config_for(model, head), head)
-
-
-def pipeline_task(task: object) -> str:
-    """`task` as transformers names it (its aliases resolved: sentiment-analysis, ner), if a PipelineModel serves it;
-    else a ConfigError with the closest task name, instead of transformers' KeyError."""
-    served = ", ".join(_TASK_READS)
-    if not isinstance(task, str):
-        raise ConfigError(
-            f"task={short_repr(task)} has type {type(task).__name__}; expected a pipeline task name: {served}"
-        )
-    try:
-        name: str = transformers.pipelines.check_task(task)[0]
-    except KeyError as error:  # not a task, or one transformers 5 removed (question-answering, summarization, ...)
-        known = [*_TASK_READS, *transformers.pipelines.PIPELINE_REGISTRY.task_aliases]
-        match = closest(task, known)
-        why = f"did you mean {match!r}?" if match is not None else ""
-        why = str(error.args[0]) if "removed" in str(error) else why
-        raise ConfigError(
-            f"unknown pipeline task {short_repr(task)}{f' ({why})' if why else ''}; a pipeline on an "
-            f"AdaptedModel serves {served}"
-        ) from None
-    if name not in _TASK_READS:
-        raise ConfigError(
-            f"pipeline task {short_repr(task)} is not one an AdaptedModel serves (it reads images, audio or tables, "
-            "or a "
-            f"model kind this library does not wrap); use one of {served}"
-        )
-    return name
-
-
-def check_task(model: AdaptedModel, task: str | None, head: str | None) -> None:
-    """Refuse a `head` (None: the wrapped model's own) whose output the pipeline `task` (pipeline_task's name; None:
-    not known yet) cannot read: no logits at all, or those of another kind of head. Transformers would fail deep
-    inside the pipeline (a KeyError 'logits', an IndexError) or read the wrong logits without a word."""
-    wrapped = type(model.model).__name__
-    if task is None:
-        makes_logits = model.can_generate() or model.model is not cast(Any, model.model).base_model
-        if head is None and not makes_logits:
-            raise ConfigError(
-                f"head=None: the wrapped {wrapped} has no head of its own, so a pipeline would find no logits to read "
-                f"(a KeyError 'logits' inside transformers); pass head= {_loaded_heads(model, ())}, or for the "
-                "encoder's hidden states build af.pipeline('feature-extraction', model, tokenizer, ...)"
-            )
-        return
-    kinds, own = _TASK_READS[task]
-    if own == _GENERATES and model.architecture.decoder is not None:
-        raise ConfigError(
-            f"text-generation runs decoder-only models, and the wrapped {wrapped} is an encoder-decoder "
-            f"({model.fingerprint.model_type}): transformers' pipeline would return the prompt with nothing generated. "
-            "transformers 5 removed text2text-generation, the pipeline for encoder-decoders, so generate with the "
-            "model itself: `with model.activated(adapter=...): model.generate(**tokenizer(text, return_tensors='pt'))`"
-        )
-    if head is None:
-        if model.can_generate() if own == _GENERATES else wrapped.endswith(own):
-            return
-        if own == _GENERATES:
-            raise ConfigError(
-                "text-generation needs a decoder wrapped with its language-model head (AutoModelForCausalLM); the "
-                f"wrapped {wrapped} has none"
-            )
-        if not kinds:
-            raise ConfigError(
-                f"{task} reads the wrapped model's own {own} head, and the wrapped {wrapped} has none; wrap the "
-                f"model loaded with {_OWN_HEAD_CLASSES[own]}"
-            )
-        raise ConfigError(
-            f"{task} reads the logits of a {' or '.join(kinds)} head, and with head=None the wrapped {wrapped} has "
-            f"none of its own; pass head= {_loaded_heads(model, kinds)}, or wrap the model loaded with "
-            f"{_OWN_HEAD_CLASSES[own]}"
-        )
-    kind = model.get_head(head).config.kind
-    if kind in kinds:
-        return
-    if not kinds:
-        reads = {_GENERATES: "the tokens of the language-model head", "": "the encoder's hidden states"}.get(
-            own, f"the logits of the wrapped model's own {own} head"
-        )
-        raise ConfigError(
-            f"{task} reads {reads}, and no prediction head of ours plays a part (got head={head!r}, a {kind} head); "
-            "pass head=None"
-        )
-    raise ConfigError(
-        f"{task} reads the logits of a {' or '.join(kinds)} head, but head {head!r} is a {kind} head; pass head= "
-        f"{_loaded_heads(model, kinds)}"
-    )
-
-
-def _check_entailment_label(config: Any, head: str | None) -> None:
-    """zero-shot-classification scores each candidate label by the NLI entailment logit, found as the label whose
-    name starts with 'entail'; without one transformers logs a line and reads the last class, so every score would
-    come from an arbitrary class."""
-    names = [str(name) for name in (config.label2id or {})]
-    if any(name.lower().startswith("entail") for name in names):
-        return
-    owner = f"head {head!r}" if head is not None else "the wrapped model's own head"
-    raise ConfigError(
-        f"zero-shot-classification reads the logit of an NLI head's 'entailment' label, and {owner} has labels "
-        f"{names}, none of which starts with 'entail'; pass a head trained on an NLI task (e.g. mnli), whose labels "
-        "name entailment"
-    )
-
-
-def _loaded_heads(model: AdaptedModel, kinds: tuple[str, ...]) -> str:
-    """The loaded heads of `kinds` (any kind when empty), as a fix names them."""
-    what = f"{' or '.join(kinds)} head" if kinds else "head"
-    names = [name for name in model.head_names if not kinds or model.get_head(name).config.kind in kinds]
-    if names:
-        return f"one of the loaded {what}s {names}"
-    return f"a {what} added with add_head() first (loaded heads: {model.head_names or 'none'})"
-
-
-def _config_for(model: AdaptedModel, head: str | None) -> Any:
-    """The wrapped model's config, with `head`'s outputs (num_labels, id2label, label2id, problem_type) where a head
-    of ours makes the logits."""
-    config: Any = copy.deepcopy(cast(Any, model.model).config)
-    if head is None:
-        return config
-    head_config = model.get_head(head).config
-    if head_config.kind not in _PROBLEM_TYPES:
-        raise ConfigError(
-            f"head {head!r} is a {head_config.kind} head, whose logits no transformers pipeline of this kind reads; "
-            f"pipelines take a classification, regression or token-classification head"
-        )
-    names = head_config.labels or tuple(f"LABEL_{i}" for i in range(head_config.output_size))
-    config.id2label = dict(enumerate(names))
-    config.label2id = {name: i for i, name in enumerate(names)}
-    config.num_labels = head_config.output_size
-    config.problem_type = _PROBLEM_TYPES[head_config.kind]
-    return config
 
 
 def for_pipeline(
@@ -455,7 +277,7 @@ def pipeline(
     if task is None:
         raise ConfigError(
             "af.pipeline needs a task (transformers infers one only from a Hub model id); pass one of "
-            f"{', '.join(_TASK_READS)}"
+            f"{', '.join(TASK_READS)}"
         )
     require_wrapped(model, "af.pipeline")
     if tokenizer is None:
