@@ -33,7 +33,7 @@ from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.io.paths import check_name_length
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.multitask import MT_A
-from adapterfusion.training.setups import check_init_std, get_setup, list_setups
+from adapterfusion.training.setups import check_init, check_init_std, get_setup, list_setups
 
 DEFAULT_REDUCTION_FACTOR = 16
 # Setup options checked when the file is read, by the checks the setups apply (training/setups.py), so that a bad
@@ -43,6 +43,7 @@ DEFAULT_REDUCTION_FACTOR = 16
 _OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     "train_layer_norm": lambda value: check_bool(value, "train_layer_norm"),
     "init_std": check_init_std,
+    "init": check_init,
     "k": lambda value: check_int(value, "k", minimum=1),
     "adapter_subset": lambda value: check_int(value, "adapter_subset", minimum=1),
 }

@@ -11,7 +11,7 @@ a `prepare`: it trains several tasks in one run, so `train_multitask` (training/
 |---|---|---|
 | head | classifier only, encoder frozen | AdapterFusion "Head" |
 | full | encoder + head | "Full" |
-| st-a | Pfeiffer adapter + head (option reduction_factor: 2/16/64, default 16; init_std, default 1e-2) | "ST-A" |
+| st-a | Pfeiffer adapter + head (option reduction_factor: 2/16/64, default 16; init_std, default 1e-2; init) | "ST-A" |
 | st-a-houlsby | Houlsby adapters (+ LayerNorm copies unless train_layer_norm: false) + head | "ST-A Houlsby" |
 | top-k | the top k encoder layers + head (option k, default 1) | Houlsby "variable fine-tuning" |
 | layernorm-only | every LayerNorm of the encoder + head (a model with RMSNorms only is refused) | Houlsby §3.6 |
@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from adapterfusion._validation import check_bool, check_mapping, check_name, is_finite_number, short_repr
-from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.adapters.config import INITS, AdapterConfig
 from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.errors import ConfigError
 from adapterfusion.fusion.config import resolve_fusion_config
@@ -234,6 +234,8 @@ def check_adapter_options(options: Mapping[str, Any]) -> None:
     _check_reduction_factor(options["reduction_factor"])
     if options.get("init_std") is not None:
         check_init_std(options["init_std"])
+    if options.get("init") is not None:
+        check_init(options["init"])
     if options.get("train_layer_norm") is not None:
         check_bool(options["train_layer_norm"], "train_layer_norm")
 
@@ -244,6 +246,17 @@ def check_init_std(value: Any) -> float:
             f"init_std={short_repr(value)} must be a positive number (the adapter's init std; default 1e-2)"
         )
     return float(value)
+
+
+def check_init(value: Any) -> str:
+    """An adapter's init kind (AdapterConfig.init): zero_up starts every adapter as the identity, which a decoder's
+    large residual stream needs for a new adapter to leave the model's answers as they were (README, Decoders)."""
+    if not isinstance(value, str) or value not in INITS:
+        raise TrainingError(
+            f"init={short_repr(value)} must be one of {list(INITS)} (the adapter's initialisation; default "
+            f"{AdapterConfig.init!r})"
+        )
+    return value
 
 
 # ---- the setups ------------------------------------------------------------------------------------------
@@ -272,10 +285,12 @@ def _adapter_setup(preset: Callable[..., AdapterConfig]) -> Callable[[AdaptedMod
         head = _add_head(model, context)
         name = piece_name(context.task)
         init_std = context.options.get("init_std")  # None: AdapterConfig's default (Houlsby §3.6 sweeps it)
+        init = context.options.get("init")  # None: AdapterConfig's default
         layer_norm = context.options.get("train_layer_norm")  # None: the preset's (Houlsby's copies trained)
         config = preset(
             reduction_factor=_check_reduction_factor(context.options["reduction_factor"]),
             **({} if init_std is None else {"init_std": check_init_std(init_std)}),
+            **({} if init is None else {"init": check_init(init)}),
             **({} if layer_norm is None else {"train_layer_norm": check_bool(layer_norm, "train_layer_norm")}),
         )
         model.add_adapter(name, config)
@@ -535,7 +550,7 @@ for _setup in (
     Setup(
         "st-a",
         _adapter_setup(AdapterConfig.pfeiffer),
-        {"reduction_factor": 16, "pooling": None, "init_std": None},
+        {"reduction_factor": 16, "pooling": None, "init_std": None, "init": None},
         "single-task Pfeiffer adapter",
         stores_adapter=True,
         check_options=check_adapter_options,
@@ -543,7 +558,7 @@ for _setup in (
     Setup(
         "st-a-houlsby",
         _adapter_setup(AdapterConfig.houlsby),
-        {"reduction_factor": 16, "pooling": None, "init_std": None, "train_layer_norm": None},
+        {"reduction_factor": 16, "pooling": None, "init_std": None, "init": None, "train_layer_norm": None},
         "single-task Houlsby adapters",
         stores_adapter=True,
         check_options=check_adapter_options,

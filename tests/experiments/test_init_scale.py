@@ -47,6 +47,32 @@ def test_a_bad_init_std_is_refused(bad):
         _prepare("st-a", init_std=bad)
 
 
+@pytest.mark.parametrize("setup", ["st-a", "st-a-houlsby"])
+def test_init_zero_up_starts_every_adapter_as_the_identity(setup):
+    model = _prepare(setup, init="zero_up")
+    assert model.adapter_configs["rte"].init == "zero_up"
+    sites = model.sites_with_adapter("rte")
+    assert sites and all(not site.adapters["rte"].up.weight.any() for site in sites)
+    assert all(site.adapters["rte"].down.weight.any() for site in sites)  # only the up-projection starts at zero
+    assert _prepare(setup).adapter_configs["rte"].init == af.AdapterConfig().init
+
+
+@pytest.mark.parametrize("bad", ["zero", "", 1, None.__class__])
+def test_a_bad_init_is_refused_naming_the_choices(bad):
+    with pytest.raises(TrainingError, match=r"init=.* must be one of \['houlsby', 'bert', 'zero_up'\]"):
+        _prepare("st-a", init=bad)
+
+
+def test_an_experiment_file_refuses_a_bad_init_when_it_is_read(tmp_path):
+    entry = {"name": "st-a", "init": "zeros"}
+    with pytest.raises((ExperimentSpecError, TrainingError), match="must be one of"):
+        ExperimentSpec.from_dict({"name": "i", "tasks": ["sst2"], "output_dir": str(tmp_path), "setups": [entry]})
+    spec = ExperimentSpec.from_dict(
+        {"name": "i", "tasks": ["sst2"], "output_dir": str(tmp_path), "setups": [{"name": "st-a", "init": "zero_up"}]}
+    )
+    assert spec.variants[0].options["init"] == "zero_up"
+
+
 def _spec(tmp_path: Path, sweep: dict, analyses: list) -> ExperimentSpec:
     return ExperimentSpec.from_dict(
         {
