@@ -15,12 +15,14 @@ from typing import Any
 
 import torch
 
-from adapterfusion.errors import ConfigError
+from adapterfusion._validation import short_repr
+from adapterfusion.errors import ConfigError, RunFileError
 from adapterfusion.file_digests import first_changed
 from adapterfusion.io.paths import as_path
+from adapterfusion.run_layout import CONFIG_FILE
 from adapterfusion.scoring import Predictions, predict, score, score_generation
 from adapterfusion.tasks.collator import TaskCollator
-from adapterfusion.tasks.encoding import encode_task
+from adapterfusion.tasks.encoding import encode_task, encoded_sha256
 from adapterfusion.tasks.loading import load_task_data
 from adapterfusion.tasks.metrics import undefined_metric_notes
 from adapterfusion.tasks.spec import ROLES, TaskSpec
@@ -38,14 +40,40 @@ __all__ = [
 ]
 
 
+RECORDED_SOURCES = ("hub", "local", "files")  # where a run's data came from (TaskDataInfo.source)
+
+
 def recorded_limits(data_info: Mapping[str, Any]) -> dict[str, int] | None:
     """The per-split max_examples a run used, read back from its config.json "data" record."""
-    limits = {
-        role: int(s["num_rows"])
-        for role, s in data_info.get("splits", {}).items()
-        if int(s["num_rows"]) < int(s["rows_available"])
-    }
+    splits = data_info.get("splits", {})
+    limits: dict[str, int] = {}
+    for role, split in splits.items() if isinstance(splits, Mapping) else [("", splits)]:
+        num_rows, available = (
+            (split.get("num_rows"), split.get("rows_available")) if isinstance(split, Mapping) else (None, None)
+        )
+        if not (isinstance(num_rows, int) and isinstance(available, int)) or isinstance(num_rows, bool):
+            raise RunFileError(
+                f"the run's {CONFIG_FILE} records its splits' sizes as {short_repr(splits)}, not {{split: "
+                "{num_rows: <int>, rows_available: <int>}}, so the rows it was scored on cannot be read back: the run "
+                "folder is damaged; pass max_examples= (--max-examples) to score a subset of your choosing, or train "
+                "the run again"
+            )
+        if num_rows < available:
+            limits[role] = num_rows
     return limits or None
+
+
+def run_record(run: RebuiltRun, key: str, what: str, fix: str = "train the run again") -> Mapping[str, Any]:
+    """The mapping the run's config.json holds under `key` (what it says: `what`); a record without it, or with
+    another value there (edited by hand, or damaged) is a RunFileError that says so and what to do."""
+    value = run.config.get(key)
+    if not isinstance(value, Mapping):
+        found = "no" if value is None else f"{short_repr(value)} as its"
+        raise RunFileError(
+            f"{run.run_dir / CONFIG_FILE} holds {found} {key!r} record ({what}), so the run cannot be scored as it "
+            f"ran: the run folder is damaged; {fix}"
+        )
+    return value
 
 
 def check_same_data(recorded: object, read: Sequence[str]) -> None:
@@ -63,6 +91,25 @@ def check_same_data(recorded: object, read: Sequence[str]) -> None:
         )
 
 
+def check_same_encoding(recorded: object, split: str, dataset: Any) -> None:
+    """Refuse to score a run on its own split when that split encodes to other tokens than when it ran, from the same
+    files: the encoder's tokenizer (vocabulary, special tokens, chat template) was edited since, so the model would
+    be scored on inputs it never saw, under the run's name. Only what the run recorded is compared (its train and
+    validation splits; a run of an older version recorded none)."""
+    then = recorded.get(split) if isinstance(recorded, Mapping) else None
+    if not isinstance(then, str):
+        return
+    now = encoded_sha256(dataset)
+    if now != then:
+        raise ConfigError(
+            f"the run's {split} split encodes to other tokens now than when it ran (encoded sha256 {then[:12]} "
+            f"then, {now[:12]} now), from the same data files: the encoder's tokenizer (its vocabulary, special "
+            "tokens or chat template) was edited since, or another adapterfusion version encodes them, so its scores "
+            "here would not be the run's; restore the tokenizer files the run trained with, or pass --data-dir "
+            "(data_dir=) to score the run with the tokenizer as it is now, as on other data"
+        )
+
+
 def load_run_split(
     run: RebuiltRun,
     split: str = "validation",
@@ -76,11 +123,28 @@ def load_run_split(
     for its own task, does not apply), as a transfer check scores a source adapter on a target."""
     if split not in ROLES:
         raise ConfigError(f"split={split!r} is not a split role; use one of {list(ROLES)}")
-    data_info = run.config["data"]
     own_data = data_dir is None and task is None  # the files the run read, not others the caller names
-    if data_dir is None and data_info["source"] == "local":
-        data_dir = data_info["location"]
     own_subsample = max_examples is None and task is None  # the run's own split, subsampled as it was
+    other = "pass --data-dir and --max-examples (data_dir=, max_examples=) to score it on data of your choosing"
+    data_info = (
+        run_record(run, "data", "where its data came from", f"{other}, or train the run again")
+        if data_dir is None or own_subsample
+        else {}
+    )
+    if (
+        data_dir is None and data_info.get("source") not in RECORDED_SOURCES
+    ):  # else a local run's data is read from the Hub
+        raise RunFileError(
+            f"{run.run_dir / CONFIG_FILE} records its data's source as {short_repr(data_info.get('source'))}, not "
+            f"one of {list(RECORDED_SOURCES)}: the run folder is damaged; {other}, or train the run again"
+        )
+    if data_dir is None and data_info.get("source") == "local":
+        data_dir = data_info.get("location")
+        if not isinstance(data_dir, str):
+            raise RunFileError(
+                f"{run.run_dir / CONFIG_FILE} records local data at {short_repr(data_dir)}, not a folder's path: the "
+                f"run folder is damaged; {other}, or train the run again"
+            )
     limits = recorded_limits(data_info) if own_subsample else max_examples
     task = run.task if task is None else task
     data, info = load_task_data(task, data_dir, run.seed, max_examples=limits)
@@ -89,12 +153,13 @@ def load_run_split(
     if split not in data:
         raise ConfigError(
             f"task {task.name!r} has no labelled {split!r} split at "
-            f"{data_dir or data_info['location']} "
+            f"{data_dir or data_info.get('location')} "
             f"(it has {list(data)}); choose another --split or pass --data-dir"
         )
-    encoded, _ = encode_task(
-        task, type(data)({split: data[split]}), run.tokenizer, run.config["training"].get("max_length")
-    )
+    training = run_record(run, "training", "its training settings")
+    encoded, _ = encode_task(task, type(data)({split: data[split]}), run.tokenizer, training.get("max_length"))
+    if own_data and own_subsample:  # the run's own rows: they must also be its own tokens
+        check_same_encoding(run.config.get("encoded_sha256"), split, encoded[split])
     return encoded[split]
 
 
@@ -117,8 +182,11 @@ def check_run_dir(run_dir: str | os.PathLike) -> None:
 
 def eval_batch_size(run: RebuiltRun, batch_size: int | None = None) -> int:
     """`batch_size`, else the run's eval batch size (TrainingConfig.eval_batch_size, else batch_size)."""
-    training = run.config["training"]
-    size = batch_size if batch_size is not None else training.get("eval_batch_size") or training["batch_size"]
+    if batch_size is not None:
+        size: Any = batch_size
+    else:
+        training = run_record(run, "training", "its training settings", "pass batch_size= (--batch-size)")
+        size = training.get("eval_batch_size") or training.get("batch_size")
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ConfigError(f"batch_size={size!r} must be a positive integer")
     return size

@@ -77,7 +77,8 @@ def _hidden_size(record: JobRecord) -> int | None:
         config = read_json(Path(record.run_dir) / CONFIG_FILE, "the report leaves its bottleneck sizes out")
     except RunFileError:
         return None
-    size = ((config or {}).get("encoder_identity") or {}).get("hidden_size")
+    identity = config.get("encoder_identity") if isinstance(config, dict) else None  # a damaged one: not read
+    size = identity.get("hidden_size") if isinstance(identity, dict) else None
     return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 

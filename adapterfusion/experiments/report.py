@@ -233,15 +233,28 @@ class Report:
 def _dev_score(metrics: dict[str, Any]) -> tuple[str, float] | None:
     """(metric name, best-checkpoint dev value) of a metrics.json record: in percent, but a lower-is-better metric
     (a loss) as it is."""
-    key = metrics.get("metric_for_best")
-    if not isinstance(key, str) or not key:
+    key, best = metrics.get("metric_for_best"), metrics.get("best")
+    if not isinstance(key, str) or not key or not isinstance(best, dict):
         return None
-    best = metrics.get("best") or {}
     value = best.get(key, best.get(f"eval_{key}"))
-    if not isinstance(value, (int, float)) or math.isinf(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):  # true is no score (JSON reads it as 1)
         return None
     scale = 1.0 if key in LOWER_IS_BETTER else 100.0
-    return key, scale * float(value)  # NaN stays: an undefined score (a correlation of a constant prediction)
+    score = scale * float(value)  # 1e308 in percent is inf too
+    return None if math.isinf(score) else (key, score)  # NaN stays: an undefined score (a constant prediction's)
+
+
+def _part(report: Report, record: Any, key: str) -> dict[str, Any]:
+    """The mapping a done job's metrics hold under `key` (parameters, extra_dev), {} when absent; one of another
+    shape (a metrics record edited by hand, or damaged) is left out with a warning, not a traceback."""
+    value = record.metrics.get(key)
+    if value is None or isinstance(value, dict):
+        return value or {}
+    report.warnings.append(
+        f"{record.variant}/{record.task} seed {record.seed}: its metrics' {key!r} is {short_repr(value)}, not a "
+        "mapping; left out of the report"
+    )
+    return {}
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -297,31 +310,40 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
                     f"{metrics.get('metric_for_best') or 'score'} (best: {short_repr(metrics.get('best'))}); left out "
                     "of the tables"
                 )
-        for split, extra in (record.metrics.get("extra_dev") or {}).items():  # MNLI mismatched: a row of its own
+        for split, extra in _part(report, record, "extra_dev").items():  # MNLI mismatched: a row of its own
             score = _dev_score({"metric_for_best": record.metrics.get("metric_for_best"), "best": extra})
-            if score is not None:
-                row = extra_dev_label(record.task, split)
-                report.extra_rows[row] = record.task
-                report.scores.setdefault(record.variant, {}).setdefault(row, []).append((record.seed, score[1]))
+            if score is None:  # said, as for the main dev set: the row would show the other seeds' mean
+                report.warnings.append(
+                    f"{record.variant}/{record.task} seed {record.seed}: done, but its further dev set {split!r} "
+                    f"holds no finite dev {record.metrics.get('metric_for_best') or 'score'} ({short_repr(extra)}); "
+                    "left out of the tables"
+                )
+                continue
+            row = extra_dev_label(record.task, split)
+            report.extra_rows[row] = record.task
+            report.scores.setdefault(record.variant, {}).setdefault(row, []).append((record.seed, score[1]))
         found = record.metrics.get("warnings")
         report.warnings += [
             f"{record.variant}/{record.task} seed {record.seed}: {message}"
             for message in (found if isinstance(found, list) else [])
             if isinstance(message, str)
         ]
-        trainable = (record.metrics.get("parameters") or {}).get("trainable")
-        if isinstance(trainable, int):
+        parameters = _part(report, record, "parameters")
+        trainable, encoder = parameters.get("trainable"), parameters.get("encoder")
+        if isinstance(trainable, int) and not isinstance(trainable, bool):
             report.parameters.setdefault(record.variant, []).append(trainable)
-            encoder = (record.metrics.get("parameters") or {}).get("encoder")
-            if isinstance(encoder, int):
+            if isinstance(encoder, int) and not isinstance(encoder, bool):
                 report.run_parameters[(record.variant, record.task, record.seed)] = (trainable, encoder)
         run_dir = Path(record.run_dir) if record.run_dir else None
         if run_dir is None:
             continue
-        data = (_read_json(run_dir / CONFIG_FILE) or {}).get("data") or {}
+        config = _read_json(run_dir / CONFIG_FILE)
+        data = config.get("data") if isinstance(config, dict) else None
         for info in data if isinstance(data, list) else [data]:  # a multi-task run lists one per task
+            if not isinstance(info, dict):  # none, or a record of another shape: nothing to say of its splits
+                continue
             carve, task = info.get("carve_out"), info.get("task", record.task)
-            if carve and task not in report.carved:
+            if isinstance(carve, dict) and carve and isinstance(task, str) and task not in report.carved:
                 report.carved[task] = carve
         if (run_dir / FUSION_ATTENTION_FILE).is_file():
             try:
@@ -345,7 +367,10 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
 
 
 def _describe_carve(carve: dict[str, Any]) -> str:
-    roles = " and ".join(carve.get("carved_roles") or ["validation"])
+    roles = carve.get("carved_roles")
+    roles = " and ".join(
+        roles if isinstance(roles, list) and roles and all(isinstance(r, str) for r in roles) else ["validation"]
+    )
     return (
         f"{roles} carved from its {carve.get('source_split')!r} split ({carve.get('source_size')} rows, "
         f"validation fraction {carve.get('fraction')}, seeded by each run's seed); its dev numbers are on the "

@@ -29,11 +29,13 @@ MEAN_COLUMN = "mean"
 @dataclass(frozen=True)
 class Choice:
     """The variant chosen for one task and seed, and its dev score in percent, or as recorded when lower is better
-    (NaN: undefined)."""
+    (NaN: undefined). `missing`: the rule's variants with no dev score for that task and seed (not finished, or no
+    score recorded), which the choice could not consider."""
 
     seed: int
     variant: str
     score: float
+    missing: tuple[str, ...] = ()
 
 
 def candidates(report: Report, rule: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -67,12 +69,26 @@ def select(report: Report, rule: Mapping[str, Any]) -> dict[str, list[Choice]]:
                 best = pick(finite, key=lambda pair: pair[1])
             else:  # every candidate's score is undefined: the row says so
                 best = next((vid, s) for vid, s in scored if s is not None)
-            chosen.setdefault(task, []).append(Choice(seed, best[0], best[1]))
+            missing = tuple(vid for vid, s in scored if s is None)
+            chosen.setdefault(task, []).append(Choice(seed, best[0], best[1], missing))
             for row, base in report.extra_rows.items():
                 extra = _by_seed(report, best[0], row).get(seed) if base == task else None
                 if extra is not None:
                     chosen.setdefault(row, []).append(Choice(seed, best[0], extra))
     return chosen
+
+
+def _missing_notes(picks: Mapping[str, Mapping[str, list[Choice]]]) -> list[str]:
+    """A note per rule and task whose choice was made without some of its variants (a job not finished, or done
+    without a dev score): the row reads as a choice among all of them otherwise."""
+    notes = []
+    for name, by_row in picks.items():
+        for task, choices in by_row.items():
+            partial = [c for c in choices if c.missing]
+            if partial:
+                which = "; ".join(f"seed {c.seed}: without {', '.join(c.missing)}" for c in partial)
+                notes.append(f"{name}, {task}: chosen among the variants with a dev score only ({which}).")
+    return notes
 
 
 def settings_text(report: Report, variant: str) -> str:
@@ -125,6 +141,7 @@ def selection_tables(report: Report, rules: Mapping[str, Mapping[str, Any]] | No
         f"{PARAMETERS_COLUMN}: trained parameters of the chosen runs (head included), in % of the encoder's, "
         "averaged over tasks and seeds. Mean: the mean of the row's task columns.",
         *direction_note(report, report.tasks),
+        *_missing_notes(picks),
     )
     houlsby = Table(
         "houlsby_table1",

@@ -1,15 +1,17 @@
 """Jobs whose inputs changed on disk since they ran, though their settings did not: a fusion trained on store adapters
 that were replaced since (another experiment re-trained the zoo or store it fuses from), a job whose local data files
-were edited, or whose encoder folder holds other weights now. Their config hash is unchanged, so the results store
+were edited, or whose encoder folder holds other weights or another tokenizer now (an edited vocabulary, special
+tokens or chat template gives other tokens from the same data). Their config hash is unchanged, so the results store
 keeps them done; the runner re-runs them (and the done jobs that depend on them), as `evaluate`, `prune` and `serve`
 refuse such a fusion (training/rebuild.py check_fused_adapters). An interrupted one starts over rather than resume
 checkpoints trained on the old inputs.
 
 Each check compares what the run's config.json recorded with the files now. What a run did not record (runs of an
 older version, a Hub encoder) or what is gone (an output dir copied to another machine, whose zoo, data and encoder
-live elsewhere) cannot be judged and counts as unchanged. File digests are remembered per process (file_digests.py),
-so 36 jobs on one encoder read its weights once. `settings_changed` says the same, job by job, of the done jobs an
-edited experiment file sent back to the queue (--force)."""
+live elsewhere) cannot be judged and counts as unchanged: a run saved before runs recorded their tokenizer files
+("tokenizer_files") stays fresh whatever its tokenizer holds now. File digests are remembered per process
+(file_digests.py), so 36 jobs on one encoder read its weights once. `settings_changed` says the same, job by job, of
+the done jobs an edited experiment file sent back to the queue (--force)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from adapterfusion.experiments.plan import Job
 from adapterfusion.file_digests import first_changed
 from adapterfusion.run_layout import CONFIG_FILE
 from adapterfusion.serialization.pieces import piece_digest
+from adapterfusion.training.tokenizer_files import tokenizer_file_digests
 
 RAN = ("done", "running", "failed")  # states of a job whose run folder is its current settings' (blocked, queued: not)
 
@@ -69,7 +72,12 @@ def changed_since_run(run_dir: Path, digests: dict[Path, str | None] | None = No
         return None
     if not isinstance(config, dict):
         return None
-    return _fused_changed(config, digests) or _data_changed(config) or _encoder_changed(config)
+    return (
+        _fused_changed(config, digests)
+        or _data_changed(config)
+        or _encoder_changed(config)
+        or _tokenizer_changed(config)
+    )
 
 
 def _fused_changed(config: Mapping[str, Any], digests: dict[Path, str | None]) -> str | None:
@@ -117,3 +125,21 @@ def _encoder_changed(config: Mapping[str, Any]) -> str | None:
     if now and now != recorded.get("sha256"):
         return f"other weights were saved at its encoder {folder} since it ran"
     return None
+
+
+def _tokenizer_changed(config: Mapping[str, Any]) -> str | None:
+    """The run's local encoder folder holding other tokenizer files now: one edited, added or removed (a folder
+    without any counts as gone). A run saved before runs recorded them has no "tokenizer_files": not judged."""
+    recorded = config.get("tokenizer_files")
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("folder"), str):
+        return None
+    then = recorded.get("sha256")
+    folder = Path(recorded["folder"])
+    try:
+        now = tokenizer_file_digests(folder)
+    except OSError:
+        return None
+    if not now or not isinstance(then, dict) or now == then:
+        return None
+    changed = sorted(name for name in then.keys() | now.keys() if then.get(name) != now.get(name))
+    return f"the tokenizer files of its encoder {folder} changed since it ran ({', '.join(changed)})"

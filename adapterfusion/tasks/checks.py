@@ -14,6 +14,7 @@ from typing import Any
 from adapterfusion.tasks import fields
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.files import EXTENSIONS
+from adapterfusion.tasks.metric_inputs import HIDDEN_SCORE, IGNORE_SCORE
 from adapterfusion.tasks.span_files import is_conll_file, is_squad_file
 from adapterfusion.tasks.spec import GENERATION, UNLABELLED_VALUES, TaskSpec, suggest
 from adapterfusion.tasks.squad import check_qa_split
@@ -26,10 +27,13 @@ _EVERY_TEXT_NEEDED = ("single", "pair", GENERATION)  # kinds whose every text fi
 
 @dataclass(frozen=True)
 class CheckedSplit:
-    """A checked split with integer labels in column "label"; `dataset` is None when the split had no labels."""
+    """A checked split with integer labels in column "label"; `dataset` is None when the split had no labels.
+    `gold_twins`: the rows (0-based, of the file) of a multiple-choice split whose gold choice another choice repeats
+    (load_task_data warns of them)."""
 
     dataset: Any
     dropped_unlabelled: int
+    gold_twins: tuple[int, ...] = ()
 
 
 def _where(spec: TaskSpec, origin: str) -> str:
@@ -227,11 +231,12 @@ def _score(raw: Any) -> float | None:
 
 
 def _check_scores(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
-    """A regression task's rows without a score (None, "" or NaN: -1 is a real score here); raises on a label that
-    is no number."""
+    """A regression task's rows without a score: None, "", NaN, or -100 (the ignore index, never a score). -1 is a
+    real score (a polarity scale in [-1, 1] has it) unless every row of the split has it: _hidden_scores. Raises on
+    a label that is no number."""
     unlabelled = []
     for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
-        if _missing(raw):
+        if _missing(raw) or _score(raw) == IGNORE_SCORE:
             unlabelled.append(offset + i)
         elif _score(raw) is None:
             raise TaskError(
@@ -239,6 +244,15 @@ def _check_scores(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
                 "number; a regression task's label is one real score per row (e.g. 3.8)."
             )
     return unlabelled
+
+
+def _hidden_scores(spec: TaskSpec, dataset) -> bool:
+    """Whether every score of a regression split is -1: GLUE's hidden test labels (STS-B's test split), not scores,
+    which a model could only be scored against as a constant (Pearson undefined)."""
+    if not spec.regression:
+        return False
+    column = dataset.select_columns([fields.top_level(spec.label_field)])
+    return all(_score(raw) == HIDDEN_SCORE for raw in fields.field_values(column[:], spec.label_field))
 
 
 def _check_labels(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
@@ -296,21 +310,26 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
         return CheckedSplit(*checker(spec, dataset, origin, role))
     columns = fields.required_columns(spec)
     unlabelled: list[int] = []
+    twins: list[int] = []
     offset = 0
     try:
         for batch in dataset.select_columns(columns).iter(batch_size=_CHUNK):
             unlabelled += _check_labels(spec, batch, offset, origin)
             _check_batch(spec, batch, offset, origin)
+            if spec.is_multiple_choice:
+                twins += _gold_twins(spec, batch, offset)
             offset += len(batch[columns[0]])
     except _UnknownLabel as err:
         raise TaskError(f"{err}{_labels_found(spec, dataset)}") from None
+    if _hidden_scores(spec, dataset):
+        unlabelled = list(range(len(dataset)))
     if len(unlabelled) == len(dataset) and role == "test":
         return CheckedSplit(dataset=None, dropped_unlabelled=len(unlabelled))
     if unlabelled and not spec.drop_unlabelled:
         raise TaskError(
-            f"{_where(spec, origin)}, row {unlabelled[0]}: no gold label in field {spec.label_field!r} "
-            f"({len(unlabelled)} such rows in the {role} split); remove them or set drop_unlabelled=True in the task "
-            "description."
+            f"{_where(spec, origin)}, row {unlabelled[0]}: no gold label in field {spec.label_field!r}"
+            f"{_no_score_mark(spec, dataset, unlabelled[0])} ({len(unlabelled)} such rows in the {role} split); remove "
+            "them or set drop_unlabelled=True in the task description."
         )
     if len(unlabelled) == len(dataset):  # drop_unlabelled would leave nothing to train or score on
         gold = "an answer" if spec.is_generation else "a gold label"
@@ -326,7 +345,58 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
         return CheckedSplit(dataset=dataset, dropped_unlabelled=len(unlabelled))
     if spec.regression:
         return CheckedSplit(dataset=_with_scores(spec, dataset), dropped_unlabelled=len(unlabelled))
-    return CheckedSplit(dataset=_with_label_ids(spec, dataset), dropped_unlabelled=len(unlabelled))
+    return CheckedSplit(
+        dataset=_with_label_ids(spec, dataset), dropped_unlabelled=len(unlabelled), gold_twins=tuple(twins)
+    )
+
+
+def _no_score_mark(spec: TaskSpec, dataset, row: int) -> str:
+    """For a regression row whose label marks no score (-100, or -1 in a split of -1s only): what it means."""
+    if not spec.regression:
+        return ""
+    raw = fields.field_values(
+        dataset.select_columns([fields.top_level(spec.label_field)])[row : row + 1], spec.label_field
+    )[0]
+    if _score(raw) == IGNORE_SCORE:
+        return f" (its label {raw!r} is the ignore index, which marks a row without a gold score)"
+    if _score(raw) == HIDDEN_SCORE:
+        return (
+            f" (its label {raw!r}, as every row's of this split: GLUE's mark of hidden test scores, not scores; a "
+            "test split of them is left out)"
+        )
+    return ""
+
+
+def _gold_twins(spec: TaskSpec, batch, offset: int) -> list[int]:
+    """Multiple-choice rows whose gold choice has a twin: another choice of the same text (ignoring case and
+    spacing, as _choice_text). No model can be right on such a row but by how it breaks the tie; the datasets hold
+    some (CommonsenseQA, Social IQa), so they are counted for a warning, not refused."""
+    lookup = _label_lookup(spec)
+    rows = []
+    labels = fields.field_values(batch, spec.label_field)
+    for i, (choices, raw) in enumerate(zip(fields.choice_lists(batch, spec), labels, strict=True)):
+        gold = lookup.get(_label_key(raw))
+        if gold is None or _unlabelled(raw, lookup) or not 0 <= gold < len(choices):
+            continue
+        texts = [_choice_text(choice) for choice in choices]
+        if texts.count(texts[gold]) > 1:
+            rows.append(offset + i)
+    return rows
+
+
+def gold_twin_warning(twins: dict[str, tuple[int, ...]]) -> str | None:
+    """The one warning of a load about the rows _gold_twins found (split origin -> rows), or None when there are
+    none."""
+    found = {origin: rows for origin, rows in twins.items() if rows}
+    if not found:
+        return None
+    total = sum(len(rows) for rows in found.values())
+    where = "; ".join(f"{len(rows)} in {origin} (first: row {rows[0]})" for origin, rows in found.items())
+    return (
+        f"{total} multiple-choice row(s) have a gold choice whose text another choice of the row repeats ({where}): "
+        "no model can tell the two apart, so such a row is right only by how a tie is broken; they are kept (the "
+        "dataset holds them), and count against every model alike"
+    )
 
 
 def _label_ids(batch, label_field: str, lookup: dict[str, int]) -> dict[str, list[int]]:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from adapterfusion.io.paths import describe
 from adapterfusion.tasks.carving import CarveOut, carve_indices, subsample_indices
-from adapterfusion.tasks.checks import check_split
+from adapterfusion.tasks.checks import check_split, gold_twin_warning
 from adapterfusion.tasks.errors import TaskDataWarning, TaskError
 from adapterfusion.tasks.files import EXTENSIONS, find_split_file, read_data_file
 from adapterfusion.tasks.registry import resolve_task
@@ -331,8 +331,10 @@ def load_task_data(
     splits: dict[str, Any] = {}
     origins: dict[str, SplitOrigin] = {}
     notes: list[str] = []
+    twins: dict[str, tuple[int, ...]] = {}
     for role, raw in _READERS[kind](spec, location, cache_dir).items():
         checked = check_split(spec, raw.dataset, raw.location, role)
+        twins[raw.location] = checked.gold_twins
         if checked.dataset is None:
             notes.append(f"{role} split {raw.location} has no gold labels and was left out")
             continue
@@ -360,6 +362,10 @@ def load_task_data(
             origins[role] = replace(origins[role], num_rows=len(splits[role]))
     warned += _missing_classes(spec, splits.get("train"))
     notes += warned
+    # one warning for the whole load, noted with the data rather than carried by each run's result
+    if (twinned := gold_twin_warning(twins)) is not None:
+        warnings.warn(f"task {spec.name!r}: {twinned}", TaskDataWarning, stacklevel=2)
+        notes.append(twinned)
     ordered = [r for r in ROLES if r in splits]
     info = TaskDataInfo(
         task=spec.name,

@@ -21,6 +21,9 @@ from adapterfusion.tasks.errors import TaskError, refuse_nan_outputs
 from adapterfusion.tasks.spec import TaskSpec
 
 UNLABELLED_IDS = (-1, IGNORE_INDEX)  # GLUE's hidden test labels, and tokens (or examples) the loss skips
+# A regression task's marks of no score: the ignore index always; -1 only where every score is -1 (GLUE's hidden test
+# scores), since -1 is a real score on a scale such as [-1, 1].
+IGNORE_SCORE, HIDDEN_SCORE = float(IGNORE_INDEX), -1.0
 
 
 def _plain(values: Any) -> Any:

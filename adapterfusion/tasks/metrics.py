@@ -6,7 +6,8 @@ convention: no better than chance); binary F1 is 0 when the positive class is ne
 correlation with a constant input, or with a predicted score that is not finite, is NaN (it has no value), which
 reports show as "undefined" rather than as a number. Everything else that cannot be scored (ragged rows, text or
 bool ids, NaN logits, ids or labels outside the task's labels, -100/-1 labels of unlabelled examples, gold scores
-that are NaN) is a TaskError naming it: metric_inputs.py checks what the metrics are handed.
+that are NaN or -100, or all -1: the marks of unlabelled examples, where a single -1 is a real score) is a TaskError
+naming it: metric_inputs.py checks what the metrics are handed.
 
 `compute_metrics` accepts predicted ids or logits ([n, num_labels], arg-maxed), so it plugs into a training loop
 or the HF Trainer's EvalPrediction unchanged.
@@ -21,7 +22,15 @@ import numpy as np
 
 from adapterfusion.heads.token_classification import IGNORE_INDEX
 from adapterfusion.tasks.errors import TaskError
-from adapterfusion.tasks.metric_inputs import as_array, gold_ids, predicted_ids, real_values, token_rows
+from adapterfusion.tasks.metric_inputs import (
+    HIDDEN_SCORE,
+    IGNORE_SCORE,
+    as_array,
+    gold_ids,
+    predicted_ids,
+    real_values,
+    token_rows,
+)
 from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.tasks.squad import qa_needs_features
@@ -148,6 +157,15 @@ def _as_scores(spec: TaskSpec, predictions, labels) -> tuple[np.ndarray, np.ndar
         raise TaskError(
             f"task {spec.name!r}: gold score {gold[missing[0]]} of example {missing[0]} is not a number "
             f"({missing.size} such); score only examples with a gold score."
+        )
+    marked = np.flatnonzero(gold == IGNORE_SCORE)
+    if marked.size or (gold.size and np.all(gold == HIDDEN_SCORE)):  # the rule of loading (tasks/checks.py)
+        first = marked[0] if marked.size else 0
+        what = "the ignore index" if marked.size else "as every gold score here: GLUE's hidden test scores"
+        raise TaskError(
+            f"task {spec.name!r}: gold score {gold[first]:g} of example {first} ({marked.size or gold.size} such) "
+            f"marks an example without a gold score ({what}), which a regression task never reads as a score; "
+            "score only examples with a gold score."
         )
     return preds, gold
 

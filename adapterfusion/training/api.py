@@ -71,6 +71,7 @@ from adapterfusion.training.setups import (
     get_setup,
 )
 from adapterfusion.training.store import AdapterStore, as_store, check_entry_encoder, encoder_key
+from adapterfusion.training.tokenizer_files import tokenizer_files
 from adapterfusion.training.vocabulary import check_tokenizer_vocabulary
 
 
@@ -188,6 +189,8 @@ def train(
             "encoder_identity": encoder_identity(model),
             # its weight files, which the experiment runner compares without loading the model (experiments/stale.py)
             "encoder_files": encoder_files(run.source),
+            # and its tokenizer files: an edited tokenizer gives other tokens (experiments/stale.py)
+            "tokenizer_files": tokenizer_files(run.source),
             # where a fusion's adapters are reloaded from
             "store": str(store.root.resolve()) if store is not None else None,
             "training": config.to_dict(),

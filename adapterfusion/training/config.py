@@ -23,7 +23,14 @@ from typing import Any
 
 from adapterfusion._validation import is_finite_number, short_repr, versioned_fields
 from adapterfusion.errors import ConfigError
-from adapterfusion.tasks.spec import suggest
+from adapterfusion.tasks.spec import (
+    CLASSIFICATION_METRICS,
+    GENERATION_METRICS,
+    QA_METRICS,
+    REGRESSION_METRICS,
+    TAGGING_METRICS,
+    suggest,
+)
 
 TRAINING_CONFIG_FORMAT_VERSION = 1
 REPORT_TARGETS = ("none", "tensorboard", "mlflow", "wandb", "all")
@@ -68,6 +75,54 @@ def _positive_int(
 
 # The optimizer's settings become float32 inside torch's Adam: a larger one fails there, after every check passed.
 _FLOAT32_MAX = 3.4e38
+
+
+# What metric_for_best may name: a metric of the run's task (its `metrics`), one of these per kind of task.
+SELECTABLE_METRICS = {
+    "classification": CLASSIFICATION_METRICS,
+    "regression": REGRESSION_METRICS,
+    "generation": GENERATION_METRICS,
+    "extractive QA": QA_METRICS,
+    "tagging": TAGGING_METRICS,
+}
+# Numbers a run records on its dev set beside its task's metrics that select no checkpoint: why, and what instead.
+_RECORDED_ONLY = {
+    "perplexity": (
+        "it is recorded beside a generation task's metrics, but it is exp(answer_loss), so it would choose the "
+        "checkpoint answer_loss chooses: set metric_for_best='answer_loss' (lower is better)"
+    ),
+    "loss": (
+        "the dev loss is recorded beside the task's metrics, not one of them; a generation task selects on its "
+        "answer_loss (lower is better), the others on a metric of theirs"
+    ),
+    "top_prediction_share": (
+        "it is a diagnostic recorded beside the task's metrics (the share of the most often predicted class), not a "
+        "score"
+    ),
+}
+
+
+def _check_metric_for_best(metric: Any) -> None:
+    """metric_for_best names a metric a task can list; the numbers recorded beside them are refused, saying which
+    can be chosen (whether the run's task lists it is asked when the task is known: training/loop.py)."""
+    if metric is None:
+        return
+    choices = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in SELECTABLE_METRICS.items())
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(
+            f"metric_for_best={short_repr(metric)} must be a metric name such as 'accuracy' (a metric of the run's "
+            f"task: {choices})"
+        )
+    why = _RECORDED_ONLY.get(metric.removeprefix("eval_"))
+    if why is not None:
+        raise ConfigError(
+            f"metric_for_best={metric!r} cannot select a checkpoint: {why}. A metric of the run's task can ({choices})"
+        )
+    if metric.startswith("eval_"):
+        raise ConfigError(
+            f"metric_for_best={metric!r}: name the metric without the Trainer's 'eval_' prefix, "
+            f"metric_for_best={metric.removeprefix('eval_')!r}"
+        )
 
 
 def _number(value: Any, field: str, low: float, high: float | None = None, low_open: bool = False) -> None:
@@ -134,10 +189,7 @@ class TrainingConfig:
         _positive_int(self.max_steps, "max_steps", allow_none=True)
         _positive_int(self.max_length, "max_length", allow_none=True, minimum=MIN_MAX_LENGTH)
         _positive_int(self.seed, "seed", minimum=0, maximum=MAX_SEED, why=SEED_RANGE_REASON)
-        if self.metric_for_best is not None and (not isinstance(self.metric_for_best, str) or not self.metric_for_best):
-            raise ConfigError(
-                f"metric_for_best={short_repr(self.metric_for_best)} must be a metric name such as 'accuracy'"
-            )
+        _check_metric_for_best(self.metric_for_best)
         _positive_int(self.grad_accumulation, "grad_accumulation")
         for flag in (
             "fp16",

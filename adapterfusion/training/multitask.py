@@ -87,6 +87,7 @@ from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
 from adapterfusion.training.setups import MARKER_FILE, MT_A, _check_reduction_factor, head_config_for, read_mt_a_marker
 from adapterfusion.training.store import AdapterStore, as_store, check_entry_encoder, encoder_key
 from adapterfusion.training.task_batches import TaskBatches, TaskStepCallback, ready_batch
+from adapterfusion.training.tokenizer_files import tokenizer_files
 from adapterfusion.training.trainer import Evaluator
 from adapterfusion.training.vocabulary import check_tokenizer_vocabulary
 
@@ -506,6 +507,7 @@ def _run_config(
         "encoder": run.encoder,
         "encoder_key": encoder_key(run.encoder),
         "encoder_files": encoder_files(run.source),
+        "tokenizer_files": tokenizer_files(run.source),
         "adapter": adapter.to_dict(),
         "pooling": pooling,
         "sampling": {

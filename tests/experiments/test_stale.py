@@ -20,6 +20,7 @@ from adapterfusion.encoders import Encoder, encoder_files
 from adapterfusion.experiments import ResultsStore, load_spec, plan_jobs, run_experiment
 from adapterfusion.experiments.spec import ExperimentSpec
 from adapterfusion.file_digests import files_sha256
+from adapterfusion.training.tokenizer_files import tokenizer_files
 from task_data import read_rows, write_jsonl
 from tiny_experiments import DoneExecutor, tiny_experiment
 
@@ -125,6 +126,47 @@ def test_a_done_job_whose_encoder_holds_other_weights_runs_again(tmp_path):
     assert summary.ran == [ADAPTER, *FUSIONS]
 
 
+def test_a_done_job_whose_encoder_tokenizer_was_edited_runs_again(tmp_path):
+    """An edited vocabulary, an added chat template or a removed special tokens file gives other tokens from the same
+    data: the job runs again, as for other weights. A run saved before runs recorded its tokenizer files (none
+    recorded: the committed examples/results) stays fresh, and so does one whose encoder folder lost them all."""
+    spec = _done(tmp_path)
+    encoder = _encoder_folder(tmp_path / "encoder", b"weights")
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        (encoder / name).write_text(f"{name} as it was\n")
+    (encoder / "generation_config.json").write_text("{}")
+    recorded = tokenizer_files(Encoder(str(encoder), folder=encoder))
+    assert recorded is not None and sorted(recorded["sha256"]) == [
+        "special_tokens_map.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
+    _record(spec, ADAPTER, tokenizer_files=recorded)
+    _record(spec, FUSIONS[0], encoder_files=_encoder_record(encoder))  # an older run: no tokenizer_files
+    (encoder / "generation_config.json").write_text('{"max_length": 5}')  # no tokenizer file
+    assert _run(spec).ran == []
+
+    (encoder / "vocab.txt").write_text("vocab.txt edited\n")
+    summary = _run(spec)
+    reason = f"the tokenizer files of its encoder {encoder} changed since it ran (vocab.txt)"
+    assert summary.rerun == {ADAPTER: reason, **{f: f"it needs {ADAPTER}, which runs again" for f in FUSIONS}}
+
+    (encoder / "vocab.txt").write_text("vocab.txt as it was\n")
+    _record(spec, ADAPTER, tokenizer_files=recorded)
+    (encoder / "special_tokens_map.json").unlink()
+    (encoder / "additional_chat_templates").mkdir()
+    (encoder / "additional_chat_templates" / "tools.jinja").write_text("{{ messages }}")
+    assert _run(spec).rerun[ADAPTER] == (
+        f"the tokenizer files of its encoder {encoder} changed since it ran "
+        "(additional_chat_templates/tools.jinja, special_tokens_map.json)"
+    )
+    _record(spec, ADAPTER, tokenizer_files=recorded)
+    for path in [*encoder.glob("*.json"), encoder / "vocab.txt"]:
+        path.unlink()
+    shutil.rmtree(encoder / "additional_chat_templates")
+    assert _run(spec).ran == []  # no tokenizer file left: gone, not judged
+
+
 def _interrupted(spec: ExperimentSpec, job_id: str) -> None:
     """As a runner killed while the job trained leaves it."""
     with ResultsStore(spec.output_dir) as store, store._writing():
@@ -189,10 +231,15 @@ def test_real_runs_record_their_inputs_and_run_again_once_they_change(tmp_path, 
         "folder": str(encoder),
         "sha256": {weights.name: files_sha256([weights])[str(weights)]},
     }
-    assert Counter(reads) == dict.fromkeys([str(train), str(validation), str(weights)], 1)  # not once per job
+    assert config["tokenizer_files"] == tokenizer_files(Encoder(str(encoder), folder=encoder))
+    assert "tokenizer_config.json" in config["tokenizer_files"]["sha256"]
+    tokenizer = [str(encoder / name) for name in config["tokenizer_files"]["sha256"]]
+    read_once = [str(train), str(validation), str(weights), *tokenizer]
+    assert Counter(reads) == dict.fromkeys(read_once, 1)  # not once per job
+    reads.clear()
 
     again = run_experiment(experiment, progress=False, report=False)
-    assert again.ran == [] and again.rerun == {} and len(reads) == 3
+    assert again.ran == [] and again.rerun == {} and reads == []
 
     write_jsonl(train, read_rows(train)[1:], gz=True)
     edited = run_experiment(experiment, progress=False, report=False)

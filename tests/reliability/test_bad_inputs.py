@@ -28,8 +28,10 @@ from transformers import AutoModel, AutoTokenizer
 
 import adapterfusion as af
 import adapterfusion.training
+import cases_analysis_pruning
 import cases_blocks
 import cases_cli_reports
+import cases_concurrency
 import cases_decoder_training
 import cases_encoders
 import cases_experiments
@@ -37,12 +39,14 @@ import cases_files
 import cases_forward
 import cases_generate
 import cases_heads_spans
+import cases_loading
 import cases_metrics
 import cases_overwrites
 import cases_pieces
 import cases_pipelines_analysis
 import cases_recording
 import cases_run_files
+import cases_run_results
 import cases_runs
 import cases_save_targets
 import cases_saved_files
@@ -1206,6 +1210,10 @@ CASES: tuple[BadInput, ...] = (
     *cases_save_targets.CASES,
     *cases_metrics.CASES,
     *cases_decoder_training.CASES,
+    *cases_run_results.CASES,
+    *cases_loading.CASES,
+    *cases_concurrency.CASES,
+    *cases_analysis_pruning.CASES,
 )
 
 

@@ -63,3 +63,31 @@ def test_a_training_config_seed_that_disagrees_with_the_run_seed_is_refused(give
         training_config_for("st-a", given, 3)
     assert training_config_for("st-a", {"seed": 3}, 3).seed == 3
     assert training_config_for("st-a", TrainingConfig(), 3).seed == 3  # a config that set no seed takes the run's
+
+
+@pytest.mark.parametrize(
+    ("metric", "why"),
+    [
+        ("perplexity", "it is exp(answer_loss), so it would choose the checkpoint answer_loss chooses"),
+        ("loss", "the dev loss is recorded beside the task's metrics, not one of them"),
+        ("eval_loss", "the dev loss is recorded beside the task's metrics"),
+        ("top_prediction_share", "it is a diagnostic recorded beside the task's metrics"),
+    ],
+)
+def test_a_number_recorded_beside_the_metrics_cannot_select_a_checkpoint(metric, why):
+    """Every dev number a run records is a metric some task can list (tasks/spec.py), or one of these: refused with
+    why and with the metrics that can be chosen, per kind of task."""
+    from adapterfusion.tasks.spec import CLASSIFICATION_METRICS, GENERATION_METRICS, REGRESSION_METRICS
+
+    with pytest.raises(ConfigError) as caught:
+        TrainingConfig(metric_for_best=metric)
+    message = str(caught.value)
+    assert message.startswith(f"metric_for_best={metric!r} cannot select a checkpoint: ") and why in message
+    for names in (CLASSIFICATION_METRICS, REGRESSION_METRICS, GENERATION_METRICS):
+        assert ", ".join(names) in message
+    with pytest.raises(ConfigError, match=r"without the Trainer's 'eval_' prefix, metric_for_best='spearman'$"):
+        TrainingConfig(metric_for_best="eval_spearman")
+    from adapterfusion.training.config import SELECTABLE_METRICS
+
+    for names in SELECTABLE_METRICS.values():  # every metric a task can list selects (if its task lists it)
+        assert [TrainingConfig(metric_for_best=name).metric_for_best for name in names] == list(names)
