@@ -3,7 +3,7 @@
 
 `select_adapters` ranks adapters by their mean fusion activation (over layers and real dev tokens; for a ScaLearn
 fusion the mean magnitude of its scales) and keeps the top k, or the fewest whose share of the total activation
-reaches `mass`; ties (equal to TIE_DECIMALS decimals)
+reaches `mass`; ties (shares equal to TIE_DECIMALS decimals)
 go to the target task's own adapter, then to the adapter the fusion lists first. `compare_pruned` builds the pruned
 fusion beside the full one (fusion/subset.py: the same Q/K/V, only the kept adapters run), evaluates both on the
 same batches and times them side by side. `prune_fusion` does all of it for a fusion run folder. A module above
@@ -18,17 +18,26 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from adapterfusion._validation import check_bool, check_mapping, is_finite_number, short_repr
+from adapterfusion._validation import (
+    check_bool,
+    check_mapping,
+    check_names,
+    check_piece_name,
+    is_finite_number,
+    plain_scalar,
+    short_repr,
+)
 from adapterfusion.analysis.fusion_attention import mean_fusion_attention
 from adapterfusion.errors import ConfigError, PieceExistsError
 from adapterfusion.evaluation import check_count, check_run_dir, load_run_split, run_batches
+from adapterfusion.forward_inputs.batches import check_batch, check_batches
 from adapterfusion.fusion.scalearn import ScaLearnLayer
 from adapterfusion.fusion.subset import add_fusion_subset
 from adapterfusion.io.atomic import atomic_write_json, replace_folder, write_new_folder
@@ -46,7 +55,7 @@ PRUNING_FILE = "pruning.json"
 _OUTPUT_NAMES = frozenset({"fusion", "head", PRUNING_FILE})  # what an --output holds: prune writes it whole
 SOURCE_KEY = "source_run"  # in an --output's pruning.json: the resolved run folder it was pruned from, its owner
 # Activations are means of float32 softmax weights in [0, 1]: digits below 1e-6 are rounding, which must not
-# decide between adapters, so ranking compares them at 6 decimals.
+# decide between adapters, so ranking compares their shares of the total at 6 decimals.
 TIE_DECIMALS = 6
 
 
@@ -179,8 +188,11 @@ def _records(path: Path, keys: Sequence[str]) -> bool:
     return isinstance(document, dict) and all(key in document for key in keys)
 
 
-def check_criterion(keep: int | None, mass: float | None, count: int | None = None) -> None:
-    """Exactly one of keep (an integer in 1..count; count None: not yet known) and mass (a share in (0, 1])."""
+def check_criterion(keep: int | None, mass: float | None, count: int | None = None) -> tuple[int | None, float | None]:
+    """Exactly one of keep (an integer in 1..count; count None: not yet known) and mass (a share in (0, 1]), returned
+    as a plain int and float: a numpy integer or float, or a 0-d tensor, was refused as 'not a positive integer' or
+    'not in (0, 1]' although it was one."""
+    keep, mass = cast(Any, plain_scalar(keep)), cast(Any, plain_scalar(mass))
     if (keep is None) == (mass is None):
         raise ConfigError(
             "choose what to keep with exactly one of keep=K (the K most-activated adapters) and "
@@ -196,6 +208,7 @@ def check_criterion(keep: int | None, mass: float | None, count: int | None = No
             f"mass={mass!r} must lie in (0, 1]: the share of the total fusion activation the kept "
             "adapters must reach, e.g. 0.9"
         )
+    return keep, mass
 
 
 def select_adapters(
@@ -220,22 +233,33 @@ def select_adapters(
             f"select_adapters: the activations {bad} are not finite numbers >= 0 (a mean softmax weight or scale "
             "magnitude); the fusion's outputs are not finite, or these are not activations: measure them again"
         )
-    check_criterion(keep, mass, len(names))
+    keep, mass = check_criterion(keep, mass, len(names))
+    if not sum(activation.values()):  # every adapter ties at 0, and the kept share is 0 / 0
+        raise ConfigError(
+            f"select_adapters: every adapter's activation is 0 ({activation}), so there is nothing to rank them by "
+            "(a ScaLearn fusion whose scales are all 0 uses none of them); train the fusion first, or choose the "
+            "adapters yourself with add_fusion_subset"
+        )
     if target_adapter is not None and (not isinstance(target_adapter, str) or target_adapter not in activation):
         raise ConfigError(
             f"target_adapter={target_adapter!r} is not one of the fusion's adapters {names}: "
             "pass one of them, or None for no preference"
         )
-    ranked = sorted(names, key=lambda name: (-round(activation[name], TIE_DECIMALS), name != target_adapter))
+    # Shares of the total, not the raw values: a softmax fusion's sum to 1 anyway, but a ScaLearn fusion's small
+    # scales (1e-8) all rounded to 0 and tied, and fell under the absolute 1e-9 of the mass, so the adapter listed
+    # first was kept whatever its size.
+    total = sum(activation.values())
+    shares = {name: value / total for name, value in activation.items()}
+    ranked = sorted(names, key=lambda name: (-round(shares[name], TIE_DECIMALS), name != target_adapter))
     if keep is not None:
         chosen = set(ranked[:keep])
     else:
         assert mass is not None  # check_criterion: exactly one of keep and mass
-        target, running, chosen = mass * sum(activation.values()), 0.0, set()
+        running, chosen = 0.0, set()
         for name in ranked:
             chosen.add(name)
-            running += activation[name]
-            if running >= target - 1e-9:  # mass=1.0 must not fail on rounding
+            running += shares[name]
+            if running >= mass - 1e-9:  # mass=1.0 must not fail on rounding
                 break
     return tuple(name for name in names if name in chosen)
 
@@ -246,16 +270,23 @@ def time_fusions(
     batches: Sequence[Mapping[str, torch.Tensor]],
     head: str | None,
     repeats: int = 3,
+    skip_layers: Iterable[int] = (),
 ) -> dict[str, float]:
-    """Median milliseconds per batch of each fusion's eval forward. All in one process inside
-    `inference_cache()`, interleaved (each round times every fusion once, alternating the order), after one
-    untimed warm-up round, so load changes hit every fusion alike. Leaves the last timed fusion active."""
+    """Median milliseconds per batch of each fusion's eval forward (with `skip_layers` skipped, AdapterDrop). All in
+    one process inside `inference_cache()`, interleaved (each round times every fusion once, alternating the order),
+    after one untimed warm-up round, so load changes hit every fusion alike. Leaves the last timed fusion active."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ConfigError(f"repeats={repeats!r} must be a positive integer")
-    if not batches:
-        raise ConfigError("no dev batches to time (the split is empty, or timing_batches < 1)")
+    fusions = check_names(fusions, "fusions")  # 'fg' was timed as fusions 'f' and 'g'
+    if not fusions:
+        raise ConfigError(
+            "time_fusions got no fusions to time; pass the names of loaded fusions, e.g. ['f', 'f_pruned']"
+        )
+    for fusion in fusions:  # before the warm-up round, not after the first fusion's
+        model.require("fusion", fusion)
+    batches = _listed(batches, "time_fusions")
     device = next(model.parameters()).device
-    inputs = [{k: v.to(device) for k, v in batch.items() if k != "labels"} for batch in batches]
+    inputs = [{k: v.to(device) for k, v in batch.items() if k != "labels" and hasattr(v, "to")} for batch in batches]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {fusion: [] for fusion in fusions}
     was_training = model.training
@@ -264,7 +295,7 @@ def time_fusions(
         with model.inference_cache():
             for round_ in range(repeats + 1):
                 for fusion in fusions if round_ % 2 else list(reversed(fusions)):
-                    model.activate(fusion=fusion, head=head)
+                    model.activate(fusion=fusion, head=head, skip_layers=skip_layers)
                     sync()
                     start = time.perf_counter()
                     for batch in inputs:
@@ -297,7 +328,8 @@ def compare_pruned(
     fusion as `pruned_name` (default `<fusion>_pruned`), and evaluate and time both. The model's activation is
     restored afterwards; the pruned fusion stays in the model. `target_adapter` wins ties (select_adapters).
     `bf16`: score under bfloat16 autocast, as a run trained with it scored its dev set. `overwrite`: replace a
-    fusion the model already has under `pruned_name` (an earlier prune's); without it that is refused."""
+    fusion the model already has under `pruned_name` (an earlier prune's); without it that is refused. Both fusions
+    run with the model's skip_layers (AdapterDrop), as the activation they are ranked by was measured."""
     model.require("fusion", fusion)
     if not isinstance(task, TaskSpec):
         raise ConfigError(
@@ -305,7 +337,8 @@ def compare_pruned(
             "score the dev batches, e.g. get_task('rte') (adapterfusion.tasks)"
         )
     _check_scored_task(task)
-    check_criterion(keep, mass, len(model.fusion_setup(fusion).adapters))
+    keep, mass = check_criterion(keep, mass, len(model.fusion_setup(fusion).adapters))
+    check_bool(bf16, "bf16")
     check_count(timing_batches, "timing_batches", "dev batches per timing round")
     check_count(repeats, "repeats", "timing rounds, the median taken")  # before the pruned fusion is added
     check_bool(overwrite, "overwrite")
@@ -321,7 +354,8 @@ def compare_pruned(
             f"loaded heads {model.head_names or '(none: add_head() or load_head() one first)'}"
         )
     model.require("head", head)
-    pruned_name = pruned_name or f"{fusion}_pruned"
+    pruned_name = pruned_name if pruned_name is not None else f"{fusion}_pruned"  # '' is a bad name, not the default
+    check_piece_name(pruned_name, "fusion")
     if pruned_name == fusion:
         raise ConfigError(f"pruned_name={pruned_name!r} would replace the fusion being pruned; choose another name")
     if pruned_name in model.fusion_names and not overwrite:  # before the dev forwards, not after
@@ -330,6 +364,7 @@ def compare_pruned(
             "replace it with the pruned one",
             pruned_name,
         )
+    batches = _listed(batches, "compare_pruned")
     shares = _shares(model, fusion, batches, head)
     unlabelled = [index for index, batch in enumerate(batches) if isinstance(batch, Mapping) and "labels" not in batch]
     if unlabelled:  # the scores compare predictions with labels: else a count mismatch deep in scoring
@@ -337,21 +372,25 @@ def compare_pruned(
             f"compare_pruned scores both fusions on labelled dev batches, and batches {unlabelled[:5]} hold no "
             "'labels'; pass the dev batches with their labels (as run_batches makes them)"
         )
-    existed = pruned_name in model.fusion_names
+    # the fusion overwrite=True replaces: put back if the comparison fails (it was lost, the new subset left there)
+    replaced = model.export_piece("fusion", pruned_name) if pruned_name in model.fusion_names else None
     pruned = add_fusion_subset(
         model, fusion, select_adapters(shares, keep, mass, target_adapter), pruned_name, overwrite=overwrite
     )
+    skip = model.skip_layers  # activate() without them ran every layer: 'before' was not what the model scores
     try:
-        with model.activated(fusion=fusion, head=head):  # what ran before runs again afterwards
+        with model.activated(fusion=fusion, head=head, skip_layers=skip):  # what ran before runs again afterwards
             metrics = {}
             for name in (fusion, pruned):
-                model.activate(fusion=name, head=head)
+                model.activate(fusion=name, head=head, skip_layers=skip)
                 metrics[name] = score(task, predict(model, batches, bf16=bf16))
             timed = list(batches[:timing_batches])
-            ms = time_fusions(model, (fusion, pruned), timed, head, repeats)
-    except BaseException:
-        if not existed:  # a failed comparison leaves no half-made fusion in the model
+            ms = time_fusions(model, (fusion, pruned), timed, head, repeats, skip)
+    except BaseException:  # a failed comparison leaves the model's fusions as they were
+        if replaced is None:
             model.delete_fusion(pruned)
+        else:
+            model.install_piece(replaced, overwrite=True)
         raise
     figures = [
         FusionFigures(name, model.fusion_setup(name).adapters, metrics[name], ms[name]) for name in (fusion, pruned)
@@ -367,6 +406,25 @@ def compare_pruned(
         repeats=repeats,
         target_adapter=target_adapter,
     )
+
+
+def _listed(batches: Sequence[Mapping[str, torch.Tensor]], caller: str) -> list[Mapping[str, torch.Tensor]]:
+    """The dev batches as a list of mappings: every fusion runs on them, and a generator or iterator was used up by
+    the first pass (compare_pruned's scoring then found 'no batches (the split is empty)'), one batch given alone
+    was iterated as its keys."""
+    check_batches(batches, caller)
+    try:
+        listed = list(batches)
+    except TypeError:
+        listed = []
+    if not listed:
+        raise ConfigError(
+            f"{caller} runs the fusions on dev batches, and got {short_repr(batches)}, no batch; pass the labelled dev "
+            "batches as a list [batch, ...] (as run_batches makes them)"
+        )
+    for batch in listed:
+        check_batch(batch, caller)
+    return listed
 
 
 def _shares(
@@ -418,7 +476,7 @@ def prune_fusion(
     (or `data_dir` / a `max_examples` subset). Ties go to the run's task's own adapter. `output`: a folder for the
     pruned fusion (fusion/), the run's head (head/) and pruning.json; load it with load_adapter for each kept
     adapter, then load_fusion, load_head."""
-    check_criterion(keep, mass)
+    keep, mass = check_criterion(keep, mass)
     check_count(repeats, "repeats", "timing rounds, the median taken")
     check_count(timing_batches, "timing_batches", "dev batches per timing round")
     check_count(batch_size, "batch_size", "examples per evaluation batch")
@@ -441,7 +499,7 @@ def prune_fusion(
             f"{run.task.name!r}, which has no head of ours: pruning generation fusions is not supported yet"
         )
     _check_scored_task(run.task)
-    check_criterion(keep, mass, len(run.model.fusion_setup(run.fusion).adapters))  # before the data loads
+    keep, mass = check_criterion(keep, mass, len(run.model.fusion_setup(run.fusion).adapters))  # before the data
     batches = run_batches(run, load_run_split(run, "validation", data_dir, max_examples), batch_size)
     own = piece_name(run.task)
     result = compare_pruned(

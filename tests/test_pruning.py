@@ -307,3 +307,60 @@ def test_a_comparison_that_fails_midway_removes_its_pruned_fusion(monkeypatch):
     with pytest.raises(RuntimeError, match="interrupted"):
         compare_pruned(model, "f", RTE, _batches(), keep=1)
     assert model.fusion_names == ["f"]
+
+
+def test_a_failed_comparison_puts_back_the_fusion_overwrite_replaced(monkeypatch):
+    """With overwrite=True the earlier f_pruned was replaced before the scoring; a failure there left the new subset
+    in its place, and the earlier fusion was lost."""
+    model = _fused_model()
+    compare_pruned(model, "f", RTE, _batches(), keep=1, repeats=1)
+    earlier = model.fusion_setup("f_pruned").adapters
+    before = {k: v.clone() for k, v in model.export_piece("fusion", "f_pruned").tensors.items()}
+    monkeypatch.setattr("adapterfusion.pruning.time_fusions", lambda *args, **kwargs: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        compare_pruned(model, "f", RTE, _batches(), keep=2, overwrite=True)
+    after = model.export_piece("fusion", "f_pruned").tensors
+    assert model.fusion_setup("f_pruned").adapters == earlier and all(after[k].equal(v) for k, v in before.items())
+
+
+def test_criteria_and_batches_in_other_forms_are_taken():
+    """numpy numbers were refused as 'not a positive integer' / 'not in (0, 1]', a generator of batches was used up
+    by the activation pass (then 'no batches to evaluate'), and a fusions string was timed letter by letter."""
+    assert select_adapters(SHARES, keep=np.int64(2)) == select_adapters(SHARES, keep=2)
+    assert select_adapters(SHARES, mass=np.float32(0.75)) == select_adapters(SHARES, mass=0.75)
+    model = _fused_model()
+    result = compare_pruned(model, "f", RTE, (batch for batch in _batches()), keep=np.int64(2), repeats=1)
+    assert result.criterion == "keep=2" and result.examples == 5
+    with pytest.raises(af.NameNotFoundError, match="no fusion named 'ff'"):
+        time_fusions(model, "ff", _batches(), head="h", repeats=1)
+    with pytest.raises(af.ConfigError, match="time_fusions takes an iterable of batches"):
+        time_fusions(model, ["f"], _batches()[0], head="h", repeats=1)
+
+
+def test_an_unused_fusion_has_nothing_to_rank():
+    """All-zero activations (a ScaLearn fusion whose scales are 0) kept the first adapter, then kept_share divided
+    by zero."""
+    with pytest.raises(af.ConfigError, match="every adapter's activation is 0"):
+        select_adapters({"a": 0.0, "b": 0.0}, mass=0.5)
+
+
+def test_small_scalearn_scales_are_ranked_by_their_shares():
+    """Tiny activations (a ScaLearn fusion's scales near 0) all rounded to 0 at TIE_DECIMALS and tied, and reached
+    any mass within the absolute 1e-9: the adapter listed first was kept, the least used one among them."""
+    assert select_adapters({"a": 1e-8, "b": 5e-8, "c": 4e-8}, keep=1) == ("b",)
+    assert select_adapters({"a": 1e-10, "b": 2e-10}, mass=0.6) == ("b",)
+    assert select_adapters({"a": 1e-10, "b": 2e-10}, mass=0.9) == ("a", "b")
+
+
+def test_both_fusions_are_scored_with_the_models_skip_layers():
+    """activate(fusion=...) without skip_layers ran every layer: with AdapterDrop's skip_layers set, 'before' was not
+    the model's own score, while the ranking measured the activation with the layers skipped."""
+    model = _fused_model()
+    with torch.no_grad():
+        for parameter in model.fusion_parameters("f"):
+            parameter.add_(torch.randn_like(parameter))
+    model.activate(fusion="f", head="h", skip_layers=[0])
+    own = predict(model, _batches()).loss
+    result = compare_pruned(model, "f", RTE, _batches(), keep=2, repeats=1)
+    assert_close(result.before.metrics["loss"], own, dtype=torch.float64)
+    assert model.skip_layers == (0,) and model.active_fusion == "f"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from adapterfusion._validation import check_int, short_repr
+from adapterfusion._validation import check_int, check_name, short_repr
 from adapterfusion.errors import ConfigError, RunFileError, SerializationError
 from adapterfusion.forward_inputs.batches import check_batch, check_batches
 from adapterfusion.forward_inputs.seq2seq_head import shifted_right
@@ -38,6 +38,7 @@ FORMAT_VERSION = 1
 SCALEARN_KIND = "scalearn"  # info["fusion_kind"] of a ScaLearn fusion's record; an attention fusion writes none
 SOFTMAX_LABEL = "mean softmax weight"
 SCALE_LABEL = "mean ScaLearn scale"
+RECORD_KEYS = frozenset({"format_version", "fusion", "adapters", "layers", "values", "tokens"})  # info never holds them
 
 
 @dataclass(frozen=True)
@@ -56,13 +57,29 @@ class FusionActivation:
     def __post_init__(self) -> None:
         fields = {key: getattr(self, key) for key in ("fusion", "adapters", "layers", "tokens", "info")}
         _check_record_types(fields, ConfigError, "FusionActivation")
-        if not isinstance(self.values, np.ndarray):  # a nested list: the shape check and the table read an array
+        for name in (self.fusion, *self.adapters):  # the heatmap draws them as labels: '$..$' was parsed as TeX
             try:
-                object.__setattr__(self, "values", np.asarray(self.values, dtype=np.float64))
-            except (TypeError, ValueError) as err:
+                check_name(name, "piece")
+            except ConfigError:
                 raise ConfigError(
-                    f"FusionActivation values of {self.fusion!r} are not a [layers, adapters] array of numbers ({err})"
+                    f"FusionActivation names fusion or adapter {short_repr(name)}, which no model's piece is called "
+                    "(letters, digits, '_' and '-' only); a record names the fusion and adapters it measured"
                 ) from None
+        clash = sorted(set(self.info) & RECORD_KEYS)
+        if clash:  # to_dict writes info over the record's own fields: a saved record held other values than these
+            raise ConfigError(
+                f"FusionActivation of {self.fusion!r}: info holds {clash}, which name the record's own fields; "
+                "give them as the FusionActivation's arguments, and only other context (task, setup, seed) in info"
+            )
+        plain = {  # a list or numpy integers would not compare equal to a record read back, or not write as JSON
+            "adapters": tuple(self.adapters),
+            "layers": tuple(int(layer) for layer in self.layers),
+            "tokens": int(self.tokens),
+            "info": dict(self.info),
+            "values": _float_values(self.values, self.fusion),
+        }
+        for key, value in plain.items():
+            object.__setattr__(self, key, value)
         if not self.adapters or not self.layers:  # its table and heatmap would be empty, drawn as if fine
             raise ConfigError(
                 f"FusionActivation of {self.fusion!r} has {len(self.adapters)} adapters and {len(self.layers)} "
@@ -95,7 +112,7 @@ class FusionActivation:
     def from_dict(cls, data: Mapping[str, Any]) -> FusionActivation:
         _check_record_types(data)
         version = data.get("format_version", FORMAT_VERSION)
-        if version != FORMAT_VERSION:  # a newer layout read as this one would give wrong values, or fail later
+        if isinstance(version, bool) or version != FORMAT_VERSION:  # a newer layout read as this one: wrong values
             raise SerializationError(
                 f"fusion activation record format_version {version!r} is not supported (this version of adapterfusion "
                 f"reads {FORMAT_VERSION}); upgrade adapterfusion, or record it again with mean_fusion_attention"
@@ -105,14 +122,12 @@ class FusionActivation:
                 "fusion": data["fusion"],
                 "adapters": tuple(data["adapters"]),
                 "layers": tuple(data["layers"]),
-                "values": np.asarray(data["values"], dtype=np.float64).reshape(
-                    len(data["layers"]), len(data["adapters"])
-                ),
+                "values": data["values"],  # [layers, adapters] as written: any other shape was reshaped into it
                 "tokens": int(data["tokens"]),
             }
         except (KeyError, TypeError, ValueError) as err:
             raise SerializationError(f"not a fusion activation record ({type(err).__name__}: {err})") from err
-        info = {k: v for k, v in data.items() if k not in core and k != "format_version"}
+        info = {k: v for k, v in data.items() if k not in RECORD_KEYS}
         try:
             return cls(**core, info=info)
         except ConfigError as err:
@@ -159,6 +174,36 @@ def _check_record_types(
     for key, (kind, check) in expected.items():
         if key in data and not check(data[key]):
             raise error(f"{what}: {key!r} must be {kind}, found {short_repr(data[key])}")
+
+
+def _float_values(values: Any, fusion: str) -> np.ndarray:
+    """`values` as a float64 array, from an array, a tensor or nested lists of real numbers. A None, a string, a bool
+    or a complex number is no activation: numpy read None as NaN, '0.5' and True as numbers, and a complex dtype
+    printed as one, so a damaged record was drawn as if measured."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    strays = [v for v in _leaves(values) if isinstance(v, bool) or not isinstance(v, numbers.Real)]
+    why = f"found {type(strays[0]).__name__} {short_repr(strays[0])}" if strays else ""
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError) as err:  # ragged rows
+        array, why = np.zeros(0), why or str(err)
+    if not why and array.dtype.kind not in "iuf":
+        why = f"found values of dtype {array.dtype}"
+    if why:
+        raise ConfigError(
+            f"FusionActivation values of {fusion!r} are not a [layers, adapters] array of numbers ({why})"
+        )
+    return array.astype(np.float64)
+
+
+def _leaves(values: Any) -> Iterator[Any]:
+    """The entries of nested lists (of a record read from JSON, or given by hand); an array is judged by its dtype."""
+    if isinstance(values, (list, tuple)):
+        for item in values:
+            yield from _leaves(item)
+    elif not isinstance(values, np.ndarray):
+        yield values
 
 
 def _is_count(value: Any) -> bool:

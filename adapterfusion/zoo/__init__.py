@@ -20,10 +20,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from adapterfusion._validation import check_piece_name, short_repr
 from adapterfusion.defaults import MANIFEST_FILE, STORE_DIR, ZOO_DIR, zoo_manifest
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ZooError
-from adapterfusion.tasks.spec import piece_name
+from adapterfusion.tasks.spec import TaskSpec, piece_name
 from adapterfusion.training.store import SHIPPED, ZOO_SETUP, model_encoder, resolve_zoo, zoo_seed, zoo_store
 
 if TYPE_CHECKING:
@@ -46,30 +47,44 @@ __all__ = [
 
 
 def zoo_tasks() -> list[str]:
-    """The tasks the shipped zoo has an adapter for."""
-    return sorted(zoo_manifest()["tasks"])
+    """The tasks the shipped zoo has an adapter for: the keys of its manifest's `tasks` object. A damaged manifest
+    (a list, no `tasks`, `tasks` a string) failed with a KeyError or TypeError, or listed a string's letters."""
+    manifest = zoo_manifest()
+    tasks = manifest.get("tasks") if isinstance(manifest, dict) else None
+    if not isinstance(tasks, dict) or not all(isinstance(task, str) for task in tasks):
+        raise ZooError(
+            f"{ZOO_DIR / MANIFEST_FILE} holds no 'tasks' object naming the zoo's tasks ({short_repr(manifest)}): this "
+            "install's adapter zoo is damaged; reinstall adapterfusion (or run scripts/package_zoo.py)"
+        )
+    return sorted(tasks)
 
 
 def load_zoo_adapter(
     model: AdaptedModel,
-    task: str,
+    task: str | TaskSpec,
     name: str | None = None,
     head: bool = False,
     zoo: str | os.PathLike = SHIPPED,
     encoder: str | None = None,
     overwrite: bool = False,
 ) -> str:
-    """Load the zoo's adapter for `task` into `model` (as `name`, default the task), with its head if `head`;
-    `overwrite` replaces an adapter (and head) of that name already loaded."""
+    """Load the zoo's adapter for `task` (its name, or its TaskSpec) into `model` (as `name`, default the task), with
+    its head if `head`; `overwrite` replaces an adapter (and head) of that name already loaded."""
     require_wrapped(model, "load_zoo_adapter")
+    if isinstance(task, TaskSpec):  # the zoo keys its adapters by the task's name
+        task = task.name
+    if not isinstance(task, str):  # 5 was 'store entry task 5 cannot be a folder name'
+        raise ZooError(
+            f"task={short_repr(task)} has type {type(task).__name__}; give the name of a task the zoo has an adapter "
+            "for (a str, e.g. 'rte'; zoo_tasks() lists the shipped zoo's)"
+        )
     if encoder is not None and not (isinstance(encoder, str) and encoder.strip()):  # 5 was read as encoder '5'
         raise ZooError(
             f"encoder={encoder!r} is not an encoder's name; give the path or Hub id the zoo's adapters were trained "
             "on (a str), or leave it out for the model's own"
         )
+    name = piece_name(task) if name is None else check_piece_name(name, "adapter")  # '' was taken as no name
     store = resolve_zoo(zoo)
     encoder = encoder if encoder is not None else model_encoder(model, ZooError)
     seed = zoo_seed(store, encoder, task)
-    return store.load_into(
-        model, task, ZOO_SETUP, seed, encoder=encoder, name=name or piece_name(task), head=head, overwrite=overwrite
-    )
+    return store.load_into(model, task, ZOO_SETUP, seed, encoder=encoder, name=name, head=head, overwrite=overwrite)

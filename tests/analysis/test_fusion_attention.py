@@ -326,3 +326,28 @@ def test_a_record_built_by_hand_meets_the_rules_of_a_saved_one(fields, message):
     with pytest.raises(ConfigError, match=message):
         _record(**fields)
     assert _record(layers=(np.int64(0), np.int64(1))).layers == (0, 1)
+
+
+def test_a_record_holds_plain_fields_and_refuses_what_no_measurement_gives(tmp_path):
+    """Lists and numpy integers were kept as given (a record built with lists did not average with one read back,
+    numpy layers did not write as JSON), info could overwrite the record's own fields in to_dict, and a saved record's
+    null, '0.5' or wrongly nested values were read as NaN, 0.5 or reshaped into other cells."""
+    built = _record(adapters=["a", "b"], layers=[np.int64(0), np.int64(1)], tokens=np.int64(3))
+    assert (built.adapters, built.layers, built.tokens) == (("a", "b"), (0, 1), 3)
+    (tmp_path / "fusion_attention.json").write_text(json.dumps(built.to_dict()))
+    assert average_activations([built, load_fusion_activation(tmp_path)]).info["runs"] == 2
+    with pytest.raises(ConfigError, match=r"info holds \['values'\], which name the record's own fields"):
+        _record({"values": [[1.0, 0.0], [1.0, 0.0]]})
+    with pytest.raises(ConfigError, match="found values of dtype complex128"):
+        _record(values=np.array([[0.5, 0.5], [0.2, 0.8j]]))
+    with pytest.raises(ConfigError, match=r"names fusion or adapter '\$x\$', which no model's piece is called"):
+        _record(adapters=("$x$", "b"))
+    for values, message in (
+        ([[None, 0.5], [0.2, 0.8]], "found NoneType None"),
+        ([["0.5", 0.5], [0.2, 0.8]], "found str '0.5'"),
+        ([[True, 0.5], [0.2, 0.8]], "found bool True"),
+        ([[0.5], [0.5], [0.2], [0.8]], r"shape \(4, 1\), expected \(2 layers, 2 adapters\)"),
+    ):
+        (tmp_path / "fusion_attention.json").write_text(json.dumps({**built.to_dict(), "values": values}))
+        with pytest.raises(af.SerializationError, match=message):
+            load_fusion_activation(tmp_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from adapterfusion.fusion.config import FusionConfig, FusionSetup
@@ -105,3 +106,15 @@ def test_callback_clears_the_mask_when_training_ends():
     assert model.mask == draw_subset(NAMES, 2, ["rte"], 1, 3)
     callback.on_train_end(None, state, None)
     assert model.mask is None
+
+
+def test_adapters_always_drawn_must_be_fused_and_fit_the_subset():
+    """One not fused was dropped from every draw (each step fused fewer than `size`); more than `size` failed in
+    random.sample at the first step. A numpy integer size is a whole number."""
+    with pytest.raises(TrainingError, match=r"always include \['zz'\], which names \['zz'\], not fused by it"):
+        draw_subset(NAMES, 3, ["zz"], seed=1, step=0)
+    with pytest.raises(TrainingError, match="is not 2 or fewer distinct names"):
+        draw_subset(NAMES, 2, ["rte", "cb", "sst2"], seed=1, step=0)
+    with pytest.raises(TrainingError, match="adapter_subset=9"):
+        draw_subset(NAMES, 9, ["rte"], seed=1, step=0)
+    assert check_subset_size(np.int64(2), NAMES) == 2
