@@ -233,9 +233,7 @@ def train(
         subsets = (
             []
             if plan.adapter_subset is None or plan.fusion is None
-            else [
-                AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, [plan.head] if plan.head else [], seed)
-            ]
+            else [AdapterSubsetCallback(model, plan.fusion, plan.adapter_subset, plan.always_fused, seed)]
         )
         trainer, outcome = fit(
             trained,

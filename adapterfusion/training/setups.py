@@ -99,6 +99,7 @@ class SetupPlan:
     head_only: bool = False  # nothing below the head trains, so its input features can be computed once
     fused_adapters: dict[str, dict[str, str]] = field(default_factory=dict)
     adapter_subset: int | None = None  # fusion training fuses this many adapters per step (training/adapter_subsets.py)
+    always_fused: tuple[str, ...] = ()  # ... of which these every step: the target task's own adapter
 
 
 @dataclass(frozen=True)
@@ -495,6 +496,7 @@ def _fusion_st_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:
         adapters=tuple(names),
         fused_adapters=fused,
         adapter_subset=subset,
+        always_fused=(piece_name(context.task),),
         notes=[f"fused adapters {names}", *notes],
     )
 

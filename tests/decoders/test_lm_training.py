@@ -18,7 +18,7 @@ from adapterfusion.model import wrap
 from adapterfusion.scoring import score_answers
 from adapterfusion.tasks import TaskCollator, TaskError, encode_task, instruction_task, load_task_data, register_task
 from adapterfusion.tasks.instruction import IGNORE_INDEX, instruction_example
-from adapterfusion.training import AdapterStore, TrainingError, train
+from adapterfusion.training import AdapterStore, TrainingError, adapter_subsets, train
 from adapterfusion.training.callbacks import FusionStepCallback
 from adapterfusion.training.checkpoints import resumable_checkpoint
 from tolerances import assert_close
@@ -226,7 +226,7 @@ def test_st_a_lowers_the_dev_answer_loss(tiny_decoder_dir, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_fusion_over_stored_lm_adapters_keeps_the_base_frozen(tiny_decoder_dir, tmp_path) -> None:
+def test_fusion_over_stored_lm_adapters_keeps_the_base_frozen(tiny_decoder_dir, tmp_path, monkeypatch) -> None:
     store = AdapterStore(tmp_path / "store")
     common = dict(encoder=tiny_decoder_dir, output_dir=tmp_path / "runs", store=store)
     target = _task(tmp_path / "a", "colours")
@@ -258,6 +258,16 @@ def test_fusion_over_stored_lm_adapters_keeps_the_base_frozen(tiny_decoder_dir, 
         assert torch.equal(value, base[key]), key  # the language model stayed frozen
     assert (fused.run_dir / "fusion").is_dir() and (fused.run_dir / "fusion_attention.json").is_file()
     assert 0 <= fused.metrics["token_accuracy"] <= 1
+    # a fusion on a random subset of its adapters each step still draws the target's own every step, though a
+    # generation task has no head of ours (whose name the target's adapter shares on other tasks)
+    drawn: list[list[str]] = []
+    real_draw = adapter_subsets.draw_subset
+    monkeypatch.setattr(
+        adapter_subsets, "draw_subset", lambda *args, **kwargs: drawn.append(real_draw(*args, **kwargs)) or drawn[-1]
+    )
+    options = {"sources": ["echo"], "adapter_subset": 1, "adapter_seed": 1}
+    train(target, "fusion-st-a", seed=2, training_config=dict(FAST, max_steps=3), setup_options=options, **common)
+    assert drawn == [["colours"]] * 3
 
 
 class Killed(Exception):
