@@ -82,12 +82,25 @@ def _scale_colours(values: np.ndarray) -> tuple[str, float, float]:
     if not finite.size:
         return "viridis", *ATTENTION_SCALE
     low, high = float(finite.min()), float(finite.max())
+    if not math.isfinite(high - low) or not math.isfinite(2 * max(-low, high)):  # matplotlib's norm would be NaN
+        raise ConfigError(
+            f"ScaLearn scales from {low:.3g} to {high:.3g} span more than a float holds, so no colour bar can show "
+            "them; the fusion's scales diverged in training: train it again (a lower learning rate)"
+        )
     if low < 0:
         bound = max(-low, abs(high))
         return DIVERGING, -bound, bound
     if high - low < 1e-9:  # one value everywhere: a range around it, so it is not drawn at an end of the bar
         pad = max(abs(high) * 0.05, 1e-3)
         return "viridis", low - pad, high + pad
+    return "viridis", low, high
+
+
+def _weight_colours(values: np.ndarray) -> tuple[str, float, float]:
+    """Colour map and limits for softmax weights: ATTENTION_SCALE, widened to any value outside it (a record edited by
+    hand, or one written with another meaning) so that such a value is not drawn clipped to an end of the bar."""
+    low = min(ATTENTION_SCALE[0], float(values.min(initial=ATTENTION_SCALE[0])))
+    high = max(ATTENTION_SCALE[1], float(values.max(initial=ATTENTION_SCALE[1])))
     return "viridis", low, high
 
 
@@ -163,12 +176,7 @@ def plot_fusion_attention(
             for j, adapter in enumerate(act.adapters):
                 grids[layer][row, adapters.index(adapter)] = act.values[i, j]
     values = np.concatenate([grid[~np.isnan(grid)] for grid in grids.values()])
-    if scales:
-        colours = _scale_colours(values)
-    else:
-        low = min(ATTENTION_SCALE[0], float(values.min(initial=ATTENTION_SCALE[0])))
-        high = max(ATTENTION_SCALE[1], float(values.max(initial=ATTENTION_SCALE[1])))
-        colours = ("viridis", low, high)
+    colours = _scale_colours(values) if scales else _weight_colours(values)
     ncols = min(len(layers), 4 if len(layers) > 6 else 3)
     nrows = math.ceil(len(layers) / ncols)
     cell = 0.55
@@ -321,7 +329,7 @@ def plot_run_fusion_attention(activation: FusionActivation, path: str | os.PathL
             "heatmap would show nothing there; the run's fusion produced non-finite outputs: train it again"
         )
     scalearn = activation.is_scalearn
-    cmap, low, high = _scale_colours(values) if scalearn else ("viridis", *ATTENTION_SCALE)
+    cmap, low, high = _scale_colours(values) if scalearn else _weight_colours(values)
     figure, axis = pyplot().subplots(
         figsize=(max(3.5, 0.7 * len(activation.adapters) + 2), max(2.5, 0.4 * len(activation.layers) + 1.2))
     )

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from adapterfusion.analysis import FusionActivation
+from adapterfusion.analysis.fusion_attention import SCALEARN_KIND
 from adapterfusion.errors import ConfigError
-from adapterfusion.experiments.figures import plot_fusion_attention, plot_run_fusion_attention
+from adapterfusion.experiments.figures import _weight_colours, plot_fusion_attention, plot_run_fusion_attention
 
 NEAR_UNIFORM = FusionActivation("f", ("a", "b", "c"), (0, 1), np.array([[0.33, 0.34, 0.33], [0.335, 0.33, 0.335]]), 10)
 
@@ -69,6 +70,19 @@ def test_a_figure_path_matplotlib_cannot_write_is_refused_before_drawing(name, m
         with pytest.raises(ConfigError, match=message):
             plot(tmp_path / name)
     assert not drawn and sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_scales_past_a_floats_range_are_refused_and_weights_past_the_scale_widen_it(tmp_path):
+    """ScaLearn scales of -1e308 and 1e308 made matplotlib fail ('Axis limits cannot be NaN or Inf') after the figure
+    was built; softmax weights outside [0, 1] (a record edited by hand) were drawn clipped to an end of the bar."""
+    huge = FusionActivation("f", ("a", "b"), (0,), np.array([[-1e308, 1e308]]), 3, {"fusion_kind": SCALEARN_KIND})
+    with pytest.raises(ConfigError, match="span more than a float holds"):
+        plot_run_fusion_attention(huge, tmp_path / "run.png")
+    with pytest.raises(ConfigError, match="span more than a float holds"):
+        plot_fusion_attention({"rte": huge}, tmp_path / "grid.png", scales=True)
+    assert not any(tmp_path.iterdir())
+    assert _weight_colours(np.array([[0.2, 1.4]])) == ("viridis", 0.0, 1.4)
+    assert _weight_colours(np.array([[0.2, 0.8]])) == ("viridis", 0.0, 1.0)
 
 
 def test_a_heatmap_of_nothing_or_of_non_finite_values_is_refused(drawn, tmp_path):
