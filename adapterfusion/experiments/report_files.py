@@ -23,7 +23,7 @@ from adapterfusion.experiments.figures import write_figures
 from adapterfusion.experiments.report import Report, build_report
 from adapterfusion.experiments.selection import selection_tables
 from adapterfusion.experiments.store import ResultsStore, check_results_dir
-from adapterfusion.io.atomic import atomic_write_json, atomic_write_text
+from adapterfusion.io.atomic import atomic_write_json, atomic_write_text, folder_lock
 from adapterfusion.io.paths import check_writable_folder
 
 REPORT_DIR = "report"
@@ -60,20 +60,23 @@ def write_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     analyses = read_analyses(output_dir, store)  # Houlsby §3.6: span ablation, init scale, adapter size
     report.tables += analysis_tables(report, analyses)
     directory.mkdir(parents=True, exist_ok=True)
-    before = _files_of_report(directory)
-    ablations = write_ablation_records(analyses, directory)
-    if figures:
-        try:
-            write_figures(report, directory)
-            write_analysis_figures(report, analyses, directory)
-        except ImportError as err:  # matplotlib, an optional extra, is missing
-            report.figure_notes.append(f"figures skipped: {err} (pip install 'adapterfusion[plots]')")
-    for table in report.tables:
-        atomic_write_text(directory / f"{table.id}.csv", table.csv())
-    atomic_write_json(directory / "tables.json", report.to_dict())
-    atomic_write_text(directory / "tables.md", report.markdown())
-    now = _named_files(report.to_dict()) | ({ablations.name} if ablations is not None else set())
-    _remove_stale(directory, before - now)
+    # one report's files at a time: `adapterfusion report` while the runner writes its own would leave the tables of
+    # one beside the CSVs of the other (and remove what the other just listed)
+    with folder_lock(directory):
+        before = _files_of_report(directory)
+        ablations = write_ablation_records(analyses, directory)
+        if figures:
+            try:
+                write_figures(report, directory)
+                write_analysis_figures(report, analyses, directory)
+            except ImportError as err:  # matplotlib, an optional extra, is missing
+                report.figure_notes.append(f"figures skipped: {err} (pip install 'adapterfusion[plots]')")
+        for table in report.tables:
+            atomic_write_text(directory / f"{table.id}.csv", table.csv())
+        atomic_write_json(directory / "tables.json", report.to_dict())
+        atomic_write_text(directory / "tables.md", report.markdown())
+        now = _named_files(report.to_dict()) | ({ablations.name} if ablations is not None else set())
+        _remove_stale(directory, before - now)
     return report
 
 

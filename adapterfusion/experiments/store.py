@@ -1,5 +1,5 @@
 """The results store of one experiment: a SQLite database `<output_dir>/experiment.db` (WAL mode) holding every
-job's state and metrics, and the lock that keeps a second runner off the same output dir.
+job's state and metrics. The lock that keeps a second runner off the same output dir is experiments/runner_lock.py.
 
 Jobs move queued -> running -> done | failed; a job whose dependency failed is `blocked` (with the reason). Every
 transition is one transaction, so a runner killed at any moment leaves each job in exactly one state; a job found
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion.experiments.errors import ExperimentError, OutputDirLockedError, ResultsStoreError, SpecMismatchError
+from adapterfusion.experiments.errors import ExperimentError, ResultsStoreError, SpecMismatchError
 from adapterfusion.experiments.plan import config_hashes
-from adapterfusion.experiments.processes import GONE, ProcessRecord
-from adapterfusion.io.atomic import create_temp_file
+from adapterfusion.experiments.runner_lock import LOCK_FILE as LOCK_FILE  # where the runner finds it
+from adapterfusion.experiments.runner_lock import RunnerLock
 from adapterfusion.io.documents import as_written, changed_keys
 from adapterfusion.io.paths import as_path, describe
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from adapterfusion.experiments.spec import ExperimentSpec
 
 DB_FILE = "experiment.db"
-LOCK_FILE = "runner.lock"
 STORE_FORMAT_VERSION = 1
 STATES = ("queued", "running", "done", "failed", "blocked")
 
@@ -508,88 +507,6 @@ def _record(row: sqlite3.Row, path: Path) -> JobRecord:
         metrics=_decoded(metrics, dict, path, f"the metrics {job}") if metrics else None,
         error=row["error"],
     )
-
-
-# ---- the runner lock -------------------------------------------------------------------------------------------
-class RunnerLock:
-    """An exclusive lock file `<output_dir>/runner.lock` holding the owner's ProcessRecord (host, pid, boot, start
-    time). A lock whose process is gone (on this host) is stale and taken over; a live one refuses with
-    OutputDirLockedError. Creation is atomic (O_CREAT | O_EXCL), so two runners starting together cannot both win."""
-
-    def __init__(self, output_dir: str | os.PathLike) -> None:
-        self.path = Path(output_dir) / LOCK_FILE
-        self._held = False
-
-    def acquire(self) -> RunnerLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        owner = {**ProcessRecord.current().to_dict(), "started_at": time.time()}
-        # The lock appears with its content or not at all (a hard link of a finished temp file is atomic and fails
-        # if the lock exists), so a runner killed at any moment never leaves an empty lock nobody can judge.
-        fd, tmp = create_temp_file(self.path)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(owner, handle)
-            for _ in range(3):
-                try:
-                    os.link(tmp, self.path)
-                except FileExistsError:
-                    self._check_existing()
-                    continue
-                self._held = True
-                return self
-        finally:
-            os.unlink(tmp)
-        raise OutputDirLockedError(f"could not take the lock {self.path}; another runner keeps racing for it")
-
-    def _owner(self) -> dict[str, Any] | None:
-        """The lock's content; None if there is no lock, {} if it cannot be read."""
-        try:
-            owner = json.loads(self.path.read_text(encoding="utf-8") or "{}")
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            return {}
-        return owner if isinstance(owner, dict) else {}
-
-    def holder(self) -> ProcessRecord | None:
-        """The runner that holds the lock now: None if there is no lock or its process is gone."""
-        record = ProcessRecord.from_dict(self._owner())
-        return None if record is None or record.status() == GONE else record
-
-    def _check_existing(self) -> None:
-        """Refuse if the owner lives; remove the lock if it is stale."""
-        owner = self._owner()
-        if owner is None:
-            return
-        record = ProcessRecord.from_dict(owner)
-        if record is not None and record.status() == GONE:
-            try:
-                os.unlink(self.path)  # stale: its runner died without releasing it
-            except FileNotFoundError:
-                pass
-            return
-        since = (
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["started_at"])) if "started_at" in owner else "?"
-        )
-        raise OutputDirLockedError(
-            f"another runner (pid {owner.get('pid')} on {owner.get('host')}, since {since}) "
-            f"is using {self.path.parent}; "
-            f"wait for it to finish, or, if that process is gone, delete {self.path}"
-        )
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
-
-    def __enter__(self) -> RunnerLock:
-        return self.acquire()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
 
 
 def _unreadable(path: Path) -> bool:

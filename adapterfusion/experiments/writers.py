@@ -22,7 +22,13 @@ from pathlib import Path
 
 from adapterfusion.experiments.errors import OutputDirLockedError
 from adapterfusion.experiments.processes import ALIVE, ProcessRecord
-from adapterfusion.io.atomic import active_journal, journal_temp_files, read_journal, remove_recorded_temp_files
+from adapterfusion.io.atomic import (
+    active_journal,
+    journal_temp_files,
+    pid_namespace,
+    read_journal,
+    remove_recorded_temp_files,
+)
 
 WRITERS_DIR = "writers"
 JOURNAL_SUFFIX = ".journal"
@@ -30,9 +36,21 @@ ORPHAN_WAIT_SECONDS = 10.0  # how long a starting runner waits for a killed runn
 _POLL_SECONDS = 0.2
 
 
-def journal_path(output_dir: str | os.PathLike, record: ProcessRecord) -> Path:
+def journal_path(output_dir: str | os.PathLike, record: ProcessRecord, namespace: str = "") -> Path:
+    """Where the writer `record` (of the pid namespace `namespace`: pid_namespace()) keeps its journal. The namespace
+    is in the name: a writer in another container with our host name and our pid (each container has a pid 1) has a
+    journal of its own, which registering never takes for an earlier one of ours and sweeps away under it."""
     host = re.sub(r"[^A-Za-z0-9_.-]", "_", record.host)
-    return Path(output_dir).absolute() / WRITERS_DIR / f"{host}-{record.pid}{JOURNAL_SUFFIX}"
+    space = re.sub(r"[^0-9]", "", namespace)
+    return (
+        Path(output_dir).absolute()
+        / WRITERS_DIR
+        / f"{host}-{f'ns{space}-' if space else ''}{record.pid}{JOURNAL_SUFFIX}"
+    )
+
+
+def _own_journal(output_dir: str | os.PathLike) -> Path:
+    return journal_path(output_dir, ProcessRecord.current(), pid_namespace())
 
 
 @contextlib.contextmanager
@@ -41,7 +59,7 @@ def registered_writer(output_dir: str | os.PathLike) -> Iterator[None]:
     (an atomic write removes its temp file when it fails), so its journal is swept and removed. Re-entrant: the
     in-process executor runs jobs inside the runner's own registration."""
     record = ProcessRecord.current()
-    journal = journal_path(output_dir, record)
+    journal = _own_journal(output_dir)
     if active_journal() == journal:
         yield
         return
@@ -67,7 +85,7 @@ def clear_dead_writers(output_dir: str | os.PathLike, wait: float | None = None)
     the other registered writers on this host to end, refuse with OutputDirLockedError if some still live, then
     remove the temp files the dead ones recorded; returns those. A writer on another host counts as dead: it
     worked for a runner that is gone (we hold its lock), and Ray ends a dead driver's tasks."""
-    own = journal_path(output_dir, ProcessRecord.current())
+    own = _own_journal(output_dir)
     deadline = time.monotonic() + (ORPHAN_WAIT_SECONDS if wait is None else wait)
     while True:
         journals = {j: r for j, r in writer_journals(output_dir).items() if j != own}

@@ -18,12 +18,18 @@ import random
 import re
 import shutil
 import socket
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from adapterfusion.errors import ConfigError, StorageFullError
 from adapterfusion.io.paths import OUT_OF_ROOM, describe
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 TEMP_SUFFIX = ".tmp"
 # `.<final name>.<8 random characters>.tmp`: the names temp_path() gives, here, for AdapterStore's entry folders and
@@ -32,12 +38,15 @@ _TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 _TEMP_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 # in each temp folder replace_folder fills, until just before the rename: only a marked one is removed as a killed
 # writer's. A kill in the moment between the two leaves an unmarked copy that stays (litter, never a loss). The marker
-# names its writer (host, boot, pid), so a writer of the same path in another process that is still filling its
-# folder keeps it (it was removed under it: a raw FileNotFoundError); an empty marker counts as a killed writer's.
+# names its writer (host, boot, pid namespace, pid), so a writer of the same path in another process (or another
+# container on this machine) that is still filling its folder keeps it (it was removed under it: a raw
+# FileNotFoundError); an empty marker counts as a killed writer's.
 WRITING_MARKER = ".adapterfusion-writing"
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_PID_NAMESPACE = "/proc/self/ns/pid"
 _random = random.SystemRandom()
 _journal: Path | None = None  # the journal of this process while journal_temp_files() is active
+_held_folders = threading.local()  # `ids`: the (device, inode) of each folder this thread holds a folder_lock on
 
 
 # what it answers a write the place refuses although the checks before it passed (io/paths.py check_writable_folder):
@@ -265,13 +274,14 @@ def atomic_write_files(files: Mapping[Path, bytes], pending: Path | None = None)
                     handle.write(data)
                     handle.flush()
                     os.fsync(handle.fileno())
-        if pending is not None:
-            atomic_write_bytes(pending, "\n".join(path.name for path in files).encode("utf-8"))
-        for path, tmp in temps.items():
-            os.replace(tmp, path)
-            renamed += 1
-        if pending is not None:
-            pending.unlink()
+        with _renaming_into([*(path.parent for path in files), *([pending.parent] if pending else [])]):
+            if pending is not None:
+                atomic_write_bytes(pending, "\n".join(path.name for path in files).encode("utf-8"))
+            for path, tmp in temps.items():
+                os.replace(tmp, path)
+                renamed += 1
+            if pending is not None:
+                pending.unlink()
     except BaseException:
         if pending is not None and not renamed:  # every old file is as it was
             with contextlib.suppress(OSError):
@@ -285,6 +295,41 @@ def atomic_write_files(files: Mapping[Path, bytes], pending: Path | None = None)
         raise
     for folder in dict.fromkeys(path.parent for path in files):
         _fsync_directory(folder)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike) -> Iterator[None]:
+    """Hold an flock on `folder` for the block, waiting for another process (or thread) that holds it: for writers
+    of several files there that must not interleave. Readers take none. Where there is no fcntl, the folder cannot be
+    opened, or its file system has no flock, the block runs unlocked."""
+    fd = None
+    if fcntl is not None:
+        with contextlib.suppress(OSError, ValueError):
+            fd = os.open(folder, os.O_RDONLY)
+    held: frozenset[tuple[int, int]] = getattr(_held_folders, "ids", frozenset())
+    folder_id = None if fd is None else (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+    if fd is not None and folder_id in held:  # held by this thread already (a nested write): no flock on itself
+        os.close(fd)
+        yield
+        return
+    try:
+        if fd is not None:
+            with contextlib.suppress(OSError):  # a file system without flock (some network ones)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            _held_folders.ids = held | {folder_id}
+        yield
+    finally:
+        if fd is not None:
+            _held_folders.ids = held
+            os.close(fd)  # drops the lock
+
+
+def _renaming_into(folders: list[Path]) -> contextlib.AbstractContextManager[None]:
+    """folder_lock on the folder holding `folders` while one atomic_write_files renames its files into place: two
+    writers of the same files at once (two saves of one piece) then rename theirs one batch after the other, so the
+    last one's files are all in place, never the weights of one beside the config of the other. The renames take
+    moments, so the other waits."""
+    return folder_lock(os.path.commonpath([os.path.abspath(folder) for folder in folders]))
 
 
 def _make_folders(folder: Path) -> list[Path]:
@@ -310,6 +355,7 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], re
     final = Path(final)
     _refuse_link(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    recover_replaced(final)
     for stale in final.parent.glob(f"{temp_prefix(final)}*"):  # left by a writer of `final` that was killed
         if _is_ours(stale):
             shutil.rmtree(stale, ignore_errors=True)
@@ -338,22 +384,43 @@ def replace_folder(final: str | os.PathLike, write: Callable[[Path], object], re
 
 def _swap_in(tmp: Path, final: Path) -> None:
     """Rename the filled `tmp` to `final`, moving an old folder there aside first and removing it after; a failure
-    puts the old folder back."""
-    if not final.exists():
-        os.replace(tmp, final)
-        return
-    old = temp_path(final)
-    os.replace(final, old)
+    puts the old folder back. Another writer of `final` may rename its folder there in the moment between (two
+    overwriting saves at once): that one is moved aside too, as the old folder would have been had it come a moment
+    sooner, so the last writer wins whole and no half-replaced or orphaned copy is left."""
+    aside: list[Path] = []  # what was at `final`, in the order moved away: the old folder, then other writers'
     try:
-        with contextlib.suppress(OSError):  # a crash before the removal below leaves it for the next writer
-            _mark(old)
-        os.replace(tmp, final)
-    except BaseException:  # the new folder is not in place: the old one goes back, unmarked
-        with contextlib.suppress(OSError):
-            (old / WRITING_MARKER).unlink()
-        os.replace(old, final)
+        for _ in range(_SWAP_TRIES):
+            if os.path.lexists(final):
+                old = temp_path(final)
+                try:
+                    os.replace(final, old)
+                except FileNotFoundError:  # another writer moved it away meanwhile
+                    continue
+                aside.append(old)
+                with contextlib.suppress(OSError):  # a crash before the removal below leaves it for the next writer
+                    _mark(old, replaced=True)
+            try:
+                os.replace(tmp, final)
+            except OSError as error:
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                continue  # another writer's folder was renamed to `final` in between: move it aside in turn
+            break
+        else:
+            raise FileExistsError(errno.EEXIST, "other writers kept renaming their folders there", str(final))
+    except BaseException:  # the new folder is not in place: the last one moved aside goes back, unmarked
+        if aside and not os.path.lexists(final):
+            with contextlib.suppress(OSError):
+                (aside[-1] / WRITING_MARKER).unlink()
+            os.replace(aside.pop(), final)
+        for old in aside:  # replaced meanwhile by the folder now there
+            shutil.rmtree(old, ignore_errors=True)
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    for old in aside:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+_SWAP_TRIES = 100  # renames of another writer's folder in between that one replace_folder outlasts
 
 
 def write_new_folder(
@@ -393,33 +460,69 @@ def _is_ours(path: Path) -> bool:
 
 
 def _writer() -> dict[str, Any]:
-    """This process as a marker names it: host, boot id (where Linux gives one) and pid."""
+    """This process as a marker names it: host, boot id and pid namespace (where Linux gives them) and pid."""
     try:
         boot = _BOOT_ID.read_text(encoding="utf-8").strip()
     except OSError:
         boot = ""
-    return {"host": socket.gethostname(), "boot": boot, "pid": os.getpid()}
+    return {"host": socket.gethostname(), "boot": boot, "pid_namespace": pid_namespace(), "pid": os.getpid()}
 
 
-def _mark(folder: Path) -> None:
-    """Mark `folder` as a temp folder this process fills (WRITING_MARKER, naming the writer)."""
-    (folder / WRITING_MARKER).write_text(json.dumps(_writer()), encoding="utf-8")
+def pid_namespace() -> str:
+    """This process's pid namespace ('pid:[4026531836]'), '' where the system does not say (no Linux /proc): two
+    containers on one machine may share its host name and boot id, and each has a pid 1."""
+    try:
+        return os.readlink(_PID_NAMESPACE)
+    except OSError:
+        return ""
+
+
+def _mark(folder: Path, replaced: bool = False) -> None:
+    """Mark `folder` as a temp folder this process fills (WRITING_MARKER, naming the writer); `replaced`: the folder
+    it moved aside from its final path, whole, to put its new one there."""
+    (folder / WRITING_MARKER).write_text(json.dumps({**_writer(), "replaced": replaced}), encoding="utf-8")
+
+
+def recover_replaced(final: str | os.PathLike) -> bool:
+    """Put back at `final`, if nothing is there, the folder a writer killed while replacing it had moved aside (its
+    new one was not yet in place): else the next writer removed that whole earlier folder as a killed writer's temp
+    folder, and a write that would have been refused (an entry stored before) went through. Returns whether one was
+    put back. A moment's rename: the new folder, whole but unmarked, stays beside it as litter."""
+    final = Path(final)
+    if os.path.lexists(final):
+        return False
+    for stale in sorted(final.parent.glob(f"{temp_prefix(final)}*")):
+        if _is_ours(stale) and _marker(stale).get("replaced") is True:
+            try:
+                (stale / WRITING_MARKER).unlink()
+                os.rename(stale, final)
+            except OSError:  # put there meanwhile, or a place this user may not write: left as it is
+                continue
+            return True
+    return False
+
+
+def _marker(folder: Path) -> dict[str, Any]:
+    try:
+        stamp = json.loads((folder / WRITING_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return stamp if isinstance(stamp, dict) else {}
 
 
 def _writer_runs(marker: Path) -> bool:
     """Whether the writer `marker` names may still be filling its folder: one on another host (which we cannot ask),
     or a running process of this host's boot. An empty or unreadable marker is a killed writer's."""
-    try:
-        stamp = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    if not isinstance(stamp, dict) or not isinstance(stamp.get("pid"), int):
+    stamp = _marker(marker.parent)
+    if not isinstance(stamp.get("pid"), int):
         return False
     here = _writer()
     if stamp.get("host") != here["host"]:
         return True
     if stamp.get("boot") != here["boot"]:
         return False
+    if stamp.get("pid_namespace", here["pid_namespace"]) != here["pid_namespace"]:
+        return True  # another container on this machine (its host name may be ours): its pids are not ours to ask
     try:
         os.kill(stamp["pid"], 0)
     except ProcessLookupError:

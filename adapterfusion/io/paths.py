@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Collection
@@ -31,6 +32,8 @@ PATH_MAX = 4096  # bytes in a whole path on Linux
 TEMP_NAME_EXTRA = len("..12345678.tmp")
 # The empty temp folder check_writable_folder creates and removes to ask the file system whether it takes new entries.
 PROBE_NAME = "af-probe"
+# tempfile.mkdtemp's names: 8 of these characters between prefix and suffix
+_PROBE = re.compile(rf"^\.{PROBE_NAME}\.[a-z0-9_]{{8}}\.tmp$")
 # What the OS answers a write that runs out of room: a full disk, a quota, a file-size limit (ulimit -f).
 OUT_OF_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 Error = type[AdapterFusionError]
@@ -205,6 +208,7 @@ def _check_can_create(folder: Path, subject: str, fix: str, error: Error) -> Non
     removing it: os.access answers from permission bits, and for root from nothing at all, so /proc and /sys (which
     refuse any new file, to root too) passed it and the save failed half-way with a raw OSError. A full disk is left
     to the writer, whose StorageFullError says what happened to the earlier save."""
+    _remove_left_probes(folder)
     try:  # named as io/atomic.py names its temp folders, `.<name>.<8 random characters>.tmp`
         probe = Path(tempfile.mkdtemp(prefix=f".{PROBE_NAME}.", suffix=".tmp", dir=folder))
     except FileExistsError:  # no free temp name: nothing learnt, the writer will tell
@@ -222,6 +226,26 @@ def _check_can_create(folder: Path, subject: str, fix: str, error: Error) -> Non
         probe.rmdir()
 
 
+def _remove_left_probes(folder: Path) -> None:
+    """Remove the empty probe folders a check killed between creating and removing its probe left in `folder`: one
+    there made the folder not empty for good, and every later save into it (or run into that output dir) was
+    refused. Only empty ones go (rmdir): a folder of the user's of that name, with anything in it, stays."""
+    with contextlib.suppress(OSError, ValueError):
+        for entry in os.scandir(folder):
+            if _PROBE.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)
+
+
+def _is_probe(entry: Path) -> bool:
+    """Whether `entry` is an empty probe folder: one another process's check has in this folder right now."""
+    if not _PROBE.fullmatch(entry.name) or entry.is_symlink() or not entry.is_dir():
+        return False
+    with contextlib.suppress(OSError):
+        return not any(entry.iterdir())
+    return False
+
+
 def _check_nothing_foreign(
     path: Path,
     what: str,
@@ -234,7 +258,9 @@ def _check_nothing_foreign(
     write."""
     if only_ours and ours is not None:
         held = sorted(
-            entry.name for entry in check_readable_folder(path, f"{what} {str(path)!r}", error=error).iterdir()
+            entry.name
+            for entry in check_readable_folder(path, f"{what} {str(path)!r}", error=error).iterdir()
+            if not _is_probe(entry)
         )
         if held and not ours(path):
             raise error(

@@ -17,6 +17,7 @@ half an entry, and adding a task never touches others.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -35,7 +36,7 @@ from adapterfusion.errors import (
     SerializationError,
     ZooError,
 )
-from adapterfusion.io.atomic import atomic_write_json, replace_folder
+from adapterfusion.io.atomic import atomic_write_json, recover_replaced, replace_folder
 from adapterfusion.io.paths import (
     as_path,
     check_readable_file,
@@ -49,14 +50,19 @@ from adapterfusion.io.paths import (
     permission_denied,
 )
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, SEED_PREFIX, seed_folder
+from adapterfusion.serialization.formats import read_piece
+from adapterfusion.serialization.model_pieces import layout
 from adapterfusion.serialization.pieces import config_path, piece_digest, weights_path
+from adapterfusion.serialization.setup import piece_source
 from adapterfusion.tasks.spec import GENERATION
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON
 from adapterfusion.training.errors import TrainingError
-from adapterfusion.training.run_files import read_json
+from adapterfusion.training.run_files import LOCK_FILE, read_json
+from adapterfusion.training.run_lock import lock_holder
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
+    from adapterfusion.piece import Piece
 
 SHIPPED = "shipped"  # how experiment files and setup options name the shipped zoo
 ZOO_SETUP = "st-a"  # the setup of a zoo's adapters
@@ -204,6 +210,7 @@ class AdapterStore:
             check_readable_folder(run_dir, f"the run folder {str(run_dir)!r}", TrainingError)
         if not config_file.is_file():
             raise TrainingError(f"{run_dir} has no config.json; put() takes the run folder that train() wrote")
+        _check_not_training(run_dir)
         run = read_json(config_file, "put() takes the run folder that train() wrote")
         absent = [key for key in ("encoder", "task", "setup", "seed") if not isinstance(run, dict) or key not in run]
         if absent:
@@ -277,6 +284,7 @@ class AdapterStore:
         """Write the entry (`write` fills its temp folder) of a run folder `run_dir`'s pieces, or of a live model's."""
         check_bool(overwrite, "overwrite")  # "no" would replace a stored adapter: a str is truthy
         final = self.path(encoder, task, setup, seed)
+        recover_replaced(final)  # an entry a writer killed while replacing it had moved aside: back in place
         check_entry_encoder(final, encoder, identity, run_dir)  # before "pass overwrite=True", not the fix here
         if final.exists() and not overwrite:
             raise TrainingError(f"the store already holds {final}; pass overwrite=True to replace it")
@@ -373,6 +381,8 @@ class AdapterStore:
         check_bool(overwrite, "overwrite")
         encoder = encoder if encoder is not None else model_encoder(model)
         entry = self.path(encoder, task, setup, seed)
+        with contextlib.suppress(OSError):  # a store this user may not write: read as it is
+            recover_replaced(entry)
         if out_of_reach(entry / ENTRY_FILE):
             raise permission_denied(entry / ENTRY_FILE, error=TrainingError)
         if not (entry / ENTRY_FILE).is_file():
@@ -382,16 +392,8 @@ class AdapterStore:
                 f"(looked in {entry}); train it first: train({task!r}, {setup!r}, seed={seed}, store=...)"
                 + self._held_for_other_encoders(entry)
             )
-        recorded = _read_entry(entry / ENTRY_FILE)
-        _check_entry_matches(entry, recorded, {"task": task, "setup": setup, "seed": seed})
-        check_same_encoder(model, recorded.get("encoder_identity"), entry)
-        _check_entry_pieces(entry, recorded, ("adapter", "head") if head else ("adapter",))
         name = name or task
-        if head and not (entry / "head").is_dir():  # said as the entry's, not as a head folder (or Hub id) not found
-            raise TrainingError(
-                f"the store entry {entry} holds no head (stored without one: put_model(head=None), or a generation "
-                "task's adapter); load its adapter alone (head=False), or store it again with its head"
-            )
+        pieces = _read_entry_pieces(model, entry, {"task": task, "setup": setup, "seed": seed}, head)
         if head and name in model.head_names and not overwrite:  # before the adapter loads, not after
             raise PieceExistsError(
                 f"the model already has a head {name!r}; pass name= another name, or overwrite=True to replace its "
@@ -399,10 +401,10 @@ class AdapterStore:
                 name,
             )
         replaced = model.export_piece("adapter", name) if head and name in model.adapter_names else None
-        loaded = model.load_adapter(entry / "adapter", name=name, overwrite=overwrite)
+        loaded = model.install_piece(pieces["adapter"].renamed(name), overwrite)
         if head:
             try:
-                model.load_head(entry / "head", name=loaded, overwrite=overwrite, labels=labels)
+                model.install_piece(pieces["head"].renamed(loaded), overwrite, labels)
             except BaseException:  # all or nothing: the adapter alone would stay loaded, and block a retry
                 if replaced is not None:
                     model.install_piece(replaced, True)
@@ -410,6 +412,66 @@ class AdapterStore:
                     model.delete_adapter(loaded)
                 raise
         return loaded
+
+
+_READ_TRIES = 5  # reads of an entry another process keeps replacing, before giving up
+
+
+def _read_entry_pieces(model: AdaptedModel, entry: Path, asked: Mapping[str, Any], head: bool) -> dict[str, Piece]:
+    """The entry's adapter (and, with `head`, head), checked against its entry.json and read from one version of the
+    entry. put(overwrite=True) in another process replaces the entry folder whole: a load that read entry.json, the
+    adapter and the head one after the other across that moment paired pieces of two trainings, or refused them as
+    'replaced by hand'. So the entry is read again while its folder changed under the read."""
+    for _ in range(_READ_TRIES):
+        seen = _folder_id(entry)
+        try:
+            pieces = _read_entry_pieces_once(model, entry, asked, head)
+        except (AdapterFusionError, OSError):
+            if _folder_id(entry) == seen:
+                raise
+            continue
+        if seen is not None and _folder_id(entry) == seen:
+            return pieces
+    raise TrainingError(
+        f"the store entry {entry} was replaced {_READ_TRIES} times while it was read: another process keeps storing "
+        "it (put with overwrite=True); load it once that process is done"
+    )
+
+
+def _read_entry_pieces_once(model: AdaptedModel, entry: Path, asked: Mapping[str, Any], head: bool) -> dict[str, Piece]:
+    recorded = _read_entry(entry / ENTRY_FILE)
+    _check_entry_matches(entry, recorded, asked)
+    check_same_encoder(model, recorded.get("encoder_identity"), entry)
+    kinds = ("adapter", "head") if head else ("adapter",)
+    _check_entry_pieces(entry, recorded, kinds)
+    if head and not (entry / "head").is_dir():  # said as the entry's, not as a head folder (or Hub id) not found
+        raise TrainingError(
+            f"the store entry {entry} holds no head (stored without one: put_model(head=None), or a generation "
+            "task's adapter); load its adapter alone (head=False), or store it again with its head"
+        )
+    return {kind: read_piece(piece_source(entry / kind, kind), kind, layout(model)) for kind in kinds}
+
+
+def _folder_id(folder: Path) -> tuple[int, int] | None:
+    """Which folder is at `folder` now (device and inode), None if none: a replaced entry is another folder."""
+    try:
+        stat = os.stat(folder)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _check_not_training(run_dir: Path) -> None:
+    """Refuse a run folder another process trains right now (it holds its run.lock): its adapter and head are
+    written one after the other at its end (or the folder holds an earlier attempt's), so a copy taken meanwhile may
+    pair pieces of two trainings. train() itself puts its run while it holds the lock: this process, let through."""
+    holder = lock_holder(run_dir / LOCK_FILE)
+    if holder is not None and holder != os.getpid():
+        raise TrainingError(
+            f"{run_dir} is being trained right now by another process (pid {holder}); its adapter and head are "
+            "written at its end, so put() would copy an unfinished run's. Wait for that run to finish (train(..., "
+            "store=...) puts it into its store itself), then put it"
+        )
 
 
 def _digest_key(kind: str) -> str:
