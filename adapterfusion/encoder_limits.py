@@ -7,6 +7,7 @@ config alone lets an experiment file, a training run and a model call refuse it 
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -59,8 +60,8 @@ def encoder_config(encoder: str | os.PathLike) -> Any | None:
 
     try:
         return AutoConfig.from_pretrained(os.fspath(encoder), local_files_only=True)
-    except (OSError, ValueError, KeyError):  # not cached, not a model folder, or an unknown model_type
-        return None
+    except Exception:  # noqa: BLE001 - not cached, not a model folder, an unknown model_type, or a value its config
+        return None  # class refuses with its own error type: resolve_encoder names the file, key and value
 
 
 def check_max_length(max_length: object, encoder: str | os.PathLike, field: str = "max_length") -> None:
@@ -86,3 +87,79 @@ def cap_tokenizer_length(tokenizer: Any, config: Any) -> Any:
     if limit is not None and (not isinstance(current, int) or current > limit):
         tokenizer.model_max_length = limit
     return tokenizer
+
+
+# ---- what a config.json may hold --------------------------------------------------------------------------------
+# Sizes a model is built from, by their standard names (a config class's attribute_map gives its own key: GPT-2's
+# n_layer, DistilBERT's n_layers). Each a positive whole number where the file gives one: transformers builds a model
+# of no layers from num_hidden_layers=-1 and loads it without a word, and fails on a string deep in the tokenizer's
+# or the model's construction.
+_SIZES = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "num_key_value_heads",
+    "head_dim",
+)
+_ACTIVATIONS = ("hidden_act", "activation_function", "activation")
+_DTYPES = ("torch_dtype", "dtype")
+_MAPPINGS = ("id2label", "label2id")
+
+
+def check_config_values(config: Any, path: str | os.PathLike) -> None:
+    """ConfigError naming the key and its value where `config` (the JSON of the model config.json at `path`) holds
+    a value no model is built from: a size that is not a positive whole number, an activation transformers does not
+    know, a dtype that is no torch dtype, labels that are no mapping. A file that is no JSON object, or names no
+    model_type transformers knows, is its reader's to refuse."""
+    from transformers import CONFIG_MAPPING
+
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        return
+    aliases = getattr(CONFIG_MAPPING[model_type], "attribute_map", {}) or {}
+    for name in _SIZES:
+        key = aliases.get(name, name)
+        value = config.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            _bad_value(path, key, value, "a positive whole number" + (f" (its {name})" if key != name else ""))
+    for key in _ACTIVATIONS:
+        value = config.get(key)
+        if value is not None and not _known_activation(value):
+            _bad_value(path, key, value, "the name of an activation transformers knows (such as 'gelu' or 'silu')")
+    for key in _DTYPES:
+        value = config.get(key)
+        if value is not None and not _torch_dtype_name(value):
+            _bad_value(path, key, value, "the name of a torch dtype (such as 'float32' or 'bfloat16'), or null")
+    for key in _MAPPINGS:
+        value = config.get(key)
+        if value is not None and not isinstance(value, dict):
+            _bad_value(path, key, value, "a JSON object mapping label ids to label names (or names to ids)")
+    for key, value in config.items():  # Python's json reads NaN and Infinity: a NaN epsilon made every output NaN
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and math.isnan(value):
+            _bad_value(path, key, value, "a number (NaN makes every output NaN)")
+        if key.endswith(("_eps", "_epsilon")) and value is not None and not (number and 0 < value < math.inf):
+            _bad_value(path, key, value, "a small positive number (a normalisation's epsilon, such as 1e-12)")
+
+
+def _known_activation(value: object) -> bool:
+    from transformers.activations import ACT2FN
+
+    return isinstance(value, str) and value in ACT2FN
+
+
+def _torch_dtype_name(value: object) -> bool:
+    import torch
+
+    return isinstance(value, str) and isinstance(getattr(torch, value.removeprefix("torch."), None), torch.dtype)
+
+
+def _bad_value(path: str | os.PathLike, key: str, value: object, wanted: str) -> None:
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    raise ConfigError(
+        f"{os.fspath(path)} gives {key!r} the value {shown} ({type(value).__name__}), where the model needs {wanted}; "
+        "correct that value in the file, or save the model again with model.save_pretrained(folder)"
+    )

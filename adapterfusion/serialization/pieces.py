@@ -23,7 +23,7 @@ from adapterfusion._validation import check_bool, check_has_values, check_piece_
 from adapterfusion._version import __version__
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoders import check_not_model_folder
-from adapterfusion.errors import ConfigError, SerializationError
+from adapterfusion.errors import ConfigError, SavedSettingError, SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import head_config_from_dict
 from adapterfusion.interop.adapterhub_files import FILES as ADAPTERHUB_FILES
@@ -33,6 +33,7 @@ from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.paths import check_readable_file, check_readable_folder, check_writable_folder, out_of_reach
 from adapterfusion.piece import (
     PIECE_FORMAT,
+    SETUP_FILE,
     TRAINED_DTYPES,
     EncoderFingerprint,
     Piece,
@@ -40,6 +41,8 @@ from adapterfusion.piece import (
     check_finite_weights,
     is_our_piece_config,
     piece_weights_name,
+    setup_holding,
+    setup_part_folder,
 )
 
 PIECE_FORMAT_VERSION = 1
@@ -76,13 +79,17 @@ def weights_path(directory: Path, kind: str) -> Path:
     return directory / piece_weights_name(kind)
 
 
-def check_piece_folder(directory: str | Path, kind: str, name: str | None = None, overwrite: bool = False) -> Path:
+def check_piece_folder(
+    directory: str | Path, kind: str, name: str | None = None, overwrite: bool = False, setup: Path | None = None
+) -> Path:
     """`directory` if save_piece may write a `kind` there (io/paths.py): a folder that is, or can be made, writable,
     whose `<kind>.safetensors` and `<kind>_config.json`, if there, are a piece we saved; with `name`, a piece of that
     name unless `overwrite` (replacing another trained piece by mistake is as bad as replacing a user's file), and
     not a HuggingFace model's folder (encoders.check_not_model_folder), nor one holding an AdapterHub `kind` that
-    loading would read instead (interop/adapterhub_files.py). Files beside them stay."""
+    loading would read instead (interop/adapterhub_files.py), nor a part of a saved setup other than `setup` (the
+    save_pretrained writing it: check_not_in_setup). Files beside them stay."""
     check_bool(overwrite, "overwrite")
+    check_not_in_setup(directory, kind, setup)
     directory = check_writable_folder(
         directory,
         f"save_{kind}: the {kind} folder",
@@ -106,6 +113,55 @@ def check_piece_folder(directory: str | Path, kind: str, name: str | None = None
     return directory
 
 
+def check_not_in_setup(directory: str | Path, kind: str, setup: Path | None = None) -> None:
+    """Refuse to save a `kind` into a saved setup's folder or one of its piece folders (adapters/, fusions/, heads/),
+    unless that setup is `setup`, the save_pretrained writing it: the setup's index lists its pieces with the digest of
+    each one's config, so a piece saved over one of them leaves a setup that from_pretrained refuses (the old piece
+    gone), and one saved beside them a folder the index does not know."""
+    if not isinstance(directory, (str, os.PathLike)):  # not a path: check_writable_folder says so
+        return
+    held = setup_holding(directory)
+    if held is None or (setup is not None and held == Path(os.path.realpath(setup))):
+        return
+    where = "is the saved setup" if Path(os.path.realpath(directory)) == held else "is part of the saved setup"
+    raise ConfigError(
+        f"save_{kind}: the {kind} folder {str(directory)!r} {where} {str(held)!r}, whose {SETUP_FILE} lists its "
+        "pieces and the digest of each; saving a piece there would leave the setup disagreeing with its index (or "
+        f"replace one of its pieces). Save the {kind} into a folder of its own outside the setup; to change "
+        "the setup, load it (AdaptedModel.from_pretrained), change the model and save_pretrained it again"
+    )
+
+
+def check_format_version(document: Mapping[str, Any], path: Path, reads: int) -> None:
+    """SerializationError unless the saved `document` (a piece config, a setup index) has the format_version this
+    library `reads`; one above it was written by a newer adapterfusion, which the message names, with the fix."""
+    version = document.get("format_version")
+    if version == reads and not isinstance(version, bool):
+        return
+    newer = isinstance(version, int) and not isinstance(version, bool) and version > reads
+    raise SerializationError(
+        f"{path} has format_version {version!r}; this library reads {reads}"
+        + (
+            f": it was saved by a newer adapterfusion ({document.get('library_version') or 'version not recorded'}, "
+            f"this is {__version__}); upgrade adapterfusion to load it"
+            if newer
+            else ""
+        )
+    )
+
+
+def newer_library(document: Mapping[str, Any]) -> str | None:
+    """The library_version a saved `document` records where it is newer than this adapterfusion, else None (older,
+    the same, or none that reads as a version)."""
+    from packaging.version import InvalidVersion, Version
+
+    saved = document.get("library_version")
+    try:
+        return saved if isinstance(saved, str) and Version(saved) > Version(__version__) else None
+    except InvalidVersion:
+        return None
+
+
 def saved_piece_name(directory: Path, kind: str) -> str | None:
     """The name of the `kind` saved in `directory` (None if none of ours is, or its name is unreadable)."""
     if not holds_our_piece(directory, kind):
@@ -127,7 +183,7 @@ def holds_our_piece(directory: Path, kind: str) -> bool:
 
 def piece_folder(kind: str, name: str) -> str:
     """Where a saved setup (serialization/setup.py) keeps piece `name` of `kind`: 'adapters/<name>' and so on."""
-    return f"{kind}s/{name}"
+    return f"{setup_part_folder(kind)}/{name}"
 
 
 def save_piece(
@@ -196,10 +252,7 @@ def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
         )
     if not isinstance(document, dict) or document.get("format") != PIECE_FORMAT or document.get("kind") != kind:
         raise SerializationError(f"{path} is not an adapterfusion {kind} config (format/kind fields do not match)")
-    if document.get("format_version") != PIECE_FORMAT_VERSION:
-        raise SerializationError(
-            f"{path} has format_version {document.get('format_version')!r}; this library reads {PIECE_FORMAT_VERSION}"
-        )
+    check_format_version(document, path, PIECE_FORMAT_VERSION)
     for key in ("name", "config", "base_model"):
         if key not in document:
             raise SerializationError(f"{path} lacks the {key!r} field; the file is incomplete")
@@ -283,8 +336,19 @@ def piece_from_folder(directory: str | Path, kind: str, encoder: EncoderFingerpr
         raise SerializationError(
             f"{directory}: the fusion config's 'adapters' is {adapters!r}; expected a non-empty list of adapter names"
         )
-    with naming_file(config_path(directory, kind), "config"):
-        config = CONFIG_READERS[kind](document["config"])
+    try:
+        with naming_file(config_path(directory, kind), "config"):
+            config = CONFIG_READERS[kind](document["config"])
+    except SavedSettingError as error:
+        newer = newer_library(document)
+        if newer is None:
+            raise
+        raise SavedSettingError(
+            error.path,
+            f"{error.reason}. It was saved by adapterfusion {newer}, newer than this {__version__}, which may know "
+            "settings this one does not: upgrade adapterfusion to load it",
+            error.key,
+        ) from None
     weights = read_piece_weights(directory, kind, document.get(WEIGHTS_DIGEST))
     return Piece(kind, document["name"], config, weights, tuple(adapters), source=str(directory))
 

