@@ -42,6 +42,7 @@ from adapterfusion.experiments.store import DB_FILE, LOCK_FILE, ResultsStore, Ru
 from adapterfusion.experiments.writers import WRITERS_DIR, clear_dead_writers, registered_writer
 from adapterfusion.io.atomic import atomic_write_json, is_temp_name
 from adapterfusion.io.paths import check_writable_folder
+from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.progress import read_progress
 from adapterfusion.training.run import clear_run_dir
 
@@ -271,15 +272,23 @@ def _schedule(
                 job = ready.pop(0)
                 pending.remove(job)
                 run_dir = job.run_dir(spec.output_dir)
-                clear_run_dir(run_dir, keep_checkpoints=job.id in resumable, also=(JOB_LOG,))
+                try:
+                    clear_run_dir(run_dir, keep_checkpoints=job.id in resumable, also=(JOB_LOG,))
+                except TrainingError as err:  # another process trains in that folder: this job fails, untouched
+                    cleared: str | None = str(err)
+                else:
+                    cleared = None
                 store.mark_running(job.id, str(run_dir))
                 states[job.id] = "running"
                 progress.started(job.id, run_dir)
-                try:
-                    future = pool.submit(job_payload(spec, job, resume=job.id in resumable))
-                except Exception as err:  # noqa: BLE001 - e.g. a broken process pool: the job fails, not the runner
-                    future = Future()
-                    future.set_exception(err)
+                future: Future = Future()
+                if cleared is not None:
+                    future.set_result({"ok": False, "error": cleared})
+                else:
+                    try:
+                        future = pool.submit(job_payload(spec, job, resume=job.id in resumable))
+                    except Exception as err:  # noqa: BLE001 - e.g. a broken process pool: the job fails, not the runner
+                        future.set_exception(err)
                 running[future] = job
             if not running:
                 break  # nothing runnable is left (only possible with an inconsistent plan)

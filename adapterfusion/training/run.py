@@ -49,6 +49,7 @@ from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.hardware import hardware_info
 from adapterfusion.training.progress import PROGRESS_FILE
 from adapterfusion.training.run_files import LOCK_FILE, RUN_FORMAT_VERSION
+from adapterfusion.training.run_lock import lock_holder
 
 ENCODER_DIR = "encoder"  # a run's fine-tuned encoder, where a setup changes encoder weights
 # Every file and folder a run writes in its folder: what clear_run_dir may remove, and nothing else.
@@ -110,6 +111,12 @@ def clear_run_dir(run_dir: str | os.PathLike, keep_checkpoints: bool = False, al
     anything else there, such as a file the user put beside the run or inside one of its folders, stays. With
     `keep_checkpoints` its checkpoints/ stay for a resume, and the config.json that says which run they belong to."""
     run_dir = Path(run_dir)
+    holder = lock_holder(run_dir / LOCK_FILE)
+    if holder is not None and holder != os.getpid():  # its run.lock would go from under a live run, and its files
+        raise TrainingError(
+            f"run folder {str(run_dir)!r} is being trained by process {holder or '(starting)'} (it holds "
+            f"{LOCK_FILE}); wait for that run to end or stop it, or give this run another output folder"
+        )
     kept = {"checkpoints", CONFIG_FILE} if keep_checkpoints else set()
     for name in (*RUN_ENTRIES, *also):
         if name not in kept:

@@ -15,6 +15,7 @@ import pytest
 
 from adapterfusion.cli import main
 from adapterfusion.experiments import (
+    ExperimentSpec,
     OutputDirLockedError,
     ResultsStore,
     RunnerLock,
@@ -170,6 +171,39 @@ def test_a_failed_job_blocks_only_its_dependents_and_is_retried_next_run(tmp_pat
     summary = run_experiment(spec, executor=retry, progress=False)
     assert summary.ok
     assert retry.submitted == ["st-a-rf16/rte/seed-1", "fusion-st-a/rte/seed-1", "fusion-st-a/sst2/seed-1"]
+
+
+_HOLD_LOCK = """
+import sys
+from adapterfusion.training.run_lock import hold_lock
+with hold_lock(sys.argv[1], "busy"):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_job_whose_run_folder_another_process_trains_fails_and_its_files_stay(tmp_path, tiny_encoder_dir):
+    """The runner cleared each job's run folder before it ran, run.lock and files of a train() another process ran
+    there included; now that job fails naming the process, and runs once that process is done."""
+    spec = tiny_experiment(tiny_encoder_dir, tmp_path / "out")
+    loaded = ExperimentSpec.from_dict(spec)
+    run_dir = next(j for j in plan_jobs(loaded) if j.id == "head/rte/seed-1").run_dir(loaded.output_dir)
+    run_experiment(spec, executor=_ScriptedExecutor(fail={"head/rte/seed-1"}), progress=False)  # retried next run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.json").write_text("{}")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(run_dir / "run.lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        summary = run_experiment(spec, executor=_ScriptedExecutor(fail=set()), progress=False)
+    finally:
+        holder.communicate(timeout=30)
+    assert list(summary.failed) == ["head/rte/seed-1"]
+    assert f"is being trained by process {holder.pid}" in summary.failed["head/rte/seed-1"]
+    assert (run_dir / "metrics.json").read_text() == "{}"
+    retry = _ScriptedExecutor(fail=set())
+    assert run_experiment(spec, executor=retry, progress=False).ok and retry.submitted[0] == "head/rte/seed-1"
 
 
 def test_force_after_changing_the_adapters_settings_re_runs_the_fusions_that_fuse_them(tmp_path, tiny_encoder_dir):
