@@ -38,7 +38,9 @@ import cases_experiments
 import cases_files
 import cases_forward
 import cases_generate
+import cases_heads
 import cases_heads_spans
+import cases_leftovers
 import cases_loading
 import cases_metrics
 import cases_overwrites
@@ -55,6 +57,7 @@ import cases_serving_http
 import cases_store_interop
 import cases_sweep_pieces
 import cases_task_data
+import cases_training_loop
 import cases_training_use
 import cases_unchecked
 from adapterfusion.experiments import ResultsStore
@@ -1214,6 +1217,9 @@ CASES: tuple[BadInput, ...] = (
     *cases_loading.CASES,
     *cases_concurrency.CASES,
     *cases_analysis_pruning.CASES,
+    *cases_leftovers.CASES,
+    *cases_training_loop.CASES,
+    *cases_heads.CASES,
 )
 
 
