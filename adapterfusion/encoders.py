@@ -22,7 +22,7 @@ import os
 import re
 import weakref
 import zipfile
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 from typing import TYPE_CHECKING, Any, cast
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
-from adapterfusion._validation import check_has_values
+from adapterfusion._validation import check_has_values, short_repr
 from adapterfusion.encoder_limits import cap_tokenizer_length, check_config_values
 from adapterfusion.errors import (
     AdapterFusionError,
@@ -322,7 +322,43 @@ def _check_folder_files(folder: Path, present: list[str]) -> None:
                 "tokenizer.save_pretrained(folder)), or download a Hub id's files again"
             )
         if name in _JSON_FILES:
-            _json_object(path, _JSON_FILES[name], f"the tokenizer of encoder {folder} does not load: ")
+            document = _json_object(path, _JSON_FILES[name], f"the tokenizer of encoder {folder} does not load: ")
+            if name == "tokenizer_config.json":
+                _check_tokenizer_config(document, path)
+
+
+# tokenizer_config.json keys transformers reads as one type, each with what it must be: a wrong one failed deep in
+# the tokenizer's construction ('int' object has no attribute 'removesuffix'), or loaded and cut every text short (a
+# model_max_length of -3) or failed at the first chat (a chat_template that is a number).
+_TOKENIZER_KEYS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "tokenizer_class": (
+        lambda v: isinstance(v, str) and v != "",
+        "the name of a tokenizer class, such as 'BertTokenizer'",
+    ),
+    "model_max_length": (  # a whole float too: some Hub files say 1e30 for no limit
+        lambda v: (isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()) and v > 0,
+        "a positive whole number",
+    ),
+    "padding_side": (lambda v: v in ("right", "left"), "'right' or 'left'"),
+    "truncation_side": (lambda v: v in ("right", "left"), "'right' or 'left'"),
+    "chat_template": (
+        lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(t, dict) for t in v)),
+        "a Jinja template (a string), or a list of {'name': ..., 'template': ...} objects",
+    ),
+}
+
+
+def _check_tokenizer_config(document: Mapping[str, Any], path: Path) -> None:
+    """ConfigError naming tokenizer_config.json, the key and its value where a key read as one type holds another
+    (null: transformers' default), as _check_model_config does for config.json."""
+    for key, (fits, wanted) in _TOKENIZER_KEYS.items():
+        value = document.get(key)
+        if value is not None and not fits(value):
+            raise ConfigError(
+                f"{path} gives {key!r} the value {short_repr(value)} ({type(value).__name__}), where the tokenizer "
+                f"needs {wanted}; correct that value in the file, or save the tokenizer again with "
+                "tokenizer.save_pretrained(folder)"
+            )
 
 
 def _json_object(path: Path, writer: str, tokenizer: str = "") -> dict[str, Any]:

@@ -69,6 +69,27 @@ def _is_part_folder(setup: Path, inside: Path) -> bool:
     return False
 
 
+def check_not_in_setup(directory: str | Path, kind: str, setup: Path | None = None, writer: str = "") -> None:
+    """Refuse to save a `kind` into a saved setup's folder or one of its piece folders (adapters/, fusions/, heads/),
+    unless that setup is `setup`, the save_pretrained writing it: the setup's index lists its pieces with the digest of
+    each one's config, so a piece saved over one of them leaves a setup that from_pretrained refuses (the old piece
+    gone), and one saved beside them a folder the index does not know. `writer`: what writes the piece, save_<kind>
+    unless told (export_adapterhub: AdapterHub's files there break the setup the same way)."""
+    if not isinstance(directory, (str, os.PathLike)):  # not a path: check_writable_folder says so
+        return
+    held = setup_holding(directory)
+    if held is None or (setup is not None and held == Path(os.path.realpath(setup))):
+        return
+    where = "is the saved setup" if Path(os.path.realpath(directory)) == held else "is part of the saved setup"
+    writer = writer or f"save_{kind}"
+    raise ConfigError(
+        f"{writer}: the {kind} folder {str(directory)!r} {where} {str(held)!r}, whose {SETUP_FILE} lists its "
+        "pieces and the digest of each; saving a piece there would leave the setup disagreeing with its index (or "
+        f"replace one of its pieces). Save the {kind} into a folder of its own outside the setup; to change "
+        "the setup, load it (AdaptedModel.from_pretrained), change the model and save_pretrained it again"
+    )
+
+
 def piece_weights_name(kind: str) -> str:
     """The weights file save_<kind> writes beside `<kind>_config.json` (an adapter's is AdapterHub's name too)."""
     return f"{kind}.safetensors"

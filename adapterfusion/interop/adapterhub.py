@@ -53,6 +53,7 @@ from adapterfusion.piece import (
     PieceHolder,
     by_site,
     check_finite_weights,
+    check_not_in_setup,
     param_key,
     split_param_key,
 )
@@ -306,6 +307,7 @@ def piece_to_adapterhub(
 ) -> Path:
     """Write `piece` (from the encoder `layout` describes) as AdapterHub's `adapters` 1.3.0 saves it (write_folder
     checks use_safetensors and `overwrite`)."""
+    check_not_in_setup(directory, piece.kind, writer="export_adapterhub")  # as save_<kind>: it breaks a setup alike
     if piece.kind != "head":
         _require_adapterhub_sites(layout)
     else:

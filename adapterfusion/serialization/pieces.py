@@ -33,15 +33,14 @@ from adapterfusion.io.documents import read_bytes, read_json
 from adapterfusion.io.paths import check_readable_file, check_readable_folder, check_writable_folder, out_of_reach
 from adapterfusion.piece import (
     PIECE_FORMAT,
-    SETUP_FILE,
     TRAINED_DTYPES,
     EncoderFingerprint,
     Piece,
     PieceConfig,
     check_finite_weights,
+    check_not_in_setup,
     is_our_piece_config,
     piece_weights_name,
-    setup_holding,
     setup_part_folder,
 )
 
@@ -111,25 +110,6 @@ def check_piece_folder(
             f"there would replace it. Choose another folder, or pass overwrite=True to replace {saved!r}"
         )
     return directory
-
-
-def check_not_in_setup(directory: str | Path, kind: str, setup: Path | None = None) -> None:
-    """Refuse to save a `kind` into a saved setup's folder or one of its piece folders (adapters/, fusions/, heads/),
-    unless that setup is `setup`, the save_pretrained writing it: the setup's index lists its pieces with the digest of
-    each one's config, so a piece saved over one of them leaves a setup that from_pretrained refuses (the old piece
-    gone), and one saved beside them a folder the index does not know."""
-    if not isinstance(directory, (str, os.PathLike)):  # not a path: check_writable_folder says so
-        return
-    held = setup_holding(directory)
-    if held is None or (setup is not None and held == Path(os.path.realpath(setup))):
-        return
-    where = "is the saved setup" if Path(os.path.realpath(directory)) == held else "is part of the saved setup"
-    raise ConfigError(
-        f"save_{kind}: the {kind} folder {str(directory)!r} {where} {str(held)!r}, whose {SETUP_FILE} lists its "
-        "pieces and the digest of each; saving a piece there would leave the setup disagreeing with its index (or "
-        f"replace one of its pieces). Save the {kind} into a folder of its own outside the setup; to change "
-        "the setup, load it (AdaptedModel.from_pretrained), change the model and save_pretrained it again"
-    )
 
 
 def check_format_version(document: Mapping[str, Any], path: Path, reads: int) -> None:

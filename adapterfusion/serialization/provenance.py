@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion._validation import short_repr
-from adapterfusion.defaults import STORE_DIR, ZOO_DIR, zoo_manifest
-from adapterfusion.errors import ConfigError
+from adapterfusion.defaults import MANIFEST_FILE, STORE_DIR, ZOO_DIR, zoo_manifest
+from adapterfusion.errors import ConfigError, ZooError
 from adapterfusion.io.documents import read_json
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, METRICS_FILE, SEED_PREFIX
 
@@ -61,8 +61,7 @@ def _from_run(run_dir: Path) -> dict[str, Any]:
 def _from_store_entry(entry_dir: Path) -> dict[str, Any]:
     entry = _object(entry_dir / ENTRY_FILE)
     if entry_dir.resolve().is_relative_to(ZOO_DIR / STORE_DIR):
-        manifest = zoo_manifest()
-        record = manifest["tasks"].get(entry.get("task"), {})
+        manifest, record = _zoo_record(entry.get("task"))
         return _provenance(
             record,
             task=entry.get("task"),
@@ -73,6 +72,28 @@ def _from_store_entry(entry_dir: Path) -> dict[str, Any]:
     if entry.get("source") and all((run_dir / name).is_file() for name in RUN_FILES):
         return _from_run(run_dir)
     return _provenance(entry, origin="adapterfusion AdapterStore entry")
+
+
+def _zoo_record(task: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The shipped zoo's manifest and its record of `task` ({} where it has none); ZooError naming the file where
+    the manifest is not the shape scripts/package_zoo.py writes (a list, no `tasks` object, a task's record no
+    object), which read as a KeyError, AttributeError or TypeError."""
+    manifest = zoo_manifest()
+    tasks = manifest.get("tasks") if isinstance(manifest, dict) else None
+    record = tasks.get(task, {}) if isinstance(tasks, dict) and isinstance(task, str) else {}
+    wrong = None
+    if not isinstance(manifest, dict):
+        wrong = "is no JSON object"
+    elif not isinstance(tasks, dict):
+        wrong = "has no 'tasks' object"
+    elif not isinstance(record, dict):
+        wrong = f"records task {task!r} as {short_repr(record)}, not an object"
+    if wrong is not None:
+        raise ZooError(
+            f"{ZOO_DIR / MANIFEST_FILE} {wrong}, so the provenance of the shipped zoo's adapters cannot be read: this "
+            "install's adapter zoo is damaged; reinstall adapterfusion (or run scripts/package_zoo.py)"
+        )
+    return manifest, record
 
 
 def _provenance(record: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion._validation import check_bool, check_int, naming_file, short_repr
-from adapterfusion.defaults import STORE_DIR, ZOO_DIR
+from adapterfusion._validation import check_bool, check_int, check_piece_name, naming_file, short_repr
+from adapterfusion.defaults import MANIFEST_FILE, STORE_DIR, ZOO_DIR, zoo_manifest
 from adapterfusion.encoders import check_same_encoder, encoder_identity, encoder_key, require_wrapped
 from adapterfusion.errors import (
     AdapterFusionError,
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 SHIPPED = "shipped"  # how experiment files and setup options name the shipped zoo
 ZOO_SETUP = "st-a"  # the setup of a zoo's adapters
+IDENTITY_KEY = "identity"  # where the zoo manifest's `encoder` records encoders.encoder_identity of its encoder
 
 
 def _piece_files(kind: str) -> tuple[str, str]:
@@ -367,6 +368,8 @@ class AdapterStore:
         require_wrapped(model, "AdapterStore.load_into")
         check_bool(head, "head")
         check_bool(overwrite, "overwrite")
+        if name is not None:  # '' (or 0) is refused as a name, not read as "none given" and replaced by the task's
+            check_piece_name(name, "adapter")
         encoder = encoder if encoder is not None else model_encoder(model)
         entry = self.path(encoder, task, setup, seed)
         with contextlib.suppress(OSError):  # a store this user may not write: read as it is
@@ -380,7 +383,7 @@ class AdapterStore:
                 f"(looked in {entry}); train it first: train({task!r}, {setup!r}, seed={seed}, store=...)"
                 + self._held_for_other_encoders(entry)
             )
-        name = name or task
+        name = task if name is None else name
         pieces = _read_entry_pieces(model, entry, {"task": task, "setup": setup, "seed": seed}, head)
         if head and name in model.head_names and not overwrite:  # before the adapter loads, not after
             raise PieceExistsError(
@@ -429,7 +432,7 @@ def _read_entry_pieces(model: AdaptedModel, entry: Path, asked: Mapping[str, Any
 def _read_entry_pieces_once(model: AdaptedModel, entry: Path, asked: Mapping[str, Any], head: bool) -> dict[str, Piece]:
     recorded = _read_entry(entry / ENTRY_FILE)
     _check_entry_matches(entry, recorded, asked)
-    check_same_encoder(model, recorded.get("encoder_identity"), entry)
+    check_same_encoder(model, _encoder_identity(entry, recorded), entry)
     kinds = ("adapter", "head") if head else ("adapter",)
     _check_entry_pieces(entry, recorded, kinds)
     if head and not (entry / "head").is_dir():  # said as the entry's, not as a head folder (or Hub id) not found
@@ -438,6 +441,25 @@ def _read_entry_pieces_once(model: AdaptedModel, entry: Path, asked: Mapping[str
             "task's adapter); load its adapter alone (head=False), or store it again with its head"
         )
     return {kind: read_piece(piece_source(entry / kind, kind), kind, layout(model)) for kind in kinds}
+
+
+def _encoder_identity(entry: Path, recorded: Mapping[str, Any]) -> Any:
+    """The identity of the encoder the entry was trained on (encoders.encoder_identity), which entry.json records;
+    for an entry of the shipped zoo, stored before entries recorded it, the one the zoo's manifest records of the
+    encoder all its adapters were trained on (scripts/package_zoo.py): without it they loaded into any encoder of
+    the same sizes, even a random one. None (not checked) where neither records one."""
+    identity = recorded.get("encoder_identity")
+    if identity or not entry.resolve().is_relative_to((ZOO_DIR / STORE_DIR).resolve()):
+        return identity
+    manifest = zoo_manifest()
+    shipped = manifest.get("encoder") if isinstance(manifest, dict) else None
+    identity = shipped.get(IDENTITY_KEY) if isinstance(shipped, dict) else None
+    if identity is not None and not isinstance(identity, dict):
+        raise ZooError(
+            f"{ZOO_DIR / MANIFEST_FILE} records the zoo's encoder {IDENTITY_KEY!r} as {short_repr(identity)}, not an "
+            "object: this install's adapter zoo is damaged; reinstall adapterfusion (or run scripts/package_zoo.py)"
+        )
+    return identity
 
 
 def _folder_id(folder: Path) -> tuple[int, int] | None:

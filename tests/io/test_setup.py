@@ -225,7 +225,8 @@ def test_overwrite_removes_only_the_dropped_pieces_files_we_wrote(tmp_path):
     theirs = setup / "adapters" / "b"
     for path in theirs.iterdir():
         path.unlink()
-    export_adapterhub(model, "adapter", "b", theirs)  # the user's files, AdapterHub's names
+    for path in export_adapterhub(model, "adapter", "b", tmp_path / "export").iterdir():  # refused into a setup
+        (theirs / path.name).write_bytes(path.read_bytes())  # the user's files, AdapterHub's names, copied there
     edited = setup / "adapters" / "c" / "adapter_config.json"
     edited.write_text(edited.read_text() + "\n")  # still our format, but not the bytes the index recorded
     kept = {**_tree(theirs), **{str(edited): edited.read_bytes()}}

