@@ -49,10 +49,25 @@ class HeadConfig:
     def __post_init__(self) -> None:
         plain_fields(self)  # np.int64(3) would pass every check and then fail json at save time
         check_int(self.num_labels, "num_labels", minimum=1, maximum=MAX_LABELS, why_maximum=TORCH_DIMENSION)
-        if self.kind == "classification" and self.num_labels < 2:  # cross-entropy over one class is always 0
+        if self.kind in ("classification", "token_classification") and self.num_labels < 2:
+            fix = (  # cross-entropy over one class is always 0
+                "use num_labels=2 for a yes/no task, or af.RegressionHead() for one real value"
+                if self.kind == "classification"
+                else "a tagging task has at least two tags, e.g. 'O' and one entity tag"
+            )
             raise ConfigError(
-                f"num_labels={self.num_labels}: a classification head over one class learns nothing (its loss is "
-                "always 0); use num_labels=2 for a yes/no task, or af.RegressionHead() for one real value"
+                f"num_labels={self.num_labels}: a {self.kind} head over one class learns nothing (its loss is "
+                f"always 0); {fix}"
+            )
+        if self.kind == "regression" and self.num_labels != 1:  # its loss and labels are one value per example
+            raise ConfigError(
+                f"num_labels={self.num_labels}: a regression head predicts one real value per example (labels "
+                "[batch], a mean-squared-error loss); leave num_labels out, or for classes use af.ClassificationHead"
+            )
+        if self.per_token and self.pooling is not None:  # it would be saved and shown, and never used
+            raise ConfigError(
+                f"pooling={short_repr(self.pooling)}: a {self.kind} head predicts from every token's output and pools "
+                "nothing; leave pooling out"
             )
         check_int(self.layers, "layers", minimum=1, maximum=MAX_HEAD_LAYERS, why_maximum=_WHY_MAX_LAYERS)
         check_choice(self.activation, HEAD_ACTIVATIONS, "head activation")

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from adapterfusion._validation import short_repr
+from adapterfusion._validation import check_int, short_repr
 from adapterfusion.errors import ConfigError
 
 MAX_ANSWER_TOKENS = 30  # BERT's run_squad default: longer predicted spans are never taken
@@ -44,15 +44,17 @@ def _positions(values: object, name: str) -> torch.Tensor:
             f"qa_labels: {name}={short_repr(values)} are not token indices ({error}); pass a tensor or list of ints"
         ) from None
     tensor = tensor.reshape(-1)
-    if (
-        tensor.dtype == torch.bool
-        or tensor.is_complex()
-        or (tensor.is_floating_point() and not bool((tensor == tensor.round()).all()))
-    ):
+    if tensor.dtype == torch.bool or tensor.is_complex() or not whole_values(tensor):
         raise ConfigError(
             f"qa_labels: {name} must be whole token indices, got {short_repr(tensor.tolist())} ({tensor.dtype})"
         )
     return tensor.long()
+
+
+def whole_values(tensor: torch.Tensor) -> bool:
+    """Whether every value is a whole, finite number: what .long() keeps as is (it truncates 1.5, and turns NaN and
+    infinity into -2**63, which int() of the value cannot even convert)."""
+    return not tensor.is_floating_point() or bool((torch.isfinite(tensor) & (tensor == tensor.round())).all())
 
 
 def qa_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -71,7 +73,7 @@ def check_qa_labels(labels: torch.Tensor, name: str, shape: torch.Size) -> None:
             f"head {name!r} (question answering): labels of shape {tuple(labels.shape)} must be [batch, 2] = "
             f"[{batch}, 2], each row (start_position, end_position); build them with af.qa_labels(start, end)"
         )
-    if labels.is_floating_point() and not bool((labels == labels.round()).all()):
+    if not whole_values(labels):
         raise ConfigError(f"head {name!r}: start/end positions must be whole token indices, got {labels.tolist()[:3]}")
     low, high = torch.aminmax(labels)
     if float(low) < 0 or float(high) >= length:
@@ -108,21 +110,26 @@ def best_span(
 
     offsets: [seq, 2] character offsets of each token in the context, NOT_CONTEXT for the others (and padding).
     """
-    if max_answer_tokens < 1:
-        raise ConfigError(f"max_answer_tokens={max_answer_tokens} must be at least 1")
+    check_int(max_answer_tokens, "max_answer_tokens", minimum=1)
     start_logits, end_logits = np.asarray(start_logits, np.float64), np.asarray(end_logits, np.float64)
+    if start_logits.ndim != 1 or end_logits.ndim != 1:
+        raise ConfigError(
+            f"best_span: start and end logits of shapes {list(start_logits.shape)} and {list(end_logits.shape)} "
+            "must be one value per token of one feature, [seq] each"
+        )
     offsets = np.asarray(offsets).reshape(-1, 2)
-    length = min(len(start_logits), len(offsets))
+    length = min(len(start_logits), len(end_logits), len(offsets))
     context = offsets[:length, 0] != NOT_CONTEXT
     if not context.any():
         return None
+    width = min(int(max_answer_tokens), length)  # a longer span cannot fit: 10**9 allocated [seq, 10**9] scores
     starts = np.arange(length)[:, None]
-    ends = starts + np.arange(max_answer_tokens)[None, :]
+    ends = starts + np.arange(width)[None, :]
     inside = ends < length
     ends = np.minimum(ends, length - 1)
     valid = inside & context[starts] & context[ends]
     scores = np.where(valid, start_logits[starts] + end_logits[:length][ends], -np.inf)
     best = int(np.argmax(scores))
-    start, width = divmod(best, max_answer_tokens)
-    end = start + width
+    start, extra = divmod(best, width)
+    end = start + extra
     return Span(float(scores.flat[best]), start, end, int(offsets[start, 0]), int(offsets[end, 1]))

@@ -9,7 +9,7 @@ BERT's CoNLL-2003 recipe and of AdapterHub's TaggingHead).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.errors import ConfigError
+from adapterfusion.heads.question_answering import whole_values
 
 IGNORE_INDEX = -100
 
@@ -35,8 +36,8 @@ def check_tagging_labels(labels: torch.Tensor, name: str, num_labels: int, shape
             f"{tuple(shape)} like input_ids, with {IGNORE_INDEX} on tokens that carry no tag "
             "(af.word_labels_to_tokens aligns word tags to the tokenizer's output)"
         )
-    if labels.is_floating_point() and not bool((labels == labels.round()).all()):
-        raise ConfigError(f"head {name!r}: tags must be integer ids, got fractional values")
+    if not whole_values(labels):
+        raise ConfigError(f"head {name!r}: tags must be integer ids, got fractional or non-finite values")
     if not bool((labels != IGNORE_INDEX).any()):
         raise ConfigError(
             f"head {name!r}: every label of the batch is {IGNORE_INDEX}, so there is nothing to learn from (the loss "
@@ -62,6 +63,11 @@ def word_labels_to_tokens(word_ids: Sequence[int | None], word_labels: Sequence[
     other sub-tokens and on tokens of no word (special tokens). `word_ids` is a fast tokenizer's
     `encoding.word_ids(i)`; a word cut off by truncation simply has no token."""
     tags = _word_tags(word_labels)
+    if isinstance(word_ids, (str, bytes)) or not isinstance(word_ids, Iterable):
+        raise ConfigError(
+            f"word_labels_to_tokens: word_ids={short_repr(word_ids)} must be the word index of each token (None for "
+            "special tokens): a fast tokenizer's encoding.word_ids(i)"
+        )
     labels, previous = [], None
     for word in word_ids:
         if word is not None and not (isinstance(word, numbers.Integral) and is_whole(word) and 0 <= word < len(tags)):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from adapterfusion._validation import short_repr
+from adapterfusion._validation import is_finite_number, short_repr
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.instruction import IGNORE_INDEX
 
@@ -158,7 +158,13 @@ def _example_labels(labels: list[Any], key: str) -> torch.Tensor:
     score = isinstance(labels[0], (float, np.floating))
     for i, label in enumerate(labels):
         number = isinstance(label, (int, float, np.integer, np.floating)) and not isinstance(label, bool)
-        if not number or (not score and float(label) != int(label)) or not np.isfinite(label):
+        # an int beyond int64 (2**70) was a TypeError from np.isfinite; a float's finiteness is checked first
+        if (
+            not number
+            or not is_finite_number(label)
+            or (not score and float(label) != int(label))
+            or (not score and not -(2**63) <= int(label) < 2**63)
+        ):
             raise TaskError(
                 f"example {i} of the batch has {key}={short_repr(label)}; a label is a class id (an integer) or, for "
                 "a regression task, a finite score (a float): load the data with load_task_data, which converts "
@@ -196,10 +202,15 @@ def _padded(rows: list[Sequence[int]], length: int, value: int, left: bool, key:
     out = np.full((len(rows), length), value, dtype=np.int64)
     for i, row in enumerate(rows):
         try:
+            values = np.asarray(row.cpu() if isinstance(row, torch.Tensor) else row)
+            if values.dtype.kind == "f" and not bool((np.isfinite(values) & (values == np.round(values))).all()):
+                raise TypeError("fractional or non-finite values")  # 1.5 was truncated to 1 without a word
+            if values.dtype.kind in "USO":  # numpy parses '7' as 7 silently
+                raise TypeError(f"values of dtype {values.dtype}, not integer ids")
             if left:
-                out[i, length - len(row) :] = row
+                out[i, length - len(row) :] = values
             else:
-                out[i, : len(row)] = row
+                out[i, : len(row)] = values
         except (TypeError, ValueError, OverflowError) as error:  # text or None where token ids belong
             raise TaskError(
                 f"{key} of row {i} of the batch ({short_repr(row)}) are not integers ({type(error).__name__}: "

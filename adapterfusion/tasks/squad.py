@@ -140,21 +140,26 @@ def _answer_chars(text: str, start: int) -> tuple[int, int]:
     return start + lead, start + len(text.rstrip())
 
 
-def _answer_tokens(offsets: Sequence[Sequence[int]], context_tokens: list[int], start: int, end: int) -> list[int]:
+def _answer_tokens(
+    offsets: Sequence[Sequence[int]], context_tokens: list[int], start: int, end: int
+) -> list[int] | None:
     """[start token, end token] of the answer's characters [start, end) in this window, or [0, 0] when the window
-    does not hold all of it (or no context token: a context of only whitespace)."""
+    does not hold all of it (or no context token: a context of only whitespace); None when the window holds it but
+    no token covers any of its characters (the tokenizer dropped them all: a zero-width or control character)."""
     if not context_tokens:
         return [0, 0]
     first, last = context_tokens[0], context_tokens[-1]
     if offsets[first][0] > start or offsets[last][1] < end:
         return [0, 0]
+    if not any(offsets[i][0] < end and offsets[i][1] > start for i in context_tokens):
+        return None  # the nearest tokens around it would be trained on as the answer
     start_token = max(i for i in context_tokens if offsets[i][0] <= start)
     end_token = min(i for i in context_tokens if offsets[i][1] >= end)
     return [start_token, max(end_token, start_token)]
 
 
 def _encode_qa_batch(
-    batch: Mapping[str, list], indices: list[int], spec: TaskSpec, tokenizer: Any, max_length: int
+    batch: Mapping[str, list], indices: list[int], spec: TaskSpec, tokenizer: Any, max_length: int, split: str
 ) -> dict[str, list]:
     questions, contexts = fields.text_columns(batch, spec)
     answers = [answers_of(value) for value in fields.field_values(batch, spec.label_field)]
@@ -193,7 +198,15 @@ def _encode_qa_batch(
             for o, s in zip(windows["offset_mapping"][feature], sequence, strict=True)
         ]
         texts, starts = answers[row]
-        start, end = _answer_tokens(offsets, context_tokens, *_answer_chars(texts[0], starts[0])) if texts else (0, 0)
+        span = _answer_tokens(offsets, context_tokens, *_answer_chars(texts[0], starts[0])) if texts else [0, 0]
+        if span is None:
+            raise TaskError(
+                f"task {spec.name!r}, split {split!r}, row {indices[row]}: answer {texts[0]!r} (answer_start "
+                f"{starts[0]}) has no token for the tokenizer {type(tokenizer).__name__}, which drops every character "
+                "of it, so the tokens around it would be trained on as the answer; give the answer's visible text, "
+                "or drop the row."
+            )
+        start, end = span
         out[START_COLUMN].append(start)
         out[END_COLUMN].append(end)
         out[EXAMPLE_COLUMN].append(indices[row])
@@ -236,7 +249,7 @@ def encode_qa_split(
         with_indices=True,
         remove_columns=dataset.column_names,
         num_proc=num_proc,
-        fn_kwargs={"spec": spec, "tokenizer": tokenizer, "max_length": max_length},
+        fn_kwargs={"spec": spec, "tokenizer": tokenizer, "max_length": max_length, "split": role},
         desc=f"{spec.name}/{role}: tokenising into windows",
     )
     cut = int(sum(mapped[_CUT_COLUMN]))
@@ -303,6 +316,8 @@ def _check_features(features: Any, columns: Sequence[str]) -> None:
 def score_qa(features: Any, logits: np.ndarray, metrics: Sequence[str] | None = None) -> dict[str, float]:
     """SQuAD's exact match and F1 (fractions) of the decoded answers against every gold answer, per example."""
     _check_features(features, (GOLD_COLUMN,))
+    if isinstance(metrics, str):  # read letter by letter: "f1" was the unknown metrics ['f', '1']
+        raise TaskError(f"QA metrics={metrics!r} is one text; pass a list of metric names, e.g. [{metrics!r}].")
     unknown = [name for name in metrics or () if name not in QA_METRICS]
     if unknown:
         raise TaskError(f"QA metrics {unknown} are unknown; extractive QA is scored with {list(QA_METRICS)}.")

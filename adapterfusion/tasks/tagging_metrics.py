@@ -38,8 +38,9 @@ def _split(tag: str) -> tuple[str, str]:
 
 def chunks(tags: Iterable[str]) -> list[Chunk]:
     """The chunks of one tag sequence, in order."""
-    if isinstance(tags, str):
-        raise TaskError(f"tags {tags!r} are one text; pass a list of tags (e.g. ['B-PER', 'I-PER']).")
+    if isinstance(tags, str) or not isinstance(tags, Iterable):
+        what = "one text" if isinstance(tags, str) else f"a {type(tags).__name__}"
+        raise TaskError(f"tags {tags!r} are {what}; pass a list of tags (e.g. ['B-PER', 'I-PER']).")
     found: list[Chunk] = []
     start, previous, previous_kind = 0, OUTSIDE, ""
     tags = list(tags)
@@ -63,22 +64,25 @@ def _joined(sentences: Sequence[Sequence[str]]) -> list[str]:
     return [tag for sentence in sentences for tag in [*sentence, OUTSIDE]]
 
 
-def _check_sentences(name: str, sentences: object) -> None:
-    """One list of tag names per sentence: a bare list of tags would be read as sentences of one-letter tags."""
+def _check_sentences(name: str, sentences: object) -> list[list[str]]:
+    """One list of tag names per sentence, as lists (a generator had no len()): a bare list of tags would be read
+    as sentences of one-letter tags."""
     if isinstance(sentences, str) or not isinstance(sentences, Iterable):
         raise TaskError(f"the {name} tags are {sentences!r}; pass one list of tag names per sentence.")
+    checked = []
     for i, sentence in enumerate(sentences):
         if isinstance(sentence, str) or not isinstance(sentence, Iterable):
             raise TaskError(
                 f"{name} sentence {i} is {sentence!r}, not a list of tag names; pass one list per sentence "
                 "(e.g. [['B-PER', 'O']], not ['B-PER', 'O'])."
             )
+        checked.append(list(sentence))
+    return checked
 
 
 def entity_scores(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> dict[str, float]:
     """{"precision", "recall", "f1", "accuracy"} of predicted tag sentences against gold ones (same lengths)."""
-    for name, sentences in (("predicted", predicted), ("gold", gold)):
-        _check_sentences(name, sentences)
+    predicted, gold = _check_sentences("predicted", predicted), _check_sentences("gold", gold)
     if len(predicted) != len(gold):
         raise TaskError(f"{len(predicted)} predicted sentences but {len(gold)} gold ones; they must match.")
     lengths = [(len(p), len(g)) for p, g in zip(predicted, gold, strict=True)]

@@ -106,7 +106,7 @@ def test_best_span_hand_cases():
     assert (best_span(start, end, offsets).start, best_span(start, end, offsets).end) == (2, 3)
     assert best_span(start, end, offsets, max_answer_tokens=1).end == 1  # single tokens: 1 + 5 (token 1)
     assert best_span(start, end, np.full((5, 2), NOT_CONTEXT)) is None
-    with pytest.raises(af.ConfigError, match="at least 1"):
+    with pytest.raises(af.ConfigError, match="max_answer_tokens=0 must be an integer >= 1"):
         best_span(start, end, offsets, max_answer_tokens=0)
 
 
