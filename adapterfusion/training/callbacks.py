@@ -25,6 +25,20 @@ class FusionStepCallback(TrainerCallback):
         self.model.set_fusion_step(state.global_step)
 
 
+class BestCheckpointInRun(TrainerCallback):
+    """On a resume, points the restored state's best checkpoint at the checkpoint of that name in this run's folder.
+    The saved state names it by absolute path: after the run folder was moved that path is gone, and the Trainer
+    forgets which checkpoint was best (the run ends on its last weights, reported as the best); after it was copied,
+    the path is the original run's folder, whose weights the Trainer loads at the end."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        here = Path(args.output_dir or ".") / self.name
+        state.best_model_checkpoint = str(here) if here.is_dir() else None
+
+
 class ProgressFileCallback(TrainerCallback):
     """Writes the run's progress.json (training/progress.py) at each epoch's start and end, so a runner in another
     process can show the running job's epoch. Epochs are the Trainer's (passes over the training set)."""

@@ -25,8 +25,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
-from transformers import TrainerState
+from transformers import EarlyStoppingCallback, TrainerControl, TrainerState
 
+from adapterfusion._validation import short_repr
 from adapterfusion.io.atomic import atomic_write_bytes
 from adapterfusion.training.errors import TrainingError
 
@@ -62,12 +63,9 @@ class TrainableWeights(nn.Module):
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> LoadResult:
         parameters = dict(self.model.named_parameters())
-        unknown = sorted(set(state_dict) - set(parameters))
-        if unknown:
-            raise TrainingError(f"the checkpoint holds parameters this model lacks: {unknown[:5]}")
-        missing = sorted(name for name, p in parameters.items() if p.requires_grad and name not in state_dict)
-        if missing:
-            raise TrainingError(f"the checkpoint lacks trainable parameters of this model: {missing[:5]}")
+        problem = weights_mismatch(self.model, state_dict)
+        if problem is not None:
+            raise TrainingError(f"the checkpoint does not fit this model: it {problem}")
         with torch.no_grad():
             for name, tensor in state_dict.items():
                 parameters[name].copy_(tensor)
@@ -77,6 +75,47 @@ class TrainableWeights(nn.Module):
         """The trainable weights into `folder`/TRAINABLE_FILE, written atomically: a kill never leaves half a file."""
         tensors = {name: t.cpu().contiguous() for name, t in self.state_dict().items()}
         atomic_write_bytes(Path(folder) / TRAINABLE_FILE, safetensors_bytes(tensors, metadata={"format": "pt"}))
+
+
+def weights_mismatch(model: nn.Module, tensors: Mapping[str, Any]) -> str | None:
+    """Why `tensors` (a checkpoint's trainable weights) cannot be loaded into `model`, or None: a parameter the model
+    lacks, a trainable one left out, a shape other than the parameter's (copy_ would broadcast one that fits, and
+    fail deep in torch on one that does not) or a tensor that is not floating point (copy_ would round it)."""
+    parameters = dict(model.named_parameters())
+    unknown = sorted(set(tensors) - set(parameters))
+    if unknown:
+        return f"holds parameters this model lacks: {unknown[:5]}"
+    missing = sorted(name for name, p in parameters.items() if p.requires_grad and name not in tensors)
+    if missing:
+        return f"lacks trainable parameters of this model: {missing[:5]}"
+    for name, tensor in tensors.items():
+        shape = tuple(parameters[name].shape)
+        if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape:
+            found = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            return f"holds {name} of shape {found}, where this model's parameter has shape {shape}"
+        if not tensor.is_floating_point():
+            expected = parameters[name].dtype
+            return f"holds {name} as {tensor.dtype}, not a floating-point tensor as this model's ({expected})"
+    return None
+
+
+def check_checkpoint_fits(model: nn.Module, checkpoint: Path) -> None:
+    """Before a resume: refuse a checkpoint whose trainable weights are not this model's (replaced by hand, or copied
+    from a run of another model), naming it and what to do, where the Trainer would fail inside torch or, worse, load
+    them broadcast or rounded without a word."""
+    try:
+        tensors = load_file(str(weights_file(checkpoint)))
+    except (OSError, SafetensorError) as error:
+        raise TrainingError(
+            f"cannot resume from the checkpoint {checkpoint}: its weights cannot be read ({error})"
+        ) from None
+    problem = weights_mismatch(model, tensors)
+    if problem is not None:
+        raise TrainingError(
+            f"cannot resume from the checkpoint {checkpoint}: it {problem}, so it was not saved by this run's model. "
+            "Remove it (a resume then continues from the checkpoint before it, if there is one), or remove the run's "
+            "checkpoints folder to start over (or train with overwrite=True)"
+        )
 
 
 def weights_file(checkpoint: Path) -> Path:
@@ -143,6 +182,16 @@ def resumable_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
     return next(resumable_checkpoints(checkpoint_dir), None)
 
 
+def best_checkpoint_name(checkpoint: Path) -> str | None:
+    """The folder name of the best checkpoint a checkpoint's trainer state records (None: none recorded, or no
+    readable state), whatever folder its absolute path was in when saved."""
+    try:
+        best = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8")).get("best_model_checkpoint")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(best).name if isinstance(best, str) and best else None
+
+
 def checkpoint_damage(checkpoint: Path) -> str | None:
     """What is wrong with a complete checkpoint that the Trainer's resume would fail on deep inside torch or
     transformers (None: nothing found): a torch.save archive (optimizer, scheduler, RNG or scaler state) that is
@@ -177,7 +226,7 @@ _STATE_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "logging_steps": (_NUMBER, False),
     "eval_steps": (_NUMBER, False),
     "save_steps": (_NUMBER, False),
-    "train_batch_size": ((int,), False),
+    "train_batch_size": ((int,), True),  # the Trainer divides it on resume
     "best_metric": (_NUMBER, False),
     "best_global_step": ((int,), False),
     "best_model_checkpoint": ((str,), False),
@@ -196,12 +245,58 @@ def _trainer_state_damage(path: Path) -> str | None:
     unknown = sorted(set(state) - _STATE_FIELDS)
     if unknown:
         return f"{path.name} holds keys a trainer state does not have: {unknown[:5]}"
+    if isinstance(state.get("log_history"), list) and not all(isinstance(e, dict) for e in state["log_history"]):
+        return f"{path.name}: its log_history holds entries that are not objects"
     wrong = [key for key, (types, required) in _STATE_TYPES.items() if not _fits(state.get(key), types, required)]
     if wrong:
         return f"{path.name} lacks the trainer state's {wrong} or holds values of the wrong type there"
-    if not all(isinstance(entry, dict) for entry in state["log_history"]):
-        return f"{path.name}: its log_history holds entries that are not objects"
+    callbacks = _callback_states_damage(state.get("stateful_callbacks") or {})
+    if callbacks is not None:
+        return f"{path.name}: its stateful_callbacks {callbacks}"
+    # the Trainer names a checkpoint after the step it saved it at; another step would resume past the run's end (and
+    # report a run of no further steps as finished) or before its start
+    step, saved_at = state["global_step"], checkpoint_step(path.parent)
+    if step < 0 or (saved_at is not None and step != saved_at):
+        where = "" if saved_at is None else f", but {path.parent.name} was saved after step {saved_at}"
+        return f"{path.name} says global_step {step}{where}"
     return None
+
+
+# The callback states a run saves, which the Trainer rebuilds on resume as `cls(**args)` with `attributes` set: what
+# a fresh one holds says which arguments and attributes there are, and of which kind. TrainerControl's is always saved
+# (the Trainer writes it back into the resumed state at its next save, failing if it is not there).
+_CALLBACK_STATES: dict[str, Any] = {"TrainerControl": TrainerControl, "EarlyStoppingCallback": EarlyStoppingCallback}
+
+
+def _callback_states_damage(callbacks: Mapping[str, Any]) -> str | None:
+    """What is wrong with a trainer state's stateful_callbacks that the Trainer's resume would fail on, or None."""
+    if "TrainerControl" not in callbacks:
+        return "lack the TrainerControl state the Trainer saves with every checkpoint"
+    for name, data in callbacks.items():
+        for entry in data if isinstance(data, list) else [data]:
+            if not isinstance(entry, dict) or not all(
+                isinstance(entry.get(k, {}), dict) for k in ("args", "attributes")
+            ):
+                return (
+                    f"hold {name!r} as {short_repr(entry)}, not a callback state (an object of 'args' and 'attributes')"
+                )
+            if name not in _CALLBACK_STATES:
+                continue  # a callback this run does not have: the Trainer ignores it
+            fresh = _CALLBACK_STATES[name]().state()
+            for part in ("args", "attributes"):
+                for key, value in entry.get(part, {}).items():
+                    if key not in fresh[part] or not _same_kind(value, fresh[part][key]):
+                        return f"hold {name!r} {part} {key}={short_repr(value)}, which {name} does not take"
+    return None
+
+
+def _same_kind(value: object, default: object) -> bool:
+    """Whether a saved callback value is of the kind of a fresh callback's `default` (a bool is no number)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, _NUMBER):
+        return isinstance(value, _NUMBER)
+    return value is None or isinstance(value, type(default))
 
 
 def _fits(value: object, types: tuple[type, ...], required: bool) -> bool:

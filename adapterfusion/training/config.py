@@ -75,6 +75,14 @@ def _positive_int(
 
 # The optimizer's settings become float32 inside torch's Adam: a larger one fails there, after every check passed.
 _FLOAT32_MAX = 3.4e38
+# float32's smallest normal number: a smaller adam_epsilon is 0 (or a subnormal that hardware may flush to 0) where
+# Adam adds it to a float32 denominator, so a parameter whose gradients are all 0 so far (an adapter's down-projection
+# while its up-projection is still 0) gets 0/0 = NaN, and the run stops on a NaN loss that blames the learning rate.
+_FLOAT32_TINY = 1.1754943508222875e-38
+_EPSILON_REASON = (
+    " (the lower bound is float32's smallest normal number: a smaller epsilon is 0 in the optimizer's float32 "
+    "arithmetic, where it keeps Adam's update from dividing 0 by 0; the default is 1e-8)"
+)
 
 
 # What metric_for_best may name: a metric of the run's task (its `metrics`), one of these per kind of task.
@@ -125,29 +133,40 @@ def _check_metric_for_best(metric: Any) -> None:
         )
 
 
-def _number(value: Any, field: str, low: float, high: float | None = None, low_open: bool = False) -> None:
+def _number(
+    value: Any, field: str, low: float, high: float | None = None, low_open: bool = False, why: str = ""
+) -> None:
     ok = isinstance(value, (int, float)) and is_finite_number(value)
     ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
     if not ok:
         bound = f"{'>' if low_open else '>='} {low}" + (f" and <= {high:g}" if high is not None else "")
-        raise ConfigError(f"{field}={short_repr(value)} must be a finite number {bound}")
+        raise ConfigError(f"{field}={short_repr(value)} must be a finite number {bound}{why}")
+
+
+# Epochs times steps per epoch is the run's step count, which the Trainer computes in floats: 1e308 epochs overflow
+# it (a raw OverflowError once the data is loaded), and far fewer are already a run that never ends.
+MAX_EPOCHS = 1e6
+_EPOCHS_REASON = (
+    " (the most a run may plan; to train until the dev metric stops improving, keep patience set: early stopping "
+    "ends the run sooner)"
+)
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
     """One run's optimisation settings. `epochs` is the maximum: early stopping (`patience` evaluations without
-    improvement of `metric_for_best`, None = off) usually ends a run sooner. `max_steps` caps optimizer steps
-    (tests, demos). `metric_for_best` None means the task's first metric. `eval_batch_size` None = batch_size;
-    `max_length` None = the task's default. fp16/bf16 are passed to the HF Trainer unchanged. `group_by_length`
-    draws training batches of similar lengths (HF's LengthGroupedSampler, still shuffled), so dynamic padding pads
-    little: on CPU a step costs about its token count. `cache_features`: where only the head trains (setup "head"),
-    run the frozen encoder once and train the head on the cached pooled features (training/feature_cache.py).
-    `gradient_checkpointing`: recompute each encoder layer's activations, adapter sites included, in the backward
-    pass instead of keeping them (less memory for about one more forward per step; gradients unchanged).
-    `torch_compile`: train a `torch.compile`d model (TorchInductor; on CPU it needs a C++ compiler).
-    `fast_dropout`: draw dropout masks with `torch.rand(...) >= p` instead of `bernoulli_` while training: the same
-    distribution from the same generator in about half the time on CPU; tensors on CUDA keep torch's fused kernels
-    (training/fast_dropout.py)."""
+    improvement of `metric_for_best`, None = off) usually ends a run sooner. `max_steps`, when set, is the run's number
+    of optimizer steps in place of `epochs` (the HF Trainer's meaning: more steps than the epochs hold train more
+    epochs; tests, demos). `metric_for_best` None means the task's first metric. `eval_batch_size` None = batch_size;
+    `max_length` None = the task's default. fp16/bf16 are passed to the HF Trainer unchanged. `group_by_length` draws
+    training batches of similar lengths (HF's LengthGroupedSampler, still shuffled), so dynamic padding pads little: on
+    CPU a step costs about its token count. `cache_features`: where only the head trains (setup "head"), run the frozen
+    encoder once and train the head on the cached pooled features (training/feature_cache.py). `gradient_checkpointing`:
+    recompute each encoder layer's activations, adapter sites included, in the backward pass instead of keeping them
+    (less memory for about one more forward per step; gradients unchanged). `torch_compile`: train a `torch.compile`d
+    model (TorchInductor; on CPU it needs a C++ compiler). `fast_dropout`: draw dropout masks with
+    `torch.rand(...) >= p` instead of `bernoulli_` while training: the same distribution from the same generator in
+    about half the time on CPU; tensors on CUDA keep torch's fused kernels (training/fast_dropout.py)."""
 
     learning_rate: float = 1e-4
     epochs: float = 30
@@ -178,12 +197,12 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         _number(self.learning_rate, "learning_rate", 0.0, _FLOAT32_MAX, low_open=True)  # 0 would train nothing
-        _number(self.epochs, "epochs", 0.0, low_open=True)
+        _number(self.epochs, "epochs", 0.0, MAX_EPOCHS, low_open=True, why=_EPOCHS_REASON)
         _positive_int(self.batch_size, "batch_size")
         _positive_int(self.eval_batch_size, "eval_batch_size", allow_none=True)
         _number(self.warmup_ratio, "warmup_ratio", 0.0, 0.99)
         _number(self.weight_decay, "weight_decay", 0.0, _FLOAT32_MAX)
-        _number(self.adam_epsilon, "adam_epsilon", 0.0, _FLOAT32_MAX, low_open=True)
+        _number(self.adam_epsilon, "adam_epsilon", _FLOAT32_TINY, _FLOAT32_MAX, why=_EPSILON_REASON)
         _number(self.max_grad_norm, "max_grad_norm", 0.0)
         _positive_int(self.patience, "patience", allow_none=True, why=" (None: no early stopping)")
         _positive_int(self.max_steps, "max_steps", allow_none=True)

@@ -36,8 +36,8 @@ from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.metrics import LABEL_KINDS, constant_metric_reason, dev_metrics
 from adapterfusion.tasks.spec import TaskSpec, suggest
 from adapterfusion.training.batching import sorted_by_length, with_lengths
-from adapterfusion.training.callbacks import FusionStepCallback, ProgressFileCallback
-from adapterfusion.training.checkpoints import adopt_legacy_weights
+from adapterfusion.training.callbacks import BestCheckpointInRun, FusionStepCallback, ProgressFileCallback
+from adapterfusion.training.checkpoints import adopt_legacy_weights, best_checkpoint_name, check_checkpoint_fits
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.fast_dropout import fast_dropout
@@ -204,14 +204,25 @@ def fit(
     training/resume.py) continues it: the Trainer restores the trainable weights (through TrainableWeights), the
     optimizer, scheduler, RNG, trainer and callback states, and the resumed steps see the same batches."""
     check_compile(config)
+    if not any(parameter.requires_grad for parameter in model.parameters()):  # AdamW's raw "empty parameter list"
+        raise TrainingError(
+            f"nothing to train: no parameter of the {type(model).__name__} requires grad, so the optimizer would have "
+            "nothing to step; a setup's recipe must leave the parameters it trains (its SetupPlan.trainable) with "
+            "requires_grad=True"
+        )
     check_writable_folder(checkpoint_dir, "the run's checkpoints folder", error=TrainingError)
     callbacks: list[TrainerCallback] = [FusionStepCallback(model), *data.callbacks, *extra_callbacks]
     if progress_dir is not None:
         callbacks.append(data.progress(progress_dir))
     if config.patience is not None:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.patience))
+    if resume_from is not None and (best := best_checkpoint_name(resume_from)) is not None:
+        callbacks.append(BestCheckpointInRun(best))
     arguments = training_arguments(
-        config.replace(group_by_length=data.group_by_length), checkpoint_dir, data.metric, **data.arguments
+        config.replace(group_by_length=data.group_by_length),
+        checkpoint_dir,
+        data.metric,
+        **{**_eval_batch_within(data, config), **data.arguments},
     )
     trainer = AdaptedTrainer(
         model=model,
@@ -225,10 +236,21 @@ def fit(
     )
     if resume_from is not None:
         adopt_legacy_weights(resume_from)
+        check_checkpoint_fits(model, resume_from)
     start = time.perf_counter()
     with checkpointed_activations(model, config.gradient_checkpointing), fast_dropout(config.fast_dropout):
         trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
     return trainer, _outcome(trainer, time.perf_counter() - start)
+
+
+def _eval_batch_within(data: LoopData, config: TrainingConfig) -> dict[str, int]:
+    """The Trainer's evaluation batch size no larger than the dev set: the same one batch of it, where its evaluation
+    would repeat each batch's loss eval_batch_size times (10**15 rows asks for petabytes, a raw allocator error).
+    An `evaluator` batches the dev sets itself."""
+    size = config.eval_batch_size or config.batch_size
+    dev = data.eval
+    rows = len(dev) if data.evaluator is None and dev is not None and hasattr(dev, "__len__") else None
+    return {"per_device_eval_batch_size": max(1, rows)} if rows is not None and size > rows else {}
 
 
 def _outcome(trainer: AdaptedTrainer, seconds: float) -> TrainingOutcome:
