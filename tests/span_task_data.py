@@ -60,6 +60,18 @@ def squad_examples(count: int, start: int = 0, several_answers: bool = False) ->
     return rows
 
 
+def squad_task_file(path: Path, rows: list[dict]) -> TaskSpec:
+    """`rows` (squad_examples' form) as a JSON-lines train file at `path`, and the extractive QA task that reads it."""
+    path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    return TaskSpec(
+        name="qa",
+        kind="extractive_qa",
+        text_fields=("question", "context"),
+        label_field="answers",
+        data_files={"train": str(path)},
+    )
+
+
 def write_squad_json(path: Path, rows: list[dict]) -> Path:
     """`rows` as one SQuAD v1.1 file ({"data": [articles > paragraphs > qas]}), a paragraph per row."""
     articles = [

@@ -3,7 +3,6 @@ tagging and question-answering heads given odd labels, shapes, settings or data.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -18,12 +17,12 @@ import adapterfusion as af
 from adapterfusion.errors import ConfigError
 from adapterfusion.heads import PredictionHead
 from adapterfusion.heads.question_answering import NOT_CONTEXT, best_span
-from adapterfusion.tasks import TaskError, TaskSpec, encode_task, load_task_data
+from adapterfusion.tasks import TaskError, encode_task, load_task_data
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.squad import score_qa
 from adapterfusion.tasks.tagging_metrics import entity_scores, iob1_to_iob2
 from catalogue import Action, BadInput
-from span_task_data import squad_examples
+from span_task_data import squad_examples, squad_task_file
 from tiny_models import tiny_encoder, tiny_inputs
 
 B = BadInput
@@ -72,15 +71,7 @@ def _squad_answer(context: str, answer: str) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
         rows = squad_examples(3)
         rows[1].update(context=context, answers={"text": [answer], "answer_start": [context.index(answer)]})
-        path = folder / "train.jsonl"
-        path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
-        spec = TaskSpec(
-            name="qa",
-            kind="extractive_qa",
-            text_fields=("question", "context"),
-            label_field="answers",
-            data_files={"train": str(path)},
-        )
+        spec = squad_task_file(folder / "train.jsonl", rows)
         tokenizer = AutoTokenizer.from_pretrained(af.default_encoder_path())
         return lambda: encode_task(spec, load_task_data(spec).splits, tokenizer, 64)
 

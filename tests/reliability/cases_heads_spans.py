@@ -22,7 +22,7 @@ from adapterfusion.tasks.qa_metrics import squad_scores
 from adapterfusion.tasks.squad import score_qa
 from adapterfusion.tasks.tagging import word_tags
 from catalogue import Action, BadInput
-from span_task_data import PERSON_TAGGER, squad_examples
+from span_task_data import PERSON_TAGGER, squad_examples, squad_task_file
 
 B = BadInput
 NAN = math.nan
@@ -43,15 +43,7 @@ def _squad_row(answers: Callable[[dict], None]) -> Callable[[Path], Action]:
     def prepare(folder: Path) -> Action:
         rows = squad_examples(3)
         answers(rows[1]["answers"])
-        path = folder / "train.jsonl"
-        path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
-        spec = TaskSpec(
-            name="qa",
-            kind="extractive_qa",
-            text_fields=("question", "context"),
-            label_field="answers",
-            data_files={"train": str(path)},
-        )
+        spec = squad_task_file(folder / "train.jsonl", rows)
         return lambda: load_task_data(spec)
 
     return prepare
