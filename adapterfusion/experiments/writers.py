@@ -93,10 +93,14 @@ def clear_dead_writers(output_dir: str | os.PathLike, wait: float | None = None)
         if not live:
             break
         if time.monotonic() >= deadline:
-            pids = " ".join(str(r.pid) for r in live)
+            here = [r for r in live if not r.elsewhere_on_this_machine()]  # a pid only means something in its own
+            ending = [f"`kill {' '.join(str(r.pid) for r in here)}`"] if here else []
+            if len(here) < len(live):
+                ending.append("from inside their container")
             raise OutputDirLockedError(
                 f"{', '.join(map(str, live))} still write(s) into {output_dir} for a runner that is gone (e.g. a "
-                f"worker of a killed runner); wait for them to end, or end them (`kill {pids}`), then run again"
+                f"worker of a killed runner); wait for them to end, or end them ({' or '.join(ending)}), then run "
+                "again"
             )
         time.sleep(_POLL_SECONDS)
     removed: list[Path] = []

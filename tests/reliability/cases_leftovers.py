@@ -174,7 +174,7 @@ CASES: tuple[BadInput, ...] = (
         "clear_dead_writers(out) with the journal of a writer of another container (same host name and boot id) "
         "whose pid is dead here (was: judged dead, the temp file it is writing removed)",
         OutputDirLockedError,
-        ("in another container", "pid namespace", "still write(s)"),
+        ("in another container", "pid namespace", "still write(s)", "end them (from inside their container)"),
         _writer_of_another_container,
     ),
     # an empty piece name given to the store (was: read as no name: loaded as the task's)
