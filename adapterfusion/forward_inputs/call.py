@@ -87,7 +87,7 @@ def check_call(model: AdaptedModel, inputs: Mapping[str, Any], head: str | None,
         _check_last_token_mask(model, given, shape[0], str(head))
     if labels is not None:
         if head is not None and head_config is not None:
-            check_head_labels(labels, head_config, head, shape)
+            check_head_labels(labels, head_config, head, shape, given.get("attention_mask"))
         else:
             given["labels"] = passed_labels(model, labels, shape, decoder, limits)
     num_choices = shape[1] if choices else None

@@ -37,7 +37,7 @@ def test_config_defaults_and_refusals():
 def test_logits_are_a_linear_map_of_every_token_and_the_loss_is_the_mean_of_two_cross_entropies():
     model = _model()
     inputs = tiny_inputs(batch=2, seq=7)
-    labels = af.qa_labels(torch.tensor([1, 3]), torch.tensor([2, 5]))
+    labels = af.qa_labels(torch.tensor([1, 3]), torch.tensor([2, 4]))  # row 1 is padded at tokens 5 and 6
     output = model(**inputs, labels=labels)
     assert output.logits.shape == (2, 7, 2)
     hidden = model.model(**inputs).last_hidden_state
@@ -45,7 +45,7 @@ def test_logits_are_a_linear_map_of_every_token_and_the_loss_is_the_mean_of_two_
     torch.testing.assert_close(output.logits, hidden @ linear.weight.T + linear.bias)
     # by hand: -log softmax at the gold position, start and end, averaged over rows, then halved
     log_start, log_end = output.logits[..., 0].log_softmax(-1), output.logits[..., 1].log_softmax(-1)
-    expected = -(log_start[0, 1] + log_start[1, 3]) / 2 / 2 - (log_end[0, 2] + log_end[1, 5]) / 2 / 2
+    expected = -(log_start[0, 1] + log_start[1, 3]) / 2 / 2 - (log_end[0, 2] + log_end[1, 4]) / 2 / 2
     torch.testing.assert_close(output.loss, expected)
     torch.testing.assert_close(qa_loss(output.logits, labels), expected)
 

@@ -48,8 +48,8 @@ def test_the_loss_is_the_mean_cross_entropy_of_the_labelled_tokens_only():
     torch.testing.assert_close(output.loss, expected)
     torch.testing.assert_close(tagging_loss(output.logits, labels), expected)
     tagged = labels.clone()
-    tagged[1, 5] = 2  # one more labelled token counts: the mean is over 5 now
-    expected = -(sum(log_probs[r, t, y] for r, t, y in gold) + log_probs[1, 5, 2]) / 5
+    tagged[1, 4] = 2  # one more labelled token counts: the mean is over 5 now (row 1 is padded at tokens 5 and 6)
+    expected = -(sum(log_probs[r, t, y] for r, t, y in gold) + log_probs[1, 4, 2]) / 5
     torch.testing.assert_close(model(**inputs, labels=tagged).loss, expected)
 
 
@@ -59,6 +59,7 @@ def test_the_loss_is_the_mean_cross_entropy_of_the_labelled_tokens_only():
         (torch.zeros(2, 5, dtype=torch.long), r"must be one per token, \(2, 7\)"),
         (torch.full((2, 7), 3), r"tags \[3\] are not ids in 0\.\.2"),
         (torch.full((2, 7), IGNORE_INDEX), "every label of the batch is -100"),
+        (torch.tensor([[-100] * 6 + [1], [-100] * 6 + [1]]), "a tag of row 1 is at token 6, which the attention_mask"),
     ],
 )
 def test_bad_labels_are_refused_with_what_to_pass(labels, message):

@@ -127,6 +127,8 @@ def _qa_scored_with(metrics: Any) -> Callable[[Path], Action]:
 
 _TAGGED = torch.full((2, 7), -100.0)
 _TAGGED[0, 1] = INF
+_TAG_ON_PADDING = torch.full((2, 7), -100)  # tiny_inputs pads row 1 at tokens 5 and 6
+_TAG_ON_PADDING[0, 1] = _TAG_ON_PADDING[1, 6] = 2
 
 
 CASES: tuple[BadInput, ...] = (
@@ -216,6 +218,23 @@ CASES: tuple[BadInput, ...] = (
         ConfigError,
         ("tags must be integer ids", "non-finite"),
         _forward(lambda: af.TokenClassificationHead(num_labels=3), _TAGGED),
+    ),
+    # labels on padding (tiny_inputs' row 1 is padded at tokens 5 and 6)
+    B(
+        "heads-tagging-label-on-padding",
+        GROUP,
+        "a tagging head's labels with a tag on a padding token of row 1 (trained on as on text)",
+        ConfigError,
+        ("a tag of row 1 is at token 6", "marks as padding", "real tokens only"),
+        _forward(lambda: af.TokenClassificationHead(num_labels=3), _TAG_ON_PADDING),
+    ),
+    B(
+        "heads-qa-answer-on-padding",
+        GROUP,
+        "a QA head's labels [[1, 2], [3, 6]]: row 1's answer ends on a padding token (trained on as on text)",
+        ConfigError,
+        ("an answer's start or end of row 1 is at token 6", "marks as padding"),
+        _forward(af.QuestionAnsweringHead, torch.tensor([[1, 2], [3, 6]])),
     ),
     # the label helpers and the decoding of spans
     B(
