@@ -112,7 +112,7 @@ def prepare(
     choices = example_choices(model, adapter_names, examples)
     routed = RoutedCall(call, choices, _head_rows(heads, first_head, call), examples)
     if labels is not None and not single_head:
-        _check_labels_per_head(model, labels, routed, _example_shape(inputs))
+        _check_labels_per_head(model, labels, routed, _example_shape(inputs), inputs.get("attention_mask"))
     return routed
 
 
@@ -137,8 +137,10 @@ def example_choices(model: AdaptedModel, adapter_names: Sequence[Any] | None, ex
     return tuple(_choice(model, entry, index) for index, entry in enumerate(entries))
 
 
-def _check_labels_per_head(model: AdaptedModel, labels: Any, routed: RoutedCall, shape: torch.Size) -> None:
-    """Each head's labels are those of its examples: checked as that head's, on those rows."""
+def _check_labels_per_head(
+    model: AdaptedModel, labels: Any, routed: RoutedCall, shape: torch.Size, mask: Any = None
+) -> None:
+    """Each head's labels are those of its examples: checked as that head's, on those rows (and their mask)."""
     first = routed.heads[0][0]
     assert first is not None
     if not isinstance(labels, torch.Tensor) or labels.dim() == 0 or labels.shape[0] != routed.examples:
@@ -147,7 +149,9 @@ def _check_labels_per_head(model: AdaptedModel, labels: Any, routed: RoutedCall,
     for head, rows in routed.heads:
         assert head is not None and rows is not None
         rows_shape = torch.Size((rows.numel(), *shape[1:]))
-        check_head_labels(labels.index_select(0, rows), model.get_head(head).config, head, rows_shape)
+        rows_mask = mask.index_select(0, rows.to(mask.device)) if isinstance(mask, torch.Tensor) else None
+        config = model.get_head(head).config
+        check_head_labels(labels.index_select(0, rows), config, head, rows_shape, rows_mask, rows)
 
 
 def _example_shape(inputs: Mapping[str, Any]) -> torch.Size:

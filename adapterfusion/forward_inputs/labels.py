@@ -28,19 +28,25 @@ if TYPE_CHECKING:
 
 
 def check_head_labels(
-    labels: Any, config: HeadConfig, name: str, shape: torch.Size, mask: torch.Tensor | None = None
+    labels: Any,
+    config: HeadConfig,
+    name: str,
+    shape: torch.Size,
+    mask: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
 ) -> None:
     """One class id (or target) per example, inside the head's classes; a per-token head's own layout
-    (heads/question_answering.py, heads/token_classification.py), on tokens the attention `mask` keeps."""
+    (heads/question_answering.py, heads/token_classification.py), on tokens the attention `mask` keeps. `rows`: the
+    batch row of each of these labels' rows, where they are a routed head's share of a batch."""
     labels = _labels_tensor(labels, shape[0], f"head {name!r}")
     if config.kind == "question_answering":
         check_qa_labels(labels, name, shape)
-        _check_on_real_tokens(name, mask, labels.long().clamp(min=0), "an answer's start or end")
+        _check_on_real_tokens(name, mask, labels.long().clamp(min=0), "an answer's start or end", rows)
         return
     if config.kind == "token_classification":
         check_tagging_labels(labels, name, config.num_labels, shape)
         if mask is not None and mask.shape == labels.shape:
-            _refuse_on_padding(name, (labels != _IGNORED) & (mask.to(labels.device) == 0), "a tag")
+            _refuse_on_padding(name, (labels != _IGNORED) & (mask.to(labels.device) == 0), "a tag", rows)
         return
     if labels.dim() != 1:
         raise ConfigError(f"head {name!r}: labels of shape {tuple(labels.shape)} must be [batch], one per example")
@@ -57,22 +63,28 @@ def check_head_labels(
         )
 
 
-def _check_on_real_tokens(name: str, mask: torch.Tensor | None, positions: torch.Tensor, what: str) -> None:
+def _check_on_real_tokens(
+    name: str, mask: torch.Tensor | None, positions: torch.Tensor, what: str, rows: torch.Tensor | None
+) -> None:
     """_refuse_on_padding for [batch, k] token `positions` (a QA row's start and end) into `mask`'s rows; 0, where an
     answer outside the window points (its [CLS]), is taken as it is."""
     if mask is not None and mask.dim() == 2 and mask.shape[0] == positions.shape[0]:
         positions = positions.to(mask.device)
         dropped = (mask.gather(1, positions) == 0) & (positions != 0)
-        _refuse_on_padding(name, dropped, what, positions)
+        _refuse_on_padding(name, dropped, what, rows, positions)
 
 
-def _refuse_on_padding(name: str, dropped: torch.Tensor, what: str, positions: torch.Tensor | None = None) -> None:
+def _refuse_on_padding(
+    name: str, dropped: torch.Tensor, what: str, rows: torch.Tensor | None, positions: torch.Tensor | None = None
+) -> None:
     """Refuse labels at the places `dropped` marks, tokens the attention mask drops (padding): the head's loss would
-    train on them as on text. `positions`: the token index of each place where `dropped` is not itself by token."""
+    train on them as on text. `rows`: each row's batch row; `positions`: the token index of each place where
+    `dropped` is not itself by token."""
     if not bool(dropped.any()):
         return
     row, column = (int(i) for i in dropped.nonzero()[0])
     token = column if positions is None else int(positions[row, column])
+    row = row if rows is None else int(rows[row])
     raise ConfigError(
         f"head {name!r}: {what} of row {row} is at token {token}, which the attention_mask marks as padding; put "
         f"labels on real tokens only ({_IGNORED} on padding for tags)"

@@ -125,6 +125,18 @@ def _qa_scored_with(metrics: Any) -> Callable[[Path], Action]:
     return prepare
 
 
+def _routed_tagging(labels: torch.Tensor) -> Callable[[Path], Action]:
+    """model(**tiny_inputs(), head_names=['h1', 'h2'], labels=labels) on a tiny BERT with two tagging heads."""
+
+    def prepare(folder: Path) -> Action:
+        model = af.wrap(tiny_encoder("bert"))
+        for name in ("h1", "h2"):
+            model.add_head(name, af.TokenClassificationHead(num_labels=3))
+        return lambda: model(**tiny_inputs(), head_names=["h1", "h2"], labels=labels).loss
+
+    return prepare
+
+
 _TAGGED = torch.full((2, 7), -100.0)
 _TAGGED[0, 1] = INF
 _TAG_ON_PADDING = torch.full((2, 7), -100)  # tiny_inputs pads row 1 at tokens 5 and 6
@@ -235,6 +247,15 @@ CASES: tuple[BadInput, ...] = (
         ConfigError,
         ("an answer's start or end of row 1 is at token 6", "marks as padding"),
         _forward(af.QuestionAnsweringHead, torch.tensor([[1, 2], [3, 6]])),
+    ),
+    B(
+        "heads-routed-tagging-label-on-padding",
+        GROUP,
+        "model(**batch, head_names=['h1', 'h2'], labels=...) with two tagging heads and a tag on a padding token of "
+        "row 1 (each head's rows were checked without their attention mask)",
+        ConfigError,
+        ("head 'h2'", "a tag of row 1 is at token 6", "marks as padding"),
+        _routed_tagging(_TAG_ON_PADDING),
     ),
     # the label helpers and the decoding of spans
     B(
