@@ -167,8 +167,7 @@ def _check_cached_copy(folder: Path, ref: HubRef, tokenizer: bool) -> None:
     if whole or (weights and offline()):
         check_model_folder(folder, f"encoder {ref} (its copy in the Hugging Face cache)", tokenizer)
         return
-    _check_folder_files(folder, present)
-    _check_model_config(folder / MODEL_CONFIG)
+    _check_model_config(folder / MODEL_CONFIG, _check_folder_files(folder, present))
     if offline():
         raise HubError(
             f"encoder {ref} is only partly in the local Hugging Face cache ({folder} holds {present}, not its "
@@ -278,8 +277,7 @@ def check_model_folder(folder: Path, label: str, tokenizer: bool = True) -> None
             "not a HuggingFace model folder; save one there with model.save_pretrained(folder) and "
             "tokenizer.save_pretrained(folder), or give a Hub id"
         )
-    _check_folder_files(folder, present)
-    _check_model_config(folder / MODEL_CONFIG)
+    _check_model_config(folder / MODEL_CONFIG, _check_folder_files(folder, present))
     if not any(
         (name in WEIGHT_FILES or name.endswith(".safetensors")) and (folder / name).is_file() for name in present
     ):
@@ -308,10 +306,11 @@ _JSON_FILES = {
 }
 
 
-def _check_folder_files(folder: Path, present: list[str]) -> None:
+def _check_folder_files(folder: Path, present: list[str]) -> dict[str, Any] | None:
     """ConfigError naming the file where one of the model's or tokenizer's own files is not a file (a folder of that
     name) or, for a JSON file, holds no JSON object: each damaged file named as itself, before transformers reports
-    it as a failure of something else."""
+    it as a failure of something else. Returns config.json's object, read here once, where the folder holds one."""
+    config = None
     for name in present:
         path = folder / name
         known = name in _JSON_FILES or name in TOKENIZER_FILES or name in WEIGHT_FILES or name in SAVED_EXTRAS
@@ -325,6 +324,9 @@ def _check_folder_files(folder: Path, present: list[str]) -> None:
             document = _json_object(path, _JSON_FILES[name], f"the tokenizer of encoder {folder} does not load: ")
             if name == "tokenizer_config.json":
                 _check_tokenizer_config(document, path)
+            elif name == MODEL_CONFIG:
+                config = document
+    return config
 
 
 # tokenizer_config.json keys transformers reads as one type, each with what it must be: a wrong one failed deep in
@@ -379,12 +381,13 @@ def _json_object(path: Path, writer: str, tokenizer: str = "") -> dict[str, Any]
     return value
 
 
-def _check_model_config(path: Path) -> None:
+def _check_model_config(path: Path, config: dict[str, Any] | None) -> None:
     """ConfigError (UnsupportedArchitectureError) naming config.json, and the key and value where one is the cause,
-    unless it is a config transformers loads, of a model type adapterfusion has sites for."""
+    unless it is a config transformers loads, of a model type adapterfusion has sites for. `config`: its object as
+    _check_folder_files read it (None: read here)."""
     from transformers import CONFIG_MAPPING, AutoConfig
 
-    config = _json_object(path, "model.save_pretrained(folder)")
+    config = config if config is not None else _json_object(path, "model.save_pretrained(folder)")
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise ConfigError(
