@@ -16,7 +16,7 @@ the done jobs an edited experiment file sent back to the queue (--force)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,15 +114,11 @@ def _data_changed(config: Mapping[str, Any]) -> str | None:
 
 def _encoder_changed(config: Mapping[str, Any]) -> str | None:
     """The run's local encoder folder holding other weight files now (a folder without any counts as gone)."""
-    recorded = config.get("encoder_files")
-    if not isinstance(recorded, dict) or not isinstance(recorded.get("folder"), str):
+    found = _recorded_folder_now(config, "encoder_files", weight_file_digests)
+    if found is None:
         return None
-    folder = Path(recorded["folder"])
-    try:
-        now = weight_file_digests(folder)
-    except OSError:
-        return None
-    if now and now != recorded.get("sha256"):
+    folder, then, now = found
+    if now and now != then:
         return f"other weights were saved at its encoder {folder} since it ran"
     return None
 
@@ -130,16 +126,26 @@ def _encoder_changed(config: Mapping[str, Any]) -> str | None:
 def _tokenizer_changed(config: Mapping[str, Any]) -> str | None:
     """The run's local encoder folder holding other tokenizer files now: one edited, added or removed (a folder
     without any counts as gone). A run saved before runs recorded them has no "tokenizer_files": not judged."""
-    recorded = config.get("tokenizer_files")
-    if not isinstance(recorded, dict) or not isinstance(recorded.get("folder"), str):
+    found = _recorded_folder_now(config, "tokenizer_files", tokenizer_file_digests)
+    if found is None:
         return None
-    then = recorded.get("sha256")
-    folder = Path(recorded["folder"])
-    try:
-        now = tokenizer_file_digests(folder)
-    except OSError:
-        return None
+    folder, then, now = found
     if not now or not isinstance(then, dict) or now == then:
         return None
     changed = sorted(name for name in then.keys() | now.keys() if then.get(name) != now.get(name))
     return f"the tokenizer files of its encoder {folder} changed since it ran ({', '.join(changed)})"
+
+
+def _recorded_folder_now(
+    config: Mapping[str, Any], key: str, digests: Callable[[Path], dict[str, str]]
+) -> tuple[Path, Any, dict[str, str]] | None:
+    """(folder, its digests as the run recorded them under `key`, its `digests` now) of the encoder folder the run's
+    `key` record names ({"folder": ..., "sha256": ...}); None where it recorded none, or the folder cannot be read."""
+    recorded = config.get(key)
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("folder"), str):
+        return None
+    folder = Path(recorded["folder"])
+    try:
+        return folder, recorded.get("sha256"), digests(folder)
+    except OSError:
+        return None
