@@ -246,13 +246,11 @@ def _check_scores(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
     return unlabelled
 
 
-def _hidden_scores(spec: TaskSpec, dataset) -> bool:
-    """Whether every score of a regression split is -1: GLUE's hidden test labels (STS-B's test split), not scores,
-    which a model could only be scored against as a constant (Pearson undefined)."""
-    if not spec.regression:
-        return False
-    column = dataset.select_columns([fields.top_level(spec.label_field)])
-    return all(_score(raw) == HIDDEN_SCORE for raw in fields.field_values(column[:], spec.label_field))
+def _hidden_scores(spec: TaskSpec, batch) -> bool:
+    """Whether every score of a regression split's `batch` is -1: where every batch's is, the split holds GLUE's
+    hidden test labels (STS-B's test split), not scores, which a model could only be scored against as a constant
+    (Pearson undefined)."""
+    return spec.regression and all(_score(raw) == HIDDEN_SCORE for raw in fields.field_values(batch, spec.label_field))
 
 
 def _check_labels(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
@@ -311,17 +309,19 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
     columns = fields.required_columns(spec)
     unlabelled: list[int] = []
     twins: list[int] = []
+    hidden = spec.regression  # every score so far -1 (_hidden_scores)
     offset = 0
     try:
         for batch in dataset.select_columns(columns).iter(batch_size=_CHUNK):
             unlabelled += _check_labels(spec, batch, offset, origin)
+            hidden = hidden and _hidden_scores(spec, batch)
             _check_batch(spec, batch, offset, origin)
             if spec.is_multiple_choice:
                 twins += _gold_twins(spec, batch, offset)
             offset += len(batch[columns[0]])
     except _UnknownLabel as err:
         raise TaskError(f"{err}{_labels_found(spec, dataset)}") from None
-    if _hidden_scores(spec, dataset):
+    if hidden:
         unlabelled = list(range(len(dataset)))
     if len(unlabelled) == len(dataset) and role == "test":
         return CheckedSplit(dataset=None, dropped_unlabelled=len(unlabelled))
