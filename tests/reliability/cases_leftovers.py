@@ -17,7 +17,6 @@ from unittest import mock
 import transformers
 
 import adapterfusion as af
-from adapterfusion.demo import demo_data_dir
 from adapterfusion.errors import IncompatibleModelError, ZooError
 from adapterfusion.experiments import OutputDirLockedError, writers
 from adapterfusion.experiments.processes import ProcessRecord
@@ -26,7 +25,7 @@ from adapterfusion.io.atomic import temp_path
 from adapterfusion.serialization import provenance
 from adapterfusion.training import AdapterStore
 from adapterfusion.zoo import load_zoo_adapter, zoo_manifest, zoo_seed, zoo_store
-from catalogue import Action, BadInput
+from catalogue import Action, BadInput, train_on_damaged
 from tiny_models import tiny_encoder
 
 B = BadInput
@@ -49,23 +48,11 @@ def _export_into_setup(inside: str) -> Callable[[Path], Action]:
 def _train_with_tokenizer_config(**changes: Any) -> Callable[[Path], Action]:
     """train() on a tiny BERT saved with the shipped tokenizer, its tokenizer_config.json given `changes`."""
 
-    def prepare(folder: Path) -> Action:
-        path = folder / "my-encoder"
-        tiny_encoder("bert", vocab_size=30522).save_pretrained(path)
-        transformers.AutoTokenizer.from_pretrained(af.default_encoder_path()).save_pretrained(path)
+    def change(path: Path) -> None:
         config = path / "tokenizer_config.json"
         config.write_text(json.dumps({**json.loads(config.read_text()), **changes}))
-        return lambda: af.training.train(
-            "rte",
-            "st-a",
-            encoder=path,
-            output_dir=folder / "runs",
-            data_dir=demo_data_dir(),
-            max_examples=16,
-            training_config={"max_steps": 1, "batch_size": 8, "max_length": 32, "patience": None},
-        )
 
-    return prepare
+    return train_on_damaged(change)
 
 
 def _writer_of_another_container(folder: Path) -> Action:

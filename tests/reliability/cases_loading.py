@@ -11,48 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import transformers
 
 import adapterfusion as af
-from adapterfusion.demo import demo_data_dir
 from adapterfusion.errors import HubError
-from catalogue import Action, BadInput, in_hub
+from catalogue import Action, BadInput, encoder_folder, in_hub, train_on_damaged
 from hub_cache import cached_repo
 from tiny_models import tiny_encoder
 
 B = BadInput
 GROUP = "loading"
 
-# A run that ends after one step on 16 examples: an encoder folder that loads trains at once (the old code did so)
-_FAST = {"max_steps": 1, "batch_size": 8, "max_length": 32, "patience": None}
-
 
 # ---- encoder folders: each broken file named as itself ----------------------------------------------------------
-def _encoder_folder(folder: Path) -> Path:
-    """A tiny BERT (2 layers) with the shipped tokenizer and its vocabulary, saved as a HuggingFace folder."""
-    path = folder / "my-encoder"
-    tiny_encoder("bert", vocab_size=30522).save_pretrained(path)
-    transformers.AutoTokenizer.from_pretrained(af.default_encoder_path()).save_pretrained(path)
-    return path
-
-
-def _train_on_damaged(damage: Callable[[Path], Any]) -> Callable[[Path], Action]:
-    def prepare(folder: Path) -> Action:
-        path = _encoder_folder(folder)
-        damage(path)
-        return lambda: af.training.train(
-            "rte",
-            "st-a",
-            encoder=path,
-            output_dir=folder / "runs",
-            data_dir=demo_data_dir(),
-            max_examples=16,
-            training_config=_FAST,
-        )
-
-    return prepare
-
-
 def _config(**changes: Any) -> Callable[[Path], Any]:
     return lambda path: (path / "config.json").write_text(
         json.dumps({**json.loads((path / "config.json").read_text()), **changes})
@@ -85,12 +55,12 @@ def _folder_for(name: str) -> Callable[[Path], Any]:
 def _partly_cached_encoder(folder: Path) -> Action:
     """The Hub id org/enc with only its config.json in the local cache (what AutoConfig.from_pretrained leaves),
     trained on offline."""
-    cached_repo(folder / "hf-cache", "org/enc", {"config.json": _encoder_folder(folder) / "config.json"})
+    cached_repo(folder / "hf-cache", "org/enc", {"config.json": encoder_folder(folder) / "config.json"})
     return in_hub(lambda: af.training.train("rte", "st-a", encoder="org/enc", output_dir=folder / "runs"), folder)
 
 
 def _config_case(id: str, tried: str, keywords: tuple[str, ...], **changes: Any) -> BadInput:
-    return B(id, GROUP, tried, af.ConfigError, ("config.json", *keywords), _train_on_damaged(_config(**changes)))
+    return B(id, GROUP, tried, af.ConfigError, ("config.json", *keywords), train_on_damaged(_config(**changes)))
 
 
 # ---- saved setups: no piece written into a part of one ------------------------------------------------------------
@@ -232,7 +202,7 @@ CASES: tuple[BadInput, ...] = (
         "(JSONDecodeError...)', no file named)",
         af.ConfigError,
         ("special_tokens_map.json", "not a readable JSON file", "tokenizer.save_pretrained"),
-        _train_on_damaged(_write("special_tokens_map.json", "{not json")),
+        train_on_damaged(_write("special_tokens_map.json", "{not json")),
     ),
     B(
         "encoder-tokenizer-config-a-list",
@@ -240,7 +210,7 @@ CASES: tuple[BadInput, ...] = (
         "train(..., encoder=<folder whose tokenizer_config.json is a JSON list>) (was: AttributeError 'get')",
         af.ConfigError,
         ("tokenizer_config.json", "holds a JSON list", "tokenizer.save_pretrained"),
-        _train_on_damaged(_write("tokenizer_config.json", "[]")),
+        train_on_damaged(_write("tokenizer_config.json", "[]")),
     ),
     B(
         "encoder-generation-config-damaged",
@@ -248,7 +218,7 @@ CASES: tuple[BadInput, ...] = (
         "train(..., encoder=<folder whose generation_config.json is not JSON>) (was: trained, the file unread)",
         af.ConfigError,
         ("generation_config.json", "not a readable JSON file", "model.save_pretrained"),
-        _train_on_damaged(_write("generation_config.json", "{not json")),
+        train_on_damaged(_write("generation_config.json", "{not json")),
     ),
     B(
         "encoder-weights-truncated",
@@ -257,7 +227,7 @@ CASES: tuple[BadInput, ...] = (
         "load (SafetensorError...)', no file named)",
         af.ConfigError,
         ("weight file", "model.safetensors is damaged", "copy it again"),
-        _train_on_damaged(_truncate("model.safetensors")),
+        train_on_damaged(_truncate("model.safetensors")),
     ),
     B(
         "encoder-pytorch-weights-truncated",
@@ -266,7 +236,7 @@ CASES: tuple[BadInput, ...] = (
         "PytorchStreamReader failed ...)', no file named)",
         af.ConfigError,
         ("weight file", "pytorch_model.bin is damaged", "no PyTorch checkpoint"),
-        _train_on_damaged(_truncated_pytorch_weights),
+        train_on_damaged(_truncated_pytorch_weights),
     ),
     B(
         "encoder-tokenizer-json-a-folder",
@@ -275,7 +245,7 @@ CASES: tuple[BadInput, ...] = (
         "tokenizer files ['tokenizer.json', ...]')",
         af.ConfigError,
         ("tokenizer.json is not a file", "a folder"),
-        _train_on_damaged(_folder_for("tokenizer.json")),
+        train_on_damaged(_folder_for("tokenizer.json")),
     ),
     # a Hub id whose revision holds '/' (a pull request's refs/pr/1; was: 'looks like a local path')
     B(

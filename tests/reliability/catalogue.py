@@ -19,9 +19,11 @@ from typing import Any
 from unittest import mock
 
 import huggingface_hub
+import transformers
 
 import adapterfusion as af
 from adapterfusion.cli import main as cli_main
+from adapterfusion.demo import demo_data_dir
 from adapterfusion.errors import AdapterFusionError
 from adapterfusion.tasks import TaskSpec, load_task_data
 from tiny_decoders import tiny_decoder, tiny_decoder_inputs
@@ -132,6 +134,34 @@ def generating(model_type: str = "gpt2", unload: bool = False, **changes: Any) -
         inputs: dict[str, Any] = {**prompts, "max_new_tokens": 2, "pad_token_id": 0}
         inputs.update(changes)
         return lambda: model.generate(**{key: value for key, value in inputs.items() if value is not None})
+
+    return prepare
+
+
+def encoder_folder(folder: Path) -> Path:
+    """A tiny BERT (2 layers) with the shipped tokenizer and its vocabulary, saved as a HuggingFace folder."""
+    path = folder / "my-encoder"
+    tiny_encoder("bert", vocab_size=30522).save_pretrained(path)
+    transformers.AutoTokenizer.from_pretrained(af.default_encoder_path()).save_pretrained(path)
+    return path
+
+
+def train_on_damaged(damage: Callable[[Path], Any]) -> Callable[[Path], Action]:
+    """train() of st-a on rte for one step on 16 examples, on encoder_folder after `damage(path)`: an encoder folder
+    that loads trains at once."""
+
+    def prepare(folder: Path) -> Action:
+        path = encoder_folder(folder)
+        damage(path)
+        return lambda: af.training.train(
+            "rte",
+            "st-a",
+            encoder=path,
+            output_dir=folder / "runs",
+            data_dir=demo_data_dir(),
+            max_examples=16,
+            training_config={"max_steps": 1, "batch_size": 8, "max_length": 32, "patience": None},
+        )
 
     return prepare
 
