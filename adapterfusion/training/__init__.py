@@ -12,7 +12,13 @@ and `train_multitask()` for MT-A (all tasks in one run, annealed task sampling; 
 from adapterfusion.training.api import RunResult, train
 from adapterfusion.training.callbacks import FusionStepCallback
 from adapterfusion.training.config import TrainingConfig
-from adapterfusion.training.errors import RunFileError, RunQualityWarning, SlowPrecisionWarning, TrainingError
+from adapterfusion.training.errors import (
+    RunFileError,
+    RunQualityWarning,
+    SlowPrecisionWarning,
+    StartOverWarning,
+    TrainingError,
+)
 from adapterfusion.training.multitask import MultiTaskResult, train_multitask
 from adapterfusion.training.optimizer import fusion_value_parameters, parameter_groups
 from adapterfusion.training.run import run_dir_for
@@ -47,6 +53,7 @@ __all__ = [
     "RunFileError",
     "RunQualityWarning",
     "SlowPrecisionWarning",
+    "StartOverWarning",
     "SetupPlan",
     "TrainingConfig",
     "TrainingError",

@@ -132,8 +132,10 @@ def train(
     work, with how to reuse it; the experiment runner, which owns its output dir, passes overwrite=True.
     resume: continue an interrupted run of the same settings from the newest complete checkpoint in its
     checkpoints/ folder, with the optimizer, scheduler, RNG and trainer state saved there (the result equals an
-    uninterrupted run's); without such a checkpoint the run starts from the beginning. A finished run is not
-    resumed (it is refused as above).
+    uninterrupted run's); without such a checkpoint the run starts from the beginning (a StartOverWarning names
+    the checkpoints it could not continue from, which are removed). A resume may change the settings that do not
+    change what the run trains (resume.FREE_ON_RESUME: logging, checkpoint keeping, gradient checkpointing). A finished
+    run is not resumed (it is refused as above).
     """
     spec = resolve_task(task)
     recipe = get_setup(setup)
@@ -204,7 +206,9 @@ def train(
         if plan.fused_adapters:  # exactly which stored adapters this fusion is trained on (rebuild_run checks them)
             run_config["fused_adapters"] = plan.fused_adapters
         resume_from = resume_point(run_dir, run_config) if resume else None
-        if overwrite:  # the runner's re-run of an interrupted job (overwrite and resume) keeps what it resumes
+        # the runner's re-run of an interrupted job (overwrite and resume) keeps what it resumes; a resume that found
+        # nothing to continue from removes the incomplete checkpoints it passed over (they would outlive the new ones)
+        if overwrite or resume:
             run.start_over(keep_checkpoints=resume_from is not None)
         run.write_config(run_config)
 

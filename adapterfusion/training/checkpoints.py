@@ -157,23 +157,38 @@ def last_good_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
     return next((c for c in _checkpoints_newest_first(checkpoint_dir) if _finite_weights(c)), None)
 
 
-def _complete(checkpoint: Path) -> bool:
-    """Whether a resume from `checkpoint` restores everything: weights, optimizer and scheduler state, RNG state
-    (one file, or one per rank) and a readable trainer state. A kill mid-save or mid-rotation leaves some out."""
-    if not all((checkpoint / name).is_file() for name in RESUME_FILES):
-        return False
+def _incompleteness(checkpoint: Path) -> str | None:
+    """What a resume from `checkpoint` could not restore (None: nothing): weights, optimizer and scheduler state, RNG
+    state (one file, or one per rank) and a readable trainer state. A kill mid-save or mid-rotation leaves some out."""
+    missing = [name for name in RESUME_FILES if not (checkpoint / name).is_file()]
+    if missing:
+        return f"lacks {', '.join(missing)}"
     if not any(checkpoint.glob("rng_state*.pth")):
-        return False
+        return "lacks its RNG state (rng_state*.pth)"
     try:
         json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return True
+        return "has an unreadable trainer_state.json"
+    return None
+
+
+def why_not_resumable(checkpoint: Path) -> str | None:
+    """Why a resume passes `checkpoint` over (None: it is complete, with finite weights)."""
+    problem = _incompleteness(checkpoint)
+    if problem is None and not _finite_weights(checkpoint):
+        problem = "has weights that are unreadable or not finite"
+    return problem
 
 
 def resumable_checkpoints(checkpoint_dir: str | os.PathLike) -> Iterator[Path]:
     """The complete checkpoints with finite weights in `checkpoint_dir`, newest first, each judged when reached."""
-    return (c for c in _checkpoints_newest_first(checkpoint_dir) if _complete(c) and _finite_weights(c))
+    return (c for c in _checkpoints_newest_first(checkpoint_dir) if why_not_resumable(c) is None)
+
+
+def passed_over_checkpoints(checkpoint_dir: str | os.PathLike) -> dict[str, str]:
+    """Each `checkpoint-<step>` in `checkpoint_dir` a resume cannot continue from, newest first, with why."""
+    reasons = {c.name: why_not_resumable(c) for c in _checkpoints_newest_first(checkpoint_dir)}
+    return {name: reason for name, reason in reasons.items() if reason is not None}
 
 
 def resumable_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from adapterfusion.errors import RunFileError, TrainingError
 
-__all__ = ["RunFileError", "RunQualityWarning", "SlowPrecisionWarning", "TrainingError"]
+__all__ = ["RunFileError", "RunQualityWarning", "SlowPrecisionWarning", "StartOverWarning", "TrainingError"]
 
 
 class RunQualityWarning(UserWarning):
@@ -14,3 +14,7 @@ class RunQualityWarning(UserWarning):
 
 class SlowPrecisionWarning(UserWarning):
     """A mixed-precision switch the hardware runs on a slow, emulated path (bf16 on a CPU without native bf16)."""
+
+
+class StartOverWarning(UserWarning):
+    """resume=True found checkpoints, but none to continue from (each incomplete or damaged): the run starts over."""

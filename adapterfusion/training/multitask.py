@@ -583,7 +583,7 @@ def train_multitask(
         plan = _step_plan(data.sizes, config, seed, schedule)
         run_config = _run_config(data, run, adapter, heads_pooling, schedule, plan, metrics, config)
         resume_from = resume_point(run_dir, run_config, MT_A_RESUME_KEYS) if resume else None
-        if overwrite:  # the runner's re-run of an interrupted job (overwrite and resume) keeps what it resumes
+        if overwrite or resume:  # as in train(): what it resumes stays, checkpoints it passed over go
             run.start_over(keep_checkpoints=resume_from is not None)
         run.write_config(run_config)
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from adapterfusion.errors import RunFileError
 from adapterfusion.io.paths import describe
-from adapterfusion.training.checkpoints import checkpoint_damage, resumable_checkpoints
-from adapterfusion.training.errors import TrainingError
+from adapterfusion.training.checkpoints import checkpoint_damage, passed_over_checkpoints, resumable_checkpoints
+from adapterfusion.training.errors import StartOverWarning, TrainingError
 from adapterfusion.training.run_files import CONFIG_FILE, read_json
 
 # What makes a checkpoint belong to a train() run: the same task, setup, seed, encoder (its path and the digest of its
@@ -38,6 +39,17 @@ RESUME_KEYS = (
 # Keys a config.json saved before runs recorded them lacks: such a run resumes as it did then (nothing to compare).
 RECORDED_LATER = ("encoder_identity", "data_files", "encoded_sha256")
 
+# TrainingConfig fields that change how a run is logged, kept or computed, not what it trains: a resume may change
+# them (checkpointing turned on after running out of memory, a log every step to watch it).
+FREE_ON_RESUME = (
+    "logging_steps",
+    "report_to",
+    "dataloader_workers",
+    "save_total_limit",
+    "keep_checkpoints",
+    "gradient_checkpointing",
+)
+
 # TrainingConfig fields added after runs were already saved, with the value that behaves as those runs did: a run
 # saved before a field existed resumes when the call sets that value.
 TRAINING_SETTINGS_ADDED_LATER: dict[str, Any] = {"fast_dropout": False}
@@ -57,6 +69,7 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[st
         )
     checkpoints = list(itertools.islice(resumable_checkpoints(folder), 2))  # the newest, and the one before it
     if not checkpoints:
+        _say_passed_over(folder)
         return None
     checkpoint = checkpoints[0]
     previous = read_json(
@@ -71,6 +84,10 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[st
     current = json.loads(json.dumps({key: run_config[key] for key in keys}))  # as config.json holds it
     if isinstance(previous.get("training"), dict):
         previous["training"] = TRAINING_SETTINGS_ADDED_LATER | previous["training"]
+        if isinstance(current.get("training"), dict):
+            for name in FREE_ON_RESUME:
+                for settings in (previous["training"], current["training"]):
+                    settings.pop(name, None)
     for key in RECORDED_LATER:
         if key in keys and key not in previous:
             previous[key] = current[key]
@@ -97,6 +114,20 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[st
         )
     _check_undamaged(checkpoint, checkpoints[1:], start_over)
     return checkpoint
+
+
+def _say_passed_over(folder: Path) -> None:
+    """Warn that a resume starts over although `folder` holds checkpoints (a kill mid-save leaves one incomplete; a
+    hand-edited or blown-up one is damaged), naming each and why: a silent start from step 0 looks like a resume."""
+    passed_over = passed_over_checkpoints(folder) if describe(folder) == "a folder" else {}
+    if passed_over:
+        reasons = "; ".join(f"{name} {reason}" for name, reason in passed_over.items())
+        warnings.warn(
+            f"resume=True: no checkpoint in {folder} can be continued from ({reasons}), so the run starts over "
+            "from its first step, and these are removed",
+            StartOverWarning,
+            stacklevel=3,
+        )
 
 
 def _check_undamaged(checkpoint: Path, older: Sequence[Path], start_over: str) -> None:

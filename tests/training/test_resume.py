@@ -11,7 +11,7 @@ import pytest
 import torch
 import transformers
 
-from adapterfusion.training import AdapterStore, TrainingError, train, train_multitask
+from adapterfusion.training import AdapterStore, StartOverWarning, TrainingError, train, train_multitask
 from adapterfusion.training.callbacks import FusionStepCallback
 from adapterfusion.training.checkpoints import LEGACY_TRAINABLE_FILE, RESUME_FILES, TRAINABLE_FILE, resumable_checkpoint
 from task_data import read_rows, write_jsonl
@@ -509,3 +509,70 @@ def test_a_checkpoint_saved_under_the_old_weights_name_still_resumes(
     assert resumable_checkpoint(checkpoint.parent) == checkpoint
     result = run(resume=True)
     assert json.loads(result.metrics_path.read_text())["resumed_from"] == f"checkpoints/{checkpoint.name}"
+
+
+@pytest.mark.slow
+def test_a_resume_may_change_how_the_run_is_logged_and_checkpointed(
+    tmp_path, tiny_float64_encoder_dir, demo_data_dir, monkeypatch
+):
+    """logging_steps, keep_checkpoints and gradient_checkpointing change the log, the files kept and the memory used,
+    not the weights: a resume that changes them continues the run (it was refused as 'other settings') and ends with
+    the uninterrupted run's weights and metrics."""
+    logged_rarely = {"logging_steps": 2, "gradient_checkpointing": False}
+
+    def run(output_dir, resume=False, **changes):
+        return train(
+            "rte",
+            "st-a",
+            seed=3,
+            encoder=tiny_float64_encoder_dir,
+            data_dir=demo_data_dir,
+            output_dir=output_dir,
+            training_config={**SETTINGS, **logged_rarely, **changes},
+            max_examples=SLICE,
+            resume=resume,
+        )
+
+    uninterrupted = run(tmp_path / "uninterrupted")
+    with monkeypatch.context() as patch:
+        _kill_after_saving(STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            run(tmp_path / "resumed")
+    resumed = run(tmp_path / "resumed", resume=True, logging_steps=1, gradient_checkpointing=True)
+    metrics = json.loads(resumed.metrics_path.read_text())
+    assert metrics["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
+    weights, expected = _trained(resumed), _trained(uninterrupted)
+    assert weights.keys() == expected.keys() and weights
+    for name in expected:
+        assert_close(weights[name], expected[name], label=name)
+    want = json.loads(uninterrupted.metrics_path.read_text())
+    assert_close(_untimed(metrics["best"]), _untimed(want["best"]), dtype=torch.float64, label="best")
+    saved = json.loads((resumed.metrics_path.parent / "config.json").read_text())["training"]
+    assert saved["logging_steps"] == 1 and saved["gradient_checkpointing"] is True  # what the run ended with
+
+
+@pytest.mark.slow
+def test_a_resume_that_finds_no_complete_checkpoint_says_so_and_removes_them(
+    tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
+):
+    """Every checkpoint incomplete or damaged: the run starts over, as before, but no longer silently (a start from
+    step 0 looked like a resume), and the checkpoints passed over go: left beside the new run's, a stale one of a
+    later step outlived the new ones in the Trainer's rotation."""
+    run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
+    with monkeypatch.context() as patch:
+        _kill_after_saving(2 * STEPS_PER_EPOCH, patch)
+        with pytest.raises(Killed):
+            run(max_steps=3 * STEPS_PER_EPOCH)
+    checkpoints = tmp_path / "rte" / "st-a" / "seed-3" / "checkpoints"
+    found = sorted(checkpoints.iterdir())
+    assert [c.name for c in found] == ["checkpoint-4", "checkpoint-8"]
+    (found[1] / "optimizer.pt").unlink()
+    (found[0] / "trainer_state.json").write_text("{not json")
+    with pytest.warns(StartOverWarning) as said:
+        result = run(resume=True, max_steps=2)
+    message = str(said[0].message)
+    assert "checkpoint-8 lacks optimizer.pt" in message
+    assert "checkpoint-4 has an unreadable trainer_state.json" in message
+    assert json.loads(result.metrics_path.read_text())["resumed_from"] is None
+    # keep_checkpoints: the new run's own stay; the Trainer's rotation kept the stale checkpoint-8 as 'most recent'
+    assert sorted(c.name for c in checkpoints.iterdir()) == ["checkpoint-2"]
