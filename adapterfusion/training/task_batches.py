@@ -23,22 +23,35 @@ if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
 
 
-def _shuffled_passes(size: int, batches: int, batch_size: int, seed: int) -> list[np.ndarray]:
-    """Enough seeded permutations of `size` examples for `batches` batches of `batch_size` (the last batch of each
-    pass may be short): the orders a DataLoader(shuffle=True) with a generator seeded `seed` walks, pass by pass."""
-    generator = torch.Generator().manual_seed(seed)
-    passes = math.ceil(batches / math.ceil(size / batch_size))
-    return [
-        torch.cat(
-            list(DataLoader(cast(Dataset, range(size)), batch_size=size, shuffle=True, generator=generator))
-        ).numpy()
-        for _ in range(passes)
-    ]
+class _ShuffledPasses:
+    """The seeded permutations of `size` examples that a DataLoader(shuffle=True) with a generator seeded `seed` walks,
+    pass after pass, drawn when first asked for: only the latest pass is kept, so memory does not grow with the run's
+    length or its gradient accumulation. The Trainer reads items in order (a resume skips indices without reading
+    them), so an earlier pass is drawn again from the seed only when asked for out of order."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed = size, seed
+        self.generator = torch.Generator().manual_seed(seed)
+        self.drawn = -1  # the index of the pass `latest` holds
+        self.latest = np.empty(0, dtype=np.int64)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if index < self.drawn:
+            self.generator.manual_seed(self.seed)
+            self.drawn = -1
+        while self.drawn < index:
+            loader = DataLoader(
+                cast(Dataset, range(self.size)), batch_size=self.size, shuffle=True, generator=self.generator
+            )
+            self.latest = torch.cat(list(loader)).numpy()
+            self.drawn += 1
+        return self.latest
 
 
 class TaskBatches(Dataset):
     """Micro-batch i of an MT-A run, collated: optimizer step i // accumulation trains task `step_tasks[step]`, and
-    each task's batches follow one another in that task's shuffled passes (seed `seed + task index`)."""
+    each task's batches follow one another in that task's shuffled passes (seed `seed + task index`). What is held
+    is per step, not per micro-batch: a large `accumulation` costs no memory."""
 
     def __init__(
         self,
@@ -50,22 +63,24 @@ class TaskBatches(Dataset):
         seed: int,
     ) -> None:
         self.datasets, self.batch_size, self.collator = list(datasets), batch_size, collator
-        self.item_tasks = np.repeat(np.asarray(step_tasks, dtype=np.int64), accumulation)
-        self.item_ranks = np.zeros(len(self.item_tasks), dtype=np.int64)  # which batch of its task an item is
-        self.orders = []
-        for task, dataset in enumerate(self.datasets):
-            mine = self.item_tasks == task
-            self.item_ranks[mine] = np.arange(int(mine.sum()))
-            self.orders.append(_shuffled_passes(len(dataset), int(mine.sum()), batch_size, seed + task))
+        self.accumulation = accumulation
+        self.step_tasks = np.asarray(step_tasks, dtype=np.int64)
+        self.step_ranks = np.zeros(len(self.step_tasks), dtype=np.int64)  # how many earlier steps trained its task
+        for task in range(len(self.datasets)):
+            mine = self.step_tasks == task
+            self.step_ranks[mine] = np.arange(int(mine.sum()))
+        self.passes = [_ShuffledPasses(len(dataset), seed + task) for task, dataset in enumerate(self.datasets)]
 
     def __len__(self) -> int:
-        return len(self.item_tasks)
+        return len(self.step_tasks) * self.accumulation
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        task, rank = int(self.item_tasks[index]), int(self.item_ranks[index])
+        step, within = divmod(index, self.accumulation)
+        task = int(self.step_tasks[step])
+        rank = int(self.step_ranks[step]) * self.accumulation + within  # which batch of its task this item is
         per_pass = math.ceil(len(self.datasets[task]) / self.batch_size)
         start = (rank % per_pass) * self.batch_size
-        rows = self.orders[task][rank // per_pass][start : start + self.batch_size]
+        rows = self.passes[task][rank // per_pass][start : start + self.batch_size]
         return self.collator([self.datasets[task][int(row)] for row in rows])
 
 
