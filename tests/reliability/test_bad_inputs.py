@@ -33,6 +33,7 @@ import cases_blocks
 import cases_cli_reports
 import cases_concurrency
 import cases_decoder_training
+import cases_devices
 import cases_encoders
 import cases_experiments
 import cases_files
@@ -40,6 +41,7 @@ import cases_forward
 import cases_generate
 import cases_heads
 import cases_heads_spans
+import cases_hub
 import cases_leftovers
 import cases_loading
 import cases_metrics
@@ -57,6 +59,7 @@ import cases_serving_http
 import cases_store_interop
 import cases_sweep_pieces
 import cases_task_data
+import cases_text_inputs
 import cases_training_loop
 import cases_training_use
 import cases_unchecked
@@ -1220,6 +1223,9 @@ CASES: tuple[BadInput, ...] = (
     *cases_leftovers.CASES,
     *cases_training_loop.CASES,
     *cases_heads.CASES,
+    *cases_text_inputs.CASES,
+    *cases_devices.CASES,
+    *cases_hub.CASES,
 )
 
 
