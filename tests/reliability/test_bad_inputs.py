@@ -38,10 +38,12 @@ import cases_encoders
 import cases_experiments
 import cases_files
 import cases_forward
+import cases_fusion_configs
 import cases_generate
 import cases_heads
 import cases_heads_spans
 import cases_hub
+import cases_interop_decoders
 import cases_leftovers
 import cases_loading
 import cases_metrics
@@ -59,7 +61,6 @@ import cases_serving_http
 import cases_store_interop
 import cases_sweep_pieces
 import cases_task_data
-import cases_text_inputs
 import cases_training_loop
 import cases_training_use
 import cases_unchecked
@@ -1223,7 +1224,8 @@ CASES: tuple[BadInput, ...] = (
     *cases_leftovers.CASES,
     *cases_training_loop.CASES,
     *cases_heads.CASES,
-    *cases_text_inputs.CASES,
+    *cases_fusion_configs.CASES,
+    *cases_interop_decoders.CASES,
     *cases_devices.CASES,
     *cases_hub.CASES,
 )
