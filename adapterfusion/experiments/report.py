@@ -363,7 +363,18 @@ def build_report(output_dir: str | os.PathLike, store: ResultsStore | None = Non
     rules = [{"name": k, **v} for k, v in rules.items()] if isinstance(rules, dict) else rules  # an early dict form
     report.select = {rule["name"]: {k: v for k, v in rule.items() if k != "name"} for rule in rules}
     report.tables = [t for t in (table1(report), table2(report), table3(report)) if t is not None]
+    report.warnings = [_as_the_file_writes(warning, spec, report.source) for warning in report.warnings]
     return report
+
+
+def _as_the_file_writes(message: str, spec: dict[str, Any], source: str | None) -> str:
+    """A run's warning with the experiment's absolute data_dir and output_dir as its experiment file writes them
+    (relative to its folder): a report committed beside the file then names no folder of the machine it ran on."""
+    for key in ("data_dir", "output_dir"):
+        path = spec.get(key)
+        if isinstance(path, str) and os.path.isabs(path) and path.rstrip("/"):
+            message = message.replace(path, relative_to_experiment_file(path, source) or path)
+    return message
 
 
 def _describe_carve(carve: dict[str, Any]) -> str:

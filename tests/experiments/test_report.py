@@ -287,3 +287,39 @@ def test_a_done_run_without_a_dev_score_is_named_not_dropped_unseen(tmp_path, ca
     assert [w for w in report.warnings if "head/rte" in w] == [f"{warning}; left out of the tables"]
     assert main(["report", str(out), "--no-figures"]) == 0
     assert f"warning: {warning}" in capsys.readouterr().out
+
+
+def test_warnings_name_the_experiments_folders_as_its_file_writes_them(tmp_path):
+    """A data warning names the data folder; a report committed beside its experiment file showed the absolute path
+    of the machine it ran on. It now shows it as the file writes it, relative to the file's folder."""
+    data = tmp_path / "project" / "data"
+    data.mkdir(parents=True)
+    source = tmp_path / "project" / "examples" / "demo.yaml"
+    spec = ExperimentSpec.from_dict(
+        {
+            "name": "demo",
+            "tasks": ["rte"],
+            "seeds": [1],
+            "setups": ["head"],
+            "data_dir": str(data),
+            "output_dir": str(source.parent / "results" / "demo"),
+        },
+        source=str(source),
+    )
+    out = Path(spec.output_dir)
+    (job,) = plan_jobs(spec)
+    with ResultsStore(out) as store:
+        store.bind(spec, [job])
+        store.mark_running(job.id, str(job.run_dir(out)))
+        store.mark_done(
+            job.id,
+            {
+                "metric_for_best": "accuracy",
+                "best": {"accuracy": 0.5},
+                "warnings": [f"no train file in {data}; carved from 'validation'", f"see {out}/runs"],
+            },
+        )
+    assert build_report(out).warnings == [
+        "head/rte seed 1: no train file in ../data; carved from 'validation'",
+        "head/rte seed 1: see results/demo/runs",
+    ]
