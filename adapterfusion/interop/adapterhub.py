@@ -79,6 +79,11 @@ def load_adapterhub(
     require_wrapped(model, "load_adapterhub")
     check_bool(overwrite, "overwrite")
     check_kind(kind, "loadable")
+    if labels is not None and kind != "head":  # install_piece checks them on heads only: they would go unread
+        raise ConfigError(
+            f"load_adapterhub(kind={kind!r}) got labels={short_repr(labels)}, but only a head has labels to check; "
+            "drop labels, or pass them when you load the head (kind='head')"
+        )
     piece = piece_from_adapterhub(directory, kind, model.layout())
     return model.install_piece(piece.renamed(name), overwrite, labels)
 
@@ -105,6 +110,7 @@ def piece_from_adapterhub(directory: str | Path, kind: str, layout: EncoderLayou
     """The AdapterHub `kind` in `directory` as a Piece for the encoder `layout` describes. Its name is the saved one
     (a fusion's: its adapters joined by '-', as AdapterHub's 'a,b' is no valid module key)."""
     directory = as_path(directory, f"the AdapterHub {check_kind(kind, 'loadable')} folder")
+    _check_layout(layout, "piece_from_adapterhub", "the model to load the piece into")
     found = describe(directory)  # anything else (a NUL in the path, no permission) the reader says as such
     if found == "nothing" and not out_of_reach(directory):
         raise SerializationError(
@@ -116,9 +122,17 @@ def piece_from_adapterhub(directory: str | Path, kind: str, layout: EncoderLayou
             f"the AdapterHub {kind} folder {str(directory)!r} is a file; pass the folder holding it"
         )
     document = read_document(directory, kind)
-    saved: dict[str, Any] = {key: document[key] for key in ("model_type", "hidden_size") if key in document}
-    layout.fingerprint.check_compatible(saved, directory, check_layers=False)
     config_file = directory / FILES[kind][0]
+    saved: dict[str, Any] = {key: document[key] for key in ("model_type", "hidden_size") if key in document}
+    for key, expected in (("model_type", str), ("hidden_size", int)):  # as AdapterHub names them, not our base_model.*
+        value = saved.get(key, expected())
+        if not isinstance(value, expected) or isinstance(value, bool):
+            raise SerializationError(
+                f"{config_file}: {key}={short_repr(value)} has type {type(value).__name__}; AdapterHub writes the "
+                f"model's {key} there as {'a string' if expected is str else 'an integer'}, so the file is damaged or "
+                "was edited by hand: restore it from the source of this piece, or export it again"
+            )
+    layout.fingerprint.check_compatible(saved, directory, check_layers=False)
     with naming_file(config_file):
         reader = {"adapter": _read_adapter, "fusion": _read_fusion, "head": _read_head}[kind]
         piece = reader(layout, directory, document)
@@ -178,10 +192,18 @@ def _read_fusion(layout: EncoderLayout, directory: Path, document: dict[str, Any
             f"{directory}: adapter_fusion_config.json has no 'adapter_names' list of adapter names (it holds "
             f'{short_repr(adapters)}); expected a non-empty list of strings, e.g. ["a", "b"]'
         )
+    saved_name = document.get("name") or ",".join(adapters)
+    if not isinstance(saved_name, str) or saved_name.split(",") != adapters:
+        # adapters 1.3.0 fuses the adapters its 'name' lists (add_adapter_fusion splits it at ','), not adapter_names
+        raise SerializationError(
+            f"{directory}: adapter_fusion_config.json names the fusion {short_repr(saved_name)} (its 'name' field), "
+            f"but its adapter_names are {adapters}; AdapterHub fuses the adapters the name lists, joined by ',' "
+            f"({','.join(adapters)!r} for these), so the file was edited by hand: set both back to the adapters the "
+            "fusion was trained over (the weights' keys name them), or export it again"
+        )
     model_type = layout.fingerprint.model_type
     attention_dropout = adapterhub_config_value(layout.config, model_type, "attention_probs_dropout_prob") or 0.0
     config = fusion_config_from_adapterhub(document["config"], attention_dropout)
-    saved_name = str(document.get("name") or ",".join(adapters))
     tensors = _site_tensors(layout, read_weights(directory, "fusion"), f"adapter_fusion_layer.{saved_name}", directory)
     # A fusion with no query, key or value has an unused Linear "dense" in adapters; we have nothing to load.
     tensors = {k: v for k, v in tensors.items() if ".dense." not in k}
@@ -207,7 +229,27 @@ def _read_head(layout: EncoderLayout, directory: Path, document: dict[str, Any])
         )
     if stray:
         raise SerializationError(f"{directory}: weights that are not head {saved_name!r}'s: {stray[:5]}")
-    return Piece("head", saved_name, config, {f"layers.{k[len(prefix) :]}": v for k, v in weights.items()})
+    tensors = {f"layers.{k[len(prefix) :]}": v for k, v in weights.items()}
+    _check_head_outputs(config, tensors, directory)
+    return Piece("head", saved_name, config, tensors)
+
+
+def _check_head_outputs(config: HeadConfig, tensors: dict[str, torch.Tensor], directory: Path) -> None:
+    """Refuse a head_config.json whose output count its output layer's weights do not have, before the head is built:
+    a num_labels of 10**9 (an edited file) built a 10**9-row layer, which ran the process out of memory, before the
+    saved weights were compared with it."""
+    numbered = [key for key, value in tensors.items() if key.endswith(".weight") and value.dim() == 2]
+    index = {key: key.split(".")[1] for key in numbered}
+    last = max((key for key in numbered if index[key].isdigit()), key=lambda key: int(index[key]), default=None)
+    if last is None or tensors[last].shape[0] == config.output_size:
+        return  # no output layer to compare: the install names what is missing
+    what = "num_choices" if config.kind == "multiple_choice" else "num_labels"
+    raise SerializationError(
+        f"{directory}: head_config.json makes a head of {config.output_size} output(s) ({what}), but its output layer "
+        f"{last.removeprefix('layers.')!r} in the weights file has {tensors[last].shape[0]}: the config and the "
+        "weights do not belong together (the file was edited by hand, or they come from different saves); put the "
+        "config and weights of one save in the folder"
+    )
 
 
 def _require_adapterhub_sites(layout: EncoderLayout) -> None:
@@ -253,10 +295,9 @@ def _unplaced(layout: EncoderLayout, key: str, stripped: str, container: str, di
         number = rest.partition(".")[0]
         if not head and number.isdigit() and int(number) >= depth:
             layer, part = int(number), _stack_part(layout, stack)
-            where, whose = (
-                (f" of its {part}", f"{model_type} model's {part}") if part else ("", f"{model_type} encoder")
-            )
-            saved_from = "a decoder" if part == "decoder" else "an encoder"
+            noun = _model_noun(layout)
+            where, whose = (f" of its {part}", f"{model_type} model's {part}") if part else ("", f"{model_type} {noun}")
+            saved_from = "a decoder" if part == "decoder" or noun == "decoder" else "an encoder"
             return IncompatibleModelError(
                 f"{directory}: weight {key!r} is of layer {layer}{where}, and this {whose} has {depth} layers; it was "
                 f"saved from {saved_from} with at least {layer + 1}: load it into a model of that shape"
@@ -276,8 +317,16 @@ def _unplaced(layout: EncoderLayout, key: str, stripped: str, container: str, di
         f"'[{_base_prefix(layout)}]{stack}.<i>.<site>.{container}...'" for stack in _stack_depths(layout)
     )
     return SerializationError(
-        f"{directory}: weight {key!r} is not at an adapter site of this {model_type} encoder (expected {patterns})"
+        f"{directory}: weight {key!r} is not at an adapter site of this {model_type} {_model_noun(layout)} (expected "
+        f"{patterns})"
     )
+
+
+def _model_noun(layout: EncoderLayout) -> str:
+    """What the model is called in a message: a decoder, an encoder-decoder or an encoder."""
+    if layout.architecture.decoder is not None:
+        return "encoder-decoder"
+    return "decoder" if layout.architecture.causal else "encoder"
 
 
 def _stack_depths(layout: EncoderLayout) -> dict[str, int]:
@@ -307,12 +356,18 @@ def piece_to_adapterhub(
 ) -> Path:
     """Write `piece` (from the encoder `layout` describes) as AdapterHub's `adapters` 1.3.0 saves it (write_folder
     checks use_safetensors and `overwrite`)."""
+    if not isinstance(piece, Piece):
+        raise ConfigError(
+            f"piece_to_adapterhub takes a Piece (model.export_piece(kind, name)), got {type(piece).__name__}"
+        )
+    _check_layout(layout, "piece_to_adapterhub", "the model the piece was exported from")
     check_not_in_setup(directory, piece.kind, writer="export_adapterhub")  # as save_<kind>: it breaks a setup alike
     if piece.kind != "head":
         _require_adapterhub_sites(layout)
     else:
         _require_head_model(layout)
     check_has_values(piece.tensors.values(), f"{piece.kind} {piece.name!r} has weights", "there is nothing to export")
+    _check_fits(piece, layout)
     check_finite_weights(piece.tensors, piece.kind, piece.name, "export_adapterhub")
     document, tensors = _WRITERS[piece.kind](piece, layout)
     document.update(
@@ -323,6 +378,32 @@ def piece_to_adapterhub(
         version=ADAPTERHUB_VERSION,
     )
     return write_folder(directory, piece.kind, document, tensors, use_safetensors, overwrite)
+
+
+def _check_layout(layout: object, caller: str, whose: str) -> None:
+    if not isinstance(layout, EncoderLayout):
+        raise ConfigError(f"{caller} takes the layout of {whose} (model.layout()), got {type(layout).__name__}")
+
+
+def _check_fits(piece: Piece, layout: EncoderLayout) -> None:
+    """Refuse a piece of another model than the one `layout` describes, whose files would name sites or a hidden size
+    its weights do not have (a piece of a deeper model has sites past this one's layers: a KeyError before)."""
+    model_type, hidden = layout.fingerprint.model_type, layout.fingerprint.hidden_size
+    if piece.kind != "head":
+        missing = sorted(site for site in by_site(piece.tensors) if site not in layout.site_paths)
+        if missing:
+            raise IncompatibleModelError(
+                f"{piece.kind} {piece.name!r} has weights at {missing[:4]}, sites this {model_type} "
+                f"{_model_noun(layout)} does not have: the layout is of another model than the piece; pass the layout "
+                "of the model it was exported from (model.layout())"
+            )
+    wrong = sorted(key for key, value in piece.tensors.items() if value.dim() == 2 and hidden not in value.shape)
+    if wrong:
+        raise IncompatibleModelError(
+            f"{piece.kind} {piece.name!r} has weight {wrong[0]!r} of shape {tuple(piece.tensors[wrong[0]].shape)}, "
+            f"which does not fit this {model_type} {_model_noun(layout)}'s hidden size {hidden}: the layout is of "
+            "another model than the piece; pass the layout of the model it was exported from (model.layout())"
+        )
 
 
 # Base model classes whose flex-head model adapters names otherwise than by the class's stem.

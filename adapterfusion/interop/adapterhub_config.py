@@ -85,7 +85,29 @@ _NON_LINEARITY_IN = {
 _NON_LINEARITY_OUT = {"leaky_relu": "leakyrelu"}
 _INIT_IN = {"bert": "bert", "houlsby": "houlsby", "mam_adapter": "zero_up"}
 _INIT_OUT = {ours: theirs for theirs, ours in _INIT_IN.items()}
-_SPAN_HEAD_TYPES = ("question_answering", "tagging")  # AdapterHub's QuestionAnsweringHead and TaggingHead
+# The options each head class of adapters 1.3.0 takes (its __init__'s keywords) and their defaults; label2id and
+# id2label are read by add_prediction_head_from_config. Any other key is a TypeError there, so it is refused, not
+# dropped unread (a misspelt "activation_functon": "relu" would build the default tanh head around relu weights).
+_SPAN_HEAD_OPTIONS = {"num_labels": 2, "layers": 1, "activation_function": "tanh", "dropout_prob": None}
+_HEAD_OPTIONS: dict[str, dict[str, Any]] = {
+    "classification": {**_SPAN_HEAD_OPTIONS, "layers": 2, "use_pooler": False, "bias": True},
+    "multiple_choice": {
+        "num_choices": 2,
+        "layers": 2,
+        "activation_function": "tanh",
+        "use_pooler": False,
+        "dropout_prob": None,
+    },
+    "question_answering": _SPAN_HEAD_OPTIONS,
+    "tagging": _SPAN_HEAD_OPTIONS,
+}
+_HEAD_LABEL_KEYS = ("head_type", "label2id", "id2label")
+_LM_HEAD_TYPES = ("causal_lm", "seq2seq_lm")
+_LM_HEAD_HINT = (
+    ". A language-model head is not loaded as a head: wrap the model with its own LM head (AutoModelForCausalLM or "
+    "AutoModelForSeq2SeqLM), which runs when no head is active, and load only the adapter; AdapterHub's LM head "
+    "computes the same where its weights are tied to the input embeddings and it has no trained bias"
+)
 _HEAD_ACTIVATION_IN = {"tanh": "tanh", "relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 
 FUSION_DEFAULTS: dict[str, Any] = {
@@ -366,11 +388,21 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
     """Our head config for head_config.json's "config". `default_dropout`: what adapters uses when dropout_prob is
     None (adapterhub_head_dropout); `pooling`: the token adapters' heads read on this model (adapterhub_pooling)."""
     head_type = config.get("head_type")
-    if head_type not in ("classification", "multiple_choice", *_SPAN_HEAD_TYPES):
+    if not isinstance(head_type, str) or head_type not in _HEAD_OPTIONS:
         raise ConfigError(
-            f"AdapterHub head_type={head_type!r} is not supported; importable: 'classification' (num_labels=1 "
-            "becomes a RegressionHead), 'multiple_choice', 'question_answering' and 'tagging'"
+            f"AdapterHub head_type={short_repr(head_type)} is not supported; importable: 'classification' "
+            "(num_labels=1 becomes a RegressionHead), 'multiple_choice', 'question_answering' and 'tagging'"
+            + (_LM_HEAD_HINT if head_type in _LM_HEAD_TYPES else "")
         )
+    options = _HEAD_OPTIONS[head_type]
+    unknown = sorted(str(key) for key in config if key not in options and key not in _HEAD_LABEL_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"AdapterHub {head_type} head option(s) {unknown} are not options of that head (adapters 1.3.0's takes "
+            f"{', '.join(sorted(options))}, label2id and id2label, and fails on any other), so the file is damaged "
+            "or was edited by hand: correct the spelling or remove them"
+        )
+    config = {**options, **config}  # adapters' defaults for what the file leaves out (tagging: one layer)
     # adapters reads use_pooler and bias by their truth value (nn.Linear(..., bias=bias)): null is off there
     use_pooler = config.get("use_pooler")
     if use_pooler is not None and check_bool(use_pooler, "AdapterHub head option use_pooler"):
@@ -378,7 +410,7 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
             "AdapterHub head option use_pooler=True is not supported (a pooler layer; only use_pooler=false can be "
             "imported): our heads read the hidden state directly"
         )
-    bias = config.get("bias", True)
+    bias = config.get("bias", True)  # multiple-choice and span heads have no bias option: their layers have one
     if bias is None or not check_bool(bias, "AdapterHub head option bias"):
         raise ConfigError(
             f"AdapterHub head option bias={bias!r} (an output layer without a bias, as adapters builds it) is not "
@@ -390,8 +422,8 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
             f"AdapterHub head option label2id={short_repr(label2id)} has type {type(label2id).__name__}; expected "
             "an object of label -> id, or null; adapters fails on it too"
         )
-    layers = check_int(config.get("layers", 2), "AdapterHub head layers", minimum=1)
-    activation = config.get("activation_function", "tanh")  # None: no activation between its layers
+    layers = check_int(config["layers"], "AdapterHub head layers", minimum=1)
+    activation = config["activation_function"]  # None: no activation between its layers
     if layers == 1 and activation is None:  # one layer has no activation to apply
         activation = "tanh"
     if not isinstance(activation, str) or (layers > 1 and activation.lower() not in _HEAD_ACTIVATION_IN):
@@ -407,7 +439,7 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
     )
     if head_type == "multiple_choice":
         choices = check_int(
-            config.get("num_choices", 2),
+            config["num_choices"],
             "AdapterHub head num_choices",
             minimum=1,
             maximum=MAX_LABELS,
@@ -415,11 +447,7 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
         )
         return MultipleChoiceHead(num_labels=choices, pooling=pooling, **settings)
     num_labels = check_int(
-        config.get("num_labels", 2),
-        "AdapterHub head num_labels",
-        minimum=1,
-        maximum=MAX_LABELS,
-        why_maximum=TORCH_DIMENSION,
+        config["num_labels"], "AdapterHub head num_labels", minimum=1, maximum=MAX_LABELS, why_maximum=TORCH_DIMENSION
     )
     if head_type == "question_answering":  # its two outputs are start and end; label2id names nothing
         if num_labels != 2:
@@ -436,6 +464,7 @@ def head_config_from_adapterhub(config: Mapping[str, Any], default_dropout: floa
 def _labels(label2id: Any, num_labels: int) -> tuple[str, ...] | None:
     if (
         not isinstance(label2id, Mapping)
+        or len(label2id) != num_labels  # first: a num_labels of 10**9 must not build the range it is compared with
         or not all(isinstance(v, int) and not isinstance(v, bool) for v in label2id.values())
         or sorted(label2id.values()) != list(range(num_labels))
         or num_labels < 2

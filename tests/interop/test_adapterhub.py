@@ -26,6 +26,7 @@ from adapterfusion.interop.adapterhub_config import (
     adapter_config_to_adapterhub,
     fusion_config_from_adapterhub,
     fusion_config_to_adapterhub,
+    head_config_from_adapterhub,
 )
 from adapterfusion.io import atomic
 from tiny_decoders import tiny_decoder
@@ -613,12 +614,31 @@ def test_an_export_cut_off_between_its_renames_is_refused_until_exported_again(t
     assert sorted(p.name for p in folder.iterdir()) == ["adapter.safetensors", "adapter_config.json"]
 
 
+@pytest.mark.parametrize(
+    ("head_type", "layers"), [("classification", 2), ("multiple_choice", 2), ("tagging", 1), ("question_answering", 1)]
+)
+def test_head_options_left_out_take_the_defaults_of_adapters_head_class(head_type, layers):
+    """adapters builds a tagging or question-answering head with one layer unless told otherwise (its head classes'
+    defaults); a config without 'layers' was read as two, and the saved weights then did not fit."""
+    assert head_config_from_adapterhub({"head_type": head_type}, 0.1).layers == layers
+
+
+def test_head_options_that_adapters_head_class_does_not_take_are_refused():
+    """adapters passes every option to the head class, which fails on one it does not take; a misspelt option was
+    dropped unread here (a relu head built as tanh). label2id and id2label are read before, so both are allowed."""
+    config = {"head_type": "classification", "num_labels": 2, "activation_function": "relu"}
+    with pytest.raises(af.ConfigError, match=r"classification head option\(s\) \['activaton'\]"):
+        head_config_from_adapterhub({**config, "activaton": "gelu"}, 0.1)
+    with pytest.raises(af.ConfigError, match=r"question_answering head option\(s\) \['use_pooler'\]"):
+        head_config_from_adapterhub({"head_type": "question_answering", "use_pooler": False}, 0.1)
+    head = head_config_from_adapterhub({**config, "label2id": {"a": 0, "b": 1}, "id2label": {"0": "a"}}, 0.1)
+    assert head.activation == "relu" and head.labels == ("a", "b")
+
+
 def test_head_configs_without_an_activation_or_a_head_model_are_refused(tmp_path):
     """An AdapterHub head with activation_function=None (no activation between its layers) was read as tanh; a head
     exported for a model type adapters 1.3.0 has no head model for (Qwen2) named a class its load_head refuses; a
     CamemBERT adapter exported although adapters.init refuses CamemBERT."""
-    from adapterfusion.interop.adapterhub_config import head_config_from_adapterhub
-
     config = {"head_type": "classification", "num_labels": 2, "layers": 2, "activation_function": None}
     with pytest.raises(af.ConfigError, match="activation_function=None is not supported"):
         head_config_from_adapterhub(config, 0.1)
