@@ -21,6 +21,7 @@ from torch import nn
 from adapterfusion.errors import ConfigError, NameNotFoundError, PieceExistsError, SavedSettingError
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_\-]+$")
+FLOAT32_MAX = 3.4e38  # about torch.finfo(torch.float32).max: a setting beyond it is inf in a float32 model
 # Adapter, fusion and head names become keys of an nn.ModuleDict, which refuses a key that is one of its attributes.
 _MODULE_ATTRIBUTES = frozenset(dir(nn.ModuleDict()))
 _Config = TypeVar("_Config")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapterfusion._validation import (
+    FLOAT32_MAX,
     check_bool,
     check_choice,
     check_layers,
@@ -119,7 +120,13 @@ class AdapterConfig:
         if self.skip_before_ln_after is not None:
             check_bool(self.skip_before_ln_after, "skip_before_ln_after")
         # stored as the float it is: a Python int past 2**63 (2**70) was an OverflowError in every product with it
-        object.__setattr__(self, "scaling", check_number(self.scaling, "scaling"))
+        scaling = check_number(self.scaling, "scaling")
+        if abs(scaling) > FLOAT32_MAX:  # inf in a float32 model: every output inf or NaN (inf × 0)
+            raise ConfigError(
+                f"scaling={short_repr(self.scaling)} is beyond float32's range (about ±3.4e38), so the adapter's "
+                "output would be inf or NaN; adapters scale their output by about 1 (AdapterHub's default 1.0)"
+            )
+        object.__setattr__(self, "scaling", scaling)
         check_choice(self.init, INITS, "init")
         check_positive(self.init_std, "init_std")
         # Whether they leave any layer for the adapter depends on the encoder: injection/placement.py checks that.

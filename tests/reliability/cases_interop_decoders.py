@@ -222,4 +222,13 @@ CASES: tuple[BadInput, ...] = (
         ("adapter_config.json: hidden_size='32' has type str", "AdapterHub writes the model's hidden_size there"),
         _llama_adapter_with(lambda document: document.update(hidden_size="32")),
     ),
+    B(
+        "adapterhub-scaling-beyond-float32",
+        GROUP,
+        "model.load_adapter(<Llama's AdapterHub adapter whose adapter_config.json says scaling 1e308>) (was loaded: "
+        "1e308 is inf in the float32 model, so every output of the adapted model was inf or NaN, without a word)",
+        af.ConfigError,
+        ("scaling=1e+308 is beyond float32's range",),
+        _llama_adapter_with(lambda document: document["config"].update(scaling=1e308)),
+    ),
 )
