@@ -34,12 +34,16 @@ def test_the_long_example_composes_the_same_sources_four_ways():
     assert spec.fusion["rte"] == ("sst2", "sick", "mrpc", "cb", "rte")
 
 
-@pytest.mark.parametrize("name", ["decoder-smollm2-mnli", "decoder-smollm2-mnli-demo"])
+@pytest.mark.parametrize(
+    "name", ["decoder-smollm2-mnli", "decoder-smollm2-mnli-demo", "decoder-smollm2-mnli-demo-zero-up"]
+)
 def test_the_mnli_examples_fuse_mnli_with_each_target(name):
     spec = _spec(name)
     assert spec.encoder == "default-decoder"
     assert [v.id for v in spec.variants if v.is_fusion] == ["fusion-st-a"]
     assert (spec.fusion["cb"], spec.fusion["rte"]) == (("mnli", "cb"), ("mnli", "rte"))
+    inits = {v.options.get("init") for v in spec.variants if not v.is_fusion}
+    assert inits == ({"zero_up"} if name.endswith("zero-up") else {None})
 
 
 @pytest.mark.parametrize(
@@ -48,6 +52,7 @@ def test_the_mnli_examples_fuse_mnli_with_each_target(name):
         ("decoder-smollm2-long", 5 * 2 + 4 * 2 * 2),  # ST-A on 5 tasks; 4 compositions on CB and RTE
         ("decoder-smollm2-mnli", 3 * 2 + 2 * 2),  # ST-A on 3 tasks; Fusion on CB and RTE
         ("decoder-smollm2-mnli-demo", 3 * 2 + 2 * 2),
+        ("decoder-smollm2-mnli-demo-zero-up", 3 * 2 + 2 * 2),
     ],
 )
 def test_the_committed_report_is_of_this_file_with_both_seeds_everywhere(name, jobs):
