@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, overload
 
-from adapterfusion.errors import DefaultModelMissingError, RunFileError, ZooError
+from adapterfusion.errors import ConfigError, DefaultModelMissingError, RunFileError, ZooError
 from adapterfusion.io.documents import read_json
 from adapterfusion.io.paths import describe, listing, user_path
 
@@ -80,10 +80,22 @@ def named_encoder(encoder: str | os.PathLike | None) -> str | None:
 
 def cache_dir() -> Path:
     """Where adapterfusion keeps what it derives once per machine ($ADAPTERFUSION_CACHE, else
-    $XDG_CACHE_HOME/adapterfusion, else ~/.cache/adapterfusion)."""
-    if os.environ.get(CACHE_ENV):
-        return user_path(os.environ[CACHE_ENV])
-    return user_path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "adapterfusion"
+    $XDG_CACHE_HOME/adapterfusion, else ~/.cache/adapterfusion). A blank variable counts as unset. A relative
+    ADAPTERFUSION_CACHE is refused: it named a new folder under each working directory, where the default decoder was
+    converted again (20 s, 540 MB each); a relative XDG_CACHE_HOME is ignored, as the XDG spec says."""
+    given = os.environ.get(CACHE_ENV, "")
+    if given.strip():
+        folder = user_path(given)
+        if not folder.is_absolute():
+            what = "starts with the home folder of no user here" if given.startswith("~") else "is a relative path"
+            raise ConfigError(
+                f"the environment variable {CACHE_ENV}={given!r} {what}, which would name another cache "
+                f"folder under each working directory (the default decoder converted again in each); give an absolute "
+                f"path, e.g. {CACHE_ENV}={Path(given).absolute()}, or unset it for the default cache folder"
+            )
+        return folder
+    xdg = user_path(os.environ.get("XDG_CACHE_HOME", "").strip() or ".")
+    return (xdg if xdg.is_absolute() else Path.home() / ".cache") / "adapterfusion"
 
 
 def default_decoder_path() -> Path:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import torch
@@ -21,6 +20,8 @@ from torch import nn
 from adapterfusion import (
     blocks,
     composition,
+    devices,
+    dtype_errors,
     forward_runtime,
     generation,
     pipelines,
@@ -47,31 +48,6 @@ from adapterfusion.serialization import model_pieces, setup
 
 # Which site's fusion weights output.fusion_attentions[layer] holds where a layer has several (outputs.py).
 _FIRST_SITES = ("output", "attention", "cross")
-_Forward = Callable[..., AdaptedModelOutput]
-
-
-def _explains_dtype_errors(forward: _Forward) -> _Forward:
-    """`forward` turning torch's dtype mismatch into the library's error where a piece was cast by hand to another
-    dtype than the encoder's (`model.get_head(name).to(torch.bfloat16)`): torch names two matrices, not the piece.
-    Costs nothing until torch fails."""
-
-    @functools.wraps(forward)
-    def checked(self: AdaptedModel, *args: Any, **kwargs: Any) -> AdaptedModelOutput:
-        try:
-            return forward(self, *args, **kwargs)
-        except RuntimeError as err:
-            odd = trainable.pieces_of_other_dtype(self) if "dtype" in str(err) else {}
-            if not odd:
-                raise
-            listed = ", ".join(f"{piece} ({dtype})" for piece, dtype in odd.items())
-            dtype = self.dtype
-            raise ConfigError(
-                f"{listed} {'holds' if len(odd) == 1 else 'hold'} weights of another dtype than the encoder's "
-                f"{dtype}, so the forward mixes dtypes; cast the whole model instead (model.to({dtype}) puts every "
-                "piece in the encoder's dtype, model.to(dtype) moves all of them together)"
-            ) from err
-
-    return cast(_Forward, checked)
 
 
 class AdaptedModel(nn.Module):
@@ -91,6 +67,7 @@ class AdaptedModel(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         """Wrap `model` (AutoModel or a *For* task model of an architecture in ARCHITECTURES) in place."""
         check_wrappable(model)
+        devices.check_not_offloaded(model, "af.wrap")
         super().__init__()
         self.model = model
         # train_* freeze the encoder; unload() gives the model back with the flags it came with
@@ -308,7 +285,7 @@ class AdaptedModel(nn.Module):
     check_cache_placement = forward_runtime.check_cache_placement
     recording_fusion_attentions = forward_runtime.recording_fusion_attentions
     recording_generation = forward_runtime.recording_generation
-    generate = generation.generate
+    generate = dtype_errors.explains_dtype_errors(generation.generate)
 
     # ---- what a transformers pipeline reads of a model (pipelines.py) ------------------------------------------
     @property
@@ -317,6 +294,24 @@ class AdaptedModel(nn.Module):
         is built: where it runs this model, its calls are checked from then on (pipelines.meet_pipeline)."""
         pipelines.meet_pipeline(self)
         return cast(nn.Embedding, cast(Any, self.model).get_input_embeddings()).weight.device
+
+    def to(self, *args: Any, **kwargs: Any) -> AdaptedModel:
+        """nn.Module.to, with a device this machine lacks, or a dtype weights do not compute in, refused before
+        anything moves (devices.check_move)."""
+        devices.check_move(self, args, kwargs)
+        return super().to(*args, **kwargs)
+
+    def cuda(self, device: int | torch.device | None = None) -> AdaptedModel:
+        """nn.Module.cuda, refused with the library's error on a machine without that GPU."""
+        devices.cuda_device(device)
+        return super().cuda(device)
+
+    def to_empty(self, *, device: str | torch.device | int | None, recurse: bool = True) -> AdaptedModel:
+        """nn.Module.to_empty (after init_empty_weights: room for the weights, to be loaded next), refused with the
+        library's error on a machine without that device."""
+        if device is not None:
+            devices.movable_to(f"cuda:{device}" if isinstance(device, int) else device)
+        return super().to_empty(device=device, recurse=recurse)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -337,7 +332,7 @@ class AdaptedModel(nn.Module):
 
     for_pipeline = pipelines.for_pipeline
 
-    @_explains_dtype_errors
+    @dtype_errors.explains_dtype_errors
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -394,7 +389,7 @@ class AdaptedModel(nn.Module):
         return output
 
     routing_copies = routed_forward.routing_copies
-    forward_parallel = composition.forward_parallel
+    forward_parallel = dtype_errors.explains_dtype_errors(composition.forward_parallel)
     average_adapters = blocks.average_adapters
 
     # ---- pieces in and out (serialization/model_pieces.py; formats: serialization/formats.py) ----------------

@@ -96,6 +96,18 @@ def pieces_of_other_dtype(model: AdaptedModel) -> dict[str, torch.dtype]:
     return odd
 
 
+def encoder_dtypes(model: AdaptedModel) -> dict[torch.dtype, str]:
+    """Each floating-point dtype among the encoder's own weights, with the name of its first weight: more than one
+    where part of the encoder was cast by hand (`model.model.encoder.to(torch.bfloat16)`), and where transformers
+    keeps some modules in float32 (`_keep_in_fp32_modules`, e.g. T5's feed-forward output in a float16 model)."""
+    added = {id(p) for site in model.sites for module in (site.adapters, site.fusions) for p in module.parameters()}
+    found: dict[torch.dtype, str] = {}
+    for name, parameter in model.model.named_parameters():
+        if id(parameter) not in added and parameter.is_floating_point():
+            found.setdefault(parameter.dtype, name)
+    return found
+
+
 def train_adapter(model: AdaptedModel, name: str, head: str | None = None, train_encoder: bool = False) -> None:
     """Freeze everything but adapter `name` (with its own LayerNorm copies, for Houlsby) and its head. The head
     defaults to the one named like the adapter, else the active head; with none, the wrapped task model's own output

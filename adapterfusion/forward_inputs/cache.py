@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import transformers.configuration_utils as transformers_configs
@@ -61,7 +61,8 @@ def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
     encoder-decoder's attention layers share any other Cache between self- and cross-attention, appending the encoder
     states to the decoder's keys (a RuntimeError from the attention mask's shape)."""
     wrapped = model.model
-    if _CHECKED.get(cache) is wrapped:  # generate's own cache, every step after its first: the layout is unchanged
+    weight = cast(Any, wrapped).get_input_embeddings().weight
+    if _CHECKED.get(cache) == (wrapped, weight.dtype, weight.device):  # generate's own, every step after its first
         return
     name, seq2seq = type(wrapped).__name__, is_seq2seq(wrapped)
     if isinstance(cache, EncoderDecoderCache) != seq2seq:
@@ -89,6 +90,7 @@ def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
                 f"were made by another model; {_fix(wrapped)}"
             )
         for index, keys in enumerate(filled):
+            _check_placement(wrapped, keys, weight, index)
             expected = (_of_layer(heads, index), _of_layer(sizes, index))
             if None not in expected and (keys.shape[1], keys.shape[-1]) != expected:
                 raise ConfigError(
@@ -97,10 +99,26 @@ def check_cache_layout(model: AdaptedModel, cache: Cache) -> None:
                     f"another model; {_fix(wrapped)}"
                 )
     if complete:  # every layer filled by this model's layout: the steps that grow it need no second look
-        _CHECKED[cache] = wrapped
+        _CHECKED[cache] = (wrapped, weight.dtype, weight.device)
 
 
-_CHECKED: weakref.WeakKeyDictionary[Cache, nn.Module] = weakref.WeakKeyDictionary()
+def _check_placement(wrapped: nn.Module, keys: torch.Tensor, weight: torch.Tensor, index: int) -> None:
+    """A cache's keys in the dtype and on the device of the model's weights: made before `model.to(...)` cast or
+    moved the model, the next step's new keys meet them in attention, a RuntimeError from inside the layer ('expected
+    scalar type BFloat16 but found Float'). Under autocast keys take its dtype, and a model spread over devices
+    (device_map) keeps each layer's on its own: those are not compared."""
+    other_dtype = keys.dtype != weight.dtype and not torch.is_autocast_enabled(weight.device.type)
+    other_device = keys.device != weight.device and not getattr(wrapped, "hf_device_map", None)
+    if other_dtype or other_device:
+        raise ConfigError(
+            f"past_key_values hold keys of dtype {keys.dtype} on {keys.device} at layer {index}, but "
+            f"{type(wrapped).__name__}'s weights are {weight.dtype} on {weight.device}: the cache was made before the "
+            "model was cast or moved (or elsewhere), and a cached step cannot continue it; run the whole sequence "
+            "again to start a cache of the model as it is now, or cast the model back"
+        )
+
+
+_CHECKED: weakref.WeakKeyDictionary[Cache, tuple[nn.Module, torch.dtype, torch.device]] = weakref.WeakKeyDictionary()
 _HEAD_SHAPES: weakref.WeakKeyDictionary[nn.Module, tuple[Any, tuple[Any, Any]]] = weakref.WeakKeyDictionary()
 
 

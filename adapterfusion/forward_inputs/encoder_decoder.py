@@ -18,7 +18,7 @@ from transformers.utils import ModelOutput
 
 from adapterfusion.errors import ConfigError
 from adapterfusion.forward_inputs.limits import Limits, check_length
-from adapterfusion.forward_inputs.tokens import check_per_token, check_values, token_shape
+from adapterfusion.forward_inputs.tokens import check_per_token, check_values, of_autocast_dtype, token_shape
 
 
 def is_seq2seq(model: nn.Module) -> bool:
@@ -53,7 +53,7 @@ def encoder_outputs_shape(outputs: Any, weight: torch.Tensor, generating: bool =
             f"encoder_outputs' last hidden state has shape {tuple(first.shape)} and dtype {first.dtype}; it must be "
             f"a float tensor [batch, seq, {width}] (the encoder's width), as the encoder returns it"
         )
-    if first.dtype != weight.dtype:  # the decoder's cross-attention would multiply it with its weights in torch
+    if first.dtype != weight.dtype and not of_autocast_dtype(first):  # cross-attention multiplies it with weights
         raise ConfigError(
             f"encoder_outputs' last hidden state has dtype {first.dtype} but the model's weights are {weight.dtype}; "
             f"pass the states the encoder of this model returned, or .to({weight.dtype}) of them"

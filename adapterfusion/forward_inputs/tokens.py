@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from adapterfusion._validation import check_has_values
+from adapterfusion.devices import check_not_offloaded
 from adapterfusion.errors import ConfigError
 from adapterfusion.forward_inputs.limits import Limits
 
@@ -77,7 +78,7 @@ def token_shape(
                 f"{key} of shape {tuple(embeds.shape)} and dtype {embeds.dtype}: they must be a float tensor "
                 f"whose last dimension is the embedding width {width}"
             )
-        if embeds.dtype != dtype:
+        if embeds.dtype != dtype and not of_autocast_dtype(embeds):
             raise ConfigError(
                 f"{key} have dtype {embeds.dtype} but the model's weights are {dtype}; pass "
                 f"{key}.to({dtype}) (or convert the model with model.to({embeds.dtype}))"
@@ -154,6 +155,13 @@ def _refuse_pattern_mask(key: str, value: torch.Tensor, expected: tuple[int, ...
     )
 
 
+def of_autocast_dtype(states: torch.Tensor) -> bool:
+    """Whether `states` are of the dtype an autocast block around the call computes in on their device: the model
+    takes those with weights of another dtype (autocast casts what goes into matmuls; LayerNorm runs in float32)."""
+    kind = states.device.type
+    return torch.is_autocast_enabled(kind) and states.dtype == torch.get_autocast_dtype(kind)
+
+
 def _check_index_dtype(key: str, value: torch.Tensor, what: str) -> None:
     """Ids, token types and positions are looked up in the model's tables, by torch's embedding (or gather), which
     takes INDEX_DTYPES only."""
@@ -170,6 +178,7 @@ def check_devices(model: nn.Module, given: Mapping[str, Any], device: torch.devi
     if getattr(model, "hf_device_map", None):
         return
     if device.type == "meta":
+        check_not_offloaded(model, "forward")
         check_has_values(model.parameters(), "the model's weights are", "it cannot compute outputs")
     for key, value in given.items():
         if isinstance(value, torch.Tensor) and value.device != device:

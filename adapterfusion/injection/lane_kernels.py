@@ -9,9 +9,9 @@ needs (a row's bottleneck), so no program waits on another.
 
 Used only where it pays and is safe: on CUDA, with Triton installed, while torch.compile traces, for at most
 MAX_ROWS rows (decode steps; a prefill's hundreds of rows run the matmuls), float32/bfloat16/float16, an activation
-`activation_kind` knows, and sites small enough (`adapter_fits`). `ADAPTERFUSION_TRITON=0` turns it off (to compare,
-or to rule it out). A lane asks for its kernel once when it is built (`adapter_kernel`, `fusion_kernel`: None where
-the kernels do not take the site) and runs it where its traced step `fits`. The numbers
+`activation_kind` knows, and sites small enough (`adapter_fits`). `ADAPTERFUSION_TRITON=0` (or false, off, no) turns
+it off (to compare, or to rule it out). A lane asks for its kernel once when it is built (`adapter_kernel`,
+`fusion_kernel`: None where the kernels do not take the site) and runs it where its traced step `fits`. The numbers
 are those of the traced torch lane up to rounding: sums accumulate in float32 in another order
 (tests/decoders/test_lane_kernels.py; on a CPU through Triton's interpreter).
 """
@@ -29,10 +29,12 @@ import torch
 from torch import nn
 
 from adapterfusion.adapters.bottleneck import BottleneckAdapter
+from adapterfusion.errors import ConfigError
 
 # kernel(x or the joint product, residual) -> the site's output
 SiteKernel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
+TRITON_ENV = "ADAPTERFUSION_TRITON"
 MAX_ROWS = 16  # rows a kernel serves: each program recomputes its row's bottleneck, cheap for a decode step's few
 BLOCK_N = 32  # output columns a program writes: d / BLOCK_N programs a row
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -65,10 +67,26 @@ def activation_kind(activation: nn.Module) -> tuple[int, float] | None:
     return None
 
 
+def kernels_enabled() -> bool:
+    """TRITON_ENV as a switch: unset, empty, 1, true, on or yes leave the kernels on where they apply; 0, false, off
+    or no turn them off. Any other value is refused: only "0" turned them off, so "false" or "off" left them on
+    without a word."""
+    value = os.environ.get(TRITON_ENV, "")
+    switch = value.strip().lower()
+    if switch in ("0", "false", "off", "no"):
+        return False
+    if switch in ("", "1", "true", "on", "yes"):
+        return True
+    raise ConfigError(
+        f"the environment variable {TRITON_ENV}={value!r} is not a switch: set it to 0 (or false, off, no) to turn "
+        "the Triton kernels of compiled CUDA decode steps off, or to 1 (or unset it) to leave them on"
+    )
+
+
 def prepare(weight: torch.Tensor) -> ModuleType | None:
     """The kernels' module where a lane whose weights are `weight` may use them (CUDA, Triton installed, not turned
     off), else None. Called when the lane is built, outside any trace: the traced step only checks shapes."""
-    if os.environ.get("ADAPTERFUSION_TRITON", "1") == "0" or not weight.is_cuda or weight.dtype not in DTYPES:
+    if not kernels_enabled() or not weight.is_cuda or weight.dtype not in DTYPES:
         return None
     if importlib.util.find_spec("triton") is None or torch.cuda.get_device_capability(weight.device) < (7, 0):
         return None  # Triton compiles for Volta and later

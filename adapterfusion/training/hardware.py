@@ -63,12 +63,43 @@ def advised_precision() -> str:
 
 def launched_distributed() -> bool:
     """True under `torchrun` / `accelerate launch` with more than one process (they set WORLD_SIZE)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return launch_variables().get("WORLD_SIZE", 1) > 1
 
 
 def is_main_process() -> bool:
     """False on the non-zero ranks of a distributed launch: they train in step with rank 0 but write no files."""
-    return int(os.environ.get("RANK", "0")) == 0
+    return launch_variables().get("RANK", 0) == 0
+
+
+# what torchrun and accelerate launch set, and what each means; LOCAL_RANK -1 is accelerate's "not launched"
+_LAUNCH_VARIABLES = {
+    "WORLD_SIZE": (1, "the number of processes"),
+    "RANK": (0, "this process's rank"),
+    "LOCAL_RANK": (-1, "this process's rank on its machine"),
+    "LOCAL_WORLD_SIZE": (1, "the number of processes on this machine"),
+}
+
+
+def launch_variables() -> dict[str, int]:
+    """The launcher's variables that are set, as numbers, each checked (those read here, and LOCAL_RANK, which
+    accelerate reads as the Trainer starts): a value that is not a whole number (left in the environment by hand,
+    a job template not filled in) was a ValueError from int(), here or deep inside accelerate."""
+    found = {}
+    for variable, (lowest, meaning) in _LAUNCH_VARIABLES.items():
+        value = os.environ.get(variable)
+        if value is None:
+            continue
+        try:
+            found[variable] = int(value)
+        except ValueError:
+            found[variable] = lowest - 1
+        if found[variable] < lowest:
+            raise TrainingError(
+                f"the environment variable {variable}={value!r} is not a whole number >= {lowest}: torchrun and "
+                f"accelerate launch set it to {meaning}; unset it for a run of one process (unset {variable}), or "
+                "start the run with one of those launchers"
+            )
+    return found
 
 
 def check_precision(config: TrainingConfig) -> None:
