@@ -14,6 +14,7 @@ from adapterfusion import defaults, devices
 from adapterfusion.injection import lane_kernels
 from adapterfusion.training import TrainingError
 from adapterfusion.training.hardware import is_main_process, launch_variables, launched_distributed
+from adapterfusion.training.run import git_sha
 from tiny_models import tiny_encoder, tiny_inputs
 
 
@@ -106,3 +107,14 @@ def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path: Path):
     assert defaults.cache_dir() == tmp_path / "adapterfusion"
     monkeypatch.setenv(defaults.CACHE_ENV, "~/af-cache")
     assert defaults.cache_dir() == Path.home() / "af-cache"
+
+
+@pytest.mark.parametrize("value, recorded", [("  abc123 \n", "abc123"), ("  \n", None)])
+def test_a_git_sha_from_the_environment_is_stripped_and_a_blank_one_unset(value, recorded, monkeypatch):
+    """A blank ADAPTERFUSION_GIT_SHA was recorded as the run's commit; it now falls back to git."""
+    monkeypatch.setenv("ADAPTERFUSION_GIT_SHA", value)
+    if recorded is None:
+        monkeypatch.delenv("ADAPTERFUSION_GIT_SHA")
+        recorded = git_sha()
+        monkeypatch.setenv("ADAPTERFUSION_GIT_SHA", value)
+    assert git_sha() == recorded

@@ -161,12 +161,13 @@ def plain_encoder_state(model) -> dict[str, Any]:
     return plain_save.plain_state(model.model)
 
 
-# ---- reading back ------------------------------------------------------------------------------------------------
 # ---- provenance ----------------------------------------------------------------------------------------------------
 def git_sha() -> str | None:
-    """The commit of the library's checkout; ADAPTERFUSION_GIT_SHA when it runs from a copy without .git."""
-    if os.environ.get("ADAPTERFUSION_GIT_SHA"):
-        return os.environ["ADAPTERFUSION_GIT_SHA"]
+    """The commit of the library's checkout; ADAPTERFUSION_GIT_SHA when it runs from a copy without .git (stripped;
+    blank counts as unset: a run recorded '  \n' as its commit)."""
+    given = os.environ.get("ADAPTERFUSION_GIT_SHA", "").strip()
+    if given:
+        return given
     try:
         result = subprocess.run(
             ["git", "rev-parse", "HEAD"],
