@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapterfusion._validation import is_finite_number, short_repr, versioned_fields
+from adapterfusion._validation import FLOAT32_MAX, is_finite_number, short_repr, versioned_fields
 from adapterfusion.errors import ConfigError
 from adapterfusion.tasks.spec import (
     CLASSIFICATION_METRICS,
@@ -74,7 +74,11 @@ def _positive_int(
 
 
 # The optimizer's settings become float32 inside torch's Adam: a larger one fails there, after every check passed.
-_FLOAT32_MAX = 3.4e38
+_FLOAT32_MAX = FLOAT32_MAX
+# Each data-loading worker is a process of its own: a count past this starts more processes than any machine has
+# cores for (10**6 would fork until the machine stops).
+MAX_DATALOADER_WORKERS = 1024
+_WORKERS_REASON = " (each worker is a process; 0 loads in the training process, a few per GPU is usual)"
 # float32's smallest normal number: a smaller adam_epsilon is 0 (or a subnormal that hardware may flush to 0) where
 # Adam adds it to a float32 denominator, so a parameter whose gradients are all 0 so far (an adapter's down-projection
 # while its up-projection is still 0) gets 0/0 = NaN, and the run stops on a NaN loss that blames the learning rate.
@@ -230,7 +234,8 @@ class TrainingConfig:
             )
         _positive_int(self.save_total_limit, "save_total_limit")
         _positive_int(self.logging_steps, "logging_steps")
-        _positive_int(self.dataloader_workers, "dataloader_workers", minimum=0)
+        workers = self.dataloader_workers
+        _positive_int(workers, "dataloader_workers", minimum=0, maximum=MAX_DATALOADER_WORKERS, why=_WORKERS_REASON)
 
     @classmethod
     def for_setup(cls, setup: str, **overrides: Any) -> TrainingConfig:

@@ -361,4 +361,21 @@ CASES: tuple[BadInput, ...] = (
         ("resumed", "reported as best: the first epoch's dev loss"),
         _resume_moved_run,
     ),
+    B(
+        "train-dataloader-workers-a-million",
+        GROUP,
+        "train('rte', 'st-a', training_config={'dataloader_workers': 10**6}) (accepted: each worker is a process, so "
+        "the Trainer would start a million of them once the data was loaded)",
+        ConfigError,
+        ("dataloader_workers=1000000", "in 0..1024", "each worker is a process"),
+        lambda folder: (
+            lambda: af.training.train(
+                "rte",
+                "st-a",
+                output_dir=folder / "runs",
+                data_dir=folder,
+                training_config={"dataloader_workers": 10**6},
+            )
+        ),
+    ),
 )
