@@ -133,7 +133,21 @@ def install_piece(
 def save_piece(model: AdaptedModel, kind: str, name: str, directory: str | Path, overwrite: bool = False) -> Path:
     """Write the model's `kind` `name` into `directory` (serialization/formats.py write_piece); a piece of another
     name saved there is replaced only with `overwrite`."""
+    _check_not_swapped(model, kind, name, directory)
     return write_piece(export_piece(model, kind, name), directory, layout(model), overwrite)
+
+
+def _check_not_swapped(model: AdaptedModel, kind: str, name: Any, directory: Any) -> None:
+    """Refuse save_<kind>(folder, name), AdapterHub's order (save_adapter(save_directory, adapter_name)), saying so:
+    the folder was reported as an unknown piece name, or a Path as no name at all."""
+    names: dict[str, Iterable[str]] = {"adapter": model.adapter_configs, "fusion": model.fusion_setups}
+    loaded = set(names.get(kind, model.heads.keys()))
+    if isinstance(directory, str) and directory in loaded and not (isinstance(name, str) and name in loaded):
+        raise ConfigError(
+            f"save_{kind}({short_repr(name)}, {directory!r}): {directory!r} is a loaded {kind} and the first argument "
+            f"is not; save_{kind} takes the {kind}'s name first, then the folder (AdapterHub's takes the folder "
+            f"first): call save_{kind}({directory!r}, {short_repr(str(name))})"
+        )
 
 
 def load_piece(

@@ -212,15 +212,33 @@ def piece_files(
     return {config_path(directory, kind): text.encode("utf-8"), weights_path(directory, kind): weights}
 
 
+# The config file of each kind of piece, ours and AdapterHub's (which names a fusion's otherwise).
+_KIND_OF_CONFIG = {
+    "adapter_config.json": "adapter",
+    "fusion_config.json": "fusion",
+    "adapter_fusion_config.json": "fusion",
+    "head_config.json": "head",
+}
+
+
+def _what_is_there(kind: str, present: list[str]) -> str:
+    """What a folder without the `kind` config holds, naming the loader of the piece it holds instead (a fusion's
+    folder passed to load_adapter said only that adapter_config.json was missing)."""
+    others = sorted({_KIND_OF_CONFIG[name] for name in present if _KIND_OF_CONFIG.get(name, kind) != kind})
+    held = f"the folder holds {present or 'nothing'}"
+    if len(others) == 1:
+        article = "an" if kind == "adapter" else "a"
+        return f"{held}: a saved {others[0]}, not {article} {kind}; load it with load_{others[0]}"
+    return held
+
+
 def read_piece_config(directory: str | Path, kind: str) -> dict[str, Any]:
     directory = Path(directory)
     path = config_path(directory, kind)
     if not os.path.isdir(directory) and not out_of_reach(directory):  # else said by check_readable_folder
         raise SerializationError(f"{directory} is not a directory; pass the folder that {kind}_config.json is in")
     present = sorted(p.name for p in check_readable_folder(directory).iterdir())
-    check_readable_file(
-        path, f"save the {kind} again, or load another folder", missing=f"the folder holds {present or 'nothing'}"
-    )
+    check_readable_file(path, f"save the {kind} again, or load another folder", missing=_what_is_there(kind, present))
     document = read_json(path)
     if isinstance(document, dict) and "peft_type" in document and document.get("format") != PIECE_FORMAT:
         # PEFT names its config adapter_config.json too; "format/kind fields do not match" did not say whose it is

