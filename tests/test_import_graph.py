@@ -18,7 +18,8 @@ circle, and the layers below; within a layer the order is the one given):
      io -> defaults, devices
   2. components: adapters -> blocks -> heads -> fusion -> injection -> piece, encoders, forward_inputs,
      forward_runtime, outputs, composition, routing, routed_forward, pipeline_arguments, pipeline_tasks, pipelines,
-     trainable, dtype_errors, generation; tasks -> scoring; analysis (the read-only fusion attention that training records)
+     trainable, dtype_errors, generation; tasks -> scoring; analysis (the read-only fusion attention that training
+     records)
   3. formats: interop -> serialization (pieces as files, whole setups, provenance, model card)
   4. the model: model -> the root package (the public API)
   5. recipes: training
@@ -182,8 +183,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "_startup errors _version run_layout parameters file_digests _validation encoder_limits io defaults devices",
         "adapters blocks heads fusion injection piece encoders forward_inputs forward_runtime outputs composition "
         "routing routed_forward pipeline_arguments pipeline_tasks pipelines trainable dtype_errors generation tasks "
-        "scoring "
-        "analysis",
+        "scoring analysis",
         "interop serialization",
         "model <root>",  # <root>: adapterfusion/__init__.py, the public API
         "training",
