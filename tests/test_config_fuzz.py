@@ -180,8 +180,10 @@ def test_an_integer_past_int64_in_a_float_option_is_that_float(value):
     model.add_adapter("b", "pfeiffer")
     model.activate("a")
     assert model(input_ids=torch.tensor([[1, 2, 3]])).last_hidden_state.isfinite().all()  # up starts at zero
-    if value > 0:
-        fusion = af.FusionConfig.dynamic(value_init_noise=value, regularization_weight=value)
+    if value > 0:  # past FusionConfig's limit: its V or its loss term would overflow (every logit NaN)
+        with pytest.raises(af.ConfigError, match="value_init_noise"):
+            af.FusionConfig.dynamic(value_init_noise=value)
+        fusion = af.FusionConfig.dynamic(value_init_noise=2, regularization_weight=2)
         assert isinstance(fusion.value_init_noise, float) and isinstance(fusion.regularization_weight, float)
         model.add_fusion("f", ["a", "b"], fusion)
         assert af.FusionConfig.from_dict(fusion.to_dict()) == fusion

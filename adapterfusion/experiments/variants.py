@@ -33,7 +33,7 @@ from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.io.paths import check_name_length
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.multitask import MT_A
-from adapterfusion.training.setups import check_init, check_init_std, get_setup, list_setups
+from adapterfusion.training.setups import check_adapter_setup, check_init, check_init_std, get_setup
 
 DEFAULT_REDUCTION_FACTOR = 16
 # Setup options checked when the file is read, by the checks the setups apply (training/setups.py), so that a bad
@@ -134,7 +134,6 @@ def setup_entries(
 ) -> list[Entry]:
     """Each entry's variants (fusion variants still without adapter_variant) with their index and raw entry; `key`
     is the list's name in error messages (a record's `variants` are checked as entries too)."""
-    setups = list_setups()
     out: list[Entry] = []
     for i, entry in enumerate(string_list(raw, key)):
         path = f"{key}[{i}]"
@@ -161,15 +160,10 @@ def setup_entries(
         if "adapter_reduction_factor" in entry:
             positive_number(entry["adapter_reduction_factor"], f"{path}.adapter_reduction_factor")
         if fusion and "adapter_setup" in given_options:
-            stage1 = [s for s in setups if get_setup(s).stores_adapter and s not in MULTITASK_OPTIONS]
-            if given_options["adapter_setup"] not in stage1:
-                multitask_setup = given_options["adapter_setup"] in MULTITASK_OPTIONS
-                hint = f" ({MULTITASK_FUSION} fuses {MT_A} adapters)" if multitask_setup else ""
-                raise fail(
-                    f"{path}.adapter_setup",
-                    f"{given_options['adapter_setup']!r} is not a stage-1 adapter "
-                    f"setup of {name}{hint}; choose one of {', '.join(stage1)}",
-                )
+            try:
+                check_adapter_setup(given_options["adapter_setup"])
+            except TrainingError as err:
+                raise fail(f"{path}.adapter_setup", str(err)) from None
         if fusion and given_options.get("fusion_config") is not None:  # e.g. 'dynamic', 'scalearn' or a dict
             try:
                 resolve_fusion_config(given_options["fusion_config"])

@@ -13,7 +13,6 @@ from adapterfusion._validation import (
     check_choice,
     check_int,
     check_number,
-    check_positive,
     plain_fields,
     preset_by_name,
     reject_unknown_fields,
@@ -46,6 +45,14 @@ ATTENTION_FIELDS = (
     "temperature_steps",
     "score_dropout",
 )
+# Options that act only through a switch: with the switch off they change nothing, so a value given for one is refused
+# (temperature_steps=20 without temperature=True trained at T = 1, as if never given). A saved config keeps loading:
+# from_dict puts such a no-op value back to its default (_without_unused).
+UNUSED_WITHOUT = {
+    "temperature": ("temperature_start", "temperature_steps"),
+    "value": ("value_init_noise", "regularization_weight"),  # (value_before_softmax too, but AdapterHub's may say so)
+    "regularization": ("regularization_weight",),
+}
 
 
 @reject_unknown_fields
@@ -55,7 +62,9 @@ class FusionConfig:
     pulled back towards identity by `regularization_weight * ||V - I||^2` in the training loss.
 
     temperature: divide scores by T(step) = max(T0 * (1 - step / temperature_steps), 1), a pure function of
-    the training step that the trainer sets with `model.set_fusion_step(step)`.
+    the training step that the trainer sets with `model.set_fusion_step(step)`; T0 = temperature_start >= 1.
+    An option that its switch leaves without effect (temperature_steps without temperature, value_init_noise
+    without value, regularization_weight without value or regularization) is refused: UNUSED_WITHOUT.
     score_dropout: dropout on the attention scores before the softmax (AdapterHub applies the encoder's
     attention dropout there; the paper is silent, so it is off by default).
     query_norm: scale the query to unit root mean square before Q (an RMSNorm without weights; ours, not the
@@ -117,15 +126,26 @@ class FusionConfig:
                 f"fusion kind={short_repr(self.kind)} does not use {changed}: those options belong to {owner}; "
                 "leave them out or choose that kind"
             )
+        limit = f"[0, {SCALE_LIMIT:g})"
         fields = type(self).__dataclass_fields__
         for flag in (name for name in ATTENTION_FIELDS if isinstance(fields[name].default, bool)):
             check_bool(getattr(self, flag), f"fusion {flag}")
-        # stored as the floats they are: a Python int past 2**63 was an OverflowError in a product with a tensor
+        # stored as the floats they are: a Python int past 2**63 was an OverflowError in a product with a tensor. Both
+        # scale tensors (V's noise, the loss term), so past SCALE_LIMIT every logit was NaN or the loss inf.
         for name in ("value_init_noise", "regularization_weight"):
-            object.__setattr__(self, name, check_number(getattr(self, name), name, minimum=0, expected="a number >= 0"))
-        check_positive(self.temperature_start, "temperature_start")
+            value = check_number(
+                getattr(self, name),
+                name,
+                minimum=0,
+                below=SCALE_LIMIT,
+                expected=f"a number in {limit} (past it the outputs or the loss overflow)",
+            )
+            object.__setattr__(self, name, value)
+        # T(step) = max(T0 * (1 - step / steps), 1): a start below 1 is T = 1 at every step, no temperature at all
+        check_number(self.temperature_start, "temperature_start", minimum=1, expected="a number >= 1 (T anneals to 1)")
         check_int(self.temperature_steps, "temperature_steps", minimum=1)
         check_number(self.score_dropout, "score_dropout", minimum=0, below=1, expected="a number in [0, 1)")
+        _refuse_unused(self)
 
     @classmethod
     def dynamic(cls, **overrides: Any) -> FusionConfig:
@@ -178,7 +198,8 @@ class FusionConfig:
         return preset_by_name(presets, name, "fusion", **overrides)
 
     def temperature_at(self, step: int) -> float:
-        if not self.temperature:
+        check_int(step, "fusion step", minimum=0)  # step -1 was T above its start, 'x' a TypeError
+        if not self.temperature or step >= self.temperature_steps:  # (step 10**400 would overflow the division)
             return 1.0
         return max(self.temperature_start * (1.0 - step / self.temperature_steps), 1.0)
 
@@ -200,10 +221,42 @@ class FusionConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FusionConfig:
-        return cls(**versioned_fields(data, cls, CONFIG_FORMAT_VERSION, "fusion config"))
+        fields = versioned_fields(data, cls, CONFIG_FORMAT_VERSION, "fusion config")
+        if "format_version" in data:  # a saved fusion_config.json: one written before UNUSED_WITHOUT still loads
+            fields = _without_unused(fields)
+        return cls(**fields)
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(FusionConfig)}
+
+
+def _unused(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(switch, option) for each option of `values` (every field) given a value that its switch, off, leaves without
+    effect."""
+    return [
+        (switch, name)
+        for switch, names in UNUSED_WITHOUT.items()
+        if values[switch] is False
+        for name in names
+        if values[name] != _DEFAULTS[name]
+    ]
+
+
+def _refuse_unused(config: FusionConfig) -> None:
+    found = _unused(dataclasses.asdict(config))
+    if found:
+        names = dict.fromkeys(name for _, name in found)
+        given = ", ".join(f"{name}={short_repr(getattr(config, name))}" for name in names)
+        switches = sorted({switch for switch, _ in found})
+        raise ConfigError(
+            f"fusion {given} has no effect with {', '.join(f'{s}=False' for s in switches)}: it would be ignored "
+            f"without a word; set {' and '.join(f'{s}=True' for s in switches)} to use it, or leave it out"
+        )
+
+
+def _without_unused(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with each no-op option (_unused) at its default: what it computes is unchanged."""
+    return {**fields, **{name: _DEFAULTS[name] for _, name in _unused({**_DEFAULTS, **fields})}}
 
 
 def resolve_fusion_config(config: FusionConfig | str | Mapping[str, Any] | None) -> FusionConfig:

@@ -83,8 +83,16 @@ from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, remove_run_entry, save_encoder, training_config_for
 from adapterfusion.training.run_files import RUN_FORMAT_VERSION
 from adapterfusion.training.run_state import claimed_run
-from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler
-from adapterfusion.training.setups import MARKER_FILE, MT_A, _check_reduction_factor, head_config_for, read_mt_a_marker
+from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler, check_schedule
+from adapterfusion.training.setups import (
+    MARKER_FILE,
+    MT_A,
+    _check_reduction_factor,
+    check_piece_names,
+    check_pooling_option,
+    head_config_for,
+    read_mt_a_marker,
+)
 from adapterfusion.training.store import AdapterStore, as_store, check_entry_encoder, encoder_key
 from adapterfusion.training.task_batches import TaskBatches, TaskStepCallback, ready_batch
 from adapterfusion.training.tokenizer_files import tokenizer_files
@@ -183,9 +191,7 @@ def _resolve_specs(tasks: Sequence[str | TaskSpec]) -> list[TaskSpec]:
             f"mt-a trains one classification head per task; {generation} are generation tasks, which the language "
             "model's own head scores: train them with st-a (one adapter each) and fuse those with fusion-st-a"
         )
-    names = [piece_name(spec) for spec in specs]
-    if len(set(names)) != len(names):
-        raise TrainingError(f"tasks {[s.name for s in specs]} name a task twice; MT-A trains each task once")
+    check_piece_names([spec.name for spec in specs], "mt-a tasks")  # MT-A trains each task once
     return specs
 
 
@@ -561,7 +567,8 @@ def train_multitask(
     _check_config(config)
     metrics = [resolve_metric(spec, config) for spec in specs]
     adapter = AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor))
-    schedule = schedule or AnnealedSchedule()
+    schedule = check_schedule(schedule)  # before any run folder or data
+    check_pooling_option(pooling)
     run = Run.open(output_dir, MT_A, MT_A, seed, encoder)
     check_max_length(config.max_length, run.encoder)
     run_dir, resolved_store = run.run_dir, as_store(store)

@@ -17,24 +17,44 @@ of the late epochs, so the shared encoder does not forget them at the end of tra
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import numbers
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from adapterfusion._validation import is_finite_number, short_repr
+from adapterfusion.training.config import MAX_SEED
 from adapterfusion.training.errors import TrainingError
+
+
+def task_sizes(sizes: Sequence[int]) -> list[int]:
+    """`sizes` as a list of positive integers (example counts), else a TrainingError."""
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
+        raise TrainingError(f"task sizes {short_repr(sizes)} must be a non-empty list of positive example counts")
+    counts = list(sizes)
+    wrong = [n for n in counts if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1]
+    if not counts or wrong:
+        found = f": {short_repr(wrong[0])} is none" if wrong else ""
+        raise TrainingError(
+            f"task sizes {short_repr(counts)} must be a non-empty list of positive example counts{found}"
+        )
+    return [int(n) for n in counts]
 
 
 def sampling_probabilities(sizes: Sequence[int], alpha: float) -> np.ndarray:
     """p_i = N_i^alpha / sum_j N_j^alpha over the task sizes N_i (positive integers)."""
-    sizes_array = np.asarray(list(sizes), dtype=np.float64)
-    if sizes_array.ndim != 1 or sizes_array.size == 0 or not np.all(sizes_array > 0):
-        raise TrainingError(f"task sizes {list(sizes)} must be a non-empty list of positive example counts")
+    counts = task_sizes(sizes)
     if not is_finite_number(alpha):
         raise TrainingError(f"alpha={short_repr(alpha)} must be a finite number (1 = size-proportional, 0 = uniform)")
-    # Relative to the largest task, so N^alpha cannot overflow for large alpha.
-    weights = (sizes_array / sizes_array.max()) ** float(alpha)
+    # In logs, relative to the task with the largest weight (the largest N for alpha > 0, the smallest below), so
+    # every exponent is <= 0: N^alpha can neither overflow nor leave 0 / 0 (alpha = -1e308 made every p NaN), and a
+    # count past any float (10**400) is still a count.
+    logs = np.array([math.log(n) for n in counts])
+    reference = logs.max() if alpha >= 0 else logs.min()
+    with np.errstate(over="ignore"):
+        weights = np.exp(float(alpha) * (logs - reference))
     return weights / weights.sum()
 
 
@@ -73,6 +93,12 @@ class AnnealedSchedule:
             value = getattr(self, name)
             if not is_finite_number(value):
                 raise TrainingError(f"annealed sampling: {name}={short_repr(value)} must be a finite number")
+            object.__setattr__(self, name, float(value))  # config.json records plain floats (np.float32 too)
+        if not math.isfinite(self.start - self.end):  # alpha(e) would be -inf or NaN in the later epochs
+            raise TrainingError(
+                f"annealed sampling: start={self.start:g} and end={self.end:g} are too far apart to anneal between "
+                "(their difference overflows); the paper anneals from 1.0 to 0.2"
+            )
 
     def alpha(self, step: int, steps_per_epoch: int, epochs: int) -> float:
         """alpha at 0-based optimizer `step` of a run planned as `epochs` epochs of `steps_per_epoch` steps."""
@@ -89,6 +115,24 @@ class AnnealedSchedule:
         }
 
 
+def check_schedule(schedule: AnnealedSchedule | None) -> AnnealedSchedule:
+    """`schedule`, or the paper's (1.0 -> 0.2) for None; anything else is refused before any work (a dict or a name
+    was an AttributeError once the tasks' data had loaded)."""
+    if schedule is None:
+        return AnnealedSchedule()
+    if not isinstance(schedule, AnnealedSchedule):
+        raise TrainingError(
+            f"schedule={short_repr(schedule)} has type {type(schedule).__name__}; expected an AnnealedSchedule, e.g. "
+            "schedule=AnnealedSchedule(start=1.0, end=0.2) (or None: the paper's annealing from 1.0 to 0.2)"
+        )
+    return schedule
+
+
+def _is_seed(value: object) -> bool:
+    """An integer numpy's generator takes as a seed (a negative one was numpy's ValueError at the first draw)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= int(value) <= MAX_SEED
+
+
 class TaskSampler:
     """Draws one task index per step from p(alpha(step)), with its own seeded generator (so the task order does
     not depend on how much randomness the model or the data loaders use) and counts what it drew."""
@@ -101,10 +145,11 @@ class TaskSampler:
         seed: int,
         schedule: AnnealedSchedule | None = None,
     ) -> None:
-        self.sizes = [int(n) for n in sizes]
-        sampling_probabilities(self.sizes, 1.0)  # validates the sizes
+        self.sizes = task_sizes(sizes)
+        if not _is_seed(seed):
+            raise TrainingError(f"seed={short_repr(seed)} must be an integer in 0..{MAX_SEED}")
         self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
-        self.schedule = schedule or AnnealedSchedule()
+        self.schedule = check_schedule(schedule)
         self.schedule.alpha(0, steps_per_epoch, epochs)  # validates the plan
         self.generator = np.random.default_rng(seed)
         self.counts = [0] * len(self.sizes)

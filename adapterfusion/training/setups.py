@@ -39,7 +39,7 @@ from torch import nn
 from adapterfusion._validation import check_bool, check_mapping, check_name, is_finite_number, short_repr
 from adapterfusion.adapters.config import INITS, AdapterConfig
 from adapterfusion.encoder_limits import encoder_config
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import ConfigError, RunFileError
 from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.heads.config import (
     ClassificationHead,
@@ -139,6 +139,7 @@ class Setup:
                 f"Its options are {dict(self.options) or 'none'}"
             )
         options = {**self.options, **given}
+        check_pooling_option(options.get("pooling"))
         if self.check_options is not None:
             self.check_options(options)
         return options
@@ -148,14 +149,41 @@ SETUPS: dict[str, Setup] = {}
 
 
 def register_setup(setup: Setup, overwrite: bool = False) -> Setup:
+    """Add `setup` to the registry, checked now rather than when a run first calls its parts (overwrite='no' was
+    truthy and replaced a built-in setup; a recipe that is no function failed as the first run prepared its model)."""
+    if not isinstance(setup, Setup):
+        raise TrainingError(
+            f"register_setup takes a Setup, got {type(setup).__name__} {short_repr(setup)}; wrap the recipe: "
+            "register_setup(Setup(name, recipe, options, description))"
+        )
     check_name(setup.name, "setup")  # it names run folders and store entries
-    if setup.name in SETUPS and not overwrite:
+    if setup.name in SETUPS and not check_bool(overwrite, "overwrite"):
         raise TrainingError(f"a setup named {setup.name!r} is registered; pass overwrite=True to replace it")
+    if setup.recipe is None and setup.name != MT_A:  # a recipe-less setup is refused by train(), told to use MT-A's
+        raise TrainingError(f"setup {setup.name!r} has no recipe; give a function recipe(model, context) -> SetupPlan")
+    parts = {"recipe": setup.recipe, "check_options": setup.check_options, "check_encoder": setup.check_encoder}
+    for part, value in parts.items():
+        if value is not None and not callable(value):
+            raise TrainingError(
+                f"setup {setup.name!r}: {part}={short_repr(value)} has type {type(value).__name__}; expected a "
+                f"function{'' if part == 'recipe' else ' (or None)'}"
+            )
+    if not isinstance(setup.options, Mapping) or not all(isinstance(key, str) for key in setup.options):
+        raise TrainingError(
+            f"setup {setup.name!r}: options={short_repr(setup.options)} must map each option name to its default, "
+            "e.g. {'reduction_factor': 16}"
+        )
+    check_bool(setup.stores_adapter, "stores_adapter")
     SETUPS[setup.name] = setup
     return setup
 
 
 def get_setup(name: str) -> Setup:
+    if not isinstance(name, str):  # a list was a TypeError (unhashable) from the registry's lookup
+        raise TrainingError(
+            f"setup={short_repr(name)} has type {type(name).__name__}; give one setup's name: "
+            f"one of {', '.join(SETUPS)}"
+        )
     if name not in SETUPS:
         raise TrainingError(
             f"unknown setup {name!r}.{suggest(str(name), list(SETUPS))} Known setups: {', '.join(SETUPS)}"
@@ -179,6 +207,16 @@ def head_config_for(task: TaskSpec, pooling: str = "cls") -> HeadConfig:
     if task.is_token_classification:
         return TokenClassificationHead(num_labels=task.num_labels, labels=tuple(task.label_names))
     return ClassificationHead(num_labels=task.num_labels, labels=tuple(task.label_names), pooling=pooling)
+
+
+def check_pooling_option(pooling: Any) -> None:
+    """A head's pooling option, refused before the encoder and the data load ('maxx' was refused as the head was
+    added, leaving the run's empty folders); None (the encoder's own) is resolved once the encoder is known."""
+    if pooling is not None:
+        try:
+            resolve_pooling(pooling, None)
+        except ConfigError as err:
+            raise TrainingError(str(err)) from None
 
 
 def check_head_options(options: Mapping[str, Any], task: TaskSpec) -> None:
@@ -380,6 +418,36 @@ def _layernorm_only(model: AdaptedModel, context: SetupContext) -> SetupPlan:
     return SetupPlan(head=head, trainable=norms + _head_parameters(model, head), save_encoder=True)
 
 
+def stage1_setups() -> list[str]:
+    """The registered setups a fusion-st-a can fuse the adapters of: each run stores one task's adapter (MT-A's
+    adapters, all from one run, are fusion-mt-a's)."""
+    return [name for name, setup in SETUPS.items() if setup.stores_adapter and setup.recipe is not None]
+
+
+def check_adapter_setup(value: Any, registered: bool = True) -> str:
+    """fusion-st-a's adapter_setup: a stage-1 setup's name (stage1_setups), refused before any work; it had been
+    looked up as a store folder ('head': "train it first: train('cb', 'head', ...)", which stores nothing; a list:
+    "cannot be a folder name"). registered=False lets pass a name no setup of this process has: a finished run is
+    rebuilt where the setup its adapters came from may not be registered."""
+    stage1 = stage1_setups()
+    if isinstance(value, str) and (value in stage1 or (not registered and value not in SETUPS)):
+        return value
+    if not isinstance(value, str):
+        raise TrainingError(
+            f"adapter_setup={short_repr(value)} has type {type(value).__name__}; set adapter_setup to the name of a "
+            f"stage-1 adapter setup of fusion-st-a: one of {', '.join(stage1)}"
+        )
+    if value == MT_A:
+        hint = f" (fusion-mt-a fuses {MT_A} adapters)"
+    else:
+        hint = " (its runs store no adapter)" if value in SETUPS else " (no setup of that name is registered)"
+    known = "" if value in SETUPS else suggest(value, stage1)
+    raise TrainingError(
+        f"{value!r} is not a stage-1 adapter setup of fusion-st-a{hint}; set adapter_setup to one of "
+        f"{', '.join(stage1)}" + (f".{known}" if known else "")
+    )
+
+
 def check_fusion_options(options: Mapping[str, Any]) -> None:
     """A fusion's sources must be a list of task names and its adapter_seed a seed, or its stored adapters would be
     looked for under names and seeds no run can have (and the user told to "train it first"); its fusion_config
@@ -396,11 +464,30 @@ def check_fusion_options(options: Mapping[str, Any]) -> None:
     repeated = sorted({task for task in sources if list(sources).count(task) > 1})
     if repeated:
         raise TrainingError(f"fusion sources {list(sources)!r} name {repeated} more than once; list each task once")
+    if "adapter_setup" in options:  # fusion-st-a's
+        check_adapter_setup(options["adapter_setup"], registered=False)
     seed = options.get("adapter_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
         raise TrainingError(f"adapter_seed={seed!r} must be an integer in 0..{MAX_SEED} (or None: the run's seed)")
     if options.get("fusion_config") is not None:  # a bad preset or field fails here, not when the job runs
         resolve_fusion_config(options["fusion_config"])
+
+
+def check_piece_names(tasks: Sequence[str], what: str) -> None:
+    """Refuse tasks named twice, and tasks whose adapters and heads would share a name: piece_name turns '.' into
+    '_', so 'my.task' and 'my_task' were called "a task twice" (MT-A) or loaded one over the other (a fusion)."""
+    repeated = sorted({task for task in tasks if list(tasks).count(task) > 1})
+    if repeated:
+        raise TrainingError(f"{what} {list(tasks)} name a task twice ({repeated}); list each task once")
+    by_piece: dict[str, list[str]] = {}
+    for task in tasks:
+        by_piece.setdefault(piece_name(task), []).append(task)
+    clash = next((names for names in by_piece.values() if len(names) > 1), None)
+    if clash is not None:
+        raise TrainingError(
+            f"{what} {list(tasks)}: {clash} would both name their adapter and head {piece_name(clash[0])!r} "
+            "(a piece name has '_' where a task name has '.'); rename one of the tasks"
+        )
 
 
 def check_fusion_sources(options: Mapping[str, Any], target: TaskSpec) -> None:
@@ -414,6 +501,9 @@ def check_fusion_sources(options: Mapping[str, Any], target: TaskSpec) -> None:
             f"the fusion of {target.name!r} would fuse its own adapter alone (sources={list(options['sources'])!r}); "
             "name at least one source task besides the target (CLI: --sources mnli,sst2)"
         )
+    if "adapter_setup" in options:
+        check_adapter_setup(options["adapter_setup"])
+    check_piece_names(list(dict.fromkeys([*options.get("sources", ()), target.name])), "the fusion's tasks")
     for task in options.get("sources", ()):
         if task == target.name:
             continue
@@ -509,7 +599,28 @@ def read_mt_a_marker(encoder: str | os.PathLike) -> dict[str, Any]:
             f"fusion-mt-a runs on the encoder an MT-A run fine-tuned; {encoder} has no {MARKER_FILE}. Pass "
             "encoder=<mt-a run>/encoder (MultiTaskResult.encoder_dir), after train_multitask(..., store=store)"
         )
-    return read_json(marker, "train the MT-A run again (train_multitask) to write its encoder/ anew")
+    fix = "train the MT-A run again (train_multitask) to write its encoder/ anew"
+    data = read_json(marker, fix)
+    # what _fusion_mt_a reads: a marker of another shape was a raw KeyError or TypeError once the encoder had loaded
+    fields: dict[str, tuple[Callable[[Any], bool], str]] = {
+        "base_encoder": (lambda value: isinstance(value, str) and bool(value), "the base encoder's name or folder"),
+        "seed": (
+            lambda value: isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED,
+            f"an integer in 0..{MAX_SEED}",
+        ),
+        "tasks": (
+            lambda value: isinstance(value, list) and bool(value) and all(isinstance(t, str) for t in value),
+            "a list of task names",
+        ),
+        "run_dir": (lambda value: isinstance(value, str) and bool(value), "the MT-A run's folder"),
+    }
+    if not isinstance(data, dict):
+        raise RunFileError(f"{marker} holds a JSON {type(data).__name__}, not the object an MT-A run writes; {fix}")
+    for name, (valid, expected) in fields.items():
+        if name not in data or not valid(data[name]):
+            found = f"{name}={short_repr(data[name])}" if name in data else f"no {name!r}"
+            raise RunFileError(f"{marker} records {found}, not {expected}: the file is damaged; {fix}")
+    return data
 
 
 def _fusion_mt_a(model: AdaptedModel, context: SetupContext) -> SetupPlan:

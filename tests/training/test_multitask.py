@@ -57,6 +57,37 @@ def test_a_sampling_exponent_that_is_no_finite_number_is_refused(alpha):
         AnnealedSchedule(end=alpha)
 
 
+@pytest.mark.parametrize("alpha", [-1e308, -50.0, 50.0, 1e308])
+def test_extreme_exponents_give_a_distribution_in_the_limit(alpha):
+    """p_i ∝ N_i^alpha tends to all mass on the smallest task as alpha -> -inf and on the largest as alpha -> +inf;
+    alpha = -1e308 was [nan, 0] (inf / inf), which numpy's choice refused as the steps were drawn."""
+    sizes = [3, 5, 4]
+    probabilities = sampling_probabilities(sizes, alpha)
+    assert np.isfinite(probabilities).all() and probabilities.sum() == pytest.approx(1.0, abs=1e-12)
+    assert int(np.argmax(probabilities)) == (0 if alpha < 0 else 1)
+    if abs(alpha) == 50:  # N^alpha itself is a float here: the formula as written, independent of the log space
+        expected = np.array(sizes, dtype=np.float64) ** alpha
+        np.testing.assert_allclose(probabilities, expected / expected.sum(), rtol=1e-9)
+
+
+def test_task_sizes_must_be_counts_and_may_be_past_any_float():
+    assert sampling_probabilities([10**400, 5], 1.0).tolist() == [1.0, 0.0]  # was an OverflowError
+    for sizes in ([3.7, 5], ["3", 5], [True, 5], [], "35"):
+        with pytest.raises(TrainingError, match="positive example counts"):
+            TaskSampler(sizes, 2, 2, seed=0)
+
+
+def test_sampler_refuses_a_schedule_or_seed_it_cannot_use():
+    with pytest.raises(TrainingError, match="expected an AnnealedSchedule"):
+        TaskSampler([3, 5], 2, 2, seed=0, schedule={"start": 1.0})  # type: ignore[arg-type]
+    with pytest.raises(TrainingError, match="seed=-1 must be an integer"):
+        TaskSampler([3, 5], 2, 2, seed=-1)
+    with pytest.raises(TrainingError, match="too far apart"):
+        AnnealedSchedule(start=1e308, end=-1e308)
+    schedule = AnnealedSchedule(start=np.float32(0.5))  # type: ignore[arg-type]
+    assert type(schedule.start) is float and schedule.to_dict()["start"] == 0.5
+
+
 def test_annealed_alpha_follows_stickland_and_murray_per_epoch():
     # alpha = 1 - 0.8 (e - 1) / (E - 1) for epoch e = 1..E (Stickland & Murray 2019, annealed sampling)
     assert [annealed_alpha(e, 5) for e in range(1, 6)] == pytest.approx([1.0, 0.8, 0.6, 0.4, 0.2], abs=1e-12)
