@@ -48,11 +48,23 @@ def check_piece_name(name: object, kind: str) -> str:
     return str(name)
 
 
-def require_loaded(kind: str, name: str, known: Iterable[str]) -> None:
-    """Refuse a `kind` (adapter, fusion, head) named `name` that is not among the `known` (loaded) ones."""
+def require_loaded(
+    kind: str, name: str, known: Iterable[str], elsewhere: Mapping[str, Iterable[str]] | None = None
+) -> None:
+    """Refuse a `kind` (adapter, fusion, head) named `name` that is not among the `known` (loaded) ones, saying
+    where it is loaded as another kind (`elsewhere`: kind -> its loaded names), e.g. a fusion passed as an adapter."""
     known = list(known)
     check_one_name(name, kind)
     if name not in known:
+        # adapters and fusions only: a head named like an adapter is AdapterHub's habit, not a mix-up of kinds
+        mixed = {k: v for k, v in (elsewhere or {}).items() if "head" not in (k, kind)}
+        other = next((other for other, names in mixed.items() if name in names), None)
+        if other is not None:
+            article = "an" if kind == "adapter" else "a"
+            raise NameNotFoundError(
+                f"{short_repr(name)} is a loaded {other}, not {article} {kind} (loaded {kind}s: {known or 'none'}); "
+                f"name it as the {other} it is, e.g. activate({other}={name!r})"
+            )
         raise NameNotFoundError(
             f"no {kind} named {short_repr(name)} is loaded; loaded {kind}s: {known or 'none'}. "
             f"Add it with add_{kind}() or load it with load_{kind}()"

@@ -126,8 +126,12 @@ class AdaptedModel(nn.Module):
         """Raise NameNotFoundError, naming the loaded ones, unless `kind` ('adapter', 'fusion' or 'head') `name` is
         loaded."""
         check_choice(kind, PIECE_KINDS, "piece kind")
-        loaded: dict[str, Iterable[str]] = {"adapter": self.adapter_configs, "fusion": self.fusion_setups}
-        require_loaded(kind, name, loaded.get(kind, self.heads.keys()))
+        loaded: dict[str, Iterable[str]] = {
+            "adapter": self.adapter_configs,
+            "fusion": self.fusion_setups,
+            "head": self.heads.keys(),
+        }
+        require_loaded(kind, name, loaded[kind], {k: v for k, v in loaded.items() if k != kind})
 
     def fusion_setup(self, name: str) -> FusionSetup:
         """Loaded fusion `name`'s config and the adapters it fuses."""

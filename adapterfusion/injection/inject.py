@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
 
-from adapterfusion._validation import check_bool, check_piece_name
+from adapterfusion._validation import check_bool, check_piece_name, require_loaded
 from adapterfusion.adapters.config import AdapterConfig, resolve_adapter_config
 from adapterfusion.errors import ConfigError, PieceExistsError
 from adapterfusion.fusion.config import FusionConfig, FusionSetup, resolve_fusion_config
@@ -107,6 +107,8 @@ def add_fusion(
     FusionConfig, preset name ('dynamic', 'static'), dict or None ('dynamic'); returns the resolved config."""
     config = resolve_fusion_config(config)
     adapters = fused_adapters(name, adapters)
+    for adapter in adapters:  # a fusion among them is named as one (fusion_modules knows only the adapters)
+        require_loaded("adapter", adapter, model.adapter_configs, {"fusion": model.fusion_setups})
     modules = fusion_modules(model.sites, name, adapters, config, model.adapter_configs, model.hidden_size)
     attach_fusion(model, name, FusionSetup(config, adapters), modules, overwrite)
     return config

@@ -61,13 +61,10 @@ def checked(
     """`state` if the pieces it names are among the loaded `adapters`, `fusions` (name -> fused adapters) and `heads`
     (else NameNotFoundError) and its skipped layers exist, with the active fusion's adapters filled in and the masks
     that no longer fit a loaded fusion dropped."""
-    for kind, name, known in (
-        ("adapter", state.adapter, adapters),
-        ("fusion", state.fusion, fusions),
-        ("head", state.head, heads),
-    ):
+    loaded = {"adapter": adapters, "fusion": fusions, "head": heads}
+    for kind, name in (("adapter", state.adapter), ("fusion", state.fusion), ("head", state.head)):
         if name is not None:
-            require_loaded(kind, name, known)
+            require_loaded(kind, name, loaded[kind], {k: v for k, v in loaded.items() if k != kind})
     bad = [
         layer
         for layer in state.skip_layers

@@ -69,6 +69,19 @@ def _writer_of_another_container(folder: Path) -> Action:
     return lambda: writers.clear_dead_writers(out, wait=0.0)
 
 
+def _with_fusion_ff(call: Callable[[af.AdaptedModel], Any]) -> Callable[[Path], Action]:
+    """`call` on a tiny BERT with adapters a and b and a fusion ff over them."""
+
+    def prepare(folder: Path) -> Action:
+        model = af.wrap(tiny_encoder())
+        model.add_adapter("a", "pfeiffer")
+        model.add_adapter("b", "pfeiffer")
+        model.add_fusion("ff", ["a", "b"])
+        return lambda: call(model)
+
+    return prepare
+
+
 def _saved_in_adapterhubs_order(folder: Path) -> Action:
     model = af.wrap(tiny_encoder())
     model.add_adapter("a", "pfeiffer")
@@ -234,5 +247,23 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("'a' is a loaded adapter", "takes the adapter's name first", "call save_adapter('a',"),
         _saved_in_adapterhubs_order,
+    ),
+    B(
+        "add-fusion-over-a-fusion-named-as-an-adapter",
+        GROUP,
+        "model.add_fusion('g', ['ff', 'a']) where ff is a fusion (was: 'no adapter named ff is loaded; add it with "
+        "add_adapter()', without a word that ff is a fusion)",
+        af.NameNotFoundError,
+        ("'ff' is a loaded fusion, not an adapter", "activate(fusion='ff')"),
+        _with_fusion_ff(lambda model: model.add_fusion("g", ["ff", "a"])),
+    ),
+    B(
+        "activate-a-fusion-as-the-adapter",
+        GROUP,
+        "model.activate(adapter='ff') where ff is a fusion (was: 'no adapter named ff is loaded', as if it were not "
+        "loaded at all)",
+        af.NameNotFoundError,
+        ("'ff' is a loaded fusion, not an adapter",),
+        _with_fusion_ff(lambda model: model.activate(adapter="ff")),
     ),
 )
