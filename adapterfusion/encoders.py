@@ -43,7 +43,18 @@ from adapterfusion.file_digests import file_sha256
 from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES, architecture_for_config
 from adapterfusion.injection.site import AdapterSite
-from adapterfusion.io.hub import OFFLINE_VARIABLES, HubRef, cached_folder, hub_errors, hub_ref, offline, reach
+from adapterfusion.io.hub import (
+    OFFLINE_VARIABLES,
+    HubRef,
+    cache_dir,
+    cached_folder,
+    check_token,
+    hub_errors,
+    hub_ref,
+    id_problem,
+    offline,
+    reach,
+)
 from adapterfusion.io.paths import describe, user_path
 
 if TYPE_CHECKING:
@@ -94,10 +105,16 @@ class Encoder:
 
     def pretrained(self) -> tuple[str, dict[str, Any]]:
         """(name_or_path, keyword arguments) for a from_pretrained call: a revision or subfolder of a Hub id goes in
-        the keywords, since transformers does not parse 'org/name@revision'."""
+        the keywords, since transformers does not parse 'org/name@revision', and so does the cache that resolving
+        it checked (cache_dir(): transformers reads HF_HUB_CACHE once, at import, so an id found cached in the
+        cache set since failed to load offline, 'couldn't connect to huggingface.co'), and offline mode as it is now
+        (read at import too: HF_HUB_OFFLINE set since went to the network)."""
         if self.hub is None:
             return str(self.folder), {}
-        return self.hub.repo_id, {"subfolder": self.hub.subfolder, "revision": self.hub.revision}
+        if not offline():
+            check_token()  # transformers' requests failed on it as a raw UnicodeEncodeError
+        where = {"cache_dir": cache_dir(), **({"local_files_only": True} if offline() else {})}
+        return self.hub.repo_id, {"subfolder": self.hub.subfolder, "revision": self.hub.revision, **where}
 
     def __str__(self) -> str:
         return str(self.folder) if self.folder is not None else str(self.hub)
@@ -133,9 +150,19 @@ def resolve_encoder(
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     local = user_path(text)
     local = local if local.is_absolute() else base / local
-    if local.exists():
+    try:
+        exists = local.exists()
+    except (OSError, ValueError):  # a name longer than the file system takes, a folder on the way not searchable
+        raise ConfigError(
+            f"encoder {short_repr(text)} cannot be looked up as a local path ({describe(local)}); check the path, or "
+            "give a Hub id 'org/name'"
+        ) from None
+    if exists:
         check_model_folder(local, f"encoder {text!r}", tokenizer)
         return Encoder(text, folder=local.resolve())
+    problem = id_problem(text) if isinstance(value, str) else None
+    if problem is not None:  # a web address was called a local path that does not exist
+        raise ConfigError(f"encoder {text!r} {problem}")
     if isinstance(value, os.PathLike) or looks_like_path(text, base):
         raise ConfigError(
             f"encoder {text!r} looks like a local path, but {str(local)!r} does not exist; check the path (a Hub id "
@@ -164,16 +191,34 @@ def _check_cached_copy(folder: Path, ref: HubRef, tokenizer: bool) -> None:
     present = sorted(p.name for p in folder.iterdir())
     weights = any(name in WEIGHT_FILES or name.endswith(".safetensors") for name in present)
     whole = weights and (not tokenizer or any(name in TOKENIZER_FILES for name in present))
+    shards = _missing_shards(folder, present) if offline() else []
+    if shards:  # from_pretrained said 'org/enc does not appear to have a file named ...', and to check the network
+        raise _partly_cached(ref, folder, present, f"its weight shard(s) {shards[:3]}")
     if whole or (weights and offline()):
         check_model_folder(folder, f"encoder {ref} (its copy in the Hugging Face cache)", tokenizer)
         return
     _check_model_config(folder / MODEL_CONFIG, _check_folder_files(folder, present))
     if offline():
-        raise HubError(
-            f"encoder {ref} is only partly in the local Hugging Face cache ({folder} holds {present}, not its "
-            f"weights), and offline mode is on ({' or '.join(OFFLINE_VARIABLES)}); download it whole once with the "
-            f"network on (huggingface_hub.snapshot_download({ref.repo_id!r})), or pass a local folder"
-        )
+        raise _partly_cached(ref, folder, present, "its weights")
+
+
+def _missing_shards(folder: Path, present: list[str]) -> list[str]:
+    """The weight files a sharded checkpoint's index in `folder` lists and `folder` lacks (a download cut off)."""
+    missing: set[str] = set()
+    for name in present:
+        if name.endswith(".index.json") and (folder / name).is_file():
+            with contextlib.suppress(OSError, ValueError):  # a damaged index: the folder check names it
+                weight_map = json.loads((folder / name).read_text(encoding="utf-8")).get("weight_map") or {}
+                missing |= {f for f in weight_map.values() if isinstance(f, str) and not (folder / f).is_file()}
+    return sorted(missing)
+
+
+def _partly_cached(ref: HubRef, folder: Path, present: list[str], lacking: str) -> HubError:
+    return HubError(
+        f"encoder {ref} is only partly in the local Hugging Face cache ({folder} holds {present}, not {lacking}), "
+        f"and offline mode is on ({' or '.join(OFFLINE_VARIABLES)}); download it whole once with the network on "
+        f"(huggingface_hub.snapshot_download({ref.repo_id!r})), or pass a local folder"
+    )
 
 
 _UNSAFE_IN_KEY = re.compile(r"[^A-Za-z0-9_.\-]+")

@@ -3,6 +3,7 @@ fast, a string that can only be a path must exist, a folder must hold a model an
 (adapterfusion/encoders.py, adapterfusion/io/hub.py)."""
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from huggingface_hub.utils import httpx
 
 from adapterfusion.encoders import Encoder, check_encoder, default_pooling, looks_like_path, resolve_encoder
 from adapterfusion.errors import ConfigError, HubError
-from adapterfusion.io.hub import OFFLINE_VARIABLES, PROBE_SECONDS, HubRef, hub_ref
+from adapterfusion.io.hub import OFFLINE_VARIABLES, PROBE_SECONDS, HubRef, hub_ref, id_problem
 from adapterfusion.training import train
 from tiny_models import tiny_encoder
 
@@ -72,14 +73,42 @@ def test_hub_ids_parse_with_or_without_an_org(value, ref):
     assert hub_ref(value) == ref
 
 
-@pytest.mark.parametrize("value", ["org--x/name", "a..b", "-name", "org/name@", "org/name@/x", "x" * 97, ""])
+@pytest.mark.parametrize(
+    "value",
+    ["org--x/name", "a..b", "-name", "org/name@", "org/name@/x", "x" * 97, "", "org/name@..", "org/name@a..b"]
+    + ["org/name@v1/", "org/name@.hidden", "org/name@x.lock", "org/name@a:b", "org/name@a~1", "org/name@a\x00"],
+)
 def test_strings_the_hub_refuses_are_no_hub_ids(value):
     assert hub_ref(value) is None
 
 
-def test_a_revision_goes_to_from_pretrained_as_a_keyword(tmp_path):
+@pytest.mark.parametrize("revision", ["main", "v1.0", "refs/pr/1", "a" * 40, "feature/x-y_z", "100%"])
+def test_revisions_git_can_name_stay_hub_ids(revision):
+    assert hub_ref(f"org/name@{revision}") == HubRef("org/name", "", revision)
+
+
+@pytest.mark.parametrize(
+    "url, suggested",
+    [
+        ("https://huggingface.co/org/name", "'org/name'"),
+        ("huggingface.co/org/name/tree/v2/adapters/a", "'org/name/adapters/a@v2'"),
+        ("https://hf.co/org/name/blob/main/adapters/a/adapter_config.json", "'org/name/adapters/a'"),
+        ("hf://models/org/name", "'org/name'"),
+        ("hf://datasets/org/name", "dataset repository"),
+    ],
+)
+def test_a_web_address_of_a_repo_is_said_with_the_id_to_pass(url, suggested):
+    problem = id_problem(url)
+    assert problem is not None and suggested in problem
+    with pytest.raises(ConfigError, match=re.escape(suggested)):
+        resolve_encoder(url, reach_hub=False)
+
+
+def test_a_revision_goes_to_from_pretrained_as_a_keyword_with_the_cache_checked(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "set-after-import"))
     encoder = resolve_encoder("org/name@v2", tmp_path, reach_hub=False)
-    assert encoder.pretrained() == ("org/name", {"subfolder": "", "revision": "v2"})
+    expected = {"subfolder": "", "revision": "v2", "cache_dir": str(tmp_path / "set-after-import")}
+    assert encoder.pretrained() == ("org/name", expected)
 
 
 @pytest.fixture

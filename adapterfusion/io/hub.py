@@ -1,34 +1,34 @@
-"""The Hugging Face Hub as a place for saved folders: which strings are Hub ids, downloading part of a repo, uploading
-a folder. Every huggingface_hub failure becomes a HubError that names the repo and the fix.
-
-A string names an existing local folder, or is a Hub id: 'org/name', a canonical 'name' (bert-base-uncased),
-'org/name/subfolder' (a folder inside the repo), each optionally with '@revision'; anything else is an error raised
-before any network access. `reach` is the one check that a Hub id can be loaded at all: from the local cache, or
-after one quick look-up, so that an id that is not cached fails at once offline and in seconds online, instead of
-after transformers' minute of retries per load.
+"""The Hugging Face Hub as a place for saved folders: which strings name one (a local folder wins; io/hub_ids.py
+says which strings are Hub ids, and what is wrong with one that is meant as an id and is none), downloading part of
+a repo, uploading a folder. Every huggingface_hub failure becomes a HubError that names the repo and the fix; a bad
+id is an error raised before any network access. `reach` is the one check that a Hub id can be loaded at all: from
+the local cache, or after one quick look-up, so that an id that is not cached fails at once offline and in seconds
+online, instead of after transformers' minute of retries per load. The cache and offline mode are the ones the
+environment names now (HF_HUB_CACHE, else HF_HOME; HF_HUB_OFFLINE), which huggingface_hub reads once, at import.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import huggingface_hub
-from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
-from huggingface_hub.utils import validate_repo_id
+from huggingface_hub.errors import (
+    HFValidationError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
 
 from adapterfusion._version import __version__
 from adapterfusion.errors import ConfigError, HubError, SerializationError
+from adapterfusion.io.hub_ids import HubRef, hub_ref, id_problem
 from adapterfusion.io.paths import describe, user_path
 
 REPO_TYPE = "model"
-_PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-# 'org/name' greedily, so a folder inside a repo needs the org: 'name/sub' is the repo 'name/sub', not a subfolder
-_HUB_ID = re.compile(rf"^(?P<repo>{_PART}(?:/{_PART})?)(?P<subfolder>(?:/{_PART})*)(?:@(?P<revision>[^@\s/][^@\s]*))?$")
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 PROBE_SECONDS = 5.0  # one look-up, no retries: a Hub that does not answer in this time is unreachable
 # What a failed call can raise: huggingface_hub's errors are OSErrors (HTTP, offline, missing cache entry), except a
@@ -40,39 +40,6 @@ _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = tuple(
 )
 
 
-@dataclass(frozen=True)
-class HubRef:
-    """A folder in a Hub model repo: the repo, the folder inside it ('' for its root) and an optional revision."""
-
-    repo_id: str
-    subfolder: str = ""
-    revision: str | None = None
-
-    def __str__(self) -> str:
-        return (
-            self.repo_id
-            + (f"/{self.subfolder}" if self.subfolder else "")
-            + (f"@{self.revision}" if self.revision else "")
-        )
-
-    def child(self, path: str) -> HubRef:
-        return HubRef(self.repo_id, "/".join(p for p in (self.subfolder, path) if p), self.revision)
-
-
-def hub_ref(value: str) -> HubRef | None:
-    """`value` as a HubRef if it is shaped like a Hub id ('org/name', or a canonical 'name' such as
-    bert-base-uncased, with an optional '/subfolder' after 'org/name' and '@revision'), else None; no network
-    access."""
-    match = _HUB_ID.fullmatch(value) if isinstance(value, str) else None
-    if match is None:
-        return None
-    try:
-        validate_repo_id(match["repo"])  # the Hub's own rules: no '--' or '..', at most 96 characters, ...
-    except HFValidationError:
-        return None
-    return HubRef(match["repo"], match["subfolder"].lstrip("/"), match["revision"])
-
-
 def offline() -> bool:
     """Whether offline mode is on: HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE, as huggingface_hub read it at import or
     as the environment says now."""
@@ -81,21 +48,96 @@ def offline() -> bool:
     )
 
 
+_CACHE_VARIABLES = (("HF_HUB_CACHE", ""), ("HUGGINGFACE_HUB_CACHE", ""), ("HF_HOME", "hub"))
+
+
+def _cache_setting() -> tuple[str, str | None]:
+    """(the cache folder, the variable that names it; None for huggingface_hub's own default)."""
+    for name, below in _CACHE_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            folder = os.path.expandvars(os.path.expanduser(value))
+            return (os.path.join(folder, below) if below else folder), name
+    return str(huggingface_hub.constants.HF_HUB_CACHE), None
+
+
 def cache_dir() -> str:
-    """The local Hugging Face cache that Hub downloads go to (HF_HUB_CACHE)."""
-    return str(os.environ.get("HF_HUB_CACHE") or huggingface_hub.constants.HF_HUB_CACHE)
+    """The local Hugging Face cache that Hub downloads go to and are read from, as the environment says now
+    (HF_HUB_CACHE, else HF_HOME/hub, with '~' and $VARS expanded as huggingface_hub does), not as huggingface_hub
+    and transformers read it at import: a notebook that sets it after importing them checked one cache and loaded
+    from another."""
+    return _cache_setting()[0]
+
+
+def usable_cache() -> str:
+    """cache_dir(), refused where no folder can be there: it, or a folder on its path, is a file (HF_HUB_CACHE set
+    to a file's path), which offline was said as the id not being cached and online as a failed download."""
+    folder, variable = _cache_setting()
+    path = Path(folder)
+    for place in (path, *path.parents):
+        found = describe(place)
+        if found == "a folder":
+            break
+        if found != "nothing":
+            setting = f"{variable}={os.environ[variable]!r}" if variable else "huggingface_hub's default"
+            where = "it" if place == path else f"{str(place)!r} on its path"
+            raise HubError(
+                f"the local Hugging Face cache {folder} ({setting}) cannot be a folder: {where} is {found}; point "
+                f"{variable or 'HF_HUB_CACHE'} at a folder (or unset it for the default ~/.cache/huggingface/hub)"
+            )
+    return folder
 
 
 def cached_folder(ref: HubRef, filename: str) -> Path | None:
-    """The folder of `ref` in the local cache if its `filename` is there, else None; no network access."""
-    found = huggingface_hub.try_to_load_from_cache(
-        ref.repo_id,
-        "/".join(p for p in (ref.subfolder, filename) if p),
-        cache_dir=cache_dir(),
-        revision=ref.revision,
-        repo_type=REPO_TYPE,
-    )
+    """The folder of `ref` in the local cache if its `filename` is there, else None; no network access. A cache
+    entry that cannot be read (its snapshots/ a file) is a HubError naming it, not huggingface_hub's OSError."""
+    cache = usable_cache()
+    try:
+        found = huggingface_hub.try_to_load_from_cache(
+            ref.repo_id,
+            "/".join(p for p in (ref.subfolder, filename) if p),
+            cache_dir=cache,
+            revision=ref.revision,
+            repo_type=REPO_TYPE,
+        )
+    except OSError as error:
+        raise _damaged_cache(ref, error) from None
     return Path(found).parent if isinstance(found, str) else None
+
+
+def _damaged_cache(ref: HubRef | str, error: OSError) -> HubError:
+    """The error for the local cache failing at the file system: an entry damaged (a file where huggingface_hub
+    keeps a folder) or a cache this user may not write, which hub_errors would have called a network problem."""
+    repo = ref.repo_id if isinstance(ref, HubRef) else str(ref).partition("@")[0]
+    entry = Path(cache_dir(), f"models--{repo.replace('/', '--')}")
+    return HubError(
+        f"the local Hugging Face cache {cache_dir()} cannot be used for {ref} ({type(error).__name__}: "
+        f"{error.strerror or error} on {error.filename or entry}); if it is damaged, delete {entry} and download "
+        f"{repo} again with the network on; if it is not writable, point HF_HUB_CACHE at a folder you may write to"
+    )
+
+
+TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def token_problem(token: str) -> str | None:
+    """What keeps `token` (stripped, as huggingface_hub strips it) out of an HTTP header, or None: a character
+    outside printable ASCII (a pasted 'é', a control character), which failed as a raw UnicodeEncodeError from the
+    HTTP client at the first request, after the save a push makes."""
+    odd = sorted({c for c in token.strip() if not (" " < c <= "~")})
+    return f"holds {', '.join(repr(c) for c in odd[:3])}, which an HTTP header cannot carry" if odd else None
+
+
+def check_token() -> None:
+    """Refuse an access token from the environment (HF_TOKEN) that no request can carry, before any request is
+    made, naming the variable instead of the HTTP client's encoding error."""
+    for name in TOKEN_VARIABLES:
+        problem = token_problem(os.environ.get(name) or "")
+        if problem is not None:
+            raise HubError(
+                f"${name} {problem}; set it to the access token as the Hub shows it ('hf_...'), or unset it to use "
+                "the saved login (`hf auth login`)"
+            )
 
 
 def reach(ref: HubRef, what: str, filename: str) -> Path | None:
@@ -111,6 +153,7 @@ def reach(ref: HubRef, what: str, filename: str) -> Path | None:
             f"({' or '.join(OFFLINE_VARIABLES)}); download it once with the network on (unset "
             f"{OFFLINE_VARIABLES[0]}), point HF_HUB_CACHE at a cache that holds it, or pass a local folder"
         )
+    check_token()
     with hub_errors(ref, f"looking up {what}"):
         huggingface_hub.model_info(ref.repo_id, revision=ref.revision, timeout=PROBE_SECONDS)
     return None
@@ -133,6 +176,9 @@ def locate(source: str | os.PathLike, what: str) -> Path | HubRef:
         raise SerializationError(f"{what} {str(source)!r} is a file; pass the folder that holds it")
     if found != "nothing":
         raise SerializationError(f"{what} {str(source)!r} is {found}, not a folder; pass a folder or a Hub id")
+    problem = id_problem(source) if isinstance(source, str) else None
+    if problem is not None:
+        raise ConfigError(f"{what} {source!r} {problem}")
     ref = hub_ref(source) if isinstance(source, str) else None
     if ref is None:
         raise SerializationError(
@@ -157,7 +203,19 @@ def hub_errors(ref: HubRef | str, action: str, hint: str | None = None) -> Itera
             "HF_TOKEN) for a private or gated repository"
         ) from None
     except _TRANSPORT_ERRORS as error:
+        if isinstance(error, OSError) and error.errno is not None and error.filename:
+            raise _damaged_cache(ref, error) from None  # the local cache, not the network: its own fix
         reason = (str(error).strip().splitlines() or [""])[0]
+        if offline() and isinstance(error, (LocalEntryNotFoundError, OfflineModeIsEnabled)):
+            # its words name an argument ('pass local_files_only=False') the caller never passed
+            fix = hint or (
+                f"load it once with the network on (unset {OFFLINE_VARIABLES[0]}) so the local cache holds it, or pass "
+                "a local folder"
+            )
+            raise HubError(
+                f"{action} {ref} failed: what it needs is not in the local Hugging Face cache ({cache_dir()}), and "
+                f"offline mode is on ({' or '.join(OFFLINE_VARIABLES)}); {fix}"
+            ) from None
         if hint is None:
             hint = (
                 f"check the network and the id, or pass a local folder instead (with HF_HUB_OFFLINE=1 only what is "
@@ -168,10 +226,12 @@ def hub_errors(ref: HubRef | str, action: str, hint: str | None = None) -> Itera
 
 def download(ref: HubRef, patterns: list[str] | None = None) -> Path:
     """The files of `ref` that match `patterns` (relative to its folder; None: all of it) fetched into the local
-    Hugging Face cache; returns the local copy of its folder. One piece costs one piece's bytes."""
+    Hugging Face cache; returns the local copy of its folder. One piece costs one piece's bytes. With `patterns`,
+    the copy may lack any of them, or not be there at all where none matched: the caller says which file it needed
+    (a folder that holds other files only was said to be no folder of the repo)."""
     with hub_errors(ref, "downloading"):
         folder = _snapshot(ref, patterns)
-    if not folder.is_dir():
+    if patterns is None and not folder.is_dir():
         raise HubError(f"the Hub repository {ref.repo_id} has no folder {ref.subfolder!r}; check the id {ref}")
     return folder
 
@@ -179,6 +239,8 @@ def download(ref: HubRef, patterns: list[str] | None = None) -> Path:
 def _snapshot(ref: HubRef, patterns: list[str] | None) -> Path:
     """snapshot_download of `ref`'s files matching `patterns` (None: its whole folder) into cache_dir(); the local
     copy of its folder, which is not there where the repository has no such folder."""
+    if not offline():
+        check_token()
     if patterns is not None:
         allow: list[str] | None = ["/".join(p for p in (ref.subfolder, pattern) if p) for pattern in patterns]
     else:
@@ -188,7 +250,8 @@ def _snapshot(ref: HubRef, patterns: list[str] | None) -> Path:
         repo_type=REPO_TYPE,
         revision=ref.revision,
         allow_patterns=allow,
-        cache_dir=cache_dir(),  # the cache the messages name, also when HF_HUB_CACHE was set after import
+        cache_dir=usable_cache(),  # the cache the messages name, also when HF_HUB_CACHE was set after import
+        local_files_only=offline(),  # huggingface_hub reads HF_HUB_OFFLINE at import: one set since went online
         library_name="adapterfusion",
         library_version=__version__,
     )
@@ -201,16 +264,17 @@ _PUSH_HINT = (
 )
 
 
-def download_if_there(ref: HubRef, patterns: list[str]) -> Path | None:
-    """download(ref, patterns), or None where the repository (or its folder) is not there yet: what a push reads of
-    the folder it is about to write. Any other failure (the network, a revision) is a HubError as for download."""
-    with hub_errors(ref, "reading before pushing to", _PUSH_HINT):
+def download_if_there(ref: HubRef, patterns: list[str], pushed: HubRef | None = None) -> Path | None:
+    """download(ref, patterns), or None where the repository (or its folder) is not there yet: what a push (to
+    `pushed`, default `ref`) reads of the folder it is about to write. Any other failure (the network, a revision)
+    is a HubError as for download, naming where the push goes."""
+    with hub_errors(pushed or ref, "reading before pushing to", _PUSH_HINT):
         try:
             folder = _snapshot(ref, patterns)
         except RepositoryNotFoundError:
             return None
         except RevisionNotFoundError as error:
-            raise _no_branch(ref, error) from None
+            raise _no_branch(pushed or ref, error) from None
     return folder if folder.is_dir() else None
 
 
@@ -244,7 +308,13 @@ def upload(
     folder: Path, ref: HubRef, commit_message: str, private: bool | None = None, token: str | None = None
 ) -> None:
     """Create the repo if needed and upload `folder` into `ref`'s folder (files already there and not in `folder`
-    stay)."""
+    stay). Offline mode is refused first: huggingface_hub reads it at import, so one switched on since went online."""
+    if offline():
+        raise HubError(
+            f"pushing to {ref}: offline mode is on ({' or '.join(OFFLINE_VARIABLES)}), and a push needs the network; "
+            f"{_PUSH_HINT}"
+        )
+    check_token()
     with hub_errors(ref, "pushing to", _PUSH_HINT):
         huggingface_hub.create_repo(ref.repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True, token=token)
         if private:

@@ -56,8 +56,10 @@ from adapterfusion.io.hub import (
     download,
     download_if_there,
     hub_ref,
+    id_problem,
     locate,
     offline,
+    token_problem,
     upload,
 )
 from adapterfusion.io.paths import (
@@ -581,15 +583,45 @@ def _fetch_setup(place: HubRef) -> Path:
     listing = download(place, [SETUP_FILE])
     if offline() and not (listing / SETUP_FILE).is_file():
         raise _partly_cached(place, "saved setup", SETUP_FILE)
-    pieces = read_index(listing)["pieces"]
-    own = [OWN_HEAD_FILE] if read_index(listing)["base_model"].get(OWN_HEAD_DIGEST) else []
+    if not (listing / SETUP_FILE).is_file():  # said of the cache's copy, 'it holds nothing', and its path
+        raise SerializationError(
+            f"the Hub folder {place} holds no {SETUP_FILE}, so it is no setup that save_pretrained or push_to_hub "
+            f"wrote; load a single piece there with load_adapter, load_fusion or load_head ({str(place)!r}), or "
+            "check the id"
+        )
+    index = _hub_index(place, listing)
+    pieces = index["pieces"]
+    own = [OWN_HEAD_FILE] if index["base_model"].get(OWN_HEAD_DIGEST) else []
     folder = download(place, [SETUP_FILE, *own] + [f"{piece_folder(p['kind'], p['name'])}/*" for p in pieces])
-    for piece in pieces if offline() else ():
+    for piece in pieces:
         relative = piece_folder(piece["kind"], piece["name"])
         weights = weights_path(folder / relative, piece["kind"])
-        if not weights.is_file():
+        if offline() and not weights.is_file():
             raise _partly_cached(place.child(relative), piece["kind"], weights.name)
+        if not (folder / relative).is_dir():  # said of the cache's copy: 'copy it again whole'
+            raise SerializationError(
+                f"the setup in the Hub folder {place} lists the {piece['kind']} {piece['name']!r}, but the "
+                f"repository holds no {place.child(relative)}; the pushed setup is incomplete: push it again whole "
+                "(push_to_hub with every piece), or load the pieces it does hold one by one"
+            )
     return folder
+
+
+def _hub_index(place: HubRef, listing: Path) -> dict[str, Any]:
+    """read_index of a Hub folder's setup (`listing`, the cache's copy of its JSON files), raising _of_hub."""
+    try:
+        return read_index(listing)
+    except SerializationError as error:
+        raise _of_hub(place, listing, error) from None
+
+
+def _of_hub(place: HubRef, listing: Path, error: SerializationError) -> SerializationError:
+    """`error` about the setup index in the cache's copy `listing` of the Hub folder `place`, said of the Hub
+    folder: the copy is nobody's to edit, the fix is in the repository."""
+    return SerializationError(
+        f"{str(error).replace(str(listing / SETUP_FILE), f'the {SETUP_FILE} of the Hub folder {place}')}; "
+        "fetched from the Hub: push the setup again with push_to_hub(..., overwrite=True) to replace it"
+    )
 
 
 def _partly_cached(ref: HubRef, what: str, missing: str) -> HubError:
@@ -699,13 +731,17 @@ def piece_source(source: str | os.PathLike, kind: str) -> Path:
         check_readable_folder(place)
         return place / _piece_in(place, kind, lambda relative: str(place / relative))
     listing = download(place, ["*.json"])
-    relative = _piece_in(listing, kind, lambda rel: str(place.child(rel)))
-    config_names = (config_path(listing, kind).name, ADAPTERHUB_FILES[kind][0])
+    try:
+        relative = _piece_in(listing, kind, lambda rel: str(place.child(rel)))
+    except SerializationError as error:
+        raise _of_hub(place, listing, error) from None
+    config_names = tuple(dict.fromkeys((config_path(listing, kind).name, ADAPTERHUB_FILES[kind][0])))  # ours, theirs
     if not relative and not any((listing / name).is_file() for name in config_names):
         if offline():
             raise _partly_cached(place, f"{kind} folder", f"{' or '.join(config_names)} or {SETUP_FILE}")
+        one = f"{'an' if kind == 'adapter' else 'a'} {kind}"
         raise SerializationError(
-            f"the Hub folder {place} holds neither a {kind} ({' or '.join(config_names)}) nor a saved setup "
+            f"the Hub folder {place} holds neither {one} ({' or '.join(config_names)}) nor a saved setup "
             f"({SETUP_FILE}); check the id"
         )
     child = place.child(relative)
@@ -778,6 +814,7 @@ def push_to_hub(
     unless `overwrite=True`, and so is one that would replace a README.md we did not write (the owner's card).
     AdaptedModel.push_to_hub."""
     ref = _check_push_arguments(repo_id, private, token, commit_message, overwrite)
+    _check_not_in_a_piece(ref)
     with tempfile.TemporaryDirectory() as tmp:
         folder = save_pretrained(
             model, Path(tmp) / "setup", adapters=adapters, fusions=fusions, heads=heads, provenance=provenance
@@ -804,15 +841,24 @@ def _check_push_arguments(
     if private is not None:
         check_bool(private, "push_to_hub(private)")  # "no" would be read as true
     check_bool(overwrite, "push_to_hub(overwrite)")
+    problem = id_problem(repo_id) if isinstance(repo_id, str) else None
+    if problem is not None:
+        raise ConfigError(f"push_to_hub: repo_id {short_repr(repo_id)} {problem}")
     ref = hub_ref(repo_id) if isinstance(repo_id, str) else None
     if ref is None or "/" not in ref.repo_id:  # a bare name would land in the token's own namespace, not at `repo_id`
         raise ConfigError(
             f"repo_id {short_repr(repo_id)} is not a Hub id to push to; use 'org/name' or 'org/name/subfolder' (your "
             "user or organisation name first), with '@<branch>' to push to a branch"
         )
-    if token is not None and (not isinstance(token, str) or not token.strip() or token != token.strip()):
+    if token is not None and (
+        not isinstance(token, str) or not token.strip() or token != token.strip() or token_problem(token)
+    ):
         kind = type(token).__name__
-        problem = "is empty or has spaces or a newline around it" if isinstance(token, str) else f"has type {kind}"
+        problem = (
+            (token_problem(token) or "is empty or has spaces or a newline around it")
+            if isinstance(token, str)
+            else f"has type {kind}"
+        )
         raise ConfigError(
             f"push_to_hub(token) {problem}; expected the access token as a string ('hf_...', stripped of the "
             "newline a file read with it ends in), or None to use the saved login (`hf auth login` or HF_TOKEN)"
@@ -823,6 +869,36 @@ def _check_push_arguments(
             "commit message; give a non-empty string, or None for the generated one"
         )
     return ref
+
+
+def _check_not_in_a_piece(ref: HubRef) -> None:
+    """Refuse a push into the folder of a piece that a setup above it in the repository lists ('org/name/adapters/a'
+    under the setup 'org/name'), even with overwrite: the pushed setup's files would lie among that piece's, whose
+    folder then holds a setup and a piece, which load_adapter refuses as ambiguous, so that setup no longer loads.
+    save_pretrained refuses the same locally. One look-up of the setup files of the folders above `ref`."""
+    parts = ref.subfolder.split("/") if ref.subfolder else []
+    above = ["/".join(parts[:depth]) for depth in range(len(parts))]
+    if not above:
+        return
+    root = HubRef(ref.repo_id, "", ref.revision)
+    remote = download_if_there(root, ["/".join(p for p in (folder, SETUP_FILE) if p) for folder in above], ref)
+    if remote is None:
+        return
+    for folder in above:
+        try:
+            pieces = read_index(remote / folder)["pieces"] if (remote / folder / SETUP_FILE).is_file() else []
+        except SerializationError:  # not a setup this library reads: nothing of it to break
+            continue
+        inside = ref.subfolder[len(folder) :].lstrip("/")
+        for piece in pieces:
+            own = piece_folder(piece["kind"], piece["name"])
+            if inside == own or inside.startswith(f"{own}/"):
+                raise ConfigError(
+                    f"push_to_hub: {ref} is inside the folder of the {piece['kind']} {piece['name']!r} of the setup "
+                    f"in {HubRef(ref.repo_id, folder, ref.revision)} ({own}); a setup pushed there would lie among "
+                    f"that {piece['kind']}'s files, and that setup would no longer load. Push to a folder of its own "
+                    "(another subfolder or repository); nothing was pushed"
+                )
 
 
 def _check_remote_folder(ref: HubRef, index: Mapping[str, Any]) -> None:

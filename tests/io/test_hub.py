@@ -17,6 +17,8 @@ from huggingface_hub.utils import httpx
 
 import adapterfusion as af
 from adapterfusion.demo import demo_data_dir
+from adapterfusion.encoders import resolve_encoder
+from adapterfusion.io.hub import HubRef, cache_dir, download
 from adapterfusion.serialization.setup import SETUP_FILE
 from adapterfusion.training import train
 from hub_standin import LocalHub
@@ -278,3 +280,43 @@ def test_a_push_over_a_setup_index_it_cannot_read_names_the_hub_folder_not_the_c
     assert hub.commits == []
     build_setup().push_to_hub("me/x", overwrite=True)
     assert json.loads((hub.repos / "me/x" / SETUP_FILE).read_text())["format_version"] == 1
+
+
+def test_the_cache_and_offline_mode_are_read_as_the_environment_says_now(tmp_path, monkeypatch):
+    """huggingface_hub and transformers read HF_HUB_CACHE, HF_HOME and HF_HUB_OFFLINE once, at import; what is set
+    since is what snapshot_download and from_pretrained are told, so the cache that was checked is the one loaded
+    from, and offline mode asks no Hub."""
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert cache_dir() == str(tmp_path / "home" / "hub")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", "~/cache")
+    assert cache_dir() == str(tmp_path / "cache")
+    told: dict = {}
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kwargs: told.update(kwargs) or "")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    download(HubRef("me/x"), ["*.json"])
+    assert told["cache_dir"] == str(tmp_path / "cache") and told["local_files_only"] is True
+    name, kwargs = resolve_encoder("me/enc", reach_hub=False).pretrained()
+    assert kwargs["cache_dir"] == str(tmp_path / "cache") and kwargs["local_files_only"] is True
+
+
+def test_a_cache_that_cannot_be_a_folder_is_said_as_such(tmp_path, monkeypatch):
+    (tmp_path / "notes.txt").write_text("mine")
+    for setting, where in ((tmp_path / "notes.txt", "it is a file"), (tmp_path / "notes.txt" / "hub", "on its path")):
+        monkeypatch.setenv("HF_HUB_CACHE", str(setting))
+        with pytest.raises(af.HubError, match=f"cannot be a folder: .*{where}.*point HF_HUB_CACHE at a folder"):
+            fresh().load_adapter("me/x")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_a_push_into_a_piece_of_a_pushed_setup_is_refused_and_the_setup_still_loads(hub):
+    build_setup().push_to_hub("me/set")
+    before = hub.files("me/set")
+    for target in ("me/set/adapters/a", "me/set/adapters/a/deeper"):
+        with pytest.raises(af.ConfigError, match="inside the folder of the adapter 'a' of the setup in me/set"):
+            build_setup().push_to_hub(target, overwrite=True)
+    assert hub.files("me/set") == before
+    assert build_setup().push_to_hub("me/set/others") == "me/set/others"  # a folder of its own is fine
+    assert "a" in af.AdaptedModel.from_pretrained(tiny_encoder(), "me/set").adapter_names
