@@ -61,6 +61,7 @@ import cases_serving_http
 import cases_store_interop
 import cases_sweep_pieces
 import cases_task_data
+import cases_task_definitions
 import cases_training_loop
 import cases_training_use
 import cases_unchecked
@@ -1228,6 +1229,7 @@ CASES: tuple[BadInput, ...] = (
     *cases_interop_decoders.CASES,
     *cases_devices.CASES,
     *cases_hub.CASES,
+    *cases_task_definitions.CASES,
 )
 
 
