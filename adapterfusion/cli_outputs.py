@@ -15,9 +15,9 @@ from adapterfusion.errors import ConfigError
 from adapterfusion.experiments.store import DB_FILE
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_file
+from adapterfusion.piece import SETUP_FILE
 from adapterfusion.pruning import PRUNING_FILE
 from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, METRICS_FILE
-from adapterfusion.serialization.setup import SETUP_FILE
 
 # What marks a folder whose files we wrote and read back: a file of one, named as --json, is refused as that folder's.
 RECORD_MARKERS = (

@@ -5,7 +5,7 @@ offloads a model's weights, which adapters beside them cannot work with."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -126,3 +126,27 @@ def cuda_device(index: int | torch.device | None) -> torch.device:
     if isinstance(index, torch.device):
         return available_device(index, _MOVE_FIX)
     return available_device("cuda" if index is None else f"cuda:{index}", _MOVE_FIX)
+
+
+_Module = TypeVar("_Module", bound=nn.Module)
+
+
+def checked_to(model: _Module, *args: Any, **kwargs: Any) -> _Module:
+    """nn.Module.to (AdaptedModel.to), with a device this machine lacks, or a dtype weights do not compute in, refused
+    before anything moves (check_move)."""
+    check_move(model, args, kwargs)
+    return nn.Module.to(model, *args, **kwargs)
+
+
+def checked_cuda(model: _Module, device: int | torch.device | None = None) -> _Module:
+    """nn.Module.cuda (AdaptedModel.cuda), refused with the library's error on a machine without that GPU."""
+    cuda_device(device)
+    return nn.Module.cuda(model, device)
+
+
+def checked_to_empty(model: _Module, *, device: str | torch.device | int | None, recurse: bool = True) -> _Module:
+    """nn.Module.to_empty (AdaptedModel.to_empty; after init_empty_weights: room for the weights, to be loaded next),
+    refused with the library's error on a machine without that device."""
+    if device is not None:
+        movable_to(f"cuda:{device}" if isinstance(device, int) else device)
+    return nn.Module.to_empty(model, device=device, recurse=recurse)

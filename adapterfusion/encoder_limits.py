@@ -7,11 +7,18 @@ config alone lets an experiment file, a training run and a model call refuse it 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from pathlib import Path
 from typing import Any
 
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import ConfigError, HubError
+from adapterfusion.io.hub import cached_folder
+from adapterfusion.io.hub_ids import hub_ref
+from adapterfusion.io.paths import user_path
+
+_MODEL_CONFIG = "config.json"
 
 # RoBERTa-style embeddings number positions from padding_idx + 1 (create_position_ids_from_input_ids), so the first
 # pad_token_id + 1 rows of the position table never hold a real token: 514 rows give RoBERTa 512 usable tokens.
@@ -58,10 +65,31 @@ def encoder_config(encoder: str | os.PathLike) -> Any | None:
     """The HF config of `encoder` (a model folder or a Hub id) if it can be read without the network, else None."""
     from transformers import AutoConfig
 
+    folder = local_config_folder(encoder)
+    if folder is None:
+        return None
     try:
-        return AutoConfig.from_pretrained(os.fspath(encoder), local_files_only=True)
-    except Exception:  # noqa: BLE001 - not cached, not a model folder, an unknown model_type, or a value its config
-        return None  # class refuses with its own error type: resolve_encoder names the file, key and value
+        return AutoConfig.from_pretrained(folder, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not a model folder, an unknown model_type, or a value its config class
+        return None  # refuses with its own error type: resolve_encoder names the file, key and value
+
+
+def local_config_folder(encoder: str | os.PathLike) -> Path | None:
+    """The folder on this machine holding `encoder`'s config.json: the folder it names, or, for a Hub id
+    ('org/name', '/subfolder', '@revision'), its snapshot in the local cache the environment names now, as the
+    encoder is loaded from (io/hub.py cached_folder). transformers read 'org/name@rev' as a repo name, and the cache
+    its import found: a cached encoder's config came back None, and the max-length check was skipped unsaid."""
+    local = user_path(encoder)
+    with contextlib.suppress(OSError, ValueError):  # a name past the file system's limit: no folder, maybe an id
+        if local.is_dir():
+            return local
+    ref = hub_ref(encoder) if isinstance(encoder, str) else None
+    if ref is None:
+        return None
+    try:
+        return cached_folder(ref, _MODEL_CONFIG)
+    except HubError:  # a cache that is a file or damaged: loading the encoder names it
+        return None
 
 
 def check_max_length(max_length: object, encoder: str | os.PathLike, field: str = "max_length") -> None:

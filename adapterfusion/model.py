@@ -44,7 +44,7 @@ from adapterfusion.injection.site import AdapterSite
 from adapterfusion.injection.state import ActiveState, checked_against, restorable, with_routes
 from adapterfusion.outputs import AdaptedModelOutput, add_loss, passed_through, take_own_head_output
 from adapterfusion.piece import PIECE_KINDS, EncoderFingerprint
-from adapterfusion.serialization import model_pieces, setup
+from adapterfusion.serialization import model_pieces, setup_load, setup_push, setup_save
 
 # Which site's fusion weights output.fusion_attentions[layer] holds where a layer has several (outputs.py).
 _FIRST_SITES = ("output", "attention", "cross")
@@ -58,7 +58,7 @@ class AdaptedModel(nn.Module):
     all three through serialization/model_pieces.py. What runs: activate / activated, set_fusion_mask, set_fusion_step,
     set_fusion_implementation (injection/controls.py); `state` holds it. What trains: train_adapter, train_fusion,
     train_head (trainable.py). Forward: `model(**inputs)`, or forward_parallel for every fused adapter alone and the
-    fusion in one call (composition.py). Whole setups and the Hub: serialization/setup.py."""
+    fusion in one call (composition.py). Whole setups and the Hub: serialization/setup_*.py."""
 
     # The loss is a mean over the batch, not normalised by the Trainer's num_items_in_batch: without this the
     # Trainer, seeing **encoder_inputs, skips dividing by gradient_accumulation_steps.
@@ -299,23 +299,9 @@ class AdaptedModel(nn.Module):
         pipelines.meet_pipeline(self)
         return cast(nn.Embedding, cast(Any, self.model).get_input_embeddings()).weight.device
 
-    def to(self, *args: Any, **kwargs: Any) -> AdaptedModel:
-        """nn.Module.to, with a device this machine lacks, or a dtype weights do not compute in, refused before
-        anything moves (devices.check_move)."""
-        devices.check_move(self, args, kwargs)
-        return super().to(*args, **kwargs)
-
-    def cuda(self, device: int | torch.device | None = None) -> AdaptedModel:
-        """nn.Module.cuda, refused with the library's error on a machine without that GPU."""
-        devices.cuda_device(device)
-        return super().cuda(device)
-
-    def to_empty(self, *, device: str | torch.device | int | None, recurse: bool = True) -> AdaptedModel:
-        """nn.Module.to_empty (after init_empty_weights: room for the weights, to be loaded next), refused with the
-        library's error on a machine without that device."""
-        if device is not None:
-            devices.movable_to(f"cuda:{device}" if isinstance(device, int) else device)
-        return super().to_empty(device=device, recurse=recurse)
+    to = devices.checked_to  # nn.Module's moves, with a device or dtype refused first where they cannot work
+    cuda = devices.checked_cuda
+    to_empty = devices.checked_to_empty
 
     @property
     def dtype(self) -> torch.dtype:
@@ -410,10 +396,10 @@ class AdaptedModel(nn.Module):
     save_head = model_pieces.save_head
     load_head = model_pieces.load_head
 
-    # ---- whole setups, local or on the Hub (serialization/setup.py) --------------------------------------------
-    save_pretrained = setup.save_pretrained
-    from_pretrained = classmethod(setup.from_pretrained)
-    push_to_hub = setup.push_to_hub
+    # ---- whole setups, local or on the Hub (serialization/setup_save.py, setup_load.py, setup_push.py) ----------
+    save_pretrained = setup_save.save_pretrained
+    from_pretrained = classmethod(setup_load.from_pretrained)
+    push_to_hub = setup_push.push_to_hub
 
 
 def wrap(model: nn.Module) -> AdaptedModel:

@@ -36,7 +36,7 @@ WEIGHTS_SAMPLE = "weights_sample_sha256"  # base_model's record of EncoderFinger
 PIECE_FORMAT = "adapterfusion"  # the "format" field of our piece configs; AdapterHub's readers refuse it by that
 
 
-SETUP_FILE = "adapterfusion_setup.json"  # a saved setup's index (serialization/setup.py)
+SETUP_FILE = "adapterfusion_setup.json"  # a saved setup's index (serialization/setup_index.py)
 
 
 def setup_part_folder(kind: str) -> str:

@@ -27,6 +27,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -35,9 +36,12 @@ from torch import nn
 
 from adapterfusion._validation import short_repr
 from adapterfusion.blocks import LAYOUT_BLOCKS
-from adapterfusion.encoders import require_wrapped
+from adapterfusion.defaults import named_encoder
+from adapterfusion.encoder_folders import MODEL_CONFIG, TOKENIZER_FILES, check_folder_files, model_files_in
+from adapterfusion.encoder_loading import load_tokenizer
+from adapterfusion.encoders import require_wrapped, resolve_encoder
 from adapterfusion.errors import ConfigError
-from adapterfusion.io.hub import hub_errors
+from adapterfusion.io.paths import user_path
 from adapterfusion.pipeline_arguments import (
     CHOICE_ARGUMENTS,
     check_device,
@@ -285,9 +289,7 @@ def pipeline(
             "af.pipeline needs the model's tokenizer, got None; pass it, or its folder or Hub id: "
             "AutoTokenizer.from_pretrained(<the wrapped model's folder or Hub id>)"
         )
-    if isinstance(tokenizer, os.PathLike):  # transformers loads a tokenizer named by a str only
-        tokenizer = os.fsdecode(tokenizer)
-    if not isinstance(tokenizer, (str, transformers.PreTrainedTokenizerBase)):  # 3 was taken, and failed at a call
+    if not isinstance(tokenizer, (str, os.PathLike, transformers.PreTrainedTokenizerBase)):  # 3 failed at a call
         raise ConfigError(
             f"af.pipeline(tokenizer={short_repr(tokenizer)}) has type {type(tokenizer).__name__}; pass the model's "
             "tokenizer (AutoTokenizer.from_pretrained(...)), or its folder or Hub id"
@@ -303,17 +305,47 @@ def pipeline(
     view = for_pipeline(model, adapter, fusion, head, task, skip_layers)
     check_settings(view.task or pipeline_task(task), kwargs, view.scored_outputs)
     view.checked_by_af_pipeline = True  # its settings here, its unread keywords after the build
+    if isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = named_tokenizer(tokenizer)
     build: Any = transformers.pipeline  # typed for PreTrainedModel; any model with its attributes works
-    # A tokenizer named by a str is the one thing transformers loads here: a wrong path or id is its OSError.
-    loading_tokenizer = (
-        hub_errors(tokenizer, "af.pipeline: loading the tokenizer") if isinstance(tokenizer, str) else None
-    )
-    with loading_tokenizer or contextlib.nullcontext():
-        built = build(task, model=view, tokenizer=tokenizer, **kwargs)
+    built = build(task, model=view, tokenizer=tokenizer, **kwargs)
     view.checked_by_af_pipeline = False  # built: another transformers.pipeline on this view checks its own
     refuse_unread_arguments(built, tokenizer, kwargs)
     built.__class__ = _checked_class(type(built))  # _meet did so as transformers built it; not left to that
     return built
+
+
+def named_tokenizer(name: str | os.PathLike) -> Any:
+    """The tokenizer of the folder or Hub id `name`, loaded as an encoder's is (resolve_encoder, load_tokenizer): a
+    Hub id's '@revision' and '/subfolder', the cache and offline mode the environment names now, and our errors for
+    a path, folder or id that holds no usable tokenizer. transformers, given the str, took 'org/name@rev' for a repo
+    name, looked in the cache it found at import (an id cached since failed offline) and failed with its own errors.
+    'default-decoder' is the shipped decoder, as for train(encoder=...).
+    A folder holding a tokenizer and no model weights (tokenizer.save_pretrained(folder)), with no model to check it
+    against, is loaded as it is."""
+    folder = user_path(name)
+    alone = False
+    with contextlib.suppress(OSError, ValueError):  # a name past the file system's limit: resolve_encoder says so
+        weights = [file for file in model_files_in(folder) if file != MODEL_CONFIG] if folder.is_dir() else None
+        alone = weights == [] and any((folder / f).is_file() for f in TOKENIZER_FILES)
+    if alone:
+        return _tokenizer_alone(folder)
+    # 'default-decoder' names the shipped decoder, as for train(encoder=...)
+    return load_tokenizer(resolve_encoder(named_encoder(name) if isinstance(name, str) else name, tokenizer=False))
+
+
+def _tokenizer_alone(folder: Path) -> Any:
+    """The tokenizer saved on its own in `folder`, its files checked as a model folder's are (check_folder_files)."""
+    check_folder_files(folder, sorted(p.name for p in folder.iterdir()))
+    try:
+        return transformers.AutoTokenizer.from_pretrained(folder)
+    except Exception as error:  # noqa: BLE001 - transformers raises many kinds for a folder it cannot read
+        reason = (str(error).strip().splitlines() or [""])[0]
+        raise ConfigError(
+            f"af.pipeline: the tokenizer in {str(folder)!r} does not load ({type(error).__name__}: {reason}); save "
+            "the model's tokenizer there again, AutoTokenizer.from_pretrained(<the wrapped model's folder or Hub "
+            "id>).save_pretrained(folder), or pass the loaded tokenizer"
+        ) from None
 
 
 _CHECKED_CLASSES: dict[type, type] = {}

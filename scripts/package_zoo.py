@@ -5,8 +5,9 @@
 Writes adapterfusion/zoo/store/ (an AdapterStore: adapter + head + entry.json per task) and
 adapterfusion/zoo/manifest.json: per task the best dev metrics, the epochs and steps trained, the data it saw (with
 any carve-out), the training config, the hardware, the git SHA and library versions of the run, plus the encoder's
-weight digest, so a user can tell exactly what each shipped adapter is, and its identity (encoders.encoder_identity),
-which loading a zoo adapter checks the model against. The old store is replaced as a whole.
+weight digest, so a user can tell exactly what each shipped adapter is, and its identity
+(encoder_identity.encoder_identity), which loading a zoo adapter checks the model against. The old store is replaced
+as a whole.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import adapterfusion as af
-from adapterfusion.encoders import encoder_identity
+from adapterfusion.encoder_identity import encoder_identity
 from adapterfusion.experiments.plan import ADAPTERS_DIR, RUNS_DIR
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_replaceable

@@ -1,6 +1,6 @@
 """An encoder folder's files, each named as itself when it is what is wrong (config.json's key and value, a damaged
 tokenizer or weight file, weights that do not fit the config), and one key for every spelling of one encoder folder
-(adapterfusion/encoders.py, adapterfusion/encoder_limits.py)."""
+(adapterfusion/encoder_folders.py, encoder_loading.py, encoders.py, encoder_limits.py)."""
 
 import json
 import os
@@ -13,7 +13,8 @@ from transformers import CONFIG_MAPPING
 
 import adapterfusion as af
 from adapterfusion.encoder_limits import check_config_values
-from adapterfusion.encoders import encoder_key, load_encoder_model, looks_like_path, resolve_encoder
+from adapterfusion.encoder_loading import load_encoder_model
+from adapterfusion.encoders import encoder_key, looks_like_path, resolve_encoder
 from adapterfusion.errors import ConfigError, HubError
 from adapterfusion.injection.architectures import ARCHITECTURES
 from adapterfusion.io.hub import OFFLINE_VARIABLES

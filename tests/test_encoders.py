@@ -12,7 +12,8 @@ import huggingface_hub
 import pytest
 from huggingface_hub.utils import httpx
 
-from adapterfusion.encoders import Encoder, check_encoder, default_pooling, looks_like_path, resolve_encoder
+from adapterfusion.encoder_loading import Encoder
+from adapterfusion.encoders import check_encoder, default_pooling, looks_like_path, resolve_encoder
 from adapterfusion.errors import ConfigError, HubError
 from adapterfusion.io.hub import OFFLINE_VARIABLES, PROBE_SECONDS, HubRef, hub_ref, id_problem
 from adapterfusion.training import train
@@ -214,7 +215,7 @@ def test_the_tokenizer_of_a_run_takes_no_more_tokens_than_the_model(tmp_path, ti
     at the tokenizer's limit, and the run failed at its first step telling a train() caller to truncate."""
     import transformers
 
-    from adapterfusion.encoders import load_tokenizer
+    from adapterfusion.encoder_loading import load_tokenizer
     from tiny_decoders import tiny_decoder
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_encoder_dir)
@@ -232,7 +233,7 @@ def test_a_tokenizer_that_cannot_pad_is_refused_with_the_folder_and_the_fix(tmp_
     data had loaded. With an eos token, that pads."""
     import transformers
 
-    from adapterfusion.encoders import load_tokenizer
+    from adapterfusion.encoder_loading import load_tokenizer
     from tiny_decoders import tiny_decoder
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_encoder_dir)
@@ -259,7 +260,8 @@ def test_weights_a_checkpoint_lacks_are_the_same_on_every_load_and_leave_the_cal
     import transformers
 
     import adapterfusion as af
-    from adapterfusion.encoders import check_same_encoder, encoder_identity, load_encoder_model
+    from adapterfusion.encoder_identity import check_same_encoder, encoder_identity
+    from adapterfusion.encoder_loading import load_encoder_model
 
     shutil.copytree(tiny_encoder_dir, tmp_path / "mlm")  # its tokenizer; the weights of a masked LM: no pooler
     masked_lm = transformers.BertForMaskedLM(transformers.AutoConfig.from_pretrained(tiny_encoder_dir))

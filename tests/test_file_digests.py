@@ -38,7 +38,7 @@ def test_files_sha256_names_each_file_by_its_absolute_path(tmp_path, monkeypatch
 
 
 def test_an_encoder_folders_weight_files_are_its_weights_and_shards_not_a_trainers_other_files(tmp_path):
-    from adapterfusion.encoders import weight_file_digests
+    from adapterfusion.encoder_identity import weight_file_digests
 
     names = [
         "model.safetensors",

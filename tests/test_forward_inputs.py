@@ -136,6 +136,22 @@ def test_check_max_length_reads_a_local_encoder_and_skips_what_it_cannot_read(tm
     check_max_length(10**6, "some-org/not-downloaded")  # a Hub id not in the cache: the model call checks later
 
 
+def test_check_max_length_reads_a_cached_hub_id_at_a_revision(tmp_path, monkeypatch):
+    """'org/enc@main' in the cache HF_HUB_CACHE names now, offline: its config was looked up as the repo
+    'org/enc@main' in the cache transformers found at import, not found, and the check skipped unsaid."""
+    from hub_cache import COMMIT, cached_repo
+
+    tiny_encoder("bert").save_pretrained(tmp_path / "tiny")
+    cached_repo(tmp_path / "hf-cache", "org/enc", {"config.json": tmp_path / "tiny" / "config.json"})
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for encoder in ("org/enc", "org/enc@main", f"org/enc@{COMMIT}"):
+        check_max_length(64, encoder)
+        with pytest.raises(af.ConfigError, match=f"max_length=65 is more tokens than encoder '{encoder}' takes: 64"):
+            check_max_length(65, encoder)
+    check_max_length(10**6, "org/enc@other-branch")  # a revision not cached: the model call checks later
+
+
 def test_an_untyped_var_keyword_adds_keywords_only_when_the_forward_passes_it_on():
     class Loose(torch.nn.Module):
         def forward(self, input_ids, **kwargs):

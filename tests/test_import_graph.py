@@ -5,7 +5,7 @@ Edges are read from the source with `ast`: every `import` / `from ... import` of
 level or inside a function (a lazy import is still a dependency), to the most specific module it names
 (`from adapterfusion.tasks import fields` is an edge to adapterfusion.tasks.fields). Not edges:
 - imports under `if TYPE_CHECKING:`. They never run; they name the type of an argument that a caller passes in
-  (serialization/setup.py's `model: AdaptedModel`, analysis/ and training/ taking a model). Counting them would make
+  (serialization/setup_*.py's `model: AdaptedModel`, analysis/ and training/ taking a model). Counting them would make
   every module that receives the model describe it with a Protocol of its whole API, with no change in what loads
   what. The format modules are held to more: they must not name the model at all, not even for types.
 - a submodule's implicit import of its parent package's __init__: the root __init__ imports the model, so counting
@@ -16,10 +16,10 @@ root package is its own node. The layers, lowest first (a package imports only i
 circle, and the layers below; within a layer the order is the one given):
   1. foundations: _startup, errors, _version, run_layout, parameters, file_digests -> _validation, encoder_limits,
      io -> defaults, devices
-  2. components: adapters -> blocks -> heads -> fusion -> injection -> piece, encoders, forward_inputs,
-     forward_runtime, outputs, composition, routing, routed_forward, pipeline_arguments, pipeline_tasks, pipelines,
-     trainable, dtype_errors, generation; tasks -> scoring; analysis (the read-only fusion attention that training
-     records)
+  2. components: adapters -> blocks -> heads -> fusion -> injection -> piece, encoder_folders -> encoder_loading ->
+     encoders, encoder_identity, forward_inputs, forward_runtime, outputs, composition, routing, routed_forward,
+     pipeline_arguments, pipeline_tasks, pipelines, trainable, dtype_errors, generation; tasks -> scoring; analysis
+     (the read-only fusion attention that training records)
   3. formats: interop -> serialization (pieces as files, whole setups, provenance, model card)
   4. the model: model -> the root package (the public API)
   5. recipes: training
@@ -181,9 +181,9 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset("adapterfusion" if name == "<root>" else f"adapterfusion.{name}" for name in layer.split())
     for layer in (
         "_startup errors _version run_layout parameters file_digests _validation encoder_limits io defaults devices",
-        "adapters blocks heads fusion injection piece encoders forward_inputs forward_runtime outputs composition "
-        "routing routed_forward pipeline_arguments pipeline_tasks pipelines trainable dtype_errors generation tasks "
-        "scoring analysis",
+        "adapters blocks heads fusion injection piece encoder_folders encoder_loading encoders encoder_identity "
+        "forward_inputs forward_runtime outputs composition routing routed_forward pipeline_arguments pipeline_tasks "
+        "pipelines trainable dtype_errors generation tasks scoring analysis",
         "interop serialization",
         "model <root>",  # <root>: adapterfusion/__init__.py, the public API
         "training",

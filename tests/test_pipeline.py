@@ -599,8 +599,33 @@ def test_a_tokenizer_that_is_not_one_is_refused(model, tokenizer, tmp_path):
     OSError (HFValidationError) about repo ids."""
     with pytest.raises(af.ConfigError, match="af.pipeline\\(tokenizer=3\\) has type int; pass the model's tokenizer"):
         af.pipeline("text-classification", model, 3, adapter="a", head="nli")
-    with pytest.raises(af.HubError, match="af.pipeline: loading the tokenizer .*missing.* failed"):
+    with pytest.raises(af.ConfigError, match="looks like a local path, but .*missing' does not exist"):
         af.pipeline("text-classification", model, str(tmp_path / "missing"), adapter="a", head="nli")
+
+
+def test_a_tokenizer_named_by_a_hub_id_loads_as_an_encoders_does(model, tokenizer, tmp_path, monkeypatch):
+    """A Hub id ('@revision' too) cached in the HF_HUB_CACHE set now loads offline, as resolve_encoder and
+    load_tokenizer load an encoder's: transformers took 'org/enc@main' for a repo name and looked in the cache of
+    import time. A folder holding only a tokenizer still loads; one whose tokenizer does not load is our error."""
+    from hub_cache import cached_repo
+
+    folder = tmp_path / "enc"
+    tiny_encoder("bert", vocab_size=len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    cached_repo(tmp_path / "hf-cache", "org/enc", {p.name: p for p in folder.iterdir()})
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    expected = af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli")(TEXTS[0])
+    for name in ("org/enc", "org/enc@main"):
+        assert af.pipeline("text-classification", model, name, adapter="a", head="nli")(TEXTS[0]) == expected
+    with pytest.raises(af.HubError, match="encoder org/other is not in the local Hugging Face cache"):
+        af.pipeline("text-classification", model, "org/other", adapter="a", head="nli")
+    alone = tmp_path / "tokenizer-alone"
+    tokenizer.save_pretrained(alone)
+    assert af.pipeline("text-classification", model, alone, adapter="a", head="nli")(TEXTS[0]) == expected
+    (alone / "tokenizer.json").write_text("{}")
+    with pytest.raises(af.ConfigError, match="af.pipeline: the tokenizer in .*tokenizer-alone' does not load"):
+        af.pipeline("text-classification", model, alone, adapter="a", head="nli")
 
 
 @pytest.mark.parametrize(

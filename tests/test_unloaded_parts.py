@@ -1,5 +1,5 @@
-"""encoders.unloaded_parts: which pretrained parts a checkpoint lacked, from transformers' own loading report, so a
-base saved without its LM head or its decoder is refused however it was stored (safetensors or a pickle)."""
+"""encoder_loading.unloaded_parts: which pretrained parts a checkpoint lacked, from transformers' own loading report, so
+a base saved without its LM head or its decoder is refused however it was stored (safetensors or a pickle)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 import transformers
 
 import adapterfusion as af
-from adapterfusion.encoders import unloaded_parts
+from adapterfusion.encoder_loading import unloaded_parts
 from tiny_decoders import tiny_decoder
 
 

@@ -85,7 +85,7 @@ def test_zoo_adapters_load_only_into_the_encoder_the_manifest_names():
     from transformers import AutoConfig, AutoModel, BertModel
 
     import adapterfusion as af
-    from adapterfusion.encoders import encoder_identity
+    from adapterfusion.encoder_identity import encoder_identity
     from adapterfusion.errors import IncompatibleModelError
 
     shipped = af.wrap(AutoModel.from_pretrained(_encoder()))
@@ -226,3 +226,24 @@ def test_zoo_seed_counts_only_the_seed_folders_a_store_writes(tmp_path):
     assert zoo_seed(store, "org/enc", "rte") == 3
     assert [e["seed"] for e in store.entries()] == [3]
     assert load_zoo_adapter(af.wrap(tiny_encoder("bert")), "rte", zoo=store.root, encoder="org/enc") == "rte"
+
+
+def test_the_shipped_zoo_keys_the_minilm_hub_id_under_its_shipped_folder():
+    """The Hub id the shipped MiniLM's weights come from names the encoder of the shipped zoo's adapters for every
+    reader of the zoo (load_zoo_adapter, a fusion run's and an experiment plan's `zoo: shipped`): the plan said the
+    zoo had no adapters for it, where load_zoo_adapter found them. Only the shipped zoo maps it."""
+    from adapterfusion.training import AdapterStore
+    from adapterfusion.zoo import ZOO_SETUP
+
+    shipped = zoo_store()
+    for hub_id in ("sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-minilm-l6-v2@main"):
+        assert shipped.encoder_for(hub_id) == _encoder()
+        assert zoo_seed(shipped, hub_id, "rte") == zoo_seed(shipped, _encoder(), "rte")
+        assert shipped.path(hub_id, "rte", ZOO_SETUP, 0) == shipped.path(_encoder(), "rte", ZOO_SETUP, 0)
+    assert (
+        shipped.encoder_for("sentence-transformers/all-MiniLM-L6-v2/sub")
+        == "sentence-transformers/all-MiniLM-L6-v2/sub"
+    )
+    assert AdapterStore(shipped.root).encoder_for("sentence-transformers/all-MiniLM-L6-v2").startswith("sentence")
+    for zoo in (shipped, shipped.root):  # the shipped zoo given as its store or its folder is the shipped zoo still
+        assert resolve_zoo(zoo).encoder_for("sentence-transformers/all-MiniLM-L6-v2") == _encoder()

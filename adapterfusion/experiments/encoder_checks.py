@@ -17,7 +17,8 @@ from typing import Any
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.defaults import DEFAULT_DECODER, default_decoder_gguf, default_encoder_path
 from adapterfusion.encoder_limits import check_max_length, encoder_config
-from adapterfusion.encoders import check_encoder, default_pooling, load_tokenizer, resolve_encoder
+from adapterfusion.encoder_loading import load_tokenizer
+from adapterfusion.encoders import check_encoder, default_pooling, resolve_encoder
 from adapterfusion.errors import AdapterFusionError, ConfigError, DefaultModelMissingError, UnsupportedArchitectureError
 from adapterfusion.experiments.spec_checks import fail
 from adapterfusion.experiments.variants import Entry, SetupVariant, setup_option_defaults

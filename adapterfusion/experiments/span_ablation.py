@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.defaults import default_encoder_path
-from adapterfusion.encoders import load_encoder_model, load_tokenizer, resolve_encoder
+from adapterfusion.encoder_loading import load_encoder_model, load_tokenizer
+from adapterfusion.encoders import resolve_encoder
 from adapterfusion.errors import ConfigError
 from adapterfusion.evaluation import eval_batch_size, load_run_split
 from adapterfusion.io.atomic import atomic_write_json

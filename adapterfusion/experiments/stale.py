@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.encoders import weight_file_digests
+from adapterfusion.encoder_identity import weight_file_digests
 from adapterfusion.errors import AdapterFusionError
 from adapterfusion.experiments.plan import Job
 from adapterfusion.file_digests import first_changed

@@ -23,7 +23,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from adapterfusion._validation import check_bool
-from adapterfusion.encoders import check_not_model_folder
+from adapterfusion.encoder_folders import check_not_model_folder
 from adapterfusion.errors import ConfigError, SerializationError, UnknownFormatVersionWarning
 from adapterfusion.io.atomic import atomic_write_files, json_text
 from adapterfusion.io.documents import read_bytes, read_json

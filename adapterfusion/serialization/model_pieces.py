@@ -18,7 +18,7 @@ from torch import nn
 
 from adapterfusion._validation import check_choice, check_has_values, naming_file, short_repr
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.encoders import sampled_fingerprint
+from adapterfusion.encoder_identity import sampled_fingerprint
 from adapterfusion.errors import ConfigError, IncompatibleModelError, NameNotFoundError, SerializationError
 from adapterfusion.fusion.config import FusionConfig, FusionSetup
 from adapterfusion.heads.config import HeadConfig, check_head_labels
@@ -28,7 +28,7 @@ from adapterfusion.injection.site import AdapterSite
 from adapterfusion.piece import PIECE_KINDS, EncoderLayout, Piece, by_site, param_key
 from adapterfusion.serialization.formats import read_piece, write_piece
 from adapterfusion.serialization.pieces import check_weights
-from adapterfusion.serialization.setup import piece_source
+from adapterfusion.serialization.setup_load import piece_source
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -159,7 +159,7 @@ def load_piece(
     labels: Sequence[str] | None = None,
 ) -> str:
     """Install the `kind` piece in `source` (a folder in either format, a saved setup holding one piece of that kind,
-    or a Hub id of either: serialization/setup.py piece_source), named `name` if given; returns its name."""
+    or a Hub id of either: serialization/setup_load.py piece_source), named `name` if given; returns its name."""
     piece = read_piece(piece_source(source, kind), kind, layout(model))
     return install_piece(model, piece.renamed(name), overwrite, labels)
 
@@ -174,7 +174,7 @@ def save_adapter(model: AdaptedModel, name: str, directory: str | Path, overwrit
 def load_adapter(model: AdaptedModel, directory: str | Path, name: str | None = None, overwrite: bool = False) -> str:
     """Load an adapter saved by save_adapter or by AdapterHub; returns its name (the saved one unless `name` is
     given). `directory` may also be a saved setup holding one adapter, or a Hub id of either
-    (serialization/setup.py)."""
+    (serialization/setup_load.py)."""
     return load_piece(model, "adapter", directory, name, overwrite)
 
 

@@ -22,7 +22,7 @@ from safetensors.torch import save as save_safetensors_bytes
 from adapterfusion._validation import check_bool, check_has_values, check_piece_name, naming_file, short_repr
 from adapterfusion._version import __version__
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.encoders import check_not_model_folder
+from adapterfusion.encoder_folders import check_not_model_folder
 from adapterfusion.errors import ConfigError, SavedSettingError, SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import head_config_from_dict
@@ -84,7 +84,7 @@ def check_piece_folder(
     """`directory` if save_piece may write a `kind` there (io/paths.py): a folder that is, or can be made, writable,
     whose `<kind>.safetensors` and `<kind>_config.json`, if there, are a piece we saved; with `name`, a piece of that
     name unless `overwrite` (replacing another trained piece by mistake is as bad as replacing a user's file), and
-    not a HuggingFace model's folder (encoders.check_not_model_folder), nor one holding an AdapterHub `kind` that
+    not a HuggingFace model's folder (encoder_folders.check_not_model_folder), nor one holding an AdapterHub `kind` that
     loading would read instead (interop/adapterhub_files.py), nor a part of a saved setup other than `setup` (the
     save_pretrained writing it: check_not_in_setup). Files beside them stay."""
     check_bool(overwrite, "overwrite")
@@ -162,7 +162,7 @@ def holds_our_piece(directory: Path, kind: str) -> bool:
 
 
 def piece_folder(kind: str, name: str) -> str:
-    """Where a saved setup (serialization/setup.py) keeps piece `name` of `kind`: 'adapters/<name>' and so on."""
+    """Where a saved setup (serialization/setup_index.py) keeps piece `name` of `kind`: 'adapters/<name>' and so on."""
     return f"{setup_part_folder(kind)}/{name}"
 
 

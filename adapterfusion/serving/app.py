@@ -31,7 +31,7 @@ from adapterfusion.errors import (
     SerializationError,
 )
 from adapterfusion.serialization.model_pieces import AdaptersNotLoadedError
-from adapterfusion.serialization.setup import SeveralPiecesError
+from adapterfusion.serialization.setup_load import SeveralPiecesError
 from adapterfusion.serving.batcher import Batcher, drain_ran_out
 from adapterfusion.serving.catalog import Catalog
 from adapterfusion.serving.config import ServeConfig, given_config, host_name

@@ -19,11 +19,13 @@ import transformers
 from adapterfusion.defaults import default_encoder_path
 from adapterfusion.devices import available_device
 from adapterfusion.encoder_limits import encoder_config
-from adapterfusion.encoders import load_tokenizer, resolve_encoder
+from adapterfusion.encoder_loading import load_tokenizer
+from adapterfusion.encoders import resolve_encoder
 from adapterfusion.errors import ConfigError, IncompatibleModelError
 from adapterfusion.io.paths import user_path
 from adapterfusion.model import AdaptedModel
-from adapterfusion.serialization.setup import SETUP_FILE, read_index
+from adapterfusion.piece import SETUP_FILE
+from adapterfusion.serialization.setup_index import read_index
 from adapterfusion.serving.app import create_app, model_executor
 from adapterfusion.serving.config import LOOPBACK_NAMES, ServeConfig, given_config
 from adapterfusion.serving.generator import new_tokens_limit

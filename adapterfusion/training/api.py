@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE, mean_fusion_attention
+from adapterfusion.encoder_identity import encoder_files, encoder_identity
 from adapterfusion.encoder_limits import check_max_length
-from adapterfusion.encoders import encoder_files, encoder_identity
 from adapterfusion.file_digests import files_sha256
 from adapterfusion.io.atomic import atomic_write_json
 from adapterfusion.io.paths import check_writable_folder

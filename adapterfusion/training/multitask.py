@@ -48,8 +48,9 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.encoder_identity import encoder_files
 from adapterfusion.encoder_limits import check_max_length
-from adapterfusion.encoders import default_pooling, encoder_files
+from adapterfusion.encoders import default_pooling
 from adapterfusion.errors import ConfigError
 from adapterfusion.file_digests import files_sha256
 from adapterfusion.heads.pooling import resolve_pooling

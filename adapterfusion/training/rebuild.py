@@ -13,13 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion.encoders import (
-    check_same_encoder,
-    load_encoder_model,
-    load_language_model,
-    load_tokenizer,
-    resolve_encoder,
-)
+from adapterfusion.encoder_identity import check_same_encoder
+from adapterfusion.encoder_loading import load_encoder_model, load_language_model, load_tokenizer
+from adapterfusion.encoders import resolve_encoder
 from adapterfusion.io.paths import as_path
 from adapterfusion.model import wrap
 from adapterfusion.tasks.spec import TaskSpec

@@ -30,14 +30,9 @@ from adapterfusion._validation import check_mapping
 from adapterfusion._version import __version__
 from adapterfusion.analysis.fusion_attention import FUSION_ATTENTION_FILE
 from adapterfusion.defaults import default_encoder_path, named_encoder
-from adapterfusion.encoders import (
-    Encoder,
-    load_encoder_model,
-    load_language_model,
-    load_tokenizer,
-    resolve_encoder,
-    saved_by_save_pretrained,
-)
+from adapterfusion.encoder_folders import saved_by_save_pretrained
+from adapterfusion.encoder_loading import Encoder, load_encoder_model, load_language_model, load_tokenizer
+from adapterfusion.encoders import resolve_encoder
 from adapterfusion.errors import ConfigError
 from adapterfusion.injection import plain_save
 from adapterfusion.io.atomic import atomic_write_json, is_temp_name
@@ -274,7 +269,7 @@ class Run(RunFolder):
 
     def wrapped_encoder(self, language_model: bool = False) -> AdaptedModel:
         """The encoder, wrapped for adapters (model.wrap), fresh from its folder or Hub id; with `language_model`
-        loaded with its LM head (encoders.load_language_model), for generation tasks."""
+        loaded with its LM head (encoder_loading.load_language_model), for generation tasks."""
         return wrap((load_language_model if language_model else load_encoder_model)(self.source))
 
     @property

@@ -25,8 +25,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion._validation import check_bool, check_int, check_piece_name, naming_file, short_repr
-from adapterfusion.defaults import MANIFEST_FILE, STORE_DIR, ZOO_DIR, zoo_manifest
-from adapterfusion.encoders import check_same_encoder, encoder_identity, encoder_key, require_wrapped
+from adapterfusion.defaults import (
+    DEFAULT_ENCODER_HUB_ID,
+    MANIFEST_FILE,
+    STORE_DIR,
+    ZOO_DIR,
+    default_encoder_path,
+    zoo_manifest,
+)
+from adapterfusion.encoder_identity import check_same_encoder, encoder_identity
+from adapterfusion.encoders import encoder_key, require_wrapped
 from adapterfusion.errors import (
     AdapterFusionError,
     ConfigError,
@@ -36,6 +44,7 @@ from adapterfusion.errors import (
     ZooError,
 )
 from adapterfusion.io.atomic import atomic_write_json, recover_replaced, replace_folder
+from adapterfusion.io.hub_ids import hub_ref
 from adapterfusion.io.paths import (
     as_path,
     check_readable_file,
@@ -52,7 +61,7 @@ from adapterfusion.run_layout import CONFIG_FILE, ENTRY_FILE, SEED_PREFIX, seed_
 from adapterfusion.serialization.formats import read_piece
 from adapterfusion.serialization.model_pieces import layout
 from adapterfusion.serialization.pieces import config_path, piece_digest, weights_path
-from adapterfusion.serialization.setup import piece_source
+from adapterfusion.serialization.setup_load import piece_source
 from adapterfusion.tasks.spec import GENERATION
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON
 from adapterfusion.training.errors import TrainingError
@@ -168,11 +177,16 @@ class AdapterStore:
         check_int(seed, "seed", minimum=0, maximum=MAX_SEED, why_maximum=SEED_RANGE_REASON)
         return (
             self.root
-            / encoder_key(_check_encoder(encoder))
+            / encoder_key(_check_encoder(self.encoder_for(encoder)))
             / path_part(task, "store entry task")
             / path_part(setup, "store entry setup")
             / seed_folder(seed)
         )
+
+    def encoder_for(self, encoder: str) -> str:
+        """The encoder whose folder keys `encoder`'s entries here: `encoder` itself (ShippedZoo knows another name
+        of its encoder)."""
+        return encoder
 
     def has(self, encoder: str, task: str, setup: str, seed: int) -> bool:
         return os.path.isfile(self.path(encoder, task, setup, seed) / ENTRY_FILE)
@@ -370,7 +384,7 @@ class AdapterStore:
         check_bool(overwrite, "overwrite")
         if name is not None:  # '' (or 0) is refused as a name, not read as "none given" and replaced by the task's
             check_piece_name(name, "adapter")
-        encoder = encoder if encoder is not None else model_encoder(model)
+        encoder = self.encoder_for(encoder if encoder is not None else model_encoder(model))
         entry = self.path(encoder, task, setup, seed)
         with contextlib.suppress(OSError):  # a store this user may not write: read as it is
             recover_replaced(entry)
@@ -570,9 +584,23 @@ def as_store(store: AdapterStore | str | os.PathLike | None) -> AdapterStore | N
 # ---- zoos: AdapterStores that fusion setups and experiment files take stage-1 adapters from ----------------
 
 
+class ShippedZoo(AdapterStore):
+    """The shipped zoo (adapterfusion/zoo/), an AdapterStore whose adapters are stored under the shipped MiniLM's
+    folder. The Hub id its weights come from, 'sentence-transformers/all-MiniLM-L6-v2' (a model loaded from it, an
+    experiment's `encoder:`), names the same encoder: its adapters were said to be for another one, by
+    load_zoo_adapter and by a fusion run or experiment plan with `zoo: shipped` alike. Loading checks that the weights
+    are the ones the adapters were trained on (check_same_encoder), so a revision with other weights is refused."""
+
+    def encoder_for(self, encoder: str) -> str:
+        ref = hub_ref(encoder) if isinstance(encoder, str) and not os.path.exists(encoder) else None
+        if ref is not None and not ref.subfolder and ref.repo_id.lower() == DEFAULT_ENCODER_HUB_ID.lower():
+            return os.fspath(default_encoder_path())
+        return encoder
+
+
 def zoo_store() -> AdapterStore:
     """The shipped zoo (adapterfusion/zoo/) as an AdapterStore (keyed like any other: encoder, task, setup, seed)."""
-    return AdapterStore(ZOO_DIR / STORE_DIR)
+    return ShippedZoo(ZOO_DIR / STORE_DIR)
 
 
 def resolve_zoo(zoo: AdapterStore | str | os.PathLike) -> AdapterStore:
@@ -591,6 +619,8 @@ def resolve_zoo(zoo: AdapterStore | str | os.PathLike) -> AdapterStore:
             else ""
         )
         raise ZooError(f"zoo {str(zoo)!r} is neither {SHIPPED!r} nor an existing AdapterStore folder{hint}")
+    if root.resolve() == zoo_store().root.resolve():  # zoo_store() itself, or its folder: the shipped zoo still
+        return zoo_store()
     store = AdapterStore(root)
     # an empty folder was told "no adapters for encoder X (only for [])", as though it were a store of others
     if not any(_entry_seed(p.parent.name) is not None for p in root.glob(f"*/*/*/{SEED_PREFIX}*/{ENTRY_FILE}")):
@@ -604,6 +634,7 @@ def resolve_zoo(zoo: AdapterStore | str | os.PathLike) -> AdapterStore:
 
 def zoo_seed(store: AdapterStore, encoder: str, task: str, setup: str = ZOO_SETUP) -> int:
     """The seed of the zoo's one adapter for (encoder, task, setup); a zoo with several seeds of it is ambiguous."""
+    encoder = store.encoder_for(encoder)
     folder = store.path(encoder, task, setup, 0).parent
     seeds = _entry_seeds(folder)
     if len(seeds) == 1:

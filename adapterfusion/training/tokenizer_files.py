@@ -1,14 +1,15 @@
 """What a run records of its local encoder's tokenizer files, beside the digests of its weight files
-(encoders.encoder_files): an edited vocabulary, special tokens or chat template gives other tokens from the same data,
-so the experiment runner (experiments/stale.py) runs such a job again, as it does one whose weights were replaced.
-Judged from the files, without loading the tokenizer, as the weights are."""
+(encoder_identity.encoder_files): an edited vocabulary, special tokens or chat template gives other tokens from the
+same data, so the experiment runner (experiments/stale.py) runs such a job again, as it does one whose weights were
+replaced. Judged from the files, without loading the tokenizer, as the weights are."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.encoders import SAVED_EXTRAS, TOKENIZER_FILES, Encoder
+from adapterfusion.encoder_folders import SAVED_EXTRAS, TOKENIZER_FILES
+from adapterfusion.encoder_loading import Encoder
 from adapterfusion.file_digests import file_sha256
 
 # The files save_pretrained writes of a tokenizer (SAVED_EXTRAS also names a model's generation settings, which

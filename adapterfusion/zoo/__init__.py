@@ -21,17 +21,10 @@ import os
 from typing import TYPE_CHECKING
 
 from adapterfusion._validation import check_piece_name, short_repr
-from adapterfusion.defaults import (
-    DEFAULT_ENCODER_HUB_ID,
-    MANIFEST_FILE,
-    STORE_DIR,
-    ZOO_DIR,
-    default_encoder_path,
-    zoo_manifest,
-)
+from adapterfusion.defaults import MANIFEST_FILE, STORE_DIR, ZOO_DIR, zoo_manifest
 from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ZooError
-from adapterfusion.io.hub import hub_ref, id_problem
+from adapterfusion.io.hub import id_problem
 from adapterfusion.tasks.spec import TaskSpec, piece_name
 from adapterfusion.training.store import SHIPPED, ZOO_SETUP, model_encoder, resolve_zoo, zoo_seed, zoo_store
 
@@ -96,23 +89,6 @@ def load_zoo_adapter(
         raise ZooError(f"encoder={encoder!r} {problem}")
     name = piece_name(task) if name is None else check_piece_name(name, "adapter")  # '' was taken as no name
     store = resolve_zoo(zoo)
-    encoder = _zoo_encoder(encoder if encoder is not None else model_encoder(model, ZooError), zoo)
+    encoder = encoder if encoder is not None else model_encoder(model, ZooError)
     seed = zoo_seed(store, encoder, task)
     return store.load_into(model, task, ZOO_SETUP, seed, encoder=encoder, name=name, head=head, overwrite=overwrite)
-
-
-def _zoo_encoder(encoder: str, zoo: str | os.PathLike) -> str:
-    """The encoder that keys `encoder`'s adapters in `zoo`: for the shipped zoo, the Hub id its MiniLM's weights
-    come from (a model loaded as AutoModel.from_pretrained('sentence-transformers/all-MiniLM-L6-v2')) is the
-    shipped folder, under which its adapters are stored; they were said to be for another encoder. Loading checks
-    that the weights are the ones the adapters were trained on (store.check_same_encoder), so another revision
-    with other weights is still refused."""
-    ref = hub_ref(encoder)
-    if (
-        zoo == SHIPPED
-        and ref is not None
-        and not ref.subfolder
-        and ref.repo_id.lower() == DEFAULT_ENCODER_HUB_ID.lower()
-    ):
-        return os.fspath(default_encoder_path())
-    return encoder

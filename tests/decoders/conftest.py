@@ -14,7 +14,7 @@ import adapterfusion as af
 @pytest.fixture(scope="session")
 def tiny_decoder_dir(tmp_path_factory) -> Path:
     """A tiny random Llama (hidden 32, 2 layers, grouped-query attention) saved with the shipped tokenizer, which has
-    a pad token; decoders' own tokenizers often do not (encoders.load_tokenizer then pads with the eos token)."""
+    a pad token; decoders' own tokenizers often do not (encoder_loading.load_tokenizer then pads with the eos token)."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(
         af.default_encoder_path(),
         model_input_names=["input_ids", "attention_mask"],  # as decoders' tokenizers give

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import adapterfusion as af
-from adapterfusion.serialization.setup import SETUP_FILE
+from adapterfusion.piece import SETUP_FILE
 from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_inputs
 from tolerances import assert_close
 
@@ -188,7 +188,7 @@ def test_a_task_models_own_output_layer_is_saved_with_the_setup(tmp_path: Path) 
     another number of labels is refused."""
     from transformers import GPT2ForSequenceClassification
 
-    from adapterfusion.serialization.setup import OWN_HEAD_FILE
+    from adapterfusion.serialization.setup_index import OWN_HEAD_FILE
     from adapterfusion.trainable import train_adapter
     from tiny_decoders import tiny_decoder_config, tiny_decoder_inputs
 

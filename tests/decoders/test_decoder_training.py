@@ -72,7 +72,8 @@ def test_a_decoder_saved_with_a_bert_tokenizer_trains_without_token_type_ids(dem
     import transformers
 
     import adapterfusion as af
-    from adapterfusion.encoders import load_tokenizer, resolve_encoder
+    from adapterfusion.encoder_loading import load_tokenizer
+    from adapterfusion.encoders import resolve_encoder
     from tiny_decoders import tiny_decoder
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())

@@ -12,7 +12,8 @@ import pytest
 import torch
 import transformers
 
-from adapterfusion.encoders import load_language_model, resolve_encoder
+from adapterfusion.encoder_loading import load_language_model
+from adapterfusion.encoders import resolve_encoder
 from adapterfusion.evaluation import evaluate_run
 from adapterfusion.model import wrap
 from adapterfusion.scoring import score_answers

@@ -16,7 +16,8 @@ import pytest
 import torch
 import transformers
 
-from adapterfusion.encoders import Encoder, encoder_files
+from adapterfusion.encoder_identity import encoder_files
+from adapterfusion.encoder_loading import Encoder
 from adapterfusion.experiments import ResultsStore, load_spec, plan_jobs, run_experiment
 from adapterfusion.experiments.spec import ExperimentSpec
 from adapterfusion.file_digests import files_sha256

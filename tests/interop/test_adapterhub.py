@@ -805,7 +805,7 @@ def test_saves_and_exports_into_a_model_folder_are_refused_and_change_nothing(tm
 
 def test_a_folder_is_a_model_folder_by_its_config_or_weights_only(tmp_path):
     """A run folder's config.json (no model_type) and an AdapterHub head's model_head.safetensors are no model."""
-    from adapterfusion.encoders import model_files_in
+    from adapterfusion.encoder_folders import model_files_in
 
     (tmp_path / "config.json").write_text(json.dumps({"task": "rte", "setup": "st-a"}))
     (tmp_path / "model_head.safetensors").write_bytes(b"")

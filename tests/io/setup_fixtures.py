@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 import adapterfusion as af
-from adapterfusion.serialization.setup import ActiveSetup
+from adapterfusion.serialization.setup_index import ActiveSetup
 from tiny_models import randomise, tiny_encoder, tiny_inputs
 
 

@@ -19,7 +19,7 @@ import adapterfusion as af
 from adapterfusion.demo import demo_data_dir
 from adapterfusion.encoders import resolve_encoder
 from adapterfusion.io.hub import HubRef, cache_dir, download
-from adapterfusion.serialization.setup import SETUP_FILE
+from adapterfusion.piece import SETUP_FILE
 from adapterfusion.training import train
 from hub_standin import LocalHub
 from setup_fixtures import assert_same_model, build_setup, outputs
@@ -95,8 +95,8 @@ def test_whole_setup_round_trip_in_a_subfolder(hub):
 
 def test_a_task_models_own_output_layer_travels_with_the_setup(hub, tmp_path):
     """The own `score` of a wrapped GPT-2 classifier (no piece holds it) is pushed beside the pieces and fetched
-    with them (serialization/setup.py OWN_HEAD_FILE)."""
-    from adapterfusion.serialization.setup import OWN_HEAD_FILE
+    with them (serialization/setup_index.py OWN_HEAD_FILE)."""
+    from adapterfusion.serialization.setup_index import OWN_HEAD_FILE
     from tiny_decoders import tiny_decoder_config
 
     base = transformers.GPT2ForSequenceClassification(tiny_decoder_config("gpt2", num_labels=2))

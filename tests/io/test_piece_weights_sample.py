@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import adapterfusion as af
-from adapterfusion.encoders import encoder_sample_digest
+from adapterfusion.encoder_identity import encoder_sample_digest
 from adapterfusion.piece import WEIGHTS_SAMPLE
 from tiny_models import tiny_encoder
 

@@ -13,11 +13,13 @@ import torch
 from transformers import AutoModel
 
 import adapterfusion as af
+from adapterfusion.errors import BaseModelMismatchWarning
 from adapterfusion.injection.site import AdapterSite
 from adapterfusion.io import atomic
 from adapterfusion.io.hub import HubRef, locate
 from adapterfusion.io.paths import as_path
-from adapterfusion.serialization.setup import SETUP_FILE, ActiveSetup, BaseModelMismatchWarning
+from adapterfusion.piece import SETUP_FILE
+from adapterfusion.serialization.setup_index import ActiveSetup
 from setup_fixtures import assert_same_model, build_setup, fail_call
 from tiny_decoders import tiny_decoder
 from tiny_models import tiny_encoder

@@ -20,7 +20,7 @@ from adapterfusion import pruning
 from adapterfusion.interop import export_adapterhub
 from adapterfusion.io import atomic
 from adapterfusion.io.paths import check_writable_file, check_writable_folder
-from adapterfusion.serialization import setup as saved_setups
+from adapterfusion.serialization import setup_save as saved_setups
 from setup_fixtures import fail_call
 from tiny_models import tiny_encoder
 

@@ -19,13 +19,25 @@ import transformers
 import adapterfusion as af
 from adapterfusion.errors import IncompatibleModelError, ZooError
 from adapterfusion.experiments import OutputDirLockedError, writers
+from adapterfusion.experiments.errors import ExperimentSpecError
 from adapterfusion.experiments.processes import ProcessRecord
 from adapterfusion.interop import export_adapterhub
 from adapterfusion.io.atomic import temp_path
 from adapterfusion.serialization import provenance
 from adapterfusion.training import AdapterStore
 from adapterfusion.zoo import load_zoo_adapter, zoo_manifest, zoo_seed, zoo_store
-from catalogue import Action, BadInput, load_into, saved_piece, train_on_damaged
+from catalogue import (
+    Action,
+    BadInput,
+    cli,
+    encoder_folder,
+    experiment_dict,
+    in_hub,
+    load_into,
+    saved_piece,
+    train_on_damaged,
+)
+from hub_cache import cached_repo
 from tiny_models import tiny_encoder
 
 B = BadInput
@@ -124,6 +136,44 @@ def _zoo_on_a_random_encoder(folder: Path) -> Action:
     """The shipped MiniLM's architecture with random weights, told the zoo's encoder is the shipped one."""
     model = af.wrap(transformers.BertModel(transformers.AutoConfig.from_pretrained(af.default_encoder_path())))
     return lambda: load_zoo_adapter(model, "rte", encoder=os.fspath(af.default_encoder_path()))
+
+
+def _cached_as(folder: Path, repo_id: str, source: Path) -> None:
+    """Every file of `source` as the Hub repo `repo_id` at main in the cache folder/hf-cache (offline_hub's),
+    each a symlink into `source` as huggingface_hub links its blobs (the shipped MiniLM is not copied)."""
+    snapshot = cached_repo(folder / "hf-cache", repo_id, {})
+    for path in source.rglob("*"):
+        if path.is_file():
+            (snapshot / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+            (snapshot / path.relative_to(source)).symlink_to(path)
+
+
+def _pipeline_on_cached_revision(folder: Path) -> Action:
+    """af.pipeline with tokenizer='org/enc@main', org/enc (a tiny BERT with the shipped tokenizer) cached in the
+    HF_HUB_CACHE set after import, offline."""
+    source = encoder_folder(folder)
+    _cached_as(folder, "org/enc", source)
+    model = af.wrap(transformers.AutoModel.from_pretrained(source))
+    model.add_head("nli", af.ClassificationHead(num_labels=2))
+
+    def action() -> str:
+        classify = af.pipeline("text-classification", model, "org/enc@main", head="nli")
+        return f"tokenizer {type(classify.tokenizer).__name__} from the cache; {len(classify('a text'))} answer"
+
+    return in_hub(action, folder)
+
+
+def _plan_cached(encoder: str, source: Callable[[Path], Path], **changes: Any) -> Callable[[Path], Action]:
+    """`adapterfusion plan` of an experiment on the Hub id `encoder` (org/name[@revision]), its repo cached (the
+    files of `source(folder)`) in the HF_HUB_CACHE set after import, offline."""
+
+    def prepare(folder: Path) -> Action:
+        _cached_as(folder, encoder.partition("@")[0], source(folder))
+        path = folder / "experiment.json"
+        path.write_text(json.dumps(experiment_dict(folder, encoder=encoder, **changes)))
+        return in_hub(lambda: cli("plan", str(path)) or "planned", folder)
+
+    return prepare
 
 
 CASES: tuple[BadInput, ...] = (
@@ -265,5 +315,42 @@ CASES: tuple[BadInput, ...] = (
         af.NameNotFoundError,
         ("'ff' is a loaded fusion, not an adapter",),
         _with_fusion_ff(lambda model: model.activate(adapter="ff")),
+    ),
+    B(
+        "pipeline-tokenizer-cached-hub-id-at-revision",
+        GROUP,
+        "af.pipeline('text-classification', model, 'org/enc@main', head=...) offline, org/enc cached in the "
+        "HF_HUB_CACHE set after import (not an error; was a HubError around transformers' 'Repo id must use "
+        "alphanumeric chars', and without '@main' 'couldn't connect to huggingface.co': transformers took the str)",
+        None,
+        ("from the cache; 1 answer",),
+        _pipeline_on_cached_revision,
+    ),
+    B(
+        "experiment-max-length-over-cached-hub-encoder-at-revision",
+        GROUP,
+        "experiment encoder: org/enc@main (a tiny BERT of 64 positions, cached in the HF_HUB_CACHE set after import, "
+        "offline), training: {max_length: 100000} (was accepted: its config was looked up as the repo "
+        "'org/enc@main' in the cache of import time, not found, and the max_length check skipped)",
+        ExperimentSpecError,
+        ("training.max_length", "more tokens than encoder 'org/enc@main' takes: 64", "at most 64"),
+        _plan_cached("org/enc@main", encoder_folder, training={"max_length": 100000}),
+        cli=True,
+    ),
+    B(
+        "experiment-shipped-zoo-on-minilm-hub-id",
+        GROUP,
+        "experiment encoder: sentence-transformers/all-MiniLM-L6-v2 (cached, offline), setups [st-a, fusion-st-a], "
+        "zoo: shipped (not an error; was 'the zoo has no st-a adapter for task cb: it has no adapters for encoder "
+        "sentence-transformers--all-MiniLM-L6-v2', where load_zoo_adapter finds them for that id)",
+        None,
+        ("planned",),
+        _plan_cached(
+            "sentence-transformers/all-MiniLM-L6-v2",
+            lambda folder: af.default_encoder_path(),
+            setups=["st-a", "fusion-st-a"],
+            zoo="shipped",
+        ),
+        cli=True,
     ),
 )

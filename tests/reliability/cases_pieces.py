@@ -17,7 +17,7 @@ from transformers import AutoModel, T5EncoderModel
 import adapterfusion as af
 from adapterfusion.heads.config import HEAD_KINDS
 from adapterfusion.interop import export_adapterhub
-from adapterfusion.serialization.setup import SETUP_FILE
+from adapterfusion.piece import SETUP_FILE
 from catalogue import Action, BadInput, edit_json, load_into, saved_piece
 from tiny_decoders import tiny_decoder
 from tiny_models import tiny_encoder

@@ -23,7 +23,7 @@ from transformers import AutoModel, AutoModelForSeq2SeqLM
 import adapterfusion as af
 from adapterfusion.interop import export_adapterhub
 from adapterfusion.io.paths import TEMP_NAME_EXTRA, name_max
-from adapterfusion.serialization import setup as saved_setups
+from adapterfusion.serialization import setup_save as saved_setups
 from adapterfusion.training.store import AdapterStore
 from catalogue import Action, BadInput, a_file, cli, edit_json, load_into, read_only, saved_piece
 from tiny_decoders import randomise_pieces, tiny_decoder

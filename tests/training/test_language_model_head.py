@@ -8,7 +8,8 @@ import pytest
 import transformers
 
 import adapterfusion as af
-from adapterfusion.encoders import load_language_model, resolve_encoder
+from adapterfusion.encoder_loading import load_language_model
+from adapterfusion.encoders import resolve_encoder
 from tiny_decoders import tiny_decoder_config
 
 

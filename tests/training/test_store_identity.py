@@ -1,6 +1,7 @@
 """Which encoder a stored adapter belongs to: the store folder is keyed by the encoder path's last two parts, so an
-entry records the encoder's identity (sizes and weights digest, adapterfusion/encoders.py) and the store loads it only
-into an encoder with those weights; entries written before that (the shipped zoo) load by the key alone."""
+entry records the encoder's identity (sizes and weights digest, adapterfusion/encoder_identity.py) and the store
+loads it only into an encoder with those weights; entries written before that (the shipped zoo) load by the key
+alone."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import adapterfusion as af
-from adapterfusion.encoders import encoder_digest
+from adapterfusion.encoder_identity import encoder_digest
 from adapterfusion.errors import TrainingError
 from adapterfusion.training import AdapterStore
 from adapterfusion.training.store import ENTRY_FILE, ENTRY_FILES
