@@ -16,11 +16,10 @@ from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.files import EXTENSIONS
 from adapterfusion.tasks.metric_inputs import HIDDEN_SCORE, IGNORE_SCORE
 from adapterfusion.tasks.span_files import is_conll_file, is_squad_file
-from adapterfusion.tasks.spec import GENERATION, UNLABELLED_VALUES, TaskSpec, suggest
+from adapterfusion.tasks.spec import GENERATION, LABEL_COLUMN, UNLABELLED_VALUES, TaskSpec, suggest
 from adapterfusion.tasks.squad import check_qa_split
 from adapterfusion.tasks.tagging import check_tagging_split
 
-LABEL_COLUMN = "label"
 _CHUNK = 10_000
 _EVERY_TEXT_NEEDED = ("single", "pair", GENERATION)  # kinds whose every text field is one input, none optional
 
@@ -103,8 +102,9 @@ def _blank_text(spec: TaskSpec, origin: str, row: int, blank: list[tuple[str, st
     return f"{where}: field(s) {names} hold no text ({texts!r}){every}; fill them in or drop the row."
 
 
-def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
-    """Texts must be strings; MC rows need exactly num_choices string choices and, if used, the blank."""
+def check_rows(spec: TaskSpec, batch, offset: int, origin: str) -> None:
+    """Texts must be strings; MC rows need exactly num_choices string choices and, if used, the blank. `batch`: rows
+    `offset`.. of the split `origin` (a file, or a split handed to encode_task)."""
     columns = fields.text_columns(batch, spec)
     for name, column in zip(spec.text_fields, columns, strict=True):
         for i, value in enumerate(column):
@@ -158,6 +158,12 @@ def _check_batch(spec: TaskSpec, batch, offset: int, origin: str) -> None:
                 f"{_where(spec, origin)}, row {offset + i}: context has no blank {spec.blank!r} for the choices "
                 "to fill; fix the row or the task's blank."
             )
+        if context.count(spec.blank) > 1:  # a choice fills the first; the others were read as written, in silence
+            raise TaskError(
+                f"{_where(spec, origin)}, row {offset + i}: context {context[:120]!r} holds the blank {spec.blank!r} "
+                f"{context.count(spec.blank)} times, where a choice fills one; fix the row, or give the task a "
+                "blank that marks the one place (e.g. '[BLANK]')."
+            )
 
 
 def _choice_text(choice: str) -> str:
@@ -174,10 +180,15 @@ def _missing(raw: Any) -> bool:
 
 
 def _unlabelled(raw: Any, lookup: dict[str, int]) -> bool:
-    """No gold label: a missing value or one of UNLABELLED_VALUES, unless the text is one of the task's own labels
-    (a task may name a label "nan")."""
+    """No gold label: no value at all (None, NaN), or a missing value or one of UNLABELLED_VALUES that is not one of
+    the task's own labels: a task may name a label "nan", and a polarity task's -1 is a class (it was read as GLUE's
+    hidden label, so every such row was refused, or dropped, class and all, with drop_unlabelled)."""
+    if raw is None or (isinstance(raw, float) and math.isnan(raw)):
+        return True
     key = _label_key(raw)
-    return key in UNLABELLED_VALUES or (_missing(raw) and not (isinstance(raw, str) and raw in lookup))
+    if key in lookup:
+        return False
+    return key in UNLABELLED_VALUES or _missing(raw)
 
 
 def _label_key(raw: Any) -> str:
@@ -315,7 +326,7 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
         for batch in dataset.select_columns(columns).iter(batch_size=_CHUNK):
             unlabelled += _check_labels(spec, batch, offset, origin)
             hidden = hidden and _hidden_scores(spec, batch)
-            _check_batch(spec, batch, offset, origin)
+            check_rows(spec, batch, offset, origin)
             if spec.is_multiple_choice:
                 twins += _gold_twins(spec, batch, offset)
             offset += len(batch[columns[0]])

@@ -21,12 +21,12 @@ import numpy as np
 
 from adapterfusion._validation import short_repr
 from adapterfusion.tasks import fields
-from adapterfusion.tasks.checks import LABEL_COLUMN
+from adapterfusion.tasks.checks import check_rows
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.instruction import ANSWER_CUT_COLUMN, PROMPT_CUT_COLUMN, encode_instruction_batch
 from adapterfusion.tasks.registry import resolve_task
-from adapterfusion.tasks.spec import TaskSpec
+from adapterfusion.tasks.spec import LABEL_COLUMN, TaskSpec
 from adapterfusion.tasks.squad import encode_qa_split
 from adapterfusion.tasks.tagging import encode_tagging_split
 
@@ -135,7 +135,13 @@ def _tokenize(tokenizer, first: list[str], second: list[str] | None, max_length:
     return encoded, flags
 
 
-def _encode_batch(batch: Mapping[str, list], spec: TaskSpec, tokenizer, max_length: int) -> dict[str, list]:
+def _encode_batch(
+    batch: Mapping[str, list], indices: list[int], spec: TaskSpec, tokenizer, max_length: int, split: str
+) -> dict[str, list]:
+    # load_task_data checked these rows; a split handed in otherwise (Dataset.from_list) reached the tokenizer (a
+    # ValueError of its own for a None text), or was misread: "ab" as the choices "a" and "b", three choices grouped
+    # by two into the wrong examples (an ArrowInvalid)
+    check_rows(spec, batch, indices[0] if indices else 0, f"split {split!r}")
     first, second = segments(batch, spec)
     encoded, flags = _tokenize(tokenizer, first, second, max_length)
     group = 1
@@ -227,14 +233,13 @@ def encode_task(
             )
         _check_split(spec, role, dataset)
         drop = dataset.column_names if spec.is_generation else [c for c in dataset.column_names if c != LABEL_COLUMN]
-        options = {"spec": spec, "tokenizer": tokenizer, "max_length": length}
         mapped = dataset.map(
             encode_instruction_batch if spec.is_generation else _encode_batch,
             batched=True,
-            with_indices=spec.is_generation,  # a prompt without tokens is named by its row
+            with_indices=True,  # a bad row is named by its index
             remove_columns=drop,
             num_proc=num_proc,
-            fn_kwargs={**options, "split": role} if spec.is_generation else options,
+            fn_kwargs={"spec": spec, "tokenizer": tokenizer, "max_length": length, "split": role},
             desc=f"{spec.name}/{role}: tokenising",
         )
         truncated[role] = int(sum(mapped[TRUNCATED_COLUMN]))

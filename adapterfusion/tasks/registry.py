@@ -26,6 +26,8 @@ def register_task(spec: TaskSpec, overwrite: bool = False) -> TaskSpec:
     """Add `spec` under `spec.name`; refuses to replace an existing task unless overwrite=True."""
     if not isinstance(spec, TaskSpec):
         raise TaskError(f"register_task expects a TaskSpec, got {type(spec).__name__}; use task_from_dict first.")
+    if not isinstance(overwrite, bool):  # overwrite="no" is true: it replaced a registered task
+        raise TaskError(f"overwrite={overwrite!r} must be True or False (replace a task registered under that name).")
     if spec.name in _REGISTRY and not overwrite:
         raise TaskError(
             f"task {spec.name!r} is already registered; pass overwrite=True to replace it, or choose another name."
@@ -40,7 +42,24 @@ def get_task(name: str) -> TaskSpec:
         return _REGISTRY[name]
     except (KeyError, TypeError):
         known = list_tasks()
-        raise TaskError(f"unknown task {name!r}.{suggest(str(name), known)} Known tasks: {', '.join(known)}.") from None
+        hint = _not_a_name(name, known) or suggest(str(name), known)
+        raise TaskError(f"unknown task {name!r}.{hint} Known tasks: {', '.join(known)}.") from None
+
+
+def _not_a_name(name: Any, known: list[str]) -> str:
+    """A hint for what was passed where a task's name belongs: a description (file), not a name, or a name in
+    other case ('RTE'; names are case-sensitive, and the spelling hint compares them as they are)."""
+    same = [task for task in known if isinstance(name, str) and task.casefold() == name.casefold()]
+    if same:
+        return f" Task names are case-sensitive: did you mean {same[0]!r}?"
+    if isinstance(name, Mapping):
+        return " A task description (a mapping) is read with task_from_dict(...), which returns the TaskSpec to pass."
+    if isinstance(name, (str, os.PathLike)) and Path(name).suffix.lower() in (".json", ".yaml", ".yml"):
+        return (
+            " A task description file is read with load_task_file(path), which registers the task under its name "
+            "and returns the TaskSpec to pass."
+        )
+    return ""
 
 
 def list_tasks() -> list[str]:
@@ -55,11 +74,17 @@ def resolve_task(task: str | TaskSpec) -> TaskSpec:
 
 def task_from_dict(data: Mapping[str, Any], base_dir: str | Path | None = None) -> TaskSpec:
     """Build a spec from a dict; relative `data_files` paths are resolved against `base_dir`."""
+    if base_dir is not None and not isinstance(base_dir, (str, os.PathLike)):  # was a TypeError from pathlib
+        raise TaskError(
+            f"base_dir={base_dir!r} must be a folder path (a str or Path): relative data_files are resolved against it."
+        )
     spec = TaskSpec.from_dict(data)
     if base_dir is None or not spec.data_files:
         return spec
     base = Path(base_dir)
-    files = {role: str(path if Path(path).is_absolute() else base / path) for role, path in spec.data_files}
+    # '~/data/train.csv' means the home folder, as in a shell (it was read as a folder named '~' beside the file)
+    homed = [(role, Path(path).expanduser()) for role, path in spec.data_files]
+    files = {role: str(path if path.is_absolute() else base / path) for role, path in homed}
     return TaskSpec.from_dict({**spec.to_dict(), "data_files": files})
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from adapterfusion._validation import closest, short_repr
 from adapterfusion.tasks.errors import TaskError
+from adapterfusion.tasks.tagging_metrics import chunks
 
 SPEC_FORMAT_VERSION = 1
 GENERATION = "generation"  # instruction data: a prompt and an answer, trained on the answer's tokens
@@ -27,6 +28,7 @@ QA_METRICS = ("f1", "exact_match")
 TAGGING_METRICS = ("f1", "precision", "recall", "accuracy")
 _SPAN_METRICS = {EXTRACTIVE_QA: QA_METRICS, TOKEN_CLASSIFICATION: TAGGING_METRICS}
 ROLES = ("train", "validation", "test")
+LABEL_COLUMN = "label"  # where a loaded split of a classification or regression task holds its label ids or scores
 CLASSIFICATION_METRICS = ("accuracy", "f1", "matthews_correlation")
 # A regression task's dev metrics (STS-B: one real score per example); Houlsby et al. report Spearman, GLUE both.
 REGRESSION_METRICS = ("spearman", "pearson")
@@ -35,7 +37,8 @@ REGRESSION_METRICS = ("spearman", "pearson")
 GENERATION_METRICS = ("answer_loss", "token_accuracy", "exact_match")
 METRIC_NAMES = CLASSIFICATION_METRICS + REGRESSION_METRICS + GENERATION_METRICS
 LOWER_IS_BETTER = frozenset({"answer_loss", "perplexity", "loss"})  # metrics whose best checkpoint has the least
-# Raw label values that mean "no gold label" (GLUE/SuperGLUE test sets use -1, WinoGrande/HellaSwag "").
+# Raw label values that mean "no gold label" (GLUE/SuperGLUE test sets use -1, WinoGrande/HellaSwag ""), unless
+# the task names one of them as its own label (a polarity task's -1).
 UNLABELLED_VALUES = frozenset({"", "-1", "None"})
 _WRITTEN_WHEN_SET = ("regression", "extra_dev_splits")  # to_dict leaves them out at their defaults
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -66,6 +69,14 @@ def suggest(value: str, known: list[str] | tuple[str, ...]) -> str:
     """A ' Did you mean ...?' hint for a misspelt name, or '' when nothing is close."""
     close = closest(value, known)
     return f" Did you mean {short_repr(close)}?" if close is not None else ""
+
+
+def _yaml_bool_hint(*values: Any) -> str:
+    """Why a text is a bool: YAML reads the unquoted words yes/no/on/off/true/false as booleans, so a task file's
+    `label_names: [yes, no]` arrives as [True, False], which the user never wrote."""
+    if not any(isinstance(v, bool) for v in values):
+        return ""
+    return " A YAML file reads unquoted yes/no/on/off/true/false as booleans: quote them ('yes', 'no')."
 
 
 def piece_name(task: str | TaskSpec) -> str:
@@ -165,7 +176,8 @@ class TaskSpec:
             value = getattr(self, name)
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
                 wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-                raise TaskError(f"task {short_repr(self.name)}: {name}={short_repr(value)} must be {wanted}.")
+                hint = _yaml_bool_hint(value) if str in types else ""
+                raise TaskError(f"task {short_repr(self.name)}: {name}={short_repr(value)} must be {wanted}.{hint}")
 
     def _coerce_containers(self) -> None:
         """Accept lists (from JSON/YAML) and a dict for data_files, store tuples so the spec is hashable."""
@@ -177,7 +189,8 @@ class TaskSpec:
             allowed = (str, int) if name == "label_values" else (str,)
             if not isinstance(value, (list, tuple)) or not all(isinstance(item, allowed) for item in value):
                 kinds = "strings or integers" if len(allowed) > 1 else "strings"
-                raise self._fail(f"{name}={short_repr(value)} must be a list of {kinds}.")
+                hint = _yaml_bool_hint(*value) if isinstance(value, (list, tuple)) else ""
+                raise self._fail(f"{name}={short_repr(value)} must be a list of {kinds}.{hint}")
             object.__setattr__(self, name, tuple(value))
         files = self.data_files
         pairs: Iterable[tuple[Any, Any]]  # a mapping or pairs from JSON/YAML, made a tuple of str pairs here
@@ -235,6 +248,12 @@ class TaskSpec:
         names = [*self.text_fields, *self.choice_fields, self.label_field]
         if not all(isinstance(n, str) and n for n in names):
             raise self._fail(f"field names must be non-empty strings, got {names}.")
+        odd = [n for n in names if not all(part.strip() for part in n.split("."))]
+        if odd:  # read as a column '' or ' ', or a nested key '': always 'missing', whatever the file holds
+            raise self._fail(
+                f"field name(s) {odd} have a blank part: a field is a column name, or a dotted path into a column of "
+                "dicts (e.g. 'choices.text'), each part a visible name; name the columns as the files do."
+            )
         for what, fields in (("text_fields", self.text_fields), ("choice_fields", self.choice_fields)):
             twice = sorted({n for n in fields if fields.count(n) > 1})
             if twice:  # a pair of a text with itself, or one choice offered twice: a task of other inputs
@@ -247,6 +266,13 @@ class TaskSpec:
                 f"field {short_repr(self.label_field)} is both the label field and a text field; the model "
                 f"would read the "
                 "answer. Name the text column(s) in text_fields (choice_fields) and the label column in label_field."
+            )
+        inputs = [n for n in (*self.text_fields, *self.choice_fields) if n.split(".", 1)[0] == LABEL_COLUMN]
+        if inputs and self.kind in ("single", "pair", "multiple_choice"):  # its text became the label ids, in silence
+            raise self._fail(
+                f"field {short_repr(inputs[0])} is an input, but loading writes the label ids (read from "
+                f"label_field={short_repr(self.label_field)}) into the column {LABEL_COLUMN!r}, replacing its text; "
+                f"rename the {LABEL_COLUMN!r} column of the files (e.g. to 'text') and the field with it."
             )
         if self.chat_template and self.kind != GENERATION:
             raise self._fail("chat_template is for kind='generation' only (it wraps a prompt); remove it.")
@@ -269,8 +295,11 @@ class TaskSpec:
                 f"choice_fields={list(self.choice_fields)} must be one list-valued field or one field per "
                 f"choice ({n_choices})."
             )
-        if self.blank is not None and (not isinstance(self.blank, str) or not self.blank):
-            raise self._fail(f"blank={short_repr(self.blank)} must be a non-empty placeholder string such as '_'.")
+        if self.blank is not None and not self.blank.strip():  # " " is in every context: each cut at its first space
+            raise self._fail(
+                f"blank={short_repr(self.blank)} must be a visible placeholder such as '_' (the text in each context "
+                "that a choice fills); a blank of spaces only is found between any two words."
+            )
 
     def _check_labels(self) -> None:
         if self.regression:
@@ -327,16 +356,43 @@ class TaskSpec:
                     f"{list(self.label_names)}."
                 )
             keys = [str(v) for v in self.label_values]
-            if len(set(keys)) != len(keys) or UNLABELLED_VALUES & set(keys):
+            if len(set(keys)) != len(keys) or not all(k.strip() for k in keys):
                 raise self._fail(
-                    f"label_values={list(self.label_values)} must be distinct and must not use "
-                    f"{sorted(UNLABELLED_VALUES)}, which mean 'no gold label'."
+                    f"label_values={list(self.label_values)} must be distinct and not blank (a blank label means "
+                    "'no gold label'); give the raw value each label is written as in the files, in label id order."
+                )
+            names = list(self.label_names)
+            crossed = [(k, i) for i, k in enumerate(keys) if k in names and names.index(k) != i]
+            # the names themselves, reordered (a shift such as names '0', '1' for values 1, 2 is meant; and a choice
+            # task's names may be its ids 0..n-1)
+            if crossed and set(keys) == set(names) and self.kind != "multiple_choice":
+                key, index = crossed[0]
+                raise self._fail(
+                    f"label_values={list(self.label_values)} lists the label names {names} in another order: a file's "
+                    f"{key!r} would be read as label {names[index]!r}, every such label swapped in silence; give "
+                    "label_values in label_names order (the raw value of each name), or leave them out when the "
+                    "files write the names."
                 )
 
     def _check_splits(self) -> None:
         names = [self.train_split, self.validation_split, self.test_split]
         if all(n is None for n in names):
             raise self._fail("train_split, validation_split and test_split are all None; name at least one.")
+        odd = [n for n in (*names, *self.extra_dev_splits) if n is not None and not _NAME_PATTERN.fullmatch(n)]
+        if odd:  # a split name is also a file stem in the task's folder: '../x' read a file outside it
+            raise self._fail(
+                f"split name {short_repr(odd[0])} is invalid: use letters, digits, '_', '-' or '.', starting with a "
+                "letter or digit (it names the Hub split and the file <data_dir>/<task>/<split>.jsonl.gz)."
+            )
+        given = [n for n in names if n is not None]
+        twice = sorted({n for n in given if given.count(n) > 1})
+        if twice:  # from the Hub both roles read the same rows: dev (or test) scores measured on the training rows
+            shared = [role for role, n in zip(ROLES, names, strict=True) if n in twice]
+            raise self._fail(
+                f"the {' and '.join(shared)} splits are both named {short_repr(twice[0])}, so one would be scored on "
+                "the other's rows; name each role's own split, or set validation_split=None to carve validation "
+                "from train."
+            )
         clash = [s for s in self.extra_dev_splits if not s or s in names or s in ROLES]
         if clash or len(set(self.extra_dev_splits)) != len(self.extra_dev_splits):
             raise self._fail(
@@ -392,6 +448,15 @@ class TaskSpec:
                     f"metric {short_repr(metric)} is unknown for a {short_repr(self.kind)} task; use {list(known)}."
                     f"{suggest(str(metric), known)}"
                 )
+        entity = [m for m in self.metrics if m != "accuracy"]
+        if self.kind == TOKEN_CLASSIFICATION and entity:
+            try:  # POS tags ('NOUN') trained a whole run, then failed the first scoring
+                chunks(self.label_names)
+            except TaskError as err:
+                raise self._fail(
+                    f"{err} The metrics {entity} score entities, whose tags are 'O' and prefix-type names; for tags "
+                    "of another kind (part of speech) give metrics=['accuracy'], which scores each word's tag."
+                ) from None
 
     # -- derived views ----------------------------------------------------------------------------
 
@@ -482,11 +547,19 @@ def instruction_task(
     """A generation task of instruction data: each row a prompt and an answer (fields `prompt_field`,
     `answer_field`), from a user's own files (`data_files`: role -> CSV/JSON/JSONL path) or, with `hub_path`, a Hub
     dataset. `options` are other TaskSpec fields (max_length, chat_template, metrics, ...)."""
+    fixed = {"kind": "always 'generation'", "text_fields": "from prompt_field", "label_field": "from answer_field"}
+    clash = [key for key in options if key in fixed]
+    if clash:  # was a TypeError: "TaskSpec() got multiple values for keyword argument 'kind'"
+        uses = ", ".join(f"{key}: {fixed[key]}" for key in clash)
+        raise TaskError(
+            f"instruction_task({short_repr(name)}) sets {clash} itself ({uses}); give the prompt and answer columns "
+            "as prompt_field= and answer_field=, or build a TaskSpec of another kind directly."
+        )
     return TaskSpec(
         name=name,
         kind=GENERATION,
         text_fields=(prompt_field,),
         label_field=answer_field,
-        data_files=dict(data_files or {}),  # type: ignore[arg-type]  # coerced to pairs in __post_init__
+        data_files=() if data_files is None else data_files,  # type: ignore[arg-type]  # checked in __post_init__
         **options,
     )

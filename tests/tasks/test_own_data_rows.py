@@ -197,6 +197,19 @@ def test_a_nan_label_is_a_label_where_the_task_names_it_so(tmp_path) -> None:
     assert load_task_data(spec).splits["train"]["label"] == [0, 1]
 
 
+@pytest.mark.parametrize("name", JSONL_AND_CSV)
+@pytest.mark.parametrize(
+    "fields", [{"label_names": ("-1", "1")}, {"label_names": ("neg", "pos"), "label_values": (-1, 1)}]
+)
+def test_a_minus_one_label_is_a_class_where_the_task_names_it_so(tmp_path, name, fields) -> None:
+    """A polarity task's -1 was read as GLUE's hidden label: every such row refused, or dropped (a whole class)."""
+    text = _rows(name, ("text", "label"), [("a", "-1"), ("b", "1"), ("c", "-1")])
+    if ".jsonl" in name:
+        text = text.replace('"-1"', "-1").replace('"1"', "1")
+    data, info = load_task_data(_own(tmp_path, name, text, drop_unlabelled=True, **fields))
+    assert data["train"]["label"] == [0, 1, 0] and info.splits[0].dropped_unlabelled == 0
+
+
 def test_labels_listed_for_an_unknown_label_leave_out_nan(tmp_path) -> None:
     message = _refused(_own(tmp_path, "d.csv", "text,label\na,NaN\nb,maybe\n"), r"row 1: label 'maybe'")
     assert "holds 1 distinct labels: ['maybe']" in message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import datasets
 import pytest
 import torch
@@ -131,3 +133,19 @@ def test_collator_multiple_choice_left_padding_and_multiple_of(tokenizer):
 def test_collator_rejects_mixed_choice_counts(tokenizer):
     with pytest.raises(TaskError, match="different numbers of choices"):
         TaskCollator(tokenizer)([{"input_ids": [[1], [2]]}, {"input_ids": [[1], [2], [3]]}])
+
+
+@pytest.mark.parametrize(
+    ("task", "row", "message"),
+    [
+        # each was a ValueError from the tokenizer, an ArrowInvalid, or a string read as one choice per letter
+        ("sst2", {"sentence": None, "label": 0}, "row 1: field 'sentence' is missing or empty"),
+        ("hellaswag", {"ctx": "a", "endings": ["w", "x", "y", "z", "v"], "label": 0}, "expected 4 choices"),
+        ("hellaswag", {"ctx": "a", "endings": "wxyz", "label": 0}, "found no list ('wxyz')"),
+    ],
+)
+def test_hand_made_rows_are_checked_as_load_task_data_checks_them(tokenizer, task, row, message):
+    good = {"sentence": "fine", "label": 1} if task == "sst2" else {**row, "endings": ["w", "x", "y", "z"]}
+    rows = [good, row] if task == "sst2" else [row]
+    with pytest.raises(TaskError, match=re.escape(message)):
+        encode_task(task, datasets.Dataset.from_list(rows), tokenizer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -56,10 +57,27 @@ def test_typo_lists_known_tasks_and_suggests():
     assert "Did you mean 'mrpc'" in str(info.value) and "rte" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("given", "hint"),
+    [
+        ("own.yaml", "load_task_file(path)"),
+        ({"name": "own"}, "task_from_dict(...)"),
+        ("mrcp", "Did you mean"),
+        ("RTE", "case-sensitive"),
+    ],
+)
+def test_a_description_where_a_name_belongs_is_told_how_to_read_it(given, hint):
+    with pytest.raises(TaskError, match=re.escape(hint)):
+        get_task(given)
+
+
 def test_register_refuses_duplicates_unless_overwrite(clean_registry):
     spec = TaskSpec(name="rte", kind="single", text_fields=("s",), label_names=("a", "b"))
     with pytest.raises(TaskError, match="already registered; pass overwrite=True"):
         register_task(spec)
+    with pytest.raises(TaskError, match="overwrite='no' must be True or False"):  # 'no' is true: it replaced rte
+        register_task(spec, overwrite="no")
+    assert get_task("rte").kind == "pair"
     register_task(spec, overwrite=True)
     assert get_task("rte").kind == "single"
 

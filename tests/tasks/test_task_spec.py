@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from adapterfusion.tasks import TaskError, TaskSpec, get_task, list_tasks
+from adapterfusion.tasks import TaskError, TaskSpec, get_task, instruction_task, list_tasks
 
 PAIR = dict(name="toy", kind="pair", text_fields=("a", "b"), label_names=("no", "yes"))
 
@@ -45,7 +45,15 @@ def test_multiple_choice_num_choices_derived_from_names_or_names_from_count():
         ({"text_fields": ("a",)}, "needs exactly 2 text field(s)"),
         ({"label_names": ("only",)}, "at least 2 distinct names"),
         ({"label_values": ("x",)}, "one raw value per label name"),
-        ({"label_values": ("-1", "1")}, "must not use"),
+        ({"label_values": (" ", "1")}, "must be distinct and not blank"),
+        # refused since: a split named for two roles (the Hub read dev scores off the train rows), a split name that
+        # leads outside the task's folder, a field path with a blank part, a blank of spaces only
+        ({"validation_split": "train"}, "the train and validation splits are both named 'train'"),
+        ({"train_split": "../secret"}, "split name '../secret' is invalid"),
+        ({"extra_dev_splits": ("a/b",)}, "split name 'a/b' is invalid"),
+        ({"text_fields": ("a", "x.")}, "have a blank part"),
+        ({"label_values": ("yes", "no")}, "lists the label names ['no', 'yes'] in another order"),
+        ({"text_fields": ("label", "b"), "label_field": "gold"}, "field 'label' is an input"),
         ({"metrics": ("acuracy",)}, "Did you mean 'accuracy'"),
         ({"metrics": ("f1",), "label_names": ("a", "b", "c")}, "binary F1"),
         ({"positive_label": 5}, "positive_label=5"),
@@ -84,3 +92,31 @@ def test_choice_fields_named_twice_are_refused():
     """One field per choice, one of them named twice: a three-way choice of which two options are always equal."""
     with pytest.raises(TaskError, match=r"choice_fields=\['a', 'b', 'a'\] names \['a'\] more than once"):
         TaskSpec(name="mc", kind="multiple_choice", text_fields=("q",), choice_fields=("a", "b", "a"), num_choices=3)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"kind": "single"}, r"sets \['kind'\] itself"),
+        ({"text_fields": ("q",)}, r"sets \['text_fields'\] itself"),
+        ({"data_files": ["train.csv"]}, "must map split roles to files"),  # a ValueError from dict()
+        ({"blank": " "}, "choice_fields, blank and num_choices are for kind='multiple_choice' only"),
+    ],
+)
+def test_instruction_task_refuses_the_fields_it_sets_and_unmapped_files(options, message):
+    with pytest.raises(TaskError, match=message):
+        instruction_task("answers", **options)
+
+
+def test_a_blank_of_spaces_and_yaml_booleans_are_named():
+    with pytest.raises(TaskError, match="must be a visible placeholder"):
+        TaskSpec(name="mc", kind="multiple_choice", text_fields=("q",), choice_fields=("c",), num_choices=2, blank=" ")
+    with pytest.raises(TaskError, match="YAML file reads unquoted yes/no"):
+        TaskSpec(**{**PAIR, "label_names": [True, False]})
+
+
+def test_tags_without_entity_prefixes_are_scored_by_accuracy_only():
+    tags = {"name": "pos", "kind": "token_classification", "text_fields": ("tokens",), "label_names": ("NOUN", "VERB")}
+    with pytest.raises(TaskError, match=r"tag 'NOUN' is neither .* give metrics=\['accuracy'\]"):
+        TaskSpec(**tags)
+    assert TaskSpec(**tags, metrics=("accuracy",)).metrics == ("accuracy",)
