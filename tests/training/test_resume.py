@@ -519,26 +519,13 @@ def test_a_resume_may_change_how_the_run_is_logged_and_checkpointed(
     not the weights: a resume that changes them continues the run (it was refused as 'other settings') and ends with
     the uninterrupted run's weights and metrics."""
     logged_rarely = {"logging_steps": 2, "gradient_checkpointing": False}
-
-    def run(output_dir, resume=False, **changes):
-        return train(
-            "rte",
-            "st-a",
-            seed=3,
-            encoder=tiny_float64_encoder_dir,
-            data_dir=demo_data_dir,
-            output_dir=output_dir,
-            training_config={**SETTINGS, **logged_rarely, **changes},
-            max_examples=SLICE,
-            resume=resume,
-        )
-
-    uninterrupted = run(tmp_path / "uninterrupted")
+    uninterrupted = _st_a_run(tmp_path / "uninterrupted", tiny_float64_encoder_dir, demo_data_dir)(**logged_rarely)
+    run = _st_a_run(tmp_path / "resumed", tiny_float64_encoder_dir, demo_data_dir)
     with monkeypatch.context() as patch:
         _kill_after_saving(STEPS_PER_EPOCH, patch)
         with pytest.raises(Killed):
-            run(tmp_path / "resumed")
-    resumed = run(tmp_path / "resumed", resume=True, logging_steps=1, gradient_checkpointing=True)
+            run(**logged_rarely)
+    resumed = run(resume=True, logging_steps=1, gradient_checkpointing=True)
     metrics = json.loads(resumed.metrics_path.read_text())
     assert metrics["resumed_from"] == f"checkpoints/checkpoint-{STEPS_PER_EPOCH}"
     weights, expected = _trained(resumed), _trained(uninterrupted)
