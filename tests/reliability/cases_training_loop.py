@@ -49,6 +49,14 @@ def _kill_after_step_4(self: Any, args: Any, state: Any, control: Any, **kwargs:
         raise _Killed("killed after saving step 4")
 
 
+def _train_with(**settings: Any) -> Callable[[Path], Action]:
+    """train('rte', 'st-a') with the training `settings`, on a data folder with nothing in it: a setting that is
+    refused must be refused before the data is looked for."""
+    return lambda folder: (
+        lambda: af.training.train("rte", "st-a", output_dir=folder / "runs", data_dir=folder, training_config=settings)
+    )
+
+
 def _resume_after(edit: Callable[[Path], None]) -> Callable[[Path], Action]:
     """train('rte', 'st-a', resume=True) of a run on a tiny BERT killed after its second checkpoint (checkpoint-2 and
     checkpoint-4, 16 demo rows in batches of 8), the newest checkpoint's folder changed by `edit`."""
@@ -273,11 +281,7 @@ CASES: tuple[BadInput, ...] = (
         "'cannot convert float infinity to integer', once the data was loaded, over an unfinished run folder)",
         ConfigError,
         ("epochs=1e+308", "<= 1e+06", "keep patience set"),
-        lambda folder: (
-            lambda: af.training.train(
-                "rte", "st-a", output_dir=folder / "runs", data_dir=folder, training_config={"epochs": 1e308}
-            )
-        ),
+        _train_with(epochs=1e308),
     ),
     B(
         "train-adam-epsilon-zero-in-float32",
@@ -287,11 +291,7 @@ CASES: tuple[BadInput, ...] = (
         "blamed the learning rate)",
         ConfigError,
         ("adam_epsilon=1e-50", "float32's smallest normal number", "the default is 1e-8"),
-        lambda folder: (
-            lambda: af.training.train(
-                "rte", "st-a", output_dir=folder / "runs", data_dir=folder, training_config={"adam_epsilon": 1e-50}
-            )
-        ),
+        _train_with(adam_epsilon=1e-50),
     ),
     B(
         "train-setup-trains-nothing",
@@ -368,14 +368,6 @@ CASES: tuple[BadInput, ...] = (
         "the Trainer would start a million of them once the data was loaded)",
         ConfigError,
         ("dataloader_workers=1000000", "in 0..1024", "each worker is a process"),
-        lambda folder: (
-            lambda: af.training.train(
-                "rte",
-                "st-a",
-                output_dir=folder / "runs",
-                data_dir=folder,
-                training_config={"dataloader_workers": 10**6},
-            )
-        ),
+        _train_with(dataloader_workers=10**6),
     ),
 )
