@@ -36,7 +36,16 @@ from adapterfusion.errors import ConfigError, HubError
 from adapterfusion.heads.pooling import encoder_pooling
 from adapterfusion.injection.architectures import ARCHITECTURES
 from adapterfusion.injection.site import AdapterSite
-from adapterfusion.io.hub import OFFLINE_VARIABLES, HubRef, cached_folder, hub_ref, id_problem, offline, reach
+from adapterfusion.io.hub import (
+    OFFLINE_VARIABLES,
+    HubRef,
+    cached_folder,
+    cached_spelling,
+    hub_ref,
+    id_problem,
+    offline,
+    reach,
+)
 from adapterfusion.io.paths import describe, user_path
 
 
@@ -52,21 +61,30 @@ def looks_like_path(value: str, base_dir: Path) -> bool:
 
 
 def resolve_encoder(
-    value: str | os.PathLike, base_dir: str | os.PathLike | None = None, reach_hub: bool = True, tokenizer: bool = True
+    value: str | os.PathLike,
+    base_dir: str | os.PathLike | None = None,
+    reach_hub: bool = True,
+    tokenizer: bool = True,
+    model: bool = True,
 ) -> Encoder:
     """What `value` names: a local folder (relative paths against `base_dir`, default the working dir) checked to
     hold a model of a supported architecture, its weights and a working tokenizer; or a Hub id, checked (with
     `reach_hub`) to be in the local cache (then checked as a folder too) or, online, known to the Hub. ConfigError
     for a bad path or folder, UnsupportedArchitectureError for a model af.wrap cannot wrap, HubError for a Hub id
     that cannot be loaded; all raised before any model is loaded. `tokenizer`=False: the caller needs only the model
-    (from_pretrained's base), so a folder without a tokenizer is fine."""
+    (from_pretrained's base), so a folder without a tokenizer is fine. `model`=False: the caller needs only the
+    tokenizer (af.pipeline's by name), which it loads itself (load_tokenizer), so no weights are asked for (a Hub id's
+    cache holding what AutoTokenizer.from_pretrained left was refused offline for lacking them), and the messages
+    say 'tokenizer'."""
+    label = "encoder" if model else "tokenizer"
     if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
         raise ConfigError(
-            f"encoder must be a model folder or a Hub id such as 'org/name' (a non-empty string), got {value!r}"
+            f"{label} must be a {'model ' if model else ''}folder or a Hub id such as 'org/name' (a non-empty "
+            f"string), got {value!r}"
         )
     text = os.fspath(value)
     if not isinstance(text, str):
-        raise ConfigError(f"encoder {value!r} must be a text path, not bytes")
+        raise ConfigError(f"{label} {value!r} must be a text path, not bytes")
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     local = user_path(text)
     local = local if local.is_absolute() else base / local
@@ -74,32 +92,44 @@ def resolve_encoder(
         exists = local.exists()
     except (OSError, ValueError):  # a name longer than the file system takes, a folder on the way not searchable
         raise ConfigError(
-            f"encoder {short_repr(text)} cannot be looked up as a local path ({describe(local)}); check the path, or "
+            f"{label} {short_repr(text)} cannot be looked up as a local path ({describe(local)}); check the path, or "
             "give a Hub id 'org/name'"
         ) from None
     if exists:
-        check_model_folder(local, f"encoder {text!r}", tokenizer)
+        check_model_folder(local, f"{label} {text!r}", tokenizer and model, weights=model)
         return Encoder(text, folder=local.resolve())
     problem = id_problem(text) if isinstance(value, str) else None
     if problem is not None:  # a web address was called a local path that does not exist
-        raise ConfigError(f"encoder {text!r} {problem}")
+        raise ConfigError(f"{label} {text!r} {problem}")
     if isinstance(value, os.PathLike) or looks_like_path(text, base):
         raise ConfigError(
-            f"encoder {text!r} looks like a local path, but {str(local)!r} does not exist; check the path (a Hub id "
+            f"{label} {text!r} looks like a local path, but {str(local)!r} does not exist; check the path (a Hub id "
             "has the form 'org/name' or 'name', optionally with '@revision')"
         )
     ref = hub_ref(text)
     if ref is None:
         raise ConfigError(
-            f"encoder {text!r} is no folder ({str(local)!r} does not exist) and no Hub id: a Hub id has the form "
+            f"{label} {text!r} is no folder ({str(local)!r} does not exist) and no Hub id: a Hub id has the form "
             "'org/name' or 'name' (letters, digits, '-', '_' and '.'), optionally with '@revision', a branch, tag or "
             "commit that is not empty and holds no space or second '@'; check the id or the path"
         )
+    ref = cached_spelling(ref)  # offline, 'Org/Name' cached as models--org--name
     if reach_hub:
-        cached = reach(ref, "encoder", MODEL_CONFIG)
-        if cached is not None:
+        cached = reach(ref, label, MODEL_CONFIG)
+        if cached is not None and model:
             _check_cached_copy(cached, ref, tokenizer)
+        elif cached is not None:
+            _check_cached_tokenizer(cached, ref)
     return Encoder(text, hub=ref)
+
+
+def _check_cached_tokenizer(folder: Path, ref: HubRef) -> None:
+    """Check a Hub id's copy in the local cache as a tokenizer's: its config and files (load_tokenizer reads both);
+    offline, one without tokenizer files is a HubError naming what to fetch. No weights are needed."""
+    present = sorted(p.name for p in folder.iterdir())
+    check_model_config(folder / MODEL_CONFIG, check_folder_files(folder, present))
+    if offline() and not any(name in TOKENIZER_FILES for name in present):
+        raise _partly_cached(ref, folder, present, "its tokenizer files", "tokenizer")
 
 
 def _check_cached_copy(folder: Path, ref: HubRef, tokenizer: bool) -> None:
@@ -133,9 +163,9 @@ def _missing_shards(folder: Path, present: list[str]) -> list[str]:
     return sorted(missing)
 
 
-def _partly_cached(ref: HubRef, folder: Path, present: list[str], lacking: str) -> HubError:
+def _partly_cached(ref: HubRef, folder: Path, present: list[str], lacking: str, label: str = "encoder") -> HubError:
     return HubError(
-        f"encoder {ref} is only partly in the local Hugging Face cache ({folder} holds {present}, not {lacking}), "
+        f"{label} {ref} is only partly in the local Hugging Face cache ({folder} holds {present}, not {lacking}), "
         f"and offline mode is on ({' or '.join(OFFLINE_VARIABLES)}); download it whole once with the network on "
         f"(huggingface_hub.snapshot_download({ref.repo_id!r})), or pass a local folder"
     )
@@ -167,9 +197,9 @@ def check_encoder(value: str | os.PathLike, base_dir: str | os.PathLike | None =
     return resolve_encoder(value, base_dir, reach_hub=False).folder
 
 
-def check_model_folder(folder: Path, label: str, tokenizer: bool = True) -> None:
+def check_model_folder(folder: Path, label: str, tokenizer: bool = True, weights: bool = True) -> None:
     """ConfigError unless `folder` holds what from_pretrained needs: a config.json of a known, supported model type,
-    weights, and (with `tokenizer`) a tokenizer that is not degenerate."""
+    (with `weights`) weights, and (with `tokenizer`) a tokenizer that is not degenerate."""
     if not folder.is_dir():
         if folder.suffix.lower() == ".gguf":  # transformers reads GGUF only into a model, not as a model folder
             raise ConfigError(
@@ -181,12 +211,12 @@ def check_model_folder(folder: Path, label: str, tokenizer: bool = True) -> None
     present = sorted(p.name for p in folder.iterdir())
     if MODEL_CONFIG not in present:
         raise ConfigError(
-            f"encoder folder {str(folder)!r} holds no {MODEL_CONFIG} (it holds {present[:8] or 'nothing'}), so it is "
-            "not a HuggingFace model folder; save one there with model.save_pretrained(folder) and "
-            "tokenizer.save_pretrained(folder), or give a Hub id"
+            f"{label.split()[0]} folder {str(folder)!r} holds no {MODEL_CONFIG} (it holds "
+            f"{present[:8] or 'nothing'}), so it is not a HuggingFace model folder; save one there with "
+            "model.save_pretrained(folder) and tokenizer.save_pretrained(folder), or give a Hub id"
         )
     check_model_config(folder / MODEL_CONFIG, check_folder_files(folder, present))
-    if not any(
+    if weights and not any(
         (name in WEIGHT_FILES or name.endswith(".safetensors")) and (folder / name).is_file() for name in present
     ):
         raise ConfigError(
@@ -220,7 +250,7 @@ def _local_copy(encoder: str | os.PathLike | None) -> Path | None:
     if path.is_dir():
         return path
     ref = hub_ref(encoder) if isinstance(encoder, str) else None
-    return cached_folder(ref, MODEL_CONFIG) if ref is not None else None
+    return cached_folder(cached_spelling(ref), MODEL_CONFIG) if ref is not None else None
 
 
 # ---- what af.wrap takes ---------------------------------------------------------------------------------------

@@ -331,7 +331,8 @@ def named_tokenizer(name: str | os.PathLike) -> Any:
     if alone:
         return _tokenizer_alone(folder)
     # 'default-decoder' names the shipped decoder, as for train(encoder=...)
-    return load_tokenizer(resolve_encoder(named_encoder(name) if isinstance(name, str) else name, tokenizer=False))
+    # model=False: a Hub id's cache that holds what AutoTokenizer.from_pretrained left (no weights) is enough
+    return load_tokenizer(resolve_encoder(named_encoder(name) if isinstance(name, str) else name, model=False))
 
 
 def _tokenizer_alone(folder: Path) -> Any:

@@ -159,6 +159,41 @@ def test_a_cached_hub_id_is_checked_as_a_folder_and_never_looked_up(offline, tmp
         resolve_encoder("org/no-tokenizer", tmp_path)
 
 
+def test_a_hub_id_cached_in_other_letter_case_is_found_offline(offline, tmp_path, tiny_encoder_dir):
+    """The Hub's ids ignore case, the cache's folders do not: 'Org/Cased' cached as models--org--cased was said to
+    be not cached. One other spelling is used; several are named in the error."""
+    _cache(tmp_path / "hf-cache", "org/cased", tiny_encoder_dir)
+    assert resolve_encoder("Org/Cased", tmp_path) == Encoder("Org/Cased", hub=HubRef("org/cased"))
+    _cache(tmp_path / "hf-cache", "ORG/cased", tiny_encoder_dir)
+    with pytest.raises(HubError, match="it holds it as 'ORG/cased' and as 'org/cased'"):
+        resolve_encoder("Org/Cased", tmp_path)
+
+
+def test_a_tokenizer_alone_needs_no_weights_and_is_called_a_tokenizer(offline, tmp_path, tiny_encoder_dir):
+    """model=False (af.pipeline's tokenizer by name): a cache holding what AutoTokenizer.from_pretrained leaves (its
+    files and the config, no weights) was refused offline as 'only partly cached ... not its weights'."""
+    _cache(tmp_path / "hf-cache", "org/tok", tiny_encoder_dir)
+    snapshot = tmp_path / "hf-cache" / "models--org--tok" / "snapshots" / ("0" * 40)
+    (snapshot / "model.safetensors").unlink()
+    with pytest.raises(HubError, match="encoder org/tok is only partly .* not its weights"):
+        resolve_encoder("org/tok", tmp_path)
+    assert resolve_encoder("org/tok", tmp_path, model=False).hub == HubRef("org/tok")
+    for file in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        (snapshot / file).unlink(missing_ok=True)
+    with pytest.raises(HubError, match="tokenizer org/tok is only partly .* not its tokenizer files"):
+        resolve_encoder("org/tok", tmp_path, model=False)
+    with pytest.raises(HubError, match="tokenizer org/none is not in the local Hugging Face cache"):
+        resolve_encoder("org/none", tmp_path, model=False)
+
+
+def test_adapterhub_old_names_are_named_as_such():
+    for value in ("sentiment/sst-2@ukp", "nli/rte@ukp", "en/wiki@ukp", "@ukp/bert-base-uncased_nli_rte_pfeiffer"):
+        assert "AdapterHub's old name" in (id_problem(value) or ""), value
+    assert "'AdapterHub/bert-base-uncased-pf-sst2'" in (id_problem("sentiment/sst-2@ukp") or "")
+    for value in ("org/name@v1", "nli-org/rte@ukp", "sentiment/sst-2", "sentiment/sst-2@main", "nli/rte@0123abcd"):
+        assert id_problem(value) is None, value
+
+
 def test_online_an_unreachable_hub_is_asked_once_with_a_short_timeout(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     for name in OFFLINE_VARIABLES:

@@ -618,7 +618,7 @@ def test_a_tokenizer_named_by_a_hub_id_loads_as_an_encoders_does(model, tokenize
     expected = af.pipeline("text-classification", model, tokenizer, adapter="a", head="nli")(TEXTS[0])
     for name in ("org/enc", "org/enc@main"):
         assert af.pipeline("text-classification", model, name, adapter="a", head="nli")(TEXTS[0]) == expected
-    with pytest.raises(af.HubError, match="encoder org/other is not in the local Hugging Face cache"):
+    with pytest.raises(af.HubError, match="tokenizer org/other is not in the local Hugging Face cache"):
         af.pipeline("text-classification", model, "org/other", adapter="a", head="nli")
     alone = tmp_path / "tokenizer-alone"
     tokenizer.save_pretrained(alone)

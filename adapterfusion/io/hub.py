@@ -105,6 +105,42 @@ def cached_folder(ref: HubRef, filename: str) -> Path | None:
     return Path(found).parent if isinstance(found, str) else None
 
 
+def _cache_entries(ref: HubRef) -> list[str]:
+    """The repo ids of the local cache's model entries that are `ref`'s repo spelled in other letter case: the Hub
+    takes 'Org/Name' for 'org/name', the cache's folders (models--org--name) do not, so a copy made under one
+    spelling was not found offline under the other. [] where its own spelling is cached, or the cache unreadable."""
+    wanted = f"models--{ref.repo_id.replace('/', '--')}"
+    with contextlib.suppress(OSError, HubError):  # no cache, or none usable: the caller's look-up says so
+        names = [entry.name for entry in Path(usable_cache()).iterdir()]
+        if wanted not in names:
+            return sorted(
+                name.removeprefix("models--").replace("--", "/")  # a repo id holds no '--': the Hub's own rule
+                for name in names
+                if name.lower() == wanted.lower()
+            )
+    return []
+
+
+def cached_spelling(ref: HubRef) -> HubRef:
+    """`ref`, offline, as the local cache spells its repo where it holds it only in other letter case, and under
+    exactly one spelling (the Hub's ids ignore case, the cache's folders do not); else `ref` as it is."""
+    if not offline():
+        return ref
+    found = _cache_entries(ref)
+    return HubRef(found[0], ref.subfolder, ref.revision) if len(found) == 1 else ref
+
+
+def _other_spellings(ref: HubRef | str) -> str:
+    """Words for an offline 'not cached' error: the spellings the cache holds `ref`'s repo under, if any."""
+    found = _cache_entries(ref) if isinstance(ref, HubRef) else []
+    if not found:
+        return ""
+    return (
+        f" (it holds it as {' and as '.join(repr(f) for f in found)}: the Hub's ids ignore case, the cache's folders "
+        "do not; pass the id as the cache spells it)"
+    )
+
+
 def _damaged_cache(ref: HubRef | str, error: OSError) -> HubError:
     """The error for the local cache failing at the file system: an entry damaged (a file where huggingface_hub
     keeps a folder) or a cache this user may not write, which hub_errors would have called a network problem."""
@@ -149,7 +185,8 @@ def reach(ref: HubRef, what: str, filename: str) -> Path | None:
         return cached
     if offline():
         raise HubError(
-            f"{what} {ref} is not in the local Hugging Face cache ({cache_dir()}) and offline mode is on "
+            f"{what} {ref} is not in the local Hugging Face cache ({cache_dir()}){_other_spellings(ref)} and offline "
+            "mode is on "
             f"({' or '.join(OFFLINE_VARIABLES)}); download it once with the network on (unset "
             f"{OFFLINE_VARIABLES[0]}), point HF_HUB_CACHE at a cache that holds it, or pass a local folder"
         )
@@ -185,7 +222,7 @@ def locate(source: str | os.PathLike, what: str) -> Path | HubRef:
             f"{what} {str(source)!r} is not a directory (no such folder), nor a Hub id of the form 'org/name', "
             "'name' or 'org/name/subfolder'; check the path"
         )
-    return ref
+    return cached_spelling(ref)
 
 
 @contextlib.contextmanager
@@ -213,7 +250,8 @@ def hub_errors(ref: HubRef | str, action: str, hint: str | None = None) -> Itera
                 "a local folder"
             )
             raise HubError(
-                f"{action} {ref} failed: what it needs is not in the local Hugging Face cache ({cache_dir()}), and "
+                f"{action} {ref} failed: what it needs is not in the local Hugging Face cache ({cache_dir()})"
+                f"{_other_spellings(ref)}, and "
                 f"offline mode is on ({' or '.join(OFFLINE_VARIABLES)}); {fix}"
             ) from None
         if hint is None:

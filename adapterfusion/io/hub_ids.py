@@ -2,7 +2,8 @@
 'org/name/subfolder' (a folder inside the repo), each optionally with '@revision', a branch, tag or commit as git
 names them (`hub_ref`); and, for a string meant as one that is none, what is wrong in words (`id_problem`): a
 repo's web address copied from the browser (with the id to pass instead), the id of a file where its folder is
-loaded, a revision git could not name, spaces or a trailing '/' around an id."""
+loaded, a revision git could not name, spaces or a trailing '/' around an id, and AdapterHub's pre-2023 names
+('sentiment/sst-2@ukp'), which look like an id at a revision."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ _FILE_SUFFIXES = (".json", ".safetensors", ".bin", ".pt", ".pth", ".md", ".txt",
 _REF_FORBIDDEN = set("~^:?*[\\")  # besides spaces and control characters: git check-ref-format's rules
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 # 'org/name' greedily, so a folder inside a repo needs the org: 'name/sub' is the repo 'name/sub', not a subfolder
+# AdapterHub's old names, which adapters 1.x resolves through AdapterHub's own index: '<task>/<subtask>@<org>' (its
+# tasks as that index names them; a language adapter is '<language>/wiki@<org>') and '@<org>/<adapter>'
+_ADAPTERHUB_TASKS = frozenset(
+    "argument chunk comsense deprel dialect dp emotion ged lingaccept lm mlki mt ner nli pos qa rc semtag sentiment "
+    "sts sum translation wordsense".split()
+)
+_ADAPTERHUB_NAME = re.compile(r"^(?P<task>[a-z_]+)/(?P<subtask>[A-Za-z0-9._-]+)@(?P<org>[A-Za-z0-9_-]+)$")
+_ADAPTERHUB_FULL_ID = re.compile(r"^@[A-Za-z0-9_-]+/[A-Za-z0-9._-]+$")
 _HUB_ID = re.compile(rf"^(?P<repo>{_PART}(?:/{_PART})?)(?P<subfolder>(?:/{_PART})*)(?:@(?P<revision>[^@\s/][^@\s]*))?$")
 
 
@@ -65,6 +74,9 @@ def id_problem(value: str) -> str | None:
     url = _URL.match(value.strip())
     if url is not None:
         return _url_problem(value.strip(), url["path"])
+    old = _adapterhub_problem(value.strip())
+    if old is not None:
+        return old
     trimmed = value.strip().rstrip("/")
     if trimmed != value and hub_ref(trimmed) is not None:  # pasted with a newline, or a folder's trailing '/'
         extra = "spaces or a newline around it" if value.strip() != value else "a '/' at its end"
@@ -85,6 +97,32 @@ def id_problem(value: str) -> str | None:
         f"has the revision {revision!r} after '@', which {problem}, so it names no branch, tag or commit; write the "
         "revision as the Hub shows it (main, v1.0, refs/pr/1 or a commit hash)"
     )
+
+
+def _adapterhub_problem(value: str) -> str | None:
+    """What to say of AdapterHub's pre-2023 name `value` ('nli/rte@ukp' read as the repo 'nli/rte' at revision
+    'ukp', which no cache or Hub has: a download failure said nothing of why), or None where it is none."""
+    name = _ADAPTERHUB_NAME.match(value)
+    if name is not None and _is_adapterhub_name(name["task"], name["subtask"], name["org"]):
+        form, example = "'<task>/<subtask>@<org>'", "pf-" + name["subtask"].replace("-", "").lower()
+    elif _ADAPTERHUB_FULL_ID.match(value):
+        form, example = "'@<org>/<adapter>'", "pf-rte"
+    else:
+        return None
+    return (
+        f"is AdapterHub's old name of an adapter, of the form {form}, which adapters 1.x looks up in AdapterHub's own "
+        "index; it is no Hub id, and this library does not read that index. AdapterHub's adapters now live on the "
+        "Hugging Face Hub as 'AdapterHub/<model>-pf-<task>': pass the one of your model and task (such as "
+        f"'AdapterHub/bert-base-uncased-{example}'; huggingface.co/AdapterHub lists them), or a local folder that "
+        "holds the adapter"
+    )
+
+
+def _is_adapterhub_name(task: str, subtask: str, org: str) -> bool:
+    """Whether '<task>/<subtask>@<org>' is one of AdapterHub's tasks (or a language's wiki adapter) at an org, not a
+    repo at a branch or commit that git would name ('main', a hash)."""
+    branch = org in ("main", "master") or re.fullmatch("[0-9a-f]{7,40}", org) is not None
+    return not branch and (task in _ADAPTERHUB_TASKS or (len(task) <= 3 and subtask == "wiki"))
 
 
 def _url_problem(value: str, path: str) -> str:

@@ -253,6 +253,75 @@ def _setup_from(source: str) -> Callable[[Path], Any]:
     return lambda folder: af.AdaptedModel.from_pretrained(tiny_encoder("bert"), source)
 
 
+def _never_online(action: Callable[[Path], Any]) -> Callable[[Path], Action]:
+    """`action(folder)` online, any download from or look-up on the Hub failing the case: refused before either."""
+
+    def asked(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the Hub was asked")
+
+    def prepare(folder: Path) -> Action:
+        def run() -> Any:
+            with mock.patch.object(huggingface_hub, "snapshot_download", asked):
+                return action(folder)
+
+        return in_hub(run, folder, offline=False)
+
+    return prepare
+
+
+def _adapter_cased(repo_ids: tuple[str, ...], asked: str) -> Callable[[Path], Action]:
+    """model.load_adapter(`asked`) offline, the adapter cached under each spelling of `repo_ids`."""
+
+    def prepare(folder: Path) -> Action:
+        piece = saved_piece(folder / "saved")
+        for repo_id in repo_ids:
+            _cache_of(folder, repo_id, piece)
+        model = af.wrap(tiny_encoder("bert"))
+        return in_hub(lambda: f"loaded adapter {model.load_adapter(asked)!r} from its cached copy", folder)
+
+    return prepare
+
+
+def _setup_on_encoder_cased(folder: Path) -> Action:
+    """The encoder cached as org/enc (models--org--enc), offline, a setup loaded on it by the id 'Org/Enc'."""
+    source = encoder_folder(folder)
+    _cache_of(folder, "org/enc", source)
+    model = af.wrap(transformers.AutoModel.from_pretrained(source))
+    model.add_adapter("a", "pfeiffer")
+    setup = model.save_pretrained(folder / "setup")
+
+    def load() -> str:
+        loaded = af.AdaptedModel.from_pretrained("Org/Enc", setup)
+        return f"loaded adapters {loaded.adapter_names} on Org/Enc from its copy cached as org/enc"
+
+    return in_hub(load, folder)
+
+
+def _pipeline_tokenizer_cached(files: Callable[[Path], Any], asked: str) -> Callable[[Path], Action]:
+    """af.pipeline('feature-extraction', <the shipped MiniLM wrapped>, tokenizer=`asked`) offline, the cache holding
+    as org/tok what `files(folder)` saved into a folder."""
+
+    def prepare(folder: Path) -> Action:
+        source = folder / "tok"
+        files(source)
+        _cache_of(folder, "org/tok", source)
+        model = af.wrap(transformers.AutoModel.from_pretrained(af.default_encoder_path()))
+
+        def build() -> str:
+            built = af.pipeline("feature-extraction", model, tokenizer=asked)
+            return f"built a {type(built).__name__} with the tokenizer of {asked} from the cache"
+
+        return in_hub(build, folder)
+
+    return prepare
+
+
+def _tokenizer_and_config(folder: Path) -> None:
+    """What AutoTokenizer.from_pretrained(<Hub id>) leaves in the cache: the tokenizer's files and the config."""
+    transformers.AutoTokenizer.from_pretrained(af.default_encoder_path()).save_pretrained(folder)
+    transformers.AutoConfig.from_pretrained(af.default_encoder_path()).save_pretrained(folder)
+
+
 _CACHE_FIX = "point HF_HUB_CACHE at a folder"
 
 CASES: tuple[BadInput, ...] = (
@@ -534,5 +603,73 @@ CASES: tuple[BadInput, ...] = (
         af.ConfigError,
         ("has the revision 'v1.lock' after '@'", "ends in '.' or '.lock'"),
         _offline(_train_on("org/enc@v1.lock")),
+    ),
+    # ---- AdapterHub's old names ------------------------------------------------------------------------------------
+    B(
+        "load-adapter-adapterhub-old-name",
+        GROUP,
+        "model.load_adapter('sentiment/sst-2@ukp'), AdapterHub's pre-2023 name that adapters 1.x resolves through its "
+        "own index, online (was read as the repo 'sentiment/sst-2' at revision 'ukp' and downloaded: 'the Hub has no "
+        "such repository or revision', offline 'not in the local Hugging Face cache', nothing of AdapterHub)",
+        af.ConfigError,
+        ("is AdapterHub's old name of an adapter", "'AdapterHub/<model>-pf-<task>'", "bert-base-uncased-pf-sst2'"),
+        _never_online(_load_adapter("sentiment/sst-2@ukp")),
+    ),
+    B(
+        "from-pretrained-adapterhub-full-id",
+        GROUP,
+        "AdaptedModel.from_pretrained(base, '@ukp/bert-base-uncased_nli_rte_pfeiffer'), AdapterHub's old full id "
+        "(was: 'not a directory (no such folder), nor a Hub id', nothing of AdapterHub)",
+        af.ConfigError,
+        ("is AdapterHub's old name of an adapter, of the form '@<org>/<adapter>'", "'AdapterHub/<model>-pf-<task>'"),
+        _never_online(_setup_from("@ukp/bert-base-uncased_nli_rte_pfeiffer")),
+    ),
+    # ---- ids in other letter case than the cache's --------------------------------------------------------------
+    B(
+        "hub-adapter-cached-in-other-casing",
+        GROUP,
+        "model.load_adapter('Org/Ad') offline, the adapter cached as org/ad (models--org--ad; the Hub's ids ignore "
+        "case) (not an error; was 'downloading Org/Ad failed: what it needs is not in the local Hugging Face cache')",
+        None,
+        ("loaded adapter 'a' from its cached copy",),
+        _adapter_cased(("org/ad",), "Org/Ad"),
+    ),
+    B(
+        "hub-encoder-cached-in-other-casing",
+        GROUP,
+        "AdaptedModel.from_pretrained('Org/Enc', setup) offline, the encoder cached as org/enc (not an error; was "
+        "'encoder Org/Enc is not in the local Hugging Face cache')",
+        None,
+        ("loaded adapters ['a'] on Org/Enc",),
+        _setup_on_encoder_cased,
+    ),
+    B(
+        "hub-adapter-cached-in-two-casings",
+        GROUP,
+        "model.load_adapter('ORG/AD') offline, the cache holding org/ad and Org/Ad (was: 'not in the local Hugging "
+        "Face cache', nothing of the spellings it holds)",
+        HubError,
+        ("it holds it as 'Org/Ad' and as 'org/ad'", "pass the id as the cache spells it"),
+        _adapter_cased(("org/ad", "Org/Ad"), "ORG/AD"),
+    ),
+    # ---- a pipeline's tokenizer by Hub id ------------------------------------------------------------------------
+    B(
+        "pipeline-tokenizer-hub-id-cached-without-weights",
+        GROUP,
+        "af.pipeline(..., tokenizer='org/tok') offline, the cache holding what AutoTokenizer.from_pretrained left "
+        "(tokenizer files and config, no weights) (not an error; was 'encoder org/tok is only partly in the local "
+        "Hugging Face cache ... not its weights')",
+        None,
+        ("built a FeatureExtractionPipeline with the tokenizer of org/tok",),
+        _pipeline_tokenizer_cached(_tokenizer_and_config, "org/tok"),
+    ),
+    B(
+        "pipeline-tokenizer-hub-id-not-cached",
+        GROUP,
+        "af.pipeline(..., tokenizer='org/none') offline, not cached (was: 'encoder org/none is not in the local "
+        "Hugging Face cache', an encoder where a tokenizer was given)",
+        HubError,
+        ("tokenizer org/none is not in the local Hugging Face cache",),
+        _pipeline_tokenizer_cached(_tokenizer_and_config, "org/none"),
     ),
 )
