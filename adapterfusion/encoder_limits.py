@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion.errors import ConfigError, HubError
-from adapterfusion.io.hub import cached_folder
+from adapterfusion.io.hub import cached_folder, cached_spelling
 from adapterfusion.io.hub_ids import hub_ref
 from adapterfusion.io.paths import user_path
 
@@ -87,7 +87,7 @@ def local_config_folder(encoder: str | os.PathLike) -> Path | None:
     if ref is None:
         return None
     try:
-        return cached_folder(ref, _MODEL_CONFIG)
+        return cached_folder(cached_spelling(ref), _MODEL_CONFIG)  # offline, whatever case the cache spells it in
     except HubError:  # a cache that is a file or damaged: loading the encoder names it
         return None
 
