@@ -388,3 +388,12 @@ def naming_file(path: str | os.PathLike, key: str | None = None) -> Iterator[Non
             raise SavedSettingError(path, str(error), key) from None
         error.args = (f"{path}: {error}",)
         raise error.with_traceback(None) from None
+
+
+def require_wrapped(model: object, what: str) -> None:
+    """ConfigError unless `model` is an AdaptedModel (what af.wrap returns): `what` needs its adapter sites."""
+    if not callable(getattr(model, "install_piece", None)) or not hasattr(model, "fingerprint"):
+        raise ConfigError(
+            f"{what} takes a wrapped model (an AdaptedModel), got a {type(model).__name__}; wrap the encoder first: "
+            "model = af.wrap(AutoModel.from_pretrained(...))"
+        )

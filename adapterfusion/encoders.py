@@ -1,7 +1,7 @@
 """What an encoder argument names: the one place that resolves one (a local model folder or a HuggingFace Hub
 id `org/name`, `name` or `org/name@revision`) to an `Encoder`, names it for a folder (`encoder_key`) and reads
 how a head pools it unless told (`default_pooling`), and the checks that af.wrap was given a model
-(`check_wrappable`) and that what needs adapter sites was given a wrapped one (`require_wrapped`).
+(`check_wrappable`); that what needs adapter sites was given a wrapped one is _validation.require_wrapped.
 
 transformers sends any string that is not an existing folder to the Hub, so a mistyped local path costs a round of
 network retries (minutes per job when offline) and ends in a message about the Hub; an empty or half-copied folder
@@ -277,13 +277,4 @@ def check_wrappable(model: object) -> None:
         raise ConfigError(
             f"af.wrap takes a HuggingFace transformers model; this {type(model).__name__} has no config with a "
             "model_type. Load one with AutoModel.from_pretrained(folder or Hub id)"
-        )
-
-
-def require_wrapped(model: object, what: str) -> None:
-    """ConfigError unless `model` is an AdaptedModel (what af.wrap returns): `what` needs its adapter sites."""
-    if not callable(getattr(model, "install_piece", None)) or not hasattr(model, "fingerprint"):
-        raise ConfigError(
-            f"{what} takes a wrapped model (an AdaptedModel), got a {type(model).__name__}; wrap the encoder first: "
-            "model = af.wrap(AutoModel.from_pretrained(...))"
         )

@@ -34,12 +34,12 @@ import torch
 import transformers
 from torch import nn
 
-from adapterfusion._validation import short_repr
+from adapterfusion._validation import require_wrapped, short_repr
 from adapterfusion.blocks import LAYOUT_BLOCKS
 from adapterfusion.defaults import named_encoder
 from adapterfusion.encoder_folders import MODEL_CONFIG, TOKENIZER_FILES, check_folder_files, model_files_in
 from adapterfusion.encoder_loading import load_tokenizer
-from adapterfusion.encoders import require_wrapped, resolve_encoder
+from adapterfusion.encoders import resolve_encoder
 from adapterfusion.errors import ConfigError
 from adapterfusion.io.paths import user_path
 from adapterfusion.pipeline_arguments import (

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from adapterfusion._validation import check_bool, check_one_name
+from adapterfusion._validation import check_bool
 from adapterfusion.blocks import Block
 from adapterfusion.errors import ConfigError
 from adapterfusion.forward_inputs.encoder_decoder import is_seq2seq
@@ -27,14 +27,15 @@ if TYPE_CHECKING:
 
 
 def sites_with_adapter(model: AdaptedModel, name: str) -> list[AdapterSite]:
-    """The sites that hold adapter `name` (its positions, without its leave_out layers), in layer order."""
-    check_one_name(name, "adapter")  # a list was torch's "unhashable type" from ModuleDict
+    """The sites that hold adapter `name` (its positions, without its leave_out layers), in layer order; a name that
+    is no loaded adapter (a fusion's, a typo) is refused, which had been an empty list: no parameters, no sites."""
+    model.require("adapter", name)  # a list was torch's "unhashable type" from ModuleDict
     return [site for site in model.sites if name in site.adapters]
 
 
 def sites_with_fusion(model: AdaptedModel, name: str) -> list[AdapterSite]:
-    """The sites that hold a layer of fusion `name`, in layer order."""
-    check_one_name(name, "fusion")
+    """The sites that hold a layer of fusion `name`, in layer order; refused for a name that is no loaded fusion."""
+    model.require("fusion", name)
     return [site for site in model.sites if name in site.fusions]
 
 

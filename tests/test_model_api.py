@@ -397,3 +397,23 @@ def test_api_methods_given_no_name_state_piece_or_route_list_get_our_error():
     with pytest.raises(af.ConfigError, match="parallel_routes=3 has type int"):
         model.activated(fusion="f", parallel_routes=3)
     assert model.active_fusion is None and model.adapter_names == ["a", "b"]
+
+
+def test_piece_lookups_refuse_a_name_not_loaded_as_that_kind():
+    """adapter_parameters('f') of a fusion, fusion_parameters('a') of an adapter and any lookup of an unknown name
+    had been empty lists: a run could train nothing, a count could read 0, without a word."""
+    model = af.wrap(tiny_encoder("bert"))
+    model.add_adapter("a", "pfeiffer")
+    model.add_adapter("b", "pfeiffer")
+    model.add_fusion("f", ["a", "b"])
+    for lookup in (model.sites_with_adapter, model.adapter_parameters):
+        with pytest.raises(af.NameNotFoundError, match="'f' is a loaded fusion, not an adapter"):
+            lookup("f")
+        with pytest.raises(af.NameNotFoundError, match="no adapter named 'zz'"):
+            lookup("zz")
+    for lookup in (model.sites_with_fusion, model.fusion_parameters, model.fusion_layers):
+        with pytest.raises(af.NameNotFoundError, match="'a' is a loaded adapter, not a fusion"):
+            lookup("a")
+        with pytest.raises(af.NameNotFoundError, match="no fusion named 'zz'"):
+            lookup("zz")
+    assert model.adapter_parameters("a") and model.fusion_parameters("f") and model.fusion_layers("f")

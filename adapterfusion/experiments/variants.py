@@ -32,7 +32,7 @@ from adapterfusion.experiments.sweep import SWEEP_KEY, sweep_combinations, sweep
 from adapterfusion.fusion.config import resolve_fusion_config
 from adapterfusion.io.paths import check_name_length
 from adapterfusion.training.errors import TrainingError
-from adapterfusion.training.multitask import MT_A
+from adapterfusion.training.multitask import MT_A, single_task_refusal
 from adapterfusion.training.setups import check_adapter_setup, check_init, check_init_std, get_setup
 
 DEFAULT_REDUCTION_FACTOR = 16
@@ -197,6 +197,9 @@ def setup_entries(
                     )
                 )
         elif multitask:
+            runs_on = tasks if only is None else only
+            if len(runs_on) < 2 and key == "setups":  # a record's runs were made before mt-a refused one task
+                raise fail(f"{path}.tasks" if only is not None else path, single_task_refusal(runs_on))
             rf = given_options.get("reduction_factor", defaults["reduction_factor"])
             positive_number(rf, f"{path}.reduction_factor")
             out.append(

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from adapterfusion._validation import check_bool, check_names
+from adapterfusion._validation import check_bool, check_names, require_wrapped
 from adapterfusion.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ def add_fusion_subset(
 ) -> str:
     """Add fusion `name` over `adapters` (a non-empty subset of fusion `source`'s, kept in `source`'s order)
     with copies of `source`'s weights at every site; returns `name`."""
+    require_wrapped(model, "add_fusion_subset")
     model.require("fusion", source)
     check_bool(overwrite, "overwrite")
     fused = model.fusion_setup(source).adapters

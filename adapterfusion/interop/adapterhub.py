@@ -19,9 +19,8 @@ from typing import Any
 
 import torch
 
-from adapterfusion._validation import check_bool, check_has_values, naming_file, short_repr
+from adapterfusion._validation import check_bool, check_has_values, naming_file, require_wrapped, short_repr
 from adapterfusion.adapters.config import AdapterConfig
-from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ConfigError, IncompatibleModelError, SerializationError, UnsupportedArchitectureError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.heads.config import HeadConfig

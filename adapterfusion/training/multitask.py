@@ -89,6 +89,7 @@ from adapterfusion.training.setups import (
     MARKER_FILE,
     MT_A,
     _check_reduction_factor,
+    check_bottleneck,
     check_piece_names,
     check_pooling_option,
     head_config_for,
@@ -182,6 +183,17 @@ class StepPlan:
         return step / self.steps_per_epoch
 
 
+def single_task_refusal(tasks: Sequence[str]) -> str:
+    """Why MT-A refuses fewer than two tasks: over one it is no multi-task training but an adapter trained with the
+    whole encoder, reported as MT-A beside the paper's MT-A rows, and its fusion-mt-a fuses one adapter."""
+    shown = f"{list(tasks)} names one" if tasks else "names none"
+    example = f"train({tasks[0]!r}, 'st-a')" if tasks else "train(task, 'st-a')"
+    return (
+        f"mt-a trains several tasks jointly (one adapter and head each, on an encoder all of them fine-tune); tasks "
+        f"{shown}: for one task use st-a ({example}), or give mt-a two or more tasks"
+    )
+
+
 def _resolve_specs(tasks: Sequence[str | TaskSpec]) -> list[TaskSpec]:
     if isinstance(tasks, (str, TaskSpec)) or not isinstance(tasks, Sequence) or not tasks:
         raise TrainingError(f"tasks={tasks!r} must be a non-empty list of task names, e.g. ['mnli', 'rte']")
@@ -193,6 +205,8 @@ def _resolve_specs(tasks: Sequence[str | TaskSpec]) -> list[TaskSpec]:
             "model's own head scores: train them with st-a (one adapter each) and fuse those with fusion-st-a"
         )
     check_piece_names([spec.name for spec in specs], "mt-a tasks")  # MT-A trains each task once
+    if len(specs) < 2:
+        raise TrainingError(single_task_refusal([spec.name for spec in specs]))
     return specs
 
 
@@ -572,6 +586,7 @@ def train_multitask(
     check_pooling_option(pooling)
     run = Run.open(output_dir, MT_A, MT_A, seed, encoder)
     check_max_length(config.max_length, run.encoder)
+    check_bottleneck(reduction_factor, run.encoder)  # before the run folder is claimed and the data load
     run_dir, resolved_store = run.run_dir, as_store(store)
     entries = [resolved_store.path(run.encoder, s.name, MT_A, seed) for s in specs] if resolved_store else []
     with claimed_run(run_dir, entries, f"{MT_A} seed {seed} of {[s.name for s in specs]}", overwrite, resume):

@@ -268,6 +268,20 @@ def _check_reduction_factor(value: Any) -> float:
     return float(value)
 
 
+def check_bottleneck(reduction_factor: Any, encoder: str | os.PathLike) -> None:
+    """A reduction factor that leaves no bottleneck for the encoder's hidden size (or widens it past reason),
+    refused from the encoder's config before any run folder is made or data loaded: it had been refused as the
+    adapter was added, after both the encoder and every task's data had loaded, leaving the run's empty folders.
+    Silent when the config cannot be read without the network: adding the adapter refuses it then."""
+    hidden = getattr(encoder_config(encoder), "hidden_size", None)
+    if not isinstance(hidden, int) or isinstance(hidden, bool):
+        return
+    try:
+        AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor)).bottleneck_size(hidden, 0)
+    except ConfigError as err:
+        raise TrainingError(f"{err} (encoder {os.fspath(encoder)!r})") from None
+
+
 def check_adapter_options(options: Mapping[str, Any]) -> None:
     """st-a's options, refused before the encoder and the data load rather than when the adapter is added."""
     _check_reduction_factor(options["reduction_factor"])
@@ -667,6 +681,7 @@ for _setup in (
         "single-task Pfeiffer adapter",
         stores_adapter=True,
         check_options=check_adapter_options,
+        check_encoder=lambda options, encoder: check_bottleneck(options["reduction_factor"], encoder),
     ),
     Setup(
         "st-a-houlsby",
@@ -675,6 +690,7 @@ for _setup in (
         "single-task Houlsby adapters",
         stores_adapter=True,
         check_options=check_adapter_options,
+        check_encoder=lambda options, encoder: check_bottleneck(options["reduction_factor"], encoder),
     ),
     Setup(
         "top-k",

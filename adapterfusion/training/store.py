@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion._validation import check_bool, check_int, check_piece_name, naming_file, short_repr
+from adapterfusion._validation import check_bool, check_int, check_piece_name, naming_file, require_wrapped, short_repr
 from adapterfusion.defaults import (
     DEFAULT_ENCODER_HUB_ID,
     MANIFEST_FILE,
@@ -34,7 +34,7 @@ from adapterfusion.defaults import (
     zoo_manifest,
 )
 from adapterfusion.encoder_identity import check_same_encoder, encoder_identity
-from adapterfusion.encoders import encoder_key, require_wrapped
+from adapterfusion.encoders import encoder_key
 from adapterfusion.errors import (
     AdapterFusionError,
     ConfigError,

@@ -20,9 +20,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from adapterfusion._validation import check_piece_name, short_repr
+from adapterfusion._validation import check_piece_name, require_wrapped, short_repr
 from adapterfusion.defaults import MANIFEST_FILE, STORE_DIR, ZOO_DIR, zoo_manifest
-from adapterfusion.encoders import require_wrapped
 from adapterfusion.errors import ZooError
 from adapterfusion.io.hub import id_problem
 from adapterfusion.tasks.spec import TaskSpec, piece_name

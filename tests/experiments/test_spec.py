@@ -28,6 +28,11 @@ def spec(**changes):
     [
         (dict(tasks=["rte", "rtee"]), r"tasks\[1\]: unknown task 'rtee'. Did you mean 'rte'\? Known tasks: .*mnli"),
         (dict(tasks=["rte", "rte"]), r"tasks\[1\]: duplicate 'rte'"),
+        (dict(tasks=["rte"], setups=["mt-a"]), r"setups\[0\]: mt-a trains several tasks.*\['rte'\] names one.*st-a"),
+        (
+            dict(setups=[{"name": "mt-a", "tasks": ["cb"]}, "fusion-mt-a"]),
+            r"setups\[0\].tasks: mt-a trains several tasks.*\['cb'\] names one.*st-a",
+        ),
         (
             dict(setups=["head", "st-a", {"name": "st-a", "learning_rate": -1}]),
             r"setups\[2\].learning_rate: learning_rate=-1",

@@ -57,3 +57,11 @@ def test_subset_must_name_some_of_the_source_adapters(model, adapters):
 def test_unknown_source_fusion(model):
     with pytest.raises(af.NameNotFoundError, match="no fusion named 'nope'"):
         add_fusion_subset(model, "nope", ["a"], "sub")
+
+
+@pytest.mark.parametrize("given", ["model.model", "a path"])
+def test_subset_of_what_is_no_wrapped_model_is_refused(model, given):
+    """The plain HuggingFace model (or a path) had been an AttributeError: 'BertModel' object has no attribute."""
+    target = model.model if given == "model.model" else "runs/encoder"
+    with pytest.raises(af.ConfigError, match=r"add_fusion_subset takes a wrapped model.*af\.wrap"):
+        add_fusion_subset(target, "f", ["a"], "sub")

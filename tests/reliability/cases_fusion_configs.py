@@ -13,8 +13,9 @@ import torch
 import adapterfusion as af
 import adapterfusion.training
 from adapterfusion.demo import demo_data_dir
-from adapterfusion.errors import ConfigError, RunFileError
+from adapterfusion.errors import ConfigError, NameNotFoundError, RunFileError
 from adapterfusion.experiments.errors import ExperimentSpecError
+from adapterfusion.fusion import add_fusion_subset
 from adapterfusion.tasks import TaskSpec
 from adapterfusion.training import AnnealedSchedule, TaskSampler, TrainingError, sampling_probabilities
 from adapterfusion.training.setups import SETUPS, Setup, register_setup
@@ -129,6 +130,53 @@ def _draws(schedule: AnnealedSchedule) -> Callable[[Path], Action]:
         return f"tasks drawn: {[sampler.draw(step) for step in range(3)]}; last p = {sampler.probabilities(2)}"
 
     return lambda folder: action
+
+
+def _st_a_run(**options: Any) -> Callable[[Path], Action]:
+    """train('rte', 'st-a', setup_options=options) for one step on a saved tiny BERT and the demo data."""
+
+    def prepare(folder: Path) -> Action:
+        encoder = encoder_folder(folder)
+        return lambda: af.training.train(
+            "rte",
+            "st-a",
+            encoder=encoder,
+            output_dir=folder / "runs",
+            data_dir=demo_data_dir(),
+            max_examples=16,
+            training_config=_TINY_RUN,
+            setup_options=options,
+        )
+
+    return prepare
+
+
+def _fused_model_lookup(lookup: Callable[[af.AdaptedModel], Any]) -> Callable[[Path], Action]:
+    """`lookup` of a tiny BERT with adapters a and b and fusion f over them (a bad name had been an empty list)."""
+
+    def prepare(folder: Path) -> Action:
+        model = adapters_a_and_b("h")
+        model.add_fusion("f", ["a", "b"])
+        return lambda: f"found {len(lookup(model))}"
+
+    return prepare
+
+
+def _left_no_run_folder(prepare: Callable[[Path], Action]) -> Callable[[Path], Action]:
+    """prepare's action, failing as well where it left `runs/` behind: the refusal had come after the folders."""
+
+    def wrapped(folder: Path) -> Action:
+        action = prepare(folder)
+
+        def checked() -> Any:
+            try:
+                return action()
+            finally:
+                assert not (folder / "runs").exists(), "left run folders behind"
+
+        return checked
+
+    return wrapped
 
 
 CASES: tuple[BadInput, ...] = (
@@ -351,5 +399,83 @@ CASES: tuple[BadInput, ...] = (
         TrainingError,
         ("task sizes [3.7, 5]", "positive example counts", "3.7 is none"),
         lambda folder: lambda: TaskSampler([3.7, 5], 2, 2, seed=0),
+    ),
+    B(
+        "fusion-parameters-unknown-name",
+        GROUP,
+        "model.fusion_parameters('zz'), no fusion of that name (an empty list: nothing to train, no error)",
+        NameNotFoundError,
+        ("no fusion named 'zz' is loaded", "loaded fusions: ['f']"),
+        _fused_model_lookup(lambda model: model.fusion_parameters("zz")),
+    ),
+    B(
+        "fusion-parameters-of-an-adapter",
+        GROUP,
+        "model.fusion_parameters('a'), 'a' an adapter (an empty list, as for any unknown name)",
+        NameNotFoundError,
+        ("'a' is a loaded adapter, not a fusion", "activate(adapter='a')"),
+        _fused_model_lookup(lambda model: model.fusion_parameters("a")),
+    ),
+    B(
+        "adapter-parameters-of-a-fusion",
+        GROUP,
+        "model.adapter_parameters('f'), 'f' a fusion (an empty list; sites_with_adapter and fusion_layers alike)",
+        NameNotFoundError,
+        ("'f' is a loaded fusion, not an adapter", "activate(fusion='f')"),
+        _fused_model_lookup(lambda model: model.adapter_parameters("f")),
+    ),
+    B(
+        "fusion-subset-of-plain-model",
+        GROUP,
+        "add_fusion_subset(<the plain BertModel, not wrapped>, 'f', ['a'], 'g') (an AttributeError: 'BertModel' "
+        "object has no attribute 'require')",
+        ConfigError,
+        ("add_fusion_subset takes a wrapped model", "got a BertModel", "af.wrap"),
+        lambda folder: lambda: add_fusion_subset(adapters_a_and_b("h").model, "f", ["a"], "g"),
+    ),
+    B(
+        "mt-a-reduction-factor-no-bottleneck",
+        GROUP,
+        "train_multitask(['rte', 'cb'], reduction_factor=1000) on a tiny BERT of hidden size 32 (refused only once "
+        "both tasks' data had loaded, leaving the run's empty folders)",
+        TrainingError,
+        ("reduction_factor 1000.0 leaves no bottleneck for hidden size 32", "at most 32", "encoder '"),
+        _left_no_run_folder(_multitask(["rte", "cb"], reduction_factor=1000)),
+    ),
+    B(
+        "st-a-reduction-factor-no-bottleneck",
+        GROUP,
+        "train('rte', 'st-a', setup_options={'reduction_factor': 1000}) on a tiny BERT of hidden size 32 (refused "
+        "only once the encoder and the data had loaded, leaving the run's empty folders)",
+        TrainingError,
+        ("reduction_factor 1000.0 leaves no bottleneck for hidden size 32", "at most 32", "encoder '"),
+        _left_no_run_folder(_st_a_run(reduction_factor=1000)),
+    ),
+    B(
+        "mt-a-one-task",
+        GROUP,
+        "train_multitask(['rte']) (trained: one adapter with the whole encoder, reported as MT-A, no multi-task "
+        "training)",
+        TrainingError,
+        ("mt-a trains several tasks jointly", "['rte'] names one", "use st-a"),
+        _left_no_run_folder(_multitask(["rte"])),
+    ),
+    B(
+        "experiment-mt-a-one-task",
+        GROUP,
+        "tasks: [rte], setups: [mt-a] (accepted: an MT-A job over rte alone)",
+        ExperimentSpecError,
+        ("setups[0]: mt-a trains several tasks jointly", "['rte'] names one", "use st-a"),
+        experiment(encoder=None, tasks=["rte"], setups=["mt-a"]),
+        cli=True,
+    ),
+    B(
+        "experiment-mt-a-tasks-one",
+        GROUP,
+        "tasks: [rte, cb], setups: [{name: mt-a, tasks: [cb]}] (accepted: an MT-A job over cb alone)",
+        ExperimentSpecError,
+        ("setups[0].tasks: mt-a trains several tasks jointly", "['cb'] names one", "use st-a"),
+        experiment(encoder=None, setups=[{"name": "mt-a", "tasks": ["cb"]}]),
+        cli=True,
     ),
 )

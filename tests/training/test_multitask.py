@@ -328,6 +328,20 @@ def test_fusion_mt_a_and_mt_a_refuse_misuse(mt_a, tiny_encoder_dir, demo_data_di
         train_multitask(["rte", "rte"], encoder=tiny_encoder_dir, data_dir=demo_data_dir, output_dir=tmp_path)
 
 
+def test_mt_a_refuses_one_task_and_a_reduction_factor_without_bottleneck_before_any_folder(
+    tiny_encoder_dir, demo_data_dir, tmp_path
+):
+    """MT-A over one task is no multi-task training (the paper's MT-A fine-tunes the encoder on several): st-a is
+    the setup of one task. A reduction factor the hidden size (32) leaves nothing of had been refused once both
+    tasks' data had loaded, leaving the run's empty folders."""
+    common = dict(encoder=tiny_encoder_dir, data_dir=demo_data_dir, output_dir=tmp_path / "runs")
+    with pytest.raises(TrainingError, match=r"several tasks jointly.*\['rte'\] names one: for one task use st-a"):
+        train_multitask(["rte"], **common)
+    with pytest.raises(TrainingError, match=r"leaves no bottleneck for hidden size 32.*\(encoder"):
+        train_multitask(["rte", "cb"], reduction_factor=64, **common)
+    assert not (tmp_path / "runs").exists()
+
+
 def _own_files_task(folder: Path) -> TaskSpec:
     """A two-class task from the user's own CSV files (no folder of its name in any data_dir)."""
     rows = "".join(f"{'good' if i % 2 else 'bad'} example {i},{'pos' if i % 2 else 'neg'}\n" for i in range(12))

@@ -13,6 +13,7 @@ from adapterfusion.training import TrainingError, train
 from adapterfusion.training.setups import (
     LAYERNORM_ONLY,
     SetupContext,
+    check_bottleneck,
     check_layer_norms,
     get_setup,
     missing_layer_norms,
@@ -193,3 +194,22 @@ def test_encoder_a_setup_cannot_train_is_refused_before_the_data_loads(tmp_path,
     with pytest.raises(TrainingError, match="layernorm-only: LlamaModel has no torch.nn.LayerNorm"):
         train("rte", "layernorm-only", encoder=tmp_path / "llama", **common)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_reduction_factor_without_a_bottleneck_is_refused_before_any_run_folder(tmp_path, tiny_encoder_dir):
+    """st-a's reduction factor against the encoder's hidden size (and MT-A's), from its config before the data
+    loads: it had been refused as the adapter was added, leaving the run's empty folders. An encoder whose config
+    cannot be read here is left to the run."""
+    with pytest.raises(TrainingError, match=r"leaves no bottleneck for hidden size 32.*at most 32 \(encoder"):
+        train(
+            "rte",
+            "st-a",
+            encoder=tiny_encoder_dir,
+            output_dir=tmp_path / "runs",
+            setup_options={"reduction_factor": 64},
+        )
+    with pytest.raises(TrainingError, match="more than .* times the hidden size"):
+        check_bottleneck(1e-9, tiny_encoder_dir)
+    assert not (tmp_path / "runs").exists()
+    check_bottleneck(16, tiny_encoder_dir)
+    check_bottleneck(10**6, tmp_path / "no-such-encoder")  # unreadable here: the loaded model refuses it
