@@ -235,3 +235,13 @@ def resolve_adapter_config(config: AdapterConfig | str | Mapping[str, Any] | Non
     if isinstance(config, Mapping):
         return AdapterConfig.from_dict(config)
     raise ConfigError(f"adapter config must be an AdapterConfig, a preset name or a dict, got {type(config).__name__}")
+
+
+def bottleneck_problem(reduction_factor: ReductionFactor, hidden_size: int) -> str | None:
+    """Why `reduction_factor` leaves no bottleneck for an encoder of `hidden_size` (or widens it past reason), or
+    None: what training and experiment files check from an encoder's config before any model or data loads."""
+    try:
+        AdapterConfig.pfeiffer(reduction_factor=reduction_factor).bottleneck_size(hidden_size, 0)
+    except ConfigError as err:
+        return str(err)
+    return None

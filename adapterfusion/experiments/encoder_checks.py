@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adapterfusion.adapters.config import AdapterConfig
+from adapterfusion.adapters.config import bottleneck_problem
 from adapterfusion.defaults import DEFAULT_DECODER, default_decoder_gguf, default_encoder_path
 from adapterfusion.encoder_limits import check_max_length, encoder_config
 from adapterfusion.encoder_loading import load_tokenizer
@@ -368,8 +368,7 @@ def check_bottlenecks(
         rf = variant.options.get("reduction_factor")
         if rf is None:
             continue
-        try:
-            AdapterConfig.pfeiffer(reduction_factor=rf).bottleneck_size(hidden, 0)
-        except ConfigError as err:
+        problem = bottleneck_problem(rf, hidden)
+        if problem is not None:
             field = "reduction_factors" if "reduction_factors" in entry else "reduction_factor"
-            raise fail(f"{key}[{i}].{field}", str(err)) from None
+            raise fail(f"{key}[{i}].{field}", problem)

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from adapterfusion._validation import check_bool, check_mapping, check_name, is_finite_number, short_repr
-from adapterfusion.adapters.config import INITS, AdapterConfig
+from adapterfusion.adapters.config import INITS, AdapterConfig, bottleneck_problem
 from adapterfusion.encoder_limits import encoder_config
 from adapterfusion.errors import ConfigError, RunFileError
 from adapterfusion.fusion.config import resolve_fusion_config
@@ -276,10 +276,9 @@ def check_bottleneck(reduction_factor: Any, encoder: str | os.PathLike) -> None:
     hidden = getattr(encoder_config(encoder), "hidden_size", None)
     if not isinstance(hidden, int) or isinstance(hidden, bool):
         return
-    try:
-        AdapterConfig.pfeiffer(reduction_factor=_check_reduction_factor(reduction_factor)).bottleneck_size(hidden, 0)
-    except ConfigError as err:
-        raise TrainingError(f"{err} (encoder {os.fspath(encoder)!r})") from None
+    problem = bottleneck_problem(_check_reduction_factor(reduction_factor), hidden)
+    if problem is not None:
+        raise TrainingError(f"{problem} (encoder {os.fspath(encoder)!r})")
 
 
 def check_adapter_options(options: Mapping[str, Any]) -> None:
