@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adapterfusion._validation import short_repr
 from adapterfusion.tasks import fields
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.files import EXTENSIONS
+from adapterfusion.tasks.instruction import check_answer_type
 from adapterfusion.tasks.metric_inputs import HIDDEN_SCORE, IGNORE_SCORE
 from adapterfusion.tasks.span_files import is_conll_file, is_squad_file
 from adapterfusion.tasks.spec import GENERATION, LABEL_COLUMN, UNLABELLED_VALUES, TaskSpec, suggest
@@ -201,17 +203,14 @@ def _label_key(raw: Any) -> str:
 
 
 def _check_answers(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
-    """A generation task's rows without an answer (None or empty); raises on an answer that is not text. Integers
-    count as text (a CSV column of numbers is read as integers); the encoding writes them out."""
+    """A generation task's rows without an answer (None or empty); raises on an answer that is not text (the rule
+    encode_task applies to rows handed to it: check_answer_type)."""
     unanswered = []
     for i, raw in enumerate(fields.field_values(batch, spec.label_field)):
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             unanswered.append(offset + i)
-        elif isinstance(raw, bool) or not isinstance(raw, (str, int)):
-            raise TaskError(
-                f"{_where(spec, origin)}, row {offset + i}: answer {raw!r} in field {spec.label_field!r} is not "
-                "text; write it as a string."
-            )
+        else:
+            check_answer_type(spec, f"{_where(spec, origin)}, row {offset + i}", raw)
     return unanswered
 
 
@@ -376,6 +375,90 @@ def _no_score_mark(spec: TaskSpec, dataset, row: int) -> str:
             "test split of them is left out)"
         )
     return ""
+
+
+def check_label_column(spec: TaskSpec, dataset, origin: str) -> None:
+    """The "label" column of a split handed to encode_task must hold what load_task_data makes of a file's labels:
+    class ids 0..n-1, finite scores, or a tagging task's list of tag ids, one per word. A split built otherwise
+    (Dataset.from_list) kept raw labels, which the collator or the model's loss refused only in training, or read
+    in silence (a -1, GLUE's "no gold label", or float ids taken as regression scores)."""
+    words_column = [fields.top_level(spec.text_fields[0])] if spec.is_token_classification else []
+    hidden = spec.regression  # every score so far -1: GLUE's hidden test scores (as _hidden_scores)
+    offset = 0
+    for batch in dataset.select_columns([LABEL_COLUMN, *words_column]).iter(batch_size=_CHUNK):
+        labels = batch[LABEL_COLUMN]
+        words = fields.text_columns(batch, spec)[0] if words_column else [None] * len(labels)
+        for i, (raw, row_words) in enumerate(zip(labels, words, strict=True)):
+            problem = _label_problem(spec, raw, row_words)
+            if problem is not None:
+                raise TaskError(f"{_where(spec, origin)}, row {offset + i}: label {short_repr(raw)} {problem}")
+        hidden = hidden and all(_score(raw) == HIDDEN_SCORE for raw in labels)
+        offset += len(labels)
+    if hidden:
+        raise TaskError(
+            f"{_where(spec, origin)}: every row's label is -1, GLUE's mark of hidden test scores, not scores; leave "
+            "the split out (load_task_data leaves such a test split out)."
+        )
+
+
+def _label_problem(spec: TaskSpec, raw: Any, words: Any) -> str | None:
+    """Why one row's label is not what its task's encoding takes, or None; `words`: a tagging row's words."""
+    if spec.regression:
+        return _score_problem(raw)
+    if not spec.is_token_classification:
+        return _id_problem(spec, raw)
+    if not isinstance(raw, list):
+        return "is no list of tag ids, one per word; fix the row, or load the rows with load_task_data."
+    if isinstance(words, list) and len(raw) != len(words):
+        return f"gives {len(raw)} tags for {len(words)} words; give one tag id per word."
+    bad = [tag for tag in raw if _id_problem(spec, tag) is not None]
+    if not bad:
+        return None
+    if _unlabelled(bad[0], _label_lookup(spec)):  # a tagging row is whole or refused: no word goes untagged
+        return (
+            f"holds tag {short_repr(bad[0])}, no tag id 0..{spec.num_labels - 1} of {list(spec.label_names)}; give "
+            "every word its tag, or drop the row."
+        )
+    return f"holds tag {short_repr(bad[0])}, which {_id_problem(spec, bad[0])}"
+
+
+_DROP_HINT = (
+    "drop the row (load_task_data drops rows without a gold label with drop_unlabelled=True, and leaves out a test "
+    "split that has none)"
+)
+
+
+def _id_problem(spec: TaskSpec, raw: Any) -> str | None:
+    """Why `raw` is not a class id of the task's, or None when it is one."""
+    count = spec.num_labels
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw < count:
+        return None
+    ids = f"a label id 0..{count - 1} of {list(spec.label_names)}"
+    if isinstance(raw, float) and raw.is_integer() and 0 <= raw < count:  # the collator reads floats as scores
+        return f"is a float, where a class id is an integer; write {int(raw)} (a column of integers)."
+    lookup = _label_lookup(spec)
+    key = _label_key(raw)
+    if _unlabelled(raw, lookup):
+        return f"marks no gold label, where encode_task needs {ids}; {_DROP_HINT}."
+    if key in lookup:  # a raw value or a name of the task's: load_task_data converts those to ids
+        return (
+            f"is how a file writes label {spec.label_names[lookup[key]]!r}, not its id; encode_task takes label ids: "
+            f"write {lookup[key]}, or load the rows with load_task_data, which converts a file's labels to ids."
+        )
+    kind = "" if isinstance(raw, int) and not isinstance(raw, bool) else f" (of type {type(raw).__name__})"
+    return f"is not {ids}{kind}; fix the row, or load the rows with load_task_data, which checks and converts labels."
+
+
+def _score_problem(raw: Any) -> str | None:
+    """Why `raw` is not a regression score, or None when it is one."""
+    if _missing(raw) or _score(raw) == IGNORE_SCORE:
+        return f"marks no gold score; {_DROP_HINT}."
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or _score(raw) is None:
+        return (
+            "is not a finite number; a regression task's label is one real score per row (e.g. 3.8): fix the row, "
+            "or load the rows with load_task_data, which checks and converts scores."
+        )
+    return None
 
 
 def _gold_twins(spec: TaskSpec, batch, offset: int) -> list[int]:

@@ -21,7 +21,7 @@ import numpy as np
 
 from adapterfusion._validation import short_repr
 from adapterfusion.tasks import fields
-from adapterfusion.tasks.checks import check_rows
+from adapterfusion.tasks.checks import check_label_column, check_rows
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.instruction import ANSWER_CUT_COLUMN, PROMPT_CUT_COLUMN, encode_instruction_batch
@@ -205,6 +205,20 @@ def _check_split(spec: TaskSpec, role: str, dataset: Any) -> None:
         raise TaskError(f"task {spec.name!r}, split {role!r} has no rows to encode; give it rows or leave it out")
 
 
+def _check_gold(spec: TaskSpec, role: str, dataset: Any) -> None:
+    """A split's gold column, its input columns and rows, and its labels (a generation task's answers are checked
+    row by row as they are encoded)."""
+    gold = fields.top_level(spec.label_field) if spec.is_generation else LABEL_COLUMN
+    if gold not in dataset.column_names:
+        raise TaskError(
+            f"task {spec.name!r}, split {role!r}: no {gold!r} column; load the data with "
+            "load_task_data so labels are checked and converted to ids."
+        )
+    _check_split(spec, role, dataset)
+    if not spec.is_generation:
+        check_label_column(spec, dataset, f"split {role!r}")
+
+
 def encode_task(
     task: str | TaskSpec, data, tokenizer, max_length: int | None = None, num_proc: int | None = None
 ) -> EncodedTask:
@@ -221,17 +235,12 @@ def encode_task(
     splits = data if isinstance(data, datasets.DatasetDict) else datasets.DatasetDict({"data": data})
     encoded, truncated, totals, answers_cut = {}, {}, {}, {}
     for role, dataset in splits.items():
+        if not spec.is_extractive_qa:  # QA's answers are checked as its windows are made
+            _check_gold(spec, role, dataset)
         if spec.is_extractive_qa or spec.is_token_classification:  # windows of contexts, tags per token
             encoder = encode_qa_split if spec.is_extractive_qa else encode_tagging_split
             encoded[role], truncated[role], totals[role] = encoder(spec, dataset, tokenizer, length, role, num_proc)
             continue
-        gold = fields.top_level(spec.label_field) if spec.is_generation else LABEL_COLUMN
-        if gold not in dataset.column_names:
-            raise TaskError(
-                f"task {spec.name!r}, split {role!r}: no {gold!r} column; load the data with "
-                "load_task_data so labels are checked and converted to ids."
-            )
-        _check_split(spec, role, dataset)
         drop = dataset.column_names if spec.is_generation else [c for c in dataset.column_names if c != LABEL_COLUMN]
         mapped = dataset.map(
             encode_instruction_batch if spec.is_generation else _encode_batch,

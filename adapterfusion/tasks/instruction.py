@@ -161,7 +161,7 @@ def encode_instruction_batch(
 
 
 def check_row_texts(spec: TaskSpec, split: str, row: int, prompt: Any, answer: Any) -> None:
-    """A row's prompt must be text and its answer text or a number (written out as text). load_task_data checks as
+    """A row's prompt must be text and its answer text or an integer (written out as text). load_task_data checks as
     much; data handed to encode_task some other way reaches the tokenizer (a ValueError of its own), or is trained
     on: a missing answer became the text 'None'."""
     where = f"task {spec.name!r}, split {split!r}, row {row}"
@@ -170,11 +170,22 @@ def check_row_texts(spec: TaskSpec, split: str, row: int, prompt: Any, answer: A
             f"{where}: the prompt in field {spec.text_fields[0]!r} is {short_repr(prompt)} (of type "
             f"{type(prompt).__name__}), not text; write it as a string, or drop the row"
         )
-    if answer is None or isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+    if answer is None:
+        raise TaskError(
+            f"{where}: the answer in field {spec.label_field!r} is None, not text; write the answer as a string, or "
+            "drop the row (load_task_data with drop_unlabelled=True drops rows without one)"
+        )
+    check_answer_type(spec, where, answer)
+
+
+def check_answer_type(spec: TaskSpec, where: str, answer: Any) -> None:
+    """An answer (not None) must be text, or an integer (a CSV column of numbers is read as integers), written out
+    as text. A float is refused: its text is not what the file wrote (a CSV column of integers with a gap is read as
+    floats, 7 as '7.0'), so exact_match would score against other text. load_task_data and encode_task share it."""
+    if isinstance(answer, bool) or not isinstance(answer, (str, int)):
         raise TaskError(
             f"{where}: the answer in field {spec.label_field!r} is {short_repr(answer)} (of type "
-            f"{type(answer).__name__}), not text; write the answer as a string, or drop the row (load_task_data "
-            "with drop_unlabelled=True drops rows without one)"
+            f"{type(answer).__name__}), not text; write the answer as a string (in JSON, in quotes), or drop the row"
         )
 
 

@@ -40,6 +40,7 @@ LOWER_IS_BETTER = frozenset({"answer_loss", "perplexity", "loss"})  # metrics wh
 # Raw label values that mean "no gold label" (GLUE/SuperGLUE test sets use -1, WinoGrande/HellaSwag ""), unless
 # the task names one of them as its own label (a polarity task's -1).
 UNLABELLED_VALUES = frozenset({"", "-1", "None"})
+_DEFAULT_POSITIVE_LABEL = 1
 _WRITTEN_WHEN_SET = ("regression", "extra_dev_splits")  # to_dict leaves them out at their defaults
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _OPTIONAL_TEXT = (str, type(None))
@@ -77,6 +78,17 @@ def _yaml_bool_hint(*values: Any) -> str:
     if not any(isinstance(v, bool) for v in values):
         return ""
     return " A YAML file reads unquoted yes/no/on/off/true/false as booleans: quote them ('yes', 'no')."
+
+
+def _bool_values_message(values: Any) -> str:
+    """Why booleans among label_values are refused: a file's labels are matched as text, and a bool has no one text.
+    YAML's unquoted yes/no arrive as True/False, which then matched no 'yes'/'no' row of the file; and a JSON file's
+    true/false labels are read as the texts 'True'/'False', which the strings say plainly."""
+    return (
+        f"label_values={short_repr(list(values))} holds booleans; give each raw label as the text (or integer) the "
+        "files write. A YAML file reads unquoted yes/no/on/off/true/false as booleans: quote them ('yes', 'no'); for "
+        "files whose labels are JSON booleans (true/false), give the strings 'False', 'True'."
+    )
 
 
 def piece_name(task: str | TaskSpec) -> str:
@@ -128,7 +140,7 @@ class TaskSpec:
     choice_fields: tuple[str, ...] = ()
     blank: str | None = None
     metrics: tuple[str, ...] = ()
-    positive_label: int = 1
+    positive_label: int = _DEFAULT_POSITIVE_LABEL
     max_length: int = 128
     train_split: str | None = "train"
     validation_split: str | None = "validation"
@@ -164,6 +176,7 @@ class TaskSpec:
         self._check_fields()
         self._check_labels()
         self._check_splits()
+        self._check_positive_label()
         self._check_metrics()
 
     # -- validation -------------------------------------------------------------------------------
@@ -187,6 +200,8 @@ class TaskSpec:
             if isinstance(value, str):
                 value = (value,)
             allowed = (str, int) if name == "label_values" else (str,)
+            if name == "label_values" and isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value):
+                raise self._fail(_bool_values_message(value))
             if not isinstance(value, (list, tuple)) or not all(isinstance(item, allowed) for item in value):
                 kinds = "strings or integers" if len(allowed) > 1 else "strings"
                 hint = _yaml_bool_hint(*value) if isinstance(value, (list, tuple)) else ""
@@ -439,6 +454,18 @@ class TaskSpec:
             raise self._fail(
                 f"positive_label={short_repr(self.positive_label)} is not a label id 0..{len(self.label_names) - 1}."
             )
+
+    def _check_positive_label(self) -> None:
+        """positive_label names the class of binary F1, which only a 'single' or 'pair' classification task scores;
+        set anywhere else it was accepted and never read (the default, 1, is what every description records)."""
+        scored = self.kind in ("single", "pair") and not self.regression
+        if scored or self.positive_label == _DEFAULT_POSITIVE_LABEL:
+            return
+        what = "a regression task" if self.regression else f"a task of kind {short_repr(self.kind)}"
+        raise self._fail(
+            f"positive_label={short_repr(self.positive_label)} is unused by {what}: it picks the positive class of "
+            "binary F1, which only 'single' and 'pair' classification tasks score; remove it."
+        )
 
     def _check_span_metrics(self) -> None:
         known = _SPAN_METRICS[self.kind]

@@ -72,7 +72,7 @@ def _register_overwrite_text(folder: Path) -> Action:
     return action
 
 
-def _encode_rows(task: str, rows: list[dict[str, Any]]) -> Callable[[Path], Action]:
+def _encode_rows(task: str | TaskSpec, rows: list[dict[str, Any]]) -> Callable[[Path], Action]:
     """encode_task(task, Dataset.from_list(rows), <the shipped MiniLM's tokenizer>): rows that no load checked."""
 
     def prepare(folder: Path) -> Action:
@@ -107,6 +107,13 @@ def _home_data_file(folder: Path) -> Action:
 def _yaml_yes_no(folder: Path) -> Action:
     path = folder / "own.yaml"
     path.write_text("name: own\nkind: single\ntext_fields: [text]\nlabel_names: [yes, no]\n", encoding="utf-8")
+    return lambda: load_task_file(path, register=False)
+
+
+def _yaml_yes_no_values(folder: Path) -> Action:
+    path = folder / "own.yaml"
+    text = "name: own\nkind: single\ntext_fields: [text]\nlabel_names: [agree, disagree]\nlabel_values: [yes, no]\n"
+    path.write_text(text, encoding="utf-8")
     return lambda: load_task_file(path, register=False)
 
 
@@ -307,5 +314,77 @@ CASES: tuple[BadInput, ...] = (
         None,
         ("the home folder",),
         _home_data_file,
+    ),
+    B(
+        "encode-hand-made-label-out-of-range",
+        GROUP,
+        "encode_task('sst2', Dataset.from_list(rows)) whose row 1 has label 7 of a 2-label task (encoded in silence; "
+        "the model's loss failed on it in training, an IndexError, or a device-side assert on a GPU)",
+        TaskError,
+        ("split 'data', row 1", "label 7 is not a label id 0..1", "load_task_data"),
+        _encode_rows("sst2", [{"sentence": "fine", "label": 1}, {"sentence": "bad", "label": 7}]),
+    ),
+    B(
+        "encode-hand-made-label-minus-one",
+        GROUP,
+        "encode_task('sst2', Dataset.from_list(rows)) whose row 0 has label -1, GLUE's 'no gold label' (encoded in "
+        "silence as a class id; the model's loss failed on it in training)",
+        TaskError,
+        ("row 0", "label -1 marks no gold label", "drop the row", "drop_unlabelled=True"),
+        _encode_rows("sst2", [{"sentence": "fine", "label": -1}, {"sentence": "bad", "label": 0}]),
+    ),
+    B(
+        "encode-hand-made-score-nan",
+        GROUP,
+        "encode_task('stsb', Dataset.from_list(rows)) whose row 1's score is NaN (encoded in silence; refused only "
+        "by the collator, mid-training, as 'example 1 of the batch')",
+        TaskError,
+        ("split 'data', row 1", "label nan marks no gold score"),
+        _encode_rows(
+            "stsb",
+            [
+                {"sentence1": "a", "sentence2": "b", "label": 3.5},
+                {"sentence1": "c", "sentence2": "d", "label": float("nan")},
+            ],
+        ),
+    ),
+    B(
+        "encode-hand-made-tag-out-of-range",
+        GROUP,
+        "encode_task(<tagging task of 3 tags>, Dataset.from_list(rows)) whose tags are [0, 9] (encoded in silence; "
+        "the model's loss failed on tag 9 in training)",
+        TaskError,
+        ("row 0", "label [0, 9] holds tag 9", "not a label id 0..2"),
+        _encode_rows(
+            TaskSpec(name="tags", kind="token_classification", text_fields=("words",), label_names=("O", "B-X", "I-X")),
+            [{"words": ["a", "b"], "label": [0, 9]}],
+        ),
+    ),
+    B(
+        "task-file-yaml-yes-no-label-values",
+        GROUP,
+        "load_task_file(own.yaml) with label_values: [yes, no] (accepted as [True, False]; every row of a file "
+        "labelled 'yes'/'no' was then refused as an unknown label, the values told as ['True', 'False'])",
+        TaskError,
+        ("label_values=[True, False]", "holds booleans", "quote them ('yes', 'no')"),
+        _yaml_yes_no_values,
+    ),
+    B(
+        "task-positive-label-unused-kind",
+        GROUP,
+        "instruction_task('answers', positive_label=0) (accepted and never read: only binary F1 of a single or "
+        "pair classification task uses it)",
+        TaskError,
+        ("positive_label=0", "kind 'generation'", "only 'single' and 'pair' classification tasks"),
+        lambda folder: lambda: instruction_task("answers", positive_label=0),
+    ),
+    B(
+        "encode-hand-made-answer-float",
+        GROUP,
+        "encode_task(<generation task>, Dataset.from_list(rows)) whose answer is 2.5 (encoded as the text '2.5', "
+        "where load_task_data refuses the same row as not text)",
+        TaskError,
+        ("split 'data', row 0", "the answer in field 'answer' is 2.5 (of type float), not text"),
+        _encode_rows(instruction_task("answers"), [{"prompt": "q", "answer": 2.5}]),
     ),
 )
