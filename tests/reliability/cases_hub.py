@@ -32,20 +32,25 @@ def _cache_of(folder: Path, repo_id: str, source: Path, cache: str = "hf-cache")
     return cached_repo(folder / cache, repo_id, files)
 
 
-def _setup_on_cached_encoder(folder: Path) -> Action:
+def _setup_on_cached_encoder(asked: str) -> Callable[[Path], Action]:
     """The encoder org/enc wholly in the cache HF_HUB_CACHE names (set after transformers was imported, as a
-    notebook or a test sets it), offline, and a setup saved on it loaded with the id as its base."""
-    source = encoder_folder(folder)
-    _cache_of(folder, "org/enc", source)
-    model = af.wrap(transformers.AutoModel.from_pretrained(source))
-    model.add_adapter("a", "pfeiffer")
-    setup = model.save_pretrained(folder / "setup")
+    notebook or a test sets it; as models--org--enc), offline, and a setup saved on it loaded with the id `asked`
+    as its base ('Org/Enc': the Hub's ids ignore case, the cache's folders do not)."""
 
-    def load() -> str:
-        loaded = af.AdaptedModel.from_pretrained("org/enc", setup)
-        return f"loaded adapters {loaded.adapter_names} on org/enc from the cache that HF_HUB_CACHE names"
+    def prepare(folder: Path) -> Action:
+        source = encoder_folder(folder)
+        _cache_of(folder, "org/enc", source)
+        model = af.wrap(transformers.AutoModel.from_pretrained(source))
+        model.add_adapter("a", "pfeiffer")
+        setup = model.save_pretrained(folder / "setup")
 
-    return in_hub(load, folder)
+        def load() -> str:
+            loaded = af.AdaptedModel.from_pretrained(asked, setup)
+            return f"loaded adapters {loaded.adapter_names} on {asked} from its copy cached as org/enc"
+
+        return in_hub(load, folder)
+
+    return prepare
 
 
 def _shard_not_cached(folder: Path) -> Action:
@@ -282,21 +287,6 @@ def _adapter_cased(repo_ids: tuple[str, ...], asked: str) -> Callable[[Path], Ac
     return prepare
 
 
-def _setup_on_encoder_cased(folder: Path) -> Action:
-    """The encoder cached as org/enc (models--org--enc), offline, a setup loaded on it by the id 'Org/Enc'."""
-    source = encoder_folder(folder)
-    _cache_of(folder, "org/enc", source)
-    model = af.wrap(transformers.AutoModel.from_pretrained(source))
-    model.add_adapter("a", "pfeiffer")
-    setup = model.save_pretrained(folder / "setup")
-
-    def load() -> str:
-        loaded = af.AdaptedModel.from_pretrained("Org/Enc", setup)
-        return f"loaded adapters {loaded.adapter_names} on Org/Enc from its copy cached as org/enc"
-
-    return in_hub(load, folder)
-
-
 def _pipeline_tokenizer_cached(files: Callable[[Path], Any], asked: str) -> Callable[[Path], Action]:
     """af.pipeline('feature-extraction', <the shipped MiniLM wrapped>, tokenizer=`asked`) offline, the cache holding
     as org/tok what `files(folder)` saved into a folder."""
@@ -334,7 +324,7 @@ CASES: tuple[BadInput, ...] = (
         "found it there, transformers looked in the cache of import time)",
         None,
         ("loaded adapters ['a'] on org/enc",),
-        _setup_on_cached_encoder,
+        _setup_on_cached_encoder("org/enc"),
     ),
     B(
         "hub-adapter-cached-in-hf-home",
@@ -641,7 +631,7 @@ CASES: tuple[BadInput, ...] = (
         "'encoder Org/Enc is not in the local Hugging Face cache')",
         None,
         ("loaded adapters ['a'] on Org/Enc",),
-        _setup_on_encoder_cased,
+        _setup_on_cached_encoder("Org/Enc"),
     ),
     B(
         "hub-adapter-cached-in-two-casings",
