@@ -19,12 +19,10 @@ from adapterfusion.fusion import add_fusion_subset
 from adapterfusion.tasks import TaskSpec
 from adapterfusion.training import AnnealedSchedule, TaskSampler, TrainingError, sampling_probabilities
 from adapterfusion.training.setups import SETUPS, Setup, register_setup
-from catalogue import Action, BadInput, adapters_a_and_b, encoder_folder, experiment
+from catalogue import TINY_RUN, Action, BadInput, adapters_a_and_b, encoder_folder, experiment, train_on_damaged
 
 B = BadInput
 GROUP = "fusion configs"
-
-_TINY_RUN = {"max_steps": 1, "batch_size": 8, "max_length": 32, "patience": None}
 
 
 def _fused_logits(config: Callable[[], af.FusionConfig]) -> Callable[[Path], Action]:
@@ -61,7 +59,7 @@ def _fusion_run(setup: str = "fusion-st-a", marker: Any = None, **options: Any) 
             store=folder / "store",
             data_dir=demo_data_dir(),
             max_examples=16,
-            training_config=_TINY_RUN,
+            training_config=TINY_RUN,
             setup_options={"sources": ["cb"], **options},
         )
 
@@ -79,7 +77,7 @@ def _multitask(tasks: list[Any], **kwargs: Any) -> Callable[[Path], Action]:
             output_dir=folder / "runs",
             data_dir=demo_data_dir(),
             max_examples=16,
-            training_config=_TINY_RUN,
+            training_config=TINY_RUN,
             **kwargs,
         )
 
@@ -130,25 +128,6 @@ def _draws(schedule: AnnealedSchedule) -> Callable[[Path], Action]:
         return f"tasks drawn: {[sampler.draw(step) for step in range(3)]}; last p = {sampler.probabilities(2)}"
 
     return lambda folder: action
-
-
-def _st_a_run(**options: Any) -> Callable[[Path], Action]:
-    """train('rte', 'st-a', setup_options=options) for one step on a saved tiny BERT and the demo data."""
-
-    def prepare(folder: Path) -> Action:
-        encoder = encoder_folder(folder)
-        return lambda: af.training.train(
-            "rte",
-            "st-a",
-            encoder=encoder,
-            output_dir=folder / "runs",
-            data_dir=demo_data_dir(),
-            max_examples=16,
-            training_config=_TINY_RUN,
-            setup_options=options,
-        )
-
-    return prepare
 
 
 def _fused_model_lookup(lookup: Callable[[af.AdaptedModel], Any]) -> Callable[[Path], Action]:
@@ -449,7 +428,7 @@ CASES: tuple[BadInput, ...] = (
         "only once the encoder and the data had loaded, leaving the run's empty folders)",
         TrainingError,
         ("reduction_factor 1000.0 leaves no bottleneck for hidden size 32", "at most 32", "encoder '"),
-        _left_no_run_folder(_st_a_run(reduction_factor=1000)),
+        _left_no_run_folder(train_on_damaged(lambda path: None, reduction_factor=1000)),
     ),
     B(
         "mt-a-one-task",

@@ -146,9 +146,13 @@ def encoder_folder(folder: Path) -> Path:
     return path
 
 
-def train_on_damaged(damage: Callable[[Path], Any]) -> Callable[[Path], Action]:
-    """train() of st-a on rte for one step on 16 examples, on encoder_folder after `damage(path)`: an encoder folder
-    that loads trains at once."""
+# One optimizer step on 8-example batches: what a case that must get past the checks into training runs.
+TINY_RUN = {"max_steps": 1, "batch_size": 8, "max_length": 32, "patience": None}
+
+
+def train_on_damaged(damage: Callable[[Path], Any], **setup_options: Any) -> Callable[[Path], Action]:
+    """train() of st-a on rte (with `setup_options`) for one step on 16 examples, on encoder_folder after
+    `damage(path)`: an encoder folder that loads trains at once."""
 
     def prepare(folder: Path) -> Action:
         path = encoder_folder(folder)
@@ -160,7 +164,8 @@ def train_on_damaged(damage: Callable[[Path], Any]) -> Callable[[Path], Action]:
             output_dir=folder / "runs",
             data_dir=demo_data_dir(),
             max_examples=16,
-            training_config={"max_steps": 1, "batch_size": 8, "max_length": 32, "patience": None},
+            training_config=TINY_RUN,
+            setup_options=setup_options or None,
         )
 
     return prepare
