@@ -7,6 +7,7 @@ row found here costs seconds while the same row found by a tokenizer mid-trainin
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -256,11 +257,11 @@ def _check_scores(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
     return unlabelled
 
 
-def _hidden_scores(spec: TaskSpec, batch) -> bool:
-    """Whether every score of a regression split's `batch` is -1: where every batch's is, the split holds GLUE's
-    hidden test labels (STS-B's test split), not scores, which a model could only be scored against as a constant
-    (Pearson undefined)."""
-    return spec.regression and all(_score(raw) == HIDDEN_SCORE for raw in fields.field_values(batch, spec.label_field))
+def _hidden_scores(spec: TaskSpec, labels: Iterable[Any]) -> bool:
+    """Whether every score among a regression split's `labels` (one batch of them) is -1: where every batch's is,
+    the split holds GLUE's hidden test labels (STS-B's test split), not scores, which a model could only be scored
+    against as a constant (Pearson undefined)."""
+    return spec.regression and all(_score(raw) == HIDDEN_SCORE for raw in labels)
 
 
 def _check_labels(spec: TaskSpec, batch, offset: int, origin: str) -> list[int]:
@@ -324,7 +325,7 @@ def check_split(spec: TaskSpec, dataset, origin: str, role: str):
     try:
         for batch in dataset.select_columns(columns).iter(batch_size=_CHUNK):
             unlabelled += _check_labels(spec, batch, offset, origin)
-            hidden = hidden and _hidden_scores(spec, batch)
+            hidden = hidden and _hidden_scores(spec, fields.field_values(batch, spec.label_field))
             check_rows(spec, batch, offset, origin)
             if spec.is_multiple_choice:
                 twins += _gold_twins(spec, batch, offset)
@@ -383,7 +384,7 @@ def check_label_column(spec: TaskSpec, dataset, origin: str) -> None:
     (Dataset.from_list) kept raw labels, which the collator or the model's loss refused only in training, or read
     in silence (a -1, GLUE's "no gold label", or float ids taken as regression scores)."""
     words_column = [fields.top_level(spec.text_fields[0])] if spec.is_token_classification else []
-    hidden = spec.regression  # every score so far -1: GLUE's hidden test scores (as _hidden_scores)
+    hidden = spec.regression  # every score so far -1 (_hidden_scores)
     offset = 0
     for batch in dataset.select_columns([LABEL_COLUMN, *words_column]).iter(batch_size=_CHUNK):
         labels = batch[LABEL_COLUMN]
@@ -392,7 +393,7 @@ def check_label_column(spec: TaskSpec, dataset, origin: str) -> None:
             problem = _label_problem(spec, raw, row_words)
             if problem is not None:
                 raise TaskError(f"{_where(spec, origin)}, row {offset + i}: label {short_repr(raw)} {problem}")
-        hidden = hidden and all(_score(raw) == HIDDEN_SCORE for raw in labels)
+        hidden = hidden and _hidden_scores(spec, labels)
         offset += len(labels)
     if hidden:
         raise TaskError(
