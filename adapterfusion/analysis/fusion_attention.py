@@ -25,7 +25,7 @@ from adapterfusion._validation import check_int, check_name, short_repr
 from adapterfusion.errors import ConfigError, RunFileError, SerializationError
 from adapterfusion.forward_inputs.batches import check_batch, check_batches
 from adapterfusion.forward_inputs.seq2seq_head import shifted_right
-from adapterfusion.fusion.config import resolve_fusion_config
+from adapterfusion.fusion.config import recorded_fusion_config
 from adapterfusion.io.documents import read_json
 from adapterfusion.io.paths import as_path
 from adapterfusion.run_layout import CONFIG_FILE
@@ -247,7 +247,7 @@ def _run_is_scalearn(run_dir: Path) -> bool:
     try:
         config = read_json(run_dir / CONFIG_FILE, "", RunFileError)
         fusion_config = (config.get("setup_options") or {}).get("fusion_config")
-        return fusion_config is not None and resolve_fusion_config(fusion_config).is_scalearn
+        return fusion_config is not None and recorded_fusion_config(fusion_config).is_scalearn
     except (RunFileError, ConfigError, AttributeError, TypeError):
         return False
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from adapterfusion.analysis.fusion_attention import SCALE_LABEL, FusionActivation, average_activations
 from adapterfusion.errors import ConfigError
-from adapterfusion.fusion.config import resolve_fusion_config
+from adapterfusion.fusion.config import recorded_fusion_config
 from adapterfusion.io.atomic import atomic_write_bytes
 from adapterfusion.io.paths import check_writable_file
 
@@ -248,7 +248,7 @@ def plot_tradeoff(report: Report, path: str | os.PathLike) -> Path | None:
 def _is_scalearn(variant: Mapping[str, Any]) -> bool:
     """Whether a report variant's fusion is ScaLearn (fusion/scalearn.py), whose recorded values are scales."""
     config = variant.get("options", {}).get("fusion_config")
-    return config is not None and resolve_fusion_config(config).is_scalearn
+    return config is not None and recorded_fusion_config(config).is_scalearn
 
 
 def fusion_attention_by_target(report: Report, variant: str) -> dict[str, FusionActivation]:

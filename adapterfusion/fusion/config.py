@@ -64,7 +64,8 @@ class FusionConfig:
     temperature: divide scores by T(step) = max(T0 * (1 - step / temperature_steps), 1), a pure function of
     the training step that the trainer sets with `model.set_fusion_step(step)`; T0 = temperature_start >= 1.
     An option that its switch leaves without effect (temperature_steps without temperature, value_init_noise
-    without value, regularization_weight without value or regularization) is refused: UNUSED_WITHOUT.
+    without value, regularization_weight without value or regularization) is refused: UNUSED_WITHOUT. A saved
+    fusion_config.json or a finished run's record that holds one still loads, with the option at its default.
     score_dropout: dropout on the attention scores before the softmax (AdapterHub applies the encoder's
     attention dropout there; the paper is silent, so it is off by default).
     query_norm: scale the query to unit root mean square before Q (an RMSNorm without weights; ours, not the
@@ -257,6 +258,15 @@ def _refuse_unused(config: FusionConfig) -> None:
 def _without_unused(fields: dict[str, Any]) -> dict[str, Any]:
     """`fields` with each no-op option (_unused) at its default: what it computes is unchanged."""
     return {**fields, **{name: _DEFAULTS[name] for _, name in _unused({**_DEFAULTS, **fields})}}
+
+
+def recorded_fusion_config(config: FusionConfig | str | Mapping[str, Any] | None) -> FusionConfig:
+    """A fusion config as a finished run's config.json records it. A run recorded before UNUSED_WITHOUT was refused
+    may hold a no-op option; it trained without its effect, so it loads at its default, as a saved config does."""
+    if isinstance(config, Mapping):
+        fields = versioned_fields(config, FusionConfig, CONFIG_FORMAT_VERSION, "fusion config")
+        return FusionConfig(**_without_unused(fields))
+    return resolve_fusion_config(config)
 
 
 def resolve_fusion_config(config: FusionConfig | str | Mapping[str, Any] | None) -> FusionConfig:

@@ -9,6 +9,7 @@ by the saved ones (adapter/, fusion/, head/), so no setup's layout is described 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from adapterfusion.encoder_identity import check_same_encoder
 from adapterfusion.encoder_loading import load_encoder_model, load_language_model, load_tokenizer
 from adapterfusion.encoders import resolve_encoder
+from adapterfusion.fusion.config import recorded_fusion_config
 from adapterfusion.io.paths import as_path
 from adapterfusion.model import wrap
 from adapterfusion.tasks.spec import TaskSpec
@@ -96,6 +98,14 @@ def _fusion_step(run_dir: Path) -> int:
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else 0
 
 
+def _as_recorded(setup_options: Any) -> Any:
+    """The run's setup options with a recorded fusion config read as recorded (recorded_fusion_config): a run
+    finished before a no-op option was refused still rebuilds, computing as it trained."""
+    if isinstance(setup_options, Mapping) and isinstance(setup_options.get("fusion_config"), Mapping):
+        return {**setup_options, "fusion_config": recorded_fusion_config(setup_options["fusion_config"]).to_dict()}
+    return setup_options
+
+
 def rebuild_run(
     run_dir: str | os.PathLike, store: AdapterStore | str | os.PathLike | None = None, device: str | None = None
 ) -> RebuiltRun:
@@ -127,7 +137,7 @@ def rebuild_run(
 
     context = SetupContext(
         task=task,
-        options=recipe.resolve_options(config["setup_options"]),
+        options=recipe.resolve_options(_as_recorded(config["setup_options"])),
         seed=int(config["seed"]),
         encoder=config["encoder"],
         store=store,

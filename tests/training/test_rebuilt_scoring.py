@@ -60,3 +60,23 @@ def test_prune_scores_a_bf16_fusion_as_training_did(tmp_path, tiny_encoder_dir, 
     recorded = json.loads(fused.metrics_path.read_text())["best"]["loss"]
     pruned = prune_fusion(fused.run_dir, keep=1, repeats=1, timing_batches=1)
     assert abs(pruned.before.metrics["loss"] - recorded) < 1e-6
+
+
+def test_a_run_recorded_with_a_no_op_fusion_option_still_rebuilds(tmp_path, tiny_encoder_dir, demo_data_dir):
+    """A fusion run finished before no-op options were refused (temperature_steps without temperature) trained
+    without that option's effect: it rebuilds and scores as recorded, though a new run with it is refused."""
+    common = dict(
+        seed=1, data_dir=demo_data_dir, output_dir=tmp_path, store=tmp_path / "store", encoder=tiny_encoder_dir
+    )
+    settings = dict(epochs=1, batch_size=8, max_length=32, learning_rate=0.5, patience=None)
+    slice_ = {"train": 16, "validation": 16}
+    for task in ("rte", "sst2"):
+        train(task, "st-a", **common, max_examples=slice_, training_config=settings)
+    fused = train("rte", "fusion-st-a", **common, max_examples=slice_, training_config=settings,
+                  setup_options={"sources": ["sst2"], "fusion_config": {"value_init_noise": 0.001}})  # fmt: skip
+    config_path = fused.run_dir / "config.json"
+    config = json.loads(config_path.read_text())
+    config["setup_options"]["fusion_config"]["temperature_steps"] = 20  # as an older version wrote it
+    config_path.write_text(json.dumps(config))
+    recorded = json.loads(fused.metrics_path.read_text())["best"]["loss"]
+    assert abs(evaluate_run(fused.run_dir)["metrics"]["loss"] - recorded) < 1e-6
