@@ -162,7 +162,7 @@ def check_weights_dtype(encoder: str | None) -> None:
     here, from the config alone."""
     checked = _local_or_shipped(encoder)
     config = encoder_config(checked) if checked is not None else None
-    saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    saved = getattr(config, "dtype", None)  # transformers 5 reads a file's torch_dtype into it; the old name warns
     if str(saved).removeprefix("torch.") != "float16":
         return
     raise fail(
