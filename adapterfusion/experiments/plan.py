@@ -26,6 +26,7 @@ from adapterfusion.experiments.spec import ExperimentSpec, SetupVariant
 from adapterfusion.io.paths import path_part
 from adapterfusion.run_layout import seed_folder
 from adapterfusion.tasks.spec import GENERATION
+from adapterfusion.training.resume import without_free_settings
 from adapterfusion.training.run import run_dir_for
 from adapterfusion.training.store import resolve_zoo, zoo_seed
 
@@ -62,6 +63,7 @@ class Job:
         dependencies: Mapping[str, str] | None = None,
         absolute_paths: bool = False,
         task_specs: bool = True,
+        free_settings: bool = False,
     ) -> str:
         """Digest of everything that decides this job's result, the config hashes of the jobs it depends on
         included (`dependencies`: id -> hash, see config_hashes), so a fusion whose adapters are re-trained with
@@ -70,14 +72,16 @@ class Job:
         count as the experiment file writes them (ExperimentSpec.recorded_dict), so a clone elsewhere keeps its
         results; absolute_paths: the hash older runners recorded, of the absolute paths. The description of a task of
         the experiment's own (task_files: its data files, labels, template) counts too, so editing it re-runs its
-        jobs; task_specs=False: the hash runners recorded before it did."""
+        jobs; task_specs=False: the hash runners recorded before it did. Settings that change how a run is logged
+        or kept, not its result (training/resume.py FREE_ON_RESUME), do not count; free_settings=True: the hash
+        runners recorded while they did."""
         paths = spec.to_dict() if absolute_paths else spec.recorded_dict()
         data = {
             "setup": self.setup,
             "task": self.task,
             "seed": self.seed,
             "options": self.options,
-            "training": self.training,
+            "training": self.training if free_settings else without_free_settings(self.training),
             "depends_on": self.depends_on,
             "encoder": paths["encoder"],
             "data_dir": paths["data_dir"],
@@ -292,13 +296,17 @@ def jobs_per_variant(jobs: list[Job]) -> dict[str, int]:
 
 
 def config_hashes(
-    spec: ExperimentSpec, jobs: list[Job], absolute_paths: bool = False, task_specs: bool = True
+    spec: ExperimentSpec,
+    jobs: list[Job],
+    absolute_paths: bool = False,
+    task_specs: bool = True,
+    free_settings: bool = False,
 ) -> dict[str, str]:
     """Job id -> config hash, each job's folding in its dependencies' (and so, through theirs, every job it
     needs, transitively)."""
     hashes: dict[str, str] = {}
     for job in topological_order(jobs):
-        hashes[job.id] = job.config_hash(spec, hashes, absolute_paths, task_specs)
+        hashes[job.id] = job.config_hash(spec, hashes, absolute_paths, task_specs, free_settings)
     return hashes
 
 

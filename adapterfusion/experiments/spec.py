@@ -112,6 +112,7 @@ from adapterfusion.io.documents import read_document
 from adapterfusion.io.paths import check_readable_file, user_path
 from adapterfusion.tasks.spec import ROLES
 from adapterfusion.training.config import MAX_SEED, SEED_RANGE_REASON
+from adapterfusion.training.resume import without_free_settings
 from adapterfusion.training.store import SHIPPED
 
 SPEC_FORMAT_VERSION = 1
@@ -224,14 +225,20 @@ class ExperimentSpec:
             }
         return data
 
-    def spec_hash(self, absolute_paths: bool = False) -> str:
+    def spec_hash(self, absolute_paths: bool = False, free_settings: bool = False) -> str:
         """A digest of everything that decides results (not the output dir, the description or the file's path),
         with paths relative to the experiment file (recorded_dict), so that a clone elsewhere is the same experiment:
         an output dir records it, and refuses a different experiment. absolute_paths: the digest older versions
-        recorded, of the absolute paths."""
+        recorded, of the absolute paths. Settings that change how runs are logged or kept, not their results
+        (training/resume.py FREE_ON_RESUME), do not count; free_settings=True: the digest recorded while they did."""
         data = self.to_dict() if absolute_paths else self.recorded_dict()
         ignored = ("output_dir", "description", "select", ANALYSES_KEY)  # select: report; analyses: own job hashes
         data = {k: v for k, v in data.items() if k not in ignored}
+        if not free_settings:
+            data["variants"] = [{**v, "training": without_free_settings(v["training"])} for v in data["variants"]]
+            task_training = {t: without_free_settings(s) for t, s in data.pop("task_training", {}).items()}
+            if any(task_training.values()):  # a task left with nothing to change counts as none, as in to_dict
+                data["task_training"] = {task: settings for task, settings in task_training.items() if settings}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     @classmethod

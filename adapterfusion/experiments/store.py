@@ -312,8 +312,11 @@ class ResultsStore:
         # what runners recorded before a job's hash covered its own task's description: the same job only while
         # the experiment (whose spec hash always covered the descriptions) is unchanged
         untasked = config_hashes(spec, jobs, task_specs=False) if meta.get("spec_hash") == spec_hash else {}
+        # what runners recorded while logging and checkpoint-keeping settings counted (resume.FREE_ON_RESUME)
+        all_settings = config_hashes(spec, jobs, free_settings=True)
         # an older runner hashed the absolute paths: the same experiment, still at the same place
-        if meta.get("spec_hash") not in (None, spec_hash, spec.spec_hash(absolute_paths=True)) and not force:
+        same = (None, spec_hash, spec.spec_hash(absolute_paths=True), spec.spec_hash(free_settings=True))
+        if meta.get("spec_hash") not in same and not force:
             raise SpecMismatchError(
                 f"{self.output_dir} holds results of experiment {meta.get('name')!r} (spec {meta['spec_hash']}), "
                 f"not of this spec {spec.name!r} ({spec_hash}){_what_changed(meta.get('spec'), spec.to_dict())}; "
@@ -357,9 +360,8 @@ class ResultsStore:
                     )
                     continue
                 recorded = existing[job.id]["config_hash"]
-                keep = recorded in (config_hash, older[job.id], untasked.get(job.id)) or _upgradable(
-                    job, spec, existing, reset
-                )
+                earlier = (config_hash, older[job.id], untasked.get(job.id), all_settings[job.id])
+                keep = recorded in earlier or _upgradable(job, spec, existing, reset)
                 if not keep:
                     reset.append(job.id)
                 self._db.execute(

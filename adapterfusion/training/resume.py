@@ -50,6 +50,13 @@ FREE_ON_RESUME = (
     "gradient_checkpointing",
 )
 
+
+def without_free_settings(training: Mapping[str, Any]) -> dict[str, Any]:
+    """`training` less the FREE_ON_RESUME settings: what decides a run's result, which an experiment's job and spec
+    hashes cover (a job whose logging settings changed keeps its result and resumes with the new ones)."""
+    return {name: value for name, value in training.items() if name not in FREE_ON_RESUME}
+
+
 # TrainingConfig fields added after runs were already saved, with the value that behaves as those runs did: a run
 # saved before a field existed resumes when the call sets that value.
 TRAINING_SETTINGS_ADDED_LATER: dict[str, Any] = {"fast_dropout": False}

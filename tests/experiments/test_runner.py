@@ -224,6 +224,32 @@ def test_force_after_changing_the_adapters_settings_re_runs_the_fusions_that_fus
     ]  # the head jobs are kept
 
 
+def test_changing_only_logging_and_checkpoint_keeping_settings_re_runs_nothing(tmp_path, tiny_encoder_dir):
+    """logging_steps, save_total_limit, gradient_checkpointing and the rest of resume.FREE_ON_RESUME change how a
+    run is logged or kept, not its result: the experiment stays the same one (no --force) and every job stays done.
+    A record made while they counted in the hashes is kept too; a setting that changes results still re-runs."""
+    spec = tiny_experiment(tiny_encoder_dir, tmp_path / "out", setups=["head", {"name": "st-a", "logging_steps": 5}])
+    assert run_experiment(spec, executor=_ScriptedExecutor(fail=set()), progress=False).ok
+    free = {"name": "st-a", "logging_steps": 1, "save_total_limit": 2, "gradient_checkpointing": True}
+    relogged = {**spec, "setups": ["head", free], "task_training": {"rte": {"report_to": "none"}}}
+    again = _ScriptedExecutor(fail=set())
+    summary = run_experiment(relogged, executor=again, progress=False)
+    assert summary.ok and again.submitted == [] and not summary.rerun, summary
+
+    loaded = load_spec(relogged)
+    jobs = plan_jobs(loaded)
+    with sqlite3.connect(tmp_path / "out" / "experiment.db") as db:  # as a runner recorded them while they counted
+        db.execute("UPDATE meta SET value = ? WHERE key = 'spec_hash'", (loaded.spec_hash(free_settings=True),))
+        for job_id, digest in config_hashes(loaded, jobs, free_settings=True).items():
+            db.execute("UPDATE jobs SET config_hash = ? WHERE id = ?", (digest, job_id))
+    with ResultsStore(tmp_path / "out") as store:
+        assert store.bind(loaded, jobs) == []
+
+    retrained = {**relogged, "setups": ["head", {**free, "learning_rate": 5e-3}]}
+    with pytest.raises(SpecMismatchError):
+        run_experiment(retrained, executor=_ScriptedExecutor(fail=set()), progress=False)
+
+
 def test_a_store_of_an_older_runner_keeps_only_the_fusions_whose_adapters_finished_before_them(
     tmp_path, tiny_encoder_dir
 ):
