@@ -3,8 +3,8 @@ source as its other splits, checked the same way, and scored only after training
 dev set selected. They never select anything, so each is an honest second dev number.
 
 From the Hub the split is read from the same dataset; from a data folder, `<task>/<split>.jsonl.gz` (or any other
-supported extension); a task described by its own `data_files` has none. A split that is missing is left out with a
-note, so a demo pack without MNLI's mismatched dev set still trains.
+supported extension); from a task's own `data_files`, the file its entry of that split's name gives. A split that
+is missing is left out with a note, so a demo pack without MNLI's mismatched dev set still trains.
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ def _raw_split(spec, kind: str, location: str, split: str, cache_dir: str | None
     if kind == "local":
         path = find_split_file(Path(location) / spec.name, [split])
         return None if path is None else (read_data_file(path, cache_dir), str(path))
+    if kind == "files":  # checked distinct from the main splits' files when those loaded (loading._file_splits)
+        given = dict(spec.data_files).get(split)
+        return None if given is None else (read_data_file(given, cache_dir), given)
     return None
 
 
@@ -80,7 +83,8 @@ def load_extra_dev_splits(
             notes.append(f"extra dev split {split!r} left out: {err}")
             continue
         if raw is None:
-            notes.append(f"extra dev split {split!r} left out: {location} has none")
+            where = f"the task's data_files give no file for it (key {split!r})" if kind == "files" else None
+            notes.append(f"extra dev split {split!r} left out: {where or f'{location} has none'}")
             continue
         checked = check_split(spec, raw[0], raw[1], "validation")
         dataset = checked.dataset

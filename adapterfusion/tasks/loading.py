@@ -190,9 +190,11 @@ def _local_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[
 
 
 def _file_splits(spec: TaskSpec, location: str, cache_dir: str | None) -> dict[str, _Raw]:
-    """The task's own `data_files` (role -> path)."""
+    """The task's own `data_files` (role -> path), less its extra dev splits' (tasks/extra_dev.py reads those)."""
     _check_distinct_files(spec, {role: Path(path) for role, path in spec.data_files})
-    return {role: _Raw(read_data_file(path, cache_dir), role, str(path)) for role, path in spec.data_files}
+    return {
+        role: _Raw(read_data_file(path, cache_dir), role, str(path)) for role, path in spec.data_files if role in ROLES
+    }
 
 
 def _check_distinct_files(spec: TaskSpec, files: Mapping[str, Path]) -> None:

@@ -112,7 +112,8 @@ class TaskSpec:
         (None: the task has no such split, e.g. IMDb has no validation set).
     hub_splits: the roles whose Hub split has gold labels; other roles are never loaded from the Hub.
     drop_unlabelled: drop rows without a gold label (SNLI's -1) instead of rejecting the file.
-    data_files: role -> path of a user's own file (CSV, JSON, JSONL, optionally gzip'd).
+    data_files: role -> path of a user's own file (CSV, JSON, JSONL, optionally gzip'd); an extra dev split's name
+        as a key gives that split's file.
     regression: a single/pair task whose label is one real number per example (STS-B's 0-5 similarity), trained
         with a RegressionHead and scored by Spearman and Pearson correlation; it has no label_names.
     extra_dev_splits: further labelled dev splits, scored with the best checkpoint after training but never used
@@ -414,10 +415,13 @@ class TaskSpec:
                 f"extra_dev_splits={list(self.extra_dev_splits)} must be distinct split names other than the "
                 f"train/validation/test splits {[n for n in names if n]} and the roles {list(ROLES)}."
             )
-        for roles, what in ((self.hub_splits, "hub_splits"), (tuple(r for r, _ in self.data_files), "data_files")):
-            bad = [r for r in roles if r not in ROLES]
-            if bad:
-                raise self._fail(f"{what} uses unknown split role(s) {bad}; use {list(ROLES)}.")
+        bad = [r for r in self.hub_splits if r not in ROLES]
+        if bad:
+            raise self._fail(f"hub_splits uses unknown split role(s) {bad}; use {list(ROLES)}.")
+        bad = [r for r, _ in self.data_files if r not in ROLES and r not in self.extra_dev_splits]
+        if bad:  # an extra dev split's file is named by that split
+            extra = f" or an extra dev split {list(self.extra_dev_splits)}" if self.extra_dev_splits else ""
+            raise self._fail(f"data_files uses unknown split role(s) {bad}; use {list(ROLES)}{extra}.")
         paths = [path for _, path in self.data_files]
         twice = sorted({path for path in paths if paths.count(path) > 1})
         if twice:

@@ -211,6 +211,28 @@ def test_mnli_mismatched_dev_set_is_loaded_beside_the_matched_one(tmp_path, writ
     assert load_extra_dev_splits("rte", tmp_path) == ({}, ())
 
 
+def test_a_task_of_its_own_files_names_its_extra_dev_split_file_in_data_files(tmp_path, write_jsonl):
+    """data_files may name each extra dev split's file under that split's name; it is scored after training but
+    never loaded as a main split. Without an entry the split is left out with a note saying which key to add."""
+    files = {}
+    for key, n in (("train", 20), ("validation", 9), ("mismatched", 12)):
+        files[key] = str(tmp_path / f"{key}.jsonl")
+        write_jsonl(tmp_path / f"{key}.jsonl", _mnli_rows(n))
+    base = dict(name="my_nli", kind="pair", text_fields=("premise", "hypothesis"), label_names=("e", "n", "c"))
+    spec = TaskSpec(**base, data_files=files, extra_dev_splits=("mismatched",))
+    splits, _ = load_task_data(spec)
+    assert sorted(splits) == ["train", "validation"] and len(splits["validation"]) == 9
+    extra = load_extra_dev_splits(spec, max_examples={"validation": 5})
+    assert list(extra.splits) == ["mismatched"] and extra.notes == ()
+    assert len(extra.splits["mismatched"]) == 5 and set(extra.splits["mismatched"]["label"]) <= {0, 1, 2}
+    without = TaskSpec(**base, data_files={k: v for k, v in files.items() if k != "mismatched"},
+                       extra_dev_splits=("mismatched",))  # fmt: skip
+    missing = load_extra_dev_splits(without)
+    assert missing.splits == {} and "data_files give no file for it (key 'mismatched')" in missing.notes[0]
+    with pytest.raises(TaskError, match=r"unknown split role\(s\) \['other'\]; use .* or an extra dev split"):
+        TaskSpec(**base, data_files={**files, "other": files["mismatched"]}, extra_dev_splits=("mismatched",))
+
+
 def test_sick_r_is_a_regression_task_on_the_demo_pack(demo_data_dir):
     splits, _ = load_task_data("sick-r", demo_data_dir, max_examples=50)
     scores = splits["validation"]["label"]
