@@ -146,7 +146,13 @@ def checked_cuda(model: _Module, device: int | torch.device | None = None) -> _M
 
 def checked_to_empty(model: _Module, *, device: str | torch.device | int | None, recurse: bool = True) -> _Module:
     """nn.Module.to_empty (AdaptedModel.to_empty; after init_empty_weights: room for the weights, to be loaded next),
-    refused with the library's error on a machine without that device."""
+    refused with the library's error on a machine without that device. The model's tied weights are tied again
+    afterwards (transformers' tie_weights, as from_pretrained ties them): init_empty_weights leaves a GPT-2's or a
+    tied Llama's lm_head apart from its embeddings, and weights saved without the tied copy left it empty."""
     if device is not None:
         movable_to(f"cuda:{device}" if isinstance(device, int) else device)
-    return nn.Module.to_empty(model, device=device, recurse=recurse)
+    moved = nn.Module.to_empty(model, device=device, recurse=recurse)
+    tie = getattr(getattr(model, "model", None), "tie_weights", None)
+    if recurse and callable(tie):
+        tie()
+    return moved
