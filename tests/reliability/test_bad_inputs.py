@@ -43,6 +43,7 @@ import cases_generate
 import cases_heads
 import cases_heads_spans
 import cases_hub
+import cases_instruction_data
 import cases_interop_decoders
 import cases_leftovers
 import cases_loading
@@ -56,10 +57,12 @@ import cases_run_results
 import cases_runs
 import cases_save_targets
 import cases_saved_files
+import cases_scalearn_multitask
 import cases_serving
 import cases_serving_http
 import cases_store_interop
 import cases_sweep_pieces
+import cases_sweeps_analyses
 import cases_task_data
 import cases_task_definitions
 import cases_training_loop
@@ -1230,6 +1233,9 @@ CASES: tuple[BadInput, ...] = (
     *cases_devices.CASES,
     *cases_hub.CASES,
     *cases_task_definitions.CASES,
+    *cases_scalearn_multitask.CASES,
+    *cases_sweeps_analyses.CASES,
+    *cases_instruction_data.CASES,
 )
 
 
