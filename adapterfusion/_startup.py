@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from adapterfusion.errors import ConfigError  # light: no torch, run before the package's other imports
+
 COMMAND = "adapterfusion"  # the console script's name (pyproject.toml [project.scripts])
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 
@@ -61,4 +63,40 @@ def _exit_quietly(signum: int, frame: FrameType | None) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
+# huggingface_hub (which transformers imports) reads these as whole numbers of seconds when it is imported, and fails
+# there with a bare ValueError traceback from its constants module.
+HUB_WHOLE_NUMBERS = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
+
+
+def hub_environment_problem() -> str | None:
+    """What is wrong with the Hub's numeric environment variables, before huggingface_hub's import meets it."""
+    for name in HUB_WHOLE_NUMBERS:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        try:
+            int(value)
+        except ValueError:
+            return (
+                f"the environment variable {name}={value!r} is not a whole number of seconds, which huggingface_hub "
+                f"(imported with transformers) needs it to be; set it to one (e.g. {name}=10) or unset it"
+            )
+    return None
+
+
+def check_hub_environment() -> None:
+    """Refuse a bad Hub variable now: as the `adapterfusion` command with one line and exit status 2, as the CLI
+    refuses any bad input; imported as a library, with the library's ConfigError."""
+    problem = hub_environment_problem()
+    if problem is None:
+        return
+    argv = getattr(sys, "argv", None) or [""]
+    if Path(str(argv[0])).name == COMMAND and multiprocessing.current_process().name == "MainProcess":
+        sys.stderr.write(f"error: {problem}\n")
+        sys.stderr.flush()
+        raise SystemExit(2)
+    raise ConfigError(problem)
+
+
 quiet_interrupt_while_importing()  # on import: the package imports this module before anything else
+check_hub_environment()
