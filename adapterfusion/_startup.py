@@ -63,23 +63,27 @@ def _exit_quietly(signum: int, frame: FrameType | None) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
-# huggingface_hub (which transformers imports) reads these as whole numbers of seconds when it is imported, and fails
-# there with a bare ValueError traceback from its constants module.
-HUB_WHOLE_NUMBERS = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
+# Read as numbers when their packages are imported (huggingface_hub with transformers, datasets when data first
+# loads), failing there with a bare ValueError traceback: name -> (what it must be, its package, the reader).
+NUMERIC_VARIABLES: dict[str, tuple[str, str, type]] = {
+    "HF_HUB_ETAG_TIMEOUT": ("a whole number of seconds", "huggingface_hub (imported with transformers)", int),
+    "HF_HUB_DOWNLOAD_TIMEOUT": ("a whole number of seconds", "huggingface_hub (imported with transformers)", int),
+    "HF_DATASETS_IN_MEMORY_MAX_SIZE": ("a number of bytes", "datasets (imported to load task data)", float),
+}
 
 
 def hub_environment_problem() -> str | None:
-    """What is wrong with the Hub's numeric environment variables, before huggingface_hub's import meets it."""
-    for name in HUB_WHOLE_NUMBERS:
+    """What is wrong with those variables, before their package's import meets it."""
+    for name, (wanted, package, reader) in NUMERIC_VARIABLES.items():
         value = os.environ.get(name)
         if value is None:
             continue
         try:
-            int(value)
+            reader(value)
         except ValueError:
             return (
-                f"the environment variable {name}={value!r} is not a whole number of seconds, which huggingface_hub "
-                f"(imported with transformers) needs it to be; set it to one (e.g. {name}=10) or unset it"
+                f"the environment variable {name}={value!r} is not {wanted}, which {package} needs it to be; set "
+                f"it to one (e.g. {name}={10 if reader is int else 0}) or unset it"
             )
     return None
 
