@@ -7,6 +7,7 @@ from __future__ import annotations
 CONFIG_FILE = "config.json"  # a run's settings and provenance (training/run.py)
 METRICS_FILE = "metrics.json"  # a finished run's results
 ENTRY_FILE = "entry.json"  # an AdapterStore entry's record (training/store.py)
+MT_A_TASKS_DIR = "tasks"  # inside an MT-A run: tasks/<task>/adapter and head, one folder per task
 MT_A_MARKER_FILE = "mt_a.json"  # beside an MT-A run's fine-tuned encoder: the base encoder, seed, tasks and run folder
 SEED_PREFIX = "seed-"
 

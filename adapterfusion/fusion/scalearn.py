@@ -19,14 +19,16 @@ concatenated bottleneck space (size M = sum of m_n) and one back: the cost of a 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from adapterfusion.adapters.bottleneck import BottleneckAdapter
+from adapterfusion.errors import SerializationError
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.fusion.layer import _bottleneck_activations, _stacked_down
 
@@ -43,6 +45,8 @@ class ScaLearnLayer(nn.Module):
         self.config = config
         self.hidden_size = hidden_size
         self.num_adapters = num_adapters
+        if config.share_layers:  # the first site's layer too: assign=True is refused before anything is assigned
+            self.register_load_state_dict_pre_hook(functools.partial(_same_as_shared, first=shared is None))
         if shared is not None:
             self.scales = shared
             self.register_state_dict_post_hook(_own_copy)
@@ -66,6 +70,34 @@ def _own_copy(module: nn.Module, state: dict[str, Any], prefix: str, metadata: A
     key = prefix + "scales"
     if key in state and not isinstance(state[key], nn.Parameter):  # keep_vars=True asks for the Parameter itself
         state[key] = state[key].clone()
+
+
+def _same_as_shared(
+    module: nn.Module, state: dict[str, Any], prefix: str, metadata: Any, *args: Any, first: bool
+) -> None:
+    """Shared scales load into one Parameter at the `first` site's layer; a later site's copy must be that same
+    value. Copies that differ (a fusion saved with share_layers=False whose config was edited to True, or copies
+    edited apart) were loaded one over the other, leaving the last layer's scales at every layer without a word."""
+    incoming, scales = state.get(prefix + "scales"), cast(ScaLearnLayer, module).scales
+    if not isinstance(incoming, torch.Tensor) or incoming.shape != scales.shape:
+        return  # missing or of another shape: the loader's own checks name it
+    if isinstance(metadata, dict) and metadata.get("assign_to_params_buffers"):
+        raise SerializationError(
+            f"load_state_dict(assign=True) puts each layer's own tensor in place of the ScaLearn scales that all "
+            f"layers share (share_layers=True, {prefix.rstrip('.') or 'fusion layer'}): they would no longer be "
+            "shared, and each layer would train its own; load without assign=True"
+        )
+    if first:
+        return
+    if torch.equal(incoming.detach().to(scales.device, scales.dtype), scales.detach()):
+        return
+    where = f"at {prefix.rstrip('.')}" if prefix else "of a later layer"
+    raise SerializationError(
+        f"the ScaLearn scales {where} differ from those loaded at the first layer, but "
+        "the fusion's config shares one set of scales across all layers (share_layers=True): loading them would keep "
+        "only the last layer's. They were saved per layer (share_layers=False) or edited; load them with the config "
+        "they were saved with, or save the fusion again"
+    )
 
 
 def effective_scales(layer: ScaLearnLayer, keep: torch.Tensor | None = None) -> torch.Tensor:

@@ -5,11 +5,12 @@ Each optimizer step draws ONE task with annealed size-proportional sampling (tra
 p_i ∝ N_i^alpha, alpha = 1.0 → 0.2 linearly over the planned epochs, once per epoch as in Stickland &
 Murray; an early-stopped run ends above 0.2), activates that task's adapter and head and trains on a batch of that
 task. It runs in the loop every setup runs in (training/loop.py `fit`, the HF Trainer), fed by
-training/task_batches.py: the whole task sequence is drawn up front, so each step's batches are fixed before training
-and an interrupted run resumes from its last checkpoint (`resume=True`) to the uninterrupted run's result. An
-"epoch" is ceil(sum_i N_i / (batch_size · grad_accumulation)) steps; after each one every task's dev metrics are
-measured (evaluation.py), the checkpoint with the best mean over tasks of each task's metric_for_best is restored
-at the end, and `patience` epochs without a better mean stop the run.
+training/task_batches.py: the task sequence is drawn in step order from a seeded sampler as the steps come, so each
+step's batches are a function of the step alone and an interrupted run resumes from its last checkpoint
+(`resume=True`) to the uninterrupted run's result. An "epoch" is ceil(sum_i N_i / (batch_size · grad_accumulation))
+steps; after each one every task's dev metrics are measured (evaluation.py), the checkpoint with the best mean over
+tasks of each task's metric_for_best is restored at the end, and `patience` epochs without a better mean stop the
+run.
 
 Run folder `<output_dir>/mt-a/mt-a/seed-<seed>/` (one MT-A run per output folder and seed; config.json says
 which tasks it trained):
@@ -38,6 +39,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torch.utils.data import DataLoader
 
+from adapterfusion._validation import short_repr
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.encoder_identity import encoder_files
 from adapterfusion.encoder_limits import check_max_length
@@ -55,7 +58,7 @@ from adapterfusion.errors import ConfigError
 from adapterfusion.file_digests import files_sha256
 from adapterfusion.heads.pooling import resolve_pooling
 from adapterfusion.io.atomic import atomic_write_json
-from adapterfusion.run_layout import CONFIG_FILE
+from adapterfusion.run_layout import CONFIG_FILE, MT_A_TASKS_DIR
 from adapterfusion.scoring import predict, score
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task, encoded_sha256
@@ -84,7 +87,7 @@ from adapterfusion.training.resume import resume_point
 from adapterfusion.training.run import ENCODER_DIR, Run, RunFolder, remove_run_entry, save_encoder, training_config_for
 from adapterfusion.training.run_files import RUN_FORMAT_VERSION
 from adapterfusion.training.run_state import claimed_run
-from adapterfusion.training.sampling import AnnealedSchedule, TaskSampler, check_schedule
+from adapterfusion.training.sampling import AnnealedSchedule, StepTasks, TaskSampler, check_schedule
 from adapterfusion.training.setups import (
     MARKER_FILE,
     MT_A,
@@ -167,13 +170,13 @@ class TaskData:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """How many optimizer steps MT-A takes and which task each trains (drawn before training, so it is the same in
-    a resumed run); `sampler` gives each step's alpha and task probabilities."""
+    """How many optimizer steps MT-A takes and which task each trains (drawn in step order from the seeded sampler as
+    the steps come, so the same in a resumed run); `sampler` gives each step's alpha and task probabilities."""
 
     steps_per_epoch: int
     total_steps: int
     sampler: TaskSampler
-    step_tasks: tuple[int, ...]
+    step_tasks: StepTasks
 
     @property
     def planned_epochs(self) -> int:
@@ -217,11 +220,42 @@ def _check_config(config: TrainingConfig) -> None:
             "mt-a: a distributed launch (torchrun / accelerate launch) would train a different task on each rank in "
             "the same step; run train_multitask in one process"
         )
+    if config.max_steps is not None and config.max_steps * config.grad_accumulation > sys.maxsize:
+        # MT-A feeds the Trainer one item per micro-batch: len() of more items than an index holds was an OverflowError
+        raise TrainingError(
+            f"mt-a: max_steps={config.max_steps} times grad_accumulation={config.grad_accumulation} is more "
+            f"micro-batches than a run can count (at most {sys.maxsize}); lower max_steps (with patience set, early "
+            "stopping ends a long run sooner) or grad_accumulation"
+        )
     switches = [name for name in ("fp16", "gradient_checkpointing", "torch_compile") if getattr(config, name)]
     if switches:
         raise TrainingError(
             f"mt-a: {', '.join(switches)} is not supported for MT-A (none of fp16, gradient_checkpointing and "
             "torch_compile is tested with a task switch at every step); set it to False (bf16 works)"
+        )
+
+
+def _check_max_examples(max_examples: Any, names: list[str]) -> None:
+    """One max_examples for every task. A dict keyed by task names, as data_dir may be, was told 'unknown split role
+    'rte'', as if the task were a misspelt split."""
+    keyed = [key for key in max_examples if key in names] if isinstance(max_examples, Mapping) else []
+    if keyed:
+        raise TrainingError(
+            f"max_examples={short_repr(dict(max_examples))} is keyed by the tasks {keyed}; MT-A takes one max_examples "
+            "for every task: a number, or a dict by split ({'train': 500, 'validation': 200}). To train on fewer "
+            "examples of one task, give that task its own data files"
+        )
+    check_max_examples(max_examples)
+
+
+def _check_decoder_pooling(pooling: str | None, encoder: str) -> None:
+    """pooling='cls' on a decoder, refused from its config before the run folder is claimed and every task's data
+    loaded: the first head added refused it only then (a ConfigError), leaving the run's empty folders."""
+    if pooling == "cls" and default_pooling(encoder) == "last":
+        raise TrainingError(
+            f"mt-a: pooling='cls' reads the first token, which in a decoder ({encoder}) has seen no other token; "
+            "pass pooling='last' (the last non-padding token, as transformers' *ForSequenceClassification models do) "
+            "or pooling='mean', or leave pooling out (a decoder's heads read its last token)"
         )
 
 
@@ -292,7 +326,7 @@ def _step_plan(sizes: list[int], config: TrainingConfig, seed: int, schedule: An
     steps_per_epoch = max(1, math.ceil(sum(sizes) / (config.batch_size * config.grad_accumulation)))
     total_steps = config.max_steps or max(1, math.ceil(config.epochs * steps_per_epoch))
     sampler = TaskSampler(sizes, steps_per_epoch, math.ceil(total_steps / steps_per_epoch), seed, schedule)
-    return StepPlan(steps_per_epoch, total_steps, sampler, tuple(sampler.draw(step) for step in range(total_steps)))
+    return StepPlan(steps_per_epoch, total_steps, sampler, StepTasks.sampled(sampler, total_steps))
 
 
 def _task_evaluator(
@@ -445,7 +479,7 @@ def _results(
 
 def _task_dir(run_dir: Path, task: str) -> Path:
     """Where an MT-A run saves one task's adapter and head (the folder its store entry is put from)."""
-    return run_dir / "tasks" / task
+    return run_dir / MT_A_TASKS_DIR / task
 
 
 def _save_task_pieces(
@@ -575,7 +609,7 @@ def train_multitask(
     specs = _resolve_specs(tasks)
     names = [piece_name(spec) for spec in specs]
     config = training_config_for(MT_A, training_config, seed)
-    check_max_examples(max_examples)
+    _check_max_examples(max_examples, [spec.name for spec in specs])
     data_dirs = _data_dirs(specs, data_dir)
     check_precision(config)  # refuses fp16 without CUDA; warns of bf16 on a CPU without native bf16
     check_report_to(config)
@@ -587,6 +621,7 @@ def train_multitask(
     run = Run.open(output_dir, MT_A, MT_A, seed, encoder)
     check_max_length(config.max_length, run.encoder)
     check_bottleneck(reduction_factor, run.encoder)  # before the run folder is claimed and the data load
+    _check_decoder_pooling(pooling, run.encoder)
     run_dir, resolved_store = run.run_dir, as_store(store)
     entries = [resolved_store.path(run.encoder, s.name, MT_A, seed) for s in specs] if resolved_store else []
     with claimed_run(run_dir, entries, f"{MT_A} seed {seed} of {[s.name for s in specs]}", overwrite, resume):

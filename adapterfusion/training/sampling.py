@@ -17,10 +17,13 @@ of the late epochs, so the shared encoder does not forget them at the end of tra
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -61,10 +64,8 @@ def sampling_probabilities(sizes: Sequence[int], alpha: float) -> np.ndarray:
 def annealed_alpha(epoch: int, epochs: int, start: float = 1.0, end: float = 0.2) -> float:
     """alpha(e) = start - (start - end) * (e - 1) / (E - 1) for epoch e of E (1-based): `start` in the first
     epoch, `end` in the last; a one-epoch plan stays at `start`; epochs past the plan stay at `end`."""
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise TrainingError(f"epochs={epochs!r} must be an integer >= 1 (the planned number of epochs)")
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
-        raise TrainingError(f"epoch={epoch!r} must be an integer >= 1 (epochs count from 1)")
+    epochs = _whole(epochs, "epochs", 1, " (the planned number of epochs)")
+    epoch = _whole(epoch, "epoch", 1, " (epochs count from 1)")
     if epochs == 1:
         return float(start)
     progress = min((epoch - 1) / (epochs - 1), 1.0)
@@ -73,11 +74,16 @@ def annealed_alpha(epoch: int, epochs: int, start: float = 1.0, end: float = 0.2
 
 def epoch_of(step: int, steps_per_epoch: int) -> int:
     """The 1-based epoch that 0-based optimizer step `step` belongs to."""
-    if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
-        raise TrainingError(f"steps_per_epoch={steps_per_epoch!r} must be an integer >= 1")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise TrainingError(f"step={step!r} must be an integer >= 0")
-    return step // steps_per_epoch + 1
+    steps_per_epoch = _whole(steps_per_epoch, "steps_per_epoch", 1)
+    return _whole(step, "step", 0) // steps_per_epoch + 1
+
+
+def _whole(value: object, name: str, minimum: int, why: str = "") -> int:
+    """`value` as a Python int, any integer type (numpy's too: np.int64(2) was told it 'must be an integer >= 1')
+    but a bool."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise TrainingError(f"{name}={short_repr(value)} must be an integer >= {minimum}{why}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -164,3 +170,53 @@ class TaskSampler:
         index = int(self.generator.choice(len(self.sizes), p=self.probabilities(step)))
         self.counts[index] += 1
         return index
+
+
+def _listed_task(tasks: tuple[int, ...], step: int) -> int:
+    return tasks[step]
+
+
+class StepTasks(Sequence[int]):
+    """The task of each of `total` optimizer steps, `draw(step)` called in step order as a step is first asked for, and
+    each step's rank (how many earlier steps trained its task). A run planned far beyond where early stopping ends it
+    (max_steps=10**12) draws only the steps it reaches: drawing every step before training hung and filled memory."""
+
+    def __init__(self, draw: Callable[[int], int], total: int) -> None:
+        self.draw, self.total = draw, total
+        self.tasks, self.ranks = array("q"), array("q")
+        self.counts: dict[int, int] = {}
+
+    @classmethod
+    def listed(cls, tasks: Sequence[int]) -> StepTasks:
+        """The steps of a fixed list of task indices (a partial, not a lambda: DataLoader workers may pickle it)."""
+        return cls(functools.partial(_listed_task, tuple(int(task) for task in tasks)), len(tasks))
+
+    @classmethod
+    def sampled(cls, sampler: TaskSampler, total: int) -> StepTasks:
+        return cls(sampler.draw, total)
+
+    def __len__(self) -> int:
+        return self.total
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [self[step] for step in range(self.total)[index]]
+        step = range(self.total)[index]  # an IndexError past the plan, as a tuple's
+        self._reach(step)
+        return self.tasks[step]
+
+    def rank(self, step: int) -> int:
+        """How many steps before `step` trained its task."""
+        self._reach(step)
+        return self.ranks[step]
+
+    def _reach(self, step: int) -> None:
+        while len(self.tasks) <= step:
+            task = self.draw(len(self.tasks))
+            self.ranks.append(self.counts.get(task, 0))
+            self.counts[task] = self.counts.get(task, 0) + 1
+            self.tasks.append(task)

@@ -1,11 +1,11 @@
 """MT-A's training data as the loop takes it: which task each optimizer step trains, and that step's batches.
 
-The task sampler (training/sampling.py) draws every step's task before training starts, and each task's training set
-is walked in seeded shuffled passes (a new permutation per pass, as a shuffling DataLoader with its own generator
-walks it), so micro-batch i of a run is a pure function of i. The HF Trainer can then feed MT-A like any dataset, in
-order and one ready batch per item, and resume it: a resumed run skips the batches already trained and sees the same
-ones after, with no sampler or stream state to save. `TaskStepCallback` activates the step's task before its
-forward passes.
+The task sampler (training/sampling.py) draws each step's task in step order from its own seeded generator
+(StepTasks, as far as the run reaches), and each task's training set is walked in seeded shuffled passes (a new
+permutation per pass, as a shuffling DataLoader with its own generator walks it), so micro-batch i of a run is a pure
+function of i. The HF Trainer can then feed MT-A like any dataset, in order and one ready batch per item, and resume
+it: a resumed run skips the batches already trained and sees the same ones after, with no sampler or stream state to
+save. `TaskStepCallback` activates the step's task before its forward passes.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from adapterfusion.training.sampling import StepTasks
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -51,7 +53,8 @@ class _ShuffledPasses:
 class TaskBatches(Dataset):
     """Micro-batch i of an MT-A run, collated: optimizer step i // accumulation trains task `step_tasks[step]`, and
     each task's batches follow one another in that task's shuffled passes (seed `seed + task index`). What is held
-    is per step, not per micro-batch: a large `accumulation` costs no memory."""
+    is per step reached, not per micro-batch nor per planned step: a large `accumulation` or a plan of 10**12 steps
+    costs no memory (`step_tasks`: a StepTasks drawn as the steps come, or a list)."""
 
     def __init__(
         self,
@@ -64,11 +67,7 @@ class TaskBatches(Dataset):
     ) -> None:
         self.datasets, self.batch_size, self.collator = list(datasets), batch_size, collator
         self.accumulation = accumulation
-        self.step_tasks = np.asarray(step_tasks, dtype=np.int64)
-        self.step_ranks = np.zeros(len(self.step_tasks), dtype=np.int64)  # how many earlier steps trained its task
-        for task in range(len(self.datasets)):
-            mine = self.step_tasks == task
-            self.step_ranks[mine] = np.arange(int(mine.sum()))
+        self.step_tasks = step_tasks if isinstance(step_tasks, StepTasks) else StepTasks.listed(step_tasks)
         self.passes = [_ShuffledPasses(len(dataset), seed + task) for task, dataset in enumerate(self.datasets)]
 
     def __len__(self) -> int:
@@ -76,8 +75,8 @@ class TaskBatches(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         step, within = divmod(index, self.accumulation)
-        task = int(self.step_tasks[step])
-        rank = int(self.step_ranks[step]) * self.accumulation + within  # which batch of its task this item is
+        task = self.step_tasks[step]
+        rank = self.step_tasks.rank(step) * self.accumulation + within  # which batch of its task this item is
         per_pass = math.ceil(len(self.datasets[task]) / self.batch_size)
         start = (rank % per_pass) * self.batch_size
         rows = self.passes[task][rank // per_pass][start : start + self.batch_size]

@@ -8,6 +8,7 @@ times c). Then the model API: masks, subsets, per-example routing, train_fusion,
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 import adapterfusion as af
-from adapterfusion.errors import ConfigError
+from adapterfusion.errors import ConfigError, SerializationError
 from adapterfusion.fusion import add_fusion_subset
 from adapterfusion.fusion.config import FusionConfig
 from adapterfusion.fusion.scalearn import ScaLearnLayer
@@ -309,6 +310,34 @@ def test_plus_plus_shares_one_set_of_scales_across_layers(tmp_path: Path, preset
         assert_close(restored(**inputs).logits, masked, dtype=torch.float64)
     subset = [site.fusions["ac"] for site in restored.sites_with_fusion("ac")]
     assert all(layer.scales is subset[0].scales for layer in subset) and subset[0].scales.shape[0] == 2
+
+
+def test_shared_scales_load_only_from_copies_that_agree(tmp_path: Path) -> None:
+    """A state dict holds each site's copy of shared scales: its own state dict loads back (the copies agree), but
+    copies that differ, which loaded one over the other (the last layer's at every layer), are refused, and so is
+    assign=True, which gave each layer its own tensor (no longer shared) without a word."""
+    model = _encoder("bert", FusionConfig.scalearn_plus_plus())
+    state = model.state_dict()
+    model.load_state_dict(state)
+    keys = sorted(key for key in state if key.endswith("fusions.s.scales"))
+    assert len(keys) == model.num_layers
+    state[keys[-1]] = state[keys[-1]] + 1
+    with pytest.raises(SerializationError, match="differ from those loaded at the first layer"):
+        model.load_state_dict(state)
+    shared = model.sites_with_fusion("s")[0].fusions["s"].scales
+    with pytest.raises(SerializationError, match="no longer be shared"):  # each layer was given its own tensor
+        model.load_state_dict(model.state_dict(), assign=True)
+    assert all(site.fusions["s"].scales is shared for site in model.sites_with_fusion("s"))
+    per_layer = _encoder("bert", FusionConfig.scalearn())
+    saved = per_layer.save_fusion("s", tmp_path / "s")
+    document = json.loads((saved / "fusion_config.json").read_text())
+    document["config"]["share_layers"] = True
+    (saved / "fusion_config.json").write_text(json.dumps(document))
+    target = _encoder("bert", FusionConfig.scalearn())
+    target.delete_fusion("s")
+    with pytest.raises(SerializationError, match="saved per layer"):
+        target.load_fusion(saved)
+    assert "s" not in target.fusion_names
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import random
 import torch
 from torch.utils.data import DataLoader
 
+from adapterfusion.training.sampling import StepTasks, TaskSampler
 from adapterfusion.training.task_batches import TaskBatches
 
 
@@ -58,3 +59,30 @@ def test_a_huge_gradient_accumulation_holds_nothing_per_micro_batch():
         order = torch.cat(list(DataLoader(range(sizes[0]), batch_size=sizes[0], shuffle=True, generator=generator)))
     start = (rank % per_pass) * batch_size
     assert batches[3 * accumulation + 5] == order[start : start + batch_size].tolist()
+
+
+def test_step_tasks_are_drawn_as_reached_and_as_drawing_them_all_up_front_would():
+    """A plan of 10**12 steps costs only the steps asked for (all of them were once drawn before training), and
+    step i's task and rank are those of drawing every step in order from the same seeded sampler."""
+    sizes, steps_per_epoch, epochs = [5, 9, 2], 3, 4
+    eager_sampler = TaskSampler(sizes, steps_per_epoch, epochs, seed=7)
+    eager = [eager_sampler.draw(step) for step in range(12)]
+    lazy = StepTasks.sampled(TaskSampler(sizes, steps_per_epoch, epochs, seed=7), 10**12)
+    assert len(lazy) == 10**12
+    assert lazy[5] == eager[5] and len(lazy.tasks) == 6
+    assert lazy[:12] == eager and len(lazy.tasks) == 12
+    assert [lazy.rank(step) for step in range(12)] == [eager[:step].count(eager[step]) for step in range(12)]
+    listed = StepTasks.listed(eager)
+    assert list(listed) == eager and len(listed) == 12
+
+
+def test_micro_batches_of_drawn_steps_are_those_of_the_listed_steps():
+    sizes, accumulation = [7, 4, 10], 2
+    sampler = TaskSampler(sizes, 4, 3, seed=3)
+    drawn = StepTasks.sampled(sampler, 12)
+    datasets = [[(task, row) for row in range(size)] for task, size in enumerate(sizes)]
+    lazy = TaskBatches(datasets, drawn, 3, accumulation, list, seed=11)
+    listed = TaskBatches(
+        datasets, list(StepTasks.sampled(TaskSampler(sizes, 4, 3, seed=3), 12)), 3, accumulation, list, 11
+    )
+    assert [lazy[i] for i in range(len(lazy))] == [listed[i] for i in range(len(listed))]
