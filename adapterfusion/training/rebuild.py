@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 from adapterfusion.encoder_identity import check_same_encoder
 from adapterfusion.encoder_loading import load_encoder_model, load_language_model, load_tokenizer
 from adapterfusion.encoders import resolve_encoder
+from adapterfusion.errors import RunFileError
 from adapterfusion.fusion.config import recorded_fusion_config
 from adapterfusion.io.paths import as_path
 from adapterfusion.model import wrap
+from adapterfusion.run_layout import MT_A_TASKS_DIR
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.hardware import training_device
@@ -27,7 +29,7 @@ from adapterfusion.training.run import RunFolder
 from adapterfusion.training.run_files import CONFIG_FILE, METRICS_FILE, read_run_json
 from adapterfusion.training.run_state import require_finished
 from adapterfusion.training.setups import SetupContext, get_setup
-from adapterfusion.training.store import AdapterStore, as_store
+from adapterfusion.training.store import MT_A, AdapterStore, as_store
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
@@ -98,6 +100,19 @@ def _fusion_step(run_dir: Path) -> int:
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else 0
 
 
+_MT_A_FIX = (
+    "rebuild the fusion-mt-a runs built on it, or load its tasks/<task>/adapter and head into its encoder/ by hand"
+)
+
+
+def _is_mt_a_run(folder: Path) -> bool:
+    """Whether `folder` holds an MT-A run's config.json (read leniently: only to name the folder a task lies in)."""
+    try:
+        return read_run_json(folder / CONFIG_FILE).get("setup") == MT_A
+    except (RunFileError, OSError):
+        return False
+
+
 def _as_recorded(setup_options: Any) -> Any:
     """The run's setup options with a recorded fusion config read as recorded (recorded_fusion_config): a run
     finished before a no-op option was refused still rebuilds, computing as it trained."""
@@ -115,13 +130,12 @@ def rebuild_run(
     written before that was recorded need it given). device: default "cuda" when available, else "cpu".
     """
     run_dir = as_path(run_dir, "run folder")
+    if _is_mt_a_run(run_dir.parent.parent) and run_dir.parent.name == MT_A_TASKS_DIR:  # it has no config.json
+        raise TrainingError(f"{run_dir} is one task of the MT-A run {run_dir.parent.parent}; {_MT_A_FIX}")
     config = read_run_json(run_dir / CONFIG_FILE)
     require_finished(run_dir)  # only finished runs have their best weights saved
-    if config["setup"] == "mt-a":
-        raise TrainingError(
-            f"{run_dir} is an MT-A run (several tasks in one folder); rebuild the fusion-mt-a runs "
-            "built on it, or load its tasks/<task>/adapter and head into its encoder/ by hand"
-        )
+    if config["setup"] == MT_A:
+        raise TrainingError(f"{run_dir} is an MT-A run (several tasks in one folder); {_MT_A_FIX}")
     recipe = get_setup(config["setup"])
     store = store if store is not None else config.get("store")
     store = as_store(store)

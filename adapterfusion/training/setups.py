@@ -61,13 +61,12 @@ from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.run import run_dir_for
 from adapterfusion.training.run_files import read_json
 from adapterfusion.training.run_state import RunState, run_state, unfinished_fix
-from adapterfusion.training.store import ENTRY_FILE, ZOO_SETUP, resolve_zoo, zoo_seed
+from adapterfusion.training.store import ENTRY_FILE, MT_A, ZOO_SETUP, resolve_zoo, zoo_seed
 
 if TYPE_CHECKING:
     from adapterfusion.model import AdaptedModel
     from adapterfusion.training.store import AdapterStore
 
-MT_A = "mt-a"
 LAYERNORM_ONLY = "layernorm-only"
 MARKER_FILE = MT_A_MARKER_FILE
 

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 
 SHIPPED = "shipped"  # how experiment files and setup options name the shipped zoo
 ZOO_SETUP = "st-a"  # the setup of a zoo's adapters
+MT_A = "mt-a"  # the multi-task setup (training/setups.py): its entries come from train_multitask, not train
 IDENTITY_KEY = "identity"  # where the zoo manifest's `encoder` records encoders.encoder_identity of its encoder
 
 
@@ -391,10 +392,14 @@ class AdapterStore:
         if out_of_reach(entry / ENTRY_FILE):
             raise permission_denied(entry / ENTRY_FILE, error=TrainingError)
         if not (entry / ENTRY_FILE).is_file():
+            how = (
+                f"train_multitask([{task!r}, <its other tasks>], seed={seed}, store=...)"  # train() refuses mt-a
+                if setup == MT_A
+                else f"train({task!r}, {setup!r}, seed={seed}, store=...)"
+            )
             raise TrainingError(
                 f"no stored adapter for task={task!r}, setup={setup!r}, seed={seed} "
-                f"and encoder {encoder_key(encoder)!r} "
-                f"(looked in {entry}); train it first: train({task!r}, {setup!r}, seed={seed}, store=...)"
+                f"and encoder {encoder_key(encoder)!r} (looked in {entry}); train it first: {how}"
                 + self._held_for_other_encoders(entry)
             )
         name = task if name is None else name

@@ -10,6 +10,7 @@ import transformers
 from safetensors.torch import load_file
 
 import adapterfusion as af
+from adapterfusion.evaluation import evaluate_run
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.errors import TaskError
@@ -372,3 +373,15 @@ def test_mt_a_takes_a_data_folder_per_task(tiny_encoder_dir, demo_data_dir, tmp_
     config = json.loads((Path(result.run_dir) / "config.json").read_text())
     sources = {entry["task"]: (entry["source"], entry["location"]) for entry in config["data"]}
     assert sources == {"rte": ("local", str(demo_data_dir)), "own": ("files", "data_files")}
+
+
+def test_an_mt_a_run_and_each_of_its_task_folders_are_refused_for_rebuilding_with_what_to_do(mt_a):
+    """`evaluate` on an MT-A run or on one of its tasks/<task> folders (no config.json of their own): both name
+    the MT-A run and what to rebuild instead, rather than calling the task folder no run or an unfinished one."""
+    result = mt_a[0]
+    with pytest.raises(TrainingError, match="is an MT-A run .*rebuild the fusion-mt-a runs built on it"):
+        evaluate_run(result.run_dir)
+    task_dir = result.run_dir / "tasks" / TASKS[0]
+    assert task_dir.is_dir()
+    with pytest.raises(TrainingError, match=f"is one task of the MT-A run {result.run_dir}; rebuild the fusion-mt-a"):
+        evaluate_run(task_dir)

@@ -96,3 +96,13 @@ def test_a_zoo_may_be_given_as_the_store_itself(tmp_path):
     store = _store(tmp_path)
     assert resolve_zoo(store).root == store.root
     assert resolve_zoo(store.root).root == store.root
+
+
+def test_a_missing_entry_says_how_its_setup_trains_one(tmp_path):
+    """An MT-A entry comes from train_multitask: train() refuses 'mt-a', so the hint names train_multitask."""
+    store = _store(tmp_path)
+    model = af.wrap(tiny_encoder("bert"))
+    with pytest.raises(TrainingError, match=r"train it first: train_multitask\(\['sst2', <its other tasks>\], seed=1"):
+        store.load_into(model, "sst2", "mt-a", 1, encoder="org/enc")
+    with pytest.raises(TrainingError, match=r"train it first: train\('sst2', 'st-a', seed=1, store=\.\.\.\)"):
+        store.load_into(model, "sst2", "st-a", 1, encoder="org/enc")
