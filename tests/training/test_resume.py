@@ -196,6 +196,18 @@ def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_encoder_di
         run(resume=True, learning_rate=1e-3)
 
 
+def test_a_refused_resume_names_the_setting_and_not_a_tokenizer_edit(
+    tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
+):
+    """A shorter max_length also encodes the data otherwise; the refusal names max_length, not "the encoder's
+    tokenizer was edited", which sent the user looking for an edit that was never made."""
+    run = _st_a_run(tmp_path, tiny_encoder_dir, demo_data_dir)
+    _killed_after_the_first_epoch(run, monkeypatch)
+    with pytest.raises(TrainingError, match=r"training differs: max_length was \d+, now 16\)") as refused:
+        run(resume=True, max_length=16)
+    assert "encoded data" not in str(refused.value) and "tokenizer" not in str(refused.value)
+
+
 def test_overwrite_starts_over_without_the_earlier_runs_checkpoints(
     tmp_path, tiny_encoder_dir, demo_data_dir, monkeypatch
 ):
