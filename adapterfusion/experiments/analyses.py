@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from adapterfusion._validation import is_finite_number, short_repr
-from adapterfusion.experiments.spec_checks import fail
-from adapterfusion.io.paths import user_path
+from adapterfusion.errors import ConfigError
+from adapterfusion.experiments.spec_checks import fail, resolve_path
+from adapterfusion.io.paths import check_name_length, user_path
 from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.registry import get_task
 from adapterfusion.tasks.spec import GENERATION
@@ -78,11 +79,51 @@ def parse_analyses(raw: Any, variants: Sequence[Any], tasks: Sequence[str], base
             raise fail(f"{path}.{unknown[0]}", f"unknown key for {kind}; allowed: {', '.join(_KEYS[kind])}")
         parse = {SPAN_ABLATION: _span_ablation, INIT_SCALE: _init_scale, ADAPTER_SIZE: _adapter_size}[kind]
         out.append(parse(entry, variants, tasks, base_dir, path))
-    ids = [ablation_variant(a) for a in out if a["kind"] == SPAN_ABLATION]
-    for k, variant_id in enumerate(ids):
+    ablations = [a for a in out if a["kind"] == SPAN_ABLATION]
+    ids = [ablation_variant(a) for a in ablations]
+    setups = {v.id: v for v in variants}
+    for k, (variant_id, ablation) in enumerate(zip(ids, ablations, strict=True)):
         if variant_id in ids[:k]:
             raise fail(ANALYSES_KEY, f"two span-ablation entries ablate the same adapters ({variant_id}); merge them")
+        # Its jobs' folder runs/<id>/, made once its adapters have trained, and the report's files of each task
+        # (analysis_report.ablation_table, analysis_figures): refused now rather than at either time.
+        names = {variant_id: "the span-ablation jobs' folder"}
+        for task in ablation["tasks"]:
+            names[f"{variant_id}_{task}.csv"] = "the span-ablation's table"
+            if len(ablations) > 1:
+                names[f"span_ablation_{variant_id}_{task}.png"] = "the span-ablation's figure"
+        for name, what in names.items():
+            try:
+                check_name_length(name, what)
+            except ConfigError as err:
+                raise fail(ANALYSES_KEY, f"{err}: give the ablated variant a shorter 'id'") from None
+        if variant_id in setups:  # one job id and one run folder for two jobs: the ablation would overwrite the run
+            raise fail(
+                ANALYSES_KEY,
+                f"the span-ablation jobs are called {variant_id!r}, as the {setups[variant_id].setup} variant of "
+                f"setups is; give that entry another 'id' (the {ABLATION_PREFIX}... names are the analyses' jobs)",
+            )
+    swept = [(a["kind"], a["sweep"]) for a in out if "sweep" in a]
+    for k, (kind, group) in enumerate(swept):
+        if (kind, group) in swept[:k]:
+            raise fail(ANALYSES_KEY, f"two {kind} entries read the same sweep ({group}); merge them")
+    for analysis in out:  # the report's figure and table files, named after the sweep when there are several
+        if "sweep" in analysis:
+            try:
+                check_name_length(sweep_analysis_name(analysis, out) + ".png", f"the {analysis['kind']} figure")
+            except ConfigError as err:
+                raise fail(
+                    ANALYSES_KEY, f"{err}: give the sweep {short_repr(analysis['sweep'])} a shorter 'id'"
+                ) from None
     return tuple(out)
+
+
+def sweep_analysis_name(analysis: Mapping[str, Any], analyses: Sequence[Mapping[str, Any]]) -> str:
+    """The name of an init-scale or adapter-size analysis's table and figure: init_scale, adapter_size, or with its
+    sweep's name when the experiment has several of its kind (which would otherwise write one file twice)."""
+    name = analysis["kind"].replace("-", "_")
+    several = sum(1 for other in analyses if other.get("kind") == analysis["kind"]) > 1
+    return f"{name}_{analysis['sweep']}" if several else name
 
 
 def _span_ablation(
@@ -105,10 +146,17 @@ def _span_ablation(
         if not isinstance(zoo, str) or not zoo:
             raise fail(f"{path}.zoo", f"must be {SHIPPED!r} or the folder of an AdapterStore; got {zoo!r}")
         if zoo != SHIPPED:
+            resolve_path(zoo, f"{path}.zoo", base_dir)  # refuses a control character (a null byte: a ValueError)
             folder = user_path(zoo)
-            folder = folder if folder.is_absolute() else (base_dir / folder).resolve()
-            if not folder.is_dir():
-                raise fail(f"{path}.zoo", f"{str(folder)!r} is not a folder; give {SHIPPED!r} or a store folder")
+            try:
+                folder = folder if folder.is_absolute() else (base_dir / folder).resolve()
+                found = folder.is_dir()
+            except OSError:  # a name longer than the file system takes: the CLI's 'room left on its disk'
+                found = False
+            if not found:
+                raise fail(
+                    f"{path}.zoo", f"{short_repr(str(folder))} is not a folder; give {SHIPPED!r} or a store folder"
+                )
             zoo = str(folder)
         out["zoo"] = zoo
 
@@ -168,6 +216,14 @@ def _sweep_settings(entry: Mapping[str, Any], variants: Sequence[Any], path: str
     values = list(dict.fromkeys(v.sweep["settings"].get(key) for v in swept))
     if None in values or len(values) < 2:
         raise fail(f"{path}.sweep", f"{group!r} must sweep {key} over two or more values; it sweeps {values}")
+    if len(swept) > len(values):  # the table and figure have one point per value: the others would be dropped
+        others = sorted({k for v in swept for k in v.sweep["settings"] if k != key})
+        why = f"it also sweeps {', '.join(others)}" if others else "its entry gives several reduction_factors"
+        raise fail(
+            f"{path}.sweep",
+            f"{group!r} has {len(swept)} variants for {len(values)} values of {key} ({why}), and the analysis shows "
+            f"one dev score per {key}; give it an entry that sweeps {key} alone",
+        )
     return values
 
 
@@ -191,6 +247,8 @@ def _adapter_size(
         raise fail(f"{path}.lines", f"must be a list of setup variant ids (e.g. [head, full]); got {lines!r}")
     ids = [v.id for v in variants]
     for j, line in enumerate(lines):
-        if line not in ids:
+        if not isinstance(line, str) or line not in ids:
             raise fail(f"{path}.lines[{j}]", f"{line!r} is not a setup variant of this experiment; choose from {ids}")
+        if line in lines[:j]:
+            raise fail(f"{path}.lines[{j}]", f"{line!r} is listed twice; list each line once")
     return {"kind": ADAPTER_SIZE, "sweep": entry["sweep"], "lines": list(lines)}

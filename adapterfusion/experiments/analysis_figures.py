@@ -5,7 +5,8 @@ experiments/analysis_report.py with matplotlib (Agg, as experiments/figures.py):
   heatmap, first ablated layer down, last ablated layer across, colour = change in dev score in points on a
   scale symmetric about 0;
 * init_scale.png: dev score against the adapter's init std (log x), one line per task;
-* adapter_size.png: dev score against the bottleneck size (log x), one line per task, with each `lines`
+* adapter_size.png (each of these two with its sweep's name, init_scale_<sweep>.png, when the experiment has
+  several of its kind): dev score against the bottleneck size (log x), one line per task, with each `lines`
   variant (Head, Full) as a horizontal line in the task's colour.
 """
 
@@ -20,7 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from adapterfusion.experiments.analyses import ADAPTER_SIZE, INIT_SCALE, SPAN_ABLATION, ablation_variant
+from adapterfusion.experiments.analyses import (
+    ADAPTER_SIZE,
+    INIT_SCALE,
+    SPAN_ABLATION,
+    ablation_variant,
+    sweep_analysis_name,
+)
 from adapterfusion.experiments.analysis_report import AnalysisResults, bottleneck_sizes, mean_drops, sweep_variants
 from adapterfusion.experiments.figures import _save, pyplot
 from adapterfusion.experiments.report import Report
@@ -146,10 +153,15 @@ def write_analysis_figures(report: Report, results: AnalysisResults, directory: 
                 title = f"{report.name} · {variant} · {task}: adapters removed from layers first..last"
                 written.append(plot_span_ablation(found, title, directory / f"{name}.png"))
     for analysis in results.analyses:
-        if analysis.get("kind") == INIT_SCALE:
-            written.append(plot_init_scale(report, analysis, directory / "init_scale.png"))
-        elif analysis.get("kind") == ADAPTER_SIZE:
-            written.append(plot_adapter_size(report, analysis, results.hidden_size, directory / "adapter_size.png"))
+        kind = analysis.get("kind")
+        if kind in (INIT_SCALE, ADAPTER_SIZE):
+            path = directory / f"{sweep_analysis_name(analysis, results.analyses)}.png"
+            plotted = (
+                plot_init_scale(report, analysis, path)
+                if kind == INIT_SCALE
+                else plot_adapter_size(report, analysis, results.hidden_size, path)
+            )
+            written.append(plotted)
     figures = [p for p in written if p is not None]
     report.figures.extend(figures)
     return figures

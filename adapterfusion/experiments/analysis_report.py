@@ -22,7 +22,14 @@ from typing import Any
 
 from adapterfusion.adapters.config import AdapterConfig
 from adapterfusion.errors import ConfigError
-from adapterfusion.experiments.analyses import ADAPTER_SIZE, ANALYSES_KEY, INIT_SCALE, SPAN_ABLATION, ablation_variant
+from adapterfusion.experiments.analyses import (
+    ADAPTER_SIZE,
+    ANALYSES_KEY,
+    INIT_SCALE,
+    SPAN_ABLATION,
+    ablation_variant,
+    sweep_analysis_name,
+)
 from adapterfusion.experiments.report import MISSING, Cell, Report, Table, score_cell
 from adapterfusion.experiments.span_ablation import SpanAblation
 from adapterfusion.experiments.store import JobRecord, ResultsStore
@@ -135,7 +142,7 @@ def _task_columns(report: Report, variants: Sequence[str]) -> tuple[str, ...]:
     return tuple(t for t in report.tasks if any(report.scores.get(v, {}).get(t) for v in variants))
 
 
-def init_scale_table(report: Report, analysis: dict[str, Any]) -> Table | None:
+def init_scale_table(report: Report, analysis: dict[str, Any], table_id: str = "init_scale") -> Table | None:
     """Dev score per swept init std (rows) and task (columns); None before any run of the sweep is done."""
     points = sweep_variants(report, analysis["sweep"], "init_std")
     columns = _task_columns(report, [v for _, v in points])
@@ -143,20 +150,34 @@ def init_scale_table(report: Report, analysis: dict[str, Any]) -> Table | None:
         return None
     rows = {f"init std {number_text(value)}": variant for value, variant in points}
     title = f"Initialisation scale ({analysis['sweep']}): dev score against the adapter's init std"
-    return _score_table(report, "init_scale", title, rows, columns, _metric_note(report, columns), "init std")
+    return _score_table(report, table_id, title, rows, columns, _metric_note(report, columns), "init std")
 
 
 def bottleneck_sizes(report: Report, group: str, hidden_size: int | None) -> list[tuple[int | None, Any, str]]:
     """(bottleneck size, reduction factor, variant id) of the sweep's variants, largest reduction factor first
-    (smallest bottleneck); the size is None when no run recorded the hidden size."""
+    (smallest bottleneck); the size is None when no run recorded the hidden size. A reduction factor that leaves no
+    bottleneck for that hidden size is left out (unused_factors): no run of it can have trained, and it failed the
+    whole report when a Hub encoder's hidden size was unknown as the file was read."""
     points = sorted(sweep_variants(report, group, "reduction_factor"), key=lambda item: -float(item[0]))
-    return [
-        (None if hidden_size is None else AdapterConfig(reduction_factor=rf).bottleneck_size(hidden_size, 0), rf, v)
-        for rf, v in points
-    ]
+    out: list[tuple[int | None, Any, str]] = []
+    for rf, variant in points:
+        try:
+            size = None if hidden_size is None else AdapterConfig(reduction_factor=rf).bottleneck_size(hidden_size, 0)
+        except ConfigError:
+            continue
+        out.append((size, rf, variant))
+    return out
 
 
-def adapter_size_table(report: Report, analysis: dict[str, Any], hidden_size: int | None) -> Table | None:
+def unused_factors(report: Report, group: str, hidden_size: int | None) -> list[Any]:
+    """The sweep's reduction factors that bottleneck_sizes leaves out: no adapter of them fits the hidden size."""
+    kept = {variant for _, _, variant in bottleneck_sizes(report, group, hidden_size)}
+    return [rf for rf, variant in sweep_variants(report, group, "reduction_factor") if variant not in kept]
+
+
+def adapter_size_table(
+    report: Report, analysis: dict[str, Any], hidden_size: int | None, table_id: str = "adapter_size"
+) -> Table | None:
     """Dev score per bottleneck size of the sweep and per `lines` variant (rows) and task (columns)."""
     points = bottleneck_sizes(report, analysis["sweep"], hidden_size)
     rows = {f"size {'?' if m is None else m} (rf {number_text(rf)})": v for m, rf, v in points}
@@ -166,7 +187,11 @@ def adapter_size_table(report: Report, analysis: dict[str, Any], hidden_size: in
         return None
     title = f"Adapter size ({analysis['sweep']}): dev score against the bottleneck size"
     note = _metric_note(report, columns) + f" Hidden size {hidden_size}; size = hidden size // rf."
-    return _score_table(report, "adapter_size", title, rows, columns, note, "variant")
+    unused = unused_factors(report, analysis["sweep"], hidden_size)
+    if unused:
+        shown = ", ".join(number_text(rf) for rf in unused)
+        note += f" Left out (no bottleneck for hidden size {hidden_size}, so no run of it can train): rf {shown}."
+    return _score_table(report, table_id, title, rows, columns, note, "variant")
 
 
 def _score_table(
@@ -245,7 +270,8 @@ def analysis_tables(report: Report, results: AnalysisResults) -> list[Table]:
                 if results.ablation(variant, task)
             ]
         elif kind == INIT_SCALE:
-            tables.append(init_scale_table(report, analysis))
+            tables.append(init_scale_table(report, analysis, sweep_analysis_name(analysis, results.analyses)))
         elif kind == ADAPTER_SIZE:
-            tables.append(adapter_size_table(report, analysis, results.hidden_size))
+            name = sweep_analysis_name(analysis, results.analyses)
+            tables.append(adapter_size_table(report, analysis, results.hidden_size, name))
     return [t for t in tables if t is not None]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapterfusion.experiments.report import MISSING, Cell, Report, Table, direction_note, mean_cell, score_cell
-from adapterfusion.experiments.sweep import SWEEP_KEY, ordered_keys, setting_label
+from adapterfusion.experiments.sweep import SWEEP_KEY, ordered_keys, same_setting, setting_label
 
 PARAMETERS_COLUMN = "params / task (%)"
 MEAN_COLUMN = "mean"
@@ -45,7 +45,9 @@ def candidates(report: Report, rule: Mapping[str, Any]) -> list[dict[str, Any]]:
         v
         for v in report.variants
         if (v.get("sweep") or {}).get("group") == rule[SWEEP_KEY]
-        and all(v["sweep"]["settings"].get(k) == value for k, value in fixed.items())
+        and all(
+            k in v["sweep"]["settings"] and same_setting(v["sweep"]["settings"][k], value) for k, value in fixed.items()
+        )
     ]
 
 

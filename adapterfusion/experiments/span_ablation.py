@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.defaults import default_encoder_path
+from adapterfusion.devices import available_device
+from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.encoder_loading import load_encoder_model, load_tokenizer
 from adapterfusion.encoders import resolve_encoder
 from adapterfusion.errors import ConfigError
@@ -28,7 +30,7 @@ from adapterfusion.scoring import predict, score
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
-from adapterfusion.tasks.registry import get_task
+from adapterfusion.tasks.registry import get_task, resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.hardware import training_device
 from adapterfusion.training.rebuild import rebuild_run
@@ -66,6 +68,11 @@ class SpanAblation:
 
     def drop(self, first: int, last: int) -> float:
         """Span [first, last]'s dev score minus the baseline's, in percentage points (negative: worse)."""
+        if (first, last) not in self.spans:
+            raise ConfigError(
+                f"drop({first!r}, {last!r}): no such span; the adapter was ablated on {self.num_layers} layers, so a "
+                f"span is 0 <= first <= last <= {self.num_layers - 1}"
+            )
         return 100.0 * (self.spans[(first, last)][self.metric] - self.baseline[self.metric])
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,16 +93,33 @@ class SpanAblation:
         """Read back to_dict's record (a job's metrics.json); a record of anything else is a ConfigError."""
         if not isinstance(data, Mapping) or data.get("analysis") != ANALYSIS:
             raise ConfigError(f"not a {ANALYSIS} record: {str(data)[:80]!r}")
-        return cls(
-            task=data["task"],
-            metric=data["metric"],
-            num_layers=int(data["num_layers"]),
-            examples=int(data["examples"]),
-            baseline=dict(data["baseline"]),
-            spans={(int(s["first"]), int(s["last"])): dict(s["metrics"]) for s in data["spans"]},
-            source=dict(data.get("source") or {}),
-            seconds=data.get("seconds"),
-        )
+        try:
+            result = cls(
+                task=data["task"],
+                metric=data["metric"],
+                num_layers=int(data["num_layers"]),
+                examples=int(data["examples"]),
+                baseline=dict(data["baseline"]),
+                spans={(int(s["first"]), int(s["last"])): dict(s["metrics"]) for s in data["spans"]},
+                source=dict(data.get("source") or {}),
+                seconds=data.get("seconds"),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(
+                f"a damaged {ANALYSIS} record ({type(err).__name__}: {err}): {str(data)[:80]!r}"
+            ) from None
+        # Every span and its metric, as ablate_spans writes them: the report's tables read each one. Counted, not
+        # listed, first: a damaged num_layers of 10**9 would list 5 * 10**17 spans.
+        n = result.num_layers
+        whole = n >= 1 and len(result.spans) == n * (n + 1) // 2 and result.metric in result.baseline
+        if not whole or not all(
+            0 <= first <= last < n and result.metric in metrics for (first, last), metrics in result.spans.items()
+        ):
+            raise ConfigError(
+                f"a damaged {ANALYSIS} record: {n} layers need {result.metric!r} with no layer removed and for each "
+                "span first..last (0 <= first <= last < layers), which it does not hold"
+            )
+        return result
 
 
 def length_sorted_batches(dataset: Any, tokenizer: Any, batch_size: int) -> tuple[list[dict[str, Any]], Any]:
@@ -115,7 +139,7 @@ def length_sorted_batches(dataset: Any, tokenizer: Any, batch_size: int) -> tupl
 
 def ablate_spans(
     model: AdaptedModel,
-    task: TaskSpec,
+    task: str | TaskSpec,
     adapter: str,
     head: str,
     batches: Sequence[Mapping[str, Any]],
@@ -125,6 +149,7 @@ def ablate_spans(
     """Evaluate `adapter` (with `head`) on `batches` with no layer removed, then with each span of layers removed.
     features: the encoded split in the batches' order (an extractive QA task decodes answers with it); metric:
     default the task's first (the one training selects on)."""
+    task = resolve_task(task)
     metric = metric if metric is not None else task.metrics[0]
     if metric not in task.metrics:
         raise ConfigError(f"metric={metric!r} is not a metric of task {task.name!r}; it has {list(task.metrics)}")
@@ -150,6 +175,13 @@ def ablate_spans(
     )
 
 
+def _check_device(device: str | None) -> None:
+    """A device the ablation's evaluations can run on, refused before the model loads: this machine's (no CUDA on a
+    CPU-only one), and not the meta device (torch's autocast RuntimeError after the model had loaded)."""
+    if device is not None:
+        available_device(device, "pass device='cpu', or leave device unset (cuda when there is one, else cpu)")
+
+
 def ablate_run(
     run_dir: str | os.PathLike,
     max_examples: int | None = None,
@@ -158,6 +190,7 @@ def ablate_run(
 ) -> SpanAblation:
     """Span ablation of the adapter a finished st-a / st-a-houlsby run trained, on the run's own dev split (its
     source and subsample, or a seeded subset of `max_examples`)."""
+    _check_device(device)
     run = rebuild_run(run_dir, device=device)
     if run.adapter is not None and run.head is None:  # a generation task: the language model's own head scores it
         raise ConfigError(
@@ -191,6 +224,9 @@ def ablate_zoo(
     task's dev split from `data_dir` (a seeded subset of `max_examples`, seeded with the adapter's seed)."""
     spec = task if isinstance(task, TaskSpec) else get_task(task)
     encoder = str(encoder) if encoder is not None else str(default_encoder_path())
+    # Refused before the encoder loads: a longer max_length fails at the first dev example past its positions.
+    check_max_length(max_length, encoder)
+    _check_device(device)
     store = resolve_zoo(zoo)
     seed = zoo_seed(store, encoder, spec.name)
     # Loaded as training loads them (training/run.py): a decoder's tokenizer then makes no token_type_ids and pads

@@ -92,6 +92,20 @@ def case_twin(value: Any, earlier: Sequence[Any]) -> int | None:
     return next((j for j, other in enumerate(earlier) if isinstance(other, str) and other.casefold() == folded), None)
 
 
+def first_repeat(values: Sequence[str]) -> tuple[int, int] | None:
+    """(k, j) of the first value that repeats an earlier one, values[j], exactly or only in case (case_twin's
+    rule), in one pass: a sweep's variants may number thousands, and comparing each with all before it took minutes."""
+    exact: dict[str, int] = {}
+    folded: dict[str, int] = {}
+    for k, value in enumerate(values):
+        j = exact.get(value, folded.get(value.casefold()))
+        if j is not None:
+            return k, j
+        exact[value] = k
+        folded.setdefault(value.casefold(), k)
+    return None
+
+
 def case_clash(value: str, other: str, where: str) -> str:
     return (
         f"{value!r} differs from {other!r} ({where}) only in case, and they name one folder on a case-insensitive "

@@ -127,6 +127,8 @@ def parse_task_training(
         applied = [variant for variant in variants if variant.runs_on(task) and not variant.is_multitask]
         for variant in applied:
             checked_training({**variant.training, **overrides}, variant.setup, path)
+            if variant.sweep is not None and not recorded:
+                _check_sweep_kept(overrides, variant, task, path)
         if not applied and not recorded:
             multitask = [variant.id for variant in variants if variant.is_multitask and variant.runs_on(task)]
             if multitask:
@@ -141,6 +143,23 @@ def parse_task_training(
             )
         out[str(task)] = dict(overrides)
     return out
+
+
+def _check_sweep_kept(overrides: Mapping[str, Any], variant: SetupVariant, task: str, path: str) -> None:
+    """Refuse a task's override that undoes a sweep on that task: task_training is applied last, so every variant of
+    the sweep would train alike there, under ids that name settings it did not train with."""
+    sweep = variant.sweep or {"group": None, "settings": {}}
+    undone = [key for key in overrides if key in sweep["settings"] and sweep["settings"][key] != overrides[key]]
+    if "epochs" in sweep["settings"] and overrides.get("max_steps") is not None:
+        undone.append("max_steps")  # a run's length in place of its epochs
+    if undone:
+        key = undone[0]
+        raise fail(
+            f"{path}.{key}",
+            f"sweep {sweep['group']!r} sweeps {'epochs' if key == 'max_steps' else key}, and this override would "
+            f"train each of its variants on {task!r} with {key}={overrides[key]!r}: alike, under ids that name other "
+            f"settings; drop it, or give {task!r} a setup entry of its own (tasks: [{task}]) with its own id and sweep",
+        )
 
 
 def check_generation_setups(

@@ -1,7 +1,8 @@
 """`SetupVariant`: one column of an experiment's results, and how an experiment file's `setups` entries resolve
 into them: a registered setup's options and TrainingConfig overrides, one variant per reduction factor
 (`st-a-rf16`) or per combination of a `sweep` (experiments/sweep.py), and for a fusion the stage-1 variant whose
-adapters it fuses. A runner's record lists the resolved variants, which record.py checks as setup entries too.
+adapters it fuses (its entry's `adapter_variant`, or the one of `adapter_reduction_factor`). A runner's record
+lists the resolved variants, which record.py checks as setup entries too.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from adapterfusion.experiments.spec_checks import (
     OWNED,
     TRAINING_FIELDS,
     case_clash,
-    case_twin,
     checked_training,
     experiment_task,
     fail,
+    first_repeat,
     no_duplicates,
     positive_number,
     reject_unknown,
@@ -135,6 +136,7 @@ def setup_entries(
     """Each entry's variants (fusion variants still without adapter_variant) with their index and raw entry; `key`
     is the list's name in error messages (a record's `variants` are checked as entries too)."""
     out: list[Entry] = []
+    groups: dict[str, tuple[int, Any]] = {}  # each sweep's name -> its first entry's index, setup and swept keys
     for i, entry in enumerate(string_list(raw, key)):
         path = f"{key}[{i}]"
         entry = {"name": entry} if isinstance(entry, str) else entry
@@ -150,7 +152,7 @@ def setup_entries(
         extra = (
             ["name", "id", "tasks"]
             + (["reduction_factors"] if has_rf else [])
-            + (["adapter_reduction_factor"] if fusion else [SWEEP_KEY] if not multitask else [])
+            + (["adapter_reduction_factor", "adapter_variant"] if fusion else [SWEEP_KEY] if not multitask else [])
         )
         reject_unknown(entry, extra + options + list(TRAINING_FIELDS), path)
         given_options = {k: v for k, v in entry.items() if k in options}
@@ -159,6 +161,8 @@ def setup_entries(
         only = _variant_tasks(entry["tasks"], tasks, f"{path}.tasks") if "tasks" in entry else None
         if "adapter_reduction_factor" in entry:
             positive_number(entry["adapter_reduction_factor"], f"{path}.adapter_reduction_factor")
+            if "adapter_variant" in entry:
+                raise fail(f"{path}.adapter_variant", "names the fused variant; drop adapter_reduction_factor")
         if fusion and "adapter_setup" in given_options:
             try:
                 check_adapter_setup(given_options["adapter_setup"])
@@ -212,6 +216,18 @@ def setup_entries(
         else:
             out.append((i, SetupVariant(entry.get("id", name), name, given_options, training, tasks=only), entry))
         if SWEEP_KEY in entry:
+            group = entry.get("id", name)
+            swept = (name, frozenset(entry[SWEEP_KEY]) if isinstance(entry[SWEEP_KEY], Mapping) else None)
+            # `select` and `analyses` take every variant of a sweep's name: one name over two setups, or over other
+            # settings, would be chosen among or plotted as one sweep (one setup's sweep split by `tasks` is one).
+            if group in groups and groups[group][1] != swept:
+                raise fail(
+                    f"{path}.{SWEEP_KEY}",
+                    f"is called {group!r} (its entry's id or setup name), as {key}[{groups[group][0]}]'s sweep of "
+                    "another setup or other settings is; `select` and `analyses` name a sweep by it: give one of them "
+                    "another 'id'",
+                )
+            groups.setdefault(group, (i, swept))
             out[start:] = _swept(i, entry, out[start:], options, has_rf)
     for i, variant, _ in out:
         _check_variant_id(variant.id, f"{key}[{i}].id")
@@ -222,16 +238,15 @@ def setup_entries(
                 except (ConfigError, TrainingError) as err:
                     raise fail(f"{key}[{i}].{option}", str(err)) from None
     ids = [variant.id for _, variant, _ in out]
-    for k, (i, variant, _) in enumerate(out):
-        if variant.id in ids[:k]:
-            first = out[ids.index(variant.id)][0]
+    repeat = first_repeat(ids)
+    if repeat is not None:
+        (i, variant, _), (first, other, _) = out[repeat[0]], out[repeat[1]]
+        if variant.id == other.id:
             raise fail(
                 f"{key}[{i}]",
                 f"duplicate setup variant {variant.id!r} (also from {key}[{first}]); give one of them an 'id'",
             )
-        twin = case_twin(variant.id, ids[:k])
-        if twin is not None:
-            raise fail(f"{key}[{i}].id", case_clash(variant.id, ids[twin], f"from {key}[{out[twin][0]}]"))
+        raise fail(f"{key}[{i}].id", case_clash(variant.id, other.id, f"from {key}[{first}]"))
     return out
 
 
@@ -256,6 +271,13 @@ def _swept(i: int, entry: Mapping[str, Any], bases: list[Entry], options: list[s
     group = entry.get("id", entry["name"])
     out = []
     for _, base, raw in bases:
+        if "epochs" in combos[0] and base.training.get("max_steps") is not None:
+            raise fail(
+                f"{path}.epochs",
+                f"max_steps={base.training['max_steps']} (from the entry or `training`) sets each run's length in "
+                "place of its epochs, so every variant of this sweep would train alike; drop max_steps, or sweep "
+                "max_steps instead",
+            )
         for settings in combos:
             training = {k: v for k, v in settings.items() if k in TRAINING_FIELDS}
             chosen = {k: v for k, v in settings.items() if k not in TRAINING_FIELDS}
@@ -273,8 +295,9 @@ def _swept(i: int, entry: Mapping[str, Any], bases: list[Entry], options: list[s
 
 
 def _adapter_variant(i: int, variant: SetupVariant, entry: Mapping[str, Any], stage1: list[SetupVariant]) -> str:
-    """The stage-1 variant a fusion fuses: its fused_setup (fusion-st-a: adapter_setup, default st-a) with
-    adapter_reduction_factor (default: the only one, else 16)."""
+    """The stage-1 variant a fusion fuses: its fused_setup (fusion-st-a: adapter_setup, default st-a) named by
+    adapter_variant, or with adapter_reduction_factor (default: the only one, else 16), which must leave one: a sweep
+    over another setting gives several variants of one reduction factor, and the first would be taken unasked."""
     adapter_setup = variant.fused_setup
     candidates = [v for v in stage1 if v.setup == adapter_setup]
     if not candidates:
@@ -283,13 +306,28 @@ def _adapter_variant(i: int, variant: SetupVariant, entry: Mapping[str, Any], st
             f"{variant.setup} fuses {adapter_setup} adapters, but setups has no "
             f"{adapter_setup} entry; add '- {adapter_setup}' to setups",
         )
+    ids = [c.id for c in candidates]
+    if "adapter_variant" in entry:
+        if entry["adapter_variant"] not in ids:
+            raise fail(
+                f"setups[{i}].adapter_variant",
+                f"{entry['adapter_variant']!r} is not a {adapter_setup} variant of this experiment; choose one of "
+                f"{ids}",
+            )
+        return str(entry["adapter_variant"])
     wanted = entry.get("adapter_reduction_factor")
     if wanted is None and len(candidates) == 1:
         return candidates[0].id
     rf = DEFAULT_REDUCTION_FACTOR if wanted is None else wanted
-    for candidate in candidates:
-        if candidate.options.get("reduction_factor") == rf:
-            return candidate.id
+    matching = [c.id for c in candidates if c.options.get("reduction_factor") == rf]
+    if len(matching) > 1:
+        raise fail(
+            f"setups[{i}]",
+            f"{variant.setup} fuses one set of {adapter_setup} adapters, and {len(matching)} variants have reduction "
+            f"factor {rf!r} ({', '.join(matching)}); name one with 'adapter_variant: <id>' in this entry",
+        )
+    if matching:
+        return matching[0]
     have = [c.options.get("reduction_factor") for c in candidates]
     raise fail(
         f"setups[{i}].adapter_reduction_factor",
@@ -324,8 +362,10 @@ def fused_variants(entries: Sequence[Entry]) -> list[SetupVariant]:
         dup = next(x for x in ids if ids.count(x) > 1)
         raise fail("setups", f"two fusion entries would both be called {dup!r}; give one of them an 'id'")
     for (i, _, _), variant in zip(entries, variants, strict=True):
-        _check_variant_id(variant.id, f"setups[{i}].id")  # a fusion's id may be named after its adapters here
-        twin = case_twin(variant.id, ids[: ids.index(variant.id)])
-        if twin is not None:
-            raise fail(f"setups[{i}].id", case_clash(variant.id, ids[twin], f"from setups[{entries[twin][0]}]"))
+        if variant.is_fusion:  # a fusion's id may be named after its adapters here; the others were checked
+            _check_variant_id(variant.id, f"setups[{i}].id")
+    repeat = first_repeat(ids)  # only in case now
+    if repeat is not None:
+        k, twin = repeat
+        raise fail(f"setups[{entries[k][0]}].id", case_clash(ids[k], ids[twin], f"from setups[{entries[twin][0]}]"))
     return variants

@@ -10,8 +10,8 @@ import torch
 
 import adapterfusion as af
 from adapterfusion.experiments import ExperimentSpec, ExperimentSpecError
-from adapterfusion.experiments.analysis_figures import plot_init_scale
-from adapterfusion.experiments.analysis_report import init_scale_table
+from adapterfusion.experiments.analysis_figures import plot_init_scale, write_analysis_figures
+from adapterfusion.experiments.analysis_report import AnalysisResults, analysis_tables, init_scale_table
 from adapterfusion.tasks.registry import get_task
 from adapterfusion.training.errors import TrainingError
 from adapterfusion.training.setups import SetupContext, get_setup
@@ -129,3 +129,35 @@ def test_init_scale_table_and_figure(tmp_path):
     empty = report_with(variants, {})
     assert init_scale_table(empty, {"sweep": "g"}) is None
     assert plot_init_scale(empty, {"sweep": "g"}, tmp_path / "none.png") is None
+
+
+def test_init_std_swept_with_another_setting_is_refused(tmp_path):
+    """One dev score per std: a sweep that also varies the learning rate has two variants per std, and the table
+    kept only the last of them."""
+    with pytest.raises(ExperimentSpecError, match="4 variants for 2 values of init_std .it also sweeps learning_rate"):
+        _spec(
+            tmp_path,
+            {"init_std": [1e-3, 1e-2], "learning_rate": [1e-3, 1e-4]},
+            [{"kind": "init-scale", "sweep": "st-a-init"}],
+        )
+
+
+def test_two_init_scale_analyses_write_a_table_and_a_figure_each(tmp_path):
+    """Each file is named after its sweep when there are two: both wrote init_scale.png and init_scale.csv before."""
+    variants = [
+        {"id": f"{group}{k}", "setup": "st-a", "sweep": {"group": group, "settings": {"init_std": std}}}
+        for group in ("g", "h")
+        for k, std in enumerate((1e-3, 1e-2))
+    ]
+    report = report_with(variants, {v["id"]: {"sst2": [(1, 70.0 + k)]} for k, v in enumerate(variants)})
+    analyses = [{"kind": "init-scale", "sweep": "g"}, {"kind": "init-scale", "sweep": "h"}]
+    results = AnalysisResults(analyses=analyses)
+    assert [t.id for t in analysis_tables(report, results)] == ["init_scale_g", "init_scale_h"]
+    assert [p.name for p in write_analysis_figures(report, results, tmp_path)] == [
+        "init_scale_g.png",
+        "init_scale_h.png",
+    ]
+    one = AnalysisResults(analyses=analyses[:1])
+    assert [t.id for t in analysis_tables(report, one)] == ["init_scale"]  # one of its kind: the name it always had
+    with pytest.raises(ExperimentSpecError, match="two init-scale entries read the same sweep"):
+        _spec(tmp_path, {"init_std": STDS}, [{"kind": "init-scale", "sweep": "st-a-init"}] * 2)

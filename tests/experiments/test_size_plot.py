@@ -46,12 +46,28 @@ def test_adapter_size_table_has_a_row_per_size_and_line(tmp_path):
     assert plot_adapter_size(_report(), ANALYSIS, None, tmp_path / "by_rf.png") is not None  # x: the rf instead
 
 
+def test_a_factor_without_a_bottleneck_is_left_out_not_fatal(tmp_path):
+    """rf 1000 on hidden size 384 (a Hub encoder's size is unknown when the file is read): its jobs failed, and the
+    report failed with them, tables and all; the row is left out, with a note."""
+    variants = [
+        {"id": f"size-rf{rf}", "setup": "st-a", "sweep": {"group": "size", "settings": {"reduction_factor": rf}}}
+        for rf in (1000, 24)
+    ]
+    report = report_with(variants, {"size-rf24": {"sst2": [(1, 80.0)]}})
+    assert bottleneck_sizes(report, "size", 384) == [(16, 24, "size-rf24")]
+    table = adapter_size_table(report, {"kind": "adapter-size", "sweep": "size"}, 384)
+    assert table is not None and table.rows == ("size 16 (rf 24)",)
+    assert "Left out (no bottleneck for hidden size 384, so no run of it can train): rf 1000." in table.notes[0]
+    assert plot_adapter_size(report, {"sweep": "size"}, 384, tmp_path / "adapter_size.png") is not None
+
+
 @pytest.mark.parametrize(
     ("analysis", "message"),
     [
         ({"sweep": "st-a-size", "lines": ["ful"]}, "not a setup variant"),
         ({"sweep": "st-a-size", "lines": "full"}, "must be a list"),
         ({"sweep": "other"}, "no sweep called"),
+        ({"sweep": "st-a-size", "lines": ["full", "full"]}, r"lines\[1\]: 'full' is listed twice"),
     ],
 )
 def test_bad_adapter_size_analyses_are_refused(tmp_path, analysis, message):

@@ -247,7 +247,7 @@ def test_a_record_reads_back_as_the_experiment_it_records(tmp_path):
                 "output_dir": "results/rich",
                 "max_examples": {"train": 16},
                 "training": {"max_steps": 2},
-                "task_training": {"cb": {"learning_rate": 1e-3}},
+                "task_training": {"cb": {"warmup_ratio": 0.1}},
                 "setups": [
                     {"name": "head", "tasks": ["rte", "cb"]},
                     {"name": "st-a", "reduction_factors": [16, 4]},

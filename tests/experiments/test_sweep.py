@@ -94,6 +94,9 @@ def test_sweep_of_a_setup_without_reduction_factor_and_an_entry_id():
         ({"name": "st-a", "sweep": {"reduction_factor": [-1]}}, "must be a positive number"),
         ({"name": "st-a", "sweep": [1e-3]}, "must map settings to lists of values"),
         ({"name": "fusion-st-a", "sweep": {"learning_rate": [1e-3]}}, "unknown key"),
+        ({"name": "st-a", "sweep": {1: [1, 2], "epochs": [1, 2]}}, r"sweep.1: cannot be swept here"),
+        ({"name": "st-a", "sweep": {"report_to": ["none", "tensorboard"]}}, "not what it trains"),
+        ({"name": "st-a", "sweep": {"lr": [1e-3, 1e-2]}}, "'lr' is how variant ids write learning_rate"),
     ],
 )
 def test_bad_sweeps_name_the_key(entry, message):
@@ -118,6 +121,13 @@ def test_select_rules_are_checked_and_leave_the_spec_hash_alone():
         ({"x": {"sweep": "st-a-houlsby", "reduction_factor": 7}}, r"7 is not one of the swept values \[96, 12, 3\]"),
         ({"x": {"reduction_factor": 12}}, "mapping with 'sweep'"),
         ([], "must map a row name"),
+        ({"x": {"sweep": ["full"]}}, r"no sweep called \['full'\]"),
+        ({"x": {"sweep": "st-a-houlsby", "epochs": True}}, r"True is not one of the swept values \[3, 20\]"),
+        ({"a|b": "full"}, "would break the table"),
+        (
+            {"x": "st-a-houlsby-rf12-lr3e-5-ep3"},
+            r"write \{sweep: st-a-houlsby, reduction_factor: 12, learning_rate: 3e-05, epochs: 3\}",
+        ),
     ]:
         with pytest.raises(ExperimentSpecError, match=message):
             _spec(setups, select=bad)
@@ -194,3 +204,43 @@ def test_houlsby_glue_example_job_count():
     assert set(spec.select) == {"Full fine-tuning", "Adapters (8-256)", "Adapters (64)"}
     assert spec.select["Adapters (64)"]["reduction_factor"] == 12  # 768 / 64
     assert len(jobs) <= MAX_JOBS_WITHOUT_CONFIRMATION
+
+
+def test_a_fusion_of_a_swept_stage1_names_the_variant_it_fuses():
+    """Several st-a variants of reduction factor 16 (a learning-rate sweep): the first was fused, unasked."""
+    swept = {"name": "st-a", "sweep": {"learning_rate": [1e-3, 2e-3]}}
+    with pytest.raises(ExperimentSpecError, match=r"2 variants have reduction factor 16 .*'adapter_variant: <id>'"):
+        _spec([swept, "fusion-st-a"])
+    spec = _spec([swept, {"name": "fusion-st-a", "adapter_variant": "st-a-rf16-lr2e-3"}])
+    assert spec.variants[-1].adapter_variant == "st-a-rf16-lr2e-3"
+    assert spec.variants[-1].id == "fusion-st-a-st-a-rf16-lr2e-3"
+    both = {"name": "fusion-st-a", "adapter_variant": "st-a-rf16-lr2e-3", "adapter_reduction_factor": 16}
+    with pytest.raises(ExperimentSpecError, match="drop adapter_reduction_factor"):
+        _spec([swept, both])
+
+
+def test_two_entries_cannot_share_a_sweep_name():
+    setups = [
+        {"name": "st-a", "sweep": {"init_std": [1e-3, 1e-2]}},
+        {"name": "st-a", "reduction_factors": [8], **{"sweep": {"learning_rate": [1e-3, 2e-3]}}},
+    ]
+    with pytest.raises(ExperimentSpecError, match=r"setups\[1\].sweep: is called 'st-a'"):
+        _spec(setups)
+    setups[1]["id"] = "other"
+    assert {v.sweep["group"] for v in _spec(setups).variants} == {"st-a", "other"}
+
+
+def test_a_sweep_undone_on_one_task_is_refused():
+    """task_training is applied last, and max_steps sets a run's length in place of its epochs: either made every
+    variant of a sweep train alike, under ids that name other settings."""
+    swept = {"name": "head", "sweep": {"learning_rate": [1e-3, 2e-3]}}
+    with pytest.raises(ExperimentSpecError, match=r"task_training.cb.learning_rate: sweep 'head' sweeps learning_rate"):
+        _spec([swept], task_training={"cb": {"learning_rate": 5e-3}})
+    assert len(_spec([swept], task_training={"cb": {"warmup_ratio": 0.1}}).variants) == 2  # another setting: kept
+    epochs = {"name": "head", "sweep": {"epochs": [1, 2]}}
+    with pytest.raises(ExperimentSpecError, match=r"task_training.cb.max_steps: sweep 'head' sweeps epochs"):
+        _spec([epochs], task_training={"cb": {"max_steps": 5}})
+    with pytest.raises(
+        ExperimentSpecError, match=r"setups\[0\].sweep.epochs: max_steps=5 .from the entry or `training`"
+    ):
+        _spec([epochs], training={"max_steps": 5})
