@@ -14,12 +14,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from adapterfusion.blocks import BatchSplit, Parallel
 from adapterfusion.errors import ConfigError
 from adapterfusion.forward_inputs.batches import check_batch, check_batches
 from adapterfusion.forward_inputs.limits import model_limits
 from adapterfusion.heads.token_classification import ids_outside
+from adapterfusion.tasks.errors import TaskError
 from adapterfusion.tasks.instruction import IGNORE_INDEX, end_token_id, prompt_length
 from adapterfusion.tasks.metrics import dev_metrics
+from adapterfusion.tasks.registry import resolve_task
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.tasks.squad import qa_needs_features, score_qa
 
@@ -41,6 +44,7 @@ class Predictions:
 def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], bf16: bool = False) -> Predictions:
     """Run `batches` through the model as it is activated, in eval mode and inside `inference_cache()`; with `bf16`
     under bfloat16 autocast, as a run trained with TrainingConfig.bf16 evaluates."""
+    check_wrapped(model, "predict")
     check_batches(batches, "predict")
     device = next(model.parameters()).device
     was_training = model.training
@@ -50,8 +54,14 @@ def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], 
         with model.inference_cache(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             for batch in batches:
                 check_batch(batch, "predict")
-                batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+                batch = model_inputs(batch, device, "predict")
                 output = model(**batch)
+                if output.logits is None:  # routed heads of different output sizes answer row_logits alone
+                    raise ConfigError(
+                        "predict: the batch's head_names route its rows to heads of different output sizes, whose "
+                        "logits do not stack into one array (the output holds row_logits, one per row); predict the "
+                        "rows of each head apart"
+                    )
                 logits.append(output.logits.float().cpu().numpy())
                 if "labels" in batch:
                     labels.append(batch["labels"].cpu().numpy())
@@ -66,6 +76,40 @@ def predict(model: AdaptedModel, batches: Iterable[Mapping[str, torch.Tensor]], 
         padded_concat(labels, IGNORE_INDEX) if labels else np.empty(0, dtype=np.int64),
         loss_sum / count if count else None,
     )
+
+
+def check_wrapped(model: Any, caller: str) -> None:
+    """`model` must be an AdaptedModel (af.wrap's): a transformers model itself, or None, was an AttributeError
+    ('... has no attribute inference_cache')."""
+    if not callable(getattr(model, "inference_cache", None)):
+        raise ConfigError(
+            f"{caller}: the model is {'None' if model is None else 'a ' + type(model).__name__}, not a wrapped model; "
+            "pass the AdaptedModel that af.wrap(<your transformers model>) returns (or a run's: "
+            "training.rebuild.rebuild_run(run_dir).model), with its adapter or fusion activated"
+        )
+
+
+ROUTING_KEYS = ("adapter_names", "head_names")  # a batch's per-row choices (lists), as model(**batch) takes them
+
+
+def model_inputs(
+    batch: Mapping[str, Any], device: torch.device, caller: str, leave_out: str | None = None
+) -> dict[str, Any]:
+    """A batch's tensors on `device`, with its per-row routing (adapter_names, head_names), which were dropped as
+    not tensors: every row was run with what the model had active, without a word. Other values (an id column)
+    are left out, as before; token ids or masks as lists were too, and the model told it was given no input_ids."""
+    for key in ("input_ids", "attention_mask", "inputs_embeds"):
+        value = batch.get(key)
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise ConfigError(
+                f"{caller}: a batch's {key} is a {type(value).__name__}, not a tensor; collate the examples into "
+                "tensors (TaskCollator, or the tokenizer with return_tensors='pt' and padding=True)"
+            )
+    return {
+        key: value.to(device) if isinstance(value, torch.Tensor) else value
+        for key, value in batch.items()
+        if key != leave_out and (isinstance(value, torch.Tensor) or (key in ROUTING_KEYS and value is not None))
+    }
 
 
 def padded_concat(arrays: list[np.ndarray], value: float) -> np.ndarray:
@@ -100,12 +144,19 @@ def score(task: TaskSpec, predictions: Predictions, features: Any = None) -> dic
 def score_generation(
     model: AdaptedModel,
     batches: Iterable[Mapping[str, torch.Tensor]],
-    task: TaskSpec,
+    task: str | TaskSpec,
     tokenizer: Any,
     bf16: bool = False,
 ) -> dict[str, float]:
     """A generation task's metrics as its training run records them: `score_answers` with the tokenizer's end token
-    (and pad token, else the end token), exact match only where the task lists it (it generates, so it is slow)."""
+    (and pad token, else the end token), exact match only where the task lists it (it generates, so it is slow).
+    `task`: a TaskSpec or a registered task's name."""
+    task = resolve_task(task)
+    if not task.is_generation:  # its per-example labels were refused as labels "of another shape than input_ids"
+        raise TaskError(
+            f"score_generation: task {task.name!r} is a {task.kind!r} task, not a generation task; score a head's "
+            "outputs with adapterfusion.scoring.predict and score (or tasks.compute_metrics)"
+        )
     end = end_token_id(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end
     return score_answers(model, batches, end, pad, exact_match="exact_match" in task.metrics, bf16=bf16)
@@ -123,8 +174,11 @@ def score_answers(
     the model is activated, with its own LM head: `answer_loss` (mean cross-entropy per answer token, what the
     model's own loss averages), `perplexity` (its exp), `token_accuracy` (teacher-forced argmax == answer token);
     with `exact_match`, the share of rows whose greedy generation from the prompt is the answer and its end token.
-    Sums are kept per batch, so no [rows, seq, vocab] logits of the whole split are ever held."""
+    Sums are kept per batch, so no [rows, seq, vocab] logits of the whole split are ever held. Left-padded batches
+    score alike: a prompt is what its attention_mask keeps."""
+    check_wrapped(model, "score_answers")
     check_batches(batches, "score_answers")
+    _check_answer_settings(model, end_token_id, pad_token_id, exact_match, bf16)
     device = next(model.parameters()).device
     was_training = model.training
     loss_sum, correct, tokens, matches, rows = 0.0, 0, 0, 0, 0
@@ -134,18 +188,20 @@ def score_answers(
             for number, batch in enumerate(batches):
                 check_batch(batch, "score_answers")
                 labels = _answer_labels(batch, number).to(device)
-                batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor) and k != "labels"}
-                logits = model(**batch).logits
+                batch = model_inputs(batch, device, "score_answers", leave_out="labels")
+                logits = _lm_logits(model, batch, number)
                 _check_answer_ids(labels, logits.shape[-1], number)
+                _check_answer_positions(labels, batch, number, whole=exact_match)
                 targets = labels[:, 1:]  # position t predicts token t + 1, as the model's own loss shifts
                 answer = targets != IGNORE_INDEX
                 chosen, gold = logits[:, :-1][answer], targets[answer]
                 chosen = chosen.float() if chosen.dtype in (torch.float16, torch.bfloat16) else chosen
+                _refuse_nan_logits(chosen, answer, number)
                 loss_sum += float(F.cross_entropy(chosen, gold, reduction="sum"))
                 correct += int((chosen.argmax(-1) == gold).sum())
                 tokens += gold.numel()
                 if exact_match:
-                    matches += _greedy_matches(model, batch["input_ids"], labels, end_token_id, pad_token_id)
+                    matches += _greedy_matches(model, batch, labels, end_token_id, pad_token_id)
                     rows += len(labels)
     finally:
         model.train(was_training)
@@ -157,9 +213,9 @@ def score_answers(
 
 
 def _answer_labels(batch: Mapping[str, Any], number: int) -> torch.Tensor:
-    """The batch's answer token labels: an integer tensor shaped like its input_ids."""
+    """The batch's answer token labels: a signed integer tensor (uint8 holds no -100) shaped like its input_ids."""
     labels, ids = batch.get("labels"), batch.get("input_ids")
-    if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.dtype == torch.bool:
+    if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.dtype in (torch.bool, torch.uint8):
         found = f"'labels' of type {type(labels).__name__}" if labels is not None else "no 'labels'"
         found = f"'labels' of dtype {labels.dtype}" if isinstance(labels, torch.Tensor) else found
         raise ConfigError(
@@ -171,7 +227,118 @@ def _answer_labels(batch: Mapping[str, Any], number: int) -> torch.Tensor:
             f"score_answers: batch {number} has labels of shape {list(labels.shape)} for input_ids of shape "
             f"{list(ids.shape)}; give one label per input token ({IGNORE_INDEX} off the answer)"
         )
-    return labels
+    return labels.long()  # int32 labels, which the model's own loss takes, were a RuntimeError from cross_entropy
+
+
+def _refuse_nan_logits(chosen: torch.Tensor, answer: torch.Tensor, number: int) -> None:
+    """The answer positions' logits must hold no NaN nor +inf (-inf is a token ruled out): answer_loss and
+    perplexity came back NaN, token_accuracy and exact_match 0, and a run recorded them as its result (QA and class
+    outputs are refused alike: tasks.errors.refuse_nan_outputs)."""
+    bad = (torch.isnan(chosen) | torch.isposinf(chosen)).any(dim=-1)
+    if bool(bad.any()):
+        rows = torch.zeros(answer.shape, dtype=torch.bool, device=answer.device)
+        rows[answer] = bad
+        raise TaskError(
+            f"score_answers: batch {number}: the model's logits hold NaN (or +inf) at the answer tokens of "
+            f"{int(rows.any(dim=1).sum())} of {len(rows)} rows, so no answer can be scored; its weights or inputs hold "
+            "NaN or inf (check the checkpoint with torch.isfinite), or bf16 overflowed (evaluate in float32)."
+        )
+
+
+def _check_answer_settings(model: AdaptedModel, end: Any, pad: Any, exact_match: Any, bf16: Any) -> None:
+    """What score_answers is told, refused before any batch runs: a decoder's language model (an encoder-decoder
+    read prompt + answer as its encoder's input too, BART silently), no head of ours in front of it, token ids as
+    integers (pad None was a TypeError; end None a silent exact_match of 0), true or false flags ('no' was true), and
+    no Parallel block (each row run per branch) nor, with exact_match, a BatchSplit (its rows generate regrouped)."""
+    architecture = getattr(model, "architecture", None)
+    if architecture is not None and not architecture.causal:
+        kind = "an encoder-decoder" if getattr(model.model.config, "is_encoder_decoder", False) else "an encoder"
+        raise ConfigError(
+            f"score_answers: the model is {kind} ({type(model.model).__name__}); a generation task's answers are "
+            "scored as a decoder's language model reads them, prompt + answer in one sequence; score a decoder (e.g. "
+            "af.default_decoder_path())"
+        )
+    head = getattr(model, "active_head", None)
+    if head is not None:
+        raise ConfigError(
+            f"score_answers: head {head!r} is active, so the model answers its head's logits, not the language "
+            f"model's next-token logits; activate the adapter or fusion without it (model.activate(adapter=..., "
+            "head=None))"
+        )
+    for name, value in (("end_token_id", end), ("pad_token_id", pad)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ConfigError(
+                f"score_answers: {name}={value!r} must be a token id (an integer): the tokenizer's "
+                f"{'eos' if name == 'end_token_id' else 'pad'} token id (score_generation reads both from the "
+                "tokenizer)"
+            )
+    for name, value in (("exact_match", exact_match), ("bf16", bf16)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ConfigError(f"score_answers: {name}={value!r} must be True or False")
+    block = getattr(model, "active_block", None)
+    if isinstance(block, Parallel) or (exact_match and isinstance(block, BatchSplit)):
+        why = (
+            "runs every row once per branch, so the logits are not one row per answer"
+            if isinstance(block, Parallel)
+            else "routes rows by their place in the batch, and exact_match generates the rows regrouped by length"
+        )
+        raise ConfigError(
+            f"score_answers: the active {type(block).__name__} block {why}; score each adapter or fusion activated "
+            "alone, or give each batch its rows' choices as adapter_names=[...] (one per row)"
+        )
+
+
+def _lm_logits(model: AdaptedModel, batch: Mapping[str, torch.Tensor], number: int) -> torch.Tensor:
+    """The model's next-token logits [rows, seq, vocab] of one batch; another output (a classifier's [rows, labels],
+    a bare decoder's hidden states) was read as a vocabulary of its last dimension."""
+    output = model(**batch)
+    logits = getattr(output, "logits", None)
+    ids = batch["input_ids"]
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 3 or logits.shape[:2] != ids.shape:
+        shape = list(logits.shape) if isinstance(logits, torch.Tensor) else "no logits"
+        raise ConfigError(
+            f"score_answers: batch {number}: the model answers {shape} for input_ids of shape {list(ids.shape)}, not "
+            f"a language model's logits [rows, tokens, vocabulary]; wrap the model with its LM head "
+            "(AutoModelForCausalLM), not a classifier or the bare decoder"
+        )
+    return logits
+
+
+def _check_answer_positions(labels: torch.Tensor, batch: Mapping[str, torch.Tensor], number: int, whole: bool) -> None:
+    """Answer labels as encode_task makes them: aligned with input_ids (each the token at its own position, which
+    the model's loss shifts itself), after at least one prompt token the attention mask keeps (nothing predicts an
+    answer token with none before it), and, for exact_match (`whole`), one run of tokens per row."""
+    ids, mask = batch["input_ids"], batch.get("attention_mask")
+    answer = labels != IGNORE_INDEX
+    kept = torch.ones_like(answer) if mask is None else mask.bool()
+    before = torch.cumsum((kept & ~answer).long(), dim=1)  # prompt tokens up to each position
+    unprompted = answer & (torch.cumsum(answer.long(), dim=1) == 1) & (before == 0)
+    if bool(unprompted.any()):
+        row = int(unprompted.nonzero()[0, 0])
+        raise ConfigError(
+            f"score_answers: batch {number}, row {row} has no prompt token before its first answer label, so nothing "
+            "predicts that token (labels=input_ids, as a language model's loss takes them, label the prompt too); "
+            f"give {IGNORE_INDEX} on the prompt's tokens and the padding (encode_task of an instruction task does)"
+        )
+    wrong = answer & (labels != ids)
+    if bool(wrong.any()):
+        row, position = (int(i) for i in wrong.nonzero()[0])
+        label, token = int(labels[row, position]), int(ids[row, position])
+        raise ConfigError(
+            f"score_answers: batch {number}, row {row}: the label at position {position} is {label} but the token "
+            f"there is {token}; labels are the answer's token ids at their own "
+            "positions, aligned with input_ids (not shifted by one: the loss shifts them itself)"
+        )
+    if not whole:
+        return
+    for row, marks in enumerate(answer.tolist()):
+        starts = sum(1 for i, mark in enumerate(marks) if mark and (i == 0 or not marks[i - 1]))
+        if starts != 1:
+            found = "no answer label" if starts == 0 else f"{starts} separate runs of answer labels"
+            raise ConfigError(
+                f"score_answers: batch {number}, row {row} has {found}; exact_match generates one answer after each "
+                f"row's prompt, so give each row its answer's tokens in one run ({IGNORE_INDEX} elsewhere)"
+            )
 
 
 def _check_answer_ids(labels: torch.Tensor, vocab: int, number: int) -> None:
@@ -205,16 +372,28 @@ PLAIN_GREEDY: dict[str, Any] = {
 
 
 def _greedy_matches(
-    model: AdaptedModel, input_ids: torch.Tensor, labels: torch.Tensor, end_token_id: int, pad_token_id: int
+    model: AdaptedModel, batch: Mapping[str, Any], labels: torch.Tensor, end_token_id: int, pad_token_id: int
 ) -> int:
-    """How many rows' greedy continuation of their prompt (left-padded, as generation needs) is their answer."""
+    """How many rows' greedy continuation of their prompt (left-padded, as generation needs) is their answer, each
+    row generated with its own adapter_names choice where the batch routes its rows. A prompt is its tokens before
+    the answer that the attention mask keeps: a left-padded batch's padding was read as prompt tokens, attended, and
+    the answers generated after it."""
+    input_ids, mask, routes = batch["input_ids"], batch.get("attention_mask"), batch.get("adapter_names")
     label_rows = labels.tolist()
-    prompts = [input_ids[i, : prompt_length(row)] for i, row in enumerate(label_rows)]
+    prompts = []
+    for i, row in enumerate(label_rows):
+        prompt = input_ids[i, : prompt_length(row)]
+        prompts.append(prompt if mask is None else prompt[mask[i, : len(prompt)].bool()])
     answers = [[t for t in row if t != IGNORE_INDEX] for row in label_rows]
     limit = model_limits(model.model).max_length
     return sum(
         _group_matches(
-            model, [prompts[i] for i in group], [answers[i] for i in group], end_token_id, pad_token_id, limit
+            model,
+            [prompts[i] for i in group],
+            [answers[i] for i in group],
+            None if routes is None else [routes[i] for i in group],
+            (end_token_id, pad_token_id),
+            limit,
         )
         for group in groups_within_positions([len(p) for p in prompts], [len(a) for a in answers], limit)
     )
@@ -243,12 +422,13 @@ def _group_matches(
     model: AdaptedModel,
     prompts: list[torch.Tensor],
     answers: list[list[int]],
-    end_token_id: int,
-    pad_token_id: int,
+    routes: list[Any] | None,
+    end_and_pad: tuple[int, int],
     limit: int | None,
 ) -> int:
-    """_greedy_matches for rows that generate together; a row's answer tokens past the model's `limit` positions are
-    a miss, as truncation makes them."""
+    """_greedy_matches for rows that generate together (`routes`: their adapter_names, or None); a row's answer
+    tokens past the model's `limit` positions are a miss, as truncation makes them."""
+    end_token_id, pad_token_id = end_and_pad
     width = max(len(p) for p in prompts)
     padded = prompts[0].new_full((len(prompts), width), pad_token_id)
     mask = torch.zeros_like(padded)
@@ -265,6 +445,7 @@ def _group_matches(
         max_new_tokens=new_tokens,
         eos_token_id=end_token_id,
         pad_token_id=pad_token_id,
+        **({} if routes is None else {"adapter_names": routes}),
         **PLAIN_GREEDY,  # not the model's own generation_config (a repetition penalty would change the answers)
     )[:, width:].tolist()
     # an answer cut by max_length lost its end token: no generation is that answer and its end, so it is a miss

@@ -55,6 +55,11 @@ class TaskCollator:
                 f"padding_side={short_repr(self.padding_side)} is not a padding side; pass 'left', 'right' or None "
                 "(the tokenizer's own)"
             )
+        if not hasattr(self.tokenizer, "pad_token_id"):  # None or a model's name: an AttributeError at the first batch
+            raise TaskError(
+                f"tokenizer={short_repr(self.tokenizer)} is not a tokenizer; pass one, e.g. "
+                "transformers.AutoTokenizer.from_pretrained(<the model's folder>)"
+            )
         m = self.pad_to_multiple_of
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise TaskError(
@@ -85,7 +90,13 @@ class TaskCollator:
             raise TaskError(f"a batch mixes examples with different numbers of choices {sorted(map(str, choices))}.")
         n_choices = choices.pop()
         seq_len = self._padded_length(max(len(s) for seqs, _ in per_example for s in seqs))
-        left = (self.padding_side or getattr(self.tokenizer, "padding_side", "right")) == "left"
+        side = self.padding_side or getattr(self.tokenizer, "padding_side", "right")
+        if side not in _PADDING_SIDES:  # a tokenizer's "Left" padded on the right without a word
+            raise TaskError(
+                f"the tokenizer's padding_side is {short_repr(side)}, not a padding side; set tokenizer.padding_side "
+                "to 'left' or 'right', or pass TaskCollator(..., padding_side='left' or 'right')"
+            )
+        left = side == "left"
         shape = (len(features), n_choices, seq_len) if n_choices else (len(features), seq_len)
         batch: dict[str, torch.Tensor] = {}
         for key in _SEQUENCE_KEYS:
@@ -207,13 +218,20 @@ def _padded(rows: list[Sequence[int]], length: int, value: int, left: bool, key:
                 raise TypeError("fractional or non-finite values")  # 1.5 was truncated to 1 without a word
             if values.dtype.kind in "USO":  # numpy parses '7' as 7 silently
                 raise TypeError(f"values of dtype {values.dtype}, not integer ids")
+            if values.dtype.kind == "b" and key != "attention_mask":  # True, False were the token ids 1, 0
+                raise TypeError("values of dtype bool, not integer ids")
+            if values.ndim != 1:  # a [1, seq] row (return_tensors="pt" per example) failed to broadcast, unnamed
+                raise ValueError(
+                    f"values of shape {list(values.shape)}, where one flat list of one value per token belongs (a "
+                    "tokenizer's return_tensors='pt' gives [1, seq] per example: take its row [0])"
+                )
             if left:
                 out[i, length - len(row) :] = values
             else:
                 out[i, : len(row)] = values
         except (TypeError, ValueError, OverflowError) as error:  # text or None where token ids belong
             raise TaskError(
-                f"{key} of row {i} of the batch ({short_repr(row)}) are not integers ({type(error).__name__}: "
-                f"{error}); encode the examples with encode_task"
+                f"{key} of row {i} of the batch ({short_repr(row)}) are not integers, one per token "
+                f"({type(error).__name__}: {error}); encode the examples with encode_task"
             ) from None
     return torch.from_numpy(out)

@@ -209,6 +209,12 @@ def _check_gold(spec: TaskSpec, role: str, dataset: Any) -> None:
     """A split's gold column, its input columns and rows, and its labels (a generation task's answers are checked
     row by row as they are encoded)."""
     gold = fields.top_level(spec.label_field) if spec.is_generation else LABEL_COLUMN
+    if gold not in dataset.column_names and spec.is_generation:  # was told of labels "converted to ids"
+        raise TaskError(
+            f"task {spec.name!r}, split {role!r}: no {gold!r} column, which holds each row's answer text (it has "
+            f"{dataset.column_names}); name the answers' column in the task (instruction_task(answer_field=...)), "
+            "or rename the column"
+        )
     if gold not in dataset.column_names:
         raise TaskError(
             f"task {spec.name!r}, split {role!r}: no {gold!r} column; load the data with "

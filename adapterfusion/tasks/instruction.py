@@ -10,7 +10,7 @@ separating space or newline belongs at the end of the prompt or the start of the
 tokenizer's eos (a chat model's end of turn), else its sep token; it is appended here, so an answer whose text
 holds it ("Paris.</s>") is refused. A prompt must give at least one token: the answer's
 first token is trained by the position before it, which a tokenizer without BOS (GPT-2) does not add to an empty
-prompt; load_task_data refuses blank prompts, and the encoding a prompt with no tokens.
+prompt; load_task_data and the encoding refuse blank prompts (and answers), and the encoding a prompt with no tokens.
 
 Truncation to max_length cuts the prompt from the left first (the tokens nearest the answer stay); only an answer
 that does not fit beside one prompt token loses its tail, and that is counted apart (`ANSWER_CUT_COLUMN`) and warned
@@ -63,12 +63,32 @@ def end_token_id(tokenizer: Any) -> int:
 
 
 def require_chat_template(tokenizer: Any) -> None:
-    """A task with chat_template=True needs a tokenizer that has one."""
-    if not getattr(tokenizer, "chat_template", None):
+    """A task with chat_template=True needs a tokenizer that has one: a template's text, or named templates with a
+    'default' one (which transformers renders; without it, a ValueError of its own at the first row). A number
+    (5) failed in jinja2 with a TypeError ('Can't compile non template nodes')."""
+    name = type(tokenizer).__name__
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, Mapping) and isinstance(template.get("default"), str) and template["default"].strip():
+        return
+    if isinstance(template, str) and template.strip():
+        return
+    if isinstance(template, Mapping) and template:
         raise TaskError(
-            f"chat_template=True, but the tokenizer {type(tokenizer).__name__} has no chat template; set "
-            "chat_template=False in the task (the prompt is then used as it is)."
+            f"chat_template=True, but the tokenizer {name} has named chat templates {sorted(map(str, template))} "
+            "and no usable 'default' one, which a prompt is written with; set tokenizer.chat_template to the "
+            "template to use (e.g. tokenizer.chat_template = tokenizer.chat_template['<name>']), or set "
+            "chat_template=False in the task."
         )
+    if template:
+        raise TaskError(
+            f"chat_template=True, but the chat template of the tokenizer {name} is {short_repr(template)} (of type "
+            f"{type(template).__name__}), not a template's text; set tokenizer.chat_template to its Jinja text and "
+            "save it with the model, or set chat_template=False in the task."
+        )
+    raise TaskError(
+        f"chat_template=True, but the tokenizer {name} has no chat template; set chat_template=False in the task "
+        "(the prompt is then used as it is)."
+    )
 
 
 def prompt_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
@@ -83,7 +103,8 @@ def prompt_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
         )
-    except jinja2.TemplateError as error:  # raise_exception() in the template, or a template that does not compile
+    # raise_exception() in the template, one that does not compile, or any error of the template's own code (1/0)
+    except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError) as error:
         raise TaskError(
             f"chat_template=True, but the chat template of the tokenizer {name} fails on a prompt as one user turn "
             f"({type(error).__name__}: {str(error)[:200]}); set chat_template=False in the task and write the "
@@ -176,6 +197,15 @@ def check_row_texts(spec: TaskSpec, split: str, row: int, prompt: Any, answer: A
             "drop the row (load_task_data with drop_unlabelled=True drops rows without one)"
         )
     check_answer_type(spec, where, answer)
+    # load_task_data refuses blank prompts and answers; rows handed in otherwise were trained on (an answer of
+    # spaces or a newline the model learnt to give; with the chat template, an answer to no question)
+    for role, field, text in (("prompt", spec.text_fields[0], prompt), ("answer", spec.label_field, str(answer))):
+        if not text.strip():
+            raise TaskError(
+                f"{where}: the {role} in field {field!r} is blank ({text!r}); every row needs a prompt and an "
+                f"answer with text (a separating space or newline belongs beside it, not alone); write the {role} or "
+                "drop the row"
+            )
 
 
 def check_answer_type(spec: TaskSpec, where: str, answer: Any) -> None:

@@ -78,3 +78,29 @@ def test_exact_match_is_plain_greedy_and_a_cut_answer_is_a_miss(monkeypatch) -> 
     }
     assert score_answers(model, [batch], END, PAD, exact_match=True)["exact_match"] == 0.0
     assert all(seen[-1][key] == value for key, value in plain.items())
+
+
+def test_a_left_padded_batch_scores_as_its_right_padded_twin() -> None:
+    """Exact match read a left-padded row's padding as prompt tokens (attended), so a row whose answer is the model's
+    own greedy continuation missed; the prompt is now what the attention mask keeps."""
+    torch.manual_seed(0)
+    model = af.wrap(tiny_decoder("llama"))
+    model.add_adapter("a")
+    model.activate(adapter="a")
+    prompts = [list(range(5, 9)), list(range(5, 20))]
+    rows = []
+    for prompt in prompts:  # each answer: the model's greedy token, which is also the end token
+        ids = torch.tensor([prompt])
+        new = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=1, pad_token_id=PAD)
+        rows.append((prompt + [int(new[0, -1])], [-100] * len(prompt) + [int(new[0, -1])]))
+    width = max(len(tokens) for tokens, _ in rows)
+    scores = {}
+    for side in ("left", "right"):
+        ids, labels, mask = (torch.full((2, width), value) for value in (PAD, -100, 0))
+        for i, (tokens, row_labels) in enumerate(rows):
+            at = slice(width - len(tokens), width) if side == "left" else slice(0, len(tokens))
+            ids[i, at], labels[i, at], mask[i, at] = torch.tensor(tokens), torch.tensor(row_labels), 1
+        batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        scores[side] = score_answers(model, [batch], rows[0][1][-1], PAD, exact_match=True)
+    assert scores["left"]["exact_match"] == scores["right"]["exact_match"] >= 0.5
+    assert abs(scores["left"]["answer_loss"] - scores["right"]["answer_loss"]) < 1e-4

@@ -78,6 +78,7 @@ def _bos_less_tokenizer() -> PreTrainedTokenizerFast:
     vocab = {"[UNK]": 0, "</s>": 1, "q?": 2, "a": 3, "b": 4}
     model = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     model.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    model.normalizer = tokenizers.normalizers.Replace("~", "")  # a character it drops, as BERT's drops U+200B
     return PreTrainedTokenizerFast(tokenizer_object=model, unk_token="[UNK]", eos_token="</s>")
 
 
@@ -90,9 +91,12 @@ def test_a_prompt_without_tokens_is_refused_by_the_encoding() -> None:
     good = datasets.Dataset.from_dict({"prompt": ["q?"], "answer": ["a"]})
     encoded, _ = encode_task(spec, good, tokenizer)
     assert encoded["input_ids"] == [[2, 3, 1]] and encoded["labels"] == [[-100, 3, 1]]
-    bad = datasets.Dataset.from_dict({"prompt": ["q?", ""], "answer": ["a", "b"]})
-    with pytest.raises(TaskError, match=r"split 'data', row 1: the prompt in field 'prompt' \(''\) has no tokens"):
+    bad = datasets.Dataset.from_dict({"prompt": ["q?", "~"], "answer": ["a", "b"]})
+    with pytest.raises(TaskError, match=r"split 'data', row 1: the prompt in field 'prompt' \('~'\) has no tokens"):
         encode_task(spec, bad, tokenizer)
+    blank = datasets.Dataset.from_dict({"prompt": ["q?", ""], "answer": ["a", "b"]})  # refused as load_task_data does
+    with pytest.raises(TaskError, match=r"split 'data', row 1: the prompt in field 'prompt' is blank \(''\)"):
+        encode_task(spec, blank, tokenizer)
 
 
 # -- 2. every text of a single or pair row must hold text ------------------------------------------------------
