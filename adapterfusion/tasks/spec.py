@@ -586,6 +586,16 @@ def instruction_task(
             f"instruction_task({short_repr(name)}) sets {clash} itself ({uses}); give the prompt and answer columns "
             "as prompt_field= and answer_field=, or build a TaskSpec of another kind directly."
         )
+    known = [
+        f.name for f in dataclasses.fields(TaskSpec) if f.name not in fixed and f.name not in ("name", "data_files")
+    ]
+    unknown = [key for key in options if key not in known]
+    if unknown:  # was a TypeError: "TaskSpec.__init__() got an unexpected keyword argument 'chat_templat'"
+        hints = "".join(suggest(str(key), known) for key in unknown)
+        raise TaskError(
+            f"instruction_task({short_repr(name)}) has no option {unknown}.{hints} Its options are prompt_field, "
+            f"answer_field, data_files and the TaskSpec fields {known}."
+        )
     return TaskSpec(
         name=name,
         kind=GENERATION,

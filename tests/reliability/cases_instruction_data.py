@@ -266,6 +266,15 @@ CASES: tuple[BadInput, ...] = (
         ("row 0", "the prompt in field 'prompt' is blank (' ')", "write the prompt or drop the row"),
         _encoding({"prompt": [" "], "answer": ["4"]}, chat_template=_CHAT),
     ),
+    B(
+        "instruction-task-option-misspelled",
+        GROUP,
+        "instruction_task('qa', chat_templat=True) (was TypeError: TaskSpec.__init__() got an unexpected keyword "
+        "argument 'chat_templat', from the dataclass)",
+        TaskError,
+        ("instruction_task('qa') has no option ['chat_templat']", "Did you mean 'chat_template'?", "max_length"),
+        lambda folder: lambda: instruction_task("qa", chat_templat=True),
+    ),
     # ---- collating ----------------------------------------------------------------------------------------------
     B(
         "instruction-collate-rows-of-one-row",
