@@ -23,7 +23,8 @@ tasks × setup variants × seeds. Every mistake raises ExperimentSpecError namin
 A setup entry is a registered setup's name, or a mapping with `name` plus TrainingConfig fields and setup options
 (overrides for that setup only). Setups with a `reduction_factor` option (st-a, st-a-houlsby) get variant ids
 `<setup>-rf<R>`; `reduction_factors` expands one entry into one variant per value. A fusion setup fuses the adapters
-of one stage-1 variant (`adapter_setup`, `adapter_reduction_factor`; default st-a with rf 16), trained with the same
+of one stage-1 variant (`adapter_setup`, `adapter_reduction_factor` or a swept variant's id as `adapter_variant`;
+default st-a with rf 16), trained with the same
 seed, of the source tasks listed under `fusion`. A setup entry's `tasks` restricts it to some of the experiment's
 tasks (e.g. fusion runs only for the target tasks, while st-a trains an adapter on every source); without it a setup
 runs on every task. Training settings merge in this order, later winning: `training`, the setup entry,
