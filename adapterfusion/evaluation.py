@@ -16,11 +16,12 @@ from typing import Any
 import torch
 
 from adapterfusion._validation import short_repr
+from adapterfusion.answer_scoring import score_generation
 from adapterfusion.errors import ConfigError, RunFileError
 from adapterfusion.file_digests import first_changed
 from adapterfusion.io.paths import as_path
 from adapterfusion.run_layout import CONFIG_FILE
-from adapterfusion.scoring import Predictions, predict, score, score_generation
+from adapterfusion.scoring import Predictions, predict, score
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task, encoded_sha256
 from adapterfusion.tasks.loading import load_task_data

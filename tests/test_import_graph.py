@@ -183,7 +183,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "_startup errors _version run_layout parameters file_digests _validation encoder_limits io defaults devices",
         "adapters blocks heads fusion injection piece encoder_folders encoder_loading encoders encoder_identity "
         "forward_inputs forward_runtime outputs composition routing routed_forward pipeline_arguments pipeline_tasks "
-        "pipelines trainable dtype_errors generation tasks scoring analysis",
+        "pipelines trainable dtype_errors generation tasks scoring answer_scoring analysis",
         "interop serialization",
         "model <root>",  # <root>: adapterfusion/__init__.py, the public API
         "training",

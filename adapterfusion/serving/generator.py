@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from adapterfusion.answer_scoring import groups_within_positions
 from adapterfusion.errors import ConfigError
-from adapterfusion.scoring import groups_within_positions
 from adapterfusion.serving.config import DEFAULT_MAX_LENGTH, DEFAULT_MAX_NEW_TOKENS
 from adapterfusion.serving.contract import GenerateRequest, Sampling, no_tokens
 from adapterfusion.serving.predictor import Prediction, forward_cost, length_groups, length_limits, model_limit

@@ -210,7 +210,7 @@ def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, floa
     if spec.is_generation:  # no head of its own: the language model's answer tokens are what is scored
         raise TaskError(
             f"task {spec.name!r} generates its answers: it has no labels to compare predicted ids with; score it with "
-            "adapterfusion.scoring.score_generation(model, batches, task, tokenizer) (answer loss, perplexity, "
+            "adapterfusion.answer_scoring.score_generation(model, batches, task, tokenizer) (answer loss, perplexity, "
             "token accuracy, exact match)."
         )
     if spec.regression:

@@ -10,7 +10,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from adapterfusion.scoring import predict, score, score_generation
+from adapterfusion.answer_scoring import score_generation
+from adapterfusion.scoring import predict, score
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.extra_dev import load_extra_dev_splits

@@ -9,7 +9,7 @@ only in the `LoopData` they hand to `fit`:
   * a single-task setup (`single_task_data`): the task's encoded train and dev sets, the Trainer's batching and
     epochs, its evaluation scored by `dev_metrics`;
   * a generation task (`instruction_task_data`): the same, right-padded, with the model's own LM loss on the answer
-    tokens and an evaluator that scores the dev set batch by batch (scoring.score_answers);
+    tokens and an evaluator that scores the dev set batch by batch (answer_scoring.score_answers);
   * MT-A (training/multitask.py): ready-made batches, each of one task, in the order the task sampler drew them
     (training/task_batches.py); epochs of a fixed number of steps; a callback that activates the step's task; and an
     evaluator that scores every task and selects on the mean.
@@ -30,8 +30,8 @@ from typing import Any
 from torch.utils.data import DataLoader
 from transformers import EarlyStoppingCallback, TrainerCallback, TrainerState
 
+from adapterfusion.answer_scoring import score_generation
 from adapterfusion.io.paths import check_writable_folder
-from adapterfusion.scoring import score_generation
 from adapterfusion.tasks.collator import TaskCollator
 from adapterfusion.tasks.metrics import LABEL_KINDS, constant_metric_reason, dev_metrics
 from adapterfusion.tasks.spec import TaskSpec, suggest

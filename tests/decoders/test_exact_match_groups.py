@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 import adapterfusion as af
-from adapterfusion.scoring import groups_within_positions, score_answers
+from adapterfusion.answer_scoring import groups_within_positions, score_answers
 from tiny_decoders import tiny_decoder
 
 END, PAD = 2, 0

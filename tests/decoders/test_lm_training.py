@@ -12,11 +12,11 @@ import pytest
 import torch
 import transformers
 
+from adapterfusion.answer_scoring import score_answers
 from adapterfusion.encoder_loading import load_language_model
 from adapterfusion.encoders import resolve_encoder
 from adapterfusion.evaluation import evaluate_run
 from adapterfusion.model import wrap
-from adapterfusion.scoring import score_answers
 from adapterfusion.tasks import TaskCollator, TaskError, encode_task, instruction_task, load_task_data, register_task
 from adapterfusion.tasks.instruction import IGNORE_INDEX, instruction_example
 from adapterfusion.training import AdapterStore, TrainingError, adapter_subsets, train

@@ -14,7 +14,7 @@ from transformers import GenerationConfig, LogitsProcessor, StoppingCriteria
 from transformers.cache_utils import DynamicCache
 
 import adapterfusion as af
-from adapterfusion.scoring import score_answers
+from adapterfusion.answer_scoring import score_answers
 from catalogue import Action, BadInput, generating, tiny_lm
 from tiny_decoders import tiny_decoder_inputs
 

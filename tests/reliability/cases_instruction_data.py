@@ -12,8 +12,9 @@ import torch
 import transformers
 
 import adapterfusion as af
+from adapterfusion.answer_scoring import score_answers, score_generation
 from adapterfusion.errors import ConfigError
-from adapterfusion.scoring import predict, score_answers, score_generation
+from adapterfusion.scoring import predict
 from adapterfusion.tasks import TaskCollator, TaskError, encode_task, instruction_task
 from catalogue import Action, BadInput
 from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_config

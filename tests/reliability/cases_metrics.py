@@ -14,9 +14,10 @@ import torch
 from datasets import Dataset
 
 import adapterfusion as af
+from adapterfusion.answer_scoring import score_answers
 from adapterfusion.errors import ConfigError
 from adapterfusion.heads.question_answering import NOT_CONTEXT
-from adapterfusion.scoring import Predictions, score, score_answers
+from adapterfusion.scoring import Predictions, score
 from adapterfusion.tasks import TaskError, TaskSpec, accuracy, compute_metrics, instruction_task, pearson
 from adapterfusion.tasks.metrics import dev_metrics
 from adapterfusion.tasks.qa_metrics import squad_scores
