@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 import adapterfusion as af
 from adapterfusion.cli import main
 from adapterfusion.demo import demo_data_dir
+from adapterfusion.errors import ConfigError
 from adapterfusion.evaluation import evaluate_run, load_run_split, predict, run_batches
 from adapterfusion.experiments import run_experiment
 from adapterfusion.pruning import PRUNING_FILE, prune_fusion
@@ -388,3 +389,9 @@ def test_a_run_is_not_scored_on_its_data_files_once_they_changed(runs, tmp_path)
     del config["data_files"]
     (moved / "config.json").write_text(json.dumps(config))
     assert evaluate_run(moved)["metrics"] == expected
+
+
+def test_a_device_nothing_runs_on_is_refused_before_the_run_loads(tmp_path):
+    """device='meta' failed with torch's RuntimeError once the model had loaded; now before anything is read."""
+    with pytest.raises(ConfigError, match="device 'meta' holds shapes but no values"):
+        evaluate_run(tmp_path, device="meta")  # an empty folder: the device is what is refused first
