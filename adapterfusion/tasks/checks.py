@@ -75,12 +75,28 @@ def _read_as_span_format(spec: TaskSpec, origin: str) -> str | None:
     return f"{read}; a {spec.kind!r} task's rows are read from CSV, JSON or JSON lines files ({kinds}): save them so."
 
 
+_CHAT_COLUMNS = ("messages", "conversations", "conversation")  # chat-format files' one column of turns
+
+
+def _chat_format(spec: TaskSpec, present: list[str]) -> str | None:
+    """Why a generation task's file lacks its prompt and answer fields: it is a chat-format file (a list of turns
+    per row, as many instruction sets are shared), which the task reads as one prompt and one answer per row."""
+    chat = next((name for name in _CHAT_COLUMNS if name in present), None)
+    if not spec.is_generation or chat is None:
+        return None
+    return (
+        f"the file holds chat turns in {chat!r} (the file has {present}), and a generation task reads one prompt "
+        f"and one answer per row: write each row's user turn as {spec.text_fields[0]!r} and the assistant's reply "
+        f"as {spec.label_field!r} (with chat_template=True the tokenizer's template wraps the prompt as a user turn)"
+    )
+
+
 def _check_columns(spec: TaskSpec, dataset, origin: str) -> None:
     present = list(dataset.column_names)
     missing = [c for c in fields.required_columns(spec) if c not in present]
     if not missing:
         return
-    why = _separated_otherwise(missing, present) or _read_as_span_format(spec, origin)
+    why = _separated_otherwise(missing, present) or _read_as_span_format(spec, origin) or _chat_format(spec, present)
     if why is not None:
         raise TaskError(f"{_where(spec, origin)}: missing field(s) {missing}; {why}")
     hints = "".join(dict.fromkeys(suggest(m, present) for m in missing))  # one hint per close name

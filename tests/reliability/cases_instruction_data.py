@@ -3,6 +3,7 @@ answers as tokenised, and their scoring."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import adapterfusion as af
 from adapterfusion.answer_scoring import score_answers, score_generation
 from adapterfusion.errors import ConfigError
 from adapterfusion.scoring import predict
-from adapterfusion.tasks import TaskCollator, TaskError, encode_task, instruction_task
+from adapterfusion.tasks import TaskCollator, TaskError, encode_task, instruction_task, load_task_data
 from catalogue import Action, BadInput
 from tiny_decoders import randomise_pieces, tiny_decoder, tiny_decoder_config
 from tiny_models import tiny_encoder
@@ -236,6 +237,14 @@ def _bare_decoder(folder: Path) -> Action:
 
 _CHAT = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}<|assistant|>"
 
+
+def _chat_file(folder: Path) -> Callable[[], Any]:
+    """A chat-format JSON lines file (one row of user and assistant turns) as a generation task's train split."""
+    turns = [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}]
+    (folder / "train.jsonl").write_text(json.dumps({"messages": turns}) + "\n")
+    return lambda: load_task_data(instruction_task("chat", data_files={"train": str(folder / "train.jsonl")}))
+
+
 CASES: tuple[BadInput, ...] = (
     # ---- rows handed to encode_task ------------------------------------------------------------------------------
     B(
@@ -275,6 +284,15 @@ CASES: tuple[BadInput, ...] = (
         TaskError,
         ("instruction_task('qa') has no option ['chat_templat']", "Did you mean 'chat_template'?", "max_length"),
         lambda folder: lambda: instruction_task("qa", chat_templat=True),
+    ),
+    B(
+        "instruction-chat-format-file",
+        GROUP,
+        "load_task_data(instruction_task('chat', data_files={'train': <JSON lines of {\"messages\": [turns]}>})) "
+        "(was only told 'missing field(s) [prompt, answer]; the file has [messages]', nothing of what to write)",
+        TaskError,
+        ("missing field(s) ['prompt', 'answer']", "holds chat turns in 'messages'", "user turn as 'prompt'"),
+        _chat_file,
     ),
     # ---- collating ----------------------------------------------------------------------------------------------
     B(
