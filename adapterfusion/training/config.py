@@ -151,8 +151,9 @@ def _number(
 # it (a raw OverflowError once the data is loaded), and far fewer are already a run that never ends.
 MAX_EPOCHS = 1e6
 _EPOCHS_REASON = (
-    " (the most a run may plan; to train until the dev metric stops improving, keep patience set: early stopping "
-    "ends the run sooner)"
+    " (the most a run may plan; plan about as many epochs as the run needs, not far more: the warm-up (warmup_ratio) "
+    "and the learning rate's decay are spread over the planned steps, so a far plan trains at a rate near 0; "
+    "patience ends a run sooner once its dev metric stops improving)"
 )
 
 

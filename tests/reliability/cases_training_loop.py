@@ -280,7 +280,7 @@ CASES: tuple[BadInput, ...] = (
         "train('rte', 'st-a', training_config={'epochs': 1e308}) (a raw OverflowError from the Trainer's step count, "
         "'cannot convert float infinity to integer', once the data was loaded, over an unfinished run folder)",
         ConfigError,
-        ("epochs=1e+308", "<= 1e+06", "keep patience set"),
+        ("epochs=1e+308", "<= 1e+06", "warm-up (warmup_ratio)"),
         _train_with(epochs=1e308),
     ),
     B(
