@@ -102,7 +102,7 @@ def resume_point(run_dir: Path, run_config: Mapping[str, Any], keys: Sequence[st
     if any(change for key, change in zip(keys, changed, strict=True) if key != "encoded_sha256"):
         # another change (max_examples, max_length, the data files) explains encoded data that differ: blaming an
         # edited tokenizer as well would send the user looking for an edit that was never made
-        changed = [change for key, change in zip(keys, changed, strict=True) if key != "encoded_sha256"]
+        changed = ["" if key == "encoded_sha256" else change for key, change in zip(keys, changed, strict=True)]
     # another model: say which (its folder may end as the first one's, /a/models/bert and /b/models/bert, and share
     # its encoder_key, when its other weights were not saved at the run's encoder path)
     other_weights = "encoder_identity" in keys and previous.get("encoder_identity") != current["encoder_identity"]
