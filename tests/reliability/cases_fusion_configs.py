@@ -19,7 +19,16 @@ from adapterfusion.fusion import add_fusion_subset
 from adapterfusion.tasks import TaskSpec
 from adapterfusion.training import AnnealedSchedule, TaskSampler, TrainingError, sampling_probabilities
 from adapterfusion.training.setups import SETUPS, Setup, register_setup
-from catalogue import TINY_RUN, Action, BadInput, adapters_a_and_b, encoder_folder, experiment, train_on_damaged
+from catalogue import (
+    TINY_RUN,
+    Action,
+    BadInput,
+    adapters_a_and_b,
+    encoder_folder,
+    experiment,
+    left_no_run_folder,
+    train_on_damaged,
+)
 
 B = BadInput
 GROUP = "fusion configs"
@@ -139,23 +148,6 @@ def _fused_model_lookup(lookup: Callable[[af.AdaptedModel], Any]) -> Callable[[P
         return lambda: f"found {len(lookup(model))}"
 
     return prepare
-
-
-def _left_no_run_folder(prepare: Callable[[Path], Action]) -> Callable[[Path], Action]:
-    """prepare's action, failing as well where it left `runs/` behind: the refusal had come after the folders."""
-
-    def wrapped(folder: Path) -> Action:
-        action = prepare(folder)
-
-        def checked() -> Any:
-            try:
-                return action()
-            finally:
-                assert not (folder / "runs").exists(), "left run folders behind"
-
-        return checked
-
-    return wrapped
 
 
 CASES: tuple[BadInput, ...] = (
@@ -419,7 +411,7 @@ CASES: tuple[BadInput, ...] = (
         "both tasks' data had loaded, leaving the run's empty folders)",
         TrainingError,
         ("reduction_factor 1000.0 leaves no bottleneck for hidden size 32", "at most 32", "encoder '"),
-        _left_no_run_folder(_multitask(["rte", "cb"], reduction_factor=1000)),
+        left_no_run_folder(_multitask(["rte", "cb"], reduction_factor=1000)),
     ),
     B(
         "st-a-reduction-factor-no-bottleneck",
@@ -428,7 +420,7 @@ CASES: tuple[BadInput, ...] = (
         "only once the encoder and the data had loaded, leaving the run's empty folders)",
         TrainingError,
         ("reduction_factor 1000.0 leaves no bottleneck for hidden size 32", "at most 32", "encoder '"),
-        _left_no_run_folder(train_on_damaged(lambda path: None, reduction_factor=1000)),
+        left_no_run_folder(train_on_damaged(lambda path: None, reduction_factor=1000)),
     ),
     B(
         "mt-a-one-task",
@@ -437,7 +429,7 @@ CASES: tuple[BadInput, ...] = (
         "training)",
         TrainingError,
         ("mt-a trains several tasks jointly", "['rte'] names one", "use st-a"),
-        _left_no_run_folder(_multitask(["rte"])),
+        left_no_run_folder(_multitask(["rte"])),
     ),
     B(
         "experiment-mt-a-one-task",

@@ -17,7 +17,16 @@ import adapterfusion.training
 from adapterfusion.demo import demo_data_dir
 from adapterfusion.errors import SerializationError
 from adapterfusion.training import TaskSampler, TrainingError
-from catalogue import TINY_RUN, Action, BadInput, adapters_a_and_b, edit_json, encoder_folder, load_into
+from catalogue import (
+    TINY_RUN,
+    Action,
+    BadInput,
+    adapters_a_and_b,
+    edit_json,
+    encoder_folder,
+    left_no_run_folder,
+    load_into,
+)
 from tiny_decoders import tiny_decoder
 
 B = BadInput
@@ -93,24 +102,17 @@ def _multitask_on_gpt2(**kwargs: Any) -> Callable[[Path], Action]:
         tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
         tiny_decoder("gpt2", vocab_size=tokenizer.vocab_size).save_pretrained(folder / "gpt2")
         tokenizer.save_pretrained(folder / "gpt2")
+        return lambda: af.training.train_multitask(
+            ["rte", "cb"],
+            encoder=folder / "gpt2",
+            output_dir=folder / "runs",
+            data_dir=demo_data_dir(),
+            max_examples=8,
+            training_config=TINY_RUN,
+            **kwargs,
+        )
 
-        def action() -> Any:
-            try:
-                return af.training.train_multitask(
-                    ["rte", "cb"],
-                    encoder=folder / "gpt2",
-                    output_dir=folder / "runs",
-                    data_dir=demo_data_dir(),
-                    max_examples=8,
-                    training_config=TINY_RUN,
-                    **kwargs,
-                )
-            finally:
-                assert not (folder / "runs").exists(), "left run folders behind"
-
-        return action
-
-    return prepare
+    return left_no_run_folder(prepare)
 
 
 CASES: tuple[BadInput, ...] = (

@@ -150,6 +150,23 @@ def encoder_folder(folder: Path) -> Path:
 TINY_RUN = {"max_steps": 1, "batch_size": 8, "max_length": 32, "patience": None}
 
 
+def left_no_run_folder(prepare: Callable[[Path], Action]) -> Callable[[Path], Action]:
+    """prepare's action, failing as well where it left `runs/` behind: the refusal had come after the folders."""
+
+    def wrapped(folder: Path) -> Action:
+        action = prepare(folder)
+
+        def checked() -> Any:
+            try:
+                return action()
+            finally:
+                assert not (folder / "runs").exists(), "left run folders behind"
+
+        return checked
+
+    return wrapped
+
+
 def train_on_damaged(damage: Callable[[Path], Any], **setup_options: Any) -> Callable[[Path], Action]:
     """train() of st-a on rte (with `setup_options`) for one step on 16 examples, on encoder_folder after
     `damage(path)`: an encoder folder that loads trains at once."""
