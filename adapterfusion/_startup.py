@@ -19,22 +19,24 @@ COMMAND = "adapterfusion"  # the console script's name (pyproject.toml [project.
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 
 
-def quiet_interrupt_while_importing() -> None:
-    """Set the quiet SIGINT handler when this process is the `adapterfusion` command: not a worker it spawned (which
-    inherits its argv and imports it as its main module while it starts, and whose Ctrl-C its own code answers),
-    and not where SIGINT is ignored (a background job of a non-interactive shell). sys.argv may be empty or missing
-    where Python is embedded."""
+def _is_the_command() -> bool:
+    """Whether this process is the `adapterfusion` command: not a worker it spawned, which inherits its argv and
+    imports it as its main module while it starts. sys.argv may be empty or missing where Python is embedded."""
     argv = getattr(sys, "argv", None) or [""]
-    if (
-        Path(str(argv[0])).name != COMMAND
+    return (
+        Path(str(argv[0])).name == COMMAND
         # a spawned child is named (SpawnProcess-1) before it imports its parent's main module, and has a
         # parent_process() only after that import
-        or multiprocessing.current_process().name != "MainProcess"
-        or multiprocessing.parent_process() is not None
-        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    ):
-        return
-    signal.signal(signal.SIGINT, _exit_quietly)
+        and multiprocessing.current_process().name == "MainProcess"
+        and multiprocessing.parent_process() is None
+    )
+
+
+def quiet_interrupt_while_importing() -> None:
+    """Set the quiet SIGINT handler when this process is the `adapterfusion` command (a worker it spawned answers its
+    Ctrl-C with its own code), and not where SIGINT is ignored (a background job of a non-interactive shell)."""
+    if _is_the_command() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _exit_quietly)
 
 
 def restore_interrupt() -> None:
@@ -94,8 +96,7 @@ def check_hub_environment() -> None:
     problem = hub_environment_problem()
     if problem is None:
         return
-    argv = getattr(sys, "argv", None) or [""]
-    if Path(str(argv[0])).name == COMMAND and multiprocessing.current_process().name == "MainProcess":
+    if _is_the_command():
         sys.stderr.write(f"error: {problem}\n")
         sys.stderr.flush()
         raise SystemExit(2)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapterfusion.defaults import default_encoder_path
-from adapterfusion.devices import available_device
 from adapterfusion.encoder_limits import check_max_length
 from adapterfusion.encoder_loading import load_encoder_model, load_tokenizer
 from adapterfusion.encoders import resolve_encoder
@@ -32,7 +31,7 @@ from adapterfusion.tasks.encoding import encode_task
 from adapterfusion.tasks.loading import load_task_data
 from adapterfusion.tasks.registry import get_task, resolve_task
 from adapterfusion.tasks.spec import TaskSpec
-from adapterfusion.training.hardware import training_device
+from adapterfusion.training.hardware import check_evaluation_device, training_device
 from adapterfusion.training.rebuild import rebuild_run
 from adapterfusion.training.run_files import METRICS_FILE, RUN_FORMAT_VERSION
 from adapterfusion.training.store import ZOO_SETUP, resolve_zoo, zoo_seed
@@ -175,13 +174,6 @@ def ablate_spans(
     )
 
 
-def _check_device(device: str | None) -> None:
-    """A device the ablation's evaluations can run on, refused before the model loads: this machine's (no CUDA on a
-    CPU-only one), and not the meta device (torch's autocast RuntimeError after the model had loaded)."""
-    if device is not None:
-        available_device(device, "pass device='cpu', or leave device unset (cuda when there is one, else cpu)")
-
-
 def ablate_run(
     run_dir: str | os.PathLike,
     max_examples: int | None = None,
@@ -190,8 +182,7 @@ def ablate_run(
 ) -> SpanAblation:
     """Span ablation of the adapter a finished st-a / st-a-houlsby run trained, on the run's own dev split (its
     source and subsample, or a seeded subset of `max_examples`)."""
-    _check_device(device)
-    run = rebuild_run(run_dir, device=device)
+    run = rebuild_run(run_dir, device=device)  # checks the device before the run loads
     if run.adapter is not None and run.head is None:  # a generation task: the language model's own head scores it
         raise ConfigError(
             f"{run_dir} trained an adapter for {run.task.name!r}, a generation task, which has no head of its own to "
@@ -226,7 +217,7 @@ def ablate_zoo(
     encoder = str(encoder) if encoder is not None else str(default_encoder_path())
     # Refused before the encoder loads: a longer max_length fails at the first dev example past its positions.
     check_max_length(max_length, encoder)
-    _check_device(device)
+    check_evaluation_device(device)
     store = resolve_zoo(zoo)
     seed = zoo_seed(store, encoder, spec.name)
     # Loaded as training loads them (training/run.py): a decoder's tokenizer then makes no token_type_ids and pads

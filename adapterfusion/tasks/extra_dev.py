@@ -83,8 +83,9 @@ def load_extra_dev_splits(
             notes.append(f"extra dev split {split!r} left out: {err}")
             continue
         if raw is None:
-            where = f"the task's data_files give no file for it (key {split!r})" if kind == "files" else None
-            notes.append(f"extra dev split {split!r} left out: {where or f'{location} has none'}")
+            files = kind == "files"
+            why = f"the task's data_files give no file for it (key {split!r})" if files else f"{location} has none"
+            notes.append(f"extra dev split {split!r} left out: {why}")
             continue
         checked = check_split(spec, raw[0], raw[1], "validation")
         dataset = checked.dataset

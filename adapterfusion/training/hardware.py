@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from adapterfusion.devices import available_device
 from adapterfusion.training.config import TrainingConfig
 from adapterfusion.training.errors import SlowPrecisionWarning, TrainingError
 
@@ -24,6 +25,14 @@ def training_device() -> torch.device:
     """Where a run trains and evaluates: the first CUDA GPU when one is visible, else the CPU. The Trainer's own
     placement agrees (training_arguments asks for the CPU exactly when this says so)."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def check_evaluation_device(device: str | None) -> None:
+    """A device asked for a trained run's evaluation (rebuild_run, the span ablations), refused before any model
+    loads: one this machine lacks (no CUDA on a CPU-only one), or the meta device, where torch failed only after
+    the model had loaded. None: training_device()."""
+    if device is not None:
+        available_device(device, "pass device='cpu', or leave device unset (cuda when there is one, else cpu)")
 
 
 def hardware_info() -> dict[str, Any]:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapterfusion.devices import available_device
 from adapterfusion.encoder_identity import check_same_encoder
 from adapterfusion.encoder_loading import load_encoder_model, load_language_model, load_tokenizer
 from adapterfusion.encoders import resolve_encoder
@@ -25,7 +24,7 @@ from adapterfusion.model import wrap
 from adapterfusion.run_layout import MT_A_TASKS_DIR
 from adapterfusion.tasks.spec import TaskSpec
 from adapterfusion.training.errors import TrainingError
-from adapterfusion.training.hardware import training_device
+from adapterfusion.training.hardware import check_evaluation_device, training_device
 from adapterfusion.training.run import RunFolder
 from adapterfusion.training.run_files import CONFIG_FILE, METRICS_FILE, read_run_json
 from adapterfusion.training.run_state import require_finished
@@ -131,9 +130,8 @@ def rebuild_run(
     written before that was recorded need it given). device: default "cuda" when available, else "cpu".
     """
     run_dir = as_path(run_dir, "run folder")
-    if device is not None:  # before the model loads (meta: torch's RuntimeError after it had)
-        available_device(device, "pass device='cpu', or leave device unset (cuda when there is one, else cpu)")
-    if _is_mt_a_run(run_dir.parent.parent) and run_dir.parent.name == MT_A_TASKS_DIR:  # it has no config.json
+    check_evaluation_device(device)
+    if run_dir.parent.name == MT_A_TASKS_DIR and _is_mt_a_run(run_dir.parent.parent):  # it has no config.json
         raise TrainingError(f"{run_dir} is one task of the MT-A run {run_dir.parent.parent}; {_MT_A_FIX}")
     config = read_run_json(run_dir / CONFIG_FILE)
     require_finished(run_dir)  # only finished runs have their best weights saved
