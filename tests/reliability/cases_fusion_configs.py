@@ -27,6 +27,7 @@ from catalogue import (
     encoder_folder,
     experiment,
     left_no_run_folder,
+    multitask_in_folder,
     train_on_damaged,
 )
 
@@ -76,21 +77,8 @@ def _fusion_run(setup: str = "fusion-st-a", marker: Any = None, **options: Any) 
 
 
 def _multitask(tasks: list[Any], **kwargs: Any) -> Callable[[Path], Action]:
-    """train_multitask(tasks, **kwargs) for one step on a saved tiny BERT and the demo data."""
-
-    def prepare(folder: Path) -> Action:
-        encoder = encoder_folder(folder)
-        return lambda: af.training.train_multitask(
-            tasks,
-            encoder=encoder,
-            output_dir=folder / "runs",
-            data_dir=demo_data_dir(),
-            max_examples=16,
-            training_config=TINY_RUN,
-            **kwargs,
-        )
-
-    return prepare
+    """train_multitask(tasks, **kwargs) for one step on a saved tiny BERT and 16 demo examples of each split."""
+    return multitask_in_folder(tasks, max_examples=16, **kwargs)
 
 
 def _temperature_at_step(step: int) -> Callable[[Path], Action]:

@@ -26,6 +26,7 @@ from catalogue import (
     encoder_folder,
     left_no_run_folder,
     load_into,
+    multitask_in_folder,
 )
 from tiny_decoders import tiny_decoder
 
@@ -94,25 +95,18 @@ def _own_state_dict_assigned(folder: Path) -> Action:
     return lambda: model.load_state_dict(model.state_dict(), assign=True)
 
 
+def _gpt2_folder(folder: Path) -> Path:
+    """A tiny GPT-2 saved with the shipped tokenizer."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
+    tiny_decoder("gpt2", vocab_size=tokenizer.vocab_size).save_pretrained(folder / "gpt2")
+    tokenizer.save_pretrained(folder / "gpt2")
+    return folder / "gpt2"
+
+
 def _multitask_on_gpt2(**kwargs: Any) -> Callable[[Path], Action]:
-    """train_multitask(['rte', 'cb'], **kwargs) on a tiny GPT-2 saved with the shipped tokenizer, into folder/runs,
+    """train_multitask(['rte', 'cb'], **kwargs) on _gpt2_folder and 8 demo examples of each split, into folder/runs,
     failing as well where the refusal left run folders behind."""
-
-    def prepare(folder: Path) -> Action:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(af.default_encoder_path())
-        tiny_decoder("gpt2", vocab_size=tokenizer.vocab_size).save_pretrained(folder / "gpt2")
-        tokenizer.save_pretrained(folder / "gpt2")
-        return lambda: af.training.train_multitask(
-            ["rte", "cb"],
-            encoder=folder / "gpt2",
-            output_dir=folder / "runs",
-            data_dir=demo_data_dir(),
-            max_examples=8,
-            training_config=TINY_RUN,
-            **kwargs,
-        )
-
-    return left_no_run_folder(prepare)
+    return left_no_run_folder(multitask_in_folder(["rte", "cb"], encoder_of=_gpt2_folder, max_examples=8, **kwargs))
 
 
 CASES: tuple[BadInput, ...] = (

@@ -150,6 +150,26 @@ def encoder_folder(folder: Path) -> Path:
 TINY_RUN = {"max_steps": 1, "batch_size": 8, "max_length": 32, "patience": None}
 
 
+def multitask_in_folder(
+    tasks: list[Any], encoder_of: Callable[[Path], Path] = encoder_folder, **kwargs: Any
+) -> Callable[[Path], Action]:
+    """train_multitask(tasks, **kwargs) for TINY_RUN's one step on the encoder `encoder_of(folder)` saves (default a
+    tiny BERT) and the demo data, into folder/runs."""
+
+    def prepare(folder: Path) -> Action:
+        encoder = encoder_of(folder)
+        return lambda: af.training.train_multitask(
+            tasks,
+            encoder=encoder,
+            output_dir=folder / "runs",
+            data_dir=demo_data_dir(),
+            training_config=TINY_RUN,
+            **kwargs,
+        )
+
+    return prepare
+
+
 def left_no_run_folder(prepare: Callable[[Path], Action]) -> Callable[[Path], Action]:
     """prepare's action, failing as well where it left `runs/` behind: the refusal had come after the folders."""
 
